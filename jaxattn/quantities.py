@@ -1,0 +1,71 @@
+"""The capturable quantities: names, axes and meaning (the public contract).
+
+Axis legend (DESIGN.md): L layers, H heads, T query positions, S key positions,
+K head dim, D model dim. T and S are trimmed to an example's real length before
+anything is returned. For ``hidden_states`` the L axis holds L+1 entries: the
+embeddings output, then the output of each captured layer.
+
+This module imports neither jax nor numpy: the client and the service validate
+requests with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Quantity:
+    """One capturable tensor.
+
+    Attributes:
+      name: the public name (an attribute of `Capture`, a wire tensor name).
+      axes: one letter per axis, from the legend above.
+      probability: values lie in [0, 1], so uint8 uses the fixed scale 1/255.
+      doc: the definition, as in DESIGN.md.
+    """
+
+    name: str
+    axes: str
+    probability: bool = False
+    doc: str
+
+
+QUANTITIES: dict[str, Quantity] = {
+    q.name: q
+    for q in (
+        Quantity(
+            name="attention",
+            axes="LHTS",
+            probability=True,
+            doc="alpha^h_ij = softmax_j(q_i . k_j / sqrt(d_k) + mask)",
+        ),
+        Quantity(name="scores", axes="LHTS", doc="q_i . k_j / sqrt(d_k), before mask and softmax"),
+        Quantity(name="queries", axes="LHTK", doc="per-head query projection x W_Q^h + b_Q^h"),
+        Quantity(name="keys", axes="LHTK", doc="per-head key projection x W_K^h + b_K^h"),
+        Quantity(name="values", axes="LHTK", doc="per-head value projection x W_V^h + b_V^h"),
+        Quantity(
+            name="fx_norm",
+            axes="LHT",
+            doc="||f_h(x_j)||, f_h(x) = (x W_V^h + b_V^h) W_O^h (Kobayashi et al. 2020)",
+        ),
+        Quantity(
+            name="alpha_fx_norm",
+            axes="LHTS",
+            doc="||alpha^h_ij f_h(x_j)|| = alpha^h_ij ||f_h(x_j)||",
+        ),
+        Quantity(
+            name="sum_alpha_fx_norm",
+            axes="LTS",
+            doc="||sum_h alpha^h_ij f_h(x_j)|| over all heads of the layer",
+        ),
+        Quantity(
+            name="hidden_states",
+            axes="LTD",
+            doc="embeddings output, then each captured layer's output ([L+1, T, D])",
+        ),
+    )
+}
+
+# Quantities that need the per-head value path f_h(x) (Kobayashi et al.).
+NORM_QUANTITIES = frozenset({"fx_norm", "alpha_fx_norm", "sum_alpha_fx_norm"})
