@@ -1,0 +1,85 @@
+"""Length buckets and batch sizes: few compiled shapes, little padding.
+
+Capture is output-bound (DESIGN.md, performance model), so a batch is sized by
+the bytes it returns: B = the largest power of two with B * bytes(T) within the
+output budget, B * T within the token budget, and B <= max_batch. A bucket's
+last, partial batch is padded up to the next power of two only, so compiled
+shapes are bounded by len(buckets) * (1 + log2(max_batch)) per spec, and once
+each (bucket, size) has been seen nothing recompiles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+
+DEFAULT_BUCKETS = (16, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """One engine step: `rows` examples (positions into the input) padded to [size, length]."""
+
+    length: int
+    size: int
+    rows: tuple[int, ...]
+
+
+def buckets_for(max_length: int, buckets: Sequence[int] = DEFAULT_BUCKETS) -> tuple[int, ...]:
+    """The bucket lengths usable by a model: those below its limit, then the limit."""
+    return tuple(sorted({b for b in buckets if b < max_length} | {max_length}))
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(n, 1).bit_length() - 1)
+
+
+def _pow2_ceil(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def plan(
+    lengths: Sequence[int],
+    buckets: Sequence[int],
+    bytes_per_example: Callable[[int], int],
+    *,
+    output_budget: int,
+    token_budget: int,
+    max_batch: int,
+) -> list[Batch]:
+    """Group examples into batches by bucket, shortest bucket first.
+
+    Args:
+      lengths: real token count of each example.
+      buckets: ascending bucket lengths; the last must cover every length.
+      bytes_per_example: output bytes of one example padded to a bucket length.
+      output_budget: most output bytes one batch may return.
+      token_budget: most B * T tokens one batch may hold (bounds activations).
+      max_batch: most examples per batch.
+
+    Returns:
+      Batches covering every position exactly once.
+    """
+    by_bucket: dict[int, list[int]] = {}
+    for pos in sorted(range(len(lengths)), key=lambda p: lengths[p]):
+        bucket = next(b for b in buckets if b >= lengths[pos])
+        by_bucket.setdefault(bucket, []).append(pos)
+    out = []
+    for bucket, rows in sorted(by_bucket.items()):
+        size = batch_size(bucket, bytes_per_example, output_budget, token_budget, max_batch)
+        for start in range(0, len(rows), size):
+            chunk = tuple(rows[start : start + size])
+            out.append(Batch(bucket, min(size, _pow2_ceil(len(chunk))), chunk))
+    return out
+
+
+def batch_size(length, bytes_per_example, output_budget, token_budget, max_batch) -> int:
+    """Largest power of two B with the batch within all three budgets (at least 1)."""
+    fit = min(max_batch, output_budget // max(bytes_per_example(length), 1), token_budget // length)
+    return _pow2_floor(fit)
+
+
+def max_shapes(buckets: Sequence[int], max_batch: int) -> int:
+    """Upper bound on compiled shapes per capture spec."""
+    return len(buckets) * (int(math.log2(_pow2_floor(max_batch))) + 1)

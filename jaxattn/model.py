@@ -1,0 +1,186 @@
+"""The Flax (linen) BERT-family encoder, per example, with declared capture.
+
+Why linen: inference here is a pure function of (params, inputs), vmapped over
+the batch and jitted per static `CaptureSpec`. linen's ``apply`` is exactly that
+function, and its params are a plain pytree that conversion writes, orbax
+saves and jit replicates, with no module state to split or merge.
+
+Every module works on ONE example (shapes below carry no batch axis); the engine
+vmaps. Capture is declared once by a `CaptureSpec` and returned as one dict of
+stacked arrays; layers past the deepest captured one are never run, and a
+quantity not asked for is never computed.
+
+Shape legend: T query positions, S key positions (both the padded length), H
+heads, K head dim, D model dim, F feed-forward dim.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jaxattn import norms
+from jaxattn.config import ModelConfig
+from jaxattn.precision import HIGHEST
+from jaxattn.quantities import NORM_QUANTITIES, QUANTITIES
+from jaxattn.spec import CaptureSpec
+
+_init = nn.initializers.normal(0.02)
+
+
+def _activation(name: str):
+    if name == "gelu":
+        # HF "gelu" is the exact erf gelu; jax.nn.gelu defaults to the tanh form.
+        return lambda x: jax.nn.gelu(x, approximate=False)
+    if name == "gelu_tanh":
+        return lambda x: jax.nn.gelu(x, approximate=True)
+    return jax.nn.relu
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm with the two-pass variance torch uses.
+
+    flax.linen.LayerNorm defaults to E[x^2] - E[x]^2 (use_fast_variance), which
+    loses precision against the reference; this computes E[(x - mean)^2].
+    """
+
+    eps: float
+
+    @nn.compact
+    def __call__(self, x):
+        scale = self.param("scale", nn.initializers.ones, (x.shape[-1],))
+        bias = self.param("bias", nn.initializers.zeros, (x.shape[-1],))
+        mean = x.mean(-1, keepdims=True)
+        var = jnp.square(x - mean).mean(-1, keepdims=True)
+        return (x - mean) * jax.lax.rsqrt(var + self.eps) * scale + bias
+
+
+class Dense(nn.Module):
+    """y = x W + b with W shaped [in..., out...] by an einsum spec."""
+
+    shape: tuple[int, ...]
+    bias_shape: tuple[int, ...]
+    equation: str
+
+    @nn.compact
+    def __call__(self, x):
+        kernel = self.param("kernel", _init, self.shape)
+        bias = self.param("bias", nn.initializers.zeros, self.bias_shape)
+        return jnp.einsum(self.equation, x, kernel, precision=HIGHEST) + bias
+
+
+class Embeddings(nn.Module):
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, ids, type_ids):  # [T], [T] -> [T, D]
+        c = self.config
+        x = self.param("word", _init, (c.vocab_size, c.hidden_size))[ids]
+        # RoBERTa numbers positions from padding_idx + 1 (position_offset = 2).
+        positions = jnp.arange(ids.shape[0]) + c.position_offset
+        x = x + self.param("position", _init, (c.max_positions, c.hidden_size))[positions]
+        if c.type_vocab_size:
+            x = x + self.param("token_type", _init, (c.type_vocab_size, c.hidden_size))[type_ids]
+        return LayerNorm(c.layer_norm_eps, name="ln")(x)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention that also returns what the capture needs."""
+
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, x, mask, want: frozenset[str]):
+        c = self.config
+        hk = (c.num_heads, c.head_dim)
+        proj = dict(shape=(c.hidden_size, *hk), bias_shape=hk, equation="TD,DHK->THK")
+        q = Dense(**proj, name="query")(x)  # [T, H, K]
+        k = Dense(**proj, name="key")(x)
+        v = Dense(**proj, name="value")(x)
+        scores = jnp.einsum("THK,SHK->HTS", q, k, precision=HIGHEST) / jnp.sqrt(c.head_dim)
+        # Padded keys get exactly zero weight: exp(-inf) == 0.
+        alpha = jax.nn.softmax(jnp.where(mask[None, None, :], scores, -jnp.inf), axis=-1)
+        context = jnp.einsum("HTS,SHK->THK", alpha, v, precision=HIGHEST)
+        out = Dense((*hk, c.hidden_size), (c.hidden_size,), "THK,HKD->TD", name="out")
+        y = out(context)
+
+        return y, _capture_attention(
+            want, q, k, v, scores, alpha, out.variables["params"]["kernel"]
+        )
+
+
+def _capture_attention(want, q, k, v, scores, alpha, w_out) -> dict:
+    """The requested per-layer quantities of one example, all heads.
+
+    Shapes out: attention/scores/alpha_fx_norm [H, T, S]; queries/keys/values
+    [H, T, K]; fx_norm [H, S]; sum_alpha_fx_norm [T, S].
+    """
+    cap = {}
+    for name, t in (("attention", alpha), ("scores", scores)):
+        if name in want:
+            cap[name] = t
+    for name, t in (("queries", q), ("keys", k), ("values", v)):
+        if name in want:
+            cap[name] = t.transpose(1, 0, 2)  # [T, H, K] -> [H, T, K]
+    if want & NORM_QUANTITIES:
+        f = norms.value_vectors(v, w_out)  # [S, H, D]
+        fxn = norms.fx_norm(f)  # [H, S]
+        if "fx_norm" in want:
+            cap["fx_norm"] = fxn
+        if "alpha_fx_norm" in want:
+            cap["alpha_fx_norm"] = norms.alpha_fx_norm(alpha, fxn)
+        if "sum_alpha_fx_norm" in want:
+            cap["sum_alpha_fx_norm"] = norms.sum_alpha_fx_norm(alpha, f)
+    return cap
+
+
+class EncoderLayer(nn.Module):
+    """Post-LN transformer layer: LN(x + attn(x)), then LN(h + ffn(h))."""
+
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, x, mask, want: frozenset[str]):
+        c = self.config
+        a, cap = SelfAttention(c, name="attention")(x, mask, want)
+        h = LayerNorm(c.layer_norm_eps, name="attention_ln")(x + a)
+        d, f = c.hidden_size, c.intermediate_size
+        u = _activation(c.activation)(Dense((d, f), (f,), "TD,DF->TF", name="ffn_in")(h))
+        y = Dense((f, d), (d,), "TF,FD->TD", name="ffn_out")(u)
+        return LayerNorm(c.layer_norm_eps, name="ffn_ln")(h + y), cap
+
+
+class Encoder(nn.Module):
+    """Embeddings and layers of one example; returns the captured quantities.
+
+    ``__call__(ids [T], type_ids [T], mask [T] bool, spec)`` returns a dict
+    name -> array with the spec's layers stacked first and heads selected:
+    e.g. attention [L, H, T, S], hidden_states [L+1, T, D].
+    """
+
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, ids, type_ids, mask, spec: CaptureSpec):
+        c = self.config
+        want = frozenset(spec.what)
+        heads = jnp.asarray(spec.heads) if len(spec.heads) < c.num_heads else None
+        x = Embeddings(c, name="embeddings")(ids, type_ids)
+        per_layer: dict[str, list] = {name: [] for name in spec.what}
+        if "hidden_states" in want:
+            per_layer["hidden_states"].append(x)
+        for layer in range(spec.last_layer + 1):
+            captured = layer in spec.layers
+            x, cap = EncoderLayer(c, name=f"layer_{layer}")(
+                x, mask, want - {"hidden_states"} if captured else frozenset()
+            )
+            if not captured:
+                continue
+            for name, t in cap.items():
+                if heads is not None and QUANTITIES[name].axes.startswith("LH"):
+                    t = t[heads]
+                per_layer[name].append(t)
+            if "hidden_states" in want:
+                per_layer["hidden_states"].append(x)
+        return {name: jnp.stack(ts) for name, ts in per_layer.items()}

@@ -1,0 +1,120 @@
+"""Texts -> token ids, with the input checks every entry point shares."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+from jaxattn.config import ModelConfig
+
+Text = str | tuple[str, str]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Encoding:
+    """One tokenised example."""
+
+    ids: tuple[int, ...]
+    type_ids: tuple[int, ...]
+    tokens: tuple[str, ...]
+    sentence_b_start: int | None
+
+    @property
+    def length(self) -> int:
+        return len(self.ids)
+
+
+def check_texts(texts) -> list[Text]:
+    """Validate the texts argument: a list of strings or (a, b) string pairs.
+
+    Raises:
+      ValueError: naming the bad entry's index and what was found.
+    """
+    if isinstance(texts, (str, bytes)):
+        raise ValueError("texts must be a list of strings or (a, b) pairs, not a single string:"
+                         " wrap it in a list")  # fmt: skip
+    if not isinstance(texts, Sequence):
+        raise ValueError(f"texts must be a list, got {type(texts).__name__}")
+    out: list[Text] = []
+    for i, t in enumerate(texts):
+        if isinstance(t, str):
+            out.append(t)
+        elif isinstance(t, (tuple, list)) and len(t) == 2 and all(isinstance(s, str) for s in t):
+            out.append((t[0], t[1]))
+        else:
+            raise ValueError(
+                f"texts[{i}] must be a string or a (sentence_a, sentence_b) pair of strings, "
+                f"got {type(t).__name__}"
+            )
+    return out
+
+
+class Tokenizer:
+    """The checkpoint's HF fast tokenizer, with no truncation or padding of its own.
+
+    Framework-default trap: a tokenizer.json can carry its own truncation and
+    padding (all-MiniLM-L6-v2's truncates at 128 and pads to 128), which would
+    silently cut long texts; both are switched off and length is checked here.
+    """
+
+    def __init__(self, hf_tokenizer, config: ModelConfig):
+        self.hf = hf_tokenizer
+        self.config = config
+        self._backend = hf_tokenizer.backend_tokenizer
+        self._backend.no_truncation()
+        self._backend.no_padding()
+
+    @classmethod
+    def from_dir(cls, path: Path, config: ModelConfig) -> Tokenizer:
+        """Load the tokenizer files of a local checkpoint directory.
+
+        Raises:
+          FileNotFoundError: the directory has no tokenizer files.
+        """
+        names = ("tokenizer.json", "vocab.txt", "vocab.json")
+        if not any((path / n).is_file() for n in names):
+            raise FileNotFoundError(f"{path} has no tokenizer: expected one of {', '.join(names)}")
+        from transformers import AutoTokenizer
+
+        hf = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        if not hasattr(hf, "backend_tokenizer"):
+            raise ValueError(f"{path}: jaxattn needs a fast (tokenizers) tokenizer")
+        return cls(hf, config)
+
+    def save(self, path: Path) -> None:
+        self.hf.save_pretrained(str(path))
+
+    def encode(self, texts: Sequence[Text], truncate: bool = False) -> list[Encoding]:
+        """Tokenise texts (already checked by `check_texts`).
+
+        Raises:
+          ValueError: an example longer than the model's maximum, unless truncate.
+        """
+        if not texts:
+            return []
+        limit = self.config.max_length
+        if truncate:
+            self._backend.enable_truncation(limit, strategy="longest_first")
+        try:
+            encoded = self._backend.encode_batch(list(texts), add_special_tokens=True)
+        finally:
+            self._backend.no_truncation()
+        out = []
+        for i, e in enumerate(encoded):
+            if len(e.ids) > limit:
+                raise ValueError(
+                    f"texts[{i}] is {len(e.ids)} tokens long; the model's limit is {limit} "
+                    "(pass truncate=True to cut it)"
+                )
+            seq = e.sequence_ids
+            b = next((j for j, s in enumerate(seq) if s == 1), None)
+            out.append(
+                Encoding(
+                    ids=tuple(e.ids),
+                    type_ids=tuple(e.type_ids),
+                    tokens=tuple(e.tokens),
+                    sentence_b_start=b,
+                )  # fmt: skip
+            )
+        return out
