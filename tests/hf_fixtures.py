@@ -198,9 +198,7 @@ def load_torch_model(path: str | os.PathLike):
     """The PyTorch reference model of a checkpoint dir, eager attention, eval mode."""
     from transformers import AutoModel
 
-    model = AutoModel.from_pretrained(
-        str(path), attn_implementation="eager", local_files_only=True
-    )
+    model = AutoModel.from_pretrained(str(path), attn_implementation="eager", local_files_only=True)
     return model.eval()
 
 
@@ -224,3 +222,65 @@ def torch_inputs(tokenizer, texts, family: str):
     if family == "distilbert":
         enc.pop("token_type_ids", None)
     return enc
+
+
+def attention_modules(model, family: str) -> list:
+    """Per layer, the (query, key, value, output) Linear modules of the torch model."""
+    if family == "distilbert":
+        return [(a.q_lin, a.k_lin, a.v_lin, a.out_lin)
+                for a in (layer.attention for layer in model.transformer.layer)]  # fmt: skip
+    return [
+        (layer.attention.self.query, layer.attention.self.key, layer.attention.self.value,
+         layer.attention.output.dense)
+        for layer in model.encoder.layer
+    ]  # fmt: skip
+
+
+def torch_reference(model, family: str, enc) -> dict:
+    """Run the eager torch model on padded inputs `enc`; numpy float64 outputs.
+
+    Returns a dict of batch-first arrays: attention [B,L,H,T,T], hidden_states
+    [B,L+1,T,D], and from forward hooks on the projection Linears queries/keys/
+    values [B,L,H,T,K] (per head, bias included) and scores = q.k/sqrt(K)
+    [B,L,H,T,T] (before the mask).
+    """
+    import numpy as np
+    import torch
+
+    heads = model.config.num_attention_heads if family != "distilbert" else model.config.n_heads
+    seen: dict[str, list] = {"queries": [], "keys": [], "values": []}
+    hooks = []
+    for q, k, v, _ in attention_modules(model, family):
+        for name, mod in (("queries", q), ("keys", k), ("values", v)):
+            hooks.append(mod.register_forward_hook(
+                lambda _m, _i, out, name=name: seen[name].append(out.detach())
+            ))  # fmt: skip
+    try:
+        with torch.no_grad():
+            out = model(**enc, output_attentions=True, output_hidden_states=True)
+    finally:
+        for h in hooks:
+            h.remove()
+    ref = {
+        "attention": torch.stack(out.attentions, 1),
+        "hidden_states": torch.stack(out.hidden_states, 1),
+    }
+    for name, outs in seen.items():
+        b, t, hk = outs[0].shape
+        # [B, T, H*K] -> [B, H, T, K]: HF's head-major split (transpose_for_scores).
+        ref[name] = torch.stack([o.view(b, t, heads, hk // heads).transpose(1, 2) for o in outs], 1)
+    ref = {k: v.double().numpy() for k, v in ref.items()}
+    k_dim = ref["queries"].shape[-1]
+    ref["scores"] = np.einsum("blhtk,blhsk->blhts", ref["queries"], ref["keys"]) / np.sqrt(k_dim)
+    return ref
+
+
+def long_text(tokenizer, min_tokens: int) -> str:
+    """A plain lowercase sentence of at least `min_tokens` tokens (special tokens included)."""
+    words = "the quick brown fox jumps over the lazy dog and".split()
+    text = ""
+    i = 0
+    while len(tokenizer(text)["input_ids"]) < min_tokens:
+        text = f"{text} {words[i % len(words)]}".strip()
+        i += 1
+    return text

@@ -1,0 +1,134 @@
+"""Shared test fixtures: hermetic (no hub, no network), one tiny checkpoint per family.
+
+`tests/` is on sys.path (pytest's rootdir-relative conftest import), so any test
+module can `from hf_fixtures import make_checkpoint`.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Before transformers / huggingface_hub are imported anywhere: never reach a hub.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+from hf_fixtures import (  # noqa: E402
+    EXAMPLE_A,
+    EXAMPLE_B,
+    FAMILIES,
+    long_text,
+    make_checkpoint,
+    torch_inputs,
+    torch_reference,
+)
+
+from jaxattn.quantities import QUANTITIES  # noqa: E402  (numpy-free)
+
+# Every quantity at once: one capture spec shared by the parity, norm and
+# invariant tests, so the session compiles each (bucket, batch) shape once.
+ALL_QUANTITIES = tuple(QUANTITIES)
+
+
+class _Lazy(dict):
+    """A dict that builds a missing family's value on first use."""
+
+    def __init__(self, build):
+        super().__init__()
+        self._build = build
+
+    def __missing__(self, key):
+        self[key] = value = self._build(key)
+        return value
+
+
+@pytest.fixture(scope="session")
+def checkpoint_dirs(tmp_path_factory) -> dict:
+    """family -> a lazily built tiny HF checkpoint dir (safetensors, seed 0)."""
+    return _Lazy(lambda family: make_checkpoint(family, tmp_path_factory.mktemp(f"hf_{family}")))
+
+
+@pytest.fixture(scope="session")
+def bert_checkpoint(checkpoint_dirs):
+    """A tiny random BERT checkpoint dir (D=15, 3 layers x 3 heads, max length 67)."""
+    return checkpoint_dirs["bert"]
+
+
+@pytest.fixture(scope="session")
+def roberta_checkpoint(checkpoint_dirs):
+    """A tiny random RoBERTa checkpoint dir (D=21, 3 layers x 3 heads, max length 67)."""
+    return checkpoint_dirs["roberta"]
+
+
+@pytest.fixture(scope="session")
+def distilbert_checkpoint(checkpoint_dirs):
+    """A tiny random DistilBERT checkpoint dir (D=15, 3 layers x 5 heads, max length 67)."""
+    return checkpoint_dirs["distilbert"]
+
+
+@pytest.fixture(scope="session")
+def engines(checkpoint_dirs) -> dict:
+    """family -> a jaxattn Engine of that family's checkpoint, loaded once per session."""
+    import jaxattn
+
+    return _Lazy(lambda family: jaxattn.load(checkpoint_dirs[family]))
+
+
+@pytest.fixture(scope="session")
+def torch_models(checkpoint_dirs) -> dict:
+    """family -> the eager PyTorch reference model of that family's checkpoint."""
+    from hf_fixtures import load_torch_model
+
+    return _Lazy(lambda family: load_torch_model(checkpoint_dirs[family]))
+
+
+@pytest.fixture(scope="session")
+def tokenizers(checkpoint_dirs) -> dict:
+    """family -> the HF tokenizer of that family's checkpoint."""
+    from hf_fixtures import load_tokenizer
+
+    return _Lazy(lambda family: load_tokenizer(checkpoint_dirs[family]))
+
+
+@pytest.fixture(params=FAMILIES)
+def family(request) -> str:
+    """Parametrises a test over bert, roberta and distilbert."""
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def standard_texts(tokenizers) -> dict:
+    """family -> texts of very different lengths for one capture call.
+
+    A single sentence (T=8 for BERT), "" ([CLS] [SEP], padded in the same
+    bucket as the first), the example pair, and a ~56-token sentence.
+    """
+    return _Lazy(
+        lambda family: [EXAMPLE_A, "", (EXAMPLE_A, EXAMPLE_B), long_text(tokenizers[family], 56)]
+    )
+
+
+@pytest.fixture(scope="session")
+def full_captures(engines, standard_texts) -> dict:
+    """family -> the engine's captures of every quantity for `standard_texts`, one call."""
+    return _Lazy(lambda fam: engines[fam].capture(standard_texts[fam], what=ALL_QUANTITIES))
+
+
+@pytest.fixture(scope="session")
+def references(torch_models, tokenizers, standard_texts) -> dict:
+    """family -> per standard text, the eager torch reference run on that text alone.
+
+    Each entry is `hf_fixtures.torch_reference`'s dict without the batch axis.
+    """
+
+    def build(family):
+        out = []
+        for text in standard_texts[family]:
+            enc = torch_inputs(tokenizers[family], [text], family)
+            ref = torch_reference(torch_models[family], family, enc)
+            out.append({k: v[0] for k, v in ref.items()})
+        return out
+
+    return _Lazy(build)
