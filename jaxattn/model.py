@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from jaxattn import norms
 from jaxattn.config import ModelConfig
 from jaxattn.precision import HIGHEST
-from jaxattn.quantities import NORM_QUANTITIES, QUANTITIES
+from jaxattn.quantities import QUANTITIES
 from jaxattn.spec import CaptureSpec
 
 _init = nn.initializers.normal(0.02)
@@ -123,15 +123,14 @@ def _capture_attention(want, q, k, v, scores, alpha, w_out) -> dict:
     for name, t in (("queries", q), ("keys", k), ("values", v)):
         if name in want:
             cap[name] = t.transpose(1, 0, 2)  # [T, H, K] -> [H, T, K]
-    if want & NORM_QUANTITIES:
-        f = norms.value_vectors(v, w_out)  # [S, H, D]
-        fxn = norms.fx_norm(f)  # [H, S]
+    if want & {"fx_norm", "alpha_fx_norm"}:
+        fxn = norms.fx_norm(v, w_out)  # [H, S]
         if "fx_norm" in want:
             cap["fx_norm"] = fxn
         if "alpha_fx_norm" in want:
             cap["alpha_fx_norm"] = norms.alpha_fx_norm(alpha, fxn)
-        if "sum_alpha_fx_norm" in want:
-            cap["sum_alpha_fx_norm"] = norms.sum_alpha_fx_norm(alpha, f)
+    if "sum_alpha_fx_norm" in want:
+        cap["sum_alpha_fx_norm"] = norms.sum_alpha_fx_norm(alpha, v, w_out)
     return cap
 
 

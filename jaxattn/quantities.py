@@ -66,6 +66,3 @@ QUANTITIES: dict[str, Quantity] = {
         ),
     )
 }
-
-# Quantities that need the per-head value path f_h(x) (Kobayashi et al.).
-NORM_QUANTITIES = frozenset({"fx_norm", "alpha_fx_norm", "sum_alpha_fx_norm"})

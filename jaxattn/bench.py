@@ -1,0 +1,116 @@
+"""The capture benchmark (issue 2): jaxattn against transformers' eager attention.
+
+On the first N sentences of a CoNLL-U file, in file order:
+  (a) transformers BertModel, eager attention, batches of 32 padded to the
+      longest, output_attentions=True, attentions copied to numpy;
+  (b) jaxattn forward, no capture (final hidden state only);
+  (c) jaxattn attention only;
+  (d) jaxattn full capture: attention, queries, keys, fx_norm, alpha_fx_norm,
+      sum_alpha_fx_norm.
+Each is timed after a warm-up pass (compilation excluded; it is reported
+separately), best of `repeats`. torch is imported only for (a).
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from pathlib import Path
+
+FULL = ("attention", "queries", "keys", "fx_norm", "alpha_fx_norm", "sum_alpha_fx_norm")
+
+
+def read_sentences(conllu: Path, limit: int) -> list[str]:
+    """The `# text =` lines of a CoNLL-U file, in order."""
+    out = []
+    with open(conllu, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("# text ="):
+                out.append(line.split("=", 1)[1].strip())
+                if len(out) == limit:
+                    break
+    return out
+
+
+def _best(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def bench_transformers(model_dir: Path, texts: list[str], batch: int, repeats: int) -> float:
+    import numpy as np
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    # transformers 5 returns attentions only with the eager implementation.
+    model = AutoModel.from_pretrained(str(model_dir), attn_implementation="eager").eval()
+
+    def run():
+        with torch.inference_mode():
+            for i in range(0, len(texts), batch):
+                x = tok(texts[i : i + batch], padding="longest", return_tensors="pt")
+                out = model(**x, output_attentions=True)
+                [np.asarray(a.numpy()) for a in out.attentions]
+
+    run()
+    return _best(run, repeats)
+
+
+def bench_jaxattn(engine, texts: list[str], repeats: int) -> dict[str, float]:
+    last = engine.config.num_layers - 1
+    cases = {
+        "b_forward": dict(what="hidden_states", layers=last),
+        "c_attention": dict(what="attention"),
+        "d_full": dict(what=FULL),
+    }
+    out = {}
+    for name, kw in cases.items():
+        t = time.perf_counter()
+        engine.capture(texts, **kw)  # warm-up: compiles this spec's shapes
+        out[f"{name}_first_pass_s"] = time.perf_counter() - t
+        out[name] = _best(lambda kw=kw: engine.capture(texts, **kw), repeats)
+    return out
+
+
+def run(conllu: Path, n: int = 512, repeats: int = 2, model: str | None = None) -> dict:
+    """Run all four cases; returns seconds, seq/s and ratios."""
+    import jaxattn
+    from jaxattn.loading import default_model_dir
+
+    texts = read_sentences(conllu, n)
+    engine = jaxattn.load(model)
+    model_dir = Path(model) if model else default_model_dir()
+    res = {"n": len(texts), "model": engine.info.name, "machine": machine()}
+    res["a_transformers"] = bench_transformers(model_dir, texts, 32, repeats)
+    res |= bench_jaxattn(engine, texts, repeats)
+    for k in ("a_transformers", "b_forward", "c_attention", "d_full"):
+        res[f"{k}_seq_per_s"] = len(texts) / res[k]
+    res["d_over_a"] = res["a_transformers"] / res["d_full"]
+    res["d_vs_b_overhead"] = res["d_full"] / res["b_forward"] - 1
+    return res
+
+
+def machine() -> str:
+    import os
+
+    import jax
+
+    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+            f"jax {jax.__version__} on {jax.default_backend()}")  # fmt: skip
+
+
+def format_result(r: dict) -> str:
+    lines = [f"{r['n']} sentences, model {r['model']}, {r['machine']}"]
+    for k, label in (("a_transformers", "(a) transformers eager + attentions"),
+                     ("b_forward", "(b) jaxattn forward, no capture"),
+                     ("c_attention", "(c) jaxattn attention"),
+                     ("d_full", "(d) jaxattn full capture")):  # fmt: skip
+        lines.append(f"{label:40s} {r[k]:7.3f} s  {r[k + '_seq_per_s']:8.1f} seq/s")
+    lines.append(f"(d) speed-up over (a): {r['d_over_a']:.2f}x (target >= 3x)")
+    lines.append(f"(d) cost over (b): {100 * r['d_vs_b_overhead']:+.1f}% (target <= +10%)")
+    return "\n".join(lines)
