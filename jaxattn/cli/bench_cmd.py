@@ -1,0 +1,36 @@
+"""`jaxattn bench`: the capture benchmark of issue 2 (see jaxattn/bench.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DEFAULT_CONLLU = Path("../shared/data/ud-english-ewt/en_ewt-ud-dev.conllu")
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="benchmark capture against transformers' eager attention",
+        description="Time (a) transformers eager + output_attentions, (b) jaxattn forward, "
+        "(c) jaxattn attention, (d) jaxattn full capture on real sentences.",
+    )
+    p.add_argument("--conllu", type=Path, default=DEFAULT_CONLLU, help="sentences to use")
+    p.add_argument("-n", type=int, default=512, help="first N sentences (file order)")
+    p.add_argument("--repeats", type=int, default=3, help="best of this many timed passes")
+    p.add_argument("--model", default=None, help="checkpoint dir (default: embedded MiniLM)")
+    p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import json
+
+    from jaxattn import bench
+
+    if not args.conllu.is_file():
+        raise FileNotFoundError(f"no CoNLL-U file at {args.conllu} (pass --conllu)")
+    result = bench.run(args.conllu, args.n, args.repeats, args.model)
+    print(bench.format_result(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0

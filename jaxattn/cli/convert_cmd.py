@@ -1,0 +1,32 @@
+"""`jaxattn convert HF_DIR OUT_DIR`: HF checkpoint -> orbax jaxattn checkpoint."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "convert",
+        help="convert a local HF BERT/RoBERTa/DistilBERT checkpoint to a jaxattn (orbax) one",
+        description="Convert a local Hugging Face checkpoint directory into an orbax "
+        "checkpoint directory that `jaxattn.load(OUT_DIR)` reads back identically.",
+    )
+    p.add_argument("hf_dir", help="directory with config.json, weights and tokenizer files")
+    p.add_argument("out_dir", help="directory to write (created if missing)")
+    p.add_argument(
+        "--ignore-config-field",
+        action="append",
+        default=[],
+        metavar="FIELD",
+        help="a config.json field you vouch does not change the computation (repeatable)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from jaxattn.convert import convert_checkpoint
+
+    out = convert_checkpoint(
+        args.hf_dir, args.out_dir, ignore_config_fields=tuple(args.ignore_config_field)
+    )
+    print(f"wrote {out}")
+    return 0
