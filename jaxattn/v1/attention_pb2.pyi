@@ -1,0 +1,146 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Dtype(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DTYPE_UNSPECIFIED: _ClassVar[Dtype]
+    DTYPE_FLOAT32: _ClassVar[Dtype]
+    DTYPE_FLOAT16: _ClassVar[Dtype]
+    DTYPE_BFLOAT16: _ClassVar[Dtype]
+    DTYPE_UINT8: _ClassVar[Dtype]
+
+class Codec(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CODEC_UNSPECIFIED: _ClassVar[Codec]
+    CODEC_NONE: _ClassVar[Codec]
+    CODEC_ZSTD: _ClassVar[Codec]
+    CODEC_LZ4: _ClassVar[Codec]
+DTYPE_UNSPECIFIED: Dtype
+DTYPE_FLOAT32: Dtype
+DTYPE_FLOAT16: Dtype
+DTYPE_BFLOAT16: Dtype
+DTYPE_UINT8: Dtype
+CODEC_UNSPECIFIED: Codec
+CODEC_NONE: Codec
+CODEC_ZSTD: Codec
+CODEC_LZ4: Codec
+
+class Text(_message.Message):
+    __slots__ = ("text", "text_pair")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TEXT_PAIR_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    text_pair: str
+    def __init__(self, text: _Optional[str] = ..., text_pair: _Optional[str] = ...) -> None: ...
+
+class CaptureRequest(_message.Message):
+    __slots__ = ("texts", "what", "layers", "heads", "dtype", "codec", "max_chunk_bytes", "truncate")
+    TEXTS_FIELD_NUMBER: _ClassVar[int]
+    WHAT_FIELD_NUMBER: _ClassVar[int]
+    LAYERS_FIELD_NUMBER: _ClassVar[int]
+    HEADS_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    CODEC_FIELD_NUMBER: _ClassVar[int]
+    MAX_CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATE_FIELD_NUMBER: _ClassVar[int]
+    texts: _containers.RepeatedCompositeFieldContainer[Text]
+    what: _containers.RepeatedScalarFieldContainer[str]
+    layers: _containers.RepeatedScalarFieldContainer[int]
+    heads: _containers.RepeatedScalarFieldContainer[int]
+    dtype: Dtype
+    codec: Codec
+    max_chunk_bytes: int
+    truncate: bool
+    def __init__(self, texts: _Optional[_Iterable[_Union[Text, _Mapping]]] = ..., what: _Optional[_Iterable[str]] = ..., layers: _Optional[_Iterable[int]] = ..., heads: _Optional[_Iterable[int]] = ..., dtype: _Optional[_Union[Dtype, str]] = ..., codec: _Optional[_Union[Codec, str]] = ..., max_chunk_bytes: _Optional[int] = ..., truncate: _Optional[bool] = ...) -> None: ...
+
+class CaptureResponse(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: ExampleHeader
+    chunk: TensorChunk
+    def __init__(self, header: _Optional[_Union[ExampleHeader, _Mapping]] = ..., chunk: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
+
+class ExampleHeader(_message.Message):
+    __slots__ = ("index", "tokens", "sentence_b_start", "layers", "heads", "tensors", "chunk_count")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SENTENCE_B_START_FIELD_NUMBER: _ClassVar[int]
+    LAYERS_FIELD_NUMBER: _ClassVar[int]
+    HEADS_FIELD_NUMBER: _ClassVar[int]
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    tokens: _containers.RepeatedScalarFieldContainer[str]
+    sentence_b_start: int
+    layers: _containers.RepeatedScalarFieldContainer[int]
+    heads: _containers.RepeatedScalarFieldContainer[int]
+    tensors: _containers.RepeatedScalarFieldContainer[str]
+    chunk_count: int
+    def __init__(self, index: _Optional[int] = ..., tokens: _Optional[_Iterable[str]] = ..., sentence_b_start: _Optional[int] = ..., layers: _Optional[_Iterable[int]] = ..., heads: _Optional[_Iterable[int]] = ..., tensors: _Optional[_Iterable[str]] = ..., chunk_count: _Optional[int] = ...) -> None: ...
+
+class TensorChunk(_message.Message):
+    __slots__ = ("example_index", "tensor", "datatype", "shape", "codec", "scale", "offset", "byte_offset", "byte_length", "total_bytes", "crc32", "data")
+    EXAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TENSOR_FIELD_NUMBER: _ClassVar[int]
+    DATATYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    CODEC_FIELD_NUMBER: _ClassVar[int]
+    SCALE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BYTE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BYTE_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CRC32_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    example_index: int
+    tensor: str
+    datatype: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    codec: Codec
+    scale: float
+    offset: float
+    byte_offset: int
+    byte_length: int
+    total_bytes: int
+    crc32: int
+    data: bytes
+    def __init__(self, example_index: _Optional[int] = ..., tensor: _Optional[str] = ..., datatype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., codec: _Optional[_Union[Codec, str]] = ..., scale: _Optional[float] = ..., offset: _Optional[float] = ..., byte_offset: _Optional[int] = ..., byte_length: _Optional[int] = ..., total_bytes: _Optional[int] = ..., crc32: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class GetModelInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ModelInfo(_message.Message):
+    __slots__ = ("name", "family", "layers", "heads", "hidden_size", "head_dim", "vocab_size", "max_positions", "dtype", "quantities", "max_texts", "max_tokens")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FAMILY_FIELD_NUMBER: _ClassVar[int]
+    LAYERS_FIELD_NUMBER: _ClassVar[int]
+    HEADS_FIELD_NUMBER: _ClassVar[int]
+    HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
+    HEAD_DIM_FIELD_NUMBER: _ClassVar[int]
+    VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MAX_POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    QUANTITIES_FIELD_NUMBER: _ClassVar[int]
+    MAX_TEXTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    family: str
+    layers: int
+    heads: int
+    hidden_size: int
+    head_dim: int
+    vocab_size: int
+    max_positions: int
+    dtype: str
+    quantities: _containers.RepeatedScalarFieldContainer[str]
+    max_texts: int
+    max_tokens: int
+    def __init__(self, name: _Optional[str] = ..., family: _Optional[str] = ..., layers: _Optional[int] = ..., heads: _Optional[int] = ..., hidden_size: _Optional[int] = ..., head_dim: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_positions: _Optional[int] = ..., dtype: _Optional[str] = ..., quantities: _Optional[_Iterable[str]] = ..., max_texts: _Optional[int] = ..., max_tokens: _Optional[int] = ...) -> None: ...
