@@ -1,0 +1,61 @@
+"""Server options: frozen data, validated once."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ServerOptions:
+    """How a server admits, batches and protects requests.
+
+    Attributes:
+      max_texts: most examples one request may hold (RESOURCE_EXHAUSTED above).
+      max_tokens: most tokens, all examples together, per request
+        (RESOURCE_EXHAUSTED above). With max_texts it bounds one request's memory.
+      queue_size: most Capture calls admitted at once, queued or streaming; one
+        more gets RESOURCE_EXHAUSTED. Bounds the server's memory.
+      batch_window_s: how long the batcher waits after a request arrives for
+        others with the same spec to join its batch.
+      max_batch_examples: most examples one merged engine call takes (a single
+        larger request still runs, alone).
+      micro_batching: False runs each request in its own engine call (for
+        benchmarks and debugging).
+      token: when set, every call but health checks must send
+        `authorization: Bearer <token>` (UNAUTHENTICATED otherwise).
+      tls_cert: PEM certificate chain; with tls_key the port serves TLS only.
+      tls_key: PEM private key of tls_cert.
+      grace_s: on stop (SIGTERM), how long in-flight calls may take to finish.
+      max_request_bytes: largest incoming message (gRPC's receive limit).
+      max_workers: handler threads; None = queue_size + 8 (a streaming call
+        holds a thread for its whole duration).
+    """
+
+    max_texts: int = 1024
+    max_tokens: int = 131072
+    queue_size: int = 64
+    batch_window_s: float = 0.005
+    max_batch_examples: int = 64
+    micro_batching: bool = True
+    token: str | None = None
+    tls_cert: bytes | None = None
+    tls_key: bytes | None = None
+    grace_s: float = 30.0
+    max_request_bytes: int = 4 << 20
+    max_workers: int | None = None
+
+    def __post_init__(self):
+        for name in ("max_texts", "max_tokens", "queue_size", "max_batch_examples"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.batch_window_s < 0:
+            raise ValueError(f"batch_window_s must be >= 0, got {self.batch_window_s}")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: give both or neither")
+        if self.token is not None and not self.token:
+            raise ValueError("token is empty: give a non-empty token or None")
+
+    @property
+    def workers(self) -> int:
+        """Handler threads: one per admitted stream plus a few for quick calls."""
+        return self.max_workers or self.queue_size + 8

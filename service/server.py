@@ -1,0 +1,144 @@
+"""`create_server`: the gRPC server as a library (the CLI's `serve` is a thin main).
+
+    from service import create_server
+    server, port = create_server(engine, "127.0.0.1:0", batch_window_s=0.002)
+    server.start()
+    ...
+    server.stop(grace=10).wait()      # health NOT_SERVING, drain in-flight, stop
+
+Serves jaxattn.v1.AttentionService, grpc.health.v1.Health and server
+reflection, on one port, plaintext or TLS, with an optional bearer token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from concurrent import futures
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from jaxattn.v1 import attention_pb2 as pb
+from jaxattn.v1 import attention_pb2_grpc as pb_grpc
+from jaxattn.wire import codecs
+from service.auth import BearerTokenInterceptor
+from service.batcher import MicroBatcher
+from service.options import ServerOptions
+from service.requests import RequestParser
+from service.servicer import AttentionServicer
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AttentionService"].full_name
+
+
+class AttentionServer:
+    """A started-or-not gRPC server with its batcher; what `create_server` returns.
+
+    Attributes:
+      grpc_server: the underlying `grpc.Server`.
+      batcher: the micro-batcher (its `stats` count batches, jobs, drops).
+      options: the ServerOptions in force.
+    """
+
+    def __init__(self, grpc_server, batcher: MicroBatcher, health_servicer, options):
+        self.grpc_server = grpc_server
+        self.batcher = batcher
+        self.options = options
+        self._health = health_servicer
+        self._stopped: threading.Event | None = None
+
+    def start(self) -> None:
+        """Start the batcher, then serve."""
+        self.batcher.start()
+        self.grpc_server.start()
+
+    def stop(self, grace: float | None = None) -> threading.Event:
+        """Drain and stop; returns an Event set once everything has stopped.
+
+        Health turns NOT_SERVING at once; new calls get UNAVAILABLE; calls in
+        flight get up to `grace` seconds (None: options.grace_s) to finish,
+        then are cancelled; finally the batcher stops.
+        """
+        if self._stopped is not None:
+            return self._stopped
+        self._stopped = threading.Event()
+        grace = self.options.grace_s if grace is None else grace
+        self._health.enter_graceful_shutdown()
+        stopped_grpc = self.grpc_server.stop(grace)
+
+        def finish():
+            stopped_grpc.wait()
+            self.batcher.close(timeout=grace + 5)
+            self._stopped.set()
+
+        threading.Thread(target=finish, name="jaxattn-drain", daemon=True).start()
+        return self._stopped
+
+    def wait_for_termination(self, timeout: float | None = None) -> bool:
+        return self.grpc_server.wait_for_termination(timeout)
+
+
+def create_server(
+    engine,
+    address: str = "127.0.0.1:50051",
+    *,
+    options: ServerOptions | None = None,
+    **overrides,
+) -> tuple[AttentionServer, int]:
+    """Build (but do not start) a server for `engine` bound to `address`.
+
+    Args:
+      engine: a loaded `jaxattn.Engine` (or anything with its info, make_spec,
+        tokenize and run).
+      address: "host:port"; port 0 picks a free port. Defaults to loopback
+        only: serving beyond the machine is a choice (use TLS and a token).
+      options: ServerOptions; keyword overrides replace its fields.
+
+    Returns:
+      (server, port): call server.start(), later server.stop(grace).
+
+    Raises:
+      RuntimeError: the address cannot be bound.
+      ValueError: bad options.
+    """
+    options = dataclasses.replace(options or ServerOptions(), **overrides)
+    batcher = MicroBatcher(
+        engine,
+        queue_size=options.queue_size,
+        window_s=options.batch_window_s,
+        max_batch_examples=options.max_batch_examples,
+        merge=options.micro_batching,
+    )
+    parser = RequestParser(engine, max_texts=options.max_texts, max_tokens=options.max_tokens)
+    interceptors = [BearerTokenInterceptor(options.token)] if options.token else []
+    server = grpc.server(
+        futures.ThreadPoolExecutor(options.workers, thread_name_prefix="jaxattn-rpc"),
+        interceptors=interceptors,
+        # Past this many calls gRPC answers RESOURCE_EXHAUSTED itself, so no
+        # call ever waits unboundedly for a handler thread.
+        maximum_concurrent_rpcs=options.workers,
+        options=[
+            ("grpc.max_receive_message_length", options.max_request_bytes),
+            ("grpc.max_send_message_length", codecs.MAX_MAX_CHUNK_BYTES + (1 << 20)),
+            ("grpc.so_reuseport", 0),  # a second server on a used port must fail, not share
+        ],
+    )
+    pb_grpc.add_AttentionServiceServicer_to_server(
+        AttentionServicer(engine, batcher, parser), server
+    )
+    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in ("", SERVICE_NAME):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    if options.tls_cert is not None:
+        credentials = grpc.ssl_server_credentials([(options.tls_key, options.tls_cert)])
+        port = server.add_secure_port(address, credentials)
+    else:
+        port = server.add_insecure_port(address)
+    if port == 0:  # older grpc returns 0 instead of raising
+        raise RuntimeError(f"cannot bind {address}")
+    return AttentionServer(server, batcher, health_servicer, options), port

@@ -1,0 +1,96 @@
+"""The AttentionService implementation: validate, queue, stream, log."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import grpc
+
+from jaxattn.quantities import QUANTITIES
+from jaxattn.v1 import attention_pb2 as pb
+from jaxattn.v1 import attention_pb2_grpc as pb_grpc
+from jaxattn.wire import encode_example
+from service.batcher import EngineFailed, JobCancelled, MicroBatcher, QueueFull
+from service.requests import RequestError, RequestParser
+
+log = logging.getLogger("jaxattn.service")
+
+
+class AttentionServicer(pb_grpc.AttentionServiceServicer):
+    """Serves one engine through a `MicroBatcher`.
+
+    Logs one line per Capture call: peer, status, texts, tokens, bytes out and
+    duration. Never the texts themselves, never the metadata (it holds the token).
+    """
+
+    def __init__(self, engine, batcher: MicroBatcher, parser: RequestParser):
+        self.engine = engine
+        self.batcher = batcher
+        self.parser = parser
+
+    def GetModelInfo(self, request, context):  # noqa: N802 (gRPC method name)
+        i = self.engine.info
+        return pb.ModelInfo(
+            name=i.name,
+            family=i.family,
+            layers=i.layers,
+            heads=i.heads,
+            hidden_size=i.hidden,
+            head_dim=i.head_dim,
+            vocab_size=i.vocab,
+            max_positions=i.max_positions,
+            dtype=i.dtype,
+            quantities=list(QUANTITIES),
+            max_texts=self.parser.max_texts,
+            max_tokens=self.parser.max_tokens,
+        )
+
+    def Capture(self, request, context):  # noqa: N802 (gRPC method name)
+        start = time.monotonic()
+        stats = dict(texts=len(request.texts), tokens=0, bytes=0, code="OK")
+        job = None
+        try:
+            parsed = self.parser.parse(request)
+            stats["tokens"] = parsed.tokens
+            remaining = context.time_remaining()
+            deadline = None if remaining is None else time.monotonic() + remaining
+            job = self.batcher.submit(parsed.spec, parsed.encodings, deadline)
+            # Fires on completion, cancellation and deadline: the job stops
+            # waiting and the batcher drops its unfinished work.
+            context.add_callback(job.cancel)
+            for index, cap in job.results():
+                for message in encode_example(
+                    index, cap, codec=parsed.codec, max_chunk_bytes=parsed.max_chunk_bytes
+                ):
+                    stats["bytes"] += message.ByteSize()
+                    yield message
+        except RequestError as e:
+            stats["code"] = e.code.name
+            context.abort(e.code, e.message)
+        except QueueFull as e:
+            stats["code"] = "RESOURCE_EXHAUSTED"
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
+        except JobCancelled:
+            stats["code"] = "CANCELLED" if context.is_active() else _gone(context)
+            if context.is_active():  # the server is stopping
+                context.abort(grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
+        except EngineFailed as e:
+            stats["code"] = "INTERNAL"
+            context.abort(grpc.StatusCode.INTERNAL, f"the engine failed on this batch: {e}")
+        except GeneratorExit:  # the client went away mid-stream
+            stats["code"] = _gone(context)
+            raise
+        finally:
+            if job is not None:
+                self.batcher.release(job)
+            log.info(
+                "Capture peer=%s status=%s texts=%d tokens=%d bytes_out=%d duration_ms=%.1f",
+                context.peer(), stats["code"], stats["texts"], stats["tokens"], stats["bytes"],
+                (time.monotonic() - start) * 1e3,
+            )  # fmt: skip
+
+
+def _gone(context) -> str:
+    remaining = context.time_remaining()
+    return "DEADLINE_EXCEEDED" if remaining is not None and remaining <= 0 else "CANCELLED"
