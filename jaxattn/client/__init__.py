@@ -1,0 +1,21 @@
+"""The Python client of the jaxattn attention service (numpy + grpc; no jax, flax, torch).
+
+    from jaxattn.client import AttentionClient, AttentionServiceError
+    with AttentionClient("127.0.0.1:50051") as client:
+        client.model_info()                          # name, layers, heads, ...
+        caps = client.capture(
+            ["I went to the store.",
+             ("I went to the store.", "At the store, I bought fresh strawberries.")],
+            what=("attention", "alpha_fx_norm"), dtype="uint8", codec="zstd")
+        caps[1].attention                            # numpy [L, H, T, T], as from the engine
+        for cap in client.stream(many_texts):        # each example as it arrives
+            ...
+
+Failures raise `AttentionServiceError` with the gRPC status code and message.
+A client-only install: `pip install "jaxattn[client]"`.
+"""
+
+from jaxattn.client.client import AttentionClient
+from jaxattn.client.errors import AttentionServiceError
+
+__all__ = ["AttentionClient", "AttentionServiceError"]
