@@ -62,6 +62,25 @@ class Capture:
         """The decoded array of quantity `name` (same as the attribute)."""
         return decode(*self.encoded(name))
 
+    def save(self, path, *, compress: bool = False) -> None:
+        """Write this capture to one portable .npz file (see `jaxattn.capture_io`)."""
+        from jaxattn import capture_io
+
+        capture_io.save(self, path, compress=compress)
+
+    @classmethod
+    def load(cls, path) -> Capture:
+        """Read a capture written by `save`."""
+        from jaxattn import capture_io
+
+        return capture_io.load(path)
+
+    def to_bertviz(self, quantity: str = "attention", *, torch: bool | None = None) -> dict:
+        """Keyword arguments for `bertviz.head_view`/`model_view` (see `jaxattn.capture_io`)."""
+        from jaxattn import capture_io
+
+        return capture_io.to_bertviz(self, quantity, torch=torch)
+
     def _check(self, name: str) -> None:
         if name not in self.tensors:
             if name in QUANTITIES:
