@@ -15,6 +15,7 @@ import sys
 # Subcommand modules, in --help order. Add a module here to add a subcommand.
 _SUBCOMMANDS = (
     "jaxattn.cli.demo_cmd",
+    "jaxattn.cli.serve_cmd",
     "jaxattn.cli.capture_cmd",
     "jaxattn.cli.convert_cmd",
     "jaxattn.cli.bench_cmd",
