@@ -1,0 +1,91 @@
+"""Analyses from the attention papers, on numpy arrays (no jax, flax or torch).
+
+Runs wherever `Capture` objects are: beside the engine, or on a client that got
+them over gRPC. Every function's docstring names its paper and the definition.
+
+    from jaxattn import analysis
+
+    # one pass over a corpus, nothing kept in memory but the sums
+    corpus = analysis.CorpusAnalysis()
+    for cap, sent in zip(captures, analysis.read_conllu("dev.conllu")):
+        corpus.update(cap, sent)
+    analysis.write_report(corpus.report(), "report.json")   # + report.md
+
+    # one example
+    wmap = analysis.align_words(cap.tokens, sent.words)        # or group_words(cap.tokens)
+    words = analysis.word_level_attention(cap.attention, wmap)  # [L, H, U, U], Clark et al.
+    stats = analysis.head_statistics(cap.attention, cap.tokens)   # {stat: [L, H]}
+    classes = analysis.kovaleva_classes(cap.attention, cap.tokens, cap.sentence_b_start)
+    r = analysis.rollout(cap, kind="norm")                      # [L, T, T], Abnar & Zuidema
+
+Modules: `tokens` (special tokens, piece schemes), `words` (word-level
+attention), `conllu` (reader), `weights` (attention vs norm-based weights),
+`head_stats`, `head_distance` (Jensen-Shannon, MDS), `patterns` (Kovaleva, Vig),
+`dependency` (Clark et al. Table 1), `rollout`, `report` and `markdown`.
+Norm-based mixing ratios (Kobayashi et al. 2021) and head ablation are not here
+yet: `build_report(mixing_ratios=...)` takes the former when it exists.
+"""
+
+from jaxattn.analysis.conllu import Sentence, coarse_relation, read_conllu
+from jaxattn.analysis.dependency import DIRECTIONS, DependencyHeads, attention_argmax
+from jaxattn.analysis.head_distance import HeadDistance, classical_mds, js_divergence_sum
+from jaxattn.analysis.head_stats import HEAD_STATS, HeadStats, head_statistics, row_entropy
+from jaxattn.analysis.markdown import render_markdown
+from jaxattn.analysis.patterns import (
+    KOVALEVA_CLASSES,
+    VIG_PATTERNS,
+    PatternCounts,
+    kovaleva_classes,
+    vig_patterns,
+)
+from jaxattn.analysis.report import CorpusAnalysis, build_report, write_report
+from jaxattn.analysis.rollout import RolloutStats, attention_rollout, rollout
+from jaxattn.analysis.tokens import (
+    BERT_SPECIALS,
+    ROBERTA_SPECIALS,
+    SpecialTokens,
+    detect_specials,
+    normalise_text,
+)
+from jaxattn.analysis.weights import WEIGHT_KINDS, capture_weights, normalise_rows
+from jaxattn.analysis.words import WordMap, align_words, group_words, word_level_attention
+
+__all__ = [
+    "BERT_SPECIALS",
+    "DIRECTIONS",
+    "HEAD_STATS",
+    "KOVALEVA_CLASSES",
+    "ROBERTA_SPECIALS",
+    "VIG_PATTERNS",
+    "WEIGHT_KINDS",
+    "CorpusAnalysis",
+    "DependencyHeads",
+    "HeadDistance",
+    "HeadStats",
+    "PatternCounts",
+    "RolloutStats",
+    "Sentence",
+    "SpecialTokens",
+    "WordMap",
+    "align_words",
+    "attention_argmax",
+    "attention_rollout",
+    "build_report",
+    "capture_weights",
+    "classical_mds",
+    "coarse_relation",
+    "detect_specials",
+    "group_words",
+    "head_statistics",
+    "js_divergence_sum",
+    "kovaleva_classes",
+    "normalise_rows",
+    "normalise_text",
+    "read_conllu",
+    "render_markdown",
+    "rollout",
+    "row_entropy",
+    "vig_patterns",
+    "word_level_attention",
+    "write_report",
+]

@@ -1,0 +1,118 @@
+"""Distances between heads and a 2-D map of them (Clark et al. 2019, section 6).
+
+Clark et al. measure how differently two heads attend as the Jensen-Shannon
+divergence between their attention distributions, summed over the tokens of the
+data, and embed the heads in 2-D with multidimensional scaling. Here:
+
+- ``divergence[a, b]`` = mean over every query token of the corpus of
+  ``JS(W_a[i], W_b[i])``, with ``JS(P, Q) = H((P + Q) / 2) - (H(P) + H(Q)) / 2``
+  in nats (so in [0, ln 2]). The mean is Clark's sum divided by the token count:
+  the same up to scale.
+- ``distance = sqrt(divergence)``: the root-mean-square of the per-token
+  Jensen-Shannon *distances* sqrt(JS), which is a metric (the Jensen-Shannon
+  distance is one, and an RMS over tokens keeps the triangle inequality). The MDS
+  embedding is fitted to this distance.
+
+Heads are flattened layer-major: index ``a = layer * H + head``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxattn.analysis.head_stats import row_entropy
+from jaxattn.analysis.weights import capture_weights, check_layout
+from jaxattn.capture import Capture
+
+
+def js_divergence_sum(weights: np.ndarray) -> np.ndarray:
+    """Sum over the query rows of the JS divergence between every pair of heads.
+
+    Args:
+      weights: [L, H, T, T] (or [N, T, T]) row distributions of one example.
+
+    Returns:
+      [N, N] float64 (N = L * H), symmetric with a zero diagonal; divide by T
+      for the per-token mean.
+    """
+    w = np.asarray(weights, np.float64)
+    p = w.reshape(-1, *w.shape[-2:])  # [N, T, S]
+    n = p.shape[0]
+    own = row_entropy(p).sum(-1)  # [N]: sum over rows of H(P_a[i])
+    out = np.zeros((n, n))
+    for a in range(n - 1):
+        mix = 0.5 * (p[a][None] + p[a + 1 :])  # [N-a-1, T, S]
+        js = row_entropy(mix).sum(-1) - 0.5 * (own[a] + own[a + 1 :])
+        out[a, a + 1 :] = out[a + 1 :, a] = np.maximum(js, 0.0)  # rounding can dip below 0
+    return out
+
+
+def classical_mds(distance: np.ndarray, dims: int = 2) -> np.ndarray:
+    """Classical (Torgerson) multidimensional scaling.
+
+    ``B = -1/2 J D^2 J`` with ``J = I - 1/n``; the embedding is the top `dims`
+    eigenvectors of B scaled by the square roots of their (clipped at 0)
+    eigenvalues. Signs are fixed so each axis' largest-magnitude coordinate is
+    positive, making the output deterministic.
+
+    Args:
+      distance: [N, N] symmetric distances.
+      dims: output dimensions.
+
+    Returns:
+      [N, dims] float64 coordinates whose Euclidean distances approximate `distance`.
+    """
+    d = np.asarray(distance, np.float64)
+    n = d.shape[0]
+    j = np.eye(n) - 1.0 / n
+    b = -0.5 * j @ (d**2) @ j
+    values, vectors = np.linalg.eigh((b + b.T) / 2)
+    order = np.argsort(values)[::-1][:dims]
+    coords = np.zeros((n, dims))  # fewer points than dims: the extra axes stay 0
+    coords[:, : len(order)] = vectors[:, order] * np.sqrt(np.clip(values[order], 0.0, None))
+    flip = np.sign(coords[np.abs(coords).argmax(0), np.arange(coords.shape[1])])
+    return coords * np.where(flip == 0, 1.0, flip)
+
+
+class HeadDistance:
+    """Streams the mean JS divergence between heads over a corpus (see the module docstring).
+
+    Cost per example is O(N^2 T^2) for N = L * H heads; use ``max_tokens`` to
+    cap T (longer examples are skipped and counted in ``skipped``).
+
+    Args:
+      kind: weight kind, "attention" or "norm".
+      max_tokens: skip examples longer than this (None: no limit).
+    """
+
+    def __init__(self, kind: str = "attention", max_tokens: int | None = None):
+        self.kind = kind
+        self.max_tokens = max_tokens
+        self.layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+        self._sum: np.ndarray | None = None
+        self.tokens = 0
+        self.skipped = 0
+
+    def update(self, capture: Capture) -> None:
+        """Add one example."""
+        self.layout = check_layout(self.layout, capture)
+        if self.max_tokens is not None and capture.length > self.max_tokens:
+            self.skipped += 1
+            return
+        s = js_divergence_sum(capture_weights(capture, self.kind))
+        self._sum = s if self._sum is None else self._sum + s
+        self.tokens += capture.length
+
+    def result(self) -> dict[str, np.ndarray]:
+        """{"divergence": [N, N], "distance": [N, N], "mds": [L, H, 2]}.
+
+        Raises:
+          ValueError: no example was added.
+        """
+        if self._sum is None or self.layout is None:
+            raise ValueError("HeadDistance saw no example")
+        div = self._sum / self.tokens
+        dist = np.sqrt(div)
+        layers, heads = self.layout
+        mds = classical_mds(dist).reshape(len(layers), len(heads), 2)
+        return {"divergence": div, "distance": dist, "mds": mds}

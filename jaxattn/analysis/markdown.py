@@ -1,0 +1,168 @@
+"""A readable Markdown summary of a report.json dict (`jaxattn.analysis.report`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+_STAT_NAMES = {
+    "cls": "[CLS]",
+    "sep": "[SEP]",
+    "punct": ". ,",
+    "self": "self",
+    "prev": "prev",
+    "next": "next",
+    "entropy": "entropy",
+    "entropy_cls": "entropy [CLS] row",
+}
+
+
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return out + [""]
+
+
+def _f(x, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _head_stats(report: dict) -> list[str]:
+    stats = report["head_stats"]
+    layers = report["meta"]["layers"]
+    heads = report["meta"]["heads"]
+    lines = [
+        "## Head statistics",
+        "",
+        "Mean over heads per layer (attention weights / norm-based weights, Kobayashi et al. "
+        "2020). Mass = mean over query tokens of the weight on those keys; entropy in nats.",
+        "",
+    ]
+    names = [n for n in _STAT_NAMES if n in stats]
+    rows = []
+    for li, layer in enumerate(layers):
+        row = [layer]
+        for n in names:
+            a = np.mean(stats[n][li])
+            b = stats.get(f"norm_{n}")
+            row.append(_f(a) + (f" / {_f(np.mean(b[li]))}" if b is not None else ""))
+        rows.append(row)
+    lines += _table(["layer", *[_STAT_NAMES[n] for n in names]], rows)
+    lines += ["Most extreme heads (layer-head):", ""]
+    rows = []
+    for n in names:
+        a = np.asarray(stats[n], float)
+        li, hi = np.unravel_index(np.nanargmax(a), a.shape)
+        lo_l, lo_h = np.unravel_index(np.nanargmin(a), a.shape)
+        rows.append(
+            [
+                _STAT_NAMES[n],
+                f"{layers[li]}-{heads[hi]} ({_f(a[li, hi])})",
+                f"{layers[lo_l]}-{heads[lo_h]} ({_f(a[lo_l, lo_h])})",
+            ]
+        )
+    return lines + _table(["stat", "highest", "lowest"], rows)
+
+
+def _patterns(report: dict) -> list[str]:
+    pats = report["patterns"]
+    layers = report["meta"]["layers"]
+    names = list(pats)
+    lines = [
+        "## Pattern fractions per layer",
+        "",
+        "Share of (example, head) maps per layer. Kovaleva et al. 2019 classes (first five) "
+        "sum to 1; Vig 2019 patterns are independent labels.",
+        "",
+    ]
+    rows = [[layer, *[_f(pats[n][li], 2) for n in names]] for li, layer in enumerate(layers)]
+    return lines + _table(["layer", *names], rows)
+
+
+def _dependency(table: dict, title: str, max_relations: int) -> list[str]:
+    lines = [
+        f"## {title}",
+        "",
+        "Clark et al. 2019 Table 1: best (layer-head, direction) by argmax accuracy on "
+        "word-level weights, against the best fixed-offset baseline.",
+        "",
+    ]
+    rows = []
+    for rel, r in list(table.items())[:max_relations]:
+        layer, head = r["best_head"]
+        rows.append(
+            [
+                rel,
+                r["count"],
+                f"{layer}-{head}",
+                r["direction"],
+                f"{100 * r['accuracy']:.1f}",
+                f"{r['baseline_offset']:+d}",
+                f"{100 * r['baseline_accuracy']:.1f}",
+            ]
+        )
+    return lines + _table(
+        ["relation", "count", "head", "direction", "acc %", "offset", "baseline %"], rows
+    )
+
+
+def _rollout(report: dict) -> list[str]:
+    lines = [
+        "## Attention rollout",
+        "",
+        "Abnar & Zuidema 2020, mean over tokens of the rolled-out weights at each layer.",
+        "",
+    ]
+    rows = []
+    for kind, stats in report["rollout"].items():
+        for li, layer in enumerate(report["meta"]["layers"]):
+            rows.append(
+                [kind, layer, *[_f(stats[n][li]) for n in ("self", "cls", "sep", "entropy")]]
+            )
+    return lines + _table(["weights", "layer", "self", "[CLS]", "[SEP]", "entropy"], rows)
+
+
+def render_markdown(report: dict, max_relations: int = 30) -> str:
+    """The report as Markdown: meta, head statistics, patterns, dependency heads, rollout.
+
+    Args:
+      report: a report.json dict.
+      max_relations: most relations listed per dependency table (most frequent first).
+    """
+    meta = report["meta"]
+    lines = ["# Attention analysis report", ""]
+    for key in (
+        "model",
+        "input",
+        "examples",
+        "tokens",
+        "parsed_sentences",
+        "unaligned_sentences",
+        "seconds",
+        "machine",
+    ):
+        if key in meta:
+            lines.append(f"- {key}: {meta[key]}")
+    lines.append("")
+    lines += _head_stats(report)
+    lines += _patterns(report)
+    if report.get("dependency_heads"):
+        lines += _dependency(
+            report["dependency_heads"], "Dependency heads (attention)", max_relations
+        )
+    if report.get("dependency_heads_norm"):
+        lines += _dependency(
+            report["dependency_heads_norm"], "Dependency heads (norm-based weights)", max_relations
+        )
+    if report.get("rollout"):
+        lines += _rollout(report)
+    lines += ["## Mixing ratios", ""]
+    if report.get("mixing_ratios"):
+        names = list(report["mixing_ratios"])
+        rows = [
+            [layer, *[_f(report["mixing_ratios"][n][li]) for n in names]]
+            for li, layer in enumerate(meta["layers"])
+        ]
+        lines += _table(["layer", *names], rows)
+    else:
+        lines += ["Pending (issue 4 item 5: Kobayashi et al. 2021, new engine quantities).", ""]
+    return "\n".join(lines)

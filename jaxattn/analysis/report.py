@@ -1,0 +1,225 @@
+"""One pass over a corpus for every analysis, and the report.json it produces.
+
+    analysis = CorpusAnalysis()
+    for cap, sentence in zip(captures, sentences):   # any iterable; nothing is kept
+        analysis.update(cap, sentence)                # sentence: a CoNLL-U Sentence or None
+    report = analysis.report(meta={"model": "all-MiniLM-L6-v2"})
+    write_report(report, "report.json")               # and report.md beside it
+
+report.json keys (layers and heads 0-indexed, as captured):
+- ``meta``: examples, tokens, layers, heads, the definitions' thresholds, and
+  anything the caller adds;
+- ``head_stats``: {stat: [L][H]} (`jaxattn.analysis.head_stats`; ``norm_*`` for
+  norm-based weights);
+- ``patterns``: {class or pattern: [L] fractions} (`jaxattn.analysis.patterns`);
+- ``mixing_ratios``: {measure: [L]} (Kobayashi et al. 2021); empty until the
+  engine exposes the quantities it needs (``meta.pending`` says so);
+- ``dependency_heads`` (with parsed sentences): {relation: {...}}
+  (`jaxattn.analysis.dependency`), and ``dependency_heads_norm`` with
+  norm-based weights;
+- ``head_distance``: {"js_divergence": [N][N], "mds": [L][H][2]};
+- ``rollout``: {kind: {stat: [L]}} (`jaxattn.analysis.rollout`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from jaxattn.analysis import patterns as _patterns
+from jaxattn.analysis.conllu import Sentence
+from jaxattn.analysis.dependency import DependencyHeads
+from jaxattn.analysis.head_distance import HeadDistance
+from jaxattn.analysis.head_stats import HeadStats
+from jaxattn.analysis.markdown import render_markdown
+from jaxattn.analysis.patterns import PatternCounts
+from jaxattn.analysis.rollout import RolloutStats
+from jaxattn.analysis.tokens import SpecialTokens
+from jaxattn.analysis.weights import available_kinds
+from jaxattn.capture import Capture
+
+MIXING_PENDING = "mixing_ratios: Kobayashi et al. 2021 (issue 4 item 5), needs engine quantities"
+
+
+class CorpusAnalysis:
+    """Streams head statistics, patterns, head distances, rollout and dependency heads.
+
+    Args:
+      specials: special-token strings; detected per example when None.
+      head_distance: compute the JS divergence between heads (O(N^2 T^2) per example).
+      distance_max_tokens: skip longer examples in the head distance.
+      coarse_relations: group dependency relations by their universal label.
+    """
+
+    def __init__(
+        self,
+        specials: SpecialTokens | None = None,
+        *,
+        head_distance: bool = True,
+        distance_max_tokens: int | None = 128,
+        coarse_relations: bool = False,
+    ):
+        self.specials = specials
+        self.head_stats = HeadStats(specials)
+        self.patterns = PatternCounts("attention", specials)
+        self.distance = HeadDistance("attention", distance_max_tokens) if head_distance else None
+        self.rollout: RolloutStats | None = RolloutStats(specials=specials)
+        self.coarse_relations = coarse_relations
+        self.dependency: dict[str, DependencyHeads] = {}
+        self.examples = 0
+        self.tokens = 0
+
+    def update(self, capture: Capture, sentence: Sentence | None = None) -> None:
+        """Add one example (and its parse, for the dependency heads)."""
+        self.head_stats.update(capture)
+        self.patterns.update(capture)
+        if self.distance is not None:
+            self.distance.update(capture)
+        if self.rollout is not None:
+            if tuple(capture.layers) == tuple(range(len(capture.layers))):
+                self.rollout.update(capture)
+            else:
+                self.rollout = None  # rollout starts at the input: needs layers 0..L-1
+        if sentence is not None:
+            for kind in available_kinds(capture):
+                if kind not in self.dependency:
+                    self.dependency[kind] = DependencyHeads(
+                        kind, coarse=self.coarse_relations, specials=self.specials
+                    )
+                self.dependency[kind].update(capture, sentence)
+        self.examples += 1
+        self.tokens += capture.length
+
+    def report(self, mixing_ratios: dict | None = None, meta: dict | None = None) -> dict:
+        """The report.json dict (see the module docstring)."""
+        if not self.examples or self.head_stats.layout is None:
+            raise ValueError("the analysis saw no example")
+        layers, heads = self.head_stats.layout
+        info = {"examples": self.examples, "tokens": self.tokens}
+        dep = self.dependency.get("attention")
+        if dep is not None:
+            info.update(
+                parsed_sentences=dep.sentences,
+                unaligned_sentences=dep.skipped,
+                unaligned_examples=dep.skip_reasons,
+            )
+        if self.distance is not None:
+            info["head_distance_skipped"] = self.distance.skipped
+        info.update(meta or {})
+        return build_report(
+            layers=layers,
+            heads=heads,
+            head_stats=self.head_stats.result(),
+            patterns=self.patterns.result(),
+            mixing_ratios=mixing_ratios,
+            dependency_heads=dep.result() if dep else None,
+            dependency_heads_norm=self.dependency["norm"].result()
+            if "norm" in self.dependency
+            else None,
+            head_distance=self.distance.result()
+            if self.distance and self.distance.tokens
+            else None,
+            rollout=self.rollout.result() if self.rollout else None,
+            meta=info,
+        )
+
+
+def _plain(x):
+    """JSON-ready: arrays to nested lists rounded to 6 places, NaN to None."""
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _plain(x.tolist())
+    if isinstance(x, (float, np.floating)):
+        return None if math.isnan(x) else round(float(x), 6)
+    if isinstance(x, np.integer):
+        return int(x)
+    return x
+
+
+def thresholds() -> dict[str, float]:
+    """The pattern rules' named thresholds (recorded in every report's meta)."""
+    names = (
+        "STRIPE_MIN",
+        "STRUCTURED_MIN",
+        "MIXED_PART_MIN",
+        "BLOCK_MIN",
+        "VIG_POSITION_MIN",
+        "VIG_IDENTICAL_MIN",
+        "VIG_DELIMITER_MIN",
+        "VIG_BAG_MIN",
+    )
+    return {n: getattr(_patterns, n) for n in names}
+
+
+def build_report(
+    *,
+    layers,
+    heads,
+    head_stats: dict,
+    patterns: dict,
+    mixing_ratios: dict | None = None,
+    dependency_heads: dict | None = None,
+    dependency_heads_norm: dict | None = None,
+    head_distance: dict | None = None,
+    rollout: dict | None = None,
+    meta: dict | None = None,
+) -> dict:
+    """Assemble report.json from the accumulators' results (see the module docstring).
+
+    Args:
+      layers, heads: the captured layer and head numbers the [L][H] axes follow.
+      head_stats: `HeadStats.result()`; patterns: `PatternCounts.result()`.
+      mixing_ratios: {measure: [L]} from item 5 (Kobayashi et al. 2021) when
+        available; None leaves ``mixing_ratios`` empty and marks it pending.
+      dependency_heads, dependency_heads_norm: `DependencyHeads.result()`.
+      head_distance: `HeadDistance.result()`; rollout: `RolloutStats.result()`.
+      meta: extra metadata (model, input, timings, ...).
+
+    Returns:
+      A dict of JSON-ready values.
+    """
+    info = {
+        "layers": list(layers),
+        "heads": list(heads),
+        "thresholds": thresholds(),
+        "pending": [] if mixing_ratios else [MIXING_PENDING],
+    }
+    info.update(meta or {})
+    report = {
+        "meta": info,
+        "head_stats": head_stats,
+        "patterns": patterns,
+        "mixing_ratios": mixing_ratios or {},
+    }
+    if dependency_heads is not None:
+        report["dependency_heads"] = dependency_heads
+    if dependency_heads_norm is not None:
+        report["dependency_heads_norm"] = dependency_heads_norm
+    if head_distance is not None:
+        report["head_distance"] = {
+            "js_divergence": head_distance["divergence"],
+            "mds": head_distance["mds"],
+        }
+    if rollout is not None:
+        report["rollout"] = rollout
+    return _plain(report)
+
+
+def write_report(report: dict, path: str | Path) -> tuple[Path, Path]:
+    """Write report.json at `path` and its Markdown summary beside it (same stem, .md).
+
+    Returns:
+      (json path, markdown path).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    md = path.with_suffix(".md")
+    md.write_text(render_markdown(report), encoding="utf-8")
+    return path, md

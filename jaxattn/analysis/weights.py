@@ -1,0 +1,67 @@
+"""The two kinds of attention weights every analysis can run on.
+
+- ``"attention"``: the attention weights alpha^h_ij of the capture's
+  ``attention`` quantity, as they are (rows sum to 1).
+- ``"norm"``: norm-based weights (Kobayashi et al. 2020):
+  ``||alpha^h_ij f_h(x_j)||`` from the ``alpha_fx_norm`` quantity with each row
+  divided by its sum, so they are distributions over keys like attention and
+  every statistic is comparable. A head that puts much attention on a token whose
+  transformed vector f_h(x_j) is small (Kobayashi's [SEP] finding) gets a small
+  norm-based weight there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxattn.capture import Capture
+
+# kind -> the capture quantity it is computed from
+WEIGHT_KINDS: dict[str, str] = {"attention": "attention", "norm": "alpha_fx_norm"}
+
+
+def normalise_rows(x: np.ndarray) -> np.ndarray:
+    """x / x.sum(-1) in float64; all-zero rows stay zero."""
+    x = np.asarray(x, np.float64)
+    s = x.sum(-1, keepdims=True)
+    return np.divide(x, s, out=np.zeros_like(x), where=s > 0)
+
+
+def available_kinds(capture: Capture) -> tuple[str, ...]:
+    """The weight kinds a capture holds the quantities for, in `WEIGHT_KINDS` order."""
+    return tuple(k for k, q in WEIGHT_KINDS.items() if q in capture.tensors)
+
+
+def capture_weights(capture: Capture, kind: str = "attention") -> np.ndarray:
+    """The [L, H, T, T] float64 weights of one kind (see the module docstring).
+
+    Raises:
+      ValueError: an unknown kind, or the capture lacks its quantity.
+    """
+    if kind not in WEIGHT_KINDS:
+        raise ValueError(f"unknown weight kind {kind!r}; expected one of {', '.join(WEIGHT_KINDS)}")
+    name = WEIGHT_KINDS[kind]
+    if name not in capture.tensors:
+        raise ValueError(
+            f"{kind!r} weights need the {name!r} quantity; the capture holds "
+            f"{', '.join(capture.tensors)} (capture with what=(..., {name!r}))"
+        )
+    x = capture.array(name)
+    return normalise_rows(x) if kind == "norm" else np.asarray(x, np.float64)
+
+
+def check_layout(
+    layout: tuple[tuple[int, ...], tuple[int, ...]] | None, capture: Capture
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The (layers, heads) of a corpus: the first capture's; later ones must match.
+
+    Raises:
+      ValueError: a capture with other layers or heads than the first.
+    """
+    mine = (tuple(capture.layers), tuple(capture.heads))
+    if layout is not None and mine != layout:
+        raise ValueError(
+            f"captures of one corpus must hold the same layers and heads: got {mine}, "
+            f"expected {layout}"
+        )
+    return mine

@@ -1,0 +1,55 @@
+"""The corpus pass and report.json / report.md."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from analysis_helpers import PAIR_TOKENS, identity, make_capture, one_hot, uniform
+from test_analysis_dependency import captures_and_sentences
+
+from jaxattn.analysis import KOVALEVA_CLASSES, VIG_PATTERNS, CorpusAnalysis, write_report
+
+
+def pair_capture():
+    att = np.stack([np.stack([identity(), one_hot(7)]), np.stack([uniform(), uniform()])])
+    return make_capture(att, alpha_fx_norm=att * 2.0)
+
+
+def test_report_without_parses(tmp_path):
+    corpus = CorpusAnalysis()
+    corpus.update(pair_capture())
+    corpus.update(pair_capture())
+    report = corpus.report(meta={"model": "hand-made"})
+    assert report["meta"]["examples"] == 2 and report["meta"]["tokens"] == 2 * len(PAIR_TOKENS)
+    assert report["meta"]["pending"] and report["mixing_ratios"] == {}
+    np.testing.assert_allclose(
+        report["head_stats"]["self"], [[1.0, 1 / 19], [1 / 19, 1 / 19]], atol=1e-6
+    )
+    # norm-based weights of a rescaled map are the map itself
+    assert report["head_stats"]["norm_sep"] == report["head_stats"]["sep"]
+    assert set(report["patterns"]) == {*KOVALEVA_CLASSES, *VIG_PATTERNS}
+    assert report["patterns"]["diagonal"] == [0.5, 0.0]
+    assert "dependency_heads" not in report
+    assert np.shape(report["head_distance"]["mds"]) == (2, 2, 2)
+    assert set(report["rollout"]) == {"attention", "norm"}
+    json_path, md_path = write_report(report, tmp_path / "out" / "report.json")
+    assert json.loads(json_path.read_text()) == report
+    md = md_path.read_text()
+    assert md_path.name == "report.md" and "## Pattern fractions per layer" in md
+    assert "Pending" in md
+
+
+def test_report_with_parses_and_mixing_ratios(tmp_path):
+    corpus = CorpusAnalysis(head_distance=False)
+    for cap, sent in captures_and_sentences():
+        corpus.update(cap, sent)
+    report = corpus.report(mixing_ratios={"Attn-W": np.array([0.9])})
+    assert report["dependency_heads"]["det"]["best_head"] == [0, 0]
+    assert report["meta"]["parsed_sentences"] == 3 and report["meta"]["pending"] == []
+    assert report["mixing_ratios"] == {"Attn-W": [0.9]}
+    assert "head_distance" not in report
+    _, md = write_report(report, tmp_path / "r.json")
+    text = md.read_text()
+    assert "| det | 2 | 0-0 | dep_to_head | 100.0 | +1 | 100.0 |" in text
+    assert "Attn-W" in text
