@@ -102,12 +102,18 @@ def family(request) -> str:
 def standard_texts(tokenizers) -> dict:
     """family -> texts of very different lengths for one capture call.
 
-    A single sentence (T=8 for BERT), "" ([CLS] [SEP], padded in the same
-    bucket as the first), the example pair, and a ~56-token sentence.
+    A single sentence (T=8 for BERT), "" ([CLS] [SEP], padded to the first's
+    bucket in the same batch), the example pair (T=19) and a 22-24 token
+    sentence (padded with the pair). Two (bucket, batch) shapes in all: every
+    shape costs a few seconds of compilation on the 2-core machine.
     """
-    return _Lazy(
-        lambda family: [EXAMPLE_A, "", (EXAMPLE_A, EXAMPLE_B), long_text(tokenizers[family], 56)]
-    )
+
+    def build(family):
+        texts = [EXAMPLE_A, "", (EXAMPLE_A, EXAMPLE_B), long_text(tokenizers[family], 22)]
+        assert len(tokenizers[family](texts[-1])["input_ids"]) <= 24
+        return texts
+
+    return _Lazy(build)
 
 
 @pytest.fixture(scope="session")
