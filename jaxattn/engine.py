@@ -13,7 +13,6 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jaxattn import batching
@@ -153,13 +152,21 @@ class Engine:
             yield from self._unpack(*pending.popleft(), encodings, spec)
 
     def warmup(self, spec: CaptureSpec) -> int:
-        """Compile every (bucket, batch size) shape of `spec`; returns the count."""
+        """Compile every (bucket, batch size) shape of `spec`; returns the count.
+
+        Inputs are built by the same `_pack` as real batches: the jit cache keys
+        on argument types, and numpy inputs would miss programs compiled for
+        jax arrays.
+        """
+        dummy = [Encoding(ids=(0,), type_ids=(0,), tokens=("",), sentence_b_start=None)]
         for length in self.buckets:
             size = batching.batch_size(length, lambda t: self.output_bytes(spec, t),
                                        **self._budgets)  # fmt: skip
             while size >= 1:
-                ids = jnp.zeros((size, length), jnp.int32)
-                self._step(self._params, ids, ids, ids > 0, spec=spec)
+                batch = batching.Batch(length, size, (0,) * size)
+                jax.block_until_ready(
+                    self._step(self._params, *self._pack(batch, dummy), spec=spec)
+                )
                 size //= 2
         return self.compiled_shapes
 
