@@ -84,14 +84,19 @@ class CorpusAnalysis:
             else:
                 self.rollout = None  # rollout starts at the input: needs layers 0..L-1
         if sentence is not None:
-            for kind in available_kinds(capture):
-                if kind not in self.dependency:
-                    self.dependency[kind] = DependencyHeads(
-                        kind, coarse=self.coarse_relations, specials=self.specials
-                    )
-                self.dependency[kind].update(capture, sentence)
+            self.add_parse(capture, sentence)
         self.examples += 1
         self.tokens += capture.length
+
+    def add_parse(self, capture: Capture, sentence: Sentence) -> None:
+        """Add a parsed sentence to the dependency heads only (a parsed corpus kept apart
+        from the examples of the other analyses)."""
+        for kind in available_kinds(capture):
+            if kind not in self.dependency:
+                self.dependency[kind] = DependencyHeads(
+                    kind, coarse=self.coarse_relations, specials=self.specials
+                )
+            self.dependency[kind].update(capture, sentence)
 
     def report(self, mixing_ratios: dict | None = None, meta: dict | None = None) -> dict:
         """The report.json dict (see the module docstring)."""

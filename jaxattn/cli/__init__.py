@@ -19,6 +19,7 @@ _SUBCOMMANDS = (
     "jaxattn.cli.capture_cmd",
     "jaxattn.cli.convert_cmd",
     "jaxattn.cli.bench_cmd",
+    "jaxattn.cli.analyze_cmd",
 )
 
 

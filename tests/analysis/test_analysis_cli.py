@@ -1,0 +1,106 @@
+"""`jaxattn analyze` end to end on tiny checkpoints: CoNLL-U and text inputs, local and --server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jaxattn.cli import main
+
+CONLLU = """\
+# sent_id = a
+1\tThe\tthe\tDET\tDT\t_\t2\tdet\t_\t_
+2\tcat\tcat\tNOUN\tNN\t_\t3\tnsubj\t_\t_
+3\tsat\tsit\tVERB\tVBD\t_\t0\troot\t_\t_
+4\ton\ton\tADP\tIN\t_\t6\tcase\t_\t_
+5\tthe\tthe\tDET\tDT\t_\t6\tdet\t_\t_
+6\tmat\tmat\tNOUN\tNN\t_\t3\tobl\t_\t_
+7\t.\t.\tPUNCT\t.\t_\t3\tpunct\t_\t_
+
+# sent_id = b
+1\tI\tI\tPRON\tPRP\t_\t2\tnsubj\t_\t_
+2\tbought\tbuy\tVERB\tVBD\t_\t0\troot\t_\t_
+3\tfresh\tfresh\tADJ\tJJ\t_\t4\tamod\t_\t_
+4\tstrawberries\tstrawberry\tNOUN\tNNS\t_\t2\tobj\t_\t_
+5\t,\t,\tPUNCT\t,\t_\t2\tpunct\t_\t_
+6\tCafé\tcafé\tPROPN\tNNP\t_\t2\tobl\t_\t_
+"""
+
+
+@pytest.fixture
+def conllu(tmp_path):
+    path = tmp_path / "tiny.conllu"
+    path.write_text(CONLLU, encoding="utf-8")
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_analyze_conllu_locally(family, checkpoint_dirs, conllu, tmp_path):
+    out = tmp_path / "out" / "report.json"
+    rc = main(
+        [
+            "analyze",
+            str(conllu),
+            "--model",
+            str(checkpoint_dirs[family]),
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
+    assert rc == 0
+    report = json.loads(out.read_text())
+    meta = report["meta"]
+    assert meta["examples"] == 2 and meta["parsed_sentences"] == 2
+    assert meta["unaligned_sentences"] == 0, meta["unaligned_examples"]
+    assert report["dependency_heads"]["det"]["count"] == 2
+    assert report["dependency_heads"]["det"]["baseline_offset"] == 1
+    assert set(report["dependency_heads_norm"]) == set(report["dependency_heads"])
+    layers, heads = len(meta["layers"]), len(meta["heads"])
+    assert all(len(v) == layers and len(v[0]) == heads for v in report["head_stats"].values())
+    assert all(len(v) == layers for v in report["patterns"].values())
+    assert (out.parent / "report.md").is_file()
+
+
+@pytest.mark.slow
+def test_analyze_text_pairs_through_a_server(engines, tmp_path):
+    from service.server import create_server
+
+    text = tmp_path / "pairs.txt"
+    text.write_text(
+        "I went to the store.\tAt the store, I bought fresh strawberries.\n\n"
+        "The cat sat on the mat.\n",
+        encoding="utf-8",
+    )
+    server, port = create_server(engines["bert"], "127.0.0.1:0")
+    server.start()
+    try:
+        out = tmp_path / "r.json"
+        rc = main(
+            [
+                "analyze",
+                str(text),
+                "--server",
+                f"127.0.0.1:{port}",
+                "--out",
+                str(out),
+                "--no-norm",
+                "--quiet",
+            ]
+        )
+    finally:
+        server.stop(0)
+    assert rc == 0
+    report = json.loads(out.read_text())
+    assert report["meta"]["examples"] == 2 and "dependency_heads" not in report
+    assert report["meta"]["captured_by"].startswith("server")
+    assert "norm_sep" not in report["head_stats"]
+
+
+def test_analyze_rejects_a_line_with_two_tabs(tmp_path, capsys):
+    text = tmp_path / "bad.txt"
+    text.write_text("a\tb\tc\n", encoding="utf-8")
+    assert main(["analyze", str(text), "--out", str(tmp_path / "r.json")]) == 2
+    assert "more than one tab" in capsys.readouterr().err
