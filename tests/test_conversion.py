@@ -134,3 +134,60 @@ def test_converted_dir_is_self_contained(checkpoint_dirs, tmp_path):
     engine = jaxattn.load(out)
     assert engine.info.family == "distilbert"
     assert engine.tokenize([EXAMPLE_A])[0].tokens[0] == "[CLS]"
+
+
+@pytest.mark.parametrize(
+    "remove, needle",
+    [
+        (("config.json",), "config.json"),
+        (("model.safetensors",), "model.safetensors"),
+        (("tokenizer.json", "vocab.txt", "tokenizer_config.json"), "tokenizer"),
+    ],
+)
+def test_missing_file_raises_naming_it(checkpoint_dirs, tmp_path, remove, needle):
+    path = _copy(checkpoint_dirs["bert"], tmp_path)
+    for name in remove:
+        (path / name).unlink()
+    with pytest.raises((FileNotFoundError, ValueError), match=needle.replace(".", r"\.")):
+        jaxattn.load(path)
+
+
+def test_unsupported_config_value_raises_naming_field(checkpoint_dirs, tmp_path):
+    path = _copy(checkpoint_dirs["bert"], tmp_path)
+    config = json.loads((path / "config.json").read_text())
+    config["position_embedding_type"] = "relative_key"  # changes the scores: must not pass
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="position_embedding_type"):
+        jaxattn.load(path)
+
+
+def test_vocab_txt_only_tokenizer(checkpoint_dirs, engines, tmp_path):
+    """Older BERT checkpoints ship vocab.txt without tokenizer.json: same word pieces."""
+    path = _copy(checkpoint_dirs["bert"], tmp_path)
+    (path / "tokenizer.json").unlink()
+    engine = jaxattn.load(path)
+    for a, b in zip(engine.tokenize(TEXTS), engines["bert"].tokenize(TEXTS), strict=True):
+        assert (a.ids, a.type_ids, a.tokens) == (b.ids, b.type_ids, b.tokens)
+
+
+def test_masked_lm_checkpoint_has_the_same_encoder(checkpoint_dirs, torch_models, tmp_path,
+                                                   family):  # fmt: skip
+    """A task checkpoint (base model under a prefix, plus an MLM head) maps to the same
+    encoder params as the bare model it was built from."""
+    import transformers
+
+    name = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM",
+            "distilbert": "DistilBertForMaskedLM"}[family]  # fmt: skip
+    base = torch_models[family]
+    mlm = getattr(transformers, name)(base.config)
+    state = {k: v for k, v in base.state_dict().items() if not k.startswith("pooler.")}
+    mlm.base_model.load_state_dict(state)
+    path = tmp_path / "mlm"
+    mlm.save_pretrained(str(path))
+    for f in checkpoint_dirs[family].iterdir():
+        if f.name.startswith(("tokenizer", "vocab", "merges", "special")):
+            shutil.copy(f, path / f.name)
+    _, params_mlm = read_checkpoint(path)
+    _, params_base = read_checkpoint(checkpoint_dirs[family])
+    _assert_trees_equal(params_mlm["encoder"], params_base["encoder"])
+    jaxattn.load(path)  # the MLM head's weights are all accounted for

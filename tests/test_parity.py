@@ -14,6 +14,9 @@ import pytest
 from hf_fixtures import (
     EXAMPLE_A,
     EXAMPLE_B,
+    load_tokenizer,
+    load_torch_model,
+    make_checkpoint,
     torch_inputs,
     torch_reference,
 )
@@ -95,6 +98,26 @@ def test_padded_keys_and_padded_batch_rows(full_captures, standard_texts, engine
     layers, heads = engines[family].info.layers, engines[family].info.heads
     assert cap.attention.shape == (layers, heads, 2, 2)
     assert cap.hidden_states.shape == (layers + 1, 2, engines[family].info.hidden)
+
+
+def test_config_variant_parity(tmp_path):
+    """A BERT with tanh gelu (gelu_new), a large LayerNorm eps and 5 heads of width 3."""
+    import jaxattn
+
+    variant = dict(hidden_act="gelu_new", layer_norm_eps=1e-3, num_hidden_layers=2,
+                   num_attention_heads=5)  # fmt: skip
+    path = make_checkpoint("bert", tmp_path / "variant", seed=3, **variant)
+    engine = jaxattn.load(path)
+    assert (engine.info.layers, engine.info.heads, engine.info.head_dim) == (2, 5, 3)
+    text = (EXAMPLE_A, EXAMPLE_B)
+    (cap,) = engine.capture([text], what=("attention", "hidden_states"))
+    ref = torch_reference(
+        load_torch_model(path), "bert", torch_inputs(load_tokenizer(path), [text], "bert")
+    )
+    for name in ("attention", "hidden_states"):
+        np.testing.assert_allclose(
+            getattr(cap, name), ref[name][0], **TOLERANCE[name], err_msg=name
+        )
 
 
 @pytest.mark.slow
