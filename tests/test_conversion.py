@@ -18,11 +18,10 @@ from hf_fixtures import EXAMPLE_A, EXAMPLE_B, make_checkpoint
 from safetensors.numpy import load_file, save_file
 
 import jaxattn
-from jaxattn import QUANTITIES
 from jaxattn.convert import convert_checkpoint
 from jaxattn.loading import read_checkpoint
 
-ALL = tuple(QUANTITIES)
+LIGHT = ("attention", "scores", "hidden_states")
 # One weight per family that every encoder needs (HF names).
 NEEDED = {
     "bert": "encoder.layer.2.output.dense.bias",
@@ -118,11 +117,12 @@ def test_round_trip_params_config_tokenizer(checkpoint_dirs, engines, tmp_path, 
 def test_round_trip_captures_bit_equal(checkpoint_dirs, engines, tmp_path):
     out = convert_checkpoint(checkpoint_dirs["bert"], tmp_path / "converted")
     converted = jaxattn.load(out)
-    # Same spec and shape as test_capture_invariants' `alone`: compiled once per session.
-    (want,) = engines["bert"].capture([EXAMPLE_A], what=ALL)
-    (got,) = converted.capture([EXAMPLE_A], what=ALL)
+    # The spec and shape of test_capture_invariants' float32 reference (one compile
+    # per session for the source engine); params are compared in full above.
+    (want,) = engines["bert"].capture([EXAMPLE_A], what=LIGHT)
+    (got,) = converted.capture([EXAMPLE_A], what=LIGHT)
     assert got.tokens == want.tokens
-    for name in ALL:
+    for name in LIGHT:
         np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
 
 
