@@ -1,0 +1,63 @@
+"""The client side installs light: importing and using it never imports jax, flax or torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+BLOCKER = textwrap.dedent(
+    """
+    import importlib.abc, sys
+
+    BLOCKED = ("jax", "jaxlib", "flax", "torch", "transformers", "orbax")
+
+    class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in BLOCKED:
+                raise ImportError(f"{name} is blocked: the client must not import it")
+            return None
+
+    sys.meta_path.insert(0, Block())
+    """
+)
+
+USE = textwrap.dedent(
+    """
+    import tempfile, os
+    import numpy as np
+    import jaxattn
+    from jaxattn.client import AttentionClient, AttentionServiceError
+    from jaxattn.wire import StreamDecoder, encode_example
+    from jaxattn import Capture
+
+    cap = Capture(tokens=("[CLS]", "a", "[SEP]"), sentence_b_start=None, layers=(0,),
+                  heads=(0, 1), dtype="uint8",
+                  tensors={"attention": np.full((1, 2, 3, 3), 85, np.uint8)},
+                  quantization={"attention": (1 / 255, 0.0)})
+    decoder = StreamDecoder()
+    (back,) = [c for m in encode_example(0, cap, codec="zstd", max_chunk_bytes=1024)
+               if (c := decoder.feed(m)) is not None]
+    assert np.allclose(back.attention, 1 / 3)
+    path = os.path.join(tempfile.mkdtemp(), "cap.npz")
+    back.save(path)
+    assert Capture.load(path).tokens == cap.tokens
+    assert back.to_bertviz(torch=False)["attention"][0].shape == (1, 2, 3, 3)
+    with AttentionClient("127.0.0.1:1", timeout=2, retries=0) as client:
+        try:
+            client.model_info()
+        except AttentionServiceError as e:
+            assert e.code.name == "UNAVAILABLE"
+    heavy = sorted(m for m in sys.modules if m.split(".")[0] in
+                   ("jax", "jaxlib", "flax", "torch", "transformers"))
+    assert not heavy, heavy
+    print("client-ok")
+    """
+)
+
+
+def test_client_works_with_jax_flax_and_torch_blocked():
+    result = subprocess.run([sys.executable, "-c", BLOCKER + USE], capture_output=True,
+                            text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "client-ok" in result.stdout

@@ -1,0 +1,89 @@
+"""Every bad request field is refused with a status code and a message naming the field."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from conftest import WHAT
+
+from jaxattn.v1 import attention_pb2 as pb
+from jaxattn.v1 import attention_pb2_grpc as pb_grpc
+
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
+OK_TEXT = pb.Text(text="the cat sat on the mat")
+LONG = " ".join(["the cat sat on the mat"] * 12)  # > 67 tokens
+
+
+@pytest.fixture(scope="module")
+def stub(address):
+    with grpc.insecure_channel(address) as channel:
+        yield pb_grpc.AttentionServiceStub(channel)
+
+
+def call(stub, **fields):
+    fields.setdefault("texts", [OK_TEXT])
+    fields.setdefault("what", list(WHAT))
+    return list(stub.Capture(pb.CaptureRequest(**fields), timeout=30))
+
+
+CASES = {
+    "empty texts": (dict(texts=[]), INVALID, ["texts is empty", "1 to 64"]),
+    "too many texts": (dict(texts=[OK_TEXT] * 65), EXHAUSTED, ["texts", "65", "at most 64"]),
+    "too many tokens": (dict(texts=[pb.Text(text=LONG[:150])] * 60), EXHAUSTED,
+                        ["tokens", "at most 1500"]),
+    "text too long": (dict(texts=[OK_TEXT, pb.Text(text=LONG)]), INVALID,
+                      ["texts[1]", "limit is 67", "truncate"]),
+    "unknown quantity": (dict(what=["attention", "attn"]), INVALID, ["'attn'", "what", "scores"]),
+    "layer too big": (dict(layers=[0, 3]), INVALID, ["layers", "3", "0..2"]),
+    "negative layer": (dict(layers=[-1]), INVALID, ["layers", "-1", "0..2"]),
+    "duplicate layers": (dict(layers=[1, 1]), INVALID, ["layers", "duplicate"]),
+    "head too big": (dict(heads=[7]), INVALID, ["heads", "7", "0..2"]),
+    "duplicate heads": (dict(heads=[0, 2, 0]), INVALID, ["heads", "duplicate"]),
+    "unknown dtype": (dict(dtype=99), INVALID, ["dtype 99", "DTYPE_FLOAT32 (1)", "DTYPE_UINT8"]),
+    "unknown codec": (dict(codec=7), INVALID, ["codec 7", "CODEC_ZSTD (2)"]),
+    "chunk size too small": (dict(max_chunk_bytes=1023), INVALID,
+                             ["max_chunk_bytes 1023", "1024..67108864"]),
+    "chunk size too big": (dict(max_chunk_bytes=2**32 - 1), INVALID,
+                           ["max_chunk_bytes", "67108864"]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_field_is_refused_and_named(stub, case):
+    fields, code, words = CASES[case]
+    with pytest.raises(grpc.RpcError) as info:
+        call(stub, **fields)
+    assert info.value.code() == code, info.value.details()
+    for word in words:
+        assert word in info.value.details()
+
+
+def test_truncate_accepts_the_long_text(stub):
+    messages = call(stub, texts=[pb.Text(text=LONG)], truncate=True)
+    assert len(messages[0].header.tokens) == 67
+
+
+def test_the_server_still_answers_after_refusals(client):
+    (cap,) = client.capture(["the cat sat on the mat"], what=WHAT)
+    assert cap.tokens[0] == "[CLS]"
+
+
+def test_client_checks_its_own_arguments_before_calling(client):
+    with pytest.raises(ValueError, match="dtype"):
+        client.capture(["a"], dtype="float64")
+    with pytest.raises(ValueError, match="codec"):
+        client.capture(["a"], codec="gzip")
+    with pytest.raises(ValueError, match=r"texts\[1\]"):
+        client.capture(["a", 3])
+    with pytest.raises(ValueError, match="wrap it in a list"):
+        client.capture("a sentence")
+
+
+def test_client_raises_its_own_error_type(client):
+    from jaxattn.client import AttentionServiceError
+
+    with pytest.raises(AttentionServiceError) as info:
+        client.capture(["the cat"], what=WHAT, layers=[5])
+    assert info.value.code == INVALID
+    assert "layers index 5" in info.value.message
