@@ -107,8 +107,11 @@ class Tokenizer:
                     f"texts[{i}] is {len(e.ids)} tokens long; the model's limit is {limit} "
                     "(pass truncate=True to cut it)"
                 )
-            seq = e.sequence_ids
-            b = next((j for j, s in enumerate(seq) if s == 1), None)
+            b = None
+            if isinstance(texts[i], tuple):
+                # An empty sentence B has no token of its own: it starts at the
+                # final separator, where its first token would have been.
+                b = next((j for j, s in enumerate(e.sequence_ids) if s == 1), len(e.ids) - 1)
             out.append(
                 Encoding(
                     ids=tuple(e.ids),
