@@ -162,9 +162,9 @@ def vig_patterns(
         "next_word": mean_rows(nxt, word & (np.arange(t) < t - 1)) >= VIG_POSITION_MIN,
         "previous_word": mean_rows(prv, word & (np.arange(t) > 0)) >= VIG_POSITION_MIN,
     }
-    keys = [strip_piece(tok, sp.scheme).lower() for tok in tokens]
+    keys = np.array([strip_piece(tok, sp.scheme).lower() for tok in tokens])
     content = word & ~masks["punct"]
-    same = np.array([[keys[i] == keys[j] for j in range(t)] for i in range(t)], bool)
+    same = keys[:, None] == keys[None, :]
     same &= content[:, None] & content[None, :] & ~np.eye(t, dtype=bool)
     for name, where in (
         ("identical_word", seg[:, None] == seg[None, :]),

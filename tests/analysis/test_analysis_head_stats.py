@@ -127,3 +127,21 @@ def test_layout_mismatch_raises():
     acc.update(make_capture(np.stack([identity(), identity()])[None]))
     with pytest.raises(ValueError, match="same layers and heads"):
         acc.update(make_capture(identity()))
+
+
+def test_uint8_captures_are_decoded():
+    from jaxattn.capture import Capture
+
+    q = np.round(identity() * 255).astype(np.uint8)[None, None]
+    cap = Capture(
+        tokens=PAIR_TOKENS,
+        sentence_b_start=8,
+        layers=(0,),
+        heads=(0,),
+        dtype="uint8",
+        tensors={"attention": q},
+        quantization={"attention": (1 / 255, 0.0)},
+    )
+    acc = HeadStats()
+    acc.update(cap)
+    assert acc.result()["self"][0, 0] == pytest.approx(1.0)
