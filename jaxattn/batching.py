@@ -21,7 +21,10 @@ DEFAULT_BUCKETS = (8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 25
 
 @dataclasses.dataclass(frozen=True)
 class Batch:
-    """One engine step: `rows` examples (positions into the input) padded to [size, length]."""
+    """One engine step: `rows` (positions into the input) padded to [size, length].
+
+    size == len(rows) except for a data-parallel remainder, padded with dummy rows.
+    """
 
     length: int
     size: int
@@ -45,6 +48,7 @@ def plan(
     output_budget: int,
     token_budget: int,
     max_batch: int,
+    devices: int = 1,
 ) -> list[Batch]:
     """Group examples into batches by bucket, shortest bucket first.
 
@@ -52,9 +56,12 @@ def plan(
       lengths: real token count of each example.
       buckets: ascending bucket lengths; the last must cover every length.
       bytes_per_example: output bytes of one example padded to a bucket length.
-      output_budget: most output bytes one batch may return.
-      token_budget: most B * T tokens one batch may hold (bounds activations).
-      max_batch: most examples per batch.
+      output_budget: most output bytes one batch may return, per device.
+      token_budget: most B * T tokens one batch may hold per device (bounds
+        activations).
+      max_batch: most examples per batch, per device.
+      devices: data-parallel width: batch sizes are multiples of it, and a
+        bucket's last few examples (fewer than `devices`) are padded up to it.
 
     Returns:
       Batches covering every position exactly once.
@@ -65,11 +72,16 @@ def plan(
         by_bucket.setdefault(bucket, []).append(pos)
     out = []
     for bucket, rows in sorted(by_bucket.items()):
-        size = batch_size(bucket, bytes_per_example, output_budget, token_budget, max_batch)
+        per_device = batch_size(bucket, bytes_per_example, output_budget, token_budget, max_batch)
         start = 0
         while start < len(rows):
-            step = min(size, _pow2_floor(len(rows) - start))
-            out.append(Batch(bucket, step, tuple(rows[start : start + step])))
+            left = len(rows) - start
+            if left >= devices:
+                step = devices * min(per_device, _pow2_floor(left // devices))
+                out.append(Batch(bucket, step, tuple(rows[start : start + step])))
+            else:
+                step = left
+                out.append(Batch(bucket, devices, tuple(rows[start:])))
             start += step
     return out
 

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import jax
 import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from jaxattn import batching
 from jaxattn.capture import Capture
@@ -40,7 +42,9 @@ class Engine:
       buckets: candidate bucket lengths (capped at the model's maximum).
       output_budget: most output bytes one batch may return (device memory).
       token_budget: most padded tokens per batch (bounds activation memory).
-      max_batch: most examples per batch.
+      max_batch: most examples per batch and device.
+      devices: the devices to run on, data-parallel over a 1-D mesh (batch
+        sharded, weights replicated); default: every local device.
     """
 
     def __init__(
@@ -53,23 +57,32 @@ class Engine:
         output_budget: int = 256 << 20,
         token_budget: int = 16384,
         max_batch: int = 64,
+        devices: Sequence[jax.Device] | None = None,
     ):
         check_params(config, params["encoder"])
         self.config = config
         self.tokenizer = tokenizer
         self.info = ModelInfo.of(config)
         self.extra_params = {k: v for k, v in params.items() if k != "encoder"}
-        self._params = jax.device_put(params["encoder"])
+        self.devices = tuple(devices) if devices else tuple(jax.local_devices())
+        mesh = Mesh(np.asarray(self.devices), ("data",))
+        replicated, batch = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+        self._params = jax.device_put(params["encoder"], replicated)
         self.buckets = batching.buckets_for(config.max_length, buckets)
         self._budgets = dict(
             output_budget=output_budget, token_budget=token_budget, max_batch=max_batch
         )
         self._model = Encoder(config)
-        self._step = jax.jit(self._forward, static_argnames="spec")
+        self._step = jax.jit(
+            self._forward,
+            static_argnums=0,  # the CaptureSpec; in_shardings cover the rest
+            in_shardings=(replicated, batch, batch, batch),
+            out_shardings=batch,
+        )
 
     # -- the jitted step -------------------------------------------------------
 
-    def _forward(self, params, ids, type_ids, mask, *, spec: CaptureSpec):
+    def _forward(self, spec: CaptureSpec, params, ids, type_ids, mask):
         def one(i, t, m):  # one example: [T] -> {name: [L, ...]}
             return self._model.apply({"params": params}, i, t, m, spec)
 
@@ -139,10 +152,11 @@ class Engine:
             self.buckets,
             lambda t: self.output_bytes(spec, t),
             **self._budgets,
+            devices=len(self.devices),
         )
         pending: collections.deque = collections.deque()
         for batch in plan:
-            out = self._step(self._params, *self._pack(batch, encodings), spec=spec)
+            out = self._step(spec, self._params, *self._pack(batch, encodings))
             for leaf in jax.tree.leaves(out):
                 leaf.copy_to_host_async()
             pending.append((batch, out))
@@ -163,10 +177,9 @@ class Engine:
             size = batching.batch_size(length, lambda t: self.output_bytes(spec, t),
                                        **self._budgets)  # fmt: skip
             while size >= 1:
-                batch = batching.Batch(length, size, (0,) * size)
-                jax.block_until_ready(
-                    self._step(self._params, *self._pack(batch, dummy), spec=spec)
-                )
+                n = size * len(self.devices)
+                batch = batching.Batch(length, n, (0,) * n)
+                jax.block_until_ready(self._step(spec, self._params, *self._pack(batch, dummy)))
                 size //= 2
         return self.compiled_shapes
 
@@ -201,6 +214,9 @@ class Engine:
             if self.config.type_vocab_size:
                 type_ids[r, : e.length] = e.type_ids
             mask[r, : e.length] = True
+        # Dummy rows padding a data-parallel remainder: one real key, so their
+        # softmax stays finite; their outputs are never read.
+        mask[len(batch.rows) :, 0] = True
         return ids, type_ids, mask
 
     def _unpack(self, batch, out, encodings, spec) -> Iterator[tuple[int, Capture]]:

@@ -59,3 +59,15 @@ def test_shape_count_is_bounded():
 
 def test_batch_size_is_at_least_one_even_over_budget():
     assert batching.batch_size(64, lambda t: 10**12, 1, 1, 8) == 1
+
+
+@pytest.mark.parametrize("devices", [2, 4])
+def test_data_parallel_batches_are_multiples_of_the_device_count(devices):
+    rng = random.Random(devices)
+    lengths = [rng.randint(2, 67) for _ in range(137)]
+    plan = _plan(lengths, devices=devices)
+    assert sorted(r for b in plan for r in b.rows) == list(range(len(lengths)))
+    for b in plan:
+        assert b.size % devices == 0
+        assert len(b.rows) == b.size or (len(b.rows) < devices and b.size == devices)
+        assert b.size // devices <= 16  # max_batch is per device

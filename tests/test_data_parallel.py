@@ -1,0 +1,53 @@
+"""Data parallel over several local devices: same captures as one device.
+
+The devices are fake CPU devices (--xla_force_host_platform_device_count), so
+the check runs in a subprocess: the flag must be set before jax starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+from jaxattn.capture import Capture
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import jax, jaxattn
+    ckpt, out, texts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    assert jax.local_device_count() == 4, jax.local_devices()
+    engine = jaxattn.load(ckpt, max_batch=2)
+    texts = [tuple(t) if isinstance(t, list) else t for t in texts]
+    what = ("attention", "sum_alpha_fx_norm", "hidden_states")
+    for i, cap in enumerate(engine.capture(texts, what=what, dtype="float32")):
+        cap.save(f"{out}/{i}.npz")
+    print(len(engine.devices))
+    """
+)
+
+
+def test_four_devices_capture_what_one_device_does(engines, bert_checkpoint, tmp_path):
+    words = "i went to the store at fresh strawberries bought".split()
+    # 11 texts over several buckets: full 4-device batches and a padded remainder.
+    texts = [" ".join(words[: 1 + i % 9]) for i in range(10)] + [["i went .", "at the store ."]]
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               JAX_PLATFORMS="cpu")  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(bert_checkpoint), str(tmp_path), json.dumps(texts)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().endswith("4")
+    texts = [tuple(t) if isinstance(t, list) else t for t in texts]
+    want = engines["bert"].capture(texts, what=("attention", "sum_alpha_fx_norm", "hidden_states"))
+    for i, ref in enumerate(want):
+        got = Capture.load(tmp_path / f"{i}.npz")
+        assert got.tokens == ref.tokens
+        for name in ref.what:
+            np.testing.assert_allclose(got.array(name), ref.array(name), atol=1e-6, rtol=1e-6)
