@@ -86,12 +86,18 @@ class Embeddings(nn.Module):
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention that also returns what the capture needs."""
+    """Multi-head self-attention; also returns the parts the capture needs."""
 
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x, mask, want: frozenset[str]):
+    def __call__(self, x, mask, gate=None):
+        """x [T, D], mask [S] -> (y [T, D], parts).
+
+        gate: None, or (keep [H] float, uniform [H] bool) for head ablation
+        (Kovaleva et al. 2019): a head with keep 0 contributes nothing; a
+        uniform head attends equally to every real key.
+        """
         c = self.config
         hk = (c.num_heads, c.head_dim)
         proj = dict(shape=(c.hidden_size, *hk), bias_shape=hk, equation="TD,DHK->THK")
@@ -101,26 +107,32 @@ class SelfAttention(nn.Module):
         scores = jnp.einsum("THK,SHK->HTS", q, k, precision=HIGHEST) / jnp.sqrt(c.head_dim)
         # Padded keys get exactly zero weight: exp(-inf) == 0.
         alpha = jax.nn.softmax(jnp.where(mask[None, None, :], scores, -jnp.inf), axis=-1)
+        if gate is not None:
+            keep, uniform = gate
+            flat = jnp.broadcast_to(mask / mask.sum(), alpha.shape[1:])  # [T, S]
+            alpha = jnp.where(uniform[:, None, None], flat[None], alpha)
         context = jnp.einsum("HTS,SHK->THK", alpha, v, precision=HIGHEST)
+        if gate is not None:
+            context = context * keep[None, :, None]
         out = Dense((*hk, c.hidden_size), (c.hidden_size,), "THK,HKD->TD", name="out")
         y = out(context)
-
-        return y, _capture_attention(
-            want, q, k, v, scores, alpha, out.variables["params"]["kernel"]
-        )
+        w_out = out.variables["params"]["kernel"]  # [H, K, D]
+        return y, dict(q=q, k=k, v=v, scores=scores, alpha=alpha, w_out=w_out)
 
 
-def _capture_attention(want, q, k, v, scores, alpha, w_out) -> dict:
+def _capture_layer(want, p: dict, x, gamma, std) -> dict:
     """The requested per-layer quantities of one example, all heads.
 
     Shapes out: attention/scores/alpha_fx_norm [H, T, S]; queries/keys/values
-    [H, T, K]; fx_norm [H, S]; sum_alpha_fx_norm [T, S].
+    [H, T, K]; fx_norm [H, S]; sum_alpha_fx_norm, attn_res_norm and
+    attn_res_ln_norm [T, S].
     """
     cap = {}
-    for name, t in (("attention", alpha), ("scores", scores)):
+    alpha, v, w_out = p["alpha"], p["v"], p["w_out"]
+    for name, t in (("attention", alpha), ("scores", p["scores"])):
         if name in want:
             cap[name] = t
-    for name, t in (("queries", q), ("keys", k), ("values", v)):
+    for name, t in (("queries", p["q"]), ("keys", p["k"]), ("values", v)):
         if name in want:
             cap[name] = t.transpose(1, 0, 2)  # [T, H, K] -> [H, T, K]
     if want & {"fx_norm", "alpha_fx_norm"}:
@@ -131,6 +143,10 @@ def _capture_attention(want, q, k, v, scores, alpha, w_out) -> dict:
             cap["alpha_fx_norm"] = norms.alpha_fx_norm(alpha, fxn)
     if "sum_alpha_fx_norm" in want:
         cap["sum_alpha_fx_norm"] = norms.sum_alpha_fx_norm(alpha, v, w_out)
+    if "attn_res_norm" in want:
+        cap["attn_res_norm"] = norms.residual_norm(alpha, v, w_out, x)
+    if "attn_res_ln_norm" in want:
+        cap["attn_res_ln_norm"] = norms.residual_ln_norm(alpha, v, w_out, x, gamma, std)
     return cap
 
 
@@ -140,14 +156,21 @@ class EncoderLayer(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x, mask, want: frozenset[str]):
+    def __call__(self, x, mask, want: frozenset[str], gate=None):
         c = self.config
-        a, cap = SelfAttention(c, name="attention")(x, mask, want)
-        h = LayerNorm(c.layer_norm_eps, name="attention_ln")(x + a)
+        a, parts = SelfAttention(c, name="attention")(x, mask, gate)
+        ln = LayerNorm(c.layer_norm_eps, name="attention_ln")
+        y = x + a
+        h = ln(y)
+        cap = {}
+        if want:
+            # The LN decomposition (attn_res_ln_norm) fixes the real pre-LN statistics.
+            std = jnp.sqrt(jnp.square(y - y.mean(-1, keepdims=True)).mean(-1) + c.layer_norm_eps)
+            cap = _capture_layer(want, parts, x, ln.variables["params"]["scale"], std)
         d, f = c.hidden_size, c.intermediate_size
         u = _activation(c.activation)(Dense((d, f), (f,), "TD,DF->TF", name="ffn_in")(h))
-        y = Dense((f, d), (d,), "TF,FD->TD", name="ffn_out")(u)
-        return LayerNorm(c.layer_norm_eps, name="ffn_ln")(h + y), cap
+        out = Dense((f, d), (d,), "TF,FD->TD", name="ffn_out")(u)
+        return LayerNorm(c.layer_norm_eps, name="ffn_ln")(h + out), cap
 
 
 class Encoder(nn.Module):
@@ -161,7 +184,8 @@ class Encoder(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, ids, type_ids, mask, spec: CaptureSpec):
+    def __call__(self, ids, type_ids, mask, spec: CaptureSpec, gates=None):
+        """gates: None, or (keep [L, H] float, uniform [L, H] bool); see SelfAttention."""
         c = self.config
         want = frozenset(spec.what)
         heads = jnp.asarray(spec.heads) if len(spec.heads) < c.num_heads else None
@@ -171,8 +195,9 @@ class Encoder(nn.Module):
             per_layer["hidden_states"].append(x)
         for layer in range(spec.last_layer + 1):
             captured = layer in spec.layers
+            gate = None if gates is None else (gates[0][layer], gates[1][layer])
             x, cap = EncoderLayer(c, name=f"layer_{layer}")(
-                x, mask, want - {"hidden_states"} if captured else frozenset()
+                x, mask, want - {"hidden_states"} if captured else frozenset(), gate
             )
             if not captured:
                 continue

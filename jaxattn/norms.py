@@ -69,3 +69,54 @@ def sum_alpha_fx_norm(attention, values, w_out):
     ag = jnp.einsum("HTS,SHG->TSG", attention, gram, precision=HIGHEST)
     squared = jnp.einsum("TSG,GTS->TS", ag, attention, precision=HIGHEST)
     return jnp.sqrt(jnp.maximum(squared, 0.0))
+
+
+def residual_norm(attention, values, w_out, x):
+    """||sum_h alpha^h_ij f_h(x_j) + delta_ij x_j||: the attention block with its residual.
+
+    Kobayashi et al. 2021 ("Incorporating Residual and Normalization Layers into
+    Analysis of Masked Language Models"), AttnRes-N: token j's contribution to
+    position i of x + Attn(x), the residual x_i counted as i's own.
+
+    Args:
+      attention: [H, T, S]; values: [S, H, K]; w_out: [H, K, D]; x: [S, D] the
+        layer input (T == S: self-attention).
+
+    Returns:
+      [T, S]
+    """
+    gram = head_gram(values, w_out)  # [S, H, G]
+    ag = jnp.einsum("HTS,SHG->TSG", attention, gram, precision=HIGHEST)
+    squared = jnp.einsum("TSG,GTS->TS", ag, attention, precision=HIGHEST)
+    # On the diagonal add 2 <sum_h alpha^h_ii f_h(x_i), x_i> + ||x_i||^2, with
+    # <f_h(x_j), x_j> = v_h . (W_O^h x_j): no f needed.
+    fx_dot_x = jnp.einsum("SHK,HKD,SD->SH", values, w_out, x, precision=HIGHEST)  # [S, H]
+    diag_alpha = jnp.diagonal(attention, axis1=1, axis2=2)  # [H, T]
+    extra = 2.0 * jnp.einsum("HS,SH->S", diag_alpha, fx_dot_x, precision=HIGHEST)
+    extra = extra + jnp.sum(x * x, axis=-1)
+    squared = squared + jnp.diag(extra)
+    return jnp.sqrt(jnp.maximum(squared, 0.0))
+
+
+def residual_ln_norm(attention, values, w_out, x, gamma, std):
+    """Contribution norms through the attention block, residual and LayerNorm.
+
+    Kobayashi et al. 2021, AttnResLn-N: with the LayerNorm's statistics of the
+    real pre-LN vector y_i (mean, std s_i) fixed, LN is affine, so
+    LN(y_i) = sum_j gamma * (c_ij - mean(c_ij)) / s_i + (bias terms), with
+    c_ij = sum_h alpha^h_ij f_h(x_j) + delta_ij x_j. Centring and the gamma
+    scale are linear, so they fold into W_O and x: the same quadratic forms as
+    `residual_norm` with W~ = gamma * (W_O - mean_D W_O) and x~ = gamma * (x - mean_D x),
+    divided by s_i. The bias b_O and beta are not attributed to any token.
+
+    Args:
+      attention, values, w_out, x: as `residual_norm`.
+      gamma: [D] the LayerNorm scale.
+      std: [T] s_i = sqrt(var(y_i) + eps) of the real pre-LN vectors.
+
+    Returns:
+      [T, S]
+    """
+    w_tilde = gamma * (w_out - w_out.mean(-1, keepdims=True))
+    x_tilde = gamma * (x - x.mean(-1, keepdims=True))
+    return residual_norm(attention, values, w_tilde, x_tilde) / std[:, None]

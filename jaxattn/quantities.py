@@ -60,6 +60,19 @@ QUANTITIES: dict[str, Quantity] = {
             doc="||sum_h alpha^h_ij f_h(x_j)|| over all heads of the layer",
         ),
         Quantity(
+            name="attn_res_norm",
+            axes="LTS",
+            doc="||sum_h alpha^h_ij f_h(x_j) + delta_ij x_j||: attention plus residual "
+            "(Kobayashi et al. 2021, AttnRes-N)",
+        ),
+        Quantity(
+            name="attn_res_ln_norm",
+            axes="LTS",
+            doc="||gamma * centre(sum_h alpha^h_ij f_h(x_j) + delta_ij x_j)|| / s_i: through the "
+            "residual and the LayerNorm with its real statistics (Kobayashi et al. 2021, "
+            "AttnResLn-N)",
+        ),
+        Quantity(
             name="hidden_states",
             axes="LTD",
             doc="embeddings output, then each captured layer's output ([L+1, T, D])",

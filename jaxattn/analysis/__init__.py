@@ -17,13 +17,14 @@ them over gRPC. Every function's docstring names its paper and the definition.
     stats = analysis.head_statistics(cap.attention, cap.tokens)   # {stat: [L, H]}
     classes = analysis.kovaleva_classes(cap.attention, cap.tokens, cap.sentence_b_start)
     r = analysis.rollout(cap, kind="norm")                      # [L, T, T], Abnar & Zuidema
+    mix = analysis.MixingRatios(); mix.update(cap); mix.result()  # {measure: [L]}
 
 Modules: `tokens` (special tokens, piece schemes), `words` (word-level
 attention), `conllu` (reader), `weights` (attention vs norm-based weights),
 `head_stats`, `head_distance` (Jensen-Shannon, MDS), `patterns` (Kovaleva, Vig),
-`dependency` (Clark et al. Table 1), `rollout`, `report` and `markdown`.
-Norm-based mixing ratios (Kobayashi et al. 2021) and head ablation are not here
-yet: `build_report(mixing_ratios=...)` takes the former when it exists.
+`dependency` (Clark et al. Table 1), `rollout`, `mixing` (Kobayashi et al.
+2021 context-mixing ratios), `report` and `markdown`. Head ablation runs the
+model, so it lives beside the engine: `jaxattn.ablation`.
 """
 
 from jaxattn.analysis.conllu import Sentence, coarse_relation, read_conllu
@@ -31,6 +32,8 @@ from jaxattn.analysis.dependency import DIRECTIONS, DependencyHeads, attention_a
 from jaxattn.analysis.head_distance import HeadDistance, classical_mds, js_divergence_sum
 from jaxattn.analysis.head_stats import HEAD_STATS, HeadStats, head_statistics, row_entropy
 from jaxattn.analysis.markdown import render_markdown
+from jaxattn.analysis.mixing import MEASURES as MIXING_MEASURES
+from jaxattn.analysis.mixing import MixingRatios, mixing_ratio_rows
 from jaxattn.analysis.patterns import (
     KOVALEVA_CLASSES,
     VIG_PATTERNS,
@@ -55,6 +58,9 @@ __all__ = [
     "DIRECTIONS",
     "HEAD_STATS",
     "KOVALEVA_CLASSES",
+    "MIXING_MEASURES",
+    "MixingRatios",
+    "mixing_ratio_rows",
     "ROBERTA_SPECIALS",
     "VIG_PATTERNS",
     "WEIGHT_KINDS",

@@ -164,5 +164,5 @@ def render_markdown(report: dict, max_relations: int = 30) -> str:
         ]
         lines += _table(["layer", *names], rows)
     else:
-        lines += ["Pending (issue 4 item 5: Kobayashi et al. 2021, new engine quantities).", ""]
+        lines += ["None: the captures hold no attention (see jaxattn.analysis.mixing).", ""]
     return "\n".join(lines)

@@ -12,8 +12,8 @@ report.json keys (layers and heads 0-indexed, as captured):
 - ``head_stats``: {stat: [L][H]} (`jaxattn.analysis.head_stats`; ``norm_*`` for
   norm-based weights);
 - ``patterns``: {class or pattern: [L] fractions} (`jaxattn.analysis.patterns`);
-- ``mixing_ratios``: {measure: [L]} (Kobayashi et al. 2021); empty until the
-  engine exposes the quantities it needs (``meta.pending`` says so);
+- ``mixing_ratios``: {measure: [L]} (Kobayashi et al. 2021,
+  `jaxattn.analysis.mixing`), for each measure whose quantity was captured;
 - ``dependency_heads`` (with parsed sentences): {relation: {...}}
   (`jaxattn.analysis.dependency`), and ``dependency_heads_norm`` with
   norm-based weights;
@@ -35,13 +35,12 @@ from jaxattn.analysis.dependency import DependencyHeads
 from jaxattn.analysis.head_distance import HeadDistance
 from jaxattn.analysis.head_stats import HeadStats
 from jaxattn.analysis.markdown import render_markdown
+from jaxattn.analysis.mixing import MixingRatios
 from jaxattn.analysis.patterns import PatternCounts
 from jaxattn.analysis.rollout import RolloutStats
 from jaxattn.analysis.tokens import SpecialTokens
 from jaxattn.analysis.weights import available_kinds
 from jaxattn.capture import Capture
-
-MIXING_PENDING = "mixing_ratios: Kobayashi et al. 2021 (issue 4 item 5), needs engine quantities"
 
 
 class CorpusAnalysis:
@@ -67,6 +66,7 @@ class CorpusAnalysis:
         self.patterns = PatternCounts("attention", specials)
         self.distance = HeadDistance("attention", distance_max_tokens) if head_distance else None
         self.rollout: RolloutStats | None = RolloutStats(specials=specials)
+        self.mixing = MixingRatios()
         self.coarse_relations = coarse_relations
         self.dependency: dict[str, DependencyHeads] = {}
         self.examples = 0
@@ -83,6 +83,7 @@ class CorpusAnalysis:
                 self.rollout.update(capture)
             else:
                 self.rollout = None  # rollout starts at the input: needs layers 0..L-1
+        self.mixing.update(capture)
         if sentence is not None:
             self.add_parse(capture, sentence)
         self.examples += 1
@@ -119,7 +120,7 @@ class CorpusAnalysis:
             heads=heads,
             head_stats=self.head_stats.result(),
             patterns=self.patterns.result(),
-            mixing_ratios=mixing_ratios,
+            mixing_ratios=mixing_ratios if mixing_ratios is not None else self.mixing.result(),
             dependency_heads=dep.result() if dep else None,
             dependency_heads_norm=self.dependency["norm"].result()
             if "norm" in self.dependency
@@ -181,7 +182,7 @@ def build_report(
       layers, heads: the captured layer and head numbers the [L][H] axes follow.
       head_stats: `HeadStats.result()`; patterns: `PatternCounts.result()`.
       mixing_ratios: {measure: [L]} from item 5 (Kobayashi et al. 2021) when
-        available; None leaves ``mixing_ratios`` empty and marks it pending.
+        computed elsewhere; None leaves ``mixing_ratios`` empty.
       dependency_heads, dependency_heads_norm: `DependencyHeads.result()`.
       head_distance: `HeadDistance.result()`; rollout: `RolloutStats.result()`.
       meta: extra metadata (model, input, timings, ...).
@@ -193,7 +194,6 @@ def build_report(
         "layers": list(layers),
         "heads": list(heads),
         "thresholds": thresholds(),
-        "pending": [] if mixing_ratios else [MIXING_PENDING],
     }
     info.update(meta or {})
     report = {

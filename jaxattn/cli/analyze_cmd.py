@@ -206,6 +206,7 @@ def _cpus() -> int:
 
 def _run(args) -> int:
     from jaxattn.analysis import CorpusAnalysis, read_conllu, write_report
+    from jaxattn.analysis.mixing import QUANTITIES as MIXING_QUANTITIES
 
     t0 = time.monotonic()
     path = Path(args.input)
@@ -225,7 +226,7 @@ def _run(args) -> int:
         extra = list(itertools.islice(read_conllu(args.conllu), args.limit))
     if not texts:
         raise ValueError(f"{path} has no examples")
-    what = ("attention",) if args.no_norm else ("attention", "alpha_fx_norm")
+    what = ("attention",) if args.no_norm else ("attention", "alpha_fx_norm", *MIXING_QUANTITIES)
     source = _Source(args, what)
     corpus = CorpusAnalysis(
         head_distance=not args.no_head_distance, coarse_relations=args.coarse_relations

@@ -22,7 +22,11 @@ def test_report_without_parses(tmp_path):
     corpus.update(pair_capture())
     report = corpus.report(meta={"model": "hand-made"})
     assert report["meta"]["examples"] == 2 and report["meta"]["tokens"] == 2 * len(PAIR_TOKENS)
-    assert report["meta"]["pending"] and report["mixing_ratios"] == {}
+    # Attention-only captures give the weight-based mixing ratios (Kobayashi et al. 2021).
+    # Layer 0 averages identity and one-hot-on-7 heads: r_i = 1/2 except r_7 = 0;
+    # layer 1 is uniform over 19 tokens: r_i = 18/19.
+    assert set(report["mixing_ratios"]) == {"Attn-W", "AttnRes-W"}
+    np.testing.assert_allclose(report["mixing_ratios"]["Attn-W"], [9 / 19, 18 / 19], atol=1e-6)
     np.testing.assert_allclose(
         report["head_stats"]["self"], [[1.0, 1 / 19], [1 / 19, 1 / 19]], atol=1e-6
     )
@@ -37,7 +41,7 @@ def test_report_without_parses(tmp_path):
     assert json.loads(json_path.read_text()) == report
     md = md_path.read_text()
     assert md_path.name == "report.md" and "## Pattern fractions per layer" in md
-    assert "Pending" in md
+    assert "## Mixing ratios" in md and "| 0 | 0.474 |" in md
 
 
 def test_report_with_parses_and_mixing_ratios(tmp_path):
@@ -46,7 +50,7 @@ def test_report_with_parses_and_mixing_ratios(tmp_path):
         corpus.update(cap, sent)
     report = corpus.report(mixing_ratios={"Attn-W": np.array([0.9])})
     assert report["dependency_heads"]["det"]["best_head"] == [0, 0]
-    assert report["meta"]["parsed_sentences"] == 3 and report["meta"]["pending"] == []
+    assert report["meta"]["parsed_sentences"] == 3
     assert report["mixing_ratios"] == {"Attn-W": [0.9]}
     assert "head_distance" not in report
     _, md = write_report(report, tmp_path / "r.json")
