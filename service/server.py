@@ -21,13 +21,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from jaxattn.v1 import attention_pb2 as pb
-from jaxattn.v1 import attention_pb2_grpc as pb_grpc
 from jaxattn.wire import codecs
 from service.auth import BearerTokenInterceptor
 from service.batcher import MicroBatcher
 from service.options import ServerOptions
 from service.requests import RequestParser
-from service.servicer import AttentionServicer
+from service.servicer import AttentionServicer, handlers
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AttentionService"].full_name
 
@@ -124,9 +123,7 @@ def create_server(
             ("grpc.so_reuseport", 0),  # a second server on a used port must fail, not share
         ],
     )
-    pb_grpc.add_AttentionServiceServicer_to_server(
-        AttentionServicer(engine, batcher, parser), server
-    )
+    server.add_generic_rpc_handlers((handlers(AttentionServicer(engine, batcher, parser)),))
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ("", SERVICE_NAME):

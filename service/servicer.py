@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 
 import grpc
 
 from jaxattn.quantities import QUANTITIES
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.v1 import attention_pb2_grpc as pb_grpc
-from jaxattn.wire import encode_example
+from jaxattn.wire import serialize_example
+from jaxattn.wire.prefetch import prefetch
 from service.batcher import EngineFailed, JobCancelled, MicroBatcher, QueueFull
 from service.requests import RequestError, RequestParser
 
 log = logging.getLogger("jaxattn.service")
 
+# A request of one example this short answers in a few small messages.
+_SMALL_TOKENS = 64
+
 
 class AttentionServicer(pb_grpc.AttentionServiceServicer):
-    """Serves one engine through a `MicroBatcher`.
+    """Serves one engine through a `MicroBatcher`. Register it with `handlers`.
 
     Logs one line per Capture call: peer, status, texts, tokens, bytes out and
     duration. Never the texts themselves, never the metadata (it holds the token).
@@ -59,12 +64,13 @@ class AttentionServicer(pb_grpc.AttentionServiceServicer):
             # Fires on completion, cancellation and deadline: the job stops
             # waiting and the batcher drops its unfinished work.
             context.add_callback(job.cancel)
-            for index, cap in job.results():
-                for message in encode_example(
-                    index, cap, codec=parsed.codec, max_chunk_bytes=parsed.max_chunk_bytes
-                ):
-                    stats["bytes"] += message.ByteSize()
-                    yield message
+            messages = _serialized(job, parsed)
+            # Encode ahead of the send, in a thread; one short sentence is not worth one.
+            if len(parsed.encodings) > 1 or parsed.tokens > _SMALL_TOKENS:
+                messages = prefetch(messages)
+            for message in messages:
+                stats["bytes"] += len(message)
+                yield message
         except RequestError as e:
             stats["code"] = e.code.name
             context.abort(e.code, e.message)
@@ -89,6 +95,38 @@ class AttentionServicer(pb_grpc.AttentionServiceServicer):
                 context.peer(), stats["code"], stats["texts"], stats["tokens"], stats["bytes"],
                 (time.monotonic() - start) * 1e3,
             )  # fmt: skip
+
+
+def _serialized(job, parsed) -> Iterator[bytes]:
+    """The job's examples in input order as serialised messages, one copy per chunk
+    (see jaxattn.wire.protowire); the handler's response serializer passes them through."""
+    for index, cap in job.results():
+        yield from serialize_example(
+            index, cap, codec=parsed.codec, max_chunk_bytes=parsed.max_chunk_bytes
+        )
+
+
+def _passthrough(message: bytes) -> bytes:
+    return message
+
+
+def handlers(servicer: AttentionServicer) -> grpc.GenericRpcHandler:
+    """The service's method handlers: Capture yields pre-serialised CaptureResponse bytes."""
+    return grpc.method_handlers_generic_handler(
+        "jaxattn.v1.AttentionService",
+        {
+            "Capture": grpc.unary_stream_rpc_method_handler(
+                servicer.Capture,
+                request_deserializer=pb.CaptureRequest.FromString,
+                response_serializer=_passthrough,
+            ),
+            "GetModelInfo": grpc.unary_unary_rpc_method_handler(
+                servicer.GetModelInfo,
+                request_deserializer=pb.GetModelInfoRequest.FromString,
+                response_serializer=pb.ModelInfo.SerializeToString,
+            ),
+        },
+    )
 
 
 def _gone(context) -> str:

@@ -18,6 +18,7 @@ from jaxattn.v1 import attention_pb2_grpc as pb_grpc
 from jaxattn.wire import StreamDecoder, WireError, codecs
 
 Text = str | tuple[str, str]
+CAPTURE_METHOD = "/jaxattn.v1.AttentionService/Capture"
 
 
 def _indices(value, field: str) -> list[int]:
@@ -65,6 +66,10 @@ class AttentionClient:
         Every call has one: the client never waits forever.
       retries: extra attempts after UNAVAILABLE.
       backoff: (first, cap) retry delay in seconds, doubling, jittered.
+
+    Attributes:
+      wire_bytes: chunk payload bytes received so far by this client (after
+        compression: what the codecs saved shows here).
     """
 
     def __init__(
@@ -87,6 +92,7 @@ class AttentionClient:
             token=token, retries=retries, backoff=backoff,
         )  # fmt: skip
         self.timeout = timeout
+        self.wire_bytes = 0
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -222,15 +228,19 @@ class AttentionClient:
                 raise AttentionServiceError(
                     grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer within {timeout}s", address
                 )
-            call = pb_grpc.AttentionServiceStub(channel).Capture(
-                request, timeout=remaining, metadata=channels.metadata
+            # Raw bytes in: StreamDecoder.feed_bytes reads chunk data in place.
+            capture_rpc = channel.unary_stream(
+                CAPTURE_METHOD,
+                request_serializer=pb.CaptureRequest.SerializeToString,
+                response_deserializer=None,
             )
+            call = capture_rpc(request, timeout=remaining, metadata=channels.metadata)
             decoder = StreamDecoder()
             received = False
             try:
                 for message in call:
                     received = True
-                    capture = decoder.feed(message)
+                    capture = decoder.feed_bytes(message)
                     if capture is not None:
                         yield capture
                 decoder.finish()
@@ -243,6 +253,7 @@ class AttentionClient:
             except WireError as e:
                 raise AttentionServiceError(grpc.StatusCode.DATA_LOSS, str(e), address) from None
             finally:
+                self.wire_bytes += decoder.wire_bytes
                 call.cancel()  # no-op after completion; drops the server's work otherwise
             time.sleep(min(cap, first * 2**attempt, max(deadline - time.monotonic(), 0))
                        * random.uniform(0.5, 1.0))  # fmt: skip

@@ -5,11 +5,14 @@
     decoder = StreamDecoder()
     caps = [c for m in messages if (c := decoder.feed(m)) is not None]
 
+The server sends `serialize_example`'s bytes (the same messages, serialised
+with one copy of each chunk's data) and the client decodes received bytes with
+`StreamDecoder.feed_bytes`, which reads each chunk's data in place.
+
 Numpy and protobuf only (no jax): the server encodes with it, the client
 decodes with it. The format is specified in protos/jaxattn/v1/attention.proto.
 """
 
-from jaxattn.wire.chunks import StreamDecoder, encode_example
 from jaxattn.wire.codecs import (
     CODECS,
     DEFAULT_MAX_CHUNK_BYTES,
@@ -18,6 +21,8 @@ from jaxattn.wire.codecs import (
     ChecksumError,
     WireError,
 )
+from jaxattn.wire.decode import StreamDecoder
+from jaxattn.wire.encode import encode_example, serialize_example
 
 __all__ = [
     "CODECS",
@@ -28,4 +33,5 @@ __all__ = [
     "StreamDecoder",
     "WireError",
     "encode_example",
+    "serialize_example",
 ]

@@ -128,3 +128,42 @@ def test_incompressible_chunks_fall_back_to_none():
     messages = list(encode_example(0, cap, codec="zstd", max_chunk_bytes=1024))
     assert all(m.chunk.codec == pb.CODEC_NONE for m in messages[1:])
     assert same(decode_all(messages)[0], cap)
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd", "lz4"])
+def test_serialized_fast_path_is_plain_protobuf(codec):
+    from jaxattn.wire import serialize_example
+
+    caps = [make_capture(t, "float32", seed=t) for t in (3, 17)]
+    fast = [b for i, c in enumerate(caps)
+            for b in serialize_example(i, c, codec=codec, max_chunk_bytes=1024)]  # fmt: skip
+    slow = [m for i, c in enumerate(caps)
+            for m in encode_example(i, c, codec=codec, max_chunk_bytes=1024)]  # fmt: skip
+    assert fast == [m.SerializeToString() for m in slow]  # byte for byte what protobuf writes
+    decoder = StreamDecoder()
+    got = [c for b in fast if (c := decoder.feed_bytes(b)) is not None]
+    assert all(same(g, c) for g, c in zip(got, caps, strict=True))
+
+
+def test_feed_bytes_accepts_any_field_order_and_falls_back_to_protobuf():
+    from jaxattn.wire import protowire
+
+    messages = chunks_of(chunk=1 << 20)
+    raw = []
+    for m in messages:
+        if m.WhichOneof("item") == "chunk":
+            data = m.chunk.data
+            head = pb.TensorChunk()
+            head.CopyFrom(m.chunk)
+            head.data = b""
+            field = protowire.length_delimited(protowire.DATA_TAG, len(data)) + data
+            body = field + head.SerializeToString()  # data first, as another library might
+            raw.append(protowire.length_delimited(protowire.CHUNK_TAG, len(body)) + body)
+        else:
+            # An unknown field 15 after the header: protobuf skips it (fallback path).
+            raw.append(m.SerializeToString() + bytes((15 << 3, 1)))
+    decoder = StreamDecoder()
+    (cap,) = [c for b in raw if (c := decoder.feed_bytes(b)) is not None]
+    assert same(cap, make_capture(12, "float32"))
+    with pytest.raises(WireError, match="unparsable"):
+        StreamDecoder().feed_bytes(b"\x12\x05\x01")

@@ -1,0 +1,110 @@
+"""Just enough of the protobuf wire format to move chunk bytes without copying them.
+
+A 4 MiB chunk would otherwise be copied several times on each side (into the
+message, out of it, into the serialised buffer). The server writes a chunk
+message as its small fields, serialised by protobuf, followed by the `data`
+field written here; the client finds the `data` field's bytes in the received
+buffer and parses only the rest with protobuf. Both are plain protobuf
+encoding: any protobuf library reads and writes the same bytes.
+"""
+
+from __future__ import annotations
+
+# Field tags: (field_number << 3) | wire_type, wire type 2 = length-delimited.
+HEADER_TAG = (1 << 3) | 2  # CaptureResponse.header
+CHUNK_TAG = (2 << 3) | 2  # CaptureResponse.chunk
+DATA_TAG = (12 << 3) | 2  # TensorChunk.data
+DATA_FIELD = 12
+
+
+def varint(n: int) -> bytes:
+    """The base-128 varint encoding of a non-negative integer."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def read_varint(buf, pos: int) -> tuple[int, int]:
+    """(value, next position) of the varint at `pos`.
+
+    Raises:
+      ValueError: truncated or longer than 10 bytes.
+    """
+    value = shift = 0
+    for k in range(10):
+        if pos + k >= len(buf):
+            raise ValueError("truncated varint")
+        b = buf[pos + k]
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos + k + 1
+        shift += 7
+    raise ValueError("varint longer than 10 bytes")
+
+
+def length_delimited(tag: int, payload_len: int) -> bytes:
+    """The tag and length prefix of a length-delimited field."""
+    return bytes((tag,)) + varint(payload_len)
+
+
+def frame_chunk(head: bytes, data) -> bytes:
+    """A serialised CaptureResponse{chunk: <head fields> + data}, with one copy of `data`."""
+    data_prefix = length_delimited(DATA_TAG, len(data))
+    body = len(head) + len(data_prefix) + len(data)
+    return b"".join((length_delimited(CHUNK_TAG, body), head, data_prefix, data))
+
+
+def frame_header(header: bytes) -> bytes:
+    """A serialised CaptureResponse{header: header}."""
+    return length_delimited(HEADER_TAG, len(header)) + header
+
+
+def split_response(buf: bytes) -> tuple[str, memoryview, memoryview | None] | None:
+    """Split a serialised CaptureResponse holding exactly one item without copying.
+
+    Returns:
+      ("header", header bytes, None), or ("chunk", the chunk's other fields,
+      its data); None when the buffer is anything else (the caller then falls
+      back to a full protobuf parse).
+    """
+    view = memoryview(buf)
+    try:
+        if not view or view[0] not in (HEADER_TAG, CHUNK_TAG):
+            return None
+        size, start = read_varint(view, 1)
+        if start + size != len(view):
+            return None  # more than one field: let protobuf merge them
+        body = view[start:]
+        if view[0] == HEADER_TAG:
+            return "header", body, None
+        rest, data, pos = [], None, 0
+        while pos < len(body):
+            key, after = read_varint(body, pos)
+            field, wire_type = key >> 3, key & 7
+            if wire_type == 0:
+                _, end = read_varint(body, after)
+            elif wire_type == 1:
+                end = after + 8
+            elif wire_type == 5:
+                end = after + 4
+            elif wire_type == 2:
+                n, value_start = read_varint(body, after)
+                end = value_start + n
+                if field == DATA_FIELD:
+                    if data is not None:
+                        return None  # repeated data field: protobuf's last-wins
+                    data = body[value_start:end]
+                    pos = end
+                    continue
+            else:
+                return None
+            if end > len(body):
+                return None
+            rest.append(body[pos:end])
+            pos = end
+        return "chunk", memoryview(b"".join(rest)), data if data is not None else memoryview(b"")
+    except ValueError:
+        return None
