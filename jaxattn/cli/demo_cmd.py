@@ -98,7 +98,9 @@ def _run(args) -> int:
     _print(f"A: {SENTENCE_A!r}", single)
     _print(f"A+B: {SENTENCE_A!r} / {SENTENCE_B!r} (B starts at token "
            f"{pair.sentence_b_start})", pair)  # fmt: skip
-    print("\nentropy in nats, averaged over heads and query positions; a = attention weight, "
-          "|af(x)| = ||alpha f(x)|| (Kobayashi et al. 2020),\n|af|->X = share of each query's "
-          "||alpha f(x)|| total that goes to X. server stopped.")
+    print(
+        "\nentropy in nats, averaged over heads and query positions; a = attention weight, "
+        "|af(x)| = ||alpha f(x)|| (Kobayashi et al. 2020),\n|af|->X = share of each query's "
+        "||alpha f(x)|| total that goes to X. server stopped."
+    )
     return 0
