@@ -1,0 +1,53 @@
+"""Views of captures: head, model, neuron and stats views in one self-contained HTML file.
+
+Numpy only on the Python side (no jax import); the pages are hand-written
+vanilla JS + SVG/canvas, inlined, and fetch nothing.
+
+    from jaxattn import views
+
+    html = views.build_html(caps, views=("head", "model", "neuron", "stats"))
+    views.write_html("attention.html", caps)              # or cap.to_html("a.html")
+    views.View(caps)                                      # in a notebook: shows inline
+    svg = views.to_svg(cap, "head", layer=2)              # static export, for papers
+    views.write_png("head.png", svg)                      # headless chromium
+
+    # the live viewer (`jaxattn web`)
+    server, port = views.create_web_server(engine, ("127.0.0.1", 8000))
+
+Modules: `payload` (captures -> the JSON the pages draw; base64 zlib arrays),
+`stats` (the stats view's numbers from `jaxattn.analysis`), `page` (the HTML),
+`svg` (static SVG written from Python), `png` (chromium screenshots), `web`
+(the live viewer, stdlib http.server). The scripts are in `static/`.
+"""
+
+import importlib
+
+from jaxattn.views.page import View, build_html, write_html
+from jaxattn.views.payload import VIEWS, payload
+
+_LAZY = {
+    "to_svg": ("jaxattn.views.svg", "to_svg"),
+    "write_png": ("jaxattn.views.png", "write_png"),
+    "find_chromium": ("jaxattn.views.png", "find_chromium"),
+    "create_web_server": ("jaxattn.views.web", "create_web_server"),
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'jaxattn.views' has no attribute {name!r}")
+
+
+__all__ = [
+    "VIEWS",
+    "View",
+    "build_html",
+    "create_web_server",
+    "find_chromium",
+    "payload",
+    "to_svg",
+    "write_html",
+    "write_png",
+]

@@ -1,0 +1,135 @@
+/* Head view (after Vig's BertViz): tokens on the left attend to tokens on the
+ * right; one line per (query i, key j, head) with stroke-opacity = weight.
+ * Stays responsive at 512 tokens: at most MAX_LINES lines are drawn (the
+ * strongest, by a histogram cut-off), hovering/clicking a token draws only its
+ * lines. DOM hooks: line[data-i][data-j][data-head][data-w], svg#hv-svg
+ * [data-min][data-drawn][data-candidates], .chip[data-head][data-on],
+ * text.tok[data-side][data-idx]. */
+"use strict";
+(function () {
+  const JX = window.JaxattnViews;
+  const MAX_LINES = 5000, RH = 18, COLW = 130, GAP = 220, PAD = 6;
+  JX.views.head = function (ctx) {
+    const st = { layer: 0, on: null, filter: "all", min: 0, pinned: null, hover: null };
+    const el = JX.el("div", { class: "hv" });
+    const controls = JX.el("div", { class: "jx-controls" });
+    const chips = JX.el("div", { id: "hv-heads", class: "chips" });
+    const info = JX.el("div", { id: "hv-info", class: "info" });
+    const scroll = JX.el("div", { class: "hv-scroll" });
+    const NS = "http://www.w3.org/2000/svg";
+    const svg = document.createElementNS(NS, "svg");
+    svg.id = "hv-svg";
+    const gLines = document.createElementNS(NS, "g"), gToks = document.createElementNS(NS, "g");
+    svg.append(gLines, gToks);
+    scroll.append(svg);
+    el.append(controls, chips, info, scroll);
+
+    function build() {
+      const ex = ctx.ex, L = ex.layers.length;
+      st.layer = Math.min(st.layer, L - 1);
+      if (!st.on || st.on.length !== ex.heads.length) st.on = ex.heads.map(() => true);
+      controls.innerHTML = "";
+      controls.append(JX.el("label", {}, "Layer ", JX.select("hv-layer",
+        ex.layers.map((l, i) => [i, String(l)]), st.layer, (v) => { st.layer = +v; draw(); })));
+      if (ex.sentence_b_start !== null) {
+        const opts = [["all", "all"], ["AA", "A → A"], ["AB", "A → B"], ["BA", "B → A"], ["BB", "B → B"]];
+        controls.append(JX.el("label", {}, "Sentences ", JX.select("hv-filter", opts, st.filter,
+          (v) => { st.filter = v; st.pinned = null; build(); draw(); })));
+      } else st.filter = "all";
+      const min = JX.el("input", { id: "hv-min", type: "number", min: 0, max: 1, step: 0.01, value: st.min });
+      min.addEventListener("change", () => { st.min = Math.max(0, +min.value || 0); draw(); });
+      controls.append(JX.el("label", {}, "Hide weights below ", min));
+      chips.innerHTML = "";
+      ex.heads.forEach((h, hi) => {
+        const c = JX.el("span", { class: "chip", "data-head": hi, "data-on": st.on[hi] ? 1 : 0,
+          title: `head ${h}: click to toggle, double-click for this head only`,
+          style: `background:${JX.headColor(h)}` }, String(h));
+        c.addEventListener("click", () => { st.on[hi] = !st.on[hi]; c.dataset.on = st.on[hi] ? 1 : 0; draw(); });
+        c.addEventListener("dblclick", () => {
+          st.on = st.on.map((_, k) => k === hi);
+          chips.querySelectorAll(".chip").forEach((x) => { x.dataset.on = +x.dataset.head === hi ? 1 : 0; });
+          draw();
+        });
+        chips.append(c);
+      });
+      // tokens: the left column holds the queries, the right the keys
+      const [ql, qh] = rows("left"), [kl, kh] = rows("right");
+      const n = Math.max(qh - ql, kh - kl);
+      svg.setAttribute("width", 2 * COLW + GAP);
+      svg.setAttribute("height", n * RH + 2 * PAD);
+      let s = "";
+      for (const [side, lo, hi, x, anchor] of [["left", ql, qh, COLW - 4, "end"], ["right", kl, kh, COLW + GAP + 4, "start"]]) {
+        for (let i = lo; i < hi; i++) {
+          s += `<text class="tok" data-side="${side}" data-idx="${i}" x="${x}" y="${y(i - lo) + 4}" text-anchor="${anchor}">${JX.esc(ex.tokens[i])}</text>`;
+        }
+      }
+      gToks.innerHTML = s;
+      gToks.querySelectorAll("text.tok").forEach((t) => {
+        const sel = { side: t.dataset.side, idx: +t.dataset.idx };
+        t.addEventListener("mouseenter", () => { st.hover = sel; draw(); });
+        t.addEventListener("mouseleave", () => { st.hover = null; draw(); });
+        t.addEventListener("click", () => {
+          const same = st.pinned && st.pinned.side === sel.side && st.pinned.idx === sel.idx;
+          st.pinned = same ? null : sel; draw();
+        });
+      });
+    }
+    const y = (r) => PAD + r * RH + RH / 2;
+    function rows(side) {
+      const f = st.filter === "all" ? null : st.filter[side === "left" ? 0 : 1];
+      return JX.span(ctx.ex, f || "all");
+    }
+    /** Calls f(i, j, hi, w) for every candidate line of the current selection. */
+    function each(f) {
+      const ex = ctx.ex, t = ex._t.weights[ctx.state.kind], T = ex.T;
+      let [ql, qh] = rows("left"), [kl, kh] = rows("right");
+      const sel = st.pinned || st.hover;
+      if (sel && sel.side === "left") { ql = Math.max(ql, sel.idx); qh = Math.min(qh, sel.idx + 1); }
+      if (sel && sel.side === "right") { kl = Math.max(kl, sel.idx); kh = Math.min(kh, sel.idx + 1); }
+      const d = t.data, sc = t.exact ? 1 : t.scale, off = t.exact ? 0 : t.offset;
+      for (let hi = 0; hi < ex.heads.length; hi++) {
+        if (!st.on[hi]) continue;
+        const base = t.base(st.layer, hi, 0, 0);
+        for (let i = ql; i < qh; i++) {
+          const r = base + i * T;
+          for (let j = kl; j < kh; j++) { const w = d[r + j] * sc + off; if (w > 0) f(i, j, hi, w); }
+        }
+      }
+    }
+    function draw() {
+      const ex = ctx.ex;
+      // pass 1: a 1024-bin histogram of the weights above the user's minimum
+      const bins = new Uint32Array(1025);
+      let total = 0;
+      each((i, j, hi, w) => { if (w >= st.min) { total++; bins[Math.min(1024, Math.floor(w * 1024))]++; } });
+      let cut = st.min;
+      if (total > MAX_LINES) {
+        let acc = 0, b = 1024;
+        while (b > 0 && acc + bins[b] <= MAX_LINES) acc += bins[b--];
+        cut = Math.max(st.min, (b + 1) / 1024);
+      }
+      // pass 2: the lines themselves, as one markup string (fast for thousands)
+      const [ql] = rows("left"), [kl] = rows("right");
+      const x1 = COLW, x2 = COLW + GAP, parts = [];
+      each((i, j, hi, w) => {
+        if (w < cut || parts.length >= MAX_LINES) return;
+        parts.push(`<line data-i="${i}" data-j="${j}" data-head="${hi}" data-w="${w}" x1="${x1}" y1="${y(i - ql)}" x2="${x2}" y2="${y(j - kl)}" stroke="${JX.headColor(ex.heads[hi])}" stroke-opacity="${w}"/>`);
+      });
+      gLines.innerHTML = parts.join("");
+      svg.dataset.min = String(cut); svg.dataset.drawn = String(parts.length); svg.dataset.candidates = String(total);
+      const sel = st.pinned || st.hover;
+      gToks.querySelectorAll("text.tok").forEach((t) => {
+        t.classList.toggle("sel", !!sel && t.dataset.side === sel.side && +t.dataset.idx === sel.idx);
+      });
+      info.textContent = `Layer ${ex.layers[st.layer]}, ${JX.KIND_TITLES[ctx.state.kind]}: ` +
+        (parts.length < total ? `showing the ${parts.length} strongest of ${total} lines (weights ≥ ${cut.toFixed(3)}); hover or click a token for its own lines.`
+          : `${parts.length} lines.`) + " Hover a token to isolate its lines; click to pin.";
+    }
+    return {
+      el,
+      render() { build(); draw(); },
+      reset() { st.pinned = null; st.hover = null; st.on = null; },
+      select(layer, heads) { st.layer = layer; st.on = ctx.ex.heads.map((_, k) => heads.includes(k)); },
+    };
+  };
+})();

@@ -1,0 +1,122 @@
+/* Model view: every layer x head as a heatmap thumbnail (row i = query token,
+ * column j = key token, pixel alpha = weight, in the head's colour); click one
+ * to enlarge it. Thumbnails are drawn only when scrolled into view
+ * (IntersectionObserver) at min(T, THUMB) pixels: above THUMB tokens, a pixel
+ * holds the mean over its rows of the summed weight of its columns.
+ * DOM hooks: canvas.thumb[data-layer][data-head][data-res], canvas#mv-big. */
+"use strict";
+(function () {
+  const JX = window.JaxattnViews;
+  const THUMB = 64;
+  /** Paint map [T x T] of (layer, head) pooled to res x res into an ImageData. */
+  function paint(img, t, layer, hi, T, res, color) {
+    const v = new Float32Array(res * res), cnt = new Float32Array(res);
+    const base = t.base(layer, hi, 0, 0), d = t.data, sc = t.exact ? 1 : t.scale, off = t.exact ? 0 : t.offset;
+    for (let i = 0; i < T; i++) {
+      const r = Math.floor((i * res) / T);
+      cnt[r]++;
+      for (let j = 0; j < T; j++) v[r * res + Math.floor((j * res) / T)] += d[base + i * T + j] * sc + off;
+    }
+    const px = img.data;
+    for (let r = 0; r < res; r++) {
+      for (let c = 0; c < res; c++) {
+        const k = 4 * (r * res + c), w = v[r * res + c] / cnt[r];
+        px[k] = color[0]; px[k + 1] = color[1]; px[k + 2] = color[2];
+        px[k + 3] = Math.round(255 * Math.min(1, Math.max(0, w)));
+      }
+    }
+  }
+  JX.paintMap = paint;
+  JX.views.model = function (ctx) {
+    const el = JX.el("div", { class: "mv" });
+    const info = JX.el("div", { class: "info", id: "mv-info" });
+    const grid = JX.el("div", { class: "mv-grid", id: "mv-grid" });
+    const detail = JX.el("div", { class: "mv-detail", id: "mv-detail", hidden: true });
+    el.append(info, JX.el("div", { class: "mv-wrap" }, grid, detail));
+    const visible = new Set(), dirty = new Set();
+    let open = null;
+    const io = new IntersectionObserver((entries) => {
+      for (const e of entries) {
+        if (e.isIntersecting) { visible.add(e.target); if (dirty.has(e.target)) drawThumb(e.target); }
+        else visible.delete(e.target);
+      }
+    });
+    function drawThumb(c) {
+      dirty.delete(c);
+      const ex = ctx.ex, res = +c.dataset.res, g = c.getContext("2d");
+      const img = g.createImageData(res, res), hi = +c.dataset.head;
+      paint(img, ex._t.weights[ctx.state.kind], +c.dataset.layer, hi, ex.T, res, JX.rgb(JX.headColor(ex.heads[hi])));
+      g.putImageData(img, 0, 0);
+      c.dataset.drawn = ctx.state.kind;
+    }
+    function build() {
+      const ex = ctx.ex, res = Math.min(ex.T, THUMB);
+      io.disconnect(); visible.clear(); dirty.clear();
+      grid.innerHTML = "";
+      grid.style.gridTemplateColumns = `3em repeat(${ex.heads.length}, ${THUMB + 4}px)`;
+      grid.append(JX.el("div", {}));
+      ex.heads.forEach((h) => grid.append(JX.el("div", { class: "mv-col" }, `H${h}`)));
+      ex.layers.forEach((l, li) => {
+        grid.append(JX.el("div", { class: "mv-row" }, `L${l}`));
+        ex.heads.forEach((h, hi) => {
+          const c = JX.el("canvas", { class: "thumb", width: res, height: res, "data-layer": li, "data-head": hi,
+            "data-res": res, title: `layer ${l}, head ${h}: click to enlarge` });
+          c.addEventListener("click", () => enlarge(li, hi));
+          dirty.add(c); grid.append(c); io.observe(c);
+        });
+      });
+      info.textContent = `${ex.layers.length} layers × ${ex.heads.length} heads, ${JX.KIND_TITLES[ctx.state.kind]}; ` +
+        `rows are query tokens, columns key tokens${ex.T > THUMB ? ` (pooled to ${THUMB} px)` : ""}. Click a map to enlarge it.`;
+      if (open) enlarge(...open);
+    }
+    function enlarge(li, hi) {
+      open = [li, hi];
+      const ex = ctx.ex, T = ex.T, cell = Math.max(1, Math.min(24, Math.floor(560 / T)));
+      const lab = cell >= 9 ? 90 : 0, size = lab + T * cell;
+      const c = JX.el("canvas", { id: "mv-big", width: size, height: size, "data-layer": li, "data-head": hi, "data-cell": cell, "data-label": lab });
+      const g = c.getContext("2d"), img = g.createImageData(T, T);
+      paint(img, ex._t.weights[ctx.state.kind], li, hi, T, T, JX.rgb(JX.headColor(ex.heads[hi])));
+      const tmp = JX.el("canvas", { width: T, height: T });
+      tmp.getContext("2d").putImageData(img, 0, 0);
+      g.imageSmoothingEnabled = false;
+      g.drawImage(tmp, lab, lab, T * cell, T * cell);
+      if (lab) {
+        g.font = `${Math.min(12, cell)}px sans-serif`; g.fillStyle = "#333"; g.textBaseline = "middle";
+        ex.tokens.forEach((tok, i) => {
+          g.textAlign = "right"; g.fillText(tok, lab - 3, lab + (i + 0.5) * cell, lab - 4);
+          g.save(); g.translate(lab + (i + 0.5) * cell, lab - 3); g.rotate(-Math.PI / 2);
+          g.textAlign = "left"; g.fillText(tok, 0, 0, lab - 4); g.restore();
+        });
+      }
+      const readout = JX.el("div", { id: "mv-readout", class: "info" }, "Hover a cell.");
+      c.addEventListener("mousemove", (e) => {
+        const r = c.getBoundingClientRect(), k = c.width / r.width;
+        const j = Math.floor(((e.clientX - r.left) * k - lab) / cell), i = Math.floor(((e.clientY - r.top) * k - lab) / cell);
+        if (i < 0 || j < 0 || i >= T || j >= T) return;
+        const t = ex._t.weights[ctx.state.kind];
+        readout.textContent = `${ex.tokens[i]} (${i}) → ${ex.tokens[j]} (${j}): ${t.at(t.base(li, hi, i, j)).toFixed(4)}`;
+      });
+      const toHead = JX.el("button", { id: "mv-to-head", on: { click: () => {
+        if (!ctx.views.head) ctx.show("head");
+        ctx.views.head.select(li, [hi]); ctx.views.head.render(); ctx.show("head");
+      } } }, "Open in head view");
+      const close = JX.el("button", { on: { click: () => { open = null; detail.hidden = true; } } }, "Close");
+      detail.innerHTML = "";
+      detail.append(JX.el("h3", {}, `Layer ${ex.layers[li]}, head ${ex.heads[hi]}`), c, readout,
+        ctx.doc.views.includes("head") ? toHead : null, close);
+      detail.hidden = false;
+    }
+    return {
+      el,
+      render() {
+        build();
+        // IntersectionObserver reports soon; draw what is on screen now as well
+        requestAnimationFrame(() => grid.querySelectorAll("canvas.thumb").forEach((c) => {
+          const r = c.getBoundingClientRect();
+          if (dirty.has(c) && r.bottom > 0 && r.top < innerHeight && r.width > 0) drawThumb(c);
+        }));
+      },
+      reset() { open = null; detail.hidden = true; },
+    };
+  };
+})();
