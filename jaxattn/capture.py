@@ -81,6 +81,24 @@ class Capture:
 
         return capture_io.to_bertviz(self, quantity, torch=torch)
 
+    def to_html(self, path=None, **options) -> str:
+        """Head/model/neuron/stats views of this capture as one self-contained HTML page.
+
+        Args:
+          path: also write the page there (UTF-8) when given.
+          **options: as `jaxattn.views.build_html` (views, precision, title, labels).
+
+        Returns:
+          The HTML text. In a notebook, ``jaxattn.views.View(cap)`` shows it inline.
+        """
+        from jaxattn import views
+
+        html = views.build_html(self, **options)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(html)
+        return html
+
     def _check(self, name: str) -> None:
         if name not in self.tensors:
             if name in QUANTITIES:
