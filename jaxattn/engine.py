@@ -76,15 +76,16 @@ class Engine:
         self._step = jax.jit(
             self._forward,
             static_argnums=0,  # the CaptureSpec; in_shardings cover the rest
-            in_shardings=(replicated, batch, batch, batch),
+            in_shardings=(replicated, batch, batch, batch, replicated),
             out_shardings=batch,
         )
 
     # -- the jitted step -------------------------------------------------------
 
-    def _forward(self, spec: CaptureSpec, params, ids, type_ids, mask):
+    def _forward(self, spec: CaptureSpec, params, ids, type_ids, mask, gates):
+        # gates: None, or (keep [L, H], uniform [L, H]) shared by the batch (ablation).
         def one(i, t, m):  # one example: [T] -> {name: [L, ...]}
-            return self._model.apply({"params": params}, i, t, m, spec)
+            return self._model.apply({"params": params}, i, t, m, spec, gates)
 
         out = jax.vmap(one)(ids, type_ids, mask)  # {name: [B, L, ...]}
         return {name: encode(name, x, mask, spec.dtype) for name, x in out.items()}
@@ -114,6 +115,7 @@ class Engine:
         heads: Iterable[int] | int | None = None,
         dtype: str = "float32",
         truncate: bool = False,
+        ablation=None,
     ) -> list[Capture]:
         """Capture attention quantities for each text.
 
@@ -124,6 +126,7 @@ class Engine:
           heads: head indices, or None for all.
           dtype: output encoding: float32 (exact), float16, bfloat16, uint8.
           truncate: cut texts longer than the model's maximum instead of raising.
+          ablation: a `jaxattn.ablation.HeadAblation` to disable heads, or None.
 
         Returns:
           One Capture per text, in input order.
@@ -135,18 +138,21 @@ class Engine:
         spec = self.make_spec(what, layers, heads, dtype)
         encodings = self.tokenize(texts, truncate)
         out: list[Capture | None] = [None] * len(encodings)
-        for pos, cap in self.run(encodings, spec):
+        for pos, cap in self.run(encodings, spec, ablation):
             out[pos] = cap
         return out  # type: ignore[return-value]
 
     def run(
-        self, encodings: Sequence[Encoding], spec: CaptureSpec
+        self, encodings: Sequence[Encoding], spec: CaptureSpec, ablation=None
     ) -> Iterator[tuple[int, Capture]]:
         """Capture tokenised examples, yielding (position, Capture) as batches finish.
 
         Examples come grouped by length bucket, not in input order. Dispatch is
         asynchronous: batch k+1 computes while batch k is copied and trimmed.
+        `ablation` (a `jaxattn.ablation.HeadAblation`) disables heads; every
+        ablation set runs the same compiled program.
         """
+        gates = None if ablation is None else ablation.gates(self.config)
         plan = batching.plan(
             [e.length for e in encodings],
             self.buckets,
@@ -156,7 +162,7 @@ class Engine:
         )
         pending: collections.deque = collections.deque()
         for batch in plan:
-            out = self._step(spec, self._params, *self._pack(batch, encodings))
+            out = self._step(spec, self._params, *self._pack(batch, encodings), gates)
             for leaf in jax.tree.leaves(out):
                 leaf.copy_to_host_async()
             pending.append((batch, out))
@@ -182,6 +188,10 @@ class Engine:
                 jax.block_until_ready(self._step(spec, self._params, *self._pack(batch, dummy)))
                 size //= 2
         return self.compiled_shapes
+
+    def word_embedding(self) -> np.ndarray:
+        """The [V, D] word embedding (the tied MLM decoder), on the host."""
+        return np.asarray(self._params["embeddings"]["word"])
 
     @property
     def compiled_shapes(self) -> int:

@@ -165,4 +165,21 @@ def render_markdown(report: dict, max_relations: int = 30) -> str:
         lines += _table(["layer", *names], rows)
     else:
         lines += ["None: the captures hold no attention (see jaxattn.analysis.mixing).", ""]
+    if report.get("head_ablation"):
+        lines += _ablation_lines(report["head_ablation"])
     return "\n".join(lines)
+
+
+def _ablation_lines(res: dict) -> list[str]:
+    """The heads whose ablation moves the mean-pooled output most (Kovaleva et al. 2019)."""
+    order = sorted(range(len(res["heads"])), key=lambda i: res["cos_mean"][i])[:10]
+    delta = res.get("mlm_loss_delta")
+    head = ["head", "cos [CLS]", "cos mean-pooled"] + (["MLM loss change"] if delta else [])
+    rows = [
+        [f"{res['heads'][i][0]}-{res['heads'][i][1]}", _f(res["cos_cls"][i]),
+         _f(res["cos_mean"][i])] + ([_f(delta[i])] if delta else [])
+        for i in order
+    ]  # fmt: skip
+    intro = (f"Each head {'zeroed' if res['mode'] == 'zero' else 'made uniform'} alone over "
+             f"{res['examples']} examples; the 10 that change the output most.")  # fmt: skip
+    return ["", "## Head ablation", "", intro, "", *_table(head, rows)]

@@ -73,6 +73,19 @@ def register(subparsers) -> None:
         help="attention weights only (skip alpha_fx_norm, the norm-based weights)",
     )
     p.add_argument(
+        "--ablate",
+        choices=("zero", "uniform"),
+        help="also ablate each head alone (Kovaleva et al. 2019) and report the change of "
+        "the final [CLS]/mean-pooled vectors and masked-LM loss (local engine only)",
+    )
+    p.add_argument(
+        "--ablate-examples",
+        type=int,
+        default=200,
+        metavar="N",
+        help="examples used by --ablate (each head reruns them; default 200)",
+    )
+    p.add_argument(
         "--no-head-distance",
         action="store_true",
         help="skip the Jensen-Shannon distances between heads (O(heads^2 T^2))",
@@ -226,6 +239,9 @@ def _run(args) -> int:
         extra = list(itertools.islice(read_conllu(args.conllu), args.limit))
     if not texts:
         raise ValueError(f"{path} has no examples")
+    if args.ablate and args.server:
+        raise ValueError("--ablate runs the model with heads disabled: use a local engine, "
+                         "not --server")  # fmt: skip
     what = ("attention",) if args.no_norm else ("attention", "alpha_fx_norm", *MIXING_QUANTITIES)
     source = _Source(args, what)
     corpus = CorpusAnalysis(
@@ -245,6 +261,13 @@ def _run(args) -> int:
                 corpus.add_parse(cap, sent)
                 bar.update()
             bar.close()
+        ablation = None
+        if args.ablate:
+            from jaxattn.ablation import head_ablation_study
+
+            ablation = head_ablation_study(
+                source.engine, texts[: args.ablate_examples], mode=args.ablate
+            )
     finally:
         source.close()
     seconds = time.monotonic() - t0
@@ -258,6 +281,9 @@ def _run(args) -> int:
         "seconds": round(seconds, 1),
         "machine": f"{platform.machine()}, {_cpus()} CPUs, {platform.system()}",
     }
-    json_path, md_path = write_report(corpus.report(meta=meta), args.out)
+    report = corpus.report(meta=meta)
+    if ablation is not None:
+        report["head_ablation"] = ablation
+    json_path, md_path = write_report(report, args.out)
     print(f"analysed {corpus.examples} examples in {seconds:.1f}s: wrote {json_path} and {md_path}")
     return 0

@@ -62,6 +62,29 @@ def test_analyze_conllu_locally(family, checkpoint_dirs, conllu, tmp_path):
     assert all(len(v) == layers and len(v[0]) == heads for v in report["head_stats"].values())
     assert all(len(v) == layers for v in report["patterns"].values())
     assert (out.parent / "report.md").is_file()
+    # every Kobayashi et al. 2021 measure, one ratio per layer, each in [0, 1]
+    assert set(report["mixing_ratios"]) == {"Attn-W", "Attn-N", "AttnRes-W", "AttnRes-N",
+                                            "AttnResLn-N"}  # fmt: skip
+    assert all(len(v) == layers and all(0 <= x <= 1 for x in v)
+               for v in report["mixing_ratios"].values())  # fmt: skip
+
+
+def test_analyze_with_head_ablation(checkpoint_dirs, conllu, tmp_path):
+    out = tmp_path / "report.json"
+    args = ["analyze", str(conllu), "--model", str(checkpoint_dirs["bert"]), "--out", str(out),
+            "--quiet", "--no-head-distance", "--ablate", "uniform"]  # fmt: skip
+    assert main(args) == 0
+    abl = json.loads(out.read_text())["head_ablation"]
+    assert abl["mode"] == "uniform" and abl["examples"] == 2 and len(abl["heads"]) == 9
+    assert all(-1 <= c <= 1 + 1e-6 for c in abl["cos_cls"]) and abl["mlm_loss"] is None
+    assert "## Head ablation" in (tmp_path / "report.md").read_text()
+
+
+def test_ablation_refuses_a_server(conllu, tmp_path, capsys):
+    args = ["analyze", str(conllu), "--server", "127.0.0.1:1", "--out", str(tmp_path / "r.json"),
+            "--ablate", "zero"]  # fmt: skip
+    assert main(args) == 2
+    assert "local engine" in capsys.readouterr().err
 
 
 @pytest.mark.slow
