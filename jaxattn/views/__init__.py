@@ -23,7 +23,7 @@ Modules: `payload` (captures -> the JSON the pages draw; base64 zlib arrays),
 import importlib
 
 from jaxattn.views.page import View, build_html, write_html
-from jaxattn.views.payload import VIEWS, payload
+from jaxattn.views.payload import VIEWS, build_payload
 
 _LAZY = {
     "to_svg": ("jaxattn.views.svg", "to_svg"),
@@ -46,7 +46,7 @@ __all__ = [
     "build_html",
     "create_web_server",
     "find_chromium",
-    "payload",
+    "build_payload",
     "to_svg",
     "write_html",
     "write_png",

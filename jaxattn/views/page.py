@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from importlib import resources
 
 from jaxattn.capture import Capture
-from jaxattn.views.payload import VIEWS, payload
+from jaxattn.views.payload import VIEWS, build_payload
 
 # core.js first: the others register their views on the object it creates.
 SCRIPTS = ("core.js", "head.js", "model.js", "neuron.js", "stats.js")
@@ -67,16 +67,16 @@ def build_html(
       captures: one Capture or several (an example selector switches between them).
       views: which of "head", "model", "neuron", "stats" to include (tabs).
       labels: example names for the selector.
-      precision: weights as "float32", "uint8" or "auto" (see `payload`).
+      precision: weights as "float32", "uint8" or "auto" (see `build_payload`).
       title: the page title.
 
     Returns:
       The HTML text (write it with ``open(path, "w", encoding="utf-8")``).
 
     Raises:
-      ValueError: as `jaxattn.views.payload.payload`.
+      ValueError: as `jaxattn.views.payload.build_payload`.
     """
-    doc = payload(captures, views=views, labels=labels, precision=precision)
+    doc = build_payload(captures, views=views, labels=labels, precision=precision)
     body = (
         f'<h1 style="font:600 16px system-ui;margin:0 0 4px">{html.escape(title)}</h1>\n'
         '<div id="jaxattn"></div>\n'

@@ -1,6 +1,6 @@
 """Captures -> the JSON document every view draws from (numpy only).
 
-The document (``payload(...)``) is what the HTML file embeds and what the web
+The document (``build_payload(...)``) is what the HTML file embeds and what the web
 viewer's ``/api/view`` answers::
 
     {"format": "jaxattn.views/1", "views": ["head", ...],
@@ -124,7 +124,7 @@ def example(cap: Capture, index: int, views: Sequence[str], precision: str, labe
     return out
 
 
-def payload(
+def build_payload(
     captures: Capture | Sequence[Capture],
     *,
     views: Sequence[str] = VIEWS,

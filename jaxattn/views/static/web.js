@@ -1,0 +1,32 @@
+/* The live viewer's form: POST the sentence (or pair) to /api/view on this
+ * origin, then mount the views on the answer; a bad input shows the server's
+ * message in #web-error. */
+"use strict";
+(function () {
+  const JX = window.JaxattnViews;
+  const $ = (id) => document.getElementById(id);
+  function init() {
+    const form = $("web-form"), pair = $("pair"), b = $("text-b"), err = $("web-error"), status = $("web-status");
+    pair.addEventListener("change", () => { b.disabled = !pair.checked; });
+    form.addEventListener("submit", async (e) => {
+      e.preventDefault();
+      const views = [...form.querySelectorAll('input[name="view"]:checked')].map((x) => x.value);
+      const body = { text: $("text-a").value, text_b: pair.checked ? b.value : null, views };
+      err.hidden = true; status.textContent = "capturing…"; $("go").disabled = true;
+      const root = $("jaxattn");
+      try {
+        const r = await fetch("/api/view", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+        const doc = await r.json().catch(() => ({ error: `the server answered ${r.status}` }));
+        if (!r.ok || doc.error) throw new Error(doc.error || `the server answered ${r.status}`);
+        status.textContent = "";
+        await JX.mount(root, doc).ready;
+      } catch (x) {
+        status.textContent = "";
+        err.textContent = x.message; err.hidden = false;
+        root.innerHTML = ""; root.dataset.state = "error";
+      } finally { $("go").disabled = false; }
+    });
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  else init();
+})();

@@ -1,0 +1,163 @@
+"""The live viewer: a page where a person types a sentence or a pair and sees its views.
+
+    server, port = create_web_server(engine, ("127.0.0.1", 8000))
+    server.serve_forever()
+
+Standard library only (`http.server.ThreadingHTTPServer`). Routes:
+- ``GET /``: the page (the view scripts inlined; its CSP lets it call only its own origin);
+- ``POST /api/view`` with JSON ``{"text": A, "text_b": B or null, "views": [...]}``:
+  the `jaxattn.views.payload` document of that example, or ``{"error": message}``
+  with status 400 (bad input: empty, too long, unknown view), 413 (body over
+  `max_body`) or 500.
+`engine` is anything with ``capture(texts, what=..., truncate=False)``: an
+`Engine` or an `AttentionClient` (captures then go through the gRPC server).
+Captures run one at a time (a lock): the engine is shared by every request.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from jaxattn.views.page import CSP_WEB, SCRIPTS, document
+from jaxattn.views.payload import VIEWS, build_payload, check_views, needs
+
+log = logging.getLogger("jaxattn.web")
+PAIR = "|||"
+
+
+class BadInput(ValueError):
+    """A request the person can fix: shown on the page as it is."""
+
+
+def parse_request(body: dict, max_chars: int):
+    """(text or (A, B), views) of an /api/view request; BadInput names what is wrong."""
+    if not isinstance(body, dict):
+        raise BadInput("the request must be a JSON object")
+    text, text_b = body.get("text"), body.get("text_b")
+    if not isinstance(text, str) or (text_b is not None and not isinstance(text_b, str)):
+        raise BadInput("'text' must be a string and 'text_b' a string or null")
+    if text_b is None and PAIR in text:
+        text, text_b = (s for s in text.split(PAIR, 1))
+    text = text.strip()
+    if not text:
+        raise BadInput("Type a sentence first: the text is empty.")
+    if text_b is not None:
+        text_b = text_b.strip()
+        if not text_b:
+            raise BadInput("Sentence B of the pair is empty: type it, or untick 'pair'.")
+    for name, t in (("the sentence", text), ("sentence B", text_b or "")):
+        if len(t) > max_chars:
+            raise BadInput(f"{name} has {len(t)} characters; the limit is {max_chars}.")
+    views = body.get("views") or list(VIEWS)
+    if not isinstance(views, list) or not all(isinstance(v, str) for v in views):
+        raise BadInput("'views' must be a list of view names")
+    try:
+        views = check_views(views)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+    return (text if text_b is None else (text, text_b)), views
+
+
+def page(model: str, max_chars: int) -> str:
+    """The viewer's HTML page."""
+    boxes = "".join(
+        f'<label><input type="checkbox" name="view" value="{v}" checked> {v}</label> '
+        for v in VIEWS
+    )
+    body = f"""<h1 style="font:600 16px system-ui;margin:0 0 6px">jaxattn live viewer
+<span style="font-weight:400;color:#666">· {html.escape(model)}</span></h1>
+<form id="web-form" class="jx web-form" autocomplete="off">
+<div><input id="text-a" name="text" size="70" maxlength="{max_chars}"
+ placeholder="A sentence, or 'sentence A ||| sentence B'" value="I went to the store."></div>
+<div><label><input type="checkbox" id="pair"> pair: sentence B</label>
+<input id="text-b" name="text_b" size="56" maxlength="{max_chars}" disabled
+ value="At the store, I bought fresh strawberries."></div>
+<div>{boxes}<button id="go" type="submit">Show</button> <span id="web-status"></span></div>
+</form>
+<div id="web-error" class="jx jx-error" role="alert" hidden></div>
+<div id="jaxattn"></div>"""
+    return document(body, title="jaxattn live viewer", scripts=(*SCRIPTS, "web.js"), csp=CSP_WEB)
+
+
+def create_web_server(
+    engine,
+    address: tuple[str, int] = ("127.0.0.1", 0),
+    *,
+    model: str = "",
+    max_body: int = 64 * 1024,
+    max_chars: int = 2000,
+) -> tuple[ThreadingHTTPServer, int]:
+    """An HTTP server for the live viewer, bound but not yet serving.
+
+    Args:
+      engine: has ``capture(texts, what=..., truncate=False)`` (Engine, AttentionClient).
+      address: (host, port); port 0 picks a free one. Keep 127.0.0.1 unless the
+        page is meant for others: it captures whatever anyone sends it.
+      model: the model's name, shown on the page.
+      max_body: largest request body in bytes (413 above).
+      max_chars: longest sentence in characters (the model's token limit applies too).
+
+    Returns:
+      (server, port): call ``server.serve_forever()``; ``server.shutdown()`` stops it.
+    """
+    lock = threading.Lock()
+    html_page = page(model, max_chars).encode("utf-8")
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "jaxattn-web"
+
+        def log_message(self, fmt, *args):  # to logging, not stderr
+            log.info("%s %s", self.address_string(), fmt % args)
+
+        def _send(self, status: int, body: bytes, ctype: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _json(self, status: int, obj) -> None:
+            self._send(status, json.dumps(obj).encode("utf-8"), "application/json")
+
+        def do_GET(self):
+            if self.path.split("?")[0] in ("/", "/index.html"):
+                self._send(200, html_page, "text/html; charset=utf-8")
+            else:
+                self._json(404, {"error": f"no page {self.path}"})
+
+        def do_POST(self):
+            if self.path != "/api/view":
+                return self._json(404, {"error": f"no endpoint {self.path}"})
+            try:
+                length = int(self.headers.get("Content-Length", ""))
+            except ValueError:
+                return self._json(411, {"error": "a Content-Length header is required"})
+            if length > max_body or length < 0:
+                self.close_connection = True  # the unread body must not be parsed as a request
+                return self._json(413, {"error": f"request over {max_body} bytes"})
+            try:
+                text, views = parse_request(json.loads(self.rfile.read(length)), max_chars)
+                with lock:
+                    cap = engine.capture([text], what=needs(views))[0]
+                doc = build_payload(cap, views=views)
+            except json.JSONDecodeError:
+                return self._json(400, {"error": "the request body is not JSON"})
+            except ValueError as e:  # BadInput, or the engine's (over the token limit...)
+                return self._json(400, {"error": str(e)})
+            except Exception as e:  # noqa: BLE001 - a failure the page should still explain
+                log.exception("capture failed")
+                return self._json(
+                    HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"capture failed: {e}"}
+                )
+            self._json(200, doc)
+
+    server = ThreadingHTTPServer(address, Handler)
+    server.daemon_threads = True
+    return server, server.server_address[1]
