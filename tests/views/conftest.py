@@ -1,0 +1,109 @@
+"""Fixtures of the view tests: one headless system Chromium per session, tiny captures.
+
+Chromium is Debian's (``apt-get install chromium``), driven by Playwright's
+Python package with ``executable_path`` (never ``playwright install``). Without
+either, these tests fail with the install hint when $CI is set, and skip
+otherwise. Screenshots go to test-artifacts/views/.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hf_fixtures import EXAMPLE_A, EXAMPLE_B
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "views"
+WHAT = ("attention", "alpha_fx_norm", "queries", "keys")
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+INSTALL_HINT = (
+    "apt-get install -y chromium && pip install playwright (the system browser is used; "
+    "never `playwright install`)"
+)
+
+
+def _unavailable(why: str):
+    msg = f"browser tests need {why}: {INSTALL_HINT}"
+    if os.environ.get("CI"):
+        pytest.fail(msg, pytrace=False)
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """A headless Chromium (the system binary), shared by the session."""
+    from jaxattn.views.png import find_chromium
+
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("the playwright Python package")
+    path = find_chromium()
+    if path is None:
+        _unavailable("a Chromium binary")
+    with sync_playwright() as p:
+        # Playwright gives every launch a fresh temporary profile (user-data dir).
+        b = p.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def is_local(url: str) -> bool:
+    """A file: URL, or http(s) to 127.0.0.1 / localhost: no request leaves the machine."""
+    u = urllib.parse.urlsplit(url)
+    return u.scheme == "file" or (
+        u.scheme in ("http", "https") and u.hostname in ("127.0.0.1", "localhost")
+    )
+
+
+@pytest.fixture
+def page(browser):
+    """A fresh page (own context) that records every request it makes in ``page.requests``."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = context.new_page()
+    pg.requests = []
+    pg.errors = []
+    context.on("request", lambda r: pg.requests.append(r.url))
+    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+    yield pg
+    context.close()
+    assert not pg.errors, pg.errors
+    assert all(is_local(u) for u in pg.requests), pg.requests
+
+
+def screenshot(page, name: str) -> None:
+    """Keep a screenshot as a test artefact."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def wait_ready(page, example: int = 0) -> None:
+    page.wait_for_selector(f'#jaxattn[data-state="ready"][data-example="{example}"]', timeout=15000)
+
+
+@pytest.fixture(scope="session")
+def tiny_caps(engines):
+    """The tiny BERT's captures of a sentence and the example pair (attention, norms, q, k)."""
+    return engines["bert"].capture([EXAMPLE_A, (EXAMPLE_A, EXAMPLE_B)], what=WHAT)
+
+
+@pytest.fixture(scope="session")
+def tiny_html(tiny_caps, tmp_path_factory) -> Path:
+    """The four views of `tiny_caps` in one file (exact float32 weights)."""
+    from jaxattn.views import write_html
+
+    path = tmp_path_factory.mktemp("views") / "tiny.html"
+    write_html(path, tiny_caps, precision="float32", title="tiny BERT")
+    return path
+
+
+def norm_weights(cap) -> np.ndarray:
+    """‖αf‖ rows normalised, computed here from the capture (the test's own reference)."""
+    x = cap.alpha_fx_norm.astype(np.float64)
+    return x / x.sum(-1, keepdims=True)
