@@ -46,7 +46,7 @@ def encode_array(x: np.ndarray, dtype: str = "f4") -> dict:
         scale = 1.0
     else:
         raise ValueError(f"unknown array dtype {dtype!r}; expected f4 or u1")
-    data = base64.b64encode(zlib.compress(raw.tobytes(), 6)).decode("ascii")
+    data = base64.b64encode(zlib.compress(raw.tobytes(), 3)).decode("ascii")
     return dict(dtype=dtype, shape=list(x.shape), scale=scale, offset=0.0, b64=data)
 
 

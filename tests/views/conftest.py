@@ -3,20 +3,18 @@
 Chromium is Debian's (``apt-get install chromium``), driven by Playwright's
 Python package with ``executable_path`` (never ``playwright install``). Without
 either, these tests fail with the install hint when $CI is set, and skip
-otherwise. Screenshots go to test-artifacts/views/.
+otherwise. Helpers are in views_helpers.py.
 """
 
 from __future__ import annotations
 
 import os
-import urllib.parse
 from pathlib import Path
 
-import numpy as np
 import pytest
 from hf_fixtures import EXAMPLE_A, EXAMPLE_B
+from views_helpers import is_local
 
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "views"
 WHAT = ("attention", "alpha_fx_norm", "queries", "keys")
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
@@ -54,14 +52,6 @@ def browser():
         b.close()
 
 
-def is_local(url: str) -> bool:
-    """A file: URL, or http(s) to 127.0.0.1 / localhost: no request leaves the machine."""
-    u = urllib.parse.urlsplit(url)
-    return u.scheme == "file" or (
-        u.scheme in ("http", "https") and u.hostname in ("127.0.0.1", "localhost")
-    )
-
-
 @pytest.fixture
 def page(browser):
     """A fresh page (own context) that records every request it makes in ``page.requests``."""
@@ -75,16 +65,6 @@ def page(browser):
     context.close()
     assert not pg.errors, pg.errors
     assert all(is_local(u) for u in pg.requests), pg.requests
-
-
-def screenshot(page, name: str) -> None:
-    """Keep a screenshot as a test artefact."""
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-
-
-def wait_ready(page, example: int = 0) -> None:
-    page.wait_for_selector(f'#jaxattn[data-state="ready"][data-example="{example}"]', timeout=15000)
 
 
 @pytest.fixture(scope="session")
@@ -101,9 +81,3 @@ def tiny_html(tiny_caps, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("views") / "tiny.html"
     write_html(path, tiny_caps, precision="float32", title="tiny BERT")
     return path
-
-
-def norm_weights(cap) -> np.ndarray:
-    """‖αf‖ rows normalised, computed here from the capture (the test's own reference)."""
-    x = cap.alpha_fx_norm.astype(np.float64)
-    return x / x.sum(-1, keepdims=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import norm_weights, screenshot, wait_ready
+from views_helpers import THUMB_ALPHA, norm_weights, screenshot, wait_ready
 
 from jaxattn.analysis import KOVALEVA_CLASSES, head_statistics, kovaleva_classes
 
@@ -96,11 +96,6 @@ def test_example_switch_and_sentence_filter(loaded, tiny_caps):
     page.select_option("#example", "0")
     wait_ready(page, 0)
     assert len(drawn_lines(page)) == np.count_nonzero(tiny_caps[0].attention[0] > 0)
-
-
-THUMB_ALPHA = """c => {
-  const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
-  return Array.from(px.filter((_, k) => k % 4 === 3)); }"""
 
 
 def test_model_view_thumbnails_and_enlarge(loaded, tiny_caps):

@@ -1,0 +1,102 @@
+"""512 tokens stay usable: bounded drawing, lazy thumbnails, virtualised rows, a time bound.
+
+The capture is synthetic (numpy; no model): 2 layers x 12 heads at T = 512, so
+the page holds 2 x 6.3M weights (uint8, as "auto" picks at that size).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from views_helpers import THUMB_ALPHA, screenshot, wait_ready
+
+from jaxattn.capture import Capture
+
+T, L, H, K = 512, 2, 12, 32
+LOAD_BOUND_S = 10.0  # page load + decode + the first head view, on a busy 2-core machine
+INTERACT_BOUND_S = 2.0  # a hover, a tab switch
+
+
+def synthetic(t=T) -> Capture:
+    rng = np.random.default_rng(0)
+    scores = rng.normal(size=(L, H, t, t)).astype(np.float32) * 2.5
+    idx = np.arange(t)
+    scores[:, ::3, idx[1:], idx[:-1]] += 8  # some previous-token heads
+    scores[:, 1::3, :, 0] += 5  # some [CLS]-heavy heads
+    att = np.exp(scores - scores.max(-1, keepdims=True))
+    att /= att.sum(-1, keepdims=True)
+    fx = rng.uniform(0.2, 3.0, size=(L, H, 1, t)).astype(np.float32)
+    tokens = ("[CLS]", *(f"tok{i}" for i in range(t - 2)), "[SEP]")
+    return Capture(
+        tokens=tokens, sentence_b_start=None, layers=tuple(range(L)), heads=tuple(range(H)),
+        dtype="float32",
+        tensors=dict(
+            attention=att, alpha_fx_norm=att * fx,
+            queries=rng.normal(size=(L, H, t, K)).astype(np.float32),
+            keys=rng.normal(size=(L, H, t, K)).astype(np.float32),
+        ),
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def large(tmp_path_factory):
+    from jaxattn.views import write_html
+
+    cap = synthetic()
+    path = tmp_path_factory.mktemp("large") / "t512.html"
+    write_html(path, cap)
+    return cap, path
+
+
+def test_512_tokens_render_within_bound(page, large):
+    cap, path = large
+    quantised = np.rint(cap.attention * 255) / 255  # what "auto" embeds at this size
+    start = time.monotonic()
+    page.goto(path.as_uri())
+    wait_ready(page)
+    page.wait_for_selector("#hv-svg line")
+    load_s = time.monotonic() - start
+    assert load_s < LOAD_BOUND_S, f"512 tokens took {load_s:.1f}s to show"
+    svg = page.query_selector("#hv-svg")
+    drawn = int(svg.get_attribute("data-drawn"))
+    assert 0 < drawn <= 5000 < int(svg.get_attribute("data-candidates"))
+    cut = float(svg.get_attribute("data-min"))
+    rows = page.eval_on_selector_all(
+        "#hv-svg line", "els => els.map(e => [+e.dataset.i, +e.dataset.j, +e.dataset.head, "
+        "+e.getAttribute('stroke-opacity')])",
+    )  # fmt: skip
+    i, j, h, w = (np.array(c) for c in zip(*rows, strict=True))
+    assert (w >= cut).all()
+    np.testing.assert_allclose(w, cap.attention[0, h, i, j], atol=1 / 510 + 1e-6)
+    # the strongest lines: nothing left out is above the cut-off's bin
+    assert (quantised[0] >= cut + 1 / 1024).sum() <= drawn
+    screenshot(page, "t512_head_view", full_page=False)
+
+    start = time.monotonic()
+    page.hover('text.tok[data-side="left"][data-idx="300"]')
+    rows = page.eval_on_selector_all("#hv-svg line", "els => els.map(e => +e.dataset.i)")
+    assert time.monotonic() - start < INTERACT_BOUND_S
+    assert set(rows) == {300}
+    assert len(rows) == np.count_nonzero(quantised[0, :, 300] > 0)
+
+    start = time.monotonic()
+    page.click('.tab[data-view="model"]')
+    page.wait_for_selector('canvas.thumb[data-drawn="attention"]')
+    assert time.monotonic() - start < INTERACT_BOUND_S
+    thumb = page.query_selector('canvas.thumb[data-layer="1"][data-head="0"]')
+    page.wait_for_selector('canvas.thumb[data-layer="1"][data-head="0"][data-drawn]')
+    assert thumb.get_attribute("width") == "64"
+    alpha = np.array(thumb.evaluate(THUMB_ALPHA)).reshape(64, 64)
+    pooled = quantised[1, 0].reshape(64, 8, 64, 8).sum(-1).mean(1)  # rows averaged, columns summed
+    assert np.abs(alpha - np.rint(pooled * 255)).max() <= 1
+    screenshot(page, "t512_model_view")
+
+    page.click('.tab[data-view="neuron"]')
+    page.wait_for_selector('#nv-rows .nv-row[data-j="0"]')
+    in_dom = page.eval_on_selector_all("#nv-rows .nv-row", "e => e.length")
+    assert in_dom < 100, "neuron rows are not virtualised"
+    page.eval_on_selector("#nv-rows", "e => { e.scrollTop = e.scrollHeight; }")
+    page.wait_for_selector('#nv-rows .nv-row[data-j="511"]')
+    screenshot(page, "t512_neuron_view")
