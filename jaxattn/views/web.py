@@ -115,13 +115,16 @@ def create_web_server(
             log.info("%s %s", self.address_string(), fmt % args)
 
         def _send(self, status: int, body: bytes, ctype: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Cache-Control", "no-store")
+                self.send_header("X-Content-Type-Options", "nosniff")
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):  # the page went away meanwhile
+                log.info("client %s left before the answer", self.address_string())
 
         def _json(self, status: int, obj) -> None:
             self._send(status, json.dumps(obj).encode("utf-8"), "application/json")

@@ -104,7 +104,7 @@ def test_model_view_thumbnails_and_enlarge(loaded, tiny_caps):
     page.click('.tab[data-view="model"]')
     n = len(cap.layers) * len(cap.heads)
     page.wait_for_function(
-        f"document.querySelectorAll('canvas.thumb[data-drawn=attention]').length === {n}"
+        f"() => document.querySelectorAll('canvas.thumb[data-drawn=attention]').length === {n}"
     )
     for layer, head in ((0, 0), (1, 2), (2, 1)):
         canvas = page.query_selector(f'canvas.thumb[data-layer="{layer}"][data-head="{head}"]')
@@ -114,7 +114,7 @@ def test_model_view_thumbnails_and_enlarge(loaded, tiny_caps):
     screenshot(page, "model_view")
     page.select_option("#kind", "norm")
     page.wait_for_function(
-        f"document.querySelectorAll('canvas.thumb[data-drawn=norm]').length === {n}"
+        f"() => document.querySelectorAll('canvas.thumb[data-drawn=norm]').length === {n}"
     )
     canvas = page.query_selector('canvas.thumb[data-layer="1"][data-head="2"]')
     alpha = np.array(canvas.evaluate(THUMB_ALPHA)).reshape(t, t)
