@@ -64,6 +64,7 @@ def register(subparsers) -> None:
         choices=("attention", "norm"),
         help="attention weights or norm-based ||alpha f(x)|| (rows normalised)",
     )
+    g.add_argument("--scale", type=float, default=2.0, help="PNG pixels per SVG pixel (2)")
     p.add_argument("--token-file", metavar="FILE", help="bearer token for --server")
     p.add_argument("--tls-ca", metavar="PEM", help="connect with TLS trusting this CA")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds (with --server)")
@@ -168,6 +169,6 @@ def _run(args) -> int:
         if fmt == "svg":
             Path(args.out).write_text(svg, encoding="utf-8")
         else:
-            write_png(args.out, svg)
+            write_png(args.out, svg, scale=args.scale)
     print(f"wrote {args.out} ({fmt}: {', '.join(views)}; {len(caps)} example(s))")
     return 0

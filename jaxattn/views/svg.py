@@ -81,6 +81,12 @@ def head_svg(cap, *, layer=0, heads=None, kind="attention", min_weight=0.0, max_
         h_idx, i_idx, j_idx, vals = h_idx[keep], i_idx[keep], j_idx[keep], vals[keep]
     out = [f'<text x="4" y="16" font-weight="bold">Layer {cap.layers[layer]}, '
            f"{escape(KIND_TITLES[kind])}</text>"]  # fmt: skip
+    for n, head in enumerate(hs):  # the legend: one colour chip per drawn head
+        x = 2 * colw + gap - 36 * (len(hs) - n)
+        number, color = cap.heads[head], head_color(cap.heads[head])
+        out.append(f'<rect x="{x}" y="5" width="30" height="15" rx="3" fill="{color}"/>'
+                   f'<text x="{x + 15}" y="16" text-anchor="middle" fill="#fff" '
+                   f'font-size="11">{number}</text>')  # fmt: skip
     y = lambda r: top + r * rh + rh / 2  # noqa: E731
     for hk, i, j, v in zip(h_idx, i_idx, j_idx, vals, strict=True):
         head = hs[hk]
