@@ -29,6 +29,7 @@ _LAZY = {
     "load": ("jaxattn.loading", "load"),
     "Engine": ("jaxattn.engine", "Engine"),
     "convert_checkpoint": ("jaxattn.convert", "convert_checkpoint"),
+    "open_store": ("jaxattn.store", "open_store"),
 }
 
 

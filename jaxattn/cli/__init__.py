@@ -20,6 +20,7 @@ _SUBCOMMANDS = (
     "jaxattn.cli.convert_cmd",
     "jaxattn.cli.bench_cmd",
     "jaxattn.cli.analyze_cmd",
+    "jaxattn.cli.dump_cmd",
     "jaxattn.cli.view_cmd",
     "jaxattn.cli.web_cmd",
 )

@@ -1,0 +1,235 @@
+"""A dump job, as run by one process: its shards of the input into the store.
+
+The job plans the input (`jaxattn.dump.plan`), creates the store or checks
+that it was started by the same command (`jaxattn.store.metadata`), skips the
+shards already committed, and runs the others (`jaxattn.dump.shard`). So
+rerunning a killed job with the same command finishes it, and each input
+example lands in the store exactly once (STORE.md, "Resuming").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from jaxattn.dump import plan as input_plan
+from jaxattn.dump.distributed import Process
+from jaxattn.dump.progress import Counts, Progress, summary
+from jaxattn.dump.shard import ShardTask
+from jaxattn.store import layout
+from jaxattn.store import metadata as store_metadata
+from jaxattn.store.kvstore import KeyValue, local_path, root_spec
+
+ON_ERROR = ("stop", "skip")
+TOO_LONG = ("truncate", "skip", "error")
+# Test hook: crash (os._exit) halfway through the shard after this many commits.
+CRASH_ENV = "JAXATTN_DUMP_CRASH_AFTER"
+_MAX_MESSAGES = 20
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DumpOptions:
+    """What to dump where (the `jaxattn dump` flags).
+
+    Attributes:
+      input: the input file.
+      out: the store: a directory or a TensorStore kvstore URL.
+      what, layers, heads, dtype: the capture spec (as `Engine.capture`).
+      input_format: text, jsonl or conllu; None detects it.
+      shard_size: input records per shard.
+      on_error: "stop" at the first unreadable record, or "skip" it.
+      too_long: "truncate", "skip" or "error" for texts over the model's maximum.
+      chunk_bytes: uncompressed bytes per array chunk.
+      quiet: no progress bar (the summary line is still printed).
+    """
+
+    input: Path
+    out: str
+    what: tuple[str, ...] | None = ("attention",)
+    layers: tuple[int, ...] | None = None
+    heads: tuple[int, ...] | None = None
+    dtype: str = "float32"
+    input_format: str | None = None
+    shard_size: int = input_plan.DEFAULT_SHARD_SIZE
+    on_error: str = "stop"
+    too_long: str = "error"
+    chunk_bytes: int = layout.DEFAULT_CHUNK_BYTES
+    quiet: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DumpResult:
+    """What one process did: its counts, its shards, and the time it took."""
+
+    counts: Counts
+    shards: int
+    resumed: int
+    seconds: float
+    stored: int | None
+
+
+def _check(options: DumpOptions) -> None:
+    if options.on_error not in ON_ERROR:
+        raise ValueError(f"--on-error must be one of {', '.join(ON_ERROR)}")
+    if options.too_long not in TOO_LONG:
+        raise ValueError(f"--too-long must be one of {', '.join(TOO_LONG)}")
+    if options.chunk_bytes < 1:
+        raise ValueError("--chunk-bytes must be positive")
+
+
+class _Job:
+    def __init__(self, engine, options: DumpOptions, model_dir, process: Process, stream):
+        self.engine, self.options, self.process, self.stream = engine, options, process, stream
+        self.spec = engine.make_spec(options.what, options.layers, options.heads, options.dtype)
+        self.plan = input_plan.plan_input(
+            options.input,
+            fmt=options.input_format,
+            shard_size=options.shard_size,
+            process_index=process.index,
+            process_count=process.count,
+        )
+        from jaxattn.dump.fingerprint import checkpoint_fingerprint
+
+        self.kv = KeyValue(root_spec(options.out))
+        self.meta = store_metadata.build(
+            model_info=dataclasses.asdict(engine.info),
+            model_fingerprint=checkpoint_fingerprint(model_dir),
+            spec=self.spec,
+            input_info=self.plan.info,
+            shard_size=options.shard_size,
+            too_long=options.too_long,
+            chunk_bytes=options.chunk_bytes,
+        )
+        self.label = " ".join(x for x in ("dump", process.label) if x)
+        self.messages = 0
+        self.committed = 0
+        crash = os.environ.get(CRASH_ENV)
+        self.crash_after = int(crash) if crash else None
+
+    def crash_now(self) -> bool:
+        return self.crash_after is not None and self.committed == self.crash_after
+
+    def message(self, text: str) -> None:
+        self.messages += 1
+        if self.messages <= _MAX_MESSAGES:
+            self._write(f"{self.label}: {text}")
+        elif self.messages == _MAX_MESSAGES + 1:
+            self._write(f"{self.label}: further bad records are counted, not shown")
+
+    def _write(self, text: str) -> None:
+        tty = self.stream.isatty()
+        self.stream.write(("\r\x1b[K" if tty else "") + text + "\n")
+        self.stream.flush()
+
+    def run(self) -> DumpResult:
+        import tensorstore as ts
+
+        start = time.monotonic()
+        store_metadata.create_or_check(self.kv, self.meta)
+        done = {layout.shard_of_manifest_key(k) for k in self.kv.list(layout.MANIFEST_DIR + "/")}
+        mine = sorted(self.plan.shards)
+        todo = [k for k in mine if k not in done]
+        self.context = ts.Context()
+        total = sum(len(self.plan.shards[k]) for k in todo)
+        self.progress = Progress(
+            total, self.label, enabled=not self.options.quiet, stream=self.stream
+        )
+        counts = Counts()
+        for shard in todo:
+            counts.add(ShardTask(self, shard).run())
+            self.committed += 1
+        self.progress.close()
+        seconds = time.monotonic() - start
+        stored = stored_bytes(self.kv.spec, todo, self.spec.what)
+        result = DumpResult(
+            counts=counts,
+            shards=len(mine),
+            resumed=len(mine) - len(todo),
+            seconds=seconds,
+            stored=stored,
+        )
+        self._write(
+            summary(
+                self.label,
+                counts,
+                seconds=seconds,
+                shards=result.shards,
+                resumed=result.resumed,
+                stored=stored,
+            )
+        )
+        return result
+
+
+def stored_bytes(root: dict, shards, what) -> int | None:
+    """On-disk bytes of these shards' arrays and manifest parts (local stores only)."""
+    base = local_path(root)
+    if base is None:
+        return None
+    total = 0
+    for shard in shards:
+        paths = [os.path.join(base, layout.array_path(q, shard)) for q in what]
+        for path in paths:
+            for dirpath, _, files in os.walk(path):
+                total += sum(os.path.getsize(os.path.join(dirpath, f)) for f in files)
+        part = os.path.join(base, layout.manifest_key(shard))
+        total += os.path.getsize(part) if os.path.exists(part) else 0
+    return total
+
+
+def run_dump(
+    engine,
+    options: DumpOptions,
+    *,
+    model_dir: str | os.PathLike,
+    process: Process | None = None,
+    stream: TextIO | None = None,
+) -> DumpResult:
+    """Dump this process's shards of `options.input` into `options.out`.
+
+    Args:
+      engine: a loaded `Engine` (data parallel over this process's devices).
+      options: input, store, spec and policies.
+      model_dir: the engine's checkpoint directory (fingerprinted into the store).
+      process: this process's index and the process count (single by default).
+      stream: progress, messages and the summary line (stderr).
+
+    Returns:
+      This process's counts; the store is complete once every process returns.
+
+    Raises:
+      StoreMismatch: the store exists and was written by a different command.
+      ValueError: a bad option or spec; a bad record with on_error="stop".
+      FileNotFoundError: no input file or model directory.
+    """
+    _check(options)
+    job = _Job(engine, options, model_dir, process or Process(), stream or sys.stderr)
+    return job.run()
+
+
+def store_status(location: str) -> str:
+    """One line on a store's completeness, read from its committed manifest parts."""
+    from jaxattn.store.reader import read_parts
+
+    kv = KeyValue(root_spec(location))
+    meta = store_metadata.read(kv)
+    if meta is None:
+        return f"no store at {location}"
+    parts = read_parts(kv, meta["shards"]["count"])
+    counts = Counts()
+    for part in parts.values():
+        counts.examples += len(part.examples)
+        counts.truncated += part.truncated
+        counts.skipped += part.count("too_long")
+        counts.errors += part.count("error")
+    state = "complete" if len(parts) == meta["shards"]["count"] else "incomplete"
+    return (
+        f"store {location}: {state}, {len(parts)}/{meta['shards']['count']} shards, "
+        f"{counts.examples} examples of {meta['input']['records']} records, "
+        f"{counts.skipped} skipped, {counts.truncated} truncated, "
+        f"{counts.errors} errors"
+    )

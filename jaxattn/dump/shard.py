@@ -1,0 +1,99 @@
+"""One shard of a dump job: records in, a committed manifest part out.
+
+Parse the shard's records (bad ones reported by line, then skipped or fatal
+per ``on_error``), tokenise (too-long texts truncated, skipped or errors per
+``too_long``), capture on the local devices (`Engine.run`, batches as they
+finish), append each capture to the shard's arrays, and commit.
+"""
+
+from __future__ import annotations
+
+import os
+
+from jaxattn.dump.inputs import Example, InputError, parse
+from jaxattn.dump.progress import Counts
+from jaxattn.store.manifest import Skipped
+from jaxattn.store.writer import ShardWriter
+
+# The exit status of the crash test hook (`jaxattn.dump.job.CRASH_ENV`).
+CRASH_STATUS = 75
+
+
+class ShardTask:
+    """The work on one shard of a job (`jaxattn.dump.job`); counts land in `counts`."""
+
+    def __init__(self, job, shard: int):
+        self.job, self.shard = job, shard
+        self.counts = Counts()
+        self.skipped: list[Skipped] = []
+
+    def bad(self, record: int, line: int, reason: str, kind: str = "error") -> None:
+        where = f"{self.job.options.input}:{line}"
+        if kind == "error" and self.job.options.on_error == "stop":
+            raise ValueError(f"{where}: {reason} (pass --on-error skip to skip bad records)")
+        self.skipped.append(Skipped(record=record, line=line, reason=kind, message=reason))
+        if kind == "error":
+            self.counts.errors += 1
+        else:
+            self.counts.skipped += 1
+        self.job.message(f"{where}: {reason}: skipped")
+
+    def examples(self) -> list[Example]:
+        out = []
+        for raw in self.job.plan.shards[self.shard]:
+            try:
+                out.append(parse(raw, self.job.plan.info.format))
+            except InputError as e:
+                self.bad(raw.index, e.line, e.reason)
+        return out
+
+    def tokenize(self, examples: list[Example]) -> list[tuple[Example, object, bool]]:
+        """(example, Encoding, truncated) of each example kept."""
+        engine, policy = self.job.engine, self.job.options.too_long
+        try:  # the common case: nothing too long, one fast batch call
+            return [
+                (e, enc, False)
+                for e, enc in zip(
+                    examples, engine.tokenize([e.text for e in examples]), strict=True
+                )
+            ]
+        except ValueError:
+            pass
+        out = []
+        limit = engine.config.max_length
+        for e in examples:
+            try:
+                out.append((e, engine.tokenize([e.text])[0], False))
+                continue
+            except ValueError:
+                reason = f"longer than the model's limit of {limit} tokens"
+            if policy == "truncate":
+                out.append((e, engine.tokenize([e.text], truncate=True)[0], True))
+            else:
+                self.bad(e.record, e.line, reason, "too_long" if policy == "skip" else "error")
+        return out
+
+    def run(self) -> Counts:
+        job = self.job
+        kept = self.tokenize(self.examples())
+        encodings = [enc for _, enc, _ in kept]
+        writer = ShardWriter(
+            job.kv, job.meta, self.shard, [e.length for e in encodings], context=job.context
+        )
+        crash_at = len(kept) // 2 if job.crash_now() else None
+        for done, (pos, cap) in enumerate(job.engine.run(encodings, job.spec)):
+            if done == crash_at:
+                os._exit(CRASH_STATUS)  # the test hook: die mid-shard, data half written
+            example, _, truncated = kept[pos]
+            added = writer.add(
+                cap, record=example.record, line=example.line, id=example.id, truncated=truncated
+            )
+            self.counts.examples += 1
+            self.counts.truncated += truncated
+            self.counts.tokens += cap.length
+            self.counts.bytes += added
+            job.progress.update(records=1, examples=1, tokens=cap.length, bytes=added)
+        job.progress.update(records=len(self.job.plan.shards[self.shard]) - len(kept))
+        stats = {"process": job.process.index, "devices": len(job.engine.devices)}
+        writer.commit(job.plan.records(self.shard), self.skipped, stats)
+        return self.counts

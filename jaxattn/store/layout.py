@@ -1,0 +1,134 @@
+"""Where things live in a jaxattn store, and the zarr v3 metadata of its arrays.
+
+A store is a zarr v3 hierarchy (see STORE.md at the repository root)::
+
+    STORE/zarr.json                        root group; attributes["jaxattn"] = store metadata
+    STORE/<quantity>/zarr.json             one group per captured quantity
+    STORE/<quantity>/s000012/zarr.json     1-D array: shard 12's examples, flattened, concatenated
+    STORE/<quantity>/s000012/c/0 ...       its chunks (zstd)
+    STORE/manifest/zarr.json               a group holding the manifest parts
+    STORE/manifest/s000012/zarr.json       group; attributes["jaxattn_manifest"] = shard 12's
+                                           manifest part; its presence = shard 12 is done
+
+Pure Python and numpy: the reader and the writer share it; no tensorstore, no jax.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from jaxattn.encodings import ENCODINGS
+from jaxattn.quantities import QUANTITIES
+
+# Bumped when the layout changes incompatibly; readers refuse other formats.
+FORMAT = "jaxattn-store"
+FORMAT_VERSION = 1
+
+MANIFEST_DIR = "manifest"
+MANIFEST_ATTRIBUTE = "jaxattn_manifest"
+DEFAULT_CHUNK_BYTES = 1 << 20  # 1 MiB of uncompressed data per chunk
+ZSTD_LEVEL = 1  # level 1 compresses float32 attention nearly as well as 3, at twice the speed
+
+# zarr-python has no bfloat16: store its bits as uint16, named in the array's attributes.
+_STORAGE_DTYPE = {
+    "float32": "float32",
+    "float16": "float16",
+    "bfloat16": "uint16",
+    "uint8": "uint8",
+}
+
+
+def shard_name(shard: int) -> str:
+    """The array name of a shard inside a quantity group (``s000012``)."""
+    return f"s{shard:06d}"
+
+
+def array_path(quantity: str, shard: int) -> str:
+    """Key prefix of one shard's array of `quantity`, relative to the store root."""
+    return f"{quantity}/{shard_name(shard)}/"
+
+
+def manifest_key(shard: int) -> str:
+    """Key of one shard's manifest part (a group's zarr.json), relative to the store root."""
+    return f"{MANIFEST_DIR}/{shard_name(shard)}/zarr.json"
+
+
+def shard_of_manifest_key(key: str) -> int | None:
+    """Inverse of `manifest_key` (None for any other key)."""
+    prefix, suffix = f"{MANIFEST_DIR}/s", "/zarr.json"
+    if (
+        key.startswith(prefix)
+        and key.endswith(suffix)
+        and key[len(prefix) : -len(suffix)].isdigit()
+    ):
+        return int(key[len(prefix) : -len(suffix)])
+    return None
+
+
+def storage_dtype(dtype: str) -> np.dtype:
+    """The zarr data type a capture encoding is stored as (bfloat16 -> uint16 bits)."""
+    return np.dtype(_STORAGE_DTYPE[dtype])
+
+
+def to_storage(array: np.ndarray, dtype: str) -> np.ndarray:
+    """An encoded capture array as stored: flattened, bfloat16 viewed as uint16."""
+    flat = np.ascontiguousarray(array).reshape(-1)
+    return flat.view(np.uint16) if dtype == "bfloat16" else flat
+
+
+def from_storage(flat: np.ndarray, dtype: str, shape) -> np.ndarray:
+    """Inverse of `to_storage`: the encoded array of one example."""
+    if dtype == "bfloat16":
+        flat = flat.view(ENCODINGS["bfloat16"])
+    return flat.reshape(shape)
+
+
+def axis_sizes(*, layers: int, heads: int, head_dim: int, hidden: int) -> dict[str, int]:
+    """Sizes of the fixed axes of the legend (L, H, K, D); T and S are per example."""
+    return {"L": layers, "H": heads, "K": head_dim, "D": hidden}
+
+
+def example_shape(quantity: str, sizes: dict[str, int], length: int) -> tuple[int, ...]:
+    """Shape of one example's `quantity` of `length` tokens (hidden_states has L+1 rows)."""
+    shape = [length if a in "TS" else sizes[a] for a in QUANTITIES[quantity].axes]
+    if quantity == "hidden_states":
+        shape[0] += 1
+    return tuple(shape)
+
+
+def example_size(quantity: str, sizes: dict[str, int], length: int) -> int:
+    """Elements of one example's `quantity`."""
+    return math.prod(example_shape(quantity, sizes, length))
+
+
+def group_metadata(attributes: dict | None = None) -> dict:
+    """A zarr v3 group node's zarr.json."""
+    return {"zarr_format": 3, "node_type": "group", "attributes": attributes or {}}
+
+
+def array_metadata(*, length: int, dtype: str, chunk_bytes: int, quantity: str) -> dict:
+    """The zarr v3 metadata of one shard array (the tensorstore ``metadata`` member).
+
+    Args:
+      length: elements in the array (the shard's examples, concatenated).
+      dtype: the capture encoding (float32, float16, bfloat16, uint8).
+      chunk_bytes: uncompressed bytes per chunk.
+      quantity: the quantity name (recorded in the attributes).
+    """
+    stored = storage_dtype(dtype)
+    chunk = max(1, min(chunk_bytes // stored.itemsize, length))
+    codecs = [{"name": "bytes", "configuration": {"endian": "little"}}]
+    if stored.itemsize == 1:
+        codecs = [{"name": "bytes"}]  # endianness is meaningless for one-byte types
+    codecs.append({"name": "zstd", "configuration": {"level": ZSTD_LEVEL, "checksum": False}})
+    return {
+        "shape": [length],
+        "data_type": stored.name,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [chunk]}},
+        "chunk_key_encoding": {"name": "default"},
+        "fill_value": 0,
+        "codecs": codecs,
+        "attributes": {"jaxattn": {"quantity": quantity, "dtype": dtype}},
+    }

@@ -1,0 +1,139 @@
+"""Manifest parts: per shard, which examples it holds and where their data is.
+
+One JSON document per shard, kept as the attributes of a zarr group
+(``manifest/s000012/zarr.json``, attribute ``jaxattn_manifest``) so any zarr
+client reads it. It is written once, after all of the shard's array data is
+durable: its presence is the shard's commit.
+Examples are listed in input order; the store's example i is the i-th entry of
+the parts taken in shard order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Entry:
+    """One stored example.
+
+    Attributes:
+      record: 0-based index of the example among the input's records.
+      line: 1-based line of the input where the example starts.
+      id: the input's id ("id" in JSONL, ``# sent_id`` in CoNLL-U), else str(record).
+      tokens: the word pieces, special tokens included.
+      sentence_b_start: first token of sentence B, or None.
+      truncated: the text was cut to the model's maximum length.
+      data: quantity -> (offset, shape): the example's elements are
+        ``array[offset : offset + prod(shape)]`` of the shard's array, C order.
+      quantization: quantity -> (scale, offset) of uint8 tensors.
+    """
+
+    record: int
+    line: int
+    id: str
+    tokens: tuple[str, ...]
+    sentence_b_start: int | None
+    truncated: bool = False
+    data: dict[str, tuple[int, tuple[int, ...]]]
+    quantization: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def length(self) -> int:
+        """T, the example's length in tokens."""
+        return len(self.tokens)
+
+    def to_json(self) -> dict:
+        out = {
+            "record": self.record,
+            "line": self.line,
+            "id": self.id,
+            "tokens": list(self.tokens),
+            "length": self.length,
+            "sentence_b_start": self.sentence_b_start,
+            "truncated": self.truncated,
+            "data": {q: {"offset": o, "shape": list(s)} for q, (o, s) in self.data.items()},
+        }
+        if self.quantization:
+            out["quantization"] = {q: list(v) for q, v in self.quantization.items()}
+        return out
+
+    @classmethod
+    def from_json(cls, doc: dict) -> Entry:
+        return cls(
+            record=doc["record"],
+            line=doc["line"],
+            id=doc["id"],
+            tokens=tuple(doc["tokens"]),
+            sentence_b_start=doc["sentence_b_start"],
+            truncated=doc.get("truncated", False),
+            data={q: (d["offset"], tuple(d["shape"])) for q, d in doc["data"].items()},
+            quantization={q: (v[0], v[1]) for q, v in doc.get("quantization", {}).items()},
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Skipped:
+    """An input record that is not in the store.
+
+    Attributes:
+      record: 0-based record index.
+      line: 1-based input line.
+      reason: "error" (unreadable, or too long under --too-long error) or "too_long".
+      message: what was wrong.
+    """
+
+    record: int
+    line: int
+    reason: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ShardPart:
+    """The manifest part of one finished shard.
+
+    Attributes:
+      shard: the shard index.
+      records: [start, stop) of the input records the shard covers.
+      examples: the stored examples, in input order.
+      skipped: the records left out, in input order.
+      sizes: quantity -> elements of the shard's array.
+      stats: informational (process, seconds, bytes).
+    """
+
+    shard: int
+    records: tuple[int, int]
+    examples: tuple[Entry, ...]
+    skipped: tuple[Skipped, ...] = ()
+    sizes: dict[str, int] = dataclasses.field(default_factory=dict)
+    stats: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def truncated(self) -> int:
+        return sum(e.truncated for e in self.examples)
+
+    def count(self, reason: str) -> int:
+        """Skipped records with this reason ("error" or "too_long")."""
+        return sum(s.reason == reason for s in self.skipped)
+
+    def to_json(self) -> dict:
+        return {
+            "shard": self.shard,
+            "records": list(self.records),
+            "examples": [e.to_json() for e in self.examples],
+            "skipped": [dataclasses.asdict(s) for s in self.skipped],
+            "sizes": self.sizes,
+            "stats": self.stats,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict) -> ShardPart:
+        return cls(
+            shard=doc["shard"],
+            records=tuple(doc["records"]),
+            examples=tuple(Entry.from_json(e) for e in doc["examples"]),
+            skipped=tuple(Skipped(**s) for s in doc.get("skipped", ())),
+            sizes=doc.get("sizes", {}),
+            stats=doc.get("stats", {}),
+        )

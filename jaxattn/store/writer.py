@@ -1,0 +1,182 @@
+"""Writing one shard: its arrays through TensorStore, then its manifest part.
+
+Examples arrive in the engine's order (grouped by length bucket), and are
+appended to each quantity's shard array in that order; the manifest records
+every example's offset, so the data need not follow input order. Appends are
+buffered on the host and written in whole chunks, so TensorStore never reads a
+chunk back to modify it; the writes are asynchronous and overlap with the
+next batches' capture. `commit` waits for every write, then writes the
+manifest part: a shard whose part exists is complete.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from jaxattn.capture import Capture
+from jaxattn.store import layout
+from jaxattn.store.kvstore import KeyValue, child_spec
+from jaxattn.store.manifest import Entry, ShardPart, Skipped
+
+# Most bytes handed to TensorStore and not yet on disk; beyond it, appends wait.
+_MAX_IN_FLIGHT = 256 << 20
+
+
+class _Column:
+    """One quantity's shard array, filled by appends, written in whole chunks."""
+
+    def __init__(self, array, chunk: int, writes: collections.deque):
+        self.array, self.chunk, self.writes = array, chunk, writes
+        self.pending: list[np.ndarray] = []
+        self.pending_size = 0  # elements buffered, not yet handed to TensorStore
+        self.flushed = 0  # elements handed to TensorStore (a multiple of chunk until the end)
+
+    def append(self, flat: np.ndarray) -> int:
+        """Buffer `flat`; return its offset in the array."""
+        offset = self.flushed + self.pending_size
+        self.pending.append(flat)
+        self.pending_size += flat.size
+        if self.pending_size >= self.chunk:
+            self.flush(final=False)
+        return offset
+
+    def flush(self, final: bool) -> None:
+        if not self.pending_size:
+            return
+        data = np.concatenate(self.pending) if len(self.pending) > 1 else self.pending[0]
+        n = data.size if final else data.size - data.size % self.chunk
+        if n:
+            future = self.array[self.flushed : self.flushed + n].write(data[:n])
+            self.writes.append((data[:n].nbytes, future))
+            self.flushed += n
+        rest = data[n:]
+        self.pending, self.pending_size = ([rest], rest.size) if rest.size else ([], 0)
+
+
+class ShardWriter:
+    """Writes the arrays of one shard and commits its manifest part.
+
+    Args:
+      kv: the store root.
+      meta: the store metadata (`jaxattn.store.metadata.build`).
+      shard: the shard index.
+      lengths: the token lengths of every example the shard will store (sizes
+        the arrays exactly: no padding, nothing to resize).
+      context: a tensorstore.Context shared by the job's writers.
+    """
+
+    def __init__(self, kv: KeyValue, meta: dict, shard: int, lengths: Sequence[int], context=None):
+        import tensorstore as ts
+
+        self.kv, self.meta, self.shard = kv, meta, shard
+        self.dtype = meta["spec"]["dtype"]
+        self.sizes = meta["sizes"]
+        self.what = tuple(meta["spec"]["what"])
+        self.totals = {
+            q: sum(layout.example_size(q, self.sizes, t) for t in lengths) for q in self.what
+        }
+        self.entries: dict[int, Entry] = {}
+        self.bytes = 0
+        self._writes: collections.deque = collections.deque()
+        self._in_flight = 0
+        self._start = time.monotonic()
+        opens = {}
+        for q in self.what:
+            array_meta = layout.array_metadata(
+                length=self.totals[q], dtype=self.dtype, chunk_bytes=meta["chunk_bytes"], quantity=q
+            )
+            spec = {
+                "driver": "zarr3",
+                "kvstore": child_spec(kv.spec, layout.array_path(q, shard)),
+                "metadata": array_meta,
+                "create": True,
+                # A killed attempt may have left chunks of this shard: start afresh.
+                "delete_existing": True,
+            }
+            opens[q] = (ts.open(spec, context=context), array_meta)
+        self._columns = {}
+        for q, (future, array_meta) in opens.items():
+            chunk = array_meta["chunk_grid"]["configuration"]["chunk_shape"][0]
+            self._columns[q] = _Column(future.result(), chunk, self._writes)
+
+    def add(self, cap: Capture, *, record: int, line: int, id: str, truncated: bool) -> int:
+        """Append one example's tensors; returns the bytes it adds (uncompressed).
+
+        Raises:
+          ValueError: the capture does not match the store's spec (a bug).
+        """
+        data, added = {}, 0
+        for q in self.what:
+            array = cap.tensors[q]
+            shape = layout.example_shape(q, self.sizes, cap.length)
+            if array.shape != shape:
+                raise ValueError(
+                    f"{q} of record {record} has shape {array.shape}, expected {shape}"
+                )
+            flat = layout.to_storage(array, self.dtype)
+            data[q] = (self._columns[q].append(flat), shape)
+            added += flat.nbytes
+        self.entries[record] = Entry(
+            record=record,
+            line=line,
+            id=id,
+            tokens=tuple(cap.tokens),
+            sentence_b_start=cap.sentence_b_start,
+            truncated=truncated,
+            data=data,
+            quantization={q: tuple(v) for q, v in cap.quantization.items()},
+        )
+        self.bytes += added
+        self._throttle()
+        return added
+
+    def _throttle(self) -> None:
+        # Completed writes leave the queue; too many bytes in flight wait here.
+        self._in_flight = sum(n for n, _ in self._writes)
+        while self._writes and (self._writes[0][1].done() or self._in_flight > _MAX_IN_FLIGHT):
+            n, future = self._writes.popleft()
+            future.result()
+            self._in_flight -= n
+
+    def commit(
+        self, records: tuple[int, int], skipped: Sequence[Skipped], stats: dict
+    ) -> ShardPart:
+        """Flush and wait for every write, then write the manifest part.
+
+        Args:
+          records: [start, stop) of the input records of the shard.
+          skipped: the records left out.
+          stats: informational numbers for the part.
+
+        Returns:
+          The committed part.
+        """
+        for column in self._columns.values():
+            column.flush(final=True)
+        while self._writes:
+            self._writes.popleft()[1].result()
+        for q, column in self._columns.items():
+            if column.flushed != self.totals[q]:
+                raise ValueError(
+                    f"shard {self.shard}: {q} got {column.flushed} elements, "
+                    f"expected {self.totals[q]} (an example is missing)"
+                )
+        part = ShardPart(
+            shard=self.shard,
+            records=records,
+            examples=tuple(self.entries[r] for r in sorted(self.entries)),
+            skipped=tuple(sorted(skipped, key=lambda s: s.record)),
+            sizes=dict(self.totals),
+            stats={
+                **stats,
+                "bytes": self.bytes,
+                "seconds": round(time.monotonic() - self._start, 3),
+            },
+        )
+        attributes = {layout.MANIFEST_ATTRIBUTE: part.to_json()}
+        self.kv.write_json(layout.manifest_key(self.shard), layout.group_metadata(attributes))
+        return part
