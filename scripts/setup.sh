@@ -4,6 +4,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+# Views: Debian's chromium for the browser tests and PNG export. The system
+# binary is driven by playwright; never `playwright install` (no downloads here).
+if ! command -v chromium >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
+  else
+    echo "note: chromium missing and not root: browser tests need 'apt-get install chromium'" >&2
+  fi
+fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 stamp=.venv/.jaxattn-setup
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
