@@ -68,8 +68,9 @@ class Example:
 def detect_format(path: str | Path) -> str:
     """text, jsonl or conllu: by suffix, else by the first non-blank line.
 
-    A line starting with "{" means JSONL; a ``#`` comment or a line of 10
-    tab-separated columns with an integer ID means CoNLL-U; anything else, text.
+    Lines starting with ``#`` are passed over; then a line starting with "{"
+    means JSONL, a line of 10 tab-separated columns with an integer ID means
+    CoNLL-U, anything else text.
     """
     path = Path(path)
     if path.suffix.lower() in _SUFFIXES:
@@ -81,10 +82,10 @@ def detect_format(path: str | Path) -> str:
                 continue
             if line.startswith(b"{"):
                 return "jsonl"
+            if line.startswith(b"#"):
+                continue  # a CoNLL-U comment, or a text line: the next line decides
             cols = raw.rstrip(b"\r\n").split(b"\t")
-            if line.startswith(b"# sent_id") or (len(cols) == 10 and cols[0].isdigit()):
-                return "conllu"
-            return "text"
+            return "conllu" if len(cols) == 10 and cols[0].split(b"-")[0].isdigit() else "text"
     return "text"
 
 

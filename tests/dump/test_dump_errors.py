@@ -1,0 +1,122 @@
+"""Bad records (--on-error) and too-long examples (--too-long): reported, counted, stored or not."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from dump_helpers import CORPUS, WHAT, assert_same_capture, options, texts_of, write_jsonl
+
+import jaxattn
+from jaxattn.dump import run_dump
+from jaxattn.dump.progress import Counts
+
+GOOD = CORPUS[:4]
+
+
+@pytest.fixture
+def bad_corpus(tmp_path):
+    """4 good records among 4 unreadable ones and a blank line (not a record)."""
+    path = write_jsonl(
+        tmp_path / "bad.jsonl",
+        [GOOD[0], "{not json", GOOD[1], {"id": "no-text"}, "", GOOD[2], {"text": 3}, GOOD[3]],
+    )
+    with open(path, "ab") as f:
+        f.write(b'{"text": "caf\xe9"}\n')  # Latin-1, not UTF-8: line 9
+    return path
+
+
+def _dump(engines, checkpoint, corpus, out, **overrides):
+    stream = io.StringIO()
+    opts = options(corpus, out, shard_size=100, **overrides)
+    result = run_dump(engines["bert"], opts, model_dir=checkpoint, stream=stream)
+    return result, stream.getvalue()
+
+
+def test_bad_records_are_reported_by_line_and_skipped(
+    engines, bert_checkpoint, bad_corpus, tmp_path
+):
+    result, log = _dump(engines, bert_checkpoint, bad_corpus, tmp_path / "s", on_error="skip")
+    assert result.counts.examples == 4 and result.counts.errors == 4
+    assert f"{bad_corpus}:2: bad JSON" in log
+    assert f'{bad_corpus}:4: missing "text"' in log
+    assert f'{bad_corpus}:7: "text" must be a string' in log
+    assert f"{bad_corpus}:9: invalid UTF-8 at byte 14" in log
+    assert "4 examples in 1 shards (0 already done), 0 skipped, 0 truncated, 4 errors" in log
+    store = jaxattn.open_store(tmp_path / "s")
+    assert [e.line for e in store.entries] == [1, 3, 6, 8]
+    assert [e.record for e in store.entries] == [0, 2, 4, 6]  # the blank line is no record
+    part = store.parts[0]
+    assert [(s.line, s.reason) for s in part.skipped] == [
+        (2, "error"),
+        (4, "error"),
+        (7, "error"),
+        (9, "error"),
+    ]
+    want = engines["bert"].capture(texts_of(GOOD), what=WHAT)
+    for got, ref in zip(store, want, strict=True):
+        assert_same_capture(got, ref)
+
+
+def test_on_error_stop_names_the_line_and_commits_nothing(
+    engines, bert_checkpoint, bad_corpus, tmp_path
+):
+    with pytest.raises(ValueError, match=r"bad\.jsonl:2: bad JSON.*--on-error skip"):
+        _dump(engines, bert_checkpoint, bad_corpus, tmp_path / "s", on_error="stop")
+    assert not (tmp_path / "s" / "manifest" / "s000000").exists()
+
+
+@pytest.fixture
+def long_corpus(tmp_path, engines):
+    """A text file: 4 short lines and one over the model's 67-token limit (line 3)."""
+    limit = engines["bert"].config.max_length
+    long = " ".join(["the cat"] * limit)
+    lines = [texts_of(GOOD)[0], texts_of(GOOD)[1], long, "he ran\tshe sat", texts_of(GOOD)[3]]
+    path = tmp_path / "long.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    "too_long, on_error, counts",
+    [
+        ("skip", "stop", Counts(examples=4, skipped=1)),
+        ("error", "skip", Counts(examples=4, errors=1)),
+        ("truncate", "stop", Counts(examples=5, truncated=1)),
+    ],
+)
+def test_too_long_examples(
+    engines, bert_checkpoint, long_corpus, tmp_path, too_long, on_error, counts
+):
+    result, log = _dump(
+        engines, bert_checkpoint, long_corpus, tmp_path / "s", too_long=too_long, on_error=on_error
+    )
+    got = result.counts
+    assert (got.examples, got.skipped, got.errors, got.truncated) == (
+        counts.examples,
+        counts.skipped,
+        counts.errors,
+        counts.truncated,
+    )
+    summary = (
+        f"{counts.examples} examples in 1 shards (0 already done), {counts.skipped} "
+        f"skipped, {counts.truncated} truncated, {counts.errors} errors"
+    )
+    assert summary in log
+    store = jaxattn.open_store(tmp_path / "s")
+    assert [e.line for e in store.entries] == (
+        [1, 2, 3, 4, 5] if too_long == "truncate" else [1, 2, 4, 5]
+    )
+    if too_long == "truncate":
+        entry = store.entries[2]
+        limit = engines["bert"].config.max_length
+        assert entry.truncated and entry.length == limit and store[2].attention.shape[-1] == limit
+    else:
+        assert f"{long_corpus}:3: longer than the model's limit of 67 tokens" in log
+        reason = "too_long" if too_long == "skip" else "error"
+        assert [(s.line, s.reason) for s in store.parts[0].skipped] == [(3, reason)]
+
+
+def test_too_long_error_with_on_error_stop(engines, bert_checkpoint, long_corpus, tmp_path):
+    with pytest.raises(ValueError, match=r"long\.txt:3: longer than the model's limit"):
+        _dump(engines, bert_checkpoint, long_corpus, tmp_path / "s")  # the defaults

@@ -1,0 +1,181 @@
+"""The store in one process: what the engine captures, exactly once, read back every way."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from dump_helpers import (
+    CORPUS,
+    SHARD_SIZE,
+    WHAT,
+    assert_same_capture,
+    assert_same_store,
+    options,
+    texts_of,
+    write_jsonl,
+)
+
+import jaxattn
+from jaxattn.dump import run_dump
+from jaxattn.dump.distributed import Process
+from jaxattn.dump.fingerprint import checkpoint_fingerprint
+from jaxattn.store.metadata import StoreMismatch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _shard_texts(k: int) -> list:
+    return texts_of(CORPUS[k * SHARD_SIZE : (k + 1) * SHARD_SIZE])
+
+
+def test_store_holds_what_the_engine_captures(engines, reference_store):
+    store = jaxattn.open_store(reference_store)
+    assert len(store) == len(CORPUS) and store.complete
+    # Per shard, the dump and Engine.capture batch the same examples: bit-equal.
+    for k in range(2):
+        want = engines["bert"].capture(_shard_texts(k), what=WHAT)
+        for j, ref in enumerate(want):
+            assert_same_capture(store[k * SHARD_SIZE + j], ref)
+    assert [cap.tokens for cap in store] == [store[i].tokens for i in range(len(store))]
+    assert store[-1].tokens == store[len(store) - 1].tokens
+    with pytest.raises(IndexError):
+        store[len(store)]
+
+
+def test_manifest_and_metadata(reference_store, bert_checkpoint, corpus, engines):
+    store = jaxattn.open_store(reference_store)
+    ids = [e.id for e in store.entries]
+    assert ids == ["a1", "a2", "pair", "7", "4", "5", "b3", "b4"]
+    assert [e.record for e in store.entries] == list(range(8))
+    assert [e.line for e in store.entries] == list(range(1, 9))
+    pair = store.entries[2]
+    assert pair.tokens[pair.sentence_b_start - 1] == "[SEP]" and pair.length == len(pair.tokens)
+    assert store[2].sentence_b_start == pair.sentence_b_start
+    meta = store.metadata
+    assert meta["model"]["fingerprint"] == checkpoint_fingerprint(bert_checkpoint)
+    assert meta["model"]["name"] == engines["bert"].info.name
+    assert meta["spec"] == {
+        "what": list(WHAT),
+        "layers": [0, 1, 2],
+        "heads": [0, 1, 2],
+        "dtype": "float32",
+    }
+    assert meta["input"]["records"] == 8 and meta["input"]["format"] == "jsonl"
+    assert meta["shards"] == {"size": 4, "count": 2}
+    assert re.fullmatch(r"[0-9a-f]{64}", meta["input"]["sha256"])
+    # No padding: each shard array is exactly the sum of its examples' sizes.
+    for part in store.parts.values():
+        for q in WHAT:
+            assert part.sizes[q] == sum(int(np.prod(e.data[q][1])) for e in part.examples)
+
+
+def test_zarr_python_and_tensorstore_read_it_as_store_md_says(reference_store, monkeypatch):
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "STORE.md").read_text(), re.S)
+    zarr_block = next(b for b in blocks if "import zarr" in b)
+    ts_block = next(b for b in blocks if "import tensorstore" in b)
+    store = jaxattn.open_store(reference_store)
+    monkeypatch.chdir(reference_store.parent)
+    for block, index in ((zarr_block, 3), (ts_block, 1)):  # the examples each block reads
+        code = block.replace('STORE = "corpus.zarr"', f'STORE = "{reference_store.name}"')
+        scope: dict = {}
+        exec(compile(code, "STORE.md", "exec"), scope)
+        np.testing.assert_array_equal(scope["attention"], store[index].attention)
+        assert scope["entry"]["id"] == store.entries[index].id
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "bfloat16"])
+def test_encoded_dtypes_round_trip(engines, bert_checkpoint, corpus, tmp_path, dtype):
+    what = ("attention", "scores")  # probability-valued and affine uint8
+    run_dump(
+        engines["bert"],
+        options(corpus, tmp_path / "s", what=what, dtype=dtype),
+        model_dir=bert_checkpoint,
+    )
+    store = jaxattn.open_store(tmp_path / "s")
+    want = engines["bert"].capture(_shard_texts(1), what=what, dtype=dtype)
+    for j, ref in enumerate(want):
+        got = store[SHARD_SIZE + j]
+        assert_same_capture(got, ref)  # encoded bytes and (scale, offset) identical
+        np.testing.assert_array_equal(got.scores, ref.scores)
+
+
+def test_rerun_of_a_finished_store_does_nothing(
+    engines, bert_checkpoint, corpus, tmp_path, reference_store
+):
+    shutil.copytree(reference_store, tmp_path / "s")
+    result = run_dump(engines["bert"], options(corpus, tmp_path / "s"), model_dir=bert_checkpoint)
+    assert (result.counts.examples, result.shards, result.resumed) == (0, 2, 2)
+    assert_same_store(jaxattn.open_store(tmp_path / "s"), jaxattn.open_store(reference_store))
+
+
+def test_two_process_shares_complete_one_store(
+    engines, bert_checkpoint, corpus, tmp_path, reference_store
+):
+    """Process p of 2 writes shards p, p+2, ...: run one share, then the other."""
+    opts = options(corpus, tmp_path / "s")
+    first = run_dump(engines["bert"], opts, model_dir=bert_checkpoint, process=Process(1, 2))
+    assert (first.counts.examples, first.shards) == (4, 1)
+    with pytest.raises(ValueError, match="incomplete: 1 of 2 shards"):
+        jaxattn.open_store(tmp_path / "s")
+    partial = jaxattn.open_store(tmp_path / "s", partial=True)
+    assert [e.id for e in partial.entries] == ["4", "5", "b3", "b4"] and not partial.complete
+    run_dump(engines["bert"], opts, model_dir=bert_checkpoint, process=Process(0, 2))
+    assert_same_store(jaxattn.open_store(tmp_path / "s"), jaxattn.open_store(reference_store))
+
+
+def test_leftovers_of_a_killed_shard_are_replaced(
+    engines, bert_checkpoint, corpus, tmp_path, reference_store
+):
+    store_dir = tmp_path / "s"
+    shutil.copytree(reference_store, store_dir)
+    # Shard 1 as a killed attempt leaves it: chunks written, no manifest part.
+    shutil.rmtree(store_dir / "manifest" / "s000001")
+    chunk = next((store_dir / "attention" / "s000001" / "c").iterdir())
+    chunk.write_bytes(b"garbage")
+    (store_dir / "attention" / "s000001" / "c" / "999").write_bytes(b"stale")
+    result = run_dump(engines["bert"], options(corpus, store_dir), model_dir=bert_checkpoint)
+    assert (result.counts.examples, result.resumed) == (4, 1)
+    assert not (store_dir / "attention" / "s000001" / "c" / "999").exists()
+    assert_same_store(jaxattn.open_store(store_dir), jaxattn.open_store(reference_store))
+
+
+def _changed(tmp_path, corpus, bert_checkpoint):
+    other_input = write_jsonl(tmp_path / "other.jsonl", [*CORPUS[:-1], {"text": "hello"}])
+    other_model = tmp_path / "model"
+    shutil.copytree(bert_checkpoint, other_model)
+    (other_model / "config.json").write_text(
+        (other_model / "config.json").read_text().replace("{", '{"note": 1, ', 1)
+    )
+    yield "quantities", dict(what=("attention",)), bert_checkpoint
+    yield "layers", dict(layers=(0, 1)), bert_checkpoint
+    yield "heads", dict(heads=(2,)), bert_checkpoint
+    yield "dtype", dict(dtype="float16"), bert_checkpoint
+    yield "input", dict(input=other_input), bert_checkpoint
+    yield "shard size", dict(shard_size=3), bert_checkpoint
+    yield "too-long policy", dict(too_long="truncate"), bert_checkpoint
+    yield "model", {}, other_model
+
+
+def test_a_changed_command_is_refused(engines, bert_checkpoint, corpus, tmp_path, reference_store):
+    store_dir = tmp_path / "s"
+    shutil.copytree(reference_store, store_dir)
+    before = sorted(p.relative_to(store_dir) for p in store_dir.rglob("*"))
+    for name, change, model_dir in _changed(tmp_path, corpus, bert_checkpoint):
+        opts = dataclasses.replace(options(corpus, store_dir), **change)
+        with pytest.raises(StoreMismatch, match=f"different command:\n  {name}"):
+            run_dump(engines["bert"], opts, model_dir=model_dir)
+    assert sorted(p.relative_to(store_dir) for p in store_dir.rglob("*")) == before
+    with pytest.raises(StoreMismatch, match="rerun the original command"):
+        run_dump(
+            engines["bert"], options(corpus, store_dir, what=("scores",)), model_dir=bert_checkpoint
+        )
+
+
+def test_open_store_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no jaxattn store"):
+        jaxattn.open_store(tmp_path)
