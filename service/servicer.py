@@ -10,7 +10,6 @@ import grpc
 
 from jaxattn.quantities import QUANTITIES
 from jaxattn.v1 import attention_pb2 as pb
-from jaxattn.v1 import attention_pb2_grpc as pb_grpc
 from jaxattn.wire import serialize_example
 from jaxattn.wire.prefetch import prefetch
 from service.batcher import EngineFailed, JobCancelled, MicroBatcher, QueueFull
@@ -22,7 +21,7 @@ log = logging.getLogger("jaxattn.service")
 _SMALL_TOKENS = 64
 
 
-class AttentionServicer(pb_grpc.AttentionServiceServicer):
+class AttentionServicer:
     """Serves one engine through a `MicroBatcher`. Register it with `handlers`.
 
     Logs one line per Capture call: peer, status, texts, tokens, bytes out and
@@ -53,9 +52,11 @@ class AttentionServicer(pb_grpc.AttentionServiceServicer):
 
     def Capture(self, request, context):  # noqa: N802 (gRPC method name)
         start = time.monotonic()
-        stats = dict(texts=len(request.texts), tokens=0, bytes=0, code="OK")
-        job = None
+        stats = dict(texts=len(getattr(request, "texts", ())), tokens=0, bytes=0, code="OK")
+        job = messages = None
         try:
+            if isinstance(request, Undecodable):
+                raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, request.message)
             parsed = self.parser.parse(request)
             stats["tokens"] = parsed.tokens
             remaining = context.time_remaining()
@@ -78,8 +79,10 @@ class AttentionServicer(pb_grpc.AttentionServiceServicer):
             stats["code"] = "RESOURCE_EXHAUSTED"
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
         except JobCancelled:
-            stats["code"] = "CANCELLED" if context.is_active() else _gone(context)
-            if context.is_active():  # the server is stopping
+            if not context.is_active():  # the client cancelled or its deadline passed
+                stats["code"] = _gone(context)
+            else:  # the batcher was closed under a live call: the server is stopping
+                stats["code"] = "UNAVAILABLE"
                 context.abort(grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
         except EngineFailed as e:
             stats["code"] = "INTERNAL"
@@ -88,6 +91,8 @@ class AttentionServicer(pb_grpc.AttentionServiceServicer):
             stats["code"] = _gone(context)
             raise
         finally:
+            if messages is not None:
+                messages.close()  # stops the prefetch thread at once
             if job is not None:
                 self.batcher.release(job)
             log.info(
@@ -106,6 +111,23 @@ def _serialized(job, parsed) -> Iterator[bytes]:
         )
 
 
+class Undecodable:
+    """A request whose bytes are not a valid message (e.g. a string that is not UTF-8)."""
+
+    def __init__(self, message: str):
+        self.message = message
+
+
+def _parse_capture_request(data: bytes):
+    # gRPC answers a deserializer's exception with INTERNAL; a malformed request
+    # is the caller's error, so it reaches the handler and gets INVALID_ARGUMENT.
+    try:
+        return pb.CaptureRequest.FromString(data)
+    except Exception as e:  # google.protobuf.message.DecodeError
+        return Undecodable(f"the request is not a valid jaxattn.v1.CaptureRequest (string "
+                           f"fields must be UTF-8): {e}")  # fmt: skip
+
+
 def _passthrough(message: bytes) -> bytes:
     return message
 
@@ -117,7 +139,7 @@ def handlers(servicer: AttentionServicer) -> grpc.GenericRpcHandler:
         {
             "Capture": grpc.unary_stream_rpc_method_handler(
                 servicer.Capture,
-                request_deserializer=pb.CaptureRequest.FromString,
+                request_deserializer=_parse_capture_request,
                 response_serializer=_passthrough,
             ),
             "GetModelInfo": grpc.unary_unary_rpc_method_handler(

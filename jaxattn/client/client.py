@@ -14,11 +14,13 @@ from jaxattn.client.channels import RETRYABLE, Channels
 from jaxattn.client.errors import AttentionServiceError
 from jaxattn.config import ModelInfo
 from jaxattn.v1 import attention_pb2 as pb
-from jaxattn.v1 import attention_pb2_grpc as pb_grpc
 from jaxattn.wire import StreamDecoder, WireError, codecs
 
 Text = str | tuple[str, str]
+# Method paths, not the generated stubs: those pin grpcio to the grpcio-tools
+# version that generated them, and the client needs nothing else from them.
 CAPTURE_METHOD = "/jaxattn.v1.AttentionService/Capture"
+INFO_METHOD = "/jaxattn.v1.AttentionService/GetModelInfo"
 
 
 def _indices(value, field: str) -> list[int]:
@@ -141,9 +143,11 @@ class AttentionClient:
         t = self.timeout if timeout is None else timeout
         md = self._channels.metadata
         return self._channels.call(
-            lambda ch: pb_grpc.AttentionServiceStub(ch).GetModelInfo(
-                pb.GetModelInfoRequest(), timeout=t, metadata=md
-            )
+            lambda ch: ch.unary_unary(
+                INFO_METHOD,
+                request_serializer=pb.GetModelInfoRequest.SerializeToString,
+                response_deserializer=pb.ModelInfo.FromString,
+            )(pb.GetModelInfoRequest(), timeout=t, metadata=md)
         )
 
     def capture(

@@ -87,3 +87,16 @@ def test_client_raises_its_own_error_type(client):
         client.capture(["the cat"], what=WHAT, layers=[5])
     assert info.value.code == INVALID
     assert "layers index 5" in info.value.message
+
+
+def test_undecodable_request_bytes_are_invalid_argument(address):
+    # texts[0].text = b"\xff\xfe" : not UTF-8, which proto3 strings must be.
+    text = b"\x0a\x02\xff\xfe"
+    raw = b"\x0a" + bytes([len(text)]) + text
+    with grpc.insecure_channel(address) as channel:
+        rpc = channel.unary_stream("/jaxattn.v1.AttentionService/Capture",
+                                   request_serializer=None, response_deserializer=None)  # fmt: skip
+        with pytest.raises(grpc.RpcError) as info:
+            list(rpc(raw, timeout=10))
+    assert info.value.code() == INVALID
+    assert "UTF-8" in info.value.details()
