@@ -5,7 +5,7 @@ A store is a zarr v3 hierarchy (see STORE.md at the repository root)::
     STORE/zarr.json                        root group; attributes["jaxattn"] = store metadata
     STORE/<quantity>/zarr.json             one group per captured quantity
     STORE/<quantity>/s000012/zarr.json     1-D array: shard 12's examples, flattened, concatenated
-    STORE/<quantity>/s000012/c/0 ...       its chunks (zstd)
+    STORE/<quantity>/s000012/c/0 ...       its chunks (blosc-lz4 or zstd, see CODECS)
     STORE/manifest/zarr.json               a group holding the manifest parts
     STORE/manifest/s000012/zarr.json       group; attributes["jaxattn_manifest"] = shard 12's
                                            manifest part; its presence = shard 12 is done
@@ -29,7 +29,24 @@ FORMAT_VERSION = 1
 MANIFEST_DIR = "manifest"
 MANIFEST_ATTRIBUTE = "jaxattn_manifest"
 DEFAULT_CHUNK_BYTES = 1 << 20  # 1 MiB of uncompressed data per chunk
-ZSTD_LEVEL = 1  # level 1 compresses float32 attention nearly as well as 3, at twice the speed
+
+# Compression per encoding (benchmarks/dump_bench.py, EWT sentences, MiniLM
+# attention): float32 mantissas are near-random, and blosc's lz4 over
+# byte-shuffled data keeps 0.90 of the bytes at half the CPU of zstd level 1
+# (0.92); float16/bfloat16 and uint8 compress better with zstd level 1 (0.90
+# and 0.47) than with blosc-lz4 (0.99 and 0.82).
+_BLOSC_LZ4_SHUFFLE = {
+    "name": "blosc",
+    "configuration": {
+        "cname": "lz4",
+        "clevel": 5,
+        "shuffle": "shuffle",
+        "typesize": 4,
+        "blocksize": 0,
+    },
+}
+_ZSTD_1 = {"name": "zstd", "configuration": {"level": 1, "checksum": False}}
+CODECS = {"float32": _BLOSC_LZ4_SHUFFLE, "float16": _ZSTD_1, "bfloat16": _ZSTD_1, "uint8": _ZSTD_1}
 
 # zarr-python has no bfloat16: store its bits as uint16, named in the array's attributes.
 _STORAGE_DTYPE = {
@@ -122,7 +139,7 @@ def array_metadata(*, length: int, dtype: str, chunk_bytes: int, quantity: str) 
     codecs = [{"name": "bytes", "configuration": {"endian": "little"}}]
     if stored.itemsize == 1:
         codecs = [{"name": "bytes"}]  # endianness is meaningless for one-byte types
-    codecs.append({"name": "zstd", "configuration": {"level": ZSTD_LEVEL, "checksum": False}})
+    codecs.append(CODECS[dtype])
     return {
         "shape": [length],
         "data_type": stored.name,

@@ -112,7 +112,7 @@ def build(
         "shards": {"size": shard_size, "count": shards},
         "too_long": too_long,
         "chunk_bytes": chunk_bytes,
-        "codec": {"name": "zstd", "level": layout.ZSTD_LEVEL},
+        "codec": layout.CODECS[spec.dtype],
     }
 
 

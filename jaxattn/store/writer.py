@@ -50,7 +50,10 @@ class _Column:
         data = np.concatenate(self.pending) if len(self.pending) > 1 else self.pending[0]
         n = data.size if final else data.size - data.size % self.chunk
         if n:
-            future = self.array[self.flushed : self.flushed + n].write(data[:n])
+            # `data` is never modified again: TensorStore may keep it rather than copy it.
+            future = self.array[self.flushed : self.flushed + n].write(
+                data[:n], can_reference_source_data_indefinitely=True
+            )
             self.writes.append((data[:n].nbytes, future))
             self.flushed += n
         rest = data[n:]
