@@ -56,14 +56,23 @@ class Tokenizer:
     Framework-default trap: a tokenizer.json can carry its own truncation and
     padding (all-MiniLM-L6-v2's truncates at 128 and pads to 128), which would
     silently cut long texts; both are switched off and length is checked here.
+    Two private copies of the backend, one never truncating and one truncating
+    at the model's limit, so no call mutates shared state: `encode` is safe to
+    call from several threads.
     """
 
     def __init__(self, hf_tokenizer, config: ModelConfig):
+        from tokenizers import Tokenizer as Backend
+
         self.hf = hf_tokenizer
         self.config = config
-        self._backend = hf_tokenizer.backend_tokenizer
+        spec = hf_tokenizer.backend_tokenizer.to_str()
+        self._backend = Backend.from_str(spec)
         self._backend.no_truncation()
         self._backend.no_padding()
+        self._truncating = Backend.from_str(spec)
+        self._truncating.no_padding()
+        self._truncating.enable_truncation(config.max_length, strategy="longest_first")
 
     @classmethod
     def from_dir(cls, path: Path, config: ModelConfig) -> Tokenizer:
@@ -94,12 +103,8 @@ class Tokenizer:
         if not texts:
             return []
         limit = self.config.max_length
-        if truncate:
-            self._backend.enable_truncation(limit, strategy="longest_first")
-        try:
-            encoded = self._backend.encode_batch(list(texts), add_special_tokens=True)
-        finally:
-            self._backend.no_truncation()
+        backend = self._truncating if truncate else self._backend
+        encoded = backend.encode_batch(list(texts), add_special_tokens=True)
         out = []
         for i, e in enumerate(encoded):
             if len(e.ids) > limit:

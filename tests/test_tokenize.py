@@ -22,17 +22,45 @@ def test_sentence_b_start_of_pairs_with_empty_sentences(engines, text, b_start):
 def test_tokenizer_presets_never_truncate_or_pad(engines):
     # A tokenizer.json may carry truncation/padding (all-MiniLM-L6-v2's pads and
     # cuts at 128); the engine must see the real length.
-    engine = engines["bert"]
-    engine.tokenizer._backend.enable_truncation(4)
-    engine.tokenizer._backend.enable_padding(length=30)
-    try:
-        from jaxattn.tokenize import Tokenizer
+    from jaxattn.tokenize import Tokenizer
 
-        fresh = Tokenizer(engine.tokenizer.hf, engine.config)
+    engine = engines["bert"]
+    hf = engine.tokenizer.hf
+    hf.backend_tokenizer.enable_truncation(4)
+    hf.backend_tokenizer.enable_padding(length=30)
+    try:
+        fresh = Tokenizer(hf, engine.config)
         assert fresh.encode(["i went to the store ."])[0].length == 8
     finally:
-        engine.tokenizer._backend.no_truncation()
-        engine.tokenizer._backend.no_padding()
+        hf.backend_tokenizer.no_truncation()
+        hf.backend_tokenizer.no_padding()
+
+
+def test_truncating_and_strict_calls_do_not_interfere_across_threads(engines):
+    import threading
+
+    engine = engines["bert"]
+    long = " ".join(["store"] * 100)
+    errors, cut = [], []
+
+    def strict():
+        for _ in range(200):
+            try:
+                engine.tokenize([long])
+                errors.append("no error")
+            except ValueError:
+                pass
+
+    def truncating():
+        for _ in range(200):
+            cut.append(engine.tokenize([long], truncate=True)[0].length)
+
+    threads = [threading.Thread(target=strict), threading.Thread(target=truncating)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and set(cut) == {engine.config.max_length}
 
 
 def test_a_bare_string_is_refused_with_a_hint(engines):
