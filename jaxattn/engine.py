@@ -185,7 +185,8 @@ class Engine:
             while size >= 1:
                 n = size * len(self.devices)
                 batch = batching.Batch(length, n, (0,) * n)
-                jax.block_until_ready(self._step(spec, self._params, *self._pack(batch, dummy)))
+                out = self._step(spec, self._params, *self._pack(batch, dummy), None)
+                jax.block_until_ready(out)
                 size //= 2
         return self.compiled_shapes
 
