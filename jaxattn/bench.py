@@ -8,7 +8,7 @@ On the first N sentences of a CoNLL-U file, in file order:
   (d) jaxattn full capture: attention, queries, keys, fx_norm, alpha_fx_norm,
       sum_alpha_fx_norm.
 Each is timed after a warm-up pass (compilation excluded; it is reported
-separately), best of `repeats`. torch is imported only for (a).
+separately), best of `repeats` interleaved rounds. torch is imported only for (a).
 """
 
 from __future__ import annotations
@@ -32,16 +32,8 @@ def read_sentences(conllu: Path, limit: int) -> list[str]:
     return out
 
 
-def _best(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
-
-
-def bench_transformers(model_dir: Path, texts: list[str], batch: int, repeats: int) -> float:
+def transformers_runner(model_dir: Path, texts: list[str], batch: int):
+    """Case (a) as a zero-argument callable (model and tokenizer loaded once)."""
     import numpy as np
     import torch
     from transformers import AutoModel, AutoTokenizer
@@ -57,39 +49,50 @@ def bench_transformers(model_dir: Path, texts: list[str], batch: int, repeats: i
                 out = model(**x, output_attentions=True)
                 [np.asarray(a.numpy()) for a in out.attentions]
 
-    run()
-    return _best(run, repeats)
+    return run
 
 
-def bench_jaxattn(engine, texts: list[str], repeats: int) -> dict[str, float]:
+def jaxattn_runners(engine, texts: list[str]) -> dict:
+    """Cases (b), (c), (d) as zero-argument callables."""
     last = engine.config.num_layers - 1
     cases = {
         "b_forward": dict(what="hidden_states", layers=last),
         "c_attention": dict(what="attention"),
         "d_full": dict(what=FULL),
     }
-    out = {}
-    for name, kw in cases.items():
-        t = time.perf_counter()
-        engine.capture(texts, **kw)  # warm-up: compiles this spec's shapes
-        out[f"{name}_first_pass_s"] = time.perf_counter() - t
-        out[name] = _best(lambda kw=kw: engine.capture(texts, **kw), repeats)
-    return out
+    return {name: (lambda kw=kw: engine.capture(texts, **kw)) for name, kw in cases.items()}
 
 
-def run(conllu: Path, n: int = 512, repeats: int = 2, model: str | None = None) -> dict:
-    """Run all four cases; returns seconds, seq/s and ratios."""
+def run(conllu: Path, n: int = 512, repeats: int = 3, model: str | None = None) -> dict:
+    """Run all four cases, interleaved: each round times (a), (b), (c), (d) in turn.
+
+    Interleaving exposes every case to the same machine state, so the ratios
+    hold even when the machine is shared; each case reports its best round.
+    The first pass of each case (compilation, warm caches) is timed apart.
+    """
     import jaxattn
     from jaxattn.loading import default_model_dir
 
     texts = read_sentences(conllu, n)
     engine = jaxattn.load(model)
     model_dir = Path(model) if model else default_model_dir()
-    res = {"n": len(texts), "model": engine.info.name, "machine": machine()}
-    res["a_transformers"] = bench_transformers(model_dir, texts, 32, repeats)
-    res |= bench_jaxattn(engine, texts, repeats)
-    for k in ("a_transformers", "b_forward", "c_attention", "d_full"):
-        res[f"{k}_seq_per_s"] = len(texts) / res[k]
+    runners = {"a_transformers": transformers_runner(model_dir, texts, 32)}
+    runners |= jaxattn_runners(engine, texts)
+    res = {"n": len(texts), "model": engine.info.name, "machine": machine(), "repeats": repeats}
+    for name, fn in runners.items():
+        t = time.perf_counter()
+        fn()
+        res[f"{name}_first_pass_s"] = time.perf_counter() - t
+    rounds = {name: [] for name in runners}
+    for _ in range(repeats):
+        for name, fn in runners.items():
+            t = time.perf_counter()
+            fn()
+            rounds[name].append(time.perf_counter() - t)
+    for name, times in rounds.items():
+        res[name] = min(times)
+        res[f"{name}_rounds_s"] = times
+        res[f"{name}_seq_per_s"] = len(texts) / res[name]
     res["d_over_a"] = res["a_transformers"] / res["d_full"]
     res["d_vs_b_overhead"] = res["d_full"] / res["b_forward"] - 1
     return res

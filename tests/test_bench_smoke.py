@@ -1,0 +1,18 @@
+"""The capture benchmark runs end to end (no timing asserted: figures go to BENCHMARKS.md)."""
+
+from __future__ import annotations
+
+from jaxattn import bench
+
+CONLLU = "# text = i went to the store .\n1\ti\n\n# text = the store\n1\tthe\n\n# text = at\n1\tat\n"
+
+
+def test_bench_runs_every_case_on_a_tiny_model(bert_checkpoint, tmp_path):
+    path = tmp_path / "tiny.conllu"
+    path.write_text(CONLLU)
+    res = bench.run(path, n=2, repeats=1, model=str(bert_checkpoint))
+    assert res["n"] == 2
+    for case in ("a_transformers", "b_forward", "c_attention", "d_full"):
+        assert res[case] > 0 and len(res[f"{case}_rounds_s"]) == 1
+    text = bench.format_result(res)
+    assert "(d) speed-up over (a)" in text and "target" in text
