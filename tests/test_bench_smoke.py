@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from jaxattn import bench
 
-CONLLU = "# text = i went to the store .\n1\ti\n\n# text = the store\n1\tthe\n\n# text = at\n1\tat\n"
+CONLLU = "".join(
+    f"# text = {t}\n1\t{t.split()[0]}\n\n" for t in ("i went to the store .", "the store", "at")
+)
 
 
 def test_bench_runs_every_case_on_a_tiny_model(bert_checkpoint, tmp_path):
