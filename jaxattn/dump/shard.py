@@ -28,6 +28,11 @@ class ShardTask:
         self.skipped: list[Skipped] = []
 
     def bad(self, record: int, line: int, reason: str, kind: str = "error") -> None:
+        """Report a record left out: raise under on_error="stop" (kind "error"), else count it.
+
+        Raises:
+          ValueError: naming the input file and line, when the job stops on errors.
+        """
         where = f"{self.job.options.input}:{line}"
         if kind == "error" and self.job.options.on_error == "stop":
             raise ValueError(f"{where}: {reason} (pass --on-error skip to skip bad records)")
@@ -39,6 +44,7 @@ class ShardTask:
         self.job.message(f"{where}: {reason}: skipped")
 
     def examples(self) -> list[Example]:
+        """The shard's readable records, in input order (the others go to `bad`)."""
         out = []
         for raw in self.job.plan.shards[self.shard]:
             try:
@@ -74,6 +80,7 @@ class ShardTask:
         return out
 
     def run(self) -> Counts:
+        """Capture and write the shard, then commit its manifest part; returns its counts."""
         job = self.job
         kept = self.tokenize(self.examples())
         encodings = [enc for _, enc, _ in kept]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -179,3 +181,15 @@ def test_a_changed_command_is_refused(engines, bert_checkpoint, corpus, tmp_path
 def test_open_store_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="no jaxattn store"):
         jaxattn.open_store(tmp_path)
+
+
+def test_reading_a_store_needs_no_jax(reference_store):
+    code = (
+        "import sys, jaxattn\n"
+        f"store = jaxattn.open_store({str(reference_store)!r})\n"
+        "assert store[0].attention.shape[0] == 3 and len(store) == 8\n"
+        "heavy = [m for m in ('jax', 'flax', 'transformers', 'torch') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
