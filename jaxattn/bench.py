@@ -33,23 +33,51 @@ def read_sentences(conllu: Path, limit: int) -> list[str]:
 
 
 def transformers_runner(model_dir: Path, texts: list[str], batch: int):
-    """Case (a) as a zero-argument callable (model and tokenizer loaded once)."""
+    """Case (a) as a zero-argument callable (model and tokenizer loaded once).
+
+    Runs on CUDA when torch sees a GPU, else on the CPU.
+    """
     import numpy as np
     import torch
     from transformers import AutoModel, AutoTokenizer
 
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     # transformers 5 returns attentions only with the eager implementation.
-    model = AutoModel.from_pretrained(str(model_dir), attn_implementation="eager").eval()
+    model = AutoModel.from_pretrained(str(model_dir), attn_implementation="eager")
+    model = model.eval().to(device)
 
     def run():
         with torch.inference_mode():
             for i in range(0, len(texts), batch):
-                x = tok(texts[i : i + batch], padding="longest", return_tensors="pt")
+                x = tok(texts[i : i + batch], padding="longest", return_tensors="pt").to(device)
                 out = model(**x, output_attentions=True)
-                [np.asarray(a.numpy()) for a in out.attentions]
+                [np.asarray(a.cpu().numpy()) for a in out.attentions]
 
     return run
+
+
+def synthetic_bert_base(out_dir: Path, length: int, n: int) -> tuple[Path, list[str]]:
+    """A random-weight BERT-base checkpoint and n texts of exactly `length` tokens.
+
+    For the GPU benchmark (issue 2): BERT-base sizes (12 x 12, D=768) with the
+    embedded MiniLM's tokenizer, which is BERT's uncased vocabulary.
+    """
+    import shutil
+
+    import torch
+    from transformers import BertConfig, BertModel
+
+    from jaxattn.loading import default_model_dir
+
+    torch.manual_seed(0)
+    BertModel(BertConfig()).save_pretrained(str(out_dir))
+    for f in default_model_dir().iterdir():
+        if f.name.startswith(("tokenizer", "vocab", "special")):
+            shutil.copy(f, out_dir / f.name)
+    words = "the quick brown fox jumps over the lazy dog".split()
+    text = " ".join(words[i % len(words)] for i in range(length - 2))  # + [CLS] [SEP]
+    return out_dir, [text] * n
 
 
 def jaxattn_runners(engine, texts: list[str]) -> dict:
@@ -63,7 +91,13 @@ def jaxattn_runners(engine, texts: list[str]) -> dict:
     return {name: (lambda kw=kw: engine.capture(texts, **kw)) for name, kw in cases.items()}
 
 
-def run(conllu: Path, n: int = 512, repeats: int = 3, model: str | None = None) -> dict:
+def run(
+    conllu: Path | None,
+    n: int = 512,
+    repeats: int = 3,
+    model: str | None = None,
+    texts: list[str] | None = None,
+) -> dict:
     """Run all four cases, interleaved: each round times (a), (b), (c), (d) in turn.
 
     Interleaving exposes every case to the same machine state, so the ratios
@@ -73,7 +107,7 @@ def run(conllu: Path, n: int = 512, repeats: int = 3, model: str | None = None) 
     import jaxattn
     from jaxattn.loading import default_model_dir
 
-    texts = read_sentences(conllu, n)
+    texts = texts if texts is not None else read_sentences(conllu, n)
     engine = jaxattn.load(model)
     model_dir = Path(model) if model else default_model_dir()
     runners = {"a_transformers": transformers_runner(model_dir, texts, 32)}

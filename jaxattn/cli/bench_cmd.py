@@ -19,6 +19,13 @@ def register(sub) -> None:
     p.add_argument("--repeats", type=int, default=3, help="best of this many timed passes")
     p.add_argument("--model", default=None, help="checkpoint dir (default: embedded MiniLM)")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    p.add_argument(
+        "--synthetic-bert-base",
+        type=int,
+        metavar="T",
+        help="instead: a random-weight BERT-base and -n texts of exactly T tokens "
+        "(the GPU benchmark; torch uses CUDA when present)",
+    )
     p.set_defaults(func=run)
 
 
@@ -27,9 +34,16 @@ def run(args) -> int:
 
     from jaxattn import bench
 
-    if not args.conllu.is_file():
-        raise FileNotFoundError(f"no CoNLL-U file at {args.conllu} (pass --conllu)")
-    result = bench.run(args.conllu, args.n, args.repeats, args.model)
+    if args.synthetic_bert_base:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            model, texts = bench.synthetic_bert_base(Path(tmp), args.synthetic_bert_base, args.n)
+            result = bench.run(None, args.n, args.repeats, str(model), texts=texts)
+    else:
+        if not args.conllu.is_file():
+            raise FileNotFoundError(f"no CoNLL-U file at {args.conllu} (pass --conllu)")
+        result = bench.run(args.conllu, args.n, args.repeats, args.model)
     print(bench.format_result(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
