@@ -67,6 +67,7 @@ class Engine:
         self.devices = tuple(devices) if devices else tuple(jax.local_devices())
         mesh = Mesh(np.asarray(self.devices), ("data",))
         replicated, batch = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+        self._batch_sharding = batch
         self._params = jax.device_put(params["encoder"], replicated)
         self.buckets = batching.buckets_for(config.max_length, buckets)
         self._budgets = dict(
@@ -228,7 +229,10 @@ class Engine:
         # Dummy rows padding a data-parallel remainder: one real key, so their
         # softmax stays finite; their outputs are never read.
         mask[len(batch.rows) :, 0] = True
-        return ids, type_ids, mask
+        # Placed on this engine's (process-local) mesh here: in a multi-process
+        # job jit refuses host arrays with a batch sharding, and one placement
+        # rule for every process count keeps warmup and run on the same programs.
+        return tuple(jax.device_put(x, self._batch_sharding) for x in (ids, type_ids, mask))
 
     def _unpack(self, batch, out, encodings, spec) -> Iterator[tuple[int, Capture]]:
         host = jax.device_get(out)

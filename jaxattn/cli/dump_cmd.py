@@ -122,7 +122,6 @@ def _run(args: argparse.Namespace) -> int:
 
     model_dir = Path(args.model) if args.model else default_model_dir()
     engine = jaxattn.load(args.model)
-    distributed.process_local_inputs(engine)
     options = DumpOptions(
         input=args.input,
         out=args.out,

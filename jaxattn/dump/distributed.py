@@ -102,29 +102,3 @@ def shutdown(process: Process) -> None:
         import jax
 
         jax.distributed.shutdown()
-
-
-def process_local_inputs(engine) -> None:
-    """Let `engine` run in a multi-process job, on this process's devices only.
-
-    With more than one process, jit refuses numpy inputs with a non-replicated
-    sharding (it cannot tell that they are process-local). The engine packs
-    batches as numpy, so its packer is wrapped here to place them on the
-    engine's own local mesh first; the computation is unchanged. (Requested as
-    an engine change: `Engine._pack` could do this itself.)
-    """
-    import jax
-    import numpy as np
-    from jax.sharding import Mesh, NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    if jax.process_count() == 1 or getattr(engine, "_dump_process_local", False):
-        return
-    batch = NamedSharding(Mesh(np.asarray(engine.devices), ("data",)), P("data"))
-    pack = engine._pack
-
-    def pack_on_devices(*args, **kwargs):
-        return tuple(jax.device_put(x, batch) for x in pack(*args, **kwargs))
-
-    engine._pack = pack_on_devices
-    engine._dump_process_local = True
