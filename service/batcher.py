@@ -1,152 +1,159 @@
-"""Dynamic micro-batching: concurrent requests with the same spec share engine calls.
+"""Dynamic micro-batching with bounded memory: concurrent same-spec requests share engine calls.
 
 One worker thread owns the engine. A request becomes a `Job` (its spec and
-tokenised examples); the worker takes the oldest job, waits up to the batch
-window for others with the same spec (or until `max_batch_examples` are
-waiting), concatenates their examples into one `Engine.run` call and routes each
-finished example back to its job. Jobs whose client cancelled or whose deadline
-passed are dropped before they run; a running batch whose jobs are all gone is
-abandoned between engine batches.
+tokenised examples). The worker takes the oldest job that can run, waits up to
+the batch window for others with the same spec (or until `max_batch_examples`
+are waiting), and runs one *piece* of each (the next examples in input order,
+at most `max_batch_examples` of them and at most `buffer_bytes` of output) in
+one `Engine.run` call, routing each finished example back to its job. A job
+with examples left goes to the back of the queue, so a large request cannot
+keep the engine from everyone else.
 
-Admission is bounded: at most `queue_size` jobs exist at once (queued, running
-or still streaming their results); `submit` beyond that raises `QueueFull`.
+Memory is bounded twice:
+  * per request: a piece starts only when it fits the job's unsent results
+    (`buffer_bytes`, or one example if larger), so a client that reads slowly
+    holds back only its own work (flow control, not buffering); if it reads
+    nothing for `stall_s` while its results wait, it is failed (SlowReader)
+    and its call cancelled;
+  * overall: admission reserves each job's worst case (its buffer bound plus
+    the chunks its stream may hold) from `total_bytes`, and at most
+    `queue_size` jobs exist at once; `submit` beyond either raises `QueueFull`.
+Jobs whose client cancelled or whose deadline passed are dropped before they
+run; a running piece whose jobs are all gone is abandoned between engine batches.
 """
 
 from __future__ import annotations
 
 import collections
-import dataclasses
 import logging
-import queue
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+
+from service.job import EngineFailed, Job, JobCancelled, SlowReader
+
+__all__ = ["EngineFailed", "Job", "JobCancelled", "MicroBatcher", "QueueFull", "SlowReader"]
 
 log = logging.getLogger("jaxattn.service")
 
+# Chunks one stream may hold besides its buffered examples: two prefetched,
+# one being built, one inside gRPC (see service/servicer.py).
+STREAM_CHUNKS = 4
+_MiB = 1 << 20
+
 
 class QueueFull(Exception):
-    """The server is at its admitted-request limit."""
-
-
-class JobCancelled(Exception):
-    """The job's client went away (cancelled, deadline passed, server stopping)."""
-
-
-class EngineFailed(Exception):
-    """The engine raised while running the job's batch (a bug: INTERNAL)."""
-
-
-_CANCELLED = object()
-
-
-@dataclasses.dataclass(eq=False)
-class Job:
-    """One admitted request: its examples and the channel its results come back on."""
-
-    spec: object
-    encodings: Sequence
-    deadline: float | None = None  # time.monotonic() seconds
-    submitted: float = dataclasses.field(default_factory=time.monotonic)
-
-    def __post_init__(self):
-        self._results: queue.SimpleQueue = queue.SimpleQueue()
-        self._cancelled = threading.Event()
-
-    def cancel(self) -> None:
-        """Drop the job: it will not run, or stops receiving results."""
-        if not self._cancelled.is_set():
-            self._cancelled.set()
-            self._results.put(_CANCELLED)
-
-    @property
-    def dead(self) -> bool:
-        """Cancelled, or past its deadline: no one wants its results."""
-        return self._cancelled.is_set() or (
-            self.deadline is not None and time.monotonic() > self.deadline
-        )
-
-    def _put(self, item) -> None:
-        self._results.put(item)
-
-    def results(self) -> Iterator[tuple[int, object]]:
-        """Yield (index, Capture) in input order, each as soon as it and all before it are ready.
-
-        Raises:
-          JobCancelled: the job was cancelled while waiting.
-          EngineFailed: the engine failed on this job's batch.
-        """
-        ready: dict = {}
-        for index in range(len(self.encodings)):
-            while index not in ready:
-                item = self._results.get()
-                if item is _CANCELLED:
-                    raise JobCancelled()
-                if isinstance(item, BaseException):
-                    raise EngineFailed(f"{type(item).__name__}: {item}") from item
-                ready[item[0]] = item[1]
-            yield index, ready.pop(index)
+    """The server is at its admitted-request or buffered-bytes limit."""
 
 
 class MicroBatcher:
     """Runs jobs on an engine, merging concurrent same-spec jobs into one call.
 
     Args:
-      engine: a `jaxattn.Engine` (only `run` is used, from one thread).
+      engine: a `jaxattn.Engine` (`run` from one thread; `output_bytes`, when
+        present, sizes pieces and reservations).
       queue_size: most jobs admitted at once.
       window_s: how long the oldest job waits for companions.
-      max_batch_examples: most examples in one merged call.
-      merge: False gives every job its own engine call.
+      max_batch_examples: most examples in one merged call (and in one piece).
+      merge: False gives every piece its own engine call.
+      buffer_bytes: most unsent result bytes per job (one example if larger).
+      total_bytes: most bytes all admitted jobs may reserve together.
+      stall_s: how long a job's client may read nothing while results wait.
     """
 
     def __init__(self, engine, *, queue_size: int, window_s: float, max_batch_examples: int,
-                 merge: bool = True):  # fmt: skip
+                 merge: bool = True, buffer_bytes: int = 64 * _MiB,
+                 total_bytes: int = 1024 * _MiB, stall_s: float = 30.0):  # fmt: skip
         self.engine = engine
         self.queue_size = queue_size
         self.window_s = window_s
         self.max_batch_examples = max_batch_examples
         self.merge = merge
-        self._cond = threading.Condition()
-        self._pending: collections.deque[Job] = collections.deque()
-        self._admitted = 0
+        self.buffer_bytes = buffer_bytes
+        self.total_bytes = total_bytes
+        self.stall_s = stall_s
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)  # the worker waits here
+        self._pending: collections.deque[Job] = collections.deque()  # runnable, in turn
+        self._jobs: set[Job] = set()  # admitted, not yet released
+        self._reserved = 0
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="jaxattn-batcher", daemon=True)
         self.stats = collections.Counter()
 
     # -- admission -----------------------------------------------------------------
 
-    def submit(self, spec, encodings: Sequence, deadline: float | None = None) -> Job:
+    def submit(self, spec, encodings: Sequence, deadline: float | None = None, *,
+               chunk_bytes: int = 0) -> Job:  # fmt: skip
         """Admit a job and queue it.
 
+        Args:
+          chunk_bytes: the stream's chunk size bound (reserved STREAM_CHUNKS times).
+
         Raises:
-          QueueFull: `queue_size` jobs are already admitted.
+          QueueFull: `queue_size` jobs are admitted, or the job's worst-case
+            bytes do not fit what the others reserved.
           JobCancelled: the batcher is closed.
         """
-        job = Job(spec, encodings, deadline)
-        with self._cond:
+        sizer = getattr(self.engine, "output_bytes", None)
+        sizes = [int(sizer(spec, e.length)) if sizer else 0 for e in encodings]
+        largest = max(sizes, default=0)
+        reserve = min(sum(sizes), max(self.buffer_bytes, largest))
+        reserve += STREAM_CHUNKS * min(chunk_bytes, largest)
+        job = Job(spec, encodings, self._lock, sizes, deadline, reserve)
+        job.notify_worker = self._cond.notify_all
+        with self._lock:
             if self._closed:
                 raise JobCancelled()
-            if self._admitted >= self.queue_size:
+            if len(self._jobs) >= self.queue_size:
+                self.stats["rejected"] += 1
+                raise QueueFull(f"the server's queue is full ({self.queue_size} requests in "
+                                "progress); retry later")  # fmt: skip
+            if reserve > self.total_bytes:
+                self.stats["rejected"] += 1
+                raise QueueFull(f"this request needs {reserve / _MiB:.0f} MiB of result buffer; "
+                                f"this server allows {self.total_bytes / _MiB:.0f} MiB: send "
+                                "fewer or shorter texts, or fewer quantities")  # fmt: skip
+            if self._reserved + reserve > self.total_bytes:
                 self.stats["rejected"] += 1
                 raise QueueFull(
-                    f"the server's queue is full ({self.queue_size} requests in progress); "
-                    "retry later"
+                    f"the server's result buffers are full ({self._reserved / _MiB:.0f} of "
+                    f"{self.total_bytes / _MiB:.0f} MiB reserved); retry later"
                 )
-            self._admitted += 1
+            self._jobs.add(job)
+            self._reserved += reserve
             self._pending.append(job)
             self._cond.notify_all()
         return job
 
     def release(self, job: Job) -> None:
-        """Free the job's slot (call once, when its call ends for any reason)."""
-        job.cancel()
-        with self._cond:
-            self._admitted -= 1
+        """Free the job's slot and reservation (idempotent; call when its call ends)."""
+        with self._lock:
+            self._release_locked(job)
+            self._cond.notify_all()
+
+    def _release_locked(self, job: Job) -> None:
+        if not job.cancelled:
+            job.cancel_locked()
+        if not job.released:
+            job.released = True
+            self._jobs.discard(job)
+            self._reserved -= job.reserved
 
     @property
     def admitted(self) -> int:
         """Jobs holding a slot now."""
-        return self._admitted
+        return len(self._jobs)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Result bytes waiting for (or being sent to) their clients now."""
+        with self._lock:
+            return sum(j.buffered for j in self._jobs)
+
+    @property
+    def reserved_bytes(self) -> int:
+        return self._reserved
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -155,10 +162,10 @@ class MicroBatcher:
 
     def close(self, timeout: float | None = None) -> None:
         """Stop the worker; jobs still queued are cancelled."""
-        with self._cond:
+        with self._lock:
             self._closed = True
             for job in self._pending:
-                job.cancel()
+                job.cancel_locked()
             self._pending.clear()
             self._cond.notify_all()
         if self._thread.is_alive():
@@ -176,64 +183,116 @@ class MicroBatcher:
             except Exception:  # never lose the worker; _run already failed the jobs
                 log.exception("batcher: unexpected error")
 
-    def _next_group(self) -> list[Job] | None:
-        with self._cond:
+    def _fits(self, job: Job) -> bool:
+        """The job's next piece fits its unsent results (or it has none)."""
+        n = job.piece(self.max_batch_examples, self.buffer_bytes)
+        return job.buffered == 0 or job.buffered + job.piece_bytes(n) <= self.buffer_bytes
+
+    def _next_group(self) -> list[tuple[Job, int]] | None:
+        with self._lock:
             while True:
-                while not self._pending and not self._closed:
-                    self._cond.wait()
                 if self._closed:
                     return None
-                first = self._pending[0]
-                if first.dead:
-                    self._pending.popleft()
-                    self.stats["dropped"] += 1
+                wait = self._reap()
+                first = next((j for j in self._pending if self._fits(j)), None)
+                if first is None:
+                    self._cond.wait(wait)
                     continue
-                if self.merge:
+                if self.merge and first.scheduled == 0:
                     # Wait out the window unless enough same-spec work is here already.
                     until = first.submitted + self.window_s
-                    while not self._closed and time.monotonic() < until:
-                        if self._waiting_examples(first.spec) >= self.max_batch_examples:
-                            break
-                        self._cond.wait(until - time.monotonic())
-                    if self._closed:
-                        return None
-                return self._take(first.spec)
+                    if time.monotonic() < until and not first.dead:
+                        if self._waiting_examples(first.spec) < self.max_batch_examples:
+                            self._cond.wait(until - time.monotonic())
+                            continue
+                return self._take(first)
+
+    def _reap(self) -> float | None:
+        """Drop dead pending jobs; fail jobs whose client stalled. Returns how long
+        the worker may sleep before the next stall could be due (None: no limit)."""
+        for job in [j for j in self._pending if j.dead]:
+            self._pending.remove(job)
+            self.stats["dropped"] += 1
+        now, wait, stalled = time.monotonic(), None, []
+        for job in self._jobs:
+            if job.buffered > 0 and not job.waiting and not job.dead:
+                due = job.progress_at + self.stall_s
+                if due <= now:
+                    stalled.append(job)
+                else:
+                    wait = due - now if wait is None else min(wait, due - now)
+        for job in stalled:
+            self.stats["stalled"] += 1
+            job.fail(SlowReader(f"the client read nothing for {self.stall_s:.0f}s while "
+                                f"{job.buffered} bytes of results waited"))  # fmt: skip
+            if job.on_stall is not None:  # cancel the call: its send may be blocked
+                threading.Thread(target=job.on_stall, daemon=True).start()
+            if job in self._pending:
+                self._pending.remove(job)
+            self._release_locked(job)  # its slot and reservation, at once
+        return wait
 
     def _waiting_examples(self, spec) -> int:
-        return sum(len(j.encodings) for j in self._pending if j.spec == spec and not j.dead)
+        return sum(min(j.remaining, self.max_batch_examples)
+                   for j in self._pending if j.spec == spec and not j.dead)  # fmt: skip
 
-    def _take(self, spec) -> list[Job]:
-        group, count, keep = [], 0, collections.deque()
-        for job in self._pending:
-            room = self.merge and count + len(job.encodings) <= self.max_batch_examples
-            fits = not group or room
-            if job.spec == spec and fits and not job.dead:
-                group.append(job)
-                count += len(job.encodings)
-            elif job.dead:
-                self.stats["dropped"] += 1
-            else:
-                keep.append(job)
-        self._pending = keep
+    def _take(self, first: Job) -> list[tuple[Job, int]]:
+        """The first job's piece plus same-spec pieces that fit; marks them running."""
+        group, count = [], 0
+        for job in list(self._pending):
+            if job is not first and (not self.merge or job.spec != first.spec or job.dead):
+                continue
+            if not self._fits(job):
+                continue
+            n = job.piece(self.max_batch_examples, self.buffer_bytes)
+            if group and count + n > self.max_batch_examples:
+                continue
+            group.append((job, n))
+            count += n
+            self._pending.remove(job)
+            job.running = True
+            if job is first and not self.merge:
+                break
         return group
 
-    def _run(self, group: list[Job]) -> None:
-        owners = [(job, i) for job in group for i in range(len(job.encodings))]
-        encodings = [e for job in group for e in job.encodings]
+    def _peak(self, stat: str, value: int) -> None:
+        self.stats[stat] = max(self.stats[stat], value)
+
+    def _run(self, group: list[tuple[Job, int]]) -> None:
+        owners, encodings = [], []
+        for job, n in group:
+            owners += [(job, job.scheduled + i) for i in range(n)]
+            encodings += job.encodings[job.scheduled : job.scheduled + n]
         self.stats["batches"] += 1
-        self.stats["jobs"] += len(group)
-        run = self.engine.run(encodings, group[0].spec)
+        self.stats["jobs"] += sum(1 for job, _ in group if job.scheduled == 0)
+        run = None
         try:
+            run = self.engine.run(encodings, group[0][0].spec)
             for pos, cap in run:
                 job, index = owners[pos]
-                if not job.dead:
-                    job._put((index, cap))
-                if all(j.dead for j in group):
-                    self.stats["abandoned"] += 1
-                    return  # everyone left: stop computing (run.close() below)
+                with self._lock:
+                    if job.put(index, cap):
+                        self._peak("peak_job_buffered_bytes", job.buffered)
+                        self._peak("peak_buffered_bytes", sum(j.buffered for j in self._jobs))
+                    if all(j.dead for j, _ in group):
+                        self.stats["abandoned"] += 1
+                        return  # everyone left: stop computing (run.close() below)
         except Exception as e:
-            log.exception("engine failed on a batch of %d requests", len(group))
-            for job in group:
-                job._put(e)
+            log.error("engine failed on a batch of %d requests: %s", len(group),
+                      type(e).__name__, exc_info=e)  # fmt: skip
+            with self._lock:
+                for job, _ in group:
+                    job.fail(EngineFailed(f"{type(e).__name__}: {e}"))
         finally:
-            run.close()
+            if run is not None and hasattr(run, "close"):
+                try:
+                    run.close()
+                except Exception:
+                    log.exception("engine: closing a run failed")
+            with self._lock:
+                for job, n in group:
+                    job.running = False
+                    job.scheduled += n
+                    if job.remaining and not job.dead and not job.released:
+                        self._pending.append(job)  # its next piece waits its turn
+                self._cond.notify_all()

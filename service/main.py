@@ -11,6 +11,7 @@ from service.options import ServerOptions
 from service.server import create_server
 
 log = logging.getLogger("jaxattn.service")
+_MiB = 1 << 20
 
 
 def _read(path: str | None) -> bytes | None:
@@ -41,6 +42,10 @@ def serve(args) -> int:
         tls_cert=_read(args.tls_cert),
         tls_key=_read(args.tls_key),
         grace_s=args.grace,
+        max_request_bytes=int(args.max_request_mib * _MiB),
+        request_buffer_bytes=int(args.request_buffer_mib * _MiB),
+        max_buffered_bytes=int(args.max_buffered_mib * _MiB),
+        slow_reader_s=args.slow_reader_s,
     )
     stop = threading.Event()
     # Install handlers before the slow load, so an early SIGTERM still drains.

@@ -26,7 +26,16 @@ class ServerOptions:
       tls_cert: PEM certificate chain; with tls_key the port serves TLS only.
       tls_key: PEM private key of tls_cert.
       grace_s: on stop (SIGTERM), how long in-flight calls may take to finish.
-      max_request_bytes: largest incoming message (gRPC's receive limit).
+      max_request_bytes: largest incoming message (gRPC's receive limit); larger
+        requests get RESOURCE_EXHAUSTED from gRPC before any parsing.
+      max_metadata_bytes: largest request metadata (headers: the token, ...).
+      request_buffer_bytes: most result bytes one call may hold unsent (one
+        example if larger): the engine runs a call's next examples only when
+        its client has read enough of the previous ones (flow control).
+      max_buffered_bytes: most result bytes all admitted calls may hold
+        together, reserved at admission (RESOURCE_EXHAUSTED beyond).
+      slow_reader_s: a call whose client reads nothing for this long while its
+        results wait is cancelled (and logged RESOURCE_EXHAUSTED).
       max_workers: handler threads; None = queue_size + 8 (a streaming call
         holds a thread for its whole duration).
     """
@@ -42,12 +51,20 @@ class ServerOptions:
     tls_key: bytes | None = None
     grace_s: float = 30.0
     max_request_bytes: int = 4 << 20
+    max_metadata_bytes: int = 16 << 10
+    request_buffer_bytes: int = 64 << 20
+    max_buffered_bytes: int = 1 << 30
+    slow_reader_s: float = 30.0
     max_workers: int | None = None
 
     def __post_init__(self):
-        for name in ("max_texts", "max_tokens", "queue_size", "max_batch_examples"):
+        for name in ("max_texts", "max_tokens", "queue_size", "max_batch_examples",
+                     "max_request_bytes", "max_metadata_bytes", "request_buffer_bytes",
+                     "max_buffered_bytes"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.slow_reader_s <= 0:
+            raise ValueError(f"slow_reader_s must be > 0, got {self.slow_reader_s}")
         if self.batch_window_s < 0:
             raise ValueError(f"batch_window_s must be >= 0, got {self.batch_window_s}")
         if (self.tls_cert is None) != (self.tls_key is None):

@@ -9,7 +9,6 @@ dtype rules and messages are the engine's own (`Engine.make_spec`).
 from __future__ import annotations
 
 import dataclasses
-import threading
 
 import grpc
 
@@ -20,10 +19,17 @@ INVALID = grpc.StatusCode.INVALID_ARGUMENT
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+# Status details travel in a trailer (HTTP/2 header): keep them far below
+# gRPC's metadata limits, whatever a client put in the field they quote.
+MAX_DETAILS = 1024
+
+
 class RequestError(Exception):
     """A request the server refuses, with the status code to answer it with."""
 
     def __init__(self, code: grpc.StatusCode, message: str):
+        if len(message) > MAX_DETAILS:
+            message = f"{message[: MAX_DETAILS - 40]}... ({len(message)} characters)"
         super().__init__(message)
         self.code = code
         self.message = message
@@ -67,15 +73,14 @@ def _chunk_bytes(value: int) -> int:
 class RequestParser:
     """Validates requests against one engine and the server's limits.
 
-    Tokenisation is serialised: the engine's tokenizer toggles truncation on a
-    shared backend, so two threads must not tokenise at once.
+    Handler threads call `parse` concurrently: `Engine.tokenize` shares no
+    mutable state between calls.
     """
 
     def __init__(self, engine, *, max_texts: int, max_tokens: int):
         self.engine = engine
         self.max_texts = max_texts
         self.max_tokens = max_tokens
-        self._tokenize_lock = threading.Lock()
 
     def parse(self, request: pb.CaptureRequest) -> ParsedRequest:
         """Validate `request` and tokenise its texts.
@@ -105,8 +110,7 @@ class RequestParser:
         texts = [(t.text, t.text_pair) if t.HasField("text_pair") else t.text
                  for t in request.texts]  # fmt: skip
         try:
-            with self._tokenize_lock:
-                encodings = self.engine.tokenize(texts, truncate=request.truncate)
+            encodings = self.engine.tokenize(texts, truncate=request.truncate)
         except ValueError as e:
             raise RequestError(INVALID, str(e)) from e
         parsed = ParsedRequest(spec, encodings, codec, max_chunk_bytes)

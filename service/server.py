@@ -78,6 +78,25 @@ class AttentionServer:
         return self.grpc_server.wait_for_termination(timeout)
 
 
+def _grpc_options(options: ServerOptions) -> list[tuple[str, int]]:
+    return [
+        # Every incoming message and its metadata is bounded before it is parsed.
+        ("grpc.max_receive_message_length", options.max_request_bytes),
+        ("grpc.max_metadata_size", options.max_metadata_bytes),
+        ("grpc.absolute_max_metadata_size", options.max_metadata_bytes),
+        ("grpc.max_send_message_length", codecs.MAX_MAX_CHUNK_BYTES + (1 << 20)),
+        ("grpc.so_reuseport", 0),  # a second server on a used port must fail, not share
+        # A connection that never finishes its handshake is closed.
+        ("grpc.server_handshake_timeout_ms", 20_000),
+        # Ping idle connections so calls of vanished clients are cancelled and
+        # free their slots; accept the client's keepalive pings (every 60 s)
+        # even while a long capture sends no data.
+        ("grpc.keepalive_time_ms", 120_000),
+        ("grpc.keepalive_timeout_ms", 20_000),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 30_000),
+    ]
+
+
 def create_server(
     engine,
     address: str = "127.0.0.1:50051",
@@ -108,6 +127,9 @@ def create_server(
         window_s=options.batch_window_s,
         max_batch_examples=options.max_batch_examples,
         merge=options.micro_batching,
+        buffer_bytes=options.request_buffer_bytes,
+        total_bytes=options.max_buffered_bytes,
+        stall_s=options.slow_reader_s,
     )
     parser = RequestParser(engine, max_texts=options.max_texts, max_tokens=options.max_tokens)
     interceptors = [BearerTokenInterceptor(options.token)] if options.token else []
@@ -117,11 +139,7 @@ def create_server(
         # Past this many calls gRPC answers RESOURCE_EXHAUSTED itself, so no
         # call ever waits unboundedly for a handler thread.
         maximum_concurrent_rpcs=options.workers,
-        options=[
-            ("grpc.max_receive_message_length", options.max_request_bytes),
-            ("grpc.max_send_message_length", codecs.MAX_MAX_CHUNK_BYTES + (1 << 20)),
-            ("grpc.so_reuseport", 0),  # a second server on a used port must fail, not share
-        ],
+        options=_grpc_options(options),
     )
     server.add_generic_rpc_handlers((handlers(AttentionServicer(engine, batcher, parser)),))
     health_servicer = health.HealthServicer(experimental_non_blocking=True)

@@ -12,7 +12,7 @@ from jaxattn.quantities import QUANTITIES
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import serialize_example
 from jaxattn.wire.prefetch import prefetch
-from service.batcher import EngineFailed, JobCancelled, MicroBatcher, QueueFull
+from service.batcher import EngineFailed, JobCancelled, MicroBatcher, QueueFull, SlowReader
 from service.requests import RequestError, RequestParser
 
 log = logging.getLogger("jaxattn.service")
@@ -61,10 +61,14 @@ class AttentionServicer:
             stats["tokens"] = parsed.tokens
             remaining = context.time_remaining()
             deadline = None if remaining is None else time.monotonic() + remaining
-            job = self.batcher.submit(parsed.spec, parsed.encodings, deadline)
+            job = self.batcher.submit(parsed.spec, parsed.encodings, deadline,
+                                      chunk_bytes=parsed.max_chunk_bytes)  # fmt: skip
             # Fires on completion, cancellation and deadline: the job stops
             # waiting and the batcher drops its unfinished work.
             context.add_callback(job.cancel)
+            # A client that reads nothing for too long is cut off: its send may
+            # be blocked by HTTP/2 flow control, which only a cancel unblocks.
+            job.on_stall = context.cancel
             messages = _serialized(job, parsed)
             # Encode ahead of the send, in a thread; one short sentence is not worth one.
             if len(parsed.encodings) > 1 or parsed.tokens > _SMALL_TOKENS:
@@ -78,6 +82,9 @@ class AttentionServicer:
         except QueueFull as e:
             stats["code"] = "RESOURCE_EXHAUSTED"
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
+        except SlowReader as e:
+            stats["code"] = "RESOURCE_EXHAUSTED"
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
         except JobCancelled:
             if not context.is_active():  # the client cancelled or its deadline passed
                 stats["code"] = _gone(context)
@@ -87,9 +94,13 @@ class AttentionServicer:
         except EngineFailed as e:
             stats["code"] = "INTERNAL"
             context.abort(grpc.StatusCode.INTERNAL, f"the engine failed on this batch: {e}")
-        except GeneratorExit:  # the client went away mid-stream
-            stats["code"] = _gone(context)
+        except GeneratorExit:  # the client went away mid-stream (or was cut off as too slow)
+            stats["code"] = _gone(context, job)
             raise
+        except Exception as e:  # a bug here: say so, keep serving
+            log.error("Capture failed: %s", type(e).__name__, exc_info=e)
+            stats["code"] = "INTERNAL"
+            context.abort(grpc.StatusCode.INTERNAL, f"the server failed: {type(e).__name__}")
         finally:
             if messages is not None:
                 messages.close()  # stops the prefetch thread at once
@@ -106,9 +117,11 @@ def _serialized(job, parsed) -> Iterator[bytes]:
     """The job's examples in input order as serialised messages, one copy per chunk
     (see jaxattn.wire.protowire); the handler's response serializer passes them through."""
     for index, cap in job.results():
-        yield from serialize_example(
+        for message in serialize_example(
             index, cap, codec=parsed.codec, max_chunk_bytes=parsed.max_chunk_bytes
-        )
+        ):
+            job.touch()  # the consumer took the previous message: the client is reading
+            yield message
 
 
 class Undecodable:
@@ -151,6 +164,8 @@ def handlers(servicer: AttentionServicer) -> grpc.GenericRpcHandler:
     )
 
 
-def _gone(context) -> str:
+def _gone(context, job=None) -> str:
+    if job is not None and isinstance(job.error, SlowReader):
+        return "RESOURCE_EXHAUSTED"
     remaining = context.time_remaining()
     return "DEADLINE_EXCEEDED" if remaining is not None and remaining <= 0 else "CANCELLED"

@@ -23,6 +23,7 @@ _SUBCOMMANDS = (
     "jaxattn.cli.dump_cmd",
     "jaxattn.cli.view_cmd",
     "jaxattn.cli.web_cmd",
+    "jaxattn.cli.loadtest_cmd",
 )
 
 

@@ -44,6 +44,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token-file", metavar="FILE",
                    help="require 'authorization: Bearer <token>' with the token in FILE "
                    "(or set $JAXATTN_TOKEN; never pass a token on the command line)")  # fmt: skip
+    p.add_argument("--max-request-mib", type=float, default=4.0,
+                   help="largest request message; larger get RESOURCE_EXHAUSTED")  # fmt: skip
+    p.add_argument("--request-buffer-mib", type=float, default=64.0,
+                   help="most unsent result MiB per call: beyond it the engine waits "
+                   "for that client to read (flow control)")  # fmt: skip
+    p.add_argument("--max-buffered-mib", type=float, default=1024.0,
+                   help="most result MiB all calls may hold together (reserved at "
+                   "admission; RESOURCE_EXHAUSTED beyond)")  # fmt: skip
+    p.add_argument("--slow-reader-s", type=float, default=30.0,
+                   help="cancel a call whose client reads nothing for this long")  # fmt: skip
     p.add_argument("--grace", type=float, default=30.0,
                    help="seconds in-flight calls get to finish on SIGTERM")  # fmt: skip
     p.add_argument("--log-level", default="INFO", help="logging level (one line per request)")

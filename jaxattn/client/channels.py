@@ -1,4 +1,12 @@
-"""Channels to one or more servers: TLS, token, round-robin, retry with backoff."""
+"""Channels to one or more servers: TLS, token, round-robin, retry with backoff.
+
+Retry policy (the same for every call): only UNAVAILABLE is retried (the server
+was unreachable, restarting or shutting down, and nothing was received: every
+call of this service is a pure read, so a retry cannot duplicate an effect);
+each retry goes to the next address after a jittered, doubling delay capped at
+`backoff[1]`; and all attempts together stay within the call's one deadline, so
+no call outlives its timeout however many retries are allowed.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +25,19 @@ from jaxattn.wire import codecs
 # Retried: the server was unreachable or shutting down; Capture is a pure read,
 # so a retry cannot duplicate an effect.
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
+
+# A dead peer that sent no FIN (a lost host, a cut network) is noticed within
+# about keepalive time + timeout while a call is open, instead of at its deadline.
+# The server accepts pings this often (service/server.py).
+KEEPALIVE = [("grpc.keepalive_time_ms", 60_000), ("grpc.keepalive_timeout_ms", 20_000)]
+
+
+def backoff_delay(attempt: int, backoff: tuple[float, float], remaining: float) -> float:
+    """Seconds to wait before retry `attempt` + 1: first * 2**attempt, capped, in
+    [1/2, 1] of that (jitter spreads clients that failed together), never past
+    the deadline (`remaining` seconds away)."""
+    first, cap = backoff
+    return max(0.0, min(cap, first * 2**attempt, remaining) * random.uniform(0.5, 1.0))
 
 
 def _read(value: bytes | str | os.PathLike | None) -> bytes | None:
@@ -53,7 +74,12 @@ class Channels:
     ):
         if not addresses:
             raise ValueError("address is empty: give at least one 'host:port'")
-        options = [("grpc.max_receive_message_length", codecs.MAX_MAX_CHUNK_BYTES + (1 << 20))]
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, got {retries}")
+        if not 0 < backoff[0] <= backoff[1]:
+            raise ValueError(f"backoff must be (first, cap) with 0 < first <= cap, got {backoff}")
+        options = [("grpc.max_receive_message_length", codecs.MAX_MAX_CHUNK_BYTES + (1 << 20)),
+                   *KEEPALIVE]  # fmt: skip
         if server_name:
             options.append(("grpc.ssl_target_name_override", server_name))
         roots = _read(root_certificates)
@@ -75,21 +101,29 @@ class Channels:
             i = next(self._turn) % len(self._channels)
         return i, self._channels[i]
 
-    def call(self, attempt: Callable[[grpc.Channel], object]) -> object:
-        """Run `attempt(channel)`, retrying UNAVAILABLE on the next address with backoff.
+    def call(self, attempt: Callable[[grpc.Channel, float], object], timeout: float) -> object:
+        """Run `attempt(channel, seconds_left)`, retrying UNAVAILABLE on the next address
+        with backoff, all within `timeout` seconds.
 
         Raises:
-          AttentionServiceError: any other failure, or UNAVAILABLE after all retries.
+          AttentionServiceError: any other failure, UNAVAILABLE after all retries,
+            or DEADLINE_EXCEEDED when the time ran out between attempts.
         """
-        delay, cap = self.backoff
+        deadline = time.monotonic() + timeout
         for k in range(self.retries + 1):
             i, channel = self.next()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AttentionServiceError(
+                    grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer within {timeout}s",
+                    self.addresses[i],
+                )  # fmt: skip
             try:
-                return attempt(channel)
+                return attempt(channel, remaining)
             except grpc.RpcError as e:
                 if e.code() not in RETRYABLE or k == self.retries:
                     raise AttentionServiceError.from_rpc_error(e, self.addresses[i]) from None
-            time.sleep(min(cap, delay * 2**k) * random.uniform(0.5, 1.0))
+            time.sleep(backoff_delay(k, self.backoff, deadline - time.monotonic()))
         raise AssertionError("unreachable")
 
     def close(self) -> None:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import random
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
 import grpc
 
 from jaxattn.capture import Capture
-from jaxattn.client.channels import RETRYABLE, Channels
+from jaxattn.client.channels import RETRYABLE, Channels, backoff_delay
 from jaxattn.client.errors import AttentionServiceError
 from jaxattn.config import ModelInfo
 from jaxattn.v1 import attention_pb2 as pb
@@ -143,11 +142,12 @@ class AttentionClient:
         t = self.timeout if timeout is None else timeout
         md = self._channels.metadata
         return self._channels.call(
-            lambda ch: ch.unary_unary(
+            lambda ch, left: ch.unary_unary(
                 INFO_METHOD,
                 request_serializer=pb.GetModelInfoRequest.SerializeToString,
                 response_deserializer=pb.ModelInfo.FromString,
-            )(pb.GetModelInfoRequest(), timeout=t, metadata=md)
+            )(pb.GetModelInfoRequest(), timeout=left, metadata=md),
+            t,
         )
 
     def capture(
@@ -223,7 +223,6 @@ class AttentionClient:
     def _stream(self, request: pb.CaptureRequest, timeout: float) -> Iterator[Capture]:
         deadline = time.monotonic() + timeout
         channels = self._channels
-        first, cap = channels.backoff
         for attempt in range(channels.retries + 1):
             i, channel = channels.next()
             address = channels.addresses[i]
@@ -259,8 +258,7 @@ class AttentionClient:
             finally:
                 self.wire_bytes += decoder.wire_bytes
                 call.cancel()  # no-op after completion; drops the server's work otherwise
-            time.sleep(min(cap, first * 2**attempt, max(deadline - time.monotonic(), 0))
-                       * random.uniform(0.5, 1.0))  # fmt: skip
+            time.sleep(backoff_delay(attempt, channels.backoff, deadline - time.monotonic()))
 
     def __repr__(self) -> str:
         return f"AttentionClient({', '.join(self._channels.addresses)})"

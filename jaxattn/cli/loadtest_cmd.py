@@ -1,0 +1,190 @@
+"""`jaxattn loadtest`: many concurrent clients against a server, every answer checked.
+
+    jaxattn serve &                                   # the embedded model
+    jaxattn loadtest --server 127.0.0.1:50051 --clients 64 --requests 10000
+
+The mix: single sentences, sentence pairs, "rich" single-sentence captures
+(four quantities, a layer and head subset), batches of 50 sentences and long
+~500-token texts, over every dtype x codec. Answers are checked against an
+in-process engine of the same model (`jaxattn.client.expect`); errors are
+counted by status code; the server's RSS is sampled from /proc/PID/status
+(the pid is found from the port, or given). benchmarks/loadtest.py starts the
+server and records the figures.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_CONLLU = Path("../shared/data/ud-english-ewt/en_ewt-ud-dev.conllu")
+DTYPES = ("float32", "float16", "bfloat16", "uint8")
+CODECS = ("none", "zstd", "lz4")
+RICH = ("attention", "alpha_fx_norm", "sum_alpha_fx_norm", "hidden_states")
+# Share of requests per kind (the rest of the mix is spread evenly within a kind).
+WEIGHTS = {"single": 0.55, "pair": 0.33, "rich": 0.06, "batch50": 0.045, "long": 0.015}
+FALLBACK = (
+    "I went to the store.",
+    "At the store, I bought fresh strawberries.",
+    "The cat sat on the mat and looked at the dog.",
+    "We walked home late after the long meeting.",
+    "She reads a new book every single week.",
+    "They ran to the park before the rain started.",
+    "My brother plays the guitar in a small band.",
+    "The train to the city was late again today.",
+)
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "loadtest",
+        help="load-test a server with many clients, checking every answer",
+        description="Send a realistic mix of requests from many concurrent clients for a "
+        "bounded time or count, check every answer against an in-process engine, and report "
+        "requests/s, p50/p99 latency, errors by status code and the server's RSS over time.",
+    )
+    p.add_argument("--server", required=True, metavar="HOST:PORT", help="the server to load")
+    p.add_argument("--clients", type=int, default=64, help="concurrent clients (threads)")
+    p.add_argument("--duration", type=float, default=None, help="stop after S seconds")
+    p.add_argument("--requests", type=int, default=None, help="stop after N requests")
+    p.add_argument("--warmup", type=int, default=200,
+                   help="requests sent (and checked) before measuring, after every batch "
+                   "shape was compiled once")  # fmt: skip
+    p.add_argument("--model", default=None, help="the server's checkpoint (default: embedded)")
+    p.add_argument("--conllu", type=Path, default=DEFAULT_CONLLU,
+                   help="sentences to draw from (a built-in list if missing)")  # fmt: skip
+    p.add_argument("--server-pid", type=int, default=None,
+                   help="pid whose RSS to sample (default: the local one on the port)")  # fmt: skip
+    p.add_argument("--token-file", default=None, help="bearer token file")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    p.set_defaults(func=run)
+
+
+def sentences(engine, conllu: Path, lo: int = 9, hi: int = 16) -> list[str]:
+    """Sentences of `lo`..`hi` tokens (one length bucket: few compiled shapes)."""
+    pool = list(FALLBACK)
+    if conllu.is_file():
+        with open(conllu, encoding="utf-8") as f:
+            pool = [ln.split("=", 1)[1].strip() for ln in f if ln.startswith("# text =")]
+    lengths = [e.length for e in engine.tokenize(pool, truncate=True)]
+    return [s for s, n in zip(pool, lengths, strict=True) if lo <= n <= hi]
+
+
+def long_texts(engine, pool: list[str], n: int, lo: int = 480, hi: int = 510) -> list[str]:
+    """`n` texts of `lo`..`hi` tokens, consecutive sentences joined (the limit is 512)."""
+    out, cur = [], []
+    for s in itertools.cycle(pool):
+        cur.append(s)
+        length = engine.tokenize([" ".join(cur)], truncate=True)[0].length
+        if length > hi:
+            cur = [s]
+        elif length >= lo:
+            out.append(" ".join(cur))
+            cur = []
+            if len(out) == n:
+                return out
+
+
+def build_mix(engine, pool: list[str]):
+    """The LoadRequests of the mix: every kind over every dtype x codec."""
+    from jaxattn.client.loadtest import LoadRequest
+
+    if len(pool) < 8:
+        raise ValueError(f"only {len(pool)} usable sentences; give --conllu with more")
+    combos = list(itertools.product(DTYPES, CODECS))
+    pairs = [(a, b) for a, b in zip(pool[::2], pool[1::2], strict=False)
+             if 25 <= engine.tokenize([(a, b)])[0].length <= 32][:24]  # fmt: skip
+    singles = pool[:24]
+    batches = [tuple(pool[(k * 50 + i) % len(pool)] for i in range(50)) for k in range(4)]
+    longs = long_texts(engine, pool, 3)
+    kinds = {
+        "single": [(t,) for t in singles],
+        "pair": [(p,) for p in pairs],
+        "rich": [(t,) for t in singles[:6]],
+        "batch50": batches,
+        "long": [(t,) for t in longs],
+    }
+    mix = []
+    for kind, texts in kinds.items():
+        kind_combos = combos if kind != "rich" else [(d, c) for d, c in combos
+                                                     if d in ("float32", "uint8")]  # fmt: skip
+        per = max(1, len(texts) // len(kind_combos))
+        n = per * len(kind_combos)
+        for j in range(n):
+            dtype, codec = kind_combos[j % len(kind_combos)]
+            rich = kind == "rich"
+            mix.append(LoadRequest(
+                kind, tuple(texts[j % len(texts)]), RICH if rich else ("attention",),
+                (0, 5) if rich else None, (1, 11) if rich else None, dtype, codec,
+                WEIGHTS[kind] / n,
+            ))  # fmt: skip
+    return mix
+
+
+def warm_shapes(client, engine, mix) -> int:
+    """Compile every (spec, bucket, batch size) the run can hit, one request each."""
+    from jaxattn.client.expect import batch_sizes
+
+    seen, sent = set(), 0
+    for r in mix:
+        spec = engine.make_spec(r.what, r.layers, r.heads, r.dtype)
+        for text in r.texts:
+            enc = engine.tokenize([text])[0]
+            bucket = next(b for b in engine.buckets if b >= enc.length)
+            for size in batch_sizes(engine, spec, bucket):
+                if (spec, bucket, size) not in seen:
+                    seen.add((spec, bucket, size))
+                    client.capture([text] * size, r.what, r.layers, r.heads, r.dtype, timeout=600)
+                    sent += 1
+    return sent
+
+
+def run(args) -> int:
+    import jaxattn
+    from jaxattn.cli.serve_cmd import read_token
+    from jaxattn.client import AttentionClient
+    from jaxattn.client.expect import build_expectations
+    from jaxattn.client.loadtest import listening_pid, run_load
+
+    if args.requests is None and args.duration is None:
+        raise ValueError("give --requests N, --duration S or both: a load test must be bounded")
+    log = lambda msg: print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    engine = jaxattn.load(args.model)
+    mix = build_mix(engine, sentences(engine, args.conllu))
+    log(f"mix: {len(mix)} requests kinds over {sum(len(r.texts) for r in mix)} texts; "
+        "computing the reference captures")  # fmt: skip
+    expectations = build_expectations(engine, mix)
+    options = dict(token=read_token(args.token_file), timeout=600.0)
+    host, port = args.server.rsplit(":", 1)
+    pid = args.server_pid or listening_pid(int(port))
+    log(f"server pid {pid}; compiling every batch shape on the server")
+    with AttentionClient(args.server, **options) as client:
+        client.wait_ready(60)
+        log(f"{warm_shapes(client, engine, mix)} shape warm-up requests sent")
+    if args.warmup:
+        warm = run_load(
+            args.server, mix, expectations, clients=args.clients, max_requests=args.warmup,
+            client_options=options, seed=args.seed + 1,
+        )  # fmt: skip
+        log(f"warm-up: {warm.summary()['requests']} requests, {len(warm.wrong)} wrong")
+
+    def progress(r) -> None:
+        rss = f"{r.rss[-1][1] // 1024} MiB" if r.rss else "?"
+        log(f"{r.requests} requests, {r.ok} ok, {len(r.wrong)} wrong, errors {dict(r.errors)}, "
+            f"server rss {rss}")  # fmt: skip
+
+    result = run_load(
+        args.server, mix, expectations, clients=args.clients, max_requests=args.requests,
+        duration=args.duration, server_pid=pid, client_options=options, seed=args.seed,
+        progress=progress,
+    )  # fmt: skip
+    summary = result.summary()
+    summary["rss_samples"] = [(round(t, 1), kb, n) for t, kb, n in result.rss]
+    print(json.dumps({k: v for k, v in summary.items() if k != "rss_samples"}, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2) + "\n")
+    return 0 if not result.wrong and not result.lost else 1

@@ -1,0 +1,182 @@
+"""One admitted Capture call inside the batcher: its examples and its bounded result buffer.
+
+The batcher's worker puts each finished example into the job; the call's
+handler takes them out in input order and streams them. Everything here is
+guarded by the batcher's lock (`Job.lock`, shared by all jobs) so the worker
+can weigh every job's buffer at once.
+
+Buffered bytes of a job = the tensors of examples put and not yet fully sent
+(examples waiting for an earlier one count too: the engine finishes them in
+length order, not input order). The batcher only starts a piece of a job when
+the piece fits the job's buffer limit, so the worker never blocks on a slow
+reader and the buffer never grows past the limit (or one example, if larger).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+
+class JobCancelled(Exception):
+    """The job's client went away (cancelled, deadline passed, server stopping)."""
+
+
+class EngineFailed(Exception):
+    """The engine raised while running the job's batch (a bug: INTERNAL)."""
+
+
+class SlowReader(Exception):
+    """The client read nothing for too long while its results waited (RESOURCE_EXHAUSTED)."""
+
+
+def capture_bytes(cap) -> int:
+    """Host bytes of a Capture's tensors (anything else counts as 0)."""
+    tensors = getattr(cap, "tensors", None) or {}
+    return sum(getattr(t, "nbytes", 0) for t in tensors.values())
+
+
+@dataclasses.dataclass(eq=False)
+class Job:
+    """One admitted request. Build it with `MicroBatcher.submit`.
+
+    Attributes:
+      spec: the engine's CaptureSpec (jobs with equal specs may share a call).
+      encodings: the tokenised examples.
+      sizes: estimated output bytes of each example (0 when unknown).
+      deadline: time.monotonic() after which nobody wants the results.
+      reserved: bytes of the server's buffer budget this job holds.
+    """
+
+    spec: object
+    encodings: Sequence
+    lock: threading.Lock
+    sizes: Sequence[int] = ()
+    deadline: float | None = None
+    reserved: int = 0
+    submitted: float = dataclasses.field(default_factory=time.monotonic)
+
+    def __post_init__(self):
+        self.sizes = tuple(self.sizes) or (0,) * len(self.encodings)
+        self.ready = threading.Condition(self.lock)  # the handler waits here
+        self.scheduled = 0  # examples handed to the engine so far (a prefix)
+        self.running = False  # a piece of it is in the engine now
+        self.buffered = 0  # bytes put and not yet sent (see module doc)
+        self.error: Exception | None = None
+        self.cancelled = False
+        self.released = False
+        self.progress_at = self.submitted  # last time the handler took or sent something
+        self.waiting = False  # the handler waits for the worker (so it cannot be stalled)
+        self.on_stall: Callable[[], None] | None = None  # cancels the gRPC call
+        self._items: dict[int, tuple[object, int]] = {}
+        # The batcher's worker condition (same lock): told whenever buffered bytes
+        # shrink or the job dies, so a job held back by its buffer can run again.
+        self.notify_worker: Callable[[], None] = lambda: None
+
+    # -- state (call with `lock` held) ----------------------------------------------
+
+    @property
+    def dead(self) -> bool:
+        """Cancelled, failed, or past its deadline: no one wants more results."""
+        return (
+            self.cancelled
+            or self.error is not None
+            or (self.deadline is not None and time.monotonic() > self.deadline)
+        )
+
+    @property
+    def remaining(self) -> int:
+        return len(self.encodings) - self.scheduled
+
+    def piece(self, max_examples: int, max_bytes: int) -> int:
+        """How many of the next unscheduled examples to run now: at most
+        `max_examples`, and at most `max_bytes` of output (at least one)."""
+        n, total = 0, 0
+        for size in self.sizes[self.scheduled :]:
+            if n >= max_examples or (n and total + size > max_bytes):
+                break
+            n, total = n + 1, total + size
+        return n
+
+    def piece_bytes(self, n: int) -> int:
+        return sum(self.sizes[self.scheduled : self.scheduled + n])
+
+    def put(self, index: int, cap) -> int:
+        """Store a finished example (worker side); returns its bytes (0 if dropped)."""
+        if self.dead:
+            return 0
+        size = capture_bytes(cap)
+        self._items[index] = (cap, size)
+        self.buffered += size
+        self.ready.notify_all()
+        return size
+
+    def fail(self, error: Exception) -> int:
+        """Fail the job and drop what it buffered; returns the bytes freed."""
+        if self.error is None and not self.cancelled:
+            self.error = error
+        return self._drop()
+
+    def cancel_locked(self) -> int:
+        self.cancelled = True
+        return self._drop()
+
+    def _drop(self) -> int:
+        freed = sum(size for _, size in self._items.values())
+        self._items.clear()
+        self.buffered -= freed
+        self.ready.notify_all()
+        self.notify_worker()
+        return freed
+
+    # -- the handler's side ---------------------------------------------------------
+
+    def cancel(self) -> None:
+        """Drop the job: it will not run, or stops receiving results (idempotent)."""
+        with self.lock:
+            if not self.cancelled:
+                self.cancel_locked()
+
+    def touch(self) -> None:
+        """Note that the client accepted data (the handler sent a message)."""
+        self.progress_at = time.monotonic()
+
+    def results(self) -> Iterator[tuple[int, object]]:
+        """Yield (index, Capture) in input order, each as soon as it and all before it are ready.
+
+        An example's bytes stay counted until the next one is asked for (it is
+        being sent until then).
+
+        Raises:
+          JobCancelled: the job was cancelled while waiting.
+          EngineFailed: the engine failed on this job's batch.
+          SlowReader: the batcher gave up on this job's client.
+        """
+        sending = 0
+        try:
+            for index in range(len(self.encodings)):
+                with self.lock:
+                    self._sent(sending)
+                    sending = 0
+                    self.waiting = True
+                    while index not in self._items and self.error is None and not self.cancelled:
+                        self.ready.wait()
+                    self.waiting = False
+                    if self.error is not None:
+                        raise self.error
+                    if self.cancelled:
+                        raise JobCancelled()
+                    cap, sending = self._items.pop(index)
+                yield index, cap
+        finally:
+            with self.lock:
+                self._sent(sending)
+
+    def _sent(self, size: int) -> None:
+        """An example was sent: its bytes leave the buffer (lock held)."""
+        self.progress_at = time.monotonic()
+        if size:
+            self.buffered -= size
+            self.notify_worker()

@@ -1,0 +1,152 @@
+"""The client's retry policy against a scripted server: what is retried, how often, how long."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from concurrent import futures
+
+import grpc
+import numpy as np
+import pytest
+
+from jaxattn.capture import Capture
+from jaxattn.client import AttentionClient, AttentionServiceError
+from jaxattn.client.channels import backoff_delay
+from jaxattn.v1 import attention_pb2 as pb
+from jaxattn.wire import serialize_example
+
+CAP = Capture(
+    tokens=("[CLS]", "a", "[SEP]"), sentence_b_start=None, layers=(0,), heads=(0,),
+    dtype="float32", tensors={"attention": np.full((1, 1, 3, 3), 1 / 3, np.float32)},
+)  # fmt: skip
+
+
+class Script:
+    """A fake AttentionService: call k fails with `fails[k]` (after `sent_first` messages)."""
+
+    def __init__(self, fails, sent_first: int = 0):
+        self.fails = list(fails)
+        self.sent_first = sent_first
+        self.calls: list[float] = []
+        self.lock = threading.Lock()
+
+    def capture(self, request, context):
+        with self.lock:
+            self.calls.append(time.monotonic())
+            k = len(self.calls) - 1
+        messages = list(serialize_example(0, CAP, codec="none", max_chunk_bytes=1 << 20))
+        if k < len(self.fails) and self.fails[k] is not None:
+            yield from messages[: self.sent_first]
+            context.abort(self.fails[k], f"scripted failure {k}")
+        yield from messages
+
+    def info(self, request, context):
+        with self.lock:
+            self.calls.append(time.monotonic())
+            k = len(self.calls) - 1
+        if k < len(self.fails) and self.fails[k] is not None:
+            context.abort(self.fails[k], f"scripted failure {k}")
+        return pb.ModelInfo(name="fake", layers=1, heads=1)
+
+
+@contextlib.contextmanager
+def scripted(script: Script):
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    handlers = {
+        "Capture": grpc.unary_stream_rpc_method_handler(
+            script.capture,
+            request_deserializer=pb.CaptureRequest.FromString,
+            response_serializer=lambda b: b,
+        ),  # fmt: skip
+        "GetModelInfo": grpc.unary_unary_rpc_method_handler(
+            script.info,
+            request_deserializer=pb.GetModelInfoRequest.FromString,
+            response_serializer=pb.ModelInfo.SerializeToString,
+        ),  # fmt: skip
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("jaxattn.v1.AttentionService", handlers),)
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.stop(0)
+
+
+U = grpc.StatusCode.UNAVAILABLE
+
+
+@pytest.mark.parametrize("method", ["capture", "model_info"])
+def test_unavailable_is_retried_with_growing_capped_backoff(method):
+    script = Script([U, U, U, U])
+    with scripted(script) as address:
+        with AttentionClient(address, timeout=10, retries=4, backoff=(0.05, 0.12)) as client:
+            if method == "capture":
+                (cap,) = client.capture(["a"])
+                np.testing.assert_array_equal(cap.attention, CAP.attention)
+            else:
+                assert client.model_info().name == "fake"
+    gaps = np.diff(script.calls)
+    assert len(script.calls) == 5
+    assert 0.025 <= gaps[0] and gaps[1] >= 0.05  # doubling, jittered in [1/2, 1]
+    assert gaps.max() < 0.12 + 0.1  # capped (plus scheduling slack)
+
+
+@pytest.mark.parametrize("code", [grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.INTERNAL,
+                                  grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                  grpc.StatusCode.UNAUTHENTICATED])  # fmt: skip
+def test_other_failures_are_not_retried(code):
+    script = Script([code])
+    with scripted(script) as address:
+        with AttentionClient(address, timeout=10, retries=5, backoff=(0.01, 0.02)) as client:
+            with pytest.raises(AttentionServiceError) as info:
+                client.capture(["a"])
+    assert info.value.code == code and "scripted failure 0" in info.value.message
+    assert len(script.calls) == 1
+
+
+def test_unavailable_after_data_is_not_retried():
+    """Examples already handed to the caller cannot be taken back: no silent replay."""
+    script = Script([U], sent_first=2)  # the whole first example, then the failure
+    with scripted(script) as address:
+        with AttentionClient(address, timeout=10, retries=5, backoff=(0.01, 0.02)) as client:
+            stream = client.stream(["a", "b"])
+            assert next(stream).tokens == CAP.tokens
+            with pytest.raises(AttentionServiceError) as info:
+                next(stream)
+    assert info.value.code == U
+    assert len(script.calls) == 1
+
+
+@pytest.mark.parametrize("method", ["capture", "model_info"])
+def test_retries_never_outlive_the_timeout(method):
+    script = Script([U] * 1000)
+    with scripted(script) as address:
+        with AttentionClient(address, timeout=0.8, retries=1000, backoff=(0.05, 0.3)) as client:
+            start = time.monotonic()
+            with pytest.raises(AttentionServiceError) as info:
+                client.capture(["a"]) if method == "capture" else client.model_info()
+            assert time.monotonic() - start < 0.8 + 0.5
+    assert info.value.code in (U, grpc.StatusCode.DEADLINE_EXCEEDED)
+    assert 2 <= len(script.calls) < 30
+
+
+def test_backoff_delay_doubles_is_jittered_capped_and_stops_at_the_deadline():
+    for attempt in range(12):
+        base = min(2.0, 0.1 * 2**attempt)
+        delays = [backoff_delay(attempt, (0.1, 2.0), 100.0) for _ in range(200)]
+        assert base * 0.5 <= min(delays) and max(delays) <= base
+        assert max(delays) - min(delays) > base * 0.2  # actually spread out
+    assert backoff_delay(10, (0.1, 2.0), 0.05) <= 0.05
+    assert backoff_delay(3, (0.1, 2.0), -1.0) == 0.0
+
+
+def test_bad_retry_settings_are_refused():
+    for kwargs in (dict(retries=-1), dict(backoff=(0, 1)), dict(backoff=(2, 1)),
+                   dict(timeout=0), dict(timeout=None)):  # fmt: skip
+        with pytest.raises(ValueError):
+            AttentionClient("127.0.0.1:1", **kwargs)

@@ -1,0 +1,178 @@
+"""Faults on a live server: vanished, slow and stalled clients, deadlines, engine errors."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import grpc
+import pytest
+from rel_support import (
+    MARKER,
+    SENTENCES,
+    WHAT,
+    FaultyEngine,
+    Proxy,
+    SlowEngine,
+    assert_right,
+    raw_capture,
+    request_bytes,
+    running_server,
+    wait_for,
+)
+
+from jaxattn.client import AttentionClient, AttentionServiceError
+from jaxattn.wire import StreamDecoder
+
+TEXTS = [SENTENCES[i % len(SENTENCES)] for i in range(24)]
+# A client whose HTTP/2 window stays 16 KiB: reading slowly really holds the server back.
+TINY_WINDOW = [("grpc.http2.lookahead_bytes", 16384), ("grpc.http2.bdp_probe", 0)]
+
+
+def still_serves_right_answers(address, expected) -> None:
+    with AttentionClient(address, timeout=30) as client:
+        assert_right(client.capture(list(SENTENCES), what=WHAT), SENTENCES, expected)
+
+
+def test_client_vanishing_mid_stream_frees_its_slot_and_drops_its_work(rel_engine, expected):
+    engine = SlowEngine(rel_engine, delay=0.05)
+    with running_server(engine) as (server, address):
+        proxy = Proxy(address)
+        with AttentionClient(proxy.address, timeout=30, retries=0) as client:
+            stream = client.stream(TEXTS, what=WHAT)
+            assert next(stream).tokens == expected[TEXTS[0]].tokens
+            proxy.cut()  # TCP reset: no goodbye, no cancel from the client
+            with pytest.raises(AttentionServiceError) as info:
+                list(stream)
+            assert info.value.code == grpc.StatusCode.UNAVAILABLE
+        wait_for(lambda: server.batcher.admitted == 0, 5, "the slot freed")
+        wait_for(lambda: engine.runs == server.batcher.stats["batches"], 5)
+        assert engine.yielded < len(TEXTS)  # the rest was never computed
+        assert server.batcher.buffered_bytes == 0
+        still_serves_right_answers(address, expected)
+        proxy.close()
+
+
+def test_slow_reader_is_flow_controlled_and_others_are_served_meanwhile(rel_engine, expected):
+    example = expected[TEXTS[0]].candidates["attention"][0].nbytes  # ~3-4 kB
+    limit = 3 * example
+    with running_server(rel_engine, request_buffer_bytes=limit, max_batch_examples=4) as (
+        server,
+        address,
+    ):
+        call = grpc.insecure_channel(address, TINY_WINDOW).unary_stream(
+            "/jaxattn.v1.AttentionService/Capture", request_serializer=None,
+            response_deserializer=None)(request_bytes(TEXTS * 4), timeout=60)  # fmt: skip
+        decoder, caps = StreamDecoder(), []
+        fast: list[float] = []
+
+        def others():  # a second client, at full speed, while the slow one is read
+            with AttentionClient(address, timeout=30) as client:
+                for text in SENTENCES:
+                    t0 = time.monotonic()
+                    assert_right(client.capture([text], what=WHAT), [text], expected)
+                    fast.append(time.monotonic() - t0)
+
+        helper = threading.Thread(target=others)
+        for k, message in enumerate(call):
+            cap = decoder.feed_bytes(message)
+            if cap is not None:
+                caps.append(cap)
+            if k == 4:
+                helper.start()
+            time.sleep(0.01)
+        helper.join(30)
+        assert_right(caps, TEXTS * 4, expected)
+        peak = server.batcher.stats["peak_job_buffered_bytes"]
+        assert 0 < peak <= limit  # never more than the limit waited for this client
+        assert len(fast) == len(SENTENCES) and max(fast) < 5  # nobody waited for it
+
+
+def test_client_that_stops_reading_is_cut_off_and_its_memory_freed(rel_engine, expected, caplog):
+    caplog.set_level(logging.INFO, logger="jaxattn.service")
+    example = expected[TEXTS[0]].candidates["attention"][0].nbytes
+    with running_server(rel_engine, request_buffer_bytes=2 * example, slow_reader_s=0.5) as (
+        server,
+        address,
+    ):
+        channel = grpc.insecure_channel(address, TINY_WINDOW)
+        call = channel.unary_stream("/jaxattn.v1.AttentionService/Capture",
+                                    request_serializer=None, response_deserializer=None)(
+            request_bytes(TEXTS * 8), timeout=60)  # fmt: skip
+        next(call)  # then read nothing: the server's sends block on flow control
+        wait_for(lambda: server.batcher.stats["stalled"] == 1, 10, "the stall noticed")
+        wait_for(lambda: server.batcher.admitted == 0, 5, "the slot freed")
+        assert server.batcher.buffered_bytes == 0
+        with pytest.raises(grpc.RpcError) as info:
+            list(call)
+        assert info.value.code() == grpc.StatusCode.CANCELLED  # a cut-off, as gRPC can say it
+        wait_for(lambda: "status=RESOURCE_EXHAUSTED" in caplog.text, 5)
+        still_serves_right_answers(address, expected)
+        channel.close()
+
+
+def test_deadline_passing_mid_stream_stops_the_work(rel_engine, expected):
+    engine = SlowEngine(rel_engine, delay=0.1)
+    with running_server(engine) as (server, address):
+        with AttentionClient(address, timeout=30, retries=0) as client:
+            got = []
+            start = time.monotonic()
+            with pytest.raises(AttentionServiceError) as info:
+                for cap in client.stream(TEXTS, what=WHAT, timeout=0.8):
+                    got.append(cap)
+            assert info.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+            assert time.monotonic() - start < 3
+            assert 0 < len(got) < len(TEXTS)
+            assert_right(got, TEXTS[: len(got)], expected)
+        wait_for(lambda: server.batcher.admitted == 0, 5, "the slot freed")
+        wait_for(lambda: engine.runs == server.batcher.stats["batches"], 5)
+        time.sleep(0.3)
+        assert engine.yielded < len(TEXTS)
+        engine.delay = 0
+        still_serves_right_answers(address, expected)
+
+
+@pytest.mark.parametrize("eager", [False, True], ids=["in-batch", "at-call"])
+def test_engine_error_fails_only_the_requests_of_its_batch(rel_engine, expected, eager):
+    engine = FaultyEngine(rel_engine, eager=eager)
+    with running_server(engine, batch_window_s=0.3) as (server, address):
+        results = {}
+
+        def call(name, texts, what):
+            with grpc.insecure_channel(address) as channel:
+                results[name] = raw_capture(channel, request_bytes(texts, what), timeout=30)
+
+        threads = [  # same spec within the window: one batch; another spec: its own batch
+            threading.Thread(target=call, args=("bad", [MARKER, SENTENCES[0]], WHAT)),
+            threading.Thread(target=call, args=("mate", [SENTENCES[1]], WHAT)),
+            threading.Thread(target=call, args=("other", [SENTENCES[2]], ("attention", "keys"))),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        for name in ("bad", "mate"):
+            code, details, caps = results[name]
+            assert code == grpc.StatusCode.INTERNAL, results[name]
+            assert "injected engine fault" in details and "RuntimeError" in details
+        code, _, caps = results["other"]
+        assert code == grpc.StatusCode.OK and caps[0].tokens == expected[SENTENCES[2]].tokens
+        assert server.batcher.admitted == 0
+        still_serves_right_answers(address, expected)
+
+
+def test_client_never_hangs_on_a_server_that_never_answers():
+    import socket
+
+    blackhole = socket.create_server(("127.0.0.1", 0))  # accepts, never speaks HTTP/2
+    address = f"127.0.0.1:{blackhole.getsockname()[1]}"
+    with AttentionClient(address, timeout=1.0, retries=5, backoff=(0.05, 0.2)) as client:
+        for call in (client.model_info, lambda: client.capture(["a b c"])):
+            start = time.monotonic()
+            with pytest.raises(AttentionServiceError) as info:
+                call()
+            assert time.monotonic() - start < 3
+            assert info.value.code in (grpc.StatusCode.DEADLINE_EXCEEDED,
+                                       grpc.StatusCode.UNAVAILABLE)  # fmt: skip
+    blackhole.close()
