@@ -223,7 +223,7 @@ class MicroBatcher:
                     wait = due - now if wait is None else min(wait, due - now)
         for job in stalled:
             self.stats["stalled"] += 1
-            job.fail(SlowReader(f"the client read nothing for {self.stall_s:.0f}s while "
+            job.fail(SlowReader(f"the client read nothing for {self.stall_s:g} s while "
                                 f"{job.buffered} bytes of results waited"))  # fmt: skip
             if job.on_stall is not None:  # cancel the call: its send may be blocked
                 threading.Thread(target=job.on_stall, daemon=True).start()

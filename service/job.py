@@ -169,6 +169,7 @@ class Job:
                     if self.cancelled:
                         raise JobCancelled()
                     cap, sending = self._items.pop(index)
+                    self.notify_worker()  # no longer waiting: its stall clock runs
                 yield index, cap
         finally:
             with self.lock:

@@ -143,48 +143,63 @@ def warm_shapes(client, engine, mix) -> int:
     return sent
 
 
-def run(args) -> int:
+def loadtest(server: str, *, clients: int = 64, requests: int | None = None,
+             duration: float | None = None, warmup: int = 200, model=None,
+             conllu: Path = DEFAULT_CONLLU, server_pid: int | None = None,
+             token: str | None = None, seed: int = 0, log=print):  # fmt: skip
+    """Build the mix, compute its right answers, warm the server up, run the load.
+
+    Returns:
+      (LoadResult, the mix, its expectations): see `jaxattn.client.loadtest.run_load`.
+    """
     import jaxattn
-    from jaxattn.cli.serve_cmd import read_token
     from jaxattn.client import AttentionClient
     from jaxattn.client.expect import build_expectations
     from jaxattn.client.loadtest import listening_pid, run_load
 
-    if args.requests is None and args.duration is None:
+    if requests is None and duration is None:
         raise ValueError("give --requests N, --duration S or both: a load test must be bounded")
-    log = lambda msg: print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
-    engine = jaxattn.load(args.model)
-    mix = build_mix(engine, sentences(engine, args.conllu))
-    log(f"mix: {len(mix)} requests kinds over {sum(len(r.texts) for r in mix)} texts; "
+    engine = jaxattn.load(model)
+    mix = build_mix(engine, sentences(engine, conllu))
+    log(f"mix: {len(mix)} request kinds over {sum(len(r.texts) for r in mix)} texts; "
         "computing the reference captures")  # fmt: skip
     expectations = build_expectations(engine, mix)
-    options = dict(token=read_token(args.token_file), timeout=600.0)
-    host, port = args.server.rsplit(":", 1)
-    pid = args.server_pid or listening_pid(int(port))
+    options = dict(token=token, timeout=600.0)
+    pid = server_pid or listening_pid(int(server.rsplit(":", 1)[1]))
     log(f"server pid {pid}; compiling every batch shape on the server")
-    with AttentionClient(args.server, **options) as client:
+    with AttentionClient(server, **options) as client:
         client.wait_ready(60)
         log(f"{warm_shapes(client, engine, mix)} shape warm-up requests sent")
-    if args.warmup:
-        warm = run_load(
-            args.server, mix, expectations, clients=args.clients, max_requests=args.warmup,
-            client_options=options, seed=args.seed + 1,
-        )  # fmt: skip
-        log(f"warm-up: {warm.summary()['requests']} requests, {len(warm.wrong)} wrong")
+    if warmup:
+        warm = run_load(server, mix, expectations, clients=clients, max_requests=warmup,
+                        client_options=options, seed=seed + 1)  # fmt: skip
+        log(f"warm-up: {warm.requests} requests, {len(warm.wrong)} wrong, {dict(warm.errors)}")
 
     def progress(r) -> None:
         rss = f"{r.rss[-1][1] // 1024} MiB" if r.rss else "?"
         log(f"{r.requests} requests, {r.ok} ok, {len(r.wrong)} wrong, errors {dict(r.errors)}, "
             f"server rss {rss}")  # fmt: skip
 
-    result = run_load(
-        args.server, mix, expectations, clients=args.clients, max_requests=args.requests,
-        duration=args.duration, server_pid=pid, client_options=options, seed=args.seed,
-        progress=progress,
+    result = run_load(server, mix, expectations, clients=clients, max_requests=requests,
+                      duration=duration, server_pid=pid, client_options=options, seed=seed,
+                      progress=progress)  # fmt: skip
+    return result, mix, expectations
+
+
+def run(args) -> int:
+    from jaxattn.cli.serve_cmd import read_token
+
+    def log(msg: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+    result, _, _ = loadtest(
+        args.server, clients=args.clients, requests=args.requests, duration=args.duration,
+        warmup=args.warmup, model=args.model, conllu=args.conllu, server_pid=args.server_pid,
+        token=read_token(args.token_file), seed=args.seed, log=log,
     )  # fmt: skip
     summary = result.summary()
-    summary["rss_samples"] = [(round(t, 1), kb, n) for t, kb, n in result.rss]
-    print(json.dumps({k: v for k, v in summary.items() if k != "rss_samples"}, indent=2))
+    print(json.dumps(summary, indent=2))
     if args.json:
+        summary["rss_samples"] = [(round(t, 1), kb, n) for t, kb, n in result.rss]
         args.json.write_text(json.dumps(summary, indent=2) + "\n")
     return 0 if not result.wrong and not result.lost else 1
