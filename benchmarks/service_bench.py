@@ -259,8 +259,10 @@ def main(argv=None) -> int:
     texts = long_texts(pool, args.texts)
     short = [s for s in pool if 6 <= len(s.split()) <= 10][:256]
     out = Report()
-    out += [f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-           f"no GPU; python {platform.python_version()}; model {args.model or 'all-MiniLM-L6-v2'}"]
+    out += [
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"no GPU; python {platform.python_version()}; model {args.model or 'all-MiniLM-L6-v2'}"
+    ]
     warm_file = Path(tempfile.mkdtemp()) / "short.txt"
     warm_file.write_text("\n".join(short))
     with server_process(args.model, no_micro=True, warm=str(warm_file)) as address:

@@ -78,6 +78,7 @@ class MicroBatcher:
         self._jobs: set[Job] = set()  # admitted, not yet released
         self._reserved = 0
         self._closed = False
+        self._admitting = True  # False once draining: new jobs are refused, old ones finish
         self._thread = threading.Thread(target=self._loop, name="jaxattn-batcher", daemon=True)
         self.stats = collections.Counter()
 
@@ -103,7 +104,7 @@ class MicroBatcher:
         job = Job(spec, encodings, self._lock, sizes, deadline, reserve)
         job.notify_worker = self._cond.notify_all
         with self._lock:
-            if self._closed:
+            if self._closed or not self._admitting:
                 raise JobCancelled()
             if len(self._jobs) >= self.queue_size:
                 self.stats["rejected"] += 1
@@ -159,6 +160,16 @@ class MicroBatcher:
 
     def start(self) -> None:
         self._thread.start()
+
+    def drain(self, timeout: float) -> bool:
+        """Refuse new jobs, then wait up to `timeout` s until every admitted job is
+        released; True when none is left."""
+        end = time.monotonic() + timeout
+        with self._lock:
+            self._admitting = False
+            while self._jobs and (left := end - time.monotonic()) > 0:
+                self._cond.wait(left)
+            return not self._jobs
 
     def close(self, timeout: float | None = None) -> None:
         """Stop the worker; jobs still queued are cancelled."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from concurrent import futures
 
 import grpc
@@ -58,17 +59,26 @@ class AttentionServer:
         Health turns NOT_SERVING at once; new calls get UNAVAILABLE; calls in
         flight get up to `grace` seconds (None: options.grace_s) to finish,
         then are cancelled; finally the batcher stops.
+
+        Two phases, because gRPC's own stop answers CANCELLED (not UNAVAILABLE)
+        to calls it has received but not yet handed to a handler
+        (grpc/grpc#41785): first the batcher refuses new jobs, so new calls
+        reach a handler and get an explicit UNAVAILABLE while in-flight ones
+        finish; only then does the gRPC server stop, with what is left of the
+        grace, leaving that race a window of milliseconds instead of the whole
+        drain. Clients retry a CANCELLED they did not cause (jaxattn.client).
         """
         if self._stopped is not None:
             return self._stopped
         self._stopped = threading.Event()
         grace = self.options.grace_s if grace is None else grace
+        end = time.monotonic() + grace
         self._health.enter_graceful_shutdown()
-        stopped_grpc = self.grpc_server.stop(grace)
 
         def finish():
-            stopped_grpc.wait()
-            self.batcher.close(timeout=grace + 5)
+            self.batcher.drain(grace)
+            self.grpc_server.stop(max(0.0, end - time.monotonic())).wait()
+            self.batcher.close(timeout=5)
             self._stopped.set()
 
         threading.Thread(target=finish, name="jaxattn-drain", daemon=True).start()

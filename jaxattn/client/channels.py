@@ -1,8 +1,11 @@
 """Channels to one or more servers: TLS, token, round-robin, retry with backoff.
 
-Retry policy (the same for every call): only UNAVAILABLE is retried (the server
-was unreachable, restarting or shutting down, and nothing was received: every
-call of this service is a pure read, so a retry cannot duplicate an effect);
+Retry policy (the same for every call): UNAVAILABLE is retried (the server was
+unreachable, restarting or shutting down), and so is a CANCELLED this client did
+not cause (gRPC's server stop answers CANCELLED to calls it accepted but never
+handed to a handler, grpc/grpc#41785), in both cases only when nothing was
+received: every call of this service is a pure read, so a retry cannot
+duplicate an effect;
 each retry goes to the next address after a jittered, doubling delay capped at
 `backoff[1]`; and all attempts together stay within the call's one deadline, so
 no call outlives its timeout however many retries are allowed.
@@ -21,10 +24,6 @@ import grpc
 
 from jaxattn.client.errors import AttentionServiceError
 from jaxattn.wire import codecs
-
-# Retried: the server was unreachable or shutting down; Capture is a pure read,
-# so a retry cannot duplicate an effect.
-RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
 
 # A dead peer that sent no FIN (a lost host, a cut network) is noticed within
 # about keepalive time + timeout while a call is open, instead of at its deadline.
@@ -57,7 +56,7 @@ class Channels:
       root_certificates: PEM CA bundle (bytes or a path); None = system roots.
       server_name: override the name checked against the certificate.
       token: bearer token sent as `authorization: Bearer <token>`.
-      retries: extra attempts after UNAVAILABLE (each on the next address).
+      retries: extra attempts after a retryable failure (each on the next address).
       backoff: (first, cap) delay in seconds; delays double up to cap, jittered.
     """
 
@@ -94,6 +93,15 @@ class Channels:
         self.backoff = backoff
         self._turn = itertools.count()
         self._lock = threading.Lock()
+        self.closed = False
+
+    def retryable(self, error: grpc.RpcError) -> bool:
+        """Whether a failed attempt that delivered nothing may be retried: UNAVAILABLE,
+        or CANCELLED from the server side (this client cancels only by closing)."""
+        code = error.code()
+        return code == grpc.StatusCode.UNAVAILABLE or (
+            code == grpc.StatusCode.CANCELLED and not self.closed
+        )
 
     def next(self) -> tuple[int, grpc.Channel]:
         """The next (address index, channel) in round-robin order."""
@@ -102,11 +110,11 @@ class Channels:
         return i, self._channels[i]
 
     def call(self, attempt: Callable[[grpc.Channel, float], object], timeout: float) -> object:
-        """Run `attempt(channel, seconds_left)`, retrying UNAVAILABLE on the next address
-        with backoff, all within `timeout` seconds.
+        """Run `attempt(channel, seconds_left)`, retrying `retryable` failures on the next
+        address with backoff, all within `timeout` seconds.
 
         Raises:
-          AttentionServiceError: any other failure, UNAVAILABLE after all retries,
+          AttentionServiceError: any other failure, the last one after all retries,
             or DEADLINE_EXCEEDED when the time ran out between attempts.
         """
         deadline = time.monotonic() + timeout
@@ -121,11 +129,12 @@ class Channels:
             try:
                 return attempt(channel, remaining)
             except grpc.RpcError as e:
-                if e.code() not in RETRYABLE or k == self.retries:
+                if not self.retryable(e) or k == self.retries:
                     raise AttentionServiceError.from_rpc_error(e, self.addresses[i]) from None
             time.sleep(backoff_delay(k, self.backoff, deadline - time.monotonic()))
         raise AssertionError("unreachable")
 
     def close(self) -> None:
+        self.closed = True
         for channel in self._channels:
             channel.close()

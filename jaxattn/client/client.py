@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import grpc
 
 from jaxattn.capture import Capture
-from jaxattn.client.channels import RETRYABLE, Channels, backoff_delay
+from jaxattn.client.channels import Channels, backoff_delay
 from jaxattn.client.errors import AttentionServiceError
 from jaxattn.config import ModelInfo
 from jaxattn.v1 import attention_pb2 as pb
@@ -57,7 +57,7 @@ class AttentionClient:
 
     Args:
       address: "host:port", or several: calls go to them in turn (round-robin)
-        and a call that finds one UNAVAILABLE is retried on the next.
+        and a call that finds one UNAVAILABLE (or stopping) is retried on the next.
       token: bearer token, when the server wants one.
       tls: connect with TLS (implied by root_certificates).
       root_certificates: PEM CA bundle (bytes or a file path) to trust.
@@ -65,7 +65,8 @@ class AttentionClient:
         the address's host.
       timeout: default deadline in seconds for each call, retries included.
         Every call has one: the client never waits forever.
-      retries: extra attempts after UNAVAILABLE.
+      retries: extra attempts after UNAVAILABLE, or a CANCELLED the client did
+        not cause, when nothing was received yet.
       backoff: (first, cap) retry delay in seconds, doubling, jittered.
 
     Attributes:
@@ -251,7 +252,7 @@ class AttentionClient:
             except grpc.RpcError as e:
                 last = attempt == channels.retries
                 # Only a call that delivered nothing can be retried transparently.
-                if e.code() not in RETRYABLE or received or last:
+                if not channels.retryable(e) or received or last:
                     raise AttentionServiceError.from_rpc_error(e, address) from None
             except WireError as e:
                 raise AttentionServiceError(grpc.StatusCode.DATA_LOSS, str(e), address) from None

@@ -109,6 +109,42 @@ def test_other_failures_are_not_retried(code):
     assert len(script.calls) == 1
 
 
+@pytest.mark.parametrize("method", ["capture", "model_info"])
+def test_a_cancelled_the_client_did_not_cause_is_retried(method):
+    """A stopping gRPC server answers CANCELLED to calls it never started (grpc#41785)."""
+    script = Script([grpc.StatusCode.CANCELLED, U])
+    with scripted(script) as address:
+        with AttentionClient(address, timeout=10, retries=3, backoff=(0.01, 0.02)) as client:
+            if method == "capture":
+                (cap,) = client.capture(["a"])
+                np.testing.assert_array_equal(cap.attention, CAP.attention)
+            else:
+                assert client.model_info().name == "fake"
+    assert len(script.calls) == 3
+
+
+def test_a_call_cancelled_by_closing_the_client_is_not_retried():
+    started = threading.Event()
+
+    class Slow(Script):
+        def capture(self, request, context):
+            with self.lock:
+                self.calls.append(time.monotonic())
+            started.set()
+            while context.is_active():
+                time.sleep(0.01)
+            yield from ()
+
+    script = Slow([])
+    with scripted(script) as address:
+        client = AttentionClient(address, timeout=10, retries=5, backoff=(0.01, 0.02))
+        threading.Thread(target=lambda: (started.wait(5), client.close()), daemon=True).start()
+        with pytest.raises(AttentionServiceError) as info:
+            client.capture(["a"])
+    assert info.value.code == grpc.StatusCode.CANCELLED
+    assert len(script.calls) == 1
+
+
 def test_unavailable_after_data_is_not_retried():
     """Examples already handed to the caller cannot be taken back: no silent replay."""
     script = Script([U], sent_first=2)  # the whole first example, then the failure

@@ -74,6 +74,16 @@ def test_serve_help_lists_the_options(capsys):
     with pytest.raises(SystemExit):
         main(["serve", "--help"])
     out = capsys.readouterr().out
-    for option in ("--model", "--host", "--port", "--queue-size", "--batch-window-ms",
-                   "--tls-cert", "--tls-key", "--token-file", "--max-texts", "--max-tokens"):
+    for option in (
+        "--model",
+        "--host",
+        "--port",
+        "--queue-size",
+        "--batch-window-ms",
+        "--tls-cert",
+        "--tls-key",
+        "--token-file",
+        "--max-texts",
+        "--max-tokens",
+    ):
         assert option in out  # fmt: skip
