@@ -91,12 +91,14 @@ class SelfAttention(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x, mask, gate=None):
-        """x [T, D], mask [S] -> (y [T, D], parts).
+    def __call__(self, x, mask, gate=None, project: bool = True):
+        """x [T, D], mask [S] -> (y [T, D] or None, parts).
 
         gate: None, or (keep [H] float, uniform [H] bool) for head ablation
         (Kovaleva et al. 2019): a head with keep 0 contributes nothing; a
         uniform head attends equally to every real key.
+        project: False skips the weighted sum and the output projection (y is
+        None) when only the captured parts are wanted.
         """
         c = self.config
         hk = (c.num_heads, c.head_dim)
@@ -111,12 +113,14 @@ class SelfAttention(nn.Module):
             keep, uniform = gate
             flat = jnp.broadcast_to(mask / mask.sum(), alpha.shape[1:])  # [T, S]
             alpha = jnp.where(uniform[:, None, None], flat[None], alpha)
-        context = jnp.einsum("HTS,SHK->THK", alpha, v, precision=HIGHEST)
-        if gate is not None:
-            context = context * keep[None, :, None]
         out = Dense((*hk, c.hidden_size), (c.hidden_size,), "THK,HKD->TD", name="out")
-        y = out(context)
-        w_out = out.variables["params"]["kernel"]  # [H, K, D]
+        y = None
+        if project:
+            context = jnp.einsum("HTS,SHK->THK", alpha, v, precision=HIGHEST)
+            if gate is not None:
+                context = context * keep[None, :, None]
+            y = out(context)
+        w_out = self.variables["params"]["out"]["kernel"]  # [H, K, D]
         return y, dict(q=q, k=k, v=v, scores=scores, alpha=alpha, w_out=w_out)
 
 
@@ -156,17 +160,27 @@ class EncoderLayer(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x, mask, want: frozenset[str], gate=None):
+    def __call__(self, x, mask, want: frozenset[str], gate=None, output: bool = True):
+        """x [T, D] -> (the layer's output [T, D], or None when not `output`; captures).
+
+        output=False (the last layer run, when its output is not captured) skips
+        what only the output needs: the weighted sum and output projection
+        (unless attn_res_ln_norm needs the pre-LN statistics) and the FFN.
+        """
         c = self.config
-        a, parts = SelfAttention(c, name="attention")(x, mask, gate)
-        ln = LayerNorm(c.layer_norm_eps, name="attention_ln")
-        y = x + a
-        h = ln(y)
-        cap = {}
-        if want:
+        project = output or "attn_res_ln_norm" in want
+        a, parts = SelfAttention(c, name="attention")(x, mask, gate, project)
+        cap, std = {}, None
+        if project:
+            y = x + a
             # The LN decomposition (attn_res_ln_norm) fixes the real pre-LN statistics.
             std = jnp.sqrt(jnp.square(y - y.mean(-1, keepdims=True)).mean(-1) + c.layer_norm_eps)
-            cap = _capture_layer(want, parts, x, ln.variables["params"]["scale"], std)
+        if want:
+            gamma = self.variables["params"]["attention_ln"]["scale"]
+            cap = _capture_layer(want, parts, x, gamma, std)
+        if not output:
+            return None, cap
+        h = LayerNorm(c.layer_norm_eps, name="attention_ln")(y)
         d, f = c.hidden_size, c.intermediate_size
         u = _activation(c.activation)(Dense((d, f), (f,), "TD,DF->TF", name="ffn_in")(h))
         out = Dense((f, d), (d,), "TF,FD->TD", name="ffn_out")(u)
@@ -196,8 +210,10 @@ class Encoder(nn.Module):
         for layer in range(spec.last_layer + 1):
             captured = layer in spec.layers
             gate = None if gates is None else (gates[0][layer], gates[1][layer])
+            # The last layer's output is only needed when it is captured.
+            output = layer < spec.last_layer or "hidden_states" in want
             x, cap = EncoderLayer(c, name=f"layer_{layer}")(
-                x, mask, want - {"hidden_states"} if captured else frozenset(), gate
+                x, mask, want - {"hidden_states"} if captured else frozenset(), gate, output
             )
             if not captured:
                 continue

@@ -13,7 +13,8 @@ from jaxattn.spec import CaptureSpec
 
 def expected_shapes(config: ModelConfig) -> dict:
     """The encoder params' shapes, from an abstract init (no compute, no memory)."""
-    spec = CaptureSpec(what=(), layers=(config.num_layers - 1,), heads=(0,))
+    # hidden_states of the last layer: every weight is used.
+    spec = CaptureSpec(what=("hidden_states",), layers=(config.num_layers - 1,), heads=(0,))
     ids = jnp.zeros((4,), jnp.int32)
     tree = jax.eval_shape(
         lambda: Encoder(config).init(jax.random.key(0), ids, ids, ids > 0, spec)["params"]
