@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import random
 import socket
 import struct
 import time
@@ -54,11 +54,13 @@ def goaway_codes(data: bytes) -> list[int]:
     return codes
 
 
+NOISE = random.Random(7)  # fixed bytes: a failure here reproduces
+
 GARBAGE = {
-    "random bytes": os.urandom(4096),
+    "random bytes": NOISE.randbytes(4096),
     "HTTP/1.1": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
-    "TLS hello on plaintext": bytes.fromhex("16030100a5010000a10303") + os.urandom(160),
-    "almost a preface": b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n" + os.urandom(64),
+    "TLS hello on plaintext": bytes.fromhex("16030100a5010000a10303") + NOISE.randbytes(160),
+    "almost a preface": b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n" + NOISE.randbytes(64),
 }
 
 
@@ -76,8 +78,16 @@ def test_protocol_errors_close_the_connection(served):
     _, address = served
     settings = frame(SETTINGS, 0, 0, b"")
     cases = {
-        "HPACK garbage": PREFACE + settings + frame(HEADERS, 0x4, 1, os.urandom(40)),
-        "frame over the size limit": PREFACE + settings + frame(0x0, 0, 1, b"", 1 << 24 - 1),
+        # HPACK decoding errors are connection errors (RFC 7541 s2.3.3, s6.3; RFC 9113 s4.3).
+        # Random bytes are not: they may decode into a bad header, which only resets the stream.
+        "HPACK index 0": PREFACE + settings + frame(HEADERS, 0x4, 1, b"\x80"),
+        "HPACK index past the tables": PREFACE
+        + settings
+        + frame(HEADERS, 0x4, 1, b"\xff\xff\xff\xff\x0f"),
+        "HPACK table size over SETTINGS": PREFACE
+        + settings
+        + frame(HEADERS, 0x4, 1, b"\x3f\xff\xff\xff\xff\x0f"),
+        "frame over the size limit": PREFACE + settings + frame(0x0, 0, 1, b"", (1 << 24) - 1),
         "SETTINGS on a stream": PREFACE + frame(SETTINGS, 0, 3, b""),
     }
     for name, data in cases.items():
