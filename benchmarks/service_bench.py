@@ -36,7 +36,7 @@ from pathlib import Path
 FULL = ("attention", "queries", "keys", "fx_norm", "alpha_fx_norm", "sum_alpha_fx_norm")
 DTYPES = ("float32", "float16", "bfloat16", "uint8")
 CODECS = ("none", "zstd", "lz4")
-CONLLU = Path("/work/shared/data/ud-english-ewt/en_ewt-ud-dev.conllu")
+CONLLU = Path(__file__).resolve().parents[2] / "shared/data/ud-english-ewt/en_ewt-ud-dev.conllu"
 SHORT = "I went to the store."
 
 
