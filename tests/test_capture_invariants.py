@@ -17,7 +17,11 @@ from jaxattn import QUANTITIES
 
 ALL = tuple(QUANTITIES)
 LIGHT = ("attention", "scores", "hidden_states")
-CLOSE = dict(rtol=1e-6, atol=1e-6)  # "bucketing/padding does not change values"
+# "Bucketing/padding does not change values" beyond rounding: XLA's CPU kernels
+# depend on the batch shape (and the CPU: AVX2 vs AVX-512 paths), so float32
+# results differ in the last bits (1.4e-6 absolute seen on hidden states); 1e-5 is
+# far below any real error (a wrong mask or position moves values by 1e-2 or more).
+CLOSE = dict(rtol=1e-5, atol=1e-5)
 SPECIALS = {
     "bert": ("[CLS]", "[SEP]"),
     "distilbert": ("[CLS]", "[SEP]"),

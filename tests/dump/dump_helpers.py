@@ -74,7 +74,12 @@ def assert_same_store(got, want, *, exact: bool = True) -> None:
 
 
 def assert_same_capture(got, want, *, exact: bool = True) -> None:
-    """The same tokens, spec, quantisation and tensors (bit-equal, or within 1e-6)."""
+    """The same tokens, spec, quantisation and tensors (bit-equal, or within float32 rounding).
+
+    Not exact: batches of another shape (4 rows over 4 devices vs 4 rows on one)
+    run other XLA kernels, whose float32 sums differ in the last bits (seen: 3.6e-6
+    relative, 1.4e-6 absolute, on an AMD EPYC); 1e-5 still catches any real difference.
+    """
     assert got.tokens == want.tokens
     assert got.sentence_b_start == want.sentence_b_start
     assert (got.layers, got.heads, got.dtype) == (want.layers, want.heads, want.dtype)
@@ -86,7 +91,7 @@ def assert_same_capture(got, want, *, exact: bool = True) -> None:
             np.testing.assert_array_equal(a, b, err_msg=name)
         else:
             np.testing.assert_allclose(
-                got.array(name), want.array(name), rtol=1e-6, atol=1e-6, err_msg=name
+                got.array(name), want.array(name), rtol=1e-5, atol=1e-5, err_msg=name
             )
     if exact:
         assert got.quantization == want.quantization
