@@ -53,12 +53,12 @@ def worker(args) -> dict:
     import jax
 
     import jaxattn
-    from jaxattn.analysis.conllu import read_conllu
+    from jaxattn.checkpoints import default_model_dir
     from jaxattn.dump import DumpOptions, run_dump
-    from jaxattn.loading import default_model_dir
+    from jaxattn.inputs import read_records
 
     engine = jaxattn.load()
-    texts = [" ".join(s.words) for s in read_conllu(args.input)]
+    texts = [r.text for r in read_records(args.input)]  # what the dump captures
     kw = dict(what=tuple(args.what.split(",")), dtype=args.dtype)
     t = time.perf_counter()
     engine.capture(texts, truncate=True, **kw)  # warm-up: compiles every shape once

@@ -4,7 +4,7 @@
 
 Starts `jaxattn serve` (embedded all-MiniLM-L6-v2, default options) as a child
 process on a free loopback port, then:
-  1. load: `jaxattn loadtest`'s mix (jaxattn/cli/loadtest_cmd.py) from 64 client
+  1. load: `jaxattn loadtest`'s mix (jaxattn/bench/mix.py) from 64 client
      threads for --requests requests, every answer checked against an in-process
      engine; requests/s, p50/p99 latency, errors by status code, server RSS
      (/proc/PID/status VmRSS, every second) over the run;
@@ -67,8 +67,8 @@ def rss_trend(rss: list[tuple[float, int, int]]) -> float:
 def slow_readers(address: str, pid: int, longs: list[str], seconds: float = 40.0) -> dict:
     import grpc
 
+    from jaxattn.bench.loadtest import rss_kb
     from jaxattn.client import AttentionClient
-    from jaxattn.client.loadtest import rss_kb
     from jaxattn.v1 import attention_pb2 as pb
 
     request = pb.CaptureRequest(texts=[pb.Text(text=longs[i % len(longs)]) for i in range(24)],
@@ -127,7 +127,7 @@ def slow_readers(address: str, pid: int, longs: list[str], seconds: float = 40.0
 
 
 def sigterm_under_load(proc, address, mix, expectations, clients: int) -> dict:
-    from jaxattn.client.loadtest import run_load
+    from jaxattn.bench.loadtest import run_load
 
     out = {}
 
@@ -185,7 +185,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from jaxattn.cli.loadtest_cmd import loadtest
+    from jaxattn.bench.mix import loadtest
 
     args.workdir.mkdir(parents=True, exist_ok=True)
     # The reference engine here and the server share compiled programs.

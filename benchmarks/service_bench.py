@@ -75,10 +75,10 @@ class ReplayEngine:
         self.make_spec, self.tokenize = engine.make_spec, engine.tokenize
         self.key, self.caps = None, None
 
-    def run(self, encodings, spec):
-        key = (spec, tuple(e.ids for e in encodings))
+    def run(self, tokenized, spec):
+        key = (spec, tuple(e.ids for e in tokenized))
         if key != self.key:
-            self.key, self.caps = None, dict(self.engine.run(encodings, spec))
+            self.key, self.caps = None, dict(self.engine.run(tokenized, spec))
             self.key = key
         yield from self.caps.items()
 

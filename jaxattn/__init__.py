@@ -9,28 +9,50 @@
     caps[1].attention                            # numpy [L, H, T, T]
     caps[1].tokens, caps[1].sentence_b_start
 
-Public names: `load`, `Engine`, `Capture`, `CaptureSpec`, `ModelConfig`,
-`ModelInfo`, `QUANTITIES`, `ENCODINGS`, `convert_checkpoint`.
+Public names: `load`, `Engine`, `Capture`, `CaptureSource`, `CaptureSpec`,
+`ModelConfig`, `ModelInfo`, `QUANTITIES`, `OUTPUT_DTYPES`, `HeadAblation`,
+`head_ablation_study`, `convert_checkpoint`, `open_store`, `JaxattnError`.
 
-Importing jaxattn does not import jax: `load`, `Engine` and
-`convert_checkpoint` are resolved on first use, so the client and the analyses
-run where only numpy is installed.
+The package, in the order data flows (README "How it works" has the map):
+the numpy-only contract at the top (`quantities`, `dtypes`, `spec`, `config`,
+`capture`, `source`, `errors`), then `inputs/` (files -> texts),
+`engine/` (texts -> Captures: the only jax side), `checkpoints/` (model
+directories -> an Engine), `wire/` and `client/` (Captures over gRPC),
+`analysis/`, `views/`, `store/`, `dump/`, `bench/`, `cli/`.
+
+Importing jaxattn does not import jax: `load`, `Engine` and the other engine
+names are resolved on first use, so the client and the analyses run where only
+numpy is installed.
 """
 
 import importlib
+import importlib.metadata
 
+from jaxattn import _aliases
 from jaxattn.capture import Capture
 from jaxattn.config import ModelConfig, ModelInfo
-from jaxattn.encodings import ENCODINGS
+from jaxattn.dtypes import OUTPUT_DTYPES
+from jaxattn.errors import JaxattnError
 from jaxattn.quantities import QUANTITIES
+from jaxattn.source import CaptureSource
 from jaxattn.spec import CaptureSpec
 
+try:
+    __version__ = importlib.metadata.version("jaxattn")
+except importlib.metadata.PackageNotFoundError:  # a bare source tree, not installed
+    __version__ = "unknown"
+
 _LAZY = {
-    "load": ("jaxattn.loading", "load"),
+    "load": ("jaxattn.checkpoints.loading", "load"),
+    "convert_checkpoint": ("jaxattn.checkpoints.convert", "convert_checkpoint"),
     "Engine": ("jaxattn.engine", "Engine"),
-    "convert_checkpoint": ("jaxattn.convert", "convert_checkpoint"),
+    "HeadAblation": ("jaxattn.engine", "HeadAblation"),
+    "head_ablation_study": ("jaxattn.engine", "head_ablation_study"),
     "open_store": ("jaxattn.store", "open_store"),
+    "ENCODINGS": ("jaxattn.dtypes", "OUTPUT_DTYPES"),  # the name before 0.2
 }
+
+_aliases.install()
 
 
 def __getattr__(name):
@@ -42,12 +64,17 @@ def __getattr__(name):
 
 __all__ = [
     "Capture",
+    "CaptureSource",
     "CaptureSpec",
-    "ENCODINGS",
     "Engine",
+    "HeadAblation",
+    "JaxattnError",
     "ModelConfig",
     "ModelInfo",
+    "OUTPUT_DTYPES",
     "QUANTITIES",
     "convert_checkpoint",
+    "head_ablation_study",
     "load",
+    "open_store",
 ]

@@ -12,6 +12,8 @@ requests with it.
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Mapping
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -22,12 +24,15 @@ class Quantity:
       name: the public name (an attribute of `Capture`, a wire tensor name).
       axes: one letter per axis, from the legend above.
       probability: values lie in [0, 1], so uint8 uses the fixed scale 1/255.
+      extra_layer: entries on the L axis beyond the captured layers
+        (hidden_states: 1, the embeddings output before the first layer).
       doc: the definition, as in DESIGN.md.
     """
 
     name: str
     axes: str
     probability: bool = False
+    extra_layer: int = 0
     doc: str
 
 
@@ -75,7 +80,28 @@ QUANTITIES: dict[str, Quantity] = {
         Quantity(
             name="hidden_states",
             axes="LTD",
+            extra_layer=1,
             doc="embeddings output, then each captured layer's output ([L+1, T, D])",
         ),
     )
 }
+
+
+def shape(name: str, sizes: Mapping[str, int]) -> tuple[int, ...]:
+    """The shape of one example's quantity `name`.
+
+    Args:
+      name: a key of `QUANTITIES`.
+      sizes: the size of each axis letter used (L = captured layers, H, T, S,
+        K, D); hidden_states gets L + 1 entries on L.
+    """
+    q = QUANTITIES[name]
+    dims = [sizes[axis] for axis in q.axes]
+    if q.axes.startswith("L"):
+        dims[0] += q.extra_layer
+    return tuple(dims)
+
+
+def size(name: str, sizes: Mapping[str, int]) -> int:
+    """Elements of one example's quantity `name` (see `shape`)."""
+    return math.prod(shape(name, sizes))

@@ -1,7 +1,7 @@
 """The capture spec: what to compute, validated once, static under jit.
 
-Pure Python (no jax, no numpy) so the service validates requests with the same
-rules and messages as the engine.
+No jax (numpy only, through the dtype table), so the service and the client
+validate requests with the same rules and messages as the engine.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 
-from jaxattn.encodings import ENCODINGS
+from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.quantities import QUANTITIES
 
 DEFAULT_WHAT = ("attention",)
@@ -23,7 +23,7 @@ class CaptureSpec:
       what: quantity names, in the canonical order of `QUANTITIES`.
       layers: captured layer indices, ascending, 0-indexed.
       heads: captured head indices, ascending, 0-indexed.
-      dtype: output encoding, a key of `jaxattn.encodings.ENCODINGS`.
+      dtype: output dtype, a key of `jaxattn.dtypes.OUTPUT_DTYPES`.
     """
 
     what: tuple[str, ...]
@@ -74,7 +74,7 @@ def make_spec(
       what: quantity names (a single name is accepted); None means ("attention",).
       layers: layer indices, or None for all.
       heads: head indices, or None for all.
-      dtype: output encoding name.
+      dtype: output dtype name.
       num_layers: the model's layer count.
       num_heads: the model's heads per layer.
 
@@ -93,8 +93,8 @@ def make_spec(
             )
     if not names:
         raise ValueError(f"what is empty: name at least one of {', '.join(QUANTITIES)}")
-    if dtype not in ENCODINGS:
-        raise ValueError(f"unknown dtype {dtype!r}: valid dtypes are {', '.join(ENCODINGS)}")
+    if dtype not in OUTPUT_DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}: valid dtypes are {', '.join(OUTPUT_DTYPES)}")
     return CaptureSpec(
         what=tuple(q for q in QUANTITIES if q in set(names)),
         layers=_indices(layers, num_layers, "layers"),

@@ -7,11 +7,18 @@
     ...
     server.stop(grace=10).wait()
 
-From the shell: `jaxattn serve --port 50051` (see `jaxattn serve --help`).
+From the shell: `jaxattn serve --port 50051` (see `jaxattn serve --help`),
+which calls `serve` (the one entry point the jaxattn CLI uses).
 The contract is protos/jaxattn/v1/attention.proto.
+
+Modules: `options` (ServerOptions), `server` (create_server, the drain),
+`servicer` (the RPC handlers), `requests` (validating a CaptureRequest),
+`batcher` and `job` (micro-batching, flow control), `prefetch` (encoding
+ahead of gRPC), `auth` (the bearer token), `main` (`serve`).
 """
 
+from service.main import serve
 from service.options import ServerOptions
 from service.server import AttentionServer, create_server
 
-__all__ = ["AttentionServer", "ServerOptions", "create_server"]
+__all__ = ["AttentionServer", "ServerOptions", "create_server", "serve"]

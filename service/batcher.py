@@ -9,7 +9,7 @@ one `Engine.run` call, routing each finished example back to its job. A job
 with examples left goes to the back of the queue, so a large request cannot
 keep the engine from everyone else.
 
-Memory is bounded twice:
+Memory is bounded twice (admission: `service.admission`):
   * per request: a piece starts only when it fits the job's unsent results
     (`buffer_bytes`, or one example if larger), so a client that reads slowly
     holds back only its own work (flow control, not buffering); if it reads
@@ -30,20 +30,14 @@ import threading
 import time
 from collections.abc import Sequence
 
+from service.admission import STREAM_CHUNKS, QueueFull, refusal, reservation
 from service.job import EngineFailed, Job, JobCancelled, SlowReader
 
-__all__ = ["EngineFailed", "Job", "JobCancelled", "MicroBatcher", "QueueFull", "SlowReader"]
+__all__ = ["STREAM_CHUNKS", "EngineFailed", "Job", "JobCancelled", "MicroBatcher", "QueueFull",
+           "SlowReader"]  # fmt: skip
 
 log = logging.getLogger("jaxattn.service")
-
-# Chunks one stream may hold besides its buffered examples: two prefetched,
-# one being built, one inside gRPC (see service/servicer.py).
-STREAM_CHUNKS = 4
 _MiB = 1 << 20
-
-
-class QueueFull(Exception):
-    """The server is at its admitted-request or buffered-bytes limit."""
 
 
 class MicroBatcher:
@@ -84,7 +78,7 @@ class MicroBatcher:
 
     # -- admission -----------------------------------------------------------------
 
-    def submit(self, spec, encodings: Sequence, deadline: float | None = None, *,
+    def submit(self, spec, tokenized: Sequence, deadline: float | None = None, *,
                chunk_bytes: int = 0) -> Job:  # fmt: skip
         """Admit a job and queue it.
 
@@ -96,31 +90,18 @@ class MicroBatcher:
             bytes do not fit what the others reserved.
           JobCancelled: the batcher is closed.
         """
-        sizer = getattr(self.engine, "output_bytes", None)
-        sizes = [int(sizer(spec, e.length)) if sizer else 0 for e in encodings]
-        largest = max(sizes, default=0)
-        reserve = min(sum(sizes), max(self.buffer_bytes, largest))
-        reserve += STREAM_CHUNKS * min(chunk_bytes, largest)
-        job = Job(spec, encodings, self._lock, sizes, deadline, reserve)
+        sizes, reserve = reservation(self.engine, spec, tokenized, buffer_bytes=self.buffer_bytes,
+                                     chunk_bytes=chunk_bytes)  # fmt: skip
+        job = Job(spec, tokenized, self._lock, sizes, deadline, reserve)
         job.notify_worker = self._cond.notify_all
         with self._lock:
             if self._closed or not self._admitting:
                 raise JobCancelled()
-            if len(self._jobs) >= self.queue_size:
+            why = refusal(admitted=len(self._jobs), queue_size=self.queue_size, reserve=reserve,
+                          reserved=self._reserved, total_bytes=self.total_bytes)  # fmt: skip
+            if why is not None:
                 self.stats["rejected"] += 1
-                raise QueueFull(f"the server's queue is full ({self.queue_size} requests in "
-                                "progress); retry later")  # fmt: skip
-            if reserve > self.total_bytes:
-                self.stats["rejected"] += 1
-                raise QueueFull(f"this request needs {reserve / _MiB:.0f} MiB of result buffer; "
-                                f"this server allows {self.total_bytes / _MiB:.0f} MiB: send "
-                                "fewer or shorter texts, or fewer quantities")  # fmt: skip
-            if self._reserved + reserve > self.total_bytes:
-                self.stats["rejected"] += 1
-                raise QueueFull(
-                    f"the server's result buffers are full ({self._reserved / _MiB:.0f} of "
-                    f"{self.total_bytes / _MiB:.0f} MiB reserved); retry later"
-                )
+                raise QueueFull(why)
             self._jobs.add(job)
             self._reserved += reserve
             self._pending.append(job)
@@ -270,15 +251,15 @@ class MicroBatcher:
         self.stats[stat] = max(self.stats[stat], value)
 
     def _run(self, group: list[tuple[Job, int]]) -> None:
-        owners, encodings = [], []
+        owners, tokenized = [], []
         for job, n in group:
             owners += [(job, job.scheduled + i) for i in range(n)]
-            encodings += job.encodings[job.scheduled : job.scheduled + n]
+            tokenized += job.tokenized[job.scheduled : job.scheduled + n]
         self.stats["batches"] += 1
         self.stats["jobs"] += sum(1 for job, _ in group if job.scheduled == 0)
         run = None
         try:
-            run = self.engine.run(encodings, group[0][0].spec)
+            run = self.engine.run(tokenized, group[0][0].spec)
             for pos, cap in run:
                 job, index = owners[pos]
                 with self._lock:

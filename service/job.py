@@ -44,14 +44,14 @@ class Job:
 
     Attributes:
       spec: the engine's CaptureSpec (jobs with equal specs may share a call).
-      encodings: the tokenised examples.
+      tokenized: the tokenised examples.
       sizes: estimated output bytes of each example (0 when unknown).
       deadline: time.monotonic() after which nobody wants the results.
       reserved: bytes of the server's buffer budget this job holds.
     """
 
     spec: object
-    encodings: Sequence
+    tokenized: Sequence
     lock: threading.Lock
     sizes: Sequence[int] = ()
     deadline: float | None = None
@@ -59,7 +59,7 @@ class Job:
     submitted: float = dataclasses.field(default_factory=time.monotonic)
 
     def __post_init__(self):
-        self.sizes = tuple(self.sizes) or (0,) * len(self.encodings)
+        self.sizes = tuple(self.sizes) or (0,) * len(self.tokenized)
         self.ready = threading.Condition(self.lock)  # the handler waits here
         self.scheduled = 0  # examples handed to the engine so far (a prefix)
         self.running = False  # a piece of it is in the engine now
@@ -88,7 +88,7 @@ class Job:
 
     @property
     def remaining(self) -> int:
-        return len(self.encodings) - self.scheduled
+        return len(self.tokenized) - self.scheduled
 
     def piece(self, max_examples: int, max_bytes: int) -> int:
         """How many of the next unscheduled examples to run now: at most
@@ -156,7 +156,7 @@ class Job:
         """
         sending = 0
         try:
-            for index in range(len(self.encodings)):
+            for index in range(len(self.tokenized)):
                 with self.lock:
                     self._sent(sending)
                     sending = 0

@@ -40,13 +40,13 @@ class ParsedRequest:
     """A request that passed validation."""
 
     spec: object  # jaxattn.CaptureSpec
-    encodings: list
+    tokenized: list
     codec: str
     max_chunk_bytes: int
 
     @property
     def tokens(self) -> int:
-        return sum(e.length for e in self.encodings)
+        return sum(e.length for e in self.tokenized)
 
 
 def _enum(value: int, table: dict, enum_type, field: str):
@@ -110,10 +110,10 @@ class RequestParser:
         texts = [(t.text, t.text_pair) if t.HasField("text_pair") else t.text
                  for t in request.texts]  # fmt: skip
         try:
-            encodings = self.engine.tokenize(texts, truncate=request.truncate)
+            tokenized = self.engine.tokenize(texts, truncate=request.truncate)
         except ValueError as e:
             raise RequestError(INVALID, str(e)) from e
-        parsed = ParsedRequest(spec, encodings, codec, max_chunk_bytes)
+        parsed = ParsedRequest(spec, tokenized, codec, max_chunk_bytes)
         if parsed.tokens > self.max_tokens:
             raise RequestError(EXHAUSTED, f"texts hold {parsed.tokens} tokens; this server accepts"
                                           f" at most {self.max_tokens} per request")  # fmt: skip

@@ -11,8 +11,8 @@ import grpc
 from jaxattn.quantities import QUANTITIES
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import serialize_example
-from jaxattn.wire.prefetch import prefetch
 from service.batcher import EngineFailed, JobCancelled, MicroBatcher, QueueFull, SlowReader
+from service.prefetch import prefetch
 from service.requests import RequestError, RequestParser
 
 log = logging.getLogger("jaxattn.service")
@@ -61,7 +61,7 @@ class AttentionServicer:
             stats["tokens"] = parsed.tokens
             remaining = context.time_remaining()
             deadline = None if remaining is None else time.monotonic() + remaining
-            job = self.batcher.submit(parsed.spec, parsed.encodings, deadline,
+            job = self.batcher.submit(parsed.spec, parsed.tokenized, deadline,
                                       chunk_bytes=parsed.max_chunk_bytes)  # fmt: skip
             # Fires on completion, cancellation and deadline: the job stops
             # waiting and the batcher drops its unfinished work.
@@ -71,7 +71,7 @@ class AttentionServicer:
             job.on_stall = context.cancel
             messages = _serialized(job, parsed)
             # Encode ahead of the send, in a thread; one short sentence is not worth one.
-            if len(parsed.encodings) > 1 or parsed.tokens > _SMALL_TOKENS:
+            if len(parsed.tokenized) > 1 or parsed.tokens > _SMALL_TOKENS:
                 messages = prefetch(messages)
             for message in messages:
                 stats["bytes"] += len(message)

@@ -16,7 +16,7 @@ import torch
 from hf_fixtures import EXAMPLE_A, EXAMPLE_B
 
 import jaxattn
-from jaxattn.ablation import HeadAblation, head_ablation_study
+from jaxattn.engine.ablation import HeadAblation, head_ablation_study
 
 TEXTS = [EXAMPLE_A, (EXAMPLE_A, EXAMPLE_B), "the store"]
 
@@ -109,7 +109,7 @@ def test_study_reports_every_head_and_the_masked_lm_loss(mlm_dir):
     assert all(-1 <= c <= 1 for c in res["cos_cls"] + res["cos_mean"])
     assert len(res["mlm_loss_delta"]) == 2
     # The base loss equals torch's masked-LM loss on the same masked inputs.
-    from jaxattn.mlm import MaskedLM
+    from jaxattn.engine.mlm import MaskedLM
 
     lm = MaskedLM(engine, engine.tokenize(TEXTS), mask_rate=0.3, seed=0)
     model = transformers.BertForMaskedLM.from_pretrained(str(mlm_dir)).eval()

@@ -6,13 +6,14 @@ import random
 
 import pytest
 
-from jaxattn import batching
+from jaxattn.engine import batching
 
 
-def _plan(lengths, **kw):
-    args = dict(output_budget=10_000, token_budget=512, max_batch=16)
-    args.update(kw)
-    return batching.plan(lengths, batching.buckets_for(67), lambda t: 10 * t * t, **args)
+def _plan(lengths, devices=1, **kw):
+    budgets = batching.Budgets(**{**dict(output_bytes=10_000, tokens=512, max_batch=16), **kw})
+    return batching.plan_batches(
+        lengths, batching.buckets_for(67), lambda t: 10 * t * t, budgets, devices=devices
+    )
 
 
 def test_buckets_are_capped_at_the_model_limit():
@@ -44,7 +45,7 @@ def test_examples_go_to_the_smallest_bucket_that_fits():
 
 
 def test_remainders_split_into_powers_of_two():
-    plan = _plan([10] * 35, max_batch=64, token_budget=10_000, output_budget=10**9)
+    plan = _plan([10] * 35, max_batch=64, tokens=10_000, output_bytes=10**9)
     assert [b.size for b in plan] == [32, 2, 1]
 
 
@@ -58,7 +59,8 @@ def test_shape_count_is_bounded():
 
 
 def test_batch_size_is_at_least_one_even_over_budget():
-    assert batching.batch_size(64, lambda t: 10**12, 1, 1, 8) == 1
+    budgets = batching.Budgets(output_bytes=1, tokens=1, max_batch=8)
+    assert batching.batch_size(64, lambda t: 10**12, budgets) == 1
 
 
 @pytest.mark.parametrize("devices", [2, 4])

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from jaxattn import bench
+from jaxattn.bench import capture as bench
 
 CONLLU = "".join(
-    f"# text = {t}\n1\t{t.split()[0]}\n\n" for t in ("i went to the store .", "the store", "at")
+    f"# text = {t}\n1\t{t.split()[0]}\t_\t_\t_\t_\t0\troot\t_\t_\n\n"
+    for t in ("i went to the store .", "the store", "at")
 )
 
 

@@ -1,4 +1,4 @@
-"""Capture invariants: probabilities, selection, batching, encodings, bad input, order.
+"""Capture invariants: probabilities, selection, batching, output dtypes, bad input, order.
 
 Values are compared with torch (test_parity) elsewhere; here with properties
 that must hold whatever the values are. Each new capture spec or (bucket,
@@ -109,7 +109,7 @@ def test_results_in_input_order(bert, full_captures, standard_texts):
 @pytest.mark.parametrize(
     "dtype, rel, floor",
     [
-        # encodings.py: float16 relative <= 2^-11 in its normal range (below it, the
+        # dtypes.py: float16 relative <= 2^-11 in its normal range (below it, the
         # subnormal spacing 2^-24 bounds the absolute error); bfloat16 relative <= 2^-8.
         ("float16", 2.0**-11, 2.0**-24),
         ("bfloat16", 2.0**-8, 1e-37),

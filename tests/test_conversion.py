@@ -18,8 +18,8 @@ from hf_fixtures import EXAMPLE_A, EXAMPLE_B, make_checkpoint
 from safetensors.numpy import load_file, save_file
 
 import jaxattn
-from jaxattn.convert import convert_checkpoint
-from jaxattn.loading import read_checkpoint
+from jaxattn.checkpoints import convert_checkpoint
+from jaxattn.checkpoints.loading import read_checkpoint
 
 LIGHT = ("attention", "scores", "hidden_states")
 # One weight per family that every encoder needs (HF names).

@@ -22,7 +22,7 @@ def test_sentence_b_start_of_pairs_with_empty_sentences(engines, text, b_start):
 def test_tokenizer_presets_never_truncate_or_pad(engines):
     # A tokenizer.json may carry truncation/padding (all-MiniLM-L6-v2's pads and
     # cuts at 128); the engine must see the real length.
-    from jaxattn.tokenize import Tokenizer
+    from jaxattn.engine.tokenize import Tokenizer
 
     engine = engines["bert"]
     hf = engine.tokenizer.hf

@@ -20,20 +20,20 @@ them over gRPC. Every function's docstring names its paper and the definition.
     mix = analysis.MixingRatios(); mix.update(cap); mix.result()  # {measure: [L]}
 
 Modules: `tokens` (special tokens, piece schemes), `words` (word-level
-attention), `conllu` (reader), `weights` (attention vs norm-based weights),
+attention), `weights` (attention vs norm-based weights),
 `head_stats`, `head_distance` (Jensen-Shannon, MDS), `patterns` (Kovaleva, Vig),
 `dependency` (Clark et al. Table 1), `rollout`, `mixing` (Kobayashi et al.
 2021 context-mixing ratios), `report` and `markdown`. Head ablation runs the
-model, so it lives beside the engine: `jaxattn.ablation`.
+model, so it lives beside the engine: `jaxattn.engine.ablation`. The CoNLL-U
+reader is an input format: `jaxattn.inputs` (re-exported here).
 """
 
-from jaxattn.analysis.conllu import Sentence, coarse_relation, read_conllu
 from jaxattn.analysis.dependency import DIRECTIONS, DependencyHeads, attention_argmax
 from jaxattn.analysis.head_distance import HeadDistance, classical_mds, js_divergence_sum
 from jaxattn.analysis.head_stats import HEAD_STATS, HeadStats, head_statistics, row_entropy
 from jaxattn.analysis.markdown import render_markdown
 from jaxattn.analysis.mixing import MEASURES as MIXING_MEASURES
-from jaxattn.analysis.mixing import MixingRatios, mixing_ratio_rows
+from jaxattn.analysis.mixing import MIXING_QUANTITIES, MixingRatios, mixing_ratio_rows
 from jaxattn.analysis.patterns import (
     KOVALEVA_CLASSES,
     VIG_PATTERNS,
@@ -52,6 +52,7 @@ from jaxattn.analysis.tokens import (
 )
 from jaxattn.analysis.weights import WEIGHT_KINDS, capture_weights, normalise_rows
 from jaxattn.analysis.words import WordMap, align_words, group_words, word_level_attention
+from jaxattn.inputs.conllu import Sentence, coarse_relation, read_conllu
 
 __all__ = [
     "BERT_SPECIALS",
@@ -59,6 +60,7 @@ __all__ = [
     "HEAD_STATS",
     "KOVALEVA_CLASSES",
     "MIXING_MEASURES",
+    "MIXING_QUANTITIES",
     "MixingRatios",
     "mixing_ratio_rows",
     "ROBERTA_SPECIALS",

@@ -28,11 +28,11 @@ import collections
 
 import numpy as np
 
-from jaxattn.analysis.conllu import Sentence
 from jaxattn.analysis.tokens import SpecialTokens, detect_specials
 from jaxattn.analysis.weights import capture_weights, check_layout
 from jaxattn.analysis.words import WordMap, align_words, word_level_attention
 from jaxattn.capture import Capture
+from jaxattn.inputs.conllu import Sentence
 
 DIRECTIONS = ("dep_to_head", "head_to_dep")
 

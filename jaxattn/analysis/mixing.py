@@ -38,7 +38,7 @@ NEEDS = {
     "AttnRes-N": "attn_res_norm",
     "AttnResLn-N": "attn_res_ln_norm",
 }
-QUANTITIES = tuple(dict.fromkeys(NEEDS.values()))
+MIXING_QUANTITIES = tuple(dict.fromkeys(NEEDS.values()))
 
 
 def mixing_ratio_rows(weights: np.ndarray) -> np.ndarray:

@@ -29,8 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxattn.analysis import patterns as _patterns
-from jaxattn.analysis.conllu import Sentence
+import jaxattn.analysis.patterns as _patterns
 from jaxattn.analysis.dependency import DependencyHeads
 from jaxattn.analysis.head_distance import HeadDistance
 from jaxattn.analysis.head_stats import HeadStats
@@ -41,6 +40,7 @@ from jaxattn.analysis.rollout import RolloutStats
 from jaxattn.analysis.tokens import SpecialTokens
 from jaxattn.analysis.weights import available_kinds
 from jaxattn.capture import Capture
+from jaxattn.inputs.conllu import Sentence
 
 
 class CorpusAnalysis:

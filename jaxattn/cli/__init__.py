@@ -3,7 +3,10 @@
 Each subcommand module defines ``register(subparsers)`` which adds its parser and
 sets ``func`` to a callable taking the parsed args and returning an exit code.
 Heavy imports (jax, grpc, torch) happen inside those callables, so ``jaxattn
---help`` is instant.
+--help`` is instant. What several commands share: `args` (the common flags,
+parsed one way), `source` (`open_source`: the engine or server a command
+captures with); the progress line is `jaxattn.progress`. `serve_cmd` is the
+only module that reaches the `service` package.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+
+from jaxattn.errors import JaxattnError
 
 # Subcommand modules, in --help order. Add a module here to add a subcommand.
 _SUBCOMMANDS = (
@@ -28,9 +33,12 @@ _SUBCOMMANDS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import jaxattn
+
     parser = argparse.ArgumentParser(
         prog="jaxattn", description="Capture, serve, analyse and view encoder attention."
     )
+    parser.add_argument("--version", action="version", version=f"jaxattn {jaxattn.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _SUBCOMMANDS:
         importlib.import_module(name).register(sub)
@@ -41,8 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as e:
-        # Bad input is the user's to fix: say what is wrong, no traceback.
+    except (ValueError, FileNotFoundError, JaxattnError) as e:
+        # Bad input (or a server's refusal) is the user's to fix: say what is wrong,
+        # no traceback.
         print(f"jaxattn {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,10 +1,11 @@
-"""`jaxattn bench`: the capture benchmark of issue 2 (see jaxattn/bench.py)."""
+"""`jaxattn bench`: the capture benchmark of issue 2 (see `jaxattn.bench.capture`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-DEFAULT_CONLLU = Path("../shared/data/ud-english-ewt/en_ewt-ud-dev.conllu")
+from jaxattn.bench.corpus import DEFAULT_CONLLU
+from jaxattn.cli.args import add_source_arguments
 
 
 def register(sub) -> None:
@@ -14,10 +15,11 @@ def register(sub) -> None:
         description="Time (a) transformers eager + output_attentions, (b) jaxattn forward, "
         "(c) jaxattn attention, (d) jaxattn full capture on real sentences.",
     )
-    p.add_argument("--conllu", type=Path, default=DEFAULT_CONLLU, help="sentences to use")
+    p.add_argument("--conllu", type=Path, default=DEFAULT_CONLLU,
+                   help="sentences to use, any input format (default: UD EWT dev)")  # fmt: skip
     p.add_argument("-n", type=int, default=512, help="first N sentences (file order)")
     p.add_argument("--repeats", type=int, default=3, help="best of this many timed passes")
-    p.add_argument("--model", default=None, help="checkpoint dir (default: embedded MiniLM)")
+    add_source_arguments(p, server=False)
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     p.add_argument(
         "--synthetic-bert-base",
@@ -32,7 +34,7 @@ def register(sub) -> None:
 def run(args) -> int:
     import json
 
-    from jaxattn import bench
+    from jaxattn.bench import capture as bench
 
     if args.synthetic_bert_base:
         import tempfile
@@ -42,7 +44,7 @@ def run(args) -> int:
             result = bench.run(None, args.n, args.repeats, str(model), texts=texts)
     else:
         if not args.conllu.is_file():
-            raise FileNotFoundError(f"no CoNLL-U file at {args.conllu} (pass --conllu)")
+            raise FileNotFoundError(f"no input file at {args.conllu} (pass --conllu)")
         result = bench.run(args.conllu, args.n, args.repeats, args.model)
     print(bench.format_result(result))
     if args.json:

@@ -23,7 +23,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from jaxattn.convert import convert_checkpoint
+    from jaxattn.checkpoints import convert_checkpoint
 
     out = convert_checkpoint(
         args.hf_dir, args.out_dir, ignore_config_fields=tuple(args.ignore_config_field)

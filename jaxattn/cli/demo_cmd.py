@@ -11,6 +11,8 @@ import time
 
 import numpy as np
 
+from jaxattn.cli.args import add_codec_argument, add_dtype_argument, add_source_arguments
+
 SENTENCE_A = "I went to the store."
 SENTENCE_B = "At the store, I bought fresh strawberries."
 WHAT = ("attention", "alpha_fx_norm")
@@ -25,10 +27,9 @@ def register(subparsers) -> None:
         "store, I bought fresh strawberries.' through the gRPC client, print a per-layer "
         "summary, stop the server.",
     )
-    p.add_argument("--model", metavar="PATH", help="checkpoint directory (default: embedded)")
-    p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16",
-                                                          "uint8"))  # fmt: skip
-    p.add_argument("--codec", default="zstd", choices=("none", "zstd", "lz4"))
+    add_source_arguments(p, server=False)
+    add_dtype_argument(p)
+    add_codec_argument(p)
     p.set_defaults(func=_run)
 
 
@@ -74,13 +75,12 @@ def _print(title: str, cap) -> None:
 
 def _run(args) -> int:
     import jaxattn
+    from jaxattn.cli.serve_cmd import start_server
     from jaxattn.client import AttentionClient
-    from service.server import create_server  # the CLI is where library and server meet
 
     t0 = time.perf_counter()
     engine = jaxattn.load(args.model)
-    server, port = create_server(engine, "127.0.0.1:0", grace_s=5.0)
-    server.start()
+    server, port = start_server(engine, "127.0.0.1:0", grace_s=5.0)
     address = f"127.0.0.1:{port}"
     try:
         with AttentionClient(address, timeout=300.0) as client:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from jaxattn.cli.capture_cmd import _ints, _names
+from jaxattn.cli.args import add_source_arguments, add_spec_arguments
+from jaxattn.inputs import FORMATS, ON_ERROR, TOO_LONG
 
 
 def register(subparsers) -> None:
@@ -28,7 +29,7 @@ def register(subparsers) -> None:
         "input",
         metavar="INPUT",
         type=Path,
-        help="text (one example per line, tab-separated pairs), JSONL "
+        help="text (one example per line; pairs 'A ||| B' or A<TAB>B), JSONL "
         '("text", optional "text_b", "id") or CoNLL-U',
     )
     p.add_argument(
@@ -40,30 +41,20 @@ def register(subparsers) -> None:
     p.add_argument(
         "--format",
         dest="input_format",
-        choices=("text", "jsonl", "conllu"),
+        choices=FORMATS,
         help="input format (default: from the suffix or the first line)",
     )
-    p.add_argument("--model", metavar="PATH", help="checkpoint directory (default: embedded)")
-    p.add_argument(
-        "--what",
-        type=_names,
-        default=("attention",),
-        help="comma-separated quantities (default attention)",
-    )
-    p.add_argument("--layers", type=_ints, help="comma-separated layer indices (default all)")
-    p.add_argument("--heads", type=_ints, help="comma-separated head indices (default all)")
-    p.add_argument(
-        "--dtype", default="float32", choices=("float32", "float16", "bfloat16", "uint8")
-    )
+    add_source_arguments(p, server=False)
+    add_spec_arguments(p)
     p.add_argument(
         "--on-error",
-        choices=("stop", "skip"),
+        choices=ON_ERROR,
         default="stop",
         help="an unreadable record: stop the job, or report and skip it (default stop)",
     )
     p.add_argument(
         "--too-long",
-        choices=("truncate", "skip", "error"),
+        choices=TOO_LONG,
         default="error",
         help="an example over the model's maximum length: cut it, skip it, or treat "
         "it as a bad record (default error)",
@@ -118,7 +109,7 @@ def _run(args: argparse.Namespace) -> int:
         args.coordinator, args.num_processes, args.process_id, mode=args.distributed
     )
     import jaxattn
-    from jaxattn.loading import default_model_dir
+    from jaxattn.checkpoints import default_model_dir
 
     model_dir = Path(args.model) if args.model else default_model_dir()
     engine = jaxattn.load(args.model)

@@ -1,14 +1,19 @@
 """`jaxattn serve`: run the gRPC attention service until SIGTERM/SIGINT.
 
-The server itself is the `service` package (`service.create_server`); this
-module only parses options and calls `service.main.serve`, lazily, so the CLI
-stays the one place where the library and the server meet.
+The server itself is the `service` package, outside jaxattn. This module is the
+one place jaxattn reaches it, lazily and through two narrow functions: `_run`
+builds `service.ServerOptions` from the flags (reading the token and
+certificate files) and calls `service.serve`; `start_server` serves an engine
+in-process (for `jaxattn demo`).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+
+from jaxattn.cli.args import add_source_arguments, read_token
+
+_MiB = 1 << 20
 
 
 def register(subparsers) -> None:
@@ -24,8 +29,7 @@ def register(subparsers) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", metavar="PATH", help="checkpoint directory (default: embedded "
-                   "all-MiniLM-L6-v2)")  # fmt: skip
+    add_source_arguments(p, server=False)
     p.add_argument("--host", default="127.0.0.1",
                    help="interface to bind (default 127.0.0.1: this machine only)")  # fmt: skip
     p.add_argument("--port", type=int, default=50051, help="port; 0 picks a free one")
@@ -59,18 +63,48 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="INFO", help="logging level (one line per request)")
 
 
-def read_token(token_file: str | None) -> str | None:
-    """The bearer token from a file, else $JAXATTN_TOKEN, else None."""
-    if token_file:
-        with open(token_file, encoding="utf-8") as f:
-            token = f.read().strip()
-        if not token:
-            raise ValueError(f"token file {token_file} is empty")
-        return token
-    return os.environ.get("JAXATTN_TOKEN") or None
+def _read(path: str | None) -> bytes | None:
+    if path is None:
+        return None
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def server_options(args: argparse.Namespace):
+    """The `service.ServerOptions` the flags ask for."""
+    from service import ServerOptions
+
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise ValueError("--tls-cert and --tls-key go together")
+    return ServerOptions(
+        max_texts=args.max_texts,
+        max_tokens=args.max_tokens,
+        queue_size=args.queue_size,
+        batch_window_s=args.batch_window_ms / 1e3,
+        max_batch_examples=args.max_batch,
+        micro_batching=not args.no_micro_batching,
+        token=read_token(args.token_file),
+        tls_cert=_read(args.tls_cert),
+        tls_key=_read(args.tls_key),
+        grace_s=args.grace,
+        max_request_bytes=int(args.max_request_mib * _MiB),
+        request_buffer_bytes=int(args.request_buffer_mib * _MiB),
+        max_buffered_bytes=int(args.max_buffered_mib * _MiB),
+        slow_reader_s=args.slow_reader_s,
+    )
+
+
+def start_server(engine, address: str = "127.0.0.1:0", **options):
+    """Serve `engine` in this process: (server, port), started; `server.stop(grace)` ends it."""
+    from service import create_server
+
+    server, port = create_server(engine, address, **options)
+    server.start()
+    return server, port
 
 
 def _run(args) -> int:
-    from service.main import serve  # the server package, only when serving
+    from service import serve
 
-    return serve(args)
+    return serve(args.model, f"{args.host}:{args.port}", server_options(args),
+                 log_level=args.log_level)  # fmt: skip

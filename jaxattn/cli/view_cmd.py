@@ -2,7 +2,8 @@
 
 INPUT is any mix of:
 - a text (``"I went to the store."``), or a pair written ``"A ||| B"``;
-- a text file: one example per line, pairs as ``A ||| B`` or ``A<TAB>B``;
+- an input file in any format `jaxattn.inputs` reads (text lines with
+  ``A ||| B`` or ``A<TAB>B`` pairs, JSONL, CoNLL-U);
 - a capture file written by ``Capture.save`` / ``jaxattn capture --out`` (shown
   as saved: views that need quantities it lacks say so).
 
@@ -16,22 +17,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jaxattn.cli.serve_cmd import read_token
+from jaxattn.cli.args import add_codec_argument, add_source_arguments, add_truncate_argument, ints
+from jaxattn.cli.source import open_source
+from jaxattn.inputs import read_records, split_pair
 
-PAIR = "|||"
 FORMATS = ("html", "svg", "png")
-
-
-def _ints(value: str) -> tuple[int, ...]:
-    return tuple(int(v) for v in value.split(",") if v.strip())
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "view",
         help="head/model/neuron/stats views as self-contained HTML, SVG or PNG",
-        description="Write attention views of INPUT (texts, 'A ||| B' pairs, text files with "
-        "one example per line, or saved capture files) to one self-contained HTML file "
+        description="Write attention views of INPUT (texts, 'A ||| B' pairs, input files: text "
+        "lines, JSONL or CoNLL-U, or saved capture files) to one self-contained HTML file "
         "(no network), or one view as SVG/PNG.",
     )
     p.add_argument("inputs", metavar="INPUT", nargs="+")
@@ -42,8 +40,8 @@ def register(subparsers) -> None:
         default=None,
         help="comma-separated: head,model,neuron,stats (default all; svg/png: head)",
     )
-    p.add_argument("--server", metavar="HOST:PORT", help="capture through this server")
-    p.add_argument("--model", metavar="PATH", help="local checkpoint (default: embedded model)")
+    add_source_arguments(p)
+    add_codec_argument(p)
     p.add_argument(
         "--precision",
         default="auto",
@@ -51,11 +49,11 @@ def register(subparsers) -> None:
         help="weights in the HTML: exact float32, uint8 (4x smaller) or auto",
     )
     p.add_argument("--title", default="jaxattn views", help="HTML page title")
-    p.add_argument("--truncate", action="store_true", help="cut texts over the model's limit")
+    add_truncate_argument(p)
     g = p.add_argument_group("svg/png: what to draw")
     g.add_argument("--example", type=int, default=0, help="example index (default 0)")
     g.add_argument("--layer", type=int, help="layer number (head/neuron; default the first)")
-    g.add_argument("--heads", type=_ints, help="head numbers for the head view (default all)")
+    g.add_argument("--heads", type=ints, help="head numbers for the head view (default all)")
     g.add_argument("--head", type=int, help="head number for the neuron view (default first)")
     g.add_argument("--token", type=int, default=0, help="query position for the neuron view")
     g.add_argument(
@@ -65,23 +63,11 @@ def register(subparsers) -> None:
         help="attention weights or norm-based ||alpha f(x)|| (rows normalised)",
     )
     g.add_argument("--scale", type=float, default=2.0, help="PNG pixels per SVG pixel (2)")
-    p.add_argument("--token-file", metavar="FILE", help="bearer token for --server")
-    p.add_argument("--tls-ca", metavar="PEM", help="connect with TLS trusting this CA")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds (with --server)")
     p.set_defaults(func=_run)
 
 
-def split_pair(line: str):
-    """'A ||| B' or 'A<TAB>B' -> (A, B); anything else stays a single text."""
-    for sep in (PAIR, "\t"):
-        if sep in line:
-            a, b = line.split(sep, 1)
-            return (a.strip(), b.strip())
-    return line.strip()
-
-
 def read_inputs(inputs: list[str]) -> list:
-    """Each INPUT -> Capture (capture file) or texts (file lines, or the argument itself)."""
+    """Each INPUT -> a Capture (a capture file), the texts of an input file, or the text itself."""
     items: list = []
     for arg in inputs:
         path = Path(arg)
@@ -92,9 +78,8 @@ def read_inputs(inputs: list[str]) -> list:
                 from jaxattn.capture import Capture
 
                 items.append(Capture.load(path))
-                continue
-            lines = path.read_text(encoding="utf-8").splitlines()
-            items += [split_pair(line) for line in lines if line.strip()]
+            else:
+                items += [r.text for r in read_records(path)]
         else:
             items.append(split_pair(arg))
     if not items:
@@ -106,24 +91,8 @@ def capture_texts(args, texts: list, what: tuple[str, ...]) -> list:
     """Captures of `texts` (strings or pairs) from --server or the local engine."""
     if not texts:
         return []
-    kw = dict(what=what, dtype="float32", truncate=args.truncate)
-    if args.server:
-        from jaxattn.client import AttentionClient, AttentionServiceError
-
-        try:
-            client = AttentionClient(
-                args.server.split(","),
-                token=read_token(args.token_file),
-                root_certificates=args.tls_ca,
-                timeout=args.timeout,
-            )
-            with client:
-                return client.capture(texts, codec="zstd", **kw)
-        except AttentionServiceError as e:
-            raise ValueError(f"the server at {args.server} answered {e}") from None
-    import jaxattn
-
-    return jaxattn.load(args.model).capture(texts, **kw)
+    with open_source(args) as source:
+        return source.capture(texts, what, dtype="float32", truncate=args.truncate)
 
 
 def _index(values, value, what: str) -> int:

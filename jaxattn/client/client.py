@@ -12,10 +12,10 @@ from jaxattn.capture import Capture
 from jaxattn.client.channels import Channels, backoff_delay
 from jaxattn.client.errors import AttentionServiceError
 from jaxattn.config import ModelInfo
+from jaxattn.inputs import Text
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import StreamDecoder, WireError, codecs
 
-Text = str | tuple[str, str]
 # Method paths, not the generated stubs: those pin grpcio to the grpcio-tools
 # version that generated them, and the client needs nothing else from them.
 CAPTURE_METHOD = "/jaxattn.v1.AttentionService/Capture"
@@ -48,8 +48,16 @@ def _texts(texts: Sequence[Text]) -> list[pb.Text]:
     return out
 
 
+def _check_codec(codec: str) -> str:
+    if codec not in codecs.CODEC_TO_PB:
+        raise ValueError(f"unknown codec {codec!r}: valid are {', '.join(codecs.CODECS)}")
+    return codec
+
+
 class AttentionClient:
-    """A client of the jaxattn attention service. Imports no jax, flax or torch.
+    """A client of the jaxattn attention service; a `jaxattn.CaptureSource`.
+
+    Imports no jax, flax or torch.
 
         with AttentionClient("127.0.0.1:50051") as client:
             caps = client.capture(["I went to the store."], what=("attention",),
@@ -68,6 +76,7 @@ class AttentionClient:
       retries: extra attempts after UNAVAILABLE, or a CANCELLED the client did
         not cause, when nothing was received yet.
       backoff: (first, cap) retry delay in seconds, doubling, jittered.
+      codec: the default wire compression of `capture`/`stream` (none, zstd, lz4).
 
     Attributes:
       wire_bytes: chunk payload bytes received so far by this client (after
@@ -85,15 +94,18 @@ class AttentionClient:
         timeout: float = 120.0,
         retries: int = 3,
         backoff: tuple[float, float] = (0.1, 2.0),
+        codec: str = "none",
     ):
         if timeout is None or timeout <= 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        _check_codec(codec)
         addresses = [address] if isinstance(address, str) else list(address)
         self._channels = Channels(
             addresses, tls=tls, root_certificates=root_certificates, server_name=server_name,
             token=token, retries=retries, backoff=backoff,
         )  # fmt: skip
         self.timeout = timeout
+        self.codec = codec
         self.wire_bytes = 0
 
     # -- lifecycle -------------------------------------------------------------------
@@ -158,7 +170,7 @@ class AttentionClient:
         layers: Iterable[int] | int | None = None,
         heads: Iterable[int] | int | None = None,
         dtype: str = "float32",
-        codec: str = "none",
+        codec: str | None = None,
         *,
         truncate: bool = False,
         max_chunk_bytes: int | None = None,
@@ -172,7 +184,7 @@ class AttentionClient:
           layers: layer indices, or None for all.
           heads: head indices, or None for all.
           dtype: float32 (exact), float16, bfloat16 or uint8.
-          codec: wire compression: none, zstd or lz4 (lossless).
+          codec: wire compression: none, zstd or lz4 (lossless); None = the client's.
           truncate: cut over-long texts instead of failing.
           max_chunk_bytes: chunk size bound (default: under 4 MiB).
           timeout: deadline in seconds (default: the client's).
@@ -195,7 +207,7 @@ class AttentionClient:
         layers: Iterable[int] | int | None = None,
         heads: Iterable[int] | int | None = None,
         dtype: str = "float32",
-        codec: str = "none",
+        codec: str | None = None,
         *,
         truncate: bool = False,
         max_chunk_bytes: int | None = None,
@@ -207,8 +219,7 @@ class AttentionClient:
         """
         if dtype not in codecs.DTYPE_TO_PB:
             raise ValueError(f"unknown dtype {dtype!r}: valid are {', '.join(codecs.DTYPE_TO_PB)}")
-        if codec not in codecs.CODEC_TO_PB:
-            raise ValueError(f"unknown codec {codec!r}: valid are {', '.join(codecs.CODECS)}")
+        codec = self.codec if codec is None else _check_codec(codec)
         request = pb.CaptureRequest(
             texts=_texts(texts),
             what=[what] if isinstance(what, str) else list(what or ()),

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import grpc
 
+from jaxattn.errors import JaxattnError
 
-class AttentionServiceError(Exception):
+
+class AttentionServiceError(JaxattnError):
     """A call to the attention service failed.
 
     Attributes:

@@ -9,9 +9,10 @@
     result = run_dump(engine, options, model_dir=model_dir)   # this process's shards
     store = jaxattn.open_store("corpus.zarr")
 
-Modules: `inputs` (text/JSONL/CoNLL-U records), `plan` (sharding),
-`fingerprint` (model identity), `distributed` (jax.distributed), `shard` (one
-shard's work), `job` (a process's job: resume, progress, summary), `progress`.
+Modules: `sharding` (records -> shards -> processes; the records come from
+`jaxattn.inputs`), `fingerprint` (model identity), `distributed`
+(jax.distributed), `shard` (one shard's work), `job` (a process's job: resume,
+progress, summary), `counts` (what a job did).
 """
 
 from jaxattn.dump.job import DumpOptions, DumpResult, run_dump, store_status

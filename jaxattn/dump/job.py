@@ -1,6 +1,6 @@
 """A dump job, as run by one process: its shards of the input into the store.
 
-The job plans the input (`jaxattn.dump.plan`), creates the store or checks
+The job plans the input (`jaxattn.dump.sharding`), creates the store or checks
 that it was started by the same command (`jaxattn.store.metadata`), skips the
 shards already committed, and runs the others (`jaxattn.dump.shard`). So
 rerunning a killed job with the same command finishes it, and each input
@@ -16,16 +16,16 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from jaxattn.dump import plan as input_plan
+from jaxattn.dump import sharding
+from jaxattn.dump.counts import Counts, summary
 from jaxattn.dump.distributed import Process
-from jaxattn.dump.progress import Counts, Progress, summary
 from jaxattn.dump.shard import ShardTask
+from jaxattn.inputs import ON_ERROR, TOO_LONG
+from jaxattn.progress import Progress
 from jaxattn.store import layout
 from jaxattn.store import metadata as store_metadata
 from jaxattn.store.kvstore import KeyValue, local_path, root_spec
 
-ON_ERROR = ("stop", "skip")
-TOO_LONG = ("truncate", "skip", "error")
 # Test hook: crash (os._exit) halfway through the shard after this many commits.
 CRASH_ENV = "JAXATTN_DUMP_CRASH_AFTER"
 _MAX_MESSAGES = 20
@@ -54,7 +54,7 @@ class DumpOptions:
     heads: tuple[int, ...] | None = None
     dtype: str = "float32"
     input_format: str | None = None
-    shard_size: int = input_plan.DEFAULT_SHARD_SIZE
+    shard_size: int = sharding.DEFAULT_SHARD_SIZE
     on_error: str = "stop"
     too_long: str = "error"
     chunk_bytes: int = layout.DEFAULT_CHUNK_BYTES
@@ -81,11 +81,13 @@ def _check(options: DumpOptions) -> None:
         raise ValueError("--chunk-bytes must be positive")
 
 
-class _Job:
+class DumpJob:
+    """One process's part of a dump: its shards, the store, progress and messages."""
+
     def __init__(self, engine, options: DumpOptions, model_dir, process: Process, stream):
         self.engine, self.options, self.process, self.stream = engine, options, process, stream
         self.spec = engine.make_spec(options.what, options.layers, options.heads, options.dtype)
-        self.plan = input_plan.plan_input(
+        self.plan = sharding.plan_shards(
             options.input,
             fmt=options.input_format,
             shard_size=options.shard_size,
@@ -105,6 +107,7 @@ class _Job:
             chunk_bytes=options.chunk_bytes,
         )
         self.label = " ".join(x for x in ("dump", process.label) if x)
+        self.progress = Progress(0, self.label, enabled=not options.quiet, stream=stream)
         self.messages = 0
         self.committed = 0
         crash = os.environ.get(CRASH_ENV)
@@ -116,14 +119,9 @@ class _Job:
     def message(self, text: str) -> None:
         self.messages += 1
         if self.messages <= _MAX_MESSAGES:
-            self._write(f"{self.label}: {text}")
+            self.progress.message(f"{self.label}: {text}")
         elif self.messages == _MAX_MESSAGES + 1:
-            self._write(f"{self.label}: further bad records are counted, not shown")
-
-    def _write(self, text: str) -> None:
-        tty = self.stream.isatty()
-        self.stream.write(("\r\x1b[K" if tty else "") + text + "\n")
-        self.stream.flush()
+            self.progress.message(f"{self.label}: further bad records are counted, not shown")
 
     def run(self) -> DumpResult:
         import tensorstore as ts
@@ -134,10 +132,7 @@ class _Job:
         mine = sorted(self.plan.shards)
         todo = [k for k in mine if k not in done]
         self.context = ts.Context()
-        total = sum(len(self.plan.shards[k]) for k in todo)
-        self.progress = Progress(
-            total, self.label, enabled=not self.options.quiet, stream=self.stream
-        )
+        self.progress.total = sum(len(self.plan.shards[k]) for k in todo)
         counts = Counts()
         for shard in todo:
             counts.add(ShardTask(self, shard).run())
@@ -152,7 +147,7 @@ class _Job:
             seconds=seconds,
             stored=stored,
         )
-        self._write(
+        self.progress.message(
             summary(
                 self.label,
                 counts,
@@ -207,7 +202,7 @@ def run_dump(
       FileNotFoundError: no input file or model directory.
     """
     _check(options)
-    job = _Job(engine, options, model_dir, process or Process(), stream or sys.stderr)
+    job = DumpJob(engine, options, model_dir, process or Process(), stream or sys.stderr)
     return job.run()
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 
-from jaxattn.dump.inputs import Example, InputError, parse
-from jaxattn.dump.progress import Counts
+from jaxattn.dump.counts import Counts
+from jaxattn.inputs import InputError, Record, parse_record
 from jaxattn.store.manifest import Skipped
 from jaxattn.store.writer import ShardWriter
 
@@ -43,31 +43,27 @@ class ShardTask:
             self.counts.skipped += 1
         self.job.message(f"{where}: {reason}: skipped")
 
-    def examples(self) -> list[Example]:
+    def records(self) -> list[Record]:
         """The shard's readable records, in input order (the others go to `bad`)."""
         out = []
         for raw in self.job.plan.shards[self.shard]:
             try:
-                out.append(parse(raw, self.job.plan.info.format))
+                out.append(parse_record(raw, self.job.plan.info.format))
             except InputError as e:
                 self.bad(raw.index, e.line, e.reason)
         return out
 
-    def tokenize(self, examples: list[Example]) -> list[tuple[Example, object, bool]]:
-        """(example, Encoding, truncated) of each example kept."""
+    def tokenize(self, records: list[Record]) -> list[tuple[Record, object, bool]]:
+        """(record, TokenizedText, truncated) of each record kept."""
         engine, policy = self.job.engine, self.job.options.too_long
         try:  # the common case: nothing too long, one fast batch call
-            return [
-                (e, enc, False)
-                for e, enc in zip(
-                    examples, engine.tokenize([e.text for e in examples]), strict=True
-                )
-            ]
+            texts = [r.text for r in records]
+            return [(r, t, False) for r, t in zip(records, engine.tokenize(texts), strict=True)]
         except ValueError:
             pass
         out = []
         limit = engine.config.max_length
-        for e in examples:
+        for e in records:
             try:
                 out.append((e, engine.tokenize([e.text])[0], False))
                 continue
@@ -76,31 +72,31 @@ class ShardTask:
             if policy == "truncate":
                 out.append((e, engine.tokenize([e.text], truncate=True)[0], True))
             else:
-                self.bad(e.record, e.line, reason, "too_long" if policy == "skip" else "error")
+                self.bad(e.index, e.line, reason, "too_long" if policy == "skip" else "error")
         return out
 
     def run(self) -> Counts:
         """Capture and write the shard, then commit its manifest part; returns its counts."""
         job = self.job
-        kept = self.tokenize(self.examples())
-        encodings = [enc for _, enc, _ in kept]
+        kept = self.tokenize(self.records())
+        tokenized = [t for _, t, _ in kept]
         writer = ShardWriter(
-            job.kv, job.meta, self.shard, [e.length for e in encodings], context=job.context
+            job.kv, job.meta, self.shard, [t.length for t in tokenized], context=job.context
         )
         crash_at = len(kept) // 2 if job.crash_now() else None
-        for done, (pos, cap) in enumerate(job.engine.run(encodings, job.spec)):
+        for done, (pos, cap) in enumerate(job.engine.run(tokenized, job.spec)):
             if done == crash_at:
                 os._exit(CRASH_STATUS)  # the test hook: die mid-shard, data half written
-            example, _, truncated = kept[pos]
+            record, _, truncated = kept[pos]
             added = writer.add(
-                cap, record=example.record, line=example.line, id=example.id, truncated=truncated
+                cap, record=record.index, line=record.line, id=record.id, truncated=truncated
             )
             self.counts.examples += 1
             self.counts.truncated += truncated
             self.counts.tokens += cap.length
             self.counts.bytes += added
-            job.progress.update(records=1, examples=1, tokens=cap.length, bytes=added)
-        job.progress.update(records=len(self.job.plan.shards[self.shard]) - len(kept))
+            job.progress.update(1, tokens=cap.length, bytes=added)
+        job.progress.update(len(self.job.plan.shards[self.shard]) - len(kept), examples=0)
         stats = {"process": job.process.index, "devices": len(job.engine.devices)}
         writer.commit(job.plan.records(self.shard), self.skipped, stats)
         return self.counts

@@ -5,7 +5,7 @@ A store is a zarr v3 hierarchy (see STORE.md at the repository root)::
     STORE/zarr.json                        root group; attributes["jaxattn"] = store metadata
     STORE/<quantity>/zarr.json             one group per captured quantity
     STORE/<quantity>/s000012/zarr.json     1-D array: shard 12's examples, flattened, concatenated
-    STORE/<quantity>/s000012/c/0 ...       its chunks (blosc-lz4 or zstd, see CODECS)
+    STORE/<quantity>/s000012/c/0 ...       its chunks (blosc-lz4 or zstd, see COMPRESSORS)
     STORE/manifest/zarr.json               a group holding the manifest parts
     STORE/manifest/s000012/zarr.json       group; attributes["jaxattn_manifest"] = shard 12's
                                            manifest part; its presence = shard 12 is done
@@ -15,12 +15,10 @@ Pure Python and numpy: the reader and the writer share it; no tensorstore, no ja
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from jaxattn.encodings import ENCODINGS
-from jaxattn.quantities import QUANTITIES
+from jaxattn import quantities
+from jaxattn.dtypes import OUTPUT_DTYPES
 
 # Bumped when the layout changes incompatibly; readers refuse other formats.
 FORMAT = "jaxattn-store"
@@ -30,7 +28,7 @@ MANIFEST_DIR = "manifest"
 MANIFEST_ATTRIBUTE = "jaxattn_manifest"
 DEFAULT_CHUNK_BYTES = 1 << 20  # 1 MiB of uncompressed data per chunk
 
-# Compression per encoding (benchmarks/dump_bench.py, EWT sentences, MiniLM
+# Compression per output dtype (benchmarks/dump_bench.py, EWT sentences, MiniLM
 # attention): float32 mantissas are near-random, and blosc's lz4 over
 # byte-shuffled data keeps 0.90 of the bytes at half the CPU of zstd level 1
 # (0.92); float16/bfloat16 and uint8 compress better with zstd level 1 (0.90
@@ -46,7 +44,12 @@ _BLOSC_LZ4_SHUFFLE = {
     },
 }
 _ZSTD_1 = {"name": "zstd", "configuration": {"level": 1, "checksum": False}}
-CODECS = {"float32": _BLOSC_LZ4_SHUFFLE, "float16": _ZSTD_1, "bfloat16": _ZSTD_1, "uint8": _ZSTD_1}
+COMPRESSORS = {
+    "float32": _BLOSC_LZ4_SHUFFLE,
+    "float16": _ZSTD_1,
+    "bfloat16": _ZSTD_1,
+    "uint8": _ZSTD_1,
+}
 
 # zarr-python has no bfloat16: store its bits as uint16, named in the array's attributes.
 _STORAGE_DTYPE = {
@@ -85,20 +88,20 @@ def shard_of_manifest_key(key: str) -> int | None:
 
 
 def storage_dtype(dtype: str) -> np.dtype:
-    """The zarr data type a capture encoding is stored as (bfloat16 -> uint16 bits)."""
+    """The zarr data type an output dtype is stored as (bfloat16 -> uint16 bits)."""
     return np.dtype(_STORAGE_DTYPE[dtype])
 
 
 def to_storage(array: np.ndarray, dtype: str) -> np.ndarray:
-    """An encoded capture array as stored: flattened, bfloat16 viewed as uint16."""
+    """A capture array as stored: flattened, bfloat16 viewed as uint16."""
     flat = np.ascontiguousarray(array).reshape(-1)
     return flat.view(np.uint16) if dtype == "bfloat16" else flat
 
 
 def from_storage(flat: np.ndarray, dtype: str, shape) -> np.ndarray:
-    """Inverse of `to_storage`: the encoded array of one example."""
+    """Inverse of `to_storage`: the array of one example in its output dtype."""
     if dtype == "bfloat16":
-        flat = flat.view(ENCODINGS["bfloat16"])
+        flat = flat.view(OUTPUT_DTYPES["bfloat16"])
     return flat.reshape(shape)
 
 
@@ -108,16 +111,13 @@ def axis_sizes(*, layers: int, heads: int, head_dim: int, hidden: int) -> dict[s
 
 
 def example_shape(quantity: str, sizes: dict[str, int], length: int) -> tuple[int, ...]:
-    """Shape of one example's `quantity` of `length` tokens (hidden_states has L+1 rows)."""
-    shape = [length if a in "TS" else sizes[a] for a in QUANTITIES[quantity].axes]
-    if quantity == "hidden_states":
-        shape[0] += 1
-    return tuple(shape)
+    """Shape of one example's `quantity` of `length` tokens (`jaxattn.quantities.shape`)."""
+    return quantities.shape(quantity, {**sizes, "T": length, "S": length})
 
 
 def example_size(quantity: str, sizes: dict[str, int], length: int) -> int:
     """Elements of one example's `quantity`."""
-    return math.prod(example_shape(quantity, sizes, length))
+    return quantities.size(quantity, {**sizes, "T": length, "S": length})
 
 
 def group_metadata(attributes: dict | None = None) -> dict:
@@ -130,7 +130,7 @@ def array_metadata(*, length: int, dtype: str, chunk_bytes: int, quantity: str) 
 
     Args:
       length: elements in the array (the shard's examples, concatenated).
-      dtype: the capture encoding (float32, float16, bfloat16, uint8).
+      dtype: the output dtype (float32, float16, bfloat16, uint8).
       chunk_bytes: uncompressed bytes per chunk.
       quantity: the quantity name (recorded in the attributes).
     """
@@ -139,7 +139,7 @@ def array_metadata(*, length: int, dtype: str, chunk_bytes: int, quantity: str) 
     codecs = [{"name": "bytes", "configuration": {"endian": "little"}}]
     if stored.itemsize == 1:
         codecs = [{"name": "bytes"}]  # endianness is meaningless for one-byte types
-    codecs.append(CODECS[dtype])
+    codecs.append(COMPRESSORS[dtype])
     return {
         "shape": [length],
         "data_type": stored.name,

@@ -112,7 +112,7 @@ def build(
         "shards": {"size": shard_size, "count": shards},
         "too_long": too_long,
         "chunk_bytes": chunk_bytes,
-        "codec": layout.CODECS[spec.dtype],
+        "codec": layout.COMPRESSORS[spec.dtype],
     }
 
 

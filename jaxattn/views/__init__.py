@@ -6,8 +6,9 @@ vanilla JS + SVG/canvas, inlined, and fetch nothing.
     from jaxattn import views
 
     html = views.build_html(caps, views=("head", "model", "neuron", "stats"))
-    views.write_html("attention.html", caps)              # or cap.to_html("a.html")
+    views.write_html("attention.html", caps)              # one capture or a list
     views.View(caps)                                      # in a notebook: shows inline
+    head_view(**views.to_bertviz(cap))                    # BertViz's own views
     svg = views.to_svg(cap, "head", layer=2)              # static export, for papers
     views.write_png("head.png", svg)                      # headless chromium
 
@@ -16,12 +17,15 @@ vanilla JS + SVG/canvas, inlined, and fetch nothing.
 
 Modules: `payload` (captures -> the JSON the pages draw; base64 zlib arrays),
 `stats` (the stats view's numbers from `jaxattn.analysis`), `page` (the HTML),
-`svg` (static SVG written from Python), `png` (chromium screenshots), `web`
-(the live viewer, stdlib http.server). The scripts are in `static/`.
+`svg` and `svg_cells` (static SVG written from Python, with `drawing`'s
+colours and frame), `png` (chromium screenshots), `web` (the live viewer,
+stdlib http.server), `bertviz` (a Capture as BertViz's arguments). The scripts
+are in `static/`.
 """
 
 import importlib
 
+from jaxattn.views.bertviz import to_bertviz
 from jaxattn.views.page import View, build_html, write_html
 from jaxattn.views.payload import VIEWS, build_payload
 
@@ -47,6 +51,7 @@ __all__ = [
     "create_web_server",
     "find_chromium",
     "build_payload",
+    "to_bertviz",
     "to_svg",
     "write_html",
     "write_png",

@@ -7,8 +7,8 @@ from html import escape
 import numpy as np
 
 from jaxattn.capture import Capture
+from jaxattn.views.drawing import KIND_TITLES, svg_doc
 from jaxattn.views.stats import stats_document
-from jaxattn.views.svg import KIND_TITLES, svg_doc
 
 
 def _color(v: float, vmax: float) -> str:

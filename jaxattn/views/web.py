@@ -9,8 +9,8 @@ Standard library only (`http.server.ThreadingHTTPServer`). Routes:
   the `jaxattn.views.payload` document of that example, or ``{"error": message}``
   with status 400 (bad input: empty, too long, unknown view), 413 (body over
   `max_body`) or 500.
-`engine` is anything with ``capture(texts, what=..., truncate=False)``: an
-`Engine` or an `AttentionClient` (captures then go through the gRPC server).
+`engine` is a `jaxattn.CaptureSource`: an `Engine` or an `AttentionClient`
+(captures then go through the gRPC server).
 Captures run one at a time (a lock): the engine is shared by every request.
 """
 
@@ -23,11 +23,12 @@ import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from jaxattn.errors import JaxattnError
+from jaxattn.inputs import split_pair
 from jaxattn.views.page import CSP_WEB, SCRIPTS, document
 from jaxattn.views.payload import VIEWS, build_payload, check_views, needs
 
 log = logging.getLogger("jaxattn.web")
-PAIR = "|||"
 
 
 class BadInput(ValueError):
@@ -41,8 +42,12 @@ def parse_request(body: dict, max_chars: int):
     text, text_b = body.get("text"), body.get("text_b")
     if not isinstance(text, str) or (text_b is not None and not isinstance(text_b, str)):
         raise BadInput("'text' must be a string and 'text_b' a string or null")
-    if text_b is None and PAIR in text:
-        text, text_b = (s for s in text.split(PAIR, 1))
+    if text_b is None:  # one box: 'A ||| B' (or a tab) makes a pair, as in every input
+        try:
+            split = split_pair(text)
+        except ValueError as e:
+            raise BadInput(f"The text has {e}.") from None
+        text, text_b = split if isinstance(split, tuple) else (split, None)
     text = text.strip()
     if not text:
         raise BadInput("Type a sentence first: the text is empty.")
@@ -95,7 +100,7 @@ def create_web_server(
     """An HTTP server for the live viewer, bound but not yet serving.
 
     Args:
-      engine: has ``capture(texts, what=..., truncate=False)`` (Engine, AttentionClient).
+      engine: a `jaxattn.CaptureSource` (Engine, AttentionClient).
       address: (host, port); port 0 picks a free one. Keep 127.0.0.1 unless the
         page is meant for others: it captures whatever anyone sends it.
       model: the model's name, shown on the page.
@@ -152,8 +157,8 @@ def create_web_server(
                 doc = build_payload(cap, views=views)
             except json.JSONDecodeError:
                 return self._json(400, {"error": "the request body is not JSON"})
-            except ValueError as e:  # BadInput, or the engine's (over the token limit...)
-                return self._json(400, {"error": str(e)})
+            except (ValueError, JaxattnError) as e:  # BadInput, the engine's or server's
+                return self._json(400, {"error": str(e)})  # refusal (over the token limit...)
             except Exception as e:  # noqa: BLE001 - a failure the page should still explain
                 log.exception("capture failed")
                 return self._json(

@@ -1,7 +1,7 @@
 """The Capture wire format: tensors <-> self-describing, independently decodable chunks.
 
-    from jaxattn.wire import encode_example, StreamDecoder
-    messages = list(encode_example(0, cap, codec="zstd", max_chunk_bytes=1 << 20))
+    from jaxattn.wire import chunk_example, StreamDecoder
+    messages = list(chunk_example(0, cap, codec="zstd", max_chunk_bytes=1 << 20))
     decoder = StreamDecoder()
     caps = [c for m in messages if (c := decoder.feed(m)) is not None]
 
@@ -9,8 +9,10 @@ The server sends `serialize_example`'s bytes (the same messages, serialised
 with one copy of each chunk's data) and the client decodes received bytes with
 `StreamDecoder.feed_bytes`, which reads each chunk's data in place.
 
-Numpy and protobuf only (no jax): the server encodes with it, the client
-decodes with it. The format is specified in protos/jaxattn/v1/attention.proto.
+Numpy and protobuf only (no jax): the server sends with it (`send`), the
+client receives with it (`receive`); `codecs` holds the per-chunk byte codecs
+(CODECS), datatype names and checksum, `protowire` the hand-framed messages.
+The format is specified in protos/jaxattn/v1/attention.proto.
 """
 
 from jaxattn.wire.codecs import (
@@ -21,8 +23,8 @@ from jaxattn.wire.codecs import (
     ChecksumError,
     WireError,
 )
-from jaxattn.wire.decode import StreamDecoder
-from jaxattn.wire.encode import encode_example, serialize_example
+from jaxattn.wire.receive import StreamDecoder
+from jaxattn.wire.send import chunk_example, serialize_example
 
 __all__ = [
     "CODECS",
@@ -32,6 +34,6 @@ __all__ = [
     "ChecksumError",
     "StreamDecoder",
     "WireError",
-    "encode_example",
+    "chunk_example",
     "serialize_example",
 ]

@@ -13,7 +13,7 @@ import zlib
 
 import numpy as np
 
-from jaxattn.encodings import ENCODINGS
+from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.v1 import attention_pb2 as pb
 
 CODECS = ("none", "zstd", "lz4")
@@ -57,8 +57,8 @@ def checksum(data) -> int:
 
 
 def wire_dtype(dtype: str) -> np.dtype:
-    """The little-endian numpy dtype of an encoding name."""
-    return ENCODINGS[dtype].newbyteorder("<")
+    """The little-endian numpy dtype of an output dtype name."""
+    return OUTPUT_DTYPES[dtype].newbyteorder("<")
 
 
 def le_bytes(array: np.ndarray) -> memoryview:

@@ -127,3 +127,21 @@ def test_analyze_rejects_a_line_with_two_tabs(tmp_path, capsys):
     text.write_text("a\tb\tc\n", encoding="utf-8")
     assert main(["analyze", str(text), "--out", str(tmp_path / "r.json")]) == 2
     assert "more than one tab" in capsys.readouterr().err
+
+
+def test_analyze_reads_every_input_format(checkpoint_dirs, tmp_path):
+    """The one input reader: JSONL and 'A ||| B' pairs work in analyze as in dump and view."""
+    jsonl = tmp_path / "in.jsonl"
+    lines = (
+        '{"text": "I went to the store.", "text_b": "I bought fresh strawberries."}',
+        '{"text": "The cat sat on the mat ||| on the mat"}',
+    )  # a JSONL text is taken whole
+    jsonl.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    text = tmp_path / "in.txt"
+    text.write_text("I went to the store. ||| I bought fresh strawberries.\n", encoding="utf-8")
+    for path, examples in ((jsonl, 2), (text, 1)):
+        out = tmp_path / f"{path.suffix[1:]}.json"
+        args = ["analyze", str(path), "--model", str(checkpoint_dirs["bert"]), "--out", str(out),
+                "--quiet", "--no-head-distance", "--no-norm"]  # fmt: skip
+        assert main(args) == 0
+        assert json.loads(out.read_text())["meta"]["examples"] == examples

@@ -9,7 +9,7 @@ from dump_helpers import CORPUS, WHAT, assert_same_capture, options, texts_of, w
 
 import jaxattn
 from jaxattn.dump import run_dump
-from jaxattn.dump.progress import Counts
+from jaxattn.dump.counts import Counts
 
 GOOD = CORPUS[:4]
 

@@ -29,14 +29,14 @@ def rel_engine(rel_checkpoint):
 
 @pytest.fixture(scope="session")
 def expected(rel_engine):
-    """sentence -> its right answer under WHAT in float32 (jaxattn.client.expect).
+    """sentence -> its right answer under WHAT in float32 (jaxattn.bench.expect).
 
     Bit-identical to one of the engine's own captures of it: the engine's last
     bits depend on the batch size, and a server batches as requests arrive,
     so one reference is kept per batch size (1, 2, 4).
     """
-    from jaxattn.client.expect import build_expectations
-    from jaxattn.client.loadtest import LoadRequest
+    from jaxattn.bench.expect import build_expectations
+    from jaxattn.bench.loadtest import LoadRequest
 
     mix = [LoadRequest("single", (s,), WHAT) for s in SENTENCES]
     found = build_expectations(rel_engine, mix, max_batch=4)

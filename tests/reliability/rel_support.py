@@ -16,7 +16,7 @@ import numpy as np
 from hf_fixtures import EXAMPLE_A, EXAMPLE_B
 
 from jaxattn.capture import Capture
-from jaxattn.encodings import ENCODINGS
+from jaxattn.dtypes import ENCODINGS
 from jaxattn.quantities import QUANTITIES
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import StreamDecoder
@@ -59,7 +59,7 @@ def wait_for(predicate, timeout: float = 10.0, what: str = "condition") -> None:
 
 def assert_right(caps, texts, expected) -> None:
     """Every capture is the right answer to its text (`expected`: the conftest fixture)."""
-    from jaxattn.client.expect import check_answer
+    from jaxattn.bench.expect import check_answer
 
     problem = check_answer(caps, [expected[t] for t in texts])
     assert problem is None, problem
@@ -77,12 +77,12 @@ class EngineProxy:
         self.yielded = 0
         self.runs = 0
 
-    def run(self, encodings, spec):
+    def run(self, tokenized, spec):
         self.runs += 1
-        return self.rows(encodings, spec)
+        return self.rows(tokenized, spec)
 
-    def rows(self, encodings, spec):
-        for item in self.engine.run(encodings, spec):
+    def rows(self, tokenized, spec):
+        for item in self.engine.run(tokenized, spec):
             self.yielded += 1
             yield item
 
@@ -94,8 +94,8 @@ class SlowEngine(EngineProxy):
         super().__init__(engine)
         self.delay = delay
 
-    def rows(self, encodings, spec):
-        for item in super().rows(encodings, spec):
+    def rows(self, tokenized, spec):
+        for item in super().rows(tokenized, spec):
             time.sleep(self.delay)
             yield item
 
@@ -108,13 +108,13 @@ class FaultyEngine(EngineProxy):
         self.eager = eager
         self.marker = engine.tokenize([MARKER])[0].ids
 
-    def run(self, encodings, spec):
-        bad = any(e.ids == self.marker for e in encodings)
+    def run(self, tokenized, spec):
+        bad = any(e.ids == self.marker for e in tokenized)
         if bad and self.eager:
             raise RuntimeError("injected engine fault (at call)")
-        return self.rows(encodings, spec) if not bad else self._fail(encodings, spec)
+        return self.rows(tokenized, spec) if not bad else self._fail(tokenized, spec)
 
-    def _fail(self, encodings, spec):
+    def _fail(self, tokenized, spec):
         yield from []
         raise RuntimeError("injected engine fault (in batch)")
 
@@ -128,9 +128,9 @@ class ShapeEngine:
         self.tokenize = engine.tokenize
         self.output_bytes = engine.output_bytes
 
-    def run(self, encodings, spec):
+    def run(self, tokenized, spec):
         i = self.info
-        for pos, e in enumerate(encodings):
+        for pos, e in enumerate(tokenized):
             sizes = dict(L=len(spec.layers), H=len(spec.heads), T=e.length, S=e.length,
                          K=i.head_dim, D=i.hidden)  # fmt: skip
             tensors = {}

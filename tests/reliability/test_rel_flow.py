@@ -29,9 +29,9 @@ class SizedEngine:
     def output_bytes(self, spec, length):
         return length * KB
 
-    def run(self, encodings, spec):
-        self.calls.append([e.length for e in encodings])
-        for pos, e in enumerate(encodings):
+    def run(self, tokenized, spec):
+        self.calls.append([e.length for e in tokenized])
+        for pos, e in enumerate(tokenized):
             cap = type("Cap", (), {"tensors": {"x": np.zeros(e.length * KB, np.uint8)}})()
             yield pos, cap
 
@@ -118,8 +118,8 @@ def test_a_reader_waiting_for_the_engine_is_never_called_slow():
     slow = b.submit("A", [Enc(1)])
     engine_run = b.engine.run
 
-    def sluggish(encodings, spec):  # the engine, not the client, is slow
-        for item in engine_run(encodings, spec):
+    def sluggish(tokenized, spec):  # the engine, not the client, is slow
+        for item in engine_run(tokenized, spec):
             time.sleep(0.5)
             yield item
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from rel_support import SENTENCES, WHAT, ShapeEngine, running_server
 
+from jaxattn.bench.expect import ExampleExpectation, build_expectations, check_answer
+from jaxattn.bench.loadtest import LoadRequest, listening_pid, rss_kb, run_load
 from jaxattn.capture import Capture
-from jaxattn.client.expect import ExampleExpectation, build_expectations, check_answer
-from jaxattn.client.loadtest import LoadRequest, listening_pid, rss_kb, run_load
 
 MIX = [
     LoadRequest("single", (SENTENCES[0],), WHAT, dtype="float32", codec="zstd"),

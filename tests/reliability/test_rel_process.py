@@ -16,8 +16,8 @@ import grpc
 import pytest
 from rel_support import SENTENCES, WHAT, request_bytes
 
+from jaxattn.bench.expect import check_answer
 from jaxattn.client import AttentionClient, AttentionServiceError
-from jaxattn.client.expect import check_answer
 from jaxattn.wire import StreamDecoder
 
 pytestmark = pytest.mark.slow
@@ -76,8 +76,8 @@ def servers(rel_checkpoint, tmp_path_factory):
 def served_expected(rel_checkpoint):
     """Right answers for `jaxattn serve`'s engine: default buckets, merged calls of <= 4."""
     import jaxattn
-    from jaxattn.client.expect import build_expectations
-    from jaxattn.client.loadtest import LoadRequest
+    from jaxattn.bench.expect import build_expectations
+    from jaxattn.bench.loadtest import LoadRequest
 
     engine = jaxattn.load(rel_checkpoint)
     mix = [LoadRequest("single", (s,), WHAT) for s in SENTENCES]

@@ -96,18 +96,18 @@ class GatedEngine:
         self.yielded = 0
         self.closed_early = 0
 
-    def run(self, encodings, spec):
-        self.runs.append(len(encodings))
+    def run(self, tokenized, spec):
+        self.runs.append(len(tokenized))
         self.entered.set()
         assert self.gate.wait(30), "gate never opened"
         done = 0
         try:
-            for item in self.engine.run(encodings, spec):
+            for item in self.engine.run(tokenized, spec):
                 self.yielded += 1
                 done += 1
                 yield item
         finally:
-            if done < len(encodings):
+            if done < len(tokenized):
                 self.closed_early += 1
 
 

@@ -20,15 +20,15 @@ class FakeEngine:
         self.delay = delay
         self.closed = threading.Event()
 
-    def run(self, encodings, spec):
-        self.calls.append((spec, list(encodings)))
+    def run(self, tokenized, spec):
+        self.calls.append((spec, list(tokenized)))
         try:
-            order = range(len(encodings))
+            order = range(len(tokenized))
             for pos in reversed(order) if self.reverse else order:
-                if encodings[pos] == self.fail_on:
+                if tokenized[pos] == self.fail_on:
                     raise RuntimeError("boom")
                 time.sleep(self.delay)
-                yield pos, (spec, encodings[pos])
+                yield pos, (spec, tokenized[pos])
         finally:
             self.closed.set()
 

@@ -7,7 +7,7 @@ import pytest
 from conftest import WHAT
 from hf_fixtures import EXAMPLE_A, EXAMPLE_B
 
-import jaxattn.loading
+import jaxattn.checkpoints.loading
 from jaxattn import Capture
 from jaxattn.cli import main
 
@@ -21,7 +21,7 @@ def loads(monkeypatch, svc_engine):
         paths.append(path)
         return svc_engine
 
-    monkeypatch.setattr(jaxattn.loading, "load", fake_load)
+    monkeypatch.setattr(jaxattn.checkpoints.loading, "load", fake_load)
     return paths
 
 

@@ -30,7 +30,7 @@ USE = textwrap.dedent(
     import numpy as np
     import jaxattn
     from jaxattn.client import AttentionClient, AttentionServiceError
-    from jaxattn.wire import StreamDecoder, encode_example
+    from jaxattn.wire import StreamDecoder, chunk_example
     from jaxattn import Capture
 
     cap = Capture(tokens=("[CLS]", "a", "[SEP]"), sentence_b_start=None, layers=(0,),
@@ -38,13 +38,14 @@ USE = textwrap.dedent(
                   tensors={"attention": np.full((1, 2, 3, 3), 85, np.uint8)},
                   quantization={"attention": (1 / 255, 0.0)})
     decoder = StreamDecoder()
-    (back,) = [c for m in encode_example(0, cap, codec="zstd", max_chunk_bytes=1024)
+    (back,) = [c for m in chunk_example(0, cap, codec="zstd", max_chunk_bytes=1024)
                if (c := decoder.feed(m)) is not None]
     assert np.allclose(back.attention, 1 / 3)
     path = os.path.join(tempfile.mkdtemp(), "cap.npz")
     back.save(path)
     assert Capture.load(path).tokens == cap.tokens
-    assert back.to_bertviz(torch=False)["attention"][0].shape == (1, 2, 3, 3)
+    from jaxattn.views import to_bertviz
+    assert to_bertviz(back, torch=False)["attention"][0].shape == (1, 2, 3, 3)
     with AttentionClient("127.0.0.1:1", timeout=2, retries=0) as client:
         try:
             client.model_info()

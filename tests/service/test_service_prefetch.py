@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from jaxattn.wire.prefetch import prefetch
+from service.prefetch import prefetch
 
 
 def test_items_in_order_and_errors_in_place():

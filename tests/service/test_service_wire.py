@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from jaxattn.capture import Capture
 from jaxattn.v1 import attention_pb2 as pb
-from jaxattn.wire import ChecksumError, StreamDecoder, WireError, encode_example
+from jaxattn.wire import ChecksumError, StreamDecoder, WireError, chunk_example
 
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16,
           "uint8": np.uint8}  # fmt: skip
@@ -52,7 +52,7 @@ def same(a: Capture, b: Capture) -> bool:
 def test_every_dtype_and_codec_is_lossless(dtype, codec):
     caps = [make_capture(t, dtype, seed=t, pair=t % 2 == 0) for t in (2, 9, 31)]
     messages = [m for i, c in enumerate(caps)
-                for m in encode_example(i, c, codec=codec, max_chunk_bytes=1024)]  # fmt: skip
+                for m in chunk_example(i, c, codec=codec, max_chunk_bytes=1024)]  # fmt: skip
     got = decode_all(messages)
     assert len(got) == 3 and all(same(g, c) for g, c in zip(got, caps, strict=True))
 
@@ -67,7 +67,7 @@ def test_every_dtype_and_codec_is_lossless(dtype, codec):
 def test_any_chunk_size_reassembles_and_never_exceeds_the_bound(t, chunk, codec, n):
     caps = [make_capture(t, "float32", seed=i) for i in range(n)]
     messages = [m for i, c in enumerate(caps)
-                for m in encode_example(i, c, codec=codec, max_chunk_bytes=chunk)]  # fmt: skip
+                for m in chunk_example(i, c, codec=codec, max_chunk_bytes=chunk)]  # fmt: skip
     for m in messages:
         if m.WhichOneof("item") == "chunk":
             assert len(m.chunk.data) <= chunk and m.chunk.byte_length <= chunk
@@ -75,7 +75,7 @@ def test_any_chunk_size_reassembles_and_never_exceeds_the_bound(t, chunk, codec,
 
 
 def chunks_of(codec="none", chunk=1024):
-    return list(encode_example(0, make_capture(12, "float32"), codec=codec, max_chunk_bytes=chunk))
+    return list(chunk_example(0, make_capture(12, "float32"), codec=codec, max_chunk_bytes=chunk))
 
 
 def test_checksum_mismatch_is_detected():
@@ -92,7 +92,7 @@ def test_corrupt_compressed_chunk_is_detected(codec):
     zeros = np.zeros((2, 3, 20, 20), np.float32)
     cap = Capture(tokens=("a",) * 20, sentence_b_start=None, layers=(0, 1), heads=(0, 1, 2),
                   dtype="float32", tensors={"attention": zeros})  # fmt: skip
-    messages = list(encode_example(0, cap, codec=codec, max_chunk_bytes=1 << 20))
+    messages = list(chunk_example(0, cap, codec=codec, max_chunk_bytes=1 << 20))
     chunk = next(m.chunk for m in messages if m.WhichOneof("item") == "chunk")
     assert chunk.codec != pb.CODEC_NONE
     chunk.data = chunk.data[: len(chunk.data) // 2]
@@ -125,7 +125,7 @@ def test_incompressible_chunks_fall_back_to_none():
     cap = Capture(tokens=("a",) * 64, sentence_b_start=None, layers=(0,), heads=(0,),
                   dtype="uint8", tensors={"attention": noise},
                   quantization={"attention": (1 / 255, 0.0)})  # fmt: skip
-    messages = list(encode_example(0, cap, codec="zstd", max_chunk_bytes=1024))
+    messages = list(chunk_example(0, cap, codec="zstd", max_chunk_bytes=1024))
     assert all(m.chunk.codec == pb.CODEC_NONE for m in messages[1:])
     assert same(decode_all(messages)[0], cap)
 
@@ -138,7 +138,7 @@ def test_serialized_fast_path_is_plain_protobuf(codec):
     fast = [b for i, c in enumerate(caps)
             for b in serialize_example(i, c, codec=codec, max_chunk_bytes=1024)]  # fmt: skip
     slow = [m for i, c in enumerate(caps)
-            for m in encode_example(i, c, codec=codec, max_chunk_bytes=1024)]  # fmt: skip
+            for m in chunk_example(i, c, codec=codec, max_chunk_bytes=1024)]  # fmt: skip
     assert fast == [m.SerializeToString() for m in slow]  # byte for byte what protobuf writes
     decoder = StreamDecoder()
     got = [c for b in fast if (c := decoder.feed_bytes(b)) is not None]

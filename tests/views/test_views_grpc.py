@@ -26,7 +26,7 @@ def grpc_address(engines):
 
 
 def test_view_and_web_through_server(grpc_address, engines, tmp_path):
-    from jaxattn.cli.web_cmd import _Remote
+    from jaxattn.cli.source import open_source
     from jaxattn.views import create_web_server
 
     want = engines["bert"].capture([(EXAMPLE_A, EXAMPLE_B)], what=needs(VIEWS))[0]
@@ -36,8 +36,8 @@ def test_view_and_web_through_server(grpc_address, engines, tmp_path):
     assert '"sentence_b_start":' + str(want.sentence_b_start) in out.read_text(encoding="utf-8")
 
     args = argparse.Namespace(server=grpc_address, token_file=None, tls_ca=None, timeout=60.0)
-    remote = _Remote(args)
-    server, port = create_web_server(remote, model=remote.name)
+    remote = open_source(args)  # an AttentionClient: the web server takes any CaptureSource
+    server, port = create_web_server(remote, model=remote.model_info().name)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -48,7 +48,7 @@ def test_view_and_web_through_server(grpc_address, engines, tmp_path):
     finally:
         server.shutdown()
         server.server_close()
-        remote.client.close()
+        remote.close()
     ex = doc["examples"][0]
     assert ex["tokens"] == list(want.tokens) and doc["views"] == ["head"]
     np.testing.assert_allclose(decode_array(ex["weights"]["attention"]), want.attention, atol=1e-6)

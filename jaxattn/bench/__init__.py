@@ -1,0 +1,11 @@
+"""Benchmarks and the load test, as a library (`jaxattn bench`, `jaxattn loadtest`).
+
+Not part of the client: they need an in-process engine for the reference
+answers. `benchmarks/` at the repository root holds the scripts that record
+the figures in BENCHMARKS.md.
+
+Modules: `capture` (capture vs transformers' eager attention), `corpus` (the
+sentences, through `jaxattn.inputs`), `loadtest` (many concurrent clients,
+every answer checked), `expect` (what a right answer is), `mix` (the load
+test's request mix and driver).
+"""

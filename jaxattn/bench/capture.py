@@ -1,0 +1,144 @@
+"""The capture benchmark (issue 2): jaxattn against transformers' eager attention.
+
+On the first N sentences of an input file (CoNLL-U: each sentence's own text),
+in file order:
+  (a) transformers BertModel, eager attention, batches of 32 padded to the
+      longest, output_attentions=True, attentions copied to numpy;
+  (b) jaxattn forward, no capture (final hidden state only);
+  (c) jaxattn attention only;
+  (d) jaxattn full capture: attention, queries, keys, fx_norm, alpha_fx_norm,
+      sum_alpha_fx_norm.
+Each is timed after a warm-up pass (compilation excluded; it is reported
+separately), best of `repeats` interleaved rounds. torch is imported only for (a).
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from pathlib import Path
+
+from jaxattn.bench.corpus import read_sentences
+
+FULL = ("attention", "queries", "keys", "fx_norm", "alpha_fx_norm", "sum_alpha_fx_norm")
+
+
+def transformers_runner(model_dir: Path, texts: list[str], batch: int):
+    """Case (a) as a zero-argument callable (model and tokenizer loaded once).
+
+    Runs on CUDA when torch sees a GPU, else on the CPU.
+    """
+    import numpy as np
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    # transformers 5 returns attentions only with the eager implementation.
+    model = AutoModel.from_pretrained(str(model_dir), attn_implementation="eager")
+    model = model.eval().to(device)
+
+    def run():
+        with torch.inference_mode():
+            for i in range(0, len(texts), batch):
+                x = tok(texts[i : i + batch], padding="longest", return_tensors="pt").to(device)
+                out = model(**x, output_attentions=True)
+                [np.asarray(a.cpu().numpy()) for a in out.attentions]
+
+    return run
+
+
+def synthetic_bert_base(out_dir: Path, length: int, n: int) -> tuple[Path, list[str]]:
+    """A random-weight BERT-base checkpoint and n texts of exactly `length` tokens.
+
+    For the GPU benchmark (issue 2): BERT-base sizes (12 x 12, D=768) with the
+    embedded MiniLM's tokenizer, which is BERT's uncased vocabulary.
+    """
+    import shutil
+
+    import torch
+    from transformers import BertConfig, BertModel
+
+    from jaxattn.checkpoints.loading import default_model_dir
+
+    torch.manual_seed(0)
+    BertModel(BertConfig()).save_pretrained(str(out_dir))
+    for f in default_model_dir().iterdir():
+        if f.name.startswith(("tokenizer", "vocab", "special")):
+            shutil.copy(f, out_dir / f.name)
+    words = "the quick brown fox jumps over the lazy dog".split()
+    text = " ".join(words[i % len(words)] for i in range(length - 2))  # + [CLS] [SEP]
+    return out_dir, [text] * n
+
+
+def jaxattn_runners(engine, texts: list[str]) -> dict:
+    """Cases (b), (c), (d) as zero-argument callables."""
+    last = engine.config.num_layers - 1
+    cases = {
+        "b_forward": dict(what="hidden_states", layers=last),
+        "c_attention": dict(what="attention"),
+        "d_full": dict(what=FULL),
+    }
+    return {name: (lambda kw=kw: engine.capture(texts, **kw)) for name, kw in cases.items()}
+
+
+def run(
+    conllu: Path | None,
+    n: int = 512,
+    repeats: int = 3,
+    model: str | None = None,
+    texts: list[str] | None = None,
+) -> dict:
+    """Run all four cases, interleaved: each round times (a), (b), (c), (d) in turn.
+
+    Interleaving exposes every case to the same machine state, so the ratios
+    hold even when the machine is shared; each case reports its best round.
+    The first pass of each case (compilation, warm caches) is timed apart.
+    """
+    import jaxattn
+    from jaxattn.checkpoints.loading import default_model_dir
+
+    texts = texts if texts is not None else read_sentences(conllu, n)
+    engine = jaxattn.load(model)
+    model_dir = Path(model) if model else default_model_dir()
+    runners = {"a_transformers": transformers_runner(model_dir, texts, 32)}
+    runners |= jaxattn_runners(engine, texts)
+    res = {"n": len(texts), "model": engine.info.name, "machine": machine(), "repeats": repeats}
+    for name, fn in runners.items():
+        t = time.perf_counter()
+        fn()
+        res[f"{name}_first_pass_s"] = time.perf_counter() - t
+    rounds = {name: [] for name in runners}
+    for _ in range(repeats):
+        for name, fn in runners.items():
+            t = time.perf_counter()
+            fn()
+            rounds[name].append(time.perf_counter() - t)
+    for name, times in rounds.items():
+        res[name] = min(times)
+        res[f"{name}_rounds_s"] = times
+        res[f"{name}_seq_per_s"] = len(texts) / res[name]
+    res["d_over_a"] = res["a_transformers"] / res["d_full"]
+    res["d_vs_b_overhead"] = res["d_full"] / res["b_forward"] - 1
+    return res
+
+
+def machine() -> str:
+    import os
+
+    import jax
+
+    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+            f"jax {jax.__version__} on {jax.default_backend()}")  # fmt: skip
+
+
+def format_result(r: dict) -> str:
+    lines = [f"{r['n']} sentences, model {r['model']}, {r['machine']}"]
+    for k, label in (("a_transformers", "(a) transformers eager + attentions"),
+                     ("b_forward", "(b) jaxattn forward, no capture"),
+                     ("c_attention", "(c) jaxattn attention"),
+                     ("d_full", "(d) jaxattn full capture")):  # fmt: skip
+        lines.append(f"{label:40s} {r[k]:7.3f} s  {r[k + '_seq_per_s']:8.1f} seq/s")
+    lines.append(f"(d) speed-up over (a): {r['d_over_a']:.2f}x (target >= 3x)")
+    lines.append(f"(d) cost over (b): {100 * r['d_vs_b_overhead']:+.1f}% (target <= +10%)")
+    return "\n".join(lines)

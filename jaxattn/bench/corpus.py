@@ -1,0 +1,23 @@
+"""The benchmarks' sentences: an input file through the one reader (`jaxattn.inputs`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jaxattn.inputs import Record, read_records
+
+# The UD English EWT dev split beside the repository (see BENCHMARKS.md).
+DEFAULT_CONLLU = Path("../shared/data/ud-english-ewt/en_ewt-ud-dev.conllu")
+
+
+def sentence_text(record: Record):
+    """The text to benchmark on: a CoNLL-U sentence's own ``# text`` (real spacing),
+    else the record's text (words joined by spaces, a line, a JSONL text or pair)."""
+    if record.sentence is not None and record.sentence.text:
+        return record.sentence.text
+    return record.text
+
+
+def read_sentences(path: str | Path, limit: int | None = None) -> list:
+    """The first `limit` examples of an input file (any format), as benchmark texts."""
+    return [sentence_text(r) for r in read_records(path, limit=limit)]

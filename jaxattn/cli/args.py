@@ -1,0 +1,103 @@
+"""The arguments several commands share, spelled and parsed one way.
+
+Choices come from the tables (`jaxattn.dtypes.OUTPUT_DTYPES`,
+`jaxattn.wire.CODECS`), so a new dtype or codec reaches every command.
+
+    add_source_arguments(p)     --server --model --token-file --tls-ca --timeout
+    add_spec_arguments(p)       --what --layers --heads --dtype
+    add_dtype_argument(p)       --dtype
+    add_codec_argument(p)       --codec
+    add_truncate_argument(p)    --truncate
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from jaxattn.dtypes import OUTPUT_DTYPES
+from jaxattn.wire.codecs import CODECS
+
+DEFAULT_WHAT = ("attention",)
+
+
+def names(value: str) -> tuple[str, ...]:
+    """'attention, queries' -> ('attention', 'queries')."""
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def ints(value: str) -> tuple[int, ...]:
+    """'0,3,5' -> (0, 3, 5)."""
+    try:
+        return tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        msg = f"expected comma-separated integers, got {value!r}"
+        raise argparse.ArgumentTypeError(msg) from None
+
+
+def read_token(token_file: str | None) -> str | None:
+    """The bearer token from a file, else $JAXATTN_TOKEN, else None.
+
+    Raises:
+      ValueError: the file is empty.
+    """
+    if token_file:
+        with open(token_file, encoding="utf-8") as f:
+            token = f.read().strip()
+        if not token:
+            raise ValueError(f"token file {token_file} is empty")
+        return token
+    return os.environ.get("JAXATTN_TOKEN") or None
+
+
+def add_source_arguments(
+    p: argparse.ArgumentParser, *, timeout: float = 120.0, server: bool = True
+) -> None:
+    """Where captures come from: a local checkpoint (--model) or a server (--server)."""
+    p.add_argument("--model", metavar="PATH",
+                   help="local checkpoint directory (default: the embedded all-MiniLM-L6-v2)"
+                   + (" when no --server" if server else ""))  # fmt: skip
+    if not server:
+        return
+    p.add_argument(
+        "--server",
+        metavar="HOST:PORT",
+        help="capture through this gRPC server (comma-separated: round-robin)",
+    )
+    p.add_argument("--token-file", metavar="FILE",
+                   help="bearer token for --server (or $JAXATTN_TOKEN)")  # fmt: skip
+    p.add_argument("--tls-ca", metavar="PEM", help="connect to --server with TLS trusting this CA")
+    p.add_argument("--timeout", type=float, default=timeout,
+                   help=f"seconds per call to --server (default {timeout:g})")  # fmt: skip
+
+
+def add_spec_arguments(
+    p: argparse.ArgumentParser, *, what: tuple[str, ...] = DEFAULT_WHAT, selection: bool = True
+) -> None:
+    """What to capture: quantities, layers and heads (selection=True), output dtype."""
+    p.add_argument("--what", type=names, default=what,
+                   help=f"comma-separated quantities (default {','.join(what)})")  # fmt: skip
+    if selection:
+        p.add_argument("--layers", type=ints, help="comma-separated layer indices (default all)")
+        p.add_argument("--heads", type=ints, help="comma-separated head indices (default all)")
+    add_dtype_argument(p)
+
+
+def add_dtype_argument(p: argparse.ArgumentParser) -> None:
+    """--dtype alone (commands that choose their own quantities)."""
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        choices=tuple(OUTPUT_DTYPES),
+        help="output dtype (default float32: exact; see the README's table)",
+    )
+
+
+def add_codec_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--codec", default="zstd", choices=CODECS,
+                   help="wire compression with --server (default zstd)")  # fmt: skip
+
+
+def add_truncate_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--truncate", action="store_true",
+                   help="cut texts over the model's limit instead of failing")  # fmt: skip

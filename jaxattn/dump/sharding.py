@@ -1,0 +1,100 @@
+"""Sharding the input: which records form which shard, and which shards are ours.
+
+Shard k holds records [k * shard_size, (k + 1) * shard_size) of the input, and
+belongs to process k % process_count. The plan depends only on the input and
+the shard size, never on the process count, so a job may be resumed with more
+or fewer processes. Each process scans the file's raw bytes once (finding
+record boundaries and fingerprinting the content), keeps only the records of
+its own shards, and parses nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from pathlib import Path
+
+from jaxattn.inputs import RawRecord, detect_format, scan_records
+from jaxattn.inputs.formats import check_format
+from jaxattn.store.metadata import InputInfo
+
+DEFAULT_SHARD_SIZE = 1024
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InputPlan:
+    """This process's share of the input.
+
+    Attributes:
+      path: the input file.
+      info: the input's identity (format, fingerprint, record count).
+      shard_size: records per shard.
+      num_shards: shards in the whole input.
+      shards: shard index -> its raw records, for this process's shards only.
+    """
+
+    path: Path
+    info: InputInfo
+    shard_size: int
+    num_shards: int
+    shards: dict[int, list[RawRecord]]
+
+    def records(self, shard: int) -> tuple[int, int]:
+        """[start, stop) of the records of `shard`."""
+        start = shard * self.shard_size
+        return start, min(start + self.shard_size, self.info.records)
+
+
+def owner(shard: int, process_count: int) -> int:
+    """The process that writes `shard`."""
+    return shard % process_count
+
+
+def plan_shards(
+    path: str | os.PathLike,
+    *,
+    fmt: str | None = None,
+    shard_size: int = DEFAULT_SHARD_SIZE,
+    process_index: int = 0,
+    process_count: int = 1,
+) -> InputPlan:
+    """Scan the input and keep this process's shards.
+
+    Args:
+      path: the input file.
+      fmt: text, jsonl or conllu; None detects it (`detect_format`).
+      shard_size: records per shard (the unit of work and of resumption).
+      process_index: this process.
+      process_count: processes in the job.
+
+    Raises:
+      FileNotFoundError: no such file.
+      ValueError: a bad format name or shard size.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no input file {path}")
+    if shard_size < 1:
+        raise ValueError(f"--shard-size must be at least 1, got {shard_size}")
+    fmt = check_format(fmt or detect_format(path))
+    digest = hashlib.sha256()
+    shards: dict[int, list[RawRecord]] = {}
+    count = 0
+    with open(path, "rb") as f:
+        for raw in scan_records(f, fmt, digest):
+            shard = raw.index // shard_size
+            if owner(shard, process_count) == process_index:
+                shards.setdefault(shard, []).append(raw)
+            count = raw.index + 1
+    num_shards = -(-count // shard_size)
+    info = InputInfo(
+        name=path.name,
+        format=fmt,
+        sha256=digest.hexdigest(),
+        size=path.stat().st_size,
+        records=count,
+    )
+    return InputPlan(
+        path=path, info=info, shard_size=shard_size, num_shards=num_shards, shards=shards
+    )

@@ -1,0 +1,25 @@
+"""The engine: the one part of jaxattn that runs jax. Texts in, `Capture`s out.
+
+    from jaxattn.engine import Engine          # usually built by jaxattn.load()
+    caps = engine.capture(texts, what=("attention",))
+
+The modules, in the order data flows through them:
+
+    tokenize   texts -> TokenizedText (ids, type ids, word pieces)
+    batching   length buckets and batch sizes (Budgets, plan_batches)
+    host       TokenizedText -> padded [B, T] arrays; the step's output -> Captures
+    step       CaptureStep: jit(vmap(model)) on a static CaptureSpec, data parallel
+      model      the Flax BERT-family encoder, one example, declared capture
+      norms      Kobayashi et al.'s norm-based quantities as quadratic forms
+      quantize   the output dtype, applied on the device
+      precision  matmul precision (HIGHEST: exact float32)
+      params     the params tree the model expects
+    engine     Engine: the pipeline above, with the async copy overlapped
+    ablation   head ablation (Kovaleva et al. 2019) and its study; mlm: its loss
+"""
+
+from jaxattn.engine.ablation import HeadAblation, head_ablation_study
+from jaxattn.engine.engine import Engine
+from jaxattn.engine.tokenize import TokenizedText, Tokenizer
+
+__all__ = ["Engine", "HeadAblation", "TokenizedText", "Tokenizer", "head_ablation_study"]

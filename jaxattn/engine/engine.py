@@ -1,0 +1,226 @@
+"""The capture engine: texts in, one `Capture` per text out.
+
+texts -> `tokenize` -> `batching.plan_batches` (length buckets, batches sized by
+output bytes) -> `host.pack` -> `CaptureStep` (jit(vmap(Encoder.apply)) on a
+static CaptureSpec, output dtype on the device) -> async host copy overlapped
+with the next batch -> `host.unpack` (per-example trimming) -> Captures, in
+input order from `capture`/`stream`, as ready from `run`.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable, Iterator, Sequence
+
+import jax
+import numpy as np
+
+from jaxattn import quantities
+from jaxattn.capture import Capture
+from jaxattn.config import ModelConfig, ModelInfo
+from jaxattn.dtypes import OUTPUT_DTYPES
+from jaxattn.engine import batching, host
+from jaxattn.engine.params import check_params
+from jaxattn.engine.step import CaptureStep
+from jaxattn.engine.tokenize import TokenizedText, Tokenizer, check_texts
+from jaxattn.inputs import Text
+from jaxattn.spec import CaptureSpec, make_spec
+
+# Batches in flight: one computing while the previous one's copy lands.
+_PIPELINE_DEPTH = 2
+
+
+class Engine:
+    """A loaded model ready to capture; a `jaxattn.CaptureSource`. Build it with `jaxattn.load`.
+
+    Args:
+      config: the model config.
+      params: the params tree ({"encoder": ..., optional "pooler", "mlm_head"}).
+      tokenizer: the checkpoint's tokenizer.
+      buckets: candidate bucket lengths (capped at the model's maximum).
+      output_budget: most output bytes one batch may return (device memory).
+      token_budget: most padded tokens per batch (bounds activation memory).
+      max_batch: most examples per batch and device.
+      devices: the devices to run on, data-parallel over a 1-D mesh (batch
+        sharded, weights replicated); default: every local device.
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        params: dict,
+        tokenizer: Tokenizer,
+        *,
+        buckets: Sequence[int] = batching.DEFAULT_BUCKETS,
+        output_budget: int = 256 << 20,
+        token_budget: int = 16384,
+        max_batch: int = 64,
+        devices: Sequence[jax.Device] | None = None,
+    ):
+        check_params(config, params["encoder"])
+        self.config = config
+        self.tokenizer = tokenizer
+        self.info = ModelInfo.of(config)
+        self.extra_params = {k: v for k, v in params.items() if k != "encoder"}
+        self.devices = tuple(devices) if devices else tuple(jax.local_devices())
+        self.step = CaptureStep(config, params["encoder"], self.devices)
+        self.buckets = batching.buckets_for(config.max_length, buckets)
+        self.budgets = batching.Budgets(
+            output_bytes=output_budget, tokens=token_budget, max_batch=max_batch
+        )
+
+    # -- the CaptureSource API -------------------------------------------------------
+
+    def model_info(self) -> ModelInfo:
+        """The model (same as `info`; `AttentionClient.model_info` answers the same)."""
+        return self.info
+
+    def make_spec(self, what=None, layers=None, heads=None, dtype: str = "float32") -> CaptureSpec:
+        """Validate a request against this model (ValueError naming the field)."""
+        return make_spec(
+            what=what,
+            layers=layers,
+            heads=heads,
+            dtype=dtype,
+            num_layers=self.config.num_layers,
+            num_heads=self.config.num_heads,
+        )
+
+    def tokenize(self, texts: Sequence[Text], truncate: bool = False) -> list[TokenizedText]:
+        """Check and tokenise texts (ValueError naming the bad text's index)."""
+        return self.tokenizer.encode(check_texts(texts), truncate=truncate)
+
+    def capture(
+        self,
+        texts: Sequence[Text],
+        what: str | Iterable[str] | None = ("attention",),
+        layers: Iterable[int] | int | None = None,
+        heads: Iterable[int] | int | None = None,
+        dtype: str = "float32",
+        truncate: bool = False,
+        ablation=None,
+    ) -> list[Capture]:
+        """Capture attention quantities for each text.
+
+        Args:
+          texts: strings, or (sentence_a, sentence_b) pairs.
+          what: quantity names (see `jaxattn.QUANTITIES`).
+          layers: layer indices, or None for all.
+          heads: head indices, or None for all.
+          dtype: output dtype: float32 (exact), float16, bfloat16, uint8.
+          truncate: cut texts longer than the model's maximum instead of raising.
+          ablation: a `jaxattn.engine.HeadAblation` to disable heads, or None.
+
+        Returns:
+          One Capture per text, in input order.
+
+        Raises:
+          ValueError: a bad text, an unknown quantity or dtype, an index out of
+            range, a text over the length limit (unless truncate).
+        """
+        spec = self.make_spec(what, layers, heads, dtype)
+        tokenized = self.tokenize(texts, truncate)
+        out: list[Capture | None] = [None] * len(tokenized)
+        for pos, cap in self.run(tokenized, spec, ablation):
+            out[pos] = cap
+        return out  # type: ignore[return-value]
+
+    def stream(
+        self,
+        texts: Sequence[Text],
+        what: str | Iterable[str] | None = ("attention",),
+        layers: Iterable[int] | int | None = None,
+        heads: Iterable[int] | int | None = None,
+        dtype: str = "float32",
+        *,
+        truncate: bool = False,
+    ) -> Iterator[Capture]:
+        """Like `capture`, but yield each Capture, in input order, as soon as it and all
+        before it are ready (batches finish shortest bucket first)."""
+        spec = self.make_spec(what, layers, heads, dtype)
+        tokenized = self.tokenize(texts, truncate)
+        ready: dict[int, Capture] = {}
+        following = 0
+        for pos, cap in self.run(tokenized, spec):
+            ready[pos] = cap
+            while following in ready:
+                yield ready.pop(following)
+                following += 1
+
+    def close(self) -> None:
+        """Nothing to release (the CaptureSource API); the engine stays usable."""
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- batches -----------------------------------------------------------------------
+
+    def run(
+        self, tokenized: Sequence[TokenizedText], spec: CaptureSpec, ablation=None
+    ) -> Iterator[tuple[int, Capture]]:
+        """Capture tokenised examples, yielding (position, Capture) as batches finish.
+
+        Examples come grouped by length bucket, not in input order. Dispatch is
+        asynchronous: batch k+1 computes while batch k is copied and trimmed.
+        `ablation` (a `jaxattn.engine.HeadAblation`) disables heads; every
+        ablation set runs the same compiled program.
+        """
+        gates = None if ablation is None else ablation.gates(self.config)
+        plan = batching.plan_batches(
+            [e.length for e in tokenized],
+            self.buckets,
+            lambda t: self.output_bytes(spec, t),
+            self.budgets,
+            devices=len(self.devices),
+        )
+        pending: collections.deque = collections.deque()
+        for batch in plan:
+            arrays = self.step.place(*host.pack(batch, tokenized, self.config))
+            out = self.step(spec, *arrays, gates)
+            for leaf in jax.tree.leaves(out):
+                leaf.copy_to_host_async()
+            pending.append((batch, out))
+            if len(pending) >= _PIPELINE_DEPTH:
+                yield from self._finish(*pending.popleft(), tokenized, spec)
+        while pending:
+            yield from self._finish(*pending.popleft(), tokenized, spec)
+
+    def _finish(self, batch, out, tokenized, spec) -> Iterator[tuple[int, Capture]]:
+        yield from host.unpack(batch, jax.device_get(out), tokenized, spec)
+
+    def warmup(self, spec: CaptureSpec) -> int:
+        """Compile every (bucket, batch size) shape of `spec`; returns the count.
+
+        Inputs go through the same `host.pack` and `CaptureStep.place` as real
+        batches: the jit cache keys on argument types.
+        """
+        dummy = [TokenizedText(ids=(0,), type_ids=(0,), tokens=("",), sentence_b_start=None)]
+        for length in self.buckets:
+            size = batching.batch_size(length, lambda t: self.output_bytes(spec, t), self.budgets)
+            while size >= 1:
+                n = size * len(self.devices)
+                batch = batching.Batch(length, n, (0,) * n)
+                arrays = self.step.place(*host.pack(batch, dummy, self.config))
+                jax.block_until_ready(self.step(spec, *arrays, None))
+                size //= 2
+        return self.compiled_shapes
+
+    @property
+    def compiled_shapes(self) -> int:
+        """How many (spec, shape) programs the step has compiled so far."""
+        return self.step.compiled_shapes
+
+    def output_bytes(self, spec: CaptureSpec, length: int) -> int:
+        """Bytes one example padded to `length` returns under `spec`."""
+        c = self.config
+        sizes = dict(L=len(spec.layers), H=len(spec.heads), T=length, S=length,
+                     K=c.head_dim, D=c.hidden_size)  # fmt: skip
+        item = OUTPUT_DTYPES[spec.dtype].itemsize
+        return sum(quantities.size(name, sizes) for name in spec.what) * item
+
+    def word_embedding(self) -> np.ndarray:
+        """The [V, D] word embedding (the tied MLM decoder), on the host."""
+        return np.asarray(self.step.params["embeddings"]["word"])

@@ -1,0 +1,129 @@
+"""Norm-based attention (Kobayashi et al. 2020, "Attention is Not Only a Weight").
+
+Per layer and head h, the attention output at query i is
+sum_j alpha^h_ij f_h(x_j) with f_h(x) = (x W_V^h + b_V^h) W_O^h (the output
+bias b_O is left out, as the paper does). With v = x W_V^h + b_V^h, every norm
+here is a quadratic form in v through the weight-only Gram matrix
+M[h,k,g,j] = <W_O^h[k, :], W_O^g[j, :]>, so neither f ([S, H, D], twelve times
+the hidden state) nor alpha f ([H, T, S, D]) is ever materialised:
+
+* ||f_h(x_j)||^2 = v_h^T M[h,:,h,:] v_h: O(S H K^2);
+* ||alpha f|| = alpha ||f||, because alpha >= 0;
+* ||sum_h alpha^h_ij f_h(x_j)||^2 = alpha_ij^T G_j alpha_ij with the per-token
+  head Gram matrix G_j[h, g] = <f_h(x_j), f_g(x_j)> = v_h^T M[h,:,g,:] v_g:
+  O(S D^2) for G plus O(T S H^2) for the quadratic forms.
+
+Measured on the CPU (B=64, T=32, MiniLM sizes), these forms are 13x (fx_norm)
+and 1.9x (Gram) faster than going through f, whose einsum is memory-bound.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from jaxattn.engine.precision import HIGHEST
+
+
+def output_gram(w_out):
+    """M[g, j, h, k] = <W_O^h[k, :], W_O^g[j, :]> from w_out [H, K, D]: [H, K, H, K].
+
+    Depends on weights only; under vmap it is computed once per batch.
+    """
+    return jnp.einsum("GJD,HKD->GJHK", w_out, w_out, precision=HIGHEST)
+
+
+def fx_norm(values, w_out):
+    """||f_h(x_j)||: values [S, H, K], w_out [H, K, D] -> [H, S]."""
+    per_head = jnp.einsum("HKD,HJD->HKJ", w_out, w_out, precision=HIGHEST)  # [H, K, K]
+    squared = jnp.einsum("SHK,HKJ,SHJ->HS", values, per_head, values, precision=HIGHEST)
+    # Rounding can push an exact zero slightly negative; the norm is >= 0.
+    return jnp.sqrt(jnp.maximum(squared, 0.0))
+
+
+def alpha_fx_norm(attention, fx):
+    """||alpha^h_ij f_h(x_j)|| = alpha^h_ij ||f_h(x_j)||: [H, T, S], [H, S] -> [H, T, S]."""
+    return attention * fx[:, None, :]
+
+
+def head_gram(values, w_out):
+    """G_j[h, g] = <f_h(x_j), f_g(x_j)>: values [S, H, K], w_out [H, K, D] -> [S, H, H]."""
+    m = output_gram(w_out)  # [G, J, H, K]
+    # w[g, s, h, k] = sum_j v[s, g, j] M[g, j, h, k]: one [S, K] x [K, H K] GEMM per head g.
+    w = jnp.einsum("SGJ,GJHK->GSHK", values, m, precision=HIGHEST)
+    return jnp.einsum("GSHK,SHK->SHG", w, values, precision=HIGHEST)
+
+
+def _quadratic_form(attention, gram):
+    """alpha_ij^T G_j alpha_ij: [H, T, S], [S, H, G] -> [T, S], as (alpha G) . alpha (no D).
+
+    The second contraction is an elementwise product summed over heads, which XLA
+    fuses; alone on a CPU it is 2x faster at T=128 than a batched [T, 1, G] x [G, 1]
+    dot (within noise inside the whole capture step).
+    """
+    ag = jnp.einsum("HTS,SHG->GTS", attention, gram, precision=HIGHEST)
+    return jnp.sum(ag * attention, axis=0)
+
+
+def sum_alpha_fx_norm(attention, values, w_out):
+    """||sum_h alpha^h_ij f_h(x_j)|| over all heads of the layer.
+
+    Args:
+      attention: [H, T, S] weights of all heads.
+      values: [S, H, K] value projections of all heads (bias included).
+      w_out: [H, K, D] the output projection split per head.
+
+    Returns:
+      [T, S]
+    """
+    # alpha_ij^T G_j alpha_ij: O(T S H^2), no D.
+    squared = _quadratic_form(attention, head_gram(values, w_out))
+    return jnp.sqrt(jnp.maximum(squared, 0.0))
+
+
+def residual_norm(attention, values, w_out, x):
+    """||sum_h alpha^h_ij f_h(x_j) + delta_ij x_j||: the attention block with its residual.
+
+    Kobayashi et al. 2021 ("Incorporating Residual and Normalization Layers into
+    Analysis of Masked Language Models"), AttnRes-N: token j's contribution to
+    position i of x + Attn(x), the residual x_i counted as i's own.
+
+    Args:
+      attention: [H, T, S]; values: [S, H, K]; w_out: [H, K, D]; x: [S, D] the
+        layer input (T == S: self-attention).
+
+    Returns:
+      [T, S]
+    """
+    squared = _quadratic_form(attention, head_gram(values, w_out))
+    # On the diagonal add 2 <sum_h alpha^h_ii f_h(x_i), x_i> + ||x_i||^2, with
+    # <f_h(x_j), x_j> = v_h . (W_O^h x_j): no f needed.
+    fx_dot_x = jnp.einsum("SHK,HKD,SD->SH", values, w_out, x, precision=HIGHEST)  # [S, H]
+    diag_alpha = jnp.diagonal(attention, axis1=1, axis2=2)  # [H, T]
+    extra = 2.0 * jnp.einsum("HS,SH->S", diag_alpha, fx_dot_x, precision=HIGHEST)
+    extra = extra + jnp.sum(x * x, axis=-1)
+    squared = squared + jnp.diag(extra)
+    return jnp.sqrt(jnp.maximum(squared, 0.0))
+
+
+def residual_ln_norm(attention, values, w_out, x, gamma, std):
+    """Contribution norms through the attention block, residual and LayerNorm.
+
+    Kobayashi et al. 2021, AttnResLn-N: with the LayerNorm's statistics of the
+    real pre-LN vector y_i (mean, std s_i) fixed, LN is affine, so
+    LN(y_i) = sum_j gamma * (c_ij - mean(c_ij)) / s_i + (bias terms), with
+    c_ij = sum_h alpha^h_ij f_h(x_j) + delta_ij x_j. Centring and the gamma
+    scale are linear, so they fold into W_O and x: the same quadratic forms as
+    `residual_norm` with W~ = gamma * (W_O - mean_D W_O) and x~ = gamma * (x - mean_D x),
+    divided by s_i. The bias b_O and beta are not attributed to any token.
+
+    Args:
+      attention, values, w_out, x: as `residual_norm`.
+      gamma: [D] the LayerNorm scale.
+      std: [T] s_i = sqrt(var(y_i) + eps) of the real pre-LN vectors.
+
+    Returns:
+      [T, S]
+    """
+    w_tilde = gamma * (w_out - w_out.mean(-1, keepdims=True))
+    x_tilde = gamma * (x - x.mean(-1, keepdims=True))
+    return residual_norm(attention, values, w_tilde, x_tilde) / std[:, None]

@@ -1,0 +1,47 @@
+"""The output dtype, applied on the device before the copy to the host.
+
+Follows the table in `jaxattn.dtypes`. uint8 of a non-probability tensor is
+affine per (example, tensor) with min/max taken over real positions only, so
+padding never widens the range.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from jaxattn.quantities import QUANTITIES
+
+
+def _valid(axes: str, shape, mask):
+    """Bool mask of real positions for a [B, *axes] tensor; mask is [B, T]."""
+    valid = jnp.ones(shape, bool)
+    for i, axis in enumerate(axes, start=1):
+        if axis in "TS":
+            m = mask.reshape((mask.shape[0],) + (1,) * (i - 1) + (-1,) + (1,) * (len(axes) - i))
+            valid = valid & m
+    return valid
+
+
+def quantize(name: str, x, mask, dtype: str) -> dict:
+    """Cast one batched float32 tensor [B, ...] of quantity `name` to the output dtype.
+
+    Returns:
+      {"data": the tensor in `dtype`} plus, for affine uint8, {"scale": [B], "offset": [B]}.
+    """
+    if dtype == "float32":
+        return {"data": x}
+    if dtype == "float16":
+        return {"data": x.astype(jnp.float16)}
+    if dtype == "bfloat16":
+        return {"data": x.astype(jnp.bfloat16)}
+    q = QUANTITIES[name]
+    if q.probability:
+        return {"data": jnp.round(jnp.clip(x, 0.0, 1.0) * 255.0).astype(jnp.uint8)}
+    valid = _valid(q.axes, x.shape, mask)
+    reduce_axes = tuple(range(1, x.ndim))
+    lo = jnp.min(jnp.where(valid, x, jnp.inf), axis=reduce_axes)
+    hi = jnp.max(jnp.where(valid, x, -jnp.inf), axis=reduce_axes)
+    scale = jnp.where(hi > lo, (hi - lo) / 255.0, 1.0)
+    expand = (slice(None),) + (None,) * (x.ndim - 1)
+    data = jnp.round((x - lo[expand]) / scale[expand])
+    return {"data": jnp.clip(data, 0, 255).astype(jnp.uint8), "scale": scale, "offset": lo}

@@ -1,0 +1,134 @@
+"""Texts -> token ids (`TokenizedText`), with the input checks every entry point shares."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+from jaxattn.config import ModelConfig
+from jaxattn.inputs import Text
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TokenizedText:
+    """One tokenised example: what the engine batches.
+
+    Attributes:
+      ids: token ids, special tokens included.
+      type_ids: token type (segment) ids, 0 for sentence A and 1 for B.
+      tokens: the word pieces.
+      sentence_b_start: index of sentence B's first token, or None.
+    """
+
+    ids: tuple[int, ...]
+    type_ids: tuple[int, ...]
+    tokens: tuple[str, ...]
+    sentence_b_start: int | None
+
+    @property
+    def length(self) -> int:
+        return len(self.ids)
+
+
+def check_texts(texts) -> list[Text]:
+    """Validate the texts argument: a list of strings or (a, b) string pairs.
+
+    Raises:
+      ValueError: naming the bad entry's index and what was found.
+    """
+    if isinstance(texts, (str, bytes)):
+        raise ValueError("texts must be a list of strings or (a, b) pairs, not a single string:"
+                         " wrap it in a list")  # fmt: skip
+    if not isinstance(texts, Sequence):
+        raise ValueError(f"texts must be a list, got {type(texts).__name__}")
+    out: list[Text] = []
+    for i, t in enumerate(texts):
+        if isinstance(t, str):
+            out.append(t)
+        elif isinstance(t, (tuple, list)) and len(t) == 2 and all(isinstance(s, str) for s in t):
+            out.append((t[0], t[1]))
+        else:
+            raise ValueError(
+                f"texts[{i}] must be a string or a (sentence_a, sentence_b) pair of strings, "
+                f"got {type(t).__name__}"
+            )
+    return out
+
+
+class Tokenizer:
+    """The checkpoint's HF fast tokenizer, with no truncation or padding of its own.
+
+    Framework-default trap: a tokenizer.json can carry its own truncation and
+    padding (all-MiniLM-L6-v2's truncates at 128 and pads to 128), which would
+    silently cut long texts; both are switched off and length is checked here.
+    Two private copies of the backend, one never truncating and one truncating
+    at the model's limit, so no call mutates shared state: `encode` is safe to
+    call from several threads.
+    """
+
+    def __init__(self, hf_tokenizer, config: ModelConfig):
+        from tokenizers import Tokenizer as Backend
+
+        self.hf = hf_tokenizer
+        self.config = config
+        spec = hf_tokenizer.backend_tokenizer.to_str()
+        self._backend = Backend.from_str(spec)
+        self._backend.no_truncation()
+        self._backend.no_padding()
+        self._truncating = Backend.from_str(spec)
+        self._truncating.no_padding()
+        self._truncating.enable_truncation(config.max_length, strategy="longest_first")
+
+    @classmethod
+    def from_dir(cls, path: Path, config: ModelConfig) -> Tokenizer:
+        """Load the tokenizer files of a local checkpoint directory.
+
+        Raises:
+          FileNotFoundError: the directory has no tokenizer files.
+        """
+        names = ("tokenizer.json", "vocab.txt", "vocab.json")
+        if not any((path / n).is_file() for n in names):
+            raise FileNotFoundError(f"{path} has no tokenizer: expected one of {', '.join(names)}")
+        from transformers import AutoTokenizer
+
+        hf = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        if not hasattr(hf, "backend_tokenizer"):
+            raise ValueError(f"{path}: jaxattn needs a fast (tokenizers) tokenizer")
+        return cls(hf, config)
+
+    def save(self, path: Path) -> None:
+        self.hf.save_pretrained(str(path))
+
+    def encode(self, texts: Sequence[Text], truncate: bool = False) -> list[TokenizedText]:
+        """Tokenise texts (already checked by `check_texts`).
+
+        Raises:
+          ValueError: an example longer than the model's maximum, unless truncate.
+        """
+        if not texts:
+            return []
+        limit = self.config.max_length
+        backend = self._truncating if truncate else self._backend
+        encoded = backend.encode_batch(list(texts), add_special_tokens=True)
+        out = []
+        for i, e in enumerate(encoded):
+            if len(e.ids) > limit:
+                raise ValueError(
+                    f"texts[{i}] is {len(e.ids)} tokens long; the model's limit is {limit} "
+                    "(pass truncate=True to cut it)"
+                )
+            b = None
+            if isinstance(texts[i], tuple):
+                # An empty sentence B has no token of its own: it starts at the
+                # final separator, where its first token would have been.
+                b = next((j for j, s in enumerate(e.sequence_ids) if s == 1), len(e.ids) - 1)
+            out.append(
+                TokenizedText(
+                    ids=tuple(e.ids),
+                    type_ids=tuple(e.type_ids),
+                    tokens=tuple(e.tokens),
+                    sentence_b_start=b,
+                )  # fmt: skip
+            )
+        return out

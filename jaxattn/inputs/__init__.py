@@ -1,0 +1,49 @@
+"""Inputs: files and arguments -> the texts to capture (the first stage; no numpy).
+
+    from jaxattn.inputs import read_records, split_pair
+    texts = [r.text for r in read_records("corpus.jsonl")]
+    split_pair("I went to the store. ||| At the store, I bought fresh strawberries.")
+
+The one reader every command uses (capture, view, analyze, dump, bench,
+loadtest) and `jaxattn web`, so every input format works everywhere:
+- text: one example per line; a pair as ``A ||| B`` or ``A<TAB>B``;
+- JSONL: {"text": ..., "text_b": optional, "id": optional} per line;
+- CoNLL-U: each sentence's words joined by spaces, with its parsed tree.
+
+Modules: `formats` (one record -> `Record`, `split_pair`, `detect_format`),
+`records` (a file -> raw records, for sharding, and parsed records),
+`conllu` (the CoNLL-U reader: FORM, HEAD, DEPREL).
+"""
+
+from jaxattn.inputs.conllu import Sentence, coarse_relation, read_conllu
+from jaxattn.inputs.formats import (
+    FORMATS,
+    PAIR_SEPARATOR,
+    InputError,
+    RawRecord,
+    Record,
+    Text,
+    detect_format,
+    parse_record,
+    split_pair,
+)
+from jaxattn.inputs.records import ON_ERROR, TOO_LONG, read_records, scan_records
+
+__all__ = [
+    "FORMATS",
+    "ON_ERROR",
+    "TOO_LONG",
+    "PAIR_SEPARATOR",
+    "InputError",
+    "RawRecord",
+    "Record",
+    "Sentence",
+    "Text",
+    "coarse_relation",
+    "detect_format",
+    "parse_record",
+    "read_conllu",
+    "read_records",
+    "scan_records",
+    "split_pair",
+]

@@ -1,0 +1,195 @@
+"""Input formats: one record (raw lines) -> one `Record`, with errors that name the line.
+
+A *record* is one example of an input file: a non-blank line of a text or JSONL
+file, a sentence (a block of non-blank lines) of a CoNLL-U file. Records are
+found on raw bytes (`jaxattn.inputs.records`), so an unreadable record (invalid
+UTF-8, bad JSON, no "text") still occupies its place, and `parse_record` turns
+one into a `Record` or raises `InputError` naming the line.
+
+- text: one example per line; a pair as ``A ||| B`` or ``A<TAB>B``.
+- JSONL: one object per line: "text" (required), "text_b" (a pair), "id".
+- CoNLL-U: each sentence's words (FORM) joined by single spaces, so the word
+  pieces align to the words (what the analyses need); id = ``# sent_id``; the
+  parsed tree rides along as `Record.sentence`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+from jaxattn.inputs.conllu import Sentence, read_conllu
+
+Text = str | tuple[str, str]
+"""One example: a sentence, or a (sentence_a, sentence_b) pair."""
+
+FORMATS = ("text", "jsonl", "conllu")
+PAIR_SEPARATOR = "|||"
+_SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".conllu": "conllu"}
+
+
+class InputError(ValueError):
+    """An unreadable record.
+
+    Attributes:
+      line: the 1-based line where the problem is.
+      reason: what is wrong, without the line number.
+      path: the input file, when known.
+    """
+
+    def __init__(self, line: int, reason: str, path: str | Path | None = None):
+        super().__init__(f"{path}:{line}: {reason}" if path else f"line {line}: {reason}")
+        self.line, self.reason, self.path = line, reason, path
+
+
+@dataclasses.dataclass(frozen=True)
+class RawRecord:
+    """One record's raw lines (bytes, line endings stripped) and where it starts."""
+
+    index: int
+    line: int
+    lines: tuple[bytes, ...]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Record:
+    """One readable record: an example to capture.
+
+    Attributes:
+      index: 0-based record number in the input.
+      line: 1-based line where it starts.
+      id: the input's id, else str(index).
+      text: a string, or a (sentence_a, sentence_b) pair.
+      sentence: the parsed CoNLL-U sentence (words, heads, relations), else None.
+    """
+
+    index: int
+    line: int
+    id: str
+    text: Text
+    sentence: Sentence | None = None
+
+
+def split_pair(line: str) -> Text:
+    """``A ||| B`` (parts stripped) or ``A<TAB>B`` -> (A, B); any other line is one text.
+
+    Raises:
+      ValueError: more than one separator in the line.
+    """
+    if PAIR_SEPARATOR in line:
+        parts = line.split(PAIR_SEPARATOR)
+        if len(parts) > 2:
+            raise ValueError(f"more than one {PAIR_SEPARATOR!r} (a pair is 'A ||| B')")
+        return (parts[0].strip(), parts[1].strip())
+    parts = line.split("\t")
+    if len(parts) > 2:
+        raise ValueError("more than one tab (a pair is 'A<TAB>B')")
+    return parts[0] if len(parts) == 1 else (parts[0], parts[1])
+
+
+def detect_format(path: str | Path) -> str:
+    """text, jsonl or conllu: by suffix, else by the first non-blank line.
+
+    Lines starting with ``#`` are passed over; then a line starting with "{"
+    means JSONL, a line of 10 tab-separated columns with an integer ID means
+    CoNLL-U, anything else text.
+    """
+    path = Path(path)
+    if path.suffix.lower() in _SUFFIXES:
+        return _SUFFIXES[path.suffix.lower()]
+    with open(path, "rb") as f:
+        for raw in f:
+            line = raw.strip()
+            if not line:
+                continue
+            if line.startswith(b"{"):
+                return "jsonl"
+            if line.startswith(b"#"):
+                continue  # a CoNLL-U comment, or a text line: the next line decides
+            cols = raw.rstrip(b"\r\n").split(b"\t")
+            return "conllu" if len(cols) == 10 and cols[0].split(b"-")[0].isdigit() else "text"
+    return "text"
+
+
+def check_format(fmt: str) -> str:
+    """`fmt` if it is one of FORMATS (ValueError naming the valid ones otherwise)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown input format {fmt!r}: valid formats are {', '.join(FORMATS)}")
+    return fmt
+
+
+def parse_record(raw: RawRecord, fmt: str) -> Record:
+    """Parse one record of format `fmt`.
+
+    Raises:
+      InputError: invalid UTF-8, a text line with more than one pair separator,
+        bad JSON, a JSON value without a string "text", a malformed CoNLL-U sentence.
+    """
+    if check_format(fmt) == "conllu":
+        return _parse_conllu(raw)
+    line = _decode(raw.lines[0], raw.line)
+    if fmt == "jsonl":
+        return _parse_jsonl(line, raw)
+    try:
+        text = split_pair(line)
+    except ValueError as e:
+        raise InputError(raw.line, str(e)) from None
+    return Record(index=raw.index, line=raw.line, id=str(raw.index), text=text)
+
+
+def _decode(data: bytes, line: int) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(line, f"invalid UTF-8 at byte {e.start + 1}") from None
+
+
+def _parse_jsonl(line: str, raw: RawRecord) -> Record:
+    try:
+        doc = json.loads(line)
+    except ValueError as e:
+        raise InputError(raw.line, f"bad JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise InputError(raw.line, f"expected a JSON object, got {type(doc).__name__}")
+    text, text_b, id_ = doc.get("text"), doc.get("text_b"), doc.get("id")
+    if text is None:
+        raise InputError(raw.line, 'missing "text"')
+    if not isinstance(text, str):
+        raise InputError(raw.line, f'"text" must be a string, got {type(text).__name__}')
+    if text_b is not None and not isinstance(text_b, str):
+        raise InputError(raw.line, f'"text_b" must be a string, got {type(text_b).__name__}')
+    if id_ is not None and (isinstance(id_, bool) or not isinstance(id_, (str, int))):
+        raise InputError(raw.line, f'"id" must be a string or an integer, got {id_!r}')
+    return Record(
+        index=raw.index,
+        line=raw.line,
+        id=str(raw.index) if id_ is None else str(id_),
+        text=text if text_b is None else (text, text_b),
+    )
+
+
+_LINE_PREFIX = re.compile(r"^line (\d+): ")
+
+
+def _parse_conllu(raw: RawRecord) -> Record:
+    lines = [_decode(data, raw.line + i) for i, data in enumerate(raw.lines)]
+    try:
+        sentences = list(read_conllu(lines))
+    except ValueError as e:
+        # read_conllu numbers lines from 1 within the block it was given.
+        match = _LINE_PREFIX.match(str(e))
+        if not match:
+            raise InputError(raw.line, str(e)) from None
+        raise InputError(raw.line + int(match.group(1)) - 1, str(e)[match.end() :]) from None
+    if len(sentences) != 1:  # a block of comments only is not a record (see records)
+        raise InputError(raw.line, f"expected one sentence, found {len(sentences)}")
+    sentence = sentences[0]
+    return Record(
+        index=raw.index,
+        line=raw.line,
+        id=sentence.sent_id or str(raw.index),
+        text=" ".join(sentence.words),
+        sentence=sentence,
+    )

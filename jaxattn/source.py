@@ -1,0 +1,71 @@
+"""`CaptureSource`: what every consumer of captures needs from an engine or a server.
+
+`jaxattn.Engine` (a local model) and `jaxattn.client.AttentionClient` (a gRPC
+server) both satisfy it, so a command, a view or an analysis written against it
+works with either:
+
+    def summarise(source: CaptureSource, texts):
+        for cap in source.stream(texts, what=("attention",)):
+            ...
+
+Pure Python: a Protocol, nothing to import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Protocol, runtime_checkable
+
+from jaxattn.capture import Capture
+from jaxattn.config import ModelInfo
+from jaxattn.inputs import Text
+
+
+@runtime_checkable
+class CaptureSource(Protocol):
+    """Captures of texts, in input order, from a local engine or a server.
+
+    Both methods take the same selection as `jaxattn.Engine.capture`: quantity
+    names, layer and head indices (None = all), the output dtype, and whether to
+    cut texts over the model's limit. They raise ValueError for a bad request;
+    a server source raises `jaxattn.client.AttentionServiceError` when the call
+    fails. Close a source (or use it as a context manager) when done.
+    """
+
+    def model_info(self) -> ModelInfo:
+        """The model behind the source."""
+        ...
+
+    def capture(
+        self,
+        texts: Sequence[Text],
+        what: str | Iterable[str] | None = ("attention",),
+        layers: Iterable[int] | int | None = None,
+        heads: Iterable[int] | int | None = None,
+        dtype: str = "float32",
+        *,
+        truncate: bool = False,
+    ) -> list[Capture]:
+        """One Capture per text, in input order."""
+        ...
+
+    def stream(
+        self,
+        texts: Sequence[Text],
+        what: str | Iterable[str] | None = ("attention",),
+        layers: Iterable[int] | int | None = None,
+        heads: Iterable[int] | int | None = None,
+        dtype: str = "float32",
+        *,
+        truncate: bool = False,
+    ) -> Iterator[Capture]:
+        """The same Captures, yielded in input order as they are ready."""
+        ...
+
+    def close(self) -> None:
+        """Release what the source holds (channels; nothing for an engine)."""
+        ...
+
+    def __enter__(self) -> CaptureSource: ...
+
+    def __exit__(self, *exc) -> None: ...

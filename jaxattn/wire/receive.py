@@ -1,0 +1,197 @@
+"""Receiving (the client side): a Capture response stream -> one `Capture` per example.
+
+`StreamDecoder` consumes the stream's messages in order, either parsed
+(`feed`) or as received bytes (`feed_bytes`, which finds each chunk's data in
+the buffer instead of copying it out), checks every chunk against the protocol
+(attention.proto) and its CRC-32, and returns each example's Capture once its
+last chunk has arrived.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from jaxattn.capture import Capture
+from jaxattn.v1 import attention_pb2 as pb
+from jaxattn.wire import protowire
+from jaxattn.wire.codecs import (
+    DATATYPE_TO_DTYPE,
+    PB_TO_CODEC,
+    ChecksumError,
+    WireError,
+    checksum,
+    decompress,
+    wire_dtype,
+)
+
+
+class _Tensor:
+    """One tensor being reassembled."""
+
+    def __init__(self, chunk: pb.TensorChunk):
+        if chunk.datatype not in DATATYPE_TO_DTYPE:
+            raise WireError(
+                f"tensor {chunk.tensor!r}: unknown datatype {chunk.datatype!r}; "
+                f"expected one of {', '.join(DATATYPE_TO_DTYPE)}"
+            )
+        self.dtype = DATATYPE_TO_DTYPE[chunk.datatype]
+        self.shape = tuple(int(d) for d in chunk.shape)
+        self.key = (chunk.datatype, self.shape, chunk.total_bytes, chunk.scale, chunk.offset)
+        expected = math.prod(self.shape) * wire_dtype(self.dtype).itemsize
+        if chunk.total_bytes != expected:
+            raise WireError(
+                f"tensor {chunk.tensor!r}: total_bytes {chunk.total_bytes} does not match "
+                f"shape {list(self.shape)} of {chunk.datatype} ({expected} bytes)"
+            )
+        self.scale, self.offset = chunk.scale, chunk.offset
+        self.buffer = np.empty(expected, np.uint8)  # every byte is written before use
+        self.filled = 0
+
+    def add(self, chunk: pb.TensorChunk, data) -> None:
+        key = (chunk.datatype, tuple(chunk.shape), chunk.total_bytes, chunk.scale, chunk.offset)
+        if key != self.key:
+            raise WireError(f"tensor {chunk.tensor!r}: chunks disagree on datatype/shape/scale")
+        if chunk.byte_offset != self.filled:
+            raise WireError(
+                f"tensor {chunk.tensor!r}: chunk at byte {chunk.byte_offset}, expected "
+                f"{self.filled} (chunks must be contiguous and in order)"
+            )
+        end = chunk.byte_offset + chunk.byte_length
+        if end > len(self.buffer):
+            raise WireError(f"tensor {chunk.tensor!r}: chunk ends past total_bytes")
+        codec = PB_TO_CODEC.get(chunk.codec)
+        if codec is None:
+            raise WireError(f"tensor {chunk.tensor!r}: unknown codec {chunk.codec}")
+        data = decompress(data, codec, chunk.byte_length)
+        crc = checksum(data)
+        if crc != chunk.crc32:
+            raise ChecksumError(
+                f"tensor {chunk.tensor!r} of example {chunk.example_index}: CRC-32 mismatch "
+                f"in bytes {chunk.byte_offset}..{end} (got {crc:#010x}, chunk says "
+                f"{chunk.crc32:#010x})"
+            )
+        self.buffer[chunk.byte_offset : end] = np.frombuffer(data, np.uint8)
+        self.filled = end
+
+    @property
+    def complete(self) -> bool:
+        return self.filled == len(self.buffer)
+
+    def array(self) -> np.ndarray:
+        arr = self.buffer.view(wire_dtype(self.dtype)).reshape(self.shape)
+        return arr.astype(arr.dtype.newbyteorder("="), copy=False)
+
+
+class StreamDecoder:
+    """Rebuilds Captures from a Capture response stream, one message at a time.
+
+        decoder = StreamDecoder()
+        for message in call:
+            cap = decoder.feed(message)      # a Capture when an example completes
+        decoder.finish()                     # raises if the stream ended mid-example
+
+    Attributes:
+      wire_bytes: chunk payload bytes received so far (compressed sizes).
+
+    Raises (from feed, feed_bytes, finish):
+      ChecksumError: a chunk's decoded bytes do not match its CRC-32.
+      WireError: any other breach of the protocol.
+    """
+
+    def __init__(self):
+        self.header: pb.ExampleHeader | None = None
+        self.tensors: dict[str, _Tensor] = {}
+        self.chunks = 0
+        self.next_index = 0
+        self.wire_bytes = 0
+
+    def feed(self, message: pb.CaptureResponse) -> Capture | None:
+        """Take the next parsed message; return the example's Capture once it is complete."""
+        kind = message.WhichOneof("item")
+        if kind == "header":
+            return self._header(message.header)
+        if kind == "chunk":
+            return self._chunk(message.chunk, message.chunk.data)
+        raise WireError("a CaptureResponse with neither header nor chunk")
+
+    def feed_bytes(self, buf: bytes) -> Capture | None:
+        """Take the next message as received bytes (a serialised CaptureResponse)."""
+        split = protowire.split_response(buf)
+        if split is None:  # not the common shape: parse it the ordinary way
+            try:
+                message = pb.CaptureResponse.FromString(buf)
+            except Exception as e:  # google.protobuf.message.DecodeError
+                raise WireError(f"an unparsable CaptureResponse: {e}") from None
+            return self.feed(message)
+        kind, fields, data = split
+        try:
+            if kind == "header":
+                return self._header(pb.ExampleHeader.FromString(fields))
+            chunk = pb.TensorChunk.FromString(fields)
+        except WireError:
+            raise
+        except Exception as e:
+            raise WireError(f"an unparsable {kind}: {e}") from None
+        return self._chunk(chunk, data)
+
+    def finish(self) -> None:
+        """Check the stream did not end in the middle of an example."""
+        if self.header is not None:
+            raise WireError(
+                f"the stream ended with example {self.header.index} incomplete "
+                f"({self.chunks} of {self.header.chunk_count} chunks)"
+            )
+
+    def _header(self, header: pb.ExampleHeader) -> Capture | None:
+        if self.header is not None:
+            raise WireError(f"example {header.index} started before {self.header.index} ended")
+        if header.index != self.next_index:
+            raise WireError(f"example {header.index} arrived, expected {self.next_index}")
+        if not header.tensors or header.chunk_count < len(header.tensors):
+            raise WireError(f"example {header.index}: a header announcing no or too few chunks")
+        self.header, self.tensors, self.chunks = header, {}, 0
+        return None
+
+    def _chunk(self, chunk: pb.TensorChunk, data) -> Capture | None:
+        header = self.header
+        if header is None or chunk.example_index != header.index:
+            raise WireError(f"a chunk of example {chunk.example_index} outside its example")
+        if chunk.tensor not in header.tensors:
+            raise WireError(f"example {header.index}: unannounced tensor {chunk.tensor!r}")
+        self.wire_bytes += len(data)
+        if chunk.tensor not in self.tensors:
+            self.tensors[chunk.tensor] = _Tensor(chunk)
+        self.tensors[chunk.tensor].add(chunk, data)
+        self.chunks += 1
+        if self.chunks < header.chunk_count:
+            return None
+        return self._complete()
+
+    def _complete(self) -> Capture:
+        header, tensors = self.header, self.tensors
+        missing = [n for n in header.tensors if n not in tensors or not tensors[n].complete]
+        if missing:
+            raise WireError(f"example {header.index}: tensors {missing} incomplete")
+        dtypes = {t.dtype for t in tensors.values()}
+        if len(dtypes) != 1:
+            raise WireError(f"example {header.index}: mixed datatypes {sorted(dtypes)}")
+        dtype = dtypes.pop()
+        quant = {}
+        if dtype == "uint8":
+            quant = {n: (t.scale, t.offset) for n, t in tensors.items()}
+        cap = Capture(
+            tokens=tuple(header.tokens),
+            sentence_b_start=(
+                header.sentence_b_start if header.HasField("sentence_b_start") else None
+            ),
+            layers=tuple(header.layers),
+            heads=tuple(header.heads),
+            dtype=dtype,
+            tensors={n: tensors[n].array() for n in header.tensors},
+            quantization=quant,
+        )
+        self.header, self.tensors = None, {}
+        self.next_index += 1
+        return cap

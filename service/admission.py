@@ -1,0 +1,55 @@
+"""Admission: what a request reserves, and when the server says no (RESOURCE_EXHAUSTED).
+
+A job reserves its worst case at admission: its unsent-results bound (the
+per-call buffer, or its largest example if larger, never more than all its
+results) plus the chunks its stream may hold. The batcher admits it only while
+fewer than `queue_size` jobs hold a slot and the reservations fit `total_bytes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+# Chunks one stream may hold besides its buffered examples: two prefetched,
+# one being built, one inside gRPC (see service/servicer.py).
+STREAM_CHUNKS = 4
+_MiB = 1 << 20
+
+
+class QueueFull(Exception):
+    """The server is at its admitted-request or buffered-bytes limit."""
+
+
+def reservation(
+    engine, spec, tokenized: Sequence, *, buffer_bytes: int, chunk_bytes: int
+) -> tuple[list[int], int]:
+    """(output bytes of each example, bytes the job reserves).
+
+    `engine.output_bytes`, when the engine has it, sizes the examples; an
+    engine without it (a test double) reserves nothing.
+    """
+    sizer = getattr(engine, "output_bytes", None)
+    sizes = [int(sizer(spec, e.length)) if sizer else 0 for e in tokenized]
+    largest = max(sizes, default=0)
+    reserve = min(sum(sizes), max(buffer_bytes, largest))
+    return sizes, reserve + STREAM_CHUNKS * min(chunk_bytes, largest)
+
+
+def refusal(
+    *, admitted: int, queue_size: int, reserve: int, reserved: int, total_bytes: int
+) -> str | None:
+    """Why a job cannot be admitted now (the QueueFull message), or None if it can."""
+    if admitted >= queue_size:
+        return f"the server's queue is full ({queue_size} requests in progress); retry later"
+    if reserve > total_bytes:
+        return (
+            f"this request needs {reserve / _MiB:.0f} MiB of result buffer; this server "
+            f"allows {total_bytes / _MiB:.0f} MiB: send fewer or shorter texts, or fewer "
+            "quantities"
+        )
+    if reserved + reserve > total_bytes:
+        return (
+            f"the server's result buffers are full ({reserved / _MiB:.0f} of "
+            f"{total_bytes / _MiB:.0f} MiB reserved); retry later"
+        )
+    return None

@@ -1,0 +1,16 @@
+"""The dump's final summary line."""
+
+from __future__ import annotations
+
+from jaxattn.dump.counts import Counts, summary
+from jaxattn.progress import human_bytes
+
+
+def test_summary_line():
+    counts = Counts(examples=10, skipped=1, truncated=2, errors=3, tokens=99, bytes=1_234_567)
+    line = summary("dump", counts, seconds=2.0, shards=3, resumed=1, stored=1_000_000)
+    assert line == (
+        "dump: 10 examples in 3 shards (1 already done), 1 skipped, 2 truncated, 3 errors, "
+        "1.2 MB written (1.0 MB on disk), 2.0s (5.0 ex/s)"
+    )
+    assert human_bytes(999) == "999 B" and human_bytes(1_500) == "1.5 kB"

@@ -1,0 +1,162 @@
+"""Input files: records found on raw bytes, parsed per format, with errors naming the line."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from jaxattn.inputs import (
+    InputError,
+    RawRecord,
+    detect_format,
+    parse_record,
+    read_records,
+    scan_records,
+    split_pair,
+)
+
+CONLLU = """# newdoc id = d1
+# sent_id = s1
+# text = I went.
+1\tI\tI\tPRON\t_\t_\t2\tnsubj\t_\t_
+2-3\twent.\t_\t_\t_\t_\t_\t_\t_\t_
+2\twent\tgo\tVERB\t_\t_\t0\troot\t_\t_
+3\t.\t.\tPUNCT\t_\t_\t2\tpunct\t_\t_
+
+# sent_id = s2
+1\tHello\thello\tINTJ\t_\t_\t0\troot\t_\t_
+3\tbad\tbad\tADJ\t_\t_\t1\tamod\t_\t_
+
+1\tBye\tbye\tINTJ\t_\t_\t0\troot\t_\t_
+"""
+
+
+def test_text_records_pairs_and_blank_lines(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"one\n\n  \ntwo\tthree\r\nfour\tfive\tsix\n\xffbad\n")
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        records = list(scan_records(f, "text", digest))
+    assert digest.hexdigest() == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert [r.line for r in records] == [1, 4, 5, 6]
+    assert [r.index for r in records] == [0, 1, 2, 3]
+    assert parse_record(records[0], "text").text == "one"
+    assert parse_record(records[1], "text").text == ("two", "three")
+    with pytest.raises(InputError, match="line 5: more than one tab"):
+        parse_record(records[2], "text")
+    with pytest.raises(InputError, match="line 6: invalid UTF-8 at byte 1"):
+        parse_record(records[3], "text")
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        (b'{"text": "a", ', "bad JSON"),
+        (b"[1, 2]", "expected a JSON object, got list"),
+        (b'{"text_b": "b"}', 'missing "text"'),
+        (b'{"text": ["a"]}', '"text" must be a string'),
+        (b'{"text": "a", "text_b": 1}', '"text_b" must be a string'),
+        (b'{"text": "a", "id": true}', '"id" must be a string or an integer'),
+    ],
+)
+def test_bad_jsonl_lines(line, message):
+    with pytest.raises(InputError, match=f"line 9: {message}") as info:
+        parse_record(RawRecord(3, 9, (line,)), "jsonl")
+    assert info.value.line == 9
+
+
+def test_jsonl_ids_and_pairs():
+    ex = parse_record(RawRecord(3, 9, (b'{"text": "a", "text_b": "b", "id": 12}',)), "jsonl")
+    assert (ex.text, ex.id, ex.index, ex.line) == (("a", "b"), "12", 3, 9)
+    assert parse_record(RawRecord(5, 6, (b'{"text": "a", "text_b": null}',)), "jsonl").id == "5"
+
+
+def test_conllu_sentences_and_errors(tmp_path):
+    path = tmp_path / "in.conllu"
+    path.write_text(CONLLU)
+    with open(path, "rb") as f:
+        records = list(scan_records(f, "conllu"))
+    assert len(records) == 3  # the trailing comment-only block is no record
+    first = parse_record(records[0], "conllu")
+    assert (first.text, first.id, first.line) == ("I went .", "s1", 1)
+    assert first.sentence.words == ("I", "went", ".") and first.sentence.heads == (2, 0, 2)
+    with pytest.raises(InputError, match="line 11: word ID '3', expected 2"):
+        parse_record(records[1], "conllu")
+    assert parse_record(records[2], "conllu").id == "2"
+
+
+def test_detect_format(tmp_path):
+    cases = {
+        "a.txt": "hello\n",
+        "b.data": '\n{"text": "x"}\n',
+        "c": CONLLU,
+        "d.jsonl": "x",
+        "e.conllu": "",
+        "f": "1\tI\tI\tPRON\t_\t_\t0\troot\t_\t_\n",
+    }
+    want = {
+        "a.txt": "text",
+        "b.data": "jsonl",
+        "c": "conllu",
+        "d.jsonl": "jsonl",
+        "e.conllu": "conllu",
+        "f": "conllu",
+    }
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text)
+        assert detect_format(tmp_path / name) == want[name], name
+
+
+@pytest.mark.parametrize(
+    "line, want",
+    [
+        ("one text", "one text"),
+        ("A ||| B", ("A", "B")),
+        ("A|||B", ("A", "B")),
+        ("A\tB", ("A", "B")),
+        ("  spaced  ", "  spaced  "),  # kept exact: byte-level BPE sees leading spaces
+        ("tab\tinside ||| pair", ("tab\tinside", "pair")),  # ||| wins over a tab
+    ],
+)
+def test_split_pair(line, want):
+    assert split_pair(line) == want
+
+
+@pytest.mark.parametrize("line", ["a ||| b ||| c", "a\tb\tc"])
+def test_split_pair_refuses_two_separators(line):
+    with pytest.raises(ValueError, match="more than one"):
+        split_pair(line)
+
+
+def test_every_format_reads_pairs_the_same_way(tmp_path):
+    """A pair is a pair in text (both separators), JSONL and across read_records."""
+    (tmp_path / "a.txt").write_text("x ||| y\nx\ty\nz\n", encoding="utf-8")
+    (tmp_path / "b.jsonl").write_text(
+        '{"text": "x", "text_b": "y", "id": "p"}\n{"text": "z"}\n', encoding="utf-8"
+    )
+    texts = [r.text for r in read_records(tmp_path / "a.txt")]
+    assert texts == [("x", "y"), ("x", "y"), "z"]
+    records = list(read_records(tmp_path / "b.jsonl"))
+    assert [r.text for r in records] == [("x", "y"), "z"] and records[0].id == "p"
+
+
+def test_read_records_names_file_and_line_or_skips(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b'{"text": "a"}\n{"text": 1}\n{"text": "c"}\n')
+    with pytest.raises(InputError, match=r"c\.jsonl:2: \"text\" must be a string"):
+        list(read_records(path))
+    assert [r.text for r in read_records(path, on_error="skip")] == ["a", "c"]
+    assert [r.text for r in read_records(path, on_error="skip", limit=1)] == ["a"]
+    with pytest.raises(FileNotFoundError, match="no input file"):
+        list(read_records(tmp_path / "missing.txt"))
+    with pytest.raises(ValueError, match="unknown input format 'csv'"):
+        list(read_records(path, "csv"))
+
+
+def test_conllu_records_carry_their_tree(tmp_path):
+    path = tmp_path / "d.conllu"
+    path.write_text(CONLLU)
+    records = list(read_records(path, on_error="skip"))
+    assert [r.id for r in records] == ["s1", "2"]
+    assert records[0].sentence.text == "I went." and records[0].text == "I went ."

@@ -1,0 +1,248 @@
+"""The house plan holds: imports point one way, nothing circles, and the light side stays light.
+
+Every import statement of every module under jaxattn/ and service/ is read
+from the source (module level and inside functions alike, so a lazy import
+counts), mapped to the room (folder) it comes from and goes to, and checked
+against ROOMS: a room may import only the rooms listed for it. Then the module
+graph must have no cycle, and the rooms that a client-only install runs
+(the contract, inputs, wire, client, analysis, views, store) must import
+neither jax, flax, torch nor transformers, checked statically and by
+importing them all in a process where those packages cannot be imported.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# room -> the rooms its modules may import (besides their own room). In flow
+# order: inputs (files -> texts), the numpy-only contract ("core": quantities,
+# dtypes, spec, config, capture, source, errors, progress, and the generated
+# v1 code), engine (the jax side), checkpoints (directories -> an Engine), wire
+# and client (Captures over gRPC), then the outer rooms. "facade" is the
+# package itself (jaxattn/__init__, __main__, _aliases): outer rooms may call
+# `jaxattn.load`, inner ones may not.
+ROOMS: dict[str, set[str]] = {
+    "inputs": set(),
+    "core": {"inputs"},
+    "engine": {"core", "inputs"},
+    "checkpoints": {"core", "inputs", "engine"},
+    "wire": {"core", "inputs"},
+    "client": {"core", "inputs", "wire"},
+    "analysis": {"core", "inputs"},
+    "views": {"core", "inputs", "analysis"},
+    "store": {"core", "inputs"},
+    "dump": {"core", "inputs", "engine", "checkpoints", "store", "facade"},
+    "bench": {"core", "inputs", "engine", "checkpoints", "wire", "client", "facade"},
+    "cli": {
+        "core",
+        "inputs",
+        "engine",
+        "checkpoints",
+        "wire",
+        "client",
+        "analysis",
+        "views",
+        "store",
+        "dump",
+        "bench",
+        "facade",
+        "service",
+    },  # fmt: skip
+    "facade": {"core", "inputs", "engine", "checkpoints", "store", "cli"},
+    "service": {"core", "inputs", "wire", "facade"},
+}
+# The only module that may reach the server package, and only inside a function.
+SERVICE_GATE = "jaxattn.cli.serve_cmd"
+# Rooms a client-only install imports: no jax, flax, torch or transformers.
+LIGHT = ("core", "inputs", "wire", "client", "analysis", "views", "store")
+HEAVY = ("jax", "jaxlib", "flax", "torch", "transformers", "orbax")
+# Lazy imports of a heavy package a light room may make, only when the user asks.
+OPTIONAL_HEAVY = {("jaxattn.views.bertviz", "torch"): "BertViz takes torch tensors, when asked"}
+CORE = {"quantities", "dtypes", "spec", "config", "capture", "source", "errors", "progress", "v1"}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package in ("jaxattn", "service"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            out[name] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def room(module: str) -> str:
+    parts = module.split(".")
+    if parts[0] == "service":
+        return "service"
+    if len(parts) == 1 or parts[1] in ("__main__", "_aliases"):
+        return "facade"
+    return "core" if parts[1] in CORE else parts[1]
+
+
+def _imports(path: Path) -> list[tuple[str, bool]]:
+    """(imported module, inside a function) of every absolute import in a file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+
+    def visit(node, lazy: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = lazy or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if isinstance(child, ast.Import):
+                found.extend((a.name, lazy) for a in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                for a in child.names:  # `from pkg import module` imports the module
+                    sub = f"{child.module}.{a.name}"
+                    found.append((sub if sub in MODULES else child.module, lazy))
+            visit(child, inner)
+
+    visit(tree, False)
+    return found
+
+
+def _edges() -> dict[str, set[tuple[str, bool]]]:
+    ours = ("jaxattn", "service")
+    return {
+        name: {(m, lazy) for m, lazy in _imports(path) if m.split(".")[0] in ours and m != name}
+        for name, path in MODULES.items()
+    }
+
+
+EDGES = _edges()
+
+
+def test_the_rooms_themselves_form_no_circle():
+    order, seen = [], set()
+
+    def visit(r, stack):
+        assert r not in stack, f"rooms import each other in a circle: {stack + [r]}"
+        if r not in seen:
+            for dep in ROOMS[r] - {r}:
+                if not (r == "facade" and dep == "cli"):  # `jaxattn` -> its __main__'s CLI
+                    visit(dep, stack + [r])
+            seen.add(r)
+            order.append(r)
+
+    for r in ROOMS:
+        visit(r, [])
+
+
+def violations(edges: dict[str, set[tuple[str, bool]]]) -> list[str]:
+    """Every import in `edges` (module -> {(target, lazy)}) that goes against ROOMS."""
+    wrong = []
+    for module, targets in edges.items():
+        mine = room(module)
+        for target, lazy in targets:
+            theirs = room(target)
+            if theirs == mine:
+                continue
+            if theirs not in ROOMS[mine]:
+                wrong.append(f"{module} ({mine}) imports {target} ({theirs})")
+            elif theirs == "service" and not (module == SERVICE_GATE and lazy):
+                wrong.append(f"{module} imports {target}: only {SERVICE_GATE} may, lazily")
+    return sorted(wrong)
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles (strongly connected components of 2+ modules) of `graph`."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def strongconnect(v):  # Tarjan
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in graph:
+        if v not in index:
+            strongconnect(v)
+    return cycles
+
+
+def test_imports_point_inward():
+    wrong = violations(EDGES)
+    assert not wrong, "imports against the plan:\n" + "\n".join(wrong)
+
+
+def test_no_import_cycles():
+    graph = {m: {t for t, _ in targets if t in MODULES} for m, targets in EDGES.items()}
+    assert not cycles(graph), f"import cycles: {cycles(graph)}"
+
+
+def test_the_checks_catch_what_they_guard_against():
+    """Made-up imports of each kind the plan forbids are reported."""
+    bad = {
+        "jaxattn.capture": {("jaxattn.views.page", True)},  # the contract reaching outward
+        "jaxattn.wire.send": {("jaxattn.engine.engine", False)},  # the light side reaching jax
+        "jaxattn.cli.demo_cmd": {("service.server", True)},  # a second gate to the server
+        "service.main": {("jaxattn.cli", True)},  # the server reaching back into the CLI
+        "jaxattn.cli.serve_cmd": {("service", False)},  # the gate, but not lazily
+    }
+    assert len(violations(bad)) == 5
+    assert violations({"jaxattn.cli.serve_cmd": {("service", True)}}) == []
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_light_rooms_import_no_heavy_package_in_their_source():
+    wrong = [
+        f"{module} imports {target}"
+        for module, path in MODULES.items()
+        if room(module) in LIGHT
+        for target, lazy in _imports(path)
+        if target.split(".")[0] in HEAVY
+        and not (lazy and (module, target.split(".")[0]) in OPTIONAL_HEAVY)
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.slow
+def test_light_rooms_import_with_jax_and_torch_blocked():
+    light = sorted(m for m in MODULES if room(m) in LIGHT and not m.endswith("_pb2_grpc"))
+    script = textwrap.dedent(f"""
+        import importlib, importlib.abc, sys
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in {HEAVY!r}:
+                    raise ImportError(f"{{name}} is blocked")
+        sys.meta_path.insert(0, Block())
+        for module in {light!r}:
+            importlib.import_module(module)
+        print("ok", len({light!r}))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-3000:]
+
+
+def test_every_module_has_a_room_and_stays_small():
+    for module, path in MODULES.items():
+        assert room(module) in ROOMS, f"{module}: a folder the plan does not know"
+        if not path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
+            lines = len(path.read_text(encoding="utf-8").splitlines())
+            assert lines <= 300, f"{path.relative_to(ROOT)} has {lines} lines (the limit is 300)"

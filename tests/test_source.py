@@ -1,0 +1,76 @@
+"""One capture source: Engine and AttentionClient both satisfy `jaxattn.CaptureSource`."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import jaxattn
+from jaxattn.cli.source import open_source
+from jaxattn.client import AttentionClient
+from jaxattn.quantities import QUANTITIES
+
+ALL_QUANTITIES = tuple(QUANTITIES)
+
+
+def test_engine_and_client_are_capture_sources(engines):
+    assert isinstance(engines["bert"], jaxattn.CaptureSource)
+    with AttentionClient("127.0.0.1:1", timeout=1, retries=0) as client:
+        assert isinstance(client, jaxattn.CaptureSource)
+    assert engines["bert"].model_info() == engines["bert"].info
+
+
+def test_engine_stream_gives_the_captures_in_input_order(engines, standard_texts, full_captures):
+    # Buckets finish shortest first; stream still yields in input order.
+    texts = standard_texts["bert"][::-1]
+    streamed = list(engines["bert"].stream(texts, what=ALL_QUANTITIES))
+    for cap, full in zip(streamed, full_captures["bert"][::-1], strict=True):
+        assert cap.tokens == full.tokens
+        np.testing.assert_allclose(cap.attention, full.attention, rtol=1e-5, atol=1e-5)
+
+
+def test_open_source_picks_the_engine_or_the_client(monkeypatch, engines):
+    monkeypatch.setattr(jaxattn, "load", lambda path=None: engines["bert"])
+    local = argparse.Namespace(server=None, model="m")
+    assert open_source(local) is engines["bert"]
+    remote = argparse.Namespace(server="127.0.0.1:1,127.0.0.1:2", token_file=None, tls_ca=None,
+                                timeout=5.0, codec="lz4", model=None)  # fmt: skip
+    with open_source(remote) as client:
+        assert isinstance(client, AttentionClient) and client.codec == "lz4"
+        assert client._channels.addresses == ("127.0.0.1:1", "127.0.0.1:2")
+
+
+def test_client_refuses_an_unknown_default_codec():
+    with pytest.raises(ValueError, match="unknown codec 'gzip'"):
+        AttentionClient("127.0.0.1:1", codec="gzip")
+
+
+def test_old_module_paths_still_import_with_a_warning():
+    for name in ("jaxattn.ablation", "jaxattn.encodings"):
+        sys.modules.pop(name, None)  # imported afresh, so the warning fires here
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        from jaxattn.ablation import HeadAblation
+        from jaxattn.encodings import ENCODINGS
+
+        from jaxattn.engine import HeadAblation as NewHeadAblation
+
+    assert HeadAblation is NewHeadAblation and ENCODINGS is jaxattn.OUTPUT_DTYPES
+    moved = [str(w.message) for w in seen if issubclass(w.category, DeprecationWarning)]
+    assert any("jaxattn.ablation moved to jaxattn.engine.ablation" in m for m in moved)
+    import jaxattn.convert.hf_config as old
+
+    import jaxattn.checkpoints.hf_config as new
+
+    assert old is new  # one module, not a second copy
+
+
+def test_version_and_python_dash_m():
+    out = subprocess.run([sys.executable, "-m", "jaxattn", "--version"], capture_output=True,
+                         text=True)  # fmt: skip
+    assert out.returncode == 0 and out.stdout.startswith("jaxattn ")
