@@ -33,16 +33,17 @@ import threading
 import time
 from pathlib import Path
 
-FULL = ("attention", "queries", "keys", "fx_norm", "alpha_fx_norm", "sum_alpha_fx_norm")
-DTYPES = ("float32", "float16", "bfloat16", "uint8")
-CODECS = ("none", "zstd", "lz4")
+from jaxattn.bench.capture import FULL
+from jaxattn.bench.corpus import read_sentences
+from jaxattn.dtypes import OUTPUT_DTYPES as DTYPES
+from jaxattn.wire.codecs import CODECS
+
 CONLLU = Path(__file__).resolve().parents[2] / "shared/data/ud-english-ewt/en_ewt-ud-dev.conllu"
 SHORT = "I went to the store."
 
 
 def sentences(conllu: Path) -> list[str]:
-    with open(conllu, encoding="utf-8") as f:
-        return [line.split("=", 1)[1].strip() for line in f if line.startswith("# text =")]
+    return [t for t in read_sentences(conllu) if isinstance(t, str)]
 
 
 def long_texts(pool: list[str], n: int, words: int = 72) -> list[str]:

@@ -14,11 +14,11 @@ Public names: `load`, `Engine`, `Capture`, `CaptureSource`, `CaptureSpec`,
 `head_ablation_study`, `convert_checkpoint`, `open_store`, `JaxattnError`.
 
 The package, in the order data flows (README "How it works" has the map):
-the numpy-only contract at the top (`quantities`, `dtypes`, `spec`, `config`,
-`capture`, `source`, `errors`), then `inputs/` (files -> texts),
-`engine/` (texts -> Captures: the only jax side), `checkpoints/` (model
-directories -> an Engine), `wire/` and `client/` (Captures over gRPC),
-`analysis/`, `views/`, `store/`, `dump/`, `bench/`, `cli/`.
+`inputs/` (files -> texts), the numpy-only contract (`quantities`, `dtypes`,
+`spec`, `config`, `capture`, `source`, `errors`, `progress`), `engine/`
+(texts -> Captures, where jax computes), `checkpoints/` (model directories ->
+an Engine), `wire/` and `client/` (Captures over gRPC), `analysis/`,
+`views/`, `store/`, `dump/`, `bench/`, `cli/`.
 
 Importing jaxattn does not import jax: `load`, `Engine` and the other engine
 names are resolved on first use, so the client and the analyses run where only

@@ -36,11 +36,16 @@ MOVED = {
     "jaxattn.client.loadtest": "jaxattn.bench.loadtest",
     "jaxattn.wire.encode": "jaxattn.wire.send",
     "jaxattn.wire.decode": "jaxattn.wire.receive",
+    "jaxattn.dump.inputs": "jaxattn.inputs.formats",
+    "jaxattn.dump.plan": "jaxattn.dump.sharding",
 }
 
 
 class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds the old names and hands back the module at its new place."""
+
+    def __init__(self):
+        self._real_specs: dict[str, importlib.machinery.ModuleSpec] = {}
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname not in MOVED:
@@ -52,12 +57,20 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         warnings.warn(
             f"{spec.name} moved to {new} in jaxattn 0.2; the old name goes in 0.3",
             DeprecationWarning,
-            stacklevel=2,
+            stacklevel=2,  # importlib's own frames are skipped: this names the importer
         )
-        return importlib.import_module(new)
+        module = importlib.import_module(new)
+        self._real_specs[spec.name] = module.__spec__
+        return module
 
     def exec_module(self, module) -> None:
-        """Nothing to run: the module was imported at its new place."""
+        """Nothing to run; only undo what importlib did to the module.
+
+        importlib sets ``module.__spec__`` to the alias's spec after
+        `create_module`; the real spec goes back, so `importlib.reload`,
+        `importlib.resources` and `find_spec` keep seeing the module as it is.
+        """
+        module.__spec__ = self._real_specs.pop(module.__spec__.name)
 
 
 def install() -> None:

@@ -2,12 +2,13 @@
 
     try:
         ...
-    except jaxattn.JaxattnError as e:   # anything jaxattn raised on purpose
+    except jaxattn.JaxattnError as e:   # e.g. a server refused or failed a call
         print(e)
 
-`jaxattn.client.AttentionServiceError` (a failed call to a server) derives from
-it. Bad arguments raise ValueError (and FileNotFoundError for missing files),
-as Python code expects.
+Today `jaxattn.client.AttentionServiceError` (a failed call to a server)
+derives from it. Bad arguments and bad input files raise ValueError
+(`jaxattn.inputs.InputError`, `jaxattn.wire.WireError`, ... are ValueErrors)
+and missing files FileNotFoundError, as Python code expects.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@
     bar.close()
 
 On a terminal the line is redrawn in place (at most 5 times a second);
-otherwise (a log file) a line is written at the first update, every 30 s and at
-the end.
+otherwise (a log file) a line is written at the first update, then after each
+further tenth of the total or 30 s, whichever comes first, and at the end.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ class Progress:
         self.done = self.examples = self.tokens = self.bytes = 0
         self.start = time.monotonic()
         self._last = float("-inf")
+        self._drawn = -1  # `done` at the last drawn line
 
     def update(
         self, done: int = 0, *, examples: int | None = None, tokens: int = 0, bytes: int = 0
@@ -71,9 +72,15 @@ class Progress:
         self.tokens += tokens
         self.bytes += bytes
         now = time.monotonic()
-        if self.enabled and now - self._last >= (_TTY_EVERY_S if self.tty else _LOG_EVERY_S):
-            self._last = now
-            self._draw(now)
+        if self.enabled and (
+            now - self._last >= (_TTY_EVERY_S if self.tty else _LOG_EVERY_S)
+            or not self.tty
+            and self._tenth(self.done) > self._tenth(self._drawn)
+        ):
+            self._draw(now)  # fmt: skip
+
+    def _tenth(self, done: int) -> int:
+        return 10 * done // self.total if self.total else 10
 
     def line(self, now: float | None = None) -> str:
         """The current progress line."""
@@ -94,6 +101,7 @@ class Progress:
         return " ".join([*parts, f"eta {eta}"])
 
     def _draw(self, now: float) -> None:
+        self._last, self._drawn = now, self.done
         text = self.line(now)
         self.stream.write(("\r" + text + "\x1b[K") if self.tty else (text + "\n"))
         self.stream.flush()
@@ -107,7 +115,8 @@ class Progress:
         """Draw the final state and end the line."""
         if not self.enabled:
             return
-        self._draw(time.monotonic())
+        if self.tty or self.done != self._drawn:  # a log has its last line already
+            self._draw(time.monotonic())
         if self.tty:
             self.stream.write("\n")
             self.stream.flush()

@@ -8,7 +8,7 @@ works with either:
         for cap in source.stream(texts, what=("attention",)):
             ...
 
-Pure Python: a Protocol, nothing to import.
+A Protocol only: no jax; numpy comes in with `Capture`.
 """
 
 from __future__ import annotations

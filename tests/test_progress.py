@@ -23,8 +23,8 @@ def test_progress_writes_lines_to_a_log_and_nothing_when_quiet():
     log = io.StringIO()
     bar = Progress(2, "dump", stream=log)
     bar.update(1)  # the first update draws at once
-    bar.update(1)  # within 30 s: not drawn to a log
-    bar.close()  # the final state
+    bar.update(1)  # a further tenth of the total: drawn to a log
+    bar.close()  # the final state was drawn: no repeat
     lines = log.getvalue().splitlines()
     assert len(lines) == 2 and lines[-1].startswith("dump 2/2 [")
     quiet = io.StringIO()
@@ -40,3 +40,13 @@ def test_progress_line_leaves_out_what_is_not_counted():
     bar.update(4)
     line = bar.line()
     assert "2.0 ex/s" in line and "tok/s" not in line and "written" not in line
+
+
+def test_a_log_gets_a_line_per_tenth_not_per_update():
+    log = io.StringIO()
+    bar = Progress(1000, "analyze", stream=log)
+    for _ in range(1000):
+        bar.update(1)
+    bar.close()
+    lines = log.getvalue().splitlines()
+    assert len(lines) == 11 and lines[-1].startswith("analyze 1000/1000 [")

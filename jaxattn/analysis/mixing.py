@@ -39,6 +39,7 @@ NEEDS = {
     "AttnResLn-N": "attn_res_ln_norm",
 }
 MIXING_QUANTITIES = tuple(dict.fromkeys(NEEDS.values()))
+QUANTITIES = MIXING_QUANTITIES  # the 0.1 name, importable until 0.3
 
 
 def mixing_ratio_rows(weights: np.ndarray) -> np.ndarray:

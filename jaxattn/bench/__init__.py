@@ -9,3 +9,8 @@ sentences, through `jaxattn.inputs`), `loadtest` (many concurrent clients,
 every answer checked), `expect` (what a right answer is), `mix` (the load
 test's request mix and driver).
 """
+
+from jaxattn.bench.capture import format_result, run, synthetic_bert_base
+from jaxattn.bench.corpus import read_sentences
+
+__all__ = ["format_result", "read_sentences", "run", "synthetic_bert_base"]

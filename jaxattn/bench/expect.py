@@ -4,7 +4,7 @@ Numpy only (no jax): the load test's client side. References are float32
 captures computed by an in-process engine; each received tensor must be
 
 * float32: bit-identical to a reference;
-* float16 / bfloat16 / uint8: within the encoding's documented error of a
+* float16 / bfloat16 / uint8: within the output dtype's documented error of a
   reference (jaxattn.dtypes: relative 2^-11 for float16, relative 2^-8 for
   bfloat16, absolute scale / 2 = (max - min) / 510 for uint8).
 
@@ -45,7 +45,7 @@ class ExampleExpectation:
 
 
 def within_error(got: np.ndarray, ref: np.ndarray, dtype: str, scale: float | None) -> bool:
-    """Whether a decoded `dtype` tensor is within that encoding's documented error of `ref`."""
+    """Whether a decoded `dtype` tensor is within that dtype's documented error of `ref`."""
     if got.shape != ref.shape:
         return False
     if dtype == "float32":
@@ -133,7 +133,7 @@ def build_expectations(
     `max_batch`: the server engine's largest batch.
     """
     plans = []  # per request: (spec, keys of its examples)
-    examples: dict = {}  # (spec, text) -> encoding
+    examples: dict = {}  # (spec, text) -> TokenizedText
     for r in requests:
         spec = engine.make_spec(r.what, r.layers, r.heads, "float32")
         texts = [t if isinstance(t, str) else tuple(t) for t in r.texts]

@@ -36,7 +36,9 @@ FALLBACK = (
 
 def sentences(engine, conllu: Path, lo: int = 9, hi: int = 16) -> list[str]:
     """Sentences of `lo`..`hi` tokens (one length bucket: few compiled shapes)."""
-    pool = read_sentences(conllu) if conllu.is_file() else list(FALLBACK)
+    pool = list(FALLBACK)
+    if conllu.is_file():  # single sentences: pairs are made from them below
+        pool = [t for t in read_sentences(conllu) if isinstance(t, str)]
     lengths = [e.length for e in engine.tokenize(pool, truncate=True)]
     return [s for s, n in zip(pool, lengths, strict=True) if lo <= n <= hi]
 

@@ -52,10 +52,18 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, JaxattnError) as e:
         # Bad input (or a server's refusal) is the user's to fix: say what is wrong,
         # no traceback.
-        print(f"jaxattn {args.command}: error: {e}", file=sys.stderr)
+        print(f"jaxattn {args.command}: error: {_message(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _message(error: Exception) -> str:
+    code, address = getattr(error, "code", None), getattr(error, "address", None)
+    if code is not None and hasattr(error, "message"):  # a failed call to a server
+        where = f" at {address}" if address else ""
+        return f"the server{where} answered {getattr(code, 'name', code)}: {error.message}"
+    return str(error)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from jaxattn.cli.args import add_codec_argument, add_dtype_argument, add_source_arguments
 from jaxattn.cli.source import describe, open_source
+from jaxattn.engine.ablation import MODES as ABLATION_MODES
 from jaxattn.inputs import read_records
 from jaxattn.progress import Progress
 
@@ -60,7 +61,7 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--ablate",
-        choices=("zero", "uniform"),
+        choices=ABLATION_MODES,
         help="also ablate each head alone (Kovaleva et al. 2019) and report the change of "
         "the final [CLS]/mean-pooled vectors and masked-LM loss (local engine only)",
     )

@@ -7,6 +7,7 @@ Choices come from the tables (`jaxattn.dtypes.OUTPUT_DTYPES`,
     add_spec_arguments(p)       --what --layers --heads --dtype
     add_dtype_argument(p)       --dtype
     add_codec_argument(p)       --codec
+    add_token_argument(p)       --token-file
     add_truncate_argument(p)    --truncate
 """
 
@@ -64,11 +65,15 @@ def add_source_arguments(
         metavar="HOST:PORT",
         help="capture through this gRPC server (comma-separated: round-robin)",
     )
-    p.add_argument("--token-file", metavar="FILE",
-                   help="bearer token for --server (or $JAXATTN_TOKEN)")  # fmt: skip
+    add_token_argument(p)
     p.add_argument("--tls-ca", metavar="PEM", help="connect to --server with TLS trusting this CA")
     p.add_argument("--timeout", type=float, default=timeout,
                    help=f"seconds per call to --server (default {timeout:g})")  # fmt: skip
+
+
+def add_token_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--token-file", metavar="FILE",
+                   help="bearer token for --server (or $JAXATTN_TOKEN)")  # fmt: skip
 
 
 def add_spec_arguments(
@@ -93,9 +98,9 @@ def add_dtype_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_codec_argument(p: argparse.ArgumentParser) -> None:
+def add_codec_argument(p: argparse.ArgumentParser, *, used: str = "with --server") -> None:
     p.add_argument("--codec", default="zstd", choices=CODECS,
-                   help="wire compression with --server (default zstd)")  # fmt: skip
+                   help=f"wire compression {used} (default zstd)")  # fmt: skip
 
 
 def add_truncate_argument(p: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ from jaxattn.cli.args import (
     add_truncate_argument,
 )
 from jaxattn.cli.source import open_source
+from jaxattn.inputs import split_pair
 
 
 def register(subparsers) -> None:
@@ -19,7 +20,7 @@ def register(subparsers) -> None:
         "local engine, or from a running server with --server; print a summary and "
         "optionally save the capture (load it with jaxattn.Capture.load).",
     )
-    p.add_argument("text", metavar="TEXT")
+    p.add_argument("text", metavar="TEXT", help="a sentence, or a pair as 'A ||| B'")
     p.add_argument("text_b", metavar="TEXT_B", nargs="?", help="sentence B of a pair")
     add_source_arguments(p)
     add_spec_arguments(p)
@@ -30,7 +31,8 @@ def register(subparsers) -> None:
 
 
 def _run(args) -> int:
-    text = args.text if args.text_b is None else (args.text, args.text_b)
+    # 'A ||| B' is a pair, as in every input (`jaxattn.inputs.split_pair`).
+    text = split_pair(args.text) if args.text_b is None else (args.text, args.text_b)
     with open_source(args) as source:
         cap = source.capture([text], args.what, args.layers, args.heads, args.dtype,
                              truncate=args.truncate)[0]  # fmt: skip

@@ -29,7 +29,7 @@ def register(subparsers) -> None:
     )
     add_source_arguments(p, server=False)
     add_dtype_argument(p)
-    add_codec_argument(p)
+    add_codec_argument(p, used="between the demo's server and client")
     p.set_defaults(func=_run)
 
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from jaxattn.bench.corpus import DEFAULT_CONLLU
-from jaxattn.cli.args import add_source_arguments, read_token
+from jaxattn.cli.args import add_token_argument, read_token
 
 
 def register(sub) -> None:
@@ -35,13 +35,15 @@ def register(sub) -> None:
     p.add_argument("--warmup", type=int, default=200,
                    help="requests sent (and checked) before measuring, after every batch "
                    "shape was compiled once")  # fmt: skip
-    add_source_arguments(p, server=False)
+    p.add_argument("--model", metavar="PATH",
+                   help="the server's checkpoint, for the right answers (default: the embedded "
+                   "all-MiniLM-L6-v2)")  # fmt: skip
     p.add_argument("--conllu", type=Path, default=DEFAULT_CONLLU,
                    help="sentences to draw from, any input format (a built-in list if "
                    "missing)")  # fmt: skip
     p.add_argument("--server-pid", type=int, default=None,
                    help="pid whose RSS to sample (default: the local one on the port)")  # fmt: skip
-    p.add_argument("--token-file", default=None, help="bearer token file")
+    add_token_argument(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     p.set_defaults(func=run)

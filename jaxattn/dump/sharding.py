@@ -15,7 +15,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from jaxattn.inputs import RawRecord, detect_format, scan_records
+from jaxattn.inputs import READER, RawRecord, detect_format, scan_records
 from jaxattn.inputs.formats import check_format
 from jaxattn.store.metadata import InputInfo
 
@@ -94,7 +94,11 @@ def plan_shards(
         sha256=digest.hexdigest(),
         size=path.stat().st_size,
         records=count,
+        reader=READER,
     )
     return InputPlan(
         path=path, info=info, shard_size=shard_size, num_shards=num_shards, shards=shards
     )
+
+
+plan_input = plan_shards  # the 0.1 name (jaxattn.dump.plan.plan_input), importable until 0.3

@@ -19,6 +19,7 @@ from jaxattn.inputs.conllu import Sentence, coarse_relation, read_conllu
 from jaxattn.inputs.formats import (
     FORMATS,
     PAIR_SEPARATOR,
+    READER,
     InputError,
     RawRecord,
     Record,
@@ -34,6 +35,7 @@ __all__ = [
     "ON_ERROR",
     "TOO_LONG",
     "PAIR_SEPARATOR",
+    "READER",
     "InputError",
     "RawRecord",
     "Record",

@@ -6,8 +6,10 @@ found on raw bytes (`jaxattn.inputs.records`), so an unreadable record (invalid
 UTF-8, bad JSON, no "text") still occupies its place, and `parse_record` turns
 one into a `Record` or raises `InputError` naming the line.
 
-- text: one example per line; a pair as ``A ||| B`` or ``A<TAB>B``.
-- JSONL: one object per line: "text" (required), "text_b" (a pair), "id".
+- text: one example per line; a pair as ``A ||| B`` or ``A<TAB>B``; white
+  space around a text or a part is dropped; two separators in a line are an error.
+- JSONL: one object per line: "text" (required), "text_b" (a pair), "id",
+  taken exactly as written.
 - CoNLL-U: each sentence's words (FORM) joined by single spaces, so the word
   pieces align to the words (what the analyses need); id = ``# sent_id``; the
   parsed tree rides along as `Record.sentence`.
@@ -26,6 +28,8 @@ Text = str | tuple[str, str]
 """One example: a sentence, or a (sentence_a, sentence_b) pair."""
 
 FORMATS = ("text", "jsonl", "conllu")
+# How records become texts; bumped when that changes (a dump store records it).
+READER = "jaxattn.inputs/2"
 PAIR_SEPARATOR = "|||"
 _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".conllu": "conllu"}
 
@@ -73,20 +77,21 @@ class Record:
 
 
 def split_pair(line: str) -> Text:
-    """``A ||| B`` (parts stripped) or ``A<TAB>B`` -> (A, B); any other line is one text.
+    """``A ||| B`` or ``A<TAB>B`` -> (A, B); any other line is one text. Each part is
+    stripped of surrounding white space (which would change byte-level BPE tokens).
 
     Raises:
       ValueError: more than one separator in the line.
     """
-    if PAIR_SEPARATOR in line:
-        parts = line.split(PAIR_SEPARATOR)
-        if len(parts) > 2:
-            raise ValueError(f"more than one {PAIR_SEPARATOR!r} (a pair is 'A ||| B')")
-        return (parts[0].strip(), parts[1].strip())
-    parts = line.split("\t")
+    separator = PAIR_SEPARATOR if PAIR_SEPARATOR in line else "\t"
+    parts = line.split(separator)
     if len(parts) > 2:
-        raise ValueError("more than one tab (a pair is 'A<TAB>B')")
-    return parts[0] if len(parts) == 1 else (parts[0], parts[1])
+        example = "A ||| B" if separator == PAIR_SEPARATOR else "A<TAB>B"
+        name = repr(PAIR_SEPARATOR) if separator == PAIR_SEPARATOR else "tab"
+        raise ValueError(f"more than one {name} (a pair is '{example}')")
+    if len(parts) == 1:
+        return parts[0].strip()
+    return (parts[0].strip(), parts[1].strip())
 
 
 def detect_format(path: str | Path) -> str:
@@ -193,3 +198,8 @@ def _parse_conllu(raw: RawRecord) -> Record:
         text=" ".join(sentence.words),
         sentence=sentence,
     )
+
+
+# The 0.1 names (jaxattn.dump.inputs), importable until 0.3.
+Example = Record
+parse = parse_record

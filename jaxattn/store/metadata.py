@@ -27,6 +27,7 @@ _IDENTITY = (
     (("spec", "dtype"), "dtype (--dtype)"),
     (("input", "format"), "input format"),
     (("input", "sha256"), "input (content fingerprint)"),
+    (("input", "reader"), "input reader (jaxattn 0.2 reads 'A ||| B' pairs, strips white space)"),
     (("shards", "size"), "shard size (--shard-size)"),
     (("too_long",), "too-long policy (--too-long)"),
     (("chunk_bytes",), "chunk size"),
@@ -48,6 +49,8 @@ class InputInfo:
       sha256: hex digest of the file's bytes.
       size: the file's size in bytes.
       records: examples (lines or sentences) in the file, unreadable ones included.
+      reader: how records were read into texts (`jaxattn.inputs.READER`): a
+        resumed dump must read its input the same way.
     """
 
     name: str
@@ -55,6 +58,7 @@ class InputInfo:
     sha256: str
     size: int
     records: int
+    reader: str
 
 
 def jaxattn_version() -> str:

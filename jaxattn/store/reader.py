@@ -84,7 +84,7 @@ class Store:
 
     @property
     def dtype(self) -> str:
-        """The stored encoding (float32, float16, bfloat16 or uint8)."""
+        """The stored output dtype (float32, float16, bfloat16 or uint8)."""
         return self.metadata["spec"]["dtype"]
 
     def __len__(self) -> int:

@@ -42,9 +42,9 @@ def parse_request(body: dict, max_chars: int):
     text, text_b = body.get("text"), body.get("text_b")
     if not isinstance(text, str) or (text_b is not None and not isinstance(text_b, str)):
         raise BadInput("'text' must be a string and 'text_b' a string or null")
-    if text_b is None:  # one box: 'A ||| B' (or a tab) makes a pair, as in every input
+    if text_b is None:  # one box: 'A ||| B' makes a pair, as in every input
         try:
-            split = split_pair(text)
+            split = split_pair(text.strip())
         except ValueError as e:
             raise BadInput(f"The text has {e}.") from None
         text, text_b = split if isinstance(split, tuple) else (split, None)

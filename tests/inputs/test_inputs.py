@@ -115,7 +115,8 @@ def test_detect_format(tmp_path):
         ("A ||| B", ("A", "B")),
         ("A|||B", ("A", "B")),
         ("A\tB", ("A", "B")),
-        ("  spaced  ", "  spaced  "),  # kept exact: byte-level BPE sees leading spaces
+        ("  spaced  ", "spaced"),  # stripped, in every command
+        (" a \t b ", ("a", "b")),
         ("tab\tinside ||| pair", ("tab\tinside", "pair")),  # ||| wins over a tab
     ],
 )

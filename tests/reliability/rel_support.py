@@ -16,7 +16,7 @@ import numpy as np
 from hf_fixtures import EXAMPLE_A, EXAMPLE_B
 
 from jaxattn.capture import Capture
-from jaxattn.dtypes import ENCODINGS
+from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.quantities import QUANTITIES
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import StreamDecoder
@@ -137,7 +137,7 @@ class ShapeEngine:
             for name in spec.what:
                 shape = [sizes[a] for a in QUANTITIES[name].axes]
                 shape[0] += name == "hidden_states"
-                tensors[name] = np.zeros(shape, ENCODINGS[spec.dtype])
+                tensors[name] = np.zeros(shape, OUTPUT_DTYPES[spec.dtype])
             quant = {n: (1 / 255, 0.0) for n in tensors} if spec.dtype == "uint8" else {}
             yield pos, Capture(tokens=e.tokens, sentence_b_start=e.sentence_b_start,
                                layers=spec.layers, heads=spec.heads, dtype=spec.dtype,

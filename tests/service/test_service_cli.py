@@ -55,6 +55,13 @@ def test_capture_reports_server_refusals_as_errors(address, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert "INVALID_ARGUMENT" in err and "layers" in err
+    assert f"error: the server at {address} answered INVALID_ARGUMENT: " in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_capture_reads_a_pair_written_with_bars(address, capsys):
+    assert main(["capture", f"{EXAMPLE_A} ||| {EXAMPLE_B}", "--server", address]) == 0
+    assert "sentence B starts at token 8" in capsys.readouterr().out
 
 
 def test_demo_serves_captures_summarises_and_stops(loads, capsys):
