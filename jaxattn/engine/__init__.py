@@ -1,4 +1,4 @@
-"""The engine: the one part of jaxattn that runs jax. Texts in, `Capture`s out.
+"""The engine: where jax computes. Texts in, `Capture`s out.
 
     from jaxattn.engine import Engine          # usually built by jaxattn.load()
     caps = engine.capture(texts, what=("attention",))
@@ -16,10 +16,27 @@ The modules, in the order data flows through them:
       params     the params tree the model expects
     engine     Engine: the pipeline above, with the async copy overlapped
     ablation   head ablation (Kovaleva et al. 2019) and its study; mlm: its loss
+    cache      the persistent compilation cache (on by default, per user)
+
+The names below resolve on first use: importing a light module of this
+package (tokenize, batching, ablation's MODES) does not start jax.
 """
 
-from jaxattn.engine.ablation import HeadAblation, head_ablation_study
-from jaxattn.engine.engine import Engine
-from jaxattn.engine.tokenize import TokenizedText, Tokenizer
+import importlib
+
+_LAZY = {
+    "Engine": "jaxattn.engine.engine",
+    "HeadAblation": "jaxattn.engine.ablation",
+    "head_ablation_study": "jaxattn.engine.ablation",
+    "TokenizedText": "jaxattn.engine.tokenize",
+    "Tokenizer": "jaxattn.engine.tokenize",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'jaxattn.engine' has no attribute {name!r}")
+
 
 __all__ = ["Engine", "HeadAblation", "TokenizedText", "Tokenizer", "head_ablation_study"]

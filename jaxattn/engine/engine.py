@@ -2,9 +2,10 @@
 
 texts -> `tokenize` -> `batching.plan_batches` (length buckets, batches sized by
 output bytes) -> `host.pack` -> `CaptureStep` (jit(vmap(Encoder.apply)) on a
-static CaptureSpec, output dtype on the device) -> async host copy overlapped
-with the next batch -> `host.unpack` (per-example trimming) -> Captures, in
-input order from `capture`/`stream`, as ready from `run`.
+static CaptureSpec, output dtype on the device, outputs to pinned host memory
+on accelerators) -> host copy overlapped with the next batch -> `host.unpack`
+(per-example views, no copy) -> Captures, in input order from
+`capture`/`stream`, as ready from `run`.
 """
 
 from __future__ import annotations
@@ -38,11 +39,19 @@ class Engine:
       params: the params tree ({"encoder": ..., optional "pooler", "mlm_head"}).
       tokenizer: the checkpoint's tokenizer.
       buckets: candidate bucket lengths (capped at the model's maximum).
-      output_budget: most output bytes one batch may return (device memory).
-      token_budget: most padded tokens per batch (bounds activation memory).
-      max_batch: most examples per batch and device.
+      output_budget: most output bytes one batch may return (device memory);
+        None: by device (`batching.Budgets.for_devices`: 256 MiB on the CPU,
+        an eighth of the free memory, at most 4 GiB, on a GPU/TPU).
+      token_budget: most padded tokens per batch (bounds activation memory);
+        None: by device (16k on the CPU, 256k on a GPU/TPU).
+      max_batch: most examples per batch and device; None: by device (64 / 512).
+      pad_fraction: most share of a bucket's last batch that may be dummy
+        rows, to compile fewer shapes (`jaxattn.engine.batching`); None: 0.25.
       devices: the devices to run on, data-parallel over a 1-D mesh (batch
         sharded, weights replicated); default: every local device.
+      host_memory: where the step writes its outputs: "auto" (pinned host
+        memory on GPUs/TPUs, device memory on the CPU), "pinned" or "device"
+        (`jaxattn.engine.step`).
     """
 
     def __init__(
@@ -52,10 +61,12 @@ class Engine:
         tokenizer: Tokenizer,
         *,
         buckets: Sequence[int] = batching.DEFAULT_BUCKETS,
-        output_budget: int = 256 << 20,
-        token_budget: int = 16384,
-        max_batch: int = 64,
+        output_budget: int | None = None,
+        token_budget: int | None = None,
+        max_batch: int | None = None,
+        pad_fraction: float | None = None,
         devices: Sequence[jax.Device] | None = None,
+        host_memory: str = "auto",
     ):
         check_params(config, params["encoder"])
         self.config = config
@@ -63,11 +74,12 @@ class Engine:
         self.info = ModelInfo.of(config)
         self.extra_params = {k: v for k, v in params.items() if k != "encoder"}
         self.devices = tuple(devices) if devices else tuple(jax.local_devices())
-        self.step = CaptureStep(config, params["encoder"], self.devices)
+        self.step = CaptureStep(config, params["encoder"], self.devices, host_memory)
         self.buckets = batching.buckets_for(config.max_length, buckets)
-        self.budgets = batching.Budgets(
-            output_bytes=output_budget, tokens=token_budget, max_batch=max_batch
-        )
+        self.budgets = batching.Budgets.for_devices(
+            self.devices, output_bytes=output_budget, tokens=token_budget, max_batch=max_batch,
+            pad_fraction=pad_fraction,
+        )  # fmt: skip
 
     # -- the CaptureSource API -------------------------------------------------------
 
@@ -180,8 +192,7 @@ class Engine:
         for batch in plan:
             arrays = self.step.place(*host.pack(batch, tokenized, self.config))
             out = self.step(spec, *arrays, gates)
-            for leaf in jax.tree.leaves(out):
-                leaf.copy_to_host_async()
+            host.start_copies(out)
             pending.append((batch, out))
             if len(pending) >= _PIPELINE_DEPTH:
                 yield from self._finish(*pending.popleft(), tokenized, spec)
@@ -189,7 +200,7 @@ class Engine:
             yield from self._finish(*pending.popleft(), tokenized, spec)
 
     def _finish(self, batch, out, tokenized, spec) -> Iterator[tuple[int, Capture]]:
-        yield from host.unpack(batch, jax.device_get(out), tokenized, spec)
+        yield from host.unpack(batch, host.host_blocks(out), tokenized, spec)
 
     def warmup(self, spec: CaptureSpec) -> int:
         """Compile every (bucket, batch size) shape of `spec`; returns the count.
@@ -199,13 +210,13 @@ class Engine:
         """
         dummy = [TokenizedText(ids=(0,), type_ids=(0,), tokens=("",), sentence_b_start=None)]
         for length in self.buckets:
-            size = batching.batch_size(length, lambda t: self.output_bytes(spec, t), self.budgets)
-            while size >= 1:
+            largest = batching.batch_size(length, lambda t: self.output_bytes(spec, t),
+                                          self.budgets)  # fmt: skip
+            for size in batching.ladder(largest, self.budgets.size_step):
                 n = size * len(self.devices)
-                batch = batching.Batch(length, n, (0,) * n)
+                batch = batching.Batch(length, n, (0,))
                 arrays = self.step.place(*host.pack(batch, dummy, self.config))
                 jax.block_until_ready(self.step(spec, *arrays, None))
-                size //= 2
         return self.compiled_shapes
 
     @property

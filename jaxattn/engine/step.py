@@ -5,7 +5,12 @@
 
 `jit(vmap(Encoder.apply))` specialised on the static `CaptureSpec`, then the
 output dtype (`jaxattn.engine.quantize`), data parallel over a 1-D device mesh:
-the batch sharded, the weights replicated.
+the batch sharded, the weights replicated. Where the outputs land is the host
+memory policy (`HOST_MEMORY`): "pinned" has the program write them to pinned
+host memory (the copy at PCIe speed, overlapped by XLA), "device" leaves them
+in device memory for `host.start_copies`; "auto" picks pinned where the
+devices offer it, except on the CPU, where device memory already is host
+memory and either way numpy views it without a copy.
 """
 
 from __future__ import annotations
@@ -22,6 +27,27 @@ from jaxattn.engine.model import Encoder
 from jaxattn.engine.quantize import quantize
 from jaxattn.spec import CaptureSpec
 
+HOST_MEMORY = ("auto", "pinned", "device")
+
+
+def resolve_host_memory(policy: str, devices: Sequence[jax.Device]) -> str:
+    """ "pinned" or "device" for `policy` on `devices` (ValueError for an unknown policy).
+
+    Raises:
+      ValueError: an unknown policy, or "pinned" on devices without pinned host memory.
+    """
+    if policy not in HOST_MEMORY:
+        raise ValueError(f"unknown host_memory {policy!r}: valid are {', '.join(HOST_MEMORY)}")
+    kinds = {m.kind for d in devices for m in d.addressable_memories()}
+    if policy == "auto":
+        gpu_like = all(d.platform != "cpu" for d in devices)
+        return "pinned" if gpu_like and "pinned_host" in kinds else "device"
+    if policy == "pinned" and "pinned_host" not in kinds:
+        have = ", ".join(sorted(kinds))
+        raise ValueError(f"host_memory='pinned': {devices[0].platform} devices here offer "
+                         f"no pinned host memory (they have {have})")  # fmt: skip
+    return policy
+
 
 class CaptureStep:
     """The compiled capture program of one model on a set of devices.
@@ -30,12 +56,23 @@ class CaptureStep:
       config: the model config.
       params: the encoder's params tree (placed on the devices, replicated).
       devices: the devices of the data-parallel mesh.
+      host_memory: where outputs land: "auto", "pinned" or "device" (module docstring).
     """
 
-    def __init__(self, config: ModelConfig, params: dict, devices: Sequence[jax.Device]):
+    def __init__(
+        self,
+        config: ModelConfig,
+        params: dict,
+        devices: Sequence[jax.Device],
+        host_memory: str = "auto",
+    ):
         self.devices = tuple(devices)
+        self.host_memory = resolve_host_memory(host_memory, self.devices)
         mesh = Mesh(np.asarray(self.devices), ("data",))
         replicated, batch = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+        out = batch
+        if self.host_memory == "pinned":
+            out = NamedSharding(mesh, P("data"), memory_kind="pinned_host")
         self._batch_sharding = batch
         self.params = jax.device_put(params, replicated)
         self._model = Encoder(config)
@@ -43,7 +80,7 @@ class CaptureStep:
             self._forward,
             static_argnums=0,  # the CaptureSpec; in_shardings cover the rest
             in_shardings=(replicated, batch, batch, batch, replicated),
-            out_shardings=batch,
+            out_shardings=out,
         )
 
     def _forward(self, spec: CaptureSpec, params, ids, type_ids, mask, gates):

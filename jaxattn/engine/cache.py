@@ -1,0 +1,71 @@
+"""The persistent compilation cache: compile each (spec, shape) once per machine, not per process.
+
+A capture step takes seconds to compile on a CPU and 11-28 s on a GPU (most
+of it GEMM autotuning), and a corpus needs a dozen shapes or more: without a
+cache every new process pays that again. jaxattn turns JAX's persistent cache
+on by default, in a per-user directory:
+
+    $JAXATTN_COMPILATION_CACHE, if set ("off", "0", "false" or "" turn it off);
+    else $XDG_CACHE_HOME/jaxattn/xla, else ~/.cache/jaxattn/xla.
+
+`jaxattn.load(compilation_cache_dir=...)` overrides both (False turns it off).
+A cache directory the program already gave JAX itself is left alone. On GPUs
+JAX keeps XLA's autotuning results in the same directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ENV = "JAXATTN_COMPILATION_CACHE"
+_OFF = ("", "0", "off", "false", "no")
+
+
+def default_cache_dir() -> Path:
+    """$XDG_CACHE_HOME/jaxattn/xla, else ~/.cache/jaxattn/xla."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "jaxattn" / "xla"
+
+
+def cache_dir(setting: str | os.PathLike | bool | None = None) -> Path | None:
+    """The cache directory a `compilation_cache_dir` argument asks for (None: off).
+
+    Args:
+      setting: a directory; False for no cache; None for $JAXATTN_COMPILATION_CACHE,
+        else the per-user default.
+    """
+    if setting is False:
+        return None
+    if setting is not None and setting is not True:
+        return Path(setting)
+    env = os.environ.get(ENV)
+    if env is not None:
+        return None if env.strip().lower() in _OFF else Path(env)
+    return default_cache_dir()
+
+
+def enable_compilation_cache(
+    directory: str | os.PathLike | bool | None = None, *, explicit: bool = True
+) -> Path | None:
+    """Persist compiled programs across processes in `directory` (see `cache_dir`).
+
+    Args:
+      directory: as `cache_dir`'s setting.
+      explicit: False leaves a cache directory JAX was already given untouched.
+
+    Returns:
+      The directory in use, or None when caching is off.
+    """
+    import jax
+
+    chosen = cache_dir(directory)
+    current = jax.config.jax_compilation_cache_dir
+    if chosen is None or (current and not explicit):
+        return Path(current) if current else None
+    jax.config.update("jax_compilation_cache_dir", str(chosen))
+    # Every program counts: the capture step is the only thing compiled, and
+    # even a 0.5 s compile is worth keeping.
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return chosen

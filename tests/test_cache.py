@@ -1,0 +1,62 @@
+"""The persistent compilation cache: on by default, per user, with a way to move or stop it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from jaxattn.engine.cache import cache_dir, default_cache_dir
+
+
+def test_where_the_cache_goes(monkeypatch, tmp_path):
+    monkeypatch.delenv("JAXATTN_COMPILATION_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_dir() == default_cache_dir() == tmp_path / "jaxattn" / "xla"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert default_cache_dir() == Path.home() / ".cache" / "jaxattn" / "xla"
+    for off in ("off", "0", "false", ""):
+        monkeypatch.setenv("JAXATTN_COMPILATION_CACHE", off)
+        assert cache_dir() is None
+    monkeypatch.setenv("JAXATTN_COMPILATION_CACHE", str(tmp_path / "x"))
+    assert cache_dir() == tmp_path / "x"
+    assert cache_dir(tmp_path / "y") == tmp_path / "y" and cache_dir(False) is None
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import jax, jaxattn
+    events = []
+    jax.monitoring.register_event_listener(lambda name, **kw: events.append(name))
+    engine = jaxattn.load(sys.argv[1])
+    engine.capture(["i went to the store ."], what=("attention",))
+    print(json.dumps({"hits": events.count("/jax/compilation_cache/cache_hits"),
+                      "misses": events.count("/jax/compilation_cache/cache_misses"),
+                      "dir": jax.config.jax_compilation_cache_dir}))
+    """
+)
+
+
+def _run(checkpoint, env) -> dict:
+    out = subprocess.run([sys.executable, "-c", SCRIPT, str(checkpoint)], env=env,
+                         capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_a_second_process_compiles_nothing(bert_checkpoint, tmp_path):
+    env = dict(os.environ, JAXATTN_COMPILATION_CACHE=str(tmp_path / "c"))
+    first = _run(bert_checkpoint, env)
+    assert first["misses"] >= 1 and first["dir"] == str(tmp_path / "c")
+    assert any((tmp_path / "c").iterdir())
+    second = _run(bert_checkpoint, env)
+    assert second["misses"] == 0 and second["hits"] >= first["misses"]
+    off = _run(bert_checkpoint, dict(env, JAXATTN_COMPILATION_CACHE="off"))
+    assert off["hits"] == 0 and not off["dir"]

@@ -1,0 +1,61 @@
+"""Where the step's outputs land (pinned host or device memory) and Captures as views of them."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from hf_fixtures import EXAMPLE_A, EXAMPLE_B
+
+import jaxattn
+from jaxattn.engine import batching, host
+from jaxattn.engine.step import resolve_host_memory
+from jaxattn.quantities import QUANTITIES
+
+ALL_QUANTITIES = tuple(QUANTITIES)
+TEXTS = [EXAMPLE_A, (EXAMPLE_A, EXAMPLE_B), "", EXAMPLE_B]
+
+
+@pytest.fixture(scope="module")
+def pinned(bert_checkpoint):
+    return jaxattn.load(bert_checkpoint, host_memory="pinned")
+
+
+def test_auto_is_device_memory_on_the_cpu_and_pinned_is_offered():
+    cpus = jax.devices("cpu")
+    assert resolve_host_memory("auto", cpus) == "device"
+    assert resolve_host_memory("pinned", cpus) == "pinned"
+    with pytest.raises(ValueError, match="unknown host_memory 'fast': valid are auto, pinned"):
+        resolve_host_memory("fast", cpus)
+
+
+def test_pinned_outputs_land_in_pinned_host_memory(pinned):
+    spec = pinned.make_spec(("attention", "fx_norm"), dtype="uint8")
+    batch = batching.Batch(8, 2, (0,))
+    arrays = pinned.step.place(*host.pack(batch, pinned.tokenize(TEXTS[:1]), pinned.config))
+    out = pinned.step(spec, *arrays)
+    assert {leaf.sharding.memory_kind for leaf in jax.tree.leaves(out)} == {"pinned_host"}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+def test_pinned_and_device_memory_give_identical_captures(pinned, engines, dtype):
+    a = pinned.capture(TEXTS, what=ALL_QUANTITIES, dtype=dtype)
+    b = engines["bert"].capture(TEXTS, what=ALL_QUANTITIES, dtype=dtype)
+    for x, y in zip(a, b, strict=True):
+        assert x.quantization == y.quantization
+        for name in ALL_QUANTITIES:
+            np.testing.assert_array_equal(x.tensors[name], y.tensors[name], err_msg=name)
+
+
+def test_captures_are_views_of_one_batch_block(engines):
+    """Trimming copies nothing: each array views the batch's host buffer."""
+    caps = engines["bert"].capture(TEXTS, what=("attention", "hidden_states"))
+    for cap in caps:
+        for array in cap.tensors.values():
+            assert not array.flags.owndata and array.base is not None
+    # EXAMPLE_A and "" share a bucket, so a batch: their arrays sit in one block.
+    byte_bounds = np.lib.array_utils.byte_bounds
+    (lo_a, _), (lo_e, _) = byte_bounds(caps[0].attention), byte_bounds(caps[2].attention)
+    layers, heads = caps[0].attention.shape[:2]
+    row_bytes = layers * heads * 8 * 8 * 4  # one [L, H, 8, 8] float32 row of the bucket-8 block
+    assert abs(lo_e - lo_a) == row_bytes  # adjacent rows of one block
