@@ -69,6 +69,8 @@ class Capture:
       dtype: the output dtype (a key of `jaxattn.dtypes.OUTPUT_DTYPES`).
       tensors: name -> array in the output dtype (uint8 stays uint8).
       quantization: name -> (scale, offset) for uint8 tensors.
+      precision: the compute precision that produced it ("highest": exact
+        float32; "tf32", "bf16": see the README's table).
     """
 
     tokens: tuple[str, ...]
@@ -78,6 +80,7 @@ class Capture:
     dtype: str
     tensors: dict[str, np.ndarray]
     quantization: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    precision: str = "highest"
 
     # The quantities, one typed attribute each (order and meaning: QUANTITIES).
     attention = _Quantity()
@@ -128,6 +131,7 @@ class Capture:
             dtype=self.dtype,
             tensors=list(self.tensors),
             quantization={k: list(v) for k, v in self.quantization.items()},
+            precision=self.precision,
         )
         arrays = {_META: np.array(json.dumps(meta))}
         for name, array in self.tensors.items():
@@ -166,6 +170,7 @@ class Capture:
             dtype=meta["dtype"],
             tensors=tensors,
             quantization={k: (float(v[0]), float(v[1])) for k, v in meta["quantization"].items()},
+            precision=meta.get("precision", "highest"),  # files of jaxattn 0.1 have none
         )
 
     def _check(self, name: str) -> None:
@@ -183,5 +188,5 @@ class Capture:
         shapes = ", ".join(f"{k}{list(v.shape)}" for k, v in self.tensors.items())
         return (
             f"Capture(T={self.length}, layers={list(self.layers)}, heads={list(self.heads)}, "
-            f"dtype={self.dtype}, {shapes})"
+            f"dtype={self.dtype}, precision={self.precision}, {shapes})"
         )

@@ -108,7 +108,11 @@ def tiny(**overrides) -> ModelConfig:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelInfo:
-    """What `Engine.info` and the service's GetModelInfo report."""
+    """What `Engine.info` and the service's GetModelInfo report.
+
+    `dtype` is the weights' dtype; `precision` the compute precision captures
+    get unless they ask for another ("highest": exact float32).
+    """
 
     name: str
     family: str
@@ -119,9 +123,12 @@ class ModelInfo:
     vocab: int
     max_positions: int
     dtype: str = "float32"
+    precision: str = "highest"
 
     @classmethod
-    def of(cls, config: ModelConfig, dtype: str = "float32") -> ModelInfo:
+    def of(
+        cls, config: ModelConfig, dtype: str = "float32", precision: str = "highest"
+    ) -> ModelInfo:
         return cls(
             name=config.name,
             family=config.family,
@@ -132,4 +139,5 @@ class ModelInfo:
             vocab=config.vocab_size,
             max_positions=config.max_length,
             dtype=dtype,
+            precision=precision,
         )

@@ -16,3 +16,7 @@ from __future__ import annotations
 
 class JaxattnError(Exception):
     """Base of the errors jaxattn raises itself, with a message meant for the user."""
+
+
+class DeviceMemoryError(JaxattnError):
+    """One example does not fit the device's memory, even in a batch of its own."""

@@ -26,8 +26,9 @@ class CaptureSource(Protocol):
     """Captures of texts, in input order, from a local engine or a server.
 
     Both methods take the same selection as `jaxattn.Engine.capture`: quantity
-    names, layer and head indices (None = all), the output dtype, and whether to
-    cut texts over the model's limit. They raise ValueError for a bad request;
+    names, layer and head indices (None = all), the output dtype, whether to
+    cut texts over the model's limit, and the compute precision (None = the
+    source's default, `model_info().precision`). They raise ValueError for a bad request;
     a server source raises `jaxattn.client.AttentionServiceError` when the call
     fails. Close a source (or use it as a context manager) when done.
     """
@@ -45,6 +46,7 @@ class CaptureSource(Protocol):
         dtype: str = "float32",
         *,
         truncate: bool = False,
+        precision: str | None = None,
     ) -> list[Capture]:
         """One Capture per text, in input order."""
         ...
@@ -58,6 +60,7 @@ class CaptureSource(Protocol):
         dtype: str = "float32",
         *,
         truncate: bool = False,
+        precision: str | None = None,
     ) -> Iterator[Capture]:
         """The same Captures, yielded in input order as they are ready."""
         ...

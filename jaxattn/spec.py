@@ -13,6 +13,17 @@ from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.quantities import QUANTITIES
 
 DEFAULT_WHAT = ("attention",)
+# Compute precisions (`jaxattn.engine.precision`); "highest" is exact float32.
+PRECISIONS = ("highest", "tf32", "bf16")
+
+
+def check_precision(precision: str) -> str:
+    """`precision` if it is one of PRECISIONS (ValueError naming the valid ones otherwise)."""
+    if precision not in PRECISIONS:
+        raise ValueError(
+            f"unknown precision {precision!r}: valid precisions are {', '.join(PRECISIONS)}"
+        )
+    return precision
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -24,12 +35,15 @@ class CaptureSpec:
       layers: captured layer indices, ascending, 0-indexed.
       heads: captured head indices, ascending, 0-indexed.
       dtype: output dtype, a key of `jaxattn.dtypes.OUTPUT_DTYPES`.
+      precision: compute precision of every contraction: "highest" (exact
+        float32), "tf32" or "bf16" (`jaxattn.engine.precision`).
     """
 
     what: tuple[str, ...]
     layers: tuple[int, ...]
     heads: tuple[int, ...]
     dtype: str = "float32"
+    precision: str = "highest"
 
     @property
     def last_layer(self) -> int:
@@ -67,6 +81,7 @@ def make_spec(
     dtype: str,
     num_layers: int,
     num_heads: int,
+    precision: str = "highest",
 ) -> CaptureSpec:
     """Validate a capture request and return its spec.
 
@@ -75,6 +90,7 @@ def make_spec(
       layers: layer indices, or None for all.
       heads: head indices, or None for all.
       dtype: output dtype name.
+      precision: compute precision name.
       num_layers: the model's layer count.
       num_heads: the model's heads per layer.
 
@@ -100,4 +116,5 @@ def make_spec(
         layers=_indices(layers, num_layers, "layers"),
         heads=_indices(heads, num_heads, "heads"),
         dtype=dtype,
+        precision=check_precision(precision),
     )

@@ -20,7 +20,12 @@ log = logging.getLogger("jaxattn.service")
 
 
 def serve(
-    model: str | None, address: str, options: ServerOptions, *, log_level: str = "INFO"
+    model: str | None,
+    address: str,
+    options: ServerOptions,
+    *,
+    log_level: str = "INFO",
+    precision: str = "highest",
 ) -> int:
     """Load the model, serve until SIGTERM/SIGINT, drain in-flight calls, return 0.
 
@@ -29,6 +34,7 @@ def serve(
       address: "host:port" to bind; port 0 picks a free one (printed).
       options: admission, batching, security and drain settings.
       log_level: the logging level name (one line per request at INFO).
+      precision: the compute precision of requests that do not choose one.
     """
     import jaxattn
 
@@ -39,14 +45,14 @@ def serve(
     # Install handlers before the slow load, so an early SIGTERM still drains.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    engine = jaxattn.load(model)
+    engine = jaxattn.load(model, precision=precision)
     server, port = create_server(engine, address, options=options)
     server.start()
     info = engine.info
     host = address.rsplit(":", 1)[0]
     scheme = "TLS" if options.tls_cert else "plaintext"
-    print(f"jaxattn serve: {info.name} ({info.layers} layers x {info.heads} heads) "
-          f"listening on {host}:{port} ({scheme})", flush=True)  # fmt: skip
+    print(f"jaxattn serve: {info.name} ({info.layers} layers x {info.heads} heads, "
+          f"{info.precision}) listening on {host}:{port} ({scheme})", flush=True)  # fmt: skip
     while not stop.wait(0.5):  # wake up regularly: signal handlers run between waits
         pass
     log.info("draining: no new calls, in-flight calls get %.0fs", options.grace_s)

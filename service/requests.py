@@ -96,6 +96,7 @@ class RequestParser:
             raise RequestError(EXHAUSTED, f"texts has {n} entries; this server accepts at most "
                                           f"{self.max_texts} per request")  # fmt: skip
         dtype = _enum(request.dtype, codecs.PB_TO_DTYPE, pb.Dtype, "dtype")
+        precision = _enum(request.precision, codecs.PB_TO_PRECISION, pb.Precision, "precision")
         codec = _enum(request.codec, codecs.PB_TO_CODEC, pb.Codec, "codec")
         max_chunk_bytes = _chunk_bytes(request.max_chunk_bytes)
         try:
@@ -104,6 +105,7 @@ class RequestParser:
                 layers=list(request.layers) or None,
                 heads=list(request.heads) or None,
                 dtype=dtype,
+                precision=precision,  # None: the engine's default
             )
         except ValueError as e:
             raise RequestError(INVALID, str(e)) from e

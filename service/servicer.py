@@ -45,6 +45,7 @@ class AttentionServicer:
             vocab_size=i.vocab,
             max_positions=i.max_positions,
             dtype=i.dtype,
+            precision=i.precision,
             quantities=list(QUANTITIES),
             max_texts=self.parser.max_texts,
             max_tokens=self.parser.max_tokens,

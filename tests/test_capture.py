@@ -58,3 +58,12 @@ def test_every_quantity_is_a_typed_attribute():
         _ = cap.keys
     with pytest.raises(AttributeError, match="has no quantity 'bogus'"):
         cap.array("bogus")
+
+
+def test_the_file_keeps_the_compute_precision(tmp_path):
+    import dataclasses
+
+    cap = dataclasses.replace(make("float32"), precision="tf32")
+    cap.save(tmp_path / "c.npz")
+    assert Capture.load(tmp_path / "c.npz").precision == "tf32"
+    assert "precision=tf32" in repr(cap)

@@ -4,13 +4,14 @@ Not part of the client: they need an in-process engine for the reference
 answers. `benchmarks/` at the repository root holds the scripts that record
 the figures in BENCHMARKS.md.
 
-Modules: `capture` (capture vs transformers' eager attention), `corpus` (the
+Modules: `capture` (capture vs transformers' eager attention), `copy_rate`
+(the host copy bound it is compared with), `corpus` (the
 sentences, through `jaxattn.inputs`), `loadtest` (many concurrent clients,
 every answer checked), `expect` (what a right answer is), `mix` (the load
 test's request mix and driver).
 """
 
-from jaxattn.bench.capture import format_result, run, synthetic_bert_base
+from jaxattn.bench.capture import format_result, random_bert_base, run, synthetic_texts
 from jaxattn.bench.corpus import read_sentences
 
-__all__ = ["format_result", "read_sentences", "run", "synthetic_bert_base"]
+__all__ = ["format_result", "random_bert_base", "read_sentences", "run", "synthetic_texts"]

@@ -1,4 +1,4 @@
-"""The capture benchmark (issue 2): jaxattn against transformers' eager attention.
+"""The capture benchmark (issues 2, 12): jaxattn against transformers' eager attention.
 
 On the first N sentences of an input file (CoNLL-U: each sentence's own text),
 in file order:
@@ -7,9 +7,14 @@ in file order:
   (b) jaxattn forward, no capture (final hidden state only);
   (c) jaxattn attention only;
   (d) jaxattn full capture: attention, queries, keys, fx_norm, alpha_fx_norm,
-      sum_alpha_fx_norm.
+      sum_alpha_fx_norm;
+  (e) jaxattn attention as uint8.
 Each is timed after a warm-up pass (compilation excluded; it is reported
 separately), best of `repeats` interleaved rounds. torch is imported only for (a).
+Beside the times: the host-bound rate (bytes the copy moved per second in (c),
+(d), (e)) against a copy of the same bytes timed in the same run
+(`jaxattn.bench.copy_rate`). `precision` sets jaxattn's compute precision
+(transformers stays float32).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import platform
 import time
 from pathlib import Path
 
+from jaxattn.bench.copy_rate import host_copy_rate, moved_bytes
 from jaxattn.bench.corpus import read_sentences
 
 FULL = ("attention", "queries", "keys", "fx_norm", "alpha_fx_norm", "sum_alpha_fx_norm")
@@ -48,12 +54,9 @@ def transformers_runner(model_dir: Path, texts: list[str], batch: int):
     return run
 
 
-def synthetic_bert_base(out_dir: Path, length: int, n: int) -> tuple[Path, list[str]]:
-    """A random-weight BERT-base checkpoint and n texts of exactly `length` tokens.
-
-    For the GPU benchmark (issue 2): BERT-base sizes (12 x 12, D=768) with the
-    embedded MiniLM's tokenizer, which is BERT's uncased vocabulary.
-    """
+def random_bert_base(out_dir: Path) -> Path:
+    """A random-weight BERT-base checkpoint (12 x 12, D=768) with the embedded MiniLM's
+    tokenizer, which is BERT's uncased vocabulary (the GPU benchmark's model)."""
     import shutil
 
     import torch
@@ -66,20 +69,29 @@ def synthetic_bert_base(out_dir: Path, length: int, n: int) -> tuple[Path, list[
     for f in default_model_dir().iterdir():
         if f.name.startswith(("tokenizer", "vocab", "special")):
             shutil.copy(f, out_dir / f.name)
+    return out_dir
+
+
+def synthetic_texts(length: int, n: int) -> list[str]:
+    """n texts of exactly `length` tokens with BERT's uncased vocabulary."""
     words = "the quick brown fox jumps over the lazy dog".split()
     text = " ".join(words[i % len(words)] for i in range(length - 2))  # + [CLS] [SEP]
-    return out_dir, [text] * n
+    return [text] * n
 
 
 def jaxattn_runners(engine, texts: list[str]) -> dict:
-    """Cases (b), (c), (d) as zero-argument callables."""
-    last = engine.config.num_layers - 1
-    cases = {
-        "b_forward": dict(what="hidden_states", layers=last),
+    """Cases (b)-(e) as zero-argument callables."""
+    return {name: (lambda kw=kw: engine.capture(texts, **kw)) for name, kw in cases(engine).items()}
+
+
+def cases(engine) -> dict[str, dict]:
+    """The jaxattn cases' capture arguments."""
+    return {
+        "b_forward": dict(what="hidden_states", layers=engine.config.num_layers - 1),
         "c_attention": dict(what="attention"),
         "d_full": dict(what=FULL),
+        "e_attention_uint8": dict(what="attention", dtype="uint8"),
     }
-    return {name: (lambda kw=kw: engine.capture(texts, **kw)) for name, kw in cases.items()}
 
 
 def run(
@@ -88,8 +100,9 @@ def run(
     repeats: int = 3,
     model: str | None = None,
     texts: list[str] | None = None,
+    precision: str = "highest",
 ) -> dict:
-    """Run all four cases, interleaved: each round times (a), (b), (c), (d) in turn.
+    """Run all cases, interleaved: each round times (a) to (e) in turn.
 
     Interleaving exposes every case to the same machine state, so the ratios
     hold even when the machine is shared; each case reports its best round.
@@ -99,11 +112,12 @@ def run(
     from jaxattn.checkpoints.loading import default_model_dir
 
     texts = texts if texts is not None else read_sentences(conllu, n)
-    engine = jaxattn.load(model)
+    engine = jaxattn.load(model, precision=precision)
     model_dir = Path(model) if model else default_model_dir()
     runners = {"a_transformers": transformers_runner(model_dir, texts, 32)}
     runners |= jaxattn_runners(engine, texts)
-    res = {"n": len(texts), "model": engine.info.name, "machine": machine(), "repeats": repeats}
+    res = {"n": len(texts), "model": engine.info.name, "machine": machine(), "repeats": repeats,
+           "precision": precision}  # fmt: skip
     for name, fn in runners.items():
         t = time.perf_counter()
         fn()
@@ -119,7 +133,14 @@ def run(
         res[f"{name}_rounds_s"] = times
         res[f"{name}_seq_per_s"] = len(texts) / res[name]
     res["d_over_a"] = res["a_transformers"] / res["d_full"]
+    res["c_over_a"] = res["a_transformers"] / res["c_attention"]
     res["d_vs_b_overhead"] = res["d_full"] / res["b_forward"] - 1
+    for name, kw in cases(engine).items():
+        if name != "b_forward":
+            res[f"{name}_bytes"] = moved_bytes(engine, texts, **kw)
+            res[f"{name}_host_gb_s"] = res[f"{name}_bytes"] / res[name] / 1e9
+    rate, what = host_copy_rate(res["d_full_bytes"])
+    res["copy_gb_s"], res["copy_what"] = rate / 1e9, what
     return res
 
 
@@ -133,12 +154,16 @@ def machine() -> str:
 
 
 def format_result(r: dict) -> str:
-    lines = [f"{r['n']} sentences, model {r['model']}, {r['machine']}"]
+    lines = [f"{r['n']} sentences, model {r['model']}, precision {r.get('precision', 'highest')}, "
+             f"{r['machine']}"]  # fmt: skip
     for k, label in (("a_transformers", "(a) transformers eager + attentions"),
                      ("b_forward", "(b) jaxattn forward, no capture"),
                      ("c_attention", "(c) jaxattn attention"),
-                     ("d_full", "(d) jaxattn full capture")):  # fmt: skip
-        lines.append(f"{label:40s} {r[k]:7.3f} s  {r[k + '_seq_per_s']:8.1f} seq/s")
-    lines.append(f"(d) speed-up over (a): {r['d_over_a']:.2f}x (target >= 3x)")
-    lines.append(f"(d) cost over (b): {100 * r['d_vs_b_overhead']:+.1f}% (target <= +10%)")
+                     ("d_full", "(d) jaxattn full capture"),
+                     ("e_attention_uint8", "(e) jaxattn attention, uint8")):  # fmt: skip
+        moved = f"  {r[k + '_host_gb_s']:6.2f} GB/s to the host" if k + "_bytes" in r else ""
+        lines.append(f"{label:40s} {r[k]:7.3f} s  {r[k + '_seq_per_s']:8.1f} seq/s{moved}")
+    lines.append(f"copy of the same bytes as (d): {r['copy_gb_s']:.2f} GB/s ({r['copy_what']})")
+    lines.append(f"(c) speed-up over (a): {r['c_over_a']:.2f}x; (d): {r['d_over_a']:.2f}x")
+    lines.append(f"(d) cost over (b): {100 * r['d_vs_b_overhead']:+.1f}%")
     return "\n".join(lines)

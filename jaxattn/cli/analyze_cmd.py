@@ -16,7 +16,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from jaxattn.cli.args import add_codec_argument, add_dtype_argument, add_source_arguments
+from jaxattn.cli.args import (
+    add_codec_argument,
+    add_dtype_argument,
+    add_precision_argument,
+    add_source_arguments,
+)
 from jaxattn.cli.source import describe, open_source
 from jaxattn.engine.ablation import MODES as ABLATION_MODES
 from jaxattn.inputs import read_records
@@ -54,6 +59,7 @@ def register(subparsers) -> None:
     p.add_argument("--limit", type=int, metavar="N", help="analyse only the first N examples")
     add_dtype_argument(p)
     add_codec_argument(p)
+    add_precision_argument(p)
     p.add_argument(
         "--no-norm",
         action="store_true",
@@ -90,7 +96,8 @@ def captures(source, texts: list, what: tuple[str, ...], args) -> Iterator:
     """The Captures of `texts`, in input order, `--chunk` texts per call (bounded memory)."""
     for start in range(0, len(texts), args.chunk):
         chunk = texts[start : start + args.chunk]
-        yield from source.stream(chunk, what, dtype=args.dtype, truncate=True)
+        yield from source.stream(chunk, what, dtype=args.dtype, truncate=True,
+                                 precision=args.precision)  # fmt: skip
 
 
 def _cpus() -> int:
@@ -125,7 +132,8 @@ def _run(args) -> int:
     )
     quiet = args.quiet or len(texts) + len(extra) < 50
     try:
-        model = source.model_info().name
+        info = source.model_info()
+        model, source_precision = info.name, info.precision
         bar = Progress(len(texts), "analyze", enabled=not quiet)
         for cap, sentence in zip(captures(source, texts, what, args), sentences, strict=True):
             corpus.update(cap, sentence)
@@ -153,6 +161,7 @@ def _run(args) -> int:
         "captured_by": describe(args),
         "what": list(what),
         "dtype": args.dtype,
+        "precision": args.precision or source_precision,
         "seconds": round(seconds, 1),
         "machine": f"{platform.machine()}, {_cpus()} CPUs, {platform.system()}",
     }

@@ -8,6 +8,7 @@ Choices come from the tables (`jaxattn.dtypes.OUTPUT_DTYPES`,
     add_dtype_argument(p)       --dtype
     add_codec_argument(p)       --codec
     add_token_argument(p)       --token-file
+    add_precision_argument(p)   --precision
     add_truncate_argument(p)    --truncate
 """
 
@@ -17,6 +18,7 @@ import argparse
 import os
 
 from jaxattn.dtypes import OUTPUT_DTYPES
+from jaxattn.spec import PRECISIONS
 from jaxattn.wire.codecs import CODECS
 
 DEFAULT_WHAT = ("attention",)
@@ -101,6 +103,14 @@ def add_dtype_argument(p: argparse.ArgumentParser) -> None:
 def add_codec_argument(p: argparse.ArgumentParser, *, used: str = "with --server") -> None:
     p.add_argument("--codec", default="zstd", choices=CODECS,
                    help=f"wire compression {used} (default zstd)")  # fmt: skip
+
+
+def add_precision_argument(p: argparse.ArgumentParser, *, default: str | None = None) -> None:
+    """--precision: the compute precision (None: the engine's or server's default)."""
+    said = f"default {default}" if default else "default: the model's, highest unless a server says"
+    p.add_argument("--precision", default=default, choices=PRECISIONS,
+                   help=f"compute precision: highest (exact float32), tf32 or bf16 (faster on "
+                   f"GPUs/TPUs; errors in the README) ({said})")  # fmt: skip
 
 
 def add_truncate_argument(p: argparse.ArgumentParser) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from jaxattn.bench.corpus import DEFAULT_CONLLU
-from jaxattn.cli.args import add_source_arguments
+from jaxattn.cli.args import add_precision_argument, add_source_arguments
 
 
 def register(sub) -> None:
@@ -13,7 +13,8 @@ def register(sub) -> None:
         "bench",
         help="benchmark capture against transformers' eager attention",
         description="Time (a) transformers eager + output_attentions, (b) jaxattn forward, "
-        "(c) jaxattn attention, (d) jaxattn full capture on real sentences.",
+        "(c) jaxattn attention, (d) jaxattn full capture, (e) attention as uint8, on real "
+        "sentences, and the rate the host takes their bytes at against a plain copy.",
     )
     p.add_argument("--conllu", type=Path, default=DEFAULT_CONLLU,
                    help="sentences to use, any input format (default: UD EWT dev)")  # fmt: skip
@@ -28,6 +29,10 @@ def register(sub) -> None:
         help="instead: a random-weight BERT-base and -n texts of exactly T tokens "
         "(the GPU benchmark; torch uses CUDA when present)",
     )
+    p.add_argument("--random-bert-base", action="store_true",
+                   help="a random-weight BERT-base on the real sentences of --conllu (the "
+                   "GPU benchmark on real lengths)")  # fmt: skip
+    add_precision_argument(p, default="highest")
     p.set_defaults(func=run)
 
 
@@ -36,16 +41,25 @@ def run(args) -> int:
 
     from jaxattn.bench import capture as bench
 
-    if args.synthetic_bert_base:
+    if args.synthetic_bert_base or args.random_bert_base:
         import tempfile
 
+        if args.model:
+            raise ValueError("--model and a random BERT-base exclude each other")
+        texts = None
+        if args.synthetic_bert_base:
+            texts = bench.synthetic_texts(args.synthetic_bert_base, args.n)
+        elif not args.conllu.is_file():
+            raise FileNotFoundError(f"no input file at {args.conllu} (pass --conllu)")
         with tempfile.TemporaryDirectory() as tmp:
-            model, texts = bench.synthetic_bert_base(Path(tmp), args.synthetic_bert_base, args.n)
-            result = bench.run(None, args.n, args.repeats, str(model), texts=texts)
+            model = str(bench.random_bert_base(Path(tmp)))
+            result = bench.run(args.conllu, args.n, args.repeats, model, texts=texts,
+                               precision=args.precision)  # fmt: skip
     else:
         if not args.conllu.is_file():
             raise FileNotFoundError(f"no input file at {args.conllu} (pass --conllu)")
-        result = bench.run(args.conllu, args.n, args.repeats, args.model)
+        result = bench.run(args.conllu, args.n, args.repeats, args.model,
+                           precision=args.precision)  # fmt: skip
     print(bench.format_result(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from jaxattn.cli.args import (
     add_codec_argument,
+    add_precision_argument,
     add_source_arguments,
     add_spec_arguments,
     add_truncate_argument,
@@ -25,6 +26,7 @@ def register(subparsers) -> None:
     add_source_arguments(p)
     add_spec_arguments(p)
     add_codec_argument(p)
+    add_precision_argument(p)
     add_truncate_argument(p)
     p.add_argument("--out", metavar="FILE", help="save the capture to FILE (.npz)")
     p.set_defaults(func=_run)
@@ -35,11 +37,12 @@ def _run(args) -> int:
     text = split_pair(args.text) if args.text_b is None else (args.text, args.text_b)
     with open_source(args) as source:
         cap = source.capture([text], args.what, args.layers, args.heads, args.dtype,
-                             truncate=args.truncate)[0]  # fmt: skip
+                             truncate=args.truncate, precision=args.precision)[0]  # fmt: skip
     print(" ".join(cap.tokens))
     if cap.sentence_b_start is not None:
         print(f"sentence B starts at token {cap.sentence_b_start}")
-    print(f"layers {list(cap.layers)}  heads {list(cap.heads)}  dtype {cap.dtype}")
+    print(f"layers {list(cap.layers)}  heads {list(cap.heads)}  dtype {cap.dtype}  "
+          f"precision {cap.precision}")  # fmt: skip
     for name, array in cap.tensors.items():
         print(f"  {name:18s} {list(array.shape)} {array.dtype} ({array.nbytes} bytes)")
     if args.out:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from jaxattn.cli.args import add_source_arguments, add_spec_arguments
+from jaxattn.cli.args import add_precision_argument, add_source_arguments, add_spec_arguments
 from jaxattn.inputs import FORMATS, ON_ERROR, TOO_LONG
 
 
@@ -46,6 +46,7 @@ def register(subparsers) -> None:
     )
     add_source_arguments(p, server=False)
     add_spec_arguments(p)
+    add_precision_argument(p, default="highest")
     p.add_argument(
         "--on-error",
         choices=ON_ERROR,
@@ -120,6 +121,7 @@ def _run(args: argparse.Namespace) -> int:
         layers=args.layers,
         heads=args.heads,
         dtype=args.dtype,
+        precision=args.precision,
         input_format=args.input_format,
         shard_size=args.shard_size,
         on_error=args.on_error,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from jaxattn.cli.args import add_source_arguments, read_token
+from jaxattn.cli.args import add_precision_argument, add_source_arguments, read_token
 
 _MiB = 1 << 20
 
@@ -30,6 +30,7 @@ def register(subparsers) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_source_arguments(p, server=False)
+    add_precision_argument(p, default="highest")
     p.add_argument("--host", default="127.0.0.1",
                    help="interface to bind (default 127.0.0.1: this machine only)")  # fmt: skip
     p.add_argument("--port", type=int, default=50051, help="port; 0 picks a free one")
@@ -107,4 +108,4 @@ def _run(args) -> int:
     from service import serve
 
     return serve(args.model, f"{args.host}:{args.port}", server_options(args),
-                 log_level=args.log_level)  # fmt: skip
+                 log_level=args.log_level, precision=args.precision)  # fmt: skip

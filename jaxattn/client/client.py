@@ -13,6 +13,7 @@ from jaxattn.client.channels import Channels, backoff_delay
 from jaxattn.client.errors import AttentionServiceError
 from jaxattn.config import ModelInfo
 from jaxattn.inputs import Text
+from jaxattn.spec import check_precision
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import StreamDecoder, WireError, codecs
 
@@ -148,6 +149,7 @@ class AttentionClient:
             name=info.name, family=info.family, layers=info.layers, heads=info.heads,
             hidden=info.hidden_size, head_dim=info.head_dim, vocab=info.vocab_size,
             max_positions=info.max_positions, dtype=info.dtype,
+            precision=info.precision or "highest",  # a jaxattn 0.1 server says nothing
         )  # fmt: skip
 
     def server_info(self, timeout: float | None = None) -> pb.ModelInfo:
@@ -173,6 +175,7 @@ class AttentionClient:
         codec: str | None = None,
         *,
         truncate: bool = False,
+        precision: str | None = None,
         max_chunk_bytes: int | None = None,
         timeout: float | None = None,
     ) -> list[Capture]:
@@ -186,6 +189,8 @@ class AttentionClient:
           dtype: float32 (exact), float16, bfloat16 or uint8.
           codec: wire compression: none, zstd or lz4 (lossless); None = the client's.
           truncate: cut over-long texts instead of failing.
+          precision: compute precision ("highest", "tf32", "bf16"); None: the
+            server's default (`model_info().precision`).
           max_chunk_bytes: chunk size bound (default: under 4 MiB).
           timeout: deadline in seconds (default: the client's).
 
@@ -198,7 +203,8 @@ class AttentionClient:
             status code and message), or the stream broke the protocol (DATA_LOSS).
         """
         return list(self.stream(texts, what, layers, heads, dtype, codec, truncate=truncate,
-                                max_chunk_bytes=max_chunk_bytes, timeout=timeout))  # fmt: skip
+                                precision=precision, max_chunk_bytes=max_chunk_bytes,
+                                timeout=timeout))  # fmt: skip
 
     def stream(
         self,
@@ -210,6 +216,7 @@ class AttentionClient:
         codec: str | None = None,
         *,
         truncate: bool = False,
+        precision: str | None = None,
         max_chunk_bytes: int | None = None,
         timeout: float | None = None,
     ) -> Iterator[Capture]:
@@ -220,6 +227,8 @@ class AttentionClient:
         if dtype not in codecs.DTYPE_TO_PB:
             raise ValueError(f"unknown dtype {dtype!r}: valid are {', '.join(codecs.DTYPE_TO_PB)}")
         codec = self.codec if codec is None else _check_codec(codec)
+        if precision is not None:
+            check_precision(precision)
         request = pb.CaptureRequest(
             texts=_texts(texts),
             what=[what] if isinstance(what, str) else list(what or ()),
@@ -229,6 +238,7 @@ class AttentionClient:
             codec=codecs.CODEC_TO_PB[codec],
             max_chunk_bytes=max_chunk_bytes or 0,
             truncate=truncate,
+            precision=codecs.PRECISION_TO_PB[precision] if precision else 0,
         )
         return self._stream(request, self.timeout if timeout is None else timeout)
 

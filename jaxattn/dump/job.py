@@ -38,7 +38,7 @@ class DumpOptions:
     Attributes:
       input: the input file.
       out: the store: a directory or a TensorStore kvstore URL.
-      what, layers, heads, dtype: the capture spec (as `Engine.capture`).
+      what, layers, heads, dtype, precision: the capture spec (as `Engine.capture`).
       input_format: text, jsonl or conllu; None detects it.
       shard_size: input records per shard.
       on_error: "stop" at the first unreadable record, or "skip" it.
@@ -53,6 +53,7 @@ class DumpOptions:
     layers: tuple[int, ...] | None = None
     heads: tuple[int, ...] | None = None
     dtype: str = "float32"
+    precision: str = "highest"
     input_format: str | None = None
     shard_size: int = sharding.DEFAULT_SHARD_SIZE
     on_error: str = "stop"
@@ -86,7 +87,8 @@ class DumpJob:
 
     def __init__(self, engine, options: DumpOptions, model_dir, process: Process, stream):
         self.engine, self.options, self.process, self.stream = engine, options, process, stream
-        self.spec = engine.make_spec(options.what, options.layers, options.heads, options.dtype)
+        self.spec = engine.make_spec(options.what, options.layers, options.heads, options.dtype,
+                                     options.precision)  # fmt: skip
         self.plan = sharding.plan_shards(
             options.input,
             fmt=options.input_format,

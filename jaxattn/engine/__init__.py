@@ -12,9 +12,10 @@ The modules, in the order data flows through them:
       model      the Flax BERT-family encoder, one example, declared capture
       norms      Kobayashi et al.'s norm-based quantities as quadratic forms
       quantize   the output dtype, applied on the device
-      precision  matmul precision (HIGHEST: exact float32)
+      precision  compute precision of every contraction (highest, tf32, bf16)
       params     the params tree the model expects
-    engine     Engine: the pipeline above, with the async copy overlapped
+    engine     Engine: the pipeline above, with the async copy overlapped;
+      oom        a batch out of device memory runs again in halves
     ablation   head ablation (Kovaleva et al. 2019) and its study; mlm: its loss
     cache      the persistent compilation cache (on by default, per user)
 

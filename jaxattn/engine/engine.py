@@ -21,11 +21,12 @@ from jaxattn.capture import Capture
 from jaxattn.config import ModelConfig, ModelInfo
 from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.engine import batching, host
+from jaxattn.engine.oom import in_halves, out_of_memory
 from jaxattn.engine.params import check_params
 from jaxattn.engine.step import CaptureStep
 from jaxattn.engine.tokenize import TokenizedText, Tokenizer, check_texts
 from jaxattn.inputs import Text
-from jaxattn.spec import CaptureSpec, make_spec
+from jaxattn.spec import CaptureSpec, check_precision, make_spec
 
 # Batches in flight: one computing while the previous one's copy lands.
 _PIPELINE_DEPTH = 2
@@ -52,6 +53,9 @@ class Engine:
       host_memory: where the step writes its outputs: "auto" (pinned host
         memory on GPUs/TPUs, device memory on the CPU), "pinned" or "device"
         (`jaxattn.engine.step`).
+      precision: the default compute precision of captures: "highest" (exact
+        float32), "tf32" or "bf16" (`jaxattn.engine.precision`); a capture
+        may ask for another.
     """
 
     def __init__(
@@ -67,11 +71,13 @@ class Engine:
         pad_fraction: float | None = None,
         devices: Sequence[jax.Device] | None = None,
         host_memory: str = "auto",
+        precision: str = "highest",
     ):
         check_params(config, params["encoder"])
         self.config = config
         self.tokenizer = tokenizer
-        self.info = ModelInfo.of(config)
+        self.precision = check_precision(precision)
+        self.info = ModelInfo.of(config, precision=precision)
         self.extra_params = {k: v for k, v in params.items() if k != "encoder"}
         self.devices = tuple(devices) if devices else tuple(jax.local_devices())
         self.step = CaptureStep(config, params["encoder"], self.devices, host_memory)
@@ -87,8 +93,13 @@ class Engine:
         """The model (same as `info`; `AttentionClient.model_info` answers the same)."""
         return self.info
 
-    def make_spec(self, what=None, layers=None, heads=None, dtype: str = "float32") -> CaptureSpec:
-        """Validate a request against this model (ValueError naming the field)."""
+    def make_spec(
+        self, what=None, layers=None, heads=None, dtype: str = "float32", precision=None
+    ) -> CaptureSpec:
+        """Validate a request against this model (ValueError naming the field).
+
+        precision None is the engine's default (`precision`).
+        """
         return make_spec(
             what=what,
             layers=layers,
@@ -96,6 +107,7 @@ class Engine:
             dtype=dtype,
             num_layers=self.config.num_layers,
             num_heads=self.config.num_heads,
+            precision=self.precision if precision is None else precision,
         )
 
     def tokenize(self, texts: Sequence[Text], truncate: bool = False) -> list[TokenizedText]:
@@ -111,6 +123,7 @@ class Engine:
         dtype: str = "float32",
         truncate: bool = False,
         ablation=None,
+        precision: str | None = None,
     ) -> list[Capture]:
         """Capture attention quantities for each text.
 
@@ -122,6 +135,8 @@ class Engine:
           dtype: output dtype: float32 (exact), float16, bfloat16, uint8.
           truncate: cut texts longer than the model's maximum instead of raising.
           ablation: a `jaxattn.engine.HeadAblation` to disable heads, or None.
+          precision: compute precision ("highest", "tf32", "bf16"); None: the
+            engine's default.
 
         Returns:
           One Capture per text, in input order.
@@ -130,7 +145,7 @@ class Engine:
           ValueError: a bad text, an unknown quantity or dtype, an index out of
             range, a text over the length limit (unless truncate).
         """
-        spec = self.make_spec(what, layers, heads, dtype)
+        spec = self.make_spec(what, layers, heads, dtype, precision)
         tokenized = self.tokenize(texts, truncate)
         out: list[Capture | None] = [None] * len(tokenized)
         for pos, cap in self.run(tokenized, spec, ablation):
@@ -146,10 +161,11 @@ class Engine:
         dtype: str = "float32",
         *,
         truncate: bool = False,
+        precision: str | None = None,
     ) -> Iterator[Capture]:
         """Like `capture`, but yield each Capture, in input order, as soon as it and all
         before it are ready (batches finish shortest bucket first)."""
-        spec = self.make_spec(what, layers, heads, dtype)
+        spec = self.make_spec(what, layers, heads, dtype, precision)
         tokenized = self.tokenize(texts, truncate)
         ready: dict[int, Capture] = {}
         following = 0
@@ -178,29 +194,48 @@ class Engine:
         Examples come grouped by length bucket, not in input order. Dispatch is
         asynchronous: batch k+1 computes while batch k is copied and trimmed.
         `ablation` (a `jaxattn.engine.HeadAblation`) disables heads; every
-        ablation set runs the same compiled program.
+        ablation set runs the same compiled program. A batch that does not fit
+        the device's memory is run again in halves.
+
+        Raises:
+          DeviceMemoryError: one example alone does not fit the device.
         """
         gates = None if ablation is None else ablation.gates(self.config)
-        plan = batching.plan_batches(
-            [e.length for e in tokenized],
-            self.buckets,
-            lambda t: self.output_bytes(spec, t),
-            self.budgets,
-            devices=len(self.devices),
-        )
         pending: collections.deque = collections.deque()
-        for batch in plan:
-            arrays = self.step.place(*host.pack(batch, tokenized, self.config))
-            out = self.step(spec, *arrays, gates)
-            host.start_copies(out)
-            pending.append((batch, out))
+        for batch in self.plan(tokenized, spec, self.budgets):
+            try:
+                pending.append((batch, self.dispatch(batch, tokenized, spec, gates)))
+            except Exception as e:
+                if not out_of_memory(e):
+                    raise
+                yield from in_halves(self, batch, tokenized, spec, gates, e)
             if len(pending) >= _PIPELINE_DEPTH:
-                yield from self._finish(*pending.popleft(), tokenized, spec)
+                yield from self._finish(*pending.popleft(), tokenized, spec, gates)
         while pending:
-            yield from self._finish(*pending.popleft(), tokenized, spec)
+            yield from self._finish(*pending.popleft(), tokenized, spec, gates)
 
-    def _finish(self, batch, out, tokenized, spec) -> Iterator[tuple[int, Capture]]:
-        yield from host.unpack(batch, host.host_blocks(out), tokenized, spec)
+    def plan(self, tokenized, spec, budgets=None) -> list[batching.Batch]:
+        """The batches `run` gives tokenised examples under `spec` (budgets: the engine's)."""
+        lengths, budgets = [e.length for e in tokenized], budgets or self.budgets
+        return batching.plan_batches(lengths, self.buckets, lambda t: self.output_bytes(spec, t),
+                                     budgets, devices=len(self.devices))  # fmt: skip
+
+    def dispatch(self, batch, tokenized, spec, gates=None):
+        """Start one batch on the devices (asynchronously); its output, copies begun."""
+        arrays = self.step.place(*host.pack(batch, tokenized, self.config))
+        out = self.step(spec, *arrays, gates)
+        host.start_copies(out)
+        return out
+
+    def _finish(self, batch, out, tokenized, spec, gates) -> Iterator[tuple[int, Capture]]:
+        try:
+            blocks = host.host_blocks(out)  # waits: an asynchronous failure surfaces here
+        except Exception as e:
+            if not out_of_memory(e):
+                raise
+            yield from in_halves(self, batch, tokenized, spec, gates, e)
+            return
+        yield from host.unpack(batch, blocks, tokenized, spec)
 
     def warmup(self, spec: CaptureSpec) -> int:
         """Compile every (bucket, batch size) shape of `spec`; returns the count.

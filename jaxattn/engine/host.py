@@ -115,5 +115,6 @@ def unpack(
                 dtype=spec.dtype,
                 tensors=tensors,
                 quantization=quant,
+                precision=spec.precision,
             ),
         )

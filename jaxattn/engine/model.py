@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from jaxattn.config import ModelConfig
 from jaxattn.engine import norms
-from jaxattn.engine.precision import HIGHEST
+from jaxattn.engine.precision import Matmul
 from jaxattn.quantities import QUANTITIES
 from jaxattn.spec import CaptureSpec
 
@@ -62,12 +62,13 @@ class Dense(nn.Module):
     shape: tuple[int, ...]
     bias_shape: tuple[int, ...]
     equation: str
+    mm: Matmul = Matmul()
 
     @nn.compact
     def __call__(self, x):
         kernel = self.param("kernel", _init, self.shape)
         bias = self.param("bias", nn.initializers.zeros, self.bias_shape)
-        return jnp.einsum(self.equation, x, kernel, precision=HIGHEST) + bias
+        return self.mm(self.equation, x, kernel) + bias
 
 
 class Embeddings(nn.Module):
@@ -89,6 +90,7 @@ class SelfAttention(nn.Module):
     """Multi-head self-attention; also returns the parts the capture needs."""
 
     config: ModelConfig
+    mm: Matmul = Matmul()
 
     @nn.compact
     def __call__(self, x, mask, gate=None, project: bool = True):
@@ -102,21 +104,21 @@ class SelfAttention(nn.Module):
         """
         c = self.config
         hk = (c.num_heads, c.head_dim)
-        proj = dict(shape=(c.hidden_size, *hk), bias_shape=hk, equation="TD,DHK->THK")
+        proj = dict(shape=(c.hidden_size, *hk), bias_shape=hk, equation="TD,DHK->THK", mm=self.mm)
         q = Dense(**proj, name="query")(x)  # [T, H, K]
         k = Dense(**proj, name="key")(x)
         v = Dense(**proj, name="value")(x)
-        scores = jnp.einsum("THK,SHK->HTS", q, k, precision=HIGHEST) / jnp.sqrt(c.head_dim)
+        scores = self.mm("THK,SHK->HTS", q, k) / jnp.sqrt(c.head_dim)
         # Padded keys get exactly zero weight: exp(-inf) == 0.
         alpha = jax.nn.softmax(jnp.where(mask[None, None, :], scores, -jnp.inf), axis=-1)
         if gate is not None:
             keep, uniform = gate
             flat = jnp.broadcast_to(mask / mask.sum(), alpha.shape[1:])  # [T, S]
             alpha = jnp.where(uniform[:, None, None], flat[None], alpha)
-        out = Dense((*hk, c.hidden_size), (c.hidden_size,), "THK,HKD->TD", name="out")
+        out = Dense((*hk, c.hidden_size), (c.hidden_size,), "THK,HKD->TD", self.mm, name="out")
         y = None
         if project:
-            context = jnp.einsum("HTS,SHK->THK", alpha, v, precision=HIGHEST)
+            context = self.mm("HTS,SHK->THK", alpha, v)
             if gate is not None:
                 context = context * keep[None, :, None]
             y = out(context)
@@ -124,7 +126,7 @@ class SelfAttention(nn.Module):
         return y, dict(q=q, k=k, v=v, scores=scores, alpha=alpha, w_out=w_out)
 
 
-def _capture_layer(want, p: dict, x, gamma, std) -> dict:
+def _capture_layer(want, p: dict, x, gamma, std, mm: Matmul) -> dict:
     """The requested per-layer quantities of one example, all heads.
 
     Shapes out: attention/scores/alpha_fx_norm [H, T, S]; queries/keys/values
@@ -140,17 +142,17 @@ def _capture_layer(want, p: dict, x, gamma, std) -> dict:
         if name in want:
             cap[name] = t.transpose(1, 0, 2)  # [T, H, K] -> [H, T, K]
     if want & {"fx_norm", "alpha_fx_norm"}:
-        fxn = norms.fx_norm(v, w_out)  # [H, S]
+        fxn = norms.fx_norm(v, w_out, mm)  # [H, S]
         if "fx_norm" in want:
             cap["fx_norm"] = fxn
         if "alpha_fx_norm" in want:
             cap["alpha_fx_norm"] = norms.alpha_fx_norm(alpha, fxn)
     if "sum_alpha_fx_norm" in want:
-        cap["sum_alpha_fx_norm"] = norms.sum_alpha_fx_norm(alpha, v, w_out)
+        cap["sum_alpha_fx_norm"] = norms.sum_alpha_fx_norm(alpha, v, w_out, mm)
     if "attn_res_norm" in want:
-        cap["attn_res_norm"] = norms.residual_norm(alpha, v, w_out, x)
+        cap["attn_res_norm"] = norms.residual_norm(alpha, v, w_out, x, mm)
     if "attn_res_ln_norm" in want:
-        cap["attn_res_ln_norm"] = norms.residual_ln_norm(alpha, v, w_out, x, gamma, std)
+        cap["attn_res_ln_norm"] = norms.residual_ln_norm(alpha, v, w_out, x, gamma, std, mm)
     return cap
 
 
@@ -158,6 +160,7 @@ class EncoderLayer(nn.Module):
     """Post-LN transformer layer: LN(x + attn(x)), then LN(h + ffn(h))."""
 
     config: ModelConfig
+    mm: Matmul = Matmul()
 
     @nn.compact
     def __call__(self, x, mask, want: frozenset[str], gate=None, output: bool = True):
@@ -169,7 +172,7 @@ class EncoderLayer(nn.Module):
         """
         c = self.config
         project = output or "attn_res_ln_norm" in want
-        a, parts = SelfAttention(c, name="attention")(x, mask, gate, project)
+        a, parts = SelfAttention(c, self.mm, name="attention")(x, mask, gate, project)
         cap, std = {}, None
         if project:
             y = x + a
@@ -177,13 +180,13 @@ class EncoderLayer(nn.Module):
             std = jnp.sqrt(jnp.square(y - y.mean(-1, keepdims=True)).mean(-1) + c.layer_norm_eps)
         if want:
             gamma = self.variables["params"]["attention_ln"]["scale"]
-            cap = _capture_layer(want, parts, x, gamma, std)
+            cap = _capture_layer(want, parts, x, gamma, std, self.mm)
         if not output:
             return None, cap
         h = LayerNorm(c.layer_norm_eps, name="attention_ln")(y)
         d, f = c.hidden_size, c.intermediate_size
-        u = _activation(c.activation)(Dense((d, f), (f,), "TD,DF->TF", name="ffn_in")(h))
-        out = Dense((f, d), (d,), "TF,FD->TD", name="ffn_out")(u)
+        u = _activation(c.activation)(Dense((d, f), (f,), "TD,DF->TF", self.mm, name="ffn_in")(h))
+        out = Dense((f, d), (d,), "TF,FD->TD", self.mm, name="ffn_out")(u)
         return LayerNorm(c.layer_norm_eps, name="ffn_ln")(h + out), cap
 
 
@@ -192,16 +195,19 @@ class Encoder(nn.Module):
 
     ``__call__(ids [T], type_ids [T], mask [T] bool, spec)`` returns a dict
     name -> array with the spec's layers stacked first and heads selected:
-    e.g. attention [L, H, T, S], hidden_states [L+1, T, D].
+    e.g. attention [L, H, T, S], hidden_states [L+1, T, D]. Every contraction
+    runs at `spec.precision` (`jaxattn.engine.precision`) on `platform`.
     """
 
     config: ModelConfig
+    platform: str = "cpu"
 
     @nn.compact
     def __call__(self, ids, type_ids, mask, spec: CaptureSpec, gates=None):
         """gates: None, or (keep [L, H] float, uniform [L, H] bool); see SelfAttention."""
         c = self.config
         want = frozenset(spec.what)
+        mm = Matmul(spec.precision, self.platform)
         heads = jnp.asarray(spec.heads) if len(spec.heads) < c.num_heads else None
         x = Embeddings(c, name="embeddings")(ids, type_ids)
         per_layer: dict[str, list] = {name: [] for name in spec.what}
@@ -212,7 +218,7 @@ class Encoder(nn.Module):
             gate = None if gates is None else (gates[0][layer], gates[1][layer])
             # The last layer's output is only needed when it is captured.
             output = layer < spec.last_layer or "hidden_states" in want
-            x, cap = EncoderLayer(c, name=f"layer_{layer}")(
+            x, cap = EncoderLayer(c, mm, name=f"layer_{layer}")(
                 x, mask, want - {"hidden_states"} if captured else frozenset(), gate, output
             )
             if not captured:

@@ -21,21 +21,23 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from jaxattn.engine.precision import HIGHEST
+from jaxattn.engine.precision import Matmul
+
+_EXACT = Matmul()
 
 
-def output_gram(w_out):
+def output_gram(w_out, mm: Matmul = _EXACT):
     """M[g, j, h, k] = <W_O^h[k, :], W_O^g[j, :]> from w_out [H, K, D]: [H, K, H, K].
 
     Depends on weights only; under vmap it is computed once per batch.
     """
-    return jnp.einsum("GJD,HKD->GJHK", w_out, w_out, precision=HIGHEST)
+    return mm("GJD,HKD->GJHK", w_out, w_out)
 
 
-def fx_norm(values, w_out):
+def fx_norm(values, w_out, mm: Matmul = _EXACT):
     """||f_h(x_j)||: values [S, H, K], w_out [H, K, D] -> [H, S]."""
-    per_head = jnp.einsum("HKD,HJD->HKJ", w_out, w_out, precision=HIGHEST)  # [H, K, K]
-    squared = jnp.einsum("SHK,HKJ,SHJ->HS", values, per_head, values, precision=HIGHEST)
+    per_head = mm("HKD,HJD->HKJ", w_out, w_out)  # [H, K, K]
+    squared = mm("SHK,HKJ,SHJ->HS", values, per_head, values)
     # Rounding can push an exact zero slightly negative; the norm is >= 0.
     return jnp.sqrt(jnp.maximum(squared, 0.0))
 
@@ -45,26 +47,26 @@ def alpha_fx_norm(attention, fx):
     return attention * fx[:, None, :]
 
 
-def head_gram(values, w_out):
+def head_gram(values, w_out, mm: Matmul = _EXACT):
     """G_j[h, g] = <f_h(x_j), f_g(x_j)>: values [S, H, K], w_out [H, K, D] -> [S, H, H]."""
-    m = output_gram(w_out)  # [G, J, H, K]
+    m = output_gram(w_out, mm)  # [G, J, H, K]
     # w[g, s, h, k] = sum_j v[s, g, j] M[g, j, h, k]: one [S, K] x [K, H K] GEMM per head g.
-    w = jnp.einsum("SGJ,GJHK->GSHK", values, m, precision=HIGHEST)
-    return jnp.einsum("GSHK,SHK->SHG", w, values, precision=HIGHEST)
+    w = mm("SGJ,GJHK->GSHK", values, m)
+    return mm("GSHK,SHK->SHG", w, values)
 
 
-def _quadratic_form(attention, gram):
+def _quadratic_form(attention, gram, mm: Matmul = _EXACT):
     """alpha_ij^T G_j alpha_ij: [H, T, S], [S, H, G] -> [T, S], as (alpha G) . alpha (no D).
 
     The second contraction is an elementwise product summed over heads, which XLA
     fuses; alone on a CPU it is 2x faster at T=128 than a batched [T, 1, G] x [G, 1]
     dot (within noise inside the whole capture step).
     """
-    ag = jnp.einsum("HTS,SHG->GTS", attention, gram, precision=HIGHEST)
+    ag = mm("HTS,SHG->GTS", attention, gram)
     return jnp.sum(ag * attention, axis=0)
 
 
-def sum_alpha_fx_norm(attention, values, w_out):
+def sum_alpha_fx_norm(attention, values, w_out, mm: Matmul = _EXACT):
     """||sum_h alpha^h_ij f_h(x_j)|| over all heads of the layer.
 
     Args:
@@ -76,11 +78,11 @@ def sum_alpha_fx_norm(attention, values, w_out):
       [T, S]
     """
     # alpha_ij^T G_j alpha_ij: O(T S H^2), no D.
-    squared = _quadratic_form(attention, head_gram(values, w_out))
+    squared = _quadratic_form(attention, head_gram(values, w_out, mm), mm)
     return jnp.sqrt(jnp.maximum(squared, 0.0))
 
 
-def residual_norm(attention, values, w_out, x):
+def residual_norm(attention, values, w_out, x, mm: Matmul = _EXACT):
     """||sum_h alpha^h_ij f_h(x_j) + delta_ij x_j||: the attention block with its residual.
 
     Kobayashi et al. 2021 ("Incorporating Residual and Normalization Layers into
@@ -94,18 +96,18 @@ def residual_norm(attention, values, w_out, x):
     Returns:
       [T, S]
     """
-    squared = _quadratic_form(attention, head_gram(values, w_out))
+    squared = _quadratic_form(attention, head_gram(values, w_out, mm), mm)
     # On the diagonal add 2 <sum_h alpha^h_ii f_h(x_i), x_i> + ||x_i||^2, with
     # <f_h(x_j), x_j> = v_h . (W_O^h x_j): no f needed.
-    fx_dot_x = jnp.einsum("SHK,HKD,SD->SH", values, w_out, x, precision=HIGHEST)  # [S, H]
+    fx_dot_x = mm("SHK,HKD,SD->SH", values, w_out, x)  # [S, H]
     diag_alpha = jnp.diagonal(attention, axis1=1, axis2=2)  # [H, T]
-    extra = 2.0 * jnp.einsum("HS,SH->S", diag_alpha, fx_dot_x, precision=HIGHEST)
+    extra = 2.0 * mm("HS,SH->S", diag_alpha, fx_dot_x)
     extra = extra + jnp.sum(x * x, axis=-1)
     squared = squared + jnp.diag(extra)
     return jnp.sqrt(jnp.maximum(squared, 0.0))
 
 
-def residual_ln_norm(attention, values, w_out, x, gamma, std):
+def residual_ln_norm(attention, values, w_out, x, gamma, std, mm: Matmul = _EXACT):
     """Contribution norms through the attention block, residual and LayerNorm.
 
     Kobayashi et al. 2021, AttnResLn-N: with the LayerNorm's statistics of the
@@ -126,4 +128,4 @@ def residual_ln_norm(attention, values, w_out, x, gamma, std):
     """
     w_tilde = gamma * (w_out - w_out.mean(-1, keepdims=True))
     x_tilde = gamma * (x - x.mean(-1, keepdims=True))
-    return residual_norm(attention, values, w_tilde, x_tilde) / std[:, None]
+    return residual_norm(attention, values, w_tilde, x_tilde, mm) / std[:, None]

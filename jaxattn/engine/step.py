@@ -75,7 +75,7 @@ class CaptureStep:
             out = NamedSharding(mesh, P("data"), memory_kind="pinned_host")
         self._batch_sharding = batch
         self.params = jax.device_put(params, replicated)
-        self._model = Encoder(config)
+        self._model = Encoder(config, platform=self.devices[0].platform)
         self._jit = jax.jit(
             self._forward,
             static_argnums=0,  # the CaptureSpec; in_shardings cover the rest

@@ -118,6 +118,7 @@ class Store:
             dtype=self.dtype,
             tensors=tensors,
             quantization=dict(entry.quantization),
+            precision=spec.get("precision", "highest"),
         )
 
     def _array(self, quantity: str, shard: int):

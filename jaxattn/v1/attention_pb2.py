@@ -24,31 +24,33 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ajaxattn/v1/attention.proto\x12\njaxattn.v1\":\n\x04Text\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x16\n\ttext_pair\x18\x02 \x01(\tH\x00\x88\x01\x01\x42\x0c\n\n_text_pair\"\xcd\x01\n\x0e\x43\x61ptureRequest\x12\x1f\n\x05texts\x18\x01 \x03(\x0b\x32\x10.jaxattn.v1.Text\x12\x0c\n\x04what\x18\x02 \x03(\t\x12\x0e\n\x06layers\x18\x03 \x03(\x03\x12\r\n\x05heads\x18\x04 \x03(\x03\x12 \n\x05\x64type\x18\x05 \x01(\x0e\x32\x11.jaxattn.v1.Dtype\x12 \n\x05\x63odec\x18\x06 \x01(\x0e\x32\x11.jaxattn.v1.Codec\x12\x17\n\x0fmax_chunk_bytes\x18\x07 \x01(\x04\x12\x10\n\x08truncate\x18\x08 \x01(\x08\"p\n\x0f\x43\x61ptureResponse\x12+\n\x06header\x18\x01 \x01(\x0b\x32\x19.jaxattn.v1.ExampleHeaderH\x00\x12(\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x17.jaxattn.v1.TensorChunkH\x00\x42\x06\n\x04item\"\xa7\x01\n\rExampleHeader\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0e\n\x06tokens\x18\x02 \x03(\t\x12\x1d\n\x10sentence_b_start\x18\x03 \x01(\rH\x00\x88\x01\x01\x12\x0e\n\x06layers\x18\x04 \x03(\r\x12\r\n\x05heads\x18\x05 \x03(\r\x12\x0f\n\x07tensors\x18\x06 \x03(\t\x12\x13\n\x0b\x63hunk_count\x18\x07 \x01(\rB\x13\n\x11_sentence_b_start\"\xf2\x01\n\x0bTensorChunk\x12\x15\n\rexample_index\x18\x01 \x01(\r\x12\x0e\n\x06tensor\x18\x02 \x01(\t\x12\x10\n\x08\x64\x61tatype\x18\x03 \x01(\t\x12\r\n\x05shape\x18\x04 \x03(\x04\x12 \n\x05\x63odec\x18\x05 \x01(\x0e\x32\x11.jaxattn.v1.Codec\x12\r\n\x05scale\x18\x06 \x01(\x01\x12\x0e\n\x06offset\x18\x07 \x01(\x01\x12\x13\n\x0b\x62yte_offset\x18\x08 \x01(\x04\x12\x13\n\x0b\x62yte_length\x18\t \x01(\x04\x12\x13\n\x0btotal_bytes\x18\n \x01(\x04\x12\r\n\x05\x63rc32\x18\x0b \x01(\x07\x12\x0c\n\x04\x64\x61ta\x18\x0c \x01(\x0c\"\x15\n\x13GetModelInfoRequest\"\xe4\x01\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x66\x61mily\x18\x02 \x01(\t\x12\x0e\n\x06layers\x18\x03 \x01(\r\x12\r\n\x05heads\x18\x04 \x01(\r\x12\x13\n\x0bhidden_size\x18\x05 \x01(\r\x12\x10\n\x08head_dim\x18\x06 \x01(\r\x12\x12\n\nvocab_size\x18\x07 \x01(\r\x12\x15\n\rmax_positions\x18\x08 \x01(\r\x12\r\n\x05\x64type\x18\t \x01(\t\x12\x12\n\nquantities\x18\n \x03(\t\x12\x11\n\tmax_texts\x18\x0b \x01(\r\x12\x12\n\nmax_tokens\x18\x0c \x01(\r*i\n\x05\x44type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x11\n\rDTYPE_FLOAT32\x10\x01\x12\x11\n\rDTYPE_FLOAT16\x10\x02\x12\x12\n\x0e\x44TYPE_BFLOAT16\x10\x03\x12\x0f\n\x0b\x44TYPE_UINT8\x10\x04*M\n\x05\x43odec\x12\x15\n\x11\x43ODEC_UNSPECIFIED\x10\x00\x12\x0e\n\nCODEC_NONE\x10\x01\x12\x0e\n\nCODEC_ZSTD\x10\x02\x12\r\n\tCODEC_LZ4\x10\x03\x32\xa0\x01\n\x10\x41ttentionService\x12\x44\n\x07\x43\x61pture\x12\x1a.jaxattn.v1.CaptureRequest\x1a\x1b.jaxattn.v1.CaptureResponse0\x01\x12\x46\n\x0cGetModelInfo\x12\x1f.jaxattn.v1.GetModelInfoRequest\x1a\x15.jaxattn.v1.ModelInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ajaxattn/v1/attention.proto\x12\njaxattn.v1\":\n\x04Text\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x16\n\ttext_pair\x18\x02 \x01(\tH\x00\x88\x01\x01\x42\x0c\n\n_text_pair\"\xf7\x01\n\x0e\x43\x61ptureRequest\x12\x1f\n\x05texts\x18\x01 \x03(\x0b\x32\x10.jaxattn.v1.Text\x12\x0c\n\x04what\x18\x02 \x03(\t\x12\x0e\n\x06layers\x18\x03 \x03(\x03\x12\r\n\x05heads\x18\x04 \x03(\x03\x12 \n\x05\x64type\x18\x05 \x01(\x0e\x32\x11.jaxattn.v1.Dtype\x12 \n\x05\x63odec\x18\x06 \x01(\x0e\x32\x11.jaxattn.v1.Codec\x12\x17\n\x0fmax_chunk_bytes\x18\x07 \x01(\x04\x12\x10\n\x08truncate\x18\x08 \x01(\x08\x12(\n\tprecision\x18\t \x01(\x0e\x32\x15.jaxattn.v1.Precision\"p\n\x0f\x43\x61ptureResponse\x12+\n\x06header\x18\x01 \x01(\x0b\x32\x19.jaxattn.v1.ExampleHeaderH\x00\x12(\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x17.jaxattn.v1.TensorChunkH\x00\x42\x06\n\x04item\"\xd1\x01\n\rExampleHeader\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0e\n\x06tokens\x18\x02 \x03(\t\x12\x1d\n\x10sentence_b_start\x18\x03 \x01(\rH\x00\x88\x01\x01\x12\x0e\n\x06layers\x18\x04 \x03(\r\x12\r\n\x05heads\x18\x05 \x03(\r\x12\x0f\n\x07tensors\x18\x06 \x03(\t\x12\x13\n\x0b\x63hunk_count\x18\x07 \x01(\r\x12(\n\tprecision\x18\x08 \x01(\x0e\x32\x15.jaxattn.v1.PrecisionB\x13\n\x11_sentence_b_start\"\xf2\x01\n\x0bTensorChunk\x12\x15\n\rexample_index\x18\x01 \x01(\r\x12\x0e\n\x06tensor\x18\x02 \x01(\t\x12\x10\n\x08\x64\x61tatype\x18\x03 \x01(\t\x12\r\n\x05shape\x18\x04 \x03(\x04\x12 \n\x05\x63odec\x18\x05 \x01(\x0e\x32\x11.jaxattn.v1.Codec\x12\r\n\x05scale\x18\x06 \x01(\x01\x12\x0e\n\x06offset\x18\x07 \x01(\x01\x12\x13\n\x0b\x62yte_offset\x18\x08 \x01(\x04\x12\x13\n\x0b\x62yte_length\x18\t \x01(\x04\x12\x13\n\x0btotal_bytes\x18\n \x01(\x04\x12\r\n\x05\x63rc32\x18\x0b \x01(\x07\x12\x0c\n\x04\x64\x61ta\x18\x0c \x01(\x0c\"\x15\n\x13GetModelInfoRequest\"\xf7\x01\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x66\x61mily\x18\x02 \x01(\t\x12\x0e\n\x06layers\x18\x03 \x01(\r\x12\r\n\x05heads\x18\x04 \x01(\r\x12\x13\n\x0bhidden_size\x18\x05 \x01(\r\x12\x10\n\x08head_dim\x18\x06 \x01(\r\x12\x12\n\nvocab_size\x18\x07 \x01(\r\x12\x15\n\rmax_positions\x18\x08 \x01(\r\x12\r\n\x05\x64type\x18\t \x01(\t\x12\x12\n\nquantities\x18\n \x03(\t\x12\x11\n\tmax_texts\x18\x0b \x01(\r\x12\x12\n\nmax_tokens\x18\x0c \x01(\r\x12\x11\n\tprecision\x18\r \x01(\t*i\n\x05\x44type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x11\n\rDTYPE_FLOAT32\x10\x01\x12\x11\n\rDTYPE_FLOAT16\x10\x02\x12\x12\n\x0e\x44TYPE_BFLOAT16\x10\x03\x12\x0f\n\x0b\x44TYPE_UINT8\x10\x04*M\n\x05\x43odec\x12\x15\n\x11\x43ODEC_UNSPECIFIED\x10\x00\x12\x0e\n\nCODEC_NONE\x10\x01\x12\x0e\n\nCODEC_ZSTD\x10\x02\x12\r\n\tCODEC_LZ4\x10\x03*e\n\tPrecision\x12\x19\n\x15PRECISION_UNSPECIFIED\x10\x00\x12\x15\n\x11PRECISION_HIGHEST\x10\x01\x12\x12\n\x0ePRECISION_TF32\x10\x02\x12\x12\n\x0ePRECISION_BF16\x10\x03\x32\xa0\x01\n\x10\x41ttentionService\x12\x44\n\x07\x43\x61pture\x12\x1a.jaxattn.v1.CaptureRequest\x1a\x1b.jaxattn.v1.CaptureResponse0\x01\x12\x46\n\x0cGetModelInfo\x12\x1f.jaxattn.v1.GetModelInfoRequest\x1a\x15.jaxattn.v1.ModelInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'jaxattn.v1.attention_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DTYPE']._serialized_start=1093
-  _globals['_DTYPE']._serialized_end=1198
-  _globals['_CODEC']._serialized_start=1200
-  _globals['_CODEC']._serialized_end=1277
+  _globals['_DTYPE']._serialized_start=1196
+  _globals['_DTYPE']._serialized_end=1301
+  _globals['_CODEC']._serialized_start=1303
+  _globals['_CODEC']._serialized_end=1380
+  _globals['_PRECISION']._serialized_start=1382
+  _globals['_PRECISION']._serialized_end=1483
   _globals['_TEXT']._serialized_start=42
   _globals['_TEXT']._serialized_end=100
   _globals['_CAPTUREREQUEST']._serialized_start=103
-  _globals['_CAPTUREREQUEST']._serialized_end=308
-  _globals['_CAPTURERESPONSE']._serialized_start=310
-  _globals['_CAPTURERESPONSE']._serialized_end=422
-  _globals['_EXAMPLEHEADER']._serialized_start=425
-  _globals['_EXAMPLEHEADER']._serialized_end=592
-  _globals['_TENSORCHUNK']._serialized_start=595
-  _globals['_TENSORCHUNK']._serialized_end=837
-  _globals['_GETMODELINFOREQUEST']._serialized_start=839
-  _globals['_GETMODELINFOREQUEST']._serialized_end=860
-  _globals['_MODELINFO']._serialized_start=863
-  _globals['_MODELINFO']._serialized_end=1091
-  _globals['_ATTENTIONSERVICE']._serialized_start=1280
-  _globals['_ATTENTIONSERVICE']._serialized_end=1440
+  _globals['_CAPTUREREQUEST']._serialized_end=350
+  _globals['_CAPTURERESPONSE']._serialized_start=352
+  _globals['_CAPTURERESPONSE']._serialized_end=464
+  _globals['_EXAMPLEHEADER']._serialized_start=467
+  _globals['_EXAMPLEHEADER']._serialized_end=676
+  _globals['_TENSORCHUNK']._serialized_start=679
+  _globals['_TENSORCHUNK']._serialized_end=921
+  _globals['_GETMODELINFOREQUEST']._serialized_start=923
+  _globals['_GETMODELINFOREQUEST']._serialized_end=944
+  _globals['_MODELINFO']._serialized_start=947
+  _globals['_MODELINFO']._serialized_end=1194
+  _globals['_ATTENTIONSERVICE']._serialized_start=1486
+  _globals['_ATTENTIONSERVICE']._serialized_end=1646
 # @@protoc_insertion_point(module_scope)

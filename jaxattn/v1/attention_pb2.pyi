@@ -21,6 +21,13 @@ class Codec(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CODEC_NONE: _ClassVar[Codec]
     CODEC_ZSTD: _ClassVar[Codec]
     CODEC_LZ4: _ClassVar[Codec]
+
+class Precision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PRECISION_UNSPECIFIED: _ClassVar[Precision]
+    PRECISION_HIGHEST: _ClassVar[Precision]
+    PRECISION_TF32: _ClassVar[Precision]
+    PRECISION_BF16: _ClassVar[Precision]
 DTYPE_UNSPECIFIED: Dtype
 DTYPE_FLOAT32: Dtype
 DTYPE_FLOAT16: Dtype
@@ -30,6 +37,10 @@ CODEC_UNSPECIFIED: Codec
 CODEC_NONE: Codec
 CODEC_ZSTD: Codec
 CODEC_LZ4: Codec
+PRECISION_UNSPECIFIED: Precision
+PRECISION_HIGHEST: Precision
+PRECISION_TF32: Precision
+PRECISION_BF16: Precision
 
 class Text(_message.Message):
     __slots__ = ("text", "text_pair")
@@ -40,7 +51,7 @@ class Text(_message.Message):
     def __init__(self, text: _Optional[str] = ..., text_pair: _Optional[str] = ...) -> None: ...
 
 class CaptureRequest(_message.Message):
-    __slots__ = ("texts", "what", "layers", "heads", "dtype", "codec", "max_chunk_bytes", "truncate")
+    __slots__ = ("texts", "what", "layers", "heads", "dtype", "codec", "max_chunk_bytes", "truncate", "precision")
     TEXTS_FIELD_NUMBER: _ClassVar[int]
     WHAT_FIELD_NUMBER: _ClassVar[int]
     LAYERS_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +60,7 @@ class CaptureRequest(_message.Message):
     CODEC_FIELD_NUMBER: _ClassVar[int]
     MAX_CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
     TRUNCATE_FIELD_NUMBER: _ClassVar[int]
+    PRECISION_FIELD_NUMBER: _ClassVar[int]
     texts: _containers.RepeatedCompositeFieldContainer[Text]
     what: _containers.RepeatedScalarFieldContainer[str]
     layers: _containers.RepeatedScalarFieldContainer[int]
@@ -57,7 +69,8 @@ class CaptureRequest(_message.Message):
     codec: Codec
     max_chunk_bytes: int
     truncate: bool
-    def __init__(self, texts: _Optional[_Iterable[_Union[Text, _Mapping]]] = ..., what: _Optional[_Iterable[str]] = ..., layers: _Optional[_Iterable[int]] = ..., heads: _Optional[_Iterable[int]] = ..., dtype: _Optional[_Union[Dtype, str]] = ..., codec: _Optional[_Union[Codec, str]] = ..., max_chunk_bytes: _Optional[int] = ..., truncate: _Optional[bool] = ...) -> None: ...
+    precision: Precision
+    def __init__(self, texts: _Optional[_Iterable[_Union[Text, _Mapping]]] = ..., what: _Optional[_Iterable[str]] = ..., layers: _Optional[_Iterable[int]] = ..., heads: _Optional[_Iterable[int]] = ..., dtype: _Optional[_Union[Dtype, str]] = ..., codec: _Optional[_Union[Codec, str]] = ..., max_chunk_bytes: _Optional[int] = ..., truncate: _Optional[bool] = ..., precision: _Optional[_Union[Precision, str]] = ...) -> None: ...
 
 class CaptureResponse(_message.Message):
     __slots__ = ("header", "chunk")
@@ -68,7 +81,7 @@ class CaptureResponse(_message.Message):
     def __init__(self, header: _Optional[_Union[ExampleHeader, _Mapping]] = ..., chunk: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
 
 class ExampleHeader(_message.Message):
-    __slots__ = ("index", "tokens", "sentence_b_start", "layers", "heads", "tensors", "chunk_count")
+    __slots__ = ("index", "tokens", "sentence_b_start", "layers", "heads", "tensors", "chunk_count", "precision")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     SENTENCE_B_START_FIELD_NUMBER: _ClassVar[int]
@@ -76,6 +89,7 @@ class ExampleHeader(_message.Message):
     HEADS_FIELD_NUMBER: _ClassVar[int]
     TENSORS_FIELD_NUMBER: _ClassVar[int]
     CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    PRECISION_FIELD_NUMBER: _ClassVar[int]
     index: int
     tokens: _containers.RepeatedScalarFieldContainer[str]
     sentence_b_start: int
@@ -83,7 +97,8 @@ class ExampleHeader(_message.Message):
     heads: _containers.RepeatedScalarFieldContainer[int]
     tensors: _containers.RepeatedScalarFieldContainer[str]
     chunk_count: int
-    def __init__(self, index: _Optional[int] = ..., tokens: _Optional[_Iterable[str]] = ..., sentence_b_start: _Optional[int] = ..., layers: _Optional[_Iterable[int]] = ..., heads: _Optional[_Iterable[int]] = ..., tensors: _Optional[_Iterable[str]] = ..., chunk_count: _Optional[int] = ...) -> None: ...
+    precision: Precision
+    def __init__(self, index: _Optional[int] = ..., tokens: _Optional[_Iterable[str]] = ..., sentence_b_start: _Optional[int] = ..., layers: _Optional[_Iterable[int]] = ..., heads: _Optional[_Iterable[int]] = ..., tensors: _Optional[_Iterable[str]] = ..., chunk_count: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ...) -> None: ...
 
 class TensorChunk(_message.Message):
     __slots__ = ("example_index", "tensor", "datatype", "shape", "codec", "scale", "offset", "byte_offset", "byte_length", "total_bytes", "crc32", "data")
@@ -118,7 +133,7 @@ class GetModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "family", "layers", "heads", "hidden_size", "head_dim", "vocab_size", "max_positions", "dtype", "quantities", "max_texts", "max_tokens")
+    __slots__ = ("name", "family", "layers", "heads", "hidden_size", "head_dim", "vocab_size", "max_positions", "dtype", "quantities", "max_texts", "max_tokens", "precision")
     NAME_FIELD_NUMBER: _ClassVar[int]
     FAMILY_FIELD_NUMBER: _ClassVar[int]
     LAYERS_FIELD_NUMBER: _ClassVar[int]
@@ -131,6 +146,7 @@ class ModelInfo(_message.Message):
     QUANTITIES_FIELD_NUMBER: _ClassVar[int]
     MAX_TEXTS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PRECISION_FIELD_NUMBER: _ClassVar[int]
     name: str
     family: str
     layers: int
@@ -143,4 +159,5 @@ class ModelInfo(_message.Message):
     quantities: _containers.RepeatedScalarFieldContainer[str]
     max_texts: int
     max_tokens: int
-    def __init__(self, name: _Optional[str] = ..., family: _Optional[str] = ..., layers: _Optional[int] = ..., heads: _Optional[int] = ..., hidden_size: _Optional[int] = ..., head_dim: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_positions: _Optional[int] = ..., dtype: _Optional[str] = ..., quantities: _Optional[_Iterable[str]] = ..., max_texts: _Optional[int] = ..., max_tokens: _Optional[int] = ...) -> None: ...
+    precision: str
+    def __init__(self, name: _Optional[str] = ..., family: _Optional[str] = ..., layers: _Optional[int] = ..., heads: _Optional[int] = ..., hidden_size: _Optional[int] = ..., head_dim: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_positions: _Optional[int] = ..., dtype: _Optional[str] = ..., quantities: _Optional[_Iterable[str]] = ..., max_texts: _Optional[int] = ..., max_tokens: _Optional[int] = ..., precision: _Optional[str] = ...) -> None: ...

@@ -29,6 +29,14 @@ DTYPE_TO_PB = {
 }
 PB_TO_DTYPE = {v: k for k, v in DTYPE_TO_PB.items()} | {pb.DTYPE_UNSPECIFIED: "float32"}
 
+PRECISION_TO_PB = {
+    "highest": pb.PRECISION_HIGHEST,
+    "tf32": pb.PRECISION_TF32,
+    "bf16": pb.PRECISION_BF16,
+}
+# PRECISION_UNSPECIFIED means "the server's default": it maps to None, not to a name.
+PB_TO_PRECISION = {v: k for k, v in PRECISION_TO_PB.items()} | {pb.PRECISION_UNSPECIFIED: None}
+
 # KServe v2 / Triton datatype strings, as carried by TensorChunk.datatype.
 DATATYPES = {"float32": "FP32", "float16": "FP16", "bfloat16": "BF16", "uint8": "UINT8"}
 DATATYPE_TO_DTYPE = {v: k for k, v in DATATYPES.items()}

@@ -19,6 +19,7 @@ from jaxattn.wire import protowire
 from jaxattn.wire.codecs import (
     DATATYPE_TO_DTYPE,
     PB_TO_CODEC,
+    PB_TO_PRECISION,
     ChecksumError,
     WireError,
     checksum,
@@ -191,6 +192,8 @@ class StreamDecoder:
             dtype=dtype,
             tensors={n: tensors[n].array() for n in header.tensors},
             quantization=quant,
+            # A server of jaxattn 0.1 sends none: it computed at "highest".
+            precision=PB_TO_PRECISION.get(header.precision) or "highest",
         )
         self.header, self.tensors = None, {}
         self.next_index += 1

@@ -14,7 +14,14 @@ from collections.abc import Iterator
 from jaxattn.capture import Capture
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import protowire
-from jaxattn.wire.codecs import CODEC_TO_PB, DATATYPES, checksum, compress, le_bytes
+from jaxattn.wire.codecs import (
+    CODEC_TO_PB,
+    DATATYPES,
+    PRECISION_TO_PB,
+    checksum,
+    compress,
+    le_bytes,
+)
 
 
 def _pieces(nbytes: int, max_chunk_bytes: int) -> int:
@@ -32,6 +39,7 @@ def _parts(index: int, cap: Capture, codec: str, max_chunk_bytes: int):
         heads=cap.heads,
         tensors=list(views),
         chunk_count=sum(_pieces(len(v), max_chunk_bytes) for v in views.values()),
+        precision=PRECISION_TO_PB[cap.precision],
     )
     datatype = DATATYPES[cap.dtype]
     for name, view in views.items():

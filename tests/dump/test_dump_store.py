@@ -66,6 +66,7 @@ def test_manifest_and_metadata(reference_store, bert_checkpoint, corpus, engines
         "layers": [0, 1, 2],
         "heads": [0, 1, 2],
         "dtype": "float32",
+        "precision": "highest",
     }
     assert meta["input"]["records"] == 8 and meta["input"]["format"] == "jsonl"
     assert meta["shards"] == {"size": 4, "count": 2}

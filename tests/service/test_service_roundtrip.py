@@ -84,6 +84,17 @@ def test_chunks_respect_max_chunk_bytes_on_the_wire(address, svc_engine):
     assert headers[1].HasField("sentence_b_start") and not headers[0].HasField("sentence_b_start")
 
 
+def test_a_request_chooses_its_compute_precision(client, svc_engine):
+    want = svc_engine.capture(TEXTS[:2], what=WHAT, precision="bf16")
+    got = client.capture(TEXTS[:2], what=WHAT, precision="bf16")
+    for g, w in zip(got, want, strict=True):
+        assert g.precision == w.precision == "bf16"
+        assert_same(g, w)
+    assert client.capture(TEXTS[:1], what=WHAT)[0].precision == "highest"  # the default
+    with pytest.raises(ValueError, match="unknown precision 'fp8'"):
+        client.capture(TEXTS[:1], precision="fp8")
+
+
 def test_model_info_matches_the_engine(client, svc_engine):
     assert client.model_info() == svc_engine.info
     raw = client.server_info()

@@ -42,6 +42,7 @@ CASES = {
     "duplicate heads": (dict(heads=[0, 2, 0]), INVALID, ["heads", "duplicate"]),
     "unknown dtype": (dict(dtype=99), INVALID, ["dtype 99", "DTYPE_FLOAT32 (1)", "DTYPE_UINT8"]),
     "unknown codec": (dict(codec=7), INVALID, ["codec 7", "CODEC_ZSTD (2)"]),
+    "unknown precision": (dict(precision=9), INVALID, ["precision 9", "PRECISION_TF32 (2)"]),
     "chunk size too small": (dict(max_chunk_bytes=1023), INVALID,
                              ["max_chunk_bytes 1023", "1024..67108864"]),
     "chunk size too big": (dict(max_chunk_bytes=2**32 - 1), INVALID,

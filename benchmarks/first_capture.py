@@ -1,0 +1,50 @@
+"""Time to the first result in a new process: load + first capture (issue 12).
+
+    JAXATTN_COMPILATION_CACHE=$(mktemp -d) python benchmarks/first_capture.py   # cold
+    (again with the same directory)                                               # cached
+
+Captures the first N EWT dev sentences (default 100) with the full quantity set
+on the embedded model (or --synthetic-bert-base on a GPU) and prints the load
+time, the first capture, a second capture and the shapes compiled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+CONLLU = Path(__file__).resolve().parents[2] / "shared/data/ud-english-ewt/en_ewt-ud-dev.conllu"
+
+
+def main() -> None:
+    t0 = time.perf_counter()
+    import jaxattn
+    from jaxattn.bench import random_bert_base, read_sentences
+    from jaxattn.bench.capture import FULL
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("-n", type=int, default=100)
+    p.add_argument("--conllu", type=Path, default=CONLLU)
+    p.add_argument("--random-bert-base", action="store_true", help="BERT-base, random weights")
+    p.add_argument("--what", default=",".join(FULL))
+    args = p.parse_args()
+    texts = read_sentences(args.conllu, args.n)
+    with tempfile.TemporaryDirectory() as tmp:
+        model = str(random_bert_base(Path(tmp))) if args.random_bert_base else None
+        engine = jaxattn.load(model)
+        t1 = time.perf_counter()
+        what = tuple(args.what.split(","))
+        engine.capture(texts, what=what, truncate=True)
+        t2 = time.perf_counter()
+        engine.capture(texts, what=what, truncate=True)
+        t3 = time.perf_counter()
+    print(
+        f"{len(texts)} texts, {engine.info.name}: import + load {t1 - t0:.1f} s, first capture "
+        f"{t2 - t1:.1f} s, second {t3 - t2:.1f} s, {engine.compiled_shapes} shapes compiled"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Batches that run out of device memory: run again in halves, never a crash.
+
+A device's free memory is estimated when batches are sized
+(`batching.Budgets.for_devices`), but activations, fragmentation and other
+programs can still make XLA fail with RESOURCE_EXHAUSTED. The engine then runs
+that batch as batches of at most half its size, recursively, and only an
+example that does not fit alone is an error (`DeviceMemoryError`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterator
+
+import jax
+
+from jaxattn.capture import Capture
+from jaxattn.engine import host
+from jaxattn.errors import DeviceMemoryError
+
+log = logging.getLogger("jaxattn.engine")
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """Whether XLA failed for want of device memory (a batch too large), not a bug."""
+    text = str(error)
+    return isinstance(error, jax.errors.JaxRuntimeError) and (
+        "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower()
+    )
+
+
+def in_halves(engine, batch, tokenized, spec, gates, error) -> Iterator[tuple[int, Capture]]:
+    """Run a batch that ran out of device memory as batches of at most half its size."""
+    per_device = batch.size // len(engine.devices)
+    if per_device <= 1:
+        raise DeviceMemoryError(
+            f"an example of {batch.length} tokens does not fit the device's memory even "
+            f"alone, capturing {', '.join(spec.what)} ({error}): capture fewer "
+            "quantities, layers or heads, or shorter texts"
+        ) from None
+    log.warning("a batch of %d x %d tokens ran out of device memory; running it in halves",
+                batch.size, batch.length)  # fmt: skip
+    half = dataclasses.replace(engine.budgets, max_batch=per_device // 2, pad_fraction=0.0)
+    rows = [tokenized[pos] for pos in batch.rows]
+    for sub in engine.plan(rows, spec, half):
+        try:
+            blocks = host.host_blocks(engine.dispatch(sub, rows, spec, gates))
+        except Exception as e:
+            if not out_of_memory(e):
+                raise
+            yield from ((batch.rows[p], cap) for p, cap in
+                        in_halves(engine, sub, rows, spec, gates, e))  # fmt: skip
+            continue
+        yield from ((batch.rows[p], cap) for p, cap in host.unpack(sub, blocks, rows, spec))
