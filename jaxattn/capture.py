@@ -93,6 +93,8 @@ class Capture:
     sum_alpha_fx_norm = _Quantity()
     attn_res_norm = _Quantity()
     attn_res_ln_norm = _Quantity()
+    head_stats = _Quantity()
+    norm_head_stats = _Quantity()
     hidden_states = _Quantity()
 
     @property

@@ -1,9 +1,10 @@
 """The capturable quantities: names, axes and meaning (the public contract).
 
 Axis legend (DESIGN.md): L layers, H heads, T query positions, S key positions,
-K head dim, D model dim. T and S are trimmed to an example's real length before
-anything is returned. For ``hidden_states`` the L axis holds L+1 entries: the
-embeddings output, then the output of each captured layer.
+K head dim, D model dim, N the head statistics of `HEAD_STATS`. T and S are
+trimmed to an example's real length before anything is returned. For
+``hidden_states`` the L axis holds L+1 entries: the embeddings output, then the
+output of each captured layer.
 
 This module imports neither jax nor numpy: the client and the service validate
 requests with it.
@@ -35,6 +36,11 @@ class Quantity:
     extra_layer: int = 0
     doc: str
 
+
+# Clark et al. 2019's per-head statistics, the N axis of head_stats (definitions:
+# `jaxattn.analysis.head_stats`): attention to [CLS], to [SEP], to punctuation,
+# to itself, to the previous and the next token, row entropy, [CLS]-row entropy.
+HEAD_STATS = ("cls", "sep", "punct", "self", "prev", "next", "entropy", "entropy_cls")
 
 QUANTITIES: dict[str, Quantity] = {
     q.name: q
@@ -78,6 +84,17 @@ QUANTITIES: dict[str, Quantity] = {
             "AttnResLn-N)",
         ),
         Quantity(
+            name="head_stats",
+            axes="LHN",
+            doc="Clark et al. 2019's statistics of each head's attention, averaged over the "
+            "example's rows (HEAD_STATS order), computed on the device: no T x T map is copied",
+        ),
+        Quantity(
+            name="norm_head_stats",
+            axes="LHN",
+            doc="the same statistics of the norm-based weights (alpha_fx_norm, rows normalised)",
+        ),
+        Quantity(
             name="hidden_states",
             axes="LTD",
             extra_layer=1,
@@ -93,9 +110,10 @@ def shape(name: str, sizes: Mapping[str, int]) -> tuple[int, ...]:
     Args:
       name: a key of `QUANTITIES`.
       sizes: the size of each axis letter used (L = captured layers, H, T, S,
-        K, D); hidden_states gets L + 1 entries on L.
+        K, D; N is fixed); hidden_states gets L + 1 entries on L.
     """
     q = QUANTITIES[name]
+    sizes = {"N": len(HEAD_STATS), **sizes}
     dims = [sizes[axis] for axis in q.axes]
     if q.axes.startswith("L"):
         dims[0] += q.extra_layer

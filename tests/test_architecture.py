@@ -80,7 +80,8 @@ LIGHT = ("core", "inputs", "wire", "client", "analysis", "views", "store")
 HEAVY = ("jax", "jaxlib", "flax", "torch", "transformers", "orbax")
 # Lazy imports of a heavy package a light room may make, only when the user asks.
 OPTIONAL_HEAVY = {("jaxattn.views.bertviz", "torch"): "BertViz takes torch tensors, when asked"}
-CORE = {"quantities", "dtypes", "spec", "config", "capture", "source", "errors", "progress", "v1"}
+CORE = {"quantities", "dtypes", "spec", "config", "capture", "source", "errors", "progress",
+        "token_classes", "v1"}  # fmt: skip
 
 
 def _modules() -> dict[str, Path]:

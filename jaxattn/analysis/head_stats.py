@@ -18,6 +18,10 @@ All rows count, special-token rows included, as in Clark et al.'s code. The
 corpus value is the mean of the per-example values over the examples (each
 example weighs the same, again as Clark et al.; `entropy_cls` over the examples
 that have a [CLS]).
+
+The engine computes the same table on the device (the `head_stats` and
+`norm_head_stats` quantities, [L, H, 8] per example): `HeadStats` takes those
+when a capture holds them, so a corpus is analysed without copying its maps.
 """
 
 from __future__ import annotations
@@ -34,8 +38,7 @@ from jaxattn.analysis.weights import (
     check_layout,
 )
 from jaxattn.capture import Capture
-
-HEAD_STATS = ("cls", "sep", "punct", "self", "prev", "next", "entropy", "entropy_cls")
+from jaxattn.quantities import HEAD_STATS
 
 
 def row_entropy(weights: np.ndarray) -> np.ndarray:
@@ -77,11 +80,22 @@ def head_statistics(
     return {name: out[name] for name in HEAD_STATS}
 
 
+# weight kind -> the quantity holding its statistics computed on the device
+ON_DEVICE = {"attention": "head_stats", "norm": "norm_head_stats"}
+
+
+def stats_kinds(capture: Capture) -> tuple[str, ...]:
+    """The weight kinds a capture has statistics for: its maps, or the on-device statistics."""
+    return tuple(k for k in WEIGHT_KINDS
+                 if k in available_kinds(capture) or ON_DEVICE[k] in capture.tensors)  # fmt: skip
+
+
 class HeadStats:
     """Streams `head_statistics` over a corpus: ``update(capture)`` per example, then ``result()``.
 
     Both weight kinds are computed when the captures hold their quantities
-    (``attention``; ``alpha_fx_norm`` for the norm-based ones), unless `kinds`
+    (``attention``; ``alpha_fx_norm`` for the norm-based ones; or the engine's
+    ``head_stats`` / ``norm_head_stats``, taken as they are), unless `kinds`
     names which. Memory is O(L * H) whatever the corpus size.
 
     Args:
@@ -99,9 +113,14 @@ class HeadStats:
     def update(self, capture: Capture) -> None:
         """Add one example."""
         self.layout = check_layout(self.layout, capture)
-        kinds = self.kinds if self.kinds is not None else available_kinds(capture)
+        kinds = self.kinds if self.kinds is not None else stats_kinds(capture)
         for kind in kinds:
-            stats = head_statistics(capture_weights(capture, kind), capture.tokens, self.specials)
+            if ON_DEVICE[kind] in capture.tensors and self.specials is None:
+                table = np.asarray(capture.array(ON_DEVICE[kind]), np.float64)  # [L, H, N]
+                stats = {name: table[..., k] for k, name in enumerate(HEAD_STATS)}
+            else:
+                weights = capture_weights(capture, kind)
+                stats = head_statistics(weights, capture.tokens, self.specials)
             sums = self._sums.setdefault(kind, {})
             counts = self._counts.setdefault(kind, {})
             for name, value in stats.items():

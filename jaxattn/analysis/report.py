@@ -51,6 +51,8 @@ class CorpusAnalysis:
       head_distance: compute the JS divergence between heads (O(N^2 T^2) per example).
       distance_max_tokens: skip longer examples in the head distance.
       coarse_relations: group dependency relations by their universal label.
+      head_stats_only: only the head statistics, from captures that may hold
+        just the engine's ``head_stats`` / ``norm_head_stats`` (no maps).
     """
 
     def __init__(
@@ -60,12 +62,15 @@ class CorpusAnalysis:
         head_distance: bool = True,
         distance_max_tokens: int | None = 128,
         coarse_relations: bool = False,
+        head_stats_only: bool = False,
     ):
         self.specials = specials
         self.head_stats = HeadStats(specials)
+        self.only_stats = head_stats_only
         self.patterns = PatternCounts("attention", specials)
-        self.distance = HeadDistance("attention", distance_max_tokens) if head_distance else None
-        self.rollout: RolloutStats | None = RolloutStats(specials=specials)
+        wanted = head_distance and not head_stats_only
+        self.distance = HeadDistance("attention", distance_max_tokens) if wanted else None
+        self.rollout = None if head_stats_only else RolloutStats(specials=specials)
         self.mixing = MixingRatios()
         self.coarse_relations = coarse_relations
         self.dependency: dict[str, DependencyHeads] = {}
@@ -75,6 +80,10 @@ class CorpusAnalysis:
     def update(self, capture: Capture, sentence: Sentence | None = None) -> None:
         """Add one example (and its parse, for the dependency heads)."""
         self.head_stats.update(capture)
+        self.examples += 1
+        self.tokens += capture.length
+        if self.only_stats:
+            return
         self.patterns.update(capture)
         if self.distance is not None:
             self.distance.update(capture)
@@ -86,8 +95,6 @@ class CorpusAnalysis:
         self.mixing.update(capture)
         if sentence is not None:
             self.add_parse(capture, sentence)
-        self.examples += 1
-        self.tokens += capture.length
 
     def add_parse(self, capture: Capture, sentence: Sentence) -> None:
         """Add a parsed sentence to the dependency heads only (a parsed corpus kept apart
@@ -119,7 +126,7 @@ class CorpusAnalysis:
             layers=layers,
             heads=heads,
             head_stats=self.head_stats.result(),
-            patterns=self.patterns.result(),
+            patterns={} if self.only_stats else self.patterns.result(),
             mixing_ratios=mixing_ratios if mixing_ratios is not None else self.mixing.result(),
             dependency_heads=dep.result() if dep else None,
             dependency_heads_norm=self.dependency["norm"].result()

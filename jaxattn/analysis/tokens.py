@@ -1,4 +1,8 @@
-"""Token strings: special tokens, word-piece schemes and the normalisation used to align.
+"""Token strings: word-piece schemes and the normalisation used to align words.
+
+The special-token and punctuation classes are the contract's
+(`jaxattn.token_classes`, shared with the engine's on-device statistics) and
+are re-exported here.
 
 Two tokenisation schemes are recognised from the token strings alone:
 
@@ -12,73 +16,23 @@ Two tokenisation schemes are recognised from the token strings alone:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import unicodedata
-from collections.abc import Sequence
 
-import numpy as np
+from jaxattn.token_classes import (  # noqa: F401  (re-exported: the analyses' token names)
+    _CONTINUATION,
+    _SPACE,
+    BERT_SPECIALS,
+    BPE,
+    ROBERTA_SPECIALS,
+    WORDPIECE,
+    SpecialTokens,
+    detect_specials,
+    strip_piece,
+    token_masks,
+)
 
-WORDPIECE = "wordpiece"
-BPE = "bpe"
-_CONTINUATION = "##"  # WordPiece: this piece continues the previous word
-_SPACE = "Ġ"  # byte-level BPE: this piece follows a space
 _DROPPED = frozenset({"Mn", "Cc", "Cf"})  # accents, control and format characters
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class SpecialTokens:
-    """The strings that mark a tokenizer's special and punctuation tokens.
-
-    Attributes:
-      cls: the sequence-start token ([CLS] in BERT, <s> in RoBERTa).
-      sep: the separator / sequence-end token ([SEP] in BERT, </s> in RoBERTa).
-      others: further tokens treated as special (never words): pad, mask, unk
-        of either family. Only ``cls`` and ``sep`` have their own statistics.
-      unknown: the unknown-word tokens; they stand for (part of) a word, so they
-        are not special: alignment lets one consume the characters up to where
-        the next piece matches.
-      punctuation: the tokens counted as punctuation by Clark et al. 2019
-        (periods and commas), compared after `strip_piece`.
-      scheme: "wordpiece" or "bpe" (see the module docstring).
-    """
-
-    cls: str = "[CLS]"
-    sep: str = "[SEP]"
-    others: frozenset[str] = frozenset({"[PAD]", "[MASK]", "<pad>", "<mask>"})
-    unknown: frozenset[str] = frozenset({"[UNK]", "<unk>"})
-    punctuation: frozenset[str] = frozenset({".", ","})
-    scheme: str = WORDPIECE
-
-    @property
-    def all(self) -> frozenset[str]:
-        """Every special token string."""
-        return frozenset({self.cls, self.sep}) | self.others
-
-
-BERT_SPECIALS = SpecialTokens()
-ROBERTA_SPECIALS = SpecialTokens(cls="<s>", sep="</s>", scheme=BPE)
-
-
-def detect_specials(tokens: Sequence[str]) -> SpecialTokens:
-    """The special-token preset that matches `tokens`.
-
-    RoBERTa's (`ROBERTA_SPECIALS`) when the sequence starts with ``<s>`` or any
-    piece carries the byte-level space marker ``Ġ``; BERT's (`BERT_SPECIALS`)
-    otherwise. Pass a `SpecialTokens` explicitly for other vocabularies.
-    """
-    if (tokens and tokens[0] == "<s>") or any(t.startswith(_SPACE) for t in tokens):
-        return ROBERTA_SPECIALS
-    return BERT_SPECIALS
-
-
-def strip_piece(token: str, scheme: str) -> str:
-    """The piece without its word-boundary marker (``##`` for WordPiece, ``Ġ`` for BPE)."""
-    if scheme == WORDPIECE and token.startswith(_CONTINUATION) and len(token) > 2:
-        return token[2:]
-    if scheme == BPE and token.startswith(_SPACE):
-        return token[1:]
-    return token
 
 
 def starts_word(token: str, scheme: str) -> bool:
@@ -146,26 +100,3 @@ def piece_bytes(token: str, scheme: str) -> bytes:
 def is_punctuation(text: str) -> bool:
     """Whether every character of a non-empty string is Unicode punctuation (P*)."""
     return bool(text) and all(unicodedata.category(c).startswith("P") for c in text)
-
-
-def token_masks(tokens: Sequence[str], specials: SpecialTokens) -> dict[str, np.ndarray]:
-    """Boolean [T] masks of the token classes Clark et al. 2019 count attention to.
-
-    Returns:
-      {"cls": tokens == specials.cls, "sep": tokens == specials.sep,
-       "special": any of `specials.all`, "punct": the piece without its marker
-       is in `specials.punctuation`}.
-    """
-    toks = list(tokens)
-    return {
-        "cls": np.array([t == specials.cls for t in toks], bool),
-        "sep": np.array([t == specials.sep for t in toks], bool),
-        "special": np.array([t in specials.all for t in toks], bool),
-        "punct": np.array(
-            [
-                t not in specials.all and strip_piece(t, specials.scheme) in specials.punctuation
-                for t in toks
-            ],
-            bool,
-        ),
-    }

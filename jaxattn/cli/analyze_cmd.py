@@ -61,6 +61,12 @@ def register(subparsers) -> None:
     add_codec_argument(p)
     add_precision_argument(p)
     p.add_argument(
+        "--stats-only",
+        action="store_true",
+        help="only Clark et al.'s per-head statistics, computed on the device: no attention "
+        "map is copied to the host (for corpora of millions of sentences on a GPU/TPU)",
+    )
+    p.add_argument(
         "--no-norm",
         action="store_true",
         help="attention weights only (skip alpha_fx_norm, the norm-based weights)",
@@ -125,10 +131,22 @@ def _run(args) -> int:
     if args.ablate and args.server:
         raise ValueError("--ablate runs the model with heads disabled: use a local engine, "
                          "not --server")  # fmt: skip
-    what = ("attention",) if args.no_norm else ("attention", "alpha_fx_norm", *MIXING_QUANTITIES)
+    if args.stats_only and args.conllu:
+        raise ValueError("--stats-only leaves the maps on the device; the dependency table "
+                         "of --conllu needs them: drop one of the two")  # fmt: skip
+    if args.stats_only:
+        what = ("head_stats",) if args.no_norm else ("head_stats", "norm_head_stats")
+        sentences = [None] * len(texts)  # no dependency table without maps
+        parsed_input = False
+    elif args.no_norm:
+        what = ("attention",)
+    else:
+        what = ("attention", "alpha_fx_norm", *MIXING_QUANTITIES)
     source = open_source(args)
     corpus = CorpusAnalysis(
-        head_distance=not args.no_head_distance, coarse_relations=args.coarse_relations
+        head_distance=not args.no_head_distance,
+        coarse_relations=args.coarse_relations,
+        head_stats_only=args.stats_only,
     )
     quiet = args.quiet or len(texts) + len(extra) < 50
     try:

@@ -222,7 +222,7 @@ class Engine:
 
     def dispatch(self, batch, tokenized, spec, gates=None):
         """Start one batch on the devices (asynchronously); its output, copies begun."""
-        arrays = self.step.place(*host.pack(batch, tokenized, self.config))
+        arrays = self.step.place(*host.pack(batch, tokenized, self.config, spec))
         out = self.step(spec, *arrays, gates)
         host.start_copies(out)
         return out
@@ -250,7 +250,7 @@ class Engine:
             for size in batching.ladder(largest, self.budgets.size_step):
                 n = size * len(self.devices)
                 batch = batching.Batch(length, n, (0,))
-                arrays = self.step.place(*host.pack(batch, dummy, self.config))
+                arrays = self.step.place(*host.pack(batch, dummy, self.config, spec))
                 jax.block_until_ready(self.step(spec, *arrays, None))
         return self.compiled_shapes
 

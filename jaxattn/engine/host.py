@@ -29,25 +29,40 @@ from jaxattn.engine.batching import Batch
 from jaxattn.engine.tokenize import TokenizedText
 from jaxattn.quantities import QUANTITIES
 from jaxattn.spec import CaptureSpec
+from jaxattn.token_classes import class_bits
+
+# Quantities computed from the tokens' classes ([CLS], [SEP], punctuation).
+_NEED_CLASSES = frozenset({"head_stats", "norm_head_stats"})
 
 
 def pack(
-    batch: Batch, tokenized: Sequence[TokenizedText], config: ModelConfig
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(ids, type_ids, mask), each [batch.size, batch.length], of the batch's rows."""
+    batch: Batch,
+    tokenized: Sequence[TokenizedText],
+    config: ModelConfig,
+    spec: CaptureSpec | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(ids, type_ids, mask, classes), each [batch.size, batch.length], of the batch's rows.
+
+    classes holds `jaxattn.token_classes.class_bits` when `spec` asks for head
+    statistics, zeros otherwise.
+    """
     ids = np.full((batch.size, batch.length), config.pad_token_id, np.int32)
     type_ids = np.zeros((batch.size, batch.length), np.int32)
     mask = np.zeros((batch.size, batch.length), bool)
+    classes = np.zeros((batch.size, batch.length), np.int8)
+    want_classes = spec is not None and bool(_NEED_CLASSES & set(spec.what))
     for r, pos in enumerate(batch.rows):
         e = tokenized[pos]
         ids[r, : e.length] = e.ids
         if config.type_vocab_size:
             type_ids[r, : e.length] = e.type_ids
         mask[r, : e.length] = True
+        if want_classes:
+            classes[r, : e.length] = class_bits(e.tokens)
     # Dummy rows (a padded remainder): one real key, so their softmax stays
     # finite; their outputs are never read.
     mask[len(batch.rows) :, 0] = True
-    return ids, type_ids, mask
+    return ids, type_ids, mask, classes
 
 
 def start_copies(out: dict) -> None:

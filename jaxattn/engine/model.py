@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxattn.config import ModelConfig
-from jaxattn.engine import norms
+from jaxattn.engine import head_stats, norms
 from jaxattn.engine.precision import Matmul
 from jaxattn.quantities import QUANTITIES
 from jaxattn.spec import CaptureSpec
@@ -126,12 +126,12 @@ class SelfAttention(nn.Module):
         return y, dict(q=q, k=k, v=v, scores=scores, alpha=alpha, w_out=w_out)
 
 
-def _capture_layer(want, p: dict, x, gamma, std, mm: Matmul) -> dict:
+def _capture_layer(want, p: dict, x, gamma, std, mm: Matmul, mask, classes) -> dict:
     """The requested per-layer quantities of one example, all heads.
 
     Shapes out: attention/scores/alpha_fx_norm [H, T, S]; queries/keys/values
     [H, T, K]; fx_norm [H, S]; sum_alpha_fx_norm, attn_res_norm and
-    attn_res_ln_norm [T, S].
+    attn_res_ln_norm [T, S]; head_stats, norm_head_stats [H, N].
     """
     cap = {}
     alpha, v, w_out = p["alpha"], p["v"], p["w_out"]
@@ -141,12 +141,17 @@ def _capture_layer(want, p: dict, x, gamma, std, mm: Matmul) -> dict:
     for name, t in (("queries", p["q"]), ("keys", p["k"]), ("values", v)):
         if name in want:
             cap[name] = t.transpose(1, 0, 2)  # [T, H, K] -> [H, T, K]
-    if want & {"fx_norm", "alpha_fx_norm"}:
+    if want & {"fx_norm", "alpha_fx_norm", "norm_head_stats"}:
         fxn = norms.fx_norm(v, w_out, mm)  # [H, S]
         if "fx_norm" in want:
             cap["fx_norm"] = fxn
         if "alpha_fx_norm" in want:
             cap["alpha_fx_norm"] = norms.alpha_fx_norm(alpha, fxn)
+        if "norm_head_stats" in want:
+            weights = head_stats.normalise_rows(norms.alpha_fx_norm(alpha, fxn))
+            cap["norm_head_stats"] = head_stats.head_statistics(weights, mask, classes)
+    if "head_stats" in want:
+        cap["head_stats"] = head_stats.head_statistics(alpha, mask, classes)
     if "sum_alpha_fx_norm" in want:
         cap["sum_alpha_fx_norm"] = norms.sum_alpha_fx_norm(alpha, v, w_out, mm)
     if "attn_res_norm" in want:
@@ -163,7 +168,8 @@ class EncoderLayer(nn.Module):
     mm: Matmul = Matmul()
 
     @nn.compact
-    def __call__(self, x, mask, want: frozenset[str], gate=None, output: bool = True):
+    def __call__(self, x, mask, want: frozenset[str], gate=None, output: bool = True,
+                 classes=None):  # fmt: skip
         """x [T, D] -> (the layer's output [T, D], or None when not `output`; captures).
 
         output=False (the last layer run, when its output is not captured) skips
@@ -180,7 +186,7 @@ class EncoderLayer(nn.Module):
             std = jnp.sqrt(jnp.square(y - y.mean(-1, keepdims=True)).mean(-1) + c.layer_norm_eps)
         if want:
             gamma = self.variables["params"]["attention_ln"]["scale"]
-            cap = _capture_layer(want, parts, x, gamma, std, self.mm)
+            cap = _capture_layer(want, parts, x, gamma, std, self.mm, mask, classes)
         if not output:
             return None, cap
         h = LayerNorm(c.layer_norm_eps, name="attention_ln")(y)
@@ -203,8 +209,12 @@ class Encoder(nn.Module):
     platform: str = "cpu"
 
     @nn.compact
-    def __call__(self, ids, type_ids, mask, spec: CaptureSpec, gates=None):
-        """gates: None, or (keep [L, H] float, uniform [L, H] bool); see SelfAttention."""
+    def __call__(self, ids, type_ids, mask, spec: CaptureSpec, gates=None, classes=None):
+        """gates: None, or (keep [L, H] float, uniform [L, H] bool); see SelfAttention.
+
+        classes: [T] int8 token-class bits (`jaxattn.token_classes.class_bits`),
+        needed by head_stats and norm_head_stats.
+        """
         c = self.config
         want = frozenset(spec.what)
         mm = Matmul(spec.precision, self.platform)
@@ -219,7 +229,12 @@ class Encoder(nn.Module):
             # The last layer's output is only needed when it is captured.
             output = layer < spec.last_layer or "hidden_states" in want
             x, cap = EncoderLayer(c, mm, name=f"layer_{layer}")(
-                x, mask, want - {"hidden_states"} if captured else frozenset(), gate, output
+                x,
+                mask,
+                want - {"hidden_states"} if captured else frozenset(),
+                gate,
+                output,
+                classes,
             )
             if not captured:
                 continue

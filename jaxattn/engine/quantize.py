@@ -37,13 +37,15 @@ def quantize(name: str, x, mask, dtype: str) -> dict:
     q = QUANTITIES[name]
     if q.probability:
         return {"data": jnp.round(jnp.clip(x, 0.0, 1.0) * 255.0).astype(jnp.uint8)}
-    valid = _valid(q.axes, x.shape, mask)
+    # NaN (entropy_cls of an example without [CLS]) has no uint8 code: it is left
+    # out of the range and stored as 0, i.e. decodes to the minimum.
+    valid = _valid(q.axes, x.shape, mask) & ~jnp.isnan(x)
     reduce_axes = tuple(range(1, x.ndim))
     lo = jnp.min(jnp.where(valid, x, jnp.inf), axis=reduce_axes)
     hi = jnp.max(jnp.where(valid, x, -jnp.inf), axis=reduce_axes)
     scale = jnp.where(hi > lo, (hi - lo) / 255.0, 1.0)
     expand = (slice(None),) + (None,) * (x.ndim - 1)
-    data = jnp.round((x - lo[expand]) / scale[expand])
+    data = jnp.where(jnp.isnan(x), 0.0, jnp.round((x - lo[expand]) / scale[expand]))
     return {"data": jnp.clip(data, 0, 255).astype(jnp.uint8), "scale": scale, "offset": lo}
 
 

@@ -1,7 +1,7 @@
 """The jitted step: one padded batch in, every captured quantity out, on the device.
 
     step = CaptureStep(config, params["encoder"], devices)
-    out = step(spec, *step.place(ids, type_ids, mask), gates)   # {name: {"data", ...}}
+    out = step(spec, *step.place(*host.pack(batch, tokenized, config, spec)), gates)
 
 `jit(vmap(Encoder.apply))` specialised on the static `CaptureSpec`, then the
 output dtype (`jaxattn.engine.quantize`), data parallel over a 1-D device mesh:
@@ -79,16 +79,16 @@ class CaptureStep:
         self._jit = jax.jit(
             self._forward,
             static_argnums=0,  # the CaptureSpec; in_shardings cover the rest
-            in_shardings=(replicated, batch, batch, batch, replicated),
+            in_shardings=(replicated, batch, batch, batch, batch, replicated),
             out_shardings=out,
         )
 
-    def _forward(self, spec: CaptureSpec, params, ids, type_ids, mask, gates):
+    def _forward(self, spec: CaptureSpec, params, ids, type_ids, mask, classes, gates):
         # gates: None, or (keep [L, H], uniform [L, H]) shared by the batch (ablation).
-        def one(i, t, m):  # one example: [T] -> {name: [L, ...]}
-            return self._model.apply({"params": params}, i, t, m, spec, gates)
+        def one(i, t, m, c):  # one example: [T] -> {name: [L, ...]}
+            return self._model.apply({"params": params}, i, t, m, spec, gates, c)
 
-        out = jax.vmap(one)(ids, type_ids, mask)  # {name: [B, L, ...]}
+        out = jax.vmap(one)(ids, type_ids, mask, classes)  # {name: [B, L, ...]}
         return {name: quantize(name, x, mask, spec.dtype) for name, x in out.items()}
 
     def place(self, *arrays: np.ndarray) -> tuple[jax.Array, ...]:
@@ -101,9 +101,13 @@ class CaptureStep:
         """
         return tuple(jax.device_put(x, self._batch_sharding) for x in arrays)
 
-    def __call__(self, spec: CaptureSpec, ids, type_ids, mask, gates=None) -> dict:
-        """Dispatch one batch (asynchronously): {name: {"data": [B, ...], ...}} on the devices."""
-        return self._jit(spec, self.params, ids, type_ids, mask, gates)
+    def __call__(self, spec: CaptureSpec, ids, type_ids, mask, classes, gates=None) -> dict:
+        """Dispatch one batch (asynchronously): {name: {"data": [B, ...], ...}} on the devices.
+
+        The inputs are `host.pack`'s, placed by `place`: ids, type_ids, mask and
+        the token-class bits, each [B, T].
+        """
+        return self._jit(spec, self.params, ids, type_ids, mask, classes, gates)
 
     @property
     def compiled_shapes(self) -> int:

@@ -51,5 +51,8 @@ def test_16_threads_x_20_requests_each_get_their_own_answers(svc_engine):
         stats = server.batcher.stats
         assert sum(counts) == sum(len(t) for t in plans.values())
         assert stats["jobs"] == THREADS * REQUESTS
-        assert stats["batches"] < stats["jobs"] / 2, stats  # requests really shared batches
+        # Requests really shared batches. How many depends on timing (16 threads, a
+        # 10 ms window, the engine's speed): half is typical, 2/3 leaves room for a
+        # busy machine while still failing if no request ever joins another.
+        assert stats["batches"] < stats["jobs"] * 2 / 3, stats
         assert server.batcher.admitted == 0
