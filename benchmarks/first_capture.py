@@ -4,7 +4,8 @@
     (again with the same directory)                                               # cached
 
 Captures the first N EWT dev sentences (default 100) with the full quantity set
-on the embedded model (or --synthetic-bert-base on a GPU) and prints the load
+on the embedded model (or a random BERT-base with --random-bert-base, on a GPU)
+and prints the load
 time, the first capture, a second capture and the shapes compiled.
 """
 

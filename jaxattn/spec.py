@@ -111,6 +111,12 @@ def make_spec(
         raise ValueError(f"what is empty: name at least one of {', '.join(QUANTITIES)}")
     if dtype not in OUTPUT_DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}: valid dtypes are {', '.join(OUTPUT_DTYPES)}")
+    stats = [n for n in names if QUANTITIES[n].axes.endswith("N")]
+    if dtype == "uint8" and stats:
+        raise ValueError(
+            f"{', '.join(stats)} cannot be uint8: one affine range would serve both the "
+            "fractions and the entropies; use float16 or bfloat16 (8 numbers per head)"
+        )
     return CaptureSpec(
         what=tuple(q for q in QUANTITIES if q in set(names)),
         layers=_indices(layers, num_layers, "layers"),

@@ -115,6 +115,13 @@ def test_budgets_follow_the_device():
     assert big.max_batch == 512 and big.size_step == 4 and big.output_bytes == 4 << 30
     small = SimpleNamespace(platform="gpu", memory_stats=lambda: {"bytes_limit": 8 << 30})
     assert batching.Budgets.for_devices([small]).output_bytes == 1 << 30  # an eighth
+
+    def broken():
+        raise NotImplementedError("memory_stats")
+
+    for odd in (lambda: None, broken, lambda: {"bytes_limit": 1, "bytes_in_use": 5}):
+        device = SimpleNamespace(platform="tpu", memory_stats=odd)  # unknown or full
+        assert batching.Budgets.for_devices([device]).output_bytes == 1 << 30
     with pytest.raises(ValueError, match="size_step must be a power of two"):
         batching.Budgets(size_step=3)
     with pytest.raises(ValueError, match="pad_fraction"):

@@ -60,3 +60,18 @@ def test_a_second_process_compiles_nothing(bert_checkpoint, tmp_path):
     assert second["misses"] == 0 and second["hits"] >= first["misses"]
     off = _run(bert_checkpoint, dict(env, JAXATTN_COMPILATION_CACHE="off"))
     assert off["hits"] == 0 and not off["dir"]
+
+
+def test_off_turns_off_a_cache_an_earlier_load_turned_on(tmp_path):
+    script = textwrap.dedent("""
+        import jax
+        from jaxattn.engine.cache import enable_compilation_cache
+        assert enable_compilation_cache(sys.argv[1]) is not None
+        assert jax.config.jax_compilation_cache_dir == sys.argv[1]
+        assert enable_compilation_cache(False) is None
+        assert not jax.config.jax_compilation_cache_dir
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", "import sys\n" + script, str(tmp_path / "c")],
+                         capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

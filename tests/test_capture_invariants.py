@@ -146,7 +146,8 @@ def test_uint8_within_documented_error(bert):
 
 def test_empty_list(bert):
     assert bert.capture([]) == []
-    assert bert.capture([], what=ALL, dtype="uint8") == []
+    maps = [q for q in ALL if not q.endswith("head_stats")]  # the statistics have no uint8
+    assert bert.capture([], what=maps, dtype="uint8") == []
 
 
 def test_too_long_raises_naming_length_and_limit(engines, tokenizers, family):

@@ -34,7 +34,8 @@ class SmallDevice:
 
 
 class _Failing:
-    sharding = type("S", (), {"memory_kind": "device"})()
+    # Host memory: `start_copies` leaves it alone; the failure surfaces when fetched.
+    sharding = type("S", (), {"memory_kind": "pinned_host"})()
 
     def __init__(self, error):
         self.error = error

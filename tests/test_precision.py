@@ -75,3 +75,30 @@ def test_the_engine_default_and_model_info(bert_checkpoint):
     assert engine.capture([EXAMPLE_A], precision="highest")[0].precision == "highest"
     with pytest.raises(ValueError, match="unknown precision"):
         jaxattn.load(bert_checkpoint, precision="half")
+
+
+def test_gpus_without_tensor_cores_for_tf32_emulate():
+    from types import SimpleNamespace
+
+    from jaxattn.engine.step import matmul_platform
+
+    assert matmul_platform(SimpleNamespace(platform="gpu", compute_capability="9.0")) == "gpu"
+    old = SimpleNamespace(platform="gpu", compute_capability="7.5")  # a T4
+    assert matmul_platform(old) == "gpu-pre-ampere"
+    assert matmul_platform(SimpleNamespace(platform="cpu")) == "cpu"
+
+
+def test_a_server_that_ignores_the_precision_is_caught():
+    import dataclasses
+
+    from capture_samples import make
+
+    from jaxattn.client.client import _check_precision
+    from jaxattn.client.errors import AttentionServiceError
+    from jaxattn.v1 import attention_pb2 as pb
+
+    request = pb.CaptureRequest(precision=pb.PRECISION_BF16)
+    with pytest.raises(AttentionServiceError, match="asked for precision bf16"):
+        _check_precision(request, make("float32"), "host:1")  # a 0.1 server: highest
+    _check_precision(request, dataclasses.replace(make("float32"), precision="bf16"), "host:1")
+    _check_precision(pb.CaptureRequest(), make("float32"), "host:1")  # unset: any

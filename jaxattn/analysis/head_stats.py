@@ -115,9 +115,15 @@ class HeadStats:
         self.layout = check_layout(self.layout, capture)
         kinds = self.kinds if self.kinds is not None else stats_kinds(capture)
         for kind in kinds:
-            if ON_DEVICE[kind] in capture.tensors and self.specials is None:
+            on_device = ON_DEVICE[kind] in capture.tensors
+            if on_device and self.specials is None:
                 table = np.asarray(capture.array(ON_DEVICE[kind]), np.float64)  # [L, H, N]
                 stats = {name: table[..., k] for k, name in enumerate(HEAD_STATS)}
+            elif on_device and kind not in available_kinds(capture):
+                raise ValueError(
+                    f"{ON_DEVICE[kind]} was computed with the detected special tokens; "
+                    "custom specials need the maps (capture attention / alpha_fx_norm)"
+                )
             else:
                 weights = capture_weights(capture, kind)
                 stats = head_statistics(weights, capture.tokens, self.specials)

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import time
 
+# The copy timed is at most this large: a rate, not the corpus's whole output at once.
+MAX_COPY_BYTES = 1 << 30
+
 
 def host_copy_rate(nbytes: int, repeats: int = 3) -> tuple[float, str]:
-    """(bytes per second, what was timed): the best of `repeats` copies of `nbytes`."""
+    """(bytes per second, what was timed): the best of `repeats` copies of `nbytes`
+    (at most 1 GiB: large enough to reach the link's rate, small enough to fit)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     device = jax.devices()[0]
-    n = max(nbytes // 4, 1)
+    n = max(min(nbytes, MAX_COPY_BYTES) // 4, 1)
     kinds = {m.kind for m in device.addressable_memories()}
     if device.platform != "cpu" and "pinned_host" in kinds:
         x = jax.block_until_ready(jnp.ones((n,), jnp.float32))

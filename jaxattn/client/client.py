@@ -55,6 +55,18 @@ def _check_codec(codec: str) -> str:
     return codec
 
 
+def _check_precision(request: pb.CaptureRequest, capture: Capture, address: str) -> None:
+    # A jaxattn 0.1 server ignores the precision field and computes at highest.
+    asked = codecs.PB_TO_PRECISION.get(request.precision)
+    if asked is not None and capture.precision != asked:
+        raise AttentionServiceError(
+            grpc.StatusCode.UNIMPLEMENTED,
+            f"asked for precision {asked}, the server computed {capture.precision} "
+            "(a server older than jaxattn 0.2 has only highest)",
+            address,
+        )
+
+
 class AttentionClient:
     """A client of the jaxattn attention service; a `jaxattn.CaptureSource`.
 
@@ -267,6 +279,7 @@ class AttentionClient:
                     received = True
                     capture = decoder.feed_bytes(message)
                     if capture is not None:
+                        _check_precision(request, capture, address)
                         yield capture
                 decoder.finish()
                 return

@@ -68,16 +68,21 @@ class Budgets:
         base = {}
         if devices and all(d.platform != "cpu" for d in devices):
             free = _free_bytes(devices[0])
-            base = dict(max_batch=512, tokens=1 << 18, size_step=4,
-                        output_bytes=min(4 << 30, free // 8) if free else 1 << 30)  # fmt: skip
+            budget = min(4 << 30, max(free // 8, 1 << 20)) if free else 1 << 30
+            base = dict(max_batch=512, tokens=1 << 18, size_step=4, output_bytes=budget)
         return cls(**{**base, **{k: v for k, v in overrides.items() if v is not None}})
 
 
 def _free_bytes(device) -> int | None:
-    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    """Free device memory in bytes, or None when the backend does not say."""
+    try:
+        stats = device.memory_stats()
+    except Exception:  # noqa: BLE001 - not every backend implements it
+        return None
     if not stats or "bytes_limit" not in stats:
         return None
-    return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+    free = int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+    return free if free > 0 else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +184,8 @@ def batch_size(length: int, bytes_per_example: Callable[[int], int], budgets: Bu
     return _pow2_floor(fit)
 
 
-def max_shapes(buckets: Sequence[int], budgets: Budgets) -> int:
-    """Upper bound on compiled shapes per capture spec."""
+def max_shapes(buckets: Sequence[int], budgets: Budgets | int) -> int:
+    """Upper bound on compiled shapes per capture spec (an int: 0.1's max_batch)."""
+    if isinstance(budgets, int):
+        budgets = Budgets(max_batch=budgets)
     return len(buckets) * len(ladder(_pow2_floor(budgets.max_batch), budgets.size_step))

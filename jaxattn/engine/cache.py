@@ -61,6 +61,12 @@ def enable_compilation_cache(
 
     chosen = cache_dir(directory)
     current = jax.config.jax_compilation_cache_dir
+    if chosen is None and explicit and current:  # off, though an earlier load turned it on
+        from jax.experimental.compilation_cache import compilation_cache
+
+        jax.config.update("jax_compilation_cache_dir", None)
+        compilation_cache.reset_cache()
+        return None
     if chosen is None or (current and not explicit):
         return Path(current) if current else None
     jax.config.update("jax_compilation_cache_dir", str(chosen))

@@ -201,18 +201,19 @@ class Engine:
           DeviceMemoryError: one example alone does not fit the device.
         """
         gates = None if ablation is None else ablation.gates(self.config)
+        args = (tokenized, spec, gates)
         pending: collections.deque = collections.deque()
         for batch in self.plan(tokenized, spec, self.budgets):
             try:
-                pending.append((batch, self.dispatch(batch, tokenized, spec, gates)))
+                pending.append((batch, self.dispatch(batch, *args)))
             except Exception as e:
                 if not out_of_memory(e):
                     raise
-                yield from in_halves(self, batch, tokenized, spec, gates, e)
+                yield from self._drain(pending, *args)  # free what is in flight first
+                yield from in_halves(self, batch, *args, e)
             if len(pending) >= _PIPELINE_DEPTH:
-                yield from self._finish(*pending.popleft(), tokenized, spec, gates)
-        while pending:
-            yield from self._finish(*pending.popleft(), tokenized, spec, gates)
+                yield from self._finish(*pending.popleft(), *args, pending)
+        yield from self._drain(pending, *args)
 
     def plan(self, tokenized, spec, budgets=None) -> list[batching.Batch]:
         """The batches `run` gives tokenised examples under `spec` (budgets: the engine's)."""
@@ -227,15 +228,21 @@ class Engine:
         host.start_copies(out)
         return out
 
-    def _finish(self, batch, out, tokenized, spec, gates) -> Iterator[tuple[int, Capture]]:
+    def _finish(self, batch, out, tokenized, spec, gates, pending) -> Iterator[tuple[int, Capture]]:
         try:
             blocks = host.host_blocks(out)  # waits: an asynchronous failure surfaces here
         except Exception as e:
             if not out_of_memory(e):
                 raise
+            del out
+            yield from self._drain(pending, tokenized, spec, gates)  # free what is in flight
             yield from in_halves(self, batch, tokenized, spec, gates, e)
             return
         yield from host.unpack(batch, blocks, tokenized, spec)
+
+    def _drain(self, pending, tokenized, spec, gates) -> Iterator[tuple[int, Capture]]:
+        while pending:
+            yield from self._finish(*pending.popleft(), tokenized, spec, gates, pending)
 
     def warmup(self, spec: CaptureSpec) -> int:
         """Compile every (bucket, batch size) shape of `spec`; returns the count.

@@ -8,11 +8,14 @@ example's length copies nothing. A Capture therefore keeps its batch's block
 alive; a consumer that only reads (the server's encoder, the dump writer, the
 analyses) lets it go with the Capture, and the buffer returns to the pool.
 
-Where the step's outputs live is the `HostMemory` policy (`step.py`): in
-pinned host memory on GPUs/TPUs (the copy runs at PCIe speed: a device-to-host
-copy into fresh pageable memory runs at ~1.8 GB/s, into pinned memory at ~55
-on an H100), in device memory on the CPU, where device memory is host memory
-and numpy views it in place.
+Where the step's outputs live is the host memory policy (`step.HOST_MEMORY`):
+in pinned host memory on GPUs/TPUs (measured on an H100 for issue 12, a
+device-to-host copy into fresh pageable memory ran at ~1.8 GB/s, into pinned
+memory at ~55; that numpy then views the pinned buffer without a copy is what
+jax-ml/jax#22114 reports, not yet measured here), in device memory on the CPU,
+where device memory is host memory and numpy views it in place (tested).
+Capture arrays are therefore read-only; `np.array(cap.attention)` makes a
+writable copy.
 """
 
 from __future__ import annotations

@@ -49,6 +49,20 @@ def resolve_host_memory(policy: str, devices: Sequence[jax.Device]) -> str:
     return policy
 
 
+def matmul_platform(device) -> str:
+    """The platform `Matmul` picks native dot algorithms for: "gpu" only from Ampere
+    (compute capability 8.0) on, where TF32 and BF16 tensor cores exist; older GPUs
+    emulate the fast precisions like the CPU."""
+    if device.platform == "gpu":
+        capability = getattr(device, "compute_capability", None)
+        try:
+            if capability is not None and float(capability) < 8.0:
+                return "gpu-pre-ampere"
+        except ValueError:
+            pass
+    return device.platform
+
+
 class CaptureStep:
     """The compiled capture program of one model on a set of devices.
 
@@ -75,7 +89,7 @@ class CaptureStep:
             out = NamedSharding(mesh, P("data"), memory_kind="pinned_host")
         self._batch_sharding = batch
         self.params = jax.device_put(params, replicated)
-        self._model = Encoder(config, platform=self.devices[0].platform)
+        self._model = Encoder(config, platform=matmul_platform(self.devices[0]))
         self._jit = jax.jit(
             self._forward,
             static_argnums=0,  # the CaptureSpec; in_shardings cover the rest

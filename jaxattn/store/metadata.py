@@ -128,11 +128,17 @@ def _get(doc: dict, path: Sequence[str]):
     return doc
 
 
+# Identity fields stores of earlier versions lack, and the value they meant.
+_IMPLIED = {("spec", "precision"): "highest"}
+
+
 def differences(existing: dict, new: dict) -> list[str]:
     """The identity fields that differ, as "name: store has X, this command Y" lines."""
     out = []
     for path, name in _IDENTITY:
         old, now = _get(existing, path), _get(new, path)
+        if old is None:
+            old = _IMPLIED.get(path)
         if old != now:
             out.append(f"{name}: the store has {old!r}, this command gives {now!r}")
     return out

@@ -192,8 +192,10 @@ class StreamDecoder:
             dtype=dtype,
             tensors={n: tensors[n].array() for n in header.tensors},
             quantization=quant,
-            # A server of jaxattn 0.1 sends none: it computed at "highest".
-            precision=PB_TO_PRECISION.get(header.precision) or "highest",
+            # A server of jaxattn 0.1 sends none: it computed at "highest"; a
+            # precision newer than this client is named by its number.
+            precision=PB_TO_PRECISION.get(header.precision, f"unknown ({header.precision})")
+            or "highest",
         )
         self.header, self.tensors = None, {}
         self.next_index += 1

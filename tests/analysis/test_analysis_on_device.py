@@ -63,3 +63,14 @@ def test_analyze_stats_only(checkpoint_dirs, tmp_path, capsys):
     capsys.readouterr()
     assert main([*args, "--out", str(fast), "--stats-only", "--conllu", str(conllu)]) == 2
     assert "--stats-only" in capsys.readouterr().err
+
+
+def test_statistics_are_not_offered_as_uint8_and_need_maps_for_custom_specials(engines):
+    engine = engines["bert"]
+    with pytest.raises(ValueError, match="head_stats cannot be uint8"):
+        engine.capture([EXAMPLE_A], what=STATS[:1], dtype="uint8")
+    from jaxattn.analysis import BERT_SPECIALS, HeadStats
+
+    (cap,) = engine.capture([EXAMPLE_A], what=STATS[:1])
+    with pytest.raises(ValueError, match="custom specials need the maps"):
+        HeadStats(specials=BERT_SPECIALS).update(cap)

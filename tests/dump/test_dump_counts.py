@@ -1,4 +1,4 @@
-"""The dump's final summary line."""
+"""The dump's final summary line, and how a store's identity is compared."""
 
 from __future__ import annotations
 
@@ -14,3 +14,12 @@ def test_summary_line():
         "1.2 MB written (1.0 MB on disk), 2.0s (5.0 ex/s)"
     )
     assert human_bytes(999) == "999 B" and human_bytes(1_500) == "1.5 kB"
+
+
+def test_a_store_without_precision_meant_highest():
+    """Stores of jaxattn 0.1 record no precision; they were computed at highest."""
+    from jaxattn.store.metadata import differences
+
+    old = {"spec": {"dtype": "float32"}}
+    assert differences(old, {"spec": {"dtype": "float32", "precision": "highest"}}) == []
+    assert differences(old, {"spec": {"dtype": "float32", "precision": "bf16"}}) != []
