@@ -43,7 +43,7 @@ SHORT = "I went to the store."
 
 
 def sentences(conllu: Path) -> list[str]:
-    return [t for t in read_sentences(conllu) if isinstance(t, str)]
+    return read_sentences(conllu, singles=True)
 
 
 def long_texts(pool: list[str], n: int, words: int = 72) -> list[str]:

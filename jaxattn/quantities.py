@@ -104,6 +104,10 @@ QUANTITIES: dict[str, Quantity] = {
 }
 
 
+# The quantities that are per-head statistics ([L, H, N]) rather than tensors over tokens.
+STATISTICS = tuple(name for name, q in QUANTITIES.items() if q.axes.endswith("N"))
+
+
 def shape(name: str, sizes: Mapping[str, int]) -> tuple[int, ...]:
     """The shape of one example's quantity `name`.
 

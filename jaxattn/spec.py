@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 
 from jaxattn.dtypes import OUTPUT_DTYPES
-from jaxattn.quantities import QUANTITIES
+from jaxattn.quantities import QUANTITIES, STATISTICS
 
 DEFAULT_WHAT = ("attention",)
 # Compute precisions (`jaxattn.engine.precision`); "highest" is exact float32.
@@ -111,7 +111,7 @@ def make_spec(
         raise ValueError(f"what is empty: name at least one of {', '.join(QUANTITIES)}")
     if dtype not in OUTPUT_DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}: valid dtypes are {', '.join(OUTPUT_DTYPES)}")
-    stats = [n for n in names if QUANTITIES[n].axes.endswith("N")]
+    stats = [n for n in names if n in STATISTICS]
     if dtype == "uint8" and stats:
         raise ValueError(
             f"{', '.join(stats)} cannot be uint8: one affine range would serve both the "

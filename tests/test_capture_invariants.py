@@ -14,6 +14,7 @@ import pytest
 from hf_fixtures import EXAMPLE_A, long_text, torch_reference
 
 from jaxattn import QUANTITIES
+from jaxattn.quantities import STATISTICS
 
 ALL = tuple(QUANTITIES)
 LIGHT = ("attention", "scores", "hidden_states")
@@ -146,7 +147,7 @@ def test_uint8_within_documented_error(bert):
 
 def test_empty_list(bert):
     assert bert.capture([]) == []
-    maps = [q for q in ALL if not q.endswith("head_stats")]  # the statistics have no uint8
+    maps = [q for q in ALL if q not in STATISTICS]  # the statistics have no uint8
     assert bert.capture([], what=maps, dtype="uint8") == []
 
 

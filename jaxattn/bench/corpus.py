@@ -18,6 +18,10 @@ def sentence_text(record: Record):
     return record.text
 
 
-def read_sentences(path: str | Path, limit: int | None = None) -> list:
-    """The first `limit` examples of an input file (any format), as benchmark texts."""
-    return [sentence_text(r) for r in read_records(path, limit=limit)]
+def read_sentences(path: str | Path, limit: int | None = None, *, singles: bool = False) -> list:
+    """The first `limit` examples of an input file (any format), as benchmark texts.
+
+    singles: leave out sentence pairs (for mixes that build their own pairs).
+    """
+    texts = [sentence_text(r) for r in read_records(path, limit=limit)]
+    return [t for t in texts if isinstance(t, str)] if singles else texts

@@ -38,7 +38,7 @@ def sentences(engine, conllu: Path, lo: int = 9, hi: int = 16) -> list[str]:
     """Sentences of `lo`..`hi` tokens (one length bucket: few compiled shapes)."""
     pool = list(FALLBACK)
     if conllu.is_file():  # single sentences: pairs are made from them below
-        pool = [t for t in read_sentences(conllu) if isinstance(t, str)]
+        pool = read_sentences(conllu, singles=True)
     lengths = [e.length for e in engine.tokenize(pool, truncate=True)]
     return [s for s, n in zip(pool, lengths, strict=True) if lo <= n <= hi]
 

@@ -18,10 +18,8 @@ import argparse
 import os
 
 from jaxattn.dtypes import OUTPUT_DTYPES
-from jaxattn.spec import PRECISIONS
+from jaxattn.spec import DEFAULT_WHAT, PRECISIONS
 from jaxattn.wire.codecs import CODECS
-
-DEFAULT_WHAT = ("attention",)
 
 
 def names(value: str) -> tuple[str, ...]:
@@ -78,15 +76,13 @@ def add_token_argument(p: argparse.ArgumentParser) -> None:
                    help="bearer token for --server (or $JAXATTN_TOKEN)")  # fmt: skip
 
 
-def add_spec_arguments(
-    p: argparse.ArgumentParser, *, what: tuple[str, ...] = DEFAULT_WHAT, selection: bool = True
-) -> None:
-    """What to capture: quantities, layers and heads (selection=True), output dtype."""
-    p.add_argument("--what", type=names, default=what,
-                   help=f"comma-separated quantities (default {','.join(what)})")  # fmt: skip
-    if selection:
-        p.add_argument("--layers", type=ints, help="comma-separated layer indices (default all)")
-        p.add_argument("--heads", type=ints, help="comma-separated head indices (default all)")
+def add_spec_arguments(p: argparse.ArgumentParser) -> None:
+    """What to capture: --what, --layers, --heads and the output --dtype."""
+    default = ",".join(DEFAULT_WHAT)
+    p.add_argument("--what", type=names, default=DEFAULT_WHAT,
+                   help=f"comma-separated quantities (default {default})")  # fmt: skip
+    p.add_argument("--layers", type=ints, help="comma-separated layer indices (default all)")
+    p.add_argument("--heads", type=ints, help="comma-separated head indices (default all)")
     add_dtype_argument(p)
 
 

@@ -145,12 +145,8 @@ class Engine:
           ValueError: a bad text, an unknown quantity or dtype, an index out of
             range, a text over the length limit (unless truncate).
         """
-        spec = self.make_spec(what, layers, heads, dtype, precision)
-        tokenized = self.tokenize(texts, truncate)
-        out: list[Capture | None] = [None] * len(tokenized)
-        for pos, cap in self.run(tokenized, spec, ablation):
-            out[pos] = cap
-        return out  # type: ignore[return-value]
+        return list(self.stream(texts, what, layers, heads, dtype, truncate=truncate,
+                                ablation=ablation, precision=precision))  # fmt: skip
 
     def stream(
         self,
@@ -161,15 +157,21 @@ class Engine:
         dtype: str = "float32",
         *,
         truncate: bool = False,
+        ablation=None,
         precision: str | None = None,
     ) -> Iterator[Capture]:
         """Like `capture`, but yield each Capture, in input order, as soon as it and all
-        before it are ready (batches finish shortest bucket first)."""
+        before it are ready (batches finish shortest bucket first). The request is
+        checked and tokenised before the first one."""
         spec = self.make_spec(what, layers, heads, dtype, precision)
         tokenized = self.tokenize(texts, truncate)
+        return self._in_order(self.run(tokenized, spec, ablation))
+
+    @staticmethod
+    def _in_order(results: Iterator[tuple[int, Capture]]) -> Iterator[Capture]:
         ready: dict[int, Capture] = {}
         following = 0
-        for pos, cap in self.run(tokenized, spec):
+        for pos, cap in results:
             ready[pos] = cap
             while following in ready:
                 yield ready.pop(following)

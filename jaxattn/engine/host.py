@@ -30,12 +30,9 @@ from jaxattn.config import ModelConfig
 from jaxattn.dtypes import PROBABILITY_SCALE
 from jaxattn.engine.batching import Batch
 from jaxattn.engine.tokenize import TokenizedText
-from jaxattn.quantities import QUANTITIES
+from jaxattn.quantities import QUANTITIES, STATISTICS
 from jaxattn.spec import CaptureSpec
 from jaxattn.token_classes import class_bits
-
-# Quantities computed from the tokens' classes ([CLS], [SEP], punctuation).
-_NEED_CLASSES = frozenset({"head_stats", "norm_head_stats"})
 
 
 def pack(
@@ -53,7 +50,8 @@ def pack(
     type_ids = np.zeros((batch.size, batch.length), np.int32)
     mask = np.zeros((batch.size, batch.length), bool)
     classes = np.zeros((batch.size, batch.length), np.int8)
-    want_classes = spec is not None and bool(_NEED_CLASSES & set(spec.what))
+    # The head statistics count attention to [CLS], [SEP] and punctuation.
+    want_classes = spec is not None and bool(set(STATISTICS) & set(spec.what))
     for r, pos in enumerate(batch.rows):
         e = tokenized[pos]
         ids[r, : e.length] = e.ids
