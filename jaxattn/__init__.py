@@ -11,11 +11,12 @@
 
 Public names: `load`, `Engine`, `Capture`, `CaptureSource`, `CaptureSpec`,
 `ModelConfig`, `ModelInfo`, `QUANTITIES`, `OUTPUT_DTYPES`, `HeadAblation`,
-`head_ablation_study`, `convert_checkpoint`, `open_store`, `JaxattnError`.
+`head_ablation_study`, `convert_checkpoint`, `open_store`, `CaptureStream`, and
+the errors (`JaxattnError` and its subclasses, `jaxattn.errors`).
 
 The package, in the order data flows (README "How it works" has the map):
 `inputs/` (files -> texts), the numpy-only contract (`quantities`, `dtypes`,
-`spec`, `config`, `capture`, `source`, `errors`, `progress`), `engine/`
+`spec`, `config`, `capture`, `source`, `stream`, `errors`, `progress`), `engine/`
 (texts -> Captures, where jax computes), `checkpoints/` (model directories ->
 an Engine), `wire/` and `client/` (Captures over gRPC), `analysis/`,
 `views/`, `store/`, `dump/`, `bench/`, `cli/`.
@@ -26,21 +27,27 @@ numpy is installed.
 """
 
 import importlib
-import importlib.metadata
 
 from jaxattn import _aliases
 from jaxattn.capture import Capture
-from jaxattn.config import ModelConfig, ModelInfo
+from jaxattn.config import ModelConfig, ModelInfo, jaxattn_version
 from jaxattn.dtypes import OUTPUT_DTYPES
-from jaxattn.errors import JaxattnError
+from jaxattn.errors import (
+    CaptureFileError,
+    CheckpointError,
+    DeviceMemoryError,
+    InputError,
+    JaxattnError,
+    ServerError,
+    TooLongError,
+    UsageError,
+)
 from jaxattn.quantities import QUANTITIES
 from jaxattn.source import CaptureSource
 from jaxattn.spec import CaptureSpec
+from jaxattn.stream import CaptureStream
 
-try:
-    __version__ = importlib.metadata.version("jaxattn")
-except importlib.metadata.PackageNotFoundError:  # a bare source tree, not installed
-    __version__ = "unknown"
+__version__ = jaxattn_version()  # "unknown" in a bare source tree, not installed
 
 _LAZY = {
     "load": ("jaxattn.checkpoints.loading", "load"),
@@ -64,11 +71,19 @@ def __getattr__(name):
 
 __all__ = [
     "Capture",
+    "CaptureFileError",
     "CaptureSource",
     "CaptureSpec",
+    "CaptureStream",
+    "CheckpointError",
+    "DeviceMemoryError",
     "Engine",
     "HeadAblation",
+    "InputError",
     "JaxattnError",
+    "ServerError",
+    "TooLongError",
+    "UsageError",
     "ModelConfig",
     "ModelInfo",
     "OUTPUT_DTYPES",

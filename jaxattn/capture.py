@@ -8,9 +8,12 @@ adapter) live in `jaxattn.views`.
 The file is a plain NumPy .npz archive (a zip of .npy arrays; readable by numpy
 anywhere, no pickle): one array per captured quantity, under its name, plus
 ``__meta__``, a JSON string holding the format tag, tokens, sentence_b_start,
-layers, heads, dtype and the uint8 (scale, offset) of each tensor. bfloat16
-arrays are stored as their uint16 bit patterns (npy has no bfloat16) and
-restored on load.
+layers, heads, dtype, precision, the uint8 (scale, offset) of each tensor and
+the provenance: the text (or pair) it came from, whether it was truncated, and
+`provenance` (model name, weights fingerprint, config, jaxattn version, and
+where it was captured). bfloat16 arrays are stored as their uint16 bit
+patterns (npy has no bfloat16) and restored on load. Files of format 1
+(jaxattn 0.1-0.2: no text and no provenance) still load.
 """
 
 from __future__ import annotations
@@ -18,15 +21,25 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import types
+import zipfile
+from collections.abc import Mapping
 from typing import overload
 
 import numpy as np
 
 from jaxattn.dtypes import OUTPUT_DTYPES, dequantize
+from jaxattn.errors import CaptureFileError
 from jaxattn.quantities import QUANTITIES
 
-FILE_FORMAT = "jaxattn.capture/1"
+FILE_FORMAT = "jaxattn.capture/2"
+READABLE_FORMATS = ("jaxattn.capture/1", FILE_FORMAT)
 _META = "__meta__"
+
+
+def frozen(mapping: Mapping | None = None) -> Mapping:
+    """A read-only view of a provenance mapping (shared by many captures)."""
+    return types.MappingProxyType(dict(mapping or {}))
 
 
 class _Quantity:
@@ -71,6 +84,14 @@ class Capture:
       quantization: name -> (scale, offset) for uint8 tensors.
       precision: the compute precision that produced it ("highest": exact
         float32; "tf32", "bf16": see the README's table).
+      text: the input it came from, a string or an (a, b) pair; None when
+        unknown (a file of format 1).
+      truncated: the text was cut to the model's maximum length.
+      provenance: where it came from, read-only: "model" (name), "weights"
+        (a fingerprint of the weights, `jaxattn.Engine.weights_fingerprint`),
+        "family", "config" (the model config), "jaxattn" (the version that
+        captured it), "source" ("engine" or "server HOST:PORT"). Empty when
+        unknown.
     """
 
     tokens: tuple[str, ...]
@@ -81,6 +102,9 @@ class Capture:
     tensors: dict[str, np.ndarray]
     quantization: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
     precision: str = "highest"
+    text: str | tuple[str, str] | None = None
+    truncated: bool = False
+    provenance: Mapping = dataclasses.field(default_factory=frozen)
 
     # The quantities, one typed attribute each (order and meaning: QUANTITIES).
     attention = _Quantity()
@@ -134,6 +158,9 @@ class Capture:
             tensors=list(self.tensors),
             quantization={k: list(v) for k, v in self.quantization.items()},
             precision=self.precision,
+            text=list(self.text) if isinstance(self.text, tuple) else self.text,
+            truncated=self.truncated,
+            provenance=dict(self.provenance),
         )
         arrays = {_META: np.array(json.dumps(meta))}
         for name, array in self.tensors.items():
@@ -143,27 +170,24 @@ class Capture:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Capture:
-        """Read a capture written by `save`.
+        """Read a capture written by `save` (any format in READABLE_FORMATS).
 
         Raises:
-          ValueError: the file is not a jaxattn capture (or a newer format).
-          FileNotFoundError: no such file.
+          CaptureFileError: the file is not a jaxattn capture, is damaged, or is of
+            a format this jaxattn does not read (the message says what it found).
+          FileNotFoundError: no such file; IsADirectoryError: a directory.
         """
+        if os.path.isdir(path):
+            raise IsADirectoryError(f"{path} is a directory, not a capture file (.npz)")
         try:
-            archive = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            if isinstance(e, FileNotFoundError):
+            with np.load(path, allow_pickle=False) as archive:
+                meta, tensors = _read_archive(path, archive)
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
+            if isinstance(e, (FileNotFoundError, CaptureFileError)):
                 raise
-            raise ValueError(f"{path} is not a jaxattn capture file: {e}") from None
-        with archive:
-            if _META not in archive.files:
-                raise ValueError(f"{path} is not a jaxattn capture file (no {_META})")
-            meta = json.loads(str(archive[_META]))
-            if meta.get("format") != FILE_FORMAT:
-                raise ValueError(f"{path}: unsupported format {meta.get('format')!r}, "
-                                 f"this jaxattn reads {FILE_FORMAT}")  # fmt: skip
-            dtype = OUTPUT_DTYPES[meta["dtype"]]
-            tensors = {name: archive[name].view(dtype) for name in meta["tensors"]}
+            raise CaptureFileError(f"{path} is not a readable jaxattn capture file (.npz written "
+                                   f"by Capture.save): {_reason(e)}") from None  # fmt: skip
+        text = meta.get("text")
         return cls(
             tokens=tuple(meta["tokens"]),
             sentence_b_start=meta["sentence_b_start"],
@@ -173,6 +197,9 @@ class Capture:
             tensors=tensors,
             quantization={k: (float(v[0]), float(v[1])) for k, v in meta["quantization"].items()},
             precision=meta.get("precision", "highest"),  # files of jaxattn 0.1 have none
+            text=tuple(text) if isinstance(text, list) else text,
+            truncated=bool(meta.get("truncated", False)),
+            provenance=frozen(meta.get("provenance")),
         )
 
     def _check(self, name: str) -> None:
@@ -192,3 +219,27 @@ class Capture:
             f"Capture(T={self.length}, layers={list(self.layers)}, heads={list(self.heads)}, "
             f"dtype={self.dtype}, precision={self.precision}, {shapes})"
         )
+
+
+def _reason(error: Exception) -> str:
+    if isinstance(error, UnicodeDecodeError | zipfile.BadZipFile) or "pickle" in str(error):
+        return "not a NumPy .npz archive"
+    return str(error)
+
+
+def _read_archive(path, archive) -> tuple[dict, dict[str, np.ndarray]]:
+    """(meta, name -> array in the output dtype) of an open .npz archive."""
+    if not hasattr(archive, "files") or _META not in archive.files:
+        raise CaptureFileError(
+            f"{path} is a NumPy file but not a jaxattn capture (it has no {_META} entry)"
+        )
+    meta = json.loads(str(archive[_META]))
+    found = meta.get("format") if isinstance(meta, dict) else None
+    if found not in READABLE_FORMATS:
+        raise CaptureFileError(
+            f"{path} is of capture format {found!r}; this jaxattn reads "
+            f"{', '.join(READABLE_FORMATS)} (a newer jaxattn wrote it? upgrade)"
+        )
+    dtype = OUTPUT_DTYPES[meta["dtype"]]
+    tensors = {name: archive[name].view(dtype) for name in meta["tensors"]}
+    return meta, tensors

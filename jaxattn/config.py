@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 
 FAMILIES = ("bert", "roberta", "distilbert")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
@@ -111,7 +112,9 @@ class ModelInfo:
     """What `Engine.info` and the service's GetModelInfo report.
 
     `dtype` is the weights' dtype; `precision` the compute precision captures
-    get unless they ask for another ("highest": exact float32).
+    get unless they ask for another ("highest": exact float32); `weights` a
+    fingerprint of the weights ("blake2b:..."; "" when unknown), so two
+    captures can tell whether the same weights made them.
     """
 
     name: str
@@ -124,10 +127,15 @@ class ModelInfo:
     max_positions: int
     dtype: str = "float32"
     precision: str = "highest"
+    weights: str = ""
 
     @classmethod
     def of(
-        cls, config: ModelConfig, dtype: str = "float32", precision: str = "highest"
+        cls,
+        config: ModelConfig,
+        dtype: str = "float32",
+        precision: str = "highest",
+        weights: str = "",
     ) -> ModelInfo:
         return cls(
             name=config.name,
@@ -140,4 +148,25 @@ class ModelInfo:
             max_positions=config.max_length,
             dtype=dtype,
             precision=precision,
+            weights=weights,
         )
+
+
+def jaxattn_version() -> str:
+    """The installed jaxattn's version ("unknown" when not installed)."""
+    try:
+        return importlib.metadata.version("jaxattn")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def provenance(info: ModelInfo, config: dict | None, source: str) -> dict:
+    """What a capture records about where it came from (`Capture.provenance`)."""
+    return {
+        "model": info.name,
+        "family": info.family,
+        "weights": info.weights,
+        "config": config or {},
+        "jaxattn": jaxattn_version(),
+        "source": source,
+    }

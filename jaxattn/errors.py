@@ -1,14 +1,22 @@
-"""jaxattn's own error base class (pure Python: the client and the CLI share it).
+"""jaxattn's own errors: one base class, one subclass per kind of problem.
 
-    try:
-        ...
-    except jaxattn.JaxattnError as e:   # e.g. a server refused or failed a call
-        print(e)
+Pure Python and the innermost room: every part of jaxattn (and a client-only
+install) raises these, and the CLI turns them into one line and an exit code.
 
-Today `jaxattn.client.AttentionServiceError` (a failed call to a server)
-derives from it. Bad arguments and bad input files raise ValueError
-(`jaxattn.inputs.InputError`, `jaxattn.wire.WireError`, ... are ValueErrors)
-and missing files FileNotFoundError, as Python code expects.
+    JaxattnError                     base: catch it to catch everything jaxattn says
+    +-- UsageError (ValueError)      a bad argument, option value or combination   exit 2
+    +-- InputError (ValueError)      a bad text or input file (names file and line) exit 1
+    |   +-- TooLongError             a text over the model's maximum length        exit 1
+    +-- CheckpointError (ValueError) an unreadable or inconsistent model checkpoint exit 1
+    +-- CaptureFileError (ValueError) an unreadable capture file or store          exit 1
+    +-- ServerError                  a failed call to a server (status code)       exit 1
+    +-- DeviceMemoryError            one example does not fit the device's memory  exit 1
+
+The ValueError bases keep ``except ValueError`` working for callers that
+validated input that way. Messages name the file, tensor, field or index and,
+where there is one, what to do instead; `cli_message` words the same advice
+in command-line terms (``--too-long truncate``, not ``too_long="truncate"``).
+docs/errors.md lists them with what to do.
 """
 
 from __future__ import annotations
@@ -16,6 +24,71 @@ from __future__ import annotations
 
 class JaxattnError(Exception):
     """Base of the errors jaxattn raises itself, with a message meant for the user."""
+
+    # The CLI's exit code for this kind of error (`jaxattn.cli`).
+    exit_code = 1
+
+    def cli_message(self) -> str:
+        """The message in command-line terms (flags, not keyword arguments)."""
+        return str(self)
+
+
+class UsageError(JaxattnError, ValueError):
+    """A bad argument: an unknown name, an index out of range, options that exclude
+    each other, an output that exists. Fix the call (or the command line)."""
+
+    exit_code = 2
+
+
+class InputError(JaxattnError, ValueError):
+    """A bad input text or input file: not UTF-8, malformed, empty.
+
+    Attributes:
+      line: the 1-based line of the problem in `path`, or None.
+      reason: what is wrong, without the place.
+      path: the input file, or None for texts given directly.
+    """
+
+    def __init__(self, line: int | None, reason: str, path=None):
+        where = f"{path}:{line}" if path and line else str(path) if path else f"line {line}"
+        super().__init__(f"{where}: {reason}" if (path or line) else reason)
+        self.line, self.reason, self.path = line, reason, path
+
+
+class TooLongError(InputError):
+    """A text over the model's maximum length, under the policy ``too_long="error"``.
+
+    Attributes:
+      index: the text's 0-based position in the call's texts.
+      length: its length in tokens, special tokens included.
+      limit: the model's maximum.
+    """
+
+    def __init__(self, index: int, length: int, limit: int):
+        self.index, self.length, self.limit = index, length, limit
+        self._what = (
+            f"text {index} is {length} tokens long, over the model's limit of {limit} tokens"
+        )
+        super().__init__(None, f"{self._what}: cut it with too_long='truncate' or leave it "
+                         "out with too_long='skip'")  # fmt: skip
+
+    def cli_message(self) -> str:
+        return f"{self._what}: cut it with --too-long truncate or leave it out with --too-long skip"
+
+
+class CheckpointError(JaxattnError, ValueError):
+    """A model checkpoint that cannot be read or does not fit together: a corrupt weights
+    file, a broken config.json, a tensor whose shape the config contradicts. The message
+    names the file or tensor (and both shapes)."""
+
+
+class CaptureFileError(JaxattnError, ValueError):
+    """A saved capture (.npz) or a store that cannot be read: not one, damaged, or of a
+    format this jaxattn does not read (the message says which format it found)."""
+
+
+class ServerError(JaxattnError):
+    """A call to a jaxattn server failed (`jaxattn.client.AttentionServiceError`)."""
 
 
 class DeviceMemoryError(JaxattnError):

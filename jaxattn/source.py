@@ -19,18 +19,23 @@ from typing import Protocol, runtime_checkable
 from jaxattn.capture import Capture
 from jaxattn.config import ModelInfo
 from jaxattn.inputs import Text
+from jaxattn.spec import Selection
+from jaxattn.stream import CaptureStream, Progress
 
 
 @runtime_checkable
 class CaptureSource(Protocol):
     """Captures of texts, in input order, from a local engine or a server.
 
-    Both methods take the same selection as `jaxattn.Engine.capture`: quantity
-    names, layer and head indices (None = all), the output dtype, whether to
-    cut texts over the model's limit, and the compute precision (None = the
-    source's default, `model_info().precision`). They raise ValueError for a bad request;
-    a server source raises `jaxattn.client.AttentionServiceError` when the call
-    fails. Close a source (or use it as a context manager) when done.
+    The methods take the same selection as `jaxattn.Engine.capture`: quantity
+    names, layers and heads (`jaxattn.spec.Selection`: indices, negative ones,
+    slices; None = all), the output dtype, the long-text policy `too_long`
+    ("error", "truncate", "skip"; `truncate=True` is the old spelling of
+    "truncate"), and the compute precision (None = the source's default,
+    `model_info().precision`). They raise `jaxattn.UsageError` for a bad
+    request and `jaxattn.InputError` for a bad text; a server source raises
+    `jaxattn.ServerError` (`AttentionServiceError`) when the call fails. Close
+    a source (or use it as a context manager) when done.
     """
 
     def model_info(self) -> ModelInfo:
@@ -41,12 +46,13 @@ class CaptureSource(Protocol):
         self,
         texts: Sequence[Text],
         what: str | Iterable[str] | None = ("attention",),
-        layers: Iterable[int] | int | None = None,
-        heads: Iterable[int] | int | None = None,
+        layers: Selection = None,
+        heads: Selection = None,
         dtype: str = "float32",
         *,
         truncate: bool = False,
         precision: str | None = None,
+        too_long: str | None = None,
     ) -> list[Capture]:
         """One Capture per text, in input order."""
         ...
@@ -55,14 +61,31 @@ class CaptureSource(Protocol):
         self,
         texts: Sequence[Text],
         what: str | Iterable[str] | None = ("attention",),
-        layers: Iterable[int] | int | None = None,
-        heads: Iterable[int] | int | None = None,
+        layers: Selection = None,
+        heads: Selection = None,
         dtype: str = "float32",
         *,
         truncate: bool = False,
         precision: str | None = None,
+        too_long: str | None = None,
     ) -> Iterator[Capture]:
         """The same Captures, yielded in input order as they are ready."""
+        ...
+
+    def capture_iter(
+        self,
+        texts: Iterable[Text],
+        what: str | Iterable[str] | None = ("attention",),
+        layers: Selection = None,
+        heads: Selection = None,
+        dtype: str = "float32",
+        *,
+        too_long: str = "error",
+        precision: str | None = None,
+        progress: Progress | None = None,
+        window: int | None = None,
+    ) -> CaptureStream:
+        """Captures of any iterable of texts, window by window, in bounded memory."""
         ...
 
     def close(self) -> None:

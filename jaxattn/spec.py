@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 
 from jaxattn.dtypes import OUTPUT_DTYPES
+from jaxattn.errors import UsageError
 from jaxattn.quantities import QUANTITIES, STATISTICS
 
 DEFAULT_WHAT = ("attention",)
@@ -20,7 +21,7 @@ PRECISIONS = ("highest", "tf32", "bf16")
 def check_precision(precision: str) -> str:
     """`precision` if it is one of PRECISIONS (ValueError naming the valid ones otherwise)."""
     if precision not in PRECISIONS:
-        raise ValueError(
+        raise UsageError(
             f"unknown precision {precision!r}: valid precisions are {', '.join(PRECISIONS)}"
         )
     return precision
@@ -51,33 +52,96 @@ class CaptureSpec:
         return self.layers[-1]
 
 
-def _indices(value: Iterable[int] | int | None, count: int, field: str) -> tuple[int, ...]:
+Selection = int | slice | range | Iterable[int | slice] | str | None
+"""Layers or heads: None (all), an index, a slice, or a list of indices and slices;
+negative indices count from the end, as in Python. A string is the CLI grammar
+(`parse_selection`)."""
+
+
+def parse_selection(value: str) -> tuple[int | slice, ...]:
+    """The CLI grammar of --layers/--heads: comma-separated indices and ranges.
+
+    '0,3,-1' -> (0, 3, -1); '8:12' -> (slice(8, 12),) (12 excluded, as in Python);
+    ':2, -2:' -> (slice(None, 2), slice(-2, None)); spaces anywhere are ignored.
+
+    Raises:
+      UsageError: naming the part that is neither an integer nor a range.
+    """
+    out: list[int | slice] = []
+    for part in value.replace(" ", "").split(","):
+        if not part:
+            continue
+        try:
+            if ":" in part:
+                bounds = [int(b) if b else None for b in part.split(":")]
+                if len(bounds) > 3 or bounds[2:] and bounds[2] is not None:
+                    raise ValueError
+                out.append(slice(bounds[0], bounds[1]))
+            else:
+                out.append(int(part))
+        except ValueError:
+            raise UsageError(f"{part!r} in {value!r} is neither an index (3, -1) nor a range "
+                             "(8:12, :4, -2:)") from None  # fmt: skip
+    if not out:
+        raise UsageError(f"{value!r} selects nothing: give indices (0,3,-1) or ranges (8:12)")
+    return tuple(out)
+
+
+def resolve_indices(value: Selection, count: int, field: str) -> tuple[int, ...]:
+    """The sorted, 0-based indices a selection names out of `count` (None: all).
+
+    Raises:
+      UsageError: an index out of range, a duplicate, an empty selection, or a
+        value that is no integer (naming the field and the valid range).
+    """
     if value is None:
         return tuple(range(count))
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, str):
+        value = parse_selection(value)
+    if isinstance(value, (slice, range)) or _is_int(value):
         value = (value,)
-    if isinstance(value, (str, bytes)):
-        raise ValueError(f"{field} must be a list of integers in [0, {count - 1}], got {value!r}")
-    out = []
+    if isinstance(value, bytes) or not isinstance(value, Iterable):
+        raise UsageError(f"{field} must be indices or slices, got {type(value).__name__}")
+    valid = f"{field} are 0..{count - 1} (or -{count}..-1 from the end)"
+    out: list[int] = []
     for v in value:
-        if isinstance(v, bool) or not isinstance(v, int) and not hasattr(v, "__index__"):
-            raise ValueError(f"{field} must hold integers in [0, {count - 1}], got {v!r}")
-        v = int(v)
-        if not 0 <= v < count:
-            raise ValueError(f"{field} index {v} is out of range: valid {field} are 0..{count - 1}")
-        out.append(v)
+        if isinstance(v, (slice, range)):
+            picked = range(count)[v] if isinstance(v, slice) else v
+            if isinstance(v, range) and any(not -count <= i < count for i in v):
+                raise UsageError(f"{field} {v} reaches past the model's {count}: valid {valid}")
+            if not picked:
+                raise UsageError(f"{field} {_show(v)} selects nothing: valid {valid}")
+            out += [i % count for i in picked]
+            continue
+        if not _is_int(v):
+            raise UsageError(f"{field} must hold integers or slices, got {v!r}")
+        i = int(v)
+        if not -count <= i < count:
+            raise UsageError(f"{field[:-1]} {i} is out of range: valid {valid}")
+        out.append(i % count)
     if not out:
-        raise ValueError(f"{field} is empty: give None for all, or indices in 0..{count - 1}")
+        raise UsageError(f"{field} is empty: leave it out for all, or give indices in "
+                         f"0..{count - 1}")  # fmt: skip
     if len(set(out)) != len(out):
-        raise ValueError(f"{field} has duplicate indices: {sorted(out)}")
+        raise UsageError(f"{field} names an index twice: {sorted(out)}")
     return tuple(sorted(out))
+
+
+def _is_int(v) -> bool:
+    return not isinstance(v, bool) and (isinstance(v, int) or hasattr(v, "__index__"))
+
+
+def _show(s: slice | range) -> str:
+    if isinstance(s, range):
+        return str(s)
+    return f"{'' if s.start is None else s.start}:{'' if s.stop is None else s.stop}"
 
 
 def make_spec(
     *,
     what: str | Sequence[str] | None,
-    layers: Iterable[int] | int | None,
-    heads: Iterable[int] | int | None,
+    layers: Selection,
+    heads: Selection,
     dtype: str,
     num_layers: int,
     num_heads: int,
@@ -87,15 +151,15 @@ def make_spec(
 
     Args:
       what: quantity names (a single name is accepted); None means ("attention",).
-      layers: layer indices, or None for all.
-      heads: head indices, or None for all.
+      layers: layers (`Selection`: indices, negative ones, slices), None for all.
+      heads: heads likewise.
       dtype: output dtype name.
       precision: compute precision name.
       num_layers: the model's layer count.
       num_heads: the model's heads per layer.
 
     Raises:
-      ValueError: naming the bad field and the valid choices.
+      UsageError: naming the bad field and the valid choices.
     """
     if what is None:
         what = DEFAULT_WHAT
@@ -104,23 +168,23 @@ def make_spec(
     names = list(what)
     for name in names:
         if name not in QUANTITIES:
-            raise ValueError(
+            raise UsageError(
                 f"unknown quantity {name!r} in what: valid names are {', '.join(QUANTITIES)}"
             )
     if not names:
-        raise ValueError(f"what is empty: name at least one of {', '.join(QUANTITIES)}")
+        raise UsageError(f"what is empty: name at least one of {', '.join(QUANTITIES)}")
     if dtype not in OUTPUT_DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}: valid dtypes are {', '.join(OUTPUT_DTYPES)}")
+        raise UsageError(f"unknown dtype {dtype!r}: valid dtypes are {', '.join(OUTPUT_DTYPES)}")
     stats = [n for n in names if n in STATISTICS]
     if dtype == "uint8" and stats:
-        raise ValueError(
+        raise UsageError(
             f"{', '.join(stats)} cannot be uint8: one affine range would serve both the "
             "fractions and the entropies; use float16 or bfloat16 (8 numbers per head)"
         )
     return CaptureSpec(
         what=tuple(q for q in QUANTITIES if q in set(names)),
-        layers=_indices(layers, num_layers, "layers"),
-        heads=_indices(heads, num_heads, "heads"),
+        layers=resolve_indices(layers, num_layers, "layers"),
+        heads=resolve_indices(heads, num_heads, "heads"),
         dtype=dtype,
         precision=check_precision(precision),
     )

@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # package itself (jaxattn/__init__, __main__, _aliases): outer rooms may call
 # `jaxattn.load`, inner ones may not.
 ROOMS: dict[str, set[str]] = {
+    "errors": set(),  # jaxattn.errors: the exception classes, importable from every room
     "inputs": set(),
     "core": {"inputs"},
     "engine": {"core", "inputs"},
@@ -43,6 +44,8 @@ ROOMS: dict[str, set[str]] = {
     "bench": {"core", "inputs", "engine", "checkpoints", "wire", "client", "facade"},
     "service": {"core", "inputs", "wire", "facade"},
 }
+for _room in ROOMS:
+    ROOMS[_room] |= {"errors"} - {_room}
 STAGES = set(ROOMS) - {"service"}
 ROOMS["cli"] = STAGES | {"facade", "service"}  # the outermost room: everything, and the gate
 # The package root is the public surface: it names anything (lazily), nothing inner names it.
@@ -50,11 +53,11 @@ ROOMS["facade"] = STAGES | {"cli"}
 # The only module that may reach the server package, and only inside a function.
 SERVICE_GATE = "jaxattn.cli.serve_cmd"
 # Rooms a client-only install imports: no jax, flax, torch or transformers.
-LIGHT = ("core", "inputs", "wire", "client", "analysis", "views", "store")
+LIGHT = ("errors", "core", "inputs", "wire", "client", "analysis", "views", "store")
 HEAVY = ("jax", "jaxlib", "flax", "torch", "transformers", "orbax")
 # Lazy imports of a heavy package a light room may make, only when the user asks.
 OPTIONAL_HEAVY = {("jaxattn.views.bertviz", "torch"): "BertViz takes torch tensors, when asked"}
-CORE = {"quantities", "dtypes", "spec", "config", "capture", "source", "errors", "progress",
+CORE = {"quantities", "dtypes", "spec", "config", "capture", "source", "stream", "progress",
         "token_classes", "v1"}  # fmt: skip
 
 
@@ -77,6 +80,8 @@ def room(module: str) -> str:
         return "service"
     if len(parts) == 1 or parts[1] in ("__main__", "_aliases"):
         return "facade"
+    if parts[1] == "errors":
+        return "errors"
     return "core" if parts[1] in CORE else parts[1]
 
 

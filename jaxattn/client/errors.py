@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import grpc
 
-from jaxattn.errors import JaxattnError
+from jaxattn.errors import ServerError
 
 
-class AttentionServiceError(JaxattnError):
+class AttentionServiceError(ServerError):
     """A call to the attention service failed.
 
     Attributes:

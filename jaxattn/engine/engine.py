@@ -10,29 +10,26 @@ on accelerators) -> host copy overlapped with the next batch -> `host.unpack`
 
 from __future__ import annotations
 
-import collections
+import dataclasses
+import functools
 from collections.abc import Iterable, Iterator, Sequence
 
 import jax
 import numpy as np
 
-from jaxattn import quantities
-from jaxattn.capture import Capture
-from jaxattn.config import ModelConfig, ModelInfo
-from jaxattn.dtypes import OUTPUT_DTYPES
-from jaxattn.engine import batching, host
-from jaxattn.engine.oom import in_halves, out_of_memory
-from jaxattn.engine.params import check_params
+from jaxattn.capture import Capture, frozen
+from jaxattn.config import ModelConfig, ModelInfo, provenance
+from jaxattn.engine import batching
+from jaxattn.engine.params import check_params, fingerprint
+from jaxattn.engine.pipeline import BatchPipeline
 from jaxattn.engine.step import CaptureStep
 from jaxattn.engine.tokenize import TokenizedText, Tokenizer, check_texts
 from jaxattn.inputs import Text
-from jaxattn.spec import CaptureSpec, check_precision, make_spec
-
-# Batches in flight: one computing while the previous one's copy lands.
-_PIPELINE_DEPTH = 2
+from jaxattn.spec import CaptureSpec, Selection, check_precision, make_spec
+from jaxattn.stream import CaptureStream, Progress, too_long_policy
 
 
-class Engine:
+class Engine(BatchPipeline):
     """A loaded model ready to capture; a `jaxattn.CaptureSource`. Build it with `jaxattn.load`.
 
     Args:
@@ -77,7 +74,6 @@ class Engine:
         self.config = config
         self.tokenizer = tokenizer
         self.precision = check_precision(precision)
-        self.info = ModelInfo.of(config, precision=precision)
         self.extra_params = {k: v for k, v in params.items() if k != "encoder"}
         self.devices = tuple(devices) if devices else tuple(jax.local_devices())
         self.step = CaptureStep(config, params["encoder"], self.devices, host_memory)
@@ -88,6 +84,21 @@ class Engine:
         )  # fmt: skip
 
     # -- the CaptureSource API -------------------------------------------------------
+
+    @functools.cached_property
+    def weights_fingerprint(self) -> str:
+        """A fingerprint of the weights (`jaxattn.engine.params.fingerprint`), made once."""
+        return fingerprint(self.step.params)
+
+    @functools.cached_property
+    def info(self) -> ModelInfo:
+        """The model: name, sizes, default precision, weights fingerprint."""
+        return ModelInfo.of(self.config, precision=self.precision, weights=self.weights_fingerprint)
+
+    @functools.cached_property
+    def provenance(self):
+        """What every capture of this engine records about where it came from (read-only)."""
+        return frozen(provenance(self.info, self.config.to_dict(), "engine"))
 
     def model_info(self) -> ModelInfo:
         """The model (same as `info`; `AttentionClient.model_info` answers the same)."""
@@ -110,62 +121,114 @@ class Engine:
             precision=self.precision if precision is None else precision,
         )
 
-    def tokenize(self, texts: Sequence[Text], truncate: bool = False) -> list[TokenizedText]:
-        """Check and tokenise texts (ValueError naming the bad text's index)."""
-        return self.tokenizer.encode(check_texts(texts), truncate=truncate)
+    def tokenize(
+        self, texts: Sequence[Text], truncate: bool = False, *, too_long: str | None = None
+    ) -> list[TokenizedText | None]:
+        """Check and tokenise texts (errors name the bad text's index).
+
+        too_long: "error" (default; or "truncate" when `truncate`), "truncate",
+        or "skip" (None in the skipped text's place).
+        """
+        policy = too_long_policy(truncate, too_long)
+        return self.tokenizer.encode(check_texts(texts), too_long=policy)
 
     def capture(
         self,
         texts: Sequence[Text],
         what: str | Iterable[str] | None = ("attention",),
-        layers: Iterable[int] | int | None = None,
-        heads: Iterable[int] | int | None = None,
+        layers: Selection = None,
+        heads: Selection = None,
         dtype: str = "float32",
         truncate: bool = False,
         ablation=None,
         precision: str | None = None,
+        *,
+        too_long: str | None = None,
     ) -> list[Capture]:
         """Capture attention quantities for each text.
 
         Args:
           texts: strings, or (sentence_a, sentence_b) pairs.
           what: quantity names (see `jaxattn.QUANTITIES`).
-          layers: layer indices, or None for all.
-          heads: head indices, or None for all.
+          layers: layers, or None for all: an index, a list, negative indices
+            from the end, slices, or the CLI's string ("0,3,-1", "8:12";
+            `jaxattn.spec.Selection`).
+          heads: heads, likewise.
           dtype: output dtype: float32 (exact), float16, bfloat16, uint8.
-          truncate: cut texts longer than the model's maximum instead of raising.
+          truncate: the old spelling of too_long="truncate".
           ablation: a `jaxattn.engine.HeadAblation` to disable heads, or None.
           precision: compute precision ("highest", "tf32", "bf16"); None: the
             engine's default.
+          too_long: a text over the model's maximum: "error" (default) raises
+            TooLongError, "truncate" cuts it (`Capture.truncated`), "skip"
+            leaves it out of the result.
 
         Returns:
-          One Capture per text, in input order.
+          One Capture per text (per kept text with "skip"), in input order.
+          For many texts, `capture_iter` streams them in bounded memory.
 
         Raises:
-          ValueError: a bad text, an unknown quantity or dtype, an index out of
-            range, a text over the length limit (unless truncate).
+          UsageError: an unknown quantity or dtype, an index out of range.
+          InputError: a bad text (TooLongError: over the length limit).
         """
         return list(self.stream(texts, what, layers, heads, dtype, truncate=truncate,
-                                ablation=ablation, precision=precision))  # fmt: skip
+                                ablation=ablation, precision=precision,
+                                too_long=too_long))  # fmt: skip
 
     def stream(
         self,
         texts: Sequence[Text],
         what: str | Iterable[str] | None = ("attention",),
-        layers: Iterable[int] | int | None = None,
-        heads: Iterable[int] | int | None = None,
+        layers: Selection = None,
+        heads: Selection = None,
         dtype: str = "float32",
         *,
         truncate: bool = False,
         ablation=None,
         precision: str | None = None,
+        too_long: str | None = None,
     ) -> Iterator[Capture]:
         """Like `capture`, but yield each Capture, in input order, as soon as it and all
         before it are ready (batches finish shortest bucket first). The request is
-        checked and tokenised before the first one."""
+        checked and tokenised before the first one. All of `texts` is in flight at
+        once: for a corpus, `capture_iter` bounds memory."""
         spec = self.make_spec(what, layers, heads, dtype, precision)
-        tokenized = self.tokenize(texts, truncate)
-        return self._in_order(self.run(tokenized, spec, ablation))
+        kept = [t for t in self.tokenize(texts, truncate, too_long=too_long) if t is not None]
+        return self._in_order(self._with_provenance(self.run(kept, spec, ablation)))
+
+    def capture_iter(
+        self,
+        texts: Iterable[Text],
+        what: str | Iterable[str] | None = ("attention",),
+        layers: Selection = None,
+        heads: Selection = None,
+        dtype: str = "float32",
+        *,
+        too_long: str = "error",
+        precision: str | None = None,
+        progress: Progress | None = None,
+        window: int | None = None,
+    ) -> CaptureStream:
+        """Captures of any number of texts, in input order, in bounded memory.
+
+        `texts` may be any iterable (a generator, a file's lines); it is read
+        `window` texts at a time (default: four of the largest batches the
+        device runs, 256 on a CPU), so peak memory does not grow with the
+        corpus. `progress` is called per input with its Capture (None when
+        skipped). The returned `jaxattn.CaptureStream` iterates the Captures and
+        keeps `skipped` and `truncated` input indices. Arguments otherwise as
+        `capture`; the request is checked before the first text is read.
+        """
+        self.make_spec(what, layers, heads, dtype, precision)  # bad requests fail now
+        if window is None:
+            window = 4 * self.budgets.max_batch * len(self.devices)
+        return CaptureStream(self, texts, window=window, too_long=too_long, progress=progress,
+                             what=what, layers=layers, heads=heads, dtype=dtype,
+                             precision=precision)  # fmt: skip
+
+    def _with_provenance(self, results):
+        for pos, cap in results:
+            yield pos, dataclasses.replace(cap, provenance=self.provenance)
 
     @staticmethod
     def _in_order(results: Iterator[tuple[int, Capture]]) -> Iterator[Capture]:
@@ -185,96 +248,6 @@ class Engine:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    # -- batches -----------------------------------------------------------------------
-
-    def run(
-        self, tokenized: Sequence[TokenizedText], spec: CaptureSpec, ablation=None
-    ) -> Iterator[tuple[int, Capture]]:
-        """Capture tokenised examples, yielding (position, Capture) as batches finish.
-
-        Examples come grouped by length bucket, not in input order. Dispatch is
-        asynchronous: batch k+1 computes while batch k is copied and trimmed.
-        `ablation` (a `jaxattn.engine.HeadAblation`) disables heads; every
-        ablation set runs the same compiled program. A batch that does not fit
-        the device's memory is run again in halves.
-
-        Raises:
-          DeviceMemoryError: one example alone does not fit the device.
-        """
-        gates = None if ablation is None else ablation.gates(self.config)
-        args = (tokenized, spec, gates)
-        pending: collections.deque = collections.deque()
-        for batch in self.plan(tokenized, spec, self.budgets):
-            try:
-                pending.append((batch, self.dispatch(batch, *args)))
-            except Exception as e:
-                if not out_of_memory(e):
-                    raise
-                yield from self._drain(pending, *args)  # free what is in flight first
-                yield from in_halves(self, batch, *args, e)
-            if len(pending) >= _PIPELINE_DEPTH:
-                yield from self._finish(*pending.popleft(), *args, pending)
-        yield from self._drain(pending, *args)
-
-    def plan(self, tokenized, spec, budgets=None) -> list[batching.Batch]:
-        """The batches `run` gives tokenised examples under `spec` (budgets: the engine's)."""
-        lengths, budgets = [e.length for e in tokenized], budgets or self.budgets
-        return batching.plan_batches(lengths, self.buckets, lambda t: self.output_bytes(spec, t),
-                                     budgets, devices=len(self.devices))  # fmt: skip
-
-    def dispatch(self, batch, tokenized, spec, gates=None):
-        """Start one batch on the devices (asynchronously); its output, copies begun."""
-        arrays = self.step.place(*host.pack(batch, tokenized, self.config, spec))
-        out = self.step(spec, *arrays, gates)
-        host.start_copies(out)
-        return out
-
-    def _finish(self, batch, out, tokenized, spec, gates, pending) -> Iterator[tuple[int, Capture]]:
-        try:
-            blocks = host.host_blocks(out)  # waits: an asynchronous failure surfaces here
-        except Exception as e:
-            if not out_of_memory(e):
-                raise
-            del out
-            yield from self._drain(pending, tokenized, spec, gates)  # free what is in flight
-            yield from in_halves(self, batch, tokenized, spec, gates, e)
-            return
-        yield from host.unpack(batch, blocks, tokenized, spec)
-
-    def _drain(self, pending, tokenized, spec, gates) -> Iterator[tuple[int, Capture]]:
-        while pending:
-            yield from self._finish(*pending.popleft(), tokenized, spec, gates, pending)
-
-    def warmup(self, spec: CaptureSpec) -> int:
-        """Compile every (bucket, batch size) shape of `spec`; returns the count.
-
-        Inputs go through the same `host.pack` and `CaptureStep.place` as real
-        batches: the jit cache keys on argument types.
-        """
-        dummy = [TokenizedText(ids=(0,), type_ids=(0,), tokens=("",), sentence_b_start=None)]
-        for length in self.buckets:
-            largest = batching.batch_size(length, lambda t: self.output_bytes(spec, t),
-                                          self.budgets)  # fmt: skip
-            for size in batching.ladder(largest, self.budgets.size_step):
-                n = size * len(self.devices)
-                batch = batching.Batch(length, n, (0,))
-                arrays = self.step.place(*host.pack(batch, dummy, self.config, spec))
-                jax.block_until_ready(self.step(spec, *arrays, None))
-        return self.compiled_shapes
-
-    @property
-    def compiled_shapes(self) -> int:
-        """How many (spec, shape) programs the step has compiled so far."""
-        return self.step.compiled_shapes
-
-    def output_bytes(self, spec: CaptureSpec, length: int) -> int:
-        """Bytes one example padded to `length` returns under `spec`."""
-        c = self.config
-        sizes = dict(L=len(spec.layers), H=len(spec.heads), T=length, S=length,
-                     K=c.head_dim, D=c.hidden_size)  # fmt: skip
-        item = OUTPUT_DTYPES[spec.dtype].itemsize
-        return sum(quantities.size(name, sizes) for name in spec.what) * item
 
     def word_embedding(self) -> np.ndarray:
         """The [V, D] word embedding (the tied MLM decoder), on the host."""

@@ -132,5 +132,7 @@ def unpack(
                 tensors=tensors,
                 quantization=quant,
                 precision=spec.precision,
+                text=e.text,
+                truncated=e.truncated,
             ),
         )

@@ -1,6 +1,8 @@
-"""Checking a params tree against the shapes the model expects."""
+"""Checking a params tree against the shapes the model expects, and fingerprinting it."""
 
 from __future__ import annotations
+
+import hashlib
 
 import jax
 import jax.numpy as jnp
@@ -8,6 +10,7 @@ import numpy as np
 
 from jaxattn.config import ModelConfig
 from jaxattn.engine.model import Encoder
+from jaxattn.errors import CheckpointError
 from jaxattn.spec import CaptureSpec
 
 
@@ -23,16 +26,33 @@ def expected_shapes(config: ModelConfig) -> dict:
 
 
 def check_params(config: ModelConfig, params: dict) -> None:
-    """Raise ValueError naming the first param whose presence or shape is wrong."""
+    """Raise CheckpointError naming the first param whose presence or shape is wrong."""
     want = _flatten(expected_shapes(config))
     have = {k: tuple(np.shape(v)) for k, v in _flatten(params).items()}
     for key in sorted(set(want) | set(have)):
         if key not in have:
-            raise ValueError(f"params lack {key} (expected shape {want[key]})")
+            raise CheckpointError(f"the weights lack {key} (expected shape {want[key]})")
         if key not in want:
-            raise ValueError(f"params have {key}, which the {config.family} model does not use")
+            raise CheckpointError(
+                f"the weights have {key}, which the {config.family} model does not use"
+            )
         if have[key] != want[key]:
-            raise ValueError(f"param {key} has shape {have[key]}, the config implies {want[key]}")
+            raise CheckpointError(
+                f"weight {key} has shape {have[key]}, but the config implies {want[key]} "
+                "(does config.json belong to these weights?)"
+            )
+
+
+def fingerprint(params: dict) -> str:
+    """A fingerprint of a params tree: "blake2b:" + 32 hex digits over every tensor's name,
+    dtype, shape and bytes (in name order). Equal weights give equal fingerprints
+    whatever the file format they were read from."""
+    h = hashlib.blake2b(digest_size=16)
+    for key, value in sorted(_flatten(params).items()):
+        a = np.ascontiguousarray(np.asarray(value))
+        h.update(f"{key}|{a.dtype.str}|{a.shape}\n".encode())
+        h.update(memoryview(a).cast("B"))
+    return "blake2b:" + h.hexdigest()
 
 
 def _flatten(tree, prefix="") -> dict:

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jaxattn.config import ModelConfig
-from jaxattn.inputs import Text
+from jaxattn.errors import CheckpointError, InputError, TooLongError, UsageError
+from jaxattn.inputs import TOO_LONG, Text
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -19,12 +20,16 @@ class TokenizedText:
       type_ids: token type (segment) ids, 0 for sentence A and 1 for B.
       tokens: the word pieces.
       sentence_b_start: index of sentence B's first token, or None.
+      text: the text it came from.
+      truncated: the text was cut to the model's maximum length.
     """
 
     ids: tuple[int, ...]
     type_ids: tuple[int, ...]
     tokens: tuple[str, ...]
     sentence_b_start: int | None
+    text: Text | None = None
+    truncated: bool = False
 
     @property
     def length(self) -> int:
@@ -35,25 +40,44 @@ def check_texts(texts) -> list[Text]:
     """Validate the texts argument: a list of strings or (a, b) string pairs.
 
     Raises:
-      ValueError: naming the bad entry's index and what was found.
+      UsageError: not a list, or an entry that is no string or pair (named by index).
+      InputError: a text holding a lone surrogate (an undecodable byte of a
+        non-UTF-8 argument or file), named by index and character.
     """
     if isinstance(texts, (str, bytes)):
-        raise ValueError("texts must be a list of strings or (a, b) pairs, not a single string:"
+        raise UsageError("texts must be a list of strings or (a, b) pairs, not a single string:"
                          " wrap it in a list")  # fmt: skip
     if not isinstance(texts, Sequence):
-        raise ValueError(f"texts must be a list, got {type(texts).__name__}")
+        raise UsageError(f"texts must be a list, got {type(texts).__name__}")
     out: list[Text] = []
     for i, t in enumerate(texts):
         if isinstance(t, str):
-            out.append(t)
+            out.append(_valid(t, i))
         elif isinstance(t, (tuple, list)) and len(t) == 2 and all(isinstance(s, str) for s in t):
-            out.append((t[0], t[1]))
+            out.append((_valid(t[0], i), _valid(t[1], i)))
         else:
-            raise ValueError(
+            raise UsageError(
                 f"texts[{i}] must be a string or a (sentence_a, sentence_b) pair of strings, "
                 f"got {type(t).__name__}"
             )
     return out
+
+
+def _valid(text: str, index: int) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        char = text[e.start]
+        raise InputError(None, f"text {index} is not valid UTF-8: {_describe(char)} at "
+                         f"character {e.start}") from None  # fmt: skip
+    return text
+
+
+def _describe(char: str) -> str:
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # Python's surrogateescape of an undecodable byte
+        return f"the undecodable byte 0x{code - 0xDC00:02x} (was it written in another encoding?)"
+    return f"the lone surrogate U+{code:04X}"
 
 
 # The 0.1 name (jaxattn.tokenize.Encoding), importable until 0.3.
@@ -98,30 +122,40 @@ class Tokenizer:
 
         hf = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         if not hasattr(hf, "backend_tokenizer"):
-            raise ValueError(f"{path}: jaxattn needs a fast (tokenizers) tokenizer")
+            raise CheckpointError(f"{path}: jaxattn needs a fast (tokenizers) tokenizer")
         return cls(hf, config)
 
     def save(self, path: Path) -> None:
         self.hf.save_pretrained(str(path))
 
-    def encode(self, texts: Sequence[Text], truncate: bool = False) -> list[TokenizedText]:
+    def encode(self, texts: Sequence[Text], too_long: str = "error") -> list[TokenizedText | None]:
         """Tokenise texts (already checked by `check_texts`).
 
+        Args:
+          texts: the texts.
+          too_long: a text over the model's maximum length: "error" raises
+            TooLongError, "truncate" cuts it (longest sentence first for a pair;
+            `truncated` is set), "skip" gives None in its place.
+
         Raises:
-          ValueError: an example longer than the model's maximum, unless truncate.
+          TooLongError: a text over the limit under too_long="error".
         """
+        if too_long not in TOO_LONG:
+            raise UsageError(f"unknown too_long {too_long!r}: valid are {', '.join(TOO_LONG)}")
         if not texts:
             return []
         limit = self.config.max_length
-        backend = self._truncating if truncate else self._backend
-        encoded = backend.encode_batch(list(texts), add_special_tokens=True)
-        out = []
+        encoded = self._backend.encode_batch(list(texts), add_special_tokens=True)
+        out: list[TokenizedText | None] = []
         for i, e in enumerate(encoded):
-            if len(e.ids) > limit:
-                raise ValueError(
-                    f"texts[{i}] is {len(e.ids)} tokens long; the model's limit is {limit} "
-                    "(pass truncate=True to cut it)"
-                )
+            truncated = len(e.ids) > limit
+            if truncated and too_long == "error":
+                raise TooLongError(i, len(e.ids), limit)
+            if truncated and too_long == "skip":
+                out.append(None)
+                continue
+            if truncated:
+                e = self._truncating.encode(*_pair(texts[i]), add_special_tokens=True)
             b = None
             if isinstance(texts[i], tuple):
                 # An empty sentence B has no token of its own: it starts at the
@@ -133,6 +167,12 @@ class Tokenizer:
                     type_ids=tuple(e.type_ids),
                     tokens=tuple(e.tokens),
                     sentence_b_start=b,
+                    text=texts[i],
+                    truncated=truncated,
                 )  # fmt: skip
             )
         return out
+
+
+def _pair(text: Text) -> tuple:
+    return text if isinstance(text, tuple) else (text,)

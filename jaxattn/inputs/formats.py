@@ -22,6 +22,7 @@ import json
 import re
 from pathlib import Path
 
+from jaxattn.errors import InputError
 from jaxattn.inputs.conllu import Sentence, read_conllu
 
 Text = str | tuple[str, str]
@@ -32,20 +33,6 @@ FORMATS = ("text", "jsonl", "conllu")
 READER = "jaxattn.inputs/2"
 PAIR_SEPARATOR = "|||"
 _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".conllu": "conllu"}
-
-
-class InputError(ValueError):
-    """An unreadable record.
-
-    Attributes:
-      line: the 1-based line where the problem is.
-      reason: what is wrong, without the line number.
-      path: the input file, when known.
-    """
-
-    def __init__(self, line: int, reason: str, path: str | Path | None = None):
-        super().__init__(f"{path}:{line}: {reason}" if path else f"line {line}: {reason}")
-        self.line, self.reason, self.path = line, reason, path
 
 
 @dataclasses.dataclass(frozen=True)

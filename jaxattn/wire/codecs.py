@@ -14,6 +14,7 @@ import zlib
 import numpy as np
 
 from jaxattn.dtypes import OUTPUT_DTYPES
+from jaxattn.errors import JaxattnError
 from jaxattn.v1 import attention_pb2 as pb
 
 CODECS = ("none", "zstd", "lz4")
@@ -51,7 +52,7 @@ MAX_MAX_CHUNK_BYTES = 64 << 20
 ZSTD_LEVEL = 1
 
 
-class WireError(ValueError):
+class WireError(JaxattnError, ValueError):
     """A response stream that breaks the protocol (bad chunk, missing data)."""
 
 

@@ -1,0 +1,120 @@
+"""The batch half of the `Engine`: tokenised examples in, (position, Capture) out.
+
+`BatchPipeline.run` plans the batches (`batching.plan_batches`), starts each
+on the devices (`host.pack` -> `CaptureStep`, copies to the host begun at
+once), keeps two in flight so one computes while the previous one's copy
+lands, and cuts the finished blocks into per-example Captures (`host.unpack`).
+A batch that runs out of device memory is run again in halves (`oom`).
+`Engine` inherits it; it uses the engine's `config`, `step`, `devices`,
+`buckets` and `budgets`.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator, Sequence
+
+import jax
+
+from jaxattn import quantities
+from jaxattn.capture import Capture
+from jaxattn.dtypes import OUTPUT_DTYPES
+from jaxattn.engine import batching, host
+from jaxattn.engine.oom import in_halves, out_of_memory
+from jaxattn.engine.tokenize import TokenizedText
+from jaxattn.spec import CaptureSpec
+
+# Batches in flight: one computing while the previous one's copy lands.
+_PIPELINE_DEPTH = 2
+
+
+class BatchPipeline:
+    """Run tokenised examples through the capture step in batches (see the module doc)."""
+
+    def run(
+        self, tokenized: Sequence[TokenizedText], spec: CaptureSpec, ablation=None
+    ) -> Iterator[tuple[int, Capture]]:
+        """Capture tokenised examples, yielding (position, Capture) as batches finish.
+
+        Examples come grouped by length bucket, not in input order. Dispatch is
+        asynchronous: batch k+1 computes while batch k is copied and trimmed.
+        `ablation` (a `jaxattn.engine.HeadAblation`) disables heads; every
+        ablation set runs the same compiled program. A batch that does not fit
+        the device's memory is run again in halves.
+
+        Raises:
+          DeviceMemoryError: one example alone does not fit the device.
+        """
+        gates = None if ablation is None else ablation.gates(self.config)
+        args = (tokenized, spec, gates)
+        pending: collections.deque = collections.deque()
+        for batch in self.plan(tokenized, spec, self.budgets):
+            try:
+                pending.append((batch, self.dispatch(batch, *args)))
+            except Exception as e:
+                if not out_of_memory(e):
+                    raise
+                yield from self._drain(pending, *args)  # free what is in flight first
+                yield from in_halves(self, batch, *args, e)
+            if len(pending) >= _PIPELINE_DEPTH:
+                yield from self._finish(*pending.popleft(), *args, pending)
+        yield from self._drain(pending, *args)
+
+    def plan(self, tokenized, spec, budgets=None) -> list[batching.Batch]:
+        """The batches `run` gives tokenised examples under `spec` (budgets: the engine's)."""
+        lengths, budgets = [e.length for e in tokenized], budgets or self.budgets
+        return batching.plan_batches(lengths, self.buckets, lambda t: self.output_bytes(spec, t),
+                                     budgets, devices=len(self.devices))  # fmt: skip
+
+    def dispatch(self, batch, tokenized, spec, gates=None):
+        """Start one batch on the devices (asynchronously); its output, copies begun."""
+        arrays = self.step.place(*host.pack(batch, tokenized, self.config, spec))
+        out = self.step(spec, *arrays, gates)
+        host.start_copies(out)
+        return out
+
+    def _finish(self, batch, out, tokenized, spec, gates, pending) -> Iterator[tuple[int, Capture]]:
+        try:
+            blocks = host.host_blocks(out)  # waits: an asynchronous failure surfaces here
+        except Exception as e:
+            if not out_of_memory(e):
+                raise
+            del out
+            yield from self._drain(pending, tokenized, spec, gates)  # free what is in flight
+            yield from in_halves(self, batch, tokenized, spec, gates, e)
+            return
+        yield from host.unpack(batch, blocks, tokenized, spec)
+
+    def _drain(self, pending, tokenized, spec, gates) -> Iterator[tuple[int, Capture]]:
+        while pending:
+            yield from self._finish(*pending.popleft(), tokenized, spec, gates, pending)
+
+    def warmup(self, spec: CaptureSpec) -> int:
+        """Compile every (bucket, batch size) shape of `spec`; returns the count.
+
+        Inputs go through the same `host.pack` and `CaptureStep.place` as real
+        batches: the jit cache keys on argument types.
+        """
+        dummy = [TokenizedText(ids=(0,), type_ids=(0,), tokens=("",), sentence_b_start=None)]
+        for length in self.buckets:
+            largest = batching.batch_size(length, lambda t: self.output_bytes(spec, t),
+                                          self.budgets)  # fmt: skip
+            for size in batching.ladder(largest, self.budgets.size_step):
+                n = size * len(self.devices)
+                batch = batching.Batch(length, n, (0,))
+                arrays = self.step.place(*host.pack(batch, dummy, self.config, spec))
+                jax.block_until_ready(self.step(spec, *arrays, None))
+        return self.compiled_shapes
+
+    @property
+    def compiled_shapes(self) -> int:
+        """How many (spec, shape) programs the step has compiled so far."""
+        return self.step.compiled_shapes
+
+    def output_bytes(self, spec: CaptureSpec, length: int) -> int:
+        """Bytes one example padded to `length` returns under `spec`."""
+        c = self.config
+        sizes = dict(L=len(spec.layers), H=len(spec.heads), T=length, S=length,
+                     K=c.head_dim, D=c.hidden_size)  # fmt: skip
+        item = OUTPUT_DTYPES[spec.dtype].itemsize
+        return sum(quantities.size(name, sizes) for name in spec.what) * item

@@ -1,0 +1,121 @@
+"""`CaptureStream`: the captures of any number of texts, window by window, in bounded memory.
+
+What `Engine.capture_iter` and `AttentionClient.capture_iter` return:
+
+    stream = engine.capture_iter(open("corpus.txt"), what=("attention",),
+                                 too_long="skip", progress=print_progress)
+    for cap in stream:          # input order; a window of texts in flight at a time
+        ...                     # drop `cap` when done: memory stays bounded
+    stream.skipped, stream.truncated   # input indices, as the policy handled them
+
+`texts` may be any iterable (a generator, an open file of lines): it is read
+one window at a time, each window captured with the source's `stream`, so
+peak memory is one window's captures (plus what the caller keeps), whatever
+the corpus length. A window is `window` texts (the source's default when None:
+enough to fill its batches). Numpy only: both sources share this.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+
+from jaxattn.capture import Capture
+from jaxattn.errors import UsageError
+from jaxattn.inputs import TOO_LONG, Text
+
+Progress = Callable[[Capture | None], None]
+"""Called once per input as it is handled: its Capture, or None when it was skipped."""
+
+
+def too_long_policy(truncate: bool, too_long: str | None) -> str:
+    """The long-text policy of a call that may give the old `truncate` flag or `too_long`."""
+    if too_long is None:
+        return "truncate" if truncate else "error"
+    if too_long not in TOO_LONG:
+        raise UsageError(f"unknown too_long {too_long!r}: valid are {', '.join(TOO_LONG)}")
+    if truncate and too_long != "truncate":
+        raise UsageError(f"truncate=True contradicts too_long={too_long!r}: give too_long alone")
+    return too_long
+
+
+def _same(a: Text | None, b: Text) -> bool:
+    return a == b or isinstance(a, (tuple, list)) and tuple(a) == tuple(b)
+
+
+class CaptureStream(Iterator[Capture]):
+    """Iterate captures of `texts` window by window (see the module doc).
+
+    Args:
+      source: anything with the `jaxattn.CaptureSource` `stream` method.
+      texts: an iterable of strings or (a, b) pairs.
+      window: texts per call to `source.stream` (>= 1).
+      too_long: "error", "truncate" or "skip" for texts over the model's limit.
+      progress: called per input with its Capture (None: skipped), or None.
+      request: what, layers, heads, dtype, precision: passed to `source.stream`.
+
+    Attributes:
+      done: inputs handled so far (captured or skipped).
+      captured: captures yielded so far.
+      skipped: 0-based input indices left out as too long (too_long="skip").
+      truncated: input indices cut to the model's limit (too_long="truncate").
+    """
+
+    def __init__(
+        self,
+        source,
+        texts: Iterable[Text],
+        *,
+        window: int,
+        too_long: str = "error",
+        progress: Progress | None = None,
+        **request,
+    ):
+        if isinstance(texts, (str, bytes)):
+            raise UsageError("texts must be an iterable of strings or (a, b) pairs, not a "
+                             "single string: wrap it in a list")  # fmt: skip
+        if not isinstance(window, int) or window < 1:
+            raise UsageError(f"window must be a positive number of texts, got {window!r}")
+        self.source, self.window = source, window
+        self.too_long = too_long_policy(False, too_long)
+        self.progress, self.request = progress, request
+        self.done = self.captured = 0
+        self.skipped: list[int] = []
+        self.truncated: list[int] = []
+        self._texts = iter(texts)
+        self._it = self._run()
+
+    def __next__(self) -> Capture:
+        return next(self._it)
+
+    def _run(self) -> Iterator[Capture]:
+        while chunk := list(itertools.islice(self._texts, self.window)):
+            start = self.done
+            caps = self.source.stream(chunk, too_long=self.too_long, **self.request)
+            pos = 0
+            for cap in caps:
+                # Skipped texts are missing from the stream: match by text, in order.
+                while (
+                    self.too_long == "skip"
+                    and cap.text is not None
+                    and pos < len(chunk) - 1
+                    and not _same(cap.text, chunk[pos])
+                ):
+                    self._skip(start + pos)
+                    pos += 1
+                if cap.truncated:
+                    self.truncated.append(start + pos)
+                pos += 1
+                self.done += 1
+                self.captured += 1
+                if self.progress:
+                    self.progress(cap)
+                yield cap
+            for i in range(pos, len(chunk)):
+                self._skip(start + i)
+
+    def _skip(self, index: int) -> None:
+        self.skipped.append(index)
+        self.done += 1
+        if self.progress:
+            self.progress(None)
