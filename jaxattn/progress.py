@@ -6,6 +6,11 @@
         bar.update(1, tokens=cap.length)
     bar.close()
 
+A Progress is also the progress callback of `capture_iter`: called with each
+input's Capture (None when skipped), it counts it.
+
+    for cap in engine.capture_iter(texts, progress=bar): ...
+
 On a terminal the line is redrawn in place (at most 5 times a second);
 otherwise (a log file) a line is written at the first update, then after each
 further tenth of the total or 30 s, whichever comes first, and at the end.
@@ -78,6 +83,13 @@ class Progress:
             and self._tenth(self.done) > self._tenth(self._drawn)
         ):
             self._draw(now)  # fmt: skip
+
+    def __call__(self, capture) -> None:
+        """The `capture_iter` progress callback: one input done, its Capture or None."""
+        if capture is None:
+            self.update(1, examples=0)
+        else:
+            self.update(1, tokens=capture.length)
 
     def _tenth(self, done: int) -> int:
         return 10 * done // self.total if self.total else 10

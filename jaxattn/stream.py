@@ -59,6 +59,7 @@ class CaptureStream(Iterator[Capture]):
       captured: captures yielded so far.
       skipped: 0-based input indices left out as too long (too_long="skip").
       truncated: input indices cut to the model's limit (too_long="truncate").
+      index: the input index of the capture yielded last (-1 before the first).
     """
 
     def __init__(
@@ -80,6 +81,7 @@ class CaptureStream(Iterator[Capture]):
         self.too_long = too_long_policy(False, too_long)
         self.progress, self.request = progress, request
         self.done = self.captured = 0
+        self.index = -1
         self.skipped: list[int] = []
         self.truncated: list[int] = []
         self._texts = iter(texts)
@@ -105,6 +107,7 @@ class CaptureStream(Iterator[Capture]):
                     pos += 1
                 if cap.truncated:
                     self.truncated.append(start + pos)
+                self.index = start + pos
                 pos += 1
                 self.done += 1
                 self.captured += 1

@@ -1,12 +1,18 @@
-"""Capture: typed quantity attributes, and save / load as one portable file."""
+"""Capture: typed quantity attributes, and save / load as one portable file with its
+provenance; unreadable files get a CaptureFileError saying what was found."""
 
 from __future__ import annotations
+
+import dataclasses
+import json
 
 import numpy as np
 import pytest
 from capture_samples import make
 
 from jaxattn import Capture
+from jaxattn.capture import frozen
+from jaxattn.errors import CaptureFileError
 
 
 @pytest.mark.parametrize("compress", [False, True])
@@ -33,15 +39,63 @@ def test_the_file_is_plain_npz_without_pickle(tmp_path):
         assert set(z.files) == {"__meta__", "attention", "fx_norm"}
 
 
-def test_load_rejects_other_files(tmp_path):
+def test_load_rejects_other_files_saying_what_it_found(tmp_path):
     (tmp_path / "junk").write_bytes(b"not a capture")
-    with pytest.raises(ValueError, match="not a jaxattn capture"):
+    with pytest.raises(CaptureFileError, match="junk is not a readable jaxattn capture.*not a "
+                       "NumPy .npz archive"):  # fmt: skip
         Capture.load(tmp_path / "junk")
+    (tmp_path / "text.txt").write_text("a line of text\n")
+    with pytest.raises(CaptureFileError, match="not a NumPy .npz archive") as e:
+        Capture.load(tmp_path / "text.txt")
+    assert "pickle" not in str(e.value)
     np.savez(tmp_path / "other.npz", x=np.zeros(3))
-    with pytest.raises(ValueError, match="not a jaxattn capture"):
+    with pytest.raises(CaptureFileError, match="not a jaxattn capture.*no __meta__"):
         Capture.load(tmp_path / "other.npz")
+    (tmp_path / "cut.npz").write_bytes((tmp_path / "other.npz").read_bytes()[:40])
+    with pytest.raises(CaptureFileError, match="cut.npz"):
+        Capture.load(tmp_path / "cut.npz")
     with pytest.raises(FileNotFoundError):
         Capture.load(tmp_path / "missing.npz")
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        Capture.load(tmp_path)
+
+
+def test_a_newer_format_is_named(tmp_path):
+    np.savez(tmp_path / "new.npz", __meta__=np.array(json.dumps({"format": "jaxattn.capture/9"})))
+    with pytest.raises(CaptureFileError, match="'jaxattn.capture/9'.*reads jaxattn.capture/1"):
+        Capture.load(tmp_path / "new.npz")
+
+
+def test_provenance_text_and_truncation_round_trip(tmp_path):
+    cap = dataclasses.replace(
+        make("float16"),
+        text=("a b", "c"),
+        truncated=True,
+        provenance=frozen({"model": "m", "weights": "blake2b:00", "config": {"num_layers": 2},
+                           "jaxattn": "0.3.0", "source": "engine"}),  # fmt: skip
+    )
+    cap.save(tmp_path / "c.npz")
+    back = Capture.load(tmp_path / "c.npz")
+    assert back.text == ("a b", "c") and back.truncated
+    assert dict(back.provenance) == dict(cap.provenance)
+    with pytest.raises(TypeError):
+        back.provenance["model"] = "other"  # read-only
+
+
+def test_files_of_format_1_still_load(tmp_path):
+    cap = make("float32")
+    cap.save(tmp_path / "c.npz")
+    with np.load(tmp_path / "c.npz") as z:
+        arrays = dict(z)
+    meta = json.loads(str(arrays["__meta__"]))
+    meta["format"] = "jaxattn.capture/1"
+    for key in ("text", "truncated", "provenance"):
+        del meta[key]
+    arrays["__meta__"] = np.array(json.dumps(meta))
+    np.savez(tmp_path / "old.npz", **arrays)
+    back = Capture.load(tmp_path / "old.npz")
+    assert back.text is None and not back.truncated and dict(back.provenance) == {}
+    np.testing.assert_array_equal(back.attention, cap.attention)
 
 
 def test_every_quantity_is_a_typed_attribute():

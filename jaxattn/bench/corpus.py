@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jaxattn.inputs import Record, read_records
+from jaxattn.inputs import SAMPLE_CORPUS, Record, read_records
 
-# The UD English EWT dev split beside the repository (see BENCHMARKS.md).
-DEFAULT_CONLLU = Path("../shared/data/ud-english-ewt/en_ewt-ud-dev.conllu")
+# The UD English EWT dev split shipped with jaxattn (see BENCHMARKS.md).
+DEFAULT_CONLLU = SAMPLE_CORPUS
 
 
 def sentence_text(record: Record):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from jaxattn.errors import JaxattnError
@@ -34,36 +35,84 @@ _SUBCOMMANDS = (
 
 def build_parser() -> argparse.ArgumentParser:
     import jaxattn
+    from jaxattn.cli.args import Parser
 
-    parser = argparse.ArgumentParser(
-        prog="jaxattn", description="Capture, serve, analyse and view encoder attention."
+    parser = Parser(
+        prog="jaxattn",
+        description="Capture, serve, analyse and view encoder attention. Exit codes: 0 done, "
+        "1 the command failed (bad input data, checkpoint, server, memory), 2 the command "
+        "line is wrong (docs/errors.md lists the messages).",
     )
     parser.add_argument("--version", action="version", version=f"jaxattn {jaxattn.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _SUBCOMMANDS:
         importlib.import_module(name).register(sub)
+    parser.commands = sub.choices  # name -> its parser: unknown options are its to report
     return parser
 
 
+# OSErrors about a path the user named: the command line is wrong (exit 2).
+_PATH_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, FileExistsError)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command; errors become one line on stderr and an exit code (module doc)."""
+    parser = build_parser()
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    except SystemExit as e:  # a usage error (one line already written), --help, --version
+        return e.code if isinstance(e.code, int) else 2
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError, JaxattnError) as e:
-        # Bad input (or a server's refusal) is the user's to fix: say what is wrong,
-        # no traceback.
-        print(f"jaxattn {args.command}: error: {_message(e)}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
+        _say(args, "interrupted")
         return 130
+    except BrokenPipeError:  # `jaxattn ... | head`: the reader left, nothing to say
+        return 1
+    except Exception as e:  # noqa: BLE001 (every error is answered in one line)
+        if os.environ.get("JAXATTN_TRACEBACK"):
+            raise
+        code, message = explain(e)
+        _say(args, message)
+        return code
 
 
-def _message(error: Exception) -> str:
-    code, address = getattr(error, "code", None), getattr(error, "address", None)
-    if code is not None and hasattr(error, "message"):  # a failed call to a server
-        where = f" at {address}" if address else ""
-        return f"the server{where} answered {getattr(code, 'name', code)}: {error.message}"
-    return str(error)
+def explain(error: Exception) -> tuple[int, str]:
+    """(exit code, one-line message) for an error a command raised."""
+    if isinstance(error, JaxattnError):
+        code = getattr(error, "code", None)
+        if code is not None and hasattr(error, "message"):  # a failed call to a server
+            where = f" at {error.address}" if getattr(error, "address", None) else ""
+            message = f"the server{where} answered {getattr(code, 'name', code)}: {error.message}"
+            return error.exit_code, message
+        return error.exit_code, error.cli_message()
+    if isinstance(error, _PATH_ERRORS):
+        return 2, _os_message(error)
+    if isinstance(error, ValueError):  # an argument check of jaxattn's or a library's
+        return 2, str(error)
+    if isinstance(error, OSError):  # permissions, a full disk, a broken device
+        return 1, _os_message(error)
+    if isinstance(error, MemoryError):
+        return 1, "out of host memory: capture fewer or shorter texts at a time (--limit)"
+    return 1, (
+        f"internal error ({type(error).__name__}: {error}); please report it with the "
+        "command line. JAXATTN_TRACEBACK=1 shows the traceback"
+    )
+
+
+def _os_message(error: OSError) -> str:
+    if error.filename is None or str(error.filename) in str(error.args[-1]):
+        return str(error.args[-1]) if error.args else str(error)
+    return f"{error.filename}: {error.strerror or error}"
+
+
+def _say(args, message: str) -> None:
+    line = " ".join(message.split())  # one line, whatever the message held
+    # A non-UTF-8 argument comes back in messages as lone surrogates: show them escaped.
+    line = line.encode("utf-8", "backslashreplace").decode("utf-8")
+    print(f"jaxattn {args.command}: error: {line}", file=sys.stderr)
 
 
 if __name__ == "__main__":

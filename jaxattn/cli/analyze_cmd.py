@@ -13,17 +13,24 @@ from __future__ import annotations
 import os
 import platform
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from jaxattn.cli.args import (
     add_codec_argument,
     add_dtype_argument,
+    add_limit_argument,
+    add_overwrite_argument,
     add_precision_argument,
     add_source_arguments,
+    add_too_long_argument,
+    check_output,
+    positive,
 )
+from jaxattn.cli.corpus import input_path, records
+from jaxattn.cli.corpus import report as report_counts
 from jaxattn.cli.source import describe, open_source
 from jaxattn.engine.ablation import MODES as ABLATION_MODES
+from jaxattn.errors import InputError, UsageError
 from jaxattn.inputs import read_records
 from jaxattn.progress import Progress
 
@@ -40,9 +47,11 @@ def register(subparsers) -> None:
         "input",
         metavar="INPUT",
         help="input file: text (one example per line; pairs 'A ||| B' or A<TAB>B), JSONL "
-        "or CoNLL-U",
+        "or CoNLL-U; - for standard input",
     )
-    p.add_argument("--out", metavar="FILE", required=True, help="report.json to write")
+    p.add_argument("--out", metavar="FILE", required=True,
+                   help="report.json to write (report.md goes beside it)")  # fmt: skip
+    add_overwrite_argument(p)
     p.add_argument(
         "--conllu",
         metavar="FILE",
@@ -51,12 +60,13 @@ def register(subparsers) -> None:
     add_source_arguments(p, timeout=600.0)
     p.add_argument(
         "--chunk",
-        type=int,
+        type=positive,
         default=256,
         metavar="N",
         help="examples captured per call (bounds memory; default 256)",
     )
-    p.add_argument("--limit", type=int, metavar="N", help="analyse only the first N examples")
+    add_limit_argument(p)
+    add_too_long_argument(p)
     add_dtype_argument(p)
     add_codec_argument(p)
     add_precision_argument(p)
@@ -79,7 +89,7 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--ablate-examples",
-        type=int,
+        type=positive,
         default=200,
         metavar="N",
         help="examples used by --ablate (each head reruns them; default 200)",
@@ -98,12 +108,12 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run)
 
 
-def captures(source, texts: list, what: tuple[str, ...], args) -> Iterator:
-    """The Captures of `texts`, in input order, `--chunk` texts per call (bounded memory)."""
-    for start in range(0, len(texts), args.chunk):
-        chunk = texts[start : start + args.chunk]
-        yield from source.stream(chunk, what, dtype=args.dtype, truncate=True,
-                                 precision=args.precision)  # fmt: skip
+def captures(source, texts: list, what: tuple[str, ...], args, bar: Progress):
+    """A `jaxattn.CaptureStream` of `texts`, `--chunk` texts per call (bounded memory),
+    under --too-long, counting into `bar`."""
+    return source.capture_iter(texts, what, dtype=args.dtype, too_long=args.too_long,
+                               precision=args.precision, progress=bar,
+                               window=args.chunk)  # fmt: skip
 
 
 def _cpus() -> int:
@@ -115,25 +125,25 @@ def _run(args) -> int:
     from jaxattn.analysis import MIXING_QUANTITIES, CorpusAnalysis, write_report
 
     t0 = time.monotonic()
-    path = Path(args.input)
-    if args.chunk < 1:
-        raise ValueError("--chunk must be at least 1")
-    records = list(read_records(path, limit=args.limit))
-    sentences = [r.sentence for r in records]
+    check_output(args.out, args.overwrite)
+    check_output(Path(args.out).with_suffix(".md"), args.overwrite, "--out's report.md")
+    if args.ablate and args.server:
+        raise UsageError("--ablate runs the model with heads disabled: use a local engine, "
+                         "not --server")  # fmt: skip
+    if args.stats_only and args.conllu:
+        raise UsageError("--stats-only leaves the maps on the device; the dependency table "
+                         "of --conllu needs them: drop one of the two")  # fmt: skip
+    path = input_path(args.input)
+    read = list(records(path, limit=args.limit))
+    sentences = [r.sentence for r in read]
     parsed_input = any(s is not None for s in sentences)
-    texts: list = [r.text for r in records]
+    texts: list = [r.text for r in read]
     extra = []
     if args.conllu and not (parsed_input and Path(args.conllu).resolve() == path.resolve()):
         conllu = read_records(args.conllu, "conllu", limit=args.limit)
         extra = [r.sentence for r in conllu]
     if not texts:
-        raise ValueError(f"{path} has no examples")
-    if args.ablate and args.server:
-        raise ValueError("--ablate runs the model with heads disabled: use a local engine, "
-                         "not --server")  # fmt: skip
-    if args.stats_only and args.conllu:
-        raise ValueError("--stats-only leaves the maps on the device; the dependency table "
-                         "of --conllu needs them: drop one of the two")  # fmt: skip
+        raise InputError(None, f"{args.input} has no examples", None)
     if args.stats_only:
         what = ("head_stats",) if args.no_norm else ("head_stats", "norm_head_stats")
         sentences = [None] * len(texts)  # no dependency table without maps
@@ -153,17 +163,20 @@ def _run(args) -> int:
         info = source.model_info()
         model, source_precision = info.name, info.precision
         bar = Progress(len(texts), "analyze", enabled=not quiet)
-        for cap, sentence in zip(captures(source, texts, what, args), sentences, strict=True):
-            corpus.update(cap, sentence)
-            bar.update(1, tokens=cap.length)
+        stream = captures(source, texts, what, args, bar)
+        for cap in stream:
+            corpus.update(cap, sentences[stream.index])
         bar.close()
+        report_counts(stream, "jaxattn analyze")
+        counts = {"truncated": len(stream.truncated), "skipped": len(stream.skipped)}
         if extra:
             bar = Progress(len(extra), "parses", enabled=not quiet)
             extra_texts = [" ".join(s.words) for s in extra]
-            for cap, sent in zip(captures(source, extra_texts, what, args), extra, strict=True):
-                corpus.add_parse(cap, sent)
-                bar.update(1, tokens=cap.length)
+            stream = captures(source, extra_texts, what, args, bar)
+            for cap in stream:
+                corpus.add_parse(cap, extra[stream.index])
             bar.close()
+            report_counts(stream, "jaxattn analyze (--conllu)")
         ablation = None
         if args.ablate:
             from jaxattn.engine import head_ablation_study
@@ -178,6 +191,8 @@ def _run(args) -> int:
         "conllu": args.conllu or (str(path) if parsed_input else None),
         "captured_by": describe(args),
         "what": list(what),
+        "too_long": args.too_long,
+        **counts,
         "dtype": args.dtype,
         "precision": args.precision or source_precision,
         "seconds": round(seconds, 1),

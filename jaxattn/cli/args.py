@@ -1,39 +1,95 @@
-"""The arguments several commands share, spelled and parsed one way.
+"""The arguments several commands share, spelled and parsed one way: the CLI grammar.
 
 Choices come from the tables (`jaxattn.dtypes.OUTPUT_DTYPES`,
-`jaxattn.wire.CODECS`), so a new dtype or codec reaches every command.
+`jaxattn.wire.CODECS`, `jaxattn.inputs.TOO_LONG`), so a new dtype, codec or
+policy reaches every command. Lists take commas with or without spaces;
+layers and heads take indices, negative ones and ranges (``0,3,-1``,
+``8:12``: `jaxattn.spec.parse_selection`).
 
     add_source_arguments(p)     --server --model --token-file --tls-ca --timeout
     add_spec_arguments(p)       --what --layers --heads --dtype
+    add_selection_arguments(p)  --layers --heads
     add_dtype_argument(p)       --dtype
     add_codec_argument(p)       --codec
     add_token_argument(p)       --token-file
     add_precision_argument(p)   --precision
-    add_truncate_argument(p)    --truncate
+    add_too_long_argument(p)    --too-long (and the old --truncate)
+    add_limit_argument(p)       --limit
+    add_overwrite_argument(p)   --overwrite; check_output(path, overwrite, flag)
+
+`Parser` is the parser class of every command: errors in one line, every
+option's default in its help.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
+from pathlib import Path
 
 from jaxattn.dtypes import OUTPUT_DTYPES
-from jaxattn.spec import DEFAULT_WHAT, PRECISIONS
+from jaxattn.errors import UsageError
+from jaxattn.inputs import TOO_LONG
+from jaxattn.spec import DEFAULT_WHAT, PRECISIONS, parse_selection
 from jaxattn.wire.codecs import CODECS
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Appends "(default: X)" to an option's help unless it says its default already."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or not action.option_strings
+            or default in (None, False, argparse.SUPPRESS)
+            or isinstance(action, argparse._HelpAction | argparse._VersionAction)
+        ):
+            return text
+        if isinstance(default, tuple):
+            default = ",".join(str(d) for d in default)
+        return f"{text} (default: {str(default).replace('%', '%%')})"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line usage error (exit 2) naming the command and --help."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        sys.exit(2)
 
 
 def names(value: str) -> tuple[str, ...]:
     """'attention, queries' -> ('attention', 'queries')."""
-    return tuple(v.strip() for v in value.split(",") if v.strip())
+    out = tuple(v.strip() for v in value.split(",") if v.strip())
+    if not out:
+        raise argparse.ArgumentTypeError(f"{value!r} names nothing: give comma-separated names")
+    return out
 
 
-def ints(value: str) -> tuple[int, ...]:
-    """'0,3,5' -> (0, 3, 5)."""
+def selection(value: str) -> tuple:
+    """'0,3,-1' / '8:12' -> indices and slices (`jaxattn.spec.parse_selection`)."""
     try:
-        return tuple(int(v) for v in value.split(",") if v.strip())
+        return parse_selection(value)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def positive(value: str) -> int:
+    """An integer >= 1."""
+    try:
+        n = int(value)
     except ValueError:
-        msg = f"expected comma-separated integers, got {value!r}"
-        raise argparse.ArgumentTypeError(msg) from None
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {n}")
+    return n
 
 
 def read_token(token_file: str | None) -> str | None:
@@ -80,10 +136,19 @@ def add_spec_arguments(p: argparse.ArgumentParser) -> None:
     """What to capture: --what, --layers, --heads and the output --dtype."""
     default = ",".join(DEFAULT_WHAT)
     p.add_argument("--what", type=names, default=DEFAULT_WHAT,
-                   help=f"comma-separated quantities (default {default})")  # fmt: skip
-    p.add_argument("--layers", type=ints, help="comma-separated layer indices (default all)")
-    p.add_argument("--heads", type=ints, help="comma-separated head indices (default all)")
+                   help=f"comma-separated quantities (default {default}; the README lists "
+                   "them)")  # fmt: skip
+    add_selection_arguments(p)
     add_dtype_argument(p)
+
+
+def add_selection_arguments(p, *, used: str = "") -> None:
+    """--layers and --heads: indices, negative from the end, ranges (default all)."""
+    p.add_argument("--layers", type=selection, metavar="SEL",
+                   help=f"layers{used}: indices, negative ones from the end, ranges "
+                   "(0,3,-1 or 8:12; default all)")  # fmt: skip
+    p.add_argument("--heads", type=selection, metavar="SEL",
+                   help=f"heads{used}, the same way (default all)")  # fmt: skip
 
 
 def add_dtype_argument(p: argparse.ArgumentParser) -> None:
@@ -109,6 +174,43 @@ def add_precision_argument(p: argparse.ArgumentParser, *, default: str | None = 
                    f"GPUs/TPUs; errors in the README) ({said})")  # fmt: skip
 
 
-def add_truncate_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--truncate", action="store_true",
-                   help="cut texts over the model's limit instead of failing")  # fmt: skip
+def add_too_long_argument(p: argparse.ArgumentParser) -> None:
+    """--too-long {error,truncate,skip}, the one long-text policy; --truncate is the old name."""
+    p.add_argument("--too-long", choices=TOO_LONG, default="error",
+                   help="a text over the model's maximum length: stop with an error, cut it, "
+                   "or leave it out (counted either way) (default error)")  # fmt: skip
+    p.add_argument(
+        "--truncate",
+        dest="too_long",
+        action="store_const",
+        const="truncate",
+        help=argparse.SUPPRESS,
+    )  # the 0.2 flag: --too-long truncate
+
+
+def add_limit_argument(p: argparse.ArgumentParser, *aliases: str) -> None:
+    """--limit N: only the first N examples of the input."""
+    p.add_argument("--limit", *aliases, type=positive, metavar="N",
+                   help="only the first N examples of the input (default all)")  # fmt: skip
+
+
+def add_overwrite_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace output files that exist (default: refuse)")  # fmt: skip
+
+
+def check_output(path: str | os.PathLike, overwrite: bool, flag: str = "--out") -> Path:
+    """`path` as an output file a command may write: not a directory, its directory
+    exists, and it does not exist unless `overwrite`.
+
+    Raises:
+      UsageError: naming the flag, the path and what to do.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{flag} {path} is a directory: name a file in it")
+    if not path.parent.is_dir():
+        raise UsageError(f"{flag} {path}: the directory {path.parent} does not exist")
+    if path.exists() and not overwrite:
+        raise UsageError(f"{flag} {path} exists: pass --overwrite to replace it")
+    return path

@@ -5,7 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from jaxattn.bench.corpus import DEFAULT_CONLLU
-from jaxattn.cli.args import add_precision_argument, add_source_arguments
+from jaxattn.cli.args import (
+    add_overwrite_argument,
+    add_precision_argument,
+    add_source_arguments,
+    check_output,
+    positive,
+)
+from jaxattn.cli.corpus import check_corpus
 
 
 def register(sub) -> None:
@@ -17,17 +24,21 @@ def register(sub) -> None:
         "sentences, and the rate the host takes their bytes at against a plain copy.",
     )
     p.add_argument("--conllu", type=Path, default=DEFAULT_CONLLU,
-                   help="sentences to use, any input format (default: UD EWT dev)")  # fmt: skip
-    p.add_argument("-n", type=int, default=512, help="first N sentences (file order)")
-    p.add_argument("--repeats", type=int, default=3, help="best of this many timed passes")
+                   help="sentences to use, any input format (default: the UD English EWT dev "
+                   "split shipped with jaxattn)")  # fmt: skip
+    p.add_argument("--limit", "-n", dest="n", type=positive, default=512,
+                   help="the first N sentences, in file order (default 512)")  # fmt: skip
+    p.add_argument("--repeats", type=positive, default=3,
+                   help="best of this many timed passes (default 3)")  # fmt: skip
     add_source_arguments(p, server=False)
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    add_overwrite_argument(p)
     p.add_argument(
         "--synthetic-bert-base",
         type=int,
         metavar="T",
         help="instead: a random-weight BERT-base and -n texts of exactly T tokens "
-        "(the GPU benchmark; torch uses CUDA when present)",
+        "(the GPU benchmark; torch uses CUDA when present) (default: off)",
     )
     p.add_argument("--random-bert-base", action="store_true",
                    help="a random-weight BERT-base on the real sentences of --conllu (the "
@@ -41,6 +52,8 @@ def run(args) -> int:
 
     from jaxattn.bench import capture as bench
 
+    if args.json:
+        check_output(args.json, args.overwrite, "--json")
     if args.synthetic_bert_base or args.random_bert_base:
         import tempfile
 
@@ -49,15 +62,14 @@ def run(args) -> int:
         texts = None
         if args.synthetic_bert_base:
             texts = bench.synthetic_texts(args.synthetic_bert_base, args.n)
-        elif not args.conllu.is_file():
-            raise FileNotFoundError(f"no input file at {args.conllu} (pass --conllu)")
+        else:
+            check_corpus(args.conllu, "--conllu")
         with tempfile.TemporaryDirectory() as tmp:
             model = str(bench.random_bert_base(Path(tmp)))
             result = bench.run(args.conllu, args.n, args.repeats, model, texts=texts,
                                precision=args.precision)  # fmt: skip
     else:
-        if not args.conllu.is_file():
-            raise FileNotFoundError(f"no input file at {args.conllu} (pass --conllu)")
+        check_corpus(args.conllu, "--conllu")
         result = bench.run(args.conllu, args.n, args.repeats, args.model,
                            precision=args.precision)  # fmt: skip
     print(bench.format_result(result))

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from jaxattn.cli.args import (
     add_codec_argument,
+    add_overwrite_argument,
     add_precision_argument,
     add_source_arguments,
     add_spec_arguments,
-    add_truncate_argument,
+    add_too_long_argument,
+    check_output,
 )
 from jaxattn.cli.source import open_source
 from jaxattn.inputs import split_pair
@@ -19,7 +21,8 @@ def register(subparsers) -> None:
         help="capture one sentence or sentence pair",
         description="Capture attention quantities of TEXT (or the pair TEXT, TEXT_B) with a "
         "local engine, or from a running server with --server; print a summary and "
-        "optionally save the capture (load it with jaxattn.Capture.load).",
+        "optionally save the capture with its provenance (load it with "
+        "jaxattn.Capture.load).",
     )
     p.add_argument("text", metavar="TEXT", help="a sentence, or a pair as 'A ||| B'")
     p.add_argument("text_b", metavar="TEXT_B", nargs="?", help="sentence B of a pair")
@@ -27,18 +30,27 @@ def register(subparsers) -> None:
     add_spec_arguments(p)
     add_codec_argument(p)
     add_precision_argument(p)
-    add_truncate_argument(p)
+    add_too_long_argument(p)
     p.add_argument("--out", metavar="FILE", help="save the capture to FILE (.npz)")
+    add_overwrite_argument(p)
     p.set_defaults(func=_run)
 
 
 def _run(args) -> int:
     # 'A ||| B' is a pair, as in every input (`jaxattn.inputs.split_pair`).
     text = split_pair(args.text) if args.text_b is None else (args.text, args.text_b)
+    if args.out:
+        check_output(args.out, args.overwrite)  # before any work
     with open_source(args) as source:
-        cap = source.capture([text], args.what, args.layers, args.heads, args.dtype,
-                             truncate=args.truncate, precision=args.precision)[0]  # fmt: skip
+        caps = source.capture([text], args.what, args.layers, args.heads, args.dtype,
+                              too_long=args.too_long, precision=args.precision)  # fmt: skip
+    if not caps:
+        print("skipped: the text is longer than the model's limit (--too-long skip)")
+        return 0
+    cap = caps[0]
     print(" ".join(cap.tokens))
+    if cap.truncated:
+        print(f"truncated to the model's limit of {cap.length} tokens (--too-long truncate)")
     if cap.sentence_b_start is not None:
         print(f"sentence B starts at token {cap.sentence_b_start}")
     print(f"layers {list(cap.layers)}  heads {list(cap.heads)}  dtype {cap.dtype}  "

@@ -17,7 +17,14 @@ import time
 from pathlib import Path
 
 from jaxattn.bench.corpus import DEFAULT_CONLLU
-from jaxattn.cli.args import add_token_argument, read_token
+from jaxattn.cli.args import (
+    add_overwrite_argument,
+    add_token_argument,
+    check_output,
+    positive,
+    read_token,
+)
+from jaxattn.cli.corpus import check_corpus
 
 
 def register(sub) -> None:
@@ -29,9 +36,11 @@ def register(sub) -> None:
         "requests/s, p50/p99 latency, errors by status code and the server's RSS over time.",
     )
     p.add_argument("--server", required=True, metavar="HOST:PORT", help="the server to load")
-    p.add_argument("--clients", type=int, default=64, help="concurrent clients (threads)")
-    p.add_argument("--duration", type=float, default=None, help="stop after S seconds")
-    p.add_argument("--requests", type=int, default=None, help="stop after N requests")
+    p.add_argument("--clients", type=positive, default=64, help="concurrent clients (threads)")
+    p.add_argument("--duration", type=float, default=None,
+                   help="stop after S seconds (give --requests, --duration or both)")  # fmt: skip
+    p.add_argument("--requests", type=positive, default=None,
+                   help="stop after N requests (give --requests, --duration or both)")  # fmt: skip
     p.add_argument("--warmup", type=int, default=200,
                    help="requests sent (and checked) before measuring, after every batch "
                    "shape was compiled once")  # fmt: skip
@@ -39,18 +48,23 @@ def register(sub) -> None:
                    help="the server's checkpoint, for the right answers (default: the embedded "
                    "all-MiniLM-L6-v2)")  # fmt: skip
     p.add_argument("--conllu", type=Path, default=DEFAULT_CONLLU,
-                   help="sentences to draw from, any input format (a built-in list if "
-                   "missing)")  # fmt: skip
+                   help="sentences to draw from, any input format (default: the UD English "
+                   "EWT dev split shipped with jaxattn)")  # fmt: skip
     p.add_argument("--server-pid", type=int, default=None,
                    help="pid whose RSS to sample (default: the local one on the port)")  # fmt: skip
     add_token_argument(p)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the request mix")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    add_overwrite_argument(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from jaxattn.bench.mix import loadtest
+
+    if args.json:
+        check_output(args.json, args.overwrite, "--json")
+    check_corpus(args.conllu, "--conllu")
 
     def log(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from jaxattn.cli.args import read_token
+from jaxattn.errors import UsageError
 from jaxattn.source import CaptureSource
 
 
@@ -17,18 +18,26 @@ def open_source(args: argparse.Namespace) -> CaptureSource:
     """The capture source the command's arguments name (see `add_source_arguments`).
 
     A server source uses --codec when the command has it, else zstd. Close it
-    when done (or use it as a context manager).
+    when done (or use it as a context manager). --model with --server is
+    accepted only when the server serves those weights.
     """
     if getattr(args, "server", None):
         from jaxattn.client import AttentionClient
 
-        return AttentionClient(
+        client = AttentionClient(
             args.server.split(","),
             token=read_token(args.token_file),
             root_certificates=args.tls_ca,
             timeout=args.timeout,
             codec=getattr(args, "codec", "zstd"),
         )
+        if getattr(args, "model", None):
+            try:
+                check_same_model(client, args.model, args.server)
+            except BaseException:
+                client.close()
+                raise
+        return client
     import jaxattn  # the module attribute, so tests can stand in an engine
 
     return jaxattn.load(getattr(args, "model", None))
@@ -37,3 +46,25 @@ def open_source(args: argparse.Namespace) -> CaptureSource:
 def describe(args: argparse.Namespace) -> str:
     """Where the captures come from, in words ("local engine", "server HOST:PORT")."""
     return f"server {args.server}" if getattr(args, "server", None) else "local engine"
+
+
+def check_same_model(client, model: str, server: str) -> None:
+    """UsageError unless the server serves the weights of the checkpoint `model`.
+
+    Compares weights fingerprints (the model name when the server reports none).
+    """
+    from jaxattn.checkpoints import read_checkpoint
+    from jaxattn.engine.params import fingerprint
+
+    info = client.model_info()
+    config, params = read_checkpoint(model)
+    if info.weights:
+        same = fingerprint(params["encoder"]) == info.weights
+    else:
+        same = config.name == info.name
+    if not same:
+        raise UsageError(
+            f"--model {model} is not the model the server {server} serves ({info.name}, "
+            f"{info.layers} layers x {info.heads} heads): drop --model to use the server's "
+            "model, or drop --server to capture with --model locally"
+        )

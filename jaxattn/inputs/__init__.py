@@ -12,9 +12,11 @@ loadtest) and `jaxattn web`, so every input format works everywhere:
 
 Modules: `formats` (one record -> `Record`, `split_pair`, `detect_format`),
 `records` (a file -> raw records, for sharding, and parsed records),
-`conllu` (the CoNLL-U reader: FORM, HEAD, DEPREL).
+`conllu` (the CoNLL-U reader: FORM, HEAD, DEPREL), `arguments` (when a
+command-line argument is a file, not a text; the shipped `SAMPLE_CORPUS`).
 """
 
+from jaxattn.inputs.arguments import SAMPLE_CORPUS, STDIN, is_file_argument, looks_like_path
 from jaxattn.inputs.conllu import Sentence, coarse_relation, read_conllu
 from jaxattn.inputs.formats import (
     FORMATS,
@@ -36,6 +38,8 @@ __all__ = [
     "TOO_LONG",
     "PAIR_SEPARATOR",
     "READER",
+    "SAMPLE_CORPUS",
+    "STDIN",
     "InputError",
     "RawRecord",
     "Record",
@@ -43,6 +47,8 @@ __all__ = [
     "Text",
     "coarse_relation",
     "detect_format",
+    "is_file_argument",
+    "looks_like_path",
     "parse_record",
     "read_conllu",
     "read_records",

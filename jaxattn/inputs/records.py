@@ -82,6 +82,8 @@ def read_records(
         names the file and line.
     """
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"input {path} is a directory: name a file in it")
     if not path.is_file():
         raise FileNotFoundError(f"no input file {path}")
     if on_error not in ON_ERROR:

@@ -58,8 +58,9 @@ def build_html(
     *,
     views: Sequence[str] = VIEWS,
     labels: Sequence[str] | None = None,
-    precision: str = "auto",
+    embed: str = "auto",
     title: str = "jaxattn views",
+    precision: str | None = None,
 ) -> str:
     """The self-contained HTML of the given views over one or more captures.
 
@@ -67,8 +68,9 @@ def build_html(
       captures: one Capture or several (an example selector switches between them).
       views: which of "head", "model", "neuron", "stats" to include (tabs).
       labels: example names for the selector.
-      precision: weights as "float32", "uint8" or "auto" (see `build_payload`).
+      embed: weights embedded as "float32", "uint8" or "auto" (see `build_payload`).
       title: the page title.
+      precision: the name of `embed` before 0.3 (deprecated).
 
     Returns:
       The HTML text (write it with ``open(path, "w", encoding="utf-8")``).
@@ -76,7 +78,7 @@ def build_html(
     Raises:
       ValueError: as `jaxattn.views.payload.build_payload`.
     """
-    doc = build_payload(captures, views=views, labels=labels, precision=precision)
+    doc = build_payload(captures, views=views, labels=labels, embed=embed, precision=precision)
     body = (
         f'<h1 style="font:600 16px system-ui;margin:0 0 4px">{html.escape(title)}</h1>\n'
         '<div id="jaxattn"></div>\n'

@@ -29,7 +29,8 @@ from jaxattn.capture import Capture
 
 FORMAT = "jaxattn.views/1"
 VIEWS = ("head", "model", "neuron", "stats")
-PRECISIONS = ("auto", "float32", "uint8")
+# How the page embeds the weights (no compute precision: that is `jaxattn.spec.PRECISIONS`).
+EMBED_DTYPES = ("auto", "float32", "uint8")
 # "auto" keeps weights exact up to this many values per example and kind
 # ([L, H, T, T]: MiniLM's 72 heads at T = 120), then quantises them to uint8.
 AUTO_EXACT_VALUES = 1 << 20
@@ -96,14 +97,14 @@ def check_views(views: Sequence[str]) -> tuple[str, ...]:
     return tuple(v for v in VIEWS if v in views)
 
 
-def example(cap: Capture, index: int, views: Sequence[str], precision: str, label=None) -> dict:
+def example(cap: Capture, index: int, views: Sequence[str], embed: str, label=None) -> dict:
     """The document entry of one capture (see the module docstring)."""
     if "attention" not in cap.tensors:
         raise ValueError("views need the 'attention' quantity (what=('attention', ...))")
     att = view_weights(cap, "attention")
-    if precision == "auto":
-        precision = "float32" if att.size <= AUTO_EXACT_VALUES else "uint8"
-    code = "f4" if precision == "float32" else "u1"
+    if embed == "auto":
+        embed = "float32" if att.size <= AUTO_EXACT_VALUES else "uint8"
+    code = "f4" if embed == "float32" else "u1"
     out = dict(
         label=label or example_label(cap, index),
         tokens=list(cap.tokens),
@@ -129,7 +130,8 @@ def build_payload(
     *,
     views: Sequence[str] = VIEWS,
     labels: Sequence[str] | None = None,
-    precision: str = "auto",
+    embed: str = "auto",
+    precision: str | None = None,
 ) -> dict:
     """The JSON document of the module docstring for one or more captures.
 
@@ -137,8 +139,10 @@ def build_payload(
       captures: one Capture or several (each becomes an example of the selector).
       views: which of `VIEWS` the document serves.
       labels: example names for the selector (default: the start of each text).
-      precision: "float32" (exact), "uint8" (1/255 steps, 4x smaller) or
-        "auto" (exact up to `AUTO_EXACT_VALUES` weights per example).
+      embed: how the weights are embedded: "float32" (exact), "uint8" (1/255
+        steps, 4x smaller) or "auto" (exact up to `AUTO_EXACT_VALUES` weights
+        per example).
+      precision: the name of `embed` before 0.3 (deprecated).
 
     Raises:
       ValueError: no capture, unknown views or precision, a capture without attention.
@@ -146,8 +150,10 @@ def build_payload(
     caps = [captures] if isinstance(captures, Capture) else list(captures)
     if not caps:
         raise ValueError("no capture to view")
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; expected one of {PRECISIONS}")
+    embed = precision if precision is not None else embed
+    if embed not in EMBED_DTYPES:
+        valid = ", ".join(EMBED_DTYPES)
+        raise ValueError(f"unknown embed dtype {embed!r}; expected one of {valid}")
     views = check_views(views)
     if labels is not None and len(labels) != len(caps):
         raise ValueError(f"{len(labels)} labels for {len(caps)} captures")
@@ -155,7 +161,7 @@ def build_payload(
         format=FORMAT,
         views=list(views),
         examples=[
-            example(c, i, views, precision, labels[i] if labels else None)
+            example(c, i, views, embed, labels[i] if labels else None)
             for i, c in enumerate(caps)
         ],
     )

@@ -79,5 +79,5 @@ def tiny_html(tiny_caps, tmp_path_factory) -> Path:
     from jaxattn.views import write_html
 
     path = tmp_path_factory.mktemp("views") / "tiny.html"
-    write_html(path, tiny_caps, precision="float32", title="tiny BERT")
+    write_html(path, tiny_caps, embed="float32", title="tiny BERT")
     return path

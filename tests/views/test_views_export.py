@@ -29,14 +29,14 @@ def test_array_encoding_round_trips():
 
 def test_payload_precision_and_kinds(tiny_caps):
     cap = tiny_caps[1]
-    doc = build_payload(tiny_caps, precision="float32", labels=["one", "two"])
+    doc = build_payload(tiny_caps, embed="float32", labels=["one", "two"])
     ex = doc["examples"][1]
     assert ex["label"] == "two" and ex["tokens"] == list(cap.tokens)
     assert ex["sentence_b_start"] == cap.sentence_b_start
     np.testing.assert_array_equal(decode_array(ex["weights"]["attention"]), cap.attention)
     np.testing.assert_allclose(decode_array(ex["weights"]["norm"]), norm_weights(cap), rtol=1e-6)
     np.testing.assert_array_equal(decode_array(ex["queries"]), cap.queries)
-    small = build_payload(cap, views=("head",), precision="uint8")["examples"][0]
+    small = build_payload(cap, views=("head",), embed="uint8")["examples"][0]
     assert small["weights"]["attention"]["dtype"] == "u1" and "queries" not in small
     with pytest.raises(ValueError, match="unknown views"):
         build_payload(cap, views=("heads",))

@@ -1,0 +1,100 @@
+"""What the corpus commands (view, analyze) share: reading INPUT, capturing with counts.
+
+    texts = read_input("corpus.jsonl", limit=100)      # or "-" for standard input
+    caps = capture_counted(args, texts, what)          # --too-long, --layers/--heads, ...
+
+Every command reports how many texts it truncated or skipped (`report`), in
+the same words, on stderr.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from jaxattn.cli.source import open_source
+from jaxattn.errors import InputError
+from jaxattn.inputs import STDIN, Record, read_records
+
+
+def input_path(arg: str | os.PathLike) -> Path:
+    """The file to read for INPUT: the path itself, or standard input spooled to a file."""
+    if str(arg) != STDIN:
+        return Path(arg)
+    tmp = tempfile.mkdtemp(prefix="jaxattn-stdin-")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+    path = Path(tmp) / "stdin"
+    with open(path, "wb") as f:
+        shutil.copyfileobj(sys.stdin.buffer, f)
+    return path
+
+
+def records(arg, fmt: str | None = None, limit: int | None = None) -> Iterator[Record]:
+    """The records of INPUT (a file or "-"), through the one reader."""
+    return read_records(input_path(arg), fmt, limit=limit)
+
+
+def check_corpus(path: str | os.PathLike, flag: str) -> Path:
+    """`path` if it is an input file with at least one example (the rule of every command).
+
+    Raises:
+      FileNotFoundError, IsADirectoryError: naming the flag and path.
+      InputError: the file has no examples, or its first one is unreadable.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{flag} {path} is a directory: name a file in it")
+    if not path.is_file():
+        raise FileNotFoundError(f"{flag} {path}: no such file")
+    if next(iter(read_records(path, limit=1)), None) is None:
+        raise InputError(None, f"{path} has no examples")
+    return path
+
+
+def read_input(arg, fmt: str | None = None, limit: int | None = None) -> list:
+    """The texts (strings and pairs) of INPUT."""
+    return [r.text for r in records(arg, fmt, limit)]
+
+
+def report(stream, label: str) -> None:
+    """One line on stderr when texts were truncated or skipped (`jaxattn.CaptureStream`)."""
+    parts = []
+    if stream.truncated:
+        parts.append(f"{len(stream.truncated)} truncated to the model's limit")
+    if stream.skipped:
+        parts.append(f"{len(stream.skipped)} skipped as too long")
+    if parts:
+        print(f"{label}: {' and '.join(parts)} (--too-long)", file=sys.stderr)
+
+
+def capture_counted(args, texts: list, what: tuple[str, ...], items: list | None = None) -> list:
+    """Captures of `texts` from --server or the local engine under the command's
+    --layers/--heads/--precision/--too-long, reported with `report`. With `items`
+    (texts and saved Captures mixed), the result follows `items`: its texts
+    replaced by their captures, skipped ones left out."""
+    caps: list = []
+    if texts:
+        with open_source(args) as source:
+            stream = source.capture_iter(
+                texts, what, args.layers, args.heads, "float32",
+                too_long=args.too_long, precision=getattr(args, "precision", None),
+            )  # fmt: skip
+            caps = list(stream)
+        report(stream, f"jaxattn {args.command}")
+    if items is None:
+        return caps
+    captured, skipped = iter(caps), set(stream.skipped) if texts else set()
+    out, k = [], 0
+    for x in items:
+        if isinstance(x, str | tuple):
+            if k not in skipped:
+                out.append(next(captured))
+            k += 1
+        else:
+            out.append(x)
+    return out

@@ -1,0 +1,167 @@
+"""The one table of bad inputs every command is run against (tests/cli/test_cli_bad_input.py).
+
+A command declares its argument template in COMMANDS, with {slot} placeholders
+filled by good values (GOOD); a row of BAD replaces one slot with a bad value,
+or appends flags, and says the exit code and the message the user must get.
+Every (command, row) pair whose slot the command has is run, so a new command
+inherits the whole table by adding one line to COMMANDS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+# command -> its argv, with {slots}. Only bad rows run, so no command does real work.
+COMMANDS: dict[str, list[str]] = {
+    "capture": ["capture", "{text}", "--model", "{model}", "--out", "{out}", "{flags}"],
+    "view": ["view", "{input}", "--model", "{model}", "--out", "{out}", "{flags}"],
+    "analyze": ["analyze", "{input_file}", "--model", "{model}", "--out", "{out}", "--quiet",
+                "{flags}"],  # fmt: skip
+    "dump": ["dump", "{input_file}", "--model", "{model}", "--out", "{store}", "--quiet",
+             "{flags}"],  # fmt: skip
+    "bench": ["bench", "--conllu", "{input_file}", "--model", "{model}", "--json", "{out}",
+              "-n", "2", "--repeats", "1", "{flags}"],  # fmt: skip
+    "convert": ["convert", "{model}", "{out_dir}", "{flags}"],
+    "demo": ["demo", "--model", "{model}", "{flags}"],
+    "serve": ["serve", "--model", "{model}", "--port", "0", "{flags}"],
+    "web": ["web", "--model", "{model}", "--port", "0", "{flags}"],
+    "loadtest": ["loadtest", "--server", "{server}", "--requests", "1", "--json", "{out}",
+                 "--conllu", "{input_file}", "{flags}"],  # fmt: skip
+}
+
+# Flags a row may append, and the commands that take them.
+HAS = {
+    "--layers": {"capture", "view", "dump"},
+    "--server": {"capture", "view", "analyze"},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Bad:
+    """One bad input: the slot it fills (or flags it adds), its exit code and message."""
+
+    name: str
+    slot: str
+    make: Callable[[Path, dict], object]  # (tmp dir, good values) -> the bad value
+    code: int
+    message: str  # a regex the one error line must match
+
+
+def _file(name: str, data: bytes) -> Callable[[Path, dict], str]:
+    def make(tmp: Path, good: dict) -> str:
+        (tmp / name).write_bytes(data)
+        return str(tmp / name)
+
+    return make
+
+
+def _broken_model(edit: Callable[[Path], None]) -> Callable[[Path, dict], str]:
+    def make(tmp: Path, good: dict) -> str:
+        copy = tmp / "model-copy"
+        shutil.copytree(good["model"], copy)
+        edit(copy)
+        return str(copy)
+
+    return make
+
+
+def _truncate_weights(d: Path) -> None:
+    f = d / "model.safetensors"
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+
+
+def _break_config(d: Path) -> None:
+    (d / "config.json").write_text('{"model_type": "bert"\n"hidden_size": 15}')
+
+
+def _wrong_hidden_size(d: Path) -> None:
+    import json
+
+    config = json.loads((d / "config.json").read_text())
+    config["hidden_size"], config["num_attention_heads"] = 18, 3
+    (d / "config.json").write_text(json.dumps(config))
+
+
+def _non_empty_dir(tmp: Path, good: dict) -> str:
+    (tmp / "full").mkdir()
+    (tmp / "full" / "data.bin").write_bytes(b"someone's data")
+    return str(tmp / "full")
+
+
+def _existing(tmp: Path, good: dict) -> str:
+    (tmp / "exists.out").write_text("keep me")
+    return str(tmp / "exists.out")
+
+
+BAD: list[Bad] = [
+    # inputs
+    Bad("missing input file", "input_file", lambda t, g: str(t / "missing.txt"), 2, "missing.txt"),
+    Bad("missing input", "input", lambda t, g: str(t / "missing.npz"), 2, "missing.npz.*no such"),
+    Bad("input is a directory", "input_file", lambda t, g: str(t), 2, "is a directory"),
+    Bad("input is a directory", "input", lambda t, g: str(t), 2, "is a directory"),
+    Bad("non-UTF-8 input file", "input_file", _file("latin.txt", b"fine\ncaf\xe9\n"), 1,
+        r"latin.txt:2.*UTF-8"),  # fmt: skip
+    Bad("non-UTF-8 input file", "input", _file("latin.txt", b"fine\ncaf\xe9\n"), 1,
+        r"latin.txt:2.*UTF-8"),  # fmt: skip
+    Bad("empty input file", "input_file", _file("empty.txt", b"\n  \n"), 1, "no examples"),
+    Bad("empty input file", "input", _file("empty.txt", b"\n  \n"), 1, "no example"),
+    Bad("not a capture file", "input", _file("junk.npz", b"not a zip"), 1, "junk.npz"),
+    # texts
+    Bad("non-UTF-8 text argument", "text", lambda t, g: "caf\udce9", 1, "not valid UTF-8.*0xe9"),
+    Bad("lone surrogate", "text", lambda t, g: "a\ud800b", 1, "surrogate U\\+D800"),
+    Bad("text over the limit", "text", lambda t, g: "word " * 100, 1, "--too-long truncate"),
+    Bad("a 300-word argument", "input", lambda t, g: "word " * 300, 1, "--too-long truncate"),
+    # outputs
+    Bad("output is a directory", "out", lambda t, g: str(t), 2, "is a directory"),
+    Bad("output exists", "out", _existing, 2, "exists.*--overwrite"),
+    Bad("output's directory is missing", "out", lambda t, g: str(t / "no" / "out.x"), 2,
+        "does not exist"),  # fmt: skip
+    Bad("store is a file", "store", _existing, 2, "exists.out"),
+    Bad("convert into a non-empty directory", "out_dir", _non_empty_dir, 2, "not empty"),
+    Bad("convert into its own checkpoint", "out_dir", lambda t, g: str(g["model"]), 2,
+        "inside the checkpoint"),  # fmt: skip
+    # checkpoints
+    Bad("missing model", "model", lambda t, g: str(t / "no-model"), 2, "no-model"),
+    Bad("model is a file", "model", _existing, 2, "exists.out.*directory"),
+    Bad("truncated weights", "model", _broken_model(_truncate_weights), 1, "model.safetensors"),
+    Bad("broken config.json", "model", _broken_model(_break_config), 1, "config.json.*line 2"),
+    Bad("hidden_size against the weights", "model", _broken_model(_wrong_hidden_size), 1,
+        r"shape.*15.*18|18.*15"),  # fmt: skip
+    # the command line
+    Bad("layer out of range", "--layers", lambda t, g: ["--layers", "9"], 2,
+        "layer 9 is out of range"),  # fmt: skip
+    Bad("bad layer syntax", "--layers", lambda t, g: ["--layers", "1:x"], 2, "'1:x'.*range"),
+    Bad("unknown option", "flags", lambda t, g: ["--no-such-option"], 2, "--no-such-option"),
+    Bad("unreachable server", "--server", lambda t, g: ["--server", "127.0.0.1:9", "--timeout",
+        "3"], 1, "UNAVAILABLE"),  # fmt: skip
+]
+
+
+def cases() -> list[tuple[str, Bad]]:
+    """Every (command, row) pair the table applies to."""
+    out = []
+    for command, template in COMMANDS.items():
+        slots = {part[1:-1] for part in template if part.startswith("{")}
+        for bad in BAD:
+            if bad.slot in slots or command in HAS.get(bad.slot, ()):
+                out.append((command, bad))
+    return out
+
+
+def argv(command: str, bad: Bad, tmp: Path, good: dict) -> list[str]:
+    """The command line of a (command, row) pair: good values everywhere but the row's."""
+    value = bad.make(tmp, good)
+    flags = value if bad.slot in ("flags", *HAS) else []
+    out: list[str] = []
+    for part in COMMANDS[command]:
+        if part == "{flags}":
+            out += flags
+        elif part.startswith("{"):
+            slot = part[1:-1]
+            out.append(str(value if slot == bad.slot else good[slot]))
+        else:
+            out.append(part)
+    return out

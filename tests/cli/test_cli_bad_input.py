@@ -1,0 +1,88 @@
+"""Every command against every bad input of the table: the right exit code, one line
+naming the problem, no traceback (the table: tests/cli/bad_inputs.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from bad_inputs import argv, cases
+
+from jaxattn.cli import main
+
+CASES = cases()
+
+
+@pytest.fixture
+def good(bert_checkpoint, tmp_path_factory) -> dict:
+    """Good values for every slot: the tiny BERT, a small input file, fresh outputs."""
+    tmp = tmp_path_factory.mktemp("good")
+    (tmp / "input.txt").write_text("a short sentence\nanother one\n")
+    return {
+        "model": bert_checkpoint,
+        "text": "a short sentence",
+        "input": str(tmp / "input.txt"),
+        "input_file": str(tmp / "input.txt"),
+        "out": str(tmp / "fresh.out"),
+        "store": str(tmp / "fresh-store"),
+        "out_dir": str(tmp / "fresh-dir"),
+        "server": "127.0.0.1:9",  # nothing listens on the discard port
+    }
+
+
+def test_the_table_reaches_every_command_and_kind():
+    commands = {c for c, _ in CASES}
+    assert commands == {"capture", "view", "analyze", "dump", "bench", "convert", "demo",
+                        "serve", "web", "loadtest"}  # fmt: skip
+    assert len(CASES) >= 80
+
+
+@pytest.mark.parametrize("command, bad", CASES, ids=[f"{c}: {b.name}" for c, b in CASES])
+def test_bad_input_gets_one_line_and_the_exit_code(command, bad, good, tmp_path, capsys):
+    args = argv(command, bad, tmp_path, good)
+    code = main(args)
+    out, err = capsys.readouterr()
+    errors = [line for line in err.splitlines() if ": error: " in line]
+    assert "Traceback" not in out + err
+    assert len(errors) == 1, err
+    assert errors[0].startswith(f"jaxattn {command}: error: "), errors[0]
+    assert re.search(bad.message, errors[0]), errors[0]
+    assert code == bad.code, errors[0]
+    if bad.name == "output exists":  # refused, not overwritten
+        assert Path(args[args.index("--out" if "--out" in args else "--json") + 1]).read_text() \
+            == "keep me"  # fmt: skip
+
+
+def test_the_real_entry_point_answers_non_utf8_bytes_without_a_traceback(tmp_path):
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+    for args, code, message in [
+        ([b"capture", b"\xff\xfe"], 1, b"undecodable byte 0xff"),
+        ([b"capture", b"hi", b"--layers", b"0,,x"], 2, b"'x'"),
+        ([b"view", b"gone.npz", b"--out", str(tmp_path / "v.html").encode()], 2, b"gone.npz"),
+    ]:
+        r = subprocess.run([sys.executable.encode(), b"-m", b"jaxattn", *args],
+                           capture_output=True, env=env, timeout=120)  # fmt: skip
+        assert r.returncode == code, r.stderr
+        assert b"Traceback" not in r.stderr and message in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_an_unexpected_error_is_one_line_with_the_way_to_the_traceback(monkeypatch, capsys):
+    import jaxattn.cli.capture_cmd as capture_cmd
+
+    def boom(args):
+        raise RuntimeError("something no one foresaw")
+
+    monkeypatch.setattr(capture_cmd, "_run", boom)
+    monkeypatch.delenv("JAXATTN_TRACEBACK", raising=False)
+    assert main(["capture", "hi"]) == 1
+    err = capsys.readouterr().err
+    assert "internal error (RuntimeError: something no one foresaw)" in err
+    assert "JAXATTN_TRACEBACK=1" in err and "Traceback" not in err
+    monkeypatch.setenv("JAXATTN_TRACEBACK", "1")
+    with pytest.raises(RuntimeError):
+        main(["capture", "hi"])
