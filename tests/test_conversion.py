@@ -2,7 +2,8 @@
 
 Broken checkpoints are copies of the session's tiny checkpoints with one thing
 changed (a weight added or removed, the model_type renamed); the loader must
-refuse each with a ValueError that names the culprit.
+refuse each with a CheckpointError (a ValueError) that names the culprit, or a
+FileNotFoundError naming a missing file. tests/checkpoints/ damages files too.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from safetensors.numpy import load_file, save_file
 import jaxattn
 from jaxattn.checkpoints import convert_checkpoint
 from jaxattn.checkpoints.loading import read_checkpoint
+from jaxattn.errors import CheckpointError
 
 LIGHT = ("attention", "scores", "hidden_states")
 # One weight per family that every encoder needs (HF names).
@@ -59,21 +61,21 @@ def test_unused_weight_raises_naming_it(checkpoint_dirs, tmp_path, family):
         state[extra] = np.ones((3,), np.float32)
 
     _edit_weights(path, add)
-    with pytest.raises(ValueError, match=extra.replace(".", r"\.")):
+    with pytest.raises(CheckpointError, match=extra.replace(".", r"\.")):
         jaxattn.load(path)
 
 
 def test_missing_weight_raises_naming_it(checkpoint_dirs, tmp_path, family):
     path = _copy(checkpoint_dirs[family], tmp_path)
     _edit_weights(path, lambda state: state.pop(NEEDED[family]))
-    with pytest.raises(ValueError, match=NEEDED[family].replace(".", r"\.")):
+    with pytest.raises(CheckpointError, match=NEEDED[family].replace(".", r"\.")):
         jaxattn.load(path)
 
 
 def test_missing_weight_raises_in_convert_too(checkpoint_dirs, tmp_path):
     path = _copy(checkpoint_dirs["bert"], tmp_path)
     _edit_weights(path, lambda state: state.pop(NEEDED["bert"]))
-    with pytest.raises(ValueError, match=NEEDED["bert"].replace(".", r"\.")):
+    with pytest.raises(CheckpointError, match=NEEDED["bert"].replace(".", r"\.")):
         convert_checkpoint(path, tmp_path / "out")
 
 
@@ -82,7 +84,7 @@ def test_unknown_model_type_raises_naming_it(checkpoint_dirs, tmp_path):
     config = json.loads((path / "config.json").read_text())
     config["model_type"] = "gpt_neox"
     (path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match="gpt_neox"):
+    with pytest.raises(CheckpointError, match="gpt_neox"):
         jaxattn.load(path)
 
 
@@ -148,7 +150,7 @@ def test_missing_file_raises_naming_it(checkpoint_dirs, tmp_path, remove, needle
     path = _copy(checkpoint_dirs["bert"], tmp_path)
     for name in remove:
         (path / name).unlink()
-    with pytest.raises((FileNotFoundError, ValueError), match=needle.replace(".", r"\.")):
+    with pytest.raises(FileNotFoundError, match=needle.replace(".", r"\.")):
         jaxattn.load(path)
 
 
@@ -157,7 +159,7 @@ def test_unsupported_config_value_raises_naming_field(checkpoint_dirs, tmp_path)
     config = json.loads((path / "config.json").read_text())
     config["position_embedding_type"] = "relative_key"  # changes the scores: must not pass
     (path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match="position_embedding_type"):
+    with pytest.raises(CheckpointError, match="position_embedding_type"):
         jaxattn.load(path)
 
 

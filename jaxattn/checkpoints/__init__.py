@@ -10,6 +10,13 @@ there), `hf_files` (reading a HF directory: safetensors, sharded or .bin),
 `native` (the jaxattn orbax format), `loading` (`load`, `read_checkpoint`, the
 embedded default model), `convert` (`convert_checkpoint`).
 Importing this package imports no jax; `load` does.
+
+Errors: FileNotFoundError / NotADirectoryError for a path or file that is not there
+(named); CheckpointError for a file that is damaged (named: not JSON with its line
+and column, not safetensors, cut short) or files that contradict each other (a
+config.json field of the wrong type, a tensor whose shape the config contradicts,
+with both shapes); `convert_checkpoint` raises UsageError for an output it would
+overwrite and never leaves a half-written one.
 """
 
 from jaxattn.checkpoints.convert import convert_checkpoint

@@ -2,12 +2,21 @@
 
 from jaxattn.checkpoints import convert_checkpoint
 convert_checkpoint("hf_dir", "out_dir")   # jaxattn.load("out_dir") reads it back
+
+The output is written to a temporary directory beside OUT_DIR and renamed into
+place only once complete, so a convert that fails or is interrupted leaves no
+half-written OUT_DIR (and, with overwrite=True, the old one untouched).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
+import tempfile
 from pathlib import Path
+
+from jaxattn.errors import UsageError
 
 
 def convert_checkpoint(
@@ -15,23 +24,89 @@ def convert_checkpoint(
     out_dir: str | os.PathLike,
     *,
     ignore_config_fields: tuple[str, ...] = (),
+    overwrite: bool = False,
 ) -> Path:
     """Convert a local HF checkpoint into an orbax jaxattn checkpoint directory.
 
     Writes params (orbax), config (jaxattn.json) and the tokenizer files.
 
+    Args:
+      hf_dir: the checkpoint to read (a jaxattn one works too).
+      out_dir: the directory to write: absent or empty, unless `overwrite`.
+      ignore_config_fields: config.json fields you vouch do not change the computation.
+      overwrite: replace an existing, non-empty out_dir (only once the new one is
+        complete).
+
     Raises:
-      FileNotFoundError / ValueError: as `jaxattn.load` does for the input.
+      UsageError: out_dir is hf_dir, lies inside it or holds it, is a file, or
+        exists and is not empty without `overwrite`.
+      FileNotFoundError / NotADirectoryError / CheckpointError: as `jaxattn.load`
+        does for the input.
     """
-    from jaxattn.checkpoints import native
-    from jaxattn.checkpoints.loading import read_checkpoint
-    from jaxattn.engine import Tokenizer
-    from jaxattn.engine.params import check_params
+    from jaxattn.checkpoints.loading import check_model_dir
 
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
+    check_model_dir(hf_dir)
+    check_out_dir(hf_dir, out_dir, overwrite)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    # mkdir, not mkdtemp: the output gets the usual permissions (mkdtemp's are 0700).
+    partial = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
+    partial.mkdir()
+    try:
+        _write(hf_dir, partial, ignore_config_fields)
+        _move_into_place(partial, out_dir)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def check_out_dir(hf_dir: Path, out_dir: Path, overwrite: bool) -> None:
+    """Refuse an output directory that would destroy the input or an existing output."""
+    src, out = hf_dir.resolve(), out_dir.resolve()
+    if out == src or out.is_relative_to(src):
+        raise UsageError(
+            f"output directory {out_dir} is inside the checkpoint {hf_dir} being converted: "
+            "choose a directory outside it"
+        )
+    if src.is_relative_to(out):
+        raise UsageError(
+            f"output directory {out_dir} holds the checkpoint {hf_dir} being converted: "
+            "choose another directory"
+        )
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"output path {out_dir} is a file, not a directory: choose another path")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise UsageError(
+            f"output directory {out_dir} exists and is not empty: choose another directory "
+            "or replace it (--overwrite / overwrite=True)"
+        )
+
+
+def _write(hf_dir: Path, out_dir: Path, ignore_config_fields: tuple[str, ...]) -> None:
+    """Read, check and write the whole checkpoint into `out_dir` (an existing directory)."""
+    from jaxattn.checkpoints import native
+    from jaxattn.checkpoints.loading import read_checkpoint, read_tokenizer
+    from jaxattn.engine.params import check_params
+
     config, params = read_checkpoint(hf_dir, ignore_config_fields)
     check_params(config, params["encoder"])
-    tokenizer = Tokenizer.from_dir(hf_dir, config)
+    tokenizer = read_tokenizer(hf_dir, config)
     native.save(out_dir, config, params)
     tokenizer.save(out_dir)
-    return out_dir
+
+
+def _move_into_place(partial: Path, out_dir: Path) -> None:
+    """Rename the complete `partial` to `out_dir`, replacing what is there only now."""
+    if not out_dir.exists():
+        partial.rename(out_dir)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+    out_dir.rename(old / "out")
+    try:
+        partial.rename(out_dir)
+    except BaseException:
+        (old / "out").rename(out_dir)  # put the previous output back
+        old.rmdir()
+        raise
+    shutil.rmtree(old, ignore_errors=True)

@@ -2,14 +2,17 @@
 
 Every config field is either mapped to a ModelConfig field, checked against the
 only value we compute correctly, or listed as having no effect on inference.
-Anything else raises, naming the field: an unknown field may change the
-computation, and a silently wrong attention map is the worst failure this tool
-can have.
+Anything else raises CheckpointError, naming the file and the field: an
+unknown field may change the computation, and a silently wrong attention map is
+the worst failure this tool can have. So does a field of the wrong JSON type.
 """
 
 from __future__ import annotations
 
+import json
+
 from jaxattn.config import ModelConfig
+from jaxattn.errors import CheckpointError
 
 # Fields of PretrainedConfig and of training that do not change an inference
 # forward pass in float32.
@@ -80,49 +83,69 @@ SIZES = frozenset(
     {"vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_positions"}
 )
 MODEL_TYPES = {"bert": "bert", "roberta": "roberta", "distilbert": "distilbert"}
+# ModelConfig field -> the JSON type config.json must give it ("int": a whole number).
+TYPES = {
+    "vocab_size": "int", "hidden_size": "int", "num_layers": "int", "num_heads": "int",
+    "intermediate_size": "int", "max_positions": "int", "type_vocab_size": "int",
+    "pad_token_id": "int", "layer_norm_eps": "float", "activation": "str",
+}  # fmt: skip
+_TYPE_WORDS = {"int": "a whole number", "float": "a number", "str": "a string"}
 
 
-def translate(hf: dict, *, name: str, ignore_fields: tuple[str, ...] = ()) -> ModelConfig:
+def json_kind(value) -> str:
+    """What a parsed JSON value is, in JSON's words ("a string", "null", ...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a list" if isinstance(value, list) else "an object"
+
+
+def translate(
+    hf: dict, *, name: str, ignore_fields: tuple[str, ...] = (), source: str = "config.json"
+) -> ModelConfig:
     """Translate a HF config.json dict into a ModelConfig.
 
     Args:
       hf: the parsed config.json.
       name: the model's display name.
       ignore_fields: extra fields the caller vouches have no effect.
+      source: the config file, for messages.
 
     Raises:
-      ValueError: unknown model_type; a field that is neither handled nor known
-        to have no effect; a handled field with a value jaxattn cannot compute.
+      CheckpointError (a ValueError), naming the file and the field: no or an
+        unknown model_type; a field that is neither handled nor known to have no
+        effect; a handled field of the wrong type or with a value jaxattn cannot
+        compute; a missing size; sizes that contradict each other.
     """
-    model_type = hf.get("model_type")
-    if model_type not in MODEL_TYPES:
-        raise ValueError(
-            f"unsupported model_type {model_type!r} in config.json: "
-            f"jaxattn converts {', '.join(MODEL_TYPES)}"
-        )
-    family = MODEL_TYPES[model_type]
+    family = _family(hf, source)
     table = FIELDS[family]
     out: dict = {"family": family, "name": name}
     for key, value in hf.items():
         if key in table:
             if table[key] is not None:
-                out[table[key]] = value
+                out[table[key]] = _typed(key, value, TYPES[table[key]], source)
         elif key in REQUIRED:
             if value != REQUIRED[key]:
-                raise ValueError(
-                    f"config field {key}={value!r} is not supported: jaxattn computes only "
-                    f"{key}={REQUIRED[key]!r}"
+                raise CheckpointError(
+                    f"{source}: {key}={json.dumps(value)} is not supported: jaxattn computes "
+                    f"only {key}={json.dumps(REQUIRED[key])}"
                 )
         elif key not in NO_EFFECT and key not in ignore_fields:
-            raise ValueError(
-                f"config field {key!r} of model_type {model_type!r} is not known to jaxattn "
-                "and may change the computation; if it does not, pass "
-                f"ignore_config_fields=({key!r},) to jaxattn.load"
+            raise CheckpointError(
+                f"{source}: field {key!r} of model_type {hf['model_type']!r} is not known to "
+                "jaxattn and may change the computation; if it does not, name it as ignored "
+                f"(ignore_config_fields=({key!r},) in Python, --ignore-config-field {key} "
+                "for jaxattn convert)"
             )
     act = out.get("activation", "gelu")
     if act not in ACTIVATIONS:
-        raise ValueError(
-            f"unsupported activation {act!r}: jaxattn computes {', '.join(ACTIVATIONS)}"
+        raise CheckpointError(
+            f"{source}: unsupported activation {act!r}: jaxattn computes {', '.join(ACTIVATIONS)}"
         )
     out["activation"] = ACTIVATIONS[act]
     if family == "roberta":
@@ -132,7 +155,53 @@ def translate(hf: dict, *, name: str, ignore_fields: tuple[str, ...] = ()) -> Mo
     if family == "distilbert":
         out["type_vocab_size"] = 0  # DistilBERT has no token-type embedding.
         out["layer_norm_eps"] = 1e-12  # hard-coded in HF's DistilBERT
-    missing = [hf_key for hf_key, ours in table.items() if ours in SIZES and ours not in out]
-    if missing:
-        raise ValueError(f"config.json lacks required field(s): {', '.join(missing)}")
+    _check_sizes(out, table, source)
     return ModelConfig(**out)
+
+
+def _family(hf: dict, source: str) -> str:
+    """The jaxattn family of config.json's model_type."""
+    if "model_type" not in hf:
+        raise CheckpointError(
+            f"{source} has no model_type: jaxattn reads {', '.join(MODEL_TYPES)} checkpoints"
+        )
+    model_type = hf["model_type"]
+    if model_type not in MODEL_TYPES:
+        raise CheckpointError(
+            f"{source}: unsupported model_type {model_type!r}: "
+            f"jaxattn converts {', '.join(MODEL_TYPES)}"
+        )
+    return MODEL_TYPES[model_type]
+
+
+def _typed(key: str, value, kind: str, source: str):
+    """`value` as the JSON type `kind` ("384.0" for a whole number is taken as 384)."""
+    if isinstance(value, float) and kind == "int" and value.is_integer():
+        return int(value)
+    ok = {
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": isinstance(value, int | float) and not isinstance(value, bool),
+        "str": isinstance(value, str),
+    }[kind]
+    if not ok:
+        raise CheckpointError(
+            f"{source}: {key} is {json.dumps(value)} ({json_kind(value)}), "
+            f"but it must be {_TYPE_WORDS[kind]}"
+        )
+    return value
+
+
+def _check_sizes(out: dict, table: dict, source: str) -> None:
+    """Every size present and positive, and the hidden size split evenly into heads."""
+    hf_name = {ours: hf_key for hf_key, ours in table.items() if ours}
+    missing = [hf_name[f] for f in sorted(SIZES) if f not in out]
+    if missing:
+        raise CheckpointError(f"{source} lacks required field(s): {', '.join(missing)}")
+    for field in sorted(SIZES):
+        if out[field] <= 0:
+            raise CheckpointError(f"{source}: {hf_name[field]}={out[field]} must be positive")
+    if out["hidden_size"] % out["num_heads"]:
+        raise CheckpointError(
+            f"{source}: {hf_name['hidden_size']}={out['hidden_size']} is not divisible by "
+            f"{hf_name['num_heads']}={out['num_heads']}: each head gets an equal share"
+        )

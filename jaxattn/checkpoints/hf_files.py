@@ -1,4 +1,9 @@
-"""Reading a local Hugging Face checkpoint directory (no hub, ever)."""
+"""Reading a local Hugging Face checkpoint directory (no hub, ever).
+
+Every file is read here or in `native`, and every way a file can be bad (missing,
+empty, cut short, not JSON, not safetensors) becomes one error that names the file:
+FileNotFoundError for a missing one, CheckpointError for a damaged one.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,40 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxattn.checkpoints.hf_config import translate
+from jaxattn.checkpoints.hf_config import json_kind, translate
 from jaxattn.checkpoints.hf_weights import convert_state_dict
 from jaxattn.config import ModelConfig
+from jaxattn.errors import CheckpointError
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
+def read_json_object(file: Path) -> dict:
+    """The JSON object in `file` (config.json, an index, tokenizer.json, jaxattn.json).
+
+    Raises:
+      CheckpointError: the file is not UTF-8, not JSON (with line and column), or
+        holds something other than an object.
+    """
+    try:
+        value = json.loads(file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{file} is not UTF-8 text (byte {e.start}): is it damaged?") from e
+    except json.JSONDecodeError as e:
+        raise CheckpointError(
+            f"{file} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})"
+        ) from e
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{file} holds {json_kind(value)}, not a JSON object")
+    return value
+
+
+def short_reason(error: BaseException, limit: int = 160) -> str:
+    """The first line of an error's message, cut to `limit` characters (library
+    messages can run to pages), or its class name when it has none."""
+    lines = str(error).strip().splitlines()
+    text = lines[0] if lines else type(error).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def read_state_dict(path: Path) -> dict[str, np.ndarray]:
@@ -21,37 +55,93 @@ def read_state_dict(path: Path) -> dict[str, np.ndarray]:
     pytorch_model.bin (needs torch, imported only then).
 
     Raises:
-      FileNotFoundError: none of the weight files exists (names them).
+      FileNotFoundError: none of the weight files exists (names them), or a shard
+        the index names is missing.
+      CheckpointError: a weights file or the index cannot be read (names it).
     """
     if (path / "model.safetensors").is_file():
         return _read_safetensors([path / "model.safetensors"])
     if (path / "model.safetensors.index.json").is_file():
-        index = json.loads((path / "model.safetensors.index.json").read_text())
-        shards = sorted(set(index["weight_map"].values()))
-        for shard in shards:
-            if not (path / shard).is_file():
-                raise FileNotFoundError(f"{path}: shard {shard} named by the index is missing")
-        return _read_safetensors([path / s for s in shards])
+        return _read_safetensors(_shards(path / "model.safetensors.index.json"))
     if (path / "pytorch_model.bin").is_file():
-        try:
-            import torch
-        except ImportError as e:
-            raise ImportError(
-                f"{path} holds pytorch_model.bin, which needs torch to read: "
-                "pip install torch (CPU is enough), or convert it to safetensors"
-            ) from e
-        state = torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
-        return {k: v.float().numpy() for k, v in state.items()}
-    raise FileNotFoundError(f"{path} has no weights: expected one of {', '.join(WEIGHT_FILES)}")
+        return _read_torch(path / "pytorch_model.bin")
+    raise FileNotFoundError(f"{path} has no weights: looked for {', '.join(WEIGHT_FILES)}")
+
+
+def _shards(index_file: Path) -> list[Path]:
+    """The shard files a model.safetensors.index.json names, each checked present."""
+    weight_map = read_json_object(index_file).get("weight_map")
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise CheckpointError(
+            f'{index_file} has no "weight_map" object of tensor name -> shard file name'
+        )
+    shards = [index_file.parent / s for s in sorted(set(weight_map.values()))]
+    for shard in shards:
+        if not shard.is_file():
+            raise FileNotFoundError(f"{shard}, a shard named by {index_file.name}, is missing")
+    return shards
 
 
 def _read_safetensors(files: list[Path]) -> dict[str, np.ndarray]:
+    import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy: bf16 checkpoints load)
+    from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
     state: dict[str, np.ndarray] = {}
     for f in files:
-        state.update(load_file(str(f)))
+        _check_not_empty(f)
+        try:
+            state.update(load_file(str(f)))
+        except (SafetensorError, OSError, TypeError, ValueError) as e:
+            raise CheckpointError(
+                f"{f} is not a readable safetensors file (truncated or corrupt?): {short_reason(e)}"
+            ) from e
     return state
+
+
+def _read_torch(file: Path) -> dict[str, np.ndarray]:
+    """A pytorch_model.bin state dict (tensors only: weights_only loading)."""
+    try:
+        import torch
+    except ImportError as e:
+        raise ImportError(
+            f"{file.parent} holds pytorch_model.bin, which needs torch to read: "
+            "pip install torch (CPU is enough), or convert it to safetensors"
+        ) from e
+    _check_not_empty(file)
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises a different class per kind of damage
+        raise CheckpointError(
+            f"{file} is not a readable PyTorch weights file (truncated or corrupt?): "
+            f"{_torch_reason(e)}"
+        ) from e
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{file} holds a {type(state).__name__}, not a state dict")
+    for key, value in state.items():
+        if not isinstance(value, torch.Tensor):
+            raise CheckpointError(
+                f"{file}: entry {key!r} is a {type(value).__name__}, not a tensor "
+                "(a state dict of tensors is expected)"
+            )
+    return {k: v.float().numpy() for k, v in state.items()}
+
+
+def _check_not_empty(file: Path) -> None:
+    if file.stat().st_size == 0:
+        raise CheckpointError(f"{file} is empty (0 bytes): was its download or copy cut short?")
+
+
+def _torch_reason(error: Exception) -> str:
+    """torch's reason, without its advice to load unsafely (weights_only=False runs
+    whatever code a damaged or hostile file holds)."""
+    text = str(error)
+    if isinstance(error, EOFError):
+        return "the file ends early"
+    if not text.startswith("Weights only load failed"):
+        return short_reason(error)
+    detail = text.partition("WeightsUnpickler error:")[2].strip().splitlines()
+    return "it holds something other than tensors" + (f" ({detail[0]})" if detail else "")
 
 
 def read_config(path: Path, ignore_fields: tuple[str, ...] = ()) -> ModelConfig:
@@ -59,17 +149,24 @@ def read_config(path: Path, ignore_fields: tuple[str, ...] = ()) -> ModelConfig:
 
     Raises:
       FileNotFoundError: no config.json.
-      ValueError: see `jaxattn.checkpoints.hf_config.translate`.
+      CheckpointError: config.json is unreadable, or see
+        `jaxattn.checkpoints.hf_config.translate`.
     """
     file = path / "config.json"
     if not file.is_file():
-        raise FileNotFoundError(f"{path} has no config.json")
-    hf = json.loads(file.read_text())
-    name = hf.get("_name_or_path") or path.name
-    return translate(hf, name=Path(str(name)).name or path.name, ignore_fields=ignore_fields)
+        raise FileNotFoundError(
+            f"{path} has no config.json: a Hugging Face checkpoint directory holds "
+            "config.json, the weights and the tokenizer files (a jaxattn one, jaxattn.json)"
+        )
+    hf = read_json_object(file)
+    name = hf.get("_name_or_path")
+    name = Path(name).name if isinstance(name, str) and name else path.name
+    return translate(hf, name=name or path.name, ignore_fields=ignore_fields, source=str(file))
 
 
 def load_hf(path: Path, ignore_fields: tuple[str, ...] = ()) -> tuple[ModelConfig, dict]:
     """Config and params of a HF checkpoint directory."""
     config = read_config(path, ignore_fields)
-    return config, convert_state_dict(read_state_dict(path), config)
+    return config, convert_state_dict(
+        read_state_dict(path), config, config_file=str(path / "config.json")
+    )

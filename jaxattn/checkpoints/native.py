@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from jaxattn.config import ModelConfig
+from jaxattn.errors import CheckpointError
 
 MARKER = "jaxattn.json"
 FORMAT_VERSION = 1
@@ -39,24 +40,50 @@ def load(path: Path) -> tuple[ModelConfig, dict]:
     """Read a directory written by `save`.
 
     Raises:
-      ValueError: an unknown format version.
-      FileNotFoundError: the params directory is missing.
+      CheckpointError: jaxattn.json unreadable, of an unknown format version or
+        with a bad config; params/ missing, damaged or of the wrong structure
+        (each names the file or directory).
     """
     import orbax.checkpoint as ocp
 
+    from jaxattn.checkpoints.hf_files import read_json_object, short_reason
+
     path = path.resolve()
-    meta = json.loads((path / MARKER).read_text())
+    marker = path / MARKER
+    meta = read_json_object(marker)
     if meta.get("format") != "jaxattn" or meta.get("version") != FORMAT_VERSION:
-        raise ValueError(
-            f"{path / MARKER}: unsupported checkpoint format "
-            f"{meta.get('format')!r} version {meta.get('version')!r}"
+        raise CheckpointError(
+            f"{marker}: unsupported checkpoint format {meta.get('format')!r} version "
+            f"{meta.get('version')!r}: this jaxattn reads format 'jaxattn' version "
+            f"{FORMAT_VERSION}"
         )
+    config = _config(meta.get("config"), marker)
     if not (path / "params").is_dir():
-        raise FileNotFoundError(f"{path} has no params/ directory")
-    with ocp.PyTreeCheckpointer() as ckpt:
-        params = ckpt.restore(path / "params")
-    params = _to_numpy(params)
-    return ModelConfig.from_dict(meta["config"]), params
+        raise CheckpointError(
+            f"{path} has {MARKER} but no params/ directory: the checkpoint is incomplete "
+            "(convert it again)"
+        )
+    try:
+        with ocp.PyTreeCheckpointer() as ckpt:
+            params = ckpt.restore(path / "params")
+    except Exception as e:  # orbax and tensorstore raise a different class per damage
+        raise CheckpointError(
+            f"{path / 'params'} is not a readable orbax checkpoint (damaged or incomplete?): "
+            f"{short_reason(e)}"
+        ) from e
+    if not isinstance(params, dict) or not isinstance(params.get("encoder"), dict):
+        raise CheckpointError(f"{path / 'params'} does not hold a jaxattn params tree")
+    return config, _to_numpy(params)
+
+
+def _config(fields, marker: Path) -> ModelConfig:
+    """The ModelConfig stored in jaxattn.json."""
+    if not isinstance(fields, dict):
+        raise CheckpointError(f'{marker} has no "config" object')
+    try:
+        return ModelConfig.from_dict(fields)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f'{marker}: its "config" is not a valid model config: {e}') from e
 
 
 def _to_numpy(tree):

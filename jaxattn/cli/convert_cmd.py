@@ -11,7 +11,16 @@ def register(sub) -> None:
         "checkpoint directory that `jaxattn.load(OUT_DIR)` reads back identically.",
     )
     p.add_argument("hf_dir", help="directory with config.json, weights and tokenizer files")
-    p.add_argument("out_dir", help="directory to write (created if missing)")
+    p.add_argument(
+        "out_dir",
+        help="directory to write: absent (created) or empty, unless --overwrite; it appears "
+        "only once complete",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace OUT_DIR if it exists and is not empty (once the new one is complete)",
+    )
     p.add_argument(
         "--ignore-config-field",
         action="append",
@@ -26,7 +35,10 @@ def run(args) -> int:
     from jaxattn.checkpoints import convert_checkpoint
 
     out = convert_checkpoint(
-        args.hf_dir, args.out_dir, ignore_config_fields=tuple(args.ignore_config_field)
+        args.hf_dir,
+        args.out_dir,
+        ignore_config_fields=tuple(args.ignore_config_field),
+        overwrite=args.overwrite,
     )
     print(f"wrote {out}")
     return 0

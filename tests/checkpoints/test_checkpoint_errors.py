@@ -1,0 +1,288 @@
+"""Every bad model directory gets one clear error naming the file or tensor, never a
+library's traceback: damaged weights, a broken config.json, a config that does not
+belong to the weights, missing or broken files, a damaged jaxattn (orbax) checkpoint.
+
+Each test damages a copy of the session's tiny BERT checkpoint (D=15, 3 layers x 3
+heads, intermediate 37, max positions 67) in one way and asserts the exception's
+class and that its message names the culprit.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+import jaxattn
+from jaxattn.checkpoints.loading import read_checkpoint
+from jaxattn.errors import CheckpointError
+
+QUERY = "encoder.layer.0.attention.self.query.weight"
+
+
+def _named(*parts) -> str:
+    """A regex matching the parts in order, each literally."""
+    return ".*".join(re.escape(str(p)) for p in parts)
+
+
+def _cut(data: bytes, how: str) -> bytes:
+    return {"truncated": data[: len(data) // 2], "garbage": b"\x8f\x00junk" * 97, "empty": b""}[how]
+
+
+@pytest.mark.parametrize(
+    "how, says",
+    [
+        ("truncated", "is not a readable safetensors file (truncated or corrupt?): Error while"),
+        ("garbage", "is not a readable safetensors file (truncated or corrupt?): Error while"),
+        ("empty", "is empty (0 bytes)"),
+    ],
+    ids=["truncated", "garbage", "empty"],
+)
+def test_damaged_safetensors_is_named(bert_copy, how, says):
+    file = bert_copy / "model.safetensors"
+    file.write_bytes(_cut(file.read_bytes(), how))
+    with pytest.raises(CheckpointError, match=_named(file, says)):
+        jaxattn.load(bert_copy)
+
+
+@pytest.mark.parametrize(
+    "how, says",
+    [
+        ("truncated", "is not a readable PyTorch weights file (truncated or corrupt?)"),
+        ("garbage", "is not a readable PyTorch weights file (truncated or corrupt?)"),
+        ("empty", "is empty (0 bytes)"),
+    ],
+    ids=["truncated", "garbage", "empty"],
+)
+def test_damaged_pytorch_bin_is_named(bert_copy, how, says):
+    import torch
+
+    state = load_file(str(bert_copy / "model.safetensors"))
+    (bert_copy / "model.safetensors").unlink()
+    file = bert_copy / "pytorch_model.bin"
+    torch.save({k: torch.from_numpy(v) for k, v in state.items()}, file)
+    file.write_bytes(_cut(file.read_bytes(), how))
+    with pytest.raises(CheckpointError, match=_named(file, says)):
+        jaxattn.load(bert_copy)
+
+
+def test_pytorch_bin_of_other_objects_is_named(bert_copy):
+    import collections
+
+    import torch
+
+    (bert_copy / "model.safetensors").unlink()
+    file = bert_copy / "pytorch_model.bin"
+    torch.save({"embeddings.word_embeddings.weight": torch.ones(2), "step": collections.Counter()},
+               file)  # fmt: skip
+    with pytest.raises(CheckpointError, match=_named(file, "'step' is a Counter, not a tensor")):
+        jaxattn.load(bert_copy)
+
+
+def test_bfloat16_safetensors_load_as_their_float32_values(bert_copy, checkpoint_dirs):
+    """Real checkpoints ship bf16: they load (numpy alone cannot read bf16)."""
+    import torch
+    from safetensors.torch import save_file as save_torch
+
+    state = load_file(str(bert_copy / "model.safetensors"))
+    bf16 = {k: torch.from_numpy(v).to(torch.bfloat16) for k, v in state.items()}
+    save_torch(bf16, str(bert_copy / "model.safetensors"))
+    _, params = read_checkpoint(bert_copy)
+    want = bf16[QUERY].float().numpy().T.reshape(15, 3, 5)  # [H*K, D] -> [D, H, K]
+    got = params["encoder"]["layer_0"]["attention"]["query"]["kernel"]
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == np.float32
+
+
+def test_bad_shard_index_is_named(bert_copy):
+    (bert_copy / "model.safetensors").rename(bert_copy / "shard-1.safetensors")
+    index = bert_copy / "model.safetensors.index.json"
+    index.write_text('{"weight_map": {"a": "shard-1.safetensors", "b": "shard-2.safetensors"}}')
+    with pytest.raises(FileNotFoundError, match=_named("shard-2.safetensors", index.name)):
+        jaxattn.load(bert_copy)
+    index.write_text('{"metadata": {}}')
+    with pytest.raises(CheckpointError, match=_named(index, "weight_map")):
+        jaxattn.load(bert_copy)
+
+
+def test_config_not_json_names_file_line_and_column(bert_copy):
+    file = bert_copy / "config.json"
+    file.write_text('{\n  "model_type": "bert"\n  "hidden_size": 15\n}\n')
+    with pytest.raises(CheckpointError) as info:
+        jaxattn.load(bert_copy)
+    assert str(info.value) == (
+        f"{file} is not valid JSON (line 3, column 3: Expecting ',' delimiter)"
+    )
+
+
+def test_config_not_an_object(bert_copy):
+    (bert_copy / "config.json").write_text("[1, 2]")
+    with pytest.raises(CheckpointError, match=_named(bert_copy / "config.json", "a list")):
+        jaxattn.load(bert_copy)
+
+
+@pytest.mark.parametrize("field", ["hidden_size", "num_attention_heads", "vocab_size"])
+def test_config_missing_size_names_field_and_file(bert_copy, edit_config, field):
+    edit_config(bert_copy, **{field: None})
+    with pytest.raises(CheckpointError, match=_named(bert_copy / "config.json", "lacks", field)):
+        jaxattn.load(bert_copy)
+
+
+@pytest.mark.parametrize(
+    "field, value, kind",
+    [
+        ("hidden_size", "15", '"15" (a string)'),
+        ("num_hidden_layers", True, "true (true/false)"),
+        ("vocab_size", [159], "[159] (a list)"),
+        ("intermediate_size", 37.5, "37.5 (a number)"),
+        ("hidden_act", 3, "3 (a number)"),
+    ],
+)
+def test_config_wrong_type_names_field_value_and_file(bert_copy, edit_config, field, value,
+                                                      kind):  # fmt: skip
+    edit_config(bert_copy, **{field: value})
+    with pytest.raises(CheckpointError, match=_named(bert_copy / "config.json", field, kind)):
+        read_checkpoint(bert_copy)
+
+
+def test_config_whole_float_is_a_whole_number(bert_copy, edit_config):
+    edit_config(bert_copy, hidden_size=15.0)
+    config, _ = read_checkpoint(bert_copy)
+    assert config.hidden_size == 15 and isinstance(config.hidden_size, int)
+
+
+@pytest.mark.parametrize("model_type", ["gpt_neox", None])
+def test_model_type_unknown_or_absent_is_named(bert_copy, edit_config, model_type):
+    edit_config(bert_copy, model_type=model_type)
+    with pytest.raises(CheckpointError, match=_named(bert_copy / "config.json", "model_type")):
+        jaxattn.load(bert_copy)
+
+
+def test_unknown_config_field_is_named_with_both_ways_to_vouch_for_it(bert_copy, edit_config):
+    edit_config(bert_copy, rotary_base=10000)
+    with pytest.raises(CheckpointError) as info:
+        jaxattn.load(bert_copy)
+    assert str(info.value).startswith(f"{bert_copy / 'config.json'}: field 'rotary_base' of")
+    assert "ignore_config_fields=('rotary_base',)" in str(info.value)
+    assert "--ignore-config-field rotary_base" in str(info.value)
+    jaxattn.load(bert_copy, ignore_config_fields=("rotary_base",))
+
+
+def test_heads_that_do_not_divide_the_hidden_size(bert_copy, edit_config):
+    edit_config(bert_copy, num_attention_heads=4)
+    with pytest.raises(
+        CheckpointError, match=_named("hidden_size=15 is not divisible by num_attention_heads=4")
+    ):
+        jaxattn.load(bert_copy)
+
+
+@pytest.mark.parametrize(
+    "field, value, tensor, have, want, said",
+    [
+        ("hidden_size", 18, "embeddings.word_embeddings.weight", "(159, 15)", "(159, 18)",
+         "vocab_size=159, hidden_size=18"),
+        ("vocab_size", 160, "embeddings.word_embeddings.weight", "(159, 15)", "(160, 15)",
+         "vocab_size=160, hidden_size=15"),
+        ("intermediate_size", 38, "encoder.layer.0.intermediate.dense.weight", "(37, 15)",
+         "(38, 15)", "intermediate_size=38, hidden_size=15"),
+        ("max_position_embeddings", 70, "embeddings.position_embeddings.weight", "(67, 15)",
+         "(70, 15)", "max_position_embeddings=70, hidden_size=15"),
+    ],
+)  # fmt: skip
+def test_config_contradicting_the_weights_names_tensor_and_shapes(
+    bert_copy, edit_config, field, value, tensor, have, want, said
+):
+    edit_config(bert_copy, **{field: value})
+    config = bert_copy / "config.json"
+    with pytest.raises(CheckpointError) as info:
+        jaxattn.load(bert_copy)
+    assert (
+        str(info.value) == f"weight {tensor} has shape {have} but {config} ({said}) implies {want}"
+    )
+
+
+def test_one_misshapen_weight_is_named_before_any_reshape(bert_copy):
+    file = bert_copy / "model.safetensors"
+    state = load_file(str(file))
+    state[QUERY] = np.zeros((16, 15), np.float32)  # (H*K, D) would be (15, 15)
+    save_file(state, str(file))
+    with pytest.raises(
+        CheckpointError, match=_named(QUERY, "(16, 15)", "hidden_size=15", "(15, 15)")
+    ):
+        jaxattn.load(bert_copy)
+
+
+def test_more_layers_in_config_name_one_missing_tensor_and_count(bert_copy, edit_config):
+    per_layer = sum(
+        k.startswith("encoder.layer.0.") for k in load_file(str(bert_copy / "model.safetensors"))
+    )
+    edit_config(bert_copy, num_hidden_layers=4)
+    with pytest.raises(
+        CheckpointError,
+        match=_named("encoder.layer.3.", f"and {per_layer - 1} more tensor(s)", "config.json"),
+    ):
+        jaxattn.load(bert_copy)
+
+
+def test_fewer_layers_in_config_says_so(bert_copy, edit_config):
+    edit_config(bert_copy, num_hidden_layers=2)
+    with pytest.raises(
+        CheckpointError, match=_named("encoder.layer.2.", "num_hidden_layers=2", "more layers")
+    ):
+        jaxattn.load(bert_copy)
+
+
+def test_model_path_missing_or_a_file(tmp_path):
+    missing = tmp_path / "nowhere"
+    with pytest.raises(FileNotFoundError, match=_named(missing, "does not exist")):
+        jaxattn.load(missing)
+    file = tmp_path / "model.safetensors"
+    file.write_bytes(b"")
+    with pytest.raises(NotADirectoryError, match=_named(file, "not a directory")):
+        jaxattn.load(file)
+
+
+def test_directory_without_weights_names_the_files_looked_for(bert_copy):
+    (bert_copy / "model.safetensors").unlink()
+    with pytest.raises(
+        FileNotFoundError,
+        match=_named(
+            bert_copy, "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin"
+        ),
+    ):
+        jaxattn.load(bert_copy)
+
+
+def test_empty_directory_names_config_json(tmp_path):
+    with pytest.raises(FileNotFoundError, match=_named(tmp_path, "config.json")):
+        jaxattn.load(tmp_path)
+
+
+def test_broken_tokenizer_json_is_named(bert_copy):
+    file = bert_copy / "tokenizer.json"
+    file.write_text(file.read_text()[:300])
+    with pytest.raises(CheckpointError, match=_named(file, "is not valid JSON (line")):
+        jaxattn.load(bert_copy)
+    file.write_text('{"version": "1.0"}')  # JSON, but not a tokenizer
+    with pytest.raises(
+        CheckpointError, match=_named("tokenizer files of", bert_copy, "tokenizer.json")
+    ):
+        jaxattn.load(bert_copy)
+
+
+def test_damaged_native_checkpoint_is_named(native_dir, tmp_path):
+    bad = shutil.copytree(native_dir, tmp_path / "native")
+    for f in (bad / "params").rglob("*"):
+        if f.is_file():
+            f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match=_named(bad / "params", "not a readable orbax")):
+        jaxattn.load(bad)
+    shutil.rmtree(bad / "params")
+    with pytest.raises(CheckpointError, match=_named(bad, "no params/ directory")):
+        jaxattn.load(bad)
+    (bad / "jaxattn.json").write_text('{"format": "jaxattn",')
+    with pytest.raises(CheckpointError, match=_named(bad / "jaxattn.json", "not valid JSON")):
+        jaxattn.load(bad)
