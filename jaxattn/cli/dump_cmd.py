@@ -12,8 +12,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from jaxattn.cli.args import add_precision_argument, add_source_arguments, add_spec_arguments
-from jaxattn.inputs import FORMATS, ON_ERROR, TOO_LONG
+from jaxattn.cli.args import (
+    add_limit_argument,
+    add_precision_argument,
+    add_source_arguments,
+    add_spec_arguments,
+    add_too_long_argument,
+    positive,
+)
+from jaxattn.inputs import FORMATS, ON_ERROR
 
 
 def register(subparsers) -> None:
@@ -36,7 +43,8 @@ def register(subparsers) -> None:
         "--out",
         metavar="STORE",
         required=True,
-        help="store directory (or a TensorStore kvstore URL such as gs://...)",
+        help="store directory (or a TensorStore kvstore URL such as gs://...): new, empty, or "
+        "a store of the same command to resume (required)",
     )
     p.add_argument(
         "--format",
@@ -51,25 +59,21 @@ def register(subparsers) -> None:
         "--on-error",
         choices=ON_ERROR,
         default="stop",
-        help="an unreadable record: stop the job, or report and skip it (default stop)",
+        help="an unreadable record (or a too-long one under --too-long error): stop the "
+        "job, or report and skip it (default stop)",
     )
-    p.add_argument(
-        "--too-long",
-        choices=TOO_LONG,
-        default="error",
-        help="an example over the model's maximum length: cut it, skip it, or treat "
-        "it as a bad record (default error)",
-    )
+    add_too_long_argument(p)
+    add_limit_argument(p)
     p.add_argument(
         "--shard-size",
-        type=int,
+        type=positive,
         default=1024,
         metavar="N",
         help="input records per shard: the unit of work and of resumption (default 1024)",
     )
     p.add_argument(
         "--chunk-bytes",
-        type=int,
+        type=positive,
         default=1 << 20,
         metavar="B",
         help="uncompressed bytes per zarr chunk (default 1 MiB)",
@@ -78,13 +82,20 @@ def register(subparsers) -> None:
     g.add_argument(
         "--coordinator",
         metavar="HOST:PORT",
-        help="process 0's coordinator address ($JAX_COORDINATOR_ADDRESS)",
+        help="process 0's coordinator address (default: $JAX_COORDINATOR_ADDRESS, else "
+        "JAX's cluster detection)",
     )
     g.add_argument(
-        "--num-processes", type=int, metavar="N", help="processes in the job ($JAX_NUM_PROCESSES)"
+        "--num-processes",
+        type=positive,
+        metavar="N",
+        help="processes in the job (default: $JAX_NUM_PROCESSES, else 1)",
     )
     g.add_argument(
-        "--process-id", type=int, metavar="I", help="this process, 0-based ($JAX_PROCESS_ID)"
+        "--process-id",
+        type=int,
+        metavar="I",
+        help="this process, 0-based (default: $JAX_PROCESS_ID, else 0)",
     )
     g.add_argument(
         "--distributed",
@@ -93,19 +104,25 @@ def register(subparsers) -> None:
         help="auto: initialise jax.distributed when the flags or environment give a "
         "coordinator or JAX detects a cluster (TPU pod, SLURM, Open MPI) (default auto)",
     )
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--quiet", action="store_true", help="no progress bar; the summary line stays (default off)"
+    )
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     from jaxattn.dump import distributed
     from jaxattn.dump.job import DumpOptions, run_dump, store_status
+    from jaxattn.dump.sharding import check_has_examples
+    from jaxattn.store.location import check_output
 
-    # Cheap checks before any process joins the job or loads a model.
+    # Cheap checks before any process joins the job, loads a model or creates the store.
+    if args.input.is_dir():
+        raise IsADirectoryError(f"input {args.input} is a directory: name a file in it")
     if not args.input.is_file():
         raise FileNotFoundError(f"no input file {args.input}")
-    if args.shard_size < 1:
-        raise ValueError("--shard-size must be at least 1")
+    check_has_examples(args.input, args.input_format)
+    check_output(args.out)
     process = distributed.initialize(
         args.coordinator, args.num_processes, args.process_id, mode=args.distributed
     )
@@ -128,6 +145,7 @@ def _run(args: argparse.Namespace) -> int:
         too_long=args.too_long,
         chunk_bytes=args.chunk_bytes,
         quiet=args.quiet,
+        limit=args.limit,
     )
     try:
         run_dump(engine, options, model_dir=model_dir, process=process)

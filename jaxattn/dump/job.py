@@ -20,11 +20,13 @@ from jaxattn.dump import sharding
 from jaxattn.dump.counts import Counts, summary
 from jaxattn.dump.distributed import Process
 from jaxattn.dump.shard import ShardTask
+from jaxattn.errors import UsageError
 from jaxattn.inputs import ON_ERROR, TOO_LONG
 from jaxattn.progress import Progress
 from jaxattn.store import layout
 from jaxattn.store import metadata as store_metadata
 from jaxattn.store.kvstore import KeyValue, local_path, root_spec
+from jaxattn.store.location import check_output
 
 # Test hook: crash (os._exit) halfway through the shard after this many commits.
 CRASH_ENV = "JAXATTN_DUMP_CRASH_AFTER"
@@ -42,9 +44,11 @@ class DumpOptions:
       input_format: text, jsonl or conllu; None detects it.
       shard_size: input records per shard.
       on_error: "stop" at the first unreadable record, or "skip" it.
-      too_long: "truncate", "skip" or "error" for texts over the model's maximum.
+      too_long: "error" (a bad record, see on_error), "truncate" or "skip" for
+        texts over the model's maximum.
       chunk_bytes: uncompressed bytes per array chunk.
       quiet: no progress bar (the summary line is still printed).
+      limit: only the first `limit` records of the input (None: all).
     """
 
     input: Path
@@ -60,6 +64,7 @@ class DumpOptions:
     too_long: str = "error"
     chunk_bytes: int = layout.DEFAULT_CHUNK_BYTES
     quiet: bool = False
+    limit: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -75,11 +80,11 @@ class DumpResult:
 
 def _check(options: DumpOptions) -> None:
     if options.on_error not in ON_ERROR:
-        raise ValueError(f"--on-error must be one of {', '.join(ON_ERROR)}")
+        raise UsageError(f"--on-error {options.on_error!r} is not one of {', '.join(ON_ERROR)}")
     if options.too_long not in TOO_LONG:
-        raise ValueError(f"--too-long must be one of {', '.join(TOO_LONG)}")
+        raise UsageError(f"--too-long {options.too_long!r} is not one of {', '.join(TOO_LONG)}")
     if options.chunk_bytes < 1:
-        raise ValueError("--chunk-bytes must be positive")
+        raise UsageError(f"--chunk-bytes must be at least 1, got {options.chunk_bytes}")
 
 
 class DumpJob:
@@ -95,6 +100,7 @@ class DumpJob:
             shard_size=options.shard_size,
             process_index=process.index,
             process_count=process.count,
+            limit=options.limit,
         )
         from jaxattn.dump.fingerprint import checkpoint_fingerprint
 
@@ -102,6 +108,7 @@ class DumpJob:
         self.meta = store_metadata.build(
             model_info=dataclasses.asdict(engine.info),
             model_fingerprint=checkpoint_fingerprint(model_dir),
+            model_config=engine.config.to_dict(),
             spec=self.spec,
             input_info=self.plan.info,
             shard_size=options.shard_size,
@@ -129,6 +136,7 @@ class DumpJob:
         import tensorstore as ts
 
         start = time.monotonic()
+        check_output(self.options.out)
         store_metadata.create_or_check(self.kv, self.meta)
         done = {layout.shard_of_manifest_key(k) for k in self.kv.list(layout.MANIFEST_DIR + "/")}
         mine = sorted(self.plan.shards)
@@ -200,7 +208,11 @@ def run_dump(
 
     Raises:
       StoreMismatch: the store exists and was written by a different command.
-      ValueError: a bad option or spec; a bad record with on_error="stop".
+      UsageError: a bad option or spec; an out that is a file, or a non-empty
+        directory that is not a jaxattn store.
+      InputError: an input without records (before anything is written); a
+        bad record with on_error="stop" (naming the file and line).
+      CaptureFileError: TensorStore failed (naming the store and the operation).
       FileNotFoundError: no input file or model directory.
     """
     _check(options)

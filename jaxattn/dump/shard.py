@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from jaxattn.dump.counts import Counts
+from jaxattn.errors import TooLongError
 from jaxattn.inputs import InputError, Record, parse_record
 from jaxattn.store.manifest import Skipped
 from jaxattn.store.writer import ShardWriter
@@ -27,15 +28,22 @@ class ShardTask:
         self.counts = Counts()
         self.skipped: list[Skipped] = []
 
-    def bad(self, record: int, line: int, reason: str, kind: str = "error") -> None:
+    def bad(
+        self, record: int, line: int, reason: str, kind: str = "error", advice: str = ""
+    ) -> None:
         """Report a record left out: raise under on_error="stop" (kind "error"), else count it.
 
+        `advice` goes before the --on-error advice in the error ("..., or ").
+
         Raises:
-          ValueError: naming the input file and line, when the job stops on errors.
+          InputError: naming the input file and line, when the job stops on errors.
         """
-        where = f"{self.job.options.input}:{line}"
+        path = self.job.options.input
+        where = f"{path}:{line}"
         if kind == "error" and self.job.options.on_error == "stop":
-            raise ValueError(f"{where}: {reason} (pass --on-error skip to skip bad records)")
+            raise InputError(
+                line, f"{reason} ({advice}pass --on-error skip to skip bad records)", path
+            )
         self.skipped.append(Skipped(record=record, line=line, reason=kind, message=reason))
         if kind == "error":
             self.counts.errors += 1
@@ -59,7 +67,7 @@ class ShardTask:
         try:  # the common case: nothing too long, one fast batch call
             texts = [r.text for r in records]
             return [(r, t, False) for r, t in zip(records, engine.tokenize(texts), strict=True)]
-        except ValueError:
+        except InputError:  # a text too long (TooLongError) or unusable: one by one
             pass
         out = []
         limit = engine.config.max_length
@@ -67,12 +75,18 @@ class ShardTask:
             try:
                 out.append((e, engine.tokenize([e.text])[0], False))
                 continue
-            except ValueError:
+            except TooLongError:
                 reason = f"longer than the model's limit of {limit} tokens"
+            except InputError as error:
+                self.bad(e.index, e.line, error.reason)
+                continue
             if policy == "truncate":
                 out.append((e, engine.tokenize([e.text], truncate=True)[0], True))
             else:
-                self.bad(e.index, e.line, reason, "too_long" if policy == "skip" else "error")
+                advice = "cut it with --too-long truncate, leave it out with --too-long skip, or "
+                self.bad(
+                    e.index, e.line, reason, "too_long" if policy == "skip" else "error", advice
+                )
         return out
 
     def run(self) -> Counts:

@@ -15,6 +15,7 @@ import hashlib
 import os
 from pathlib import Path
 
+from jaxattn.errors import InputError, UsageError
 from jaxattn.inputs import READER, RawRecord, detect_format, scan_records
 from jaxattn.inputs.formats import check_format
 from jaxattn.store.metadata import InputInfo
@@ -51,6 +52,33 @@ def owner(shard: int, process_count: int) -> int:
     return shard % process_count
 
 
+def no_examples(path: Path, fmt: str) -> InputError:
+    """The error for an input without a single record, saying what the file holds."""
+    if path.stat().st_size == 0:
+        what = "the file is empty"
+    elif fmt == "conllu":
+        what = "it holds no sentence with a token line (only blank lines or comments)"
+    else:
+        what = "it holds only blank lines"
+    error = InputError(None, f"{path} has no examples: {what}; nothing was written")
+    error.path = path
+    return error
+
+
+def check_has_examples(path: str | os.PathLike, fmt: str | None = None) -> None:
+    """Fail fast, before a model loads or a store is created, on an input without
+    records; reads only up to the first record.
+
+    Raises:
+      InputError: "<path> has no examples: ...".
+    """
+    path = Path(path)
+    fmt = check_format(fmt or detect_format(path))
+    with open(path, "rb") as f:
+        if next(scan_records(f, fmt), None) is None:
+            raise no_examples(path, fmt)
+
+
 def plan_shards(
     path: str | os.PathLike,
     *,
@@ -58,6 +86,7 @@ def plan_shards(
     shard_size: int = DEFAULT_SHARD_SIZE,
     process_index: int = 0,
     process_count: int = 1,
+    limit: int | None = None,
 ) -> InputPlan:
     """Scan the input and keep this process's shards.
 
@@ -67,26 +96,36 @@ def plan_shards(
       shard_size: records per shard (the unit of work and of resumption).
       process_index: this process.
       process_count: processes in the job.
+      limit: take only the first `limit` records (the scan stops there, so the
+        fingerprint covers the bytes read up to them), or None for all.
 
     Raises:
       FileNotFoundError: no such file.
-      ValueError: a bad format name or shard size.
+      UsageError: a bad shard size or limit.
+      InputError: the input has no records.
+      ValueError: a bad format name.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no input file {path}")
     if shard_size < 1:
-        raise ValueError(f"--shard-size must be at least 1, got {shard_size}")
+        raise UsageError(f"--shard-size must be at least 1, got {shard_size}")
+    if limit is not None and limit < 1:
+        raise UsageError(f"--limit must be at least 1, got {limit}")
     fmt = check_format(fmt or detect_format(path))
     digest = hashlib.sha256()
     shards: dict[int, list[RawRecord]] = {}
     count = 0
     with open(path, "rb") as f:
         for raw in scan_records(f, fmt, digest):
+            if limit is not None and raw.index >= limit:
+                break
             shard = raw.index // shard_size
             if owner(shard, process_count) == process_index:
                 shards.setdefault(shard, []).append(raw)
             count = raw.index + 1
+    if count == 0:
+        raise no_examples(path, fmt)
     num_shards = -(-count // shard_size)
     info = InputInfo(
         name=path.name,
@@ -95,6 +134,7 @@ def plan_shards(
         size=path.stat().st_size,
         records=count,
         reader=READER,
+        limit=limit,
     )
     return InputPlan(
         path=path, info=info, shard_size=shard_size, num_shards=num_shards, shards=shards

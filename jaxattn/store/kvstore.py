@@ -9,9 +9,17 @@ so a reader sees a key whole or not at all: the commit of a shard relies on it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 from typing import Any
+
+from jaxattn.errors import CaptureFileError, JaxattnError
+
+# TensorStore appends its spec or source locations in brackets: noise in a message.
+_DETAILS = re.compile(r"\s*\[[a-z_ ]+=.*$", re.S)
+_MAX_DETAIL = 240
 
 
 def _tensorstore():
@@ -20,6 +28,40 @@ def _tensorstore():
     except ImportError as e:  # a core dependency, but a client-only install may lack it
         raise ImportError("jaxattn stores need tensorstore: pip install tensorstore") from e
     return ts
+
+
+def tensorstore_detail(error: BaseException) -> str:
+    """TensorStore's message of `error` in one line of at most 240 characters.
+
+    Its messages carry the status code first (``NOT_FOUND: ...``), then the
+    problem, then bracketed JSON specs and source locations: those are dropped.
+    """
+    lines = str(error).strip().splitlines()
+    text = _DETAILS.sub("", lines[0] if lines else "").strip() or type(error).__name__
+    return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 3] + "..."
+
+
+@contextlib.contextmanager
+def tensorstore_errors(location: str, operation: str, advice: str = ""):
+    """Turn what TensorStore raises inside the block into a `CaptureFileError`.
+
+    TensorStore reports every failure (a missing key, a file where a directory
+    should be, a permission, a damaged chunk) as a ValueError or OSError with
+    its own multi-line text; the user gets one line naming the store, the
+    operation, TensorStore's reason and, when given, what to do.
+
+    Raises:
+      CaptureFileError: "cannot <operation> in the store at <location>: <reason>".
+    """
+    try:
+        yield
+    except JaxattnError:
+        raise
+    except (ValueError, OSError) as e:
+        tail = f"; {advice}" if advice else ""
+        raise CaptureFileError(
+            f"cannot {operation} in the store at {location}: {tensorstore_detail(e)}{tail}"
+        ) from e
 
 
 def root_spec(location: str | os.PathLike) -> dict:
@@ -52,18 +94,22 @@ class KeyValue:
 
     def __init__(self, root: dict):
         self.spec = root
-        self._kv = _tensorstore().KvStore.open(root).result()
+        self.location = root["path"].rstrip("/")
+        with tensorstore_errors(self.location, "open the key-value store"):
+            self._kv = _tensorstore().KvStore.open(root).result()
 
     def read_bytes(self, key: str) -> bytes | None:
         """The value of `key`, or None if it is missing."""
-        result = self._kv.read(key).result()
+        with tensorstore_errors(self.location, f"read {key}"):
+            result = self._kv.read(key).result()
         return result.value if result.state == "value" else None
 
     def read_json(self, key: str) -> Any | None:
         """The JSON document at `key`, or None if it is missing.
 
         Raises:
-          ValueError: the value is not valid JSON (naming the key).
+          CaptureFileError: the value is not valid JSON (naming the key), or
+            TensorStore cannot read it.
         """
         raw = self.read_bytes(key)
         if raw is None:
@@ -71,16 +117,20 @@ class KeyValue:
         try:
             return json.loads(raw)
         except ValueError as e:
-            raise ValueError(f"{self.spec['path']}{key} is not valid JSON: {e}") from None
+            raise CaptureFileError(
+                f"{self.spec['path']}{key} is not valid JSON ({e}): the store is damaged"
+            ) from None
 
     def write_json(self, key: str, value: Any) -> None:
         """Write `value` as JSON at `key`, atomically (whole or not at all)."""
         data = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
-        self._kv.write(key, data).result()
+        with tensorstore_errors(self.location, f"write {key}"):
+            self._kv.write(key, data).result()
 
     def list(self, prefix: str) -> list[str]:
         """Keys starting with `prefix`, sorted."""
         ts = _tensorstore()
         end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-        keys = self._kv.list(ts.KvStore.KeyRange(prefix, end)).result()
+        with tensorstore_errors(self.location, f"list {prefix}"):
+            keys = self._kv.list(ts.KvStore.KeyRange(prefix, end)).result()
         return sorted(k.decode() for k in keys)

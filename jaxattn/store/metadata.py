@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from jaxattn.config import jaxattn_version
+from jaxattn.errors import CaptureFileError, UsageError
 from jaxattn.quantities import QUANTITIES
 from jaxattn.store import layout
 from jaxattn.store.kvstore import KeyValue
@@ -21,6 +23,7 @@ _IDENTITY = (
     (("format_version",), "store format version"),
     (("model", "fingerprint"), "model (checkpoint fingerprint)"),
     (("model", "name"), "model name"),
+    (("model", "weights"), "model weights (fingerprint)"),
     (("spec", "what"), "quantities (--what)"),
     (("spec", "layers"), "layers (--layers)"),
     (("spec", "heads"), "heads (--heads)"),
@@ -29,6 +32,7 @@ _IDENTITY = (
     (("input", "format"), "input format"),
     (("input", "sha256"), "input (content fingerprint)"),
     (("input", "reader"), "input reader (jaxattn 0.2 reads 'A ||| B' pairs, strips white space)"),
+    (("input", "limit"), "record limit (--limit)"),
     (("shards", "size"), "shard size (--shard-size)"),
     (("too_long",), "too-long policy (--too-long)"),
     (("chunk_bytes",), "chunk size"),
@@ -36,8 +40,24 @@ _IDENTITY = (
 )
 
 
-class StoreMismatch(ValueError):
-    """An existing store was written by a different command."""
+# Fields every store's metadata has; a store without one is damaged.
+_REQUIRED = (
+    ("format_version",),
+    ("model", "name"),
+    ("spec", "what"),
+    ("spec", "layers"),
+    ("spec", "heads"),
+    ("spec", "dtype"),
+    ("shards", "count"),
+    ("input", "records"),
+)
+
+
+class StoreMismatch(UsageError):
+    """An existing store was written by a different command (a UsageError: exit 2).
+
+    The message names each identity field that differs with both values.
+    """
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -49,9 +69,12 @@ class InputInfo:
       format: text, jsonl or conllu.
       sha256: hex digest of the file's bytes.
       size: the file's size in bytes.
-      records: examples (lines or sentences) in the file, unreadable ones included.
+      records: examples (lines or sentences) in the file, unreadable ones
+        included; with `limit`, at most `limit`.
       reader: how records were read into texts (`jaxattn.inputs.READER`): a
         resumed dump must read its input the same way.
+      limit: only the first `limit` records were taken (``--limit``), or None
+        for all; then `sha256` covers the bytes read up to the limit.
     """
 
     name: str
@@ -60,16 +83,7 @@ class InputInfo:
     size: int
     records: int
     reader: str
-
-
-def jaxattn_version() -> str:
-    """The installed jaxattn version (\"unknown\" from a bare source tree)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("jaxattn")
-    except metadata.PackageNotFoundError:
-        return "unknown"
+    limit: int | None = None
 
 
 def build(
@@ -77,6 +91,7 @@ def build(
     model_info: dict,
     model_fingerprint: str,
     spec,
+    model_config: dict | None = None,
     input_info: InputInfo,
     shard_size: int,
     too_long: str,
@@ -85,9 +100,11 @@ def build(
     """The metadata document of a store.
 
     Args:
-      model_info: `ModelInfo` fields (name, family, layers, heads, hidden, head_dim...).
+      model_info: `ModelInfo` fields (name, family, layers, heads, hidden, head_dim,
+        weights...).
       model_fingerprint: `jaxattn.dump.fingerprint.checkpoint_fingerprint` of the model.
       spec: the `CaptureSpec`.
+      model_config: the `ModelConfig` as a dict (kept for the captures' provenance).
       input_info: the input's identity.
       shard_size: input records per shard.
       too_long: truncate, skip or error.
@@ -104,7 +121,11 @@ def build(
         "format": layout.FORMAT,
         "format_version": layout.FORMAT_VERSION,
         "jaxattn_version": jaxattn_version(),
-        "model": {**model_info, "fingerprint": model_fingerprint},
+        "model": {
+            **model_info,
+            "fingerprint": model_fingerprint,
+            **({"config": model_config} if model_config is not None else {}),
+        },
         "spec": {
             "what": list(spec.what),
             "layers": list(spec.layers),
@@ -130,13 +151,22 @@ def _get(doc: dict, path: Sequence[str]):
 
 # Identity fields stores of earlier versions lack, and the value they meant.
 _IMPLIED = {("spec", "precision"): "highest"}
+# Identity fields stores of earlier versions lack and nothing can imply: not compared then.
+_UNRECORDED = {("model", "weights")}
 
 
 def differences(existing: dict, new: dict) -> list[str]:
-    """The identity fields that differ, as "name: store has X, this command Y" lines."""
+    """The identity fields that differ, as "name: store has X, this command Y" lines.
+
+    A field an older store never recorded is not compared when nothing implies
+    its value (the weights fingerprint: older stores lack it, and the checkpoint
+    fingerprint still identifies their model).
+    """
     out = []
     for path, name in _IDENTITY:
         old, now = _get(existing, path), _get(new, path)
+        if old is None and path in _UNRECORDED:
+            continue
         if old is None:
             old = _IMPLIED.get(path)
         if old != now:
@@ -145,20 +175,54 @@ def differences(existing: dict, new: dict) -> list[str]:
 
 
 def read(kv: KeyValue) -> dict | None:
-    """The metadata of the store at `kv`, or None when there is no store there.
+    """The metadata of the store at `kv`, or None when there is no zarr.json there.
 
     Raises:
-      ValueError: something that is not a jaxattn store is there.
+      CaptureFileError: a zarr.json that is not a jaxattn store's, is damaged
+        (not JSON, a required field missing), or of a format version this
+        jaxattn does not read; the message names the location and what it found.
     """
+    where = kv.location
     root = kv.read_json("zarr.json")
     if root is None:
         return None
-    meta = (root.get("attributes") or {}).get("jaxattn")
+    attributes = root.get("attributes") if isinstance(root, dict) else None
+    meta = attributes.get("jaxattn") if isinstance(attributes, dict) else None
     if not isinstance(meta, dict) or meta.get("format") != layout.FORMAT:
-        raise ValueError(
-            f"{kv.spec['path'].rstrip('/')} holds a zarr node that is not a jaxattn store"
+        found = "a zarr node" if isinstance(root, dict) and "zarr_format" in root else "a file"
+        raise CaptureFileError(
+            f"{where} is not a jaxattn store: its zarr.json is {found} without jaxattn "
+            f"store metadata (attributes.jaxattn.format {layout.FORMAT!r})"
+        )
+    check_version(meta, where)
+    missing = [".".join(path) for path in _REQUIRED if _get(meta, path) is None]
+    if missing:
+        raise CaptureFileError(
+            f"the store at {where} is damaged: its metadata (zarr.json, attributes.jaxattn) "
+            f"lacks {', '.join(missing)}"
         )
     return meta
+
+
+def check_version(meta: dict, where: str) -> None:
+    """Refuse a store format this jaxattn does not read, saying which it found.
+
+    Raises:
+      CaptureFileError: naming both versions and what to do.
+    """
+    found = meta.get("format_version")
+    if found == layout.FORMAT_VERSION:
+        return
+    if isinstance(found, int) and not isinstance(found, bool) and found > layout.FORMAT_VERSION:
+        raise CaptureFileError(
+            f"the store at {where} has format version {found}, newer than this jaxattn "
+            f"({jaxattn_version()}) reads ({layout.FORMAT_VERSION}): upgrade jaxattn to read it"
+        )
+    raise CaptureFileError(
+        f"the store at {where} has format version {found!r}; this jaxattn reads version "
+        f"{layout.FORMAT_VERSION} only: read it with the jaxattn that wrote it "
+        f"({meta.get('jaxattn_version', 'unknown')})"
+    )
 
 
 def create_or_check(kv: KeyValue, meta: dict) -> bool:
@@ -172,16 +236,17 @@ def create_or_check(kv: KeyValue, meta: dict) -> bool:
 
     Raises:
       StoreMismatch: the existing store was written by a different command.
+      CaptureFileError: something else, or a damaged store, is there.
     """
     existing = read(kv)
     if existing is not None:
         diff = differences(existing, meta)
         if diff:
-            where = kv.spec["path"].rstrip("/")
             raise StoreMismatch(
-                f"the store at {where} was written by a different command:\n  "
-                + "\n  ".join(diff)
-                + "\nrerun the original command to finish it, or choose another --out"
+                f"the store at {kv.location} was written by a different command: "
+                + "; ".join(diff)
+                + ". Rerun the original command to finish it, or choose another --out "
+                "(or delete the store to start it afresh)"
             )
         return True
     for group in (*meta["spec"]["what"], layout.MANIFEST_DIR):

@@ -1,48 +1,89 @@
 """`open_store`: random access to a finished store, one `Capture` per example.
 
 Needs tensorstore and numpy, not jax: stores are read where the client runs.
+A store is a sequence (`jaxattn.store.view`: negative indices, lazy slices).
+Each capture carries its provenance: the model the store's metadata records
+(name, family, weights fingerprint, config) and the source ``store <path>``,
+and whether its text was truncated. The texts themselves are not stored (the
+manifest keeps tokens, line and id), so ``Capture.text`` is None.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
-from jaxattn.capture import Capture
+from jaxattn.capture import Capture, frozen
+from jaxattn.config import ModelInfo, provenance
+from jaxattn.errors import CaptureFileError
 from jaxattn.store import layout
 from jaxattn.store import metadata as store_metadata
-from jaxattn.store.kvstore import KeyValue, child_spec, root_spec
+from jaxattn.store.kvstore import KeyValue, child_spec, root_spec, tensorstore_errors
+from jaxattn.store.location import found_at
 from jaxattn.store.manifest import Entry, ShardPart
+from jaxattn.store.view import StoreView, position
 
 # Decoded chunks kept for reuse: iterating reads neighbouring examples from the same chunks.
 _CACHE_BYTES = 64 << 20
 
 
 def read_parts(kv: KeyValue, num_shards: int) -> dict[int, ShardPart]:
-    """The committed manifest parts of a store, by shard."""
+    """The committed manifest parts of a store, by shard.
+
+    Raises:
+      CaptureFileError: a part that is not a manifest part (naming its key).
+    """
     parts = {}
     for key in kv.list(layout.MANIFEST_DIR + "/"):
         shard = layout.shard_of_manifest_key(key)
         if shard is not None and shard < num_shards:
-            doc = kv.read_json(key)["attributes"][layout.MANIFEST_ATTRIBUTE]
-            parts[shard] = ShardPart.from_json(doc)
+            doc = kv.read_json(key)
+            try:
+                parts[shard] = ShardPart.from_json(doc["attributes"][layout.MANIFEST_ATTRIBUTE])
+            except (KeyError, TypeError, ValueError) as e:
+                raise CaptureFileError(
+                    f"the store at {kv.location} is damaged: {key} is not a manifest part "
+                    f"({type(e).__name__}: {e}); delete it and rerun the dump command to "
+                    f"redo shard {shard}"
+                ) from None
     return parts
 
 
-class Store:
+def model_info(meta: Mapping, where: str) -> ModelInfo:
+    """The `ModelInfo` a store's metadata records (older stores lack `weights`: "").
+
+    Raises:
+      CaptureFileError: a field of ModelInfo is missing (naming the store).
+    """
+    model = meta["model"]
+    fields = {f.name for f in dataclasses.fields(ModelInfo)}
+    try:
+        return ModelInfo(**{k: v for k, v in model.items() if k in fields})
+    except TypeError as e:
+        raise CaptureFileError(
+            f"the store at {where} is damaged: its model metadata does not fit ModelInfo ({e})"
+        ) from None
+
+
+class Store(Sequence):
     """A jaxattn store opened for reading (build it with `open_store`).
 
     ``store[i]`` is the i-th stored example in input order, as the `Capture`
-    the engine returned for it (uint8 tensors with their quantisation);
-    ``len(store)`` and iteration work as for a list.
+    the engine returned for it (uint8 tensors with their quantisation, the
+    provenance of the store's model, ``truncated``; ``text`` is None: stores
+    keep tokens, not texts). It is a sequence like a list: ``len(store)``,
+    negative indices, iteration, and slices (``store[1:3]``, ``store[::2]``)
+    that give a lazy `StoreView`, reading nothing until indexed.
 
     Attributes:
       metadata: the store metadata (model, spec, input, shards; see STORE.md).
       entries: the manifest entry of every stored example, in input order.
       parts: the committed manifest parts, by shard.
       complete: every shard of the input is committed.
+      provenance: what every capture records about where it came from (read-only).
     """
 
     def __init__(self, location: str | os.PathLike, *, partial: bool = False):
@@ -53,18 +94,21 @@ class Store:
         kv = KeyValue(self._root)
         meta = store_metadata.read(kv)
         if meta is None:
-            raise FileNotFoundError(f"no jaxattn store at {self.location}")
-        if meta.get("format_version") != layout.FORMAT_VERSION:
-            raise ValueError(
-                f"{self.location}: store format version {meta.get('format_version')}"
-                f" is not {layout.FORMAT_VERSION}; use the jaxattn that wrote it"
+            raise CaptureFileError(
+                f"{self.location} is not a jaxattn store: found {found_at(location)}"
+                " (write one with jaxattn dump INPUT --out STORE)"
             )
         self.metadata = meta
+        made = provenance(
+            model_info(meta, self.location), meta["model"].get("config"), f"store {self.location}"
+        )
+        # "jaxattn" is the version that captured: the one that wrote the store.
+        self.provenance = frozen({**made, "jaxattn": meta.get("jaxattn_version", "unknown")})
         num_shards = meta["shards"]["count"]
         self.parts = read_parts(kv, num_shards)
         self.complete = len(self.parts) == num_shards
         if not self.complete and not partial:
-            raise ValueError(
+            raise CaptureFileError(
                 f"the store at {self.location} is incomplete: {len(self.parts)} of {num_shards} "
                 "shards are done; rerun the dump command to finish it (or open it with "
                 "partial=True)"
@@ -92,23 +136,41 @@ class Store:
 
     def __iter__(self) -> Iterator[Capture]:
         for i in range(len(self)):
-            yield self[i]
+            yield self.read(i)
 
-    def __getitem__(self, index: int) -> Capture:
-        if not isinstance(index, (int, np.integer)):
-            raise TypeError(f"store indices are integers, got {type(index).__name__}")
-        if not -len(self) <= index < len(self):
-            raise IndexError(f"store index {index} out of range for {len(self)} examples")
-        index = int(index) % len(self)
+    def __getitem__(self, key) -> Capture | StoreView:
+        """``store[i]``: one example (i may be negative or a numpy integer);
+        ``store[a:b:c]``: a lazy `StoreView`.
+
+        Raises:
+          IndexError: naming the index and the valid range.
+          TypeError: naming the key's type.
+        """
+        if isinstance(key, slice):
+            return StoreView(self, range(len(self))[key])
+        return self.read(position(key, len(self), "the store"))
+
+    def read(self, index: int) -> Capture:
+        """The example at non-negative `index`, read from its shard's arrays.
+
+        Raises:
+          CaptureFileError: TensorStore cannot read the data (naming the store,
+            the quantity and shard, and how to redo the shard).
+        """
         entry, shard = self.entries[index], self._shard_of[index]
         reads = {}
+        advice = (
+            f"the shard's data is damaged or missing: delete {layout.manifest_key(shard)} "
+            "and rerun the dump command to redo the shard"
+        )
         for q, (offset, shape) in entry.data.items():
-            size = int(np.prod(shape))
-            reads[q] = self._array(q, shard)[offset : offset + size].read()
-        tensors = {
-            q: layout.from_storage(f.result(), self.dtype, entry.data[q][1])
-            for q, f in reads.items()
-        }
+            with tensorstore_errors(self.location, f"read {q} of shard {shard}", advice):
+                size = int(np.prod(shape))
+                reads[q] = self._array(q, shard)[offset : offset + size].read()
+        tensors = {}
+        for q, future in reads.items():
+            with tensorstore_errors(self.location, f"read {q} of shard {shard}", advice):
+                tensors[q] = layout.from_storage(future.result(), self.dtype, entry.data[q][1])
         spec = self.metadata["spec"]
         return Capture(
             tokens=entry.tokens,
@@ -119,6 +181,8 @@ class Store:
             tensors=tensors,
             quantization=dict(entry.quantization),
             precision=spec.get("precision", "highest"),
+            truncated=entry.truncated,
+            provenance=self.provenance,
         )
 
     def _array(self, quantity: str, shard: int):
@@ -152,10 +216,12 @@ def open_store(location: str | os.PathLike, *, partial: bool = False) -> Store:
         shards are visible).
 
     Returns:
-      A `Store`: ``store[i]``, ``len(store)``, iteration, ``store.entries``.
+      A `Store`: a sequence of `Capture` (``store[i]``, ``store[-1]``, lazy
+      ``store[1:3]``, ``len(store)``, iteration), ``store.entries``.
 
     Raises:
-      FileNotFoundError: there is no store at `location`.
-      ValueError: the store is incomplete (unless partial) or of another format.
+      CaptureFileError: no store at `location` (saying what is there), a
+        damaged store, one of a format this jaxattn does not read, an
+        incomplete one (unless partial), or data TensorStore cannot read.
     """
     return Store(location, partial=partial)

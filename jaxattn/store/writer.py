@@ -19,11 +19,13 @@ import numpy as np
 
 from jaxattn.capture import Capture
 from jaxattn.store import layout
-from jaxattn.store.kvstore import KeyValue, child_spec
+from jaxattn.store.kvstore import KeyValue, child_spec, tensorstore_errors
 from jaxattn.store.manifest import Entry, ShardPart, Skipped
 
 # Most bytes handed to TensorStore and not yet on disk; beyond it, appends wait.
 _MAX_IN_FLIGHT = 256 << 20
+# What to do when TensorStore fails to write: the shard is redone on resume.
+_ADVICE = "fix the cause, then rerun the same command: it resumes at this shard"
 
 
 class _Column:
@@ -76,6 +78,7 @@ class ShardWriter:
         import tensorstore as ts
 
         self.kv, self.meta, self.shard = kv, meta, shard
+        self.operation = f"write shard {shard}"
         self.dtype = meta["spec"]["dtype"]
         self.sizes = meta["sizes"]
         self.what = tuple(meta["spec"]["what"])
@@ -104,7 +107,9 @@ class ShardWriter:
         self._columns = {}
         for q, (future, array_meta) in opens.items():
             chunk = array_meta["chunk_grid"]["configuration"]["chunk_shape"][0]
-            self._columns[q] = _Column(future.result(), chunk, self._writes)
+            with tensorstore_errors(kv.location, f"create the {q} array of shard {shard}", _ADVICE):
+                array = future.result()
+            self._columns[q] = _Column(array, chunk, self._writes)
 
     def add(self, cap: Capture, *, record: int, line: int, id: str, truncated: bool) -> int:
         """Append one example's tensors; returns the bytes it adds (uncompressed).
@@ -121,7 +126,8 @@ class ShardWriter:
                     f"{q} of record {record} has shape {array.shape}, expected {shape}"
                 )
             flat = layout.to_storage(array, self.dtype)
-            data[q] = (self._columns[q].append(flat), shape)
+            with tensorstore_errors(self.kv.location, self.operation, _ADVICE):
+                data[q] = (self._columns[q].append(flat), shape)
             added += flat.nbytes
         self.entries[record] = Entry(
             record=record,
@@ -142,7 +148,8 @@ class ShardWriter:
         self._in_flight = sum(n for n, _ in self._writes)
         while self._writes and (self._writes[0][1].done() or self._in_flight > _MAX_IN_FLIGHT):
             n, future = self._writes.popleft()
-            future.result()
+            with tensorstore_errors(self.kv.location, self.operation, _ADVICE):
+                future.result()
             self._in_flight -= n
 
     def commit(
@@ -158,10 +165,11 @@ class ShardWriter:
         Returns:
           The committed part.
         """
-        for column in self._columns.values():
-            column.flush(final=True)
-        while self._writes:
-            self._writes.popleft()[1].result()
+        with tensorstore_errors(self.kv.location, self.operation, _ADVICE):
+            for column in self._columns.values():
+                column.flush(final=True)
+            while self._writes:
+                self._writes.popleft()[1].result()
         for q, column in self._columns.items():
             if column.flushed != self.totals[q]:
                 raise ValueError(

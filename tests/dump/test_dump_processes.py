@@ -84,7 +84,7 @@ def test_killed_job_resumes_with_the_same_command(
     # Another command against the half-done store is refused, before any work.
     refused = main([*cmd[1:], "--what", "attention"])
     assert refused == 2
-    assert "written by a different command:\n  quantities (--what)" in capsys.readouterr().err
+    assert "written by a different command: quantities (--what)" in capsys.readouterr().err
 
     resumed = run_cli(cmd, cli_env(compile_cache))
     assert resumed.returncode == 0, resumed.stderr[-3000:]

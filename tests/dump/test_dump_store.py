@@ -170,18 +170,13 @@ def test_a_changed_command_is_refused(engines, bert_checkpoint, corpus, tmp_path
     before = sorted(p.relative_to(store_dir) for p in store_dir.rglob("*"))
     for name, change, model_dir in _changed(tmp_path, corpus, bert_checkpoint):
         opts = dataclasses.replace(options(corpus, store_dir), **change)
-        with pytest.raises(StoreMismatch, match=f"different command:\n  {name}"):
+        with pytest.raises(StoreMismatch, match=f"different command: {name}"):
             run_dump(engines["bert"], opts, model_dir=model_dir)
     assert sorted(p.relative_to(store_dir) for p in store_dir.rglob("*")) == before
-    with pytest.raises(StoreMismatch, match="rerun the original command"):
+    with pytest.raises(StoreMismatch, match="Rerun the original command"):
         run_dump(
             engines["bert"], options(corpus, store_dir, what=("scores",)), model_dir=bert_checkpoint
         )
-
-
-def test_open_store_errors(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no jaxattn store"):
-        jaxattn.open_store(tmp_path)
 
 
 def test_reading_a_store_needs_no_jax(reference_store):

@@ -1,0 +1,93 @@
+"""Indexing a store like a list: negative indices, slices, lazy selections.
+
+``store[i]`` reads one example; ``store[1:3]``, ``store[::2]``, ``store[-2:]``
+give a `StoreView`: a read-only sequence of the selected examples that reads
+nothing until one of them is indexed or iterated (a store may hold millions).
+Views slice further (``store[::2][1:]``) without reading either. Indices are
+anything with ``__index__`` (int, numpy integers), checked against the length
+with a message that names the index and the valid range.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator, Sequence
+
+from jaxattn.capture import Capture
+
+
+def position(key, length: int, holder: str) -> int:
+    """The non-negative position of the integer index `key` in a sequence of `length`.
+
+    Args:
+      key: an int, numpy integer or anything with ``__index__``; negative counts
+        from the end.
+      length: the sequence's length.
+      holder: what holds the examples, for messages ("the store", "the selection").
+
+    Raises:
+      TypeError: `key` is not an integer (slices are handled by the callers).
+      IndexError: `key` is out of range, naming it and the valid range.
+    """
+    try:
+        index = operator.index(key)
+    except TypeError:
+        raise TypeError(
+            f"{holder} is indexed by integers or slices (store[3], store[-1], store[1:3]),"
+            f" not {type(key).__name__}"
+        ) from None
+    if not -length <= index < length:
+        raise IndexError(out_of_range(index, length, holder))
+    return index % length
+
+
+def out_of_range(index: int, length: int, holder: str) -> str:
+    """'index 7 is out of range: the store holds 5 examples (0..4, or -5..-1)'."""
+    if length == 0:
+        return f"index {index} is out of range: {holder} holds no examples"
+    noun = "example" if length == 1 else "examples"
+    return (
+        f"index {index} is out of range: {holder} holds {length} {noun}"
+        f" (0..{length - 1}, or -{length}..-1)"
+    )
+
+
+class StoreView(Sequence):
+    """A lazy, read-only selection of a store's examples (``store[1:3]``, ``store[::2]``).
+
+    ``len(view)``, ``view[i]`` (negative too), ``view[a:b:c]`` (another view)
+    and iteration work as for a list; each example is read from the store when
+    it is indexed. Its captures are the store's (`jaxattn.store.Store`).
+
+    Attributes:
+      store: the store it selects from.
+      indices: the selected store indices, a `range`.
+    """
+
+    def __init__(self, store, indices: range):
+        self.store, self.indices = store, indices
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, key) -> Capture | StoreView:
+        if isinstance(key, slice):
+            return StoreView(self.store, self.indices[key])
+        return self.store.read(self.indices[position(key, len(self), "the selection")])
+
+    def __iter__(self) -> Iterator[Capture]:
+        for index in self.indices:
+            yield self.store.read(index)
+
+    @property
+    def metadata(self) -> dict:
+        """The store's metadata (model, spec, input; STORE.md)."""
+        return self.store.metadata
+
+    @property
+    def entries(self) -> list:
+        """The manifest entries of the selected examples (`jaxattn.store.manifest.Entry`)."""
+        return [self.store.entries[i] for i in self.indices]
+
+    def __repr__(self) -> str:
+        return f"StoreView({self.store.location!r}, {len(self)} examples: {self.indices})"

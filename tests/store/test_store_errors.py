@@ -1,0 +1,125 @@
+"""A location that holds no readable store is a CaptureFileError saying what is there;
+TensorStore's own failures come back as one line naming the store and the operation."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from store_helpers import captures, write_store
+
+import jaxattn
+from jaxattn.errors import CaptureFileError
+from jaxattn.store.kvstore import tensorstore_detail
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    """A finished store of 4 examples in 2 shards (copied before damaging it)."""
+    path = tmp_path_factory.mktemp("good") / "s.zarr"
+    write_store(path, captures(4))
+    return path
+
+
+def _error(location, **kw) -> str:
+    with pytest.raises(CaptureFileError) as err:
+        store = jaxattn.open_store(location, **kw)
+        store[0]
+    text = str(err.value)
+    assert "\n" not in text and str(location) in text
+    return text
+
+
+def test_what_is_there_when_there_is_no_store(tmp_path):
+    advice = "(write one with jaxattn dump INPUT --out STORE)"
+    assert _error(tmp_path / "none").endswith(f"found nothing: no such file or directory {advice}")
+    (tmp_path / "f.txt").write_text("hello")
+    assert "found a file, not a directory" in _error(tmp_path / "f.txt")
+    (tmp_path / "empty").mkdir()
+    assert "is not a jaxattn store: found an empty directory" in _error(tmp_path / "empty")
+    for name in ("a.txt", "b", "c", "d"):
+        (tmp_path / "data" / name).mkdir(parents=True)
+    assert "found a directory of 4 entries (a.txt, b, c, ...) without a zarr.json" in _error(
+        tmp_path / "data"
+    )
+
+
+def _damage(good, tmp_path, edit) -> str:
+    path = tmp_path / "s.zarr"
+    shutil.copytree(good, path)
+    edit(path)
+    return _error(path)
+
+
+def _edit_metadata(change):
+    def edit(path):
+        doc = json.loads((path / "zarr.json").read_text())
+        change(doc["attributes"])
+        (path / "zarr.json").write_text(json.dumps(doc))
+
+    return edit
+
+
+def test_damaged_or_foreign_metadata(good, tmp_path):
+    def garble(path):
+        (path / "zarr.json").write_text('{"zarr_format": 3, "node_')
+
+    assert "zarr.json is not valid JSON" in _damage(good, tmp_path / "1", garble)
+    foreign = _edit_metadata(lambda a: a.pop("jaxattn"))
+    assert "not a jaxattn store: its zarr.json is a zarr node without jaxattn store metadata" in (
+        _damage(good, tmp_path / "2", foreign)
+    )
+    no_shards = _edit_metadata(lambda a: a["jaxattn"].pop("shards"))
+    assert "is damaged: its metadata (zarr.json, attributes.jaxattn) lacks shards.count" in (
+        _damage(good, tmp_path / "3", no_shards)
+    )
+    newer = _edit_metadata(lambda a: a["jaxattn"].update(format_version=2))
+    text = _damage(good, tmp_path / "4", newer)
+    assert "has format version 2, newer than this jaxattn" in text
+    assert text.endswith("reads (1): upgrade jaxattn to read it")
+
+
+def test_incomplete_and_damaged_manifest(good, tmp_path):
+    path = tmp_path / "s.zarr"
+    write_store(path, captures(4), commit=1)
+    assert "is incomplete: 1 of 2 shards are done" in _error(path)
+    assert len(jaxattn.open_store(path, partial=True)) == 2
+
+    def garble_part(p):
+        (p / "manifest" / "s000001" / "zarr.json").write_text('{"attributes": {}}')
+
+    assert "manifest/s000001/zarr.json is not a manifest part" in (
+        _damage(good, tmp_path / "m", garble_part)
+    )
+
+
+def test_tensorstore_failures_are_one_line_naming_store_and_operation(good, tmp_path):
+    def garble_chunk(path):
+        (path / "attention" / "s000000" / "c" / "0").write_bytes(b"garbage")
+
+    text = _damage(good, tmp_path / "1", garble_chunk)
+    assert text.startswith(f"cannot read attention of shard 0 in the store at {tmp_path / '1'}")
+    assert "Error reading local file" in text and "[" not in text
+    assert text.endswith("delete manifest/s000000/zarr.json and rerun the dump command to "
+                         "redo the shard")  # fmt: skip
+
+    def drop_array(path):
+        (path / "hidden_states" / "s000000" / "zarr.json").unlink()
+
+    text = _damage(good, tmp_path / "2", drop_array)
+    assert "cannot read hidden_states of shard 0" in text and "NOT_FOUND" in text
+    assert "tensorstore_spec" not in text
+
+
+def test_tensorstore_detail_is_one_short_line():
+    raw = ValueError(
+        'NOT_FOUND: Error opening "zarr3" driver: Metadata at local file "/x/zarr.json" does '
+        'not exist [tensorstore_spec=\'{"driver": "zarr3"}\']\nmore\nlines'
+    )
+    assert tensorstore_detail(raw) == (
+        'NOT_FOUND: Error opening "zarr3" driver: Metadata at local file "/x/zarr.json" does '
+        "not exist"
+    )
+    long = tensorstore_detail(ValueError("FAILED_PRECONDITION: " + "x" * 1000))
+    assert len(long) == 240 and long.endswith("...")

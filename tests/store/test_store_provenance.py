@@ -1,0 +1,47 @@
+"""Captures read from a store say where they came from: the model the store records,
+the source "store <path>", and whether their text was truncated (texts are not stored)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from store_helpers import CONFIG, INFO, captures, write_store
+
+import jaxattn
+from jaxattn.config import jaxattn_version
+
+
+def test_captures_carry_the_store_models_provenance(tmp_path):
+    path = tmp_path / "s.zarr"
+    write_store(path, captures(4), truncated=frozenset({1}))
+    store = jaxattn.open_store(path)
+    want = {
+        "model": INFO.name,
+        "family": INFO.family,
+        "weights": "blake2b:0123456789abcdef",
+        "config": CONFIG.to_dict(),
+        "jaxattn": jaxattn_version(),  # the version that wrote the store
+        "source": f"store {path}",
+    }
+    for i, cap in enumerate(store):
+        assert dict(cap.provenance) == want
+        assert cap.truncated == (i == 1)
+        assert cap.text is None  # the manifest keeps tokens, line and id, not the text
+    assert store[0].provenance is store[3].provenance  # one read-only mapping per store
+    with pytest.raises(TypeError):
+        store[0].provenance["model"] = "other"
+
+
+def test_a_store_of_an_older_jaxattn_has_no_weights_or_config(tmp_path):
+    path = tmp_path / "s.zarr"
+    write_store(path, captures(2))
+    root = json.loads((path / "zarr.json").read_text())
+    root["attributes"]["jaxattn"]["jaxattn_version"] = "0.1.0"
+    model = root["attributes"]["jaxattn"]["model"]
+    del model["weights"], model["config"], model["precision"]  # as jaxattn 0.2 wrote it
+    (path / "zarr.json").write_text(json.dumps(root))
+    cap = jaxattn.open_store(path)[1]
+    assert cap.provenance["weights"] == "" and cap.provenance["config"] == {}
+    assert cap.provenance["model"] == INFO.name and cap.provenance["family"] == "bert"
+    assert cap.provenance["jaxattn"] == "0.1.0" and cap.provenance["source"] == f"store {path}"

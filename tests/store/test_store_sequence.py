@@ -1,0 +1,98 @@
+"""A store indexes like a list of its captures: negative indices, numpy integers,
+lazy slices (views), and errors that name the index, the length and the type."""
+
+from __future__ import annotations
+
+import collections.abc
+
+import numpy as np
+import pytest
+from store_helpers import captures, write_store
+
+import jaxattn
+from jaxattn.store import StoreView
+
+COUNT = 5
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """(the opened store, the plain list of the captures written to it): 3 shards."""
+    caps = captures(COUNT)
+    path = tmp_path_factory.mktemp("seq") / "s.zarr"
+    write_store(path, caps, shard_size=2)
+    return jaxattn.open_store(path), caps
+
+
+def _same(got, want) -> None:
+    assert got.tokens == want.tokens
+    for q in want.what:
+        np.testing.assert_array_equal(got.tensors[q], want.tensors[q], err_msg=q)
+
+
+def test_integer_indices_match_the_list(pair):
+    store, caps = pair
+    assert isinstance(store, collections.abc.Sequence) and len(store) == len(caps)
+    for i in range(-COUNT, COUNT):
+        _same(store[i], caps[i])
+    for index in (np.int64(-1), np.int32(2), np.uint8(4)):
+        _same(store[index], caps[int(index)])
+    assert [c.tokens for c in reversed(store)] == [c.tokens for c in reversed(caps)]
+
+
+SLICES = [
+    slice(1, 3), slice(None, None, 2), slice(-2, None), slice(None, None, -1),
+    slice(5, None), slice(10, 20), slice(-100, 2), slice(4, 0, -2), slice(np.int64(1), None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("sl", SLICES, ids=str)
+def test_slices_match_the_list(pair, sl):
+    store, caps = pair
+    view, want = store[sl], caps[sl]
+    assert isinstance(view, StoreView) and len(view) == len(want)
+    assert [c.tokens for c in view] == [c.tokens for c in want]
+    for i in range(-len(want), len(want)):
+        _same(view[i], want[i])
+    for inner in (slice(1, None), slice(None, None, -1), slice(-1, None)):
+        assert [c.tokens for c in view[inner]] == [c.tokens for c in want[inner]]
+    assert [e.record for e in view.entries] == list(range(COUNT))[sl]
+
+
+def test_views_read_nothing_until_indexed(pair, monkeypatch):
+    store, _ = pair
+    reads = []
+    real = type(store).read
+    monkeypatch.setattr(type(store), "read", lambda self, i: reads.append(i) or real(self, i))
+    view = store[1:][::2][-2:]
+    assert reads == [] and len(view) == 2
+    view[-1]
+    assert reads == [3]  # [1, 2, 3, 4] -> [1, 3] -> [1, 3]
+    list(view)
+    assert reads == [3, 1, 3]
+
+
+def test_index_errors_name_the_index_and_the_range(pair):
+    store, caps = pair
+    for bad in (5, -6, np.int64(7)):
+        with pytest.raises(IndexError) as err:
+            store[bad]
+        with pytest.raises(IndexError):
+            caps[bad]  # the same indices a list refuses
+        assert str(err.value) == (
+            f"index {int(bad)} is out of range: the store holds 5 examples (0..4, or -5..-1)"
+        )
+    with pytest.raises(IndexError, match=r"^index 2 is out of range: the selection holds 2 "
+                       r"examples \(0\.\.1, or -2\.\.-1\)$"):  # fmt: skip
+        store[1:3][2]
+    with pytest.raises(IndexError, match="^index 0 is out of range: the selection holds no "):
+        store[5:][0]
+
+
+@pytest.mark.parametrize("key", ["1", 1.0, None, (1, 2)], ids=repr)
+def test_other_keys_are_type_errors_naming_the_type(pair, key):
+    store, _ = pair
+    with pytest.raises(TypeError, match=f"not {type(key).__name__}$"):
+        store[key]
+    with pytest.raises(TypeError, match=f"not {type(key).__name__}$"):
+        store[::2][key]
