@@ -107,6 +107,28 @@ def read_token(token_file: str | None) -> str | None:
     return os.environ.get("JAXATTN_TOKEN") or None
 
 
+def positive_float(value: str) -> float:
+    """A number > 0."""
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value}")
+    return x
+
+
+def port(value: str) -> int:
+    """A TCP port, 0 (any free one) to 65535."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {value!r}") from None
+    if not 0 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0..65535, got {n}")
+    return n
+
+
 def add_source_arguments(
     p: argparse.ArgumentParser, *, timeout: float = 120.0, server: bool = True
 ) -> None:
@@ -123,7 +145,7 @@ def add_source_arguments(
     )
     add_token_argument(p)
     p.add_argument("--tls-ca", metavar="PEM", help="connect to --server with TLS trusting this CA")
-    p.add_argument("--timeout", type=float, default=timeout,
+    p.add_argument("--timeout", type=positive_float, default=timeout,
                    help=f"seconds per call to --server (default {timeout:g})")  # fmt: skip
 
 

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import argparse
 
-from jaxattn.cli.args import add_precision_argument, add_source_arguments, read_token
+from jaxattn.cli.args import (
+    add_precision_argument,
+    add_source_arguments,
+    port,
+    positive,
+    positive_float,
+    read_token,
+)
 
 _MiB = 1 << 20
 
@@ -33,14 +40,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_precision_argument(p, default="highest")
     p.add_argument("--host", default="127.0.0.1",
                    help="interface to bind (default 127.0.0.1: this machine only)")  # fmt: skip
-    p.add_argument("--port", type=int, default=50051, help="port; 0 picks a free one")
-    p.add_argument("--max-texts", type=int, default=1024, help="most texts per request")
-    p.add_argument("--max-tokens", type=int, default=131072, help="most tokens per request")
-    p.add_argument("--queue-size", type=int, default=64,
+    p.add_argument("--port", type=port, default=50051, help="port; 0 picks a free one")
+    p.add_argument("--max-texts", type=positive, default=1024, help="most texts per request")
+    p.add_argument("--max-tokens", type=positive, default=131072, help="most tokens per request")
+    p.add_argument("--queue-size", type=positive, default=64,
                    help="most requests admitted at once; more get RESOURCE_EXHAUSTED")  # fmt: skip
     p.add_argument("--batch-window-ms", type=float, default=5.0,
                    help="how long a request waits for others to share its batch")  # fmt: skip
-    p.add_argument("--max-batch", type=int, default=64,
+    p.add_argument("--max-batch", type=positive, default=64,
                    help="most examples merged into one engine call")  # fmt: skip
     p.add_argument("--no-micro-batching", action="store_true",
                    help="run every request in its own engine call")  # fmt: skip
@@ -49,19 +56,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token-file", metavar="FILE",
                    help="require 'authorization: Bearer <token>' with the token in FILE "
                    "(or set $JAXATTN_TOKEN; never pass a token on the command line)")  # fmt: skip
-    p.add_argument("--max-request-mib", type=float, default=4.0,
+    p.add_argument("--max-request-mib", type=positive_float, default=4.0,
                    help="largest request message; larger get RESOURCE_EXHAUSTED")  # fmt: skip
-    p.add_argument("--request-buffer-mib", type=float, default=64.0,
+    p.add_argument("--request-buffer-mib", type=positive_float, default=64.0,
                    help="most unsent result MiB per call: beyond it the engine waits "
                    "for that client to read (flow control)")  # fmt: skip
-    p.add_argument("--max-buffered-mib", type=float, default=1024.0,
+    p.add_argument("--max-buffered-mib", type=positive_float, default=1024.0,
                    help="most result MiB all calls may hold together (reserved at "
                    "admission; RESOURCE_EXHAUSTED beyond)")  # fmt: skip
-    p.add_argument("--slow-reader-s", type=float, default=30.0,
+    p.add_argument("--slow-reader-s", type=positive_float, default=30.0,
                    help="cancel a call whose client reads nothing for this long")  # fmt: skip
     p.add_argument("--grace", type=float, default=30.0,
                    help="seconds in-flight calls get to finish on SIGTERM")  # fmt: skip
-    p.add_argument("--log-level", default="INFO", help="logging level (one line per request)")
+    p.add_argument("--log-level", default="INFO", type=str.upper,
+                   choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                   help="logging level (INFO: one line per request)")  # fmt: skip
 
 
 def _read(path: str | None) -> bytes | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jaxattn.cli.args import add_codec_argument, add_source_arguments
+from jaxattn.cli.args import add_codec_argument, add_source_arguments, port, positive
 from jaxattn.cli.source import open_source
 
 
@@ -17,8 +17,8 @@ def register(subparsers) -> None:
     add_source_arguments(p)
     add_codec_argument(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = any free)")
-    p.add_argument("--max-chars", type=int, default=2000, help="longest sentence accepted")
+    p.add_argument("--port", type=port, default=8000, help="port (default 8000; 0 = any free)")
+    p.add_argument("--max-chars", type=positive, default=2000, help="longest sentence accepted")
     p.set_defaults(func=_run)
 
 

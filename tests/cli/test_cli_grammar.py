@@ -1,0 +1,116 @@
+"""One CLI grammar: the same flags and value syntax in every command, every option's
+default in its help, the long-text policy and its counts, --version."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+import jaxattn
+from jaxattn.cli import build_parser, main
+
+
+def _options():
+    parser = build_parser()
+    for name, sub in parser.commands.items():
+        for action in sub._actions:
+            if action.option_strings and action.help != argparse.SUPPRESS:
+                yield name, sub, action
+
+
+@pytest.mark.parametrize("command, sub, action",
+                         [pytest.param(*o, id=f"{o[0]} {o[2].option_strings[0]}")
+                          for o in _options()])  # fmt: skip
+def test_every_option_has_help_that_states_its_default(command, sub, action):
+    if isinstance(action, argparse._HelpAction):
+        return
+    assert action.help, f"jaxattn {command} {action.option_strings[0]} has no help"
+    rendered = sub.formatter_class(prog="x")._get_help_string(action)
+    if action.default not in (None, False) and not action.required:
+        assert "default" in rendered, f"{command} {action.option_strings[0]}: {rendered}"
+
+
+def test_shared_flags_are_spelled_one_way():
+    seen: dict[str, set] = {}
+    for command, _, action in _options():
+        for flag in action.option_strings:
+            seen.setdefault(flag, set()).add(command)
+    for flag in ("--layer", "--head", "--truncate", "--chunk-size", "-N"):
+        assert flag not in seen, f"{flag} is not the CLI's spelling"
+    assert {"capture", "view", "dump"} <= seen["--layers"]
+    assert {"capture", "view", "analyze", "dump"} <= seen["--too-long"]
+    assert {"view", "analyze", "dump", "bench"} <= seen["--limit"]
+    # --precision is the compute precision wherever it appears (view's old meaning moved)
+    for command, _, action in _options():
+        if "--precision" in action.option_strings:
+            assert set(action.choices) == {"highest", "tf32", "bf16"}, command
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"jaxattn {jaxattn.__version__}"
+
+
+def test_layers_and_heads_take_negative_indices_and_ranges(bert_checkpoint, tmp_path, capsys):
+    out = tmp_path / "c.npz"
+    code = main(["capture", "a short sentence", "--model", str(bert_checkpoint), "--layers",
+                 "0, -1", "--heads", "1:3", "--what", "attention, alpha_fx_norm", "--out",
+                 str(out)])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    cap = jaxattn.Capture.load(out)
+    assert cap.layers == (0, 2) and cap.heads == (1, 2)
+    assert set(cap.what) == {"attention", "alpha_fx_norm"}
+    assert cap.text == "a short sentence" and cap.provenance["source"] == "engine"
+    assert cap.provenance["weights"].startswith("blake2b:")
+    assert main(["capture", "again", "--model", str(bert_checkpoint), "--out", str(out)]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert main(["capture", "again", "--model", str(bert_checkpoint), "--out", str(out),
+                 "--overwrite"]) == 0  # fmt: skip
+    assert jaxattn.Capture.load(out).text == "again"
+
+
+def test_too_long_is_one_policy_with_counts(bert_checkpoint, tmp_path, capsys):
+    long = "word " * 100
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(f"short one\n{long}\nshort two\n")
+    model = ["--model", str(bert_checkpoint)]
+    assert main(["analyze", str(corpus), "--out", str(tmp_path / "r.json"), "--quiet",
+                 "--no-head-distance", *model]) == 1  # fmt: skip
+    assert "--too-long truncate" in capsys.readouterr().err
+    assert main(["analyze", str(corpus), "--out", str(tmp_path / "r.json"), "--quiet",
+                 "--no-head-distance", "--too-long", "skip", *model]) == 0  # fmt: skip
+    assert "1 skipped as too long" in capsys.readouterr().err
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["meta"]["skipped"] == 1 and report["meta"]["truncated"] == 0
+    assert main(["view", str(corpus), "--out", str(tmp_path / "v.html"), "--too-long",
+                 "truncate", *model]) == 0  # fmt: skip
+    captured = capsys.readouterr()
+    assert "1 truncated" in captured.err and "3 example(s)" in captured.out
+    assert main(["capture", long, "--truncate", *model]) == 0  # the 0.2 spelling
+    assert "truncated to the model's limit" in capsys.readouterr().out
+
+
+def test_view_draws_the_layer_and_heads_it_is_given(bert_checkpoint, tmp_path, capsys):
+    svg = tmp_path / "h.svg"
+    args = ["view", "one two three", "--model", str(bert_checkpoint), "--out", str(svg)]
+    assert main([*args, "--layers", "-1", "--heads", "0,2"]) == 0, capsys.readouterr().err
+    assert "<svg" in svg.read_text()
+    assert main([*args, "--layers", "0:2", "--overwrite"]) == 2
+    assert "draws one" in capsys.readouterr().err
+
+
+def test_a_saved_capture_remembers_where_it_came_from(engines, tmp_path):
+    cap = engines["bert"].capture([("a b", "c d")], ("attention",), dtype="uint8")[0]
+    cap.save(tmp_path / "c.npz")
+    back = jaxattn.Capture.load(tmp_path / "c.npz")
+    assert back.text == ("a b", "c d") and back.dtype == "uint8"
+    info = engines["bert"].model_info()
+    assert dict(back.provenance) == {
+        "model": info.name, "family": "bert", "weights": info.weights,
+        "config": engines["bert"].config.to_dict(), "jaxattn": jaxattn.__version__,
+        "source": "engine",
+    }  # fmt: skip
+    np.testing.assert_array_equal(back.encoded("attention")[0], cap.encoded("attention")[0])
