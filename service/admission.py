@@ -17,7 +17,17 @@ _MiB = 1 << 20
 
 
 class QueueFull(Exception):
-    """The server is at its admitted-request or buffered-bytes limit."""
+    """The server is at its admitted-request or buffered-bytes limit.
+
+    Attributes:
+      limit: which one, as the `jaxattn-limit` trailer names it (attention.proto):
+        "queue_size", "max_buffered_bytes" (this request alone is too big) or
+        "buffers_full" (the others' reservations leave no room now).
+    """
+
+    def __init__(self, message: str, limit: str):
+        super().__init__(message)
+        self.limit = limit
 
 
 def reservation(
@@ -37,19 +47,24 @@ def reservation(
 
 def refusal(
     *, admitted: int, queue_size: int, reserve: int, reserved: int, total_bytes: int
-) -> str | None:
-    """Why a job cannot be admitted now (the QueueFull message), or None if it can."""
+) -> QueueFull | None:
+    """Why a job cannot be admitted now (the QueueFull to raise), or None if it can."""
     if admitted >= queue_size:
-        return f"the server's queue is full ({queue_size} requests in progress); retry later"
+        return QueueFull(
+            f"the server's queue is full ({queue_size} requests in progress); retry later",
+            "queue_size",
+        )
     if reserve > total_bytes:
-        return (
+        return QueueFull(
             f"this request needs {reserve / _MiB:.0f} MiB of result buffer; this server "
             f"allows {total_bytes / _MiB:.0f} MiB: send fewer or shorter texts, or fewer "
-            "quantities"
+            "quantities",
+            "max_buffered_bytes",
         )
     if reserved + reserve > total_bytes:
-        return (
+        return QueueFull(
             f"the server's result buffers are full ({reserved / _MiB:.0f} of "
-            f"{total_bytes / _MiB:.0f} MiB reserved); retry later"
+            f"{total_bytes / _MiB:.0f} MiB reserved); retry later",
+            "buffers_full",
         )
     return None

@@ -101,7 +101,7 @@ class MicroBatcher:
                           reserved=self._reserved, total_bytes=self.total_bytes)  # fmt: skip
             if why is not None:
                 self.stats["rejected"] += 1
-                raise QueueFull(why)
+                raise why
             self._jobs.add(job)
             self._reserved += reserve
             self._pending.append(job)

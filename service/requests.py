@@ -1,9 +1,12 @@
 """CaptureRequest -> a validated (spec, tokenised examples, codec, chunk size).
 
 Every field is checked before anything is queued or computed; a bad one raises
-`RequestError` with INVALID_ARGUMENT (or RESOURCE_EXHAUSTED for a server limit)
-and a message naming the field and its valid range. Quantity, layer, head and
-dtype rules and messages are the engine's own (`Engine.make_spec`).
+`RequestError` with INVALID_ARGUMENT (or RESOURCE_EXHAUSTED for a server limit),
+a message in wire terms naming the field, its index and the valid range, and
+the field's name (and the limit's) for the `jaxattn-field` / `jaxattn-limit`
+trailers (attention.proto). Layers and heads are checked here against the wire's
+rule (0..count-1: no negative indices, which the engine would accept); the
+dtype rules are the engine's own (`Engine.make_spec`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import dataclasses
 
 import grpc
 
+from jaxattn.errors import TooLongError
+from jaxattn.quantities import QUANTITIES
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs
 
@@ -25,14 +30,28 @@ MAX_DETAILS = 1024
 
 
 class RequestError(Exception):
-    """A request the server refuses, with the status code to answer it with."""
+    """A request the server refuses, with the status code to answer it with.
 
-    def __init__(self, code: grpc.StatusCode, message: str):
+    Attributes:
+      field: the offending CaptureRequest field ("texts[3]", "layers", ...), sent
+        as the `jaxattn-field` trailer; None when no one field is at fault.
+      limit: the server limit hit ("max_texts", "max_tokens"), sent as `jaxattn-limit`.
+    """
+
+    def __init__(self, code: grpc.StatusCode, message: str, field: str | None = None,
+                 limit: str | None = None):  # fmt: skip
         if len(message) > MAX_DETAILS:
             message = f"{message[: MAX_DETAILS - 40]}... ({len(message)} characters)"
         super().__init__(message)
         self.code = code
         self.message = message
+        self.field = field
+        self.limit = limit
+
+    def trailers(self) -> tuple[tuple[str, str], ...]:
+        """The machine-readable trailing metadata documented in attention.proto."""
+        pairs = (("jaxattn-field", self.field), ("jaxattn-limit", self.limit))
+        return tuple((k, v) for k, v in pairs if v)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,8 +72,42 @@ def _enum(value: int, table: dict, enum_type, field: str):
     if value not in table:
         valid = ", ".join(f"{enum_type.Name(v)} ({v})" for v in sorted(table) if v)
         raise RequestError(INVALID, f"{field} {value} is not a valid {enum_type.DESCRIPTOR.name}:"
-                                    f" valid values are {valid}")  # fmt: skip
+                                    f" valid values are {valid}", field)  # fmt: skip
     return table[value]
+
+
+def _indices(values, count: int, field: str) -> list[int] | None:
+    """Check a repeated index field: each in 0..count-1, no duplicates (None: all)."""
+    seen: dict[int, int] = {}
+    for i, v in enumerate(values):
+        if not 0 <= v < count:
+            raise RequestError(INVALID, f"{field} index {v} ({field}[{i}]) is out of range: valid "
+                               f"{field} are 0..{count - 1} (ModelInfo.{field})",
+                               f"{field}[{i}]")  # fmt: skip
+        if v in seen:
+            raise RequestError(INVALID, f"{field} index {v} ({field}[{i}]) is a duplicate of "
+                               f"{field}[{seen[v]}]: send each index once",
+                               f"{field}[{i}]")  # fmt: skip
+        seen[v] = i
+    return list(values) or None
+
+
+def _what(names) -> list[str] | None:
+    for i, name in enumerate(names):
+        if name not in QUANTITIES:
+            raise RequestError(INVALID, f"what[{i}] {name!r} is not a quantity: valid names are "
+                               f"{', '.join(QUANTITIES)}", f"what[{i}]")  # fmt: skip
+    return list(names) or None
+
+
+def _too_long(e: TooLongError) -> RequestError:
+    """The engine's TooLongError, in wire terms."""
+    return RequestError(
+        INVALID,
+        f"texts[{e.index}] is {e.length} tokens, over the model's limit of {e.limit} "
+        "(ModelInfo.max_positions): set truncate in CaptureRequest to cut it",
+        f"texts[{e.index}]",
+    )
 
 
 def _chunk_bytes(value: int) -> int:
@@ -66,6 +119,7 @@ def _chunk_bytes(value: int) -> int:
             INVALID,
             f"max_chunk_bytes {value} is out of range: valid values are 0 (the default, "
             f"{codecs.DEFAULT_MAX_CHUNK_BYTES}) or {lo}..{hi}",
+            "max_chunk_bytes",
         )
     return value
 
@@ -77,10 +131,14 @@ class RequestParser:
     mutable state between calls.
     """
 
-    def __init__(self, engine, *, max_texts: int, max_tokens: int):
+    def __init__(self, engine, *, max_texts: int, max_tokens: int, max_request_bytes: int = 0,
+                 max_metadata_bytes: int = 0):  # fmt: skip
         self.engine = engine
         self.max_texts = max_texts
         self.max_tokens = max_tokens
+        # Enforced by gRPC (service/server.py); kept here to be reported in ModelInfo.
+        self.max_request_bytes = max_request_bytes
+        self.max_metadata_bytes = max_metadata_bytes
 
     def parse(self, request: pb.CaptureRequest) -> ParsedRequest:
         """Validate `request` and tokenise its texts.
@@ -91,32 +149,37 @@ class RequestParser:
         """
         n = len(request.texts)
         if n == 0:
-            raise RequestError(INVALID, f"texts is empty: send 1 to {self.max_texts} texts")
+            raise RequestError(INVALID, f"texts is empty: send 1 to {self.max_texts} texts",
+                               "texts")  # fmt: skip
         if n > self.max_texts:
             raise RequestError(EXHAUSTED, f"texts has {n} entries; this server accepts at most "
-                                          f"{self.max_texts} per request")  # fmt: skip
+                               f"{self.max_texts} per request (ModelInfo.max_texts)", "texts",
+                               "max_texts")  # fmt: skip
         dtype = _enum(request.dtype, codecs.PB_TO_DTYPE, pb.Dtype, "dtype")
         precision = _enum(request.precision, codecs.PB_TO_PRECISION, pb.Precision, "precision")
         codec = _enum(request.codec, codecs.PB_TO_CODEC, pb.Codec, "codec")
         max_chunk_bytes = _chunk_bytes(request.max_chunk_bytes)
+        info = self.engine.info
+        what = _what(request.what)
+        layers = _indices(request.layers, info.layers, "layers")
+        heads = _indices(request.heads, info.heads, "heads")
         try:
             spec = self.engine.make_spec(
-                what=list(request.what) or None,
-                layers=list(request.layers) or None,
-                heads=list(request.heads) or None,
-                dtype=dtype,
-                precision=precision,  # None: the engine's default
-            )
-        except ValueError as e:
-            raise RequestError(INVALID, str(e)) from e
+                what=what, layers=layers, heads=heads, dtype=dtype, precision=precision
+            )  # None: the engine's default
+        except ValueError as e:  # what, layers and heads passed: a dtype combination
+            raise RequestError(INVALID, str(e), "dtype") from e
         texts = [(t.text, t.text_pair) if t.HasField("text_pair") else t.text
                  for t in request.texts]  # fmt: skip
         try:
             tokenized = self.engine.tokenize(texts, truncate=request.truncate)
+        except TooLongError as e:
+            raise _too_long(e) from e
         except ValueError as e:
-            raise RequestError(INVALID, str(e)) from e
+            raise RequestError(INVALID, str(e), "texts") from e
         parsed = ParsedRequest(spec, tokenized, codec, max_chunk_bytes)
         if parsed.tokens > self.max_tokens:
             raise RequestError(EXHAUSTED, f"texts hold {parsed.tokens} tokens; this server accepts"
-                                          f" at most {self.max_tokens} per request")  # fmt: skip
+                               f" at most {self.max_tokens} per request (ModelInfo.max_tokens)",
+                               "texts", "max_tokens")  # fmt: skip
         return parsed

@@ -10,7 +10,7 @@ import grpc
 
 from jaxattn.quantities import QUANTITIES
 from jaxattn.v1 import attention_pb2 as pb
-from jaxattn.wire import serialize_example
+from jaxattn.wire import codecs, serialize_example
 from service.batcher import EngineFailed, JobCancelled, MicroBatcher, QueueFull, SlowReader
 from service.prefetch import prefetch
 from service.requests import RequestError, RequestParser
@@ -49,6 +49,12 @@ class AttentionServicer:
             quantities=list(QUANTITIES),
             max_texts=self.parser.max_texts,
             max_tokens=self.parser.max_tokens,
+            max_request_bytes=self.parser.max_request_bytes,
+            max_metadata_bytes=self.parser.max_metadata_bytes,
+            weights=getattr(i, "weights", ""),
+            min_chunk_bytes=codecs.MIN_MAX_CHUNK_BYTES,
+            max_chunk_bytes=codecs.MAX_MAX_CHUNK_BYTES,
+            default_chunk_bytes=codecs.DEFAULT_MAX_CHUNK_BYTES,
         )
 
     def Capture(self, request, context):  # noqa: N802 (gRPC method name)
@@ -79,12 +85,15 @@ class AttentionServicer:
                 yield message
         except RequestError as e:
             stats["code"] = e.code.name
+            context.set_trailing_metadata(e.trailers())
             context.abort(e.code, e.message)
         except QueueFull as e:
             stats["code"] = "RESOURCE_EXHAUSTED"
+            context.set_trailing_metadata((("jaxattn-limit", e.limit),))
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
         except SlowReader as e:
             stats["code"] = "RESOURCE_EXHAUSTED"
+            context.set_trailing_metadata((("jaxattn-limit", "slow_reader"),))
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
         except JobCancelled:
             if not context.is_active():  # the client cancelled or its deadline passed

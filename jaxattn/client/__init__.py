@@ -10,8 +10,13 @@
         caps[1].attention                            # numpy [L, H, T, T], as from the engine
         for cap in client.stream(many_texts):        # each example as it arrives
             ...
+        for cap in client.capture_iter(open("corpus.txt"), too_long="skip"):
+            ...                                      # any iterable, bounded memory
 
-Failures raise `AttentionServiceError` with the gRPC status code and message.
+Captures carry `text`, `truncated` and `provenance` (source "server HOST:PORT").
+Layers and heads take the engine's selections (-1, slices, "0,3,-1"). Failures
+raise `AttentionServiceError` with the gRPC status code, message, and the
+refused request `field` / server `limit` when the server names them.
 A client-only install: `pip install "jaxattn[client]"`.
 """
 

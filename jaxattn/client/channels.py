@@ -134,6 +134,16 @@ class Channels:
             time.sleep(backoff_delay(k, self.backoff, deadline - time.monotonic()))
         raise AssertionError("unreachable")
 
+    def wait_ready(self, timeout: float) -> None:
+        """Block until every address accepts connections (UNAVAILABLE after `timeout`)."""
+        for address, channel in zip(self.addresses, self._channels, strict=True):
+            try:
+                grpc.channel_ready_future(channel).result(timeout=timeout)
+            except grpc.FutureTimeoutError:
+                raise AttentionServiceError(
+                    grpc.StatusCode.UNAVAILABLE, f"not ready within {timeout}s", address
+                ) from None
+
     def close(self) -> None:
         self.closed = True
         for channel in self._channels:

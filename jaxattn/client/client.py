@@ -8,63 +8,21 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import grpc
 
-from jaxattn.capture import Capture
+from jaxattn.capture import Capture, frozen
+from jaxattn.client import request as requests
 from jaxattn.client.channels import Channels, backoff_delay
 from jaxattn.client.errors import AttentionServiceError
-from jaxattn.config import ModelInfo
+from jaxattn.config import ModelInfo, provenance
 from jaxattn.inputs import Text
-from jaxattn.spec import check_precision
+from jaxattn.spec import Selection
+from jaxattn.stream import CaptureStream, Progress, too_long_policy
 from jaxattn.v1 import attention_pb2 as pb
-from jaxattn.wire import StreamDecoder, WireError, codecs
+from jaxattn.wire import StreamDecoder, WireError
 
 # Method paths, not the generated stubs: those pin grpcio to the grpcio-tools
 # version that generated them, and the client needs nothing else from them.
 CAPTURE_METHOD = "/jaxattn.v1.AttentionService/Capture"
 INFO_METHOD = "/jaxattn.v1.AttentionService/GetModelInfo"
-
-
-def _indices(value, field: str) -> list[int]:
-    if value is None:
-        return []
-    if isinstance(value, int) and not isinstance(value, bool):
-        return [value]
-    try:
-        return [int(v) for v in value]
-    except (TypeError, ValueError):
-        raise ValueError(f"{field} must be None, an integer or a list of integers") from None
-
-
-def _texts(texts: Sequence[Text]) -> list[pb.Text]:
-    if isinstance(texts, (str, bytes)):
-        raise ValueError("texts must be a list of strings or (a, b) pairs: wrap it in a list")
-    out = []
-    for i, t in enumerate(texts):
-        if isinstance(t, str):
-            out.append(pb.Text(text=t))
-        elif isinstance(t, (tuple, list)) and len(t) == 2 and all(isinstance(s, str) for s in t):
-            out.append(pb.Text(text=t[0], text_pair=t[1]))
-        else:
-            raise ValueError(f"texts[{i}] must be a string or a (sentence_a, sentence_b) pair"
-                             f" of strings, got {type(t).__name__}")  # fmt: skip
-    return out
-
-
-def _check_codec(codec: str) -> str:
-    if codec not in codecs.CODEC_TO_PB:
-        raise ValueError(f"unknown codec {codec!r}: valid are {', '.join(codecs.CODECS)}")
-    return codec
-
-
-def _check_precision(request: pb.CaptureRequest, capture: Capture, address: str) -> None:
-    # A jaxattn 0.1 server ignores the precision field and computes at highest.
-    asked = codecs.PB_TO_PRECISION.get(request.precision)
-    if asked is not None and capture.precision != asked:
-        raise AttentionServiceError(
-            grpc.StatusCode.UNIMPLEMENTED,
-            f"asked for precision {asked}, the server computed {capture.precision} "
-            "(a server older than jaxattn 0.2 has only highest)",
-            address,
-        )
 
 
 class AttentionClient:
@@ -111,7 +69,7 @@ class AttentionClient:
     ):
         if timeout is None or timeout <= 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        _check_codec(codec)
+        requests.check_codec(codec)
         addresses = [address] if isinstance(address, str) else list(address)
         self._channels = Channels(
             addresses, tls=tls, root_certificates=root_certificates, server_name=server_name,
@@ -120,6 +78,7 @@ class AttentionClient:
         self.timeout = timeout
         self.codec = codec
         self.wire_bytes = 0
+        self._info: ModelInfo | None = None  # model_info(), fetched once
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -139,30 +98,26 @@ class AttentionClient:
         Raises:
           AttentionServiceError: UNAVAILABLE if one is not ready within `timeout`.
         """
-        for address, channel in zip(self._channels.addresses, self._channels._channels,
-                                    strict=True):  # fmt: skip
-            try:
-                grpc.channel_ready_future(channel).result(timeout=timeout)
-            except grpc.FutureTimeoutError:
-                raise AttentionServiceError(
-                    grpc.StatusCode.UNAVAILABLE, f"not ready within {timeout}s", address
-                ) from None
+        self._channels.wait_ready(timeout)
 
     # -- calls ------------------------------------------------------------------------
 
     def model_info(self, timeout: float | None = None) -> ModelInfo:
-        """The server's model (same fields as `Engine.info`).
+        """The server's model (same fields as `Engine.info`), fetched once and kept.
 
         Raises:
           AttentionServiceError: the call failed.
         """
-        info = self.server_info(timeout)
-        return ModelInfo(
-            name=info.name, family=info.family, layers=info.layers, heads=info.heads,
-            hidden=info.hidden_size, head_dim=info.head_dim, vocab=info.vocab_size,
-            max_positions=info.max_positions, dtype=info.dtype,
-            precision=info.precision or "highest",  # a jaxattn 0.1 server says nothing
-        )  # fmt: skip
+        if self._info is None:
+            info = self.server_info(timeout)
+            self._info = ModelInfo(
+                name=info.name, family=info.family, layers=info.layers, heads=info.heads,
+                hidden=info.hidden_size, head_dim=info.head_dim, vocab=info.vocab_size,
+                max_positions=info.max_positions, dtype=info.dtype,
+                precision=info.precision or "highest",  # a jaxattn 0.1 server says nothing
+                weights=info.weights,
+            )  # fmt: skip
+        return self._info
 
     def server_info(self, timeout: float | None = None) -> pb.ModelInfo:
         """The raw GetModelInfo answer: the model plus quantities and request limits."""
@@ -181,12 +136,13 @@ class AttentionClient:
         self,
         texts: Sequence[Text],
         what: str | Iterable[str] | None = ("attention",),
-        layers: Iterable[int] | int | None = None,
-        heads: Iterable[int] | int | None = None,
+        layers: Selection = None,
+        heads: Selection = None,
         dtype: str = "float32",
         codec: str | None = None,
         *,
         truncate: bool = False,
+        too_long: str | None = None,
         precision: str | None = None,
         max_chunk_bytes: int | None = None,
         timeout: float | None = None,
@@ -196,38 +152,46 @@ class AttentionClient:
         Args:
           texts: strings, or (sentence_a, sentence_b) pairs.
           what: quantity names (see `jaxattn.QUANTITIES`).
-          layers: layer indices, or None for all.
-          heads: head indices, or None for all.
+          layers: layers (`jaxattn.spec.Selection`: indices, negative ones, slices,
+            "0,3,-1"), None for all; resolved against `model_info()` if needed.
+          heads: heads likewise.
           dtype: float32 (exact), float16, bfloat16 or uint8.
           codec: wire compression: none, zstd or lz4 (lossless); None = the client's.
-          truncate: cut over-long texts instead of failing.
+          truncate: the old spelling of too_long="truncate".
+          too_long: a text over the model's limit: "error" (default; the server
+            refuses the call), "truncate" (cut; `Capture.truncated`) or "skip"
+            (left out of the result). "skip" asks the server to truncate and
+            drops the truncated captures: their compute and transfer are paid.
           precision: compute precision ("highest", "tf32", "bf16"); None: the
             server's default (`model_info().precision`).
           max_chunk_bytes: chunk size bound (default: under 4 MiB).
           timeout: deadline in seconds (default: the client's).
 
         Returns:
-          One Capture per text, in input order.
+          One Capture per (unskipped) text, in input order, with its `text`,
+          `truncated` and `provenance` (source "server HOST:PORT").
 
         Raises:
-          ValueError: a malformed argument (caught before any call).
+          UsageError: a malformed argument (caught before any call).
           AttentionServiceError: the server refused or failed the call (its
-            status code and message), or the stream broke the protocol (DATA_LOSS).
+            status code, message and `field`), or the stream broke the
+            protocol (DATA_LOSS).
         """
         return list(self.stream(texts, what, layers, heads, dtype, codec, truncate=truncate,
-                                precision=precision, max_chunk_bytes=max_chunk_bytes,
-                                timeout=timeout))  # fmt: skip
+                                too_long=too_long, precision=precision,
+                                max_chunk_bytes=max_chunk_bytes, timeout=timeout))  # fmt: skip
 
     def stream(
         self,
         texts: Sequence[Text],
         what: str | Iterable[str] | None = ("attention",),
-        layers: Iterable[int] | int | None = None,
-        heads: Iterable[int] | int | None = None,
+        layers: Selection = None,
+        heads: Selection = None,
         dtype: str = "float32",
         codec: str | None = None,
         *,
         truncate: bool = False,
+        too_long: str | None = None,
         precision: str | None = None,
         max_chunk_bytes: int | None = None,
         timeout: float | None = None,
@@ -236,25 +200,54 @@ class AttentionClient:
 
         Closing the iterator early cancels the call; the server drops the rest.
         """
-        if dtype not in codecs.DTYPE_TO_PB:
-            raise ValueError(f"unknown dtype {dtype!r}: valid are {', '.join(codecs.DTYPE_TO_PB)}")
-        codec = self.codec if codec is None else _check_codec(codec)
-        if precision is not None:
-            check_precision(precision)
-        request = pb.CaptureRequest(
-            texts=_texts(texts),
-            what=[what] if isinstance(what, str) else list(what or ()),
-            layers=_indices(layers, "layers"),
-            heads=_indices(heads, "heads"),
-            dtype=codecs.DTYPE_TO_PB[dtype],
-            codec=codecs.CODEC_TO_PB[codec],
-            max_chunk_bytes=max_chunk_bytes or 0,
-            truncate=truncate,
-            precision=codecs.PRECISION_TO_PB[precision] if precision else 0,
-        )
-        return self._stream(request, self.timeout if timeout is None else timeout)
+        policy = too_long_policy(truncate, too_long)
+        request = requests.build(
+            texts, what,
+            requests.indices(layers, lambda: self.model_info().layers, "layers"),
+            requests.indices(heads, lambda: self.model_info().heads, "heads"),
+            dtype, self.codec if codec is None else codec,
+            truncate=policy != "error", precision=precision, max_chunk_bytes=max_chunk_bytes,
+        )  # fmt: skip
+        texts = list(texts)
+        return self._stream(request, texts, policy, self.timeout if timeout is None else timeout)
 
-    def _stream(self, request: pb.CaptureRequest, timeout: float) -> Iterator[Capture]:
+    def capture_iter(
+        self,
+        texts: Iterable[Text],
+        what: str | Iterable[str] | None = ("attention",),
+        layers: Selection = None,
+        heads: Selection = None,
+        dtype: str = "float32",
+        *,
+        too_long: str = "error",
+        precision: str | None = None,
+        progress: Progress | None = None,
+        window: int | None = None,
+    ) -> CaptureStream:
+        """Captures of any number of texts, in input order, in bounded memory.
+
+        `texts` (any iterable: a generator, a file's lines) is read `window`
+        texts at a time (default 256), each window one Capture call, so memory
+        holds one window's captures whatever the corpus length. The returned
+        `jaxattn.CaptureStream` keeps the `skipped` and `truncated` input
+        indices; `progress` is called per input (None when skipped).
+        Arguments otherwise as `capture`; layers and heads are resolved once.
+        """
+        layers = requests.indices(layers, lambda: self.model_info().layers, "layers") or None
+        heads = requests.indices(heads, lambda: self.model_info().heads, "heads") or None
+        return CaptureStream(self, texts, window=window or 256, too_long=too_long,
+                             progress=progress, what=what, layers=layers, heads=heads,
+                             dtype=dtype, precision=precision)  # fmt: skip
+
+    def _provenance(self, address: str):
+        """Captures' `provenance` (model_info: one call per client; else just the source)."""
+        try:
+            return frozen(provenance(self.model_info(), {}, f"server {address}"))
+        except AttentionServiceError:  # the capture itself worked: do not fail it
+            return frozen({"source": f"server {address}"})
+
+    def _stream(self, request: pb.CaptureRequest, texts: list, policy: str,
+                timeout: float) -> Iterator[Capture]:  # fmt: skip
         deadline = time.monotonic() + timeout
         channels = self._channels
         for attempt in range(channels.retries + 1):
@@ -272,15 +265,18 @@ class AttentionClient:
                 response_deserializer=None,
             )
             call = capture_rpc(request, timeout=remaining, metadata=channels.metadata)
-            decoder = StreamDecoder()
+            decoder = StreamDecoder(texts)
             received = False
             try:
                 for message in call:
+                    if not received:
+                        decoder.provenance = self._provenance(address)
                     received = True
                     capture = decoder.feed_bytes(message)
                     if capture is not None:
-                        _check_precision(request, capture, address)
-                        yield capture
+                        requests.check_answer(request, capture, address)
+                        if not (policy == "skip" and capture.truncated):
+                            yield capture
                 decoder.finish()
                 return
             except grpc.RpcError as e:

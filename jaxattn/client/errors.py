@@ -6,6 +6,10 @@ import grpc
 
 from jaxattn.errors import ServerError
 
+# Trailing metadata keys of a refusal (attention.proto, "Machine-readable errors").
+FIELD_KEY = "jaxattn-field"
+LIMIT_KEY = "jaxattn-limit"
+
 
 class AttentionServiceError(ServerError):
     """A call to the attention service failed.
@@ -16,12 +20,19 @@ class AttentionServiceError(ServerError):
         DATA_LOSS when a received chunk fails its checksum or the protocol).
       message: the server's (or the client's) explanation.
       address: the server address the failing attempt went to, if known.
+      field: the CaptureRequest field the server refused ("texts[3]", "layers[0]",
+        "what[1]", "dtype", ...: its `jaxattn-field` trailer), or None.
+      limit: the server limit that was hit ("max_texts", "max_tokens",
+        "queue_size", ...: its `jaxattn-limit` trailer), or None.
     """
 
-    def __init__(self, code: grpc.StatusCode, message: str, address: str | None = None):
+    def __init__(self, code: grpc.StatusCode, message: str, address: str | None = None, *,
+                 field: str | None = None, limit: str | None = None):  # fmt: skip
         self.code = code
         self.message = message
         self.address = address
+        self.field = field
+        self.limit = limit
         where = f" ({address})" if address else ""
         super().__init__(f"{code.name}: {message}{where}")
 
@@ -29,4 +40,15 @@ class AttentionServiceError(ServerError):
     def from_rpc_error(cls, error: grpc.RpcError, address: str | None = None):
         code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
         details = error.details() if hasattr(error, "details") else str(error)
-        return cls(code or grpc.StatusCode.UNKNOWN, details or "", address)
+        trailers = _trailers(error)
+        return cls(code or grpc.StatusCode.UNKNOWN, details or "", address,
+                   field=trailers.get(FIELD_KEY), limit=trailers.get(LIMIT_KEY))  # fmt: skip
+
+
+def _trailers(error: grpc.RpcError) -> dict[str, str]:
+    """The error's trailing metadata as a dict of its text entries ({} when it has none)."""
+    try:
+        metadata = error.trailing_metadata() or ()
+    except Exception:  # an RpcError that is no call (a test double, a channel failure)
+        return {}
+    return {k: v for k, v in metadata if isinstance(v, str)}

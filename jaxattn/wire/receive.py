@@ -10,10 +10,11 @@ last chunk has arrived.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from jaxattn.capture import Capture
+from jaxattn.capture import Capture, frozen
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import protowire
 from jaxattn.wire.codecs import (
@@ -93,6 +94,11 @@ class StreamDecoder:
             cap = decoder.feed(message)      # a Capture when an example completes
         decoder.finish()                     # raises if the stream ended mid-example
 
+    Args:
+      texts: the request's texts in order (strings or (a, b) pairs): each
+        Capture's `text` is texts[header.index]; None leaves `text` None.
+      provenance: every Capture's `provenance` (read-only mapping), or None.
+
     Attributes:
       wire_bytes: chunk payload bytes received so far (compressed sizes).
 
@@ -101,7 +107,9 @@ class StreamDecoder:
       WireError: any other breach of the protocol.
     """
 
-    def __init__(self):
+    def __init__(self, texts: Sequence | None = None, provenance: Mapping | None = None):
+        self.texts = texts
+        self.provenance = frozen(provenance)
         self.header: pb.ExampleHeader | None = None
         self.tensors: dict[str, _Tensor] = {}
         self.chunks = 0
@@ -196,7 +204,16 @@ class StreamDecoder:
             # precision newer than this client is named by its number.
             precision=PB_TO_PRECISION.get(header.precision, f"unknown ({header.precision})")
             or "highest",
+            text=self._text(header.index),
+            truncated=header.truncated,
+            provenance=self.provenance,
         )
         self.header, self.tensors = None, {}
         self.next_index += 1
         return cap
+
+    def _text(self, index: int):
+        if self.texts is None or index >= len(self.texts):
+            return None
+        text = self.texts[index]
+        return text if isinstance(text, str) else tuple(text)

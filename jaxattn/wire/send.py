@@ -40,6 +40,7 @@ def _parts(index: int, cap: Capture, codec: str, max_chunk_bytes: int):
         tensors=list(views),
         chunk_count=sum(_pieces(len(v), max_chunk_bytes) for v in views.values()),
         precision=PRECISION_TO_PB[cap.precision],
+        truncated=cap.truncated,
     )
     datatype = DATATYPES[cap.dtype]
     for name, view in views.items():

@@ -24,18 +24,31 @@ CAP = Capture(
 
 
 class Script:
-    """A fake AttentionService: call k fails with `fails[k]` (after `sent_first` messages)."""
+    """A fake AttentionService: call k fails with `fails[k]` (after `sent_first` messages).
+
+    Only the method called first is scripted and counted in `calls`: the client's
+    GetModelInfo for a capture's provenance (after its first message) just answers.
+    """
 
     def __init__(self, fails, sent_first: int = 0):
         self.fails = list(fails)
         self.sent_first = sent_first
         self.calls: list[float] = []
+        self.method: str | None = None
         self.lock = threading.Lock()
 
-    def capture(self, request, context):
+    def _count(self, method: str) -> int | None:
+        """This call's number among the scripted calls; None when it is not scripted."""
         with self.lock:
+            self.method = self.method or method
+            if method != self.method:
+                return None
             self.calls.append(time.monotonic())
-            k = len(self.calls) - 1
+            return len(self.calls) - 1
+
+    def capture(self, request, context):
+        k = self._count("capture")
+        k = len(self.fails) if k is None else k
         messages = list(serialize_example(0, CAP, codec="none", max_chunk_bytes=1 << 20))
         if k < len(self.fails) and self.fails[k] is not None:
             yield from messages[: self.sent_first]
@@ -43,10 +56,8 @@ class Script:
         yield from messages
 
     def info(self, request, context):
-        with self.lock:
-            self.calls.append(time.monotonic())
-            k = len(self.calls) - 1
-        if k < len(self.fails) and self.fails[k] is not None:
+        k = self._count("info")
+        if k is not None and k < len(self.fails) and self.fails[k] is not None:
             context.abort(self.fails[k], f"scripted failure {k}")
         return pb.ModelInfo(name="fake", layers=1, heads=1)
 

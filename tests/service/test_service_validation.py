@@ -27,37 +27,52 @@ def call(stub, **fields):
     return list(stub.Capture(pb.CaptureRequest(**fields), timeout=30))
 
 
+# case: (request fields, status code, words of the message, jaxattn-field, jaxattn-limit)
 CASES = {
-    "empty texts": (dict(texts=[]), INVALID, ["texts is empty", "1 to 64"]),
-    "too many texts": (dict(texts=[OK_TEXT] * 65), EXHAUSTED, ["texts", "65", "at most 64"]),
+    "empty texts": (dict(texts=[]), INVALID, ["texts is empty", "1 to 64"], "texts", None),
+    "too many texts": (dict(texts=[OK_TEXT] * 65), EXHAUSTED, ["texts", "65", "at most 64"],
+                       "texts", "max_texts"),
     "too many tokens": (dict(texts=[pb.Text(text=LONG[:150])] * 60), EXHAUSTED,
-                        ["tokens", "at most 1500"]),
+                        ["tokens", "at most 1500"], "texts", "max_tokens"),
     "text too long": (dict(texts=[OK_TEXT, pb.Text(text=LONG)]), INVALID,
-                      ["texts[1]", "limit is 67", "truncate"]),
-    "unknown quantity": (dict(what=["attention", "attn"]), INVALID, ["'attn'", "what", "scores"]),
-    "layer too big": (dict(layers=[0, 3]), INVALID, ["layers", "3", "0..2"]),
-    "negative layer": (dict(layers=[-1]), INVALID, ["layers", "-1", "0..2"]),
-    "duplicate layers": (dict(layers=[1, 1]), INVALID, ["layers", "duplicate"]),
-    "head too big": (dict(heads=[7]), INVALID, ["heads", "7", "0..2"]),
-    "duplicate heads": (dict(heads=[0, 2, 0]), INVALID, ["heads", "duplicate"]),
-    "unknown dtype": (dict(dtype=99), INVALID, ["dtype 99", "DTYPE_FLOAT32 (1)", "DTYPE_UINT8"]),
-    "unknown codec": (dict(codec=7), INVALID, ["codec 7", "CODEC_ZSTD (2)"]),
-    "unknown precision": (dict(precision=9), INVALID, ["precision 9", "PRECISION_TF32 (2)"]),
+                      ["texts[1] is 74 tokens", "limit of 67", "set truncate in CaptureRequest"],
+                      "texts[1]", None),
+    "unknown quantity": (dict(what=["attention", "attn"]), INVALID, ["'attn'", "what", "scores"],
+                         "what[1]", None),
+    "layer too big": (dict(layers=[0, 3]), INVALID, ["layers", "3", "0..2"], "layers[1]", None),
+    "negative layer": (dict(layers=[-1]), INVALID, ["layers", "-1", "0..2"], "layers[0]", None),
+    "duplicate layers": (dict(layers=[1, 1]), INVALID, ["layers", "duplicate"], "layers[1]",
+                         None),
+    "head too big": (dict(heads=[7]), INVALID, ["heads", "7", "0..2"], "heads[0]", None),
+    "duplicate heads": (dict(heads=[0, 2, 0]), INVALID, ["heads", "duplicate"], "heads[2]",
+                        None),
+    "uint8 statistics": (dict(what=["head_stats"], dtype=pb.DTYPE_UINT8), INVALID,
+                         ["head_stats", "uint8", "float16"], "dtype", None),
+    "unknown dtype": (dict(dtype=99), INVALID, ["dtype 99", "DTYPE_FLOAT32 (1)", "DTYPE_UINT8"],
+                      "dtype", None),
+    "unknown codec": (dict(codec=7), INVALID, ["codec 7", "CODEC_ZSTD (2)"], "codec", None),
+    "unknown precision": (dict(precision=9), INVALID, ["precision 9", "PRECISION_TF32 (2)"],
+                          "precision", None),
     "chunk size too small": (dict(max_chunk_bytes=1023), INVALID,
-                             ["max_chunk_bytes 1023", "1024..67108864"]),
+                             ["max_chunk_bytes 1023", "1024..67108864"], "max_chunk_bytes", None),
     "chunk size too big": (dict(max_chunk_bytes=2**32 - 1), INVALID,
-                           ["max_chunk_bytes", "67108864"]),
+                           ["max_chunk_bytes", "67108864"], "max_chunk_bytes", None),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_field_is_refused_and_named(stub, case):
-    fields, code, words = CASES[case]
+def test_bad_field_is_refused_named_and_tagged(stub, case):
+    fields, code, words, field, limit = CASES[case]
     with pytest.raises(grpc.RpcError) as info:
         call(stub, **fields)
     assert info.value.code() == code, info.value.details()
     for word in words:
         assert word in info.value.details()
+    trailers = dict(info.value.trailing_metadata())
+    assert trailers.get("jaxattn-field") == field
+    assert trailers.get("jaxattn-limit") == limit
+    for python_ism in ("too_long=", "=True", "pass ", "give None"):
+        assert python_ism not in info.value.details()
 
 
 def test_truncate_accepts_the_long_text(stub):
@@ -88,6 +103,7 @@ def test_client_raises_its_own_error_type(client):
         client.capture(["the cat"], what=WHAT, layers=[5])
     assert info.value.code == INVALID
     assert "layers index 5" in info.value.message
+    assert info.value.field == "layers[0]" and info.value.limit is None
 
 
 def test_undecodable_request_bytes_are_invalid_argument(address):

@@ -1,0 +1,137 @@
+"""Client arguments -> one `CaptureRequest`, checked before anything is sent.
+
+The checks and their messages are the engine's (`jaxattn.spec`), so a bad
+argument fails the same way against a server as against a local engine, and
+never costs a call. Layers and heads take the engine's `Selection` (negative
+indices, slices, "0,3,-1"): the wire carries only non-negative indices
+(attention.proto), so those are resolved here against the model's counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import grpc
+
+from jaxattn.capture import Capture
+from jaxattn.client.errors import AttentionServiceError
+from jaxattn.errors import UsageError
+from jaxattn.inputs import Text
+from jaxattn.spec import Selection, check_precision, parse_selection, resolve_indices
+from jaxattn.v1 import attention_pb2 as pb
+from jaxattn.wire import codecs
+
+
+def check_codec(codec: str) -> str:
+    """`codec` if it is a wire codec (UsageError naming the valid ones otherwise)."""
+    if codec not in codecs.CODEC_TO_PB:
+        raise UsageError(f"unknown codec {codec!r}: valid are {', '.join(codecs.CODECS)}")
+    return codec
+
+
+def plain_indices(value: Selection) -> list[int] | None:
+    """The selection as a list when it already is what the wire carries (non-negative
+    integers; None: all), else None (it needs the model's counts to resolve)."""
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes, slice, range)):
+        return None
+    if _is_int(value):
+        return [int(value)] if int(value) >= 0 else None
+    if not isinstance(value, Iterable):
+        return None
+    items = list(value)
+    if all(_is_int(v) and int(v) >= 0 for v in items):
+        return [int(v) for v in items]
+    return None
+
+
+def indices(value: Selection, count: Callable[[], int], field: str) -> list[int]:
+    """The wire's indices of a layers/heads selection ([] = all).
+
+    Non-negative integer lists go as they are (the server checks the range); a
+    negative index, a slice or a "0,3,-1" string is resolved against `count()`
+    (the model's layers or heads, which may cost one GetModelInfo call).
+
+    Raises:
+      UsageError: naming the field and the valid range.
+    """
+    if isinstance(value, str):
+        value = parse_selection(value)  # a bad string fails before any call
+    if isinstance(value, Iterable) and not isinstance(value, (bytes, range)):
+        value = list(value)  # a generator is read once
+    plain = plain_indices(value)
+    if plain is not None:
+        return plain
+    return list(resolve_indices(value, count(), field))
+
+
+def texts_message(texts: Sequence[Text]) -> list[pb.Text]:
+    """The request's Text messages (UsageError naming the first bad entry by index)."""
+    if isinstance(texts, (str, bytes)):
+        raise UsageError("texts must be a list of strings or (a, b) pairs: wrap it in a list")
+    out = []
+    for i, t in enumerate(texts):
+        if isinstance(t, str):
+            out.append(pb.Text(text=t))
+        elif isinstance(t, (tuple, list)) and len(t) == 2 and all(isinstance(s, str) for s in t):
+            out.append(pb.Text(text=t[0], text_pair=t[1]))
+        else:
+            raise UsageError(f"texts[{i}] must be a string or a (sentence_a, sentence_b) pair"
+                             f" of strings, got {type(t).__name__}")  # fmt: skip
+    return out
+
+
+def build(
+    texts: Sequence[Text],
+    what: str | Iterable[str] | None,
+    layers: list[int],
+    heads: list[int],
+    dtype: str,
+    codec: str,
+    *,
+    truncate: bool,
+    precision: str | None,
+    max_chunk_bytes: int | None,
+) -> pb.CaptureRequest:
+    """The CaptureRequest of checked arguments (layers/heads already resolved).
+
+    Raises:
+      UsageError: an unknown dtype or precision, or a malformed text.
+    """
+    if dtype not in codecs.DTYPE_TO_PB:
+        raise UsageError(f"unknown dtype {dtype!r}: valid are {', '.join(codecs.DTYPE_TO_PB)}")
+    if precision is not None:
+        check_precision(precision)
+    return pb.CaptureRequest(
+        texts=texts_message(texts),
+        what=[what] if isinstance(what, str) else list(what or ()),
+        layers=layers,
+        heads=heads,
+        dtype=codecs.DTYPE_TO_PB[dtype],
+        codec=codecs.CODEC_TO_PB[check_codec(codec)],
+        max_chunk_bytes=max_chunk_bytes or 0,
+        truncate=truncate,
+        precision=codecs.PRECISION_TO_PB[precision] if precision else 0,
+    )
+
+
+def check_answer(request: pb.CaptureRequest, capture: Capture, address: str) -> None:
+    """Refuse a capture computed at another precision than the request asked for.
+
+    Raises:
+      AttentionServiceError: UNIMPLEMENTED (a jaxattn 0.1 server ignores the
+        precision field and computes at highest).
+    """
+    asked = codecs.PB_TO_PRECISION.get(request.precision)
+    if asked is not None and capture.precision != asked:
+        raise AttentionServiceError(
+            grpc.StatusCode.UNIMPLEMENTED,
+            f"asked for precision {asked}, the server computed {capture.precision} "
+            "(a server older than jaxattn 0.2 has only highest)",
+            address,
+        )
+
+
+def _is_int(v) -> bool:
+    return not isinstance(v, bool) and (isinstance(v, int) or hasattr(v, "__index__"))
