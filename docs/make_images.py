@@ -21,10 +21,10 @@ IMG = Path(__file__).resolve().parent / "img"
 PAIR = ("I went to the store.", "At the store, I bought fresh strawberries.")
 WHAT = "attention,alpha_fx_norm,queries,keys"
 PICTURES = {  # file -> the `jaxattn view` options after the capture file
-    "head.png": ["--views", "head", "--layer", "2", "--heads", "0,5,11"],
-    "head_norm.png": ["--views", "head", "--layer", "2", "--heads", "0,5,11", "--kind", "norm"],
+    "head.png": ["--views", "head", "--layers", "2", "--heads", "0,5,11"],
+    "head_norm.png": ["--views", "head", "--layers", "2", "--heads", "0,5,11", "--kind", "norm"],
     "model.png": ["--views", "model"],
-    "neuron.png": ["--views", "neuron", "--layer", "2", "--head", "0", "--token", "5"],
+    "neuron.png": ["--views", "neuron", "--layers", "2", "--heads", "0", "--token", "5"],
     "stats.png": ["--views", "stats"],
 }
 
@@ -41,7 +41,7 @@ def make() -> None:
         cap = str(Path(tmp, "pair.npz"))
         run(["capture", *PAIR, "--what", WHAT, "--out", cap])
         for name, options in PICTURES.items():
-            run(["view", cap, *options, "--scale", "1", "--out", str(IMG / name)])
+            run(["view", cap, *options, "--scale", "1", "--out", str(IMG / name), "--overwrite"])
 
 
 if __name__ == "__main__":

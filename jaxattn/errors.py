@@ -66,14 +66,20 @@ class TooLongError(InputError):
 
     def __init__(self, index: int, length: int, limit: int):
         self.index, self.length, self.limit = index, length, limit
-        self._what = (
-            f"text {index} is {length} tokens long, over the model's limit of {limit} tokens"
-        )
-        super().__init__(None, f"{self._what}: cut it with too_long='truncate' or leave it "
+        super().__init__(None, f"{self.summary}: cut it with too_long='truncate' or leave it "
                          "out with too_long='skip'")  # fmt: skip
 
+    @property
+    def summary(self) -> str:
+        """What is wrong, without the advice (for a page or a server to add its own)."""
+        return (
+            f"text {self.index} is {self.length} tokens long, over the model's limit of "
+            f"{self.limit} tokens"
+        )
+
     def cli_message(self) -> str:
-        return f"{self._what}: cut it with --too-long truncate or leave it out with --too-long skip"
+        advice = "cut it with --too-long truncate or leave it out with --too-long skip"
+        return f"{self.summary}: {advice}"
 
 
 class CheckpointError(JaxattnError, ValueError):

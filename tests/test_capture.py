@@ -71,8 +71,15 @@ def test_provenance_text_and_truncation_round_trip(tmp_path):
         make("float16"),
         text=("a b", "c"),
         truncated=True,
-        provenance=frozen({"model": "m", "weights": "blake2b:00", "config": {"num_layers": 2},
-                           "jaxattn": "0.3.0", "source": "engine"}),  # fmt: skip
+        provenance=frozen(
+            {
+                "model": "m",
+                "weights": "blake2b:00",
+                "config": {"num_layers": 2},
+                "jaxattn": "0.3.0",
+                "source": "engine",
+            }
+        ),  # fmt: skip
     )
     cap.save(tmp_path / "c.npz")
     back = Capture.load(tmp_path / "c.npz")

@@ -174,7 +174,7 @@ def test_truncate_cuts_to_the_limit_and_matches_torch(bert, tokenizers, torch_mo
     "kwargs, needle",
     [
         (dict(layers=[3]), "3"),
-        (dict(layers=[-1]), "-1"),
+        (dict(layers=[-4]), "-4"),  # -3..-1 count from the end
         (dict(heads=[3]), "3"),
         (dict(layers=[0, 5]), "5"),
         (dict(what=("attentions",)), "attention"),  # names the valid choices

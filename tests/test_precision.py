@@ -93,8 +93,8 @@ def test_a_server_that_ignores_the_precision_is_caught():
 
     from capture_samples import make
 
-    from jaxattn.client.client import _check_precision
     from jaxattn.client.errors import AttentionServiceError
+    from jaxattn.client.request import check_answer as _check_precision
     from jaxattn.v1 import attention_pb2 as pb
 
     request = pb.CaptureRequest(precision=pb.PRECISION_BF16)

@@ -44,7 +44,13 @@ def sentences(engine, conllu: Path, lo: int = 9, hi: int = 16) -> list[str]:
 
 
 def long_texts(engine, pool: list[str], n: int, lo: int = 480, hi: int = 510) -> list[str]:
-    """`n` texts of `lo`..`hi` tokens, consecutive sentences joined (the limit is 512)."""
+    """`n` texts of `lo`..`hi` tokens, consecutive sentences joined (the limit is 512).
+
+    For a model with a shorter limit the window moves below it (`lo`, `hi` shrink
+    by the difference), so the search ends for any model.
+    """
+    short = max(0, hi + 2 - engine.config.max_length)
+    lo, hi = max(1, lo - short), max(1, hi - short)
     out, cur = [], []
     for s in itertools.cycle(pool):
         cur.append(s)

@@ -84,9 +84,7 @@ def explain(error: Exception) -> tuple[int, str]:
     if isinstance(error, JaxattnError):
         code = getattr(error, "code", None)
         if code is not None and hasattr(error, "message"):  # a failed call to a server
-            where = f" at {error.address}" if getattr(error, "address", None) else ""
-            message = f"the server{where} answered {getattr(code, 'name', code)}: {error.message}"
-            return error.exit_code, message
+            return _server_failure(error)
         return error.exit_code, error.cli_message()
     if isinstance(error, _PATH_ERRORS):
         return 2, _os_message(error)
@@ -100,6 +98,19 @@ def explain(error: Exception) -> tuple[int, str]:
         f"internal error ({type(error).__name__}: {error}); please report it with the "
         "command line. JAXATTN_TRACEBACK=1 shows the traceback"
     )
+
+
+def _server_failure(error) -> tuple[int, str]:
+    """A server's refusal or an unreachable server, in one line. A request field the
+    server refused (other than a text) is the command line's fault: exit 2, as locally."""
+    name = getattr(error.code, "name", str(error.code))
+    address = getattr(error, "address", None)
+    where = f" at {address}" if address else ""
+    if name == "UNAVAILABLE":
+        return 1, f"could not reach the server{where} (UNAVAILABLE): {error.message}"
+    field = getattr(error, "field", None) or ""
+    code = 2 if name == "INVALID_ARGUMENT" and field and not field.startswith("texts") else 1
+    return code, f"the server{where} answered {name}: {error.message}"
 
 
 def _os_message(error: OSError) -> str:

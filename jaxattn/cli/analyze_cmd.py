@@ -125,14 +125,14 @@ def _run(args) -> int:
     from jaxattn.analysis import MIXING_QUANTITIES, CorpusAnalysis, write_report
 
     t0 = time.monotonic()
-    check_output(args.out, args.overwrite)
-    check_output(Path(args.out).with_suffix(".md"), args.overwrite, "--out's report.md")
     if args.ablate and args.server:
         raise UsageError("--ablate runs the model with heads disabled: use a local engine, "
                          "not --server")  # fmt: skip
     if args.stats_only and args.conllu:
         raise UsageError("--stats-only leaves the maps on the device; the dependency table "
                          "of --conllu needs them: drop one of the two")  # fmt: skip
+    check_output(args.out, args.overwrite)
+    check_output(Path(args.out).with_suffix(".md"), args.overwrite, "--out's report.md")
     path = input_path(args.input)
     read = list(records(path, limit=args.limit))
     sentences = [r.sentence for r in read]

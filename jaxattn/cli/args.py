@@ -222,8 +222,8 @@ def add_overwrite_argument(p: argparse.ArgumentParser) -> None:
 
 
 def check_output(path: str | os.PathLike, overwrite: bool, flag: str = "--out") -> Path:
-    """`path` as an output file a command may write: not a directory, its directory
-    exists, and it does not exist unless `overwrite`.
+    """`path` as an output file a command may write: not a directory, not under a
+    file, and not existing unless `overwrite`. Missing parent directories are made.
 
     Raises:
       UsageError: naming the flag, the path and what to do.
@@ -231,8 +231,10 @@ def check_output(path: str | os.PathLike, overwrite: bool, flag: str = "--out") 
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{flag} {path} is a directory: name a file in it")
-    if not path.parent.is_dir():
-        raise UsageError(f"{flag} {path}: the directory {path.parent} does not exist")
+    parent = next((p for p in path.parents if p.exists()), Path("."))
+    if not parent.is_dir():
+        raise UsageError(f"{flag} {path}: {parent} is a file, not a directory")
     if path.exists() and not overwrite:
         raise UsageError(f"{flag} {path} exists: pass --overwrite to replace it")
+    path.parent.mkdir(parents=True, exist_ok=True)
     return path

@@ -161,7 +161,6 @@ def build_payload(
         format=FORMAT,
         views=list(views),
         examples=[
-            example(c, i, views, embed, labels[i] if labels else None)
-            for i, c in enumerate(caps)
+            example(c, i, views, embed, labels[i] if labels else None) for i, c in enumerate(caps)
         ],
     )

@@ -23,7 +23,7 @@ import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from jaxattn.errors import JaxattnError
+from jaxattn.errors import JaxattnError, TooLongError
 from jaxattn.inputs import split_pair
 from jaxattn.views.page import CSP_WEB, SCRIPTS, document
 from jaxattn.views.payload import VIEWS, build_payload, check_views, needs
@@ -157,6 +157,9 @@ def create_web_server(
                 doc = build_payload(cap, views=views)
             except json.JSONDecodeError:
                 return self._json(400, {"error": "the request body is not JSON"})
+            except TooLongError as e:
+                error = f"The text is {e.length} tokens long, over the model's limit of {e.limit}"
+                return self._json(400, {"error": f"{error}: shorten it."})
             except (ValueError, JaxattnError) as e:  # BadInput, the engine's or server's
                 return self._json(400, {"error": str(e)})  # refusal (over the token limit...)
             except Exception as e:  # noqa: BLE001 - a failure the page should still explain

@@ -18,18 +18,56 @@ from pathlib import Path
 COMMANDS: dict[str, list[str]] = {
     "capture": ["capture", "{text}", "--model", "{model}", "--out", "{out}", "{flags}"],
     "view": ["view", "{input}", "--model", "{model}", "--out", "{out}", "{flags}"],
-    "analyze": ["analyze", "{input_file}", "--model", "{model}", "--out", "{out}", "--quiet",
-                "{flags}"],  # fmt: skip
-    "dump": ["dump", "{input_file}", "--model", "{model}", "--out", "{store}", "--quiet",
-             "{flags}"],  # fmt: skip
-    "bench": ["bench", "--conllu", "{input_file}", "--model", "{model}", "--json", "{out}",
-              "-n", "2", "--repeats", "1", "{flags}"],  # fmt: skip
+    "analyze": [
+        "analyze",
+        "{input_file}",
+        "--model",
+        "{model}",
+        "--out",
+        "{out}",
+        "--quiet",
+        "{flags}",
+    ],  # fmt: skip
+    "dump": [
+        "dump",
+        "{input_file}",
+        "--model",
+        "{model}",
+        "--out",
+        "{store}",
+        "--quiet",
+        "{flags}",
+    ],  # fmt: skip
+    "bench": [
+        "bench",
+        "--conllu",
+        "{input_file}",
+        "--model",
+        "{model}",
+        "--json",
+        "{out}",
+        "-n",
+        "2",
+        "--repeats",
+        "1",
+        "{flags}",
+    ],  # fmt: skip
     "convert": ["convert", "{model}", "{out_dir}", "{flags}"],
     "demo": ["demo", "--model", "{model}", "{flags}"],
     "serve": ["serve", "--model", "{model}", "--port", "0", "{flags}"],
     "web": ["web", "--model", "{model}", "--port", "0", "{flags}"],
-    "loadtest": ["loadtest", "--server", "{server}", "--requests", "1", "--json", "{out}",
-                 "--conllu", "{input_file}", "{flags}"],  # fmt: skip
+    "loadtest": [
+        "loadtest",
+        "--server",
+        "{server}",
+        "--requests",
+        "1",
+        "--json",
+        "{out}",
+        "--conllu",
+        "{input_file}",
+        "{flags}",
+    ],  # fmt: skip
 }
 
 # Flags a row may append, and the commands that take them.
@@ -102,10 +140,20 @@ BAD: list[Bad] = [
     Bad("missing input", "input", lambda t, g: str(t / "missing.npz"), 2, "missing.npz.*no such"),
     Bad("input is a directory", "input_file", lambda t, g: str(t), 2, "is a directory"),
     Bad("input is a directory", "input", lambda t, g: str(t), 2, "is a directory"),
-    Bad("non-UTF-8 input file", "input_file", _file("latin.txt", b"fine\ncaf\xe9\n"), 1,
-        r"latin.txt:2.*UTF-8"),  # fmt: skip
-    Bad("non-UTF-8 input file", "input", _file("latin.txt", b"fine\ncaf\xe9\n"), 1,
-        r"latin.txt:2.*UTF-8"),  # fmt: skip
+    Bad(
+        "non-UTF-8 input file",
+        "input_file",
+        _file("latin.txt", b"fine\ncaf\xe9\n"),
+        1,
+        r"latin.txt:2.*UTF-8",
+    ),  # fmt: skip
+    Bad(
+        "non-UTF-8 input file",
+        "input",
+        _file("latin.txt", b"fine\ncaf\xe9\n"),
+        1,
+        r"latin.txt:2.*UTF-8",
+    ),  # fmt: skip
     Bad("empty input file", "input_file", _file("empty.txt", b"\n  \n"), 1, "no examples"),
     Bad("empty input file", "input", _file("empty.txt", b"\n  \n"), 1, "no example"),
     Bad("not a capture file", "input", _file("junk.npz", b"not a zip"), 1, "junk.npz"),
@@ -117,26 +165,51 @@ BAD: list[Bad] = [
     # outputs
     Bad("output is a directory", "out", lambda t, g: str(t), 2, "is a directory"),
     Bad("output exists", "out", _existing, 2, "exists.*--overwrite"),
-    Bad("output's directory is missing", "out", lambda t, g: str(t / "no" / "out.x"), 2,
-        "does not exist"),  # fmt: skip
+    Bad(
+        "output under a file",
+        "out",
+        lambda t, g: _existing(t, g) + "/out.x",
+        2,
+        "exists.out is a file, not a directory",
+    ),  # fmt: skip
     Bad("store is a file", "store", _existing, 2, "exists.out"),
     Bad("convert into a non-empty directory", "out_dir", _non_empty_dir, 2, "not empty"),
-    Bad("convert into its own checkpoint", "out_dir", lambda t, g: str(g["model"]), 2,
-        "inside the checkpoint"),  # fmt: skip
+    Bad(
+        "convert into its own checkpoint",
+        "out_dir",
+        lambda t, g: str(g["model"]),
+        2,
+        "inside the checkpoint",
+    ),  # fmt: skip
     # checkpoints
     Bad("missing model", "model", lambda t, g: str(t / "no-model"), 2, "no-model"),
     Bad("model is a file", "model", _existing, 2, "exists.out.*directory"),
     Bad("truncated weights", "model", _broken_model(_truncate_weights), 1, "model.safetensors"),
     Bad("broken config.json", "model", _broken_model(_break_config), 1, "config.json.*line 2"),
-    Bad("hidden_size against the weights", "model", _broken_model(_wrong_hidden_size), 1,
-        r"shape.*15.*18|18.*15"),  # fmt: skip
+    Bad(
+        "hidden_size against the weights",
+        "model",
+        _broken_model(_wrong_hidden_size),
+        1,
+        r"shape.*15.*18|18.*15",
+    ),  # fmt: skip
     # the command line
-    Bad("layer out of range", "--layers", lambda t, g: ["--layers", "9"], 2,
-        "layer 9 is out of range"),  # fmt: skip
+    Bad(
+        "layer out of range",
+        "--layers",
+        lambda t, g: ["--layers", "9"],
+        2,
+        "layer 9 is out of range",
+    ),  # fmt: skip
     Bad("bad layer syntax", "--layers", lambda t, g: ["--layers", "1:x"], 2, "'1:x'.*range"),
     Bad("unknown option", "flags", lambda t, g: ["--no-such-option"], 2, "--no-such-option"),
-    Bad("unreachable server", "--server", lambda t, g: ["--server", "127.0.0.1:9", "--timeout",
-        "3"], 1, "UNAVAILABLE"),  # fmt: skip
+    Bad(
+        "unreachable server",
+        "--server",
+        lambda t, g: ["--server", "127.0.0.1:9", "--timeout", "3"],
+        1,
+        "UNAVAILABLE",
+    ),  # fmt: skip
 ]
 
 

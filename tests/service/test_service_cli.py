@@ -78,8 +78,7 @@ def test_demo_serves_captures_summarises_and_stops(loads, capsys):
 
 
 def test_serve_help_lists_the_options(capsys):
-    with pytest.raises(SystemExit):
-        main(["serve", "--help"])
+    assert main(["serve", "--help"]) == 0
     out = capsys.readouterr().out
     for option in (
         "--model",

@@ -158,8 +158,9 @@ def test_cli_writes_html_svg_png(
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for view in ("head", "neuron"):  # a browser start each: the others as SVG above
         png = ARTIFACTS / f"export_{view}.png"
-        assert main(["view", str(saved), "--views", view, "--out", str(png)]) == 0
+        assert main(["view", str(saved), "--views", view, "--out", str(png), "--overwrite"]) == 0
         w, h = png_size(png)
         assert w > 200 and h > 100
+    svg.unlink()
     assert main(["view", str(saved), "--views", "head,model", "--out", str(svg)]) == 2
     assert main(["view", str(saved), "--layer", "7", "--out", str(svg)]) == 2

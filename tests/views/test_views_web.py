@@ -87,7 +87,7 @@ def test_live_page_captures_a_pair(page, web):
     [
         ("   ", None, "empty"),
         (EXAMPLE_A, "  ", "Sentence B of the pair is empty"),
-        ("zq " * 45, None, "the model's limit is 67"),  # 90 tokens: over the tiny model's
+        ("zq " * 45, None, "limit of 67: shorten it"),  # 90 tokens: over the tiny model's
         ("x" * 401, None, "the limit is 400"),  # over max_chars
     ],
 )
