@@ -169,10 +169,10 @@ def make_spec(
     for name in names:
         if name not in QUANTITIES:
             raise UsageError(
-                f"unknown quantity {name!r} in what: valid names are {', '.join(QUANTITIES)}"
+                f"unknown quantity {name!r}: valid quantities are {', '.join(QUANTITIES)}"
             )
     if not names:
-        raise UsageError(f"what is empty: name at least one of {', '.join(QUANTITIES)}")
+        raise UsageError(f"no quantity asked for: name at least one of {', '.join(QUANTITIES)}")
     if dtype not in OUTPUT_DTYPES:
         raise UsageError(f"unknown dtype {dtype!r}: valid dtypes are {', '.join(OUTPUT_DTYPES)}")
     stats = [n for n in names if n in STATISTICS]

@@ -36,7 +36,7 @@ def test_quantities_come_in_canonical_order_and_indices_sorted():
     "kw, words",
     [
         (dict(what=["attn"]), ["'attn'", "attention", "alpha_fx_norm"]),
-        (dict(what=[]), ["what is empty"]),
+        (dict(what=[]), ["no quantity asked for"]),
         (dict(layers=[3]), ["layers", "3", "0..2"]),
         (dict(layers=[-4]), ["layer", "-4", "0..2", "-3..-1"]),
         (dict(heads=[5]), ["heads", "0..4"]),

@@ -93,3 +93,18 @@ def test_serve_help_lists_the_options(capsys):
         "--max-tokens",
     ):
         assert option in out  # fmt: skip
+
+
+def test_model_with_server_must_be_the_model_the_server_serves(
+    address, svc_checkpoint, checkpoint_dirs, tmp_path, capsys
+):
+    out = tmp_path / "c.npz"
+    same = ["capture", EXAMPLE_A, "--server", address, "--model", str(svc_checkpoint)]
+    assert main([*same, "--out", str(out)]) == 0, capsys.readouterr().err
+    assert Capture.load(out).provenance["source"] == f"server {address}"
+    other = checkpoint_dirs["roberta"]  # another model: refused, naming what is served
+    capsys.readouterr()
+    assert main(["capture", EXAMPLE_A, "--server", address, "--model", str(other)]) == 2
+    (err,) = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert f"--model {other} is not the model the server {address} serves" in err
+    assert "3 layers x 3 heads" in err
