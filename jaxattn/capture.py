@@ -180,27 +180,21 @@ class Capture:
         if os.path.isdir(path):
             raise IsADirectoryError(f"{path} is a directory, not a capture file (.npz)")
         try:
-            with np.load(path, allow_pickle=False) as archive:
+            loaded = np.load(path, allow_pickle=False)
+            if not isinstance(loaded, np.lib.npyio.NpzFile):
+                raise CaptureFileError(f"{path} is a single NumPy array (.npy), not a jaxattn "
+                                       "capture (.npz written by Capture.save)")  # fmt: skip
+            with loaded as archive:
                 meta, tensors = _read_archive(path, archive)
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
+            return _from_meta(cls, meta, tensors)
+        except KeyError as e:
+            raise CaptureFileError(f"{path} is a damaged jaxattn capture: its metadata lacks "
+                                   f"{e}") from None  # fmt: skip
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError, TypeError) as e:
             if isinstance(e, (FileNotFoundError, CaptureFileError)):
                 raise
             raise CaptureFileError(f"{path} is not a readable jaxattn capture file (.npz written "
                                    f"by Capture.save): {_reason(e)}") from None  # fmt: skip
-        text = meta.get("text")
-        return cls(
-            tokens=tuple(meta["tokens"]),
-            sentence_b_start=meta["sentence_b_start"],
-            layers=tuple(meta["layers"]),
-            heads=tuple(meta["heads"]),
-            dtype=meta["dtype"],
-            tensors=tensors,
-            quantization={k: (float(v[0]), float(v[1])) for k, v in meta["quantization"].items()},
-            precision=meta.get("precision", "highest"),  # files of jaxattn 0.1 have none
-            text=tuple(text) if isinstance(text, list) else text,
-            truncated=bool(meta.get("truncated", False)),
-            provenance=frozen(meta.get("provenance")),
-        )
 
     def _check(self, name: str) -> None:
         if name not in self.tensors:
@@ -243,3 +237,20 @@ def _read_archive(path, archive) -> tuple[dict, dict[str, np.ndarray]]:
     dtype = OUTPUT_DTYPES[meta["dtype"]]
     tensors = {name: archive[name].view(dtype) for name in meta["tensors"]}
     return meta, tensors
+
+
+def _from_meta(cls, meta: dict, tensors: dict) -> Capture:
+    text = meta.get("text")
+    return cls(
+        tokens=tuple(meta["tokens"]),
+        sentence_b_start=meta["sentence_b_start"],
+        layers=tuple(meta["layers"]),
+        heads=tuple(meta["heads"]),
+        dtype=meta["dtype"],
+        tensors=tensors,
+        quantization={k: (float(v[0]), float(v[1])) for k, v in meta["quantization"].items()},
+        precision=meta.get("precision", "highest"),  # files of jaxattn 0.1 have none
+        text=tuple(text) if isinstance(text, list) else text,
+        truncated=bool(meta.get("truncated", False)),
+        provenance=frozen(meta.get("provenance")),
+    )

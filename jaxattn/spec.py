@@ -98,6 +98,8 @@ def resolve_indices(value: Selection, count: int, field: str) -> tuple[int, ...]
         return tuple(range(count))
     if isinstance(value, str):
         value = parse_selection(value)
+    if getattr(value, "ndim", 0) and hasattr(value, "tolist"):  # a numpy array of indices
+        value = value.tolist()
     if isinstance(value, (slice, range)) or _is_int(value):
         value = (value,)
     if isinstance(value, bytes) or not isinstance(value, Iterable):

@@ -21,7 +21,7 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 
 from jaxattn.capture import Capture
-from jaxattn.errors import UsageError
+from jaxattn.errors import InputError, TooLongError, UsageError
 from jaxattn.inputs import TOO_LONG, Text
 
 Progress = Callable[[Capture | None], None]
@@ -75,8 +75,9 @@ class CaptureStream(Iterator[Capture]):
         if isinstance(texts, (str, bytes)):
             raise UsageError("texts must be an iterable of strings or (a, b) pairs, not a "
                              "single string: wrap it in a list")  # fmt: skip
-        if not isinstance(window, int) or window < 1:
+        if isinstance(window, bool) or not hasattr(window, "__index__") or window < 1:
             raise UsageError(f"window must be a positive number of texts, got {window!r}")
+        window = int(window)
         self.source, self.window = source, window
         self.too_long = too_long_policy(False, too_long)
         self.progress, self.request = progress, request
@@ -93,32 +94,50 @@ class CaptureStream(Iterator[Capture]):
     def _run(self) -> Iterator[Capture]:
         while chunk := list(itertools.islice(self._texts, self.window)):
             start = self.done
-            caps = self.source.stream(chunk, too_long=self.too_long, **self.request)
-            pos = 0
-            for cap in caps:
-                # Skipped texts are missing from the stream: match by text, in order.
-                while (
-                    self.too_long == "skip"
-                    and cap.text is not None
-                    and pos < len(chunk) - 1
-                    and not _same(cap.text, chunk[pos])
-                ):
-                    self._skip(start + pos)
-                    pos += 1
-                if cap.truncated:
-                    self.truncated.append(start + pos)
-                self.index = start + pos
+            try:
+                yield from self._window(chunk, start)
+            except InputError as e:  # name the text by its place in the input, not the window
+                raise _shifted(e, start) from None
+
+    def _window(self, chunk: list, start: int) -> Iterator[Capture]:
+        caps = self.source.stream(chunk, too_long=self.too_long, **self.request)
+        pos = 0
+        for cap in caps:
+            # Skipped texts are missing from the stream: match by text, in order.
+            while (
+                self.too_long == "skip"
+                and cap.text is not None
+                and pos < len(chunk) - 1
+                and not _same(cap.text, chunk[pos])
+            ):
+                self._skip(start + pos)
                 pos += 1
-                self.done += 1
-                self.captured += 1
-                if self.progress:
-                    self.progress(cap)
-                yield cap
-            for i in range(pos, len(chunk)):
-                self._skip(start + i)
+            if cap.truncated:
+                self.truncated.append(start + pos)
+            self.index = start + pos
+            pos += 1
+            self.done += 1
+            self.captured += 1
+            if self.progress:
+                self.progress(cap)
+            yield cap
+        for i in range(pos, len(chunk)):
+            self._skip(start + i)
 
     def _skip(self, index: int) -> None:
         self.skipped.append(index)
         self.done += 1
         if self.progress:
             self.progress(None)
+
+
+def _shifted(error: InputError, start: int) -> InputError:
+    """`error` about text i of a window, as about text start + i of the input."""
+    if isinstance(error, TooLongError):
+        return TooLongError(start + error.index, error.length, error.limit)
+    index = getattr(error, "index", None)
+    if index is None or not start:
+        return error
+    shifted = InputError(None, str(error).replace(f"text {index} ", f"text {start + index} ", 1))
+    shifted.index = start + index
+    return shifted

@@ -12,7 +12,7 @@ import pytest
 from hf_fixtures import long_text
 
 from jaxattn.capture import Capture
-from jaxattn.errors import TooLongError, UsageError
+from jaxattn.errors import InputError, TooLongError, UsageError
 from jaxattn.stream import CaptureStream
 
 WORDS = "the cat sat on a mat while dogs ran far away from home".split()
@@ -49,9 +49,11 @@ def test_skip_truncate_and_progress_name_the_input_indices(engines, tokenizers):
     caps = list(stream)
     assert stream.truncated == [1, 3, 4] and [c.truncated for c in caps] == [0, 1, 0, 1, 1]
     assert all(c.length == engine.config.max_length for c in caps if c.truncated)
-    with pytest.raises(TooLongError) as e:
-        list(engine.capture_iter(inputs))
-    assert e.value.length > e.value.limit == engine.config.max_length
+    with pytest.raises(TooLongError) as e:  # named by its place in the input, not the window
+        list(engine.capture_iter(["a", "b", "c", long], window=2))
+    assert e.value.index == 3 and e.value.length > e.value.limit == engine.config.max_length
+    with pytest.raises(InputError, match="text 2 is not valid UTF-8"):
+        list(engine.capture_iter(["a", "b", "c\udcff"], window=2))
 
 
 def test_a_bad_request_fails_before_any_text_is_read(engines):
@@ -63,6 +65,7 @@ def test_a_bad_request_fails_before_any_text_is_read(engines):
         engines["bert"].capture_iter(never(), layers=9)
     with pytest.raises(UsageError, match="window"):
         engines["bert"].capture_iter(["a"], window=0)
+    assert len(list(engines["bert"].capture_iter(["a", "b"], window=np.int64(1)))) == 2
 
 
 class _Echo:

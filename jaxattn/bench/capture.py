@@ -106,6 +106,7 @@ def run(
     model: str | None = None,
     texts: list[str] | None = None,
     precision: str = "highest",
+    too_long: str = "error",
 ) -> dict:
     """Run all cases, interleaved: each round times (a) to (e) in turn.
 
@@ -118,6 +119,9 @@ def run(
 
     texts = texts if texts is not None else read_sentences(conllu, n)
     engine = jaxattn.load(model, precision=precision)
+    # The torch reference takes whole texts: too-long ones are refused or left out.
+    kept = engine.tokenize(texts, too_long=too_long)
+    texts = [t for t, k in zip(texts, kept, strict=True) if k is not None]
     model_dir = Path(model) if model else default_model_dir()
     runners = {"a_transformers": transformers_runner(model_dir, texts, 32)}
     runners |= jaxattn_runners(engine, texts)

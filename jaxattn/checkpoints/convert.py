@@ -45,7 +45,7 @@ def convert_checkpoint(
     """
     from jaxattn.checkpoints.loading import check_model_dir
 
-    hf_dir, out_dir = Path(hf_dir), Path(out_dir)
+    hf_dir, out_dir = Path(hf_dir), Path(os.path.abspath(out_dir))  # "." has a name then
     check_model_dir(hf_dir)
     check_out_dir(hf_dir, out_dir, overwrite)
     out_dir.parent.mkdir(parents=True, exist_ok=True)

@@ -88,6 +88,8 @@ def explain(error: Exception) -> tuple[int, str]:
         return error.exit_code, error.cli_message()
     if isinstance(error, _PATH_ERRORS):
         return 2, _os_message(error)
+    if isinstance(error, UnicodeError):  # text that is not UTF-8 met a library first
+        return 1, f"text that is not valid UTF-8: {error}"
     if isinstance(error, ValueError):  # an argument check of jaxattn's or a library's
         return 2, str(error)
     if isinstance(error, OSError):  # permissions, a full disk, a broken device
@@ -110,7 +112,11 @@ def _server_failure(error) -> tuple[int, str]:
         return 1, f"could not reach the server{where} (UNAVAILABLE): {error.message}"
     field = getattr(error, "field", None) or ""
     code = 2 if name == "INVALID_ARGUMENT" and field and not field.startswith("texts") else 1
-    return code, f"the server{where} answered {name}: {error.message}"
+    message = error.message.replace(  # the wire's advice, in the command line's terms
+        "set truncate in CaptureRequest to cut it",
+        "cut it with --too-long truncate or leave it out with --too-long skip",
+    )
+    return code, f"the server{where} answered {name}: {message}"
 
 
 def _os_message(error: OSError) -> str:

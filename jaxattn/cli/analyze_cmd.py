@@ -30,7 +30,7 @@ from jaxattn.cli.corpus import input_path, records
 from jaxattn.cli.corpus import report as report_counts
 from jaxattn.cli.source import describe, open_source
 from jaxattn.engine.ablation import MODES as ABLATION_MODES
-from jaxattn.errors import InputError, UsageError
+from jaxattn.errors import InputError, TooLongError, UsageError
 from jaxattn.inputs import read_records
 from jaxattn.progress import Progress
 
@@ -164,8 +164,14 @@ def _run(args) -> int:
         model, source_precision = info.name, info.precision
         bar = Progress(len(texts), "analyze", enabled=not quiet)
         stream = captures(source, texts, what, args, bar)
-        for cap in stream:
-            corpus.update(cap, sentences[stream.index])
+        try:
+            for cap in stream:
+                corpus.update(cap, sentences[stream.index])
+        except TooLongError as e:  # name the input's file and line
+            where = "standard input" if args.input == "-" else args.input
+            raise InputError(read[e.index].line, e.cli_message().split(": ", 1)[0].replace(
+                f"text {e.index} ", "the text ") + ": use --too-long truncate or skip",
+                where) from None  # fmt: skip
         bar.close()
         report_counts(stream, "jaxattn analyze")
         counts = {"truncated": len(stream.truncated), "skipped": len(stream.skipped)}
@@ -181,7 +187,8 @@ def _run(args) -> int:
         if args.ablate:
             from jaxattn.engine import head_ablation_study
 
-            ablation = head_ablation_study(source, texts[: args.ablate_examples], mode=args.ablate)
+            ablation = head_ablation_study(source, texts[: args.ablate_examples], mode=args.ablate,
+                                           too_long=args.too_long)  # fmt: skip
     finally:
         source.close()
     seconds = time.monotonic() - t0

@@ -223,7 +223,8 @@ def add_overwrite_argument(p: argparse.ArgumentParser) -> None:
 
 def check_output(path: str | os.PathLike, overwrite: bool, flag: str = "--out") -> Path:
     """`path` as an output file a command may write: not a directory, not under a
-    file, and not existing unless `overwrite`. Missing parent directories are made.
+    file, and not existing unless `overwrite`. Missing parent directories are made
+    when the command writes (`ensure_parent`), so a failing command leaves nothing.
 
     Raises:
       UsageError: naming the flag, the path and what to do.
@@ -236,5 +237,11 @@ def check_output(path: str | os.PathLike, overwrite: bool, flag: str = "--out") 
         raise UsageError(f"{flag} {path}: {parent} is a file, not a directory")
     if path.exists() and not overwrite:
         raise UsageError(f"{flag} {path} exists: pass --overwrite to replace it")
+    return path
+
+
+def ensure_parent(path: str | os.PathLike) -> Path:
+    """Make the missing parent directories of an output checked by `check_output`."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     return path

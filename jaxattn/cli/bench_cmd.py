@@ -10,6 +10,7 @@ from jaxattn.cli.args import (
     add_precision_argument,
     add_source_arguments,
     check_output,
+    ensure_parent,
     positive,
 )
 from jaxattn.cli.corpus import check_corpus
@@ -44,6 +45,10 @@ def register(sub) -> None:
                    help="a random-weight BERT-base on the real sentences of --conllu (the "
                    "GPU benchmark on real lengths)")  # fmt: skip
     add_precision_argument(p, default="highest")
+    p.add_argument("--too-long", choices=("error", "skip"), default="error",
+                   help="a sentence over the model's maximum length: stop with an error, or "
+                   "leave it out (no truncate: the transformers reference takes whole texts) "
+                   "(default error)")  # fmt: skip
     p.set_defaults(func=run)
 
 
@@ -67,12 +72,12 @@ def run(args) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             model = str(bench.random_bert_base(Path(tmp)))
             result = bench.run(args.conllu, args.n, args.repeats, model, texts=texts,
-                               precision=args.precision)  # fmt: skip
+                               precision=args.precision, too_long=args.too_long)  # fmt: skip
     else:
         check_corpus(args.conllu, "--conllu")
         result = bench.run(args.conllu, args.n, args.repeats, args.model,
-                           precision=args.precision)  # fmt: skip
+                           precision=args.precision, too_long=args.too_long)  # fmt: skip
     print(bench.format_result(result))
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        ensure_parent(args.json).write_text(json.dumps(result, indent=2) + "\n")
     return 0

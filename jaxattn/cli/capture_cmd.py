@@ -10,8 +10,10 @@ from jaxattn.cli.args import (
     add_spec_arguments,
     add_too_long_argument,
     check_output,
+    ensure_parent,
 )
 from jaxattn.cli.source import open_source
+from jaxattn.errors import InputError
 from jaxattn.inputs import split_pair
 
 
@@ -39,6 +41,8 @@ def register(subparsers) -> None:
 def _run(args) -> int:
     # 'A ||| B' is a pair, as in every input (`jaxattn.inputs.split_pair`).
     text = split_pair(args.text) if args.text_b is None else (args.text, args.text_b)
+    if not "".join([text] if isinstance(text, str) else text).strip():
+        raise InputError(None, "TEXT is empty: give a sentence to capture")
     if args.out:
         check_output(args.out, args.overwrite)  # before any work
     with open_source(args) as source:
@@ -58,6 +62,6 @@ def _run(args) -> int:
     for name, array in cap.tensors.items():
         print(f"  {name:18s} {list(array.shape)} {array.dtype} ({array.nbytes} bytes)")
     if args.out:
-        cap.save(args.out)
+        cap.save(ensure_parent(args.out))
         print(f"saved to {args.out}")
     return 0

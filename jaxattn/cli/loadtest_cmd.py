@@ -21,6 +21,7 @@ from jaxattn.cli.args import (
     add_overwrite_argument,
     add_token_argument,
     check_output,
+    ensure_parent,
     positive,
     read_token,
 )
@@ -78,5 +79,5 @@ def run(args) -> int:
     print(json.dumps(summary, indent=2))
     if args.json:
         summary["rss_samples"] = [(round(t, 1), kb, n) for t, kb, n in result.rss]
-        args.json.write_text(json.dumps(summary, indent=2) + "\n")
+        ensure_parent(args.json).write_text(json.dumps(summary, indent=2) + "\n")
     return 0 if not result.wrong and not result.lost else 1

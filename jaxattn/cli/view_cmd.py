@@ -29,6 +29,8 @@ from jaxattn.cli.args import (
     add_source_arguments,
     add_too_long_argument,
     check_output,
+    ensure_parent,
+    positive,
     selection,
 )
 from jaxattn.cli.corpus import capture_counted, read_input
@@ -61,8 +63,11 @@ def register(subparsers) -> None:
     add_too_long_argument(p)
     add_limit_argument(p)
     p.add_argument("--embed-dtype", default="auto", choices=("auto", "float32", "uint8"),
-                   help="how the HTML embeds the weights: exact float32, uint8 (4x smaller) "
-                   "or auto (float32 for small examples) (default auto)")  # fmt: skip
+                   help="how the HTML embeds the data: exact float32; uint8 (weights in 1/255 "
+                   "steps, queries and keys in 63 steps per head); auto: float32 while the "
+                   "page's data is at most 1 MiB (default auto)")  # fmt: skip
+    p.add_argument("--max-examples", type=positive, default=200,
+                   help="most examples one HTML page holds (default 200)")  # fmt: skip
     p.add_argument("--title", default="jaxattn views", help="HTML page title")
     g = p.add_argument_group("svg/png: what to draw")
     g.add_argument("--example", type=int, default=0, help="example index (default 0)")
@@ -88,6 +93,8 @@ def read_inputs(inputs: list[str], limit: int | None = None) -> list:
                 items.append(Capture.load(arg))
             else:
                 items += read_input(arg, limit=limit)
+        elif not arg.strip():
+            raise InputError(None, "an INPUT is empty: give a sentence or a file")
         else:
             items.append(split_pair(arg))
     return items[:limit] if limit else items
@@ -134,7 +141,8 @@ def _run(args) -> int:
     if fmt == "html":
         from jaxattn.views import write_html
 
-        write_html(args.out, caps, views=views, embed=args.embed_dtype, title=args.title)
+        write_html(ensure_parent(args.out), caps, views=views, embed=args.embed_dtype,
+                   title=args.title, max_examples=args.max_examples)  # fmt: skip
     else:
         _write_static(args, fmt, views[0], caps)
     print(f"wrote {args.out} ({fmt}: {', '.join(views)}; {len(caps)} example(s))")
@@ -165,6 +173,7 @@ def _write_static(args, fmt: str, view: str, caps: list) -> None:
         head = _one(cap.heads, args.heads, heads, "--heads", view)
         opts = dict(layer=layer, head=head, token=args.token)
     svg = to_svg(cap, view, **opts)
+    ensure_parent(args.out)
     if fmt == "svg":
         Path(args.out).write_text(svg, encoding="utf-8")
     else:

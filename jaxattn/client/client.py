@@ -209,6 +209,8 @@ class AttentionClient:
             truncate=policy != "error", precision=precision, max_chunk_bytes=max_chunk_bytes,
         )  # fmt: skip
         texts = list(texts)
+        if not texts:  # as the engine: no texts, no captures (the wire refuses an empty call)
+            return iter(())
         return self._stream(request, texts, policy, self.timeout if timeout is None else timeout)
 
     def capture_iter(

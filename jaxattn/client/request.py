@@ -16,7 +16,7 @@ import grpc
 from jaxattn.capture import Capture
 from jaxattn.client.errors import AttentionServiceError
 from jaxattn.errors import UsageError
-from jaxattn.inputs import Text
+from jaxattn.inputs import Text, check_utf8
 from jaxattn.spec import Selection, check_precision, parse_selection, resolve_indices
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs
@@ -73,9 +73,9 @@ def texts_message(texts: Sequence[Text]) -> list[pb.Text]:
     out = []
     for i, t in enumerate(texts):
         if isinstance(t, str):
-            out.append(pb.Text(text=t))
+            out.append(pb.Text(text=check_utf8(t, i)))
         elif isinstance(t, (tuple, list)) and len(t) == 2 and all(isinstance(s, str) for s in t):
-            out.append(pb.Text(text=t[0], text_pair=t[1]))
+            out.append(pb.Text(text=check_utf8(t[0], i), text_pair=check_utf8(t[1], i)))
         else:
             raise UsageError(f"texts[{i}] must be a string or a (sentence_a, sentence_b) pair"
                              f" of strings, got {type(t).__name__}")  # fmt: skip

@@ -77,6 +77,7 @@ def head_ablation_study(
     mlm: bool = True,
     mask_rate: float = 0.15,
     seed: int = 0,
+    too_long: str = "error",
 ) -> dict:
     """Ablate each head alone and report how the outputs change, over a corpus.
 
@@ -93,6 +94,7 @@ def head_ablation_study(
       heads: (layer, head) pairs to ablate one at a time; default every head.
       mode: "zero" or "uniform".
       mlm: also measure the masked-LM loss when the model has the head.
+      too_long: texts over the model's limit: "error", "truncate" or "skip".
 
     Returns:
       {"mode", "heads": [[l, h], ...], "cos_cls": [...], "cos_mean": [...],
@@ -103,7 +105,7 @@ def head_ablation_study(
     heads = list(heads) if heads is not None else [
         (layer, h) for layer in range(c.num_layers) for h in range(c.num_heads)
     ]  # fmt: skip
-    tokenized = engine.tokenize(texts)
+    tokenized = [t for t in engine.tokenize(texts, too_long=too_long) if t is not None]
     base = final_states(engine, tokenized, None)
     use_mlm = mlm and "mlm_head" in engine.extra_params and bool(tokenized)
     if use_mlm:

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jaxattn.config import ModelConfig
-from jaxattn.errors import CheckpointError, InputError, TooLongError, UsageError
-from jaxattn.inputs import TOO_LONG, Text
+from jaxattn.errors import CheckpointError, TooLongError, UsageError
+from jaxattn.inputs import TOO_LONG, Text, check_utf8
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -52,32 +52,15 @@ def check_texts(texts) -> list[Text]:
     out: list[Text] = []
     for i, t in enumerate(texts):
         if isinstance(t, str):
-            out.append(_valid(t, i))
+            out.append(check_utf8(t, i))
         elif isinstance(t, (tuple, list)) and len(t) == 2 and all(isinstance(s, str) for s in t):
-            out.append((_valid(t[0], i), _valid(t[1], i)))
+            out.append((check_utf8(t[0], i), check_utf8(t[1], i)))
         else:
             raise UsageError(
                 f"texts[{i}] must be a string or a (sentence_a, sentence_b) pair of strings, "
                 f"got {type(t).__name__}"
             )
     return out
-
-
-def _valid(text: str, index: int) -> str:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        char = text[e.start]
-        raise InputError(None, f"text {index} is not valid UTF-8: {_describe(char)} at "
-                         f"character {e.start}") from None  # fmt: skip
-    return text
-
-
-def _describe(char: str) -> str:
-    code = ord(char)
-    if 0xDC80 <= code <= 0xDCFF:  # Python's surrogateescape of an undecodable byte
-        return f"the undecodable byte 0x{code - 0xDC00:02x} (was it written in another encoding?)"
-    return f"the lone surrogate U+{code:04X}"
 
 
 # The 0.1 name (jaxattn.tokenize.Encoding), importable until 0.3.

@@ -40,6 +40,8 @@ def is_file_argument(arg: str, what: str = "INPUT") -> bool:
     """
     if arg == STDIN:
         return True
+    if not arg.strip():
+        return False  # an empty text (commands refuse it), not the current directory
     try:
         path = Path(arg)
         is_file, is_dir = path.is_file(), path.is_dir()

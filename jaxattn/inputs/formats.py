@@ -190,3 +190,26 @@ def _parse_conllu(raw: RawRecord) -> Record:
 # The 0.1 names (jaxattn.dump.inputs), importable until 0.3.
 Example = Record
 parse = parse_record
+
+
+def check_utf8(text: str, index: int) -> str:
+    """`text` if it encodes as UTF-8; else InputError naming text `index` and the character.
+
+    A non-UTF-8 command-line argument or file reaches Python as lone surrogates
+    (surrogateescape): they are named as the undecodable bytes they were.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        error = InputError(None, f"text {index} is not valid UTF-8: {_describe(text[e.start])} "
+                           f"at character {e.start}")  # fmt: skip
+        error.index = index
+        raise error from None
+    return text
+
+
+def _describe(char: str) -> str:
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # Python's surrogateescape of an undecodable byte
+        return f"the undecodable byte 0x{code - 0xDC00:02x} (was it written in another encoding?)"
+    return f"the lone surrogate U+{code:04X}"

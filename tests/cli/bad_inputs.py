@@ -86,6 +86,7 @@ class Bad:
     make: Callable[[Path, dict], object]  # (tmp dir, good values) -> the bad value
     code: int
     message: str  # a regex the one error line must match
+    only: frozenset = frozenset()  # the commands it applies to (default: every one with the slot)
 
 
 def _file(name: str, data: bytes) -> Callable[[Path, dict], str]:
@@ -162,6 +163,16 @@ BAD: list[Bad] = [
     Bad("lone surrogate", "text", lambda t, g: "a\ud800b", 1, "surrogate U\\+D800"),
     Bad("text over the limit", "text", lambda t, g: "word " * 100, 1, "--too-long truncate"),
     Bad("a 300-word argument", "input", lambda t, g: "word " * 300, 1, "--too-long truncate"),
+    Bad("an empty text", "text", lambda t, g: "  ", 1, "TEXT is empty"),
+    Bad("an empty text", "input", lambda t, g: "", 1, "INPUT is empty"),
+    Bad(
+        "a text over the limit past the first window",
+        "input_file",
+        _file("long.txt", b"short\n" * 300 + b"word " * 100 + b"\n"),
+        1,
+        r"long.txt:301.*--too-long|text 300 .*--too-long",
+        frozenset({"analyze", "view", "dump"}),
+    ),  # fmt: skip
     # outputs
     Bad("output is a directory", "out", lambda t, g: str(t), 2, "is a directory"),
     Bad("output exists", "out", _existing, 2, "exists.*--overwrite"),
@@ -219,6 +230,8 @@ def cases() -> list[tuple[str, Bad]]:
     for command, template in COMMANDS.items():
         slots = {part[1:-1] for part in template if part.startswith("{")}
         for bad in BAD:
+            if bad.only and command not in bad.only:
+                continue
             if bad.slot in slots or command in HAS.get(bad.slot, ()):
                 out.append((command, bad))
     return out
