@@ -6,9 +6,24 @@
     svg = to_svg(cap, "stats")
 
 The drawings follow the HTML views: head-view lines with stroke-opacity = weight
-(each carrying data-i, data-j, data-head like the page's), model-view heatmaps
-(embedded PNG images, one pixel per (query, key) cell), neuron-view cells
-(positive blue, negative orange) and the stats view's layer x head grids.
+(each carrying data-i, data-j, data-head like the page's), model-view heat maps
+(embedded PNG images), neuron-view cells and the stats view's layer x head grids.
+
+Every view is laid out from its counts (heads, layers, tokens, label widths) in
+bands that cannot overlap: <g class="title">, <g class="legend"> (head chips,
+wrapped to the width), <g class="colorbar"> (the scale with its min and max
+numbers) and <g class="plot">. Every heat map has a colour bar; all maps of one
+model view share one scale, [min(0, min), max] of the weights drawn.
+
+Model-view maps longer than their thumbnail are down-scaled by MAX POOLING: a
+pixel shows the largest weight of its block of (query, key) cells. A [SEP]
+column or the diagonal is one cell wide; area averaging over the k x k block
+of a pixel (k ~ 4 at 300 tokens in a 72 px map) would dilute such a stripe to
+about 1/k of its weight against the diffuse background, and nearest-neighbour
+sampling (what the browser does to an unpooled image) drops most of its cells
+altogether. Max pooling keeps both stripes at their full weight; the price is
+that a pixel never shows how many of its cells are strong. Token tick labels
+are thinned to at least 11 px apart, [CLS]/[SEP]-like tokens labelled first.
 """
 
 from __future__ import annotations
@@ -20,70 +35,167 @@ import numpy as np
 
 from jaxattn.capture import Capture
 from jaxattn.views import svg_cells
-from jaxattn.views.drawing import KIND_TITLES, head_color, png_bytes, svg_doc
+from jaxattn.views.drawing import (
+    KIND_TITLES,
+    colorbar,
+    head_color,
+    label_stride,
+    max_pool,
+    png_bytes,
+    scale_rgb,
+    short,
+    svg_doc,
+    text_width,
+    thin_ticks,
+    title,
+    value_range,
+)
 from jaxattn.views.payload import view_weights
+
+PAD, CHIP = 8, 36
+
+
+def _gray(v: float) -> str:  # #333 at opacity v over white: the head view's line scale
+    c = int(round(255 - min(1.0, max(0.0, v)) * (255 - 0x33)))
+    return f"#{c:02x}{c:02x}{c:02x}"
+
+
+def _legend(x, y, cap, hs, width) -> tuple[str, float, float]:
+    """The head chips, wrapped to `width`: (svg, width, height)."""
+    per_row = max(1, int((width - 44) // CHIP))
+    out = [f'<g class="legend"><text x="{x}" y="{y + 12}" fill="#444">heads</text>']
+    for n, head in enumerate(hs):
+        cx, cy = x + 44 + CHIP * (n % per_row), y + 20 * (n // per_row)
+        number, color = cap.heads[head], head_color(cap.heads[head])
+        out.append(f'<rect x="{cx}" y="{cy}" width="30" height="15" rx="3" fill="{color}"/>'
+                   f'<text x="{cx + 15}" y="{cy + 11.5}" text-anchor="middle" fill="#fff" '
+                   f'font-size="11">{number}</text>')  # fmt: skip
+    rows = -(-len(hs) // per_row)
+    return "\n".join(out) + "</g>", 44 + CHIP * min(len(hs), per_row), 20 * rows - 5
 
 
 def head_svg(cap, *, layer=0, heads=None, kind="attention", min_weight=0.0, max_lines=5000):
     """The head view of layer index `layer` (axis index into ``cap.layers``)."""
     w = view_weights(cap, kind)[layer]  # [H, T, T]
     hs = list(range(w.shape[0])) if heads is None else list(heads)
-    rh, colw, gap, top = 18, 130, 220, 30
-    t = len(cap.tokens)
+    t, rh, gap = len(cap.tokens), 18, 220
+    toks = [short(tok, 24) for tok in cap.tokens]
+    colw = min(220, max(60, max(text_width(s) for s in toks) + 10))
     h_idx, i_idx, j_idx = np.nonzero(w[hs] > max(min_weight, 0.0))
     vals = w[hs][h_idx, i_idx, j_idx]
     if len(vals) > max_lines:  # the strongest lines, as the page does
         keep = np.argsort(-vals, kind="stable")[:max_lines]
         h_idx, i_idx, j_idx, vals = h_idx[keep], i_idx[keep], j_idx[keep], vals[keep]
-    out = [f'<text x="4" y="16" font-weight="bold">Layer {cap.layers[layer]}, '
-           f"{escape(KIND_TITLES[kind])}</text>"]  # fmt: skip
-    for n, head in enumerate(hs):  # the legend: one colour chip per drawn head
-        x = 2 * colw + gap - 36 * (len(hs) - n)
-        number, color = cap.heads[head], head_color(cap.heads[head])
-        out.append(f'<rect x="{x}" y="5" width="30" height="15" rx="3" fill="{color}"/>'
-                   f'<text x="{x + 15}" y="16" text-anchor="middle" fill="#fff" '
-                   f'font-size="11">{number}</text>')  # fmt: skip
+    head, tw, th = title(PAD, PAD, f"Layer {cap.layers[layer]}, {KIND_TITLES[kind]}")
+    width = max(2 * colw + gap, tw, 44 + CHIP * min(len(hs), 4))
+    band = PAD + th + 8
+    cb_w = 180
+    side = 44 + CHIP * len(hs) + 24 + cb_w <= width  # legend and colour bar on one band
+    leg, lw, lh = _legend(PAD, band, cap, hs, width - (cb_w + 24 if side else 0))
+    cb_x, cb_y = (PAD + lw + 24, band) if side else (PAD, band + lh + 10)
+    bar, cw, ch = colorbar(cb_x, cb_y, 0.0, 1.0, "line opacity = weight", width=cb_w, color=_gray)
+    top = max(band + lh, cb_y + ch) + 12
+    x1, x2 = PAD + colw, PAD + colw + gap
     y = lambda r: top + r * rh + rh / 2  # noqa: E731
+    out = [head, leg, bar, '<g class="plot">']
     for hk, i, j, v in zip(h_idx, i_idx, j_idx, vals, strict=True):
-        head = hs[hk]
+        h = hs[hk]
         out.append(
-            f'<line data-i="{i}" data-j="{j}" data-head="{head}" x1="{colw}" y1="{y(i)}" '
-            f'x2="{colw + gap}" y2="{y(j)}" stroke="{head_color(cap.heads[head])}" '
+            f'<line data-i="{i}" data-j="{j}" data-head="{h}" x1="{x1}" y1="{y(i)}" '
+            f'x2="{x2}" y2="{y(j)}" stroke="{head_color(cap.heads[h])}" '
             f'stroke-width="2" stroke-opacity="{v:.4f}"/>'
         )
-    for i, tok in enumerate(cap.tokens):
-        out.append(f'<text x="{colw - 4}" y="{y(i) + 4}" text-anchor="end">{escape(tok)}</text>')
-        out.append(f'<text x="{colw + gap + 4}" y="{y(i) + 4}">{escape(tok)}</text>')
-    return svg_doc(2 * colw + gap, top + t * rh + 8, "\n".join(out) + "\n")
+    for i, tok in enumerate(toks):
+        out.append(f'<text x="{x1 - 4}" y="{y(i) + 4}" text-anchor="end">{escape(tok)}</text>')
+        out.append(f'<text x="{x2 + 4}" y="{y(i) + 4}">{escape(tok)}</text>')
+    out.append("</g>")
+    width = max(width, cb_x - PAD + cw)
+    return svg_doc(width + 2 * PAD, top + t * rh + PAD, "\n".join(out) + "\n")
 
 
-def model_svg(cap, *, kind="attention", thumb=72):
-    """The model view: every layer x head heatmap (rows query tokens, columns keys)."""
+def model_svg(cap, *, kind="attention", thumb=None):
+    """The model view: every layer x head heat map (rows query tokens, columns keys),
+    max-pooled to `thumb` px (default: from the counts, about 960 px wide in all)."""
     w = view_weights(cap, kind)  # [L, H, T, T]
-    n_l, n_h = w.shape[:2]
-    lab, gap, top = 34, 6, 40
-    out = [f'<text x="4" y="16" font-weight="bold">{escape(KIND_TITLES[kind])}</text>']
-    for hi, h in enumerate(cap.heads):
-        x = lab + hi * (thumb + gap) + thumb / 2
-        out.append(f'<text x="{x}" y="{top - 6}" text-anchor="middle" fill="#666">H{h}</text>')
+    n_l, n_h, t = w.shape[:3]
+    gap = 12  # > the 11 px between tick labels: a row's last and the next's first
+    lab = max(text_width(f"L{v}") for v in cap.layers) + 10
+    toks = [short(tok, 12) for tok in cap.tokens]
+    tick = max(text_width(s, 9) for s in toks) + 6
+    if thumb is None:
+        thumb = (960 - lab - tick) / n_h - gap
+        thumb = int(np.clip(thumb, 40, min(320, max(72, 24 * t))))
+    res = min(t, thumb)
+    lo, hi = value_range([w.min(), w.max()])
+    pooled = f", max-pooled to {res}×{res} px" if res < t else ""
+    head, tw, th = title(PAD, PAD, f"Model view: {KIND_TITLES[kind]}, {t} tokens{pooled}")
+    bar, cw, ch = colorbar(PAD, PAD + th + 8, lo, hi, f"{KIND_TITLES[kind]} (one scale, all maps)")
+    top = PAD + th + 8 + ch + 12
+    grid_top, step, pitch = top + 18, thumb + gap, thumb / t
+    x_of = lambda hi_: PAD + lab + hi_ * step  # noqa: E731
+    out = [head, bar, '<g class="plot">']
+    hk = label_stride(n_h, step, max(text_width(f"H{h}") for h in cap.heads))
+    for hi_, h in list(enumerate(cap.heads))[::hk]:
+        out.append(f'<text x="{x_of(hi_) + thumb / 2}" y="{top + 12}" text-anchor="middle" '
+                   f'fill="#666">H{h}</text>')  # fmt: skip
+    ticks = thin_ticks(cap.tokens, pitch)
+    right, bottom = x_of(n_h) - gap, grid_top + n_l * step - gap
+    lk = label_stride(n_l, step, 14)
     for li, layer in enumerate(cap.layers):
-        y0 = top + li * (thumb + gap)
-        out.append(f'<text x="{lab - 6}" y="{y0 + thumb / 2 + 4}" text-anchor="end" '
-                   f'fill="#666">L{layer}</text>')  # fmt: skip
-        for hi, h in enumerate(cap.heads):
-            rgba = np.zeros(w.shape[2:] + (4,), np.uint8)
-            rgba[..., :3] = [int(head_color(h)[k : k + 2], 16) for k in (1, 3, 5)]
-            rgba[..., 3] = np.rint(np.clip(w[li, hi], 0, 1) * 255)
-            data = base64.b64encode(png_bytes(rgba)).decode("ascii")
-            x0 = lab + hi * (thumb + gap)
+        y0 = grid_top + li * step
+        if li % lk == 0:
+            out.append(f'<text x="{PAD + lab - 6}" y="{y0 + min(thumb / 2, 40) + 4}" '
+                       f'text-anchor="end" fill="#666">L{layer}</text>')  # fmt: skip
+        for i in ticks:  # query tokens, right of the last column
+            out.append(f'<text class="tick" x="{right + 3}" y="{y0 + (i + 0.5) * pitch + 3:.1f}" '
+                       f'font-size="9" fill="#666">{escape(toks[i])}</text>')  # fmt: skip
+        for hi_ in range(n_h):
+            img = np.full((res, res, 4), 255, np.uint8)
+            img[..., :3] = scale_rgb(max_pool(w[li, hi_], res) if res < t else w[li, hi_], lo, hi)
+            data = base64.b64encode(png_bytes(img)).decode("ascii")
+            x0 = x_of(hi_)
             out.append(
                 f'<rect x="{x0 - 0.5}" y="{y0 - 0.5}" width="{thumb + 1}" height="{thumb + 1}" '
-                f'fill="none" stroke="#ddd"/><image data-layer="{li}" data-head="{hi}" '
-                f'x="{x0}" y="{y0}" width="{thumb}" height="{thumb}" '
+                f'fill="none" stroke="#ddd"/><image data-layer="{li}" data-head="{hi_}" '
+                f'data-res="{res}" x="{x0}" y="{y0}" width="{thumb}" height="{thumb}" '
                 f'preserveAspectRatio="none" style="image-rendering:pixelated" '
                 f'href="data:image/png;base64,{data}"/>'
             )
-    return svg_doc(lab + n_h * (thumb + gap), top + n_l * (thumb + gap), "\n".join(out) + "\n")
+    for hi_ in range(n_h):  # key tokens, under the last row, reading downwards
+        for j in ticks:
+            x = x_of(hi_) + (j + 0.5) * pitch - 3
+            out.append(f'<text class="tick" x="{x:.1f}" y="{bottom + 3}" font-size="9" '
+                       f'fill="#666" transform="rotate(90 {x:.1f} {bottom + 3})">'
+                       f"{escape(toks[j])}</text>")  # fmt: skip
+    out.append("</g>")
+    width = max(right + tick, PAD + tw, PAD + cw)
+    return svg_doc(width + PAD, bottom + tick + PAD, "\n".join(out) + "\n")
+
+
+OPTIONS = {"head": ("layer", "heads", "kind", "min_weight", "max_lines"),
+           "model": ("kind", "thumb"), "neuron": ("layer", "head", "token"),
+           "stats": ("kind",)}  # fmt: skip
+
+
+def _check(cap: Capture, view: str, options: dict) -> None:
+    """One-line ValueErrors for options a view cannot draw."""
+    unknown = sorted(set(options) - set(OPTIONS[view]))
+    if unknown:
+        raise ValueError(f"the {view} view takes no {', '.join(unknown)}; "
+                         f"its options: {', '.join(OPTIONS[view])}")  # fmt: skip
+    if cap.length == 0:
+        raise ValueError("the capture has no tokens: capture a non-empty text")
+    if options.get("kind", "attention") not in KIND_TITLES:
+        raise ValueError(f"unknown kind {options['kind']!r}; choose from {', '.join(KIND_TITLES)}")
+    heads = [] if options.get("heads") is None else list(options["heads"])
+    for name, values, n, axis in (
+        ("layer", [options.get("layer", 0)], len(cap.layers), "cap.layers"),
+        ("head", [options.get("head", 0), *heads], len(cap.heads), "cap.heads"),
+        ("token", [options.get("token", 0)], cap.length, "the tokens"),
+    ):
+        bad = [v for v in values if not 0 <= v < n]
+        if bad:
+            raise ValueError(f"{name} {bad[0]} is out of range: an index into {axis} (0..{n - 1})")
 
 
 def to_svg(cap: Capture, view: str = "head", **options) -> str:
@@ -94,16 +206,19 @@ def to_svg(cap: Capture, view: str = "head", **options) -> str:
         keys for the neuron view).
       view: "head", "model", "neuron" or "stats".
       **options: head: layer, heads, kind, min_weight, max_lines; model: kind,
-        thumb; neuron: layer, head, token; stats: kind. Layer and head are axis
-        indices into ``cap.layers`` / ``cap.heads``.
+        thumb (px per map; default from the counts); neuron: layer, head,
+        token; stats: kind. Layer and head are axis indices into
+        ``cap.layers`` / ``cap.heads``; kind is "attention" or "norm".
 
     Raises:
-      ValueError: an unknown view, or the capture lacks a quantity it needs.
+      ValueError: an unknown view, option or kind, an index out of range, an
+        empty capture, or one lacking a quantity the view needs.
     """
     makers = dict(head=head_svg, model=model_svg, neuron=svg_cells.neuron_svg,
                   stats=svg_cells.stats_svg)  # fmt: skip
     if view not in makers:
         raise ValueError(f"unknown view {view!r}; choose from {', '.join(makers)}")
+    _check(cap, view, options)
     try:
         return makers[view](cap, **options)
     except AttributeError as e:  # a quantity the capture lacks

@@ -1,4 +1,10 @@
-"""Static SVG of the neuron view and the stats view (see `jaxattn.views.svg`)."""
+"""Static SVG of the neuron view and the stats view (see `jaxattn.views.svg`).
+
+Both are laid out in bands like the other static views (title, colour bars or
+legend, plot) with a colour bar stating the range of every scale: the neuron
+view's q and k, q×k, q·k and softmax (blue positive, orange negative), and each
+continuous head statistic of the stats view (its grid's own [min(0, min), max]).
+"""
 
 from __future__ import annotations
 
@@ -7,13 +13,20 @@ from html import escape
 import numpy as np
 
 from jaxattn.capture import Capture
-from jaxattn.views.drawing import KIND_TITLES, svg_doc
+from jaxattn.views.drawing import (
+    KIND_TITLES,
+    colorbar,
+    label_stride,
+    scale_color,
+    short,
+    svg_doc,
+    text_width,
+    title,
+    value_range,
+)
 from jaxattn.views.stats import stats_document
 
-
-def _color(v: float, vmax: float) -> str:
-    a = min(1.0, abs(v) / vmax) if vmax > 0 else 0.0
-    return f"rgba(31,119,180,{a:.3f})" if v >= 0 else f"rgba(255,127,14,{a:.3f})"
+PAD = 8
 
 
 def neuron_values(cap: Capture, layer: int, head: int, token: int) -> dict[str, np.ndarray]:
@@ -27,57 +40,93 @@ def neuron_values(cap: Capture, layer: int, head: int, token: int) -> dict[str, 
     return dict(query=q, key=k, qk=qk, dot=dot, softmax=e / e.sum())
 
 
+def _bars(x0, y0, width, bars) -> tuple[str, float]:
+    """Colour bars [(label, lo, hi)] in rows that wrap at `width`: (svg, height)."""
+    out, x, y, row_h = [], x0, y0, 0.0
+    for label, lo, hi in bars:
+        bw = max(120.0, text_width(label, 11))
+        if x > x0 and x + bw > x0 + width:
+            x, y, row_h = x0, y + row_h + 8, 0.0
+        body, w, h = colorbar(x, y, lo, hi, label, width=120)
+        out.append(body)
+        x, row_h = x + w + 24, max(row_h, h)
+    return "\n".join(out), y + row_h - y0
+
+
 def neuron_svg(cap: Capture, *, layer=0, head=0, token=0) -> str:
     """The neuron view of (layer, head) axis indices and query position `token`."""
     v = neuron_values(cap, layer, head, token)
     n_t, n_k = v["key"].shape
-    cw, rh, lab, top = 9, 16, 110, 56
-    vmax = max(np.abs(v["key"]).max(), np.abs(v["query"]).max())
-    pmax, dmax = np.abs(v["qk"]).max(), np.abs(v["dot"]).max()
-    x_qk, x_dot = lab + n_k * cw + 12, lab + 2 * (n_k * cw + 12)
+    toks = [short(t, 16) for t in cap.tokens]
+    cw, rh = 9, 16
+    lab = max(40, max(text_width(t) for t in toks) + 14)
+    x_qk, x_dot = PAD + lab + n_k * cw + 12, PAD + lab + 2 * (n_k * cw + 12)
     x_sm = x_dot + 62
-    out = [f'<text x="4" y="14" font-weight="bold">Layer {cap.layers[layer]}, head '
-           f'{cap.heads[head]}, query "{escape(cap.tokens[token])}" ({token})</text>',
-           f'<text x="{lab - 6}" y="33" text-anchor="end">q</text>']  # fmt: skip
+    width = x_sm + 64 - PAD
+    query = f'query "{short(cap.tokens[token], 24)}" ({token})'
+    head_, tw, th = title(PAD, PAD, f"Layer {cap.layers[layer]}, head {cap.heads[head]}, {query}")
+    width = max(width, tw)
+    qk_range = value_range(np.concatenate([v["key"].ravel(), v["query"]]))
+    scales = {"q, k": qk_range, "q × k": value_range(v["qk"]), "q · k": value_range(v["dot"]),
+              "softmax": value_range(v["softmax"])}  # fmt: skip
+    bars, bh = _bars(PAD, PAD + th + 8, width, [(k, *r) for k, r in scales.items()])
+    color = {k: (lambda x, r=r: scale_color(x, *r)) for k, r in scales.items()}
+    q_y = PAD + th + 8 + bh + 12
+    top = q_y + rh + 24
+    out = [head_, bars, '<g class="plot">',
+           f'<text x="{PAD + lab - 6}" y="{q_y + 11}" text-anchor="end">q</text>']  # fmt: skip
     for c in range(n_k):
-        out.append(f'<rect x="{lab + c * cw}" y="22" width="{cw - 1}" height="{rh - 2}" '
-                   f'fill="{_color(v["query"][c], vmax)}"/>')  # fmt: skip
-    for x, name in ((lab, "k"), (x_qk, "q × k"), (x_dot, "q · k"), (x_sm, "softmax")):
+        out.append(f'<rect x="{PAD + lab + c * cw}" y="{q_y}" width="{cw - 1}" height="{rh - 2}" '
+                   f'fill="{color["q, k"](v["query"][c])}"/>')  # fmt: skip
+    for x, name in ((PAD + lab, "k"), (x_qk, "q × k"), (x_dot, "q · k"), (x_sm, "softmax")):
         out.append(f'<text x="{x}" y="{top - 4}" font-weight="bold" fill="#555">{name}</text>')
     for j in range(n_t):
         y = top + j * rh
         weight = ' font-weight="bold"' if j == token else ""
-        out.append(f'<text x="{lab - 6}" y="{y + 11}" text-anchor="end"{weight}>'
-                   f"{escape(cap.tokens[j])}</text>")  # fmt: skip
+        out.append(f'<text x="{PAD + lab - 6}" y="{y + 11}" text-anchor="end"{weight}>'
+                   f"{escape(toks[j])}</text>")  # fmt: skip
         for c in range(n_k):
-            out.append(f'<rect x="{lab + c * cw}" y="{y}" width="{cw - 1}" height="{rh - 2}" '
-                       f'fill="{_color(v["key"][j, c], vmax)}"/><rect x="{x_qk + c * cw}" '
-                       f'y="{y}" width="{cw - 1}" height="{rh - 2}" '
-                       f'fill="{_color(v["qk"][j, c], pmax)}"/>')  # fmt: skip
-        for x, val, m, fmt in (
-            (x_dot, v["dot"][j], dmax, ".2f"),
-            (x_sm, v["softmax"][j], 1, ".3f"),
-        ):
+            out.append(f'<rect x="{PAD + lab + c * cw}" y="{y}" width="{cw - 1}" '
+                       f'height="{rh - 2}" fill="{color["q, k"](v["key"][j, c])}"/>'
+                       f'<rect x="{x_qk + c * cw}" y="{y}" width="{cw - 1}" height="{rh - 2}" '
+                       f'fill="{color["q × k"](v["qk"][j, c])}"/>')  # fmt: skip
+        for x, val, name, f in ((x_dot, v["dot"][j], "q · k", ".2f"),
+                                (x_sm, v["softmax"][j], "softmax", ".3f")):  # fmt: skip
             out.append(f'<rect x="{x}" y="{y}" width="54" height="{rh - 2}" '
-                       f'fill="{_color(val, m)}"/><text x="{x + 52}" y="{y + 11}" '
-                       f'text-anchor="end" font-size="10">{val:{fmt}}</text>')  # fmt: skip
-    return svg_doc(x_sm + 64, top + n_t * rh + 6, "\n".join(out) + "\n")
+                       f'fill="{color[name](val)}"/><text x="{x + 52}" y="{y + 11}" '
+                       f'text-anchor="end" font-size="10">{val:{f}}</text>')  # fmt: skip
+    out.append("</g>")
+    return svg_doc(width + 2 * PAD, top + n_t * rh + PAD, "\n".join(out) + "\n")
 
 
-def _grid(x0, y0, name, layers, heads, values, fill, cell=14) -> tuple[str, float, float]:
-    out = [f'<text x="{x0}" y="{y0 + 10}" font-weight="bold">{escape(name)}</text>']
-    lab = 28
-    for hi, h in enumerate(heads):
+def _grid(x0, y0, name, layers, heads, values, fill, cell, bar) -> tuple[str, float, float]:
+    """One layer x head grid (<g class="plot">) with its name, thinned labels and, for
+    bar=(lo, hi), its colour bar underneath (a <g class="colorbar"> beside it)."""
+    lab = max(text_width(f"L{v}", 9) for v in layers) + 6
+    out = [
+        '<g class="plot">',
+        f'<text x="{x0}" y="{y0 + 10}" font-weight="bold">{escape(name)}</text>',
+    ]
+    hk = label_stride(len(heads), cell, max(text_width(str(h), 9) for h in heads))
+    for hi, h in list(enumerate(heads))[::hk]:
         out.append(f'<text x="{x0 + lab + hi * cell + cell / 2}" y="{y0 + 24}" font-size="9" '
                    f'text-anchor="middle" fill="#666">{h}</text>')  # fmt: skip
+    lk = label_stride(len(layers), cell, 9)
     for li, layer in enumerate(layers):
         y = y0 + 28 + li * cell
-        out.append(f'<text x="{x0 + lab - 4}" y="{y + cell - 3}" font-size="9" '
-                   f'text-anchor="end" fill="#666">L{layer}</text>')  # fmt: skip
+        if li % lk == 0:
+            out.append(f'<text x="{x0 + lab - 4}" y="{y + cell / 2 + 3}" font-size="9" '
+                       f'text-anchor="end" fill="#666">L{layer}</text>')  # fmt: skip
         for hi in range(len(heads)):
             out.append(f'<rect x="{x0 + lab + hi * cell}" y="{y}" width="{cell - 1}" '
                        f'height="{cell - 1}" fill="{fill(values[li][hi])}"/>')  # fmt: skip
-    return "\n".join(out), lab + len(heads) * cell + 16, 32 + len(layers) * cell + 14
+    out.append("</g>")
+    gw, gh = max(lab + len(heads) * cell, text_width(name)), 28 + len(layers) * cell
+    if bar:
+        body, bw, bh = colorbar(x0, y0 + gh + 6, *bar, "", width=max(100, gw - 10))
+        out.append(body)
+        gw, gh = max(gw, bw), gh + 6 + bh
+    return "\n".join(out), gw + 20, gh + 14
 
 
 def stats_svg(cap: Capture, *, kind="attention") -> str:
@@ -87,27 +136,39 @@ def stats_svg(cap: Capture, *, kind="attention") -> str:
         raise ValueError(f"the capture has no {kind!r} weights")
     k = doc["kinds"][kind]
     colors = ("#1f77b4", "#2ca02c", "#17becf", "#9467bd", "#bbbbbb")
+    cell = int(np.clip(336 // max(len(cap.layers), len(cap.heads)), 6, 14))
     grids = []
     for name in doc["stats"]:
         g = k["head_stats"][name]
-        top = max([v for row in g for v in row if v is not None] or [0])
-        grids.append((name, g, lambda v, m=top: "#eee" if v is None else _color(v, m)))
-    grids.append(("Kovaleva class", k["kovaleva"], lambda v: colors[v % len(colors)]))
+        lo, hi = value_range(g)
+        fill = lambda v, lo=lo, hi=hi: "#eee" if v is None else scale_color(v, lo, hi)  # noqa: E731
+        grids.append((name, g, fill, (lo, hi)))
+    grids.append(("Kovaleva class", k["kovaleva"], lambda v: colors[v % len(colors)], None))
     for name in doc["patterns"]:
-        grids.append((name, k["vig"][name], lambda v: "#d62728" if v else "#f3f3f3"))
-    out = [f'<text x="4" y="14" font-weight="bold">{escape(KIND_TITLES[kind])}</text>']
-    x, y, row_h, width = 4.0, 24.0, 0.0, 0.0
-    per_row = 6
-    for n, (name, values, fill) in enumerate(grids):
-        if n and n % per_row == 0:
-            x, y, row_h = 4.0, y + row_h, 0.0
-        body, gw, gh = _grid(x, y, name, cap.layers, cap.heads, values, fill)
+        grids.append((name, k["vig"][name], lambda v: "#d62728" if v else "#f3f3f3", None))
+    head_, tw, th = title(PAD, PAD, f"Head statistics: {KIND_TITLES[kind]}")
+    out = [head_]
+    max_w = 980.0
+    x, y, row_h, width = PAD, PAD + th + 8, 0.0, tw
+    for name, values, fill, bar in grids:
+        body, gw, gh = _grid(x, y, name, cap.layers, cap.heads, values, fill, cell, bar)
+        if x > PAD and x + gw > PAD + max_w:  # wrap to the next row of grids
+            x, y, row_h = PAD, y + row_h, 0.0
+            body, gw, gh = _grid(x, y, name, cap.layers, cap.heads, values, fill, cell, bar)
         out.append(body)
-        x += max(gw, 110, 8 * len(name) + 14)
-        row_h, width = max(row_h, gh), max(width, x)
-    legend_y = y + row_h + 10
-    for c, name in enumerate(doc["classes"]):
-        out.append(f'<rect x="{4 + c * 130}" y="{legend_y}" width="12" height="12" '
-                   f'fill="{colors[c]}"/><text x="{20 + c * 130}" y="{legend_y + 10}">'
-                   f"{escape(name)}</text>")  # fmt: skip
-    return svg_doc(max(width, 660), legend_y + 20, "\n".join(out) + "\n")
+        x += gw
+        row_h, width = max(row_h, gh), max(width, x - PAD)
+    legend_y = y + row_h + 4
+    items = [(colors[c], name) for c, name in enumerate(doc["classes"])]
+    items.append(("#d62728", "pattern present"))
+    out.append('<g class="legend">')
+    lx, ly = PAD, legend_y
+    for color, name in items:
+        iw = 20 + text_width(name) + 16
+        if lx > PAD and lx + iw > PAD + max(width, 660):
+            lx, ly = PAD, ly + 18
+        out.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" fill="{color}"/>'
+                   f'<text x="{lx + 16}" y="{ly + 10}">{escape(name)}</text>')  # fmt: skip
+        lx += iw
+    out.append("</g>")
+    return svg_doc(max(width, 660) + 2 * PAD, ly + 12 + PAD, "\n".join(out) + "\n")

@@ -1,0 +1,172 @@
+"""Static SVG exports readable at any length: max-pooled model maps keep the [SEP]
+columns and the diagonal at 300 tokens, thinned tick labels, a colour bar stating
+its range in every heat-map view, and bands (title, legend, colour bars, plots)
+that never overlap for 1 head x 1 layer up to 16 heads x 24 layers.
+
+Captures are synthetic (numpy; no model); geometry is read from the SVG as the
+browser lays it out (getBBox), in the session's Chromium.
+"""
+
+from __future__ import annotations
+
+import base64
+import xml.etree.ElementTree as ET
+import zlib
+
+import numpy as np
+import pytest
+
+from jaxattn.capture import Capture
+from jaxattn.views import to_svg
+from jaxattn.views.drawing import fmt, thin_ticks
+
+SVG = "{http://www.w3.org/2000/svg}"
+T_LONG, SEPS = 300, (150, 299)
+
+
+def synthetic(n_layers: int, n_heads: int, t: int, seed: int = 0) -> Capture:
+    """A capture with every quantity the views draw: a weak random background (0.2 of
+    each row), 0.3 on each [SEP] column and 0.2 on the diagonal."""
+    rng = np.random.default_rng(seed)
+    seps = (t // 2, t - 1)
+    tokens = ["[CLS]"] + [f"w{i}" for i in range(1, t)]
+    for s in seps:
+        tokens[s] = "[SEP]"
+    back = rng.random((n_layers, n_heads, t, t))
+    att = 0.2 * back / back.sum(-1, keepdims=True)
+    att[..., list(seps)] += 0.3
+    att[..., np.arange(t), np.arange(t)] += 0.2
+    qk = rng.standard_normal((2, n_layers, n_heads, t, 8)).astype(np.float32)
+    norm = att * rng.uniform(0.5, 2.0, (n_layers, n_heads, 1, t))
+    tensors = {"attention": att.astype(np.float32), "alpha_fx_norm": norm.astype(np.float32),
+               "queries": qk[0], "keys": qk[1]}  # fmt: skip
+    return Capture(tokens=tuple(tokens), sentence_b_start=seps[0] + 1,
+                   layers=tuple(range(n_layers)), heads=tuple(range(n_heads)),
+                   dtype="float32", tensors=tensors)  # fmt: skip
+
+
+def decode_png(href: str) -> np.ndarray:
+    """[H, W, 4] of a data: URL PNG as `drawing.png_bytes` writes it (filter 0 rows)."""
+    data = base64.b64decode(href.split(",", 1)[1])
+    w, h = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    idat = data[data.index(b"IDAT") + 4 : data.index(b"IEND") - 8]
+    rows = np.frombuffer(zlib.decompress(idat), np.uint8).reshape(h, 1 + 4 * w)
+    assert (rows[:, 0] == 0).all()
+    return rows[:, 1:].reshape(h, w, 4)
+
+
+@pytest.fixture(scope="module")
+def long_cap() -> Capture:
+    return synthetic(1, 2, T_LONG)
+
+
+def test_model_svg_keeps_sep_columns_and_diagonal_at_300_tokens(long_cap):
+    root = ET.fromstring(to_svg(long_cap, "model", thumb=72))
+    images = list(root.iter(SVG + "image"))
+    assert len(images) == 2
+    for im in images:
+        res = int(im.get("data-res"))
+        assert res == 72 < T_LONG  # pooled, 300 -> 72 px
+        px = decode_png(im.get("href"))[..., 0].astype(int)  # red: 255 white, low = strong
+        edges = np.floor(np.linspace(0, T_LONG, res + 1)).astype(int)
+        cols = [np.searchsorted(edges, s, "right") - 1 for s in SEPS]
+        for c in cols:  # every row of each [SEP] column is drawn strong (0.5 of a 0.7 max)
+            assert px[:, c].max() < 140, px[:, c].max()
+        assert (np.diag(px) < 200).all()  # the diagonal (0.2 + background), visible
+        plain = np.setdiff1d(np.arange(res), cols)
+        off = px[:, plain][~np.eye(res, dtype=bool)[:, plain]]
+        assert np.median(off) > 235  # the background stays near white
+    bar = next(g for g in root.iter(SVG + "g") if g.get("class") == "colorbar")
+    w = long_cap.attention
+    assert float(bar.get("data-min")) == 0 and float(bar.get("data-max")) == pytest.approx(w.max())
+    ticks = [e.text for e in bar.iter(SVG + "text") if e.get("class") == "cb-tick"]
+    assert ticks == ["0", fmt(float(w.max()))]
+    # token ticks: both [SEP]s labelled, at least 11 px apart (72 px / 300 tokens)
+    picked = thin_ticks(long_cap.tokens, 72 / T_LONG)
+    assert set(SEPS) <= set(picked) and min(np.diff(picked)) * 72 / T_LONG >= 11
+    labels = [e.text for e in root.iter(SVG + "text") if e.get("class") == "tick"]
+    assert labels.count("[SEP]") == 2 * 2 * 1 + 2 * 1  # keys under 2 maps, queries by 1 row
+
+
+def test_every_heat_map_view_has_colour_bars_with_their_range():
+    cap = synthetic(2, 3, 7)
+    for view, opts, n_bars in (("neuron", dict(layer=1, head=2, token=3), 4),
+                               ("stats", dict(kind="norm"), 8), ("model", {}, 1)):  # fmt: skip
+        root = ET.fromstring(to_svg(cap, view, **opts))
+        bars = [g for g in root.iter(SVG + "g") if g.get("class") == "colorbar"]
+        assert len(bars) == n_bars, view
+        for g in bars:
+            lo, hi = float(g.get("data-min")), float(g.get("data-max"))
+            ticks = [e.text for e in g.iter(SVG + "text") if e.get("class") == "cb-tick"]
+            assert lo < hi and ticks[:2] == [fmt(lo), fmt(hi)], (view, ticks)
+    neuron = ET.fromstring(to_svg(cap, "neuron", layer=1, head=2, token=3))
+    stated = {g.find(SVG + "text").text: float(g.get("data-max")) for g in neuron.iter(SVG + "g")
+              if g.get("class") == "colorbar"}  # fmt: skip
+    dot = cap.queries[1, 2, 3].astype(np.float64) @ cap.keys[1, 2].T.astype(np.float64)
+    assert stated["q · k"] == pytest.approx(dot.max(), rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    "view, opts, match",
+    [("head", dict(layer=2), r"layer 2 is out of range: an index into cap.layers \(0..1\)"),
+     ("head", dict(heads=[0, 5]), "head 5 is out of range"),
+     ("neuron", dict(token=7), "token 7 is out of range"),
+     ("model", dict(kind="nrm"), "unknown kind 'nrm'; choose from attention, norm"),
+     ("model", dict(layer=0), "the model view takes no layer; its options: kind, thumb")],
+)  # fmt: skip
+def test_static_bad_input_is_one_line(view, opts, match):
+    with pytest.raises(ValueError, match=match) as e:
+        to_svg(synthetic(2, 3, 7), view, **opts)
+    assert "\n" not in str(e.value)
+
+
+OVERLAPS = """svg => {
+  const boxes = [...svg.children].filter(e => e.tagName === 'g').map(g => {
+    const b = g.getBBox();
+    return [g.getAttribute('class'), b.x, b.y, b.x + b.width, b.y + b.height];
+  });
+  const bad = [];
+  const W = +svg.getAttribute('width'), H = +svg.getAttribute('height');
+  boxes.forEach((a, i) => {
+    if (a[1] < -0.5 || a[2] < -0.5 || a[3] > W + 0.5 || a[4] > H + 0.5) bad.push(['outside', a]);
+    boxes.slice(i + 1).forEach(b => {
+      if (a[1] < b[3] && b[1] < a[3] && a[2] < b[4] && b[2] < a[4]) bad.push([a, b]);
+    });
+  });
+  return {classes: boxes.map(b => b[0]), bad};
+}"""
+
+
+@pytest.mark.parametrize("n_heads, n_layers", [(1, 1), (16, 24)])
+def test_static_layout_has_no_overlaps(page, n_heads, n_layers):
+    cap = synthetic(n_layers, n_heads, 12, seed=n_heads)
+    for view, opts in (("head", {}), ("model", {}), ("neuron", {}), ("stats", {})):
+        page.set_content(f"<!doctype html><body style='margin:0'>{to_svg(cap, view, **opts)}")
+        got = page.eval_on_selector("svg", OVERLAPS)
+        assert not got["bad"], (view, got["bad"])
+        assert {"title", "plot"} <= set(got["classes"]) and "colorbar" in got["classes"], view
+        if view == "head":
+            assert "legend" in got["classes"]
+
+
+def test_png_pixels_of_sep_columns(page, long_cap):
+    """The rendered model view (Chromium, as write_png draws it): [SEP] columns dark."""
+    svg = to_svg(long_cap, "model", thumb=72)
+    page.set_content(f"<!doctype html><body style='margin:0'>{svg}")
+    red = page.evaluate("""async () => {
+      const im = document.querySelector('image');
+      const x = +im.getAttribute('x'), y = +im.getAttribute('y'), s = +im.getAttribute('width');
+      const svg = document.querySelector('svg'), img = new Image();
+      img.src = 'data:image/svg+xml;base64,' + btoa(unescape(encodeURIComponent(svg.outerHTML)));
+      await img.decode();
+      const c = document.createElement('canvas'); c.width = svg.width.baseVal.value;
+      c.height = svg.height.baseVal.value; const g = c.getContext('2d'); g.drawImage(img, 0, 0);
+      const px = g.getImageData(x, y, s, s).data, red = [];
+      for (let r = 0; r < s; r++) { const row = []; for (let k = 0; k < s; k++)
+        row.push(px[4 * (r * s + k)]); red.push(row); }
+      return red; }""")
+    px = np.array(red)
+    for s in SEPS:
+        col = min(71, int((s + 0.5) * 72 / T_LONG))
+        assert px[:, col].max() < 150, (s, px[:, col].max())
+    assert np.median(px) > 235
