@@ -3,6 +3,16 @@
 The file loads nothing: a Content-Security-Policy of ``default-src 'none'``
 forbids every request (scripts and styles are inline, data is in the page), so
 it opens from disk, in a notebook's iframe or behind a firewall alike.
+
+The data is `jaxattn.views.payload.pack_page`'s: its JSON header in
+``<script type="application/json" id="jaxattn-data">`` and the examples'
+deflate-raw sections, one after the other, in ``<script type="text/plain"
+id="jaxattn-bin">`` as text of `ALPHABET` (printable ASCII without ``<``, ``>``
+and ``&``): each 13 bits (big-endian, the last group zero-padded) as two
+characters, ``a * 91 + b``, 16/13 of the bytes (base64: 4/3). Each example's
+``section`` is ``[first character, end character, bytes]``; core.js decodes it
+and inflates it with ``DecompressionStream("deflate-raw")`` (built into the
+browser; no request, so the CSP allows it) when the example is shown.
 """
 
 from __future__ import annotations
@@ -12,8 +22,10 @@ import json
 from collections.abc import Sequence
 from importlib import resources
 
+import numpy as np
+
 from jaxattn.capture import Capture
-from jaxattn.views.payload import VIEWS, build_payload
+from jaxattn.views.payload import MAX_EXAMPLES, VIEWS, pack_page
 
 # core.js first: the others register their views on the object it creates.
 SCRIPTS = ("core.js", "head.js", "model.js", "neuron.js", "stats.js")
@@ -24,6 +36,32 @@ CSP_STATIC = (
     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
 )
 CSP_WEB = CSP_STATIC + "; connect-src 'self'; form-action 'self'"
+# The 91 characters of the embedded binary text (core.js builds the same).
+ALPHABET = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) not in "<>&")
+
+
+def encode_text(data: bytes) -> str:
+    """`data` as text of `ALPHABET`: 13 bits per two characters (the module docstring)."""
+    # 13 bytes = 8 groups: 0-3 from bytes 0-7 (bits 0-63), 4-7 from bytes 5-12 (bits 40-103)
+    n = len(data)
+    rows = np.frombuffer(data + bytes(-n % 13), np.uint8).reshape(-1, 13)
+    hi = np.ascontiguousarray(rows[:, :8]).view(">u8").astype(np.uint64)
+    lo = np.ascontiguousarray(rows[:, 5:]).view(">u8").astype(np.uint64)
+    shifts = np.array([51, 38, 25, 12], np.uint64)
+    groups = np.concatenate([hi >> shifts, lo >> (shifts - np.uint64(12))], 1) & np.uint64(8191)
+    groups = groups.ravel()[: -(-8 * n // 13)].astype(np.int32)
+    chars = np.stack([groups // 91, groups % 91], -1).ravel()
+    return np.frombuffer(ALPHABET.encode("ascii"), np.uint8)[chars].tobytes().decode("ascii")
+
+
+def decode_text(text: str, nbytes: int) -> bytes:
+    """The inverse of `encode_text`: the first `nbytes` bytes."""
+    index = np.zeros(128, np.int32)
+    index[np.frombuffer(ALPHABET.encode("ascii"), np.uint8)] = np.arange(len(ALPHABET))
+    pairs = index[np.frombuffer(text.encode("ascii"), np.uint8)].reshape(-1, 2)
+    groups = pairs[:, 0] * 91 + pairs[:, 1]
+    bits = (groups[:, None] >> np.arange(12, -1, -1)) & 1
+    return np.packbits(bits.astype(np.uint8).ravel())[:nbytes].tobytes()
 
 
 def static_text(name: str) -> str:
@@ -61,6 +99,7 @@ def build_html(
     embed: str = "auto",
     title: str = "jaxattn views",
     precision: str | None = None,
+    max_examples: int = MAX_EXAMPLES,
 ) -> str:
     """The self-contained HTML of the given views over one or more captures.
 
@@ -68,9 +107,12 @@ def build_html(
       captures: one Capture or several (an example selector switches between them).
       views: which of "head", "model", "neuron", "stats" to include (tabs).
       labels: example names for the selector.
-      embed: weights embedded as "float32", "uint8" or "auto" (see `build_payload`).
+      embed: "float32" (exact), "uint8" (weights in steps of 1/255, queries and keys
+        in 63 steps per row; the precision is in `jaxattn.views.payload`) or "auto"
+        (exact up to `payload.AUTO_EXACT_PAGE_BYTES` float32 bytes in all, else uint8).
       title: the page title.
       precision: the name of `embed` before 0.3 (deprecated).
+      max_examples: refuse more captures than this (default `payload.MAX_EXAMPLES`).
 
     Returns:
       The HTML text (write it with ``open(path, "w", encoding="utf-8")``).
@@ -78,14 +120,23 @@ def build_html(
     Raises:
       ValueError: as `jaxattn.views.payload.build_payload`.
     """
-    doc = build_payload(captures, views=views, labels=labels, embed=embed, precision=precision)
+    header, sections = pack_page(
+        captures, views=views, labels=labels, embed=embed, precision=precision,
+        max_examples=max_examples,
+    )  # fmt: skip
+    texts, start = [], 0
+    for entry, section in zip(header["examples"], sections, strict=True):
+        texts.append(encode_text(section))
+        entry["section"] = [start, start + len(texts[-1]), len(section)]
+        start += len(texts[-1])
     body = (
         f'<h1 style="font:600 16px system-ui;margin:0 0 4px">{html.escape(title)}</h1>\n'
         '<div id="jaxattn"></div>\n'
-        f'<script type="application/json" id="jaxattn-data">{script_json(doc)}</script>\n'
-        "<script>window.addEventListener('DOMContentLoaded', () => JaxattnViews.mount("
-        "document.getElementById('jaxattn'), "
-        "JSON.parse(document.getElementById('jaxattn-data').textContent)));</script>"
+        f'<script type="application/json" id="jaxattn-data">{script_json(header)}</script>\n'
+        f'<script type="text/plain" id="jaxattn-bin">{"".join(texts)}</script>\n'
+        "<script>window.addEventListener('DOMContentLoaded', () => { const $ = (id) => "
+        "document.getElementById(id); JaxattnViews.mount($('jaxattn'), JaxattnViews.unpack("
+        "JSON.parse($('jaxattn-data').textContent), $('jaxattn-bin').textContent)); });</script>"
     )
     return document(body, title=title)
 

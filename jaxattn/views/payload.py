@@ -1,7 +1,6 @@
 """Captures -> the JSON document every view draws from (numpy only).
 
-The document (``build_payload(...)``) is what the HTML file embeds and what the web
-viewer's ``/api/view`` answers::
+The document (``build_payload(...)``) is what the web viewer's ``/api/view`` answers::
 
     {"format": "jaxattn.views/1", "views": ["head", ...],
      "examples": [{"label", "tokens", "sentence_b_start", "layers", "heads",
@@ -14,11 +13,31 @@ little-endian bytes, zlib-compressed, base64-encoded; the browser inflates them
 with ``DecompressionStream("deflate")`` (zlib format). "u1" holds
 ``round((x - offset) / scale)``: weights in [0, 1] quantised with scale 1/255
 (error <= 1/510, below what an opacity or a pixel shows). "f4" is exact.
+
+The HTML page (`jaxattn.views.page`) embeds the same examples packed smaller
+(`pack_page`): a plain JSON header (labels, layers, heads, one table of the
+distinct tokens of all examples, each example's tokens as indices into it) and,
+per example, one deflate-raw section of its arrays and stats JSON, inflated in
+the page with ``DecompressionStream("deflate-raw")`` when the example is shown.
+With embed "uint8" (and "auto" once the page's float32 data is over
+`AUTO_EXACT_PAGE_BYTES`) the precision loss is:
+
+- weights α and ‖αf‖ (rows normalised), in [0, 1]: uint8 in steps of 1/255,
+  absolute error <= 1/510 (stored key-major, which deflates ~10% smaller);
+- queries and keys: per head (one layer and head, T x K values) a float16
+  step s >= max|head| / 31 (the next float16 up) and integers in [-31, 31]:
+  absolute error <= s / 2, about max|head| / 62 (1.6% of the head's largest value).
+
+Sections up to `LEVEL9_BYTES` are deflated at level 9, larger ones at level 7
+(level 9 takes ~10 s on a 512-token example's 38 MB for a 4% smaller file).
+
+"float32" keeps all exact (so does a row step over float16's range, for that array).
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import zlib
 from collections.abc import Sequence
 
@@ -31,22 +50,23 @@ FORMAT = "jaxattn.views/1"
 VIEWS = ("head", "model", "neuron", "stats")
 # How the page embeds the weights (no compute precision: that is `jaxattn.spec.PRECISIONS`).
 EMBED_DTYPES = ("auto", "float32", "uint8")
-# "auto" keeps weights exact up to this many values per example and kind
-# ([L, H, T, T]: MiniLM's 72 heads at T = 120), then quantises them to uint8.
+# "auto" keeps weights exact up to this many values per example and kind, then uint8.
 AUTO_EXACT_VALUES = 1 << 20
+AUTO_EXACT_PAGE_BYTES = 1 << 20  # the page with "auto" is exact up to this many float32 bytes
+MAX_EXAMPLES = 200  # more are refused (a page holds every example in memory once shown)
+QK_LEVELS = 31  # queries and keys: integers in [-31, 31] times the head's step
+LEVEL9_BYTES = 8 << 20
+PAGE_FORMAT = "jaxattn.views.page/1"
 
 
 def encode_array(x: np.ndarray, dtype: str = "f4") -> dict:
     """One ARRAY of the module docstring (``"u1"`` only for values in [0, 1])."""
     x = np.asarray(x)
-    if dtype == "u1":
-        raw = np.rint(np.clip(x, 0.0, 1.0) * 255.0).astype(np.uint8)
-        scale = 1.0 / 255.0
-    elif dtype == "f4":
-        raw = np.ascontiguousarray(x, dtype="<f4")
-        scale = 1.0
-    else:
+    if dtype not in ("u1", "f4"):
         raise ValueError(f"unknown array dtype {dtype!r}; expected f4 or u1")
+    u1 = dtype == "u1"
+    raw = np.rint(np.clip(x, 0.0, 1.0) * 255.0).astype(np.uint8) if u1 else x.astype("<f4")
+    scale = 1.0 / 255.0 if u1 else 1.0
     data = base64.b64encode(zlib.compress(raw.tobytes(), 3)).decode("ascii")
     return dict(dtype=dtype, shape=list(x.shape), scale=scale, offset=0.0, b64=data)
 
@@ -59,10 +79,8 @@ def decode_array(a: dict) -> np.ndarray:
 
 
 def view_weights(cap: Capture, kind: str) -> np.ndarray:
-    """The [L, H, T, T] weights a view draws: α as captured, or ‖αf‖ with rows normalised.
-
-    The same definition as `jaxattn.analysis.weights.capture_weights`.
-    """
+    """The [L, H, T, T] weights a view draws: α as captured, or ‖αf‖ with rows normalised
+    (the same definition as `jaxattn.analysis.weights.capture_weights`)."""
     if kind == "attention":
         return np.asarray(cap.array("attention"), np.float32)
     return normalise_rows(cap.array("alpha_fx_norm")).astype(np.float32)
@@ -86,21 +104,41 @@ def needs(views: Sequence[str]) -> tuple[str, ...]:
 
 
 def check_views(views: Sequence[str]) -> tuple[str, ...]:
-    """Validated view names, in `VIEWS` order.
-
-    Raises:
-      ValueError: an unknown or no view.
-    """
+    """Validated view names, in `VIEWS` order (ValueError: an unknown or no view)."""
     bad = [v for v in views if v not in VIEWS]
     if bad or not views:
         raise ValueError(f"unknown views {bad or '(none)'}; choose from {', '.join(VIEWS)}")
     return tuple(v for v in VIEWS if v in views)
 
 
-def example(cap: Capture, index: int, views: Sequence[str], embed: str, label=None) -> dict:
-    """The document entry of one capture (see the module docstring)."""
+def check_request(captures, views, labels, embed, precision, max_examples):
+    """(captures as a list, validated views, embed) of a document request, or ValueError."""
+    caps = [captures] if isinstance(captures, Capture) else list(captures)
+    if not caps:
+        raise ValueError("no capture to view")
+    if len(caps) > max_examples:
+        raise ValueError(
+            f"{len(caps)} examples are over the page's cap of {max_examples}: view fewer, or "
+            f"raise the cap with max_examples={len(caps)} (jaxattn view --max-examples)"
+        )
+    embed = precision if precision is not None else embed
+    if embed not in EMBED_DTYPES:
+        valid = ", ".join(EMBED_DTYPES)
+        raise ValueError(f"unknown embed dtype {embed!r}; expected one of {valid}")
+    views = check_views(views)
+    if labels is not None and len(labels) != len(caps):
+        raise ValueError(f"{len(labels)} labels for {len(caps)} captures")
+    return caps, views, embed
+
+
+def check_attention(cap: Capture) -> None:  # noqa: D103
     if "attention" not in cap.tensors:
         raise ValueError("views need the 'attention' quantity (what=('attention', ...))")
+
+
+def example(cap: Capture, index: int, views: Sequence[str], embed: str, label=None) -> dict:
+    """The document entry of one capture (see the module docstring)."""
+    check_attention(cap)
     att = view_weights(cap, "attention")
     if embed == "auto":
         embed = "float32" if att.size <= AUTO_EXACT_VALUES else "uint8"
@@ -132,6 +170,7 @@ def build_payload(
     labels: Sequence[str] | None = None,
     embed: str = "auto",
     precision: str | None = None,
+    max_examples: int = MAX_EXAMPLES,
 ) -> dict:
     """The JSON document of the module docstring for one or more captures.
 
@@ -143,20 +182,13 @@ def build_payload(
         steps, 4x smaller) or "auto" (exact up to `AUTO_EXACT_VALUES` weights
         per example).
       precision: the name of `embed` before 0.3 (deprecated).
+      max_examples: refuse more captures than this (`MAX_EXAMPLES`).
 
     Raises:
-      ValueError: no capture, unknown views or precision, a capture without attention.
+      ValueError: no capture, unknown views or precision, a capture without attention,
+        over `max_examples` captures.
     """
-    caps = [captures] if isinstance(captures, Capture) else list(captures)
-    if not caps:
-        raise ValueError("no capture to view")
-    embed = precision if precision is not None else embed
-    if embed not in EMBED_DTYPES:
-        valid = ", ".join(EMBED_DTYPES)
-        raise ValueError(f"unknown embed dtype {embed!r}; expected one of {valid}")
-    views = check_views(views)
-    if labels is not None and len(labels) != len(caps):
-        raise ValueError(f"{len(labels)} labels for {len(caps)} captures")
+    caps, views, embed = check_request(captures, views, labels, embed, precision, max_examples)
     return dict(
         format=FORMAT,
         views=list(views),
@@ -164,3 +196,105 @@ def build_payload(
             example(c, i, views, embed, labels[i] if labels else None) for i, c in enumerate(caps)
         ],
     )
+
+
+def head_steps(x: np.ndarray) -> np.ndarray | None:
+    """Float16 steps s >= max|x[..., :, :]| / QK_LEVELS (None if one is over float16's range)."""
+    need = np.abs(x).max((-2, -1)).astype(np.float64) / QK_LEVELS
+    with np.errstate(over="ignore"):  # an overflow is reported as None
+        steps = need.astype(np.float16)
+    low = steps.astype(np.float64) < need
+    steps[low] = np.nextafter(steps[low], np.float16(np.inf))
+    return steps if np.isfinite(steps).all() else None
+
+
+def pack_array(x: np.ndarray, code: str, keymajor: bool = False) -> tuple[dict, bytes]:
+    """(descriptor, bytes) of one array of a page section: code "f4", "u1" or "i1" (the module
+    docstring); keymajor: the last two axes stored swapped (the page swaps them back)."""
+    x = np.asarray(x, np.float32)
+    desc = dict(dtype=code, shape=list(x.shape), keymajor=keymajor)
+    steps = head_steps(x) if code == "i1" else None
+    if code == "i1" and steps is None:
+        desc["dtype"] = code = "f4"
+    body = np.ascontiguousarray(x.swapaxes(-1, -2)) if keymajor else x
+    if code == "u1":
+        raw = np.rint(np.clip(body, 0.0, 1.0) * 255.0).astype(np.uint8).tobytes()
+        desc["scale"] = 1.0 / 255.0
+    elif code == "i1":
+        div = np.where(steps > 0, steps, 1).astype(np.float64)[..., None, None]
+        ints = np.rint(x / div).astype(np.int8)
+        raw = steps.astype("<f2").tobytes() + ints.tobytes()
+    else:
+        raw = body.astype("<f4").tobytes()
+    return desc, raw
+
+
+def unpack_array(desc: dict, section: bytes) -> np.ndarray:
+    """The inverse of `pack_array` (float32), as the page decodes it; desc["at"] is its offset."""
+    shape, at = desc["shape"], desc["at"]
+    n = int(np.prod(shape))
+    if desc["dtype"] == "i1":
+        heads = n // (shape[-1] * shape[-2])
+        steps = np.frombuffer(section, "<f2", heads, at).astype(np.float32)
+        ints = np.frombuffer(section, np.int8, n, at + 2 * heads).astype(np.float32)
+        return (ints.reshape(heads, -1) * steps[:, None]).reshape(shape)
+    if desc["dtype"] == "u1":
+        x = np.frombuffer(section, np.uint8, n, at).astype(np.float32) * np.float32(desc["scale"])
+    else:
+        x = np.frombuffer(section, "<f4", n, at).astype(np.float32)
+    if desc["keymajor"]:
+        return x.reshape(*shape[:-2], shape[-1], shape[-2]).swapaxes(-1, -2)
+    return x.reshape(shape)
+
+
+def pack_example(cap: Capture, views, exact: bool, label: str, table: dict) -> tuple[dict, bytes]:
+    """(header entry, raw section) of one capture of the page; `table` maps token -> index."""
+    check_attention(cap)
+    arrays = {"attention": view_weights(cap, "attention")}
+    if "alpha_fx_norm" in cap.tensors:
+        arrays["norm"] = view_weights(cap, "norm")
+    if "neuron" in views and {"queries", "keys"} <= set(cap.tensors):
+        arrays.update(queries=cap.array("queries"), keys=cap.array("keys"))
+    section, descs = bytearray(), {}
+    for name, x in arrays.items():
+        weights = name in ("attention", "norm")
+        descs[name], raw = pack_array(x, "f4" if exact else "u1" if weights else "i1", weights)
+        section += bytes(-len(section) % 4)  # float32 views need 4-byte offsets
+        descs[name].update(at=len(section), nbytes=len(raw))
+        section += raw
+    if "stats" in views:
+        from jaxattn.views.stats import stats_document
+
+        text = json.dumps(stats_document(cap), separators=(",", ":"), allow_nan=False).encode()
+        descs["stats"] = dict(at=len(section), nbytes=len(text))
+        section += text
+    entry = dict(
+        label=label,
+        tokens=[table.setdefault(t, len(table)) for t in cap.tokens],
+        sentence_b_start=cap.sentence_b_start,
+        layers=[int(v) for v in cap.layers],
+        heads=[int(v) for v in cap.heads],
+        arrays=descs,
+    )
+    return entry, bytes(section)
+
+
+def pack_page(captures, *, views=VIEWS, labels=None, embed="auto", precision=None,
+              max_examples: int = MAX_EXAMPLES) -> tuple[dict, list[bytes]]:  # fmt: skip
+    """The page's (JSON header, deflate-raw sections); `build_payload`'s arguments ("auto":
+    exact up to `AUTO_EXACT_PAGE_BYTES` float32 bytes of arrays in all, else "uint8")."""
+    caps, views, embed = check_request(captures, views, labels, embed, precision, max_examples)
+    names = needs(views)
+    if embed == "auto":
+        size = sum(4 * c.array(q).size for c in caps for q in names if q in c.tensors)
+        embed = "float32" if size <= AUTO_EXACT_PAGE_BYTES else "uint8"
+    table: dict[str, int] = {}
+    examples, sections = [], []
+    for i, cap in enumerate(caps):
+        label = labels[i] if labels else example_label(cap, i)
+        entry, raw = pack_example(cap, views, embed == "float32", label, table)
+        z = zlib.compressobj(9 if len(raw) <= LEVEL9_BYTES else 7, zlib.DEFLATED, -15, 8)
+        sections.append(z.compress(raw) + z.flush())
+        examples.append(entry)
+    header = dict(format=PAGE_FORMAT, views=list(views), tokens=list(table), examples=examples)
+    return header, sections

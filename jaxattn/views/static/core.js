@@ -35,7 +35,7 @@
     return s;
   };
 
-  /** An ARRAY of payload.py: base64 -> zlib inflate -> typed array. */
+  /** An ARRAY of payload.py (the web viewer's): base64 -> zlib inflate -> typed array. */
   class Tensor {
     constructor(a, bytes) {
       this.shape = a.shape; this.scale = a.scale; this.offset = a.offset;
@@ -57,12 +57,81 @@
   async function decodeArray(a) {
     const bin = atob(a.b64), n = bin.length, z = new Uint8Array(n);
     for (let i = 0; i < n; i++) z[i] = bin.charCodeAt(i);
-    const stream = new Blob([z]).stream().pipeThrough(new DecompressionStream("deflate"));
-    return new Tensor(a, new Uint8Array(await new Response(stream).arrayBuffer()));
+    return new Tensor(a, await inflate(z, "deflate"));
+  }
+  const inflate = async (bytes, format) => new Uint8Array(await new Response(
+    new Blob([bytes]).stream().pipeThrough(new DecompressionStream(format))).arrayBuffer());
+
+  /* The HTML page's packed data (page.py, payload.pack_page): a JSON header and
+   * 13 bits per two characters of ALPHABET, deflate-raw sections per example. */
+  const ALPHABET = [...Array(94)].map((_, i) => String.fromCharCode(33 + i)).filter((c) => !"<>&".includes(c));
+  const INDEX = new Int32Array(128);
+  ALPHABET.forEach((c, i) => { INDEX[c.charCodeAt(0)] = i; });
+  /** Characters [a, b) of `text` -> its first `n` bytes. */
+  JX.textBytes = function (text, a, b, n) {
+    const out = new Uint8Array(n);
+    let acc = 0, bits = 0, o = 0;
+    for (let i = a; i < b && o < n; i += 2) {
+      acc = (acc << 13) | (INDEX[text.charCodeAt(i)] * 91 + INDEX[text.charCodeAt(i + 1)]); bits += 13;
+      while (bits >= 8 && o < n) { bits -= 8; out[o++] = (acc >>> bits) & 255; }
+      acc &= (1 << bits) - 1;
+    }
+    return out;
+  };
+  /** The header's examples with their tokens and a reference to their section (decoded lazily). */
+  JX.unpack = function (header, text) {
+    const examples = header.examples.map((e) => ({
+      label: e.label, tokens: e.tokens.map((i) => header.tokens[i]), sentence_b_start: e.sentence_b_start,
+      layers: e.layers, heads: e.heads, _packed: { arrays: e.arrays, section: e.section, text },
+    }));
+    return { format: header.format, views: header.views, examples };
+  };
+  const f16 = (h) => {
+    const e = (h >> 10) & 31, m = h & 1023, s = h & 0x8000 ? -1 : 1;
+    if (e === 31) return m ? NaN : s * Infinity;
+    return e === 0 ? s * m * 2 ** -24 : s * (1 + m / 1024) * 2 ** (e - 15);
+  };
+  /** Swap the last two axes of `src` (shape [..., A, B] -> [..., B, A]) into a new array. */
+  function swapLast(src, shape) {
+    const A = shape[shape.length - 1], B = shape[shape.length - 2], out = new src.constructor(src.length);
+    for (let base = 0; base < src.length; base += A * B) {
+      for (let a = 0; a < A; a++) for (let b = 0; b < B; b++) out[base + b * A + a] = src[base + a * B + b];
+    }
+    return out;
+  }
+  /** One array of a section as a Tensor (see payload.pack_array). */
+  function packedTensor(d, raw) {
+    const n = d.shape.reduce((x, y) => x * y, 1), at = raw.byteOffset + d.at;
+    const f4 = (x) => new Tensor({ dtype: "f4", shape: d.shape, scale: 1, offset: 0 }, new Uint8Array(x.buffer));
+    if (d.dtype === "i1") {
+      const B = d.shape[d.shape.length - 1] * d.shape[d.shape.length - 2], heads = n / B, out = new Float32Array(n);
+      const view = new DataView(raw.buffer, at, 2 * heads), ints = new Int8Array(raw.buffer, at + 2 * heads, n);
+      for (let h = 0; h < heads; h++) {
+        const s = f16(view.getUint16(2 * h, true));
+        for (let k = h * B; k < (h + 1) * B; k++) out[k] = ints[k] * s;
+      }
+      return f4(out);
+    }
+    let data = d.dtype === "u1" ? raw.subarray(d.at, d.at + n) : new Float32Array(raw.buffer, at, n);
+    data = d.keymajor ? swapLast(data, d.shape) : data.slice();
+    if (d.dtype === "u1") return new Tensor({ dtype: "u1", shape: d.shape, scale: d.scale, offset: 0 }, data);
+    return f4(data);
+  }
+  async function loadPacked(ex) {
+    const p = ex._packed, [a, b, n] = p.section;
+    const raw = await inflate(JX.textBytes(p.text, a, b, n), "deflate-raw");
+    const t = { weights: {} };
+    for (const [k, d] of Object.entries(p.arrays)) {
+      if (k === "stats") ex.stats = JSON.parse(new TextDecoder().decode(raw.subarray(d.at, d.at + d.nbytes)));
+      else if (k === "queries" || k === "keys") t[k] = packedTensor(d, raw);
+      else t.weights[k] = packedTensor(d, raw);
+    }
+    return t;
   }
   /** Decode one example's arrays once (lazily: only examples someone looks at). */
   JX.loadExample = async function (ex) {
     if (ex._t) return ex;
+    if (ex._packed) { ex._t = await loadPacked(ex); ex.T = ex.tokens.length; return ex; }
     const t = { weights: {} };
     for (const [k, a] of Object.entries(ex.weights)) t.weights[k] = await decodeArray(a);
     if (ex.queries) { t.queries = await decodeArray(ex.queries); t.keys = await decodeArray(ex.keys); }
