@@ -9,16 +9,18 @@ vanilla JS + SVG/canvas, inlined, and fetch nothing.
     views.write_html("attention.html", caps)              # one capture or a list
     views.View(caps)                                      # in a notebook: shows inline
     head_view(**views.to_bertviz(cap))                    # BertViz's own views
+    model_view(**views.to_bertviz(cap, view="model"))
     svg = views.to_svg(cap, "head", layer=2)              # static export, for papers
     views.write_png("head.png", svg)                      # headless chromium
 
     # the live viewer (`jaxattn web`)
     server, port = views.create_web_server(engine, ("127.0.0.1", 8000))
 
-Modules: `payload` (captures -> the JSON the pages draw; base64 zlib arrays),
+Modules: `payload` (captures -> the web viewer's JSON, and the page's packed
+data: a shared token table, per-example raw-deflate sections),
 `stats` (the stats view's numbers from `jaxattn.analysis`), `page` (the HTML),
 `svg` and `svg_cells` (static SVG written from Python, with `drawing`'s
-colours and frame), `png` (chromium screenshots), `web` (the live viewer,
+colours, colour bars, max pooling and layout), `png` (chromium screenshots), `web` (the live viewer,
 stdlib http.server), `bertviz` (a Capture as BertViz's arguments). The scripts
 are in `static/`.
 """
