@@ -3,7 +3,10 @@
  * to enlarge it. Thumbnails are drawn only when scrolled into view
  * (IntersectionObserver) at min(T, THUMB) pixels: above THUMB tokens, a pixel
  * holds the mean over its rows of the summed weight of its columns.
- * DOM hooks: canvas.thumb[data-layer][data-head][data-res], canvas#mv-big. */
+ * A colour bar states the scale (0 to 1: the opacity of the head's colour).
+ * JX.colorBar (here, used by every view) draws such bars.
+ * DOM hooks: canvas.thumb[data-layer][data-head][data-res], canvas#mv-big,
+ * #mv-cbar, #mv-big-cbar (.jx-cbar[data-min][data-max]). */
 "use strict";
 (function () {
   const JX = window.JaxattnViews;
@@ -27,12 +30,26 @@
     }
   }
   JX.paintMap = paint;
+  const fmt = (v) => String(+(+v).toPrecision(3));
+  /** A colour bar: `label`, then min, a `width` px gradient through the CSS colours `stops`, max.
+   * DOM hook: .jx-cbar[data-min][data-max] with .jx-cbar-min, .jx-cbar-ramp, .jx-cbar-max. */
+  JX.colorBar = function (id, stops, lo, hi, label, width = 96) {
+    const small = "font-size:11px;color:#555";
+    return JX.el("span", { class: "jx-cbar", id, "data-min": lo, "data-max": hi,
+      style: `display:inline-flex;align-items:center;gap:4px;margin-right:14px;${small}` },
+    label ? JX.el("span", { class: "jx-cbar-label" }, label) : null,
+    JX.el("span", { class: "jx-cbar-min" }, fmt(lo)),
+    JX.el("span", { class: "jx-cbar-ramp", style: `display:inline-block;width:${width}px;height:10px;` +
+      `border:1px solid #bbb;background:linear-gradient(to right, ${stops.join(", ")})` }),
+    JX.el("span", { class: "jx-cbar-max" }, fmt(hi)));
+  };
   JX.views.model = function (ctx) {
     const el = JX.el("div", { class: "mv" });
     const info = JX.el("div", { class: "info", id: "mv-info" });
+    const scale = JX.el("div", { class: "info", id: "mv-scale" });
     const grid = JX.el("div", { class: "mv-grid", id: "mv-grid" });
     const detail = JX.el("div", { class: "mv-detail", id: "mv-detail", hidden: true });
-    el.append(info, JX.el("div", { class: "mv-wrap" }, grid, detail));
+    el.append(info, scale, JX.el("div", { class: "mv-wrap" }, grid, detail));
     const visible = new Set(), dirty = new Set();
     let open = null;
     const io = new IntersectionObserver((entries) => {
@@ -67,6 +84,9 @@
       });
       info.textContent = `${ex.layers.length} layers × ${ex.heads.length} heads, ${JX.KIND_TITLES[ctx.state.kind]}; ` +
         `rows are query tokens, columns key tokens${ex.T > THUMB ? ` (pooled to ${THUMB} px)` : ""}. Click a map to enlarge it.`;
+      scale.innerHTML = "";
+      scale.append(JX.colorBar("mv-cbar", ["rgba(60,60,60,0)", "rgb(60,60,60)"], 0, 1,
+        `colour scale: ${ex.T > THUMB ? "pooled " : ""}weight = opacity of the head's colour`));
       if (open) enlarge(...open);
     }
     function enlarge(li, hi) {
@@ -102,7 +122,8 @@
       } } }, "Open in head view");
       const close = JX.el("button", { on: { click: () => { open = null; detail.hidden = true; } } }, "Close");
       detail.innerHTML = "";
-      detail.append(JX.el("h3", {}, `Layer ${ex.layers[li]}, head ${ex.heads[hi]}`), c, readout,
+      const bar = JX.colorBar("mv-big-cbar", ["#fff", JX.headColor(ex.heads[hi])], 0, 1, "weight");
+      detail.append(JX.el("h3", {}, `Layer ${ex.layers[li]}, head ${ex.heads[hi]}`), bar, c, readout,
         ctx.doc.views.includes("head") ? toHead : null, close);
       detail.hidden = false;
     }
