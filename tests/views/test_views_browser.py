@@ -17,9 +17,10 @@ LINES = (
 def drawn_lines(page) -> dict:
     rows = page.eval_on_selector_all("#hv-svg line", LINES)
     out = {}
+    active = len({h for _, _, h, _, _ in rows})  # BertViz: opacity = weight / active heads
     for i, j, h, opacity, w in rows:
-        assert opacity == w
-        out[(i, j, h)] = opacity
+        assert opacity == pytest.approx(w / active, rel=1e-6)
+        out[(i, j, h)] = w
     assert len(out) == len(rows), "a line drawn twice"
     return out
 

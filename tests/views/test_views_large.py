@@ -65,7 +65,7 @@ def test_512_tokens_render_within_bound(page, large):
     cut = float(svg.get_attribute("data-min"))
     rows = page.eval_on_selector_all(
         "#hv-svg line", "els => els.map(e => [+e.dataset.i, +e.dataset.j, +e.dataset.head, "
-        "+e.getAttribute('stroke-opacity')])",
+        "+e.dataset.w])",
     )  # fmt: skip
     i, j, h, w = (np.array(c) for c in zip(*rows, strict=True))
     assert (w >= cut).all()

@@ -1,29 +1,59 @@
 /* Head view (after Vig's BertViz): tokens on the left attend to tokens on the
- * right; one line per (query i, key j, head) with stroke-opacity = weight.
- * Stays responsive at 512 tokens: at most MAX_LINES lines are drawn (the
- * strongest, by a histogram cut-off), hovering/clicking a token draws only its
- * lines. DOM hooks: line[data-i][data-j][data-head][data-w], svg#hv-svg
- * [data-min][data-drawn][data-candidates], .chip[data-head][data-on],
- * text.tok[data-side][data-idx]. */
+ * right; one line per (query i, key j, head), stroke-opacity = weight / number
+ * of active heads (BertViz's scaling: with every head on, overlapping lines do
+ * not saturate). Hovering (or clicking, to pin) a token draws only its lines
+ * and, beside the tokens on the other side, one box per active head in its
+ * colour, each 1/active of the strip wide, fill-opacity = weight (BertViz's
+ * attention boxes). Stays responsive at 512 tokens: at most MAX_LINES lines
+ * (the strongest, by a histogram cut-off), and a line's or box's tooltip
+ * (<title>: head, tokens, weight) is made only when the pointer reaches it.
+ * DOM hooks: line[data-i][data-j][data-head][data-w], svg#hv-svg[data-min]
+ * [data-drawn][data-candidates][data-active], rect.hv-box[data-side][data-idx]
+ * [data-i][data-j][data-head][data-w], .chip[data-head][data-on], #hv-all,
+ * #hv-none, #hv-legend, text.tok[data-side][data-idx]. */
 "use strict";
 (function () {
   const JX = window.JaxattnViews;
-  const MAX_LINES = 5000, RH = 18, COLW = 130, GAP = 220, PAD = 6;
+  const MAX_LINES = 5000, RH = 18, COLW = 130, BOXW = 36, GAP = 220, PAD = 6;
+  // x of the left strip, the lines' ends, the right strip, the right tokens
+  const XL = COLW, X1 = COLW + BOXW, X2 = X1 + GAP, XR = X2, XT = X2 + BOXW + 4;
+  const NORMS = {
+    attention: "attention α",
+    norm: "‖αf(x)‖ with each query's row divided by its sum (rows sum to 1, as α's do)",
+  };
   JX.views.head = function (ctx) {
     const st = { layer: 0, on: null, filter: "all", min: 0, pinned: null, hover: null };
     const el = JX.el("div", { class: "hv" });
     const controls = JX.el("div", { class: "jx-controls" });
     const chips = JX.el("div", { id: "hv-heads", class: "chips" });
+    const legend = JX.el("div", { id: "hv-legend", class: "hv-legend" });
     const info = JX.el("div", { id: "hv-info", class: "info" });
     const scroll = JX.el("div", { class: "hv-scroll" });
     const NS = "http://www.w3.org/2000/svg";
     const svg = document.createElementNS(NS, "svg");
     svg.id = "hv-svg";
-    const gLines = document.createElementNS(NS, "g"), gToks = document.createElementNS(NS, "g");
-    svg.append(gLines, gToks);
+    const [gLines, gBoxes, gToks] = [0, 1, 2].map(() => document.createElementNS(NS, "g"));
+    gBoxes.setAttribute("class", "hv-boxes");
+    svg.append(gLines, gBoxes, gToks);
     scroll.append(svg);
-    el.append(controls, chips, info, scroll);
+    el.append(controls, chips, legend, info, scroll);
+    // a line's or box's tooltip (its <title>), made when the pointer first reaches it
+    function tooltip(e) {
+      const t = e.target, d = t.dataset, ex = ctx.ex;
+      if (d.head === undefined || t.querySelector("title")) return;
+      const title = document.createElementNS(NS, "title");
+      title.textContent = `head ${ex.heads[+d.head]}: ${ex.tokens[+d.i]} → ${ex.tokens[+d.j]}, weight ${(+d.w).toFixed(3)}`;
+      t.append(title);
+    }
+    gLines.addEventListener("mouseover", tooltip);
+    gBoxes.addEventListener("mouseover", tooltip);
+    const active = () => st.on.reduce((a, v) => a + (v ? 1 : 0), 0);
 
+    function setHeads(on) {
+      st.on = on;
+      chips.querySelectorAll(".chip").forEach((x) => { x.dataset.on = st.on[+x.dataset.head] ? 1 : 0; });
+      draw();
+    }
     function build() {
       const ex = ctx.ex, L = ex.layers.length;
       st.layer = Math.min(st.layer, L - 1);
@@ -40,25 +70,26 @@
       min.addEventListener("change", () => { st.min = Math.max(0, +min.value || 0); draw(); });
       controls.append(JX.el("label", {}, "Hide weights below ", min));
       chips.innerHTML = "";
+      chips.append(
+        JX.el("button", { id: "hv-all", class: "hv-toggle", title: "show every head",
+          on: { click: () => setHeads(ex.heads.map(() => true)) } }, "all"),
+        JX.el("button", { id: "hv-none", class: "hv-toggle", title: "hide every head (then click heads to add them)",
+          on: { click: () => setHeads(ex.heads.map(() => false)) } }, "none"));
       ex.heads.forEach((h, hi) => {
         const c = JX.el("span", { class: "chip", "data-head": hi, "data-on": st.on[hi] ? 1 : 0,
           title: `head ${h}: click to toggle, double-click for this head only`,
           style: `background:${JX.headColor(h)}` }, String(h));
         c.addEventListener("click", () => { st.on[hi] = !st.on[hi]; c.dataset.on = st.on[hi] ? 1 : 0; draw(); });
-        c.addEventListener("dblclick", () => {
-          st.on = st.on.map((_, k) => k === hi);
-          chips.querySelectorAll(".chip").forEach((x) => { x.dataset.on = +x.dataset.head === hi ? 1 : 0; });
-          draw();
-        });
+        c.addEventListener("dblclick", () => setHeads(st.on.map((_, k) => k === hi)));
         chips.append(c);
       });
       // tokens: the left column holds the queries, the right the keys
       const [ql, qh] = rows("left"), [kl, kh] = rows("right");
       const n = Math.max(qh - ql, kh - kl);
-      svg.setAttribute("width", 2 * COLW + GAP);
+      svg.setAttribute("width", XT + COLW);
       svg.setAttribute("height", n * RH + 2 * PAD);
       let s = "";
-      for (const [side, lo, hi, x, anchor] of [["left", ql, qh, COLW - 4, "end"], ["right", kl, kh, COLW + GAP + 4, "start"]]) {
+      for (const [side, lo, hi, x, anchor] of [["left", ql, qh, COLW - 4, "end"], ["right", kl, kh, XT, "start"]]) {
         for (let i = lo; i < hi; i++) {
           s += `<text class="tok" data-side="${side}" data-idx="${i}" x="${x}" y="${y(i - lo) + 4}" text-anchor="${anchor}">${JX.esc(ex.tokens[i])}</text>`;
         }
@@ -96,8 +127,28 @@
         }
       }
     }
+    /** The boxes beside the tokens the selected token attends to (or is attended by). */
+    function boxes(sel, n) {
+      if (!sel || !n) return "";
+      const ex = ctx.ex, t = ex._t.weights[ctx.state.kind], T = ex.T;
+      const other = sel.side === "left" ? "right" : "left", [lo, hi] = rows(other);
+      const x0 = other === "right" ? XR : XL, bw = BOXW / n, parts = [];
+      let slot = 0;
+      for (let h = 0; h < ex.heads.length; h++) {
+        if (!st.on[h]) continue;
+        const base = t.base(st.layer, h, 0, 0), color = JX.headColor(ex.heads[h]), x = x0 + slot * bw;
+        for (let k = lo; k < hi; k++) {
+          const [i, j] = sel.side === "left" ? [sel.idx, k] : [k, sel.idx];
+          const w = t.at(base + i * T + j);
+          if (!(w > 0)) continue;  // as the lines: none for a zero weight
+          parts.push(`<rect class="hv-box" data-side="${other}" data-idx="${k}" data-i="${i}" data-j="${j}" data-head="${h}" data-w="${w}" x="${x}" y="${y(k - lo) - RH / 2 + 1}" width="${bw}" height="${RH - 2}" fill="${color}" fill-opacity="${w}"/>`);
+        }
+        slot++;
+      }
+      return parts.join("");
+    }
     function draw() {
-      const ex = ctx.ex;
+      const ex = ctx.ex, n = active();
       // pass 1: a 1024-bin histogram of the weights above the user's minimum
       const bins = new Uint32Array(1025);
       let total = 0;
@@ -109,18 +160,21 @@
         cut = Math.max(st.min, (b + 1) / 1024);
       }
       // pass 2: the lines themselves, as one markup string (fast for thousands)
-      const [ql] = rows("left"), [kl] = rows("right");
-      const x1 = COLW, x2 = COLW + GAP, parts = [];
+      const [ql] = rows("left"), [kl] = rows("right"), parts = [];
       each((i, j, hi, w) => {
         if (w < cut || parts.length >= MAX_LINES) return;
-        parts.push(`<line data-i="${i}" data-j="${j}" data-head="${hi}" data-w="${w}" x1="${x1}" y1="${y(i - ql)}" x2="${x2}" y2="${y(j - kl)}" stroke="${JX.headColor(ex.heads[hi])}" stroke-opacity="${w}"/>`);
+        parts.push(`<line data-i="${i}" data-j="${j}" data-head="${hi}" data-w="${w}" x1="${X1}" y1="${y(i - ql)}" x2="${X2}" y2="${y(j - kl)}" stroke="${JX.headColor(ex.heads[hi])}" stroke-opacity="${w / n}"/>`);
       });
       gLines.innerHTML = parts.join("");
-      svg.dataset.min = String(cut); svg.dataset.drawn = String(parts.length); svg.dataset.candidates = String(total);
+      Object.assign(svg.dataset, { min: String(cut), drawn: String(parts.length), candidates: String(total), active: String(n) });
       const sel = st.pinned || st.hover;
+      gBoxes.innerHTML = boxes(sel, n);
       gToks.querySelectorAll("text.tok").forEach((t) => {
         t.classList.toggle("sel", !!sel && t.dataset.side === sel.side && +t.dataset.idx === sel.idx);
       });
+      legend.textContent = n ? `Line opacity = ${NORMS[ctx.state.kind]} / ${n} active head${n > 1 ? "s" : ""} (as BertViz); ` +
+        "hover a line for its head and weight. Hover a token: one box per active head beside the tokens it attends to, opacity = weight."
+        : "No head selected: click a head or “all”.";
       info.textContent = `Layer ${ex.layers[st.layer]}, ${JX.KIND_TITLES[ctx.state.kind]}: ` +
         (parts.length < total ? `showing the ${parts.length} strongest of ${total} lines (weights ≥ ${cut.toFixed(3)}); hover or click a token for its own lines.`
           : `${parts.length} lines.`) + " Hover a token to isolate its lines; click to pin.";
