@@ -5,8 +5,9 @@
     svg = to_svg(cap, "neuron", layer=2, head=3, token=5)
     svg = to_svg(cap, "stats")
 
-The drawings follow the HTML views: head-view lines with stroke-opacity = weight
-(each carrying data-i, data-j, data-head like the page's), model-view heat maps
+The drawings follow the HTML views: head-view lines with stroke-opacity = weight /
+heads drawn, as BertViz (each carrying data-i, data-j, data-head and the weight in
+data-w like the page's), model-view heat maps
 (embedded PNG images), neuron-view cells and the stats view's layer x head grids.
 
 Every view is laid out from its counts (heads, layers, tokens, label widths) in
@@ -93,7 +94,9 @@ def head_svg(cap, *, layer=0, heads=None, kind="attention", min_weight=0.0, max_
     side = 44 + CHIP * len(hs) + 24 + cb_w <= width  # legend and colour bar on one band
     leg, lw, lh = _legend(PAD, band, cap, hs, width - (cb_w + 24 if side else 0))
     cb_x, cb_y = (PAD + lw + 24, band) if side else (PAD, band + lh + 10)
-    bar, cw, ch = colorbar(cb_x, cb_y, 0.0, 1.0, "line opacity = weight", width=cb_w, color=_gray)
+    n = max(len(hs), 1)
+    label = "line opacity = weight" + (f" / {n} heads" if n > 1 else "")
+    bar, cw, ch = colorbar(cb_x, cb_y, 0.0, 1.0, label, width=cb_w, color=_gray)
     top = max(band + lh, cb_y + ch) + 12
     x1, x2 = PAD + colw, PAD + colw + gap
     y = lambda r: top + r * rh + rh / 2  # noqa: E731
@@ -103,7 +106,7 @@ def head_svg(cap, *, layer=0, heads=None, kind="attention", min_weight=0.0, max_
         out.append(
             f'<line data-i="{i}" data-j="{j}" data-head="{h}" x1="{x1}" y1="{y(i)}" '
             f'x2="{x2}" y2="{y(j)}" stroke="{head_color(cap.heads[h])}" '
-            f'stroke-width="2" stroke-opacity="{v:.4f}"/>'
+            f'stroke-width="2" stroke-opacity="{v / n:.4f}" data-w="{v:.4f}"/>'
         )
     for i, tok in enumerate(toks):
         out.append(f'<text x="{x1 - 4}" y="{y(i) + 4}" text-anchor="end">{escape(tok)}</text>')

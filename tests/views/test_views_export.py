@@ -82,11 +82,14 @@ def test_head_svg_lines_match(tiny_caps):
     cap = tiny_caps[1]
     root = ET.fromstring(to_svg(cap, "head", layer=1, heads=[0, 2], kind="norm"))
     w = norm_weights(cap)[1]
+    lines = list(root.iter(SVG + "line"))
+    for e in lines:  # opacity = weight / heads drawn, as BertViz and the page
+        assert abs(float(e.get("stroke-opacity")) - float(e.get("data-w")) / 2) <= 1e-4
     got = {
         (int(e.get("data-i")), int(e.get("data-j")), int(e.get("data-head"))): float(
-            e.get("stroke-opacity")
+            e.get("data-w")
         )
-        for e in root.iter(SVG + "line")
+        for e in lines
     }
     t = cap.length
     want = {(i, j, h): w[h, i, j] for h in (0, 2) for i in range(t) for j in range(t)}
