@@ -169,9 +169,9 @@ def _run(args) -> int:
                 corpus.update(cap, sentences[stream.index])
         except TooLongError as e:  # name the input's file and line
             where = "standard input" if args.input == "-" else args.input
-            raise InputError(read[e.index].line, e.cli_message().split(": ", 1)[0].replace(
-                f"text {e.index} ", "the text ") + ": use --too-long truncate or skip",
-                where) from None  # fmt: skip
+            reason = f"{e.length} tokens, over the model's limit of {e.limit}: use --too-long " \
+                "truncate or skip"  # fmt: skip
+            raise InputError(read[e.index].line, reason, where) from None
         bar.close()
         report_counts(stream, "jaxattn analyze")
         counts = {"truncated": len(stream.truncated), "skipped": len(stream.skipped)}

@@ -10,7 +10,6 @@ on accelerators) -> host copy overlapped with the next batch -> `host.unpack`
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -194,7 +193,7 @@ class Engine(BatchPipeline):
         once: for a corpus, `capture_iter` bounds memory."""
         spec = self.make_spec(what, layers, heads, dtype, precision)
         kept = [t for t in self.tokenize(texts, truncate, too_long=too_long) if t is not None]
-        return self._in_order(self._with_provenance(self.run(kept, spec, ablation)))
+        return self._in_order(self.run(kept, spec, ablation))
 
     def capture_iter(
         self,
@@ -225,10 +224,6 @@ class Engine(BatchPipeline):
         return CaptureStream(self, texts, window=window, too_long=too_long, progress=progress,
                              what=what, layers=layers, heads=heads, dtype=dtype,
                              precision=precision)  # fmt: skip
-
-    def _with_provenance(self, results):
-        for pos, cap in results:
-            yield pos, dataclasses.replace(cap, provenance=self.provenance)
 
     @staticmethod
     def _in_order(results: Iterator[tuple[int, Capture]]) -> Iterator[Capture]:

@@ -20,12 +20,12 @@ writable copy.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import jax
 import numpy as np
 
-from jaxattn.capture import Capture
+from jaxattn.capture import Capture, frozen
 from jaxattn.config import ModelConfig
 from jaxattn.dtypes import PROBABILITY_SCALE
 from jaxattn.engine.batching import Batch
@@ -99,7 +99,11 @@ def host_blocks(out: dict) -> dict[str, dict[str, HostBlock]]:
 
 
 def unpack(
-    batch: Batch, blocks: dict, tokenized: Sequence[TokenizedText], spec: CaptureSpec
+    batch: Batch,
+    blocks: dict,
+    tokenized: Sequence[TokenizedText],
+    spec: CaptureSpec,
+    provenance: Mapping | None = None,
 ) -> Iterator[tuple[int, Capture]]:
     """(input position, Capture) of each real row of a batch, its arrays views of `blocks`.
 
@@ -108,7 +112,9 @@ def unpack(
       blocks: `host_blocks` of the step's output.
       tokenized: the examples `batch.rows` index into.
       spec: the spec the step ran.
+      provenance: the read-only provenance every Capture shares (None: none).
     """
+    provenance = frozen() if provenance is None else provenance
     for r, pos in enumerate(batch.rows):
         e = tokenized[pos]
         tensors, quant = {}, {}
@@ -134,5 +140,6 @@ def unpack(
                 precision=spec.precision,
                 text=e.text,
                 truncated=e.truncated,
+                provenance=provenance,
             ),
         )

@@ -52,4 +52,5 @@ def in_halves(engine, batch, tokenized, spec, gates, error) -> Iterator[tuple[in
             yield from ((batch.rows[p], cap) for p, cap in
                         in_halves(engine, sub, rows, spec, gates, e))  # fmt: skip
             continue
-        yield from ((batch.rows[p], cap) for p, cap in host.unpack(sub, blocks, rows, spec))
+        done = host.unpack(sub, blocks, rows, spec, engine.provenance)
+        yield from ((batch.rows[p], cap) for p, cap in done)

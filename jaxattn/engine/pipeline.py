@@ -5,7 +5,7 @@ on the devices (`host.pack` -> `CaptureStep`, copies to the host begun at
 once), keeps two in flight so one computes while the previous one's copy
 lands, and cuts the finished blocks into per-example Captures (`host.unpack`).
 A batch that runs out of device memory is run again in halves (`oom`).
-`Engine` inherits it; it uses the engine's `config`, `step`, `devices`,
+`Engine` inherits it; it uses the engine's `config`, `step`, `devices`, `provenance`,
 `buckets` and `budgets`.
 """
 
@@ -83,7 +83,7 @@ class BatchPipeline:
             yield from self._drain(pending, tokenized, spec, gates)  # free what is in flight
             yield from in_halves(self, batch, tokenized, spec, gates, e)
             return
-        yield from host.unpack(batch, blocks, tokenized, spec)
+        yield from host.unpack(batch, blocks, tokenized, spec, self.provenance)
 
     def _drain(self, pending, tokenized, spec, gates) -> Iterator[tuple[int, Capture]]:
         while pending:
