@@ -122,7 +122,9 @@ def test_sigterm_under_load_drains_and_retrying_clients_survive_a_restart(server
                for k in range(6)]  # fmt: skip
     for t in threads:
         t.start()
-    time.sleep(1.0)
+    deadline = time.monotonic() + 60  # a loaded CI machine may take seconds for the first answers
+    while len(results) < 6 and time.monotonic() < deadline:
+        time.sleep(0.05)
     served_before = len(results)
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.3)
