@@ -30,7 +30,6 @@ With embed "uint8" (and "auto" once the page's float32 data is over
 
 Sections up to `LEVEL9_BYTES` are deflated at level 9, larger ones at level 7
 (level 9 takes ~10 s on a 512-token example's 38 MB for a 4% smaller file).
-
 "float32" keeps all exact (so does a row step over float16's range, for that array).
 """
 
@@ -79,8 +78,7 @@ def decode_array(a: dict) -> np.ndarray:
 
 
 def view_weights(cap: Capture, kind: str) -> np.ndarray:
-    """The [L, H, T, T] weights a view draws: α as captured, or ‖αf‖ with rows normalised
-    (the same definition as `jaxattn.analysis.weights.capture_weights`)."""
+    """The [L, H, T, T] weights a view draws: α, or ‖αf‖ rows normalised (as capture_weights)."""
     if kind == "attention":
         return np.asarray(cap.array("attention"), np.float32)
     return normalise_rows(cap.array("alpha_fx_norm")).astype(np.float32)
@@ -134,6 +132,8 @@ def check_request(captures, views, labels, embed, precision, max_examples):
 def check_attention(cap: Capture) -> None:  # noqa: D103
     if "attention" not in cap.tensors:
         raise ValueError("views need the 'attention' quantity (what=('attention', ...))")
+    if not cap.length:
+        raise ValueError("the capture has no tokens: capture a non-empty text")
 
 
 def example(cap: Capture, index: int, views: Sequence[str], embed: str, label=None) -> dict:
@@ -185,8 +185,8 @@ def build_payload(
       max_examples: refuse more captures than this (`MAX_EXAMPLES`).
 
     Raises:
-      ValueError: no capture, unknown views or precision, a capture without attention,
-        over `max_examples` captures.
+      ValueError: no capture, unknown views or precision, an empty capture or one
+        without attention, over `max_examples` captures.
     """
     caps, views, embed = check_request(captures, views, labels, embed, precision, max_examples)
     return dict(

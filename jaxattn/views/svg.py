@@ -8,7 +8,8 @@
 The drawings follow the HTML views: head-view lines with stroke-opacity = weight /
 heads drawn, as BertViz (each carrying data-i, data-j, data-head and the weight in
 data-w like the page's), model-view heat maps
-(embedded PNG images), neuron-view cells and the stats view's layer x head grids.
+(embedded PNG images), the neuron view (cells, position indices, lines from the
+query with opacity = softmax weight, sentences A/B marked) and the stats grids.
 
 Every view is laid out from its counts (heads, layers, tokens, label widths) in
 bands that cannot overlap: <g class="title">, <g class="legend"> (head chips,

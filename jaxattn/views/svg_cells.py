@@ -16,6 +16,7 @@ from jaxattn.capture import Capture
 from jaxattn.views.drawing import (
     KIND_TITLES,
     colorbar,
+    head_color,
     label_stride,
     scale_color,
     short,
@@ -53,14 +54,43 @@ def _bars(x0, y0, width, bars) -> tuple[str, float]:
     return "\n".join(out), y + row_h - y0
 
 
+def _sentences(x, top, rh, t, b, right) -> list[str]:
+    """Sentence A / B of a pair: a letter and a bracket beside each span of rows and a
+    dashed line across the plot at the boundary (<text class="sentence" data-sentence>,
+    <line class="ab-boundary" data-row=b>)."""
+    out = []
+    for name, lo, hi in (("A", 0, b), ("B", b, t)):
+        y0, y1 = top + lo * rh + 1, top + hi * rh - 3
+        out.append(f'<line x1="{x + 12}" y1="{y0}" x2="{x + 12}" y2="{y1}" stroke="#999"/>'
+                   f'<text class="sentence" data-sentence="{name}" x="{x}" y="{(y0 + y1) / 2 + 4}" '
+                   f'font-weight="bold" fill="#777">{name}</text>')  # fmt: skip
+    yb = top + b * rh - 1
+    out.append(f'<line class="ab-boundary" data-row="{b}" x1="{x}" y1="{yb}" x2="{right}" '
+               f'y2="{yb}" stroke="#888" stroke-dasharray="4 3"/>')  # fmt: skip
+    return out
+
+
 def neuron_svg(cap: Capture, *, layer=0, head=0, token=0) -> str:
-    """The neuron view of (layer, head) axis indices and query position `token`."""
+    """The neuron view of (layer, head) axis indices and query position `token`.
+
+    Left to right: every token as a query (the selected one highlighted) with its
+    position index; lines from the selected query to every key, stroke-opacity =
+    its softmax weight (the attention row, as the page's lines; all keys, where the
+    page can filter by sentence); each key's index and token, k, the terms q×k, q·k
+    and the softmax. For a pair, brackets name sentences A and B and a dashed line
+    marks where B starts. <line class="nv-line" data-i data-j data-w>,
+    <text class="idx" data-side="query|key" data-idx>.
+    """
     v = neuron_values(cap, layer, head, token)
     n_t, n_k = v["key"].shape
     toks = [short(t, 16) for t in cap.tokens]
-    cw, rh = 9, 16
+    cw, rh, lw, iw = 9, 16, 90, 26
     lab = max(40, max(text_width(t) for t in toks) + 14)
-    x_qk, x_dot = PAD + lab + n_k * cw + 12, PAD + lab + 2 * (n_k * cw + 12)
+    b = cap.sentence_b_start if cap.sentence_b_start and 0 < cap.sentence_b_start < n_t else None
+    x_q = PAD + (20 if b else 0)  # the query column: token, then its index
+    x_l = x_q + lab + iw  # the lines, then the keys: index, token, cells
+    x_k = x_l + lw + iw + lab
+    x_qk, x_dot = x_k + n_k * cw + 12, x_k + 2 * (n_k * cw + 12)
     x_sm = x_dot + 62
     width = x_sm + 64 - PAD
     query = f'query "{short(cap.tokens[token], 24)}" ({token})'
@@ -69,31 +99,53 @@ def neuron_svg(cap: Capture, *, layer=0, head=0, token=0) -> str:
     qk_range = value_range(np.concatenate([v["key"].ravel(), v["query"]]))
     scales = {"q, k": qk_range, "q × k": value_range(v["qk"]), "q · k": value_range(v["dot"]),
               "softmax": value_range(v["softmax"])}  # fmt: skip
-    bars, bh = _bars(PAD, PAD + th + 8, width, [(k, *r) for k, r in scales.items()])
+    names = {"softmax": "softmax (lines: opacity = weight)"}
+    bars, bh = _bars(PAD, PAD + th + 8, width, [(names.get(k, k), *r) for k, r in scales.items()])
     color = {k: (lambda x, r=r: scale_color(x, *r)) for k, r in scales.items()}
     q_y = PAD + th + 8 + bh + 12
     top = q_y + rh + 24
-    out = [head_, bars, '<g class="plot">',
-           f'<text x="{PAD + lab - 6}" y="{q_y + 11}" text-anchor="end">q</text>']  # fmt: skip
+    y = lambda r: top + r * rh + (rh - 2) / 2  # noqa: E731
+    line_color = head_color(cap.heads[head])
+    out = [
+        head_,
+        bars,
+        '<g class="plot">',  # the selected query's row, then the q row
+        f'<rect x="{x_q - 2}" y="{top + token * rh - 1}" width="{lab + iw}" height="{rh}" '
+        f'fill="#eef4fb"/><text x="{x_k - 6}" y="{q_y + 11}" text-anchor="end">q</text>',
+    ]
     for c in range(n_k):
-        out.append(f'<rect x="{PAD + lab + c * cw}" y="{q_y}" width="{cw - 1}" height="{rh - 2}" '
+        out.append(f'<rect x="{x_k + c * cw}" y="{q_y}" width="{cw - 1}" height="{rh - 2}" '
                    f'fill="{color["q, k"](v["query"][c])}"/>')  # fmt: skip
-    for x, name in ((PAD + lab, "k"), (x_qk, "q × k"), (x_dot, "q · k"), (x_sm, "softmax")):
-        out.append(f'<text x="{x}" y="{top - 4}" font-weight="bold" fill="#555">{name}</text>')
+    for x, name, anchor in ((x_q + lab + iw - 4, "query", "end"), (x_l + lw, "key", "start"),
+                            (x_k, "k", "start"), (x_qk, "q × k", "start"),
+                            (x_dot, "q · k", "start"), (x_sm, "softmax", "start")):  # fmt: skip
+        out.append(f'<text x="{x}" y="{top - 4}" font-weight="bold" fill="#555" '
+                   f'text-anchor="{anchor}">{name}</text>')  # fmt: skip
+    if b:
+        out += _sentences(PAD, top, rh, n_t, b, x_sm + 54)
     for j in range(n_t):
-        y = top + j * rh
+        ry, w = top + j * rh, v["softmax"][j]
         weight = ' font-weight="bold"' if j == token else ""
-        out.append(f'<text x="{PAD + lab - 6}" y="{y + 11}" text-anchor="end"{weight}>'
-                   f"{escape(toks[j])}</text>")  # fmt: skip
+        out.append(
+            f'<line class="nv-line" data-i="{token}" data-j="{j}" data-w="{w:.4f}" '
+            f'x1="{x_l + 2}" y1="{y(token)}" x2="{x_l + lw - 2}" y2="{y(j)}" '
+            f'stroke="{line_color}" stroke-width="2" stroke-opacity="{w:.4f}"/>'
+        )
+        for side, xi, xt, anchor in (("query", x_q + lab + iw - 4, x_q + lab - 2, "end"),
+                                     ("key", x_l + lw + 4, x_l + lw + iw, "start")):  # fmt: skip
+            out.append(f'<text class="idx" data-side="{side}" data-idx="{j}" x="{xi}" '
+                       f'y="{ry + 11}" text-anchor="{anchor}" font-size="10" fill="#999">{j}'
+                       f'</text><text class="tok" data-side="{side}" x="{xt}" y="{ry + 11}" '
+                       f'text-anchor="{anchor}"{weight}>{escape(toks[j])}</text>')  # fmt: skip
         for c in range(n_k):
-            out.append(f'<rect x="{PAD + lab + c * cw}" y="{y}" width="{cw - 1}" '
+            out.append(f'<rect x="{x_k + c * cw}" y="{ry}" width="{cw - 1}" '
                        f'height="{rh - 2}" fill="{color["q, k"](v["key"][j, c])}"/>'
-                       f'<rect x="{x_qk + c * cw}" y="{y}" width="{cw - 1}" height="{rh - 2}" '
+                       f'<rect x="{x_qk + c * cw}" y="{ry}" width="{cw - 1}" height="{rh - 2}" '
                        f'fill="{color["q × k"](v["qk"][j, c])}"/>')  # fmt: skip
         for x, val, name, f in ((x_dot, v["dot"][j], "q · k", ".2f"),
                                 (x_sm, v["softmax"][j], "softmax", ".3f")):  # fmt: skip
-            out.append(f'<rect x="{x}" y="{y}" width="54" height="{rh - 2}" '
-                       f'fill="{color[name](val)}"/><text x="{x + 52}" y="{y + 11}" '
+            out.append(f'<rect x="{x}" y="{ry}" width="54" height="{rh - 2}" '
+                       f'fill="{color[name](val)}"/><text x="{x + 52}" y="{ry + 11}" '
                        f'text-anchor="end" font-size="10">{val:{f}}</text>')  # fmt: skip
     out.append("</g>")
     return svg_doc(width + 2 * PAD, top + n_t * rh + PAD, "\n".join(out) + "\n")
@@ -133,7 +185,8 @@ def stats_svg(cap: Capture, *, kind="attention") -> str:
     """The stats view: head statistics, Kovaleva classes and Vig patterns, one grid each."""
     doc = stats_document(cap)
     if kind not in doc["kinds"]:
-        raise ValueError(f"the capture has no {kind!r} weights")
+        raise ValueError("the capture has no 'alpha_fx_norm' for kind='norm': capture it with "
+                         "what=(..., 'alpha_fx_norm') (jaxattn view captures it)")  # fmt: skip
     k = doc["kinds"][kind]
     colors = ("#1f77b4", "#2ca02c", "#17becf", "#9467bd", "#bbbbbb")
     cell = int(np.clip(336 // max(len(cap.layers), len(cap.heads)), 6, 14))

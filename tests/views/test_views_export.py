@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import subprocess
 import sys
@@ -117,6 +118,25 @@ def test_model_neuron_stats_svg(tiny_caps):
 def _attention_only(cap: Capture) -> Capture:
     kw = dict(tokens=cap.tokens, sentence_b_start=cap.sentence_b_start, layers=cap.layers)
     return Capture(**kw, heads=cap.heads, dtype=cap.dtype, tensors={"attention": cap.attention})
+
+
+def test_empty_or_lacking_captures_say_how_to_get_what_is_missing(tiny_caps):
+    """Issue 15's bad input: one line naming what is missing and how to get it."""
+    cap = _attention_only(tiny_caps[1])
+    empty = dataclasses.replace(cap, tokens=(), sentence_b_start=None,
+                                tensors={"attention": cap.attention[..., :0, :0]})  # fmt: skip
+    no_att = dataclasses.replace(cap, tensors={"alpha_fx_norm": cap.attention})
+    for make, match in (
+        (lambda: to_svg(empty, "head"), "the capture has no tokens: capture a non-empty text"),
+        (lambda: build_html(empty), "the capture has no tokens: capture a non-empty text"),
+        (lambda: build_payload(empty), "the capture has no tokens"),
+        (lambda: to_svg(cap, "stats", kind="norm"), r"no 'alpha_fx_norm' .*what=\(\.\.\., "),
+        (lambda: to_svg(cap, "model", kind="norm"), r"'alpha_fx_norm' was not captured.*what="),
+        (lambda: build_html(no_att), r"views need the 'attention' quantity \(what="),
+    ):  # fmt: skip
+        with pytest.raises(ValueError, match=match) as e:
+            make()
+        assert "\n" not in str(e.value)
 
 
 def test_cli_inputs(tmp_path, tiny_caps):

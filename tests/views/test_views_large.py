@@ -13,6 +13,7 @@ import pytest
 from views_helpers import THUMB_ALPHA, screenshot, wait_ready
 
 from jaxattn.capture import Capture
+from jaxattn.views.drawing import max_pool
 
 T, L, H, K = 512, 2, 12, 32
 LOAD_BOUND_S = 10.0  # page load + decode + the first head view, on a busy 2-core machine
@@ -27,6 +28,8 @@ def synthetic(t=T) -> Capture:
     scores[:, 1::3, :, 0] += 5  # some [CLS]-heavy heads
     att = np.exp(scores - scores.max(-1, keepdims=True))
     att /= att.sum(-1, keepdims=True)
+    att[:, 2] *= 0.4  # head 2: a one-column stripe, 0.6 of each row on [SEP]
+    att[:, 2, :, t - 1] += 0.6
     fx = rng.uniform(0.2, 3.0, size=(L, H, 1, t)).astype(np.float32)
     tokens = ("[CLS]", *(f"tok{i}" for i in range(t - 2)), "[SEP]")
     return Capture(
@@ -85,12 +88,19 @@ def test_512_tokens_render_within_bound(page, large):
     page.click('.tab[data-view="model"]')
     page.wait_for_selector('canvas.thumb[data-drawn="attention"]')
     assert time.monotonic() - start < INTERACT_BOUND_S
-    thumb = page.query_selector('canvas.thumb[data-layer="1"][data-head="0"]')
-    page.wait_for_selector('canvas.thumb[data-layer="1"][data-head="0"][data-drawn]')
-    assert thumb.get_attribute("width") == "64"
-    alpha = np.array(thumb.evaluate(THUMB_ALPHA)).reshape(64, 64)
-    pooled = quantised[1, 0].reshape(64, 8, 64, 8).sum(-1).mean(1)  # rows averaged, columns summed
-    assert np.abs(alpha - np.rint(pooled * 255)).max() <= 1
+    # thumbnails are max-pooled as the static export: each pixel the largest weight of its
+    # 8 x 8 block, so the one-column [SEP] stripe of head 2 keeps its weight in every row
+    # (an 8 x 8 average would show about 1/8 of it)
+    for head in (0, 2):
+        thumb = page.wait_for_selector(
+            f'canvas.thumb[data-layer="1"][data-head="{head}"][data-drawn]'
+        )
+        assert thumb.get_attribute("width") == "64"
+        alpha = np.array(thumb.evaluate(THUMB_ALPHA)).reshape(64, 64)
+        assert np.abs(alpha - np.rint(max_pool(quantised[1, head], 64) * 255)).max() <= 1
+    stripe = quantised[1, 2, :, T - 1].reshape(64, 8).max(1)
+    assert (alpha[:, 63] >= np.rint(stripe * 255) - 1).all() and stripe.min() > 0.5
+    assert np.median(alpha[:, :63]) < 0.1 * alpha[:, 63].min()  # the rest stays faint
     screenshot(page, "t512_model_view")
 
     page.click('.tab[data-view="neuron"]')

@@ -3,11 +3,14 @@ of the model, stats and neuron views, in headless Chromium against the capture."
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from views_helpers import screenshot, wait_ready
 
 from jaxattn.analysis import head_statistics
+from jaxattn.views import write_html
 
 LINES = (
     "els => els.map(e => [+e.dataset.i, +e.dataset.j, +e.dataset.w,"
@@ -110,3 +113,18 @@ def test_colour_bars_state_their_ranges(page, tiny_html, tiny_caps):
     qk = np.abs(k * q).max()
     assert bar(page, "#nv-cbar-qk") == pytest.approx((-qk, qk), rel=1e-5)
     assert bar(page, "#nv-cbar-softmax") == (0, 1)
+
+
+def test_neuron_view_without_queries_says_how_to_get_them(page, tiny_caps, tmp_path):
+    """A capture without queries and keys: the page's neuron view names them and how to capture."""
+    cap = tiny_caps[0]
+    bare = dataclasses.replace(cap, tensors={"attention": cap.attention})
+    path = tmp_path / "bare.html"
+    write_html(path, bare, views=("neuron",))
+    page.goto(path.as_uri())
+    wait_ready(page)
+    page.wait_for_selector("#nv-info")
+    assert page.text_content("#nv-info") == (
+        "The neuron view needs the queries and keys: capture with what=(..., 'queries', 'keys')."
+    )
+    assert page.query_selector("#nv-rows .nv-row") is None

@@ -10,6 +10,7 @@ browser lays it out (getBBox), in the session's Chromium.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import xml.etree.ElementTree as ET
 import zlib
 
@@ -104,6 +105,33 @@ def test_every_heat_map_view_has_colour_bars_with_their_range():
               if g.get("class") == "colorbar"}  # fmt: skip
     dot = cap.queries[1, 2, 3].astype(np.float64) @ cap.keys[1, 2].T.astype(np.float64)
     assert stated["q · k"] == pytest.approx(dot.max(), rel=1e-5)
+
+
+def test_neuron_svg_indices_lines_and_sentences():
+    """The static neuron view: every token's position index on both sides, one line per key
+    from the selected query with stroke-opacity = its softmax weight, sentence A/B marked."""
+    cap = synthetic(2, 3, 9)  # sentence B starts at token 5
+    root = ET.fromstring(to_svg(cap, "neuron", layer=1, head=2, token=3))
+    texts = list(root.iter(SVG + "text"))
+    for side in ("query", "key"):
+        idx = [e for e in texts if e.get("class") == "idx" and e.get("data-side") == side]
+        assert [int(e.text) for e in idx] == [int(e.get("data-idx")) for e in idx] == [*range(9)]
+    lines = [e for e in root.iter(SVG + "line") if e.get("class") == "nv-line"]
+    assert [int(e.get("data-j")) for e in lines] == [*range(9)]  # one per key, all keys
+    assert {e.get("data-i") for e in lines} == {"3"} and len({e.get("y1") for e in lines}) == 1
+    s = cap.keys[1, 2].astype(np.float64) @ cap.queries[1, 2, 3].astype(np.float64) / np.sqrt(8)
+    w = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
+    for attr in ("stroke-opacity", "data-w"):
+        np.testing.assert_allclose([float(e.get(attr)) for e in lines], w, atol=5e-5)
+    assert sorted(e.get("data-sentence") for e in texts if e.get("class") == "sentence") == [
+        "A", "B"]  # fmt: skip
+    (edge,) = [e for e in root.iter(SVG + "line") if e.get("class") == "ab-boundary"]
+    key_y = {int(e.get("data-idx")): float(e.get("y")) for e in texts
+             if e.get("class") == "idx" and e.get("data-side") == "key"}  # fmt: skip
+    assert edge.get("data-row") == "5" and key_y[4] < float(edge.get("y1")) < key_y[5]
+    single = dataclasses.replace(cap, sentence_b_start=None)
+    plain = to_svg(single, "neuron", layer=1, head=2, token=3)
+    assert 'class="sentence"' not in plain and "ab-boundary" not in plain
 
 
 @pytest.mark.parametrize(

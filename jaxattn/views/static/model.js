@@ -1,9 +1,12 @@
 /* Model view: every layer x head as a heatmap thumbnail (row i = query token,
  * column j = key token, pixel alpha = weight, in the head's colour); click one
  * to enlarge it. Thumbnails are drawn only when scrolled into view
- * (IntersectionObserver) at min(T, THUMB) pixels: above THUMB tokens, a pixel
- * holds the mean over its rows of the summed weight of its columns.
- * A colour bar states the scale (0 to 1: the opacity of the head's colour).
+ * (IntersectionObserver) at min(T, THUMB) pixels: above THUMB tokens, a map is
+ * MAX-POOLED, as the static export (drawing.max_pool, the same blocks): a pixel
+ * holds the largest weight of its block of (query, key) cells, so one-cell
+ * stripes ([SEP] columns, the diagonal) keep their full weight where an average
+ * would fade them. A colour bar states the scale (0 to 1: the opacity of the
+ * head's colour).
  * JX.colorBar (here, used by every view) draws such bars.
  * DOM hooks: canvas.thumb[data-layer][data-head][data-res], canvas#mv-big,
  * #mv-cbar, #mv-big-cbar (.jx-cbar[data-min][data-max]). */
@@ -11,19 +14,23 @@
 (function () {
   const JX = window.JaxattnViews;
   const THUMB = 64;
-  /** Paint map [T x T] of (layer, head) pooled to res x res into an ImageData. */
+  /** Paint map [T x T] of (layer, head) max-pooled to res x res into an ImageData: block r
+   * holds the cells floor(r T / res) .. floor((r + 1) T / res) - 1 of each axis. */
   function paint(img, t, layer, hi, T, res, color) {
-    const v = new Float32Array(res * res), cnt = new Float32Array(res);
+    const v = new Float32Array(res * res).fill(-Infinity), blk = new Int32Array(T);
+    for (let r = 0; r < res; r++) for (let i = Math.floor((r * T) / res); i < Math.floor(((r + 1) * T) / res); i++) blk[i] = r;
     const base = t.base(layer, hi, 0, 0), d = t.data, sc = t.exact ? 1 : t.scale, off = t.exact ? 0 : t.offset;
     for (let i = 0; i < T; i++) {
-      const r = Math.floor((i * res) / T);
-      cnt[r]++;
-      for (let j = 0; j < T; j++) v[r * res + Math.floor((j * res) / T)] += d[base + i * T + j] * sc + off;
+      const row = blk[i] * res;
+      for (let j = 0; j < T; j++) {
+        const w = d[base + i * T + j] * sc + off, k = row + blk[j];
+        if (w > v[k]) v[k] = w;
+      }
     }
     const px = img.data;
     for (let r = 0; r < res; r++) {
       for (let c = 0; c < res; c++) {
-        const k = 4 * (r * res + c), w = v[r * res + c] / cnt[r];
+        const k = 4 * (r * res + c), w = v[r * res + c];
         px[k] = color[0]; px[k + 1] = color[1]; px[k + 2] = color[2];
         px[k + 3] = Math.round(255 * Math.min(1, Math.max(0, w)));
       }
@@ -83,10 +90,11 @@
         });
       });
       info.textContent = `${ex.layers.length} layers × ${ex.heads.length} heads, ${JX.KIND_TITLES[ctx.state.kind]}; ` +
-        `rows are query tokens, columns key tokens${ex.T > THUMB ? ` (pooled to ${THUMB} px)` : ""}. Click a map to enlarge it.`;
+        `rows are query tokens, columns key tokens${ex.T > THUMB ? ` (max-pooled to ${THUMB} px: a pixel ` +
+        "shows the strongest weight of its block, so [SEP] columns and diagonals stay visible)" : ""}. Click a map to enlarge it.`;
       scale.innerHTML = "";
       scale.append(JX.colorBar("mv-cbar", ["rgba(60,60,60,0)", "rgb(60,60,60)"], 0, 1,
-        `colour scale: ${ex.T > THUMB ? "pooled " : ""}weight = opacity of the head's colour`));
+        `colour scale: ${ex.T > THUMB ? "max-pooled " : ""}weight = opacity of the head's colour`));
       if (open) enlarge(...open);
     }
     function enlarge(li, hi) {
