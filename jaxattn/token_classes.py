@@ -8,9 +8,13 @@ from the token strings alone:
 
 - ``"wordpiece"`` (BERT, DistilBERT, MiniLM): a piece that continues a word starts
   with ``##``; specials are ``[CLS]`` / ``[SEP]``.
-- ``"bpe"`` (RoBERTa byte-level BPE): a piece that starts a new space-separated
-  word starts with ``Ġ`` (the byte-level image of a space); specials are
-  ``<s>`` / ``</s>``.
+- ``"bpe"`` (byte-level BPE: RoBERTa, ModernBERT): a piece that starts a new
+  space-separated word starts with ``Ġ`` (the byte-level image of a space).
+- ``"sentencepiece"`` (SentencePiece/Unigram: XLM-R, CamemBERT, ALBERT,
+  DeBERTa-v3): a piece that starts a word starts with ``▁``.
+
+The cls and separator strings are recognised on their own: ``<s>`` / ``</s>``
+(RoBERTa, XLM-R, CamemBERT) or ``[CLS]`` / ``[SEP]`` (the rest).
 """
 
 from __future__ import annotations
@@ -22,8 +26,12 @@ import numpy as np
 
 WORDPIECE = "wordpiece"
 BPE = "bpe"
+SENTENCEPIECE = "sentencepiece"
 _CONTINUATION = "##"  # WordPiece: this piece continues the previous word
 _SPACE = "Ġ"  # byte-level BPE: this piece follows a space
+_SP_SPACE = "▁"  # SentencePiece: this piece starts a word
+# scheme -> the marker of a word-initial piece
+WORD_MARKERS = {BPE: _SPACE, SENTENCEPIECE: _SP_SPACE}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -40,7 +48,7 @@ class SpecialTokens:
         the next piece matches.
       punctuation: the tokens counted as punctuation by Clark et al. 2019
         (periods and commas), compared after `strip_piece`.
-      scheme: "wordpiece" or "bpe" (see the module docstring).
+      scheme: "wordpiece", "bpe" or "sentencepiece" (see the module docstring).
     """
 
     cls: str = "[CLS]"
@@ -61,22 +69,31 @@ ROBERTA_SPECIALS = SpecialTokens(cls="<s>", sep="</s>", scheme=BPE)
 
 
 def detect_specials(tokens: Sequence[str]) -> SpecialTokens:
-    """The special-token preset that matches `tokens`.
+    """The special tokens and piece scheme that match `tokens`.
 
-    RoBERTa's (`ROBERTA_SPECIALS`) when the sequence starts with ``<s>`` or any
-    piece carries the byte-level space marker ``Ġ``; BERT's (`BERT_SPECIALS`)
-    otherwise. Pass a `SpecialTokens` explicitly for other vocabularies.
+    Scheme: "sentencepiece" when a piece starts with ``▁``, "bpe" when one
+    starts with ``Ġ``, else "wordpiece". Specials: ``<s>``/``</s>`` when the
+    sequence starts with ``<s>`` or holds ``</s>``, else ``[CLS]``/``[SEP]``.
+    BERT's and RoBERTa's are `BERT_SPECIALS` and `ROBERTA_SPECIALS`; pass a
+    `SpecialTokens` explicitly for other vocabularies.
     """
-    if (tokens and tokens[0] == "<s>") or any(t.startswith(_SPACE) for t in tokens):
-        return ROBERTA_SPECIALS
-    return BERT_SPECIALS
+    scheme = WORDPIECE
+    for name, marker in WORD_MARKERS.items():
+        if any(t.startswith(marker) for t in tokens):
+            scheme = name
+            break
+    angle = bool(tokens) and tokens[0] == "<s>" or "</s>" in tokens
+    if angle or (scheme == BPE and not (tokens and tokens[0] == "[CLS]")):
+        return dataclasses.replace(ROBERTA_SPECIALS, scheme=scheme)
+    return dataclasses.replace(BERT_SPECIALS, scheme=scheme)
 
 
 def strip_piece(token: str, scheme: str) -> str:
-    """The piece without its word-boundary marker (``##`` for WordPiece, ``Ġ`` for BPE)."""
+    """The piece without its word-boundary marker (``##``, ``Ġ`` or ``▁``)."""
     if scheme == WORDPIECE and token.startswith(_CONTINUATION) and len(token) > 2:
         return token[2:]
-    if scheme == BPE and token.startswith(_SPACE):
+    marker = WORD_MARKERS.get(scheme)
+    if marker and token.startswith(marker):
         return token[1:]
     return token
 

@@ -48,7 +48,10 @@ from jaxattn.analysis.tokens import (
     ROBERTA_SPECIALS,
     SpecialTokens,
     detect_specials,
+    display_token,
+    display_tokens,
     normalise_text,
+    readable_text,
 )
 from jaxattn.analysis.weights import WEIGHT_KINDS, capture_weights, normalise_rows
 from jaxattn.analysis.words import WordMap, align_words, group_words, word_level_attention
@@ -65,6 +68,9 @@ __all__ = [
     "mixing_ratio_rows",
     "ROBERTA_SPECIALS",
     "VIG_PATTERNS",
+    "display_token",
+    "display_tokens",
+    "readable_text",
     "WEIGHT_KINDS",
     "CorpusAnalysis",
     "DependencyHeads",

@@ -4,14 +4,17 @@ The special-token and punctuation classes are the contract's
 (`jaxattn.token_classes`, shared with the engine's on-device statistics) and
 are re-exported here.
 
-Two tokenisation schemes are recognised from the token strings alone:
+Three tokenisation schemes are recognised from the token strings alone:
 
 - ``"wordpiece"`` (BERT, DistilBERT, MiniLM): a piece that continues a word starts
   with ``##``; specials are ``[CLS]`` / ``[SEP]``.
 - ``"bpe"`` (RoBERTa byte-level BPE): a piece that starts a new space-separated
   word starts with ``Ġ`` (the byte-level image of a space); other bytes are
   mapped to printable characters by GPT-2's ``bytes_to_unicode`` table, so
-  ``é`` appears as ``Ã©``; specials are ``<s>`` / ``</s>``.
+  ``é`` appears as ``Ã©``; specials are ``<s>`` / ``</s>`` (RoBERTa) or
+  ``[CLS]`` / ``[SEP]`` (ModernBERT).
+- ``"sentencepiece"`` (XLM-R, CamemBERT, ALBERT, DeBERTa-v3): a piece that starts
+  a word starts with ``▁``; pieces are text.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from jaxattn.token_classes import (  # noqa: F401  (re-exported: the analyses' t
     BERT_SPECIALS,
     BPE,
     ROBERTA_SPECIALS,
+    SENTENCEPIECE,
+    WORD_MARKERS,
     WORDPIECE,
     SpecialTokens,
     detect_specials,
@@ -38,11 +43,12 @@ _DROPPED = frozenset({"Mn", "Cc", "Cf"})  # accents, control and format characte
 def starts_word(token: str, scheme: str) -> bool:
     """Whether a (non-special) piece opens a new word by its marker alone.
 
-    WordPiece: every piece without ``##``; BPE: pieces with ``Ġ``.
+    WordPiece: every piece without ``##``; BPE: pieces with ``Ġ``;
+    SentencePiece: pieces with ``▁``.
     """
     if scheme == WORDPIECE:
         return not (token.startswith(_CONTINUATION) and len(token) > 2)
-    return token.startswith(_SPACE)
+    return token.startswith(WORD_MARKERS[scheme])
 
 
 def normalise_text(text: str) -> str:
@@ -84,8 +90,9 @@ def piece_bytes(token: str, scheme: str) -> bytes:
     WordPiece pieces are text; byte-level BPE pieces are decoded through GPT-2's
     byte table (a character outside it is taken as its own UTF-8).
     """
-    piece = strip_piece(token, scheme)
-    if scheme != BPE:
+    # scheme "bytes": byte-level BPE with the marker kept (decoded as the space it stands for)
+    piece = token if scheme == "bytes" else strip_piece(token, scheme)
+    if scheme not in (BPE, "bytes"):
         return piece.encode("utf-8")
     table = _byte_decoder()
     out = bytearray()
@@ -95,6 +102,40 @@ def piece_bytes(token: str, scheme: str) -> bytes:
         else:
             out.extend(c.encode("utf-8"))
     return bytes(out)
+
+
+def display_token(token: str, scheme: str, specials: frozenset[str] = frozenset()) -> str:
+    """A token as a reader should see it in a view.
+
+    WordPiece tokens are shown as they are (``##`` marks a continuation, as
+    BERT users expect). Byte-level BPE and SentencePiece pieces lose their
+    word-start marker (``Ġ``, ``▁``) and byte-level pieces are decoded to text
+    ("é", not "Ã©"; a piece holding part of a character shows U+FFFD).
+    Special tokens are shown as they are.
+    """
+    if scheme == WORDPIECE or token in specials:
+        return token
+    return piece_bytes(token, scheme).decode("utf-8", errors="replace") or token
+
+
+def display_tokens(tokens) -> list[str]:
+    """`display_token` of every token, the scheme and specials detected from them."""
+    tokens = list(tokens)
+    sp = detect_specials(tokens)
+    return [display_token(t, sp.scheme, sp.all) for t in tokens]
+
+
+def readable_text(tokens) -> str:
+    """The text the tokens spell, special tokens left out (for labels and titles)."""
+    tokens = list(tokens)
+    sp = detect_specials(tokens)
+    words = [t for t in tokens if t not in sp.all]
+    if sp.scheme == WORDPIECE:
+        return " ".join(words).replace(" ##", "")
+    if sp.scheme == BPE:  # Ġ is the byte-level image of the space: decode it with the rest
+        raw = b"".join(piece_bytes(t, "bytes") for t in words)
+        return raw.decode("utf-8", errors="replace").strip()
+    return "".join(words).replace(WORD_MARKERS[sp.scheme], " ").strip()
 
 
 def is_punctuation(text: str) -> bool:

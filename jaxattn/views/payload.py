@@ -28,9 +28,9 @@ With embed "uint8" (and "auto" once the page's float32 data is over
   step s >= max|head| / 31 (the next float16 up) and integers in [-31, 31]:
   absolute error <= s / 2, about max|head| / 62 (1.6% of the head's largest value).
 
-Sections up to `LEVEL9_BYTES` are deflated at level 9, larger ones at level 7
-(level 9 takes ~10 s on a 512-token example's 38 MB for a 4% smaller file).
-"float32" keeps all exact (so does a row step over float16's range, for that array).
+Sections up to `LEVEL9_BYTES` deflate at level 9, larger ones at level 7 (level 9
+takes ~10 s on a 512-token example's 38 MB for 4% less). "float32" keeps all exact
+(also a row step over float16's range); tokens are shown as `analysis.display_token`.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from jaxattn.analysis.tokens import display_tokens, readable_text
 from jaxattn.analysis.weights import normalise_rows
 from jaxattn.capture import Capture
 
@@ -86,8 +87,7 @@ def view_weights(cap: Capture, kind: str) -> np.ndarray:
 
 def example_label(cap: Capture, index: int) -> str:
     """A short label for the example selector: its text without special tokens."""
-    words = [t for t in cap.tokens if not (t.startswith(("[", "<")) and t.endswith(("]", ">")))]
-    text = " ".join(words).replace(" ##", "").replace("Ġ", "")
+    text = readable_text(cap.tokens)
     return f"{index + 1}: {text[:60]}{'…' if len(text) > 60 else ''}"
 
 
@@ -145,7 +145,7 @@ def example(cap: Capture, index: int, views: Sequence[str], embed: str, label=No
     code = "f4" if embed == "float32" else "u1"
     out = dict(
         label=label or example_label(cap, index),
-        tokens=list(cap.tokens),
+        tokens=display_tokens(cap.tokens),
         sentence_b_start=cap.sentence_b_start,
         layers=[int(v) for v in cap.layers],
         heads=[int(v) for v in cap.heads],
@@ -270,7 +270,7 @@ def pack_example(cap: Capture, views, exact: bool, label: str, table: dict) -> t
         section += text
     entry = dict(
         label=label,
-        tokens=[table.setdefault(t, len(table)) for t in cap.tokens],
+        tokens=[table.setdefault(t, len(table)) for t in display_tokens(cap.tokens)],
         sentence_b_start=cap.sentence_b_start,
         layers=[int(v) for v in cap.layers],
         heads=[int(v) for v in cap.heads],

@@ -35,6 +35,7 @@ from html import escape
 
 import numpy as np
 
+from jaxattn.analysis.tokens import display_tokens
 from jaxattn.capture import Capture
 from jaxattn.views import svg_cells
 from jaxattn.views.drawing import (
@@ -81,7 +82,7 @@ def head_svg(cap, *, layer=0, heads=None, kind="attention", min_weight=0.0, max_
     w = view_weights(cap, kind)[layer]  # [H, T, T]
     hs = list(range(w.shape[0])) if heads is None else list(heads)
     t, rh, gap = len(cap.tokens), 18, 220
-    toks = [short(tok, 24) for tok in cap.tokens]
+    toks = [short(tok, 24) for tok in display_tokens(cap.tokens)]
     colw = min(220, max(60, max(text_width(s) for s in toks) + 10))
     h_idx, i_idx, j_idx = np.nonzero(w[hs] > max(min_weight, 0.0))
     vals = w[hs][h_idx, i_idx, j_idx]
@@ -124,7 +125,7 @@ def model_svg(cap, *, kind="attention", thumb=None):
     n_l, n_h, t = w.shape[:3]
     gap = 12  # > the 11 px between tick labels: a row's last and the next's first
     lab = max(text_width(f"L{v}") for v in cap.layers) + 10
-    toks = [short(tok, 12) for tok in cap.tokens]
+    toks = [short(tok, 12) for tok in display_tokens(cap.tokens)]
     tick = max(text_width(s, 9) for s in toks) + 6
     if thumb is None:
         thumb = (960 - lab - tick) / n_h - gap
@@ -142,7 +143,7 @@ def model_svg(cap, *, kind="attention", thumb=None):
     for hi_, h in list(enumerate(cap.heads))[::hk]:
         out.append(f'<text x="{x_of(hi_) + thumb / 2}" y="{top + 12}" text-anchor="middle" '
                    f'fill="#666">H{h}</text>')  # fmt: skip
-    ticks = thin_ticks(cap.tokens, pitch)
+    ticks = thin_ticks(display_tokens(cap.tokens), pitch)
     right, bottom = x_of(n_h) - gap, grid_top + n_l * step - gap
     lk = label_stride(n_l, step, 14)
     for li, layer in enumerate(cap.layers):

@@ -12,6 +12,7 @@ from html import escape
 
 import numpy as np
 
+from jaxattn.analysis.tokens import display_tokens
 from jaxattn.capture import Capture
 from jaxattn.views.drawing import (
     KIND_TITLES,
@@ -83,7 +84,7 @@ def neuron_svg(cap: Capture, *, layer=0, head=0, token=0) -> str:
     """
     v = neuron_values(cap, layer, head, token)
     n_t, n_k = v["key"].shape
-    toks = [short(t, 16) for t in cap.tokens]
+    toks = [short(t, 16) for t in display_tokens(cap.tokens)]
     cw, rh, lw, iw = 9, 16, 90, 26
     lab = max(40, max(text_width(t) for t in toks) + 14)
     b = cap.sentence_b_start if cap.sentence_b_start and 0 < cap.sentence_b_start < n_t else None
@@ -93,7 +94,7 @@ def neuron_svg(cap: Capture, *, layer=0, head=0, token=0) -> str:
     x_qk, x_dot = x_k + n_k * cw + 12, x_k + 2 * (n_k * cw + 12)
     x_sm = x_dot + 62
     width = x_sm + 64 - PAD
-    query = f'query "{short(cap.tokens[token], 24)}" ({token})'
+    query = f'query "{short(display_tokens(cap.tokens)[token], 24)}" ({token})'
     head_, tw, th = title(PAD, PAD, f"Layer {cap.layers[layer]}, head {cap.heads[head]}, {query}")
     width = max(width, tw)
     qk_range = value_range(np.concatenate([v["key"].ravel(), v["query"]]))
