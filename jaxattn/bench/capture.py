@@ -57,19 +57,9 @@ def transformers_runner(model_dir: Path, texts: list[str], batch: int):
 def random_bert_base(out_dir: Path) -> Path:
     """A random-weight BERT-base checkpoint (12 x 12, D=768) with the embedded MiniLM's
     tokenizer, which is BERT's uncased vocabulary (the GPU benchmark's model)."""
-    import shutil
+    from jaxattn.bench.synthetic import random_checkpoint
 
-    import torch
-    from transformers import BertConfig, BertModel
-
-    from jaxattn.checkpoints.loading import default_model_dir
-
-    torch.manual_seed(0)
-    BertModel(BertConfig()).save_pretrained(str(out_dir))
-    for f in default_model_dir().iterdir():
-        if f.name.startswith(("tokenizer", "vocab", "special")):
-            shutil.copy(f, out_dir / f.name)
-    return out_dir
+    return random_checkpoint("bert-base", out_dir)
 
 
 def synthetic_bert_base(out_dir: Path, length: int, n: int) -> tuple[Path, list[str]]:

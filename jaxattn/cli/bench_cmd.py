@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from jaxattn.bench.corpus import DEFAULT_CONLLU
+from jaxattn.bench.synthetic import SHAPES
 from jaxattn.cli.args import (
     add_overwrite_argument,
     add_precision_argument,
@@ -14,6 +15,7 @@ from jaxattn.cli.args import (
     positive,
 )
 from jaxattn.cli.corpus import check_corpus
+from jaxattn.errors import UsageError
 
 
 def register(sub) -> None:
@@ -41,6 +43,12 @@ def register(sub) -> None:
         help="instead: a random-weight BERT-base and -n texts of exactly T tokens "
         "(the GPU benchmark; torch uses CUDA when present) (default: off)",
     )
+    p.add_argument("--synthetic", metavar="NAME", choices=sorted(SHAPES),
+                   help="instead of --model: a random-weight base-size model ("
+                   + ", ".join(SHAPES) + ") on --conllu's sentences (default: off)")  # fmt: skip
+    p.add_argument("--tokens", type=positive, default=None,
+                   help="with --synthetic: -n texts of exactly this many tokens instead of "
+                   "the sentences (default: off)")  # fmt: skip
     p.add_argument("--random-bert-base", action="store_true",
                    help="a random-weight BERT-base on the real sentences of --conllu (the "
                    "GPU benchmark on real lengths)")  # fmt: skip
@@ -59,20 +67,29 @@ def run(args) -> int:
 
     if args.json:
         check_output(args.json, args.overwrite, "--json")
-    if args.synthetic_bert_base or args.random_bert_base:
+    if args.synthetic_bert_base:  # the 0.2 spelling of --synthetic bert-base --tokens T
+        args.synthetic, args.tokens = "bert-base", args.synthetic_bert_base
+    if args.tokens and not args.synthetic:
+        raise UsageError("--tokens goes with --synthetic NAME (a random-weight model)")
+    if args.synthetic or args.random_bert_base:
         import tempfile
 
+        from jaxattn.bench.synthetic import random_checkpoint
+
         if args.model:
-            raise ValueError("--model and a random BERT-base exclude each other")
+            raise UsageError("--model and a random-weight model (--synthetic, "
+                             "--random-bert-base) exclude each other")  # fmt: skip
         texts = None
-        if args.synthetic_bert_base:
-            texts = bench.synthetic_texts(args.synthetic_bert_base, args.n)
+        if args.tokens:
+            texts = bench.synthetic_texts(args.tokens, args.n)
         else:
             check_corpus(args.conllu, "--conllu")
         with tempfile.TemporaryDirectory() as tmp:
-            model = str(bench.random_bert_base(Path(tmp)))
+            name = args.synthetic or "bert-base"
+            model = str(random_checkpoint(name, Path(tmp)))
             result = bench.run(args.conllu, args.n, args.repeats, model, texts=texts,
                                precision=args.precision, too_long=args.too_long)  # fmt: skip
+        result["model"] = f"{name} (random weights)"
     else:
         check_corpus(args.conllu, "--conllu")
         result = bench.run(args.conllu, args.n, args.repeats, args.model,

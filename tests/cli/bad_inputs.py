@@ -74,6 +74,7 @@ COMMANDS: dict[str, list[str]] = {
 HAS = {
     "--layers": {"capture", "view", "dump"},
     "--server": {"capture", "view", "analyze"},
+    "--synthetic": {"bench"},
 }
 
 
@@ -214,6 +215,20 @@ BAD: list[Bad] = [
     ),  # fmt: skip
     Bad("bad layer syntax", "--layers", lambda t, g: ["--layers", "1:x"], 2, "'1:x'.*range"),
     Bad("unknown option", "flags", lambda t, g: ["--no-such-option"], 2, "--no-such-option"),
+    Bad(
+        "unknown synthetic model",
+        "--synthetic",
+        lambda t, g: ["--synthetic", "gpt-2"],
+        2,
+        "invalid choice: 'gpt-2'",
+    ),  # fmt: skip
+    Bad(
+        "a model and a synthetic one",
+        "--synthetic",
+        lambda t, g: ["--synthetic", "bert-base"],
+        2,
+        "exclude each other",
+    ),  # fmt: skip
     Bad(
         "unreachable server",
         "--server",

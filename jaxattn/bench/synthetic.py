@@ -1,0 +1,58 @@
+"""Random-weight base-size checkpoints of every family, for the speed benchmarks.
+
+Each is the published base model's shape (layers, heads, widths and the
+family's switches) with BERT's uncased WordPiece tokenizer (the embedded
+MiniLM's) and its 30,522-word vocabulary, so the same synthetic texts are
+exactly T tokens for every family. The vocabulary size changes the embedding
+table only, which costs one gather: the timings are the base models'.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+BASE = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+            intermediate_size=3072, max_position_embeddings=512)  # fmt: skip
+# name -> (transformers config class, its fields beyond BASE); the published base models' shapes.
+SHAPES: dict[str, tuple[str, dict]] = {
+    "bert-base": ("BertConfig", {}),
+    "electra-base": ("ElectraConfig", {"embedding_size": 768}),
+    "albert-base": ("AlbertConfig", {"embedding_size": 128, "num_hidden_groups": 1,
+                                     "hidden_act": "gelu_new"}),  # fmt: skip
+    "xlm-roberta-base": ("XLMRobertaConfig", {
+        "max_position_embeddings": 514, "type_vocab_size": 1, "pad_token_id": 1,
+        "layer_norm_eps": 1e-5}),
+    "deberta-v3-base": ("DebertaV2Config", {
+        "relative_attention": True, "position_buckets": 256, "max_relative_positions": -1,
+        "pos_att_type": ["p2c", "c2p"], "norm_rel_ebd": "layer_norm", "share_att_key": True,
+        "position_biased_input": False, "type_vocab_size": 0, "layer_norm_eps": 1e-7}),
+    "modernbert-base": ("ModernBertConfig", {
+        "num_hidden_layers": 22, "intermediate_size": 1152, "max_position_embeddings": 8192,
+        "global_attn_every_n_layers": 3, "local_attention": 128, "global_rope_theta": 160000.0,
+        "local_rope_theta": 10000.0, "pad_token_id": 0, "cls_token_id": 101,
+        "sep_token_id": 102, "bos_token_id": 101, "eos_token_id": 102}),
+}  # fmt: skip
+
+
+def random_checkpoint(name: str, out_dir: Path) -> Path:
+    """Write the random-weight checkpoint `name` (a key of SHAPES) into out_dir.
+
+    Raises:
+      ValueError: an unknown name, naming the known ones.
+    """
+    import torch
+    import transformers
+
+    from jaxattn.checkpoints.loading import default_model_dir
+
+    if name not in SHAPES:
+        raise ValueError(f"unknown synthetic model {name!r}: valid are {', '.join(SHAPES)}")
+    cls, fields = SHAPES[name]
+    config = getattr(transformers, cls)(**{**BASE, **fields})
+    torch.manual_seed(0)
+    transformers.AutoModel.from_config(config).save_pretrained(str(out_dir))
+    for f in default_model_dir().iterdir():
+        if f.name.startswith(("tokenizer", "vocab", "special")):
+            shutil.copy(f, out_dir / f.name)
+    return out_dir
