@@ -30,7 +30,7 @@ import importlib
 
 from jaxattn import _aliases
 from jaxattn.capture import Capture
-from jaxattn.config import ModelConfig, ModelInfo, jaxattn_version
+from jaxattn.config import ModelConfig
 from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.errors import (
     CaptureFileError,
@@ -42,6 +42,7 @@ from jaxattn.errors import (
     TooLongError,
     UsageError,
 )
+from jaxattn.info import ModelInfo, jaxattn_version
 from jaxattn.quantities import QUANTITIES
 from jaxattn.source import CaptureSource
 from jaxattn.spec import CaptureSpec

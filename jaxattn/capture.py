@@ -109,6 +109,9 @@ class Capture:
     # The quantities, one typed attribute each (order and meaning: QUANTITIES).
     attention = _Quantity()
     scores = _Quantity()
+    scores_c2c = _Quantity()
+    scores_c2p = _Quantity()
+    scores_p2c = _Quantity()
     queries = _Quantity()
     keys = _Quantity()
     values = _Quantity()

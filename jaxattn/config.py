@@ -1,20 +1,94 @@
-"""Model configuration: frozen data, with a tiny test preset beside the real one."""
+"""Model configuration: frozen data, with a tiny test preset beside the real one.
+
+One `ModelConfig` describes every family as a shared transformer encoder plus a
+few declarative switches (see `ModelConfig`); the families' checkpoint tables
+live in `jaxattn.checkpoints.families`.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 
-FAMILIES = ("bert", "roberta", "distilbert")
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
+FAMILIES = ("bert", "roberta", "distilbert", "electra", "albert", "deberta-v2", "modernbert")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
+NORMS = ("post", "pre")
+FFNS = ("dense", "glu")
+SCORE_TERMS = ("c2c", "c2p", "p2c")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Relative:
+    """DeBERTa's disentangled relative-position attention (He et al. 2021).
+
+    Attributes:
+      att_types: the position score terms added to content-to-content:
+        "c2p" (content query to position key), "p2c" (position query to
+        content key), HF's pos_att_type.
+      buckets: HF position_buckets: relative distances are log-bucketed into
+        this many (0 or less: no bucketing).
+      max_relative: HF max_relative_positions (below 1: max_positions).
+      share_att_key: the position projections reuse the content query/key
+        projections (DeBERTa-v2/v3) instead of their own.
+      norm_rel_ebd: the relative embedding table passes a LayerNorm.
+    """
+
+    att_types: tuple[str, ...] = ("c2p", "p2c")
+    buckets: int = 0
+    max_relative: int = -1
+    share_att_key: bool = False
+    norm_rel_ebd: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "att_types", tuple(self.att_types))
+        bad = [t for t in self.att_types if t not in SCORE_TERMS[1:]]
+        if bad:
+            raise ValueError(f"unknown att_types {bad}: valid are c2p, p2c")
+
+
+def attention_span(max_relative_positions: int, position_buckets: int,
+                   max_position_embeddings: int) -> tuple[int, int]:  # fmt: skip
+    """HF DeBERTa-v2's (max_relative, span): the bucketing range and half the table.
+
+    max_relative = max_relative_positions, or max_position_embeddings when it
+    is below 1; span (HF's pos_ebd_size, att_span) = position_buckets when it
+    is above 0, else max_relative. The relative table (encoder.rel_embeddings)
+    has 2 * span rows, and attention uses all of them.
+    """
+    max_relative = max_relative_positions
+    if max_relative < 1:
+        max_relative = max_position_embeddings
+    span = position_buckets if position_buckets > 0 else max_relative
+    return max_relative, span
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Rotary:
+    """ModernBERT's rotary positions and alternating global/local attention.
+
+    Attributes:
+      global_theta: RoPE base of global layers.
+      local_theta: RoPE base of local (sliding-window) layers.
+      global_every: layer l is global when l % global_every == 0.
+      local_window: HF local_attention: a local layer's query i sees keys j
+        with |i - j| <= local_window // 2; other pairs get exactly zero weight.
+    """
+
+    global_theta: float = 10000.0
+    local_theta: float = 10000.0
+    global_every: int = 1
+    local_window: int = 0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelConfig:
-    """A BERT-family post-LN encoder.
+    """A transformer encoder: BERT's graph and the switches other families turn.
+
+    The defaults are BERT's; a family is the few switches it changes (the
+    tables in `jaxattn.checkpoints.families` say which).
 
     Attributes:
-      family: "bert" (incl. MiniLM), "roberta" or "distilbert".
+      family: one of FAMILIES ("bert" includes MiniLM; XLM-RoBERTa and
+        CamemBERT are "roberta").
       vocab_size: rows of the word embedding.
       hidden_size: D.
       num_layers: L.
@@ -30,6 +104,22 @@ class ModelConfig:
       layer_norm_eps: epsilon of every LayerNorm.
       pad_token_id: the tokenizer's pad id (used for padding batches).
       name: a human-readable model name.
+      embedding_size: E, the width of the embedding tables; 0 means D. When it
+        differs from D, a projection E -> D follows the embeddings' LayerNorm
+        (ELECTRA, ALBERT), or precedes it when `project_first` (DeBERTa), with a
+        bias when `projection_bias`.
+      absolute_positions: a learned position table is added to the word
+        embeddings (False: positions enter through `relative` or `rotary`).
+      norm: "post" (LN(x + f(x)), BERT) or "pre" (x + f(LN(x)), ModernBERT:
+        then layer 0 has no attention LN and a final LN follows the layers).
+      ffn: "dense" (W2 act(W1 x)) or "glu" (W2 (act(a) * g), [a, g] = W1 x).
+      layer_groups: ALBERT's num_hidden_groups: the L layers share this many
+        sets of weights (layer l uses set int(l / (L / groups))); 0 means
+        every layer has its own.
+      attention_bias, mlp_bias, norm_bias: whether those modules have biases.
+      relative: DeBERTa's relative attention, or None.
+      rotary: ModernBERT's rotary positions and local windows, or None.
+      head_activation: the MLM head's activation when it is not `activation`.
     """
 
     family: str = "bert"
@@ -45,8 +135,30 @@ class ModelConfig:
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0
     name: str = "bert"
+    embedding_size: int = 0
+    projection_bias: bool = True
+    project_first: bool = False
+    absolute_positions: bool = True
+    norm: str = "post"
+    ffn: str = "dense"
+    layer_groups: int = 0
+    attention_bias: bool = True
+    mlp_bias: bool = True
+    norm_bias: bool = True
+    relative: Relative | None = None
+    rotary: Rotary | None = None
+    head_activation: str = ""
 
     def __post_init__(self):
+        for field, kind in (("relative", Relative), ("rotary", Rotary)):
+            if isinstance(getattr(self, field), dict):  # from to_dict()
+                object.__setattr__(self, field, kind(**getattr(self, field)))
+        for field, valid in (("norm", NORMS), ("ffn", FFNS)):
+            if getattr(self, field) not in valid:
+                raise ValueError(f"unknown {field} {getattr(self, field)!r}: valid are "
+                                 f"{', '.join(valid)}")  # fmt: skip
+        if self.layer_groups < 0 or self.layer_groups > self.num_layers:
+            raise ValueError(f"layer_groups {self.layer_groups} must lie in 0..{self.num_layers}")
         if self.family not in FAMILIES:
             raise ValueError(f"unknown family {self.family!r}: valid are {', '.join(FAMILIES)}")
         if self.activation not in ACTIVATIONS:
@@ -62,6 +174,64 @@ class ModelConfig:
     def head_dim(self) -> int:
         """K, the per-head query/key/value width."""
         return self.hidden_size // self.num_heads
+
+    @property
+    def embedding_width(self) -> int:
+        """E, the embedding tables' width (D unless factorised)."""
+        return self.embedding_size or self.hidden_size
+
+    @property
+    def relative_rows(self) -> int:
+        """Rows of DeBERTa's relative embedding table, 2 x HF's pos_ebd_size (0 without)."""
+        if self.relative is None:
+            return 0
+        r = self.relative
+        return 2 * attention_span(r.max_relative, r.buckets, self.max_positions)[1]
+
+    @property
+    def qkv_width(self) -> int:
+        """Rows of a fused query/key/value projection (ModernBERT's Wqkv): 3 D."""
+        return 3 * self.hidden_size
+
+    @property
+    def ffn_width(self) -> int:
+        """Outputs of the FFN's input projection: 2 F for a GLU (input and gate), else F."""
+        return 2 * self.intermediate_size if self.ffn == "glu" else self.intermediate_size
+
+    @property
+    def weight_layers(self) -> int:
+        """How many layers' worth of weights the model holds (ALBERT: its groups)."""
+        return self.layer_groups or self.num_layers
+
+    def weights_of_layer(self, layer: int) -> int:
+        """The weight set layer `layer` runs with (HF AlbertTransformer's group index)."""
+        if not self.layer_groups:
+            return layer
+        return int(layer / (self.num_layers / self.layer_groups))
+
+    def shared_weights(self) -> str:
+        """Which layers share weights, in words ("" when none do)."""
+        if not self.layer_groups:
+            return ""
+        groups: dict[int, list[int]] = {}
+        for layer in range(self.num_layers):
+            groups.setdefault(self.weights_of_layer(layer), []).append(layer)
+        parts = [f"layers {ls[0]}-{ls[-1]} share weight set {g}" if len(ls) > 1
+                 else f"layer {ls[0]} has weight set {g}" for g, ls in groups.items()]  # fmt: skip
+        return "; ".join(parts) + " (attention, FFN and their LayerNorms; ALBERT)"
+
+    def score_terms(self) -> tuple[str, ...]:
+        """The separately returnable score terms (DeBERTa: c2c and its position terms)."""
+        if self.relative is None:
+            return ()
+        return ("c2c", *self.relative.att_types)
+
+    def quantities(self) -> tuple[str, ...]:
+        """The quantity names this model can capture (score terms only where it has them)."""
+        from jaxattn.quantities import COMMON, QUANTITIES
+
+        terms = {f"scores_{t}" for t in self.score_terms()}
+        return tuple(n for n in QUANTITIES if n in COMMON or n in terms)
 
     @property
     def max_length(self) -> int:
@@ -105,68 +275,3 @@ def tiny(**overrides) -> ModelConfig:
         name="tiny",
     )
     return ModelConfig(**{**base, **overrides})
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ModelInfo:
-    """What `Engine.info` and the service's GetModelInfo report.
-
-    `dtype` is the weights' dtype; `precision` the compute precision captures
-    get unless they ask for another ("highest": exact float32); `weights` a
-    fingerprint of the weights ("blake2b:..."; "" when unknown), so two
-    captures can tell whether the same weights made them.
-    """
-
-    name: str
-    family: str
-    layers: int
-    heads: int
-    hidden: int
-    head_dim: int
-    vocab: int
-    max_positions: int
-    dtype: str = "float32"
-    precision: str = "highest"
-    weights: str = ""
-
-    @classmethod
-    def of(
-        cls,
-        config: ModelConfig,
-        dtype: str = "float32",
-        precision: str = "highest",
-        weights: str = "",
-    ) -> ModelInfo:
-        return cls(
-            name=config.name,
-            family=config.family,
-            layers=config.num_layers,
-            heads=config.num_heads,
-            hidden=config.hidden_size,
-            head_dim=config.head_dim,
-            vocab=config.vocab_size,
-            max_positions=config.max_length,
-            dtype=dtype,
-            precision=precision,
-            weights=weights,
-        )
-
-
-def jaxattn_version() -> str:
-    """The installed jaxattn's version ("unknown" when not installed)."""
-    try:
-        return importlib.metadata.version("jaxattn")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def provenance(info: ModelInfo, config: dict | None, source: str) -> dict:
-    """What a capture records about where it came from (`Capture.provenance`)."""
-    return {
-        "model": info.name,
-        "family": info.family,
-        "weights": info.weights,
-        "config": config or {},
-        "jaxattn": jaxattn_version(),
-        "source": source,
-    }

@@ -51,7 +51,25 @@ QUANTITIES: dict[str, Quantity] = {
             probability=True,
             doc="alpha^h_ij = softmax_j(q_i . k_j / sqrt(d_k) + mask)",
         ),
-        Quantity(name="scores", axes="LHTS", doc="q_i . k_j / sqrt(d_k), before mask and softmax"),
+        Quantity(
+            name="scores",
+            axes="LHTS",
+            doc="q_i . k_j / sqrt(d_k), before mask and softmax (ModernBERT: q and k rotated; "
+            "DeBERTa: the sum of its score terms)",
+        ),
+        *(
+            Quantity(
+                name=f"scores_{term}",
+                axes="LHTS",
+                doc=f"DeBERTa only: the {term} term of the scores ({what}), scaled as "
+                "HF does by 1/sqrt(K * (1 + number of position terms)); the terms sum to scores",
+            )
+            for term, what in (
+                ("c2c", "content query . content key"),
+                ("c2p", "content query . relative-position key"),
+                ("p2c", "relative-position query . content key"),
+            )
+        ),
         Quantity(name="queries", axes="LHTK", doc="per-head query projection x W_Q^h + b_Q^h"),
         Quantity(name="keys", axes="LHTK", doc="per-head key projection x W_K^h + b_K^h"),
         Quantity(name="values", axes="LHTK", doc="per-head value projection x W_V^h + b_V^h"),
@@ -103,6 +121,10 @@ QUANTITIES: dict[str, Quantity] = {
     )
 }
 
+
+# DeBERTa's separately returnable score terms; every other quantity every model computes.
+SCORE_TERMS = tuple(name for name in QUANTITIES if name.startswith("scores_"))
+COMMON = tuple(name for name in QUANTITIES if name not in SCORE_TERMS)
 
 # The quantities that are per-head statistics ([L, H, N]) rather than tensors over tokens.
 STATISTICS = tuple(name for name, q in QUANTITIES.items() if q.axes.endswith("N"))

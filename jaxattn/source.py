@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
 from jaxattn.capture import Capture
-from jaxattn.config import ModelInfo
+from jaxattn.info import ModelInfo
 from jaxattn.inputs import Text
 from jaxattn.spec import Selection
 from jaxattn.stream import CaptureStream, Progress

@@ -148,6 +148,7 @@ def make_spec(
     num_layers: int,
     num_heads: int,
     precision: str = "highest",
+    available: Sequence[str] | None = None,
 ) -> CaptureSpec:
     """Validate a capture request and return its spec.
 
@@ -159,6 +160,8 @@ def make_spec(
       precision: compute precision name.
       num_layers: the model's layer count.
       num_heads: the model's heads per layer.
+      available: the quantities the model computes (`ModelConfig.quantities`);
+        None: all of `QUANTITIES`.
 
     Raises:
       UsageError: naming the bad field and the valid choices.
@@ -172,6 +175,11 @@ def make_spec(
         if name not in QUANTITIES:
             raise UsageError(
                 f"unknown quantity {name!r}: valid quantities are {', '.join(QUANTITIES)}"
+            )
+        if available is not None and name not in available:
+            raise UsageError(
+                f"quantity {name!r} is not computed by this model: it has "
+                f"{', '.join(available)} (the scores_* terms are DeBERTa's)"
             )
     if not names:
         raise UsageError(f"no quantity asked for: name at least one of {', '.join(QUANTITIES)}")

@@ -34,11 +34,11 @@ from hf_fixtures import (  # noqa: E402
     torch_reference,
 )
 
-from jaxattn.quantities import QUANTITIES  # noqa: E402  (numpy-free)
+from jaxattn.quantities import COMMON  # noqa: E402  (numpy-free)
 
 # Every quantity at once: one capture spec shared by the parity, norm and
 # invariant tests, so the session compiles each (bucket, batch) shape once.
-ALL_QUANTITIES = tuple(QUANTITIES)
+ALL_QUANTITIES = COMMON
 
 
 class _Lazy(dict):

@@ -95,13 +95,18 @@ def make_tokenizer(family: str):
         return _roberta_tokenizer()
     from transformers import BertTokenizerFast, DistilBertTokenizerFast
 
+    cls = DistilBertTokenizerFast if family == "distilbert" else BertTokenizerFast
+    return cls(vocab=wordpiece_vocab(), do_lower_case=True)
+
+
+def wordpiece_vocab() -> dict[str, int]:
+    """The tiny WordPiece vocabulary of the BERT-style fixtures: specials, characters, words."""
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     letters = list(string.ascii_lowercase + string.digits)
     vocab = list(dict.fromkeys(
         specials + list(string.punctuation) + letters + [f"##{c}" for c in letters] + _WORDS
     ))  # fmt: skip
-    cls = DistilBertTokenizerFast if family == "distilbert" else BertTokenizerFast
-    return cls(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True)
+    return {t: i for i, t in enumerate(vocab)}
 
 
 def _roberta_tokenizer():

@@ -57,7 +57,7 @@ LIGHT = ("errors", "core", "inputs", "wire", "client", "analysis", "views", "sto
 HEAVY = ("jax", "jaxlib", "flax", "torch", "transformers", "orbax")
 # Lazy imports of a heavy package a light room may make, only when the user asks.
 OPTIONAL_HEAVY = {("jaxattn.views.bertviz", "torch"): "BertViz takes torch tensors, when asked"}
-CORE = {"quantities", "dtypes", "spec", "config", "capture", "source", "stream", "progress",
+CORE = {"quantities", "dtypes", "spec", "config", "info", "capture", "source", "stream", "progress",
         "token_classes", "v1"}  # fmt: skip
 
 

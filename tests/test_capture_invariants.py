@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 from hf_fixtures import EXAMPLE_A, long_text, torch_reference
 
-from jaxattn import QUANTITIES
-from jaxattn.quantities import STATISTICS
+from jaxattn.quantities import COMMON, STATISTICS
 
-ALL = tuple(QUANTITIES)
+ALL = COMMON
 LIGHT = ("attention", "scores", "hidden_states")
 # "Bucketing/padding does not change values" beyond rounding: XLA's CPU kernels
 # depend on the batch shape (and the CPU: AVX2 vs AVX-512 paths), so float32

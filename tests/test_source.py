@@ -13,9 +13,9 @@ import pytest
 import jaxattn
 from jaxattn.cli.source import open_source
 from jaxattn.client import AttentionClient
-from jaxattn.quantities import QUANTITIES
+from jaxattn.quantities import COMMON
 
-ALL_QUANTITIES = tuple(QUANTITIES)
+ALL_QUANTITIES = COMMON
 
 
 def test_engine_and_client_are_capture_sources(engines):

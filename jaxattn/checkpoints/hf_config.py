@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 
+from jaxattn.checkpoints.families import MODEL_TYPES
+from jaxattn.checkpoints.family import Family
 from jaxattn.config import ModelConfig
 from jaxattn.errors import CheckpointError
 
@@ -48,48 +50,24 @@ ACTIVATIONS = {
     "gelu_pytorch_tanh": "gelu_tanh",
     "gelu_fast": "gelu_tanh",
     "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
 }
 
-# family -> {HF field: ModelConfig field}
-FIELDS = {
-    "bert": {
-        "vocab_size": "vocab_size",
-        "hidden_size": "hidden_size",
-        "num_hidden_layers": "num_layers",
-        "num_attention_heads": "num_heads",
-        "intermediate_size": "intermediate_size",
-        "max_position_embeddings": "max_positions",
-        "type_vocab_size": "type_vocab_size",
-        "hidden_act": "activation",
-        "layer_norm_eps": "layer_norm_eps",
-        "pad_token_id": "pad_token_id",
-    },
-    "distilbert": {
-        "vocab_size": "vocab_size",
-        "dim": "hidden_size",
-        "n_layers": "num_layers",
-        "n_heads": "num_heads",
-        "hidden_dim": "intermediate_size",
-        "max_position_embeddings": "max_positions",
-        "activation": "activation",
-        "pad_token_id": "pad_token_id",
-        # Sinusoidal or learned, the table is stored in the weights either way.
-        "sinusoidal_pos_embds": None,
-    },
-}
-FIELDS["roberta"] = FIELDS["bert"]
 # ModelConfig fields with no HF default: config.json must give them.
 SIZES = frozenset(
     {"vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_positions"}
 )
-MODEL_TYPES = {"bert": "bert", "roberta": "roberta", "distilbert": "distilbert"}
 # ModelConfig field -> the JSON type config.json must give it ("int": a whole number).
 TYPES = {
     "vocab_size": "int", "hidden_size": "int", "num_layers": "int", "num_heads": "int",
     "intermediate_size": "int", "max_positions": "int", "type_vocab_size": "int",
     "pad_token_id": "int", "layer_norm_eps": "float", "activation": "str",
+    "embedding_size": "int", "layer_groups": "int", "attention_bias": "bool",
+    "mlp_bias": "bool", "norm_bias": "bool",
 }  # fmt: skip
-_TYPE_WORDS = {"int": "a whole number", "float": "a number", "str": "a string"}
+_TYPE_WORDS = {"int": "a whole number", "float": "a number", "str": "a string",
+               "bool": "true or false", "list": "a list"}  # fmt: skip
 
 
 def json_kind(value) -> str:
@@ -123,19 +101,21 @@ def translate(
         compute; a missing size; sizes that contradict each other.
     """
     family = _family(hf, source)
-    table = FIELDS[family]
-    out: dict = {"family": family, "name": name}
+    hf = {**family.hf_defaults, **hf}
+    table = family.fields
+    required = {**REQUIRED, **family.required}
+    out: dict = {"family": family.name, "name": name}
     for key, value in hf.items():
         if key in table:
             if table[key] is not None:
-                out[table[key]] = _typed(key, value, TYPES[table[key]], source)
-        elif key in REQUIRED:
-            if value != REQUIRED[key]:
+                out[table[key]] = typed(key, value, TYPES[table[key]], source)
+        elif key in required:
+            if value != required[key]:
                 raise CheckpointError(
                     f"{source}: {key}={json.dumps(value)} is not supported: jaxattn computes "
-                    f"only {key}={json.dumps(REQUIRED[key])}"
+                    f"only {key}={json.dumps(required[key])}"
                 )
-        elif key not in NO_EFFECT and key not in ignore_fields:
+        elif key not in NO_EFFECT and key not in family.derived and key not in ignore_fields:
             raise CheckpointError(
                 f"{source}: field {key!r} of model_type {hf['model_type']!r} is not known to "
                 "jaxattn and may change the computation; if it does not, name it as ignored "
@@ -148,18 +128,17 @@ def translate(
             f"{source}: unsupported activation {act!r}: jaxattn computes {', '.join(ACTIVATIONS)}"
         )
     out["activation"] = ACTIVATIONS[act]
-    if family == "roberta":
-        # RoBERTa positions start at padding_idx + 1 (HF create_position_ids_from_input_ids).
-        out["position_offset"] = out.get("pad_token_id", 1) + 1
-        out.setdefault("pad_token_id", 1)
-    if family == "distilbert":
-        out["type_vocab_size"] = 0  # DistilBERT has no token-type embedding.
-        out["layer_norm_eps"] = 1e-12  # hard-coded in HF's DistilBERT
-    _check_sizes(out, table, source)
-    return ModelConfig(**out)
+    out.update(family.fixed)
+    if family.derive is not None:
+        family.derive(out, hf, source)
+    _check_sizes(out, family, source)
+    try:
+        return ModelConfig(**out)
+    except ValueError as e:  # a combination the tables let through: still named by file
+        raise CheckpointError(f"{source}: {e}") from e
 
 
-def _family(hf: dict, source: str) -> str:
+def _family(hf: dict, source: str) -> Family:
     """The jaxattn family of config.json's model_type."""
     if "model_type" not in hf:
         raise CheckpointError(
@@ -174,7 +153,7 @@ def _family(hf: dict, source: str) -> str:
     return MODEL_TYPES[model_type]
 
 
-def _typed(key: str, value, kind: str, source: str):
+def typed(key: str, value, kind: str, source: str):
     """`value` as the JSON type `kind` ("384.0" for a whole number is taken as 384)."""
     if isinstance(value, float) and kind == "int" and value.is_integer():
         return int(value)
@@ -182,6 +161,8 @@ def _typed(key: str, value, kind: str, source: str):
         "int": isinstance(value, int) and not isinstance(value, bool),
         "float": isinstance(value, int | float) and not isinstance(value, bool),
         "str": isinstance(value, str),
+        "bool": isinstance(value, bool),
+        "list": isinstance(value, list),
     }[kind]
     if not ok:
         raise CheckpointError(
@@ -191,9 +172,9 @@ def _typed(key: str, value, kind: str, source: str):
     return value
 
 
-def _check_sizes(out: dict, table: dict, source: str) -> None:
+def _check_sizes(out: dict, family: Family, source: str) -> None:
     """Every size present and positive, and the hidden size split evenly into heads."""
-    hf_name = {ours: hf_key for hf_key, ours in table.items() if ours}
+    hf_name = {f: family.hf_field(f) for f in SIZES}
     missing = [hf_name[f] for f in sorted(SIZES) if f not in out]
     if missing:
         raise CheckpointError(f"{source} lacks required field(s): {', '.join(missing)}")

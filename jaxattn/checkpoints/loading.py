@@ -71,7 +71,7 @@ def read_tokenizer(path: Path, config):
     if (path / "tokenizer.json").is_file():
         read_json_object(path / "tokenizer.json")  # names the line of a JSON error
     try:
-        return Tokenizer.from_dir(path, config)
+        tokenizer = Tokenizer.from_dir(path, config)
     except (JaxattnError, FileNotFoundError):
         raise
     except Exception as e:  # tokenizers and transformers raise a class per damage
@@ -80,6 +80,20 @@ def read_tokenizer(path: Path, config):
             f"the tokenizer files of {path} ({', '.join(names)}) cannot be read "
             f"(damaged, or of another tokenizer?): {short_reason(e)}"
         ) from e
+    _check_vocabulary(path, tokenizer, config)
+    return tokenizer
+
+
+def _check_vocabulary(path: Path, tokenizer, config) -> None:
+    """Refuse a tokenizer that can give ids past the embedding table (a gather would clamp)."""
+    largest = max(tokenizer.hf.get_vocab().values(), default=-1)
+    if largest >= config.vocab_size:
+        json_file = path / "tokenizer.json"
+        where = json_file if json_file.is_file() else f"the tokenizer files of {path}"
+        raise CheckpointError(
+            f"{where}: the tokenizer gives ids up to {largest}, but the model's vocab_size "
+            f"is {config.vocab_size}: the tokenizer does not belong to these weights"
+        )
 
 
 def _is_tokenizer_file(name: str) -> bool:

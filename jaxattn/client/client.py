@@ -12,7 +12,7 @@ from jaxattn.capture import Capture, frozen
 from jaxattn.client import request as requests
 from jaxattn.client.channels import Channels, backoff_delay
 from jaxattn.client.errors import AttentionServiceError
-from jaxattn.config import ModelInfo, provenance
+from jaxattn.info import ModelInfo, provenance
 from jaxattn.inputs import Text
 from jaxattn.spec import Selection
 from jaxattn.stream import CaptureStream, Progress, too_long_policy
@@ -115,7 +115,8 @@ class AttentionClient:
                 hidden=info.hidden_size, head_dim=info.head_dim, vocab=info.vocab_size,
                 max_positions=info.max_positions, dtype=info.dtype,
                 precision=info.precision or "highest",  # a jaxattn 0.1 server says nothing
-                weights=info.weights,
+                weights=info.weights, quantities=tuple(info.quantities),
+                shared_weights=info.shared_weights,
             )  # fmt: skip
         return self._info
 

@@ -17,12 +17,13 @@ import jax
 import numpy as np
 
 from jaxattn.capture import Capture, frozen
-from jaxattn.config import ModelConfig, ModelInfo, provenance
+from jaxattn.config import ModelConfig
 from jaxattn.engine import batching
 from jaxattn.engine.params import check_params, fingerprint
 from jaxattn.engine.pipeline import BatchPipeline
 from jaxattn.engine.step import CaptureStep
 from jaxattn.engine.tokenize import TokenizedText, Tokenizer, check_texts
+from jaxattn.info import ModelInfo, provenance
 from jaxattn.inputs import Text
 from jaxattn.spec import CaptureSpec, Selection, check_precision, make_spec
 from jaxattn.stream import CaptureStream, Progress, too_long_policy
@@ -118,6 +119,7 @@ class Engine(BatchPipeline):
             num_layers=self.config.num_layers,
             num_heads=self.config.num_heads,
             precision=self.precision if precision is None else precision,
+            available=self.config.quantities(),
         )
 
     def tokenize(

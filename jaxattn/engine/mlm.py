@@ -67,7 +67,9 @@ class MaskedLM:
         p = self.engine.extra_params["mlm_head"]
         c = self.engine.config
         h = h.astype(np.float64) @ p["dense"]["kernel"] + p["dense"]["bias"]
-        h = _activation(h, "gelu" if c.family == "roberta" else c.activation)
+        # jaxattn 0.2's native RoBERTa checkpoints predate head_activation (always gelu).
+        legacy = "gelu" if c.family == "roberta" else c.activation
+        h = _activation(h, c.head_activation or legacy)
         mean = h.mean(-1, keepdims=True)
         var = np.square(h - mean).mean(-1, keepdims=True)
         h = (h - mean) / np.sqrt(var + c.layer_norm_eps) * p["ln"]["scale"] + p["ln"]["bias"]

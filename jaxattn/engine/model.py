@@ -17,113 +17,47 @@ heads, K head dim, D model dim, F feed-forward dim.
 from __future__ import annotations
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 
 from jaxattn.config import ModelConfig
 from jaxattn.engine import head_stats, norms
+from jaxattn.engine.attention import SelfAttention
+from jaxattn.engine.layers import Dense, LayerNorm, activation, init
 from jaxattn.engine.precision import Matmul
 from jaxattn.quantities import QUANTITIES
 from jaxattn.spec import CaptureSpec
 
-_init = nn.initializers.normal(0.02)
-
-
-def _activation(name: str):
-    if name == "gelu":
-        # HF "gelu" is the exact erf gelu; jax.nn.gelu defaults to the tanh form.
-        return lambda x: jax.nn.gelu(x, approximate=False)
-    if name == "gelu_tanh":
-        return lambda x: jax.nn.gelu(x, approximate=True)
-    return jax.nn.relu
-
-
-class LayerNorm(nn.Module):
-    """LayerNorm with the two-pass variance torch uses.
-
-    flax.linen.LayerNorm defaults to E[x^2] - E[x]^2 (use_fast_variance), which
-    loses precision against the reference; this computes E[(x - mean)^2].
-    """
-
-    eps: float
-
-    @nn.compact
-    def __call__(self, x):
-        scale = self.param("scale", nn.initializers.ones, (x.shape[-1],))
-        bias = self.param("bias", nn.initializers.zeros, (x.shape[-1],))
-        mean = x.mean(-1, keepdims=True)
-        var = jnp.square(x - mean).mean(-1, keepdims=True)
-        return (x - mean) * jax.lax.rsqrt(var + self.eps) * scale + bias
-
-
-class Dense(nn.Module):
-    """y = x W + b with W shaped [in..., out...] by an einsum spec."""
-
-    shape: tuple[int, ...]
-    bias_shape: tuple[int, ...]
-    equation: str
-    mm: Matmul = Matmul()
-
-    @nn.compact
-    def __call__(self, x):
-        kernel = self.param("kernel", _init, self.shape)
-        bias = self.param("bias", nn.initializers.zeros, self.bias_shape)
-        return self.mm(self.equation, x, kernel) + bias
-
 
 class Embeddings(nn.Module):
+    """Word (+ absolute position) (+ token type) embeddings, LayerNorm, optional projection.
+
+    Tables are E wide; with E != D a projection to D follows the LayerNorm
+    (ELECTRA, ALBERT) or precedes it (`ModelConfig.project_first`, DeBERTa).
+    """
+
     config: ModelConfig
 
     @nn.compact
     def __call__(self, ids, type_ids):  # [T], [T] -> [T, D]
         c = self.config
-        x = self.param("word", _init, (c.vocab_size, c.hidden_size))[ids]
-        # RoBERTa numbers positions from padding_idx + 1 (position_offset = 2).
-        positions = jnp.arange(ids.shape[0]) + c.position_offset
-        x = x + self.param("position", _init, (c.max_positions, c.hidden_size))[positions]
+        e = c.embedding_width
+        x = self.param("word", init, (c.vocab_size, e))[ids]
+        if c.absolute_positions:
+            # RoBERTa numbers positions from padding_idx + 1 (position_offset = 2).
+            positions = jnp.arange(ids.shape[0]) + c.position_offset
+            x = x + self.param("position", init, (c.max_positions, e))[positions]
         if c.type_vocab_size:
-            x = x + self.param("token_type", _init, (c.type_vocab_size, c.hidden_size))[type_ids]
-        return LayerNorm(c.layer_norm_eps, name="ln")(x)
-
-
-class SelfAttention(nn.Module):
-    """Multi-head self-attention; also returns the parts the capture needs."""
-
-    config: ModelConfig
-    mm: Matmul = Matmul()
-
-    @nn.compact
-    def __call__(self, x, mask, gate=None, project: bool = True):
-        """x [T, D], mask [S] -> (y [T, D] or None, parts).
-
-        gate: None, or (keep [H] float, uniform [H] bool) for head ablation
-        (Kovaleva et al. 2019): a head with keep 0 contributes nothing; a
-        uniform head attends equally to every real key.
-        project: False skips the weighted sum and the output projection (y is
-        None) when only the captured parts are wanted.
-        """
-        c = self.config
-        hk = (c.num_heads, c.head_dim)
-        proj = dict(shape=(c.hidden_size, *hk), bias_shape=hk, equation="TD,DHK->THK", mm=self.mm)
-        q = Dense(**proj, name="query")(x)  # [T, H, K]
-        k = Dense(**proj, name="key")(x)
-        v = Dense(**proj, name="value")(x)
-        scores = self.mm("THK,SHK->HTS", q, k) / jnp.sqrt(c.head_dim)
-        # Padded keys get exactly zero weight: exp(-inf) == 0.
-        alpha = jax.nn.softmax(jnp.where(mask[None, None, :], scores, -jnp.inf), axis=-1)
-        if gate is not None:
-            keep, uniform = gate
-            flat = jnp.broadcast_to(mask / mask.sum(), alpha.shape[1:])  # [T, S]
-            alpha = jnp.where(uniform[:, None, None], flat[None], alpha)
-        out = Dense((*hk, c.hidden_size), (c.hidden_size,), "THK,HKD->TD", self.mm, name="out")
-        y = None
-        if project:
-            context = self.mm("HTS,SHK->THK", alpha, v)
-            if gate is not None:
-                context = context * keep[None, :, None]
-            y = out(context)
-        w_out = self.variables["params"]["out"]["kernel"]  # [H, K, D]
-        return y, dict(q=q, k=k, v=v, scores=scores, alpha=alpha, w_out=w_out)
+            x = x + self.param("token_type", init, (c.type_vocab_size, e))[type_ids]
+        project = None
+        if e != c.hidden_size:
+            project = Dense((e, c.hidden_size), (c.hidden_size,), "TE,ED->TD",
+                            use_bias=c.projection_bias, name="project")  # fmt: skip
+        if project is not None and c.project_first:
+            x = project(x)
+        x = LayerNorm(c.layer_norm_eps, c.norm_bias, name="ln")(x)
+        if project is not None and not c.project_first:
+            x = project(x)
+        return x
 
 
 def _capture_layer(want, p: dict, x, gamma, std, mm: Matmul, mask, classes) -> dict:
@@ -138,6 +72,9 @@ def _capture_layer(want, p: dict, x, gamma, std, mm: Matmul, mask, classes) -> d
     for name, t in (("attention", alpha), ("scores", p["scores"])):
         if name in want:
             cap[name] = t
+    for term, t in p["terms"].items():  # DeBERTa's score terms
+        if f"scores_{term}" in want:
+            cap[f"scores_{term}"] = t
     for name, t in (("queries", p["q"]), ("keys", p["k"]), ("values", v)):
         if name in want:
             cap[name] = t.transpose(1, 0, 2)  # [T, H, K] -> [H, T, K]
@@ -162,38 +99,65 @@ def _capture_layer(want, p: dict, x, gamma, std, mm: Matmul, mask, classes) -> d
 
 
 class EncoderLayer(nn.Module):
-    """Post-LN transformer layer: LN(x + attn(x)), then LN(h + ffn(h))."""
+    """One transformer layer, post-LN (BERT) or pre-LN (ModernBERT), dense or GLU FFN.
+
+    post: h = LN_a(x + attn(x)); out = LN_f(h + ffn(h)).
+    pre:  h = x + attn(LN_a(x)); out = h + ffn(LN_f(h)); layer 0 has no LN_a
+          (the embeddings end in one).
+    Either way the norm-based mixing quantities take the residual x entering
+    the attention block's addition and the next LayerNorm (LN_a post, LN_f pre)
+    with the real statistics of h: see `jaxattn.engine.norms`.
+    """
 
     config: ModelConfig
     mm: Matmul = Matmul()
+    index: int = 0
 
     @nn.compact
     def __call__(self, x, mask, want: frozenset[str], gate=None, output: bool = True,
-                 classes=None):  # fmt: skip
+                 classes=None, rel_table=None):  # fmt: skip
         """x [T, D] -> (the layer's output [T, D], or None when not `output`; captures).
 
         output=False (the last layer run, when its output is not captured) skips
         what only the output needs: the weighted sum and output projection
-        (unless attn_res_ln_norm needs the pre-LN statistics) and the FFN.
+        (unless attn_res_ln_norm needs the LayerNorm statistics) and the FFN.
         """
         c = self.config
+        pre = c.norm == "pre"
+        ln = dict(eps=c.layer_norm_eps, use_bias=c.norm_bias)
         project = output or "attn_res_ln_norm" in want
-        a, parts = SelfAttention(c, self.mm, name="attention")(x, mask, gate, project)
-        cap, std = {}, None
+        attn_in = LayerNorm(**ln, name="attention_ln")(x) if pre and self.index else x
+        attention = SelfAttention(c, self.mm, self.index, name="attention")
+        a, parts = attention(attn_in, mask, gate, project, rel_table)
+        # The LayerNorm after the attention block's addition: the block's own (post)
+        # or the FFN's (pre). Its statistics of the real h fix the AttnResLn decomposition.
+        next_ln = LayerNorm(**ln, name="ffn_ln" if pre else "attention_ln")
+        cap, std, h = {}, None, None
         if project:
-            y = x + a
-            # The LN decomposition (attn_res_ln_norm) fixes the real pre-LN statistics.
-            std = jnp.sqrt(jnp.square(y - y.mean(-1, keepdims=True)).mean(-1) + c.layer_norm_eps)
+            h = x + a
+            std = jnp.sqrt(jnp.square(h - h.mean(-1, keepdims=True)).mean(-1) + c.layer_norm_eps)
+        normed = next_ln(h) if output else None
         if want:
-            gamma = self.variables["params"]["attention_ln"]["scale"]
+            gamma = self.variables["params"][next_ln.name]["scale"]
             cap = _capture_layer(want, parts, x, gamma, std, self.mm, mask, classes)
         if not output:
             return None, cap
-        h = LayerNorm(c.layer_norm_eps, name="attention_ln")(y)
+        ffn_out = self._ffn(normed)
+        if pre:
+            return h + ffn_out, cap
+        return LayerNorm(**ln, name="ffn_ln")(normed + ffn_out), cap
+
+    def _ffn(self, x):
+        c = self.config
         d, f = c.hidden_size, c.intermediate_size
-        u = _activation(c.activation)(Dense((d, f), (f,), "TD,DF->TF", self.mm, name="ffn_in")(h))
-        out = Dense((f, d), (d,), "TF,FD->TD", self.mm, name="ffn_out")(u)
-        return LayerNorm(c.layer_norm_eps, name="ffn_ln")(h + out), cap
+        act = activation(c.activation)
+        width = 2 * f if c.ffn == "glu" else f
+        u = Dense((d, width), (width,), "TD,DF->TF", self.mm, c.mlp_bias, name="ffn_in")(x)
+        if c.ffn == "glu":
+            u = act(u[:, :f]) * u[:, f:]  # HF chunk(2): input, then gate
+        else:
+            u = act(u)
+        return Dense((f, d), (d,), "TF,FD->TD", self.mm, c.mlp_bias, name="ffn_out")(u)
 
 
 class Encoder(nn.Module):
@@ -203,6 +167,8 @@ class Encoder(nn.Module):
     name -> array with the spec's layers stacked first and heads selected:
     e.g. attention [L, H, T, S], hidden_states [L+1, T, D]. Every contraction
     runs at `spec.precision` (`jaxattn.engine.precision`) on `platform`.
+    Pre-LN models end in a final LayerNorm ("final_ln"): the last layer's
+    hidden state is taken after it, as HF's hidden_states[-1] (ModernBERT).
     """
 
     config: ModelConfig
@@ -220,6 +186,9 @@ class Encoder(nn.Module):
         mm = Matmul(spec.precision, self.platform)
         heads = jnp.asarray(spec.heads) if len(spec.heads) < c.num_heads else None
         x = Embeddings(c, name="embeddings")(ids, type_ids)
+        rel_table = self._relative_table()
+        # One module per weight set: ALBERT's layers call theirs several times.
+        weights = [EncoderLayer(c, mm, index=i, name=f"layer_{i}") for i in range(c.weight_layers)]
         per_layer: dict[str, list] = {name: [] for name in spec.what}
         if "hidden_states" in want:
             per_layer["hidden_states"].append(x)
@@ -228,14 +197,18 @@ class Encoder(nn.Module):
             gate = None if gates is None else (gates[0][layer], gates[1][layer])
             # The last layer's output is only needed when it is captured.
             output = layer < spec.last_layer or "hidden_states" in want
-            x, cap = EncoderLayer(c, mm, name=f"layer_{layer}")(
+            x, cap = weights[c.weights_of_layer(layer)](
                 x,
                 mask,
                 want - {"hidden_states"} if captured else frozenset(),
                 gate,
                 output,
                 classes,
+                rel_table,
             )
+            if c.norm == "pre" and layer == c.num_layers - 1 and x is not None:
+                # HF's final_norm; its hidden_states[-1] is this normalised last_hidden_state.
+                x = LayerNorm(c.layer_norm_eps, c.norm_bias, name="final_ln")(x)
             if not captured:
                 continue
             for name, t in cap.items():
@@ -245,3 +218,13 @@ class Encoder(nn.Module):
             if "hidden_states" in want:
                 per_layer["hidden_states"].append(x)
         return {name: jnp.stack(ts) for name, ts in per_layer.items()}
+
+    def _relative_table(self):
+        """DeBERTa's relative embedding table [2 span, D], LayerNorm-ed when the config says."""
+        c = self.config
+        if c.relative is None:
+            return None
+        table = self.param("rel_embeddings", init, (c.relative_rows, c.hidden_size))
+        if c.relative.norm_rel_ebd:
+            table = LayerNorm(c.layer_norm_eps, name="rel_ln")(table)
+        return table

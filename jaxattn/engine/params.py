@@ -25,6 +25,11 @@ def expected_shapes(config: ModelConfig) -> dict:
     return jax.tree.map(lambda s: tuple(s.shape), tree)
 
 
+def expected_paths(config: ModelConfig) -> set[str]:
+    """The encoder params' paths ("layer_0/attention/query/kernel", ...)."""
+    return set(_flatten(expected_shapes(config)))
+
+
 def check_params(config: ModelConfig, params: dict) -> None:
     """Raise CheckpointError naming the first param whose presence or shape is wrong."""
     want = _flatten(expected_shapes(config))

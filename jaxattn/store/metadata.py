@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from jaxattn.config import jaxattn_version
 from jaxattn.errors import CaptureFileError, UsageError
+from jaxattn.info import jaxattn_version
 from jaxattn.quantities import QUANTITIES
 from jaxattn.store import layout
 from jaxattn.store.kvstore import KeyValue

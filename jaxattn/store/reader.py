@@ -17,8 +17,8 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 
 from jaxattn.capture import Capture, frozen
-from jaxattn.config import ModelInfo, provenance
 from jaxattn.errors import CaptureFileError
+from jaxattn.info import ModelInfo, provenance
 from jaxattn.store import layout
 from jaxattn.store import metadata as store_metadata
 from jaxattn.store.kvstore import KeyValue, child_spec, root_spec, tensorstore_errors

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from conftest import WHAT as SHARED_WHAT  # compiled by the other service tests too
 
-from jaxattn.quantities import QUANTITIES
+from jaxattn.quantities import COMMON, QUANTITIES
 from jaxattn.v1 import attention_pb2 as pb
 
 PROTO = Path(__file__).resolve().parents[2] / "protos" / "jaxattn" / "v1" / "attention.proto"
@@ -152,14 +152,14 @@ def test_model_info_states_the_limits_and_the_weights(address, svc_engine):
     assert (info.min_chunk_bytes, info.max_chunk_bytes) == (1024, 64 << 20)
     assert info.default_chunk_bytes == (4 << 20) - (16 << 10)
     assert info.weights == svc_engine.info.weights and info.weights.startswith("blake2b:")
-    assert list(info.quantities) == list(QUANTITIES)
+    assert list(info.quantities) == list(COMMON)
 
 
 def test_the_what_comment_gives_every_quantity_its_axes():
     text = PROTO.read_text()
     block = text[text.index("repeated Text texts = 1;") : text.index("repeated string what = 2;")]
     documented = {}
-    for names, axes in re.findall(r"//   ([a-z][a-z_, ]*) \[([A-Z0-9+,]+)\]", block):
+    for names, axes in re.findall(r"//   ([a-z][a-z0-9_, ]*) \[([A-Z0-9+,]+)\]", block):
         for name in names.split(","):
             documented[name.strip()] = axes
     want = {}

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from conftest import SENTENCES, TEXTS, WHAT
 
-from jaxattn.quantities import QUANTITIES
+from jaxattn.quantities import COMMON
 
-ALL = tuple(QUANTITIES)
+ALL = COMMON
 
 
 def assert_same(got, want, *, exact=True):
@@ -98,7 +98,7 @@ def test_a_request_chooses_its_compute_precision(client, svc_engine):
 def test_model_info_matches_the_engine(client, svc_engine):
     assert client.model_info() == svc_engine.info
     raw = client.server_info()
-    assert list(raw.quantities) == list(QUANTITIES)
+    assert list(raw.quantities) == list(COMMON)
     assert (raw.max_texts, raw.max_tokens) == (64, 1500)
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from jaxattn.capture import Capture
-from jaxattn.config import ModelInfo, tiny
+from jaxattn.config import tiny
+from jaxattn.info import ModelInfo
 from jaxattn.spec import CaptureSpec
 from jaxattn.store import layout
 from jaxattn.store import metadata as store_metadata

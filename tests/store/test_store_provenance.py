@@ -9,7 +9,7 @@ import pytest
 from store_helpers import CONFIG, INFO, captures, write_store
 
 import jaxattn
-from jaxattn.config import jaxattn_version
+from jaxattn.info import jaxattn_version
 
 
 def test_captures_carry_the_store_models_provenance(tmp_path):

@@ -1,0 +1,23 @@
+"""The checkpoint families jaxattn reads, one declarative `Family` each (see `family.py`).
+
+To add one: write its file here (read `electra.py` first: BERT plus two
+differences), name it in FAMILIES, build its tiny checkpoint in
+tests/hf_fixtures.py and let the parity tests compare it with transformers.
+"""
+
+from __future__ import annotations
+
+from jaxattn.checkpoints.families.albert import ALBERT
+from jaxattn.checkpoints.families.bert import BERT, ROBERTA
+from jaxattn.checkpoints.families.deberta import DEBERTA_V2
+from jaxattn.checkpoints.families.distilbert import DISTILBERT
+from jaxattn.checkpoints.families.electra import ELECTRA
+from jaxattn.checkpoints.families.modernbert import MODERNBERT
+from jaxattn.checkpoints.family import Family
+
+FAMILIES: dict[str, Family] = {
+    f.name: f for f in (BERT, ROBERTA, DISTILBERT, ELECTRA, ALBERT, DEBERTA_V2, MODERNBERT)
+}
+
+# config.json model_type -> its family.
+MODEL_TYPES: dict[str, Family] = {t: f for f in FAMILIES.values() for t in f.model_types}

@@ -1,0 +1,107 @@
+"""Multi-head self-attention of every family, per example, returning the parts capture needs.
+
+One module, three ways positions enter the scores (ModelConfig decides):
+absolute (BERT: positions were added to the embeddings; scores are q.k),
+rotary (ModernBERT: q and k are rotated, and local layers see a window), and
+relative (DeBERTa: c2c + c2p + p2c score terms from a relative embedding
+table). Everything after the scores (mask, softmax, head gates, weighted sum,
+output projection) is shared.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxattn.config import ModelConfig
+from jaxattn.engine import relative
+from jaxattn.engine.layers import Dense
+from jaxattn.engine.precision import Matmul
+
+
+class SelfAttention(nn.Module):
+    """Self-attention of layer `index` (rotary models alternate global and local layers)."""
+
+    config: ModelConfig
+    mm: Matmul = Matmul()
+    index: int = 0
+
+    @nn.compact
+    def __call__(self, x, mask, gate=None, project: bool = True, rel_table=None):
+        """x [T, D], mask [S] -> (y [T, D] or None, parts).
+
+        gate: None, or (keep [H] float, uniform [H] bool) for head ablation
+        (Kovaleva et al. 2019): a head with keep 0 contributes nothing; a
+        uniform head attends equally to every real key.
+        project: False skips the weighted sum and the output projection (y is
+        None) when only the captured parts are wanted.
+        rel_table: DeBERTa's (normalised) relative embedding table [2 span, D].
+        """
+        c = self.config
+        hk = (c.num_heads, c.head_dim)
+        proj = dict(shape=(c.hidden_size, *hk), bias_shape=hk, equation="TD,DHK->THK",
+                    mm=self.mm, use_bias=c.attention_bias)  # fmt: skip
+        query, key = Dense(**proj, name="query"), Dense(**proj, name="key")
+        q, k = query(x), key(x)  # [T, H, K]
+        v = Dense(**proj, name="value")(x)
+        length = x.shape[0]
+        allowed = jnp.broadcast_to(mask[None, :], (length, length))  # [T, S]
+        terms = {}
+        if c.relative is not None:
+            terms = self._relative_terms(q, k, query, key, proj, rel_table)
+            scores = relative.combine(terms)  # c2c + (c2p + p2c), HF's order
+        else:
+            if c.rotary is not None:
+                q, k, window = self._rotate(q, k, length)
+                if window is not None:
+                    # A padded query far from every real key still sees itself: no empty row.
+                    allowed = (allowed & window) | np.eye(length, dtype=bool)
+            scores = self.mm("THK,SHK->HTS", q, k) / jnp.sqrt(c.head_dim)
+        # Masked keys get exactly zero weight: exp(-inf) == 0.
+        alpha = jax.nn.softmax(jnp.where(allowed[None], scores, -jnp.inf), axis=-1)
+        if gate is not None:
+            keep, uniform = gate
+            flat = jnp.broadcast_to(mask / mask.sum(), alpha.shape[1:])  # [T, S]
+            alpha = jnp.where(uniform[:, None, None], flat[None], alpha)
+        out = Dense((*hk, c.hidden_size), (c.hidden_size,), "THK,HKD->TD", self.mm,
+                    use_bias=c.attention_bias, name="out")  # fmt: skip
+        y = None
+        if project:
+            context = self.mm("HTS,SHK->THK", alpha, v)
+            if gate is not None:
+                context = context * keep[None, :, None]
+            y = out(context)
+        w_out = self.variables["params"]["out"]["kernel"]  # [H, K, D]
+        return y, dict(q=q, k=k, v=v, scores=scores, alpha=alpha, w_out=w_out, terms=terms)
+
+    def _rotate(self, q, k, length: int):
+        """RoPE on q and k with this layer's base; the local window mask, or None when global."""
+        from jaxattn.engine import rotary
+
+        r = self.config.rotary
+        is_global = rotary.is_global_layer(self.index, r.global_every)
+        theta = r.global_theta if is_global else r.local_theta
+        cos, sin = rotary.rope_angles(length, self.config.head_dim, theta)
+        q, k = rotary.apply_rotary(q, cos, sin), rotary.apply_rotary(k, cos, sin)
+        return q, k, None if is_global else rotary.window_mask(length, r.local_window)
+
+    def _relative_terms(self, q, k, query, key, proj: dict, rel_table) -> dict:
+        """DeBERTa's score terms {"c2c", "c2p", "p2c"}, each scaled (`jaxattn.engine.relative`).
+
+        pos_q / pos_k are the relative table through the query / key projections,
+        bias included (share_att_key), or through the layer's own pos_query /
+        pos_key projections (HF pos_query_proj / pos_key_proj).
+        """
+        c = self.config
+        r = c.relative
+        if r.share_att_key:
+            pos_q, pos_k = query(rel_table), key(rel_table)
+        else:
+            pos_k = Dense(**proj, name="pos_key")(rel_table) if "c2p" in r.att_types else None
+            pos_q = Dense(**proj, name="pos_query")(rel_table) if "p2c" in r.att_types else None
+        max_relative, span = relative.attention_span(r.max_relative, r.buckets, c.max_positions)
+        positions = relative.relative_positions(q.shape[0], r.buckets, max_relative)
+        return relative.disentangled_scores(q, k, pos_q, pos_k, positions, r.att_types, span,
+                                            self.mm)  # fmt: skip

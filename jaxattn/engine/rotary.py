@@ -1,0 +1,101 @@
+"""ModernBERT's rotary positions and local windows (Warner et al. 2024), per example, as HF.
+
+RoPE (Su et al. 2021) in HF's "rotate_half" layout: a query or key x of one
+head (width K, even) at position t becomes
+
+    x' = x * cos(t w) + rotate_half(x) * sin(t w),   rotate_half([a, b]) = [-b, a]
+
+with a and b the first and second halves of x, and w = [f, f] the inverse
+frequencies f_i = 1 / theta^(2i / K), i < K / 2, repeated for both halves
+(transformers/models/modernbert/modeling_modernbert.py:
+ModernBertRotaryEmbedding.compute_default_rope_parameters and forward,
+rotate_half, apply_rotary_pos_emb). Global layers use `global_rope_theta`,
+local ones `local_rope_theta` (HF rope_parameters["full_attention"] and
+["sliding_attention"]). Layer l is global when l % global_attn_every_n_layers
+== 0; a local layer's query i attends only to keys j with
+|i - j| <= local_attention // 2 (masking_utils.sliding_window_bidirectional_overlay
+with config.sliding_window = local_attention // 2); every other pair gets
+exactly zero weight.
+
+Float32 as torch: f, the angles t * f and their cos/sin are float32. f is
+computed with the C library's float32 powf, as torch's scalar loop does, so
+it equals torch's f bit for bit when K / 2 is below the CPU's vector width
+(K <= 14) and for ModernBERT's real K = 64; torch's vectorised powf (SLEEF,
+1 ulp) can differ by up to two ulps for other widths (e.g. K = 48, 128 at
+theta 160000), which moves an angle by at most t * 2^-22 * f (torch's own
+result depends on the CPU's vector unit). cos/sin are rounded from float64:
+within one ulp (6e-8) of torch's float32 cos/sin of the same angle.
+
+Everything here works on ONE example (no batch axis); the engine vmaps. The
+angles and the window depend only on the (static) padded length, so they are
+computed in numpy at trace time and enter the program as constants.
+
+Shape legend: T positions, H heads, K head dim.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["apply_rotary", "inverse_frequencies", "is_global_layer", "rope_angles", "window_mask"]
+
+
+def inverse_frequencies(head_dim: int, theta: float) -> np.ndarray:
+    """HF's inv_freq [K / 2] float32: 1 / theta^(arange(0, K, 2) / K)."""
+    if head_dim < 2 or head_dim % 2:
+        raise ValueError(f"rotary head_dim {head_dim} must be even and at least 2")
+    if not theta > 0:
+        raise ValueError(f"rope theta {theta} must be positive")
+    exponent = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)
+    return np.float32(1.0) / np.power(np.float32(theta), exponent)
+
+
+@functools.lru_cache(maxsize=64)
+def _angles(length: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    freqs = np.arange(length, dtype=np.float32)[:, None] * inverse_frequencies(head_dim, theta)
+    emb = np.concatenate([freqs, freqs], axis=-1).astype(np.float64)  # [T, K], float32 values
+    cos, sin = np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
+    cos.flags.writeable = sin.flags.writeable = False  # cached: shared by every caller
+    return cos, sin
+
+
+def rope_angles(length: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    """(cos, sin), each [T, K] float32, of positions 0..T-1 (HF's rotary embedding)."""
+    return _angles(int(length), int(head_dim), float(theta))
+
+
+def rotate_half(x):
+    """[a, b] -> [-b, a] over the last axis (a, b its halves)."""
+    half = x.shape[-1] // 2
+    return jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+def apply_rotary(x, cos, sin):
+    """x [T, H, K] rotated by (cos, sin) [T, K]: HF apply_rotary_pos_emb (float32)."""
+    x32 = jnp.asarray(x, jnp.float32)
+    c = jnp.asarray(cos, jnp.float32)[:, None, :]
+    s = jnp.asarray(sin, jnp.float32)[:, None, :]
+    return (x32 * c + rotate_half(x32) * s).astype(jnp.result_type(x))
+
+
+def window_mask(length: int, window: int) -> np.ndarray:
+    """[T, T] bool: query i may attend key j in a local layer, |i - j| <= window // 2.
+
+    `window` is HF's local_attention (the whole window, both sides and the
+    query itself); HF's eager mask adds the dtype's minimum to every other
+    pair, which the softmax turns into exactly zero weight.
+    """
+    if window < 0:
+        raise ValueError(f"local window {window} must not be negative")
+    pos = np.arange(length)
+    return np.abs(pos[:, None] - pos[None, :]) <= window // 2
+
+
+def is_global_layer(layer: int, every: int) -> bool:
+    """Whether layer `layer` attends globally: layer % every == 0 (HF's layer_types)."""
+    if every < 1:
+        raise ValueError(f"global_attn_every_n_layers {every} must be at least 1")
+    return layer % every == 0

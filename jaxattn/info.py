@@ -1,0 +1,81 @@
+"""What a model is, as reported to people and programs: `ModelInfo`, and a capture's provenance."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jaxattn.config import ModelConfig
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelInfo:
+    """What `Engine.info` and the service's GetModelInfo report.
+
+    `dtype` is the weights' dtype; `precision` the compute precision captures
+    get unless they ask for another ("highest": exact float32); `weights` a
+    fingerprint of the weights ("blake2b:..."; "" when unknown), so two
+    captures can tell whether the same weights made them; `quantities` the
+    names this model computes (all but DeBERTa's score terms for most
+    families); `shared_weights` which layers share weights, in words (ALBERT).
+    """
+
+    name: str
+    family: str
+    layers: int
+    heads: int
+    hidden: int
+    head_dim: int
+    vocab: int
+    max_positions: int
+    dtype: str = "float32"
+    precision: str = "highest"
+    weights: str = ""
+    quantities: tuple[str, ...] = ()
+    shared_weights: str = ""
+
+    @classmethod
+    def of(
+        cls,
+        config: ModelConfig,
+        dtype: str = "float32",
+        precision: str = "highest",
+        weights: str = "",
+    ) -> ModelInfo:
+        return cls(
+            name=config.name,
+            family=config.family,
+            layers=config.num_layers,
+            heads=config.num_heads,
+            hidden=config.hidden_size,
+            head_dim=config.head_dim,
+            vocab=config.vocab_size,
+            max_positions=config.max_length,
+            dtype=dtype,
+            precision=precision,
+            weights=weights,
+            quantities=config.quantities(),
+            shared_weights=config.shared_weights(),
+        )
+
+
+def jaxattn_version() -> str:
+    """The installed jaxattn's version ("unknown" when not installed)."""
+    try:
+        return importlib.metadata.version("jaxattn")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def provenance(info: ModelInfo, config: dict | None, source: str) -> dict:
+    """What a capture records about where it came from (`Capture.provenance`)."""
+    return {
+        "model": info.name,
+        "family": info.family,
+        "weights": info.weights,
+        "config": config or {},
+        "jaxattn": jaxattn_version(),
+        "source": source,
+    }
