@@ -50,7 +50,10 @@ def inverse_frequencies(head_dim: int, theta: float) -> np.ndarray:
     if not theta > 0:
         raise ValueError(f"rope theta {theta} must be positive")
     exponent = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)
-    return np.float32(1.0) / np.power(np.float32(theta), exponent)
+    # torch: a float32 power (SLEEF, within 1 ulp), then a float32 division. The power is
+    # taken in float64 and rounded once (numpy's own float32 power differs across versions).
+    power = np.power(np.float64(np.float32(theta)), exponent.astype(np.float64)).astype(np.float32)
+    return np.float32(1.0) / power
 
 
 @functools.lru_cache(maxsize=64)

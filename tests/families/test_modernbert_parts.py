@@ -38,10 +38,12 @@ def _ulps(a: np.ndarray, b: np.ndarray) -> int:
 
 @pytest.mark.parametrize("head_dim", [6, 10, 14, 64])
 @pytest.mark.parametrize("theta", [30.0, 1000.0, 10000.0, 160000.0])
-def test_inverse_frequencies_equal_hf(head_dim, theta):
+def test_inverse_frequencies_equal_hf_within_one_ulp(head_dim, theta):
+    """HF's inv_freq takes torch's float32 power (SLEEF: within 1 ulp, not always the
+    correctly rounded value that jaxattn's float64 power rounds to)."""
     config = _config(hidden_size=head_dim * H, global_rope_theta=theta)
     ref = hf.ModernBertRotaryEmbedding(config).full_attention_inv_freq.numpy()
-    np.testing.assert_array_equal(rotary.inverse_frequencies(head_dim, theta), ref)
+    assert _ulps(rotary.inverse_frequencies(head_dim, theta), ref) <= 1
 
 
 def test_inverse_frequencies_within_two_ulps_for_every_width():
