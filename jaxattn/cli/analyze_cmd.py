@@ -28,6 +28,7 @@ from jaxattn.cli.args import (
 )
 from jaxattn.cli.corpus import input_path, records
 from jaxattn.cli.corpus import report as report_counts
+from jaxattn.cli.saved import open_saved, require, saved_parses, stored_quantities
 from jaxattn.cli.source import describe, open_source
 from jaxattn.engine.ablation import MODES as ABLATION_MODES
 from jaxattn.errors import InputError, TooLongError, UsageError
@@ -47,7 +48,8 @@ def register(subparsers) -> None:
         "input",
         metavar="INPUT",
         help="input file: text (one example per line; pairs 'A ||| B' or A<TAB>B), JSONL "
-        "or CoNLL-U; - for standard input",
+        "or CoNLL-U; - for standard input; or a store of jaxattn dump (a directory or a "
+        "TensorStore URL) or a capture file (.npz), analysed as stored without a model",
     )
     p.add_argument("--out", metavar="FILE", required=True,
                    help="report.json to write (report.md goes beside it)")  # fmt: skip
@@ -122,7 +124,7 @@ def _cpus() -> int:
 
 
 def _run(args) -> int:
-    from jaxattn.analysis import MIXING_QUANTITIES, CorpusAnalysis, write_report
+    from jaxattn.analysis import MIXING_QUANTITIES, CorpusAnalysis
 
     t0 = time.monotonic()
     if args.ablate and args.server:
@@ -133,6 +135,9 @@ def _run(args) -> int:
                          "of --conllu needs them: drop one of the two")  # fmt: skip
     check_output(args.out, args.overwrite)
     check_output(Path(args.out).with_suffix(".md"), args.overwrite, "--out's report.md")
+    saved = open_saved(args.input)
+    if saved is not None:
+        return _run_saved(args, saved, t0)
     path = input_path(args.input)
     read = list(records(path, limit=args.limit))
     sentences = [r.sentence for r in read]
@@ -191,7 +196,6 @@ def _run(args) -> int:
                                            too_long=args.too_long)  # fmt: skip
     finally:
         source.close()
-    seconds = time.monotonic() - t0
     meta = {
         "model": model,
         "input": str(path),
@@ -202,6 +206,16 @@ def _run(args) -> int:
         **counts,
         "dtype": args.dtype,
         "precision": args.precision or source_precision,
+    }
+    return _write(args, corpus, meta, t0, ablation)
+
+
+def _write(args, corpus, meta: dict, t0: float, ablation=None) -> int:
+    from jaxattn.analysis import write_report
+
+    seconds = time.monotonic() - t0
+    meta = {
+        **meta,
         "seconds": round(seconds, 1),
         "machine": f"{platform.machine()}, {_cpus()} CPUs, {platform.system()}",
     }
@@ -211,3 +225,56 @@ def _run(args) -> int:
     json_path, md_path = write_report(report, args.out)
     print(f"analysed {corpus.examples} examples in {seconds:.1f}s: wrote {json_path} and {md_path}")
     return 0
+
+
+def _run_saved(args, caps, t0: float) -> int:
+    """Analyse saved captures (a store, a capture file) as stored: no model, no capture."""
+    from jaxattn.analysis import CorpusAnalysis
+
+    where = f"INPUT {args.input}"
+    for flag, given in (("--model", args.model), ("--server", args.server),
+                        ("--ablate", args.ablate)):  # fmt: skip
+        if given:
+            raise UsageError(f"{where} holds captures, analysed as stored: drop {flag} "
+                             "(it needs a model)")  # fmt: skip
+    if args.stats_only:
+        what = ("head_stats",) if args.no_norm else ("head_stats", "norm_head_stats")
+        if args.conllu:
+            raise UsageError("--stats-only reads no maps; the dependency table of --conllu "
+                             "needs them: drop one of the two")  # fmt: skip
+    else:
+        what = ("attention",) if args.no_norm else ("attention", "alpha_fx_norm")
+    try:
+        require(caps, what, where, "jaxattn analyze" + (" --stats-only" if args.stats_only else ""))
+    except UsageError as e:
+        if args.no_norm or args.stats_only:
+            raise
+        raise UsageError(f"{e} (or analyse attention alone with --no-norm)") from None
+    stored = stored_quantities(caps)
+    caps = caps[: args.limit] if args.limit else caps
+    parses = saved_parses(caps, args.conllu, args.input) if args.conllu else None
+    corpus = CorpusAnalysis(head_distance=not args.no_head_distance,
+                            coarse_relations=args.coarse_relations,
+                            head_stats_only=args.stats_only)  # fmt: skip
+    bar = Progress(len(caps), "analyze", enabled=not (args.quiet or len(caps) < 50))
+    for i, cap in enumerate(caps):
+        corpus.update(cap, parses[i] if parses else None)
+        bar.update(1)
+    bar.close()
+    if not corpus.examples:
+        raise InputError(None, f"{args.input} has no examples", None)
+    first = caps[0]
+    entries = getattr(caps, "entries", None)  # a store's manifest: no tensor is read
+    truncated = sum(bool(c.truncated) for c in (caps if entries is None else entries))
+    meta = {
+        "model": first.provenance.get("model"),
+        "input": args.input,
+        "conllu": args.conllu,
+        "captured_by": first.provenance.get("source") or f"capture file {args.input}",
+        "what": list(stored),
+        "truncated": truncated,
+        "skipped": 0,
+        "dtype": first.dtype,
+        "precision": first.precision,
+    }
+    return _write(args, corpus, meta, t0)

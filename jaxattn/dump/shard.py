@@ -103,7 +103,12 @@ class ShardTask:
                 os._exit(CRASH_STATUS)  # the test hook: die mid-shard, data half written
             record, _, truncated = kept[pos]
             added = writer.add(
-                cap, record=record.index, line=record.line, id=record.id, truncated=truncated
+                cap,
+                record=record.index,
+                line=record.line,
+                id=record.id,
+                truncated=truncated,
+                text=record.text,
             )
             self.counts.examples += 1
             self.counts.truncated += truncated

@@ -24,6 +24,8 @@ class Entry:
       tokens: the word pieces, special tokens included.
       sentence_b_start: first token of sentence B, or None.
       truncated: the text was cut to the model's maximum length.
+      text: the input text, or its (A, B) pair; None in stores written before the manifest
+        kept it.
       data: quantity -> (offset, shape): the example's elements are
         ``array[offset : offset + prod(shape)]`` of the shard's array, C order.
       quantization: quantity -> (scale, offset) of uint8 tensors.
@@ -35,6 +37,7 @@ class Entry:
     tokens: tuple[str, ...]
     sentence_b_start: int | None
     truncated: bool = False
+    text: str | tuple[str, str] | None = None
     data: dict[str, tuple[int, tuple[int, ...]]]
     quantization: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
 
@@ -52,6 +55,7 @@ class Entry:
             "length": self.length,
             "sentence_b_start": self.sentence_b_start,
             "truncated": self.truncated,
+            "text": list(self.text) if isinstance(self.text, tuple) else self.text,
             "data": {q: {"offset": o, "shape": list(s)} for q, (o, s) in self.data.items()},
         }
         if self.quantization:
@@ -67,6 +71,7 @@ class Entry:
             tokens=tuple(doc["tokens"]),
             sentence_b_start=doc["sentence_b_start"],
             truncated=doc.get("truncated", False),
+            text=tuple(doc["text"]) if isinstance(doc.get("text"), list) else doc.get("text"),
             data={q: (d["offset"], tuple(d["shape"])) for q, d in doc["data"].items()},
             quantization={q: (v[0], v[1]) for q, v in doc.get("quantization", {}).items()},
         )

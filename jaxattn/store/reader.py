@@ -4,8 +4,8 @@ Needs tensorstore and numpy, not jax: stores are read where the client runs.
 A store is a sequence (`jaxattn.store.view`: negative indices, lazy slices).
 Each capture carries its provenance: the model the store's metadata records
 (name, family, weights fingerprint, config) and the source ``store <path>``,
-and whether its text was truncated. The texts themselves are not stored (the
-manifest keeps tokens, line and id), so ``Capture.text`` is None.
+its text (the manifest keeps it; None in stores written before it did) and
+whether it was truncated.
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ class Store(Sequence):
 
     ``store[i]`` is the i-th stored example in input order, as the `Capture`
     the engine returned for it (uint8 tensors with their quantisation, the
-    provenance of the store's model, ``truncated``; ``text`` is None: stores
-    keep tokens, not texts). It is a sequence like a list: ``len(store)``,
+    provenance of the store's model, ``truncated`` and ``text``, which is None
+    in stores written before the manifest kept texts). It is a sequence like a list: ``len(store)``,
     negative indices, iteration, and slices (``store[1:3]``, ``store[::2]``)
     that give a lazy `StoreView`, reading nothing until indexed.
 
@@ -182,6 +182,7 @@ class Store(Sequence):
             quantization=dict(entry.quantization),
             precision=spec.get("precision", "highest"),
             truncated=entry.truncated,
+            text=entry.text,
             provenance=self.provenance,
         )
 

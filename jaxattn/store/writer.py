@@ -111,8 +111,12 @@ class ShardWriter:
                 array = future.result()
             self._columns[q] = _Column(array, chunk, self._writes)
 
-    def add(self, cap: Capture, *, record: int, line: int, id: str, truncated: bool) -> int:
+    def add(
+        self, cap: Capture, *, record: int, line: int, id: str, truncated: bool, text=None
+    ) -> int:
         """Append one example's tensors; returns the bytes it adds (uncompressed).
+
+        `text` is the input text (or pair) the manifest keeps for readers.
 
         Raises:
           ValueError: the capture does not match the store's spec (a bug).
@@ -136,6 +140,7 @@ class ShardWriter:
             tokens=tuple(cap.tokens),
             sentence_b_start=cap.sentence_b_start,
             truncated=truncated,
+            text=text,
             data=data,
             quantization={q: tuple(v) for q, v in cap.quantization.items()},
         )

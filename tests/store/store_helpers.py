@@ -40,6 +40,7 @@ def captures(count: int, seed: int = 0) -> list[Capture]:
             for q in WHAT
         }
         tokens = ("[CLS]", *(f"w{i}_{j}" for j in range(length - 2)), "[SEP]")
+        words = " ".join(tokens[1:-1])
         out.append(
             Capture(
                 tokens=tokens,
@@ -48,6 +49,7 @@ def captures(count: int, seed: int = 0) -> list[Capture]:
                 heads=SPEC.heads,
                 dtype="float32",
                 tensors=tensors,
+                text=(words, "b") if i % 3 == 2 else words,  # every third a pair
             )  # fmt: skip
         )
     return out
@@ -77,6 +79,9 @@ def write_store(
         records = range(k * shard_size, min((k + 1) * shard_size, len(caps)))
         writer = ShardWriter(kv, meta, k, [caps[r].length for r in records])
         for r in records:
-            writer.add(caps[r], record=r, line=r + 1, id=str(r), truncated=r in truncated)
+            writer.add(
+                caps[r], record=r, line=r + 1, id=str(r), truncated=r in truncated,
+                text=caps[r].text,
+            )  # fmt: skip
         writer.commit((records.start, records.stop), (), {})
     return meta
