@@ -1,6 +1,7 @@
 """What the corpus commands (view, analyze) share: reading INPUT, capturing with counts.
 
     texts = read_input("corpus.jsonl", limit=100)      # or "-" for standard input
+    items = read_inputs(["a text", "x.npz", "ewt.zarr", "more.txt"])  # view's INPUT...
     caps = capture_counted(args, texts, what)          # --too-long, --layers/--heads, ...
 
 Every command reports how many texts it truncated or skipped (`report`), in
@@ -17,9 +18,10 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from jaxattn.cli.saved import open_saved
 from jaxattn.cli.source import open_source
-from jaxattn.errors import InputError
-from jaxattn.inputs import STDIN, Record, read_records
+from jaxattn.errors import InputError, UsageError
+from jaxattn.inputs import STDIN, Record, is_file_argument, read_records, split_pair
 
 
 def input_path(arg: str | os.PathLike) -> Path:
@@ -59,6 +61,27 @@ def check_corpus(path: str | os.PathLike, flag: str) -> Path:
 def read_input(arg, fmt: str | None = None, limit: int | None = None) -> list:
     """The texts (strings and pairs) of INPUT."""
     return [r.text for r in records(arg, fmt, limit)]
+
+
+def read_inputs(inputs: list[str], limit: int | None = None, cap: int | None = None) -> list:
+    """Each INPUT -> its Captures (a capture file, a store: read up to `limit`), the
+    texts of an input file, or the text itself. A store of more than `cap` examples
+    without `limit` is refused before anything is read."""
+    items: list = []
+    for arg in inputs:
+        saved = open_saved(arg)
+        if saved is not None:
+            if not limit and cap and len(items) + len(saved) > cap:
+                raise UsageError(f"INPUT {arg} holds {len(saved)} examples, over the page's "
+                                 f"cap of {cap} (--max-examples): give --limit N")  # fmt: skip
+            items += saved[: limit - len(items)] if limit else saved
+        elif is_file_argument(arg):
+            items += read_input(arg, limit=limit)
+        elif not arg.strip():
+            raise InputError(None, "an INPUT is empty: give a sentence or a file")
+        else:
+            items.append(split_pair(arg))
+    return items[:limit] if limit else items
 
 
 def report(stream, label: str) -> None:

@@ -17,9 +17,9 @@ the heads of the head view or the one head of the neuron view).
 from __future__ import annotations
 
 import argparse
-import zipfile
 from pathlib import Path
 
+from jaxattn.cli import view_compare, view_global
 from jaxattn.cli.args import (
     add_codec_argument,
     add_limit_argument,
@@ -33,9 +33,8 @@ from jaxattn.cli.args import (
     positive,
     selection,
 )
-from jaxattn.cli.corpus import capture_counted, read_input
+from jaxattn.cli.corpus import capture_counted, read_inputs
 from jaxattn.errors import InputError, UsageError
-from jaxattn.inputs import is_file_argument, split_pair
 from jaxattn.spec import resolve_indices
 
 FORMATS = ("html", "svg", "png")
@@ -49,7 +48,16 @@ def register(subparsers) -> None:
         "lines, JSONL or CoNLL-U, '-' for stdin, or saved capture files) to one "
         "self-contained HTML file (no network), or one view as SVG/PNG.",
     )
-    p.add_argument("inputs", metavar="INPUT", nargs="+")
+    p.add_argument("inputs", metavar="INPUT", nargs="*",
+                   help="texts, input files, capture files (.npz) or stores of jaxattn dump "
+                   "(a directory or a TensorStore URL, read lazily)")  # fmt: skip
+    modes = p.add_mutually_exclusive_group()
+    modes.add_argument("--compare", nargs=2, metavar=("A", "B"),
+                       help="side by side: A and B (models, capture files or stores; see "
+                       "docs/compare.md) with a difference map")  # fmt: skip
+    modes.add_argument("--global", dest="global_map", action="store_true",
+                       help="the joint query-key map of every head over the corpus INPUT "
+                       "(docs/global-view.md)")  # fmt: skip
     p.add_argument("--out", metavar="FILE", required=True, help="file to write")
     add_overwrite_argument(p)
     p.add_argument("--format", choices=FORMATS, help="default: from --out's suffix, else html")
@@ -79,25 +87,9 @@ def register(subparsers) -> None:
     # The 0.2 spellings: --layer N is --layers N, --head N is --heads N.
     g.add_argument("--layer", dest="layers", type=selection, help=argparse.SUPPRESS)
     g.add_argument("--head", dest="heads", type=selection, help=argparse.SUPPRESS)
+    view_compare.add_arguments(p)
+    view_global.add_arguments(p)
     p.set_defaults(func=_run)
-
-
-def read_inputs(inputs: list[str], limit: int | None = None) -> list:
-    """Each INPUT -> a Capture (a capture file), the texts of an input file, or the text itself."""
-    items: list = []
-    for arg in inputs:
-        if is_file_argument(arg):
-            if arg != "-" and (arg.lower().endswith(".npz") or zipfile.is_zipfile(arg)):
-                from jaxattn.capture import Capture
-
-                items.append(Capture.load(arg))
-            else:
-                items += read_input(arg, limit=limit)
-        elif not arg.strip():
-            raise InputError(None, "an INPUT is empty: give a sentence or a file")
-        else:
-            items.append(split_pair(arg))
-    return items[:limit] if limit else items
 
 
 def _one(values, selected, count: int, flag: str, view: str) -> int:
@@ -121,13 +113,20 @@ def _count(cap, key: str, values) -> int:
 def _run(args) -> int:
     from jaxattn.views import payload as pl  # the module
 
+    if args.compare:
+        return view_compare.run(args)
+    if args.global_map:
+        return view_global.run(args)
+    if not args.inputs:
+        raise UsageError("give at least one INPUT (a text, an input file, a capture file or "
+                         "a store), or --compare A B")  # fmt: skip
     check_output(args.out, args.overwrite)
     fmt = args.format or {".svg": "svg", ".png": "png"}.get(Path(args.out).suffix.lower(), "html")
     default = "head" if fmt != "html" else ",".join(pl.VIEWS)
     views = pl.check_views([v.strip() for v in (args.views or default).split(",") if v.strip()])
     if fmt != "html" and len(views) != 1:
         raise UsageError(f"--format {fmt} draws one view; got --views {','.join(views)}")
-    items = read_inputs(args.inputs, args.limit)
+    items = read_inputs(args.inputs, args.limit, args.max_examples)
     if not items:
         raise InputError(None, f"no example to view in {' '.join(args.inputs)}")
     texts = [x for x in items if isinstance(x, str | tuple)]

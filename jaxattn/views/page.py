@@ -124,21 +124,28 @@ def build_html(
         captures, views=views, labels=labels, embed=embed, precision=precision,
         max_examples=max_examples,
     )  # fmt: skip
+    mount = "(root, header, text) => JaxattnViews.mount(root, JaxattnViews.unpack(header, text))"
+    return document(packed_body(header, sections, title=title, mount=mount), title=title)
+
+
+def packed_body(header: dict, sections: Sequence[bytes], *, title: str, mount: str) -> str:
+    """The body of a page of packed data (the module docstring): the title, the root
+    element, `header` with each example's "section" set, the sections as text, and a
+    script calling the JS function `mount(root, header, text)` once the page is loaded."""
     texts, start = [], 0
     for entry, section in zip(header["examples"], sections, strict=True):
         texts.append(encode_text(section))
         entry["section"] = [start, start + len(texts[-1]), len(section)]
         start += len(texts[-1])
-    body = (
+    return (
         f'<h1 style="font:600 16px system-ui;margin:0 0 4px">{html.escape(title)}</h1>\n'
         '<div id="jaxattn"></div>\n'
         f'<script type="application/json" id="jaxattn-data">{script_json(header)}</script>\n'
         f'<script type="text/plain" id="jaxattn-bin">{"".join(texts)}</script>\n'
         "<script>window.addEventListener('DOMContentLoaded', () => { const $ = (id) => "
-        "document.getElementById(id); JaxattnViews.mount($('jaxattn'), JaxattnViews.unpack("
-        "JSON.parse($('jaxattn-data').textContent), $('jaxattn-bin').textContent)); });</script>"
+        f"document.getElementById(id); ({mount})($('jaxattn'), JSON.parse("
+        "$('jaxattn-data').textContent), $('jaxattn-bin').textContent); });</script>"
     )
-    return document(body, title=title)
 
 
 def write_html(path, captures: Capture | Sequence[Capture], **options) -> None:

@@ -140,7 +140,7 @@ def test_empty_or_lacking_captures_say_how_to_get_what_is_missing(tiny_caps):
 
 
 def test_cli_inputs(tmp_path, tiny_caps):
-    from jaxattn.cli.view_cmd import read_inputs
+    from jaxattn.cli.corpus import read_inputs
 
     f = tmp_path / "in.txt"
     f.write_text("a b\n\nc ||| d\ne\tf\n", encoding="utf-8")

@@ -1,0 +1,45 @@
+"""The global query-key map as one self-contained HTML file (numpy only).
+
+The header of `jaxattn.views.qk_map.pack_global` goes into ``<script
+type="application/json" id="qk-data">`` with ``sections``: [first character, end
+character, bytes] of each deflate-raw section in ``<script type="text/plain"
+id="qk-bin">``, written in `jaxattn.views.page`'s 13-bit text (`encode_text`);
+qk.js (with core.js's decoding) draws the grid of heads and the large scatter.
+"""
+
+from __future__ import annotations
+
+import html
+
+from jaxattn.views.page import document, encode_text, script_json
+
+SCRIPTS = ("core.js", "qk.js")
+
+
+def build_global_html(header: dict, sections: list[bytes], *, title: str) -> str:
+    """The page of one global map (`pack_global`'s header and sections)."""
+    texts, spans, start = [], [], 0
+    for raw in sections:
+        texts.append(encode_text(raw))
+        spans.append([start, start + len(texts[-1]), len(raw)])
+        start += len(texts[-1])
+    header = dict(header, sections=spans, title=title)
+    body = (
+        f'<h1 style="font:600 16px system-ui;margin:0 0 4px">{html.escape(title)}</h1>\n'
+        '<div id="qk"></div>\n'
+        f'<script type="application/json" id="qk-data">{script_json(header)}</script>\n'
+        f'<script type="text/plain" id="qk-bin">{"".join(texts)}</script>\n'
+        "<script>window.addEventListener('DOMContentLoaded', () => { const $ = (id) => "
+        "document.getElementById(id); JaxattnQK.mount($('qk'), JSON.parse($('qk-data')"
+        ".textContent), $('qk-bin').textContent); });</script>"
+    )
+    return document(body, title=title, scripts=SCRIPTS)
+
+
+def write_global_html(path, header: dict, sections: list[bytes], *, title: str) -> int:
+    """Write the page to `path` (UTF-8); returns its size in bytes."""
+    text = build_global_html(header, sections, title=title)
+    data = text.encode("utf-8")
+    with open(path, "wb") as f:
+        f.write(data)
+    return len(data)

@@ -1,0 +1,140 @@
+"""Stores (and capture files) as INPUT of analyze and view: results equal a fresh capture.
+
+A tiny parsed corpus is dumped once with the tiny BERT; `jaxattn analyze STORE
+--conllu FILE` must then give the report `jaxattn analyze FILE` gives by
+capturing afresh, and `jaxattn view STORE` the captures a fresh capture gives.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from jaxattn.analysis import MIXING_QUANTITIES
+from jaxattn.cli import main
+from jaxattn.cli.corpus import read_inputs
+from jaxattn.errors import UsageError
+
+SENTENCES = [
+    ("a", ["The", "cat", "sat", "on", "the", "mat", "."], [2, 3, 0, 6, 6, 3, 3],
+     ["det", "nsubj", "root", "case", "det", "obl", "punct"]),
+    ("b", ["I", "bought", "fresh", "strawberries", ","], [2, 0, 4, 2, 2],
+     ["nsubj", "root", "amod", "obj", "punct"]),
+    ("c", ["He", "ran", "home"], [2, 0, 2], ["nsubj", "root", "obj"]),
+]  # fmt: skip
+NORMS = ("alpha_fx_norm", *MIXING_QUANTITIES)
+# Report fields that say how it was made, not what it found.
+HOW = {"input", "captured_by", "what", "seconds", "machine", "dtype", "too_long", "conllu"}
+
+
+def _conllu(sentences) -> str:
+    blocks = []
+    for sid, words, heads, rels in sentences:
+        rows = [f"{i + 1}\t{w}\t{w.lower()}\tX\tX\t_\t{h}\t{r}\t_\t_"
+                for i, (w, h, r) in enumerate(zip(words, heads, rels, strict=True))]  # fmt: skip
+        blocks.append(f"# sent_id = {sid}\n" + "\n".join(rows) + "\n")
+    return "\n".join(blocks)
+
+
+@pytest.fixture(scope="module")
+def dumped(bert_checkpoint, tmp_path_factory):
+    """(the CoNLL-U file, a float32 store of it with attention and the norms, one without)."""
+    root = tmp_path_factory.mktemp("saved_inputs")
+    conllu = root / "tiny.conllu"
+    conllu.write_text(_conllu(SENTENCES), encoding="utf-8")
+    full, bare = root / "full.zarr", root / "bare.zarr"
+    what = ",".join(dict.fromkeys(("attention", "queries", *NORMS)))
+    for out, w in ((full, what), (bare, "attention")):
+        args = ["dump", str(conllu), "--model", str(bert_checkpoint), "--out", str(out),
+                "--what", w, "--shard-size", "2", "--quiet"]  # fmt: skip
+        assert main(args) == 0
+    return conllu, full, bare
+
+
+def _report(tmp_path, name: str, *args: str) -> dict:
+    out = tmp_path / name / "report.json"
+    assert main(["analyze", *args, "--out", str(out), "--quiet"]) == 0
+    return json.loads(out.read_text())
+
+
+def _assert_close(got, want, where: str = "report") -> None:
+    if isinstance(want, dict):
+        assert got.keys() == want.keys(), where
+        for k in want:
+            _assert_close(got[k], want[k], f"{where}.{k}")
+    elif isinstance(want, list | tuple):
+        assert len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            _assert_close(g, w, f"{where}[{i}]")
+    elif isinstance(want, float):
+        assert got == pytest.approx(want, rel=1e-5, abs=1e-6), where
+    else:
+        assert got == want, where
+
+
+def test_analyze_a_store_equals_analyzing_its_input(dumped, bert_checkpoint, tmp_path):
+    conllu, full, _ = dumped
+    fresh = _report(tmp_path, "fresh", str(conllu), "--model", str(bert_checkpoint))
+    stored = _report(tmp_path, "stored", str(full), "--conllu", str(conllu))
+    assert fresh["meta"]["parsed_sentences"] == stored["meta"]["parsed_sentences"] == 3
+    assert stored["meta"]["captured_by"] == f"store {full}"
+    for report in (fresh, stored):
+        for key in HOW:
+            report["meta"].pop(key, None)
+    _assert_close(stored, fresh)
+
+
+def test_a_store_lacking_a_needed_quantity_names_it(dumped, tmp_path, capsys):
+    _, _, bare = dumped
+    out = str(tmp_path / "r.json")
+    assert main(["analyze", str(bare), "--out", out]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "alpha_fx_norm" in err and "--no-norm" in err, err
+    assert "--what attention,alpha_fx_norm" in err, err
+    report = _report(tmp_path, "bare", str(bare), "--no-norm", "--limit", "2")
+    assert report["meta"]["examples"] == 2 and "dependency_heads" not in report
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--model", "x"], "drop --model"),
+        (["--ablate", "zero"], "drop --ablate"),
+        (["--stats-only"], "head_stats"),
+    ],
+)
+def test_store_input_refuses_what_needs_a_model(dumped, tmp_path, capsys, extra, needle):
+    _, full, _ = dumped
+    assert main(["analyze", str(full), "--out", str(tmp_path / "r.json"), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and needle in err, err
+
+
+def test_a_conllu_file_that_is_not_the_stores_source_is_refused(dumped, tmp_path):
+    _, full, _ = dumped
+    other = tmp_path / "other.conllu"
+    other.write_text(_conllu([SENTENCES[1], SENTENCES[0]]), encoding="utf-8")
+    from jaxattn.cli.saved import saved_parses
+    from jaxattn.store import open_store
+
+    with pytest.raises(UsageError, match="record 0 is 'a', the file has sentence 'b'"):
+        saved_parses(open_store(full), str(other), str(full))
+
+
+def test_view_reads_a_store_as_its_captures(dumped, engines, tmp_path):
+    _, full, _ = dumped
+    caps = read_inputs([str(full)], limit=2)
+    texts = [" ".join(words) for _, words, _, _ in SENTENCES[:2]]
+    assert [c.text for c in caps] == texts  # the manifest keeps the texts
+    want = engines["bert"].capture(texts, ("attention", "queries"))
+    for got, ref in zip(caps, want, strict=True):
+        assert got.tokens == ref.tokens
+        np.testing.assert_allclose(got.attention, ref.attention, atol=1e-6)
+        np.testing.assert_allclose(got.queries, ref.queries, atol=1e-5)
+    html = tmp_path / "v.html"
+    assert main(["view", str(full), "--out", str(html), "--views", "head"]) == 0
+    assert html.stat().st_size > 1000
+    with pytest.raises(UsageError, match="holds 3 examples, over the page's cap of 2"):
+        read_inputs([str(full)], cap=2)
