@@ -7,7 +7,9 @@ Captures Vig's example pair once with the embedded all-MiniLM-L6-v2
 (the commands are printed, and are the ones README.md shows) and one more for
 the interactive page (`jaxattn view pair.npz --out page.html`), which headless
 Chromium opens to screenshot each HTML view (docs/img/html_*.png) after the
-clicks and hovers that `HTML_PICTURES` lists. Needs Chromium (`apt-get install
+clicks and hovers that `HTML_PICTURES` lists; then the corpus-scale pages: the
+global query-key map of 1,000 shipped EWT sentences (html_global.png) and the
+pair's attention against its norm-based weights (html_compare.png). Needs Chromium (`apt-get install
 chromium`) and, for the HTML pictures, the playwright Python package driving
 that system binary (never `playwright install`). The screenshots are re-encoded
 smaller without loss (`small_png`).
@@ -26,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from jaxattn.cli import main
+from jaxattn.inputs import SAMPLE_CORPUS
 from jaxattn.views.png import FLAGS, find_chromium
 
 IMG = Path(__file__).resolve().parent / "img"
@@ -51,6 +54,16 @@ HTML_PICTURES = {
     "html_stats.png": ("stats", []),
 }  # fmt: skip
 VIEWPORT = {"width": 1180, "height": 900}  # the neuron view's rows need ~1130 px
+# The corpus-scale pages: the global map of 1,000 shipped EWT sentences with layer 0's
+# head 2 (a ring: a positional head) coloured by position, and the comparison of the
+# pair's attention with its norm-based weights, layer 2 head 0.
+GLOBAL = ["--limit", "1000", "--global-quiet"]
+GLOBAL_STEPS = [
+    ("click", '#qk-grid canvas[data-layer="0"][data-head="2"]', None),
+    ("select", "#qk-colour", "position"),
+]
+COMPARE = ["--compare", "default", "default,quantity=norm", "--layers", "2"]
+COMPARE_STEPS = [("select", "#cmp-head", "0")]
 
 
 def run(args: list[str]) -> None:
@@ -110,7 +123,6 @@ def screenshot_html(html: Path) -> None:
     with sync_playwright() as p:  # a fresh temporary profile per launch
         browser = p.chromium.launch(executable_path=binary, args=list(FLAGS))
         page = browser.new_page(viewport=VIEWPORT, device_scale_factor=1)
-        blank = browser.new_page()  # decodes the screenshots (`PIXELS`)
         page.goto(html.as_uri())
         page.wait_for_selector('#jaxattn[data-state="ready"]')
         for name, (tab, steps) in HTML_PICTURES.items():
@@ -125,11 +137,39 @@ def screenshot_html(html: Path) -> None:
                     "() => !document.querySelector('canvas.thumb:not([data-drawn])')"
                 )
             shot = page.locator("#jaxattn").screenshot(animations="disabled")
-            w, h, b64 = blank.evaluate(PIXELS, base64.b64encode(shot).decode("ascii"))
-            rgba = np.frombuffer(base64.b64decode(b64), np.uint8).reshape(h, w, 4)
             out = IMG / name
-            out.write_bytes(min(small_png(rgba), shot, key=len))
+            out.write_bytes(min(small_png(_blank_pixels(browser, shot)), shot, key=len))
             print(f"screenshot of the {tab} view: {out.relative_to(IMG.parent.parent)}")
+        browser.close()
+
+
+def _blank_pixels(browser, shot: bytes) -> np.ndarray:
+    """The RGBA pixels of a PNG screenshot, decoded by the browser (`PIXELS`)."""
+    blank = browser.new_page()
+    w, h, b64 = blank.evaluate(PIXELS, base64.b64encode(shot).decode("ascii"))
+    blank.close()
+    return np.frombuffer(base64.b64decode(b64), np.uint8).reshape(h, w, 4)
+
+
+def screenshot_page(html: Path, root: str, steps: list, name: str) -> None:
+    """Open a one-view page (--global, --compare), do `steps`, save its root as `name`."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=find_chromium(), args=list(FLAGS))
+        page = browser.new_page(viewport=VIEWPORT, device_scale_factor=1)
+        page.goto(html.as_uri())
+        page.wait_for_selector(f'#{root}[data-state="ready"]', timeout=60000)
+        for action, selector, value in steps:
+            if action == "select":
+                page.select_option(selector, value)
+            else:
+                getattr(page, action)(selector)
+        page.wait_for_timeout(500)  # the selected head's data inflates, then draws
+        shot = page.locator(f"#{root}").screenshot(animations="disabled")
+        out = IMG / name
+        out.write_bytes(min(small_png(_blank_pixels(browser, shot)), shot, key=len))
+        print(f"screenshot: {out.relative_to(IMG.parent.parent)}")
         browser.close()
 
 
@@ -143,6 +183,12 @@ def make() -> None:
         html = Path(tmp, "page.html")
         run(["view", cap, "--out", str(html)])
         screenshot_html(html)
+        qk = Path(tmp, "qk.html")
+        run(["view", "--global", str(SAMPLE_CORPUS), *GLOBAL, "--out", str(qk)])
+        screenshot_page(qk, "qk", GLOBAL_STEPS, "html_global.png")
+        cmp = Path(tmp, "compare.html")
+        run(["view", " ||| ".join(PAIR), *COMPARE, "--out", str(cmp)])
+        screenshot_page(cmp, "jaxattn", COMPARE_STEPS, "html_compare.png")
 
 
 if __name__ == "__main__":
