@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -229,11 +230,11 @@ def _write(args, corpus, meta: dict, t0: float, ablation=None) -> int:
 
 def _run_saved(args, caps, t0: float) -> int:
     """Analyse saved captures (a store, a capture file) as stored: no model, no capture."""
-    from jaxattn.analysis import CorpusAnalysis
+    from jaxattn.analysis import MIXING_QUANTITIES, CorpusAnalysis
 
     where = f"INPUT {args.input}"
     for flag, given in (("--model", args.model), ("--server", args.server),
-                        ("--ablate", args.ablate)):  # fmt: skip
+                        ("--ablate", args.ablate), ("--precision", args.precision)):  # fmt: skip
         if given:
             raise UsageError(f"{where} holds captures, analysed as stored: drop {flag} "
                              "(it needs a model)")  # fmt: skip
@@ -244,13 +245,20 @@ def _run_saved(args, caps, t0: float) -> int:
                              "needs them: drop one of the two")  # fmt: skip
     else:
         what = ("attention",) if args.no_norm else ("attention", "alpha_fx_norm")
+    mixing = () if args.no_norm or args.stats_only else MIXING_QUANTITIES
     try:
-        require(caps, what, where, "jaxattn analyze" + (" --stats-only" if args.stats_only else ""))
+        require(caps, what, where, "jaxattn analyze" + (" --stats-only" if args.stats_only else ""),
+                also=mixing)  # fmt: skip
     except UsageError as e:
-        if args.no_norm or args.stats_only:
+        if args.no_norm:
             raise
-        raise UsageError(f"{e} (or analyse attention alone with --no-norm)") from None
+        instead = "drop --stats-only" if args.stats_only else "analyse attention with --no-norm"
+        raise UsageError(f"{e} (or {instead})") from None
     stored = stored_quantities(caps)
+    absent = [q for q in mixing if q not in stored]
+    if absent:
+        print(f"jaxattn analyze: {where} lacks {', '.join(absent)}: the mixing ratios that need "
+              "them are left out (report.json meta.not_in_input)", file=sys.stderr)  # fmt: skip
     caps = caps[: args.limit] if args.limit else caps
     parses = saved_parses(caps, args.conllu, args.input) if args.conllu else None
     corpus = CorpusAnalysis(head_distance=not args.no_head_distance,
@@ -276,5 +284,6 @@ def _run_saved(args, caps, t0: float) -> int:
         "skipped": 0,
         "dtype": first.dtype,
         "precision": first.precision,
+        "not_in_input": absent,
     }
     return _write(args, corpus, meta, t0)

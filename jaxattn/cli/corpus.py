@@ -65,16 +65,17 @@ def read_input(arg, fmt: str | None = None, limit: int | None = None) -> list:
 
 def read_inputs(inputs: list[str], limit: int | None = None, cap: int | None = None) -> list:
     """Each INPUT -> its Captures (a capture file, a store: read up to `limit`), the
-    texts of an input file, or the text itself. A store of more than `cap` examples
-    without `limit` is refused before anything is read."""
+    texts of an input file, or the text itself. Saved captures that would bring the
+    examples (up to `limit`) over `cap` are refused before they are read."""
     items: list = []
     for arg in inputs:
         saved = open_saved(arg)
         if saved is not None:
-            if not limit and cap and len(items) + len(saved) > cap:
-                raise UsageError(f"INPUT {arg} holds {len(saved)} examples, over the page's "
+            count = min(len(items) + len(saved), limit or len(items) + len(saved))
+            if cap and count > cap:
+                raise UsageError(f"INPUT {arg} brings the examples to {count}, over the page's "
                                  f"cap of {cap} (--max-examples): give --limit N")  # fmt: skip
-            items += saved[: limit - len(items)] if limit else saved
+            items += saved[: max(0, limit - len(items))] if limit else saved
         elif is_file_argument(arg):
             items += read_input(arg, limit=limit)
         elif not arg.strip():

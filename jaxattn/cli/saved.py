@@ -6,13 +6,16 @@
     require(caps, ("queries", "keys"), "INPUT ewt.zarr", "jaxattn view --global")
 
 A store is a directory with a ``zarr.json`` at its root (`jaxattn.store`) or a
-TensorStore kvstore URL (``gs://bucket/ewt.zarr``, ``file:///data/ewt.zarr``).
+TensorStore kvstore URL of a scheme in `URL_SCHEMES` and no white space
+(``gs://bucket/ewt.zarr``, ``s3://bucket/ewt.zarr``, ``file:///data/ewt.zarr``);
+a sentence that merely contains a URL stays a sentence.
 A store is read lazily, example by example: a corpus dumped once on a cluster
 is analysed and viewed anywhere, without recapturing.
 """
 
 from __future__ import annotations
 
+import re
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,12 +24,13 @@ from jaxattn.capture import Capture
 from jaxattn.errors import UsageError
 from jaxattn.inputs import STDIN
 
-_URL = "://"
+URL_SCHEMES = ("gs", "s3", "file")
+_URL = re.compile(rf"(?:{'|'.join(URL_SCHEMES)})://\S+")
 
 
 def is_store(arg: str) -> bool:
     """True when `arg` names a store: a kvstore URL, or a directory with a zarr.json."""
-    if _URL in arg:
+    if _URL.fullmatch(arg):
         return True
     try:
         path = Path(arg)
@@ -70,7 +74,9 @@ def stored_quantities(caps: Sequence[Capture]) -> tuple[str, ...]:
     return tuple(sorted(set.intersection(*(set(c.what) for c in caps)))) if caps else ()
 
 
-def require(caps: Sequence[Capture], what: Sequence[str], where: str, needed_by: str) -> None:
+def require(
+    caps: Sequence[Capture], what: Sequence[str], where: str, needed_by: str, also=()
+) -> None:
     """UsageError naming the quantities `needed_by` needs that the saved `caps` lack.
 
     Args:
@@ -78,11 +84,12 @@ def require(caps: Sequence[Capture], what: Sequence[str], where: str, needed_by:
       what: the quantity names the command needs.
       where: the input in words ("INPUT ewt.zarr").
       needed_by: the command or view in words ("jaxattn analyze").
+      also: quantities the command uses when present: the advice asks for them too.
     """
     have = stored_quantities(caps)
     missing = [q for q in what if q not in have]
     if missing:
-        both = ",".join(dict.fromkeys((*have, *what)))
+        both = ",".join(dict.fromkeys((*have, *what, *also)))
         verb = "dump" if hasattr(caps, "metadata") else "capture"
         redo = f"{verb} it again with --what {both}"
         raise UsageError(
@@ -96,7 +103,7 @@ def saved_parses(caps: Sequence[Capture], conllu: str, input_name: str) -> list:
 
     A store's examples are matched by their record index and id (``# sent_id``),
     so a store of part of a file, or with skipped records, still lines up; the
-    captures of a capture file are matched by position.
+    captures of capture files by their text (the sentence's words joined by spaces).
 
     Raises:
       UsageError: `conllu` is not the file the captures came from (naming the
@@ -107,10 +114,16 @@ def saved_parses(caps: Sequence[Capture], conllu: str, input_name: str) -> list:
     records = list(read_records(conllu, "conllu"))
     entries = getattr(caps, "entries", None)
     if entries is None:
-        if len(records) < len(caps):
-            raise UsageError(f"--conllu {conllu} has {len(records)} sentences, fewer than the "
-                             f"{len(caps)} captures of {input_name}")  # fmt: skip
-        return [r.sentence for r in records[: len(caps)]]
+        by_text = {r.text: r.sentence for r in records}
+        out = []
+        for cap in caps:
+            if cap.text not in by_text:
+                said = "has no text" if cap.text is None else f"is {cap.text!r}"
+                raise UsageError(f"--conllu {conllu}: the capture of {input_name} {said}, which "
+                                 "is no sentence of the file; give the CoNLL-U file it was "
+                                 "captured from")  # fmt: skip
+            out.append(by_text[cap.text])
+        return out
     out = []
     for e in entries:
         r = records[e.record] if e.record < len(records) else None

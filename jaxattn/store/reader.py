@@ -150,20 +150,38 @@ class Store(Sequence):
             return StoreView(self, range(len(self))[key])
         return self.read(position(key, len(self), "the store"))
 
-    def read(self, index: int) -> Capture:
-        """The example at non-negative `index`, read from its shard's arrays.
+    def select(self, what) -> StoreView:
+        """A lazy view of every example whose captures hold only the quantities `what`
+        (the others are not read): ``store.select(("queries", "keys"))[3]``.
 
         Raises:
+          ValueError: a quantity the store does not hold (naming it and what it holds).
+        """
+        return StoreView(self, range(len(self)), what)
+
+    def read(self, index: int, what=None) -> Capture:
+        """The example at non-negative `index`, read from its shard's arrays: every stored
+        quantity, or only those in `what`.
+
+        Raises:
+          ValueError: a quantity of `what` the store does not hold.
           CaptureFileError: TensorStore cannot read the data (naming the store,
             the quantity and shard, and how to redo the shard).
         """
         entry, shard = self.entries[index], self._shard_of[index]
+        if what is not None:
+            missing = [q for q in what if q not in self.what]
+            if missing:
+                raise ValueError(f"the store at {self.location} holds {', '.join(self.what)}, "
+                                 f"not {', '.join(missing)}")  # fmt: skip
         reads = {}
         advice = (
             f"the shard's data is damaged or missing: delete {layout.manifest_key(shard)} "
             "and rerun the dump command to redo the shard"
         )
         for q, (offset, shape) in entry.data.items():
+            if what is not None and q not in what:
+                continue
             with tensorstore_errors(self.location, f"read {q} of shard {shard}", advice):
                 size = int(np.prod(shape))
                 reads[q] = self._array(q, shard)[offset : offset + size].read()

@@ -62,22 +62,39 @@ class StoreView(Sequence):
     Attributes:
       store: the store it selects from.
       indices: the selected store indices, a `range`.
+      what: the quantities its captures hold.
     """
 
-    def __init__(self, store, indices: range):
-        self.store, self.indices = store, indices
+    def __init__(self, store, indices: range, what=None):
+        if what is not None:
+            what = tuple(what)
+            missing = [q for q in what if q not in store.what]
+            if missing:
+                raise ValueError(f"the store at {store.location} holds "
+                                 f"{', '.join(store.what)}, not {', '.join(missing)}")  # fmt: skip
+        self.store, self.indices, self._what = store, indices, what
 
     def __len__(self) -> int:
         return len(self.indices)
 
     def __getitem__(self, key) -> Capture | StoreView:
         if isinstance(key, slice):
-            return StoreView(self.store, self.indices[key])
-        return self.store.read(self.indices[position(key, len(self), "the selection")])
+            return StoreView(self.store, self.indices[key], self._what)
+        index = self.indices[position(key, len(self), "the selection")]
+        return self.store.read(index, self._what)
 
     def __iter__(self) -> Iterator[Capture]:
         for index in self.indices:
-            yield self.store.read(index)
+            yield self.store.read(index, self._what)
+
+    @property
+    def what(self) -> tuple[str, ...]:
+        """The quantities its captures hold (the selected ones, else all the store holds)."""
+        return self._what if self._what is not None else self.store.what
+
+    def select(self, what) -> StoreView:
+        """The same examples, their captures holding only the quantities `what`."""
+        return StoreView(self.store, self.indices, what)
 
     @property
     def metadata(self) -> dict:

@@ -26,7 +26,17 @@ SENTENCES = [
 ]  # fmt: skip
 NORMS = ("alpha_fx_norm", *MIXING_QUANTITIES)
 # Report fields that say how it was made, not what it found.
-HOW = {"input", "captured_by", "what", "seconds", "machine", "dtype", "too_long", "conllu"}
+HOW = {
+    "input",
+    "captured_by",
+    "what",
+    "seconds",
+    "machine",
+    "dtype",
+    "too_long",
+    "conllu",
+    "not_in_input",
+}
 
 
 def _conllu(sentences) -> str:
@@ -40,17 +50,18 @@ def _conllu(sentences) -> str:
 
 @pytest.fixture(scope="module")
 def dumped(bert_checkpoint, tmp_path_factory):
-    """(the CoNLL-U file, a float32 store of it with attention and the norms, one without)."""
+    """(the CoNLL-U file, float32 stores of it: with attention and every norm, with attention
+    alone, with attention and alpha_fx_norm but no mixing quantity)."""
     root = tmp_path_factory.mktemp("saved_inputs")
     conllu = root / "tiny.conllu"
     conllu.write_text(_conllu(SENTENCES), encoding="utf-8")
-    full, bare = root / "full.zarr", root / "bare.zarr"
+    full, bare, mid = root / "full.zarr", root / "bare.zarr", root / "mid.zarr"
     what = ",".join(dict.fromkeys(("attention", "queries", *NORMS)))
-    for out, w in ((full, what), (bare, "attention")):
+    for out, w in ((full, what), (bare, "attention"), (mid, "attention,alpha_fx_norm")):
         args = ["dump", str(conllu), "--model", str(bert_checkpoint), "--out", str(out),
                 "--what", w, "--shard-size", "2", "--quiet"]  # fmt: skip
         assert main(args) == 0
-    return conllu, full, bare
+    return conllu, full, bare, mid
 
 
 def _report(tmp_path, name: str, *args: str) -> dict:
@@ -75,7 +86,7 @@ def _assert_close(got, want, where: str = "report") -> None:
 
 
 def test_analyze_a_store_equals_analyzing_its_input(dumped, bert_checkpoint, tmp_path):
-    conllu, full, _ = dumped
+    conllu, full, _, _ = dumped
     fresh = _report(tmp_path, "fresh", str(conllu), "--model", str(bert_checkpoint))
     stored = _report(tmp_path, "stored", str(full), "--conllu", str(conllu))
     assert fresh["meta"]["parsed_sentences"] == stored["meta"]["parsed_sentences"] == 3
@@ -87,12 +98,12 @@ def test_analyze_a_store_equals_analyzing_its_input(dumped, bert_checkpoint, tmp
 
 
 def test_a_store_lacking_a_needed_quantity_names_it(dumped, tmp_path, capsys):
-    _, _, bare = dumped
+    _, _, bare, _ = dumped
     out = str(tmp_path / "r.json")
     assert main(["analyze", str(bare), "--out", out]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "alpha_fx_norm" in err and "--no-norm" in err, err
-    assert "--what attention,alpha_fx_norm" in err, err
+    assert "--what attention,alpha_fx_norm,sum_alpha_fx_norm,attn_res_norm" in err, err
     report = _report(tmp_path, "bare", str(bare), "--no-norm", "--limit", "2")
     assert report["meta"]["examples"] == 2 and "dependency_heads" not in report
 
@@ -106,14 +117,14 @@ def test_a_store_lacking_a_needed_quantity_names_it(dumped, tmp_path, capsys):
     ],
 )
 def test_store_input_refuses_what_needs_a_model(dumped, tmp_path, capsys, extra, needle):
-    _, full, _ = dumped
+    _, full, _, _ = dumped
     assert main(["analyze", str(full), "--out", str(tmp_path / "r.json"), *extra]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and needle in err, err
 
 
 def test_a_conllu_file_that_is_not_the_stores_source_is_refused(dumped, tmp_path):
-    _, full, _ = dumped
+    _, full, _, _ = dumped
     other = tmp_path / "other.conllu"
     other.write_text(_conllu([SENTENCES[1], SENTENCES[0]]), encoding="utf-8")
     from jaxattn.cli.saved import saved_parses
@@ -124,7 +135,7 @@ def test_a_conllu_file_that_is_not_the_stores_source_is_refused(dumped, tmp_path
 
 
 def test_view_reads_a_store_as_its_captures(dumped, engines, tmp_path):
-    _, full, _ = dumped
+    _, full, _, _ = dumped
     caps = read_inputs([str(full)], limit=2)
     texts = [" ".join(words) for _, words, _, _ in SENTENCES[:2]]
     assert [c.text for c in caps] == texts  # the manifest keeps the texts
@@ -136,5 +147,47 @@ def test_view_reads_a_store_as_its_captures(dumped, engines, tmp_path):
     html = tmp_path / "v.html"
     assert main(["view", str(full), "--out", str(html), "--views", "head"]) == 0
     assert html.stat().st_size > 1000
-    with pytest.raises(UsageError, match="holds 3 examples, over the page's cap of 2"):
+    with pytest.raises(UsageError, match="brings the examples to 3, over the page.s cap of 2"):
         read_inputs([str(full)], cap=2)
+
+
+def test_mixing_quantities_a_store_lacks_are_said_and_recorded(dumped, tmp_path, capsys):
+    _, _, _, mid = dumped
+    report = _report(tmp_path, "mid", str(mid))
+    err = capsys.readouterr().err
+    assert "lacks sum_alpha_fx_norm, attn_res_norm, attn_res_ln_norm" in err, err
+    assert report["meta"]["not_in_input"] == ["sum_alpha_fx_norm", "attn_res_norm",
+                                              "attn_res_ln_norm"]  # fmt: skip
+    assert set(report["mixing_ratios"]) == {"Attn-W", "AttnRes-W"}
+
+
+def test_only_a_whole_url_of_a_store_scheme_is_a_store(dumped):
+    from jaxattn.cli.saved import is_store
+
+    assert is_store("gs://bucket/ewt.zarr") and is_store("file:///data/ewt.zarr")
+    for text in ("Visit https://example.com today.", "https://example.com", "gs://a b"):
+        assert not is_store(text), text
+    items = read_inputs(["See https://x.org now.", "file:///no/such/store"][:1])
+    assert items == ["See https://x.org now."]
+
+
+def test_limit_and_cap_count_what_a_page_would_hold(dumped):
+    _, full, _, _ = dumped
+    with pytest.raises(UsageError, match="brings the examples to 3, over the page's cap of 2"):
+        read_inputs([str(full)], limit=5, cap=2)
+    items = read_inputs(["a", "b", "c", str(full)], limit=2, cap=2)
+    assert items == ["a", "b"]  # the store is not read past the limit
+
+
+def test_a_capture_file_gets_its_parse_by_text(dumped, engines, tmp_path):
+    conllu, _, _, _ = dumped
+    from jaxattn.cli.saved import saved_parses
+
+    text = " ".join(SENTENCES[2][1])
+    cap = engines["bert"].capture([text], ("attention",))[0]
+    assert cap.text == text
+    (parse,) = saved_parses([cap], str(conllu), "c.npz")
+    assert parse.words == tuple(SENTENCES[2][1])
+    other = engines["bert"].capture(["He ran away"], ("attention",))[0]
+    with pytest.raises(UsageError, match="is 'He ran away', which is no sentence of the file"):
+        saved_parses([other], str(conllu), "c.npz")

@@ -63,7 +63,9 @@ def test_views_read_nothing_until_indexed(pair, monkeypatch):
     store, _ = pair
     reads = []
     real = type(store).read
-    monkeypatch.setattr(type(store), "read", lambda self, i: reads.append(i) or real(self, i))
+    monkeypatch.setattr(
+        type(store), "read", lambda self, i, what=None: reads.append(i) or real(self, i, what)
+    )
     view = store[1:][::2][-2:]
     assert reads == [] and len(view) == 2
     view[-1]
@@ -96,3 +98,22 @@ def test_other_keys_are_type_errors_naming_the_type(pair, key):
         store[key]
     with pytest.raises(TypeError, match=f"not {type(key).__name__}$"):
         store[::2][key]
+
+
+def test_select_reads_only_the_chosen_quantities(tmp_path):
+    from store_helpers import captures, write_store
+
+    import jaxattn
+
+    path = tmp_path / "s.zarr"
+    written = captures(5)
+    write_store(path, written)
+    store = jaxattn.open_store(path)
+    view = store.select(("attention",))
+    assert view.what == ("attention",) and store[1:3].what == store.what
+    for got, want in zip(view[1:], written[1:], strict=True):
+        assert got.what == ("attention",)
+        np.testing.assert_array_equal(got.attention, want.attention)
+    assert store[::2].select(["hidden_states"])[-1].what == ("hidden_states",)
+    with pytest.raises(ValueError, match="holds attention, hidden_states, not queries"):
+        store.select(("queries",))
