@@ -34,6 +34,7 @@ from jaxattn.cli.args import (
     selection,
 )
 from jaxattn.cli.corpus import capture_counted, read_inputs
+from jaxattn.cli.saved import require
 from jaxattn.errors import InputError, UsageError
 from jaxattn.spec import resolve_indices
 
@@ -154,6 +155,11 @@ def _write_static(args, fmt: str, view: str, caps: list) -> None:
     if not -len(caps) <= args.example < len(caps):
         raise UsageError(f"--example {args.example}: there are {len(caps)} examples")
     cap = caps[args.example]
+    if view == "neuron":
+        needed = ("queries", "keys")
+    else:
+        needed = ("alpha_fx_norm",) if args.kind == "norm" else ("attention",)
+    require([cap], needed, f"example {args.example}", f"the {view} view (--kind {args.kind})")
     layers, heads = _count(cap, "num_layers", cap.layers), _count(cap, "num_heads", cap.heads)
     layer = _one(cap.layers, args.layers, layers, "--layers", view)
     opts: dict = dict(kind=args.kind)

@@ -191,3 +191,12 @@ def test_a_capture_file_gets_its_parse_by_text(dumped, engines, tmp_path):
     other = engines["bert"].capture(["He ran away"], ("attention",))[0]
     with pytest.raises(UsageError, match="is 'He ran away', which is no sentence of the file"):
         saved_parses([other], str(conllu), "c.npz")
+
+
+def test_a_static_view_of_a_store_names_the_quantity_it_lacks(dumped, tmp_path, capsys):
+    _, _, bare, _ = dumped
+    out = tmp_path / "b.svg"
+    assert main(["view", str(bare), "--kind", "norm", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "needs alpha_fx_norm" in err, err
+    assert "--what attention,alpha_fx_norm" in err and not out.exists(), err
