@@ -188,6 +188,10 @@ def run(args) -> int:
     check_output(args.out, args.overwrite)
     _check_flags(args)
     sides = [open_side(parse_side(arg, name)) for arg, name in zip(args.compare, "AB", strict=True)]
+    for side in sides:
+        if side.saved is not None and not len(side.saved):
+            raise InputError(None, f"{side.where} holds no examples: nothing to compare (dump "
+                             "texts into it first, or name another store)")  # fmt: skip
     texts = _texts(args, sides)
     held, skipped, engines = [], set(), {}
     for side in sides:  # input index -> capture

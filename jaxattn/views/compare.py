@@ -7,10 +7,14 @@
 
 Example i of A is paired with example i of B. Same token sequences: compared
 token by token. Different token sequences of the same text (two tokenisers):
-compared word by word with Clark et al.'s convention (`word_level_attention`:
-sum over the pieces of a key word, mean over the pieces of a query word); the
-words are A's (`group_words`), B's pieces are aligned to them (`align_words`)
-and special tokens are left out on both sides (tokenisers put different ones in
+compared at the word level with Clark et al.'s convention
+(`word_level_attention`: sum over the pieces of a key unit, mean over the
+pieces of a query unit) on the coarsest segmentation both tokenisations share
+(`common_units`): each side's pieces are grouped into words (`group_words`),
+and a unit is a maximal span of characters where both sides have a word
+boundary, so A's words that B runs together (BERT "aren ' t" against RoBERTa
+"Ġaren 't") become one unit "aren't", and every unit has pieces on both sides.
+Special tokens are left out on both sides (tokenisers put different ones in
 different places), so a word-level row sums to the weight on words only. The
 page (`jaxattn.views.compare_page`) says which level it compares at.
 """
@@ -22,7 +26,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxattn.analysis.tokens import display_tokens, normalise_text, readable_text
+from jaxattn.analysis.tokens import (
+    detect_specials,
+    display_tokens,
+    normalise_text,
+    piece_bytes,
+    readable_text,
+)
 from jaxattn.analysis.weights import capture_weights, normalise_rows
 from jaxattn.analysis.words import WordMap, align_words, group_words, word_level_attention
 from jaxattn.capture import Capture
@@ -40,7 +50,8 @@ class Pair:
     """One example of A and of B on common rows and columns.
 
     Attributes:
-      tokens: the display labels of the U rows/columns (tokens, or A's words).
+      tokens: the display labels of the U rows/columns (tokens, or the common word
+        units, spelled with A's pieces: `common_units`).
       level: "token" or "word" (see the module docstring).
       a, b: [L, H, U, U] float64 weights of A and B.
       layers, heads: the layer and head indices of axes 0 and 1.
@@ -135,21 +146,67 @@ def check_same_text(index: int, a: Capture, b: Capture) -> None:
         )
 
 
-def word_matrices(wa: np.ndarray, ta: Sequence[str], wb: np.ndarray, tb: Sequence[str]):
-    """(A's words, [..., W, W] of A, [..., W, W] of B): both on A's words (module docstring).
+def _starts(tokens: Sequence[str], chars: list[str]) -> np.ndarray:
+    """[T] int: the index in `chars` of the character each non-special token starts at
+    (-1: a special token), by `align_words` against the characters as one-letter words."""
+    m = align_words(tokens, chars, keep_specials=False)
+    return np.where(m.token_unit >= 0, m.unit_word[np.maximum(m.token_unit, 0)], -1)
+
+
+def _spell(ta: Sequence[str], tb: Sequence[str]) -> tuple[list[str], list[np.ndarray]]:
+    """(the text's normalised characters, each side's `_starts`), spelled by A, else by B
+    (so that an [UNK] on one side is aligned against the other side's characters)."""
+    error = None
+    for tokens in (ta, tb):
+        chars = list(normalise_text(readable_text(tokens)))
+        try:
+            return chars, [_starts(ta, chars), _starts(tb, chars)]
+        except ValueError as e:
+            error = error or e
+    raise error
+
+
+def common_units(ta: Sequence[str], tb: Sequence[str]) -> tuple[tuple[str, ...], WordMap, WordMap]:
+    """(unit labels, A's and B's token -> unit maps) on the coarsest common segmentation.
+
+    Each side's pieces are grouped into words (`group_words`, specials left
+    out); a unit is a maximal span of characters where both sides have a word
+    boundary (the start of a word on each side), so every unit holds whole words
+    of A and whole words of B, at least one of each. A unit is labelled with the
+    text of A's pieces in it.
 
     Raises:
-      ValueError: B's pieces do not spell A's words (`align_words`).
+      ValueError: the two sides do not spell the same characters (`align_words`).
     """
-    map_a = _words(ta)
-    words = map_a.units
-    map_b = align_words(tb, words, keep_specials=False)
-    out = []
-    for w, m in ((wa, map_a), (wb, map_b)):
-        order = m.word_units()
-        x = word_level_attention(w, m)
-        out.append(x[..., order, :][..., order])
-    return words, out[0], out[1]
+    chars, starts = _spell(ta, tb)
+    maps = [_words(t) for t in (ta, tb)]
+    firsts = []
+    for m, st in zip(maps, starts, strict=True):
+        first = np.full(m.num_units, len(chars), int)
+        on = m.token_unit >= 0
+        np.minimum.at(first, m.token_unit[on], st[on])
+        firsts.append(first)
+    common = sorted(set(firsts[0].tolist()) & set(firsts[1].tolist())) or [0]
+    word_unit = [np.maximum(np.searchsorted(common, f, side="right") - 1, 0) for f in firsts]
+    token_unit = [np.where(m.token_unit >= 0, wu[np.maximum(m.token_unit, 0)], -1)
+                  for m, wu in zip(maps, word_unit, strict=True)]  # fmt: skip
+    spelled = [b""] * len(common)  # A's pieces of each unit, decoded together
+    scheme = detect_specials(ta).scheme
+    for tok, u in zip(ta, token_unit[0].tolist(), strict=True):
+        spelled[u] += piece_bytes(tok, scheme) if u >= 0 else b""
+    labels = tuple(x.decode("utf-8", errors="replace") for x in spelled)
+    units = np.arange(len(common))
+    return labels, *(WordMap(units=labels, token_unit=t, unit_word=units) for t in token_unit)
+
+
+def word_matrices(wa: np.ndarray, ta: Sequence[str], wb: np.ndarray, tb: Sequence[str]):
+    """(unit labels, [..., U, U] of A, [..., U, U] of B) on `common_units`.
+
+    Raises:
+      ValueError: A's and B's pieces do not spell the same characters.
+    """
+    labels, map_a, map_b = common_units(ta, tb)
+    return labels, *(word_level_attention(w, m) for w, m in ((wa, map_a), (wb, map_b)))
 
 
 def select(cap: Capture, w: np.ndarray, layers, heads):
@@ -204,7 +261,9 @@ def pair_example(
         try:
             tokens, wa, wb = word_matrices(wa, a.tokens, wb, b.tokens)
         except ValueError as e:
-            raise UsageError(f"example {index}: B's tokens do not spell A's words ({e})") from e
+            raise UsageError(
+                f"example {index}: A's and B's tokens do not spell the same characters ({e})"
+            ) from e
         level, start = "word", None
     return Pair(tokens=tuple(tokens), level=level, a=np.asarray(wa, np.float64),
                 b=np.asarray(wb, np.float64), layers=la, heads=ha, sentence_b_start=start,

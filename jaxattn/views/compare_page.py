@@ -11,10 +11,16 @@ cell selects that head.
 
 The data is packed as `jaxattn.views.page` packs the other views: a JSON header
 (the labels of A and B, the token table, per example its token indices, layers,
-heads, level, summaries and scales) and one deflate-raw section per example with
-A's and B's weights (`payload.pack_array`: float32, or uint8 in 1/255 steps, so
-a drawn difference is within 1/255 of the exact one; the summaries, scales and
-hover values come from the exact weights).
+heads, level, summaries and scales, 7 significant digits) and one deflate-raw
+section per example with A's and B's weights (`payload.pack_array`: float32, or
+uint8 in 1/255 steps). With uint8 the section also holds the difference itself
+(`pack_diff`), quantised per (layer, head) against that head's own scale
+m = max|B - A|: integers q in [-127, 127] (an "i1" array with unit steps, as
+core.js decodes it) and a float32 step s <= m / 127 per head ("d_step"), so the
+drawn B - A = q s is within m / 254 of the exact one; a difference of two
+rounded weights would be within 1/255 only, and 0 wherever A and B round alike.
+With float32 the page subtracts the embedded weights. The summaries and scales
+come from the exact weights.
 """
 
 from __future__ import annotations
@@ -39,8 +45,34 @@ def side_label(source: str, quantity: str, dtype: str, precision: str, model: st
     return f"{where} · {QUANTITY_TITLES[quantity]} · {dtype} · precision {precision}"
 
 
+DIFF_LEVELS = 127  # the embedded difference: integers in [-127, 127] times the head's step
+
+
 def _rounded(x: np.ndarray) -> list:
-    return np.round(np.asarray(x, np.float64), 7).tolist()
+    """`x` as nested lists of floats to 7 significant digits (tiny scales stay non-zero)."""
+    x = np.asarray(x, np.float64)
+    return np.array([float(f"{v:.7g}") for v in x.ravel()]).reshape(x.shape).tolist()
+
+
+def pack_diff(d: np.ndarray) -> tuple[dict, bytes, dict, bytes]:
+    """The difference [L, H, U, U] quantised per head (the module docstring).
+
+    Returns:
+      (descriptor, bytes) of the integers q ("i1" with unit float16 steps) and of
+      the float32 steps s [L, H], the largest float32 <= max|d| / 127 of each head:
+      |q s - d| <= max(s / 2, max|d| - 127 s) <= max|d| / 254.
+    """
+    d = np.asarray(d, np.float64)
+    want = np.abs(d).max((-2, -1)) / DIFF_LEVELS
+    steps = want.astype(np.float32)
+    over = steps.astype(np.float64) > want
+    steps[over] = np.nextafter(steps[over], np.float32(0))
+    div = np.where(steps > 0, steps, 1).astype(np.float64)[..., None, None]
+    q = np.clip(np.rint(d / div), -DIFF_LEVELS, DIFF_LEVELS).astype(np.int8)
+    heads = int(np.prod(d.shape[:-2], dtype=int))
+    raw = np.ones(heads, "<f2").tobytes() + q.tobytes()
+    step_desc, step_raw = pack_array(steps, "f4")
+    return dict(dtype="i1", shape=list(d.shape), keymajor=False), raw, step_desc, step_raw
 
 
 def pack_pairs(pairs: Sequence[Pair], embed: str) -> tuple[dict, list[bytes]]:
@@ -56,11 +88,15 @@ def pack_pairs(pairs: Sequence[Pair], embed: str) -> tuple[dict, list[bytes]]:
     table: dict[str, int] = {}
     examples, sections = [], []
     for i, p in enumerate(pairs):
-        section, arrays = bytearray(), {}
+        section, arrays, parts = bytearray(), {}, []
         for name, x in (("a", p.a), ("b", p.b)):
-            arrays[name], raw = pack_array(x, code, keymajor=True)
-            section += bytes(-len(section) % 4)
-            arrays[name].update(at=len(section), nbytes=len(raw))
+            parts.append((name, *pack_array(x, code, keymajor=True)))
+        if code == "u1":
+            desc, raw, step_desc, step_raw = pack_diff(p.diff)
+            parts += [("d", desc, raw), ("d_step", step_desc, step_raw)]
+        for name, desc, raw in parts:
+            section += bytes(-len(section) % 4)  # float32 arrays need 4-byte offsets
+            arrays[name] = dict(desc, at=len(section), nbytes=len(raw))
             section += raw
         z = zlib.compressobj(9, zlib.DEFLATED, -15, 8)
         sections.append(z.compress(bytes(section)) + z.flush())

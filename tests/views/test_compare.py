@@ -113,6 +113,44 @@ def test_word_level_when_tokenisers_differ(text):
     np.testing.assert_allclose(pair.b[0, 0], B_WORDS, atol=1e-6)
 
 
+# A contraction BERT splits into three words and RoBERTa into two ("aren", "'t"): the
+# common units are "they", "aren't", "here". Hand-computed as above.
+C_A_TOKENS = ["[CLS]", "they", "aren", "'", "t", "here", "[SEP]"]
+C_A_ROWS = [[0.4, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1],
+            [0.1, 0.3, 0.2, 0.1, 0.1, 0.1, 0.1],
+            [0.2, 0.1, 0.3, 0.1, 0.1, 0.1, 0.1],
+            [0.1, 0.1, 0.1, 0.4, 0.1, 0.1, 0.1],
+            [0.1, 0.2, 0.1, 0.1, 0.3, 0.1, 0.1],
+            [0.1, 0.1, 0.1, 0.1, 0.1, 0.4, 0.1],
+            [0.4, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1]]  # fmt: skip
+C_A_WORDS = [[0.3, 0.4, 0.1],  # they: .3, .2+.1+.1, .1
+             [0.4 / 3, 1.6 / 3, 0.1],  # aren't: mean(.1, .1, .2), mean(.5, .6, .5), .1
+             [0.1, 0.3, 0.4]]  # fmt: skip
+C_B_TOKENS = ["<s>", "They", "Ġaren", "'t", "Ġhere", "</s>"]
+C_B_ROWS = [[0.5, 0.1, 0.1, 0.1, 0.1, 0.1],
+            [0.2, 0.2, 0.2, 0.2, 0.1, 0.1],
+            [0.1, 0.1, 0.3, 0.3, 0.1, 0.1],
+            [0.1, 0.2, 0.1, 0.4, 0.1, 0.1],
+            [0.1, 0.1, 0.1, 0.1, 0.5, 0.1],
+            [0.5, 0.1, 0.1, 0.1, 0.1, 0.1]]  # fmt: skip
+C_B_WORDS = [[0.2, 0.4, 0.1],  # they: .2, .2+.2, .1
+             [0.15, 0.55, 0.1],  # aren't: mean(.1, .2), mean(.6, .5), .1
+             [0.1, 0.2, 0.5]]  # fmt: skip
+
+
+@pytest.mark.parametrize("text", [None, "They aren't here"])
+@pytest.mark.parametrize("swap", [False, True])
+def test_word_level_merges_words_the_other_side_runs_together(text, swap):
+    a = fake(C_A_TOKENS, C_A_ROWS, text), C_A_WORDS, ("they", "aren't", "here")
+    b = fake(C_B_TOKENS, C_B_ROWS, text), C_B_WORDS, ("They", "aren't", "here")
+    (ca, wa, labels), (cb, wb, _) = (b, a) if swap else (a, b)
+    pair = pair_example(0, ca, cb, "attention", "attention")
+    assert pair.level == "word" and pair.tokens == labels
+    np.testing.assert_allclose(pair.a[0, 0], wa, atol=1e-6)
+    np.testing.assert_allclose(pair.b[0, 0], wb, atol=1e-6)
+    assert (pair.a.sum(-1) > 0).all() and (pair.b.sum(-1) > 0).all()  # no unit left empty
+
+
 def test_pairing_refuses_other_texts_counts_and_shapes():
     other = fake(["[CLS]", "dogs", "are", "red", "[SEP]"], np.full((5, 5), 0.2))
     with pytest.raises(UsageError, match=r"^example 0 differs between A and B: A is "
@@ -139,9 +177,10 @@ def saved(tmp_path_factory, tiny_caps) -> dict:
     att = dataclasses.replace(tiny_caps[0], tensors={"attention": tiny_caps[0].attention})
     att.save(d / "att.npz")
     write_store(d / "store", store_captures(3))
+    write_store(d / "empty", [])
     return {k: str(d / n) for k, n in
             (("one", "one.npz"), ("pair", "pair.npz"), ("att", "att.npz"), ("store", "store"),
-             ("dir", ""))}  # fmt: skip
+             ("empty", "empty"), ("dir", ""))}  # fmt: skip
 
 
 def run(capsys, *argv) -> tuple[int, str]:
@@ -223,6 +262,14 @@ def test_bad_inputs(saved, tmp_path, capsys, argv, code, message):
     got, err = run(capsys, *argv, "--out", str(tmp_path / "c.html"))
     assert got == code and message in err, err
     assert not (tmp_path / "c.html").exists()
+
+
+def test_empty_store_is_named(saved, tmp_path, capsys):
+    for argv in (["--compare", saved["empty"], saved["empty"]],
+                 ["x", "--compare", "default", saved["empty"]]):  # fmt: skip
+        code, err = run(capsys, *argv, "--out", str(tmp_path / "e.html"))
+        side = "A" if argv[0] == "--compare" else "B"
+        assert code == 1 and f"--compare {side} '{saved['empty']}' holds no examples" in err, err
 
 
 def test_two_tokenisers_compare_word_by_word(engines, checkpoint_dirs, tmp_path):

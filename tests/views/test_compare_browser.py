@@ -3,6 +3,9 @@
 Model B is the tiny BERT with layer 1 head 1's query weights and bias scaled by 3:
 layer 0 and the other heads of layer 1 see the same inputs and weights, so their
 attention is identical; head 1 of layer 1 differs, and every head after it too.
+
+uint8 pages (A and B in 1/255 steps) carry the difference itself: decoded here and drawn
+for a tf32-sized difference.
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ import zlib
 
 import numpy as np
 import pytest
+from test_compare import fake, random_rows
 from views_helpers import screenshot, wait_ready
 
 from jaxattn.cli import main
+from jaxattn.views.compare import pair_example
+from jaxattn.views.compare_page import build_compare_html
 from jaxattn.views.page import decode_text
 from jaxattn.views.payload import unpack_array
 
@@ -99,6 +105,18 @@ def diverging(d, m):
     return [255, s, s] if t >= 0 else [s, s, 255]
 
 
+def to_precision(x: float, digits: int = 3) -> str:
+    """JavaScript's Number.prototype.toPrecision (ECMA-262): fixed unless the exponent is
+    below -6 or at least `digits`."""
+    if x == 0:
+        return f"{0:.{digits - 1}f}"
+    mantissa, exp = f"{x:.{digits - 1}e}".split("e")
+    e = int(exp)
+    if e < -6 or e >= digits:
+        return f"{mantissa}e{'+' if e >= 0 else '-'}{abs(e)}"
+    return f"{x:.{digits - 1 - e}f}"
+
+
 def centres(page, canvas, n):
     box = page.eval_on_selector(
         f"#{canvas}", "c => [+c.dataset.ox, +c.dataset.oy, +c.dataset.cell]"
@@ -120,8 +138,8 @@ def test_page_panels_hover_and_overview(compared, page):
     assert page.input_value("#cmp-layer") == str(LAYER)
     a, b = ref_a[0][LAYER, HEAD].astype(np.float64), ref_b[0][LAYER, HEAD].astype(np.float64)
     t, m = len(a), np.abs(b - a).max()
-    assert page.text_content("#cmp-min") == f"{-m:.4f}"
-    assert page.text_content("#cmp-max") == f"+{m:.4f}"
+    assert page.text_content("#cmp-min") == f"−{to_precision(m)}"
+    assert page.text_content("#cmp-max") == f"+{to_precision(m)}"
     panels = (("cmp-a", lambda i, j: grey(a[i, j])), ("cmp-b", lambda i, j: grey(b[i, j])),
               ("cmp-diff", lambda i, j: diverging(b[i, j] - a[i, j], m)))  # fmt: skip
     for canvas, want in panels:
@@ -148,3 +166,58 @@ def test_page_panels_hover_and_overview(compared, page):
     points, _ = centres(page, "cmp-b", len(ref_b[1][0, 0]))
     got = page.evaluate(PIXELS, ["cmp-b", points[:1]])[0]
     assert np.abs(np.array(got) - grey(ref_b[1][LAYER, HEAD][0, 0])).max() <= 1
+
+
+def test_uint8_page_embeds_the_difference_per_head(tmp_path):
+    """uint8 weights and B = A rounded to 1/255 (dtype=uint8), a tf32-sized change, a dense one."""
+    rng = np.random.default_rng(5)
+    tokens = ["[CLS]", "a", "b", "c", "d", "e", "[SEP]"]
+    a = random_rows(rng, (2, 2, 7, 7))
+    b = np.rint(a * 255) / 255  # layer 0: an output encoding's rounding, m ~ 0.002
+    b[1, 0] = a[1, 0] * (1 + 1e-4 * rng.standard_normal((7, 7)))  # m ~ 1e-5
+    b[1, 1] = random_rows(rng, (7, 7))
+    layout = dict(layers=(0, 1), heads=(0, 1))
+    pair = pair_example(0, fake(tokens, a, **layout), fake(tokens, b, **layout), "attention",
+                        "attention")  # fmt: skip
+    out = tmp_path / "u8.html"
+    out.write_text(build_compare_html([pair], ("a", "b"), embed="uint8"), encoding="utf-8")
+    header, arrays = read_page(out)
+    got = (
+        arrays[0]["d"].astype(np.float64) * arrays[0]["d_step"].astype(np.float64)[..., None, None]
+    )
+    exact = b.astype(np.float32).astype(np.float64) - a.astype(np.float64)
+    m = np.abs(exact).max((-2, -1), keepdims=True)
+    assert (np.abs(got - exact) <= m / 254).all()
+    assert (got[np.abs(exact) > m / 254] != 0).all()  # no visible difference drawn as 0
+    assert (np.abs(arrays[0]["a"] - a) <= 1 / 510 + 1e-7).all()  # A and B stay uint8
+    np.testing.assert_allclose(header["examples"][0]["max_abs"], m[..., 0, 0], rtol=1e-6)
+
+
+def test_uint8_page_draws_a_tiny_difference(page, tmp_path):
+    """A tf32-sized difference (m ~ 1e-5) on a uint8 page: drawn from the embedded difference
+    (A and B round alike to 1/255), colour bar and hover in 3 significant digits."""
+    rng = np.random.default_rng(6)
+    tokens = ["[CLS]", "a", "b", "c", "d", "[SEP]"]
+    a = random_rows(rng, (6, 6))
+    b = (a * (1 + 1e-4 * rng.standard_normal((6, 6)))).astype(np.float32)
+    assert (np.rint(a * 255) == np.rint(b * 255)).mean() > 0.9  # what a B - A of uint8s draws
+    pair = pair_example(0, fake(tokens, a), fake(tokens, b), "attention", "attention")
+    out = tmp_path / "tiny.html"
+    out.write_text(build_compare_html([pair], ("a", "b"), embed="uint8"), encoding="utf-8")
+    _, arrays = read_page(out)
+    drawn = arrays[0]["d"][0, 0].astype(np.float64) * float(arrays[0]["d_step"][0, 0])
+    d = b.astype(np.float64) - a
+    m = np.abs(d).max()
+    page.goto(out.as_uri())
+    wait_ready(page)
+    assert page.text_content("#cmp-max") == f"+{to_precision(m)}" and "e-" not in to_precision(m)
+    points, _ = centres(page, "cmp-diff", 6)
+    got = np.array(page.evaluate(PIXELS, ["cmp-diff", points]))
+    want = np.array([diverging(d[i, j], m) for i in range(6) for j in range(6)])
+    assert np.abs(got - want).max() <= 2  # the quantised d is within m / 254: 1 colour level
+    assert (got != 255).any(-1).sum() >= (np.abs(d) > m / 100).sum()
+    i, j = np.unravel_index(np.abs(d).argmax(), d.shape)
+    box = page.query_selector("#cmp-diff").bounding_box()
+    page.mouse.move(box["x"] + points[i * 6 + j][0], box["y"] + points[i * 6 + j][1])
+    sign = "+" if drawn[i, j] >= 0 else "−"
+    assert f"B − A {sign}{to_precision(abs(drawn[i, j]))}" in page.text_content("#cmp-info")

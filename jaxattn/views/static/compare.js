@@ -32,7 +32,8 @@
     return [Math.round(255 - 138 * t), Math.round(255 - 191 * t), Math.round(255 - 93 * t)];
   };
   const css = (rgb) => `rgb(${rgb[0]},${rgb[1]},${rgb[2]})`;
-  const fmt = (x) => (x >= 0 ? "+" : "−") + Math.abs(x).toFixed(4);
+  /** A signed difference with 3 significant digits (tf32-sized ones stay readable). */
+  const fmt = (x) => (x >= 0 ? "+" : "−") + Math.abs(x).toPrecision(3);
 
   /** One heat map panel: a canvas with token labels, a cached matrix image, an outline. */
   function panel(id, caption) {
@@ -122,10 +123,13 @@
         ": white 0 to purple ", top, "."), grid);
 
     const ex = () => doc.examples[state.example];
-    const vals = (i, j) => {
-      const t = ex()._t.weights, a = t.a.at(t.a.base(state.l, state.h, i, j)), b = t.b.at(t.b.base(state.l, state.h, i, j));
-      return [a, b, b - a];
+    const at = (w, i, j) => w.at(w.base(state.l, state.h, i, j));
+    /** B − A at (i, j): the embedded difference (uint8 pages: q × the head's step), else B − A. */
+    const diff = (i, j) => {
+      const t = ex()._t.weights;
+      return t.d ? at(t.d, i, j) * t.d_step.at(t.d_step.base(state.l, state.h)) : at(t.b, i, j) - at(t.a, i, j);
     };
+    const vals = (i, j) => { const t = ex()._t.weights; return [at(t.a, i, j), at(t.b, i, j), diff(i, j)]; };
     function hover(hi) {
       state.hi = hi;
       panels.forEach((p) => draw(p, ex().tokens, hi));
@@ -156,8 +160,8 @@
           const v = s[l][h];
           grid.append(JX.el("div", {
             class: `cmp-cell${l === state.l && h === state.h ? " on" : ""}`, "data-layer": layer, "data-head": head,
-            "data-value": v, title: `layer ${layer} head ${head}: mean |B−A| ${m.summary.mean_abs[l][h].toFixed(5)}, `
-              + `JS distance ${m.summary.js[l][h].toFixed(5)}`, style: `background:${css(summaryRgb(v, most))}`,
+            "data-value": v, title: `layer ${layer} head ${head}: mean |B−A| ${m.summary.mean_abs[l][h].toPrecision(3)}, `
+              + `JS distance ${m.summary.js[l][h].toPrecision(3)}`, style: `background:${css(summaryRgb(v, most))}`,
             on: { click: () => { state.l = l; state.h = h; lSel.value = String(l); hSel.value = String(h); render(); } },
           }));
         });
@@ -166,16 +170,15 @@
     function render() {
       const e = ex(), m = meta[state.example], t = e._t.weights, scale = m.max_abs[state.l][state.h];
       panels.forEach((p) => layout(p, e.tokens));
-      const at = (w, i, j) => w.at(w.base(state.l, state.h, i, j));
       paint(panels[0], (i, j) => CMP.weightRgb(at(t.a, i, j)));
       paint(panels[1], (i, j) => CMP.weightRgb(at(t.b, i, j)));
-      paint(panels[2], (i, j) => CMP.diffRgb(at(t.b, i, j) - at(t.a, i, j), scale));
+      paint(panels[2], (i, j) => CMP.diffRgb(diff(i, j), scale));
       panels[2].canvas.dataset.scale = scale;
-      minEl.textContent = (-scale).toFixed(4); maxEl.textContent = `+${scale.toFixed(4)}`;
+      minEl.textContent = `−${scale.toPrecision(3)}`; maxEl.textContent = `+${scale.toPrecision(3)}`;
       const where = `layer ${e.layers[state.l]}, head ${e.heads[state.h]}`;
       panels[0].fig.firstChild.textContent = `A · ${where}`;
       panels[1].fig.firstChild.textContent = `B · ${where}`;
-      panels[2].fig.firstChild.textContent = `B − A · ${where} (scale ±max|B − A| of this head)`;
+      panels[2].fig.firstChild.textContent = `B − A · ${where} (scale ±max|B − A| of this head${t.d ? "; the page's difference is within max|B − A|/254" : ""})`;
       hover(null); overview();
       root.dataset.layer = String(e.layers[state.l]); root.dataset.head = String(e.heads[state.h]);
       root.dataset.rendered = String(+(root.dataset.rendered || 0) + 1);
@@ -194,8 +197,10 @@
         state.l = Math.min(state.l, e.layers.length - 1); state.h = Math.min(state.h, e.heads.length - 1);
         lSel.value = String(state.l); hSel.value = String(state.h);
         level.textContent = meta[i].level === "word"
-          ? "Compared word by word: the tokenisers differ, so rows and columns are A's words "
-            + "(Clark et al.: a key word sums its pieces, a query word averages them; special tokens left out)."
+          ? "Compared word by word: the tokenisers differ, so rows and columns are the coarsest words both "
+            + "share (A's words merged where B has no boundary between them, and B's where A has none: "
+            + "aren ' t against aren 't is one unit aren't). Clark et al.: a key word sums its pieces, a query "
+            + "word averages them; special tokens left out."
           : "Compared token by token (A and B have the same tokens).";
         root.dataset.example = String(i);
         render();
