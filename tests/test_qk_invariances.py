@@ -58,11 +58,19 @@ def test_the_normalisation_is_such_a_transform_and_equalises_centroids_and_rms()
         qh, kh = q[g // H, g % H], k[g // H, g % H]
         nq, nk = normalise(qh, kh, maps.mean_q[g], maps.mean_k[g], maps.scale[g])
         np.testing.assert_allclose(softmax(nq @ nk.T), softmax(qh @ kh.T), rtol=1e-9, atol=1e-12)
-        # keys translated onto the queries' centroid (before scaling), RMS norms equal
-        np.testing.assert_allclose(nk.mean(0) * maps.scale[g], qh.mean(0), atol=1e-4)
+        # the FINAL cloud: one centroid, equal RMS norms (the reference from the raw vectors)
+        np.testing.assert_allclose(nq.mean(0), nk.mean(0), atol=1e-5)
+        np.testing.assert_allclose(maps.centre[g], nq.mean(0), atol=1e-5)
         rms_q = np.sqrt((nq**2).sum(1).mean())
         rms_k = np.sqrt((nk**2).sum(1).mean())
         assert rms_q == pytest.approx(rms_k, rel=1e-5)
+        # c from the moments: (tr Cov k / tr Cov q)^(1/4), numpy's own covariance
+        c = (np.trace(np.cov(kh.T, bias=True)) / np.trace(np.cov(qh.T, bias=True))) ** 0.25
+        assert maps.scale[g] == pytest.approx(c, rel=1e-5)
+        # the transform is exactly q -> c q and k -> k / c + v (one vector v for all keys)
+        np.testing.assert_allclose(nq, c * qh, rtol=1e-5)
+        shift = nk - kh / c
+        np.testing.assert_allclose(shift, np.broadcast_to(shift[0], shift.shape), atol=1e-5)
 
 
 def test_streamed_moments_equal_the_one_shot_numpy_statistics():
@@ -86,9 +94,9 @@ def test_pca_equals_numpy_svd_of_the_joint_normalised_cloud_up_to_sign():
     for g in range(L * H):
         qh, kh = q[g // H, g % H], k[g // H, g % H]
         # the reference: its own normalisation from the raw vectors, then SVD
-        kt = kh - kh.mean(0) + qh.mean(0)
-        c = (np.sqrt((kt**2).sum(1).mean()) / np.sqrt((qh**2).sum(1).mean())) ** 0.5
-        cloud = np.concatenate([c * qh, kt / c])
+        c = ((kh - kh.mean(0)) ** 2).sum(1).mean() / ((qh - qh.mean(0)) ** 2).sum(1).mean()
+        c = c**0.25
+        cloud = np.concatenate([c * qh, (kh - kh.mean(0)) / c + c * qh.mean(0)])
         np.testing.assert_allclose(normalised_cloud(maps, g, qh, kh), cloud, rtol=1e-5, atol=1e-5)
         centred = cloud - cloud.mean(0)
         _, s, vt = np.linalg.svd(centred, full_matrices=False)

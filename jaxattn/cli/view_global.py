@@ -6,13 +6,18 @@ corpus: texts are captured window by window (queries, keys and attention, under
 --layers/--heads/--precision/--too-long), saved captures read lazily; each
 example's per-head moments are summed on the device (`jaxattn.engine.qk_map`)
 and a seeded uniform sample of whole sentences (`--global-max-tokens`) is kept
-for the page. Per head: keys translated to the queries' centroid, queries and
-keys scaled to equal RMS norms, PCA to 2-D (always), and optionally t-SNE/UMAP
-(`--global-reducer`). See docs/global-view.md.
+for the page, with its attention deflated up to `--global-attention-mb`. Per
+head: queries scaled by c, keys by 1/c and moved onto the queries' (scaled)
+centroid, c giving both clouds equal RMS norms; PCA to 2-D (always), and
+optionally t-SNE/UMAP (`--global-reducer`). A store is read for queries, keys
+and attention only. INPUTs must come from one model (their provenance), saved
+captures are shown as stored (no --model/--server). See docs/global-view.md.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import sys
 import time
 from collections.abc import Iterator
@@ -47,40 +52,113 @@ def add_arguments(parser) -> None:
                    help="seed of the sentence sample (default 0)")  # fmt: skip
     g.add_argument("--global-attention-mb", type=positive_float, metavar="MIB",
                    default=ATTENTION_BYTES / (1 << 20),
-                   help="most MiB of compressed attention the page embeds for the click-through "
-                   "head view (sampled sentences past it have none)")  # fmt: skip
+                   help="most MiB of compressed attention held and embedded for the "
+                   "click-through head view (sampled sentences beyond it have none)")  # fmt: skip
     g.add_argument("--global-quiet", action="store_true", help="no progress line on stderr")
 
 
-def _sources(args) -> tuple[list, int]:
-    """[(what, items)] in INPUT order: ("saved", captures) or ("texts", texts); and the
-    number of examples (at most --limit)."""
-    from jaxattn.cli.corpus import read_input
+@dataclasses.dataclass
+class _Part:
+    """Consecutive examples of the corpus read one way.
+
+    Attributes:
+      kind: "texts" (captured here) or "saved" (captures as stored).
+      items: the texts, or the captures (a lazy store selection or a list).
+      origins: per item, (INPUT number, its example index in that INPUT: a store's record).
+      where: the part's first INPUT, in words.
+      provenance: the model saved captures record (texts: filled in from the source).
+    """
+
+    kind: str
+    items: list
+    origins: list
+    where: str
+    provenance: dict = dataclasses.field(default_factory=dict)
+
+
+def _sources(args) -> tuple[list[_Part], int, list[str]]:
+    """The corpus's parts in INPUT order, its number of examples (at most --limit) and
+    the INPUTs' names for the page. A store is read for the map's quantities only."""
+    from jaxattn.cli.corpus import records
     from jaxattn.cli.saved import open_saved, require
     from jaxattn.inputs import is_file_argument, split_pair
 
-    parts, total, limit = [], 0, args.limit
-    for arg in args.inputs:
+    parts, total, limit, names = [], 0, args.limit, []
+    for no, arg in enumerate(args.inputs):
         left = limit - total if limit else None
         if left == 0:
             break
         saved = open_saved(arg)
+        names.append(arg if saved is not None or is_file_argument(arg) else f"INPUT {no + 1}")
+        where = f"INPUT {arg}" if names[-1] == arg else f"INPUT {no + 1} (a text)"
         if saved is not None:
-            require(saved, NEEDS, f"INPUT {arg}", "jaxattn view --global")
+            require(saved, NEEDS, where, "jaxattn view --global", also=("attention",))
+            if hasattr(saved, "select"):  # a store: read only these quantities
+                prov = dict(saved.provenance)
+                saved = saved.select([q for q in WHAT if q in saved.what])
+            else:
+                prov = dict(saved[0].provenance) if len(saved) else {}
             items = saved[:left] if left else saved
-            kind = "saved"
-        elif is_file_argument(arg):  # corpus.read_inputs' rules, with stores kept lazy
-            items, kind = read_input(arg, limit=left), "texts"
-        elif not arg.strip():
-            raise InputError(None, "an INPUT is empty: give a sentence or a file")
+            entries = getattr(items, "entries", None)
+            rec = [e.record for e in entries] if entries is not None else range(len(items))
+            parts.append(_Part("saved", items, [(no, r) for r in rec], where, prov))
         else:
-            items, kind = [split_pair(arg)], "texts"
-        if parts and parts[-1][0] == kind == "texts":
-            parts[-1][1].extend(items)
-        else:
-            parts.append((kind, list(items) if kind == "texts" else items))
+            if is_file_argument(arg):
+                got = [(r.index, r.text) for r in records(arg, limit=left)]
+            elif not arg.strip():
+                raise InputError(None, "an INPUT is empty: give a sentence or a file")
+            else:
+                got = [(0, split_pair(arg))]
+            if not (parts and parts[-1].kind == "texts"):
+                parts.append(_Part("texts", [], [], where))
+            parts[-1].items.extend(t for _, t in got)
+            parts[-1].origins.extend((no, r) for r, _ in got)
+            items = got
         total += len(items)
-    return parts, total
+    return parts, total, names
+
+
+def _check_flags(args, parts) -> None:
+    """UsageError for what --global cannot honour (the page is HTML; saved captures are
+    shown as stored)."""
+    from pathlib import Path
+
+    if not args.inputs:
+        raise UsageError("--global needs a CORPUS: give input files, texts or a store")
+    if args.format not in (None, "html"):
+        raise UsageError(f"--global writes one HTML page: drop --format {args.format}")
+    if Path(args.out).suffix.lower() in (".svg", ".png"):
+        raise UsageError(f"--global writes one HTML page: give --out a .html name, not "
+                         f"{args.out}")  # fmt: skip
+    if args.views is not None:
+        raise UsageError(f"--global draws its own page, not the views: drop --views {args.views}")
+    if parts and all(p.kind == "saved" for p in parts):
+        for flag in ("model", "server"):
+            if getattr(args, flag, None):
+                raise UsageError(f"{parts[0].where} holds captures, shown as stored: drop "
+                                 f"--{flag}")  # fmt: skip
+
+
+def _model(prov) -> str:
+    """A provenance in words: the model's name and weights fingerprint."""
+    weights = f", weights {prov['weights'][:20]}" if prov.get("weights") else ""
+    return f"{prov.get('model') or 'an unnamed model'}{weights}"
+
+
+def _check_one_model(parts) -> None:
+    """UsageError naming two parts whose models differ: their weights fingerprints when
+    both have one, else their names and configs (an empty provenance: unknown, passes)."""
+    known = [p for p in parts if p.provenance.get("model") or p.provenance.get("weights")]
+    for p in known[1:]:
+        a, b = known[0].provenance, p.provenance
+        if a.get("weights") and b.get("weights"):
+            same = a["weights"] == b["weights"]
+        else:
+            ca, cb = a.get("config"), b.get("config")
+            same = a.get("model") == b.get("model") and (not (ca and cb) or ca == cb)
+        if not same:
+            raise UsageError(f"{p.where} comes from {_model(b)}, {known[0].where} from "
+                             f"{_model(a)}: map the captures of one model together")  # fmt: skip
 
 
 def _picks(args, cap) -> tuple[list[int], list[int]]:
@@ -106,80 +184,91 @@ def _picks(args, cap) -> tuple[list[int], list[int]]:
     return out[0], out[1]
 
 
-def _examples(args, parts) -> Iterator[tuple]:
-    """(tokens, layers, heads, queries, keys, attention or None, model) of every example."""
+def _examples(args, parts, source) -> Iterator[tuple]:
+    """(corpus index, origin, tokens, layers, heads, queries, keys, attention or None) of
+    every example; texts captured with `source`."""
     from jaxattn.cli.corpus import report
     from jaxattn.cli.saved import require
-    from jaxattn.cli.source import open_source
 
-    for kind, items in parts:
-        if kind == "texts":
-            with open_source(args) as source:
-                stream = source.capture_iter(
-                    items, WHAT, args.layers, args.heads, "float32", too_long=args.too_long,
-                    precision=getattr(args, "precision", None), window=WINDOW,
-                )  # fmt: skip
-                for cap in stream:
-                    yield (cap.tokens, cap.layers, cap.heads, cap.queries, cap.keys,
-                           cap.attention, cap.provenance.get("model", ""))  # fmt: skip
-            report(stream, "jaxattn view --global")
-            continue
-        for cap in items:
-            require([cap], NEEDS, "a saved capture", "jaxattn view --global")
-            li, hi = _picks(args, cap)
-            sel = np.ix_(li, hi)
-            att = cap.attention[sel] if "attention" in cap.tensors else None
-            layers, heads = [cap.layers[i] for i in li], [cap.heads[i] for i in hi]
-            model = cap.provenance.get("model", "")
-            yield cap.tokens, layers, heads, cap.queries[sel], cap.keys[sel], att, model
-
-
-def _gather(records) -> tuple[np.ndarray, np.ndarray]:
-    """The kept sentences' queries and keys as two [L, H, n, K] arrays, each sentence's
-    own arrays released once copied (peak: the sample once, plus one sentence)."""
-    n = sum(len(r.tokens) for r in records)
-    L, H, _, K = records[0].queries.shape
-    q, k = np.empty((L, H, n, K), np.float32), np.empty((L, H, n, K), np.float32)
     at = 0
-    for r in records:
-        t = len(r.tokens)
-        q[:, :, at : at + t], k[:, :, at : at + t] = r.queries, r.keys
-        r.queries = r.keys = None
-        at += t
-    return q, k
+    for part in parts:
+        if part.kind == "texts":
+            stream = source.capture_iter(
+                part.items, WHAT, args.layers, args.heads, "float32", too_long=args.too_long,
+                precision=getattr(args, "precision", None), window=WINDOW,
+            )  # fmt: skip
+            for cap in stream:  # stream.index: the text's place, skipped ones counted
+                yield (at + stream.index, part.origins[stream.index], cap.tokens, cap.layers,
+                       cap.heads, cap.queries, cap.keys, cap.attention)  # fmt: skip
+            report(stream, "jaxattn view --global")
+        else:
+            for j, cap in enumerate(part.items):
+                require([cap], NEEDS, "a saved capture", "jaxattn view --global")
+                li, hi = _picks(args, cap)
+                sel = np.ix_(li, hi)
+                att = cap.attention[sel] if "attention" in cap.tensors else None
+                layers, heads = [cap.layers[i] for i in li], [cap.heads[i] for i in hi]
+                yield (
+                    at + j,
+                    part.origins[j],
+                    cap.tokens,
+                    layers,
+                    heads,
+                    cap.queries[sel],
+                    cap.keys[sel],
+                    att,
+                )
+        at += len(part.items)
 
 
 def run(args) -> int:
     """Write the global map of the corpus `args.inputs` to `args.out` (HTML)."""
-    from jaxattn.engine.qk_map import MomentStream, fit_map, normalised_cloud, project
-    from jaxattn.engine.qk_reduce import check_reducer, reduce
-    from jaxattn.views.qk_map import SentenceSample, pack_global, sampled_sentence
-    from jaxattn.views.qk_page import write_global_html
+    from jaxattn.cli.source import open_source
+    from jaxattn.engine.qk_reduce import check_reducer
 
-    if not args.inputs:
-        raise UsageError("--global needs a CORPUS: give input files, texts or a store")
-    if args.format not in (None, "html"):
-        raise UsageError(f"--global writes one HTML page: drop --format {args.format}")
+    _check_flags(args, None)
     check_output(args.out, args.overwrite)
     check_reducer(args.global_reducer)  # before any capture
     t0 = time.perf_counter()
-    parts, total = _sources(args)
+    parts, total, names = _sources(args)
+    _check_flags(args, parts)
     if not total:
         raise InputError(None, f"no example to map in {' '.join(args.inputs)}")
+    with contextlib.ExitStack() as stack:
+        source = None
+        if any(p.kind == "texts" for p in parts):
+            source = stack.enter_context(open_source(args))
+            info = source.model_info()
+            for p in parts:
+                if p.kind == "texts":
+                    p.provenance = dict(model=info.name, weights=info.weights)
+        _check_one_model(parts)
+        return _run(args, parts, total, names, source, t0)
+
+
+def _run(args, parts, total: int, names: list[str], source, t0: float) -> int:
+    """`run` once the corpus is open and checked."""
+    from jaxattn.engine.qk_map import MomentStream, fit_map, project
+    from jaxattn.engine.qk_reduce import reduce_heads
+    from jaxattn.views.qk_map import AttentionBudget, SentenceSample, gather, pack_global
+    from jaxattn.views.qk_map import sampled_sentence as sampled
+    from jaxattn.views.qk_page import write_global_html
+
     bar = Progress(total, "jaxattn view --global", enabled=not args.global_quiet)
     moments = MomentStream()
-    sample = SentenceSample(total, args.global_max_tokens, args.global_seed)
-    shape, model = None, ""
-    for i, (tokens, layers, heads, qi, ki, att, name) in enumerate(_examples(args, parts)):
+    budget = AttentionBudget(int(args.global_attention_mb * (1 << 20)))
+    sample = SentenceSample(total, args.global_max_tokens, args.global_seed, budget.release)
+    shape = None
+    for i, origin, tokens, layers, heads, qi, ki, att in _examples(args, parts, source):
         if shape is None:
-            shape, model = (list(layers), list(heads)), name
+            shape = (list(layers), list(heads))
         elif shape != (list(layers), list(heads)):
             raise InputError(None, f"example {i} holds layers {list(layers)} x heads "
                              f"{list(heads)}, the first {shape[0]} x {shape[1]}: give inputs "
                              "of one model and selection")  # fmt: skip
         moments.add(qi, ki)
         bar.update(1, tokens=len(tokens))
-        sample.offer(i, len(tokens), lambda: sampled_sentence(i, tokens, qi, ki, att))  # noqa: B023
+        sample.offer(i, len(tokens), lambda: sampled(i, tokens, qi, ki, att, budget, origin))  # noqa: B023
     bar.close()
     if shape is None:
         raise InputError(None, "every text was skipped (--too-long skip): nothing to map")
@@ -188,27 +277,18 @@ def run(args) -> int:
     if not records:
         raise UsageError(f"no sentence fits in --global-max-tokens {args.global_max_tokens}: "
                          "raise it")  # fmt: skip
-    q, k = _gather(records)
+    q, k = gather(records)
     xq, xk = project(maps, q, k)
     layouts = {"pca": (xq, xk)}
     if args.global_reducer != "pca":
-        L, H, n, _ = q.shape
-        lq, lk = np.empty_like(xq), np.empty_like(xk)
-        for g in range(L * H):
-            a, b = divmod(g, H)
-            cloud = normalised_cloud(maps, g, q[a, b], k[a, b])
-            init = np.concatenate([xq[a, b], xk[a, b]])
-            if not args.global_quiet:
-                print(f"{args.global_reducer}: layer {shape[0][a]} head {shape[1][b]} "
-                      f"({g + 1}/{L * H}, {2 * n} points)", file=sys.stderr)  # fmt: skip
-            out = reduce(args.global_reducer, cloud, init, args.global_seed)
-            lq[a, b], lk[a, b] = out[:n], out[n:]
-        layouts[args.global_reducer] = (lq, lk)
+        say = None if args.global_quiet else lambda m: print(m, file=sys.stderr)
+        layouts[args.global_reducer] = reduce_heads(
+            args.global_reducer, maps, q, k, (xq, xk), shape, args.global_seed, say
+        )
     del q, k
     header, sections = pack_global(
         records, layouts, layers=shape[0], heads=shape[1], explained=maps.explained,
-        sampled=sample.summary(), model=model,
-        attention_bytes=int(args.global_attention_mb * (1 << 20)),
+        sampled=sample.summary(), model=parts[0].provenance.get("model", ""), inputs=names,
     )  # fmt: skip
     title = args.title if args.title != "jaxattn views" else "jaxattn: global query-key map"
     size = write_global_html(ensure_parent(args.out), header, sections, title=title)

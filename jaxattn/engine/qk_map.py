@@ -8,13 +8,16 @@
 
 Per head, the softmax of a query q over keys k_j is unchanged when one vector is
 added to every key (q.(k_j + v) = q.k_j + q.v, the same for every j) and when q
-is scaled by c and every key by 1/c. So keys are translated to the queries'
-centroid, k' = k - mean_k + mean_q, and c is chosen so that c q and k'/c have the
-same root-mean-square norm: c = sqrt(RMS(k') / RMS(q)). The joint cloud
-{c q} U {k'/c} is then reduced to 2-D by PCA: the two leading eigenvectors of its
-covariance. Moments (count, sums, K x K second moments of q and k) are summed
-per batch by a jitted function on the default device, in float32 over at most
-`BATCH_TOKENS` tokens, and combined on the host in float64.
+is scaled by c and every key by 1/c. The normalised cloud is q'' = c q and
+k'' = (k - mean_k) / c + c mean_q (keys scaled by 1/c, then all translated by one
+vector): both clouds have the centroid c mean_q, and c is chosen so that their
+root-mean-square norms are equal: c^2 E|q|^2 = tr Cov(k) / c^2 + c^2 |mean_q|^2,
+i.e. c = (tr Cov(k) / tr Cov(q))^(1/4). The joint cloud {q''} U {k''} is then
+reduced to 2-D by PCA: the two leading eigenvectors of its covariance,
+(c^2 Cov(q) + Cov(k) / c^2) / 2 (equal counts, one centroid). Moments (count,
+sums, K x K second moments of q and k) are summed per batch by a jitted function
+on the default device, in float32 over at most `BATCH_TOKENS` tokens, and
+combined on the host in float64.
 """
 
 from __future__ import annotations
@@ -131,8 +134,9 @@ class HeadMaps:
 
     Attributes:
       mean_q, mean_k: [G, K] centroids of the queries and keys.
-      scale: [G] c: queries are scaled by c, translated keys by 1/c.
-      centre: [G, K] centroid of the joint normalised cloud.
+      scale: [G] c: queries are scaled by c, keys by 1/c (1 where a cloud has no spread).
+      centre: [G, K] centroid of the joint normalised cloud (and of each of its two
+        clouds): c mean_q.
       basis: [G, K, 2] its two leading principal axes (columns; sign: the largest
         entry of each is positive).
       explained: [G, 2] fraction of the joint cloud's variance along each axis.
@@ -147,8 +151,8 @@ class HeadMaps:
 
 
 def normalise(q, k, mean_q, mean_k, scale):
-    """(c q, (k - mean_k + mean_q) / c) of one head (numpy or jax arrays, [..., K])."""
-    return scale * q, (k - mean_k + mean_q) / scale
+    """(c q, (k - mean_k) / c + c mean_q) of one head (numpy or jax arrays, [..., K])."""
+    return scale * q, (k - mean_k) / scale + scale * mean_q
 
 
 def fit_map(m: Moments) -> HeadMaps:
@@ -165,17 +169,15 @@ def fit_map(m: Moments) -> HeadMaps:
                          f"{K} dimension(s): give more or longer texts, or a model with "
                          "head size >= 2")  # fmt: skip
     mean_q, mean_k = m.sum_q / n, m.sum_k / n
-    outer = np.einsum("gk,gj->gkj", mean_q, mean_q)
-    second_q = m.sq_q / n[..., None]  # E[q q^T]
+    cov_q = m.sq_q / n[..., None] - np.einsum("gk,gj->gkj", mean_q, mean_q)
     cov_k = m.sq_k / n[..., None] - np.einsum("gk,gj->gkj", mean_k, mean_k)
-    second_k = cov_k + outer  # E[k' k'^T], k' = k - mean_k + mean_q
-    ms_q = np.trace(second_q, axis1=1, axis2=2)
-    ms_k = np.trace(second_k, axis1=1, axis2=2)
-    ok = (ms_q > 0) & (ms_k > 0)
-    scale = np.where(ok, (np.where(ok, ms_k, 1.0) / np.where(ok, ms_q, 1.0)) ** 0.25, 1.0)
+    var_q = np.trace(cov_q, axis1=1, axis2=2)  # tr Cov = E|x|^2 - |mean|^2
+    var_k = np.trace(cov_k, axis1=1, axis2=2)
+    ok = (var_q > 0) & (var_k > 0)
+    scale = np.where(ok, (np.where(ok, var_k, 1.0) / np.where(ok, var_q, 1.0)) ** 0.25, 1.0)
     c2 = (scale**2)[:, None, None]
-    centre = mean_q * ((scale + 1 / scale) / 2)[:, None]  # equal counts of queries and keys
-    joint = (c2 * second_q + second_k / c2) / 2 - np.einsum("gk,gj->gkj", centre, centre)
+    centre = mean_q * scale[:, None]  # both clouds' centroid
+    joint = (c2 * cov_q + cov_k / c2) / 2  # equal counts around one centroid
     values, vectors = np.linalg.eigh(joint)
     basis = vectors[:, :, ::-1][:, :, :2]
     rows = np.abs(basis).argmax(1)

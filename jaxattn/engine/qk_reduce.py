@@ -64,3 +64,24 @@ def reduce(name: str, cloud: np.ndarray, init: np.ndarray, seed: int = 0) -> np.
         n_neighbors=min(15, len(x) - 1), init=start * 10, random_state=seed, n_jobs=1
     )
     return np.asarray(umap.fit_transform(x), np.float32)
+
+
+def reduce_heads(name, maps, queries, keys, pca, shape, seed: int = 0, say=None):
+    """`reduce` of every head: (queries, keys) [L, H, n, 2] float32 of the kept tokens'
+    `queries`, `keys` [L, H, n, K] under `maps` (`qk_map.HeadMaps`), started from `pca`
+    (the PCA coordinates' (queries, keys)); `shape` (layer indices, head indices) and
+    `say` (a callable, or None) report progress per head."""
+    from jaxattn.engine.qk_map import normalised_cloud
+
+    L, H, n, _ = queries.shape
+    xq, xk = pca
+    lq, lk = np.empty_like(xq), np.empty_like(xk)
+    for g in range(L * H):
+        a, b = divmod(g, H)
+        cloud = normalised_cloud(maps, g, queries[a, b], keys[a, b])
+        if say is not None:
+            say(f"{name}: layer {shape[0][a]} head {shape[1][b]} ({g + 1}/{L * H}, "
+                f"{2 * n} points)")  # fmt: skip
+        out = reduce(name, cloud, np.concatenate([xq[a, b], xk[a, b]]), seed)
+        lq[a, b], lk[a, b] = out[:n], out[n:]
+    return lq, lk

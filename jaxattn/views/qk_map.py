@@ -1,23 +1,28 @@
 """The global query-key map's page data (numpy only): the sentence sample and its sections.
 
-    sample = SentenceSample(total=len(texts), max_tokens=20000, seed=0)
+    budget = AttentionBudget(6 << 20)             # deflated attention held, at most
+    sample = SentenceSample(total=len(texts), max_tokens=20000, seed=0, on_evict=budget.release)
     for i, cap in enumerate(captures):            # one pass over the corpus
-        sample.offer(i, cap.length, lambda: sampled_sentence(i, cap.tokens, q, k, att))
+        sample.offer(i, cap.length, lambda: sampled_sentence(i, cap.tokens, q, k, att, budget))
     header, sections = pack_global(sample.records(), {"pca": (xq, xk)}, ...)
 
 Sampling is by whole sentences, uniformly over the corpus and reproducibly: each
 sentence gets a random key from `seed`; the sample is the sentences of smallest
 key whose tokens fit in `max_tokens` (a sentence alone over the budget is never
 kept). It is kept in one pass with bounded memory: a sentence arriving with a key
-above the largest key ever evicted is refused without being copied.
+above the largest key ever evicted is refused without being copied. A kept
+sentence's attention is deflated at once and held only while the deflated
+attention of the sentences in the sample stays within the budget (an evicted
+sentence frees its share): memory is the sample's q/k vectors plus the budget.
 
 Sections (deflate-raw, inflated by the page when needed; the header indexes them):
 - "points": per kept token, its index in the header's token table (uint32) then
   its class (uint8: 0 word, 1 punctuation, 2 special; `jaxattn.token_classes`);
 - "thumbs": per head, the PCA map of at most `THUMB_POINTS` points as uint8 x, y;
 - one per head and layout: uint16 x, y of the n queries then the n keys, in steps of
-  1/65535 of the head's range (header ``layouts[name].ranges``: x0, x1, y0, y1);
-- one per sampled sentence while the total stays under `attention_bytes`: its
+  1/65535 of the head's larger span, the same for both axes (header
+  ``layouts[name].ranges``: x0, x1, y0, y1 with x1 - x0 = y1 - y0);
+- one per sampled sentence that kept its attention (`AttentionBudget`): its
   attention [L, H, T, T] as uint8 in steps of 1/255, for the click-through head view.
 """
 
@@ -49,7 +54,9 @@ class SampledSentence:
       tokens: display tokens (`analysis.display_tokens`).
       classes: [T] uint8 WORD / PUNCT / SPECIAL.
       queries, keys: [L, H, T, K] float32.
-      attention: [L, H, T, T] uint8 (1/255 steps), or None when not captured.
+      attention: its attention [L, H, T, T] as uint8 (1/255 steps), deflated (the page's
+        section), or None when not captured or over the budget.
+      origin: (the INPUT it came from, its example index in that INPUT: a store's record).
     """
 
     index: int
@@ -57,7 +64,8 @@ class SampledSentence:
     classes: np.ndarray
     queries: np.ndarray
     keys: np.ndarray
-    attention: np.ndarray | None
+    attention: bytes | None
+    origin: tuple[int, int] = (0, 0)
 
 
 def token_classes(tokens) -> np.ndarray:
@@ -68,8 +76,45 @@ def token_classes(tokens) -> np.ndarray:
     )
 
 
-def sampled_sentence(index: int, tokens, queries, keys, attention=None) -> SampledSentence:
-    """The `SampledSentence` of one example's tokens and [L, H, T, *] arrays."""
+class AttentionBudget:
+    """Deflated attention held for the page, at most `limit` bytes over the kept sentences.
+
+    Deflating costs time (~15 MB/s): attention whose raw size times the best
+    compression ratio seen so far would not fit is refused without being deflated.
+
+    Args:
+      limit: the most deflated bytes (``--global-attention-mb``).
+    """
+
+    def __init__(self, limit: int):
+        self.limit, self.used, self.ratio = limit, 0, 0.0
+
+    def take(self, attention) -> bytes | None:
+        """[L, H, T, T] weights as a deflated uint8 section, or None when they would bring
+        the held bytes over the limit."""
+        if attention is None or self.used + np.size(attention) * self.ratio >= self.limit:
+            return None
+        raw = np.rint(np.clip(attention, 0, 1) * 255).astype(np.uint8).tobytes()
+        packed = deflate(raw)
+        self.ratio = min(self.ratio or 1.0, len(packed) / max(len(raw), 1))
+        if self.used + len(packed) > self.limit:
+            return None
+        self.used += len(packed)
+        return packed
+
+    def release(self, record: SampledSentence) -> None:
+        """Give back an evicted sentence's share (`SentenceSample`'s ``on_evict``)."""
+        if record.attention is not None:
+            self.used -= len(record.attention)
+            record.attention = None
+
+
+def sampled_sentence(
+    index: int, tokens, queries, keys, attention=None, budget=None, origin=None
+) -> SampledSentence:
+    """The `SampledSentence` of one example's tokens and [L, H, T, *] arrays; its attention
+    deflated within `budget` (an `AttentionBudget`; None: always kept)."""
+    budget = budget or AttentionBudget(np.inf)
     return SampledSentence(
         index=index,
         tokens=display_tokens(tokens),
@@ -77,9 +122,8 @@ def sampled_sentence(index: int, tokens, queries, keys, attention=None) -> Sampl
         # copies: a capture's arrays may be views of its whole batch's buffer
         queries=np.array(queries, np.float32, copy=True),
         keys=np.array(keys, np.float32, copy=True),
-        attention=None
-        if attention is None
-        else np.rint(np.clip(attention, 0, 1) * 255).astype(np.uint8),
+        attention=budget.take(attention),
+        origin=(0, index) if origin is None else tuple(origin),
     )
 
 
@@ -90,9 +134,10 @@ class SentenceSample:
       total: sentences in the corpus (indices are 0 .. total - 1).
       max_tokens: the budget of kept tokens.
       seed: the random keys' seed.
+      on_evict: called with each record dropped from the sample, or None.
     """
 
-    def __init__(self, total: int, max_tokens: int, seed: int):
+    def __init__(self, total: int, max_tokens: int, seed: int, on_evict=None):
         self.keys = np.random.default_rng(seed).random(max(total, 1))
         self.max_tokens = max_tokens
         self.threshold = np.inf
@@ -101,6 +146,7 @@ class SentenceSample:
         self.tokens = 0
         self.seen_sentences = 0
         self.seen_tokens = 0
+        self.on_evict = on_evict
 
     def offer(self, index: int, length: int, make: Callable[[], object]) -> bool:
         """Count sentence `index` of `length` tokens; keep `make()` when it is in the
@@ -115,8 +161,11 @@ class SentenceSample:
         self.tokens += length
         while self.tokens > self.max_tokens:
             neg, worst = heapq.heappop(self._heap)
-            self.tokens -= self.kept.pop(worst)[0]
+            length, record = self.kept.pop(worst)
+            self.tokens -= length
             self.threshold = -neg
+            if self.on_evict is not None:
+                self.on_evict(record)
         return index in self.kept
 
     def records(self) -> list:
@@ -129,6 +178,21 @@ class SentenceSample:
                     tokens=self.tokens, of_tokens=self.seen_tokens)  # fmt: skip
 
 
+def gather(records: list[SampledSentence]) -> tuple[np.ndarray, np.ndarray]:
+    """The kept sentences' queries and keys as two [L, H, n, K] arrays, each sentence's
+    own arrays released once copied (peak: the sample once, plus one sentence)."""
+    n = sum(len(r.tokens) for r in records)
+    L, H, _, K = records[0].queries.shape
+    q, k = np.empty((L, H, n, K), np.float32), np.empty((L, H, n, K), np.float32)
+    at = 0
+    for r in records:
+        t = len(r.tokens)
+        q[:, :, at : at + t], k[:, :, at : at + t] = r.queries, r.keys
+        r.queries = r.keys = None
+        at += t
+    return q, k
+
+
 def deflate(raw: bytes) -> bytes:
     """Raw deflate (no zlib header), as the page's DecompressionStream("deflate-raw") reads."""
     z = zlib.compressobj(6, zlib.DEFLATED, -15, 8)
@@ -136,14 +200,17 @@ def deflate(raw: bytes) -> bytes:
 
 
 def quantise(xq: np.ndarray, xk: np.ndarray, levels: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per head, queries then keys [G, 2n, 2] as integers in [0, levels] over the head's
-    range, and the ranges [G, 4] (x0, x1, y0, y1)."""
+    """Per head, queries then keys [G, 2n, 2] as integers in [0, levels] and the ranges
+    [G, 4] (x0, x1, y0, y1). One scale for both axes (the larger span, the shorter axis
+    centred), so distances and shapes keep their proportions on the page's square."""
     g = xq.shape[0] * xq.shape[1]
     pts = np.concatenate([xq.reshape(g, -1, 2), xk.reshape(g, -1, 2)], 1).astype(np.float64)
     lo, hi = pts.min(1), pts.max(1)
-    span = np.where(hi > lo, hi - lo, 1.0)
+    span = (hi - lo).max(1)
+    span = np.where(span > 0, span, 1.0)[:, None]
+    lo = (lo + hi) / 2 - span / 2
     ints = np.rint((pts - lo[:, None]) / span[:, None] * levels)
-    ranges = np.stack([lo[:, 0], lo[:, 0] + span[:, 0], lo[:, 1], lo[:, 1] + span[:, 1]], 1)
+    ranges = np.stack([lo[:, 0], lo[:, 0] + span[:, 0], lo[:, 1], lo[:, 1] + span[:, 0]], 1)
     return ints, ranges
 
 
@@ -156,7 +223,7 @@ def pack_global(
     explained: np.ndarray,
     sampled: dict,
     model: str = "",
-    attention_bytes: int = ATTENTION_BYTES,
+    inputs: list[str] | None = None,
 ) -> tuple[dict, list[bytes]]:
     """The page's JSON header and its deflate-raw sections (the module docstring).
 
@@ -167,8 +234,10 @@ def pack_global(
       explained: [L * H, 2] the PCA axes' fractions of variance.
       sampled: `SentenceSample.summary()`.
       model: the model's name, for the page.
-      attention_bytes: the most deflated attention bytes to embed (later sentences
-        have no click-through head view; the header says how many have one).
+      inputs: the INPUTs' names (a sentence's ``origin[0]`` indexes them), for the page.
+
+    Each of the header's ``sentences`` is [first point, tokens, corpus index, attention
+    section or -1 (no click-through head view), INPUT, example index in that INPUT].
     """
     sections: list[bytes] = []
 
@@ -189,17 +258,18 @@ def pack_global(
     pick = np.unique(np.linspace(0, n - 1, min(n, THUMB_POINTS // 2)).astype(np.int64))
     small, _ = quantise(*(x[:, :, pick] for x in layouts["pca"]), 255)
     thumbs = add(small.astype(np.uint8).tobytes())
-    sentences, start, used = [], 0, 0
+    sentences, start = [], 0
     for r in records:
         section = -1
-        if r.attention is not None and used < attention_bytes:
-            section = add(np.ascontiguousarray(r.attention).tobytes())
-            used += len(sections[-1])
-        sentences.append([start, len(r.tokens), r.index, section])
+        if r.attention is not None:  # deflated already (`AttentionBudget`)
+            sections.append(r.attention)
+            section = len(sections) - 1
+        sentences.append([start, len(r.tokens), r.index, section, *map(int, r.origin)])
         start += len(r.tokens)
     header = dict(
         format=FORMAT, model=model, layers=[int(v) for v in layers],
         heads=[int(v) for v in heads], points=n, tokens=list(table), sentences=sentences,
+        inputs=list(inputs or ["INPUT"]),
         sampled=sampled, explained=np.round(np.asarray(explained), 4).tolist(),
         layouts=out_layouts, thumbs=dict(section=thumbs, count=len(pick)),
         points_section=points, with_attention=sum(s[3] >= 0 for s in sentences),

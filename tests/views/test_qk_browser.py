@@ -22,25 +22,32 @@ PIXEL = """([x, y]) => Array.from(document.getElementById('qk-canvas').getContex
 
 
 def _page(tmp_path, sentences: int, length: int, seed: int = 0):
-    """(path, records, pca (queries, keys) [L, H, n, 2]) of a made-up corpus."""
+    """(path, records, {sentence: its attention [L, H, T, T]}) of a made-up corpus."""
     rng = np.random.default_rng(seed)
     sample = SentenceSample(sentences, sentences * length, seed)
+    atts = {}
     for s in range(sentences):
         toks = ["[CLS]", *(f"w{s}x{t}" for t in range(length - 3)), ".", "[SEP]"]
         att = rng.random((L, H, length, length))
         att /= att.sum(-1, keepdims=True)
+        atts[s] = att
         q, k = rng.normal(size=(2, L, H, length, K))
-        sample.offer(s, length, lambda: sampled_sentence(s, toks, q, k, att))  # noqa: B023
+        # origin: (INPUT 0, record 100 + s), what the hover and the head view name
+        sample.offer(s, length, lambda: sampled_sentence(s, toks, q, k, att, None, (0, 100 + s)))  # noqa: B023
     records = sample.records()
     n = sentences * length
     xy = rng.normal(size=(2, L, H, n, 2))
+    xy[:, 1, 2] = rng.uniform(-1, 1, size=(2, n, 2))  # layer 1, head 2: x spans 2:1 y
+    xy[0, 1, 2, :2] = [[-1, -1], [1, 1]]
+    xy[:, 1, 2, :, 0] *= 2
     header, sections = pack_global(
         records, {"pca": (xy[0], xy[1])}, layers=list(range(L)), heads=list(range(H)),
         explained=np.full((L * H, 2), 0.25), sampled=sample.summary(), model="made-up",
+        inputs=["corpus.txt"],
     )  # fmt: skip
     path = tmp_path / "qk.html"
     path.write_text(build_global_html(header, sections, title="qk test"), encoding="utf-8")
-    return path, records
+    return path, records, atts
 
 
 def _open(page, path):
@@ -49,7 +56,7 @@ def _open(page, path):
 
 
 def test_grid_points_hover_and_click_through(page, tmp_path):
-    path, records = _page(tmp_path, sentences=7, length=9)
+    path, records, atts = _page(tmp_path, sentences=7, length=9)
     _open(page, path)
     thumbs = page.locator("#qk-grid canvas")
     assert thumbs.count() == L * H
@@ -64,6 +71,8 @@ def test_grid_points_hover_and_click_through(page, tmp_path):
     assert page.inner_text("#qk-title") == "Layer 1, head 2"
     n = sum(len(r.tokens) for r in records)
     pts = np.array(page.evaluate(f"[...Array({2 * n}).keys()].map(i => JaxattnQK.debug.screen(i))"))
+    span = np.ptp(pts, 0)  # the head's 2:1 points keep their aspect on the square
+    assert span[0] == pytest.approx(2 * span[1], rel=1e-3) and span[0] > 600
     d = np.linalg.norm(pts[:, None] - pts[None], axis=-1) + np.eye(2 * n) * 1e9
     i = int(d.min(1).argmax())  # the most isolated point
     x, y = pts[i]
@@ -85,12 +94,14 @@ def test_grid_points_hover_and_click_through(page, tmp_path):
     assert page.inner_text("#qk-token") == records[s].tokens[t]
     tip = page.inner_text("#qk-tip")
     assert tip.startswith("query" if i < n else "key") and records[s].tokens[1] in tip
+    assert f"corpus.txt example {100 + records[s].index}, position {t}" in tip
     page.mouse.click(box["x"] + x, box["y"] + y)
     page.wait_for_selector('#qk-head[data-state="ready"]')
     panel = page.locator("#qk-head")
     assert (panel.get_attribute("data-sentence"), panel.get_attribute("data-layer"),
             panel.get_attribute("data-head")) == (str(records[s].index), "1", "2")  # fmt: skip
-    a = records[s].attention[1, 2]  # uint8, the selected head's weights
+    assert panel.get_attribute("data-record") == str(100 + records[s].index)
+    a = np.rint(atts[records[s].index][1, 2] * 255)  # the selected head's weights, uint8
     q, k = (t, int(a[t].argmax())) if i < n else (int(a[:, t].argmax()), t)
     line = page.locator(f'#qk-hv line[data-q="{q}"][data-k="{k}"]')
     assert float(line.get_attribute("stroke-opacity")) == pytest.approx(a[q, k] / 255, abs=1e-3)
@@ -98,7 +109,7 @@ def test_grid_points_hover_and_click_through(page, tmp_path):
 
 
 def test_fifty_thousand_points_draw_fast(page, tmp_path):
-    path, _ = _page(tmp_path, sentences=1000, length=25, seed=1)  # 2 x 25,000 points
+    path, _, _ = _page(tmp_path, sentences=1000, length=25, seed=1)  # 2 x 25,000 points
     _open(page, path)
     times = [page.evaluate("JaxattnQK.debug.draw()") for _ in range(3)]
     assert page.evaluate("JaxattnQK.debug.visible()") == 50000

@@ -1,7 +1,9 @@
 /* jaxattn global query-key map (`jaxattn view --global`): a grid of every head's PCA map
  * and one large scatter of the selected head (2D canvas, ImageData), hover shows the token
  * in its sentence, click opens that sentence's head view for the selected head.
- * Data: qk_map.py's header and deflate-raw sections, decoded with core.js's textBytes. */
+ * Data: qk_map.py's header and deflate-raw sections, decoded with core.js's textBytes.
+ * Coordinates come quantised with one scale for both axes (qk_map.quantise): mapping 0..65535
+ * (thumbnails 0..255) onto the square the same way on x and y keeps each head's aspect. */
 "use strict";
 (function () {
   const JX = window.JaxattnViews;
@@ -77,6 +79,8 @@
       if (state.colour === "sentence") return sentRgb[sent[j]];
       return ramp(pos[j] / Math.max(1, S[sent[j]][1] - 1));
     }
+    // a sentence's place in its INPUT (a store's record): "corpus.txt example 12"
+    const where = (s) => `${header.inputs[S[s][4]]} example ${S[s][5]}`;
     const visible = (i) => state.show === "both" || (state.show === "q") === (i < n);
     const screen = (i) => [M + (xy[2 * i] / 65535) * (SIZE - 2 * M), SIZE - M - (xy[2 * i + 1] / 65535) * (SIZE - 2 * M)];
 
@@ -104,7 +108,7 @@
       const l = L[Math.floor(g / H.length)], h = H[g % H.length], ev = header.explained[g];
       title.textContent = `Layer ${l}, head ${h}`;
       info.textContent = `${NAMES[state.layout]} of the joint ` +
-        `normalised query/key cloud (keys translated to the queries' centroid, q·c and k/c of equal RMS norm); ` +
+        `normalised query/key cloud (q·c and k/c moved onto one centroid, c giving them equal RMS norms); ` +
         `PCA axes explain ${(100 * ev[0]).toFixed(1)}% and ${(100 * ev[1]).toFixed(1)}% of its variance. ` +
         `Thumbnails: PCA. ${2 * n} points.`;
       legend.innerHTML = state.colour === "qk"
@@ -141,7 +145,7 @@
       state.hover = i; root.dataset.hover = String(i);
       if (i < 0) { tip.innerHTML = ""; return; }
       const j = i < n ? i : i - n, s = sent[j];
-      tip.innerHTML = `<b>${i < n ? "query" : "key"}</b> · sentence ${S[s][2] + 1}, position ${pos[j]} · ` +
+      tip.innerHTML = `<b>${i < n ? "query" : "key"}</b> · ${JX.esc(where(s))}, position ${pos[j]} · ` +
         `${CLASS_NAMES[cls[j]]}<br>${sentenceHtml(s, pos[j])}`;
     });
     canvas.addEventListener("click", () => { if (state.hover >= 0) openHead(state.hover); });
@@ -150,11 +154,12 @@
       const j = i < n ? i : i - n, s = sent[j], t = pos[j], [, T, index, sec] = S[s];
       const g = state.g, l = L[Math.floor(g / H.length)], h = H[g % H.length];
       panel.hidden = false;
-      Object.assign(panel.dataset, { sentence: String(index), layer: String(l), head: String(h), token: String(t) });
-      const head = `<h3>Sentence ${index + 1}: layer ${l}, head ${h}</h3>`;
+      Object.assign(panel.dataset, { sentence: String(index), record: String(S[s][5]), layer: String(l),
+        head: String(h), token: String(t) });
+      const head = `<h3>${JX.esc(where(s))}: layer ${l}, head ${h}</h3>`;
       if (sec < 0) {
-        panel.innerHTML = head + "<p>This sentence's attention is not in the page (the page holds " +
-          `the first ${header.with_attention} sampled sentences' attention, or none was captured).</p>`;
+        panel.innerHTML = head + "<p>This sentence's attention is not in the page (it holds the attention " +
+          `of ${header.with_attention} sampled sentences, up to --global-attention-mb, or none was captured).</p>`;
         return;
       }
       const a = await section(sec), base = g * T * T, rowH = 18, w = 300;
