@@ -228,6 +228,32 @@ def _write(args, corpus, meta: dict, t0: float, ablation=None) -> int:
     return 0
 
 
+# What each way of running analyze reads from saved captures: (its flags, in this order,
+# the quantities).
+_SAVED_RUNS = (
+    ((), ("attention", "alpha_fx_norm")),
+    (("--no-norm",), ("attention",)),
+    (("--stats-only",), ("head_stats", "norm_head_stats")),
+    (("--stats-only", "--no-norm"), ("head_stats",)),
+)
+
+
+def _what_the_input_allows(stored, args) -> str:
+    """Advice for saved captures that lack what the flags given need: the nearest way of
+    running that they do allow ("analyse with --no-norm", "drop --stats-only"), or ""."""
+    given = {"--stats-only": args.stats_only, "--no-norm": args.no_norm}
+    changes = []  # (add, drop) for each way of running that the stored quantities allow
+    for flags, what in _SAVED_RUNS:
+        if set(what) <= set(stored):
+            add = [f for f in flags if not given[f]]
+            changes.append((add, [f for f, on in given.items() if on and f not in flags]))
+    if not changes:
+        return ""
+    add, drop = min(changes, key=lambda c: len(c[0]) + len(c[1]))  # the fewest changes
+    steps = [f"{verb} {' '.join(fs)}" for verb, fs in (("add", add), ("drop", drop)) if fs]
+    return " and ".join(steps)
+
+
 def _run_saved(args, caps, t0: float) -> int:
     """Analyse saved captures (a store, a capture file) as stored: no model, no capture."""
     from jaxattn.analysis import MIXING_QUANTITIES, CorpusAnalysis
@@ -238,22 +264,20 @@ def _run_saved(args, caps, t0: float) -> int:
         if given:
             raise UsageError(f"{where} holds captures, analysed as stored: drop {flag} "
                              "(it needs a model)")  # fmt: skip
-    if args.stats_only:
-        what = ("head_stats",) if args.no_norm else ("head_stats", "norm_head_stats")
-        if args.conllu:
-            raise UsageError("--stats-only reads no maps; the dependency table of --conllu "
-                             "needs them: drop one of the two")  # fmt: skip
-    else:
-        what = ("attention",) if args.no_norm else ("attention", "alpha_fx_norm")
+    if args.stats_only and args.conllu:
+        raise UsageError("--stats-only reads no maps; the dependency table of --conllu "
+                         "needs them: drop one of the two")  # fmt: skip
+    flags = tuple(
+        f for f, on in (("--stats-only", args.stats_only), ("--no-norm", args.no_norm)) if on
+    )
+    what = dict(_SAVED_RUNS)[flags]
     mixing = () if args.no_norm or args.stats_only else MIXING_QUANTITIES
     try:
         require(caps, what, where, "jaxattn analyze" + (" --stats-only" if args.stats_only else ""),
                 also=mixing)  # fmt: skip
     except UsageError as e:
-        if args.no_norm:
-            raise
-        instead = "drop --stats-only" if args.stats_only else "analyse attention with --no-norm"
-        raise UsageError(f"{e} (or {instead})") from None
+        instead = _what_the_input_allows(stored_quantities(caps), args)
+        raise UsageError(f"{e} (or {instead})" if instead else str(e)) from None
     stored = stored_quantities(caps)
     absent = [q for q in mixing if q not in stored]
     if absent:

@@ -6,9 +6,12 @@
     require(caps, ("queries", "keys"), "INPUT ewt.zarr", "jaxattn view --global")
 
 A store is a directory with a ``zarr.json`` at its root (`jaxattn.store`) or a
-TensorStore kvstore URL of a scheme in `URL_SCHEMES` and no white space
-(``gs://bucket/ewt.zarr``, ``s3://bucket/ewt.zarr``, ``file:///data/ewt.zarr``);
-a sentence that merely contains a URL stays a sentence.
+TensorStore kvstore URL with no white space: any URL of a scheme in `URL_SCHEMES`
+(``gs://bucket/ewt.zarr``, ``s3://bucket/ewt.zarr``, ``file:///data/ewt.zarr``),
+or an ``http(s)://`` URL whose path ends in ``.zarr`` or ``.zarr/`` (any other web
+address stays a text). A store cannot be read over http(s): TensorStore's http
+kvstore cannot list the manifest's parts, so such a URL is refused, saying so.
+A sentence that merely contains a URL stays a sentence.
 A store is read lazily, example by example: a corpus dumped once on a cluster
 is analysed and viewed anywhere, without recapturing.
 """
@@ -25,7 +28,7 @@ from jaxattn.errors import UsageError
 from jaxattn.inputs import STDIN
 
 URL_SCHEMES = ("gs", "s3", "file")
-_URL = re.compile(rf"(?:{'|'.join(URL_SCHEMES)})://\S+")
+_URL = re.compile(rf"(?:{'|'.join(URL_SCHEMES)})://\S+|https?://\S+\.zarr/?")
 
 
 def is_store(arg: str) -> bool:
@@ -56,8 +59,15 @@ def open_saved(arg: str) -> Sequence[Capture] | None:
 
     Raises:
       CaptureFileError: the store or file cannot be read (saying why).
+      UsageError: a store URL over http(s), which cannot be read.
     """
     if is_store(arg):
+        if arg.startswith(("http://", "https://")):
+            raise UsageError(
+                f"cannot read the store at {arg}: a store is not readable over http(s) "
+                f"(its manifest parts cannot be listed there); copy it to a local "
+                f"directory or give a {'://, '.join(URL_SCHEMES)}:// URL"
+            )
         from jaxattn.store import open_store
 
         return open_store(arg)

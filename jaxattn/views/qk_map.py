@@ -156,17 +156,22 @@ class SentenceSample:
         key = float(self.keys[index])
         if length > self.max_tokens or key >= self.threshold:
             return False
-        self.kept[index] = (length, make())
-        heapq.heappush(self._heap, (-key, index))
-        self.tokens += length
-        while self.tokens > self.max_tokens:
+        # Make room first (the largest keys go), so that make() finds the budgets of
+        # what is evicted already given back (e.g. the attention an `AttentionBudget` holds).
+        while self.tokens + length > self.max_tokens:
+            if -self._heap[0][0] < key:  # this sentence has the largest key: it goes
+                self.threshold = key
+                return False
             neg, worst = heapq.heappop(self._heap)
-            length, record = self.kept.pop(worst)
-            self.tokens -= length
+            worst_length, record = self.kept.pop(worst)
+            self.tokens -= worst_length
             self.threshold = -neg
             if self.on_evict is not None:
                 self.on_evict(record)
-        return index in self.kept
+        self.kept[index] = (length, make())
+        heapq.heappush(self._heap, (-key, index))
+        self.tokens += length
+        return True
 
     def records(self) -> list:
         """The kept records in corpus order."""

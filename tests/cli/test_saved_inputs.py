@@ -7,6 +7,7 @@ capturing afresh, and `jaxattn view STORE` the captures a fresh capture gives.
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import numpy as np
@@ -123,6 +124,24 @@ def test_store_input_refuses_what_needs_a_model(dumped, tmp_path, capsys, extra,
     assert "\n" not in err and needle in err, err
 
 
+@pytest.mark.parametrize(
+    "stored, flags, advice",
+    [
+        (("head_stats",), ["--stats-only"], "add --no-norm"),
+        (("attention", "alpha_fx_norm"), ["--stats-only"], "drop --stats-only"),
+        (("attention",), [], "add --no-norm"),
+        (("attention",), ["--stats-only"], "add --no-norm and drop --stats-only"),
+        (("head_stats", "norm_head_stats"), ["--no-norm"], "add --stats-only"),
+        (("queries",), [], ""),
+    ],
+)
+def test_a_store_lacking_what_the_flags_need_gets_the_flags_it_allows(stored, flags, advice):
+    from jaxattn.cli.analyze_cmd import _what_the_input_allows
+
+    args = argparse.Namespace(stats_only="--stats-only" in flags, no_norm="--no-norm" in flags)
+    assert _what_the_input_allows(stored, args) == advice
+
+
 def test_a_conllu_file_that_is_not_the_stores_source_is_refused(dumped, tmp_path):
     _, full, _, _ = dumped
     other = tmp_path / "other.conllu"
@@ -169,6 +188,10 @@ def test_only_a_whole_url_of_a_store_scheme_is_a_store(dumped):
         assert not is_store(text), text
     items = read_inputs(["See https://x.org now.", "file:///no/such/store"][:1])
     assert items == ["See https://x.org now."]
+    # A web server's copy of a store is named as one, and refused: http cannot list its parts.
+    assert is_store("https://example.com/ewt.zarr/")
+    with pytest.raises(UsageError, match="not readable over http.*gs://, s3://, file:// URL"):
+        read_inputs(["https://example.com/ewt.zarr"])
 
 
 def test_limit_and_cap_count_what_a_page_would_hold(dumped):

@@ -151,6 +151,22 @@ def test_the_streamed_sample_equals_its_definition_on_random_lengths():
     assert s.records() == sorted(want) and s.tokens == used <= 400
 
 
+def test_a_sentence_that_evicts_another_gets_the_attention_budget_it_frees():
+    rng = np.random.default_rng(3)
+    keys = np.random.default_rng(2).random(2)
+    first, second = np.argsort(keys)[::-1]  # the larger key is offered first, then evicted
+    atts = rng.random((2, 1, 1, 6, 6))
+    budget = AttentionBudget(60)  # one sentence's deflated attention (~40 bytes), not two
+    sample = SentenceSample(2, 6, seed=2, on_evict=budget.release)
+    for i in (first, second):
+        q = k = rng.normal(size=(1, 1, 6, 3))
+        made = lambda i=i, q=q, k=k: sampled_sentence(i, ["w"] * 6, q, k, atts[i], budget)  # noqa: E731
+        assert sample.offer(int(i), 6, made)
+    (kept,) = sample.records()
+    assert kept.index == second and kept.attention is not None
+    assert budget.used == len(kept.attention)
+
+
 def test_one_scale_for_both_axes_and_attention_held_within_its_budget():
     rng = np.random.default_rng(5)
     budget = AttentionBudget(800)
