@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from jaxattn.bench import capture as bench
 
 CONLLU = "".join(
@@ -23,3 +25,34 @@ def test_bench_runs_every_case_on_a_tiny_model(bert_checkpoint, tmp_path):
     text = bench.format_result(res)
     assert "(c) speed-up over (a)" in text and "GB/s to the host" in text
     assert "copy of the same bytes as (d)" in text
+
+
+def test_a_synthetic_checkpoint_takes_its_tokenizer_from_the_named_directory(tmp_path, monkeypatch):
+    """On a GPU machine without the embedded model, JAXATTN_BENCH_TOKENIZER names a copy
+    of its tokenizer files (the benchmark's model shape shrunk: the path is what is tested)."""
+    import shutil
+
+    import jaxattn
+    from jaxattn.bench import synthetic
+    from jaxattn.checkpoints.loading import default_model_dir
+
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    shutil.copy(default_model_dir() / "tokenizer.json", tok)
+    tiny = dict(hidden_size=12, num_hidden_layers=1, num_attention_heads=3, intermediate_size=20)
+    monkeypatch.setattr(synthetic, "BASE", {**synthetic.BASE, **tiny})
+    from jaxattn.checkpoints import loading
+
+    def not_installed():
+        raise ImportError("the embedded model is not installed here")
+
+    monkeypatch.setattr(loading, "default_model_dir", not_installed)
+    monkeypatch.setenv(synthetic.TOKENIZER_ENV, str(tok))
+    out = synthetic.random_checkpoint("bert-base", tmp_path / "ckpt")
+    assert (out / "tokenizer.json").read_bytes() == (tok / "tokenizer.json").read_bytes()
+    (cap,) = jaxattn.load(out).capture(["the quick brown fox"], what=("attention",))
+    assert cap.tokens == ("[CLS]", "the", "quick", "brown", "fox", "[SEP]")
+
+    monkeypatch.setenv(synthetic.TOKENIZER_ENV, str(tmp_path))  # no tokenizer.json there
+    with pytest.raises(FileNotFoundError, match="JAXATTN_BENCH_TOKENIZER=.* no tokenizer.json"):
+        synthetic.random_checkpoint("bert-base", tmp_path / "ckpt2")

@@ -5,12 +5,19 @@ family's switches) with BERT's uncased WordPiece tokenizer (the embedded
 MiniLM's) and its 30,522-word vocabulary, so the same synthetic texts are
 exactly T tokens for every family. The vocabulary size changes the embedding
 table only, which costs one gather: the timings are the base models'.
+
+Where the embedded model is not installed (a GPU machine it is too big to be
+carried to), ``JAXATTN_BENCH_TOKENIZER=DIR`` names a directory holding its
+tokenizer files (``benchmarks/gpu_session.sh prepare`` copies them).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
+
+TOKENIZER_ENV = "JAXATTN_BENCH_TOKENIZER"
 
 BASE = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
             intermediate_size=3072, max_position_embeddings=512)  # fmt: skip
@@ -52,7 +59,12 @@ def random_checkpoint(name: str, out_dir: Path) -> Path:
     config = getattr(transformers, cls)(**{**BASE, **fields})
     torch.manual_seed(0)
     transformers.AutoModel.from_config(config).save_pretrained(str(out_dir))
-    for f in default_model_dir().iterdir():
-        if f.name.startswith(("tokenizer", "vocab", "special")):
-            shutil.copy(f, out_dir / f.name)
+    source = Path(os.environ[TOKENIZER_ENV]) if os.environ.get(TOKENIZER_ENV) else None
+    files = [f for f in (source or default_model_dir()).iterdir()
+             if f.name.startswith(("tokenizer", "vocab", "special"))]  # fmt: skip
+    if not any(f.name == "tokenizer.json" for f in files):
+        raise FileNotFoundError(f"{TOKENIZER_ENV}={source} holds no tokenizer.json: name a "
+                                "copy of the embedded model's tokenizer files")  # fmt: skip
+    for f in files:
+        shutil.copy(f, out_dir / f.name)
     return out_dir

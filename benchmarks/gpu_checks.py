@@ -1,0 +1,84 @@
+"""The issue-12 facts `jaxattn bench` does not time: zero-copy host outputs, warmup.
+
+    python benchmarks/gpu_checks.py zero-copy          # numpy views a pinned output in place?
+    python benchmarks/gpu_checks.py warmup             # Engine.warmup of one spec, timed
+
+`zero-copy`: a jitted step writing 1 GiB to pinned host memory (the engine's
+`host_memory="pinned"` path), then `np.asarray` of it: the same address and a
+time far below a host memcpy mean numpy views the buffer without a copy
+(jax-ml/jax#22114). On the CPU "device" memory already is host memory: the
+same check with the default memory kind.
+
+`warmup`: a random-weight BERT-base (or `--model`) compiles every (bucket,
+batch size) shape `Engine.warmup` plans for `--what` (default attention). Run it twice with the same
+``JAXATTN_COMPILATION_CACHE`` directory for the cold and the cached time.
+Both print one line a result; `benchmarks/gpu_session.sh` runs them on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+
+def zero_copy(nbytes: int) -> None:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    device = jax.devices()[0]
+    kinds = {m.kind for m in device.addressable_memories()}
+    kind = "pinned_host" if "pinned_host" in kinds and device.platform != "cpu" else None
+    sharding = jax.sharding.SingleDeviceSharding(device, memory_kind=kind)
+    fill = jax.jit(lambda s: jnp.full((nbytes // 4,), s, jnp.float32), out_shardings=sharding)
+    x = jax.block_until_ready(fill(1.0))
+    x = jax.block_until_ready(fill(2.0))  # compiled: the second call is the step's cost
+    t = time.perf_counter()
+    view = np.asarray(x)
+    seconds = time.perf_counter() - t
+    same = view.ctypes.data == x.addressable_data(0).unsafe_buffer_pointer()
+    copy = np.empty_like(view)
+    np.copyto(copy, view)  # first touch of its pages
+    t = time.perf_counter()
+    np.copyto(copy, view)
+    memcpy = time.perf_counter() - t
+    ok = bool(view[-1] == 2.0)
+    print(f"zero-copy {device.platform} memory_kind={x.sharding.memory_kind}: np.asarray of "
+          f"{nbytes / 2**30:.2f} GiB took {seconds * 1e3:.2f} ms (a host memcpy of it "
+          f"{memcpy * 1e3:.1f} ms); same address: {same}; values ok: {ok}")  # fmt: skip
+
+
+def warmup(what: tuple[str, ...], model: str | None, buckets: tuple[int, ...] | None) -> None:
+    t0 = time.perf_counter()
+    import jaxattn
+    from jaxattn.bench import random_bert_base
+
+    options = {"buckets": buckets} if buckets else {}
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = jaxattn.load(model or str(random_bert_base(Path(tmp))), **options)
+        t1 = time.perf_counter()
+        shapes = engine.warmup(engine.make_spec(what))
+        t2 = time.perf_counter()
+    print(f"warmup {','.join(what)} on {engine.devices[0].platform}: {shapes} shapes in "
+          f"{t2 - t1:.1f} s (import + load {t1 - t0:.1f} s); {engine.budgets}")  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("check", choices=("zero-copy", "warmup"))
+    p.add_argument("--bytes", type=int, default=1 << 30, help="zero-copy: output size")
+    p.add_argument("--what", default="attention", help="warmup: the quantities")
+    p.add_argument("--model", help="warmup: a checkpoint (default: random BERT-base)")
+    p.add_argument("--buckets", help="warmup: bucket lengths, e.g. 8,16 (default: the engine's)")
+    args = p.parse_args()
+    if args.check == "zero-copy":
+        zero_copy(args.bytes)
+    else:
+        buckets = tuple(int(b) for b in args.buckets.split(",")) if args.buckets else None
+        warmup(tuple(args.what.split(",")), args.model, buckets)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Issue 12's GPU measurements in a few device calls (each within its 10-minute limit).
+#
+# Here, once:       bash benchmarks/gpu_session.sh prepare
+# On the GPU, each stage one `run` call with carry [".gpu"], in this order:
+#                   bash benchmarks/gpu_session.sh checks      # ~8 min
+#                   bash benchmarks/gpu_session.sh synthetic   # ~8 min
+#                   bash benchmarks/gpu_session.sh real        # ~9 min
+# Each writes $OUT/<stage>.log (line-buffered, so a step cut off by its timeout
+# still leaves what it printed) and the JSON figures of its benchmarks to $OUT.
+# The device image has jax (CUDA), flax, transformers, torch and tensorstore;
+# jaxattn runs from the tree (PYTHONPATH), and the random-weight BERT-base takes
+# the embedded model's tokenizer from .gpu/tokenizer (the model is too big to carry).
+# Locally, GPU_SESSION_SMOKE=1 runs every step on a few sentences (on the CPU).
+set -uo pipefail
+stage=${1:?usage: gpu_session.sh prepare|checks|synthetic|real}
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+if [ "$stage" = prepare ]; then
+  py=${PYTHON:-.venv/bin/python}
+  mkdir -p .gpu/tokenizer
+  dir=$("$py" -c 'from jaxattn.checkpoints.loading import default_model_dir as d; print(d())')
+  cp "$dir"/tokenizer* "$dir"/vocab* "$dir"/special* .gpu/tokenizer/
+  echo "ready: .gpu/tokenizer ($(du -sh .gpu | cut -f1)); run the stages with carry [\".gpu\"]"
+  exit 0
+fi
+
+OUT=${OUT:-$root/out/gpu-session}
+mkdir -p "$OUT"
+py=${PYTHON:-python3}
+export PYTHONPATH=$root${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+export JAXATTN_BENCH_TOKENIZER=$root/.gpu/tokenizer
+[ -f .gpu/tokenizer/tokenizer.json ] || { echo "no .gpu/tokenizer: run 'prepare' here first" >&2; exit 2; }
+log=$OUT/$stage.log
+exec > >(tee -a "$log") 2>&1
+
+smoke=${GPU_SESSION_SMOKE:-}
+n() { if [ -n "$smoke" ]; then echo 4; else echo "$1"; fi; }
+# step SECONDS CMD...: one timed measurement; a step over its time is stopped, the rest go on.
+step() {
+  local limit=$1
+  shift
+  echo "== $(date -u +%H:%M:%S) $* (limit ${limit}s)"
+  local t0=$SECONDS
+  timeout --kill-after=10 "$limit" "$@"
+  echo "== rc=$? in $((SECONDS - t0)) s"
+}
+bench=("$py" -m jaxattn bench --overwrite)  # an array: `timeout` runs no shell function
+
+echo "== $stage on $(hostname), $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null)"
+case "$stage" in
+  checks)
+    nvidia-smi -L 2>/dev/null
+    step 60 "$py" -c 'import jax, flax, transformers, torch; d = jax.devices()[0]
+print("jax", jax.__version__, "flax", flax.__version__, "transformers", transformers.__version__,
+      "torch", torch.__version__, "cuda", torch.cuda.is_available())
+print(d, [m.kind for m in d.addressable_memories()], d.memory_stats() and d.memory_stats().get("bytes_limit"))'
+    step 60 "$py" benchmarks/gpu_checks.py zero-copy
+    cache=$(mktemp -d)
+    for run in cold cached; do
+      echo "-- first capture, $run compilation cache"
+      JAXATTN_COMPILATION_CACHE=$cache step 110 "$py" benchmarks/first_capture.py \
+        --random-bert-base -n "$(n 100)"
+    done
+    cache=$(mktemp -d)
+    for run in cold cached; do
+      echo "-- Engine.warmup of attention, $run compilation cache"
+      JAXATTN_COMPILATION_CACHE=$cache step 90 "$py" benchmarks/gpu_checks.py warmup \
+        ${smoke:+--buckets 8,16}
+    done
+    ;;
+  synthetic)
+    step 200 "${bench[@]}" --synthetic-bert-base 128 -n "$(n 1024)" --json "$OUT/syn128.json"
+    step 150 "${bench[@]}" --synthetic-bert-base 128 -n "$(n 1024)" --precision tf32 --json "$OUT/syn128-tf32.json"
+    step 130 "${bench[@]}" --synthetic-bert-base 512 -n "$(n 128)" --json "$OUT/syn512.json"
+    ;;
+  real)
+    # 512 sentences, not the issue's 2,001: each case compiles every (bucket, batch) shape
+    # it meets, at 11-28 s a shape cold on an H100, and this call has 10 minutes.
+    step 330 "${bench[@]}" --random-bert-base -n "$(n 512)" --json "$OUT/ewt512.json"
+    step 200 "${bench[@]}" --random-bert-base -n "$(n 512)" --precision tf32 --json "$OUT/ewt512-tf32.json"
+    ;;
+  *)
+    echo "unknown stage $stage: prepare, checks, synthetic or real" >&2
+    exit 2
+    ;;
+esac
+echo "== $stage done at $(date -u +%H:%M:%S)"
