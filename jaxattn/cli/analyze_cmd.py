@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
+from jaxattn.cli.analyze_saved import analyse_saved
 from jaxattn.cli.args import (
     add_codec_argument,
     add_dtype_argument,
@@ -29,7 +29,7 @@ from jaxattn.cli.args import (
 )
 from jaxattn.cli.corpus import input_path, records
 from jaxattn.cli.corpus import report as report_counts
-from jaxattn.cli.saved import open_saved, require, saved_parses, stored_quantities
+from jaxattn.cli.saved import open_saved
 from jaxattn.cli.source import describe, open_source
 from jaxattn.engine.ablation import MODES as ABLATION_MODES
 from jaxattn.errors import InputError, TooLongError, UsageError
@@ -138,7 +138,7 @@ def _run(args) -> int:
     check_output(Path(args.out).with_suffix(".md"), args.overwrite, "--out's report.md")
     saved = open_saved(args.input)
     if saved is not None:
-        return _run_saved(args, saved, t0)
+        return _write(args, *analyse_saved(args, saved), t0)
     path = input_path(args.input)
     read = list(records(path, limit=args.limit))
     sentences = [r.sentence for r in read]
@@ -226,88 +226,3 @@ def _write(args, corpus, meta: dict, t0: float, ablation=None) -> int:
     json_path, md_path = write_report(report, args.out)
     print(f"analysed {corpus.examples} examples in {seconds:.1f}s: wrote {json_path} and {md_path}")
     return 0
-
-
-# What each way of running analyze reads from saved captures: (its flags, in this order,
-# the quantities).
-_SAVED_RUNS = (
-    ((), ("attention", "alpha_fx_norm")),
-    (("--no-norm",), ("attention",)),
-    (("--stats-only",), ("head_stats", "norm_head_stats")),
-    (("--stats-only", "--no-norm"), ("head_stats",)),
-)
-
-
-def _what_the_input_allows(stored, args) -> str:
-    """Advice for saved captures that lack what the flags given need: the nearest way of
-    running that they do allow ("analyse with --no-norm", "drop --stats-only"), or ""."""
-    given = {"--stats-only": args.stats_only, "--no-norm": args.no_norm}
-    changes = []  # (add, drop) for each way of running that the stored quantities allow
-    for flags, what in _SAVED_RUNS:
-        if set(what) <= set(stored):
-            add = [f for f in flags if not given[f]]
-            changes.append((add, [f for f, on in given.items() if on and f not in flags]))
-    if not changes:
-        return ""
-    add, drop = min(changes, key=lambda c: len(c[0]) + len(c[1]))  # the fewest changes
-    steps = [f"{verb} {' '.join(fs)}" for verb, fs in (("add", add), ("drop", drop)) if fs]
-    return " and ".join(steps)
-
-
-def _run_saved(args, caps, t0: float) -> int:
-    """Analyse saved captures (a store, a capture file) as stored: no model, no capture."""
-    from jaxattn.analysis import MIXING_QUANTITIES, CorpusAnalysis
-
-    where = f"INPUT {args.input}"
-    for flag, given in (("--model", args.model), ("--server", args.server),
-                        ("--ablate", args.ablate), ("--precision", args.precision)):  # fmt: skip
-        if given:
-            raise UsageError(f"{where} holds captures, analysed as stored: drop {flag} "
-                             "(it needs a model)")  # fmt: skip
-    if args.stats_only and args.conllu:
-        raise UsageError("--stats-only reads no maps; the dependency table of --conllu "
-                         "needs them: drop one of the two")  # fmt: skip
-    flags = tuple(
-        f for f, on in (("--stats-only", args.stats_only), ("--no-norm", args.no_norm)) if on
-    )
-    what = dict(_SAVED_RUNS)[flags]
-    mixing = () if args.no_norm or args.stats_only else MIXING_QUANTITIES
-    try:
-        require(caps, what, where, "jaxattn analyze" + (" --stats-only" if args.stats_only else ""),
-                also=mixing)  # fmt: skip
-    except UsageError as e:
-        instead = _what_the_input_allows(stored_quantities(caps), args)
-        raise UsageError(f"{e} (or {instead})" if instead else str(e)) from None
-    stored = stored_quantities(caps)
-    absent = [q for q in mixing if q not in stored]
-    if absent:
-        print(f"jaxattn analyze: {where} lacks {', '.join(absent)}: the mixing ratios that need "
-              "them are left out (report.json meta.not_in_input)", file=sys.stderr)  # fmt: skip
-    caps = caps[: args.limit] if args.limit else caps
-    parses = saved_parses(caps, args.conllu, args.input) if args.conllu else None
-    corpus = CorpusAnalysis(head_distance=not args.no_head_distance,
-                            coarse_relations=args.coarse_relations,
-                            head_stats_only=args.stats_only)  # fmt: skip
-    bar = Progress(len(caps), "analyze", enabled=not (args.quiet or len(caps) < 50))
-    for i, cap in enumerate(caps):
-        corpus.update(cap, parses[i] if parses else None)
-        bar.update(1)
-    bar.close()
-    if not corpus.examples:
-        raise InputError(None, f"{args.input} has no examples", None)
-    first = caps[0]
-    entries = getattr(caps, "entries", None)  # a store's manifest: no tensor is read
-    truncated = sum(bool(c.truncated) for c in (caps if entries is None else entries))
-    meta = {
-        "model": first.provenance.get("model"),
-        "input": args.input,
-        "conllu": args.conllu,
-        "captured_by": first.provenance.get("source") or f"capture file {args.input}",
-        "what": list(stored),
-        "truncated": truncated,
-        "skipped": 0,
-        "dtype": first.dtype,
-        "precision": first.precision,
-        "not_in_input": absent,
-    }
-    return _write(args, corpus, meta, t0)

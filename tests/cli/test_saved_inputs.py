@@ -136,10 +136,10 @@ def test_store_input_refuses_what_needs_a_model(dumped, tmp_path, capsys, extra,
     ],
 )
 def test_a_store_lacking_what_the_flags_need_gets_the_flags_it_allows(stored, flags, advice):
-    from jaxattn.cli.analyze_cmd import _what_the_input_allows
+    from jaxattn.cli.analyze_saved import what_the_input_allows
 
     args = argparse.Namespace(stats_only="--stats-only" in flags, no_norm="--no-norm" in flags)
-    assert _what_the_input_allows(stored, args) == advice
+    assert what_the_input_allows(stored, args) == advice
 
 
 def test_a_conllu_file_that_is_not_the_stores_source_is_refused(dumped, tmp_path):
