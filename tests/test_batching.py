@@ -126,3 +126,47 @@ def test_budgets_follow_the_device():
         batching.Budgets(size_step=3)
     with pytest.raises(ValueError, match="pad_fraction"):
         batching.Budgets(pad_fraction=1.0)
+
+
+def _rented(lengths, ledger, commit=True, **kw):
+    budgets = batching.Budgets(**{**dict(output_bytes=10**9, tokens=10**6, max_batch=32), **kw})
+    return batching.plan_batches(lengths, (10,), lambda t: t, budgets, ledger=ledger, key="spec",
+                                 commit=commit)  # fmt: skip
+
+
+def test_padding_is_rented_against_compiling_until_it_has_cost_one_compile():
+    # 21 rows of bucket 10, sizes 32, 16, 8, 4, 2, 1: the split is 16 + 4 + 1 (pad 0.25 allows
+    # no more), padding up is one batch of 32 with 11 dummy rows = 110 padded tokens a call.
+    ledger = batching.ShapeLedger()
+    shapes = lambda plan: [(b.size, len(b.rows)) for b in plan]  # noqa: E731
+    assert shapes(_rented([7] * 21, None)) == [(16, 16), (4, 4), (1, 1)]  # no ledger: as before
+    assert shapes(_rented([7] * 21, ledger, commit=False)) == [(32, 21)]
+    assert ledger.rent == {}  # a plan that does not run charges nothing
+    for call in range(3):  # 110, 220, 330 tokens: within one compile's 330
+        assert shapes(_rented([7] * 21, ledger, compile_tokens=330)) == [(32, 21)], call
+    assert ledger.rent == {("spec", 10, 16): 330}
+    # The fourth call would bring the rent to 440 > 330: 16 is bought; the rest, 5 -> 8,
+    # rents 3 dummy rows against compiling 4.
+    assert shapes(_rented([7] * 21, ledger, compile_tokens=330)) == [(16, 16), (8, 5)]
+    assert ledger.rent == {("spec", 10, 16): 330, ("spec", 10, 4): 30}
+    assert shapes(_rented([7] * 21, ledger, compile_tokens=0)) == [(16, 16), (4, 4), (1, 1)]
+
+
+def test_a_compiled_split_is_never_padded_past_pad_fraction():
+    ledger = batching.ShapeLedger()
+    ledger.add("spec", 10, 16)  # e.g. by Engine.warmup, or a batch that ran
+    plan = _rented([7] * 21, ledger)
+    # 16 is compiled: split it off; the rest, 5 -> 8, rents 3 dummy rows instead of compiling 4.
+    assert [(b.size, len(b.rows)) for b in plan] == [(16, 16), (8, 5)]
+    assert ledger.rent == {("spec", 10, 4): 30}
+    ledger.add("spec", 10, 4)  # compiled: its rent is settled
+    plan = _rented([7] * 21, ledger)
+    assert [(b.size, len(b.rows)) for b in plan] == [(16, 16), (4, 4), (1, 1)]
+    assert ledger.rent == {}
+
+
+def test_compile_tokens_is_checked():
+    with pytest.raises(ValueError, match="compile_tokens must be at least 0"):
+        batching.Budgets(compile_tokens=-1)
+    gpu = SimpleNamespace(platform="gpu", memory_stats=lambda: {"bytes_limit": 8 << 30})
+    assert batching.Budgets.for_devices([gpu]).compile_tokens > batching.Budgets().compile_tokens

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 import jaxattn
@@ -39,3 +40,19 @@ def test_other_specs_do_not_disturb_a_warm_spec(engine):
     n = engine.compiled_shapes
     engine.capture(["i went to the store ."] * 3, what="attention", layers=1, heads=[2, 0])
     assert engine.compiled_shapes == n
+
+
+def test_a_first_capture_pads_rather_than_compiling_and_gives_the_same_numbers(bert_checkpoint):
+    # 21 texts of one bucket: split, 16 + 4 + 1 (three shapes); rented padding, one of 32.
+    texts = [("i went to the store .", "the store", "at")[i % 3] for i in range(21)]
+    splitting = jaxattn.load(bert_checkpoint, buckets=(16,), max_batch=32, compile_tokens=0)
+    renting = jaxattn.load(bert_checkpoint, buckets=(16,), max_batch=32)
+    want = splitting.capture(texts, what="attention")
+    got = renting.capture(texts, what="attention")
+    assert (splitting.compiled_shapes, renting.compiled_shapes) == (3, 1)
+    for g, w in zip(got, want, strict=True):
+        assert g.tokens == w.tokens
+        np.testing.assert_allclose(g.attention, w.attention, rtol=0, atol=1e-6)
+    spec = renting.make_spec("attention")
+    assert renting.shapes.compiled == {(spec, 16, 32)}
+    assert renting.shapes.rent == {(spec, 16, 16): 11 * 16}  # 11 dummy rows of 16 tokens

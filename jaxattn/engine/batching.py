@@ -14,6 +14,17 @@ on an accelerator, output bytes) for fewer shapes to compile: measured on 100
 EWT sentences with full capture, pad_fraction 0.25 compiles 12 shapes instead
 of 21 for 6% more rows.
 
+Past `pad_fraction`, padding is rented against compiling (`ShapeLedger`, the
+ski-rental rule): while the batch size a split would need has not been
+compiled, the remainder is padded up instead, and the extra padded tokens are
+charged to that shape; once they pass `compile_tokens` (what one compile costs
+in padded tokens) the split is bought and compiled. A first capture compiles
+few shapes, a warm engine (or one whose calls keep paying padding) runs the
+tight split, and neither costs more than twice the better choice in hindsight.
+Measured on 100 EWT sentences, full capture, MiniLM on the 2-core CPU: 8
+shapes instead of 12, first capture 11.7 s instead of 16.4 s; repeated calls of
+512 sentences run ~15% slower until the rent buys the tight split (BENCHMARKS.md).
+
 Budgets follow the device (`Budgets.for_devices`): the CPU keeps small batches
 and fine steps; a GPU/TPU sizes the output budget from its free memory, runs
 batches of hundreds and uses a coarser ladder (fewer, slower-to-compile shapes).
@@ -38,7 +49,10 @@ class Budgets:
       tokens: most B * T padded tokens (bounds activation memory).
       max_batch: most examples.
       size_step: batch sizes are max_batch / size_step**k (a power of two).
-      pad_fraction: most share of a bucket's last batch that may be dummy rows.
+      pad_fraction: share of a bucket's last batch that may always be dummy rows.
+      compile_tokens: what compiling one shape costs, in padded tokens of compute:
+        padding past pad_fraction that avoids a compile is rented up to this
+        (`ShapeLedger`); 0 turns renting off.
     """
 
     output_bytes: int = 256 << 20
@@ -46,11 +60,14 @@ class Budgets:
     max_batch: int = 64
     size_step: int = 2
     pad_fraction: float = 0.25
+    compile_tokens: int = 8192
 
     def __post_init__(self):
         for name in ("output_bytes", "tokens", "max_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} budget must be at least 1, got {getattr(self, name)}")
+        if self.compile_tokens < 0:
+            raise ValueError(f"compile_tokens must be at least 0, got {self.compile_tokens}")
         if self.size_step < 2 or self.size_step & (self.size_step - 1):
             raise ValueError(f"size_step must be a power of two >= 2, got {self.size_step}")
         if not 0 <= self.pad_fraction < 1:
@@ -61,15 +78,19 @@ class Budgets:
         """Budgets for these devices (keyword overrides win).
 
         CPU: the defaults (256 MiB of output, 64 examples: measured best on a
-        2-core machine). GPU/TPU: an output budget of an eighth of the free
+        2-core machine; a compile of ~1.3 s is ~8k padded tokens of MiniLM's
+        full capture). GPU/TPU: an output budget of an eighth of the free
         device memory (at most 4 GiB: two batches are in flight, besides the
-        activations), up to 512 examples and 256k tokens, sizes in steps of 4.
+        activations), up to 512 examples and 256k tokens, sizes in steps of 4,
+        and a compile worth 2M padded tokens (11-28 s on an H100 against
+        ~200k tokens/s of BERT-base: reasoned from GPU-NOTES, not tuned).
         """
         base = {}
         if devices and all(d.platform != "cpu" for d in devices):
             free = _free_bytes(devices[0])
             budget = min(4 << 30, max(free // 8, 1 << 20)) if free else 1 << 30
-            base = dict(max_batch=512, tokens=1 << 18, size_step=4, output_bytes=budget)
+            base = dict(max_batch=512, tokens=1 << 18, size_step=4, output_bytes=budget,
+                        compile_tokens=1 << 21)  # fmt: skip
         return cls(**{**base, **{k: v for k, v in overrides.items() if v is not None}})
 
 
@@ -115,12 +136,45 @@ def ladder(largest: int, step: int) -> tuple[int, ...]:
     return (*sizes, 1)
 
 
-def split(count: int, sizes: Sequence[int], pad_fraction: float) -> list[tuple[int, int]]:
+class ShapeLedger:
+    """An engine's memory for the planner: the (key, length, size) shapes it has
+    compiled (key: the capture spec), and the padded tokens paid so far, per shape
+    not compiled, to avoid compiling it (the ski-rental rent, module doc)."""
+
+    def __init__(self):
+        self.compiled: set[tuple] = set()
+        self.rent: dict[tuple, int] = {}
+
+    def add(self, key, length: int, size: int) -> None:
+        """Record that the shape (key, length, size) is compiled."""
+        self.compiled.add((key, length, size))
+        self.rent.pop((key, length, size), None)
+
+    def pad_instead(self, key, length: int, avoided: int, tokens: int, limit: int,
+                    commit: bool) -> bool:  # fmt: skip
+        """Whether to pad `tokens` more to avoid compiling batch size `avoided`: yes while
+        the shape is not compiled and the rent stays within `limit` (charged if commit)."""
+        shape = (key, length, avoided)
+        if shape in self.compiled:
+            return False
+        paid = self.rent.get(shape, 0) + tokens
+        if paid > limit:
+            return False
+        if commit:
+            self.rent[shape] = paid
+        return True
+
+
+def split(
+    count: int, sizes: Sequence[int], pad_fraction: float, pad_instead=None
+) -> list[tuple[int, int]]:
     """(batch size, real rows) covering `count` rows with batches from `sizes` (descending).
 
     Full batches of the largest size first; then the smallest size that holds
-    the rest, if at most `pad_fraction` of it is padding (or no size is small
-    enough to split off), else the largest size the rest fills, and again.
+    the rest, if at most `pad_fraction` of it is padding, or no size is small
+    enough to split off, or ``pad_instead(up, count, split_size)`` says to pad
+    rather than compile the split's size; else the largest size the rest fills,
+    and again.
     """
     out = []
     while count > 0:
@@ -130,7 +184,8 @@ def split(count: int, sizes: Sequence[int], pad_fraction: float) -> list[tuple[i
             continue
         up = min(s for s in sizes if s >= count)
         fills = [s for s in sizes if s <= count]
-        if not fills or up - count <= pad_fraction * up:
+        if (not fills or up - count <= pad_fraction * up
+                or (pad_instead is not None and pad_instead(up, count, max(fills)))):  # fmt: skip
             out.append((up, count))
             return out
         out.append((max(fills), max(fills)))
@@ -145,6 +200,9 @@ def plan_batches(
     budgets: Budgets,
     *,
     devices: int = 1,
+    ledger: ShapeLedger | None = None,
+    key=None,
+    commit: bool = False,
 ) -> list[Batch]:
     """Group examples into batches by bucket, shortest bucket first.
 
@@ -155,6 +213,9 @@ def plan_batches(
       budgets: what one batch may hold, per device, and the size ladder.
       devices: data-parallel width: batch sizes are multiples of it, and a
         bucket's last few examples (fewer than `devices`) are padded up to it.
+      ledger: the engine's compiled shapes and rent (None: pad_fraction alone).
+      key: the ledger's key of these batches' program (the capture spec).
+      commit: charge the rent this plan pays to the ledger (a plan that runs).
 
     Returns:
       Batches covering every position exactly once.
@@ -166,9 +227,16 @@ def plan_batches(
     out = []
     for bucket, rows in sorted(by_bucket.items()):
         per_device = ladder(batch_size(bucket, bytes_per_example, budgets), budgets.size_step)
+        rent = None
+        if ledger is not None and budgets.compile_tokens:
+
+            def rent(up, count, avoided, bucket=bucket):
+                return ledger.pad_instead(key, bucket, avoided, (up - count) * bucket,
+                                          budgets.compile_tokens, commit)  # fmt: skip
+
         start = 0
         for size, real in split(len(rows), [s * devices for s in per_device],
-                                budgets.pad_fraction):  # fmt: skip
+                                budgets.pad_fraction, rent):  # fmt: skip
             out.append(Batch(bucket, size, tuple(rows[start : start + real])))
             start += real
     return out

@@ -43,8 +43,11 @@ class Engine(BatchPipeline):
       token_budget: most padded tokens per batch (bounds activation memory);
         None: by device (16k on the CPU, 256k on a GPU/TPU).
       max_batch: most examples per batch and device; None: by device (64 / 512).
-      pad_fraction: most share of a bucket's last batch that may be dummy
+      pad_fraction: share of a bucket's last batch that may always be dummy
         rows, to compile fewer shapes (`jaxattn.engine.batching`); None: 0.25.
+      compile_tokens: what one compile costs in padded tokens: padding past
+        pad_fraction is rented against compiling up to this per shape
+        (`batching.ShapeLedger`); 0: never; None: by device (8k CPU, 2M GPU/TPU).
       devices: the devices to run on, data-parallel over a 1-D mesh (batch
         sharded, weights replicated); default: every local device.
       host_memory: where the step writes its outputs: "auto" (pinned host
@@ -66,6 +69,7 @@ class Engine(BatchPipeline):
         token_budget: int | None = None,
         max_batch: int | None = None,
         pad_fraction: float | None = None,
+        compile_tokens: int | None = None,
         devices: Sequence[jax.Device] | None = None,
         host_memory: str = "auto",
         precision: str = "highest",
@@ -78,9 +82,10 @@ class Engine(BatchPipeline):
         self.devices = tuple(devices) if devices else tuple(jax.local_devices())
         self.step = CaptureStep(config, params["encoder"], self.devices, host_memory)
         self.buckets = batching.buckets_for(config.max_length, buckets)
+        self.shapes = batching.ShapeLedger()
         self.budgets = batching.Budgets.for_devices(
             self.devices, output_bytes=output_budget, tokens=token_budget, max_batch=max_batch,
-            pad_fraction=pad_fraction,
+            pad_fraction=pad_fraction, compile_tokens=compile_tokens,
         )  # fmt: skip
 
     # -- the CaptureSource API -------------------------------------------------------

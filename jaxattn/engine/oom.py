@@ -41,7 +41,8 @@ def in_halves(engine, batch, tokenized, spec, gates, error) -> Iterator[tuple[in
         ) from None
     log.warning("a batch of %d x %d tokens ran out of device memory; running it in halves",
                 batch.size, batch.length)  # fmt: skip
-    half = dataclasses.replace(engine.budgets, max_batch=per_device // 2, pad_fraction=0.0)
+    half = dataclasses.replace(engine.budgets, max_batch=per_device // 2, pad_fraction=0.0,
+                               compile_tokens=0)  # fmt: skip
     rows = [tokenized[pos] for pos in batch.rows]
     for sub in engine.plan(rows, spec, half):
         try:

@@ -6,7 +6,7 @@ once), keeps two in flight so one computes while the previous one's copy
 lands, and cuts the finished blocks into per-example Captures (`host.unpack`).
 A batch that runs out of device memory is run again in halves (`oom`).
 `Engine` inherits it; it uses the engine's `config`, `step`, `devices`, `provenance`,
-`buckets` and `budgets`.
+`buckets`, `budgets` and `shapes` (the `batching.ShapeLedger` of what is compiled).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class BatchPipeline:
         gates = None if ablation is None else ablation.gates(self.config)
         args = (tokenized, spec, gates)
         pending: collections.deque = collections.deque()
-        for batch in self.plan(tokenized, spec, self.budgets):
+        for batch in self.plan(tokenized, spec, self.budgets, commit=True):
             try:
                 pending.append((batch, self.dispatch(batch, *args)))
             except Exception as e:
@@ -60,16 +60,19 @@ class BatchPipeline:
                 yield from self._finish(*pending.popleft(), *args, pending)
         yield from self._drain(pending, *args)
 
-    def plan(self, tokenized, spec, budgets=None) -> list[batching.Batch]:
-        """The batches `run` gives tokenised examples under `spec` (budgets: the engine's)."""
+    def plan(self, tokenized, spec, budgets=None, commit=False) -> list[batching.Batch]:
+        """The batches `run` gives tokenised examples under `spec` now (budgets: the
+        engine's); `commit`: charge the padding rented instead of compiling (`run`)."""
         lengths, budgets = [e.length for e in tokenized], budgets or self.budgets
         return batching.plan_batches(lengths, self.buckets, lambda t: self.output_bytes(spec, t),
-                                     budgets, devices=len(self.devices))  # fmt: skip
+                                     budgets, devices=len(self.devices), ledger=self.shapes,
+                                     key=spec, commit=commit)  # fmt: skip
 
     def dispatch(self, batch, tokenized, spec, gates=None):
         """Start one batch on the devices (asynchronously); its output, copies begun."""
         arrays = self.step.place(*host.pack(batch, tokenized, self.config, spec))
         out = self.step(spec, *arrays, gates)
+        self.shapes.add(spec, batch.length, batch.size)
         host.start_copies(out)
         return out
 
@@ -104,6 +107,7 @@ class BatchPipeline:
                 batch = batching.Batch(length, n, (0,))
                 arrays = self.step.place(*host.pack(batch, dummy, self.config, spec))
                 jax.block_until_ready(self.step(spec, *arrays, None))
+                self.shapes.add(spec, length, n)
         return self.compiled_shapes
 
     @property
