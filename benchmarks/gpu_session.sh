@@ -20,8 +20,10 @@ cd "$root"
 if [ "$stage" = prepare ]; then
   py=${PYTHON:-.venv/bin/python}
   mkdir -p .gpu/tokenizer
-  dir=$("$py" -c 'from jaxattn.checkpoints.loading import default_model_dir as d; print(d())')
-  cp "$dir"/tokenizer* "$dir"/vocab* "$dir"/special* .gpu/tokenizer/
+  dir=$("$py" -c 'from jaxattn.checkpoints.loading import default_model_dir as d; print(d())') \
+    || { echo "prepare: the embedded model is not installed here (bash scripts/setup.sh)" >&2; exit 1; }
+  cp "$dir"/tokenizer* "$dir"/vocab* "$dir"/special* .gpu/tokenizer/ || exit 1
+  [ -f .gpu/tokenizer/tokenizer.json ] || { echo "prepare: no tokenizer.json in $dir" >&2; exit 1; }
   echo "ready: .gpu/tokenizer ($(du -sh .gpu | cut -f1)); run the stages with carry [\".gpu\"]"
   exit 0
 fi
@@ -34,17 +36,22 @@ export JAXATTN_BENCH_TOKENIZER=$root/.gpu/tokenizer
 [ -f .gpu/tokenizer/tokenizer.json ] || { echo "no .gpu/tokenizer: run 'prepare' here first" >&2; exit 2; }
 log=$OUT/$stage.log
 exec > >(tee -a "$log") 2>&1
+tee_pid=$!
 
 smoke=${GPU_SESSION_SMOKE:-}
 n() { if [ -n "$smoke" ]; then echo 4; else echo "$1"; fi; }
-# step SECONDS CMD...: one timed measurement; a step over its time is stopped, the rest go on.
+failed=0
+# step SECONDS CMD...: one timed measurement; a step over its time is stopped, the rest go on
+# (the stage's exit status counts the steps that failed).
 step() {
-  local limit=$1
+  local limit=$1 rc
   shift
   echo "== $(date -u +%H:%M:%S) $* (limit ${limit}s)"
   local t0=$SECONDS
   timeout --kill-after=10 "$limit" "$@"
-  echo "== rc=$? in $((SECONDS - t0)) s"
+  rc=$?
+  echo "== rc=$rc in $((SECONDS - t0)) s"
+  [ "$rc" -eq 0 ] || failed=$((failed + 1))
 }
 bench=("$py" -m jaxattn bench --overwrite)  # an array: `timeout` runs no shell function
 
@@ -86,4 +93,7 @@ print(d, [m.kind for m in d.addressable_memories()], d.memory_stats() and d.memo
     exit 2
     ;;
 esac
-echo "== $stage done at $(date -u +%H:%M:%S)"
+echo "== $stage done at $(date -u +%H:%M:%S): $failed step(s) failed"
+exec >&- 2>&-
+wait "$tee_pid"  # the log's last lines are written before the files go back
+exit $((failed > 0))

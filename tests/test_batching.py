@@ -128,10 +128,17 @@ def test_budgets_follow_the_device():
         batching.Budgets(pad_fraction=1.0)
 
 
-def _rented(lengths, ledger, commit=True, **kw):
+def _rented(lengths, ledger, **kw):
     budgets = batching.Budgets(**{**dict(output_bytes=10**9, tokens=10**6, max_batch=32), **kw})
-    return batching.plan_batches(lengths, (10,), lambda t: t, budgets, ledger=ledger, key="spec",
-                                 commit=commit)  # fmt: skip
+    return batching.plan_batches(lengths, (10,), lambda t: t, budgets, ledger=ledger, key="spec")
+
+
+def _ran(plan, ledger):
+    """What dispatching the plan does to the ledger; the (size, real rows) it ran."""
+    for b in plan:
+        ledger.charge("spec", b)
+        ledger.add("spec", b.length, b.size)
+    return [(b.size, len(b.rows)) for b in plan]
 
 
 def test_padding_is_rented_against_compiling_until_it_has_cost_one_compile():
@@ -140,28 +147,35 @@ def test_padding_is_rented_against_compiling_until_it_has_cost_one_compile():
     ledger = batching.ShapeLedger()
     shapes = lambda plan: [(b.size, len(b.rows)) for b in plan]  # noqa: E731
     assert shapes(_rented([7] * 21, None)) == [(16, 16), (4, 4), (1, 1)]  # no ledger: as before
-    assert shapes(_rented([7] * 21, ledger, commit=False)) == [(32, 21)]
-    assert ledger.rent == {}  # a plan that does not run charges nothing
+    assert shapes(_rented([7] * 21, ledger)) == [(32, 21)]
+    assert _rented([7] * 21, ledger)[0].rent == (16, 110)
+    assert ledger.rent == {}  # planning charges nothing: a batch that runs does
     for call in range(3):  # 110, 220, 330 tokens: within one compile's 330
-        assert shapes(_rented([7] * 21, ledger, compile_tokens=330)) == [(32, 21)], call
+        assert _ran(_rented([7] * 21, ledger, compile_tokens=330), ledger) == [(32, 21)], call
     assert ledger.rent == {("spec", 10, 16): 330}
     # The fourth call would bring the rent to 440 > 330: 16 is bought; the rest, 5 -> 8,
-    # rents 3 dummy rows against compiling 4.
-    assert shapes(_rented([7] * 21, ledger, compile_tokens=330)) == [(16, 16), (8, 5)]
-    assert ledger.rent == {("spec", 10, 16): 330, ("spec", 10, 4): 30}
+    # rents 3 dummy rows against compiling 4 and 1.
+    assert _ran(_rented([7] * 21, ledger, compile_tokens=330), ledger) == [(16, 16), (8, 5)]
+    assert ledger.rent == {("spec", 10, 4): 30}  # 16 is compiled: its rent is settled
     assert shapes(_rented([7] * 21, ledger, compile_tokens=0)) == [(16, 16), (4, 4), (1, 1)]
 
 
-def test_a_compiled_split_is_never_padded_past_pad_fraction():
+def test_a_compiled_split_size_is_split_off_and_only_the_rest_rents():
     ledger = batching.ShapeLedger()
     ledger.add("spec", 10, 16)  # e.g. by Engine.warmup, or a batch that ran
-    plan = _rented([7] * 21, ledger)
     # 16 is compiled: split it off; the rest, 5 -> 8, rents 3 dummy rows instead of compiling 4.
-    assert [(b.size, len(b.rows)) for b in plan] == [(16, 16), (8, 5)]
+    assert _ran(_rented([7] * 21, ledger), ledger) == [(16, 16), (8, 5)]
     assert ledger.rent == {("spec", 10, 4): 30}
     ledger.add("spec", 10, 4)  # compiled: its rent is settled
-    plan = _rented([7] * 21, ledger)
-    assert [(b.size, len(b.rows)) for b in plan] == [(16, 16), (4, 4), (1, 1)]
+    assert _ran(_rented([7] * 21, ledger), ledger) == [(16, 16), (4, 4), (1, 1)]
+    assert ledger.rent == {}
+
+
+def test_padding_is_not_rented_where_it_compiles_as_many_shapes_as_the_split():
+    ledger = batching.ShapeLedger()
+    ledger.add("spec", 10, 1)
+    # 17 rows: the split 16 + 1 compiles one new shape, padding up to 32 one too: split.
+    assert _ran(_rented([7] * 17, ledger), ledger) == [(16, 16), (1, 1)]
     assert ledger.rent == {}
 
 

@@ -9,6 +9,7 @@ import pytest
 
 import jaxattn
 from jaxattn.engine import batching
+from jaxattn.engine.ablation import HeadAblation
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +54,12 @@ def test_a_first_capture_pads_rather_than_compiling_and_gives_the_same_numbers(b
     for g, w in zip(got, want, strict=True):
         assert g.tokens == w.tokens
         np.testing.assert_allclose(g.attention, w.attention, rtol=0, atol=1e-6)
-    spec = renting.make_spec("attention")
-    assert renting.shapes.compiled == {(spec, 16, 32)}
-    assert renting.shapes.rent == {(spec, 16, 16): 11 * 16}  # 11 dummy rows of 16 tokens
+    key = (renting.make_spec("attention"), False)  # the spec, no heads ablated
+    assert renting.shapes.compiled == {(key, 16, 32)}
+    assert renting.shapes.rent == {(key, 16, 16): 11 * 16}  # 11 dummy rows of 16 tokens
+    # Ablated heads are a program of their own: after 16 plain texts compiled (16, 16),
+    # 21 ablated ones still pad up to one new shape (32), not 16 + 8 (two).
+    fresh = jaxattn.load(bert_checkpoint, buckets=(16,), max_batch=32)
+    fresh.capture(texts[:16], what="attention")
+    fresh.capture(texts, what="attention", ablation=HeadAblation.of([(0, 1)]))
+    assert fresh.compiled_shapes == 2

@@ -121,6 +121,10 @@ def run(
         t = time.perf_counter()
         fn()
         res[f"{name}_first_pass_s"] = time.perf_counter() - t
+    # The bytes each case moves, from the plan its next runs take (a plan can change
+    # as the engine compiles shapes: `batching.ShapeLedger`).
+    moved = {name: moved_bytes(engine, texts, **kw) for name, kw in cases(engine).items()
+             if name != "b_forward"}  # fmt: skip
     rounds = {name: [] for name in runners}
     for _ in range(repeats):
         for name, fn in runners.items():
@@ -134,10 +138,9 @@ def run(
     res["d_over_a"] = res["a_transformers"] / res["d_full"]
     res["c_over_a"] = res["a_transformers"] / res["c_attention"]
     res["d_vs_b_overhead"] = res["d_full"] / res["b_forward"] - 1
-    for name, kw in cases(engine).items():
-        if name != "b_forward":
-            res[f"{name}_bytes"] = moved_bytes(engine, texts, **kw)
-            res[f"{name}_host_gb_s"] = res[f"{name}_bytes"] / res[name] / 1e9
+    for name, nbytes in moved.items():
+        res[f"{name}_bytes"] = nbytes
+        res[f"{name}_host_gb_s"] = nbytes / res[name] / 1e9
     rate, what = host_copy_rate(res["d_full_bytes"])
     res["copy_gb_s"], res["copy_what"] = rate / 1e9, what
     return res

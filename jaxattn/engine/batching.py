@@ -111,11 +111,14 @@ class Batch:
     """One engine step: `rows` (positions into the input) padded to [size, length].
 
     size == len(rows) except for a padded remainder, filled with dummy rows.
+    rent: (the batch size its padding avoids compiling, the padded tokens it
+    costs) when the padding goes past pad_fraction (`ShapeLedger`), else None.
     """
 
     length: int
     size: int
     rows: tuple[int, ...]
+    rent: tuple[int, int] | None = None
 
 
 def buckets_for(max_length: int, buckets: Sequence[int] = DEFAULT_BUCKETS) -> tuple[int, ...]:
@@ -138,31 +141,36 @@ def ladder(largest: int, step: int) -> tuple[int, ...]:
 
 class ShapeLedger:
     """An engine's memory for the planner: the (key, length, size) shapes it has
-    compiled (key: the capture spec), and the padded tokens paid so far, per shape
-    not compiled, to avoid compiling it (the ski-rental rent, module doc)."""
+    compiled (key: the program, e.g. the capture spec and whether heads are
+    ablated), and the padded tokens paid so far, per shape not compiled, to avoid
+    compiling it (the ski-rental rent, module doc). It knows this process's
+    compiles only: a shape the persistent cache holds still counts as a compile."""
 
     def __init__(self):
         self.compiled: set[tuple] = set()
         self.rent: dict[tuple, int] = {}
 
+    def knows(self, key, length: int, size: int) -> bool:
+        """Whether the shape (key, length, size) is compiled."""
+        return (key, length, size) in self.compiled
+
     def add(self, key, length: int, size: int) -> None:
-        """Record that the shape (key, length, size) is compiled."""
+        """Record that the shape (key, length, size) is compiled (its rent is settled)."""
         self.compiled.add((key, length, size))
         self.rent.pop((key, length, size), None)
 
-    def pad_instead(self, key, length: int, avoided: int, tokens: int, limit: int,
-                    commit: bool) -> bool:  # fmt: skip
-        """Whether to pad `tokens` more to avoid compiling batch size `avoided`: yes while
-        the shape is not compiled and the rent stays within `limit` (charged if commit)."""
+    def may_rent(self, key, length: int, avoided: int, tokens: int, limit: int) -> bool:
+        """Whether `tokens` more padding may be paid to avoid compiling batch size
+        `avoided`: while that shape is not compiled and its rent stays within `limit`."""
         shape = (key, length, avoided)
-        if shape in self.compiled:
-            return False
-        paid = self.rent.get(shape, 0) + tokens
-        if paid > limit:
-            return False
-        if commit:
-            self.rent[shape] = paid
-        return True
+        return shape not in self.compiled and self.rent.get(shape, 0) + tokens <= limit
+
+    def charge(self, key, batch: Batch) -> None:
+        """Charge the rent of a batch that runs (`Batch.rent`; nothing when None)."""
+        if batch.rent is not None:
+            avoided, tokens = batch.rent
+            shape = (key, batch.length, avoided)
+            self.rent[shape] = self.rent.get(shape, 0) + tokens
 
 
 def split(
@@ -202,7 +210,6 @@ def plan_batches(
     devices: int = 1,
     ledger: ShapeLedger | None = None,
     key=None,
-    commit: bool = False,
 ) -> list[Batch]:
     """Group examples into batches by bucket, shortest bucket first.
 
@@ -214,8 +221,8 @@ def plan_batches(
       devices: data-parallel width: batch sizes are multiples of it, and a
         bucket's last few examples (fewer than `devices`) are padded up to it.
       ledger: the engine's compiled shapes and rent (None: pad_fraction alone).
-      key: the ledger's key of these batches' program (the capture spec).
-      commit: charge the rent this plan pays to the ledger (a plan that runs).
+      key: the ledger's key of these batches' program (the capture spec...).
+        Planning charges nothing: a batch that runs charges its `Batch.rent`.
 
     Returns:
       Batches covering every position exactly once.
@@ -227,17 +234,27 @@ def plan_batches(
     out = []
     for bucket, rows in sorted(by_bucket.items()):
         per_device = ladder(batch_size(bucket, bytes_per_example, budgets), budgets.size_step)
+        sizes = [s * devices for s in per_device]
+        rented: list[tuple[int, int]] = []
         rent = None
         if ledger is not None and budgets.compile_tokens:
 
-            def rent(up, count, avoided, bucket=bucket):
-                return ledger.pad_instead(key, bucket, avoided, (up - count) * bucket,
-                                          budgets.compile_tokens, commit)  # fmt: skip
+            def rent(up, count, avoided, bucket=bucket, sizes=sizes, rented=rented):
+                # Pad only where it compiles fewer new shapes than the tight split.
+                tight = {s for s, _ in split(count, sizes, budgets.pad_fraction)}
+                new = sum(not ledger.knows(key, bucket, s) for s in tight)
+                tokens = (up - count) * bucket
+                if new <= (not ledger.knows(key, bucket, up)) or not ledger.may_rent(
+                        key, bucket, avoided, tokens, budgets.compile_tokens):  # fmt: skip
+                    return False
+                rented.append((avoided, tokens))  # split() stops at this, the last batch
+                return True
 
         start = 0
-        for size, real in split(len(rows), [s * devices for s in per_device],
-                                budgets.pad_fraction, rent):  # fmt: skip
-            out.append(Batch(bucket, size, tuple(rows[start : start + real])))
+        planned = split(len(rows), sizes, budgets.pad_fraction, rent)
+        for i, (size, real) in enumerate(planned):
+            last = rented[0] if rented and i == len(planned) - 1 else None
+            out.append(Batch(bucket, size, tuple(rows[start : start + real]), last))
             start += real
     return out
 

@@ -44,7 +44,7 @@ def in_halves(engine, batch, tokenized, spec, gates, error) -> Iterator[tuple[in
     half = dataclasses.replace(engine.budgets, max_batch=per_device // 2, pad_fraction=0.0,
                                compile_tokens=0)  # fmt: skip
     rows = [tokenized[pos] for pos in batch.rows]
-    for sub in engine.plan(rows, spec, half):
+    for sub in engine.plan(rows, spec, half, ablated=gates is not None):
         try:
             blocks = host.host_blocks(engine.dispatch(sub, rows, spec, gates))
         except Exception as e:

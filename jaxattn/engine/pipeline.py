@@ -48,7 +48,7 @@ class BatchPipeline:
         gates = None if ablation is None else ablation.gates(self.config)
         args = (tokenized, spec, gates)
         pending: collections.deque = collections.deque()
-        for batch in self.plan(tokenized, spec, self.budgets, commit=True):
+        for batch in self.plan(tokenized, spec, self.budgets, ablated=gates is not None):
             try:
                 pending.append((batch, self.dispatch(batch, *args)))
             except Exception as e:
@@ -60,19 +60,22 @@ class BatchPipeline:
                 yield from self._finish(*pending.popleft(), *args, pending)
         yield from self._drain(pending, *args)
 
-    def plan(self, tokenized, spec, budgets=None, commit=False) -> list[batching.Batch]:
+    def plan(self, tokenized, spec, budgets=None, ablated=False) -> list[batching.Batch]:
         """The batches `run` gives tokenised examples under `spec` now (budgets: the
-        engine's); `commit`: charge the padding rented instead of compiling (`run`)."""
+        engine's; ablated: heads disabled, a program of its own)."""
         lengths, budgets = [e.length for e in tokenized], budgets or self.budgets
         return batching.plan_batches(lengths, self.buckets, lambda t: self.output_bytes(spec, t),
                                      budgets, devices=len(self.devices), ledger=self.shapes,
-                                     key=spec, commit=commit)  # fmt: skip
+                                     key=(spec, ablated))  # fmt: skip
 
     def dispatch(self, batch, tokenized, spec, gates=None):
-        """Start one batch on the devices (asynchronously); its output, copies begun."""
+        """Start one batch on the devices (asynchronously); its output, copies begun.
+        The shape is then compiled, and the padding it rented is charged."""
         arrays = self.step.place(*host.pack(batch, tokenized, self.config, spec))
         out = self.step(spec, *arrays, gates)
-        self.shapes.add(spec, batch.length, batch.size)
+        key = (spec, gates is not None)
+        self.shapes.charge(key, batch)
+        self.shapes.add(key, batch.length, batch.size)
         host.start_copies(out)
         return out
 
@@ -107,7 +110,7 @@ class BatchPipeline:
                 batch = batching.Batch(length, n, (0,))
                 arrays = self.step.place(*host.pack(batch, dummy, self.config, spec))
                 jax.block_until_ready(self.step(spec, *arrays, None))
-                self.shapes.add(spec, length, n)
+                self.shapes.add((spec, False), length, n)
         return self.compiled_shapes
 
     @property
