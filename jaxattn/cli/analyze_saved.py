@@ -58,13 +58,13 @@ def analyse_saved(args, caps) -> tuple:
     )
     what = dict(SAVED_RUNS)[flags]
     mixing = () if args.no_norm or args.stats_only else MIXING_QUANTITIES
+    stored = stored_quantities(caps)
     try:
         require(caps, what, where, "jaxattn analyze" + (" --stats-only" if args.stats_only else ""),
                 also=mixing)  # fmt: skip
     except UsageError as e:
-        instead = what_the_input_allows(stored_quantities(caps), args)
+        instead = what_the_input_allows(stored, args)
         raise UsageError(f"{e} (or {instead})" if instead else str(e)) from None
-    stored = stored_quantities(caps)
     absent = [q for q in mixing if q not in stored]
     if absent:
         print(f"jaxattn analyze: {where} lacks {', '.join(absent)}: the mixing ratios that need "

@@ -28,6 +28,12 @@ from jaxattn.spec import CaptureSpec
 _PIPELINE_DEPTH = 2
 
 
+def program(spec: CaptureSpec, ablated: bool) -> tuple:
+    """The `batching.ShapeLedger` key of a compiled program: jit specialises on the
+    spec, and heads ablated (gates given) are a program of their own."""
+    return (spec, ablated)
+
+
 class BatchPipeline:
     """Run tokenised examples through the capture step in batches (see the module doc)."""
 
@@ -66,14 +72,14 @@ class BatchPipeline:
         lengths, budgets = [e.length for e in tokenized], budgets or self.budgets
         return batching.plan_batches(lengths, self.buckets, lambda t: self.output_bytes(spec, t),
                                      budgets, devices=len(self.devices), ledger=self.shapes,
-                                     key=(spec, ablated))  # fmt: skip
+                                     key=program(spec, ablated))  # fmt: skip
 
     def dispatch(self, batch, tokenized, spec, gates=None):
         """Start one batch on the devices (asynchronously); its output, copies begun.
         The shape is then compiled, and the padding it rented is charged."""
         arrays = self.step.place(*host.pack(batch, tokenized, self.config, spec))
         out = self.step(spec, *arrays, gates)
-        key = (spec, gates is not None)
+        key = program(spec, gates is not None)
         self.shapes.charge(key, batch)
         self.shapes.add(key, batch.length, batch.size)
         host.start_copies(out)
@@ -110,7 +116,7 @@ class BatchPipeline:
                 batch = batching.Batch(length, n, (0,))
                 arrays = self.step.place(*host.pack(batch, dummy, self.config, spec))
                 jax.block_until_ready(self.step(spec, *arrays, None))
-                self.shapes.add((spec, False), length, n)
+                self.shapes.add(program(spec, False), length, n)
         return self.compiled_shapes
 
     @property
