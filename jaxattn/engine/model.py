@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jaxattn.config import ModelConfig
 from jaxattn.engine import head_stats, norms
 from jaxattn.engine.attention import SelfAttention
-from jaxattn.engine.layers import Dense, LayerNorm, activation, init
+from jaxattn.engine.layers import Dense, LayerNorm, activation, init, param
 from jaxattn.engine.precision import Matmul
 from jaxattn.quantities import QUANTITIES
 from jaxattn.spec import CaptureSpec
@@ -41,13 +41,13 @@ class Embeddings(nn.Module):
     def __call__(self, ids, type_ids):  # [T], [T] -> [T, D]
         c = self.config
         e = c.embedding_width
-        x = self.param("word", init, (c.vocab_size, e))[ids]
+        x = param(self, "word", init, (c.vocab_size, e))[ids]
         if c.absolute_positions:
             # RoBERTa numbers positions from padding_idx + 1 (position_offset = 2).
             positions = jnp.arange(ids.shape[0]) + c.position_offset
-            x = x + self.param("position", init, (c.max_positions, e))[positions]
+            x = x + param(self, "position", init, (c.max_positions, e))[positions]
         if c.type_vocab_size:
-            x = x + self.param("token_type", init, (c.type_vocab_size, e))[type_ids]
+            x = x + param(self, "token_type", init, (c.type_vocab_size, e))[type_ids]
         project = None
         if e != c.hidden_size:
             project = Dense((e, c.hidden_size), (c.hidden_size,), "TE,ED->TD",
@@ -224,7 +224,7 @@ class Encoder(nn.Module):
         c = self.config
         if c.relative is None:
             return None
-        table = self.param("rel_embeddings", init, (c.relative_rows, c.hidden_size))
+        table = param(self, "rel_embeddings", init, (c.relative_rows, c.hidden_size))
         if c.relative.norm_rel_ebd:
             table = LayerNorm(c.layer_norm_eps, name="rel_ln")(table)
         return table
