@@ -9,9 +9,11 @@ time far below a host memcpy mean numpy views the buffer without a copy
 (jax-ml/jax#22114). On the CPU "device" memory already is host memory: the
 same check with the default memory kind.
 
-`warmup`: a random-weight BERT-base (or `--model`) compiles every (bucket,
-batch size) shape `Engine.warmup` plans for `--what` (default attention). Run it twice with the same
-``JAXATTN_COMPILATION_CACHE`` directory for the cold and the cached time.
+`warmup`: a random-weight BERT-base (or `--model`) compiles the shapes
+`Engine.warmup` plans for `--what` (default attention): every (bucket, batch
+size) with `--sizes all`, one per bucket with `--sizes largest`. Run it twice
+with the same ``JAXATTN_COMPILATION_CACHE`` directory for the cold and the
+cached time.
 Both print one line a result; `benchmarks/gpu_session.sh` runs them on a GPU.
 """
 
@@ -50,7 +52,8 @@ def zero_copy(nbytes: int) -> None:
           f"{memcpy * 1e3:.1f} ms); same address: {same}; values ok: {ok}")  # fmt: skip
 
 
-def warmup(what: tuple[str, ...], model: str | None, buckets: tuple[int, ...] | None) -> None:
+def warmup(what: tuple[str, ...], model: str | None, buckets: tuple[int, ...] | None,
+           sizes: str) -> None:  # fmt: skip
     t0 = time.perf_counter()
     import jaxattn
     from jaxattn.bench import random_bert_base
@@ -59,10 +62,11 @@ def warmup(what: tuple[str, ...], model: str | None, buckets: tuple[int, ...] | 
     with tempfile.TemporaryDirectory() as tmp:
         engine = jaxattn.load(model or str(random_bert_base(Path(tmp))), **options)
         t1 = time.perf_counter()
-        shapes = engine.warmup(engine.make_spec(what))
+        shapes = engine.warmup(engine.make_spec(what), sizes=sizes)
         t2 = time.perf_counter()
-    print(f"warmup {','.join(what)} on {engine.devices[0].platform}: {shapes} shapes in "
-          f"{t2 - t1:.1f} s (import + load {t1 - t0:.1f} s); {engine.budgets}")  # fmt: skip
+    print(f"warmup {','.join(what)} ({sizes} sizes) on {engine.devices[0].platform}: "
+          f"{shapes} shapes in {t2 - t1:.1f} s (import + load {t1 - t0:.1f} s); "
+          f"{engine.budgets}")  # fmt: skip
 
 
 def main() -> None:
@@ -72,12 +76,18 @@ def main() -> None:
     p.add_argument("--what", default="attention", help="warmup: the quantities")
     p.add_argument("--model", help="warmup: a checkpoint (default: random BERT-base)")
     p.add_argument("--buckets", help="warmup: bucket lengths, e.g. 8,16 (default: the engine's)")
+    p.add_argument(
+        "--sizes",
+        default="all",
+        choices=("all", "largest"),
+        help="warmup: every batch size of the ladder, or the largest per bucket",
+    )
     args = p.parse_args()
     if args.check == "zero-copy":
         zero_copy(args.bytes)
     else:
         buckets = tuple(int(b) for b in args.buckets.split(",")) if args.buckets else None
-        warmup(tuple(args.what.split(",")), args.model, buckets)
+        warmup(tuple(args.what.split(",")), args.model, buckets, args.sizes)
 
 
 if __name__ == "__main__":

@@ -67,14 +67,15 @@ print(d, [m.kind for m in d.addressable_memories()], d.memory_stats() and d.memo
     cache=$(mktemp -d)
     for run in cold cached; do
       echo "-- first capture, $run compilation cache"
-      JAXATTN_COMPILATION_CACHE=$cache step 110 "$py" benchmarks/first_capture.py \
-        --random-bert-base -n "$(n 100)"
+      JAXATTN_COMPILATION_CACHE=$cache step "$([ $run = cold ] && echo 150 || echo 40)" \
+        "$py" benchmarks/first_capture.py --random-bert-base -n "$(n 100)"
     done
     cache=$(mktemp -d)
+    # One shape per bucket (18 for BERT-base): the ladder's ~96 would not compile in 10 minutes.
     for run in cold cached; do
-      echo "-- Engine.warmup of attention, $run compilation cache"
-      JAXATTN_COMPILATION_CACHE=$cache step 90 "$py" benchmarks/gpu_checks.py warmup \
-        ${smoke:+--buckets 8,16}
+      echo "-- Engine.warmup(sizes=\"largest\") of attention, $run compilation cache"
+      JAXATTN_COMPILATION_CACHE=$cache step "$([ $run = cold ] && echo 250 || echo 40)" \
+        "$py" benchmarks/gpu_checks.py warmup --sizes largest ${smoke:+--buckets 8,16}
     done
     ;;
   synthetic)

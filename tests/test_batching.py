@@ -184,3 +184,59 @@ def test_compile_tokens_is_checked():
         batching.Budgets(compile_tokens=-1)
     gpu = SimpleNamespace(platform="gpu", memory_stats=lambda: {"bytes_limit": 8 << 30})
     assert batching.Budgets.for_devices([gpu]).compile_tokens > batching.Budgets().compile_tokens
+
+
+def test_a_program_warmed_one_size_per_bucket_pads_into_compiled_sizes():
+    ledger = batching.ShapeLedger()
+    ledger.add("spec", 10, 32)  # Engine.warmup(spec, sizes="largest") does both
+    ledger.pad_into.add("spec")
+    # 3 rows would pad to 4 (within pad_fraction), a new shape: they pad into 32 (290 tokens)
+    # until that rent passes one compile (600 tokens); then 4 is bought.
+    for call in range(2):
+        assert _ran(_rented([7] * 3, ledger, compile_tokens=600), ledger) == [(32, 3)], call
+    assert ledger.rent == {("spec", 10, 4): 580}
+    assert _ran(_rented([7] * 3, ledger, compile_tokens=600), ledger) == [(4, 3)]
+    assert ledger.rent == {}
+    # 37 rows: one full 32; the rest, 5, pads into the 32 planned in the same call.
+    assert _ran(_rented([7] * 37, ledger), ledger) == [(32, 32), (32, 5)]
+    assert ledger.rent == {("spec", 10, 1): 270}  # 4 is compiled: the tight 4 + 1 needs 1
+    ledger.add("spec", 10, 1)
+    assert _ran(_rented([7] * 37, ledger), ledger) == [(32, 32), (4, 4), (1, 1)]  # nothing new
+    # Without pad_into (a first capture, warmup of every size): padding within pad_fraction.
+    plain = batching.ShapeLedger()
+    plain.add("spec", 10, 32)
+    assert _ran(_rented([7] * 3, plain), plain) == [(4, 3)]
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+@pytest.mark.parametrize("pad_into", [False, True])
+def test_rented_plans_cover_every_row_once_on_the_ladder_with_rent_within_one_compile(
+    devices, pad_into
+):
+    rng = random.Random(devices + 2 * pad_into)
+    ledger = batching.ShapeLedger()
+    budgets = batching.Budgets(output_bytes=10**9, tokens=4096, max_batch=32, compile_tokens=900)
+    ladder = {s * devices for s in batching.ladder(32, 2)}
+    if pad_into:
+        ledger.pad_into.add("spec")
+        for bucket in (8, 16, 24, 40):
+            ledger.add("spec", bucket, 32 * devices)
+    rented = 0
+    for _ in range(300):
+        lengths = [rng.randint(2, 40) for _ in range(rng.randint(1, 90))]
+        plan = batching.plan_batches(lengths, (8, 16, 24, 40), lambda t: t, budgets,
+                                     devices=devices, ledger=ledger, key="spec")  # fmt: skip
+        assert sorted(r for b in plan for r in b.rows) == list(range(len(lengths)))
+        for b in plan:
+            assert b.size in ladder and all(lengths[r] <= b.length for r in b.rows)
+            padded = b.size - len(b.rows)
+            if b.rent is None:  # unrented: within pad_fraction, or fewer rows than devices
+                assert padded <= 0.25 * b.size or len(b.rows) < devices, b
+            else:
+                rented += 1
+                assert b.rent[1] == padded * b.length  # the rent is the dummy rows' tokens
+                assert not ledger.knows("spec", b.length, b.rent[0])  # avoids an uncompiled size
+            ledger.charge("spec", b)
+            ledger.add("spec", b.length, b.size)
+        assert all(tokens <= 900 for tokens in ledger.rent.values())
+    assert rented > (20 if pad_into else 0)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 
+import jax
 import numpy as np
 import pytest
 
@@ -19,6 +21,23 @@ def engine(bert_checkpoint):
     return jaxattn.load(bert_checkpoint, buckets=(16,), max_batch=4)
 
 
+@contextlib.contextmanager
+def backend_compiles():
+    """The capture step's XLA compiles (persistent-cache loads too) while inside,
+    counted by JAX's own monitoring event, not by the engine."""
+    seen: list[str] = []
+
+    def listen(event, seconds, fun_name=None, **_):
+        if event == "/jax/core/compile/backend_compile_duration" and "_forward" in str(fun_name):
+            seen.append(fun_name)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield seen
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+
+
 def test_no_recompiles_after_warmup(engine):
     spec = engine.make_spec(what=("attention", "sum_alpha_fx_norm"), dtype="uint8")
     before = engine.compiled_shapes
@@ -27,12 +46,13 @@ def test_no_recompiles_after_warmup(engine):
     assert 0 < warmed - before <= bound
     rng = random.Random(0)
     words = "the store went to i at fresh bought strawberries".split()
-    for _ in range(6):
-        texts = [
-            " ".join(rng.choices(words, k=rng.randint(0, 40))) for _ in range(rng.randint(1, 40))
-        ]
-        engine.capture(texts, what=spec.what, dtype="uint8")
+    with backend_compiles() as compiles:
+        for _ in range(6):
+            texts = [" ".join(rng.choices(words, k=rng.randint(0, 40)))
+                     for _ in range(rng.randint(1, 40))]  # fmt: skip
+            engine.capture(texts, what=spec.what, dtype="uint8")
     assert engine.compiled_shapes == warmed
+    assert compiles == []  # warmup compiled ahead of time; the calls ran what it made
 
 
 def test_other_specs_do_not_disturb_a_warm_spec(engine):
@@ -63,3 +83,26 @@ def test_a_first_capture_pads_rather_than_compiling_and_gives_the_same_numbers(b
     fresh.capture(texts[:16], what="attention")
     fresh.capture(texts, what="attention", ablation=HeadAblation.of([(0, 1)]))
     assert fresh.compiled_shapes == 2
+
+
+def test_warming_the_largest_size_compiles_one_shape_per_bucket_and_pads_into_it(
+    bert_checkpoint,
+):
+    engine = jaxattn.load(bert_checkpoint, buckets=(16,), max_batch=4)
+    spec = engine.make_spec(what="attention")
+    assert engine.warmup(spec, sizes="largest") == len(engine.buckets) == 2  # 16 and 67
+    texts = ["i went to the store .", "the store", "at"]  # 3 rows of bucket 16: 4, no compile
+    with backend_compiles() as compiles:
+        got = engine.capture(texts, what="attention")
+        got += engine.capture(texts[:1], what="attention")  # 1 row pads to 4, not compile 1
+    assert engine.compiled_shapes == 2 and compiles == []
+    key = (spec, False)
+    assert engine.shapes.rent == {(key, 16, 1): 3 * 16}  # 3 dummy rows rented against size 1
+    exact = jaxattn.load(bert_checkpoint, buckets=(16,), max_batch=4, compile_tokens=0)
+    with backend_compiles() as compiles:  # the counter sees compiles where there are some
+        want = exact.capture(texts + texts[:1], what="attention")
+    assert len(compiles) == exact.compiled_shapes == 1  # 4 rows of bucket 16: (4, 16)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g.attention, w.attention, rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="unknown warmup sizes 'some': valid are all, largest"):
+        engine.warmup(spec, sizes="some")

@@ -6,7 +6,8 @@
 The modules, in the order data flows through them:
 
     tokenize   texts -> TokenizedText (ids, type ids, word pieces)
-    batching   length buckets and batch sizes (Budgets, plan_batches, ShapeLedger)
+    batching   length buckets and batch sizes (Budgets, plan_batches)
+      ledger     ShapeLedger: shapes compiled, padding rented against compiling
     host       TokenizedText -> padded [B, T] arrays; the step's output -> Captures
     step       CaptureStep: jit(vmap(model)) on a static CaptureSpec, data parallel
       model      the Flax BERT-family encoder, one example, declared capture

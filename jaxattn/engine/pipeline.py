@@ -14,8 +14,6 @@ from __future__ import annotations
 import collections
 from collections.abc import Iterator, Sequence
 
-import jax
-
 from jaxattn import quantities
 from jaxattn.capture import Capture
 from jaxattn.dtypes import OUTPUT_DTYPES
@@ -26,6 +24,8 @@ from jaxattn.spec import CaptureSpec
 
 # Batches in flight: one computing while the previous one's copy lands.
 _PIPELINE_DEPTH = 2
+# What `BatchPipeline.warmup` compiles per bucket.
+WARMUP_SIZES = ("all", "largest")
 
 
 def program(spec: CaptureSpec, ablated: bool) -> tuple:
@@ -101,21 +101,36 @@ class BatchPipeline:
         while pending:
             yield from self._finish(*pending.popleft(), tokenized, spec, gates, pending)
 
-    def warmup(self, spec: CaptureSpec) -> int:
-        """Compile every (bucket, batch size) shape of `spec`; returns the count.
+    def warmup(self, spec: CaptureSpec, sizes: str = "all") -> int:
+        """Compile the shapes of `spec` before the first call; returns the count compiled.
 
-        Inputs go through the same `host.pack` and `CaptureStep.place` as real
-        batches: the jit cache keys on argument types.
+        sizes: "all", every (bucket, batch size) of the ladder: nothing compiles
+        after, and every batch runs its tight plan. "largest", the largest batch
+        size of each bucket only (one shape per bucket, for devices where a
+        compile costs seconds, as on a GPU): a bucket's part-filled batch then
+        pads into a compiled size, its padding rented against compiling smaller
+        sizes until it has cost one compile (`batching.ShapeLedger.pad_into`).
+        Shapes are compiled ahead of time, not run (`CaptureStep.compile`); inputs
+        go through the same `host.pack` and `CaptureStep.place` as real batches:
+        the jit cache keys on argument types.
+
+        Raises:
+          ValueError: an unknown `sizes`.
         """
+        if sizes not in WARMUP_SIZES:
+            raise ValueError(f"unknown warmup sizes {sizes!r}: valid are {', '.join(WARMUP_SIZES)}")
         dummy = [TokenizedText(ids=(0,), type_ids=(0,), tokens=("",), sentence_b_start=None)]
+        if sizes == "largest":
+            self.shapes.pad_into.add(program(spec, False))
         for length in self.buckets:
             largest = batching.batch_size(length, lambda t: self.output_bytes(spec, t),
                                           self.budgets)  # fmt: skip
-            for size in batching.ladder(largest, self.budgets.size_step):
+            ladder = batching.ladder(largest, self.budgets.size_step)
+            for size in ladder if sizes == "all" else ladder[:1]:
                 n = size * len(self.devices)
                 batch = batching.Batch(length, n, (0,))
-                arrays = self.step.place(*host.pack(batch, dummy, self.config, spec))
-                jax.block_until_ready(self.step(spec, *arrays, None))
+                self.step.compile(spec, *self.step.place(*host.pack(batch, dummy, self.config,
+                                                                    spec)))  # fmt: skip
                 self.shapes.add(program(spec, False), length, n)
         return self.compiled_shapes
 

@@ -10,7 +10,9 @@ memory policy (`HOST_MEMORY`): "pinned" has the program write them to pinned
 host memory (the copy at PCIe speed, overlapped by XLA), "device" leaves them
 in device memory for `host.start_copies`; "auto" picks pinned where the
 devices offer it, except on the CPU, where device memory already is host
-memory and either way numpy views it without a copy.
+memory and either way numpy views it without a copy. `compile` builds a
+shape's program ahead of time without running it (`Engine.warmup`); jit keeps
+it for that shape's first call.
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ class CaptureStep:
             in_shardings=(replicated, batch, batch, batch, batch, replicated),
             out_shardings=out,
         )
+        self._programs: set[tuple] = set()  # (spec, [B, T], heads ablated) compiled
 
     def _forward(self, spec: CaptureSpec, params, ids, type_ids, mask, classes, gates):
         # gates: None, or (keep [L, H], uniform [L, H]) shared by the batch (ablation).
@@ -121,9 +124,18 @@ class CaptureStep:
         The inputs are `host.pack`'s, placed by `place`: ids, type_ids, mask and
         the token-class bits, each [B, T].
         """
+        self._programs.add((spec, ids.shape, gates is not None))
         return self._jit(spec, self.params, ids, type_ids, mask, classes, gates)
+
+    def compile(self, spec: CaptureSpec, ids, type_ids, mask, classes) -> None:
+        """Compile the program of these placed arrays (no heads ablated) without running
+        it: trace, lower and compile (or load from the persistent cache) ahead of time.
+        jit keeps what this made, so the first call of that shape runs at once."""
+        args = (spec, self.params, ids, type_ids, mask, classes, None)
+        self._jit.trace(*args).lower().compile()
+        self._programs.add((spec, ids.shape, False))
 
     @property
     def compiled_shapes(self) -> int:
-        """How many (spec, shape) programs have been compiled so far."""
-        return self._jit._cache_size()
+        """How many (spec, shape, heads ablated or not) programs have been compiled so far."""
+        return len(self._programs)
