@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 
 from service.options import ServerOptions
 from service.server import create_server
@@ -26,6 +27,8 @@ def serve(
     *,
     log_level: str = "INFO",
     precision: str = "highest",
+    warmup: tuple[str, ...] | None = None,
+    warmup_sizes: str = "all",
 ) -> int:
     """Load the model, serve until SIGTERM/SIGINT, drain in-flight calls, return 0.
 
@@ -35,17 +38,30 @@ def serve(
       options: admission, batching, security and drain settings.
       log_level: the logging level name (one line per request at INFO).
       precision: the compute precision of requests that do not choose one.
+      warmup: quantities whose requests (all layers and heads, float32, this
+        precision) are compiled before listening (`Engine.warmup`); None: none.
+      warmup_sizes: "all" or "largest" batch sizes per bucket (`Engine.warmup`).
+
+    Raises:
+      ValueError: an unknown quantity or `warmup_sizes`, before anything listens.
     """
     import jaxattn
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # jax's own INFO lines (e.g. "Unable to initialize backend 'tpu'") are not the server's.
+    logging.getLogger("jax").setLevel(max(logging.WARNING, logging.getLogger().level))
     stop = threading.Event()
     # Install handlers before the slow load, so an early SIGTERM still drains.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     engine = jaxattn.load(model, precision=precision)
+    if warmup:
+        t = time.perf_counter()
+        shapes = engine.warmup(engine.make_spec(what=warmup), sizes=warmup_sizes)
+        log.info("warmed up %s: %d shapes (%s sizes) in %.1f s", ",".join(warmup), shapes,
+                 warmup_sizes, time.perf_counter() - t)  # fmt: skip
     server, port = create_server(engine, address, options=options)
     server.start()
     info = engine.info

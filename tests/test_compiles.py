@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import random
 
-import jax
 import numpy as np
 import pytest
+from compile_events import backend_compiles
 
 import jaxattn
 from jaxattn.engine import batching
@@ -19,23 +18,6 @@ def engine(bert_checkpoint):
     # Few buckets and batch sizes: the test compiles every shape of a spec.
     # Buckets 16 and the model's limit (67): few shapes to warm, every text still fits.
     return jaxattn.load(bert_checkpoint, buckets=(16,), max_batch=4)
-
-
-@contextlib.contextmanager
-def backend_compiles():
-    """The capture step's XLA compiles (persistent-cache loads too) while inside,
-    counted by JAX's own monitoring event, not by the engine."""
-    seen: list[str] = []
-
-    def listen(event, seconds, fun_name=None, **_):
-        if event == "/jax/core/compile/backend_compile_duration" and "_forward" in str(fun_name):
-            seen.append(fun_name)
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    try:
-        yield seen
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listen)
 
 
 def test_no_recompiles_after_warmup(engine):

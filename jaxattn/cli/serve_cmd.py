@@ -14,11 +14,13 @@ import argparse
 from jaxattn.cli.args import (
     add_precision_argument,
     add_source_arguments,
+    names,
     port,
     positive,
     positive_float,
     read_token,
 )
+from jaxattn.engine.batching import WARMUP_SIZES
 
 _MiB = 1 << 20
 
@@ -68,6 +70,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="cancel a call whose client reads nothing for this long")  # fmt: skip
     p.add_argument("--grace", type=float, default=30.0,
                    help="seconds in-flight calls get to finish on SIGTERM")  # fmt: skip
+    p.add_argument("--warmup", type=names, metavar="WHAT",
+                   help="before listening, compile the programs of requests for these "
+                   "comma-separated quantities (all layers and heads, float32, the server's "
+                   "precision): their first calls then compile nothing")  # fmt: skip
+    p.add_argument("--warmup-sizes", choices=WARMUP_SIZES, default="all",
+                   help="--warmup of every batch size of every length bucket (all, default), "
+                   "or of the largest per bucket, smaller batches padded into it until "
+                   "that padding has cost a compile (largest: where compiles take "
+                   "seconds, GPUs)")  # fmt: skip
     p.add_argument("--log-level", default="INFO", type=str.upper,
                    choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                    help="logging level (INFO: one line per request)")  # fmt: skip
@@ -117,4 +128,5 @@ def _run(args) -> int:
     from service import serve
 
     return serve(args.model, f"{args.host}:{args.port}", server_options(args),
-                 log_level=args.log_level, precision=args.precision)  # fmt: skip
+                 log_level=args.log_level, precision=args.precision, warmup=args.warmup,
+                 warmup_sizes=args.warmup_sizes)  # fmt: skip

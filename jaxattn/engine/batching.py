@@ -43,9 +43,11 @@ from collections.abc import Callable, Sequence
 
 from jaxattn.engine.ledger import ShapeLedger
 
-__all__ = ["Batch", "Budgets", "ShapeLedger", "batch_size", "buckets_for", "ladder", "max_shapes",
-           "plan_batches", "split"]  # fmt: skip
+__all__ = ["WARMUP_SIZES", "Batch", "Budgets", "ShapeLedger", "batch_size", "buckets_for",
+           "ladder", "max_shapes", "plan_batches", "split"]  # fmt: skip
 
+# What `Engine.warmup` compiles per bucket: every ladder size, or the largest only.
+WARMUP_SIZES = ("all", "largest")
 DEFAULT_BUCKETS = (8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 256, 320, 384, 512)
 
 

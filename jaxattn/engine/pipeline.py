@@ -24,8 +24,6 @@ from jaxattn.spec import CaptureSpec
 
 # Batches in flight: one computing while the previous one's copy lands.
 _PIPELINE_DEPTH = 2
-# What `BatchPipeline.warmup` compiles per bucket.
-WARMUP_SIZES = ("all", "largest")
 
 
 def program(spec: CaptureSpec, ablated: bool) -> tuple:
@@ -117,8 +115,9 @@ class BatchPipeline:
         Raises:
           ValueError: an unknown `sizes`.
         """
-        if sizes not in WARMUP_SIZES:
-            raise ValueError(f"unknown warmup sizes {sizes!r}: valid are {', '.join(WARMUP_SIZES)}")
+        if sizes not in batching.WARMUP_SIZES:
+            valid = ", ".join(batching.WARMUP_SIZES)
+            raise ValueError(f"unknown warmup sizes {sizes!r}: valid are {valid}")
         dummy = [TokenizedText(ids=(0,), type_ids=(0,), tokens=("",), sentence_b_start=None)]
         if sizes == "largest":
             self.shapes.pad_into.add(program(spec, False))

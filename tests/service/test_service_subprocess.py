@@ -25,15 +25,14 @@ def read_lines(stream, lines: queue.Queue) -> None:
         lines.put(line)
 
 
-@pytest.fixture
-def serve(svc_checkpoint, tmp_path):
-    """Starts `jaxattn serve` on a free port; yields (process, address, stderr path)."""
+def launch(checkpoint: Path, tmp_path: Path, *extra: str):
+    """Starts `jaxattn serve` on a free port: (process, address, stderr path) once it listens."""
     stderr = tmp_path / "serve.log"
     env = dict(os.environ, JAXATTN_TOKEN="", PYTHONUNBUFFERED="1")
     with open(stderr, "wb") as err:
         proc = subprocess.Popen(
-            [str(JAXATTN), "serve", "--model", str(svc_checkpoint), "--port", "0",
-             "--grace", "60", "--batch-window-ms", "2"],
+            [str(JAXATTN), "serve", "--model", str(checkpoint), "--port", "0",
+             "--grace", "60", "--batch-window-ms", "2", *extra],
             stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=tmp_path,
         )  # fmt: skip
     lines: queue.Queue = queue.Queue()
@@ -45,10 +44,39 @@ def serve(svc_checkpoint, tmp_path):
         pytest.fail(f"jaxattn serve did not start: {stderr.read_text()[-2000:]}")
     assert "listening on 127.0.0.1:" in line, line
     port = int(line.split("listening on 127.0.0.1:")[1].split()[0])
-    yield proc, f"127.0.0.1:{port}", stderr
+    return proc, f"127.0.0.1:{port}", stderr
+
+
+@pytest.fixture
+def serve(svc_checkpoint, tmp_path):
+    """A `jaxattn serve` process (`launch`), killed after the test if still running."""
+    proc, address, stderr = launch(svc_checkpoint, tmp_path)
+    yield proc, address, stderr
     if proc.poll() is None:
         proc.kill()
         proc.wait()
+
+
+def test_warmup_compiles_before_listening_and_a_bad_quantity_is_refused(svc_checkpoint,
+                                                                         tmp_path):  # fmt: skip
+    proc, address, stderr = launch(svc_checkpoint, tmp_path, "--warmup", "attention",
+                                   "--warmup-sizes", "largest")  # fmt: skip
+    try:
+        log = stderr.read_text()
+        # buckets 8..64 and the model's limit, 67: one shape each
+        assert "warmed up attention: 9 shapes (largest sizes) in" in log, log
+        with AttentionClient(address, timeout=60) as client:
+            (cap,) = client.capture([SENTENCES[0]], what=["attention"])
+        assert cap.attention.shape[:2] == (3, 3)
+    finally:
+        proc.kill()
+        proc.wait()
+    bad = subprocess.run([str(JAXATTN), "serve", "--model", str(svc_checkpoint), "--port", "0",
+                          "--warmup", "attention,atention"], capture_output=True, text=True,
+                         env=dict(os.environ, JAXATTN_TOKEN=""), timeout=120)  # fmt: skip
+    assert bad.returncode == 2 and "listening" not in bad.stdout
+    (line,) = bad.stderr.strip().splitlines()
+    assert "atention" in line and "attention" in line and "Traceback" not in bad.stderr, line
 
 
 def test_sigterm_finishes_in_flight_streams_refuses_new_calls_and_exits(serve):
