@@ -100,7 +100,8 @@ class BatchPipeline:
             yield from self._finish(*pending.popleft(), tokenized, spec, gates, pending)
 
     def warmup(self, spec: CaptureSpec, sizes: str = "all") -> int:
-        """Compile the shapes of `spec` before the first call; returns the count compiled.
+        """Compile the shapes of `spec` before the first call; returns `compiled_shapes`
+        (every program the step has made so far, not only these).
 
         sizes: "all", every (bucket, batch size) of the ladder: nothing compiles
         after, and every batch runs its tight plan. "largest", the largest batch
