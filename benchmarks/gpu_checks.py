@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_checks.py zero-copy          # numpy views a pinned output in place?
     python benchmarks/gpu_checks.py warmup             # Engine.warmup of one spec, timed
+    python benchmarks/gpu_checks.py shape              # one shape: its compile and its speed
 
 `zero-copy`: a jitted step writing 1 GiB to pinned host memory (the engine's
 `host_memory="pinned"` path), then `np.asarray` of it: the same address and a
@@ -14,7 +15,12 @@ same check with the default memory kind.
 size) with `--sizes all`, one per bucket with `--sizes largest`. Run it twice
 with the same ``JAXATTN_COMPILATION_CACHE`` directory for the cold and the
 cached time.
-Both print one line a result; `benchmarks/gpu_session.sh` runs them on a GPU.
+`shape`: one (bucket, batch) shape of random BERT-base, the largest batch the
+engine plans for `--tokens` (default 128): texts of exactly that length are
+captured four times, persistent cache off, so the first compiles the program
+and the best of the others is its speed. For comparing compile-time levers
+(XLA_FLAGS, ``JAXATTN_LAYER_LOOP``) in fresh processes.
+Each prints one line a result; `benchmarks/gpu_session.sh` runs them on a GPU.
 """
 
 from __future__ import annotations
@@ -69,11 +75,39 @@ def warmup(what: tuple[str, ...], model: str | None, buckets: tuple[int, ...] | 
           f"{engine.budgets}")  # fmt: skip
 
 
+def shape(what: tuple[str, ...], tokens: int) -> None:
+    import os
+
+    import jaxattn
+    from jaxattn.bench import random_bert_base
+    from jaxattn.bench.capture import synthetic_texts
+    from jaxattn.engine import batching
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(random_bert_base(Path(tmp)))
+        engine = jaxattn.load(path, buckets=(tokens,), compilation_cache_dir=False)
+    spec = engine.make_spec(what)
+    size = batching.batch_size(tokens, lambda t: engine.output_bytes(spec, t), engine.budgets)
+    texts = synthetic_texts(tokens, size * len(engine.devices))
+    seconds = []
+    for _ in range(4):  # the first compiles the one shape
+        t = time.perf_counter()
+        engine.capture(texts, what=what)
+        seconds.append(time.perf_counter() - t)
+    best = min(seconds[1:])
+    print(f"shape {','.join(what)} T={tokens} B={len(texts)} on {engine.devices[0].platform}, "
+          f"layers {engine.step.layer_loop}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}: "
+          f"first capture {seconds[0]:.1f} s (compile ~{seconds[0] - best:.1f} s, "
+          f"{engine.compiled_shapes} program), then {len(texts) / best:.0f} seq/s "
+          f"(best of 3)")  # fmt: skip
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("check", choices=("zero-copy", "warmup"))
+    p.add_argument("check", choices=("zero-copy", "warmup", "shape"))
     p.add_argument("--bytes", type=int, default=1 << 30, help="zero-copy: output size")
-    p.add_argument("--what", default="attention", help="warmup: the quantities")
+    p.add_argument("--what", default="attention", help="warmup, shape: the quantities")
+    p.add_argument("--tokens", type=int, default=128, help="shape: the text length")
     p.add_argument("--model", help="warmup: a checkpoint (default: random BERT-base)")
     p.add_argument("--buckets", help="warmup: bucket lengths, e.g. 8,16 (default: the engine's)")
     p.add_argument(
@@ -85,6 +119,8 @@ def main() -> None:
     args = p.parse_args()
     if args.check == "zero-copy":
         zero_copy(args.bytes)
+    elif args.check == "shape":
+        shape(tuple(args.what.split(",")), args.tokens)
     else:
         buckets = tuple(int(b) for b in args.buckets.split(",")) if args.buckets else None
         warmup(tuple(args.what.split(",")), args.model, buckets, args.sizes)

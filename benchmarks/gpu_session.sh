@@ -5,6 +5,7 @@
 # On the GPU, each stage one `run` call with carry [".gpu"], in this order:
 #                   bash benchmarks/gpu_session.sh checks      # ~8 min
 #                   bash benchmarks/gpu_session.sh synthetic   # ~8 min
+#                   bash benchmarks/gpu_session.sh levers      # ~7 min
 #                   bash benchmarks/gpu_session.sh real        # ~9 min
 # Each writes $OUT/<stage>.log (line-buffered, so a step cut off by its timeout
 # still leaves what it printed) and the JSON figures of its benchmarks to $OUT.
@@ -13,7 +14,7 @@
 # the embedded model's tokenizer from .gpu/tokenizer (the model is too big to carry).
 # Locally, GPU_SESSION_SMOKE=1 runs every step on a few sentences (on the CPU).
 set -uo pipefail
-stage=${1:?usage: gpu_session.sh prepare|checks|synthetic|real}
+stage=${1:?usage: gpu_session.sh prepare|checks|synthetic|levers|real}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
@@ -83,6 +84,22 @@ print(d, [m.kind for m in d.addressable_memories()], d.memory_stats() and d.memo
     step 150 "${bench[@]}" --synthetic-bert-base 128 -n "$(n 1024)" --precision tf32 --json "$OUT/syn128-tf32.json"
     step 130 "${bench[@]}" --synthetic-bert-base 512 -n "$(n 128)" --json "$OUT/syn512.json"
     ;;
+  levers)
+    # Compile-time levers, one fresh process each, persistent cache off: one shape of
+    # BERT-base (T=128, the planned batch), its compile time and its capture speed,
+    # with the layers scanned (the GPU default) or unrolled, and XLA's GEMM autotuning
+    # as is, on cuBLAS only, or off. Full capture: the two layer loops only.
+    tokens=$([ -n "$smoke" ] && echo 16 || echo 128)
+    for what in attention attention,queries,keys,fx_norm,alpha_fx_norm,sum_alpha_fx_norm; do
+      for loop in scan unrolled; do
+        for flags in "" --xla_gpu_enable_triton_gemm=false --xla_gpu_autotune_level=0; do
+          [ "$what" = attention ] || [ -z "$flags" ] || continue  # full capture: default flags
+          XLA_FLAGS=$flags JAXATTN_LAYER_LOOP=$loop step 70 \
+            "$py" benchmarks/gpu_checks.py shape --what "$what" --tokens "$tokens"
+        done
+      done
+    done
+    ;;
   real)
     # 512 sentences, not the issue's 2,001: each case compiles every (bucket, batch) shape
     # it meets, at 11-28 s a shape cold on an H100, and this call has 10 minutes.
@@ -90,7 +107,7 @@ print(d, [m.kind for m in d.addressable_memories()], d.memory_stats() and d.memo
     step 200 "${bench[@]}" --random-bert-base -n "$(n 512)" --precision tf32 --json "$OUT/ewt512-tf32.json"
     ;;
   *)
-    echo "unknown stage $stage: prepare, checks, synthetic or real" >&2
+    echo "unknown stage $stage: prepare, checks, synthetic, levers or real" >&2
     exit 2
     ;;
 esac

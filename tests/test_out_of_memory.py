@@ -19,6 +19,7 @@ class SmallDevice:
     def __init__(self, step, limit: int, at_dispatch: bool):
         self.step, self.limit, self.at_dispatch = step, limit, at_dispatch
         self.place, self.params = step.place, step.params
+        self.canonical_params = step.canonical_params
         self.sizes: list[int] = []
 
     def __call__(self, spec, ids, *rest):

@@ -97,6 +97,7 @@ def run(
     texts: list[str] | None = None,
     precision: str = "highest",
     too_long: str = "error",
+    layer_loop: str | None = None,
 ) -> dict:
     """Run all cases, interleaved: each round times (a) to (e) in turn.
 
@@ -108,7 +109,7 @@ def run(
     from jaxattn.checkpoints.loading import default_model_dir
 
     texts = texts if texts is not None else read_sentences(conllu, n)
-    engine = jaxattn.load(model, precision=precision)
+    engine = jaxattn.load(model, precision=precision, layer_loop=layer_loop)
     # The torch reference takes whole texts: too-long ones are refused or left out.
     kept = engine.tokenize(texts, too_long=too_long)
     texts = [t for t, k in zip(texts, kept, strict=True) if k is not None]
@@ -116,7 +117,7 @@ def run(
     runners = {"a_transformers": transformers_runner(model_dir, texts, 32)}
     runners |= jaxattn_runners(engine, texts)
     res = {"n": len(texts), "model": engine.info.name, "machine": machine(), "repeats": repeats,
-           "precision": precision}  # fmt: skip
+           "precision": precision, "layer_loop": engine.step.layer_loop}  # fmt: skip
     for name, fn in runners.items():
         t = time.perf_counter()
         fn()
@@ -157,7 +158,7 @@ def machine() -> str:
 
 def format_result(r: dict) -> str:
     lines = [f"{r['n']} sentences, model {r['model']}, precision {r.get('precision', 'highest')}, "
-             f"{r['machine']}"]  # fmt: skip
+             f"layers {r.get('layer_loop', 'unrolled')}, {r['machine']}"]  # fmt: skip
     for k, label in (("a_transformers", "(a) transformers eager + attentions"),
                      ("b_forward", "(b) jaxattn forward, no capture"),
                      ("c_attention", "(c) jaxattn attention"),

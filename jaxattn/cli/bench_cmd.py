@@ -53,6 +53,11 @@ def register(sub) -> None:
                    help="a random-weight BERT-base on the real sentences of --conllu (the "
                    "GPU benchmark on real lengths)")  # fmt: skip
     add_precision_argument(p, default="highest")
+    # jaxattn.engine.layer_loop.LAYER_LOOPS, spelled out: the CLI imports no jax to register.
+    p.add_argument("--layer-loop", choices=("auto", "unrolled", "scan"), default=None,
+                   help="run the layer stack unrolled or as a scan over stacked weights "
+                   "(faster compiles); auto: scan on GPUs/TPUs, unrolled on the CPU "
+                   "(default: $JAXATTN_LAYER_LOOP, else auto)")  # fmt: skip
     p.add_argument("--too-long", choices=("error", "skip"), default="error",
                    help="a sentence over the model's maximum length: stop with an error, or "
                    "leave it out (no truncate: the transformers reference takes whole texts) "
@@ -88,12 +93,14 @@ def run(args) -> int:
             name = args.synthetic or "bert-base"
             model = str(random_checkpoint(name, Path(tmp)))
             result = bench.run(args.conllu, args.n, args.repeats, model, texts=texts,
-                               precision=args.precision, too_long=args.too_long)  # fmt: skip
+                               precision=args.precision, too_long=args.too_long,
+                               layer_loop=args.layer_loop)  # fmt: skip
         result["model"] = f"{name} (random weights)"
     else:
         check_corpus(args.conllu, "--conllu")
         result = bench.run(args.conllu, args.n, args.repeats, args.model,
-                           precision=args.precision, too_long=args.too_long)  # fmt: skip
+                           precision=args.precision, too_long=args.too_long,
+                           layer_loop=args.layer_loop)  # fmt: skip
     print(bench.format_result(result))
     if args.json:
         ensure_parent(args.json).write_text(json.dumps(result, indent=2) + "\n")

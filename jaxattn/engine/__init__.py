@@ -11,6 +11,7 @@ The modules, in the order data flows through them:
     host       TokenizedText -> padded [B, T] arrays; the step's output -> Captures
     step       CaptureStep: jit(vmap(model)) on a static CaptureSpec, data parallel
       model      the Flax BERT-family encoder, one example, declared capture
+      layer_loop its layer stack unrolled or as a scan over stacked weights
       norms      Kobayashi et al.'s norm-based quantities as quadratic forms
       quantize   the output dtype, applied on the device
       precision  compute precision of every contraction (highest, tf32, bf16)

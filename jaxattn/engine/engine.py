@@ -56,6 +56,10 @@ class Engine(BatchPipeline):
       precision: the default compute precision of captures: "highest" (exact
         float32), "tf32" or "bf16" (`jaxattn.engine.precision`); a capture
         may ask for another.
+      layer_loop: how the program runs the layer stack: "auto" (a scan over
+        stacked weights on GPUs/TPUs, unrolled on the CPU), "unrolled" or
+        "scan" (`jaxattn.engine.layer_loop`); the numbers are the same.
+        None: $JAXATTN_LAYER_LOOP, else "auto".
     """
 
     def __init__(
@@ -73,6 +77,7 @@ class Engine(BatchPipeline):
         devices: Sequence[jax.Device] | None = None,
         host_memory: str = "auto",
         precision: str = "highest",
+        layer_loop: str | None = None,
     ):
         check_params(config, params["encoder"])
         self.config = config
@@ -80,7 +85,7 @@ class Engine(BatchPipeline):
         self.precision = check_precision(precision)
         self.extra_params = {k: v for k, v in params.items() if k != "encoder"}
         self.devices = tuple(devices) if devices else tuple(jax.local_devices())
-        self.step = CaptureStep(config, params["encoder"], self.devices, host_memory)
+        self.step = CaptureStep(config, params["encoder"], self.devices, host_memory, layer_loop)
         self.buckets = batching.buckets_for(config.max_length, buckets)
         self.shapes = batching.ShapeLedger()
         self.budgets = batching.Budgets.for_devices(
@@ -93,7 +98,7 @@ class Engine(BatchPipeline):
     @functools.cached_property
     def weights_fingerprint(self) -> str:
         """A fingerprint of the weights (`jaxattn.engine.params.fingerprint`), made once."""
-        return fingerprint(self.step.params)
+        return fingerprint(self.step.canonical_params())
 
     @functools.cached_property
     def info(self) -> ModelInfo:

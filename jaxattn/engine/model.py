@@ -17,10 +17,11 @@ heads, K head dim, D model dim, F feed-forward dim.
 from __future__ import annotations
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 from jaxattn.config import ModelConfig
-from jaxattn.engine import head_stats, norms
+from jaxattn.engine import head_stats, layer_loop, norms
 from jaxattn.engine.attention import SelfAttention
 from jaxattn.engine.layers import Dense, LayerNorm, activation, init, param
 from jaxattn.engine.precision import Matmul
@@ -160,6 +161,16 @@ class EncoderLayer(nn.Module):
         return Dense((f, d), (d,), "TF,FD->TD", self.mm, c.mlp_bias, name="ffn_out")(u)
 
 
+def _unrolled(run, weights: list, c: ModelConfig, x, gates, hidden: bool, args: dict):
+    """The run's layers one after another, each its own code: weights[w] is weight set w."""
+    caps = []
+    for i, layer in enumerate(range(run.start, run.stop)):
+        gate = None if gates is None else (gates[0][i], gates[1][i])
+        x, cap = weights[c.weights_of_layer(layer)](x, gate=gate, **args)
+        caps.append(cap | ({"hidden_states": x} if hidden else {}))
+    return x, {name: jnp.stack([cap[name] for cap in caps]) for name in caps[0]}
+
+
 class Encoder(nn.Module):
     """Embeddings and layers of one example; returns the captured quantities.
 
@@ -169,10 +180,13 @@ class Encoder(nn.Module):
     runs at `spec.precision` (`jaxattn.engine.precision`) on `platform`.
     Pre-LN models end in a final LayerNorm ("final_ln"): the last layer's
     hidden state is taken after it, as HF's hidden_states[-1] (ModernBERT).
+    layer_loop "scan" runs alike layers as one scan and needs the weight sets
+    stacked (`jaxattn.engine.layer_loop`); `init` makes the unrolled tree.
     """
 
     config: ModelConfig
     platform: str = "cpu"
+    layer_loop: str = "unrolled"
 
     @nn.compact
     def __call__(self, ids, type_ids, mask, spec: CaptureSpec, gates=None, classes=None):
@@ -186,38 +200,51 @@ class Encoder(nn.Module):
         mm = Matmul(spec.precision, self.platform)
         heads = jnp.asarray(spec.heads) if len(spec.heads) < c.num_heads else None
         x = Embeddings(c, name="embeddings")(ids, type_ids)
-        rel_table = self._relative_table()
+        context = dict(mask=mask, classes=classes, rel_table=self._relative_table())
+        chunks: dict[str, list] = {name: [] for name in spec.what}  # each [n layers, ...]
         # One module per weight set: ALBERT's layers call theirs several times.
         weights = [EncoderLayer(c, mm, index=i, name=f"layer_{i}") for i in range(c.weight_layers)]
-        per_layer: dict[str, list] = {name: [] for name in spec.what}
         if "hidden_states" in want:
-            per_layer["hidden_states"].append(x)
-        for layer in range(spec.last_layer + 1):
-            captured = layer in spec.layers
-            gate = None if gates is None else (gates[0][layer], gates[1][layer])
-            # The last layer's output is only needed when it is captured.
-            output = layer < spec.last_layer or "hidden_states" in want
-            x, cap = weights[c.weights_of_layer(layer)](
-                x,
-                mask,
-                want - {"hidden_states"} if captured else frozenset(),
-                gate,
-                output,
-                classes,
-                rel_table,
-            )
-            if c.norm == "pre" and layer == c.num_layers - 1 and x is not None:
+            chunks["hidden_states"].append(x[None])
+        for run in layer_loop.layer_runs(c, spec):
+            layer_want = want - {"hidden_states"} if run.captured else frozenset()
+            hidden = run.captured and "hidden_states" in want
+            run_gates = None if gates is None else (gates[0][run.start:run.stop],
+                                                    gates[1][run.start:run.stop])  # fmt: skip
+            args = dict(context, want=layer_want, output=run.output)
+            if self.layer_loop == "scan":
+                x, cap = self._scanned(run, mm, x, run_gates, hidden, args)
+            else:
+                x, cap = _unrolled(run, weights, c, x, run_gates, hidden, args)
+            if c.norm == "pre" and run.stop == c.num_layers and x is not None:
                 # HF's final_norm; its hidden_states[-1] is this normalised last_hidden_state.
                 x = LayerNorm(c.layer_norm_eps, c.norm_bias, name="final_ln")(x)
-            if not captured:
+                if hidden:
+                    cap["hidden_states"] = cap["hidden_states"].at[-1].set(x)
+            if not run.captured:
                 continue
             for name, t in cap.items():
                 if heads is not None and QUANTITIES[name].axes.startswith("LH"):
-                    t = t[heads]
-                per_layer[name].append(t)
-            if "hidden_states" in want:
-                per_layer["hidden_states"].append(x)
-        return {name: jnp.stack(ts) for name, ts in per_layer.items()}
+                    t = t[:, heads]
+                chunks[name].append(t)
+        return {name: jnp.concatenate(ts) for name, ts in chunks.items()}
+
+    def _scanned(self, run, mm, x, gates, hidden: bool, args: dict):
+        """The run as one scan over its weight sets (stacked params, `layer_loop`)."""
+        c = self.config
+        layer = EncoderLayer(c, mm, index=run.start, parent=None)  # applied to given params
+        params = self.variables["params"]
+        first = layer_loop.first_stacked(c)
+        sets = [c.weights_of_layer(i) - first for i in range(run.start, run.stop)]
+        if len(run) == 1:  # one call; also the last layer with its output skipped (no carry)
+            p = params["layer_0"] if sets[0] < 0 else jax.tree.map(lambda a: a[sets[0]],
+                                                                    params["layers"])  # fmt: skip
+            gate = None if gates is None else (gates[0][0], gates[1][0])
+            y, cap = layer.apply({"params": p}, x, gate=gate, **args)
+            cap = cap | ({"hidden_states": y} if hidden else {})
+            return y, {name: t[None] for name, t in cap.items()}
+        stacked = params["layers"]
+        return layer_loop.run_scanned(layer, stacked, jnp.asarray(sets), x, gates, hidden, **args)
 
     def _relative_table(self):
         """DeBERTa's relative embedding table [2 span, D], LayerNorm-ed when the config says."""

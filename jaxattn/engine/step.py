@@ -25,6 +25,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxattn.config import ModelConfig
+from jaxattn.engine import layer_loop as layer_loops
 from jaxattn.engine.model import Encoder
 from jaxattn.engine.quantize import quantize
 from jaxattn.spec import CaptureSpec
@@ -73,6 +74,8 @@ class CaptureStep:
       params: the encoder's params tree (placed on the devices, replicated).
       devices: the devices of the data-parallel mesh.
       host_memory: where outputs land: "auto", "pinned" or "device" (module docstring).
+      layer_loop: "auto", "unrolled", "scan" or None (`jaxattn.engine.layer_loop`); with
+        "scan" the placed `params` hold the weight sets stacked.
     """
 
     def __init__(
@@ -81,17 +84,23 @@ class CaptureStep:
         params: dict,
         devices: Sequence[jax.Device],
         host_memory: str = "auto",
+        layer_loop: str | None = None,
     ):
         self.devices = tuple(devices)
         self.host_memory = resolve_host_memory(host_memory, self.devices)
+        self.layer_loop = layer_loops.resolve_layer_loop(layer_loop, self.devices)
         mesh = Mesh(np.asarray(self.devices), ("data",))
         replicated, batch = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
         out = batch
         if self.host_memory == "pinned":
             out = NamedSharding(mesh, P("data"), memory_kind="pinned_host")
         self._batch_sharding = batch
+        self._config = config
+        if self.layer_loop == "scan":
+            params = layer_loops.stack_layers(params, config)
         self.params = jax.device_put(params, replicated)
-        self._model = Encoder(config, platform=matmul_platform(self.devices[0]))
+        platform = matmul_platform(self.devices[0])
+        self._model = Encoder(config, platform=platform, layer_loop=self.layer_loop)
         self._jit = jax.jit(
             self._forward,
             static_argnums=0,  # the CaptureSpec; in_shardings cover the rest
@@ -134,6 +143,13 @@ class CaptureStep:
         args = (spec, self.params, ids, type_ids, mask, classes, None)
         self._jit.trace(*args).lower().compile()
         self._programs.add((spec, ids.shape, False))
+
+    def canonical_params(self) -> dict:
+        """The params as the checkpoint names them (one entry per weight set), on the host."""
+        params = jax.tree.map(np.asarray, self.params)
+        if self.layer_loop == "scan":
+            return layer_loops.unstack_layers(params, self._config)
+        return params
 
     @property
     def compiled_shapes(self) -> int:

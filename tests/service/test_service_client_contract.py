@@ -68,8 +68,10 @@ def test_layers_and_heads_take_the_engines_selections(client, svc_engine):
     ]:
         (cap,) = client.capture([SHORT], what=WHAT, layers=layers, heads=heads)
         assert (cap.layers, cap.heads) == (want_layers, want_heads), (layers, heads)
-        np.testing.assert_array_equal(
-            cap.attention, full.attention[np.ix_(want_layers, want_heads)]
+        # A selection is a program of its own: XLA may sum in another order (a scanned
+        # layer stack does), so equal within float32 rounding, not bit for bit.
+        np.testing.assert_allclose(
+            cap.attention, full.attention[np.ix_(want_layers, want_heads)], atol=1e-6, rtol=0
         )
     with pytest.raises(UsageError, match="layer -4 is out of range"):
         client.capture([SHORT], layers=-4)

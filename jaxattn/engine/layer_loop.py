@@ -1,0 +1,151 @@
+"""How the encoder runs its layer stack: unrolled, or scanned over stacked weights.
+
+"unrolled": every layer is its own code in the program. XLA optimises across
+layers and the step runs fastest on the CPU, but the program holds L copies of
+the layer, and its compile time grows with L.
+
+"scan": the weight sets are stacked along a leading axis (one "layers" entry in
+the params tree in place of "layer_0", "layer_1", ...: `stack_layers`), and each
+run of alike layers is one `lax.scan` whose body is the layer, compiled once.
+On GPUs, where one (bucket, batch) shape of BERT-base compiled for 11-28 s
+unrolled, this is the compile-time lever the big JAX codebases pull (MaxText,
+T5X, Flax's examples all scan their layers).
+
+`jaxattn.load(..., layer_loop=...)` picks one; None (the default) takes
+$JAXATTN_LAYER_LOOP, else "auto": "scan" on GPUs and TPUs, "unrolled" on the
+CPU, where a scan
+over MiniLM's 6 layers halved a shape's compile but slowed the step by 12%
+(BENCHMARKS.md, "First capture").
+
+Layers are alike (`layer_runs`) when they capture the same quantities, both
+produce their output (only the last layer run may skip it), and have the same
+code: a pre-LN model's layer 0 has no attention LayerNorm, and a rotary model's
+global and local layers differ. ALBERT's layers index their shared weight set.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+from jax import lax
+
+from jaxattn.config import ModelConfig
+from jaxattn.spec import CaptureSpec
+
+LAYER_LOOPS = ("auto", "unrolled", "scan")
+ENV = "JAXATTN_LAYER_LOOP"  # the default where `layer_loop` is None (serve, dump, ...)
+
+
+def resolve_layer_loop(policy: str | None, devices: Sequence[jax.Device]) -> str:
+    """ "unrolled" or "scan" for `policy` on `devices` (None: $JAXATTN_LAYER_LOOP, else auto).
+
+    Raises:
+      ValueError: an unknown policy, naming the valid ones (and the variable it came from).
+    """
+    where = "layer_loop"
+    if policy is None:
+        policy, where = os.environ.get(ENV) or "auto", f"${ENV}"
+    if policy not in LAYER_LOOPS:
+        raise ValueError(f"unknown {where} {policy!r}: valid are {', '.join(LAYER_LOOPS)}")
+    if policy == "auto":
+        return "unrolled" if any(d.platform == "cpu" for d in devices) else "scan"
+    return policy
+
+
+@dataclass(frozen=True)
+class Run:
+    """Layers start..stop-1, alike: one scan (or one call when it is a single layer)."""
+
+    start: int
+    stop: int
+    captured: bool  # in spec.layers
+    output: bool  # the layer's output is needed (every layer but maybe the last run)
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+
+def layer_runs(config: ModelConfig, spec: CaptureSpec) -> list[Run]:
+    """Layers 0..spec.last_layer as maximal runs of alike layers (module docstring)."""
+    captured = set(spec.layers)
+
+    def key(layer: int) -> tuple:
+        output = layer < spec.last_layer or "hidden_states" in spec.what
+        code = (config.norm == "pre" and layer == 0, _is_global(config, layer))
+        return layer in captured, output, code
+
+    runs: list[Run] = []
+    for layer in range(spec.last_layer + 1):
+        k = key(layer)
+        if runs and key(runs[-1].start) == k:
+            runs[-1] = Run(runs[-1].start, layer + 1, k[0], k[1])
+        else:
+            runs.append(Run(layer, layer + 1, k[0], k[1]))
+    return runs
+
+
+def _is_global(config: ModelConfig, layer: int) -> bool | None:
+    if config.rotary is None:
+        return None
+    from jaxattn.engine import rotary
+
+    return rotary.is_global_layer(layer, config.rotary.global_every)
+
+
+def first_stacked(config: ModelConfig) -> int:
+    """The first weight set in the stack: 1 for pre-LN models, whose layer 0 has no
+    attention LayerNorm (other params than the rest: it stays "layer_0"), else 0."""
+    return 1 if config.norm == "pre" else 0
+
+
+def stacked_names(config: ModelConfig) -> list[str]:
+    """The params entries that `stack_layers` stacks, in order: "layer_0", "layer_1", ..."""
+    return [f"layer_{i}" for i in range(first_stacked(config), config.weight_layers)]
+
+
+def stack_layers(params: dict, config: ModelConfig) -> dict:
+    """The encoder params with weight sets `first_stacked`.. stacked into "layers" [W, ...]."""
+    names = stacked_names(config)
+    rest = {k: v for k, v in params.items() if k not in names}
+    stacked = jax.tree.map(lambda *ws: np.stack([np.asarray(w) for w in ws]),
+                           *(params[n] for n in names))  # fmt: skip
+    return rest | {"layers": stacked}
+
+
+def unstack_layers(params: dict, config: ModelConfig) -> dict:
+    """`stack_layers` undone: "layer_0", "layer_1", ... again (numpy views)."""
+    rest = {k: v for k, v in params.items() if k != "layers"}
+    stacked = jax.tree.map(np.asarray, params["layers"])
+    return rest | {n: jax.tree.map(lambda w, i=i: w[i], stacked)
+                   for i, n in enumerate(stacked_names(config))}  # fmt: skip
+
+
+def run_scanned(layer, stacked: dict, weight_sets, x, gates, hidden: bool, **kwargs):
+    """Run one run of alike layers as a scan over their weight sets.
+
+    Args:
+      layer: the (unbound) layer module of the run's code.
+      stacked: the "layers" params, [W, ...] each.
+      weight_sets: [n] int, the weight set of each layer of the run.
+      x: the run's input [T, D].
+      gates: None, or (keep [n, H], uniform [n, H]): the run's ablation gates.
+      hidden: also return each layer's output as "hidden_states" [n, T, D].
+      **kwargs: the rest of the layer's call (mask, want, output, classes, rel_table).
+
+    Returns:
+      (the last layer's output, {name: [n, ...]} the layers' captures).
+    """
+
+    def body(x, xs):
+        w, gate = xs
+        params = jax.tree.map(lambda a: a[w], stacked)
+        y, cap = layer.apply({"params": params}, x, gate=gate, **kwargs)
+        if hidden:
+            cap = cap | {"hidden_states": y}
+        return y, cap
+
+    return lax.scan(body, x, (weight_sets, gates))
