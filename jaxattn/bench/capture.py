@@ -8,7 +8,9 @@ in file order:
   (c) jaxattn attention only;
   (d) jaxattn full capture: attention, queries, keys, fx_norm, alpha_fx_norm,
       sum_alpha_fx_norm;
-  (e) jaxattn attention as uint8.
+  (e) jaxattn attention as uint8;
+  (f) transformers' plain forward: its default attention (SDPA), no attentions
+      returned, the final hidden state copied to numpy: what (b) is held to.
 Each is timed after a warm-up pass (compilation excluded; it is reported
 separately), best of `repeats` interleaved rounds. torch is imported only for (a).
 Beside the times: the host-bound rate (bytes the copy moved per second in (c),
@@ -29,8 +31,9 @@ from jaxattn.bench.corpus import read_sentences
 FULL = ("attention", "queries", "keys", "fx_norm", "alpha_fx_norm", "sum_alpha_fx_norm")
 
 
-def transformers_runner(model_dir: Path, texts: list[str], batch: int):
-    """Case (a) as a zero-argument callable (model and tokenizer loaded once).
+def transformers_runner(model_dir: Path, texts: list[str], batch: int, attentions: bool = True):
+    """Case (a) as a zero-argument callable (model and tokenizer loaded once); with
+    attentions=False case (f), the plain forward.
 
     Runs on CUDA when torch sees a GPU, else on the CPU.
     """
@@ -40,16 +43,20 @@ def transformers_runner(model_dir: Path, texts: list[str], batch: int):
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-    # transformers 5 returns attentions only with the eager implementation.
-    model = AutoModel.from_pretrained(str(model_dir), attn_implementation="eager")
-    model = model.eval().to(device)
+    # transformers 5 returns attentions only with the eager implementation; the plain
+    # forward takes its default (SDPA).
+    options = dict(attn_implementation="eager") if attentions else {}
+    model = AutoModel.from_pretrained(str(model_dir), **options).eval().to(device)
 
     def run():
         with torch.inference_mode():
             for i in range(0, len(texts), batch):
                 x = tok(texts[i : i + batch], padding="longest", return_tensors="pt").to(device)
-                out = model(**x, output_attentions=True)
-                [np.asarray(a.cpu().numpy()) for a in out.attentions]
+                out = model(**x, output_attentions=attentions)
+                if attentions:
+                    [np.asarray(a.cpu().numpy()) for a in out.attentions]
+                else:
+                    np.asarray(out.last_hidden_state.cpu().numpy())
 
     return run
 
@@ -99,7 +106,7 @@ def run(
     too_long: str = "error",
     layer_loop: str | None = None,
 ) -> dict:
-    """Run all cases, interleaved: each round times (a) to (e) in turn.
+    """Run all cases, interleaved: each round times (a) to (f) in turn.
 
     Interleaving exposes every case to the same machine state, so the ratios
     hold even when the machine is shared; each case reports its best round.
@@ -116,6 +123,7 @@ def run(
     model_dir = Path(model) if model else default_model_dir()
     runners = {"a_transformers": transformers_runner(model_dir, texts, 32)}
     runners |= jaxattn_runners(engine, texts)
+    runners["f_transformers_forward"] = transformers_runner(model_dir, texts, 32, False)
     res = {"n": len(texts), "model": engine.info.name, "machine": machine(), "repeats": repeats,
            "precision": precision, "layer_loop": engine.step.layer_loop}  # fmt: skip
     for name, fn in runners.items():
@@ -139,6 +147,7 @@ def run(
     res["d_over_a"] = res["a_transformers"] / res["d_full"]
     res["c_over_a"] = res["a_transformers"] / res["c_attention"]
     res["d_vs_b_overhead"] = res["d_full"] / res["b_forward"] - 1
+    res["b_over_f"] = res["f_transformers_forward"] / res["b_forward"]
     for name, nbytes in moved.items():
         res[f"{name}_bytes"] = nbytes
         res[f"{name}_host_gb_s"] = nbytes / res[name] / 1e9
@@ -163,10 +172,13 @@ def format_result(r: dict) -> str:
                      ("b_forward", "(b) jaxattn forward, no capture"),
                      ("c_attention", "(c) jaxattn attention"),
                      ("d_full", "(d) jaxattn full capture"),
-                     ("e_attention_uint8", "(e) jaxattn attention, uint8")):  # fmt: skip
+                     ("e_attention_uint8", "(e) jaxattn attention, uint8"),
+                     ("f_transformers_forward", "(f) transformers forward (SDPA)")):  # fmt: skip
         moved = f"  {r[k + '_host_gb_s']:6.2f} GB/s to the host" if k + "_bytes" in r else ""
         lines.append(f"{label:40s} {r[k]:7.3f} s  {r[k + '_seq_per_s']:8.1f} seq/s{moved}")
     lines.append(f"copy of the same bytes as (d): {r['copy_gb_s']:.2f} GB/s ({r['copy_what']})")
     lines.append(f"(c) speed-up over (a): {r['c_over_a']:.2f}x; (d): {r['d_over_a']:.2f}x")
     lines.append(f"(d) cost over (b): {100 * r['d_vs_b_overhead']:+.1f}%")
+    if "b_over_f" in r:
+        lines.append(f"(b) speed against transformers' plain forward (f): {r['b_over_f']:.2f}x")
     return "\n".join(lines)

@@ -23,8 +23,9 @@ def register(sub) -> None:
         "bench",
         help="benchmark capture against transformers' eager attention",
         description="Time (a) transformers eager + output_attentions, (b) jaxattn forward, "
-        "(c) jaxattn attention, (d) jaxattn full capture, (e) attention as uint8, on real "
-        "sentences, and the rate the host takes their bytes at against a plain copy.",
+        "(c) jaxattn attention, (d) jaxattn full capture, (e) attention as uint8, (f) "
+        "transformers' plain forward, on real sentences, and the rate the host takes their "
+        "bytes at against a plain copy.",
     )
     p.add_argument("--conllu", type=Path, default=DEFAULT_CONLLU,
                    help="sentences to use, any input format (default: the UD English EWT dev "
