@@ -19,7 +19,9 @@ EQUATIONS = [
     "THK,PHK->HTP", "SHK,PHK->HSP", "GJD,HKD->GJHK", "HKD,HJD->HKJ", "SGJ,GJHK->GSHK",
     "GSHK,SHK->SHG", "HTS,SHG->GTS", "HS,SH->S", "TD,SD->ST", "D,D->", "TD,DK->TKD",
 ]  # fmt: skip
-FALLBACK = ["SHK,HKJ,SHJ->HS", "TT,TD->TD", "TD,SE->TS"]
+# Three operands, a diagonal, an index summed alone, an implicit output (einsum's
+# alphabetical order: "TD,DE" gives [E, T]).
+FALLBACK = ["SHK,HKJ,SHJ->HS", "TT,TD->TD", "TD,SE->TS", "TD,DE"]
 
 
 def _operands(equation, rng):
@@ -42,8 +44,8 @@ def test_what_goes_to_dot_general_and_what_to_jnp_einsum():
     assert _dot_plan("TD,DHK->THK")[1] is None  # already in einsum's order: no transpose
     assert _dot_plan("THK,SHK->HTS")[1] is None  # batch H, then T, then S
     assert _dot_plan("HTS,SHK->THK")[1] == (1, 0, 2)  # dot_general gives [H, T, K]
-    for equation in ["TT,TD->TD", "TD,SE->TS"]:
-        assert _dot_plan(equation) is None, equation  # a diagonal; an index summed alone
+    for equation in ["TT,TD->TD", "TD,SE->TS", "TD,DE", "...D,DE->...E"]:
+        assert _dot_plan(equation) is None, equation  # jnp.einsum's own rules
 
 
 def test_vmapped_contractions_equal_numpys_einsum():

@@ -58,7 +58,8 @@ class Engine(BatchPipeline):
         may ask for another.
       layer_loop: how the program runs the layer stack: "auto" (a scan over
         stacked weights on GPUs/TPUs, unrolled on the CPU), "unrolled" or
-        "scan" (`jaxattn.engine.layer_loop`); the numbers are the same.
+        "scan" (`jaxattn.engine.layer_loop`); the numbers agree within float32
+        rounding.
         None: $JAXATTN_LAYER_LOOP, else "auto".
     """
 

@@ -13,14 +13,18 @@ T5X, Flax's examples all scan their layers).
 
 `jaxattn.load(..., layer_loop=...)` picks one; None (the default) takes
 $JAXATTN_LAYER_LOOP, else "auto": "scan" on GPUs and TPUs, "unrolled" on the
-CPU, where a scan
-over MiniLM's 6 layers halved a shape's compile but slowed the step by 12%
-(BENCHMARKS.md, "First capture").
+CPU, where compiles take about a second and the unrolled step runs as fast or a
+few percent faster (BENCHMARKS.md, "The layer stack as a scan": scanned, a
+BERT-base shape compiles a quarter faster, the step runs 0-5% slower). Both
+give the same numbers within float32 rounding (XLA fuses differently).
 
 Layers are alike (`layer_runs`) when they capture the same quantities, both
 produce their output (only the last layer run may skip it), and have the same
 code: a pre-LN model's layer 0 has no attention LayerNorm, and a rotary model's
 global and local layers differ. ALBERT's layers index their shared weight set.
+So the program holds one layer body per run, not per layer: BERT-base capturing
+every layer is one run; a sparse selection such as layers 0, 2, 4 splits into a
+run per layer; ModernBERT-base's 22 alternating global/local layers are 15 runs.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import jax
 import numpy as np
@@ -108,8 +113,14 @@ def stacked_names(config: ModelConfig) -> list[str]:
 
 
 def stack_layers(params: dict, config: ModelConfig) -> dict:
-    """The encoder params with weight sets `first_stacked`.. stacked into "layers" [W, ...]."""
+    """The encoder params with weight sets `first_stacked`.. stacked into "layers" [W, ...].
+
+    A pre-LN model of one layer has nothing to stack: its params stay as they are
+    (its one layer runs as layer 0, unstacked).
+    """
     names = stacked_names(config)
+    if not names:
+        return dict(params)
     rest = {k: v for k, v in params.items() if k not in names}
     stacked = jax.tree.map(lambda *ws: np.stack([np.asarray(w) for w in ws]),
                            *(params[n] for n in names))  # fmt: skip
@@ -118,10 +129,25 @@ def stack_layers(params: dict, config: ModelConfig) -> dict:
 
 def unstack_layers(params: dict, config: ModelConfig) -> dict:
     """`stack_layers` undone: "layer_0", "layer_1", ... again (numpy views)."""
+    if "layers" not in params:  # nothing was stacked
+        return dict(params)
     rest = {k: v for k, v in params.items() if k != "layers"}
     stacked = jax.tree.map(np.asarray, params["layers"])
     return rest | {n: jax.tree.map(lambda w, i=i: w[i], stacked)
                    for i, n in enumerate(stacked_names(config))}  # fmt: skip
+
+
+def layer_gate(gates, i: int):
+    """Layer i's (keep [H], uniform [H]) of a run's gates (keep [n, H], uniform [n, H]),
+    or None when nothing is ablated."""
+    return None if gates is None else (gates[0][i], gates[1][i])
+
+
+def call_layer(layer, x, gate, hidden: bool, kwargs: dict):
+    """One layer: `layer(x, gate=gate, **kwargs)` -> (its output, its captures), with
+    the output also captured as "hidden_states" when `hidden`."""
+    y, cap = layer(x, gate=gate, **kwargs)
+    return y, cap | ({"hidden_states": y} if hidden else {})
 
 
 def run_scanned(layer, stacked: dict, weight_sets, x, gates, hidden: bool, **kwargs):
@@ -143,9 +169,6 @@ def run_scanned(layer, stacked: dict, weight_sets, x, gates, hidden: bool, **kwa
     def body(x, xs):
         w, gate = xs
         params = jax.tree.map(lambda a: a[w], stacked)
-        y, cap = layer.apply({"params": params}, x, gate=gate, **kwargs)
-        if hidden:
-            cap = cap | {"hidden_states": y}
-        return y, cap
+        return call_layer(partial(layer.apply, {"params": params}), x, gate, hidden, kwargs)
 
     return lax.scan(body, x, (weight_sets, gates))

@@ -16,6 +16,8 @@ heads, K head dim, D model dim, F feed-forward dim.
 
 from __future__ import annotations
 
+from functools import partial
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -165,9 +167,9 @@ def _unrolled(run, weights: list, c: ModelConfig, x, gates, hidden: bool, args: 
     """The run's layers one after another, each its own code: weights[w] is weight set w."""
     caps = []
     for i, layer in enumerate(range(run.start, run.stop)):
-        gate = None if gates is None else (gates[0][i], gates[1][i])
-        x, cap = weights[c.weights_of_layer(layer)](x, gate=gate, **args)
-        caps.append(cap | ({"hidden_states": x} if hidden else {}))
+        module = weights[c.weights_of_layer(layer)]
+        x, cap = layer_loop.call_layer(module, x, layer_loop.layer_gate(gates, i), hidden, args)
+        caps.append(cap)
     return x, {name: jnp.stack([cap[name] for cap in caps]) for name in caps[0]}
 
 
@@ -239,9 +241,8 @@ class Encoder(nn.Module):
         if len(run) == 1:  # one call; also the last layer with its output skipped (no carry)
             p = params["layer_0"] if sets[0] < 0 else jax.tree.map(lambda a: a[sets[0]],
                                                                     params["layers"])  # fmt: skip
-            gate = None if gates is None else (gates[0][0], gates[1][0])
-            y, cap = layer.apply({"params": p}, x, gate=gate, **args)
-            cap = cap | ({"hidden_states": y} if hidden else {})
+            call, gate = partial(layer.apply, {"params": p}), layer_loop.layer_gate(gates, 0)
+            y, cap = layer_loop.call_layer(call, x, gate, hidden, args)
             return y, {name: t[None] for name, t in cap.items()}
         stacked = params["layers"]
         return layer_loop.run_scanned(layer, stacked, jnp.asarray(sets), x, gates, hidden, **args)

@@ -85,8 +85,10 @@ def _einsum(equation: str, operands, precision):
 def _dot_plan(equation: str):
     """((contracting, batch) dimension numbers, output permutation or None) of a
     two-operand einsum, or None where dot_general alone cannot express it."""
-    inputs, out = equation.replace(" ", "").split("->")
-    lhs, rhs = inputs.split(",")
+    parts = equation.replace(" ", "").split("->")
+    if len(parts) != 2 or parts[0].count(",") != 1 or "." in equation:
+        return None  # implicit output or an ellipsis: jnp.einsum's own rules
+    (lhs, rhs), out = parts[0].split(","), parts[1]
     if len(set(lhs)) < len(lhs) or len(set(rhs)) < len(rhs) or len(set(out)) < len(out):
         return None
     if any(i not in rhs and i not in out for i in lhs) or any(

@@ -92,6 +92,19 @@ def test_the_weights_and_their_fingerprint_are_the_checkpoints(scanned):
     assert stack.shape[0] == scan.config.weight_layers - first
 
 
+def test_a_one_layer_pre_ln_model_has_nothing_to_stack(tmp_path, monkeypatch):
+    """ModernBERT of one layer: its layer 0 stays unstacked and the stack is empty, so
+    the params stay as they are and the scan program still equals torch."""
+    path = make_modernbert_checkpoint(tmp_path, num_hidden_layers=1)
+    engine = jaxattn.load(path, buckets=(48,), layer_loop="scan")
+    assert engine.step.layer_loop == "scan" and "layers" not in engine.step.params
+    assert sorted(engine.step.canonical_params()) == sorted(engine.step.params)
+    tok, model = load_tokenizer(path), load_modernbert_torch(path)
+    [cap] = engine.capture([EXAMPLE_A], what=WHAT)
+    enc = tok(EXAMPLE_A, return_tensors="pt", return_token_type_ids=False)
+    assert_matches(cap, modernbert_reference(model, enc, monkeypatch), WHAT, "1 layer")
+
+
 def test_runs_split_where_the_layers_code_or_capture_differs():
     spec = _spec(("attention",), layers=(1, 2, 4))
     runs = [(r.start, r.stop, r.captured, r.output)
