@@ -13,6 +13,7 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Sequence
 
 from service.options import ServerOptions
 from service.server import create_server
@@ -27,7 +28,7 @@ def serve(
     *,
     log_level: str = "INFO",
     precision: str = "highest",
-    warmup: tuple[str, ...] | None = None,
+    warmup: Sequence[tuple[str, ...]] = (),
     warmup_sizes: str = "all",
 ) -> int:
     """Load the model, serve until SIGTERM/SIGINT, drain in-flight calls, return 0.
@@ -38,12 +39,15 @@ def serve(
       options: admission, batching, security and drain settings.
       log_level: the logging level name (one line per request at INFO).
       precision: the compute precision of requests that do not choose one.
-      warmup: quantities whose requests (all layers and heads, float32, this
-        precision) are compiled before listening (`Engine.warmup`); None: none.
+      warmup: kinds of request to compile before listening (`Engine.warmup`), each
+        a tuple of quantities asked for together (all layers and heads, float32,
+        this precision). A SIGTERM/SIGINT while they compile ends the warmup and
+        the server returns 0 without listening.
       warmup_sizes: "all" or "largest" batch sizes per bucket (`Engine.warmup`).
 
     Raises:
-      ValueError: an unknown quantity or `warmup_sizes`, before anything listens.
+      UsageError: a warmup quantity this model does not compute, before anything listens.
+      ValueError: an unknown `warmup_sizes`.
     """
     import jaxattn
 
@@ -57,11 +61,19 @@ def serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     engine = jaxattn.load(model, precision=precision)
-    if warmup:
+    specs = [_warmup_spec(engine, what) for what in warmup]  # every name checked first
+    for what, spec in zip(warmup, specs, strict=True):
+        log.info("warming up %s (%s sizes)", ",".join(what), warmup_sizes)
         t = time.perf_counter()
-        shapes = engine.warmup(engine.make_spec(what=warmup), sizes=warmup_sizes)
-        log.info("warmed up %s: %d shapes (%s sizes) in %.1f s", ",".join(warmup), shapes,
+        shapes = engine.warmup(spec, sizes=warmup_sizes, stop=stop.is_set)
+        if stop.is_set():
+            log.info("stopped while warming up %s: not listening", ",".join(what))
+            return 0
+        log.info("warmed up %s: %d shapes (%s sizes) in %.1f s", ",".join(what), shapes,
                  warmup_sizes, time.perf_counter() - t)  # fmt: skip
+    if stop.is_set():
+        log.info("stopped before listening")
+        return 0
     server, port = create_server(engine, address, options=options)
     server.start()
     info = engine.info
@@ -75,3 +87,14 @@ def serve(
     server.stop(options.grace_s).wait()
     log.info("stopped")
     return 0
+
+
+def _warmup_spec(engine, what: tuple[str, ...]):
+    """The spec of a request for `what` (all layers and heads, float32); a quantity this
+    model does not compute is a UsageError that names the warmup."""
+    from jaxattn.errors import UsageError
+
+    try:
+        return engine.make_spec(what=what)
+    except UsageError as e:
+        raise UsageError(f"--warmup {','.join(what)}: {e}") from None

@@ -88,3 +88,17 @@ def test_warming_the_largest_size_compiles_one_shape_per_bucket_and_pads_into_it
         np.testing.assert_allclose(g.attention, w.attention, rtol=0, atol=1e-6)
     with pytest.raises(ValueError, match="unknown warmup sizes 'some': valid are all, largest"):
         engine.warmup(spec, sizes="some")
+
+
+def test_a_warmup_told_to_stop_ends_before_its_next_shape(bert_checkpoint):
+    engine = jaxattn.load(bert_checkpoint, buckets=(16,), max_batch=4)
+    asked = []
+
+    def stop():  # what a server's SIGTERM flag answers: stop after two shapes
+        asked.append(1)
+        return len(asked) > 2
+
+    spec = engine.make_spec(what="attention")
+    with backend_compiles() as compiles:
+        assert engine.warmup(spec, stop=stop) == 2
+    assert len(compiles) == 2 and len(asked) == 3

@@ -21,6 +21,8 @@ from jaxattn.cli.args import (
     read_token,
 )
 from jaxattn.engine.batching import WARMUP_SIZES
+from jaxattn.errors import UsageError
+from jaxattn.quantities import QUANTITIES
 
 _MiB = 1 << 20
 
@@ -70,18 +72,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="cancel a call whose client reads nothing for this long")  # fmt: skip
     p.add_argument("--grace", type=float, default=30.0,
                    help="seconds in-flight calls get to finish on SIGTERM")  # fmt: skip
-    p.add_argument("--warmup", type=names, metavar="WHAT",
-                   help="before listening, compile the programs of requests for these "
-                   "comma-separated quantities (all layers and heads, float32, the server's "
-                   "precision): their first calls then compile nothing")  # fmt: skip
-    p.add_argument("--warmup-sizes", choices=WARMUP_SIZES, default="all",
-                   help="--warmup of every batch size of every length bucket (all, default), "
-                   "or of the largest per bucket, smaller batches padded into it until "
-                   "that padding has cost a compile (largest: where compiles take "
+    p.add_argument("--warmup", type=quantity_names, metavar="WHAT", action="append",
+                   help="before listening, compile the program of one kind of request: "
+                   "these comma-separated quantities together, all layers and heads, "
+                   "float32, the server's precision (a request for exactly that then "
+                   "compiles nothing; any other selection or dtype compiles on first "
+                   "use). Repeat for more kinds: --warmup attention "
+                   "--warmup attention,queries,keys")  # fmt: skip
+    p.add_argument("--warmup-sizes", choices=WARMUP_SIZES, default=None,
+                   help="with --warmup: every batch size of every length bucket (all, "
+                   "default), or the largest per bucket, smaller batches padded into it "
+                   "until that padding has cost a compile (largest: where compiles take "
                    "seconds, GPUs)")  # fmt: skip
     p.add_argument("--log-level", default="INFO", type=str.upper,
                    choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                    help="logging level (INFO: one line per request)")  # fmt: skip
+
+
+def quantity_names(value: str) -> tuple[str, ...]:
+    """`names`, each a known quantity: a typo stops the command before the model loads."""
+    out = names(value)
+    for name in out:
+        if name not in QUANTITIES:
+            raise argparse.ArgumentTypeError(
+                f"unknown quantity {name!r}: valid quantities are {', '.join(QUANTITIES)}"
+            )
+    return out
 
 
 def _read(path: str | None) -> bytes | None:
@@ -125,8 +141,10 @@ def start_server(engine, address: str = "127.0.0.1:0", **options):
 
 
 def _run(args) -> int:
+    if args.warmup_sizes is not None and not args.warmup:
+        raise UsageError("--warmup-sizes needs --warmup WHAT: the quantities to compile for")
     from service import serve
 
     return serve(args.model, f"{args.host}:{args.port}", server_options(args),
-                 log_level=args.log_level, precision=args.precision, warmup=args.warmup,
-                 warmup_sizes=args.warmup_sizes)  # fmt: skip
+                 log_level=args.log_level, precision=args.precision, warmup=args.warmup or (),
+                 warmup_sizes=args.warmup_sizes or "all")  # fmt: skip

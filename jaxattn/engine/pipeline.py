@@ -99,7 +99,7 @@ class BatchPipeline:
         while pending:
             yield from self._finish(*pending.popleft(), tokenized, spec, gates, pending)
 
-    def warmup(self, spec: CaptureSpec, sizes: str = "all") -> int:
+    def warmup(self, spec: CaptureSpec, sizes: str = "all", stop=None) -> int:
         """Compile the shapes of `spec` before the first call; returns `compiled_shapes`
         (every program the step has made so far, not only these).
 
@@ -111,7 +111,9 @@ class BatchPipeline:
         sizes until it has cost one compile (`batching.ShapeLedger.pad_into`).
         Shapes are compiled ahead of time, not run (`CaptureStep.compile`); inputs
         go through the same `host.pack` and `CaptureStep.place` as real batches:
-        the jit cache keys on argument types.
+        the jit cache keys on argument types. `stop`: None, or a callable asked
+        before each shape; once it returns True the warmup ends there (a server
+        told to stop while it warms up).
 
         Raises:
           ValueError: an unknown `sizes`.
@@ -127,6 +129,8 @@ class BatchPipeline:
                                           self.budgets)  # fmt: skip
             ladder = batching.ladder(largest, self.budgets.size_step)
             for size in ladder if sizes == "all" else ladder[:1]:
+                if stop is not None and stop():
+                    return self.compiled_shapes
                 n = size * len(self.devices)
                 batch = batching.Batch(length, n, (0,))
                 self.step.compile(spec, *self.step.place(*host.pack(batch, dummy, self.config,

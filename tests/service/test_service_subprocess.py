@@ -71,12 +71,41 @@ def test_warmup_compiles_before_listening_and_a_bad_quantity_is_refused(svc_chec
     finally:
         proc.kill()
         proc.wait()
-    bad = subprocess.run([str(JAXATTN), "serve", "--model", str(svc_checkpoint), "--port", "0",
-                          "--warmup", "attention,atention"], capture_output=True, text=True,
-                         env=dict(os.environ, JAXATTN_TOKEN=""), timeout=120)  # fmt: skip
-    assert bad.returncode == 2 and "listening" not in bad.stdout
-    (line,) = bad.stderr.strip().splitlines()
-    assert "atention" in line and "attention" in line and "Traceback" not in bad.stderr, line
+    for flags, says in [
+        (["--warmup", "attention,atention"], "--warmup: unknown quantity 'atention': valid"),
+        (["--warmup", "scores_c2c"], "--warmup scores_c2c: quantity 'scores_c2c' is not "
+                                     "computed by this model"),
+        (["--warmup-sizes", "largest"], "--warmup-sizes needs --warmup WHAT"),
+    ]:  # fmt: skip
+        bad = subprocess.run([str(JAXATTN), "serve", "--model", str(svc_checkpoint), "--port",
+                              "0", *flags], capture_output=True, text=True,
+                             env=dict(os.environ, JAXATTN_TOKEN=""), timeout=120)  # fmt: skip
+        assert bad.returncode == 2 and "listening" not in bad.stdout, flags
+        (line,) = bad.stderr.strip().splitlines()
+        assert says in line and "Traceback" not in bad.stderr, line
+
+
+def test_sigterm_while_warming_up_exits_without_listening(svc_checkpoint, tmp_path):
+    stderr = tmp_path / "serve.log"
+    with open(stderr, "wb") as err:
+        proc = subprocess.Popen(
+            [str(JAXATTN), "serve", "--model", str(svc_checkpoint), "--port", "0",
+             "--warmup", "attention", "--warmup", "attention,queries,keys,fx_norm"],
+            stdout=subprocess.PIPE, stderr=err, text=True,
+            env=dict(os.environ, JAXATTN_TOKEN="", PYTHONUNBUFFERED="1"),
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while "warming up attention (all sizes)" not in stderr.read_text():
+            assert time.monotonic() < deadline and proc.poll() is None, stderr.read_text()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0  # one shape's compile, not the whole warmup
+    finally:
+        proc.kill()
+    log = stderr.read_text()
+    assert "stopped while warming up attention: not listening" in log, log
+    assert "listening on" not in proc.stdout.read()
 
 
 def test_sigterm_finishes_in_flight_streams_refuses_new_calls_and_exits(serve):
