@@ -51,4 +51,8 @@ def test_four_devices_capture_what_one_device_does(engines, bert_checkpoint, tmp
         got = Capture.load(tmp_path / f"{i}.npz")
         assert got.tokens == ref.tokens
         for name in ref.what:
-            np.testing.assert_allclose(got.array(name), ref.array(name), atol=1e-6, rtol=1e-6)
+            # Within float32 rounding, not bit-equal: the 4-device program's per-device
+            # batches have other shapes, for which XLA's CPU kernels round differently
+            # (hidden states differed by 1.2e-6 on an AVX-512 EPYC). A sharding mistake
+            # (a row out of place, a device's results lost) is off by O(1).
+            np.testing.assert_allclose(got.array(name), ref.array(name), atol=1e-5, rtol=1e-5)
