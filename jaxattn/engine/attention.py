@@ -29,7 +29,8 @@ class SelfAttention(nn.Module):
     index: int = 0
 
     @nn.compact
-    def __call__(self, x, mask, gate=None, project: bool = True, rel_table=None):
+    def __call__(self, x, mask, gate=None, project: bool = True, rel_table=None,
+                 is_global=None):  # fmt: skip
         """x [T, D], mask [S] -> (y [T, D] or None, parts).
 
         gate: None, or (keep [H] float, uniform [H] bool) for head ablation
@@ -38,6 +39,9 @@ class SelfAttention(nn.Module):
         project: False skips the weighted sum and the output projection (y is
         None) when only the captured parts are wanted.
         rel_table: DeBERTa's (normalised) relative embedding table [2 span, D].
+        is_global: rotary models: None, the layer's kind from `index`; or a traced
+        bool, the kind as data, so that a scan's one body runs global and local
+        layers alike (`jaxattn.engine.layer_loop`).
         """
         c = self.config
         hk = (c.num_heads, c.head_dim)
@@ -54,10 +58,7 @@ class SelfAttention(nn.Module):
             scores = relative.combine(terms)  # c2c + (c2p + p2c), HF's order
         else:
             if c.rotary is not None:
-                q, k, window = self._rotate(q, k, length)
-                if window is not None:
-                    # A padded query far from every real key still sees itself: no empty row.
-                    allowed = (allowed & window) | np.eye(length, dtype=bool)
+                q, k, allowed = self._rotate(q, k, allowed, is_global)
             scores = self.mm("THK,SHK->HTS", q, k) / jnp.sqrt(c.head_dim)
         # Masked keys get exactly zero weight: exp(-inf) == 0.
         alpha = jax.nn.softmax(jnp.where(allowed[None], scores, -jnp.inf), axis=-1)
@@ -76,16 +77,29 @@ class SelfAttention(nn.Module):
         w_out = self.variables["params"]["out"]["kernel"]  # [H, K, D]
         return y, dict(q=q, k=k, v=v, scores=scores, alpha=alpha, w_out=w_out, terms=terms)
 
-    def _rotate(self, q, k, length: int):
-        """RoPE on q and k with this layer's base; the local window mask, or None when global."""
+    def _rotate(self, q, k, allowed, is_global=None):
+        """RoPE on q and k with this layer's base, and `allowed` [T, S] narrowed to the
+        local window in a local layer; `is_global`: None (from `index`) or traced."""
         from jaxattn.engine import rotary
 
-        r = self.config.rotary
-        is_global = rotary.is_global_layer(self.index, r.global_every)
-        theta = r.global_theta if is_global else r.local_theta
-        cos, sin = rotary.rope_angles(length, self.config.head_dim, theta)
-        q, k = rotary.apply_rotary(q, cos, sin), rotary.apply_rotary(k, cos, sin)
-        return q, k, None if is_global else rotary.window_mask(length, r.local_window)
+        r, length = self.config.rotary, q.shape[0]
+
+        def angles(is_global: bool):
+            theta = r.global_theta if is_global else r.local_theta
+            return rotary.rope_angles(length, self.config.head_dim, theta)
+
+        def local(allowed):  # a padded query far from every real key still sees itself
+            window = rotary.window_mask(length, r.local_window)
+            return (allowed & window) | np.eye(length, dtype=bool)
+
+        if is_global is None:
+            kind = rotary.is_global_layer(self.index, r.global_every)
+            (cos, sin), allowed = angles(kind), allowed if kind else local(allowed)
+        else:
+            (g_cos, g_sin), (l_cos, l_sin) = angles(True), angles(False)
+            cos, sin = jnp.where(is_global, g_cos, l_cos), jnp.where(is_global, g_sin, l_sin)
+            allowed = jnp.where(is_global, allowed, local(allowed))
+        return rotary.apply_rotary(q, cos, sin), rotary.apply_rotary(k, cos, sin), allowed
 
     def _relative_terms(self, q, k, query, key, proj: dict, rel_table) -> dict:
         """DeBERTa's score terms {"c2c", "c2p", "p2c"}, each scaled (`jaxattn.engine.relative`).

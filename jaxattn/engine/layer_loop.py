@@ -20,11 +20,14 @@ give the same numbers within float32 rounding (XLA fuses differently).
 
 Layers are alike (`layer_runs`) when they capture the same quantities, both
 produce their output (only the last layer run may skip it), and have the same
-code: a pre-LN model's layer 0 has no attention LayerNorm, and a rotary model's
-global and local layers differ. ALBERT's layers index their shared weight set.
-So the program holds one layer body per run, not per layer: BERT-base capturing
-every layer is one run; a sparse selection such as layers 0, 2, 4 splits into a
-run per layer; ModernBERT-base's 22 alternating global/local layers are 15 runs.
+code: a pre-LN model's layer 0 has no attention LayerNorm. A rotary model's
+global and local layers differ only in data (RoPE base, local window), which a
+scan takes per layer; unrolled, each layer has its own code anyway. ALBERT's
+layers index their shared weight set. So the program holds one layer body per
+run, not per layer: BERT-base or ModernBERT-base capturing every layer is one
+run (two for ModernBERT: its layer 0), plus the last layer apart where its
+output is not needed; a sparse selection such as layers 0, 2, 4 splits into a
+run per layer.
 """
 
 from __future__ import annotations
@@ -74,14 +77,18 @@ class Run:
         return self.stop - self.start
 
 
-def layer_runs(config: ModelConfig, spec: CaptureSpec) -> list[Run]:
-    """Layers 0..spec.last_layer as maximal runs of alike layers (module docstring)."""
+def layer_runs(config: ModelConfig, spec: CaptureSpec, scan: bool = False) -> list[Run]:
+    """Layers 0..spec.last_layer as maximal runs of alike layers (module docstring).
+
+    scan: the runs of a scan, where a rotary layer's kind (global or local) is
+    data (`global_layers`), so global and local layers share a run.
+    """
     captured = set(spec.layers)
 
     def key(layer: int) -> tuple:
         output = layer < spec.last_layer or "hidden_states" in spec.what
-        code = (config.norm == "pre" and layer == 0, _is_global(config, layer))
-        return layer in captured, output, code
+        kind = None if scan else _is_global(config, layer)
+        return layer in captured, output, (config.norm == "pre" and layer == 0, kind)
 
     runs: list[Run] = []
     for layer in range(spec.last_layer + 1):
@@ -91,6 +98,14 @@ def layer_runs(config: ModelConfig, spec: CaptureSpec) -> list[Run]:
         else:
             runs.append(Run(layer, layer + 1, k[0], k[1]))
     return runs
+
+
+def global_layers(config: ModelConfig, run: Run):
+    """[n] bool, whether each layer of the run attends globally (rotary models), or
+    None for models without rotary positions: a scan body's `is_global`."""
+    if config.rotary is None:
+        return None
+    return np.array([_is_global(config, layer) for layer in range(run.start, run.stop)])
 
 
 def _is_global(config: ModelConfig, layer: int) -> bool | None:
@@ -150,7 +165,8 @@ def call_layer(layer, x, gate, hidden: bool, kwargs: dict):
     return y, cap | ({"hidden_states": y} if hidden else {})
 
 
-def run_scanned(layer, stacked: dict, weight_sets, x, gates, hidden: bool, **kwargs):
+def run_scanned(layer, stacked: dict, weight_sets, x, gates, hidden: bool, is_global=None,
+                **kwargs):  # fmt: skip
     """Run one run of alike layers as a scan over their weight sets.
 
     Args:
@@ -160,6 +176,7 @@ def run_scanned(layer, stacked: dict, weight_sets, x, gates, hidden: bool, **kwa
       x: the run's input [T, D].
       gates: None, or (keep [n, H], uniform [n, H]): the run's ablation gates.
       hidden: also return each layer's output as "hidden_states" [n, T, D].
+      is_global: None, or [n] bool: each rotary layer's kind (`global_layers`).
       **kwargs: the rest of the layer's call (mask, want, output, classes, rel_table).
 
     Returns:
@@ -167,8 +184,9 @@ def run_scanned(layer, stacked: dict, weight_sets, x, gates, hidden: bool, **kwa
     """
 
     def body(x, xs):
-        w, gate = xs
+        w, gate, kind = xs
         params = jax.tree.map(lambda a: a[w], stacked)
-        return call_layer(partial(layer.apply, {"params": params}), x, gate, hidden, kwargs)
+        call = partial(layer.apply, {"params": params}, is_global=kind)
+        return call_layer(call, x, gate, hidden, kwargs)
 
-    return lax.scan(body, x, (weight_sets, gates))
+    return lax.scan(body, x, (weight_sets, gates, is_global))

@@ -118,8 +118,10 @@ class EncoderLayer(nn.Module):
 
     @nn.compact
     def __call__(self, x, mask, want: frozenset[str], gate=None, output: bool = True,
-                 classes=None, rel_table=None):  # fmt: skip
+                 classes=None, rel_table=None, is_global=None):  # fmt: skip
         """x [T, D] -> (the layer's output [T, D], or None when not `output`; captures).
+
+        is_global: a rotary layer's kind as traced data (`SelfAttention`), or None.
 
         output=False (the last layer run, when its output is not captured) skips
         what only the output needs: the weighted sum and output projection
@@ -131,7 +133,7 @@ class EncoderLayer(nn.Module):
         project = output or "attn_res_ln_norm" in want
         attn_in = LayerNorm(**ln, name="attention_ln")(x) if pre and self.index else x
         attention = SelfAttention(c, self.mm, self.index, name="attention")
-        a, parts = attention(attn_in, mask, gate, project, rel_table)
+        a, parts = attention(attn_in, mask, gate, project, rel_table, is_global)
         # The LayerNorm after the attention block's addition: the block's own (post)
         # or the FFN's (pre). Its statistics of the real h fix the AttnResLn decomposition.
         next_ln = LayerNorm(**ln, name="ffn_ln" if pre else "attention_ln")
@@ -208,7 +210,7 @@ class Encoder(nn.Module):
         weights = [EncoderLayer(c, mm, index=i, name=f"layer_{i}") for i in range(c.weight_layers)]
         if "hidden_states" in want:
             chunks["hidden_states"].append(x[None])
-        for run in layer_loop.layer_runs(c, spec):
+        for run in layer_loop.layer_runs(c, spec, scan=self.layer_loop == "scan"):
             layer_want = want - {"hidden_states"} if run.captured else frozenset()
             hidden = run.captured and "hidden_states" in want
             run_gates = None if gates is None else (gates[0][run.start:run.stop],
@@ -244,8 +246,9 @@ class Encoder(nn.Module):
             call, gate = partial(layer.apply, {"params": p}), layer_loop.layer_gate(gates, 0)
             y, cap = layer_loop.call_layer(call, x, gate, hidden, args)
             return y, {name: t[None] for name, t in cap.items()}
-        stacked = params["layers"]
-        return layer_loop.run_scanned(layer, stacked, jnp.asarray(sets), x, gates, hidden, **args)
+        kinds = layer_loop.global_layers(c, run)  # rotary: each layer's kind, as data
+        return layer_loop.run_scanned(layer, params["layers"], jnp.asarray(sets), x, gates, hidden,
+                                      kinds, **args)  # fmt: skip
 
     def _relative_table(self):
         """DeBERTa's relative embedding table [2 span, D], LayerNorm-ed when the config says."""

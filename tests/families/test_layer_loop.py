@@ -115,9 +115,15 @@ def test_runs_split_where_the_layers_code_or_capture_differs():
     every = _spec(("hidden_states",), layers=None)
     pre = tiny(num_layers=6, norm="pre", absolute_positions=False,
                rotary=Rotary(global_every=3, local_window=8))  # fmt: skip
-    # Pre-LN layer 0 (no attention LayerNorm) and global layers 0, 3 run apart.
+    # Pre-LN layer 0 (no attention LayerNorm) and, unrolled, global layers 0, 3 run apart;
+    # a scan takes each layer's kind as data: global, local, local, global, local, local.
     assert [(r.start, r.stop) for r in layer_loop.layer_runs(pre, every)] == [
         (0, 1), (1, 3), (3, 4), (4, 6)]  # fmt: skip
+    assert [(r.start, r.stop) for r in layer_loop.layer_runs(pre, every, scan=True)] == [
+        (0, 1), (1, 6)]  # fmt: skip
+    run = layer_loop.layer_runs(pre, every, scan=True)[1]
+    assert layer_loop.global_layers(pre, run).tolist() == [False, False, True, False, False]
+    assert layer_loop.global_layers(tiny(), run) is None
 
 
 def _spec(what, layers):
