@@ -139,6 +139,12 @@ def _show(s: slice | range) -> str:
     return f"{'' if s.start is None else s.start}:{'' if s.stop is None else s.stop}"
 
 
+def check_quantity(name: str) -> None:
+    """UsageError unless `name` is a quantity jaxattn knows (any model's)."""
+    if name not in QUANTITIES:
+        raise UsageError(f"unknown quantity {name!r}: valid quantities are {', '.join(QUANTITIES)}")
+
+
 def make_spec(
     *,
     what: str | Sequence[str] | None,
@@ -172,10 +178,7 @@ def make_spec(
         what = (what,)
     names = list(what)
     for name in names:
-        if name not in QUANTITIES:
-            raise UsageError(
-                f"unknown quantity {name!r}: valid quantities are {', '.join(QUANTITIES)}"
-            )
+        check_quantity(name)
         if available is not None and name not in available:
             raise UsageError(
                 f"quantity {name!r} is not computed by this model: it has "

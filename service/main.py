@@ -48,9 +48,11 @@ def serve(
     Raises:
       UsageError: a warmup quantity this model does not compute, before anything listens.
       ValueError: an unknown `warmup_sizes`.
+      TypeError: `warmup` not a sequence of tuples of names.
     """
     import jaxattn
 
+    _check_warmup(warmup)
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -63,9 +65,11 @@ def serve(
     engine = jaxattn.load(model, precision=precision)
     specs = [_warmup_spec(engine, what) for what in warmup]  # every name checked first
     for what, spec in zip(warmup, specs, strict=True):
+        if stop.is_set():
+            break
         log.info("warming up %s (%s sizes)", ",".join(what), warmup_sizes)
-        t = time.perf_counter()
-        shapes = engine.warmup(spec, sizes=warmup_sizes, stop=stop.is_set)
+        t, before = time.perf_counter(), engine.compiled_shapes
+        shapes = engine.warmup(spec, sizes=warmup_sizes, stop=stop.is_set) - before
         if stop.is_set():
             log.info("stopped while warming up %s: not listening", ",".join(what))
             return 0
@@ -87,6 +91,16 @@ def serve(
     server.stop(options.grace_s).wait()
     log.info("stopped")
     return 0
+
+
+def _check_warmup(warmup) -> None:
+    """TypeError unless `warmup` is a sequence of tuples of quantity names."""
+    if isinstance(warmup, str) or not all(
+        isinstance(what, (tuple, list)) and all(isinstance(n, str) for n in what) for what in warmup
+    ):
+        raise TypeError(f"warmup must be a sequence of tuples of quantity names, one per kind "
+                        f"of request, e.g. [('attention',), ('attention', 'queries')]; "
+                        f"got {warmup!r}")  # fmt: skip
 
 
 def _warmup_spec(engine, what: tuple[str, ...]):

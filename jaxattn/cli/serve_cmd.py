@@ -22,7 +22,7 @@ from jaxattn.cli.args import (
 )
 from jaxattn.engine.batching import WARMUP_SIZES
 from jaxattn.errors import UsageError
-from jaxattn.quantities import QUANTITIES
+from jaxattn.spec import check_quantity
 
 _MiB = 1 << 20
 
@@ -92,11 +92,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def quantity_names(value: str) -> tuple[str, ...]:
     """`names`, each a known quantity: a typo stops the command before the model loads."""
     out = names(value)
-    for name in out:
-        if name not in QUANTITIES:
-            raise argparse.ArgumentTypeError(
-                f"unknown quantity {name!r}: valid quantities are {', '.join(QUANTITIES)}"
-            )
+    try:
+        for name in out:
+            check_quantity(name)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
     return out
 
 

@@ -71,7 +71,8 @@ def _einsum(equation: str, operands, precision):
     Same program, a fraction of the tracing: jnp.einsum plans a contraction path
     and traces a nested jit on every call, ~1 ms each, and a capture step makes
     ~15 contractions per layer for every compiled shape. Equations with three
-    operands, a repeated index or an index summed away alone go to jnp.einsum.
+    operands, a repeated index, an index summed away alone, an implicit output
+    or an ellipsis go to jnp.einsum.
     """
     plan = _dot_plan(equation) if len(operands) == 2 else None
     if plan is None:

@@ -3,8 +3,8 @@
 The scan is the compile-time lever for GPUs (`jaxattn.engine.layer_loop`); here it
 runs on the CPU for the families whose layers differ in what a scan must get
 right: ALBERT (layers indexing shared weight sets), ModernBERT (pre-LN: layer 0
-unstacked, global and local layers in separate runs, the final LayerNorm on the
-last hidden state) and DeBERTa v3 (one relative table for every layer). Each is
+unstacked, local and global layers in one scan, their kind as data, the final
+LayerNorm on the last hidden state) and DeBERTa v3 (one relative table for every layer). Each is
 captured in one padded call and compared, text by text, with the eager torch
 model (each family's reference module: hooks plus float64 norms). The run
 splitting, the weight stacking and the option's errors are checked by hand.

@@ -60,11 +60,13 @@ def serve(svc_checkpoint, tmp_path):
 def test_warmup_compiles_before_listening_and_a_bad_quantity_is_refused(svc_checkpoint,
                                                                          tmp_path):  # fmt: skip
     proc, address, stderr = launch(svc_checkpoint, tmp_path, "--warmup", "attention",
-                                   "--warmup-sizes", "largest")  # fmt: skip
+                                   "--warmup", "attention,keys", "--warmup-sizes",
+                                   "largest")  # fmt: skip
     try:
         log = stderr.read_text()
-        # buckets 8..64 and the model's limit, 67: one shape each
+        # buckets 8..64 and the model's limit, 67: one shape each, for each kind of request
         assert "warmed up attention: 9 shapes (largest sizes) in" in log, log
+        assert "warmed up attention,keys: 9 shapes (largest sizes) in" in log, log
         with AttentionClient(address, timeout=60) as client:
             (cap,) = client.capture([SENTENCES[0]], what=["attention"])
         assert cap.attention.shape[:2] == (3, 3)
@@ -132,3 +134,12 @@ def test_sigterm_finishes_in_flight_streams_refuses_new_calls_and_exits(serve):
     (line,) = [x for x in log.splitlines() if "status=OK texts=8" in x]
     # It was in flight when SIGTERM came (0.5 s after the call started).
     assert float(line.split("duration_ms=")[1].split()[0]) > 500
+
+
+def test_serve_names_the_shape_warmup_takes(svc_checkpoint):
+    from service import ServerOptions
+    from service import serve as run_server
+
+    for bad in ["attention", ("attention", "keys"), [("attention",), "keys"]]:
+        with pytest.raises(TypeError, match=r"warmup must be a sequence of tuples of quantity"):
+            run_server(svc_checkpoint, "127.0.0.1:0", ServerOptions(), warmup=bad)
