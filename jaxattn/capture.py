@@ -144,6 +144,37 @@ class Capture:
         """The decoded array of quantity `name` (same as the attribute)."""
         return dequantize(*self.encoded(name))
 
+    def select(self, layers=None, heads=None) -> Capture:
+        """This capture restricted to some of its layers and heads (those slices copied).
+
+        Args:
+          layers, heads: layer / head numbers as in ``self.layers`` / ``self.heads``,
+            in the order wanted; None keeps all.
+
+        Raises:
+          ValueError: a layer or head this capture does not hold (named).
+        """
+        picked = {}
+        for key, want, have in (("L", layers, self.layers), ("H", heads, self.heads)):
+            want = tuple(have) if want is None else tuple(int(i) for i in want)
+            missing = [i for i in want if i not in have]
+            if missing:
+                what = "layers" if key == "L" else "heads"
+                raise ValueError(f"{what} {missing} were not captured (have {list(have)})")
+            picked[key] = [list(have).index(i) for i in want]
+        tensors = {}
+        for name, array in self.tensors.items():
+            q = QUANTITIES[name]
+            for axis, key in enumerate(q.axes[:2]):
+                if key in picked:
+                    extra = list(range(q.extra_layer)) if key == "L" else []
+                    index = extra + [i + len(extra) for i in picked[key]]
+                    array = array[(slice(None),) * axis + (index,)]
+            tensors[name] = array
+        layers_ = tuple(self.layers[i] for i in picked["L"])
+        heads_ = tuple(self.heads[i] for i in picked["H"])
+        return dataclasses.replace(self, layers=layers_, heads=heads_, tensors=tensors)
+
     def save(self, path: str | os.PathLike, *, compress: bool = False) -> None:
         """Write this capture to one portable .npz file (any name; no suffix is added).
 

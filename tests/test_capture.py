@@ -128,3 +128,26 @@ def test_the_file_keeps_the_compute_precision(tmp_path):
     cap.save(tmp_path / "c.npz")
     assert Capture.load(tmp_path / "c.npz").precision == "tf32"
     assert "precision=tf32" in repr(cap)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+def test_select_keeps_the_chosen_layers_and_heads_in_order(dtype):
+    cap = make(dtype)  # layers (1, 4), heads (0, 2, 5)
+    hidden = np.arange(3 * 5 * 2, dtype=np.float32).reshape(3, 5, 2)  # embeddings, L1, L4
+    stats = np.arange(2 * 3 * 8, dtype=np.float32).reshape(2, 3, 8)
+    extra = {"hidden_states": hidden, "head_stats": stats}
+    if dtype == "float32":
+        cap = dataclasses.replace(cap, tensors={**cap.tensors, **extra})
+    sub = cap.select(layers=[4], heads=[5, 0])
+    assert sub.layers == (4,) and sub.heads == (5, 0)
+    np.testing.assert_array_equal(sub.attention, cap.attention[[1]][:, [2, 0]])
+    np.testing.assert_array_equal(sub.fx_norm, cap.fx_norm[1:2][:, [2, 0]])
+    assert sub.quantization == cap.quantization and sub.tokens == cap.tokens
+    if dtype == "float32":
+        np.testing.assert_array_equal(sub.hidden_states, hidden[[0, 2]])  # embeddings kept
+        np.testing.assert_array_equal(sub.head_stats, stats[1:2][:, [2, 0]])
+    assert cap.select().layers == cap.layers and cap.select(heads=[2]).layers == (1, 4)
+    with pytest.raises(ValueError, match=r"layers \[0, 3\] were not captured \(have \[1, 4\]\)"):
+        cap.select(layers=[0, 1, 3])
+    with pytest.raises(ValueError, match=r"heads \[1\] were not captured"):
+        cap.select(heads=[1])

@@ -10,8 +10,9 @@ INPUT is any mix of (`jaxattn.inputs.is_file_argument` decides, never by guessin
 Texts are captured with the local engine (--model, default the embedded
 MiniLM) or through a server (--server), with --layers/--heads. HTML holds
 every example with a selector and the chosen views; SVG and PNG (for papers)
-draw one view of one example (--example; --layers names its one layer, --heads
-the heads of the head view or the one head of the neuron view).
+draw one view of one example (--example). --layers/--heads choose the layers
+and heads shown, of texts and saved captures alike (the head view of a static
+export draws one layer, the neuron view one layer and one head).
 """
 
 from __future__ import annotations
@@ -93,16 +94,24 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run)
 
 
-def _one(values, selected, count: int, flag: str, view: str) -> int:
-    """The one layer/head a static view draws: the selection's, else the first captured."""
-    if selected is None:
-        return 0
-    picked = resolve_indices(selected, count, flag[2:])
-    if len(picked) != 1:
+def _selected(cap, args):
+    """`cap` restricted to --layers/--heads (layer/head numbers of the model): a
+    text's capture already is; a saved capture is cut to them here."""
+    sel = {}
+    for key, arg in (("layers", args.layers), ("heads", args.heads)):
+        if arg is not None:
+            have = getattr(cap, key)
+            sel[key] = resolve_indices(arg, _count(cap, f"num_{key}", have), key)
+    try:
+        return cap.select(**sel)
+    except ValueError as e:
+        raise UsageError(f"--{e}") from None
+
+
+def _one(values, selected, flag: str, view: str) -> None:
+    """A view that draws one layer/head: the selection must name one (none: the first)."""
+    if selected is not None and len(values) != 1:
         raise UsageError(f"{flag}: the {view} view draws one; give one index")
-    if picked[0] not in values:
-        raise UsageError(f"{flag} {picked[0]} was not captured (have {list(values)})")
-    return list(values).index(picked[0])
 
 
 def _count(cap, key: str, values) -> int:
@@ -131,13 +140,12 @@ def _run(args) -> int:
     if not items:
         raise InputError(None, f"no example to view in {' '.join(args.inputs)}")
     texts = [x for x in items if isinstance(x, str | tuple)]
-    saved = len(items) - len(texts)
-    if saved and fmt == "html" and (args.layers or args.heads):
-        raise UsageError("--layers/--heads choose what to capture from texts; saved captures "
-                         "are shown as saved")  # fmt: skip
+    saved = len(texts) < len(items)
     caps = capture_counted(args, texts, pl.needs(views), items)
     if not caps:
         raise InputError(None, "every text was skipped (--too-long skip): nothing to view")
+    if saved:  # texts were captured with the selection; saved captures are cut to it
+        caps = [_selected(cap, args) for cap in caps]
     if fmt == "html":
         from jaxattn.views import write_html
 
@@ -160,23 +168,18 @@ def _write_static(args, fmt: str, view: str, caps: list) -> None:
     else:
         needed = ("alpha_fx_norm",) if args.kind == "norm" else ("attention",)
     require([cap], needed, f"example {args.example}", f"the {view} view (--kind {args.kind})")
-    layers, heads = _count(cap, "num_layers", cap.layers), _count(cap, "num_heads", cap.heads)
-    layer = _one(cap.layers, args.layers, layers, "--layers", view)
+    # `cap` holds the selected layers and heads (`_selected`, or captured so). The
+    # model and stats views draw them all; the head view one layer (the one named,
+    # else the first) with every head; the neuron view one layer and one head.
     opts: dict = dict(kind=args.kind)
-    if view == "head":
-        picked = None
-        if args.heads is not None:
-            chosen = resolve_indices(args.heads, heads, "heads")
-            missing = [h for h in chosen if h not in cap.heads]
-            if missing:
-                raise UsageError(f"--heads {missing} were not captured (have {list(cap.heads)})")
-            picked = [list(cap.heads).index(h) for h in chosen]
-        opts.update(layer=layer, heads=picked)
-    elif view == "neuron":
+    if view in ("head", "neuron"):
+        _one(cap.layers, args.layers, "--layers", view)
+        opts = dict(kind=args.kind, layer=0)
+    if view == "neuron":
         if not 0 <= args.token < cap.length:
             raise UsageError(f"--token {args.token}: the example has {cap.length} tokens")
-        head = _one(cap.heads, args.heads, heads, "--heads", view)
-        opts = dict(layer=layer, head=head, token=args.token)
+        _one(cap.heads, args.heads, "--heads", view)
+        opts = dict(layer=0, head=0, token=args.token)
     svg = to_svg(cap, view, **opts)
     ensure_parent(args.out)
     if fmt == "svg":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import numpy as np
 import pytest
@@ -99,7 +100,35 @@ def test_view_draws_the_layer_and_heads_it_is_given(bert_checkpoint, tmp_path, c
     assert main([*args, "--layers", "-1", "--heads", "0,2"]) == 0, capsys.readouterr().err
     assert "<svg" in svg.read_text()
     assert main([*args, "--layers", "0:2", "--overwrite"]) == 2
-    assert "draws one" in capsys.readouterr().err
+    assert "--layers: the head view draws one" in capsys.readouterr().err
+
+
+def _labels(svg: str, prefix: str) -> set[str]:
+    return set(re.findall(rf">({prefix}\d+)</text>", svg))
+
+
+def test_view_of_a_saved_capture_shows_the_selection(bert_checkpoint, tmp_path, capsys):
+    saved = tmp_path / "c.npz"
+    assert main(["capture", "one two three", "--model", str(bert_checkpoint), "--what",
+                 "attention,alpha_fx_norm", "--out", str(saved)]) == 0  # fmt: skip
+    out = tmp_path / "v.svg"
+    for view in ("model", "stats"):
+        code = main(["view", str(saved), "--views", view, "--layers", "1:", "--heads", "0,2",
+                     "--out", str(out), "--overwrite"])  # fmt: skip
+        assert code == 0, capsys.readouterr().err
+        svg = out.read_text()
+        assert _labels(svg, "L") == {"L1", "L2"}, view
+        # Head labels: "H0" over the model view's columns, bare numbers over the stats grids.
+        heads = set(re.findall(r'text-anchor="middle" fill="#666">H?(\d+)</text>', svg))
+        assert heads == {"0", "2"}, view
+    assert main(["view", str(saved), "--layers", "-1", "--out", str(tmp_path / "v.html")]) == 0
+    assert "1 example(s)" in capsys.readouterr().out
+    one = tmp_path / "one.npz"
+    assert main(["capture", "one two", "--model", str(bert_checkpoint), "--layers", "0",
+                 "--out", str(one)]) == 0  # fmt: skip
+    assert main(["view", str(one), "--views", "model", "--layers", "1", "--out", str(out),
+                 "--overwrite"]) == 2  # fmt: skip
+    assert "--layers [1] were not captured (have [0])" in capsys.readouterr().err
 
 
 def test_a_saved_capture_remembers_where_it_came_from(engines, tmp_path):
