@@ -5,8 +5,10 @@
  * and, beside the tokens on the other side, one box per active head in its
  * colour, each 1/active of the strip wide, fill-opacity = weight (BertViz's
  * attention boxes). Stays responsive at 512 tokens: at most MAX_LINES lines
- * (the strongest, by a histogram cut-off), and a line's or box's tooltip
- * (<title>: head, tokens, weight) is made only when the pointer reaches it.
+ * (the strongest, by a histogram of log2 weights, 32 bins an octave), every
+ * line of a hovered or pinned token (up to TOKEN_MAX_LINES), and a line's or
+ * box's tooltip (<title>: head, tokens, weight) is made only when the pointer
+ * reaches it.
  * DOM hooks: line[data-i][data-j][data-head][data-w], svg#hv-svg[data-min]
  * [data-drawn][data-candidates][data-active], rect.hv-box[data-side][data-idx]
  * [data-i][data-j][data-head][data-w], .chip[data-head][data-on], #hv-all,
@@ -14,7 +16,10 @@
 "use strict";
 (function () {
   const JX = window.JaxattnViews;
-  const MAX_LINES = 5000, RH = 18, COLW = 130, BOXW = 36, GAP = 220, PAD = 6;
+  const MAX_LINES = 5000, TOKEN_MAX_LINES = 50000, RH = 18, COLW = 130, BOXW = 36, GAP = 220, PAD = 6;
+  // The cut-off's histogram: bins of log2(weight) from 2^-24 to 1, OCTAVE to an octave.
+  const OCTAVE = 32, BINS = 24 * OCTAVE + 1;
+  const bin = (w) => Math.max(0, Math.min(BINS - 1, Math.floor((Math.log2(w) + 24) * OCTAVE)));
   // x of the left strip, the lines' ends, the right strip, the right tokens
   const XL = COLW, X1 = COLW + BOXW, X2 = X1 + GAP, XR = X2, XT = X2 + BOXW + 4;
   const NORMS = {
@@ -148,26 +153,32 @@
       return parts.join("");
     }
     function draw() {
-      const ex = ctx.ex, n = active();
-      // pass 1: a 1024-bin histogram of the weights above the user's minimum
-      const bins = new Uint32Array(1025);
+      const ex = ctx.ex, n = active(), sel = st.pinned || st.hover;
+      // pass 1: a histogram of the weights above the user's minimum
+      const bins = new Uint32Array(BINS), most = sel ? TOKEN_MAX_LINES : MAX_LINES;
       let total = 0;
-      each((i, j, hi, w) => { if (w >= st.min) { total++; bins[Math.min(1024, Math.floor(w * 1024))]++; } });
-      let cut = st.min;
-      if (total > MAX_LINES) {
-        let acc = 0, b = 1024;
-        while (b > 0 && acc + bins[b] <= MAX_LINES) acc += bins[b--];
-        cut = Math.max(st.min, (b + 1) / 1024);
+      each((i, j, hi, w) => { if (w >= st.min) { total++; bins[bin(w)]++; } });
+      // Over `most` lines: every line of the bins above `edge`, then the cut bin's
+      // first ones until `most` (they differ by under 2.2%: one bin).
+      let cut = st.min, edge = -1, room = 0;
+      if (total > most) {
+        let acc = 0, b = BINS - 1;
+        while (b > 0 && acc + bins[b] <= most) acc += bins[b--];
+        edge = b; room = most - acc;
+        cut = Math.max(st.min, 2 ** (b / OCTAVE - 24));
       }
       // pass 2: the lines themselves, as one markup string (fast for thousands)
       const [ql] = rows("left"), [kl] = rows("right"), parts = [];
       each((i, j, hi, w) => {
-        if (w < cut || parts.length >= MAX_LINES) return;
+        if (w < st.min) return;
+        if (edge >= 0) {
+          const k = bin(w);
+          if (k < edge || (k === edge && room-- <= 0)) return;
+        }
         parts.push(`<line data-i="${i}" data-j="${j}" data-head="${hi}" data-w="${w}" x1="${X1}" y1="${y(i - ql)}" x2="${X2}" y2="${y(j - kl)}" stroke="${JX.headColor(ex.heads[hi])}" stroke-opacity="${w / n}"/>`);
       });
       gLines.innerHTML = parts.join("");
       Object.assign(svg.dataset, { min: String(cut), drawn: String(parts.length), candidates: String(total), active: String(n) });
-      const sel = st.pinned || st.hover;
       gBoxes.innerHTML = boxes(sel, n);
       gToks.querySelectorAll("text.tok").forEach((t) => {
         t.classList.toggle("sel", !!sel && t.dataset.side === sel.side && +t.dataset.idx === sel.idx);
@@ -176,8 +187,9 @@
         "hover a line for its head and weight. Hover a token: one box per active head beside the tokens it attends to, opacity = weight."
         : "No head selected: click a head or “all”.";
       info.textContent = `Layer ${ex.layers[st.layer]}, ${JX.KIND_TITLES[ctx.state.kind]}: ` +
-        (parts.length < total ? `showing the ${parts.length} strongest of ${total} lines (weights ≥ ${cut.toFixed(3)}); hover or click a token for its own lines.`
-          : `${parts.length} lines.`) + " Hover a token to isolate its lines; click to pin.";
+        (parts.length < total ? `showing the ${parts.length} strongest of ${total} lines (weights ≥ ${cut.toPrecision(3)})` +
+          (sel ? "." : "; hover or click a token for its own lines.") : `${parts.length} lines.`) +
+        " Hover a token to isolate its lines; click to pin.";
     }
     return {
       el,
