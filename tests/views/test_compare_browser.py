@@ -221,3 +221,32 @@ def test_uint8_page_draws_a_tiny_difference(page, tmp_path):
     page.mouse.move(box["x"] + points[i * 6 + j][0], box["y"] + points[i * 6 + j][1])
     sign = "+" if drawn[i, j] >= 0 else "−"
     assert f"B − A {sign}{to_precision(abs(drawn[i, j]))}" in page.text_content("#cmp-info")
+
+
+def test_long_examples_thin_their_labels(page, tmp_path):
+    """122 tokens at 4 px a cell: labels 11 px apart ([CLS] and [SEP] among them, as the
+    static exports' thin_ticks), and a hovered row's own label always drawn."""
+    from jaxattn.views.drawing import thin_ticks
+
+    rng = np.random.default_rng(7)
+    tokens = ["[CLS]", *(f"w{i}" for i in range(120)), "[SEP]"]
+    a, b = random_rows(rng, (122, 122)), random_rows(rng, (122, 122))
+    pair = pair_example(0, fake(tokens, a), fake(tokens, b), "attention", "attention")
+    out = tmp_path / "long.html"
+    out.write_text(build_compare_html([pair], ("a", "b")), encoding="utf-8")
+    page.goto(out.as_uri())
+    wait_ready(page)
+    canvas = page.query_selector("#cmp-a")
+    cell = int(canvas.get_attribute("data-cell"))
+    rows = [int(k) for k in canvas.get_attribute("data-row-labels").split(",")]
+    assert rows == thin_ticks(tokens, cell) and {0, 121} <= set(rows)
+    assert np.diff(rows).min() * cell >= 11 and len(rows) >= 122 // int(np.ceil(11 / cell))
+    hovered = next(k for k in range(1, 121) if k not in rows)
+    points, _ = centres(page, "cmp-a", 122)
+    box = canvas.bounding_box()
+    x, y = points[hovered * 122 + 5]
+    page.mouse.move(box["x"] + x, box["y"] + y)
+    shown = [int(k) for k in canvas.get_attribute("data-row-labels").split(",")]
+    assert hovered in shown and all(abs(k - hovered) * cell >= 11 for k in shown if k != hovered)
+    screenshot(page, "compare_122_tokens", full_page=False)
+    assert not page.errors

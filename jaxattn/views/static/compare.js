@@ -47,7 +47,7 @@
     g.font = "11px system-ui, sans-serif";
     const M = Math.min(110, Math.ceil(Math.max(0, ...tokens.map((t) => g.measureText(t).width))) + 8);
     p.canvas.width = M + U * C + 2; p.canvas.height = M + U * C + 2;
-    Object.assign(p, { U, C, M });
+    Object.assign(p, { U, C, M, ticks: JX.thinTicks(tokens, C) });
     p.canvas.dataset.ox = M; p.canvas.dataset.oy = M; p.canvas.dataset.cell = C;
   }
   /** Fill the U x U matrix image: colour(i, j) -> [r, g, b]. */
@@ -71,13 +71,20 @@
     g.imageSmoothingEnabled = false;
     if (p.image) g.drawImage(p.image, M, M, U * C, U * C);
     g.font = "11px system-ui, sans-serif"; g.textBaseline = "middle";
-    const text = (t, k, on) => { g.fillStyle = on ? "#000" : "#555"; g.fillText(t, 0, 0); return k; };
-    tokens.forEach((t, k) => {
+    // The thinned labels (11 px apart), and the hovered row's and column's own in
+    // black, its neighbours' labels left out where they would overprint it.
+    const text = (t, on) => { g.fillStyle = on ? "#000" : "#555"; g.fillText(t, 0, 0); };
+    const labels = (h) => p.ticks.filter((k) => h === undefined || h < 0 || k === h || Math.abs(k - h) * C >= 11)
+      .concat(h >= 0 && !p.ticks.includes(h) ? [h] : []);
+    labels(hi ? hi[0] : undefined).forEach((k) => {
       g.save(); g.textAlign = "right"; g.translate(M - 4, M + k * C + C / 2);
-      text(t, k, hi && hi[0] === k); g.restore();
-      g.save(); g.textAlign = "left"; g.translate(M + k * C + C / 2, M - 4); g.rotate(-Math.PI / 2);
-      text(t, k, hi && hi[1] === k); g.restore();
+      text(tokens[k], hi && hi[0] === k); g.restore();
     });
+    labels(hi ? hi[1] : undefined).forEach((k) => {
+      g.save(); g.textAlign = "left"; g.translate(M + k * C + C / 2, M - 4); g.rotate(-Math.PI / 2);
+      text(tokens[k], hi && hi[1] === k); g.restore();
+    });
+    p.canvas.dataset.rowLabels = labels(hi ? hi[0] : undefined).sort((a, b) => a - b).join(",");
     p.canvas.dataset.hi = hi ? `${hi[0]},${hi[1]}` : "";
     if (!hi) return;
     const [i, j] = hi, x = j < 0 ? M : M + j * C, y = i < 0 ? M : M + i * C;

@@ -146,6 +146,19 @@
     return [0, T];
   };
 
+  /** Indices of the tokens to label on an axis of `pitch` px per token, at least
+   * `spacing` px apart: special tokens first ([SEP] stripes are the landmarks), then
+   * the others in a regular stride (jaxattn.views.drawing.thin_ticks, the same rule). */
+  JX.thinTicks = function (tokens, pitch, spacing = 11) {
+    const T = tokens.length, special = (t) => "[<".includes(t[0]) && "]>".includes(t[t.length - 1]) && t.length > 2;
+    const order = [...tokens.keys()].filter((i) => special(tokens[i]));
+    const stride = pitch > 0 ? Math.max(1, Math.ceil(spacing / pitch)) : T;
+    for (let i = 0; i < T; i += stride) if (!special(tokens[i])) order.push(i);
+    const kept = [];
+    for (const i of order) if (kept.every((k) => Math.abs(i - k) * pitch >= spacing)) kept.push(i);
+    return kept.sort((a, b) => a - b);
+  };
+
   /** Build the frame in `root` and draw `doc` (a payload.py document). */
   JX.mount = function (root, doc) {
     root.innerHTML = "";
