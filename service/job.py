@@ -164,6 +164,7 @@ class Job:
                     while index not in self._items and self.error is None and not self.cancelled:
                         self.ready.wait()
                     self.waiting = False
+                    self.progress_at = time.monotonic()  # its stall clock starts now
                     if self.error is not None:
                         raise self.error
                     if self.cancelled:

@@ -129,3 +129,22 @@ def test_a_reader_waiting_for_the_engine_is_never_called_slow():
     assert [i for i, _ in job.results()] == [0, 1, 2]
     assert b.stats["stalled"] == 0
     b.close()
+
+
+def test_a_reader_is_timed_from_when_its_example_arrived():
+    """The engine took longer than stall_s; the client then holds its example for less
+    than stall_s: the time it waited for the engine is not time it read nothing."""
+    b = batcher(stall_s=0.4)
+    engine_run = b.engine.run
+
+    def sluggish(tokenized, spec):
+        time.sleep(0.8)
+        yield from engine_run(tokenized, spec)
+
+    b.engine.run = sluggish
+    job = b.submit("A", [Enc(1)])
+    results = job.results()
+    assert next(results)[0] == 0
+    time.sleep(0.2)  # the worker reaps meanwhile: its clock started when the example came
+    assert list(results) == [] and b.stats["stalled"] == 0
+    b.close()
