@@ -92,11 +92,15 @@ def _indices(values, count: int, field: str) -> list[int] | None:
     return list(values) or None
 
 
-def _what(names) -> list[str] | None:
+def _what(names, available) -> list[str] | None:
+    """The asked-for quantities, each known and computed by this model (`available`,
+    ModelInfo.quantities), or None for the default."""
     for i, name in enumerate(names):
-        if name not in QUANTITIES:
-            raise RequestError(INVALID, f"what[{i}] {name!r} is not a quantity: valid names are "
-                               f"{', '.join(QUANTITIES)}", f"what[{i}]")  # fmt: skip
+        if name not in available:
+            why = "is not computed by this model" if name in QUANTITIES else "is not a quantity"
+            raise RequestError(INVALID, f"what[{i}] {name!r} {why}: valid names here are "
+                               f"{', '.join(available)} (ModelInfo.quantities)",
+                               f"what[{i}]")  # fmt: skip
     return list(names) or None
 
 
@@ -160,14 +164,14 @@ class RequestParser:
         codec = _enum(request.codec, codecs.PB_TO_CODEC, pb.Codec, "codec")
         max_chunk_bytes = _chunk_bytes(request.max_chunk_bytes)
         info = self.engine.info
-        what = _what(request.what)
+        what = _what(request.what, info.quantities or QUANTITIES)
         layers = _indices(request.layers, info.layers, "layers")
         heads = _indices(request.heads, info.heads, "heads")
         try:
             spec = self.engine.make_spec(
                 what=what, layers=layers, heads=heads, dtype=dtype, precision=precision
             )  # None: the engine's default
-        except ValueError as e:  # what, layers and heads passed: a dtype combination
+        except ValueError as e:  # what, layers and heads passed: a dtype/quantity combination
             raise RequestError(INVALID, str(e), "dtype") from e
         texts = [(t.text, t.text_pair) if t.HasField("text_pair") else t.text
                  for t in request.texts]  # fmt: skip

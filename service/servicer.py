@@ -34,6 +34,8 @@ class AttentionServicer:
         self.parser = parser
 
     def GetModelInfo(self, request, context):  # noqa: N802 (gRPC method name)
+        if isinstance(request, Undecodable):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
         i = self.engine.info
         return pb.ModelInfo(
             name=i.name,
@@ -142,14 +144,20 @@ class Undecodable:
         self.message = message
 
 
-def _parse_capture_request(data: bytes):
-    # gRPC answers a deserializer's exception with INTERNAL; a malformed request
-    # is the caller's error, so it reaches the handler and gets INVALID_ARGUMENT.
-    try:
-        return pb.CaptureRequest.FromString(data)
-    except Exception as e:  # google.protobuf.message.DecodeError
-        return Undecodable(f"the request is not a valid jaxattn.v1.CaptureRequest (string "
-                           f"fields must be UTF-8): {e}")  # fmt: skip
+def _tolerant(message_type):
+    """A request deserializer that hands a malformed request to the handler as
+    `Undecodable`: gRPC answers a deserializer's exception with INTERNAL, but a
+    malformed request is the caller's error (INVALID_ARGUMENT)."""
+    name = message_type.DESCRIPTOR.full_name
+
+    def parse(data: bytes):
+        try:
+            return message_type.FromString(data)
+        except Exception as e:  # google.protobuf.message.DecodeError
+            return Undecodable(f"the request is not a valid {name} (string fields must be "
+                               f"UTF-8): {e}")  # fmt: skip
+
+    return parse
 
 
 def _passthrough(message: bytes) -> bytes:
@@ -163,12 +171,12 @@ def handlers(servicer: AttentionServicer) -> grpc.GenericRpcHandler:
         {
             "Capture": grpc.unary_stream_rpc_method_handler(
                 servicer.Capture,
-                request_deserializer=_parse_capture_request,
+                request_deserializer=_tolerant(pb.CaptureRequest),
                 response_serializer=_passthrough,
             ),
             "GetModelInfo": grpc.unary_unary_rpc_method_handler(
                 servicer.GetModelInfo,
-                request_deserializer=pb.GetModelInfoRequest.FromString,
+                request_deserializer=_tolerant(pb.GetModelInfoRequest),
                 response_serializer=pb.ModelInfo.SerializeToString,
             ),
         },

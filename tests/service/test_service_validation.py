@@ -39,6 +39,9 @@ CASES = {
                       "texts[1]", None),
     "unknown quantity": (dict(what=["attention", "attn"]), INVALID, ["'attn'", "what", "scores"],
                          "what[1]", None),
+    "a quantity of another family": (dict(what=["attention", "scores_c2p"]), INVALID,
+                                     ["what[1] 'scores_c2p' is not computed by this model",
+                                      "ModelInfo.quantities"], "what[1]", None),
     "layer too big": (dict(layers=[0, 3]), INVALID, ["layers", "3", "0..2"], "layers[1]", None),
     "negative layer": (dict(layers=[-1]), INVALID, ["layers", "-1", "0..2"], "layers[0]", None),
     "duplicate layers": (dict(layers=[1, 1]), INVALID, ["layers", "duplicate"], "layers[1]",
@@ -116,4 +119,20 @@ def test_undecodable_request_bytes_are_invalid_argument(address):
         with pytest.raises(grpc.RpcError) as info:
             list(rpc(raw, timeout=10))
     assert info.value.code() == INVALID
+    assert "not a valid jaxattn.v1.CaptureRequest" in info.value.details()
     assert "UTF-8" in info.value.details()
+    with grpc.insecure_channel(address) as channel:
+        rpc = channel.unary_unary("/jaxattn.v1.AttentionService/GetModelInfo",
+                                  request_serializer=None, response_deserializer=None)  # fmt: skip
+        with pytest.raises(grpc.RpcError) as info:
+            rpc(b"\xff\xff\xff", timeout=10)
+    assert info.value.code() == INVALID  # gRPC's own deserializer failure is INTERNAL
+    assert "not a valid jaxattn.v1.GetModelInfoRequest" in info.value.details()
+
+
+def test_an_unknown_quantity_is_offered_only_this_models_names(stub):
+    with pytest.raises(grpc.RpcError) as info:
+        call(stub, what=["attn"])
+    details = info.value.details()
+    assert "what[0] 'attn' is not a quantity" in details and "alpha_fx_norm" in details
+    assert "scores_c2p" not in details  # DeBERTa's: this BERT refuses it
