@@ -145,6 +145,32 @@ def check_quantity(name: str) -> None:
         raise UsageError(f"unknown quantity {name!r}: valid quantities are {', '.join(QUANTITIES)}")
 
 
+def check_what(what: str | Sequence[str] | None, dtype: str) -> list[str]:
+    """The quantity names of `what` (a single name is accepted; None: the default),
+    each one jaxattn knows, in an output dtype that can hold them. What a given
+    model computes is `make_spec`'s check (the client leaves it to the server).
+
+    Raises:
+      UsageError: an unknown name or dtype, no name, or statistics as uint8.
+    """
+    if what is None:
+        what = DEFAULT_WHAT
+    names = [what] if isinstance(what, str) else list(what)
+    for name in names:
+        check_quantity(name)
+    if not names:
+        raise UsageError(f"no quantity asked for: name at least one of {', '.join(QUANTITIES)}")
+    if dtype not in OUTPUT_DTYPES:
+        raise UsageError(f"unknown dtype {dtype!r}: valid dtypes are {', '.join(OUTPUT_DTYPES)}")
+    stats = [n for n in names if n in STATISTICS]
+    if dtype == "uint8" and stats:
+        raise UsageError(
+            f"{', '.join(stats)} cannot be uint8: one affine range would serve both the "
+            "fractions and the entropies; use float16 or bfloat16 (8 numbers per head)"
+        )
+    return names
+
+
 def make_spec(
     *,
     what: str | Sequence[str] | None,
@@ -172,28 +198,13 @@ def make_spec(
     Raises:
       UsageError: naming the bad field and the valid choices.
     """
-    if what is None:
-        what = DEFAULT_WHAT
-    if isinstance(what, str):
-        what = (what,)
-    names = list(what)
+    names = check_what(what, dtype)
     for name in names:
-        check_quantity(name)
         if available is not None and name not in available:
             raise UsageError(
                 f"quantity {name!r} is not computed by this model: it has "
                 f"{', '.join(available)} (the scores_* terms are DeBERTa's)"
             )
-    if not names:
-        raise UsageError(f"no quantity asked for: name at least one of {', '.join(QUANTITIES)}")
-    if dtype not in OUTPUT_DTYPES:
-        raise UsageError(f"unknown dtype {dtype!r}: valid dtypes are {', '.join(OUTPUT_DTYPES)}")
-    stats = [n for n in names if n in STATISTICS]
-    if dtype == "uint8" and stats:
-        raise UsageError(
-            f"{', '.join(stats)} cannot be uint8: one affine range would serve both the "
-            "fractions and the entropies; use float16 or bfloat16 (8 numbers per head)"
-        )
     return CaptureSpec(
         what=tuple(q for q in QUANTITIES if q in set(names)),
         layers=resolve_indices(layers, num_layers, "layers"),

@@ -12,6 +12,7 @@ from jaxattn.capture import Capture, frozen
 from jaxattn.client import request as requests
 from jaxattn.client.channels import Channels, backoff_delay
 from jaxattn.client.errors import AttentionServiceError
+from jaxattn.errors import UsageError
 from jaxattn.info import ModelInfo, provenance
 from jaxattn.inputs import Text
 from jaxattn.spec import Selection
@@ -202,6 +203,8 @@ class AttentionClient:
         Closing the iterator early cancels the call; the server drops the rest.
         """
         policy = too_long_policy(truncate, too_long)
+        if timeout is not None and not timeout > 0:
+            raise UsageError(f"timeout must be a positive number of seconds, got {timeout!r}")
         request = requests.build(
             texts, what,
             requests.indices(layers, lambda: self.model_info().layers, "layers"),

@@ -17,7 +17,13 @@ from jaxattn.capture import Capture
 from jaxattn.client.errors import AttentionServiceError
 from jaxattn.errors import UsageError
 from jaxattn.inputs import Text, check_utf8
-from jaxattn.spec import Selection, check_precision, parse_selection, resolve_indices
+from jaxattn.spec import (
+    Selection,
+    check_precision,
+    check_what,
+    parse_selection,
+    resolve_indices,
+)
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs
 
@@ -97,15 +103,20 @@ def build(
     """The CaptureRequest of checked arguments (layers/heads already resolved).
 
     Raises:
-      UsageError: an unknown dtype or precision, or a malformed text.
+      UsageError: an unknown quantity, dtype or precision, statistics as uint8,
+        a max_chunk_bytes out of range, or a malformed text. Whether the model
+        computes a quantity is the server's check (INVALID_ARGUMENT on what[i]).
     """
-    if dtype not in codecs.DTYPE_TO_PB:
-        raise UsageError(f"unknown dtype {dtype!r}: valid are {', '.join(codecs.DTYPE_TO_PB)}")
+    names = check_what(what, dtype)
     if precision is not None:
         check_precision(precision)
+    lo, hi = codecs.MIN_MAX_CHUNK_BYTES, codecs.MAX_MAX_CHUNK_BYTES
+    if max_chunk_bytes and not (_is_int(max_chunk_bytes) and lo <= max_chunk_bytes <= hi):
+        raise UsageError(f"max_chunk_bytes {max_chunk_bytes!r} is out of range: valid are None "
+                         f"(the server's default) or {lo}..{hi}")  # fmt: skip
     return pb.CaptureRequest(
         texts=texts_message(texts),
-        what=[what] if isinstance(what, str) else list(what or ()),
+        what=[] if what is None else names,  # none: the server's default
         layers=layers,
         heads=heads,
         dtype=codecs.DTYPE_TO_PB[dtype],

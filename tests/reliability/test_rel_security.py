@@ -12,6 +12,8 @@ import pytest
 from rel_support import MARKER, SENTENCES, WHAT, FaultyEngine, assert_right, running_server
 
 from jaxattn.client import AttentionClient, AttentionServiceError
+from jaxattn.v1 import attention_pb2 as pb
+from jaxattn.v1 import attention_pb2_grpc as pb_grpc
 
 TOKEN = "tok-9f8e7d6c5b4a39281706f5e4d3c2b1a0"
 WRONG = "tok-00000000deadbeefcafe000000000000"
@@ -127,10 +129,17 @@ def test_no_request_text_or_token_reaches_the_logs(rel_engine):
         with running_server(FaultyEngine(rel_engine), token=TOKEN) as (_, address):
             with AttentionClient(address, token=TOKEN, timeout=30, retries=0) as client:
                 client.capture([SECRET, (SECRET, SECRET)], what=WHAT)  # OK
-                for bad in (dict(what=[SECRET]), dict(layers=[99]), dict(texts=[SECRET * 100])):
+                for bad in (dict(layers=[99]), dict(texts=[SECRET * 100])):
                     texts = bad.pop("texts", [SECRET])
                     with pytest.raises(AttentionServiceError):
                         client.capture(texts, **{"what": WHAT, **bad})
+            with grpc.insecure_channel(address) as channel:  # a quantity the client would refuse
+                stub = pb_grpc.AttentionServiceStub(channel)
+                request = pb.CaptureRequest(texts=[pb.Text(text=SECRET)], what=[SECRET])
+                with pytest.raises(grpc.RpcError) as refused:
+                    list(stub.Capture(request, metadata=[("authorization", f"Bearer {TOKEN}")]))
+                assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            with AttentionClient(address, token=TOKEN, timeout=30, retries=0) as client:
                 with pytest.raises(AttentionServiceError) as info:  # engine failure
                     client.capture([MARKER, SECRET], what=WHAT)
                 assert info.value.code == grpc.StatusCode.INTERNAL

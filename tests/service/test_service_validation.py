@@ -136,3 +136,26 @@ def test_an_unknown_quantity_is_offered_only_this_models_names(stub):
     details = info.value.details()
     assert "what[0] 'attn' is not a quantity" in details and "alpha_fx_norm" in details
     assert "scores_c2p" not in details  # DeBERTa's: this BERT refuses it
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(what="attn"), "unknown quantity 'attn'"),
+        (dict(what="attention,queries"), "unknown quantity 'attention,queries'"),
+        (dict(what=()), "no quantity asked for"),
+        (dict(what="head_stats", dtype="uint8"), "head_stats cannot be uint8"),
+        (dict(max_chunk_bytes=-5), "max_chunk_bytes -5 is out of range"),
+        (dict(max_chunk_bytes=2**70), "valid are None .* or 1024..67108864"),
+        (dict(max_chunk_bytes=10), "max_chunk_bytes 10"),
+        (dict(timeout=-1), "timeout must be a positive number"),
+        (dict(timeout=0), "timeout must be a positive number"),
+    ],
+)
+def test_the_client_refuses_what_the_engine_refuses_without_a_call(kwargs, words):
+    """Nothing listens at the address: a call would fail UNAVAILABLE, not UsageError."""
+    from jaxattn.client import AttentionClient
+    from jaxattn.errors import UsageError
+
+    with AttentionClient("127.0.0.1:9", timeout=5.0) as c, pytest.raises(UsageError, match=words):
+        c.capture(["a"], **kwargs)
