@@ -205,6 +205,8 @@ class MicroBatcher:
         for job in [j for j in self._pending if j.dead]:
             self._pending.remove(job)
             self.stats["dropped"] += 1
+            if not job.cancelled and job.error is None:  # past its deadline: wake its handler
+                job.cancel_locked()
         now, wait, stalled = time.monotonic(), None, []
         for job in self._jobs:
             if job.buffered > 0 and not job.waiting and not job.dead:

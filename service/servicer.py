@@ -74,8 +74,10 @@ class AttentionServicer:
             job = self.batcher.submit(parsed.spec, parsed.tokenized, deadline,
                                       chunk_bytes=parsed.max_chunk_bytes)  # fmt: skip
             # Fires on completion, cancellation and deadline: the job stops
-            # waiting and the batcher drops its unfinished work.
-            context.add_callback(job.cancel)
+            # waiting and the batcher drops its unfinished work. A call that
+            # ended while its request was checked takes no callback: cancel now.
+            if not context.add_callback(job.cancel):
+                job.cancel()
             # A client that reads nothing for too long is cut off: its send may
             # be blocked by HTTP/2 flow control, which only a cancel unblocks.
             job.on_stall = context.cancel

@@ -133,6 +133,35 @@ def test_deadline_passing_mid_stream_stops_the_work(rel_engine, expected):
         still_serves_right_answers(address, expected)
 
 
+class SlowToCheck(SlowEngine):
+    """Tokenising (inside the request's validation, before admission) takes `delay` s."""
+
+    def __init__(self, engine, delay: float):
+        super().__init__(engine, delay)
+        self.tokenize = self._slow_tokenize  # EngineProxy's is the engine's own
+
+    def _slow_tokenize(self, *args, **kwargs):
+        time.sleep(self.delay)
+        return self.engine.tokenize(*args, **kwargs)
+
+
+def test_a_call_that_ends_while_its_request_is_checked_frees_its_slot(rel_engine, expected):
+    """Its deadline passes while the request is validated: the job it then submits
+    has no call to report to, and must neither hold its slot nor run."""
+    engine = SlowToCheck(rel_engine, delay=0.6)
+    with running_server(engine, queue_size=1) as (server, address):
+        with AttentionClient(address, timeout=30, retries=0) as client:
+            for _ in range(2):  # the second would find the one slot taken
+                with pytest.raises(AttentionServiceError) as info:
+                    client.capture(list(SENTENCES), what=WHAT, timeout=0.2)
+                assert info.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+                time.sleep(0.8)  # its validation ends and its job is submitted
+                wait_for(lambda: server.batcher.admitted == 0, 5, "the slot freed")
+        assert engine.runs == 0
+        engine.delay = 0
+        still_serves_right_answers(address, expected)
+
+
 @pytest.mark.parametrize("eager", [False, True], ids=["in-batch", "at-call"])
 def test_engine_error_fails_only_the_requests_of_its_batch(rel_engine, expected, eager):
     engine = FaultyEngine(rel_engine, eager=eager)
