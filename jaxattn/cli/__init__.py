@@ -16,6 +16,7 @@ import importlib
 import os
 import sys
 
+from jaxattn.cli.args import join_selections
 from jaxattn.errors import JaxattnError
 
 # Subcommand modules, in --help order. Add a module here to add a subcommand.
@@ -58,6 +59,7 @@ _PATH_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, FileEx
 def main(argv: list[str] | None = None) -> int:
     """Run one command; errors become one line on stderr and an exit code (module doc)."""
     parser = build_parser()
+    argv = join_selections(sys.argv[1:] if argv is None else list(argv))
     try:
         args, extra = parser.parse_known_args(argv)
         if extra:

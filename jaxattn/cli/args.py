@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -79,6 +80,27 @@ def selection(value: str) -> tuple:
         return parse_selection(value)
     except UsageError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+# Flags whose value may start with "-" (a negative index: "--layers -2:"), which
+# argparse would otherwise read as an option of its own.
+SELECTION_FLAGS = ("--layers", "--heads", "--layer", "--head")
+_SELECTION = re.compile(r"-?\d*(:-?\d*)?(,\s*-?\d*(:-?\d*)?)*")
+
+
+def join_selections(argv: list[str]) -> list[str]:
+    """argv with "--layers -2:" (and -1,3 / -3,-1 ...) written "--layers=-2:"."""
+    out, i = [], 0
+    while i < len(argv):
+        flag, value = argv[i], argv[i + 1] if i + 1 < len(argv) else ""
+        if (flag in SELECTION_FLAGS and value.startswith("-") and _SELECTION.fullmatch(value)
+                and any(c.isdigit() for c in value)):  # fmt: skip
+            out.append(f"{flag}={value}")
+            i += 2
+        else:
+            out.append(flag)
+            i += 1
+    return out
 
 
 def positive(value: str) -> int:

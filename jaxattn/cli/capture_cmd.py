@@ -13,7 +13,7 @@ from jaxattn.cli.args import (
     ensure_parent,
 )
 from jaxattn.cli.source import open_source
-from jaxattn.errors import InputError
+from jaxattn.errors import InputError, UsageError
 from jaxattn.inputs import split_pair
 
 
@@ -40,9 +40,16 @@ def register(subparsers) -> None:
 
 def _run(args) -> int:
     # 'A ||| B' is a pair, as in every input (`jaxattn.inputs.split_pair`).
-    text = split_pair(args.text) if args.text_b is None else (args.text, args.text_b)
-    if not "".join([text] if isinstance(text, str) else text).strip():
-        raise InputError(None, "TEXT is empty: give a sentence to capture")
+    text = split_pair(args.text)
+    if args.text_b is not None:
+        if isinstance(text, tuple):
+            raise UsageError("TEXT is already a pair ('A ||| B'): give TEXT_B or '|||', not both")
+        text = (text, args.text_b)
+    named = [("TEXT", text)] if isinstance(text, str) else zip(("sentence A", "sentence B"), text,
+                                                              strict=True)  # fmt: skip
+    for name, part in named:
+        if not part.strip():
+            raise InputError(None, f"{name} is empty: give a sentence to capture")
     if args.out:
         check_output(args.out, args.overwrite)  # before any work
     with open_source(args) as source:

@@ -20,6 +20,7 @@ from jaxattn.cli.args import (
     add_too_long_argument,
     positive,
 )
+from jaxattn.errors import UsageError
 from jaxattn.inputs import FORMATS, ON_ERROR
 
 
@@ -76,7 +77,7 @@ def register(subparsers) -> None:
         type=positive,
         default=1 << 20,
         metavar="B",
-        help="uncompressed bytes per zarr chunk (default 1 MiB)",
+        help="uncompressed bytes per zarr chunk (default 1 MiB; at least 4 KiB)",
     )
     g = p.add_argument_group("many hosts (jax.distributed)")
     g.add_argument(
@@ -119,6 +120,10 @@ def _run(args: argparse.Namespace) -> int:
     # Cheap checks before any process joins the job, loads a model or creates the store.
     if args.input.is_dir():
         raise IsADirectoryError(f"input {args.input} is a directory: name a file in it")
+    if str(args.input) == "-" or (args.input.exists() and not args.input.is_file()):
+        raise UsageError(f"dump reads INPUT {args.input} twice (a fingerprint, then the texts, "
+                         "again on a resume): it needs a regular file, not standard input or "
+                         "a pipe; write the texts to a file first")  # fmt: skip
     if not args.input.is_file():
         raise FileNotFoundError(f"no input file {args.input}")
     check_has_examples(args.input, args.input_format)

@@ -83,8 +83,10 @@ def _check(options: DumpOptions) -> None:
         raise UsageError(f"--on-error {options.on_error!r} is not one of {', '.join(ON_ERROR)}")
     if options.too_long not in TOO_LONG:
         raise UsageError(f"--too-long {options.too_long!r} is not one of {', '.join(TOO_LONG)}")
-    if options.chunk_bytes < 1:
-        raise UsageError(f"--chunk-bytes must be at least 1, got {options.chunk_bytes}")
+    if options.chunk_bytes < layout.MIN_CHUNK_BYTES:
+        raise UsageError(f"--chunk-bytes {options.chunk_bytes} is too small: at least "
+                         f"{layout.MIN_CHUNK_BYTES} (4 KiB; the default is 1 MiB), or every "
+                         "chunk file holds a few numbers")  # fmt: skip
 
 
 class DumpJob:

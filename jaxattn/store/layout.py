@@ -27,6 +27,8 @@ FORMAT_VERSION = 1
 MANIFEST_DIR = "manifest"
 MANIFEST_ATTRIBUTE = "jaxattn_manifest"
 DEFAULT_CHUNK_BYTES = 1 << 20  # 1 MiB of uncompressed data per chunk
+# Smaller chunks would be one file per few elements (a million files for a small corpus).
+MIN_CHUNK_BYTES = 1 << 12
 
 # Compression per output dtype (benchmarks/dump_bench.py, EWT sentences, MiniLM
 # attention): float32 mantissas are near-random, and blosc's lz4 over

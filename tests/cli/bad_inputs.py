@@ -75,6 +75,7 @@ HAS = {
     "--layers": {"capture", "view", "dump"},
     "--server": {"capture", "view", "analyze"},
     "--synthetic": {"bench"},
+    "--chunk-bytes": {"dump"},
 }
 
 
@@ -166,6 +167,9 @@ BAD: list[Bad] = [
     Bad("a 300-word argument", "input", lambda t, g: "word " * 300, 1, "--too-long truncate"),
     Bad("an empty text", "text", lambda t, g: "  ", 1, "TEXT is empty"),
     Bad("an empty text", "input", lambda t, g: "", 1, "INPUT is empty"),
+    Bad("an empty sentence B", "text", lambda t, g: "a ||| ", 1, "sentence B is empty"),
+    Bad("standard input", "input_file", lambda t, g: "-", 2, "needs a regular file",
+        frozenset({"dump"})),  # fmt: skip
     Bad(
         "a text over the limit past the first window",
         "input_file",
@@ -214,6 +218,13 @@ BAD: list[Bad] = [
         "layer 9 is out of range",
     ),  # fmt: skip
     Bad("bad layer syntax", "--layers", lambda t, g: ["--layers", "1:x"], 2, "'1:x'.*range"),
+    Bad(
+        "chunks of a few numbers",
+        "--chunk-bytes",
+        lambda t, g: ["--chunk-bytes", "1"],
+        2,
+        "--chunk-bytes 1 is too small: at least 4096",
+    ),  # fmt: skip
     Bad("unknown option", "flags", lambda t, g: ["--no-such-option"], 2, "--no-such-option"),
     Bad(
         "unknown synthetic model",

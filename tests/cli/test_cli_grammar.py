@@ -103,6 +103,18 @@ def test_view_draws_the_layer_and_heads_it_is_given(bert_checkpoint, tmp_path, c
     assert "--layers: the head view draws one" in capsys.readouterr().err
 
 
+def test_selections_may_start_with_a_minus(bert_checkpoint, tmp_path, capsys):
+    """The README's `--layers -2:`: argparse would take "-2:" for an option."""
+    out = tmp_path / "c.npz"
+    assert main(["capture", "one two", "--model", str(bert_checkpoint), "--layers", "-2:",
+                 "--heads", "-3,-1", "--out", str(out)]) == 0, capsys.readouterr().err  # fmt: skip
+    cap = jaxattn.Capture.load(out)
+    assert cap.layers == (1, 2) and cap.heads == (0, 2)
+    assert main(["capture", "one two", "--model", str(bert_checkpoint), "a", "b"]) == 2
+    assert main(["capture", "a ||| b", "c", "--model", str(bert_checkpoint)]) == 2
+    assert "already a pair" in capsys.readouterr().err
+
+
 def _labels(svg: str, prefix: str) -> set[str]:
     return set(re.findall(rf">({prefix}\d+)</text>", svg))
 

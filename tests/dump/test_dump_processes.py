@@ -74,7 +74,7 @@ def test_two_processes_write_one_store(
 def test_killed_job_resumes_with_the_same_command(
     corpus, bert_checkpoint, reference_store, compile_cache, tmp_path, capsys
 ):
-    cmd = dump_cli(corpus, tmp_path / "s", bert_checkpoint, "--chunk-bytes", "256")
+    cmd = dump_cli(corpus, tmp_path / "s", bert_checkpoint, "--chunk-bytes", "4096")
     killed = run_cli(cmd, cli_env(compile_cache, **{CRASH_ENV: "1"}))
     assert killed.returncode == CRASH_STATUS, killed.stderr[-3000:]
     with pytest.raises(ValueError, match="incomplete: 1 of 2 shards"):
