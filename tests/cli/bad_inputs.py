@@ -168,8 +168,14 @@ BAD: list[Bad] = [
     Bad("an empty text", "text", lambda t, g: "  ", 1, "TEXT is empty"),
     Bad("an empty text", "input", lambda t, g: "", 1, "INPUT is empty"),
     Bad("an empty sentence B", "text", lambda t, g: "a ||| ", 1, "sentence B is empty"),
-    Bad("standard input", "input_file", lambda t, g: "-", 2, "needs a regular file",
-        frozenset({"dump"})),  # fmt: skip
+    Bad(
+        "standard input",
+        "input_file",
+        lambda t, g: "-",
+        2,
+        "needs a regular file",
+        frozenset({"dump"}),
+    ),  # fmt: skip
     Bad(
         "a text over the limit past the first window",
         "input_file",
