@@ -150,5 +150,17 @@ def array_metadata(*, length: int, dtype: str, chunk_bytes: int, quantity: str) 
         "chunk_key_encoding": {"name": "default"},
         "fill_value": 0,
         "codecs": codecs,
-        "attributes": {"jaxattn": {"quantity": quantity, "dtype": dtype}},
+        # every_chunk: the writer stores every chunk, zeros too (a missing one is damage,
+        # not a chunk of fill values: `missing_chunks`).
+        "attributes": {"jaxattn": {"quantity": quantity, "dtype": dtype, "every_chunk": True}},
     }
+
+
+def missing_chunks(array_meta: dict, chunk_keys: int) -> int:
+    """How many of an array's chunk files are missing, given `chunk_keys` found under its
+    ``c/`` prefix (0 for arrays of writers that skipped all-zero chunks: unknowable)."""
+    if not array_meta.get("attributes", {}).get("jaxattn", {}).get("every_chunk"):
+        return 0
+    length = array_meta["shape"][0]
+    chunk = array_meta["chunk_grid"]["configuration"]["chunk_shape"][0]
+    return max(0, -(-length // chunk) - chunk_keys)

@@ -91,7 +91,7 @@ class Store(Sequence):
 
         self.location = os.fspath(location)
         self._root = root_spec(location)
-        kv = KeyValue(self._root)
+        self._kv = kv = KeyValue(self._root)
         meta = store_metadata.read(kv)
         if meta is None:
             raise CaptureFileError(
@@ -209,12 +209,19 @@ class Store(Sequence):
         if key not in self._arrays:
             import tensorstore as ts
 
-            spec = {
-                "driver": "zarr3",
-                "open": True,
-                "kvstore": child_spec(self._root, layout.array_path(quantity, shard)),
-            }
-            self._arrays[key] = ts.open(spec, read=True, context=self._context).result()
+            path = layout.array_path(quantity, shard)
+            spec = {"driver": "zarr3", "open": True, "kvstore": child_spec(self._root, path)}
+            array = ts.open(spec, read=True, context=self._context).result()
+            # Missing chunk files read as fill values: count them once per array.
+            meta = self._kv.read_json(path + "zarr.json") or {}
+            missing = layout.missing_chunks(meta, len(self._kv.list(path + "c/")))
+            if missing:
+                raise CaptureFileError(
+                    f"the store at {self.location} is damaged: {missing} chunk file(s) of "
+                    f"{quantity} of shard {shard} are missing (under {path}c/); delete "
+                    f"{layout.manifest_key(shard)} and rerun the dump command to redo the shard"
+                )
+            self._arrays[key] = array
         return self._arrays[key]
 
     def __repr__(self) -> str:

@@ -102,6 +102,9 @@ class ShardWriter:
                 "create": True,
                 # A killed attempt may have left chunks of this shard: start afresh.
                 "delete_existing": True,
+                # All-zero chunks too, so that a missing chunk file is damage the
+                # reader can see (`layout.missing_chunks`), never silent zeros.
+                "store_data_equal_to_fill_value": True,
             }
             opens[q] = (ts.open(spec, context=context), array_meta)
         self._columns = {}

@@ -3,9 +3,11 @@ TensorStore's own failures come back as one line naming the store and the operat
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
+import numpy as np
 import pytest
 from store_helpers import captures, write_store
 
@@ -123,3 +125,27 @@ def test_tensorstore_detail_is_one_short_line():
     )
     long = tensorstore_detail(ValueError("FAILED_PRECONDITION: " + "x" * 1000))
     assert len(long) == 240 and long.endswith("...")
+
+
+def test_a_missing_chunk_file_is_damage_not_zeros(good, tmp_path):
+    """Absent chunks would read as the fill value: the writer stores every chunk, and
+    the reader counts them."""
+
+    def drop_chunk(path):
+        (path / "attention" / "s000000" / "c" / "0").unlink()
+
+    text = _damage(good, tmp_path / "1", drop_chunk)
+    assert "is damaged: 1 chunk file(s) of attention of shard 0 are missing" in text
+    assert text.endswith("delete manifest/s000000/zarr.json and rerun the dump command to "
+                         "redo the shard")  # fmt: skip
+
+
+def test_all_zero_data_is_stored_and_read_back(tmp_path):
+    caps = captures(2)
+    zero = {q: np.zeros_like(x) for q, x in caps[0].tensors.items()}
+    caps[0] = dataclasses.replace(caps[0], tensors=zero)
+    write_store(tmp_path / "z.zarr", caps, shard_size=1)  # shard 0: zeros only
+    assert (tmp_path / "z.zarr" / "attention" / "s000000" / "c" / "0").exists()
+    store = jaxattn.open_store(tmp_path / "z.zarr")
+    assert not store[0].attention.any()
+    np.testing.assert_array_equal(store[1].hidden_states, caps[1].hidden_states)
