@@ -30,6 +30,7 @@ import numpy as np
 
 from jaxattn.dtypes import OUTPUT_DTYPES, dequantize
 from jaxattn.errors import CaptureFileError
+from jaxattn.outfile import replacing
 from jaxattn.quantities import QUANTITIES
 
 FILE_FORMAT = "jaxattn.capture/2"
@@ -199,7 +200,8 @@ class Capture:
         arrays = {_META: np.array(json.dumps(meta))}
         for name, array in self.tensors.items():
             arrays[name] = array.view(np.uint16) if self.dtype == "bfloat16" else array
-        with open(path, "wb") as f:  # a file object: np.savez would append ".npz" to a name
+        # A file object: np.savez would append ".npz" to a name. Whole or not at all.
+        with replacing(path) as f:
             (np.savez_compressed if compress else np.savez)(f, **arrays)
 
     @classmethod

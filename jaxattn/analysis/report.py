@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 import jaxattn.analysis.patterns as _patterns
+from jaxattn import outfile
 from jaxattn.analysis.dependency import DependencyHeads
 from jaxattn.analysis.head_distance import HeadDistance
 from jaxattn.analysis.head_stats import HeadStats
@@ -231,7 +232,8 @@ def write_report(report: dict, path: str | Path) -> tuple[Path, Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     md = path.with_suffix(".md")
-    md.write_text(render_markdown(report), encoding="utf-8")
+    text = render_markdown(report)  # before either file changes: a failure leaves both
+    outfile.write_text(path, json.dumps(report, indent=1) + "\n")
+    outfile.write_text(md, text)
     return path, md

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from jaxattn import outfile
 from jaxattn.bench.corpus import DEFAULT_CONLLU
 from jaxattn.bench.synthetic import SHAPES
 from jaxattn.cli.args import (
@@ -104,5 +105,5 @@ def run(args) -> int:
                            layer_loop=args.layer_loop)  # fmt: skip
     print(bench.format_result(result))
     if args.json:
-        ensure_parent(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        outfile.write_text(ensure_parent(args.json), json.dumps(result, indent=2) + "\n")
     return 0

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from jaxattn import outfile
 from jaxattn.bench.corpus import DEFAULT_CONLLU
 from jaxattn.cli.args import (
     add_overwrite_argument,
@@ -79,5 +80,5 @@ def run(args) -> int:
     print(json.dumps(summary, indent=2))
     if args.json:
         summary["rss_samples"] = [(round(t, 1), kb, n) for t, kb, n in result.rss]
-        ensure_parent(args.json).write_text(json.dumps(summary, indent=2) + "\n")
+        outfile.write_text(ensure_parent(args.json), json.dumps(summary, indent=2) + "\n")
     return 0 if not result.wrong and not result.lost else 1

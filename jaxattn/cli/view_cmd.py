@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from jaxattn import outfile
 from jaxattn.cli import view_compare, view_global
 from jaxattn.cli.args import (
     add_codec_argument,
@@ -183,6 +184,6 @@ def _write_static(args, fmt: str, view: str, caps: list) -> None:
     svg = to_svg(cap, view, **opts)
     ensure_parent(args.out)
     if fmt == "svg":
-        Path(args.out).write_text(svg, encoding="utf-8")
+        outfile.write_text(args.out, svg)
     else:
         write_png(args.out, svg, scale=args.scale)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from jaxattn import outfile
 from jaxattn.cli.args import check_output, ensure_parent
 from jaxattn.cli.corpus import read_inputs, report
 from jaxattn.cli.saved import is_capture_file, is_store, open_saved, require
@@ -217,7 +218,7 @@ def run(args) -> int:
         title=args.title if args.title != "jaxattn views" else "jaxattn compare",
         max_examples=args.max_examples,
     )  # fmt: skip
-    ensure_parent(args.out).write_text(html, encoding="utf-8")
+    outfile.write_text(ensure_parent(args.out), html)
     level = pairs[0].level if len({p.level for p in pairs}) == 1 else "token/word"
     print(f"wrote {args.out} (compare, {level} level; {len(pairs)} example(s))")
     return 0

@@ -12,7 +12,6 @@ from jaxattn.capture import Capture, frozen
 from jaxattn.client import request as requests
 from jaxattn.client.channels import Channels, backoff_delay
 from jaxattn.client.errors import AttentionServiceError
-from jaxattn.errors import UsageError
 from jaxattn.info import ModelInfo, provenance
 from jaxattn.inputs import Text
 from jaxattn.spec import Selection
@@ -68,8 +67,7 @@ class AttentionClient:
         backoff: tuple[float, float] = (0.1, 2.0),
         codec: str = "none",
     ):
-        if timeout is None or timeout <= 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        requests.check_timeout(timeout)
         requests.check_codec(codec)
         addresses = [address] if isinstance(address, str) else list(address)
         self._channels = Channels(
@@ -203,8 +201,8 @@ class AttentionClient:
         Closing the iterator early cancels the call; the server drops the rest.
         """
         policy = too_long_policy(truncate, too_long)
-        if timeout is not None and not timeout > 0:
-            raise UsageError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if timeout is not None:
+            requests.check_timeout(timeout)
         request = requests.build(
             texts, what,
             requests.indices(layers, lambda: self.model_info().layers, "layers"),

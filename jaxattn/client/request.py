@@ -35,6 +35,12 @@ def check_codec(codec: str) -> str:
     return codec
 
 
+def check_timeout(timeout) -> None:
+    """UsageError (a ValueError) unless `timeout` is a positive number of seconds."""
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise UsageError(f"timeout must be a positive number of seconds, got {timeout!r}")
+
+
 def plain_indices(value: Selection) -> list[int] | None:
     """The selection as a list when it already is what the wire carries (non-negative
     integers; None: all), else None (it needs the model's counts to resolve)."""

@@ -24,6 +24,7 @@ from importlib import resources
 
 import numpy as np
 
+from jaxattn import outfile
 from jaxattn.capture import Capture
 from jaxattn.views.payload import MAX_EXAMPLES, VIEWS, pack_page
 
@@ -150,8 +151,7 @@ def packed_body(header: dict, sections: Sequence[bytes], *, title: str, mount: s
 
 def write_html(path, captures: Capture | Sequence[Capture], **options) -> None:
     """Write `build_html(captures, **options)` to `path` (UTF-8)."""
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(build_html(captures, **options))
+    outfile.write_text(path, build_html(captures, **options))
 
 
 class View:
@@ -177,5 +177,4 @@ class View:
 
     def save(self, path) -> None:
         """Write the page to `path`."""
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(self.html)
+        outfile.write_text(path, self.html)

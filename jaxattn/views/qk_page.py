@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 
+from jaxattn import outfile
 from jaxattn.views.page import document, encode_text, script_json
 
 SCRIPTS = ("core.js", "qk.js")
@@ -40,6 +41,5 @@ def write_global_html(path, header: dict, sections: list[bytes], *, title: str) 
     """Write the page to `path` (UTF-8); returns its size in bytes."""
     text = build_global_html(header, sections, title=title)
     data = text.encode("utf-8")
-    with open(path, "wb") as f:
-        f.write(data)
+    outfile.write_bytes(path, data)
     return len(data)
