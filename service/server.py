@@ -21,6 +21,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from jaxattn.netaddr import check_listen
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs
 from service.auth import BearerTokenInterceptor
@@ -161,11 +162,16 @@ def create_server(
     reflection.enable_server_reflection(
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    if options.tls_cert is not None:
-        credentials = grpc.ssl_server_credentials([(options.tls_key, options.tls_cert)])
-        port = server.add_secure_port(address, credentials)
-    else:
-        port = server.add_insecure_port(address)
-    if port == 0:  # older grpc returns 0 instead of raising
-        raise RuntimeError(f"cannot bind {address}")
+    try:
+        if options.tls_cert is not None:
+            credentials = grpc.ssl_server_credentials([(options.tls_key, options.tls_cert)])
+            port = server.add_secure_port(address, credentials)
+        else:
+            port = server.add_insecure_port(address)
+    except RuntimeError:  # grpc's "Failed to bind": say why, naming --host/--port
+        port = 0
+    if port == 0:  # (older grpc returns 0 instead of raising)
+        host, _, port_text = address.rpartition(":")
+        check_listen(host.strip("[]"), int(port_text))
+        raise RuntimeError(f"cannot listen on {address}")
     return AttentionServer(server, batcher, health_servicer, options), port

@@ -58,7 +58,7 @@ HEAVY = ("jax", "jaxlib", "flax", "torch", "transformers", "orbax")
 # Lazy imports of a heavy package a light room may make, only when the user asks.
 OPTIONAL_HEAVY = {("jaxattn.views.bertviz", "torch"): "BertViz takes torch tensors, when asked"}
 CORE = {"quantities", "dtypes", "spec", "config", "info", "capture", "source", "stream", "progress",
-        "token_classes", "outfile", "v1"}  # fmt: skip
+        "token_classes", "outfile", "netaddr", "v1"}  # fmt: skip
 
 
 def _modules() -> dict[str, Path]:

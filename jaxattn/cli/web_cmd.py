@@ -23,8 +23,10 @@ def register(subparsers) -> None:
 
 
 def _run(args) -> int:
+    from jaxattn.netaddr import check_listen
     from jaxattn.views.web import create_web_server
 
+    check_listen(args.host, args.port)  # before the model loads: a busy port, a bad host
     with open_source(args) as source:
         name = source.model_info().name
         if args.server:

@@ -155,3 +155,20 @@ def test_a_saved_capture_remembers_where_it_came_from(engines, tmp_path):
         "source": "engine",
     }  # fmt: skip
     np.testing.assert_array_equal(back.encoded("attention")[0], cap.encoded("attention")[0])
+
+
+def test_serve_and_web_say_why_they_cannot_listen(bert_checkpoint, capsys):
+    """Before the model loads: a port in use, a host that does not resolve."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = str(taken.getsockname()[1])
+        for command in ("serve", "web"):
+            assert main([command, "--model", str(bert_checkpoint), "--port", busy]) == 2
+            err = capsys.readouterr().err
+            assert f"cannot listen on 127.0.0.1:{busy}: --port {busy} is in use" in err, err
+            assert "internal error" not in err
+    assert main(["web", "--host", "no-such-host.invalid", "--port", "0"]) == 2
+    assert "--host 'no-such-host.invalid' does not resolve" in capsys.readouterr().err
