@@ -59,3 +59,15 @@ def test_a_synthetic_checkpoint_takes_its_tokenizer_from_the_named_directory(tmp
     monkeypatch.setenv(synthetic.TOKENIZER_ENV, str(tmp_path))  # no tokenizer.json there
     with pytest.raises(FileNotFoundError, match="JAXATTN_BENCH_TOKENIZER=.* no tokenizer.json"):
         synthetic.random_checkpoint("bert-base", tmp_path / "ckpt2")
+
+
+def test_texts_over_the_limit_are_refused_with_benchs_own_advice(bert_checkpoint, tmp_path):
+    from jaxattn.errors import InputError
+
+    long = ["word " * 100] * 2  # the tiny model's limit is 67 tokens
+    run = dict(conllu=None, n=2, repeats=1, model=str(bert_checkpoint), texts=long)
+    with pytest.raises(InputError, match="bench times whole texts; leave such texts out with"):
+        bench.run(**run)
+    with pytest.raises(InputError, match="no text left to time: all 2 are over the model's "
+                       "limit of 67 tokens"):  # fmt: skip
+        bench.run(**run, too_long="skip")

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from jaxattn.bench.copy_rate import host_copy_rate, moved_bytes
 from jaxattn.bench.corpus import read_sentences
+from jaxattn.errors import InputError, TooLongError
 
 FULL = ("attention", "queries", "keys", "fx_norm", "alpha_fx_norm", "sum_alpha_fx_norm")
 
@@ -118,8 +119,16 @@ def run(
     texts = texts if texts is not None else read_sentences(conllu, n)
     engine = jaxattn.load(model, precision=precision, layer_loop=layer_loop)
     # The torch reference takes whole texts: too-long ones are refused or left out.
-    kept = engine.tokenize(texts, too_long=too_long)
+    try:
+        kept = engine.tokenize(texts, too_long=too_long)
+    except TooLongError as e:
+        raise InputError(None, f"{e.summary}: bench times whole texts; leave such texts out "
+                         "with --too-long skip, or give fewer --tokens") from None  # fmt: skip
     texts = [t for t, k in zip(texts, kept, strict=True) if k is not None]
+    if not texts:
+        limit = engine.info.max_positions
+        raise InputError(None, f"no text left to time: all {len(kept)} are over the model's "
+                         f"limit of {limit} tokens (--too-long skip)")  # fmt: skip
     model_dir = Path(model) if model else default_model_dir()
     runners = {"a_transformers": transformers_runner(model_dir, texts, 32)}
     runners |= jaxattn_runners(engine, texts)

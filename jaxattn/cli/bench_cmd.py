@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from jaxattn import outfile
@@ -40,7 +41,7 @@ def register(sub) -> None:
     add_overwrite_argument(p)
     p.add_argument(
         "--synthetic-bert-base",
-        type=int,
+        type=_token_count,
         metavar="T",
         help="instead: a random-weight BERT-base and -n texts of exactly T tokens "
         "(the GPU benchmark; torch uses CUDA when present) (default: off)",
@@ -48,7 +49,7 @@ def register(sub) -> None:
     p.add_argument("--synthetic", metavar="NAME", choices=sorted(SHAPES),
                    help="instead of --model: a random-weight base-size model ("
                    + ", ".join(SHAPES) + ") on --conllu's sentences (default: off)")  # fmt: skip
-    p.add_argument("--tokens", type=positive, default=None,
+    p.add_argument("--tokens", type=_token_count, default=None,
                    help="with --synthetic: -n texts of exactly this many tokens instead of "
                    "the sentences (default: off)")  # fmt: skip
     p.add_argument("--random-bert-base", action="store_true",
@@ -67,6 +68,15 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _token_count(value: str) -> int:
+    """A synthetic text's length in tokens: [CLS], at least one word, [SEP]."""
+    n = positive(value)
+    if n < 3:
+        raise argparse.ArgumentTypeError(f"{n} tokens cannot hold a word between [CLS] and "
+                                         "[SEP]: give at least 3")  # fmt: skip
+    return n
+
+
 def run(args) -> int:
     import json
 
@@ -75,9 +85,15 @@ def run(args) -> int:
     if args.json:
         check_output(args.json, args.overwrite, "--json")
     if args.synthetic_bert_base:  # the 0.2 spelling of --synthetic bert-base --tokens T
+        if args.synthetic not in (None, "bert-base") or args.random_bert_base:
+            raise UsageError("--synthetic-bert-base T is --synthetic bert-base --tokens T: it "
+                             "excludes another --synthetic and --random-bert-base")  # fmt: skip
         args.synthetic, args.tokens = "bert-base", args.synthetic_bert_base
     if args.tokens and not args.synthetic:
         raise UsageError("--tokens goes with --synthetic NAME (a random-weight model)")
+    if args.synthetic and args.random_bert_base:
+        raise UsageError("--synthetic NAME and --random-bert-base exclude each other (the "
+                         "latter is --synthetic bert-base)")  # fmt: skip
     if args.synthetic or args.random_bert_base:
         import tempfile
 

@@ -240,6 +240,13 @@ BAD: list[Bad] = [
         "invalid choice: 'gpt-2'",
     ),  # fmt: skip
     Bad(
+        "a synthetic text of 1 token",
+        "--synthetic",
+        lambda t, g: ["--synthetic-bert-base", "1"],
+        2,
+        "cannot hold a word between \\[CLS\\] and \\[SEP\\]",
+    ),  # fmt: skip
+    Bad(
         "a model and a synthetic one",
         "--synthetic",
         lambda t, g: ["--synthetic", "bert-base"],
