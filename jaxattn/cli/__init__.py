@@ -57,8 +57,12 @@ _PATH_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, FileEx
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; errors become one line on stderr and an exit code (module doc)."""
+    """Run one command; errors become one line on stderr and an exit code (module doc).
+
+    As the process's entry point (argv None), Ctrl-C is the `_Interrupt` policy.
+    """
     parser = build_parser()
+    entry = argv is None
     argv = join_selections(sys.argv[1:] if argv is None else list(argv))
     try:
         args, extra = parser.parse_known_args(argv)
@@ -66,11 +70,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as e:  # a usage error (one line already written), --help, --version
         return e.code if isinstance(e.code, int) else 2
+    interrupt = _Interrupt.install() if entry else None
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
     except KeyboardInterrupt:
-        _say(args, "interrupted")
-        return 130
+        code = 130
     except BrokenPipeError:  # `jaxattn ... | head`: the reader left, nothing to say
         return 1
     except Exception as e:  # noqa: BLE001 (every error is answered in one line)
@@ -79,6 +83,51 @@ def main(argv: list[str] | None = None) -> int:
         code, message = explain(e)
         _say(args, message)
         return code
+    if code == 130 or (interrupt is not None and interrupt.pressed):
+        _say(args, "interrupted")
+        if interrupt is not None:
+            interrupt.exit()
+        return 130
+    return code
+
+
+class _Interrupt:
+    """Ctrl-C in the `jaxattn` process: a KeyboardInterrupt, as usual, that is also
+    remembered, so one raised where Python drops it (a garbage-collector callback of
+    jax's) still ends the command with 130; a second Ctrl-C ends the process at once.
+    The process then leaves with os._exit: an interpreter teardown while XLA's
+    compiler threads still run can crash (a segfault, exit 139). Outputs are written
+    whole or not at all (`jaxattn.outfile`) and dump stores resume, so nothing is lost
+    that a normal exit would keep."""
+
+    def __init__(self):
+        self.pressed = False
+
+    @classmethod
+    def install(cls) -> _Interrupt | None:
+        import signal
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        interrupt = cls()
+        signal.signal(signal.SIGINT, interrupt._on_sigint)
+        return interrupt
+
+    def _on_sigint(self, signum, frame) -> None:
+        if self.pressed:
+            self.exit()
+        self.pressed = True
+        raise KeyboardInterrupt
+
+    @staticmethod
+    def exit() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(130)
 
 
 def explain(error: Exception) -> tuple[int, str]:

@@ -86,3 +86,21 @@ def test_an_unexpected_error_is_one_line_with_the_way_to_the_traceback(monkeypat
     monkeypatch.setenv("JAXATTN_TRACEBACK", "1")
     with pytest.raises(RuntimeError):
         main(["capture", "hi"])
+
+
+def test_ctrl_c_says_interrupted_and_exits_130(bert_checkpoint):
+    """The real entry point: one "interrupted" line, exit 130, however busy the process."""
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-m", "jaxattn", "web", "--model",
+                             str(bert_checkpoint), "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stdout.readline().startswith("jaxattn web: http://")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "jaxattn web: error: interrupted", err
+    assert "Traceback" not in err and "Fatal Python error" not in err
