@@ -114,6 +114,17 @@ def positive(value: str) -> int:
     return n
 
 
+def non_negative(value: str) -> int:
+    """An integer >= 0."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {n}")
+    return n
+
+
 def read_token(token_file: str | None) -> str | None:
     """The bearer token from a file, else $JAXATTN_TOKEN, else None.
 

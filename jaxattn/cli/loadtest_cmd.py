@@ -23,7 +23,9 @@ from jaxattn.cli.args import (
     add_token_argument,
     check_output,
     ensure_parent,
+    non_negative,
     positive,
+    positive_float,
     read_token,
 )
 from jaxattn.cli.corpus import check_corpus
@@ -39,11 +41,11 @@ def register(sub) -> None:
     )
     p.add_argument("--server", required=True, metavar="HOST:PORT", help="the server to load")
     p.add_argument("--clients", type=positive, default=64, help="concurrent clients (threads)")
-    p.add_argument("--duration", type=float, default=None,
+    p.add_argument("--duration", type=positive_float, default=None,
                    help="stop after S seconds (give --requests, --duration or both)")  # fmt: skip
     p.add_argument("--requests", type=positive, default=None,
                    help="stop after N requests (give --requests, --duration or both)")  # fmt: skip
-    p.add_argument("--warmup", type=int, default=200,
+    p.add_argument("--warmup", type=non_negative, default=200,
                    help="requests sent (and checked) before measuring, after every batch "
                    "shape was compiled once")  # fmt: skip
     p.add_argument("--model", metavar="PATH",

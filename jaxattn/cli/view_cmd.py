@@ -132,7 +132,12 @@ def _run(args) -> int:
         raise UsageError("give at least one INPUT (a text, an input file, a capture file or "
                          "a store), or --compare A B")  # fmt: skip
     check_output(args.out, args.overwrite)
-    fmt = args.format or {".svg": "svg", ".png": "png"}.get(Path(args.out).suffix.lower(), "html")
+    implied = {".svg": "svg", ".png": "png", ".html": "html", ".htm": "html"}
+    suffix = Path(args.out).suffix.lower()
+    if args.format and implied.get(suffix, args.format) != args.format:
+        raise UsageError(f"--format {args.format} and --out {args.out} disagree: the file would "
+                         f"hold {args.format} under a {suffix} name")  # fmt: skip
+    fmt = args.format or implied.get(suffix, "html")
     default = "head" if fmt != "html" else ",".join(pl.VIEWS)
     views = pl.check_views([v.strip() for v in (args.views or default).split(",") if v.strip()])
     if fmt != "html" and len(views) != 1:

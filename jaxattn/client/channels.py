@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 import grpc
 
 from jaxattn.client.errors import AttentionServiceError
+from jaxattn.errors import UsageError
 from jaxattn.wire import codecs
 
 # A dead peer that sent no FIN (a lost host, a cut network) is noticed within
@@ -40,11 +41,24 @@ def backoff_delay(attempt: int, backoff: tuple[float, float], remaining: float) 
 
 
 def _read(value: bytes | str | os.PathLike | None) -> bytes | None:
-    """PEM bytes given inline or as a file path."""
-    if value is None or isinstance(value, bytes):
-        return value
-    with open(value, "rb") as f:
-        return f.read()
+    """PEM bytes given inline or as a file path.
+
+    Raises:
+      UsageError: what was given holds no PEM certificate (gRPC would report it
+        later as a server that cannot be reached).
+    """
+    if value is None:
+        return None
+    data = value
+    if not isinstance(value, bytes):
+        with open(value, "rb") as f:
+            data = f.read()
+    if b"-----BEGIN CERTIFICATE-----" not in data:
+        where = "the root_certificates given" if isinstance(value, bytes) else os.fspath(value)
+        raise UsageError(f"{where} is not a PEM CA certificate (no '-----BEGIN CERTIFICATE-----'"
+                         " block): give the CA bundle the server's certificate was signed "
+                         "with")  # fmt: skip
+    return data
 
 
 class Channels:

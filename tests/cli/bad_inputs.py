@@ -76,6 +76,8 @@ HAS = {
     "--server": {"capture", "view", "analyze"},
     "--synthetic": {"bench"},
     "--chunk-bytes": {"dump"},
+    "--tls-ca": {"capture", "view", "analyze"},
+    "--duration": {"loadtest"},
 }
 
 
@@ -230,6 +232,20 @@ BAD: list[Bad] = [
         lambda t, g: ["--chunk-bytes", "1"],
         2,
         "--chunk-bytes 1 is too small: at least 4096",
+    ),  # fmt: skip
+    Bad(
+        "a CA file that is not PEM",
+        "--tls-ca",
+        lambda t, g: ["--server", "127.0.0.1:9", "--tls-ca", _existing(t, g)],
+        2,
+        "exists.out is not a PEM CA certificate",
+    ),  # fmt: skip
+    Bad(
+        "a negative duration",
+        "--duration",
+        lambda t, g: ["--duration", "-1"],
+        2,
+        "--duration: expected a number > 0, got -1",
     ),  # fmt: skip
     Bad("unknown option", "flags", lambda t, g: ["--no-such-option"], 2, "--no-such-option"),
     Bad(

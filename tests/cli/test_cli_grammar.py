@@ -101,6 +101,8 @@ def test_view_draws_the_layer_and_heads_it_is_given(bert_checkpoint, tmp_path, c
     assert "<svg" in svg.read_text()
     assert main([*args, "--layers", "0:2", "--overwrite"]) == 2
     assert "--layers: the head view draws one" in capsys.readouterr().err
+    assert main([*args, "--format", "png", "--overwrite"]) == 2  # an SVG named .png? no
+    assert f"--format png and --out {svg} disagree" in capsys.readouterr().err
 
 
 def test_selections_may_start_with_a_minus(bert_checkpoint, tmp_path, capsys):
