@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from jaxattn.errors import JaxattnError, UsageError
+
 MODES = ("auto", "on", "off")
 
 
@@ -78,7 +80,10 @@ def initialize(
       This process's index and the process count.
 
     Raises:
-      ValueError: a bad mode or environment value; JAX's own errors pass through.
+      ValueError: a bad mode or environment value; UsageError: flags that describe
+        no job (none of them, one missing, a process id out of range) where no
+        cluster fills them in.
+      JaxattnError: JAX could not join the job (its reason, with the flags).
     """
     if mode not in MODES:
         raise ValueError(f"unknown distributed mode {mode!r}: valid modes are {', '.join(MODES)}")
@@ -86,14 +91,38 @@ def initialize(
     num_processes = num_processes if num_processes is not None else _env_int("JAX_NUM_PROCESSES")
     process_id = process_id if process_id is not None else _env_int("JAX_PROCESS_ID")
     explicit = any(v is not None for v in (coordinator, num_processes, process_id))
-    if mode == "off" or (mode == "auto" and not explicit and not cluster_detected()):
+    detected = cluster_detected()
+    if mode == "off" or (mode == "auto" and not explicit and not detected):
         return Process()
+    if not detected:  # JAX cannot fill in what is missing: say which flag it is
+        _check_job(coordinator, num_processes, process_id)
     import jax
 
-    jax.distributed.initialize(
-        coordinator_address=coordinator, num_processes=num_processes, process_id=process_id
-    )
+    try:
+        jax.distributed.initialize(
+            coordinator_address=coordinator, num_processes=num_processes, process_id=process_id
+        )
+    except (ValueError, RuntimeError) as e:
+        raise JaxattnError(f"cannot join the job (--coordinator {coordinator}, "
+                           f"--num-processes {num_processes}, --process-id {process_id}): "
+                           f"{e}") from e  # fmt: skip
     return Process(jax.process_index(), jax.process_count(), True)
+
+
+def _check_job(coordinator, num_processes, process_id) -> None:
+    """UsageError unless the three flags describe a job (no cluster to fill them in)."""
+    given = {"--coordinator": coordinator, "--num-processes": num_processes,
+             "--process-id": process_id}  # fmt: skip
+    missing = [flag for flag, v in given.items() if v is None]
+    if missing:
+        raise UsageError(f"a job of several processes needs {', '.join(missing)} (or their "
+                         "$JAX_* variables) here: no cluster JAX knows was detected")  # fmt: skip
+    host, _, port = coordinator.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"--coordinator {coordinator!r}: expected HOST:PORT of process 0")
+    if num_processes < 1 or not 0 <= process_id < num_processes:
+        raise UsageError(f"--process-id {process_id} is not one of the job's --num-processes "
+                         f"{num_processes} (0..{num_processes - 1})")  # fmt: skip
 
 
 def shutdown(process: Process) -> None:

@@ -50,3 +50,26 @@ def test_bad_values(calls, monkeypatch):
         distributed.initialize()
     with pytest.raises(ValueError, match="unknown distributed mode"):
         distributed.initialize(mode="maybe")
+
+
+def test_a_job_the_flags_do_not_describe_is_named_by_flag(calls, monkeypatch):
+    from jaxattn.errors import JaxattnError, UsageError
+
+    with pytest.raises(UsageError, match="needs --coordinator, --num-processes, --process-id"):
+        distributed.initialize(mode="on")
+    with pytest.raises(UsageError, match="needs --coordinator \\(or their"):
+        distributed.initialize(None, 2, 1)
+    with pytest.raises(UsageError, match="--coordinator 'nonsense': expected HOST:PORT"):
+        distributed.initialize("nonsense", 2, 1)
+    with pytest.raises(UsageError, match="--process-id 5 is not one of the job's "
+                       "--num-processes 2 \\(0..1\\)"):  # fmt: skip
+        distributed.initialize("h:9", 2, 5)
+    assert calls == []
+
+    def refuse(**kw):
+        raise ValueError("Number of processes must be defined.")
+
+    monkeypatch.setattr(jax.distributed, "initialize", refuse)
+    with pytest.raises(JaxattnError, match="cannot join the job \\(--coordinator h:9, "
+                       "--num-processes 2, --process-id 0\\): Number of processes"):  # fmt: skip
+        distributed.initialize("h:9", 2, 0)
