@@ -242,11 +242,17 @@ def create_or_check(kv: KeyValue, meta: dict) -> bool:
     if existing is not None:
         diff = differences(existing, meta)
         if diff:
+            parts = [k for k in kv.list(f"{layout.MANIFEST_DIR}/") if k.count("/") == 2]
+            advice = (
+                "It holds no finished shard yet: delete it and rerun"
+                if not parts
+                else "Rerun the original command to finish it, or choose another --out "
+                "(or delete the store to start it afresh)"
+            )
             raise StoreMismatch(
                 f"the store at {kv.location} was written by a different command: "
                 + "; ".join(diff)
-                + ". Rerun the original command to finish it, or choose another --out "
-                "(or delete the store to start it afresh)"
+                + f". {advice}"
             )
         return True
     for group in (*meta["spec"]["what"], layout.MANIFEST_DIR):

@@ -149,3 +149,20 @@ def test_all_zero_data_is_stored_and_read_back(tmp_path):
     store = jaxattn.open_store(tmp_path / "z.zarr")
     assert not store[0].attention.any()
     np.testing.assert_array_equal(store[1].hidden_states, caps[1].hidden_states)
+
+
+def test_a_changed_command_on_a_store_with_no_finished_shard_says_delete_it(tmp_path):
+    import copy
+
+    from jaxattn.store import metadata as store_metadata
+    from jaxattn.store.kvstore import KeyValue, root_spec
+
+    meta = write_store(tmp_path / "s.zarr", captures(4), commit=0)
+    other = copy.deepcopy(meta)
+    other["spec"]["dtype"] = "float16"
+    kv = KeyValue(root_spec(tmp_path / "s.zarr"))
+    with pytest.raises(store_metadata.StoreMismatch, match="no finished shard yet: delete it"):
+        store_metadata.create_or_check(kv, other)
+    write_store(tmp_path / "t.zarr", captures(4), commit=1)
+    with pytest.raises(store_metadata.StoreMismatch, match="Rerun the original command"):
+        store_metadata.create_or_check(KeyValue(root_spec(tmp_path / "t.zarr")), other)
