@@ -12,7 +12,6 @@ dtype rules are the engine's own (`Engine.make_spec`).
 from __future__ import annotations
 
 import dataclasses
-import threading
 
 import grpc
 
@@ -133,17 +132,12 @@ class RequestParser:
     """Validates requests against one engine and the server's limits.
 
     Handler threads call `parse` concurrently: `Engine.tokenize` shares no
-    mutable state between calls. At most `max_parsing` requests are checked at
-    once (None: no bound); one more is refused at once (RESOURCE_EXHAUSTED,
-    "queue_size"), so slow-to-tokenise requests cannot take every handler
-    thread from health checks and GetModelInfo.
+    mutable state between calls.
     """
 
     def __init__(self, engine, *, max_texts: int, max_tokens: int, max_request_bytes: int = 0,
-                 max_metadata_bytes: int = 0, max_parsing: int | None = None):  # fmt: skip
+                 max_metadata_bytes: int = 0):  # fmt: skip
         self.engine = engine
-        self._parsing = None if max_parsing is None else threading.BoundedSemaphore(max_parsing)
-        self.max_parsing = max_parsing
         self.max_texts = max_texts
         self.max_tokens = max_tokens
         # Enforced by gRPC (service/server.py); kept here to be reported in ModelInfo.
@@ -155,20 +149,8 @@ class RequestParser:
 
         Raises:
           RequestError: INVALID_ARGUMENT naming the bad field, or RESOURCE_EXHAUSTED
-            for a request over max_texts or max_tokens, or while `max_parsing`
-            others are being checked.
+            for a request over max_texts or max_tokens.
         """
-        if self._parsing is None:
-            return self._parse(request)
-        if not self._parsing.acquire(blocking=False):
-            raise RequestError(EXHAUSTED, f"the server is checking {self.max_parsing} other "
-                               "requests: retry later", None, "queue_size")  # fmt: skip
-        try:
-            return self._parse(request)
-        finally:
-            self._parsing.release()
-
-    def _parse(self, request: pb.CaptureRequest) -> ParsedRequest:
         n = len(request.texts)
         if n == 0:
             raise RequestError(INVALID, f"texts is empty: send 1 to {self.max_texts} texts",

@@ -142,13 +142,9 @@ def create_server(
         total_bytes=options.max_buffered_bytes,
         stall_s=options.slow_reader_s,
     )
-    # Half the threads beyond the admitted streams may check requests: the rest stay
-    # free for health checks and GetModelInfo however slow those requests are.
-    spare = max(2, options.workers - options.queue_size)
     parser = RequestParser(engine, max_texts=options.max_texts, max_tokens=options.max_tokens,
                            max_request_bytes=options.max_request_bytes,
-                           max_metadata_bytes=options.max_metadata_bytes,
-                           max_parsing=spare // 2)  # fmt: skip
+                           max_metadata_bytes=options.max_metadata_bytes)  # fmt: skip
     interceptors = [BearerTokenInterceptor(options.token)] if options.token else []
     server = grpc.server(
         futures.ThreadPoolExecutor(options.workers, thread_name_prefix="jaxattn-rpc"),
@@ -158,7 +154,11 @@ def create_server(
         maximum_concurrent_rpcs=options.workers,
         options=_grpc_options(options),
     )
-    server.add_generic_rpc_handlers((handlers(AttentionServicer(engine, batcher, parser)),))
+    # Captures may take all handler threads but a few (up to 4, half the spare ones):
+    # those stay free for health checks and GetModelInfo.
+    reserve = min(4, max(1, (options.workers - options.queue_size) // 2))
+    servicer = AttentionServicer(engine, batcher, parser, max(1, options.workers - reserve))
+    server.add_generic_rpc_handlers((handlers(servicer),))
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ("", SERVICE_NAME):

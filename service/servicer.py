@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterator
 
@@ -26,12 +27,19 @@ class AttentionServicer:
 
     Logs one line per Capture call: peer, status, texts, tokens, bytes out and
     duration. Never the texts themselves, never the metadata (it holds the token).
+    At most `max_calls` Capture calls hold a handler thread at once (None: no
+    bound); one more is refused at once (RESOURCE_EXHAUSTED, "queue_size"), so
+    however slow the requests being checked are, the other threads stay free for
+    health checks and GetModelInfo (gRPC counts every call against one limit).
     """
 
-    def __init__(self, engine, batcher: MicroBatcher, parser: RequestParser):
+    def __init__(self, engine, batcher: MicroBatcher, parser: RequestParser,
+                 max_calls: int | None = None):  # fmt: skip
         self.engine = engine
         self.batcher = batcher
         self.parser = parser
+        self.max_calls = max_calls
+        self._calls = threading.BoundedSemaphore(max_calls) if max_calls else None
 
     def GetModelInfo(self, request, context):  # noqa: N802 (gRPC method name)
         if isinstance(request, Undecodable):
@@ -64,7 +72,12 @@ class AttentionServicer:
         start = time.monotonic()
         stats = dict(texts=len(getattr(request, "texts", ())), tokens=0, bytes=0, code="OK")
         job = messages = None
+        holds = False
         try:
+            holds = self._calls is None or self._calls.acquire(blocking=False)
+            if not holds:
+                raise QueueFull(f"the server is handling {self.max_calls} calls, as many as its "
+                                "threads allow: retry later", "queue_size")  # fmt: skip
             if isinstance(request, Undecodable):
                 raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, request.message)
             parsed = self.parser.parse(request)
@@ -117,6 +130,8 @@ class AttentionServicer:
             stats["code"] = "INTERNAL"
             context.abort(grpc.StatusCode.INTERNAL, f"the server failed: {type(e).__name__}")
         finally:
+            if holds and self._calls is not None:
+                self._calls.release()
             if messages is not None:
                 messages.close()  # stops the prefetch thread at once
             if job is not None:

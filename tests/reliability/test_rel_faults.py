@@ -207,32 +207,47 @@ def test_client_never_hangs_on_a_server_that_never_answers():
     blackhole.close()
 
 
-def test_slow_requests_leave_threads_for_health_checks(rel_engine, expected):
-    """8 spare handler threads (queue_size 8, workers 16): at most 4 requests are checked
-    at once, the others are refused at once, and health checks still answer."""
+def _outcomes(address, n: int, outcomes: list) -> list[threading.Thread]:
+    """n concurrent calls of one short sentence; each appends "OK" or (code, limit)."""
+
+    def call():
+        with AttentionClient(address, timeout=30, retries=0) as client:
+            try:
+                client.capture([SENTENCES[0]], what=WHAT)
+                outcomes.append("OK")
+            except AttentionServiceError as e:
+                outcomes.append((e.code, e.limit))
+
+    threads = [threading.Thread(target=call) for _ in range(n)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def test_slow_requests_leave_threads_for_health_checks(rel_engine):
+    """24 handler threads, 4 kept from Capture: 24 slow-to-check calls at once, 20 are
+    checked, 4 refused at once, and a health check still answers."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     engine = SlowToCheck(rel_engine, delay=2.0)
-    with running_server(engine, queue_size=8, max_workers=16) as (server, address):
+    with running_server(engine, queue_size=16, max_workers=24) as (server, address):
         outcomes: list = []
-
-        def call():
-            with AttentionClient(address, timeout=30, retries=0) as client:
-                try:
-                    client.capture([SENTENCES[0]], what=WHAT)
-                    outcomes.append("OK")
-                except AttentionServiceError as e:
-                    outcomes.append((e.code, e.limit))
-
-        threads = [threading.Thread(target=call) for _ in range(10)]  # more than the spares
-        for t in threads:
-            t.start()
-        wait_for(lambda: len(outcomes) == 6, 5, "the calls over the parsing bound refused")
-        assert outcomes == [(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue_size")] * 6
+        threads = _outcomes(address, 24, outcomes)
+        wait_for(lambda: len(outcomes) == 4, 5, "the calls over the bound refused")
+        assert outcomes == [(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue_size")] * 4
         with grpc.insecure_channel(address) as channel:
             health = health_pb2_grpc.HealthStub(channel)
             answer = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
             assert answer.status == health_pb2.HealthCheckResponse.SERVING
         for t in threads:
             t.join(30)
-        assert outcomes.count("OK") == 4 and len(outcomes) == 10
+        assert len(outcomes) == 24 and outcomes.count("OK") >= 8  # the queue holds 16
+
+
+def test_ordinary_concurrency_is_never_refused(rel_engine):
+    """Half the default queue of clients at once: every call answered."""
+    with running_server(rel_engine) as (server, address):
+        outcomes: list = []
+        for t in _outcomes(address, 32, outcomes):
+            t.join(60)
+        assert outcomes == ["OK"] * 32
