@@ -15,27 +15,33 @@ import socket
 from jaxattn.errors import UsageError
 
 
-def check_listen(host: str, port: int) -> None:
-    """UsageError unless a server could listen on `host`:`port` now."""
+def check_listen(host: str, port: int, family: int = socket.AF_UNSPEC) -> None:
+    """UsageError unless a server could listen on `host`:`port` now: on one of the
+    addresses `host` resolves to (of `family`: AF_INET for a server of IPv4 only)."""
     where = f"{host}:{port}"
     try:
-        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+        infos = socket.getaddrinfo(host or None, port, family, socket.SOCK_STREAM,
                                    flags=socket.AI_PASSIVE)  # fmt: skip
     except (socket.gaierror, UnicodeError) as e:
-        raise UsageError(f"cannot listen on {where}: --host {host!r} does not resolve "
+        raise UsageError(f"cannot listen on {where}: --host {host!r} does not resolve"
+                         f"{'' if family == socket.AF_UNSPEC else ' to an IPv4 address'} "
                          f"({getattr(e, 'strerror', None) or e})") from None  # fmt: skip
-    family, kind, proto, _, sockaddr = infos[0]
-    with socket.socket(family, kind, proto) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do
+    errors = []
+    for af, kind, proto, _, sockaddr in infos:
         try:
-            s.bind(sockaddr)
+            with socket.socket(af, kind, proto) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do
+                s.bind(sockaddr)
+            return  # the server binds what it can, as this one could
         except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                why = f"--port {port} is in use (another server?): choose another, or 0 for any"
-            elif e.errno == errno.EADDRNOTAVAIL:
-                why = f"--host {host!r} is not an address of this machine"
-            elif e.errno == errno.EACCES:
-                why = f"--port {port} needs privileges (ports below 1024): choose a higher one"
-            else:
-                why = e.strerror or str(e)
-            raise UsageError(f"cannot listen on {where}: {why}") from None
+            errors.append(e)
+    codes = [e.errno for e in errors]
+    if errno.EADDRINUSE in codes:
+        why = f"--port {port} is in use (another server?): choose another, or 0 for any"
+    elif errno.EACCES in codes:
+        why = f"--port {port} needs privileges (ports below 1024): choose a higher one"
+    elif errno.EADDRNOTAVAIL in codes:
+        why = f"--host {host!r} is not an address of this machine"
+    else:
+        why = errors[0].strerror or str(errors[0])
+    raise UsageError(f"cannot listen on {where}: {why}")

@@ -122,6 +122,11 @@ class _Interrupt:
 
     @staticmethod
     def exit() -> None:
+        import shutil
+
+        corpus = sys.modules.get("jaxattn.cli.corpus")  # os._exit runs no atexit handler
+        for tmp in getattr(corpus, "SPOOLED", ()):
+            shutil.rmtree(tmp, ignore_errors=True)
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

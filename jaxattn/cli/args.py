@@ -93,6 +93,8 @@ def join_selections(argv: list[str]) -> list[str]:
     out, i = [], 0
     while i < len(argv):
         flag, value = argv[i], argv[i + 1] if i + 1 < len(argv) else ""
+        if flag == "--":  # what follows is positional, whatever it looks like
+            return out + argv[i:]
         if (flag in SELECTION_FLAGS and value.startswith("-") and _SELECTION.fullmatch(value)
                 and any(c.isdigit() for c in value)):  # fmt: skip
             out.append(f"{flag}={value}")

@@ -23,6 +23,9 @@ from jaxattn.cli.source import open_source
 from jaxattn.errors import InputError, UsageError
 from jaxattn.inputs import STDIN, Record, is_file_argument, read_records, split_pair
 
+# Directories holding standard input spooled to a file, removed at exit.
+SPOOLED: list[str] = []
+
 
 def input_path(arg: str | os.PathLike) -> Path:
     """The file to read for INPUT: the path itself, or standard input spooled to a file."""
@@ -30,6 +33,7 @@ def input_path(arg: str | os.PathLike) -> Path:
         return Path(arg)
     tmp = tempfile.mkdtemp(prefix="jaxattn-stdin-")
     atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+    SPOOLED.append(tmp)  # an interrupted process (os._exit) removes them itself
     path = Path(tmp) / "stdin"
     with open(path, "wb") as f:
         shutil.copyfileobj(sys.stdin.buffer, f)

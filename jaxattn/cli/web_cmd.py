@@ -23,10 +23,13 @@ def register(subparsers) -> None:
 
 
 def _run(args) -> int:
+    import socket
+
     from jaxattn.netaddr import check_listen
     from jaxattn.views.web import create_web_server
 
-    check_listen(args.host, args.port)  # before the model loads: a busy port, a bad host
+    # Before the model loads: a busy port, a bad host (the web server is IPv4 only).
+    check_listen(args.host, args.port, socket.AF_INET)
     with open_source(args) as source:
         name = source.model_info().name
         if args.server:

@@ -104,3 +104,16 @@ def test_ctrl_c_says_interrupted_and_exits_130(bert_checkpoint):
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1] == "jaxattn web: error: interrupted", err
     assert "Traceback" not in err and "Fatal Python error" not in err
+
+
+def test_ctrl_c_removes_the_copy_of_standard_input(tmp_path):
+    """os._exit runs no atexit handler: the interrupt's exit removes the spooled stdin."""
+    code = ("from jaxattn.cli.corpus import input_path\n"
+            "from jaxattn.cli import _Interrupt\n"
+            "assert input_path('-').read_text() == 'a text\\n'\n"
+            "_Interrupt.exit()\n")  # fmt: skip
+    r = subprocess.run([sys.executable, "-c", code], input="a text\n", text=True,
+                       capture_output=True, env={**os.environ, "TMPDIR": str(tmp_path)},
+                       timeout=120)  # fmt: skip
+    assert r.returncode == 130, r.stderr
+    assert os.listdir(tmp_path) == []

@@ -115,6 +115,9 @@ def test_selections_may_start_with_a_minus(bert_checkpoint, tmp_path, capsys):
     assert main(["capture", "one two", "--model", str(bert_checkpoint), "a", "b"]) == 2
     assert main(["capture", "a ||| b", "c", "--model", str(bert_checkpoint)]) == 2
     assert "already a pair" in capsys.readouterr().err
+    from jaxattn.cli.args import join_selections
+
+    assert join_selections(["x", "--", "--layers", "-1"]) == ["x", "--", "--layers", "-1"]
 
 
 def _labels(svg: str, prefix: str) -> set[str]:
@@ -174,3 +177,5 @@ def test_serve_and_web_say_why_they_cannot_listen(bert_checkpoint, capsys):
             assert "internal error" not in err
     assert main(["web", "--host", "no-such-host.invalid", "--port", "0"]) == 2
     assert "--host 'no-such-host.invalid' does not resolve" in capsys.readouterr().err
+    assert main(["web", "--host", "::", "--port", "0"]) == 2  # the web server is IPv4 only
+    assert "--host '::' does not resolve to an IPv4 address" in capsys.readouterr().err
