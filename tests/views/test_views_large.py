@@ -14,7 +14,7 @@ import pytest
 from views_helpers import THUMB_ALPHA, screenshot, wait_ready
 
 from jaxattn.capture import Capture
-from jaxattn.views.drawing import max_pool
+from jaxattn.views.drawing import max_pool, thin_ticks
 
 T, L, H, K = 512, 2, 12, 32
 LOAD_BOUND_S = 10.0  # page load + decode + the first head view, on a busy 2-core machine
@@ -110,6 +110,11 @@ def test_512_tokens_render_within_bound(page, large):
     assert (alpha[:, 63] >= np.rint(stripe * 255) - 1).all() and stripe.min() > 0.5
     assert np.median(alpha[:, :63]) < 0.1 * alpha[:, 63].min()  # the rest stays faint
     screenshot(page, "t512_model_view")
+    # enlarged at 1 px a token: labels thinned to 11 px apart, [CLS] and [SEP] kept
+    page.click('canvas.thumb[data-layer="1"][data-head="2"]')
+    big = page.wait_for_selector("#mv-big")
+    ticks = [int(k) for k in big.get_attribute("data-ticks").split(",")]
+    assert ticks == thin_ticks(cap.tokens, 1) and {0, T - 1} <= set(ticks) and len(ticks) > 40
 
     page.click('.tab[data-view="neuron"]')
     page.wait_for_selector('#nv-rows .nv-row[data-j="0"]')

@@ -100,7 +100,9 @@
     function enlarge(li, hi) {
       open = [li, hi];
       const ex = ctx.ex, T = ex.T, cell = Math.max(1, Math.min(24, Math.floor(560 / T)));
-      const lab = cell >= 9 ? 90 : 0, size = lab + T * cell;
+      // Every token labelled while cells are 11 px or more; below that the labels
+      // are thinned to 11 px apart (JX.thinTicks: [CLS]/[SEP] first).
+      const lab = 90, size = lab + T * cell, ticks = JX.thinTicks(ex.tokens, cell);
       const c = JX.el("canvas", { id: "mv-big", width: size, height: size, "data-layer": li, "data-head": hi, "data-cell": cell, "data-label": lab });
       const g = c.getContext("2d"), img = g.createImageData(T, T);
       paint(img, ex._t.weights[ctx.state.kind], li, hi, T, T, JX.rgb(JX.headColor(ex.heads[hi])));
@@ -108,14 +110,14 @@
       tmp.getContext("2d").putImageData(img, 0, 0);
       g.imageSmoothingEnabled = false;
       g.drawImage(tmp, lab, lab, T * cell, T * cell);
-      if (lab) {
-        g.font = `${Math.min(12, cell)}px sans-serif`; g.fillStyle = "#333"; g.textBaseline = "middle";
-        ex.tokens.forEach((tok, i) => {
-          g.textAlign = "right"; g.fillText(tok, lab - 3, lab + (i + 0.5) * cell, lab - 4);
-          g.save(); g.translate(lab + (i + 0.5) * cell, lab - 3); g.rotate(-Math.PI / 2);
-          g.textAlign = "left"; g.fillText(tok, 0, 0, lab - 4); g.restore();
-        });
-      }
+      g.font = `${Math.max(9, Math.min(12, cell))}px sans-serif`; g.fillStyle = "#333"; g.textBaseline = "middle";
+      ticks.forEach((i) => {
+        const tok = ex.tokens[i];
+        g.textAlign = "right"; g.fillText(tok, lab - 3, lab + (i + 0.5) * cell, lab - 4);
+        g.save(); g.translate(lab + (i + 0.5) * cell, lab - 3); g.rotate(-Math.PI / 2);
+        g.textAlign = "left"; g.fillText(tok, 0, 0, lab - 4); g.restore();
+      });
+      c.dataset.ticks = ticks.join(",");
       const readout = JX.el("div", { id: "mv-readout", class: "info" }, "Hover a cell.");
       c.addEventListener("mousemove", (e) => {
         const r = c.getBoundingClientRect(), k = c.width / r.width;
