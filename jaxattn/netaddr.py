@@ -15,6 +15,12 @@ import socket
 from jaxattn.errors import UsageError
 
 
+def check_listen_address(address: str) -> None:
+    """`check_listen` of a "HOST:PORT" address (IPv6 hosts in brackets)."""
+    host, _, port = address.rpartition(":")
+    check_listen(host.strip("[]"), int(port))
+
+
 def check_listen(host: str, port: int, family: int = socket.AF_UNSPEC) -> None:
     """UsageError unless a server could listen on `host`:`port` now: on one of the
     addresses `host` resolves to (of `family`: AF_INET for a server of IPv4 only)."""

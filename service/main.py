@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from jaxattn.netaddr import check_listen
+from jaxattn.netaddr import check_listen_address
 from service.options import ServerOptions
 from service.server import create_server
 
@@ -63,8 +63,7 @@ def serve(
     # Install handlers before the slow load, so an early SIGTERM still drains.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    host, _, port_text = address.rpartition(":")
-    check_listen(host.strip("[]"), int(port_text))  # before the slow load: a busy port, a bad host
+    check_listen_address(address)  # before the slow load: a busy port, a bad host
     engine = jaxattn.load(model, precision=precision)
     specs = [_warmup_spec(engine, what) for what in warmup]  # every name checked first
     for what, spec in zip(warmup, specs, strict=True):

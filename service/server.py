@@ -21,7 +21,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from jaxattn.netaddr import check_listen
+from jaxattn.netaddr import check_listen_address
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs
 from service.auth import BearerTokenInterceptor
@@ -175,7 +175,6 @@ def create_server(
     except RuntimeError:  # grpc's "Failed to bind": say why, naming --host/--port
         port = 0
     if port == 0:  # (older grpc returns 0 instead of raising)
-        host, _, port_text = address.rpartition(":")
-        check_listen(host.strip("[]"), int(port_text))
+        check_listen_address(address)
         raise RuntimeError(f"cannot listen on {address}")
     return AttentionServer(server, batcher, health_servicer, options), port

@@ -105,26 +105,24 @@ def join_selections(argv: list[str]) -> list[str]:
     return out
 
 
-def positive(value: str) -> int:
-    """An integer >= 1."""
+def _at_least(value: str, least: int) -> int:
     try:
         n = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {n}")
+    if n < least:
+        raise argparse.ArgumentTypeError(f"expected a number >= {least}, got {n}")
     return n
+
+
+def positive(value: str) -> int:
+    """An integer >= 1."""
+    return _at_least(value, 1)
 
 
 def non_negative(value: str) -> int:
     """An integer >= 0."""
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {n}")
-    return n
+    return _at_least(value, 0)
 
 
 def read_token(token_file: str | None) -> str | None:

@@ -175,17 +175,16 @@ def _write_static(args, fmt: str, view: str, caps: list) -> None:
         needed = ("alpha_fx_norm",) if args.kind == "norm" else ("attention",)
     require([cap], needed, f"example {args.example}", f"the {view} view (--kind {args.kind})")
     # `cap` holds the selected layers and heads (`_selected`, or captured so). The
-    # model and stats views draw them all; the head view one layer (the one named,
-    # else the first) with every head; the neuron view one layer and one head.
+    # model and stats views draw them all; the head view its first layer (the one
+    # named) with every head; the neuron view its first layer and head.
     opts: dict = dict(kind=args.kind)
     if view in ("head", "neuron"):
         _one(cap.layers, args.layers, "--layers", view)
-        opts = dict(kind=args.kind, layer=0)
     if view == "neuron":
         if not 0 <= args.token < cap.length:
             raise UsageError(f"--token {args.token}: the example has {cap.length} tokens")
         _one(cap.heads, args.heads, "--heads", view)
-        opts = dict(layer=0, head=0, token=args.token)
+        opts = dict(token=args.token)
     svg = to_svg(cap, view, **opts)
     ensure_parent(args.out)
     if fmt == "svg":

@@ -213,7 +213,7 @@ class Store(Sequence):
             spec = {"driver": "zarr3", "open": True, "kvstore": child_spec(self._root, path)}
             array = ts.open(spec, read=True, context=self._context).result()
             # Missing chunk files read as fill values: count them once per array.
-            meta = self._kv.read_json(path + "zarr.json") or {}
+            meta = array.spec().to_json()["metadata"]
             missing = layout.missing_chunks(meta, len(self._kv.list(path + "c/")))
             if missing:
                 raise CaptureFileError(
