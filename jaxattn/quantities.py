@@ -1,7 +1,8 @@
 """The capturable quantities: names, axes and meaning (the public contract).
 
 Axis legend (DESIGN.md): L layers, H heads, T query positions, S key positions,
-K head dim, D model dim, N the head statistics of `HEAD_STATS`. T and S are
+K head dim, D model dim, N the head statistics of `HEAD_STATS`, M the norm-based
+mixing measures of `NORM_MEASURES`. T and S are
 trimmed to an example's real length before anything is returned. For
 ``hidden_states`` the L axis holds L+1 entries: the embeddings output, then the
 output of each captured layer.
@@ -27,6 +28,10 @@ class Quantity:
       probability: values lie in [0, 1], so uint8 uses the fixed scale 1/255.
       extra_layer: entries on the L axis beyond the captured layers
         (hidden_states: 1, the embeddings output before the first layer).
+      uint8: whether the affine uint8 encoding serves it; False where its last
+        axis holds numbers of different scales (fractions beside entropies,
+        norms before and after a LayerNorm) that one range per tensor would
+        serve badly.
       doc: the definition, as in DESIGN.md.
     """
 
@@ -34,6 +39,7 @@ class Quantity:
     axes: str
     probability: bool = False
     extra_layer: int = 0
+    uint8: bool = True
     doc: str
 
 
@@ -41,6 +47,22 @@ class Quantity:
 # `jaxattn.analysis.head_stats`): attention to [CLS], to [SEP], to punctuation,
 # to itself, to the previous and the next token, row entropy, [CLS]-row entropy.
 HEAD_STATS = ("cls", "sep", "punct", "self", "prev", "next", "entropy", "entropy_cls")
+
+# Kobayashi et al. 2021's norm-based context-mixing measures, the M axis of the
+# mixing quantities, by the paper's names. Token j's contribution vector to
+# position i at a layer is
+#   Attn-N:      v_ij = sum_h alpha^h_ij f_h(x_j)
+#   AttnRes-N:   v_ij = sum_h alpha^h_ij f_h(x_j) + delta_ij x_j   (the residual)
+#   AttnResLn-N: v_ij = gamma * centre(the AttnRes-N vector) / s_i (the LayerNorm)
+# and the mixing ratio of position i is, as in the authors' paper and code,
+#   ||sum_{j != i} v_ij|| / (||sum_{j != i} v_ij|| + ||v_ii||)
+# (the pre-LN reading: `jaxattn.engine.norms.mixing`, docs/families.md).
+NORM_MEASURES = ("Attn-N", "AttnRes-N", "AttnResLn-N")
+
+_MIXING_DOC = (
+    "over ALL heads of the layer, for each of NORM_MEASURES (Kobayashi et al. 2021: "
+    "Attn-N, AttnRes-N, AttnResLn-N)"
+)
 
 QUANTITIES: dict[str, Quantity] = {
     q.name: q
@@ -102,14 +124,36 @@ QUANTITIES: dict[str, Quantity] = {
             "AttnResLn-N)",
         ),
         Quantity(
+            name="mixing_ratio",
+            axes="LTM",
+            probability=True,
+            doc="||sum_{j != i} v_ij|| / (||sum_{j != i} v_ij|| + ||v_ii||), the share of "
+            "position i's output that mixes in the other tokens, " + _MIXING_DOC,
+        ),
+        Quantity(
+            name="mixing_norm",
+            axes="LTM",
+            uint8=False,
+            doc="||sum_{j != i} v_ij||, the norm of what the other tokens contribute to "
+            "position i, " + _MIXING_DOC,
+        ),
+        Quantity(
+            name="preserving_norm",
+            axes="LTM",
+            uint8=False,
+            doc="||v_ii||, the norm of position i's own contribution, " + _MIXING_DOC,
+        ),
+        Quantity(
             name="head_stats",
             axes="LHN",
+            uint8=False,
             doc="Clark et al. 2019's statistics of each head's attention, averaged over the "
             "example's rows (HEAD_STATS order), computed on the device: no T x T map is copied",
         ),
         Quantity(
             name="norm_head_stats",
             axes="LHN",
+            uint8=False,
             doc="the same statistics of the norm-based weights (alpha_fx_norm, rows normalised)",
         ),
         Quantity(
@@ -129,6 +173,9 @@ COMMON = tuple(name for name in QUANTITIES if name not in SCORE_TERMS)
 # The quantities that are per-head statistics ([L, H, N]) rather than tensors over tokens.
 STATISTICS = tuple(name for name, q in QUANTITIES.items() if q.axes.endswith("N"))
 
+# The per-token context-mixing quantities ([L, T, M]), computed together.
+MIXING = tuple(name for name, q in QUANTITIES.items() if q.axes.endswith("M"))
+
 
 def shape(name: str, sizes: Mapping[str, int]) -> tuple[int, ...]:
     """The shape of one example's quantity `name`.
@@ -136,10 +183,10 @@ def shape(name: str, sizes: Mapping[str, int]) -> tuple[int, ...]:
     Args:
       name: a key of `QUANTITIES`.
       sizes: the size of each axis letter used (L = captured layers, H, T, S,
-        K, D; N is fixed); hidden_states gets L + 1 entries on L.
+        K, D; N and M are fixed); hidden_states gets L + 1 entries on L.
     """
     q = QUANTITIES[name]
-    sizes = {"N": len(HEAD_STATS), **sizes}
+    sizes = {"N": len(HEAD_STATS), "M": len(NORM_MEASURES), **sizes}
     dims = [sizes[axis] for axis in q.axes]
     if q.axes.startswith("L"):
         dims[0] += q.extra_layer

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 
 from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.errors import UsageError
-from jaxattn.quantities import QUANTITIES, STATISTICS
+from jaxattn.quantities import QUANTITIES
 
 DEFAULT_WHAT = ("attention",)
 # Compute precisions (`jaxattn.engine.precision`); "highest" is exact float32.
@@ -151,7 +151,8 @@ def check_what(what: str | Sequence[str] | None, dtype: str) -> list[str]:
     model computes is `make_spec`'s check (the client leaves it to the server).
 
     Raises:
-      UsageError: an unknown name or dtype, no name, or statistics as uint8.
+      UsageError: an unknown name or dtype, no name, or a quantity that has no
+        uint8 encoding (`Quantity.uint8`) as uint8.
     """
     if what is None:
         what = DEFAULT_WHAT
@@ -162,11 +163,12 @@ def check_what(what: str | Sequence[str] | None, dtype: str) -> list[str]:
         raise UsageError(f"no quantity asked for: name at least one of {', '.join(QUANTITIES)}")
     if dtype not in OUTPUT_DTYPES:
         raise UsageError(f"unknown dtype {dtype!r}: valid dtypes are {', '.join(OUTPUT_DTYPES)}")
-    stats = [n for n in names if n in STATISTICS]
-    if dtype == "uint8" and stats:
+    mixed = [n for n in names if not QUANTITIES[n].uint8]
+    if dtype == "uint8" and mixed:
         raise UsageError(
-            f"{', '.join(stats)} cannot be uint8: one affine range would serve both the "
-            "fractions and the entropies; use float16 or bfloat16 (8 numbers per head)"
+            f"{', '.join(dict.fromkeys(mixed))} cannot be uint8: one affine range would serve "
+            "numbers of different scales (fractions and entropies; norms before and after "
+            "a LayerNorm); use float16 or bfloat16 (a few numbers per head or token)"
         )
     return names
 

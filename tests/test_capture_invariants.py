@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hf_fixtures import EXAMPLE_A, long_text, torch_reference
 
-from jaxattn.quantities import COMMON, STATISTICS
+from jaxattn.quantities import COMMON, QUANTITIES
 
 ALL = COMMON
 LIGHT = ("attention", "scores", "hidden_states")
@@ -146,7 +146,7 @@ def test_uint8_within_documented_error(bert):
 
 def test_empty_list(bert):
     assert bert.capture([]) == []
-    maps = [q for q in ALL if q not in STATISTICS]  # the statistics have no uint8
+    maps = [q for q in ALL if QUANTITIES[q].uint8]  # the statistics and mixing norms have none
     assert bert.capture([], what=maps, dtype="uint8") == []
 
 

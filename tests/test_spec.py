@@ -87,3 +87,12 @@ def test_the_cli_grammar_parses_to_indices_and_slices():
 def test_specs_are_hashable_and_equal_by_value():
     assert hash(spec(layers=[1, 0])) == hash(spec(layers=[0, 1]))
     assert spec(layers=[1, 0]) == spec(layers=(0, 1))
+
+
+def test_uint8_is_refused_where_one_range_would_serve_numbers_of_different_scales():
+    assert spec(what=["mixing_ratio"], dtype="uint8").what == ("mixing_ratio",)  # in [0, 1]
+    for name in ("mixing_norm", "preserving_norm", "head_stats", "norm_head_stats"):
+        with pytest.raises(UsageError, match=rf"^{name} cannot be uint8: .*float16 or bfloat16"):
+            spec(what=["attention", name], dtype="uint8")
+    with pytest.raises(UsageError, match="^mixing_norm, preserving_norm cannot be uint8"):
+        spec(what=["mixing_norm", "preserving_norm", "mixing_norm"], dtype="uint8")

@@ -1,26 +1,37 @@
-"""Context-mixing ratios (Kobayashi et al. 2021).
+"""Context-mixing ratios (Kobayashi et al. 2021), as the authors define them.
 
 Kobayashi, Kuribayashi, Yokoi and Inui 2021, "Incorporating Residual and
 Normalization Layers into Analysis of Masked Language Models": how much of
-position i's output at a layer's attention block comes from the *other* tokens.
-For a non-negative contribution matrix W [T, S] of a layer,
+position i's output at a layer's attention block comes from the *other*
+tokens. With v_ij token j's contribution to position i,
 
-    r_i = sum_{j != i} W_ij / sum_j W_ij,
+    r_i = ||sum_{j != i} v_ij|| / (||sum_{j != i} v_ij|| + ||v_ii||),
 
 and a layer's mixing ratio is the mean of r_i over every token of the corpus
-(special tokens included). The five measures differ in W:
+(special tokens included, as the authors' ``mixing_ratio_stats_bert.py``).
+The five measures differ in v_ij:
 
-| measure | W_ij |
-|---|---|
-| Attn-W | mean over heads of alpha^h_ij |
-| Attn-N | ||sum_h alpha^h_ij f_h(x_j)|| (`sum_alpha_fx_norm`) |
-| AttnRes-W | 0.5 mean_h alpha^h_ij + 0.5 delta_ij (residual as identity; Abnar & Zuidema) |
-| AttnRes-N | ||sum_h alpha^h_ij f_h(x_j) + delta_ij x_j|| (`attn_res_norm`) |
-| AttnResLn-N | the same through the LayerNorm with its real statistics (`attn_res_ln_norm`) |
+| measure | v_ij | from |
+|---|---|---|
+| Attn-W | mean over heads of alpha^h_ij (a scalar) | `attention` |
+| AttnRes-W | 0.5 mean_h alpha^h_ij + 0.5 delta_ij (residual as identity) | `attention` |
+| Attn-N | sum_h alpha^h_ij f_h(x_j) | `mixing_ratio` |
+| AttnRes-N | the same + delta_ij x_j | `mixing_ratio` |
+| AttnResLn-N | that vector through the LayerNorm, with its real statistics | `mixing_ratio` |
+
+For the weights (scalars >= 0) the norm of a sum is the sum, so r_i is the
+off-diagonal share of row i (`mixing_ratio_rows`). For the vectors it is not:
+r_i needs the norm of the summed contributions, which the per-pair norms
+(`sum_alpha_fx_norm`, `attn_res_norm`, `attn_res_ln_norm`) cannot give. The
+engine computes it on the device (`mixing_ratio`, with `mixing_norm` and
+`preserving_norm`, [L, T, M] over `jaxattn.quantities.NORM_MEASURES`;
+`jaxattn.engine.norms.mixing`). Before jaxattn 0.3 this module divided sums of
+per-pair norms instead, which overstated every norm measure (MiniLM's
+AttnResLn-N by up to 21 points); that ratio is not Kobayashi et al.'s.
 
 The paper reports, for BERT-base averaged over layers, Attn-W 96.4% and
-AttnResLn-N 18.75%: counting the residual and the LayerNorm, most of a token's
-representation is its own.
+AttnResLn-N 18.75% (on masked inputs: the authors replace 12% of the word
+pieces by [MASK]; jaxattn reads the text as given).
 """
 
 from __future__ import annotations
@@ -28,45 +39,51 @@ from __future__ import annotations
 import numpy as np
 
 from jaxattn.capture import Capture
+from jaxattn.quantities import NORM_MEASURES
 
+WEIGHT_MEASURES = ("Attn-W", "AttnRes-W")
 MEASURES = ("Attn-W", "Attn-N", "AttnRes-W", "AttnRes-N", "AttnResLn-N")
 # measure -> the capture quantity it needs
 NEEDS = {
-    "Attn-W": "attention",
-    "Attn-N": "sum_alpha_fx_norm",
-    "AttnRes-W": "attention",
-    "AttnRes-N": "attn_res_norm",
-    "AttnResLn-N": "attn_res_ln_norm",
+    **{m: "attention" for m in WEIGHT_MEASURES},
+    **{m: "mixing_ratio" for m in NORM_MEASURES},
 }
-MIXING_QUANTITIES = tuple(dict.fromkeys(NEEDS.values()))
-QUANTITIES = MIXING_QUANTITIES  # the 0.1 name, importable until 0.3
+MIXING_QUANTITIES = tuple(dict.fromkeys(NEEDS[m] for m in MEASURES))
+RESIDUAL = 0.5  # AttnRes-W: the weight of the identity (Abnar & Zuidema's residual)
 
 
 def mixing_ratio_rows(weights: np.ndarray) -> np.ndarray:
-    """r_i = sum_{j != i} W_ij / sum_j W_ij for [..., T, T] weights -> [..., T]."""
+    """r_i = sum_{j != i} W_ij / sum_j W_ij of non-negative scalar weights [..., T, T] -> [..., T].
+
+    Kobayashi et al.'s ratio for the weight measures (Attn-W, AttnRes-W), where
+    the norm of a sum of non-negative scalars is their sum. Not the norm
+    measures' ratio: a matrix of per-pair vector norms gives a different number.
+    """
     w = np.asarray(weights, np.float64)
     total = w.sum(-1)
     own = np.diagonal(w, axis1=-2, axis2=-1)
     return np.divide(total - own, total, out=np.zeros_like(total), where=total > 0)
 
 
-def contribution_weights(capture: Capture, measure: str) -> np.ndarray:
-    """The [L, T, T] matrix W of `measure` (see the module table).
+def token_ratios(capture: Capture, measure: str) -> np.ndarray:
+    """r_i of `measure` for every captured layer and token: [L, T] float64.
 
     Raises:
-      ValueError: an unknown measure, or a capture without the quantity it needs.
+      ValueError: an unknown measure, or a capture without the quantity it needs
+        (named, with the ``--what`` that provides it).
     """
     if measure not in NEEDS:
         raise ValueError(f"unknown mixing measure {measure!r}: valid are {', '.join(MEASURES)}")
     need = NEEDS[measure]
     if need not in capture.what:
-        raise ValueError(f"{measure} needs {need!r} in the capture (what=...)")
-    if measure in ("Attn-W", "AttnRes-W"):
-        w = np.asarray(capture.attention, np.float64).mean(1)
-        if measure == "AttnRes-W":
-            w = 0.5 * w + 0.5 * np.eye(w.shape[-1])
-        return w
-    return np.asarray(capture.array(need), np.float64)
+        raise ValueError(f"{measure} needs {need!r} in the capture (what=..., --what {need})")
+    if measure in NORM_MEASURES:
+        ratios = np.asarray(capture.array(need), np.float64)  # [L, T, M]
+        return ratios[..., NORM_MEASURES.index(measure)]
+    w = np.asarray(capture.attention, np.float64).mean(1)  # [L, T, T]
+    if measure == "AttnRes-W":
+        w = (1.0 - RESIDUAL) * w + RESIDUAL * np.eye(w.shape[-1])
+    return mixing_ratio_rows(w)
 
 
 class MixingRatios:
@@ -86,7 +103,7 @@ class MixingRatios:
             raise ValueError(f"layers {capture.layers} differ from earlier {self.layers}")
         for m in self.measures:
             if NEEDS[m] in capture.what:
-                rows = mixing_ratio_rows(contribution_weights(capture, m))  # [L, T]
+                rows = token_ratios(capture, m)  # [L, T]
                 self._sums[m] = self._sums.get(m, 0) + rows.sum(-1)
         self.tokens += capture.length
 

@@ -68,7 +68,8 @@ def analyse_saved(args, caps) -> tuple:
     absent = [q for q in mixing if q not in stored]
     if absent:
         print(f"jaxattn analyze: {where} lacks {', '.join(absent)}: the mixing ratios that need "
-              "them are left out (report.json meta.not_in_input)", file=sys.stderr)  # fmt: skip
+              f"them are left out (report.json meta.not_in_input; capture with --what "
+              f"{','.join(absent)} to have them)", file=sys.stderr)  # fmt: skip
     caps = caps[: args.limit] if args.limit else caps
     parses = saved_parses(caps, args.conllu, args.input) if args.conllu else None
     corpus = CorpusAnalysis(head_distance=not args.no_head_distance,

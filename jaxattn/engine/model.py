@@ -27,8 +27,11 @@ from jaxattn.engine import head_stats, layer_loop, norms
 from jaxattn.engine.attention import SelfAttention
 from jaxattn.engine.layers import Dense, LayerNorm, activation, init, param
 from jaxattn.engine.precision import Matmul
-from jaxattn.quantities import QUANTITIES
+from jaxattn.quantities import MIXING, QUANTITIES
 from jaxattn.spec import CaptureSpec
+
+# What needs the statistics of the LayerNorm after the attention block's addition.
+_NEEDS_NEXT_LN = frozenset({"attn_res_ln_norm", *MIXING})
 
 
 class Embeddings(nn.Module):
@@ -68,7 +71,8 @@ def _capture_layer(want, p: dict, x, gamma, std, mm: Matmul, mask, classes) -> d
 
     Shapes out: attention/scores/alpha_fx_norm [H, T, S]; queries/keys/values
     [H, T, K]; fx_norm [H, S]; sum_alpha_fx_norm, attn_res_norm and
-    attn_res_ln_norm [T, S]; head_stats, norm_head_stats [H, N].
+    attn_res_ln_norm [T, S]; head_stats, norm_head_stats [H, N]; mixing_ratio,
+    mixing_norm, preserving_norm [T, M].
     """
     cap = {}
     alpha, v, w_out = p["alpha"], p["v"], p["w_out"]
@@ -98,6 +102,9 @@ def _capture_layer(want, p: dict, x, gamma, std, mm: Matmul, mask, classes) -> d
         cap["attn_res_norm"] = norms.residual_norm(alpha, v, w_out, x, mm)
     if "attn_res_ln_norm" in want:
         cap["attn_res_ln_norm"] = norms.residual_ln_norm(alpha, v, w_out, x, gamma, std, mm)
+    if want & set(MIXING):
+        mixing = norms.mixing(alpha, v, w_out, x, gamma, std, mm)
+        cap.update({name: t for name, t in mixing.items() if name in want})
     return cap
 
 
@@ -125,12 +132,13 @@ class EncoderLayer(nn.Module):
 
         output=False (the last layer run, when its output is not captured) skips
         what only the output needs: the weighted sum and output projection
-        (unless attn_res_ln_norm needs the LayerNorm statistics) and the FFN.
+        (unless attn_res_ln_norm or the mixing quantities need the LayerNorm
+        statistics) and the FFN.
         """
         c = self.config
         pre = c.norm == "pre"
         ln = dict(eps=c.layer_norm_eps, use_bias=c.norm_bias)
-        project = output or "attn_res_ln_norm" in want
+        project = output or bool(want & _NEEDS_NEXT_LN)
         attn_in = LayerNorm(**ln, name="attention_ln")(x) if pre and self.index else x
         attention = SelfAttention(c, self.mm, self.index, name="attention")
         a, parts = attention(attn_in, mask, gate, project, rel_table, is_global)

@@ -129,3 +129,48 @@ def residual_ln_norm(attention, values, w_out, x, gamma, std, mm: Matmul = _EXAC
     w_tilde = gamma * (w_out - w_out.mean(-1, keepdims=True))
     x_tilde = gamma * (x - x.mean(-1, keepdims=True))
     return residual_norm(attention, values, w_tilde, x_tilde, mm) / std[:, None]
+
+
+def _norm(v):
+    return jnp.sqrt(jnp.sum(v * v, axis=-1))
+
+
+def mixing(attention, values, w_out, x, gamma, std, mm: Matmul = _EXACT) -> dict:
+    """Kobayashi et al. 2021's context-mixing norms and ratios of every position.
+
+    With v_ij token j's contribution vector to position i (`jaxattn.quantities.NORM_MEASURES`:
+    sum_h alpha^h_ij f_h(x_j); plus delta_ij x_j; then gamma * centre(.) / s_i),
+    the mixing ratio is the authors' norm of sums (their ``BertNormOutput``):
+
+        r_i = ||sum_{j != i} v_ij|| / (||sum_{j != i} v_ij|| + ||v_ii||),
+
+    not a ratio of the per-pair norms ||v_ij||, which differs by the triangle
+    inequality. sum_{j != i} v_ij is the block's bias-free output for i without
+    its own term, so no [T, S, D] tensor is needed: the off-diagonal weighted
+    sum of the values and the own term each cost one [T, D] output projection.
+    The residual adds to the own term only; centring and gamma are linear, so
+    the LayerNorm measure applies them to both sums (biases b_O and beta are
+    attributed to no token, as in the paper).
+
+    Args:
+      attention: [H, T, S] (T == S); values: [S, H, K]; w_out: [H, K, D];
+      x: [S, D] the residual entering the block's addition; gamma: [D] the next
+        LayerNorm's scale; std: [T] the real statistics s_i of that LayerNorm's input.
+
+    Returns:
+      {"mixing_norm", "preserving_norm", "mixing_ratio"}: each [T, M], M in
+      `jaxattn.quantities.NORM_MEASURES` order; a ratio of 0 / 0 is 0.
+    """
+    own = jnp.diagonal(attention, axis1=1, axis2=2)  # [H, T]
+    others = jnp.where(jnp.eye(attention.shape[1], dtype=bool)[None], 0.0, attention)
+    mixed = mm("THK,HKD->TD", mm("HTS,SHK->THK", others, values), w_out)  # sum_{j != i}
+    kept = mm("THK,HKD->TD", own.T[:, :, None] * values, w_out)  # v_ii of Attn-N
+
+    def through_ln(v):  # [T, D] -> its LayerNorm-decomposed vector's norm
+        return _norm(gamma * (v - v.mean(-1, keepdims=True))) / std
+
+    mix = jnp.stack([_norm(mixed), _norm(mixed), through_ln(mixed)], -1)
+    keep = jnp.stack([_norm(kept), _norm(kept + x), through_ln(kept + x)], -1)
+    total = mix + keep
+    ratio = jnp.where(total > 0, mix / jnp.where(total > 0, total, 1.0), 0.0)
+    return {"mixing_norm": mix, "preserving_norm": keep, "mixing_ratio": ratio}

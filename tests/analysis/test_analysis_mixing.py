@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from jaxattn.analysis import MixingRatios, mixing_ratio_rows
-from jaxattn.analysis.mixing import contribution_weights
+from jaxattn.analysis.mixing import MEASURES, NEEDS, token_ratios
 from jaxattn.capture import Capture
+from jaxattn.quantities import NORM_MEASURES, QUANTITIES
 
 
 def _capture(attention, **extra):
@@ -38,19 +39,36 @@ def test_uniform_and_identity_maps():
     assert mix.result()["Attn-W"] == pytest.approx([0.0])
 
 
-def test_norm_measures_use_their_quantities_and_weight_tokens_equally():
+def test_norm_measures_read_their_column_of_mixing_ratio_and_weight_tokens_equally():
     a = np.full((1, 1, 2, 2), 0.5, np.float32)
-    res = np.array([[[1.0, 3.0], [1.0, 1.0]]], np.float32)  # r = [0.75, 0.5]
+    r2 = np.zeros((1, 2, 3), np.float32)
+    r2[0, :, NORM_MEASURES.index("AttnRes-N")] = [0.75, 0.5]
+    r3 = np.zeros((1, 3, 3), np.float32)
+    r3[0, :, NORM_MEASURES.index("AttnRes-N")] = [0.0, 0.25, 0.0]
+    r3[0, :, NORM_MEASURES.index("Attn-N")] = 1.0  # another column: not read for AttnRes-N
     mix = MixingRatios(("AttnRes-N",))
-    mix.update(_capture(a, attn_res_norm=res))
-    res3 = np.array([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]], np.float32)
-    mix.update(_capture(np.full((1, 1, 3, 3), 1 / 3, np.float32), attn_res_norm=res3))
-    # token-weighted: (0.75 + 0.5 + 0 + 0 + 0) / 5
-    assert mix.result()["AttnRes-N"] == pytest.approx([0.25])
+    mix.update(_capture(a, mixing_ratio=r2))
+    mix.update(_capture(np.full((1, 1, 3, 3), 1 / 3, np.float32), mixing_ratio=r3))
+    # token-weighted: (0.75 + 0.5 + 0 + 0.25 + 0) / 5
+    assert mix.result() == {"AttnRes-N": pytest.approx([0.3])}
 
 
-def test_a_missing_quantity_is_named():
-    with pytest.raises(ValueError, match="attn_res_ln_norm"):
-        contribution_weights(_capture(np.ones((1, 1, 2, 2), np.float32)), "AttnResLn-N")
+def test_every_measure_names_a_quantity_and_the_norm_measures_are_the_m_axis():
+    assert set(MEASURES) == set(NEEDS) and set(NORM_MEASURES) <= set(MEASURES)
+    assert all(need in QUANTITIES for need in NEEDS.values())
+    assert QUANTITIES["mixing_ratio"].axes == "LTM" and QUANTITIES["mixing_ratio"].probability
+
+
+def test_per_pair_norm_maps_are_not_read_as_mixing_ratios():
+    # A capture with only the per-pair norms (jaxattn 0.2's input) has no norm measure.
+    a = np.full((1, 1, 2, 2), 0.5, np.float32)
+    mix = MixingRatios()
+    mix.update(_capture(a, attn_res_norm=np.ones((1, 2, 2), np.float32)))
+    assert set(mix.result()) == {"Attn-W", "AttnRes-W"}
+
+
+def test_a_missing_quantity_is_named_with_its_what():
+    with pytest.raises(ValueError, match="'mixing_ratio'.*--what mixing_ratio"):
+        token_ratios(_capture(np.ones((1, 1, 2, 2), np.float32)), "AttnResLn-N")
     with pytest.raises(ValueError, match="Attn-W"):
-        contribution_weights(_capture(np.ones((1, 1, 2, 2), np.float32)), "Attn-X")
+        token_ratios(_capture(np.ones((1, 1, 2, 2), np.float32)), "Attn-X")

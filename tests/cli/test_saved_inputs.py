@@ -104,7 +104,7 @@ def test_a_store_lacking_a_needed_quantity_names_it(dumped, tmp_path, capsys):
     assert main(["analyze", str(bare), "--out", out]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "alpha_fx_norm" in err and "--no-norm" in err, err
-    assert "--what attention,alpha_fx_norm,sum_alpha_fx_norm,attn_res_norm" in err, err
+    assert "--what attention,alpha_fx_norm,mixing_ratio" in err, err
     report = _report(tmp_path, "bare", str(bare), "--no-norm", "--limit", "2")
     assert report["meta"]["examples"] == 2 and "dependency_heads" not in report
 
@@ -174,9 +174,8 @@ def test_mixing_quantities_a_store_lacks_are_said_and_recorded(dumped, tmp_path,
     _, _, _, mid = dumped
     report = _report(tmp_path, "mid", str(mid))
     err = capsys.readouterr().err
-    assert "lacks sum_alpha_fx_norm, attn_res_norm, attn_res_ln_norm" in err, err
-    assert report["meta"]["not_in_input"] == ["sum_alpha_fx_norm", "attn_res_norm",
-                                              "attn_res_ln_norm"]  # fmt: skip
+    assert "lacks mixing_ratio" in err and "--what mixing_ratio" in err, err
+    assert report["meta"]["not_in_input"] == ["mixing_ratio"]
     assert set(report["mixing_ratios"]) == {"Attn-W", "AttnRes-W"}
 
 

@@ -11,6 +11,10 @@ float64):
   sum_alpha_fx_norm  = ||sum_h alpha^h_ij f_h(x_j)||
   attn_res_norm      = ||sum_h alpha^h_ij f_h(x_j) + delta_ij r_j||
   attn_res_ln_norm   = ||gamma * centre(sum_h alpha^h_ij f_h(x_j) + delta_ij r_j)|| / s_i
+  mixing_norm, preserving_norm, mixing_ratio: for each of the three vectors
+                       v_ij above (Attn-N, AttnRes-N, AttnResLn-N), as the authors'
+                       BertNormOutput: ||sum_{j != i} v_ij||, ||v_ii|| and
+                       ||sum_{j != i} v_ij|| / (||sum_{j != i} v_ij|| + ||v_ii||)
 
 where r is the residual stream entering the attention block's addition (the
 layer input hidden_states[l]), gamma the scale of the LayerNorm applied next to
@@ -25,6 +29,7 @@ modules are hooked once and their calls taken in layer order.
 from __future__ import annotations
 
 import numpy as np
+from kobayashi_reference import authors_mixing
 
 
 def _bert_like(layer):
@@ -109,7 +114,9 @@ def naive_norms(per: dict, values, alpha, x, attn_out, eps: float) -> dict:
     std = np.sqrt(y.var(-1) + eps)
     gamma = per["next_ln"].weight.detach().double().numpy()
     centred = with_res - with_res.mean(-1, keepdims=True)
+    through_ln = gamma * centred / std[:, None, None]
     return {
+        **authors_mixing((mixed, with_res, through_ln)),
         "fx_norm": np.linalg.norm(f, axis=-1).T,
         "alpha_fx_norm": np.linalg.norm(weighted, axis=-1),
         "sum_alpha_fx_norm": np.linalg.norm(mixed, axis=-1),
