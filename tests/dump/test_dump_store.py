@@ -93,7 +93,7 @@ def test_zarr_python_and_tensorstore_read_it_as_store_md_says(reference_store, m
 
 @pytest.mark.parametrize("dtype", ["uint8", "bfloat16"])
 def test_encoded_dtypes_round_trip(engines, bert_checkpoint, corpus, tmp_path, dtype):
-    what = ("attention", "scores")  # probability-valued and affine uint8
+    what = ("attention", "scores", "mixing_ratio")  # probability-valued and affine uint8
     run_dump(
         engines["bert"],
         options(corpus, tmp_path / "s", what=what, dtype=dtype),

@@ -24,8 +24,9 @@ from jaxattn.v1 import attention_pb2 as pb
 
 PROTO = Path(__file__).resolve().parents[2] / "protos" / "jaxattn" / "v1" / "attention.proto"
 TEXTS = ["the cat sat on the mat", "hello world"]
-# A probability tensor and affine ones; sum_alpha_fx_norm also for its head-subset rule.
-WHAT = ("attention", "alpha_fx_norm", "sum_alpha_fx_norm")
+# Probability tensors ([L,H,T,S] and [L,T,M]) and affine ones; sum_alpha_fx_norm and
+# mixing_ratio also for their every-head rule.
+WHAT = ("attention", "alpha_fx_norm", "sum_alpha_fx_norm", "mixing_ratio")
 DTYPES = {"float32": pb.DTYPE_FLOAT32, "float16": pb.DTYPE_FLOAT16,
           "bfloat16": pb.DTYPE_BFLOAT16, "uint8": pb.DTYPE_UINT8}  # fmt: skip
 CODECS = {"none": pb.CODEC_NONE, "zstd": pb.CODEC_ZSTD, "lz4": pb.CODEC_LZ4}
@@ -120,17 +121,18 @@ def test_a_decoder_written_from_the_comments_matches_the_python_side(address, re
                 if dtype == "bfloat16":
                     assert np.all(np.abs(d - x) <= 2.0**-8 * np.abs(x) + 2.0**-133), name
                 if dtype == "uint8":  # 1/510 for attention, (max - min)/510 for the rest
-                    span = 1.0 if name == "attention" else float(x.max() - x.min())
+                    span = 1.0 if QUANTITIES[name].probability else float(x.max() - x.min())
                     assert np.all(np.abs(d - x) <= span / 510 * (1 + 1e-5) + 1e-7), name
 
 
-def test_sum_alpha_fx_norm_sums_every_head_whatever_heads_selects(address, reference):
+def test_sums_over_heads_take_every_head_whatever_heads_selects(address, reference):
     texts = [pb.Text(text=t) for t in TEXTS]
     subset = capture(address, texts=texts, what=WHAT, heads=[1])
     for (_, got), want in zip(subset, reference["float32"], strict=True):
         assert got["alpha_fx_norm"].shape[1] == 1
         np.testing.assert_array_equal(got["alpha_fx_norm"][:, 0], want.alpha_fx_norm[:, 1])
         np.testing.assert_array_equal(got["sum_alpha_fx_norm"], want.sum_alpha_fx_norm)
+        np.testing.assert_array_equal(got["mixing_ratio"], want.mixing_ratio)
 
 
 def test_a_cut_text_says_truncated_in_its_header(address):
