@@ -157,6 +157,11 @@ def render_markdown(report: dict, max_relations: int = 30) -> str:
         lines += _rollout(report)
     lines += ["## Mixing ratios", ""]
     if report.get("mixing_ratios"):
+        lines += [
+            "Kobayashi et al. 2021: r_i = ||sum_{j != i} v_ij|| / (||sum_{j != i} v_ij|| + "
+            "||v_ii||), the mean over every token (jaxattn.analysis.mixing).",
+            "",
+        ]
         names = list(report["mixing_ratios"])
         rows = [
             [layer, *[_f(report["mixing_ratios"][n][li]) for n in names]]
