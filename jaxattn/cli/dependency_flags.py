@@ -65,7 +65,7 @@ def add_dependency_arguments(p) -> None:
         default=BASELINE_OFFSETS,
         metavar=("LOW", "HIGH"),
         help="the offsets k the baseline head = dependent + k tries, both included, clamped "
-        "to the sentence (Clark et al.: -3 2)",
+        "to the sentence (default: -3 2, Clark et al.'s)",
     )
 
 
