@@ -45,8 +45,23 @@ class Quantity:
 
 # Clark et al. 2019's per-head statistics, the N axis of head_stats (definitions:
 # `jaxattn.analysis.head_stats`): attention to [CLS], to [SEP], to punctuation,
-# to itself, to the previous and the next token, row entropy, [CLS]-row entropy.
-HEAD_STATS = ("cls", "sep", "punct", "self", "prev", "next", "entropy", "entropy_cls")
+# to itself, to the previous and the next token, row entropy, [CLS]-row entropy,
+# then [SEP] -> [SEP] and other -> [SEP] (the last two added later, so stored
+# tables with 8 statistics keep the first eight's positions). The entropies are
+# of rows smoothed as Clark et al.'s code does: (1 - s) w + s / T, s = 1e-4.
+HEAD_STATS = (
+    "cls",
+    "sep",
+    "punct",
+    "self",
+    "prev",
+    "next",
+    "entropy",
+    "entropy_cls",
+    "sep_sep",
+    "rest_sep",
+)
+ENTROPY_SMOOTHING = 1e-4
 
 # Kobayashi et al. 2021's norm-based context-mixing measures, the M axis of the
 # mixing quantities, by the paper's names. Token j's contribution vector to

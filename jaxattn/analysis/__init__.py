@@ -22,13 +22,14 @@ them over gRPC. Every function's docstring names its paper and the definition.
 Modules: `tokens` (special tokens, piece schemes), `words` (word-level
 attention), `weights` (attention vs norm-based weights),
 `head_stats`, `head_distance` (Jensen-Shannon, MDS), `patterns` (Kovaleva, Vig),
-`dependency` (Clark et al. Table 1), `rollout`, `mixing` (Kobayashi et al.
+`dependency` and `dependency_rules` (Clark et al. Table 1), `rollout`, `mixing` (Kobayashi et al.
 2021 context-mixing ratios), `report` and `markdown`. Head ablation runs the
 model, so it lives beside the engine: `jaxattn.engine.ablation`. The CoNLL-U
 reader is an input format: `jaxattn.inputs` (re-exported here).
 """
 
-from jaxattn.analysis.dependency import DIRECTIONS, DependencyHeads, attention_argmax
+from jaxattn.analysis.dependency import DependencyHeads
+from jaxattn.analysis.dependency_rules import CLARK_DIRECTIONS, DIRECTIONS, argmax_guesses
 from jaxattn.analysis.head_distance import HeadDistance, classical_mds, js_divergence_sum
 from jaxattn.analysis.head_stats import HEAD_STATS, HeadStats, head_statistics, row_entropy
 from jaxattn.analysis.markdown import render_markdown
@@ -54,11 +55,18 @@ from jaxattn.analysis.tokens import (
     readable_text,
 )
 from jaxattn.analysis.weights import WEIGHT_KINDS, capture_weights, normalise_rows
-from jaxattn.analysis.words import WordMap, align_words, group_words, word_level_attention
+from jaxattn.analysis.words import (
+    WORD_ROWS,
+    WordMap,
+    align_words,
+    group_words,
+    word_level_attention,
+)
 from jaxattn.inputs.conllu import Sentence, coarse_relation, read_conllu
 
 __all__ = [
     "BERT_SPECIALS",
+    "CLARK_DIRECTIONS",
     "DIRECTIONS",
     "HEAD_STATS",
     "KOVALEVA_CLASSES",
@@ -72,6 +80,7 @@ __all__ = [
     "display_tokens",
     "readable_text",
     "WEIGHT_KINDS",
+    "WORD_ROWS",
     "CorpusAnalysis",
     "DependencyHeads",
     "HeadDistance",
@@ -82,7 +91,7 @@ __all__ = [
     "SpecialTokens",
     "WordMap",
     "align_words",
-    "attention_argmax",
+    "argmax_guesses",
     "attention_rollout",
     "build_report",
     "capture_weights",

@@ -1,64 +1,48 @@
 """Heads that track syntactic dependencies (Clark et al. 2019, section 4.2 and Table 1).
 
-Each head is a classifier: on word-level weights (`word_level_attention`, with
-[CLS]/[SEP] kept as units so rows are distributions, then ignored), the word a
-word attends to most is its prediction. For an arc dependent d -> head h with
-relation r, over the other words j (self and the special tokens excluded, as
-in Clark et al.'s code; ties go to the leftmost word):
+Each head is a zero-parameter classifier on word-level weights
+(`word_level_attention`; split words' rows the mean of their pieces, as the
+paper states, or the first piece's, as their released code does by default),
+read in two directions (`dependency_rules`: the word a dependent attends to
+most, ``dep_to_head``; the word that attends most to it, ``head_to_dep``). The
+accuracy of (layer, head, direction) for relation r is the share of r's arcs it
+gets right, with their possessive rule. The best head for r is the
+(layer, head, direction) with the highest accuracy (ties: `DIRECTION_RANK`).
+The baseline guesses head = dependent + k, clamped to the sentence, for each k
+of -3..2; the best k is the most accurate (ties: the larger k, as theirs).
 
-- ``dep_to_head`` is correct when ``argmax_j W[d, j] == h`` (the dependent
-  attends most to its head);
-- ``head_to_dep`` is correct when ``argmax_j W[h, j] == d`` (the head attends
-  most to this dependent). A head with several dependents of one relation can
-  get at most one of them right. (Clark et al.'s code scores this direction on
-  the transposed map, argmax_j W[j, d] == h; this library uses the head's own
-  row, the direct reading of "predicting the dependent from the head".)
-
-The accuracy of (layer, head, direction) for r is correct / count over every arc
-of r in the corpus; the best head for r is the (layer, head, direction) with the
-highest accuracy (ties: the first in layer, head, direction order). The
-fixed-offset baseline predicts head = dependent + k for one k per relation, in
-words; the best k is the most common offset (ties: smaller |k|, then negative),
-and its accuracy is that offset's share of the arcs. The root arc is left out.
+The first row, ``all``, scores every word of the corpus, the root and the
+punctuation included, as their code's "all" does (so no head gets a root arc
+right, and a baseline only when it points left of the first word). The root
+arcs have no row of their own, as in their Table 1. Arcs to or from a word that
+no token covers are left out.
 """
 
 from __future__ import annotations
 
 import collections
+from collections.abc import Sequence
 
 import numpy as np
 
+from jaxattn.analysis.dependency_rules import (
+    BASELINE_OFFSETS,
+    CLARK_DIRECTIONS,
+    DIRECTION_RANK,
+    DIRECTIONS,
+    argmax_guesses,
+    offset_guesses,
+    possessive_arcs,
+    score_guesses,
+    score_head_rows,
+)
 from jaxattn.analysis.tokens import SpecialTokens, detect_specials
 from jaxattn.analysis.weights import capture_weights, check_layout
-from jaxattn.analysis.words import WordMap, align_words, word_level_attention
+from jaxattn.analysis.words import WORD_ROWS, align_words, word_level_attention
 from jaxattn.capture import Capture
-from jaxattn.inputs.conllu import Sentence
+from jaxattn.inputs.conllu import Sentence, coarse_relation
 
-DIRECTIONS = ("dep_to_head", "head_to_dep")
-
-
-def attention_argmax(word_weights: np.ndarray, word_map: WordMap) -> np.ndarray:
-    """Each unit's most-attended other word (Clark et al.'s head prediction).
-
-    Args:
-      word_weights: [..., U, U] word-level weights.
-      word_map: the map they were built with (special units are excluded).
-
-    Returns:
-      [..., U] int: the unit index of the predicted word; -1 where a row has no
-      candidate (a one-word sentence).
-    """
-    u = word_weights.shape[-1]
-    allowed = np.broadcast_to(word_map.unit_word >= 0, (u, u)) & ~np.eye(u, dtype=bool)
-    scores = np.where(allowed, word_weights, -np.inf)
-    pred = scores.argmax(-1)
-    return np.where(allowed.any(-1), pred, -1)
-
-
-def best_offset(offsets: collections.Counter) -> tuple[int, int]:
-    """(k, arcs at offset k): the most common head - dependent (ties: smaller |k|, then k < 0)."""
-    k, n = min(offsets.items(), key=lambda kv: (-kv[1], abs(kv[0]), kv[0]))
-    return int(k), int(n)
+ALL = "all"  # the row that scores every word
 
 
 class DependencyHeads:
@@ -75,6 +59,12 @@ class DependencyHeads:
       strict: raise on a sentence whose tokens do not align to its words;
         otherwise skip it and count it in ``skipped`` (first reasons in
         ``skip_reasons``).
+      rows: how a split word's row is made (`WORD_ROWS`): "mean" (the paper) or
+        "first" (the released code's default).
+      directions: the readings that compete for best head (`DIRECTIONS`);
+        Clark et al.'s two by default.
+      possessive: apply their possessive rule (`dependency_rules`).
+      offsets: the baseline's offsets, (lowest, highest), both included.
     """
 
     def __init__(
@@ -83,15 +73,40 @@ class DependencyHeads:
         coarse: bool = False,
         specials: SpecialTokens | None = None,
         strict: bool = False,
+        *,
+        rows: str = "mean",
+        directions: Sequence[str] = CLARK_DIRECTIONS,
+        possessive: bool = True,
+        offsets: tuple[int, int] = BASELINE_OFFSETS,
     ):
+        if rows not in WORD_ROWS:
+            raise ValueError(f"rows must be one of {WORD_ROWS}, not {rows!r}")
+        unknown = [d for d in directions if d not in DIRECTIONS]
+        if unknown or not directions or len(set(directions)) != len(directions):
+            raise ValueError(f"directions must be distinct names of {DIRECTIONS}: {directions!r}")
+        if offsets[0] > offsets[1]:
+            raise ValueError(f"offsets {offsets!r}: the lowest comes first")
         self.kind, self.coarse, self.specials, self.strict = kind, coarse, specials, strict
+        self.rows, self.directions = rows, tuple(directions)
+        self.possessive, self.offsets = possessive, (int(offsets[0]), int(offsets[1]))
         self.layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None
-        self._correct: dict[str, np.ndarray] = {}  # rel -> [2, L, H]
+        self._correct: dict[str, np.ndarray] = {}  # rel -> [D, L, H] arcs right
+        self._baseline: dict[str, np.ndarray] = {}  # rel -> [K] arcs right per offset
         self._count: collections.Counter = collections.Counter()
-        self._offsets: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
         self.sentences = 0
         self.skipped = 0
         self.skip_reasons: list[str] = []
+
+    @property
+    def settings(self) -> dict:
+        """The definition's choices, for report.json's meta."""
+        return {
+            "word_rows": self.rows,
+            "directions": list(self.directions),
+            "possessive_rule": self.possessive,
+            "baseline_offsets": list(self.offsets),
+            "relations": "coarse" if self.coarse else "full",
+        }
 
     def update(self, capture: Capture, sentence: Sentence) -> None:
         """Add one parsed sentence and its capture.
@@ -110,49 +125,79 @@ class DependencyHeads:
             if len(self.skip_reasons) < 5:
                 self.skip_reasons.append(f"{sentence.sent_id or self.sentences}: {e}")
             return
-        ww = word_level_attention(capture_weights(capture, self.kind), wmap)
-        pred = attention_argmax(ww, wmap)  # [L, H, U]
-        unit = wmap.word_units()
-        has_tokens = np.isin(np.arange(len(sentence.words)), wmap.unit_word[wmap.unit_word >= 0])
-        for dep, head, rel in sentence.arcs(self.coarse):
-            if not (has_tokens[dep] and has_tokens[head]):
-                continue  # a word with no piece (empty after normalising) cannot be predicted
-            du, hu = unit[dep], unit[head]
-            hits = np.stack([pred[..., du] == hu, pred[..., hu] == du])
-            self._correct[rel] = self._correct.get(rel, 0) + hits
-            self._count[rel] += 1
-            self._offsets[rel][head - dep] += 1
+        n = len(sentence.words)
+        unit = wmap.word_units()  # [n]: every word has a unit, token-less ones too
+        ww = word_level_attention(capture_weights(capture, self.kind), wmap, self.rows)
+        rows, cols = argmax_guesses(ww[..., unit[:, None], unit[None, :]])  # [L, H, n] each
+        heads = np.asarray(sentence.heads, int) - 1
+        poss = possessive_arcs(sentence.words, sentence.deprels)
+        if not self.possessive:
+            poss[:] = False
+        by_direction = {
+            "dep_to_head": lambda: score_guesses(rows, heads, poss),
+            "head_to_dep": lambda: score_guesses(cols, heads, poss),
+            "head_row": lambda: score_head_rows(rows, heads, poss),
+        }
+        hits = np.stack([by_direction[d]() for d in self.directions])  # [D, L, H, n]
+        base = score_guesses(offset_guesses(n, self.offsets), heads, poss)  # [K, n]
+        pieces = np.bincount(wmap.token_unit[wmap.token_unit >= 0], minlength=wmap.num_units)
+        has_tokens = pieces[unit] > 0
+        scored = has_tokens & ((heads < 0) | has_tokens[np.maximum(heads, 0)])
+        labels = [coarse_relation(r) if self.coarse else r for r in sentence.deprels]
+        groups = collections.defaultdict(list)
+        for w in np.flatnonzero(scored):
+            groups[ALL].append(w)
+            if heads[w] >= 0:
+                groups[labels[w]].append(w)
+        for rel, words in groups.items():
+            self._correct[rel] = self._correct.get(rel, 0) + hits[..., words].sum(-1)
+            self._baseline[rel] = self._baseline.get(rel, 0) + base[:, words].sum(-1)
+            self._count[rel] += len(words)
         self.sentences += 1
 
     def accuracies(self) -> dict[str, np.ndarray]:
-        """relation -> [2, L, H] accuracy per (direction, layer, head); direction as DIRECTIONS."""
+        """relation -> [D, L, H] accuracy per (direction, layer, head), D as ``directions``."""
         return {rel: self._correct[rel] / self._count[rel] for rel in self._count}
 
+    def baseline_accuracies(self) -> dict[str, dict[int, float]]:
+        """relation -> {offset k: accuracy of head = dependent + k, clamped}."""
+        low = self.offsets[0]
+        return {
+            rel: {low + i: float(c) / n for i, c in enumerate(self._baseline[rel])}
+            for rel, n in self._count.items()
+        }
+
+    def _rank(self, right: np.ndarray, i: tuple[int, int, int]) -> tuple:
+        """Sort key of candidate (direction, layer, head) index i: arcs right, then the
+        tie order of Clark et al.'s code (higher layer, higher head, `DIRECTION_RANK`)."""
+        layers, heads = self.layout
+        return right[i], layers[i[1]], heads[i[2]], DIRECTION_RANK[self.directions[i[0]]]
+
     def result(self) -> dict[str, dict]:
-        """The report.json ``dependency_heads`` table, relations by decreasing count.
+        """The report.json ``dependency_heads`` table: ``all``, then relations by
+        decreasing count.
 
         Returns:
-          {relation: {"best_head": [layer, head], "direction": "dep_to_head" |
-          "head_to_dep", "accuracy": float, "baseline_offset": int,
+          {relation: {"best_head": [layer, head], "direction": a name of
+          `DIRECTIONS`, "accuracy": float, "baseline_offset": int,
           "baseline_accuracy": float, "count": int}}, layer and head being the
           capture's 0-indexed layer and head numbers.
         """
         if self.layout is None:
             return {}
         layers, heads = self.layout
+        order = sorted(self._count.items(), key=lambda kv: (kv[0] != ALL, -kv[1], kv[0]))
         out = {}
-        for rel, count in sorted(self._count.items(), key=lambda kv: (-kv[1], kv[0])):
-            acc = self._correct[rel] / count  # [2, L, H]
-            # Flatten in (layer, head, direction) order so ties go to the lowest layer/head.
-            flat = acc.transpose(1, 2, 0).reshape(-1)
-            li, hi, di = np.unravel_index(int(flat.argmax()), acc.transpose(1, 2, 0).shape)
-            k, n = best_offset(self._offsets[rel])
+        for rel, count in order:
+            right = self._correct[rel]  # [D, L, H] ints: ties compare exactly
+            d, li, hi = max(np.ndindex(right.shape), key=lambda i: self._rank(right, i))
+            k = max(range(len(self._baseline[rel])), key=lambda i: (self._baseline[rel][i], i))
             out[rel] = {
                 "best_head": [int(layers[li]), int(heads[hi])],
-                "direction": DIRECTIONS[di],
-                "accuracy": float(flat.max()),
-                "baseline_offset": k,
-                "baseline_accuracy": n / count,
+                "direction": self.directions[d],
+                "accuracy": float(right[d, li, hi]) / count,
+                "baseline_offset": self.offsets[0] + k,
+                "baseline_accuracy": float(self._baseline[rel][k]) / count,
                 "count": int(count),
             }
         return out

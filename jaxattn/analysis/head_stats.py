@@ -3,29 +3,42 @@
 For one example with weights W [L, H, T, T] (attention, or norm-based weights:
 see `jaxattn.analysis.weights`) and query rows i = 0..T-1:
 
-| stat | per example: mean over the T rows i of |
+| stat | per example |
 |---|---|
-| cls | sum_{j: token j is cls} W[i, j] |
-| sep | sum_{j: token j is sep} W[i, j] (every separator of a pair) |
-| punct | sum_{j: token j is "." or ","} W[i, j] |
-| self | W[i, i] |
-| prev | W[i, i-1] (0 for i = 0) |
-| next | W[i, i+1] (0 for i = T-1) |
-| entropy | -sum_j W[i, j] ln W[i, j] (nats; 0 ln 0 = 0) |
+| cls | mean over all rows i of sum_{j: token j is cls} W[i, j] |
+| sep | mean over all rows i of sum_{j: token j is sep} W[i, j] (every separator) |
+| punct | mean over all rows i of sum_{j: token j is "." or ","} W[i, j] |
+| self | mean over all rows i of W[i, i] |
+| prev | mean over all rows i of W[i, i-1] (0 for i = 0) |
+| next | mean over all rows i of W[i, i+1] (0 for i = T-1) |
+| entropy | mean over all rows i of -sum_j P[i, j] ln P[i, j] (nats) |
 | entropy_cls | the same for the [CLS] row only (mean over cls rows) |
+| sep_sep | mean over the sep rows of their attention to sep tokens ([SEP] -> [SEP]) |
+| rest_sep | mean over the other rows of their attention to sep tokens (other -> [SEP]) |
+
+Entropy is taken of the smoothed rows P = (1 - 1e-4) W + 1e-4 / T, as Clark
+et al.'s code does (General_Analysis.ipynb, "smooth to avoid NaNs"). Their
+code divides the sep_sep and rest_sep sums by 2 and T - 2, the number of
+[SEP] and other rows in their two-segment inputs; here they are divided by the
+number of sep rows and of other rows of each example, so a single sentence
+(one [SEP]) is not halved. Either is NaN when the example has no such rows.
+The reference line of their entropy plot, the entropy of uniform attention
+(ln T, averaged over the examples), is `HeadStats.uniform_entropy`.
 
 All rows count, special-token rows included, as in Clark et al.'s code. The
 corpus value is the mean of the per-example values over the examples (each
-example weighs the same, again as Clark et al.; `entropy_cls` over the examples
-that have a [CLS]).
+example weighs the same, again as Clark et al.; a NaN stat over the examples
+that have it).
 
 The engine computes the same table on the device (the `head_stats` and
-`norm_head_stats` quantities, [L, H, 8] per example): `HeadStats` takes those
-when a capture holds them, so a corpus is analysed without copying its maps.
+`norm_head_stats` quantities, [L, H, N] per example, N = len(HEAD_STATS)):
+`HeadStats` takes those when a capture holds them, so a corpus is analysed
+without copying its maps.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -38,14 +51,29 @@ from jaxattn.analysis.weights import (
     check_layout,
 )
 from jaxattn.capture import Capture
-from jaxattn.quantities import HEAD_STATS
+from jaxattn.quantities import ENTROPY_SMOOTHING, HEAD_STATS
 
 
-def row_entropy(weights: np.ndarray) -> np.ndarray:
-    """-sum_j w_j ln w_j over the last axis, in nats, with 0 ln 0 = 0."""
+def row_entropy(weights: np.ndarray, smoothing: float = 0.0) -> np.ndarray:
+    """-sum_j p_j ln p_j over the last axis, in nats, with 0 ln 0 = 0.
+
+    Args:
+      weights: [..., T] rows.
+      smoothing: s in p = (1 - s) w + s / T (Clark et al. use 1e-4,
+        `ENTROPY_SMOOTHING`); 0 takes the rows as they are.
+    """
     w = np.asarray(weights, np.float64)
+    if smoothing:
+        w = (1.0 - smoothing) * w + smoothing / w.shape[-1]
     logs = np.log(w, out=np.zeros_like(w), where=w > 0)
     return -(w * logs).sum(-1)
+
+
+def _mean_over(per_row: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Mean of [..., T] over the rows where `rows` [T] is true; NaN where none is."""
+    if not rows.any():
+        return np.full(per_row.shape[:-1], np.nan)
+    return per_row[..., rows].mean(-1)
 
 
 def head_statistics(
@@ -59,24 +87,24 @@ def head_statistics(
       specials: the special-token strings; detected from `tokens` when None.
 
     Returns:
-      stat -> [L, H] float64, for every name in `HEAD_STATS`; ``entropy_cls`` is
-      NaN when no token is the cls token.
+      stat -> [L, H] float64, for every name in `HEAD_STATS`; ``entropy_cls``,
+      ``sep_sep`` and ``rest_sep`` are NaN when the example has no such row.
     """
     w = np.asarray(weights, np.float64)
     t = w.shape[-1]
     if len(tokens) != t:
         raise ValueError(f"{len(tokens)} tokens for weights over {t} positions")
     masks = token_masks(tokens, specials or detect_specials(tokens))
-    entropy = row_entropy(w)  # [L, H, T]
+    entropy = row_entropy(w, ENTROPY_SMOOTHING)  # [L, H, T]
     out = {name: w[..., masks[name]].sum(-1).mean(-1) for name in ("cls", "sep", "punct")}
     out["self"] = np.diagonal(w, 0, -2, -1).mean(-1)
     out["prev"] = np.diagonal(w, -1, -2, -1).sum(-1) / t  # W[i, i-1], i >= 1
     out["next"] = np.diagonal(w, 1, -2, -1).sum(-1) / t  # W[i, i+1], i <= T-2
     out["entropy"] = entropy.mean(-1)
-    if masks["cls"].any():
-        out["entropy_cls"] = entropy[..., masks["cls"]].mean(-1)
-    else:
-        out["entropy_cls"] = np.full(w.shape[:-2], np.nan)
+    out["entropy_cls"] = _mean_over(entropy, masks["cls"])
+    to_sep = w[..., masks["sep"]].sum(-1)  # [L, H, T]
+    out["sep_sep"] = _mean_over(to_sep, masks["sep"])
+    out["rest_sep"] = _mean_over(to_sep, ~masks["sep"])
     return {name: out[name] for name in HEAD_STATS}
 
 
@@ -109,6 +137,8 @@ class HeadStats:
         self.layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None
         self._sums: dict[str, dict[str, np.ndarray]] = {}
         self._counts: dict[str, dict[str, int]] = {}
+        self._log_lengths = 0.0  # sum over the examples of ln T
+        self._seen = 0
 
     def update(self, capture: Capture) -> None:
         """Add one example."""
@@ -118,6 +148,11 @@ class HeadStats:
             on_device = ON_DEVICE[kind] in capture.tensors
             if on_device and self.specials is None:
                 table = np.asarray(capture.array(ON_DEVICE[kind]), np.float64)  # [L, H, N]
+                if table.shape[-1] != len(HEAD_STATS):
+                    raise ValueError(
+                        f"{ON_DEVICE[kind]} holds {table.shape[-1]} statistics per head, this "
+                        f"version {len(HEAD_STATS)} ({', '.join(HEAD_STATS)}): capture it again"
+                    )
                 stats = {name: table[..., k] for k, name in enumerate(HEAD_STATS)}
             elif on_device and kind not in available_kinds(capture):
                 raise ValueError(
@@ -134,6 +169,17 @@ class HeadStats:
                     continue
                 sums[name] = sums.get(name, 0.0) + value
                 counts[name] = counts.get(name, 0) + 1
+        self._log_lengths += math.log(capture.length)
+        self._seen += 1
+
+    @property
+    def uniform_entropy(self) -> float:
+        """The entropy of uniform attention, ln T, averaged over the examples (nats).
+
+        Clark et al.'s reference line for the head entropies (General_Analysis.ipynb,
+        ``uniform_attn_entropy``); NaN before any example.
+        """
+        return self._log_lengths / self._seen if self._seen else math.nan
 
     @property
     def examples(self) -> int:
@@ -144,7 +190,8 @@ class HeadStats:
     def result(self) -> dict[str, np.ndarray]:
         """Corpus means: ``{stat: [L, H]}`` for attention weights and ``{"norm_" + stat: ...}``.
 
-        A stat no example had (``entropy_cls`` without [CLS]) is left out.
+        A stat no example had (``entropy_cls`` without [CLS], ``sep_sep``
+        without [SEP]) is left out.
         """
         out = {}
         for kind in WEIGHT_KINDS:

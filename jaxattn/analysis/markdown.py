@@ -13,6 +13,14 @@ _STAT_NAMES = {
     "next": "next",
     "entropy": "entropy",
     "entropy_cls": "entropy [CLS] row",
+    "sep_sep": "[SEP]→[SEP]",
+    "rest_sep": "other→[SEP]",
+}
+
+
+_WORD_ROWS = {
+    "mean": "the mean of its pieces' rows (the paper)",
+    "first": "its first piece's row (the released code's default)",
 }
 
 
@@ -26,6 +34,10 @@ def _f(x, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+def _uniform(value) -> str:
+    return "" if value is None else f"; uniform attention would give {value:.3f} (mean ln T)"
+
+
 def _head_stats(report: dict) -> list[str]:
     stats = report["head_stats"]
     layers = report["meta"]["layers"]
@@ -34,7 +46,11 @@ def _head_stats(report: dict) -> list[str]:
         "## Head statistics",
         "",
         "Mean over heads per layer (attention weights / norm-based weights, Kobayashi et al. "
-        "2020). Mass = mean over query tokens of the weight on those keys; entropy in nats.",
+        "2020). Mass = mean over query tokens of the weight on those keys; [SEP]→[SEP] and "
+        "other→[SEP] over the [SEP] rows and the other rows only (Clark et al. 2019). Entropy "
+        "in nats, of rows smoothed as Clark et al. do ((1 − 1e-4) w + 1e-4 / T)"
+        + _uniform(report["meta"].get("uniform_entropy"))
+        + ".",
         "",
     ]
     names = [n for n in _STAT_NAMES if n in stats]
@@ -78,20 +94,26 @@ def _patterns(report: dict) -> list[str]:
     return lines + _table(["layer", *names], rows)
 
 
-def _dependency(table: dict, title: str, max_relations: int) -> list[str]:
+def _dependency(table: dict, title: str, max_relations: int, settings: dict) -> list[str]:
+    low, high = settings.get("baseline_offsets", (-3, 2))
+    word_rows = _WORD_ROWS[settings.get("word_rows", "mean")]
+    rule = "on" if settings.get("possessive_rule", True) else "off"
     lines = [
         f"## {title}",
         "",
         "Clark et al. 2019 Table 1: best (layer-head, direction) by argmax accuracy on "
-        "word-level weights, against the best fixed-offset baseline.",
+        f"word-level weights (a split word's row: {word_rows}; directions: "
+        f"{', '.join(settings.get('directions', ()))}; possessive rule {rule}), against the best "
+        f"fixed-offset baseline (offsets {low:+d}..{high:+d}, clamped to the sentence). "
+        "The row `all` scores every word, root and punctuation included.",
         "",
     ]
     rows = []
-    for rel, r in list(table.items())[:max_relations]:
+    for rel, r in list(table.items())[: max_relations + 1]:
         layer, head = r["best_head"]
         rows.append(
             [
-                rel,
+                f"**{rel}**" if rel == "all" else rel,
                 r["count"],
                 f"{layer}-{head}",
                 r["direction"],
@@ -126,7 +148,8 @@ def render_markdown(report: dict, max_relations: int = 30) -> str:
 
     Args:
       report: a report.json dict.
-      max_relations: most relations listed per dependency table (most frequent first).
+      max_relations: most relations listed per dependency table (most frequent first),
+        after the ``all`` row.
     """
     meta = report["meta"]
     lines = ["# Attention analysis report", ""]
@@ -145,14 +168,15 @@ def render_markdown(report: dict, max_relations: int = 30) -> str:
     lines.append("")
     lines += _head_stats(report)
     lines += _patterns(report)
-    if report.get("dependency_heads"):
-        lines += _dependency(
-            report["dependency_heads"], "Dependency heads (attention)", max_relations
-        )
-    if report.get("dependency_heads_norm"):
-        lines += _dependency(
-            report["dependency_heads_norm"], "Dependency heads (norm-based weights)", max_relations
-        )
+    settings = meta.get("dependency", {})
+    for key, title in (
+        ("dependency_heads", "attention"),
+        ("dependency_heads_norm", "norm-based weights"),
+    ):
+        if report.get(key):
+            lines += _dependency(
+                report[key], f"Dependency heads ({title})", max_relations, settings
+            )
     if report.get("rollout"):
         lines += _rollout(report)
     lines += ["## Mixing ratios", ""]

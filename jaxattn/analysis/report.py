@@ -7,14 +7,17 @@
     write_report(report, "report.json")               # and report.md beside it
 
 report.json keys (layers and heads 0-indexed, as captured):
-- ``meta``: examples, tokens, layers, heads, the definitions' thresholds, and
-  anything the caller adds;
+- ``meta``: examples, tokens, layers, heads, the definitions' thresholds,
+  ``uniform_entropy`` (ln T averaged over the examples: Clark et al.'s reference
+  for the head entropies), ``dependency`` (the dependency table's settings: word
+  rows, directions, possessive rule, baseline offsets), and anything the caller
+  adds;
 - ``head_stats``: {stat: [L][H]} (`jaxattn.analysis.head_stats`; ``norm_*`` for
   norm-based weights);
 - ``patterns``: {class or pattern: [L] fractions} (`jaxattn.analysis.patterns`);
 - ``mixing_ratios``: {measure: [L]} (Kobayashi et al. 2021,
   `jaxattn.analysis.mixing`), for each measure whose quantity was captured;
-- ``dependency_heads`` (with parsed sentences): {relation: {...}}
+- ``dependency_heads`` (with parsed sentences): {"all" or relation: {...}}
   (`jaxattn.analysis.dependency`), and ``dependency_heads_norm`` with
   norm-based weights;
 - ``head_distance``: {"js_divergence": [N][N], "mds": [L][H][2]};
@@ -52,6 +55,8 @@ class CorpusAnalysis:
       head_distance: compute the JS divergence between heads (O(N^2 T^2) per example).
       distance_max_tokens: skip longer examples in the head distance.
       coarse_relations: group dependency relations by their universal label.
+      dependency: further `DependencyHeads` options (rows, directions,
+        possessive, offsets); Clark et al.'s definitions when None.
       head_stats_only: only the head statistics, from captures that may hold
         just the engine's ``head_stats`` / ``norm_head_stats`` (no maps).
     """
@@ -64,6 +69,7 @@ class CorpusAnalysis:
         distance_max_tokens: int | None = 128,
         coarse_relations: bool = False,
         head_stats_only: bool = False,
+        dependency: dict | None = None,
     ):
         self.specials = specials
         self.head_stats = HeadStats(specials)
@@ -74,6 +80,7 @@ class CorpusAnalysis:
         self.rollout = None if head_stats_only else RolloutStats(specials=specials)
         self.mixing = MixingRatios()
         self.coarse_relations = coarse_relations
+        self.dependency_options = dict(dependency or {})
         self.dependency: dict[str, DependencyHeads] = {}
         self.examples = 0
         self.tokens = 0
@@ -103,7 +110,10 @@ class CorpusAnalysis:
         for kind in available_kinds(capture):
             if kind not in self.dependency:
                 self.dependency[kind] = DependencyHeads(
-                    kind, coarse=self.coarse_relations, specials=self.specials
+                    kind,
+                    coarse=self.coarse_relations,
+                    specials=self.specials,
+                    **self.dependency_options,
                 )
             self.dependency[kind].update(capture, sentence)
 
@@ -112,13 +122,18 @@ class CorpusAnalysis:
         if not self.examples or self.head_stats.layout is None:
             raise ValueError("the analysis saw no example")
         layers, heads = self.head_stats.layout
-        info = {"examples": self.examples, "tokens": self.tokens}
-        dep = self.dependency.get("attention")
+        info = {
+            "examples": self.examples,
+            "tokens": self.tokens,
+            "uniform_entropy": self.head_stats.uniform_entropy,
+        }
+        dep = self.dependency.get("attention") or self.dependency.get("norm")
         if dep is not None:
             info.update(
                 parsed_sentences=dep.sentences,
                 unaligned_sentences=dep.skipped,
                 unaligned_examples=dep.skip_reasons,
+                dependency=dep.settings,
             )
         if self.distance is not None:
             info["head_distance_skipped"] = self.distance.skipped

@@ -62,30 +62,47 @@ class WordMap:
         return out
 
 
-def word_level_attention(weights: np.ndarray, word_map: WordMap) -> np.ndarray:
+# How the row of a split word is made from its pieces' rows (`word_level_attention`).
+# "mean" is what Clark et al. 2019 state (section 4.1) and the default here; "first"
+# is the default of their released code (bpe_utils.get_word_word_attention, mode="first").
+WORD_ROWS = ("mean", "first")
+
+
+def word_level_attention(weights: np.ndarray, word_map: WordMap, rows: str = "mean") -> np.ndarray:
     """Word-level attention of Clark et al. 2019 (section 4.1, "Attention to words").
 
-    Attention *to* a unit is the sum of the attention to its pieces; attention
-    *from* a unit is the mean over its pieces of their (word-level) rows:
-    ``W[u, v] = mean_{i in u} sum_{j in v} A[i, j]``. Rows of units that got
-    all tokens of the map stay probability rows; columns of tokens in no unit
-    are dropped (those rows then sum to less than 1); a unit with no tokens
-    gets a zero row and column.
+    Attention *to* a unit is the sum of the attention to its pieces. Attention
+    *from* a unit is, with ``rows="mean"`` (the paper's definition), the mean
+    over its pieces of their (word-level) rows,
+    ``W[u, v] = mean_{i in u} sum_{j in v} A[i, j]``; with ``rows="first"``
+    (the released code's default), the row of its first piece,
+    ``W[u, v] = sum_{j in v} A[first(u), j]``. Rows of units that got all
+    tokens of the map stay probability rows; columns of tokens in no unit are
+    dropped (those rows then sum to less than 1); a unit with no tokens gets a
+    zero row and column.
 
     Args:
       weights: [..., T, T] token-level weights (e.g. attention [L, H, T, T]).
       word_map: the token -> unit map of the same example.
+      rows: "mean" or "first" (`WORD_ROWS`).
 
     Returns:
       [..., U, U] float64.
     """
+    if rows not in WORD_ROWS:
+        raise ValueError(f"rows must be one of {WORD_ROWS}, not {rows!r}")
     m = word_map.membership()  # [U, T]
     if weights.shape[-1] != m.shape[1]:
         raise ValueError(f"weights have {weights.shape[-1]} tokens, the word map {m.shape[1]}")
     counts = m.sum(1, keepdims=True)
-    mean = np.divide(m, counts, out=np.zeros_like(m), where=counts > 0)
+    if rows == "mean":
+        pick = np.divide(m, counts, out=np.zeros_like(m), where=counts > 0)
+    else:  # one-hot on each unit's first token (argmax: the first 1)
+        pick = np.zeros_like(m)
+        has = counts[:, 0] > 0
+        pick[np.flatnonzero(has), m[has].argmax(1)] = 1.0
     to_units = np.asarray(weights, np.float64) @ m.T  # [..., T, U]
-    return np.einsum("ut,...tv->...uv", mean, to_units)
+    return np.einsum("ut,...tv->...uv", pick, to_units)
 
 
 def group_words(

@@ -29,6 +29,7 @@ from jaxattn.cli.args import (
 )
 from jaxattn.cli.corpus import input_path, records
 from jaxattn.cli.corpus import report as report_counts
+from jaxattn.cli.dependency_flags import add_dependency_arguments, dependency_options
 from jaxattn.cli.saved import open_saved
 from jaxattn.cli.source import describe, open_source
 from jaxattn.engine.ablation import MODES as ABLATION_MODES
@@ -107,6 +108,7 @@ def register(subparsers) -> None:
         action="store_true",
         help="group dependency relations by universal label (nmod:poss -> nmod)",
     )
+    add_dependency_arguments(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_run)
 
@@ -163,6 +165,7 @@ def _run(args) -> int:
         head_distance=not args.no_head_distance,
         coarse_relations=args.coarse_relations,
         head_stats_only=args.stats_only,
+        dependency=dependency_options(args),
     )
     quiet = args.quiet or len(texts) + len(extra) < 50
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 
+from jaxattn.cli.dependency_flags import dependency_options
 from jaxattn.cli.saved import require, saved_parses, stored_quantities
 from jaxattn.errors import InputError, UsageError
 from jaxattn.progress import Progress
@@ -72,9 +73,12 @@ def analyse_saved(args, caps) -> tuple:
               f"{','.join(absent)} to have them)", file=sys.stderr)  # fmt: skip
     caps = caps[: args.limit] if args.limit else caps
     parses = saved_parses(caps, args.conllu, args.input) if args.conllu else None
-    corpus = CorpusAnalysis(head_distance=not args.no_head_distance,
-                            coarse_relations=args.coarse_relations,
-                            head_stats_only=args.stats_only)  # fmt: skip
+    corpus = CorpusAnalysis(
+        head_distance=not args.no_head_distance,
+        coarse_relations=args.coarse_relations,
+        head_stats_only=args.stats_only,
+        dependency=dependency_options(args),
+    )
     bar = Progress(len(caps), "analyze", enabled=not (args.quiet or len(caps) < 50))
     for i, cap in enumerate(caps):
         corpus.update(cap, parses[i] if parses else None)

@@ -2,16 +2,18 @@
 
 The same numbers as `jaxattn.analysis.head_statistics` computes on the host
 from a trimmed [L, H, T, T] map, computed inside the jitted step from the
-padded weights, so a corpus analysis copies [L, H, 8] per example instead of
-the maps. Padding: padded keys carry exactly zero weight, padded query rows
-are left out of every mean. Token classes come from `jaxattn.token_classes`
-(one definition for host and device), packed as bits per token.
+padded weights, so a corpus analysis copies [L, H, N] per example instead of
+the maps. Padding: padded keys carry exactly zero weight and are left out of
+the entropies' smoothing, padded query rows are left out of every mean. Token
+classes come from `jaxattn.token_classes` (one definition for host and device),
+packed as bits per token.
 """
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 
+from jaxattn.quantities import ENTROPY_SMOOTHING
 from jaxattn.token_classes import CLS_BIT, PUNCT_BIT, SEP_BIT
 
 
@@ -19,36 +21,43 @@ def head_statistics(weights, mask, classes):
     """weights [H, T, S] (T == S), mask [T] bool, classes [T] int8 bits -> [H, N].
 
     N follows `jaxattn.quantities.HEAD_STATS`: cls, sep, punct, self, prev,
-    next, entropy (nats, 0 ln 0 = 0), entropy_cls (NaN without a cls token).
+    next, entropy and entropy_cls (nats, of rows smoothed by ENTROPY_SMOOTHING
+    over the real keys; entropy_cls NaN without a cls token), sep_sep and
+    rest_sep (NaN without such rows).
     """
     real = mask.astype(weights.dtype)  # [T]
     n = real.sum()
 
-    def mean_over_rows(per_row):  # [H, T] -> [H], real rows only
-        return (per_row * real).sum(-1) / n
+    def rows_of(bit):
+        return ((classes & bit) != 0).astype(weights.dtype) * real  # [T]
 
-    def attention_to(bit):
-        keys = ((classes & bit) != 0).astype(weights.dtype)  # [S]
-        return mean_over_rows((weights * keys).sum(-1))
+    def mean_over(per_row, rows):  # [H, T] -> [H] over the rows given; NaN if none
+        count = rows.sum()
+        return jnp.where(count > 0, (per_row * rows).sum(-1) / jnp.maximum(count, 1.0), jnp.nan)
+
+    def attention_to(bit):  # [H, T]: each row's weight on the tokens of a class
+        return (weights * rows_of(bit)).sum(-1)
 
     diag = jnp.diagonal(weights, 0, 1, 2)  # [H, T]
     below = jnp.diagonal(weights, -1, 1, 2)  # W[i, i-1] for i = 1..T-1
     above = jnp.diagonal(weights, 1, 1, 2)  # W[i, i+1] for i = 0..T-2 (past the end: 0)
-    logs = jnp.log(jnp.where(weights > 0, weights, 1.0))
-    entropy = -(weights * logs).sum(-1)  # [H, T]
-    cls_rows = ((classes & CLS_BIT) != 0).astype(weights.dtype) * real
-    entropy_cls = jnp.where(
-        cls_rows.sum() > 0, (entropy * cls_rows).sum(-1) / cls_rows.sum(), jnp.nan
-    )
+    s = ENTROPY_SMOOTHING
+    smoothed = ((1.0 - s) * weights + s / n) * real  # padded keys stay 0
+    logs = jnp.log(jnp.where(smoothed > 0, smoothed, 1.0))
+    entropy = -(smoothed * logs).sum(-1)  # [H, T]
+    to_sep = attention_to(SEP_BIT)
+    sep_rows = rows_of(SEP_BIT)
     stats = (
-        attention_to(CLS_BIT),
-        attention_to(SEP_BIT),
-        attention_to(PUNCT_BIT),
-        mean_over_rows(diag),
+        mean_over(attention_to(CLS_BIT), real),
+        mean_over(to_sep, real),
+        mean_over(attention_to(PUNCT_BIT), real),
+        mean_over(diag, real),
         (below * real[1:]).sum(-1) / n,
         (above * real[:-1]).sum(-1) / n,
-        mean_over_rows(entropy),
-        entropy_cls,
+        mean_over(entropy, real),
+        mean_over(entropy, rows_of(CLS_BIT)),
+        mean_over(to_sep, sep_rows),
+        mean_over(to_sep, real - sep_rows),
     )
     return jnp.stack(stats, axis=-1)
 

@@ -145,3 +145,57 @@ def test_analyze_reads_every_input_format(checkpoint_dirs, tmp_path):
                 "--quiet", "--no-head-distance", "--no-norm"]  # fmt: skip
         assert main(args) == 0
         assert json.loads(out.read_text())["meta"]["examples"] == examples
+
+
+def test_analyze_dependency_variants(checkpoint_dirs, conllu, tmp_path, capsys):
+    out = tmp_path / "report.json"
+    args = [
+        "analyze",
+        str(conllu),
+        "--model",
+        str(checkpoint_dirs["bert"]),
+        "--quiet",
+        "--no-head-distance",
+        "--no-norm",
+    ]
+    variant = [
+        "--word-rows",
+        "first",
+        "--directions",
+        "dep_to_head, head_row",
+        "--no-possessive-rule",
+        "--baseline-offsets",
+        "-5",
+        "5",
+    ]
+    assert main([*args, "--out", str(out), *variant]) == 0
+    report = json.loads(out.read_text())
+    assert report["meta"]["dependency"] == {
+        "word_rows": "first",
+        "directions": ["dep_to_head", "head_row"],
+        "possessive_rule": False,
+        "baseline_offsets": [-5, 5],
+        "relations": "full",
+    }
+    table = report["dependency_heads"]
+    assert list(table)[0] == "all" and table["all"]["count"] == 13  # every word, roots too
+    assert {row["direction"] for row in table.values()} <= {"dep_to_head", "head_row"}
+    md = (tmp_path / "report.md").read_text()
+    assert "| **all** | 13 |" in md and "offsets -5..+5" in md and "first piece" in md
+    for bad, message in (
+        (["--directions", "up"], "distinct names"),
+        (["--baseline-offsets", "2", "-3"], "lower offset first"),
+        (["--word-rows", "max"], "invalid choice"),
+    ):
+        capsys.readouterr()
+        assert main([*args, "--out", str(tmp_path / "x.json"), *bad]) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_the_cli_spells_the_analysis_names():
+    from jaxattn.analysis import CLARK_DIRECTIONS, DIRECTIONS, WORD_ROWS
+    from jaxattn.analysis.dependency_rules import BASELINE_OFFSETS
+    from jaxattn.cli import dependency_flags as flags
+
+    assert (flags.WORD_ROWS, flags.DIRECTIONS) == (WORD_ROWS, DIRECTIONS)
+    assert (flags.CLARK_DIRECTIONS, flags.BASELINE_OFFSETS) == (CLARK_DIRECTIONS, BASELINE_OFFSETS)

@@ -103,7 +103,7 @@ def test_dependency_heads_table():
     for cap, sent in captures_and_sentences():
         acc.update(cap, sent)
     out = acc.result()
-    assert list(out) == ["det", "punct", "advmod", "aux", "nmod:poss", "nsubj", "obj"]
+    assert list(out) == ["all", "det", "punct", "advmod", "aux", "nmod:poss", "nsubj", "obj"]
     assert out["det"] == {
         "best_head": [0, 0],
         "direction": "dep_to_head",
@@ -112,22 +112,43 @@ def test_dependency_heads_table():
         "baseline_accuracy": 1.0,
         "count": 2,
     }
-    # offsets -1 and -3 once each: the tie goes to the smaller |k|
+    # "." -> "sat" at k = -1, "." -> "eat" at k = -3: the tie goes to the larger k
     assert out["punct"]["baseline_offset"] == -1 and out["punct"]["baseline_accuracy"] == 0.5
     assert out["obj"] == {
         "best_head": [0, 1],
-        "direction": "head_to_dep",
+        "direction": "head_to_dep",  # "eat" attends most to "strawberries" of all words
         "accuracy": 1.0,
         "baseline_offset": -2,
         "baseline_accuracy": 1.0,
         "count": 1,
     }
-    accs = acc.accuracies()
-    # [direction, layer, head]
-    np.testing.assert_allclose(accs["det"][:, 0], [[1.0, 0.0], [0.5, 1.0]])
+    # "my" -> "cat", two words: every head is right (the only other word), and the tie goes
+    # to the last head, transposed; the baseline +1 and +2 (clamped to "cat") tie: +2.
+    assert out["nmod:poss"]["best_head"] == [0, 1]
+    assert out["nmod:poss"]["direction"] == "head_to_dep"
+    assert out["nmod:poss"]["baseline_offset"] == 2
+    # all 12 words, the 3 roots and 2 punctuation marks included; no head gets a root right,
+    # the baseline -3 gets all three (clamped to the root) and "." -> "eat"
+    assert out["all"]["count"] == 12 and out["all"]["accuracy"] == 8 / 12
+    assert acc.baseline_accuracies()["all"] == {
+        -3: 4 / 12,
+        -2: 2 / 12,
+        -1: 1 / 12,
+        0: 0.0,
+        1: 5 / 12,
+        2: 2 / 12,
+    }
+    accs = acc.accuracies()  # [direction, layer, head]
+    np.testing.assert_allclose(accs["det"][:, 0], [[1.0, 0.0], [0.5, 0.5]])
     np.testing.assert_allclose(accs["punct"][:, 0], [[1.0, 0.0], [0.0, 0.0]])
-    np.testing.assert_allclose(accs["nsubj"][:, 0], [[1.0, 0.0], [1.0, 1.0]])  # sat -> cat in both
+    np.testing.assert_allclose(accs["nsubj"][:, 0], [[1.0, 0.0], [0.0, 1.0]])
     np.testing.assert_allclose(accs["obj"][:, 0], [[0.0, 0.0], [0.0, 1.0]])
+    # the head's own row (jaxattn 0.2's reading), on request
+    rows = DependencyHeads(directions=["head_row"])
+    for cap, sent in captures_and_sentences():
+        rows.update(cap, sent)
+    np.testing.assert_allclose(rows.accuracies()["det"][0, 0], [0.5, 1.0])
+    np.testing.assert_allclose(rows.accuracies()["nsubj"][0, 0], [1.0, 1.0])  # sat -> cat
 
 
 def test_coarse_relations_and_unaligned_sentences():

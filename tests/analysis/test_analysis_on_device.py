@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from clark_reference import avg_attns, entropies
 from hf_fixtures import EXAMPLE_A, EXAMPLE_B
 
 from jaxattn.analysis import CorpusAnalysis, capture_weights, head_statistics
@@ -29,6 +30,13 @@ def test_device_statistics_equal_the_host_implementation(engines, family):
                 where = f"{family} {kind} {name} {cap.tokens}"
                 np.testing.assert_allclose(device[..., k], host[name], rtol=1e-5, atol=1e-6,
                                            err_msg=where)  # fmt: skip
+        if family == "bert":  # and the authors' formulas (General_Analysis.ipynb), on the device
+            attns = np.asarray(cap.attention, np.float64)
+            ref = avg_attns(list(cap.tokens), attns)
+            ref["entropy"], ref["entropy_cls"], _ = entropies(attns)
+            for name in ("sep_sep", "rest_sep", "entropy", "entropy_cls", "prev", "next"):
+                got = cap.head_stats[..., HEAD_STATS.index(name)]
+                np.testing.assert_allclose(got, ref[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 def test_a_corpus_analysis_from_the_statistics_alone_matches_the_maps(engines):
@@ -58,6 +66,8 @@ def test_analyze_stats_only(checkpoint_dirs, tmp_path, capsys):
     assert set(b["head_stats"]) == set(a["head_stats"])
     for name, value in a["head_stats"].items():
         np.testing.assert_allclose(b["head_stats"][name], value, rtol=1e-5, atol=1e-6)
+    assert {"sep_sep", "rest_sep", "norm_sep_sep"} <= set(b["head_stats"])
+    assert b["meta"]["uniform_entropy"] == a["meta"]["uniform_entropy"] > 0
     conllu = tmp_path / "x.conllu"
     conllu.write_text("1\ta\t_\t_\t_\t_\t0\troot\t_\t_\n", encoding="utf-8")
     capsys.readouterr()

@@ -56,4 +56,11 @@ def test_report_with_parses_and_mixing_ratios(tmp_path):
     _, md = write_report(report, tmp_path / "r.json")
     text = md.read_text()
     assert "| det | 2 | 0-0 | dep_to_head | 100.0 | +1 | 100.0 |" in text
+    # the "all" row first (12 words, 3 roots and 2 punctuation marks included), and the
+    # definition's choices
+    assert list(report["dependency_heads"])[0] == "all"
+    assert "| **all** | 12 | 0-0 | dep_to_head | 66.7 | +1 | 41.7 |" in text
+    assert report["meta"]["dependency"]["baseline_offsets"] == [-3, 2]
+    assert "offsets -3..+2, clamped" in text and "mean of its pieces' rows" in text
+    assert "[SEP]→[SEP]" in text and "uniform attention would give" in text
     assert "Attn-W" in text

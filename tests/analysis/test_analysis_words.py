@@ -38,6 +38,12 @@ def test_word_level_attention_of_a_split_word():
     )
     np.testing.assert_allclose(w, expected, atol=1e-12)
     np.testing.assert_allclose(w.sum(-1), 1.0)
+    # the released code's default: a split word's row is its first piece's ("straw")
+    first = word_level_attention(a[None, None], wmap, rows="first")[0, 0]
+    expected[1] = [0.0, 0.6, 0.2, 0.1, 0.1]
+    np.testing.assert_allclose(first, expected, atol=1e-12)
+    with pytest.raises(ValueError, match="rows"):
+        word_level_attention(a, wmap, rows="max")
 
 
 def test_dropping_specials():

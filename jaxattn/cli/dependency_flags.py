@@ -1,0 +1,82 @@
+"""The flags of `jaxattn analyze` that choose how the dependency-head table is scored.
+
+The defaults are Clark et al. 2019's definitions (`jaxattn.analysis.dependency`);
+each flag picks a variant: the released code's first-piece rows, this library's
+earlier head-row reading, no possessive rule, another baseline range. Shared by
+the model and the saved-captures runs of analyze. The names are spelled here, not
+imported, so that building the CLI's parser does not load `jaxattn.analysis`;
+tests/analysis/test_analysis_cli.py checks them against the analysis tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from jaxattn.cli.args import names
+from jaxattn.errors import UsageError
+
+WORD_ROWS = ("mean", "first")  # jaxattn.analysis.WORD_ROWS
+DIRECTIONS = ("dep_to_head", "head_to_dep", "head_row")  # jaxattn.analysis.DIRECTIONS
+CLARK_DIRECTIONS = DIRECTIONS[:2]  # jaxattn.analysis.CLARK_DIRECTIONS
+BASELINE_OFFSETS = (-3, 2)  # jaxattn.analysis.dependency_rules.BASELINE_OFFSETS
+
+
+def directions(value: str) -> tuple[str, ...]:
+    """'dep_to_head,head_row' -> the distinct direction names, checked."""
+    out = names(value)
+    bad = [d for d in out if d not in DIRECTIONS]
+    if bad or len(set(out)) != len(out):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: give distinct names among {', '.join(DIRECTIONS)}"
+        )
+    return out
+
+
+def add_dependency_arguments(p) -> None:
+    """--word-rows, --directions, --no-possessive-rule, --baseline-offsets."""
+    p.add_argument(
+        "--word-rows",
+        choices=WORD_ROWS,
+        default="mean",
+        help="a split word's attention to the other words: the mean of its pieces' rows "
+        "(Clark et al.'s paper, section 4.1; default) or its first piece's row (the default "
+        "of their released code, bpe_utils.py)",
+    )
+    p.add_argument(
+        "--directions",
+        type=directions,
+        default=CLARK_DIRECTIONS,
+        metavar="LIST",
+        help="the readings that compete for each relation's best head: dep_to_head (the "
+        "dependent's most-attended word is its head), head_to_dep (the word that attends "
+        "most to the dependent is its head; Clark et al.'s transposed map), head_row (the "
+        "head's most-attended word is the dependent: jaxattn 0.2's head_to_dep)",
+    )
+    p.add_argument(
+        "--no-possessive-rule",
+        action="store_true",
+        help="score a possessor (nmod:poss, poss) by its own guess, not by the guess of the "
+        "'s that follows it (Clark et al.'s rule, on by default)",
+    )
+    p.add_argument(
+        "--baseline-offsets",
+        type=int,
+        nargs=2,
+        default=BASELINE_OFFSETS,
+        metavar=("LOW", "HIGH"),
+        help="the offsets k the baseline head = dependent + k tries, both included, clamped "
+        "to the sentence (default: -3 2, Clark et al.'s)",
+    )
+
+
+def dependency_options(args) -> dict:
+    """The `jaxattn.analysis.DependencyHeads` options the flags give."""
+    low, high = args.baseline_offsets
+    if low > high:
+        raise UsageError(f"--baseline-offsets {low} {high}: give the lower offset first")
+    return {
+        "rows": args.word_rows,
+        "directions": tuple(args.directions),
+        "possessive": not args.no_possessive_rule,
+        "offsets": (low, high),
+    }
