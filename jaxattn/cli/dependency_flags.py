@@ -70,8 +70,28 @@ def add_dependency_arguments(p) -> None:
 
 
 def dependency_options(args) -> dict:
-    """The `jaxattn.analysis.DependencyHeads` options the flags give."""
+    """The `jaxattn.analysis.DependencyHeads` options the flags give.
+
+    Raises:
+      UsageError: a lower offset after a higher one, or a variant chosen with
+        --stats-only, which makes no dependency table.
+    """
     low, high = args.baseline_offsets
+    chosen = [
+        flag
+        for flag, on in (
+            ("--word-rows", args.word_rows != "mean"),
+            ("--directions", tuple(args.directions) != CLARK_DIRECTIONS),
+            ("--no-possessive-rule", args.no_possessive_rule),
+            ("--baseline-offsets", (low, high) != BASELINE_OFFSETS),
+        )
+        if on
+    ]
+    if chosen and args.stats_only:
+        raise UsageError(
+            f"{', '.join(chosen)} choose how the dependency table is scored; "
+            "--stats-only makes none: drop one or the other"
+        )
     if low > high:
         raise UsageError(f"--baseline-offsets {low} {high}: give the lower offset first")
     return {

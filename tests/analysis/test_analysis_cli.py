@@ -186,6 +186,10 @@ def test_analyze_dependency_variants(checkpoint_dirs, conllu, tmp_path, capsys):
         (["--directions", "up"], "distinct names"),
         (["--baseline-offsets", "2", "-3"], "lower offset first"),
         (["--word-rows", "max"], "invalid choice"),
+        (
+            ["--stats-only", "--word-rows", "first", "--no-possessive-rule"],
+            "--word-rows, --no-possessive-rule choose how the dependency table is scored",
+        ),
     ):
         capsys.readouterr()
         assert main([*args, "--out", str(tmp_path / "x.json"), *bad]) == 2
