@@ -58,6 +58,8 @@ SCALE = 2**30
 """Capacities are A' * SCALE rounded to integers (scipy's max-flow takes integers)."""
 MAX_EDGES = 1 << 21
 """Most edges in one scipy max-flow call (about 100 MB of work arrays)."""
+MAX_TOKENS = 40
+"""`FlowStats` skips longer examples by default: 94% of UD EWT dev, 28% of its T^4 cost."""
 
 
 def _scipy():
@@ -199,7 +201,7 @@ class FlowStats(RolloutStats):
         self,
         kinds: tuple[str, ...] = ("attention", "norm"),
         specials: SpecialTokens | None = None,
-        max_tokens: int | None = 64,
+        max_tokens: int | None = MAX_TOKENS,
         max_examples: int | None = None,
     ):
         super().__init__(kinds, specials)

@@ -38,6 +38,7 @@ import numpy as np
 import jaxattn.analysis.patterns as _patterns
 from jaxattn import outfile
 from jaxattn.analysis.dependency import DependencyHeads
+from jaxattn.analysis.flow import MAX_TOKENS as FLOW_MAX_TOKENS
 from jaxattn.analysis.flow import FlowStats
 from jaxattn.analysis.head_distance import HeadDistance
 from jaxattn.analysis.head_stats import HeadStats
@@ -78,7 +79,7 @@ class CorpusAnalysis:
         head_stats_only: bool = False,
         dependency: dict | None = None,
         flow_examples: int = 0,
-        flow_max_tokens: int | None = 64,
+        flow_max_tokens: int | None = FLOW_MAX_TOKENS,
     ):
         self.specials = specials
         self.head_stats = HeadStats(specials)

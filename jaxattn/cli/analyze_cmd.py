@@ -15,6 +15,7 @@ import platform
 import time
 from pathlib import Path
 
+from jaxattn.analysis.flow import MAX_TOKENS as FLOW_MAX_TOKENS
 from jaxattn.cli.analyze_saved import analyse_saved
 from jaxattn.cli.args import (
     add_codec_argument,
@@ -107,9 +108,17 @@ def register(subparsers) -> None:
         "--flow",
         type=positive,
         metavar="N",
-        help="also attention flow (Abnar & Zuidema 2020) over the first N examples of up to 64 "
-        "tokens: T^2 max-flow problems per layer, about 0.1 s per 17-token example per weight "
-        "kind on a CPU core, growing as T^4",
+        help="also attention flow (Abnar & Zuidema 2020) over the first N examples: T^2 "
+        "max-flow problems per layer, growing as T^4 (about 0.1 s for a 17-token example, 1 s "
+        "for 32 tokens, per weight kind on a CPU core)",
+    )
+    p.add_argument(
+        "--flow-max-tokens",
+        type=positive,
+        default=FLOW_MAX_TOKENS,
+        metavar="T",
+        help=f"skip examples longer than T in the flow (default {FLOW_MAX_TOKENS}; counted in "
+        "report.json meta.flow_skipped)",
     )
     p.add_argument(
         "--coarse-relations",
@@ -179,6 +188,7 @@ def _run(args) -> int:
         head_stats_only=args.stats_only,
         dependency=dependency_options(args),
         flow_examples=args.flow or 0,
+        flow_max_tokens=args.flow_max_tokens,
     )
     quiet = args.quiet or len(texts) + len(extra) < 50
     try:

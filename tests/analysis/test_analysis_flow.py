@@ -178,3 +178,13 @@ def test_report_gains_flow_only_when_asked(tmp_path):
     got, want = written["flow"]["attention"]["self"], report["flow"]["attention"]["self"]
     np.testing.assert_allclose(got, want, atol=1e-6)
     assert "## Attention flow" in out.with_suffix(".md").read_text()
+
+
+def test_stats_only_has_no_maps_for_the_flow(tmp_path, capsys):
+    from jaxattn.cli import main
+
+    text = tmp_path / "one.txt"
+    text.write_text("a sentence\n")
+    args = ["analyze", str(text), "--out", str(tmp_path / "r.json"), "--stats-only", "--flow", "3"]
+    assert main(args) == 2
+    assert "--flow needs them" in capsys.readouterr().err
