@@ -20,15 +20,15 @@ take ``nx.maximum_flow_value(G, u, v)`` from each output node u to each input
 node v and divide each row by its sum; ``get_flow_relevance`` builds ``mat`` as
 the head mean plus I, rows renormalised). A problem here holds only the nodes
 its flow can use: the source, levels l..1 and the sink. The other input tokens
-have no edge out and the other level-(l+1) nodes no edge in, so the values are
-the same.
+have no edge out, and no other node at level l + 1 or above can be reached from
+the source, so the values are the same.
 
 Layer 0 has one edge per pair: F_0 = A'_0, rollout's R_0. Layer 1 has disjoint
 two-edge paths: F_1[i, j] is proportional to sum_k min(A'_1[i, k], A'_0[k, j]).
 Deeper layers run scipy's Dinic on integer capacities, A' scaled by 2^30 and
-rounded: each value is within 2^-31 per edge of its minimum cut of the
-real-valued max-flow (about 1e-9 from networkx's, which the authors call; the
-weights themselves are float32). The problems of a layer are solved together,
+rounded: a value is off the real-valued max-flow by at most 2^-31 per edge of a
+minimum cut (about 1e-9 from networkx's, which the authors call; the weights
+themselves are float32). The problems of a layer are solved together,
 as disjoint copies between one super source and one super sink, `MAX_EDGES`
 edges per scipy call: its fixed cost (~0.2 ms a call) would dominate one call
 per problem.
@@ -57,7 +57,7 @@ from jaxattn.capture import Capture
 SCALE = 2**30
 """Capacities are A' * SCALE rounded to integers (scipy's max-flow takes integers)."""
 MAX_EDGES = 1 << 21
-"""Most edges in one scipy max-flow call (about 100 MB of work arrays)."""
+"""Most edges in one scipy max-flow call (about 170 MB of work arrays at this size)."""
 MAX_TOKENS = 40
 """`FlowStats` skips longer examples by default: 94% of UD EWT dev, 28% of its T^4 cost."""
 
