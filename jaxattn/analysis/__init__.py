@@ -17,19 +17,22 @@ them over gRPC. Every function's docstring names its paper and the definition.
     stats = analysis.head_statistics(cap.attention, cap.tokens)   # {stat: [L, H]}
     classes = analysis.kovaleva_classes(cap.attention, cap.tokens, cap.sentence_b_start)
     r = analysis.rollout(cap, kind="norm")                      # [L, T, T], Abnar & Zuidema
+    f = analysis.flow(cap)                                      # [L, T, T], max-flow (scipy)
     mix = analysis.MixingRatios(); mix.update(cap); mix.result()  # {measure: [L]}
 
 Modules: `tokens` (special tokens, piece schemes), `words` (word-level
 attention), `weights` (attention vs norm-based weights),
 `head_stats`, `head_distance` (Jensen-Shannon, MDS), `patterns` (Kovaleva, Vig),
-`dependency` and `dependency_rules` (Clark et al. Table 1), `rollout`, `mixing` (Kobayashi et al.
-2021 context-mixing ratios), `report` and `markdown`. Head ablation runs the
-model, so it lives beside the engine: `jaxattn.engine.ablation`. The CoNLL-U
-reader is an input format: `jaxattn.inputs` (re-exported here).
+`dependency` and `dependency_rules` (Clark et al. Table 1), `rollout` and
+`flow` (Abnar & Zuidema), `mixing` (Kobayashi et al. 2021 context-mixing
+ratios), `report` and `markdown`. Head ablation runs the model, so it lives
+beside the engine: `jaxattn.engine.ablation`. The CoNLL-U reader is an input
+format: `jaxattn.inputs` (re-exported here).
 """
 
 from jaxattn.analysis.dependency import DependencyHeads
 from jaxattn.analysis.dependency_rules import CLARK_DIRECTIONS, DIRECTIONS, argmax_guesses
+from jaxattn.analysis.flow import FlowStats, attention_flow, flow
 from jaxattn.analysis.head_distance import HeadDistance, classical_mds, js_divergence_sum
 from jaxattn.analysis.head_stats import HEAD_STATS, HeadStats, head_statistics, row_entropy
 from jaxattn.analysis.markdown import render_markdown
@@ -43,7 +46,12 @@ from jaxattn.analysis.patterns import (
     vig_patterns,
 )
 from jaxattn.analysis.report import CorpusAnalysis, build_report, write_report
-from jaxattn.analysis.rollout import RolloutStats, attention_rollout, rollout
+from jaxattn.analysis.rollout import (
+    RolloutStats,
+    attention_rollout,
+    residual_attention,
+    rollout,
+)
 from jaxattn.analysis.tokens import (
     BERT_SPECIALS,
     ROBERTA_SPECIALS,
@@ -83,6 +91,7 @@ __all__ = [
     "WORD_ROWS",
     "CorpusAnalysis",
     "DependencyHeads",
+    "FlowStats",
     "HeadDistance",
     "HeadStats",
     "PatternCounts",
@@ -92,12 +101,14 @@ __all__ = [
     "WordMap",
     "align_words",
     "argmax_guesses",
+    "attention_flow",
     "attention_rollout",
     "build_report",
     "capture_weights",
     "classical_mds",
     "coarse_relation",
     "detect_specials",
+    "flow",
     "group_words",
     "head_statistics",
     "js_divergence_sum",
@@ -106,6 +117,7 @@ __all__ = [
     "normalise_text",
     "read_conllu",
     "render_markdown",
+    "residual_attention",
     "rollout",
     "row_entropy",
     "vig_patterns",

@@ -127,15 +127,11 @@ def _dependency(table: dict, title: str, max_relations: int, settings: dict) -> 
     )
 
 
-def _rollout(report: dict) -> list[str]:
-    lines = [
-        "## Attention rollout",
-        "",
-        "Abnar & Zuidema 2020, mean over tokens of the rolled-out weights at each layer.",
-        "",
-    ]
+def _provenance(report: dict, key: str, intro: str) -> list[str]:
+    """The rollout or flow table: per weight kind and layer, the mean over tokens."""
+    lines = [intro, ""]
     rows = []
-    for kind, stats in report["rollout"].items():
+    for kind, stats in report[key].items():
         for li, layer in enumerate(report["meta"]["layers"]):
             rows.append(
                 [kind, layer, *[_f(stats[n][li]) for n in ("self", "cls", "sep", "entropy")]]
@@ -143,8 +139,24 @@ def _rollout(report: dict) -> list[str]:
     return lines + _table(["weights", "layer", "self", "[CLS]", "[SEP]", "entropy"], rows)
 
 
+def _rollout(report: dict) -> list[str]:
+    intro = "Abnar & Zuidema 2020, mean over tokens of the rolled-out weights at each layer."
+    return ["## Attention rollout", "", *_provenance(report, "rollout", intro)]
+
+
+def _flow(report: dict) -> list[str]:
+    meta = report["meta"]
+    intro = (
+        "Abnar & Zuidema 2020, mean over tokens of the attention flow (max-flow from each "
+        f"position to each input token, rows normalised) at each layer, over "
+        f"{meta.get('flow_examples', '?')} examples ({meta.get('flow_skipped', 0)} longer ones "
+        "skipped)."
+    )
+    return ["## Attention flow", "", *_provenance(report, "flow", intro)]
+
+
 def render_markdown(report: dict, max_relations: int = 30) -> str:
-    """The report as Markdown: meta, head statistics, patterns, dependency heads, rollout.
+    """The report as Markdown: meta, head statistics, patterns, dependency heads, rollout, flow.
 
     Args:
       report: a report.json dict.
@@ -179,6 +191,8 @@ def render_markdown(report: dict, max_relations: int = 30) -> str:
             )
     if report.get("rollout"):
         lines += _rollout(report)
+    if report.get("flow"):
+        lines += _flow(report)
     lines += ["## Mixing ratios", ""]
     if report.get("mixing_ratios"):
         lines += [

@@ -21,7 +21,10 @@ report.json keys (layers and heads 0-indexed, as captured):
   (`jaxattn.analysis.dependency`), and ``dependency_heads_norm`` with
   norm-based weights;
 - ``head_distance``: {"js_divergence": [N][N], "mds": [L][H][2]};
-- ``rollout``: {kind: {stat: [L]}} (`jaxattn.analysis.rollout`).
+- ``rollout``: {kind: {stat: [L]}} (`jaxattn.analysis.rollout`);
+- ``flow`` (when asked: ``flow_examples``): {kind: {stat: [L]}}, the same
+  statistics of attention flow (`jaxattn.analysis.flow`), with
+  ``meta.flow_examples`` and ``meta.flow_skipped`` (longer than ``flow_max_tokens``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ import numpy as np
 import jaxattn.analysis.patterns as _patterns
 from jaxattn import outfile
 from jaxattn.analysis.dependency import DependencyHeads
+from jaxattn.analysis.flow import MAX_TOKENS as FLOW_MAX_TOKENS
+from jaxattn.analysis.flow import FlowStats
 from jaxattn.analysis.head_distance import HeadDistance
 from jaxattn.analysis.head_stats import HeadStats
 from jaxattn.analysis.markdown import render_markdown
@@ -59,6 +64,9 @@ class CorpusAnalysis:
         possessive, offsets); Clark et al.'s definitions when None.
       head_stats_only: only the head statistics, from captures that may hold
         just the engine's ``head_stats`` / ``norm_head_stats`` (no maps).
+      flow_examples: attention flow over the first this many examples (0: none;
+        O(L^2 T^4) per example, see `jaxattn.analysis.flow`).
+      flow_max_tokens: skip longer examples in the flow.
     """
 
     def __init__(
@@ -70,6 +78,8 @@ class CorpusAnalysis:
         coarse_relations: bool = False,
         head_stats_only: bool = False,
         dependency: dict | None = None,
+        flow_examples: int = 0,
+        flow_max_tokens: int | None = FLOW_MAX_TOKENS,
     ):
         self.specials = specials
         self.head_stats = HeadStats(specials)
@@ -78,6 +88,11 @@ class CorpusAnalysis:
         wanted = head_distance and not head_stats_only
         self.distance = HeadDistance("attention", distance_max_tokens) if wanted else None
         self.rollout = None if head_stats_only else RolloutStats(specials=specials)
+        self.flow = None
+        if flow_examples and not head_stats_only:
+            self.flow = FlowStats(
+                specials=specials, max_tokens=flow_max_tokens, max_examples=flow_examples
+            )
         self.mixing = MixingRatios()
         self.coarse_relations = coarse_relations
         self.dependency_options = dict(dependency or {})
@@ -100,6 +115,11 @@ class CorpusAnalysis:
                 self.rollout.update(capture)
             else:
                 self.rollout = None  # rollout starts at the input: needs layers 0..L-1
+        if self.flow is not None:
+            if tuple(capture.layers) == tuple(range(len(capture.layers))):
+                self.flow.update(capture)
+            else:
+                self.flow = None  # so does flow
         self.mixing.update(capture)
         if sentence is not None:
             self.add_parse(capture, sentence)
@@ -137,6 +157,8 @@ class CorpusAnalysis:
             )
         if self.distance is not None:
             info["head_distance_skipped"] = self.distance.skipped
+        if self.flow is not None:
+            info.update(flow_examples=self.flow.examples, flow_skipped=self.flow.skipped)
         info.update(meta or {})
         return build_report(
             layers=layers,
@@ -152,6 +174,7 @@ class CorpusAnalysis:
             if self.distance and self.distance.tokens
             else None,
             rollout=self.rollout.result() if self.rollout else None,
+            flow=self.flow.result() if self.flow and self.flow.examples else None,
             meta=info,
         )
 
@@ -197,6 +220,7 @@ def build_report(
     dependency_heads_norm: dict | None = None,
     head_distance: dict | None = None,
     rollout: dict | None = None,
+    flow: dict | None = None,
     meta: dict | None = None,
 ) -> dict:
     """Assemble report.json from the accumulators' results (see the module docstring).
@@ -207,7 +231,8 @@ def build_report(
       mixing_ratios: {measure: [L]} from item 5 (Kobayashi et al. 2021) when
         computed elsewhere; None leaves ``mixing_ratios`` empty.
       dependency_heads, dependency_heads_norm: `DependencyHeads.result()`.
-      head_distance: `HeadDistance.result()`; rollout: `RolloutStats.result()`.
+      head_distance: `HeadDistance.result()`; rollout: `RolloutStats.result()`;
+      flow: `FlowStats.result()`.
       meta: extra metadata (model, input, timings, ...).
 
     Returns:
@@ -236,6 +261,8 @@ def build_report(
         }
     if rollout is not None:
         report["rollout"] = rollout
+    if flow is not None:
+        report["flow"] = flow
     return _plain(report)
 
 

@@ -9,10 +9,15 @@ For layers l = 0..L-1 with weights W_l [H, T, T]:
     R_l   = A'_l @ R_{l-1}                              # product from layer 0 up
 
 R_l[i, j] is how much of position i's representation after layer l traces back
-to input token j. With raw attention weights (rows already sum to 1) the
-renormalisation changes nothing; with norm-based weights (``alpha_fx_norm``,
-each head's rows normalised to sum 1 first, see `jaxattn.analysis.weights`) the
-same recursion gives a norm-based rollout.
+to input token j. This is the authors' recursion (samiraabnar/attention_flow,
+``compute_joint_attention`` with ``add_residual=True``: heads summed and divided
+by H, I added, rows renormalised, then ``joint[i] = aug[i] @ joint[i-1]``).
+Adding I and renormalising equals 0.5 A + 0.5 I renormalised, the form here.
+
+With raw attention weights (rows already sum to 1) the renormalisation changes
+nothing. With norm-based weights (``alpha_fx_norm``, each head's rows
+normalised to sum 1 first, see `jaxattn.analysis.weights`), the same recursion
+gives a norm-based rollout: jaxattn's extension, not the authors'.
 """
 
 from __future__ import annotations
@@ -32,6 +37,23 @@ from jaxattn.capture import Capture
 RESIDUAL = 0.5  # Abnar & Zuidema's weight of the identity (residual) term
 
 
+def residual_attention(weights: np.ndarray, residual: float = RESIDUAL) -> np.ndarray:
+    """A'_l of every layer: the head mean plus the residual, rows renormalised.
+
+    Args:
+      weights: [L, H, T, T] row-stochastic weights (attention, or row-normalised
+        norm-based weights).
+      residual: weight of the identity term (0.5 in the paper).
+
+    Returns:
+      [L, T, T] float64; every row sums to 1. These are also the capacities of
+      the attention graph of `jaxattn.analysis.flow`.
+    """
+    w = np.asarray(weights, np.float64)
+    eye = np.eye(w.shape[-1])
+    return normalise_rows((1.0 - residual) * w.mean(1) + residual * eye)
+
+
 def attention_rollout(weights: np.ndarray, residual: float = RESIDUAL) -> np.ndarray:
     """Rollout of every layer, by the recursion of the module docstring.
 
@@ -43,15 +65,25 @@ def attention_rollout(weights: np.ndarray, residual: float = RESIDUAL) -> np.nda
     Returns:
       [L, T, T] float64: R_l for each layer; every row sums to 1.
     """
-    w = np.asarray(weights, np.float64)
-    eye = np.eye(w.shape[-1])
-    out = np.empty((w.shape[0], *w.shape[-2:]))
-    rolled = eye
-    for layer in range(w.shape[0]):
-        a = normalise_rows((1.0 - residual) * w[layer].mean(0) + residual * eye)
-        rolled = a @ rolled
+    aug = residual_attention(weights, residual)
+    out = np.empty_like(aug)
+    rolled = np.eye(aug.shape[-1])
+    for layer in range(aug.shape[0]):
+        rolled = aug[layer] @ rolled
         out[layer] = rolled
     return out
+
+
+def check_from_input(capture: Capture, what: str = "rollout") -> None:
+    """Rollout and flow start at the input: the capture must hold layers 0..L-1.
+
+    Raises:
+      ValueError: it holds other layers.
+    """
+    if tuple(capture.layers) != tuple(range(len(capture.layers))):
+        raise ValueError(
+            f"{what} needs consecutive layers from 0; the capture holds {list(capture.layers)}"
+        )
 
 
 def rollout(capture: Capture, kind: str = "attention", residual: float = RESIDUAL) -> np.ndarray:
@@ -64,10 +96,7 @@ def rollout(capture: Capture, kind: str = "attention", residual: float = RESIDUA
       ValueError: the capture's layers are not 0, 1, ..., L-1 (rollout starts at
         the input), or it lacks the quantity of `kind`.
     """
-    if tuple(capture.layers) != tuple(range(len(capture.layers))):
-        raise ValueError(
-            f"rollout needs consecutive layers from 0; the capture holds {list(capture.layers)}"
-        )
+    check_from_input(capture)
     return attention_rollout(capture_weights(capture, kind), residual)
 
 
@@ -96,6 +125,10 @@ class RolloutStats:
         self._sums: dict[str, dict[str, np.ndarray]] = {}
         self._n: dict[str, int] = {}
 
+    def matrices(self, capture: Capture, kind: str) -> np.ndarray:
+        """The [L, T, T] provenance matrices summarised: rollout here."""
+        return rollout(capture, kind)
+
     def update(self, capture: Capture) -> None:
         """Add one example."""
         self.layout = check_layout(self.layout, capture)
@@ -103,7 +136,7 @@ class RolloutStats:
         for kind in self.kinds:
             if kind not in available_kinds(capture):
                 continue
-            r = rollout(capture, kind)
+            r = self.matrices(capture, kind)
             stats = {
                 "self": np.diagonal(r, 0, -2, -1).mean(-1),
                 "cls": r[..., masks["cls"]].sum(-1).mean(-1),

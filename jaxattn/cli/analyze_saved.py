@@ -78,6 +78,8 @@ def analyse_saved(args, caps) -> tuple:
         coarse_relations=args.coarse_relations,
         head_stats_only=args.stats_only,
         dependency=dependency_options(args),
+        flow_examples=args.flow or 0,
+        flow_max_tokens=args.flow_max_tokens,
     )
     bar = Progress(len(caps), "analyze", enabled=not (args.quiet or len(caps) < 50))
     for i, cap in enumerate(caps):

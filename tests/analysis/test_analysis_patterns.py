@@ -98,3 +98,38 @@ def test_pattern_counts_per_layer_fractions():
     assert out["bag_of_words"].tolist() == [0.0, 1.0]
     total = sum(out[c] for c in KOVALEVA_CLASSES)
     np.testing.assert_allclose(total, 1.0)
+
+
+SEPS = [i for i, tok in enumerate(PAIR_TOKENS) if tok == "[SEP]"]
+BOTH_SEPS = sum(one_hot(i) for i in SEPS) / len(SEPS)
+
+
+@pytest.mark.parametrize(
+    ("kovaleva", "m"),
+    [
+        # Kovaleva et al. 2019 (their Figure 1): "vertical" is mainly attention to [CLS], [SEP];
+        ("vertical", BOTH_SEPS),
+        ("vertical", (one_hot(0) + one_hot(SEPS[0]) + one_hot(SEPS[1])) / 3),
+        # "diagonal" is attention to the previous / following tokens,
+        ("diagonal", previous_token()),
+        ("diagonal", 0.5 * previous_token() + 0.5 * next_token()),
+        # "vertical+diagonal" a mix of the two,
+        ("vertical+diagonal", 0.5 * BOTH_SEPS + 0.5 * next_token()),
+        # "block" intra-sentence attention in a sentence pair.
+        ("block", block_diagonal()),
+    ],
+)
+def test_the_papers_classes_blurred_toward_uniform(kovaleva, m):
+    """The five classes as the paper defines them keep their class with 30% of the
+    mass spread uniformly (a map is never as clean as a drawing)."""
+    assert kclass(m) == kovaleva
+    assert kclass(0.7 * m + 0.3 * uniform()) == kovaleva
+
+
+def test_input_dependent_maps_are_heterogeneous():
+    """Heterogeneous: "highly variable depending on the specific input"; random rows
+    with no shared structure, sparse or broad."""
+    rng = np.random.default_rng(0)
+    for concentration in (0.1, 0.3, 1.0):
+        for _ in range(5):
+            assert kclass(rng.dirichlet(np.full(T, concentration), size=T)) == "heterogeneous"
