@@ -180,7 +180,7 @@ def _run(args) -> int:
     elif args.no_norm:
         what = ("attention",)
     else:
-        what = ("attention", "alpha_fx_norm", *MIXING_QUANTITIES)
+        what = tuple(dict.fromkeys(("attention", "alpha_fx_norm", *MIXING_QUANTITIES)))
     source = open_source(args)
     corpus = CorpusAnalysis(
         head_distance=not args.no_head_distance,

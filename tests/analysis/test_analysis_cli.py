@@ -54,6 +54,7 @@ def test_analyze_conllu_locally(family, checkpoint_dirs, conllu, tmp_path):
     report = json.loads(out.read_text())
     meta = report["meta"]
     assert meta["examples"] == 2 and meta["parsed_sentences"] == 2
+    assert meta["what"] == ["attention", "alpha_fx_norm", "mixing_ratio"]  # each once
     assert meta["unaligned_sentences"] == 0, meta["unaligned_examples"]
     assert report["dependency_heads"]["det"]["count"] == 2
     assert report["dependency_heads"]["det"]["baseline_offset"] == 1
