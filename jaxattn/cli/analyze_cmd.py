@@ -15,7 +15,11 @@ import platform
 import time
 from pathlib import Path
 
-from jaxattn.analysis.flow import MAX_TOKENS as FLOW_MAX_TOKENS
+from jaxattn.cli.analysis_flags import (
+    add_dependency_arguments,
+    add_flow_arguments,
+    corpus_analysis,
+)
 from jaxattn.cli.analyze_saved import analyse_saved
 from jaxattn.cli.args import (
     add_codec_argument,
@@ -30,7 +34,6 @@ from jaxattn.cli.args import (
 )
 from jaxattn.cli.corpus import input_path, records
 from jaxattn.cli.corpus import report as report_counts
-from jaxattn.cli.dependency_flags import add_dependency_arguments, dependency_options
 from jaxattn.cli.saved import open_saved
 from jaxattn.cli.source import describe, open_source
 from jaxattn.engine.ablation import MODES as ABLATION_MODES
@@ -104,22 +107,7 @@ def register(subparsers) -> None:
         action="store_true",
         help="skip the Jensen-Shannon distances between heads (O(heads^2 T^2))",
     )
-    p.add_argument(
-        "--flow",
-        type=positive,
-        metavar="N",
-        help="also attention flow (Abnar & Zuidema 2020) over the first N examples: T^2 "
-        "max-flow problems per layer, growing as T^4 (about 0.1 s for a 17-token example, 1 s "
-        "for 32 tokens, per weight kind on a CPU core)",
-    )
-    p.add_argument(
-        "--flow-max-tokens",
-        type=positive,
-        default=FLOW_MAX_TOKENS,
-        metavar="T",
-        help=f"skip examples longer than T in the flow (default {FLOW_MAX_TOKENS}; counted in "
-        "report.json meta.flow_skipped)",
-    )
+    add_flow_arguments(p)
     p.add_argument(
         "--coarse-relations",
         action="store_true",
@@ -144,7 +132,7 @@ def _cpus() -> int:
 
 
 def _run(args) -> int:
-    from jaxattn.analysis import MIXING_QUANTITIES, CorpusAnalysis
+    from jaxattn.analysis import MIXING_QUANTITIES
 
     t0 = time.monotonic()
     if args.ablate and args.server:
@@ -182,14 +170,7 @@ def _run(args) -> int:
     else:
         what = tuple(dict.fromkeys(("attention", "alpha_fx_norm", *MIXING_QUANTITIES)))
     source = open_source(args)
-    corpus = CorpusAnalysis(
-        head_distance=not args.no_head_distance,
-        coarse_relations=args.coarse_relations,
-        head_stats_only=args.stats_only,
-        dependency=dependency_options(args),
-        flow_examples=args.flow or 0,
-        flow_max_tokens=args.flow_max_tokens,
-    )
+    corpus = corpus_analysis(args)
     quiet = args.quiet or len(texts) + len(extra) < 50
     try:
         info = source.model_info()

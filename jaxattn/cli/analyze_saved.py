@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from jaxattn.cli.dependency_flags import dependency_options
+from jaxattn.cli.analysis_flags import corpus_analysis
 from jaxattn.cli.saved import require, saved_parses, stored_quantities
 from jaxattn.errors import InputError, UsageError
 from jaxattn.progress import Progress
@@ -43,7 +43,7 @@ def what_the_input_allows(stored, args) -> str:
 def analyse_saved(args, caps) -> tuple:
     """(the `CorpusAnalysis`, the report's meta) of saved captures (a store, a capture
     file) analysed as stored: no model, no capture."""
-    from jaxattn.analysis import MIXING_QUANTITIES, CorpusAnalysis
+    from jaxattn.analysis import MIXING_QUANTITIES
 
     where = f"INPUT {args.input}"
     for flag, given in (("--model", args.model), ("--server", args.server),
@@ -73,14 +73,7 @@ def analyse_saved(args, caps) -> tuple:
               f"{','.join(absent)} to have them)", file=sys.stderr)  # fmt: skip
     caps = caps[: args.limit] if args.limit else caps
     parses = saved_parses(caps, args.conllu, args.input) if args.conllu else None
-    corpus = CorpusAnalysis(
-        head_distance=not args.no_head_distance,
-        coarse_relations=args.coarse_relations,
-        head_stats_only=args.stats_only,
-        dependency=dependency_options(args),
-        flow_examples=args.flow or 0,
-        flow_max_tokens=args.flow_max_tokens,
-    )
+    corpus = corpus_analysis(args)
     bar = Progress(len(caps), "analyze", enabled=not (args.quiet or len(caps) < 50))
     for i, cap in enumerate(caps):
         corpus.update(cap, parses[i] if parses else None)

@@ -200,7 +200,9 @@ def test_analyze_dependency_variants(checkpoint_dirs, conllu, tmp_path, capsys):
 def test_the_cli_spells_the_analysis_names():
     from jaxattn.analysis import CLARK_DIRECTIONS, DIRECTIONS, WORD_ROWS
     from jaxattn.analysis.dependency_rules import BASELINE_OFFSETS
-    from jaxattn.cli import dependency_flags as flags
+    from jaxattn.analysis.flow import MAX_TOKENS
+    from jaxattn.cli import analysis_flags as flags
 
     assert (flags.WORD_ROWS, flags.DIRECTIONS) == (WORD_ROWS, DIRECTIONS)
     assert (flags.CLARK_DIRECTIONS, flags.BASELINE_OFFSETS) == (CLARK_DIRECTIONS, BASELINE_OFFSETS)
+    assert flags.FLOW_MAX_TOKENS == MAX_TOKENS

@@ -1,24 +1,27 @@
-"""The flags of `jaxattn analyze` that choose how the dependency-head table is scored.
+"""The flags of `jaxattn analyze` that shape its analyses, and the analysis they give.
 
-The defaults are Clark et al. 2019's definitions (`jaxattn.analysis.dependency`);
-each flag picks a variant: the released code's first-piece rows, this library's
-earlier head-row reading, no possessive rule, another baseline range. Shared by
-the model and the saved-captures runs of analyze. The names are spelled here, not
-imported, so that building the CLI's parser does not load `jaxattn.analysis`;
-tests/analysis/test_analysis_cli.py checks them against the analysis tables.
+The dependency-head flags pick a variant of Clark et al. 2019's definitions
+(`jaxattn.analysis.dependency`, the defaults): the released code's first-piece
+rows, this library's earlier head-row reading, no possessive rule, another
+baseline range. The flow flags bound attention flow's O(T^4) cost. Shared by the
+model and the saved-captures runs of analyze (`corpus_analysis`). The analysis
+names are spelled here, not imported, so that building the CLI's parser does not
+load `jaxattn.analysis`; tests/analysis/test_analysis_cli.py checks them
+against the analysis tables.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from jaxattn.cli.args import names
+from jaxattn.cli.args import names, positive
 from jaxattn.errors import UsageError
 
 WORD_ROWS = ("mean", "first")  # jaxattn.analysis.WORD_ROWS
 DIRECTIONS = ("dep_to_head", "head_to_dep", "head_row")  # jaxattn.analysis.DIRECTIONS
 CLARK_DIRECTIONS = DIRECTIONS[:2]  # jaxattn.analysis.CLARK_DIRECTIONS
 BASELINE_OFFSETS = (-3, 2)  # jaxattn.analysis.dependency_rules.BASELINE_OFFSETS
+FLOW_MAX_TOKENS = 40  # jaxattn.analysis.flow.MAX_TOKENS
 
 
 def directions(value: str) -> tuple[str, ...]:
@@ -100,3 +103,38 @@ def dependency_options(args) -> dict:
         "possessive": not args.no_possessive_rule,
         "offsets": (low, high),
     }
+
+
+def add_flow_arguments(p) -> None:
+    """--flow, --flow-max-tokens."""
+    p.add_argument(
+        "--flow",
+        type=positive,
+        metavar="N",
+        help="also attention flow (Abnar & Zuidema 2020) over the first N examples: T^2 "
+        "max-flow problems per layer, growing as T^4 (about 0.1 s for a 17-token example, 1 s "
+        "for 32 tokens, per weight kind on a CPU core)",
+    )
+    p.add_argument(
+        "--flow-max-tokens",
+        type=positive,
+        default=FLOW_MAX_TOKENS,
+        metavar="T",
+        help=f"skip examples longer than T in the flow (default {FLOW_MAX_TOKENS}; counted in "
+        "report.json meta.flow_skipped)",
+    )
+
+
+def corpus_analysis(args):
+    """The `jaxattn.analysis.CorpusAnalysis` the flags ask for (UsageError as
+    `dependency_options`)."""
+    from jaxattn.analysis import CorpusAnalysis
+
+    return CorpusAnalysis(
+        head_distance=not args.no_head_distance,
+        coarse_relations=args.coarse_relations,
+        head_stats_only=args.stats_only,
+        dependency=dependency_options(args),
+        flow_examples=args.flow or 0,
+        flow_max_tokens=args.flow_max_tokens,
+    )
