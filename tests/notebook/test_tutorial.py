@@ -36,7 +36,7 @@ CHROMIUM_ARGS = (
     "--disable-background-networking --disable-component-update"
 ).split()
 # Of a PNG: [pixels whose channels spread by more than 60 (coloured, not grey or
-# white)].
+# white), the mean brightness of the top 40 rows (0-255)].
 PIXELS = """async (b64) => {
   const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
   const bmp = await createImageBitmap(new Blob([bytes], { type: "image/png" }));
@@ -259,3 +259,20 @@ def test_norm_weights_and_tabs_switch_inside_one_frame(page):
     assert frame.eval_on_selector("#kind", "e => e.value") == "norm"  # the first frame kept its own
     assert pixels(page, second)[0] > 2000
     assert_clean(page)
+
+
+@pytest.mark.slow
+def test_views_stay_readable_on_a_dark_notebook_theme(executed, browser):
+    """A frame is transparent: on JupyterLab Dark the page's dark title sat on black."""
+    nb, tmp = executed
+    page = open_page(browser, export(nb, tmp / "tutorial-dark.html", theme="dark"))
+    try:
+        body = page.evaluate("getComputedStyle(document.body).backgroundColor")
+        assert body not in ("rgb(255, 255, 255)", "rgba(0, 0, 0, 0)"), body  # a dark page
+        element = page.query_selector("iframe")
+        ready_frame(element)
+        coloured, top = pixels(page, element)
+        assert coloured > 2000 and top > 200, (coloured, top)
+        assert_clean(page)
+    finally:
+        page.context.close()
