@@ -1,6 +1,6 @@
 """Regenerate the committed Python code of the .proto files under protos/.
 
-    .venv/bin/python protos/generate.py            # writes jaxattn/v1/*_pb2*.py
+    .venv/bin/python protos/generate.py            # writes jaxattn/v1/*_pb2*.py and *.proto
     .venv/bin/python protos/generate.py --out DIR  # writes DIR/jaxattn/v1/... (the drift test)
 
 The proto package `jaxattn.v1` maps to the Python package `jaxattn.v1`, so the
@@ -8,6 +8,10 @@ generated modules import each other as protoc writes them, with no path edits.
 The generated code is committed (a client-only install needs no grpcio-tools);
 tests/service/test_proto_drift.py fails when it differs from what this script
 writes, so a .proto edit without regeneration cannot land.
+
+The .proto files are copied beside their code too (jaxattn/v1/attention.proto):
+package data, so an installed jaxattn carries its contract (`jaxattn.v1.PROTO`);
+tests/packaging fails when a copy differs from protos/.
 """
 
 from __future__ import annotations
@@ -47,11 +51,22 @@ def generate(out: Path) -> list[Path]:
     return written
 
 
+def copy_protos(out: Path) -> list[Path]:
+    """Copy FILES to the same paths under `out` (the package data); returns them."""
+    written = []
+    for f in FILES:
+        target = out / f
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes((PROTOS / f).read_bytes())
+        written.append(target)
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT, help="output root (default: repo root)")
     args = parser.parse_args(argv)
-    for path in generate(args.out):
+    for path in generate(args.out) + copy_protos(args.out):
         print(path)
     return 0
 

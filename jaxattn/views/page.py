@@ -161,7 +161,9 @@ class View:
         View(caps, views=("head", "neuron"))     # last expression of a cell
 
     The page goes into a sandboxed iframe (``srcdoc``), so its scripts and ids
-    cannot clash with the notebook's.
+    cannot clash with the notebook's, nor with another View's. The frame is
+    white: a frame is transparent, and on a dark notebook theme (JupyterLab
+    Dark, VS Code) the page's dark text would sit on the dark background.
     """
 
     def __init__(self, captures, *, height: int = 720, **options):
@@ -171,7 +173,7 @@ class View:
     def _repr_html_(self) -> str:
         return (
             f'<iframe srcdoc="{html.escape(self.html, quote=True)}" '
-            f'style="width:100%;height:{self.height}px;border:1px solid #ddd" '
+            f'style="width:100%;height:{self.height}px;border:1px solid #ddd;background:#fff" '
             'sandbox="allow-scripts"></iframe>'
         )
 
