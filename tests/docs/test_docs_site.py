@@ -161,3 +161,11 @@ def test_a_notebook_becomes_a_page_from_its_stored_outputs(tmp_path):
     assert "[the quantities](reference/quantities.md)" in body
     assert list(images) == ["tutorial_files/output_1_1.png"]
     assert "](tutorial_files/output_1_1.png)" in body
+
+
+def test_the_changelog_is_in_keep_a_changelog_form():
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    releases = re.findall(r"^## (.+)$", changelog, re.M)
+    assert releases[0].startswith("Unreleased") and any(r.startswith("0.2.0") for r in releases)
+    kinds = set(re.findall(r"^### (.+)$", changelog, re.M))
+    assert kinds <= {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}, kinds
