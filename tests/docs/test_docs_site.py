@@ -22,6 +22,8 @@ sys.path.insert(0, str(ROOT / "docs" / "hooks"))
 import reference_tables  # noqa: E402
 import repo_pages  # noqa: E402
 
+QUICK_START = ("bash scripts/setup.sh && .venv/bin/jaxattn demo", "bash scripts/test.sh")
+
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
@@ -53,7 +55,7 @@ def test_the_site_builds_strict_and_offline(site):
 
 def test_the_root_pages_are_in_the_site_with_their_links_mapped(site):
     home = (site / "index.html").read_text(encoding="utf-8")
-    assert "Quick start" in home  # README.md is the home page
+    assert "A five-minute tour" in home  # README.md is the home page
     assert 'href="errors/"' in home and 'src="img/html_head.png"' in home
     for page in ("build", "store", "reliability", "analysis", "benchmarks", "changelog"):
         assert (site / page / "index.html").is_file(), page
@@ -161,6 +163,14 @@ def test_a_notebook_becomes_a_page_from_its_stored_outputs(tmp_path):
     assert "[the quantities](reference/quantities.md)" in body
     assert list(images) == ["tutorial_files/output_1_1.png"]
     assert "](tutorial_files/output_1_1.png)" in body
+
+
+def test_the_readme_keeps_its_quick_start_and_stays_short():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    quick_start = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    commands = [line.strip() for line in quick_start.splitlines() if line.startswith("    ")]
+    assert commands[:2] == list(QUICK_START)
+    assert len(readme.splitlines()) < 300
 
 
 def test_the_changelog_is_in_keep_a_changelog_form():
