@@ -190,7 +190,7 @@ def proto_fields() -> str:
             rows.append((f"`{m[2]}`", f"`{m[1]}`", m[3], _cell(_first_sentence(comment))))
         elif message and stripped == "}":
             if rows:
-                out.append(f"**{message}**\n\n" + _table(("field", "type", "#", "meaning"), rows))
+                out.append(f"### {message}\n\n" + _table(("field", "type", "#", "meaning"), rows))
             message = None
         comment = []
     return "\n".join(out)
