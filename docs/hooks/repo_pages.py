@@ -12,8 +12,12 @@ build names it (and text that only looks like a link, such as data in a
 notebook's HTML output, is not touched).
 
 A notebook in docs/ (docs/tutorial.ipynb) becomes a page of the same name
-(tutorial.md) rendered from its stored outputs, not run (`render_notebook`); the
-notebook itself is copied beside it for download.
+(tutorial.md), rendered from its stored outputs (`render_notebook`); the
+notebook itself is copied beside it for download. A notebook committed without
+outputs shows its prose and code only, unless the build runs it:
+`JAXATTN_DOCS_RUN_NOTEBOOKS=1 .venv/bin/mkdocs build` executes each notebook
+first, with this interpreter and this tree's jaxattn (for the published site;
+the tests build without it, in seconds).
 
 It also keeps the generated tables current (`reference_tables`): a stale one is
 a warning, which `mkdocs build --strict` (tests/docs/) turns into a failure.
@@ -22,6 +26,7 @@ a warning, which `mkdocs build --strict` (tests/docs/) turns into a failure.
 from __future__ import annotations
 
 import logging
+import os
 import posixpath
 import re
 from pathlib import Path
@@ -116,8 +121,46 @@ def map_links(markdown: str, page_uri: str) -> str:
     return "".join(out)
 
 
-def render_notebook(path: Path) -> tuple[str, dict[str, bytes]]:
-    """A notebook as Markdown, from its stored outputs, and the files its images need.
+RUN_NOTEBOOKS = "JAXATTN_DOCS_RUN_NOTEBOOKS"
+
+
+def run_notebook(notebook, timeout: float = 600) -> None:
+    """Execute a notebook in place: a python3 kernel of this interpreter that imports this
+    tree's jaxattn, in a temporary working directory (what tests/notebook does)."""
+    import json
+    import sys
+    import tempfile
+
+    import nbclient
+
+    with tempfile.TemporaryDirectory(prefix="jaxattn-docs-") as tmp:
+        spec = Path(tmp, "jupyter", "kernels", "python3")
+        spec.mkdir(parents=True)
+        argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        kernel = {"argv": argv, "display_name": "jaxattn docs", "language": "python"}
+        (spec / "kernel.json").write_text(json.dumps(kernel))
+        saved = {k: os.environ.get(k) for k in ("JUPYTER_PATH", "PYTHONPATH")}
+        for key, value in (("JUPYTER_PATH", str(spec.parents[1])), ("PYTHONPATH", str(ROOT))):
+            os.environ[key] = os.pathsep.join(filter(None, (value, saved[key])))
+        try:
+            client = nbclient.NotebookClient(
+                notebook,
+                kernel_name="python3",
+                timeout=timeout,
+                resources={"metadata": {"path": tmp}},
+            )
+            client.execute()
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
+def render_notebook(path: Path, run: bool = False) -> tuple[str, dict[str, bytes]]:
+    """A notebook as Markdown, from its stored outputs (or those of running it first, `run`),
+    and the files its images need.
 
     Images go to `<stem>_files/` beside the page; HTML outputs stay HTML.
     """
@@ -125,6 +168,8 @@ def render_notebook(path: Path) -> tuple[str, dict[str, bytes]]:
     from nbconvert import MarkdownExporter
 
     notebook = nbformat.read(path, as_version=4)
+    if run:
+        run_notebook(notebook)
     body, resources = MarkdownExporter().from_notebook_node(
         notebook, resources={"output_files_dir": f"{path.stem}_files"}
     )
@@ -147,7 +192,7 @@ def on_files(files, config):
             raise PluginError(
                 f"{DOCS}/{page} and the notebook {notebook.name} would both be {page}"
             )
-        body, images = render_notebook(notebook)
+        body, images = render_notebook(notebook, run=os.environ.get(RUN_NOTEBOOKS) == "1")
         files.append(File.generated(config, page, content=body))
         folder = posixpath.dirname(page)
         for name, data in images.items():

@@ -165,6 +165,20 @@ def test_a_notebook_becomes_a_page_from_its_stored_outputs(tmp_path):
     assert "](tutorial_files/output_1_1.png)" in body
 
 
+def test_a_notebook_without_outputs_is_run_when_the_build_asks(tmp_path):
+    """JAXATTN_DOCS_RUN_NOTEBOOKS=1: a kernel of this interpreter, importing this tree."""
+    import nbformat
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    notebook.cells = [nbformat.v4.new_code_cell("import jaxattn\nprint(jaxattn.__file__)")]
+    path = tmp_path / "run.ipynb"
+    nbformat.write(notebook, path)
+    assert "__init__.py" not in repo_pages.render_notebook(path)[0]
+    body, _ = repo_pages.render_notebook(path, run=True)
+    assert str(ROOT / "jaxattn" / "__init__.py") in body
+
+
 def test_the_readme_keeps_its_quick_start_and_stays_short():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     quick_start = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
