@@ -162,7 +162,8 @@ def render_notebook(path: Path, run: bool = False) -> tuple[str, dict[str, bytes
     """A notebook as Markdown, from its stored outputs (or those of running it first, `run`),
     and the files its images need.
 
-    Images go to `<stem>_files/` beside the page; HTML outputs stay HTML.
+    Images go to `<stem>_files/` beside the page; HTML outputs stay HTML; what a
+    cell wrote to stderr (warnings, progress bars) is left out.
     """
     import nbformat
     from nbconvert import MarkdownExporter
@@ -170,6 +171,9 @@ def render_notebook(path: Path, run: bool = False) -> tuple[str, dict[str, bytes
     notebook = nbformat.read(path, as_version=4)
     if run:
         run_notebook(notebook)
+    for cell in notebook.cells:  # warnings of the machine that ran it, not the tutorial's
+        if "outputs" in cell:
+            cell.outputs = [o for o in cell.outputs if o.get("name") != "stderr"]
     body, resources = MarkdownExporter().from_notebook_node(
         notebook, resources={"output_files_dir": f"{path.stem}_files"}
     )

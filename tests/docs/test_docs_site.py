@@ -151,6 +151,7 @@ def test_a_notebook_becomes_a_page_from_its_stored_outputs(tmp_path):
             "print(1)",
             outputs=[
                 nbformat.v4.new_output("stream", name="stdout", text="1\n"),
+                nbformat.v4.new_output("stream", name="stderr", text="a warning\n"),
                 nbformat.v4.new_output("display_data", data={"image/png": png}),
                 nbformat.v4.new_output("display_data", data={"text/html": "<b>bold</b>"}),
             ],
@@ -160,6 +161,7 @@ def test_a_notebook_becomes_a_page_from_its_stored_outputs(tmp_path):
     nbformat.write(notebook, path)
     body, images = repo_pages.render_notebook(path)
     assert "# A tutorial" in body and "print(1)" in body and "<b>bold</b>" in body
+    assert "a warning" not in body
     assert "[the quantities](reference/quantities.md)" in body
     assert list(images) == ["tutorial_files/output_1_1.png"]
     assert "](tutorial_files/output_1_1.png)" in body
