@@ -1,10 +1,10 @@
-"""Regenerate the README's pictures of the views (docs/img/*.png) with the project itself.
+"""Regenerate the pictures of the views (docs/img/*.png; docs/views.md shows them) with the project.
 
     .venv/bin/python docs/make_images.py
 
 Captures Vig's example pair once with the embedded all-MiniLM-L6-v2
 (`jaxattn capture ... --out`), then runs one `jaxattn view` per static picture
-(the commands are printed, and are the ones README.md shows) and one more for
+(the commands are printed, and are the ones docs/views.md shows) and one more for
 the interactive page (`jaxattn view pair.npz --out page.html`), which headless
 Chromium opens to screenshot each HTML view (docs/img/html_*.png) after the
 clicks and hovers that `HTML_PICTURES` lists; then the corpus-scale pages: the

@@ -152,8 +152,9 @@ class Capture:
         """This capture restricted to some of its layers and heads (those slices copied).
 
         Args:
-          layers, heads: layer / head numbers as in ``self.layers`` / ``self.heads``,
-            in the order wanted; None keeps all.
+          layers: layer numbers as in ``self.layers``, in the order wanted; None
+            keeps all.
+          heads: head numbers as in ``self.heads``, likewise.
 
         Raises:
           ValueError: a layer or head this capture does not hold (named).

@@ -98,8 +98,8 @@ def head_ablation_study(
 
     Returns:
       {"mode", "heads": [[l, h], ...], "cos_cls": [...], "cos_mean": [...],
-       "mlm_loss": base loss or None, "mlm_loss_delta": [...] or None,
-       "examples": N}
+        "mlm_loss": base loss or None, "mlm_loss_delta": [...] or None,
+        "examples": N}
     """
     c = engine.config
     heads = list(heads) if heads is not None else [
