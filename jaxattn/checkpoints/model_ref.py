@@ -13,8 +13,8 @@ DIR|NAME[@REVISION]`` in every command, checked in this order:
    hash of the Hub model NAME. An "@" with nothing after it, or nothing before it,
    is a usage error, and so is a revision given for a local directory (it has none).
 3. A name shaped like a path (absolute, starting with "." or "~", holding a
-   backslash or more than one "/", ending with "/") is a local directory that does
-   not exist: `ModelNotFoundError`, naming it.
+   backslash, ending with "/", or of three or more parts, a/b/c) is a local
+   directory that does not exist: `ModelNotFoundError`, naming it as given.
 4. Anything else must be a Hub name, ``NAME`` or ``ORG/NAME`` of letters, digits,
    "-", "_" and "." (no "--" or "..", at most 96 characters); else a usage error.
 
@@ -107,7 +107,7 @@ class ModelRef(os.PathLike):
                 path, commit = download(self.name, self.revision)
                 self._resolved = Resolved(path, commit, self.name)
             else:
-                check_model_dir(Path(self.name))
+                check_model_dir(Path(self.name), self.name)
                 self._resolved = Resolved(Path(self.name))
         return self._resolved
 
@@ -182,12 +182,15 @@ def is_hub_name(name: str) -> bool:
 
 
 def _is_path_shaped(name: str) -> bool:
+    """Absolute, ./ ~ or a backslash, a trailing /, or three or more parts (a/b/c): a path.
+    (org//name is not: neither a path nor a Hub name, a usage error.)"""
+    parts = name.split("/")
     return (
         os.path.isabs(name)
         or name.startswith((".", "~"))
         or "\\" in name
-        or name.count("/") > 1
         or name.endswith("/")
+        or (len(parts) > 2 and all(parts))
     )
 
 
@@ -199,21 +202,22 @@ def _no_revision(path: str, revision: str) -> None:
     )
 
 
-def check_model_dir(path: Path) -> None:
-    """Raise naming `path` unless it is an existing directory.
+def check_model_dir(path: Path, shown: str | None = None) -> None:
+    """Raise naming `path` (as `shown`, when given) unless it is an existing directory.
 
     Raises:
       ModelNotFoundError: it does not exist (also says what a checkpoint holds,
         and what a Hub name looks like).
       NotAModelDirectoryError: it is a file.
     """
+    shown = str(path) if shown is None else shown
     if not path.exists():
         raise ModelNotFoundError(
-            f"model directory {path} does not exist (a checkpoint directory holds config.json, "
+            f"model directory {shown} does not exist (a checkpoint directory holds config.json, "
             "model.safetensors, model.safetensors.index.json with its shards or "
             f"pytorch_model.bin, and tokenizer files; a Hugging Face Hub name is {HUB_NAME})"
         )
     if not path.is_dir():
         raise NotAModelDirectoryError(
-            f"model path {path} is a file, not a directory: give the checkpoint's directory"
+            f"model path {shown} is a file, not a directory: give the checkpoint's directory"
         )

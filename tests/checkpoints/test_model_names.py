@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ("./nowhere", None, "./nowhere", None, False),
         ("/abs/nowhere", None, "/abs/nowhere", None, False),
         ("org/name/sub", None, "org/name/sub", None, False),
+        ("~/models/x", None, "~/models/x", None, False),
         ("org/name/", None, "org/name/", None, False),
     ],
 )
@@ -79,6 +80,7 @@ def test_an_existing_directory_wins_over_a_hub_name(tmp_path, monkeypatch):
         ("org/na me", None, "is neither an existing directory nor a Hugging Face Hub name"),
         ("a..b", None, "is neither an existing directory nor a Hugging Face Hub name"),
         ("-org/x", None, "is neither an existing directory nor a Hugging Face Hub name"),
+        ("org//name", None, "is neither an existing directory nor a Hugging Face Hub name"),
         ("./x@v1", None, "'./x' is a local path, which has no revisions"),
     ],
 )
@@ -110,6 +112,8 @@ def test_a_missing_model_is_a_jaxattn_error_and_a_file_not_found(tmp_path, monke
             jaxattn.load(missing)
         assert isinstance(e.value, JaxattnError) and isinstance(e.value, FileNotFoundError)
         assert str(e.value).startswith(says) and e.value.exit_code == 2
+    with pytest.raises(ModelNotFoundError, match=r"^model directory \./nowhere does not exist"):
+        jaxattn.load("./nowhere")  # named as given
     (tmp_path / "file").write_text("")
     with pytest.raises(NotAModelDirectoryError) as e:
         jaxattn.load(tmp_path / "file")
