@@ -98,6 +98,7 @@ def test_a_missing_model_is_a_jaxattn_error_and_a_file_not_found(tmp_path, monke
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert constants.is_offline_mode()  # tests/conftest.py: never the real Hub
     for missing, says in [
         ("missing", "missing is neither a local directory nor in the Hugging Face cache"),
         (
