@@ -161,20 +161,23 @@ def _fetch(repo_id, commit, shown, snapshot: Path, names: list[str], files: dict
 
 def _check_space(shown: str, snapshot: Path, needed: int) -> None:
     """Refuse a download the cache's disk has no room for, before starting it."""
-    where = next((p for p in (snapshot, *snapshot.parents) if p.exists()), None)
-    if where is None or needed == 0:
+    if needed == 0:
         return
-    free = shutil.disk_usage(where).free
+    free = shutil.disk_usage(snapshot).free  # the snapshot exists: config.json is in it
     if needed > free:
+        cache = snapshot.parents[2]  # CACHE/models--org--name/snapshots/COMMIT
         raise HubError(
-            f"not enough disk space to download {shown}: its files need {_mb(needed)}, and "
-            f"{where} has {_mb(free)} free: free some space, or point HF_HUB_CACHE (or "
-            "HF_HOME) at a disk with room"
+            f"not enough disk space to download {shown}: its files need {_size(needed)}, and "
+            f"the Hugging Face cache {cache} has {_size(free)} free: free some space, or point "
+            "HF_HUB_CACHE (or HF_HOME) at a disk with room"
         )
 
 
-def _mb(n: int) -> str:
-    return f"{n / 1e6:.1f} MB"
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
 
 
 def _holds(files: dict) -> str:

@@ -152,7 +152,10 @@ def _offline_variable() -> str:
 
 
 def _unreachable(shown: str, file: str | None, cache: str, error: BaseException) -> str:
-    cause = error if _is_network(error) else error.__cause__ or error.__context__ or error
+    chain = [error]
+    while (nxt := chain[-1].__cause__ or chain[-1].__context__) and len(chain) < 8:
+        chain.append(nxt)
+    cause = next((e for e in chain if _module(e) in _NETWORK_MODULES), chain[-1])
     held = f"the cached copy lacks {file}" if file else f"the cache ({cache}) has no copy of it"
     return (
         f"cannot reach the Hub for {shown} ({_reason(cause)}), and {held}: check the network "
@@ -161,9 +164,12 @@ def _unreachable(shown: str, file: str | None, cache: str, error: BaseException)
 
 
 def _is_network(error: BaseException) -> bool:
-    return any(
-        type(e).__module__.split(".")[0] in _NETWORK_MODULES for e in (error, error.__cause__) if e
-    )
+    """A transfer that failed (connection, timeout, protocol), or an error it caused."""
+    return any(_module(e) in _NETWORK_MODULES for e in (error, error.__cause__) if e)
+
+
+def _module(error: BaseException) -> str:
+    return type(error).__module__.split(".")[0]
 
 
 def _reason(error: BaseException) -> str:
