@@ -27,6 +27,7 @@ import shutil
 from pathlib import Path
 
 from jaxattn.checkpoints import hub_errors
+from jaxattn.checkpoints.families import supported
 from jaxattn.checkpoints.hf_files import (
     INDEX,
     TOKENIZER_FILES,
@@ -95,17 +96,10 @@ def _snapshot_with_config(repo_id: str, revision: str | None, shown: str) -> Pat
     if not config.is_file():
         raise ModelNotFoundError(
             f"{shown} (commit {snapshot.name}) has no config.json: it is not a Hugging Face "
-            "transformers checkpoint (jaxattn reads those of the families "
-            f"{_families()})"
+            f"transformers checkpoint (jaxattn reads those of the families {supported()})"
         )
     family_of(read_json_object(config), f"{shown}'s config.json (nothing else was downloaded)")
     return snapshot
-
-
-def _families() -> str:
-    from jaxattn.checkpoints.families import supported
-
-    return supported()
 
 
 def _listing(repo_id: str, commit: str, snapshot: Path) -> tuple[dict[str, int | None], bool]:
@@ -129,7 +123,7 @@ def _first(names: tuple[str, ...], files: dict, where: str, what: str, complete:
     """The first of `names` the model has (ModelNotFoundError naming those looked for)."""
     found = next((n for n in names if n in files), None)
     if found is None:
-        advice = "" if complete else ": connect to the Hub (no HF_HUB_OFFLINE) to complete it"
+        advice = "" if complete else ": connect to the Hub once to complete it"
         raise ModelNotFoundError(
             f"{where} has no {what} jaxattn reads: looked for {', '.join(names)}"
             f"{_holds(files)}{advice}"
@@ -143,7 +137,7 @@ def _shards(index: Path, files: dict, where: str) -> list[str]:
     missing = [s for s in shards if s not in files]
     if missing:
         raise ModelNotFoundError(
-            f"{where}: {INDEX} names the shard {missing[0]}, which the model does not have"
+            f"{where}: {INDEX} names the shard {missing[0]}, which it does not have"
         )
     return shards
 

@@ -45,7 +45,7 @@ def test_a_cached_model_loads_with_the_hub_unreachable_or_offline(hub, hub_env):
 def test_the_hub_unreachable_and_nothing_cached_is_one_line_naming_the_model(hub_env):
     got = resolve(hub_env | {"HF_ENDPOINT": closed_endpoint()}, "org/tiny-bert")
     assert got["error"] == "HubUnreachableError" and "ConnectionError" in got["bases"]
-    assert got["message"].startswith("cannot reach the Hub for org/tiny-bert (")
+    assert got["message"].startswith("cannot reach the Hub for org/tiny-bert (ConnectError: ")
     assert "give a local directory" in got["message"] and "HF_HUB_OFFLINE=1" in got["message"]
 
 
