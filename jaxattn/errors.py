@@ -8,15 +8,25 @@ install) raises these, and the CLI turns them into one line and an exit code.
     +-- InputError (ValueError)      a bad text or input file (names file and line) exit 1
     |   +-- TooLongError             a text over the model's maximum length        exit 1
     +-- CheckpointError (ValueError) an unreadable or inconsistent model checkpoint exit 1
+    +-- ModelNotFoundError           no such model directory, file in it, Hub      exit 2
+    |     (FileNotFoundError)        model or revision (offline: none cached)
+    +-- NotAModelDirectoryError      a model path that is a file                   exit 2
+    |     (NotADirectoryError)
+    +-- HubError (OSError)           the Hugging Face Hub did not deliver a model  exit 1
+    |   +-- HubUnreachableError      no connection to the Hub, and no cached copy  exit 1
+    |   |     (ConnectionError)
+    |   +-- GatedModelError          a gated or private model, without access      exit 1
+    |         (PermissionError)
     +-- CaptureFileError (ValueError) an unreadable capture file or store          exit 1
     +-- ServerError                  a failed call to a server (status code)       exit 1
     +-- DeviceMemoryError            one example does not fit the device's memory  exit 1
 
 The ValueError bases keep ``except ValueError`` working for callers that
-validated input that way. Messages name the file, tensor, field or index and,
-where there is one, what to do instead; `cli_message` words the same advice
-in command-line terms (``--too-long truncate``, not ``too_long="truncate"``).
-docs/errors.md lists them with what to do.
+validated input that way, and the OSError ones the built-in class Python code
+expects of a missing file or a failed download. Messages name the file, tensor,
+field, index or model and, where there is one, what to do instead; `cli_message`
+words the same advice in command-line terms (``--too-long truncate``, not
+``too_long="truncate"``). docs/errors.md lists them with what to do.
 """
 
 from __future__ import annotations
@@ -99,3 +109,34 @@ class ServerError(JaxattnError):
 
 class DeviceMemoryError(JaxattnError):
     """One example does not fit the device's memory, even in a batch of its own."""
+
+
+class ModelNotFoundError(JaxattnError, FileNotFoundError):
+    """No model where the name points: no such local directory, or one that lacks a file
+    loading needs; no such model or revision on the Hugging Face Hub; or, with
+    HF_HUB_OFFLINE=1, no copy in the Hugging Face cache. The message names the model and
+    what was looked for. A FileNotFoundError too, as Python code expects."""
+
+    exit_code = 2
+
+
+class NotAModelDirectoryError(JaxattnError, NotADirectoryError):
+    """A model path that is a file: a checkpoint is a directory (names the path)."""
+
+    exit_code = 2
+
+
+class HubError(JaxattnError, OSError):
+    """The Hugging Face Hub did not deliver a model: a download cut off, a full disk, an
+    answer the Hub gives when it is down. Nothing half-written is kept (huggingface_hub
+    renames a file into its cache only once complete), so running again is safe."""
+
+
+class HubUnreachableError(HubError, ConnectionError):
+    """The Hub cannot be reached (no network, a wrong HF_ENDPOINT) and the Hugging Face
+    cache has no copy of the model."""
+
+
+class GatedModelError(HubError, PermissionError):
+    """A gated model whose conditions the account of the token in use (HF_TOKEN) has not
+    accepted, or no token at all."""

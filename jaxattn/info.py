@@ -19,7 +19,10 @@ class ModelInfo:
     fingerprint of the weights ("blake2b:..."; "" when unknown), so two
     captures can tell whether the same weights made them; `quantities` the
     names this model computes (all but DeBERTa's score terms for most
-    families); `shared_weights` which layers share weights, in words (ALBERT).
+    families); `shared_weights` which layers share weights, in words (ALBERT);
+    `revision` the Hugging Face Hub commit hash the weights were downloaded at
+    ("" for a model loaded from a local directory, which has no revision: its
+    `weights` fingerprint still identifies it).
     """
 
     name: str
@@ -35,6 +38,7 @@ class ModelInfo:
     weights: str = ""
     quantities: tuple[str, ...] = ()
     shared_weights: str = ""
+    revision: str = ""
 
     @classmethod
     def of(
@@ -43,6 +47,7 @@ class ModelInfo:
         dtype: str = "float32",
         precision: str = "highest",
         weights: str = "",
+        revision: str = "",
     ) -> ModelInfo:
         return cls(
             name=config.name,
@@ -58,6 +63,7 @@ class ModelInfo:
             weights=weights,
             quantities=config.quantities(),
             shared_weights=config.shared_weights(),
+            revision=revision,
         )
 
 
@@ -70,11 +76,14 @@ def jaxattn_version() -> str:
 
 
 def provenance(info: ModelInfo, config: dict | None, source: str) -> dict:
-    """What a capture records about where it came from (`Capture.provenance`)."""
+    """What a capture records about where it came from (`Capture.provenance`): the
+    model's name, family, weights fingerprint, Hub revision ("" for a local
+    directory), config, the jaxattn version and the source."""
     return {
         "model": info.name,
         "family": info.family,
         "weights": info.weights,
+        "revision": info.revision,
         "config": config or {},
         "jaxattn": jaxattn_version(),
         "source": source,

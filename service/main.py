@@ -35,7 +35,8 @@ def serve(
     """Load the model, serve until SIGTERM/SIGINT, drain in-flight calls, return 0.
 
     Args:
-      model: a checkpoint directory for `jaxattn.load`; None = the embedded model.
+      model: what `jaxattn.load` takes: a checkpoint directory or a Hugging Face Hub
+        name (NAME[@REVISION]); None = the embedded model.
       address: "host:port" to bind; port 0 picks a free one (printed).
       options: admission, batching, security and drain settings.
       log_level: the logging level name (one line per request at INFO).
@@ -85,7 +86,8 @@ def serve(
     info = engine.info
     host = address.rsplit(":", 1)[0]
     scheme = "TLS" if options.tls_cert else "plaintext"
-    print(f"jaxattn serve: {info.name} ({info.layers} layers x {info.heads} heads, "
+    name = f"{info.name}@{info.revision}" if info.revision else info.name  # the Hub commit
+    print(f"jaxattn serve: {name} ({info.layers} layers x {info.heads} heads, "
           f"{info.precision}) listening on {host}:{port} ({scheme})", flush=True)  # fmt: skip
     while not stop.wait(0.5):  # wake up regularly: signal handlers run between waits
         pass

@@ -63,6 +63,7 @@ class AttentionServicer:
             max_request_bytes=self.parser.max_request_bytes,
             max_metadata_bytes=self.parser.max_metadata_bytes,
             weights=getattr(i, "weights", ""),
+            revision=getattr(i, "revision", ""),
             min_chunk_bytes=codecs.MIN_MAX_CHUNK_BYTES,
             max_chunk_bytes=codecs.MAX_MAX_CHUNK_BYTES,
             default_chunk_bytes=codecs.DEFAULT_MAX_CHUNK_BYTES,

@@ -1,4 +1,4 @@
-"""`convert_checkpoint`: a HF BERT/RoBERTa/DistilBERT directory -> a jaxattn (orbax) one.
+"""`convert_checkpoint`: a local HF checkpoint directory -> a jaxattn (orbax) one.
 
 from jaxattn.checkpoints import convert_checkpoint
 convert_checkpoint("hf_dir", "out_dir")   # jaxattn.load("out_dir") reads it back
@@ -40,7 +40,7 @@ def convert_checkpoint(
     Raises:
       UsageError: out_dir is hf_dir, lies inside it or holds it, is a file, or
         exists and is not empty without `overwrite`.
-      FileNotFoundError / NotADirectoryError / CheckpointError: as `jaxattn.load`
+      ModelNotFoundError / NotAModelDirectoryError / CheckpointError: as `jaxattn.load`
         does for the input.
     """
     from jaxattn.checkpoints.loading import check_model_dir

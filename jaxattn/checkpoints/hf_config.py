@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from jaxattn.checkpoints.families import MODEL_TYPES
+from jaxattn.checkpoints.families import MODEL_TYPES, supported
 from jaxattn.checkpoints.family import Family
 from jaxattn.config import ModelConfig
 from jaxattn.errors import CheckpointError
@@ -100,7 +100,7 @@ def translate(
         effect; a handled field of the wrong type or with a value jaxattn cannot
         compute; a missing size; sizes that contradict each other.
     """
-    family = _family(hf, source)
+    family = family_of(hf, source)
     hf = {**family.hf_defaults, **hf}
     table = family.fields
     required = {**REQUIRED, **family.required}
@@ -138,17 +138,22 @@ def translate(
         raise CheckpointError(f"{source}: {e}") from e
 
 
-def _family(hf: dict, source: str) -> Family:
-    """The jaxattn family of config.json's model_type."""
+def family_of(hf: dict, source: str) -> Family:
+    """The jaxattn family of config.json's model_type.
+
+    Raises:
+      CheckpointError: no model_type, or one jaxattn does not read (naming the
+        families it reads, from the one list, `checkpoints.families.FAMILIES`).
+    """
     if "model_type" not in hf:
         raise CheckpointError(
-            f"{source} has no model_type: jaxattn reads {', '.join(MODEL_TYPES)} checkpoints"
+            f"{source} has no model_type: jaxattn reads the families {supported()}"
         )
     model_type = hf["model_type"]
     if model_type not in MODEL_TYPES:
         raise CheckpointError(
-            f"{source}: unsupported model_type {model_type!r}: "
-            f"jaxattn converts {', '.join(MODEL_TYPES)}"
+            f"{source}: unsupported model_type {model_type!r}: jaxattn reads the "
+            f"families {supported()}"
         )
     return MODEL_TYPES[model_type]
 

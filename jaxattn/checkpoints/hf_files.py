@@ -1,8 +1,9 @@
-"""Reading a local Hugging Face checkpoint directory (no hub, ever).
+"""Reading a local Hugging Face checkpoint directory (`hub` downloads one into the cache).
 
 Every file is read here or in `native`, and every way a file can be bad (missing,
 empty, cut short, not JSON, not safetensors) becomes one error that names the file:
-FileNotFoundError for a missing one, CheckpointError for a damaged one.
+ModelNotFoundError (a FileNotFoundError) for a missing one, CheckpointError for a
+damaged one. The names of the files a checkpoint holds are here too, for `hub`.
 """
 
 from __future__ import annotations
@@ -15,9 +16,26 @@ import numpy as np
 from jaxattn.checkpoints.hf_config import json_kind, translate
 from jaxattn.checkpoints.hf_weights import convert_state_dict
 from jaxattn.config import ModelConfig
-from jaxattn.errors import CheckpointError
+from jaxattn.errors import CheckpointError, ModelNotFoundError
 
+# The weights, in the order they are looked for: one file, a sharded one, PyTorch's.
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+INDEX = "model.safetensors.index.json"
+# The files a fast tokenizer may be built from (`AutoTokenizer.from_pretrained`) ...
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "spm.model",
+)
+# ... of which it needs one of these (`jaxattn.engine.Tokenizer.from_dir`).
+TOKENIZER_NEEDS = ("tokenizer.json", "vocab.txt", "vocab.json")
 
 
 def read_json_object(file: Path) -> dict:
@@ -55,30 +73,40 @@ def read_state_dict(path: Path) -> dict[str, np.ndarray]:
     pytorch_model.bin (needs torch, imported only then).
 
     Raises:
-      FileNotFoundError: none of the weight files exists (names them), or a shard
+      ModelNotFoundError: none of the weight files exists (names them), or a shard
         the index names is missing.
       CheckpointError: a weights file or the index cannot be read (names it).
     """
     if (path / "model.safetensors").is_file():
         return _read_safetensors([path / "model.safetensors"])
-    if (path / "model.safetensors.index.json").is_file():
-        return _read_safetensors(_shards(path / "model.safetensors.index.json"))
+    if (path / INDEX).is_file():
+        return _read_safetensors(_shards(path / INDEX))
     if (path / "pytorch_model.bin").is_file():
         return _read_torch(path / "pytorch_model.bin")
-    raise FileNotFoundError(f"{path} has no weights: looked for {', '.join(WEIGHT_FILES)}")
+    raise ModelNotFoundError(f"{path} has no weights: looked for {', '.join(WEIGHT_FILES)}")
 
 
-def _shards(index_file: Path) -> list[Path]:
-    """The shard files a model.safetensors.index.json names, each checked present."""
+def shard_names(index_file: Path) -> list[str]:
+    """The shard file names a model.safetensors.index.json's weight_map names (sorted, once).
+
+    Raises:
+      CheckpointError: the index is not JSON, or has no weight_map object of
+        tensor name -> shard file name.
+    """
     weight_map = read_json_object(index_file).get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise CheckpointError(
             f'{index_file} has no "weight_map" object of tensor name -> shard file name'
         )
-    shards = [index_file.parent / s for s in sorted(set(weight_map.values()))]
+    return sorted(set(weight_map.values()))
+
+
+def _shards(index_file: Path) -> list[Path]:
+    """The shard files a model.safetensors.index.json names, each checked present."""
+    shards = [index_file.parent / s for s in shard_names(index_file)]
     for shard in shards:
         if not shard.is_file():
-            raise FileNotFoundError(f"{shard}, a shard named by {index_file.name}, is missing")
+            raise ModelNotFoundError(f"{shard}, a shard named by {index_file.name}, is missing")
     return shards
 
 
@@ -148,13 +176,13 @@ def read_config(path: Path, ignore_fields: tuple[str, ...] = ()) -> ModelConfig:
     """Translate the directory's config.json.
 
     Raises:
-      FileNotFoundError: no config.json.
+      ModelNotFoundError: no config.json.
       CheckpointError: config.json is unreadable, or see
         `jaxattn.checkpoints.hf_config.translate`.
     """
     file = path / "config.json"
     if not file.is_file():
-        raise FileNotFoundError(
+        raise ModelNotFoundError(
             f"{path} has no config.json: a Hugging Face checkpoint directory holds "
             "config.json, the weights and the tokenizer files (a jaxattn one, jaxattn.json)"
         )

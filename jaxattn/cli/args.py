@@ -29,6 +29,7 @@ import re
 import sys
 from pathlib import Path
 
+from jaxattn.cli.model_arg import MODEL_HELP, MODEL_METAVAR, model
 from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.errors import UsageError
 from jaxattn.inputs import TOO_LONG
@@ -166,9 +167,10 @@ def add_source_arguments(
     p: argparse.ArgumentParser, *, timeout: float = 120.0, server: bool = True
 ) -> None:
     """Where captures come from: a local checkpoint (--model) or a server (--server)."""
-    p.add_argument("--model", metavar="PATH",
-                   help="local checkpoint directory (default: the embedded all-MiniLM-L6-v2)"
-                   + (" when no --server" if server else ""))  # fmt: skip
+    default = "the embedded all-MiniLM-L6-v2" + (" when no --server" if server else "")
+    p.add_argument(
+        "--model", type=model, metavar=MODEL_METAVAR, help=f"{MODEL_HELP} (default: {default})"
+    )
     if not server:
         return
     p.add_argument(

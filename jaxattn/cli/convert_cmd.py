@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from jaxattn.config import FAMILIES
+
 
 def register(sub) -> None:
+    families = ", ".join(FAMILIES)
     p = sub.add_parser(
         "convert",
-        help="convert a local HF BERT/RoBERTa/DistilBERT checkpoint to a jaxattn (orbax) one",
-        description="Convert a local Hugging Face checkpoint directory into an orbax "
-        "checkpoint directory that `jaxattn.load(OUT_DIR)` reads back identically.",
+        help=f"convert a local HF checkpoint ({families}) to a jaxattn (orbax) one",
+        description="Convert a local Hugging Face checkpoint directory of a family jaxattn "
+        f"reads ({families}) into an orbax checkpoint directory that "
+        "`jaxattn.load(OUT_DIR)` reads back identically.",
     )
     p.add_argument("hf_dir", help="directory with config.json, weights and tokenizer files")
     p.add_argument(

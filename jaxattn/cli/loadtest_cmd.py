@@ -29,6 +29,7 @@ from jaxattn.cli.args import (
     read_token,
 )
 from jaxattn.cli.corpus import check_corpus
+from jaxattn.cli.model_arg import MODEL_HELP, MODEL_METAVAR, model
 
 
 def register(sub) -> None:
@@ -48,9 +49,13 @@ def register(sub) -> None:
     p.add_argument("--warmup", type=non_negative, default=200,
                    help="requests sent (and checked) before measuring, after every batch "
                    "shape was compiled once")  # fmt: skip
-    p.add_argument("--model", metavar="PATH",
-                   help="the server's checkpoint, for the right answers (default: the embedded "
-                   "all-MiniLM-L6-v2)")  # fmt: skip
+    p.add_argument(
+        "--model",
+        type=model,
+        metavar=MODEL_METAVAR,
+        help=f"the server's model, for the right answers: {MODEL_HELP} (default: the embedded "
+        "all-MiniLM-L6-v2)",
+    )
     p.add_argument("--conllu", type=Path, default=DEFAULT_CONLLU,
                    help="sentences to draw from, any input format (default: the UD English "
                    "EWT dev split shipped with jaxattn)")  # fmt: skip

@@ -48,23 +48,34 @@ def describe(args: argparse.Namespace) -> str:
     return f"server {args.server}" if getattr(args, "server", None) else "local engine"
 
 
-def check_same_model(client, model: str, server: str) -> None:
-    """UsageError unless the server serves the weights of the checkpoint `model`.
+def check_same_model(client, model, server: str) -> None:
+    """UsageError unless the server serves the weights of the model `model` names.
 
-    Compares weights fingerprints (the model name when the server reports none).
+    A Hub model is compared by its commit when the server reports one (only its
+    config.json is fetched); otherwise by weights fingerprint (the model name
+    when the server reports none).
     """
-    from jaxattn.checkpoints import read_checkpoint
-    from jaxattn.engine.params import fingerprint
+    from jaxattn.checkpoints.model_ref import parse_model
 
     info = client.model_info()
-    config, params = read_checkpoint(model)
-    if info.weights:
-        same = fingerprint(params["encoder"]) == info.weights
+    ref = parse_model(model)
+    if ref.hub and info.revision:
+        from jaxattn.checkpoints.hub import resolve_commit
+
+        same = resolve_commit(ref.name, ref.revision) == info.revision
     else:
-        same = config.name == info.name
+        from jaxattn.checkpoints import read_checkpoint
+        from jaxattn.engine.params import fingerprint
+
+        config, params = read_checkpoint(ref)
+        if info.weights:
+            same = fingerprint(params["encoder"]) == info.weights
+        else:
+            same = config.name == info.name
     if not same:
+        served = f"{info.name}@{info.revision}" if info.revision else info.name
         raise UsageError(
-            f"--model {model} is not the model the server {server} serves ({info.name}, "
+            f"--model {model} is not the model the server {server} serves ({served}, "
             f"{info.layers} layers x {info.heads} heads): drop --model to use the server's "
             "model, or drop --server to capture with --model locally"
         )

@@ -115,7 +115,7 @@ class AttentionClient:
                 max_positions=info.max_positions, dtype=info.dtype,
                 precision=info.precision or "highest",  # a jaxattn 0.1 server says nothing
                 weights=info.weights, quantities=tuple(info.quantities),
-                shared_weights=info.shared_weights,
+                shared_weights=info.shared_weights, revision=info.revision,
             )  # fmt: skip
         return self._info
 

@@ -61,6 +61,9 @@ class Engine(BatchPipeline):
         "scan" (`jaxattn.engine.layer_loop`); the numbers agree within float32
         rounding.
         None: $JAXATTN_LAYER_LOOP, else "auto".
+      revision: the Hugging Face Hub commit hash the weights were downloaded at
+        (`jaxattn.load` gives it), reported in `info` and every capture's
+        provenance; "" for weights from a local directory.
     """
 
     def __init__(
@@ -79,9 +82,11 @@ class Engine(BatchPipeline):
         host_memory: str = "auto",
         precision: str = "highest",
         layer_loop: str | None = None,
+        revision: str = "",
     ):
         check_params(config, params["encoder"])
         self.config = config
+        self.revision = revision
         self.tokenizer = tokenizer
         self.precision = check_precision(precision)
         self.extra_params = {k: v for k, v in params.items() if k != "encoder"}
@@ -103,8 +108,13 @@ class Engine(BatchPipeline):
 
     @functools.cached_property
     def info(self) -> ModelInfo:
-        """The model: name, sizes, default precision, weights fingerprint."""
-        return ModelInfo.of(self.config, precision=self.precision, weights=self.weights_fingerprint)
+        """The model: name, sizes, default precision, weights fingerprint, Hub revision."""
+        return ModelInfo.of(
+            self.config,
+            precision=self.precision,
+            weights=self.weights_fingerprint,
+            revision=self.revision,
+        )
 
     @functools.cached_property
     def provenance(self):

@@ -101,7 +101,10 @@ def build(
 
     Args:
       model_info: `ModelInfo` fields (name, family, layers, heads, hidden, head_dim,
-        weights...).
+        weights, revision...): ``model.revision`` records the Hugging Face Hub
+        commit the weights were downloaded at ("" for a local directory; stores
+        written before it lack it). It is not an identity field: the checkpoint
+        and weights fingerprints decide whether a dump may resume.
       model_fingerprint: `jaxattn.dump.fingerprint.checkpoint_fingerprint` of the model.
       spec: the `CaptureSpec`.
       model_config: the `ModelConfig` as a dict (kept for the captures' provenance).
@@ -123,6 +126,7 @@ def build(
         "jaxattn_version": jaxattn_version(),
         "model": {
             **model_info,
+            "revision": model_info.get("revision", ""),
             "fingerprint": model_fingerprint,
             **({"config": model_config} if model_config is not None else {}),
         },

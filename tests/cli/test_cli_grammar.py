@@ -155,7 +155,7 @@ def test_a_saved_capture_remembers_where_it_came_from(engines, tmp_path):
     assert back.text == ("a b", "c d") and back.dtype == "uint8"
     info = engines["bert"].model_info()
     assert dict(back.provenance) == {
-        "model": info.name, "family": "bert", "weights": info.weights,
+        "model": info.name, "family": "bert", "weights": info.weights, "revision": "",
         "config": engines["bert"].config.to_dict(), "jaxattn": jaxattn.__version__,
         "source": "engine",
     }  # fmt: skip

@@ -21,6 +21,7 @@ def test_captures_carry_the_store_models_provenance(tmp_path):
         "model": INFO.name,
         "family": INFO.family,
         "weights": "blake2b:0123456789abcdef",
+        "revision": "",  # a local directory's model has none
         "config": CONFIG.to_dict(),
         "jaxattn": jaxattn_version(),  # the version that wrote the store
         "source": f"store {path}",
@@ -41,7 +42,7 @@ def test_a_store_of_an_older_jaxattn_has_no_weights_or_config(tmp_path):
     root = json.loads((path / "zarr.json").read_text())
     root["attributes"]["jaxattn"]["jaxattn_version"] = "0.1.0"
     model = root["attributes"]["jaxattn"]["model"]
-    del model["weights"], model["config"], model["precision"]  # as jaxattn 0.2 wrote it
+    del model["weights"], model["config"], model["precision"], model["revision"]  # as 0.2 did
     (path / "zarr.json").write_text(json.dumps(root))
     part_path = path / "manifest" / "s000000" / "zarr.json"
     part = json.loads(part_path.read_text())
@@ -50,6 +51,7 @@ def test_a_store_of_an_older_jaxattn_has_no_weights_or_config(tmp_path):
     part_path.write_text(json.dumps(part))
     cap = jaxattn.open_store(path)[1]
     assert cap.provenance["weights"] == "" and cap.provenance["config"] == {}
+    assert cap.provenance["revision"] == ""  # nor the revision (jaxattn 0.3)
     assert cap.provenance["model"] == INFO.name and cap.provenance["family"] == "bert"
     assert cap.provenance["jaxattn"] == "0.1.0" and cap.provenance["source"] == f"store {path}"
     assert cap.text is None

@@ -21,3 +21,13 @@ FAMILIES: dict[str, Family] = {
 
 # config.json model_type -> its family.
 MODEL_TYPES: dict[str, Family] = {t: f for f in FAMILIES.values() for t in f.model_types}
+
+
+def supported() -> str:
+    """The families jaxattn reads, in words, from FAMILIES: "bert, roberta (model_type
+    also xlm-roberta, camembert), ...", for messages and help."""
+    words = []
+    for family in FAMILIES.values():
+        more = [t for t in family.model_types if t != family.name]
+        words.append(family.name + (f" (model_type also {', '.join(more)})" if more else ""))
+    return ", ".join(words)
