@@ -12,9 +12,11 @@
 Public names: `load`, `Engine`, `Capture`, `CaptureSource`, `CaptureSpec`,
 `ModelConfig`, `ModelInfo`, `QUANTITIES`, `OUTPUT_DTYPES`, `HeadAblation`,
 `head_ablation_study`, `convert_checkpoint`, `open_store`, `CaptureStream`, and
-the errors (`JaxattnError` and its subclasses, `jaxattn.errors`).
+the errors (`JaxattnError` and its subclasses, `jaxattn.errors`). The
+subpackages users reach for, `jaxattn.analysis`, `jaxattn.views`,
+`jaxattn.client`, `jaxattn.inputs`, are imported on first use.
 
-The package, in the order data flows (README "How it works" has the map):
+The package, in the order data flows (docs/reference/architecture.md has the map):
 `inputs/` (files -> texts), the numpy-only contract (`quantities`, `dtypes`,
 `spec`, `config`, `capture`, `source`, `stream`, `errors`, `progress`), `engine/`
 (texts -> Captures, where jax computes), `checkpoints/` (model directories ->
@@ -36,8 +38,13 @@ from jaxattn.errors import (
     CaptureFileError,
     CheckpointError,
     DeviceMemoryError,
+    GatedModelError,
+    HubError,
+    HubUnreachableError,
     InputError,
     JaxattnError,
+    ModelNotFoundError,
+    NotAModelDirectoryError,
     ServerError,
     TooLongError,
     UsageError,
@@ -60,6 +67,9 @@ _LAZY = {
     "ENCODINGS": ("jaxattn.dtypes", "OUTPUT_DTYPES"),  # the name before 0.2
 }
 
+# Subpackages reachable as attributes after a plain `import jaxattn` (none imports jax).
+_SUBPACKAGES = ("analysis", "client", "inputs", "views")
+
 _aliases.install()
 
 
@@ -67,6 +77,8 @@ def __getattr__(name):
     if name in _LAZY:
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(module), attr)
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"jaxattn.{name}")
     raise AttributeError(f"module 'jaxattn' has no attribute {name!r}")
 
 
@@ -79,9 +91,14 @@ __all__ = [
     "CheckpointError",
     "DeviceMemoryError",
     "Engine",
+    "GatedModelError",
     "HeadAblation",
+    "HubError",
+    "HubUnreachableError",
     "InputError",
     "JaxattnError",
+    "ModelNotFoundError",
+    "NotAModelDirectoryError",
     "ServerError",
     "TooLongError",
     "UsageError",

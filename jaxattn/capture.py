@@ -84,15 +84,16 @@ class Capture:
       tensors: name -> array in the output dtype (uint8 stays uint8).
       quantization: name -> (scale, offset) for uint8 tensors.
       precision: the compute precision that produced it ("highest": exact
-        float32; "tf32", "bf16": see the README's table).
+        float32; "tf32", "bf16": docs/reference/dtypes.md).
       text: the input it came from, a string or an (a, b) pair; None when
         unknown (a file of format 1).
       truncated: the text was cut to the model's maximum length.
       provenance: where it came from, read-only: "model" (name), "weights"
         (a fingerprint of the weights, `jaxattn.Engine.weights_fingerprint`),
-        "family", "config" (the model config), "jaxattn" (the version that
-        captured it), "source" ("engine" or "server HOST:PORT"). Empty when
-        unknown.
+        "family", "config" (the model config), "revision" (the Hub commit the
+        weights came from; "" for a local directory), "jaxattn" (the version
+        that captured it), "source" ("engine", "server HOST:PORT" or "store
+        PATH"). Empty when unknown.
     """
 
     tokens: tuple[str, ...]
