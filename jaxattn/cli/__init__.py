@@ -36,7 +36,7 @@ _SUBCOMMANDS = (
 
 def build_parser() -> argparse.ArgumentParser:
     import jaxattn
-    from jaxattn.cli.args import Parser
+    from jaxattn.cli.parser import Parser
 
     parser = Parser(
         prog="jaxattn",
@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name in _SUBCOMMANDS:
         importlib.import_module(name).register(sub)
     parser.commands = sub.choices  # name -> its parser: unknown options are its to report
+    for command in parser.commands.values():  # an option of another command names it
+        command.siblings = {n: p for n, p in parser.commands.items() if p is not command}
     return parser
 
 
@@ -65,9 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     entry = argv is None
     argv = join_selections(sys.argv[1:] if argv is None else list(argv))
     try:
+        if not argv:  # `jaxattn` alone: what to type next
+            parser.error(f"give a COMMAND: {', '.join(parser.commands)}")
         args, extra = parser.parse_known_args(argv)
-        if extra:
-            parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+        if extra:  # unknown options were answered already: texts left over, mostly
+            command = parser.commands[args.command]
+            command.error(command.unexpected(extra))
     except SystemExit as e:  # a usage error (one line already written), --help, --version
         return e.code if isinstance(e.code, int) else 2
     interrupt = _Interrupt.install() if entry else None
