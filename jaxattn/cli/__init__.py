@@ -34,6 +34,15 @@ _SUBCOMMANDS = (
 )
 
 
+# Under `jaxattn --help`: what to type first (the embedded model needs no download).
+FIRST_STEPS = """first steps, with the embedded all-MiniLM-L6-v2 (no download):
+  jaxattn capture "The cat sat."                  its tokens and tensors
+  jaxattn view "The cat sat." --out cat.html      the views, in one HTML page
+  jaxattn analyze corpus.txt --out report.json    the papers' analyses
+  jaxattn demo                                    serve, capture, summarise
+`jaxattn COMMAND --help` lists a command's options."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     import jaxattn
     from jaxattn.cli.parser import Parser
@@ -43,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Capture, serve, analyse and view encoder attention. Exit codes: 0 done, "
         "1 the command failed (bad input data, checkpoint, server, memory), 2 the command "
         "line is wrong (docs/errors.md lists the messages).",
+        epilog=FIRST_STEPS,
     )
     parser.add_argument("--version", action="version", version=f"jaxattn {jaxattn.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -2,7 +2,7 @@
 
 `Parser` is argparse with three changes:
 
-- every option's default in its help (`HelpFormatter`);
+- every option's default in its help, and examples kept as written (`HelpFormatter`);
 - a usage error is one line naming the command and its --help (exit 2);
 - no prefix matching (``allow_abbrev=False``): ``view --layer 2`` is an unknown
   option, not a silent ``--layers 2``. An unknown option, command or choice is
@@ -29,7 +29,13 @@ _HELP = ("-h", "--help")
 
 
 class HelpFormatter(argparse.HelpFormatter):
-    """Appends "(default: X)" to an option's help unless it says its default already."""
+    """Appends "(default: X)" to an option's help unless it says its default already;
+    a description or epilog written in lines keeps them (examples line up)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""

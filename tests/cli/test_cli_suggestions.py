@@ -113,3 +113,21 @@ def test_nearest():
     assert nearest("float", ["float32", "float16", "bfloat16"]) == ["float32", "float16"]
     assert nearest("qqqq", ["attention", "keys"]) == []
     assert nearest("--out", ["--out", "--outs"]) == ["--outs"]  # never the word itself
+
+
+def test_help_shows_first_steps_that_parse(capsys):
+    """`jaxattn --help` ends with commands to type first, kept in lines, each a valid
+    command line."""
+    import shlex
+
+    from jaxattn.cli import FIRST_STEPS
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith(FIRST_STEPS.rstrip())  # not reflowed
+    examples = [line.split("  ")[1] for line in FIRST_STEPS.splitlines() if line[:2] == "  "]
+    assert len(examples) == 4
+    for example in examples:
+        argv = shlex.split(example)
+        assert argv[0] == "jaxattn"
+        assert build_parser().parse_args(argv[1:]).command == argv[1]
