@@ -48,7 +48,7 @@ def caption(header: dict) -> str:
     return (
         f"The queries (blue) and keys (orange) of every head{f' of {model}' if model else ''}"
         f" ({layers} layers x {heads} heads) over {header['sampled']['sentences']:,} "
-        "sentences, each head's laid out in 2-D after a normalisation that keeps its "
+        "sentences, laid out in 2-D head by head after a normalisation that keeps the head's "
         "attention. The grid shows every head; click one to see it large. Hover a point for "
         "its token in its sentence; click it for that sentence's head view."
     )
