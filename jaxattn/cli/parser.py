@@ -115,8 +115,11 @@ class Parser(argparse.ArgumentParser):
             return  # --help answers first
         for word in words:
             flag = word.split("=", 1)[0]
-            if word.startswith("-") and not _NOT_AN_OPTION.fullmatch(word) and flag not in known:
-                self.error(self.unknown_option(flag))
+            if not word.startswith("-") or _NOT_AN_OPTION.fullmatch(word) or flag in known:
+                continue
+            if word[1] != "-" and word[:2] in known:  # a short option and its value: -n5
+                continue
+            self.error(self.unknown_option(flag))
 
     def unknown_option(self, flag: str) -> str:
         """'unknown option --output: did you mean --out?' (or the commands that take it)."""
@@ -147,7 +150,7 @@ class Parser(argparse.ArgumentParser):
             super()._check_value(action, value)
         except argparse.ArgumentError as e:
             command = isinstance(action, argparse._SubParsersAction)
-            hint = did_you_mean(nearest(value, action.choices), quote=not command)
+            hint = did_you_mean(nearest(str(value), action.choices), quote=not command)
             if command:
                 hint = hint or f"the commands are {', '.join(action.choices)}"
                 raise argparse.ArgumentError(None, f"unknown command {value!r}: {hint}") from None

@@ -102,6 +102,7 @@ def test_dashes_negative_numbers_and_help_still_work(capsys):
     assert args.layers == (slice(-2, None),) and args.heads == (-3, -1)
     args = parse(["analyze", "-", "--out", "r.json", "--baseline-offsets", "-2", "1"])
     assert args.input == "-" and args.baseline_offsets == [-2, 1]
+    assert parse(["bench", "-n5"]).n == 5  # a short option with its value
     args = parse(["capture", "-1 is a number, - a dash"])  # a text with spaces is a text
     assert args.text.startswith("-1 is")
     assert main(["capture", "--outptu", "--help"]) == 0  # --help answers first
