@@ -18,6 +18,15 @@ _STAT_NAMES = {
 }
 
 
+# The columns of the mixing table: what v_ij, token j's contribution to token i, is.
+MIXING_COLUMNS = {
+    "Attn-W": "attention weights alone (v_ij: the heads' mean weight alpha_ij)",
+    "Attn-N": "the attention output (v_ij: the vector sum over heads of alpha_ij f_h(x_j))",
+    "AttnRes-W": "weights with the residual as the identity (v_ij: 0.5 weight, + 0.5 if j = i)",
+    "AttnRes-N": "the attention output plus the residual connection (x_i added to v_ii)",
+    "AttnResLn-N": "AttnRes-N through the LayerNorm that follows the sum: what the block passes on",
+}
+
 _WORD_ROWS = {
     "mean": "the mean of its pieces' rows (the paper)",
     "first": "its first piece's row (the released code's default)",
@@ -189,18 +198,26 @@ def render_markdown(report: dict, max_relations: int = 30) -> str:
             lines += _dependency(
                 report[key], f"Dependency heads ({title})", max_relations, settings
             )
+    why = meta.get("not_run", {}).get("dependency_heads")
+    if why and not report.get("dependency_heads"):
+        lines += ["## Dependency heads", "", f"Not computed: {why}.", ""]
     if report.get("rollout"):
         lines += _rollout(report)
     if report.get("flow"):
         lines += _flow(report)
     lines += ["## Mixing ratios", ""]
     if report.get("mixing_ratios"):
+        names = list(report["mixing_ratios"])
         lines += [
-            "Kobayashi et al. 2021: r_i = ||sum_{j != i} v_ij|| / (||sum_{j != i} v_ij|| + "
-            "||v_ii||), the mean over every token (jaxattn.analysis.mixing).",
+            "How much of a token's output at a layer's attention block comes from the other "
+            "tokens (0: from itself only, 1: from the others only). Kobayashi et al. 2021: "
+            "r_i = ||sum_{j != i} v_ij|| / (||sum_{j != i} v_ij|| + ||v_ii||), with v_ij token "
+            "j's contribution to token i, the mean over every token (jaxattn.analysis.mixing). "
+            "-W measures weigh by attention weights, -N by the norms of vectors:",
+            "",
+            *(f"- {n}: {MIXING_COLUMNS[n]}" for n in names if n in MIXING_COLUMNS),
             "",
         ]
-        names = list(report["mixing_ratios"])
         rows = [
             [layer, *[_f(report["mixing_ratios"][n][li]) for n in names]]
             for li, layer in enumerate(meta["layers"])

@@ -19,7 +19,7 @@ report.json keys (layers and heads 0-indexed, as captured):
   `jaxattn.analysis.mixing`), for each measure whose quantity was captured;
 - ``dependency_heads`` (with parsed sentences): {"all" or relation: {...}}
   (`jaxattn.analysis.dependency`), and ``dependency_heads_norm`` with
-  norm-based weights;
+  norm-based weights; without parses, ``meta.not_run.dependency_heads`` says why;
 - ``head_distance``: {"js_divergence": [N][N], "mds": [L][H][2]};
 - ``rollout``: {kind: {stat: [L]}} (`jaxattn.analysis.rollout`);
 - ``flow`` (when asked: ``flow_examples``): {kind: {stat: [L]}}, the same
@@ -50,6 +50,11 @@ from jaxattn.analysis.tokens import SpecialTokens
 from jaxattn.analysis.weights import available_kinds
 from jaxattn.capture import Capture
 from jaxattn.inputs.conllu import Sentence
+
+# Why the dependency-head table is missing (meta.not_run.dependency_heads); a caller's
+# meta may say it in its own terms (`jaxattn analyze`: --conllu).
+NO_PARSE = "no parsed sentence was given (a CoNLL-U parse: update(capture, sentence))"
+NO_PARSE_STATS = "head statistics only: no attention map to score against a parse"
 
 
 class CorpusAnalysis:
@@ -155,6 +160,8 @@ class CorpusAnalysis:
                 unaligned_examples=dep.skip_reasons,
                 dependency=dep.settings,
             )
+        else:  # said in report.md, and by `jaxattn analyze` on stderr
+            info["not_run"] = {"dependency_heads": NO_PARSE_STATS if self.only_stats else NO_PARSE}
         if self.distance is not None:
             info["head_distance_skipped"] = self.distance.skipped
         if self.flow is not None:

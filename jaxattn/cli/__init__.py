@@ -34,21 +34,33 @@ _SUBCOMMANDS = (
 )
 
 
+# Under `jaxattn --help`: what to type first (the embedded model needs no download).
+FIRST_STEPS = """first steps, with the embedded all-MiniLM-L6-v2 (no download):
+  jaxattn capture "The cat sat."                  its tokens and tensors
+  jaxattn view "The cat sat." --out cat.html      the views, in one HTML page
+  jaxattn analyze corpus.txt --out report.json    the papers' analyses
+  jaxattn demo                                    serve, capture, summarise
+`jaxattn COMMAND --help` lists a command's options."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     import jaxattn
-    from jaxattn.cli.args import Parser
+    from jaxattn.cli.parser import Parser
 
     parser = Parser(
         prog="jaxattn",
         description="Capture, serve, analyse and view encoder attention. Exit codes: 0 done, "
         "1 the command failed (bad input data, checkpoint, server, memory), 2 the command "
         "line is wrong (docs/errors.md lists the messages).",
+        epilog=FIRST_STEPS,
     )
     parser.add_argument("--version", action="version", version=f"jaxattn {jaxattn.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _SUBCOMMANDS:
         importlib.import_module(name).register(sub)
     parser.commands = sub.choices  # name -> its parser: unknown options are its to report
+    for command in parser.commands.values():  # an option of another command names it
+        command.siblings = {n: p for n, p in parser.commands.items() if p is not command}
     return parser
 
 
@@ -65,9 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     entry = argv is None
     argv = join_selections(sys.argv[1:] if argv is None else list(argv))
     try:
+        if not argv:  # `jaxattn` alone: what to type next
+            parser.error(f"give a COMMAND: {', '.join(parser.commands)}")
         args, extra = parser.parse_known_args(argv)
-        if extra:
-            parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+        if extra:  # unknown options were answered already: texts left over, mostly
+            command = parser.commands[args.command]
+            command.error(command.unexpected(extra))
     except SystemExit as e:  # a usage error (one line already written), --help, --version
         return e.code if isinstance(e.code, int) else 2
     interrupt = _Interrupt.install() if entry else None

@@ -20,7 +20,7 @@ from jaxattn.cli.analysis_flags import (
     add_flow_arguments,
     corpus_analysis,
 )
-from jaxattn.cli.analyze_saved import analyse_saved
+from jaxattn.cli.analyze_saved import analyse_saved, no_parse
 from jaxattn.cli.args import (
     add_codec_argument,
     add_dtype_argument,
@@ -169,6 +169,8 @@ def _run(args) -> int:
         what = ("attention",)
     else:
         what = tuple(dict.fromkeys(("attention", "alpha_fx_norm", *MIXING_QUANTITIES)))
+    where = "standard input" if args.input == "-" else f"INPUT {args.input}"
+    skipped = no_parse(where) if not (parsed_input or extra or args.stats_only) else {}
     source = open_source(args)
     corpus = corpus_analysis(args)
     quiet = args.quiet or len(texts) + len(extra) < 50
@@ -214,6 +216,7 @@ def _run(args) -> int:
         **counts,
         "dtype": args.dtype,
         "precision": args.precision or source_precision,
+        **skipped,
     }
     return _write(args, corpus, meta, t0, ablation)
 

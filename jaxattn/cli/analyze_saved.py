@@ -24,6 +24,17 @@ SAVED_RUNS = (
 )
 
 
+def no_parse(where: str, conllu_input: bool = True) -> dict:
+    """report.json's meta.not_run for an input that carries no parse and no --conllu, said
+    on stderr too, before the run: the dependency-head table is left out."""
+    fix = "give --conllu FILE, a CoNLL-U parse of the same sentences" + (
+        " (or a CoNLL-U INPUT)" if conllu_input else ""
+    )
+    reason = f"{where} carries no parse: {fix}"
+    print(f"jaxattn analyze: no dependency-head table: {reason}", file=sys.stderr)
+    return {"not_run": {"dependency_heads": reason}}
+
+
 def what_the_input_allows(stored, args) -> str:
     """Advice for saved captures that lack what the flags given need: the nearest way of
     running that they do allow ("analyse with --no-norm", "drop --stats-only"), or ""."""
@@ -73,6 +84,7 @@ def analyse_saved(args, caps) -> tuple:
               f"{','.join(absent)} to have them)", file=sys.stderr)  # fmt: skip
     caps = caps[: args.limit] if args.limit else caps
     parses = saved_parses(caps, args.conllu, args.input) if args.conllu else None
+    skipped = no_parse(where, conllu_input=False) if not (parses or args.stats_only) else {}
     corpus = corpus_analysis(args)
     bar = Progress(len(caps), "analyze", enabled=not (args.quiet or len(caps) < 50))
     for i, cap in enumerate(caps):
@@ -95,5 +107,6 @@ def analyse_saved(args, caps) -> tuple:
         "dtype": first.dtype,
         "precision": first.precision,
         "not_in_input": absent,
+        **skipped,
     }
     return corpus, meta

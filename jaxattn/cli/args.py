@@ -17,8 +17,9 @@ layers and heads take indices, negative ones and ranges (``0,3,-1``,
     add_limit_argument(p)       --limit
     add_overwrite_argument(p)   --overwrite; check_output(path, overwrite, flag)
 
-`Parser` is the parser class of every command: errors in one line, every
-option's default in its help.
+The parser class of every command (one-line errors, every option's default in
+its help, no abbreviations, the nearest spelling of a mistyped option) is
+`jaxattn.cli.parser.Parser`.
 """
 
 from __future__ import annotations
@@ -26,45 +27,16 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import sys
 from pathlib import Path
 
 from jaxattn.cli.model_arg import MODEL_HELP, MODEL_METAVAR, model
+from jaxattn.cli.parser import did_you_mean, nearest
 from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.errors import UsageError
 from jaxattn.inputs import TOO_LONG
+from jaxattn.quantities import QUANTITIES
 from jaxattn.spec import DEFAULT_WHAT, PRECISIONS, parse_selection
 from jaxattn.wire.codecs import CODECS
-
-
-class HelpFormatter(argparse.HelpFormatter):
-    """Appends "(default: X)" to an option's help unless it says its default already."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        default = action.default
-        if (
-            "default" in text
-            or not action.option_strings
-            or default in (None, False, argparse.SUPPRESS)
-            or isinstance(action, argparse._HelpAction | argparse._VersionAction)
-        ):
-            return text
-        if isinstance(default, tuple):
-            default = ",".join(str(d) for d in default)
-        return f"{text} (default: {str(default).replace('%', '%%')})"
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse with a one-line usage error (exit 2) naming the command and --help."""
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", HelpFormatter)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str):
-        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-        sys.exit(2)
 
 
 def names(value: str) -> tuple[str, ...]:
@@ -72,6 +44,17 @@ def names(value: str) -> tuple[str, ...]:
     out = tuple(v.strip() for v in value.split(",") if v.strip())
     if not out:
         raise argparse.ArgumentTypeError(f"{value!r} names nothing: give comma-separated names")
+    return out
+
+
+def quantity_names(value: str) -> tuple[str, ...]:
+    """`names` that are quantities ('attention,queries'); a misspelt one gets the nearest."""
+    out = names(value)
+    for name in out:
+        if name not in QUANTITIES:
+            hint = did_you_mean(nearest(name, QUANTITIES), quote=True)
+            valid = f"valid quantities are {', '.join(QUANTITIES)}"
+            raise argparse.ArgumentTypeError(f"unknown quantity {name!r}: {hint or valid}")
     return out
 
 
@@ -192,9 +175,14 @@ def add_token_argument(p: argparse.ArgumentParser) -> None:
 def add_spec_arguments(p: argparse.ArgumentParser) -> None:
     """What to capture: --what, --layers, --heads and the output --dtype."""
     default = ",".join(DEFAULT_WHAT)
-    p.add_argument("--what", type=names, default=DEFAULT_WHAT,
-                   help=f"comma-separated quantities (default {default}; the README lists "
-                   "them)")  # fmt: skip
+    p.add_argument(
+        "--what",
+        type=quantity_names,
+        default=DEFAULT_WHAT,
+        metavar="NAMES",
+        help=f"comma-separated quantities, of {', '.join(QUANTITIES)} (default {default}; "
+        "the README defines them)",
+    )
     add_selection_arguments(p)
     add_dtype_argument(p)
 

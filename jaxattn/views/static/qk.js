@@ -34,26 +34,22 @@
       if (!cache.has(i)) { const [a, b, m] = header.sections[i]; cache.set(i, inflate(JX.textBytes(text, a, b, m))); }
       return cache.get(i);
     };
-    const praw = await section(header.points_section);
-    const ids = new Uint32Array(praw.slice(0, 4 * n).buffer), cls = praw.subarray(4 * n, 5 * n);
-    const sent = new Uint32Array(n), pos = new Uint16Array(n);
-    S.forEach(([start, T], s) => { for (let t = 0; t < T; t++) { sent[start + t] = s; pos[start + t] = t; } });
-    const order = new Uint32Array(2 * n).map((_, i) => i);
-    for (let i = 2 * n - 1, r = 12345; i > 0; i--) {  // a fixed shuffle: queries and keys interleave
-      r = (r * 1103515245 + 12345) >>> 0; const j = r % (i + 1), t = order[i]; order[i] = order[j]; order[j] = t;
-    }
+    // Drawn at once, before any section is inflated: the controls, the sampled line, the
+    // grid's frame (where the eye lands first) and the large canvas saying it is loading.
+    let ids, cls, sent, pos, order, ready = false;  // the points, once inflated
     const layouts = Object.keys(header.layouts);
     const state = { g: 0, layout: layouts[layouts.length - 1], colour: "qk", show: "both", hover: -1 };
     const s = header.sampled;
     const kept = s.tokens < s.of_tokens
       ? `sampled: kept ${s.tokens} of ${s.of_tokens} tokens (${s.sentences} of ${s.of_sentences} sentences, whole sentences drawn uniformly)`
       : `all ${s.tokens} tokens of ${s.sentences} sentences`;
+    const redraw = () => { if (ready) draw(); };
     const layoutSel = JX.select("qk-layout", layouts.map((l) => [l, NAMES[l]]),
-      state.layout, (v) => { state.layout = v; draw(); });
-    const colourSel = JX.select("qk-colour", COLOURS, "qk", (v) => { state.colour = v; draw(); });
+      state.layout, (v) => { state.layout = v; redraw(); });
+    const colourSel = JX.select("qk-colour", COLOURS, "qk", (v) => { state.colour = v; redraw(); });
     const showSel = JX.select("qk-show", [["both", "queries and keys"], ["q", "queries"], ["k", "keys"]],
-      "both", (v) => { state.show = v; draw(); });
-    const title = JX.el("b", { id: "qk-title" });
+      "both", (v) => { state.show = v; redraw(); });
+    const title = JX.el("b", { id: "qk-title" }, "Loading ...");
     const info = JX.el("div", { class: "info", id: "qk-info" });
     const legend = JX.el("div", { class: "info", id: "qk-legend" });
     const canvas = JX.el("canvas", { id: "qk-canvas", width: SIZE, height: SIZE,
@@ -62,15 +58,39 @@
     const panel = JX.el("div", { id: "qk-head", class: "mv-detail", hidden: true });
     const grid = JX.el("div", { id: "qk-grid", class: "mv-grid",
       style: `grid-template-columns: 28px repeat(${H.length}, ${THUMB + 2}px)` });
+    const loading = root.querySelector("#qk-loading") ||  // the page's own notice (qk_page.py)
+      JX.el("div", { class: "qk-loading", id: "qk-loading", role: "status" }, "Loading the maps ...");
     root.append(
       JX.el("div", { class: "jx-bar" }, title, JX.el("label", {}, "Layout ", layoutSel),
         JX.el("label", {}, "Colour by ", colourSel), JX.el("label", {}, "Show ", showSel)),
-      JX.el("div", { class: "info", id: "qk-sampled" }, kept), info,
-      JX.el("div", { class: "mv-wrap" }, JX.el("div", {}, canvas, legend, tip), grid, panel));
+      JX.el("div", { class: "info", id: "qk-sampled" }, kept), info, loading,
+      JX.el("div", { class: "mv-wrap" }, grid, JX.el("div", {}, canvas, legend, tip), panel));
+    const thumbCanvases = frame();
     const ctx = canvas.getContext("2d");
+    ctx.fillStyle = "#f6f6f6"; ctx.fillRect(0, 0, SIZE, SIZE);
+    ctx.fillStyle = "#777"; ctx.font = "14px system-ui, sans-serif"; ctx.textAlign = "center";
+    ctx.fillText("Loading the map ...", SIZE / 2, SIZE / 2);
     const image = ctx.createImageData(SIZE, SIZE);
     let xy = null, buckets = null;
     const sentRgb = S.map((_, i) => hue(i));
+
+    async function load() {  // the points: token ids, classes, sentence and position of each
+      const praw = await section(header.points_section);
+      ids = new Uint32Array(praw.slice(0, 4 * n).buffer); cls = praw.subarray(4 * n, 5 * n);
+      sent = new Uint32Array(n); pos = new Uint16Array(n);
+      S.forEach(([start, T], s) => { for (let t = 0; t < T; t++) { sent[start + t] = s; pos[start + t] = t; } });
+      order = new Uint32Array(2 * n).map((_, i) => i);
+      for (let i = 2 * n - 1, r = 12345; i > 0; i--) {  // a fixed shuffle: queries and keys interleave
+        r = (r * 1103515245 + 12345) >>> 0; const j = r % (i + 1), t = order[i]; order[i] = order[j]; order[j] = t;
+      }
+    }
+    function select(g) {  // a thumbnail's click: its map, brought into view when out of it
+      state.g = g;
+      if (!ready) return;
+      draw();
+      const r = canvas.getBoundingClientRect();
+      if (r.top >= window.innerHeight || r.bottom <= 0) canvas.scrollIntoView({ block: "nearest" });
+    }
 
     function colour(i) {
       const j = i < n ? i : i - n;
@@ -180,34 +200,45 @@
       panel.dataset.state = "ready";
     }
 
-    async function thumbs() {
-      const raw = await section(header.thumbs.section), m = header.thumbs.count;
+    function frame() {  // the grid's labels and blank thumbnails, before any data
+      const out = [];
       grid.append(JX.el("div", {}));
       H.forEach((h) => grid.append(JX.el("div", { class: "mv-col" }, `H${h}`)));
       L.forEach((l, li) => {
         grid.append(JX.el("div", { class: "mv-row" }, `L${l}`));
         H.forEach((h, hi) => {
           const g = li * H.length + hi;
-          const c = JX.el("canvas", { class: "thumb", width: THUMB, height: THUMB, "data-g": g, "data-layer": l,
-            "data-head": h, title: `layer ${l}, head ${h}`, on: { click: () => { state.g = g; draw(); } } });
-          const tc = c.getContext("2d"), im = tc.createImageData(THUMB, THUMB);
-          for (let p = 0; p < 2 * m; p++) {
-            const o = 2 * (g * 2 * m + p), x = Math.round(1 + raw[o] / 255 * (THUMB - 3));
-            const y = Math.round(THUMB - 2 - raw[o + 1] / 255 * (THUMB - 3)), rgb = p < m ? Q_RGB : K_RGB, at = 4 * (y * THUMB + x);
-            im.data[at] = rgb[0]; im.data[at + 1] = rgb[1]; im.data[at + 2] = rgb[2]; im.data[at + 3] = 255;
-          }
-          tc.putImageData(im, 0, 0);
+          const c = JX.el("canvas", { class: "thumb loading", width: THUMB, height: THUMB, "data-g": g,
+            "data-layer": l, "data-head": h, title: `layer ${l}, head ${h}`, on: { click: () => select(g) } });
           grid.append(c);
+          out.push(c);
         });
+      });
+      return out;
+    }
+    async function thumbs() {
+      const raw = await section(header.thumbs.section), m = header.thumbs.count;
+      thumbCanvases.forEach((c, g) => {
+        const tc = c.getContext("2d"), im = tc.createImageData(THUMB, THUMB);
+        for (let p = 0; p < 2 * m; p++) {
+          const o = 2 * (g * 2 * m + p), x = Math.round(1 + raw[o] / 255 * (THUMB - 3));
+          const y = Math.round(THUMB - 2 - raw[o + 1] / 255 * (THUMB - 3)), rgb = p < m ? Q_RGB : K_RGB, at = 4 * (y * THUMB + x);
+          im.data[at] = rgb[0]; im.data[at + 1] = rgb[1]; im.data[at + 2] = rgb[2]; im.data[at + 3] = 255;
+        }
+        tc.putImageData(im, 0, 0);
+        c.classList.remove("loading");
       });
     }
     try {
-      await thumbs();
+      await Promise.all([load(), thumbs()]);
+      ready = true;
       await draw();
       QK.debug = { screen: (i) => screen(i), n, draw: async () => { await draw(); return +root.dataset.drawMs; },
         visible: () => order.filter((i) => visible(i)).length };
+      loading.remove();
       root.dataset.state = "ready";
     } catch (e) {
+      loading.remove();
       root.append(JX.el("div", { class: "jx-error", id: "jx-error" }, `Error: ${e && e.message ? e.message : e}`));
       root.dataset.state = "error";
       throw e;

@@ -2,40 +2,33 @@
 
 A leaf of the package (numpy only; it imports nothing but the contract): the
 client builds the same objects without jax, and a capture saves to and loads
-from one portable .npz file here. Views of a capture (HTML, SVG, the BertViz
-adapter) live in `jaxattn.views`.
+from one portable .npz file (`jaxattn.capture.npz`: the format). Views of a
+capture (HTML, SVG, the BertViz adapter) live in `jaxattn.views`.
 
-The file is a plain NumPy .npz archive (a zip of .npy arrays; readable by numpy
-anywhere, no pickle): one array per captured quantity, under its name, plus
-``__meta__``, a JSON string holding the format tag, tokens, sentence_b_start,
-layers, heads, dtype, precision, the uint8 (scale, offset) of each tensor and
-the provenance: the text (or pair) it came from, whether it was truncated, and
-`provenance` (model name, weights fingerprint, config, jaxattn version, and
-where it was captured). bfloat16 arrays are stored as their uint16 bit
-patterns (npy has no bfloat16) and restored on load. Files of format 1
-(jaxattn 0.1-0.2: no text and no provenance) still load.
+A quantity the capture does not hold, read as an attribute, raises AttributeError
+saying what it holds and how to capture the quantity too (``what=...`` in Python,
+``--what NAMES`` on the command line); a name that is no quantity nor attribute
+gets the nearest one. Python's probes (``hasattr``, ``getattr`` with a default,
+copy, pickle) see plain AttributeErrors.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
+import difflib
 import os
 import types
-import zipfile
 from collections.abc import Mapping
 from typing import overload
 
 import numpy as np
 
-from jaxattn.dtypes import OUTPUT_DTYPES, dequantize
-from jaxattn.errors import CaptureFileError
-from jaxattn.outfile import replacing
+from jaxattn.capture import npz
+from jaxattn.capture.npz import FILE_FORMAT, READABLE_FORMATS
+from jaxattn.dtypes import dequantize
 from jaxattn.quantities import QUANTITIES
 
-FILE_FORMAT = "jaxattn.capture/2"
-READABLE_FORMATS = ("jaxattn.capture/1", FILE_FORMAT)
-_META = "__meta__"
+__all__ = ["FILE_FORMAT", "READABLE_FORMATS", "Capture", "frozen"]
 
 
 def frozen(mapping: Mapping | None = None) -> Mapping:
@@ -182,32 +175,14 @@ class Capture:
         return dataclasses.replace(self, layers=layers_, heads=heads_, tensors=tensors)
 
     def save(self, path: str | os.PathLike, *, compress: bool = False) -> None:
-        """Write this capture to one portable .npz file (any name; no suffix is added).
+        """Write this capture to one portable .npz file (any name; no suffix is added;
+        the format: `jaxattn.capture.npz`).
 
         Args:
           path: the file to write (overwritten).
           compress: deflate the arrays (smaller, slower; attention maps shrink little).
         """
-        meta = dict(
-            format=FILE_FORMAT,
-            tokens=list(self.tokens),
-            sentence_b_start=self.sentence_b_start,
-            layers=list(self.layers),
-            heads=list(self.heads),
-            dtype=self.dtype,
-            tensors=list(self.tensors),
-            quantization={k: list(v) for k, v in self.quantization.items()},
-            precision=self.precision,
-            text=list(self.text) if isinstance(self.text, tuple) else self.text,
-            truncated=self.truncated,
-            provenance=dict(self.provenance),
-        )
-        arrays = {_META: np.array(json.dumps(meta))}
-        for name, array in self.tensors.items():
-            arrays[name] = array.view(np.uint16) if self.dtype == "bfloat16" else array
-        # A file object: np.savez would append ".npz" to a name. Whole or not at all.
-        with replacing(path) as f:
-            (np.savez_compressed if compress else np.savez)(f, **arrays)
+        npz.write(self, path, compress=compress)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Capture:
@@ -218,35 +193,45 @@ class Capture:
             a format this jaxattn does not read (the message says what it found).
           FileNotFoundError: no such file; IsADirectoryError: a directory.
         """
-        if os.path.isdir(path):
-            raise IsADirectoryError(f"{path} is a directory, not a capture file (.npz)")
-        try:
-            loaded = np.load(path, allow_pickle=False)
-            if not isinstance(loaded, np.lib.npyio.NpzFile):
-                raise CaptureFileError(f"{path} is a single NumPy array (.npy), not a jaxattn "
-                                       "capture (.npz written by Capture.save)")  # fmt: skip
-            with loaded as archive:
-                meta, tensors = _read_archive(path, archive)
-            return _from_meta(cls, meta, tensors)
-        except KeyError as e:
-            raise CaptureFileError(f"{path} is a damaged jaxattn capture: its metadata lacks "
-                                   f"{e}") from None  # fmt: skip
-        except (OSError, ValueError, zipfile.BadZipFile, EOFError, TypeError) as e:
-            if isinstance(e, (FileNotFoundError, CaptureFileError)):
-                raise
-            raise CaptureFileError(f"{path} is not a readable jaxattn capture file (.npz written "
-                                   f"by Capture.save): {_reason(e)}") from None  # fmt: skip
+        fields = npz.read(path)
+        return cls(**{**fields, "provenance": frozen(fields["provenance"])})
+
+    def __getstate__(self) -> dict:  # pickle, copy: the read-only provenance as a dict
+        return {**self.__dict__, "provenance": dict(self.provenance)}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, provenance=frozen(state["provenance"]))
+
+    def __getattr__(self, name: str):
+        # Reached only where the normal lookup failed: a quantity's attribute that was not
+        # captured (its descriptor raised), or a name that is no attribute at all.
+        if name.startswith("_"):  # Python's probes (copy, pickle, numpy): its plain answer
+            raise AttributeError(f"'Capture' object has no attribute {name!r}", name=name, obj=self)
+        if name not in QUANTITIES:
+            near = difflib.get_close_matches(name, [*QUANTITIES, *_ATTRIBUTES], 1)
+            quantity = "the quantity " if near and near[0] in QUANTITIES else ""
+            hint = f": did you mean {quantity}{near[0]!r}?" if near else ""
+            raise _missing(f"'Capture' object has no attribute {name!r}{hint}", self)
+        self._check(name)
+        return self.array(name)  # captured: its descriptor failed otherwise, and says why
 
     def _check(self, name: str) -> None:
-        if name not in self.tensors:
-            if name in QUANTITIES:
-                raise AttributeError(
-                    f"{name!r} was not captured; this capture holds {', '.join(self.tensors)}"
-                    f" (ask for it with what=(..., {name!r}))"
-                )
-            raise AttributeError(
-                f"Capture has no quantity {name!r}; quantities are {', '.join(QUANTITIES)}"
+        held = tuple(self.__dict__.get("tensors", ()))  # never this method again, half-built
+        if name in held:
+            return
+        if name in QUANTITIES:
+            want = (*held, name)
+            raise _missing(
+                f"{name!r} was not captured; this capture holds {', '.join(held) or 'nothing'}: "
+                f"capture it too with what={want!r} in Python, or --what {','.join(want)} on "
+                "the command line",
+                self,
             )
+        near = difflib.get_close_matches(name, QUANTITIES, 1)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        raise _missing(
+            f"Capture has no quantity {name!r}: {hint}quantities are {', '.join(QUANTITIES)}", self
+        )
 
     def __repr__(self) -> str:
         shapes = ", ".join(f"{k}{list(v.shape)}" for k, v in self.tensors.items())
@@ -256,42 +241,16 @@ class Capture:
         )
 
 
-def _reason(error: Exception) -> str:
-    if isinstance(error, UnicodeDecodeError | zipfile.BadZipFile) or "pickle" in str(error):
-        return "not a NumPy .npz archive"
-    return str(error)
+# What a misspelt name may have meant besides a quantity: the fields, properties, methods.
+_ATTRIBUTES = tuple(
+    n
+    for n in dict.fromkeys([*(f.name for f in dataclasses.fields(Capture)), *dir(Capture)])
+    if not n.startswith("_") and n not in QUANTITIES
+)
 
 
-def _read_archive(path, archive) -> tuple[dict, dict[str, np.ndarray]]:
-    """(meta, name -> array in the output dtype) of an open .npz archive."""
-    if not hasattr(archive, "files") or _META not in archive.files:
-        raise CaptureFileError(
-            f"{path} is a NumPy file but not a jaxattn capture (it has no {_META} entry)"
-        )
-    meta = json.loads(str(archive[_META]))
-    found = meta.get("format") if isinstance(meta, dict) else None
-    if found not in READABLE_FORMATS:
-        raise CaptureFileError(
-            f"{path} is of capture format {found!r}; this jaxattn reads "
-            f"{', '.join(READABLE_FORMATS)} (a newer jaxattn wrote it? upgrade)"
-        )
-    dtype = OUTPUT_DTYPES[meta["dtype"]]
-    tensors = {name: archive[name].view(dtype) for name in meta["tensors"]}
-    return meta, tensors
-
-
-def _from_meta(cls, meta: dict, tensors: dict) -> Capture:
-    text = meta.get("text")
-    return cls(
-        tokens=tuple(meta["tokens"]),
-        sentence_b_start=meta["sentence_b_start"],
-        layers=tuple(meta["layers"]),
-        heads=tuple(meta["heads"]),
-        dtype=meta["dtype"],
-        tensors=tensors,
-        quantization={k: (float(v[0]), float(v[1])) for k, v in meta["quantization"].items()},
-        precision=meta.get("precision", "highest"),  # files of jaxattn 0.1 have none
-        text=tuple(text) if isinstance(text, list) else text,
-        truncated=bool(meta.get("truncated", False)),
-        provenance=frozen(meta.get("provenance")),
-    )
+def _missing(message: str, cap: Capture) -> AttributeError:
+    """An AttributeError whose message says it all: its ``name`` is left None, so Python
+    appends no "Did you mean" of its own (it would name the nearest attribute, such as
+    sum_alpha_fx_norm for a missing alpha_fx_norm)."""
+    return AttributeError(message, name=None, obj=cap)
