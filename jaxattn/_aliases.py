@@ -1,6 +1,6 @@
 """The module paths of jaxattn 0.1, importable for one more release (until 0.3).
 
-jaxattn 0.2 gave every stage a folder (README, "Changes in 0.2"). An import of
+jaxattn 0.2 gave every stage a folder (CHANGELOG.md, 0.2.0). An import of
 an old path gets the module at its new place, with a DeprecationWarning naming
 it, so `from jaxattn.ablation import HeadAblation` keeps working meanwhile.
 """

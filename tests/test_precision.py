@@ -1,6 +1,6 @@
-"""Compute precision: highest is exact; tf32 and bf16 stay within the README's bounds.
+"""Compute precision: highest is exact; tf32 and bf16 stay within the documented bounds.
 
-The bounds are the README's table (measured on all-MiniLM-L6-v2 over 200 EWT
+The bounds are docs/reference/dtypes.md's table (measured on all-MiniLM-L6-v2 over 200 EWT
 sentences: tf32 2e-3, bf16 1.6e-2 for attention; relative to the tensor's
 largest value for the rest). On the CPU tf32 and bf16 are emulated (operands
 rounded to 10 / 7 mantissa bits, float32 sums), which is what the GPU does.

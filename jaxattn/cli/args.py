@@ -181,7 +181,7 @@ def add_spec_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_WHAT,
         metavar="NAMES",
         help=f"comma-separated quantities, of {', '.join(QUANTITIES)} (default {default}; "
-        "the README defines them)",
+        "docs/reference/quantities.md defines them)",
     )
     add_selection_arguments(p)
     add_dtype_argument(p)
@@ -202,7 +202,7 @@ def add_dtype_argument(p: argparse.ArgumentParser) -> None:
         "--dtype",
         default="float32",
         choices=tuple(OUTPUT_DTYPES),
-        help="output dtype (default float32: exact; see the README's table)",
+        help="output dtype (default float32: exact; errors in docs/reference/dtypes.md)",
     )
 
 
@@ -216,7 +216,7 @@ def add_precision_argument(p: argparse.ArgumentParser, *, default: str | None = 
     said = f"default {default}" if default else "default: the model's, highest unless a server says"
     p.add_argument("--precision", default=default, choices=PRECISIONS,
                    help=f"compute precision: highest (exact float32), tf32 or bf16 (faster on "
-                   f"GPUs/TPUs; errors in the README) ({said})")  # fmt: skip
+                   f"GPUs/TPUs; errors in docs/reference/dtypes.md) ({said})")  # fmt: skip
 
 
 def add_too_long_argument(p: argparse.ArgumentParser) -> None:

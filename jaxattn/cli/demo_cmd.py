@@ -1,4 +1,4 @@
-"""`jaxattn demo`: the README's first command, end to end.
+"""`jaxattn demo`: the README's first quick-start command, end to end.
 
 Starts a server on the embedded model (a free loopback port), captures the two
 example sentences through the Python client (sentence A alone, then the pair),
