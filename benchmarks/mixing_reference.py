@@ -52,8 +52,9 @@ def torch_ratios(model, tok, text: str) -> tuple[np.ndarray, np.ndarray]:
             res_ln = ln.weight * (res - res.mean(-1, keepdim=True)) / std[:, None, None]
             vectors = [a.numpy() for a in (attn, res, res_ln)]
             authors.append(authors_mixing(vectors)["mixing_ratio"])
-            pairs.append(np.stack([mixing_ratio_rows(np.linalg.norm(a, axis=-1))
-                                   for a in vectors], -1))  # fmt: skip
+            pairs.append(
+                np.stack([mixing_ratio_rows(np.linalg.norm(a, axis=-1)) for a in vectors], -1)
+            )
     return np.stack(authors), np.stack(pairs)
 
 
@@ -91,13 +92,17 @@ def main(argv=None) -> int:
         sums["pairs"] = sums["pairs"] + pairs.sum(1)
         tokens += cap.length
     got = mix.result()
-    print(f"{len(texts)} sentences from {args.skip}, {tokens} tokens; largest |jaxattn - "
-          f"authors| per token: {worst:.2e}")  # fmt: skip
+    print(
+        f"{len(texts)} sentences from {args.skip}, {tokens} tokens; largest |jaxattn - "
+        f"authors| per token: {worst:.2e}"
+    )
     print("measure      layer: authors (float64 torch) / jaxattn / sum of pair norms (0.2)")
     for k, m in enumerate(NORM_MEASURES):
-        cells = [f"{100 * sums['authors'][i, k] / tokens:.1f}/{100 * got[m][i]:.1f}/"
-                 f"{100 * sums['pairs'][i, k] / tokens:.1f}"
-                 for i in range(len(got[m]))]  # fmt: skip
+        cells = [
+            f"{100 * sums['authors'][i, k] / tokens:.1f}/{100 * got[m][i]:.1f}/"
+            f"{100 * sums['pairs'][i, k] / tokens:.1f}"
+            for i in range(len(got[m]))
+        ]
         print(f"{m:12s} " + "  ".join(cells))
     return 0
 

@@ -79,9 +79,12 @@ def analyse_saved(args, caps) -> tuple:
         raise UsageError(f"{e} (or {instead})" if instead else str(e)) from None
     absent = [q for q in mixing if q not in stored]
     if absent:
-        print(f"jaxattn analyze: {where} lacks {', '.join(absent)}: the mixing ratios that need "
-              f"them are left out (report.json meta.not_in_input; capture with --what "
-              f"{','.join(absent)} to have them)", file=sys.stderr)  # fmt: skip
+        print(
+            f"jaxattn analyze: {where} lacks {', '.join(absent)}: the mixing ratios that need "
+            f"them are left out (report.json meta.not_in_input; capture with --what "
+            f"{','.join(absent)} to have them)",
+            file=sys.stderr,
+        )
     caps = caps[: args.limit] if args.limit else caps
     parses = saved_parses(caps, args.conllu, args.input) if args.conllu else None
     skipped = no_parse(where, conllu_input=False) if not (parses or args.stats_only) else {}

@@ -214,9 +214,13 @@ def add_codec_argument(p: argparse.ArgumentParser, *, used: str = "with --server
 def add_precision_argument(p: argparse.ArgumentParser, *, default: str | None = None) -> None:
     """--precision: the compute precision (None: the engine's or server's default)."""
     said = f"default {default}" if default else "default: the model's, highest unless a server says"
-    p.add_argument("--precision", default=default, choices=PRECISIONS,
-                   help=f"compute precision: highest (exact float32), tf32 or bf16 (faster on "
-                   f"GPUs/TPUs; errors in docs/reference/dtypes.md) ({said})")  # fmt: skip
+    p.add_argument(
+        "--precision",
+        default=default,
+        choices=PRECISIONS,
+        help=f"compute precision: highest (exact float32), tf32 or bf16 (faster on "
+        f"GPUs/TPUs; errors in docs/reference/dtypes.md) ({said})",
+    )
 
 
 def add_too_long_argument(p: argparse.ArgumentParser) -> None:

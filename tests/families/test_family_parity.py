@@ -21,9 +21,22 @@ GRAPH = {"electra": "electra", "albert": "albert", "xlm-roberta": "roberta"}
 # XLM-R runs RoBERTa's graph, whose every quantity tests/test_parity.py and the norm
 # references check: here its checkpoint, tokens and graph-level quantities (one cheaper compile).
 WHAT = {"xlm-roberta": ("attention", "scores", "queries", "keys", "values", "hidden_states")}
-COMPARED = ("attention", "scores", "queries", "keys", "values", "hidden_states", "fx_norm",
-            "alpha_fx_norm", "sum_alpha_fx_norm", "attn_res_norm", "attn_res_ln_norm",
-            "mixing_ratio", "mixing_norm", "preserving_norm")  # fmt: skip
+COMPARED = (
+    "attention",
+    "scores",
+    "queries",
+    "keys",
+    "values",
+    "hidden_states",
+    "fx_norm",
+    "alpha_fx_norm",
+    "sum_alpha_fx_norm",
+    "attn_res_norm",
+    "attn_res_ln_norm",
+    "mixing_ratio",
+    "mixing_norm",
+    "preserving_norm",
+)
 
 
 @pytest.fixture(scope="module", params=FAMILIES)

@@ -93,8 +93,11 @@ def test_model_svg_keeps_sep_columns_and_diagonal_at_300_tokens(long_cap):
 def test_every_heat_map_view_has_colour_bars_with_their_range():
     cap = synthetic(2, 3, 7)
     stats = len(HEAD_STATS)  # one grid per head statistic
-    for view, opts, n_bars in (("neuron", dict(layer=1, head=2, token=3), 4),
-                               ("stats", dict(kind="norm"), stats), ("model", {}, 1)):  # fmt: skip
+    for view, opts, n_bars in (
+        ("neuron", dict(layer=1, head=2, token=3), 4),
+        ("stats", dict(kind="norm"), stats),
+        ("model", {}, 1),
+    ):
         root = ET.fromstring(to_svg(cap, view, **opts))
         bars = [g for g in root.iter(SVG + "g") if g.get("class") == "colorbar"]
         assert len(bars) == n_bars, view
