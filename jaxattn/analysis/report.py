@@ -45,7 +45,7 @@ from jaxattn.analysis.head_stats import HeadStats
 from jaxattn.analysis.markdown import render_markdown
 from jaxattn.analysis.mixing import MixingRatios
 from jaxattn.analysis.patterns import PatternCounts
-from jaxattn.analysis.rollout import RolloutStats
+from jaxattn.analysis.rollout import RolloutStats, from_input
 from jaxattn.analysis.tokens import SpecialTokens
 from jaxattn.analysis.weights import available_kinds
 from jaxattn.capture import Capture
@@ -115,16 +115,11 @@ class CorpusAnalysis:
         self.patterns.update(capture)
         if self.distance is not None:
             self.distance.update(capture)
-        if self.rollout is not None:
-            if tuple(capture.layers) == tuple(range(len(capture.layers))):
-                self.rollout.update(capture)
-            else:
-                self.rollout = None  # rollout starts at the input: needs layers 0..L-1
-        if self.flow is not None:
-            if tuple(capture.layers) == tuple(range(len(capture.layers))):
-                self.flow.update(capture)
-            else:
-                self.flow = None  # so does flow
+        if not from_input(capture):  # rollout and flow start at the input: layers 0..L-1
+            self.rollout = self.flow = None
+        for stats in (self.rollout, self.flow):
+            if stats is not None:
+                stats.update(capture)
         self.mixing.update(capture)
         if sentence is not None:
             self.add_parse(capture, sentence)

@@ -74,13 +74,18 @@ def attention_rollout(weights: np.ndarray, residual: float = RESIDUAL) -> np.nda
     return out
 
 
+def from_input(capture: Capture) -> bool:
+    """Whether the capture holds layers 0..L-1, where rollout and flow start."""
+    return tuple(capture.layers) == tuple(range(len(capture.layers)))
+
+
 def check_from_input(capture: Capture, what: str = "rollout") -> None:
     """Rollout and flow start at the input: the capture must hold layers 0..L-1.
 
     Raises:
       ValueError: it holds other layers.
     """
-    if tuple(capture.layers) != tuple(range(len(capture.layers))):
+    if not from_input(capture):
         raise ValueError(
             f"{what} needs consecutive layers from 0; the capture holds {list(capture.layers)}"
         )
