@@ -16,30 +16,36 @@ import tempfile
 import time
 from pathlib import Path
 
-CONLLU = Path(__file__).resolve().parents[2] / "shared/data/ud-english-ewt/en_ewt-ud-dev.conllu"
+from gpu_checks import TINY
 
 
 def main() -> None:
     t0 = time.perf_counter()
     import jaxattn
-    from jaxattn.bench import random_bert_base, read_sentences
+    from jaxattn.bench import read_sentences
     from jaxattn.bench.capture import FULL
+    from jaxattn.bench.corpus import DEFAULT_CONLLU
+    from jaxattn.bench.synthetic import random_checkpoint
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("-n", type=int, default=100)
-    p.add_argument("--conllu", type=Path, default=CONLLU)
+    p.add_argument("--conllu", type=Path, default=DEFAULT_CONLLU)
     p.add_argument("--random-bert-base", action="store_true", help="BERT-base, random weights")
+    p.add_argument("--tiny", action="store_true", help="with --random-bert-base: a tiny BERT")
     p.add_argument("--what", default=",".join(FULL))
     args = p.parse_args()
     texts = read_sentences(args.conllu, args.n)
     with tempfile.TemporaryDirectory() as tmp:
-        model = str(random_bert_base(Path(tmp))) if args.random_bert_base else None
+        tiny = TINY if args.tiny else {}
+        model = None
+        if args.random_bert_base:
+            model = str(random_checkpoint("bert-base", Path(tmp), **tiny))
         engine = jaxattn.load(model)
         t1 = time.perf_counter()
         what = tuple(args.what.split(","))
-        engine.capture(texts, what=what, truncate=True)
+        engine.capture(texts, what=what, too_long="truncate")
         t2 = time.perf_counter()
-        engine.capture(texts, what=what, truncate=True)
+        engine.capture(texts, what=what, too_long="truncate")
         t3 = time.perf_counter()
     print(
         f"{len(texts)} texts, {engine.info.name}: import + load {t1 - t0:.1f} s, first capture "

@@ -1,8 +1,16 @@
-"""The issue-12 facts `jaxattn bench` does not time: zero-copy host outputs, warmup.
+"""The GPU facts `jaxattn bench` does not time (issues 12, 26), one check a command.
 
-    python benchmarks/gpu_checks.py zero-copy          # numpy views a pinned output in place?
-    python benchmarks/gpu_checks.py warmup             # Engine.warmup of one spec, timed
-    python benchmarks/gpu_checks.py shape              # one shape: its compile and its speed
+    python benchmarks/gpu_checks.py sanity      # the GPU is seen; a tiny capture equals the CPU's
+    python benchmarks/gpu_checks.py zero-copy   # numpy views a pinned output in place?
+    python benchmarks/gpu_checks.py precision   # forward/attention at highest, tf32, bf16
+    python benchmarks/gpu_checks.py service     # `jaxattn serve` and a client, end to end
+    python benchmarks/gpu_checks.py warmup      # Engine.warmup of one spec, timed
+    python benchmarks/gpu_checks.py shape       # one shape: its compile and its speed
+
+`sanity`: the versions, the device and its memory kinds, then the six quantities
+of a full capture of a tiny random BERT (BERT-base's tokenizer) here and in a
+child process on the CPU backend: their largest difference, relative to each
+quantity's scale (the check: <= 1e-6).
 
 `zero-copy`: a jitted step writing 1 GiB to pinned host memory (the engine's
 `host_memory="pinned"` path), then `np.asarray` of it: the same address and a
@@ -10,25 +18,134 @@ time far below a host memcpy mean numpy views the buffer without a copy
 (jax-ml/jax#22114). On the CPU "device" memory already is host memory: the
 same check with the default memory kind.
 
+`precision`: one random BERT-base loaded at each precision, texts of exactly
+`--tokens` tokens, the forward (final hidden state) and attention timed in
+interleaved rounds in one process (compile apart): each precision's speed-up
+over highest and its largest attention difference from highest.
+
+`service`: `jaxattn serve` on a random BERT-base in a child process, and
+`--clients` threads of one `AttentionClient` sending requests of `--request`
+texts of `--tokens` tokens: attention as uint8 + zstd and as float32 without
+compression, end to end (the server's compile is paid by two warm-up rounds).
+
 `warmup`: a random-weight BERT-base (or `--model`) compiles the shapes
 `Engine.warmup` plans for `--what` (default attention): every (bucket, batch
 size) with `--sizes all`, one per bucket with `--sizes largest`. Run it twice
 with the same ``JAXATTN_COMPILATION_CACHE`` directory for the cold and the
 cached time.
+
 `shape`: one (bucket, batch) shape of random BERT-base, the largest batch the
 engine plans for `--tokens` (default 128): texts of exactly that length are
 captured four times, persistent cache off, so the first compiles the program
 and the best of the others is its speed. For comparing compile-time levers
 (XLA_FLAGS, ``JAXATTN_LAYER_LOOP``) in fresh processes.
-Each prints one line a result; `benchmarks/gpu_session.sh` runs them on a GPU.
+
+`--tiny` (precision, service, warmup, shape) swaps BERT-base for the tiny model
+of `sanity`: the CPU smoke run of `benchmarks/gpu_run.sh` and the tests.
+Each check prints one line a result (`--json FILE`: also its figures);
+`benchmarks/gpu_run.sh` runs them on a GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+
+# A tiny BERT with BERT-base's vocabulary (the benchmark tokenizer): odd sizes.
+TINY = dict(
+    hidden_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=3,
+    intermediate_size=37,
+    max_position_embeddings=160,
+)
+SANITY_TEXTS = ["The quick brown fox.", "A second, somewhat longer sentence about attention."]
+
+
+def model_dir(out_dir: Path, tiny: bool) -> Path:
+    """A random-weight BERT-base (or the tiny BERT) written into out_dir."""
+    from jaxattn.bench.synthetic import random_checkpoint
+
+    return random_checkpoint("bert-base", out_dir, **(TINY if tiny else {}))
+
+
+def write_json(path: Path | None, result: dict) -> None:
+    if path:
+        path.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def tiny_capture(model: Path) -> dict:
+    """The full capture of SANITY_TEXTS on the default backend: {"i/name": array}."""
+    import jaxattn
+    from jaxattn.bench.capture import FULL
+
+    engine = jaxattn.load(str(model), compilation_cache_dir=False)
+    captures = engine.capture(SANITY_TEXTS, what=FULL)
+    return {f"{i}/{k}": v for i, c in enumerate(captures) for k, v in c.tensors.items()}
+
+
+def sanity(json_path: Path | None) -> bool:
+    import flax
+    import jax
+    import numpy as np
+    import transformers
+
+    device = jax.devices()[0]
+    stats = device.memory_stats() or {}
+    result = {
+        "jax": jax.__version__,
+        "flax": flax.__version__,
+        "transformers": transformers.__version__,
+        "device": str(device),
+        "platform": device.platform,
+        "device_kind": getattr(device, "device_kind", ""),
+        "memory_kinds": sorted(m.kind for m in device.addressable_memories()),
+        "bytes_limit": stats.get("bytes_limit"),
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        model = model_dir(Path(tmp) / "tiny", tiny=True)
+        here = tiny_capture(model)
+        saved = Path(tmp) / "cpu.npz"
+        env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+        cmd = [
+            sys.executable,
+            __file__,
+            "tiny-capture",
+            "--model",
+            str(model),
+            "--save",
+            str(saved),
+        ]
+        subprocess.run(cmd, env=env, check=True, timeout=120)
+        with np.load(saved) as cpu:
+            worst: dict[str, float] = {}
+            for key, value in here.items():
+                ref = cpu[key].astype(np.float64)
+                scale = max(1.0, float(np.abs(ref).max()))
+                diff = float(np.abs(value.astype(np.float64) - ref).max()) / scale
+                name = key.split("/", 1)[1]
+                worst[name] = max(worst.get(name, 0.0), diff)
+    result["max_relative_difference"] = worst
+    result["ok"] = ok = max(worst.values()) <= 1e-6
+    print(
+        f"sanity: jax {result['jax']}, flax {result['flax']}, transformers "
+        f"{result['transformers']}; {result['device']} ({result['device_kind']}), memory kinds "
+        f"{result['memory_kinds']}, bytes_limit {result['bytes_limit']}"
+    )
+    print(
+        "sanity: tiny full capture here vs the CPU backend, largest difference / scale: "
+        + ", ".join(f"{k} {v:.1e}" for k, v in worst.items())
+        + f" -> {'ok' if ok else 'OVER 1e-6'}"
+    )
+    write_json(json_path, result)
+    return ok
 
 
 def zero_copy(nbytes: int) -> None:
@@ -53,38 +170,186 @@ def zero_copy(nbytes: int) -> None:
     np.copyto(copy, view)
     memcpy = time.perf_counter() - t
     ok = bool(view[-1] == 2.0)
-    print(f"zero-copy {device.platform} memory_kind={x.sharding.memory_kind}: np.asarray of "
-          f"{nbytes / 2**30:.2f} GiB took {seconds * 1e3:.2f} ms (a host memcpy of it "
-          f"{memcpy * 1e3:.1f} ms); same address: {same}; values ok: {ok}")  # fmt: skip
+    print(
+        f"zero-copy {device.platform} memory_kind={x.sharding.memory_kind}: np.asarray of "
+        f"{nbytes / 2**30:.2f} GiB took {seconds * 1e3:.2f} ms (a host memcpy of it "
+        f"{memcpy * 1e3:.1f} ms); same address: {same}; values ok: {ok}"
+    )
 
 
-def warmup(what: tuple[str, ...], model: str | None, buckets: tuple[int, ...] | None,
-           sizes: str) -> None:  # fmt: skip
+def interleaved(runners: dict, repeats: int) -> tuple[dict, dict]:
+    """First pass of each runner (compile), then `repeats` interleaved rounds:
+    ({name: first pass s}, {name: best round s})."""
+    first, rounds = {}, {name: [] for name in runners}
+    for name, fn in runners.items():
+        t = time.perf_counter()
+        fn()
+        first[name] = time.perf_counter() - t
+    for _ in range(repeats):
+        for name, fn in runners.items():
+            t = time.perf_counter()
+            fn()
+            rounds[name].append(time.perf_counter() - t)
+    return first, {name: min(times) for name, times in rounds.items()}
+
+
+def precision(tokens: int, n: int, repeats: int, tiny: bool, json_path: Path | None) -> None:
+    import numpy as np
+
+    import jaxattn
+    from jaxattn.bench.capture import synthetic_texts
+    from jaxattn.engine.precision import PRECISIONS
+
+    texts = synthetic_texts(tokens, n)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(model_dir(Path(tmp), tiny))
+        engines = {p: jaxattn.load(path, precision=p, buckets=(tokens,)) for p in PRECISIONS}
+    last = engines["highest"].config.num_layers - 1
+    kinds = {
+        "forward": dict(what="hidden_states", layers=last),
+        "attention": dict(what="attention"),
+    }
+    runners = {
+        f"{kind}_{p}": (lambda e=e, kw=kw: e.capture(texts, **kw))
+        for kind, kw in kinds.items()
+        for p, e in engines.items()
+    }
+    first, best = interleaved(runners, repeats)
+    ref = [c.tensors["attention"] for c in engines["highest"].capture(texts[:8], what="attention")]
+    result = {
+        "tokens": tokens,
+        "n": n,
+        "repeats": repeats,
+        "model": "tiny" if tiny else "bert-base",
+        "platform": engines["highest"].devices[0].platform,
+    }
+    for p, engine in engines.items():
+        got = engine.capture(texts[:8], what="attention")
+        diff = max(
+            float(np.abs(c.tensors["attention"] - r).max()) for c, r in zip(got, ref, strict=True)
+        )
+        result[f"attention_{p}_max_abs_diff"] = diff
+        for kind in kinds:
+            name = f"{kind}_{p}"
+            result[f"{name}_s"], result[f"{name}_first_pass_s"] = best[name], first[name]
+            result[f"{name}_seq_per_s"] = n / best[name]
+            speedup = best[f"{kind}_highest"] / best[name]
+            result[f"{name}_over_highest"] = speedup
+            print(
+                f"precision {p:8s} {kind:9s}: {n / best[name]:9.1f} seq/s ({speedup:.2f}x "
+                f"highest; first pass {first[name]:.1f} s)"
+            )
+        print(f"precision {p:8s} attention: largest difference from highest {diff:.1e}")
+    write_json(json_path, result)
+
+
+def serve_child(model: str, extra: list[str]) -> tuple[subprocess.Popen, str]:
+    """`jaxattn serve` on `model`, port 0, in a child process: (process, address).
+    Its output is echoed, prefixed, by a thread."""
+    cmd = [sys.executable, "-u", "-m", "jaxattn", "serve", "--model", model, "--port", "0", *extra]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    address = None
+    for line in proc.stdout:
+        print(f"  serve: {line.rstrip()}", flush=True)
+        if "listening on" in line:
+            address = line.split("listening on", 1)[1].split()[0]
+            break
+    if address is None:
+        raise RuntimeError(f"the server exited ({proc.wait()}) before it listened")
+
+    def echo():  # all but the one line a call
+        for line in proc.stdout:
+            if "jaxattn.service: Capture " not in line:
+                print(f"  serve: {line.rstrip()}", flush=True)
+
+    threading.Thread(target=echo, daemon=True).start()
+    return proc, address
+
+
+def service(
+    tokens: int, n: int, request: int, clients: int, tiny: bool, json_path: Path | None
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from jaxattn.bench.capture import synthetic_texts
+    from jaxattn.client import AttentionClient
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(model_dir(Path(tmp), tiny))
+        proc, address = serve_child(path, ["--max-texts", str(request)])
+        result = {
+            "tokens": tokens,
+            "request_texts": request,
+            "clients": clients,
+            "model": "tiny" if tiny else "bert-base",
+        }
+        try:
+            client = AttentionClient(address, timeout=600)
+            for dtype, codec, count in (("uint8", "zstd", n), ("float32", "none", n // 4)):
+                batches = [synthetic_texts(tokens, request)] * max(1, count // request)
+
+                def send(texts, dtype=dtype, codec=codec):
+                    return sum(
+                        len(c.tensors["attention"])
+                        for c in client.capture(texts, dtype=dtype, codec=codec)
+                    )
+
+                times = []
+                for _ in range(4):  # two warm-up rounds compile the batcher's shapes
+                    wire0, t = client.wire_bytes, time.perf_counter()
+                    with ThreadPoolExecutor(clients) as pool:
+                        list(pool.map(send, batches))
+                    times.append(time.perf_counter() - t)
+                wire = client.wire_bytes - wire0
+                seqs = len(batches) * request
+                best = min(times[2:])
+                key = f"{dtype}_{codec}"
+                result[f"{key}_seq_per_s"] = seqs / best
+                result[f"{key}_wire_bytes_per_seq"] = wire / seqs
+                result[f"{key}_warmup_s"] = times[:2]
+                print(
+                    f"service {key:13s}: {seqs} texts of {tokens} tokens, {clients} clients x "
+                    f"{request} a request: {seqs / best:8.1f} seq/s end to end, "
+                    f"{wire / seqs / 1e6:.2f} MB a text on the wire, {wire / best / 1e9:.2f} "
+                    f"GB/s (warm-up rounds {times[0]:.1f}, {times[1]:.1f} s)"
+                )
+            client.close()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    write_json(json_path, result)
+
+
+def warmup(
+    what: tuple[str, ...],
+    model: str | None,
+    buckets: tuple[int, ...] | None,
+    sizes: str,
+    tiny: bool,
+) -> None:
     t0 = time.perf_counter()
     import jaxattn
-    from jaxattn.bench import random_bert_base
 
     options = {"buckets": buckets} if buckets else {}
     with tempfile.TemporaryDirectory() as tmp:
-        engine = jaxattn.load(model or str(random_bert_base(Path(tmp))), **options)
+        engine = jaxattn.load(model or str(model_dir(Path(tmp), tiny)), **options)
         t1 = time.perf_counter()
         shapes = engine.warmup(engine.make_spec(what), sizes=sizes)
         t2 = time.perf_counter()
-    print(f"warmup {','.join(what)} ({sizes} sizes) on {engine.devices[0].platform}: "
-          f"{shapes} shapes in {t2 - t1:.1f} s (import + load {t1 - t0:.1f} s); "
-          f"{engine.budgets}")  # fmt: skip
+    print(
+        f"warmup {','.join(what)} ({sizes} sizes) on {engine.devices[0].platform}: "
+        f"{shapes} shapes in {t2 - t1:.1f} s (import + load {t1 - t0:.1f} s); "
+        f"{engine.budgets}"
+    )
 
 
-def shape(what: tuple[str, ...], tokens: int) -> None:
-    import os
-
+def shape(what: tuple[str, ...], tokens: int, tiny: bool) -> None:
     import jaxattn
-    from jaxattn.bench import random_bert_base
     from jaxattn.bench.capture import synthetic_texts
     from jaxattn.engine import batching
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = str(random_bert_base(Path(tmp)))
+        path = str(model_dir(Path(tmp), tiny))
         engine = jaxattn.load(path, buckets=(tokens,), compilation_cache_dir=False)
     spec = engine.make_spec(what)
     size = batching.batch_size(tokens, lambda t: engine.output_bytes(spec, t), engine.budgets)
@@ -95,20 +360,29 @@ def shape(what: tuple[str, ...], tokens: int) -> None:
         engine.capture(texts, what=what)
         seconds.append(time.perf_counter() - t)
     best = min(seconds[1:])
-    print(f"shape {','.join(what)} T={tokens} B={len(texts)} on {engine.devices[0].platform}, "
-          f"layers {engine.step.layer_loop}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}: "
-          f"first capture {seconds[0]:.1f} s (compile ~{seconds[0] - best:.1f} s, "
-          f"{engine.compiled_shapes} program), then {len(texts) / best:.0f} seq/s "
-          f"(best of 3)")  # fmt: skip
+    print(
+        f"shape {','.join(what)} T={tokens} B={len(texts)} on {engine.devices[0].platform}, "
+        f"layers {engine.step.layer_loop}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}: "
+        f"first capture {seconds[0]:.1f} s (compile ~{seconds[0] - best:.1f} s, "
+        f"{engine.compiled_shapes} program), then {len(texts) / best:.0f} seq/s (best of 3)"
+    )
 
 
-def main() -> None:
+def main() -> int:
+    checks = ("sanity", "zero-copy", "precision", "service", "warmup", "shape", "tiny-capture")
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("check", choices=("zero-copy", "warmup", "shape"))
+    p.add_argument("check", choices=checks)
     p.add_argument("--bytes", type=int, default=1 << 30, help="zero-copy: output size")
     p.add_argument("--what", default="attention", help="warmup, shape: the quantities")
-    p.add_argument("--tokens", type=int, default=128, help="shape: the text length")
+    p.add_argument("--tokens", type=int, default=128, help="the synthetic texts' length")
+    p.add_argument("-n", type=int, default=1024, help="precision, service: how many texts")
+    p.add_argument("--repeats", type=int, default=3, help="precision: timed rounds")
+    p.add_argument("--request", type=int, default=256, help="service: texts a request")
+    p.add_argument("--clients", type=int, default=4, help="service: concurrent requests")
+    p.add_argument("--tiny", action="store_true", help="the tiny BERT instead of BERT-base")
+    p.add_argument("--json", type=Path, help="also write the figures here")
     p.add_argument("--model", help="warmup: a checkpoint (default: random BERT-base)")
+    p.add_argument("--save", type=Path, help=argparse.SUPPRESS)  # tiny-capture's output
     p.add_argument("--buckets", help="warmup: bucket lengths, e.g. 8,16 (default: the engine's)")
     p.add_argument(
         "--sizes",
@@ -117,14 +391,26 @@ def main() -> None:
         help="warmup: every batch size of the ladder, or the largest per bucket",
     )
     args = p.parse_args()
-    if args.check == "zero-copy":
+    what = tuple(args.what.split(","))
+    if args.check == "sanity":
+        return 0 if sanity(args.json) else 1
+    if args.check == "tiny-capture":
+        import numpy as np
+
+        np.savez(args.save, **tiny_capture(Path(args.model)))
+    elif args.check == "zero-copy":
         zero_copy(args.bytes)
+    elif args.check == "precision":
+        precision(args.tokens, args.n, args.repeats, args.tiny, args.json)
+    elif args.check == "service":
+        service(args.tokens, args.n, args.request, args.clients, args.tiny, args.json)
     elif args.check == "shape":
-        shape(tuple(args.what.split(",")), args.tokens)
+        shape(what, args.tokens, args.tiny)
     else:
         buckets = tuple(int(b) for b in args.buckets.split(",")) if args.buckets else None
-        warmup(tuple(args.what.split(",")), args.model, buckets, args.sizes)
+        warmup(what, args.model, buckets, args.sizes, args.tiny)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -42,8 +42,11 @@ SHAPES: dict[str, tuple[str, dict]] = {
 }  # fmt: skip
 
 
-def random_checkpoint(name: str, out_dir: Path) -> Path:
+def random_checkpoint(name: str, out_dir: Path, **overrides) -> Path:
     """Write the random-weight checkpoint `name` (a key of SHAPES) into out_dir.
+
+    overrides: config fields that replace the shape's (a tiny model of the same
+    family and tokenizer, say ``num_hidden_layers=2, hidden_size=48``).
 
     Raises:
       ValueError: an unknown name, naming the known ones.
@@ -56,7 +59,7 @@ def random_checkpoint(name: str, out_dir: Path) -> Path:
     if name not in SHAPES:
         raise ValueError(f"unknown synthetic model {name!r}: valid are {', '.join(SHAPES)}")
     cls, fields = SHAPES[name]
-    config = getattr(transformers, cls)(**{**BASE, **fields})
+    config = getattr(transformers, cls)(**{**BASE, **fields, **overrides})
     torch.manual_seed(0)
     transformers.AutoModel.from_config(config).save_pretrained(str(out_dir))
     source = Path(os.environ[TOKENIZER_ENV]) if os.environ.get(TOKENIZER_ENV) else None

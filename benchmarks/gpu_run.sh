@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Issue 26's GPU figures in one device call of at most 8 minutes, most important first.
+#
+# Here, once:   bash benchmarks/gpu_run.sh prepare     # .gpu/: the tokenizer and the wheels
+#                                                       # the GPU image lacks (~10 MB)
+# On the GPU:   bash benchmarks/gpu_run.sh              # every stage, in order (carry [".gpu"])
+#               bash benchmarks/gpu_run.sh real levers  # a second call: only what is missing
+# Stages, in order: sanity bench precision first service warmup levers real.
+# Everything is line-buffered into $OUT/run.log (appended, so a stage cut off by its
+# limit still leaves what it printed) and the JSON figures into $OUT/<stage>.json.
+# Each step has its own time limit, clipped to what is left of the run's budget
+# ($GPU_RUN_SECONDS, default 450 s): a slow step cannot eat the rest, and the
+# run ends inside a 480-second call. Locally, GPU_RUN_SMOKE=1 runs every stage at
+# tiny sizes (on the CPU; the tests do).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+# The packages the GPU image lacks or holds at another version (jaxattn's [serve]
+# extra; the image has grpcio, protobuf and huggingface_hub at versions the
+# generated code or the Hub loading refuse). Pure wheels or manylinux cp312.
+WHEELS=(protobuf==7.36.2 grpcio==1.85.3 grpcio-health-checking==1.85.1
+  grpcio-reflection==1.85.1 zstandard==0.25.0 lz4==4.4.5)
+STAGES=(sanity bench precision first service warmup levers real)
+
+if [ "${1:-}" = prepare ]; then
+  py=${PYTHON:-.venv/bin/python}
+  rm -rf .gpu && mkdir -p .gpu/tokenizer .gpu/wheels
+  dir=$("$py" -c 'from jaxattn.checkpoints.loading import default_model_dir as d; print(d())') \
+    || { echo "prepare: the embedded model is not installed here (bash scripts/setup.sh)" >&2; exit 1; }
+  cp "$dir"/tokenizer* "$dir"/vocab* "$dir"/special* .gpu/tokenizer/ || exit 1
+  [ -f .gpu/tokenizer/tokenizer.json ] || { echo "prepare: no tokenizer.json in $dir" >&2; exit 1; }
+  platforms=()
+  for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64; do
+    platforms+=(--platform "$p")
+  done
+  "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    "${platforms[@]}" -d .gpu/wheels "${WHEELS[@]}" || exit 1
+  grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo /.gpu/ >>.git/info/exclude
+  echo "ready: .gpu ($(du -sh .gpu | cut -f1)); run the stages with carry [\".gpu\"]"
+  exit 0
+fi
+
+smoke=${GPU_RUN_SMOKE:-}
+wanted=("$@")
+[ ${#wanted[@]} -gt 0 ] || wanted=("${STAGES[@]}")
+for s in "${wanted[@]}"; do
+  [[ " ${STAGES[*]} " == *" $s "* ]] || { echo "unknown stage $s: prepare or ${STAGES[*]}" >&2; exit 2; }
+done
+[ -f .gpu/tokenizer/tokenizer.json ] || { echo "no .gpu/tokenizer: run 'prepare' here first" >&2; exit 2; }
+
+OUT=${OUT:-$root/out/gpu-run}
+mkdir -p "$OUT"
+py=${PYTHON:-python3}
+if [ -z "$smoke" ] && ls .gpu/wheels/*.whl >/dev/null 2>&1; then
+  "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/gpu-run-site .gpu/wheels/*.whl || exit 1
+  export PYTHONPATH=/tmp/gpu-run-site
+fi
+export PYTHONPATH=$root${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+export JAXATTN_BENCH_TOKENIZER=$root/.gpu/tokenizer
+exec > >(tee -a "$OUT/run.log") 2>&1
+tee_pid=$!
+
+deadline=$((SECONDS + ${GPU_RUN_SECONDS:-450}))
+failed=0
+# step SECONDS CMD...: one timed measurement, stopped at its limit or at the run's
+# deadline, whichever comes first; the rest go on.
+step() {
+  local limit=$1 rc left=$((deadline - SECONDS))
+  shift
+  if [ "$left" -lt 15 ]; then
+    echo "== skipped (the run's budget is spent): $*"
+    failed=$((failed + 1))
+    return
+  fi
+  [ "$limit" -le "$left" ] || limit=$left
+  echo "== $(date -u +%H:%M:%S) $* (limit ${limit}s)"
+  local t0=$SECONDS
+  timeout --kill-after=5 "$limit" "$@"
+  rc=$?
+  echo "== rc=$rc in $((SECONDS - t0)) s"
+  [ "$rc" -eq 0 ] || failed=$((failed + 1))
+}
+# s SMOKE FULL: a size, tiny in the smoke run.
+s() { if [ -n "$smoke" ]; then echo "$1"; else echo "$2"; fi; }
+tiny=$(s --tiny "")
+checks=("$py" benchmarks/gpu_checks.py)
+bench=("$py" -m jaxattn bench --overwrite)
+tokens=$(s 16 128)
+
+echo "== gpu_run ${wanted[*]} on $(hostname), $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null)"
+for stage in "${wanted[@]}"; do
+  echo "== stage $stage"
+  case "$stage" in
+    sanity)
+      command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+      step 60 "${checks[@]}" sanity --json "$OUT/sanity.json"
+      step 30 "${checks[@]}" zero-copy --bytes "$(s 16777216 1073741824)"
+      ;;
+    bench)  # (a)-(f), BERT-base T=128 float32: the issue's first targets
+      if [ -n "$smoke" ]; then
+        step 300 "${bench[@]}" --synthetic bert-base --tokens 16 -n 4 --repeats 1 --json "$OUT/bench.json"
+      else
+        step 200 "${bench[@]}" --synthetic bert-base --tokens 128 -n 2048 --json "$OUT/bench.json"
+      fi
+      ;;
+    precision)  # tf32 and bf16 against highest, one process
+      step 120 "${checks[@]}" precision $tiny --tokens "$tokens" -n "$(s 8 2048)" --json "$OUT/precision.json"
+      ;;
+    first)  # a new process: load + first full capture of 100 EWT sentences, cold then cached
+      cache=$(mktemp -d)
+      for run in cold cached; do
+        echo "-- first capture, $run compilation cache"
+        JAXATTN_COMPILATION_CACHE=$cache step "$( [ $run = cold ] && echo 100 || echo 40)" \
+          "$py" benchmarks/first_capture.py ${smoke:+--tiny} --random-bert-base -n "$(s 4 100)"
+      done
+      ;;
+    service)  # server and client on this machine
+      step 150 "${checks[@]}" service $tiny --tokens "$tokens" -n "$(s 16 4096)" \
+        --request "$(s 4 256)" --json "$OUT/service.json"
+      ;;
+    warmup)  # Engine.warmup of a server's usual request (attention), one shape per bucket
+      cache=$(mktemp -d)
+      for run in cold cached; do
+        echo "-- Engine.warmup(sizes=\"largest\") of attention, $run compilation cache"
+        JAXATTN_COMPILATION_CACHE=$cache step "$( [ $run = cold ] && echo 150 || echo 40)" \
+          "${checks[@]}" warmup $tiny --sizes largest ${smoke:+--buckets 8,16}
+      done
+      ;;
+    levers)  # one shape, fresh process, cache off: layer loop and GEMM autotuning
+      for loop in scan unrolled; do
+        JAXATTN_LAYER_LOOP=$loop step 60 "${checks[@]}" shape $tiny --tokens "$tokens"
+      done
+      XLA_FLAGS=--xla_gpu_autotune_level=0 JAXATTN_LAYER_LOOP=scan step 60 \
+        "${checks[@]}" shape $tiny --tokens "$tokens"
+      ;;
+    real)  # EWT sentences at their own lengths (the shipped sample), random BERT-base
+      step 200 "${bench[@]}" --random-bert-base -n "$(s 4 512)" --repeats "$(s 1 3)" --json "$OUT/real.json"
+      ;;
+  esac
+done
+echo "== done at $(date -u +%H:%M:%S): $failed step(s) failed or skipped"
+exec >&- 2>&-
+wait "$tee_pid"  # the log's last lines are written before the files go back
+exit $((failed > 0))
