@@ -43,8 +43,14 @@ def start_server(workdir: Path) -> tuple[subprocess.Popen, str, Path]:
     err = workdir / "serve.log"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     with open(err, "wb") as f:
-        proc = subprocess.Popen([str(JAXATTN), "serve", "--port", "0"], stdout=subprocess.PIPE,
-                                stderr=f, text=True, env=env, cwd=workdir)  # fmt: skip
+        proc = subprocess.Popen(
+            [str(JAXATTN), "serve", "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=f,
+            text=True,
+            env=env,
+            cwd=workdir,
+        )
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
     line = lines.get(timeout=300)
@@ -71,17 +77,23 @@ def slow_readers(address: str, pid: int, longs: list[str], seconds: float = 40.0
     from jaxattn.client import AttentionClient
     from jaxattn.v1 import attention_pb2 as pb
 
-    request = pb.CaptureRequest(texts=[pb.Text(text=longs[i % len(longs)]) for i in range(24)],
-                                what=["attention"]).SerializeToString()  # fmt: skip
-    window = [("grpc.http2.lookahead_bytes", 65536), ("grpc.http2.bdp_probe", 0),
-              ("grpc.max_receive_message_length", 8 << 20)]  # fmt: skip
+    request = pb.CaptureRequest(
+        texts=[pb.Text(text=longs[i % len(longs)]) for i in range(24)], what=["attention"]
+    ).SerializeToString()
+    window = [
+        ("grpc.http2.lookahead_bytes", 65536),
+        ("grpc.http2.bdp_probe", 0),
+        ("grpc.max_receive_message_length", 8 << 20),
+    ]
     stop, got, errors = threading.Event(), [0] * 4, []
 
     def slow(k: int) -> None:
         with grpc.insecure_channel(address, window) as channel:
-            call = channel.unary_stream("/jaxattn.v1.AttentionService/Capture",
-                                        request_serializer=None, response_deserializer=None)(
-                request, timeout=seconds + 60)  # fmt: skip
+            call = channel.unary_stream(
+                "/jaxattn.v1.AttentionService/Capture",
+                request_serializer=None,
+                response_deserializer=None,
+            )(request, timeout=seconds + 60)
             try:
                 for _ in call:
                     got[k] += 1
@@ -116,13 +128,13 @@ def slow_readers(address: str, pid: int, longs: list[str], seconds: float = 40.0
             "before": start_kb // 1024,
             "max": max(samples) // 1024,
             "after": rss_kb(pid) // 1024,
-        },  # fmt: skip
+        },
         "unbuffered_would_hold_gib": round(4 * 24 * 6 * 12 * 500**2 * 4 / 2**30, 1),
         "fast_client_ms": {
             "n": len(latencies),
             "p50": round(statistics.median(latencies) * 1e3, 1),
             "max": round(max(latencies) * 1e3, 1),
-        },  # fmt: skip
+        },
     }
 
 
@@ -140,8 +152,9 @@ def sigterm_under_load(proc, address, mix, expectations, clients: int) -> dict:
 
     killer = threading.Thread(target=terminate)
     killer.start()
-    result = run_load(address, mix, expectations, clients=clients, duration=15,
-                      client_options=dict(timeout=120))  # fmt: skip
+    result = run_load(
+        address, mix, expectations, clients=clients, duration=15, client_options=dict(timeout=120)
+    )
     killer.join()
     s = result.summary()
     out.update({k: s[k] for k in ("requests", "ok", "wrong", "lost", "errors")})
@@ -151,8 +164,10 @@ def sigterm_under_load(proc, address, mix, expectations, clients: int) -> dict:
 
 def report(load: dict, trend: float, slow: dict, term: dict, load_avg: str, clients: int) -> str:
     rss = load["rss_mib"]
-    kinds = ", ".join(f"{k} {v['n']} (p50 {v['p50_ms']} ms, p99 {v['p99_ms']} ms)"
-                      for k, v in load["by_kind"].items())  # fmt: skip
+    kinds = ", ".join(
+        f"{k} {v['n']} (p50 {v['p50_ms']} ms, p99 {v['p99_ms']} ms)"
+        for k, v in load["by_kind"].items()
+    )
     return f"""
 **Load** ({load["requests"]} requests, 64 clients, load average before the run {load_avg}):
 {load["ok"]} right answers, **{load["wrong"]} wrong, {load["lost"]} lost**, errors by code
@@ -194,8 +209,14 @@ def main() -> int:
     proc, address, serve_log = start_server(args.workdir)
     log(f"server {proc.pid} on {address}")
     try:
-        result, mix, expectations = loadtest(address, clients=args.clients, requests=args.requests,
-                               duration=1800, server_pid=proc.pid, log=log)  # fmt: skip
+        result, mix, expectations = loadtest(
+            address,
+            clients=args.clients,
+            requests=args.requests,
+            duration=1800,
+            server_pid=proc.pid,
+            log=log,
+        )
         load = result.summary()
         trend = rss_trend(result.rss)
         log(f"load: {json.dumps(load)}")
@@ -203,8 +224,9 @@ def main() -> int:
         slow = slow_readers(address, proc.pid, longs)
         log(f"slow readers: {slow}")
         small = [i for i, r in enumerate(mix) if r.kind in ("single", "pair", "batch50")]
-        term = sigterm_under_load(proc, address, [mix[i] for i in small],
-                                  [expectations[i] for i in small], args.clients)  # fmt: skip
+        term = sigterm_under_load(
+            proc, address, [mix[i] for i in small], [expectations[i] for i in small], args.clients
+        )
         log(f"sigterm: {term}")
     finally:
         if proc.poll() is None:
@@ -218,9 +240,15 @@ def main() -> int:
     print(report(load, trend, slow, term, load_avg, args.clients))
     print(f"Server log: {len(lines)} lines; Capture calls by status: {statuses}")
     if args.json:
-        figures = dict(load=load, rss_trend_mib_per_1000=trend, slow_readers=slow,
-                       sigterm=term, server_statuses=statuses, load_average=load_avg,
-                       rss_samples=result.rss)  # fmt: skip
+        figures = dict(
+            load=load,
+            rss_trend_mib_per_1000=trend,
+            slow_readers=slow,
+            sigterm=term,
+            server_statuses=statuses,
+            load_average=load_avg,
+            rss_samples=result.rss,
+        )
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
     return 0 if not load["wrong"] and not load["lost"] else 1
 

@@ -109,8 +109,9 @@ def child(args) -> int:
         warm(engine, Path(args.warm).read_text().splitlines())
     if args.replay:
         engine = ReplayEngine(engine)
-    server, port = create_server(engine, "127.0.0.1:0", micro_batching=not args.no_micro,
-                                 max_tokens=1 << 20, queue_size=128)  # fmt: skip
+    server, port = create_server(
+        engine, "127.0.0.1:0", micro_batching=not args.no_micro, max_tokens=1 << 20, queue_size=128
+    )
     server.start()
     print(port, flush=True)
     stop = threading.Event()
@@ -126,8 +127,10 @@ def server_process(model, *, no_micro=False, replay=False, warm=None):
     cmd = [sys.executable, __file__, "--child"] + (["--model", model] if model else [])
     cmd += ["--warm", warm] if warm else []
     cmd += ["--no-micro"] * no_micro + ["--replay"] * replay
-    env = dict(os.environ, JAXATTN_COMPILATION_CACHE=str(Path(tempfile.gettempdir())
-                                                         / "jaxattn-bench-cache"))  # fmt: skip
+    env = dict(
+        os.environ,
+        JAXATTN_COMPILATION_CACHE=str(Path(tempfile.gettempdir()) / "jaxattn-bench-cache"),
+    )
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
     try:
         yield f"127.0.0.1:{int(proc.stdout.readline())}"
@@ -157,8 +160,11 @@ def big_request(address, texts, what, dtype, codec) -> dict:
 
 
 def table(address, texts, label) -> list[str]:
-    rows = [f"| {label} | dtype | codec | s | decoded GB/s | MB/example decoded | "
-            "MB/example on the wire | ratio |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    rows = [
+        f"| {label} | dtype | codec | s | decoded GB/s | MB/example decoded | "
+        "MB/example on the wire | ratio |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for dtype in DTYPES:
         big_request(address, texts, FULL, dtype, "none")  # warm: compile / fill the replay
         for codec in CODECS:
@@ -176,9 +182,11 @@ def table(address, texts, label) -> list[str]:
 def attention_ratio(address, texts) -> str:
     raw = big_request(address, texts, ("attention",), "float32", "none")
     small = big_request(address, texts, ("attention",), "uint8", "zstd")
-    return (f"attention only, {len(texts)} texts: float32/none {raw['wire'] / raw['n'] / 1e3:.1f}"
-            f" kB/example, uint8/zstd {small['wire'] / small['n'] / 1e3:.1f} kB/example: "
-            f"**{raw['wire'] / small['wire']:.1f}x smaller**")  # fmt: skip
+    return (
+        f"attention only, {len(texts)} texts: float32/none {raw['wire'] / raw['n'] / 1e3:.1f}"
+        f" kB/example, uint8/zstd {small['wire'] / small['n'] / 1e3:.1f} kB/example: "
+        f"**{raw['wire'] / small['wire']:.1f}x smaller**"
+    )
 
 
 def time_to_first(address, n=100) -> str:
@@ -196,8 +204,10 @@ def time_to_first(address, n=100) -> str:
             stream.close()
     times.sort()
     p50, p99 = statistics.median(times), times[int(0.99 * (n - 1))]
-    return f"time to first example, {SHORT!r}, attention float32: p50 {p50 * 1e3:.1f} ms, " \
-           f"p99 {p99 * 1e3:.1f} ms over {n} requests"  # fmt: skip
+    return (
+        f"time to first example, {SHORT!r}, attention float32: p50 {p50 * 1e3:.1f} ms, "
+        f"p99 {p99 * 1e3:.1f} ms over {n} requests"
+    )
 
 
 def concurrent(address, pool, clients=32, seconds=15.0) -> tuple[float, float]:
@@ -272,9 +282,11 @@ def main(argv=None) -> int:
     with server_process(args.model, warm=str(warm_file)) as address:
         concurrent(address, short, seconds=2)
         on = concurrent(address, short, seconds=args.seconds)
-        out.append(f"32 concurrent single-sentence clients: micro-batching {on[0]:.0f} req/s "
-                   f"(mean latency {on[1] * 1e3:.0f} ms), one request per batch {off[0]:.0f} "
-                   f"req/s ({off[1] * 1e3:.0f} ms): **{on[0] / off[0]:.1f}x**")  # fmt: skip
+        out.append(
+            f"32 concurrent single-sentence clients: micro-batching {on[0]:.0f} req/s "
+            f"(mean latency {on[1] * 1e3:.0f} ms), one request per batch {off[0]:.0f} "
+            f"req/s ({off[1] * 1e3:.0f} ms): **{on[0] / off[0]:.1f}x**"
+        )
         out.append(time_to_first(address))
         out += table(address, texts, "real engine")
         out.append(attention_ratio(address, texts))

@@ -46,13 +46,25 @@ PICTURES = {  # file -> the `jaxattn view` options after the capture file
 # each token it attends to), the neuron view filtered to sentence B -> A with B's "store"
 # selected (head 4 of layer 2 sends 96% of its attention to sentence A, 64% to A's "store").
 HTML_PICTURES = {
-    "html_head.png": ("head", [("select", "#hv-layer", "0"),
-                               ("hover", 'text.tok[data-side="left"][data-idx="13"]', None)]),
+    "html_head.png": (
+        "head",
+        [
+            ("select", "#hv-layer", "0"),
+            ("hover", 'text.tok[data-side="left"][data-idx="13"]', None),
+        ],
+    ),
     "html_model.png": ("model", []),
-    "html_neuron.png": ("neuron", [("select", "#nv-layer", "2"), ("select", "#nv-head", "4"),
-                                   ("select", "#nv-filter", "BA"), ("select", "#nv-token", "10")]),
+    "html_neuron.png": (
+        "neuron",
+        [
+            ("select", "#nv-layer", "2"),
+            ("select", "#nv-head", "4"),
+            ("select", "#nv-filter", "BA"),
+            ("select", "#nv-token", "10"),
+        ],
+    ),
     "html_stats.png": ("stats", []),
-}  # fmt: skip
+}
 VIEWPORT = {"width": 1180, "height": 900}  # the neuron view's rows need ~1130 px
 # The corpus-scale pages: the global map of 1,000 shipped EWT sentences with layer 0's
 # head 2 (a ring: a positional head) coloured by position, and the comparison of the
@@ -107,8 +119,13 @@ def small_png(rgba: np.ndarray) -> bytes:
         return struct.pack(">I", len(body) - 4) + body + struct.pack(">I", zlib.crc32(body))
 
     ihdr = b"IHDR" + struct.pack(">IIBBBBB", w, h, 8, ctype, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(ihdr) + (chunk(plte) if plte else b"")
-            + chunk(b"IDAT" + zlib.compress(raw, 9)) + chunk(b"IEND"))  # fmt: skip
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(ihdr)
+        + (chunk(plte) if plte else b"")
+        + chunk(b"IDAT" + zlib.compress(raw, 9))
+        + chunk(b"IEND")
+    )
 
 
 def screenshot_html(html: Path) -> None:

@@ -45,8 +45,9 @@ class Relative:
             raise ValueError(f"unknown att_types {bad}: valid are c2p, p2c")
 
 
-def attention_span(max_relative_positions: int, position_buckets: int,
-                   max_position_embeddings: int) -> tuple[int, int]:  # fmt: skip
+def attention_span(
+    max_relative_positions: int, position_buckets: int, max_position_embeddings: int
+) -> tuple[int, int]:
     """HF DeBERTa-v2's (max_relative, span): the bucketing range and half the table.
 
     max_relative = max_relative_positions, or max_position_embeddings when it
@@ -155,8 +156,9 @@ class ModelConfig:
                 object.__setattr__(self, field, kind(**getattr(self, field)))
         for field, valid in (("norm", NORMS), ("ffn", FFNS)):
             if getattr(self, field) not in valid:
-                raise ValueError(f"unknown {field} {getattr(self, field)!r}: valid are "
-                                 f"{', '.join(valid)}")  # fmt: skip
+                raise ValueError(
+                    f"unknown {field} {getattr(self, field)!r}: valid are {', '.join(valid)}"
+                )
         if self.layer_groups < 0 or self.layer_groups > self.num_layers:
             raise ValueError(f"layer_groups {self.layer_groups} must lie in 0..{self.num_layers}")
         if self.family not in FAMILIES:
@@ -216,8 +218,12 @@ class ModelConfig:
         groups: dict[int, list[int]] = {}
         for layer in range(self.num_layers):
             groups.setdefault(self.weights_of_layer(layer), []).append(layer)
-        parts = [f"layers {ls[0]}-{ls[-1]} share weight set {g}" if len(ls) > 1
-                 else f"layer {ls[0]} has weight set {g}" for g, ls in groups.items()]  # fmt: skip
+        parts = [
+            f"layers {ls[0]}-{ls[-1]} share weight set {g}"
+            if len(ls) > 1
+            else f"layer {ls[0]} has weight set {g}"
+            for g, ls in groups.items()
+        ]
         return "; ".join(parts) + " (attention, FFN and their LayerNorms; ALBERT)"
 
     def score_terms(self) -> tuple[str, ...]:

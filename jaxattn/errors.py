@@ -76,8 +76,10 @@ class TooLongError(InputError):
 
     def __init__(self, index: int, length: int, limit: int):
         self.index, self.length, self.limit = index, length, limit
-        super().__init__(None, f"{self.summary}: cut it with too_long='truncate' or leave it "
-                         "out with too_long='skip'")  # fmt: skip
+        super().__init__(
+            None,
+            f"{self.summary}: cut it with too_long='truncate' or leave it out with too_long='skip'",
+        )
 
     @property
     def summary(self) -> str:

@@ -26,12 +26,15 @@ def check_listen(host: str, port: int, family: int = socket.AF_UNSPEC) -> None:
     addresses `host` resolves to (of `family`: AF_INET for a server of IPv4 only)."""
     where = f"{host}:{port}"
     try:
-        infos = socket.getaddrinfo(host or None, port, family, socket.SOCK_STREAM,
-                                   flags=socket.AI_PASSIVE)  # fmt: skip
+        infos = socket.getaddrinfo(
+            host or None, port, family, socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
     except (socket.gaierror, UnicodeError) as e:
-        raise UsageError(f"cannot listen on {where}: --host {host!r} does not resolve"
-                         f"{'' if family == socket.AF_UNSPEC else ' to an IPv4 address'} "
-                         f"({getattr(e, 'strerror', None) or e})") from None  # fmt: skip
+        raise UsageError(
+            f"cannot listen on {where}: --host {host!r} does not resolve"
+            f"{'' if family == socket.AF_UNSPEC else ' to an IPv4 address'} "
+            f"({getattr(e, 'strerror', None) or e})"
+        ) from None
     errors = []
     for af, kind, proto, _, sockaddr in infos:
         try:

@@ -82,7 +82,7 @@ class Progress:
             or not self.tty
             and self._tenth(self.done) > self._tenth(self._drawn)
         ):
-            self._draw(now)  # fmt: skip
+            self._draw(now)
 
     def __call__(self, capture) -> None:
         """The `capture_iter` progress callback: one input done, its Capture or None."""

@@ -80,8 +80,9 @@ def parse_selection(value: str) -> tuple[int | slice, ...]:
             else:
                 out.append(int(part))
         except ValueError:
-            raise UsageError(f"{part!r} in {value!r} is neither an index (3, -1) nor a range "
-                             "(8:12, :4, -2:)") from None  # fmt: skip
+            raise UsageError(
+                f"{part!r} in {value!r} is neither an index (3, -1) nor a range (8:12, :4, -2:)"
+            ) from None
     if not out:
         raise UsageError(f"{value!r} selects nothing: give indices (0,3,-1) or ranges (8:12)")
     return tuple(out)
@@ -122,8 +123,9 @@ def resolve_indices(value: Selection, count: int, field: str) -> tuple[int, ...]
             raise UsageError(f"{field[:-1]} {i} is out of range: valid {valid}")
         out.append(i % count)
     if not out:
-        raise UsageError(f"{field} is empty: leave it out for all, or give indices in "
-                         f"0..{count - 1}")  # fmt: skip
+        raise UsageError(
+            f"{field} is empty: leave it out for all, or give indices in 0..{count - 1}"
+        )
     if len(set(out)) != len(out):
         raise UsageError(f"{field} names an index twice: {sorted(out)}")
     return tuple(sorted(out))

@@ -73,8 +73,10 @@ class CaptureStream(Iterator[Capture]):
         **request,
     ):
         if isinstance(texts, (str, bytes)):
-            raise UsageError("texts must be an iterable of strings or (a, b) pairs, not a "
-                             "single string: wrap it in a list")  # fmt: skip
+            raise UsageError(
+                "texts must be an iterable of strings or (a, b) pairs, not a "
+                "single string: wrap it in a list"
+            )
         if isinstance(window, bool) or not hasattr(window, "__index__") or window < 1:
             raise UsageError(f"window must be a positive number of texts, got {window!r}")
         window = int(window)

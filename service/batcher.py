@@ -33,8 +33,15 @@ from collections.abc import Sequence
 from service.admission import STREAM_CHUNKS, QueueFull, refusal, reservation
 from service.job import EngineFailed, Job, JobCancelled, SlowReader
 
-__all__ = ["STREAM_CHUNKS", "EngineFailed", "Job", "JobCancelled", "MicroBatcher", "QueueFull",
-           "SlowReader"]  # fmt: skip
+__all__ = [
+    "STREAM_CHUNKS",
+    "EngineFailed",
+    "Job",
+    "JobCancelled",
+    "MicroBatcher",
+    "QueueFull",
+    "SlowReader",
+]
 
 log = logging.getLogger("jaxattn.service")
 _MiB = 1 << 20
@@ -55,9 +62,18 @@ class MicroBatcher:
       stall_s: how long a job's client may read nothing while results wait.
     """
 
-    def __init__(self, engine, *, queue_size: int, window_s: float, max_batch_examples: int,
-                 merge: bool = True, buffer_bytes: int = 64 * _MiB,
-                 total_bytes: int = 1024 * _MiB, stall_s: float = 30.0):  # fmt: skip
+    def __init__(
+        self,
+        engine,
+        *,
+        queue_size: int,
+        window_s: float,
+        max_batch_examples: int,
+        merge: bool = True,
+        buffer_bytes: int = 64 * _MiB,
+        total_bytes: int = 1024 * _MiB,
+        stall_s: float = 30.0,
+    ):
         self.engine = engine
         self.queue_size = queue_size
         self.window_s = window_s
@@ -78,8 +94,9 @@ class MicroBatcher:
 
     # -- admission -----------------------------------------------------------------
 
-    def submit(self, spec, tokenized: Sequence, deadline: float | None = None, *,
-               chunk_bytes: int = 0) -> Job:  # fmt: skip
+    def submit(
+        self, spec, tokenized: Sequence, deadline: float | None = None, *, chunk_bytes: int = 0
+    ) -> Job:
         """Admit a job and queue it.
 
         Args:
@@ -90,15 +107,21 @@ class MicroBatcher:
             bytes do not fit what the others reserved.
           JobCancelled: the batcher is closed.
         """
-        sizes, reserve = reservation(self.engine, spec, tokenized, buffer_bytes=self.buffer_bytes,
-                                     chunk_bytes=chunk_bytes)  # fmt: skip
+        sizes, reserve = reservation(
+            self.engine, spec, tokenized, buffer_bytes=self.buffer_bytes, chunk_bytes=chunk_bytes
+        )
         job = Job(spec, tokenized, self._lock, sizes, deadline, reserve)
         job.notify_worker = self._cond.notify_all
         with self._lock:
             if self._closed or not self._admitting:
                 raise JobCancelled()
-            why = refusal(admitted=len(self._jobs), queue_size=self.queue_size, reserve=reserve,
-                          reserved=self._reserved, total_bytes=self.total_bytes)  # fmt: skip
+            why = refusal(
+                admitted=len(self._jobs),
+                queue_size=self.queue_size,
+                reserve=reserve,
+                reserved=self._reserved,
+                total_bytes=self.total_bytes,
+            )
             if why is not None:
                 self.stats["rejected"] += 1
                 raise why
@@ -217,8 +240,12 @@ class MicroBatcher:
                     wait = due - now if wait is None else min(wait, due - now)
         for job in stalled:
             self.stats["stalled"] += 1
-            job.fail(SlowReader(f"the client read nothing for {self.stall_s:g} s while "
-                                f"{job.buffered} bytes of results waited"))  # fmt: skip
+            job.fail(
+                SlowReader(
+                    f"the client read nothing for {self.stall_s:g} s while "
+                    f"{job.buffered} bytes of results waited"
+                )
+            )
             if job.on_stall is not None:  # cancel the call: its send may be blocked
                 threading.Thread(target=job.on_stall, daemon=True).start()
             if job in self._pending:
@@ -227,8 +254,11 @@ class MicroBatcher:
         return wait
 
     def _waiting_examples(self, spec) -> int:
-        return sum(min(j.remaining, self.max_batch_examples)
-                   for j in self._pending if j.spec == spec and not j.dead)  # fmt: skip
+        return sum(
+            min(j.remaining, self.max_batch_examples)
+            for j in self._pending
+            if j.spec == spec and not j.dead
+        )
 
     def _take(self, first: Job) -> list[tuple[Job, int]]:
         """The first job's piece plus same-spec pieces that fit; marks them running."""
@@ -272,8 +302,12 @@ class MicroBatcher:
                         self.stats["abandoned"] += 1
                         return  # everyone left: stop computing (run.close() below)
         except Exception as e:
-            log.error("engine failed on a batch of %d requests: %s", len(group),
-                      type(e).__name__, exc_info=e)  # fmt: skip
+            log.error(
+                "engine failed on a batch of %d requests: %s",
+                len(group),
+                type(e).__name__,
+                exc_info=e,
+            )
             with self._lock:
                 for job, _ in group:
                     job.fail(EngineFailed(f"{type(e).__name__}: {e}"))

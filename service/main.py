@@ -76,8 +76,13 @@ def serve(
         if stop.is_set():
             log.info("stopped while warming up %s: not listening", ",".join(what))
             return 0
-        log.info("warmed up %s: %d shapes (%s sizes) in %.1f s", ",".join(what), shapes,
-                 warmup_sizes, time.perf_counter() - t)  # fmt: skip
+        log.info(
+            "warmed up %s: %d shapes (%s sizes) in %.1f s",
+            ",".join(what),
+            shapes,
+            warmup_sizes,
+            time.perf_counter() - t,
+        )
     if stop.is_set():
         log.info("stopped before listening")
         return 0
@@ -87,8 +92,11 @@ def serve(
     host = address.rsplit(":", 1)[0]
     scheme = "TLS" if options.tls_cert else "plaintext"
     name = f"{info.name}@{info.revision}" if info.revision else info.name  # the Hub commit
-    print(f"jaxattn serve: {name} ({info.layers} layers x {info.heads} heads, "
-          f"{info.precision}) listening on {host}:{port} ({scheme})", flush=True)  # fmt: skip
+    print(
+        f"jaxattn serve: {name} ({info.layers} layers x {info.heads} heads, "
+        f"{info.precision}) listening on {host}:{port} ({scheme})",
+        flush=True,
+    )
     while not stop.wait(0.5):  # wake up regularly: signal handlers run between waits
         pass
     log.info("draining: no new calls, in-flight calls get %.0fs", options.grace_s)
@@ -102,9 +110,11 @@ def _check_warmup(warmup) -> None:
     if isinstance(warmup, str) or not all(
         isinstance(what, (tuple, list)) and all(isinstance(n, str) for n in what) for what in warmup
     ):
-        raise TypeError(f"warmup must be a sequence of tuples of quantity names, one per kind "
-                        f"of request, e.g. [('attention',), ('attention', 'queries')]; "
-                        f"got {warmup!r}")  # fmt: skip
+        raise TypeError(
+            f"warmup must be a sequence of tuples of quantity names, one per kind "
+            f"of request, e.g. [('attention',), ('attention', 'queries')]; "
+            f"got {warmup!r}"
+        )
 
 
 def _warmup_spec(engine, what: tuple[str, ...]):

@@ -58,9 +58,16 @@ class ServerOptions:
     max_workers: int | None = None
 
     def __post_init__(self):
-        for name in ("max_texts", "max_tokens", "queue_size", "max_batch_examples",
-                     "max_request_bytes", "max_metadata_bytes", "request_buffer_bytes",
-                     "max_buffered_bytes"):  # fmt: skip
+        for name in (
+            "max_texts",
+            "max_tokens",
+            "queue_size",
+            "max_batch_examples",
+            "max_request_bytes",
+            "max_metadata_bytes",
+            "request_buffer_bytes",
+            "max_buffered_bytes",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.slow_reader_s <= 0:

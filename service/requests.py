@@ -38,8 +38,13 @@ class RequestError(Exception):
       limit: the server limit hit ("max_texts", "max_tokens"), sent as `jaxattn-limit`.
     """
 
-    def __init__(self, code: grpc.StatusCode, message: str, field: str | None = None,
-                 limit: str | None = None):  # fmt: skip
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        message: str,
+        field: str | None = None,
+        limit: str | None = None,
+    ):
         if len(message) > MAX_DETAILS:
             message = f"{message[: MAX_DETAILS - 40]}... ({len(message)} characters)"
         super().__init__(message)
@@ -71,8 +76,11 @@ class ParsedRequest:
 def _enum(value: int, table: dict, enum_type, field: str):
     if value not in table:
         valid = ", ".join(f"{enum_type.Name(v)} ({v})" for v in sorted(table) if v)
-        raise RequestError(INVALID, f"{field} {value} is not a valid {enum_type.DESCRIPTOR.name}:"
-                                    f" valid values are {valid}", field)  # fmt: skip
+        raise RequestError(
+            INVALID,
+            f"{field} {value} is not a valid {enum_type.DESCRIPTOR.name}: valid values are {valid}",
+            field,
+        )
     return table[value]
 
 
@@ -81,13 +89,19 @@ def _indices(values, count: int, field: str) -> list[int] | None:
     seen: dict[int, int] = {}
     for i, v in enumerate(values):
         if not 0 <= v < count:
-            raise RequestError(INVALID, f"{field} index {v} ({field}[{i}]) is out of range: valid "
-                               f"{field} are 0..{count - 1} (ModelInfo.{field})",
-                               f"{field}[{i}]")  # fmt: skip
+            raise RequestError(
+                INVALID,
+                f"{field} index {v} ({field}[{i}]) is out of range: valid "
+                f"{field} are 0..{count - 1} (ModelInfo.{field})",
+                f"{field}[{i}]",
+            )
         if v in seen:
-            raise RequestError(INVALID, f"{field} index {v} ({field}[{i}]) is a duplicate of "
-                               f"{field}[{seen[v]}]: send each index once",
-                               f"{field}[{i}]")  # fmt: skip
+            raise RequestError(
+                INVALID,
+                f"{field} index {v} ({field}[{i}]) is a duplicate of "
+                f"{field}[{seen[v]}]: send each index once",
+                f"{field}[{i}]",
+            )
         seen[v] = i
     return list(values) or None
 
@@ -98,9 +112,12 @@ def _what(names, available) -> list[str] | None:
     for i, name in enumerate(names):
         if name not in available:
             why = "is not computed by this model" if name in QUANTITIES else "is not a quantity"
-            raise RequestError(INVALID, f"what[{i}] {name!r} {why}: valid names here are "
-                               f"{', '.join(available)} (ModelInfo.quantities)",
-                               f"what[{i}]")  # fmt: skip
+            raise RequestError(
+                INVALID,
+                f"what[{i}] {name!r} {why}: valid names here are "
+                f"{', '.join(available)} (ModelInfo.quantities)",
+                f"what[{i}]",
+            )
     return list(names) or None
 
 
@@ -135,8 +152,15 @@ class RequestParser:
     mutable state between calls.
     """
 
-    def __init__(self, engine, *, max_texts: int, max_tokens: int, max_request_bytes: int = 0,
-                 max_metadata_bytes: int = 0):  # fmt: skip
+    def __init__(
+        self,
+        engine,
+        *,
+        max_texts: int,
+        max_tokens: int,
+        max_request_bytes: int = 0,
+        max_metadata_bytes: int = 0,
+    ):
         self.engine = engine
         self.max_texts = max_texts
         self.max_tokens = max_tokens
@@ -153,12 +177,17 @@ class RequestParser:
         """
         n = len(request.texts)
         if n == 0:
-            raise RequestError(INVALID, f"texts is empty: send 1 to {self.max_texts} texts",
-                               "texts")  # fmt: skip
+            raise RequestError(
+                INVALID, f"texts is empty: send 1 to {self.max_texts} texts", "texts"
+            )
         if n > self.max_texts:
-            raise RequestError(EXHAUSTED, f"texts has {n} entries; this server accepts at most "
-                               f"{self.max_texts} per request (ModelInfo.max_texts)", "texts",
-                               "max_texts")  # fmt: skip
+            raise RequestError(
+                EXHAUSTED,
+                f"texts has {n} entries; this server accepts at most "
+                f"{self.max_texts} per request (ModelInfo.max_texts)",
+                "texts",
+                "max_texts",
+            )
         dtype = _enum(request.dtype, codecs.PB_TO_DTYPE, pb.Dtype, "dtype")
         precision = _enum(request.precision, codecs.PB_TO_PRECISION, pb.Precision, "precision")
         codec = _enum(request.codec, codecs.PB_TO_CODEC, pb.Codec, "codec")
@@ -173,8 +202,9 @@ class RequestParser:
             )  # None: the engine's default
         except ValueError as e:  # what, layers and heads passed: a dtype/quantity combination
             raise RequestError(INVALID, str(e), "dtype") from e
-        texts = [(t.text, t.text_pair) if t.HasField("text_pair") else t.text
-                 for t in request.texts]  # fmt: skip
+        texts = [
+            (t.text, t.text_pair) if t.HasField("text_pair") else t.text for t in request.texts
+        ]
         try:
             tokenized = self.engine.tokenize(texts, truncate=request.truncate)
         except TooLongError as e:
@@ -183,7 +213,11 @@ class RequestParser:
             raise RequestError(INVALID, str(e), "texts") from e
         parsed = ParsedRequest(spec, tokenized, codec, max_chunk_bytes)
         if parsed.tokens > self.max_tokens:
-            raise RequestError(EXHAUSTED, f"texts hold {parsed.tokens} tokens; this server accepts"
-                               f" at most {self.max_tokens} per request (ModelInfo.max_tokens)",
-                               "texts", "max_tokens")  # fmt: skip
+            raise RequestError(
+                EXHAUSTED,
+                f"texts hold {parsed.tokens} tokens; this server accepts"
+                f" at most {self.max_tokens} per request (ModelInfo.max_tokens)",
+                "texts",
+                "max_tokens",
+            )
         return parsed

@@ -142,9 +142,13 @@ def create_server(
         total_bytes=options.max_buffered_bytes,
         stall_s=options.slow_reader_s,
     )
-    parser = RequestParser(engine, max_texts=options.max_texts, max_tokens=options.max_tokens,
-                           max_request_bytes=options.max_request_bytes,
-                           max_metadata_bytes=options.max_metadata_bytes)  # fmt: skip
+    parser = RequestParser(
+        engine,
+        max_texts=options.max_texts,
+        max_tokens=options.max_tokens,
+        max_request_bytes=options.max_request_bytes,
+        max_metadata_bytes=options.max_metadata_bytes,
+    )
     interceptors = [BearerTokenInterceptor(options.token)] if options.token else []
     server = grpc.server(
         futures.ThreadPoolExecutor(options.workers, thread_name_prefix="jaxattn-rpc"),

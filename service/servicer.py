@@ -33,8 +33,9 @@ class AttentionServicer:
     health checks and GetModelInfo (gRPC counts every call against one limit).
     """
 
-    def __init__(self, engine, batcher: MicroBatcher, parser: RequestParser,
-                 max_calls: int | None = None):  # fmt: skip
+    def __init__(
+        self, engine, batcher: MicroBatcher, parser: RequestParser, max_calls: int | None = None
+    ):
         self.engine = engine
         self.batcher = batcher
         self.parser = parser
@@ -77,16 +78,20 @@ class AttentionServicer:
         try:
             holds = self._calls is None or self._calls.acquire(blocking=False)
             if not holds:
-                raise QueueFull(f"the server is handling {self.max_calls} calls, as many as its "
-                                "threads allow: retry later", "queue_size")  # fmt: skip
+                raise QueueFull(
+                    f"the server is handling {self.max_calls} calls, as many as its "
+                    "threads allow: retry later",
+                    "queue_size",
+                )
             if isinstance(request, Undecodable):
                 raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, request.message)
             parsed = self.parser.parse(request)
             stats["tokens"] = parsed.tokens
             remaining = context.time_remaining()
             deadline = None if remaining is None else time.monotonic() + remaining
-            job = self.batcher.submit(parsed.spec, parsed.tokenized, deadline,
-                                      chunk_bytes=parsed.max_chunk_bytes)  # fmt: skip
+            job = self.batcher.submit(
+                parsed.spec, parsed.tokenized, deadline, chunk_bytes=parsed.max_chunk_bytes
+            )
             # Fires on completion, cancellation and deadline: the job stops
             # waiting and the batcher drops its unfinished work. A call that
             # ended while its request was checked takes no callback: cancel now.
@@ -139,9 +144,13 @@ class AttentionServicer:
                 self.batcher.release(job)
             log.info(
                 "Capture peer=%s status=%s texts=%d tokens=%d bytes_out=%d duration_ms=%.1f",
-                context.peer(), stats["code"], stats["texts"], stats["tokens"], stats["bytes"],
+                context.peer(),
+                stats["code"],
+                stats["texts"],
+                stats["tokens"],
+                stats["bytes"],
                 (time.monotonic() - start) * 1e3,
-            )  # fmt: skip
+            )
 
 
 def _serialized(job, parsed) -> Iterator[bytes]:
@@ -172,8 +181,9 @@ def _tolerant(message_type):
         try:
             return message_type.FromString(data)
         except Exception as e:  # google.protobuf.message.DecodeError
-            return Undecodable(f"the request is not a valid {name} (string fields must be "
-                               f"UTF-8): {e}")  # fmt: skip
+            return Undecodable(
+                f"the request is not a valid {name} (string fields must be UTF-8): {e}"
+            )
 
     return parse
 

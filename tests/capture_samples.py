@@ -15,12 +15,20 @@ def make(dtype: str) -> Capture:
     att = rng.random((2, 3, 5, 5)).astype(np.float32)
     norm = rng.random((2, 3, 5)).astype(np.float32)
     if dtype == "uint8":
-        tensors = {"attention": np.round(att * 255).astype(np.uint8),
-                   "fx_norm": np.round(norm * 255).astype(np.uint8)}  # fmt: skip
+        tensors = {
+            "attention": np.round(att * 255).astype(np.uint8),
+            "fx_norm": np.round(norm * 255).astype(np.uint8),
+        }
         quant = {"attention": (1 / 255, 0.0), "fx_norm": (0.004, 0.25)}
     else:
         tensors = {"attention": att.astype(CASTS[dtype]), "fx_norm": norm.astype(CASTS[dtype])}
         quant = {}
-    return Capture(tokens=("[CLS]", "a", "[SEP]", "b", "[SEP]"), sentence_b_start=3,
-                   layers=(1, 4), heads=(0, 2, 5), dtype=dtype, tensors=tensors,
-                   quantization=quant)  # fmt: skip
+    return Capture(
+        tokens=("[CLS]", "a", "[SEP]", "b", "[SEP]"),
+        sentence_b_start=3,
+        layers=(1, 4),
+        heads=(0, 2, 5),
+        dtype=dtype,
+        tensors=tensors,
+        quantization=quant,
+    )

@@ -103,9 +103,11 @@ def wordpiece_vocab() -> dict[str, int]:
     """The tiny WordPiece vocabulary of the BERT-style fixtures: specials, characters, words."""
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     letters = list(string.ascii_lowercase + string.digits)
-    vocab = list(dict.fromkeys(
-        specials + list(string.punctuation) + letters + [f"##{c}" for c in letters] + _WORDS
-    ))  # fmt: skip
+    vocab = list(
+        dict.fromkeys(
+            specials + list(string.punctuation) + letters + [f"##{c}" for c in letters] + _WORDS
+        )
+    )
     return {t: i for i, t in enumerate(vocab)}
 
 
@@ -221,8 +223,9 @@ def torch_inputs(tokenizer, texts, family: str):
     if pairs and len(pairs) != len(texts):
         raise ValueError("torch_inputs takes all singles or all pairs")
     if pairs:
-        enc = tokenizer([a for a, _ in texts], [b for _, b in texts], padding=True,
-                        return_tensors="pt")  # fmt: skip
+        enc = tokenizer(
+            [a for a, _ in texts], [b for _, b in texts], padding=True, return_tensors="pt"
+        )
     else:
         enc = tokenizer(list(texts), padding=True, return_tensors="pt")
     if family == "distilbert":
@@ -233,13 +236,19 @@ def torch_inputs(tokenizer, texts, family: str):
 def attention_modules(model, family: str) -> list:
     """Per layer, the (query, key, value, output) Linear modules of the torch model."""
     if family == "distilbert":
-        return [(a.q_lin, a.k_lin, a.v_lin, a.out_lin)
-                for a in (layer.attention for layer in model.transformer.layer)]  # fmt: skip
+        return [
+            (a.q_lin, a.k_lin, a.v_lin, a.out_lin)
+            for a in (layer.attention for layer in model.transformer.layer)
+        ]
     return [
-        (layer.attention.self.query, layer.attention.self.key, layer.attention.self.value,
-         layer.attention.output.dense)
+        (
+            layer.attention.self.query,
+            layer.attention.self.key,
+            layer.attention.self.value,
+            layer.attention.output.dense,
+        )
         for layer in model.encoder.layer
-    ]  # fmt: skip
+    ]
 
 
 def torch_reference(model, family: str, enc) -> dict:
@@ -258,9 +267,11 @@ def torch_reference(model, family: str, enc) -> dict:
     hooks = []
     for q, k, v, _ in attention_modules(model, family):
         for name, mod in (("queries", q), ("keys", k), ("values", v)):
-            hooks.append(mod.register_forward_hook(
-                lambda _m, _i, out, name=name: seen[name].append(out.detach())
-            ))  # fmt: skip
+            hooks.append(
+                mod.register_forward_hook(
+                    lambda _m, _i, out, name=name: seen[name].append(out.detach())
+                )
+            )
     try:
         with torch.no_grad():
             out = model(**enc, output_attentions=True, output_hidden_states=True)

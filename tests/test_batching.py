@@ -56,8 +56,9 @@ def test_examples_go_to_the_smallest_bucket_that_fits():
     ],
 )
 def test_remainders_pad_up_or_split_by_the_policy(pad, step, want):
-    plan = _plan([10] * 35, max_batch=32, tokens=10_000, output_bytes=10**9, pad_fraction=pad,
-                 size_step=step)  # fmt: skip
+    plan = _plan(
+        [10] * 35, max_batch=32, tokens=10_000, output_bytes=10**9, pad_fraction=pad, size_step=step
+    )
     assert [(b.size, len(b.rows)) for b in plan] == want
 
 
@@ -224,8 +225,15 @@ def test_rented_plans_cover_every_row_once_on_the_ladder_with_rent_within_one_co
     rented = 0
     for _ in range(300):
         lengths = [rng.randint(2, 40) for _ in range(rng.randint(1, 90))]
-        plan = batching.plan_batches(lengths, (8, 16, 24, 40), lambda t: t, budgets,
-                                     devices=devices, ledger=ledger, key="spec")  # fmt: skip
+        plan = batching.plan_batches(
+            lengths,
+            (8, 16, 24, 40),
+            lambda t: t,
+            budgets,
+            devices=devices,
+            ledger=ledger,
+            key="spec",
+        )
         assert sorted(r for b in plan for r in b.rows) == list(range(len(lengths)))
         for b in plan:
             assert b.size in ladder and all(lengths[r] <= b.length for r in b.rows)

@@ -17,8 +17,14 @@ def test_bench_runs_every_case_on_a_tiny_model(bert_checkpoint, tmp_path):
     path.write_text(CONLLU)
     res = bench.run(path, n=2, repeats=1, model=str(bert_checkpoint))
     assert res["n"] == 2
-    cases = ("a_transformers", "b_forward", "c_attention", "d_full", "e_attention_uint8",
-             "f_transformers_forward")  # fmt: skip
+    cases = (
+        "a_transformers",
+        "b_forward",
+        "c_attention",
+        "d_full",
+        "e_attention_uint8",
+        "f_transformers_forward",
+    )
     for case in cases:
         assert res[case] > 0 and len(res[f"{case}_rounds_s"]) == 1
     # The bytes the copy moved: padded blocks, uint8 a quarter of float32.
@@ -68,6 +74,7 @@ def test_texts_over_the_limit_are_refused_with_benchs_own_advice(bert_checkpoint
     run = dict(conllu=None, n=2, repeats=1, model=str(bert_checkpoint), texts=long)
     with pytest.raises(InputError, match="bench times whole texts; leave such texts out with"):
         bench.run(**run)
-    with pytest.raises(InputError, match="no text left to time: all 2 are over the model's "
-                       "limit of 67 tokens"):  # fmt: skip
+    with pytest.raises(
+        InputError, match="no text left to time: all 2 are over the model's limit of 67 tokens"
+    ):
         bench.run(**run, too_long="skip")

@@ -44,8 +44,9 @@ SCRIPT = textwrap.dedent(
 
 
 def _run(checkpoint, env) -> dict:
-    out = subprocess.run([sys.executable, "-c", SCRIPT, str(checkpoint)], env=env,
-                         capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(checkpoint)], env=env, capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -71,6 +72,9 @@ def test_off_turns_off_a_cache_an_earlier_load_turned_on(tmp_path):
         assert not jax.config.jax_compilation_cache_dir
         print("ok")
     """)
-    out = subprocess.run([sys.executable, "-c", "import sys\n" + script, str(tmp_path / "c")],
-                         capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys\n" + script, str(tmp_path / "c")],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -24,7 +24,12 @@ def test_save_load_round_trip(tmp_path, dtype, compress):
     assert path.exists()
     back = Capture.load(path)
     assert (back.tokens, back.sentence_b_start, back.layers, back.heads, back.dtype) == (
-        cap.tokens, cap.sentence_b_start, cap.layers, cap.heads, cap.dtype)  # fmt: skip
+        cap.tokens,
+        cap.sentence_b_start,
+        cap.layers,
+        cap.heads,
+        cap.dtype,
+    )
     assert back.quantization == cap.quantization
     assert list(back.tensors) == list(cap.tensors)
     for name, array in cap.tensors.items():
@@ -41,8 +46,9 @@ def test_the_file_is_plain_npz_without_pickle(tmp_path):
 
 def test_load_rejects_other_files_saying_what_it_found(tmp_path):
     (tmp_path / "junk").write_bytes(b"not a capture")
-    with pytest.raises(CaptureFileError, match="junk is not a readable jaxattn capture.*not a "
-                       "NumPy .npz archive"):  # fmt: skip
+    with pytest.raises(
+        CaptureFileError, match="junk is not a readable jaxattn capture.*not a NumPy .npz archive"
+    ):
         Capture.load(tmp_path / "junk")
     (tmp_path / "text.txt").write_text("a line of text\n")
     with pytest.raises(CaptureFileError, match="not a NumPy .npz archive") as e:
@@ -79,7 +85,7 @@ def test_provenance_text_and_truncation_round_trip(tmp_path):
                 "jaxattn": "0.3.0",
                 "source": "engine",
             }
-        ),  # fmt: skip
+        ),
     )
     cap.save(tmp_path / "c.npz")
     back = Capture.load(tmp_path / "c.npz")

@@ -74,8 +74,9 @@ def test_selection_equals_full_capture_sliced(bert, full_captures, standard_text
         assert cap.sum_alpha_fx_norm.shape == (2, t, t)
         assert cap.hidden_states.shape == (3, t, bert.info.hidden)
         for name in ("attention", "queries", "fx_norm"):
-            np.testing.assert_allclose(getattr(cap, name), getattr(full, name)[[0, 2]][:, [1]],
-                                       **CLOSE, err_msg=name)  # fmt: skip
+            np.testing.assert_allclose(
+                getattr(cap, name), getattr(full, name)[[0, 2]][:, [1]], **CLOSE, err_msg=name
+            )
         # sum_alpha_fx_norm sums over ALL heads of the layer, whatever `heads` says.
         np.testing.assert_allclose(cap.sum_alpha_fx_norm, full.sum_alpha_fx_norm[[0, 2]], **CLOSE)
         # Embeddings output, then the output of layers 0 and 2.
@@ -90,8 +91,12 @@ def test_batch_equals_alone(alone, full_captures):
         full = full_captures["bert"][i]
         assert alone[text].tokens == full.tokens
         for name in ALL:
-            np.testing.assert_allclose(getattr(alone[text], name), getattr(full, name),
-                                       **CLOSE, err_msg=f"{name} of {text!r}")  # fmt: skip
+            np.testing.assert_allclose(
+                getattr(alone[text], name),
+                getattr(full, name),
+                **CLOSE,
+                err_msg=f"{name} of {text!r}",
+            )
 
 
 def test_results_in_input_order(bert, full_captures, standard_texts):

@@ -27,8 +27,7 @@ def texts(n: int, words: int = 8):
 def test_yields_in_input_order_equal_to_capture(engines):
     engine = engines["bert"]
     want = engine.capture(list(texts(12)), ("attention", "alpha_fx_norm"), layers=-1)
-    got = list(engine.capture_iter(texts(12), ("attention", "alpha_fx_norm"), layers=-1,
-                                   window=5))  # fmt: skip
+    got = list(engine.capture_iter(texts(12), ("attention", "alpha_fx_norm"), layers=-1, window=5))
     assert [c.text for c in got] == [c.text for c in want]
     for a, b in zip(got, want, strict=True):  # other batch shapes: float32 rounding only
         np.testing.assert_allclose(a.attention, b.attention, rtol=0, atol=1e-5)
@@ -44,7 +43,12 @@ def test_skip_truncate_and_progress_name_the_input_indices(engines, tokenizers):
     assert [c.text for c in stream] == ["short one", "short two"]
     assert stream.skipped == [1, 3, 4] and stream.truncated == [] and stream.done == 5
     assert [None if c is None else c.text for c in seen] == [
-        "short one", None, "short two", None, None]  # fmt: skip
+        "short one",
+        None,
+        "short two",
+        None,
+        None,
+    ]
     stream = engine.capture_iter(inputs, too_long="truncate", window=3)
     caps = list(stream)
     assert stream.truncated == [1, 3, 4] and [c.truncated for c in caps] == [0, 1, 0, 1, 1]
@@ -75,8 +79,15 @@ class _Echo:
         for t in chunk:
             if "LONG" in t and too_long == "skip":
                 continue
-            yield Capture(tokens=("x",), sentence_b_start=None, layers=(0,), heads=(0,),
-                          dtype="float32", tensors={}, text=t)  # fmt: skip
+            yield Capture(
+                tokens=("x",),
+                sentence_b_start=None,
+                layers=(0,),
+                heads=(0,),
+                dtype="float32",
+                tensors={},
+                text=t,
+            )
 
 
 def test_skipped_texts_are_found_by_text_even_when_texts_repeat():

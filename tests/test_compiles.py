@@ -30,8 +30,10 @@ def test_no_recompiles_after_warmup(engine):
     words = "the store went to i at fresh bought strawberries".split()
     with backend_compiles() as compiles:
         for _ in range(6):
-            texts = [" ".join(rng.choices(words, k=rng.randint(0, 40)))
-                     for _ in range(rng.randint(1, 40))]  # fmt: skip
+            texts = [
+                " ".join(rng.choices(words, k=rng.randint(0, 40)))
+                for _ in range(rng.randint(1, 40))
+            ]
             engine.capture(texts, what=spec.what, dtype="uint8")
     assert engine.compiled_shapes == warmed
     assert compiles == []  # warmup compiled ahead of time; the calls ran what it made

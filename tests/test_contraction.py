@@ -15,10 +15,23 @@ from jaxattn.engine.precision import Matmul, _dot_plan
 # swapped axis shows as a shape or value mismatch).
 SIZES = {"T": 5, "S": 7, "H": 3, "K": 4, "D": 6, "P": 9, "G": 2, "J": 4, "E": 8}
 EQUATIONS = [
-    "TD,DHK->THK", "THK,SHK->HTS", "HTS,SHK->THK", "THK,HKD->TD", "TE,ED->TD",
-    "THK,PHK->HTP", "SHK,PHK->HSP", "GJD,HKD->GJHK", "HKD,HJD->HKJ", "SGJ,GJHK->GSHK",
-    "GSHK,SHK->SHG", "HTS,SHG->GTS", "HS,SH->S", "TD,SD->ST", "D,D->", "TD,DK->TKD",
-]  # fmt: skip
+    "TD,DHK->THK",
+    "THK,SHK->HTS",
+    "HTS,SHK->THK",
+    "THK,HKD->TD",
+    "TE,ED->TD",
+    "THK,PHK->HTP",
+    "SHK,PHK->HSP",
+    "GJD,HKD->GJHK",
+    "HKD,HJD->HKJ",
+    "SGJ,GJHK->GSHK",
+    "GSHK,SHK->SHG",
+    "HTS,SHG->GTS",
+    "HS,SH->S",
+    "TD,SD->ST",
+    "D,D->",
+    "TD,DK->TKD",
+]
 # Three operands, a diagonal, an index summed alone, an implicit output (einsum's
 # alphabetical order: "TD,DE" gives [E, T]).
 FALLBACK = ["SHK,HKJ,SHJ->HS", "TT,TD->TD", "TD,SE->TS", "TD,DE"]

@@ -112,8 +112,11 @@ def test_round_trip_params_config_tokenizer(checkpoint_dirs, engines, tmp_path, 
     assert converted.config == source.config
     for a, b in zip(converted.tokenize(TEXTS), source.tokenize(TEXTS), strict=True):
         assert (a.ids, a.type_ids, a.tokens, a.sentence_b_start) == (
-            b.ids, b.type_ids, b.tokens, b.sentence_b_start
-        )  # fmt: skip
+            b.ids,
+            b.type_ids,
+            b.tokens,
+            b.sentence_b_start,
+        )
 
 
 def test_round_trip_captures_bit_equal(checkpoint_dirs, engines, tmp_path):
@@ -172,14 +175,16 @@ def test_vocab_txt_only_tokenizer(checkpoint_dirs, engines, tmp_path):
         assert (a.ids, a.type_ids, a.tokens) == (b.ids, b.type_ids, b.tokens)
 
 
-def test_masked_lm_checkpoint_has_the_same_encoder(checkpoint_dirs, torch_models, tmp_path,
-                                                   family):  # fmt: skip
+def test_masked_lm_checkpoint_has_the_same_encoder(checkpoint_dirs, torch_models, tmp_path, family):
     """A task checkpoint (base model under a prefix, plus an MLM head) maps to the same
     encoder params as the bare model it was built from."""
     import transformers
 
-    name = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM",
-            "distilbert": "DistilBertForMaskedLM"}[family]  # fmt: skip
+    name = {
+        "bert": "BertForMaskedLM",
+        "roberta": "RobertaForMaskedLM",
+        "distilbert": "DistilBertForMaskedLM",
+    }[family]
     base = torch_models[family]
     mlm = getattr(transformers, name)(base.config)
     state = {k: v for k, v in base.state_dict().items() if not k.startswith("pooler.")}

@@ -37,12 +37,16 @@ def test_four_devices_capture_what_one_device_does(engines, bert_checkpoint, tmp
     # 11 texts of 3-8 tokens (one bucket, one shape to compile): two full 4-device
     # batches and a padded remainder of 3.
     texts = [" ".join(words[: 1 + i % 6]) for i in range(10)] + [["i went", "at ."]]
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
-               JAX_PLATFORMS="cpu")  # fmt: skip
+    env = dict(
+        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"
+    )
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(bert_checkpoint), str(tmp_path), json.dumps(texts)],
-        env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().endswith("4")
     texts = [tuple(t) if isinstance(t, list) else t for t in texts]

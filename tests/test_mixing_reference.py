@@ -96,8 +96,10 @@ def test_residual_norm_exceeds_attention_only_on_the_diagonal(engines):
     cap = engines["bert"].capture([EXAMPLE_A], what=("sum_alpha_fx_norm", "attn_res_norm"))[0]
     off = ~np.eye(cap.length, dtype=bool)
     np.testing.assert_allclose(cap.attn_res_norm[:, off], cap.sum_alpha_fx_norm[:, off], rtol=1e-5)
-    assert not np.allclose(np.diagonal(cap.attn_res_norm, axis1=1, axis2=2),
-                           np.diagonal(cap.sum_alpha_fx_norm, axis1=1, axis2=2))  # fmt: skip
+    assert not np.allclose(
+        np.diagonal(cap.attn_res_norm, axis1=1, axis2=2),
+        np.diagonal(cap.sum_alpha_fx_norm, axis1=1, axis2=2),
+    )
 
 
 def test_three_tokens_by_hand_where_norms_of_sums_and_sums_of_norms_differ():

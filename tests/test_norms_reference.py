@@ -81,8 +81,7 @@ def test_naive_reference_rebuilds_attention_output(torch_models, tokenizers, fam
 
 
 @pytest.mark.parametrize("name", NORMS)
-def test_norms_against_naive(full_captures, references, standard_texts, torch_models, family,
-                             name):  # fmt: skip
+def test_norms_against_naive(full_captures, references, standard_texts, torch_models, family, name):
     model = torch_models[family]
     for text, cap, ref in zip(
         standard_texts[family], full_captures[family], references[family], strict=True
@@ -120,7 +119,10 @@ def test_head_and_layer_selection_keeps_the_all_heads_sum(
     _assert_close(cap.sum_alpha_fx_norm, naive["sum_alpha_fx_norm"][layers], "sum_alpha_fx_norm")
     # The two-head partial sum is a different quantity: make sure the test can tell.
     partial = np.linalg.norm(
-        (ref["attention"][:, heads, :, :, None]
-         * naive["f"].transpose(0, 2, 1, 3)[:, heads, None]).sum(1), axis=-1
-    )[layers]  # fmt: skip
+        (
+            ref["attention"][:, heads, :, :, None]
+            * naive["f"].transpose(0, 2, 1, 3)[:, heads, None]
+        ).sum(1),
+        axis=-1,
+    )[layers]
     assert np.abs(partial - naive["sum_alpha_fx_norm"][layers]).max() > 1e-3

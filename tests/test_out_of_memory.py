@@ -72,7 +72,8 @@ def test_other_engine_errors_are_not_mistaken_for_memory(bert_checkpoint):
     def broken(*args):
         raise jax.errors.JaxRuntimeError("INTERNAL: something else")
 
-    engine.step = type("Broken", (), {"__call__": staticmethod(broken),
-                                      "place": engine.step.place})()  # fmt: skip
+    engine.step = type(
+        "Broken", (), {"__call__": staticmethod(broken), "place": engine.step.place}
+    )()
     with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL"):
         engine.capture(TEXTS[:1])

@@ -104,8 +104,9 @@ def test_config_variant_parity(tmp_path):
     """A BERT with tanh gelu (gelu_new), a large LayerNorm eps and 5 heads of width 3."""
     import jaxattn
 
-    variant = dict(hidden_act="gelu_new", layer_norm_eps=1e-3, num_hidden_layers=2,
-                   num_attention_heads=5)  # fmt: skip
+    variant = dict(
+        hidden_act="gelu_new", layer_norm_eps=1e-3, num_hidden_layers=2, num_attention_heads=5
+    )
     path = make_checkpoint("bert", tmp_path / "variant", seed=3, **variant)
     engine = jaxattn.load(path)
     assert (engine.info.layers, engine.info.heads, engine.info.head_dim) == (2, 5, 3)
@@ -148,5 +149,6 @@ def test_embedded_minilm_parity():
         ref = torch_reference(model, "bert", torch_inputs(tok, [text], "bert"))
         for name in what:
             want = _trim(name, ref[name][0], cap.length)
-            np.testing.assert_allclose(getattr(cap, name), want, **TOLERANCE[name],
-                                       err_msg=f"{name} of {text!r}")  # fmt: skip
+            np.testing.assert_allclose(
+                getattr(cap, name), want, **TOLERANCE[name], err_msg=f"{name} of {text!r}"
+            )

@@ -17,8 +17,10 @@ from jaxattn.spec import PRECISIONS
 
 WHAT = ("attention", "alpha_fx_norm", "sum_alpha_fx_norm", "hidden_states")
 # Both in bucket 24 (19 and 21 tokens): one compiled shape per precision.
-TEXTS = [(EXAMPLE_A, EXAMPLE_B), "the quick brown fox jumps over the lazy dog and the cat sat on "
-         "the mat with a dog"]  # fmt: skip
+TEXTS = [
+    (EXAMPLE_A, EXAMPLE_B),
+    "the quick brown fox jumps over the lazy dog and the cat sat on the mat with a dog",
+]
 # precision -> (attention abs bound, relative bound of the other quantities)
 BOUNDS = {"tf32": (2e-3, 2e-3), "bf16": (1.6e-2, 1.4e-2)}
 

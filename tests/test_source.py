@@ -38,8 +38,14 @@ def test_open_source_picks_the_engine_or_the_client(monkeypatch, engines):
     monkeypatch.setattr(jaxattn, "load", lambda path=None: engines["bert"])
     local = argparse.Namespace(server=None, model="m")
     assert open_source(local) is engines["bert"]
-    remote = argparse.Namespace(server="127.0.0.1:1,127.0.0.1:2", token_file=None, tls_ca=None,
-                                timeout=5.0, codec="lz4", model=None)  # fmt: skip
+    remote = argparse.Namespace(
+        server="127.0.0.1:1,127.0.0.1:2",
+        token_file=None,
+        tls_ca=None,
+        timeout=5.0,
+        codec="lz4",
+        model=None,
+    )
     with open_source(remote) as client:
         assert isinstance(client, AttentionClient) and client.codec == "lz4"
         assert client._channels.addresses == ("127.0.0.1:1", "127.0.0.1:2")
@@ -71,6 +77,7 @@ def test_old_module_paths_still_import_with_a_warning():
 
 
 def test_version_and_python_dash_m():
-    out = subprocess.run([sys.executable, "-m", "jaxattn", "--version"], capture_output=True,
-                         text=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "jaxattn", "--version"], capture_output=True, text=True
+    )
     assert out.returncode == 0 and out.stdout.startswith("jaxattn ")

@@ -114,8 +114,9 @@ ON_DEVICE = {"attention": "head_stats", "norm": "norm_head_stats"}
 
 def stats_kinds(capture: Capture) -> tuple[str, ...]:
     """The weight kinds a capture has statistics for: its maps, or the on-device statistics."""
-    return tuple(k for k in WEIGHT_KINDS
-                 if k in available_kinds(capture) or ON_DEVICE[k] in capture.tensors)  # fmt: skip
+    return tuple(
+        k for k in WEIGHT_KINDS if k in available_kinds(capture) or ON_DEVICE[k] in capture.tensors
+    )
 
 
 class HeadStats:

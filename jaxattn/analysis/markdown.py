@@ -236,10 +236,16 @@ def _ablation_lines(res: dict) -> list[str]:
     delta = res.get("mlm_loss_delta")
     head = ["head", "cos [CLS]", "cos mean-pooled"] + (["MLM loss change"] if delta else [])
     rows = [
-        [f"{res['heads'][i][0]}-{res['heads'][i][1]}", _f(res["cos_cls"][i]),
-         _f(res["cos_mean"][i])] + ([_f(delta[i])] if delta else [])
+        [
+            f"{res['heads'][i][0]}-{res['heads'][i][1]}",
+            _f(res["cos_cls"][i]),
+            _f(res["cos_mean"][i]),
+        ]
+        + ([_f(delta[i])] if delta else [])
         for i in order
-    ]  # fmt: skip
-    intro = (f"Each head {'zeroed' if res['mode'] == 'zero' else 'made uniform'} alone over "
-             f"{res['examples']} examples; the 10 that change the output most.")  # fmt: skip
+    ]
+    intro = (
+        f"Each head {'zeroed' if res['mode'] == 'zero' else 'made uniform'} alone over "
+        f"{res['examples']} examples; the 10 that change the output most."
+    )
     return ["", "## Head ablation", "", intro, "", *_table(head, rows)]

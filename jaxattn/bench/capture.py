@@ -122,27 +122,42 @@ def run(
     try:
         kept = engine.tokenize(texts, too_long=too_long)
     except TooLongError as e:
-        raise InputError(None, f"{e.summary}: bench times whole texts; leave such texts out "
-                         "with --too-long skip, or give fewer --tokens") from None  # fmt: skip
+        raise InputError(
+            None,
+            f"{e.summary}: bench times whole texts; leave such texts out "
+            "with --too-long skip, or give fewer --tokens",
+        ) from None
     texts = [t for t, k in zip(texts, kept, strict=True) if k is not None]
     if not texts:
         limit = engine.info.max_positions
-        raise InputError(None, f"no text left to time: all {len(kept)} are over the model's "
-                         f"limit of {limit} tokens (--too-long skip)")  # fmt: skip
+        raise InputError(
+            None,
+            f"no text left to time: all {len(kept)} are over the model's "
+            f"limit of {limit} tokens (--too-long skip)",
+        )
     model_dir = Path(model) if model else default_model_dir()
     runners = {"a_transformers": transformers_runner(model_dir, texts, 32)}
     runners |= jaxattn_runners(engine, texts)
     runners["f_transformers_forward"] = transformers_runner(model_dir, texts, 32, False)
-    res = {"n": len(texts), "model": engine.info.name, "machine": machine(), "repeats": repeats,
-           "precision": precision, "layer_loop": engine.step.layer_loop}  # fmt: skip
+    res = {
+        "n": len(texts),
+        "model": engine.info.name,
+        "machine": machine(),
+        "repeats": repeats,
+        "precision": precision,
+        "layer_loop": engine.step.layer_loop,
+    }
     for name, fn in runners.items():
         t = time.perf_counter()
         fn()
         res[f"{name}_first_pass_s"] = time.perf_counter() - t
     # The bytes each case moves, from the plan its next runs take (a plan can change
     # as the engine compiles shapes: `batching.ShapeLedger`).
-    moved = {name: moved_bytes(engine, texts, **kw) for name, kw in cases(engine).items()
-             if name != "b_forward"}  # fmt: skip
+    moved = {
+        name: moved_bytes(engine, texts, **kw)
+        for name, kw in cases(engine).items()
+        if name != "b_forward"
+    }
     rounds = {name: [] for name in runners}
     for _ in range(repeats):
         for name, fn in runners.items():
@@ -170,19 +185,25 @@ def machine() -> str:
 
     import jax
 
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-            f"jax {jax.__version__} on {jax.default_backend()}")  # fmt: skip
+    return (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"jax {jax.__version__} on {jax.default_backend()}"
+    )
 
 
 def format_result(r: dict) -> str:
-    lines = [f"{r['n']} sentences, model {r['model']}, precision {r.get('precision', 'highest')}, "
-             f"layers {r.get('layer_loop', 'unrolled')}, {r['machine']}"]  # fmt: skip
-    for k, label in (("a_transformers", "(a) transformers eager + attentions"),
-                     ("b_forward", "(b) jaxattn forward, no capture"),
-                     ("c_attention", "(c) jaxattn attention"),
-                     ("d_full", "(d) jaxattn full capture"),
-                     ("e_attention_uint8", "(e) jaxattn attention, uint8"),
-                     ("f_transformers_forward", "(f) transformers forward (SDPA)")):  # fmt: skip
+    lines = [
+        f"{r['n']} sentences, model {r['model']}, precision {r.get('precision', 'highest')}, "
+        f"layers {r.get('layer_loop', 'unrolled')}, {r['machine']}"
+    ]
+    for k, label in (
+        ("a_transformers", "(a) transformers eager + attentions"),
+        ("b_forward", "(b) jaxattn forward, no capture"),
+        ("c_attention", "(c) jaxattn attention"),
+        ("d_full", "(d) jaxattn full capture"),
+        ("e_attention_uint8", "(e) jaxattn attention, uint8"),
+        ("f_transformers_forward", "(f) transformers forward (SDPA)"),
+    ):
         moved = f"  {r[k + '_host_gb_s']:6.2f} GB/s to the host" if k + "_bytes" in r else ""
         lines.append(f"{label:40s} {r[k]:7.3f} s  {r[k + '_seq_per_s']:8.1f} seq/s{moved}")
     lines.append(f"copy of the same bytes as (d): {r['copy_gb_s']:.2f} GB/s ({r['copy_what']})")

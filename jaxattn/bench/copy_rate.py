@@ -52,7 +52,11 @@ def host_copy_rate(nbytes: int, repeats: int = 3) -> tuple[float, str]:
 def moved_bytes(engine, texts, **capture) -> int:
     """Output bytes a capture of `texts` moves to the host: padded batch blocks, not
     trimmed examples (what the copy really carries)."""
-    spec = engine.make_spec(capture.get("what"), capture.get("layers"), capture.get("heads"),
-                            capture.get("dtype", "float32"))  # fmt: skip
+    spec = engine.make_spec(
+        capture.get("what"),
+        capture.get("layers"),
+        capture.get("heads"),
+        capture.get("dtype", "float32"),
+    )
     plan = engine.plan(engine.tokenize(texts, truncate=True), spec)
     return sum(b.size * engine.output_bytes(spec, b.length) for b in plan)

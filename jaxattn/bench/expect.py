@@ -111,8 +111,11 @@ ENGINE_MAX_BATCH = 64
 
 def batch_sizes(engine, spec, bucket: int, max_batch: int = ENGINE_MAX_BATCH) -> list[int]:
     """1, 2, 4, ... up to the largest batch the engine may give an example of `bucket`."""
-    cap = min(max_batch, ENGINE_OUTPUT_BUDGET // max(1, engine.output_bytes(spec, bucket)),
-              ENGINE_TOKEN_BUDGET // bucket)  # fmt: skip
+    cap = min(
+        max_batch,
+        ENGINE_OUTPUT_BUDGET // max(1, engine.output_bytes(spec, bucket)),
+        ENGINE_TOKEN_BUDGET // bucket,
+    )
     sizes, s = [], 1
     while s <= max(cap, 1):
         sizes.append(s)
@@ -164,10 +167,14 @@ def build_expectations(
         exps = []
         for key in keys:
             enc, spec = examples[key], key[0]
-            exps.append(ExampleExpectation(
-                tokens=tuple(enc.tokens), sentence_b_start=enc.sentence_b_start,
-                layers=tuple(spec.layers), heads=tuple(spec.heads),
-                candidates={n: tuple(a) for n, a in refs[key].items()},
-            ))  # fmt: skip
+            exps.append(
+                ExampleExpectation(
+                    tokens=tuple(enc.tokens),
+                    sentence_b_start=enc.sentence_b_start,
+                    layers=tuple(spec.layers),
+                    heads=tuple(spec.heads),
+                    candidates={n: tuple(a) for n, a in refs[key].items()},
+                )
+            )
         out.append(exps)
     return out

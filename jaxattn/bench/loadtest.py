@@ -85,7 +85,7 @@ class LoadResult:
                     "p99_ms": round(self.percentile(99, v) * 1e3, 1),
                 }
                 for k, v in sorted(self.by_kind.items())
-            },  # fmt: skip
+            },
             "rss_mib": {"start": _mib(rss[0]), "max": _mib(max(rss)), "end": _mib(rss[-1])}
             if rss
             else None,
@@ -189,8 +189,9 @@ def run_load(
                 r = requests[i]
                 t0 = time.monotonic()
                 try:
-                    caps = client.capture(list(r.texts), r.what, r.layers, r.heads, r.dtype,
-                                          r.codec)  # fmt: skip
+                    caps = client.capture(
+                        list(r.texts), r.what, r.layers, r.heads, r.dtype, r.codec
+                    )
                 except AttentionServiceError as e:
                     with lock:
                         result.requests += 1
@@ -225,8 +226,7 @@ def run_load(
                 progress(result)
             stop.wait(rss_every_s)
 
-    threads = [threading.Thread(target=client_loop, args=(k,), daemon=True)
-               for k in range(clients)]  # fmt: skip
+    threads = [threading.Thread(target=client_loop, args=(k,), daemon=True) for k in range(clients)]
     sampler = threading.Thread(target=sample, daemon=True) if server_pid else None
     if sampler:
         sampler.start()

@@ -69,8 +69,11 @@ def build_mix(engine, pool: list[str]):
     if len(pool) < 8:
         raise ValueError(f"only {len(pool)} usable sentences; give --conllu with more")
     combos = list(itertools.product(DTYPES, CODECS))
-    pairs = [(a, b) for a, b in zip(pool[::2], pool[1::2], strict=False)
-             if 25 <= engine.tokenize([(a, b)])[0].length <= 32][:24]  # fmt: skip
+    pairs = [
+        (a, b)
+        for a, b in zip(pool[::2], pool[1::2], strict=False)
+        if 25 <= engine.tokenize([(a, b)])[0].length <= 32
+    ][:24]
     singles = pool[:24]
     batches = [tuple(pool[(k * 50 + i) % len(pool)] for i in range(50)) for k in range(4)]
     longs = long_texts(engine, pool, 3)
@@ -83,18 +86,26 @@ def build_mix(engine, pool: list[str]):
     }
     mix = []
     for kind, texts in kinds.items():
-        kind_combos = combos if kind != "rich" else [(d, c) for d, c in combos
-                                                     if d in ("float32", "uint8")]  # fmt: skip
+        kind_combos = (
+            combos if kind != "rich" else [(d, c) for d, c in combos if d in ("float32", "uint8")]
+        )
         per = max(1, len(texts) // len(kind_combos))
         n = per * len(kind_combos)
         for j in range(n):
             dtype, codec = kind_combos[j % len(kind_combos)]
             rich = kind == "rich"
-            mix.append(LoadRequest(
-                kind, tuple(texts[j % len(texts)]), RICH if rich else ("attention",),
-                (0, 5) if rich else None, (1, 11) if rich else None, dtype, codec,
-                WEIGHTS[kind] / n,
-            ))  # fmt: skip
+            mix.append(
+                LoadRequest(
+                    kind,
+                    tuple(texts[j % len(texts)]),
+                    RICH if rich else ("attention",),
+                    (0, 5) if rich else None,
+                    (1, 11) if rich else None,
+                    dtype,
+                    codec,
+                    WEIGHTS[kind] / n,
+                )
+            )
     return mix
 
 
@@ -114,10 +125,20 @@ def warm_shapes(client, engine, mix) -> int:
     return sent
 
 
-def loadtest(server: str, *, clients: int = 64, requests: int | None = None,
-             duration: float | None = None, warmup: int = 200, model=None,
-             conllu: Path = DEFAULT_CONLLU, server_pid: int | None = None,
-             token: str | None = None, seed: int = 0, log=print):  # fmt: skip
+def loadtest(
+    server: str,
+    *,
+    clients: int = 64,
+    requests: int | None = None,
+    duration: float | None = None,
+    warmup: int = 200,
+    model=None,
+    conllu: Path = DEFAULT_CONLLU,
+    server_pid: int | None = None,
+    token: str | None = None,
+    seed: int = 0,
+    log=print,
+):
     """Build the mix, compute its right answers, warm the server up, run the load.
 
     Returns:
@@ -130,8 +151,10 @@ def loadtest(server: str, *, clients: int = 64, requests: int | None = None,
         raise ValueError("give --requests N, --duration S or both: a load test must be bounded")
     engine = jaxattn.load(model)
     mix = build_mix(engine, sentences(engine, conllu))
-    log(f"mix: {len(mix)} request kinds over {sum(len(r.texts) for r in mix)} texts; "
-        "computing the reference captures")  # fmt: skip
+    log(
+        f"mix: {len(mix)} request kinds over {sum(len(r.texts) for r in mix)} texts; "
+        "computing the reference captures"
+    )
     expectations = build_expectations(engine, mix)
     options = dict(token=token, timeout=600.0)
     pid = server_pid or listening_pid(int(server.rsplit(":", 1)[1]))
@@ -140,16 +163,34 @@ def loadtest(server: str, *, clients: int = 64, requests: int | None = None,
         client.wait_ready(60)
         log(f"{warm_shapes(client, engine, mix)} shape warm-up requests sent")
     if warmup:
-        warm = run_load(server, mix, expectations, clients=clients, max_requests=warmup,
-                        client_options=options, seed=seed + 1)  # fmt: skip
+        warm = run_load(
+            server,
+            mix,
+            expectations,
+            clients=clients,
+            max_requests=warmup,
+            client_options=options,
+            seed=seed + 1,
+        )
         log(f"warm-up: {warm.requests} requests, {len(warm.wrong)} wrong, {dict(warm.errors)}")
 
     def progress(r) -> None:
         rss = f"{r.rss[-1][1] // 1024} MiB" if r.rss else "?"
-        log(f"{r.requests} requests, {r.ok} ok, {len(r.wrong)} wrong, errors {dict(r.errors)}, "
-            f"server rss {rss}")  # fmt: skip
+        log(
+            f"{r.requests} requests, {r.ok} ok, {len(r.wrong)} wrong, errors {dict(r.errors)}, "
+            f"server rss {rss}"
+        )
 
-    result = run_load(server, mix, expectations, clients=clients, max_requests=requests,
-                      duration=duration, server_pid=pid, client_options=options, seed=seed,
-                      progress=progress)  # fmt: skip
+    result = run_load(
+        server,
+        mix,
+        expectations,
+        clients=clients,
+        max_requests=requests,
+        duration=duration,
+        server_pid=pid,
+        client_options=options,
+        seed=seed,
+        progress=progress,
+    )
     return result, mix, expectations

@@ -19,27 +19,63 @@ from pathlib import Path
 
 TOKENIZER_ENV = "JAXATTN_BENCH_TOKENIZER"
 
-BASE = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-            intermediate_size=3072, max_position_embeddings=512)  # fmt: skip
+BASE = dict(
+    vocab_size=30522,
+    hidden_size=768,
+    num_hidden_layers=12,
+    num_attention_heads=12,
+    intermediate_size=3072,
+    max_position_embeddings=512,
+)
 # name -> (transformers config class, its fields beyond BASE); the published base models' shapes.
 SHAPES: dict[str, tuple[str, dict]] = {
     "bert-base": ("BertConfig", {}),
     "electra-base": ("ElectraConfig", {"embedding_size": 768}),
-    "albert-base": ("AlbertConfig", {"embedding_size": 128, "num_hidden_groups": 1,
-                                     "hidden_act": "gelu_new"}),  # fmt: skip
-    "xlm-roberta-base": ("XLMRobertaConfig", {
-        "max_position_embeddings": 514, "type_vocab_size": 1, "pad_token_id": 1,
-        "layer_norm_eps": 1e-5}),
-    "deberta-v3-base": ("DebertaV2Config", {
-        "relative_attention": True, "position_buckets": 256, "max_relative_positions": -1,
-        "pos_att_type": ["p2c", "c2p"], "norm_rel_ebd": "layer_norm", "share_att_key": True,
-        "position_biased_input": False, "type_vocab_size": 0, "layer_norm_eps": 1e-7}),
-    "modernbert-base": ("ModernBertConfig", {
-        "num_hidden_layers": 22, "intermediate_size": 1152, "max_position_embeddings": 8192,
-        "global_attn_every_n_layers": 3, "local_attention": 128, "global_rope_theta": 160000.0,
-        "local_rope_theta": 10000.0, "pad_token_id": 0, "cls_token_id": 101,
-        "sep_token_id": 102, "bos_token_id": 101, "eos_token_id": 102}),
-}  # fmt: skip
+    "albert-base": (
+        "AlbertConfig",
+        {"embedding_size": 128, "num_hidden_groups": 1, "hidden_act": "gelu_new"},
+    ),
+    "xlm-roberta-base": (
+        "XLMRobertaConfig",
+        {
+            "max_position_embeddings": 514,
+            "type_vocab_size": 1,
+            "pad_token_id": 1,
+            "layer_norm_eps": 1e-5,
+        },
+    ),
+    "deberta-v3-base": (
+        "DebertaV2Config",
+        {
+            "relative_attention": True,
+            "position_buckets": 256,
+            "max_relative_positions": -1,
+            "pos_att_type": ["p2c", "c2p"],
+            "norm_rel_ebd": "layer_norm",
+            "share_att_key": True,
+            "position_biased_input": False,
+            "type_vocab_size": 0,
+            "layer_norm_eps": 1e-7,
+        },
+    ),
+    "modernbert-base": (
+        "ModernBertConfig",
+        {
+            "num_hidden_layers": 22,
+            "intermediate_size": 1152,
+            "max_position_embeddings": 8192,
+            "global_attn_every_n_layers": 3,
+            "local_attention": 128,
+            "global_rope_theta": 160000.0,
+            "local_rope_theta": 10000.0,
+            "pad_token_id": 0,
+            "cls_token_id": 101,
+            "sep_token_id": 102,
+            "bos_token_id": 101,
+            "eos_token_id": 102,
+        },
+    ),
+}
 
 
 def random_checkpoint(name: str, out_dir: Path, **overrides) -> Path:
@@ -63,11 +99,16 @@ def random_checkpoint(name: str, out_dir: Path, **overrides) -> Path:
     torch.manual_seed(0)
     transformers.AutoModel.from_config(config).save_pretrained(str(out_dir))
     source = Path(os.environ[TOKENIZER_ENV]) if os.environ.get(TOKENIZER_ENV) else None
-    files = [f for f in (source or default_model_dir()).iterdir()
-             if f.name.startswith(("tokenizer", "vocab", "special"))]  # fmt: skip
+    files = [
+        f
+        for f in (source or default_model_dir()).iterdir()
+        if f.name.startswith(("tokenizer", "vocab", "special"))
+    ]
     if not any(f.name == "tokenizer.json" for f in files):
-        raise FileNotFoundError(f"{TOKENIZER_ENV}={source} holds no tokenizer.json: name a "
-                                "copy of the embedded model's tokenizer files")  # fmt: skip
+        raise FileNotFoundError(
+            f"{TOKENIZER_ENV}={source} holds no tokenizer.json: name a "
+            "copy of the embedded model's tokenizer files"
+        )
     for f in files:
         shutil.copy(f, out_dir / f.name)
     return out_dir

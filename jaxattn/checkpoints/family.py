@@ -65,10 +65,16 @@ KINDS: dict[str, dict[str, tuple[str, Callable, int]]] = {
 
 # Letters of the dims strings -> the ModelConfig attribute giving that size.
 DIMS = {
-    "D": "hidden_size", "F": "intermediate_size", "V": "vocab_size", "P": "max_positions",
-    "T": "type_vocab_size", "E": "embedding_width", "R": "relative_rows",
-    "Q": "qkv_width", "W": "ffn_width",
-}  # fmt: skip
+    "D": "hidden_size",
+    "F": "intermediate_size",
+    "V": "vocab_size",
+    "P": "max_positions",
+    "T": "type_vocab_size",
+    "E": "embedding_width",
+    "R": "relative_rows",
+    "Q": "qkv_width",
+    "W": "ffn_width",
+}
 
 Table = Mapping[str, tuple[str, str, str]]
 

@@ -20,19 +20,50 @@ from jaxattn.errors import CheckpointError
 # forward pass in float32.
 NO_EFFECT = frozenset(
     {
-        "_name_or_path", "architectures", "transformers_version", "model_type", "dtype",
-        "torch_dtype", "id2label", "label2id", "num_labels", "problem_type",
-        "finetuning_task", "initializer_range", "use_cache", "gradient_checkpointing",
-        "output_attentions", "output_hidden_states", "return_dict", "torchscript",
-        "tie_word_embeddings", "bos_token_id", "eos_token_id", "sep_token_id",
-        "cls_token_id", "tokenizer_class", "prefix", "task_specific_params",
-        "chunk_size_feed_forward", "is_encoder_decoder", "pruned_heads",
-        "decoder_start_token_id", "classifier_dropout", "hidden_dropout_prob",
-        "attention_probs_dropout_prob", "dropout", "attention_dropout", "qa_dropout",
-        "seq_classif_dropout", "tie_weights_", "layer_norm_eps_",
-        "_attn_implementation", "attn_implementation", "max_length",
+        "_name_or_path",
+        "architectures",
+        "transformers_version",
+        "model_type",
+        "dtype",
+        "torch_dtype",
+        "id2label",
+        "label2id",
+        "num_labels",
+        "problem_type",
+        "finetuning_task",
+        "initializer_range",
+        "use_cache",
+        "gradient_checkpointing",
+        "output_attentions",
+        "output_hidden_states",
+        "return_dict",
+        "torchscript",
+        "tie_word_embeddings",
+        "bos_token_id",
+        "eos_token_id",
+        "sep_token_id",
+        "cls_token_id",
+        "tokenizer_class",
+        "prefix",
+        "task_specific_params",
+        "chunk_size_feed_forward",
+        "is_encoder_decoder",
+        "pruned_heads",
+        "decoder_start_token_id",
+        "classifier_dropout",
+        "hidden_dropout_prob",
+        "attention_probs_dropout_prob",
+        "dropout",
+        "attention_dropout",
+        "qa_dropout",
+        "seq_classif_dropout",
+        "tie_weights_",
+        "layer_norm_eps_",
+        "_attn_implementation",
+        "attn_implementation",
+        "max_length",
     }
-)  # fmt: skip
+)
 
 # field -> the only value jaxattn computes (fields absent from config.json pass).
 REQUIRED = {
@@ -60,14 +91,29 @@ SIZES = frozenset(
 )
 # ModelConfig field -> the JSON type config.json must give it ("int": a whole number).
 TYPES = {
-    "vocab_size": "int", "hidden_size": "int", "num_layers": "int", "num_heads": "int",
-    "intermediate_size": "int", "max_positions": "int", "type_vocab_size": "int",
-    "pad_token_id": "int", "layer_norm_eps": "float", "activation": "str",
-    "embedding_size": "int", "layer_groups": "int", "attention_bias": "bool",
-    "mlp_bias": "bool", "norm_bias": "bool",
-}  # fmt: skip
-_TYPE_WORDS = {"int": "a whole number", "float": "a number", "str": "a string",
-               "bool": "true or false", "list": "a list"}  # fmt: skip
+    "vocab_size": "int",
+    "hidden_size": "int",
+    "num_layers": "int",
+    "num_heads": "int",
+    "intermediate_size": "int",
+    "max_positions": "int",
+    "type_vocab_size": "int",
+    "pad_token_id": "int",
+    "layer_norm_eps": "float",
+    "activation": "str",
+    "embedding_size": "int",
+    "layer_groups": "int",
+    "attention_bias": "bool",
+    "mlp_bias": "bool",
+    "norm_bias": "bool",
+}
+_TYPE_WORDS = {
+    "int": "a whole number",
+    "float": "a number",
+    "str": "a string",
+    "bool": "true or false",
+    "list": "a list",
+}
 
 
 def json_kind(value) -> str:

@@ -57,8 +57,12 @@ def register(subparsers) -> None:
         "or CoNLL-U; - for standard input; or a store of jaxattn dump (a directory or a "
         "TensorStore URL) or a capture file (.npz), analysed as stored without a model",
     )
-    p.add_argument("--out", metavar="FILE", required=True,
-                   help="report.json to write (report.md goes beside it)")  # fmt: skip
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        required=True,
+        help="report.json to write (report.md goes beside it)",
+    )
     add_overwrite_argument(p)
     p.add_argument(
         "--conllu",
@@ -121,9 +125,15 @@ def register(subparsers) -> None:
 def captures(source, texts: list, what: tuple[str, ...], args, bar: Progress):
     """A `jaxattn.CaptureStream` of `texts`, `--chunk` texts per call (bounded memory),
     under --too-long, counting into `bar`."""
-    return source.capture_iter(texts, what, dtype=args.dtype, too_long=args.too_long,
-                               precision=args.precision, progress=bar,
-                               window=args.chunk)  # fmt: skip
+    return source.capture_iter(
+        texts,
+        what,
+        dtype=args.dtype,
+        too_long=args.too_long,
+        precision=args.precision,
+        progress=bar,
+        window=args.chunk,
+    )
 
 
 def _cpus() -> int:
@@ -136,11 +146,14 @@ def _run(args) -> int:
 
     t0 = time.monotonic()
     if args.ablate and args.server:
-        raise UsageError("--ablate runs the model with heads disabled: use a local engine, "
-                         "not --server")  # fmt: skip
+        raise UsageError(
+            "--ablate runs the model with heads disabled: use a local engine, not --server"
+        )
     if args.stats_only and args.conllu:
-        raise UsageError("--stats-only leaves the maps on the device; the dependency table "
-                         "of --conllu needs them: drop one of the two")  # fmt: skip
+        raise UsageError(
+            "--stats-only leaves the maps on the device; the dependency table "
+            "of --conllu needs them: drop one of the two"
+        )
     if args.stats_only and args.flow:
         raise UsageError(
             "--stats-only leaves the maps on the device; --flow needs them: drop one of the two"
@@ -184,8 +197,10 @@ def _run(args) -> int:
                 corpus.update(cap, sentences[stream.index])
         except TooLongError as e:  # name the input's file and line
             where = "standard input" if args.input == "-" else args.input
-            reason = f"{e.length} tokens, over the model's limit of {e.limit}: use --too-long " \
-                "truncate or skip"  # fmt: skip
+            reason = (
+                f"{e.length} tokens, over the model's limit of {e.limit}: use --too-long "
+                "truncate or skip"
+            )
             raise InputError(read[e.index].line, reason, where) from None
         bar.close()
         report_counts(stream, "jaxattn analyze")
@@ -202,8 +217,9 @@ def _run(args) -> int:
         if args.ablate:
             from jaxattn.engine import head_ablation_study
 
-            ablation = head_ablation_study(source, texts[: args.ablate_examples], mode=args.ablate,
-                                           too_long=args.too_long)  # fmt: skip
+            ablation = head_ablation_study(
+                source, texts[: args.ablate_examples], mode=args.ablate, too_long=args.too_long
+            )
     finally:
         source.close()
     meta = {

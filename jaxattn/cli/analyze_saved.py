@@ -57,14 +57,21 @@ def analyse_saved(args, caps) -> tuple:
     from jaxattn.analysis import MIXING_QUANTITIES
 
     where = f"INPUT {args.input}"
-    for flag, given in (("--model", args.model), ("--server", args.server),
-                        ("--ablate", args.ablate), ("--precision", args.precision)):  # fmt: skip
+    for flag, given in (
+        ("--model", args.model),
+        ("--server", args.server),
+        ("--ablate", args.ablate),
+        ("--precision", args.precision),
+    ):
         if given:
-            raise UsageError(f"{where} holds captures, analysed as stored: drop {flag} "
-                             "(it needs a model)")  # fmt: skip
+            raise UsageError(
+                f"{where} holds captures, analysed as stored: drop {flag} (it needs a model)"
+            )
     if args.stats_only and args.conllu:
-        raise UsageError("--stats-only reads no maps; the dependency table of --conllu "
-                         "needs them: drop one of the two")  # fmt: skip
+        raise UsageError(
+            "--stats-only reads no maps; the dependency table of --conllu "
+            "needs them: drop one of the two"
+        )
     flags = tuple(
         f for f, on in (("--stats-only", args.stats_only), ("--no-norm", args.no_norm)) if on
     )
@@ -72,8 +79,13 @@ def analyse_saved(args, caps) -> tuple:
     mixing = () if args.no_norm or args.stats_only else MIXING_QUANTITIES
     stored = stored_quantities(caps)
     try:
-        require(caps, what, where, "jaxattn analyze" + (" --stats-only" if args.stats_only else ""),
-                also=mixing)  # fmt: skip
+        require(
+            caps,
+            what,
+            where,
+            "jaxattn analyze" + (" --stats-only" if args.stats_only else ""),
+            also=mixing,
+        )
     except UsageError as e:
         instead = what_the_input_allows(stored, args)
         raise UsageError(f"{e} (or {instead})" if instead else str(e)) from None

@@ -79,8 +79,12 @@ def join_selections(argv: list[str]) -> list[str]:
         flag, value = argv[i], argv[i + 1] if i + 1 < len(argv) else ""
         if flag == "--":  # what follows is positional, whatever it looks like
             return out + argv[i:]
-        if (flag in SELECTION_FLAGS and value.startswith("-") and _SELECTION.fullmatch(value)
-                and any(c.isdigit() for c in value)):  # fmt: skip
+        if (
+            flag in SELECTION_FLAGS
+            and value.startswith("-")
+            and _SELECTION.fullmatch(value)
+            and any(c.isdigit() for c in value)
+        ):
             out.append(f"{flag}={value}")
             i += 2
         else:
@@ -163,13 +167,18 @@ def add_source_arguments(
     )
     add_token_argument(p)
     p.add_argument("--tls-ca", metavar="PEM", help="connect to --server with TLS trusting this CA")
-    p.add_argument("--timeout", type=positive_float, default=timeout,
-                   help=f"seconds per call to --server (default {timeout:g})")  # fmt: skip
+    p.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=timeout,
+        help=f"seconds per call to --server (default {timeout:g})",
+    )
 
 
 def add_token_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--token-file", metavar="FILE",
-                   help="bearer token for --server (or $JAXATTN_TOKEN)")  # fmt: skip
+    p.add_argument(
+        "--token-file", metavar="FILE", help="bearer token for --server (or $JAXATTN_TOKEN)"
+    )
 
 
 def add_spec_arguments(p: argparse.ArgumentParser) -> None:
@@ -189,11 +198,16 @@ def add_spec_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_selection_arguments(p, *, used: str = "") -> None:
     """--layers and --heads: indices, negative from the end, ranges (default all)."""
-    p.add_argument("--layers", type=selection, metavar="SEL",
-                   help=f"layers{used}: indices, negative ones from the end, ranges "
-                   "(0,3,-1 or 8:12; default all)")  # fmt: skip
-    p.add_argument("--heads", type=selection, metavar="SEL",
-                   help=f"heads{used}, the same way (default all)")  # fmt: skip
+    p.add_argument(
+        "--layers",
+        type=selection,
+        metavar="SEL",
+        help=f"layers{used}: indices, negative ones from the end, ranges "
+        "(0,3,-1 or 8:12; default all)",
+    )
+    p.add_argument(
+        "--heads", type=selection, metavar="SEL", help=f"heads{used}, the same way (default all)"
+    )
 
 
 def add_dtype_argument(p: argparse.ArgumentParser) -> None:
@@ -207,8 +221,9 @@ def add_dtype_argument(p: argparse.ArgumentParser) -> None:
 
 
 def add_codec_argument(p: argparse.ArgumentParser, *, used: str = "with --server") -> None:
-    p.add_argument("--codec", default="zstd", choices=CODECS,
-                   help=f"wire compression {used} (default zstd)")  # fmt: skip
+    p.add_argument(
+        "--codec", default="zstd", choices=CODECS, help=f"wire compression {used} (default zstd)"
+    )
 
 
 def add_precision_argument(p: argparse.ArgumentParser, *, default: str | None = None) -> None:
@@ -225,9 +240,13 @@ def add_precision_argument(p: argparse.ArgumentParser, *, default: str | None = 
 
 def add_too_long_argument(p: argparse.ArgumentParser) -> None:
     """--too-long {error,truncate,skip}, the one long-text policy; --truncate is the old name."""
-    p.add_argument("--too-long", choices=TOO_LONG, default="error",
-                   help="a text over the model's maximum length: stop with an error, cut it, "
-                   "or leave it out (counted either way) (default error)")  # fmt: skip
+    p.add_argument(
+        "--too-long",
+        choices=TOO_LONG,
+        default="error",
+        help="a text over the model's maximum length: stop with an error, cut it, "
+        "or leave it out (counted either way) (default error)",
+    )
     p.add_argument(
         "--truncate",
         dest="too_long",
@@ -239,13 +258,19 @@ def add_too_long_argument(p: argparse.ArgumentParser) -> None:
 
 def add_limit_argument(p: argparse.ArgumentParser, *aliases: str) -> None:
     """--limit N: only the first N examples of the input."""
-    p.add_argument("--limit", *aliases, type=positive, metavar="N",
-                   help="only the first N examples of the input (default all)")  # fmt: skip
+    p.add_argument(
+        "--limit",
+        *aliases,
+        type=positive,
+        metavar="N",
+        help="only the first N examples of the input (default all)",
+    )
 
 
 def add_overwrite_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace output files that exist (default: refuse)")  # fmt: skip
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace output files that exist (default: refuse)"
+    )
 
 
 def check_output(path: str | os.PathLike, overwrite: bool, flag: str = "--out") -> Path:

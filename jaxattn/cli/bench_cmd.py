@@ -29,13 +29,24 @@ def register(sub) -> None:
         "transformers' plain forward, on real sentences, and the rate the host takes their "
         "bytes at against a plain copy.",
     )
-    p.add_argument("--conllu", type=Path, default=DEFAULT_CONLLU,
-                   help="sentences to use, any input format (default: the UD English EWT dev "
-                   "split shipped with jaxattn)")  # fmt: skip
-    p.add_argument("--limit", "-n", dest="n", type=positive, default=512,
-                   help="the first N sentences, in file order (default 512)")  # fmt: skip
-    p.add_argument("--repeats", type=positive, default=3,
-                   help="best of this many timed passes (default 3)")  # fmt: skip
+    p.add_argument(
+        "--conllu",
+        type=Path,
+        default=DEFAULT_CONLLU,
+        help="sentences to use, any input format (default: the UD English EWT dev "
+        "split shipped with jaxattn)",
+    )
+    p.add_argument(
+        "--limit",
+        "-n",
+        dest="n",
+        type=positive,
+        default=512,
+        help="the first N sentences, in file order (default 512)",
+    )
+    p.add_argument(
+        "--repeats", type=positive, default=3, help="best of this many timed passes (default 3)"
+    )
     add_source_arguments(p, server=False)
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     add_overwrite_argument(p)
@@ -46,25 +57,45 @@ def register(sub) -> None:
         help="instead: a random-weight BERT-base and -n texts of exactly T tokens "
         "(the GPU benchmark; torch uses CUDA when present) (default: off)",
     )
-    p.add_argument("--synthetic", metavar="NAME", choices=sorted(SHAPES),
-                   help="instead of --model: a random-weight base-size model ("
-                   + ", ".join(SHAPES) + ") on --conllu's sentences (default: off)")  # fmt: skip
-    p.add_argument("--tokens", type=_token_count, default=None,
-                   help="with --synthetic: -n texts of exactly this many tokens instead of "
-                   "the sentences (default: off)")  # fmt: skip
-    p.add_argument("--random-bert-base", action="store_true",
-                   help="a random-weight BERT-base on the real sentences of --conllu (the "
-                   "GPU benchmark on real lengths)")  # fmt: skip
+    p.add_argument(
+        "--synthetic",
+        metavar="NAME",
+        choices=sorted(SHAPES),
+        help="instead of --model: a random-weight base-size model ("
+        + ", ".join(SHAPES)
+        + ") on --conllu's sentences (default: off)",
+    )
+    p.add_argument(
+        "--tokens",
+        type=_token_count,
+        default=None,
+        help="with --synthetic: -n texts of exactly this many tokens instead of "
+        "the sentences (default: off)",
+    )
+    p.add_argument(
+        "--random-bert-base",
+        action="store_true",
+        help="a random-weight BERT-base on the real sentences of --conllu (the "
+        "GPU benchmark on real lengths)",
+    )
     add_precision_argument(p, default="highest")
     # jaxattn.engine.layer_loop.LAYER_LOOPS, spelled out: the CLI imports no jax to register.
-    p.add_argument("--layer-loop", choices=("auto", "unrolled", "scan"), default=None,
-                   help="run the layer stack unrolled or as a scan over stacked weights "
-                   "(faster compiles); auto: scan on GPUs/TPUs, unrolled on the CPU "
-                   "(default: $JAXATTN_LAYER_LOOP, else auto)")  # fmt: skip
-    p.add_argument("--too-long", choices=("error", "skip"), default="error",
-                   help="a sentence over the model's maximum length: stop with an error, or "
-                   "leave it out (no truncate: the transformers reference takes whole texts) "
-                   "(default error)")  # fmt: skip
+    p.add_argument(
+        "--layer-loop",
+        choices=("auto", "unrolled", "scan"),
+        default=None,
+        help="run the layer stack unrolled or as a scan over stacked weights "
+        "(faster compiles); auto: scan on GPUs/TPUs, unrolled on the CPU "
+        "(default: $JAXATTN_LAYER_LOOP, else auto)",
+    )
+    p.add_argument(
+        "--too-long",
+        choices=("error", "skip"),
+        default="error",
+        help="a sentence over the model's maximum length: stop with an error, or "
+        "leave it out (no truncate: the transformers reference takes whole texts) "
+        "(default error)",
+    )
     p.set_defaults(func=run)
 
 
@@ -72,8 +103,9 @@ def _token_count(value: str) -> int:
     """A synthetic text's length in tokens: [CLS], at least one word, [SEP]."""
     n = positive(value)
     if n < 3:
-        raise argparse.ArgumentTypeError(f"{n} tokens cannot hold a word between [CLS] and "
-                                         "[SEP]: give at least 3")  # fmt: skip
+        raise argparse.ArgumentTypeError(
+            f"{n} tokens cannot hold a word between [CLS] and [SEP]: give at least 3"
+        )
     return n
 
 
@@ -86,22 +118,28 @@ def run(args) -> int:
         check_output(args.json, args.overwrite, "--json")
     if args.synthetic_bert_base:  # the 0.2 spelling of --synthetic bert-base --tokens T
         if args.synthetic not in (None, "bert-base") or args.random_bert_base:
-            raise UsageError("--synthetic-bert-base T is --synthetic bert-base --tokens T: it "
-                             "excludes another --synthetic and --random-bert-base")  # fmt: skip
+            raise UsageError(
+                "--synthetic-bert-base T is --synthetic bert-base --tokens T: it "
+                "excludes another --synthetic and --random-bert-base"
+            )
         args.synthetic, args.tokens = "bert-base", args.synthetic_bert_base
     if args.tokens and not args.synthetic:
         raise UsageError("--tokens goes with --synthetic NAME (a random-weight model)")
     if args.synthetic and args.random_bert_base:
-        raise UsageError("--synthetic NAME and --random-bert-base exclude each other (the "
-                         "latter is --synthetic bert-base)")  # fmt: skip
+        raise UsageError(
+            "--synthetic NAME and --random-bert-base exclude each other (the "
+            "latter is --synthetic bert-base)"
+        )
     if args.synthetic or args.random_bert_base:
         import tempfile
 
         from jaxattn.bench.synthetic import random_checkpoint
 
         if args.model:
-            raise UsageError("--model and a random-weight model (--synthetic, "
-                             "--random-bert-base) exclude each other")  # fmt: skip
+            raise UsageError(
+                "--model and a random-weight model (--synthetic, "
+                "--random-bert-base) exclude each other"
+            )
         texts = None
         if args.tokens:
             texts = bench.synthetic_texts(args.tokens, args.n)
@@ -110,15 +148,28 @@ def run(args) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             name = args.synthetic or "bert-base"
             model = str(random_checkpoint(name, Path(tmp)))
-            result = bench.run(args.conllu, args.n, args.repeats, model, texts=texts,
-                               precision=args.precision, too_long=args.too_long,
-                               layer_loop=args.layer_loop)  # fmt: skip
+            result = bench.run(
+                args.conllu,
+                args.n,
+                args.repeats,
+                model,
+                texts=texts,
+                precision=args.precision,
+                too_long=args.too_long,
+                layer_loop=args.layer_loop,
+            )
         result["model"] = f"{name} (random weights)"
     else:
         check_corpus(args.conllu, "--conllu")
-        result = bench.run(args.conllu, args.n, args.repeats, args.model,
-                           precision=args.precision, too_long=args.too_long,
-                           layer_loop=args.layer_loop)  # fmt: skip
+        result = bench.run(
+            args.conllu,
+            args.n,
+            args.repeats,
+            args.model,
+            precision=args.precision,
+            too_long=args.too_long,
+            layer_loop=args.layer_loop,
+        )
     print(bench.format_result(result))
     if args.json:
         outfile.write_text(ensure_parent(args.json), json.dumps(result, indent=2) + "\n")

@@ -45,16 +45,26 @@ def _run(args) -> int:
         if isinstance(text, tuple):
             raise UsageError("TEXT is already a pair ('A ||| B'): give TEXT_B or '|||', not both")
         text = (text, args.text_b)
-    named = [("TEXT", text)] if isinstance(text, str) else zip(("sentence A", "sentence B"), text,
-                                                              strict=True)  # fmt: skip
+    named = (
+        [("TEXT", text)]
+        if isinstance(text, str)
+        else zip(("sentence A", "sentence B"), text, strict=True)
+    )
     for name, part in named:
         if not part.strip():
             raise InputError(None, f"{name} is empty: give a sentence to capture")
     if args.out:
         check_output(args.out, args.overwrite)  # before any work
     with open_source(args) as source:
-        caps = source.capture([text], args.what, args.layers, args.heads, args.dtype,
-                              too_long=args.too_long, precision=args.precision)  # fmt: skip
+        caps = source.capture(
+            [text],
+            args.what,
+            args.layers,
+            args.heads,
+            args.dtype,
+            too_long=args.too_long,
+            precision=args.precision,
+        )
     if not caps:
         print("skipped: the text is longer than the model's limit (--too-long skip)")
         return 0
@@ -64,8 +74,10 @@ def _run(args) -> int:
         print(f"truncated to the model's limit of {cap.length} tokens (--too-long truncate)")
     if cap.sentence_b_start is not None:
         print(f"sentence B starts at token {cap.sentence_b_start}")
-    print(f"layers {list(cap.layers)}  heads {list(cap.heads)}  dtype {cap.dtype}  "
-          f"precision {cap.precision}")  # fmt: skip
+    print(
+        f"layers {list(cap.layers)}  heads {list(cap.heads)}  dtype {cap.dtype}  "
+        f"precision {cap.precision}"
+    )
     for name, array in cap.tensors.items():
         print(f"  {name:18s} {list(array.shape)} {array.dtype} ({array.nbytes} bytes)")
     if args.out:

@@ -77,8 +77,10 @@ def read_inputs(inputs: list[str], limit: int | None = None, cap: int | None = N
         if saved is not None:
             count = min(len(items) + len(saved), limit or len(items) + len(saved))
             if cap and count > cap:
-                raise UsageError(f"INPUT {arg} brings the examples to {count}, over the page's "
-                                 f"cap of {cap} (--max-examples): give --limit N")  # fmt: skip
+                raise UsageError(
+                    f"INPUT {arg} brings the examples to {count}, over the page's "
+                    f"cap of {cap} (--max-examples): give --limit N"
+                )
             items += saved[: max(0, limit - len(items))] if limit else saved
         elif is_file_argument(arg):
             items += read_input(arg, limit=limit)
@@ -109,9 +111,14 @@ def capture_counted(args, texts: list, what: tuple[str, ...], items: list | None
     if texts:
         with open_source(args) as source:
             stream = source.capture_iter(
-                texts, what, args.layers, args.heads, "float32",
-                too_long=args.too_long, precision=getattr(args, "precision", None),
-            )  # fmt: skip
+                texts,
+                what,
+                args.layers,
+                args.heads,
+                "float32",
+                too_long=args.too_long,
+                precision=getattr(args, "precision", None),
+            )
             caps = list(stream)
         report(stream, f"jaxattn {args.command}")
     if items is None:

@@ -51,26 +51,32 @@ def layer_summary(cap) -> list[dict]:
         a = att[k].astype(np.float64)
         entropy = -(a * np.log(np.where(a > 0, a, 1.0))).sum(-1).mean()
         n = norm[k].astype(np.float64)
-        rows.append(dict(
-            layer=layer,
-            entropy=float(entropy),
-            cls=float(a[..., 0].mean()),
-            sep=float(a[..., sep].sum(-1).mean()),
-            norm=float(n.mean()),
-            norm_cls=float((n[..., 0] / n.sum(-1)).mean()),
-            norm_sep=float((n[..., sep].sum(-1) / n.sum(-1)).mean()),
-        ))  # fmt: skip
+        rows.append(
+            dict(
+                layer=layer,
+                entropy=float(entropy),
+                cls=float(a[..., 0].mean()),
+                sep=float(a[..., sep].sum(-1).mean()),
+                norm=float(n.mean()),
+                norm_cls=float((n[..., 0] / n.sum(-1)).mean()),
+                norm_sep=float((n[..., sep].sum(-1) / n.sum(-1)).mean()),
+            )
+        )
     return rows
 
 
 def _print(title: str, cap) -> None:
     print(f"\n{title}")
     print("  " + " ".join(cap.tokens))
-    print(f"  {'layer':>5} {'entropy':>8} {'a->[CLS]':>9} {'a->[SEP]':>9} "
-          f"{'mean|af(x)|':>12} {'|af|->[CLS]':>12} {'|af|->[SEP]':>12}")  # fmt: skip
+    print(
+        f"  {'layer':>5} {'entropy':>8} {'a->[CLS]':>9} {'a->[SEP]':>9} "
+        f"{'mean|af(x)|':>12} {'|af|->[CLS]':>12} {'|af|->[SEP]':>12}"
+    )
     for r in layer_summary(cap):
-        print(f"  {r['layer']:>5} {r['entropy']:>8.3f} {r['cls']:>9.3f} {r['sep']:>9.3f} "
-              f"{r['norm']:>12.4f} {r['norm_cls']:>12.3f} {r['norm_sep']:>12.3f}")  # fmt: skip
+        print(
+            f"  {r['layer']:>5} {r['entropy']:>8.3f} {r['cls']:>9.3f} {r['sep']:>9.3f} "
+            f"{r['norm']:>12.4f} {r['norm_cls']:>12.3f} {r['norm_sep']:>12.3f}"
+        )
 
 
 def _run(args) -> int:
@@ -85,19 +91,28 @@ def _run(args) -> int:
     try:
         with AttentionClient(address, timeout=300.0) as client:
             info = client.model_info()
-            print(f"server on {address}: {info.name} ({info.family}, {info.layers} layers x "
-                  f"{info.heads} heads, D={info.hidden}), ready in "
-                  f"{time.perf_counter() - t0:.1f}s")  # fmt: skip
+            print(
+                f"server on {address}: {info.name} ({info.family}, {info.layers} layers x "
+                f"{info.heads} heads, D={info.hidden}), ready in "
+                f"{time.perf_counter() - t0:.1f}s"
+            )
             t1 = time.perf_counter()
-            single, pair = client.capture([SENTENCE_A, (SENTENCE_A, SENTENCE_B)], what=WHAT,
-                                          dtype=args.dtype, codec=args.codec)  # fmt: skip
-            print(f"captured {', '.join(WHAT)} ({args.dtype}, {args.codec}) of 2 examples "
-                  f"through the client in {time.perf_counter() - t1:.2f}s")  # fmt: skip
+            single, pair = client.capture(
+                [SENTENCE_A, (SENTENCE_A, SENTENCE_B)],
+                what=WHAT,
+                dtype=args.dtype,
+                codec=args.codec,
+            )
+            print(
+                f"captured {', '.join(WHAT)} ({args.dtype}, {args.codec}) of 2 examples "
+                f"through the client in {time.perf_counter() - t1:.2f}s"
+            )
     finally:
         server.stop(grace=5.0).wait()
     _print(f"A: {SENTENCE_A!r}", single)
-    _print(f"A+B: {SENTENCE_A!r} / {SENTENCE_B!r} (B starts at token "
-           f"{pair.sentence_b_start})", pair)  # fmt: skip
+    _print(
+        f"A+B: {SENTENCE_A!r} / {SENTENCE_B!r} (B starts at token {pair.sentence_b_start})", pair
+    )
     print(
         "\nentropy in nats, averaged over heads and query positions; a = attention weight, "
         "|af(x)| = ||alpha f(x)|| (Kobayashi et al. 2020),\n|af|->X = share of each query's "

@@ -121,9 +121,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.input.is_dir():
         raise IsADirectoryError(f"input {args.input} is a directory: name a file in it")
     if str(args.input) == "-" or (args.input.exists() and not args.input.is_file()):
-        raise UsageError(f"dump reads INPUT {args.input} twice (a fingerprint, then the texts, "
-                         "again on a resume): it needs a regular file, not standard input or "
-                         "a pipe; write the texts to a file first")  # fmt: skip
+        raise UsageError(
+            f"dump reads INPUT {args.input} twice (a fingerprint, then the texts, "
+            "again on a resume): it needs a regular file, not standard input or "
+            "a pipe; write the texts to a file first"
+        )
     if not args.input.is_file():
         raise FileNotFoundError(f"no input file {args.input}")
     check_has_examples(args.input, args.input_format)

@@ -42,13 +42,25 @@ def register(sub) -> None:
     )
     p.add_argument("--server", required=True, metavar="HOST:PORT", help="the server to load")
     p.add_argument("--clients", type=positive, default=64, help="concurrent clients (threads)")
-    p.add_argument("--duration", type=positive_float, default=None,
-                   help="stop after S seconds (give --requests, --duration or both)")  # fmt: skip
-    p.add_argument("--requests", type=positive, default=None,
-                   help="stop after N requests (give --requests, --duration or both)")  # fmt: skip
-    p.add_argument("--warmup", type=non_negative, default=200,
-                   help="requests sent (and checked) before measuring, after every batch "
-                   "shape was compiled once")  # fmt: skip
+    p.add_argument(
+        "--duration",
+        type=positive_float,
+        default=None,
+        help="stop after S seconds (give --requests, --duration or both)",
+    )
+    p.add_argument(
+        "--requests",
+        type=positive,
+        default=None,
+        help="stop after N requests (give --requests, --duration or both)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=non_negative,
+        default=200,
+        help="requests sent (and checked) before measuring, after every batch "
+        "shape was compiled once",
+    )
     p.add_argument(
         "--model",
         type=model,
@@ -56,11 +68,19 @@ def register(sub) -> None:
         help=f"the server's model, for the right answers: {MODEL_HELP} (default: the embedded "
         "all-MiniLM-L6-v2)",
     )
-    p.add_argument("--conllu", type=Path, default=DEFAULT_CONLLU,
-                   help="sentences to draw from, any input format (default: the UD English "
-                   "EWT dev split shipped with jaxattn)")  # fmt: skip
-    p.add_argument("--server-pid", type=int, default=None,
-                   help="pid whose RSS to sample (default: the local one on the port)")  # fmt: skip
+    p.add_argument(
+        "--conllu",
+        type=Path,
+        default=DEFAULT_CONLLU,
+        help="sentences to draw from, any input format (default: the UD English "
+        "EWT dev split shipped with jaxattn)",
+    )
+    p.add_argument(
+        "--server-pid",
+        type=int,
+        default=None,
+        help="pid whose RSS to sample (default: the local one on the port)",
+    )
     add_token_argument(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the request mix")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
@@ -79,10 +99,18 @@ def run(args) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
     result, _, _ = loadtest(
-        args.server, clients=args.clients, requests=args.requests, duration=args.duration,
-        warmup=args.warmup, model=args.model, conllu=args.conllu, server_pid=args.server_pid,
-        token=read_token(args.token_file), seed=args.seed, log=log,
-    )  # fmt: skip
+        args.server,
+        clients=args.clients,
+        requests=args.requests,
+        duration=args.duration,
+        warmup=args.warmup,
+        model=args.model,
+        conllu=args.conllu,
+        server_pid=args.server_pid,
+        token=read_token(args.token_file),
+        seed=args.seed,
+        log=log,
+    )
     summary = result.summary()
     print(json.dumps(summary, indent=2))
     if args.json:

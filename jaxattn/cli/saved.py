@@ -129,9 +129,11 @@ def saved_parses(caps: Sequence[Capture], conllu: str, input_name: str) -> list:
         for cap in caps:
             if cap.text not in by_text:
                 said = "has no text" if cap.text is None else f"is {cap.text!r}"
-                raise UsageError(f"--conllu {conllu}: the capture of {input_name} {said}, which "
-                                 "is no sentence of the file; give the CoNLL-U file it was "
-                                 "captured from")  # fmt: skip
+                raise UsageError(
+                    f"--conllu {conllu}: the capture of {input_name} {said}, which "
+                    "is no sentence of the file; give the CoNLL-U file it was "
+                    "captured from"
+                )
             out.append(by_text[cap.text])
         return out
     out = []

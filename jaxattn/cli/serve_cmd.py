@@ -42,51 +42,97 @@ def register(subparsers) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_source_arguments(p, server=False)
     add_precision_argument(p, default="highest")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="interface to bind (default 127.0.0.1: this machine only)")  # fmt: skip
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="interface to bind (default 127.0.0.1: this machine only)",
+    )
     p.add_argument("--port", type=port, default=50051, help="port; 0 picks a free one")
     p.add_argument("--max-texts", type=positive, default=1024, help="most texts per request")
     p.add_argument("--max-tokens", type=positive, default=131072, help="most tokens per request")
-    p.add_argument("--queue-size", type=positive, default=64,
-                   help="most requests admitted at once; more get RESOURCE_EXHAUSTED")  # fmt: skip
-    p.add_argument("--batch-window-ms", type=float, default=5.0,
-                   help="how long a request waits for others to share its batch")  # fmt: skip
-    p.add_argument("--max-batch", type=positive, default=64,
-                   help="most examples merged into one engine call")  # fmt: skip
-    p.add_argument("--no-micro-batching", action="store_true",
-                   help="run every request in its own engine call")  # fmt: skip
+    p.add_argument(
+        "--queue-size",
+        type=positive,
+        default=64,
+        help="most requests admitted at once; more get RESOURCE_EXHAUSTED",
+    )
+    p.add_argument(
+        "--batch-window-ms",
+        type=float,
+        default=5.0,
+        help="how long a request waits for others to share its batch",
+    )
+    p.add_argument(
+        "--max-batch", type=positive, default=64, help="most examples merged into one engine call"
+    )
+    p.add_argument(
+        "--no-micro-batching", action="store_true", help="run every request in its own engine call"
+    )
     p.add_argument("--tls-cert", metavar="PEM", help="certificate chain (serve TLS only)")
     p.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
-    p.add_argument("--token-file", metavar="FILE",
-                   help="require 'authorization: Bearer <token>' with the token in FILE "
-                   "(or set $JAXATTN_TOKEN; never pass a token on the command line)")  # fmt: skip
-    p.add_argument("--max-request-mib", type=positive_float, default=4.0,
-                   help="largest request message; larger get RESOURCE_EXHAUSTED")  # fmt: skip
-    p.add_argument("--request-buffer-mib", type=positive_float, default=64.0,
-                   help="most unsent result MiB per call: beyond it the engine waits "
-                   "for that client to read (flow control)")  # fmt: skip
-    p.add_argument("--max-buffered-mib", type=positive_float, default=1024.0,
-                   help="most result MiB all calls may hold together (reserved at "
-                   "admission; RESOURCE_EXHAUSTED beyond)")  # fmt: skip
-    p.add_argument("--slow-reader-s", type=positive_float, default=30.0,
-                   help="cancel a call whose client reads nothing for this long")  # fmt: skip
-    p.add_argument("--grace", type=float, default=30.0,
-                   help="seconds in-flight calls get to finish on SIGTERM")  # fmt: skip
-    p.add_argument("--warmup", type=quantity_names, metavar="WHAT", action="append",
-                   help="before listening, compile the program of one kind of request: "
-                   "these comma-separated quantities together, all layers and heads, "
-                   "float32, the server's precision (a request for exactly that then "
-                   "compiles nothing; any other selection or dtype compiles on first "
-                   "use). Repeat for more kinds: --warmup attention "
-                   "--warmup attention,queries,keys")  # fmt: skip
-    p.add_argument("--warmup-sizes", choices=WARMUP_SIZES, default=None,
-                   help="with --warmup: every batch size of every length bucket (all, "
-                   "default), or the largest per bucket, smaller batches padded into it "
-                   "until that padding has cost a compile (largest: where compiles take "
-                   "seconds, GPUs)")  # fmt: skip
-    p.add_argument("--log-level", default="INFO", type=str.upper,
-                   choices=("DEBUG", "INFO", "WARNING", "ERROR"),
-                   help="logging level (INFO: one line per request)")  # fmt: skip
+    p.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="require 'authorization: Bearer <token>' with the token in FILE "
+        "(or set $JAXATTN_TOKEN; never pass a token on the command line)",
+    )
+    p.add_argument(
+        "--max-request-mib",
+        type=positive_float,
+        default=4.0,
+        help="largest request message; larger get RESOURCE_EXHAUSTED",
+    )
+    p.add_argument(
+        "--request-buffer-mib",
+        type=positive_float,
+        default=64.0,
+        help="most unsent result MiB per call: beyond it the engine waits "
+        "for that client to read (flow control)",
+    )
+    p.add_argument(
+        "--max-buffered-mib",
+        type=positive_float,
+        default=1024.0,
+        help="most result MiB all calls may hold together (reserved at "
+        "admission; RESOURCE_EXHAUSTED beyond)",
+    )
+    p.add_argument(
+        "--slow-reader-s",
+        type=positive_float,
+        default=30.0,
+        help="cancel a call whose client reads nothing for this long",
+    )
+    p.add_argument(
+        "--grace", type=float, default=30.0, help="seconds in-flight calls get to finish on SIGTERM"
+    )
+    p.add_argument(
+        "--warmup",
+        type=quantity_names,
+        metavar="WHAT",
+        action="append",
+        help="before listening, compile the program of one kind of request: "
+        "these comma-separated quantities together, all layers and heads, "
+        "float32, the server's precision (a request for exactly that then "
+        "compiles nothing; any other selection or dtype compiles on first "
+        "use). Repeat for more kinds: --warmup attention "
+        "--warmup attention,queries,keys",
+    )
+    p.add_argument(
+        "--warmup-sizes",
+        choices=WARMUP_SIZES,
+        default=None,
+        help="with --warmup: every batch size of every length bucket (all, "
+        "default), or the largest per bucket, smaller batches padded into it "
+        "until that padding has cost a compile (largest: where compiles take "
+        "seconds, GPUs)",
+    )
+    p.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="logging level (INFO: one line per request)",
+    )
 
 
 def quantity_names(value: str) -> tuple[str, ...]:
@@ -145,6 +191,12 @@ def _run(args) -> int:
         raise UsageError("--warmup-sizes needs --warmup WHAT: the quantities to compile for")
     from service import serve
 
-    return serve(args.model, f"{args.host}:{args.port}", server_options(args),
-                 log_level=args.log_level, precision=args.precision, warmup=args.warmup or (),
-                 warmup_sizes=args.warmup_sizes or "all")  # fmt: skip
+    return serve(
+        args.model,
+        f"{args.host}:{args.port}",
+        server_options(args),
+        log_level=args.log_level,
+        precision=args.precision,
+        warmup=args.warmup or (),
+        warmup_sizes=args.warmup_sizes or "all",
+    )

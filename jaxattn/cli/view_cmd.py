@@ -51,41 +51,65 @@ def register(subparsers) -> None:
         "lines, JSONL or CoNLL-U, '-' for stdin, or saved capture files) to one "
         "self-contained HTML file (no network), or one view as SVG/PNG.",
     )
-    p.add_argument("inputs", metavar="INPUT", nargs="*",
-                   help="texts, input files, capture files (.npz) or stores of jaxattn dump "
-                   "(a directory or a TensorStore URL, read lazily)")  # fmt: skip
+    p.add_argument(
+        "inputs",
+        metavar="INPUT",
+        nargs="*",
+        help="texts, input files, capture files (.npz) or stores of jaxattn dump "
+        "(a directory or a TensorStore URL, read lazily)",
+    )
     modes = p.add_mutually_exclusive_group()
-    modes.add_argument("--compare", nargs=2, metavar=("A", "B"),
-                       help="side by side: A and B (models, capture files or stores; see "
-                       "docs/compare.md) with a difference map")  # fmt: skip
-    modes.add_argument("--global", dest="global_map", action="store_true",
-                       help="the joint query-key map of every head over the corpus INPUT "
-                       "(docs/global-view.md)")  # fmt: skip
+    modes.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A", "B"),
+        help="side by side: A and B (models, capture files or stores; see "
+        "docs/compare.md) with a difference map",
+    )
+    modes.add_argument(
+        "--global",
+        dest="global_map",
+        action="store_true",
+        help="the joint query-key map of every head over the corpus INPUT (docs/global-view.md)",
+    )
     p.add_argument("--out", metavar="FILE", required=True, help="file to write")
     add_overwrite_argument(p)
     p.add_argument("--format", choices=FORMATS, help="default: from --out's suffix, else html")
-    p.add_argument("--views", default=None,
-                   help="comma-separated: head,model,neuron,stats (default all; svg/png: "
-                   "head)")  # fmt: skip
+    p.add_argument(
+        "--views",
+        default=None,
+        help="comma-separated: head,model,neuron,stats (default all; svg/png: head)",
+    )
     add_source_arguments(p)
     add_codec_argument(p)
     add_precision_argument(p)
     add_selection_arguments(p, used=" to capture and show")
     add_too_long_argument(p)
     add_limit_argument(p)
-    p.add_argument("--embed-dtype", default="auto", choices=("auto", "float32", "uint8"),
-                   help="how the HTML embeds the data: exact float32; uint8 (weights in 1/255 "
-                   "steps, queries and keys in 63 steps per head); auto: float32 while the "
-                   "page's data is at most 1 MiB (default auto)")  # fmt: skip
-    p.add_argument("--max-examples", type=positive, default=200,
-                   help="most examples one HTML page holds (default 200)")  # fmt: skip
+    p.add_argument(
+        "--embed-dtype",
+        default="auto",
+        choices=("auto", "float32", "uint8"),
+        help="how the HTML embeds the data: exact float32; uint8 (weights in 1/255 "
+        "steps, queries and keys in 63 steps per head); auto: float32 while the "
+        "page's data is at most 1 MiB (default auto)",
+    )
+    p.add_argument(
+        "--max-examples",
+        type=positive,
+        default=200,
+        help="most examples one HTML page holds (default 200)",
+    )
     p.add_argument("--title", default="jaxattn views", help="HTML page title")
     g = p.add_argument_group("svg/png: what to draw")
     g.add_argument("--example", type=int, default=0, help="example index (default 0)")
     g.add_argument("--token", type=int, default=0, help="query position for the neuron view")
-    g.add_argument("--kind", default="attention", choices=("attention", "norm"),
-                   help="attention weights or norm-based ||alpha f(x)|| (rows normalised) "
-                   "(default attention)")  # fmt: skip
+    g.add_argument(
+        "--kind",
+        default="attention",
+        choices=("attention", "norm"),
+        help="attention weights or norm-based ||alpha f(x)|| (rows normalised) (default attention)",
+    )
     g.add_argument("--scale", type=float, default=2.0, help="PNG pixels per SVG pixel")
     # The 0.2 spellings: --layer N is --layers N, --head N is --heads N.
     g.add_argument("--layer", dest="layers", type=selection, help=argparse.SUPPRESS)
@@ -129,14 +153,18 @@ def _run(args) -> int:
     if args.global_map:
         return view_global.run(args)
     if not args.inputs:
-        raise UsageError("give at least one INPUT (a text, an input file, a capture file or "
-                         "a store), or --compare A B")  # fmt: skip
+        raise UsageError(
+            "give at least one INPUT (a text, an input file, a capture file or "
+            "a store), or --compare A B"
+        )
     check_output(args.out, args.overwrite)
     implied = {".svg": "svg", ".png": "png", ".html": "html", ".htm": "html"}
     suffix = Path(args.out).suffix.lower()
     if args.format and implied.get(suffix, args.format) != args.format:
-        raise UsageError(f"--format {args.format} and --out {args.out} disagree: the file would "
-                         f"hold {args.format} under a {suffix} name")  # fmt: skip
+        raise UsageError(
+            f"--format {args.format} and --out {args.out} disagree: the file would "
+            f"hold {args.format} under a {suffix} name"
+        )
     fmt = args.format or implied.get(suffix, "html")
     default = "head" if fmt != "html" else ",".join(pl.VIEWS)
     views = pl.check_views([v.strip() for v in (args.views or default).split(",") if v.strip()])
@@ -155,8 +183,14 @@ def _run(args) -> int:
     if fmt == "html":
         from jaxattn.views import write_html
 
-        write_html(ensure_parent(args.out), caps, views=views, embed=args.embed_dtype,
-                   title=args.title, max_examples=args.max_examples)  # fmt: skip
+        write_html(
+            ensure_parent(args.out),
+            caps,
+            views=views,
+            embed=args.embed_dtype,
+            title=args.title,
+            max_examples=args.max_examples,
+        )
     else:
         _write_static(args, fmt, views[0], caps)
     print(f"wrote {args.out} ({fmt}: {', '.join(views)}; {len(caps)} example(s))")

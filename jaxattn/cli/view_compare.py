@@ -61,18 +61,23 @@ def parse_side(arg: str, name: str) -> Side:
     """`SOURCE[,key=value...]` -> a Side (UsageError: an empty source, an unknown key or value)."""
     source, *pairs = arg.split(",")
     if not source.strip():
-        raise UsageError(f"--compare {name} {arg!r}: give a SOURCE before the keys (a model "
-                         "directory, 'default', a .npz capture file or a store)")  # fmt: skip
+        raise UsageError(
+            f"--compare {name} {arg!r}: give a SOURCE before the keys (a model "
+            "directory, 'default', a .npz capture file or a store)"
+        )
     options: dict = {}
     for item in pairs:
         key, eq, value = item.partition("=")
         key, value = key.strip(), value.strip()
         if key not in KEYS or not eq:
-            raise UsageError(f"--compare {name} {arg!r}: unknown key {item!r}; keys are "
-                             f"{', '.join(k + '=' for k in KEYS)}")  # fmt: skip
+            raise UsageError(
+                f"--compare {name} {arg!r}: unknown key {item!r}; keys are "
+                f"{', '.join(k + '=' for k in KEYS)}"
+            )
         if value not in KEYS[key]:
-            raise UsageError(f"--compare {name} {arg!r}: {key}={value!r} is not one of "
-                             f"{', '.join(KEYS[key])}")  # fmt: skip
+            raise UsageError(
+                f"--compare {name} {arg!r}: {key}={value!r} is not one of {', '.join(KEYS[key])}"
+            )
         if key in options:
             raise UsageError(f"--compare {name} {arg!r}: {key}= is given twice")
         options[key] = value
@@ -90,15 +95,18 @@ def open_side(side: Side) -> Side:
     if side.saved is not None:
         given = [k for k in MODEL_ONLY if k in side.options]
         if given:
-            raise UsageError(f"{side.where}: {', '.join(k + '=' for k in given)} choose how a "
-                             "model captures; saved captures are compared as saved")  # fmt: skip
+            raise UsageError(
+                f"{side.where}: {', '.join(k + '=' for k in given)} choose how a "
+                "model captures; saved captures are compared as saved"
+            )
         from jaxattn.views.compare import QUANTITIES
 
-        require(side.saved, (QUANTITIES[side.quantity],), side.where,
-                f"quantity={side.quantity}")  # fmt: skip
+        require(side.saved, (QUANTITIES[side.quantity],), side.where, f"quantity={side.quantity}")
     elif side.source != DEFAULT and not Path(side.source).is_dir():
-        raise UsageError(f"{side.where}: {side.source!r} is no model directory, capture file "
-                         f"(.npz) or store; use '{DEFAULT}' for the embedded model")  # fmt: skip
+        raise UsageError(
+            f"{side.where}: {side.source!r} is no model directory, capture file "
+            f"(.npz) or store; use '{DEFAULT}' for the embedded model"
+        )
     return side
 
 
@@ -109,8 +117,10 @@ def _check_flags(args) -> None:
             "server's captures saved with jaxattn capture --out FILE.npz"
         )
     if getattr(args, "model", None):
-        raise UsageError("--model: with --compare the models are A and B (e.g. --compare "
-                         f"{args.model} {DEFAULT})")  # fmt: skip
+        raise UsageError(
+            "--model: with --compare the models are A and B (e.g. --compare "
+            f"{args.model} {DEFAULT})"
+        )
     if (args.format or "html") != "html" or Path(args.out).suffix.lower() in (".svg", ".png"):
         raise UsageError("--compare writes an HTML page: give --out FILE.html")
 
@@ -126,8 +136,10 @@ def _texts(args, sides: list[Side]) -> list | None:
         if not items:
             raise InputError(None, f"no text to compare in {' '.join(args.inputs)}")
         if len(items) > args.max_examples:
-            raise UsageError(f"INPUT holds {len(items)} texts, over the page's cap of "
-                             f"{args.max_examples} (--max-examples): give --limit N")  # fmt: skip
+            raise UsageError(
+                f"INPUT holds {len(items)} texts, over the page's cap of "
+                f"{args.max_examples} (--max-examples): give --limit N"
+            )
         return items
     saved = next((s for s in sides if s.saved is not None), None)
     if saved is None:
@@ -150,8 +162,10 @@ def _read_texts(inputs: list[str], limit: int | None) -> list:
 def _limited(args, side: Side) -> list:
     caps = side.saved
     if not args.limit and len(caps) > args.max_examples:
-        raise UsageError(f"{side.where} holds {len(caps)} examples, over the page's cap of "
-                         f"{args.max_examples} (--max-examples): give --limit N")  # fmt: skip
+        raise UsageError(
+            f"{side.where} holds {len(caps)} examples, over the page's cap of "
+            f"{args.max_examples} (--max-examples): give --limit N"
+        )
     return list(caps[: args.limit] if args.limit else caps)
 
 
@@ -164,10 +178,14 @@ def _capture(args, side: Side, texts: list, engines: dict) -> tuple[list, set]:
     if key not in engines:
         engines[key] = jaxattn.load(key)
     stream = engines[key].capture_iter(
-        texts, (QUANTITIES[side.quantity],), args.layers, args.heads,
-        side.options.get("dtype", "float32"), too_long=args.too_long,
+        texts,
+        (QUANTITIES[side.quantity],),
+        args.layers,
+        args.heads,
+        side.options.get("dtype", "float32"),
+        too_long=args.too_long,
         precision=side.options.get("precision", args.precision),
-    )  # fmt: skip
+    )
     caps = list(stream)
     report(stream, f"jaxattn view --compare {side.name}")
     return caps, set(stream.skipped)
@@ -191,8 +209,11 @@ def run(args) -> int:
     sides = [open_side(parse_side(arg, name)) for arg, name in zip(args.compare, "AB", strict=True)]
     for side in sides:
         if side.saved is not None and not len(side.saved):
-            raise InputError(None, f"{side.where} holds no examples: nothing to compare (dump "
-                             "texts into it first, or name another store)")  # fmt: skip
+            raise InputError(
+                None,
+                f"{side.where} holds no examples: nothing to compare (dump "
+                "texts into it first, or name another store)",
+            )
     texts = _texts(args, sides)
     held, skipped, engines = [], set(), {}
     for side in sides:  # input index -> capture
@@ -211,13 +232,21 @@ def run(args) -> int:
     if not caps[0] or not caps[1]:
         raise InputError(None, "every text was skipped (--too-long skip): nothing to compare")
     saved = any(s.saved is not None for s in sides)
-    pairs = pair_all(caps[0], caps[1], sides[0].quantity, sides[1].quantity,
-                     args.layers if saved else None, args.heads if saved else None)  # fmt: skip
+    pairs = pair_all(
+        caps[0],
+        caps[1],
+        sides[0].quantity,
+        sides[1].quantity,
+        args.layers if saved else None,
+        args.heads if saved else None,
+    )
     html = build_compare_html(
-        pairs, (_label(sides[0], caps[0]), _label(sides[1], caps[1])), embed=args.embed_dtype,
+        pairs,
+        (_label(sides[0], caps[0]), _label(sides[1], caps[1])),
+        embed=args.embed_dtype,
         title=args.title if args.title != "jaxattn views" else "jaxattn compare",
         max_examples=args.max_examples,
-    )  # fmt: skip
+    )
     outfile.write_text(ensure_parent(args.out), html)
     level = pairs[0].level if len({p.level for p in pairs}) == 1 else "token/word"
     print(f"wrote {args.out} (compare, {level} level; {len(pairs)} example(s))")

@@ -39,21 +39,39 @@ def add_arguments(parser) -> None:
     from jaxattn.views.qk_map import ATTENTION_BYTES, MAX_TOKENS
 
     g = parser.add_argument_group("--global: the joint query-key map (docs/global-view.md)")
-    g.add_argument("--global-reducer", choices=tuple(REDUCERS), default="pca",
-                   help="the large map's layout: PCA (always made; the thumbnails are PCA), or "
-                   "per selected head from the PCA start t-SNE (openTSNE: pip install "
-                   "'jaxattn[layout]') or UMAP (pip install umap-learn); t-SNE takes ~1.5 min "
-                   "per head of 20,000 points on 2 CPU cores (the default budget gives 40,000): "
-                   "pick heads with --layers/--heads")  # fmt: skip
-    g.add_argument("--global-max-tokens", type=positive, default=MAX_TOKENS, metavar="N",
-                   help="tokens kept for the page (2 points each: query and key); a larger "
-                   "corpus is sampled by whole sentences, uniformly; the page says so")  # fmt: skip
-    g.add_argument("--global-seed", type=int, default=0, metavar="S",
-                   help="seed of the sentence sample (default 0)")  # fmt: skip
-    g.add_argument("--global-attention-mb", type=positive_float, metavar="MIB",
-                   default=ATTENTION_BYTES / (1 << 20),
-                   help="most MiB of compressed attention held and embedded for the "
-                   "click-through head view (sampled sentences beyond it have none)")  # fmt: skip
+    g.add_argument(
+        "--global-reducer",
+        choices=tuple(REDUCERS),
+        default="pca",
+        help="the large map's layout: PCA (always made; the thumbnails are PCA), or "
+        "per selected head from the PCA start t-SNE (openTSNE: pip install "
+        "'jaxattn[layout]') or UMAP (pip install umap-learn); t-SNE takes ~1.5 min "
+        "per head of 20,000 points on 2 CPU cores (the default budget gives 40,000): "
+        "pick heads with --layers/--heads",
+    )
+    g.add_argument(
+        "--global-max-tokens",
+        type=positive,
+        default=MAX_TOKENS,
+        metavar="N",
+        help="tokens kept for the page (2 points each: query and key); a larger "
+        "corpus is sampled by whole sentences, uniformly; the page says so",
+    )
+    g.add_argument(
+        "--global-seed",
+        type=int,
+        default=0,
+        metavar="S",
+        help="seed of the sentence sample (default 0)",
+    )
+    g.add_argument(
+        "--global-attention-mb",
+        type=positive_float,
+        metavar="MIB",
+        default=ATTENTION_BYTES / (1 << 20),
+        help="most MiB of compressed attention held and embedded for the "
+        "click-through head view (sampled sentences beyond it have none)",
+    )
     g.add_argument("--global-quiet", action="store_true", help="no progress line on stderr")
 
 
@@ -128,15 +146,13 @@ def _check_flags(args, parts) -> None:
     if args.format not in (None, "html"):
         raise UsageError(f"--global writes one HTML page: drop --format {args.format}")
     if Path(args.out).suffix.lower() in (".svg", ".png"):
-        raise UsageError(f"--global writes one HTML page: give --out a .html name, not "
-                         f"{args.out}")  # fmt: skip
+        raise UsageError(f"--global writes one HTML page: give --out a .html name, not {args.out}")
     if args.views is not None:
         raise UsageError(f"--global draws its own page, not the views: drop --views {args.views}")
     if parts and all(p.kind == "saved" for p in parts):
         for flag in ("model", "server"):
             if getattr(args, flag, None):
-                raise UsageError(f"{parts[0].where} holds captures, shown as stored: drop "
-                                 f"--{flag}")  # fmt: skip
+                raise UsageError(f"{parts[0].where} holds captures, shown as stored: drop --{flag}")
 
 
 def _model(prov) -> str:
@@ -157,8 +173,10 @@ def _check_one_model(parts) -> None:
             ca, cb = a.get("config"), b.get("config")
             same = a.get("model") == b.get("model") and (not (ca and cb) or ca == cb)
         if not same:
-            raise UsageError(f"{p.where} comes from {_model(b)}, {known[0].where} from "
-                             f"{_model(a)}: map the captures of one model together")  # fmt: skip
+            raise UsageError(
+                f"{p.where} comes from {_model(b)}, {known[0].where} from "
+                f"{_model(a)}: map the captures of one model together"
+            )
 
 
 def _picks(args, cap) -> tuple[list[int], list[int]]:
@@ -178,8 +196,10 @@ def _picks(args, cap) -> tuple[list[int], list[int]]:
         chosen = resolve_indices(value, count, flag)
         missing = [i for i in chosen if i not in have]
         if missing:
-            raise UsageError(f"--{flag} {','.join(map(str, missing))} was not captured in the "
-                             f"saved input (have {list(have)}): choose among those")  # fmt: skip
+            raise UsageError(
+                f"--{flag} {','.join(map(str, missing))} was not captured in the "
+                f"saved input (have {list(have)}): choose among those"
+            )
         out.append([list(have).index(i) for i in chosen])
     return out[0], out[1]
 
@@ -194,12 +214,26 @@ def _examples(args, parts, source) -> Iterator[tuple]:
     for part in parts:
         if part.kind == "texts":
             stream = source.capture_iter(
-                part.items, WHAT, args.layers, args.heads, "float32", too_long=args.too_long,
-                precision=getattr(args, "precision", None), window=WINDOW,
-            )  # fmt: skip
+                part.items,
+                WHAT,
+                args.layers,
+                args.heads,
+                "float32",
+                too_long=args.too_long,
+                precision=getattr(args, "precision", None),
+                window=WINDOW,
+            )
             for cap in stream:  # stream.index: the text's place, skipped ones counted
-                yield (at + stream.index, part.origins[stream.index], cap.tokens, cap.layers,
-                       cap.heads, cap.queries, cap.keys, cap.attention)  # fmt: skip
+                yield (
+                    at + stream.index,
+                    part.origins[stream.index],
+                    cap.tokens,
+                    cap.layers,
+                    cap.heads,
+                    cap.queries,
+                    cap.keys,
+                    cap.attention,
+                )
             report(stream, "jaxattn view --global")
         else:
             for j, cap in enumerate(part.items):
@@ -263,9 +297,12 @@ def _run(args, parts, total: int, names: list[str], source, t0: float) -> int:
         if shape is None:
             shape = (list(layers), list(heads))
         elif shape != (list(layers), list(heads)):
-            raise InputError(None, f"example {i} holds layers {list(layers)} x heads "
-                             f"{list(heads)}, the first {shape[0]} x {shape[1]}: give inputs "
-                             "of one model and selection")  # fmt: skip
+            raise InputError(
+                None,
+                f"example {i} holds layers {list(layers)} x heads "
+                f"{list(heads)}, the first {shape[0]} x {shape[1]}: give inputs "
+                "of one model and selection",
+            )
         moments.add(qi, ki)
         bar.update(1, tokens=len(tokens))
         sample.offer(i, len(tokens), lambda: sampled(i, tokens, qi, ki, att, budget, origin))  # noqa: B023
@@ -275,8 +312,9 @@ def _run(args, parts, total: int, names: list[str], source, t0: float) -> int:
     maps = fit_map(moments.moments())
     records = sample.records()
     if not records:
-        raise UsageError(f"no sentence fits in --global-max-tokens {args.global_max_tokens}: "
-                         "raise it")  # fmt: skip
+        raise UsageError(
+            f"no sentence fits in --global-max-tokens {args.global_max_tokens}: raise it"
+        )
     q, k = gather(records)
     xq, xk = project(maps, q, k)
     layouts = {"pca": (xq, xk)}
@@ -287,13 +325,21 @@ def _run(args, parts, total: int, names: list[str], source, t0: float) -> int:
         )
     del q, k
     header, sections = pack_global(
-        records, layouts, layers=shape[0], heads=shape[1], explained=maps.explained,
-        sampled=sample.summary(), model=parts[0].provenance.get("model", ""), inputs=names,
-    )  # fmt: skip
+        records,
+        layouts,
+        layers=shape[0],
+        heads=shape[1],
+        explained=maps.explained,
+        sampled=sample.summary(),
+        model=parts[0].provenance.get("model", ""),
+        inputs=names,
+    )
     title = args.title if args.title != "jaxattn views" else "jaxattn: global query-key map"
     size = write_global_html(ensure_parent(args.out), header, sections, title=title)
     s = sample.summary()
-    print(f"wrote {args.out} (global map: {len(shape[0])} layers x {len(shape[1])} heads, "
-          f"{s['tokens']} of {s['of_tokens']} tokens, {s['sentences']} of {s['of_sentences']} "
-          f"sentences; {size / 1e6:.1f} MB; {time.perf_counter() - t0:.1f} s)")  # fmt: skip
+    print(
+        f"wrote {args.out} (global map: {len(shape[0])} layers x {len(shape[1])} heads, "
+        f"{s['tokens']} of {s['of_tokens']} tokens, {s['sentences']} of {s['of_sentences']} "
+        f"sentences; {size / 1e6:.1f} MB; {time.perf_counter() - t0:.1f} s)"
+    )
     return 0

@@ -55,9 +55,11 @@ def _read(value: bytes | str | os.PathLike | None) -> bytes | None:
             data = f.read()
     if b"-----BEGIN CERTIFICATE-----" not in data:
         where = "the root_certificates given" if isinstance(value, bytes) else os.fspath(value)
-        raise UsageError(f"{where} is not a PEM CA certificate (no '-----BEGIN CERTIFICATE-----'"
-                         " block): give the CA bundle the server's certificate was signed "
-                         "with")  # fmt: skip
+        raise UsageError(
+            f"{where} is not a PEM CA certificate (no '-----BEGIN CERTIFICATE-----'"
+            " block): give the CA bundle the server's certificate was signed "
+            "with"
+        )
     return data
 
 
@@ -91,8 +93,10 @@ class Channels:
             raise ValueError(f"retries must be >= 0, got {retries}")
         if not 0 < backoff[0] <= backoff[1]:
             raise ValueError(f"backoff must be (first, cap) with 0 < first <= cap, got {backoff}")
-        options = [("grpc.max_receive_message_length", codecs.MAX_MAX_CHUNK_BYTES + (1 << 20)),
-                   *KEEPALIVE]  # fmt: skip
+        options = [
+            ("grpc.max_receive_message_length", codecs.MAX_MAX_CHUNK_BYTES + (1 << 20)),
+            *KEEPALIVE,
+        ]
         if server_name:
             options.append(("grpc.ssl_target_name_override", server_name))
         roots = _read(root_certificates)
@@ -137,9 +141,10 @@ class Channels:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise AttentionServiceError(
-                    grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer within {timeout}s",
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"no answer within {timeout}s",
                     self.addresses[i],
-                )  # fmt: skip
+                )
             try:
                 return attempt(channel, remaining)
             except grpc.RpcError as e:

@@ -71,9 +71,14 @@ class AttentionClient:
         requests.check_codec(codec)
         addresses = [address] if isinstance(address, str) else list(address)
         self._channels = Channels(
-            addresses, tls=tls, root_certificates=root_certificates, server_name=server_name,
-            token=token, retries=retries, backoff=backoff,
-        )  # fmt: skip
+            addresses,
+            tls=tls,
+            root_certificates=root_certificates,
+            server_name=server_name,
+            token=token,
+            retries=retries,
+            backoff=backoff,
+        )
         self.timeout = timeout
         self.codec = codec
         self.wire_bytes = 0
@@ -110,13 +115,21 @@ class AttentionClient:
         if self._info is None:
             info = self.server_info(timeout)
             self._info = ModelInfo(
-                name=info.name, family=info.family, layers=info.layers, heads=info.heads,
-                hidden=info.hidden_size, head_dim=info.head_dim, vocab=info.vocab_size,
-                max_positions=info.max_positions, dtype=info.dtype,
+                name=info.name,
+                family=info.family,
+                layers=info.layers,
+                heads=info.heads,
+                hidden=info.hidden_size,
+                head_dim=info.head_dim,
+                vocab=info.vocab_size,
+                max_positions=info.max_positions,
+                dtype=info.dtype,
                 precision=info.precision or "highest",  # a jaxattn 0.1 server says nothing
-                weights=info.weights, quantities=tuple(info.quantities),
-                shared_weights=info.shared_weights, revision=info.revision,
-            )  # fmt: skip
+                weights=info.weights,
+                quantities=tuple(info.quantities),
+                shared_weights=info.shared_weights,
+                revision=info.revision,
+            )
         return self._info
 
     def server_info(self, timeout: float | None = None) -> pb.ModelInfo:
@@ -177,9 +190,21 @@ class AttentionClient:
             status code, message and `field`), or the stream broke the
             protocol (DATA_LOSS).
         """
-        return list(self.stream(texts, what, layers, heads, dtype, codec, truncate=truncate,
-                                too_long=too_long, precision=precision,
-                                max_chunk_bytes=max_chunk_bytes, timeout=timeout))  # fmt: skip
+        return list(
+            self.stream(
+                texts,
+                what,
+                layers,
+                heads,
+                dtype,
+                codec,
+                truncate=truncate,
+                too_long=too_long,
+                precision=precision,
+                max_chunk_bytes=max_chunk_bytes,
+                timeout=timeout,
+            )
+        )
 
     def stream(
         self,
@@ -204,12 +229,16 @@ class AttentionClient:
         if timeout is not None:
             requests.check_timeout(timeout)
         request = requests.build(
-            texts, what,
+            texts,
+            what,
             requests.indices(layers, lambda: self.model_info().layers, "layers"),
             requests.indices(heads, lambda: self.model_info().heads, "heads"),
-            dtype, self.codec if codec is None else codec,
-            truncate=policy != "error", precision=precision, max_chunk_bytes=max_chunk_bytes,
-        )  # fmt: skip
+            dtype,
+            self.codec if codec is None else codec,
+            truncate=policy != "error",
+            precision=precision,
+            max_chunk_bytes=max_chunk_bytes,
+        )
         texts = list(texts)
         if not texts:  # as the engine: no texts, no captures (the wire refuses an empty call)
             return iter(())
@@ -239,9 +268,18 @@ class AttentionClient:
         """
         layers = requests.indices(layers, lambda: self.model_info().layers, "layers") or None
         heads = requests.indices(heads, lambda: self.model_info().heads, "heads") or None
-        return CaptureStream(self, texts, window=window or 256, too_long=too_long,
-                             progress=progress, what=what, layers=layers, heads=heads,
-                             dtype=dtype, precision=precision)  # fmt: skip
+        return CaptureStream(
+            self,
+            texts,
+            window=window or 256,
+            too_long=too_long,
+            progress=progress,
+            what=what,
+            layers=layers,
+            heads=heads,
+            dtype=dtype,
+            precision=precision,
+        )
 
     def _provenance(self, address: str):
         """Captures' `provenance` (model_info: one call per client; else just the source)."""
@@ -250,8 +288,9 @@ class AttentionClient:
         except AttentionServiceError:  # the capture itself worked: do not fail it
             return frozen({"source": f"server {address}"})
 
-    def _stream(self, request: pb.CaptureRequest, texts: list, policy: str,
-                timeout: float) -> Iterator[Capture]:  # fmt: skip
+    def _stream(
+        self, request: pb.CaptureRequest, texts: list, policy: str, timeout: float
+    ) -> Iterator[Capture]:
         deadline = time.monotonic() + timeout
         channels = self._channels
         for attempt in range(channels.retries + 1):

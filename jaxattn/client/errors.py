@@ -26,8 +26,15 @@ class AttentionServiceError(ServerError):
         "queue_size", ...: its `jaxattn-limit` trailer), or None.
     """
 
-    def __init__(self, code: grpc.StatusCode, message: str, address: str | None = None, *,
-                 field: str | None = None, limit: str | None = None):  # fmt: skip
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        message: str,
+        address: str | None = None,
+        *,
+        field: str | None = None,
+        limit: str | None = None,
+    ):
         self.code = code
         self.message = message
         self.address = address
@@ -41,8 +48,13 @@ class AttentionServiceError(ServerError):
         code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
         details = error.details() if hasattr(error, "details") else str(error)
         trailers = _trailers(error)
-        return cls(code or grpc.StatusCode.UNKNOWN, details or "", address,
-                   field=trailers.get(FIELD_KEY), limit=trailers.get(LIMIT_KEY))  # fmt: skip
+        return cls(
+            code or grpc.StatusCode.UNKNOWN,
+            details or "",
+            address,
+            field=trailers.get(FIELD_KEY),
+            limit=trailers.get(LIMIT_KEY),
+        )
 
 
 def _trailers(error: grpc.RpcError) -> dict[str, str]:

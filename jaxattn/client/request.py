@@ -89,8 +89,10 @@ def texts_message(texts: Sequence[Text]) -> list[pb.Text]:
         elif isinstance(t, (tuple, list)) and len(t) == 2 and all(isinstance(s, str) for s in t):
             out.append(pb.Text(text=check_utf8(t[0], i), text_pair=check_utf8(t[1], i)))
         else:
-            raise UsageError(f"texts[{i}] must be a string or a (sentence_a, sentence_b) pair"
-                             f" of strings, got {type(t).__name__}")  # fmt: skip
+            raise UsageError(
+                f"texts[{i}] must be a string or a (sentence_a, sentence_b) pair"
+                f" of strings, got {type(t).__name__}"
+            )
     return out
 
 
@@ -118,8 +120,10 @@ def build(
         check_precision(precision)
     lo, hi = codecs.MIN_MAX_CHUNK_BYTES, codecs.MAX_MAX_CHUNK_BYTES
     if max_chunk_bytes and not (_is_int(max_chunk_bytes) and lo <= max_chunk_bytes <= hi):
-        raise UsageError(f"max_chunk_bytes {max_chunk_bytes!r} is out of range: valid are None "
-                         f"(the server's default) or {lo}..{hi}")  # fmt: skip
+        raise UsageError(
+            f"max_chunk_bytes {max_chunk_bytes!r} is out of range: valid are None "
+            f"(the server's default) or {lo}..{hi}"
+        )
     return pb.CaptureRequest(
         texts=texts_message(texts),
         what=[] if what is None else names,  # none: the server's default

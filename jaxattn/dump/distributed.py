@@ -103,26 +103,35 @@ def initialize(
             coordinator_address=coordinator, num_processes=num_processes, process_id=process_id
         )
     except (ValueError, RuntimeError) as e:
-        raise JaxattnError(f"cannot join the job (--coordinator {coordinator}, "
-                           f"--num-processes {num_processes}, --process-id {process_id}): "
-                           f"{e}") from e  # fmt: skip
+        raise JaxattnError(
+            f"cannot join the job (--coordinator {coordinator}, "
+            f"--num-processes {num_processes}, --process-id {process_id}): "
+            f"{e}"
+        ) from e
     return Process(jax.process_index(), jax.process_count(), True)
 
 
 def _check_job(coordinator, num_processes, process_id) -> None:
     """UsageError unless the three flags describe a job (no cluster to fill them in)."""
-    given = {"--coordinator": coordinator, "--num-processes": num_processes,
-             "--process-id": process_id}  # fmt: skip
+    given = {
+        "--coordinator": coordinator,
+        "--num-processes": num_processes,
+        "--process-id": process_id,
+    }
     missing = [flag for flag, v in given.items() if v is None]
     if missing:
-        raise UsageError(f"a job of several processes needs {', '.join(missing)} (or their "
-                         "$JAX_* variables) here: no cluster JAX knows was detected")  # fmt: skip
+        raise UsageError(
+            f"a job of several processes needs {', '.join(missing)} (or their "
+            "$JAX_* variables) here: no cluster JAX knows was detected"
+        )
     host, _, port = coordinator.rpartition(":")
     if not host or not port.isdigit():
         raise UsageError(f"--coordinator {coordinator!r}: expected HOST:PORT of process 0")
     if num_processes < 1 or not 0 <= process_id < num_processes:
-        raise UsageError(f"--process-id {process_id} is not one of the job's --num-processes "
-                         f"{num_processes} (0..{num_processes - 1})")  # fmt: skip
+        raise UsageError(
+            f"--process-id {process_id} is not one of the job's --num-processes "
+            f"{num_processes} (0..{num_processes - 1})"
+        )
 
 
 def shutdown(process: Process) -> None:

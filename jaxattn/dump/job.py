@@ -84,9 +84,11 @@ def _check(options: DumpOptions) -> None:
     if options.too_long not in TOO_LONG:
         raise UsageError(f"--too-long {options.too_long!r} is not one of {', '.join(TOO_LONG)}")
     if options.chunk_bytes < layout.MIN_CHUNK_BYTES:
-        raise UsageError(f"--chunk-bytes {options.chunk_bytes} is too small: at least "
-                         f"{layout.MIN_CHUNK_BYTES} (4 KiB; the default is 1 MiB), or every "
-                         "chunk file holds a few numbers")  # fmt: skip
+        raise UsageError(
+            f"--chunk-bytes {options.chunk_bytes} is too small: at least "
+            f"{layout.MIN_CHUNK_BYTES} (4 KiB; the default is 1 MiB), or every "
+            "chunk file holds a few numbers"
+        )
 
 
 class DumpJob:
@@ -94,8 +96,9 @@ class DumpJob:
 
     def __init__(self, engine, options: DumpOptions, model_dir, process: Process, stream):
         self.engine, self.options, self.process, self.stream = engine, options, process, stream
-        self.spec = engine.make_spec(options.what, options.layers, options.heads, options.dtype,
-                                     options.precision)  # fmt: skip
+        self.spec = engine.make_spec(
+            options.what, options.layers, options.heads, options.dtype, options.precision
+        )
         self.plan = sharding.plan_shards(
             options.input,
             fmt=options.input_format,

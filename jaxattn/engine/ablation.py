@@ -102,18 +102,26 @@ def head_ablation_study(
         "examples": N}
     """
     c = engine.config
-    heads = list(heads) if heads is not None else [
-        (layer, h) for layer in range(c.num_layers) for h in range(c.num_heads)
-    ]  # fmt: skip
+    heads = (
+        list(heads)
+        if heads is not None
+        else [(layer, h) for layer in range(c.num_layers) for h in range(c.num_heads)]
+    )
     tokenized = [t for t in engine.tokenize(texts, too_long=too_long) if t is not None]
     base = final_states(engine, tokenized, None)
     use_mlm = mlm and "mlm_head" in engine.extra_params and bool(tokenized)
     if use_mlm:
         lm = MaskedLM(engine, tokenized, mask_rate=mask_rate, seed=seed)
         base_loss = lm.loss(None)
-    out = {"mode": mode, "heads": [list(h) for h in heads], "cos_cls": [], "cos_mean": [],
-           "mlm_loss": base_loss if use_mlm else None,
-           "mlm_loss_delta": [] if use_mlm else None, "examples": len(tokenized)}  # fmt: skip
+    out = {
+        "mode": mode,
+        "heads": [list(h) for h in heads],
+        "cos_cls": [],
+        "cos_mean": [],
+        "mlm_loss": base_loss if use_mlm else None,
+        "mlm_loss_delta": [] if use_mlm else None,
+        "examples": len(tokenized),
+    }
     for head in heads:
         ablation = HeadAblation.of([head], mode)
         cls, pooled = _cosines(base, final_states(engine, tokenized, ablation))

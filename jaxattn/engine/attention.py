@@ -29,8 +29,7 @@ class SelfAttention(nn.Module):
     index: int = 0
 
     @nn.compact
-    def __call__(self, x, mask, gate=None, project: bool = True, rel_table=None,
-                 is_global=None):  # fmt: skip
+    def __call__(self, x, mask, gate=None, project: bool = True, rel_table=None, is_global=None):
         """x [T, D], mask [S] -> (y [T, D] or None, parts).
 
         gate: None, or (keep [H] float, uniform [H] bool) for head ablation
@@ -45,8 +44,13 @@ class SelfAttention(nn.Module):
         """
         c = self.config
         hk = (c.num_heads, c.head_dim)
-        proj = dict(shape=(c.hidden_size, *hk), bias_shape=hk, equation="TD,DHK->THK",
-                    mm=self.mm, use_bias=c.attention_bias)  # fmt: skip
+        proj = dict(
+            shape=(c.hidden_size, *hk),
+            bias_shape=hk,
+            equation="TD,DHK->THK",
+            mm=self.mm,
+            use_bias=c.attention_bias,
+        )
         query, key = Dense(**proj, name="query"), Dense(**proj, name="key")
         q, k = query(x), key(x)  # [T, H, K]
         v = Dense(**proj, name="value")(x)
@@ -66,8 +70,14 @@ class SelfAttention(nn.Module):
             keep, uniform = gate
             flat = jnp.broadcast_to(mask / mask.sum(), alpha.shape[1:])  # [T, S]
             alpha = jnp.where(uniform[:, None, None], flat[None], alpha)
-        out = Dense((*hk, c.hidden_size), (c.hidden_size,), "THK,HKD->TD", self.mm,
-                    use_bias=c.attention_bias, name="out")  # fmt: skip
+        out = Dense(
+            (*hk, c.hidden_size),
+            (c.hidden_size,),
+            "THK,HKD->TD",
+            self.mm,
+            use_bias=c.attention_bias,
+            name="out",
+        )
         y = None
         if project:
             context = self.mm("HTS,SHK->THK", alpha, v)
@@ -117,5 +127,6 @@ class SelfAttention(nn.Module):
             pos_q = Dense(**proj, name="pos_query")(rel_table) if "p2c" in r.att_types else None
         max_relative, span = relative.attention_span(r.max_relative, r.buckets, c.max_positions)
         positions = relative.relative_positions(q.shape[0], r.buckets, max_relative)
-        return relative.disentangled_scores(q, k, pos_q, pos_k, positions, r.att_types, span,
-                                            self.mm)  # fmt: skip
+        return relative.disentangled_scores(
+            q, k, pos_q, pos_k, positions, r.att_types, span, self.mm
+        )

@@ -43,8 +43,18 @@ from collections.abc import Callable, Sequence
 
 from jaxattn.engine.ledger import ShapeLedger
 
-__all__ = ["WARMUP_SIZES", "Batch", "Budgets", "ShapeLedger", "batch_size", "buckets_for",
-           "ladder", "max_shapes", "plan_batches", "split"]  # fmt: skip
+__all__ = [
+    "WARMUP_SIZES",
+    "Batch",
+    "Budgets",
+    "ShapeLedger",
+    "batch_size",
+    "buckets_for",
+    "ladder",
+    "max_shapes",
+    "plan_batches",
+    "split",
+]
 
 # What `Engine.warmup` compiles per bucket: every ladder size, or the largest only.
 WARMUP_SIZES = ("all", "largest")
@@ -100,8 +110,13 @@ class Budgets:
         if devices and all(d.platform != "cpu" for d in devices):
             free = _free_bytes(devices[0])
             budget = min(4 << 30, max(free // 8, 1 << 20)) if free else 1 << 30
-            base = dict(max_batch=512, tokens=1 << 18, size_step=4, output_bytes=budget,
-                        compile_tokens=1 << 21)  # fmt: skip
+            base = dict(
+                max_batch=512,
+                tokens=1 << 18,
+                size_step=4,
+                output_bytes=budget,
+                compile_tokens=1 << 21,
+            )
         return cls(**{**base, **{k: v for k, v in overrides.items() if v is not None}})
 
 
@@ -174,8 +189,11 @@ def split(
             return out
         up = min(s for s in sizes if s >= count)
         fills = [s for s in sizes if s <= count]
-        if (not fills or up - count <= pad_fraction * up
-                or (pad_instead is not None and pad_instead(up, count, max(fills)))):  # fmt: skip
+        if (
+            not fills
+            or up - count <= pad_fraction * up
+            or (pad_instead is not None and pad_instead(up, count, max(fills)))
+        ):
             out.append((up, count))
             return out
         out.append((max(fills), max(fills)))
@@ -227,7 +245,8 @@ def plan_batches(
                 new = sum(not ledger.knows(key, bucket, s) for s in tight)
                 tokens = (up - count) * bucket
                 if new <= (not ledger.knows(key, bucket, up)) or not ledger.may_rent(
-                        key, bucket, avoided, tokens, budgets.compile_tokens):  # fmt: skip
+                    key, bucket, avoided, tokens, budgets.compile_tokens
+                ):
                     return False
                 rented.append((avoided, tokens))  # split() stops at this, the last batch
                 return True
@@ -243,8 +262,11 @@ def plan_batches(
                 new = [s for s in tight if not known(s)]
                 holds = [s for s in sizes if s >= count and known(s)]
                 tokens = (min(holds, default=0) - count) * bucket
-                if not new or not holds or not ledger.may_rent(
-                        key, bucket, new[0], tokens, budgets.compile_tokens):  # fmt: skip
+                if (
+                    not new
+                    or not holds
+                    or not ledger.may_rent(key, bucket, new[0], tokens, budgets.compile_tokens)
+                ):
                     return None
                 rented.append((new[0], tokens))  # split() stops at this, the last batch
                 return min(holds)

@@ -95,9 +95,13 @@ class Engine(BatchPipeline):
         self.buckets = batching.buckets_for(config.max_length, buckets)
         self.shapes = batching.ShapeLedger()
         self.budgets = batching.Budgets.for_devices(
-            self.devices, output_bytes=output_budget, tokens=token_budget, max_batch=max_batch,
-            pad_fraction=pad_fraction, compile_tokens=compile_tokens,
-        )  # fmt: skip
+            self.devices,
+            output_bytes=output_budget,
+            tokens=token_budget,
+            max_batch=max_batch,
+            pad_fraction=pad_fraction,
+            compile_tokens=compile_tokens,
+        )
 
     # -- the CaptureSource API -------------------------------------------------------
 
@@ -193,9 +197,19 @@ class Engine(BatchPipeline):
           UsageError: an unknown quantity or dtype, an index out of range.
           InputError: a bad text (TooLongError: over the length limit).
         """
-        return list(self.stream(texts, what, layers, heads, dtype, truncate=truncate,
-                                ablation=ablation, precision=precision,
-                                too_long=too_long))  # fmt: skip
+        return list(
+            self.stream(
+                texts,
+                what,
+                layers,
+                heads,
+                dtype,
+                truncate=truncate,
+                ablation=ablation,
+                precision=precision,
+                too_long=too_long,
+            )
+        )
 
     def stream(
         self,
@@ -244,9 +258,18 @@ class Engine(BatchPipeline):
         self.make_spec(what, layers, heads, dtype, precision)  # bad requests fail now
         if window is None:
             window = 4 * self.budgets.max_batch * len(self.devices)
-        return CaptureStream(self, texts, window=window, too_long=too_long, progress=progress,
-                             what=what, layers=layers, heads=heads, dtype=dtype,
-                             precision=precision)  # fmt: skip
+        return CaptureStream(
+            self,
+            texts,
+            window=window,
+            too_long=too_long,
+            progress=progress,
+            what=what,
+            layers=layers,
+            heads=heads,
+            dtype=dtype,
+            precision=precision,
+        )
 
     @staticmethod
     def _in_order(results: Iterator[tuple[int, Capture]]) -> Iterator[Capture]:

@@ -137,8 +137,9 @@ def stack_layers(params: dict, config: ModelConfig) -> dict:
     if not names:
         return dict(params)
     rest = {k: v for k, v in params.items() if k not in names}
-    stacked = jax.tree.map(lambda *ws: np.stack([np.asarray(w) for w in ws]),
-                           *(params[n] for n in names))  # fmt: skip
+    stacked = jax.tree.map(
+        lambda *ws: np.stack([np.asarray(w) for w in ws]), *(params[n] for n in names)
+    )
     return rest | {"layers": stacked}
 
 
@@ -148,8 +149,9 @@ def unstack_layers(params: dict, config: ModelConfig) -> dict:
         return dict(params)
     rest = {k: v for k, v in params.items() if k != "layers"}
     stacked = jax.tree.map(np.asarray, params["layers"])
-    return rest | {n: jax.tree.map(lambda w, i=i: w[i], stacked)
-                   for i, n in enumerate(stacked_names(config))}  # fmt: skip
+    return rest | {
+        n: jax.tree.map(lambda w, i=i: w[i], stacked) for i, n in enumerate(stacked_names(config))
+    }
 
 
 def layer_gate(gates, i: int):
@@ -165,8 +167,9 @@ def call_layer(layer, x, gate, hidden: bool, kwargs: dict):
     return y, cap | ({"hidden_states": y} if hidden else {})
 
 
-def run_scanned(layer, stacked: dict, weight_sets, x, gates, hidden: bool, is_global=None,
-                **kwargs):  # fmt: skip
+def run_scanned(
+    layer, stacked: dict, weight_sets, x, gates, hidden: bool, is_global=None, **kwargs
+):
     """Run one run of alike layers as a scan over their weight sets.
 
     Args:

@@ -26,8 +26,10 @@ def param(module: nn.Module, name: str, init_fn, shape: tuple[int, ...]):
         return module.param(name, init_fn, shape)
     value = module.get_variable("params", name)
     if tuple(value.shape) != tuple(shape):
-        raise ValueError(f"param {'/'.join((*module.path, name))} has shape "
-                         f"{tuple(value.shape)}, the config needs {tuple(shape)}")  # fmt: skip
+        raise ValueError(
+            f"param {'/'.join((*module.path, name))} has shape "
+            f"{tuple(value.shape)}, the config needs {tuple(shape)}"
+        )
     return value
 
 

@@ -56,8 +56,13 @@ class Embeddings(nn.Module):
             x = x + param(self, "token_type", init, (c.type_vocab_size, e))[type_ids]
         project = None
         if e != c.hidden_size:
-            project = Dense((e, c.hidden_size), (c.hidden_size,), "TE,ED->TD",
-                            use_bias=c.projection_bias, name="project")  # fmt: skip
+            project = Dense(
+                (e, c.hidden_size),
+                (c.hidden_size,),
+                "TE,ED->TD",
+                use_bias=c.projection_bias,
+                name="project",
+            )
         if project is not None and c.project_first:
             x = project(x)
         x = LayerNorm(c.layer_norm_eps, c.norm_bias, name="ln")(x)
@@ -124,8 +129,17 @@ class EncoderLayer(nn.Module):
     index: int = 0
 
     @nn.compact
-    def __call__(self, x, mask, want: frozenset[str], gate=None, output: bool = True,
-                 classes=None, rel_table=None, is_global=None):  # fmt: skip
+    def __call__(
+        self,
+        x,
+        mask,
+        want: frozenset[str],
+        gate=None,
+        output: bool = True,
+        classes=None,
+        rel_table=None,
+        is_global=None,
+    ):
         """x [T, D] -> (the layer's output [T, D], or None when not `output`; captures).
 
         is_global: a rotary layer's kind as traced data (`SelfAttention`), or None.
@@ -221,8 +235,11 @@ class Encoder(nn.Module):
         for run in layer_loop.layer_runs(c, spec, scan=self.layer_loop == "scan"):
             layer_want = want - {"hidden_states"} if run.captured else frozenset()
             hidden = run.captured and "hidden_states" in want
-            run_gates = None if gates is None else (gates[0][run.start:run.stop],
-                                                    gates[1][run.start:run.stop])  # fmt: skip
+            run_gates = (
+                None
+                if gates is None
+                else (gates[0][run.start : run.stop], gates[1][run.start : run.stop])
+            )
             args = dict(context, want=layer_want, output=run.output)
             if self.layer_loop == "scan":
                 x, cap = self._scanned(run, mm, x, run_gates, hidden, args)
@@ -249,14 +266,18 @@ class Encoder(nn.Module):
         first = layer_loop.first_stacked(c)
         sets = [c.weights_of_layer(i) - first for i in range(run.start, run.stop)]
         if len(run) == 1:  # one call; also the last layer with its output skipped (no carry)
-            p = params["layer_0"] if sets[0] < 0 else jax.tree.map(lambda a: a[sets[0]],
-                                                                    params["layers"])  # fmt: skip
+            p = (
+                params["layer_0"]
+                if sets[0] < 0
+                else jax.tree.map(lambda a: a[sets[0]], params["layers"])
+            )
             call, gate = partial(layer.apply, {"params": p}), layer_loop.layer_gate(gates, 0)
             y, cap = layer_loop.call_layer(call, x, gate, hidden, args)
             return y, {name: t[None] for name, t in cap.items()}
         kinds = layer_loop.global_layers(c, run)  # rotary: each layer's kind, as data
-        return layer_loop.run_scanned(layer, params["layers"], jnp.asarray(sets), x, gates, hidden,
-                                      kinds, **args)  # fmt: skip
+        return layer_loop.run_scanned(
+            layer, params["layers"], jnp.asarray(sets), x, gates, hidden, kinds, **args
+        )
 
     def _relative_table(self):
         """DeBERTa's relative embedding table [2 span, D], LayerNorm-ed when the config says."""

@@ -39,10 +39,14 @@ def in_halves(engine, batch, tokenized, spec, gates, error) -> Iterator[tuple[in
             f"alone, capturing {', '.join(spec.what)} ({error}): capture fewer "
             "quantities, layers or heads, or shorter texts"
         ) from None
-    log.warning("a batch of %d x %d tokens ran out of device memory; running it in halves",
-                batch.size, batch.length)  # fmt: skip
-    half = dataclasses.replace(engine.budgets, max_batch=per_device // 2, pad_fraction=0.0,
-                               compile_tokens=0)  # fmt: skip
+    log.warning(
+        "a batch of %d x %d tokens ran out of device memory; running it in halves",
+        batch.size,
+        batch.length,
+    )
+    half = dataclasses.replace(
+        engine.budgets, max_batch=per_device // 2, pad_fraction=0.0, compile_tokens=0
+    )
     rows = [tokenized[pos] for pos in batch.rows]
     for sub in engine.plan(rows, spec, half, ablated=gates is not None):
         try:
@@ -50,8 +54,9 @@ def in_halves(engine, batch, tokenized, spec, gates, error) -> Iterator[tuple[in
         except Exception as e:
             if not out_of_memory(e):
                 raise
-            yield from ((batch.rows[p], cap) for p, cap in
-                        in_halves(engine, sub, rows, spec, gates, e))  # fmt: skip
+            yield from (
+                (batch.rows[p], cap) for p, cap in in_halves(engine, sub, rows, spec, gates, e)
+            )
             continue
         done = host.unpack(sub, blocks, rows, spec, engine.provenance)
         yield from ((batch.rows[p], cap) for p, cap in done)

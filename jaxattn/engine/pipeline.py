@@ -68,9 +68,15 @@ class BatchPipeline:
         """The batches `run` gives tokenised examples under `spec` now (budgets: the
         engine's; ablated: heads disabled, a program of its own)."""
         lengths, budgets = [e.length for e in tokenized], budgets or self.budgets
-        return batching.plan_batches(lengths, self.buckets, lambda t: self.output_bytes(spec, t),
-                                     budgets, devices=len(self.devices), ledger=self.shapes,
-                                     key=program(spec, ablated))  # fmt: skip
+        return batching.plan_batches(
+            lengths,
+            self.buckets,
+            lambda t: self.output_bytes(spec, t),
+            budgets,
+            devices=len(self.devices),
+            ledger=self.shapes,
+            key=program(spec, ablated),
+        )
 
     def dispatch(self, batch, tokenized, spec, gates=None):
         """Start one batch on the devices (asynchronously); its output, copies begun.
@@ -125,16 +131,18 @@ class BatchPipeline:
         if sizes == "largest":
             self.shapes.pad_into.add(program(spec, False))
         for length in self.buckets:
-            largest = batching.batch_size(length, lambda t: self.output_bytes(spec, t),
-                                          self.budgets)  # fmt: skip
+            largest = batching.batch_size(
+                length, lambda t: self.output_bytes(spec, t), self.budgets
+            )
             ladder = batching.ladder(largest, self.budgets.size_step)
             for size in ladder if sizes == "all" else ladder[:1]:
                 if stop is not None and stop():
                     return self.compiled_shapes
                 n = size * len(self.devices)
                 batch = batching.Batch(length, n, (0,))
-                self.step.compile(spec, *self.step.place(*host.pack(batch, dummy, self.config,
-                                                                    spec)))  # fmt: skip
+                self.step.compile(
+                    spec, *self.step.place(*host.pack(batch, dummy, self.config, spec))
+                )
                 self.shapes.add(program(spec, False), length, n)
         return self.compiled_shapes
 
@@ -146,7 +154,8 @@ class BatchPipeline:
     def output_bytes(self, spec: CaptureSpec, length: int) -> int:
         """Bytes one example padded to `length` returns under `spec`."""
         c = self.config
-        sizes = dict(L=len(spec.layers), H=len(spec.heads), T=length, S=length,
-                     K=c.head_dim, D=c.hidden_size)  # fmt: skip
+        sizes = dict(
+            L=len(spec.layers), H=len(spec.heads), T=length, S=length, K=c.head_dim, D=c.hidden_size
+        )
         item = OUTPUT_DTYPES[spec.dtype].itemsize
         return sum(quantities.size(name, sizes) for name in spec.what) * item

@@ -60,8 +60,9 @@ class Matmul:
         if native is not None:
             return _einsum(equation, operands, native)
         bits = _MANTISSA_BITS[self.precision]
-        rounded = [jax.lax.reduce_precision(x, exponent_bits=8, mantissa_bits=bits)
-                   for x in operands]  # fmt: skip
+        rounded = [
+            jax.lax.reduce_precision(x, exponent_bits=8, mantissa_bits=bits) for x in operands
+        ]
         return _einsum(equation, rounded, HIGHEST)
 
 
@@ -93,7 +94,8 @@ def _dot_plan(equation: str):
     if len(set(lhs)) < len(lhs) or len(set(rhs)) < len(rhs) or len(set(out)) < len(out):
         return None
     if any(i not in rhs and i not in out for i in lhs) or any(
-            i not in lhs and i not in out for i in rhs):  # fmt: skip
+        i not in lhs and i not in out for i in rhs
+    ):
         return None  # an index summed over one operand alone
     batch = [i for i in lhs if i in rhs and i in out]
     contract = [i for i in lhs if i in rhs and i not in out]

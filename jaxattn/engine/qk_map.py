@@ -82,9 +82,12 @@ class MomentStream:
         if self.shape is None:
             self.shape = (L, H, K)
         elif self.shape != (L, H, K):
-            raise InputError(None, f"an example has {L} layers x {H} heads x {K} dims, the "
-                             f"others {self.shape}: give captures of one model and "
-                             "selection")  # fmt: skip
+            raise InputError(
+                None,
+                f"an example has {L} layers x {H} heads x {K} dims, the "
+                f"others {self.shape}: give captures of one model and "
+                "selection",
+            )
         for a in range(0, T, self.batch_tokens):  # long examples: several batches
             part = (q[:, :, a : a + self.batch_tokens], k[:, :, a : a + self.batch_tokens])
             if self._buffered + part[0].shape[2] > self.batch_tokens:
@@ -164,10 +167,13 @@ def fit_map(m: Moments) -> HeadMaps:
     n = m.count[:, None]
     K = m.sum_q.shape[-1]
     if 2 * int(m.count.min()) < 3 or K < 2:
-        raise InputError(None, f"a 2-D layout needs at least 3 points and 2 dimensions; the "
-                         f"corpus gives {2 * int(m.count.min())} points (queries and keys) of "
-                         f"{K} dimension(s): give more or longer texts, or a model with "
-                         "head size >= 2")  # fmt: skip
+        raise InputError(
+            None,
+            f"a 2-D layout needs at least 3 points and 2 dimensions; the "
+            f"corpus gives {2 * int(m.count.min())} points (queries and keys) of "
+            f"{K} dimension(s): give more or longer texts, or a model with "
+            "head size >= 2",
+        )
     mean_q, mean_k = m.sum_q / n, m.sum_k / n
     cov_q = m.sq_q / n[..., None] - np.einsum("gk,gj->gkj", mean_q, mean_q)
     cov_k = m.sq_k / n[..., None] - np.einsum("gk,gj->gkj", mean_k, mean_k)

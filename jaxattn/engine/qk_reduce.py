@@ -57,8 +57,13 @@ def reduce(name: str, cloud: np.ndarray, init: np.ndarray, seed: int = 0) -> np.
     start = (start - start.mean(0)) / max(float(start[:, 0].std()), 1e-12)
     if name == "tsne":
         perplexity = float(min(30.0, max(1.0, (len(x) - 1) / 3.5)))
-        tsne = module.TSNE(perplexity=perplexity, initialization=start * 1e-4,
-                           random_state=seed, n_jobs=-1, verbose=False)  # fmt: skip
+        tsne = module.TSNE(
+            perplexity=perplexity,
+            initialization=start * 1e-4,
+            random_state=seed,
+            n_jobs=-1,
+            verbose=False,
+        )
         return np.asarray(tsne.fit(x), np.float32)
     umap = module.UMAP(
         n_neighbors=min(15, len(x) - 1), init=start * 10, random_state=seed, n_jobs=1
@@ -80,8 +85,7 @@ def reduce_heads(name, maps, queries, keys, pca, shape, seed: int = 0, say=None)
         a, b = divmod(g, H)
         cloud = normalised_cloud(maps, g, queries[a, b], keys[a, b])
         if say is not None:
-            say(f"{name}: layer {shape[0][a]} head {shape[1][b]} ({g + 1}/{L * H}, "
-                f"{2 * n} points)")  # fmt: skip
+            say(f"{name}: layer {shape[0][a]} head {shape[1][b]} ({g + 1}/{L * H}, {2 * n} points)")
         out = reduce(name, cloud, np.concatenate([xq[a, b], xk[a, b]]), seed)
         lq[a, b], lk[a, b] = out[:n], out[n:]
     return lq, lk

@@ -110,8 +110,9 @@ def score_scale(head_dim: int, att_types) -> np.float32:
     return np.sqrt(np.float32(head_dim * factor))
 
 
-def disentangled_scores(q, k, pos_q, pos_k, rel_pos, att_types, span: int,
-                        mm: Matmul = _EXACT) -> dict:  # fmt: skip
+def disentangled_scores(
+    q, k, pos_q, pos_k, rel_pos, att_types, span: int, mm: Matmul = _EXACT
+) -> dict:
     """The scaled score terms of one example: {"c2c", "c2p", "p2c"} -> [H, T, S].
 
     Args:

@@ -47,8 +47,10 @@ def resolve_host_memory(policy: str, devices: Sequence[jax.Device]) -> str:
         return "pinned" if gpu_like and "pinned_host" in kinds else "device"
     if policy == "pinned" and "pinned_host" not in kinds:
         have = ", ".join(sorted(kinds))
-        raise ValueError(f"host_memory='pinned': {devices[0].platform} devices here offer "
-                         f"no pinned host memory (they have {have})")  # fmt: skip
+        raise ValueError(
+            f"host_memory='pinned': {devices[0].platform} devices here offer "
+            f"no pinned host memory (they have {have})"
+        )
     return policy
 
 

@@ -45,8 +45,10 @@ def check_texts(texts) -> list[Text]:
         non-UTF-8 argument or file), named by index and character.
     """
     if isinstance(texts, (str, bytes)):
-        raise UsageError("texts must be a list of strings or (a, b) pairs, not a single string:"
-                         " wrap it in a list")  # fmt: skip
+        raise UsageError(
+            "texts must be a list of strings or (a, b) pairs, not a single string:"
+            " wrap it in a list"
+        )
     if not isinstance(texts, Sequence):
         raise UsageError(f"texts must be a list, got {type(texts).__name__}")
     out: list[Text] = []
@@ -152,7 +154,7 @@ class Tokenizer:
                     sentence_b_start=b,
                     text=texts[i],
                     truncated=truncated,
-                )  # fmt: skip
+                )
             )
         return out
 

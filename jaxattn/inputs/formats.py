@@ -201,8 +201,10 @@ def check_utf8(text: str, index: int) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
-        error = InputError(None, f"text {index} is not valid UTF-8: {_describe(text[e.start])} "
-                           f"at character {e.start}")  # fmt: skip
+        error = InputError(
+            None,
+            f"text {index} is not valid UTF-8: {_describe(text[e.start])} at character {e.start}",
+        )
         error.index = index
         raise error from None
     return text

@@ -172,8 +172,10 @@ class Store(Sequence):
         if what is not None:
             missing = [q for q in what if q not in self.what]
             if missing:
-                raise ValueError(f"the store at {self.location} holds {', '.join(self.what)}, "
-                                 f"not {', '.join(missing)}")  # fmt: skip
+                raise ValueError(
+                    f"the store at {self.location} holds {', '.join(self.what)}, "
+                    f"not {', '.join(missing)}"
+                )
         reads = {}
         advice = (
             f"the shard's data is damaged or missing: delete {layout.manifest_key(shard)} "

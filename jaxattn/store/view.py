@@ -70,8 +70,10 @@ class StoreView(Sequence):
             what = tuple(what)
             missing = [q for q in what if q not in store.what]
             if missing:
-                raise ValueError(f"the store at {store.location} holds "
-                                 f"{', '.join(store.what)}, not {', '.join(missing)}")  # fmt: skip
+                raise ValueError(
+                    f"the store at {store.location} holds "
+                    f"{', '.join(store.what)}, not {', '.join(missing)}"
+                )
         self.store, self.indices, self._what = store, indices, what
 
     def __len__(self) -> int:

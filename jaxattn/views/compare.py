@@ -188,8 +188,10 @@ def common_units(ta: Sequence[str], tb: Sequence[str]) -> tuple[tuple[str, ...],
         firsts.append(first)
     common = sorted(set(firsts[0].tolist()) & set(firsts[1].tolist())) or [0]
     word_unit = [np.maximum(np.searchsorted(common, f, side="right") - 1, 0) for f in firsts]
-    token_unit = [np.where(m.token_unit >= 0, wu[np.maximum(m.token_unit, 0)], -1)
-                  for m, wu in zip(maps, word_unit, strict=True)]  # fmt: skip
+    token_unit = [
+        np.where(m.token_unit >= 0, wu[np.maximum(m.token_unit, 0)], -1)
+        for m, wu in zip(maps, word_unit, strict=True)
+    ]
     spelled = [b""] * len(common)  # A's pieces of each unit, decoded together
     scheme = detect_specials(ta).scheme
     for tok, u in zip(ta, token_unit[0].tolist(), strict=True):
@@ -265,13 +267,21 @@ def pair_example(
                 f"example {index}: A's and B's tokens do not spell the same characters ({e})"
             ) from e
         level, start = "word", None
-    return Pair(tokens=tuple(tokens), level=level, a=np.asarray(wa, np.float64),
-                b=np.asarray(wb, np.float64), layers=la, heads=ha, sentence_b_start=start,
-                text=text)  # fmt: skip
+    return Pair(
+        tokens=tuple(tokens),
+        level=level,
+        a=np.asarray(wa, np.float64),
+        b=np.asarray(wb, np.float64),
+        layers=la,
+        heads=ha,
+        sentence_b_start=start,
+        text=text,
+    )
 
 
-def pair_all(caps_a: Sequence[Capture], caps_b: Sequence[Capture], qa: str, qb: str,
-             layers=None, heads=None) -> list[Pair]:  # fmt: skip
+def pair_all(
+    caps_a: Sequence[Capture], caps_b: Sequence[Capture], qa: str, qb: str, layers=None, heads=None
+) -> list[Pair]:
     """`pair_example` of every index (UsageError: A and B hold different counts)."""
     if len(caps_a) != len(caps_b):
         raise UsageError(

@@ -101,13 +101,19 @@ def pack_pairs(pairs: Sequence[Pair], embed: str) -> tuple[dict, list[bytes]]:
         z = zlib.compressobj(9, zlib.DEFLATED, -15, 8)
         sections.append(z.compress(bytes(section)) + z.flush())
         label = f"{i + 1}: {p.text[:60]}{'…' if len(p.text) > 60 else ''}"
-        examples.append(dict(
-            label=label, tokens=[table.setdefault(t, len(table)) for t in p.tokens],
-            sentence_b_start=p.sentence_b_start, layers=list(p.layers), heads=list(p.heads),
-            arrays=arrays, level=p.level,
-            summary={"mean_abs": _rounded(p.mean_abs), "js": _rounded(p.js)},
-            max_abs=_rounded(p.max_abs),
-        ))  # fmt: skip
+        examples.append(
+            dict(
+                label=label,
+                tokens=[table.setdefault(t, len(table)) for t in p.tokens],
+                sentence_b_start=p.sentence_b_start,
+                layers=list(p.layers),
+                heads=list(p.heads),
+                arrays=arrays,
+                level=p.level,
+                summary={"mean_abs": _rounded(p.mean_abs), "js": _rounded(p.js)},
+                max_abs=_rounded(p.max_abs),
+            )
+        )
     header = dict(format=FORMAT, embed=embed, tokens=list(table), examples=examples)
     return header, sections
 

@@ -10,8 +10,20 @@ from html import escape
 
 import numpy as np
 
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
-           "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939")  # fmt: skip
+PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+    "#393b79",
+    "#637939",
+)
 KIND_TITLES = {"attention": "attention α", "norm": "norm-based ‖αf(x)‖"}
 FONT = 'font-family="DejaVu Sans, Arial, sans-serif"'
 
@@ -42,8 +54,12 @@ def png_bytes(rgba: np.ndarray) -> bytes:
         return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
 
     ihdr = struct.pack(">IIBBBBB", w, h, 8, 6, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw, 9)) \
-        + chunk(b"IEND", b"")  # fmt: skip
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(raw, 9))
+        + chunk(b"IEND", b"")
+    )
 
 
 def svg_doc(width: float, height: float, body: str) -> str:
@@ -128,15 +144,19 @@ def colorbar(x, y, lo, hi, label, *, width=180, color=None) -> tuple[str, float,
     ]
     for k in range(n):
         v = lo + (hi - lo) * (k + 0.5) / n
-        out.append(f'<rect x="{x + k * width / n:.2f}" y="{bar_y}" width="{width / n + 0.3:.2f}" '
-                   f'height="10" fill="{color(v)}"/>')  # fmt: skip
+        out.append(
+            f'<rect x="{x + k * width / n:.2f}" y="{bar_y}" width="{width / n + 0.3:.2f}" '
+            f'height="10" fill="{color(v)}"/>'
+        )
     out.append(f'<rect x="{x}" y="{bar_y}" width="{width}" height="10" fill="none" stroke="#888"/>')
     zero = width * -lo / (hi - lo)  # where 0 is, labelled when clear of both ends
     ticks = [(lo, "start"), (hi, "end")] + ([(0.0, "middle")] if 30 < zero < width - 30 else [])
     for v, anchor in ticks:
         tx = x + width * (v - lo) / (hi - lo)
-        out.append(f'<text class="cb-tick" x="{tx:.2f}" y="{bar_y + 22}" font-size="10" '
-                   f'text-anchor="{anchor}" fill="#444">{fmt(v)}</text>')  # fmt: skip
+        out.append(
+            f'<text class="cb-tick" x="{tx:.2f}" y="{bar_y + 22}" font-size="10" '
+            f'text-anchor="{anchor}" fill="#444">{fmt(v)}</text>'
+        )
     out.append("</g>")
     w = max(width, text_width(label, 11))
     return "\n".join(out), w, 18 + 10 + 16

@@ -122,9 +122,13 @@ def build_html(
       ValueError: as `jaxattn.views.payload.build_payload`.
     """
     header, sections = pack_page(
-        captures, views=views, labels=labels, embed=embed, precision=precision,
+        captures,
+        views=views,
+        labels=labels,
+        embed=embed,
+        precision=precision,
         max_examples=max_examples,
-    )  # fmt: skip
+    )
     mount = "(root, header, text) => JaxattnViews.mount(root, JaxattnViews.unpack(header, text))"
     return document(packed_body(header, sections, title=title, mount=mount), title=title)
 

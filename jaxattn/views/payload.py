@@ -279,8 +279,15 @@ def pack_example(cap: Capture, views, exact: bool, label: str, table: dict) -> t
     return entry, bytes(section)
 
 
-def pack_page(captures, *, views=VIEWS, labels=None, embed="auto", precision=None,
-              max_examples: int = MAX_EXAMPLES) -> tuple[dict, list[bytes]]:  # fmt: skip
+def pack_page(
+    captures,
+    *,
+    views=VIEWS,
+    labels=None,
+    embed="auto",
+    precision=None,
+    max_examples: int = MAX_EXAMPLES,
+) -> tuple[dict, list[bytes]]:
     """The page's (JSON header, deflate-raw sections); `build_payload`'s arguments ("auto":
     exact up to `AUTO_EXACT_PAGE_BYTES` float32 bytes of arrays in all, else "uint8")."""
     caps, views, embed = check_request(captures, views, labels, embed, precision, max_examples)

@@ -79,9 +79,15 @@ def write_png(path, svg: str, *, scale: float = 2.0, timeout: float = 60.0) -> N
             f"overflow:hidden}}</style></head><body>{svg}</body></html>",
             encoding="utf-8",
         )
-        cmd = [binary, *FLAGS, f"--user-data-dir={tmp}/profile",
-               f"--force-device-scale-factor={scale}", f"--window-size={width},{height}",
-               f"--screenshot={path}", page.as_uri()]  # fmt: skip
+        cmd = [
+            binary,
+            *FLAGS,
+            f"--user-data-dir={tmp}/profile",
+            f"--force-device-scale-factor={scale}",
+            f"--window-size={width},{height}",
+            f"--screenshot={path}",
+            page.as_uri(),
+        ]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -179,8 +179,12 @@ class SentenceSample:
 
     def summary(self) -> dict:
         """What was kept of what was seen (the page says it)."""
-        return dict(sentences=len(self.kept), of_sentences=self.seen_sentences,
-                    tokens=self.tokens, of_tokens=self.seen_tokens)  # fmt: skip
+        return dict(
+            sentences=len(self.kept),
+            of_sentences=self.seen_sentences,
+            tokens=self.tokens,
+            of_tokens=self.seen_tokens,
+        )
 
 
 def gather(records: list[SampledSentence]) -> tuple[np.ndarray, np.ndarray]:
@@ -272,11 +276,19 @@ def pack_global(
         sentences.append([start, len(r.tokens), r.index, section, *map(int, r.origin)])
         start += len(r.tokens)
     header = dict(
-        format=FORMAT, model=model, layers=[int(v) for v in layers],
-        heads=[int(v) for v in heads], points=n, tokens=list(table), sentences=sentences,
+        format=FORMAT,
+        model=model,
+        layers=[int(v) for v in layers],
+        heads=[int(v) for v in heads],
+        points=n,
+        tokens=list(table),
+        sentences=sentences,
         inputs=list(inputs or ["INPUT"]),
-        sampled=sampled, explained=np.round(np.asarray(explained), 4).tolist(),
-        layouts=out_layouts, thumbs=dict(section=thumbs, count=len(pick)),
-        points_section=points, with_attention=sum(s[3] >= 0 for s in sentences),
-    )  # fmt: skip
+        sampled=sampled,
+        explained=np.round(np.asarray(explained), 4).tolist(),
+        layouts=out_layouts,
+        thumbs=dict(section=thumbs, count=len(pick)),
+        points_section=points,
+        with_attention=sum(s[3] >= 0 for s in sentences),
+    )
     return header, sections

@@ -70,9 +70,11 @@ def _legend(x, y, cap, hs, width) -> tuple[str, float, float]:
     for n, head in enumerate(hs):
         cx, cy = x + 44 + CHIP * (n % per_row), y + 20 * (n // per_row)
         number, color = cap.heads[head], head_color(cap.heads[head])
-        out.append(f'<rect x="{cx}" y="{cy}" width="30" height="15" rx="3" fill="{color}"/>'
-                   f'<text x="{cx + 15}" y="{cy + 11.5}" text-anchor="middle" fill="#fff" '
-                   f'font-size="11">{number}</text>')  # fmt: skip
+        out.append(
+            f'<rect x="{cx}" y="{cy}" width="30" height="15" rx="3" fill="{color}"/>'
+            f'<text x="{cx + 15}" y="{cy + 11.5}" text-anchor="middle" fill="#fff" '
+            f'font-size="11">{number}</text>'
+        )
     rows = -(-len(hs) // per_row)
     return "\n".join(out) + "</g>", 44 + CHIP * min(len(hs), per_row), 20 * rows - 5
 
@@ -141,19 +143,25 @@ def model_svg(cap, *, kind="attention", thumb=None):
     out = [head, bar, '<g class="plot">']
     hk = label_stride(n_h, step, max(text_width(f"H{h}") for h in cap.heads))
     for hi_, h in list(enumerate(cap.heads))[::hk]:
-        out.append(f'<text x="{x_of(hi_) + thumb / 2}" y="{top + 12}" text-anchor="middle" '
-                   f'fill="#666">H{h}</text>')  # fmt: skip
+        out.append(
+            f'<text x="{x_of(hi_) + thumb / 2}" y="{top + 12}" text-anchor="middle" '
+            f'fill="#666">H{h}</text>'
+        )
     ticks = thin_ticks(display_tokens(cap.tokens), pitch)
     right, bottom = x_of(n_h) - gap, grid_top + n_l * step - gap
     lk = label_stride(n_l, step, 14)
     for li, layer in enumerate(cap.layers):
         y0 = grid_top + li * step
         if li % lk == 0:
-            out.append(f'<text x="{PAD + lab - 6}" y="{y0 + min(thumb / 2, 40) + 4}" '
-                       f'text-anchor="end" fill="#666">L{layer}</text>')  # fmt: skip
+            out.append(
+                f'<text x="{PAD + lab - 6}" y="{y0 + min(thumb / 2, 40) + 4}" '
+                f'text-anchor="end" fill="#666">L{layer}</text>'
+            )
         for i in ticks:  # query tokens, right of the last column
-            out.append(f'<text class="tick" x="{right + 3}" y="{y0 + (i + 0.5) * pitch + 3:.1f}" '
-                       f'font-size="9" fill="#666">{escape(toks[i])}</text>')  # fmt: skip
+            out.append(
+                f'<text class="tick" x="{right + 3}" y="{y0 + (i + 0.5) * pitch + 3:.1f}" '
+                f'font-size="9" fill="#666">{escape(toks[i])}</text>'
+            )
         for hi_ in range(n_h):
             img = np.full((res, res, 4), 255, np.uint8)
             img[..., :3] = scale_rgb(max_pool(w[li, hi_], res) if res < t else w[li, hi_], lo, hi)
@@ -169,25 +177,32 @@ def model_svg(cap, *, kind="attention", thumb=None):
     for hi_ in range(n_h):  # key tokens, under the last row, reading downwards
         for j in ticks:
             x = x_of(hi_) + (j + 0.5) * pitch - 3
-            out.append(f'<text class="tick" x="{x:.1f}" y="{bottom + 3}" font-size="9" '
-                       f'fill="#666" transform="rotate(90 {x:.1f} {bottom + 3})">'
-                       f"{escape(toks[j])}</text>")  # fmt: skip
+            out.append(
+                f'<text class="tick" x="{x:.1f}" y="{bottom + 3}" font-size="9" '
+                f'fill="#666" transform="rotate(90 {x:.1f} {bottom + 3})">'
+                f"{escape(toks[j])}</text>"
+            )
     out.append("</g>")
     width = max(right + tick, PAD + tw, PAD + cw)
     return svg_doc(width + PAD, bottom + tick + PAD, "\n".join(out) + "\n")
 
 
-OPTIONS = {"head": ("layer", "heads", "kind", "min_weight", "max_lines"),
-           "model": ("kind", "thumb"), "neuron": ("layer", "head", "token"),
-           "stats": ("kind",)}  # fmt: skip
+OPTIONS = {
+    "head": ("layer", "heads", "kind", "min_weight", "max_lines"),
+    "model": ("kind", "thumb"),
+    "neuron": ("layer", "head", "token"),
+    "stats": ("kind",),
+}
 
 
 def _check(cap: Capture, view: str, options: dict) -> None:
     """One-line ValueErrors for options a view cannot draw."""
     unknown = sorted(set(options) - set(OPTIONS[view]))
     if unknown:
-        raise ValueError(f"the {view} view takes no {', '.join(unknown)}; "
-                         f"its options: {', '.join(OPTIONS[view])}")  # fmt: skip
+        raise ValueError(
+            f"the {view} view takes no {', '.join(unknown)}; "
+            f"its options: {', '.join(OPTIONS[view])}"
+        )
     if cap.length == 0:
         raise ValueError("the capture has no tokens: capture a non-empty text")
     if options.get("kind", "attention") not in KIND_TITLES:
@@ -219,8 +234,9 @@ def to_svg(cap: Capture, view: str = "head", **options) -> str:
       ValueError: an unknown view, option or kind, an index out of range, an
         empty capture, or one lacking a quantity the view needs.
     """
-    makers = dict(head=head_svg, model=model_svg, neuron=svg_cells.neuron_svg,
-                  stats=svg_cells.stats_svg)  # fmt: skip
+    makers = dict(
+        head=head_svg, model=model_svg, neuron=svg_cells.neuron_svg, stats=svg_cells.stats_svg
+    )
     if view not in makers:
         raise ValueError(f"unknown view {view!r}; choose from {', '.join(makers)}")
     _check(cap, view, options)

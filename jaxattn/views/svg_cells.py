@@ -62,12 +62,16 @@ def _sentences(x, top, rh, t, b, right) -> list[str]:
     out = []
     for name, lo, hi in (("A", 0, b), ("B", b, t)):
         y0, y1 = top + lo * rh + 1, top + hi * rh - 3
-        out.append(f'<line x1="{x + 12}" y1="{y0}" x2="{x + 12}" y2="{y1}" stroke="#999"/>'
-                   f'<text class="sentence" data-sentence="{name}" x="{x}" y="{(y0 + y1) / 2 + 4}" '
-                   f'font-weight="bold" fill="#777">{name}</text>')  # fmt: skip
+        out.append(
+            f'<line x1="{x + 12}" y1="{y0}" x2="{x + 12}" y2="{y1}" stroke="#999"/>'
+            f'<text class="sentence" data-sentence="{name}" x="{x}" y="{(y0 + y1) / 2 + 4}" '
+            f'font-weight="bold" fill="#777">{name}</text>'
+        )
     yb = top + b * rh - 1
-    out.append(f'<line class="ab-boundary" data-row="{b}" x1="{x}" y1="{yb}" x2="{right}" '
-               f'y2="{yb}" stroke="#888" stroke-dasharray="4 3"/>')  # fmt: skip
+    out.append(
+        f'<line class="ab-boundary" data-row="{b}" x1="{x}" y1="{yb}" x2="{right}" '
+        f'y2="{yb}" stroke="#888" stroke-dasharray="4 3"/>'
+    )
     return out
 
 
@@ -98,8 +102,12 @@ def neuron_svg(cap: Capture, *, layer=0, head=0, token=0) -> str:
     head_, tw, th = title(PAD, PAD, f"Layer {cap.layers[layer]}, head {cap.heads[head]}, {query}")
     width = max(width, tw)
     qk_range = value_range(np.concatenate([v["key"].ravel(), v["query"]]))
-    scales = {"q, k": qk_range, "q × k": value_range(v["qk"]), "q · k": value_range(v["dot"]),
-              "softmax": value_range(v["softmax"])}  # fmt: skip
+    scales = {
+        "q, k": qk_range,
+        "q × k": value_range(v["qk"]),
+        "q · k": value_range(v["dot"]),
+        "softmax": value_range(v["softmax"]),
+    }
     names = {"softmax": "softmax (lines: opacity = weight)"}
     bars, bh = _bars(PAD, PAD + th + 8, width, [(names.get(k, k), *r) for k, r in scales.items()])
     color = {k: (lambda x, r=r: scale_color(x, *r)) for k, r in scales.items()}
@@ -115,13 +123,22 @@ def neuron_svg(cap: Capture, *, layer=0, head=0, token=0) -> str:
         f'fill="#eef4fb"/><text x="{x_k - 6}" y="{q_y + 11}" text-anchor="end">q</text>',
     ]
     for c in range(n_k):
-        out.append(f'<rect x="{x_k + c * cw}" y="{q_y}" width="{cw - 1}" height="{rh - 2}" '
-                   f'fill="{color["q, k"](v["query"][c])}"/>')  # fmt: skip
-    for x, name, anchor in ((x_q + lab + iw - 4, "query", "end"), (x_l + lw, "key", "start"),
-                            (x_k, "k", "start"), (x_qk, "q × k", "start"),
-                            (x_dot, "q · k", "start"), (x_sm, "softmax", "start")):  # fmt: skip
-        out.append(f'<text x="{x}" y="{top - 4}" font-weight="bold" fill="#555" '
-                   f'text-anchor="{anchor}">{name}</text>')  # fmt: skip
+        out.append(
+            f'<rect x="{x_k + c * cw}" y="{q_y}" width="{cw - 1}" height="{rh - 2}" '
+            f'fill="{color["q, k"](v["query"][c])}"/>'
+        )
+    for x, name, anchor in (
+        (x_q + lab + iw - 4, "query", "end"),
+        (x_l + lw, "key", "start"),
+        (x_k, "k", "start"),
+        (x_qk, "q × k", "start"),
+        (x_dot, "q · k", "start"),
+        (x_sm, "softmax", "start"),
+    ):
+        out.append(
+            f'<text x="{x}" y="{top - 4}" font-weight="bold" fill="#555" '
+            f'text-anchor="{anchor}">{name}</text>'
+        )
     if b:
         out += _sentences(PAD, top, rh, n_t, b, x_sm + 54)
     for j in range(n_t):
@@ -132,22 +149,32 @@ def neuron_svg(cap: Capture, *, layer=0, head=0, token=0) -> str:
             f'x1="{x_l + 2}" y1="{y(token)}" x2="{x_l + lw - 2}" y2="{y(j)}" '
             f'stroke="{line_color}" stroke-width="2" stroke-opacity="{w:.4f}"/>'
         )
-        for side, xi, xt, anchor in (("query", x_q + lab + iw - 4, x_q + lab - 2, "end"),
-                                     ("key", x_l + lw + 4, x_l + lw + iw, "start")):  # fmt: skip
-            out.append(f'<text class="idx" data-side="{side}" data-idx="{j}" x="{xi}" '
-                       f'y="{ry + 11}" text-anchor="{anchor}" font-size="10" fill="#999">{j}'
-                       f'</text><text class="tok" data-side="{side}" x="{xt}" y="{ry + 11}" '
-                       f'text-anchor="{anchor}"{weight}>{escape(toks[j])}</text>')  # fmt: skip
+        for side, xi, xt, anchor in (
+            ("query", x_q + lab + iw - 4, x_q + lab - 2, "end"),
+            ("key", x_l + lw + 4, x_l + lw + iw, "start"),
+        ):
+            out.append(
+                f'<text class="idx" data-side="{side}" data-idx="{j}" x="{xi}" '
+                f'y="{ry + 11}" text-anchor="{anchor}" font-size="10" fill="#999">{j}'
+                f'</text><text class="tok" data-side="{side}" x="{xt}" y="{ry + 11}" '
+                f'text-anchor="{anchor}"{weight}>{escape(toks[j])}</text>'
+            )
         for c in range(n_k):
-            out.append(f'<rect x="{x_k + c * cw}" y="{ry}" width="{cw - 1}" '
-                       f'height="{rh - 2}" fill="{color["q, k"](v["key"][j, c])}"/>'
-                       f'<rect x="{x_qk + c * cw}" y="{ry}" width="{cw - 1}" height="{rh - 2}" '
-                       f'fill="{color["q × k"](v["qk"][j, c])}"/>')  # fmt: skip
-        for x, val, name, f in ((x_dot, v["dot"][j], "q · k", ".2f"),
-                                (x_sm, v["softmax"][j], "softmax", ".3f")):  # fmt: skip
-            out.append(f'<rect x="{x}" y="{ry}" width="54" height="{rh - 2}" '
-                       f'fill="{color[name](val)}"/><text x="{x + 52}" y="{ry + 11}" '
-                       f'text-anchor="end" font-size="10">{val:{f}}</text>')  # fmt: skip
+            out.append(
+                f'<rect x="{x_k + c * cw}" y="{ry}" width="{cw - 1}" '
+                f'height="{rh - 2}" fill="{color["q, k"](v["key"][j, c])}"/>'
+                f'<rect x="{x_qk + c * cw}" y="{ry}" width="{cw - 1}" height="{rh - 2}" '
+                f'fill="{color["q × k"](v["qk"][j, c])}"/>'
+            )
+        for x, val, name, f in (
+            (x_dot, v["dot"][j], "q · k", ".2f"),
+            (x_sm, v["softmax"][j], "softmax", ".3f"),
+        ):
+            out.append(
+                f'<rect x="{x}" y="{ry}" width="54" height="{rh - 2}" '
+                f'fill="{color[name](val)}"/><text x="{x + 52}" y="{ry + 11}" '
+                f'text-anchor="end" font-size="10">{val:{f}}</text>'
+            )
     out.append("</g>")
     return svg_doc(width + 2 * PAD, top + n_t * rh + PAD, "\n".join(out) + "\n")
 
@@ -162,17 +189,23 @@ def _grid(x0, y0, name, layers, heads, values, fill, cell, bar) -> tuple[str, fl
     ]
     hk = label_stride(len(heads), cell, max(text_width(str(h), 9) for h in heads))
     for hi, h in list(enumerate(heads))[::hk]:
-        out.append(f'<text x="{x0 + lab + hi * cell + cell / 2}" y="{y0 + 24}" font-size="9" '
-                   f'text-anchor="middle" fill="#666">{h}</text>')  # fmt: skip
+        out.append(
+            f'<text x="{x0 + lab + hi * cell + cell / 2}" y="{y0 + 24}" font-size="9" '
+            f'text-anchor="middle" fill="#666">{h}</text>'
+        )
     lk = label_stride(len(layers), cell, 9)
     for li, layer in enumerate(layers):
         y = y0 + 28 + li * cell
         if li % lk == 0:
-            out.append(f'<text x="{x0 + lab - 4}" y="{y + cell / 2 + 3}" font-size="9" '
-                       f'text-anchor="end" fill="#666">L{layer}</text>')  # fmt: skip
+            out.append(
+                f'<text x="{x0 + lab - 4}" y="{y + cell / 2 + 3}" font-size="9" '
+                f'text-anchor="end" fill="#666">L{layer}</text>'
+            )
         for hi in range(len(heads)):
-            out.append(f'<rect x="{x0 + lab + hi * cell}" y="{y}" width="{cell - 1}" '
-                       f'height="{cell - 1}" fill="{fill(values[li][hi])}"/>')  # fmt: skip
+            out.append(
+                f'<rect x="{x0 + lab + hi * cell}" y="{y}" width="{cell - 1}" '
+                f'height="{cell - 1}" fill="{fill(values[li][hi])}"/>'
+            )
     out.append("</g>")
     gw, gh = max(lab + len(heads) * cell, text_width(name)), 28 + len(layers) * cell
     if bar:
@@ -186,8 +219,10 @@ def stats_svg(cap: Capture, *, kind="attention") -> str:
     """The stats view: head statistics, Kovaleva classes and Vig patterns, one grid each."""
     doc = stats_document(cap)
     if kind not in doc["kinds"]:
-        raise ValueError("the capture has no 'alpha_fx_norm' for kind='norm': capture it with "
-                         "what=(..., 'alpha_fx_norm') (jaxattn view captures it)")  # fmt: skip
+        raise ValueError(
+            "the capture has no 'alpha_fx_norm' for kind='norm': capture it with "
+            "what=(..., 'alpha_fx_norm') (jaxattn view captures it)"
+        )
     k = doc["kinds"][kind]
     colors = ("#1f77b4", "#2ca02c", "#17becf", "#9467bd", "#bbbbbb")
     cell = int(np.clip(336 // max(len(cap.layers), len(cap.heads)), 6, 14))
@@ -221,8 +256,10 @@ def stats_svg(cap: Capture, *, kind="attention") -> str:
         iw = 20 + text_width(name) + 16
         if lx > PAD and lx + iw > PAD + max(width, 660):
             lx, ly = PAD, ly + 18
-        out.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" fill="{color}"/>'
-                   f'<text x="{lx + 16}" y="{ly + 10}">{escape(name)}</text>')  # fmt: skip
+        out.append(
+            f'<rect x="{lx}" y="{ly}" width="12" height="12" fill="{color}"/>'
+            f'<text x="{lx + 16}" y="{ly + 10}">{escape(name)}</text>'
+        )
         lx += iw
     out.append("</g>")
     return svg_doc(max(width, 660) + 2 * PAD, ly + 12 + PAD, "\n".join(out) + "\n")

@@ -64,16 +64,32 @@ def test_analyze_conllu_locally(family, checkpoint_dirs, conllu, tmp_path):
     assert all(len(v) == layers for v in report["patterns"].values())
     assert (out.parent / "report.md").is_file()
     # every Kobayashi et al. 2021 measure, one ratio per layer, each in [0, 1]
-    assert set(report["mixing_ratios"]) == {"Attn-W", "Attn-N", "AttnRes-W", "AttnRes-N",
-                                            "AttnResLn-N"}  # fmt: skip
-    assert all(len(v) == layers and all(0 <= x <= 1 for x in v)
-               for v in report["mixing_ratios"].values())  # fmt: skip
+    assert set(report["mixing_ratios"]) == {
+        "Attn-W",
+        "Attn-N",
+        "AttnRes-W",
+        "AttnRes-N",
+        "AttnResLn-N",
+    }
+    assert all(
+        len(v) == layers and all(0 <= x <= 1 for x in v) for v in report["mixing_ratios"].values()
+    )
 
 
 def test_analyze_with_head_ablation(checkpoint_dirs, conllu, tmp_path):
     out = tmp_path / "report.json"
-    args = ["analyze", str(conllu), "--model", str(checkpoint_dirs["bert"]), "--out", str(out),
-            "--quiet", "--no-head-distance", "--ablate", "uniform"]  # fmt: skip
+    args = [
+        "analyze",
+        str(conllu),
+        "--model",
+        str(checkpoint_dirs["bert"]),
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-head-distance",
+        "--ablate",
+        "uniform",
+    ]
     assert main(args) == 0
     abl = json.loads(out.read_text())["head_ablation"]
     assert abl["mode"] == "uniform" and abl["examples"] == 2 and len(abl["heads"]) == 9
@@ -82,8 +98,16 @@ def test_analyze_with_head_ablation(checkpoint_dirs, conllu, tmp_path):
 
 
 def test_ablation_refuses_a_server(conllu, tmp_path, capsys):
-    args = ["analyze", str(conllu), "--server", "127.0.0.1:1", "--out", str(tmp_path / "r.json"),
-            "--ablate", "zero"]  # fmt: skip
+    args = [
+        "analyze",
+        str(conllu),
+        "--server",
+        "127.0.0.1:1",
+        "--out",
+        str(tmp_path / "r.json"),
+        "--ablate",
+        "zero",
+    ]
     assert main(args) == 2
     assert "local engine" in capsys.readouterr().err
 
@@ -142,8 +166,17 @@ def test_analyze_reads_every_input_format(checkpoint_dirs, tmp_path):
     text.write_text("I went to the store. ||| I bought fresh strawberries.\n", encoding="utf-8")
     for path, examples in ((jsonl, 2), (text, 1)):
         out = tmp_path / f"{path.suffix[1:]}.json"
-        args = ["analyze", str(path), "--model", str(checkpoint_dirs["bert"]), "--out", str(out),
-                "--quiet", "--no-head-distance", "--no-norm"]  # fmt: skip
+        args = [
+            "analyze",
+            str(path),
+            "--model",
+            str(checkpoint_dirs["bert"]),
+            "--out",
+            str(out),
+            "--quiet",
+            "--no-head-distance",
+            "--no-norm",
+        ]
         assert main(args) == 0
         assert json.loads(out.read_text())["meta"]["examples"] == examples
 

@@ -13,9 +13,14 @@ from jaxattn.quantities import NORM_MEASURES, QUANTITIES
 
 def _capture(attention, **extra):
     layers, heads, t = attention.shape[0], attention.shape[1], attention.shape[-1]
-    return Capture(tokens=tuple(f"w{i}" for i in range(t)), sentence_b_start=None,
-                   layers=tuple(range(layers)), heads=tuple(range(heads)), dtype="float32",
-                   tensors={"attention": attention, **extra})  # fmt: skip
+    return Capture(
+        tokens=tuple(f"w{i}" for i in range(t)),
+        sentence_b_start=None,
+        layers=tuple(range(layers)),
+        heads=tuple(range(heads)),
+        dtype="float32",
+        tensors={"attention": attention, **extra},
+    )
 
 
 def test_ratio_rows_by_hand():

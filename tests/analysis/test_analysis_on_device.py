@@ -28,8 +28,9 @@ def test_device_statistics_equal_the_host_implementation(engines, family):
             device = cap.array(quantity)
             for k, name in enumerate(HEAD_STATS):
                 where = f"{family} {kind} {name} {cap.tokens}"
-                np.testing.assert_allclose(device[..., k], host[name], rtol=1e-5, atol=1e-6,
-                                           err_msg=where)  # fmt: skip
+                np.testing.assert_allclose(
+                    device[..., k], host[name], rtol=1e-5, atol=1e-6, err_msg=where
+                )
         if family == "bert":  # and the authors' formulas (General_Analysis.ipynb), on the device
             attns = np.asarray(cap.attention, np.float64)
             ref = avg_attns(list(cap.tokens), attns)

@@ -19,31 +19,31 @@ CASES = {
         "sentencepiece",
         "<s>",
         "</s>",
-    ),  # fmt: skip
+    ),
     "albert": (
         ["[CLS]", "▁i", "▁went", "▁straw", "berries", ",", "▁ok", "[SEP]", "▁b", ".", "[SEP]"],
         "sentencepiece",
         "[CLS]",
         "[SEP]",
-    ),  # fmt: skip
+    ),
     "modernbert": (
         ["[CLS]", "I", "Ġwent", "Ġstraw", "berries", ",", "Ġok", "[SEP]", "b", ".", "[SEP]"],
         "bpe",
         "[CLS]",
         "[SEP]",
-    ),  # fmt: skip
+    ),
     "roberta": (
         ["<s>", "I", "Ġwent", "Ġstraw", "berries", ",", "Ġok", "</s>", "</s>", "b", ".", "</s>"],
         "bpe",
         "<s>",
         "</s>",
-    ),  # fmt: skip
+    ),
     "bert": (
         ["[CLS]", "i", "went", "straw", "##berries", ",", "ok", "[SEP]", "b", ".", "[SEP]"],
         "wordpiece",
         "[CLS]",
         "[SEP]",
-    ),  # fmt: skip
+    ),
 }
 
 
@@ -65,7 +65,12 @@ def test_specials_punctuation_and_words_of_every_scheme(family):
 
 def test_display_drops_word_markers_and_decodes_bytes_but_keeps_wordpiece():
     assert display_tokens(["<s>", "▁I", "▁straw", "berries", "</s>"]) == [
-        "<s>", "I", "straw", "berries", "</s>"]  # fmt: skip
+        "<s>",
+        "I",
+        "straw",
+        "berries",
+        "</s>",
+    ]
     assert display_tokens(["[CLS]", "Ġcaf", "Ã©", "[SEP]"]) == ["[CLS]", "caf", "é", "[SEP]"]
     assert display_tokens(["[CLS]", "straw", "##berries"]) == ["[CLS]", "straw", "##berries"]
     assert readable_text(["[CLS]", "Ġcaf", "Ã©", "Ġau", "Ġlait", "[SEP]"]) == "café au lait"

@@ -76,8 +76,9 @@ def test_pytorch_bin_of_other_objects_is_named(bert_copy):
 
     (bert_copy / "model.safetensors").unlink()
     file = bert_copy / "pytorch_model.bin"
-    torch.save({"embeddings.word_embeddings.weight": torch.ones(2), "step": collections.Counter()},
-               file)  # fmt: skip
+    torch.save(
+        {"embeddings.word_embeddings.weight": torch.ones(2), "step": collections.Counter()}, file
+    )
     with pytest.raises(CheckpointError, match=_named(file, "'step' is a Counter, not a tensor")):
         jaxattn.load(bert_copy)
 
@@ -141,8 +142,7 @@ def test_config_missing_size_names_field_and_file(bert_copy, edit_config, field)
         ("hidden_act", 3, "3 (a number)"),
     ],
 )
-def test_config_wrong_type_names_field_value_and_file(bert_copy, edit_config, field, value,
-                                                      kind):  # fmt: skip
+def test_config_wrong_type_names_field_value_and_file(bert_copy, edit_config, field, value, kind):
     edit_config(bert_copy, **{field: value})
     with pytest.raises(CheckpointError, match=_named(bert_copy / "config.json", field, kind)):
         read_checkpoint(bert_copy)
@@ -182,16 +182,40 @@ def test_heads_that_do_not_divide_the_hidden_size(bert_copy, edit_config):
 @pytest.mark.parametrize(
     "field, value, tensor, have, want, said",
     [
-        ("hidden_size", 18, "embeddings.word_embeddings.weight", "(159, 15)", "(159, 18)",
-         "vocab_size=159, hidden_size=18"),
-        ("vocab_size", 160, "embeddings.word_embeddings.weight", "(159, 15)", "(160, 15)",
-         "vocab_size=160, hidden_size=15"),
-        ("intermediate_size", 38, "encoder.layer.0.intermediate.dense.weight", "(37, 15)",
-         "(38, 15)", "intermediate_size=38, hidden_size=15"),
-        ("max_position_embeddings", 70, "embeddings.position_embeddings.weight", "(67, 15)",
-         "(70, 15)", "max_position_embeddings=70, hidden_size=15"),
+        (
+            "hidden_size",
+            18,
+            "embeddings.word_embeddings.weight",
+            "(159, 15)",
+            "(159, 18)",
+            "vocab_size=159, hidden_size=18",
+        ),
+        (
+            "vocab_size",
+            160,
+            "embeddings.word_embeddings.weight",
+            "(159, 15)",
+            "(160, 15)",
+            "vocab_size=160, hidden_size=15",
+        ),
+        (
+            "intermediate_size",
+            38,
+            "encoder.layer.0.intermediate.dense.weight",
+            "(37, 15)",
+            "(38, 15)",
+            "intermediate_size=38, hidden_size=15",
+        ),
+        (
+            "max_position_embeddings",
+            70,
+            "embeddings.position_embeddings.weight",
+            "(67, 15)",
+            "(70, 15)",
+            "max_position_embeddings=70, hidden_size=15",
+        ),
     ],
-)  # fmt: skip
+)
 def test_config_contradicting_the_weights_names_tensor_and_shapes(
     bert_copy, edit_config, field, value, tensor, have, want, said
 ):

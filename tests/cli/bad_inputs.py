@@ -27,7 +27,7 @@ COMMANDS: dict[str, list[str]] = {
         "{out}",
         "--quiet",
         "{flags}",
-    ],  # fmt: skip
+    ],
     "dump": [
         "dump",
         "{input_file}",
@@ -37,7 +37,7 @@ COMMANDS: dict[str, list[str]] = {
         "{store}",
         "--quiet",
         "{flags}",
-    ],  # fmt: skip
+    ],
     "bench": [
         "bench",
         "--conllu",
@@ -51,7 +51,7 @@ COMMANDS: dict[str, list[str]] = {
         "--repeats",
         "1",
         "{flags}",
-    ],  # fmt: skip
+    ],
     "convert": ["convert", "{model}", "{out_dir}", "{flags}"],
     "demo": ["demo", "--model", "{model}", "{flags}"],
     "serve": ["serve", "--model", "{model}", "--port", "0", "{flags}"],
@@ -67,7 +67,7 @@ COMMANDS: dict[str, list[str]] = {
         "--conllu",
         "{input_file}",
         "{flags}",
-    ],  # fmt: skip
+    ],
 }
 
 # Flags a row may append, and the commands that take them.
@@ -151,14 +151,14 @@ BAD: list[Bad] = [
         _file("latin.txt", b"fine\ncaf\xe9\n"),
         1,
         r"latin.txt:2.*UTF-8",
-    ),  # fmt: skip
+    ),
     Bad(
         "non-UTF-8 input file",
         "input",
         _file("latin.txt", b"fine\ncaf\xe9\n"),
         1,
         r"latin.txt:2.*UTF-8",
-    ),  # fmt: skip
+    ),
     Bad("empty input file", "input_file", _file("empty.txt", b"\n  \n"), 1, "no examples"),
     Bad("empty input file", "input", _file("empty.txt", b"\n  \n"), 1, "no example"),
     Bad("not a capture file", "input", _file("junk.npz", b"not a zip"), 1, "junk.npz"),
@@ -177,7 +177,7 @@ BAD: list[Bad] = [
         2,
         "needs a regular file",
         frozenset({"dump"}),
-    ),  # fmt: skip
+    ),
     Bad(
         "a text over the limit past the first window",
         "input_file",
@@ -185,7 +185,7 @@ BAD: list[Bad] = [
         1,
         r"long.txt:301.*--too-long|text 300 .*--too-long",
         frozenset({"analyze", "view", "dump"}),
-    ),  # fmt: skip
+    ),
     # outputs
     Bad("output is a directory", "out", lambda t, g: str(t), 2, "is a directory"),
     Bad("output exists", "out", _existing, 2, "exists.*--overwrite"),
@@ -195,7 +195,7 @@ BAD: list[Bad] = [
         lambda t, g: _existing(t, g) + "/out.x",
         2,
         "exists.out is a file, not a directory",
-    ),  # fmt: skip
+    ),
     Bad("store is a file", "store", _existing, 2, "exists.out"),
     Bad("convert into a non-empty directory", "out_dir", _non_empty_dir, 2, "not empty"),
     Bad(
@@ -204,7 +204,7 @@ BAD: list[Bad] = [
         lambda t, g: str(g["model"]),
         2,
         "inside the checkpoint",
-    ),  # fmt: skip
+    ),
     # checkpoints
     Bad("missing model", "model", lambda t, g: str(t / "no-model"), 2, "no-model"),
     Bad("model is a file", "model", _existing, 2, "exists.out.*directory"),
@@ -216,7 +216,7 @@ BAD: list[Bad] = [
         _broken_model(_wrong_hidden_size),
         1,
         r"shape.*15.*18|18.*15",
-    ),  # fmt: skip
+    ),
     # the command line
     Bad(
         "layer out of range",
@@ -224,7 +224,7 @@ BAD: list[Bad] = [
         lambda t, g: ["--layers", "9"],
         2,
         "layer 9 is out of range",
-    ),  # fmt: skip
+    ),
     Bad("bad layer syntax", "--layers", lambda t, g: ["--layers", "1:x"], 2, "'1:x'.*range"),
     Bad(
         "chunks of a few numbers",
@@ -232,21 +232,21 @@ BAD: list[Bad] = [
         lambda t, g: ["--chunk-bytes", "1"],
         2,
         "--chunk-bytes 1 is too small: at least 4096",
-    ),  # fmt: skip
+    ),
     Bad(
         "a CA file that is not PEM",
         "--tls-ca",
         lambda t, g: ["--server", "127.0.0.1:9", "--tls-ca", _existing(t, g)],
         2,
         "exists.out is not a PEM CA certificate",
-    ),  # fmt: skip
+    ),
     Bad(
         "a negative duration",
         "--duration",
         lambda t, g: ["--duration", "-1"],
         2,
         "--duration: expected a number > 0, got -1",
-    ),  # fmt: skip
+    ),
     Bad("unknown option", "flags", lambda t, g: ["--no-such-option"], 2, "--no-such-option"),
     Bad(
         "unknown synthetic model",
@@ -254,28 +254,28 @@ BAD: list[Bad] = [
         lambda t, g: ["--synthetic", "gpt-2"],
         2,
         "invalid choice: 'gpt-2'",
-    ),  # fmt: skip
+    ),
     Bad(
         "a synthetic text of 1 token",
         "--synthetic",
         lambda t, g: ["--synthetic-bert-base", "1"],
         2,
         "cannot hold a word between \\[CLS\\] and \\[SEP\\]",
-    ),  # fmt: skip
+    ),
     Bad(
         "a model and a synthetic one",
         "--synthetic",
         lambda t, g: ["--synthetic", "bert-base"],
         2,
         "exclude each other",
-    ),  # fmt: skip
+    ),
     Bad(
         "unreachable server",
         "--server",
         lambda t, g: ["--server", "127.0.0.1:9", "--timeout", "3"],
         1,
         "UNAVAILABLE",
-    ),  # fmt: skip
+    ),
 ]
 
 

@@ -36,8 +36,18 @@ def good(bert_checkpoint, tmp_path_factory) -> dict:
 
 def test_the_table_reaches_every_command_and_kind():
     commands = {c for c, _ in CASES}
-    assert commands == {"capture", "view", "analyze", "dump", "bench", "convert", "demo",
-                        "serve", "web", "loadtest"}  # fmt: skip
+    assert commands == {
+        "capture",
+        "view",
+        "analyze",
+        "dump",
+        "bench",
+        "convert",
+        "demo",
+        "serve",
+        "web",
+        "loadtest",
+    }
     assert len(CASES) >= 80
 
 
@@ -53,8 +63,10 @@ def test_bad_input_gets_one_line_and_the_exit_code(command, bad, good, tmp_path,
     assert re.search(bad.message, errors[0]), errors[0]
     assert code == bad.code, errors[0]
     if bad.name == "output exists":  # refused, not overwritten
-        assert Path(args[args.index("--out" if "--out" in args else "--json") + 1]).read_text() \
-            == "keep me"  # fmt: skip
+        assert (
+            Path(args[args.index("--out" if "--out" in args else "--json") + 1]).read_text()
+            == "keep me"
+        )
 
 
 def test_the_real_entry_point_answers_non_utf8_bytes_without_a_traceback(tmp_path):
@@ -64,8 +76,12 @@ def test_the_real_entry_point_answers_non_utf8_bytes_without_a_traceback(tmp_pat
         ([b"capture", b"hi", b"--layers", b"0,,x"], 2, b"'x'"),
         ([b"view", b"gone.npz", b"--out", str(tmp_path / "v.html").encode()], 2, b"gone.npz"),
     ]:
-        r = subprocess.run([sys.executable.encode(), b"-m", b"jaxattn", *args],
-                           capture_output=True, env=env, timeout=120)  # fmt: skip
+        r = subprocess.run(
+            [sys.executable.encode(), b"-m", b"jaxattn", *args],
+            capture_output=True,
+            env=env,
+            timeout=120,
+        )
         assert r.returncode == code, r.stderr
         assert b"Traceback" not in r.stderr and message in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
@@ -92,9 +108,12 @@ def test_ctrl_c_says_interrupted_and_exits_130(bert_checkpoint):
     """The real entry point: one "interrupted" line, exit 130, however busy the process."""
     import signal
 
-    proc = subprocess.Popen([sys.executable, "-m", "jaxattn", "web", "--model",
-                             str(bert_checkpoint), "--port", "0"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jaxattn", "web", "--model", str(bert_checkpoint), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout.readline().startswith("jaxattn web: http://")
         proc.send_signal(signal.SIGINT)
@@ -108,12 +127,19 @@ def test_ctrl_c_says_interrupted_and_exits_130(bert_checkpoint):
 
 def test_ctrl_c_removes_the_copy_of_standard_input(tmp_path):
     """os._exit runs no atexit handler: the interrupt's exit removes the spooled stdin."""
-    code = ("from jaxattn.cli.corpus import input_path\n"
-            "from jaxattn.cli import _Interrupt\n"
-            "assert input_path('-').read_text() == 'a text\\n'\n"
-            "_Interrupt.exit()\n")  # fmt: skip
-    r = subprocess.run([sys.executable, "-c", code], input="a text\n", text=True,
-                       capture_output=True, env={**os.environ, "TMPDIR": str(tmp_path)},
-                       timeout=120)  # fmt: skip
+    code = (
+        "from jaxattn.cli.corpus import input_path\n"
+        "from jaxattn.cli import _Interrupt\n"
+        "assert input_path('-').read_text() == 'a text\\n'\n"
+        "_Interrupt.exit()\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        input="a text\n",
+        text=True,
+        capture_output=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        timeout=120,
+    )
     assert r.returncode == 130, r.stderr
     assert os.listdir(tmp_path) == []

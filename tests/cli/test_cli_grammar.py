@@ -22,9 +22,10 @@ def _options():
                 yield name, sub, action
 
 
-@pytest.mark.parametrize("command, sub, action",
-                         [pytest.param(*o, id=f"{o[0]} {o[2].option_strings[0]}")
-                          for o in _options()])  # fmt: skip
+@pytest.mark.parametrize(
+    "command, sub, action",
+    [pytest.param(*o, id=f"{o[0]} {o[2].option_strings[0]}") for o in _options()],
+)
 def test_every_option_has_help_that_states_its_default(command, sub, action):
     if isinstance(action, argparse._HelpAction):
         return
@@ -57,9 +58,22 @@ def test_version(capsys):
 
 def test_layers_and_heads_take_negative_indices_and_ranges(bert_checkpoint, tmp_path, capsys):
     out = tmp_path / "c.npz"
-    code = main(["capture", "a short sentence", "--model", str(bert_checkpoint), "--layers",
-                 "0, -1", "--heads", "1:3", "--what", "attention, alpha_fx_norm", "--out",
-                 str(out)])  # fmt: skip
+    code = main(
+        [
+            "capture",
+            "a short sentence",
+            "--model",
+            str(bert_checkpoint),
+            "--layers",
+            "0, -1",
+            "--heads",
+            "1:3",
+            "--what",
+            "attention, alpha_fx_norm",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     cap = jaxattn.Capture.load(out)
     assert cap.layers == (0, 2) and cap.heads == (1, 2)
@@ -68,8 +82,12 @@ def test_layers_and_heads_take_negative_indices_and_ranges(bert_checkpoint, tmp_
     assert cap.provenance["weights"].startswith("blake2b:")
     assert main(["capture", "again", "--model", str(bert_checkpoint), "--out", str(out)]) == 2
     assert "--overwrite" in capsys.readouterr().err
-    assert main(["capture", "again", "--model", str(bert_checkpoint), "--out", str(out),
-                 "--overwrite"]) == 0  # fmt: skip
+    assert (
+        main(
+            ["capture", "again", "--model", str(bert_checkpoint), "--out", str(out), "--overwrite"]
+        )
+        == 0
+    )
     assert jaxattn.Capture.load(out).text == "again"
 
 
@@ -78,16 +96,54 @@ def test_too_long_is_one_policy_with_counts(bert_checkpoint, tmp_path, capsys):
     corpus = tmp_path / "c.txt"
     corpus.write_text(f"short one\n{long}\nshort two\n")
     model = ["--model", str(bert_checkpoint)]
-    assert main(["analyze", str(corpus), "--out", str(tmp_path / "r.json"), "--quiet",
-                 "--no-head-distance", *model]) == 1  # fmt: skip
+    assert (
+        main(
+            [
+                "analyze",
+                str(corpus),
+                "--out",
+                str(tmp_path / "r.json"),
+                "--quiet",
+                "--no-head-distance",
+                *model,
+            ]
+        )
+        == 1
+    )
     assert "--too-long truncate" in capsys.readouterr().err
-    assert main(["analyze", str(corpus), "--out", str(tmp_path / "r.json"), "--quiet",
-                 "--no-head-distance", "--too-long", "skip", *model]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "analyze",
+                str(corpus),
+                "--out",
+                str(tmp_path / "r.json"),
+                "--quiet",
+                "--no-head-distance",
+                "--too-long",
+                "skip",
+                *model,
+            ]
+        )
+        == 0
+    )
     assert "1 skipped as too long" in capsys.readouterr().err
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["meta"]["skipped"] == 1 and report["meta"]["truncated"] == 0
-    assert main(["view", str(corpus), "--out", str(tmp_path / "v.html"), "--too-long",
-                 "truncate", *model]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "view",
+                str(corpus),
+                "--out",
+                str(tmp_path / "v.html"),
+                "--too-long",
+                "truncate",
+                *model,
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     assert "1 truncated" in captured.err and "3 example(s)" in captured.out
     assert main(["capture", long, "--truncate", *model]) == 0  # the 0.2 spelling
@@ -108,8 +164,23 @@ def test_view_draws_the_layer_and_heads_it_is_given(bert_checkpoint, tmp_path, c
 def test_selections_may_start_with_a_minus(bert_checkpoint, tmp_path, capsys):
     """The README's `--layers -2:`: argparse would take "-2:" for an option."""
     out = tmp_path / "c.npz"
-    assert main(["capture", "one two", "--model", str(bert_checkpoint), "--layers", "-2:",
-                 "--heads", "-3,-1", "--out", str(out)]) == 0, capsys.readouterr().err  # fmt: skip
+    assert (
+        main(
+            [
+                "capture",
+                "one two",
+                "--model",
+                str(bert_checkpoint),
+                "--layers",
+                "-2:",
+                "--heads",
+                "-3,-1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
     cap = jaxattn.Capture.load(out)
     assert cap.layers == (1, 2) and cap.heads == (0, 2)
     assert main(["capture", "one two", "--model", str(bert_checkpoint), "a", "b"]) == 2
@@ -126,12 +197,38 @@ def _labels(svg: str, prefix: str) -> set[str]:
 
 def test_view_of_a_saved_capture_shows_the_selection(bert_checkpoint, tmp_path, capsys):
     saved = tmp_path / "c.npz"
-    assert main(["capture", "one two three", "--model", str(bert_checkpoint), "--what",
-                 "attention,alpha_fx_norm", "--out", str(saved)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "capture",
+                "one two three",
+                "--model",
+                str(bert_checkpoint),
+                "--what",
+                "attention,alpha_fx_norm",
+                "--out",
+                str(saved),
+            ]
+        )
+        == 0
+    )
     out = tmp_path / "v.svg"
     for view in ("model", "stats"):
-        code = main(["view", str(saved), "--views", view, "--layers", "1:", "--heads", "0,2",
-                     "--out", str(out), "--overwrite"])  # fmt: skip
+        code = main(
+            [
+                "view",
+                str(saved),
+                "--views",
+                view,
+                "--layers",
+                "1:",
+                "--heads",
+                "0,2",
+                "--out",
+                str(out),
+                "--overwrite",
+            ]
+        )
         assert code == 0, capsys.readouterr().err
         svg = out.read_text()
         assert _labels(svg, "L") == {"L1", "L2"}, view
@@ -141,10 +238,37 @@ def test_view_of_a_saved_capture_shows_the_selection(bert_checkpoint, tmp_path, 
     assert main(["view", str(saved), "--layers", "-1", "--out", str(tmp_path / "v.html")]) == 0
     assert "1 example(s)" in capsys.readouterr().out
     one = tmp_path / "one.npz"
-    assert main(["capture", "one two", "--model", str(bert_checkpoint), "--layers", "0",
-                 "--out", str(one)]) == 0  # fmt: skip
-    assert main(["view", str(one), "--views", "model", "--layers", "1", "--out", str(out),
-                 "--overwrite"]) == 2  # fmt: skip
+    assert (
+        main(
+            [
+                "capture",
+                "one two",
+                "--model",
+                str(bert_checkpoint),
+                "--layers",
+                "0",
+                "--out",
+                str(one),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "view",
+                str(one),
+                "--views",
+                "model",
+                "--layers",
+                "1",
+                "--out",
+                str(out),
+                "--overwrite",
+            ]
+        )
+        == 2
+    )
     assert "--layers [1] were not captured (have [0])" in capsys.readouterr().err
 
 
@@ -155,10 +279,14 @@ def test_a_saved_capture_remembers_where_it_came_from(engines, tmp_path):
     assert back.text == ("a b", "c d") and back.dtype == "uint8"
     info = engines["bert"].model_info()
     assert dict(back.provenance) == {
-        "model": info.name, "family": "bert", "weights": info.weights, "revision": "",
-        "config": engines["bert"].config.to_dict(), "jaxattn": jaxattn.__version__,
+        "model": info.name,
+        "family": "bert",
+        "weights": info.weights,
+        "revision": "",
+        "config": engines["bert"].config.to_dict(),
+        "jaxattn": jaxattn.__version__,
         "source": "engine",
-    }  # fmt: skip
+    }
     np.testing.assert_array_equal(back.encoded("attention")[0], cap.encoded("attention")[0])
 
 

@@ -19,12 +19,20 @@ from jaxattn.cli.corpus import read_inputs
 from jaxattn.errors import UsageError
 
 SENTENCES = [
-    ("a", ["The", "cat", "sat", "on", "the", "mat", "."], [2, 3, 0, 6, 6, 3, 3],
-     ["det", "nsubj", "root", "case", "det", "obl", "punct"]),
-    ("b", ["I", "bought", "fresh", "strawberries", ","], [2, 0, 4, 2, 2],
-     ["nsubj", "root", "amod", "obj", "punct"]),
+    (
+        "a",
+        ["The", "cat", "sat", "on", "the", "mat", "."],
+        [2, 3, 0, 6, 6, 3, 3],
+        ["det", "nsubj", "root", "case", "det", "obl", "punct"],
+    ),
+    (
+        "b",
+        ["I", "bought", "fresh", "strawberries", ","],
+        [2, 0, 4, 2, 2],
+        ["nsubj", "root", "amod", "obj", "punct"],
+    ),
     ("c", ["He", "ran", "home"], [2, 0, 2], ["nsubj", "root", "obj"]),
-]  # fmt: skip
+]
 NORMS = ("alpha_fx_norm", *MIXING_QUANTITIES)
 # Report fields that say how it was made, not what it found.
 HOW = {
@@ -43,8 +51,10 @@ HOW = {
 def _conllu(sentences) -> str:
     blocks = []
     for sid, words, heads, rels in sentences:
-        rows = [f"{i + 1}\t{w}\t{w.lower()}\tX\tX\t_\t{h}\t{r}\t_\t_"
-                for i, (w, h, r) in enumerate(zip(words, heads, rels, strict=True))]  # fmt: skip
+        rows = [
+            f"{i + 1}\t{w}\t{w.lower()}\tX\tX\t_\t{h}\t{r}\t_\t_"
+            for i, (w, h, r) in enumerate(zip(words, heads, rels, strict=True))
+        ]
         blocks.append(f"# sent_id = {sid}\n" + "\n".join(rows) + "\n")
     return "\n".join(blocks)
 
@@ -59,8 +69,19 @@ def dumped(bert_checkpoint, tmp_path_factory):
     full, bare, mid = root / "full.zarr", root / "bare.zarr", root / "mid.zarr"
     what = ",".join(dict.fromkeys(("attention", "queries", *NORMS)))
     for out, w in ((full, what), (bare, "attention"), (mid, "attention,alpha_fx_norm")):
-        args = ["dump", str(conllu), "--model", str(bert_checkpoint), "--out", str(out),
-                "--what", w, "--shard-size", "2", "--quiet"]  # fmt: skip
+        args = [
+            "dump",
+            str(conllu),
+            "--model",
+            str(bert_checkpoint),
+            "--out",
+            str(out),
+            "--what",
+            w,
+            "--shard-size",
+            "2",
+            "--quiet",
+        ]
         assert main(args) == 0
     return conllu, full, bare, mid
 

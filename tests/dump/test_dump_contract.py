@@ -98,8 +98,11 @@ def test_limit_takes_the_first_records_and_is_part_of_the_identity(
     ]
     assert_same_store(store[:4], reference[:4])  # views compare as stores do
     assert_same_capture(store[4], reference[4], exact=False)  # a batch of 1, not 4
-    with pytest.raises(StoreMismatch, match=r"record limit \(--limit\): the store has 5, this "
-                       r"command gives 6"):  # fmt: skip
+    with pytest.raises(
+        StoreMismatch,
+        match=r"record limit \(--limit\): the store has 5, this "
+        r"command gives 6",
+    ):
         run_dump(
             engines["bert"], options(corpus, tmp_path / "s", limit=6), model_dir=bert_checkpoint
         )
@@ -130,7 +133,10 @@ def test_a_non_utf8_line_names_the_file_and_line(engines, bert_checkpoint, tmp_p
     path = write_jsonl(tmp_path / "in.jsonl", CORPUS[:2])
     with open(path, "ab") as f:
         f.write(b'{"text": "caf\xe9"}\n')
-    with pytest.raises(InputError, match=rf"^{path}:3: invalid UTF-8 at byte 14 \(pass "
-                       r"--on-error skip to skip bad records\)$") as err:  # fmt: skip
+    with pytest.raises(
+        InputError,
+        match=rf"^{path}:3: invalid UTF-8 at byte 14 \(pass "
+        r"--on-error skip to skip bad records\)$",
+    ) as err:
         run_dump(engines["bert"], options(path, tmp_path / "s"), model_dir=bert_checkpoint)
     assert (err.value.path, err.value.line) == (path, 3)

@@ -61,8 +61,9 @@ def test_a_job_the_flags_do_not_describe_is_named_by_flag(calls, monkeypatch):
         distributed.initialize(None, 2, 1)
     with pytest.raises(UsageError, match="--coordinator 'nonsense': expected HOST:PORT"):
         distributed.initialize("nonsense", 2, 1)
-    with pytest.raises(UsageError, match="--process-id 5 is not one of the job's "
-                       "--num-processes 2 \\(0..1\\)"):  # fmt: skip
+    with pytest.raises(
+        UsageError, match="--process-id 5 is not one of the job's --num-processes 2 \\(0..1\\)"
+    ):
         distributed.initialize("h:9", 2, 5)
     assert calls == []
 
@@ -70,6 +71,9 @@ def test_a_job_the_flags_do_not_describe_is_named_by_flag(calls, monkeypatch):
         raise ValueError("Number of processes must be defined.")
 
     monkeypatch.setattr(jax.distributed, "initialize", refuse)
-    with pytest.raises(JaxattnError, match="cannot join the job \\(--coordinator h:9, "
-                       "--num-processes 2, --process-id 0\\): Number of processes"):  # fmt: skip
+    with pytest.raises(
+        JaxattnError,
+        match="cannot join the job \\(--coordinator h:9, "
+        "--num-processes 2, --process-id 0\\): Number of processes",
+    ):
         distributed.initialize("h:9", 2, 0)

@@ -18,8 +18,13 @@ import torch
 
 def _modules(model, layer: int) -> dict:
     a = model.encoder.layer[layer].attention
-    return dict(query=a.self.query_proj, key=a.self.key_proj, value=a.self.value_proj,
-                out=a.output.dense, next_ln=a.output.LayerNorm)  # fmt: skip
+    return dict(
+        query=a.self.query_proj,
+        key=a.self.key_proj,
+        value=a.self.value_proj,
+        out=a.output.dense,
+        next_ln=a.output.LayerNorm,
+    )
 
 
 reference.ADAPTERS["deberta-v2"] = _modules

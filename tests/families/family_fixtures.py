@@ -16,16 +16,35 @@ from pathlib import Path
 
 from hf_fixtures import _CORPUS, _randomise, wordpiece_vocab
 
-COMMON = dict(hidden_size=21, num_hidden_layers=3, num_attention_heads=3, intermediate_size=29,
-              max_position_embeddings=67, initializer_range=0.25)  # fmt: skip
+COMMON = dict(
+    hidden_size=21,
+    num_hidden_layers=3,
+    num_attention_heads=3,
+    intermediate_size=29,
+    max_position_embeddings=67,
+    initializer_range=0.25,
+)
 CONFIGS = {
     "electra": dict(COMMON, embedding_size=13, hidden_act="gelu", type_vocab_size=2),
     # 4 layers in 2 weight sets: layers 0-1 share set 0, layers 2-3 set 1.
-    "albert": dict(COMMON, embedding_size=13, num_hidden_layers=4, num_hidden_groups=2,
-                   hidden_act="gelu_new", type_vocab_size=2),  # fmt: skip
-    "xlm-roberta": dict(COMMON, max_position_embeddings=69, type_vocab_size=1,
-                        layer_norm_eps=1e-5, pad_token_id=1, bos_token_id=0, eos_token_id=2),
-}  # fmt: skip
+    "albert": dict(
+        COMMON,
+        embedding_size=13,
+        num_hidden_layers=4,
+        num_hidden_groups=2,
+        hidden_act="gelu_new",
+        type_vocab_size=2,
+    ),
+    "xlm-roberta": dict(
+        COMMON,
+        max_position_embeddings=69,
+        type_vocab_size=1,
+        layer_norm_eps=1e-5,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+    ),
+}
 
 
 def _unigram(specials: list[str], unk: str):
@@ -54,25 +73,42 @@ def make_family_tokenizer(family: str):
         specials = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
         tok = _unigram(specials, "<unk>")
         tok.post_processor = processors.TemplateProcessing(
-            single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
-            special_tokens=[("[CLS]", 2), ("[SEP]", 3)])  # fmt: skip
+            single="[CLS]:0 $A:0 [SEP]:0",
+            pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+            special_tokens=[("[CLS]", 2), ("[SEP]", 3)],
+        )
         return transformers.AlbertTokenizer(
-            tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", cls_token="[CLS]",
-            sep_token="[SEP]", mask_token="[MASK]")  # fmt: skip
+            tokenizer_object=tok,
+            unk_token="<unk>",
+            pad_token="<pad>",
+            cls_token="[CLS]",
+            sep_token="[SEP]",
+            mask_token="[MASK]",
+        )
     if family == "xlm-roberta":
         specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # fairseq's ids 0..3, as XLM-R
         tok = _unigram(specials, "<unk>")
         tok.post_processor = processors.TemplateProcessing(
-            single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
-            special_tokens=[("<s>", 0), ("</s>", 2)])  # fmt: skip
+            single="<s> $A </s>",
+            pair="<s> $A </s> </s> $B </s>",
+            special_tokens=[("<s>", 0), ("</s>", 2)],
+        )
         return transformers.XLMRobertaTokenizer(
-            tokenizer_object=tok, bos_token="<s>", eos_token="</s>", sep_token="</s>",
-            cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>")  # fmt: skip
+            tokenizer_object=tok,
+            bos_token="<s>",
+            eos_token="</s>",
+            sep_token="</s>",
+            cls_token="<s>",
+            unk_token="<unk>",
+            pad_token="<pad>",
+            mask_token="<mask>",
+        )
     raise ValueError(f"no tiny tokenizer for {family!r}")
 
 
-def make_family_checkpoint(family: str, out_dir, *, seed: int = 0, head: bool = False,
-                           **overrides) -> Path:  # fmt: skip
+def make_family_checkpoint(
+    family: str, out_dir, *, seed: int = 0, head: bool = False, **overrides
+) -> Path:
     """Write a tiny random checkpoint of `family` (config, safetensors, tokenizer).
 
     head: save the family's MLM model (generator head for ELECTRA) instead of the

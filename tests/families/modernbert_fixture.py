@@ -81,8 +81,9 @@ def _bpe():
         show_progress=False,
     )
     tok.train_from_iterator(_CORPUS, trainer=trainer)
-    tok.add_special_tokens([tokenizers.AddedToken(s, lstrip=s == "[MASK]", normalized=False)
-                            for s in SPECIALS])  # fmt: skip
+    tok.add_special_tokens(
+        [tokenizers.AddedToken(s, lstrip=s == "[MASK]", normalized=False) for s in SPECIALS]
+    )
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS]:0 $A:0 [SEP]:0",

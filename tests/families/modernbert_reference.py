@@ -68,8 +68,16 @@ def modernbert_reference(model, enc, monkeypatch) -> dict:
         assert rec["scaling"] == head_dim**-0.5
         row = {n: rec[n] for n in ("queries", "keys", "values", "attention")}  # [H, T, K|S]
         row["scores"] = rec["queries"] @ rec["keys"].transpose(0, 2, 1) * head_dim**-0.5
-        row.update(naive_norms(modules(model, layer), rec["values"], rec["attention"],
-                               hidden[layer], outs[layer], c.norm_eps))  # fmt: skip
+        row.update(
+            naive_norms(
+                modules(model, layer),
+                rec["values"],
+                rec["attention"],
+                hidden[layer],
+                outs[layer],
+                c.norm_eps,
+            )
+        )
         for name, value in row.items():
             ref.setdefault(name, []).append(value)
     result = {name: np.stack(v) for name, v in ref.items()}

@@ -34,8 +34,13 @@ from kobayashi_reference import authors_mixing
 
 def _bert_like(layer):
     a = layer.attention
-    return dict(query=a.self.query, key=a.self.key, value=a.self.value, out=a.output.dense,
-                next_ln=a.output.LayerNorm)  # fmt: skip
+    return dict(
+        query=a.self.query,
+        key=a.self.key,
+        value=a.self.value,
+        out=a.output.dense,
+        next_ln=a.output.LayerNorm,
+    )
 
 
 def _albert(model, layer: int):
@@ -64,8 +69,11 @@ def torch_reference(model, family: str, enc) -> dict:
     hooks = []
     for m in {id(m): m for per in mods for k, m in per.items() if k != "next_ln"}.values():
         calls[id(m)] = []
-        hooks.append(m.register_forward_hook(
-            lambda mod, _i, out: calls[id(mod)].append(out.detach().double()[0])))  # fmt: skip
+        hooks.append(
+            m.register_forward_hook(
+                lambda mod, _i, out: calls[id(mod)].append(out.detach().double()[0])
+            )
+        )
     try:
         with torch.no_grad():
             out = model(**enc, output_attentions=True, output_hidden_states=True)
@@ -83,8 +91,10 @@ def torch_reference(model, family: str, enc) -> dict:
     for layer, per in enumerate(mods):
         q, k, v, attn_out = (take(per[n]) for n in ("query", "key", "value", "out"))
         t = q.shape[0]
-        split = {n: a.reshape(t, heads, -1).transpose(1, 0, 2) for n, a in
-                 (("queries", q), ("keys", k), ("values", v))}  # fmt: skip
+        split = {
+            n: a.reshape(t, heads, -1).transpose(1, 0, 2)
+            for n, a in (("queries", q), ("keys", k), ("values", v))
+        }
         alpha = out.attentions[layer][0].double().numpy()
         x = out.hidden_states[layer][0].double().numpy()
         row = dict(split, attention=alpha)

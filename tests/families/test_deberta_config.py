@@ -46,8 +46,9 @@ def _translate(**changes):
 def test_v3_maps_to_relative_attention_without_absolute_positions():
     c = _translate()
     assert c.family == "deberta-v2" and (c.hidden_size, c.num_heads, c.num_layers) == (21, 3, 3)
-    assert c.relative == Relative(att_types=("c2p", "p2c"), buckets=8, max_relative=-1,
-                                  share_att_key=True, norm_rel_ebd=True)  # fmt: skip
+    assert c.relative == Relative(
+        att_types=("c2p", "p2c"), buckets=8, max_relative=-1, share_att_key=True, norm_rel_ebd=True
+    )
     assert not c.absolute_positions and c.type_vocab_size == 0 and c.layer_norm_eps == 1e-7
     assert c.project_first and not c.projection_bias and c.embedding_width == 21
     assert c.relative_rows == 16 and c.score_terms() == ("c2c", "c2p", "p2c")
@@ -56,26 +57,50 @@ def test_v3_maps_to_relative_attention_without_absolute_positions():
 
 @pytest.mark.parametrize(
     "value, terms",
-    [("p2c|c2p", ("c2p", "p2c")), (" C2P ", ("c2p",)), (["p2c"], ("p2c",)),
-     (["p2c", "c2p", "p2c"], ("c2p", "p2c")), (None, ()), ([], ())],
-)  # fmt: skip
+    [
+        ("p2c|c2p", ("c2p", "p2c")),
+        (" C2P ", ("c2p",)),
+        (["p2c"], ("p2c",)),
+        (["p2c", "c2p", "p2c"], ("c2p", "p2c")),
+        (None, ()),
+        ([], ()),
+    ],
+)
 def test_pos_att_type_forms(value, terms):
     c = _translate(pos_att_type=value)
     assert c.relative.att_types == terms and c.score_terms() == ("c2c", *terms)
 
 
 def test_v2_like_fields_and_hf_defaults():
-    c = _translate(position_biased_input=True, type_vocab_size=2, share_att_key=False,
-                   position_buckets=..., max_relative_positions=12, norm_rel_ebd="none",
-                   embedding_size=13, attention_head_size=7, legacy=False,
-                   pooler_hidden_size=21, pooler_dropout=0, pooler_hidden_act="gelu",
-                   conv_act="gelu", conv_groups=1, conv_kernel_size=0)  # fmt: skip
+    c = _translate(
+        position_biased_input=True,
+        type_vocab_size=2,
+        share_att_key=False,
+        position_buckets=...,
+        max_relative_positions=12,
+        norm_rel_ebd="none",
+        embedding_size=13,
+        attention_head_size=7,
+        legacy=False,
+        pooler_hidden_size=21,
+        pooler_dropout=0,
+        pooler_hidden_act="gelu",
+        conv_act="gelu",
+        conv_groups=1,
+        conv_kernel_size=0,
+    )
     assert c.absolute_positions and c.type_vocab_size == 2 and c.embedding_width == 13
     assert c.relative == Relative(att_types=("c2p", "p2c"), buckets=-1, max_relative=12)
     assert c.relative_rows == 24  # no buckets: 2 x max_relative_positions
-    bare = _translate(type_vocab_size=..., layer_norm_eps=..., position_biased_input=...,
-                      share_att_key=..., norm_rel_ebd=..., max_relative_positions=...,
-                      position_buckets=...)  # fmt: skip
+    bare = _translate(
+        type_vocab_size=...,
+        layer_norm_eps=...,
+        position_biased_input=...,
+        share_att_key=...,
+        norm_rel_ebd=...,
+        max_relative_positions=...,
+        position_buckets=...,
+    )
     assert bare.type_vocab_size == 0 and bare.layer_norm_eps == 1e-7 and bare.absolute_positions
     assert bare.relative == Relative(att_types=("c2p", "p2c"), buckets=-1, max_relative=-1)
     assert bare.relative_rows == 2 * 67  # max_relative_positions < 1: max_position_embeddings
@@ -100,7 +125,7 @@ def test_v2_like_fields_and_hf_defaults():
         (dict(z_steps=2), r"field 'z_steps' of model_type 'deberta-v2' is not known"),
         (dict(model_type="deberta"), r"unsupported model_type 'deberta'"),
     ],
-)  # fmt: skip
+)
 def test_unsupported_options_are_refused_by_name(changes, message):
     with pytest.raises(CheckpointError, match=message):
         _translate(**changes)

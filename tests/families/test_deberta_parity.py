@@ -26,23 +26,43 @@ import jaxattn
 
 VARIANTS = {
     "v3": dict(overrides={}, mlm=False),
-    "v2": dict(overrides=dict(V2_LIKE, pos_att_type=["p2c"], position_buckets=-1,
-                              max_relative_positions=12, embedding_size=13,
-                              num_hidden_layers=2), mlm=True),
-}  # fmt: skip
+    "v2": dict(
+        overrides=dict(
+            V2_LIKE,
+            pos_att_type=["p2c"],
+            position_buckets=-1,
+            max_relative_positions=12,
+            embedding_size=13,
+            num_hidden_layers=2,
+        ),
+        mlm=True,
+    ),
+}
 TERMS = {"v3": ("c2c", "c2p", "p2c"), "v2": ("c2c", "p2c")}
 # v3 captures every quantity. The v2-like model differs in what reaches the scores and the
 # hidden states; its norm quantities are the same code on the same alpha, v and W_O, so it
 # captures only the rest (one compilation of every quantity costs ~8 s more here).
-WHAT = {"v3": None, "v2": ("attention", "scores", "scores_c2c", "scores_p2c", "queries",
-                           "keys", "values", "hidden_states")}  # fmt: skip
+WHAT = {
+    "v3": None,
+    "v2": (
+        "attention",
+        "scores",
+        "scores_c2c",
+        "scores_p2c",
+        "queries",
+        "keys",
+        "values",
+        "hidden_states",
+    ),
+}
 
 
 @pytest.fixture(scope="module", params=sorted(VARIANTS))
 def setup(request, tmp_path_factory):
     variant = VARIANTS[request.param]
-    path = make_deberta_checkpoint(tmp_path_factory.mktemp(request.param), mlm=variant["mlm"],
-                                   **variant["overrides"])  # fmt: skip
+    path = make_deberta_checkpoint(
+        tmp_path_factory.mktemp(request.param), mlm=variant["mlm"], **variant["overrides"]
+    )
     tok = load_tokenizer(path)
     texts = [EXAMPLE_A, (EXAMPLE_A, EXAMPLE_B), "Hello world!", long_text(tok, 40), ""]
     engine = jaxattn.load(path, buckets=(48,))  # one shape: one compilation
@@ -122,8 +142,10 @@ def test_extra_hf_tensors_load_and_contradictions_are_named(setup, tmp_path):
     copy = Path(shutil.copytree(path, tmp_path / "copy"))
     weights = load_file(copy / "model.safetensors")
     # What the hub's v3 checkpoints carry beside the encoder (HF ignores them too).
-    extra = {"embeddings.position_embeddings.weight": np.zeros((67, 21), np.float32),
-             "lm_predictions.lm_head.bias": np.zeros((245,), np.float32)}  # fmt: skip
+    extra = {
+        "embeddings.position_embeddings.weight": np.zeros((67, 21), np.float32),
+        "lm_predictions.lm_head.bias": np.zeros((245,), np.float32),
+    }
     save_file({**weights, **extra}, copy / "model.safetensors", metadata={"format": "pt"})
     assert jaxattn.load(copy).config.relative_rows == 16
     config = json.loads((copy / "config.json").read_text())

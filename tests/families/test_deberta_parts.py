@@ -143,8 +143,9 @@ def test_disentangled_scores_equal_hf(monkeypatch, att_types, share, buckets, ma
     assert set(got) == {"c2c", *att_types}
     assert score_scale(K, att_types) == np.float32(np.sqrt(K * factor))
     for name, ref in want.items():
-        np.testing.assert_allclose(np.asarray(got[name]), ref.numpy(), rtol=1e-5, atol=1e-5,
-                                   err_msg=name)  # fmt: skip
+        np.testing.assert_allclose(
+            np.asarray(got[name]), ref.numpy(), rtol=1e-5, atol=1e-5, err_msg=name
+        )
     total = got["c2c"] + sum(got[t] for t in att_types)
     np.testing.assert_allclose(np.asarray(total), seen[0][0].numpy(), rtol=1e-5, atol=1e-5)
     assert float(np.abs(np.asarray(total) - np.asarray(got["c2c"])).max()) > 0.1  # terms matter
@@ -162,8 +163,9 @@ def test_fixture_builds_loads_and_runs(tmp_path, overrides):
 
     path = make_deberta_checkpoint(tmp_path / "deberta", **overrides)
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    enc = tokenizer("I went to the store.", "At the store, I bought fresh strawberries.",
-                    return_tensors="pt")  # fmt: skip
+    enc = tokenizer(
+        "I went to the store.", "At the store, I bought fresh strawberries.", return_tensors="pt"
+    )
     tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
     assert tokens[:3] == ["[CLS]", "▁I", "▁went"] and tokens[-1] == "[SEP]"
     assert tokens.count("[SEP]") == 2 and "[UNK]" not in tokens and "berries" in tokens

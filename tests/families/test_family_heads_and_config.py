@@ -57,15 +57,18 @@ def test_the_new_families_translate_with_their_switches():
 @pytest.mark.parametrize(
     ("family", "fields", "says"),
     [
-        ("albert", {"inner_group_num": 2}, "inner_group_num=2 is not supported: jaxattn computes "
-                                            "only inner_group_num=1"),
+        (
+            "albert",
+            {"inner_group_num": 2},
+            "inner_group_num=2 is not supported: jaxattn computes only inner_group_num=1",
+        ),
         ("albert", {"num_hidden_groups": 5}, "num_hidden_groups=5 must lie in 1..4"),
         ("electra", {"position_embedding_type": "relative_key"}, "position_embedding_type"),
-        ("electra", {"embedding_size": "13"}, "embedding_size is \"13\" (a string)"),
+        ("electra", {"embedding_size": "13"}, 'embedding_size is "13" (a string)'),
         ("xlm-roberta", {"rope_theta": 1.0}, "field 'rope_theta' of model_type 'xlm-roberta'"),
         ("electra", {"hidden_act": "mish"}, "unsupported activation 'mish'"),
     ],
-)  # fmt: skip
+)
 def test_unsupported_options_are_refused_by_name(family, fields, says):
     with pytest.raises(CheckpointError) as info:
         translate(_hf(family, **fields), name="x")
@@ -93,6 +96,9 @@ def test_a_tokenizer_larger_than_the_vocabulary_is_refused_naming_its_file(tmp_p
             f.unlink()
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(albert / name, electra / name)
-    with pytest.raises(CheckpointError, match=r"tokenizer.json: the tokenizer gives ids up to "
-                       r"\d+, but the model's vocab_size is \d+"):  # fmt: skip
+    with pytest.raises(
+        CheckpointError,
+        match=r"tokenizer.json: the tokenizer gives ids up to "
+        r"\d+, but the model's vocab_size is \d+",
+    ):
         jaxattn.load(electra)

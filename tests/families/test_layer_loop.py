@@ -34,11 +34,14 @@ from jaxattn.spec import make_spec
 WHAT = ("attention", "queries", "hidden_states", "alpha_fx_norm", "attn_res_ln_norm")
 # family: (write its tiny checkpoint, load the torch model, reference(model, enc, monkeypatch))
 FAMILIES = {
-    "albert": (lambda d: make_family_checkpoint("albert", d), load_torch_model,
-               lambda model, enc, _: torch_reference(model, "albert", enc)),
+    "albert": (
+        lambda d: make_family_checkpoint("albert", d),
+        load_torch_model,
+        lambda model, enc, _: torch_reference(model, "albert", enc),
+    ),
     "modernbert": (make_modernbert_checkpoint, load_modernbert_torch, modernbert_reference),
     "deberta": (make_deberta_checkpoint, load_deberta_torch, deberta_reference),
-}  # fmt: skip
+}
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -67,17 +70,25 @@ def test_selections_and_ablation_equal_the_unrolled_program(scanned):
     family, path, _, texts, scan, _ = scanned
     unrolled = jaxattn.load(path, buckets=(48,), layer_loop="unrolled")
     last = scan.config.num_layers - 1
-    requests = [dict(what=("attention", "keys"), layers=(1, last), heads=(0, 2)),
-                dict(what=("hidden_states",), layers=(0, last)),
-                dict(what=("attention", "hidden_states"),
-                     ablation=HeadAblation(zero=frozenset({(1, 1)}),
-                                           uniform=frozenset({(last, 0)})))]  # fmt: skip
+    requests = [
+        dict(what=("attention", "keys"), layers=(1, last), heads=(0, 2)),
+        dict(what=("hidden_states",), layers=(0, last)),
+        dict(
+            what=("attention", "hidden_states"),
+            ablation=HeadAblation(zero=frozenset({(1, 1)}), uniform=frozenset({(last, 0)})),
+        ),
+    ]
     for request in requests:
-        for got, want in zip(scan.capture(texts, **request), unrolled.capture(texts, **request),
-                             strict=True):  # fmt: skip
+        for got, want in zip(
+            scan.capture(texts, **request), unrolled.capture(texts, **request), strict=True
+        ):
             for name in request["what"]:
-                np.testing.assert_allclose(got.array(name), want.array(name), atol=2e-6,
-                                           err_msg=f"{family} {request} {name}")  # fmt: skip
+                np.testing.assert_allclose(
+                    got.array(name),
+                    want.array(name),
+                    atol=2e-6,
+                    err_msg=f"{family} {request} {name}",
+                )
 
 
 def test_the_weights_and_their_fingerprint_are_the_checkpoints(scanned):
@@ -107,36 +118,57 @@ def test_a_one_layer_pre_ln_model_has_nothing_to_stack(tmp_path, monkeypatch):
 
 def test_runs_split_where_the_layers_code_or_capture_differs():
     spec = _spec(("attention",), layers=(1, 2, 4))
-    runs = [(r.start, r.stop, r.captured, r.output)
-            for r in layer_loop.layer_runs(tiny(num_layers=6), spec)]  # fmt: skip
+    runs = [
+        (r.start, r.stop, r.captured, r.output)
+        for r in layer_loop.layer_runs(tiny(num_layers=6), spec)
+    ]
     # Layer 5 is never run; layer 4, the last, skips its output.
-    assert runs == [(0, 1, False, True), (1, 3, True, True), (3, 4, False, True),
-                    (4, 5, True, False)]  # fmt: skip
+    assert runs == [
+        (0, 1, False, True),
+        (1, 3, True, True),
+        (3, 4, False, True),
+        (4, 5, True, False),
+    ]
     every = _spec(("hidden_states",), layers=None)
-    pre = tiny(num_layers=6, norm="pre", absolute_positions=False,
-               rotary=Rotary(global_every=3, local_window=8))  # fmt: skip
+    pre = tiny(
+        num_layers=6,
+        norm="pre",
+        absolute_positions=False,
+        rotary=Rotary(global_every=3, local_window=8),
+    )
     # Pre-LN layer 0 (no attention LayerNorm) and, unrolled, global layers 0, 3 run apart;
     # a scan takes each layer's kind as data: global, local, local, global, local, local.
     assert [(r.start, r.stop) for r in layer_loop.layer_runs(pre, every)] == [
-        (0, 1), (1, 3), (3, 4), (4, 6)]  # fmt: skip
+        (0, 1),
+        (1, 3),
+        (3, 4),
+        (4, 6),
+    ]
     assert [(r.start, r.stop) for r in layer_loop.layer_runs(pre, every, scan=True)] == [
-        (0, 1), (1, 6)]  # fmt: skip
+        (0, 1),
+        (1, 6),
+    ]
     run = layer_loop.layer_runs(pre, every, scan=True)[1]
     assert layer_loop.global_layers(pre, run).tolist() == [False, False, True, False, False]
     assert layer_loop.global_layers(tiny(), run) is None
 
 
 def _spec(what, layers):
-    return make_spec(what=what, layers=layers, heads=None, dtype="float32", num_layers=6,
-                     num_heads=3)  # fmt: skip
+    return make_spec(
+        what=what, layers=layers, heads=None, dtype="float32", num_layers=6, num_heads=3
+    )
 
 
 def test_stacking_keeps_every_weight_and_unstacks_exactly():
     config = tiny(num_layers=3)
     rng = np.random.default_rng(0)
-    params = {"embeddings": {"word": rng.normal(size=(5, 2))},
-              **{f"layer_{i}": {"w": rng.normal(size=(2, 3)), "b": {"c": rng.normal(size=3)}}
-                 for i in range(3)}}  # fmt: skip
+    params = {
+        "embeddings": {"word": rng.normal(size=(5, 2))},
+        **{
+            f"layer_{i}": {"w": rng.normal(size=(2, 3)), "b": {"c": rng.normal(size=3)}}
+            for i in range(3)
+        },
+    }
     stacked = layer_loop.stack_layers(params, config)
     assert sorted(stacked) == ["embeddings", "layers"]
     np.testing.assert_array_equal(stacked["layers"]["b"]["c"][2], params["layer_2"]["b"]["c"])

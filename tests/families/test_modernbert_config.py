@@ -16,19 +16,37 @@ from jaxattn.errors import CheckpointError
 
 G, S = "full_attention", "sliding_attention"
 NEW = dict(
-    model_type="modernbert", vocab_size=338, hidden_size=18, num_hidden_layers=4,
-    num_attention_heads=3, intermediate_size=23, max_position_embeddings=67,
-    hidden_activation="gelu", norm_eps=1e-5, norm_bias=False, attention_bias=False,
-    mlp_bias=False, pad_token_id=333, local_attention=8, global_attn_every_n_layers=3,
+    model_type="modernbert",
+    vocab_size=338,
+    hidden_size=18,
+    num_hidden_layers=4,
+    num_attention_heads=3,
+    intermediate_size=23,
+    max_position_embeddings=67,
+    hidden_activation="gelu",
+    norm_eps=1e-5,
+    norm_bias=False,
+    attention_bias=False,
+    mlp_bias=False,
+    pad_token_id=333,
+    local_attention=8,
+    global_attn_every_n_layers=3,
     layer_types=[G, S, S, G],
-    rope_parameters={G: {"rope_type": "default", "rope_theta": 1000.0},
-                     S: {"rope_type": "default", "rope_theta": 30.0}},
-)  # fmt: skip
+    rope_parameters={
+        G: {"rope_type": "default", "rope_theta": 1000.0},
+        S: {"rope_type": "default", "rope_theta": 30.0},
+    },
+)
 # transformers 4's layout of the same model, with the extra fields hub configs carry.
 OLD = {k: v for k, v in NEW.items() if k not in ("layer_types", "rope_parameters")}
-OLD |= dict(global_rope_theta=1000.0, local_rope_theta=30.0, layer_norm_eps=1e-5,
-            position_embedding_type="absolute", reference_compile=None,
-            repad_logits_with_grad=False)  # fmt: skip
+OLD |= dict(
+    global_rope_theta=1000.0,
+    local_rope_theta=30.0,
+    layer_norm_eps=1e-5,
+    position_embedding_type="absolute",
+    reference_compile=None,
+    repad_logits_with_grad=False,
+)
 ROTARY = Rotary(global_theta=1000.0, local_theta=30.0, global_every=3, local_window=8)
 
 
@@ -47,12 +65,22 @@ def test_both_formats_give_the_same_model():
 
 
 def test_modernbert_config_defaults_apply():
-    bare = {k: NEW[k] for k in ("model_type", "vocab_size", "hidden_size", "num_hidden_layers",
-                                "num_attention_heads", "intermediate_size",
-                                "max_position_embeddings")}  # fmt: skip
+    bare = {
+        k: NEW[k]
+        for k in (
+            "model_type",
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+        )
+    }
     c = translate(bare, name="mb")
-    assert c.rotary == Rotary(global_theta=160000.0, local_theta=10000.0, global_every=3,
-                              local_window=128)  # fmt: skip
+    assert c.rotary == Rotary(
+        global_theta=160000.0, local_theta=10000.0, global_every=3, local_window=128
+    )
     assert (c.layer_norm_eps, c.pad_token_id) == (1e-5, 50283)
     assert not (c.norm_bias or c.attention_bias or c.mlp_bias)
 
@@ -69,8 +97,16 @@ def test_layer_types_win_over_the_bc_field_and_rope_parameters_over_legacy_theta
 
 def test_every_field_transformers_writes_is_known():
     transformers = pytest.importorskip("transformers")
-    fields = {k: NEW[k] for k in ("vocab_size", "hidden_size", "num_hidden_layers",
-                                  "num_attention_heads", "intermediate_size")}  # fmt: skip
+    fields = {
+        k: NEW[k]
+        for k in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+        )
+    }
     for extra in ({}, dict(norm_bias=True, attention_bias=True, global_attn_every_n_layers=2)):
         hf = transformers.ModernBertConfig(**fields, **extra).to_dict()
         c = translate(hf, name="mb")
@@ -89,11 +125,11 @@ def test_every_field_transformers_writes_is_known():
         (
             dict(rope_parameters={G: {"rope_type": "yarn", "rope_theta": 10.0, "factor": 2.0}}),
             "only the keys rope_type and rope_theta",
-        ),  # fmt: skip
+        ),
         (
             dict(rope_parameters={G: {"rope_type": "linear", "rope_theta": 10.0}}),
             'rope_parameters.full_attention.rope_type="linear" is not supported',
-        ),  # fmt: skip
+        ),
         (dict(rope_parameters={"rope_type": "default", "rope_theta": 10.0}), "rope_parameters="),
         (dict(rope_parameters={S: {"rope_theta": -1.0}}), "must be a positive number"),
         (dict(rope_parameters=..., global_rope_theta="big"), "global_rope_theta is"),
@@ -103,7 +139,7 @@ def test_every_field_transformers_writes_is_known():
         (
             dict(sliding_window=8),
             "sliding_window=8 is not supported: jaxattn computes only local_attention // 2 = 4",
-        ),  # fmt: skip
+        ),
         (dict(head_dim=8), "head_dim=8 is not supported"),
         (dict(hidden_activation="quick_gelu"), "unsupported activation 'quick_gelu'"),
         (dict(norm_bias="no"), "norm_bias is"),
@@ -120,6 +156,12 @@ def test_settings_that_change_nothing_pass():
     assert _translate(sliding_window=4, head_dim=6, rope_scaling=None).rotary == ROTARY
     assert _translate(local_attention=9).rotary.local_window == 9  # the same 4 each side as 8
     assert _translate(local_attention=0).rotary.local_window == 0  # each query sees itself
-    for field in ("sparse_prediction", "deterministic_flash_attn", "classifier_bias",
-                  "decoder_bias", "classifier_pooling", "mlp_dropout"):  # fmt: skip
+    for field in (
+        "sparse_prediction",
+        "deterministic_flash_attn",
+        "classifier_bias",
+        "decoder_bias",
+        "classifier_pooling",
+        "mlp_dropout",
+    ):
         assert _translate(**{field: True}).rotary == ROTARY

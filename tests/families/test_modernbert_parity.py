@@ -31,8 +31,9 @@ LOCAL_LAYERS = (1, 2)
 
 @pytest.fixture(scope="module", params=sorted(VARIANTS))
 def setup(request, tmp_path_factory):
-    path = make_modernbert_checkpoint(tmp_path_factory.mktemp(request.param),
-                                      **VARIANTS[request.param])  # fmt: skip
+    path = make_modernbert_checkpoint(
+        tmp_path_factory.mktemp(request.param), **VARIANTS[request.param]
+    )
     tok = load_tokenizer(path)
     texts = [EXAMPLE_A, (EXAMPLE_A, EXAMPLE_B), "Hello world!", long_text(tok, 40), ""]
     engine = jaxattn.load(path, buckets=(48,))  # one shape: one compilation

@@ -22,9 +22,17 @@ D, H, K, T = 18, 3, 6, 40
 
 
 def _config(**overrides) -> ModernBertConfig:
-    fields = dict(vocab_size=50, hidden_size=D, num_attention_heads=H, intermediate_size=23,
-                  num_hidden_layers=4, global_attn_every_n_layers=3, local_attention=8,
-                  global_rope_theta=1000.0, local_rope_theta=30.0)  # fmt: skip
+    fields = dict(
+        vocab_size=50,
+        hidden_size=D,
+        num_attention_heads=H,
+        intermediate_size=23,
+        num_hidden_layers=4,
+        global_attn_every_n_layers=3,
+        local_attention=8,
+        global_rope_theta=1000.0,
+        local_rope_theta=30.0,
+    )
     config = ModernBertConfig(**{**fields, **overrides})
     config._attn_implementation = "eager"
     return config
@@ -74,8 +82,9 @@ def test_apply_rotary_matches_hf(head_dim):
     q = torch.randn(1, H, T, head_dim, generator=g)  # HF layout [B, H, T, K]
     k = torch.randn(1, H, T, head_dim, generator=g)
     cos, sin = rotary.rope_angles(T, head_dim, 30.0)
-    q_ref, k_ref = hf.apply_rotary_pos_emb(q, k, torch.tensor(cos)[None],
-                                           torch.tensor(sin)[None], unsqueeze_dim=1)  # fmt: skip
+    q_ref, k_ref = hf.apply_rotary_pos_emb(
+        q, k, torch.tensor(cos)[None], torch.tensor(sin)[None], unsqueeze_dim=1
+    )
     for x, ref in ((q, q_ref), (k, k_ref)):
         ours = np.asarray(rotary.apply_rotary(x[0].permute(1, 0, 2).numpy(), cos, sin))  # [T,H,K]
         np.testing.assert_allclose(ours, ref[0].permute(1, 0, 2).numpy(), rtol=0, atol=1e-6)
@@ -106,8 +115,10 @@ def test_window_mask_is_half_window_each_side():
 def test_is_global_layer_matches_hf_layer_types(every):
     layers = 6
     types = _config(num_hidden_layers=layers, global_attn_every_n_layers=every).layer_types
-    ours = ["full_attention" if rotary.is_global_layer(i, every) else "sliding_attention"
-            for i in range(layers)]  # fmt: skip
+    ours = [
+        "full_attention" if rotary.is_global_layer(i, every) else "sliding_attention"
+        for i in range(layers)
+    ]
     assert ours == types
 
 
@@ -132,8 +143,11 @@ def test_parts_compose_to_hf_eager_attention(layer_idx):
     x = torch.randn(1, T, D)
     layer_type = config.layer_types[layer_idx]
     cos_ref, sin_ref = hf.ModernBertRotaryEmbedding(config)(x, torch.arange(T)[None], layer_type)
-    maker = (create_bidirectional_sliding_window_mask if layer_type == "sliding_attention"
-             else hf.create_bidirectional_mask)  # fmt: skip
+    maker = (
+        create_bidirectional_sliding_window_mask
+        if layer_type == "sliding_attention"
+        else hf.create_bidirectional_mask
+    )
     mask = maker(config=config, inputs_embeds=x, attention_mask=torch.ones(1, T, dtype=torch.long))
     with torch.no_grad():
         _, ref = attn(x, position_embeddings=(cos_ref, sin_ref), attention_mask=mask)
@@ -145,8 +159,11 @@ def test_parts_compose_to_hf_eager_attention(layer_idx):
     cos, sin = rotary.rope_angles(T, K, theta)
     q, k = (np.asarray(rotary.apply_rotary(a, cos, sin), np.float64) for a in (q, k))
     scores = np.einsum("thk,shk->hts", q, k) / np.sqrt(K)
-    allowed = (np.ones((T, T), bool) if rotary.is_global_layer(layer_idx, 3)
-               else rotary.window_mask(T, config.local_attention))  # fmt: skip
+    allowed = (
+        np.ones((T, T), bool)
+        if rotary.is_global_layer(layer_idx, 3)
+        else rotary.window_mask(T, config.local_attention)
+    )
     scores = np.where(allowed[None], scores, -np.inf)
     alpha = np.exp(scores - scores.max(-1, keepdims=True))
     alpha /= alpha.sum(-1, keepdims=True)
@@ -166,8 +183,13 @@ def test_fixture_checkpoint_layout(tmp_path, biases):
     path = make_modernbert_checkpoint(tmp_path / "mb", mlm=True, **(BIASES_ON if biases else {}))
     tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     n = len(tok)
-    assert [tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.pad_token_id,
-            tok.mask_token_id] == list(range(n - 5, n))  # fmt: skip
+    assert [
+        tok.unk_token_id,
+        tok.cls_token_id,
+        tok.sep_token_id,
+        tok.pad_token_id,
+        tok.mask_token_id,
+    ] == list(range(n - 5, n))
     enc = tok(EXAMPLE_A, EXAMPLE_B, return_token_type_ids=True)
     ids, types = enc["input_ids"], enc["token_type_ids"]
     sep = ids.index(tok.sep_token_id)
@@ -183,8 +205,12 @@ def test_fixture_checkpoint_layout(tmp_path, biases):
 
     model = load_modernbert_torch(path)
     assert model.config._attn_implementation == "eager"
-    assert model.config.layer_types == ["full_attention", "sliding_attention",
-                                        "sliding_attention", "full_attention"]  # fmt: skip
+    assert model.config.layer_types == [
+        "full_attention",
+        "sliding_attention",
+        "sliding_attention",
+        "full_attention",
+    ]
     text = _CORPUS[3]
     with torch.no_grad():
         out = model(**tok(text, return_tensors="pt"), output_attentions=True)

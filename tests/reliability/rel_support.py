@@ -131,17 +131,32 @@ class ShapeEngine:
     def run(self, tokenized, spec):
         i = self.info
         for pos, e in enumerate(tokenized):
-            sizes = dict(L=len(spec.layers), H=len(spec.heads), T=e.length, S=e.length,
-                         K=i.head_dim, D=i.hidden)  # fmt: skip
+            sizes = dict(
+                L=len(spec.layers),
+                H=len(spec.heads),
+                T=e.length,
+                S=e.length,
+                K=i.head_dim,
+                D=i.hidden,
+            )
             tensors = {}
             for name in spec.what:
                 shape = [sizes[a] for a in QUANTITIES[name].axes]
                 shape[0] += name == "hidden_states"
                 tensors[name] = np.zeros(shape, OUTPUT_DTYPES[spec.dtype])
             quant = {n: (1 / 255, 0.0) for n in tensors} if spec.dtype == "uint8" else {}
-            yield pos, Capture(tokens=e.tokens, sentence_b_start=e.sentence_b_start,
-                               layers=spec.layers, heads=spec.heads, dtype=spec.dtype,
-                               tensors=tensors, quantization=quant)  # fmt: skip
+            yield (
+                pos,
+                Capture(
+                    tokens=e.tokens,
+                    sentence_b_start=e.sentence_b_start,
+                    layers=spec.layers,
+                    heads=spec.heads,
+                    dtype=spec.dtype,
+                    tensors=tensors,
+                    quantization=quant,
+                ),
+            )
 
 
 class Proxy:
@@ -227,6 +242,7 @@ def raw_capture(channel, request_bytes: bytes, timeout: float = 30.0, metadata=(
 
 
 def request_bytes(texts, what=WHAT, **fields) -> bytes:
-    items = [pb.Text(text=t) if isinstance(t, str) else pb.Text(text=t[0], text_pair=t[1])
-             for t in texts]  # fmt: skip
+    items = [
+        pb.Text(text=t) if isinstance(t, str) else pb.Text(text=t[0], text_pair=t[1]) for t in texts
+    ]
     return pb.CaptureRequest(texts=items, what=list(what), **fields).SerializeToString()

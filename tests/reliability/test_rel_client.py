@@ -18,9 +18,13 @@ from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import serialize_example
 
 CAP = Capture(
-    tokens=("[CLS]", "a", "[SEP]"), sentence_b_start=None, layers=(0,), heads=(0,),
-    dtype="float32", tensors={"attention": np.full((1, 1, 3, 3), 1 / 3, np.float32)},
-)  # fmt: skip
+    tokens=("[CLS]", "a", "[SEP]"),
+    sentence_b_start=None,
+    layers=(0,),
+    heads=(0,),
+    dtype="float32",
+    tensors={"attention": np.full((1, 1, 3, 3), 1 / 3, np.float32)},
+)
 
 
 class Script:
@@ -70,12 +74,12 @@ def scripted(script: Script):
             script.capture,
             request_deserializer=pb.CaptureRequest.FromString,
             response_serializer=lambda b: b,
-        ),  # fmt: skip
+        ),
         "GetModelInfo": grpc.unary_unary_rpc_method_handler(
             script.info,
             request_deserializer=pb.GetModelInfoRequest.FromString,
             response_serializer=pb.ModelInfo.SerializeToString,
-        ),  # fmt: skip
+        ),
     }
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler("jaxattn.v1.AttentionService", handlers),)
@@ -107,9 +111,15 @@ def test_unavailable_is_retried_with_growing_capped_backoff(method):
     assert gaps.max() < 0.12 + 0.1  # capped (plus scheduling slack)
 
 
-@pytest.mark.parametrize("code", [grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.INTERNAL,
-                                  grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                  grpc.StatusCode.UNAUTHENTICATED])  # fmt: skip
+@pytest.mark.parametrize(
+    "code",
+    [
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.UNAUTHENTICATED,
+    ],
+)
 def test_other_failures_are_not_retried(code):
     script = Script([code])
     with scripted(script) as address:
@@ -193,7 +203,12 @@ def test_backoff_delay_doubles_is_jittered_capped_and_stops_at_the_deadline():
 
 
 def test_bad_retry_settings_are_refused():
-    for kwargs in (dict(retries=-1), dict(backoff=(0, 1)), dict(backoff=(2, 1)),
-                   dict(timeout=0), dict(timeout=None)):  # fmt: skip
+    for kwargs in (
+        dict(retries=-1),
+        dict(backoff=(0, 1)),
+        dict(backoff=(2, 1)),
+        dict(timeout=0),
+        dict(timeout=None),
+    ):
         with pytest.raises(ValueError):
             AttentionClient("127.0.0.1:1", **kwargs)

@@ -62,8 +62,10 @@ def test_slow_reader_is_flow_controlled_and_others_are_served_meanwhile(rel_engi
         address,
     ):
         call = grpc.insecure_channel(address, TINY_WINDOW).unary_stream(
-            "/jaxattn.v1.AttentionService/Capture", request_serializer=None,
-            response_deserializer=None)(request_bytes(TEXTS * 4), timeout=60)  # fmt: skip
+            "/jaxattn.v1.AttentionService/Capture",
+            request_serializer=None,
+            response_deserializer=None,
+        )(request_bytes(TEXTS * 4), timeout=60)
         decoder, caps = StreamDecoder(), []
         fast: list[float] = []
 
@@ -97,9 +99,11 @@ def test_client_that_stops_reading_is_cut_off_and_its_memory_freed(rel_engine, e
         address,
     ):
         channel = grpc.insecure_channel(address, TINY_WINDOW)
-        call = channel.unary_stream("/jaxattn.v1.AttentionService/Capture",
-                                    request_serializer=None, response_deserializer=None)(
-            request_bytes(TEXTS * 8), timeout=60)  # fmt: skip
+        call = channel.unary_stream(
+            "/jaxattn.v1.AttentionService/Capture",
+            request_serializer=None,
+            response_deserializer=None,
+        )(request_bytes(TEXTS * 8), timeout=60)
         next(call)  # then read nothing: the server's sends block on flow control
         wait_for(lambda: server.batcher.stats["stalled"] == 1, 10, "the stall noticed")
         wait_for(lambda: server.batcher.admitted == 0, 5, "the slot freed")
@@ -202,8 +206,10 @@ def test_client_never_hangs_on_a_server_that_never_answers():
             with pytest.raises(AttentionServiceError) as info:
                 call()
             assert time.monotonic() - start < 3
-            assert info.value.code in (grpc.StatusCode.DEADLINE_EXCEEDED,
-                                       grpc.StatusCode.UNAVAILABLE)  # fmt: skip
+            assert info.value.code in (
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                grpc.StatusCode.UNAVAILABLE,
+            )
     blackhole.close()
 
 

@@ -27,11 +27,21 @@ from jaxattn.quantities import QUANTITIES
 
 OK, INVALID = grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
-FIELDS = ("texts", "what", "quantity", "layers", "heads", "dtype", "codec", "max_chunk_bytes",
-          "CaptureRequest")  # fmt: skip
+FIELDS = (
+    "texts",
+    "what",
+    "quantity",
+    "layers",
+    "heads",
+    "dtype",
+    "codec",
+    "max_chunk_bytes",
+    "CaptureRequest",
+)
 INT64 = st.integers(-(2**63), 2**63 - 1)
-SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
-                    suppress_health_check=list(HealthCheck))  # fmt: skip
+SETTINGS = settings(
+    max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
 
 
 @pytest.fixture(scope="module")
@@ -62,18 +72,21 @@ def field(number: int, payload: bytes) -> bytes:
 text_st = st.text(st.characters(codec="utf-8"), max_size=40) | st.sampled_from(
     ["", "\x00", "a\x00b", "\x01\x02\x1b[31m", "\u202e\ufeff", "\U0001f600" * 5, " " * 200]
 )
-request_st = st.fixed_dictionaries({
-    "texts": st.lists(text_st | st.tuples(text_st, text_st), max_size=20),
-    "what": st.lists(st.sampled_from(list(QUANTITIES) + ["", "bogus", "ATTENTION", "\x00"]),
-                     max_size=12),
-    "layers": st.lists(st.integers(-2, 4) | INT64, max_size=5),
-    "heads": st.lists(st.integers(-2, 4) | INT64, max_size=5),
-    "dtype": st.integers(-1, 6) | st.integers(-(2**31), 2**31 - 1),
-    "codec": st.integers(-1, 5) | st.integers(-(2**31), 2**31 - 1),
-    "max_chunk_bytes": st.sampled_from([0, 1, 1023, 1024, 2**26, 2**26 + 1, 2**63, 2**64 - 1])
-                       | st.integers(0, 2**64 - 1),
-    "truncate": st.booleans(),
-})  # fmt: skip
+request_st = st.fixed_dictionaries(
+    {
+        "texts": st.lists(text_st | st.tuples(text_st, text_st), max_size=20),
+        "what": st.lists(
+            st.sampled_from(list(QUANTITIES) + ["", "bogus", "ATTENTION", "\x00"]), max_size=12
+        ),
+        "layers": st.lists(st.integers(-2, 4) | INT64, max_size=5),
+        "heads": st.lists(st.integers(-2, 4) | INT64, max_size=5),
+        "dtype": st.integers(-1, 6) | st.integers(-(2**31), 2**31 - 1),
+        "codec": st.integers(-1, 5) | st.integers(-(2**31), 2**31 - 1),
+        "max_chunk_bytes": st.sampled_from([0, 1, 1023, 1024, 2**26, 2**26 + 1, 2**63, 2**64 - 1])
+        | st.integers(0, 2**64 - 1),
+        "truncate": st.booleans(),
+    }
+)
 
 
 @SETTINGS

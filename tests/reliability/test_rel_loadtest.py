@@ -29,9 +29,16 @@ def test_a_small_load_run_is_all_right_and_counted(rel_engine, mix_expected):
     with running_server(rel_engine) as (_, address):
         port = int(address.rsplit(":", 1)[1])
         assert listening_pid(port) == os.getpid()  # the in-process server is us
-        result = run_load(address, MIX, mix_expected, clients=4, max_requests=40,
-                          server_pid=os.getpid(), rss_every_s=0.05,
-                          client_options=dict(timeout=30))  # fmt: skip
+        result = run_load(
+            address,
+            MIX,
+            mix_expected,
+            clients=4,
+            max_requests=40,
+            server_pid=os.getpid(),
+            rss_every_s=0.05,
+            client_options=dict(timeout=30),
+        )
     s = result.summary()
     assert (s["requests"], s["ok"], s["wrong"], s["lost"], s["errors"]) == (40, 40, 0, 0, {})
     assert 0 < s["p50_ms"] <= s["p99_ms"]
@@ -41,21 +48,33 @@ def test_a_small_load_run_is_all_right_and_counted(rel_engine, mix_expected):
 
 def test_wrong_answers_are_caught_and_counted(rel_engine, mix_expected):
     with running_server(ShapeEngine(rel_engine)) as (_, address):  # zeros: all wrong
-        result = run_load(address, MIX, mix_expected, clients=2, max_requests=8,
-                          client_options=dict(timeout=30))  # fmt: skip
+        result = run_load(
+            address, MIX, mix_expected, clients=2, max_requests=8, client_options=dict(timeout=30)
+        )
     assert result.requests == 8 and result.ok == 0 and len(result.wrong) == 8
     assert "outside the documented error" in result.wrong[0]
 
 
 def test_the_checker_holds_each_encoding_to_its_documented_error():
     ref = np.array([[0.5, 0.25, 1e-3, 3.0]], np.float32)
-    exp = ExampleExpectation(tokens=("a",), sentence_b_start=None, layers=(0,), heads=(0,),
-                             candidates={"fx_norm": (ref,)})  # fmt: skip
+    exp = ExampleExpectation(
+        tokens=("a",),
+        sentence_b_start=None,
+        layers=(0,),
+        heads=(0,),
+        candidates={"fx_norm": (ref,)},
+    )
 
     def cap(dtype, array, quant=None):
-        return Capture(tokens=("a",), sentence_b_start=None, layers=(0,), heads=(0,),
-                       dtype=dtype, tensors={"fx_norm": array},
-                       quantization={"fx_norm": quant} if quant else {})  # fmt: skip
+        return Capture(
+            tokens=("a",),
+            sentence_b_start=None,
+            layers=(0,),
+            heads=(0,),
+            dtype=dtype,
+            tensors={"fx_norm": array},
+            quantization={"fx_norm": quant} if quant else {},
+        )
 
     assert check_answer([cap("float32", ref.copy())], [exp]) is None
     assert check_answer([cap("float32", np.nextafter(ref, 9))], [exp]) is not None  # 1 ulp
@@ -68,8 +87,14 @@ def test_the_checker_holds_each_encoding_to_its_documented_error():
     q2 = q.copy()
     q2[0, 1] += 1  # one step off: an error of `scale`, twice the bound
     assert check_answer([cap("uint8", q2, (scale, 1e-3))], [exp]) is not None
-    other = Capture(tokens=("b",), sentence_b_start=None, layers=(0,), heads=(0,),
-                    dtype="float32", tensors={"fx_norm": ref})  # fmt: skip
+    other = Capture(
+        tokens=("b",),
+        sentence_b_start=None,
+        layers=(0,),
+        heads=(0,),
+        dtype="float32",
+        tensors={"fx_norm": ref},
+    )
     assert "tokens" in check_answer([other], [exp])
     assert "1 examples answered, 2 asked" in check_answer([cap("float32", ref)], [exp, exp])
 

@@ -35,17 +35,37 @@ class Servers:
         self.procs: list[subprocess.Popen] = []
         self.current: tuple[subprocess.Popen, str, Path] | None = None
         # A restarted server finds the programs its predecessor compiled.
-        self.env = dict(os.environ, JAXATTN_TOKEN=TOKEN, PYTHONUNBUFFERED="1",
-                        JAXATTN_COMPILATION_CACHE=str(tmp / "jit-cache"))  # fmt: skip
+        self.env = dict(
+            os.environ,
+            JAXATTN_TOKEN=TOKEN,
+            PYTHONUNBUFFERED="1",
+            JAXATTN_COMPILATION_CACHE=str(tmp / "jit-cache"),
+        )
 
     def start(self, port: int = 0) -> tuple[subprocess.Popen, str, Path]:
         log = self.tmp / f"serve-{len(self.procs)}.log"
         with open(log, "wb") as err:
             proc = subprocess.Popen(
-                [str(JAXATTN), "serve", "--model", str(self.checkpoint), "--port", str(port),
-                 "--grace", "30", "--batch-window-ms", "2", "--max-batch", "4"],
-                stdout=subprocess.PIPE, stderr=err, text=True, env=self.env, cwd=self.tmp,
-            )  # fmt: skip
+                [
+                    str(JAXATTN),
+                    "serve",
+                    "--model",
+                    str(self.checkpoint),
+                    "--port",
+                    str(port),
+                    "--grace",
+                    "30",
+                    "--batch-window-ms",
+                    "2",
+                    "--max-batch",
+                    "4",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                env=self.env,
+                cwd=self.tmp,
+            )
         self.procs.append(proc)
         lines: queue.Queue = queue.Queue()
         threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
@@ -90,8 +110,11 @@ def listens_on_loopback_only(port: int) -> bool:
     rows += Path("/proc/net/tcp6").read_text().splitlines()[1:]
     local = [r.split()[1] for r in rows if r.split()[3] == "0A"]  # LISTEN
     mine = [a.rsplit(":", 1)[0] for a in local if int(a.rsplit(":", 1)[1], 16) == port]
-    loopback = {"0100007F", "0000000000000000FFFF00000100007F",  # 127.0.0.1 (v4, v4-mapped)
-                "00000000000000000000000001000000"}  # ::1  # fmt: skip
+    loopback = {
+        "0100007F",
+        "0000000000000000FFFF00000100007F",  # 127.0.0.1 (v4, v4-mapped)
+        "00000000000000000000000001000000",
+    }  # ::1
     return bool(mine) and set(mine) <= loopback
 
 
@@ -118,8 +141,9 @@ def test_sigterm_under_load_drains_and_retrying_clients_survive_a_restart(server
         for n in (1, 2, 4):  # compile the batch shapes before the load
             client.capture(list(SENTENCES[:n]), what=WHAT)
     stop, results = threading.Event(), []
-    threads = [threading.Thread(target=load, args=(address, expected, stop, results, k))
-               for k in range(6)]  # fmt: skip
+    threads = [
+        threading.Thread(target=load, args=(address, expected, stop, results, k)) for k in range(6)
+    ]
     for t in threads:
         t.start()
     deadline = time.monotonic() + 60  # a loaded CI machine may take seconds for the first answers
@@ -155,10 +179,14 @@ def test_kill_9_gives_unavailable_at_once_not_a_hang(servers):
         proc, address, _ = servers.start()
     tiny_window = [("grpc.http2.lookahead_bytes", 16384), ("grpc.http2.bdp_probe", 0)]
     channel = grpc.insecure_channel(address, tiny_window)
-    call = channel.unary_stream("/jaxattn.v1.AttentionService/Capture", request_serializer=None,
-                                response_deserializer=None)  # fmt: skip
-    stream = call(request_bytes(list(SENTENCES) * 10), timeout=120,
-                  metadata=(("authorization", f"Bearer {TOKEN}"),))  # fmt: skip
+    call = channel.unary_stream(
+        "/jaxattn.v1.AttentionService/Capture", request_serializer=None, response_deserializer=None
+    )
+    stream = call(
+        request_bytes(list(SENTENCES) * 10),
+        timeout=120,
+        metadata=(("authorization", f"Bearer {TOKEN}"),),
+    )
     decoder, got = StreamDecoder(), 0
     for _ in range(4):  # mid-stream: the rest waits behind flow control
         got += decoder.feed_bytes(next(stream)) is not None
@@ -169,8 +197,9 @@ def test_kill_9_gives_unavailable_at_once_not_a_hang(servers):
             got += decoder.feed_bytes(message) is not None
     assert info.value.code() == U
     assert got < len(SENTENCES) * 10
-    with AttentionClient(address, token=TOKEN, timeout=10, retries=2,
-                         backoff=(0.05, 0.1)) as client:  # fmt: skip
+    with AttentionClient(
+        address, token=TOKEN, timeout=10, retries=2, backoff=(0.05, 0.1)
+    ) as client:
         with pytest.raises(AttentionServiceError) as info:
             client.capture(SENTENCES[:1], what=WHAT)
         assert info.value.code == U

@@ -26,10 +26,28 @@ def openssl(*args, cwd) -> None:
 
 
 def make_ca(d, name: str) -> None:
-    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-            "-days", "1", "-subj", f"/CN={name}", "-keyout", f"{name}.key", "-out", f"{name}.pem",
-            "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign", cwd=d)  # fmt: skip
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        f"/CN={name}",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.pem",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign",
+        cwd=d,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -38,15 +56,43 @@ def pki(tmp_path_factory):
     d = tmp_path_factory.mktemp("pki")
     make_ca(d, "ca")
     make_ca(d, "stranger")
-    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj",
-            "/CN=localhost", "-keyout", "server.key", "-out", "server.csr", cwd=d)  # fmt: skip
+    openssl(
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        cwd=d,
+    )
     (d / "ext.cnf").write_text(
         "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
         "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
     )
-    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-days", "1", "-extfile", "ext.cnf", "-out", "server.pem",
-            cwd=d)  # fmt: skip
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "ext.cnf",
+        "-out",
+        "server.pem",
+        cwd=d,
+    )
     return d
 
 
@@ -83,8 +129,9 @@ def test_health_needs_no_token_but_tls(tls_server, pki):
     _, address = tls_server
     creds = grpc.ssl_channel_credentials((pki / "ca.pem").read_bytes())
     with grpc.secure_channel(address, creds) as channel:
-        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(),
-                                                          timeout=10)  # fmt: skip
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(), timeout=10
+        )
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 

@@ -25,11 +25,25 @@ def loads(monkeypatch, svc_engine):
     return paths
 
 
-def test_capture_through_a_server_saves_what_the_engine_computes(address, svc_engine, tmp_path,
-                                                                  capsys):  # fmt: skip
+def test_capture_through_a_server_saves_what_the_engine_computes(
+    address, svc_engine, tmp_path, capsys
+):
     out = tmp_path / "pair.npz"
-    code = main(["capture", EXAMPLE_A, EXAMPLE_B, "--server", address, "--what", ",".join(WHAT),
-                 "--codec", "lz4", "--out", str(out)])  # fmt: skip
+    code = main(
+        [
+            "capture",
+            EXAMPLE_A,
+            EXAMPLE_B,
+            "--server",
+            address,
+            "--what",
+            ",".join(WHAT),
+            "--codec",
+            "lz4",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "[CLS] i went to the store . [SEP]" in printed and "sentence B starts" in printed
@@ -41,8 +55,20 @@ def test_capture_through_a_server_saves_what_the_engine_computes(address, svc_en
 
 def test_capture_locally_without_a_server(loads, svc_checkpoint, tmp_path, capsys):
     out = tmp_path / "one.npz"
-    code = main(["capture", EXAMPLE_A, "--model", str(svc_checkpoint), "--what", ",".join(WHAT),
-                 "--layers", "0,2", "--out", str(out)])  # fmt: skip
+    code = main(
+        [
+            "capture",
+            EXAMPLE_A,
+            "--model",
+            str(svc_checkpoint),
+            "--what",
+            ",".join(WHAT),
+            "--layers",
+            "0,2",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     assert loads == [str(svc_checkpoint)]
     cap = Capture.load(out)
@@ -92,7 +118,7 @@ def test_serve_help_lists_the_options(capsys):
         "--max-texts",
         "--max-tokens",
     ):
-        assert option in out  # fmt: skip
+        assert option in out
 
 
 def test_model_with_server_must_be_the_model_the_server_serves(

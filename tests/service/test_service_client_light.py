@@ -60,7 +60,8 @@ USE = textwrap.dedent(
 
 
 def test_client_works_with_jax_flax_torch_and_the_grpc_stubs_blocked():
-    result = subprocess.run([sys.executable, "-c", BLOCKER + USE], capture_output=True,
-                            text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", BLOCKER + USE], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "client-ok" in result.stdout

@@ -40,8 +40,9 @@ def test_16_threads_x_20_requests_each_get_their_own_answers(svc_engine):
                         want = reference[text]
                         assert cap.tokens == want.tokens, (thread, r, text)
                         for name in WHAT:
-                            np.testing.assert_allclose(cap.array(name), want.array(name),
-                                                       rtol=1e-5, atol=1e-6)  # fmt: skip
+                            np.testing.assert_allclose(
+                                cap.array(name), want.array(name), rtol=1e-5, atol=1e-6
+                            )
                         checked += 1
                 return checked
 

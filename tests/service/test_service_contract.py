@@ -27,8 +27,12 @@ TEXTS = ["the cat sat on the mat", "hello world"]
 # Probability tensors ([L,H,T,S] and [L,T,M]) and affine ones; sum_alpha_fx_norm and
 # mixing_ratio also for their every-head rule.
 WHAT = ("attention", "alpha_fx_norm", "sum_alpha_fx_norm", "mixing_ratio")
-DTYPES = {"float32": pb.DTYPE_FLOAT32, "float16": pb.DTYPE_FLOAT16,
-          "bfloat16": pb.DTYPE_BFLOAT16, "uint8": pb.DTYPE_UINT8}  # fmt: skip
+DTYPES = {
+    "float32": pb.DTYPE_FLOAT32,
+    "float16": pb.DTYPE_FLOAT16,
+    "bfloat16": pb.DTYPE_BFLOAT16,
+    "uint8": pb.DTYPE_UINT8,
+}
 CODECS = {"none": pb.CODEC_NONE, "zstd": pb.CODEC_ZSTD, "lz4": pb.CODEC_LZ4}
 
 
@@ -85,9 +89,11 @@ def decode(messages) -> list[tuple[pb.ExampleHeader, dict[str, np.ndarray]]]:
 
 def capture(address: str, **fields) -> list:
     with grpc.insecure_channel(address) as channel:
-        rpc = channel.unary_stream("/jaxattn.v1.AttentionService/Capture",
-                                   request_serializer=pb.CaptureRequest.SerializeToString,
-                                   response_deserializer=pb.CaptureResponse.FromString)  # fmt: skip
+        rpc = channel.unary_stream(
+            "/jaxattn.v1.AttentionService/Capture",
+            request_serializer=pb.CaptureRequest.SerializeToString,
+            response_deserializer=pb.CaptureResponse.FromString,
+        )
         return decode(rpc(pb.CaptureRequest(**fields), timeout=60))
 
 
@@ -103,19 +109,27 @@ def reference(svc_engine):
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_a_decoder_written_from_the_comments_matches_the_python_side(address, reference, dtype):
     for codec, codec_pb in CODECS.items():
-        got = capture(address, texts=[pb.Text(text=t) for t in TEXTS], what=WHAT,
-                      dtype=DTYPES[dtype], codec=codec_pb, max_chunk_bytes=1024)  # fmt: skip
+        got = capture(
+            address,
+            texts=[pb.Text(text=t) for t in TEXTS],
+            what=WHAT,
+            dtype=DTYPES[dtype],
+            codec=codec_pb,
+            max_chunk_bytes=1024,
+        )
         assert len(got) == len(TEXTS)
-        for (header, tensors), want32, want in zip(got, reference["float32"], reference[dtype],
-                                                   strict=True):  # fmt: skip
+        for (header, tensors), want32, want in zip(
+            got, reference["float32"], reference[dtype], strict=True
+        ):
             assert tuple(header.tokens) == want32.tokens and not header.truncated
             assert sorted(header.tensors) == sorted(WHAT)  # the server's order
             for name in WHAT:
                 x, d = want32.array(name), tensors[name]
                 assert d.dtype == np.float32 and d.shape == x.shape, (codec, name)
                 if dtype in ("float32", "uint8"):  # bit-exact: float32 / the stated formula
-                    np.testing.assert_array_equal(d.view(np.uint32),
-                                                  want.array(name).view(np.uint32))  # fmt: skip
+                    np.testing.assert_array_equal(
+                        d.view(np.uint32), want.array(name).view(np.uint32)
+                    )
                 if dtype == "float16":  # 2^-11 relative; subnormals: 2^-25 absolute
                     assert np.all(np.abs(d - x) <= 2.0**-11 * np.abs(x) + 2.0**-25), name
                 if dtype == "bfloat16":
@@ -137,18 +151,20 @@ def test_sums_over_heads_take_every_head_whatever_heads_selects(address, referen
 
 def test_a_cut_text_says_truncated_in_its_header(address):
     long = " ".join(["the cat sat on the mat"] * 12)
-    got = capture(address, texts=[pb.Text(text=long), pb.Text(text=TEXTS[0])],
-                  what=SHARED_WHAT, truncate=True)  # fmt: skip
+    got = capture(
+        address, texts=[pb.Text(text=long), pb.Text(text=TEXTS[0])], what=SHARED_WHAT, truncate=True
+    )
     assert [h.truncated for h, _ in got] == [True, False]
     assert len(got[0][0].tokens) == 67  # the model's max_positions
 
 
 def test_model_info_states_the_limits_and_the_weights(address, svc_engine):
     with grpc.insecure_channel(address) as channel:
-        info = channel.unary_unary("/jaxattn.v1.AttentionService/GetModelInfo",
-                                   request_serializer=pb.GetModelInfoRequest.SerializeToString,
-                                   response_deserializer=pb.ModelInfo.FromString)(
-            pb.GetModelInfoRequest(), timeout=10)  # fmt: skip
+        info = channel.unary_unary(
+            "/jaxattn.v1.AttentionService/GetModelInfo",
+            request_serializer=pb.GetModelInfoRequest.SerializeToString,
+            response_deserializer=pb.ModelInfo.FromString,
+        )(pb.GetModelInfoRequest(), timeout=10)
     assert (info.max_texts, info.max_tokens) == (64, 1500)  # conftest's `served`
     assert info.max_request_bytes == 4 << 20 and info.max_metadata_bytes == 16 << 10
     assert (info.min_chunk_bytes, info.max_chunk_bytes) == (1024, 64 << 20)

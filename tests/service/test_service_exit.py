@@ -28,8 +28,12 @@ def start_server(checkpoint: Path, cwd: Path) -> tuple[subprocess.Popen, str]:
     """`jaxattn serve` on a free port; (process, address) once it listens."""
     proc = subprocess.Popen(
         [str(JAXATTN), "serve", "--model", str(checkpoint), "--port", "0", "--grace", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=ENV, cwd=cwd,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=ENV,
+        cwd=cwd,
+    )
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
     try:
@@ -59,13 +63,15 @@ def server(serving):
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(JAXATTN), *args], capture_output=True, text=True, env=ENV,
-                          timeout=120)  # fmt: skip
+    return subprocess.run(
+        [str(JAXATTN), *args], capture_output=True, text=True, env=ENV, timeout=120
+    )
 
 
 def test_capture_through_a_server_exits_without_a_traceback(server, tmp_path):
-    done = run_cli("capture", "the cat sat on the mat", "--server", server,
-                   "--out", str(tmp_path / "cap.npz"))  # fmt: skip
+    done = run_cli(
+        "capture", "the cat sat on the mat", "--server", server, "--out", str(tmp_path / "cap.npz")
+    )
     assert done.returncode == 0, done.stderr
     assert "[CLS] the cat sat on the mat [SEP]" in done.stdout
     assert "Traceback" not in done.stderr and "Event loop" not in done.stderr, done.stderr

@@ -97,8 +97,9 @@ def test_client_default_timeout_bounds_every_call(gated):
 
 
 def test_unreachable_server_is_retried_then_reported():
-    with AttentionClient(["127.0.0.1:1", "127.0.0.1:2"], timeout=5, retries=2,
-                         backoff=(0.01, 0.02)) as client:  # fmt: skip
+    with AttentionClient(
+        ["127.0.0.1:1", "127.0.0.1:2"], timeout=5, retries=2, backoff=(0.01, 0.02)
+    ) as client:
         start = time.monotonic()
         with pytest.raises(AttentionServiceError) as info:
             client.capture(["a"])

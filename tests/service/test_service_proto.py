@@ -38,14 +38,22 @@ def test_every_message_field_enum_value_and_rpc_has_a_comment(tmp_path):
 
     out = tmp_path / "set.pb"
     subprocess.run(
-        [sys.executable, "-m", "grpc_tools.protoc", f"-I{ROOT / 'protos'}",
-         "--include_source_info", f"--descriptor_set_out={out}", str(PROTO)],
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{ROOT / 'protos'}",
+            "--include_source_info",
+            f"--descriptor_set_out={out}",
+            str(PROTO),
+        ],
         check=True,
-    )  # fmt: skip
+    )
     fds = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
     (f,) = fds.file
-    commented = {tuple(loc.path) for loc in f.source_code_info.location
-                 if loc.leading_comments.strip()}  # fmt: skip
+    commented = {
+        tuple(loc.path) for loc in f.source_code_info.location if loc.leading_comments.strip()
+    }
     missing = []
     # Descriptor field numbers: message_type 4, field 2, enum_type 5, value 2,
     # service 6, method 2 (descriptor.proto). Oneof members count as fields.

@@ -70,8 +70,9 @@ def test_chunks_respect_max_chunk_bytes_on_the_wire(address, svc_engine):
 
     texts = [pb.Text(text=SENTENCES[2]), pb.Text(text=SENTENCES[0], text_pair=SENTENCES[1])]
     texts += [pb.Text(text=s) for s in SENTENCES[3:5]]
-    request = pb.CaptureRequest(texts=texts, what=list(WHAT), codec=pb.CODEC_LZ4,
-                                max_chunk_bytes=1024)  # fmt: skip
+    request = pb.CaptureRequest(
+        texts=texts, what=list(WHAT), codec=pb.CODEC_LZ4, max_chunk_bytes=1024
+    )
     with grpc.insecure_channel(address) as channel:
         messages = list(pb_grpc.AttentionServiceStub(channel).Capture(request, timeout=30))
     headers = [m.header for m in messages if m.WhichOneof("item") == "header"]

@@ -21,12 +21,29 @@ def certificate(tmp_path_factory):
     """(cert PEM, key PEM): self-signed, for localhost and 127.0.0.1, made by openssl."""
     d = tmp_path_factory.mktemp("tls")
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-         "-nodes", "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-         "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-keyout",
+            str(d / "key.pem"),
+            "-out",
+            str(d / "cert.pem"),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return (d / "cert.pem").read_bytes(), (d / "key.pem").read_bytes()
 
 
@@ -47,10 +64,25 @@ def test_tls_round_trip_with_a_certificate_made_in_the_test(svc_engine, certific
 def test_tls_rejects_an_untrusted_certificate(svc_engine, certificate):
     cert, key = certificate
     other = subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-         "-nodes", "-days", "1", "-subj", "/CN=other", "-keyout", "/dev/null"],
-        check=True, capture_output=True,
-    ).stdout  # fmt: skip
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=other",
+            "-keyout",
+            "/dev/null",
+        ],
+        check=True,
+        capture_output=True,
+    ).stdout
     with running_server(svc_engine, tls_cert=cert, tls_key=key) as (_, address):
         with AttentionClient(address, root_certificates=other, timeout=3, retries=0) as c:
             with pytest.raises(AttentionServiceError) as info:
@@ -84,8 +116,9 @@ def test_right_token_works_and_health_needs_none(token_server):
         (cap,) = c.capture([SECRET_TEXT], what=WHAT)
         assert len(cap.tokens) > 2
     with grpc.insecure_channel(address) as channel:
-        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(),
-                                                          timeout=5)  # fmt: skip
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(), timeout=5
+        )
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
@@ -101,8 +134,14 @@ def test_one_log_line_per_request_without_text_or_token(token_server, caplog):
     lines = [r.getMessage() for r in caplog.records if "Capture" in r.getMessage()]
     assert len(lines) == 1
     line = lines[0]
-    for field in ("peer=ipv4:127.0.0.1:", "status=OK", "texts=2", "tokens=", "bytes_out=",
-                  "duration_ms="):  # fmt: skip
+    for field in (
+        "peer=ipv4:127.0.0.1:",
+        "status=OK",
+        "texts=2",
+        "tokens=",
+        "bytes_out=",
+        "duration_ms=",
+    ):
         assert field in line
     assert "tokens=0" not in line and "bytes_out=0" not in line
     for record in caplog.records:

@@ -31,10 +31,25 @@ def launch(checkpoint: Path, tmp_path: Path, *extra: str):
     env = dict(os.environ, JAXATTN_TOKEN="", PYTHONUNBUFFERED="1")
     with open(stderr, "wb") as err:
         proc = subprocess.Popen(
-            [str(JAXATTN), "serve", "--model", str(checkpoint), "--port", "0",
-             "--grace", "60", "--batch-window-ms", "2", *extra],
-            stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=tmp_path,
-        )  # fmt: skip
+            [
+                str(JAXATTN),
+                "serve",
+                "--model",
+                str(checkpoint),
+                "--port",
+                "0",
+                "--grace",
+                "60",
+                "--batch-window-ms",
+                "2",
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+        )
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=read_lines, args=(proc.stdout, lines), daemon=True).start()
     try:
@@ -57,11 +72,17 @@ def serve(svc_checkpoint, tmp_path):
         proc.wait()
 
 
-def test_warmup_compiles_before_listening_and_a_bad_quantity_is_refused(svc_checkpoint,
-                                                                         tmp_path):  # fmt: skip
-    proc, address, stderr = launch(svc_checkpoint, tmp_path, "--warmup", "attention",
-                                   "--warmup", "attention,keys", "--warmup-sizes",
-                                   "largest")  # fmt: skip
+def test_warmup_compiles_before_listening_and_a_bad_quantity_is_refused(svc_checkpoint, tmp_path):
+    proc, address, stderr = launch(
+        svc_checkpoint,
+        tmp_path,
+        "--warmup",
+        "attention",
+        "--warmup",
+        "attention,keys",
+        "--warmup-sizes",
+        "largest",
+    )
     try:
         log = stderr.read_text()
         # buckets 8..64 and the model's limit, 67: one shape each, for each kind of request
@@ -75,13 +96,19 @@ def test_warmup_compiles_before_listening_and_a_bad_quantity_is_refused(svc_chec
         proc.wait()
     for flags, says in [
         (["--warmup", "attention,atention"], "--warmup: unknown quantity 'atention': valid"),
-        (["--warmup", "scores_c2c"], "--warmup scores_c2c: quantity 'scores_c2c' is not "
-                                     "computed by this model"),
+        (
+            ["--warmup", "scores_c2c"],
+            "--warmup scores_c2c: quantity 'scores_c2c' is not computed by this model",
+        ),
         (["--warmup-sizes", "largest"], "--warmup-sizes needs --warmup WHAT"),
-    ]:  # fmt: skip
-        bad = subprocess.run([str(JAXATTN), "serve", "--model", str(svc_checkpoint), "--port",
-                              "0", *flags], capture_output=True, text=True,
-                             env=dict(os.environ, JAXATTN_TOKEN=""), timeout=120)  # fmt: skip
+    ]:
+        bad = subprocess.run(
+            [str(JAXATTN), "serve", "--model", str(svc_checkpoint), "--port", "0", *flags],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, JAXATTN_TOKEN=""),
+            timeout=120,
+        )
         assert bad.returncode == 2 and "listening" not in bad.stdout, flags
         (line,) = bad.stderr.strip().splitlines()
         assert says in line and "Traceback" not in bad.stderr, line
@@ -91,11 +118,23 @@ def test_sigterm_while_warming_up_exits_without_listening(svc_checkpoint, tmp_pa
     stderr = tmp_path / "serve.log"
     with open(stderr, "wb") as err:
         proc = subprocess.Popen(
-            [str(JAXATTN), "serve", "--model", str(svc_checkpoint), "--port", "0",
-             "--warmup", "attention", "--warmup", "attention,queries,keys,fx_norm"],
-            stdout=subprocess.PIPE, stderr=err, text=True,
+            [
+                str(JAXATTN),
+                "serve",
+                "--model",
+                str(svc_checkpoint),
+                "--port",
+                "0",
+                "--warmup",
+                "attention",
+                "--warmup",
+                "attention,queries,keys,fx_norm",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
             env=dict(os.environ, JAXATTN_TOKEN="", PYTHONUNBUFFERED="1"),
-        )  # fmt: skip
+        )
     try:
         deadline = time.monotonic() + 90
         while "warming up attention (all sizes)" not in stderr.read_text():
@@ -116,8 +155,9 @@ def test_sigterm_finishes_in_flight_streams_refuses_new_calls_and_exits(serve):
     with AttentionClient(address, timeout=60) as client:
         assert client.model_info().layers == 3
         results: list = []
-        caller = threading.Thread(target=lambda: results.extend(
-            client.stream(texts, what=WHAT, codec="zstd")))  # fmt: skip
+        caller = threading.Thread(
+            target=lambda: results.extend(client.stream(texts, what=WHAT, codec="zstd"))
+        )
         caller.start()
         time.sleep(0.5)  # the call is in: the first compile alone takes longer
         proc.send_signal(signal.SIGTERM)

@@ -30,37 +30,83 @@ def call(stub, **fields):
 # case: (request fields, status code, words of the message, jaxattn-field, jaxattn-limit)
 CASES = {
     "empty texts": (dict(texts=[]), INVALID, ["texts is empty", "1 to 64"], "texts", None),
-    "too many texts": (dict(texts=[OK_TEXT] * 65), EXHAUSTED, ["texts", "65", "at most 64"],
-                       "texts", "max_texts"),
-    "too many tokens": (dict(texts=[pb.Text(text=LONG[:150])] * 60), EXHAUSTED,
-                        ["tokens", "at most 1500"], "texts", "max_tokens"),
-    "text too long": (dict(texts=[OK_TEXT, pb.Text(text=LONG)]), INVALID,
-                      ["texts[1] is 74 tokens", "limit of 67", "set truncate in CaptureRequest"],
-                      "texts[1]", None),
-    "unknown quantity": (dict(what=["attention", "attn"]), INVALID, ["'attn'", "what", "scores"],
-                         "what[1]", None),
-    "a quantity of another family": (dict(what=["attention", "scores_c2p"]), INVALID,
-                                     ["what[1] 'scores_c2p' is not computed by this model",
-                                      "ModelInfo.quantities"], "what[1]", None),
+    "too many texts": (
+        dict(texts=[OK_TEXT] * 65),
+        EXHAUSTED,
+        ["texts", "65", "at most 64"],
+        "texts",
+        "max_texts",
+    ),
+    "too many tokens": (
+        dict(texts=[pb.Text(text=LONG[:150])] * 60),
+        EXHAUSTED,
+        ["tokens", "at most 1500"],
+        "texts",
+        "max_tokens",
+    ),
+    "text too long": (
+        dict(texts=[OK_TEXT, pb.Text(text=LONG)]),
+        INVALID,
+        ["texts[1] is 74 tokens", "limit of 67", "set truncate in CaptureRequest"],
+        "texts[1]",
+        None,
+    ),
+    "unknown quantity": (
+        dict(what=["attention", "attn"]),
+        INVALID,
+        ["'attn'", "what", "scores"],
+        "what[1]",
+        None,
+    ),
+    "a quantity of another family": (
+        dict(what=["attention", "scores_c2p"]),
+        INVALID,
+        ["what[1] 'scores_c2p' is not computed by this model", "ModelInfo.quantities"],
+        "what[1]",
+        None,
+    ),
     "layer too big": (dict(layers=[0, 3]), INVALID, ["layers", "3", "0..2"], "layers[1]", None),
     "negative layer": (dict(layers=[-1]), INVALID, ["layers", "-1", "0..2"], "layers[0]", None),
-    "duplicate layers": (dict(layers=[1, 1]), INVALID, ["layers", "duplicate"], "layers[1]",
-                         None),
+    "duplicate layers": (dict(layers=[1, 1]), INVALID, ["layers", "duplicate"], "layers[1]", None),
     "head too big": (dict(heads=[7]), INVALID, ["heads", "7", "0..2"], "heads[0]", None),
-    "duplicate heads": (dict(heads=[0, 2, 0]), INVALID, ["heads", "duplicate"], "heads[2]",
-                        None),
-    "uint8 statistics": (dict(what=["head_stats"], dtype=pb.DTYPE_UINT8), INVALID,
-                         ["head_stats", "uint8", "float16"], "dtype", None),
-    "unknown dtype": (dict(dtype=99), INVALID, ["dtype 99", "DTYPE_FLOAT32 (1)", "DTYPE_UINT8"],
-                      "dtype", None),
+    "duplicate heads": (dict(heads=[0, 2, 0]), INVALID, ["heads", "duplicate"], "heads[2]", None),
+    "uint8 statistics": (
+        dict(what=["head_stats"], dtype=pb.DTYPE_UINT8),
+        INVALID,
+        ["head_stats", "uint8", "float16"],
+        "dtype",
+        None,
+    ),
+    "unknown dtype": (
+        dict(dtype=99),
+        INVALID,
+        ["dtype 99", "DTYPE_FLOAT32 (1)", "DTYPE_UINT8"],
+        "dtype",
+        None,
+    ),
     "unknown codec": (dict(codec=7), INVALID, ["codec 7", "CODEC_ZSTD (2)"], "codec", None),
-    "unknown precision": (dict(precision=9), INVALID, ["precision 9", "PRECISION_TF32 (2)"],
-                          "precision", None),
-    "chunk size too small": (dict(max_chunk_bytes=1023), INVALID,
-                             ["max_chunk_bytes 1023", "1024..67108864"], "max_chunk_bytes", None),
-    "chunk size too big": (dict(max_chunk_bytes=2**32 - 1), INVALID,
-                           ["max_chunk_bytes", "67108864"], "max_chunk_bytes", None),
-}  # fmt: skip
+    "unknown precision": (
+        dict(precision=9),
+        INVALID,
+        ["precision 9", "PRECISION_TF32 (2)"],
+        "precision",
+        None,
+    ),
+    "chunk size too small": (
+        dict(max_chunk_bytes=1023),
+        INVALID,
+        ["max_chunk_bytes 1023", "1024..67108864"],
+        "max_chunk_bytes",
+        None,
+    ),
+    "chunk size too big": (
+        dict(max_chunk_bytes=2**32 - 1),
+        INVALID,
+        ["max_chunk_bytes", "67108864"],
+        "max_chunk_bytes",
+        None,
+    ),
+}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -114,16 +160,22 @@ def test_undecodable_request_bytes_are_invalid_argument(address):
     text = b"\x0a\x02\xff\xfe"
     raw = b"\x0a" + bytes([len(text)]) + text
     with grpc.insecure_channel(address) as channel:
-        rpc = channel.unary_stream("/jaxattn.v1.AttentionService/Capture",
-                                   request_serializer=None, response_deserializer=None)  # fmt: skip
+        rpc = channel.unary_stream(
+            "/jaxattn.v1.AttentionService/Capture",
+            request_serializer=None,
+            response_deserializer=None,
+        )
         with pytest.raises(grpc.RpcError) as info:
             list(rpc(raw, timeout=10))
     assert info.value.code() == INVALID
     assert "not a valid jaxattn.v1.CaptureRequest" in info.value.details()
     assert "UTF-8" in info.value.details()
     with grpc.insecure_channel(address) as channel:
-        rpc = channel.unary_unary("/jaxattn.v1.AttentionService/GetModelInfo",
-                                  request_serializer=None, response_deserializer=None)  # fmt: skip
+        rpc = channel.unary_unary(
+            "/jaxattn.v1.AttentionService/GetModelInfo",
+            request_serializer=None,
+            response_deserializer=None,
+        )
         with pytest.raises(grpc.RpcError) as info:
             rpc(b"\xff\xff\xff", timeout=10)
     assert info.value.code() == INVALID  # gRPC's own deserializer failure is INTERNAL

@@ -12,8 +12,12 @@ from jaxattn.capture import Capture
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import ChecksumError, StreamDecoder, WireError, chunk_example
 
-DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16,
-          "uint8": np.uint8}  # fmt: skip
+DTYPES = {
+    "float32": np.float32,
+    "float16": np.float16,
+    "bfloat16": ml_dtypes.bfloat16,
+    "uint8": np.uint8,
+}
 
 
 def make_capture(t: int, dtype: str, seed: int = 0, pair: bool = False) -> Capture:
@@ -21,16 +25,24 @@ def make_capture(t: int, dtype: str, seed: int = 0, pair: bool = False) -> Captu
     att = rng.random((2, 3, t, t)).astype(np.float32)
     hid = rng.normal(size=(3, t, 7)).astype(np.float32)
     if dtype == "uint8":
-        tensors = {"attention": np.round(att * 255).astype(np.uint8),
-                   "hidden_states": rng.integers(0, 256, hid.shape, dtype=np.uint8)}  # fmt: skip
+        tensors = {
+            "attention": np.round(att * 255).astype(np.uint8),
+            "hidden_states": rng.integers(0, 256, hid.shape, dtype=np.uint8),
+        }
         quant = {"attention": (1 / 255, 0.0), "hidden_states": (0.0123, -1.5)}
     else:
         cast = DTYPES[dtype]
         tensors = {"attention": att.astype(cast), "hidden_states": hid.astype(cast)}
         quant = {}
-    return Capture(tokens=tuple(f"w{i}" for i in range(t)), sentence_b_start=2 if pair else None,
-                   layers=(0, 2), heads=(0, 1, 2), dtype=dtype, tensors=tensors,
-                   quantization=quant)  # fmt: skip
+    return Capture(
+        tokens=tuple(f"w{i}" for i in range(t)),
+        sentence_b_start=2 if pair else None,
+        layers=(0, 2),
+        heads=(0, 1, 2),
+        dtype=dtype,
+        tensors=tensors,
+        quantization=quant,
+    )
 
 
 def decode_all(messages) -> list[Capture]:
@@ -41,18 +53,33 @@ def decode_all(messages) -> list[Capture]:
 
 
 def same(a: Capture, b: Capture) -> bool:
-    return (a.tokens, a.sentence_b_start, a.layers, a.heads, a.dtype, a.quantization) == (
-        b.tokens, b.sentence_b_start, b.layers, b.heads, b.dtype, b.quantization,
-    ) and all(a.tensors[k].dtype == v.dtype and a.tensors[k].tobytes() == v.tobytes()
-              for k, v in b.tensors.items()) and list(a.tensors) == list(b.tensors)  # fmt: skip
+    return (
+        (a.tokens, a.sentence_b_start, a.layers, a.heads, a.dtype, a.quantization)
+        == (
+            b.tokens,
+            b.sentence_b_start,
+            b.layers,
+            b.heads,
+            b.dtype,
+            b.quantization,
+        )
+        and all(
+            a.tensors[k].dtype == v.dtype and a.tensors[k].tobytes() == v.tobytes()
+            for k, v in b.tensors.items()
+        )
+        and list(a.tensors) == list(b.tensors)
+    )
 
 
 @pytest.mark.parametrize("codec", ["none", "zstd", "lz4"])
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_every_dtype_and_codec_is_lossless(dtype, codec):
     caps = [make_capture(t, dtype, seed=t, pair=t % 2 == 0) for t in (2, 9, 31)]
-    messages = [m for i, c in enumerate(caps)
-                for m in chunk_example(i, c, codec=codec, max_chunk_bytes=1024)]  # fmt: skip
+    messages = [
+        m
+        for i, c in enumerate(caps)
+        for m in chunk_example(i, c, codec=codec, max_chunk_bytes=1024)
+    ]
     got = decode_all(messages)
     assert len(got) == 3 and all(same(g, c) for g, c in zip(got, caps, strict=True))
 
@@ -66,8 +93,11 @@ def test_every_dtype_and_codec_is_lossless(dtype, codec):
 )
 def test_any_chunk_size_reassembles_and_never_exceeds_the_bound(t, chunk, codec, n):
     caps = [make_capture(t, "float32", seed=i) for i in range(n)]
-    messages = [m for i, c in enumerate(caps)
-                for m in chunk_example(i, c, codec=codec, max_chunk_bytes=chunk)]  # fmt: skip
+    messages = [
+        m
+        for i, c in enumerate(caps)
+        for m in chunk_example(i, c, codec=codec, max_chunk_bytes=chunk)
+    ]
     for m in messages:
         if m.WhichOneof("item") == "chunk":
             assert len(m.chunk.data) <= chunk and m.chunk.byte_length <= chunk
@@ -90,8 +120,14 @@ def test_checksum_mismatch_is_detected():
 @pytest.mark.parametrize("codec", ["zstd", "lz4"])
 def test_corrupt_compressed_chunk_is_detected(codec):
     zeros = np.zeros((2, 3, 20, 20), np.float32)
-    cap = Capture(tokens=("a",) * 20, sentence_b_start=None, layers=(0, 1), heads=(0, 1, 2),
-                  dtype="float32", tensors={"attention": zeros})  # fmt: skip
+    cap = Capture(
+        tokens=("a",) * 20,
+        sentence_b_start=None,
+        layers=(0, 1),
+        heads=(0, 1, 2),
+        dtype="float32",
+        tensors={"attention": zeros},
+    )
     messages = list(chunk_example(0, cap, codec=codec, max_chunk_bytes=1 << 20))
     chunk = next(m.chunk for m in messages if m.WhichOneof("item") == "chunk")
     assert chunk.codec != pb.CODEC_NONE
@@ -122,9 +158,15 @@ def test_protocol_breaches_are_reported():
 def test_incompressible_chunks_fall_back_to_none():
     rng = np.random.default_rng(1)
     noise = rng.integers(0, 256, (1, 1, 64, 64), dtype=np.uint8)
-    cap = Capture(tokens=("a",) * 64, sentence_b_start=None, layers=(0,), heads=(0,),
-                  dtype="uint8", tensors={"attention": noise},
-                  quantization={"attention": (1 / 255, 0.0)})  # fmt: skip
+    cap = Capture(
+        tokens=("a",) * 64,
+        sentence_b_start=None,
+        layers=(0,),
+        heads=(0,),
+        dtype="uint8",
+        tensors={"attention": noise},
+        quantization={"attention": (1 / 255, 0.0)},
+    )
     messages = list(chunk_example(0, cap, codec="zstd", max_chunk_bytes=1024))
     assert all(m.chunk.codec == pb.CODEC_NONE for m in messages[1:])
     assert same(decode_all(messages)[0], cap)
@@ -135,10 +177,16 @@ def test_serialized_fast_path_is_plain_protobuf(codec):
     from jaxattn.wire import serialize_example
 
     caps = [make_capture(t, "float32", seed=t) for t in (3, 17)]
-    fast = [b for i, c in enumerate(caps)
-            for b in serialize_example(i, c, codec=codec, max_chunk_bytes=1024)]  # fmt: skip
-    slow = [m for i, c in enumerate(caps)
-            for m in chunk_example(i, c, codec=codec, max_chunk_bytes=1024)]  # fmt: skip
+    fast = [
+        b
+        for i, c in enumerate(caps)
+        for b in serialize_example(i, c, codec=codec, max_chunk_bytes=1024)
+    ]
+    slow = [
+        m
+        for i, c in enumerate(caps)
+        for m in chunk_example(i, c, codec=codec, max_chunk_bytes=1024)
+    ]
     assert fast == [m.SerializeToString() for m in slow]  # byte for byte what protobuf writes
     decoder = StreamDecoder()
     got = [c for b in fast if (c := decoder.feed_bytes(b)) is not None]

@@ -50,7 +50,7 @@ def captures(count: int, seed: int = 0) -> list[Capture]:
                 dtype="float32",
                 tensors=tensors,
                 text=(words, "b") if i % 3 == 2 else words,  # every third a pair
-            )  # fmt: skip
+            )
         )
     return out
 
@@ -66,13 +66,24 @@ def write_store(
     """Write `caps` as a finished store (or only its first `commit` shards); its metadata."""
     from jaxattn.store.metadata import InputInfo
 
-    info = InputInfo(name="in.txt", format="text", sha256="0" * 64, size=1,
-                     records=len(caps), reader="jaxattn.inputs/2")  # fmt: skip
+    info = InputInfo(
+        name="in.txt",
+        format="text",
+        sha256="0" * 64,
+        size=1,
+        records=len(caps),
+        reader="jaxattn.inputs/2",
+    )
     kv = KeyValue(root_spec(path))
     meta = store_metadata.build(
-        model_info=dataclasses.asdict(INFO), model_fingerprint="sha256:test", spec=SPEC,
-        model_config=CONFIG.to_dict(), input_info=info, shard_size=shard_size, too_long="error",
-    )  # fmt: skip
+        model_info=dataclasses.asdict(INFO),
+        model_fingerprint="sha256:test",
+        spec=SPEC,
+        model_config=CONFIG.to_dict(),
+        input_info=info,
+        shard_size=shard_size,
+        too_long="error",
+    )
     store_metadata.create_or_check(kv, meta)
     shards = range(-(-len(caps) // shard_size))
     for k in shards[:commit]:
@@ -80,8 +91,12 @@ def write_store(
         writer = ShardWriter(kv, meta, k, [caps[r].length for r in records])
         for r in records:
             writer.add(
-                caps[r], record=r, line=r + 1, id=str(r), truncated=r in truncated,
+                caps[r],
+                record=r,
+                line=r + 1,
+                id=str(r),
+                truncated=r in truncated,
                 text=caps[r].text,
-            )  # fmt: skip
+            )
         writer.commit((records.start, records.stop), (), {})
     return meta

@@ -103,8 +103,9 @@ def test_tensorstore_failures_are_one_line_naming_store_and_operation(good, tmp_
     text = _damage(good, tmp_path / "1", garble_chunk)
     assert text.startswith(f"cannot read attention of shard 0 in the store at {tmp_path / '1'}")
     assert "Error reading local file" in text and "[" not in text
-    assert text.endswith("delete manifest/s000000/zarr.json and rerun the dump command to "
-                         "redo the shard")  # fmt: skip
+    assert text.endswith(
+        "delete manifest/s000000/zarr.json and rerun the dump command to redo the shard"
+    )
 
     def drop_array(path):
         (path / "hidden_states" / "s000000" / "zarr.json").unlink()
@@ -136,8 +137,9 @@ def test_a_missing_chunk_file_is_damage_not_zeros(good, tmp_path):
 
     text = _damage(good, tmp_path / "1", drop_chunk)
     assert "is damaged: 1 chunk file(s) of attention of shard 0 are missing" in text
-    assert text.endswith("delete manifest/s000000/zarr.json and rerun the dump command to "
-                         "redo the shard")  # fmt: skip
+    assert text.endswith(
+        "delete manifest/s000000/zarr.json and rerun the dump command to redo the shard"
+    )
 
 
 def test_all_zero_data_is_stored_and_read_back(tmp_path):

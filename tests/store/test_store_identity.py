@@ -29,14 +29,20 @@ def test_check_output_accepts_new_empty_and_store_locations(tmp_path):
 
 def test_check_output_refuses_files_and_other_data(tmp_path):
     (tmp_path / "f.zarr").write_text("x")
-    with pytest.raises(UsageError, match=r"^--out .*f\.zarr is an existing file; a store is a "
-                       r"directory: choose another --out$"):  # fmt: skip
+    with pytest.raises(
+        UsageError,
+        match=r"^--out .*f\.zarr is an existing file; a store is a "
+        r"directory: choose another --out$",
+    ):
         check_output(tmp_path / "f.zarr")
     data = tmp_path / "thesis"
     (data / "attention").mkdir(parents=True)
     (data / "chapter1.tex").write_text("precious")
-    with pytest.raises(UsageError, match=r"thesis is a non-empty directory that is not a jaxattn "
-                       r"store \(it holds chapter1\.tex\); it may be someone's data"):  # fmt: skip
+    with pytest.raises(
+        UsageError,
+        match=r"thesis is a non-empty directory that is not a jaxattn "
+        r"store \(it holds chapter1\.tex\); it may be someone's data",
+    ):
         check_output(data)
     zarr = tmp_path / "other.zarr"
     zarr.mkdir()

@@ -41,9 +41,16 @@ def test_integer_indices_match_the_list(pair):
 
 
 SLICES = [
-    slice(1, 3), slice(None, None, 2), slice(-2, None), slice(None, None, -1),
-    slice(5, None), slice(10, 20), slice(-100, 2), slice(4, 0, -2), slice(np.int64(1), None),
-]  # fmt: skip
+    slice(1, 3),
+    slice(None, None, 2),
+    slice(-2, None),
+    slice(None, None, -1),
+    slice(5, None),
+    slice(10, 20),
+    slice(-100, 2),
+    slice(4, 0, -2),
+    slice(np.int64(1), None),
+]
 
 
 @pytest.mark.parametrize("sl", SLICES, ids=str)
@@ -84,8 +91,11 @@ def test_index_errors_name_the_index_and_the_range(pair):
         assert str(err.value) == (
             f"index {int(bad)} is out of range: the store holds 5 examples (0..4, or -5..-1)"
         )
-    with pytest.raises(IndexError, match=r"^index 2 is out of range: the selection holds 2 "
-                       r"examples \(0\.\.1, or -2\.\.-1\)$"):  # fmt: skip
+    with pytest.raises(
+        IndexError,
+        match=r"^index 2 is out of range: the selection holds 2 "
+        r"examples \(0\.\.1, or -2\.\.-1\)$",
+    ):
         store[1:3][2]
     with pytest.raises(IndexError, match="^index 0 is out of range: the selection holds no "):
         store[5:][0]

@@ -17,9 +17,14 @@ from views_helpers import is_local
 
 WHAT = ("attention", "alpha_fx_norm", "queries", "keys")
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 INSTALL_HINT = (
     "apt-get install -y chromium && pip install playwright (the system browser is used; "
     "never `playwright install`)"

@@ -27,9 +27,15 @@ def fake(tokens, weights, text=None, layers=(0,), heads=(0,), **tensors) -> Capt
     """A float32 Capture of `tokens` with [L, H, T, T] (or [T, T]) attention `weights`."""
     w = np.asarray(weights, np.float32)
     w = w if w.ndim == 4 else w[None, None]
-    return Capture(tokens=tuple(tokens), sentence_b_start=None, layers=tuple(layers),
-                   heads=tuple(heads), dtype="float32", tensors={"attention": w, **tensors},
-                   text=text)  # fmt: skip
+    return Capture(
+        tokens=tuple(tokens),
+        sentence_b_start=None,
+        layers=tuple(layers),
+        heads=tuple(heads),
+        dtype="float32",
+        tensors={"attention": w, **tensors},
+        text=text,
+    )
 
 
 def js_reference(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -85,28 +91,35 @@ def test_norm_quantity_is_rows_normalised():
 
 # Hand-computed word level (Clark et al.): W[u, v] = mean over u's pieces of the sum over v's.
 A_TOKENS = ["[CLS]", "straw", "##berries", "are", "red", "[SEP]"]
-A_ROWS = [[0.5, 0.1, 0.1, 0.1, 0.1, 0.1],
-          [0.1, 0.2, 0.3, 0.1, 0.2, 0.1],
-          [0.0, 0.4, 0.1, 0.2, 0.1, 0.2],
-          [0.2, 0.1, 0.1, 0.3, 0.2, 0.1],
-          [0.1, 0.1, 0.1, 0.1, 0.5, 0.1],
-          [0.5, 0.1, 0.1, 0.1, 0.1, 0.1]]  # fmt: skip
-A_WORDS = [[0.5, 0.15, 0.15],  # strawberries: mean(.2+.3, .4+.1), mean(.1, .2), mean(.2, .1)
-           [0.2, 0.3, 0.2],  # are: .1+.1, .3, .2
-           [0.2, 0.1, 0.5]]  # fmt: skip
+A_ROWS = [
+    [0.5, 0.1, 0.1, 0.1, 0.1, 0.1],
+    [0.1, 0.2, 0.3, 0.1, 0.2, 0.1],
+    [0.0, 0.4, 0.1, 0.2, 0.1, 0.2],
+    [0.2, 0.1, 0.1, 0.3, 0.2, 0.1],
+    [0.1, 0.1, 0.1, 0.1, 0.5, 0.1],
+    [0.5, 0.1, 0.1, 0.1, 0.1, 0.1],
+]
+A_WORDS = [
+    [0.5, 0.15, 0.15],  # strawberries: mean(.2+.3, .4+.1), mean(.1, .2), mean(.2, .1)
+    [0.2, 0.3, 0.2],  # are: .1+.1, .3, .2
+    [0.2, 0.1, 0.5],
+]
 B_TOKENS = ["<s>", "Strawberries", "Ġare", "Ġred", "</s>"]
-B_ROWS = [[0.6, 0.1, 0.1, 0.1, 0.1],
-          [0.1, 0.6, 0.1, 0.1, 0.1],
-          [0.2, 0.2, 0.4, 0.1, 0.1],
-          [0.3, 0.1, 0.1, 0.4, 0.1],
-          [0.6, 0.1, 0.1, 0.1, 0.1]]  # fmt: skip
+B_ROWS = [
+    [0.6, 0.1, 0.1, 0.1, 0.1],
+    [0.1, 0.6, 0.1, 0.1, 0.1],
+    [0.2, 0.2, 0.4, 0.1, 0.1],
+    [0.3, 0.1, 0.1, 0.4, 0.1],
+    [0.6, 0.1, 0.1, 0.1, 0.1],
+]
 B_WORDS = [[0.6, 0.1, 0.1], [0.2, 0.4, 0.1], [0.1, 0.1, 0.4]]
 
 
 @pytest.mark.parametrize("text", [None, "Strawberries are red"])
 def test_word_level_when_tokenisers_differ(text):
-    pair = pair_example(0, fake(A_TOKENS, A_ROWS, text), fake(B_TOKENS, B_ROWS, text),
-                        "attention", "attention")  # fmt: skip
+    pair = pair_example(
+        0, fake(A_TOKENS, A_ROWS, text), fake(B_TOKENS, B_ROWS, text), "attention", "attention"
+    )
     assert pair.level == "word" and pair.tokens == ("strawberries", "are", "red")
     assert pair.sentence_b_start is None
     np.testing.assert_allclose(pair.a[0, 0], A_WORDS, atol=1e-6)
@@ -116,26 +129,34 @@ def test_word_level_when_tokenisers_differ(text):
 # A contraction BERT splits into three words and RoBERTa into two ("aren", "'t"): the
 # common units are "they", "aren't", "here". Hand-computed as above.
 C_A_TOKENS = ["[CLS]", "they", "aren", "'", "t", "here", "[SEP]"]
-C_A_ROWS = [[0.4, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1],
-            [0.1, 0.3, 0.2, 0.1, 0.1, 0.1, 0.1],
-            [0.2, 0.1, 0.3, 0.1, 0.1, 0.1, 0.1],
-            [0.1, 0.1, 0.1, 0.4, 0.1, 0.1, 0.1],
-            [0.1, 0.2, 0.1, 0.1, 0.3, 0.1, 0.1],
-            [0.1, 0.1, 0.1, 0.1, 0.1, 0.4, 0.1],
-            [0.4, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1]]  # fmt: skip
-C_A_WORDS = [[0.3, 0.4, 0.1],  # they: .3, .2+.1+.1, .1
-             [0.4 / 3, 1.6 / 3, 0.1],  # aren't: mean(.1, .1, .2), mean(.5, .6, .5), .1
-             [0.1, 0.3, 0.4]]  # fmt: skip
+C_A_ROWS = [
+    [0.4, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1],
+    [0.1, 0.3, 0.2, 0.1, 0.1, 0.1, 0.1],
+    [0.2, 0.1, 0.3, 0.1, 0.1, 0.1, 0.1],
+    [0.1, 0.1, 0.1, 0.4, 0.1, 0.1, 0.1],
+    [0.1, 0.2, 0.1, 0.1, 0.3, 0.1, 0.1],
+    [0.1, 0.1, 0.1, 0.1, 0.1, 0.4, 0.1],
+    [0.4, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1],
+]
+C_A_WORDS = [
+    [0.3, 0.4, 0.1],  # they: .3, .2+.1+.1, .1
+    [0.4 / 3, 1.6 / 3, 0.1],  # aren't: mean(.1, .1, .2), mean(.5, .6, .5), .1
+    [0.1, 0.3, 0.4],
+]
 C_B_TOKENS = ["<s>", "They", "Ġaren", "'t", "Ġhere", "</s>"]
-C_B_ROWS = [[0.5, 0.1, 0.1, 0.1, 0.1, 0.1],
-            [0.2, 0.2, 0.2, 0.2, 0.1, 0.1],
-            [0.1, 0.1, 0.3, 0.3, 0.1, 0.1],
-            [0.1, 0.2, 0.1, 0.4, 0.1, 0.1],
-            [0.1, 0.1, 0.1, 0.1, 0.5, 0.1],
-            [0.5, 0.1, 0.1, 0.1, 0.1, 0.1]]  # fmt: skip
-C_B_WORDS = [[0.2, 0.4, 0.1],  # they: .2, .2+.2, .1
-             [0.15, 0.55, 0.1],  # aren't: mean(.1, .2), mean(.6, .5), .1
-             [0.1, 0.2, 0.5]]  # fmt: skip
+C_B_ROWS = [
+    [0.5, 0.1, 0.1, 0.1, 0.1, 0.1],
+    [0.2, 0.2, 0.2, 0.2, 0.1, 0.1],
+    [0.1, 0.1, 0.3, 0.3, 0.1, 0.1],
+    [0.1, 0.2, 0.1, 0.4, 0.1, 0.1],
+    [0.1, 0.1, 0.1, 0.1, 0.5, 0.1],
+    [0.5, 0.1, 0.1, 0.1, 0.1, 0.1],
+]
+C_B_WORDS = [
+    [0.2, 0.4, 0.1],  # they: .2, .2+.2, .1
+    [0.15, 0.55, 0.1],  # aren't: mean(.1, .2), mean(.6, .5), .1
+    [0.1, 0.2, 0.5],
+]
 
 
 @pytest.mark.parametrize("text", [None, "They aren't here"])
@@ -153,8 +174,11 @@ def test_word_level_merges_words_the_other_side_runs_together(text, swap):
 
 def test_pairing_refuses_other_texts_counts_and_shapes():
     other = fake(["[CLS]", "dogs", "are", "red", "[SEP]"], np.full((5, 5), 0.2))
-    with pytest.raises(UsageError, match=r"^example 0 differs between A and B: A is "
-                       r"'strawberries are red', B is 'dogs are red'"):  # fmt: skip
+    with pytest.raises(
+        UsageError,
+        match=r"^example 0 differs between A and B: A is "
+        r"'strawberries are red', B is 'dogs are red'",
+    ):
         pair_all([fake(A_TOKENS, A_ROWS)], [other], "attention", "attention")
     same = fake(B_TOKENS, B_ROWS, "Strawberries are red")
     with pytest.raises(UsageError, match="example 1 differs.*'Strawberries are red'.*'x y'"):
@@ -178,9 +202,17 @@ def saved(tmp_path_factory, tiny_caps) -> dict:
     att.save(d / "att.npz")
     write_store(d / "store", store_captures(3))
     write_store(d / "empty", [])
-    return {k: str(d / n) for k, n in
-            (("one", "one.npz"), ("pair", "pair.npz"), ("att", "att.npz"), ("store", "store"),
-             ("empty", "empty"), ("dir", ""))}  # fmt: skip
+    return {
+        k: str(d / n)
+        for k, n in (
+            ("one", "one.npz"),
+            ("pair", "pair.npz"),
+            ("att", "att.npz"),
+            ("store", "store"),
+            ("empty", "empty"),
+            ("dir", ""),
+        )
+    }
 
 
 def run(capsys, *argv) -> tuple[int, str]:
@@ -208,14 +240,36 @@ def test_saved_capture_against_a_model_output_dtype(saved, checkpoint_dirs, tmp_
 
 def test_saved_captures_compare_as_saved(saved, tmp_path, capsys):
     out = tmp_path / "c.html"
-    assert run(capsys, "--compare", saved["one"], f"{saved['one']},quantity=norm",
-               "--layers", "1", "--out", str(out))[0] == 0  # fmt: skip
+    assert (
+        run(
+            capsys,
+            "--compare",
+            saved["one"],
+            f"{saved['one']},quantity=norm",
+            "--layers",
+            "1",
+            "--out",
+            str(out),
+        )[0]
+        == 0
+    )
     page = out.read_text(encoding="utf-8")
     assert "one.npz (hf_bert0) · attention α · float32 · precision highest" in page
     assert "one.npz (hf_bert0) · ‖αf(x)‖ rows normalised · float32 · precision highest" in page
     assert '"layers":[1]' in page
-    assert run(capsys, "--compare", saved["store"], saved["store"], "--limit", "2",
-               "--out", str(tmp_path / "s.html"))[0] == 0  # fmt: skip
+    assert (
+        run(
+            capsys,
+            "--compare",
+            saved["store"],
+            saved["store"],
+            "--limit",
+            "2",
+            "--out",
+            str(tmp_path / "s.html"),
+        )[0]
+        == 0
+    )
     assert '"w0_0"' in (tmp_path / "s.html").read_text(encoding="utf-8")
 
 
@@ -265,8 +319,10 @@ def test_bad_inputs(saved, tmp_path, capsys, argv, code, message):
 
 
 def test_empty_store_is_named(saved, tmp_path, capsys):
-    for argv in (["--compare", saved["empty"], saved["empty"]],
-                 ["x", "--compare", "default", saved["empty"]]):  # fmt: skip
+    for argv in (
+        ["--compare", saved["empty"], saved["empty"]],
+        ["x", "--compare", "default", saved["empty"]],
+    ):
         code, err = run(capsys, *argv, "--out", str(tmp_path / "e.html"))
         side = "A" if argv[0] == "--compare" else "B"
         assert code == 1 and f"--compare {side} '{saved['empty']}' holds no examples" in err, err
@@ -283,7 +339,13 @@ def test_two_tokenisers_compare_word_by_word(engines, checkpoint_dirs, tmp_path)
     header, arrays = read_page(out)
     e = header["examples"][0]
     assert e["level"] == "word" and [header["tokens"][k] for k in e["tokens"]] == [
-        "i", "went", "to", "the", "store", "."]  # fmt: skip
+        "i",
+        "went",
+        "to",
+        "the",
+        "store",
+        ".",
+    ]
     cap = engines["bert"].capture([text], layers=[0])[0]
     assert cap.tokens == ("[CLS]", "i", "went", "to", "the", "store", ".", "[SEP]")
     # one piece per word here: the word level is the token level without [CLS] and [SEP]
@@ -291,5 +353,6 @@ def test_two_tokenisers_compare_word_by_word(engines, checkpoint_dirs, tmp_path)
     roberta = engines["roberta"].capture([text], layers=[0])[0]
     pieces = [i for i, t in enumerate(roberta.tokens) if t not in ("<s>", "</s>")]
     assert len(pieces) == 6
-    np.testing.assert_allclose(arrays[0]["b"], roberta.attention[:, :, pieces][..., pieces],
-                               atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        arrays[0]["b"], roberta.attention[:, :, pieces][..., pieces], atol=1e-6
+    )

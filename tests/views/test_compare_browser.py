@@ -140,8 +140,11 @@ def test_page_panels_hover_and_overview(compared, page):
     t, m = len(a), np.abs(b - a).max()
     assert page.text_content("#cmp-min") == f"−{to_precision(m)}"
     assert page.text_content("#cmp-max") == f"+{to_precision(m)}"
-    panels = (("cmp-a", lambda i, j: grey(a[i, j])), ("cmp-b", lambda i, j: grey(b[i, j])),
-              ("cmp-diff", lambda i, j: diverging(b[i, j] - a[i, j], m)))  # fmt: skip
+    panels = (
+        ("cmp-a", lambda i, j: grey(a[i, j])),
+        ("cmp-b", lambda i, j: grey(b[i, j])),
+        ("cmp-diff", lambda i, j: diverging(b[i, j] - a[i, j], m)),
+    )
     for canvas, want in panels:
         points, _ = centres(page, canvas, t)
         got = np.array(page.evaluate(PIXELS, [canvas, points]))
@@ -177,8 +180,9 @@ def test_uint8_page_embeds_the_difference_per_head(tmp_path):
     b[1, 0] = a[1, 0] * (1 + 1e-4 * rng.standard_normal((7, 7)))  # m ~ 1e-5
     b[1, 1] = random_rows(rng, (7, 7))
     layout = dict(layers=(0, 1), heads=(0, 1))
-    pair = pair_example(0, fake(tokens, a, **layout), fake(tokens, b, **layout), "attention",
-                        "attention")  # fmt: skip
+    pair = pair_example(
+        0, fake(tokens, a, **layout), fake(tokens, b, **layout), "attention", "attention"
+    )
     out = tmp_path / "u8.html"
     out.write_text(build_compare_html([pair], ("a", "b"), embed="uint8"), encoding="utf-8")
     header, arrays = read_page(out)

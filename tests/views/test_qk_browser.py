@@ -41,10 +41,15 @@ def _page(tmp_path, sentences: int, length: int, seed: int = 0):
     xy[0, 1, 2, :2] = [[-1, -1], [1, 1]]
     xy[:, 1, 2, :, 0] *= 2
     header, sections = pack_global(
-        records, {"pca": (xy[0], xy[1])}, layers=list(range(L)), heads=list(range(H)),
-        explained=np.full((L * H, 2), 0.25), sampled=sample.summary(), model="made-up",
+        records,
+        {"pca": (xy[0], xy[1])},
+        layers=list(range(L)),
+        heads=list(range(H)),
+        explained=np.full((L * H, 2), 0.25),
+        sampled=sample.summary(),
+        model="made-up",
         inputs=["corpus.txt"],
-    )  # fmt: skip
+    )
     path = tmp_path / "qk.html"
     path.write_text(build_global_html(header, sections, title="qk test"), encoding="utf-8")
     return path, records, atts
@@ -60,12 +65,19 @@ def test_grid_points_hover_and_click_through(page, tmp_path):
     _open(page, path)
     thumbs = page.locator("#qk-grid canvas")
     assert thumbs.count() == L * H
-    heads = {(int(c.get_attribute("data-layer")), int(c.get_attribute("data-head")))
-             for c in thumbs.all()}  # fmt: skip
+    heads = {
+        (int(c.get_attribute("data-layer")), int(c.get_attribute("data-head")))
+        for c in thumbs.all()
+    }
     assert heads == {(a, b) for a in range(L) for b in range(H)}
     for c in thumbs.all():  # every thumbnail has drawn points
-        assert c.evaluate("c => c.getContext('2d').getImageData(0,0,c.width,c.height).data"
-                          ".filter((v,i)=>i%4===3 && v>0).length") > 20  # fmt: skip
+        assert (
+            c.evaluate(
+                "c => c.getContext('2d').getImageData(0,0,c.width,c.height).data"
+                ".filter((v,i)=>i%4===3 && v>0).length"
+            )
+            > 20
+        )
     page.locator('#qk-grid canvas[data-layer="1"][data-head="2"]').click()
     page.wait_for_selector('#qk[data-g="5"]')  # selectors: the page's CSP forbids eval
     assert page.inner_text("#qk-title") == "Layer 1, head 2"
@@ -98,8 +110,11 @@ def test_grid_points_hover_and_click_through(page, tmp_path):
     page.mouse.click(box["x"] + x, box["y"] + y)
     page.wait_for_selector('#qk-head[data-state="ready"]')
     panel = page.locator("#qk-head")
-    assert (panel.get_attribute("data-sentence"), panel.get_attribute("data-layer"),
-            panel.get_attribute("data-head")) == (str(records[s].index), "1", "2")  # fmt: skip
+    assert (
+        panel.get_attribute("data-sentence"),
+        panel.get_attribute("data-layer"),
+        panel.get_attribute("data-head"),
+    ) == (str(records[s].index), "1", "2")
     assert panel.get_attribute("data-record") == str(100 + records[s].index)
     a = np.rint(atts[records[s].index][1, 2] * 255)  # the selected head's weights, uint8
     q, k = (t, int(a[t].argmax())) if i < n else (int(a[:, t].argmax()), t)
@@ -113,9 +128,11 @@ def test_fifty_thousand_points_draw_fast(page, tmp_path):
     _open(page, path)
     times = [page.evaluate("JaxattnQK.debug.draw()") for _ in range(3)]
     assert page.evaluate("JaxattnQK.debug.visible()") == 50000
-    dark = page.evaluate("(() => { const c = document.getElementById('qk-canvas'); return c."
-                         "getContext('2d').getImageData(0,0,c.width,c.height).data"
-                         ".filter((v,i)=>i%4===0 && v<200).length; })()")  # fmt: skip
+    dark = page.evaluate(
+        "(() => { const c = document.getElementById('qk-canvas'); return c."
+        "getContext('2d').getImageData(0,0,c.width,c.height).data"
+        ".filter((v,i)=>i%4===0 && v<200).length; })()"
+    )
     assert dark > 20000  # points cover the canvas
     print(f"draw of 50,000 points: {min(times):.1f} ms (best of 3)")
     assert min(times) < 500

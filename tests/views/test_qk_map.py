@@ -107,9 +107,21 @@ def test_sampling_keeps_the_smallest_keyed_whole_sentences_within_the_budget(
     corpus = tmp_path / "long.txt"
     corpus.write_text("\n".join(texts) + "\n", encoding="utf-8")
     out = tmp_path / "s.html"
-    argv = ["view", "--global", str(corpus), "--model", str(bert_checkpoint), "--out", str(out),
-            "--global-max-tokens", "20", "--global-seed", "2",
-            "--too-long", "skip"]  # fmt: skip
+    argv = [
+        "view",
+        "--global",
+        str(corpus),
+        "--model",
+        str(bert_checkpoint),
+        "--out",
+        str(out),
+        "--global-max-tokens",
+        "20",
+        "--global-seed",
+        "2",
+        "--too-long",
+        "skip",
+    ]
     assert main(argv) == 0
     header, _ = read_page(out)
     lengths = [len(c.tokens) for c in engines["bert"].capture(TEXTS, what=("attention",))]
@@ -125,8 +137,9 @@ def test_sampling_keeps_the_smallest_keyed_whole_sentences_within_the_budget(
         used += lengths[i]
     assert [s[2] for s in header["sentences"]] == sorted(want)
     assert [s[4:] for s in header["sentences"]] == [[0, i] for i in sorted(want)]
-    assert header["sampled"] == dict(sentences=len(want), of_sentences=5, tokens=used,
-                                     of_tokens=sum(lengths[:2] + lengths[3:]))  # fmt: skip
+    assert header["sampled"] == dict(
+        sentences=len(want), of_sentences=5, tokens=used, of_tokens=sum(lengths[:2] + lengths[3:])
+    )
     assert min(want) < 2 < max(want)  # records before and after the skipped one
     page = out.read_text(encoding="utf-8")
     assert "qk-sampled" in page and "'none'" in page  # said on the page; CSP default-src 'none'
@@ -195,9 +208,13 @@ def test_one_scale_for_both_axes_and_attention_held_within_its_budget():
     xy[0, 0, 1, :2] = [[-1, -1], [1, 1]]  # the extremes
     xy[..., 0] *= [[[[1], [2]]]]
     header, sections = pack_global(
-        kept, {"pca": (xy[0], xy[1])}, layers=[0], heads=[0, 1], explained=np.zeros((2, 2)),
+        kept,
+        {"pca": (xy[0], xy[1])},
+        layers=[0],
+        heads=[0, 1],
+        explained=np.zeros((2, 2)),
         sampled=sample.summary(),
-    )  # fmt: skip
+    )
     sections = [zlib.decompress(x, -15) for x in sections]  # as the page inflates them
     x0, x1, y0, y1 = header["layouts"]["pca"]["ranges"][1]
     assert (x1 - x0, y1 - y0, x0 + x1, y0 + y1) == pytest.approx((4, 4, 0, 0))
@@ -215,8 +232,9 @@ def _err(capsys) -> str:
     return err
 
 
-def test_bad_inputs_are_one_line_errors(corpus, bert_checkpoint, engines, tmp_path, capsys,
-                                        monkeypatch):  # fmt: skip
+def test_bad_inputs_are_one_line_errors(
+    corpus, bert_checkpoint, engines, tmp_path, capsys, monkeypatch
+):
     saved = ["view", "--global", "--out", str(tmp_path / "x.html")]
     base = [*saved, "--model", str(bert_checkpoint)]
     assert main([*base, str(corpus), "--heads", "99"]) == 2
@@ -235,8 +253,9 @@ def test_bad_inputs_are_one_line_errors(corpus, bert_checkpoint, engines, tmp_pa
     assert main([*base, str(part)]) == 2  # saved captures are shown as stored
     assert _err(capsys).endswith(f"INPUT {part} holds captures, shown as stored: drop --model")
     other = tmp_path / "other.npz"  # the same sizes, other weights
-    dataclasses.replace(cap, provenance={**cap.provenance, "model": "other-bert",
-                                         "weights": "blake2b:0123"}).save(other)  # fmt: skip
+    dataclasses.replace(
+        cap, provenance={**cap.provenance, "model": "other-bert", "weights": "blake2b:0123"}
+    ).save(other)
     assert main([*saved, str(part), str(other)]) == 2
     err = _err(capsys)
     assert f"INPUT {other} comes from other-bert, weights blake2b:0123, INPUT {part} from " in err
@@ -273,8 +292,21 @@ def test_bad_inputs_are_one_line_errors(corpus, bert_checkpoint, engines, tmp_pa
 def test_tsne_layout_of_the_layout_extra(corpus, bert_checkpoint, tmp_path):
     # openTSNE is a dev dependency: the extra's path runs in every test run
     out = tmp_path / "t.html"
-    argv = ["view", "--global", str(corpus), "--model", str(bert_checkpoint), "--out", str(out),
-            "--layers", "0", "--heads", "1", "--global-reducer", "tsne"]  # fmt: skip
+    argv = [
+        "view",
+        "--global",
+        str(corpus),
+        "--model",
+        str(bert_checkpoint),
+        "--out",
+        str(out),
+        "--layers",
+        "0",
+        "--heads",
+        "1",
+        "--global-reducer",
+        "tsne",
+    ]
     assert main(argv) == 0
     header, sections = read_page(out)
     assert list(header["layouts"]) == ["pca", "tsne"]
@@ -289,11 +321,26 @@ def test_a_store_gives_the_page_its_texts_give_reading_only_what_the_map_needs(
     from jaxattn.store import Store
 
     store, out = tmp_path / "c.zarr", tmp_path / "s.html"
-    assert main(["dump", str(corpus), "--model", str(bert_checkpoint), "--out", str(store),
-                 "--what", "attention,queries,keys,scores", "--quiet"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "dump",
+                str(corpus),
+                "--model",
+                str(bert_checkpoint),
+                "--out",
+                str(store),
+                "--what",
+                "attention,queries,keys,scores",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     asked, read = [], Store.read
-    monkeypatch.setattr(Store, "read", lambda self, i, what=None: asked.append(what) or read(
-        self, i, what))  # fmt: skip
+    monkeypatch.setattr(
+        Store, "read", lambda self, i, what=None: asked.append(what) or read(self, i, what)
+    )
     assert main(["view", "--global", str(store), "--out", str(out), "--limit", "5"]) == 0
     assert len(asked) == 5 and set(map(tuple, asked)) == {("attention", "queries", "keys")}
     (want, want_s), (got, got_s) = read_page(page_of), read_page(out)

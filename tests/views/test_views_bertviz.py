@@ -32,9 +32,14 @@ def _norm_capture() -> Capture:
     norm = (rng.random((2, 3, 5, 5)) * 4).astype(np.float32)
     norm[1, 2, 0] = 0  # an all-zero row stays zero
     norm.setflags(write=False)  # read-only, as decoded from the wire
-    return Capture(tokens=("[CLS]", "Ġa", "[SEP]", "b", "[SEP]"), sentence_b_start=None,
-                   layers=(0, 9), heads=(1, 3, 4), dtype="float32",
-                   tensors={"alpha_fx_norm": norm})  # fmt: skip
+    return Capture(
+        tokens=("[CLS]", "Ġa", "[SEP]", "b", "[SEP]"),
+        sentence_b_start=None,
+        layers=(0, 9),
+        heads=(1, 3, 4),
+        dtype="float32",
+        tensors={"alpha_fx_norm": norm},
+    )
 
 
 def test_head_view_keeps_real_layer_and_head_numbers():
@@ -75,8 +80,9 @@ def test_norm_weights_are_row_normalised_writable_and_warn_nothing():
     assert att[1] is att[8] and not att[1].any()  # the layers not captured: one zero tensor
     att[9][0, 0, 0, 0] = 1.0  # writable, and the capture is untouched
     assert cap.alpha_fx_norm[1, 0, 0, 0] != 1.0
-    params = _params(bertviz.model_view(**to_bertviz(cap, "alpha_fx_norm", view="model"),
-                                        html_action="return"))  # fmt: skip
+    params = _params(
+        bertviz.model_view(**to_bertviz(cap, "alpha_fx_norm", view="model"), html_action="return")
+    )
     assert params["include_layers"] == [0, 9] and params["include_heads"] == [1, 3, 4]
     attn = np.array(params["attention"][0]["attn"])  # [2, 3, 5, 5]
     sums = cap.alpha_fx_norm.sum(-1, keepdims=True)

@@ -123,8 +123,9 @@ def _attention_only(cap: Capture) -> Capture:
 def test_empty_or_lacking_captures_say_how_to_get_what_is_missing(tiny_caps):
     """Issue 15's bad input: one line naming what is missing and how to get it."""
     cap = _attention_only(tiny_caps[1])
-    empty = dataclasses.replace(cap, tokens=(), sentence_b_start=None,
-                                tensors={"attention": cap.attention[..., :0, :0]})  # fmt: skip
+    empty = dataclasses.replace(
+        cap, tokens=(), sentence_b_start=None, tensors={"attention": cap.attention[..., :0, :0]}
+    )
     no_att = dataclasses.replace(cap, tensors={"alpha_fx_norm": cap.attention})
     for make, match in (
         (lambda: to_svg(empty, "head"), "the capture has no tokens: capture a non-empty text"),
@@ -133,7 +134,7 @@ def test_empty_or_lacking_captures_say_how_to_get_what_is_missing(tiny_caps):
         (lambda: to_svg(cap, "stats", kind="norm"), r"no 'alpha_fx_norm' .*what=\(\.\.\., "),
         (lambda: to_svg(cap, "model", kind="norm"), r"'alpha_fx_norm' was not captured.*what="),
         (lambda: build_html(no_att), r"views need the 'attention' quantity \(what="),
-    ):  # fmt: skip
+    ):
         with pytest.raises(ValueError, match=match) as e:
             make()
         assert "\n" not in str(e.value)

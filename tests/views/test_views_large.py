@@ -34,22 +34,26 @@ def synthetic(t=T) -> Capture:
     fx = rng.uniform(0.2, 3.0, size=(L, H, 1, t)).astype(np.float32)
     tokens = ("[CLS]", *(f"tok{i}" for i in range(t - 2)), "[SEP]")
     return Capture(
-        tokens=tokens, sentence_b_start=None, layers=tuple(range(L)), heads=tuple(range(H)),
+        tokens=tokens,
+        sentence_b_start=None,
+        layers=tuple(range(L)),
+        heads=tuple(range(H)),
         dtype="float32",
         tensors=dict(
-            attention=att, alpha_fx_norm=att * fx,
+            attention=att,
+            alpha_fx_norm=att * fx,
             queries=rng.normal(size=(L, H, t, K)).astype(np.float32),
             keys=rng.normal(size=(L, H, t, K)).astype(np.float32),
         ),
-    )  # fmt: skip
+    )
 
 
 def _lines(page) -> tuple[np.ndarray, ...]:
     """(i, j, head, weight) of the head view's lines."""
     rows = page.eval_on_selector_all(
-        "#hv-svg line", "els => els.map(e => [+e.dataset.i, +e.dataset.j, +e.dataset.head, "
-        "+e.dataset.w])",
-    )  # fmt: skip
+        "#hv-svg line",
+        "els => els.map(e => [+e.dataset.i, +e.dataset.j, +e.dataset.head, +e.dataset.w])",
+    )
     return tuple(np.array(c) for c in zip(*rows, strict=True))
 
 

@@ -136,7 +136,10 @@ def test_auto_is_exact_for_small_pages_only(tiny_caps):
 @pytest.mark.parametrize("build", [build_html, build_payload])
 def test_more_examples_than_the_cap(build, tiny_caps):
     caps = [*tiny_caps, tiny_caps[0]]
-    with pytest.raises(ValueError, match=r"^3 examples are over the page's cap of 2: .*"
-                       r"max_examples=3 \(jaxattn view --max-examples\)$"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"^3 examples are over the page's cap of 2: .*"
+        r"max_examples=3 \(jaxattn view --max-examples\)$",
+    ):
         build(caps, max_examples=2)
     assert build(caps, max_examples=3)

@@ -40,11 +40,20 @@ def synthetic(n_layers: int, n_heads: int, t: int, seed: int = 0) -> Capture:
     att[..., np.arange(t), np.arange(t)] += 0.2
     qk = rng.standard_normal((2, n_layers, n_heads, t, 8)).astype(np.float32)
     norm = att * rng.uniform(0.5, 2.0, (n_layers, n_heads, 1, t))
-    tensors = {"attention": att.astype(np.float32), "alpha_fx_norm": norm.astype(np.float32),
-               "queries": qk[0], "keys": qk[1]}  # fmt: skip
-    return Capture(tokens=tuple(tokens), sentence_b_start=seps[0] + 1,
-                   layers=tuple(range(n_layers)), heads=tuple(range(n_heads)),
-                   dtype="float32", tensors=tensors)  # fmt: skip
+    tensors = {
+        "attention": att.astype(np.float32),
+        "alpha_fx_norm": norm.astype(np.float32),
+        "queries": qk[0],
+        "keys": qk[1],
+    }
+    return Capture(
+        tokens=tuple(tokens),
+        sentence_b_start=seps[0] + 1,
+        layers=tuple(range(n_layers)),
+        heads=tuple(range(n_heads)),
+        dtype="float32",
+        tensors=tensors,
+    )
 
 
 def decode_png(href: str) -> np.ndarray:
@@ -106,8 +115,11 @@ def test_every_heat_map_view_has_colour_bars_with_their_range():
             ticks = [e.text for e in g.iter(SVG + "text") if e.get("class") == "cb-tick"]
             assert lo < hi and ticks[:2] == [fmt(lo), fmt(hi)], (view, ticks)
     neuron = ET.fromstring(to_svg(cap, "neuron", layer=1, head=2, token=3))
-    stated = {g.find(SVG + "text").text: float(g.get("data-max")) for g in neuron.iter(SVG + "g")
-              if g.get("class") == "colorbar"}  # fmt: skip
+    stated = {
+        g.find(SVG + "text").text: float(g.get("data-max"))
+        for g in neuron.iter(SVG + "g")
+        if g.get("class") == "colorbar"
+    }
     dot = cap.queries[1, 2, 3].astype(np.float64) @ cap.keys[1, 2].T.astype(np.float64)
     assert stated["q · k"] == pytest.approx(dot.max(), rel=1e-5)
 
@@ -129,10 +141,15 @@ def test_neuron_svg_indices_lines_and_sentences():
     for attr in ("stroke-opacity", "data-w"):
         np.testing.assert_allclose([float(e.get(attr)) for e in lines], w, atol=5e-5)
     assert sorted(e.get("data-sentence") for e in texts if e.get("class") == "sentence") == [
-        "A", "B"]  # fmt: skip
+        "A",
+        "B",
+    ]
     (edge,) = [e for e in root.iter(SVG + "line") if e.get("class") == "ab-boundary"]
-    key_y = {int(e.get("data-idx")): float(e.get("y")) for e in texts
-             if e.get("class") == "idx" and e.get("data-side") == "key"}  # fmt: skip
+    key_y = {
+        int(e.get("data-idx")): float(e.get("y"))
+        for e in texts
+        if e.get("class") == "idx" and e.get("data-side") == "key"
+    }
     assert edge.get("data-row") == "5" and key_y[4] < float(edge.get("y1")) < key_y[5]
     single = dataclasses.replace(cap, sentence_b_start=None)
     plain = to_svg(single, "neuron", layer=1, head=2, token=3)
@@ -141,12 +158,14 @@ def test_neuron_svg_indices_lines_and_sentences():
 
 @pytest.mark.parametrize(
     "view, opts, match",
-    [("head", dict(layer=2), r"layer 2 is out of range: an index into cap.layers \(0..1\)"),
-     ("head", dict(heads=[0, 5]), "head 5 is out of range"),
-     ("neuron", dict(token=7), "token 7 is out of range"),
-     ("model", dict(kind="nrm"), "unknown kind 'nrm'; choose from attention, norm"),
-     ("model", dict(layer=0), "the model view takes no layer; its options: kind, thumb")],
-)  # fmt: skip
+    [
+        ("head", dict(layer=2), r"layer 2 is out of range: an index into cap.layers \(0..1\)"),
+        ("head", dict(heads=[0, 5]), "head 5 is out of range"),
+        ("neuron", dict(token=7), "token 7 is out of range"),
+        ("model", dict(kind="nrm"), "unknown kind 'nrm'; choose from attention, norm"),
+        ("model", dict(layer=0), "the model view takes no layer; its options: kind, thumb"),
+    ],
+)
 def test_static_bad_input_is_one_line(view, opts, match):
     with pytest.raises(ValueError, match=match) as e:
         to_svg(synthetic(2, 3, 7), view, **opts)

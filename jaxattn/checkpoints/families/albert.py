@@ -18,8 +18,10 @@ SOP = "the sentence-order head; no capture uses it"
 def _groups(out: dict, hf: dict, source: str) -> None:
     groups, layers = out.get("layer_groups", 1), out.get("num_layers", 0)
     if not 1 <= groups <= max(layers, 1):
-        raise CheckpointError(f"{source}: num_hidden_groups={groups} must lie in 1..{layers} "
-                              f"(num_hidden_layers={layers})")  # fmt: skip
+        raise CheckpointError(
+            f"{source}: num_hidden_groups={groups} must lie in 1..{layers} "
+            f"(num_hidden_layers={layers})"
+        )
 
 
 ALBERT = Family(

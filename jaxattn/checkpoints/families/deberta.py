@@ -65,8 +65,9 @@ def _att_types(source: str, value) -> tuple[str, ...]:
         )
     bad = [x for x in value if x not in POSITION_TERMS]
     if bad:
-        raise _unsupported(source, "pos_att_type", value,
-                           'only the position terms "c2p" and "p2c" (any subset)')  # fmt: skip
+        raise _unsupported(
+            source, "pos_att_type", value, 'only the position terms "c2p" and "p2c" (any subset)'
+        )
     return tuple(t for t in POSITION_TERMS if t in value)  # HF adds c2p, then p2c
 
 
@@ -80,11 +81,16 @@ def _derive(out: dict, hf: dict, source: str) -> None:
         return _typed(source, key, hf[key], int, "a whole number")
 
     if not flag("relative_attention"):
-        raise _unsupported(source, "relative_attention", False,
-                           "only relative_attention=true (DeBERTa-v2/v3)")  # fmt: skip
+        raise _unsupported(
+            source, "relative_attention", False, "only relative_attention=true (DeBERTa-v2/v3)"
+        )
     if whole("conv_kernel_size") > 0:
-        raise _unsupported(source, "conv_kernel_size", hf["conv_kernel_size"],
-                           "only conv_kernel_size=0 (no convolution after layer 0)")  # fmt: skip
+        raise _unsupported(
+            source,
+            "conv_kernel_size",
+            hf["conv_kernel_size"],
+            "only conv_kernel_size=0 (no convolution after layer 0)",
+        )
     norms = _typed(source, "norm_rel_ebd", hf["norm_rel_ebd"], str, "a string")
     entries = [x.strip() for x in norms.lower().split("|")]  # HF's parsing
     if any(x not in REL_NORMS for x in entries):
@@ -92,15 +98,23 @@ def _derive(out: dict, hf: dict, source: str) -> None:
     buckets, max_rel = whole("position_buckets"), whole("max_relative_positions")
     resolved = attention_span(max_rel, buckets, out.get("max_positions", 0))[0]
     if buckets > 0 and (buckets < 2 or resolved - 1 == buckets // 2):
-        raise _unsupported(source, "position_buckets", buckets,
-                           "position_buckets >= 2 with position_buckets // 2 != "
-                           f"max_relative_positions - 1 (max_relative_positions resolves to "
-                           f"{resolved}): HF divides by zero otherwise")  # fmt: skip
+        raise _unsupported(
+            source,
+            "position_buckets",
+            buckets,
+            "position_buckets >= 2 with position_buckets // 2 != "
+            f"max_relative_positions - 1 (max_relative_positions resolves to "
+            f"{resolved}): HF divides by zero otherwise",
+        )
     if hf.get("attention_head_size") is not None and out.get("num_heads"):
         even = out.get("hidden_size", 0) // out["num_heads"]
         if whole("attention_head_size") != even:
-            raise _unsupported(source, "attention_head_size", hf["attention_head_size"],
-                               f"only hidden_size / num_attention_heads = {even}")  # fmt: skip
+            raise _unsupported(
+                source,
+                "attention_head_size",
+                hf["attention_head_size"],
+                f"only hidden_size / num_attention_heads = {even}",
+            )
     out["absolute_positions"] = flag("position_biased_input")
     out["relative"] = Relative(
         att_types=_att_types(source, hf["pos_att_type"]),
@@ -152,7 +166,7 @@ DEBERTA_V2 = Family(
             "conv_kernel_size",
             "attention_head_size",
         }
-    ),  # fmt: skip
+    ),
     prefixes=("deberta.",),
     model={
         "embeddings/word": ("embeddings.word_embeddings", "table", "VE"),
@@ -204,5 +218,5 @@ DEBERTA_V2 = Family(
                 "classifier.bias",
             )
         },
-    },  # fmt: skip
+    },
 )

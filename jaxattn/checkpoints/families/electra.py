@@ -24,7 +24,7 @@ ELECTRA = Family(
         "summary_use_proj": None,
         "summary_activation": None,
         "summary_last_dropout": None,
-    },  # fmt: skip
+    },
     hf_defaults={"embedding_size": 128},  # ElectraConfig's default
     fixed={"head_activation": "gelu"},  # ElectraGeneratorPredictions: get_activation("gelu")
     prefixes=("electra.",),

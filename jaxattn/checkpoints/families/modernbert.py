@@ -79,10 +79,12 @@ def _global_every(hf: dict, layers, source: str) -> int:
     every = full[1] if len(full) > 1 else max(len(types), 1)
     if types != [GLOBAL if i % every == 0 else LOCAL for i in range(len(types))]:
         raise _unsupported(
-            source, "layer_types", types,
+            source,
+            "layer_types",
+            types,
             f'only "{GLOBAL}" in layers 0, n, 2n, ... and "{LOCAL}" elsewhere, for one n >= 1 '
             "(HF's global_attn_every_n_layers pattern)",
-        )  # fmt: skip
+        )
     return every
 
 
@@ -93,8 +95,9 @@ def _thetas(hf: dict, source: str) -> dict[str, float]:
     rope = hf.get("rope_parameters")
     rope = {} if rope is None else rope
     if not isinstance(rope, dict) or set(rope) - {GLOBAL, LOCAL}:
-        raise _unsupported(source, "rope_parameters", rope,
-                           f'an object with "{GLOBAL}" and "{LOCAL}" entries')  # fmt: skip
+        raise _unsupported(
+            source, "rope_parameters", rope, f'an object with "{GLOBAL}" and "{LOCAL}" entries'
+        )
     thetas = {}
     for kind, (legacy, default) in THETAS.items():
         entry = rope.get(kind) or {}  # absent: HF fills it with the default type
@@ -102,8 +105,12 @@ def _thetas(hf: dict, source: str) -> dict[str, float]:
         if not isinstance(entry, dict) or set(entry) - {"rope_type", "rope_theta"}:
             raise _unsupported(source, key, entry, "only the keys rope_type and rope_theta")
         if entry.get("rope_type", "default") != "default":
-            raise _unsupported(source, f"{key}.rope_type", entry["rope_type"],
-                               'only rope_type "default" (plain RoPE)')  # fmt: skip
+            raise _unsupported(
+                source,
+                f"{key}.rope_type",
+                entry["rope_type"],
+                'only rope_type "default" (plain RoPE)',
+            )
         theta = entry.get("rope_theta", hf.get(legacy, default))  # HF: setdefault from legacy
         name = f"{key}.rope_theta" if "rope_theta" in entry else legacy
         if isinstance(theta, bool) or not isinstance(theta, int | float) or not theta > 0:
@@ -120,8 +127,12 @@ def _derive(out: dict, hf: dict, source: str) -> None:
     if window < 0:
         raise _unsupported(source, "local_attention", window, "a window >= 0")
     if "sliding_window" in hf and hf["sliding_window"] != window // 2:
-        raise _unsupported(source, "sliding_window", hf["sliding_window"],
-                           f"only local_attention // 2 = {window // 2}")  # fmt: skip
+        raise _unsupported(
+            source,
+            "sliding_window",
+            hf["sliding_window"],
+            f"only local_attention // 2 = {window // 2}",
+        )
     heads, hidden = out.get("num_heads"), out.get("hidden_size")
     if hf.get("head_dim") is not None and heads and hidden and hf["head_dim"] != hidden // heads:
         even = f"only hidden_size / num_attention_heads = {hidden // heads}"
@@ -210,7 +221,7 @@ MODERNBERT = Family(
             "sliding_window",
             "head_dim",
         }
-    ),  # fmt: skip
+    ),
     prefixes=("model.",),
     model={
         "embeddings/word": ("embeddings.tok_embeddings", "table", "VD"),
