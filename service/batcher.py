@@ -246,11 +246,13 @@ class MicroBatcher:
                     f"{job.buffered} bytes of results waited"
                 )
             )
-            if job.on_stall is not None:  # cancel the call: its send may be blocked
-                threading.Thread(target=job.on_stall, daemon=True).start()
             if job in self._pending:
                 self._pending.remove(job)
             self._release_locked(job)  # its slot and reservation, at once
+            # Then cancel the call (its send may be blocked): whoever the cancel
+            # wakes finds the slot already free.
+            if job.on_stall is not None:
+                threading.Thread(target=job.on_stall, daemon=True).start()
         return wait
 
     def _waiting_examples(self, spec) -> int:
