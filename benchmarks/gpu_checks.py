@@ -37,8 +37,9 @@ cached time.
 `shape`: one (bucket, batch) shape of random BERT-base, the largest batch the
 engine plans for `--tokens` (default 128): texts of exactly that length are
 captured four times, persistent cache off, so the first compiles the program
-and the best of the others is its speed. For comparing compile-time levers
-(XLA_FLAGS, ``JAXATTN_LAYER_LOOP``) in fresh processes.
+and the best of the others is its speed. For comparing levers in fresh
+processes: XLA_FLAGS, ``JAXATTN_LAYER_LOOP``, `--host-memory` (pinned against
+staged: is the copy overlapped?) and `--precision`.
 
 `--tiny` (precision, service, warmup, shape) swaps BERT-base for the tiny model
 of `sanity`: the CPU smoke run of `benchmarks/gpu_run.sh` and the tests.
@@ -343,14 +344,20 @@ def warmup(
     )
 
 
-def shape(what: tuple[str, ...], tokens: int, tiny: bool) -> None:
+def shape(what: tuple[str, ...], tokens: int, tiny: bool, host_memory: str, precision: str) -> None:
     import jaxattn
     from jaxattn.bench.capture import synthetic_texts
     from jaxattn.engine import batching
 
     with tempfile.TemporaryDirectory() as tmp:
         path = str(model_dir(Path(tmp), tiny))
-        engine = jaxattn.load(path, buckets=(tokens,), compilation_cache_dir=False)
+        engine = jaxattn.load(
+            path,
+            buckets=(tokens,),
+            compilation_cache_dir=False,
+            host_memory=host_memory,
+            precision=precision,
+        )
     spec = engine.make_spec(what)
     size = batching.batch_size(tokens, lambda t: engine.output_bytes(spec, t), engine.budgets)
     texts = synthetic_texts(tokens, size * len(engine.devices))
@@ -362,7 +369,8 @@ def shape(what: tuple[str, ...], tokens: int, tiny: bool) -> None:
     best = min(seconds[1:])
     print(
         f"shape {','.join(what)} T={tokens} B={len(texts)} on {engine.devices[0].platform}, "
-        f"layers {engine.step.layer_loop}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}: "
+        f"layers {engine.step.layer_loop}, host memory {engine.step.host_memory}, {precision}, "
+        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}: "
         f"first capture {seconds[0]:.1f} s (compile ~{seconds[0] - best:.1f} s, "
         f"{engine.compiled_shapes} program), then {len(texts) / best:.0f} seq/s (best of 3)"
     )
@@ -380,6 +388,8 @@ def main() -> int:
     p.add_argument("--request", type=int, default=256, help="service: texts a request")
     p.add_argument("--clients", type=int, default=4, help="service: concurrent requests")
     p.add_argument("--tiny", action="store_true", help="the tiny BERT instead of BERT-base")
+    p.add_argument("--host-memory", default="auto", help="shape: the engine's host_memory")
+    p.add_argument("--precision", default="highest", help="shape: the compute precision")
     p.add_argument("--json", type=Path, help="also write the figures here")
     p.add_argument("--model", help="warmup: a checkpoint (default: random BERT-base)")
     p.add_argument("--save", type=Path, help=argparse.SUPPRESS)  # tiny-capture's output
@@ -405,7 +415,7 @@ def main() -> int:
     elif args.check == "service":
         service(args.tokens, args.n, args.request, args.clients, args.tiny, args.json)
     elif args.check == "shape":
-        shape(what, args.tokens, args.tiny)
+        shape(what, args.tokens, args.tiny, args.host_memory, args.precision)
     else:
         buckets = tuple(int(b) for b in args.buckets.split(",")) if args.buckets else None
         warmup(what, args.model, buckets, args.sizes, args.tiny)

@@ -4,8 +4,8 @@
 # Here, once:   bash benchmarks/gpu_run.sh prepare     # .gpu/: the tokenizer and the wheels
 #                                                       # the GPU image lacks (~10 MB)
 # On the GPU:   bash benchmarks/gpu_run.sh              # every stage, in order (carry [".gpu"])
-#               bash benchmarks/gpu_run.sh real levers  # a second call: only what is missing
-# Stages, in order: sanity bench precision first service warmup levers real.
+#               bash benchmarks/gpu_run.sh first real   # a second call: only what is missing
+# Stages, in order: sanity bench precision overlap first warmup service real levers.
 # Everything is line-buffered into $OUT/run.log (appended, so a stage cut off by its
 # limit still leaves what it printed) and the JSON figures into $OUT/<stage>.json.
 # Each step has its own time limit, clipped to what is left of the run's budget
@@ -20,7 +20,7 @@ cd "$root"
 # generated code or the Hub loading refuse). Pure wheels or manylinux cp312.
 WHEELS=(protobuf==7.36.2 grpcio==1.85.3 grpcio-health-checking==1.85.1
   grpcio-reflection==1.85.1 zstandard==0.25.0 lz4==4.4.5)
-STAGES=(sanity bench precision first service warmup levers real)
+STAGES=(sanity bench precision overlap first warmup service real levers)
 
 if [ "${1:-}" = prepare ]; then
   py=${PYTHON:-.venv/bin/python}
@@ -46,7 +46,10 @@ wanted=("$@")
 for s in "${wanted[@]}"; do
   [[ " ${STAGES[*]} " == *" $s "* ]] || { echo "unknown stage $s: prepare or ${STAGES[*]}" >&2; exit 2; }
 done
-[ -f .gpu/tokenizer/tokenizer.json ] || { echo "no .gpu/tokenizer: run 'prepare' here first" >&2; exit 2; }
+# The benchmark tokenizer: .gpu/tokenizer from prepare (or another copy of the embedded model's).
+export JAXATTN_BENCH_TOKENIZER=${JAXATTN_BENCH_TOKENIZER:-$root/.gpu/tokenizer}
+[ -f "$JAXATTN_BENCH_TOKENIZER/tokenizer.json" ] \
+  || { echo "no tokenizer in $JAXATTN_BENCH_TOKENIZER: run 'prepare' here first" >&2; exit 2; }
 
 OUT=${OUT:-$root/out/gpu-run}
 mkdir -p "$OUT"
@@ -57,7 +60,6 @@ if [ -z "$smoke" ] && ls .gpu/wheels/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/gpu-run-site
 fi
 export PYTHONPATH=$root${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
-export JAXATTN_BENCH_TOKENIZER=$root/.gpu/tokenizer
 exec > >(tee -a "$OUT/run.log") 2>&1
 tee_pid=$!
 
@@ -107,11 +109,22 @@ for stage in "${wanted[@]}"; do
     precision)  # tf32 and bf16 against highest, one process
       step 120 "${checks[@]}" precision $tiny --tokens "$tokens" -n "$(s 8 2048)" --json "$OUT/precision.json"
       ;;
+    overlap)  # one shape, fresh process: outputs written to pinned memory by the program,
+      # or staged (device memory, then a transfer of their own): is the copy hidden?
+      full=attention,queries,keys,fx_norm,alpha_fx_norm,sum_alpha_fx_norm
+      for args in "attention highest" "$full highest" "attention tf32"; do
+        set -- $args
+        for memory in pinned staged; do
+          step 60 "${checks[@]}" shape $tiny --tokens "$tokens" --what "$1" --precision "$2" \
+            --host-memory "$memory"
+        done
+      done
+      ;;
     first)  # a new process: load + first full capture of 100 EWT sentences, cold then cached
       cache=$(mktemp -d)
       for run in cold cached; do
         echo "-- first capture, $run compilation cache"
-        JAXATTN_COMPILATION_CACHE=$cache step "$( [ $run = cold ] && echo 100 || echo 40)" \
+        JAXATTN_COMPILATION_CACHE=$cache step "$( [ $run = cold ] && echo 200 || echo 40)" \
           "$py" benchmarks/first_capture.py ${smoke:+--tiny} --random-bert-base -n "$(s 4 100)"
       done
       ;;

@@ -25,33 +25,56 @@ def device(bert_checkpoint):
     return jaxattn.load(bert_checkpoint, host_memory="device", buckets=(24,))
 
 
+@pytest.fixture(scope="module")
+def staged(bert_checkpoint):
+    return jaxattn.load(bert_checkpoint, host_memory="staged", buckets=(24,))
+
+
 def test_auto_is_device_memory_on_the_cpu_and_pinned_is_offered():
     cpus = jax.devices("cpu")
     assert resolve_host_memory("auto", cpus) == "device"
     assert resolve_host_memory("pinned", cpus) == "pinned"
+    assert resolve_host_memory("staged", cpus) == "staged"
     with pytest.raises(ValueError, match="unknown host_memory 'fast': valid are auto, pinned"):
         resolve_host_memory("fast", cpus)
 
 
-def test_pinned_outputs_land_in_pinned_host_memory(pinned):
-    spec = pinned.make_spec(("attention", "fx_norm"), dtype="uint8")
+@pytest.mark.parametrize("policy", ["pinned", "staged"])
+def test_pinned_and_staged_outputs_land_in_pinned_host_memory(policy, request):
+    engine = request.getfixturevalue(policy)
+    spec = engine.make_spec(("attention", "fx_norm"), dtype="uint8")
     batch = batching.Batch(8, 2, (0,))
-    tokenized = pinned.tokenize(TEXTS[:1])
-    arrays = pinned.step.place(*host.pack(batch, tokenized, pinned.config, spec))
-    out = pinned.step(spec, *arrays)
+    tokenized = engine.tokenize(TEXTS[:1])
+    arrays = engine.step.place(*host.pack(batch, tokenized, engine.config, spec))
+    out = engine.step(spec, *arrays)
     assert {leaf.sharding.memory_kind for leaf in jax.tree.leaves(out)} == {"pinned_host"}
 
 
+def test_host_memory_without_pinned_memory_is_refused_by_name():
+    class Memory:
+        kind = "device"
+
+    class Device:
+        platform = "tpu"
+
+        def addressable_memories(self):
+            return [Memory()]
+
+    with pytest.raises(ValueError, match="host_memory='staged': tpu devices here offer no"):
+        resolve_host_memory("staged", [Device()])
+
+
 @pytest.mark.parametrize("dtype", ["float32", "uint8"])
-def test_pinned_and_device_memory_give_identical_captures(pinned, device, dtype):
+def test_pinned_device_and_staged_memory_give_identical_captures(pinned, device, staged, dtype):
     # A probability, an affine-quantised and an [L+1] quantity: every output path.
     what = ("attention", "fx_norm", "hidden_states")
     a = pinned.capture(TEXTS, what=what, dtype=dtype)
-    b = device.capture(TEXTS, what=what, dtype=dtype)
-    for x, y in zip(a, b, strict=True):
-        assert x.quantization == y.quantization
-        for name in what:
-            np.testing.assert_array_equal(x.tensors[name], y.tensors[name], err_msg=name)
+    for other in (device, staged):
+        b = other.capture(TEXTS, what=what, dtype=dtype)
+        for x, y in zip(a, b, strict=True):
+            assert x.quantization == y.quantization
+            for name in what:
+                np.testing.assert_array_equal(x.tensors[name], y.tensors[name], err_msg=name)
 
 
 def test_captures_are_views_of_one_batch_block(engines):

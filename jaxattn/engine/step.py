@@ -7,10 +7,15 @@
 output dtype (`jaxattn.engine.quantize`), data parallel over a 1-D device mesh:
 the batch sharded, the weights replicated. Where the outputs land is the host
 memory policy (`HOST_MEMORY`): "pinned" has the program write them to pinned
-host memory (the copy at PCIe speed, overlapped by XLA), "device" leaves them
-in device memory for `host.start_copies`; "auto" picks pinned where the
-devices offer it, except on the CPU, where device memory already is host
-memory and either way numpy views it without a copy. `compile` builds a
+host memory, "device" leaves them in device memory for `host.start_copies`,
+"staged" has the program write them to device memory and then moves them to
+pinned host memory with a transfer of its own, which the next batch's program
+need not wait for; "auto" picks pinned where the devices offer it, except on
+the CPU, where device memory already is host memory and either way numpy views
+it without a copy. Measured on an H200 (BENCHMARKS.md, 2026-11-26): "pinned"
+runs the copy after the compute, not beside it (attention at T=128 costs the
+forward plus the whole copy at 54 GB/s); "staged" is the lever meant to overlap
+them, unmeasured on a GPU so far, hence not yet "auto"'s choice. `compile` builds a
 shape's program ahead of time without running it (`Engine.warmup`); jit keeps
 it for that shape's first call.
 """
@@ -30,14 +35,15 @@ from jaxattn.engine.model import Encoder
 from jaxattn.engine.quantize import quantize
 from jaxattn.spec import CaptureSpec
 
-HOST_MEMORY = ("auto", "pinned", "device")
+HOST_MEMORY = ("auto", "pinned", "device", "staged")
 
 
 def resolve_host_memory(policy: str, devices: Sequence[jax.Device]) -> str:
-    """ "pinned" or "device" for `policy` on `devices` (ValueError for an unknown policy).
+    """ "pinned", "device" or "staged" for `policy` on `devices`.
 
     Raises:
-      ValueError: an unknown policy, or "pinned" on devices without pinned host memory.
+      ValueError: an unknown policy, or "pinned"/"staged" on devices without
+        pinned host memory.
     """
     if policy not in HOST_MEMORY:
         raise ValueError(f"unknown host_memory {policy!r}: valid are {', '.join(HOST_MEMORY)}")
@@ -45,10 +51,10 @@ def resolve_host_memory(policy: str, devices: Sequence[jax.Device]) -> str:
     if policy == "auto":
         gpu_like = all(d.platform != "cpu" for d in devices)
         return "pinned" if gpu_like and "pinned_host" in kinds else "device"
-    if policy == "pinned" and "pinned_host" not in kinds:
+    if policy in ("pinned", "staged") and "pinned_host" not in kinds:
         have = ", ".join(sorted(kinds))
         raise ValueError(
-            f"host_memory='pinned': {devices[0].platform} devices here offer "
+            f"host_memory={policy!r}: {devices[0].platform} devices here offer "
             f"no pinned host memory (they have {have})"
         )
     return policy
@@ -93,9 +99,9 @@ class CaptureStep:
         self.layer_loop = layer_loops.resolve_layer_loop(layer_loop, self.devices)
         mesh = Mesh(np.asarray(self.devices), ("data",))
         replicated, batch = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
-        out = batch
-        if self.host_memory == "pinned":
-            out = NamedSharding(mesh, P("data"), memory_kind="pinned_host")
+        pinned = NamedSharding(mesh, P("data"), memory_kind="pinned_host")
+        out = pinned if self.host_memory == "pinned" else batch
+        self._staged = pinned if self.host_memory == "staged" else None
         self._batch_sharding = batch
         self._config = config
         if self.layer_loop == "scan":
@@ -136,7 +142,10 @@ class CaptureStep:
         the token-class bits, each [B, T].
         """
         self._programs.add((spec, ids.shape, gates is not None))
-        return self._jit(spec, self.params, ids, type_ids, mask, classes, gates)
+        out = self._jit(spec, self.params, ids, type_ids, mask, classes, gates)
+        if self._staged is not None:  # a transfer of its own, dispatched asynchronously
+            out = jax.device_put(out, self._staged)
+        return out
 
     def compile(self, spec: CaptureSpec, ids, type_ids, mask, classes) -> None:
         """Compile the program of these placed arrays (no heads ablated) without running
