@@ -8,7 +8,7 @@ table only, which costs one gather: the timings are the base models'.
 
 Where the embedded model is not installed (a GPU machine it is too big to be
 carried to), ``JAXATTN_BENCH_TOKENIZER=DIR`` names a directory holding its
-tokenizer files (``benchmarks/gpu_session.sh prepare`` copies them).
+tokenizer files (``benchmarks/gpu_run.sh prepare`` copies them).
 """
 
 from __future__ import annotations
