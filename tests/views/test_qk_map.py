@@ -117,7 +117,7 @@ def test_sampling_keeps_the_smallest_keyed_whole_sentences_within_the_budget(
         str(out),
         "--global-max-tokens",
         "20",
-        "--global-seed",
+        "--seed",
         "2",
         "--too-long",
         "skip",
