@@ -36,7 +36,7 @@ WINDOW = 64  # texts captured per window
 def add_arguments(parser) -> None:
     """Add this mode's own options to the view parser."""
     from jaxattn.engine.qk_reduce import REDUCERS
-    from jaxattn.views.qk_map import ATTENTION_BYTES, MAX_TOKENS
+    from jaxattn.views.qk_payload import ATTENTION_BYTES, MAX_TOKENS
 
     g = parser.add_argument_group("--global: the joint query-key map (docs/global-view.md)")
     g.add_argument(
@@ -284,9 +284,9 @@ def _run(args, parts, total: int, names: list[str], source, t0: float) -> int:
     """`run` once the corpus is open and checked."""
     from jaxattn.engine.qk_map import MomentStream, fit_map, project
     from jaxattn.engine.qk_reduce import reduce_heads
-    from jaxattn.views.qk_map import AttentionBudget, SentenceSample, gather, pack_global
-    from jaxattn.views.qk_map import sampled_sentence as sampled
     from jaxattn.views.qk_page import write_global_html
+    from jaxattn.views.qk_payload import AttentionBudget, SentenceSample, gather, pack_global
+    from jaxattn.views.qk_payload import sampled_sentence as sampled
 
     bar = Progress(total, "jaxattn view --global", enabled=not args.quiet)
     moments = MomentStream()

@@ -17,7 +17,7 @@ import pytest
 
 from jaxattn.cli import main
 from jaxattn.views.page import decode_text
-from jaxattn.views.qk_map import AttentionBudget, SentenceSample, pack_global, sampled_sentence
+from jaxattn.views.qk_payload import AttentionBudget, SentenceSample, pack_global, sampled_sentence
 
 TEXTS = [
     "The cat sat on the mat.",
