@@ -24,7 +24,7 @@ def main() -> None:
     import jaxattn
     from jaxattn.bench import read_sentences
     from jaxattn.bench.capture import FULL
-    from jaxattn.bench.corpus import DEFAULT_CONLLU
+    from jaxattn.bench.sentences import DEFAULT_CONLLU
     from jaxattn.bench.synthetic import random_checkpoint
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

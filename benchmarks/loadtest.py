@@ -73,7 +73,7 @@ def rss_trend(rss: list[tuple[float, int, int]]) -> float:
 def slow_readers(address: str, pid: int, longs: list[str], seconds: float = 40.0) -> dict:
     import grpc
 
-    from jaxattn.bench.loadtest import rss_kb
+    from jaxattn.bench.load_generator import rss_kb
     from jaxattn.client import AttentionClient
     from jaxattn.v1 import attention_pb2 as pb
 
@@ -139,7 +139,7 @@ def slow_readers(address: str, pid: int, longs: list[str], seconds: float = 40.0
 
 
 def sigterm_under_load(proc, address, mix, expectations, clients: int) -> dict:
-    from jaxattn.bench.loadtest import run_load
+    from jaxattn.bench.load_generator import run_load
 
     out = {}
 

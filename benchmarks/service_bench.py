@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from jaxattn.bench.capture import FULL
-from jaxattn.bench.corpus import read_sentences
+from jaxattn.bench.sentences import read_sentences
 from jaxattn.dtypes import OUTPUT_DTYPES as DTYPES
 from jaxattn.wire.codecs import CODECS
 

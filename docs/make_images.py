@@ -69,12 +69,12 @@ VIEWPORT = {"width": 1180, "height": 900}  # the neuron view's rows need ~1130 p
 # The corpus-scale pages: the global map of 1,000 shipped EWT sentences with layer 0's
 # head 2 (a ring: a positional head) coloured by position, and the comparison of the
 # pair's attention with its norm-based weights, layer 2 head 0.
-GLOBAL = ["--limit", "1000", "--global-quiet"]
+GLOBAL = ["--limit", "1000", "--quiet"]
 GLOBAL_STEPS = [
     ("click", '#qk-grid canvas[data-layer="0"][data-head="2"]', None),
     ("select", "#qk-colour", "position"),
 ]
-COMPARE = ["--compare", "default", "default,quantity=norm", "--layers", "2"]
+COMPARE = ["--compare", "default", "default,kind=norm", "--layers", "2"]
 COMPARE_STEPS = [("select", "#cmp-head", "0")]
 
 

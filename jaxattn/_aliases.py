@@ -33,7 +33,7 @@ MOVED = {
     "jaxattn.convert.native": "jaxattn.checkpoints.native",
     "jaxattn.analysis.conllu": "jaxattn.inputs.conllu",
     "jaxattn.client.expect": "jaxattn.bench.expect",
-    "jaxattn.client.loadtest": "jaxattn.bench.loadtest",
+    "jaxattn.client.loadtest": "jaxattn.bench.load_generator",
     "jaxattn.wire.encode": "jaxattn.wire.send",
     "jaxattn.wire.decode": "jaxattn.wire.receive",
     "jaxattn.dump.inputs": "jaxattn.inputs.formats",

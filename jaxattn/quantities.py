@@ -1,8 +1,8 @@
 """The capturable quantities: names, axes and meaning (the public contract).
 
-Axis legend (DESIGN.md): L layers, H heads, T query positions, S key positions,
-K head dim, D model dim, N the head statistics of `HEAD_STATS`, M the norm-based
-mixing measures of `NORM_MEASURES`. T and S are
+Axis legend (as docs/reference/quantities.md gives it): L layers, H heads, T query
+positions, S key positions, K head dim, D model dim, N the head statistics of
+`HEAD_STATS`, M the norm-based mixing measures of `NORM_MEASURES`. T and S are
 trimmed to an example's real length before anything is returned. For
 ``hidden_states`` the L axis holds L+1 entries: the embeddings output, then the
 output of each captured layer.
@@ -32,7 +32,7 @@ class Quantity:
         axis holds numbers of different scales (fractions beside entropies,
         norms before and after a LayerNorm) that one range per tensor would
         serve badly.
-      doc: the definition, as in DESIGN.md.
+      doc: the definition, as docs/reference/quantities.md shows it.
     """
 
     name: str

@@ -6,7 +6,7 @@
 The proto package `jaxattn.v1` maps to the Python package `jaxattn.v1`, so the
 generated modules import each other as protoc writes them, with no path edits.
 The generated code is committed (a client-only install needs no grpcio-tools);
-tests/service/test_proto_drift.py fails when it differs from what this script
+tests/service/test_service_proto.py fails when it differs from what this script
 writes, so a .proto edit without regeneration cannot land.
 
 The .proto files are copied beside their code too (jaxattn/v1/attention.proto):

@@ -13,7 +13,7 @@ The contract is protos/jaxattn/v1/attention.proto.
 
 Modules: `options` (ServerOptions), `server` (create_server, the drain),
 `servicer` (the RPC handlers), `requests` (validating a CaptureRequest),
-`batcher` and `job` (micro-batching, flow control), `prefetch` (encoding
+`micro_batching` and `admitted_call` (micro-batching, flow control), `prefetch` (encoding
 ahead of gRPC), `auth` (the bearer token), `main` (`serve`).
 """
 

@@ -25,7 +25,7 @@ from jaxattn.netaddr import check_listen_address
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs
 from service.auth import BearerTokenInterceptor
-from service.batcher import MicroBatcher
+from service.micro_batching import MicroBatcher
 from service.options import ServerOptions
 from service.requests import RequestParser
 from service.servicer import AttentionServicer, handlers

@@ -12,7 +12,7 @@ import grpc
 from jaxattn.quantities import QUANTITIES
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs, serialize_example
-from service.batcher import EngineFailed, JobCancelled, MicroBatcher, QueueFull, SlowReader
+from service.micro_batching import EngineFailed, JobCancelled, MicroBatcher, QueueFull, SlowReader
 from service.prefetch import prefetch
 from service.requests import RequestError, RequestParser
 

@@ -36,10 +36,6 @@ from hf_fixtures import (  # noqa: E402
 
 from jaxattn.quantities import COMMON  # noqa: E402  (numpy-free)
 
-# Every quantity at once: one capture spec shared by the parity, norm and
-# invariant tests, so the session compiles each (bucket, batch) shape once.
-ALL_QUANTITIES = COMMON
-
 
 class _Lazy(dict):
     """A dict that builds a missing family's value on first use."""
@@ -127,8 +123,12 @@ def standard_texts(tokenizers) -> dict:
 
 @pytest.fixture(scope="session")
 def full_captures(engines, standard_texts) -> dict:
-    """family -> the engine's captures of every quantity for `standard_texts`, one call."""
-    return _Lazy(lambda fam: engines[fam].capture(standard_texts[fam], what=ALL_QUANTITIES))
+    """family -> the engine's captures of every quantity for `standard_texts`, one call.
+
+    Every quantity every model computes (COMMON) at once: one capture spec shared by
+    the parity, norm and invariant tests, so the session compiles each (bucket, batch)
+    shape once."""
+    return _Lazy(lambda fam: engines[fam].capture(standard_texts[fam], what=COMMON))
 
 
 @pytest.fixture(scope="session")

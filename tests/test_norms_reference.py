@@ -1,7 +1,7 @@
 """Kobayashi et al. (2020) norms against a NAIVE reference that materialises f.
 
 For each layer l and head h, f_h(x_j) = (x_j W_V^h + b_V^h) W_O^h (output bias
-left out, DESIGN.md "Quantities") is built explicitly as a [S, H, D] array from
+left out, as `jaxattn.quantities` defines fx_norm) is built explicitly as a [S, H, D] array from
 the torch weights and the torch layer input x = hidden_states[l]; the norms
 are then taken directly, with alpha from torch's eager attentions:
 

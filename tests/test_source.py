@@ -15,8 +15,6 @@ from jaxattn.cli.source import open_source
 from jaxattn.client import AttentionClient
 from jaxattn.quantities import COMMON
 
-ALL_QUANTITIES = COMMON
-
 
 def test_engine_and_client_are_capture_sources(engines):
     assert isinstance(engines["bert"], jaxattn.CaptureSource)
@@ -28,7 +26,7 @@ def test_engine_and_client_are_capture_sources(engines):
 def test_engine_stream_gives_the_captures_in_input_order(engines, standard_texts, full_captures):
     # Buckets finish shortest first; stream still yields in input order.
     texts = standard_texts["bert"][::-1]
-    streamed = list(engines["bert"].stream(texts, what=ALL_QUANTITIES))
+    streamed = list(engines["bert"].stream(texts, what=COMMON))
     for cap, full in zip(streamed, full_captures["bert"][::-1], strict=True):
         assert cap.tokens == full.tokens
         np.testing.assert_allclose(cap.attention, full.attention, rtol=1e-5, atol=1e-5)

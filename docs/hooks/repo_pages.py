@@ -49,6 +49,7 @@ ROOT_PAGES = {
     "RELIABILITY.md": "reliability.md",
     "ANALYSIS.md": "analysis.md",
     "BENCHMARKS.md": "benchmarks.md",
+    "CONTRIBUTING.md": "contributing.md",
 }
 _SITE_TO_REPO = {site: repo for repo, site in ROOT_PAGES.items()}
 

@@ -37,7 +37,7 @@ from jaxattn.analysis.head_distance import HeadDistance, classical_mds, js_diver
 from jaxattn.analysis.head_stats import HEAD_STATS, HeadStats, head_statistics, row_entropy
 from jaxattn.analysis.markdown import render_markdown
 from jaxattn.analysis.mixing import MEASURES as MIXING_MEASURES
-from jaxattn.analysis.mixing import MIXING_QUANTITIES, MixingRatios, mixing_ratio_rows
+from jaxattn.analysis.mixing import MIXING_NEEDS, MixingRatios, mixing_ratio_rows
 from jaxattn.analysis.patterns import (
     KOVALEVA_CLASSES,
     VIG_PATTERNS,
@@ -79,7 +79,7 @@ __all__ = [
     "HEAD_STATS",
     "KOVALEVA_CLASSES",
     "MIXING_MEASURES",
-    "MIXING_QUANTITIES",
+    "MIXING_NEEDS",
     "MixingRatios",
     "mixing_ratio_rows",
     "ROBERTA_SPECIALS",

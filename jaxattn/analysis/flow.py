@@ -30,8 +30,8 @@ rounded: a value is off the real-valued max-flow by at most 2^-31 per edge of a
 minimum cut (about 1e-9 from networkx's, which the authors call; the weights
 themselves are float32). The problems of a layer are solved together,
 as disjoint copies between one super source and one super sink, `MAX_EDGES`
-edges per scipy call: its fixed cost (~0.2 ms a call) would dominate one call
-per problem.
+edges per scipy call: its fixed cost per call would dominate one call per
+problem.
 
 Cost: layer l >= 2 solves T^2 problems of about (l - 1) T^2 edges each, so an
 example costs O(L^2 T^4) edges, each problem O(max-flow). Use `FlowStats`'s

@@ -48,7 +48,8 @@ NEEDS = {
     **{m: "attention" for m in WEIGHT_MEASURES},
     **{m: "mixing_ratio" for m in NORM_MEASURES},
 }
-MIXING_QUANTITIES = tuple(dict.fromkeys(NEEDS[m] for m in MEASURES))
+# the quantities the five measures need, together (not `jaxattn.quantities.MIXING`)
+MIXING_NEEDS = tuple(dict.fromkeys(NEEDS[m] for m in MEASURES))
 RESIDUAL = 0.5  # AttnRes-W: the weight of the identity (Abnar & Zuidema's residual)
 
 

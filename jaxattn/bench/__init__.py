@@ -5,13 +5,13 @@ answers. `benchmarks/` at the repository root holds the scripts that record
 the figures in BENCHMARKS.md.
 
 Modules: `capture` (capture vs transformers' eager attention), `copy_rate`
-(the host copy bound it is compared with), `corpus` (the
-sentences, through `jaxattn.inputs`), `loadtest` (many concurrent clients,
-every answer checked), `expect` (what a right answer is), `mix` (the load
+(the host copy bound it is compared with), `sentences` (the
+benchmarks' sentences, through `jaxattn.inputs`), `load_generator` (many concurrent
+clients, every answer checked), `expect` (what a right answer is), `mix` (the load
 test's request mix and driver).
 """
 
 from jaxattn.bench.capture import format_result, random_bert_base, run, synthetic_texts
-from jaxattn.bench.corpus import read_sentences
+from jaxattn.bench.sentences import read_sentences
 
 __all__ = ["format_result", "random_bert_base", "read_sentences", "run", "synthetic_texts"]

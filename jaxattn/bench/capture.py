@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from jaxattn.bench.copy_rate import host_copy_rate, moved_bytes
-from jaxattn.bench.corpus import read_sentences
+from jaxattn.bench.sentences import read_sentences
 from jaxattn.errors import InputError, TooLongError
 
 FULL = ("attention", "queries", "keys", "fx_norm", "alpha_fx_norm", "sum_alpha_fx_norm")

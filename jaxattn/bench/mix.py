@@ -4,7 +4,7 @@ The mix: single sentences, sentence pairs, "rich" single-sentence captures
 (four quantities, a layer and head subset), batches of 50 sentences and long
 ~500-token texts, over every dtype x codec. Answers are checked against an
 in-process engine of the same model (`jaxattn.bench.expect`); the load itself
-is `jaxattn.bench.loadtest.run_load`.
+is `jaxattn.bench.load_generator.run_load`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from jaxattn.bench.corpus import DEFAULT_CONLLU, read_sentences
 from jaxattn.bench.expect import batch_sizes, build_expectations
-from jaxattn.bench.loadtest import LoadRequest, listening_pid, run_load
+from jaxattn.bench.load_generator import LoadRequest, listening_pid, run_load
+from jaxattn.bench.sentences import DEFAULT_CONLLU, read_sentences
 from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.wire.codecs import CODECS
 
@@ -142,7 +142,7 @@ def loadtest(
     """Build the mix, compute its right answers, warm the server up, run the load.
 
     Returns:
-      (LoadResult, the mix, its expectations): see `jaxattn.bench.loadtest.run_load`.
+      (LoadResult, the mix, its expectations): see `jaxattn.bench.load_generator.run_load`.
     """
     import jaxattn
     from jaxattn.client import AttentionClient

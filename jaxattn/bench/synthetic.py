@@ -6,9 +6,9 @@ MiniLM's) and its 30,522-word vocabulary, so the same synthetic texts are
 exactly T tokens for every family. The vocabulary size changes the embedding
 table only, which costs one gather: the timings are the base models'.
 
-Where the embedded model is not installed (a GPU machine it is too big to be
-carried to), ``JAXATTN_BENCH_TOKENIZER=DIR`` names a directory holding its
-tokenizer files (``benchmarks/gpu_run.sh prepare`` copies them).
+Where the embedded model is not installed, ``JAXATTN_BENCH_TOKENIZER=DIR`` names
+a directory holding its tokenizer files (``bash benchmarks/gpu_run.sh prepare``
+copies them into ``.gpu/tokenizer``).
 """
 
 from __future__ import annotations

@@ -142,7 +142,7 @@ def _cpus() -> int:
 
 
 def _run(args) -> int:
-    from jaxattn.analysis import MIXING_QUANTITIES
+    from jaxattn.analysis import MIXING_NEEDS
 
     t0 = time.monotonic()
     if args.ablate and args.server:
@@ -181,7 +181,7 @@ def _run(args) -> int:
     elif args.no_norm:
         what = ("attention",)
     else:
-        what = tuple(dict.fromkeys(("attention", "alpha_fx_norm", *MIXING_QUANTITIES)))
+        what = tuple(dict.fromkeys(("attention", "alpha_fx_norm", *MIXING_NEEDS)))
     where = "standard input" if args.input == "-" else f"INPUT {args.input}"
     skipped = no_parse(where) if not (parsed_input or extra or args.stats_only) else {}
     source = open_source(args)

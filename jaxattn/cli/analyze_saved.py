@@ -54,7 +54,7 @@ def what_the_input_allows(stored, args) -> str:
 def analyse_saved(args, caps) -> tuple:
     """(the `CorpusAnalysis`, the report's meta) of saved captures (a store, a capture
     file) analysed as stored: no model, no capture."""
-    from jaxattn.analysis import MIXING_QUANTITIES
+    from jaxattn.analysis import MIXING_NEEDS
 
     where = f"INPUT {args.input}"
     for flag, given in (
@@ -76,7 +76,7 @@ def analyse_saved(args, caps) -> tuple:
         f for f, on in (("--stats-only", args.stats_only), ("--no-norm", args.no_norm)) if on
     )
     what = dict(SAVED_RUNS)[flags]
-    mixing = () if args.no_norm or args.stats_only else MIXING_QUANTITIES
+    mixing = () if args.no_norm or args.stats_only else MIXING_NEEDS
     stored = stored_quantities(caps)
     try:
         require(

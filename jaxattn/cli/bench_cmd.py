@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from jaxattn import outfile
-from jaxattn.bench.corpus import DEFAULT_CONLLU
+from jaxattn.bench.sentences import DEFAULT_CONLLU
 from jaxattn.bench.synthetic import SHAPES
 from jaxattn.cli.args import (
     add_overwrite_argument,

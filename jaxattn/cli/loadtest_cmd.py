@@ -4,7 +4,7 @@
     jaxattn loadtest --server 127.0.0.1:50051 --clients 64 --requests 10000
 
 The mix and the driver are `jaxattn.bench.mix`; the clients
-`jaxattn.bench.loadtest`. Errors are counted by status code; the server's RSS
+`jaxattn.bench.load_generator`. Errors are counted by status code; the server's RSS
 is sampled from /proc/PID/status (the pid is found from the port, or given).
 benchmarks/loadtest.py starts the server and records the figures.
 """
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from jaxattn import outfile
-from jaxattn.bench.corpus import DEFAULT_CONLLU
+from jaxattn.bench.sentences import DEFAULT_CONLLU
 from jaxattn.cli.args import (
     add_overwrite_argument,
     add_token_argument,

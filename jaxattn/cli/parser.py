@@ -54,13 +54,15 @@ class HelpFormatter(argparse.HelpFormatter):
 
 def nearest(word: str, choices: Iterable[str], n: int = 3) -> list[str]:
     """The choices `word` most likely meant, at most `n`: those it abbreviates (what
-    argparse's prefix matching would have taken), else the close spellings, best first
+    argparse's prefix matching would have taken), else those it ends with after a dash
+    (a longer spelling: --global-seed for --seed), else the close spellings, best first
     (difflib; the leading dashes of options are not compared)."""
     bare = {str(c).lstrip("-"): str(c) for c in choices}
     typed = word.lstrip("-")
     prefixed = [c for b, c in bare.items() if typed and b.startswith(typed) and c != word]
+    suffixed = [c for b, c in bare.items() if b and typed.endswith(f"-{b}") and c != word]
     close = difflib.get_close_matches(typed, [b for b in bare if bare[b] != word], n, 0.6)
-    return (prefixed or [bare[b] for b in close])[:n]
+    return (prefixed or suffixed or [bare[b] for b in close])[:n]
 
 
 def did_you_mean(names: list[str], quote: bool = False) -> str:

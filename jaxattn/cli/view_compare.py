@@ -7,10 +7,10 @@ Each side is ``SOURCE[,key=value...]`` (docs/compare.md):
   or a TensorStore URL);
 - keys: ``precision=highest|tf32|bf16`` (compute precision) and
   ``dtype=float32|float16|bfloat16|uint8`` (output encoding), for a model only;
-  ``quantity=attention|norm`` (α, or ‖αf(x)‖ rows normalised), for any side.
+  ``kind=attention|norm`` (α, or ‖αf(x)‖ rows normalised), for any side.
 
 A model side captures INPUT's texts (else the texts the other, saved side
-holds) with the local engine, asking only for the quantity it shows, under
+holds) with the local engine, asking only for the quantity its kind needs, under
 --layers/--heads/--too-long/--limit; --precision is the default of both sides.
 Saved sides bring their texts; --layers/--heads pick from what they hold.
 Example i of A is paired with example i of B (`jaxattn.views.compare`).
@@ -22,6 +22,7 @@ import dataclasses
 from pathlib import Path
 
 from jaxattn import outfile
+from jaxattn.analysis.weights import WEIGHT_KINDS
 from jaxattn.cli.args import check_output, ensure_parent
 from jaxattn.cli.corpus import read_inputs, report
 from jaxattn.cli.saved import is_capture_file, is_store, open_saved, require
@@ -30,7 +31,7 @@ from jaxattn.errors import InputError, UsageError
 from jaxattn.spec import PRECISIONS
 
 DEFAULT = "default"
-KEYS = {"precision": PRECISIONS, "dtype": tuple(OUTPUT_DTYPES), "quantity": ("attention", "norm")}
+KEYS = {"precision": PRECISIONS, "dtype": tuple(OUTPUT_DTYPES), "kind": tuple(WEIGHT_KINDS)}
 MODEL_ONLY = ("precision", "dtype")
 
 
@@ -45,8 +46,9 @@ class Side:
     saved: object = None  # a store or [Capture] for saved captures; None for a model
 
     @property
-    def quantity(self) -> str:
-        return self.options.get("quantity", "attention")
+    def kind(self) -> str:
+        """The weights it shows (`jaxattn.analysis.weights.WEIGHT_KINDS`)."""
+        return self.options.get("kind", "attention")
 
     @property
     def where(self) -> str:
@@ -99,9 +101,7 @@ def open_side(side: Side) -> Side:
                 f"{side.where}: {', '.join(k + '=' for k in given)} choose how a "
                 "model captures; saved captures are compared as saved"
             )
-        from jaxattn.views.compare import QUANTITIES
-
-        require(side.saved, (QUANTITIES[side.quantity],), side.where, f"quantity={side.quantity}")
+        require(side.saved, (WEIGHT_KINDS[side.kind],), side.where, f"kind={side.kind}")
     elif side.source != DEFAULT and not Path(side.source).is_dir():
         raise UsageError(
             f"{side.where}: {side.source!r} is no model directory, capture file "
@@ -172,14 +172,13 @@ def _limited(args, side: Side) -> list:
 def _capture(args, side: Side, texts: list, engines: dict) -> tuple[list, set]:
     """(captures, skipped input indices) of a model side."""
     import jaxattn
-    from jaxattn.views.compare import QUANTITIES
 
     key = None if side.source == DEFAULT else str(Path(side.source).resolve())
     if key not in engines:
         engines[key] = jaxattn.load(key)
     stream = engines[key].capture_iter(
         texts,
-        (QUANTITIES[side.quantity],),
+        (WEIGHT_KINDS[side.kind],),
         args.layers,
         args.heads,
         side.options.get("dtype", "float32"),
@@ -196,7 +195,7 @@ def _label(side: Side, caps: list) -> str:
 
     cap = caps[0]
     model = cap.provenance.get("model")
-    return side_label(side.source, side.quantity, cap.dtype, cap.precision, model)
+    return side_label(side.source, side.kind, cap.dtype, cap.precision, model)
 
 
 def run(args) -> int:
@@ -235,8 +234,8 @@ def run(args) -> int:
     pairs = pair_all(
         caps[0],
         caps[1],
-        sides[0].quantity,
-        sides[1].quantity,
+        sides[0].kind,
+        sides[1].kind,
         args.layers if saved else None,
         args.heads if saved else None,
     )

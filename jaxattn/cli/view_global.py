@@ -36,7 +36,7 @@ WINDOW = 64  # texts captured per window
 def add_arguments(parser) -> None:
     """Add this mode's own options to the view parser."""
     from jaxattn.engine.qk_reduce import REDUCERS
-    from jaxattn.views.qk_map import ATTENTION_BYTES, MAX_TOKENS
+    from jaxattn.views.qk_payload import ATTENTION_BYTES, MAX_TOKENS
 
     g = parser.add_argument_group("--global: the joint query-key map (docs/global-view.md)")
     g.add_argument(
@@ -58,7 +58,7 @@ def add_arguments(parser) -> None:
         "corpus is sampled by whole sentences, uniformly; the page says so",
     )
     g.add_argument(
-        "--global-seed",
+        "--seed",
         type=int,
         default=0,
         metavar="S",
@@ -72,7 +72,7 @@ def add_arguments(parser) -> None:
         help="most MiB of compressed attention held and embedded for the "
         "click-through head view (sampled sentences beyond it have none)",
     )
-    g.add_argument("--global-quiet", action="store_true", help="no progress line on stderr")
+    g.add_argument("--quiet", action="store_true", help="no progress line on stderr")
 
 
 @dataclasses.dataclass
@@ -284,14 +284,14 @@ def _run(args, parts, total: int, names: list[str], source, t0: float) -> int:
     """`run` once the corpus is open and checked."""
     from jaxattn.engine.qk_map import MomentStream, fit_map, project
     from jaxattn.engine.qk_reduce import reduce_heads
-    from jaxattn.views.qk_map import AttentionBudget, SentenceSample, gather, pack_global
-    from jaxattn.views.qk_map import sampled_sentence as sampled
     from jaxattn.views.qk_page import write_global_html
+    from jaxattn.views.qk_payload import AttentionBudget, SentenceSample, gather, pack_global
+    from jaxattn.views.qk_payload import sampled_sentence as sampled
 
-    bar = Progress(total, "jaxattn view --global", enabled=not args.global_quiet)
+    bar = Progress(total, "jaxattn view --global", enabled=not args.quiet)
     moments = MomentStream()
     budget = AttentionBudget(int(args.global_attention_mb * (1 << 20)))
-    sample = SentenceSample(total, args.global_max_tokens, args.global_seed, budget.release)
+    sample = SentenceSample(total, args.global_max_tokens, args.seed, budget.release)
     shape = None
     for i, origin, tokens, layers, heads, qi, ki, att in _examples(args, parts, source):
         if shape is None:
@@ -319,9 +319,9 @@ def _run(args, parts, total: int, names: list[str], source, t0: float) -> int:
     xq, xk = project(maps, q, k)
     layouts = {"pca": (xq, xk)}
     if args.global_reducer != "pca":
-        say = None if args.global_quiet else lambda m: print(m, file=sys.stderr)
+        say = None if args.quiet else lambda m: print(m, file=sys.stderr)
         layouts[args.global_reducer] = reduce_heads(
-            args.global_reducer, maps, q, k, (xq, xk), shape, args.global_seed, say
+            args.global_reducer, maps, q, k, (xq, xk), shape, args.seed, say
         )
     del q, k
     header, sections = pack_global(

@@ -1,7 +1,7 @@
 """`open_store`: random access to a finished store, one `Capture` per example.
 
 Needs tensorstore and numpy, not jax: stores are read where the client runs.
-A store is a sequence (`jaxattn.store.view`: negative indices, lazy slices).
+A store is a sequence (`jaxattn.store.selection`: negative indices, lazy slices).
 Each capture carries its provenance: the model the store's metadata records
 (name, family, weights fingerprint, config) and the source ``store <path>``,
 its text (the manifest keeps it; None in stores written before it did) and
@@ -24,7 +24,7 @@ from jaxattn.store import metadata as store_metadata
 from jaxattn.store.kvstore import KeyValue, child_spec, root_spec, tensorstore_errors
 from jaxattn.store.location import found_at
 from jaxattn.store.manifest import Entry, ShardPart
-from jaxattn.store.view import StoreView, position
+from jaxattn.store.selection import StoreSelection, position
 
 # Decoded chunks kept for reuse: iterating reads neighbouring examples from the same chunks.
 _CACHE_BYTES = 64 << 20
@@ -76,7 +76,7 @@ class Store(Sequence):
     provenance of the store's model, ``truncated`` and ``text``, which is None
     in stores written before the manifest kept texts). It is a sequence like a list: ``len(store)``,
     negative indices, iteration, and slices (``store[1:3]``, ``store[::2]``)
-    that give a lazy `StoreView`, reading nothing until indexed.
+    that give a lazy `StoreSelection`, reading nothing until indexed.
 
     Attributes:
       metadata: the store metadata (model, spec, input, shards; see STORE.md).
@@ -138,26 +138,26 @@ class Store(Sequence):
         for i in range(len(self)):
             yield self.read(i)
 
-    def __getitem__(self, key) -> Capture | StoreView:
+    def __getitem__(self, key) -> Capture | StoreSelection:
         """``store[i]``: one example (i may be negative or a numpy integer);
-        ``store[a:b:c]``: a lazy `StoreView`.
+        ``store[a:b:c]``: a lazy `StoreSelection`.
 
         Raises:
           IndexError: naming the index and the valid range.
           TypeError: naming the key's type.
         """
         if isinstance(key, slice):
-            return StoreView(self, range(len(self))[key])
+            return StoreSelection(self, range(len(self))[key])
         return self.read(position(key, len(self), "the store"))
 
-    def select(self, what) -> StoreView:
-        """A lazy view of every example whose captures hold only the quantities `what`
+    def select(self, what) -> StoreSelection:
+        """A lazy selection of every example whose captures hold only the quantities `what`
         (the others are not read): ``store.select(("queries", "keys"))[3]``.
 
         Raises:
           ValueError: a quantity the store does not hold (naming it and what it holds).
         """
-        return StoreView(self, range(len(self)), what)
+        return StoreSelection(self, range(len(self)), what)
 
     def read(self, index: int, what=None) -> Capture:
         """The example at non-negative `index`, read from its shard's arrays: every stored

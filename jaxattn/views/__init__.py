@@ -19,10 +19,11 @@ vanilla JS + SVG/canvas, inlined, and fetch nothing.
 Modules: `payload` (captures -> the web viewer's JSON, and the page's packed
 data: a shared token table, per-example raw-deflate sections),
 `stats` (the stats view's numbers from `jaxattn.analysis`), `page` (the HTML),
-`svg` and `svg_cells` (static SVG written from Python, with `drawing`'s
-colours, colour bars, max pooling and layout), `png` (chromium screenshots), `web` (the live viewer,
-stdlib http.server), `bertviz` (a Capture as BertViz's arguments). The scripts
-are in `static/`.
+`svg` (static SVG of the head, model and neuron views, written from Python) and
+`stats_svg` (the stats view's), with `drawing`'s colours, colour bars, max pooling
+and layout, `png` (chromium screenshots), `web` (the live viewer, stdlib
+http.server), `bertviz` (a Capture as BertViz's arguments). The scripts are in
+`static/`.
 """
 
 import importlib

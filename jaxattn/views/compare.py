@@ -33,15 +33,14 @@ from jaxattn.analysis.tokens import (
     piece_bytes,
     readable_text,
 )
-from jaxattn.analysis.weights import capture_weights, normalise_rows
+from jaxattn.analysis.weights import WEIGHT_KINDS, capture_weights, normalise_rows
 from jaxattn.analysis.words import WordMap, align_words, group_words, word_level_attention
 from jaxattn.capture import Capture
 from jaxattn.errors import UsageError
 from jaxattn.spec import resolve_indices
 
-# quantity key of a side -> the capture quantity it needs
-QUANTITIES = {"attention": "attention", "norm": "alpha_fx_norm"}
-QUANTITY_TITLES = {"attention": "attention α", "norm": "‖αf(x)‖ rows normalised"}
+# weight kind of a side (`jaxattn.analysis.weights.WEIGHT_KINDS`) -> its title on the page
+KIND_TITLES = {"attention": "attention α", "norm": "‖αf(x)‖ rows normalised"}
 LEVELS = ("token", "word")
 
 
@@ -235,7 +234,7 @@ def select(cap: Capture, w: np.ndarray, layers, heads):
 def pair_example(
     index: int, a: Capture, b: Capture, qa: str, qb: str, layers=None, heads=None
 ) -> Pair:
-    """Example `index` of A and B as a `Pair`: weights of quantity `qa` / `qb`
+    """Example `index` of A and B as a `Pair`: weights of kind `qa` / `qb`
     ("attention" or "norm"), on the --layers/--heads selections (None: as captured).
 
     Raises:
@@ -244,9 +243,9 @@ def pair_example(
     check_same_text(index, a, b)
     sides = []
     for name, cap, q in (("A", a, qa), ("B", b, qb)):
-        if QUANTITIES[q] not in cap.tensors:
+        if WEIGHT_KINDS[q] not in cap.tensors:
             raise UsageError(
-                f"{name} holds {', '.join(cap.what)}; quantity={q} needs {QUANTITIES[q]}"
+                f"{name} holds {', '.join(cap.what)}; kind={q} needs {WEIGHT_KINDS[q]}"
             )
         sides.append(select(cap, capture_weights(cap, q), layers, heads))
     (wa, la, ha), (wb, lb, hb) = sides

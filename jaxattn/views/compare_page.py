@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxattn.views.compare import QUANTITY_TITLES, Pair
+from jaxattn.views.compare import KIND_TITLES, Pair
 from jaxattn.views.page import document, packed_body
 from jaxattn.views.payload import AUTO_EXACT_PAGE_BYTES, EMBED_DTYPES, MAX_EXAMPLES, pack_array
 
@@ -38,11 +38,11 @@ FORMAT = "jaxattn.compare/1"
 SCRIPTS = ("core.js", "compare.js")
 
 
-def side_label(source: str, quantity: str, dtype: str, precision: str, model: str | None) -> str:
-    """How the page names one side: source, quantity, output dtype, compute precision."""
+def side_label(source: str, kind: str, dtype: str, precision: str, model: str | None) -> str:
+    """How the page names one side: source, weight kind, output dtype, compute precision."""
     name = source.rstrip("/").rsplit("/", 1)[-1]
     where = source if not model or model in (source, name) else f"{source} ({model})"
-    return f"{where} · {QUANTITY_TITLES[quantity]} · {dtype} · precision {precision}"
+    return f"{where} · {KIND_TITLES[kind]} · {dtype} · precision {precision}"
 
 
 DIFF_LEVELS = 127  # the embedded difference: integers in [-127, 127] times the head's step

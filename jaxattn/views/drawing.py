@@ -26,6 +26,7 @@ PALETTE = (
 )
 KIND_TITLES = {"attention": "attention α", "norm": "norm-based ‖αf(x)‖"}
 FONT = 'font-family="DejaVu Sans, Arial, sans-serif"'
+PAD = 8  # px around a static view and its bands
 
 
 def head_color(h: int) -> str:

@@ -1,6 +1,6 @@
 """The global query-key map as one self-contained HTML file (numpy only).
 
-The header of `jaxattn.views.qk_map.pack_global` goes into ``<script
+The header of `jaxattn.views.qk_payload.pack_global` goes into ``<script
 type="application/json" id="qk-data">`` with ``sections``: [first character, end
 character, bytes] of each deflate-raw section in ``<script type="text/plain"
 id="qk-bin">``, written in `jaxattn.views.page`'s 13-bit text (`encode_text`);

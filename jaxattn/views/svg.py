@@ -9,7 +9,9 @@ The drawings follow the HTML views: head-view lines with stroke-opacity = weight
 heads drawn, as BertViz (each carrying data-i, data-j, data-head and the weight in
 data-w like the page's), model-view heat maps
 (embedded PNG images), the neuron view (cells, position indices, lines from the
-query with opacity = softmax weight, sentences A/B marked) and the stats grids.
+query with opacity = softmax weight, sentences A/B marked; a colour bar for each of
+q and k, q×k, q·k and softmax, blue positive, orange negative) and the stats grids
+(`jaxattn.views.stats_svg`).
 
 Every view is laid out from its counts (heads, layers, tokens, label widths) in
 bands that cannot overlap: <g class="title">, <g class="legend"> (head chips,
@@ -37,14 +39,15 @@ import numpy as np
 
 from jaxattn.analysis.tokens import display_tokens
 from jaxattn.capture import Capture
-from jaxattn.views import svg_cells
 from jaxattn.views.drawing import (
     KIND_TITLES,
+    PAD,
     colorbar,
     head_color,
     label_stride,
     max_pool,
     png_bytes,
+    scale_color,
     scale_rgb,
     short,
     svg_doc,
@@ -54,8 +57,9 @@ from jaxattn.views.drawing import (
     value_range,
 )
 from jaxattn.views.payload import view_weights
+from jaxattn.views.stats_svg import stats_svg
 
-PAD, CHIP = 8, 36
+CHIP = 36
 
 
 def _gray(v: float) -> str:  # #333 at opacity v over white: the head view's line scale
@@ -187,6 +191,154 @@ def model_svg(cap, *, kind="attention", thumb=None):
     return svg_doc(width + PAD, bottom + tick + PAD, "\n".join(out) + "\n")
 
 
+def neuron_values(cap: Capture, layer: int, head: int, token: int) -> dict[str, np.ndarray]:
+    """q [K], k [T, K], q×k [T, K], q·k [T] and softmax_j(q·k/√K) [T], in float64."""
+    q = np.asarray(cap.array("queries")[layer, head, token], np.float64)
+    k = np.asarray(cap.array("keys")[layer, head], np.float64)
+    qk = q * k
+    dot = qk.sum(-1)
+    s = dot / np.sqrt(q.shape[-1])
+    e = np.exp(s - s.max())
+    return dict(query=q, key=k, qk=qk, dot=dot, softmax=e / e.sum())
+
+
+def _bars(x0, y0, width, bars) -> tuple[str, float]:
+    """Colour bars [(label, lo, hi)] in rows that wrap at `width`: (svg, height)."""
+    out, x, y, row_h = [], x0, y0, 0.0
+    for label, lo, hi in bars:
+        bw = max(120.0, text_width(label, 11))
+        if x > x0 and x + bw > x0 + width:
+            x, y, row_h = x0, y + row_h + 8, 0.0
+        body, w, h = colorbar(x, y, lo, hi, label, width=120)
+        out.append(body)
+        x, row_h = x + w + 24, max(row_h, h)
+    return "\n".join(out), y + row_h - y0
+
+
+def _sentences(x, top, rh, t, b, right) -> list[str]:
+    """Sentence A / B of a pair: a letter and a bracket beside each span of rows and a
+    dashed line across the plot at the boundary (<text class="sentence" data-sentence>,
+    <line class="ab-boundary" data-row=b>)."""
+    out = []
+    for name, lo, hi in (("A", 0, b), ("B", b, t)):
+        y0, y1 = top + lo * rh + 1, top + hi * rh - 3
+        out.append(
+            f'<line x1="{x + 12}" y1="{y0}" x2="{x + 12}" y2="{y1}" stroke="#999"/>'
+            f'<text class="sentence" data-sentence="{name}" x="{x}" y="{(y0 + y1) / 2 + 4}" '
+            f'font-weight="bold" fill="#777">{name}</text>'
+        )
+    yb = top + b * rh - 1
+    out.append(
+        f'<line class="ab-boundary" data-row="{b}" x1="{x}" y1="{yb}" x2="{right}" '
+        f'y2="{yb}" stroke="#888" stroke-dasharray="4 3"/>'
+    )
+    return out
+
+
+def neuron_svg(cap: Capture, *, layer=0, head=0, token=0) -> str:
+    """The neuron view of (layer, head) axis indices and query position `token`.
+
+    Left to right: every token as a query (the selected one highlighted) with its
+    position index; lines from the selected query to every key, stroke-opacity =
+    its softmax weight (the attention row, as the page's lines; all keys, where the
+    page can filter by sentence); each key's index and token, k, the terms q×k, q·k
+    and the softmax. For a pair, brackets name sentences A and B and a dashed line
+    marks where B starts. <line class="nv-line" data-i data-j data-w>,
+    <text class="idx" data-side="query|key" data-idx>.
+    """
+    v = neuron_values(cap, layer, head, token)
+    n_t, n_k = v["key"].shape
+    toks = [short(t, 16) for t in display_tokens(cap.tokens)]
+    cw, rh, lw, iw = 9, 16, 90, 26
+    lab = max(40, max(text_width(t) for t in toks) + 14)
+    b = cap.sentence_b_start if cap.sentence_b_start and 0 < cap.sentence_b_start < n_t else None
+    x_q = PAD + (20 if b else 0)  # the query column: token, then its index
+    x_l = x_q + lab + iw  # the lines, then the keys: index, token, cells
+    x_k = x_l + lw + iw + lab
+    x_qk, x_dot = x_k + n_k * cw + 12, x_k + 2 * (n_k * cw + 12)
+    x_sm = x_dot + 62
+    width = x_sm + 64 - PAD
+    query = f'query "{short(display_tokens(cap.tokens)[token], 24)}" ({token})'
+    head_, tw, th = title(PAD, PAD, f"Layer {cap.layers[layer]}, head {cap.heads[head]}, {query}")
+    width = max(width, tw)
+    qk_range = value_range(np.concatenate([v["key"].ravel(), v["query"]]))
+    scales = {
+        "q, k": qk_range,
+        "q × k": value_range(v["qk"]),
+        "q · k": value_range(v["dot"]),
+        "softmax": value_range(v["softmax"]),
+    }
+    names = {"softmax": "softmax (lines: opacity = weight)"}
+    bars, bh = _bars(PAD, PAD + th + 8, width, [(names.get(k, k), *r) for k, r in scales.items()])
+    color = {k: (lambda x, r=r: scale_color(x, *r)) for k, r in scales.items()}
+    q_y = PAD + th + 8 + bh + 12
+    top = q_y + rh + 24
+    y = lambda r: top + r * rh + (rh - 2) / 2  # noqa: E731
+    line_color = head_color(cap.heads[head])
+    out = [
+        head_,
+        bars,
+        '<g class="plot">',  # the selected query's row, then the q row
+        f'<rect x="{x_q - 2}" y="{top + token * rh - 1}" width="{lab + iw}" height="{rh}" '
+        f'fill="#eef4fb"/><text x="{x_k - 6}" y="{q_y + 11}" text-anchor="end">q</text>',
+    ]
+    for c in range(n_k):
+        out.append(
+            f'<rect x="{x_k + c * cw}" y="{q_y}" width="{cw - 1}" height="{rh - 2}" '
+            f'fill="{color["q, k"](v["query"][c])}"/>'
+        )
+    for x, name, anchor in (
+        (x_q + lab + iw - 4, "query", "end"),
+        (x_l + lw, "key", "start"),
+        (x_k, "k", "start"),
+        (x_qk, "q × k", "start"),
+        (x_dot, "q · k", "start"),
+        (x_sm, "softmax", "start"),
+    ):
+        out.append(
+            f'<text x="{x}" y="{top - 4}" font-weight="bold" fill="#555" '
+            f'text-anchor="{anchor}">{name}</text>'
+        )
+    if b:
+        out += _sentences(PAD, top, rh, n_t, b, x_sm + 54)
+    for j in range(n_t):
+        ry, w = top + j * rh, v["softmax"][j]
+        weight = ' font-weight="bold"' if j == token else ""
+        out.append(
+            f'<line class="nv-line" data-i="{token}" data-j="{j}" data-w="{w:.4f}" '
+            f'x1="{x_l + 2}" y1="{y(token)}" x2="{x_l + lw - 2}" y2="{y(j)}" '
+            f'stroke="{line_color}" stroke-width="2" stroke-opacity="{w:.4f}"/>'
+        )
+        for side, xi, xt, anchor in (
+            ("query", x_q + lab + iw - 4, x_q + lab - 2, "end"),
+            ("key", x_l + lw + 4, x_l + lw + iw, "start"),
+        ):
+            out.append(
+                f'<text class="idx" data-side="{side}" data-idx="{j}" x="{xi}" '
+                f'y="{ry + 11}" text-anchor="{anchor}" font-size="10" fill="#999">{j}'
+                f'</text><text class="tok" data-side="{side}" x="{xt}" y="{ry + 11}" '
+                f'text-anchor="{anchor}"{weight}>{escape(toks[j])}</text>'
+            )
+        for c in range(n_k):
+            out.append(
+                f'<rect x="{x_k + c * cw}" y="{ry}" width="{cw - 1}" '
+                f'height="{rh - 2}" fill="{color["q, k"](v["key"][j, c])}"/>'
+                f'<rect x="{x_qk + c * cw}" y="{ry}" width="{cw - 1}" height="{rh - 2}" '
+                f'fill="{color["q × k"](v["qk"][j, c])}"/>'
+            )
+        for x, val, name, f in (
+            (x_dot, v["dot"][j], "q · k", ".2f"),
+            (x_sm, v["softmax"][j], "softmax", ".3f"),
+        ):
+            out.append(
+                f'<rect x="{x}" y="{ry}" width="54" height="{rh - 2}" '
+                f'fill="{color[name](val)}"/><text x="{x + 52}" y="{ry + 11}" '
+                f'text-anchor="end" font-size="10">{val:{f}}</text>'
+            )
+    out.append("</g>")
+    return svg_doc(width + 2 * PAD, top + n_t * rh + PAD, "\n".join(out) + "\n")
+
+
 OPTIONS = {
     "head": ("layer", "heads", "kind", "min_weight", "max_lines"),
     "model": ("kind", "thumb"),
@@ -234,9 +386,7 @@ def to_svg(cap: Capture, view: str = "head", **options) -> str:
       ValueError: an unknown view, option or kind, an index out of range, an
         empty capture, or one lacking a quantity the view needs.
     """
-    makers = dict(
-        head=head_svg, model=model_svg, neuron=svg_cells.neuron_svg, stats=svg_cells.stats_svg
-    )
+    makers = dict(head=head_svg, model=model_svg, neuron=neuron_svg, stats=stats_svg)
     if view not in makers:
         raise ValueError(f"unknown view {view!r}; choose from {', '.join(makers)}")
     _check(cap, view, options)

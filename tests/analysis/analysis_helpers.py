@@ -6,7 +6,7 @@ import numpy as np
 
 from jaxattn.capture import Capture
 
-# DESIGN.md's example pair, as BERT-uncased tokenises it.
+# The docs' example pair (README.md, docs/python.md), as BERT-uncased tokenises it.
 PAIR_TOKENS = tuple(
     "[CLS] i went to the store . [SEP] "
     "at the store , i bought fresh straw ##berries . [SEP]".split()

@@ -41,6 +41,15 @@ def _error(capsys, argv: list[str]) -> str:
             ["capture", "hi", "--limit", "3"],
             "unknown option --limit: capture has no --limit; bench, analyze, dump and view take it",
         ),
+        # the 0.2 spellings of view --global's --seed and --quiet
+        (
+            ["view", "--global", "c.txt", "--out", "q.html", "--global-seed", "1"],
+            "unknown option --global-seed: did you mean --seed?",
+        ),
+        (
+            ["view", "--global", "c.txt", "--out", "q.html", "--global-quiet"],
+            "unknown option --global-quiet: did you mean --quiet?",
+        ),
         (
             ["capture", "hi", "--frobnicate"],
             "jaxattn capture: error: unknown option --frobnicate (see jaxattn capture --help)",
@@ -114,6 +123,7 @@ def test_nearest():
     assert nearest("float", ["float32", "float16", "bfloat16"]) == ["float32", "float16"]
     assert nearest("qqqq", ["attention", "keys"]) == []
     assert nearest("--out", ["--out", "--outs"]) == ["--outs"]  # never the word itself
+    assert nearest("--global-seed", ["--global", "--global-reducer", "--seed"]) == ["--seed"]
 
 
 def test_help_shows_first_steps_that_parse(capsys):

@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 
-from jaxattn.analysis import MIXING_QUANTITIES
+from jaxattn.analysis import MIXING_NEEDS
 from jaxattn.cli import main
 from jaxattn.cli.corpus import read_inputs
 from jaxattn.errors import UsageError
@@ -33,7 +33,7 @@ SENTENCES = [
     ),
     ("c", ["He", "ran", "home"], [2, 0, 2], ["nsubj", "root", "obj"]),
 ]
-NORMS = ("alpha_fx_norm", *MIXING_QUANTITIES)
+NORMS = ("alpha_fx_norm", *MIXING_NEEDS)
 # Report fields that say how it was made, not what it found.
 HOW = {
     "input",

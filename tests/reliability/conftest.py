@@ -36,7 +36,7 @@ def expected(rel_engine):
     so one reference is kept per batch size (1, 2, 4).
     """
     from jaxattn.bench.expect import build_expectations
-    from jaxattn.bench.loadtest import LoadRequest
+    from jaxattn.bench.load_generator import LoadRequest
 
     mix = [LoadRequest("single", (s,), WHAT) for s in SENTENCES]
     found = build_expectations(rel_engine, mix, max_batch=4)

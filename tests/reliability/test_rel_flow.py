@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from rel_support import wait_for
 
-from service.batcher import STREAM_CHUNKS, MicroBatcher, QueueFull, SlowReader
+from service.micro_batching import STREAM_CHUNKS, MicroBatcher, QueueFull, SlowReader
 
 KB = 1000
 

@@ -9,7 +9,7 @@ import pytest
 from rel_support import SENTENCES, WHAT, ShapeEngine, running_server
 
 from jaxattn.bench.expect import ExampleExpectation, build_expectations, check_answer
-from jaxattn.bench.loadtest import LoadRequest, listening_pid, rss_kb, run_load
+from jaxattn.bench.load_generator import LoadRequest, listening_pid, rss_kb, run_load
 from jaxattn.capture import Capture
 
 MIX = [

@@ -97,7 +97,7 @@ def served_expected(rel_checkpoint):
     """Right answers for `jaxattn serve`'s engine: default buckets, merged calls of <= 4."""
     import jaxattn
     from jaxattn.bench.expect import build_expectations
-    from jaxattn.bench.loadtest import LoadRequest
+    from jaxattn.bench.load_generator import LoadRequest
 
     engine = jaxattn.load(rel_checkpoint)
     mix = [LoadRequest("single", (s,), WHAT) for s in SENTENCES]

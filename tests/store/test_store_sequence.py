@@ -1,5 +1,5 @@
 """A store indexes like a list of its captures: negative indices, numpy integers,
-lazy slices (views), and errors that name the index, the length and the type."""
+lazy slices (selections), and errors that name the index, the length and the type."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from store_helpers import captures, write_store
 
 import jaxattn
-from jaxattn.store import StoreView
+from jaxattn.store import StoreSelection
 
 COUNT = 5
 
@@ -56,28 +56,28 @@ SLICES = [
 @pytest.mark.parametrize("sl", SLICES, ids=str)
 def test_slices_match_the_list(pair, sl):
     store, caps = pair
-    view, want = store[sl], caps[sl]
-    assert isinstance(view, StoreView) and len(view) == len(want)
-    assert [c.tokens for c in view] == [c.tokens for c in want]
+    sel, want = store[sl], caps[sl]
+    assert isinstance(sel, StoreSelection) and len(sel) == len(want)
+    assert [c.tokens for c in sel] == [c.tokens for c in want]
     for i in range(-len(want), len(want)):
-        _same(view[i], want[i])
+        _same(sel[i], want[i])
     for inner in (slice(1, None), slice(None, None, -1), slice(-1, None)):
-        assert [c.tokens for c in view[inner]] == [c.tokens for c in want[inner]]
-    assert [e.record for e in view.entries] == list(range(COUNT))[sl]
+        assert [c.tokens for c in sel[inner]] == [c.tokens for c in want[inner]]
+    assert [e.record for e in sel.entries] == list(range(COUNT))[sl]
 
 
-def test_views_read_nothing_until_indexed(pair, monkeypatch):
+def test_selections_read_nothing_until_indexed(pair, monkeypatch):
     store, _ = pair
     reads = []
     real = type(store).read
     monkeypatch.setattr(
         type(store), "read", lambda self, i, what=None: reads.append(i) or real(self, i, what)
     )
-    view = store[1:][::2][-2:]
-    assert reads == [] and len(view) == 2
-    view[-1]
+    sel = store[1:][::2][-2:]
+    assert reads == [] and len(sel) == 2
+    sel[-1]
     assert reads == [3]  # [1, 2, 3, 4] -> [1, 3] -> [1, 3]
-    list(view)
+    list(sel)
     assert reads == [3, 1, 3]
 
 
@@ -119,9 +119,9 @@ def test_select_reads_only_the_chosen_quantities(tmp_path):
     written = captures(5)
     write_store(path, written)
     store = jaxattn.open_store(path)
-    view = store.select(("attention",))
-    assert view.what == ("attention",) and store[1:3].what == store.what
-    for got, want in zip(view[1:], written[1:], strict=True):
+    sel = store.select(("attention",))
+    assert sel.what == ("attention",) and store[1:3].what == store.what
+    for got, want in zip(sel[1:], written[1:], strict=True):
         assert got.what == ("attention",)
         np.testing.assert_array_equal(got.attention, want.attention)
     assert store[::2].select(["hidden_states"])[-1].what == ("hidden_states",)

@@ -77,7 +77,7 @@ def test_difference_and_summaries_against_numpy():
     )
 
 
-def test_norm_quantity_is_rows_normalised():
+def test_norm_kind_is_rows_normalised():
     rng = np.random.default_rng(4)
     tokens = ["[CLS]", "a", "b", "[SEP]"]
     norms = rng.random((1, 1, 4, 4)).astype(np.float32) * 5
@@ -188,7 +188,7 @@ def test_pairing_refuses_other_texts_counts_and_shapes():
     wide = fake(other.tokens, np.full((2, 1, 5, 5), 0.2), layers=(0, 1))
     with pytest.raises(UsageError, match=r"A holds 1 layers x 1 heads \(\[0\] x \[0\]\), B 2 x 1"):
         pair_all([other], [wide], "attention", "attention")
-    with pytest.raises(UsageError, match="B holds attention; quantity=norm needs alpha_fx_norm"):
+    with pytest.raises(UsageError, match="B holds attention; kind=norm needs alpha_fx_norm"):
         pair_all([other], [other], "attention", "norm")
 
 
@@ -245,7 +245,7 @@ def test_saved_captures_compare_as_saved(saved, tmp_path, capsys):
             capsys,
             "--compare",
             saved["one"],
-            f"{saved['one']},quantity=norm",
+            f"{saved['one']},kind=norm",
             "--layers",
             "1",
             "--out",
@@ -278,22 +278,27 @@ def test_saved_captures_compare_as_saved(saved, tmp_path, capsys):
     [
         (["--compare", "{one}", "{pair}"], 2, "example 0 differs between A and B: A is 'I went"),
         (["--compare", "{one}", "{one},colour=red"], 2, "unknown key 'colour=red'; keys are"),
-        (["--compare", "{one}", "{one},quantity=weights"], 2, "quantity='weights' is not one of"),
+        (["--compare", "{one}", "{one},kind=weights"], 2, "kind='weights' is not one of"),
+        (  # the 0.2 spelling of kind=
+            ["--compare", "{one}", "{one},quantity=norm"],
+            2,
+            "unknown key 'quantity=norm'; keys are precision=, dtype=, kind=",
+        ),
         (
             ["x", "--compare", "{dir}", "{dir},precision=fp8"],
             2,
             "precision='fp8' is not one of highest, tf32, bf16",
         ),
         (
-            ["--compare", "{one}", "{att},quantity=norm"],
+            ["--compare", "{one}", "{att},kind=norm"],
             2,
-            "att.npz,quantity=norm' holds "
-            "attention; quantity=norm needs alpha_fx_norm: capture it again with --what",
+            "att.npz,kind=norm' holds "
+            "attention; kind=norm needs alpha_fx_norm: capture it again with --what",
         ),
         (
-            ["--compare", "{store},quantity=norm", "{one}"],
+            ["--compare", "{store},kind=norm", "{one}"],
             2,
-            "quantity=norm needs alpha_fx_norm: dump it again with --what",
+            "kind=norm needs alpha_fx_norm: dump it again with --what",
         ),
         (["--compare", "{one}", "{one},dtype=uint8"], 2, "dtype= choose how a model captures"),
         (

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from views_helpers import screenshot
 
-from jaxattn.views.qk_map import SentenceSample, pack_global, sampled_sentence
 from jaxattn.views.qk_page import build_global_html
+from jaxattn.views.qk_payload import SentenceSample, pack_global, sampled_sentence
 
 L, H, K = 2, 3, 4
 Q_RGB, K_RGB = (31, 119, 180), (255, 127, 14)

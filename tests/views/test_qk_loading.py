@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 from views_helpers import THUMB_ALPHA, screenshot
 
-from jaxattn.views.qk_map import SentenceSample, pack_global, sampled_sentence
 from jaxattn.views.qk_page import build_global_html
+from jaxattn.views.qk_payload import SentenceSample, pack_global, sampled_sentence
 
 L, H, K = 6, 12, 4
 GATE = """(() => {

@@ -1,9 +1,9 @@
 """Indexing a store like a list: negative indices, slices, lazy selections.
 
 ``store[i]`` reads one example; ``store[1:3]``, ``store[::2]``, ``store[-2:]``
-give a `StoreView`: a read-only sequence of the selected examples that reads
+give a `StoreSelection`: a read-only sequence of the selected examples that reads
 nothing until one of them is indexed or iterated (a store may hold millions).
-Views slice further (``store[::2][1:]``) without reading either. Indices are
+Selections slice further (``store[::2][1:]``) without reading either. Indices are
 anything with ``__index__`` (int, numpy integers), checked against the length
 with a message that names the index and the valid range.
 """
@@ -52,10 +52,10 @@ def out_of_range(index: int, length: int, holder: str) -> str:
     )
 
 
-class StoreView(Sequence):
+class StoreSelection(Sequence):
     """A lazy, read-only selection of a store's examples (``store[1:3]``, ``store[::2]``).
 
-    ``len(view)``, ``view[i]`` (negative too), ``view[a:b:c]`` (another view)
+    ``len(sel)``, ``sel[i]`` (negative too), ``sel[a:b:c]`` (another selection)
     and iteration work as for a list; each example is read from the store when
     it is indexed. Its captures are the store's (`jaxattn.store.Store`).
 
@@ -79,9 +79,9 @@ class StoreView(Sequence):
     def __len__(self) -> int:
         return len(self.indices)
 
-    def __getitem__(self, key) -> Capture | StoreView:
+    def __getitem__(self, key) -> Capture | StoreSelection:
         if isinstance(key, slice):
-            return StoreView(self.store, self.indices[key], self._what)
+            return StoreSelection(self.store, self.indices[key], self._what)
         index = self.indices[position(key, len(self), "the selection")]
         return self.store.read(index, self._what)
 
@@ -94,9 +94,9 @@ class StoreView(Sequence):
         """The quantities its captures hold (the selected ones, else all the store holds)."""
         return self._what if self._what is not None else self.store.what
 
-    def select(self, what) -> StoreView:
+    def select(self, what) -> StoreSelection:
         """The same examples, their captures holding only the quantities `what`."""
-        return StoreView(self.store, self.indices, what)
+        return StoreSelection(self.store, self.indices, what)
 
     @property
     def metadata(self) -> dict:
@@ -109,4 +109,4 @@ class StoreView(Sequence):
         return [self.store.entries[i] for i in self.indices]
 
     def __repr__(self) -> str:
-        return f"StoreView({self.store.location!r}, {len(self)} examples: {self.indices})"
+        return f"StoreSelection({self.store.location!r}, {len(self)} examples: {self.indices})"

@@ -17,7 +17,7 @@ import pytest
 
 from jaxattn.cli import main
 from jaxattn.views.page import decode_text
-from jaxattn.views.qk_map import AttentionBudget, SentenceSample, pack_global, sampled_sentence
+from jaxattn.views.qk_payload import AttentionBudget, SentenceSample, pack_global, sampled_sentence
 
 TEXTS = [
     "The cat sat on the mat.",
@@ -117,7 +117,7 @@ def test_sampling_keeps_the_smallest_keyed_whole_sentences_within_the_budget(
         str(out),
         "--global-max-tokens",
         "20",
-        "--global-seed",
+        "--seed",
         "2",
         "--too-long",
         "skip",

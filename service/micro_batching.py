@@ -31,7 +31,7 @@ import time
 from collections.abc import Sequence
 
 from service.admission import STREAM_CHUNKS, QueueFull, refusal, reservation
-from service.job import EngineFailed, Job, JobCancelled, SlowReader
+from service.admitted_call import EngineFailed, Job, JobCancelled, SlowReader
 
 __all__ = [
     "STREAM_CHUNKS",

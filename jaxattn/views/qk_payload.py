@@ -79,8 +79,9 @@ def token_classes(tokens) -> np.ndarray:
 class AttentionBudget:
     """Deflated attention held for the page, at most `limit` bytes over the kept sentences.
 
-    Deflating costs time (~15 MB/s): attention whose raw size times the best
-    compression ratio seen so far would not fit is refused without being deflated.
+    Deflating costs time (BENCHMARKS.md, "Corpus-scale views"): attention whose raw
+    size times the best compression ratio seen so far would not fit is refused
+    without being deflated.
 
     Args:
       limit: the most deflated bytes (``--global-attention-mb``).

@@ -1,6 +1,6 @@
 """A load generator for the attention service: many clients, every answer checked.
 
-    from jaxattn.bench.loadtest import LoadRequest, run_load
+    from jaxattn.bench.load_generator import LoadRequest, run_load
     result = run_load("127.0.0.1:50051", requests, expectations, clients=64,
                       max_requests=10_000, duration=600, server_pid=pid)
     print(result.summary())

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from service.batcher import EngineFailed, JobCancelled, MicroBatcher, QueueFull
+from service.micro_batching import EngineFailed, JobCancelled, MicroBatcher, QueueFull
 
 
 class FakeEngine:
