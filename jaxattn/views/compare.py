@@ -33,15 +33,15 @@ from jaxattn.analysis.tokens import (
     piece_bytes,
     readable_text,
 )
-from jaxattn.analysis.weights import capture_weights, normalise_rows
+from jaxattn.analysis.weights import KINDS, WEIGHT_KINDS, capture_weights, normalise_rows
 from jaxattn.analysis.words import WordMap, align_words, group_words, word_level_attention
 from jaxattn.capture import Capture
 from jaxattn.errors import UsageError
 from jaxattn.spec import resolve_indices
 
-# quantity key of a side -> the capture quantity it needs
-QUANTITIES = {"attention": "attention", "norm": "alpha_fx_norm"}
-QUANTITY_TITLES = {"attention": "attention α", "norm": "‖αf(x)‖ rows normalised"}
+# quantity key of a side (a weight kind) -> the capture quantity it needs, and its title
+QUANTITIES = WEIGHT_KINDS
+QUANTITY_TITLES = {kind: k.title for kind, k in KINDS.items()}
 LEVELS = ("token", "word")
 
 
