@@ -11,6 +11,9 @@ import dataclasses
 
 from jaxattn.quantities import COMMON, QUANTITIES, SCORE_QUANTITIES
 
+# The names of the families' tables (`jaxattn.checkpoints.families.FAMILIES`), in their
+# order: this numpy-only room cannot import the tables, so
+# tests/checkpoints/test_model_names.py keeps the two equal (and the prose naming them).
 FAMILIES = ("bert", "roberta", "distilbert", "electra", "albert", "deberta-v2", "modernbert")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 NORMS = ("post", "pre")
