@@ -22,6 +22,7 @@ import dataclasses
 from pathlib import Path
 
 from jaxattn import outfile
+from jaxattn.analysis.weights import WEIGHT_KINDS
 from jaxattn.cli.args import check_output, ensure_parent
 from jaxattn.cli.corpus import read_inputs, report
 from jaxattn.cli.saved import is_capture_file, is_store, open_saved, require
@@ -30,7 +31,7 @@ from jaxattn.errors import InputError, UsageError
 from jaxattn.spec import PRECISIONS
 
 DEFAULT = "default"
-KEYS = {"precision": PRECISIONS, "dtype": tuple(OUTPUT_DTYPES), "quantity": ("attention", "norm")}
+KEYS = {"precision": PRECISIONS, "dtype": tuple(OUTPUT_DTYPES), "quantity": tuple(WEIGHT_KINDS)}
 MODEL_ONLY = ("precision", "dtype")
 
 
