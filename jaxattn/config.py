@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxattn.quantities import COMMON, QUANTITIES, SCORE_QUANTITIES
+
+# The names of the families' tables (`jaxattn.checkpoints.families.FAMILIES`), in their
+# order: this numpy-only room cannot import the tables, so
+# tests/checkpoints/test_model_names.py keeps the two equal (and the prose naming them).
 FAMILIES = ("bert", "roberta", "distilbert", "electra", "albert", "deberta-v2", "modernbert")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 NORMS = ("post", "pre")
 FFNS = ("dense", "glu")
-SCORE_TERMS = ("c2c", "c2p", "p2c")
+# DeBERTa's score terms, named as the quantities table names them (scores_c2c, ...):
+# content-to-content first, then the position terms a model may add.
+SCORE_TERMS = tuple(name.removeprefix("scores_") for name in SCORE_QUANTITIES)
+POSITION_TERMS = SCORE_TERMS[1:]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -40,9 +48,9 @@ class Relative:
 
     def __post_init__(self):
         object.__setattr__(self, "att_types", tuple(self.att_types))
-        bad = [t for t in self.att_types if t not in SCORE_TERMS[1:]]
+        bad = [t for t in self.att_types if t not in POSITION_TERMS]
         if bad:
-            raise ValueError(f"unknown att_types {bad}: valid are c2p, p2c")
+            raise ValueError(f"unknown att_types {bad}: valid are {', '.join(POSITION_TERMS)}")
 
 
 def attention_span(
@@ -230,12 +238,10 @@ class ModelConfig:
         """The separately returnable score terms (DeBERTa: c2c and its position terms)."""
         if self.relative is None:
             return ()
-        return ("c2c", *self.relative.att_types)
+        return (SCORE_TERMS[0], *self.relative.att_types)
 
     def quantities(self) -> tuple[str, ...]:
         """The quantity names this model can capture (score terms only where it has them)."""
-        from jaxattn.quantities import COMMON, QUANTITIES
-
         terms = {f"scores_{t}" for t in self.score_terms()}
         return tuple(n for n in QUANTITIES if n in COMMON or n in terms)
 

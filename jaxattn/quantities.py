@@ -181,9 +181,10 @@ QUANTITIES: dict[str, Quantity] = {
 }
 
 
-# DeBERTa's separately returnable score terms; every other quantity every model computes.
-SCORE_TERMS = tuple(name for name in QUANTITIES if name.startswith("scores_"))
-COMMON = tuple(name for name in QUANTITIES if name not in SCORE_TERMS)
+# DeBERTa's separately returnable score terms (their names without "scores_" are
+# config.SCORE_TERMS); every other quantity every model computes.
+SCORE_QUANTITIES = tuple(name for name in QUANTITIES if name.startswith("scores_"))
+COMMON = tuple(name for name in QUANTITIES if name not in SCORE_QUANTITIES)
 
 # The quantities that are per-head statistics ([L, H, N]) rather than tensors over tokens.
 STATISTICS = tuple(name for name, q in QUANTITIES.items() if q.axes.endswith("N"))

@@ -17,8 +17,8 @@ stale table, and runs `check` on the pages whose hand-written tables list what
 the code defines (docs/families.md: every model type and family; docs/errors.md:
 every error class with its exit code); `mkdocs build --strict` fails on either.
 
-What the code does not hold (a dtype's error bound, a precision's measured
-errors, what a head statistic means) is in the tables below, keyed by the code's
+What the code does not hold (a precision's measured errors, what a head
+statistic means) is in the tables below, keyed by the code's
 names: a name the code gains without an entry here is an error, not a gap.
 """
 
@@ -35,14 +35,6 @@ if str(ROOT) not in sys.path:  # the tree these docs describe, before any instal
     sys.path.insert(0, str(ROOT))
 
 # --- what the code does not say ------------------------------------------------------
-
-DTYPE_ERRORS = {
-    "float32": "exact (bit-identical to the engine's computation)",
-    "float16": "relative ≤ 2⁻¹¹ (≈ 4.9e-4) for |x| in [6.1e-5, 65504]; |x| ≥ 65520 becomes ±inf",
-    "bfloat16": "relative ≤ 2⁻⁸ (≈ 3.9e-3); float32's range",
-    "uint8": "quantities marked q/255 in the quantities table: absolute ≤ 1/510; those marked "
-    "affine: absolute ≤ (max − min)/510 of the example's tensor; not those marked no",
-}
 
 # Errors against `highest`, measured on all-MiniLM-L6-v2 over 200 EWT dev sentences
 # (tests/test_precision.py holds the bounds): operands, attention (largest absolute
@@ -148,10 +140,9 @@ def norm_measures() -> str:
 
 
 def dtypes() -> str:
-    from jaxattn.dtypes import OUTPUT_DTYPES
+    from jaxattn.dtypes import DTYPES
 
-    _exactly("DTYPE_ERRORS", DTYPE_ERRORS, OUTPUT_DTYPES)
-    rows = [(f"`{n}`", str(d.itemsize), _cell(DTYPE_ERRORS[n])) for n, d in OUTPUT_DTYPES.items()]
+    rows = [(f"`{n}`", str(d.dtype.itemsize), _cell(d.error)) for n, d in DTYPES.items()]
     return _table(("dtype", "bytes", "error against float32"), rows)
 
 

@@ -45,6 +45,7 @@ import numpy as np
 
 from jaxattn.analysis.tokens import SpecialTokens, detect_specials, token_masks
 from jaxattn.analysis.weights import (
+    KINDS,
     WEIGHT_KINDS,
     available_kinds,
     capture_weights,
@@ -108,14 +109,12 @@ def head_statistics(
     return {name: out[name] for name in HEAD_STATS}
 
 
-# weight kind -> the quantity holding its statistics computed on the device
-ON_DEVICE = {"attention": "head_stats", "norm": "norm_head_stats"}
-
-
 def stats_kinds(capture: Capture) -> tuple[str, ...]:
     """The weight kinds a capture has statistics for: its maps, or the on-device statistics."""
     return tuple(
-        k for k in WEIGHT_KINDS if k in available_kinds(capture) or ON_DEVICE[k] in capture.tensors
+        k
+        for k in WEIGHT_KINDS
+        if k in available_kinds(capture) or KINDS[k].on_device in capture.tensors
     )
 
 
@@ -146,18 +145,19 @@ class HeadStats:
         self.layout = check_layout(self.layout, capture)
         kinds = self.kinds if self.kinds is not None else stats_kinds(capture)
         for kind in kinds:
-            on_device = ON_DEVICE[kind] in capture.tensors
+            stats_quantity = KINDS[kind].on_device
+            on_device = stats_quantity in capture.tensors
             if on_device and self.specials is None:
-                table = np.asarray(capture.array(ON_DEVICE[kind]), np.float64)  # [L, H, N]
+                table = np.asarray(capture.array(stats_quantity), np.float64)  # [L, H, N]
                 if table.shape[-1] != len(HEAD_STATS):
                     raise ValueError(
-                        f"{ON_DEVICE[kind]} holds {table.shape[-1]} statistics per head, this "
+                        f"{stats_quantity} holds {table.shape[-1]} statistics per head, this "
                         f"version {len(HEAD_STATS)} ({', '.join(HEAD_STATS)}): capture it again"
                     )
                 stats = {name: table[..., k] for k, name in enumerate(HEAD_STATS)}
             elif on_device and kind not in available_kinds(capture):
                 raise ValueError(
-                    f"{ON_DEVICE[kind]} was computed with the detected special tokens; "
+                    f"{stats_quantity} was computed with the detected special tokens; "
                     "custom specials need the maps (capture attention / alpha_fx_norm)"
                 )
             else:

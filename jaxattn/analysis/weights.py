@@ -12,12 +12,38 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from jaxattn.capture import Capture
 
+
+@dataclasses.dataclass(frozen=True)
+class WeightKind:
+    """One kind of weights: where a capture holds it, and how it is shown.
+
+    Attributes:
+      quantity: the capture quantity the weights are computed from.
+      normalised: each row is divided by its sum (the norm-based weights).
+      on_device: the quantity holding its head statistics computed on the device.
+      title: how a view titles it.
+    """
+
+    quantity: str
+    normalised: bool
+    on_device: str
+    title: str
+
+
+# The one table of weight kinds; analyses, head statistics and views read it.
+KINDS: dict[str, WeightKind] = {
+    "attention": WeightKind("attention", False, "head_stats", "attention α"),
+    "norm": WeightKind("alpha_fx_norm", True, "norm_head_stats", "‖αf(x)‖ rows normalised"),
+}
+
 # kind -> the capture quantity it is computed from
-WEIGHT_KINDS: dict[str, str] = {"attention": "attention", "norm": "alpha_fx_norm"}
+WEIGHT_KINDS: dict[str, str] = {kind: k.quantity for kind, k in KINDS.items()}
 
 
 def normalise_rows(x: np.ndarray) -> np.ndarray:
@@ -47,7 +73,7 @@ def capture_weights(capture: Capture, kind: str = "attention") -> np.ndarray:
             f"{', '.join(capture.tensors)} (capture with what=(..., {name!r}))"
         )
     x = capture.array(name)
-    return normalise_rows(x) if kind == "norm" else np.asarray(x, np.float64)
+    return normalise_rows(x) if KINDS[kind].normalised else np.asarray(x, np.float64)
 
 
 def check_layout(

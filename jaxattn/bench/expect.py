@@ -5,8 +5,8 @@ captures computed by an in-process engine; each received tensor must be
 
 * float32: bit-identical to a reference;
 * float16 / bfloat16 / uint8: within the output dtype's documented error of a
-  reference (jaxattn.dtypes: relative 2^-11 for float16, relative 2^-8 for
-  bfloat16, absolute scale / 2 = (max - min) / 510 for uint8).
+  reference (`jaxattn.dtypes.DTYPES`: relative 2^-11 for float16, relative 2^-8
+  for bfloat16, absolute scale / 2 = (max - min) / 510 for uint8).
 
 "A reference", because the engine's float32 results depend, in the last bits,
 on how many examples share a compiled batch (XLA picks kernels by shape), and
@@ -21,10 +21,11 @@ import dataclasses
 
 import numpy as np
 
+from jaxattn.dtypes import DTYPES
+
 # Half the spacing of float16's subnormals: its absolute error floor.
 _F16_FLOOR = 2.0**-25
 _F16_MAX = 65504.0
-_REL = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,9 +59,9 @@ def within_error(got: np.ndarray, ref: np.ndarray, dtype: str, scale: float | No
     elif dtype == "float16":
         if np.any(np.abs(r) > _F16_MAX):
             return False  # out of float16's documented range
-        bound = _REL[dtype] * np.abs(r) + _F16_FLOOR
+        bound = DTYPES[dtype].relative_error * np.abs(r) + _F16_FLOOR
     else:
-        bound = _REL[dtype] * np.abs(r) + 1e-38
+        bound = DTYPES[dtype].relative_error * np.abs(r) + 1e-38
     return bool(np.all(np.abs(g - r) <= bound * (1 + 1e-6)))
 
 

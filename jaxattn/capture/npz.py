@@ -19,7 +19,7 @@ import zipfile
 
 import numpy as np
 
-from jaxattn.dtypes import OUTPUT_DTYPES
+from jaxattn.dtypes import OUTPUT_DTYPES, to_bits
 from jaxattn.errors import CaptureFileError
 from jaxattn.outfile import replacing
 
@@ -46,7 +46,7 @@ def write(cap, path: str | os.PathLike, *, compress: bool = False) -> None:
     )
     arrays = {_META: np.array(json.dumps(meta))}
     for name, array in cap.tensors.items():
-        arrays[name] = array.view(np.uint16) if cap.dtype == "bfloat16" else array
+        arrays[name] = to_bits(array, cap.dtype)  # bfloat16: npy has none, its bits
     # A file object: np.savez would append ".npz" to a name. Whole or not at all.
     with replacing(path) as f:
         (np.savez_compressed if compress else np.savez)(f, **arrays)

@@ -117,7 +117,7 @@ def capture_counted(args, texts: list, what: tuple[str, ...], items: list | None
                 args.heads,
                 "float32",
                 too_long=args.too_long,
-                precision=getattr(args, "precision", None),
+                precision=args.precision,
             )
             caps = list(stream)
         report(stream, f"jaxattn {args.command}")

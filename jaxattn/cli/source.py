@@ -17,11 +17,11 @@ from jaxattn.source import CaptureSource
 def open_source(args: argparse.Namespace) -> CaptureSource:
     """The capture source the command's arguments name (see `add_source_arguments`).
 
-    A server source uses --codec when the command has it, else zstd. Close it
-    when done (or use it as a context manager). --model with --server is
-    accepted only when the server serves those weights.
+    A server source uses --codec. Close it when done (or use it as a context
+    manager). --model with --server is accepted only when the server serves
+    those weights.
     """
-    if getattr(args, "server", None):
+    if args.server:
         from jaxattn.client import AttentionClient
 
         client = AttentionClient(
@@ -29,9 +29,9 @@ def open_source(args: argparse.Namespace) -> CaptureSource:
             token=read_token(args.token_file),
             root_certificates=args.tls_ca,
             timeout=args.timeout,
-            codec=getattr(args, "codec", "zstd"),
+            codec=args.codec,
         )
-        if getattr(args, "model", None):
+        if args.model:
             try:
                 check_same_model(client, args.model, args.server)
             except BaseException:
@@ -40,12 +40,12 @@ def open_source(args: argparse.Namespace) -> CaptureSource:
         return client
     import jaxattn  # the module attribute, so tests can stand in an engine
 
-    return jaxattn.load(getattr(args, "model", None))
+    return jaxattn.load(args.model)
 
 
 def describe(args: argparse.Namespace) -> str:
     """Where the captures come from, in words ("local engine", "server HOST:PORT")."""
-    return f"server {args.server}" if getattr(args, "server", None) else "local engine"
+    return f"server {args.server}" if args.server else "local engine"
 
 
 def check_same_model(client, model, server: str) -> None:

@@ -21,6 +21,7 @@ import argparse
 from pathlib import Path
 
 from jaxattn import outfile
+from jaxattn.analysis.weights import WEIGHT_KINDS
 from jaxattn.cli import view_compare, view_global
 from jaxattn.cli.args import (
     add_codec_argument,
@@ -107,7 +108,7 @@ def register(subparsers) -> None:
     g.add_argument(
         "--kind",
         default="attention",
-        choices=("attention", "norm"),
+        choices=tuple(WEIGHT_KINDS),
         help="attention weights or norm-based ||alpha f(x)|| (rows normalised) (default attention)",
     )
     g.add_argument("--scale", type=float, default=2.0, help="PNG pixels per SVG pixel")
@@ -206,7 +207,7 @@ def _write_static(args, fmt: str, view: str, caps: list) -> None:
     if view == "neuron":
         needed = ("queries", "keys")
     else:
-        needed = ("alpha_fx_norm",) if args.kind == "norm" else ("attention",)
+        needed = (WEIGHT_KINDS[args.kind],)
     require([cap], needed, f"example {args.example}", f"the {view} view (--kind {args.kind})")
     # `cap` holds the selected layers and heads (`_selected`, or captured so). The
     # model and stats views draw them all; the head view its first layer (the one

@@ -111,12 +111,12 @@ def open_side(side: Side) -> Side:
 
 
 def _check_flags(args) -> None:
-    if getattr(args, "server", None):
+    if args.server:
         raise UsageError(
             "--server: --compare captures with the local models named in A and B; compare a "
             "server's captures saved with jaxattn capture --out FILE.npz"
         )
-    if getattr(args, "model", None):
+    if args.model:
         raise UsageError(
             "--model: with --compare the models are A and B (e.g. --compare "
             f"{args.model} {DEFAULT})"

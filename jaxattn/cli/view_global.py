@@ -151,7 +151,7 @@ def _check_flags(args, parts) -> None:
         raise UsageError(f"--global draws its own page, not the views: drop --views {args.views}")
     if parts and all(p.kind == "saved" for p in parts):
         for flag in ("model", "server"):
-            if getattr(args, flag, None):
+            if getattr(args, flag):
                 raise UsageError(f"{parts[0].where} holds captures, shown as stored: drop --{flag}")
 
 
@@ -220,7 +220,7 @@ def _examples(args, parts, source) -> Iterator[tuple]:
                 args.heads,
                 "float32",
                 too_long=args.too_long,
-                precision=getattr(args, "precision", None),
+                precision=args.precision,
                 window=WINDOW,
             )
             for cap in stream:  # stream.index: the text's place, skipped ones counted

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.quantities import QUANTITIES
 
 
@@ -30,10 +31,8 @@ def quantize(name: str, x, mask, dtype: str) -> dict:
     """
     if dtype == "float32":
         return {"data": x}
-    if dtype == "float16":
-        return {"data": x.astype(jnp.float16)}
-    if dtype == "bfloat16":
-        return {"data": x.astype(jnp.bfloat16)}
+    if dtype != "uint8":  # float16, bfloat16: a cast to the table's type
+        return {"data": x.astype(OUTPUT_DTYPES[dtype])}
     q = QUANTITIES[name]
     if q.probability:
         return {"data": jnp.round(jnp.clip(x, 0.0, 1.0) * 255.0).astype(jnp.uint8)}

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from jaxattn import quantities
-from jaxattn.dtypes import OUTPUT_DTYPES
+from jaxattn.dtypes import DTYPES, from_bits, to_bits
 
 # Bumped when the layout changes incompatibly; readers refuse other formats.
 FORMAT = "jaxattn-store"
@@ -53,14 +53,6 @@ COMPRESSORS = {
     "uint8": _ZSTD_1,
 }
 
-# zarr-python has no bfloat16: store its bits as uint16, named in the array's attributes.
-_STORAGE_DTYPE = {
-    "float32": "float32",
-    "float16": "float16",
-    "bfloat16": "uint16",
-    "uint8": "uint8",
-}
-
 
 def shard_name(shard: int) -> str:
     """The array name of a shard inside a quantity group (``s000012``)."""
@@ -90,21 +82,20 @@ def shard_of_manifest_key(key: str) -> int | None:
 
 
 def storage_dtype(dtype: str) -> np.dtype:
-    """The zarr data type an output dtype is stored as (bfloat16 -> uint16 bits)."""
-    return np.dtype(_STORAGE_DTYPE[dtype])
+    """The zarr data type an output dtype is stored as: zarr-python has no bfloat16, so
+    its raw bits (uint16, `jaxattn.dtypes.DTYPES`), named in the array's attributes."""
+    d = DTYPES[dtype]
+    return d.dtype if d.bits is None else d.bits
 
 
 def to_storage(array: np.ndarray, dtype: str) -> np.ndarray:
-    """A capture array as stored: flattened, bfloat16 viewed as uint16."""
-    flat = np.ascontiguousarray(array).reshape(-1)
-    return flat.view(np.uint16) if dtype == "bfloat16" else flat
+    """A capture array as stored: flattened, bfloat16 as its raw bits (`to_bits`)."""
+    return to_bits(np.ascontiguousarray(array).reshape(-1), dtype)
 
 
 def from_storage(flat: np.ndarray, dtype: str, shape) -> np.ndarray:
     """Inverse of `to_storage`: the array of one example in its output dtype."""
-    if dtype == "bfloat16":
-        flat = flat.view(OUTPUT_DTYPES["bfloat16"])
-    return flat.reshape(shape)
+    return from_bits(flat, dtype).reshape(shape)
 
 
 def axis_sizes(*, layers: int, heads: int, head_dim: int, hidden: int) -> dict[str, int]:

@@ -33,14 +33,14 @@ from jaxattn.analysis.tokens import (
     piece_bytes,
     readable_text,
 )
-from jaxattn.analysis.weights import WEIGHT_KINDS, capture_weights, normalise_rows
+from jaxattn.analysis.weights import KINDS, WEIGHT_KINDS, capture_weights, normalise_rows
 from jaxattn.analysis.words import WordMap, align_words, group_words, word_level_attention
 from jaxattn.capture import Capture
 from jaxattn.errors import UsageError
 from jaxattn.spec import resolve_indices
 
-# weight kind of a side (`jaxattn.analysis.weights.WEIGHT_KINDS`) -> its title on the page
-KIND_TITLES = {"attention": "attention α", "norm": "‖αf(x)‖ rows normalised"}
+# weight kind of a side (`jaxattn.analysis.weights.KINDS`) -> its title on the page
+KIND_TITLES = {kind: k.title for kind, k in KINDS.items()}
 LEVELS = ("token", "word")
 
 

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from jaxattn.analysis.tokens import display_tokens, readable_text
-from jaxattn.analysis.weights import normalise_rows
+from jaxattn.analysis.weights import KINDS, WEIGHT_KINDS, normalise_rows
 from jaxattn.capture import Capture
 
 FORMAT = "jaxattn.views/1"
@@ -80,9 +80,9 @@ def decode_array(a: dict) -> np.ndarray:
 
 def view_weights(cap: Capture, kind: str) -> np.ndarray:
     """The [L, H, T, T] weights a view draws: α, or ‖αf‖ rows normalised (as capture_weights)."""
-    if kind == "attention":
-        return np.asarray(cap.array("attention"), np.float32)
-    return normalise_rows(cap.array("alpha_fx_norm")).astype(np.float32)
+    k = KINDS[kind]
+    x = cap.array(k.quantity)
+    return normalise_rows(x).astype(np.float32) if k.normalised else np.asarray(x, np.float32)
 
 
 def example_label(cap: Capture, index: int) -> str:
@@ -95,7 +95,7 @@ def needs(views: Sequence[str]) -> tuple[str, ...]:
     """The capture quantities the given views use (attention always)."""
     out = ["attention"]
     if set(views) & {"head", "model", "stats"}:
-        out.append("alpha_fx_norm")
+        out.append(WEIGHT_KINDS["norm"])
     if "neuron" in views:
         out += ["queries", "keys"]
     return tuple(out)
@@ -151,7 +151,7 @@ def example(cap: Capture, index: int, views: Sequence[str], embed: str, label=No
         heads=[int(v) for v in cap.heads],
         weights={"attention": encode_array(att, code)},
     )
-    if "alpha_fx_norm" in cap.tensors:
+    if WEIGHT_KINDS["norm"] in cap.tensors:
         out["weights"]["norm"] = encode_array(view_weights(cap, "norm"), code)
     if "neuron" in views and {"queries", "keys"} <= set(cap.tensors):
         out["queries"] = encode_array(cap.array("queries"))
@@ -251,13 +251,13 @@ def pack_example(cap: Capture, views, exact: bool, label: str, table: dict) -> t
     """(header entry, raw section) of one capture of the page; `table` maps token -> index."""
     check_attention(cap)
     arrays = {"attention": view_weights(cap, "attention")}
-    if "alpha_fx_norm" in cap.tensors:
+    if WEIGHT_KINDS["norm"] in cap.tensors:
         arrays["norm"] = view_weights(cap, "norm")
     if "neuron" in views and {"queries", "keys"} <= set(cap.tensors):
         arrays.update(queries=cap.array("queries"), keys=cap.array("keys"))
     section, descs = bytearray(), {}
     for name, x in arrays.items():
-        weights = name in ("attention", "norm")
+        weights = name in KINDS
         descs[name], raw = pack_array(x, "f4" if exact else "u1" if weights else "i1", weights)
         section += bytes(-len(section) % 4)  # float32 views need 4-byte offsets
         descs[name].update(at=len(section), nbytes=len(raw))

@@ -3,13 +3,19 @@
 A command declares its argument template in COMMANDS, with {slot} placeholders
 filled by good values (GOOD); a row of BAD replaces one slot with a bad value,
 or appends flags, and says the exit code and the message the user must get.
-Every (command, row) pair whose slot the command has is run, so a new command
-inherits the whole table by adding one line to COMMANDS.
+Every (command, row) pair whose slot the command has is run: a template slot,
+or an option the command's real parser takes (`HAS`, read from the parsers
+`jaxattn.cli.build_parser` builds), so a new command inherits the whole table
+by adding one line to COMMANDS, and a new option of a command the rows of
+that option. Every option of every parser has a row or is named in
+ANY_VALUE (tests/cli/test_cli_options.py checks both).
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -70,16 +76,6 @@ COMMANDS: dict[str, list[str]] = {
     ],
 }
 
-# Flags a row may append, and the commands that take them.
-HAS = {
-    "--layers": {"capture", "view", "dump"},
-    "--server": {"capture", "view", "analyze"},
-    "--synthetic": {"bench"},
-    "--chunk-bytes": {"dump"},
-    "--tls-ca": {"capture", "view", "analyze"},
-    "--duration": {"loadtest"},
-}
-
 
 @dataclasses.dataclass(frozen=True)
 class Bad:
@@ -91,6 +87,7 @@ class Bad:
     code: int
     message: str  # a regex the one error line must match
     only: frozenset = frozenset()  # the commands it applies to (default: every one with the slot)
+    covers: tuple[str, ...] = ()  # the options its bad value is for (default: its slot's)
 
 
 def _file(name: str, data: bytes) -> Callable[[Path, dict], str]:
@@ -247,6 +244,13 @@ BAD: list[Bad] = [
         2,
         "--duration: expected a number > 0, got -1",
     ),
+    Bad(
+        "a missing --conllu file",
+        "--conllu",
+        lambda t, g: ["--conllu", str(t / "missing.conllu")],
+        2,
+        "missing.conllu",
+    ),
     Bad("unknown option", "flags", lambda t, g: ["--no-such-option"], 2, "--no-such-option"),
     Bad(
         "unknown synthetic model",
@@ -261,6 +265,7 @@ BAD: list[Bad] = [
         lambda t, g: ["--synthetic-bert-base", "1"],
         2,
         "cannot hold a word between \\[CLS\\] and \\[SEP\\]",
+        covers=("--synthetic-bert-base",),
     ),
     Bad(
         "a model and a synthetic one",
@@ -275,8 +280,103 @@ BAD: list[Bad] = [
         lambda t, g: ["--server", "127.0.0.1:9", "--timeout", "3"],
         1,
         "UNAVAILABLE",
+        frozenset({"capture", "view", "analyze", "web"}),  # the commands with --timeout
     ),
 ]
+
+
+def parsers() -> dict[str, argparse.ArgumentParser]:
+    """command -> its real parser, as `jaxattn` builds it."""
+    from jaxattn.cli import build_parser
+
+    return dict(build_parser().commands)
+
+
+PARSERS = parsers()
+BOGUS = "bogus-value"  # a value no option's check accepts
+
+
+def option_name(action: argparse.Action) -> str:
+    """How the tables name an option: its longest spelling, or a positional's dest."""
+    return max(action.option_strings, key=len) if action.option_strings else action.dest
+
+
+def refuses(action: argparse.Action, value: str) -> bool:
+    """Whether the parser itself refuses `value` for an option (its type or choices)."""
+    try:
+        value = action.type(value) if action.type is not None else value
+    except (argparse.ArgumentTypeError, TypeError, ValueError):
+        return True
+    return action.choices is not None and value not in action.choices
+
+
+def checked_rows() -> list[Bad]:
+    """A row per option whose parser checks its value (its type or choices refuse BOGUS),
+    read from the parsers: refused on the command line (exit 2), naming the option."""
+    rows = {}
+    for parser in PARSERS.values():
+        for action in parser._actions:
+            if action.option_strings and action.nargs != 0 and refuses(action, BOGUS):
+                flag = option_name(action)
+                values = [BOGUS] * (action.nargs if isinstance(action.nargs, int) else 1)
+                rows[flag] = Bad(
+                    f"{flag} {BOGUS}",
+                    flag,
+                    lambda t, g, flag=flag, values=values: [flag, *values],
+                    2,
+                    rf"(?i){re.escape(flag)}\b.*'{BOGUS}'",
+                )
+    return list(rows.values())
+
+
+# Options no row gives a bad value, and why: "COMMAND OPTION", or "OPTION" for every
+# command that takes it. Switches (no value) need no entry.
+ANY_VALUE: dict[str, str] = {
+    "view --compare": "A and B: models, capture files or stores, each checked when opened",
+    "dump --coordinator": "a host:port for jax.distributed, any string until the job starts",
+    "--host": "an address to bind, refused by the OS when the server binds it",
+    "convert --ignore-config-field": "any config.json field name",
+    "loadtest --model": "the server's model, for the right answers (the template has none)",
+    "loadtest --server": "the server under test; the unreachable-server row needs --timeout",
+    "view --title": "any text",
+    "serve --tls-cert": "a PEM file, read when the server starts",
+    "serve --tls-key": "a PEM file, read when the server starts",
+    "--token-file": "a file holding a bearer token, read when the server or client starts",
+    "view --views": "a comma-separated list of views, checked by the view (check_views)",
+    "capture text_b": "any text, as TEXT (whose rows these are)",
+}
+
+# The hand-written rows, then one per option whose parser checks its value.
+ROWS: list[Bad] = [*BAD, *checked_rows()]
+
+# Flags a row may append (its slot starts with "-"), and the commands whose parsers take them.
+HAS: dict[str, set[str]] = {
+    bad.slot: {c for c, p in PARSERS.items() if bad.slot in p._option_string_actions}
+    for bad in ROWS
+    if bad.slot.startswith("-")
+}
+
+
+def covered(command: str, bad: Bad) -> set[str]:
+    """The options of `command` (`option_name`) a row gives a bad value."""
+    parser = PARSERS[command]
+    if bad.covers or bad.slot.startswith("-"):
+        flags = bad.covers or (bad.slot,)
+        return {option_name(parser._option_string_actions[f]) for f in flags}
+    template = COMMANDS[command]
+    slot = "{" + bad.slot + "}"
+    if slot not in template or bad.slot == "flags":  # flags: an unknown option, none of its own
+        return set()
+    at = template.index(slot)
+    before = template[at - 1]
+    if before in parser._option_string_actions:
+        return {option_name(parser._option_string_actions[before])}
+    positionals = [a for a in parser._actions if not a.option_strings]
+    filled = [p for p in template[1:at] if p.startswith("{") and p != "{flags}"]
+    filled = [
+        p for p in filled if template[template.index(p) - 1] not in parser._option_string_actions
+    ]
+    return {positionals[len(filled)].dest}
 
 
 def cases() -> list[tuple[str, Bad]]:
@@ -284,7 +384,7 @@ def cases() -> list[tuple[str, Bad]]:
     out = []
     for command, template in COMMANDS.items():
         slots = {part[1:-1] for part in template if part.startswith("{")}
-        for bad in BAD:
+        for bad in ROWS:
             if bad.only and command not in bad.only:
                 continue
             if bad.slot in slots or command in HAS.get(bad.slot, ()):
