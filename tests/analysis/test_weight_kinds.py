@@ -11,8 +11,7 @@ from capture_samples import make
 from jaxattn.analysis.head_stats import stats_kinds
 from jaxattn.analysis.weights import KINDS, WEIGHT_KINDS, available_kinds, capture_weights
 from jaxattn.quantities import QUANTITIES, STATISTICS
-from jaxattn.views.compare import QUANTITIES as COMPARE_QUANTITIES
-from jaxattn.views.compare import QUANTITY_TITLES
+from jaxattn.views.compare import KIND_TITLES
 from jaxattn.views.payload import view_weights
 
 
@@ -20,8 +19,8 @@ def test_every_kind_names_a_weight_quantity_and_its_device_statistics():
     for kind, k in KINDS.items():
         assert QUANTITIES[k.quantity].axes == "LHTS", kind
         assert k.on_device in STATISTICS, kind
-    assert WEIGHT_KINDS == COMPARE_QUANTITIES == {kind: k.quantity for kind, k in KINDS.items()}
-    assert set(QUANTITY_TITLES) == set(KINDS)
+    assert WEIGHT_KINDS == {kind: k.quantity for kind, k in KINDS.items()}
+    assert set(KIND_TITLES) == set(KINDS)
 
 
 def test_analyses_and_views_read_the_same_weights():
