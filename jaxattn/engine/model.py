@@ -253,8 +253,9 @@ class Encoder(nn.Module):
             if not run.captured:
                 continue
             for name, t in cap.items():
-                if heads is not None and QUANTITIES[name].axes.startswith("LH"):
-                    t = t[:, heads]
+                axis = QUANTITIES[name].head_axis
+                if heads is not None and axis is not None:
+                    t = t[(slice(None),) * axis + (heads,)]
                 chunks[name].append(t)
         return {name: jnp.concatenate(ts) for name, ts in chunks.items()}
 
