@@ -3,6 +3,12 @@ quantity no branch computes (a named error), and the batch pipeline the engine o
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxattn.engine.attention import AttentionParts
 from jaxattn.quantities import QUANTITIES, Quantity, shape
 
 
@@ -20,3 +26,16 @@ def test_axis_roles_come_from_the_axes_string():
         assert q.token_axes == tuple(i for i, a in enumerate(q.axes) if a in "TS")
     sizes = dict(L=2, H=3, T=5, S=5, K=4, D=7)
     assert shape("hidden_states", sizes) == (3, 5, 7)  # L + extra_layer on the layer axis
+
+
+def test_attention_parts_are_a_pytree_with_absent_terms_none():
+    a = jnp.ones((2, 3, 3))
+    parts = AttentionParts(q=a, k=a, v=a, scores=a, alpha=a, w_out=a, c2p=a + 1)
+    assert parts.c2c is None and parts.score_terms().keys() == {"c2p"}
+    doubled = jax.tree.map(lambda t: 2 * t, parts)  # None fields are empty subtrees
+    assert isinstance(doubled, AttentionParts) and doubled.p2c is None
+    np.testing.assert_array_equal(doubled.c2p, 4.0)
+    stacked = jax.vmap(lambda p: p)(jax.tree.map(lambda t: t[None], parts))
+    assert stacked.alpha.shape == (1, 2, 3, 3)
+    with pytest.raises(Exception, match="cannot assign"):
+        parts.q = a  # frozen
