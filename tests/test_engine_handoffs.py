@@ -8,6 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxattn
+from jaxattn.engine import model
 from jaxattn.engine.attention import AttentionParts
 from jaxattn.quantities import QUANTITIES, Quantity, shape
 
@@ -39,3 +41,25 @@ def test_attention_parts_are_a_pytree_with_absent_terms_none():
     assert stacked.alpha.shape == (1, 2, 3, 3)
     with pytest.raises(Exception, match="cannot assign"):
         parts.q = a  # frozen
+
+
+def test_a_quantity_no_branch_computes_is_a_named_error(bert_checkpoint, monkeypatch):
+    """Forgetting a quantity's engine branch fails at trace time naming it, not in an
+    empty jnp.concatenate."""
+    real = model._capture_layer
+
+    def forgetful(want, *args):
+        return {k: v for k, v in real(want, *args).items() if k != "fx_norm"}
+
+    monkeypatch.setattr(model, "_capture_layer", forgetful)
+    engine = jaxattn.load(bert_checkpoint)
+    with pytest.raises(
+        NotImplementedError, match="^fx_norm is not computed by the engine for family 'bert'"
+    ):
+        engine.capture(["a short text"], what=("attention", "fx_norm"), layers=0)
+    with pytest.raises(NotImplementedError, match="^fx_norm, values are not computed"):
+        model._check_computed(
+            frozenset({"attention", "fx_norm", "values"}),
+            {"attention": None},
+            engine.config,
+        )

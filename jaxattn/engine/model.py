@@ -197,6 +197,21 @@ def _unrolled(run, weights: list, c: ModelConfig, x, gates, hidden: bool, args: 
     return x, {name: jnp.stack([cap[name] for cap in caps]) for name in caps[0]}
 
 
+def _check_computed(want: frozenset[str], cap: dict, config: ModelConfig) -> None:
+    """At trace time: every quantity asked for came out of a captured run of layers.
+
+    Raises:
+      NotImplementedError: a requested quantity no branch of the engine computed
+        (named, with the family), rather than an empty concatenation later.
+    """
+    missing = sorted(want - cap.keys())
+    if missing:
+        raise NotImplementedError(
+            f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not computed by the "
+            f"engine for family {config.family!r}"
+        )
+
+
 class Encoder(nn.Module):
     """Embeddings and layers of one example; returns the captured quantities.
 
@@ -252,6 +267,7 @@ class Encoder(nn.Module):
                     cap["hidden_states"] = cap["hidden_states"].at[-1].set(x)
             if not run.captured:
                 continue
+            _check_computed(want, cap, c)
             for name, t in cap.items():
                 axis = QUANTITIES[name].head_axis
                 if heads is not None and axis is not None:
