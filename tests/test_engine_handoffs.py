@@ -3,6 +3,9 @@ quantity no branch computes (a named error), and the batch pipeline the engine o
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,6 +14,7 @@ import pytest
 import jaxattn
 from jaxattn.engine import model
 from jaxattn.engine.attention import AttentionParts
+from jaxattn.engine.pipeline import BatchPipeline
 from jaxattn.quantities import QUANTITIES, Quantity, shape
 
 
@@ -63,3 +67,32 @@ def test_a_quantity_no_branch_computes_is_a_named_error(bert_checkpoint, monkeyp
             {"attention": None},
             engine.config,
         )
+
+
+def test_the_engine_owns_its_pipeline_and_delegates(bert_checkpoint):
+    engine = jaxattn.load(bert_checkpoint)
+    pipeline = engine.pipeline
+    assert isinstance(pipeline, BatchPipeline) and not isinstance(engine, BatchPipeline)
+    assert (engine.step, engine.devices, engine.buckets) == (
+        pipeline.step,
+        pipeline.devices,
+        pipeline.buckets,
+    )
+    assert engine.budgets is pipeline.budgets and engine.shapes is pipeline.shapes
+    assert pipeline.provenance is engine.provenance
+    spec = engine.make_spec(what="attention")
+    assert engine.output_bytes(spec, 16) == pipeline.output_bytes(spec, 16)
+    step = engine.step
+    engine.step = replaced = type("Step", (), {"compiled_shapes": 7})()
+    assert pipeline.step is replaced and engine.compiled_shapes == 7
+    engine.step = step
+    caps = engine.capture(["a short text"], what="attention")
+    assert caps[0].provenance is engine.provenance
+    # The pipeline's provenance does not keep the engine alive (no reference cycle).
+    ref = weakref.ref(engine)
+    gc.disable()
+    try:
+        del engine, caps
+        assert ref() is None
+    finally:
+        gc.enable()
