@@ -42,6 +42,40 @@ class Quantity:
     uint8: bool = True
     doc: str
 
+    # The roles of the axes, read from `axes` here and nowhere else.
+
+    def axis(self, letter: str) -> int | None:
+        """The position of axis `letter` (a legend letter) in `axes`, or None without one."""
+        i = self.axes.find(letter)
+        return None if i < 0 else i
+
+    @property
+    def layer_axis(self) -> int | None:
+        """The position of the layer axis L (its entries: the captured layers, plus
+        `extra_layer` before them), or None."""
+        return self.axis("L")
+
+    @property
+    def head_axis(self) -> int | None:
+        """The position of the head axis H (a capture's heads select along it), or None."""
+        return self.axis("H")
+
+    @property
+    def has_layer_axis(self) -> bool:
+        """Whether the quantity has a layer axis L."""
+        return self.layer_axis is not None
+
+    @property
+    def has_head_axis(self) -> bool:
+        """Whether the quantity has a head axis H."""
+        return self.head_axis is not None
+
+    @property
+    def token_axes(self) -> tuple[int, ...]:
+        """The positions of the token axes T and S, padded on the device and trimmed to
+        an example's real length before anything is returned."""
+        return tuple(i for i, a in enumerate(self.axes) if a in "TS")
+
 
 # Clark et al. 2019's per-head statistics, the N axis of head_stats (definitions:
 # `jaxattn.analysis.head_stats`): attention to [CLS], to [SEP], to punctuation,
@@ -187,10 +221,10 @@ SCORE_QUANTITIES = tuple(name for name in QUANTITIES if name.startswith("scores_
 COMMON = tuple(name for name in QUANTITIES if name not in SCORE_QUANTITIES)
 
 # The quantities that are per-head statistics ([L, H, N]) rather than tensors over tokens.
-STATISTICS = tuple(name for name, q in QUANTITIES.items() if q.axes.endswith("N"))
+STATISTICS = tuple(name for name, q in QUANTITIES.items() if q.axis("N") is not None)
 
 # The per-token context-mixing quantities ([L, T, M]), computed together.
-MIXING = tuple(name for name, q in QUANTITIES.items() if q.axes.endswith("M"))
+MIXING = tuple(name for name, q in QUANTITIES.items() if q.axis("M") is not None)
 
 
 def shape(name: str, sizes: Mapping[str, int]) -> tuple[int, ...]:
@@ -204,8 +238,8 @@ def shape(name: str, sizes: Mapping[str, int]) -> tuple[int, ...]:
     q = QUANTITIES[name]
     sizes = {"N": len(HEAD_STATS), "M": len(NORM_MEASURES), **sizes}
     dims = [sizes[axis] for axis in q.axes]
-    if q.axes.startswith("L"):
-        dims[0] += q.extra_layer
+    if q.has_layer_axis:
+        dims[q.layer_axis] += q.extra_layer
     return tuple(dims)
 
 

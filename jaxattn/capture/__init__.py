@@ -164,8 +164,8 @@ class Capture:
         tensors = {}
         for name, array in self.tensors.items():
             q = QUANTITIES[name]
-            for axis, key in enumerate(q.axes[:2]):
-                if key in picked:
+            for key, axis in (("L", q.layer_axis), ("H", q.head_axis)):
+                if axis is not None:
                     extra = list(range(q.extra_layer)) if key == "L" else []
                     index = extra + [i + len(extra) for i in picked[key]]
                     array = array[(slice(None),) * axis + (index,)]

@@ -17,6 +17,7 @@ The modules, in the order data flows through them:
       precision  compute precision of every contraction (highest, tf32, bf16)
       params     the params tree the model expects
     engine     Engine: the pipeline above, with the async copy overlapped;
+      pipeline   BatchPipeline, owned by the Engine: batches planned, run two deep, unpacked
       oom        a batch out of device memory runs again in halves
     ablation   head ablation (Kovaleva et al. 2019) and its study; mlm: its loss
     cache      the persistent compilation cache (on by default, per user)

@@ -11,6 +11,7 @@ output projection) is shared.
 from __future__ import annotations
 
 import flax.linen as nn
+import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,6 +20,37 @@ from jaxattn.config import ModelConfig
 from jaxattn.engine import relative
 from jaxattn.engine.layers import Dense
 from jaxattn.engine.precision import Matmul
+
+
+@flax.struct.dataclass
+class AttentionParts:
+    """What one example's attention computed, for capture (a pytree: it may cross
+    jax transforms). Shapes: T query positions, S key positions, H heads, K head
+    dim, D model dim.
+
+    Attributes:
+      q, k, v: [T, H, K] the per-head projections (q and k rotated in a rotary model).
+      scores: [H, T, S] the softmax input before the mask (DeBERTa: its terms' sum).
+      alpha: [H, T, S] the attention weights (after head ablation's uniform rows).
+      w_out: [H, K, D] the output projection's kernel.
+      c2c, c2p, p2c: [H, T, S] DeBERTa's scaled score terms (`jaxattn.engine.relative`);
+        None where the model has no such term (every other family: all three).
+    """
+
+    q: jax.Array
+    k: jax.Array
+    v: jax.Array
+    scores: jax.Array
+    alpha: jax.Array
+    w_out: jax.Array
+    c2c: jax.Array | None = None
+    c2p: jax.Array | None = None
+    p2c: jax.Array | None = None
+
+    def score_terms(self) -> dict[str, jax.Array]:
+        """The score terms computed, by name ("c2c", "c2p", "p2c"); empty but for DeBERTa."""
+        terms = {"c2c": self.c2c, "c2p": self.c2p, "p2c": self.p2c}
+        return {name: t for name, t in terms.items() if t is not None}
 
 
 class SelfAttention(nn.Module):
@@ -30,7 +62,7 @@ class SelfAttention(nn.Module):
 
     @nn.compact
     def __call__(self, x, mask, gate=None, project: bool = True, rel_table=None, is_global=None):
-        """x [T, D], mask [S] -> (y [T, D] or None, parts).
+        """x [T, D], mask [S] -> (y [T, D] or None, `AttentionParts`).
 
         gate: None, or (keep [H] float, uniform [H] bool) for head ablation
         (Kovaleva et al. 2019): a head with keep 0 contributes nothing; a
@@ -85,7 +117,7 @@ class SelfAttention(nn.Module):
                 context = context * keep[None, :, None]
             y = out(context)
         w_out = self.variables["params"]["out"]["kernel"]  # [H, K, D]
-        return y, dict(q=q, k=k, v=v, scores=scores, alpha=alpha, w_out=w_out, terms=terms)
+        return y, AttentionParts(q=q, k=k, v=v, scores=scores, alpha=alpha, w_out=w_out, **terms)
 
     def _rotate(self, q, k, allowed, is_global=None):
         """RoPE on q and k with this layer's base, and `allowed` [T, S] narrowed to the

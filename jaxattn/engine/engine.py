@@ -11,6 +11,7 @@ on accelerators) -> host copy overlapped with the next batch -> `host.unpack`
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 
 import jax
@@ -29,7 +30,7 @@ from jaxattn.spec import CaptureSpec, Selection, check_precision, make_spec
 from jaxattn.stream import CaptureStream, Progress, too_long_policy
 
 
-class Engine(BatchPipeline):
+class Engine:
     """A loaded model ready to capture; a `jaxattn.CaptureSource`. Build it with `jaxattn.load`.
 
     Args:
@@ -90,18 +91,84 @@ class Engine(BatchPipeline):
         self.tokenizer = tokenizer
         self.precision = check_precision(precision)
         self.extra_params = {k: v for k, v in params.items() if k != "encoder"}
-        self.devices = tuple(devices) if devices else tuple(jax.local_devices())
-        self.step = CaptureStep(config, params["encoder"], self.devices, host_memory, layer_loop)
-        self.buckets = batching.buckets_for(config.max_length, buckets)
-        self.shapes = batching.ShapeLedger()
-        self.budgets = batching.Budgets.for_devices(
-            self.devices,
-            output_bytes=output_budget,
-            tokens=token_budget,
-            max_batch=max_batch,
-            pad_fraction=pad_fraction,
-            compile_tokens=compile_tokens,
+        devices = tuple(devices) if devices else tuple(jax.local_devices())
+        engine = weakref.ref(self)  # no cycle: the engine is freed when its last user lets go
+        self.pipeline = BatchPipeline(
+            config,
+            CaptureStep(config, params["encoder"], devices, host_memory, layer_loop),
+            devices,
+            batching.buckets_for(config.max_length, buckets),
+            batching.Budgets.for_devices(
+                devices,
+                output_bytes=output_budget,
+                tokens=token_budget,
+                max_batch=max_batch,
+                pad_fraction=pad_fraction,
+                compile_tokens=compile_tokens,
+            ),
+            batching.ShapeLedger(),
+            provenance=lambda: engine().provenance,
         )
+
+    # -- the batch pipeline (`jaxattn.engine.pipeline`), which owns the step -----------
+
+    @property
+    def step(self) -> CaptureStep:
+        """The jitted capture step (the pipeline's; assigning replaces it there)."""
+        return self.pipeline.step
+
+    @step.setter
+    def step(self, step: CaptureStep) -> None:
+        self.pipeline.step = step
+
+    @property
+    def devices(self) -> tuple[jax.Device, ...]:
+        """The devices the step runs on."""
+        return self.pipeline.devices
+
+    @property
+    def buckets(self) -> tuple[int, ...]:
+        """The bucket lengths, ascending."""
+        return self.pipeline.buckets
+
+    @property
+    def budgets(self) -> batching.Budgets:
+        """The batch budgets."""
+        return self.pipeline.budgets
+
+    @property
+    def shapes(self) -> batching.ShapeLedger:
+        """The ledger of compiled programs and rented padding."""
+        return self.pipeline.shapes
+
+    @property
+    def compiled_shapes(self) -> int:
+        """How many (spec, shape) programs the step has compiled so far."""
+        return self.pipeline.compiled_shapes
+
+    def run(
+        self, tokenized: Sequence[TokenizedText], spec: CaptureSpec, ablation=None
+    ) -> Iterator[tuple[int, Capture]]:
+        """Capture tokenised examples, yielding (position, Capture) as batches finish
+        (`BatchPipeline.run`: grouped by length bucket, not in input order)."""
+        return self.pipeline.run(tokenized, spec, ablation)
+
+    def plan(self, tokenized, spec, budgets=None, ablated=False) -> list[batching.Batch]:
+        """The batches `run` gives tokenised examples under `spec` now (`BatchPipeline.plan`)."""
+        return self.pipeline.plan(tokenized, spec, budgets, ablated)
+
+    def dispatch(self, batch, tokenized, spec, gates=None):
+        """Start one batch on the devices (`BatchPipeline.dispatch`)."""
+        return self.pipeline.dispatch(batch, tokenized, spec, gates)
+
+    def warmup(self, spec: CaptureSpec, sizes: str = "all", stop=None) -> int:
+        """Compile the shapes of `spec` before the first call; returns `compiled_shapes`
+        (`BatchPipeline.warmup`: sizes "all" or "largest", `stop` to end early)."""
+        return self.pipeline.warmup(spec, sizes, stop)
+
+    def output_bytes(self, spec: CaptureSpec, length: int) -> int:
+        """Bytes one example padded to `length` returns under `spec`."""
+        return self.pipeline.output_bytes(spec, length)
 
     # -- the CaptureSource API -------------------------------------------------------
 

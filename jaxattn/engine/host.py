@@ -120,8 +120,10 @@ def unpack(
         e = tokenized[pos]
         tensors, quant = {}, {}
         for name, out in blocks.items():
-            axes = QUANTITIES[name].axes
-            trim = tuple(slice(0, e.length) if a in "TS" else slice(None) for a in axes)
+            q = QUANTITIES[name]
+            trim = tuple(
+                slice(0, e.length) if i in q.token_axes else slice(None) for i in range(len(q.axes))
+            )
             tensors[name] = out["data"].row(r)[trim]
             if spec.dtype == "uint8":
                 if "scale" in out:

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 
 from jaxattn.config import ModelConfig
 from jaxattn.engine import head_stats, layer_loop, norms
-from jaxattn.engine.attention import SelfAttention
+from jaxattn.engine.attention import AttentionParts, SelfAttention
 from jaxattn.engine.layers import Dense, LayerNorm, activation, init, param
 from jaxattn.engine.precision import Matmul
 from jaxattn.quantities import MIXING, QUANTITIES
@@ -71,7 +71,7 @@ class Embeddings(nn.Module):
         return x
 
 
-def _capture_layer(want, p: dict, x, gamma, std, mm: Matmul, mask, classes) -> dict:
+def _capture_layer(want, p: AttentionParts, x, gamma, std, mm: Matmul, mask, classes) -> dict:
     """The requested per-layer quantities of one example, all heads.
 
     Shapes out: attention/scores/alpha_fx_norm [H, T, S]; queries/keys/values
@@ -80,14 +80,14 @@ def _capture_layer(want, p: dict, x, gamma, std, mm: Matmul, mask, classes) -> d
     mixing_norm, preserving_norm [T, M].
     """
     cap = {}
-    alpha, v, w_out = p["alpha"], p["v"], p["w_out"]
-    for name, t in (("attention", alpha), ("scores", p["scores"])):
+    alpha, v, w_out = p.alpha, p.v, p.w_out
+    for name, t in (("attention", alpha), ("scores", p.scores)):
         if name in want:
             cap[name] = t
-    for term, t in p["terms"].items():  # DeBERTa's score terms
+    for term, t in p.score_terms().items():  # DeBERTa's score terms
         if f"scores_{term}" in want:
             cap[f"scores_{term}"] = t
-    for name, t in (("queries", p["q"]), ("keys", p["k"]), ("values", v)):
+    for name, t in (("queries", p.q), ("keys", p.k), ("values", v)):
         if name in want:
             cap[name] = t.transpose(1, 0, 2)  # [T, H, K] -> [H, T, K]
     if want & {"fx_norm", "alpha_fx_norm", "norm_head_stats"}:
@@ -197,6 +197,21 @@ def _unrolled(run, weights: list, c: ModelConfig, x, gates, hidden: bool, args: 
     return x, {name: jnp.stack([cap[name] for cap in caps]) for name in caps[0]}
 
 
+def _check_computed(want: frozenset[str], cap: dict, config: ModelConfig) -> None:
+    """At trace time: every quantity asked for came out of a captured run of layers.
+
+    Raises:
+      NotImplementedError: a requested quantity no branch of the engine computed
+        (named, with the family), rather than an empty concatenation later.
+    """
+    missing = sorted(want - cap.keys())
+    if missing:
+        raise NotImplementedError(
+            f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not computed by the "
+            f"engine for family {config.family!r}"
+        )
+
+
 class Encoder(nn.Module):
     """Embeddings and layers of one example; returns the captured quantities.
 
@@ -252,9 +267,11 @@ class Encoder(nn.Module):
                     cap["hidden_states"] = cap["hidden_states"].at[-1].set(x)
             if not run.captured:
                 continue
+            _check_computed(want, cap, c)
             for name, t in cap.items():
-                if heads is not None and QUANTITIES[name].axes.startswith("LH"):
-                    t = t[:, heads]
+                axis = QUANTITIES[name].head_axis
+                if heads is not None and axis is not None:
+                    t = t[(slice(None),) * axis + (heads,)]
                 chunks[name].append(t)
         return {name: jnp.concatenate(ts) for name, ts in chunks.items()}
 

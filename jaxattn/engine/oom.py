@@ -30,9 +30,10 @@ def out_of_memory(error: BaseException) -> bool:
     )
 
 
-def in_halves(engine, batch, tokenized, spec, gates, error) -> Iterator[tuple[int, Capture]]:
-    """Run a batch that ran out of device memory as batches of at most half its size."""
-    per_device = batch.size // len(engine.devices)
+def in_halves(pipeline, batch, tokenized, spec, gates, error) -> Iterator[tuple[int, Capture]]:
+    """Run a batch that ran out of device memory as batches of at most half its size,
+    through `pipeline` (a `jaxattn.engine.pipeline.BatchPipeline`)."""
+    per_device = batch.size // len(pipeline.devices)
     if per_device <= 1:
         raise DeviceMemoryError(
             f"an example of {batch.length} tokens does not fit the device's memory even "
@@ -45,18 +46,18 @@ def in_halves(engine, batch, tokenized, spec, gates, error) -> Iterator[tuple[in
         batch.length,
     )
     half = dataclasses.replace(
-        engine.budgets, max_batch=per_device // 2, pad_fraction=0.0, compile_tokens=0
+        pipeline.budgets, max_batch=per_device // 2, pad_fraction=0.0, compile_tokens=0
     )
     rows = [tokenized[pos] for pos in batch.rows]
-    for sub in engine.plan(rows, spec, half, ablated=gates is not None):
+    for sub in pipeline.plan(rows, spec, half, ablated=gates is not None):
         try:
-            blocks = host.host_blocks(engine.dispatch(sub, rows, spec, gates))
+            blocks = host.host_blocks(pipeline.dispatch(sub, rows, spec, gates))
         except Exception as e:
             if not out_of_memory(e):
                 raise
             yield from (
-                (batch.rows[p], cap) for p, cap in in_halves(engine, sub, rows, spec, gates, e)
+                (batch.rows[p], cap) for p, cap in in_halves(pipeline, sub, rows, spec, gates, e)
             )
             continue
-        done = host.unpack(sub, blocks, rows, spec, engine.provenance)
+        done = host.unpack(sub, blocks, rows, spec, pipeline.provenance)
         yield from ((batch.rows[p], cap) for p, cap in done)

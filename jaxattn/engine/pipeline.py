@@ -5,20 +5,23 @@ on the devices (`host.pack` -> `CaptureStep`, copies to the host begun at
 once), keeps two in flight so one computes while the previous one's copy
 lands, and cuts the finished blocks into per-example Captures (`host.unpack`).
 A batch that runs out of device memory is run again in halves (`oom`).
-`Engine` inherits it; it uses the engine's `config`, `step`, `devices`, `provenance`,
-`buckets`, `budgets` and `shapes` (the `batching.ShapeLedger` of what is compiled).
+The `Engine` owns one and hands it, when made, everything it reads: the model
+config, the `CaptureStep`, the devices, the bucket lengths, the `batching.Budgets`,
+the `batching.ShapeLedger` of what is compiled, and the captures' provenance.
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from jaxattn import quantities
 from jaxattn.capture import Capture
+from jaxattn.config import ModelConfig
 from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.engine import batching, host
 from jaxattn.engine.oom import in_halves, out_of_memory
+from jaxattn.engine.step import CaptureStep
 from jaxattn.engine.tokenize import TokenizedText
 from jaxattn.spec import CaptureSpec
 
@@ -33,7 +36,43 @@ def program(spec: CaptureSpec, ablated: bool) -> tuple:
 
 
 class BatchPipeline:
-    """Run tokenised examples through the capture step in batches (see the module doc)."""
+    """Run tokenised examples through the capture step in batches (see the module doc).
+
+    Args:
+      config: the model config (`host.pack` reads it, ablation gates are sized by it).
+      step: the jitted `CaptureStep` (or anything that places, calls and compiles
+        like it); replaceable as `step`.
+      devices: the devices the step runs on (batches are a multiple of their number).
+      buckets: the bucket lengths, ascending (`batching.buckets_for`).
+      budgets: the batch budgets (`batching.Budgets`).
+      shapes: the ledger of compiled programs and rented padding (`batching.ShapeLedger`).
+      provenance: called once per batch for the read-only provenance every Capture
+        shares; a callable, so that what it costs (the weights' fingerprint) is paid
+        only when a capture needs it.
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        step: CaptureStep,
+        devices: Sequence,
+        buckets: Sequence[int],
+        budgets: batching.Budgets,
+        shapes: batching.ShapeLedger,
+        provenance: Callable[[], Mapping],
+    ):
+        self.config = config
+        self.step = step
+        self.devices = tuple(devices)
+        self.buckets = tuple(buckets)
+        self.budgets = budgets
+        self.shapes = shapes
+        self._provenance = provenance
+
+    @property
+    def provenance(self) -> Mapping:
+        """The read-only provenance every Capture shares."""
+        return self._provenance()
 
     def run(
         self, tokenized: Sequence[TokenizedText], spec: CaptureSpec, ablation=None

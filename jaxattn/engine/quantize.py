@@ -10,16 +10,17 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from jaxattn.dtypes import OUTPUT_DTYPES
-from jaxattn.quantities import QUANTITIES
+from jaxattn.quantities import QUANTITIES, Quantity
 
 
-def _valid(axes: str, shape, mask):
-    """Bool mask of real positions for a [B, *axes] tensor; mask is [B, T]."""
+def _valid(q: Quantity, shape, mask):
+    """Bool mask of real positions for a [B, *q.axes] tensor; mask is [B, T]."""
     valid = jnp.ones(shape, bool)
-    for i, axis in enumerate(axes, start=1):
-        if axis in "TS":
-            m = mask.reshape((mask.shape[0],) + (1,) * (i - 1) + (-1,) + (1,) * (len(axes) - i))
-            valid = valid & m
+    rank = len(q.axes)
+    for axis in q.token_axes:
+        i = axis + 1  # after the batch axis
+        m = mask.reshape((mask.shape[0],) + (1,) * (i - 1) + (-1,) + (1,) * (rank - i))
+        valid = valid & m
     return valid
 
 
@@ -38,7 +39,7 @@ def quantize(name: str, x, mask, dtype: str) -> dict:
         return {"data": jnp.round(jnp.clip(x, 0.0, 1.0) * 255.0).astype(jnp.uint8)}
     # NaN (entropy_cls of an example without [CLS]) has no uint8 code: it is left
     # out of the range and stored as 0, i.e. decodes to the minimum.
-    valid = _valid(q.axes, x.shape, mask) & ~jnp.isnan(x)
+    valid = _valid(q, x.shape, mask) & ~jnp.isnan(x)
     reduce_axes = tuple(range(1, x.ndim))
     lo = jnp.min(jnp.where(valid, x, jnp.inf), axis=reduce_axes)
     hi = jnp.max(jnp.where(valid, x, -jnp.inf), axis=reduce_axes)
