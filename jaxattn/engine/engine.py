@@ -52,8 +52,9 @@ class Engine:
       devices: the devices to run on, data-parallel over a 1-D mesh (batch
         sharded, weights replicated); default: every local device.
       host_memory: where the step writes its outputs: "auto" (pinned host
-        memory on GPUs/TPUs, device memory on the CPU), "pinned" or "device"
-        (`jaxattn.engine.step`).
+        memory on GPUs/TPUs, device memory on the CPU), "pinned", "device" or
+        "staged" (device memory, then a transfer of its own to pinned host
+        memory: `jaxattn.engine.step`).
       precision: the default compute precision of captures: "highest" (exact
         float32), "tf32" or "bf16" (`jaxattn.engine.precision`); a capture
         may ask for another.
