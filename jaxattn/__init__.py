@@ -30,7 +30,6 @@ numpy is installed.
 
 import importlib
 
-from jaxattn import _aliases
 from jaxattn.capture import Capture
 from jaxattn.config import ModelConfig
 from jaxattn.dtypes import OUTPUT_DTYPES
@@ -69,8 +68,6 @@ _LAZY = {
 
 # Subpackages reachable as attributes after a plain `import jaxattn` (none imports jax).
 _SUBPACKAGES = ("analysis", "client", "inputs", "views")
-
-_aliases.install()
 
 
 def __getattr__(name):

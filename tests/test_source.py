@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import warnings
 
 import numpy as np
 import pytest
@@ -54,26 +53,6 @@ def test_open_source_picks_the_engine_or_the_client(monkeypatch, engines):
 def test_client_refuses_an_unknown_default_codec():
     with pytest.raises(ValueError, match="unknown codec 'gzip'"):
         AttentionClient("127.0.0.1:1", codec="gzip")
-
-
-def test_old_module_paths_still_import_with_a_warning():
-    for name in ("jaxattn.ablation", "jaxattn.encodings"):
-        sys.modules.pop(name, None)  # imported afresh, so the warning fires here
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        from jaxattn.ablation import HeadAblation
-        from jaxattn.encodings import ENCODINGS
-
-        from jaxattn.engine import HeadAblation as NewHeadAblation
-
-    assert HeadAblation is NewHeadAblation and ENCODINGS is jaxattn.OUTPUT_DTYPES
-    moved = [str(w.message) for w in seen if issubclass(w.category, DeprecationWarning)]
-    assert any("jaxattn.ablation moved to jaxattn.engine.ablation" in m for m in moved)
-    import jaxattn.convert.hf_config as old
-
-    import jaxattn.checkpoints.hf_config as new
-
-    assert old is new  # one module, not a second copy
 
 
 def test_version_and_python_dash_m():
