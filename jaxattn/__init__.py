@@ -63,7 +63,6 @@ _LAZY = {
     "HeadAblation": ("jaxattn.engine", "HeadAblation"),
     "head_ablation_study": ("jaxattn.engine", "head_ablation_study"),
     "open_store": ("jaxattn.store", "open_store"),
-    "ENCODINGS": ("jaxattn.dtypes", "OUTPUT_DTYPES"),  # the name before 0.2
 }
 
 # Subpackages reachable as attributes after a plain `import jaxattn` (none imports jax).

@@ -52,7 +52,6 @@ COMPRESSORS = {
     "bfloat16": _ZSTD_1,
     "uint8": _ZSTD_1,
 }
-CODECS = COMPRESSORS  # the 0.1 name, importable until 0.3
 
 # zarr-python has no bfloat16: store its bits as uint16, named in the array's attributes.
 _STORAGE_DTYPE = {
