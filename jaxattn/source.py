@@ -30,8 +30,7 @@ class CaptureSource(Protocol):
     The methods take the same selection as `jaxattn.Engine.capture`: quantity
     names, layers and heads (`jaxattn.spec.Selection`: indices, negative ones,
     slices; None = all), the output dtype, the long-text policy `too_long`
-    ("error", "truncate", "skip"; `truncate=True` is the old spelling of
-    "truncate"), and the compute precision (None = the source's default,
+    ("error", "truncate", "skip"), and the compute precision (None = the source's default,
     `model_info().precision`). They raise `jaxattn.UsageError` for a bad
     request and `jaxattn.InputError` for a bad text; a server source raises
     `jaxattn.ServerError` (`AttentionServiceError`) when the call fails. Close
@@ -50,7 +49,6 @@ class CaptureSource(Protocol):
         heads: Selection = None,
         dtype: str = "float32",
         *,
-        truncate: bool = False,
         precision: str | None = None,
         too_long: str | None = None,
     ) -> list[Capture]:
@@ -65,7 +63,6 @@ class CaptureSource(Protocol):
         heads: Selection = None,
         dtype: str = "float32",
         *,
-        truncate: bool = False,
         precision: str | None = None,
         too_long: str | None = None,
     ) -> Iterator[Capture]:

@@ -154,7 +154,6 @@ class AttentionClient:
         dtype: str = "float32",
         codec: str | None = None,
         *,
-        truncate: bool = False,
         too_long: str | None = None,
         precision: str | None = None,
         max_chunk_bytes: int | None = None,
@@ -170,7 +169,6 @@ class AttentionClient:
           heads: heads likewise.
           dtype: float32 (exact), float16, bfloat16 or uint8.
           codec: wire compression: none, zstd or lz4 (lossless); None = the client's.
-          truncate: the old spelling of too_long="truncate".
           too_long: a text over the model's limit: "error" (default; the server
             refuses the call), "truncate" (cut; `Capture.truncated`) or "skip"
             (left out of the result). "skip" asks the server to truncate and
@@ -198,7 +196,6 @@ class AttentionClient:
                 heads,
                 dtype,
                 codec,
-                truncate=truncate,
                 too_long=too_long,
                 precision=precision,
                 max_chunk_bytes=max_chunk_bytes,
@@ -215,7 +212,6 @@ class AttentionClient:
         dtype: str = "float32",
         codec: str | None = None,
         *,
-        truncate: bool = False,
         too_long: str | None = None,
         precision: str | None = None,
         max_chunk_bytes: int | None = None,
@@ -225,7 +221,7 @@ class AttentionClient:
 
         Closing the iterator early cancels the call; the server drops the rest.
         """
-        policy = too_long_policy(truncate, too_long)
+        policy = too_long_policy(too_long)
         if timeout is not None:
             requests.check_timeout(timeout)
         request = requests.build(
@@ -235,7 +231,7 @@ class AttentionClient:
             requests.indices(heads, lambda: self.model_info().heads, "heads"),
             dtype,
             self.codec if codec is None else codec,
-            truncate=policy != "error",
+            too_long=policy,
             precision=precision,
             max_chunk_bytes=max_chunk_bytes,
         )

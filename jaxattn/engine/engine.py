@@ -148,14 +148,14 @@ class Engine(BatchPipeline):
         )
 
     def tokenize(
-        self, texts: Sequence[Text], truncate: bool = False, *, too_long: str | None = None
+        self, texts: Sequence[Text], *, too_long: str | None = None
     ) -> list[TokenizedText | None]:
         """Check and tokenise texts (errors name the bad text's index).
 
-        too_long: "error" (default; or "truncate" when `truncate`), "truncate",
-        or "skip" (None in the skipped text's place).
+        too_long: "error" (default; None is the same), "truncate", or "skip"
+        (None in the skipped text's place).
         """
-        policy = too_long_policy(truncate, too_long)
+        policy = too_long_policy(too_long)
         return self.tokenizer.encode(check_texts(texts), too_long=policy)
 
     def capture(
@@ -165,7 +165,6 @@ class Engine(BatchPipeline):
         layers: Selection = None,
         heads: Selection = None,
         dtype: str = "float32",
-        truncate: bool = False,
         ablation=None,
         precision: str | None = None,
         *,
@@ -181,7 +180,6 @@ class Engine(BatchPipeline):
             `jaxattn.spec.Selection`).
           heads: heads, likewise.
           dtype: output dtype: float32 (exact), float16, bfloat16, uint8.
-          truncate: the old spelling of too_long="truncate".
           ablation: a `jaxattn.engine.HeadAblation` to disable heads, or None.
           precision: compute precision ("highest", "tf32", "bf16"); None: the
             engine's default.
@@ -204,7 +202,6 @@ class Engine(BatchPipeline):
                 layers,
                 heads,
                 dtype,
-                truncate=truncate,
                 ablation=ablation,
                 precision=precision,
                 too_long=too_long,
@@ -219,7 +216,6 @@ class Engine(BatchPipeline):
         heads: Selection = None,
         dtype: str = "float32",
         *,
-        truncate: bool = False,
         ablation=None,
         precision: str | None = None,
         too_long: str | None = None,
@@ -229,7 +225,7 @@ class Engine(BatchPipeline):
         checked and tokenised before the first one. All of `texts` is in flight at
         once: for a corpus, `capture_iter` bounds memory."""
         spec = self.make_spec(what, layers, heads, dtype, precision)
-        kept = [t for t in self.tokenize(texts, truncate, too_long=too_long) if t is not None]
+        kept = [t for t in self.tokenize(texts, too_long=too_long) if t is not None]
         return self._in_order(self.run(kept, spec, ablation))
 
     def capture_iter(

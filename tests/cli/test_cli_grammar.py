@@ -146,8 +146,10 @@ def test_too_long_is_one_policy_with_counts(bert_checkpoint, tmp_path, capsys):
     )
     captured = capsys.readouterr()
     assert "1 truncated" in captured.err and "3 example(s)" in captured.out
-    assert main(["capture", long, "--truncate", *model]) == 0  # the 0.2 spelling
+    assert main(["capture", long, "--too-long", "truncate", *model]) == 0
     assert "truncated to the model's limit" in capsys.readouterr().out
+    assert main(["capture", long, "--truncate", *model]) == 2  # the 0.2 flag is gone
+    assert "unknown option --truncate" in capsys.readouterr().err
 
 
 def test_view_draws_the_layer_and_heads_it_is_given(bert_checkpoint, tmp_path, capsys):

@@ -37,13 +37,11 @@ def test_too_long_error_truncate_and_skip(client):
     assert "texts[1] is 74 tokens" in info.value.message and "truncate" in info.value.message
     cut = client.capture([SHORT, LONG], what=WHAT, too_long="truncate")
     assert [c.truncated for c in cut] == [False, True] and cut[1].length == 67
-    old = client.capture([SHORT, LONG], what=WHAT, truncate=True)  # the old spelling
-    assert [c.truncated for c in old] == [False, True]
     (kept,) = client.capture([LONG, SHORT], what=WHAT, too_long="skip")
     assert kept.text == SHORT and not kept.truncated
     np.testing.assert_array_equal(kept.attention, cut[0].attention)
-    with pytest.raises(UsageError, match="contradicts"):
-        client.capture([SHORT], truncate=True, too_long="skip")
+    with pytest.raises(TypeError, match="truncate"):  # the 0.2 spelling is gone
+        client.capture([SHORT], what=WHAT, truncate=True)
     with pytest.raises(UsageError, match="too_long"):
         client.capture([SHORT], too_long="cut")
 
