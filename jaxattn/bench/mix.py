@@ -120,7 +120,14 @@ def warm_shapes(client, engine, mix) -> int:
             for size in batch_sizes(engine, spec, bucket):
                 if (spec, bucket, size) not in seen:
                     seen.add((spec, bucket, size))
-                    client.capture([text] * size, r.what, r.layers, r.heads, r.dtype, timeout=600)
+                    client.capture(
+                        [text] * size,
+                        what=r.what,
+                        layers=r.layers,
+                        heads=r.heads,
+                        dtype=r.dtype,
+                        timeout=600,
+                    )
                     sent += 1
     return sent
 

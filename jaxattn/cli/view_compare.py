@@ -179,10 +179,10 @@ def _capture(args, side: Side, texts: list, engines: dict) -> tuple[list, set]:
         engines[key] = jaxattn.load(key)
     stream = engines[key].capture_iter(
         texts,
-        (QUANTITIES[side.quantity],),
-        args.layers,
-        args.heads,
-        side.options.get("dtype", "float32"),
+        what=(QUANTITIES[side.quantity],),
+        layers=args.layers,
+        heads=args.heads,
+        dtype=side.options.get("dtype", "float32"),
         too_long=args.too_long,
         precision=side.options.get("precision", args.precision),
     )

@@ -161,13 +161,13 @@ class Engine(BatchPipeline):
     def capture(
         self,
         texts: Sequence[Text],
+        *,
         what: str | Iterable[str] | None = ("attention",),
         layers: Selection = None,
         heads: Selection = None,
         dtype: str = "float32",
         ablation=None,
         precision: str | None = None,
-        *,
         too_long: str | None = None,
     ) -> list[Capture]:
         """Capture attention quantities for each text.
@@ -198,10 +198,10 @@ class Engine(BatchPipeline):
         return list(
             self.stream(
                 texts,
-                what,
-                layers,
-                heads,
-                dtype,
+                what=what,
+                layers=layers,
+                heads=heads,
+                dtype=dtype,
                 ablation=ablation,
                 precision=precision,
                 too_long=too_long,
@@ -211,11 +211,11 @@ class Engine(BatchPipeline):
     def stream(
         self,
         texts: Sequence[Text],
+        *,
         what: str | Iterable[str] | None = ("attention",),
         layers: Selection = None,
         heads: Selection = None,
         dtype: str = "float32",
-        *,
         ablation=None,
         precision: str | None = None,
         too_long: str | None = None,
@@ -231,11 +231,11 @@ class Engine(BatchPipeline):
     def capture_iter(
         self,
         texts: Iterable[Text],
+        *,
         what: str | Iterable[str] | None = ("attention",),
         layers: Selection = None,
         heads: Selection = None,
         dtype: str = "float32",
-        *,
         too_long: str = "error",
         precision: str | None = None,
         progress: Progress | None = None,

@@ -275,7 +275,7 @@ def test_view_of_a_saved_capture_shows_the_selection(bert_checkpoint, tmp_path, 
 
 
 def test_a_saved_capture_remembers_where_it_came_from(engines, tmp_path):
-    cap = engines["bert"].capture([("a b", "c d")], ("attention",), dtype="uint8")[0]
+    cap = engines["bert"].capture([("a b", "c d")], what=("attention",), dtype="uint8")[0]
     cap.save(tmp_path / "c.npz")
     back = jaxattn.Capture.load(tmp_path / "c.npz")
     assert back.text == ("a b", "c d") and back.dtype == "uint8"

@@ -49,12 +49,12 @@ def test_too_long_error_truncate_and_skip(client):
 def test_capture_iter_reads_any_iterable_window_by_window(client):
     texts = (t for t in [SHORT, LONG, "hello world", LONG, SHORT])  # a generator
     seen = []
-    stream = client.capture_iter(texts, WHAT, too_long="skip", window=2, progress=seen.append)
+    stream = client.capture_iter(texts, what=WHAT, too_long="skip", window=2, progress=seen.append)
     caps = list(stream)
     assert [c.text for c in caps] == [SHORT, "hello world", SHORT]
     assert stream.skipped == [1, 3] and stream.truncated == []
     assert [c is None for c in seen] == [False, True, False, True, False]
-    cut = client.capture_iter([LONG, SHORT], WHAT, too_long="truncate", window=1)
+    cut = client.capture_iter([LONG, SHORT], what=WHAT, too_long="truncate", window=1)
     assert [c.truncated for c in cut] == [True, False] and cut.truncated == [0]
 
 
