@@ -61,7 +61,7 @@ def worker(args) -> dict:
     texts = [r.text for r in read_records(args.input)]  # what the dump captures
     kw = dict(what=tuple(args.what.split(",")), dtype=args.dtype)
     t = time.perf_counter()
-    engine.capture(texts, truncate=True, **kw)  # warm-up: compiles every shape once
+    engine.capture(texts, too_long="truncate", **kw)  # warm-up: compiles every shape once
     compile_s = time.perf_counter() - t
     from jaxattn.dump.fingerprint import checkpoint_fingerprint
 
@@ -73,7 +73,7 @@ def worker(args) -> dict:
     captures, dumps, results = [], [], []  # (wall, CPU) seconds of each pass
     for _ in range(args.repeats):
         t, c = time.perf_counter(), time.process_time()
-        engine.capture(texts, truncate=True, **kw)
+        engine.capture(texts, too_long="truncate", **kw)
         captures.append((time.perf_counter() - t, time.process_time() - c))
         with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:  # removed outside the timing
             options = DumpOptions(

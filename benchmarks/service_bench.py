@@ -149,7 +149,7 @@ def big_request(address, texts, what, dtype, codec) -> dict:
     with AttentionClient(address, timeout=1800) as client:
         decoded = tokens = n = 0
         start = time.perf_counter()
-        for cap in client.stream(texts, what, dtype=dtype, codec=codec):
+        for cap in client.stream(texts, what=what, dtype=dtype, codec=codec):
             decoded += sum(a.nbytes for a in cap.tensors.values())
             tokens += cap.length
             n += 1

@@ -106,7 +106,7 @@ def main() -> None:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
         for name, texts, target in cases:
-            caps = engine.capture(texts, what=WHAT, truncate=True)
+            caps = engine.capture(texts, what=WHAT, too_long="truncate")
             lengths = [len(c.tokens) for c in caps]
             path = folder / f"{name.replace(' ', '_')}.html"
             t0 = time.perf_counter()

@@ -30,7 +30,6 @@ numpy is installed.
 
 import importlib
 
-from jaxattn import _aliases
 from jaxattn.capture import Capture
 from jaxattn.config import ModelConfig
 from jaxattn.dtypes import OUTPUT_DTYPES
@@ -64,13 +63,10 @@ _LAZY = {
     "HeadAblation": ("jaxattn.engine", "HeadAblation"),
     "head_ablation_study": ("jaxattn.engine", "head_ablation_study"),
     "open_store": ("jaxattn.store", "open_store"),
-    "ENCODINGS": ("jaxattn.dtypes", "OUTPUT_DTYPES"),  # the name before 0.2
 }
 
 # Subpackages reachable as attributes after a plain `import jaxattn` (none imports jax).
 _SUBPACKAGES = ("analysis", "client", "inputs", "views")
-
-_aliases.install()
 
 
 def __getattr__(name):

@@ -96,8 +96,3 @@ def dequantize(
     if scale is None or offset is None:
         raise ValueError("a uint8 tensor needs its scale and offset to be dequantised")
     return data.astype(np.float32) * np.float32(scale) + np.float32(offset)
-
-
-# The names before jaxattn 0.2 (module jaxattn.encodings), kept for one release.
-ENCODINGS = OUTPUT_DTYPES
-decode = dequantize

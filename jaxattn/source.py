@@ -30,12 +30,13 @@ class CaptureSource(Protocol):
     The methods take the same selection as `jaxattn.Engine.capture`: quantity
     names, layers and heads (`jaxattn.spec.Selection`: indices, negative ones,
     slices; None = all), the output dtype, the long-text policy `too_long`
-    ("error", "truncate", "skip"; `truncate=True` is the old spelling of
-    "truncate"), and the compute precision (None = the source's default,
-    `model_info().precision`). They raise `jaxattn.UsageError` for a bad
-    request and `jaxattn.InputError` for a bad text; a server source raises
-    `jaxattn.ServerError` (`AttentionServiceError`) when the call fails. Close
-    a source (or use it as a context manager) when done.
+    ("error", "truncate", "skip"), and the compute precision (None = the
+    source's default, `model_info().precision`). Every option after `texts` is
+    keyword-only, so a call means the same on either source. They raise
+    `jaxattn.UsageError` for a bad request and `jaxattn.InputError` for a bad
+    text; a server source raises `jaxattn.ServerError` (`AttentionServiceError`)
+    when the call fails. Close a source (or use it as a context manager) when
+    done.
     """
 
     def model_info(self) -> ModelInfo:
@@ -45,12 +46,11 @@ class CaptureSource(Protocol):
     def capture(
         self,
         texts: Sequence[Text],
+        *,
         what: str | Iterable[str] | None = ("attention",),
         layers: Selection = None,
         heads: Selection = None,
         dtype: str = "float32",
-        *,
-        truncate: bool = False,
         precision: str | None = None,
         too_long: str | None = None,
     ) -> list[Capture]:
@@ -60,12 +60,11 @@ class CaptureSource(Protocol):
     def stream(
         self,
         texts: Sequence[Text],
+        *,
         what: str | Iterable[str] | None = ("attention",),
         layers: Selection = None,
         heads: Selection = None,
         dtype: str = "float32",
-        *,
-        truncate: bool = False,
         precision: str | None = None,
         too_long: str | None = None,
     ) -> Iterator[Capture]:
@@ -75,11 +74,11 @@ class CaptureSource(Protocol):
     def capture_iter(
         self,
         texts: Iterable[Text],
+        *,
         what: str | Iterable[str] | None = ("attention",),
         layers: Selection = None,
         heads: Selection = None,
         dtype: str = "float32",
-        *,
         too_long: str = "error",
         precision: str | None = None,
         progress: Progress | None = None,

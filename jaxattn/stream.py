@@ -28,14 +28,12 @@ Progress = Callable[[Capture | None], None]
 """Called once per input as it is handled: its Capture, or None when it was skipped."""
 
 
-def too_long_policy(truncate: bool, too_long: str | None) -> str:
-    """The long-text policy of a call that may give the old `truncate` flag or `too_long`."""
+def too_long_policy(too_long: str | None) -> str:
+    """The long-text policy `too_long` names (None: "error"); UsageError names the valid ones."""
     if too_long is None:
-        return "truncate" if truncate else "error"
+        return "error"
     if too_long not in TOO_LONG:
         raise UsageError(f"unknown too_long {too_long!r}: valid are {', '.join(TOO_LONG)}")
-    if truncate and too_long != "truncate":
-        raise UsageError(f"truncate=True contradicts too_long={too_long!r}: give too_long alone")
     return too_long
 
 
@@ -81,7 +79,7 @@ class CaptureStream(Iterator[Capture]):
             raise UsageError(f"window must be a positive number of texts, got {window!r}")
         window = int(window)
         self.source, self.window = source, window
-        self.too_long = too_long_policy(False, too_long)
+        self.too_long = too_long_policy(too_long)
         self.progress, self.request = progress, request
         self.done = self.captured = 0
         self.index = -1

@@ -206,7 +206,9 @@ class RequestParser:
             (t.text, t.text_pair) if t.HasField("text_pair") else t.text for t in request.texts
         ]
         try:
-            tokenized = self.engine.tokenize(texts, truncate=request.truncate)
+            tokenized = self.engine.tokenize(
+                texts, too_long="truncate" if request.truncate else "error"
+            )
         except TooLongError as e:
             raise _too_long(e) from e
         except ValueError as e:

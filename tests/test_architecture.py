@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # dtypes, spec, config, capture, source, errors, progress, and the generated
 # v1 code), engine (the jax side), checkpoints (directories -> an Engine), wire
 # and client (Captures over gRPC), then the outer rooms. "facade" is the
-# package itself (jaxattn/__init__, __main__, _aliases): outer rooms may call
+# package itself (jaxattn/__init__, __main__): outer rooms may call
 # `jaxattn.load`, inner ones may not.
 ROOMS: dict[str, set[str]] = {
     "errors": set(),  # jaxattn.errors: the exception classes, importable from every room
@@ -92,14 +92,14 @@ def room(module: str) -> str:
     parts = module.split(".")
     if parts[0] == "service":
         return "service"
-    if len(parts) == 1 or parts[1] in ("__main__", "_aliases"):
+    if len(parts) == 1 or parts[1] == "__main__":
         return "facade"
     if parts[1] == "errors":
         return "errors"
     return "core" if parts[1] in CORE else parts[1]
 
 
-LAZY_TABLES = {"_LAZY", "_SUBCOMMANDS", "MOVED"}
+LAZY_TABLES = {"_LAZY", "_SUBCOMMANDS"}
 
 
 def _is_import_call(call: ast.Call) -> bool:
@@ -119,7 +119,7 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
     Import statements, relative ones resolved; and, as lazy imports, the
     module names given to `importlib.import_module` / `__import__` and held in
     the tables that feed it (LAZY_TABLES: a package's _LAZY names, the CLI's
-    subcommand list, the old-path aliases).
+    subcommand list).
     """
     tree = ast.parse(path.read_text(encoding="utf-8"))
     found = []

@@ -165,7 +165,7 @@ def test_too_long_raises_naming_length_and_limit(engines, tokenizers, family):
 def test_truncate_cuts_to_the_limit_and_matches_torch(bert, tokenizers, torch_models):
     tok = tokenizers["bert"]
     text = long_text(tok, 80)
-    (cap,) = bert.capture([text], what=LIGHT, truncate=True)
+    (cap,) = bert.capture([text], what=LIGHT, too_long="truncate")
     assert cap.length == 67 and cap.tokens[0] == "[CLS]" and cap.tokens[-1] == "[SEP]"
     enc = tok([text], truncation=True, max_length=67, return_tensors="pt")
     assert list(cap.tokens) == tok.convert_ids_to_tokens(enc["input_ids"][0].tolist())

@@ -26,8 +26,10 @@ def texts(n: int, words: int = 8):
 
 def test_yields_in_input_order_equal_to_capture(engines):
     engine = engines["bert"]
-    want = engine.capture(list(texts(12)), ("attention", "alpha_fx_norm"), layers=-1)
-    got = list(engine.capture_iter(texts(12), ("attention", "alpha_fx_norm"), layers=-1, window=5))
+    want = engine.capture(list(texts(12)), what=("attention", "alpha_fx_norm"), layers=-1)
+    got = list(
+        engine.capture_iter(texts(12), what=("attention", "alpha_fx_norm"), layers=-1, window=5)
+    )
     assert [c.text for c in got] == [c.text for c in want]
     for a, b in zip(got, want, strict=True):  # other batch shapes: float32 rounding only
         np.testing.assert_allclose(a.attention, b.attention, rtol=0, atol=1e-5)
@@ -120,7 +122,7 @@ def test_peak_memory_does_not_grow_with_the_corpus(engines):
         gc.collect()
         _reset_peak()
         start = _peak_rss_kb()
-        for cap in engine.capture_iter(texts(n, words=24), what, window=16):
+        for cap in engine.capture_iter(texts(n, words=24), what=what, window=16):
             assert cap.length >= 45
         return _peak_rss_kb() - start
 

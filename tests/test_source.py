@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import subprocess
 import sys
-import warnings
 
 import numpy as np
 import pytest
@@ -21,6 +21,36 @@ def test_engine_and_client_are_capture_sources(engines):
     with AttentionClient("127.0.0.1:1", timeout=1, retries=0) as client:
         assert isinstance(client, jaxattn.CaptureSource)
     assert engines["bert"].model_info() == engines["bert"].info
+
+
+@pytest.mark.parametrize(
+    "cls", [jaxattn.Engine, AttentionClient, jaxattn.CaptureSource], ids=lambda c: c.__name__
+)
+@pytest.mark.parametrize("method", ["capture", "stream", "capture_iter"])
+def test_capture_options_are_keyword_only_after_texts(cls, method):
+    # The same positional call must not mean different things on the two sources
+    # (a sixth argument was Engine's `truncate` and the client's `codec`).
+    params = list(inspect.signature(getattr(cls, method)).parameters.values())
+    names = [p.name for p in params]
+    assert names[:2] == ["self", "texts"], names
+    positional = [p.name for p in params[2:] if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    assert not positional, f"{cls.__name__}.{method}: {positional} are not keyword-only"
+    assert "truncate" not in names  # too_long="truncate" is the one spelling
+
+
+def test_positional_options_and_truncate_are_refused(engines):
+    engine = engines["bert"]
+    with AttentionClient("127.0.0.1:1", timeout=1, retries=0) as client:
+        for source in (engine, client):
+            for method in (source.capture, source.stream, source.capture_iter):
+                with pytest.raises(TypeError, match="positional"):
+                    method(["a"], ("attention",))
+                with pytest.raises(TypeError, match="truncate"):
+                    method(["a"], what=("attention",), truncate=True)
+    with pytest.raises(TypeError, match="truncate"):
+        engine.tokenize(["a"], truncate=True)
+    with pytest.raises(jaxattn.UsageError, match="unknown too_long True: valid are .*error"):
+        engine.capture(["a"], too_long=True)  # a bad policy is named, with the valid ones
 
 
 def test_engine_stream_gives_the_captures_in_input_order(engines, standard_texts, full_captures):
@@ -52,26 +82,6 @@ def test_open_source_picks_the_engine_or_the_client(monkeypatch, engines):
 def test_client_refuses_an_unknown_default_codec():
     with pytest.raises(ValueError, match="unknown codec 'gzip'"):
         AttentionClient("127.0.0.1:1", codec="gzip")
-
-
-def test_old_module_paths_still_import_with_a_warning():
-    for name in ("jaxattn.ablation", "jaxattn.encodings"):
-        sys.modules.pop(name, None)  # imported afresh, so the warning fires here
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        from jaxattn.ablation import HeadAblation
-        from jaxattn.encodings import ENCODINGS
-
-        from jaxattn.engine import HeadAblation as NewHeadAblation
-
-    assert HeadAblation is NewHeadAblation and ENCODINGS is jaxattn.OUTPUT_DTYPES
-    moved = [str(w.message) for w in seen if issubclass(w.category, DeprecationWarning)]
-    assert any("jaxattn.ablation moved to jaxattn.engine.ablation" in m for m in moved)
-    import jaxattn.convert.hf_config as old
-
-    import jaxattn.checkpoints.hf_config as new
-
-    assert old is new  # one module, not a second copy
 
 
 def test_version_and_python_dash_m():

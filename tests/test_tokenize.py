@@ -53,7 +53,7 @@ def test_truncating_and_strict_calls_do_not_interfere_across_threads(engines):
 
     def truncating():
         for _ in range(200):
-            cut.append(engine.tokenize([long], truncate=True)[0].length)
+            cut.append(engine.tokenize([long], too_long="truncate")[0].length)
 
     threads = [threading.Thread(target=strict), threading.Thread(target=truncating)]
     for t in threads:

@@ -70,11 +70,6 @@ def random_bert_base(out_dir: Path) -> Path:
     return random_checkpoint("bert-base", out_dir)
 
 
-def synthetic_bert_base(out_dir: Path, length: int, n: int) -> tuple[Path, list[str]]:
-    """The 0.1 helper (until 0.3): `random_bert_base` and `synthetic_texts` in one."""
-    return random_bert_base(out_dir), synthetic_texts(length, n)
-
-
 def synthetic_texts(length: int, n: int) -> list[str]:
     """n texts of exactly `length` tokens with BERT's uncased vocabulary."""
     words = "the quick brown fox jumps over the lazy dog".split()

@@ -58,5 +58,5 @@ def moved_bytes(engine, texts, **capture) -> int:
         capture.get("heads"),
         capture.get("dtype", "float32"),
     )
-    plan = engine.plan(engine.tokenize(texts, truncate=True), spec)
+    plan = engine.plan(engine.tokenize(texts, too_long="truncate"), spec)
     return sum(b.size * engine.output_bytes(spec, b.length) for b in plan)

@@ -190,7 +190,12 @@ def run_load(
                 t0 = time.monotonic()
                 try:
                     caps = client.capture(
-                        list(r.texts), r.what, r.layers, r.heads, r.dtype, r.codec
+                        list(r.texts),
+                        what=r.what,
+                        layers=r.layers,
+                        heads=r.heads,
+                        dtype=r.dtype,
+                        codec=r.codec,
                     )
                 except AttentionServiceError as e:
                     with lock:

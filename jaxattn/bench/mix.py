@@ -39,7 +39,7 @@ def sentences(engine, conllu: Path, lo: int = 9, hi: int = 16) -> list[str]:
     pool = list(FALLBACK)
     if conllu.is_file():  # single sentences: pairs are made from them below
         pool = read_sentences(conllu, singles=True)
-    lengths = [e.length for e in engine.tokenize(pool, truncate=True)]
+    lengths = [e.length for e in engine.tokenize(pool, too_long="truncate")]
     return [s for s, n in zip(pool, lengths, strict=True) if lo <= n <= hi]
 
 
@@ -54,7 +54,7 @@ def long_texts(engine, pool: list[str], n: int, lo: int = 480, hi: int = 510) ->
     out, cur = [], []
     for s in itertools.cycle(pool):
         cur.append(s)
-        length = engine.tokenize([" ".join(cur)], truncate=True)[0].length
+        length = engine.tokenize([" ".join(cur)], too_long="truncate")[0].length
         if length > hi:
             cur = [s]
         elif length >= lo:
@@ -120,7 +120,14 @@ def warm_shapes(client, engine, mix) -> int:
             for size in batch_sizes(engine, spec, bucket):
                 if (spec, bucket, size) not in seen:
                     seen.add((spec, bucket, size))
-                    client.capture([text] * size, r.what, r.layers, r.heads, r.dtype, timeout=600)
+                    client.capture(
+                        [text] * size,
+                        what=r.what,
+                        layers=r.layers,
+                        heads=r.heads,
+                        dtype=r.dtype,
+                        timeout=600,
+                    )
                     sent += 1
     return sent
 

@@ -31,13 +31,11 @@ from jaxattn.checkpoints.loading import (
     load,
     read_checkpoint,
 )
-from jaxattn.engine.cache import enable_compilation_cache  # its 0.1 place, until 0.3
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
     "convert_checkpoint",
     "default_model_dir",
-    "enable_compilation_cache",
     "load",
     "read_checkpoint",
 ]

@@ -127,7 +127,7 @@ def captures(source, texts: list, what: tuple[str, ...], args, bar: Progress):
     under --too-long, counting into `bar`."""
     return source.capture_iter(
         texts,
-        what,
+        what=what,
         dtype=args.dtype,
         too_long=args.too_long,
         precision=args.precision,

@@ -13,7 +13,7 @@ layers and heads take indices, negative ones and ranges (``0,3,-1``,
     add_codec_argument(p)       --codec
     add_token_argument(p)       --token-file
     add_precision_argument(p)   --precision
-    add_too_long_argument(p)    --too-long (and the old --truncate)
+    add_too_long_argument(p)    --too-long
     add_limit_argument(p)       --limit
     add_overwrite_argument(p)   --overwrite; check_output(path, overwrite, flag)
 
@@ -239,7 +239,7 @@ def add_precision_argument(p: argparse.ArgumentParser, *, default: str | None = 
 
 
 def add_too_long_argument(p: argparse.ArgumentParser) -> None:
-    """--too-long {error,truncate,skip}, the one long-text policy; --truncate is the old name."""
+    """--too-long {error,truncate,skip}, the one long-text policy."""
     p.add_argument(
         "--too-long",
         choices=TOO_LONG,
@@ -247,13 +247,6 @@ def add_too_long_argument(p: argparse.ArgumentParser) -> None:
         help="a text over the model's maximum length: stop with an error, cut it, "
         "or leave it out (counted either way) (default error)",
     )
-    p.add_argument(
-        "--truncate",
-        dest="too_long",
-        action="store_const",
-        const="truncate",
-        help=argparse.SUPPRESS,
-    )  # the 0.2 flag: --too-long truncate
 
 
 def add_limit_argument(p: argparse.ArgumentParser, *aliases: str) -> None:

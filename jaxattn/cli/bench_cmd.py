@@ -51,13 +51,6 @@ def register(sub) -> None:
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     add_overwrite_argument(p)
     p.add_argument(
-        "--synthetic-bert-base",
-        type=_token_count,
-        metavar="T",
-        help="instead: a random-weight BERT-base and -n texts of exactly T tokens "
-        "(the GPU benchmark; torch uses CUDA when present) (default: off)",
-    )
-    p.add_argument(
         "--synthetic",
         metavar="NAME",
         choices=sorted(SHAPES),
@@ -116,13 +109,6 @@ def run(args) -> int:
 
     if args.json:
         check_output(args.json, args.overwrite, "--json")
-    if args.synthetic_bert_base:  # the 0.2 spelling of --synthetic bert-base --tokens T
-        if args.synthetic not in (None, "bert-base") or args.random_bert_base:
-            raise UsageError(
-                "--synthetic-bert-base T is --synthetic bert-base --tokens T: it "
-                "excludes another --synthetic and --random-bert-base"
-            )
-        args.synthetic, args.tokens = "bert-base", args.synthetic_bert_base
     if args.tokens and not args.synthetic:
         raise UsageError("--tokens goes with --synthetic NAME (a random-weight model)")
     if args.synthetic and args.random_bert_base:

@@ -58,10 +58,10 @@ def _run(args) -> int:
     with open_source(args) as source:
         caps = source.capture(
             [text],
-            args.what,
-            args.layers,
-            args.heads,
-            args.dtype,
+            what=args.what,
+            layers=args.layers,
+            heads=args.heads,
+            dtype=args.dtype,
             too_long=args.too_long,
             precision=args.precision,
         )

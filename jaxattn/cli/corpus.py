@@ -112,10 +112,10 @@ def capture_counted(args, texts: list, what: tuple[str, ...], items: list | None
         with open_source(args) as source:
             stream = source.capture_iter(
                 texts,
-                what,
-                args.layers,
-                args.heads,
-                "float32",
+                what=what,
+                layers=args.layers,
+                heads=args.heads,
+                dtype="float32",
                 too_long=args.too_long,
                 precision=args.precision,
             )

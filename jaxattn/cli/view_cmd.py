@@ -17,7 +17,6 @@ export draws one layer, the neuron view one layer and one head).
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from jaxattn import outfile
@@ -34,7 +33,6 @@ from jaxattn.cli.args import (
     check_output,
     ensure_parent,
     positive,
-    selection,
 )
 from jaxattn.cli.corpus import capture_counted, read_inputs
 from jaxattn.cli.saved import require
@@ -112,9 +110,6 @@ def register(subparsers) -> None:
         help="attention weights or norm-based ||alpha f(x)|| (rows normalised) (default attention)",
     )
     g.add_argument("--scale", type=float, default=2.0, help="PNG pixels per SVG pixel")
-    # The 0.2 spellings: --layer N is --layers N, --head N is --heads N.
-    g.add_argument("--layer", dest="layers", type=selection, help=argparse.SUPPRESS)
-    g.add_argument("--head", dest="heads", type=selection, help=argparse.SUPPRESS)
     view_compare.add_arguments(p)
     view_global.add_arguments(p)
     p.set_defaults(func=_run)

@@ -178,10 +178,10 @@ def _capture(args, side: Side, texts: list, engines: dict) -> tuple[list, set]:
         engines[key] = jaxattn.load(key)
     stream = engines[key].capture_iter(
         texts,
-        (WEIGHT_KINDS[side.kind],),
-        args.layers,
-        args.heads,
-        side.options.get("dtype", "float32"),
+        what=(WEIGHT_KINDS[side.kind],),
+        layers=args.layers,
+        heads=args.heads,
+        dtype=side.options.get("dtype", "float32"),
         too_long=args.too_long,
         precision=side.options.get("precision", args.precision),
     )

@@ -215,10 +215,10 @@ def _examples(args, parts, source) -> Iterator[tuple]:
         if part.kind == "texts":
             stream = source.capture_iter(
                 part.items,
-                WHAT,
-                args.layers,
-                args.heads,
-                "float32",
+                what=WHAT,
+                layers=args.layers,
+                heads=args.heads,
+                dtype="float32",
                 too_long=args.too_long,
                 precision=args.precision,
                 window=WINDOW,

@@ -148,13 +148,12 @@ class AttentionClient:
     def capture(
         self,
         texts: Sequence[Text],
+        *,
         what: str | Iterable[str] | None = ("attention",),
         layers: Selection = None,
         heads: Selection = None,
         dtype: str = "float32",
         codec: str | None = None,
-        *,
-        truncate: bool = False,
         too_long: str | None = None,
         precision: str | None = None,
         max_chunk_bytes: int | None = None,
@@ -170,7 +169,6 @@ class AttentionClient:
           heads: heads likewise.
           dtype: float32 (exact), float16, bfloat16 or uint8.
           codec: wire compression: none, zstd or lz4 (lossless); None = the client's.
-          truncate: the old spelling of too_long="truncate".
           too_long: a text over the model's limit: "error" (default; the server
             refuses the call), "truncate" (cut; `Capture.truncated`) or "skip"
             (left out of the result). "skip" asks the server to truncate and
@@ -193,12 +191,11 @@ class AttentionClient:
         return list(
             self.stream(
                 texts,
-                what,
-                layers,
-                heads,
-                dtype,
-                codec,
-                truncate=truncate,
+                what=what,
+                layers=layers,
+                heads=heads,
+                dtype=dtype,
+                codec=codec,
                 too_long=too_long,
                 precision=precision,
                 max_chunk_bytes=max_chunk_bytes,
@@ -209,13 +206,12 @@ class AttentionClient:
     def stream(
         self,
         texts: Sequence[Text],
+        *,
         what: str | Iterable[str] | None = ("attention",),
         layers: Selection = None,
         heads: Selection = None,
         dtype: str = "float32",
         codec: str | None = None,
-        *,
-        truncate: bool = False,
         too_long: str | None = None,
         precision: str | None = None,
         max_chunk_bytes: int | None = None,
@@ -225,7 +221,7 @@ class AttentionClient:
 
         Closing the iterator early cancels the call; the server drops the rest.
         """
-        policy = too_long_policy(truncate, too_long)
+        policy = too_long_policy(too_long)
         if timeout is not None:
             requests.check_timeout(timeout)
         request = requests.build(
@@ -235,7 +231,7 @@ class AttentionClient:
             requests.indices(heads, lambda: self.model_info().heads, "heads"),
             dtype,
             self.codec if codec is None else codec,
-            truncate=policy != "error",
+            too_long=policy,
             precision=precision,
             max_chunk_bytes=max_chunk_bytes,
         )
@@ -247,11 +243,11 @@ class AttentionClient:
     def capture_iter(
         self,
         texts: Iterable[Text],
+        *,
         what: str | Iterable[str] | None = ("attention",),
         layers: Selection = None,
         heads: Selection = None,
         dtype: str = "float32",
-        *,
         too_long: str = "error",
         precision: str | None = None,
         progress: Progress | None = None,

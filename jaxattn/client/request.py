@@ -104,7 +104,7 @@ def build(
     dtype: str,
     codec: str,
     *,
-    truncate: bool,
+    too_long: str,
     precision: str | None,
     max_chunk_bytes: int | None,
 ) -> pb.CaptureRequest:
@@ -132,7 +132,7 @@ def build(
         dtype=codecs.DTYPE_TO_PB[dtype],
         codec=codecs.CODEC_TO_PB[check_codec(codec)],
         max_chunk_bytes=max_chunk_bytes or 0,
-        truncate=truncate,
+        truncate=too_long != "error",  # "skip" too: the client drops what was cut
         precision=codecs.PRECISION_TO_PB[precision] if precision else 0,
     )
 

@@ -81,7 +81,7 @@ class ShardTask:
                 self.bad(e.index, e.line, error.reason)
                 continue
             if policy == "truncate":
-                out.append((e, engine.tokenize([e.text], truncate=True)[0], True))
+                out.append((e, engine.tokenize([e.text], too_long="truncate")[0], True))
             else:
                 advice = "cut it with --too-long truncate, leave it out with --too-long skip, or "
                 self.bad(

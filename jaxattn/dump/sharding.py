@@ -139,6 +139,3 @@ def plan_shards(
     return InputPlan(
         path=path, info=info, shard_size=shard_size, num_shards=num_shards, shards=shards
     )
-
-
-plan_input = plan_shards  # the 0.1 name (jaxattn.dump.plan.plan_input), importable until 0.3

@@ -216,27 +216,26 @@ class Engine:
         )
 
     def tokenize(
-        self, texts: Sequence[Text], truncate: bool = False, *, too_long: str | None = None
+        self, texts: Sequence[Text], *, too_long: str | None = None
     ) -> list[TokenizedText | None]:
         """Check and tokenise texts (errors name the bad text's index).
 
-        too_long: "error" (default; or "truncate" when `truncate`), "truncate",
-        or "skip" (None in the skipped text's place).
+        too_long: "error" (default; None is the same), "truncate", or "skip"
+        (None in the skipped text's place).
         """
-        policy = too_long_policy(truncate, too_long)
+        policy = too_long_policy(too_long)
         return self.tokenizer.encode(check_texts(texts), too_long=policy)
 
     def capture(
         self,
         texts: Sequence[Text],
+        *,
         what: str | Iterable[str] | None = ("attention",),
         layers: Selection = None,
         heads: Selection = None,
         dtype: str = "float32",
-        truncate: bool = False,
         ablation=None,
         precision: str | None = None,
-        *,
         too_long: str | None = None,
     ) -> list[Capture]:
         """Capture attention quantities for each text.
@@ -249,7 +248,6 @@ class Engine:
             `jaxattn.spec.Selection`).
           heads: heads, likewise.
           dtype: output dtype: float32 (exact), float16, bfloat16, uint8.
-          truncate: the old spelling of too_long="truncate".
           ablation: a `jaxattn.engine.HeadAblation` to disable heads, or None.
           precision: compute precision ("highest", "tf32", "bf16"); None: the
             engine's default.
@@ -268,11 +266,10 @@ class Engine:
         return list(
             self.stream(
                 texts,
-                what,
-                layers,
-                heads,
-                dtype,
-                truncate=truncate,
+                what=what,
+                layers=layers,
+                heads=heads,
+                dtype=dtype,
                 ablation=ablation,
                 precision=precision,
                 too_long=too_long,
@@ -282,12 +279,11 @@ class Engine:
     def stream(
         self,
         texts: Sequence[Text],
+        *,
         what: str | Iterable[str] | None = ("attention",),
         layers: Selection = None,
         heads: Selection = None,
         dtype: str = "float32",
-        *,
-        truncate: bool = False,
         ablation=None,
         precision: str | None = None,
         too_long: str | None = None,
@@ -297,17 +293,17 @@ class Engine:
         checked and tokenised before the first one. All of `texts` is in flight at
         once: for a corpus, `capture_iter` bounds memory."""
         spec = self.make_spec(what, layers, heads, dtype, precision)
-        kept = [t for t in self.tokenize(texts, truncate, too_long=too_long) if t is not None]
+        kept = [t for t in self.tokenize(texts, too_long=too_long) if t is not None]
         return self._in_order(self.run(kept, spec, ablation))
 
     def capture_iter(
         self,
         texts: Iterable[Text],
+        *,
         what: str | Iterable[str] | None = ("attention",),
         layers: Selection = None,
         heads: Selection = None,
         dtype: str = "float32",
-        *,
         too_long: str = "error",
         precision: str | None = None,
         progress: Progress | None = None,

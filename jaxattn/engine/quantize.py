@@ -47,6 +47,3 @@ def quantize(name: str, x, mask, dtype: str) -> dict:
     expand = (slice(None),) + (None,) * (x.ndim - 1)
     data = jnp.where(jnp.isnan(x), 0.0, jnp.round((x - lo[expand]) / scale[expand]))
     return {"data": jnp.clip(data, 0, 255).astype(jnp.uint8), "scale": scale, "offset": lo}
-
-
-encode = quantize  # the 0.1 name (jaxattn.device_encode.encode), importable until 0.3

@@ -65,10 +65,6 @@ def check_texts(texts) -> list[Text]:
     return out
 
 
-# The 0.1 name (jaxattn.tokenize.Encoding), importable until 0.3.
-Encoding = TokenizedText
-
-
 class Tokenizer:
     """The checkpoint's HF fast tokenizer, with no truncation or padding of its own.
 

@@ -187,11 +187,6 @@ def _parse_conllu(raw: RawRecord) -> Record:
     )
 
 
-# The 0.1 names (jaxattn.dump.inputs), importable until 0.3.
-Example = Record
-parse = parse_record
-
-
 def check_utf8(text: str, index: int) -> str:
     """`text` if it encodes as UTF-8; else InputError naming text `index` and the character.
 

@@ -99,7 +99,6 @@ def build_html(
     labels: Sequence[str] | None = None,
     embed: str = "auto",
     title: str = "jaxattn views",
-    precision: str | None = None,
     max_examples: int = MAX_EXAMPLES,
 ) -> str:
     """The self-contained HTML of the given views over one or more captures.
@@ -112,7 +111,6 @@ def build_html(
         in 63 steps per row; the precision is in `jaxattn.views.payload`) or "auto"
         (exact up to `payload.AUTO_EXACT_PAGE_BYTES` float32 bytes in all, else uint8).
       title: the page title.
-      precision: the name of `embed` before 0.3 (deprecated).
       max_examples: refuse more captures than this (default `payload.MAX_EXAMPLES`).
 
     Returns:
@@ -126,7 +124,6 @@ def build_html(
         views=views,
         labels=labels,
         embed=embed,
-        precision=precision,
         max_examples=max_examples,
     )
     mount = "(root, header, text) => JaxattnViews.mount(root, JaxattnViews.unpack(header, text))"

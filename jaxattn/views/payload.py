@@ -109,7 +109,7 @@ def check_views(views: Sequence[str]) -> tuple[str, ...]:
     return tuple(v for v in VIEWS if v in views)
 
 
-def check_request(captures, views, labels, embed, precision, max_examples):
+def check_request(captures, views, labels, embed, max_examples):
     """(captures as a list, validated views, embed) of a document request, or ValueError."""
     caps = [captures] if isinstance(captures, Capture) else list(captures)
     if not caps:
@@ -119,7 +119,6 @@ def check_request(captures, views, labels, embed, precision, max_examples):
             f"{len(caps)} examples are over the page's cap of {max_examples}: view fewer, or "
             f"raise the cap with max_examples={len(caps)} (jaxattn view --max-examples)"
         )
-    embed = precision if precision is not None else embed
     if embed not in EMBED_DTYPES:
         valid = ", ".join(EMBED_DTYPES)
         raise ValueError(f"unknown embed dtype {embed!r}; expected one of {valid}")
@@ -169,7 +168,6 @@ def build_payload(
     views: Sequence[str] = VIEWS,
     labels: Sequence[str] | None = None,
     embed: str = "auto",
-    precision: str | None = None,
     max_examples: int = MAX_EXAMPLES,
 ) -> dict:
     """The JSON document of the module docstring for one or more captures.
@@ -181,14 +179,13 @@ def build_payload(
       embed: how the weights are embedded: "float32" (exact), "uint8" (1/255
         steps, 4x smaller) or "auto" (exact up to `AUTO_EXACT_VALUES` weights
         per example).
-      precision: the name of `embed` before 0.3 (deprecated).
       max_examples: refuse more captures than this (`MAX_EXAMPLES`).
 
     Raises:
-      ValueError: no capture, unknown views or precision, an empty capture or one
+      ValueError: no capture, unknown views or embed dtype, an empty capture or one
         without attention, over `max_examples` captures.
     """
-    caps, views, embed = check_request(captures, views, labels, embed, precision, max_examples)
+    caps, views, embed = check_request(captures, views, labels, embed, max_examples)
     return dict(
         format=FORMAT,
         views=list(views),
@@ -285,12 +282,11 @@ def pack_page(
     views=VIEWS,
     labels=None,
     embed="auto",
-    precision=None,
     max_examples: int = MAX_EXAMPLES,
 ) -> tuple[dict, list[bytes]]:
     """The page's (JSON header, deflate-raw sections); `build_payload`'s arguments ("auto":
     exact up to `AUTO_EXACT_PAGE_BYTES` float32 bytes of arrays in all, else "uint8")."""
-    caps, views, embed = check_request(captures, views, labels, embed, precision, max_examples)
+    caps, views, embed = check_request(captures, views, labels, embed, max_examples)
     names = needs(views)
     if embed == "auto":
         size = sum(4 * c.array(q).size for c in caps for q in names if q in c.tensors)

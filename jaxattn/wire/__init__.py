@@ -24,7 +24,7 @@ from jaxattn.wire.codecs import (
     WireError,
 )
 from jaxattn.wire.receive import StreamDecoder
-from jaxattn.wire.send import chunk_example, encode_example, serialize_example
+from jaxattn.wire.send import chunk_example, serialize_example
 
 __all__ = [
     "CODECS",
@@ -35,6 +35,5 @@ __all__ = [
     "StreamDecoder",
     "WireError",
     "chunk_example",
-    "encode_example",
     "serialize_example",
 ]

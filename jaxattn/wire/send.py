@@ -81,10 +81,6 @@ def chunk_example(
         yield pb.CaptureResponse(chunk=meta)
 
 
-# The 0.1 name (jaxattn.wire.encode_example), importable until 0.3.
-encode_example = chunk_example
-
-
 def serialize_example(
     index: int, cap: Capture, *, codec: str, max_chunk_bytes: int
 ) -> Iterator[bytes]:

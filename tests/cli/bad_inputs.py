@@ -262,7 +262,7 @@ BAD: list[Bad] = [
     Bad(
         "a synthetic text of 1 token",
         "--synthetic",
-        lambda t, g: ["--synthetic-bert-base", "1"],
+        lambda t, g: ["--synthetic", "bert-base", "--tokens", "1"],
         2,
         "cannot hold a word between \\[CLS\\] and \\[SEP\\]",
         covers=("--synthetic-bert-base",),

@@ -146,8 +146,10 @@ def test_too_long_is_one_policy_with_counts(bert_checkpoint, tmp_path, capsys):
     )
     captured = capsys.readouterr()
     assert "1 truncated" in captured.err and "3 example(s)" in captured.out
-    assert main(["capture", long, "--truncate", *model]) == 0  # the 0.2 spelling
+    assert main(["capture", long, "--too-long", "truncate", *model]) == 0
     assert "truncated to the model's limit" in capsys.readouterr().out
+    assert main(["capture", long, "--truncate", *model]) == 2  # the 0.2 flag is gone
+    assert "unknown option --truncate" in capsys.readouterr().err
 
 
 def test_view_draws_the_layer_and_heads_it_is_given(bert_checkpoint, tmp_path, capsys):
@@ -273,7 +275,7 @@ def test_view_of_a_saved_capture_shows_the_selection(bert_checkpoint, tmp_path, 
 
 
 def test_a_saved_capture_remembers_where_it_came_from(engines, tmp_path):
-    cap = engines["bert"].capture([("a b", "c d")], ("attention",), dtype="uint8")[0]
+    cap = engines["bert"].capture([("a b", "c d")], what=("attention",), dtype="uint8")[0]
     cap.save(tmp_path / "c.npz")
     back = jaxattn.Capture.load(tmp_path / "c.npz")
     assert back.text == ("a b", "c d") and back.dtype == "uint8"

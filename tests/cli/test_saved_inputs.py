@@ -179,7 +179,7 @@ def test_view_reads_a_store_as_its_captures(dumped, engines, tmp_path):
     caps = read_inputs([str(full)], limit=2)
     texts = [" ".join(words) for _, words, _, _ in SENTENCES[:2]]
     assert [c.text for c in caps] == texts  # the manifest keeps the texts
-    want = engines["bert"].capture(texts, ("attention", "queries"))
+    want = engines["bert"].capture(texts, what=("attention", "queries"))
     for got, ref in zip(caps, want, strict=True):
         assert got.tokens == ref.tokens
         np.testing.assert_allclose(got.attention, ref.attention, atol=1e-6)
@@ -227,11 +227,11 @@ def test_a_capture_file_gets_its_parse_by_text(dumped, engines, tmp_path):
     from jaxattn.cli.saved import saved_parses
 
     text = " ".join(SENTENCES[2][1])
-    cap = engines["bert"].capture([text], ("attention",))[0]
+    cap = engines["bert"].capture([text], what=("attention",))[0]
     assert cap.text == text
     (parse,) = saved_parses([cap], str(conllu), "c.npz")
     assert parse.words == tuple(SENTENCES[2][1])
-    other = engines["bert"].capture(["He ran away"], ("attention",))[0]
+    other = engines["bert"].capture(["He ran away"], what=("attention",))[0]
     with pytest.raises(UsageError, match="is 'He ran away', which is no sentence of the file"):
         saved_parses([other], str(conllu), "c.npz")
 

@@ -37,13 +37,11 @@ def test_too_long_error_truncate_and_skip(client):
     assert "texts[1] is 74 tokens" in info.value.message and "truncate" in info.value.message
     cut = client.capture([SHORT, LONG], what=WHAT, too_long="truncate")
     assert [c.truncated for c in cut] == [False, True] and cut[1].length == 67
-    old = client.capture([SHORT, LONG], what=WHAT, truncate=True)  # the old spelling
-    assert [c.truncated for c in old] == [False, True]
     (kept,) = client.capture([LONG, SHORT], what=WHAT, too_long="skip")
     assert kept.text == SHORT and not kept.truncated
     np.testing.assert_array_equal(kept.attention, cut[0].attention)
-    with pytest.raises(UsageError, match="contradicts"):
-        client.capture([SHORT], truncate=True, too_long="skip")
+    with pytest.raises(TypeError, match="truncate"):  # the 0.2 spelling is gone
+        client.capture([SHORT], what=WHAT, truncate=True)
     with pytest.raises(UsageError, match="too_long"):
         client.capture([SHORT], too_long="cut")
 
@@ -51,12 +49,12 @@ def test_too_long_error_truncate_and_skip(client):
 def test_capture_iter_reads_any_iterable_window_by_window(client):
     texts = (t for t in [SHORT, LONG, "hello world", LONG, SHORT])  # a generator
     seen = []
-    stream = client.capture_iter(texts, WHAT, too_long="skip", window=2, progress=seen.append)
+    stream = client.capture_iter(texts, what=WHAT, too_long="skip", window=2, progress=seen.append)
     caps = list(stream)
     assert [c.text for c in caps] == [SHORT, "hello world", SHORT]
     assert stream.skipped == [1, 3] and stream.truncated == []
     assert [c is None for c in seen] == [False, True, False, True, False]
-    cut = client.capture_iter([LONG, SHORT], WHAT, too_long="truncate", window=1)
+    cut = client.capture_iter([LONG, SHORT], what=WHAT, too_long="truncate", window=1)
     assert [c.truncated for c in cut] == [True, False] and cut.truncated == [0]
 
 

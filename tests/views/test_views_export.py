@@ -176,7 +176,7 @@ def test_cli_writes_html_svg_png(
     html = out.read_text(encoding="utf-8")
     assert html.count('"label":') == 3 and "jaxattn-data" in html
     svg = tmp_path / "head.svg"
-    assert main(["view", str(saved), "--layer", "2", "--heads", "0,1", "--out", str(svg)]) == 0
+    assert main(["view", str(saved), "--layers", "2", "--heads", "0,1", "--out", str(svg)]) == 0
     lines = list(ET.parse(svg).getroot().iter(SVG + "line"))
     assert {e.get("data-head") for e in lines} == {"0", "1"}
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -187,4 +187,4 @@ def test_cli_writes_html_svg_png(
         assert w > 200 and h > 100
     svg.unlink()
     assert main(["view", str(saved), "--views", "head,model", "--out", str(svg)]) == 2
-    assert main(["view", str(saved), "--layer", "7", "--out", str(svg)]) == 2
+    assert main(["view", str(saved), "--layers", "7", "--out", str(svg)]) == 2
