@@ -265,7 +265,7 @@ BAD: list[Bad] = [
         lambda t, g: ["--synthetic", "bert-base", "--tokens", "1"],
         2,
         "cannot hold a word between \\[CLS\\] and \\[SEP\\]",
-        covers=("--synthetic-bert-base",),
+        covers=("--tokens",),
     ),
     Bad(
         "a model and a synthetic one",
