@@ -101,3 +101,23 @@ def test_pairs_and_encoder_statistics_are_refused(setup):
         engine.capture([EXAMPLE_A], what=["attention", "scores"], dtype="uint8")
     (cap,) = engine.capture([EXAMPLE_A], what=["attention", "scores"], dtype="bfloat16")
     assert (cap.scores[..., 0, 1:] == -np.inf).all()
+
+
+def test_the_server_and_the_client_carry_causal(setup):
+    """ModelInfo.causal (field 22) goes out of the servicer and back into the client's
+    ModelInfo; no server is started (the handler and the client's reader, directly)."""
+    from types import SimpleNamespace
+
+    from jaxattn.client import AttentionClient
+    from jaxattn.v1 import attention_pb2 as pb
+    from service.servicer import AttentionServicer
+
+    _, _, _, engine, _ = setup
+    limits = SimpleNamespace(max_texts=1, max_tokens=1, max_request_bytes=1, max_metadata_bytes=1)
+    answer = AttentionServicer(engine, None, limits).GetModelInfo(pb.GetModelInfoRequest(), None)
+    wire = pb.ModelInfo.FromString(answer.SerializeToString())
+    assert wire.causal and wire.family == "gpt2"
+    client = AttentionClient.__new__(AttentionClient)
+    client._info = None
+    client.server_info = lambda timeout=None: wire
+    assert client.model_info() == engine.info
