@@ -121,3 +121,16 @@ def test_the_server_and_the_client_carry_causal(setup):
     client._info = None
     client.server_info = lambda timeout=None: wire
     assert client.model_info() == engine.info
+
+
+def test_the_scanned_layer_stack_equals_the_unrolled_one(setup):
+    """layer_loop="scan" (the GPU default): GPT-2's layer 0 has ln_1 like the rest, so every
+    layer is in the stack, and the scan gives the unrolled program's numbers."""
+    path, _, texts, _, caps = setup
+    scan = jaxattn.load(path, buckets=(48,), layer_loop="scan")
+    assert "layer_0" not in scan.step.params
+    assert scan.step.params["layers"]["attention"]["query"]["kernel"].shape[0] == 3
+    what = ("attention", "scores", "hidden_states", "attn_res_ln_norm")
+    for got, want in zip(scan.capture(texts, what=what), caps, strict=True):
+        for name in what:
+            np.testing.assert_allclose(got.array(name), want.array(name), atol=2e-6, err_msg=name)
