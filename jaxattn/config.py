@@ -14,7 +14,16 @@ from jaxattn.quantities import COMMON, QUANTITIES, SCORE_QUANTITIES
 # The names of the families' tables (`jaxattn.checkpoints.families.FAMILIES`), in their
 # order: this numpy-only room cannot import the tables, so
 # tests/checkpoints/test_model_names.py keeps the two equal (and the prose naming them).
-FAMILIES = ("bert", "roberta", "distilbert", "electra", "albert", "deberta-v2", "modernbert")
+FAMILIES = (
+    "bert",
+    "roberta",
+    "distilbert",
+    "electra",
+    "albert",
+    "deberta-v2",
+    "modernbert",
+    "gpt2",
+)
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 NORMS = ("post", "pre")
 FFNS = ("dense", "glu")
@@ -22,6 +31,19 @@ FFNS = ("dense", "glu")
 # content-to-content first, then the position terms a model may add.
 SCORE_TERMS = tuple(name.removeprefix("scores_") for name in SCORE_QUANTITIES)
 POSITION_TERMS = SCORE_TERMS[1:]
+# Quantities a causal (decoder) model refuses, with the reason: their statistics name
+# [CLS]/[SEP]; the decoder statistics (first token, previous token, ...) come later.
+DECODER_REFUSED = {
+    name: "is not computed for a decoder (causal) model: its statistics assume an encoder's "
+    "[CLS]/[SEP]; decoder statistics (attention sinks, previous-token heads) come with "
+    "issue 30's decoder analyses"
+    for name in ("head_stats", "norm_head_stats")
+}
+# A causal model's scores are -inf in the future, which the affine uint8 encoding cannot hold.
+DECODER_UINT8 = {
+    "scores": "of a decoder (causal) model cannot be uint8: its future keys are exactly -inf, "
+    "which uint8 cannot hold (ask for float32, float16 or bfloat16)"
+}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -129,6 +151,11 @@ class ModelConfig:
       relative: DeBERTa's relative attention, or None.
       rotary: ModernBERT's rotary positions and local windows, or None.
       head_activation: the MLM head's activation when it is not `activation`.
+      embedding_norm: the embeddings end in a LayerNorm (False: GPT-2; then a
+        pre-LN model's layer 0 has its own attention LayerNorm like every layer).
+      causal: a decoder's causal self-attention: query i sees keys j <= i only;
+        future keys get exactly zero weight and their `scores` are exactly -inf.
+        Sentence pairs and the [CLS]/[SEP] statistics (`DECODER_REFUSED`) are refused.
     """
 
     family: str = "bert"
@@ -157,6 +184,8 @@ class ModelConfig:
     relative: Relative | None = None
     rotary: Rotary | None = None
     head_activation: str = ""
+    embedding_norm: bool = True
+    causal: bool = False
 
     def __post_init__(self):
         for field, kind in (("relative", Relative), ("rotary", Rotary)):
@@ -184,6 +213,17 @@ class ModelConfig:
     def head_dim(self) -> int:
         """K, the per-head query/key/value width."""
         return self.hidden_size // self.num_heads
+
+    @property
+    def bare_first_layer(self) -> bool:
+        """Layer 0 has no attention LayerNorm: a pre-LN model whose embeddings end in one
+        (ModernBERT; HF's Identity). Its params differ from the other layers'."""
+        return self.norm == "pre" and self.embedding_norm
+
+    def has_attention_ln(self, layer: int) -> bool:
+        """Whether layer `layer` normalises its input before attention (pre-LN) or after
+        the attention block's addition (post-LN): every layer but a bare first one."""
+        return not (self.bare_first_layer and layer == 0)
 
     @property
     def embedding_width(self) -> int:
@@ -241,9 +281,19 @@ class ModelConfig:
         return (SCORE_TERMS[0], *self.relative.att_types)
 
     def quantities(self) -> tuple[str, ...]:
-        """The quantity names this model can capture (score terms only where it has them)."""
+        """The quantity names this model can capture (score terms only where it has them;
+        a causal model not those of `refused_quantities`)."""
         terms = {f"scores_{t}" for t in self.score_terms()}
-        return tuple(n for n in QUANTITIES if n in COMMON or n in terms)
+        refused = self.refused_quantities()
+        return tuple(n for n in QUANTITIES if (n in COMMON or n in terms) and n not in refused)
+
+    def refused_quantities(self, dtype: str = "float32") -> dict[str, str]:
+        """Quantity name -> why this model refuses it in `dtype`, as the rest of a sentence
+        that begins with the name (a causal model: `DECODER_REFUSED`, and as uint8
+        `DECODER_UINT8`)."""
+        if not self.causal:
+            return {}
+        return {**DECODER_REFUSED, **(DECODER_UINT8 if dtype == "uint8" else {})}
 
     @property
     def max_length(self) -> int:

@@ -22,7 +22,9 @@ class ModelInfo:
     families); `shared_weights` which layers share weights, in words (ALBERT);
     `revision` the Hugging Face Hub commit hash the weights were downloaded at
     ("" for a model loaded from a local directory, which has no revision: its
-    `weights` fingerprint still identifies it).
+    `weights` fingerprint still identifies it); `causal` whether the model is a
+    decoder whose query i sees keys j <= i only (GPT-2: attention exactly 0 and
+    scores exactly -inf in the future; sentence pairs refused).
     """
 
     name: str
@@ -39,6 +41,7 @@ class ModelInfo:
     quantities: tuple[str, ...] = ()
     shared_weights: str = ""
     revision: str = ""
+    causal: bool = False
 
     @classmethod
     def of(
@@ -64,6 +67,7 @@ class ModelInfo:
             quantities=config.quantities(),
             shared_weights=config.shared_weights(),
             revision=revision,
+            causal=config.causal,
         )
 
 

@@ -126,7 +126,8 @@ QUANTITIES: dict[str, Quantity] = {
             name="scores",
             axes="LHTS",
             doc="q_i . k_j / sqrt(d_k), before mask and softmax (ModernBERT: q and k rotated; "
-            "DeBERTa: the sum of its score terms)",
+            "DeBERTa: the sum of its score terms; a causal model, GPT-2: exactly -inf where "
+            "j > i, the future it never sees)",
         ),
         *(
             Quantity(

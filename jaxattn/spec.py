@@ -7,7 +7,7 @@ validate requests with the same rules and messages as the engine.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.errors import UsageError
@@ -185,6 +185,7 @@ def make_spec(
     num_heads: int,
     precision: str = "highest",
     available: Sequence[str] | None = None,
+    refused: Mapping[str, str] | None = None,
 ) -> CaptureSpec:
     """Validate a capture request and return its spec.
 
@@ -198,12 +199,17 @@ def make_spec(
       num_heads: the model's heads per layer.
       available: the quantities the model computes (`ModelConfig.quantities`);
         None: all of `QUANTITIES`.
+      refused: quantity -> why this model refuses it, the rest of a sentence that
+        begins with the name (`ModelConfig.refused_quantities`: a decoder's head
+        statistics; its scores as uint8).
 
     Raises:
       UsageError: naming the bad field and the valid choices.
     """
     names = check_what(what, dtype)
     for name in names:
+        if refused and name in refused:
+            raise UsageError(f"quantity {name!r} {refused[name]}")
         if available is not None and name not in available:
             raise UsageError(
                 f"quantity {name!r} is not computed by this model: it has "

@@ -65,6 +65,7 @@ class AttentionServicer:
             max_metadata_bytes=self.parser.max_metadata_bytes,
             weights=getattr(i, "weights", ""),
             revision=getattr(i, "revision", ""),
+            causal=getattr(i, "causal", False),
             min_chunk_bytes=codecs.MIN_MAX_CHUNK_BYTES,
             max_chunk_bytes=codecs.MAX_MAX_CHUNK_BYTES,
             default_chunk_bytes=codecs.DEFAULT_MAX_CHUNK_BYTES,

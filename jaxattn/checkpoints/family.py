@@ -16,8 +16,9 @@ Weight tables map our param path to (HF module, kind, dims):
 * the kind (`KINDS`, or the family's own `kinds`) says which leaves the module
   has ("weight", "bias") and how each becomes ours;
 * dims gives the HF weight's shape in letters of `DIMS` (the bias takes the
-  first letter), so a config that contradicts the weights is named before any
-  reshape.
+  first letter; a kind whose rank is negative takes the last ones: GPT-2's
+  Conv1D keeps its weight [in, out] and its bias is `out` wide), so a config
+  that contradicts the weights is named before any reshape.
 An entry whose param the model does not have (a bias the config switches off,
 layer 0's missing pre-LN) is skipped; a param no entry fills is an error.
 """
@@ -53,7 +54,8 @@ def _head_bias(b, c):
 
 
 # kind -> {our leaf: (HF leaf, transform(array, config), rank of the HF tensor)};
-# the leaf "" means the entry's path itself is the param (a bare table).
+# the leaf "" means the entry's path itself is the param (a bare table). A negative
+# rank -r: the tensor has rank r and its shape is the last r letters of the dims.
 KINDS: dict[str, dict[str, tuple[str, Callable, int]]] = {
     "dense": {"kernel": ("weight", _dense, 2), "bias": ("bias", _ident, 1)},
     "heads_in": {"kernel": ("weight", _heads_in, 2), "bias": ("bias", _head_bias, 1)},
@@ -103,6 +105,8 @@ class Family:
       pooler, mlm: optional groups, loaded all-or-none when present.
       tied: HF decoder weight tied to the word embedding (checked, not stored).
       ignored: HF keys (no prefix) deliberately not loaded -> the reason.
+      layer_ignored: likewise for keys of every layer, relative to layer_key
+        (GPT-2's causal-mask buffers "attn.bias", "attn.masked_bias").
       layers_field: the HF field counting layers, for messages.
       kinds: extra weight kinds of this family (see KINDS).
     """
@@ -123,6 +127,7 @@ class Family:
     mlm: Table = dataclasses.field(default_factory=dict)
     tied: str = ""
     ignored: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    layer_ignored: Mapping[str, str] = dataclasses.field(default_factory=dict)
     layers_field: str = "num_hidden_layers"
     kinds: Mapping[str, dict] = dataclasses.field(default_factory=dict)
 
@@ -134,8 +139,15 @@ class Family:
         names = {v: k for k, v in self.fields.items() if v}
         names.setdefault("embedding_width", names.get("embedding_size", "hidden_size"))
         # DeBERTa: 2 x HF's pos_ebd_size, from position_buckets or max_relative_positions.
+        # A fused query/key/value projection (ModernBERT's Wqkv, GPT-2's c_attn): 3 x D.
+        names.setdefault("qkv_width", f"3 x {names.get('hidden_size', 'hidden_size')}")
         names.setdefault("relative_rows", "2 x (position_buckets or max_relative_positions)")
         return names.get(ours, ours)
+
+
+def letters(dims: str, rank: int) -> str:
+    """The letters of a tensor of `rank` from an entry's dims (negative: the last ones)."""
+    return dims[:rank] if rank > 0 else dims[rank:]
 
 
 def as_float32(value) -> np.ndarray:

@@ -11,10 +11,12 @@ the last two only when the checkpoint has them.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from jaxattn.checkpoints.families import FAMILIES
-from jaxattn.checkpoints.family import DIMS, Family, as_float32, size
+from jaxattn.checkpoints.family import DIMS, Family, as_float32, letters, size
 from jaxattn.config import ModelConfig
 from jaxattn.errors import CheckpointError
 
@@ -91,7 +93,7 @@ def _plan(state: dict, config: ModelConfig, family: Family, prefix: str) -> list
         rows = []
         for ours, (leaf, fn, rank) in family.kind(kind).items():
             key = f"{module}.{leaf}" if leaf else module
-            rows.append((f"{path}/{ours}" if ours else path, key, fn, dims[:rank]))
+            rows.append((f"{path}/{ours}" if ours else path, key, fn, letters(dims, rank)))
         return rows
 
     wanted = {f"encoder/{p}" for p in expected_paths(config)}
@@ -140,6 +142,11 @@ def _check_shapes(plan, state: dict, config: ModelConfig, family: Family, config
 def _check_unused(state, used, prefix: str, config: ModelConfig, family: Family, config_file):
     """Raise naming the checkpoint's tensors that nothing maps (the family's ignored aside)."""
     ignored = {k for k in state if k.removeprefix(prefix) in family.ignored}
+    if family.layer_ignored:
+        layer = re.compile(re.escape(prefix + family.layer_key).replace(r"\{\}", r"\d+"))
+        ignored |= {
+            k for k in state if (m := layer.match(k)) and k[m.end() :] in family.layer_ignored
+        }
     unused = sorted(set(state) - used - ignored)
     if not unused:
         return

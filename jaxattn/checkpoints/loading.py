@@ -128,7 +128,8 @@ def load(
           model of another family is refused before its weights.
         - None: the embedded all-MiniLM-L6-v2.
         The families: bert (MiniLM too), roberta (xlm-roberta, camembert),
-        distilbert, electra, albert, deberta-v2 (DeBERTa-v3 too) and modernbert.
+        distilbert, electra, albert, deberta-v2 (DeBERTa-v3 too), modernbert and
+        the decoder gpt2 (GPT-2, DistilGPT-2; causal attention).
       revision: a branch, tag or commit hash of a Hub model (or "NAME@REVISION");
         the commit it resolves to is `engine.info.revision` and every capture's
         `provenance["revision"]` ("" for a local directory).

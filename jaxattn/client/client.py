@@ -129,6 +129,7 @@ class AttentionClient:
                 quantities=tuple(info.quantities),
                 shared_weights=info.shared_weights,
                 revision=info.revision,
+                causal=info.causal,
             )
         return self._info
 

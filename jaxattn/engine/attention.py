@@ -5,7 +5,8 @@ absolute (BERT: positions were added to the embeddings; scores are q.k),
 rotary (ModernBERT: q and k are rotated, and local layers see a window), and
 relative (DeBERTa: c2c + c2p + p2c score terms from a relative embedding
 table). Everything after the scores (mask, softmax, head gates, weighted sum,
-output projection) is shared.
+output projection) is shared. A causal model (GPT-2) lets query i see keys
+j <= i only: the future gets exactly zero weight, and its scores are -inf.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ class AttentionParts:
 
     Attributes:
       q, k, v: [T, H, K] the per-head projections (q and k rotated in a rotary model).
-      scores: [H, T, S] the softmax input before the mask (DeBERTa: its terms' sum).
+      scores: [H, T, S] the softmax input before the padding mask (DeBERTa: its terms'
+        sum); a causal model's future keys (j > i) exactly -inf.
       alpha: [H, T, S] the attention weights (after head ablation's uniform rows).
       w_out: [H, K, D] the output projection's kernel.
       c2c, c2p, p2c: [H, T, S] DeBERTa's scaled score terms (`jaxattn.engine.relative`);
@@ -96,11 +98,17 @@ class SelfAttention(nn.Module):
             if c.rotary is not None:
                 q, k, allowed = self._rotate(q, k, allowed, is_global)
             scores = self.mm("THK,SHK->HTS", q, k) / jnp.sqrt(c.head_dim)
+        if c.causal:  # the future is no part of a decoder's scores: exactly -inf
+            past = np.tril(np.ones((length, length), bool))  # key j <= query i
+            scores = jnp.where(past[None], scores, -jnp.inf)
+            allowed = allowed & past
         # Masked keys get exactly zero weight: exp(-inf) == 0.
         alpha = jax.nn.softmax(jnp.where(allowed[None], scores, -jnp.inf), axis=-1)
         if gate is not None:
             keep, uniform = gate
             flat = jnp.broadcast_to(mask / mask.sum(), alpha.shape[1:])  # [T, S]
+            if c.causal:  # equal weight on every real key a query may see
+                flat = allowed / allowed.sum(-1, keepdims=True)
             alpha = jnp.where(uniform[:, None, None], flat[None], alpha)
         out = Dense(
             (*hk, c.hidden_size),

@@ -213,6 +213,7 @@ class Engine:
             num_heads=self.config.num_heads,
             precision=self.precision if precision is None else precision,
             available=self.config.quantities(),
+            refused=self.config.refused_quantities(dtype),
         )
 
     def tokenize(

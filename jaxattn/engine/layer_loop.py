@@ -20,7 +20,7 @@ give the same numbers within float32 rounding (XLA fuses differently).
 
 Layers are alike (`layer_runs`) when they capture the same quantities, both
 produce their output (only the last layer run may skip it), and have the same
-code: a pre-LN model's layer 0 has no attention LayerNorm. A rotary model's
+code: ModernBERT's layer 0 has no attention LayerNorm. A rotary model's
 global and local layers differ only in data (RoPE base, local window), which a
 scan takes per layer; unrolled, each layer has its own code anyway. ALBERT's
 layers index their shared weight set. So the program holds one layer body per
@@ -88,7 +88,7 @@ def layer_runs(config: ModelConfig, spec: CaptureSpec, scan: bool = False) -> li
     def key(layer: int) -> tuple:
         output = layer < spec.last_layer or "hidden_states" in spec.what
         kind = None if scan else _is_global(config, layer)
-        return layer in captured, output, (config.norm == "pre" and layer == 0, kind)
+        return layer in captured, output, (config.bare_first_layer and layer == 0, kind)
 
     runs: list[Run] = []
     for layer in range(spec.last_layer + 1):
@@ -117,9 +117,10 @@ def _is_global(config: ModelConfig, layer: int) -> bool | None:
 
 
 def first_stacked(config: ModelConfig) -> int:
-    """The first weight set in the stack: 1 for pre-LN models, whose layer 0 has no
-    attention LayerNorm (other params than the rest: it stays "layer_0"), else 0."""
-    return 1 if config.norm == "pre" else 0
+    """The first weight set in the stack: 1 for pre-LN models whose layer 0 has no
+    attention LayerNorm (ModernBERT: other params than the rest: it stays "layer_0"),
+    else 0."""
+    return 1 if config.bare_first_layer else 0
 
 
 def stacked_names(config: ModelConfig) -> list[str]:

@@ -35,7 +35,8 @@ _NEEDS_NEXT_LN = frozenset({"attn_res_ln_norm", *MIXING})
 
 
 class Embeddings(nn.Module):
-    """Word (+ absolute position) (+ token type) embeddings, LayerNorm, optional projection.
+    """Word (+ absolute position) (+ token type) embeddings, LayerNorm (unless
+    `ModelConfig.embedding_norm` is off: GPT-2), optional projection.
 
     Tables are E wide; with E != D a projection to D follows the LayerNorm
     (ELECTRA, ALBERT) or precedes it (`ModelConfig.project_first`, DeBERTa).
@@ -65,7 +66,8 @@ class Embeddings(nn.Module):
             )
         if project is not None and c.project_first:
             x = project(x)
-        x = LayerNorm(c.layer_norm_eps, c.norm_bias, name="ln")(x)
+        if c.embedding_norm:  # GPT-2's embeddings are the bare sum
+            x = LayerNorm(c.layer_norm_eps, c.norm_bias, name="ln")(x)
         if project is not None and not c.project_first:
             x = project(x)
         return x
@@ -118,7 +120,7 @@ class EncoderLayer(nn.Module):
 
     post: h = LN_a(x + attn(x)); out = LN_f(h + ffn(h)).
     pre:  h = x + attn(LN_a(x)); out = h + ffn(LN_f(h)); layer 0 has no LN_a
-          (the embeddings end in one).
+          when the embeddings end in one (ModernBERT; GPT-2's has it).
     Either way the norm-based mixing quantities take the residual x entering
     the attention block's addition and the next LayerNorm (LN_a post, LN_f pre)
     with the real statistics of h: see `jaxattn.engine.norms`.
@@ -153,7 +155,8 @@ class EncoderLayer(nn.Module):
         pre = c.norm == "pre"
         ln = dict(eps=c.layer_norm_eps, use_bias=c.norm_bias)
         project = output or bool(want & _NEEDS_NEXT_LN)
-        attn_in = LayerNorm(**ln, name="attention_ln")(x) if pre and self.index else x
+        first_ln = pre and c.has_attention_ln(self.index)
+        attn_in = LayerNorm(**ln, name="attention_ln")(x) if first_ln else x
         attention = SelfAttention(c, self.mm, self.index, name="attention")
         a, parts = attention(attn_in, mask, gate, project, rel_table, is_global)
         # The LayerNorm after the attention block's addition: the block's own (post)

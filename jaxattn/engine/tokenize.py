@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jaxattn.config import ModelConfig
-from jaxattn.errors import CheckpointError, TooLongError, UsageError
+from jaxattn.errors import CheckpointError, InputError, TooLongError, UsageError
 from jaxattn.inputs import TOO_LONG, Text, check_utf8
 
 
@@ -120,9 +120,12 @@ class Tokenizer:
 
         Raises:
           TooLongError: a text over the limit under too_long="error".
+          InputError: a sentence pair given to a decoder (causal) model (named by index).
         """
         if too_long not in TOO_LONG:
             raise UsageError(f"unknown too_long {too_long!r}: valid are {', '.join(TOO_LONG)}")
+        if self.config.causal:
+            _refuse_pairs(texts, self.config.family)
         if not texts:
             return []
         limit = self.config.max_length
@@ -153,6 +156,19 @@ class Tokenizer:
                 )
             )
         return out
+
+
+def _refuse_pairs(texts: Sequence[Text], family: str) -> None:
+    """Raise InputError naming the first (a, b) pair: a decoder reads one text at a time."""
+    for i, text in enumerate(texts):
+        if isinstance(text, tuple):
+            error = InputError(
+                None,
+                f"text {i} is a sentence pair, but {family} is a decoder (causal) model, "
+                "which reads single texts only: give the two sentences as one text",
+            )
+            error.index = i
+            raise error
 
 
 def _pair(text: Text) -> tuple:

@@ -135,7 +135,7 @@ class GetModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "family", "layers", "heads", "hidden_size", "head_dim", "vocab_size", "max_positions", "dtype", "quantities", "max_texts", "max_tokens", "precision", "max_request_bytes", "weights", "max_metadata_bytes", "min_chunk_bytes", "max_chunk_bytes", "default_chunk_bytes", "shared_weights", "revision")
+    __slots__ = ("name", "family", "layers", "heads", "hidden_size", "head_dim", "vocab_size", "max_positions", "dtype", "quantities", "max_texts", "max_tokens", "precision", "max_request_bytes", "weights", "max_metadata_bytes", "min_chunk_bytes", "max_chunk_bytes", "default_chunk_bytes", "shared_weights", "revision", "causal")
     NAME_FIELD_NUMBER: _ClassVar[int]
     FAMILY_FIELD_NUMBER: _ClassVar[int]
     LAYERS_FIELD_NUMBER: _ClassVar[int]
@@ -157,6 +157,7 @@ class ModelInfo(_message.Message):
     DEFAULT_CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
     SHARED_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
+    CAUSAL_FIELD_NUMBER: _ClassVar[int]
     name: str
     family: str
     layers: int
@@ -178,4 +179,5 @@ class ModelInfo(_message.Message):
     default_chunk_bytes: int
     shared_weights: str
     revision: str
-    def __init__(self, name: _Optional[str] = ..., family: _Optional[str] = ..., layers: _Optional[int] = ..., heads: _Optional[int] = ..., hidden_size: _Optional[int] = ..., head_dim: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_positions: _Optional[int] = ..., dtype: _Optional[str] = ..., quantities: _Optional[_Iterable[str]] = ..., max_texts: _Optional[int] = ..., max_tokens: _Optional[int] = ..., precision: _Optional[str] = ..., max_request_bytes: _Optional[int] = ..., weights: _Optional[str] = ..., max_metadata_bytes: _Optional[int] = ..., min_chunk_bytes: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ..., default_chunk_bytes: _Optional[int] = ..., shared_weights: _Optional[str] = ..., revision: _Optional[str] = ...) -> None: ...
+    causal: bool
+    def __init__(self, name: _Optional[str] = ..., family: _Optional[str] = ..., layers: _Optional[int] = ..., heads: _Optional[int] = ..., hidden_size: _Optional[int] = ..., head_dim: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_positions: _Optional[int] = ..., dtype: _Optional[str] = ..., quantities: _Optional[_Iterable[str]] = ..., max_texts: _Optional[int] = ..., max_tokens: _Optional[int] = ..., precision: _Optional[str] = ..., max_request_bytes: _Optional[int] = ..., weights: _Optional[str] = ..., max_metadata_bytes: _Optional[int] = ..., min_chunk_bytes: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ..., default_chunk_bytes: _Optional[int] = ..., shared_weights: _Optional[str] = ..., revision: _Optional[str] = ..., causal: _Optional[bool] = ...) -> None: ...

@@ -6,7 +6,7 @@ Repositories served (built from the session's tiny BERT checkpoint):
     org/tiny-bert   main: the checkpoint, plus files loading does not need (README,
                     pytorch_model.bin, tf_model.h5, onnx/model.onnx); tag v1.0: an
                     older commit whose weights are halved
-    org/gpt2        a model_type jaxattn does not read
+    org/t5          a model_type jaxattn does not read
     org/gated       the checkpoint, opened only by the token "hf_right"
     org/sharded     the checkpoint as model.safetensors.index.json and two shards
 """
@@ -35,8 +35,8 @@ def hub(checkpoint_dirs):
         "tf_model.h5": b"not needed",
         "onnx/model.onnx": b"not needed",
     }
-    gpt2 = {
-        "config.json": json.dumps({"model_type": "gpt2", "n_layer": 2}).encode(),
+    t5 = {
+        "config.json": json.dumps({"model_type": "t5", "num_layers": 2}).encode(),
         "model.safetensors": files["model.safetensors"],
         "tokenizer.json": files["tokenizer.json"],
     }
@@ -46,7 +46,7 @@ def hub(checkpoint_dirs):
             "org/tiny-bert", files | {"model.safetensors": save(halved)}, tags=("v1.0",)
         ),
         "main": stand_in.add("org/tiny-bert", files | extra),
-        "gpt2": stand_in.add("org/gpt2", gpt2),
+        "t5": stand_in.add("org/t5", t5),
         "gated": stand_in.add("org/gated", files, token="hf_right"),
         "sharded": stand_in.add("org/sharded", sharded(dict(files))),
     }

@@ -132,11 +132,11 @@ def test_a_full_disk_is_refused_before_downloading_or_named_when_it_fills(hub, h
 
 
 def test_a_family_jaxattn_does_not_read_is_refused_before_its_weights(hub, hub_env):
-    got = resolve(hub_env, "org/gpt2")
+    got = resolve(hub_env, "org/t5")
     assert got["error"] == "CheckpointError"
     assert (
-        "org/gpt2's config.json (nothing else was downloaded): unsupported model_type "
-        "'gpt2'" in got["message"]
+        "org/t5's config.json (nothing else was downloaded): unsupported model_type "
+        "'t5'" in got["message"]
     )
     for family in FAMILIES:
         assert family in got["message"]

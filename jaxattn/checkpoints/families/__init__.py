@@ -12,11 +12,12 @@ from jaxattn.checkpoints.families.bert import BERT, ROBERTA
 from jaxattn.checkpoints.families.deberta import DEBERTA_V2
 from jaxattn.checkpoints.families.distilbert import DISTILBERT
 from jaxattn.checkpoints.families.electra import ELECTRA
+from jaxattn.checkpoints.families.gpt2 import GPT2
 from jaxattn.checkpoints.families.modernbert import MODERNBERT
 from jaxattn.checkpoints.family import Family
 
 FAMILIES: dict[str, Family] = {
-    f.name: f for f in (BERT, ROBERTA, DISTILBERT, ELECTRA, ALBERT, DEBERTA_V2, MODERNBERT)
+    f.name: f for f in (BERT, ROBERTA, DISTILBERT, ELECTRA, ALBERT, DEBERTA_V2, MODERNBERT, GPT2)
 }
 
 # config.json model_type -> its family.
