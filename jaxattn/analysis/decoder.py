@@ -33,6 +33,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from jaxattn.analysis.weights import normalise_rows
 from jaxattn.capture import Capture
 from jaxattn.quantities import DECODER_HEAD_STATS, ENTROPY_SMOOTHING
 from jaxattn.token_classes import SpecialTokens, detect_specials, token_masks
@@ -216,9 +217,11 @@ class DecoderHeads:
     """Streams the decoder analyses over a corpus: ``update(capture)``, then ``result()``.
 
     Each score per [L, H] is the mean over examples of the per-example mean
-    (examples where it is NaN left out); needs ``attention`` (the on-device
-    ``decoder_head_stats`` alone give the statistics, not the induction and
-    duplicate-token scores).
+    (examples where it is NaN left out). From ``attention``: the statistics of
+    `DECODER_HEAD_STATS`, ``induction`` and ``duplicate``; from the on-device
+    ``decoder_head_stats`` alone (no maps), the statistics only. The same of the
+    norm-based weights, prefixed ``norm_``, from ``alpha_fx_norm`` (rows
+    normalised) or ``decoder_norm_head_stats``.
     """
 
     SCORES = ("induction", "duplicate")
@@ -233,29 +236,46 @@ class DecoderHeads:
         if name not in self._sum:
             self._sum[name] = np.zeros(value.shape)
             self._count[name] = np.zeros(value.shape)
+        elif self._sum[name].shape != value.shape:
+            raise ValueError(
+                f"a capture with {value.shape} (layers, heads) after ones with "
+                f"{self._sum[name].shape}: capture every example with the same layers and heads"
+            )
         self._sum[name] += np.where(ok, value, 0.0)
         self._count[name] += ok
 
+    def _add_stats(self, prefix: str, weights=None, table=None, tokens=()) -> None:
+        if weights is not None:
+            stats = decoder_head_statistics(weights, tokens)
+        else:
+            table = np.asarray(table, np.float64)
+            stats = {name: table[..., k] for k, name in enumerate(DECODER_HEAD_STATS)}
+        for name, value in stats.items():
+            self._add(prefix + name, value)
+
     def update(self, cap: Capture) -> None:
-        if "attention" in cap.tensors:
-            stats = decoder_head_statistics(cap.attention, cap.tokens)
+        t = cap.tensors
+        if "attention" in t:
+            self._add_stats("", weights=cap.attention, tokens=cap.tokens)
             self._add("induction", induction_scores(cap.attention, cap.tokens))
             self._add("duplicate", duplicate_token_scores(cap.attention, cap.tokens))
-        elif "decoder_head_stats" in cap.tensors:
-            table = np.asarray(cap.decoder_head_stats, np.float64)
-            stats = {name: table[..., k] for k, name in enumerate(DECODER_HEAD_STATS)}
+        elif "decoder_head_stats" in t:
+            self._add_stats("", table=cap.decoder_head_stats)
         else:
             raise ValueError("a decoder analysis needs attention or decoder_head_stats")
-        for name, value in stats.items():
-            self._add(name, value)
+        if "alpha_fx_norm" in t:
+            self._add_stats("norm_", weights=normalise_rows(cap.alpha_fx_norm), tokens=cap.tokens)
+        elif "decoder_norm_head_stats" in t:
+            self._add_stats("norm_", table=cap.decoder_norm_head_stats)
         self.examples += 1
 
     def result(self) -> dict[str, np.ndarray]:
-        """name -> [L, H] (NaN where no example defined it): DECODER_HEAD_STATS, then
-        induction and duplicate where the captures had maps."""
+        """name -> [L, H] (NaN where no example defined it): DECODER_HEAD_STATS, induction
+        and duplicate where the captures had maps, then the norm_ statistics."""
+        names = (*DECODER_HEAD_STATS, *self.SCORES, *(f"norm_{n}" for n in DECODER_HEAD_STATS))
         return {
             name: np.where(self._count[name] > 0, self._sum[name], np.nan)
             / np.maximum(self._count[name], 1)
-            for name in (*DECODER_HEAD_STATS, *self.SCORES)
+            for name in names
             if name in self._sum
         }
