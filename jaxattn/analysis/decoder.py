@@ -226,7 +226,10 @@ class DecoderHeads:
 
     SCORES = ("induction", "duplicate")
 
-    def __init__(self):
+    def __init__(self, maps: bool = True):
+        """maps: read the maps where a capture has them (False: the on-device tables only,
+        as `jaxattn analyze --stats-only` does)."""
+        self.maps = maps
         self.examples = 0
         self._sum: dict[str, np.ndarray] = {}
         self._count: dict[str, np.ndarray] = {}
@@ -254,7 +257,11 @@ class DecoderHeads:
             self._add(prefix + name, value)
 
     def update(self, cap: Capture) -> None:
-        t = cap.tensors
+        t = (
+            cap.tensors
+            if self.maps
+            else {k: v for k, v in cap.tensors.items() if k not in ("attention", "alpha_fx_norm")}
+        )
         if "attention" in t:
             self._add_stats("", weights=cap.attention, tokens=cap.tokens)
             self._add("induction", induction_scores(cap.attention, cap.tokens))

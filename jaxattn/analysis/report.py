@@ -110,7 +110,7 @@ class CorpusAnalysis:
         decoder: bool = False,
     ):
         self.specials = specials
-        self.decoder = DecoderHeads() if decoder else None
+        self.decoder = DecoderHeads(maps=not head_stats_only) if decoder else None
         self.head_stats = None if decoder else HeadStats(specials)
         self.only_stats = head_stats_only
         self.patterns = None if decoder else PatternCounts("attention", specials)

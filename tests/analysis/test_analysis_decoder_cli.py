@@ -67,3 +67,20 @@ def test_analyze_refuses_ablation_on_a_decoder(gpt2, tmp_path, capsys):
     rc, _ = _analyze(gpt2, tmp_path, "--ablate", "zero")
     assert rc == 2
     assert "--ablate is not run on a decoder" in capsys.readouterr().err
+
+
+def test_analyze_saved_decoder_captures(gpt2, tmp_path):
+    import jaxattn
+
+    engine = jaxattn.load(gpt2)
+    what = ("attention", "alpha_fx_norm", "decoder_head_stats", "decoder_norm_head_stats")
+    (cap,) = engine.capture([TEXTS[0]], what=what)
+    saved = tmp_path / "c.npz"
+    cap.save(saved)
+    for flags in ((), ("--stats-only",)):
+        out = tmp_path / f"r{len(flags)}.json"
+        args = ["analyze", str(saved), "--out", str(out), "--quiet", *flags]
+        assert main(args) == 0
+        report = json.loads(out.read_text())
+        assert report["meta"]["decoder"] and "first" in report["decoder_heads"]
+        assert ("induction" in report["decoder_heads"]) == (not flags)
