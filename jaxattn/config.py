@@ -32,11 +32,11 @@ FFNS = ("dense", "glu")
 SCORE_TERMS = tuple(name.removeprefix("scores_") for name in SCORE_QUANTITIES)
 POSITION_TERMS = SCORE_TERMS[1:]
 # Quantities a causal (decoder) model refuses, with the reason: their statistics name
-# [CLS]/[SEP]; the decoder statistics (first token, previous token, ...) come later.
+# [CLS]/[SEP]; a decoder's per-head statistics are decoder_head_stats and its twin.
 DECODER_REFUSED = {
     name: "is not computed for a decoder (causal) model: its statistics assume an encoder's "
-    "[CLS]/[SEP]; decoder statistics (attention sinks, previous-token heads) come with "
-    "issue 30's decoder analyses"
+    f"[CLS]/[SEP]; ask for decoder_{name} (first token, previous token, self, punctuation, "
+    "entropy)"
     for name in ("head_stats", "norm_head_stats")
 }
 # A causal model's scores are -inf in the future, which the affine uint8 encoding cannot hold.

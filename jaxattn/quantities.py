@@ -2,7 +2,8 @@
 
 Axis legend (as docs/reference/quantities.md gives it): L layers, H heads, T query
 positions, S key positions, K head dim, D model dim, N the head statistics of
-`HEAD_STATS`, M the norm-based mixing measures of `NORM_MEASURES`. T and S are
+`HEAD_STATS`, P the decoder statistics of `DECODER_HEAD_STATS`, M the norm-based
+mixing measures of `NORM_MEASURES`. T and S are
 trimmed to an example's real length before anything is returned. For
 ``hidden_states`` the L axis holds L+1 entries: the embeddings output, then the
 output of each captured layer.
@@ -96,6 +97,16 @@ HEAD_STATS = (
     "rest_sep",
 )
 ENTROPY_SMOOTHING = 1e-4
+
+# The per-head statistics that matter for a decoder, the P axis of decoder_head_stats
+# (definitions: `jaxattn.analysis.decoder`): attention to the first token (the
+# attention sink, Xiao et al. 2023), to the previous token, to itself, to
+# punctuation, and row entropy (nats; each row smoothed as Clark et al.'s code does,
+# (1 - s) w + s / (i + 1) over the i + 1 keys row i can see, s = ENTROPY_SMOOTHING).
+# Each is a mean over query rows 1 .. n-1: a causal row 0 sees only itself, so its
+# weights (1 on token 0) say nothing about the head, and it has no previous token.
+# A separate list (and quantity) from HEAD_STATS, whose columns name [CLS]/[SEP].
+DECODER_HEAD_STATS = ("first", "prev", "self", "punct", "entropy")
 
 # Kobayashi et al. 2021's norm-based context-mixing measures, the M axis of the
 # mixing quantities, by the paper's names. Token j's contribution vector to
@@ -207,6 +218,22 @@ QUANTITIES: dict[str, Quantity] = {
             doc="the same statistics of the norm-based weights (alpha_fx_norm, rows normalised)",
         ),
         Quantity(
+            name="decoder_head_stats",
+            axes="LHP",
+            uint8=False,
+            doc="the decoder statistics of each head's attention (DECODER_HEAD_STATS order: "
+            "first token, previous token, self, punctuation, entropy), averaged over the "
+            "example's query rows 1 .. n-1, computed on the device; defined for every model "
+            "(an encoder's first token is its [CLS])",
+        ),
+        Quantity(
+            name="decoder_norm_head_stats",
+            axes="LHP",
+            uint8=False,
+            doc="the same decoder statistics of the norm-based weights (alpha_fx_norm, rows "
+            "normalised)",
+        ),
+        Quantity(
             name="hidden_states",
             axes="LTD",
             extra_layer=1,
@@ -221,8 +248,11 @@ QUANTITIES: dict[str, Quantity] = {
 SCORE_QUANTITIES = tuple(name for name in QUANTITIES if name.startswith("scores_"))
 COMMON = tuple(name for name in QUANTITIES if name not in SCORE_QUANTITIES)
 
-# The quantities that are per-head statistics ([L, H, N]) rather than tensors over tokens.
-STATISTICS = tuple(name for name, q in QUANTITIES.items() if q.axis("N") is not None)
+# The quantities that are per-head statistics ([L, H, N] or [L, H, P]) rather than
+# tensors over tokens.
+STATISTICS = tuple(
+    name for name, q in QUANTITIES.items() if q.axis("N") is not None or q.axis("P") is not None
+)
 
 # The per-token context-mixing quantities ([L, T, M]), computed together.
 MIXING = tuple(name for name, q in QUANTITIES.items() if q.axis("M") is not None)
@@ -234,10 +264,10 @@ def shape(name: str, sizes: Mapping[str, int]) -> tuple[int, ...]:
     Args:
       name: a key of `QUANTITIES`.
       sizes: the size of each axis letter used (L = captured layers, H, T, S,
-        K, D; N and M are fixed); hidden_states gets L + 1 entries on L.
+        K, D; N, P and M are fixed); hidden_states gets L + 1 entries on L.
     """
     q = QUANTITIES[name]
-    sizes = {"N": len(HEAD_STATS), "M": len(NORM_MEASURES), **sizes}
+    sizes = {"N": len(HEAD_STATS), "P": len(DECODER_HEAD_STATS), "M": len(NORM_MEASURES), **sizes}
     dims = [sizes[axis] for axis in q.axes]
     if q.has_layer_axis:
         dims[q.layer_axis] += q.extra_layer

@@ -64,6 +64,14 @@ HEAD_STAT_MEANINGS = {
     "rest_sep": "attention of the other tokens to [SEP]",
 }
 
+DECODER_HEAD_STAT_MEANINGS = {
+    "first": "attention to the first token (the attention sink, Xiao et al. 2023)",
+    "prev": "attention to the previous token (j = i - 1)",
+    "self": "attention to the token itself (j = i)",
+    "punct": "attention to punctuation",
+    "entropy": "entropy of a row, smoothed by 1e-4 over the i + 1 keys row i can see",
+}
+
 NORM_MEASURE_MEANINGS = {
     "Attn-N": "v_ij = Σ_h α^h_ij f_h(x_j): the attention block's output, all heads",
     "AttnRes-N": "v_ij = Σ_h α^h_ij f_h(x_j) + δ_ij x_j: with the residual",
@@ -131,6 +139,16 @@ def head_stats() -> str:
     return _table(("N", "statistic", "meaning"), rows)
 
 
+def decoder_head_stats() -> str:
+    from jaxattn.quantities import DECODER_HEAD_STATS
+
+    _exactly("DECODER_HEAD_STAT_MEANINGS", DECODER_HEAD_STAT_MEANINGS, DECODER_HEAD_STATS)
+    rows = [
+        (str(i), f"`{n}`", DECODER_HEAD_STAT_MEANINGS[n]) for i, n in enumerate(DECODER_HEAD_STATS)
+    ]
+    return _table(("P", "statistic", "meaning (a mean over query rows 1 .. n-1)"), rows)
+
+
 def norm_measures() -> str:
     from jaxattn.quantities import NORM_MEASURES
 
@@ -190,6 +208,7 @@ def proto_fields() -> str:
 GENERATORS: dict[str, Callable[[], str]] = {
     "quantities": quantities,
     "head-stats": head_stats,
+    "decoder-head-stats": decoder_head_stats,
     "norm-measures": norm_measures,
     "dtypes": dtypes,
     "precisions": precisions,

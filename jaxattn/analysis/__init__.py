@@ -30,6 +30,16 @@ beside the engine: `jaxattn.engine.ablation`. The CoNLL-U reader is an input
 format: `jaxattn.inputs` (re-exported here).
 """
 
+from jaxattn.analysis.decoder import (
+    AttentionSinks,
+    DecoderHeads,
+    decoder_head_statistics,
+    duplicate_token_scores,
+    first_token_scores,
+    induction_scores,
+    previous_token_scores,
+    repeated_sequence_text,
+)
 from jaxattn.analysis.dependency import DependencyHeads
 from jaxattn.analysis.dependency_rules import CLARK_DIRECTIONS, DIRECTIONS, argmax_guesses
 from jaxattn.analysis.flow import FlowStats, attention_flow, flow
@@ -73,6 +83,14 @@ from jaxattn.analysis.words import (
 from jaxattn.inputs.conllu import Sentence, coarse_relation, read_conllu
 
 __all__ = [
+    "AttentionSinks",
+    "DecoderHeads",
+    "decoder_head_statistics",
+    "duplicate_token_scores",
+    "first_token_scores",
+    "induction_scores",
+    "previous_token_scores",
+    "repeated_sequence_text",
     "BERT_SPECIALS",
     "CLARK_DIRECTIONS",
     "DIRECTIONS",

@@ -88,6 +88,68 @@ def _head_stats(report: dict) -> list[str]:
     return lines + _table(["stat", "highest", "lowest"], rows)
 
 
+_DECODER_NAMES = {
+    "first": "first token",
+    "prev": "prev",
+    "self": "self",
+    "punct": ". ,",
+    "entropy": "entropy",
+    "induction": "induction",
+    "duplicate": "duplicate",
+}
+
+
+def _decoder(report: dict) -> list[str]:
+    """A decoder's heads: the per-layer means and the strongest head of each score."""
+    stats = report["decoder_heads"]
+    layers, heads = report["meta"]["layers"], report["meta"]["heads"]
+    lines = [
+        "## Decoder heads",
+        "",
+        "Mean over heads per layer (attention weights / norm-based weights, Kobayashi et al. "
+        "2020), each a mean over query rows 1 .. T-1 (row 0 sees only itself): the weight on "
+        "the first token (the attention sink, Xiao et al. 2023), on the previous token, on "
+        "itself, on punctuation, the row entropy in nats (rows smoothed over the keys they "
+        "see); induction: the weight on the tokens that followed earlier occurrences of the "
+        "row's token (Olsson et al. 2022), duplicate: on those earlier occurrences, over the "
+        "rows that have one (jaxattn.analysis.decoder).",
+        "",
+    ]
+    names = [n for n in _DECODER_NAMES if n in stats]
+
+    def mean(a):
+        a = np.asarray(a, float)
+        return None if np.isnan(a).all() else float(np.nanmean(a))
+
+    rows = []
+    for li, layer in enumerate(layers):
+        row = [layer]
+        for n in names:
+            b = stats.get(f"norm_{n}")
+            row.append(
+                _f(mean(np.asarray(stats[n], float)[li]))
+                + (f" / {_f(mean(np.asarray(b, float)[li]))}" if b is not None else "")
+            )
+        rows.append(row)
+    lines += _table(["layer", *[_DECODER_NAMES[n] for n in names]], rows)
+    rows = []
+    for n in names:
+        a = np.asarray(stats[n], float)
+        if np.isnan(a).all():
+            rows.append([_DECODER_NAMES[n], "- (no example had such a row)"])
+            continue
+        li, hi = np.unravel_index(np.nanargmax(a), a.shape)
+        rows.append([_DECODER_NAMES[n], f"{layers[li]}-{heads[hi]} ({_f(a[li, hi])})"])
+    lines += ["Strongest head per score (layer-head):", ""]
+    lines += _table(["score", "highest"], rows)
+    skipped = report["meta"].get("not_run", {})
+    if skipped:
+        lines += ["Not computed for a decoder:", ""]
+        lines += [f"- {name}: {why}." for name, why in skipped.items()]
+        lines.append("")
+    return lines
+
+
 def _patterns(report: dict) -> list[str]:
     pats = report["patterns"]
     layers = report["meta"]["layers"]
@@ -187,8 +249,11 @@ def render_markdown(report: dict, max_relations: int = 30) -> str:
         if key in meta:
             lines.append(f"- {key}: {meta[key]}")
     lines.append("")
-    lines += _head_stats(report)
-    lines += _patterns(report)
+    if "decoder_heads" in report:
+        lines += _decoder(report)
+    else:
+        lines += _head_stats(report)
+        lines += _patterns(report)
     settings = meta.get("dependency", {})
     for key, title in (
         ("dependency_heads", "attention"),
@@ -199,7 +264,7 @@ def render_markdown(report: dict, max_relations: int = 30) -> str:
                 report[key], f"Dependency heads ({title})", max_relations, settings
             )
     why = meta.get("not_run", {}).get("dependency_heads")
-    if why and not report.get("dependency_heads"):
+    if why and not report.get("dependency_heads") and "decoder_heads" not in report:
         lines += ["## Dependency heads", "", f"Not computed: {why}.", ""]
     if report.get("rollout"):
         lines += _rollout(report)

@@ -25,6 +25,14 @@ report.json keys (layers and heads 0-indexed, as captured):
 - ``flow`` (when asked: ``flow_examples``): {kind: {stat: [L]}}, the same
   statistics of attention flow (`jaxattn.analysis.flow`), with
   ``meta.flow_examples`` and ``meta.flow_skipped`` (longer than ``flow_max_tokens``).
+
+A decoder (``CorpusAnalysis(decoder=True)``; `jaxattn analyze` on a causal model)
+gets ``decoder_heads`` instead: {stat: [L][H]} (`jaxattn.analysis.decoder`: the
+first-token share, previous token, self, punctuation, entropy, then induction
+and duplicate-token scores; ``norm_*`` for norm-based weights), beside
+``mixing_ratios`` and ``head_distance``; the encoder sections that read
+[CLS]/[SEP] (head_stats, patterns, rollout, flow, dependency heads) are left
+out, each with its one-line reason in ``meta.not_run``.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import numpy as np
 
 import jaxattn.analysis.patterns as _patterns
 from jaxattn import outfile
+from jaxattn.analysis.decoder import DecoderHeads
 from jaxattn.analysis.dependency import DependencyHeads
 from jaxattn.analysis.flow import MAX_TOKENS as FLOW_MAX_TOKENS
 from jaxattn.analysis.flow import FlowStats
@@ -55,6 +64,17 @@ from jaxattn.inputs.conllu import Sentence
 # meta may say it in its own terms (`jaxattn analyze`: --conllu).
 NO_PARSE = "no parsed sentence was given (a CoNLL-U parse: update(capture, sentence))"
 NO_PARSE_STATS = "head statistics only: no attention map to score against a parse"
+# Why a decoder's report leaves out the encoder sections (meta.not_run).
+DECODER_NOT_RUN = {
+    "head_stats": "a decoder (causal) model: Clark et al.'s statistics name [CLS]/[SEP]; "
+    "see decoder_heads",
+    "patterns": "a decoder (causal) model: Kovaleva's and Vig's classes read a full "
+    "(bidirectional) map and [CLS]/[SEP]",
+    "rollout": "a decoder (causal) model: its statistics are of [CLS] and [SEP]",
+    "flow": "a decoder (causal) model: its statistics are of [CLS] and [SEP]",
+    "dependency_heads": "a decoder (causal) model: query i sees no word after it, so "
+    "Clark et al.'s dependency directions are not defined",
+}
 
 
 class CorpusAnalysis:
@@ -72,6 +92,8 @@ class CorpusAnalysis:
       flow_examples: attention flow over the first this many examples (0: none;
         O(L^2 T^4) per example, see `jaxattn.analysis.flow`).
       flow_max_tokens: skip longer examples in the flow.
+      decoder: a decoder (causal) model: the decoder analyses (`DecoderHeads`),
+        head distance and mixing ratios, not the [CLS]/[SEP] sections.
     """
 
     def __init__(
@@ -85,16 +107,18 @@ class CorpusAnalysis:
         dependency: dict | None = None,
         flow_examples: int = 0,
         flow_max_tokens: int | None = FLOW_MAX_TOKENS,
+        decoder: bool = False,
     ):
         self.specials = specials
-        self.head_stats = HeadStats(specials)
+        self.decoder = DecoderHeads(maps=not head_stats_only) if decoder else None
+        self.head_stats = None if decoder else HeadStats(specials)
         self.only_stats = head_stats_only
-        self.patterns = PatternCounts("attention", specials)
+        self.patterns = None if decoder else PatternCounts("attention", specials)
         wanted = head_distance and not head_stats_only
         self.distance = HeadDistance("attention", distance_max_tokens) if wanted else None
-        self.rollout = None if head_stats_only else RolloutStats(specials=specials)
+        self.rollout = None if head_stats_only or decoder else RolloutStats(specials=specials)
         self.flow = None
-        if flow_examples and not head_stats_only:
+        if flow_examples and not head_stats_only and not decoder:
             self.flow = FlowStats(
                 specials=specials, max_tokens=flow_max_tokens, max_examples=flow_examples
             )
@@ -104,15 +128,21 @@ class CorpusAnalysis:
         self.dependency: dict[str, DependencyHeads] = {}
         self.examples = 0
         self.tokens = 0
+        self.layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
     def update(self, capture: Capture, sentence: Sentence | None = None) -> None:
-        """Add one example (and its parse, for the dependency heads)."""
-        self.head_stats.update(capture)
+        """Add one example (and its parse, for the dependency heads; a decoder's is unused)."""
+        if self.decoder is not None:
+            self.decoder.update(capture)
+        else:
+            self.head_stats.update(capture)
+        self.layout = self.layout or (tuple(capture.layers), tuple(capture.heads))
         self.examples += 1
         self.tokens += capture.length
         if self.only_stats:
             return
-        self.patterns.update(capture)
+        if self.patterns is not None:
+            self.patterns.update(capture)
         if self.distance is not None:
             self.distance.update(capture)
         if not from_input(capture):  # rollout and flow start at the input: layers 0..L-1
@@ -126,7 +156,10 @@ class CorpusAnalysis:
 
     def add_parse(self, capture: Capture, sentence: Sentence) -> None:
         """Add a parsed sentence to the dependency heads only (a parsed corpus kept apart
-        from the examples of the other analyses)."""
+        from the examples of the other analyses); a decoder's is left out
+        (``DECODER_NOT_RUN``)."""
+        if self.decoder is not None:
+            return
         for kind in available_kinds(capture):
             if kind not in self.dependency:
                 self.dependency[kind] = DependencyHeads(
@@ -139,8 +172,10 @@ class CorpusAnalysis:
 
     def report(self, mixing_ratios: dict | None = None, meta: dict | None = None) -> dict:
         """The report.json dict (see the module docstring)."""
-        if not self.examples or self.head_stats.layout is None:
+        if not self.examples or self.layout is None:
             raise ValueError("the analysis saw no example")
+        if self.decoder is not None:
+            return self._decoder_report(mixing_ratios, meta)
         layers, heads = self.head_stats.layout
         info = {
             "examples": self.examples,
@@ -179,6 +214,31 @@ class CorpusAnalysis:
             flow=self.flow.result() if self.flow and self.flow.examples else None,
             meta=info,
         )
+
+    def _decoder_report(self, mixing_ratios: dict | None, meta: dict | None) -> dict:
+        layers, heads = self.layout
+        info = {
+            "examples": self.examples,
+            "tokens": self.tokens,
+            "decoder": True,
+            "not_run": dict(DECODER_NOT_RUN),
+        }
+        if self.distance is not None:
+            info["head_distance_skipped"] = self.distance.skipped
+        info.update(meta or {})
+        report = build_report(
+            layers=layers,
+            heads=heads,
+            head_stats={},
+            patterns={},
+            mixing_ratios=mixing_ratios if mixing_ratios is not None else self.mixing.result(),
+            head_distance=self.distance.result()
+            if self.distance and self.distance.tokens
+            else None,
+            meta=info,
+        )
+        report["decoder_heads"] = _plain(self.decoder.result())
+        return report
 
 
 def _plain(x):

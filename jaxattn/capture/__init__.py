@@ -120,6 +120,8 @@ class Capture:
     preserving_norm = _Quantity()
     head_stats = _Quantity()
     norm_head_stats = _Quantity()
+    decoder_head_stats = _Quantity()
+    decoder_norm_head_stats = _Quantity()
     hidden_states = _Quantity()
 
     @property

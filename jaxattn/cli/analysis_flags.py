@@ -125,12 +125,13 @@ def add_flow_arguments(p) -> None:
     )
 
 
-def corpus_analysis(args):
+def corpus_analysis(args, decoder: bool = False):
     """The `jaxattn.analysis.CorpusAnalysis` the flags ask for (UsageError as
-    `dependency_options`)."""
+    `dependency_options`); `decoder`: a causal model's analyses."""
     from jaxattn.analysis import CorpusAnalysis
 
     return CorpusAnalysis(
+        decoder=decoder,
         head_distance=not args.no_head_distance,
         coarse_relations=args.coarse_relations,
         head_stats_only=args.stats_only,

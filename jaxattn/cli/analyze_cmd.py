@@ -183,12 +183,24 @@ def _run(args) -> int:
     else:
         what = tuple(dict.fromkeys(("attention", "alpha_fx_norm", *MIXING_NEEDS)))
     where = "standard input" if args.input == "-" else f"INPUT {args.input}"
-    skipped = no_parse(where) if not (parsed_input or extra or args.stats_only) else {}
     source = open_source(args)
-    corpus = corpus_analysis(args)
-    quiet = args.quiet or len(texts) + len(extra) < 50
     try:
         info = source.model_info()
+        if info.causal:  # a decoder: its own analyses, no parses (no [CLS]/[SEP], no future)
+            if args.ablate:
+                raise UsageError(
+                    f"--ablate is not run on a decoder (causal) model ({info.name}): its "
+                    "measures read [CLS] and an MLM head; drop --ablate"
+                )
+            if args.stats_only:
+                what = ("decoder_head_stats",) + (
+                    () if args.no_norm else ("decoder_norm_head_stats",)
+                )
+            extra, sentences = [], [None] * len(texts)
+        corpus = corpus_analysis(args, decoder=info.causal)
+        no_table = not (parsed_input or extra or args.stats_only or info.causal)
+        skipped = no_parse(where) if no_table else {}
+        quiet = args.quiet or len(texts) + len(extra) < 50
         model, source_precision = info.name, info.precision
         bar = Progress(len(texts), "analyze", enabled=not quiet)
         stream = captures(source, texts, what, args, bar)

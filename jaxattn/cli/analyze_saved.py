@@ -8,7 +8,9 @@ that lack them get the nearest flags they allow (`what_the_input_allows`).
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 
+from jaxattn.capture import Capture
 from jaxattn.cli.analysis_flags import corpus_analysis
 from jaxattn.cli.saved import require, saved_parses, stored_quantities
 from jaxattn.errors import InputError, UsageError
@@ -33,6 +35,12 @@ def no_parse(where: str, conllu_input: bool = True) -> dict:
     reason = f"{where} carries no parse: {fix}"
     print(f"jaxattn analyze: no dependency-head table: {reason}", file=sys.stderr)
     return {"not_run": {"dependency_heads": reason}}
+
+
+def is_decoder(cap: Capture) -> bool:
+    """Whether a saved capture came from a decoder (causal) model: its provenance's config."""
+    config = cap.provenance.get("config")
+    return isinstance(config, Mapping) and bool(config.get("causal"))
 
 
 def what_the_input_allows(stored, args) -> str:
@@ -76,6 +84,9 @@ def analyse_saved(args, caps) -> tuple:
         f for f, on in (("--stats-only", args.stats_only), ("--no-norm", args.no_norm)) if on
     )
     what = dict(SAVED_RUNS)[flags]
+    decoder = bool(len(caps)) and is_decoder(caps[0])
+    if decoder and args.stats_only:  # a decoder's statistics on the device
+        what = tuple(f"decoder_{name}" for name in what)
     mixing = () if args.no_norm or args.stats_only else MIXING_NEEDS
     stored = stored_quantities(caps)
     try:
@@ -99,8 +110,9 @@ def analyse_saved(args, caps) -> tuple:
         )
     caps = caps[: args.limit] if args.limit else caps
     parses = saved_parses(caps, args.conllu, args.input) if args.conllu else None
-    skipped = no_parse(where, conllu_input=False) if not (parses or args.stats_only) else {}
-    corpus = corpus_analysis(args)
+    no_table = not (parses or args.stats_only or decoder)
+    skipped = no_parse(where, conllu_input=False) if no_table else {}
+    corpus = corpus_analysis(args, decoder=decoder)
     bar = Progress(len(caps), "analyze", enabled=not (args.quiet or len(caps) < 50))
     for i, cap in enumerate(caps):
         corpus.update(cap, parses[i] if parses else None)

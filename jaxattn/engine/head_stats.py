@@ -66,3 +66,37 @@ def normalise_rows(weights):
     """weights / their row sums; all-zero rows stay zero (`analysis.normalise_rows`)."""
     total = weights.sum(-1, keepdims=True)
     return jnp.where(total > 0, weights / jnp.where(total > 0, total, 1.0), 0.0)
+
+
+def decoder_statistics(weights, mask, classes):
+    """weights [H, T, S] (T == S), mask [T] bool, classes [T] int8 bits -> [H, P].
+
+    P follows `jaxattn.quantities.DECODER_HEAD_STATS`: first, prev, self, punct
+    and entropy (nats, row i smoothed by ENTROPY_SMOOTHING over the real keys
+    j <= i it can see), each a mean over the real query rows 1 .. n-1 (NaN for
+    an example of one token). The same numbers as
+    `jaxattn.analysis.decoder_head_statistics` from a trimmed map.
+    """
+    t = weights.shape[-1]
+    real = mask.astype(weights.dtype)  # [T]
+    index = jnp.arange(t)
+    rows = real * (index >= 1)  # query rows 1 .. n-1
+    count = rows.sum()
+
+    def mean(per_row):  # [H, T] -> [H] over `rows`; NaN if none
+        return jnp.where(count > 0, (per_row * rows).sum(-1) / jnp.maximum(count, 1.0), jnp.nan)
+
+    punct = ((classes & PUNCT_BIT) != 0).astype(weights.dtype) * real
+    below = jnp.pad(jnp.diagonal(weights, -1, 1, 2), ((0, 0), (1, 0)))  # W[i, i-1]; row 0: 0
+    visible = (index[None, :] <= index[:, None]) * real[None, :]  # [T, S]: j <= i, real
+    s = ENTROPY_SMOOTHING
+    smoothed = ((1.0 - s) * weights + s / (index[:, None] + 1.0)) * visible
+    logs = jnp.log(jnp.where(smoothed > 0, smoothed, 1.0))
+    stats = (
+        mean(weights[..., 0]),
+        mean(below),
+        mean(jnp.diagonal(weights, 0, 1, 2)),
+        mean((weights * punct).sum(-1)),
+        mean(-(smoothed * logs).sum(-1)),
+    )
+    return jnp.stack(stats, axis=-1)

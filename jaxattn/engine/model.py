@@ -78,7 +78,8 @@ def _capture_layer(want, p: AttentionParts, x, gamma, std, mm: Matmul, mask, cla
 
     Shapes out: attention/scores/alpha_fx_norm [H, T, S]; queries/keys/values
     [H, T, K]; fx_norm [H, S]; sum_alpha_fx_norm, attn_res_norm and
-    attn_res_ln_norm [T, S]; head_stats, norm_head_stats [H, N]; mixing_ratio,
+    attn_res_ln_norm [T, S]; head_stats, norm_head_stats [H, N]; decoder_head_stats,
+    decoder_norm_head_stats [H, P]; mixing_ratio,
     mixing_norm, preserving_norm [T, M].
     """
     cap = {}
@@ -92,17 +93,24 @@ def _capture_layer(want, p: AttentionParts, x, gamma, std, mm: Matmul, mask, cla
     for name, t in (("queries", p.q), ("keys", p.k), ("values", v)):
         if name in want:
             cap[name] = t.transpose(1, 0, 2)  # [T, H, K] -> [H, T, K]
-    if want & {"fx_norm", "alpha_fx_norm", "norm_head_stats"}:
+    if want & {"fx_norm", "alpha_fx_norm", "norm_head_stats", "decoder_norm_head_stats"}:
         fxn = norms.fx_norm(v, w_out, mm)  # [H, S]
         if "fx_norm" in want:
             cap["fx_norm"] = fxn
         if "alpha_fx_norm" in want:
             cap["alpha_fx_norm"] = norms.alpha_fx_norm(alpha, fxn)
-        if "norm_head_stats" in want:
+        if want & {"norm_head_stats", "decoder_norm_head_stats"}:
             weights = head_stats.normalise_rows(norms.alpha_fx_norm(alpha, fxn))
-            cap["norm_head_stats"] = head_stats.head_statistics(weights, mask, classes)
+            if "norm_head_stats" in want:
+                cap["norm_head_stats"] = head_stats.head_statistics(weights, mask, classes)
+            if "decoder_norm_head_stats" in want:
+                cap["decoder_norm_head_stats"] = head_stats.decoder_statistics(
+                    weights, mask, classes
+                )
     if "head_stats" in want:
         cap["head_stats"] = head_stats.head_statistics(alpha, mask, classes)
+    if "decoder_head_stats" in want:
+        cap["decoder_head_stats"] = head_stats.decoder_statistics(alpha, mask, classes)
     if "sum_alpha_fx_norm" in want:
         cap["sum_alpha_fx_norm"] = norms.sum_alpha_fx_norm(alpha, v, w_out, mm)
     if "attn_res_norm" in want:

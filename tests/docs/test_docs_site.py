@@ -64,11 +64,11 @@ def test_the_root_pages_are_in_the_site_with_their_links_mapped(site):
 def test_the_reference_lists_every_name_the_code_defines(site):
     from jaxattn.config import FAMILIES
     from jaxattn.dtypes import OUTPUT_DTYPES
-    from jaxattn.quantities import HEAD_STATS, NORM_MEASURES, QUANTITIES
+    from jaxattn.quantities import DECODER_HEAD_STATS, HEAD_STATS, NORM_MEASURES, QUANTITIES
     from jaxattn.spec import PRECISIONS
 
     quantities = (site / "reference/quantities/index.html").read_text(encoding="utf-8")
-    for name in (*QUANTITIES, *HEAD_STATS, *NORM_MEASURES):
+    for name in (*QUANTITIES, *HEAD_STATS, *DECODER_HEAD_STATS, *NORM_MEASURES):
         assert f"<code>{name}</code>" in quantities, name
     dtypes = (site / "reference/dtypes/index.html").read_text(encoding="utf-8")
     for name in (*OUTPUT_DTYPES, *PRECISIONS):

@@ -54,7 +54,7 @@ def test_tokens_equal_the_checkpoints_own_tokenizer(setup):
 def test_every_quantity_equals_the_torch_reference(setup):
     path, tok, texts, engine, caps = setup
     model = load_torch_model(path)
-    compared = [q for q in engine.config.quantities() if q != "scores"]
+    compared = [q for q in engine.config.quantities() if q != "scores" and "stats" not in q]
     for text, cap in zip(texts, caps, strict=True):
         ref = gpt2_reference(model, tok(text, return_tensors="pt"))
         assert_matches(cap, ref, compared, repr(text))

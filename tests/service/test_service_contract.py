@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from conftest import WHAT as SHARED_WHAT  # compiled by the other service tests too
 
-from jaxattn.quantities import COMMON, HEAD_STATS, NORM_MEASURES, QUANTITIES
+from jaxattn.quantities import COMMON, DECODER_HEAD_STATS, HEAD_STATS, NORM_MEASURES, QUANTITIES
 from jaxattn.v1 import attention_pb2 as pb
 
 PROTO = Path(__file__).resolve().parents[2] / "protos" / "jaxattn" / "v1" / "attention.proto"
@@ -183,7 +183,11 @@ def test_the_what_comment_gives_every_quantity_its_axes():
     want = {}
     for name, q in QUANTITIES.items():
         axes = [a for a in q.axes]
-        fixed = {"N": len(HEAD_STATS), "M": len(NORM_MEASURES)}  # the fixed axes, by size
+        fixed = {
+            "N": len(HEAD_STATS),
+            "P": len(DECODER_HEAD_STATS),
+            "M": len(NORM_MEASURES),
+        }  # the fixed axes, by size
         axes = [str(fixed[a]) if a in fixed else a for a in axes]
         if q.extra_layer:
             axes[0] = f"L+{q.extra_layer}"

@@ -1,0 +1,288 @@
+"""The decoder analyses: attention sinks, previous-token, duplicate-token and induction heads.
+
+For a causal model (GPT-2; `ModelInfo.causal`), per layer and head, from the
+[L, H, T, T] attention of one example (every score a mean over the query rows
+it is defined for, NaN where an example has none):
+
+- `decoder_head_statistics`: the numpy reference of the engine's
+  `decoder_head_stats` (`jaxattn.quantities.DECODER_HEAD_STATS`): the weight on
+  the first token (the attention sink, Xiao et al. 2023), on the previous
+  token, on itself, on punctuation, and the row entropy (row i smoothed as
+  Clark et al.'s code does, (1 - s) w + s / (i + 1) over the i + 1 keys it
+  can see), over query rows 1 .. T-1: a causal row 0 sees only itself (weight
+  1 on token 0), which says nothing about the head, and has no previous token.
+- `duplicate_token_scores`: the weight of row i on the earlier occurrences of
+  its own token (rows whose token occurred before).
+- `induction_scores`: the weight of row i on the tokens just after the earlier
+  occurrences of its own token (Olsson et al. 2022's prefix matching), over the
+  rows that have such a token before them. On a repeated random sequence
+  [r_1 .. r_n, r_1 .. r_n] of distinct tokens (`repeated_sequence_text`) those
+  rows are exactly the second half, and the score is the mean attention from
+  r_k's second occurrence to r_{k+1}'s first, as TransformerLens's tutorials
+  compute it (their diagonal at offset 1 - n, without its two first-half rows).
+- `AttentionSinks`: the first-token share per head, with the first token BOS
+  and not BOS (two captures of the same texts, one with the BOS prepended),
+  and their difference.
+- `DecoderHeads`: all of them streamed over a corpus (`jaxattn analyze` on a
+  decoder).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from jaxattn.analysis.weights import normalise_rows
+from jaxattn.capture import Capture
+from jaxattn.quantities import DECODER_HEAD_STATS, ENTROPY_SMOOTHING
+from jaxattn.token_classes import SpecialTokens, detect_specials, token_masks
+
+
+def _maps(weights) -> np.ndarray:
+    w = np.asarray(weights, np.float64)
+    if w.ndim < 2 or w.shape[-1] != w.shape[-2]:
+        raise ValueError(f"attention maps must be [..., T, T], got shape {w.shape}")
+    return w
+
+
+def _rows_mean(per_row: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Mean of [..., T] over the rows where `rows` [T] is true; NaN where none is."""
+    if not rows.any():
+        return np.full(per_row.shape[:-1], np.nan)
+    return per_row[..., rows].mean(-1)
+
+
+def _check_tokens(tokens: Sequence, t: int) -> list:
+    toks = list(tokens)
+    if len(toks) != t:
+        raise ValueError(f"{len(toks)} tokens for attention over {t} positions")
+    return toks
+
+
+def decoder_head_statistics(
+    weights, tokens: Sequence[str], specials: SpecialTokens | None = None
+) -> dict[str, np.ndarray]:
+    """The statistics of `DECODER_HEAD_STATS` for one example.
+
+    Args:
+      weights: [L, H, T, T] causal attention (or norm-based weights, rows normalised).
+      tokens: the T token strings (punctuation as `jaxattn.token_classes` defines it).
+      specials: the special-token strings; detected from `tokens` when None.
+
+    Returns:
+      stat -> [L, H] float64, means over query rows 1 .. T-1 (NaN when T = 1).
+    """
+    w = _maps(weights)
+    t = w.shape[-1]
+    toks = _check_tokens(tokens, t)
+    punct = token_masks(toks, specials or detect_specials(toks))["punct"]
+    rows = np.arange(t) >= 1
+    i = np.arange(t)
+    visible = i[None, :] <= i[:, None]  # [T, S]: j <= i
+    s = ENTROPY_SMOOTHING
+    smoothed = np.where(visible, (1.0 - s) * w + s / (i[:, None] + 1.0), 0.0)
+    logs = np.log(smoothed, out=np.zeros_like(smoothed), where=smoothed > 0)
+    below = np.zeros(w.shape[:-1])
+    below[..., 1:] = np.diagonal(w, -1, -2, -1)
+    out = {
+        "first": w[..., 0],
+        "prev": below,
+        "self": np.diagonal(w, 0, -2, -1),
+        "punct": w[..., punct].sum(-1),
+        "entropy": -(smoothed * logs).sum(-1),
+    }
+    return {name: _rows_mean(out[name], rows) for name in DECODER_HEAD_STATS}
+
+
+def previous_token_scores(weights) -> np.ndarray:
+    """[..., T, T] -> [...]: the mean weight of rows 1 .. T-1 on their previous token."""
+    w = _maps(weights)
+    if w.shape[-1] < 2:
+        return np.full(w.shape[:-2], np.nan)
+    return np.diagonal(w, -1, -2, -1).mean(-1)
+
+
+def first_token_scores(weights) -> np.ndarray:
+    """[..., T, T] -> [...]: the mean weight of rows 1 .. T-1 on the first token (the sink)."""
+    w = _maps(weights)
+    return _rows_mean(w[..., 0], np.arange(w.shape[-1]) >= 1)
+
+
+def _earlier(tokens: list) -> tuple[np.ndarray, np.ndarray]:
+    """[T, T] masks: same[i, j] = j < i holds token i; after[i, j] = j - 1 does, j < i."""
+    t = len(tokens)
+    codes = np.unique(np.asarray([str(x) for x in tokens], dtype=object), return_inverse=True)[1]
+    codes = codes.reshape(t)
+    below = np.tri(t, t, -1, dtype=bool)  # j < i
+    same = (codes[:, None] == codes[None, :]) & below
+    after = np.zeros_like(same)
+    after[:, 1:] = same[:, :-1]  # key j + 1 after an earlier occurrence j of token i
+    return same, after & below
+
+
+def duplicate_token_scores(weights, tokens: Sequence) -> np.ndarray:
+    """[..., T, T] and T tokens (strings or ids) -> [...]: the weight of each row on the
+    earlier occurrences of its own token, averaged over the rows that have one (NaN if none)."""
+    w = _maps(weights)
+    same, _ = _earlier(_check_tokens(tokens, w.shape[-1]))
+    return _rows_mean((w * same).sum(-1), same.any(-1))
+
+
+def induction_scores(weights, tokens: Sequence) -> np.ndarray:
+    """[..., T, T] and T tokens (strings or ids) -> [...]: the weight of each row on the
+    tokens that followed earlier occurrences of its own token (prefix matching, Olsson et
+    al. 2022), averaged over the rows that have such a token before them (NaN if none)."""
+    w = _maps(weights)
+    _, after = _earlier(_check_tokens(tokens, w.shape[-1]))
+    return _rows_mean((w * after).sum(-1), after.any(-1))
+
+
+def repeated_sequence_text(tokenizer, n: int, *, seed: int = 0) -> tuple[str, list[str]]:
+    """The text of a repeated random token sequence [r_1 .. r_n, r_1 .. r_n].
+
+    Args:
+      tokenizer: a Hugging Face tokenizer (`get_vocab`, `encode`,
+        `convert_tokens_to_string`), e.g. GPT-2's.
+      n: the length of the random sequence, >= 2.
+      seed: numpy's random seed for the choice of tokens.
+
+    Returns:
+      (text, the 2n tokens it encodes to without special tokens): n distinct
+      vocabulary tokens that begin a word (a leading space, GPT-2's "Ġ") and
+      encode back to themselves, in random order, twice.
+
+    Raises:
+      ValueError: n < 2, or the vocabulary has fewer than n such tokens.
+    """
+    if n < 2:
+        raise ValueError(f"a repeated sequence needs n >= 2 random tokens, got {n}")
+    vocab = tokenizer.get_vocab()
+    rng = np.random.default_rng(seed)
+    words = sorted(t for t in vocab if len(t) > 1 and t[0] in "Ġ▁" and t[1:].isalpha())
+    chosen: list[str] = []
+    for k in rng.permutation(len(words)):
+        token = words[int(k)]
+        if tokenizer.encode(
+            tokenizer.convert_tokens_to_string([token]), add_special_tokens=False
+        ) == [vocab[token]]:
+            chosen.append(token)
+            if len(chosen) == n:
+                break
+    if len(chosen) < n:
+        raise ValueError(
+            f"the vocabulary has {len(chosen)} word tokens that encode back to themselves, "
+            f"fewer than the n = {n} asked for"
+        )
+    tokens = chosen + chosen
+    text = tokenizer.convert_tokens_to_string(tokens)
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if ids != [vocab[t] for t in tokens]:
+        raise ValueError("the repeated sequence does not encode back to its tokens")
+    return text, tokens
+
+
+def _first_share(cap: Capture) -> np.ndarray:
+    if "attention" in cap.tensors:
+        return first_token_scores(cap.attention)
+    if "decoder_head_stats" in cap.tensors:
+        return np.asarray(cap.decoder_head_stats, np.float64)[..., 0]
+    raise ValueError(
+        "the capture has neither attention nor decoder_head_stats: capture one of them"
+    )
+
+
+class AttentionSinks:
+    """The attention sink (Xiao et al. 2023) per head: the first token's share.
+
+    ``AttentionSinks(with_bos, without_bos)`` takes two captures of the same
+    text, one whose first token is BOS and one without it (either may be None):
+    ``first`` and ``other`` are their [L, H] first-token shares (rows 1 .. T-1),
+    ``difference`` first - other. Each capture needs ``attention`` or
+    ``decoder_head_stats``.
+    """
+
+    def __init__(self, capture: Capture, other: Capture | None = None):
+        self.first = _first_share(capture)
+        self.other = None if other is None else _first_share(other)
+        if self.other is not None and self.other.shape != self.first.shape:
+            raise ValueError(
+                f"the two captures have different layers/heads: {self.first.shape} "
+                f"and {self.other.shape}"
+            )
+        self.difference = None if self.other is None else self.first - self.other
+
+
+class DecoderHeads:
+    """Streams the decoder analyses over a corpus: ``update(capture)``, then ``result()``.
+
+    Each score per [L, H] is the mean over examples of the per-example mean
+    (examples where it is NaN left out). From ``attention``: the statistics of
+    `DECODER_HEAD_STATS`, ``induction`` and ``duplicate``; from the on-device
+    ``decoder_head_stats`` alone (no maps), the statistics only. The same of the
+    norm-based weights, prefixed ``norm_``, from ``alpha_fx_norm`` (rows
+    normalised) or ``decoder_norm_head_stats``.
+    """
+
+    SCORES = ("induction", "duplicate")
+
+    def __init__(self, maps: bool = True):
+        """maps: read the maps where a capture has them (False: the on-device tables only,
+        as `jaxattn analyze --stats-only` does)."""
+        self.maps = maps
+        self.examples = 0
+        self._sum: dict[str, np.ndarray] = {}
+        self._count: dict[str, np.ndarray] = {}
+
+    def _add(self, name: str, value: np.ndarray) -> None:
+        ok = np.isfinite(value)
+        if name not in self._sum:
+            self._sum[name] = np.zeros(value.shape)
+            self._count[name] = np.zeros(value.shape)
+        elif self._sum[name].shape != value.shape:
+            raise ValueError(
+                f"a capture with {value.shape} (layers, heads) after ones with "
+                f"{self._sum[name].shape}: capture every example with the same layers and heads"
+            )
+        self._sum[name] += np.where(ok, value, 0.0)
+        self._count[name] += ok
+
+    def _add_stats(self, prefix: str, weights=None, table=None, tokens=()) -> None:
+        if weights is not None:
+            stats = decoder_head_statistics(weights, tokens)
+        else:
+            table = np.asarray(table, np.float64)
+            stats = {name: table[..., k] for k, name in enumerate(DECODER_HEAD_STATS)}
+        for name, value in stats.items():
+            self._add(prefix + name, value)
+
+    def update(self, cap: Capture) -> None:
+        t = (
+            cap.tensors
+            if self.maps
+            else {k: v for k, v in cap.tensors.items() if k not in ("attention", "alpha_fx_norm")}
+        )
+        if "attention" in t:
+            self._add_stats("", weights=cap.attention, tokens=cap.tokens)
+            self._add("induction", induction_scores(cap.attention, cap.tokens))
+            self._add("duplicate", duplicate_token_scores(cap.attention, cap.tokens))
+        elif "decoder_head_stats" in t:
+            self._add_stats("", table=cap.decoder_head_stats)
+        else:
+            raise ValueError("a decoder analysis needs attention or decoder_head_stats")
+        if "alpha_fx_norm" in t:
+            self._add_stats("norm_", weights=normalise_rows(cap.alpha_fx_norm), tokens=cap.tokens)
+        elif "decoder_norm_head_stats" in t:
+            self._add_stats("norm_", table=cap.decoder_norm_head_stats)
+        self.examples += 1
+
+    def result(self) -> dict[str, np.ndarray]:
+        """name -> [L, H] (NaN where no example defined it): DECODER_HEAD_STATS, induction
+        and duplicate where the captures had maps, then the norm_ statistics."""
+        names = (*DECODER_HEAD_STATS, *self.SCORES, *(f"norm_{n}" for n in DECODER_HEAD_STATS))
+        return {
+            name: np.where(self._count[name] > 0, self._sum[name], np.nan)
+            / np.maximum(self._count[name], 1)
+            for name in names
+            if name in self._sum
+        }
