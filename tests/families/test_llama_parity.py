@@ -184,3 +184,49 @@ def test_the_server_and_the_client_carry_the_key_value_heads(setup):
     client._info = None
     client.server_info = lambda timeout=None: wire
     assert client.model_info() == engine.info
+
+
+def test_grouped_captures_round_trip_the_wire_a_store_and_a_file(setup, tmp_path):
+    """keys/values with their H_kv heads go through the wire (the server's chunks and the
+    client's decoder), a dump store and an .npz file unchanged."""
+    from jaxattn.cli import main
+    from jaxattn.wire import StreamDecoder, chunk_example
+
+    _, path, _, texts, _, caps = setup
+    decoder = StreamDecoder()
+    for i, cap in enumerate(caps[:2]):
+        got = [
+            c
+            for m in chunk_example(i, cap, codec="none", max_chunk_bytes=1024)
+            if (c := decoder.feed(m)) is not None
+        ]
+        assert len(got) == 1 and got[0].keys.shape == cap.keys.shape
+        np.testing.assert_array_equal(got[0].values, cap.values)
+    decoder.finish()
+    caps[0].save(tmp_path / "c.npz")
+    np.testing.assert_array_equal(jaxattn.Capture.load(tmp_path / "c.npz").keys, caps[0].keys)
+    (tmp_path / "in.txt").write_text(texts[0] + "\n" + texts[1] + "\n")
+    store = tmp_path / "s.zarr"
+    what = "attention,keys,values,attn_res_ln_norm"
+    args = ["dump", str(tmp_path / "in.txt"), "--out", str(store), "--model", str(path)]
+    assert main([*args, "--what", what, "--quiet"]) == 0
+    for cap, want in zip(jaxattn.open_store(store), caps[:2], strict=True):
+        assert cap.keys.shape == want.keys.shape and cap.keys.shape[1] == 2
+        for name in what.split(","):
+            np.testing.assert_allclose(cap.array(name), want.array(name), atol=5e-6, rtol=0)
+
+
+def test_the_neuron_view_gives_each_query_head_its_groups_keys(setup):
+    """The views read keys per query head: head h gets key/value head h // 2."""
+    from jaxattn.views.payload import query_head_keys
+    from jaxattn.views.svg import neuron_values
+
+    *_, caps = setup
+    cap = caps[0]
+    keys = query_head_keys(cap)
+    assert keys.shape == cap.queries.shape
+    for h in range(4):
+        np.testing.assert_array_equal(keys[:, h], cap.keys[:, h // 2])
+    last = len(cap.tokens) - 1
+    got = neuron_values(cap, 1, 3, last)["softmax"]
+    np.testing.assert_allclose(got, cap.attention[1, 3, last], atol=1e-5)  # the last row sees all
