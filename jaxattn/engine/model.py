@@ -167,15 +167,15 @@ class EncoderLayer(nn.Module):
         c = self.config
         pre = c.norm == "pre"
         ln = dict(eps=c.layer_norm_eps, use_bias=c.norm_bias)
-        Norm = norm_class(c.norm_type)  # noqa: N806 (a class)
+        norm = norm_class(c.norm_type)  # LayerNorm, or RMSNorm (Llama)
         project = output or bool(want & _NEEDS_NEXT_LN)
         first_ln = pre and c.has_attention_ln(self.index)
-        attn_in = Norm(**ln, name="attention_ln")(x) if first_ln else x
+        attn_in = norm(**ln, name="attention_ln")(x) if first_ln else x
         attention = SelfAttention(c, self.mm, self.index, name="attention")
         a, parts = attention(attn_in, mask, gate, project, rel_table, is_global)
         # The LayerNorm after the attention block's addition: the block's own (post)
         # or the FFN's (pre). Its statistics of the real h fix the AttnResLn decomposition.
-        next_ln = Norm(**ln, name="ffn_ln" if pre else "attention_ln")
+        next_ln = norm(**ln, name="ffn_ln" if pre else "attention_ln")
         cap, std, h = {}, None, None
         if project:
             h = x + a
@@ -190,7 +190,7 @@ class EncoderLayer(nn.Module):
         ffn_out = self._ffn(normed)
         if pre:
             return h + ffn_out, cap
-        return Norm(**ln, name="ffn_ln")(normed + ffn_out), cap
+        return norm(**ln, name="ffn_ln")(normed + ffn_out), cap
 
     def _ffn(self, x):
         c = self.config

@@ -1,4 +1,4 @@
-"""ModernBERT's rotary positions and local windows (Warner et al. 2024), per example, as HF.
+"""Rotary positions (ModernBERT, Llama) and local windows (Warner et al. 2024), per example, as HF.
 
 RoPE (Su et al. 2021) in HF's "rotate_half" layout: a query or key x of one
 head (width K, even) at position t becomes
@@ -16,6 +16,9 @@ local ones `local_rope_theta` (HF rope_parameters["full_attention"] and
 |i - j| <= local_attention // 2 (masking_utils.sliding_window_bidirectional_overlay
 with config.sliding_window = local_attention // 2); every other pair gets
 exactly zero weight.
+
+Llama rotates q and k the same way in every layer, with `rope_theta` and its
+rope type's frequency scaling (`scaled_frequencies`: "linear", "llama3").
 
 Float32 as torch: f, the angles t * f and their cos/sin are float32. f is
 computed with the C library's float32 powf, as torch's scalar loop does, so

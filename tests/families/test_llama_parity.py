@@ -4,8 +4,9 @@ Two tiny checkpoints (llama_fixture: grouped-query attention with H=4 query and
 H_kv=2 key/value heads, 3 layers, every RMSNorm weight random):
 * "gqa": D=40, K=10 from D/H, no biases, plain RoPE, LlamaForCausalLM with
   its untied head;
-* "given": D=36 with head_dim 8 given (H K = 32 != D), attention_bias (q/k/v/o
-  biases random), rope_type llama3 (scaled frequencies), the bare LlamaModel.
+* "given": D=36 with head_dim 8 given (H K = 32 != D), attention_bias and
+  mlp_bias (q/k/v/o and gate/up/down biases random), rope_type llama3 (scaled
+  frequencies), the bare LlamaModel.
 Each is captured over texts of mixed lengths in ONE call (bucketed and padded
 together), each capture compared with the eager LlamaModel run on that text
 alone, every quantity (llama_reference: HF's own q/k/v rotated by HF's RoPE,
@@ -39,6 +40,7 @@ VARIANTS = {
         hidden_size=36,
         head_dim=8,
         attention_bias=True,
+        mlp_bias=True,
         rope_parameters=LLAMA3,
     ),
 }
