@@ -23,10 +23,20 @@ FAMILIES = (
     "deberta-v2",
     "modernbert",
     "gpt2",
+    "llama",
 )
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 NORMS = ("post", "pre")
-FFNS = ("dense", "glu")
+# "glu": one input projection [a, g], W2 (act(a) * g) (ModernBERT's GeGLU); "gated": two,
+# W2 (act(x W_gate) * (x W_up)) (Llama's SwiGLU: gate_proj, up_proj, down_proj).
+FFNS = ("dense", "glu", "gated")
+# "layer": LayerNorm (centred, scale and optional bias); "rms": RMSNorm (Llama:
+# x / sqrt(mean(x^2) + eps) * w, no centring, no bias).
+NORM_TYPES = ("layer", "rms")
+# RoPE frequency scalings (HF rope_type): "default" none, "linear" every frequency / factor,
+# "llama3" HF's _compute_llama3_parameters (low frequencies / factor, high ones kept,
+# the band between interpolated).
+ROPE_SCALINGS = ("default", "linear", "llama3")
 # DeBERTa's score terms, named as the quantities table names them (scores_c2c, ...):
 # content-to-content first, then the position terms a model may add.
 SCORE_TERMS = tuple(name.removeprefix("scores_") for name in SCORE_QUANTITIES)
@@ -102,12 +112,39 @@ class Rotary:
       global_every: layer l is global when l % global_every == 0.
       local_window: HF local_attention: a local layer's query i sees keys j
         with |i - j| <= local_window // 2; other pairs get exactly zero weight.
+      scaling: the frequency scaling of every layer (`ROPE_SCALINGS`; Llama's
+        rope_type), with its factor and, for "llama3", low_freq_factor,
+        high_freq_factor and original_max_positions (HF
+        original_max_position_embeddings).
     """
 
     global_theta: float = 10000.0
     local_theta: float = 10000.0
     global_every: int = 1
     local_window: int = 0
+    scaling: str = "default"
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_positions: int = 0
+
+    def __post_init__(self):
+        if self.scaling not in ROPE_SCALINGS:
+            raise ValueError(
+                f"unknown rope scaling {self.scaling!r}: valid are {', '.join(ROPE_SCALINGS)}"
+            )
+
+    def frequency_scaling(self) -> tuple:
+        """The scaling as a hashable tuple for `jaxattn.engine.rotary.rope_angles`."""
+        if self.scaling == "default":
+            return ()
+        return (
+            self.scaling,
+            float(self.factor),
+            float(self.low_freq_factor),
+            float(self.high_freq_factor),
+            int(self.original_max_positions),
+        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -153,6 +190,12 @@ class ModelConfig:
       head_activation: the MLM head's activation when it is not `activation`.
       embedding_norm: the embeddings end in a LayerNorm (False: GPT-2; then a
         pre-LN model's layer 0 has its own attention LayerNorm like every layer).
+      num_kv_heads: H_kv, the key/value heads of grouped-query attention (Llama):
+        query head h reads key/value head h // (H / H_kv); 0 means H.
+      head_size: K when it is given (Llama's head_dim, which need not be D / H);
+        0 means D / H.
+      norm_type: "layer" (LayerNorm) or "rms" (RMSNorm, no bias: Llama), for every
+        norm of the model.
       causal: a decoder's causal self-attention: query i sees keys j <= i only;
         future keys get exactly zero weight and their `scores` are exactly -inf.
         Sentence pairs and the [CLS]/[SEP] statistics (`DECODER_REFUSED`) are refused.
@@ -186,12 +229,15 @@ class ModelConfig:
     head_activation: str = ""
     embedding_norm: bool = True
     causal: bool = False
+    num_kv_heads: int = 0
+    head_size: int = 0
+    norm_type: str = "layer"
 
     def __post_init__(self):
         for field, kind in (("relative", Relative), ("rotary", Rotary)):
             if isinstance(getattr(self, field), dict):  # from to_dict()
                 object.__setattr__(self, field, kind(**getattr(self, field)))
-        for field, valid in (("norm", NORMS), ("ffn", FFNS)):
+        for field, valid in (("norm", NORMS), ("ffn", FFNS), ("norm_type", NORM_TYPES)):
             if getattr(self, field) not in valid:
                 raise ValueError(
                     f"unknown {field} {getattr(self, field)!r}: valid are {', '.join(valid)}"
@@ -204,15 +250,42 @@ class ModelConfig:
             raise ValueError(
                 f"unknown activation {self.activation!r}: valid are {', '.join(ACTIVATIONS)}"
             )
-        if self.hidden_size % self.num_heads:
+        if not self.head_size and self.hidden_size % self.num_heads:
             raise ValueError(
                 f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}"
+            )
+        if self.head_size < 0 or self.num_kv_heads < 0:
+            raise ValueError("head_size and num_kv_heads must not be negative")
+        if self.num_heads % self.kv_heads:
+            raise ValueError(
+                f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.kv_heads}: "
+                "each key/value head serves an equal group of query heads"
             )
 
     @property
     def head_dim(self) -> int:
-        """K, the per-head query/key/value width."""
-        return self.hidden_size // self.num_heads
+        """K, the per-head query/key/value width (head_size, or D / H)."""
+        return self.head_size or self.hidden_size // self.num_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """H_kv, the key/value heads (H without grouped-query attention)."""
+        return self.num_kv_heads or self.num_heads
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per key/value head, H / H_kv (1 without grouped-query attention)."""
+        return self.num_heads // self.kv_heads
+
+    @property
+    def attention_width(self) -> int:
+        """H K, the width of the query projection and of the output projection's input."""
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """H_kv K, the width of the key and value projections."""
+        return self.kv_heads * self.head_dim
 
     @property
     def bare_first_layer(self) -> bool:

@@ -24,7 +24,11 @@ class ModelInfo:
     ("" for a model loaded from a local directory, which has no revision: its
     `weights` fingerprint still identifies it); `causal` whether the model is a
     decoder whose query i sees keys j <= i only (GPT-2: attention exactly 0 and
-    scores exactly -inf in the future; sentence pairs refused).
+    scores exactly -inf in the future; sentence pairs refused);
+    `num_key_value_heads` the key/value heads H_kv of grouped-query attention
+    (Llama: query head h reads key/value head h // (heads / H_kv); `keys` and
+    `values` have H_kv heads), `heads` without it (0: a ModelInfo that predates
+    the field, read as `heads`).
     """
 
     name: str
@@ -42,6 +46,12 @@ class ModelInfo:
     shared_weights: str = ""
     revision: str = ""
     causal: bool = False
+    num_key_value_heads: int = 0
+
+    @property
+    def kv_heads(self) -> int:
+        """H_kv: `num_key_value_heads`, or `heads` when that is 0 (an older ModelInfo)."""
+        return self.num_key_value_heads or self.heads
 
     @classmethod
     def of(
@@ -68,6 +78,7 @@ class ModelInfo:
             shared_weights=config.shared_weights(),
             revision=revision,
             causal=config.causal,
+            num_key_value_heads=config.kv_heads,
         )
 
 

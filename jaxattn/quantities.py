@@ -1,7 +1,9 @@
 """The capturable quantities: names, axes and meaning (the public contract).
 
-Axis legend (as docs/reference/quantities.md gives it): L layers, H heads, T query
-positions, S key positions, K head dim, D model dim, N the head statistics of
+Axis legend (as docs/reference/quantities.md gives it): L layers, H heads, G
+key/value heads (H without grouped-query attention; Llama:
+`ModelInfo.num_key_value_heads`, query head h reading key/value head h // (H / G)),
+T query positions, S key positions, K head dim, D model dim, N the head statistics of
 `HEAD_STATS`, P the decoder statistics of `DECODER_HEAD_STATS`, M the norm-based
 mixing measures of `NORM_MEASURES`. T and S are
 trimmed to an example's real length before anything is returned. For
@@ -58,8 +60,11 @@ class Quantity:
 
     @property
     def head_axis(self) -> int | None:
-        """The position of the head axis H (a capture's heads select along it), or None."""
-        return self.axis("H")
+        """The position of the head axis, H or G (a capture's heads select along it; along G
+        only where G = H: a grouped-query model's keys and values refuse a head
+        selection), or None."""
+        h = self.axis("H")
+        return self.axis("G") if h is None else h
 
     @property
     def has_layer_axis(self) -> bool:
@@ -154,8 +159,18 @@ QUANTITIES: dict[str, Quantity] = {
             )
         ),
         Quantity(name="queries", axes="LHTK", doc="per-head query projection x W_Q^h + b_Q^h"),
-        Quantity(name="keys", axes="LHTK", doc="per-head key projection x W_K^h + b_K^h"),
-        Quantity(name="values", axes="LHTK", doc="per-head value projection x W_V^h + b_V^h"),
+        Quantity(
+            name="keys",
+            axes="LGTK",
+            doc="per-key/value-head key projection x W_K^g + b_K^g (rotary models: rotated); "
+            "G = H but for grouped-query attention (Llama), where query head h reads key/value "
+            "head h // (H / G)",
+        ),
+        Quantity(
+            name="values",
+            axes="LGTK",
+            doc="per-key/value-head value projection x W_V^g + b_V^g (G as for keys)",
+        ),
         Quantity(
             name="fx_norm",
             axes="LHT",
@@ -263,11 +278,14 @@ def shape(name: str, sizes: Mapping[str, int]) -> tuple[int, ...]:
 
     Args:
       name: a key of `QUANTITIES`.
-      sizes: the size of each axis letter used (L = captured layers, H, T, S,
-        K, D; N, P and M are fixed); hidden_states gets L + 1 entries on L.
+      sizes: the size of each axis letter used (L = captured layers, H, G, T, S,
+        K, D; N, P and M are fixed; G defaults to H); hidden_states gets L + 1 entries
+        on L.
     """
     q = QUANTITIES[name]
     sizes = {"N": len(HEAD_STATS), "P": len(DECODER_HEAD_STATS), "M": len(NORM_MEASURES), **sizes}
+    if "H" in sizes:
+        sizes.setdefault("G", sizes["H"])
     dims = [sizes[axis] for axis in q.axes]
     if q.has_layer_axis:
         dims[q.layer_axis] += q.extra_layer

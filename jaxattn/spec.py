@@ -186,6 +186,7 @@ def make_spec(
     precision: str = "highest",
     available: Sequence[str] | None = None,
     refused: Mapping[str, str] | None = None,
+    kv_heads: int | None = None,
 ) -> CaptureSpec:
     """Validate a capture request and return its spec.
 
@@ -202,6 +203,9 @@ def make_spec(
       refused: quantity -> why this model refuses it, the rest of a sentence that
         begins with the name (`ModelConfig.refused_quantities`: a decoder's head
         statistics; its scores as uint8).
+      kv_heads: the model's key/value heads (grouped-query attention when fewer than
+        num_heads: then `keys` and `values` hold them, and refuse a head selection,
+        which names query heads); None: num_heads.
 
     Raises:
       UsageError: naming the bad field and the valid choices.
@@ -215,10 +219,20 @@ def make_spec(
                 f"quantity {name!r} is not computed by this model: it has "
                 f"{', '.join(available)} (the scores_* terms are DeBERTa's)"
             )
+    picked = resolve_indices(heads, num_heads, "heads")
+    grouped = kv_heads is not None and kv_heads != num_heads
+    for name in ("keys", "values"):
+        if grouped and name in names and len(picked) < num_heads:
+            raise UsageError(
+                f"quantity {name!r} of a grouped-query model holds its {kv_heads} key/value "
+                f"heads, not the {num_heads} query heads a head selection names: capture "
+                f"{name} with every head (query head h reads key/value head "
+                f"h // {num_heads // kv_heads})"
+            )
     return CaptureSpec(
         what=tuple(q for q in QUANTITIES if q in set(names)),
         layers=resolve_indices(layers, num_layers, "layers"),
-        heads=resolve_indices(heads, num_heads, "heads"),
+        heads=picked,
         dtype=dtype,
         precision=check_precision(precision),
     )

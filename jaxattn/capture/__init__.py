@@ -166,8 +166,15 @@ class Capture:
         tensors = {}
         for name, array in self.tensors.items():
             q = QUANTITIES[name]
+            grouped = q.axis("G") is not None and array.shape[q.axis("G")] != len(self.heads)
+            if grouped and heads is not None:
+                raise ValueError(
+                    f"{name} of a grouped-query capture holds {array.shape[q.axis('G')]} "
+                    f"key/value heads, not the {len(self.heads)} query heads a head selection "
+                    "names: select heads of a capture without keys and values"
+                )
             for key, axis in (("L", q.layer_axis), ("H", q.head_axis)):
-                if axis is not None:
+                if axis is not None and not (key == "H" and grouped):
                     extra = list(range(q.extra_layer)) if key == "L" else []
                     index = extra + [i + len(extra) for i in picked[key]]
                     array = array[(slice(None),) * axis + (index,)]

@@ -76,6 +76,8 @@ DIMS = {
     "R": "relative_rows",
     "Q": "qkv_width",
     "W": "ffn_width",
+    "A": "attention_width",
+    "G": "kv_width",
 }
 
 Table = Mapping[str, tuple[str, str, str]]
@@ -141,6 +143,9 @@ class Family:
         # DeBERTa: 2 x HF's pos_ebd_size, from position_buckets or max_relative_positions.
         # A fused query/key/value projection (ModernBERT's Wqkv, GPT-2's c_attn): 3 x D.
         names.setdefault("qkv_width", f"3 x {names.get('hidden_size', 'hidden_size')}")
+        heads = names.get("num_heads", "num_heads")
+        names.setdefault("attention_width", f"{heads} x head_dim")
+        names.setdefault("kv_width", "num_key_value_heads x head_dim")
         names.setdefault("relative_rows", "2 x (position_buckets or max_relative_positions)")
         return names.get(ours, ours)
 

@@ -130,6 +130,8 @@ class AttentionClient:
                 shared_weights=info.shared_weights,
                 revision=info.revision,
                 causal=info.causal,
+                # 0 from a server that predates the field: no grouped-query attention
+                num_key_value_heads=info.num_key_value_heads or info.heads,
             )
         return self._info
 

@@ -7,6 +7,8 @@ relative (DeBERTa: c2c + c2p + p2c score terms from a relative embedding
 table). Everything after the scores (mask, softmax, head gates, weighted sum,
 output projection) is shared. A causal model (GPT-2) lets query i see keys
 j <= i only: the future gets exactly zero weight, and its scores are -inf.
+Grouped-query attention (Llama): H_kv < H key/value heads, query head h reads
+key/value head h // (H / H_kv) (HF's repeat_kv).
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ class AttentionParts:
     dim, D model dim.
 
     Attributes:
-      q, k, v: [T, H, K] the per-head projections (q and k rotated in a rotary model).
+      q: [T, H, K] the per-head query projections (rotated in a rotary model).
+      k, v: [T, H_kv, K] the per-key/value-head projections (k rotated likewise);
+        H_kv = H without grouped-query attention.
       scores: [H, T, S] the softmax input before the padding mask (DeBERTa: its terms'
         sum); a causal model's future keys (j > i) exactly -inf.
       alpha: [H, T, S] the attention weights (after head ablation's uniform rows).
@@ -49,10 +53,21 @@ class AttentionParts:
     c2p: jax.Array | None = None
     p2c: jax.Array | None = None
 
+    def values_per_query_head(self) -> jax.Array:
+        """v [S, H, K] of each query head: head h gets its group's key/value head
+        h // (H / H_kv)."""
+        return _per_query_head(self.v, self.q.shape[1])
+
     def score_terms(self) -> dict[str, jax.Array]:
         """The score terms computed, by name ("c2c", "c2p", "p2c"); empty but for DeBERTa."""
         terms = {"c2c": self.c2c, "c2p": self.c2p, "p2c": self.p2c}
         return {name: t for name, t in terms.items() if t is not None}
+
+
+def _per_query_head(t, heads: int):
+    """[T, H_kv, K] -> [T, H, K], each key/value head repeated for its group (HF repeat_kv)."""
+    group = heads // t.shape[1]
+    return t if group == 1 else jnp.repeat(t, group, axis=1)
 
 
 class SelfAttention(nn.Module):
@@ -85,9 +100,15 @@ class SelfAttention(nn.Module):
             mm=self.mm,
             use_bias=c.attention_bias,
         )
-        query, key = Dense(**proj, name="query"), Dense(**proj, name="key")
-        q, k = query(x), key(x)  # [T, H, K]
-        v = Dense(**proj, name="value")(x)
+        query = Dense(**proj, name="query")
+        if c.kv_heads != c.num_heads:  # grouped-query attention: H_kv key/value heads
+            hkv = (c.kv_heads, c.head_dim)
+            key_proj = dict(proj, shape=(c.hidden_size, *hkv), bias_shape=hkv)
+        else:
+            key_proj = proj
+        key = Dense(**key_proj, name="key")
+        q, k = query(x), key(x)  # [T, H, K], [T, H_kv, K]
+        v = Dense(**key_proj, name="value")(x)
         length = x.shape[0]
         allowed = jnp.broadcast_to(mask[None, :], (length, length))  # [T, S]
         terms = {}
@@ -97,7 +118,8 @@ class SelfAttention(nn.Module):
         else:
             if c.rotary is not None:
                 q, k, allowed = self._rotate(q, k, allowed, is_global)
-            scores = self.mm("THK,SHK->HTS", q, k) / jnp.sqrt(c.head_dim)
+            scores = self.mm("THK,SHK->HTS", q, _per_query_head(k, c.num_heads))
+            scores = scores / jnp.sqrt(c.head_dim)
         if c.causal:  # the future is no part of a decoder's scores: exactly -inf
             past = np.tril(np.ones((length, length), bool))  # key j <= query i
             scores = jnp.where(past[None], scores, -jnp.inf)
@@ -120,7 +142,7 @@ class SelfAttention(nn.Module):
         )
         y = None
         if project:
-            context = self.mm("HTS,SHK->THK", alpha, v)
+            context = self.mm("HTS,SHK->THK", alpha, _per_query_head(v, c.num_heads))
             if gate is not None:
                 context = context * keep[None, :, None]
             y = out(context)
@@ -136,7 +158,7 @@ class SelfAttention(nn.Module):
 
         def angles(is_global: bool):
             theta = r.global_theta if is_global else r.local_theta
-            return rotary.rope_angles(length, self.config.head_dim, theta)
+            return rotary.rope_angles(length, self.config.head_dim, theta, r.frequency_scaling())
 
         def local(allowed):  # a padded query far from every real key still sees itself
             window = rotary.window_mask(length, r.local_window)

@@ -214,6 +214,7 @@ class Engine:
             precision=self.precision if precision is None else precision,
             available=self.config.quantities(),
             refused=self.config.refused_quantities(dtype),
+            kv_heads=self.config.kv_heads,
         )
 
     def tokenize(

@@ -66,6 +66,36 @@ class LayerNorm(nn.Module):
         return y
 
 
+class RMSNorm(nn.Module):
+    """RMSNorm as HF's LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) * scale, in float32.
+
+    No centring and no bias (`use_bias` must be False: the family tables give none).
+    """
+
+    eps: float
+    use_bias: bool = False
+
+    @nn.compact
+    def __call__(self, x):
+        scale = param(self, "scale", nn.initializers.ones, (x.shape[-1],))
+        x32 = jnp.asarray(x, jnp.float32)
+        var = jnp.square(x32).mean(-1, keepdims=True)
+        return scale * (x32 * jax.lax.rsqrt(var + self.eps)).astype(jnp.result_type(x))
+
+
+def norm_class(norm_type: str):
+    """ModelConfig.norm_type -> the norm module ("layer": LayerNorm, "rms": RMSNorm)."""
+    return RMSNorm if norm_type == "rms" else LayerNorm
+
+
+def norm_statistic(h, norm_type: str, eps: float):
+    """The divisor of a norm applied to h [..., D]: sqrt(var + eps) (LayerNorm, two-pass
+    variance) or sqrt(mean(h^2) + eps) (RMSNorm): s_i of the AttnResLn decomposition."""
+    if norm_type == "rms":
+        return jnp.sqrt(jnp.square(h).mean(-1) + eps)
+    return jnp.sqrt(jnp.square(h - h.mean(-1, keepdims=True)).mean(-1) + eps)
+
+
 class Dense(nn.Module):
     """y = x W + b with W shaped [in..., out...] by an einsum spec (b optional)."""
 

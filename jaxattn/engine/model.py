@@ -25,7 +25,15 @@ import jax.numpy as jnp
 from jaxattn.config import ModelConfig
 from jaxattn.engine import head_stats, layer_loop, norms
 from jaxattn.engine.attention import AttentionParts, SelfAttention
-from jaxattn.engine.layers import Dense, LayerNorm, activation, init, param
+from jaxattn.engine.layers import (
+    Dense,
+    LayerNorm,
+    activation,
+    init,
+    norm_class,
+    norm_statistic,
+    param,
+)
 from jaxattn.engine.precision import Matmul
 from jaxattn.quantities import MIXING, QUANTITIES
 from jaxattn.spec import CaptureSpec
@@ -73,24 +81,29 @@ class Embeddings(nn.Module):
         return x
 
 
-def _capture_layer(want, p: AttentionParts, x, gamma, std, mm: Matmul, mask, classes) -> dict:
+def _capture_layer(
+    want, p: AttentionParts, x, gamma, std, mm: Matmul, mask, classes, centre: bool = True
+) -> dict:
     """The requested per-layer quantities of one example, all heads.
 
-    Shapes out: attention/scores/alpha_fx_norm [H, T, S]; queries/keys/values
-    [H, T, K]; fx_norm [H, S]; sum_alpha_fx_norm, attn_res_norm and
-    attn_res_ln_norm [T, S]; head_stats, norm_head_stats [H, N]; decoder_head_stats,
-    decoder_norm_head_stats [H, P]; mixing_ratio,
-    mixing_norm, preserving_norm [T, M].
+    Shapes out: attention/scores/alpha_fx_norm [H, T, S]; queries [H, T, K]; keys and
+    values [H_kv, T, K] (H_kv = H without grouped-query attention); fx_norm [H, S];
+    sum_alpha_fx_norm, attn_res_norm and attn_res_ln_norm [T, S]; head_stats,
+    norm_head_stats [H, N]; decoder_head_stats, decoder_norm_head_stats [H, P];
+    mixing_ratio, mixing_norm, preserving_norm [T, M].
     """
     cap = {}
-    alpha, v, w_out = p.alpha, p.v, p.w_out
+    alpha, w_out = p.alpha, p.w_out
+    # The norm quantities read each query head's values: head h those of its group's
+    # key/value head (h // group), an [S, H, K] copy, never an [H, T, S, D] tensor.
+    v = p.values_per_query_head()
     for name, t in (("attention", alpha), ("scores", p.scores)):
         if name in want:
             cap[name] = t
     for term, t in p.score_terms().items():  # DeBERTa's score terms
         if f"scores_{term}" in want:
             cap[f"scores_{term}"] = t
-    for name, t in (("queries", p.q), ("keys", p.k), ("values", v)):
+    for name, t in (("queries", p.q), ("keys", p.k), ("values", p.v)):
         if name in want:
             cap[name] = t.transpose(1, 0, 2)  # [T, H, K] -> [H, T, K]
     if want & {"fx_norm", "alpha_fx_norm", "norm_head_stats", "decoder_norm_head_stats"}:
@@ -116,9 +129,9 @@ def _capture_layer(want, p: AttentionParts, x, gamma, std, mm: Matmul, mask, cla
     if "attn_res_norm" in want:
         cap["attn_res_norm"] = norms.residual_norm(alpha, v, w_out, x, mm)
     if "attn_res_ln_norm" in want:
-        cap["attn_res_ln_norm"] = norms.residual_ln_norm(alpha, v, w_out, x, gamma, std, mm)
+        cap["attn_res_ln_norm"] = norms.residual_ln_norm(alpha, v, w_out, x, gamma, std, mm, centre)
     if want & set(MIXING):
-        mixing = norms.mixing(alpha, v, w_out, x, gamma, std, mm)
+        mixing = norms.mixing(alpha, v, w_out, x, gamma, std, mm, centre)
         cap.update({name: t for name, t in mixing.items() if name in want})
     return cap
 
@@ -162,28 +175,30 @@ class EncoderLayer(nn.Module):
         c = self.config
         pre = c.norm == "pre"
         ln = dict(eps=c.layer_norm_eps, use_bias=c.norm_bias)
+        norm = norm_class(c.norm_type)  # LayerNorm, or RMSNorm (Llama)
         project = output or bool(want & _NEEDS_NEXT_LN)
         first_ln = pre and c.has_attention_ln(self.index)
-        attn_in = LayerNorm(**ln, name="attention_ln")(x) if first_ln else x
+        attn_in = norm(**ln, name="attention_ln")(x) if first_ln else x
         attention = SelfAttention(c, self.mm, self.index, name="attention")
         a, parts = attention(attn_in, mask, gate, project, rel_table, is_global)
         # The LayerNorm after the attention block's addition: the block's own (post)
         # or the FFN's (pre). Its statistics of the real h fix the AttnResLn decomposition.
-        next_ln = LayerNorm(**ln, name="ffn_ln" if pre else "attention_ln")
+        next_ln = norm(**ln, name="ffn_ln" if pre else "attention_ln")
         cap, std, h = {}, None, None
         if project:
             h = x + a
-            std = jnp.sqrt(jnp.square(h - h.mean(-1, keepdims=True)).mean(-1) + c.layer_norm_eps)
+            std = norm_statistic(h, c.norm_type, c.layer_norm_eps)
         normed = next_ln(h) if output else None
         if want:
             gamma = self.variables["params"][next_ln.name]["scale"]
-            cap = _capture_layer(want, parts, x, gamma, std, self.mm, mask, classes)
+            centre = c.norm_type == "layer"  # an RMSNorm subtracts no mean
+            cap = _capture_layer(want, parts, x, gamma, std, self.mm, mask, classes, centre)
         if not output:
             return None, cap
         ffn_out = self._ffn(normed)
         if pre:
             return h + ffn_out, cap
-        return LayerNorm(**ln, name="ffn_ln")(normed + ffn_out), cap
+        return norm(**ln, name="ffn_ln")(normed + ffn_out), cap
 
     def _ffn(self, x):
         c = self.config
@@ -191,7 +206,10 @@ class EncoderLayer(nn.Module):
         act = activation(c.activation)
         width = 2 * f if c.ffn == "glu" else f
         u = Dense((d, width), (width,), "TD,DF->TF", self.mm, c.mlp_bias, name="ffn_in")(x)
-        if c.ffn == "glu":
+        if c.ffn == "gated":  # Llama: down(act(gate(x)) * up(x)); ffn_in is up_proj
+            gate = Dense((d, f), (f,), "TD,DF->TF", self.mm, c.mlp_bias, name="ffn_gate")(x)
+            u = act(gate) * u
+        elif c.ffn == "glu":
             u = act(u[:, :f]) * u[:, f:]  # HF chunk(2): input, then gate
         else:
             u = act(u)
@@ -273,7 +291,7 @@ class Encoder(nn.Module):
                 x, cap = _unrolled(run, weights, c, x, run_gates, hidden, args)
             if c.norm == "pre" and run.stop == c.num_layers and x is not None:
                 # HF's final_norm; its hidden_states[-1] is this normalised last_hidden_state.
-                x = LayerNorm(c.layer_norm_eps, c.norm_bias, name="final_ln")(x)
+                x = norm_class(c.norm_type)(c.layer_norm_eps, c.norm_bias, name="final_ln")(x)
                 if hidden:
                     cap["hidden_states"] = cap["hidden_states"].at[-1].set(x)
             if not run.captured:

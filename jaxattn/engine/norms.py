@@ -107,7 +107,9 @@ def residual_norm(attention, values, w_out, x, mm: Matmul = _EXACT):
     return jnp.sqrt(jnp.maximum(squared, 0.0))
 
 
-def residual_ln_norm(attention, values, w_out, x, gamma, std, mm: Matmul = _EXACT):
+def residual_ln_norm(
+    attention, values, w_out, x, gamma, std, mm: Matmul = _EXACT, centre: bool = True
+):
     """Contribution norms through the attention block, residual and LayerNorm.
 
     Kobayashi et al. 2021, AttnResLn-N: with the LayerNorm's statistics of the
@@ -121,13 +123,17 @@ def residual_ln_norm(attention, values, w_out, x, gamma, std, mm: Matmul = _EXAC
     Args:
       attention, values, w_out, x: as `residual_norm`.
       gamma: [D] the LayerNorm scale.
-      std: [T] s_i = sqrt(var(y_i) + eps) of the real pre-LN vectors.
+      std: [T] s_i = sqrt(var(y_i) + eps) of the real pre-LN vectors (an RMSNorm:
+        sqrt(mean(y_i^2) + eps)).
+      centre: False for an RMSNorm, which subtracts no mean: W~ = gamma * W_O, x~ = gamma * x.
 
     Returns:
       [T, S]
     """
-    w_tilde = gamma * (w_out - w_out.mean(-1, keepdims=True))
-    x_tilde = gamma * (x - x.mean(-1, keepdims=True))
+    if centre:
+        w_out = w_out - w_out.mean(-1, keepdims=True)
+        x = x - x.mean(-1, keepdims=True)
+    w_tilde, x_tilde = gamma * w_out, gamma * x
     return residual_norm(attention, values, w_tilde, x_tilde, mm) / std[:, None]
 
 
@@ -135,7 +141,9 @@ def _norm(v):
     return jnp.sqrt(jnp.sum(v * v, axis=-1))
 
 
-def mixing(attention, values, w_out, x, gamma, std, mm: Matmul = _EXACT) -> dict:
+def mixing(
+    attention, values, w_out, x, gamma, std, mm: Matmul = _EXACT, centre: bool = True
+) -> dict:
     """Kobayashi et al. 2021's context-mixing norms and ratios of every position.
 
     With v_ij token j's contribution vector to position i (`jaxattn.quantities.NORM_MEASURES`:
@@ -155,7 +163,8 @@ def mixing(attention, values, w_out, x, gamma, std, mm: Matmul = _EXACT) -> dict
     Args:
       attention: [H, T, S] (T == S); values: [S, H, K]; w_out: [H, K, D];
       x: [S, D] the residual entering the block's addition; gamma: [D] the next
-        LayerNorm's scale; std: [T] the real statistics s_i of that LayerNorm's input.
+        LayerNorm's scale; std: [T] the real statistics s_i of that LayerNorm's input;
+      centre: False for an RMSNorm (no mean subtracted).
 
     Returns:
       {"mixing_norm", "preserving_norm", "mixing_ratio"}: each [T, M], M in
@@ -167,7 +176,7 @@ def mixing(attention, values, w_out, x, gamma, std, mm: Matmul = _EXACT) -> dict
     kept = mm("THK,HKD->TD", own.T[:, :, None] * values, w_out)  # v_ii of Attn-N
 
     def through_ln(v):  # [T, D] -> its LayerNorm-decomposed vector's norm
-        return _norm(gamma * (v - v.mean(-1, keepdims=True))) / std
+        return _norm(gamma * (v - v.mean(-1, keepdims=True) if centre else v)) / std
 
     mix = jnp.stack([_norm(mixed), _norm(mixed), through_ln(mixed)], -1)
     keep = jnp.stack([_norm(kept), _norm(kept + x), through_ln(kept + x)], -1)

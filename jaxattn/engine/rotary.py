@@ -1,4 +1,4 @@
-"""ModernBERT's rotary positions and local windows (Warner et al. 2024), per example, as HF.
+"""Rotary positions (ModernBERT, Llama) and local windows (Warner et al. 2024), per example, as HF.
 
 RoPE (Su et al. 2021) in HF's "rotate_half" layout: a query or key x of one
 head (width K, even) at position t becomes
@@ -16,6 +16,9 @@ local ones `local_rope_theta` (HF rope_parameters["full_attention"] and
 |i - j| <= local_attention // 2 (masking_utils.sliding_window_bidirectional_overlay
 with config.sliding_window = local_attention // 2); every other pair gets
 exactly zero weight.
+
+Llama rotates q and k the same way in every layer, with `rope_theta` and its
+rope type's frequency scaling (`scaled_frequencies`: "linear", "llama3").
 
 Float32 as torch: f, the angles t * f and their cos/sin are float32. f is
 computed with the C library's float32 powf, as torch's scalar loop does, so
@@ -40,7 +43,14 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["apply_rotary", "inverse_frequencies", "is_global_layer", "rope_angles", "window_mask"]
+__all__ = [
+    "apply_rotary",
+    "inverse_frequencies",
+    "is_global_layer",
+    "rope_angles",
+    "scaled_frequencies",
+    "window_mask",
+]
 
 
 def inverse_frequencies(head_dim: int, theta: float) -> np.ndarray:
@@ -56,18 +66,55 @@ def inverse_frequencies(head_dim: int, theta: float) -> np.ndarray:
     return np.float32(1.0) / power
 
 
+def scaled_frequencies(inv_freq: np.ndarray, scaling: tuple) -> np.ndarray:
+    """HF's rope_type scalings of inv_freq [K / 2] float32 (`ModelConfig.rotary.scaling`).
+
+    scaling: () (default: unchanged), or (type, factor, low_freq_factor,
+    high_freq_factor, original_max_positions) with type
+    * "linear": inv_freq / factor (HF _compute_linear_scaling_rope_parameters);
+    * "llama3": HF _compute_llama3_parameters, in float32 as torch: with
+      wavelen = 2 pi / inv_freq, frequencies whose wavelength exceeds
+      original / low_freq_factor are divided by factor, those below
+      original / high_freq_factor kept, and the band between interpolated,
+      (1 - s) inv_freq / factor + s inv_freq, s = (original / wavelen - low) / (high - low).
+    Neither scales cos/sin (HF's attention_factor is 1 for both).
+    """
+    if not scaling:
+        return inv_freq
+    kind, factor, low, high, original = scaling
+    f32 = np.float32
+    if kind == "linear":
+        return (inv_freq / f32(factor)).astype(f32)
+    if kind != "llama3":
+        raise ValueError(f"unknown rope scaling {kind!r}")
+    # torch: python-scalar / tensor is reciprocal(tensor) * scalar, in float32.
+    wavelen = ((f32(1) / inv_freq) * f32(2 * np.pi)).astype(f32)
+    low_wavelen, high_wavelen = original / low, original / high
+    scaled = np.where(wavelen > low_wavelen, inv_freq / f32(factor), inv_freq).astype(f32)
+    smooth = (((f32(1) / wavelen) * f32(original) - f32(low)) / f32(high - low)).astype(f32)
+    smoothed = ((f32(1) - smooth) * scaled / f32(factor) + smooth * scaled).astype(f32)
+    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+    return np.where(medium, smoothed, scaled).astype(f32)
+
+
 @functools.lru_cache(maxsize=64)
-def _angles(length: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
-    freqs = np.arange(length, dtype=np.float32)[:, None] * inverse_frequencies(head_dim, theta)
+def _angles(
+    length: int, head_dim: int, theta: float, scaling: tuple = ()
+) -> tuple[np.ndarray, np.ndarray]:
+    inv_freq = scaled_frequencies(inverse_frequencies(head_dim, theta), scaling)
+    freqs = np.arange(length, dtype=np.float32)[:, None] * inv_freq
     emb = np.concatenate([freqs, freqs], axis=-1).astype(np.float64)  # [T, K], float32 values
     cos, sin = np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
     cos.flags.writeable = sin.flags.writeable = False  # cached: shared by every caller
     return cos, sin
 
 
-def rope_angles(length: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
-    """(cos, sin), each [T, K] float32, of positions 0..T-1 (HF's rotary embedding)."""
-    return _angles(int(length), int(head_dim), float(theta))
+def rope_angles(
+    length: int, head_dim: int, theta: float, scaling: tuple = ()
+) -> tuple[np.ndarray, np.ndarray]:
+    """(cos, sin), each [T, K] float32, of positions 0..T-1 (HF's rotary embedding), the
+    frequencies scaled by `scaling` (`scaled_frequencies`; () none)."""
+    return _angles(int(length), int(head_dim), float(theta), tuple(scaling))
 
 
 def rotate_half(x):

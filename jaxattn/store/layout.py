@@ -98,9 +98,12 @@ def from_storage(flat: np.ndarray, dtype: str, shape) -> np.ndarray:
     return from_bits(flat, dtype).reshape(shape)
 
 
-def axis_sizes(*, layers: int, heads: int, head_dim: int, hidden: int) -> dict[str, int]:
-    """Sizes of the fixed axes of the legend (L, H, K, D); T and S are per example."""
-    return {"L": layers, "H": heads, "K": head_dim, "D": hidden}
+def axis_sizes(
+    *, layers: int, heads: int, head_dim: int, hidden: int, kv_heads: int = 0
+) -> dict[str, int]:
+    """Sizes of the fixed axes of the legend (L, H, G, K, D); T and S are per example.
+    kv_heads: G, the key/value heads of a grouped-query model (0: G = H)."""
+    return {"L": layers, "H": heads, "G": kv_heads or heads, "K": head_dim, "D": hidden}
 
 
 def example_shape(quantity: str, sizes: dict[str, int], length: int) -> tuple[int, ...]:

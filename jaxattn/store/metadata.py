@@ -113,11 +113,15 @@ def build(
       too_long: truncate, skip or error.
       chunk_bytes: uncompressed bytes per array chunk.
     """
+    # A grouped-query model's keys/values (G axis) come with every head only (make_spec).
+    heads = model_info["heads"]
+    kv = model_info.get("num_key_value_heads") or heads
     sizes = layout.axis_sizes(
         layers=len(spec.layers),
         heads=len(spec.heads),
         head_dim=model_info["head_dim"],
         hidden=model_info["hidden"],
+        kv_heads=kv if len(spec.heads) == heads else len(spec.heads),
     )
     shards = -(-input_info.records // shard_size)
     return {

@@ -59,6 +59,14 @@ LEVEL9_BYTES = 8 << 20
 PAGE_FORMAT = "jaxattn.views.page/1"
 
 
+def query_head_keys(cap: Capture) -> np.ndarray:
+    """keys [L, H, T, K] per query head: a grouped-query capture's [L, G, T, K] with key/value
+    head g repeated for its H / G query heads (query head h reads g = h // (H / G))."""
+    keys = cap.array("keys")
+    groups = len(cap.heads) // keys.shape[1]
+    return keys if groups == 1 else np.repeat(keys, groups, axis=1)
+
+
 def encode_array(x: np.ndarray, dtype: str = "f4") -> dict:
     """One ARRAY of the module docstring (``"u1"`` only for values in [0, 1])."""
     x = np.asarray(x)
@@ -154,7 +162,7 @@ def example(cap: Capture, index: int, views: Sequence[str], embed: str, label=No
         out["weights"]["norm"] = encode_array(view_weights(cap, "norm"), code)
     if "neuron" in views and {"queries", "keys"} <= set(cap.tensors):
         out["queries"] = encode_array(cap.array("queries"))
-        out["keys"] = encode_array(cap.array("keys"))
+        out["keys"] = encode_array(query_head_keys(cap))
     if "stats" in views:
         from jaxattn.views.stats import stats_document
 
@@ -251,7 +259,7 @@ def pack_example(cap: Capture, views, exact: bool, label: str, table: dict) -> t
     if WEIGHT_KINDS["norm"] in cap.tensors:
         arrays["norm"] = view_weights(cap, "norm")
     if "neuron" in views and {"queries", "keys"} <= set(cap.tensors):
-        arrays.update(queries=cap.array("queries"), keys=cap.array("keys"))
+        arrays.update(queries=cap.array("queries"), keys=query_head_keys(cap))
     section, descs = bytearray(), {}
     for name, x in arrays.items():
         weights = name in KINDS

@@ -56,7 +56,7 @@ from jaxattn.views.drawing import (
     title,
     value_range,
 )
-from jaxattn.views.payload import view_weights
+from jaxattn.views.payload import query_head_keys, view_weights
 from jaxattn.views.stats_svg import stats_svg
 
 CHIP = 36
@@ -194,7 +194,7 @@ def model_svg(cap, *, kind="attention", thumb=None):
 def neuron_values(cap: Capture, layer: int, head: int, token: int) -> dict[str, np.ndarray]:
     """q [K], k [T, K], q×k [T, K], q·k [T] and softmax_j(q·k/√K) [T], in float64."""
     q = np.asarray(cap.array("queries")[layer, head, token], np.float64)
-    k = np.asarray(cap.array("keys")[layer, head], np.float64)
+    k = np.asarray(query_head_keys(cap)[layer, head], np.float64)
     qk = q * k
     dot = qk.sum(-1)
     s = dot / np.sqrt(q.shape[-1])

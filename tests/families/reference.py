@@ -109,8 +109,11 @@ def torch_reference(model, family: str, enc) -> dict:
     return result
 
 
-def naive_norms(per: dict, values, alpha, x, attn_out, eps: float) -> dict:
-    """The norm quantities of one layer, materialising f ([S, H, D]) and alpha f ([H, T, S, D])."""
+def naive_norms(per: dict, values, alpha, x, attn_out, eps: float, rms: bool = False) -> dict:
+    """The norm quantities of one layer, materialising f ([S, H, D]) and alpha f ([H, T, S, D]).
+
+    rms: the next norm is an RMSNorm (Llama): s_i = sqrt(mean(y_i^2) + eps), no centring.
+    """
     heads, t, kd = values.shape
     w_o = per["out"].weight.detach().double().numpy().T  # [H*K, D]
     b_o = per["out"].bias.detach().double().numpy() if per["out"].bias is not None else 0.0
@@ -121,9 +124,9 @@ def naive_norms(per: dict, values, alpha, x, attn_out, eps: float) -> dict:
     np.testing.assert_allclose(mixed.sum(1) + b_o, attn_out, rtol=2e-6, atol=1e-6)
     with_res = mixed + np.eye(t)[:, :, None] * x[None, :, :]
     y = x + attn_out
-    std = np.sqrt(y.var(-1) + eps)
+    std = np.sqrt((np.square(y).mean(-1) if rms else y.var(-1)) + eps)
     gamma = per["next_ln"].weight.detach().double().numpy()
-    centred = with_res - with_res.mean(-1, keepdims=True)
+    centred = with_res if rms else with_res - with_res.mean(-1, keepdims=True)
     through_ln = gamma * centred / std[:, None, None]
     return {
         **authors_mixing((mixed, with_res, through_ln)),

@@ -13,11 +13,13 @@ from jaxattn.checkpoints.families.deberta import DEBERTA_V2
 from jaxattn.checkpoints.families.distilbert import DISTILBERT
 from jaxattn.checkpoints.families.electra import ELECTRA
 from jaxattn.checkpoints.families.gpt2 import GPT2
+from jaxattn.checkpoints.families.llama import LLAMA
 from jaxattn.checkpoints.families.modernbert import MODERNBERT
 from jaxattn.checkpoints.family import Family
 
 FAMILIES: dict[str, Family] = {
-    f.name: f for f in (BERT, ROBERTA, DISTILBERT, ELECTRA, ALBERT, DEBERTA_V2, MODERNBERT, GPT2)
+    f.name: f
+    for f in (BERT, ROBERTA, DISTILBERT, ELECTRA, ALBERT, DEBERTA_V2, MODERNBERT, GPT2, LLAMA)
 }
 
 # config.json model_type -> its family.

@@ -1,0 +1,77 @@
+"""The eager-PyTorch reference of every Llama quantity, for ONE unpadded example.
+
+Forward hooks on each layer's q_proj/k_proj/v_proj hand over the projections
+(split head-major as HF's view/transpose: H query heads, H_kv key/value heads),
+o_proj the attention block's output; q and k are rotated with HF's own
+LlamaRotaryEmbedding and apply_rotary_pos_emb. Attentions and hidden states
+are the model's own (output_attentions / output_hidden_states). Then
+scores = q k^T K^-0.5 per query head with its group's key (HF repeat_kv), the
+future exactly -inf, and the norm quantities come from reference.naive_norms
+(float64, materialised, each query head with its group's values) with
+r = hidden_states[l] and the next norm the layer's post_attention_layernorm
+(an RMSNorm: no centring).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from reference import naive_norms
+
+
+def base_model(model):
+    """The LlamaModel inside LlamaForCausalLM (or the model itself)."""
+    return getattr(model, "model", model)
+
+
+def llama_reference(model, enc) -> dict:
+    """Every quantity of ONE unpadded example `enc`: float64 arrays without a batch axis."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    model = base_model(model)
+    c = model.config
+    heads, kv, k_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+    seen: dict[str, list] = {"q": [], "k": [], "v": [], "o": []}
+    hooks = []
+    for layer in model.layers:
+        a = layer.self_attn
+        for name, module in (("q", a.q_proj), ("k", a.k_proj), ("v", a.v_proj), ("o", a.o_proj)):
+            hook = module.register_forward_hook(lambda _m, _i, o, n=name: seen[n].append(o))
+            hooks.append(hook)
+    try:
+        with torch.no_grad():
+            out = model(**enc, output_attentions=True, output_hidden_states=True)
+            t = enc["input_ids"].shape[1]
+            positions = torch.arange(t)[None]
+            cos, sin = model.rotary_emb(out.last_hidden_state, positions)
+    finally:
+        for h in hooks:
+            h.remove()
+    hidden = np.stack([h[0].double().numpy() for h in out.hidden_states])
+    ref: dict[str, list] = {}
+    group = heads // kv
+    for layer in range(c.num_hidden_layers):
+
+        def split(name, n, layer=layer):  # [1, T, n K] -> [1, n, T, K]
+            return seen[name][layer].view(1, t, n, k_dim).transpose(1, 2)
+
+        q, k = apply_rotary_pos_emb(split("q", heads), split("k", kv), cos, sin)
+        q, k = q[0].double().numpy(), k[0].double().numpy()
+        v = split("v", kv)[0].double().numpy()
+        alpha = out.attentions[layer][0].double().numpy()
+        scores = q @ np.repeat(k, group, axis=0).transpose(0, 2, 1) * k_dim**-0.5
+        future = ~np.tril(np.ones((t, t), bool))
+        row = dict(queries=q, keys=k, values=v, attention=alpha)
+        row["scores"] = np.where(future, -np.inf, scores)
+        block = model.layers[layer]
+        per = dict(out=block.self_attn.o_proj, next_ln=block.post_attention_layernorm)
+        attn_out = seen["o"][layer][0].double().numpy()
+        v_per_head = np.repeat(v, group, axis=0)
+        row.update(
+            naive_norms(per, v_per_head, alpha, hidden[layer], attn_out, c.rms_norm_eps, rms=True)
+        )
+        for name, value in row.items():
+            ref.setdefault(name, []).append(value)
+    result = {name: np.stack(v) for name, v in ref.items()}
+    result["hidden_states"] = hidden
+    return result
