@@ -23,7 +23,10 @@ from llama_reference import llama_reference
 from reference import assert_matches
 
 import jaxattn
+from jaxattn.analysis import decoder_head_statistics
+from jaxattn.analysis.weights import normalise_rows
 from jaxattn.errors import InputError, UsageError
+from jaxattn.quantities import DECODER_HEAD_STATS
 
 LLAMA3 = dict(
     rope_type="llama3",
@@ -98,13 +101,28 @@ def test_tokens_equal_the_checkpoints_own_tokenizer(setup):
 def test_every_quantity_equals_the_torch_reference(setup):
     _, path, tok, texts, engine, caps = setup
     model = load_torch_model(path)
-    compared = [q for q in engine.config.quantities() if q != "scores"]
+    # The statistics have their own reference below (numpy over the captured maps).
+    compared = [q for q in engine.config.quantities() if q != "scores" and "stats" not in q]
     for text, cap in zip(texts, caps, strict=True):
         ref = llama_reference(model, tok(text, return_tensors="pt"))
         assert_matches(cap, ref, compared, repr(text))
         past = np.isfinite(ref["scores"])
         np.testing.assert_array_equal(np.isfinite(cap.scores), past)
         np.testing.assert_allclose(cap.scores[past], ref["scores"][past], atol=1e-4, rtol=0)
+
+
+def test_decoder_statistics_equal_the_numpy_reference_over_query_heads(setup):
+    """Grouped-query attention's maps are per query head: so are the statistics."""
+    *_, caps = setup
+    for cap in caps:
+        for name, weights in (
+            ("decoder_head_stats", cap.attention),
+            ("decoder_norm_head_stats", normalise_rows(cap.alpha_fx_norm)),
+        ):
+            stats = decoder_head_statistics(weights, cap.tokens)
+            want = np.stack([stats[k] for k in DECODER_HEAD_STATS], -1)
+            assert getattr(cap, name).shape == want.shape == (3, 4, len(DECODER_HEAD_STATS))
+            np.testing.assert_allclose(getattr(cap, name), want, atol=2e-6, rtol=0, err_msg=name)
 
 
 def test_the_future_is_exactly_invisible(setup):
