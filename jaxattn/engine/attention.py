@@ -128,9 +128,10 @@ class SelfAttention(nn.Module):
         alpha = jax.nn.softmax(jnp.where(allowed[None], scores, -jnp.inf), axis=-1)
         if gate is not None:
             keep, uniform = gate
-            flat = jnp.broadcast_to(mask / mask.sum(), alpha.shape[1:])  # [T, S]
-            if c.causal:  # equal weight on every real key a query may see
-                flat = allowed / allowed.sum(-1, keepdims=True)
+            if c.causal:  # equal weight on every real key the query may see (j <= i)
+                flat = allowed / allowed.sum(-1, keepdims=True)  # [T, S]
+            else:  # equal weight on every real key
+                flat = jnp.broadcast_to(mask / mask.sum(), alpha.shape[1:])
             alpha = jnp.where(uniform[:, None, None], flat[None], alpha)
         out = Dense(
             (*hk, c.hidden_size),

@@ -18,6 +18,7 @@ from hf_fixtures import EXAMPLE_A, EXAMPLE_B, load_tokenizer, load_torch_model, 
 from reference import assert_matches
 
 import jaxattn
+from jaxattn.engine.ablation import HeadAblation
 from jaxattn.errors import InputError, UsageError
 
 
@@ -134,3 +135,14 @@ def test_the_scanned_layer_stack_equals_the_unrolled_one(setup):
     for got, want in zip(scan.capture(texts, what=what), caps, strict=True):
         for name in what:
             np.testing.assert_allclose(got.array(name), want.array(name), atol=2e-6, err_msg=name)
+
+
+def test_a_uniform_ablated_head_spreads_over_the_keys_its_query_may_see(setup):
+    """Kovaleva et al.'s uniform head on a decoder: row i is 1/(i+1) on j <= i, 0 after."""
+    engine = setup[-2]
+    ablation = HeadAblation.of([(1, 2)], mode="uniform")
+    (cap,) = engine.capture([EXAMPLE_A], what="attention", ablation=ablation)
+    t = len(cap.tokens)
+    want = np.tril(np.ones((t, t))) / np.arange(1, t + 1)[:, None]
+    np.testing.assert_allclose(cap.attention[1, 2], want, atol=1e-7, rtol=0)
+    assert not np.allclose(cap.attention[1, 1], want)  # the other heads are untouched
