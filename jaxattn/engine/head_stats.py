@@ -17,6 +17,22 @@ from jaxattn.quantities import ENTROPY_SMOOTHING
 from jaxattn.token_classes import CLS_BIT, PUNCT_BIT, SEP_BIT
 
 
+def _mean_over(per_row, rows):
+    """[H, T] -> [H]: the mean over the rows weighted 1 in `rows` [T]; NaN if none."""
+    count = rows.sum()
+    return jnp.where(count > 0, (per_row * rows).sum(-1) / jnp.maximum(count, 1.0), jnp.nan)
+
+
+def _smoothed_entropy(weights, keys, visible):
+    """[H, T]: each row's entropy in nats after Clark et al.'s smoothing
+    (1 - s) w + s / keys over the keys `visible` [T, S] or [S] lets it see
+    (`keys`: their count, a scalar or [T, 1]); the others stay 0."""
+    s = ENTROPY_SMOOTHING
+    smoothed = ((1.0 - s) * weights + s / keys) * visible
+    logs = jnp.log(jnp.where(smoothed > 0, smoothed, 1.0))
+    return -(smoothed * logs).sum(-1)
+
+
 def head_statistics(weights, mask, classes):
     """weights [H, T, S] (T == S), mask [T] bool, classes [T] int8 bits -> [H, N].
 
@@ -31,33 +47,26 @@ def head_statistics(weights, mask, classes):
     def rows_of(bit):
         return ((classes & bit) != 0).astype(weights.dtype) * real  # [T]
 
-    def mean_over(per_row, rows):  # [H, T] -> [H] over the rows given; NaN if none
-        count = rows.sum()
-        return jnp.where(count > 0, (per_row * rows).sum(-1) / jnp.maximum(count, 1.0), jnp.nan)
-
     def attention_to(bit):  # [H, T]: each row's weight on the tokens of a class
         return (weights * rows_of(bit)).sum(-1)
 
     diag = jnp.diagonal(weights, 0, 1, 2)  # [H, T]
     below = jnp.diagonal(weights, -1, 1, 2)  # W[i, i-1] for i = 1..T-1
     above = jnp.diagonal(weights, 1, 1, 2)  # W[i, i+1] for i = 0..T-2 (past the end: 0)
-    s = ENTROPY_SMOOTHING
-    smoothed = ((1.0 - s) * weights + s / n) * real  # padded keys stay 0
-    logs = jnp.log(jnp.where(smoothed > 0, smoothed, 1.0))
-    entropy = -(smoothed * logs).sum(-1)  # [H, T]
+    entropy = _smoothed_entropy(weights, n, real)  # [H, T]; padded keys stay 0
     to_sep = attention_to(SEP_BIT)
     sep_rows = rows_of(SEP_BIT)
     stats = (
-        mean_over(attention_to(CLS_BIT), real),
-        mean_over(to_sep, real),
-        mean_over(attention_to(PUNCT_BIT), real),
-        mean_over(diag, real),
+        _mean_over(attention_to(CLS_BIT), real),
+        _mean_over(to_sep, real),
+        _mean_over(attention_to(PUNCT_BIT), real),
+        _mean_over(diag, real),
         (below * real[1:]).sum(-1) / n,
         (above * real[:-1]).sum(-1) / n,
-        mean_over(entropy, real),
-        mean_over(entropy, rows_of(CLS_BIT)),
-        mean_over(to_sep, sep_rows),
-        mean_over(to_sep, real - sep_rows),
+        _mean_over(entropy, real),
+        _mean_over(entropy, rows_of(CLS_BIT)),
+        _mean_over(to_sep, sep_rows),
+        _mean_over(to_sep, real - sep_rows),
     )
     return jnp.stack(stats, axis=-1)
 
@@ -81,22 +90,19 @@ def decoder_statistics(weights, mask, classes):
     real = mask.astype(weights.dtype)  # [T]
     index = jnp.arange(t)
     rows = real * (index >= 1)  # query rows 1 .. n-1
-    count = rows.sum()
 
-    def mean(per_row):  # [H, T] -> [H] over `rows`; NaN if none
-        return jnp.where(count > 0, (per_row * rows).sum(-1) / jnp.maximum(count, 1.0), jnp.nan)
+    def mean(per_row):
+        return _mean_over(per_row, rows)
 
     punct = ((classes & PUNCT_BIT) != 0).astype(weights.dtype) * real
     below = jnp.pad(jnp.diagonal(weights, -1, 1, 2), ((0, 0), (1, 0)))  # W[i, i-1]; row 0: 0
     visible = (index[None, :] <= index[:, None]) * real[None, :]  # [T, S]: j <= i, real
-    s = ENTROPY_SMOOTHING
-    smoothed = ((1.0 - s) * weights + s / (index[:, None] + 1.0)) * visible
-    logs = jnp.log(jnp.where(smoothed > 0, smoothed, 1.0))
+    entropy = _smoothed_entropy(weights, index[:, None] + 1.0, visible)  # row i: i+1 keys
     stats = (
         mean(weights[..., 0]),
         mean(below),
         mean(jnp.diagonal(weights, 0, 1, 2)),
         mean((weights * punct).sum(-1)),
-        mean(-(smoothed * logs).sum(-1)),
+        mean(entropy),
     )
     return jnp.stack(stats, axis=-1)
