@@ -3,6 +3,7 @@
     python benchmarks/gpu_checks.py sanity      # the GPU is seen; a tiny capture equals the CPU's
     python benchmarks/gpu_checks.py zero-copy   # numpy views a pinned output in place?
     python benchmarks/gpu_checks.py precision   # forward/attention at highest, tf32, bf16
+    python benchmarks/gpu_checks.py overlap     # outputs pinned vs staged: is the copy hidden?
     python benchmarks/gpu_checks.py service     # `jaxattn serve` and a client, end to end
     python benchmarks/gpu_checks.py warmup      # Engine.warmup of one spec, timed
     python benchmarks/gpu_checks.py shape       # one shape: its compile and its speed
@@ -23,6 +24,15 @@ same check with the default memory kind.
 interleaved rounds in one process (compile apart): each precision's speed-up
 over highest and its largest attention difference from highest.
 
+`overlap`: random BERT-base loaded four times, precision highest and tf32 by
+host memory "pinned" (the program writes its outputs to pinned host memory)
+and "staged" (device memory, then a transfer of their own): the forward,
+attention, full capture and (tf32) uint8 attention of texts of exactly
+`--tokens` tokens, interleaved rounds in one process (the first passes compile
+in four threads). Whether staging hides the device-to-host copy behind the
+next batch's compute decides `host_memory="auto"` on GPUs; staged outputs must
+equal pinned ones bit for bit.
+
 `service`: `jaxattn serve` on a random BERT-base in a child process, and
 `--clients` threads of one `AttentionClient` sending requests of `--request`
 texts of `--tokens` tokens: attention as uint8 + zstd and as float32 without
@@ -41,7 +51,7 @@ and the best of the others is its speed. For comparing levers in fresh
 processes: XLA_FLAGS, ``JAXATTN_LAYER_LOOP``, `--host-memory` (pinned against
 staged: is the copy overlapped?) and `--precision`.
 
-`--tiny` (precision, service, warmup, shape) swaps BERT-base for the tiny model
+`--tiny` (precision, overlap, service, warmup, shape) swaps BERT-base for the tiny model
 of `sanity`: the CPU smoke run of `benchmarks/gpu_run.sh` and the tests.
 Each check prints one line a result (`--json FILE`: also its figures);
 `benchmarks/gpu_run.sh` runs them on a GPU.
@@ -194,6 +204,71 @@ def interleaved(runners: dict, repeats: int) -> tuple[dict, dict]:
     return first, {name: min(times) for name, times in rounds.items()}
 
 
+def overlap(tokens: int, n: int, repeats: int, tiny: bool, json_path: Path | None) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    import jaxattn
+    from jaxattn.bench.capture import FULL, synthetic_texts
+
+    texts = synthetic_texts(tokens, n)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(model_dir(Path(tmp), tiny))
+        engines = {
+            (p, m): jaxattn.load(path, precision=p, host_memory=m, buckets=(tokens,))
+            for p in ("highest", "tf32")
+            for m in ("pinned", "staged")
+        }
+    last = engines["highest", "pinned"].config.num_layers - 1
+    cases = {
+        "forward": dict(what="hidden_states", layers=last),
+        "attention": dict(what="attention"),
+        "full": dict(what=FULL),
+        "uint8": dict(what="attention", dtype="uint8"),
+    }
+    runners = {}
+    for (p, m), engine in engines.items():
+        for case, kw in cases.items():
+            if (case == "forward" and m == "staged") or (case == "uint8" and p == "highest"):
+                continue  # the forward's output is tiny; uint8 at highest was measured
+            runners[f"{case}_{p}_{m}"] = lambda e=engine, kw=kw: e.capture(texts, **kw)
+    t = time.perf_counter()
+    with ThreadPoolExecutor(4) as pool:  # the first passes: compiles, four at a time
+        list(pool.map(lambda fn: fn(), runners.values()))
+    compile_s = time.perf_counter() - t
+    _, best = interleaved(runners, repeats)
+    result = {
+        "tokens": tokens,
+        "n": n,
+        "repeats": repeats,
+        "model": "tiny" if tiny else "bert-base",
+        "platform": engines["highest", "pinned"].devices[0].platform,
+        "first_passes_s": compile_s,
+    }
+    print(f"overlap: first passes (compiles) {compile_s:.1f} s in 4 threads")
+    for name, seconds in best.items():
+        result[f"{name}_seq_per_s"] = n / seconds
+        print(f"overlap {name:24s}: {n / seconds:9.1f} seq/s")
+    for p in ("highest", "tf32"):
+        for case in ("attention", "full", "uint8"):
+            pinned, staged = (result.get(f"{case}_{p}_{m}_seq_per_s") for m in ("pinned", "staged"))
+            if pinned:
+                result[f"{case}_{p}_staged_over_pinned"] = staged / pinned
+                print(f"overlap {case} {p}: staged / pinned {staged / pinned:.2f}x")
+    sample = texts[:4]
+    for p in ("highest", "tf32"):
+        got = [engines[p, m].capture(sample, what=FULL) for m in ("pinned", "staged")]
+        same = all(
+            np.array_equal(a.tensors[q], b.tensors[q])
+            for a, b in zip(*got, strict=True)
+            for q in FULL
+        )
+        result[f"{p}_staged_equals_pinned"] = same
+        print(f"overlap {p}: staged outputs equal pinned bit for bit: {same}")
+    write_json(json_path, result)
+
+
 def precision(tokens: int, n: int, repeats: int, tiny: bool, json_path: Path | None) -> None:
     import numpy as np
 
@@ -335,7 +410,14 @@ def warmup(
     with tempfile.TemporaryDirectory() as tmp:
         engine = jaxattn.load(model or str(model_dir(Path(tmp), tiny)), **options)
         t1 = time.perf_counter()
-        shapes = engine.warmup(engine.make_spec(what), sizes=sizes)
+        started = []
+
+        def progress() -> bool:  # asked before each shape: a line each, cut off or not
+            started.append(1)
+            print(f"  warmup: shape {len(started)} starts at {time.perf_counter() - t1:.1f} s")
+            return False
+
+        shapes = engine.warmup(engine.make_spec(what), sizes=sizes, stop=progress)
         t2 = time.perf_counter()
     print(
         f"warmup {','.join(what)} ({sizes} sizes) on {engine.devices[0].platform}: "
@@ -377,14 +459,23 @@ def shape(what: tuple[str, ...], tokens: int, tiny: bool, host_memory: str, prec
 
 
 def main() -> int:
-    checks = ("sanity", "zero-copy", "precision", "service", "warmup", "shape", "tiny-capture")
+    checks = (
+        "sanity",
+        "zero-copy",
+        "precision",
+        "overlap",
+        "service",
+        "warmup",
+        "shape",
+        "tiny-capture",
+    )
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("check", choices=checks)
     p.add_argument("--bytes", type=int, default=1 << 30, help="zero-copy: output size")
     p.add_argument("--what", default="attention", help="warmup, shape: the quantities")
     p.add_argument("--tokens", type=int, default=128, help="the synthetic texts' length")
-    p.add_argument("-n", type=int, default=1024, help="precision, service: how many texts")
-    p.add_argument("--repeats", type=int, default=3, help="precision: timed rounds")
+    p.add_argument("-n", type=int, default=1024, help="precision, overlap, service: texts")
+    p.add_argument("--repeats", type=int, default=3, help="precision, overlap: timed rounds")
     p.add_argument("--request", type=int, default=256, help="service: texts a request")
     p.add_argument("--clients", type=int, default=4, help="service: concurrent requests")
     p.add_argument("--tiny", action="store_true", help="the tiny BERT instead of BERT-base")
@@ -412,6 +503,8 @@ def main() -> int:
         zero_copy(args.bytes)
     elif args.check == "precision":
         precision(args.tokens, args.n, args.repeats, args.tiny, args.json)
+    elif args.check == "overlap":
+        overlap(args.tokens, args.n, args.repeats, args.tiny, args.json)
     elif args.check == "service":
         service(args.tokens, args.n, args.request, args.clients, args.tiny, args.json)
     elif args.check == "shape":

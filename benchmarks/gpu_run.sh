@@ -109,22 +109,16 @@ for stage in "${wanted[@]}"; do
     precision)  # tf32 and bf16 against highest, one process
       step 120 "${checks[@]}" precision $tiny --tokens "$tokens" -n "$(s 8 2048)" --json "$OUT/precision.json"
       ;;
-    overlap)  # one shape, fresh process: outputs written to pinned memory by the program,
-      # or staged (device memory, then a transfer of their own): is the copy hidden?
-      full=attention,queries,keys,fx_norm,alpha_fx_norm,sum_alpha_fx_norm
-      for args in "attention highest" "$full highest" "attention tf32"; do
-        set -- $args
-        for memory in pinned staged; do
-          step 60 "${checks[@]}" shape $tiny --tokens "$tokens" --what "$1" --precision "$2" \
-            --host-memory "$memory"
-        done
-      done
+    overlap)  # outputs written to pinned memory by the program, or staged (device
+      # memory, then a transfer of their own): is the copy hidden? One process.
+      step 160 "${checks[@]}" overlap $tiny --tokens "$tokens" -n "$(s 16 1024)" \
+        --repeats "$(s 1 2)" --json "$OUT/overlap.json"
       ;;
     first)  # a new process: load + first full capture of 100 EWT sentences, cold then cached
       cache=$(mktemp -d)
       for run in cold cached; do
         echo "-- first capture, $run compilation cache"
-        JAXATTN_COMPILATION_CACHE=$cache step "$( [ $run = cold ] && echo 200 || echo 40)" \
+        JAXATTN_COMPILATION_CACHE=$cache step "$( [ $run = cold ] && echo 120 || echo 30)" \
           "$py" benchmarks/first_capture.py ${smoke:+--tiny} --random-bert-base -n "$(s 4 100)"
       done
       ;;
@@ -136,7 +130,7 @@ for stage in "${wanted[@]}"; do
       cache=$(mktemp -d)
       for run in cold cached; do
         echo "-- Engine.warmup(sizes=\"largest\") of attention, $run compilation cache"
-        JAXATTN_COMPILATION_CACHE=$cache step "$( [ $run = cold ] && echo 150 || echo 40)" \
+        JAXATTN_COMPILATION_CACHE=$cache step "$( [ $run = cold ] && echo 120 || echo 30)" \
           "${checks[@]}" warmup $tiny --sizes largest ${smoke:+--buckets 8,16}
       done
       ;;

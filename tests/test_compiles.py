@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 
 import numpy as np
 import pytest
@@ -104,3 +105,50 @@ def test_a_warmup_told_to_stop_ends_before_its_next_shape(bert_checkpoint):
     with backend_compiles() as compiles:
         assert engine.warmup(spec, stop=stop) == 2
     assert len(compiles) == 2 and len(asked) == 3
+
+
+def test_compile_threads_follow_the_host_and_the_shapes():
+    from jaxattn.engine.pipeline import compile_threads
+
+    assert compile_threads(5, cpus=2) == 1  # the 2-core machine: one compile uses both
+    assert compile_threads(5, cpus=16) == 5  # never more threads than shapes
+    assert compile_threads(40, cpus=64) == 8
+    assert compile_threads(0, cpus=16) == 1
+
+
+def test_new_shapes_compile_in_threads_and_give_the_serial_numbers(bert_checkpoint, monkeypatch):
+    # Texts of two buckets in batches of 4 and 1: several new shapes in one call.
+    texts = ["i went to the store ."] * 5 + [" ".join(["fresh strawberries"] * 14)] * 2
+    serial = jaxattn.load(bert_checkpoint, buckets=(16,), max_batch=4, compile_tokens=0)
+    threaded = jaxattn.load(bert_checkpoint, buckets=(16,), max_batch=4, compile_tokens=0)
+    threaded.pipeline.compile_threads = 3
+    threads = []
+    compile_one = threaded.step.compile
+
+    def recording(*args):
+        threads.append(threading.current_thread().name)
+        compile_one(*args)
+
+    monkeypatch.setattr(threaded.step, "compile", recording)
+    want = serial.capture(texts, what=("attention", "fx_norm"))
+    got = threaded.capture(texts, what=("attention", "fx_norm"))
+    assert threaded.compiled_shapes == serial.compiled_shapes >= 3
+    assert len(threads) == threaded.compiled_shapes
+    assert all(name.startswith("jaxattn-compile") for name in threads)
+    for g, w in zip(got, want, strict=True):
+        assert g.tokens == w.tokens
+        for name in ("attention", "fx_norm"):
+            np.testing.assert_array_equal(g.tensors[name], w.tensors[name])
+    with backend_compiles() as compiles:  # what the threads compiled is what the calls run
+        threaded.capture(texts, what=("attention", "fx_norm"))
+    assert compiles == []
+
+
+def test_a_threaded_warmup_leaves_nothing_to_compile(bert_checkpoint):
+    engine = jaxattn.load(bert_checkpoint, buckets=(16,), max_batch=4)
+    engine.pipeline.compile_threads = 3
+    spec = engine.make_spec(what="attention")
+    assert engine.warmup(spec) == batching.max_shapes(engine.buckets, engine.budgets)
+    with backend_compiles() as compiles:
+        engine.capture(["i went to the store .", "at"] * 3, what="attention")
+    assert compiles == []

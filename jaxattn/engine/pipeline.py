@@ -4,6 +4,8 @@
 on the devices (`host.pack` -> `CaptureStep`, copies to the host begun at
 once), keeps two in flight so one computes while the previous one's copy
 lands, and cuts the finished blocks into per-example Captures (`host.unpack`).
+A call that needs several shapes not compiled yet compiles them at once in
+threads (`compile_threads`), each batch waiting only for its own shape.
 A batch that runs out of device memory is run again in halves (`oom`).
 The `Engine` owns one and hands it, when made, everything it reads: the model
 config, the `CaptureStep`, the devices, the bucket lengths, the `batching.Budgets`,
@@ -13,7 +15,10 @@ the `batching.ShapeLedger` of what is compiled, and the captures' provenance.
 from __future__ import annotations
 
 import collections
+import os
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from jaxattn import quantities
 from jaxattn.capture import Capture
@@ -27,6 +32,15 @@ from jaxattn.spec import CaptureSpec
 
 # Batches in flight: one computing while the previous one's copy lands.
 _PIPELINE_DEPTH = 2
+
+
+def compile_threads(shapes: int, cpus: int | None = None) -> int:
+    """Threads that compile `shapes` new shapes at once: half the host's cores, at
+    most 8, never more than the shapes. XLA compiles with the GIL released, and on a
+    GPU most of a shape's compile (GEMM autotuning, code generation) runs on the
+    host; on a 2-core machine this is one thread, a compile already using both."""
+    cpus = cpus or os.cpu_count() or 1
+    return max(1, min(shapes, cpus // 2, 8))
 
 
 def program(spec: CaptureSpec, ablated: bool) -> tuple:
@@ -68,6 +82,8 @@ class BatchPipeline:
         self.budgets = budgets
         self.shapes = shapes
         self._provenance = provenance
+        # Threads compiling a call's new shapes (None: `compile_threads` of the host).
+        self.compile_threads: int | None = None
 
     @property
     def provenance(self) -> Mapping:
@@ -90,18 +106,26 @@ class BatchPipeline:
         """
         gates = None if ablation is None else ablation.gates(self.config)
         args = (tokenized, spec, gates)
+        plan = self.plan(tokenized, spec, self.budgets, ablated=gates is not None)
         pending: collections.deque = collections.deque()
-        for batch in self.plan(tokenized, spec, self.budgets, ablated=gates is not None):
-            try:
-                pending.append((batch, self.dispatch(batch, *args)))
-            except Exception as e:
-                if not out_of_memory(e):
-                    raise
-                yield from self._drain(pending, *args)  # free what is in flight first
-                yield from in_halves(self, batch, *args, e)
-            if len(pending) >= _PIPELINE_DEPTH:
-                yield from self._finish(*pending.popleft(), *args, pending)
-        yield from self._drain(pending, *args)
+        ahead = self._compile_ahead(spec, plan) if gates is None else None
+        try:
+            for batch in plan:
+                if ahead is not None:
+                    ahead.wait(batch)
+                try:
+                    pending.append((batch, self.dispatch(batch, *args)))
+                except Exception as e:
+                    if not out_of_memory(e):
+                        raise
+                    yield from self._drain(pending, *args)  # free what is in flight first
+                    yield from in_halves(self, batch, *args, e)
+                if len(pending) >= _PIPELINE_DEPTH:
+                    yield from self._finish(*pending.popleft(), *args, pending)
+            yield from self._drain(pending, *args)
+        finally:
+            if ahead is not None:
+                ahead.close()
 
     def plan(self, tokenized, spec, budgets=None, ablated=False) -> list[batching.Batch]:
         """The batches `run` gives tokenised examples under `spec` now (budgets: the
@@ -156,9 +180,10 @@ class BatchPipeline:
         sizes until it has cost one compile (`batching.ShapeLedger.pad_into`).
         Shapes are compiled ahead of time, not run (`CaptureStep.compile`); inputs
         go through the same `host.pack` and `CaptureStep.place` as real batches:
-        the jit cache keys on argument types. `stop`: None, or a callable asked
-        before each shape; once it returns True the warmup ends there (a server
-        told to stop while it warms up).
+        the jit cache keys on argument types; several shapes compile at once in
+        threads (`compile_threads`). `stop`: None, or a callable asked before
+        each shape; once it returns True no further shape starts (a server told
+        to stop while it warms up).
 
         Raises:
           ValueError: an unknown `sizes`.
@@ -166,24 +191,59 @@ class BatchPipeline:
         if sizes not in batching.WARMUP_SIZES:
             valid = ", ".join(batching.WARMUP_SIZES)
             raise ValueError(f"unknown warmup sizes {sizes!r}: valid are {valid}")
-        dummy = [TokenizedText(ids=(0,), type_ids=(0,), tokens=("",), sentence_b_start=None)]
         if sizes == "largest":
             self.shapes.pad_into.add(program(spec, False))
+        shapes = []
         for length in self.buckets:
             largest = batching.batch_size(
                 length, lambda t: self.output_bytes(spec, t), self.budgets
             )
             ladder = batching.ladder(largest, self.budgets.size_step)
-            for size in ladder if sizes == "all" else ladder[:1]:
-                if stop is not None and stop():
-                    return self.compiled_shapes
-                n = size * len(self.devices)
-                batch = batching.Batch(length, n, (0,))
-                self.step.compile(
-                    spec, *self.step.place(*host.pack(batch, dummy, self.config, spec))
-                )
+            shapes += [
+                (length, size * len(self.devices))
+                for size in ladder[: len(ladder) if sizes == "all" else 1]
+            ]
+        stopped = threading.Event()
+
+        def told_to_stop() -> bool:  # asked until it says stop, then stopped for good
+            if stop is not None and not stopped.is_set() and stop():
+                stopped.set()
+            return stopped.is_set()
+
+        threads = self.compile_threads or compile_threads(len(shapes))
+        with ThreadPoolExecutor(threads, thread_name_prefix="jaxattn-compile") as pool:
+            done = [pool.submit(self._compile, spec, t, n, told_to_stop) for t, n in shapes]
+        for (length, n), compiled in zip(shapes, done, strict=True):
+            if compiled.result():
                 self.shapes.add(program(spec, False), length, n)
         return self.compiled_shapes
+
+    def _compile(self, spec: CaptureSpec, length: int, n: int, stop=None) -> bool:
+        """Compile the (spec, [n, length]) program ahead of time, unless `stop()` says
+        not to (then False). Inputs go through `host.pack` and `CaptureStep.place`
+        as real batches do: the jit cache keys on argument types."""
+        if stop is not None and stop():
+            return False
+        dummy = [TokenizedText(ids=(0,), type_ids=(0,), tokens=("",), sentence_b_start=None)]
+        batch = batching.Batch(length, n, (0,))
+        self.step.compile(spec, *self.step.place(*host.pack(batch, dummy, self.config, spec)))
+        return True
+
+    def _compile_ahead(self, spec: CaptureSpec, plan) -> _CompilingAhead | None:
+        """Start compiling the plan's new shapes in threads, where there are several
+        and more than one thread; None where batches compile as they dispatch."""
+        key = program(spec, False)
+        new = sorted(
+            {(b.length, b.size) for b in plan}
+            - {(t, n) for k, t, n in self.shapes.compiled if k == key}
+        )
+        threads = self.compile_threads or compile_threads(len(new))
+        if len(new) < 2 or threads < 2:
+            return None
+        pool = ThreadPoolExecutor(threads, thread_name_prefix="jaxattn-compile")
+        return _CompilingAhead(
+            pool, {shape: pool.submit(self._compile, spec, *shape) for shape in new}
+        )
 
     @property
     def compiled_shapes(self) -> int:
@@ -198,3 +258,21 @@ class BatchPipeline:
         )
         item = OUTPUT_DTYPES[spec.dtype].itemsize
         return sum(quantities.size(name, sizes) for name in spec.what) * item
+
+
+class _CompilingAhead:
+    """A call's new shapes compiling in threads: `wait` for a batch's own shape,
+    `close` when the call ends (shapes not started are dropped)."""
+
+    def __init__(self, pool: ThreadPoolExecutor, futures: dict[tuple[int, int], Future]):
+        self._pool, self._futures = pool, futures
+
+    def wait(self, batch: batching.Batch) -> None:
+        future = self._futures.get((batch.length, batch.size))
+        if future is not None and future.exception() is not None:
+            # The dispatch compiles the shape again and reports the failure where a
+            # batch's failures are handled (device memory: run in halves).
+            self._futures.pop((batch.length, batch.size))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
