@@ -111,8 +111,8 @@ for stage in "${wanted[@]}"; do
       ;;
     overlap)  # outputs written to pinned memory by the program, or staged (device
       # memory, then a transfer of their own): is the copy hidden? One process.
-      step 160 "${checks[@]}" overlap $tiny --tokens "$tokens" -n "$(s 16 1024)" \
-        --repeats "$(s 1 2)" --json "$OUT/overlap.json"
+      step 160 "${checks[@]}" overlap $tiny --tokens "$tokens" -n "$(s 16 512)" \
+        --repeats "$(s 1 2)" --precision highest,tf32 --json "$OUT/overlap.json"
       ;;
     first)  # a new process: load + first full capture of 100 EWT sentences, cold then cached
       cache=$(mktemp -d)

@@ -89,3 +89,21 @@ def test_captures_are_views_of_one_batch_block(engines):
     layers, heads = caps[0].attention.shape[:2]
     row_bytes = layers * heads * 8 * 8 * 4  # one [L, H, 8, 8] float32 row of the bucket-8 block
     assert abs(lo_e - lo_a) == row_bytes  # adjacent rows of one block
+
+
+def test_auto_stages_on_gpus_and_pins_on_tpus():
+    # The H200 figures (BENCHMARKS.md, 2026-11-26) made "staged" the GPUs' choice.
+    class Memory:
+        def __init__(self, kind):
+            self.kind = kind
+
+    def device(platform, kinds=("device", "pinned_host")):
+        return type(
+            "Device",
+            (),
+            {"platform": platform, "addressable_memories": lambda _: [Memory(k) for k in kinds]},
+        )()
+
+    assert resolve_host_memory("auto", [device("gpu"), device("gpu")]) == "staged"
+    assert resolve_host_memory("auto", [device("tpu")]) == "pinned"
+    assert resolve_host_memory("auto", [device("gpu", ("device",))]) == "device"

@@ -21,12 +21,17 @@ The modules, in the order data flows through them:
       oom        a batch out of device memory runs again in halves
     ablation   head ablation (Kovaleva et al. 2019) and its study; mlm: its loss
     cache      the persistent compilation cache (on by default, per user)
+    xla_flags  the XLA flags set by default (GEMMs to cuBLAS on GPUs), applied on import
 
 The names below resolve on first use: importing a light module of this
 package (tokenize, batching, ablation's MODES) does not start jax.
 """
 
 import importlib
+
+from jaxattn.engine import xla_flags
+
+xla_flags.apply()  # before any module of the engine starts a JAX backend
 
 _LAZY = {
     "Engine": "jaxattn.engine.engine",

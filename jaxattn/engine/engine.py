@@ -48,13 +48,13 @@ class Engine:
         rows, to compile fewer shapes (`jaxattn.engine.batching`); None: 0.25.
       compile_tokens: what one compile costs in padded tokens: padding past
         pad_fraction is rented against compiling up to this per shape
-        (`batching.ShapeLedger`); 0: never; None: by device (8k CPU, 2M GPU/TPU).
+        (`batching.ShapeLedger`); 0: never; None: by device (8k CPU, 1M GPU/TPU).
       devices: the devices to run on, data-parallel over a 1-D mesh (batch
         sharded, weights replicated); default: every local device.
-      host_memory: where the step writes its outputs: "auto" (pinned host
-        memory on GPUs/TPUs, device memory on the CPU), "pinned", "device" or
-        "staged" (device memory, then a transfer of its own to pinned host
-        memory: `jaxattn.engine.step`).
+      host_memory: where the step writes its outputs: "auto" ("staged" on
+        GPUs, "pinned" on TPUs, "device" on the CPU), "pinned" (pinned host
+        memory), "device" or "staged" (device memory, then a transfer of its
+        own to pinned host memory: `jaxattn.engine.step`).
       precision: the default compute precision of captures: "highest" (exact
         float32), "tf32" or "bf16" (`jaxattn.engine.precision`); a capture
         may ask for another.

@@ -2,7 +2,8 @@
 
 A device's free memory is estimated when batches are sized
 (`batching.Budgets.for_devices`), but activations, fragmentation and other
-programs can still make XLA fail with RESOURCE_EXHAUSTED. The engine then runs
+programs can still make XLA fail with RESOURCE_EXHAUSTED, and so can XLA's pool
+of pinned host memory (64 GB by default on GPUs) when pinned outputs are kept. The engine then runs
 that batch as batches of at most half its size, recursively, and only an
 example that does not fit alone is an error (`DeviceMemoryError`).
 """
@@ -40,10 +41,11 @@ def in_halves(pipeline, batch, tokenized, spec, gates, error) -> Iterator[tuple[
             f"alone, capturing {', '.join(spec.what)} ({error}): capture fewer "
             "quantities, layers or heads, or shorter texts"
         ) from None
-    log.warning(
-        "a batch of %d x %d tokens ran out of device memory; running it in halves",
+    log.warning(  # XLA's words say which memory: the device's, or the pinned host pool
+        "a batch of %d x %d tokens ran out of memory (%s); running it in halves",
         batch.size,
         batch.length,
+        str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__,
     )
     half = dataclasses.replace(
         pipeline.budgets, max_batch=per_device // 2, pad_fraction=0.0, compile_tokens=0

@@ -10,12 +10,12 @@ memory policy (`HOST_MEMORY`): "pinned" has the program write them to pinned
 host memory, "device" leaves them in device memory for `host.start_copies`,
 "staged" has the program write them to device memory and then moves them to
 pinned host memory with a transfer of its own, which the next batch's program
-need not wait for; "auto" picks pinned where the devices offer it, except on
-the CPU, where device memory already is host memory and either way numpy views
-it without a copy. Measured on an H200 (BENCHMARKS.md, 2026-11-26): "pinned"
-runs the copy after the compute, not beside it (attention at T=128 costs the
-forward plus the whole copy at 54 GB/s); "staged" is the lever meant to overlap
-them, unmeasured on a GPU so far, hence not yet "auto"'s choice. `compile` builds a
+need not wait for. "auto" picks "staged" on GPUs, "pinned" on TPUs (unmeasured
+there) and "device" on the CPU, where device memory already is host memory and
+either way numpy views it without a copy. Measured on an H200 (BENCHMARKS.md,
+2026-11-26): "pinned" runs the copy after the compute, not beside it; "staged"
+hides part of it, identical outputs bit for bit, at tf32 1.24x pinned's rate
+for attention, 1.30x for a full capture, 1.09x for uint8 attention. `compile` builds a
 shape's program ahead of time without running it (`Engine.warmup`); jit keeps
 it for that shape's first call.
 """
@@ -49,8 +49,9 @@ def resolve_host_memory(policy: str, devices: Sequence[jax.Device]) -> str:
         raise ValueError(f"unknown host_memory {policy!r}: valid are {', '.join(HOST_MEMORY)}")
     kinds = {m.kind for d in devices for m in d.addressable_memories()}
     if policy == "auto":
-        gpu_like = all(d.platform != "cpu" for d in devices)
-        return "pinned" if gpu_like and "pinned_host" in kinds else "device"
+        if "pinned_host" not in kinds or any(d.platform == "cpu" for d in devices):
+            return "device"
+        return "staged" if all(d.platform == "gpu" for d in devices) else "pinned"
     if policy in ("pinned", "staged") and "pinned_host" not in kinds:
         have = ", ".join(sorted(kinds))
         raise ValueError(
@@ -81,7 +82,8 @@ class CaptureStep:
       config: the model config.
       params: the encoder's params tree (placed on the devices, replicated).
       devices: the devices of the data-parallel mesh.
-      host_memory: where outputs land: "auto", "pinned" or "device" (module docstring).
+      host_memory: where outputs land: "auto", "pinned", "device" or "staged" (module
+        docstring).
       layer_loop: "auto", "unrolled", "scan" or None (`jaxattn.engine.layer_loop`); with
         "scan" the placed `params` hold the weight sets stacked.
     """
