@@ -209,3 +209,18 @@ def test_a_long_decoder_text_gives_bounded_well_formed_outputs(fam):
     took = time.perf_counter() - t0
     assert took < TIME_BOUND_S and len(page) < 16 << 20, (took, len(page))
     _parse_html(page)
+
+
+def test_the_global_map_gives_each_query_head_its_key_value_heads_keys(decoder_caps, tmp_path):
+    """`jaxattn view --global` over saved grouped-query captures: a map per query head."""
+    from jaxattn.cli import main
+
+    short, _ = decoder_caps["llama"]
+    files = []
+    for k, cap in enumerate(short):
+        files.append(str(tmp_path / f"c{k}.npz"))
+        cap.save(files[-1])
+    out = tmp_path / "g.html"
+    assert main(["view", "--global", *files, "--out", str(out), "--quiet"]) == 0
+    header = json.loads(re.search(r'id="qk-data">(.*?)</script>', out.read_text(), re.S)[1])
+    assert header["heads"] == [0, 1, 2, 3] and header["points"] == sum(c.length for c in short)
