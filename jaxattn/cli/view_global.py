@@ -209,6 +209,7 @@ def _examples(args, parts, source) -> Iterator[tuple]:
     every example; texts captured with `source`."""
     from jaxattn.cli.corpus import report
     from jaxattn.cli.saved import require
+    from jaxattn.views.payload import query_head_keys  # a grouped model's keys per query head
 
     at = 0
     for part in parts:
@@ -231,7 +232,7 @@ def _examples(args, parts, source) -> Iterator[tuple]:
                     cap.layers,
                     cap.heads,
                     cap.queries,
-                    cap.keys,
+                    query_head_keys(cap),
                     cap.attention,
                 )
             report(stream, "jaxattn view --global")
@@ -249,7 +250,7 @@ def _examples(args, parts, source) -> Iterator[tuple]:
                     layers,
                     heads,
                     cap.queries[sel],
-                    cap.keys[sel],
+                    query_head_keys(cap)[sel],
                     att,
                 )
         at += len(part.items)

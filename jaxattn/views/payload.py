@@ -3,10 +3,17 @@
 The document (``build_payload(...)``) is what the web viewer's ``/api/view`` answers::
 
     {"format": "jaxattn.views/1", "views": ["head", ...],
-     "examples": [{"label", "tokens", "sentence_b_start", "layers", "heads",
+     "examples": [{"label", "tokens", "sentence_b_start", "layers", "heads", "causal",
                    "weights": {"attention": ARRAY, "norm": ARRAY},   # [L, H, T, T]
-                   "queries": ARRAY, "keys": ARRAY,                  # [L, H, T, K]
+                   "queries": ARRAY,                                 # [L, H, T, K]
+                   "keys": ARRAY, "kv_heads": [g, ...],              # [L, G, T, K]
                    "stats": {...}}]}                                 # see `stats.py`
+
+A decoder's example has ``causal`` true (`is_causal`): query i sees keys j <= i only,
+and its weights are exactly 0 for j > i (`view_weights` zeroes them), so nothing is
+drawn there. ``keys`` hold the capture's G key heads (G = H, or H_kv of a grouped-query
+model); ``kv_heads[h]`` is the key head (an index into keys' second axis) that query
+head index h reads: h // (H / G) (`kv_heads`).
 
 An ARRAY is ``{"dtype": "f4" | "u1", "shape", "scale", "offset", "b64"}``: the
 little-endian bytes, zlib-compressed, base64-encoded; the browser inflates them
@@ -59,6 +66,37 @@ LEVEL9_BYTES = 8 << 20
 PAGE_FORMAT = "jaxattn.views.page/1"
 
 
+def is_causal(cap: Capture) -> bool:
+    """Whether a capture is a decoder's (query i sees keys j <= i only).
+
+    Its provenance's model config says so where it has one (an engine's or a
+    store's captures); otherwise (a capture through a server, an old file) the
+    attention decides: a text of two or more tokens, no sentence pair, and every
+    weight above the diagonal exactly 0 (an encoder's softmax is never exactly 0 there).
+    """
+    config = cap.provenance.get("config") or {}
+    if "causal" in config:
+        return bool(config["causal"])
+    if cap.length < 2 or cap.sentence_b_start is not None or "attention" not in cap.tensors:
+        return False
+    att = cap.tensors["attention"]  # raw: uint8 0 is weight 0 only with offset 0
+    _, offset = cap.quantization.get("attention", (None, 0.0))
+    upper = np.triu(np.ones((cap.length, cap.length), bool), 1)
+    return bool(not offset and not np.any(att[..., upper]))
+
+
+def kv_heads(cap: Capture) -> list[int]:
+    """For each query head (an index into ``cap.heads``) the index of the key/value head
+    it reads in ``cap.keys``: h // (H / G), G the keys' heads (h itself when G = H)."""
+    per = len(cap.heads) // cap.tensors["keys"].shape[1]
+    return [h // per for h in range(len(cap.heads))]
+
+
+def causal_mask(t: int) -> np.ndarray:
+    """[T, T] booleans: True where query i may attend to key j (j <= i)."""
+    return np.tril(np.ones((t, t), bool))
+
+
 def query_head_keys(cap: Capture) -> np.ndarray:
     """keys [L, H, T, K] per query head: a grouped-query capture's [L, G, T, K] with key/value
     head g repeated for its H / G query heads (query head h reads g = h // (H / G))."""
@@ -87,10 +125,13 @@ def decode_array(a: dict) -> np.ndarray:
 
 
 def view_weights(cap: Capture, kind: str) -> np.ndarray:
-    """The [L, H, T, T] weights a view draws: α, or ‖αf‖ rows normalised (as capture_weights)."""
+    """The [L, H, T, T] weights a view draws: α, or ‖αf‖ rows normalised (as capture_weights);
+    a decoder's (`is_causal`) exactly 0 for j > i, the rows normalised over j <= i."""
     k = KINDS[kind]
-    x = cap.array(k.quantity)
-    return normalise_rows(x).astype(np.float32) if k.normalised else np.asarray(x, np.float32)
+    x = np.asarray(cap.array(k.quantity), np.float32)
+    if is_causal(cap):
+        x = np.where(causal_mask(x.shape[-1]), x, np.float32(0))
+    return normalise_rows(x).astype(np.float32) if k.normalised else x
 
 
 def example_label(cap: Capture, index: int) -> str:
@@ -156,13 +197,15 @@ def example(cap: Capture, index: int, views: Sequence[str], embed: str, label=No
         sentence_b_start=cap.sentence_b_start,
         layers=[int(v) for v in cap.layers],
         heads=[int(v) for v in cap.heads],
+        causal=is_causal(cap),
         weights={"attention": encode_array(att, code)},
     )
     if WEIGHT_KINDS["norm"] in cap.tensors:
         out["weights"]["norm"] = encode_array(view_weights(cap, "norm"), code)
     if "neuron" in views and {"queries", "keys"} <= set(cap.tensors):
         out["queries"] = encode_array(cap.array("queries"))
-        out["keys"] = encode_array(query_head_keys(cap))
+        out["keys"] = encode_array(cap.array("keys"))
+        out["kv_heads"] = kv_heads(cap)
     if "stats" in views:
         from jaxattn.views.stats import stats_document
 
@@ -258,8 +301,9 @@ def pack_example(cap: Capture, views, exact: bool, label: str, table: dict) -> t
     arrays = {"attention": view_weights(cap, "attention")}
     if WEIGHT_KINDS["norm"] in cap.tensors:
         arrays["norm"] = view_weights(cap, "norm")
-    if "neuron" in views and {"queries", "keys"} <= set(cap.tensors):
-        arrays.update(queries=cap.array("queries"), keys=query_head_keys(cap))
+    grouped = "neuron" in views and {"queries", "keys"} <= set(cap.tensors)
+    if grouped:
+        arrays.update(queries=cap.array("queries"), keys=cap.array("keys"))
     section, descs = bytearray(), {}
     for name, x in arrays.items():
         weights = name in KINDS
@@ -279,8 +323,11 @@ def pack_example(cap: Capture, views, exact: bool, label: str, table: dict) -> t
         sentence_b_start=cap.sentence_b_start,
         layers=[int(v) for v in cap.layers],
         heads=[int(v) for v in cap.heads],
+        causal=is_causal(cap),
         arrays=descs,
     )
+    if grouped:
+        entry["kv_heads"] = kv_heads(cap)
     return entry, bytes(section)
 
 

@@ -56,10 +56,38 @@ from jaxattn.views.drawing import (
     title,
     value_range,
 )
-from jaxattn.views.payload import query_head_keys, view_weights
+from jaxattn.views.payload import causal_mask, is_causal, kv_heads, view_weights
 from jaxattn.views.stats_svg import stats_svg
 
 CHIP = 36
+HEAD_MAX_TOKENS = 256  # the head view's default window of a longer text
+NEURON_MAX_KEYS = 128  # the neuron view's default window of keys of a longer text
+CAUSAL_NOTE = (
+    "causal: each token attends to itself and earlier tokens (j ≤ i); nothing is drawn for j > i"
+)
+MASKED = "#eeeeee"  # the masked future (j > i) of a decoder's heat map
+
+
+def _note(x: float, y: float, text: str) -> tuple[str, float, float]:
+    """One caption line as <g class="causal">: (svg, width, height)."""
+    body = f'<text x="{x}" y="{y + 12}" font-size="11" fill="#555">{escape(text)}</text>'
+    return f'<g class="causal">{body}</g>', text_width(text, 11), 16
+
+
+def window(t: int, span, default: int, around: int | None = None) -> tuple[int, int]:
+    """[start, stop) of tokens to draw: `span` when given, else all `t` up to `default`,
+    else `default` tokens (ending at `around` + 1 when given, else from 0)."""
+    if span is not None:
+        lo, hi = (int(v) for v in span)
+        if not 0 <= lo < hi <= t:
+            raise ValueError(f"window {span} is out of range: start < stop within 0..{t}")
+        return lo, hi
+    if t <= default:
+        return 0, t
+    if around is None:
+        return 0, default
+    hi = min(t, max(default, around + 1))
+    return hi - default, hi
 
 
 def _gray(v: float) -> str:  # #333 at opacity v over white: the head view's line scale
@@ -83,20 +111,34 @@ def _legend(x, y, cap, hs, width) -> tuple[str, float, float]:
     return "\n".join(out) + "</g>", 44 + CHIP * min(len(hs), per_row), 20 * rows - 5
 
 
-def head_svg(cap, *, layer=0, heads=None, kind="attention", min_weight=0.0, max_lines=5000):
-    """The head view of layer index `layer` (axis index into ``cap.layers``)."""
-    w = view_weights(cap, kind)[layer]  # [H, T, T]
+def head_svg(
+    cap, *, layer=0, heads=None, kind="attention", min_weight=0.0, max_lines=5000, tokens=None
+):
+    """The head view of layer index `layer` (axis index into ``cap.layers``), of the
+    tokens [start, stop) of `tokens` (default: all up to `HEAD_MAX_TOKENS`, else the
+    first `HEAD_MAX_TOKENS`): the window's queries and keys and the lines between them."""
+    lo, hi = window(cap.length, tokens, HEAD_MAX_TOKENS)
+    w = view_weights(cap, kind)[layer, :, lo:hi, lo:hi]  # [H, t, t]
     hs = list(range(w.shape[0])) if heads is None else list(heads)
-    t, rh, gap = len(cap.tokens), 18, 220
-    toks = [short(tok, 24) for tok in display_tokens(cap.tokens)]
+    t, rh, gap = hi - lo, 18, 220
+    toks = [short(tok, 24) for tok in display_tokens(cap.tokens)[lo:hi]]
     colw = min(220, max(60, max(text_width(s) for s in toks) + 10))
     h_idx, i_idx, j_idx = np.nonzero(w[hs] > max(min_weight, 0.0))
     vals = w[hs][h_idx, i_idx, j_idx]
+    i_idx, j_idx = i_idx + lo, j_idx + lo
     if len(vals) > max_lines:  # the strongest lines, as the page does
         keep = np.argsort(-vals, kind="stable")[:max_lines]
         h_idx, i_idx, j_idx, vals = h_idx[keep], i_idx[keep], j_idx[keep], vals[keep]
-    head, tw, th = title(PAD, PAD, f"Layer {cap.layers[layer]}, {KIND_TITLES[kind]}")
-    width = max(2 * colw + gap, tw, 44 + CHIP * min(len(hs), 4))
+    part = f", tokens {lo}–{hi - 1} of {cap.length}" if hi - lo < cap.length else ""
+    head, tw, th = title(PAD, PAD, f"Layer {cap.layers[layer]}, {KIND_TITLES[kind]}{part}")
+    notes = [CAUSAL_NOTE] if is_causal(cap) else []
+    if part:
+        notes.append(
+            f"lines between tokens {lo}–{hi - 1} only (tokens=(start, stop) picks another)"
+        )
+    note = [_note(PAD, PAD + th + 2 + 16 * k, text) for k, text in enumerate(notes)]
+    th += 16 * len(note)
+    width = max(2 * colw + gap, tw, 44 + CHIP * min(len(hs), 4), *(n[1] for n in note))
     band = PAD + th + 8
     cb_w = 180
     side = 44 + CHIP * len(hs) + 24 + cb_w <= width  # legend and colour bar on one band
@@ -108,17 +150,17 @@ def head_svg(cap, *, layer=0, heads=None, kind="attention", min_weight=0.0, max_
     top = max(band + lh, cb_y + ch) + 12
     x1, x2 = PAD + colw, PAD + colw + gap
     y = lambda r: top + r * rh + rh / 2  # noqa: E731
-    out = [head, leg, bar, '<g class="plot">']
+    out = [head, *(n[0] for n in note), leg, bar, '<g class="plot">']
     for hk, i, j, v in zip(h_idx, i_idx, j_idx, vals, strict=True):
         h = hs[hk]
         out.append(
-            f'<line data-i="{i}" data-j="{j}" data-head="{h}" x1="{x1}" y1="{y(i)}" '
-            f'x2="{x2}" y2="{y(j)}" stroke="{head_color(cap.heads[h])}" '
+            f'<line data-i="{i}" data-j="{j}" data-head="{h}" x1="{x1}" y1="{y(i - lo)}" '
+            f'x2="{x2}" y2="{y(j - lo)}" stroke="{head_color(cap.heads[h])}" '
             f'stroke-width="2" stroke-opacity="{v / n:.4f}" data-w="{v:.4f}"/>'
         )
-    for i, tok in enumerate(toks):
-        out.append(f'<text x="{x1 - 4}" y="{y(i) + 4}" text-anchor="end">{escape(tok)}</text>')
-        out.append(f'<text x="{x2 + 4}" y="{y(i) + 4}">{escape(tok)}</text>')
+    for r, tok in enumerate(toks):
+        out.append(f'<text x="{x1 - 4}" y="{y(r) + 4}" text-anchor="end">{escape(tok)}</text>')
+        out.append(f'<text x="{x2 + 4}" y="{y(r) + 4}">{escape(tok)}</text>')
     out.append("</g>")
     width = max(width, cb_x - PAD + cw)
     return svg_doc(width + 2 * PAD, top + t * rh + PAD, "\n".join(out) + "\n")
@@ -126,9 +168,13 @@ def head_svg(cap, *, layer=0, heads=None, kind="attention", min_weight=0.0, max_
 
 def model_svg(cap, *, kind="attention", thumb=None):
     """The model view: every layer x head heat map (rows query tokens, columns keys),
-    max-pooled to `thumb` px (default: from the counts, about 960 px wide in all)."""
+    max-pooled to `thumb` px (default: from the counts, about 960 px wide in all). A
+    decoder's future (j > i) is masked: transparent pixels over a grey triangle, left out
+    of the pooling and of the colour scale."""
     w = view_weights(cap, kind)  # [L, H, T, T]
     n_l, n_h, t = w.shape[:3]
+    causal = is_causal(cap)
+    allowed = causal_mask(t) if causal else np.ones((t, t), bool)
     gap = 12  # > the 11 px between tick labels: a row's last and the next's first
     lab = max(text_width(f"L{v}") for v in cap.layers) + 10
     toks = [short(tok, 12) for tok in display_tokens(cap.tokens)]
@@ -137,14 +183,19 @@ def model_svg(cap, *, kind="attention", thumb=None):
         thumb = (960 - lab - tick) / n_h - gap
         thumb = int(np.clip(thumb, 40, min(320, max(72, 24 * t))))
     res = min(t, thumb)
-    lo, hi = value_range([w.min(), w.max()])
+    seen = w[..., allowed]
+    lo, hi = value_range([seen.min(), seen.max()])
     pooled = f", max-pooled to {res}×{res} px" if res < t else ""
     head, tw, th = title(PAD, PAD, f"Model view: {KIND_TITLES[kind]}, {t} tokens{pooled}")
+    note, nw, nh = _note(PAD, PAD + th + 2, CAUSAL_NOTE + " (grey)") if causal else ("", 0, 0)
+    th += nh
     bar, cw, ch = colorbar(PAD, PAD + th + 8, lo, hi, f"{KIND_TITLES[kind]} (one scale, all maps)")
     top = PAD + th + 8 + ch + 12
+    # pixels (r, c) of a pooled map with no allowed cell: c > r (the blocks share edges)
+    shown = causal_mask(res) if causal else np.ones((res, res), bool)
     grid_top, step, pitch = top + 18, thumb + gap, thumb / t
     x_of = lambda hi_: PAD + lab + hi_ * step  # noqa: E731
-    out = [head, bar, '<g class="plot">']
+    out = [head, note, bar, '<g class="plot">']
     hk = label_stride(n_h, step, max(text_width(f"H{h}") for h in cap.heads))
     for hi_, h in list(enumerate(cap.heads))[::hk]:
         out.append(
@@ -167,13 +218,16 @@ def model_svg(cap, *, kind="attention", thumb=None):
                 f'font-size="9" fill="#666">{escape(toks[i])}</text>'
             )
         for hi_ in range(n_h):
-            img = np.full((res, res, 4), 255, np.uint8)
-            img[..., :3] = scale_rgb(max_pool(w[li, hi_], res) if res < t else w[li, hi_], lo, hi)
+            m = np.where(allowed, w[li, hi_], -np.inf) if causal else w[li, hi_]
+            img = np.zeros((res, res, 4), np.uint8)
+            img[..., :3] = scale_rgb(max_pool(m, res) if res < t else m, lo, hi)
+            img[..., 3] = np.where(shown, 255, 0)
             data = base64.b64encode(png_bytes(img)).decode("ascii")
             x0 = x_of(hi_)
+            under = f'fill="{MASKED}" class="masked"' if causal else 'fill="none"'
             out.append(
                 f'<rect x="{x0 - 0.5}" y="{y0 - 0.5}" width="{thumb + 1}" height="{thumb + 1}" '
-                f'fill="none" stroke="#ddd"/><image data-layer="{li}" data-head="{hi_}" '
+                f'{under} stroke="#ddd"/><image data-layer="{li}" data-head="{hi_}" '
                 f'data-res="{res}" x="{x0}" y="{y0}" width="{thumb}" height="{thumb}" '
                 f'preserveAspectRatio="none" style="image-rendering:pixelated" '
                 f'href="data:image/png;base64,{data}"/>'
@@ -187,19 +241,22 @@ def model_svg(cap, *, kind="attention", thumb=None):
                 f"{escape(toks[j])}</text>"
             )
     out.append("</g>")
-    width = max(right + tick, PAD + tw, PAD + cw)
+    width = max(right + tick, PAD + tw, PAD + cw, PAD + nw)
     return svg_doc(width + PAD, bottom + tick + PAD, "\n".join(out) + "\n")
 
 
 def neuron_values(cap: Capture, layer: int, head: int, token: int) -> dict[str, np.ndarray]:
-    """q [K], k [T, K], q×k [T, K], q·k [T] and softmax_j(q·k/√K) [T], in float64."""
+    """q [K], k [T, K] (head `head`'s key/value head, `kv_heads`), q×k [T, K], q·k [T],
+    softmax_j(q·k/√K) [T] and the keys the query sees [T] (a decoder's: j <= token; the
+    softmax is over those, 0 elsewhere), in float64."""
     q = np.asarray(cap.array("queries")[layer, head, token], np.float64)
-    k = np.asarray(query_head_keys(cap)[layer, head], np.float64)
+    k = np.asarray(cap.array("keys")[layer, kv_heads(cap)[head]], np.float64)
     qk = q * k
     dot = qk.sum(-1)
-    s = dot / np.sqrt(q.shape[-1])
+    seen = np.arange(len(dot)) <= token if is_causal(cap) else np.ones(len(dot), bool)
+    s = np.where(seen, dot / np.sqrt(q.shape[-1]), -np.inf)
     e = np.exp(s - s.max())
-    return dict(query=q, key=k, qk=qk, dot=dot, softmax=e / e.sum())
+    return dict(query=q, key=k, qk=qk, dot=dot, softmax=e / e.sum(), seen=seen)
 
 
 def _bars(x0, y0, width, bars) -> tuple[str, float]:
@@ -235,7 +292,7 @@ def _sentences(x, top, rh, t, b, right) -> list[str]:
     return out
 
 
-def neuron_svg(cap: Capture, *, layer=0, head=0, token=0) -> str:
+def neuron_svg(cap: Capture, *, layer=0, head=0, token=0, tokens=None) -> str:
     """The neuron view of (layer, head) axis indices and query position `token`.
 
     Left to right: every token as a query (the selected one highlighted) with its
@@ -245,13 +302,23 @@ def neuron_svg(cap: Capture, *, layer=0, head=0, token=0) -> str:
     and the softmax. For a pair, brackets name sentences A and B and a dashed line
     marks where B starts. <line class="nv-line" data-i data-j data-w>,
     <text class="idx" data-side="query|key" data-idx>.
+
+    A grouped-query head's keys are its key/value head's (the title names it). A
+    decoder's query sees keys j <= token: the softmax is over those; later keys are
+    greyed (<g class="nv-masked" data-j>), without a line or a softmax. Rows are the
+    tokens [start, stop) of `tokens` (default: all up to `NEURON_MAX_KEYS`, else the
+    `NEURON_MAX_KEYS` ending at the query); the softmax stays the one over all keys.
     """
     v = neuron_values(cap, layer, head, token)
-    n_t, n_k = v["key"].shape
+    n_k = v["key"].shape[1]
+    lo, hi = window(cap.length, tokens, NEURON_MAX_KEYS, around=token)
+    if not lo <= token < hi:
+        raise ValueError(f"token {token} is outside the window tokens=({lo}, {hi})")
+    n_t = hi - lo
     toks = [short(t, 16) for t in display_tokens(cap.tokens)]
     cw, rh, lw, iw = 9, 16, 90, 26
-    lab = max(40, max(text_width(t) for t in toks) + 14)
-    b = cap.sentence_b_start if cap.sentence_b_start and 0 < cap.sentence_b_start < n_t else None
+    lab = max(40, max(text_width(t) for t in toks[lo:hi]) + 14)
+    b = cap.sentence_b_start if cap.sentence_b_start and lo < cap.sentence_b_start < hi else None
     x_q = PAD + (20 if b else 0)  # the query column: token, then its index
     x_l = x_q + lab + iw  # the lines, then the keys: index, token, cells
     x_k = x_l + lw + iw + lab
@@ -259,28 +326,43 @@ def neuron_svg(cap: Capture, *, layer=0, head=0, token=0) -> str:
     x_sm = x_dot + 62
     width = x_sm + 64 - PAD
     query = f'query "{short(display_tokens(cap.tokens)[token], 24)}" ({token})'
-    head_, tw, th = title(PAD, PAD, f"Layer {cap.layers[layer]}, head {cap.heads[head]}, {query}")
-    width = max(width, tw)
-    qk_range = value_range(np.concatenate([v["key"].ravel(), v["query"]]))
+    groups = kv_heads(cap)
+    n_kv = cap.tensors["keys"].shape[1]
+    kv = f" (key/value head {groups[head]} of {n_kv})" if n_kv != len(cap.heads) else ""
+    text = f"Layer {cap.layers[layer]}, head {cap.heads[head]}{kv}, {query}"
+    head_, tw, th = title(PAD, PAD, text)
+    notes = []
+    if is_causal(cap):
+        notes.append("causal: the query sees itself and earlier keys (j ≤ i); later keys greyed")
+    if n_t < cap.length:
+        notes.append(f"keys {lo}–{hi - 1} of {cap.length} (tokens=(start, stop) picks others)")
+    note = [_note(PAD, PAD + th + 2 + 16 * k, t_) for k, t_ in enumerate(notes)]
+    th += 16 * len(note)
+    width = max(width, tw, *(n[1] for n in note))
+    seen = v["seen"][lo:hi]
+    rows = slice(lo, hi)
+    qk_range = value_range(np.concatenate([v["key"][rows][seen].ravel(), v["query"]]))
     scales = {
         "q, k": qk_range,
-        "q × k": value_range(v["qk"]),
-        "q · k": value_range(v["dot"]),
-        "softmax": value_range(v["softmax"]),
+        "q × k": value_range(v["qk"][rows][seen]),
+        "q · k": value_range(v["dot"][rows][seen]),
+        "softmax": value_range(v["softmax"][rows][seen]),
     }
     names = {"softmax": "softmax (lines: opacity = weight)"}
     bars, bh = _bars(PAD, PAD + th + 8, width, [(names.get(k, k), *r) for k, r in scales.items()])
     color = {k: (lambda x, r=r: scale_color(x, *r)) for k, r in scales.items()}
     q_y = PAD + th + 8 + bh + 12
     top = q_y + rh + 24
-    y = lambda r: top + r * rh + (rh - 2) / 2  # noqa: E731
+    y = lambda r: top + (r - lo) * rh + (rh - 2) / 2  # noqa: E731
     line_color = head_color(cap.heads[head])
     out = [
         head_,
+        *(n[0] for n in note),
         bars,
         '<g class="plot">',  # the selected query's row, then the q row
-        f'<rect x="{x_q - 2}" y="{top + token * rh - 1}" width="{lab + iw}" height="{rh}" '
-        f'fill="#eef4fb"/><text x="{x_k - 6}" y="{q_y + 11}" text-anchor="end">q</text>',
+        f'<rect x="{x_q - 2}" y="{top + (token - lo) * rh - 1}" width="{lab + iw}" '
+        f'height="{rh}" fill="#eef4fb"/>'
+        f'<text x="{x_k - 6}" y="{q_y + 11}" text-anchor="end">q</text>',
     ]
     for c in range(n_k):
         out.append(
@@ -300,15 +382,10 @@ def neuron_svg(cap: Capture, *, layer=0, head=0, token=0) -> str:
             f'text-anchor="{anchor}">{name}</text>'
         )
     if b:
-        out += _sentences(PAD, top, rh, n_t, b, x_sm + 54)
-    for j in range(n_t):
-        ry, w = top + j * rh, v["softmax"][j]
+        out += _sentences(PAD, top, rh, n_t, b - lo, x_sm + 54)
+    for j in range(lo, hi):
+        ry, w = top + (j - lo) * rh, v["softmax"][j]
         weight = ' font-weight="bold"' if j == token else ""
-        out.append(
-            f'<line class="nv-line" data-i="{token}" data-j="{j}" data-w="{w:.4f}" '
-            f'x1="{x_l + 2}" y1="{y(token)}" x2="{x_l + lw - 2}" y2="{y(j)}" '
-            f'stroke="{line_color}" stroke-width="2" stroke-opacity="{w:.4f}"/>'
-        )
         for side, xi, xt, anchor in (
             ("query", x_q + lab + iw - 4, x_q + lab - 2, "end"),
             ("key", x_l + lw + 4, x_l + lw + iw, "start"),
@@ -319,6 +396,19 @@ def neuron_svg(cap: Capture, *, layer=0, head=0, token=0) -> str:
                 f'</text><text class="tok" data-side="{side}" x="{xt}" y="{ry + 11}" '
                 f'text-anchor="{anchor}"{weight}>{escape(toks[j])}</text>'
             )
+        if not v["seen"][j]:  # a decoder's future key: greyed, no line, no softmax
+            out.append(
+                f'<g class="nv-masked" data-j="{j}"><rect x="{x_k}" y="{ry}" '
+                f'width="{x_sm + 54 - x_k}" height="{rh - 2}" fill="{MASKED}"/>'
+                f'<text x="{x_sm + 52}" y="{ry + 11}" text-anchor="end" font-size="10" '
+                'fill="#999">masked</text></g>'
+            )
+            continue
+        out.append(
+            f'<line class="nv-line" data-i="{token}" data-j="{j}" data-w="{w:.4f}" '
+            f'x1="{x_l + 2}" y1="{y(token)}" x2="{x_l + lw - 2}" y2="{y(j)}" '
+            f'stroke="{line_color}" stroke-width="2" stroke-opacity="{w:.4f}"/>'
+        )
         for c in range(n_k):
             out.append(
                 f'<rect x="{x_k + c * cw}" y="{ry}" width="{cw - 1}" '
@@ -340,9 +430,9 @@ def neuron_svg(cap: Capture, *, layer=0, head=0, token=0) -> str:
 
 
 OPTIONS = {
-    "head": ("layer", "heads", "kind", "min_weight", "max_lines"),
+    "head": ("layer", "heads", "kind", "min_weight", "max_lines", "tokens"),
     "model": ("kind", "thumb"),
-    "neuron": ("layer", "head", "token"),
+    "neuron": ("layer", "head", "token", "tokens"),
     "stats": ("kind",),
 }
 
@@ -377,10 +467,13 @@ def to_svg(cap: Capture, view: str = "head", **options) -> str:
       cap: the capture (attention; alpha_fx_norm for kind="norm"; queries and
         keys for the neuron view).
       view: "head", "model", "neuron" or "stats".
-      **options: head: layer, heads, kind, min_weight, max_lines; model: kind,
-        thumb (px per map; default from the counts); neuron: layer, head,
-        token; stats: kind. Layer and head are axis indices into
-        ``cap.layers`` / ``cap.heads``; kind is "attention" or "norm".
+      **options: head: layer, heads, kind, min_weight, max_lines, tokens; model:
+        kind, thumb (px per map; default from the counts); neuron: layer, head,
+        token, tokens; stats: kind. tokens=(start, stop) is the window of tokens
+        drawn (a long text's default: `HEAD_MAX_TOKENS` from its start in the head
+        view, `NEURON_MAX_KEYS` ending at the query in the neuron view).
+        Layer and head are axis indices into ``cap.layers`` / ``cap.heads``; kind
+        is "attention" or "norm".
 
     Raises:
       ValueError: an unknown view, option or kind, an index out of range, an

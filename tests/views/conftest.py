@@ -86,3 +86,34 @@ def tiny_html(tiny_caps, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("views") / "tiny.html"
     write_html(path, tiny_caps, embed="float32", title="tiny BERT")
     return path
+
+
+LONG_TOKENS = 1100  # a long decoder text (issue 30: the views at 1,024+ tokens)
+
+
+@pytest.fixture(scope="session")
+def decoder_caps(tmp_path_factory) -> dict:
+    """family -> (captures of two short texts, the capture of one ~1,100-token text) of the
+    tiny GPT-2 (H = 3) and the tiny Llama (H = 4 query heads, H_kv = 2), both with room
+    for the long text (attention, ‖αf‖, queries, keys)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
+    from gpt2_fixture import make_gpt2_checkpoint
+    from hf_fixtures import load_tokenizer, long_text
+    from llama_fixture import make_llama_checkpoint
+
+    import jaxattn
+
+    out = {}
+    for name, make, room in (
+        ("gpt2", make_gpt2_checkpoint, dict(n_positions=1152)),
+        ("llama", make_llama_checkpoint, dict(max_position_embeddings=1152)),
+    ):
+        path = make(tmp_path_factory.mktemp(name), **room)
+        engine = jaxattn.load(path)
+        texts = [EXAMPLE_A, "The cat sat on the mat, and the cat slept."]
+        short = engine.capture(texts, what=WHAT)
+        (long,) = engine.capture([long_text(load_tokenizer(path), LONG_TOKENS)], what=WHAT)
+        out[name] = (short, long)
+    return out

@@ -82,7 +82,8 @@
   JX.unpack = function (header, text) {
     const examples = header.examples.map((e) => ({
       label: e.label, tokens: e.tokens.map((i) => header.tokens[i]), sentence_b_start: e.sentence_b_start,
-      layers: e.layers, heads: e.heads, _packed: { arrays: e.arrays, section: e.section, text },
+      layers: e.layers, heads: e.heads, causal: !!e.causal, kv_heads: e.kv_heads || null,
+      _packed: { arrays: e.arrays, section: e.section, text },
     }));
     return { format: header.format, views: header.views, examples };
   };
@@ -145,6 +146,11 @@
     if (which === "B") return b === null ? [T, T] : [b, T];
     return [0, T];
   };
+
+  /** A decoder's note (payload.is_causal): query i sees keys j <= i only. */
+  JX.CAUSAL_NOTE = "Causal (decoder): each token attends to itself and earlier tokens (j ≤ i); nothing is drawn for j > i.";
+  /** The key/value head (an index into the keys' head axis) query head index `hi` reads. */
+  JX.kvHead = (ex, hi) => (ex.kv_heads ? ex.kv_heads[hi] : hi);
 
   /** Indices of the tokens to label on an axis of `pitch` px per token, at least
    * `spacing` px apart: special tokens first ([SEP] stripes are the landmarks), then

@@ -9,14 +9,19 @@
  * line of a hovered or pinned token (up to TOKEN_MAX_LINES), and a line's or
  * box's tooltip (<title>: head, tokens, weight) is made only when the pointer
  * reaches it.
+ * A decoder's example (ex.causal) has no line for j > i (its weights are 0 there, and
+ * the loops stop at the diagonal) and the legend says so. A text over WINDOW tokens
+ * is shown WINDOW tokens at a time, queries and keys alike: #hv-from picks the first,
+ * #hv-find finds a token (Enter: the next match), moves the window to it and pins it.
  * DOM hooks: line[data-i][data-j][data-head][data-w], svg#hv-svg[data-min]
  * [data-drawn][data-candidates][data-active], rect.hv-box[data-side][data-idx]
  * [data-i][data-j][data-head][data-w], .chip[data-head][data-on], #hv-all,
- * #hv-none, #hv-legend, text.tok[data-side][data-idx]. */
+ * #hv-none, #hv-legend[data-causal], text.tok[data-side][data-idx], #hv-from, #hv-find,
+ * #hv-window[data-lo][data-hi]. */
 "use strict";
 (function () {
   const JX = window.JaxattnViews;
-  const MAX_LINES = 5000, TOKEN_MAX_LINES = 50000, RH = 18, COLW = 130, BOXW = 36, GAP = 220, PAD = 6;
+  const WINDOW = 512, MAX_LINES = 5000, TOKEN_MAX_LINES = 50000, RH = 18, COLW = 130, BOXW = 36, GAP = 220, PAD = 6;
   // The cut-off's histogram: bins of log2(weight) from 2^-24 to 1, OCTAVE to an octave.
   const OCTAVE = 32, BINS = 24 * OCTAVE + 1;
   const bin = (w) => Math.max(0, Math.min(BINS - 1, Math.floor((Math.log2(w) + 24) * OCTAVE)));
@@ -27,7 +32,7 @@
     norm: "‖αf(x)‖ with each query's row divided by its sum (rows sum to 1, as α's do)",
   };
   JX.views.head = function (ctx) {
-    const st = { layer: 0, on: null, filter: "all", min: 0, pinned: null, hover: null };
+    const st = { layer: 0, on: null, filter: "all", min: 0, pinned: null, hover: null, lo: 0, found: -1 };
     const el = JX.el("div", { class: "hv" });
     const controls = JX.el("div", { class: "jx-controls" });
     const chips = JX.el("div", { id: "hv-heads", class: "chips" });
@@ -74,6 +79,8 @@
       const min = JX.el("input", { id: "hv-min", type: "number", min: 0, max: 1, step: 0.01, value: st.min });
       min.addEventListener("change", () => { st.min = Math.max(0, +min.value || 0); draw(); });
       controls.append(JX.el("label", {}, "Hide weights below ", min));
+      if (ex.T > WINDOW) windowControls(ex);
+      else st.lo = 0;
       chips.innerHTML = "";
       chips.append(
         JX.el("button", { id: "hv-all", class: "hv-toggle", title: "show every head",
@@ -110,10 +117,42 @@
         });
       });
     }
+    /** A long text's window: the first token shown, and a search that moves to a token. */
+    function windowControls(ex) {
+      st.lo = Math.max(0, Math.min(st.lo, ex.T - WINDOW));
+      const from = JX.el("input", { id: "hv-from", type: "number", min: 0, max: ex.T - WINDOW, step: 10, value: st.lo });
+      from.addEventListener("change", () => {
+        st.lo = Math.max(0, Math.min(ex.T - WINDOW, Math.round(+from.value || 0)));
+        st.pinned = null; build(); draw();
+      });
+      const find = JX.el("input", { id: "hv-find", type: "search", placeholder: "find a token", size: 12 });
+      find.addEventListener("keydown", (e) => {
+        if (e.key !== "Enter") return;
+        const q = find.value.trim().toLowerCase(), T = ex.T;
+        if (!q) return;
+        for (let k = 1; k <= T; k++) {
+          const i = (st.found + k) % T;
+          if (ex.tokens[i].toLowerCase().includes(q)) {
+            st.found = i; st.lo = Math.max(0, Math.min(T - WINDOW, i - WINDOW / 2));
+            st.pinned = { side: "left", idx: i };
+            build(); draw();
+            const f = controls.querySelector("#hv-find");
+            f.value = find.value; f.focus();
+            return;
+          }
+        }
+        find.setCustomValidity("no such token"); find.reportValidity();
+      });
+      find.addEventListener("input", () => find.setCustomValidity(""));
+      controls.append(JX.el("label", { id: "hv-window", "data-lo": st.lo, "data-hi": st.lo + WINDOW },
+        `Tokens ${WINDOW} of ${ex.T}, from `, from), find);
+    }
     const y = (r) => PAD + r * RH + RH / 2;
     function rows(side) {
       const f = st.filter === "all" ? null : st.filter[side === "left" ? 0 : 1];
-      return JX.span(ctx.ex, f || "all");
+      const [a, b] = JX.span(ctx.ex, f || "all");
+      if (ctx.ex.T <= WINDOW) return [a, b];
+      return [Math.max(a, st.lo), Math.max(Math.max(a, st.lo), Math.min(b, st.lo + WINDOW))];
     }
     /** Calls f(i, j, hi, w) for every candidate line of the current selection. */
     function each(f) {
@@ -127,8 +166,8 @@
         if (!st.on[hi]) continue;
         const base = t.base(st.layer, hi, 0, 0);
         for (let i = ql; i < qh; i++) {
-          const r = base + i * T;
-          for (let j = kl; j < kh; j++) { const w = d[r + j] * sc + off; if (w > 0) f(i, j, hi, w); }
+          const r = base + i * T, end = ex.causal ? Math.min(kh, i + 1) : kh;
+          for (let j = kl; j < end; j++) { const w = d[r + j] * sc + off; if (w > 0) f(i, j, hi, w); }
         }
       }
     }
@@ -144,6 +183,7 @@
         const base = t.base(st.layer, h, 0, 0), color = JX.headColor(ex.heads[h]), x = x0 + slot * bw;
         for (let k = lo; k < hi; k++) {
           const [i, j] = sel.side === "left" ? [sel.idx, k] : [k, sel.idx];
+          if (ex.causal && j > i) continue;  // the masked future: nothing drawn
           const w = t.at(base + i * T + j);
           if (!(w > 0)) continue;  // as the lines: none for a zero weight
           parts.push(`<rect class="hv-box" data-side="${other}" data-idx="${k}" data-i="${i}" data-j="${j}" data-head="${h}" data-w="${w}" x="${x}" y="${y(k - lo) - RH / 2 + 1}" width="${bw}" height="${RH - 2}" fill="${color}" fill-opacity="${w}"/>`);
@@ -184,8 +224,10 @@
         t.classList.toggle("sel", !!sel && t.dataset.side === sel.side && +t.dataset.idx === sel.idx);
       });
       legend.textContent = n ? `Line opacity = ${NORMS[ctx.state.kind]} / ${n} active head${n > 1 ? "s" : ""} (as BertViz); ` +
-        "hover a line for its head and weight. Hover a token: one box per active head beside the tokens it attends to, opacity = weight."
+        "hover a line for its head and weight. Hover a token: one box per active head beside the tokens it attends to, opacity = weight." +
+        (ex.causal ? ` ${JX.CAUSAL_NOTE}` : "")
         : "No head selected: click a head or “all”.";
+      legend.dataset.causal = ex.causal ? 1 : 0;
       info.textContent = `Layer ${ex.layers[st.layer]}, ${JX.KIND_TITLES[ctx.state.kind]}: ` +
         (parts.length < total ? `showing the ${parts.length} strongest of ${total} lines (weights ≥ ${cut.toPrecision(3)})` +
           (sel ? "." : "; hover or click a token for its own lines.") : `${parts.length} lines.`) +
@@ -194,8 +236,10 @@
     return {
       el,
       render() { build(); draw(); },
-      reset() { st.pinned = null; st.hover = null; st.on = null; },
+      reset() { st.pinned = null; st.hover = null; st.on = null; st.lo = 0; st.found = -1; },
       select(layer, heads) { st.layer = layer; st.on = ctx.ex.heads.map((_, k) => heads.includes(k)); },
+      /** Show the window of tokens from `lo` (a long text's). */
+      show(lo) { st.lo = lo; },
     };
   };
 })();

@@ -13,16 +13,20 @@
 "use strict";
 (function () {
   const JX = window.JaxattnViews;
-  const THUMB = 64;
+  const THUMB = 64, BIG = 560;
+  // A decoder's masked future (j > i): this grey, opaque; a weight's pixel is the head's
+  // colour at opacity = weight, so a zero weight (transparent) and the mask differ.
+  JX.MASKED = [230, 230, 230, 255];
   /** Paint map [T x T] of (layer, head) max-pooled to res x res into an ImageData: block r
-   * holds the cells floor(r T / res) .. floor((r + 1) T / res) - 1 of each axis. */
-  function paint(img, t, layer, hi, T, res, color) {
+   * holds the cells floor(r T / res) .. floor((r + 1) T / res) - 1 of each axis. A causal
+   * map pools the cells j <= i only; a pixel with none (c > r) is JX.MASKED. */
+  function paint(img, t, layer, hi, T, res, color, causal) {
     const v = new Float32Array(res * res).fill(-Infinity), blk = new Int32Array(T);
     for (let r = 0; r < res; r++) for (let i = Math.floor((r * T) / res); i < Math.floor(((r + 1) * T) / res); i++) blk[i] = r;
     const base = t.base(layer, hi, 0, 0), d = t.data, sc = t.exact ? 1 : t.scale, off = t.exact ? 0 : t.offset;
     for (let i = 0; i < T; i++) {
-      const row = blk[i] * res;
-      for (let j = 0; j < T; j++) {
+      const row = blk[i] * res, n = causal ? i + 1 : T;
+      for (let j = 0; j < n; j++) {
         const w = d[base + i * T + j] * sc + off, k = row + blk[j];
         if (w > v[k]) v[k] = w;
       }
@@ -31,6 +35,7 @@
     for (let r = 0; r < res; r++) {
       for (let c = 0; c < res; c++) {
         const k = 4 * (r * res + c), w = v[r * res + c];
+        if (causal && c > r) { px.set(JX.MASKED, k); continue; }
         px[k] = color[0]; px[k + 1] = color[1]; px[k + 2] = color[2];
         px[k + 3] = Math.round(255 * Math.min(1, Math.max(0, w)));
       }
@@ -69,7 +74,7 @@
       dirty.delete(c);
       const ex = ctx.ex, res = +c.dataset.res, g = c.getContext("2d");
       const img = g.createImageData(res, res), hi = +c.dataset.head;
-      paint(img, ex._t.weights[ctx.state.kind], +c.dataset.layer, hi, ex.T, res, JX.rgb(JX.headColor(ex.heads[hi])));
+      paint(img, ex._t.weights[ctx.state.kind], +c.dataset.layer, hi, ex.T, res, JX.rgb(JX.headColor(ex.heads[hi])), ex.causal);
       g.putImageData(img, 0, 0);
       c.dataset.drawn = ctx.state.kind;
     }
@@ -91,7 +96,9 @@
       });
       info.textContent = `${ex.layers.length} layers × ${ex.heads.length} heads, ${JX.KIND_TITLES[ctx.state.kind]}; ` +
         `rows are query tokens, columns key tokens${ex.T > THUMB ? ` (max-pooled to ${THUMB} px: a pixel ` +
-        "shows the strongest weight of its block, so [SEP] columns and diagonals stay visible)" : ""}. Click a map to enlarge it.`;
+        "shows the strongest weight of its block, so [SEP] columns and diagonals stay visible)" : ""}. Click a map to enlarge it.` +
+        (ex.causal ? ` ${JX.CAUSAL_NOTE} The grey triangle is the masked future.` : "");
+      info.dataset.causal = ex.causal ? 1 : 0;
       scale.innerHTML = "";
       scale.append(JX.colorBar("mv-cbar", ["rgba(60,60,60,0)", "rgb(60,60,60)"], 0, 1,
         `colour scale: ${ex.T > THUMB ? "max-pooled " : ""}weight = opacity of the head's colour`));
@@ -99,32 +106,37 @@
     }
     function enlarge(li, hi) {
       open = [li, hi];
-      const ex = ctx.ex, T = ex.T, cell = Math.max(1, Math.min(24, Math.floor(560 / T)));
-      // Every token labelled while cells are 11 px or more; below that the labels
+      // Up to BIG tokens a cell is a whole number of px (up to 24); past that the map is
+      // max-pooled to BIG px (as the thumbnails), so no cell is lost to the browser's scaling.
+      const ex = ctx.ex, T = ex.T, res = Math.min(T, BIG), cell = Math.max(1, Math.min(24, Math.floor(BIG / T)));
+      const pitch = (res * cell) / T;  // px per token
+      // Every token labelled while a token has 11 px or more; below that the labels
       // are thinned to 11 px apart (JX.thinTicks: [CLS]/[SEP] first).
-      const lab = 90, size = lab + T * cell, ticks = JX.thinTicks(ex.tokens, cell);
-      const c = JX.el("canvas", { id: "mv-big", width: size, height: size, "data-layer": li, "data-head": hi, "data-cell": cell, "data-label": lab });
-      const g = c.getContext("2d"), img = g.createImageData(T, T);
-      paint(img, ex._t.weights[ctx.state.kind], li, hi, T, T, JX.rgb(JX.headColor(ex.heads[hi])));
-      const tmp = JX.el("canvas", { width: T, height: T });
+      const lab = 90, size = lab + res * cell, ticks = JX.thinTicks(ex.tokens, pitch);
+      const c = JX.el("canvas", { id: "mv-big", width: size, height: size, "data-layer": li, "data-head": hi, "data-cell": cell, "data-label": lab, "data-res": res });
+      const g = c.getContext("2d"), img = g.createImageData(res, res);
+      paint(img, ex._t.weights[ctx.state.kind], li, hi, T, res, JX.rgb(JX.headColor(ex.heads[hi])), ex.causal);
+      const tmp = JX.el("canvas", { width: res, height: res });
       tmp.getContext("2d").putImageData(img, 0, 0);
       g.imageSmoothingEnabled = false;
-      g.drawImage(tmp, lab, lab, T * cell, T * cell);
+      g.drawImage(tmp, lab, lab, res * cell, res * cell);
       g.font = `${Math.max(9, Math.min(12, cell))}px sans-serif`; g.fillStyle = "#333"; g.textBaseline = "middle";
       ticks.forEach((i) => {
         const tok = ex.tokens[i];
-        g.textAlign = "right"; g.fillText(tok, lab - 3, lab + (i + 0.5) * cell, lab - 4);
-        g.save(); g.translate(lab + (i + 0.5) * cell, lab - 3); g.rotate(-Math.PI / 2);
+        g.textAlign = "right"; g.fillText(tok, lab - 3, lab + (i + 0.5) * pitch, lab - 4);
+        g.save(); g.translate(lab + (i + 0.5) * pitch, lab - 3); g.rotate(-Math.PI / 2);
         g.textAlign = "left"; g.fillText(tok, 0, 0, lab - 4); g.restore();
       });
       c.dataset.ticks = ticks.join(",");
       const readout = JX.el("div", { id: "mv-readout", class: "info" }, "Hover a cell.");
       c.addEventListener("mousemove", (e) => {
         const r = c.getBoundingClientRect(), k = c.width / r.width;
-        const j = Math.floor(((e.clientX - r.left) * k - lab) / cell), i = Math.floor(((e.clientY - r.top) * k - lab) / cell);
+        const j = Math.floor(((e.clientX - r.left) * k - lab) / pitch), i = Math.floor(((e.clientY - r.top) * k - lab) / pitch);
         if (i < 0 || j < 0 || i >= T || j >= T) return;
         const t = ex._t.weights[ctx.state.kind];
-        readout.textContent = `${ex.tokens[i]} (${i}) → ${ex.tokens[j]} (${j}): ${t.at(t.base(li, hi, i, j)).toFixed(4)}`;
+        readout.textContent = `${ex.tokens[i]} (${i}) → ${ex.tokens[j]} (${j}): ` +
+          (ex.causal && j > i ? "masked (a later token)" : t.at(t.base(li, hi, i, j)).toFixed(4)) +
+          (res < T ? ` (the map is max-pooled to ${res} px)` : "");
       });
       const toHead = JX.el("button", { id: "mv-to-head", on: { click: () => {
         if (!ctx.views.head) ctx.show("head");

@@ -9,7 +9,10 @@
  * sentence filter (pairs: all, A → A, A → B, B → A, B → B) limits the query
  * tokens to the first sentence named and the keys to the second; the softmax
  * stays the one over all keys. Rows are virtualised: only those in the scroll
- * window exist in the DOM. DOM hooks: #nv-filter, #nv-token,
+ * window exist in the DOM. A grouped-query head (ex.kv_heads) reads its key/value
+ * head's keys, and the info line names it (#nv-group). A decoder's query i sees keys
+ * j <= i only: the softmax is over those, later keys are greyed (.nv-row.masked), with
+ * no line and "masked" for their softmax. DOM hooks: #nv-group[data-kv], .nv-row.masked, #nv-filter, #nv-token,
  * .nv-qtok[data-i], .nv-row[data-j], .nv-idx, line.nv-line[data-i][data-j][data-w],
  * .cell[data-kind=query|key|qk|dot|softmax][data-j][data-k][data-v],
  * #nv-scale .jx-cbar[data-min][data-max]. */
@@ -42,33 +45,41 @@
 
     function compute() {
       const ex = ctx.ex, T = ex.T, q = ex._t.queries, k = ex._t.keys, K = q.shape[3];
-      const qi = q.row(st.layer, st.head, st.token);
+      const qi = q.row(st.layer, st.head, st.token), g = JX.kvHead(ex, st.head);
+      const seen = ex.causal ? st.token + 1 : T;  // keys 0 .. seen - 1
       const keys = [], prods = [], dots = new Float64Array(T);
       let maxV = 0, maxP = 0, maxD = 0;
       for (let c = 0; c < K; c++) maxV = Math.max(maxV, Math.abs(qi[c]));
       for (let j = 0; j < T; j++) {
-        const kj = k.row(st.layer, st.head, j), p = new Float64Array(K);
+        const kj = k.row(st.layer, g, j), p = new Float64Array(K);
         let s = 0;
         for (let c = 0; c < K; c++) {
           p[c] = qi[c] * kj[c]; s += p[c];
-          maxV = Math.max(maxV, Math.abs(kj[c])); maxP = Math.max(maxP, Math.abs(p[c]));
+          if (j < seen) { maxV = Math.max(maxV, Math.abs(kj[c])); maxP = Math.max(maxP, Math.abs(p[c])); }
         }
-        keys.push(kj); prods.push(p); dots[j] = s; maxD = Math.max(maxD, Math.abs(s));
+        keys.push(kj); prods.push(p); dots[j] = s;
+        if (j < seen) maxD = Math.max(maxD, Math.abs(s));
       }
       const f = 1 / Math.sqrt(K), sm = new Float64Array(T);
       let m = -Infinity, z = 0;
-      for (let j = 0; j < T; j++) m = Math.max(m, dots[j] * f);
-      for (let j = 0; j < T; j++) { sm[j] = Math.exp(dots[j] * f - m); z += sm[j]; }
-      for (let j = 0; j < T; j++) sm[j] /= z;
+      for (let j = 0; j < seen; j++) m = Math.max(m, dots[j] * f);
+      for (let j = 0; j < seen; j++) { sm[j] = Math.exp(dots[j] * f - m); z += sm[j]; }
+      for (let j = 0; j < seen; j++) sm[j] /= z;
       const sides = st.filter === "all" ? ["all", "all"] : [st.filter[0], st.filter[1]];
       const qs = range(...JX.span(ex, sides[0])), ks = range(...JX.span(ex, sides[1]));
-      cur = { K, T, qi, keys, prods, dots, sm, maxV, maxP, maxD, qs, ks, rq: qs.indexOf(st.token) };
+      cur = { K, T, g, seen, qi, keys, prods, dots, sm, maxV, maxP, maxD, qs, ks, rq: qs.indexOf(st.token) };
     }
     const cells = (kind, j, vec, max, title) => Array.from(vec, (v, c) =>
       `<span class="cell" data-kind="${kind}" data-j="${j}" data-k="${c}" data-v="${v}" title="${title(v, c)}" style="background:${color(v, max)}"></span>`).join("");
     const num = (v) => v.toPrecision(4);
     function keyRow(r, j) {
       const d = cur.dots[j], p = cur.sm[j], kj = cur.keys[j], qi = cur.qi;
+      if (j >= cur.seen) {  // a decoder's later key: masked, nothing drawn
+        return `<div class="nv-row masked" data-j="${j}" style="top:${r * RH}px;left:${QW + LW}px">` +
+          `<span class="nv-idx" style="${IDX}width:${IW}px">${j}</span>` +
+          `<span class="nv-tok" data-j="${j}" style="text-align:left;cursor:default">${JX.esc(ctx.ex.tokens[j])}</span>` +
+          `<span class="nv-masked" title="query ${st.token} does not see key ${j} (causal)">masked: a later token</span></div>`;
+      }
       return `<div class="nv-row${j === st.token ? " self" : ""}" data-j="${j}" style="top:${r * RH}px;left:${QW + LW}px">` +
         `<span class="nv-idx" style="${IDX}width:${IW}px">${j}</span>` +
         `<span class="nv-tok" data-j="${j}" style="text-align:left;cursor:default">${JX.esc(ctx.ex.tokens[j])}</span>` +
@@ -95,7 +106,7 @@
         if (r < ks.length) {
           const j = ks[r], w = cur.sm[j];
           s += keyRow(r, j);
-          lines += `<line class="nv-line" data-i="${st.token}" data-j="${j}" data-w="${w}" x1="2" y1="${yq}" x2="${LW - 2}" y2="${r * RH + RH / 2}" ` +
+          if (j < cur.seen) lines += `<line class="nv-line" data-i="${st.token}" data-j="${j}" data-w="${w}" x1="2" y1="${yq}" x2="${LW - 2}" y2="${r * RH + RH / 2}" ` +
             `stroke="${col}" stroke-width="2" stroke-opacity="${w}"><title>${JX.esc(ex.tokens[st.token])} (${st.token}) → ${JX.esc(ex.tokens[j])} (${j}): ${w.toFixed(4)}</title></line>`;
         }
       }
@@ -143,7 +154,15 @@
         share = ` Keys of sentence ${st.filter[1]} only: they hold ${(100 * w).toFixed(1)}% of this query's attention (the softmax is over all keys).`;
       }
       msg.textContent = `Layer ${ex.layers[st.layer]}, head ${ex.heads[st.head]}, query "${ex.tokens[st.token]}" (${st.token}); K = ${cur.K}. ` +
-        `Blue positive, orange negative; hover a cell for its terms.${share}`;
+        `Blue positive, orange negative; hover a cell for its terms.${share}` +
+        (ex.causal ? " Causal (decoder): the query sees itself and earlier keys; later keys are masked." : "");
+      const G = ex._t.keys.shape[1];
+      if (G !== ex.heads.length) {
+        msg.append(JX.el("div", { id: "nv-group", "data-kv": cur.g },
+          `Grouped-query attention: head ${ex.heads[st.head]} reads key/value head ${cur.g} of ${G} ` +
+          `(query head h reads key/value head h // ${ex.heads.length / G}; heads ` +
+          `${ex.heads.filter((_, h) => JX.kvHead(ex, h) === cur.g).join(", ")} share its keys).`));
+      }
       scaleBars();
       const pad = `<span style="display:inline-block;width:${QW + LW + IW}px"></span>`;
       qrow.innerHTML = `${pad}<span class="nv-tok">q: ${JX.esc(ex.tokens[st.token])} (${st.token})</span><span class="grp">` +
