@@ -4,15 +4,15 @@ Elhage et al. 2021 ("A Mathematical Framework for Transformer Circuits", sec.
 "Detecting copying behavior") and Olsson et al. 2022 (in-context learning and
 induction heads: the copying half of an induction head) read a head's
 embedding -> unembedding path through its value and output projections, the
-full OV circuit, as a [V, V] matrix (row convention, row i the source token,
+full OV circuit, as a (V x V) matrix (row convention, row i the source token,
 column j the logit of token j):
 
-    M^h = W_E  R_V^h  W_O^h  R_U          [V, D] [D, K] [K, D] [D, V]
+    M^h = W_E  R_V^h  W_O^h  R_U          (V x D)(D x K)(K x D)(D x V)
 
-with W_E [V, D] the word embedding, W_O^h [K, D] head h's rows of the output
-projection, R_V^h [D, K] the head's value projection as it reads the residual
+with W_E (V x D) the word embedding, W_O^h (K x D) head h's rows of the output
+projection, R_V^h (D x K) the head's value projection as it reads the residual
 stream (a grouped-query head, H_kv < H, reads its group's values:
-h // (H / H_kv)), R_U [D, V] the unembedding (the LM head's W_U^T). A head
+h // (H / H_kv)), R_U (D x V) the unembedding (the LM head's W_U^T). A head
 that copies (attending to token i raises the logit of i) has M with mostly
 positive eigenvalues; the papers' summary is
 
@@ -30,9 +30,9 @@ division by the token's norm statistic (a positive scale per token) are left
 out. With ``fold_norms=False``, R_V = W_V and R_U = W_U^T (the papers' toy
 models have no norms).
 
-M is never formed: its nonzero eigenvalues are those of the [K, K] matrix
+M is never formed: its nonzero eigenvalues are those of the (K x K) matrix
 W_O R_U W_E R_V (the nonzero eigenvalues of AB equal those of BA), and zero
-eigenvalues add nothing to either sum. R_U W_E [D, D] is computed once per
+eigenvalues add nothing to either sum. R_U W_E (D x D) is computed once per
 model, in float64 over row chunks of the vocabulary.
 """
 
@@ -69,7 +69,7 @@ def unembed_embed(unembedding, embedding) -> np.ndarray:
 
 
 def ov_eigenvalues(gram, value, out) -> np.ndarray:
-    """The K eigenvalues of W_O G W_V for G = R_U W_E [D, D], W_V [D, K], W_O [K, D]: the
+    """The K eigenvalues of W_O G W_V for G = R_U W_E (D x D), W_V (D x K), W_O (K x D): the
     nonzero eigenvalues of the full OV circuit W_E W_V W_O R_U (and K - rank zeros)."""
     c = np.asarray(out, np.float64) @ np.asarray(gram, np.float64) @ np.asarray(value, np.float64)
     return np.linalg.eigvals(c)
