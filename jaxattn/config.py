@@ -199,6 +199,10 @@ class ModelConfig:
       causal: a decoder's causal self-attention: query i sees keys j <= i only;
         future keys get exactly zero weight and their `scores` are exactly -inf.
         Sentence pairs and the [CLS]/[SEP] statistics (`DECODER_REFUSED`) are refused.
+      tied_lm_head: a causal model's next-token head is its word embedding (GPT-2;
+        Llama's tie_word_embeddings): logits = final hidden state x W_E^T. An
+        untied head, where the checkpoint has one, is params["lm_head"]
+        ["unembedding"] [V, D]; neither: no LM head (no causal LM loss).
     """
 
     family: str = "bert"
@@ -232,6 +236,7 @@ class ModelConfig:
     num_kv_heads: int = 0
     head_size: int = 0
     norm_type: str = "layer"
+    tied_lm_head: bool = False
 
     def __post_init__(self):
         for field, kind in (("relative", Relative), ("rotary", Rotary)):

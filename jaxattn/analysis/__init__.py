@@ -32,7 +32,9 @@ format: `jaxattn.inputs` (re-exported here).
 
 from jaxattn.analysis.decoder import (
     AttentionSinks,
+    BosSinks,
     DecoderHeads,
+    bos_sink_shares,
     decoder_head_statistics,
     duplicate_token_scores,
     first_token_scores,
@@ -48,6 +50,7 @@ from jaxattn.analysis.head_stats import HEAD_STATS, HeadStats, head_statistics, 
 from jaxattn.analysis.markdown import render_markdown
 from jaxattn.analysis.mixing import MEASURES as MIXING_MEASURES
 from jaxattn.analysis.mixing import MIXING_NEEDS, MixingRatios, mixing_ratio_rows
+from jaxattn.analysis.ov_circuit import copying_score, model_copying_scores
 from jaxattn.analysis.patterns import (
     KOVALEVA_CLASSES,
     VIG_PATTERNS,
@@ -84,7 +87,11 @@ from jaxattn.inputs.conllu import Sentence, coarse_relation, read_conllu
 
 __all__ = [
     "AttentionSinks",
+    "BosSinks",
     "DecoderHeads",
+    "bos_sink_shares",
+    "copying_score",
+    "model_copying_scores",
     "decoder_head_statistics",
     "duplicate_token_scores",
     "first_token_scores",

@@ -23,6 +23,12 @@ it is defined for, NaN where an example has none):
 - `AttentionSinks`: the first-token share per head, with the first token BOS
   and not BOS (two captures of the same texts, one with the BOS prepended),
   and their difference.
+- `bos_sink_shares` / `BosSinks`: the same comparison on equal footing, over a
+  corpus (`jaxattn.engine.sinks.bos_sink_study` makes the two captures): over
+  the query rows of the text's tokens 1 .. n-1, the share on BOS, on the text's
+  first token after BOS, and on that token when it is the first (no BOS):
+  whether the sink is the BOS token or whatever token comes first (Xiao et
+  al. 2023, sec. 3.1).
 - `DecoderHeads`: all of them streamed over a corpus (`jaxattn analyze` on a
   decoder).
 """
@@ -211,6 +217,75 @@ class AttentionSinks:
                 f"and {self.other.shape}"
             )
         self.difference = None if self.other is None else self.first - self.other
+
+
+SINK_SHARES = ("bos", "first_after_bos", "first_without_bos")
+
+
+def bos_sink_shares(with_bos, without_bos) -> dict[str, np.ndarray]:
+    """The attention sink with and without BOS, on the same query tokens.
+
+    Args:
+      with_bos: [..., n+1, n+1] attention of [BOS, t_0 .. t_{n-1}].
+      without_bos: [..., n, n] attention of [t_0 .. t_{n-1}] (the same text, no BOS).
+
+    Returns:
+      name -> [...], each the mean over the query rows of t_1 .. t_{n-1} (the
+      rows both have that see t_0 and a token after it; NaN when n < 2):
+      ``bos``: the weight on BOS; ``first_after_bos``: on t_0 with BOS before
+      it; ``first_without_bos``: on t_0 as the first token (no BOS).
+
+    Raises:
+      ValueError: the two are not [.., n+1, n+1] and [.., n, n] of one layout.
+    """
+    a, b = _maps(with_bos), _maps(without_bos)
+    n = b.shape[-1]
+    if a.shape[:-2] != b.shape[:-2] or a.shape[-1] != n + 1:
+        raise ValueError(
+            f"attention with BOS {a.shape} must be one token longer than without {b.shape}"
+        )
+    if n < 2:
+        return {name: np.full(b.shape[:-2], np.nan) for name in SINK_SHARES}
+    return {
+        "bos": a[..., 2:, 0].mean(-1),
+        "first_after_bos": a[..., 2:, 1].mean(-1),
+        "first_without_bos": b[..., 1:, 0].mean(-1),
+    }
+
+
+class BosSinks:
+    """`bos_sink_shares` over a corpus: ``update(with_bos, without_bos)`` per example
+    (attention [L, H, T, T] or captures holding it), then ``result()``: each share
+    [L, H] the mean over the examples with n >= 2 text tokens, and ``shift`` =
+    first_without_bos - first_after_bos (what the text's first token gains when
+    nothing precedes it)."""
+
+    def __init__(self):
+        self.examples = 0
+        self._sum: dict[str, np.ndarray] = {}
+
+    def update(self, with_bos, without_bos) -> None:
+        a = with_bos.attention if isinstance(with_bos, Capture) else with_bos
+        b = without_bos.attention if isinstance(without_bos, Capture) else without_bos
+        shares = bos_sink_shares(a, b)
+        if np.isnan(shares["bos"]).all():
+            return
+        for name, value in shares.items():
+            if name in self._sum and self._sum[name].shape != value.shape:
+                raise ValueError(
+                    f"an example with {value.shape} (layers, heads) after ones with "
+                    f"{self._sum[name].shape}"
+                )
+            self._sum[name] = self._sum.get(name, 0.0) + value
+        self.examples += 1
+
+    def result(self) -> dict[str, np.ndarray]:
+        """name -> [L, H]: SINK_SHARES and shift (empty when no example counted)."""
+        if not self.examples:
+            return {}
+        out = {name: self._sum[name] / self.examples for name in SINK_SHARES}
+        out["shift"] = out["first_without_bos"] - out["first_after_bos"]
+        return out
 
 
 class DecoderHeads:

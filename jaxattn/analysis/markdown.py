@@ -142,11 +142,67 @@ def _decoder(report: dict) -> list[str]:
         rows.append([_DECODER_NAMES[n], f"{layers[li]}-{heads[hi]} ({_f(a[li, hi])})"])
     lines += ["Strongest head per score (layer-head):", ""]
     lines += _table(["score", "highest"], rows)
+    lines += _decoder_model_lines(report)
     skipped = report["meta"].get("not_run", {})
     if skipped:
         lines += ["Not computed for a decoder:", ""]
         lines += [f"- {name}: {why}." for name, why in skipped.items()]
         lines.append("")
+    return lines
+
+
+def _top_heads(a, layers, heads, n: int = 5) -> str:
+    a = np.asarray(a, float)
+    order = np.argsort(-np.nan_to_num(a, nan=-np.inf), axis=None)[:n]
+    cells = [np.unravel_index(i, a.shape) for i in order]
+    return ", ".join(f"{layers[li]}-{heads[hi]} ({_f(a[li, hi])})" for li, hi in cells)
+
+
+def _decoder_model_lines(report: dict) -> list[str]:
+    """The OV copying scores and the sinks with and without BOS, where they were run."""
+    layers, heads = report["meta"]["layers"], report["meta"]["heads"]
+    lines: list[str] = []
+    ov = report.get("ov_copying")
+    if ov:
+        score = np.asarray(ov["score"], float)
+        lines += [
+            "### OV copying scores (Elhage et al. 2021, Olsson et al. 2022)",
+            "",
+            f"Per head, from the weights: {ov['definition']}. 1: the head's output raises "
+            "the logits of the tokens it attends to; -1: lowers them.",
+            "",
+            *_table(
+                ["layer", "mean", "max"],
+                [
+                    [layer, _f(np.nanmean(score[li])), _f(np.nanmax(score[li]))]
+                    for li, layer in enumerate(layers)
+                ],
+            ),
+            f"Highest: {_top_heads(score, layers, heads)}.",
+            "",
+        ]
+    sinks = report.get("bos_sinks")
+    if sinks:
+        names = ("bos", "first_after_bos", "first_without_bos", "shift")
+        lines += [
+            "### Attention sinks with and without BOS (Xiao et al. 2023)",
+            "",
+            f"{sinks['examples']} texts captured as [{sinks['bos_token']}, text] and as "
+            "[text]; over the query rows of the text's tokens 1 .. n-1, the weight on BOS, on "
+            "the text's first token after BOS, on that token when it comes first, and the "
+            "shift (without - after BOS). Mean over heads per layer:",
+            "",
+            *_table(
+                ["layer", *names],
+                [
+                    [layer, *(_f(np.nanmean(np.asarray(sinks[n], float)[li])) for n in names)]
+                    for li, layer in enumerate(layers)
+                ],
+            ),
+            "Strongest sink on the first token without BOS: "
+            f"{_top_heads(sinks['first_without_bos'], layers, heads)}.",
+            "",
+        ]
     return lines
 
 
@@ -298,8 +354,11 @@ def render_markdown(report: dict, max_relations: int = 30) -> str:
 def _ablation_lines(res: dict) -> list[str]:
     """The heads whose ablation moves the mean-pooled output most (Kovaleva et al. 2019)."""
     order = sorted(range(len(res["heads"])), key=lambda i: res["cos_mean"][i])[:10]
-    delta = res.get("mlm_loss_delta")
-    head = ["head", "cos [CLS]", "cos mean-pooled"] + (["MLM loss change"] if delta else [])
+    causal = bool(res.get("causal"))
+    delta = res.get("lm_loss_delta") if causal else res.get("mlm_loss_delta")
+    first = "cos first token" if causal else "cos [CLS]"
+    change = "LM loss change" if causal else "MLM loss change"
+    head = ["head", first, "cos mean-pooled"] + ([change] if delta else [])
     rows = [
         [
             f"{res['heads'][i][0]}-{res['heads'][i][1]}",
@@ -313,4 +372,9 @@ def _ablation_lines(res: dict) -> list[str]:
         f"Each head {'zeroed' if res['mode'] == 'zero' else 'made uniform'} alone over "
         f"{res['examples']} examples; the 10 that change the output most."
     )
+    if causal and res.get("lm_loss") is not None:
+        intro += (
+            f" Causal LM loss (mean next-token cross-entropy, nats) {_f(res['lm_loss'])} "
+            "intact; the change is ablated - intact."
+        )
     return ["", "## Head ablation", "", intro, "", *_table(head, rows)]

@@ -32,7 +32,12 @@ first-token share, previous token, self, punctuation, entropy, then induction
 and duplicate-token scores; ``norm_*`` for norm-based weights), beside
 ``mixing_ratios`` and ``head_distance``; the encoder sections that read
 [CLS]/[SEP] (head_stats, patterns, rollout, flow, dependency heads) are left
-out, each with its one-line reason in ``meta.not_run``.
+out, each with its one-line reason in ``meta.not_run``. `jaxattn analyze` adds
+``ov_copying`` ({"definition", "score": [L][H]}, `jaxattn.analysis.ov_circuit`)
+and ``bos_sinks`` ({"bos_token", "examples", "skipped", "bos",
+"first_after_bos", "first_without_bos", "shift": [L][H]},
+`jaxattn.engine.sinks`) from a local engine, and ``head_ablation`` with
+``lm_loss``/``lm_loss_delta`` (`jaxattn.engine.ablation`).
 """
 
 from __future__ import annotations
@@ -239,6 +244,12 @@ class CorpusAnalysis:
         )
         report["decoder_heads"] = _plain(self.decoder.result())
         return report
+
+
+def json_ready(x):
+    """JSON-ready: arrays to nested lists rounded to 6 places, NaN to None (what the
+    report's own sections get; for sections a caller adds)."""
+    return _plain(x)
 
 
 def _plain(x):

@@ -9,7 +9,7 @@ in that package's `__init__`.
 
 Weight tables map our param path to (HF module, kind, dims):
 * the path is under the encoder ("embeddings/ln", "layer_{i}/attention/query"),
-  or under "pooler"/"mlm_head" for those groups;
+  or under "pooler"/"mlm_head"/"lm_head" for those groups;
 * the HF module is the key without the base-model prefix and without the
   leaf ("encoder.layer.{}.attention.self.query"; the layer table's keys are
   relative to `layer_key`);
@@ -105,6 +105,9 @@ class Family:
       layer_key: the HF prefix of weight set i ("encoder.layer.{}.").
       layer: one weight set's table, relative to layer_key.
       pooler, mlm: optional groups, loaded all-or-none when present.
+      lm: a causal model's untied next-token head (group "lm_head", keys without
+        the base-model prefix), loaded when present (`ModelConfig.tied_lm_head`
+        says when the word embedding is the head instead).
       tied: HF decoder weight tied to the word embedding (checked, not stored).
       ignored: HF keys (no prefix) deliberately not loaded -> the reason.
       layer_ignored: likewise for keys of every layer, relative to layer_key
@@ -127,6 +130,7 @@ class Family:
     layer: Table
     pooler: Table = dataclasses.field(default_factory=dict)
     mlm: Table = dataclasses.field(default_factory=dict)
+    lm: Table = dataclasses.field(default_factory=dict)
     tied: str = ""
     ignored: Mapping[str, str] = dataclasses.field(default_factory=dict)
     layer_ignored: Mapping[str, str] = dataclasses.field(default_factory=dict)

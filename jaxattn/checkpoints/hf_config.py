@@ -106,6 +106,7 @@ TYPES = {
     "attention_bias": "bool",
     "mlp_bias": "bool",
     "norm_bias": "bool",
+    "tied_lm_head": "bool",
 }
 _TYPE_WORDS = {
     "int": "a whole number",

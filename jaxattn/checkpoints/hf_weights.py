@@ -5,8 +5,8 @@ weight the model needs and the checkpoint lacks raises naming it, and so does a
 checkpoint weight that nothing maps (except the family's `ignored`, each with a
 reason).
 
-Params layout (linen): {"encoder": Encoder params, "pooler": ..., "mlm_head": ...};
-the last two only when the checkpoint has them.
+Params layout (linen): {"encoder": Encoder params, "pooler": ..., "mlm_head": ...,
+"lm_head": ...}; the last three only when the checkpoint has them.
 """
 
 from __future__ import annotations
@@ -108,7 +108,8 @@ def _plan(state: dict, config: ModelConfig, family: Family, prefix: str) -> list
     covered = {row[0] for row in plan}
     if wanted - covered:  # a family table that forgets a param is a bug of jaxattn's
         raise AssertionError(f"family {family.name} maps no weight to {sorted(wanted - covered)}")
-    for group, table, pfx in (("pooler", family.pooler, prefix), ("mlm_head", family.mlm, "")):
+    groups = (("pooler", family.pooler, prefix), ("mlm_head", family.mlm, ""))
+    for group, table, pfx in (*groups, ("lm_head", family.lm, "")):
         rows = [r for p, (m, k, d) in table.items() for r in take(f"{group}/{p}", pfx + m, k, d)]
         if any(key in state for _, key, _, _ in rows):
             plan += rows

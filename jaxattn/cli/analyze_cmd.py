@@ -30,6 +30,7 @@ from jaxattn.cli.args import (
     add_source_arguments,
     add_too_long_argument,
     check_output,
+    non_negative,
     positive,
 )
 from jaxattn.cli.corpus import input_path, records
@@ -97,7 +98,8 @@ def register(subparsers) -> None:
         "--ablate",
         choices=ABLATION_MODES,
         help="also ablate each head alone (Kovaleva et al. 2019) and report the change of "
-        "the final [CLS]/mean-pooled vectors and masked-LM loss (local engine only)",
+        "the final [CLS]/mean-pooled vectors and of the masked-LM loss (an encoder) or the "
+        "causal LM loss (a decoder), where the checkpoint has that head (local engine only)",
     )
     p.add_argument(
         "--ablate-examples",
@@ -105,6 +107,14 @@ def register(subparsers) -> None:
         default=200,
         metavar="N",
         help="examples used by --ablate (each head reruns them; default 200)",
+    )
+    p.add_argument(
+        "--sink-examples",
+        type=non_negative,
+        default=200,
+        metavar="N",
+        help="a decoder: capture the first N texts again with and without BOS for the "
+        "attention-sink comparison (Xiao et al. 2023; local engine only; 0: skip; default 200)",
     )
     p.add_argument(
         "--no-head-distance",
@@ -187,11 +197,6 @@ def _run(args) -> int:
     try:
         info = source.model_info()
         if info.causal:  # a decoder: its own analyses, no parses (no [CLS]/[SEP], no future)
-            if args.ablate:
-                raise UsageError(
-                    f"--ablate is not run on a decoder (causal) model ({info.name}): its "
-                    "measures read [CLS] and an MLM head; drop --ablate"
-                )
             if args.stats_only:
                 what = ("decoder_head_stats",) + (
                     () if args.no_norm else ("decoder_norm_head_stats",)
@@ -225,6 +230,11 @@ def _run(args) -> int:
                 corpus.add_parse(cap, extra[stream.index])
             bar.close()
             report_counts(stream, "jaxattn analyze (--conllu)")
+        decoder = None
+        if info.causal:
+            from jaxattn.cli.decoder_analyses import decoder_extras
+
+            decoder = decoder_extras(source, texts, args)
         ablation = None
         if args.ablate:
             from jaxattn.engine import head_ablation_study
@@ -246,11 +256,12 @@ def _run(args) -> int:
         "precision": args.precision or source_precision,
         **skipped,
     }
-    return _write(args, corpus, meta, t0, ablation)
+    return _write(args, corpus, meta, t0, ablation, decoder)
 
 
-def _write(args, corpus, meta: dict, t0: float, ablation=None) -> int:
+def _write(args, corpus, meta: dict, t0: float, ablation=None, decoder=None) -> int:
     from jaxattn.analysis import write_report
+    from jaxattn.analysis.report import json_ready
 
     seconds = time.monotonic() - t0
     meta = {
@@ -260,7 +271,11 @@ def _write(args, corpus, meta: dict, t0: float, ablation=None) -> int:
     }
     report = corpus.report(meta=meta)
     if ablation is not None:
-        report["head_ablation"] = ablation
+        report["head_ablation"] = json_ready(ablation)
+    if decoder is not None:
+        sections, not_run = decoder
+        report.update(json_ready(sections))
+        report["meta"]["not_run"].update(not_run)
     json_path, md_path = write_report(report, args.out)
     print(f"analysed {corpus.examples} examples in {seconds:.1f}s: wrote {json_path} and {md_path}")
     return 0

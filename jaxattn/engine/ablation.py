@@ -1,6 +1,7 @@
 """Head ablation (Kovaleva et al. 2019, "Revealing the Dark Secrets of BERT", sec. 5; Michel et al.
-2019 for zeroed heads): run the encoder with chosen heads disabled and measure how
-much its final representations and masked-LM loss change.
+2019 for zeroed heads): run the model with chosen heads disabled and measure how
+much its final representations and masked-LM loss (an encoder) or causal LM loss
+(a decoder: `jaxattn.engine.causal_lm`) change.
 
 A head is disabled in one of two ways:
 * "zero": its output is zeroed (its context vectors contribute nothing to W_O);
@@ -17,6 +18,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from jaxattn.config import ModelConfig
+from jaxattn.engine.causal_lm import CausalLM, has_lm_head
 from jaxattn.engine.mlm import MaskedLM, final_states
 
 MODES = ("zero", "uniform")
@@ -86,19 +88,25 @@ def head_ablation_study(
     (``cos_cls``), the same for mean-pooled final vectors (``cos_mean``), and,
     when the checkpoint has a masked-LM head, the change in masked-LM loss
     (``mlm_loss_delta``; the loss is the mean cross-entropy over a fixed random
-    ``mask_rate`` of each example's non-special tokens, at least one).
+    ``mask_rate`` of each example's non-special tokens, at least one). On a
+    decoder (``causal``) with its next-token head, the change in the causal LM
+    loss instead (``lm_loss_delta``: the mean next-token cross-entropy over every
+    position of every example, `jaxattn.engine.causal_lm.CausalLM`); ``cos_cls``
+    is then the first token's final vector.
 
     Args:
       engine: a loaded `Engine`.
       texts: strings or (a, b) pairs.
       heads: (layer, head) pairs to ablate one at a time; default every head.
       mode: "zero" or "uniform".
-      mlm: also measure the masked-LM loss when the model has the head.
+      mlm: also measure the masked-LM (encoder) or causal LM (decoder) loss when
+        the model has the head.
       too_long: texts over the model's limit: "error", "truncate" or "skip".
 
     Returns:
       {"mode", "heads": [[l, h], ...], "cos_cls": [...], "cos_mean": [...],
         "mlm_loss": base loss or None, "mlm_loss_delta": [...] or None,
+        "causal": bool, "lm_loss": base loss or None, "lm_loss_delta": [...] or None,
         "examples": N}
     """
     c = engine.config
@@ -109,10 +117,14 @@ def head_ablation_study(
     )
     tokenized = [t for t in engine.tokenize(texts, too_long=too_long) if t is not None]
     base = final_states(engine, tokenized, None)
-    use_mlm = mlm and "mlm_head" in engine.extra_params and bool(tokenized)
+    use_mlm = mlm and not c.causal and "mlm_head" in engine.extra_params and bool(tokenized)
+    use_lm = mlm and has_lm_head(engine) and bool(tokenized)
     if use_mlm:
         lm = MaskedLM(engine, tokenized, mask_rate=mask_rate, seed=seed)
         base_loss = lm.loss(None)
+    if use_lm:
+        causal = CausalLM(engine, tokenized)
+        base_lm = causal.loss(None, base)
     out = {
         "mode": mode,
         "heads": [list(h) for h in heads],
@@ -120,13 +132,19 @@ def head_ablation_study(
         "cos_mean": [],
         "mlm_loss": base_loss if use_mlm else None,
         "mlm_loss_delta": [] if use_mlm else None,
+        "causal": c.causal,
+        "lm_loss": base_lm if use_lm else None,
+        "lm_loss_delta": [] if use_lm else None,
         "examples": len(tokenized),
     }
     for head in heads:
         ablation = HeadAblation.of([head], mode)
-        cls, pooled = _cosines(base, final_states(engine, tokenized, ablation))
+        states = final_states(engine, tokenized, ablation)
+        cls, pooled = _cosines(base, states)
         out["cos_cls"].append(cls)
         out["cos_mean"].append(pooled)
         if use_mlm:
             out["mlm_loss_delta"].append(lm.loss(ablation) - base_loss)
+        if use_lm:
+            out["lm_loss_delta"].append(causal.loss(ablation, states) - base_lm)
     return out

@@ -50,6 +50,15 @@ def test_analyze_writes_the_decoder_section(gpt2, tmp_path, capsys):
     assert "rollout" not in report and len(report["mixing_ratios"]["AttnRes-N"]) == 3
     md = out.with_suffix(".md").read_text()
     assert "## Decoder heads" in md and "Not computed for a decoder" in md
+    # The model-level analyses of a local engine (each checked against references in
+    # test_analysis_ov_circuit.py and test_analysis_bos_sinks.py).
+    ov = report["ov_copying"]
+    assert "eigenvalues" in ov["definition"] and len(ov["score"]) == 3
+    assert all(-1 <= x <= 1 for row in ov["score"] for x in row)
+    sinks = report["bos_sinks"]
+    assert (sinks["bos_token"], sinks["examples"], sinks["skipped"]) == ("<|endoftext|>", 2, 1)
+    assert set(sinks) >= {"bos", "first_after_bos", "first_without_bos", "shift"}
+    assert "### OV copying scores" in md and "### Attention sinks with and without BOS" in md
 
 
 def test_analyze_stats_only_on_a_decoder(gpt2, tmp_path):
@@ -63,10 +72,16 @@ def test_analyze_stats_only_on_a_decoder(gpt2, tmp_path):
     }
 
 
-def test_analyze_refuses_ablation_on_a_decoder(gpt2, tmp_path, capsys):
-    rc, _ = _analyze(gpt2, tmp_path, "--ablate", "zero")
-    assert rc == 2
-    assert "--ablate is not run on a decoder" in capsys.readouterr().err
+def test_analyze_ablates_a_decoder_with_its_lm_loss(gpt2, tmp_path):
+    rc, out = _analyze(gpt2, tmp_path, "--ablate", "zero", "--sink-examples", "0")
+    assert rc == 0
+    report = json.loads(out.read_text())
+    res = report["head_ablation"]
+    assert res["causal"] and res["mlm_loss"] is None and res["lm_loss"] > 0
+    assert len(res["lm_loss_delta"]) == 9 and all(x is not None for x in res["lm_loss_delta"])
+    assert report["meta"]["not_run"]["bos_sinks"] == "--sink-examples 0"
+    md = out.with_suffix(".md").read_text()
+    assert "## Head ablation" in md and "LM loss change" in md and "cos first token" in md
 
 
 def test_analyze_saved_decoder_captures(gpt2, tmp_path):

@@ -15,7 +15,7 @@ The differences from BERT (Radford et al. 2019; HF modeling_gpt2.py):
 Refused (naming the field): scale_attn_weights false (unscaled scores),
 scale_attn_by_inverse_layer_idx true, reorder_and_upcast_attn true, and (as
 for every family) add_cross_attention true. The LM head is tied to wte
-(checked when the file has it) and not stored.
+(checked when the file has it) and not stored (ModelConfig.tied_lm_head).
 """
 
 from __future__ import annotations
@@ -104,7 +104,13 @@ GPT2 = Family(
     },
     # GPT2Config's defaults where ModelConfig's differ.
     hf_defaults={"layer_norm_epsilon": 1e-5, "activation_function": "gelu_new"},
-    fixed={"type_vocab_size": 0, "norm": "pre", "embedding_norm": False, "causal": True},
+    fixed={
+        "type_vocab_size": 0,
+        "norm": "pre",
+        "embedding_norm": False,
+        "causal": True,
+        "tied_lm_head": True,
+    },
     derive=_derive,
     derived=frozenset({"n_inner"}),
     prefixes=("transformer.",),

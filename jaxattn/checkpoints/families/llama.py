@@ -18,7 +18,8 @@ The differences from BERT (Touvron et al. 2023; HF modeling_llama.py, eager atte
 Refused (naming the field): a rope_type other than default/linear/llama3
 (dynamic, yarn, longrope, ...), unknown rope parameters, pretraining_tp other
 than 1, a head_dim that is odd, num_key_value_heads not dividing the heads.
-The LM head (lm_head.weight, tied or not) is not loaded: no capture uses it.
+The LM head: the word embedding when tie_word_embeddings (ModelConfig.tied_lm_head),
+else lm_head.weight where the file has it (params "lm_head", for the causal LM loss).
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ ROPE_KEYS = {
         {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}
     ),
 }
-HEAD = "Llama's LM head (tied or not): not loaded, no capture uses it"
 INV_FREQ = "the RoPE frequencies older Llama files store: jaxattn computes them from the config"
 
 
@@ -179,6 +179,7 @@ LLAMA = Family(
         "rms_norm_eps": "layer_norm_eps",
         "attention_bias": "attention_bias",
         "mlp_bias": "mlp_bias",
+        "tie_word_embeddings": "tied_lm_head",
         # No effect on the eval forward:
         "pad_token_id": None,  # padding is masked, whatever id fills it
     },
@@ -190,6 +191,7 @@ LLAMA = Family(
         "attention_bias": False,
         "mlp_bias": False,
         "max_position_embeddings": 2048,
+        "tie_word_embeddings": False,
     },
     fixed={
         "type_vocab_size": 0,
@@ -222,7 +224,7 @@ LLAMA = Family(
         "ffn_in": ("mlp.up_proj", "dense", "FD"),
         "ffn_out": ("mlp.down_proj", "dense", "DF"),
     },
-    ignored={"lm_head.weight": HEAD},
+    lm={"unembedding": ("lm_head", "table", "VD")},
     layer_ignored={"self_attn.rotary_emb.inv_freq": INV_FREQ},
     kinds=KINDS,
 )
