@@ -36,11 +36,15 @@ class AttentionParts:
       k, v: [T, H_kv, K] the per-key/value-head projections (k rotated likewise);
         H_kv = H without grouped-query attention.
       scores: [H, T, S] the softmax input before the padding mask (DeBERTa: its terms'
-        sum); a causal model's future keys (j > i) exactly -inf.
+        sum; Gemma 2: soft-capped, cap * tanh(logits / cap)); a causal model's future
+        keys (j > i) exactly -inf.
       alpha: [H, T, S] the attention weights (after head ablation's uniform rows).
       w_out: [H, K, D] the output projection's kernel.
       c2c, c2p, p2c: [H, T, S] DeBERTa's scaled score terms (`jaxattn.engine.relative`);
         None where the model has no such term (every other family: all three).
+      norm_alpha: [H, T, S] the weights the norm quantities read where they are not
+        alpha (Gemma's post-attention norm: alpha / s'_i, `EncoderLayer._post_normed`,
+        with w_out then g' * W_O); None: alpha.
     """
 
     q: jax.Array
@@ -52,6 +56,7 @@ class AttentionParts:
     c2c: jax.Array | None = None
     c2p: jax.Array | None = None
     p2c: jax.Array | None = None
+    norm_alpha: jax.Array | None = None
 
     def values_per_query_head(self) -> jax.Array:
         """v [S, H, K] of each query head: head h gets its group's key/value head
@@ -119,7 +124,12 @@ class SelfAttention(nn.Module):
             if c.rotary is not None:
                 q, k, allowed = self._rotate(q, k, allowed, is_global)
             scores = self.mm("THK,SHK->HTS", q, _per_query_head(k, c.num_heads))
-            scores = scores / jnp.sqrt(c.head_dim)
+            if c.query_scale:  # Gemma: q.k * query_pre_attn_scalar^-1/2, a float32 product
+                scores = scores * np.float32(c.query_scale**-0.5)
+            else:
+                scores = scores / jnp.sqrt(c.head_dim)
+            if c.attn_softcap:  # Gemma 2: the logits softmax sees, cap * tanh(logits / cap)
+                scores = jnp.tanh(scores / c.attn_softcap) * c.attn_softcap
         if c.causal:  # the future is no part of a decoder's scores: exactly -inf
             past = np.tril(np.ones((length, length), bool))  # key j <= query i
             scores = jnp.where(past[None], scores, -jnp.inf)
@@ -159,14 +169,15 @@ class SelfAttention(nn.Module):
 
         def angles(is_global: bool):
             theta = r.global_theta if is_global else r.local_theta
-            return rotary.rope_angles(length, self.config.head_dim, theta, r.frequency_scaling())
+            scaling = r.frequency_scaling(is_global)
+            return rotary.rope_angles(length, self.config.head_dim, theta, scaling)
 
         def local(allowed):  # a padded query far from every real key still sees itself
-            window = rotary.window_mask(length, r.local_window)
+            window = rotary.window_mask(length, r.local_window, self.config.causal)
             return (allowed & window) | np.eye(length, dtype=bool)
 
         if is_global is None:
-            kind = rotary.is_global_layer(self.index, r.global_every)
+            kind = r.is_global(self.index)
             (cos, sin), allowed = angles(kind), allowed if kind else local(allowed)
         else:
             (g_cos, g_sin), (l_cos, l_sin) = angles(True), angles(False)
