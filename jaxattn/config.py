@@ -199,6 +199,10 @@ class ModelConfig:
       causal: a decoder's causal self-attention: query i sees keys j <= i only;
         future keys get exactly zero weight and their `scores` are exactly -inf.
         Sentence pairs and the [CLS]/[SEP] statistics (`DECODER_REFUSED`) are refused.
+      qk_norm: each head's query and key pass the model's norm (`norm_type`, eps
+        `layer_norm_eps`) over head_dim before RoPE, one weight [K] per layer for the
+        queries and one for the keys, shared by the heads (Qwen3's q_norm/k_norm).
+        The captured queries and keys are taken after it (and after RoPE).
     """
 
     family: str = "bert"
@@ -232,6 +236,7 @@ class ModelConfig:
     num_kv_heads: int = 0
     head_size: int = 0
     norm_type: str = "layer"
+    qk_norm: bool = False
 
     def __post_init__(self):
         for field, kind in (("relative", Relative), ("rotary", Rotary)):
