@@ -227,6 +227,11 @@ class ModelConfig:
       causal: a decoder's causal self-attention: query i sees keys j <= i only;
         future keys get exactly zero weight and their `scores` are exactly -inf.
         Sentence pairs and the [CLS]/[SEP] statistics (`DECODER_REFUSED`) are refused.
+      qk_norm: each head's query and key pass the model's norm (`norm_type`, eps
+        `layer_norm_eps`) over head_dim before RoPE, one weight [K] per layer for the
+        queries and one for the keys, shared by the heads (Qwen3's q_norm/k_norm).
+        The captured queries and keys are taken after it (and after RoPE); with a
+        norm_offset (Gemma 3) its scale is norm_offset + w too.
       embed_scale: the word embeddings are multiplied by sqrt(D), rounded to the table's
         dtype as HF does (Gemma).
       norm_offset: an RMSNorm scales by norm_offset + w (Gemma: 1, HF's (1 + weight)).
@@ -270,6 +275,7 @@ class ModelConfig:
     num_kv_heads: int = 0
     head_size: int = 0
     norm_type: str = "layer"
+    qk_norm: bool = False
     # Gemma 2/3 (see the docstring).
     embed_scale: bool = False
     norm_offset: float = 0.0

@@ -8,7 +8,9 @@ table). Everything after the scores (mask, softmax, head gates, weighted sum,
 output projection) is shared. A causal model (GPT-2) lets query i see keys
 j <= i only: the future gets exactly zero weight, and its scores are -inf.
 Grouped-query attention (Llama): H_kv < H key/value heads, query head h reads
-key/value head h // (H / H_kv) (HF's repeat_kv).
+key/value head h // (H / H_kv) (HF's repeat_kv). Qwen3's and Gemma 3's q/k norm
+(ModelConfig.qk_norm) normalises each head's query and key over its K dims
+with the model's own norm, before RoPE.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import numpy as np
 
 from jaxattn.config import ModelConfig
 from jaxattn.engine import relative
-from jaxattn.engine.layers import Dense
+from jaxattn.engine.layers import Dense, make_norm
 from jaxattn.engine.precision import Matmul
 
 
@@ -32,8 +34,9 @@ class AttentionParts:
     dim, D model dim.
 
     Attributes:
-      q: [T, H, K] the per-head query projections (rotated in a rotary model).
-      k, v: [T, H_kv, K] the per-key/value-head projections (k rotated likewise);
+      q: [T, H, K] the per-head query projections (q/k-normed with ModelConfig.qk_norm,
+        then rotated in a rotary model).
+      k, v: [T, H_kv, K] the per-key/value-head projections (k normed and rotated likewise);
         H_kv = H without grouped-query attention.
       scores: [H, T, S] the softmax input before the padding mask (DeBERTa: its terms'
         sum; Gemma 2: soft-capped, cap * tanh(logits / cap)); a causal model's future
@@ -113,6 +116,9 @@ class SelfAttention(nn.Module):
             key_proj = proj
         key = Dense(**key_proj, name="key")
         q, k = query(x), key(x)  # [T, H, K], [T, H_kv, K]
+        if c.qk_norm:  # Qwen3, Gemma 3: the model's norm over each head's K dims, before RoPE
+            q = make_norm(c, "query_norm")(q)  # Gemma 3: scale (1 + w), as its other norms
+            k = make_norm(c, "key_norm")(k)
         v = Dense(**key_proj, name="value")(x)
         length = x.shape[0]
         allowed = jnp.broadcast_to(mask[None, :], (length, length))  # [T, S]
