@@ -20,7 +20,9 @@ The differences from Llama (HF modeling_gemma2.py, modeling_gemma3.py, eager att
   layer; Gemma 3 the full-attention layers' rope_parameters (rope_theta, default
   1e6, and its scaling, e.g. linear factor 8) and the sliding layers' own base
   (rope_local_base_freq, default 1e4) unscaled;
-* head_dim is its own field (HF default 256), not D / H.
+* head_dim is its own field (HF default 256), not D / H;
+* Gemma 3 normalises each head's query and key over head_dim (q_norm, k_norm: RMSNorm
+  with (1 + w)) before RoPE (ModelConfig.qk_norm).
 
 Mapped with a note: final_logit_softcapping only caps the LM head's logits, which no
 capture computes; Gemma 3's attn_logit_softcapping is not applied by transformers'
@@ -264,6 +266,11 @@ GEMMA3 = Family(
     hf_defaults={**DEFAULTS, "max_position_embeddings": 131_072},
     derive=_derive_gemma3,
     derived=DERIVED | {"rope_local_base_freq", "sliding_window_pattern", "_sliding_window_pattern"},
-    layer=LAYER,
-    **COMMON,
+    layer={
+        **LAYER,
+        # Per-head q/k RMSNorm over head_dim, scale (1 + w), before RoPE (ModelConfig.qk_norm).
+        "attention/query_norm": ("self_attn.q_norm", "ln", "K"),
+        "attention/key_norm": ("self_attn.k_norm", "ln", "K"),
+    },
+    **{**COMMON, "fixed": {**FIXED, "qk_norm": True}},
 )
