@@ -24,6 +24,8 @@ FAMILIES = (
     "modernbert",
     "gpt2",
     "llama",
+    "gemma2",
+    "gemma3",
 )
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 NORMS = ("post", "pre")
@@ -48,6 +50,14 @@ DECODER_REFUSED = {
     f"[CLS]/[SEP]; ask for decoder_{name} (first token, previous token, self, punctuation, "
     "entropy)"
     for name in ("head_stats", "norm_head_stats")
+}
+# Quantities a model with post-norms (Gemma) refuses: a head's transformed vector
+# reaches the residual only through the post-attention norm, whose divisor belongs to
+# the query position (docs/families.md, "Gemma 2 and Gemma 3").
+POST_NORM_REFUSED = {
+    "fx_norm": "is not defined for a model whose attention output passes a post-attention "
+    "norm (Gemma): f_h(x_j) reaches the residual divided by the query position's RMS, so "
+    "it has no norm of its own; ask for alpha_fx_norm (which includes that divisor)"
 }
 # A causal model's scores are -inf in the future, which the affine uint8 encoding cannot hold.
 DECODER_UINT8 = {
@@ -109,13 +119,19 @@ class Rotary:
     Attributes:
       global_theta: RoPE base of global layers.
       local_theta: RoPE base of local (sliding-window) layers.
-      global_every: layer l is global when l % global_every == 0.
-      local_window: HF local_attention: a local layer's query i sees keys j
-        with |i - j| <= local_window // 2; other pairs get exactly zero weight.
+      global_every: layer l is global when l % global_every == 0 (unless `layer_global`).
+      local_window: an encoder's (ModernBERT, HF local_attention): a local layer's
+        query i sees keys j with |i - j| <= local_window // 2; a causal model's (Gemma,
+        HF sliding_window): keys j with 0 <= i - j < local_window. Other pairs get
+        exactly zero weight.
       scaling: the frequency scaling of every layer (`ROPE_SCALINGS`; Llama's
         rope_type), with its factor and, for "llama3", low_freq_factor,
         high_freq_factor and original_max_positions (HF
         original_max_position_embeddings).
+      layer_global: when given, layer l is global iff layer_global[l] (HF layer_types
+        "full_attention"; Gemma's), in place of the global_every rule.
+      local_scaling: local layers use `scaling` too (False: Gemma 3, whose sliding
+        layers have plain RoPE and only the full-attention layers the scaling).
     """
 
     global_theta: float = 10000.0
@@ -127,16 +143,28 @@ class Rotary:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_positions: int = 0
+    layer_global: tuple[bool, ...] = ()
+    local_scaling: bool = True
 
     def __post_init__(self):
+        object.__setattr__(self, "layer_global", tuple(bool(g) for g in self.layer_global))
         if self.scaling not in ROPE_SCALINGS:
             raise ValueError(
                 f"unknown rope scaling {self.scaling!r}: valid are {', '.join(ROPE_SCALINGS)}"
             )
 
-    def frequency_scaling(self) -> tuple:
-        """The scaling as a hashable tuple for `jaxattn.engine.rotary.rope_angles`."""
-        if self.scaling == "default":
+    def is_global(self, layer: int) -> bool:
+        """Whether layer `layer` attends globally (`layer_global`, else the global_every rule)."""
+        if self.layer_global:
+            return self.layer_global[layer]
+        if self.global_every < 1:
+            raise ValueError(f"global_attn_every_n_layers {self.global_every} must be at least 1")
+        return layer % self.global_every == 0
+
+    def frequency_scaling(self, is_global: bool = True) -> tuple:
+        """The scaling as a hashable tuple for `jaxattn.engine.rotary.rope_angles` (of a
+        global or a local layer)."""
+        if self.scaling == "default" or not (is_global or self.local_scaling):
             return ()
         return (
             self.scaling,
@@ -203,6 +231,21 @@ class ModelConfig:
         Llama's tie_word_embeddings): logits = final hidden state x W_E^T. An
         untied head, where the checkpoint has one, is params["lm_head"]
         ["unembedding"] [V, D]; neither: no LM head (no causal LM loss).
+      qk_norm: each head's query and key pass the model's norm (`norm_type`, eps
+        `layer_norm_eps`) over head_dim before RoPE, one weight [K] per layer for the
+        queries and one for the keys, shared by the heads (Qwen3's q_norm/k_norm).
+        The captured queries and keys are taken after it (and after RoPE); with a
+        norm_offset (Gemma 3) its scale is norm_offset + w too.
+      embed_scale: the word embeddings are multiplied by sqrt(D), rounded to the table's
+        dtype as HF does (Gemma).
+      norm_offset: an RMSNorm scales by norm_offset + w (Gemma: 1, HF's (1 + weight)).
+      post_norms: the attention and FFN outputs each pass their own norm before the
+        residual addition (Gemma's post_attention_layernorm, post_feedforward_layernorm):
+        h = x + N_pa(attn(N_a(x))), out = h + N_pf(ffn(N_f(h))). `POST_NORM_REFUSED`.
+      attn_softcap: attention logit soft-capping (Gemma 2's attn_logit_softcapping):
+        the logits become cap * tanh(logits / cap) before the mask; 0 means none.
+      query_scale: the logits are q.k * query_scale^-1/2 (Gemma's query_pre_attn_scalar)
+        instead of q.k * K^-1/2; 0 means K.
     """
 
     family: str = "bert"
@@ -237,6 +280,13 @@ class ModelConfig:
     head_size: int = 0
     norm_type: str = "layer"
     tied_lm_head: bool = False
+    qk_norm: bool = False
+    # Gemma 2/3 (see the docstring).
+    embed_scale: bool = False
+    norm_offset: float = 0.0
+    post_norms: bool = False
+    attn_softcap: float = 0.0
+    query_scale: float = 0.0
 
     def __post_init__(self):
         for field, kind in (("relative", Relative), ("rotary", Rotary)):
@@ -259,6 +309,10 @@ class ModelConfig:
             raise ValueError(
                 f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}"
             )
+        if self.norm_offset and self.norm_type != "rms":
+            raise ValueError("norm_offset is an RMSNorm's (1 + w): it needs norm_type 'rms'")
+        if self.attn_softcap < 0 or self.query_scale < 0:
+            raise ValueError("attn_softcap and query_scale must not be negative")
         if self.head_size < 0 or self.num_kv_heads < 0:
             raise ValueError("head_size and num_kv_heads must not be negative")
         if self.num_heads % self.kv_heads:
@@ -368,10 +422,11 @@ class ModelConfig:
     def refused_quantities(self, dtype: str = "float32") -> dict[str, str]:
         """Quantity name -> why this model refuses it in `dtype`, as the rest of a sentence
         that begins with the name (a causal model: `DECODER_REFUSED`, and as uint8
-        `DECODER_UINT8`)."""
-        if not self.causal:
-            return {}
-        return {**DECODER_REFUSED, **(DECODER_UINT8 if dtype == "uint8" else {})}
+        `DECODER_UINT8`; post-norms: `POST_NORM_REFUSED`)."""
+        refused = dict(POST_NORM_REFUSED) if self.post_norms else {}
+        if self.causal:
+            refused.update(DECODER_REFUSED, **(DECODER_UINT8 if dtype == "uint8" else {}))
+        return refused
 
     @property
     def max_length(self) -> int:

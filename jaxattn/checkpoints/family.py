@@ -78,6 +78,7 @@ DIMS = {
     "W": "ffn_width",
     "A": "attention_width",
     "G": "kv_width",
+    "K": "head_dim",
 }
 
 Table = Mapping[str, tuple[str, str, str]]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from jaxattn.checkpoints.families import MODEL_TYPES, supported
+from jaxattn.checkpoints.families import MODEL_TYPES, REFUSED, supported
 from jaxattn.checkpoints.family import Family
 from jaxattn.config import ModelConfig
 from jaxattn.errors import CheckpointError
@@ -197,6 +197,8 @@ def family_of(hf: dict, source: str) -> Family:
             f"{source} has no model_type: jaxattn reads the families {supported()}"
         )
     model_type = hf["model_type"]
+    if model_type in REFUSED:
+        raise CheckpointError(f"{source}: model_type {model_type!r} {REFUSED[model_type]}")
     if model_type not in MODEL_TYPES:
         raise CheckpointError(
             f"{source}: unsupported model_type {model_type!r}: jaxattn reads the "

@@ -8,7 +8,9 @@ table). Everything after the scores (mask, softmax, head gates, weighted sum,
 output projection) is shared. A causal model (GPT-2) lets query i see keys
 j <= i only: the future gets exactly zero weight, and its scores are -inf.
 Grouped-query attention (Llama): H_kv < H key/value heads, query head h reads
-key/value head h // (H / H_kv) (HF's repeat_kv).
+key/value head h // (H / H_kv) (HF's repeat_kv). Qwen3's and Gemma 3's q/k norm
+(ModelConfig.qk_norm) normalises each head's query and key over its K dims
+with the model's own norm, before RoPE.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import numpy as np
 
 from jaxattn.config import ModelConfig
 from jaxattn.engine import relative
-from jaxattn.engine.layers import Dense
+from jaxattn.engine.layers import Dense, make_norm
 from jaxattn.engine.precision import Matmul
 
 
@@ -32,15 +34,20 @@ class AttentionParts:
     dim, D model dim.
 
     Attributes:
-      q: [T, H, K] the per-head query projections (rotated in a rotary model).
-      k, v: [T, H_kv, K] the per-key/value-head projections (k rotated likewise);
+      q: [T, H, K] the per-head query projections (q/k-normed with ModelConfig.qk_norm,
+        then rotated in a rotary model).
+      k, v: [T, H_kv, K] the per-key/value-head projections (k normed and rotated likewise);
         H_kv = H without grouped-query attention.
       scores: [H, T, S] the softmax input before the padding mask (DeBERTa: its terms'
-        sum); a causal model's future keys (j > i) exactly -inf.
+        sum; Gemma 2: soft-capped, cap * tanh(logits / cap)); a causal model's future
+        keys (j > i) exactly -inf.
       alpha: [H, T, S] the attention weights (after head ablation's uniform rows).
       w_out: [H, K, D] the output projection's kernel.
       c2c, c2p, p2c: [H, T, S] DeBERTa's scaled score terms (`jaxattn.engine.relative`);
         None where the model has no such term (every other family: all three).
+      norm_alpha: [H, T, S] the weights the norm quantities read where they are not
+        alpha (Gemma's post-attention norm: alpha / s'_i, `EncoderLayer._post_normed`,
+        with w_out then g' * W_O); None: alpha.
     """
 
     q: jax.Array
@@ -52,6 +59,7 @@ class AttentionParts:
     c2c: jax.Array | None = None
     c2p: jax.Array | None = None
     p2c: jax.Array | None = None
+    norm_alpha: jax.Array | None = None
 
     def values_per_query_head(self) -> jax.Array:
         """v [S, H, K] of each query head: head h gets its group's key/value head
@@ -108,6 +116,9 @@ class SelfAttention(nn.Module):
             key_proj = proj
         key = Dense(**key_proj, name="key")
         q, k = query(x), key(x)  # [T, H, K], [T, H_kv, K]
+        if c.qk_norm:  # Qwen3, Gemma 3: the model's norm over each head's K dims, before RoPE
+            q = make_norm(c, "query_norm")(q)  # Gemma 3: scale (1 + w), as its other norms
+            k = make_norm(c, "key_norm")(k)
         v = Dense(**key_proj, name="value")(x)
         length = x.shape[0]
         allowed = jnp.broadcast_to(mask[None, :], (length, length))  # [T, S]
@@ -119,7 +130,12 @@ class SelfAttention(nn.Module):
             if c.rotary is not None:
                 q, k, allowed = self._rotate(q, k, allowed, is_global)
             scores = self.mm("THK,SHK->HTS", q, _per_query_head(k, c.num_heads))
-            scores = scores / jnp.sqrt(c.head_dim)
+            if c.query_scale:  # Gemma: q.k * query_pre_attn_scalar^-1/2, a float32 product
+                scores = scores * np.float32(c.query_scale**-0.5)
+            else:
+                scores = scores / jnp.sqrt(c.head_dim)
+            if c.attn_softcap:  # Gemma 2: the logits softmax sees, cap * tanh(logits / cap)
+                scores = jnp.tanh(scores / c.attn_softcap) * c.attn_softcap
         if c.causal:  # the future is no part of a decoder's scores: exactly -inf
             past = np.tril(np.ones((length, length), bool))  # key j <= query i
             scores = jnp.where(past[None], scores, -jnp.inf)
@@ -159,14 +175,15 @@ class SelfAttention(nn.Module):
 
         def angles(is_global: bool):
             theta = r.global_theta if is_global else r.local_theta
-            return rotary.rope_angles(length, self.config.head_dim, theta, r.frequency_scaling())
+            scaling = r.frequency_scaling(is_global)
+            return rotary.rope_angles(length, self.config.head_dim, theta, scaling)
 
         def local(allowed):  # a padded query far from every real key still sees itself
-            window = rotary.window_mask(length, r.local_window)
+            window = rotary.window_mask(length, r.local_window, self.config.causal)
             return (allowed & window) | np.eye(length, dtype=bool)
 
         if is_global is None:
-            kind = rotary.is_global_layer(self.index, r.global_every)
+            kind = r.is_global(self.index)
             (cos, sin), allowed = angles(kind), allowed if kind else local(allowed)
         else:
             (g_cos, g_sin), (l_cos, l_sin) = angles(True), angles(False)

@@ -69,23 +69,37 @@ class LayerNorm(nn.Module):
 class RMSNorm(nn.Module):
     """RMSNorm as HF's LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) * scale, in float32.
 
+    With an `offset` (Gemma: 1) the scale is offset + w, applied in float32 before the
+    cast back, as HF's Gemma2RMSNorm: (x * rsqrt(...) * (1 + w.float())).type_as(x).
     No centring and no bias (`use_bias` must be False: the family tables give none).
     """
 
     eps: float
     use_bias: bool = False
+    offset: float = 0.0
 
     @nn.compact
     def __call__(self, x):
         scale = param(self, "scale", nn.initializers.ones, (x.shape[-1],))
         x32 = jnp.asarray(x, jnp.float32)
         var = jnp.square(x32).mean(-1, keepdims=True)
-        return scale * (x32 * jax.lax.rsqrt(var + self.eps)).astype(jnp.result_type(x))
+        normed = x32 * jax.lax.rsqrt(var + self.eps)
+        if self.offset:
+            return (normed * (self.offset + jnp.asarray(scale, jnp.float32))).astype(x.dtype)
+        return scale * normed.astype(jnp.result_type(x))
 
 
 def norm_class(norm_type: str):
     """ModelConfig.norm_type -> the norm module ("layer": LayerNorm, "rms": RMSNorm)."""
     return RMSNorm if norm_type == "rms" else LayerNorm
+
+
+def make_norm(config, name: str | None = None):
+    """The model's norm module (`norm_class`) with its eps, bias and (RMSNorm) offset."""
+    kw = dict(eps=config.layer_norm_eps, use_bias=config.norm_bias, name=name)
+    if config.norm_type == "rms":
+        kw["offset"] = config.norm_offset
+    return norm_class(config.norm_type)(**kw)
 
 
 def norm_statistic(h, norm_type: str, eps: float):

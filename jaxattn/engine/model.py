@@ -21,6 +21,7 @@ from functools import partial
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxattn.config import ModelConfig
 from jaxattn.engine import head_stats, layer_loop, norms
@@ -30,7 +31,7 @@ from jaxattn.engine.layers import (
     LayerNorm,
     activation,
     init,
-    norm_class,
+    make_norm,
     norm_statistic,
     param,
 )
@@ -40,6 +41,14 @@ from jaxattn.spec import CaptureSpec
 
 # What needs the statistics of the LayerNorm after the attention block's addition.
 _NEEDS_NEXT_LN = frozenset({"attn_res_ln_norm", *MIXING})
+# With post-norms (Gemma) every norm quantity needs the attention output's own statistics.
+_NEEDS_OUTPUT_NORM = _NEEDS_NEXT_LN | {
+    "alpha_fx_norm",
+    "sum_alpha_fx_norm",
+    "attn_res_norm",
+    "norm_head_stats",
+    "decoder_norm_head_stats",
+}
 
 
 class Embeddings(nn.Module):
@@ -56,7 +65,10 @@ class Embeddings(nn.Module):
     def __call__(self, ids, type_ids):  # [T], [T] -> [T, D]
         c = self.config
         e = c.embedding_width
-        x = param(self, "word", init, (c.vocab_size, e))[ids]
+        table = param(self, "word", init, (c.vocab_size, e))
+        x = table[ids]
+        if c.embed_scale:  # Gemma: sqrt(D) as a float32, then in the table's dtype (HF)
+            x = x * jnp.asarray(np.float32(np.sqrt(c.hidden_size)), table.dtype)
         if c.absolute_positions:
             # RoBERTa numbers positions from padding_idx + 1 (position_offset = 2).
             positions = jnp.arange(ids.shape[0]) + c.position_offset
@@ -94,6 +106,8 @@ def _capture_layer(
     """
     cap = {}
     alpha, w_out = p.alpha, p.w_out
+    # The norm quantities' weights: alpha, or Gemma's alpha / s'_i (EncoderLayer._post_normed).
+    n_alpha = alpha if p.norm_alpha is None else p.norm_alpha
     # The norm quantities read each query head's values: head h those of its group's
     # key/value head (h // group), an [S, H, K] copy, never an [H, T, S, D] tensor.
     v = p.values_per_query_head()
@@ -111,9 +125,9 @@ def _capture_layer(
         if "fx_norm" in want:
             cap["fx_norm"] = fxn
         if "alpha_fx_norm" in want:
-            cap["alpha_fx_norm"] = norms.alpha_fx_norm(alpha, fxn)
+            cap["alpha_fx_norm"] = norms.alpha_fx_norm(n_alpha, fxn)
         if want & {"norm_head_stats", "decoder_norm_head_stats"}:
-            weights = head_stats.normalise_rows(norms.alpha_fx_norm(alpha, fxn))
+            weights = head_stats.normalise_rows(norms.alpha_fx_norm(n_alpha, fxn))
             if "norm_head_stats" in want:
                 cap["norm_head_stats"] = head_stats.head_statistics(weights, mask, classes)
             if "decoder_norm_head_stats" in want:
@@ -125,13 +139,15 @@ def _capture_layer(
     if "decoder_head_stats" in want:
         cap["decoder_head_stats"] = head_stats.decoder_statistics(alpha, mask, classes)
     if "sum_alpha_fx_norm" in want:
-        cap["sum_alpha_fx_norm"] = norms.sum_alpha_fx_norm(alpha, v, w_out, mm)
+        cap["sum_alpha_fx_norm"] = norms.sum_alpha_fx_norm(n_alpha, v, w_out, mm)
     if "attn_res_norm" in want:
-        cap["attn_res_norm"] = norms.residual_norm(alpha, v, w_out, x, mm)
+        cap["attn_res_norm"] = norms.residual_norm(n_alpha, v, w_out, x, mm)
     if "attn_res_ln_norm" in want:
-        cap["attn_res_ln_norm"] = norms.residual_ln_norm(alpha, v, w_out, x, gamma, std, mm, centre)
+        cap["attn_res_ln_norm"] = norms.residual_ln_norm(
+            n_alpha, v, w_out, x, gamma, std, mm, centre
+        )
     if want & set(MIXING):
-        mixing = norms.mixing(alpha, v, w_out, x, gamma, std, mm, centre)
+        mixing = norms.mixing(n_alpha, v, w_out, x, gamma, std, mm, centre)
         cap.update({name: t for name, t in mixing.items() if name in want})
     return cap
 
@@ -174,31 +190,53 @@ class EncoderLayer(nn.Module):
         """
         c = self.config
         pre = c.norm == "pre"
-        ln = dict(eps=c.layer_norm_eps, use_bias=c.norm_bias)
-        norm = norm_class(c.norm_type)  # LayerNorm, or RMSNorm (Llama)
-        project = output or bool(want & _NEEDS_NEXT_LN)
+        project = output or bool(want & (_NEEDS_OUTPUT_NORM if c.post_norms else _NEEDS_NEXT_LN))
         first_ln = pre and c.has_attention_ln(self.index)
-        attn_in = norm(**ln, name="attention_ln")(x) if first_ln else x
+        attn_in = make_norm(c, "attention_ln")(x) if first_ln else x
         attention = SelfAttention(c, self.mm, self.index, name="attention")
         a, parts = attention(attn_in, mask, gate, project, rel_table, is_global)
+        if c.post_norms and project:  # Gemma: h = x + N_pa(a); see _post_normed
+            a, parts = self._post_normed(a, parts)
         # The LayerNorm after the attention block's addition: the block's own (post)
         # or the FFN's (pre). Its statistics of the real h fix the AttnResLn decomposition.
-        next_ln = norm(**ln, name="ffn_ln" if pre else "attention_ln")
+        next_ln = make_norm(c, "ffn_ln" if pre else "attention_ln")
         cap, std, h = {}, None, None
         if project:
             h = x + a
             std = norm_statistic(h, c.norm_type, c.layer_norm_eps)
         normed = next_ln(h) if output else None
         if want:
-            gamma = self.variables["params"][next_ln.name]["scale"]
+            gamma = self.variables["params"][next_ln.name]["scale"] + c.norm_offset
             centre = c.norm_type == "layer"  # an RMSNorm subtracts no mean
             cap = _capture_layer(want, parts, x, gamma, std, self.mm, mask, classes, centre)
         if not output:
             return None, cap
         ffn_out = self._ffn(normed)
+        if c.post_norms:
+            ffn_out = make_norm(c, "ffn_post_ln")(ffn_out)
         if pre:
             return h + ffn_out, cap
-        return norm(**ln, name="ffn_ln")(normed + ffn_out), cap
+        return make_norm(c, "ffn_ln")(normed + ffn_out), cap
+
+    def _post_normed(self, a, parts: AttentionParts):
+        """Gemma's post-attention norm N_pa on the attention output a [T, D], and the parts
+        the norm quantities read, with N_pa folded in (docs/families.md, Gemma).
+
+        With N_pa's statistic s'_i = sqrt(mean(a_i^2) + eps) of the real output fixed,
+        N_pa(a_i) = g' * a_i / s'_i (g' = offset + w) is linear in a_i = sum_{h,j}
+        alpha^h_ij f_h(x_j) + b_O: token j's share through head h is
+        (alpha^h_ij / s'_i) (v_h(x_j) W_O^h g'). So the norm quantities take alpha / s'_i
+        as their weights and g' * W_O as the output projection (the softmax weights
+        themselves, `attention`, stay as they are).
+        """
+        c = self.config
+        post = make_norm(c, "attention_post_ln")
+        normed = post(a)
+        s = norm_statistic(a, c.norm_type, c.layer_norm_eps)  # [T]
+        g = self.variables["params"][post.name]["scale"] + c.norm_offset  # [D]
+        return normed, parts.replace(
+            norm_alpha=parts.alpha / s[None, :, None], w_out=g * parts.w_out
+        )
 
     def _ffn(self, x):
         c = self.config
@@ -291,7 +329,7 @@ class Encoder(nn.Module):
                 x, cap = _unrolled(run, weights, c, x, run_gates, hidden, args)
             if c.norm == "pre" and run.stop == c.num_layers and x is not None:
                 # HF's final_norm; its hidden_states[-1] is this normalised last_hidden_state.
-                x = norm_class(c.norm_type)(c.layer_norm_eps, c.norm_bias, name="final_ln")(x)
+                x = make_norm(c, "final_ln")(x)
                 if hidden:
                     cap["hidden_states"] = cap["hidden_states"].at[-1].set(x)
             if not run.captured:

@@ -131,16 +131,21 @@ def apply_rotary(x, cos, sin):
     return (x32 * c + rotate_half(x32) * s).astype(jnp.result_type(x))
 
 
-def window_mask(length: int, window: int) -> np.ndarray:
+def window_mask(length: int, window: int, causal: bool = False) -> np.ndarray:
     """[T, T] bool: query i may attend key j in a local layer, |i - j| <= window // 2.
 
     `window` is HF's local_attention (the whole window, both sides and the
     query itself); HF's eager mask adds the dtype's minimum to every other
-    pair, which the softmax turns into exactly zero weight.
+    pair, which the softmax turns into exactly zero weight. causal: `window` is
+    HF's sliding_window of a decoder (Gemma; masking_utils.sliding_window_overlay):
+    key j is seen when 0 <= i - j < window, the query and window - 1 keys before it.
     """
     if window < 0:
         raise ValueError(f"local window {window} must not be negative")
     pos = np.arange(length)
+    if causal:
+        back = pos[:, None] - pos[None, :]
+        return (back >= 0) & (back < window)
     return np.abs(pos[:, None] - pos[None, :]) <= window // 2
 
 

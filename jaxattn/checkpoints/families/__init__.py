@@ -12,6 +12,7 @@ from jaxattn.checkpoints.families.bert import BERT, ROBERTA
 from jaxattn.checkpoints.families.deberta import DEBERTA_V2
 from jaxattn.checkpoints.families.distilbert import DISTILBERT
 from jaxattn.checkpoints.families.electra import ELECTRA
+from jaxattn.checkpoints.families.gemma import GEMMA2, GEMMA3, REFUSED_MODEL_TYPES
 from jaxattn.checkpoints.families.gpt2 import GPT2
 from jaxattn.checkpoints.families.llama import LLAMA
 from jaxattn.checkpoints.families.modernbert import MODERNBERT
@@ -19,11 +20,26 @@ from jaxattn.checkpoints.family import Family
 
 FAMILIES: dict[str, Family] = {
     f.name: f
-    for f in (BERT, ROBERTA, DISTILBERT, ELECTRA, ALBERT, DEBERTA_V2, MODERNBERT, GPT2, LLAMA)
+    for f in (
+        BERT,
+        ROBERTA,
+        DISTILBERT,
+        ELECTRA,
+        ALBERT,
+        DEBERTA_V2,
+        MODERNBERT,
+        GPT2,
+        LLAMA,
+        GEMMA2,
+        GEMMA3,
+    )
 }
 
 # config.json model_type -> its family.
 MODEL_TYPES: dict[str, Family] = {t: f for f in FAMILIES.values() for t in f.model_types}
+# config.json model_types refused by name, with the reason (the rest of a sentence after
+# the model_type), where a family reads a part of such a model.
+REFUSED: dict[str, str] = {**REFUSED_MODEL_TYPES}
 
 
 def supported() -> str:
@@ -32,5 +48,6 @@ def supported() -> str:
     words = []
     for family in FAMILIES.values():
         more = [t for t in family.model_types if t != family.name]
-        words.append(family.name + (f" (model_type also {', '.join(more)})" if more else ""))
+        also = "also " if family.name in family.model_types else ""
+        words.append(family.name + (f" (model_type {also}{', '.join(more)})" if more else ""))
     return ", ".join(words)
