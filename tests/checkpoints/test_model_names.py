@@ -170,7 +170,7 @@ def _passage(name: str, start: str) -> str:
     """The paragraph of a file that begins with `start` (to the next blank line)."""
     text = (ROOT / name).read_text(encoding="utf-8")
     assert start in text, f"{name} no longer holds {start!r}: update PROSE"
-    return text[text.index(start) :].split("\n\n")[0][:1000]
+    return text[text.index(start) :].split("\n\n")[0]
 
 
 def test_every_family_is_named_wherever_families_are_listed(capsys):

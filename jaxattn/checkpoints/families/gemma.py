@@ -32,7 +32,8 @@ a sliding layer without a sliding_window, layer_types of another length or kind,
 Gemma 3 sliding layers with a rope scaling, and what Llama refuses (unknown rope
 types or parameters, an odd head_dim, num_key_value_heads not dividing the heads).
 The multimodal model_type "gemma3" is refused by name (`REFUSED_MODEL_TYPES`).
-The LM head (tied to the embeddings) is not loaded.
+The LM head (tied to the embeddings) is not loaded: the causal LM loss of head
+ablation is not computed for Gemma (its final logit soft-capping is not).
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ import dataclasses
 import json
 
 from jaxattn.checkpoints.families.llama import (
-    HEAD,
     INV_FREQ,
     KINDS,
     _derive,
@@ -51,6 +51,10 @@ from jaxattn.checkpoints.families.llama import (
 )
 from jaxattn.checkpoints.family import Family
 from jaxattn.errors import CheckpointError
+
+# Gemma's logits are soft-capped (final_logit_softcapping), which the causal LM
+# loss (jaxattn.engine.causal_lm) does not compute: Gemma has no LM loss yet.
+HEAD = "Gemma's LM head (tied to the word embeddings): not loaded, no capture uses it"
 
 GLOBAL, LOCAL = "full_attention", "sliding_attention"
 REFUSED_MODEL_TYPES = {
