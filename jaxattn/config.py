@@ -24,6 +24,9 @@ FAMILIES = (
     "modernbert",
     "gpt2",
     "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
 )
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 NORMS = ("post", "pre")
@@ -116,6 +119,12 @@ class Rotary:
         rope_type), with its factor and, for "llama3", low_freq_factor,
         high_freq_factor and original_max_positions (HF
         original_max_position_embeddings).
+      sliding_window: a decoder's causal sliding window W (HF sliding_window of
+        Mistral, Qwen2, Qwen3; masking_utils.sliding_window_causal_mask_function):
+        in a sliding layer query i sees keys j with i - W < j <= i, W keys
+        counting itself; 0: none.
+      sliding_layers: the layers that slide (HF layer_types "sliding_attention");
+        with them, every other layer is global and `global_every` is unused.
     """
 
     global_theta: float = 10000.0
@@ -127,12 +136,38 @@ class Rotary:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_positions: int = 0
+    sliding_window: int = 0
+    sliding_layers: tuple[int, ...] = ()
 
     def __post_init__(self):
+        object.__setattr__(self, "sliding_layers", tuple(self.sliding_layers))
+        if self.sliding_layers and self.sliding_window < 1:
+            raise ValueError(
+                f"sliding layers {list(self.sliding_layers)} need a sliding_window of at least "
+                f"1, not {self.sliding_window}"
+            )
+        if self.sliding_layers and (self.local_window or self.global_every != 1):
+            raise ValueError(
+                "a decoder's sliding layers and ModernBERT's local layers (local_window, "
+                "global_every) exclude each other"
+            )
         if self.scaling not in ROPE_SCALINGS:
             raise ValueError(
                 f"unknown rope scaling {self.scaling!r}: valid are {', '.join(ROPE_SCALINGS)}"
             )
+
+    def is_global(self, layer: int) -> bool:
+        """Whether layer `layer` attends globally: not one of `sliding_layers` (decoders),
+        or layer % global_every == 0 (ModernBERT's HF layer_types)."""
+        if self.sliding_layers:
+            return layer not in self.sliding_layers
+        if self.global_every < 1:
+            raise ValueError(f"global_attn_every_n_layers {self.global_every} must be at least 1")
+        return layer % self.global_every == 0
+
+    def layer_window(self, layer: int) -> int:
+        """Layer `layer`'s causal sliding window W (0: global or not a decoder's window)."""
+        return self.sliding_window if layer in self.sliding_layers else 0
 
     def frequency_scaling(self) -> tuple:
         """The scaling as a hashable tuple for `jaxattn.engine.rotary.rope_angles`."""
@@ -185,6 +220,8 @@ class ModelConfig:
         sets of weights (layer l uses set int(l / (L / groups))); 0 means
         every layer has its own.
       attention_bias, mlp_bias, norm_bias: whether those modules have biases.
+      attention_out_bias: False: the attention output projection has no bias even
+        where attention_bias gives the query/key/value projections theirs (Qwen2).
       relative: DeBERTa's relative attention, or None.
       rotary: ModernBERT's rotary positions and local windows, or None.
       head_activation: the MLM head's activation when it is not `activation`.
@@ -226,6 +263,7 @@ class ModelConfig:
     ffn: str = "dense"
     layer_groups: int = 0
     attention_bias: bool = True
+    attention_out_bias: bool = True
     mlp_bias: bool = True
     norm_bias: bool = True
     relative: Relative | None = None
@@ -372,6 +410,13 @@ class ModelConfig:
         if not self.causal:
             return {}
         return {**DECODER_REFUSED, **(DECODER_UINT8 if dtype == "uint8" else {})}
+
+    def attention_windows(self) -> tuple[int, ...]:
+        """Each layer's causal sliding window W (`Rotary.sliding_window`; 0: the whole
+        past), or () when no layer slides (`ModelInfo.attention_windows`)."""
+        if self.rotary is None or not self.rotary.sliding_layers:
+            return ()
+        return tuple(self.rotary.layer_window(layer) for layer in range(self.num_layers))
 
     @property
     def max_length(self) -> int:

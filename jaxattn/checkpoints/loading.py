@@ -129,8 +129,9 @@ def load(
         - None: the embedded all-MiniLM-L6-v2.
         The families: bert (MiniLM too), roberta (xlm-roberta, camembert),
         distilbert, electra, albert, deberta-v2 (DeBERTa-v3 too), modernbert and
-        the decoders gpt2 (GPT-2, DistilGPT-2; causal attention) and llama
-        (Llama 2/3/3.1/3.2, SmolLM2, TinyLlama; grouped-query attention).
+        the decoders gpt2 (GPT-2, DistilGPT-2; causal attention), llama
+        (Llama 2/3/3.1/3.2, SmolLM2, TinyLlama; grouped-query attention) and its
+        relatives mistral, qwen2 (Qwen2, Qwen2.5) and qwen3 (sliding windows).
       revision: a branch, tag or commit hash of a Hub model (or "NAME@REVISION");
         the commit it resolves to is `engine.info.revision` and every capture's
         `provenance["revision"]` ("" for a local directory).

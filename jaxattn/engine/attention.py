@@ -145,7 +145,7 @@ class SelfAttention(nn.Module):
             (c.hidden_size,),
             "THK,HKD->TD",
             self.mm,
-            use_bias=c.attention_bias,
+            use_bias=c.attention_bias and c.attention_out_bias,
             name="out",
         )
         y = None
@@ -169,11 +169,14 @@ class SelfAttention(nn.Module):
             return rotary.rope_angles(length, self.config.head_dim, theta, r.frequency_scaling())
 
         def local(allowed):  # a padded query far from every real key still sees itself
-            window = rotary.window_mask(length, r.local_window)
+            if r.sliding_layers:  # a decoder's causal window
+                window = rotary.causal_window_mask(length, r.sliding_window)
+            else:
+                window = rotary.window_mask(length, r.local_window)
             return (allowed & window) | np.eye(length, dtype=bool)
 
         if is_global is None:
-            kind = rotary.is_global_layer(self.index, r.global_every)
+            kind = r.is_global(self.index)
             (cos, sin), allowed = angles(kind), allowed if kind else local(allowed)
         else:
             (g_cos, g_sin), (l_cos, l_sin) = angles(True), angles(False)

@@ -111,9 +111,7 @@ def global_layers(config: ModelConfig, run: Run):
 def _is_global(config: ModelConfig, layer: int) -> bool | None:
     if config.rotary is None:
         return None
-    from jaxattn.engine import rotary
-
-    return rotary.is_global_layer(layer, config.rotary.global_every)
+    return config.rotary.is_global(layer)
 
 
 def first_stacked(config: ModelConfig) -> int:

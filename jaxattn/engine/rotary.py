@@ -19,6 +19,9 @@ exactly zero weight.
 
 Llama rotates q and k the same way in every layer, with `rope_theta` and its
 rope type's frequency scaling (`scaled_frequencies`: "linear", "llama3").
+Mistral, Qwen2 and Qwen3 do too; their sliding layers (`Rotary.sliding_layers`)
+are local layers whose window is causal: query i sees keys i - W < j <= i
+(`causal_window_mask`, HF's sliding_window_causal_mask_function).
 
 Float32 as torch: f, the angles t * f and their cos/sin are float32. f is
 computed with the C library's float32 powf, as torch's scalar loop does, so
@@ -45,6 +48,7 @@ import numpy as np
 
 __all__ = [
     "apply_rotary",
+    "causal_window_mask",
     "inverse_frequencies",
     "is_global_layer",
     "rope_angles",
@@ -142,6 +146,16 @@ def window_mask(length: int, window: int) -> np.ndarray:
         raise ValueError(f"local window {window} must not be negative")
     pos = np.arange(length)
     return np.abs(pos[:, None] - pos[None, :]) <= window // 2
+
+
+def causal_window_mask(length: int, window: int) -> np.ndarray:
+    """[T, T] bool: query i may attend key j in a decoder's sliding layer,
+    i - window < j <= i (HF masking_utils.sliding_window_causal_mask_function:
+    sliding_window_overlay kv_idx > q_idx - sliding_window, and causal kv_idx <= q_idx)."""
+    if window < 1:
+        raise ValueError(f"sliding window {window} must be at least 1")
+    pos = np.arange(length)
+    return (pos[None, :] <= pos[:, None]) & (pos[None, :] > pos[:, None] - window)
 
 
 def is_global_layer(layer: int, every: int) -> bool:

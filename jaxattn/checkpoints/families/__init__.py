@@ -14,12 +14,28 @@ from jaxattn.checkpoints.families.distilbert import DISTILBERT
 from jaxattn.checkpoints.families.electra import ELECTRA
 from jaxattn.checkpoints.families.gpt2 import GPT2
 from jaxattn.checkpoints.families.llama import LLAMA
+from jaxattn.checkpoints.families.mistral import MISTRAL
 from jaxattn.checkpoints.families.modernbert import MODERNBERT
+from jaxattn.checkpoints.families.qwen2 import QWEN2
+from jaxattn.checkpoints.families.qwen3 import QWEN3
 from jaxattn.checkpoints.family import Family
 
 FAMILIES: dict[str, Family] = {
     f.name: f
-    for f in (BERT, ROBERTA, DISTILBERT, ELECTRA, ALBERT, DEBERTA_V2, MODERNBERT, GPT2, LLAMA)
+    for f in (
+        BERT,
+        ROBERTA,
+        DISTILBERT,
+        ELECTRA,
+        ALBERT,
+        DEBERTA_V2,
+        MODERNBERT,
+        GPT2,
+        LLAMA,
+        MISTRAL,
+        QWEN2,
+        QWEN3,
+    )
 }
 
 # config.json model_type -> its family.
