@@ -24,6 +24,9 @@ FAMILIES = (
     "modernbert",
     "gpt2",
     "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
     "gemma2",
     "gemma3",
 )
@@ -213,6 +216,8 @@ class ModelConfig:
         sets of weights (layer l uses set int(l / (L / groups))); 0 means
         every layer has its own.
       attention_bias, mlp_bias, norm_bias: whether those modules have biases.
+      attention_out_bias: False: the attention output projection has no bias even
+        where attention_bias gives the query/key/value projections theirs (Qwen2).
       relative: DeBERTa's relative attention, or None.
       rotary: ModernBERT's rotary positions and local windows, or None.
       head_activation: the MLM head's activation when it is not `activation`.
@@ -269,6 +274,7 @@ class ModelConfig:
     ffn: str = "dense"
     layer_groups: int = 0
     attention_bias: bool = True
+    attention_out_bias: bool = True
     mlp_bias: bool = True
     norm_bias: bool = True
     relative: Relative | None = None
@@ -427,6 +433,18 @@ class ModelConfig:
         if self.causal:
             refused.update(DECODER_REFUSED, **(DECODER_UINT8 if dtype == "uint8" else {}))
         return refused
+
+    def attention_windows(self) -> tuple[int, ...]:
+        """A decoder's causal sliding window W of each layer (`Rotary.local_window` in
+        its local layers; 0: a global layer, the whole past), or () when no layer
+        slides or the model is an encoder (`ModelInfo.attention_windows`)."""
+        r = self.rotary
+        if not self.causal or r is None or not r.local_window:
+            return ()
+        windows = tuple(
+            0 if r.is_global(layer) else r.local_window for layer in range(self.num_layers)
+        )
+        return windows if any(windows) else ()
 
     @property
     def max_length(self) -> int:

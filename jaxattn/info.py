@@ -28,7 +28,9 @@ class ModelInfo:
     `num_key_value_heads` the key/value heads H_kv of grouped-query attention
     (Llama: query head h reads key/value head h // (heads / H_kv); `keys` and
     `values` have H_kv heads), `heads` without it (0: a ModelInfo that predates
-    the field, read as `heads`).
+    the field, read as `heads`); `attention_windows` each layer's causal sliding
+    window W (Mistral, Qwen2, Qwen3: query i sees keys i - W < j <= i; 0 a layer
+    that sees the whole past), empty when no layer slides.
     """
 
     name: str
@@ -47,6 +49,7 @@ class ModelInfo:
     revision: str = ""
     causal: bool = False
     num_key_value_heads: int = 0
+    attention_windows: tuple[int, ...] = ()
 
     @property
     def kv_heads(self) -> int:
@@ -79,6 +82,7 @@ class ModelInfo:
             revision=revision,
             causal=config.causal,
             num_key_value_heads=config.kv_heads,
+            attention_windows=config.attention_windows(),
         )
 
 

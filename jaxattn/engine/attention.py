@@ -154,7 +154,7 @@ class SelfAttention(nn.Module):
             (c.hidden_size,),
             "THK,HKD->TD",
             self.mm,
-            use_bias=c.attention_bias,
+            use_bias=c.attention_bias and c.attention_out_bias,
             name="out",
         )
         y = None

@@ -19,6 +19,9 @@ exactly zero weight.
 
 Llama rotates q and k the same way in every layer, with `rope_theta` and its
 rope type's frequency scaling (`scaled_frequencies`: "linear", "llama3").
+Mistral, Qwen2, Qwen3 and Gemma do too; their sliding layers are local layers
+whose window is causal: query i sees keys i - W < j <= i (`window_mask` with
+causal=True; HF's sliding_window_causal_mask_function).
 
 Float32 as torch: f, the angles t * f and their cos/sin are float32. f is
 computed with the C library's float32 powf, as torch's scalar loop does, so
@@ -137,8 +140,9 @@ def window_mask(length: int, window: int, causal: bool = False) -> np.ndarray:
     `window` is HF's local_attention (the whole window, both sides and the
     query itself); HF's eager mask adds the dtype's minimum to every other
     pair, which the softmax turns into exactly zero weight. causal: `window` is
-    HF's sliding_window of a decoder (Gemma; masking_utils.sliding_window_overlay):
-    key j is seen when 0 <= i - j < window, the query and window - 1 keys before it.
+    HF's sliding_window of a decoder (Mistral, Qwen2/3, Gemma;
+    masking_utils.sliding_window_causal_mask_function): key j is seen when
+    0 <= i - j < window, the query and window - 1 keys before it.
     """
     if window < 0:
         raise ValueError(f"local window {window} must not be negative")

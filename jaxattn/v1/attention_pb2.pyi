@@ -135,7 +135,7 @@ class GetModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "family", "layers", "heads", "hidden_size", "head_dim", "vocab_size", "max_positions", "dtype", "quantities", "max_texts", "max_tokens", "precision", "max_request_bytes", "weights", "max_metadata_bytes", "min_chunk_bytes", "max_chunk_bytes", "default_chunk_bytes", "shared_weights", "revision", "causal", "num_key_value_heads")
+    __slots__ = ("name", "family", "layers", "heads", "hidden_size", "head_dim", "vocab_size", "max_positions", "dtype", "quantities", "max_texts", "max_tokens", "precision", "max_request_bytes", "weights", "max_metadata_bytes", "min_chunk_bytes", "max_chunk_bytes", "default_chunk_bytes", "shared_weights", "revision", "causal", "num_key_value_heads", "attention_windows")
     NAME_FIELD_NUMBER: _ClassVar[int]
     FAMILY_FIELD_NUMBER: _ClassVar[int]
     LAYERS_FIELD_NUMBER: _ClassVar[int]
@@ -159,6 +159,7 @@ class ModelInfo(_message.Message):
     REVISION_FIELD_NUMBER: _ClassVar[int]
     CAUSAL_FIELD_NUMBER: _ClassVar[int]
     NUM_KEY_VALUE_HEADS_FIELD_NUMBER: _ClassVar[int]
+    ATTENTION_WINDOWS_FIELD_NUMBER: _ClassVar[int]
     name: str
     family: str
     layers: int
@@ -182,4 +183,5 @@ class ModelInfo(_message.Message):
     revision: str
     causal: bool
     num_key_value_heads: int
-    def __init__(self, name: _Optional[str] = ..., family: _Optional[str] = ..., layers: _Optional[int] = ..., heads: _Optional[int] = ..., hidden_size: _Optional[int] = ..., head_dim: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_positions: _Optional[int] = ..., dtype: _Optional[str] = ..., quantities: _Optional[_Iterable[str]] = ..., max_texts: _Optional[int] = ..., max_tokens: _Optional[int] = ..., precision: _Optional[str] = ..., max_request_bytes: _Optional[int] = ..., weights: _Optional[str] = ..., max_metadata_bytes: _Optional[int] = ..., min_chunk_bytes: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ..., default_chunk_bytes: _Optional[int] = ..., shared_weights: _Optional[str] = ..., revision: _Optional[str] = ..., causal: _Optional[bool] = ..., num_key_value_heads: _Optional[int] = ...) -> None: ...
+    attention_windows: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., family: _Optional[str] = ..., layers: _Optional[int] = ..., heads: _Optional[int] = ..., hidden_size: _Optional[int] = ..., head_dim: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_positions: _Optional[int] = ..., dtype: _Optional[str] = ..., quantities: _Optional[_Iterable[str]] = ..., max_texts: _Optional[int] = ..., max_tokens: _Optional[int] = ..., precision: _Optional[str] = ..., max_request_bytes: _Optional[int] = ..., weights: _Optional[str] = ..., max_metadata_bytes: _Optional[int] = ..., min_chunk_bytes: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ..., default_chunk_bytes: _Optional[int] = ..., shared_weights: _Optional[str] = ..., revision: _Optional[str] = ..., causal: _Optional[bool] = ..., num_key_value_heads: _Optional[int] = ..., attention_windows: _Optional[_Iterable[int]] = ...) -> None: ...

@@ -3,10 +3,13 @@
 Forward hooks on each layer's q_proj/k_proj/v_proj hand over the projections
 (split head-major as HF's view/transpose: H query heads, H_kv key/value heads),
 o_proj the attention block's output; q and k are rotated with HF's own
-LlamaRotaryEmbedding and apply_rotary_pos_emb. Attentions and hidden states
+LlamaRotaryEmbedding and apply_rotary_pos_emb (after Qwen3's q_norm/k_norm,
+where the attention has them: Mistral, Qwen2 and Qwen3 use the same hooks).
+Attentions and hidden states
 are the model's own (output_attentions / output_hidden_states). Then
 scores = q k^T K^-0.5 per query head with its group's key (HF repeat_kv), the
-future exactly -inf, and the norm quantities come from reference.naive_norms
+future exactly -inf (a sliding window's older keys keep their score), and the
+norm quantities come from reference.naive_norms
 (float64, materialised, each query head with its group's values) with
 r = hidden_states[l] and the next norm the layer's post_attention_layernorm
 (an RMSNorm: no centring).
@@ -30,7 +33,8 @@ def llama_reference(model, enc) -> dict:
 
     model = base_model(model)
     c = model.config
-    heads, kv, k_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+    heads, kv = c.num_attention_heads, c.num_key_value_heads
+    k_dim = model.layers[0].self_attn.head_dim  # Qwen2Config has no head_dim: D / H
     seen: dict[str, list] = {"q": [], "k": [], "v": [], "o": []}
     hooks = []
     for layer in model.layers:
@@ -55,7 +59,12 @@ def llama_reference(model, enc) -> dict:
         def split(name, n, layer=layer):  # [1, T, n K] -> [1, n, T, K]
             return seen[name][layer].view(1, t, n, k_dim).transpose(1, 2)
 
-        q, k = apply_rotary_pos_emb(split("q", heads), split("k", kv), cos, sin)
+        q, k = split("q", heads), split("k", kv)
+        a = model.layers[layer].self_attn
+        if hasattr(a, "q_norm"):  # Qwen3: each head's RMSNorm over head_dim, before RoPE
+            with torch.no_grad():
+                q, k = a.q_norm(q), a.k_norm(k)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
         q, k = q[0].double().numpy(), k[0].double().numpy()
         v = split("v", kv)[0].double().numpy()
         alpha = out.attentions[layer][0].double().numpy()

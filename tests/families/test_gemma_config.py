@@ -166,7 +166,7 @@ def test_gemma3_translates_both_layouts():
             'rope_type "linear": jaxattn computes plain RoPE in Gemma 3\'s sliding layers',
         ),
         (GEMMA3, dict(rope_scaling=None, rope_parameters={"global": {}}), "must be an object"),
-        (GEMMA3, dict(rope_scaling={"rope_type": "dynamic", "factor": 2.0}), 'rope_type="dyna'),
+        (GEMMA3, dict(rope_scaling={"rope_type": "yarn", "factor": 2.0}), 'rope_type="yarn"'),
         (GEMMA3, dict(sliding_window_pattern=0), "sliding_window_pattern is 0"),
         (
             dict(GEMMA3, model_type="gemma3"),

@@ -88,7 +88,18 @@ def test_the_hub_layout_translates():
     "changes, says",
     [
         (dict(pretraining_tp=2), "pretraining_tp=2 is not supported"),
-        (dict(rope_scaling={"rope_type": "dynamic", "factor": 2.0}), 'rope_type="dynamic"'),
+        (dict(rope_scaling={"rope_type": "dynamic"}), 'rope_type "dynamic" lacks factor'),
+        (dict(rope_scaling={"rope_type": "dynamic", "factor": -2.0}), "factor is -2.0"),
+        (
+            dict(
+                rope_scaling={
+                    "type": "dynamic",
+                    "factor": 2.0,
+                    "original_max_position_embeddings": 8,
+                }
+            ),
+            "has original_max_position_embeddings",
+        ),
         (dict(rope_scaling={"type": "yarn", "factor": 2.0}), 'rope_type="yarn"'),
         (dict(rope_scaling={"rope_type": "linear", "factor": 2.0, "beta": 1}), "has beta"),
         (dict(rope_scaling={"rope_type": "llama3", "factor": 2.0}), "lacks low_freq_factor"),
@@ -154,3 +165,31 @@ def test_a_head_selection_with_keys_or_values_is_refused_for_grouped_heads():
         assert make_spec(what=name, heads=None, **args).heads == (0, 1, 2, 3)
     assert make_spec(what="queries", heads=[1], **args).heads == (1,)
     assert make_spec(what="keys", heads=[1], **{**args, "kv_heads": 4}).heads == (1,)
+
+
+def test_dynamic_ntk_is_the_default_rope_up_to_the_longest_input():
+    """rope_type "dynamic": HF rescales only past max_position_embeddings, which is the
+    model's longest input (max_length), so up to it HF's own rotary embedding gives the
+    default frequencies, and so does jaxattn; a longer text is too long for the model."""
+    import torch
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    dynamic = {"rope_type": "dynamic", "factor": 4.0}
+    c = translate({**HUB, "max_position_embeddings": 40, "rope_scaling": dynamic}, name="l")
+    assert (c.rotary.scaling, c.rotary.global_theta, c.max_length) == ("default", 500000.0, 40)
+    hf = LlamaConfig(
+        hidden_size=36,
+        num_attention_heads=4,
+        head_dim=8,
+        max_position_embeddings=40,
+        rope_parameters={**dynamic, "rope_theta": 500000.0},
+    )
+    embedding = LlamaRotaryEmbedding(hf)
+    x = torch.zeros(1, 40, 8)
+    cos, sin = embedding(x, torch.arange(40)[None])  # the longest input: no rescaling
+    want_cos, want_sin = rotary.rope_angles(40, 8, 500000.0, c.rotary.frequency_scaling())
+    np.testing.assert_allclose(cos[0].numpy(), want_cos, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(sin[0].numpy(), want_sin, atol=1e-6, rtol=0)
+    longer, _ = embedding(torch.zeros(1, 41, 8), torch.arange(41)[None])
+    assert not np.allclose(longer[0, :40].numpy(), want_cos, atol=1e-3)  # past it: rescaled

@@ -15,7 +15,10 @@ from jaxattn.checkpoints.families.electra import ELECTRA
 from jaxattn.checkpoints.families.gemma import GEMMA2, GEMMA3, REFUSED_MODEL_TYPES
 from jaxattn.checkpoints.families.gpt2 import GPT2
 from jaxattn.checkpoints.families.llama import LLAMA
+from jaxattn.checkpoints.families.mistral import MISTRAL
 from jaxattn.checkpoints.families.modernbert import MODERNBERT
+from jaxattn.checkpoints.families.qwen2 import QWEN2
+from jaxattn.checkpoints.families.qwen3 import QWEN3
 from jaxattn.checkpoints.family import Family
 
 FAMILIES: dict[str, Family] = {
@@ -30,6 +33,9 @@ FAMILIES: dict[str, Family] = {
         MODERNBERT,
         GPT2,
         LLAMA,
+        MISTRAL,
+        QWEN2,
+        QWEN3,
         GEMMA2,
         GEMMA3,
     )

@@ -10,13 +10,15 @@ The differences from BERT (Touvron et al. 2023; HF modeling_llama.py, eager atte
   last layer (HF's last hidden state and hidden_states[-1]); RMSNorm is
   x * rsqrt(mean(x^2) + eps) * w in float32, no bias;
 * RoPE on q and k (HF's rotate_half layout, `jaxattn.engine.rotary`) with
-  rope_theta and the rope_type scalings "default", "linear" and "llama3";
+  rope_theta and the rope_type scalings "default", "linear", "llama3" and
+  "dynamic" (dynamic NTK changes the frequencies only past
+  max_position_embeddings, jaxattn's longest input: exactly the default ones);
 * a SwiGLU MLP: down_proj(act(gate_proj(x)) * up_proj(x)) (ModelConfig.ffn "gated");
 * head_dim given in the config (it need not be D / H), else D / H;
 * no biases unless attention_bias (q/k/v/o) or mlp_bias (gate/up/down).
 
-Refused (naming the field): a rope_type other than default/linear/llama3
-(dynamic, yarn, longrope, ...), unknown rope parameters, pretraining_tp other
+Refused (naming the field): a rope_type other than default/linear/llama3/dynamic
+(yarn, longrope, ...), unknown rope parameters, pretraining_tp other
 than 1, a head_dim that is odd, num_key_value_heads not dividing the heads.
 The LM head: the word embedding when tie_word_embeddings (ModelConfig.tied_lm_head),
 else lm_head.weight where the file has it (params "lm_head", for the causal LM loss).
@@ -33,6 +35,7 @@ from jaxattn.errors import CheckpointError
 ROPE_KEYS = {
     "default": frozenset(),
     "linear": frozenset({"factor"}),
+    "dynamic": frozenset({"factor"}),  # dynamic NTK: see `_rotary`
     "llama3": frozenset(
         {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}
     ),
@@ -98,6 +101,14 @@ def _rotary(hf: dict, out: dict, source: str) -> Rotary:
             f"{source}: {name} has {', '.join(unknown)}, which jaxattn does not compute for "
             f"rope_type {json.dumps(kind)} (it reads {reads})"
         )
+    if kind == "dynamic":
+        # HF's dynamic NTK rescales only for sequences longer than max_position_embeddings
+        # (dynamic_rope_update; at or below it, _compute_dynamic_ntk_parameters gives the
+        # default frequencies), which is jaxattn's longest input (ModelConfig.max_length).
+        if "factor" not in params:
+            raise CheckpointError(f'{source}: {name} of rope_type "dynamic" lacks factor')
+        _positive(source, f"{name}.factor", params["factor"])
+        kind = "default"
     if kind == "default":
         return Rotary(global_theta=theta, local_theta=theta)
     if "factor" not in params:
