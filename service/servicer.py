@@ -67,6 +67,7 @@ class AttentionServicer:
             revision=getattr(i, "revision", ""),
             causal=getattr(i, "causal", False),
             num_key_value_heads=getattr(i, "num_key_value_heads", 0) or i.heads,
+            attention_windows=list(getattr(i, "attention_windows", ())),
             min_chunk_bytes=codecs.MIN_MAX_CHUNK_BYTES,
             max_chunk_bytes=codecs.MAX_MAX_CHUNK_BYTES,
             default_chunk_bytes=codecs.DEFAULT_MAX_CHUNK_BYTES,

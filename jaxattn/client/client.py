@@ -132,6 +132,7 @@ class AttentionClient:
                 causal=info.causal,
                 # 0 from a server that predates the field: no grouped-query attention
                 num_key_value_heads=info.num_key_value_heads or info.heads,
+                attention_windows=tuple(info.attention_windows),
             )
         return self._info
 
