@@ -136,7 +136,8 @@ def build(
             "what": list(spec.what),
             "layers": list(spec.layers),
             "heads": list(spec.heads),
-            "kv_heads": list(spec.kv_heads),
+            # grouped-query attention only: stores of the other models stay as they were
+            **({"kv_heads": list(spec.kv_heads)} if spec.kv_heads else {}),
             "dtype": spec.dtype,
             "precision": spec.precision,
         },
