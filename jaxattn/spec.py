@@ -35,6 +35,10 @@ class CaptureSpec:
       what: quantity names, in the canonical order of `QUANTITIES`.
       layers: captured layer indices, ascending, 0-indexed.
       heads: captured head indices, ascending, 0-indexed.
+      kv_heads: a grouped-query model's key/value head of each captured query head
+        (query head h reads h // (H / H_kv)), one per entry of `heads`; the G axis
+        of `keys` and `values` holds each once, ascending (`kv_axis`). () without
+        grouped-query attention (G = H: the G axis is `heads`).
       dtype: output dtype, a key of `jaxattn.dtypes.OUTPUT_DTYPES`.
       precision: compute precision of every contraction: "highest" (exact
         float32), "tf32" or "bf16" (`jaxattn.engine.precision`).
@@ -45,6 +49,13 @@ class CaptureSpec:
     heads: tuple[int, ...]
     dtype: str = "float32"
     precision: str = "highest"
+    kv_heads: tuple[int, ...] = ()
+
+    @property
+    def kv_axis(self) -> tuple[int, ...]:
+        """The key/value heads on the G axis of `keys` and `values`: each of `kv_heads`
+        once, ascending; () without grouped-query attention (the G axis is `heads`)."""
+        return tuple(sorted(set(self.kv_heads)))
 
     @property
     def last_layer(self) -> int:
@@ -204,8 +215,8 @@ def make_spec(
         begins with the name (`ModelConfig.refused_quantities`: a decoder's head
         statistics; its scores as uint8).
       kv_heads: the model's key/value heads (grouped-query attention when fewer than
-        num_heads: then `keys` and `values` hold them, and refuse a head selection,
-        which names query heads); None: num_heads.
+        num_heads: then `keys` and `values` hold the key/value heads the selected
+        query heads read, `CaptureSpec.kv_heads`); None: num_heads.
 
     Raises:
       UsageError: naming the bad field and the valid choices.
@@ -221,18 +232,56 @@ def make_spec(
             )
     picked = resolve_indices(heads, num_heads, "heads")
     grouped = kv_heads is not None and kv_heads != num_heads
-    for name in ("keys", "values"):
-        if grouped and name in names and len(picked) < num_heads:
-            raise UsageError(
-                f"quantity {name!r} of a grouped-query model holds its {kv_heads} key/value "
-                f"heads, not the {num_heads} query heads a head selection names: capture "
-                f"{name} with every head (query head h reads key/value head "
-                f"h // {num_heads // kv_heads})"
-            )
     return CaptureSpec(
         what=tuple(q for q in QUANTITIES if q in set(names)),
         layers=resolve_indices(layers, num_layers, "layers"),
         heads=picked,
         dtype=dtype,
         precision=check_precision(precision),
+        kv_heads=kv_heads_read(picked, num_heads, kv_heads) if grouped else (),
     )
+
+
+def kv_heads_read(heads: Sequence[int], num_heads: int, kv_heads: int) -> tuple[int, ...]:
+    """The key/value head each query head of `heads` reads under grouped-query attention,
+    in the order of `heads`: query head h reads key/value head h // (num_heads / kv_heads).
+
+    Raises:
+      UsageError: kv_heads does not divide num_heads (naming both).
+    """
+    if kv_heads <= 0 or num_heads % kv_heads:
+        raise UsageError(
+            f"num_key_value_heads {kv_heads} does not divide the model's {num_heads} heads"
+        )
+    group = num_heads // kv_heads
+    return tuple(h // group for h in heads)
+
+
+def check_kv_heads(
+    kv_heads: Sequence[int], limit: int, heads: Sequence[int], where: str
+) -> tuple[int, ...]:
+    """`kv_heads` as a tuple, if it names one key/value head of a model with `limit` of
+    them for each of the query heads `heads` (or is empty: no grouped-query attention).
+
+    Args:
+      kv_heads: the key/value head of each query head (a store's, a wire header's).
+      limit: the model's num_key_value_heads.
+      heads: the query heads they belong to.
+      where: what named them, for the message ("the store at PATH").
+
+    Raises:
+      UsageError: an index past the limit (or negative), named with the limit; a
+        count other than the query heads'.
+    """
+    out = tuple(int(i) for i in kv_heads)
+    for i in out:
+        if not 0 <= i < limit:
+            raise UsageError(
+                f"{where} names key/value head {i}, past the model's num_key_value_heads "
+                f"{limit}: valid key/value heads are 0..{limit - 1}"
+            )
+    if out and len(out) != len(heads):
+        raise UsageError(
+            f"{where} names {len(out)} key/value heads for {len(heads)} query heads (one for each)"
+        )
+    return out

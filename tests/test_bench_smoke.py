@@ -78,3 +78,51 @@ def test_texts_over_the_limit_are_refused_with_benchs_own_advice(bert_checkpoint
         InputError, match="no text left to time: all 2 are over the model's limit of 67 tokens"
     ):
         bench.run(**run, too_long="skip")
+
+
+# The decoder presets shrunk (each family's config spelling): the presets' paths are tested.
+_TINY_DECODERS = {
+    "gpt2-small": dict(n_embd=24, n_layer=2, n_head=3, n_positions=64),
+    "llama-1b": dict(
+        hidden_size=24,
+        intermediate_size=20,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=6,
+        max_position_embeddings=64,
+        rope_scaling={  # Llama 3's scaling, its original length under the tiny maximum
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 32,
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_TINY_DECODERS))
+def test_the_decoder_presets_time_every_case(name, tmp_path):
+    """`bench --synthetic gpt2-small | llama-1b`, at tiny sizes: a decoder of the family with
+    BERT's tokenizer, timed against transformers eager with attentions and plain SDPA."""
+    import jaxattn
+    from jaxattn.bench import synthetic
+
+    assert name in synthetic.SHAPES and name in synthetic.DECODER_SHAPES
+    path = synthetic.random_checkpoint(name, tmp_path / "ckpt", **_TINY_DECODERS[name])
+    info = jaxattn.load(path).info
+    assert info.causal and info.family == name.split("-")[0]
+    res = bench.run(None, n=2, repeats=1, model=str(path), texts=bench.synthetic_texts(9, 2))
+    for case in ("a_transformers", "c_attention", "d_full", "f_transformers_forward"):
+        assert res[case] > 0
+    assert "(c) speed-up over (a)" in bench.format_result(res)
+
+
+def test_the_llama_preset_has_llama_3_2_1b_shape():
+    from jaxattn.bench.synthetic import DECODER_SHAPES
+
+    cls, fields = DECODER_SHAPES["llama-1b"]
+    assert cls == "LlamaConfig" and fields["rope_scaling"]["rope_type"] == "llama3"
+    shape = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
+    assert tuple(fields[k] for k in shape) == (2048, 16, 32, 8)

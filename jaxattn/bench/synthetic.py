@@ -1,10 +1,11 @@
 """Random-weight base-size checkpoints of every family, for the speed benchmarks.
 
 Each is the published base model's shape (layers, heads, widths and the
-family's switches) with BERT's uncased WordPiece tokenizer (the embedded
-MiniLM's) and its 30,522-word vocabulary, so the same synthetic texts are
-exactly T tokens for every family. The vocabulary size changes the embedding
-table only, which costs one gather: the timings are the base models'.
+family's switches; the decoders GPT-2 small's and Llama-3.2-1B's) with BERT's
+uncased WordPiece tokenizer (the embedded MiniLM's) and its 30,522-word
+vocabulary, so the same synthetic texts are exactly T tokens for every family.
+The vocabulary size changes the embedding table only, which costs one gather:
+the timings are the base models'.
 
 Where the embedded model is not installed, ``JAXATTN_BENCH_TOKENIZER=DIR`` names
 a directory holding its tokenizer files (``bash benchmarks/gpu_run.sh prepare``
@@ -76,6 +77,52 @@ SHAPES: dict[str, tuple[str, dict]] = {
         },
     ),
 }
+# The decoders: their configs whole (GPT-2's config spells its fields its own way), not
+# on BASE, with BERT's vocabulary as above ([CLS] and [SEP] their BOS and EOS ids).
+DECODER_SHAPES: dict[str, tuple[str, dict]] = {
+    "gpt2-small": (  # GPT-2 (124M): 12 layers x 12 heads, D=768, 1,024 positions
+        "GPT2Config",
+        {
+            "vocab_size": 30522,
+            "n_embd": 768,
+            "n_layer": 12,
+            "n_head": 12,
+            "n_positions": 1024,
+            "activation_function": "gelu_new",
+            "bos_token_id": 101,
+            "eos_token_id": 102,
+        },
+    ),
+    "llama-1b": (  # Llama-3.2-1B: 16 layers, 32 query and 8 key/value heads, D=2048
+        "LlamaConfig",
+        {
+            "vocab_size": 30522,
+            "hidden_size": 2048,
+            "intermediate_size": 8192,
+            "num_hidden_layers": 16,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "head_dim": 64,
+            "max_position_embeddings": 131072,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 500000.0,
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 32.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+            "tie_word_embeddings": True,
+            "hidden_act": "silu",
+            "bos_token_id": 101,
+            "eos_token_id": 102,
+        },
+    ),
+    # "qwen2-0.5b": ("Qwen2Config", {...}): Qwen2-0.5B's shape (24 layers, 14 query and
+    # 2 key/value heads, D=896, q/k/v biases), added with the qwen2 family.
+}
+SHAPES.update(DECODER_SHAPES)
 
 
 def random_checkpoint(name: str, out_dir: Path, **overrides) -> Path:
@@ -95,7 +142,8 @@ def random_checkpoint(name: str, out_dir: Path, **overrides) -> Path:
     if name not in SHAPES:
         raise ValueError(f"unknown synthetic model {name!r}: valid are {', '.join(SHAPES)}")
     cls, fields = SHAPES[name]
-    config = getattr(transformers, cls)(**{**BASE, **fields, **overrides})
+    base = {} if name in DECODER_SHAPES else BASE
+    config = getattr(transformers, cls)(**{**base, **fields, **overrides})
     torch.manual_seed(0)
     transformers.AutoModel.from_config(config).save_pretrained(str(out_dir))
     source = Path(os.environ[TOKENIZER_ENV]) if os.environ.get(TOKENIZER_ENV) else None

@@ -73,6 +73,12 @@ class Capture:
         single sentence.
       layers: the captured layer indices (0-indexed).
       heads: the captured head indices (0-indexed).
+      kv_heads: a grouped-query model's key/value head of each captured query
+        head, one per entry of `heads` (query head h reads h // (H / H_kv),
+        `ModelInfo.num_key_value_heads` = H_kv); the G axis of `keys` and `values`
+        holds each once, ascending (`key_value_heads`). () without grouped-query
+        attention, where the G axis is `heads` (and in captures of a jaxattn that
+        predates the field).
       dtype: the output dtype (a key of `jaxattn.dtypes.OUTPUT_DTYPES`).
       tensors: name -> array in the output dtype (uint8 stays uint8).
       quantization: name -> (scale, offset) for uint8 tensors.
@@ -100,6 +106,7 @@ class Capture:
     text: str | tuple[str, str] | None = None
     truncated: bool = False
     provenance: Mapping = dataclasses.field(default_factory=frozen)
+    kv_heads: tuple[int, ...] = ()
 
     # The quantities, one typed attribute each (order and meaning: QUANTITIES).
     attention = _Quantity()
@@ -144,6 +151,12 @@ class Capture:
         """The decoded array of quantity `name` (same as the attribute)."""
         return dequantize(*self.encoded(name))
 
+    @property
+    def key_value_heads(self) -> tuple[int, ...]:
+        """The heads on the G axis of `keys` and `values`, ascending: each of `kv_heads`
+        once, or `heads` without grouped-query attention."""
+        return tuple(sorted(set(self.kv_heads))) if self.kv_heads else self.heads
+
     def select(self, layers=None, heads=None) -> Capture:
         """This capture restricted to some of its layers and heads (those slices copied).
 
@@ -151,6 +164,9 @@ class Capture:
           layers: layer numbers as in ``self.layers``, in the order wanted; None
             keeps all.
           heads: head numbers as in ``self.heads``, likewise.
+
+        A grouped-query capture's `keys` and `values` keep the key/value heads the
+        kept query heads read (`kv_heads`).
 
         Raises:
           ValueError: a layer or head this capture does not hold (named).
@@ -163,25 +179,32 @@ class Capture:
                 what = "layers" if key == "L" else "heads"
                 raise ValueError(f"{what} {missing} were not captured (have {list(have)})")
             picked[key] = [list(have).index(i) for i in want]
+        kv_heads = tuple(self.kv_heads[i] for i in picked["H"]) if self.kv_heads else ()
+        # A grouped-query capture's G axis: the key/value heads the kept query heads read.
+        picked["G"] = [self.key_value_heads.index(g) for g in sorted(set(kv_heads))]
         tensors = {}
         for name, array in self.tensors.items():
             q = QUANTITIES[name]
-            grouped = q.axis("G") is not None and array.shape[q.axis("G")] != len(self.heads)
-            if grouped and heads is not None:
+            g = q.axis("G")
+            unnamed = g is not None and not self.kv_heads and array.shape[g] != len(self.heads)
+            if unnamed and heads is not None:  # a capture of a jaxattn before kv_heads
                 raise ValueError(
-                    f"{name} of a grouped-query capture holds {array.shape[q.axis('G')]} "
-                    f"key/value heads, not the {len(self.heads)} query heads a head selection "
-                    "names: select heads of a capture without keys and values"
+                    f"{name} of this grouped-query capture holds {array.shape[g]} key/value "
+                    f"heads, not the {len(self.heads)} query heads a head selection names, "
+                    "and does not say which: select heads of a capture without keys and values"
                 )
-            for key, axis in (("L", q.layer_axis), ("H", q.head_axis)):
-                if axis is not None and not (key == "H" and grouped):
+            grouped = g is not None and bool(self.kv_heads)
+            for key, axis in (("L", q.layer_axis), ("G" if grouped else "H", q.head_axis)):
+                if axis is not None and not (key == "H" and unnamed):
                     extra = list(range(q.extra_layer)) if key == "L" else []
                     index = extra + [i + len(extra) for i in picked[key]]
                     array = array[(slice(None),) * axis + (index,)]
             tensors[name] = array
         layers_ = tuple(self.layers[i] for i in picked["L"])
         heads_ = tuple(self.heads[i] for i in picked["H"])
-        return dataclasses.replace(self, layers=layers_, heads=heads_, tensors=tensors)
+        return dataclasses.replace(
+            self, layers=layers_, heads=heads_, kv_heads=kv_heads, tensors=tensors
+        )
 
     def save(self, path: str | os.PathLike, *, compress: bool = False) -> None:
         """Write this capture to one portable .npz file (any name; no suffix is added;
@@ -246,7 +269,8 @@ class Capture:
         shapes = ", ".join(f"{k}{list(v.shape)}" for k, v in self.tensors.items())
         return (
             f"Capture(T={self.length}, layers={list(self.layers)}, heads={list(self.heads)}, "
-            f"dtype={self.dtype}, precision={self.precision}, {shapes})"
+            + (f"kv_heads={list(self.kv_heads)}, " if self.kv_heads else "")
+            + f"dtype={self.dtype}, precision={self.precision}, {shapes})"
         )
 
 

@@ -3,7 +3,8 @@
 The file is a plain NumPy .npz archive (a zip of .npy arrays; readable by numpy
 anywhere, no pickle): one array per captured quantity, under its name, plus
 ``__meta__``, a JSON string holding the format tag, tokens, sentence_b_start,
-layers, heads, dtype, precision, the uint8 (scale, offset) of each tensor and
+layers, heads, kv_heads (a grouped-query capture's key/value heads; [] otherwise,
+and absent from older files), dtype, precision, the uint8 (scale, offset) of each tensor and
 the provenance: the text (or pair) it came from, whether it was truncated, and
 `provenance` (model name, weights fingerprint, config, jaxattn version, and
 where it was captured). bfloat16 arrays are stored as their uint16 bit
@@ -36,6 +37,7 @@ def write(cap, path: str | os.PathLike, *, compress: bool = False) -> None:
         sentence_b_start=cap.sentence_b_start,
         layers=list(cap.layers),
         heads=list(cap.heads),
+        kv_heads=list(cap.kv_heads),
         dtype=cap.dtype,
         tensors=list(cap.tensors),
         quantization={k: list(v) for k, v in cap.quantization.items()},
@@ -114,6 +116,7 @@ def _fields(meta: dict, tensors: dict) -> dict:
         sentence_b_start=meta["sentence_b_start"],
         layers=tuple(meta["layers"]),
         heads=tuple(meta["heads"]),
+        kv_heads=tuple(meta.get("kv_heads", ())),  # files of jaxattn before it: none
         dtype=meta["dtype"],
         tensors=tensors,
         quantization={k: (float(v[0]), float(v[1])) for k, v in meta["quantization"].items()},

@@ -137,6 +137,7 @@ def unpack(
                 sentence_b_start=e.sentence_b_start,
                 layers=spec.layers,
                 heads=spec.heads,
+                kv_heads=spec.kv_heads,
                 dtype=spec.dtype,
                 tensors=tensors,
                 quantization=quant,

@@ -307,6 +307,8 @@ class Encoder(nn.Module):
         want = frozenset(spec.what)
         mm = Matmul(spec.precision, self.platform)
         heads = jnp.asarray(spec.heads) if len(spec.heads) < c.num_heads else None
+        # keys/values of grouped-query attention: the key/value heads the query heads read
+        kv = jnp.asarray(spec.kv_axis) if 0 < len(spec.kv_axis) < c.kv_heads else None
         x = Embeddings(c, name="embeddings")(ids, type_ids)
         context = dict(mask=mask, classes=classes, rel_table=self._relative_table())
         chunks: dict[str, list] = {name: [] for name in spec.what}  # each [n layers, ...]
@@ -336,9 +338,10 @@ class Encoder(nn.Module):
                 continue
             _check_computed(want, cap, c)
             for name, t in cap.items():
-                axis = QUANTITIES[name].head_axis
-                if heads is not None and axis is not None:
-                    t = t[(slice(None),) * axis + (heads,)]
+                q = QUANTITIES[name]
+                pick = kv if spec.kv_heads and q.axis("G") is not None else heads
+                if pick is not None and q.head_axis is not None:
+                    t = t[(slice(None),) * q.head_axis + (pick,)]
                 chunks[name].append(t)
         return {name: jnp.concatenate(ts) for name, ts in chunks.items()}
 

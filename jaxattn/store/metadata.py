@@ -113,15 +113,13 @@ def build(
       too_long: truncate, skip or error.
       chunk_bytes: uncompressed bytes per array chunk.
     """
-    # A grouped-query model's keys/values (G axis) come with every head only (make_spec).
-    heads = model_info["heads"]
-    kv = model_info.get("num_key_value_heads") or heads
+    # A grouped-query model's keys/values (G axis): the key/value heads the heads read.
     sizes = layout.axis_sizes(
         layers=len(spec.layers),
         heads=len(spec.heads),
         head_dim=model_info["head_dim"],
         hidden=model_info["hidden"],
-        kv_heads=kv if len(spec.heads) == heads else len(spec.heads),
+        kv_heads=len(spec.kv_axis),
     )
     shards = -(-input_info.records // shard_size)
     return {
@@ -138,6 +136,8 @@ def build(
             "what": list(spec.what),
             "layers": list(spec.layers),
             "heads": list(spec.heads),
+            # grouped-query attention only: stores of the other models stay as they were
+            **({"kv_heads": list(spec.kv_heads)} if spec.kv_heads else {}),
             "dtype": spec.dtype,
             "precision": spec.precision,
         },

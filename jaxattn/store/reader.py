@@ -17,8 +17,9 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 
 from jaxattn.capture import Capture, frozen
-from jaxattn.errors import CaptureFileError
+from jaxattn.errors import CaptureFileError, UsageError
 from jaxattn.info import ModelInfo, provenance
+from jaxattn.spec import check_kv_heads
 from jaxattn.store import layout
 from jaxattn.store import metadata as store_metadata
 from jaxattn.store.kvstore import KeyValue, child_spec, root_spec, tensorstore_errors
@@ -68,6 +69,21 @@ def model_info(meta: Mapping, where: str) -> ModelInfo:
         ) from None
 
 
+def _kv_heads(meta: Mapping, info: ModelInfo, where: str) -> tuple[int, ...]:
+    """The key/value head of each captured query head (spec.kv_heads; () without
+    grouped-query attention and in stores written before the field).
+
+    Raises:
+      CaptureFileError: one past the model's num_key_value_heads (named with the limit),
+        or not one per query head.
+    """
+    spec = meta["spec"]
+    try:
+        return check_kv_heads(spec.get("kv_heads") or (), info.kv_heads, spec["heads"], where)
+    except (UsageError, TypeError, ValueError) as e:
+        raise CaptureFileError(f"the store at {where} is damaged: {e}") from None
+
+
 class Store(Sequence):
     """A jaxattn store opened for reading (build it with `open_store`).
 
@@ -99,9 +115,9 @@ class Store(Sequence):
                 " (write one with jaxattn dump INPUT --out STORE)"
             )
         self.metadata = meta
-        made = provenance(
-            model_info(meta, self.location), meta["model"].get("config"), f"store {self.location}"
-        )
+        info = model_info(meta, self.location)
+        self.kv_heads = _kv_heads(meta, info, self.location)
+        made = provenance(info, meta["model"].get("config"), f"store {self.location}")
         # "jaxattn" is the version that captured: the one that wrote the store.
         self.provenance = frozen({**made, "jaxattn": meta.get("jaxattn_version", "unknown")})
         num_shards = meta["shards"]["count"]
@@ -197,6 +213,7 @@ class Store(Sequence):
             sentence_b_start=entry.sentence_b_start,
             layers=tuple(spec["layers"]),
             heads=tuple(spec["heads"]),
+            kv_heads=self.kv_heads,
             dtype=self.dtype,
             tensors=tensors,
             quantization=dict(entry.quantization),

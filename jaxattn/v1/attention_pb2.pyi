@@ -81,7 +81,7 @@ class CaptureResponse(_message.Message):
     def __init__(self, header: _Optional[_Union[ExampleHeader, _Mapping]] = ..., chunk: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
 
 class ExampleHeader(_message.Message):
-    __slots__ = ("index", "tokens", "sentence_b_start", "layers", "heads", "tensors", "chunk_count", "precision", "truncated")
+    __slots__ = ("index", "tokens", "sentence_b_start", "layers", "heads", "tensors", "chunk_count", "precision", "truncated", "kv_heads")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     SENTENCE_B_START_FIELD_NUMBER: _ClassVar[int]
@@ -91,6 +91,7 @@ class ExampleHeader(_message.Message):
     CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
     PRECISION_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    KV_HEADS_FIELD_NUMBER: _ClassVar[int]
     index: int
     tokens: _containers.RepeatedScalarFieldContainer[str]
     sentence_b_start: int
@@ -100,7 +101,8 @@ class ExampleHeader(_message.Message):
     chunk_count: int
     precision: Precision
     truncated: bool
-    def __init__(self, index: _Optional[int] = ..., tokens: _Optional[_Iterable[str]] = ..., sentence_b_start: _Optional[int] = ..., layers: _Optional[_Iterable[int]] = ..., heads: _Optional[_Iterable[int]] = ..., tensors: _Optional[_Iterable[str]] = ..., chunk_count: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., truncated: _Optional[bool] = ...) -> None: ...
+    kv_heads: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, index: _Optional[int] = ..., tokens: _Optional[_Iterable[str]] = ..., sentence_b_start: _Optional[int] = ..., layers: _Optional[_Iterable[int]] = ..., heads: _Optional[_Iterable[int]] = ..., tensors: _Optional[_Iterable[str]] = ..., chunk_count: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., truncated: _Optional[bool] = ..., kv_heads: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TensorChunk(_message.Message):
     __slots__ = ("example_index", "tensor", "datatype", "shape", "codec", "scale", "offset", "byte_offset", "byte_length", "total_bytes", "crc32", "data")

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from jaxattn.capture import Capture, frozen
+from jaxattn.quantities import QUANTITIES
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import protowire
 from jaxattn.wire.codecs import (
@@ -187,6 +188,7 @@ class StreamDecoder:
         if len(dtypes) != 1:
             raise WireError(f"example {header.index}: mixed datatypes {sorted(dtypes)}")
         dtype = dtypes.pop()
+        _check_heads(header, tensors)
         quant = {}
         if dtype == "uint8":
             quant = {n: (t.scale, t.offset) for n, t in tensors.items()}
@@ -197,6 +199,7 @@ class StreamDecoder:
             ),
             layers=tuple(header.layers),
             heads=tuple(header.heads),
+            kv_heads=tuple(header.kv_heads),
             dtype=dtype,
             tensors={n: tensors[n].array() for n in header.tensors},
             quantization=quant,
@@ -217,3 +220,24 @@ class StreamDecoder:
             return None
         text = self.texts[index]
         return text if isinstance(text, str) else tuple(text)
+
+
+def _check_heads(header: pb.ExampleHeader, tensors: dict[str, _Tensor]) -> None:
+    """kv_heads names one key/value head per query head (or none), and the G axis of keys
+    and values holds each of them once (heads when kv_heads is empty)."""
+    kv = header.kv_heads
+    if kv and len(kv) != len(header.heads):
+        raise WireError(
+            f"example {header.index}: kv_heads names {len(kv)} key/value heads for "
+            f"{len(header.heads)} heads (one for each)"
+        )
+    for name, tensor in tensors.items():
+        q = QUANTITIES.get(name)
+        if q is None or q.axis("G") is None or len(tensor.shape) != len(q.axes):
+            continue
+        held = len(set(kv)) if kv else len(header.heads)
+        if tensor.shape[q.head_axis] != held:
+            raise WireError(
+                f"example {header.index}: tensor {name!r} has {tensor.shape[q.head_axis]} "
+                f"key/value heads, but the header's {'kv_heads' if kv else 'heads'} names {held}"
+            )

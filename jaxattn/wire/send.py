@@ -41,6 +41,7 @@ def _parts(index: int, cap: Capture, codec: str, max_chunk_bytes: int):
         chunk_count=sum(_pieces(len(v), max_chunk_bytes) for v in views.values()),
         precision=PRECISION_TO_PB[cap.precision],
         truncated=cap.truncated,
+        kv_heads=cap.kv_heads,
     )
     datatype = DATATYPES[cap.dtype]
     for name, view in views.items():

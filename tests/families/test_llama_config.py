@@ -13,7 +13,7 @@ import pytest
 
 from jaxattn.checkpoints.hf_config import translate
 from jaxattn.engine import rotary
-from jaxattn.errors import CheckpointError, UsageError
+from jaxattn.errors import CheckpointError
 from jaxattn.spec import make_spec
 
 HUB = dict(
@@ -157,14 +157,16 @@ def test_the_rope_scalings_equal_transformers():
         np.testing.assert_allclose(got, want.numpy(), rtol=2e-7, atol=0)
 
 
-def test_a_head_selection_with_keys_or_values_is_refused_for_grouped_heads():
+def test_a_head_selection_with_keys_or_values_picks_the_key_value_heads_read():
     args = dict(layers=None, dtype="float32", num_layers=2, num_heads=4, kv_heads=2)
     for name in ("keys", "values"):
-        with pytest.raises(UsageError, match=f"'{name}' of a grouped-query model holds its 2"):
-            make_spec(what=("attention", name), heads=[0, 1], **args)
-        assert make_spec(what=name, heads=None, **args).heads == (0, 1, 2, 3)
+        spec = make_spec(what=("attention", name), heads=[0, 1], **args)
+        assert spec.heads == (0, 1) and spec.kv_heads == (0, 0) and spec.kv_axis == (0,)
+        spec = make_spec(what=name, heads=None, **args)
+        assert spec.heads == (0, 1, 2, 3) and spec.kv_heads == (0, 0, 1, 1)
     assert make_spec(what="queries", heads=[1], **args).heads == (1,)
-    assert make_spec(what="keys", heads=[1], **{**args, "kv_heads": 4}).heads == (1,)
+    spec = make_spec(what="keys", heads=[1], **{**args, "kv_heads": 4})
+    assert spec.heads == (1,) and spec.kv_heads == ()
 
 
 def test_dynamic_ntk_is_the_default_rope_up_to_the_longest_input():

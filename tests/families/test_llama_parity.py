@@ -174,14 +174,13 @@ def test_the_scanned_layer_stack_equals_the_unrolled_one(setup):
             np.testing.assert_allclose(a, b, atol=5e-6 * scale, rtol=0, err_msg=name)
 
 
-def test_grouped_keys_refuse_a_head_selection(setup):
+def test_grouped_keys_with_a_head_selection_hold_the_key_value_heads_read(setup):
     *_, engine, caps = setup
-    with pytest.raises(UsageError, match="'keys' of a grouped-query model holds its 2 key/value"):
-        engine.capture([EXAMPLE_A], what=["attention", "keys"], heads=[1, 3])
-    (cap,) = engine.capture([EXAMPLE_A], what=["attention", "queries"], heads=[1, 3])
+    (cap,) = engine.capture([EXAMPLE_A], what=["attention", "keys"], heads=[1, 3])
+    assert cap.kv_heads == (0, 1)  # query head h reads key/value head h // 2
     np.testing.assert_allclose(cap.attention, caps[0].attention[:, [1, 3]], atol=5e-6, rtol=0)
-    with pytest.raises(ValueError, match="keys of a grouped-query capture holds 2 key/value"):
-        caps[0].select(heads=[0])
+    np.testing.assert_allclose(cap.keys, caps[0].keys, atol=5e-6, rtol=0)
+    assert caps[0].select(heads=[0]).keys.shape[:2] == (3, 1)
     assert caps[0].select(layers=[2]).keys.shape[:2] == (1, 2)
 
 
