@@ -96,11 +96,14 @@ def jaxattn_version() -> str:
 
 def provenance(info: ModelInfo, config: dict | None, source: str) -> dict:
     """What a capture records about where it came from (`Capture.provenance`): the
-    model's name, family, weights fingerprint, Hub revision ("" for a local
-    directory), config, the jaxattn version and the source."""
+    model's name, family, whether it is causal (a decoder: the one fact of the
+    config a capture through a server, whose config is {}, still needs), weights
+    fingerprint, Hub revision ("" for a local directory), config, the jaxattn
+    version and the source."""
     return {
         "model": info.name,
         "family": info.family,
+        "causal": info.causal,
         "weights": info.weights,
         "revision": info.revision,
         "config": config or {},

@@ -126,7 +126,9 @@ def test_the_capture_file_round_trips_decoder_captures(decoders, llama_heads, tm
 
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_the_server_and_client_carry_decoder_captures(decoders, llama_heads, name):
+    from jaxattn.cli.analyze_saved import is_decoder
     from jaxattn.client import AttentionClient
+    from jaxattn.views.payload import is_causal
     from service import create_server
 
     _, engine, full = decoders[name]
@@ -144,6 +146,10 @@ def test_the_server_and_client_carry_decoder_captures(decoders, llama_heads, nam
             assert info == engine.info
             for got, want in zip(client.capture(TEXTS, what=WHAT), full, strict=True):
                 assert_same(got, want)
+                # A server's capture has no config; its provenance still says causal,
+                # so the saved-capture analyses and the views treat it as a decoder.
+                assert got.provenance["config"] == {} and got.provenance["causal"] is True
+                assert is_decoder(got) and is_causal(got)
             if name == "llama":
                 for got, want in zip(
                     client.capture(TEXTS, what=WHAT, heads=HEADS), llama_heads, strict=True

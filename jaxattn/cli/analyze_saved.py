@@ -38,7 +38,10 @@ def no_parse(where: str, conllu_input: bool = True) -> dict:
 
 
 def is_decoder(cap: Capture) -> bool:
-    """Whether a saved capture came from a decoder (causal) model: its provenance's config."""
+    """Whether a saved capture came from a decoder (causal) model: its provenance says so
+    (a server's captures too), or, in older files, its provenance's config."""
+    if "causal" in cap.provenance:
+        return bool(cap.provenance["causal"])
     config = cap.provenance.get("config")
     return isinstance(config, Mapping) and bool(config.get("causal"))
 

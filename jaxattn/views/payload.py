@@ -69,11 +69,13 @@ PAGE_FORMAT = "jaxattn.views.page/1"
 def is_causal(cap: Capture) -> bool:
     """Whether a capture is a decoder's (query i sees keys j <= i only).
 
-    Its provenance's model config says so where it has one (an engine's or a
-    store's captures); otherwise (a capture through a server, an old file) the
-    attention decides: a text of two or more tokens, no sentence pair, and every
-    weight above the diagonal exactly 0 (an encoder's softmax is never exactly 0 there).
+    Its provenance says so (`jaxattn.info.provenance`), or in older files its model
+    config; otherwise (a file older still) the attention decides: a text of two or
+    more tokens, no sentence pair, and every weight above the diagonal exactly 0
+    (an encoder's softmax is never exactly 0 there).
     """
+    if "causal" in cap.provenance:
+        return bool(cap.provenance["causal"])
     config = cap.provenance.get("config") or {}
     if "causal" in config:
         return bool(config["causal"])
@@ -87,7 +89,11 @@ def is_causal(cap: Capture) -> bool:
 
 def kv_heads(cap: Capture) -> list[int]:
     """For each query head (an index into ``cap.heads``) the index of the key/value head
-    it reads in ``cap.keys``: h // (H / G), G the keys' heads (h itself when G = H)."""
+    it reads in ``cap.keys``: from ``cap.kv_heads`` (its position on the G axis), or,
+    in a capture that predates that field, h // (H / G) over every head (h when G = H)."""
+    if cap.kv_heads:
+        axis = cap.key_value_heads
+        return [axis.index(g) for g in cap.kv_heads]
     per = len(cap.heads) // cap.tensors["keys"].shape[1]
     return [h // per for h in range(len(cap.heads))]
 
@@ -98,11 +104,12 @@ def causal_mask(t: int) -> np.ndarray:
 
 
 def query_head_keys(cap: Capture) -> np.ndarray:
-    """keys [L, H, T, K] per query head: a grouped-query capture's [L, G, T, K] with key/value
-    head g repeated for its H / G query heads (query head h reads g = h // (H / G))."""
+    """keys [L, H, T, K] per query head: a grouped-query capture's [L, G, T, K] with each
+    query head given the key/value head it reads (`kv_heads`)."""
     keys = cap.array("keys")
-    groups = len(cap.heads) // keys.shape[1]
-    return keys if groups == 1 else np.repeat(keys, groups, axis=1)
+    if keys.shape[1] == len(cap.heads) and not cap.kv_heads:
+        return keys
+    return keys[:, kv_heads(cap)]
 
 
 def encode_array(x: np.ndarray, dtype: str = "f4") -> dict:

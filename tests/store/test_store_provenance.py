@@ -20,6 +20,7 @@ def test_captures_carry_the_store_models_provenance(tmp_path):
     want = {
         "model": INFO.name,
         "family": INFO.family,
+        "causal": False,  # an encoder
         "weights": "blake2b:0123456789abcdef",
         "revision": "",  # a local directory's model has none
         "config": CONFIG.to_dict(),

@@ -224,3 +224,17 @@ def test_the_global_map_gives_each_query_head_its_key_value_heads_keys(decoder_c
     assert main(["view", "--global", *files, "--out", str(out), "--quiet"]) == 0
     header = json.loads(re.search(r'id="qk-data">(.*?)</script>', out.read_text(), re.S)[1])
     assert header["heads"] == [0, 1, 2, 3] and header["points"] == sum(c.length for c in short)
+
+
+def test_a_head_selection_reads_the_key_heads_its_query_heads_read(decoder_caps):
+    # Query heads [0, 1, 2] of a 4-head model with 2 key/value heads read kv heads
+    # [0, 0, 1]: the G axis holds [0, 1] (Capture.kv_heads), not len(heads) // G.
+    from jaxattn.views.payload import kv_heads, query_head_keys
+
+    cap = decoder_caps["llama"][0][0].select(heads=[0, 1, 2])
+    assert cap.kv_heads == (0, 0, 1) and kv_heads(cap) == [0, 0, 1]
+    keys = cap.array("keys")
+    np.testing.assert_array_equal(query_head_keys(cap), keys[:, [0, 0, 1]])
+    one = cap.select(heads=[2])  # one query head reading kv head 1: G axis [1]
+    assert kv_heads(one) == [0]
+    np.testing.assert_array_equal(query_head_keys(one), keys[:, [1]])
