@@ -99,13 +99,23 @@ _TINY_DECODERS = {
             "original_max_position_embeddings": 32,
         },
     ),
+    "qwen2-0.5b": dict(
+        hidden_size=24,
+        intermediate_size=20,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    ),
 }
 
 
 @pytest.mark.parametrize("name", sorted(_TINY_DECODERS))
-def test_the_decoder_presets_time_every_case(name, tmp_path):
-    """`bench --synthetic gpt2-small | llama-1b`, at tiny sizes: a decoder of the family with
-    BERT's tokenizer, timed against transformers eager with attentions and plain SDPA."""
+def test_the_decoder_presets_load_as_their_family(name, tmp_path):
+    """`bench --synthetic gpt2-small | llama-1b | qwen2-0.5b`, shrunk: a decoder of the
+    family with BERT's tokenizer, and (qwen2's, grouped-query) timed against
+    transformers eager with attentions and plain SDPA (one preset runs the cases:
+    they are the same code for all)."""
     import jaxattn
     from jaxattn.bench import synthetic
 
@@ -113,6 +123,9 @@ def test_the_decoder_presets_time_every_case(name, tmp_path):
     path = synthetic.random_checkpoint(name, tmp_path / "ckpt", **_TINY_DECODERS[name])
     info = jaxattn.load(path).info
     assert info.causal and info.family == name.split("-")[0]
+    if name != "qwen2-0.5b":
+        return
+    assert info.num_key_value_heads == 2
     res = bench.run(None, n=2, repeats=1, model=str(path), texts=bench.synthetic_texts(9, 2))
     for case in ("a_transformers", "c_attention", "d_full", "f_transformers_forward"):
         assert res[case] > 0

@@ -119,8 +119,25 @@ DECODER_SHAPES: dict[str, tuple[str, dict]] = {
             "eos_token_id": 102,
         },
     ),
-    # "qwen2-0.5b": ("Qwen2Config", {...}): Qwen2-0.5B's shape (24 layers, 14 query and
-    # 2 key/value heads, D=896, q/k/v biases), added with the qwen2 family.
+    "qwen2-0.5b": (  # Qwen2-0.5B: 24 layers, 14 query and 2 key/value heads, D=896
+        "Qwen2Config",
+        {
+            "vocab_size": 30528,  # BERT's 30,522 and what Qwen2's tokenizer class adds
+            "hidden_size": 896,
+            "intermediate_size": 4864,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 14,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 32768,
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 1000000.0,
+            "use_sliding_window": False,
+            "tie_word_embeddings": True,
+            "hidden_act": "silu",
+            "bos_token_id": 101,
+            "eos_token_id": 102,
+        },
+    ),
 }
 SHAPES.update(DECODER_SHAPES)
 
