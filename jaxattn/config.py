@@ -236,6 +236,8 @@ class ModelConfig:
         Llama's tie_word_embeddings): logits = final hidden state x W_E^T. An
         untied head, where the checkpoint has one, is params["lm_head"]
         ["unembedding"] [V, D]; neither: no LM head (no causal LM loss).
+      lm_softcap: the next-token logits become cap * tanh(logits / cap) (Gemma 2's
+        final_logit_softcapping); 0 means none.
       qk_norm: each head's query and key pass the model's norm (`norm_type`, eps
         `layer_norm_eps`) over head_dim before RoPE, one weight [K] per layer for the
         queries and one for the keys, shared by the heads (Qwen3's q_norm/k_norm).
@@ -286,6 +288,7 @@ class ModelConfig:
     head_size: int = 0
     norm_type: str = "layer"
     tied_lm_head: bool = False
+    lm_softcap: float = 0.0
     qk_norm: bool = False
     # Gemma 2/3 (see the docstring).
     embed_scale: bool = False

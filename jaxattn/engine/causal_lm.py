@@ -1,4 +1,4 @@
-"""The causal LM loss through a decoder's own next-token head (GPT-2, Llama).
+"""The causal LM loss through a decoder's own next-token head (GPT-2, Llama, Gemma).
 
 What head ablation (`jaxattn.engine.ablation`) measures a change of on a decoder,
 as the masked-LM loss (`jaxattn.engine.mlm`) is on an encoder. The last hidden
@@ -6,11 +6,13 @@ state the engine returns is already after the final norm (GPT-2's ln_f, Llama's
 norm: `Encoder` applies it, as HF's hidden_states[-1]), so the logits are
 ``h W_U^T`` with W_U [V, D] the word embedding (``ModelConfig.tied_lm_head``) or
 the checkpoint's untied ``lm_head.weight`` (``engine.extra_params["lm_head"]``),
-no bias (neither family has one).
+no bias (no family has one); Gemma 2 soft-caps the logits
+(``ModelConfig.lm_softcap``, its final_logit_softcapping).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import jax
@@ -37,10 +39,13 @@ def has_lm_head(engine) -> bool:
     return bool(c.causal and (c.tied_lm_head or "lm_head" in engine.extra_params))
 
 
-@jax.jit
-def _nll_sum(h, w, targets):
-    """Sum over rows of -log softmax(h W^T)[target]: h [P, D], w [V, D], targets [P]."""
+@functools.partial(jax.jit, static_argnums=3)
+def _nll_sum(h, w, targets, softcap: float = 0.0):
+    """Sum over rows of -log softmax(h W^T)[target]: h [P, D], w [V, D], targets [P];
+    the logits soft-capped, cap * tanh(logits / cap), when softcap > 0 (Gemma 2)."""
     logits = jnp.einsum("pd,vd->pv", h, w, precision=jax.lax.Precision.HIGHEST)
+    if softcap:
+        logits = softcap * jnp.tanh(logits / softcap)
     logz = jax.nn.logsumexp(logits, axis=-1)
     picked = jnp.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
     return jnp.sum(logz - picked)
@@ -81,5 +86,6 @@ class CausalLM:
             if e.length < 2:
                 continue
             targets = jnp.asarray(np.asarray(e.ids[1:], np.int32))
-            total += float(_nll_sum(jnp.asarray(h[:-1], jnp.float32), self.w, targets))
+            h = jnp.asarray(h[:-1], jnp.float32)
+            total += float(_nll_sum(h, self.w, targets, self.engine.config.lm_softcap))
         return total / self.predictions

@@ -1,6 +1,7 @@
 """The causal LM loss of a decoder and its change under head ablation, against transformers.
 
-The loss is compared with GPT2LMHeadModel / LlamaForCausalLM's own ``labels=`` loss
+The loss is compared with GPT2LMHeadModel / LlamaForCausalLM / Gemma2ForCausalLM's
+own ``labels=`` loss
 (built locally from the tiny random configs, eager attention); zeroing a head is
 compared with the torch model whose o_proj / c_proj input has that head's K
 columns zeroed by a forward pre-hook (what zeroing the head's output means).
@@ -21,6 +22,7 @@ from jaxattn.engine.ablation import head_ablation_study
 from jaxattn.engine.causal_lm import CausalLM, has_lm_head
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
+from gemma_fixture import make_gemma_checkpoint  # noqa: E402
 from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
 from llama_fixture import make_llama_checkpoint  # noqa: E402
 
@@ -29,6 +31,8 @@ MAKERS = {
     "gpt2": lambda d: make_gpt2_checkpoint(d),
     "llama": lambda d: make_llama_checkpoint(d),  # an untied lm_head.weight
     "llama_tied": lambda d: make_llama_checkpoint(d, seed=3, tie_word_embeddings=True),
+    # Tied, its logits soft-capped at 2 (final_logit_softcapping; the cap bites here).
+    "gemma2": lambda d: make_gemma_checkpoint("gemma2", d, final_logit_softcapping=2.0),
 }
 
 

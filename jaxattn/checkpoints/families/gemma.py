@@ -24,17 +24,18 @@ The differences from Llama (HF modeling_gemma2.py, modeling_gemma3.py, eager att
 * Gemma 3 normalises each head's query and key over head_dim (q_norm, k_norm: RMSNorm
   with (1 + w)) before RoPE (ModelConfig.qk_norm).
 
-Mapped with a note: final_logit_softcapping only caps the LM head's logits, which no
-capture computes; Gemma 3's attn_logit_softcapping is not applied by transformers'
-Gemma 3 attention, so neither here; hidden_act is not read by transformers' Gemma
-(hidden_activation is). Refused (naming the field): use_bidirectional_attention,
-a sliding layer without a sliding_window, layer_types of another length or kind,
-Gemma 3 sliding layers with a rope scaling, and what Llama refuses (unknown rope
-types or parameters, an odd head_dim, num_key_value_heads not dividing the heads).
-The multimodal model_type "gemma3" is refused by name (`REFUSED_MODEL_TYPES`).
-The LM head (tied to the embeddings) is not loaded: the causal LM loss of head
-ablation is not computed for Gemma (its final logit soft-capping is not).
-"""
+Mapped with a note: final_logit_softcapping caps the LM head's logits, which only
+the causal LM loss reads (ModelConfig.lm_softcap); Gemma 3's attn_logit_softcapping
+is not applied by transformers' Gemma 3 attention, so neither here; hidden_act is
+not read by transformers' Gemma (hidden_activation is). Refused (naming the field):
+use_bidirectional_attention, a sliding layer without a sliding_window, layer_types
+of another length or kind, Gemma 3 sliding layers with a rope scaling, and what
+Llama refuses (unknown rope types or parameters, an odd head_dim,
+num_key_value_heads not dividing the heads). The multimodal model_type "gemma3" is
+refused by name (`REFUSED_MODEL_TYPES`). The LM head is the word embedding
+(tie_word_embeddings, Gemma's default; else lm_head.weight), its logits soft-capped
+by final_logit_softcapping (ModelConfig.lm_softcap): the causal LM loss of head
+ablation."""
 
 from __future__ import annotations
 
@@ -51,10 +52,6 @@ from jaxattn.checkpoints.families.llama import (
 )
 from jaxattn.checkpoints.family import Family
 from jaxattn.errors import CheckpointError
-
-# Gemma's logits are soft-capped (final_logit_softcapping), which the causal LM
-# loss (jaxattn.engine.causal_lm) does not compute: Gemma has no LM loss yet.
-HEAD = "Gemma's LM head (tied to the word embeddings): not loaded, no capture uses it"
 
 GLOBAL, LOCAL = "full_attention", "sliding_attention"
 REFUSED_MODEL_TYPES = {
@@ -113,6 +110,9 @@ def _attention(out: dict, hf: dict, source: str, softcap: bool) -> None:
     cap = hf.get("attn_logit_softcapping")
     if softcap and cap is not None:
         out["attn_softcap"] = _positive(source, "attn_logit_softcapping", cap)
+    final = hf.get("final_logit_softcapping")  # the LM head's logits (the causal LM loss)
+    if final is not None:
+        out["lm_softcap"] = _positive(source, "final_logit_softcapping", final)
 
 
 def _derive_gemma2(out: dict, hf: dict, source: str) -> None:
@@ -183,7 +183,7 @@ FIELDS = {
     "attention_bias": "attention_bias",
     # No effect on the captured forward:
     "pad_token_id": None,  # padding is masked, whatever id fills it
-    "final_logit_softcapping": None,  # caps the LM head's logits only; no capture uses them
+    "tie_word_embeddings": "tied_lm_head",
     "hidden_act": None,  # transformers' Gemma reads hidden_activation, not this
     "cache_implementation": None,  # generation's KV cache
 }
@@ -210,9 +210,11 @@ DEFAULTS = {
     "head_dim": 256,
     "query_pre_attn_scalar": 256,
     "sliding_window": 4096,
+    "tie_word_embeddings": True,
 }
 DERIVED = frozenset(
     {
+        "final_logit_softcapping",
         "num_key_value_heads",
         "head_dim",
         "rope_theta",
@@ -249,7 +251,7 @@ COMMON = dict(
     prefixes=("model.",),
     model=MODEL,
     layer_key="layers.{}.",
-    ignored={"lm_head.weight": HEAD},
+    lm={"unembedding": ("lm_head", "table", "VD")},  # where tie_word_embeddings is false
     layer_ignored={"self_attn.rotary_emb.inv_freq": INV_FREQ},
     kinds=KINDS,
 )
@@ -257,7 +259,12 @@ COMMON = dict(
 GEMMA2 = Family(
     name="gemma2",
     model_types=("gemma2",),
-    hf_defaults={**DEFAULTS, "max_position_embeddings": 8192, "attn_logit_softcapping": 50.0},
+    hf_defaults={
+        **DEFAULTS,
+        "max_position_embeddings": 8192,
+        "attn_logit_softcapping": 50.0,
+        "final_logit_softcapping": 30.0,
+    },
     derive=_derive_gemma2,
     derived=DERIVED,
     layer=LAYER,
