@@ -5,7 +5,7 @@
 #                                                       # the GPU image lacks (~10 MB)
 # On the GPU:   bash benchmarks/gpu_run.sh              # every stage, in order (carry [".gpu"])
 #               bash benchmarks/gpu_run.sh first real   # a second call: only what is missing
-# Stages, in order: sanity bench precision overlap first warmup service real levers.
+# Stages, in order: sanity bench precision overlap first warmup service real levers decoders.
 # Everything is line-buffered into $OUT/run.log (appended, so a stage cut off by its
 # limit still leaves what it printed) and the JSON figures into $OUT/<stage>.json.
 # Each step has its own time limit, clipped to what is left of the run's budget
@@ -20,7 +20,7 @@ cd "$root"
 # generated code or the Hub loading refuse). Pure wheels or manylinux cp312.
 WHEELS=(protobuf==7.36.2 grpcio==1.85.3 grpcio-health-checking==1.85.1
   grpcio-reflection==1.85.1 zstandard==0.25.0 lz4==4.4.5)
-STAGES=(sanity bench precision overlap first warmup service real levers)
+STAGES=(sanity bench precision overlap first warmup service real levers decoders)
 
 if [ "${1:-}" = prepare ]; then
   py=${PYTHON:-.venv/bin/python}
@@ -143,6 +143,17 @@ for stage in "${wanted[@]}"; do
       ;;
     real)  # EWT sentences at their own lengths (the shipped sample), random BERT-base
       step 200 "${bench[@]}" --random-bert-base -n "$(s 4 512)" --repeats "$(s 1 3)" --json "$OUT/real.json"
+      ;;
+    decoders)  # issue 30: the decoder presets at T=1,024 against transformers eager
+      if [ -n "$smoke" ]; then
+        step 300 "${bench[@]}" --synthetic gpt2-small --tokens 16 -n 2 --repeats 1 \
+          --json "$OUT/decoders-gpt2.json"
+      else
+        step 150 "${bench[@]}" --synthetic gpt2-small --tokens 1024 -n 128 --repeats 2 \
+          --json "$OUT/decoders-gpt2.json"
+        step 200 "${bench[@]}" --synthetic llama-1b --tokens 1024 -n 32 --repeats 2 \
+          --json "$OUT/decoders-llama.json"
+      fi
       ;;
   esac
 done

@@ -24,7 +24,7 @@ it is defined for, NaN where an example has none):
   and not BOS (two captures of the same texts, one with the BOS prepended),
   and their difference.
 - `bos_sink_shares` / `BosSinks`: the same comparison on equal footing, over a
-  corpus (`jaxattn.engine.sinks.bos_sink_study` makes the two captures): over
+  corpus (`jaxattn.analysis.bos_sinks.bos_sink_study` makes the two captures): over
   the query rows of the text's tokens 1 .. n-1, the share on BOS, on the text's
   first token after BOS, and on that token when it is the first (no BOS):
   whether the sink is the BOS token or whatever token comes first (Xiao et

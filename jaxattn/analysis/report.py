@@ -36,7 +36,7 @@ out, each with its one-line reason in ``meta.not_run``. `jaxattn analyze` adds
 ``ov_copying`` ({"definition", "score": [L][H]}, `jaxattn.analysis.ov_circuit`)
 and ``bos_sinks`` ({"bos_token", "examples", "skipped", "bos",
 "first_after_bos", "first_without_bos", "shift": [L][H]},
-`jaxattn.engine.sinks`) from a local engine, and ``head_ablation`` with
+`jaxattn.analysis.bos_sinks`) from a local engine, and ``head_ablation`` with
 ``lm_loss``/``lm_loss_delta`` (`jaxattn.engine.ablation`).
 """
 

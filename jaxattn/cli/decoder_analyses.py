@@ -3,7 +3,7 @@
 - ``ov_copying``: each head's OV-circuit copying score from the weights
   (`jaxattn.analysis.ov_circuit`), where the checkpoint has its LM head;
 - ``bos_sinks``: the attention sink with and without BOS over the first
-  ``--sink-examples`` texts (`jaxattn.engine.sinks`), two captures each.
+  ``--sink-examples`` texts (`jaxattn.analysis.bos_sinks`), two captures each.
 
 Both need a local engine (the weights, token ids); with --server, or where the
 model lacks what they need, ``meta.not_run`` says why.
@@ -41,7 +41,7 @@ def decoder_extras(source, texts: list, args) -> tuple[dict, dict]:
     if args.sink_examples == 0:
         not_run["bos_sinks"] = "--sink-examples 0"
     else:
-        from jaxattn.engine.sinks import bos_sink_study
+        from jaxattn.analysis.bos_sinks import bos_sink_study
 
         try:
             study = bos_sink_study(source, texts[: args.sink_examples], too_long=args.too_long)

@@ -18,7 +18,6 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from jaxattn.config import ModelConfig
-from jaxattn.engine.causal_lm import CausalLM, has_lm_head
 from jaxattn.engine.mlm import MaskedLM, final_states
 
 MODES = ("zero", "uniform")
@@ -115,6 +114,9 @@ def head_ablation_study(
         if heads is not None
         else [(layer, h) for layer in range(c.num_layers) for h in range(c.num_heads)]
     )
+    # Here, not at the top: importing this module (its MODES) must not start jax.
+    from jaxattn.engine.causal_lm import CausalLM, has_lm_head
+
     tokenized = [t for t in engine.tokenize(texts, too_long=too_long) if t is not None]
     base = final_states(engine, tokenized, None)
     use_mlm = mlm and not c.causal and "mlm_head" in engine.extra_params and bool(tokenized)

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import jaxattn
+from jaxattn.analysis.bos_sinks import bos_sink_study, bos_variants
 from jaxattn.analysis.decoder import BosSinks, bos_sink_shares
-from jaxattn.engine.sinks import bos_sink_study, bos_variants
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
 from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402

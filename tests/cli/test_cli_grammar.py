@@ -283,6 +283,7 @@ def test_a_saved_capture_remembers_where_it_came_from(engines, tmp_path):
     assert dict(back.provenance) == {
         "model": info.name,
         "family": "bert",
+        "causal": False,
         "weights": info.weights,
         "revision": "",
         "config": engines["bert"].config.to_dict(),

@@ -1,5 +1,9 @@
 """The attention sink with and without BOS over a corpus (Xiao et al. 2023).
 
+It drives a causal engine (any object with `tokenize`, `make_spec`, `run`,
+`config` and `tokenizer`, as `jaxattn.Engine`), without importing the engine:
+the analyses stay importable where jax is not.
+
 Each text is captured twice by a causal engine, as [BOS, t_0 .. t_{n-1}] and as
 [t_0 .. t_{n-1}], whatever the tokenizer adds by itself: a Llama tokenizer
 prepends BOS (it is removed for the second capture), GPT-2's adds none (it is
@@ -15,22 +19,21 @@ import dataclasses
 from collections.abc import Sequence
 
 from jaxattn.analysis.decoder import BosSinks
-from jaxattn.engine.tokenize import TokenizedText
 
 CHUNK = 32  # pairs captured per engine call (bounds the maps held)
 
 
-def _without_first(e: TokenizedText) -> TokenizedText:
+def _without_first(e):
     return dataclasses.replace(e, ids=e.ids[1:], type_ids=e.type_ids[1:], tokens=e.tokens[1:])
 
 
-def _with_first(e: TokenizedText, bos_id: int, bos: str) -> TokenizedText:
+def _with_first(e, bos_id: int, bos: str):
     return dataclasses.replace(
         e, ids=(bos_id, *e.ids), type_ids=(0, *e.type_ids), tokens=(bos, *e.tokens)
     )
 
 
-def bos_variants(engine, tokenized: Sequence[TokenizedText]) -> list[tuple]:
+def bos_variants(engine, tokenized: Sequence) -> list[tuple]:
     """(with BOS, without BOS) of each example whose text has 2 tokens or more and whose
     BOS version fits the model (others left out).
 
