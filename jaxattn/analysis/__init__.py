@@ -25,8 +25,11 @@ attention), `weights` (attention vs norm-based weights),
 `head_stats`, `head_distance` (Jensen-Shannon, MDS), `patterns` (Kovaleva, Vig),
 `dependency` and `dependency_rules` (Clark et al. Table 1), `rollout` and
 `flow` (Abnar & Zuidema), `mixing` (Kobayashi et al. 2021 context-mixing
-ratios), `report` and `markdown`. Head ablation runs the model, so it lives
-beside the engine: `jaxattn.engine.ablation`. The CoNLL-U reader is an input
+ratios), `decoder` (sinks, previous/duplicate/induction heads), `ov_circuit`
+(copying scores from the weights), `bos_sinks` (the sink with and without BOS:
+it drives an engine it is handed, importing none), `report` and `markdown`.
+Head ablation runs the model on the device, so it lives beside the engine:
+`jaxattn.engine.ablation` (and its losses, `engine.mlm`, `engine.causal_lm`). The CoNLL-U reader is an input
 format: `jaxattn.inputs` (re-exported here).
 """
 

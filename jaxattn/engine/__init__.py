@@ -19,7 +19,8 @@ The modules, in the order data flows through them:
     engine     Engine: the pipeline above, with the async copy overlapped;
       pipeline   BatchPipeline, owned by the Engine: batches planned, run two deep, unpacked
       oom        a batch out of device memory runs again in halves
-    ablation   head ablation (Kovaleva et al. 2019) and its study; mlm: its loss
+    ablation   head ablation (Kovaleva et al. 2019) and its study; mlm, causal_lm: its
+               losses (masked LM for encoders, next-token for decoders)
     cache      the persistent compilation cache (on by default, per user)
     xla_flags  the XLA flags set by default (GEMMs to cuBLAS on GPUs), applied on import
 
