@@ -259,7 +259,7 @@ QUANTITIES: dict[str, Quantity] = {
 
 
 # DeBERTa's separately returnable score terms (their names without "scores_" are
-# config.SCORE_TERMS); every other quantity every model computes.
+# positions.SCORE_TERMS); every other quantity every model computes.
 SCORE_QUANTITIES = tuple(name for name in QUANTITIES if name.startswith("scores_"))
 COMMON = tuple(name for name in QUANTITIES if name not in SCORE_QUANTITIES)
 

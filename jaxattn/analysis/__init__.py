@@ -29,8 +29,8 @@ ratios), `decoder` (sinks, previous/duplicate/induction heads), `ov_circuit`
 (copying scores from the weights), `bos_sinks` (the sink with and without BOS:
 it drives an engine it is handed, importing none), `report` and `markdown`.
 Head ablation runs the model on the device, so it lives beside the engine:
-`jaxattn.engine.ablation` (and its losses, `engine.mlm`, `engine.causal_lm`). The CoNLL-U reader is an input
-format: `jaxattn.inputs` (re-exported here).
+`jaxattn.engine.ablation` (and its losses, `engine.mlm`, `engine.causal_lm`).
+The CoNLL-U reader is an input format: `jaxattn.inputs` (re-exported here).
 """
 
 from jaxattn.analysis.decoder import (

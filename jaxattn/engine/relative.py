@@ -31,8 +31,8 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.config import attention_span  # HF's span rule (pure: the config needs it too)
 from jaxattn.engine.precision import Matmul
+from jaxattn.positions import attention_span  # HF's span rule (pure: the config needs it too)
 
 ATT_TYPES = ("c2p", "p2c")
 _EXACT = Matmul()  # exact float32: the default contraction

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from jaxattn.checkpoints.hf_config import translate
-from jaxattn.config import Relative
 from jaxattn.errors import CheckpointError
+from jaxattn.positions import Relative
 
 # microsoft/deberta-v3-base's config.json at tiny sizes (its fields and string forms).
 V3 = {

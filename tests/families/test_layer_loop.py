@@ -25,9 +25,10 @@ from modernbert_reference import modernbert_reference
 from reference import assert_matches, torch_reference
 
 import jaxattn
-from jaxattn.config import Rotary, tiny
+from jaxattn.config import tiny
 from jaxattn.engine import layer_loop
 from jaxattn.engine.ablation import HeadAblation
+from jaxattn.positions import Rotary
 from jaxattn.spec import make_spec
 
 # What the scan's body returns per layer, the carried hidden state, and the norms.

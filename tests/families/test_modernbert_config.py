@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from jaxattn.checkpoints.hf_config import translate
-from jaxattn.config import Rotary
 from jaxattn.errors import CheckpointError
+from jaxattn.positions import Rotary
 
 G, S = "full_attention", "sliding_attention"
 NEW = dict(

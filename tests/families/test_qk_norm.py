@@ -7,8 +7,9 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from jaxattn.config import Rotary, tiny
+from jaxattn.config import tiny
 from jaxattn.engine.attention import SelfAttention
+from jaxattn.positions import Rotary
 
 T, D, H, KV, K, EPS = 7, 15, 4, 2, 6, 1e-5
 

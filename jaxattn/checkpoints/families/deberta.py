@@ -25,10 +25,9 @@ import json
 
 from jaxattn.checkpoints.families.bert import BUFFERS, FIELDS
 from jaxattn.checkpoints.family import Family
-from jaxattn.config import Relative, attention_span
 from jaxattn.errors import CheckpointError
+from jaxattn.positions import POSITION_TERMS, Relative, attention_span
 
-POSITION_TERMS = ("c2p", "p2c")
 REL_NORMS = ("layer_norm", "none")
 V3_HEAD = (
     "the legacy=false MLM head (lm_predictions); jaxattn maps the head HF's "

@@ -29,8 +29,8 @@ from __future__ import annotations
 import json
 
 from jaxattn.checkpoints.family import Family
-from jaxattn.config import Rotary
 from jaxattn.errors import CheckpointError
+from jaxattn.positions import Rotary
 
 ROPE_KEYS = {
     "default": frozenset(),

@@ -29,8 +29,8 @@ from __future__ import annotations
 import json
 
 from jaxattn.checkpoints.family import Family
-from jaxattn.config import Rotary
 from jaxattn.errors import CheckpointError
+from jaxattn.positions import Rotary
 
 GLOBAL, LOCAL = "full_attention", "sliding_attention"
 THETAS = {GLOBAL: ("global_rope_theta", 160000.0), LOCAL: ("local_rope_theta", 10000.0)}
