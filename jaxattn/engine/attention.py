@@ -72,6 +72,19 @@ class AttentionParts:
         return {name: t for name, t in terms.items() if t is not None}
 
 
+def logits(qk, c: ModelConfig):
+    """The softmax's input from the raw products q.k (any shape): scaled by
+    1 / sqrt(K) (Gemma: query_pre_attn_scalar^-1/2, a float32 product), then
+    Gemma 2's soft cap, cap * tanh(logits / cap)."""
+    if c.query_scale:
+        qk = qk * np.float32(c.query_scale**-0.5)
+    else:
+        qk = qk / jnp.sqrt(c.head_dim)
+    if c.attn_softcap:
+        qk = jnp.tanh(qk / c.attn_softcap) * c.attn_softcap
+    return qk
+
+
 def _per_query_head(t, heads: int):
     """[T, H_kv, K] -> [T, H, K], each key/value head repeated for its group (HF repeat_kv)."""
     group = heads // t.shape[1]
@@ -129,13 +142,7 @@ class SelfAttention(nn.Module):
         else:
             if c.rotary is not None:
                 q, k, allowed = self._rotate(q, k, allowed, is_global)
-            scores = self.mm("THK,SHK->HTS", q, _per_query_head(k, c.num_heads))
-            if c.query_scale:  # Gemma: q.k * query_pre_attn_scalar^-1/2, a float32 product
-                scores = scores * np.float32(c.query_scale**-0.5)
-            else:
-                scores = scores / jnp.sqrt(c.head_dim)
-            if c.attn_softcap:  # Gemma 2: the logits softmax sees, cap * tanh(logits / cap)
-                scores = jnp.tanh(scores / c.attn_softcap) * c.attn_softcap
+            scores = logits(self.mm("THK,SHK->HTS", q, _per_query_head(k, c.num_heads)), c)
         if c.causal:  # the future is no part of a decoder's scores: exactly -inf
             past = np.tril(np.ones((length, length), bool))  # key j <= query i
             scores = jnp.where(past[None], scores, -jnp.inf)
