@@ -39,6 +39,56 @@ from jaxattn.engine import head_stats, rotary
 from jaxattn.engine.precision import Matmul
 
 BLOCK = 256  # the default query and key block size
+# The quantities the blockwise path computes: none is a [T, S] map. A request of
+# these alone can run blockwise (`choose_block`).
+SERVES = frozenset(
+    {"hidden_states", "queries", "keys", "values", "fx_norm", "head_stats", "decoder_head_stats"}
+)
+# The engine's attention policies (`choose_block`).
+POLICIES = ("auto", "dense", "blockwise")
+# "auto" goes blockwise from this padded length on (unmeasured: below it the [T, T]
+# maps of a layer are small, and one block would be the whole map).
+AUTO_MIN_LENGTH = 1024
+
+
+def choose_block(
+    policy: str, config, what, length: int, ablated: bool = False, block: int = BLOCK
+) -> int:
+    """The block size a capture of `what` at padded length `length` runs its attention
+    in, or 0 for the dense path.
+
+    policy: "dense" never goes blockwise; "blockwise" whenever the request allows it;
+    "auto" when it allows it and `length` >= AUTO_MIN_LENGTH. A request allows it when
+    every quantity is in `SERVES` (not both encoder and decoder statistics), the model
+    has no relative positions (DeBERTa) and no heads are ablated.
+
+    Raises:
+      ValueError: an unknown policy or a block size below 1.
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"unknown attention {policy!r}: valid are {', '.join(POLICIES)}")
+    if block < 1:
+        raise ValueError(f"attention block {block} must be at least 1")
+    want = set(what)
+    allows = (
+        want <= SERVES
+        and not {"head_stats", "decoder_head_stats"} <= want
+        and config.relative is None
+        and not ablated
+    )
+    if policy == "dense" or not allows:
+        return 0
+    if policy == "auto" and length < AUTO_MIN_LENGTH:
+        return 0
+    return block
+
+
+def statistics_kind(want) -> str | None:
+    """The `attention(stats=)` kind the quantities `want` need: "encoder" (head_stats),
+    "decoder" (decoder_head_stats) or None."""
+    if "head_stats" in want:
+        return "encoder"
+    return "decoder" if "decoder_head_stats" in want else None
 
 
 @flax.struct.dataclass
