@@ -173,6 +173,33 @@ def attention(
         ok = allowed(rows, keys, mblk, causal, window, local)
         return jnp.where(ok[None], s, -jnp.inf), ok
 
+    def reachable(rows, keys, windowed: bool):
+        """Whether any query of the block may see any key of the block, from positions
+        alone (a causal model's future blocks; `windowed`: also blocks beyond a static
+        local window): None when every block may. Positions are no data of the batch:
+        under vmap the `lax.cond` it drives stays a branch, and a skipped block costs
+        nothing. The statistics skip the future only: the entropies' smoothing counts
+        every real key a row could see without the window."""
+        ok = None
+        if causal:
+            ok = keys[0] <= rows[-1]
+        if windowed and window and local is True:
+            reach = window if causal else window // 2 + 1
+            near = rows[0] - keys[-1] < reach
+            if not causal:
+                near = near & (keys[0] - rows[-1] < reach)
+            ok = near if ok is None else ok & near
+        return ok
+
+    def skipping(step, rows, windowed=True):  # step(carry, ys) on reachable key blocks
+        def run(carry, ys):
+            ok = reachable(rows, ys[-1], windowed)
+            if ok is None:
+                return step(carry, ys)
+            return lax.cond(ok, lambda c: step(c, ys), lambda c: (c, None), carry)
+
+        return run
+
     def query_block(_, xs):
         qblk, rows = xs
 
@@ -194,7 +221,7 @@ def attention(
             jnp.zeros((heads, block), q.dtype),
             jnp.zeros((kv, group, block, dim), q.dtype),
         )
-        (m, total, acc), _ = lax.scan(forward, init, (kb, vb, mb, cb, pos))
+        (m, total, acc), _ = lax.scan(skipping(forward, rows), init, (kb, vb, mb, cb, pos))
         out = acc.reshape(heads, block, dim) / total[..., None]  # no key: 0 / 0
         lse = jnp.where(jnp.isneginf(m), 0.0, m) + jnp.log(total)
         terms = None
@@ -222,7 +249,7 @@ def attention(
                 )
             )
             total = {name: zero for name in shapes}
-            terms, _ = lax.scan(statistics, total, (kb, vb, mb, cb, pos))
+            terms, _ = lax.scan(skipping(statistics, rows, False), total, (kb, vb, mb, cb, pos))
         return None, (out.transpose(1, 0, 2), lse, terms)
 
     _, (out, lse, terms) = lax.scan(query_block, None, (qb, pos))
