@@ -1,6 +1,6 @@
 """The blockwise path inside the model (`Encoder(attention=...)`): the same statistics and
-hidden states as the dense path for tiny random ModernBERT, Llama and Mistral (sliding)
-shapes at T ~ 600, unrolled and scanned; and its compiled temp memory grows ~linearly in T."""
+hidden states as the dense path for tiny random ModernBERT, Llama, Mistral (sliding) and
+Gemma 2 shapes at T ~ 600, unrolled and scanned; its compiled temp memory grows ~linearly."""
 
 import jax
 import jax.numpy as jnp
@@ -60,6 +60,22 @@ HF = {
         rope_theta=10000.0,
         sliding_window=37,
     ),
+    "gemma2": dict(  # soft cap, query_pre_attn_scalar, post-norms, sliding layers, GQA
+        model_type="gemma2",
+        vocab_size=61,
+        hidden_size=36,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=10,
+        num_hidden_layers=3,
+        intermediate_size=29,
+        max_position_embeddings=2048,
+        rms_norm_eps=1e-5,
+        query_pre_attn_scalar=7,
+        sliding_window=41,
+        attn_logit_softcapping=3.0,
+        rope_parameters={"rope_theta": 500.0},
+    ),
 }
 
 
@@ -110,6 +126,7 @@ CASES = [
     ("modernbert", ("hidden_states", "head_stats"), "scan"),  # the layer kind as data
     ("llama", ("hidden_states", "values", "decoder_head_stats"), "unrolled"),
     ("mistral", ("hidden_states", "decoder_head_stats"), "scan"),
+    ("gemma2", ("hidden_states", "fx_norm", "decoder_head_stats"), "unrolled"),
 ]
 
 
