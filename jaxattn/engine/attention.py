@@ -48,18 +48,22 @@ class AttentionParts:
       norm_alpha: [H, T, S] the weights the norm quantities read where they are not
         alpha (Gemma's post-attention norm: alpha / s'_i, `EncoderLayer._post_normed`,
         with w_out then g' * W_O); None: alpha.
+      row_terms: the blockwise path's (`jaxattn.engine.blockwise`, where scores, alpha
+        and norm_alpha are None): {name: [H, T]} the statistics' row terms
+        (`head_stats.row_terms`) when statistics were asked for, else None.
     """
 
     q: jax.Array
     k: jax.Array
     v: jax.Array
-    scores: jax.Array
-    alpha: jax.Array
+    scores: jax.Array | None
+    alpha: jax.Array | None
     w_out: jax.Array
     c2c: jax.Array | None = None
     c2p: jax.Array | None = None
     p2c: jax.Array | None = None
     norm_alpha: jax.Array | None = None
+    row_terms: dict | None = None
 
     def values_per_query_head(self) -> jax.Array:
         """v [S, H, K] of each query head: head h gets its group's key/value head
@@ -70,6 +74,19 @@ class AttentionParts:
         """The score terms computed, by name ("c2c", "c2p", "p2c"); empty but for DeBERTa."""
         terms = {"c2c": self.c2c, "c2p": self.c2p, "p2c": self.p2c}
         return {name: t for name, t in terms.items() if t is not None}
+
+
+def logits(qk, c: ModelConfig):
+    """The softmax's input from the raw products q.k (any shape): scaled by
+    1 / sqrt(K) (Gemma: query_pre_attn_scalar^-1/2, a float32 product), then
+    Gemma 2's soft cap, cap * tanh(logits / cap)."""
+    if c.query_scale:
+        qk = qk * np.float32(c.query_scale**-0.5)
+    else:
+        qk = qk / jnp.sqrt(c.head_dim)
+    if c.attn_softcap:
+        qk = jnp.tanh(qk / c.attn_softcap) * c.attn_softcap
+    return qk
 
 
 def _per_query_head(t, heads: int):
@@ -84,9 +101,20 @@ class SelfAttention(nn.Module):
     config: ModelConfig
     mm: Matmul = Matmul()
     index: int = 0
+    block: int = 0  # > 0: blockwise, in blocks of this many queries and keys
 
     @nn.compact
-    def __call__(self, x, mask, gate=None, project: bool = True, rel_table=None, is_global=None):
+    def __call__(
+        self,
+        x,
+        mask,
+        gate=None,
+        project: bool = True,
+        rel_table=None,
+        is_global=None,
+        classes=None,
+        stats: str | None = None,
+    ):
         """x [T, D], mask [S] -> (y [T, D] or None, `AttentionParts`).
 
         gate: None, or (keep [H] float, uniform [H] bool) for head ablation
@@ -98,6 +126,10 @@ class SelfAttention(nn.Module):
         is_global: rotary models: None, the layer's kind from `index`; or a traced
         bool, the kind as data, so that a scan's one body runs global and local
         layers alike (`jaxattn.engine.layer_loop`).
+        block (the module's): > 0 runs `jaxattn.engine.blockwise` (no [T, S] tensor: the
+        parts' scores and alpha are None), for models without relative positions and
+        without head ablation; stats ("encoder", "decoder" or None) and classes [T]
+        then ask it for the statistics' row terms.
         """
         c = self.config
         hk = (c.num_heads, c.head_dim)
@@ -120,6 +152,16 @@ class SelfAttention(nn.Module):
             q = make_norm(c, "query_norm")(q)  # Gemma 3: scale (1 + w), as its other norms
             k = make_norm(c, "key_norm")(k)
         v = Dense(**key_proj, name="value")(x)
+        out = Dense(
+            (*hk, c.hidden_size),
+            (c.hidden_size,),
+            "THK,HKD->TD",
+            self.mm,
+            use_bias=c.attention_bias and c.attention_out_bias,
+            name="out",
+        )
+        if self.block:
+            return self._blockwise(q, k, v, mask, out, project, is_global, classes, stats)
         length = x.shape[0]
         allowed = jnp.broadcast_to(mask[None, :], (length, length))  # [T, S]
         terms = {}
@@ -129,13 +171,7 @@ class SelfAttention(nn.Module):
         else:
             if c.rotary is not None:
                 q, k, allowed = self._rotate(q, k, allowed, is_global)
-            scores = self.mm("THK,SHK->HTS", q, _per_query_head(k, c.num_heads))
-            if c.query_scale:  # Gemma: q.k * query_pre_attn_scalar^-1/2, a float32 product
-                scores = scores * np.float32(c.query_scale**-0.5)
-            else:
-                scores = scores / jnp.sqrt(c.head_dim)
-            if c.attn_softcap:  # Gemma 2: the logits softmax sees, cap * tanh(logits / cap)
-                scores = jnp.tanh(scores / c.attn_softcap) * c.attn_softcap
+            scores = logits(self.mm("THK,SHK->HTS", q, _per_query_head(k, c.num_heads)), c)
         if c.causal:  # the future is no part of a decoder's scores: exactly -inf
             past = np.tril(np.ones((length, length), bool))  # key j <= query i
             scores = jnp.where(past[None], scores, -jnp.inf)
@@ -149,14 +185,6 @@ class SelfAttention(nn.Module):
             else:  # equal weight on every real key
                 flat = jnp.broadcast_to(mask / mask.sum(), alpha.shape[1:])
             alpha = jnp.where(uniform[:, None, None], flat[None], alpha)
-        out = Dense(
-            (*hk, c.hidden_size),
-            (c.hidden_size,),
-            "THK,HKD->TD",
-            self.mm,
-            use_bias=c.attention_bias and c.attention_out_bias,
-            name="out",
-        )
         y = None
         if project:
             context = self.mm("HTS,SHK->THK", alpha, _per_query_head(v, c.num_heads))
@@ -166,9 +194,42 @@ class SelfAttention(nn.Module):
         w_out = self.variables["params"]["out"]["kernel"]  # [H, K, D]
         return y, AttentionParts(q=q, k=k, v=v, scores=scores, alpha=alpha, w_out=w_out, **terms)
 
-    def _rotate(self, q, k, allowed, is_global=None):
-        """RoPE on q and k with this layer's base, and `allowed` [T, S] narrowed to the
-        local window in a local layer; `is_global`: None (from `index`) or traced."""
+    def _blockwise(self, q, k, v, mask, out, project, is_global, classes, stats):
+        """The blockwise path (`jaxattn.engine.blockwise`): (y or None, parts without
+        scores and alpha)."""
+        from jaxattn.engine import blockwise
+
+        c = self.config
+        if c.relative is not None:
+            raise NotImplementedError("blockwise attention: no relative positions (DeBERTa)")
+        window, local = 0, False
+        if c.rotary is not None:
+            q, k, local = self._rotated(q, k, is_global)
+            window = c.rotary.local_window
+        r = blockwise.attention(
+            q,
+            k,
+            v,
+            mask,
+            mm=self.mm,
+            logits=lambda qk: logits(qk, c),
+            causal=c.causal,
+            window=window,
+            local=local,
+            block=self.block,
+            stats=stats,
+            classes=classes,
+        )
+        y = out(r.out) if project else None
+        w_out = self.variables["params"]["out"]["kernel"]
+        parts = AttentionParts(
+            q=q, k=k, v=v, scores=None, alpha=None, w_out=w_out, row_terms=r.terms
+        )
+        return y, parts
+
+    def _rotated(self, q, k, is_global=None):
+        """(q, k) rotated with this layer's RoPE base, and whether the layer is local: a
+        bool, or traced when `is_global` is (None: the kind from `index`)."""
         from jaxattn.engine import rotary
 
         r, length = self.config.rotary, q.shape[0]
@@ -178,18 +239,31 @@ class SelfAttention(nn.Module):
             scaling = r.frequency_scaling(is_global)
             return rotary.rope_angles(length, self.config.head_dim, theta, scaling)
 
+        if is_global is None:
+            kind = r.is_global(self.index)
+            cos, sin = angles(kind)
+            local = not kind
+        else:
+            (g_cos, g_sin), (l_cos, l_sin) = angles(True), angles(False)
+            cos, sin = jnp.where(is_global, g_cos, l_cos), jnp.where(is_global, g_sin, l_sin)
+            local = jnp.logical_not(is_global)
+        return rotary.apply_rotary(q, cos, sin), rotary.apply_rotary(k, cos, sin), local
+
+    def _rotate(self, q, k, allowed, is_global=None):
+        """RoPE on q and k with this layer's base, and `allowed` [T, S] narrowed to the
+        local window in a local layer; `is_global`: None (from `index`) or traced."""
+        from jaxattn.engine import rotary
+
+        r, length = self.config.rotary, q.shape[0]
+
         def local(allowed):  # a padded query far from every real key still sees itself
             window = rotary.window_mask(length, r.local_window, self.config.causal)
             return (allowed & window) | np.eye(length, dtype=bool)
 
+        q, k, is_local = self._rotated(q, k, is_global)
         if is_global is None:
-            kind = r.is_global(self.index)
-            (cos, sin), allowed = angles(kind), allowed if kind else local(allowed)
-        else:
-            (g_cos, g_sin), (l_cos, l_sin) = angles(True), angles(False)
-            cos, sin = jnp.where(is_global, g_cos, l_cos), jnp.where(is_global, g_sin, l_sin)
-            allowed = jnp.where(is_global, allowed, local(allowed))
-        return rotary.apply_rotary(q, cos, sin), rotary.apply_rotary(k, cos, sin), allowed
+            return q, k, local(allowed) if is_local else allowed
+        return q, k, jnp.where(is_global, allowed, local(allowed))
 
     def _relative_terms(self, q, k, query, key, proj: dict, rel_table) -> dict:
         """DeBERTa's score terms {"c2c", "c2p", "p2c"}, each scaled (`jaxattn.engine.relative`).

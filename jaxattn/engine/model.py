@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.config import ModelConfig
-from jaxattn.engine import head_stats, layer_loop, norms
+from jaxattn.engine import blockwise, head_stats, layer_loop, norms
 from jaxattn.engine.attention import AttentionParts, SelfAttention
 from jaxattn.engine.layers import (
     Dense,
@@ -134,10 +134,16 @@ def _capture_layer(
                 cap["decoder_norm_head_stats"] = head_stats.decoder_statistics(
                     weights, mask, classes
                 )
-    if "head_stats" in want:
-        cap["head_stats"] = head_stats.head_statistics(alpha, mask, classes)
-    if "decoder_head_stats" in want:
-        cap["decoder_head_stats"] = head_stats.decoder_statistics(alpha, mask, classes)
+    if p.row_terms is not None:  # the blockwise path's (`jaxattn.engine.blockwise`)
+        if "head_stats" in want:
+            cap["head_stats"] = head_stats.encoder_statistics_from_rows(p.row_terms, mask, classes)
+        if "decoder_head_stats" in want:
+            cap["decoder_head_stats"] = head_stats.decoder_statistics_from_rows(p.row_terms, mask)
+    else:
+        if "head_stats" in want:
+            cap["head_stats"] = head_stats.head_statistics(alpha, mask, classes)
+        if "decoder_head_stats" in want:
+            cap["decoder_head_stats"] = head_stats.decoder_statistics(alpha, mask, classes)
     if "sum_alpha_fx_norm" in want:
         cap["sum_alpha_fx_norm"] = norms.sum_alpha_fx_norm(n_alpha, v, w_out, mm)
     if "attn_res_norm" in want:
@@ -166,6 +172,7 @@ class EncoderLayer(nn.Module):
     config: ModelConfig
     mm: Matmul = Matmul()
     index: int = 0
+    block: int = 0  # > 0: attention blockwise (`jaxattn.engine.blockwise`)
 
     @nn.compact
     def __call__(
@@ -193,8 +200,9 @@ class EncoderLayer(nn.Module):
         project = output or bool(want & (_NEEDS_OUTPUT_NORM if c.post_norms else _NEEDS_NEXT_LN))
         first_ln = pre and c.has_attention_ln(self.index)
         attn_in = make_norm(c, "attention_ln")(x) if first_ln else x
-        attention = SelfAttention(c, self.mm, self.index, name="attention")
-        a, parts = attention(attn_in, mask, gate, project, rel_table, is_global)
+        attention = SelfAttention(c, self.mm, self.index, self.block, name="attention")
+        stats = blockwise.statistics_kind(want) if self.block else None
+        a, parts = attention(attn_in, mask, gate, project, rel_table, is_global, classes, stats)
         if c.post_norms and project:  # Gemma: h = x + N_pa(a); see _post_normed
             a, parts = self._post_normed(a, parts)
         # The LayerNorm after the attention block's addition: the block's own (post)
@@ -234,9 +242,8 @@ class EncoderLayer(nn.Module):
         normed = post(a)
         s = norm_statistic(a, c.norm_type, c.layer_norm_eps)  # [T]
         g = self.variables["params"][post.name]["scale"] + c.norm_offset  # [D]
-        return normed, parts.replace(
-            norm_alpha=parts.alpha / s[None, :, None], w_out=g * parts.w_out
-        )
+        norm_alpha = None if parts.alpha is None else parts.alpha / s[None, :, None]
+        return normed, parts.replace(norm_alpha=norm_alpha, w_out=g * parts.w_out)
 
     def _ffn(self, x):
         c = self.config
@@ -288,6 +295,8 @@ class Encoder(nn.Module):
     runs at `spec.precision` (`jaxattn.engine.precision`) on `platform`.
     Pre-LN models end in a final LayerNorm ("final_ln"): the last layer's
     hidden state is taken after it, as HF's hidden_states[-1] (ModernBERT).
+    `attention` ("auto", "dense", "blockwise": `blockwise.choose_block`) runs a request
+    that needs no [T, S] map through `jaxattn.engine.blockwise` in blocks of `block`.
     layer_loop "scan" runs alike layers as one scan and needs the weight sets
     stacked (`jaxattn.engine.layer_loop`); `init` makes the unrolled tree.
     """
@@ -295,6 +304,8 @@ class Encoder(nn.Module):
     config: ModelConfig
     platform: str = "cpu"
     layer_loop: str = "unrolled"
+    attention: str = "auto"  # `blockwise.POLICIES`: the dense or the blockwise path
+    block: int = blockwise.BLOCK
 
     @nn.compact
     def __call__(self, ids, type_ids, mask, spec: CaptureSpec, gates=None, classes=None):
@@ -313,7 +324,13 @@ class Encoder(nn.Module):
         context = dict(mask=mask, classes=classes, rel_table=self._relative_table())
         chunks: dict[str, list] = {name: [] for name in spec.what}  # each [n layers, ...]
         # One module per weight set: ALBERT's layers call theirs several times.
-        weights = [EncoderLayer(c, mm, index=i, name=f"layer_{i}") for i in range(c.weight_layers)]
+        block = blockwise.choose_block(
+            self.attention, c, spec.what, ids.shape[0], gates is not None, self.block
+        )
+        weights = [
+            EncoderLayer(c, mm, index=i, block=block, name=f"layer_{i}")
+            for i in range(c.weight_layers)
+        ]
         if "hidden_states" in want:
             chunks["hidden_states"].append(x[None])
         for run in layer_loop.layer_runs(c, spec, scan=self.layer_loop == "scan"):
@@ -326,7 +343,7 @@ class Encoder(nn.Module):
             )
             args = dict(context, want=layer_want, output=run.output)
             if self.layer_loop == "scan":
-                x, cap = self._scanned(run, mm, x, run_gates, hidden, args)
+                x, cap = self._scanned(run, mm, x, run_gates, hidden, args, block)
             else:
                 x, cap = _unrolled(run, weights, c, x, run_gates, hidden, args)
             if c.norm == "pre" and run.stop == c.num_layers and x is not None:
@@ -345,10 +362,12 @@ class Encoder(nn.Module):
                 chunks[name].append(t)
         return {name: jnp.concatenate(ts) for name, ts in chunks.items()}
 
-    def _scanned(self, run, mm, x, gates, hidden: bool, args: dict):
+    def _scanned(self, run, mm, x, gates, hidden: bool, args: dict, block: int = 0):
         """The run as one scan over its weight sets (stacked params, `layer_loop`)."""
         c = self.config
-        layer = EncoderLayer(c, mm, index=run.start, parent=None)  # applied to given params
+        layer = EncoderLayer(
+            c, mm, index=run.start, block=block, parent=None
+        )  # applied to given params
         params = self.variables["params"]
         first = layer_loop.first_stacked(c)
         sets = [c.weights_of_layer(i) - first for i in range(run.start, run.stop)]

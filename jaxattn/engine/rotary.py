@@ -48,6 +48,7 @@ import numpy as np
 
 __all__ = [
     "apply_rotary",
+    "in_window",
     "inverse_frequencies",
     "is_global_layer",
     "rope_angles",
@@ -147,10 +148,16 @@ def window_mask(length: int, window: int, causal: bool = False) -> np.ndarray:
     if window < 0:
         raise ValueError(f"local window {window} must not be negative")
     pos = np.arange(length)
+    return in_window(pos[:, None] - pos[None, :], window, causal)
+
+
+def in_window(back, window: int, causal: bool = False):
+    """`window_mask` of the offsets back = i - j (numpy or jax, any shape): the one
+    definition the dense [T, T] mask and the blockwise path's blocks
+    (`jaxattn.engine.blockwise`) share."""
     if causal:
-        back = pos[:, None] - pos[None, :]
         return (back >= 0) & (back < window)
-    return np.abs(pos[:, None] - pos[None, :]) <= window // 2
+    return abs(back) <= window // 2
 
 
 def is_global_layer(layer: int, every: int) -> bool:

@@ -30,6 +30,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxattn.config import ModelConfig
+from jaxattn.engine import blockwise
 from jaxattn.engine import layer_loop as layer_loops
 from jaxattn.engine.model import Encoder
 from jaxattn.engine.quantize import quantize
@@ -86,6 +87,9 @@ class CaptureStep:
         docstring).
       layer_loop: "auto", "unrolled", "scan" or None (`jaxattn.engine.layer_loop`); with
         "scan" the placed `params` hold the weight sets stacked.
+      attention: "auto", "dense" or "blockwise" (`jaxattn.engine.blockwise.choose_block`):
+        whether a request that needs no [T, S] map runs its attention blockwise.
+      block: the blockwise path's block size (None: `blockwise.BLOCK`).
     """
 
     def __init__(
@@ -95,6 +99,8 @@ class CaptureStep:
         devices: Sequence[jax.Device],
         host_memory: str = "auto",
         layer_loop: str | None = None,
+        attention: str = "auto",
+        block: int | None = None,
     ):
         self.devices = tuple(devices)
         self.host_memory = resolve_host_memory(host_memory, self.devices)
@@ -110,7 +116,14 @@ class CaptureStep:
             params = layer_loops.stack_layers(params, config)
         self.params = jax.device_put(params, replicated)
         platform = matmul_platform(self.devices[0])
-        self._model = Encoder(config, platform=platform, layer_loop=self.layer_loop)
+        blockwise.choose_block(attention, config, (), 0, block=block or blockwise.BLOCK)  # check
+        self._model = Encoder(
+            config,
+            platform=platform,
+            layer_loop=self.layer_loop,
+            attention=attention,
+            block=block or blockwise.BLOCK,
+        )
         self._jit = jax.jit(
             self._forward,
             static_argnums=0,  # the CaptureSpec; in_shardings cover the rest

@@ -1,0 +1,190 @@
+"""The blockwise path inside the model (`Encoder(attention=...)`): the same statistics and
+hidden states as the dense path for tiny random ModernBERT, Llama, Mistral (sliding) and
+Gemma 2 shapes at T ~ 600, unrolled and scanned; its compiled temp memory grows ~linearly."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxattn.checkpoints.hf_config import translate
+from jaxattn.engine import blockwise
+from jaxattn.engine import layer_loop as layer_loops
+from jaxattn.engine.model import Encoder
+from jaxattn.spec import CaptureSpec
+from jaxattn.token_classes import CLS_BIT, PUNCT_BIT, SEP_BIT
+
+T, BLOCK = 613, 96  # the block does not divide T
+
+HF = {
+    "modernbert": dict(
+        model_type="modernbert",
+        vocab_size=61,
+        hidden_size=18,
+        num_attention_heads=3,
+        intermediate_size=23,
+        num_hidden_layers=3,
+        global_attn_every_n_layers=2,  # layers 0 and 2 global, 1 local
+        local_attention=40,
+        global_rope_theta=1000.0,
+        local_rope_theta=30.0,
+        max_position_embeddings=2048,
+        hidden_activation="gelu",
+        norm_eps=1e-5,
+        norm_bias=False,
+        attention_bias=False,
+        mlp_bias=False,
+    ),
+    "llama": dict(
+        model_type="llama",
+        vocab_size=61,
+        hidden_size=24,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        intermediate_size=29,
+        max_position_embeddings=2048,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+    ),
+    "mistral": dict(
+        model_type="mistral",
+        vocab_size=61,
+        hidden_size=24,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        num_hidden_layers=2,
+        intermediate_size=29,
+        max_position_embeddings=2048,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        sliding_window=37,
+    ),
+    "gemma2": dict(  # soft cap, query_pre_attn_scalar, post-norms, sliding layers, GQA
+        model_type="gemma2",
+        vocab_size=61,
+        hidden_size=36,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=10,
+        num_hidden_layers=3,
+        intermediate_size=29,
+        max_position_embeddings=2048,
+        rms_norm_eps=1e-5,
+        query_pre_attn_scalar=7,
+        sliding_window=41,
+        attn_logit_softcapping=3.0,
+        rope_parameters={"rope_theta": 500.0},
+    ),
+}
+
+
+def config_of(family):
+    return translate(HF[family], name=f"tiny-{family}")
+
+
+def params_of(config, seed=0):
+    """Random params of the unrolled tree, scaled so the softmaxes are far from uniform."""
+    x = jnp.zeros(8, jnp.int32)
+    spec = CaptureSpec(what=("hidden_states",), layers=(config.num_layers - 1,), heads=(0,))
+    tree = Encoder(config).init(jax.random.key(seed), x, x, x > -1, spec)["params"]
+    rng = np.random.default_rng(seed)
+    return jax.tree.map(lambda a: (rng.normal(size=a.shape) * 0.5).astype(np.float32), tree)
+
+
+def batch(config, lengths=(T, T - 37)):
+    rng = np.random.default_rng(1)
+    ids = rng.integers(0, config.vocab_size, (len(lengths), T)).astype(np.int32)
+    mask = np.arange(T)[None] < np.asarray(lengths)[:, None]
+    classes = np.where(rng.random((len(lengths), T)) < 0.2, PUNCT_BIT, 0).astype(np.int8)
+    classes[:, 0] |= CLS_BIT
+    for b, n in enumerate(lengths):
+        classes[b, n - 1] |= SEP_BIT
+    return ids, np.zeros_like(ids), mask, classes
+
+
+def run(config, params, what, attention, loop="unrolled", data=None):
+    spec = CaptureSpec(
+        what=what, layers=tuple(range(config.num_layers)), heads=tuple(range(config.num_heads))
+    )
+    model = Encoder(config, layer_loop=loop, attention=attention, block=BLOCK)
+    if loop == "scan":
+        params = layer_loops.stack_layers(jax.tree.map(np.asarray, params), config)
+
+    @jax.jit
+    def f(params, ids, types, mask, classes):
+        def one(i, t, m, c):
+            return model.apply({"params": params}, i, t, m, spec, None, c)
+
+        return jax.vmap(one)(ids, types, mask, classes)
+
+    return jax.tree.map(np.asarray, f(params, *(data or batch(config))))
+
+
+CASES = [
+    ("modernbert", ("hidden_states", "queries", "keys", "fx_norm", "head_stats"), "unrolled"),
+    ("modernbert", ("hidden_states", "head_stats"), "scan"),  # the layer kind as data
+    ("llama", ("hidden_states", "values", "decoder_head_stats"), "unrolled"),
+    ("mistral", ("hidden_states", "decoder_head_stats"), "scan"),
+    ("gemma2", ("hidden_states", "fx_norm", "decoder_head_stats"), "unrolled"),
+]
+
+
+@pytest.mark.parametrize("family, what, loop", CASES)
+def test_blockwise_capture_equals_the_dense_one(family, what, loop):
+    config = config_of(family)
+    params = params_of(config)
+    dense = run(config, params, what, "dense", loop)
+    block = run(config, params, what, "blockwise", loop)
+    assert dense.keys() == block.keys() == set(what)
+    for name in what:
+        assert not np.isnan(dense[name]).all(), name
+        np.testing.assert_allclose(block[name], dense[name], rtol=1e-4, atol=2e-5, err_msg=name)
+
+
+def test_the_policy_goes_blockwise_only_where_no_map_is_asked():
+    c = config_of("llama")
+    stats = ("hidden_states", "decoder_head_stats")
+    assert blockwise.choose_block("blockwise", c, stats, 100) == blockwise.BLOCK
+    assert blockwise.choose_block("auto", c, stats, 100) == 0  # short: dense
+    assert blockwise.choose_block("auto", c, stats, blockwise.AUTO_MIN_LENGTH, block=64) == 64
+    assert blockwise.choose_block("auto", c, ("attention", *stats), 4096) == 0
+    assert blockwise.choose_block("blockwise", c, stats, 4096, ablated=True) == 0
+    assert blockwise.choose_block("dense", c, stats, 4096) == 0
+    with pytest.raises(ValueError, match="unknown attention 'flash': valid are auto, dense"):
+        blockwise.choose_block("flash", c, stats, 4096)
+
+
+def test_every_blockwise_quantity_is_no_query_by_key_map():
+    from jaxattn.quantities import QUANTITIES
+
+    for name in blockwise.SERVES:
+        axes = QUANTITIES[name].axes
+        assert not ("T" in axes and "S" in axes), name
+
+
+def temp_bytes(config, params, what, attention, length):
+    spec = CaptureSpec(
+        what=what, layers=tuple(range(config.num_layers)), heads=tuple(range(config.num_heads))
+    )
+    model = Encoder(config, attention=attention, block=128)
+    ids = jnp.zeros(length, jnp.int32)
+
+    def f(params, ids, mask, classes):
+        return model.apply({"params": params}, ids, ids, mask, spec, None, classes)
+
+    args = (params, ids, ids > -1, jnp.zeros(length, jnp.int8))
+    return jax.jit(f).lower(*args).compile().memory_analysis().temp_size_in_bytes
+
+
+@pytest.mark.parametrize(
+    "family, what", [("modernbert", ("head_stats",)), ("llama", ("decoder_head_stats",))]
+)
+def test_statistics_temp_memory_grows_linearly_blockwise(family, what):
+    config = config_of(family)
+    params = params_of(config)
+    block = [temp_bytes(config, params, what, "blockwise", t) for t in (1024, 2048)]
+    dense = [temp_bytes(config, params, what, "dense", t) for t in (1024, 2048)]
+    assert dense[1] > 3.5 * dense[0], dense  # the [H, T, T] maps
+    assert block[1] <= 2 * block[0] + (1 << 20), block  # linear, plus a constant
+    assert block[1] < dense[1] / 8, (block, dense)
