@@ -143,7 +143,11 @@ def test_gemma3_translates_both_layouts():
     [
         (GEMMA2, dict(use_bidirectional_attention=True), "use_bidirectional_attention=true"),
         (GEMMA2, dict(layer_types=["full_attention"] * 4), "names 4 layers, but num_hidden"),
-        (GEMMA2, dict(layer_types=["chunked_attention"] * 5), "layer_types is"),
+        (
+            GEMMA2,
+            dict(layer_types=["chunked_attention"] * 5),
+            'layer_types has "chunked_attention"',
+        ),
         (GEMMA2, dict(sliding_window=None), "sliding_window is null, but layer_types"),
         (GEMMA2, dict(sliding_window_size=8), "sliding_window_size=8 differs"),
         (GEMMA2, dict(query_pre_attn_scalar=0), "query_pre_attn_scalar is 0"),

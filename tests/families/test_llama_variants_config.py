@@ -69,8 +69,12 @@ def test_biases_and_norms_per_family():
     "model_type, changes, says",
     [
         ("qwen2", dict(layer_types=["sliding_attention"] * 4), "but there is no sliding window"),
-        ("qwen2", dict(layer_types=["full_attention"] * 3), "one type per layer"),
-        ("qwen3", dict(layer_types=["chunked_attention"] * 4), "has chunked_attention"),
+        (
+            "qwen2",
+            dict(layer_types=["full_attention"] * 3),
+            "names 3 layers, but num_hidden_layers is 4",
+        ),
+        ("qwen3", dict(layer_types=["chunked_attention"] * 4), 'has "chunked_attention"'),
         ("qwen2", dict(use_sliding_window="yes"), 'use_sliding_window is "yes"'),
         ("qwen2", dict(use_sliding_window=True, sliding_window=0), "sliding_window is 0"),
         ("mistral", dict(sliding_window=-3), "sliding_window is -3"),

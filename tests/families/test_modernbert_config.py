@@ -119,8 +119,11 @@ def test_every_field_transformers_writes_is_known():
     [
         (dict(layer_types=[S, G, G, S]), "layer_types="),
         (dict(layer_types=[G, G, S, G]), "global_attn_every_n_layers pattern"),
-        (dict(layer_types=[G, S, S]), "layer_types has 3 entries but num_hidden_layers=4"),
-        (dict(layer_types=[G, "chunked_attention", S, G]), "must be a list of"),
+        (dict(layer_types=[G, S, S]), "layer_types names 3 layers, but num_hidden_layers is 4"),
+        (
+            dict(layer_types=[G, "chunked_attention", S, G]),
+            'layer_types has "chunked_attention", which jaxattn does not compute',
+        ),
         (dict(layer_types=..., global_attn_every_n_layers=0), "global_attn_every_n_layers=0"),
         (
             dict(rope_parameters={G: {"rope_type": "yarn", "rope_theta": 10.0, "factor": 2.0}}),

@@ -51,9 +51,9 @@ from jaxattn.checkpoints.families.llama import (
     _whole,
 )
 from jaxattn.checkpoints.family import Family
+from jaxattn.checkpoints.layer_types import GLOBAL, LOCAL, checked
 from jaxattn.errors import CheckpointError
 
-GLOBAL, LOCAL = "full_attention", "sliding_attention"
 REFUSED_MODEL_TYPES = {
     "gemma3": "is Gemma 3's multimodal model (a vision tower and a text model): jaxattn "
     "reads the text model alone, model_type gemma3_text (Gemma3ForCausalLM's config.json, "
@@ -70,16 +70,7 @@ def _layer_global(hf: dict, out: dict, source: str, pattern: int) -> tuple[bool,
         if not isinstance(layers, int):
             return ()
         types = [LOCAL if (i + 1) % pattern else GLOBAL for i in range(layers)]
-    if not isinstance(types, list) or any(t not in (GLOBAL, LOCAL) for t in types):
-        raise CheckpointError(
-            f"{source}: layer_types is {json.dumps(types)}, but it must be a list of "
-            f'"{GLOBAL}" and "{LOCAL}"'
-        )
-    if isinstance(layers, int) and len(types) != layers:
-        raise CheckpointError(
-            f"{source}: layer_types names {len(types)} layers, but num_hidden_layers is {layers}"
-        )
-    return tuple(t == GLOBAL for t in types)
+    return tuple(t == GLOBAL for t in checked(types, layers, source))
 
 
 def _window(hf: dict, kinds: tuple[bool, ...], source: str) -> int:

@@ -29,10 +29,10 @@ from __future__ import annotations
 import json
 
 from jaxattn.checkpoints.family import Family
+from jaxattn.checkpoints.layer_types import GLOBAL, LOCAL, checked
 from jaxattn.errors import CheckpointError
 from jaxattn.positions import Rotary
 
-GLOBAL, LOCAL = "full_attention", "sliding_attention"
 THETAS = {GLOBAL: ("global_rope_theta", 160000.0), LOCAL: ("local_rope_theta", 10000.0)}
 HEAD = (
     "ModernBERT's MLM/classifier head (head.dense, head.norm, decoder): not loaded, as its "
@@ -66,15 +66,7 @@ def _global_every(hf: dict, layers, source: str) -> int:
         if every < 1:
             raise _unsupported(source, "global_attn_every_n_layers", every, "a value >= 1")
         return every
-    if not isinstance(types, list) or any(t not in (GLOBAL, LOCAL) for t in types):
-        raise CheckpointError(
-            f"{source}: layer_types is {json.dumps(types)}, but it must be a list of "
-            f'"{GLOBAL}" and "{LOCAL}"'
-        )
-    if isinstance(layers, int) and len(types) != layers:
-        raise CheckpointError(
-            f"{source}: layer_types has {len(types)} entries but num_hidden_layers={layers}"
-        )
+    types = checked(types, layers, source)
     full = [i for i, t in enumerate(types) if t == GLOBAL]
     every = full[1] if len(full) > 1 else max(len(types), 1)
     if types != [GLOBAL if i % every == 0 else LOCAL for i in range(len(types))]:

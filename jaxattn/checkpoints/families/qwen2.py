@@ -23,13 +23,11 @@ transformers itself cannot build that mask); any field Qwen2Config does not have
 from __future__ import annotations
 
 import dataclasses
-import json
 
 from jaxattn.checkpoints.families.llama import LLAMA, _derive, _whole
 from jaxattn.checkpoints.families.mistral import bool_field, slide, window_of
+from jaxattn.checkpoints.layer_types import GLOBAL, LOCAL, checked
 from jaxattn.errors import CheckpointError
-
-LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 def sliding_layers(out: dict, hf: dict, source: str) -> None:
@@ -42,22 +40,8 @@ def sliding_layers(out: dict, hf: dict, source: str) -> None:
         return  # the missing size is named later
     types = hf.get("layer_types")
     if types is None:
-        types = [
-            "sliding_attention" if window is not None and i >= first else "full_attention"
-            for i in range(layers)
-        ]
-    if not isinstance(types, list) or len(types) != layers:
-        raise CheckpointError(
-            f"{source}: layer_types is {json.dumps(types)}, but it must list one type per "
-            f"layer ({layers})"
-        )
-    bad = sorted({str(t) for t in types if t not in LAYER_TYPES})
-    if bad:
-        raise CheckpointError(
-            f"{source}: layer_types has {', '.join(bad)}, which jaxattn does not compute "
-            f"(it reads {', '.join(LAYER_TYPES)})"
-        )
-    sliding = [i for i, t in enumerate(types) if t == "sliding_attention"]
+        types = [LOCAL if window is not None and i >= first else GLOBAL for i in range(layers)]
+    sliding = [i for i, t in enumerate(checked(types, layers, source)) if t == LOCAL]
     if sliding and window is None:
         raise CheckpointError(
             f"{source}: layer_types makes layers {sliding} sliding_attention, but there is no "
