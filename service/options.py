@@ -34,6 +34,14 @@ class ServerOptions:
         its client has read enough of the previous ones (flow control).
       max_buffered_bytes: most result bytes all admitted calls may hold
         together, reserved at admission (RESOURCE_EXHAUSTED beyond).
+      max_example_bytes: most output bytes one example may return, padded to
+        its length bucket (what the engine holds on the device for it; set it
+        to what the device can hold besides the model). A request with a larger
+        example is refused before any compute (RESOURCE_EXHAUSTED,
+        "max_example_bytes", or "max_buffered_bytes" when that is smaller: an
+        example is buffered whole), with the numbers (`service.limits`).
+      max_result_bytes: most output bytes one request may return, all its
+        examples together (RESOURCE_EXHAUSTED, "max_result_bytes", beyond).
       slow_reader_s: a call whose client reads nothing for this long while its
         results wait is cancelled (and logged RESOURCE_EXHAUSTED).
       max_workers: handler threads; None = queue_size + 8 (a streaming call
@@ -54,6 +62,8 @@ class ServerOptions:
     max_metadata_bytes: int = 16 << 10
     request_buffer_bytes: int = 64 << 20
     max_buffered_bytes: int = 1 << 30
+    max_example_bytes: int = 4 << 30
+    max_result_bytes: int = 64 << 30
     slow_reader_s: float = 30.0
     max_workers: int | None = None
 
@@ -67,6 +77,8 @@ class ServerOptions:
             "max_metadata_bytes",
             "request_buffer_bytes",
             "max_buffered_bytes",
+            "max_example_bytes",
+            "max_result_bytes",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")

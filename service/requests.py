@@ -19,6 +19,7 @@ from jaxattn.errors import TooLongError
 from jaxattn.quantities import QUANTITIES
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs
+from service.limits import OutputLimits
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -35,7 +36,8 @@ class RequestError(Exception):
     Attributes:
       field: the offending CaptureRequest field ("texts[3]", "layers", ...), sent
         as the `jaxattn-field` trailer; None when no one field is at fault.
-      limit: the server limit hit ("max_texts", "max_tokens"), sent as `jaxattn-limit`.
+      limit: the server limit hit ("max_texts", "max_tokens", "max_example_bytes", ...),
+        sent as `jaxattn-limit`.
     """
 
     def __init__(
@@ -160,6 +162,9 @@ class RequestParser:
         max_tokens: int,
         max_request_bytes: int = 0,
         max_metadata_bytes: int = 0,
+        max_example_bytes: int = 0,
+        max_buffered_bytes: int = 0,
+        max_result_bytes: int = 0,
     ):
         self.engine = engine
         self.max_texts = max_texts
@@ -167,6 +172,13 @@ class RequestParser:
         # Enforced by gRPC (service/server.py); kept here to be reported in ModelInfo.
         self.max_request_bytes = max_request_bytes
         self.max_metadata_bytes = max_metadata_bytes
+        # Output sizes (0: unbounded): a request whose output cannot fit is refused here.
+        self.limits = OutputLimits(
+            engine,
+            max_example_bytes=max_example_bytes,
+            max_buffered_bytes=max_buffered_bytes,
+            max_result_bytes=max_result_bytes,
+        )
 
     def parse(self, request: pb.CaptureRequest) -> ParsedRequest:
         """Validate `request` and tokenise its texts.
@@ -222,4 +234,7 @@ class RequestParser:
                 "texts",
                 "max_tokens",
             )
+        refused = self.limits.check(spec, tokenized)
+        if refused is not None:
+            raise RequestError(EXHAUSTED, *refused)
         return parsed

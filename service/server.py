@@ -148,6 +148,9 @@ def create_server(
         max_tokens=options.max_tokens,
         max_request_bytes=options.max_request_bytes,
         max_metadata_bytes=options.max_metadata_bytes,
+        max_example_bytes=options.max_example_bytes,
+        max_buffered_bytes=options.max_buffered_bytes,
+        max_result_bytes=options.max_result_bytes,
     )
     interceptors = [BearerTokenInterceptor(options.token)] if options.token else []
     server = grpc.server(

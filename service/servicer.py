@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -9,7 +10,7 @@ from collections.abc import Iterator
 
 import grpc
 
-from jaxattn.quantities import QUANTITIES
+from jaxattn.quantities import QUANTITIES, STATISTICS
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs, serialize_example
 from service.micro_batching import EngineFailed, JobCancelled, MicroBatcher, QueueFull, SlowReader
@@ -71,7 +72,28 @@ class AttentionServicer:
             min_chunk_bytes=codecs.MIN_MAX_CHUNK_BYTES,
             max_chunk_bytes=codecs.MAX_MAX_CHUNK_BYTES,
             default_chunk_bytes=codecs.DEFAULT_MAX_CHUNK_BYTES,
+            max_example_bytes=self.parser.limits.example_bytes,
+            max_result_bytes=self.parser.limits.result_bytes,
+            **self._longest,
         )
+
+    @functools.cached_property
+    def _longest(self) -> dict[str, int]:
+        """ModelInfo's longest_text_* fields: the longest text a request of each kind
+        may send under this server's limits (computed once: the limits are fixed)."""
+        info, out = self.engine.info, {}
+        available = list(info.quantities or QUANTITIES)
+        kinds = (
+            ("longest_text_statistics", [q for q in available if q in STATISTICS]),
+            ("longest_text_attention", ["attention"] if "attention" in available else []),
+        )
+        for field, what in kinds:
+            if what:
+                spec = self.engine.make_spec(what=what)
+                out[field] = self.parser.limits.longest(
+                    spec, info.max_positions, self.parser.max_tokens
+                )
+        return out
 
     def Capture(self, request, context):  # noqa: N802 (gRPC method name)
         start = time.monotonic()

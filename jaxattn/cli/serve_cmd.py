@@ -97,6 +97,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "admission; RESOURCE_EXHAUSTED beyond)",
     )
     p.add_argument(
+        "--max-example-mib",
+        type=positive_float,
+        default=4096.0,
+        help="most output MiB one example may return, padded to its length "
+        "bucket (what the device holds for it); a request with a larger one "
+        "is refused before any compute (RESOURCE_EXHAUSTED, with the numbers)",
+    )
+    p.add_argument(
+        "--max-result-mib",
+        type=positive_float,
+        default=65536.0,
+        help="most output MiB one request may return, all its texts together",
+    )
+    p.add_argument(
         "--slow-reader-s",
         type=positive_float,
         default=30.0,
@@ -173,6 +187,8 @@ def server_options(args: argparse.Namespace):
         max_request_bytes=int(args.max_request_mib * _MiB),
         request_buffer_bytes=int(args.request_buffer_mib * _MiB),
         max_buffered_bytes=int(args.max_buffered_mib * _MiB),
+        max_example_bytes=max(1, int(args.max_example_mib * _MiB)),
+        max_result_bytes=max(1, int(args.max_result_mib * _MiB)),
         slow_reader_s=args.slow_reader_s,
     )
 

@@ -137,7 +137,10 @@ class AttentionClient:
         return self._info
 
     def server_info(self, timeout: float | None = None) -> pb.ModelInfo:
-        """The raw GetModelInfo answer: the model plus quantities and request limits."""
+        """The raw GetModelInfo answer: the model plus quantities and request limits
+        (max_texts, max_tokens, max_example_bytes, max_result_bytes, and the longest
+        text a request of statistics alone or of the full attention may send:
+        longest_text_statistics, longest_text_attention; see attention.proto)."""
         t = self.timeout if timeout is None else timeout
         md = self._channels.metadata
         return self._channels.call(

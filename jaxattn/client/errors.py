@@ -23,7 +23,7 @@ class AttentionServiceError(ServerError):
       field: the CaptureRequest field the server refused ("texts[3]", "layers[0]",
         "what[1]", "dtype", ...: its `jaxattn-field` trailer), or None.
       limit: the server limit that was hit ("max_texts", "max_tokens",
-        "queue_size", ...: its `jaxattn-limit` trailer), or None.
+        "queue_size", "max_example_bytes", ...: its `jaxattn-limit` trailer), or None.
     """
 
     def __init__(

@@ -137,7 +137,7 @@ class GetModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "family", "layers", "heads", "hidden_size", "head_dim", "vocab_size", "max_positions", "dtype", "quantities", "max_texts", "max_tokens", "precision", "max_request_bytes", "weights", "max_metadata_bytes", "min_chunk_bytes", "max_chunk_bytes", "default_chunk_bytes", "shared_weights", "revision", "causal", "num_key_value_heads", "attention_windows")
+    __slots__ = ("name", "family", "layers", "heads", "hidden_size", "head_dim", "vocab_size", "max_positions", "dtype", "quantities", "max_texts", "max_tokens", "precision", "max_request_bytes", "weights", "max_metadata_bytes", "min_chunk_bytes", "max_chunk_bytes", "default_chunk_bytes", "shared_weights", "revision", "causal", "num_key_value_heads", "attention_windows", "max_example_bytes", "max_result_bytes", "longest_text_statistics", "longest_text_attention")
     NAME_FIELD_NUMBER: _ClassVar[int]
     FAMILY_FIELD_NUMBER: _ClassVar[int]
     LAYERS_FIELD_NUMBER: _ClassVar[int]
@@ -162,6 +162,10 @@ class ModelInfo(_message.Message):
     CAUSAL_FIELD_NUMBER: _ClassVar[int]
     NUM_KEY_VALUE_HEADS_FIELD_NUMBER: _ClassVar[int]
     ATTENTION_WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    MAX_EXAMPLE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_RESULT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LONGEST_TEXT_STATISTICS_FIELD_NUMBER: _ClassVar[int]
+    LONGEST_TEXT_ATTENTION_FIELD_NUMBER: _ClassVar[int]
     name: str
     family: str
     layers: int
@@ -186,4 +190,8 @@ class ModelInfo(_message.Message):
     causal: bool
     num_key_value_heads: int
     attention_windows: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, name: _Optional[str] = ..., family: _Optional[str] = ..., layers: _Optional[int] = ..., heads: _Optional[int] = ..., hidden_size: _Optional[int] = ..., head_dim: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_positions: _Optional[int] = ..., dtype: _Optional[str] = ..., quantities: _Optional[_Iterable[str]] = ..., max_texts: _Optional[int] = ..., max_tokens: _Optional[int] = ..., precision: _Optional[str] = ..., max_request_bytes: _Optional[int] = ..., weights: _Optional[str] = ..., max_metadata_bytes: _Optional[int] = ..., min_chunk_bytes: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ..., default_chunk_bytes: _Optional[int] = ..., shared_weights: _Optional[str] = ..., revision: _Optional[str] = ..., causal: _Optional[bool] = ..., num_key_value_heads: _Optional[int] = ..., attention_windows: _Optional[_Iterable[int]] = ...) -> None: ...
+    max_example_bytes: int
+    max_result_bytes: int
+    longest_text_statistics: int
+    longest_text_attention: int
+    def __init__(self, name: _Optional[str] = ..., family: _Optional[str] = ..., layers: _Optional[int] = ..., heads: _Optional[int] = ..., hidden_size: _Optional[int] = ..., head_dim: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_positions: _Optional[int] = ..., dtype: _Optional[str] = ..., quantities: _Optional[_Iterable[str]] = ..., max_texts: _Optional[int] = ..., max_tokens: _Optional[int] = ..., precision: _Optional[str] = ..., max_request_bytes: _Optional[int] = ..., weights: _Optional[str] = ..., max_metadata_bytes: _Optional[int] = ..., min_chunk_bytes: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ..., default_chunk_bytes: _Optional[int] = ..., shared_weights: _Optional[str] = ..., revision: _Optional[str] = ..., causal: _Optional[bool] = ..., num_key_value_heads: _Optional[int] = ..., attention_windows: _Optional[_Iterable[int]] = ..., max_example_bytes: _Optional[int] = ..., max_result_bytes: _Optional[int] = ..., longest_text_statistics: _Optional[int] = ..., longest_text_attention: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,135 @@
+"""Output limits: a request whose output cannot fit is refused before any compute.
+
+One example's output grows with its padded length squared for the map
+quantities (attention of a base encoder at 8,192 tokens: 12 layers x 12 heads x
+8,192^2 x 4 bytes = 38.7 GB). The server refuses such a request up front, with
+RESOURCE_EXHAUSTED naming the limit, the size asked for and what would fit,
+instead of running out of memory:
+
+  - per example: the output of one example padded to its length bucket (what the
+    engine holds on the device for it, and the server buffers whole) must fit
+    `max_example_bytes` and the server's result buffers (`max_buffered_bytes`);
+  - per request: the output of all examples together must fit `max_result_bytes`.
+
+`longest` answers the other way round: the longest text a request of some spec
+can send (ModelInfo.longest_text_statistics / longest_text_attention).
+"""
+
+from __future__ import annotations
+
+from jaxattn.quantities import STATISTICS
+
+
+def human_bytes(n: int) -> str:
+    """`n` bytes in decimal units (38.7 GB, 4.3 MB, 512 B), as people read sizes."""
+    for unit, scale in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+class OutputLimits:
+    """What one example and one request may return, checked against an engine's sizes.
+
+    Args:
+      engine: has `output_bytes(spec, length)` (None of it: nothing is checked) and
+        `buckets` (the padded lengths; without it an example is its own length).
+      max_example_bytes: most output bytes of one example (0: no limit of its own).
+      max_buffered_bytes: the server's result buffers; an example is buffered whole,
+        so it bounds one example too (0: none).
+      max_result_bytes: most output bytes of one request, all examples (0: none).
+    """
+
+    def __init__(
+        self,
+        engine,
+        *,
+        max_example_bytes: int = 0,
+        max_buffered_bytes: int = 0,
+        max_result_bytes: int = 0,
+    ):
+        self.sizer = getattr(engine, "output_bytes", None)
+        self.buckets = tuple(getattr(engine, "buckets", ()) or ())
+        limits = [(v, n) for v, n in ((max_example_bytes, "max_example_bytes"),) if v]
+        if max_buffered_bytes and (not limits or max_buffered_bytes < limits[0][0]):
+            limits = [(max_buffered_bytes, "max_buffered_bytes")]
+        # The binding per-example limit and its name (the jaxattn-limit trailer).
+        self.example_bytes, self.example_limit = limits[0] if limits else (0, "")
+        self.result_bytes = max_result_bytes
+        info = getattr(engine, "info", None)
+        self.max_length = getattr(info, "max_positions", 0) or max(self.buckets, default=0)
+
+    def padded(self, length: int) -> int:
+        """The length the engine pads an example of `length` tokens to."""
+        return next((b for b in self.buckets if b >= length), length)
+
+    def example_size(self, spec, length: int) -> int:
+        """Output bytes of one example of `length` tokens, padded to its bucket."""
+        return int(self.sizer(spec, self.padded(length))) if self.sizer else 0
+
+    def check(self, spec, tokenized) -> tuple[str, str, str] | None:
+        """Why the output of `tokenized` under `spec` cannot fit: (message, field,
+        limit) for a RESOURCE_EXHAUSTED, or None if it fits."""
+        if self.sizer is None:
+            return None
+        total = 0
+        for i, e in enumerate(tokenized):
+            size = self.example_size(spec, e.length)
+            if self.example_bytes and size > self.example_bytes:
+                padded = self.padded(e.length)
+                pad = f", padded to {padded:,}" if padded != e.length else ""
+                return (
+                    f"texts[{i}] ({e.length:,} tokens{pad}) asks {human_bytes(size)} of "
+                    f"{_what(spec)}; this server returns at most "
+                    f"{human_bytes(self.example_bytes)} per example "
+                    f"(ModelInfo.{self.example_limit}){self._fits(spec)}: {_advice(spec)}",
+                    f"texts[{i}]",
+                    self.example_limit,
+                )
+            total += int(self.sizer(spec, e.length))  # what is returned: the real length
+        if self.result_bytes and total > self.result_bytes:
+            return (
+                f"the {len(tokenized):,} texts ask {human_bytes(total)} of {_what(spec)} "
+                f"in all; this server returns at most {human_bytes(self.result_bytes)} per "
+                "request (ModelInfo.max_result_bytes): send fewer or shorter texts, or "
+                f"{_advice(spec)}",
+                "texts",
+                "max_result_bytes",
+            )
+        return None
+
+    def longest(self, spec, max_length: int, max_tokens: int = 0) -> int:
+        """The longest text (tokens, at most `max_length` and `max_tokens`) whose output
+        under `spec` fits one example and one request; 0 if not even one token does."""
+        top = min(max_length, max_tokens) if max_tokens else max_length
+        if self.sizer is None:
+            return top
+
+        def fits(n: int) -> bool:
+            example = not self.example_bytes or self.example_size(spec, n) <= self.example_bytes
+            result = not self.result_bytes or int(self.sizer(spec, n)) <= self.result_bytes
+            return example and result
+
+        lo, hi = 0, top  # fits(lo) (0 tokens: nothing asked); find the largest that fits
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+        return lo  # sizes grow with the (padded) length: the bounds of a bucket
+
+    def _fits(self, spec) -> str:
+        n = self.longest(spec, self.max_length) if self.max_length else 0
+        return f"; texts up to {n:,} tokens fit with this selection" if n else ""
+
+
+def _what(spec) -> str:
+    names = ", ".join(spec.what)
+    return f"{names} ({len(spec.layers)} layers x {len(spec.heads)} heads, {spec.dtype})"
+
+
+def _advice(spec) -> str:
+    out = ["select fewer layers/heads", "ask for statistics (head_stats)"]
+    if spec.dtype != "uint8":
+        out.append("uint8")
+    if all(name in STATISTICS for name in spec.what):
+        out = ["send shorter texts"]
+    return ", ".join(out[:-1]) + (" or " if len(out) > 1 else "") + out[-1]
