@@ -84,7 +84,7 @@ class Budgets:
 
     output_bytes: int = 256 << 20
     tokens: int = 16384
-    attention_bytes: int = 1 << 30
+    attention_bytes: int = 512 << 20
     max_batch: int = 64
     size_step: int = 2
     pad_fraction: float = 0.25
@@ -107,7 +107,7 @@ class Budgets:
 
         CPU: the defaults (256 MiB of output, 64 examples: measured best on a
         2-core machine; a compile of ~1.3 s is ~8k padded tokens of MiniLM's
-        full capture; 1 GiB of [H, T, T] maps: the dense program holds several
+        full capture; 512 MiB of [H, T, T] maps: the dense program holds several
         at once, ~11 of them measured for head_stats of a tiny ModernBERT at
         8,192 tokens, issue 31). GPU/TPU: an output budget of an eighth of the free
         device memory (at most 4 GiB: two batches are in flight, besides the
