@@ -127,3 +127,20 @@ def test_blockwise_refuses_what_it_cannot_serve_by_name(checkpoint):
 def test_an_unknown_attention_is_refused_by_name(checkpoint):
     with pytest.raises(ValueError, match="unknown attention 'flash': valid are auto, dense"):
         jaxattn.load(checkpoint, attention="flash")
+
+
+def test_the_load_options_docs_python_names_are_the_engines():
+    # docs/python.md lists the engine options `jaxattn.load` takes; the Engine's
+    # signature is the one list (`load` forwards **engine_options to it).
+    import inspect
+    import re
+
+    text = (ROOT / "docs" / "python.md").read_text()
+    paragraph = text[text.index("`jaxattn.load` also takes the engine's options") :]
+    paragraph = paragraph[: paragraph.index("\n\n")]
+    named = set(re.findall(r"`(\w+)=`", paragraph))
+    options = set(inspect.signature(jaxattn.Engine).parameters) | set(
+        inspect.signature(jaxattn.load).parameters
+    )
+    assert {"attention", "attention_budget", "layer_loop", "host_memory"} <= named
+    assert named <= options, named - options
