@@ -248,3 +248,47 @@ def test_rented_plans_cover_every_row_once_on_the_ladder_with_rent_within_one_co
             ledger.add("spec", b.length, b.size)
         assert all(tokens <= 900 for tokens in ledger.rent.values())
     assert rented > (20 if pad_into else 0)
+
+
+# An 8-head, 4-layer model's statistics-only request (head_stats: [L, H, 9] float32)
+# and one layer's float32 logits per example: [H, T, T] dense, [H, 256, 256] blockwise.
+HEADS, STATS_BYTES = 8, 4 * 8 * 9 * 4
+
+
+def dense_logits(t):
+    return HEADS * t * t * 4
+
+
+def blockwise_logits(t):
+    return HEADS * min(t, 256) ** 2 * 4
+
+
+@pytest.mark.parametrize("length, dense, blocks", [(4096, 1, 4), (8192, 1, 2), (512, 8, 8)])
+def test_the_attention_budget_sizes_dense_batches_by_t_squared_and_blockwise_ones_not(
+    length, dense, blocks
+):
+    budgets = batching.Budgets()  # the CPU's: 512 MiB of logits, 16k tokens, 256 MiB out
+    plan = lambda work: batching.plan_batches(  # noqa: E731
+        [length - 3] * 8,
+        (512, length),
+        lambda t: STATS_BYTES,
+        budgets,
+        attention_bytes_per_example=work,
+    )
+    assert {b.size for b in plan(dense_logits)} == {dense}
+    assert {b.size for b in plan(blockwise_logits)} == {blocks}
+    # 8 heads x 2048^2 x 4 bytes = 128 MiB: four examples fill 512 MiB exactly
+    assert batching.batch_size(2048, lambda t: 1, budgets, dense_logits) == 4
+    small = batching.Budgets(attention_bytes=(512 << 20) - 1)
+    assert batching.batch_size(2048, lambda t: 1, small, dense_logits) == 2
+    assert batching.batch_size(2048, lambda t: 1, small) == 8  # no attention term: tokens
+
+
+def test_the_output_budget_still_bounds_a_blockwise_batch():
+    budgets = batching.Budgets(output_bytes=3 * STATS_BYTES)
+    assert batching.batch_size(4096, lambda t: STATS_BYTES, budgets, blockwise_logits) == 2
+
+
+def test_an_attention_budget_below_one_byte_is_refused_by_name():
+    with pytest.raises(ValueError, match="attention_bytes budget must be at least 1, got 0"):
+        batching.Budgets(attention_bytes=0)

@@ -2,7 +2,9 @@
 
 Capture is output-bound (DESIGN.md, performance model), so a batch is sized by
 the bytes it returns: B = the largest power of two with B * bytes(T) within the
-output budget, B * T within the token budget, and B <= max_batch. Batch sizes
+output budget, B * T within the token budget, B times the attention's working
+memory (T^2 on the dense path, constant in T on the blockwise one) within the
+attention budget, and B <= max_batch. Batch sizes
 come from a ladder B, B/s, B/s^2, ..., 1 (s = `size_step`), so compiled shapes
 are bounded by len(buckets) * len(ladder) per spec, and once each (bucket,
 size) has been seen nothing recompiles. A bucket fills batches of B; what is
@@ -67,7 +69,11 @@ class Budgets:
 
     Attributes:
       output_bytes: most output bytes one batch may return (device memory).
-      tokens: most B * T padded tokens (bounds activation memory).
+      tokens: most B * T padded tokens (bounds the activation memory linear in T).
+      attention_bytes: most bytes of attention working memory one batch may hold,
+        B * `attention_bytes_per_example` (`plan_batches`): the dense path's
+        [H, T, T] maps of a layer, which grow with T^2, or the blockwise path's
+        blocks (`jaxattn.engine.blockwise`), which do not grow with T.
       max_batch: most examples.
       size_step: batch sizes are max_batch / size_step**k (a power of two).
       pad_fraction: share of a bucket's last batch that may always be dummy rows.
@@ -78,13 +84,14 @@ class Budgets:
 
     output_bytes: int = 256 << 20
     tokens: int = 16384
+    attention_bytes: int = 512 << 20
     max_batch: int = 64
     size_step: int = 2
     pad_fraction: float = 0.25
     compile_tokens: int = 8192
 
     def __post_init__(self):
-        for name in ("output_bytes", "tokens", "max_batch"):
+        for name in ("output_bytes", "tokens", "attention_bytes", "max_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} budget must be at least 1, got {getattr(self, name)}")
         if self.compile_tokens < 0:
@@ -100,9 +107,12 @@ class Budgets:
 
         CPU: the defaults (256 MiB of output, 64 examples: measured best on a
         2-core machine; a compile of ~1.3 s is ~8k padded tokens of MiniLM's
-        full capture). GPU/TPU: an output budget of an eighth of the free
+        full capture; 512 MiB of [H, T, T] maps: the dense program holds several
+        at once, ~11 of them measured for head_stats of a tiny ModernBERT at
+        8,192 tokens, issue 31). GPU/TPU: an output budget of an eighth of the free
         device memory (at most 4 GiB: two batches are in flight, besides the
-        activations), up to 512 examples and 256k tokens, sizes in steps of 4,
+        activations), a quarter of it for the attention maps, up to 512
+        examples and 256k tokens, sizes in steps of 4,
         and a compile worth 1M padded tokens (measured on an H200,
         BENCHMARKS.md: a BERT-base shape compiles in 5.5 s with GEMMs on cuBLAS
         (`jaxattn.engine.xla_flags`), and BERT-base at highest runs 101k (full
@@ -115,6 +125,7 @@ class Budgets:
             base = dict(
                 max_batch=512,
                 tokens=1 << 18,
+                attention_bytes=max(free // 4, 1 << 20) if free else 4 << 30,
                 size_step=4,
                 output_bytes=budget,
                 compile_tokens=1 << 20,
@@ -209,6 +220,7 @@ def plan_batches(
     bytes_per_example: Callable[[int], int],
     budgets: Budgets,
     *,
+    attention_bytes_per_example: Callable[[int], int] | None = None,
     devices: int = 1,
     ledger: ShapeLedger | None = None,
     key=None,
@@ -220,6 +232,8 @@ def plan_batches(
       buckets: ascending bucket lengths; the last must cover every length.
       bytes_per_example: output bytes of one example padded to a bucket length.
       budgets: what one batch may hold, per device, and the size ladder.
+      attention_bytes_per_example: attention working memory of one example padded to
+        a bucket length (held to `budgets.attention_bytes`); None: not bounded.
       devices: data-parallel width: batch sizes are multiples of it, and a
         bucket's last few examples (fewer than `devices`) are padded up to it.
       ledger: the engine's compiled shapes and rent (None: pad_fraction alone).
@@ -235,7 +249,8 @@ def plan_batches(
         by_bucket.setdefault(bucket, []).append(pos)
     out = []
     for bucket, rows in sorted(by_bucket.items()):
-        per_device = ladder(batch_size(bucket, bytes_per_example, budgets), budgets.size_step)
+        largest = batch_size(bucket, bytes_per_example, budgets, attention_bytes_per_example)
+        per_device = ladder(largest, budgets.size_step)
         sizes = [s * devices for s in per_device]
         rented: list[tuple[int, int]] = []
         rent = None
@@ -282,13 +297,21 @@ def plan_batches(
     return out
 
 
-def batch_size(length: int, bytes_per_example: Callable[[int], int], budgets: Budgets) -> int:
-    """Largest power of two B with the batch within all three budgets (at least 1)."""
+def batch_size(
+    length: int,
+    bytes_per_example: Callable[[int], int],
+    budgets: Budgets,
+    attention_bytes_per_example: Callable[[int], int] | None = None,
+) -> int:
+    """Largest power of two B with the batch within every budget (at least 1): output
+    bytes, tokens, examples and, given `attention_bytes_per_example`, attention bytes."""
     fit = min(
         budgets.max_batch,
         budgets.output_bytes // max(bytes_per_example(length), 1),
         budgets.tokens // length,
     )
+    if attention_bytes_per_example is not None:
+        fit = min(fit, budgets.attention_bytes // max(attention_bytes_per_example(length), 1))
     return _pow2_floor(fit)
 
 

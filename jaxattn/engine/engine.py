@@ -63,6 +63,17 @@ class Engine:
         "scan" (`jaxattn.engine.layer_loop`); the numbers agree within float32
         rounding.
         None: $JAXATTN_LAYER_LOOP, else "auto".
+      attention: how the attention runs: "auto" (blockwise, in memory linear in
+        T, for a capture that asks for no [T, S] map at a padded length of
+        `jaxattn.engine.blockwise.AUTO_MIN_LENGTH` tokens or more; dense below),
+        "dense" (always the [H, T, T] maps) or "blockwise" (always blockwise: a
+        capture asking for a quantity the blockwise path does not serve, such as
+        attention, or with heads ablated, is refused with a ValueError naming
+        it; docs/performance.md "Long inputs"). The numbers agree within float32
+        rounding.
+      attention_budget: most bytes of attention working memory one batch may
+        hold (the dense path's [H, T, T] maps; the blockwise path's blocks);
+        None: by device (`batching.Budgets.for_devices`).
       revision: the Hugging Face Hub commit hash the weights were downloaded at
         (`jaxattn.load` gives it), reported in `info` and every capture's
         provenance; "" for weights from a local directory.
@@ -84,6 +95,8 @@ class Engine:
         host_memory: str = "auto",
         precision: str = "highest",
         layer_loop: str | None = None,
+        attention: str = "auto",
+        attention_budget: int | None = None,
         revision: str = "",
     ):
         check_params(config, params["encoder"])
@@ -96,13 +109,14 @@ class Engine:
         engine = weakref.ref(self)  # no cycle: the engine is freed when its last user lets go
         self.pipeline = BatchPipeline(
             config,
-            CaptureStep(config, params["encoder"], devices, host_memory, layer_loop),
+            CaptureStep(config, params["encoder"], devices, host_memory, layer_loop, attention),
             devices,
             batching.buckets_for(config.max_length, buckets),
             batching.Budgets.for_devices(
                 devices,
                 output_bytes=output_budget,
                 tokens=token_budget,
+                attention_bytes=attention_budget,
                 max_batch=max_batch,
                 pad_fraction=pad_fraction,
                 compile_tokens=compile_tokens,

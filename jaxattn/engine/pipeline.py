@@ -136,6 +136,7 @@ class BatchPipeline:
             self.buckets,
             lambda t: self.output_bytes(spec, t),
             budgets,
+            attention_bytes_per_example=lambda t: self.attention_bytes(spec, t, ablated),
             devices=len(self.devices),
             ledger=self.shapes,
             key=program(spec, ablated),
@@ -196,7 +197,10 @@ class BatchPipeline:
         shapes = []
         for length in self.buckets:
             largest = batching.batch_size(
-                length, lambda t: self.output_bytes(spec, t), self.budgets
+                length,
+                lambda t: self.output_bytes(spec, t),
+                self.budgets,
+                lambda t: self.attention_bytes(spec, t),
             )
             ladder = batching.ladder(largest, self.budgets.size_step)
             shapes += [
@@ -258,6 +262,21 @@ class BatchPipeline:
         )
         item = OUTPUT_DTYPES[spec.dtype].itemsize
         return sum(quantities.size(name, sizes) for name in spec.what) * item
+
+    def attention_bytes(self, spec: CaptureSpec, length: int, ablated: bool = False) -> int:
+        """Attention working memory of one example padded to `length` under `spec`
+        (`batching.Budgets.attention_bytes`): one layer's float32 logits, [H, T, T]
+        on the dense path, [H, block, block] on the blockwise one (what else the
+        blockwise path holds grows linearly in T, as the token budget counts).
+
+        Raises:
+          ValueError: attention="blockwise" and `spec` cannot run blockwise
+            (`CaptureStep.block_for`).
+        """
+        block_for = getattr(self.step, "block_for", None)  # a stand-in step: dense
+        block = block_for(spec, length, ablated) if block_for is not None else 0
+        side = min(block, length) if block else length
+        return self.config.num_heads * side * side * 4
 
 
 class _CompilingAhead:

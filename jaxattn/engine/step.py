@@ -76,6 +76,28 @@ def matmul_platform(device) -> str:
     return device.platform
 
 
+def _refuse_blockwise(what, ablated: bool):
+    """Raise the error of a request that attention="blockwise" cannot run blockwise."""
+    maps = sorted(set(what) - blockwise.SERVES)
+    stats = {"head_stats", "decoder_head_stats"}
+    if maps:
+        served = ", ".join(sorted(blockwise.SERVES))
+        why = (
+            f"{', '.join(maps)} need{'s' if len(maps) == 1 else ''} a [T, S] map the "
+            f"blockwise path does not compute (it serves {served})"
+        )
+    elif stats <= set(what):
+        why = "head_stats and decoder_head_stats together are not computed blockwise: ask for one"
+    elif ablated:
+        why = "heads ablated run the dense path"
+    else:  # pragma: no cover - choose_block allows everything else
+        why = "the request needs the dense path"
+    raise ValueError(
+        f"attention='blockwise' cannot run this capture: {why}; "
+        "load with attention='auto' (blockwise where possible) or 'dense'"
+    )
+
+
 class CaptureStep:
     """The compiled capture program of one model on a set of devices.
 
@@ -88,7 +110,11 @@ class CaptureStep:
       layer_loop: "auto", "unrolled", "scan" or None (`jaxattn.engine.layer_loop`); with
         "scan" the placed `params` hold the weight sets stacked.
       attention: "auto", "dense" or "blockwise" (`jaxattn.engine.blockwise.choose_block`):
-        whether a request that needs no [T, S] map runs its attention blockwise.
+        whether a request that needs no [T, S] map runs its attention blockwise. "auto":
+        such a request from `blockwise.AUTO_MIN_LENGTH` padded tokens on; "blockwise":
+        every request, and one that cannot run blockwise (a map asked, heads ablated)
+        is refused by `block_for`, naming why; a model with relative positions
+        (DeBERTa) refuses "blockwise" here.
       block: the blockwise path's block size (None: `blockwise.BLOCK`).
     """
 
@@ -116,13 +142,19 @@ class CaptureStep:
             params = layer_loops.stack_layers(params, config)
         self.params = jax.device_put(params, replicated)
         platform = matmul_platform(self.devices[0])
-        blockwise.choose_block(attention, config, (), 0, block=block or blockwise.BLOCK)  # check
+        self.attention, self.block = attention, block or blockwise.BLOCK
+        blockwise.choose_block(attention, config, (), 0, block=self.block)  # check the names
+        if attention == "blockwise" and config.relative is not None:
+            raise ValueError(
+                f"attention='blockwise': {config.family} models (relative positions) have no "
+                "blockwise path; valid for them are auto, dense"
+            )
         self._model = Encoder(
             config,
             platform=platform,
             layer_loop=self.layer_loop,
             attention=attention,
-            block=block or blockwise.BLOCK,
+            block=self.block,
         )
         self._jit = jax.jit(
             self._forward,
@@ -139,6 +171,21 @@ class CaptureStep:
 
         out = jax.vmap(one)(ids, type_ids, mask, classes)  # {name: [B, L, ...]}
         return {name: quantize(name, x, mask, spec.dtype) for name, x in out.items()}
+
+    def block_for(self, spec: CaptureSpec, length: int, ablated: bool = False) -> int:
+        """The block size a batch of `spec` at padded `length` runs its attention in, 0 for
+        the dense path (`blockwise.choose_block`, as the program decides).
+
+        Raises:
+          ValueError: attention="blockwise" and the request needs the dense path: the
+            quantities it cannot serve are named (or the heads ablated).
+        """
+        block = blockwise.choose_block(
+            self.attention, self._config, spec.what, length, ablated, self.block
+        )
+        if block or self.attention != "blockwise":
+            return block
+        return _refuse_blockwise(spec.what, ablated)
 
     def place(self, *arrays: np.ndarray) -> tuple[jax.Array, ...]:
         """Host batch arrays [B, T] onto the mesh, sharded along B.

@@ -1,0 +1,146 @@
+"""Long inputs through the engine (`jaxattn.load(attention=...)`, issue 31): a tiny random
+ModernBERT with 4,096 positions and one ~4,000-token text. `head_stats` runs blockwise
+under attention="auto" and equals the dense path's (a subprocess each, which also
+measures the growth of its peak RSS during the long capture: the dense path holds
+[H, T, T] maps, the blockwise one blocks); the batches of a statistics-only request
+hold several long examples blockwise, one dense; "blockwise" refuses a map by name."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "families"))
+from modernbert_fixture import make_modernbert_checkpoint  # noqa: E402
+
+import jaxattn  # noqa: E402
+from jaxattn.engine import HeadAblation, blockwise  # noqa: E402
+from jaxattn.engine.tokenize import TokenizedText  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+POSITIONS, HEADS, LAYERS = 4096, 2, 2  # layer 0 global, layer 1 local
+SENTENCE = "She went to the market and bought fresh bread, milk and strawberries. "
+
+# One capture in a fresh process: a short warm-up text first (the process's own
+# baseline), then the long text; prints the peak RSS growth and writes head_stats.
+SCRIPT = """
+import json, resource, sys
+import numpy as np
+import jaxattn
+path, attention, text, out = sys.argv[1:5]
+engine = jaxattn.load(path, attention=attention, buckets=(64,))
+engine.capture(["a short warm-up text."], what="head_stats")
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+cap = engine.capture([text], what="head_stats")[0]
+grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+np.save(out, cap.head_stats)
+print(json.dumps({"grown_kib": grown, "length": cap.length}))
+"""
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return make_modernbert_checkpoint(
+        tmp_path_factory.mktemp("long-mb"),
+        max_position_embeddings=POSITIONS,
+        num_attention_heads=HEADS,
+        num_hidden_layers=LAYERS,
+        hidden_size=12,  # K = 6: RoPE needs it even
+        local_attention=40,
+    )
+
+
+@pytest.fixture(scope="module")
+def long_text(checkpoint):
+    engine = jaxattn.load(checkpoint)
+    text = SENTENCE * 200
+    ids = engine.tokenizer.encode([text])[0].ids
+    assert POSITIONS - 400 < len(ids) <= POSITIONS, len(ids)  # ~4,000 tokens
+    return text
+
+
+def capture_in_a_subprocess(checkpoint, attention, text, tmp_path):
+    out = tmp_path / f"{attention}.npy"
+    run = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(checkpoint), attention, text, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1]), np.load(out)
+
+
+def test_long_statistics_run_blockwise_equal_dense_in_far_less_memory(
+    checkpoint, long_text, tmp_path
+):
+    auto, blocked = capture_in_a_subprocess(checkpoint, "auto", long_text, tmp_path)
+    dense, reference = capture_in_a_subprocess(checkpoint, "dense", long_text, tmp_path)
+    assert auto["length"] == dense["length"] > POSITIONS - 400
+    assert blocked.shape == reference.shape == (LAYERS, HEADS, reference.shape[-1])
+    np.testing.assert_allclose(blocked, reference, rtol=1e-4, atol=2e-5)
+    # Dense: a layer's [2, 4096, 4096] float32 logits are 128 MiB, several live at once
+    # (2.2 GB measured); blockwise: 70 MB.
+    assert dense["grown_kib"] > 500 << 10, dense
+    assert auto["grown_kib"] < dense["grown_kib"] / 4, (auto, dense)
+
+
+def test_the_policy_of_a_long_statistics_request_and_its_batches(checkpoint):
+    budget = 200 << 20  # bytes of attention logits per batch
+    engine = jaxattn.load(checkpoint, attention="auto", attention_budget=budget)
+    dense = jaxattn.load(checkpoint, attention="dense", attention_budget=budget)
+    assert engine.budgets.attention_bytes == budget
+    spec = engine.make_spec("head_stats")
+    assert engine.step.block_for(spec, POSITIONS) == blockwise.BLOCK
+    assert engine.step.block_for(spec, 512) == 0  # short: dense
+    assert dense.step.block_for(spec, POSITIONS) == 0
+    texts = [
+        TokenizedText(ids=(0,) * n, type_ids=(0,) * n, tokens=("",) * n, sentence_b_start=None)
+        for n in (4000, 3990, 4001, 3500)
+    ]
+    # 16k tokens (the CPU's budget) hold four examples of 4,096 blockwise ([2, 256, 256]
+    # logits each); the dense path's [2, 4096, 4096] float32 logits (128 MiB) allow one.
+    assert [b.size for b in engine.plan(texts, spec)] == [4]
+    assert [b.size for b in dense.plan(texts, spec)] == [1] * 4
+
+
+def test_blockwise_refuses_what_it_cannot_serve_by_name(checkpoint):
+    engine = jaxattn.load(checkpoint, attention="blockwise", buckets=(16,))
+    with pytest.raises(ValueError, match=r"attention='blockwise' cannot run .*: attention needs"):
+        engine.capture(["a short text"], what=("attention", "head_stats"))
+    with pytest.raises(ValueError, match="alpha_fx_norm, scores need a"):
+        engine.capture(["a short text"], what=("scores", "alpha_fx_norm"))
+    with pytest.raises(ValueError, match="heads ablated run the dense path"):
+        engine.capture(["a short text"], what="head_stats", ablation=HeadAblation.of([(0, 1)]))
+    short = engine.capture(["a short text"], what="head_stats")[0]  # blockwise at any length
+    reference = jaxattn.load(checkpoint, attention="dense", buckets=(16,))
+    want = reference.capture(["a short text"], what="head_stats")[0].head_stats
+    np.testing.assert_allclose(short.head_stats, want, rtol=1e-4, atol=2e-5)
+
+
+def test_an_unknown_attention_is_refused_by_name(checkpoint):
+    with pytest.raises(ValueError, match="unknown attention 'flash': valid are auto, dense"):
+        jaxattn.load(checkpoint, attention="flash")
+
+
+def test_the_load_options_docs_python_names_are_the_engines():
+    # docs/python.md lists the engine options `jaxattn.load` takes; the Engine's
+    # signature is the one list (`load` forwards **engine_options to it).
+    import inspect
+    import re
+
+    text = (ROOT / "docs" / "python.md").read_text()
+    paragraph = text[text.index("`jaxattn.load` also takes the engine's options") :]
+    paragraph = paragraph[: paragraph.index("\n\n")]
+    named = set(re.findall(r"`(\w+)=`", paragraph))
+    options = set(inspect.signature(jaxattn.Engine).parameters) | set(
+        inspect.signature(jaxattn.load).parameters
+    )
+    assert {"attention", "attention_budget", "layer_loop", "host_memory"} <= named
+    assert named <= options, named - options
