@@ -16,6 +16,7 @@ from gpt2_fixture import make_gpt2_checkpoint
 from gpt2_reference import gpt2_reference
 from hf_fixtures import EXAMPLE_A, EXAMPLE_B, load_tokenizer, load_torch_model, long_text
 from reference import assert_matches
+from served_info import served_info
 
 import jaxattn
 from jaxattn.engine.ablation import HeadAblation
@@ -107,21 +108,10 @@ def test_pairs_and_encoder_statistics_are_refused(setup):
 def test_the_server_and_the_client_carry_causal(setup):
     """ModelInfo.causal (field 22) goes out of the servicer and back into the client's
     ModelInfo; no server is started (the handler and the client's reader, directly)."""
-    from types import SimpleNamespace
-
-    from jaxattn.client import AttentionClient
-    from jaxattn.v1 import attention_pb2 as pb
-    from service.servicer import AttentionServicer
-
     _, _, _, engine, _ = setup
-    limits = SimpleNamespace(max_texts=1, max_tokens=1, max_request_bytes=1, max_metadata_bytes=1)
-    answer = AttentionServicer(engine, None, limits).GetModelInfo(pb.GetModelInfoRequest(), None)
-    wire = pb.ModelInfo.FromString(answer.SerializeToString())
+    wire, info = served_info(engine)
     assert wire.causal and wire.family == "gpt2"
-    client = AttentionClient.__new__(AttentionClient)
-    client._info = None
-    client.server_info = lambda timeout=None: wire
-    assert client.model_info() == engine.info
+    assert info == engine.info
 
 
 def test_the_scanned_layer_stack_equals_the_unrolled_one(setup):

@@ -21,6 +21,7 @@ from hf_fixtures import EXAMPLE_A, EXAMPLE_B, load_tokenizer, load_torch_model, 
 from llama_fixture import make_llama_checkpoint
 from llama_reference import llama_reference
 from reference import assert_matches
+from served_info import served_info
 
 import jaxattn
 from jaxattn.analysis import decoder_head_statistics
@@ -187,22 +188,11 @@ def test_grouped_keys_with_a_head_selection_hold_the_key_value_heads_read(setup)
 def test_the_server_and_the_client_carry_the_key_value_heads(setup):
     """ModelInfo.num_key_value_heads (field 23) goes out of the servicer and back into the
     client's ModelInfo (the handler and the client's reader, directly)."""
-    from types import SimpleNamespace
-
-    from jaxattn.client import AttentionClient
-    from jaxattn.v1 import attention_pb2 as pb
-    from service.servicer import AttentionServicer
-
     *_, engine, _ = setup
     assert (engine.info.num_key_value_heads, engine.info.kv_heads) == (2, 2)
-    limits = SimpleNamespace(max_texts=1, max_tokens=1, max_request_bytes=1, max_metadata_bytes=1)
-    answer = AttentionServicer(engine, None, limits).GetModelInfo(pb.GetModelInfoRequest(), None)
-    wire = pb.ModelInfo.FromString(answer.SerializeToString())
+    wire, info = served_info(engine)
     assert (wire.num_key_value_heads, wire.heads, wire.causal) == (2, 4, True)
-    client = AttentionClient.__new__(AttentionClient)
-    client._info = None
-    client.server_info = lambda timeout=None: wire
-    assert client.model_info() == engine.info
+    assert info == engine.info
 
 
 def test_grouped_captures_round_trip_the_wire_a_store_and_a_file(setup, tmp_path):

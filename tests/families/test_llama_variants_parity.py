@@ -17,6 +17,7 @@ from hf_fixtures import EXAMPLE_A, EXAMPLE_B, load_tokenizer, load_torch_model, 
 from llama_reference import llama_reference
 from llama_variants_fixture import make_variant_checkpoint
 from reference import assert_matches
+from served_info import served_info
 
 import jaxattn
 from jaxattn.analysis import decoder_head_statistics
@@ -145,19 +146,8 @@ def test_the_scanned_layer_stack_equals_the_unrolled_one(setup):
 def test_the_windows_reach_a_client_through_the_servicer(setup):
     """ModelInfo.attention_windows (.proto field 24) through the handler and the client's
     reader: a client's ModelInfo equals the engine's."""
-    from types import SimpleNamespace
-
-    from jaxattn.client import AttentionClient
-    from jaxattn.v1 import attention_pb2 as pb
-    from service.servicer import AttentionServicer
-
     family, *_, engine, _ = setup
     _, _, _, window, sliding = SHAPES[family]
-    limits = SimpleNamespace(max_texts=1, max_tokens=1, max_request_bytes=1, max_metadata_bytes=1)
-    answer = AttentionServicer(engine, None, limits).GetModelInfo(pb.GetModelInfoRequest(), None)
-    wire = pb.ModelInfo.FromString(answer.SerializeToString())
+    wire, info = served_info(engine)
     assert tuple(wire.attention_windows) == tuple(window if i in sliding else 0 for i in range(3))
-    client = AttentionClient.__new__(AttentionClient)
-    client._info = None
-    client.server_info = lambda timeout=None: wire
-    assert client.model_info() == engine.info
+    assert info == engine.info
