@@ -40,7 +40,11 @@ def test_a_decoder_page_draws_the_causal_triangle_and_the_groups(page, llama_htm
     assert len(lines) == int((cap.attention[0] > 0).sum())
     # model view: every thumbnail grey exactly above the diagonal
     page.click('button.tab[data-view="model"]')
-    page.wait_for_function("document.querySelectorAll('canvas.thumb[data-drawn]').length >= 4")
+    # A function, not an expression: Playwright evals an expression inside the page,
+    # which the page's CSP (no 'unsafe-eval') refuses whenever the first check fails.
+    page.wait_for_function(
+        "() => document.querySelectorAll('canvas.thumb[data-drawn]').length >= 4"
+    )
     assert "earlier tokens" in page.text_content("#mv-info")
     for c in page.query_selector_all("canvas.thumb[data-drawn]")[:4]:
         px = np.array(c.evaluate(PIXELS), np.uint8).reshape(t, t, 4)
