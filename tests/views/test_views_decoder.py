@@ -169,6 +169,21 @@ def test_the_neuron_view_reads_each_heads_key_value_head(fam):
     assert sorted(int(e.get("data-j")) for e in masked) == list(range(5, t))
 
 
+def test_the_neuron_view_of_a_head_selection_reads_the_selected_heads_group(fam):
+    """`view --views neuron --heads 3` on a grouped-query model: the capture holds query
+    head 3 and only the key/value head it reads (1 = 3 // 2); its neuron view equals
+    head 3's in the capture of all heads (GPT-2: its last head, 2)."""
+    name, short, _ = fam
+    cap, last = short[0], len(KV_HEADS[name]) - 1
+    picked = cap.select(heads=[last])
+    assert picked.keys.shape[1] == 1
+    for i in (0, cap.length - 1):
+        whole, sel = neuron_values(cap, 2, last, i), neuron_values(picked, 2, 0, i)
+        assert whole.keys() == sel.keys()
+        for key in whole:
+            np.testing.assert_array_equal(np.asarray(sel[key]), np.asarray(whole[key]))
+
+
 def _parse_html(text: str) -> None:
     """Parse the page; its header JSON and sections decode."""
     html.parser.HTMLParser().feed(text)
