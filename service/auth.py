@@ -96,10 +96,9 @@ class ClientInterceptor(grpc.ServerInterceptor):
             return handler
         offered = _offered(handler_call_details)
         token = offered[len(b"Bearer ") :] if offered.startswith(b"Bearer ") else b""
-        quota, why = self.clients.lookup(token) if token else (None, "")
+        quota, expired = self.clients.lookup(token) if token else (None, "")
         if quota is None:
-            message = WRONG_TOKEN if not why or why.startswith("unknown") else why
-            return _denying_handler(handler, message)
+            return _denying_handler(handler, expired or WRONG_TOKEN)
         method = (
             handler.unary_unary
             or handler.unary_stream

@@ -267,7 +267,8 @@ class ClientTable:
         return next(q for c, q in self._entries if c.name == name)
 
     def lookup(self, token: str | bytes) -> tuple[ClientQuota | None, str]:
-        """(the quota of the client with this token, "") or (None, why it is refused).
+        """(the quota of the client with this token, ""), or (None, "") for an unknown
+        token, or (None, when it expired) for an expired one.
 
         Every client's digest is compared, in constant time, whatever matches.
         """
@@ -277,7 +278,7 @@ class ClientTable:
             if hmac.compare_digest(offered, client.digest):
                 found = (client, quota)
         if found is None:
-            return None, "unknown bearer token"
+            return None, ""
         client, quota = found
         if client.expires is not None and self.now() >= client.expires.timestamp():
             when = client.expires.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -190,7 +190,10 @@ def server_options(args: argparse.Namespace):
             )
         from service.clients import ClientTable
 
-        clients = ClientTable(args.tokens)  # a malformed file stops here, before the load
+        try:  # a malformed file stops here, before the model loads
+            clients = ClientTable(args.tokens)
+        except OSError as e:
+            raise UsageError(f"--tokens: cannot read {args.tokens!r}: {e.strerror or e}") from None
     return ServerOptions(
         max_texts=args.max_texts,
         max_tokens=args.max_tokens,

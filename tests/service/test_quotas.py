@@ -73,6 +73,40 @@ def test_a_good_token_file_gives_each_client_its_token_digest_and_limits():
     assert bob.limits == Limits() and bob.expires is None
 
 
+def test_a_token_file_excludes_a_single_token(tmp_path):
+    from service import ServerOptions
+
+    path = tmp_path / "clients.toml"
+    path.write_text(GOOD)
+    table = ClientTable(path)
+    assert table.names == ("alice", "bob.b")
+    with pytest.raises(ValueError, match="not both"):
+        ServerOptions(token="t", clients=table)
+
+
+def test_every_clients_digest_is_compared_in_constant_time(tmp_path, monkeypatch):
+    import service.clients
+
+    path = tmp_path / "clients.toml"
+    path.write_text(GOOD)
+    table = ClientTable(path, now=lambda: 0.0)
+    calls, real = [], service.clients.hmac.compare_digest
+
+    def spy(a, b):
+        calls.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(service.clients.hmac, "compare_digest", spy)
+    for token, name in (("alice-secret-token", "alice"), ("bob-secret-token", "bob.b")):
+        quota, why = table.lookup(token)
+        assert (quota.name, why) == (name, "")
+    assert table.lookup("nobody") == (None, "")
+    assert len(calls) == 3 * 2  # every client, whoever matched first
+    assert {a for a, _ in calls} == {
+        token_digest(t) for t in ("alice-secret-token", "bob-secret-token", "nobody")
+    }
+
+
 SHA = "0" * 64
 BAD_FILES = {
     "toml syntax": ('[clients.a]\ntoken = "x"\nrequests_per_s = = 3\n', 3, "not valid TOML"),
