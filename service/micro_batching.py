@@ -1,13 +1,13 @@
 """Dynamic micro-batching with bounded memory: concurrent same-spec requests share engine calls.
 
-One worker thread owns the engine. A request becomes a `Job` (its spec,
-tokenised examples and client). The worker takes the first job in turn that can
-run, waits up to the batch window for others with the same spec (or until
-`max_batch_examples` are waiting), and runs one *piece* of each (the next
-examples in input order, at most `max_batch_examples` of them and at most
-`buffer_bytes` of output) in one `Engine.run` call, routing each finished example
-back to its job. A job with examples left goes to the back of the queue, so a
-large request cannot keep the engine from everyone else.
+One worker thread owns the engine. A request becomes a `Job` (its spec and
+tokenised examples). The worker takes the first job in turn that can run, waits up to
+the batch window for others with the same spec (or until `max_batch_examples`
+are waiting), and runs one *piece* of each (the next examples in input order,
+at most `max_batch_examples` of them and at most `buffer_bytes` of output) in
+one `Engine.run` call, routing each finished example back to its job. A job
+with examples left goes to the back of the queue, so a large request cannot
+keep the engine from everyone else.
 
 Turns are fair between clients (`_in_turn`): each client's jobs keep their
 order, the clients' first jobs come before anyone's second, and among clients
