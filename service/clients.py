@@ -264,7 +264,7 @@ class ClientTable:
 
     def quota(self, name: str) -> ClientQuota:
         """The quota state of the client called `name` (KeyError if none)."""
-        return next(q for c, q in self._entries if c.name == name)
+        return {c.name: q for c, q in self._entries}[name]
 
     def lookup(self, token: str | bytes) -> tuple[ClientQuota | None, str]:
         """(the quota of the client with this token, ""), or (None, "") for an unknown

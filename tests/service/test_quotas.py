@@ -400,24 +400,29 @@ def test_serve_reads_tokens_refuses_a_bad_file_and_reloads_on_sighup(
         reloaded.set()
         return done
 
-    def operator():
-        assert listening.wait(60)
-        path.write_text('[clients.b]\ntoken = "b-token"\n')
-        os.kill(os.getpid(), signal.SIGHUP)
-        reloaded.wait(60)
-        os.kill(os.getpid(), signal.SIGTERM)
+    def operator():  # signals only while serve() holds its handlers (done: it returned)
+        if listening.wait(60) and not done.is_set():
+            path.write_text('[clients.b]\ntoken = "b-token"\n')
+            os.kill(os.getpid(), signal.SIGHUP)
+            reloaded.wait(60)
+        if not done.is_set():
+            os.kill(os.getpid(), signal.SIGTERM)
 
     monkeypatch.setattr(service.main, "create_server", create_server)
     monkeypatch.setattr(service.main, "reload_clients", reload_clients)
     handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    done = threading.Event()
     thread = threading.Thread(target=operator, daemon=True)
     thread.start()
     try:
-        assert main(["serve", "--tokens", str(path), "--port", "0", "--grace", "0.5"]) == 0
+        code = main(["serve", "--tokens", str(path), "--port", "0", "--grace", "0.5"])
     finally:
+        done.set()
+        listening.set()
+        thread.join(10)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-    thread.join(10)
+    assert code == 0
     assert reloaded.is_set() and tables[0].names == ("b",)
 
 
