@@ -14,7 +14,8 @@ The contract is protos/jaxattn/v1/attention.proto.
 Modules: `options` (ServerOptions), `server` (create_server, the drain),
 `servicer` (the RPC handlers), `requests` (validating a CaptureRequest),
 `micro_batching` and `admitted_call` (micro-batching, flow control), `prefetch` (encoding
-ahead of gRPC), `auth` (the bearer token), `main` (`serve`).
+ahead of gRPC), `auth` (the bearer token; the clients of a token file),
+`clients` (the token file), `quotas` (per-client token buckets), `main` (`serve`).
 """
 
 from service.main import serve

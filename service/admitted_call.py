@@ -48,6 +48,8 @@ class Job:
       sizes: estimated output bytes of each example (0 when unknown).
       deadline: time.monotonic() after which nobody wants the results.
       reserved: bytes of the server's buffer budget this job holds.
+      client: who sent it (a token file's client name; None: anonymous); the
+        batcher serves clients in turn.
     """
 
     spec: object
@@ -57,6 +59,7 @@ class Job:
     deadline: float | None = None
     reserved: int = 0
     submitted: float = dataclasses.field(default_factory=time.monotonic)
+    client: str | None = None
 
     def __post_init__(self):
         self.sizes = tuple(self.sizes) or (0,) * len(self.tokenized)

@@ -4,35 +4,64 @@ Every call except the health service must carry `authorization: Bearer <token>`;
 others are answered UNAUTHENTICATED before any handler runs. The comparison is
 constant-time (hmac.compare_digest) so response timing reveals nothing about
 the token. Neither the token nor the offered value is ever logged.
+
+Two interceptors: `BearerTokenInterceptor` (one token, `--token-file`: one
+anonymous client without limits) and `ClientInterceptor` (a token file of
+named clients, `service.clients`), which hands the caller's `ClientQuota` to
+the handler as `context.quota` (read it with `service.quotas.caller`).
 """
 
 from __future__ import annotations
 
+import functools
 import hmac
 
 import grpc
+
+from service.clients import ClientTable
 
 # Load balancers and orchestrators probe health without credentials.
 PUBLIC_PREFIXES = ("/grpc.health.v1.Health/",)
 
 
-def _deny(request_or_iterator, context):
-    context.abort(
-        grpc.StatusCode.UNAUTHENTICATED,
-        "missing or wrong bearer token: send metadata 'authorization: Bearer <token>'",
-    )
+WRONG_TOKEN = "missing or wrong bearer token: send metadata 'authorization: Bearer <token>'"
 
 
-def _denying_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+def _deny(request_or_iterator, context, message: str = WRONG_TOKEN):
+    context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+
+def _denying_handler(
+    handler: grpc.RpcMethodHandler, message: str = WRONG_TOKEN
+) -> grpc.RpcMethodHandler:
     """A handler of the same streaming kind as `handler` that only denies."""
+    return _same_kind(handler, functools.partial(_deny, message=message), serializers=False)
+
+
+def _same_kind(handler: grpc.RpcMethodHandler, behavior, *, serializers: bool):
+    """A handler of `handler`'s streaming kind running `behavior` (with its
+    serializers, or none: a handler that never reads or answers)."""
     kw = dict(request_deserializer=None, response_serializer=None)
+    if serializers:
+        kw = dict(
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
     if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(_deny, **kw)
+        return grpc.stream_stream_rpc_method_handler(behavior, **kw)
     if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(_deny, **kw)
+        return grpc.stream_unary_rpc_method_handler(behavior, **kw)
     if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(_deny, **kw)
-    return grpc.unary_unary_rpc_method_handler(_deny, **kw)
+        return grpc.unary_stream_rpc_method_handler(behavior, **kw)
+    return grpc.unary_unary_rpc_method_handler(behavior, **kw)
+
+
+def _offered(handler_call_details) -> bytes:
+    """The `authorization` metadata value (b"" when absent)."""
+    for key, value in handler_call_details.invocation_metadata or ():
+        if key == "authorization":
+            return value.encode() if isinstance(value, str) else value
+    return b""
 
 
 class BearerTokenInterceptor(grpc.ServerInterceptor):
@@ -45,11 +74,50 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
         handler = continuation(handler_call_details)
         if handler is None or handler_call_details.method.startswith(PUBLIC_PREFIXES):
             return handler
-        offered = b""
-        for key, value in handler_call_details.invocation_metadata or ():
-            if key == "authorization":
-                offered = value.encode() if isinstance(value, str) else value
-                break
-        if hmac.compare_digest(offered, self._expected):
+        if hmac.compare_digest(_offered(handler_call_details), self._expected):
             return handler
         return _denying_handler(handler)
+
+
+class ClientInterceptor(grpc.ServerInterceptor):
+    """Admits the clients of a token file; the handler sees the caller's quota.
+
+    An unknown token, a missing one and an expired one are UNAUTHENTICATED
+    (the last says it expired). A known client's call runs the method with a
+    context whose `quota` is the client's `ClientQuota`.
+    """
+
+    def __init__(self, clients: ClientTable):
+        self.clients = clients
+
+    def intercept_service(self, continuation, handler_call_details):
+        handler = continuation(handler_call_details)
+        if handler is None or handler_call_details.method.startswith(PUBLIC_PREFIXES):
+            return handler
+        offered = _offered(handler_call_details)
+        token = offered[len(b"Bearer ") :] if offered.startswith(b"Bearer ") else b""
+        quota, expired = self.clients.lookup(token) if token else (None, "")
+        if quota is None:
+            return _denying_handler(handler, expired or WRONG_TOKEN)
+        method = (
+            handler.unary_unary
+            or handler.unary_stream
+            or handler.stream_unary
+            or handler.stream_stream
+        )
+        return _same_kind(
+            handler,
+            lambda request, context: method(request, CallerContext(context, quota)),
+            serializers=True,
+        )
+
+
+class CallerContext:
+    """A call's `grpc.ServicerContext` with the caller's quota attached (`quota`)."""
+
+    def __init__(self, context, quota):
+        self._context = context
+        self.quota = quota
+
+    def __getattr__(self, name):
+        return getattr(self._context, name)

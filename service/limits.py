@@ -67,6 +67,10 @@ class OutputLimits:
         """Output bytes of one example of `length` tokens, padded to its bucket."""
         return int(self.sizer(spec, self.padded(length))) if self.sizer else 0
 
+    def total_size(self, spec, tokenized) -> int:
+        """Output bytes of all of `tokenized` under `spec`, as returned (unpadded)."""
+        return sum(int(self.sizer(spec, e.length)) for e in tokenized) if self.sizer else 0
+
     def check(self, spec, tokenized) -> tuple[str, str, str] | None:
         """Why the output of `tokenized` under `spec` cannot fit: (message, field,
         limit) for a RESOURCE_EXHAUSTED, or None if it fits."""

@@ -60,10 +60,12 @@ def serve(
     )
     # jax's own INFO lines (e.g. "Unable to initialize backend 'tpu'") are not the server's.
     logging.getLogger("jax").setLevel(max(logging.WARNING, logging.getLogger().level))
-    stop = threading.Event()
+    stop, reload = threading.Event(), threading.Event()
     # Install handlers before the slow load, so an early SIGTERM still drains.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    if options.clients is not None:  # SIGHUP re-reads the token file
+        signal.signal(signal.SIGHUP, lambda *_: reload.set())
     check_listen_address(address)  # before the slow load: a busy port, a bad host
     engine = jaxattn.load(model, precision=precision)
     specs = [_warmup_spec(engine, what) for what in warmup]  # every name checked first
@@ -98,11 +100,24 @@ def serve(
         flush=True,
     )
     while not stop.wait(0.5):  # wake up regularly: signal handlers run between waits
-        pass
+        if reload.is_set():
+            reload.clear()
+            reload_clients(options.clients)
     log.info("draining: no new calls, in-flight calls get %.0fs", options.grace_s)
     server.stop(options.grace_s).wait()
     log.info("stopped")
     return 0
+
+
+def reload_clients(clients) -> bool:
+    """Re-read the token file (on SIGHUP); a bad file is logged and changes nothing."""
+    try:
+        clients.reload()
+    except (OSError, ValueError) as e:  # InputError is a ValueError
+        log.error("token file not reloaded, the clients in force stay: %s", e)
+        return False
+    log.info("token file reloaded: %d clients (%s)", len(clients.names), ", ".join(clients.names))
+    return True
 
 
 def _check_warmup(warmup) -> None:

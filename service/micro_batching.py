@@ -1,13 +1,19 @@
 """Dynamic micro-batching with bounded memory: concurrent same-spec requests share engine calls.
 
 One worker thread owns the engine. A request becomes a `Job` (its spec and
-tokenised examples). The worker takes the oldest job that can run, waits up to
+tokenised examples). The worker takes the first job in turn that can run, waits up to
 the batch window for others with the same spec (or until `max_batch_examples`
 are waiting), and runs one *piece* of each (the next examples in input order,
 at most `max_batch_examples` of them and at most `buffer_bytes` of output) in
 one `Engine.run` call, routing each finished example back to its job. A job
 with examples left goes to the back of the queue, so a large request cannot
 keep the engine from everyone else.
+
+Turns are fair between clients (`_in_turn`): each client's jobs keep their
+order, the clients' first jobs come before anyone's second, and among clients
+the one served longest ago goes first; companions of a merged call are taken
+in the same order. So a client that floods the queue delays another's request
+by about one piece, not by its whole backlog.
 
 Memory is bounded twice (admission: `service.admission`):
   * per request: a piece starts only when it fits the job's unsent results
@@ -84,7 +90,9 @@ class MicroBatcher:
         self.stall_s = stall_s
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)  # the worker waits here
-        self._pending: collections.deque[Job] = collections.deque()  # runnable, in turn
+        self._pending: collections.deque[Job] = collections.deque()  # runnable, by arrival
+        self._served: dict[str | None, int] = {}  # client -> the last turn it was served in
+        self._turn = 0
         self._jobs: set[Job] = set()  # admitted, not yet released
         self._reserved = 0
         self._closed = False
@@ -95,12 +103,19 @@ class MicroBatcher:
     # -- admission -----------------------------------------------------------------
 
     def submit(
-        self, spec, tokenized: Sequence, deadline: float | None = None, *, chunk_bytes: int = 0
+        self,
+        spec,
+        tokenized: Sequence,
+        deadline: float | None = None,
+        *,
+        chunk_bytes: int = 0,
+        client: str | None = None,
     ) -> Job:
         """Admit a job and queue it.
 
         Args:
           chunk_bytes: the stream's chunk size bound (reserved STREAM_CHUNKS times).
+          client: who sent it (the token file's name): jobs take turns by client.
 
         Raises:
           QueueFull: `queue_size` jobs are admitted, or the job's worst-case
@@ -110,7 +125,7 @@ class MicroBatcher:
         sizes, reserve = reservation(
             self.engine, spec, tokenized, buffer_bytes=self.buffer_bytes, chunk_bytes=chunk_bytes
         )
-        job = Job(spec, tokenized, self._lock, sizes, deadline, reserve)
+        job = Job(spec, tokenized, self._lock, sizes, deadline, reserve, client=client)
         job.notify_worker = self._cond.notify_all
         with self._lock:
             if self._closed or not self._admitting:
@@ -209,7 +224,7 @@ class MicroBatcher:
                 if self._closed:
                     return None
                 wait = self._reap()
-                first = next((j for j in self._pending if self._fits(j)), None)
+                first = next((j for j in self._in_turn() if self._fits(j)), None)
                 if first is None:
                     self._cond.wait(wait)
                     continue
@@ -255,6 +270,17 @@ class MicroBatcher:
                 threading.Thread(target=job.on_stall, daemon=True).start()
         return wait
 
+    def _in_turn(self) -> list[Job]:
+        """The pending jobs in fair turn: the n-th job of every client before any
+        client's (n+1)-th, clients served longest ago (or never) first, then arrival."""
+        nth: collections.Counter = collections.Counter()
+        keyed = []
+        for i, job in enumerate(self._pending):
+            keyed.append((nth[job.client], self._served.get(job.client, -1), i, job))
+            nth[job.client] += 1
+        keyed.sort(key=lambda k: k[:3])
+        return [k[3] for k in keyed]
+
     def _waiting_examples(self, spec) -> int:
         return sum(
             min(j.remaining, self.max_batch_examples)
@@ -265,7 +291,7 @@ class MicroBatcher:
     def _take(self, first: Job) -> list[tuple[Job, int]]:
         """The first job's piece plus same-spec pieces that fit; marks them running."""
         group, count = [], 0
-        for job in list(self._pending):
+        for job in self._in_turn():
             if job is not first and (not self.merge or job.spec != first.spec or job.dead):
                 continue
             if not self._fits(job):
@@ -279,6 +305,9 @@ class MicroBatcher:
             job.running = True
             if job is first and not self.merge:
                 break
+        self._turn += 1
+        for job, _ in group:
+            self._served[job.client] = self._turn
         return group
 
     def _peak(self, stat: str, value: int) -> None:

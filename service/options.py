@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from service.clients import ClientTable
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -23,6 +27,9 @@ class ServerOptions:
         benchmarks and debugging).
       token: when set, every call but health checks must send
         `authorization: Bearer <token>` (UNAUTHENTICATED otherwise).
+      clients: instead of one token, the clients of a token file, each with its
+        own token and quotas (`service.clients.ClientTable`; docs/server.md,
+        "Clients and quotas").
       tls_cert: PEM certificate chain; with tls_key the port serves TLS only.
       tls_key: PEM private key of tls_cert.
       grace_s: on stop (SIGTERM), how long in-flight calls may take to finish.
@@ -55,6 +62,7 @@ class ServerOptions:
     max_batch_examples: int = 64
     micro_batching: bool = True
     token: str | None = None
+    clients: ClientTable | None = None
     tls_cert: bytes | None = None
     tls_key: bytes | None = None
     grace_s: float = 30.0
@@ -90,6 +98,8 @@ class ServerOptions:
             raise ValueError("tls_cert and tls_key go together: give both or neither")
         if self.token is not None and not self.token:
             raise ValueError("token is empty: give a non-empty token or None")
+        if self.token is not None and self.clients is not None:
+            raise ValueError("give a token or a token file's clients, not both")
 
     @property
     def workers(self) -> int:

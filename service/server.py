@@ -7,7 +7,8 @@
     server.stop(grace=10).wait()      # health NOT_SERVING, drain in-flight, stop
 
 Serves jaxattn.v1.AttentionService, grpc.health.v1.Health and server
-reflection, on one port, plaintext or TLS, with an optional bearer token.
+reflection, on one port, plaintext or TLS, with an optional bearer token or
+a token file of clients with quotas (service/clients.py, service/quotas.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from grpc_reflection.v1alpha import reflection
 from jaxattn.netaddr import check_listen_address
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs
-from service.auth import BearerTokenInterceptor
+from service.auth import BearerTokenInterceptor, ClientInterceptor
 from service.micro_batching import MicroBatcher
 from service.options import ServerOptions
 from service.requests import RequestParser
@@ -152,7 +153,11 @@ def create_server(
         max_buffered_bytes=options.max_buffered_bytes,
         max_result_bytes=options.max_result_bytes,
     )
-    interceptors = [BearerTokenInterceptor(options.token)] if options.token else []
+    interceptors = []
+    if options.clients is not None:
+        interceptors.append(ClientInterceptor(options.clients))
+    elif options.token:
+        interceptors.append(BearerTokenInterceptor(options.token))
     server = grpc.server(
         futures.ThreadPoolExecutor(options.workers, thread_name_prefix="jaxattn-rpc"),
         interceptors=interceptors,

@@ -15,6 +15,7 @@ from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs, serialize_example
 from service.micro_batching import EngineFailed, JobCancelled, MicroBatcher, QueueFull, SlowReader
 from service.prefetch import prefetch
+from service.quotas import caller
 from service.requests import RequestError, RequestParser
 
 log = logging.getLogger("jaxattn.service")
@@ -99,7 +100,8 @@ class AttentionServicer:
         start = time.monotonic()
         stats = dict(texts=len(getattr(request, "texts", ())), tokens=0, bytes=0, code="OK")
         job = messages = None
-        holds = False
+        holds = entered = False
+        quota = caller(context)  # the client's quotas (service.quotas)
         try:
             holds = self._calls is None or self._calls.acquire(blocking=False)
             if not holds:
@@ -108,14 +110,23 @@ class AttentionServicer:
                     "threads allow: retry later",
                     "queue_size",
                 )
+            quota.enter()  # requests_per_s, concurrent_calls
+            entered = True
             if isinstance(request, Undecodable):
                 raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, request.message)
             parsed = self.parser.parse(request)
             stats["tokens"] = parsed.tokens
+            quota.charge(
+                parsed.tokens, self.parser.limits.total_size(parsed.spec, parsed.tokenized)
+            )
             remaining = context.time_remaining()
             deadline = None if remaining is None else time.monotonic() + remaining
             job = self.batcher.submit(
-                parsed.spec, parsed.tokenized, deadline, chunk_bytes=parsed.max_chunk_bytes
+                parsed.spec,
+                parsed.tokenized,
+                deadline,
+                chunk_bytes=parsed.max_chunk_bytes,
+                client=quota.name,
             )
             # Fires on completion, cancellation and deadline: the job stops
             # waiting and the batcher drops its unfinished work. A call that
@@ -163,13 +174,17 @@ class AttentionServicer:
         finally:
             if holds and self._calls is not None:
                 self._calls.release()
+            if entered:
+                quota.leave()
             if messages is not None:
                 messages.close()  # stops the prefetch thread at once
             if job is not None:
                 self.batcher.release(job)
             log.info(
-                "Capture peer=%s status=%s texts=%d tokens=%d bytes_out=%d duration_ms=%.1f",
+                "Capture peer=%s client=%s status=%s texts=%d tokens=%d bytes_out=%d "
+                "duration_ms=%.1f",
                 context.peer(),
+                quota.name,
                 stats["code"],
                 stats["texts"],
                 stats["tokens"],

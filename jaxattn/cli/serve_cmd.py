@@ -2,8 +2,8 @@
 
 The server itself is the `service` package, outside jaxattn. This module is the
 one place jaxattn reaches it, lazily and through two narrow functions: `_run`
-builds `service.ServerOptions` from the flags (reading the token and
-certificate files) and calls `service.serve`; `start_server` serves an engine
+builds `service.ServerOptions` from the flags (reading the token, token file
+and certificate files) and calls `service.serve`; `start_server` serves an engine
 in-process (for `jaxattn demo`).
 """
 
@@ -75,6 +75,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="require 'authorization: Bearer <token>' with the token in FILE "
         "(or set $JAXATTN_TOKEN; never pass a token on the command line)",
+    )
+    p.add_argument(
+        "--tokens",
+        metavar="FILE",
+        help="instead of one token: a TOML file of named clients, each with its "
+        "own token and quotas (requests/s, tokens/s, concurrent calls, result "
+        "MiB); re-read on SIGHUP. Format: docs/server.md, 'Clients and quotas'",
     )
     p.add_argument(
         "--max-request-mib",
@@ -173,6 +180,20 @@ def server_options(args: argparse.Namespace):
 
     if (args.tls_cert is None) != (args.tls_key is None):
         raise ValueError("--tls-cert and --tls-key go together")
+    token = read_token(args.token_file)
+    clients = None
+    if args.tokens:
+        if token is not None:
+            raise UsageError(
+                "--tokens names every client's token: give it without --token-file "
+                "(and unset $JAXATTN_TOKEN)"
+            )
+        from service.clients import ClientTable
+
+        try:  # a malformed file stops here, before the model loads
+            clients = ClientTable(args.tokens)
+        except OSError as e:
+            raise UsageError(f"--tokens: cannot read {args.tokens!r}: {e.strerror or e}") from None
     return ServerOptions(
         max_texts=args.max_texts,
         max_tokens=args.max_tokens,
@@ -180,7 +201,8 @@ def server_options(args: argparse.Namespace):
         batch_window_s=args.batch_window_ms / 1e3,
         max_batch_examples=args.max_batch,
         micro_batching=not args.no_micro_batching,
-        token=read_token(args.token_file),
+        token=token,
+        clients=clients,
         tls_cert=_read(args.tls_cert),
         tls_key=_read(args.tls_key),
         grace_s=args.grace,

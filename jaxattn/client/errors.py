@@ -9,6 +9,7 @@ from jaxattn.errors import ServerError
 # Trailing metadata keys of a refusal (attention.proto, "Machine-readable errors").
 FIELD_KEY = "jaxattn-field"
 LIMIT_KEY = "jaxattn-limit"
+RETRY_AFTER_KEY = "retry-after-ms"
 
 
 class AttentionServiceError(ServerError):
@@ -23,7 +24,11 @@ class AttentionServiceError(ServerError):
       field: the CaptureRequest field the server refused ("texts[3]", "layers[0]",
         "what[1]", "dtype", ...: its `jaxattn-field` trailer), or None.
       limit: the server limit that was hit ("max_texts", "max_tokens",
-        "queue_size", "max_example_bytes", ...: its `jaxattn-limit` trailer), or None.
+        "queue_size", "max_example_bytes", ...; a client quota: "requests_per_s",
+        "tokens_per_s", "concurrent_calls", "result_mib", "result_mib_per_s":
+        its `jaxattn-limit` trailer), or None.
+      retry_after_s: how long the server says to wait before the same request
+        would pass (its `retry-after-ms` trailer, in seconds), or None.
     """
 
     def __init__(
@@ -34,12 +39,14 @@ class AttentionServiceError(ServerError):
         *,
         field: str | None = None,
         limit: str | None = None,
+        retry_after_s: float | None = None,
     ):
         self.code = code
         self.message = message
         self.address = address
         self.field = field
         self.limit = limit
+        self.retry_after_s = retry_after_s
         where = f" ({address})" if address else ""
         super().__init__(f"{code.name}: {message}{where}")
 
@@ -54,7 +61,16 @@ class AttentionServiceError(ServerError):
             address,
             field=trailers.get(FIELD_KEY),
             limit=trailers.get(LIMIT_KEY),
+            retry_after_s=_seconds(trailers.get(RETRY_AFTER_KEY)),
         )
+
+
+def _seconds(milliseconds: str | None) -> float | None:
+    """A `retry-after-ms` value in seconds (None when absent or not a number)."""
+    try:
+        return max(0.0, int(milliseconds) / 1e3) if milliseconds is not None else None
+    except ValueError:
+        return None
 
 
 def _trailers(error: grpc.RpcError) -> dict[str, str]:

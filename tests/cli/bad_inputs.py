@@ -268,6 +268,17 @@ BAD: list[Bad] = [
         covers=("--tokens",),
     ),
     Bad(
+        "a malformed token file",
+        "--tokens",
+        lambda t, g: [
+            "--tokens",
+            _file("clients.toml", b'[clients.a]\ntoken = "x"\nrequests_per_s = -1\n')(t, g),
+        ],
+        1,
+        r"clients\.toml:3: \[clients\.a\] requests_per_s: expected a number > 0",
+        only=frozenset({"serve"}),
+    ),
+    Bad(
         "a model and a synthetic one",
         "--synthetic",
         lambda t, g: ["--synthetic", "bert-base"],
