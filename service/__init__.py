@@ -14,7 +14,7 @@ The contract is protos/jaxattn/v1/attention.proto.
 Modules: `options` (ServerOptions), `server` (create_server, the drain),
 `servicer` (the RPC handlers), `requests` (validating a CaptureRequest),
 `micro_batching` and `admitted_call` (micro-batching, flow control), `prefetch` (encoding
-ahead of gRPC), `auth` (the bearer token), `main` (`serve`).
+ahead of gRPC), `auth` (the bearer token), `metrics` (the Prometheus endpoint), `main` (`serve`).
 """
 
 from service.main import serve
