@@ -49,6 +49,7 @@ from jaxattn.wire.protowire import HEADER_TAG
 
 # Request durations: a health check (~1 ms) to a corpus-sized capture (minutes).
 _SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+_FLUSH_BYTES = 16 << 20  # a long example's bytes show up at least this often
 _FILL = (0.125, 0.25, 0.5, 0.75, 0.999, 1.0)  # 0.999: "not quite full" apart from full
 # What the hooks count: attribute -> (type, name, help, labels, histogram buckets).
 METRICS = {
@@ -218,20 +219,24 @@ class ServerMetrics:
         Closing this closes `messages`."""
         sent = self.sent_bytes.labels(dtype, codec)
         examples = self.sent_examples.labels(dtype, codec)
-        seconds, started = 0.0, False
+        seconds, started, taken = 0.0, False, 0  # taken: bytes not yet counted
         try:
             for message in messages:
-                if message[0] == HEADER_TAG:
-                    if started:
-                        examples.inc()
-                    started = True
+                header = message[0] == HEADER_TAG  # the previous example went whole
+                if header and started:
+                    examples.inc()
+                started = started or header
+                if header or taken >= _FLUSH_BYTES:  # bytes counted per example, not message
+                    sent.inc(taken)
+                    taken = 0
                 t = time.perf_counter()
                 yield message
                 seconds += time.perf_counter() - t
-                sent.inc(len(message))
+                taken += len(message)
             if started:
                 examples.inc()
         finally:
+            sent.inc(taken)
             close = getattr(messages, "close", None)
             if close is not None:
                 close()
