@@ -31,6 +31,7 @@ threads) are not seen here.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 
@@ -46,6 +47,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from jaxattn.wire.protowire import HEADER_TAG
+
+log = logging.getLogger("jaxattn.service")
 
 # Request durations: a health check (~1 ms) to a corpus-sized capture (minutes).
 _SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
@@ -147,12 +150,10 @@ GAUGES = {
         "most result-buffer bytes all calls may reserve (--max-buffered-mib)",
     ),
 }
-# The batcher's events exported as counters (its `stats` holds peaks too, which are not).
-BATCHER_EVENTS = {
-    "dropped": "a queued job dropped before it ran: its client left or its deadline passed",
-    "abandoned": "an engine call stopped early: every job in it had gone",
-    "stalled": "a call cut off: its client read nothing for --slow-reader-s",
-}
+# The batcher's `stats` exported as counters (it holds peaks too, which are not):
+# dropped (a queued job whose client left or whose deadline passed), abandoned (an
+# engine call stopped early: every job in it had gone), stalled (a slow reader cut off).
+BATCHER_EVENTS = ("dropped", "abandoned", "stalled")
 
 
 def _powers_of_two(top: int) -> tuple[int, ...]:
@@ -192,7 +193,11 @@ class ServerMetrics:
     def _client(self, context) -> str:
         if self.client_of is None:
             return ""
-        return self.client_of(tuple(context.invocation_metadata() or ()))
+        try:
+            return self.client_of(tuple(context.invocation_metadata() or ()))
+        except Exception:  # a broken hook must not change the call's answer
+            log.exception("metrics: client_of failed")
+            return ""
 
     def _ended(self, method: str, context, code: grpc.StatusCode, start: float) -> None:
         self.in_flight.labels(method).dec()
