@@ -40,12 +40,13 @@ def value(samples, name: str, **labels) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-def settled(server, name: str, want: float, timeout: float = 30.0) -> dict:
-    """Scrapes until `name` reaches `want`: the batcher reports an engine call
-    after its last example was handed over, so possibly after the call ended."""
+def settled(server, name: str, want: float, timeout: float = 30.0, **labels) -> dict:
+    """Scrapes until `name` reaches `want`: the batcher reports an engine call after
+    its last example was handed over, and a cancelled call ends after its client
+    saw CANCELLED, so either may come after the client is done."""
     end = time.monotonic() + timeout
-    while (samples := scrape(server)) and value(samples, name) < want:
-        assert time.monotonic() < end, f"{name} stayed at {value(samples, name)}, not {want}"
+    while (samples := scrape(server)) and (got := value(samples, name, **labels)) < want:
+        assert time.monotonic() < end, f"{name}{labels} stayed at {got}, not {want}"
         time.sleep(0.01)
     return samples
 
@@ -192,6 +193,23 @@ def test_queue_depth_and_admission_refusals(gated):
     assert value(after, "jaxattn_refusals_total", limit="queue_size", client="") == 1
     assert value(after, "jaxattn_requests_total", method="Capture", code="OK") == 1
     assert value(after, "jaxattn_queue_admitted") == 0
+
+
+def test_a_call_its_client_cancels_counts_cancelled_and_leaves_nothing_in_flight(gated):
+    with running_server(gated, metrics_port=0) as (server, address):
+        with grpc.insecure_channel(address) as channel:
+            call = channel.unary_stream(
+                CAPTURE,
+                request_serializer=pb.CaptureRequest.SerializeToString,
+                response_deserializer=lambda b: b,
+            )(pb.CaptureRequest(texts=texts(2), what=WHAT), timeout=30)
+            assert gated.entered.wait(10)
+            assert value(scrape(server), "jaxattn_requests_in_flight", method="Capture") == 1
+            call.cancel()
+            gated.gate.set()
+            after = settled(server, "jaxattn_requests_total", 1, method="Capture", code="CANCELLED")
+    assert value(after, "jaxattn_requests_in_flight", method="Capture") == 0
+    assert value(after, "jaxattn_requests_total", method="Capture", code="OK") == 0
 
 
 def test_each_server_has_its_own_registry_and_the_token_refusals_count(svc_engine):
