@@ -19,7 +19,7 @@ cd "$root"
 # extra; the image has grpcio, protobuf and huggingface_hub at versions the
 # generated code or the Hub loading refuse). Pure wheels or manylinux cp312.
 WHEELS=(protobuf==7.36.2 grpcio==1.85.3 grpcio-health-checking==1.85.1
-  grpcio-reflection==1.85.1 zstandard==0.25.0 lz4==4.4.5)
+  grpcio-reflection==1.85.1 zstandard==0.25.0 lz4==4.4.5 prometheus_client==0.26.0)
 STAGES=(sanity bench precision overlap first warmup service real levers decoders)
 
 if [ "${1:-}" = prepare ]; then

@@ -15,15 +15,18 @@ import socket
 from jaxattn.errors import UsageError
 
 
-def check_listen_address(address: str) -> None:
+def check_listen_address(address: str, port_flag: str = "--port") -> None:
     """`check_listen` of a "HOST:PORT" address (IPv6 hosts in brackets)."""
     host, _, port = address.rpartition(":")
-    check_listen(host.strip("[]"), int(port))
+    check_listen(host.strip("[]"), int(port), port_flag=port_flag)
 
 
-def check_listen(host: str, port: int, family: int = socket.AF_UNSPEC) -> None:
+def check_listen(
+    host: str, port: int, family: int = socket.AF_UNSPEC, *, port_flag: str = "--port"
+) -> None:
     """UsageError unless a server could listen on `host`:`port` now: on one of the
-    addresses `host` resolves to (of `family`: AF_INET for a server of IPv4 only)."""
+    addresses `host` resolves to (of `family`: AF_INET for a server of IPv4 only).
+    `port_flag`: the flag that chose the port, as the message names it."""
     where = f"{host}:{port}"
     try:
         infos = socket.getaddrinfo(
@@ -46,9 +49,9 @@ def check_listen(host: str, port: int, family: int = socket.AF_UNSPEC) -> None:
             errors.append(e)
     codes = [e.errno for e in errors]
     if errno.EADDRINUSE in codes:
-        why = f"--port {port} is in use (another server?): choose another, or 0 for any"
+        why = f"{port_flag} {port} is in use (another server?): choose another, or 0 for any"
     elif errno.EACCES in codes:
-        why = f"--port {port} needs privileges (ports below 1024): choose a higher one"
+        why = f"{port_flag} {port} needs privileges (ports below 1024): choose a higher one"
     elif errno.EADDRNOTAVAIL in codes:
         why = f"--host {host!r} is not an address of this machine"
     else:

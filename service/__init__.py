@@ -15,7 +15,8 @@ Modules: `options` (ServerOptions), `server` (create_server, the drain),
 `servicer` (the RPC handlers), `requests` (validating a CaptureRequest),
 `micro_batching` and `admitted_call` (micro-batching, flow control), `prefetch` (encoding
 ahead of gRPC), `auth` (the bearer token; the clients of a token file),
-`clients` (the token file), `quotas` (per-client token buckets), `main` (`serve`).
+`clients` (the token file), `quotas` (per-client token buckets), `metrics` (the
+Prometheus endpoint), `main` (`serve`).
 """
 
 from service.main import serve

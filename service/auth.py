@@ -56,12 +56,22 @@ def _same_kind(handler: grpc.RpcMethodHandler, behavior, *, serializers: bool):
     return grpc.unary_unary_rpc_method_handler(behavior, **kw)
 
 
-def _offered(handler_call_details) -> bytes:
-    """The `authorization` metadata value (b"" when absent)."""
-    for key, value in handler_call_details.invocation_metadata or ():
+def _offered(metadata) -> bytes:
+    """The `authorization` value of a call's invocation metadata (b"" when absent)."""
+    for key, value in metadata or ():
         if key == "authorization":
             return value.encode() if isinstance(value, str) else value
     return b""
+
+
+def client_name(clients, metadata) -> str:
+    """The name of the client whose bearer token `metadata` carries ("" for none, an
+    unknown or an expired token): the `client` label of the metrics' refusals."""
+    offered = _offered(metadata)
+    if not offered.startswith(b"Bearer "):
+        return ""
+    quota, _ = clients.lookup(offered[len(b"Bearer ") :])
+    return "" if quota is None else quota.name
 
 
 class BearerTokenInterceptor(grpc.ServerInterceptor):
@@ -74,7 +84,7 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
         handler = continuation(handler_call_details)
         if handler is None or handler_call_details.method.startswith(PUBLIC_PREFIXES):
             return handler
-        if hmac.compare_digest(_offered(handler_call_details), self._expected):
+        if hmac.compare_digest(_offered(handler_call_details.invocation_metadata), self._expected):
             return handler
         return _denying_handler(handler)
 
@@ -94,7 +104,7 @@ class ClientInterceptor(grpc.ServerInterceptor):
         handler = continuation(handler_call_details)
         if handler is None or handler_call_details.method.startswith(PUBLIC_PREFIXES):
             return handler
-        offered = _offered(handler_call_details)
+        offered = _offered(handler_call_details.invocation_metadata)
         token = offered[len(b"Bearer ") :] if offered.startswith(b"Bearer ") else b""
         quota, expired = self.clients.lookup(token) if token else (None, "")
         if quota is None:

@@ -67,6 +67,8 @@ def serve(
     if options.clients is not None:  # SIGHUP re-reads the token file
         signal.signal(signal.SIGHUP, lambda *_: reload.set())
     check_listen_address(address)  # before the slow load: a busy port, a bad host
+    if options.metrics_port:
+        _check_metrics_port(address, options.metrics_port)
     engine = jaxattn.load(model, precision=precision)
     specs = [_warmup_spec(engine, what) for what in warmup]  # every name checked first
     for what, spec in zip(warmup, specs, strict=True):
@@ -99,6 +101,8 @@ def serve(
         f"{info.precision}) listening on {host}:{port} ({scheme})",
         flush=True,
     )
+    if server.metrics_port is not None:
+        print(f"jaxattn serve: metrics on http://{host}:{server.metrics_port}/metrics", flush=True)
     while not stop.wait(0.5):  # wake up regularly: signal handlers run between waits
         if reload.is_set():
             reload.clear()
@@ -118,6 +122,19 @@ def reload_clients(clients) -> bool:
         return False
     log.info("token file reloaded: %d clients (%s)", len(clients.names), ", ".join(clients.names))
     return True
+
+
+def _check_metrics_port(address: str, port: int) -> None:
+    """UsageError, before the slow load, unless /metrics could listen on `port` of
+    the server's host (and it is not the gRPC port itself)."""
+    from jaxattn.errors import UsageError
+
+    host = address.rsplit(":", 1)[0]
+    if address.endswith(f":{port}"):
+        raise UsageError(
+            f"--metrics-port {port} is the gRPC --port too: give the metrics another, or 0"
+        )
+    check_listen_address(f"{host}:{port}", port_flag="--metrics-port")
 
 
 def _check_warmup(warmup) -> None:

@@ -34,7 +34,7 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from service.admission import STREAM_CHUNKS, QueueFull, refusal, reservation
 from service.admitted_call import EngineFailed, Job, JobCancelled, SlowReader
@@ -99,6 +99,8 @@ class MicroBatcher:
         self._admitting = True  # False once draining: new jobs are refused, old ones finish
         self._thread = threading.Thread(target=self._loop, name="jaxattn-batcher", daemon=True)
         self.stats = collections.Counter()
+        # Told (examples, requests, seconds) after each engine call (service/metrics.py).
+        self.on_batch: Callable[[int, int, float], None] | None = None
 
     # -- admission -----------------------------------------------------------------
 
@@ -164,6 +166,11 @@ class MicroBatcher:
     def admitted(self) -> int:
         """Jobs holding a slot now."""
         return len(self._jobs)
+
+    @property
+    def pending(self) -> int:
+        """Admitted jobs waiting for the engine (their next piece queued) now."""
+        return len(self._pending)
 
     @property
     def buffered_bytes(self) -> int:
@@ -320,7 +327,7 @@ class MicroBatcher:
             tokenized += job.tokenized[job.scheduled : job.scheduled + n]
         self.stats["batches"] += 1
         self.stats["jobs"] += sum(1 for job, _ in group if job.scheduled == 0)
-        run = None
+        run, start = None, time.perf_counter()
         try:
             run = self.engine.run(tokenized, group[0][0].spec)
             for pos, cap in run:
@@ -355,3 +362,5 @@ class MicroBatcher:
                     if job.remaining and not job.dead and not job.released:
                         self._pending.append(job)  # its next piece waits its turn
                 self._cond.notify_all()
+            if self.on_batch is not None:
+                self.on_batch(len(tokenized), len(group), time.perf_counter() - start)

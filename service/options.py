@@ -53,6 +53,9 @@ class ServerOptions:
         results wait is cancelled (and logged RESOURCE_EXHAUSTED).
       max_workers: handler threads; None = queue_size + 8 (a streaming call
         holds a thread for its whole duration).
+      metrics_port: serve Prometheus metrics over plain HTTP at /metrics on this
+        port of the server's host (0: a free one, `AttentionServer.metrics_port`);
+        None (the default): no metrics endpoint (`service.metrics`).
     """
 
     max_texts: int = 1024
@@ -74,6 +77,7 @@ class ServerOptions:
     max_result_bytes: int = 64 << 30
     slow_reader_s: float = 30.0
     max_workers: int | None = None
+    metrics_port: int | None = None
 
     def __post_init__(self):
         for name in (
@@ -96,6 +100,8 @@ class ServerOptions:
             raise ValueError(f"batch_window_s must be >= 0, got {self.batch_window_s}")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together: give both or neither")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics_port must be 0..65535 or None, got {self.metrics_port}")
         if self.token is not None and not self.token:
             raise ValueError("token is empty: give a non-empty token or None")
         if self.token is not None and self.clients is not None:

@@ -8,12 +8,14 @@
 
 Serves jaxattn.v1.AttentionService, grpc.health.v1.Health and server
 reflection, on one port, plaintext or TLS, with an optional bearer token or
-a token file of clients with quotas (service/clients.py, service/quotas.py).
+a token file of clients with quotas (service/clients.py, service/quotas.py);
+and, with `metrics_port`, Prometheus metrics on a second (`service.metrics`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
 from concurrent import futures
@@ -25,7 +27,8 @@ from grpc_reflection.v1alpha import reflection
 from jaxattn.netaddr import check_listen_address
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs
-from service.auth import BearerTokenInterceptor, ClientInterceptor
+from service.auth import BearerTokenInterceptor, ClientInterceptor, client_name
+from service.metrics import ServerMetrics
 from service.micro_batching import MicroBatcher
 from service.options import ServerOptions
 from service.requests import RequestParser
@@ -41,12 +44,19 @@ class AttentionServer:
       grpc_server: the underlying `grpc.Server`.
       batcher: the micro-batcher (its `stats` count batches, jobs, drops).
       options: the ServerOptions in force.
+      metrics: its `ServerMetrics` (`metrics.registry`: the Prometheus registry).
+      metrics_port: the port serving /metrics, None without `options.metrics_port`.
     """
 
-    def __init__(self, grpc_server, batcher: MicroBatcher, health_servicer, options):
+    def __init__(
+        self, grpc_server, batcher: MicroBatcher, health_servicer, options, metrics, httpd=None
+    ):
         self.grpc_server = grpc_server
         self.batcher = batcher
         self.options = options
+        self.metrics = metrics
+        self.metrics_port = None if httpd is None else httpd.server_port
+        self._httpd = httpd
         self._health = health_servicer
         self._stopped: threading.Event | None = None
 
@@ -81,6 +91,9 @@ class AttentionServer:
             self.batcher.drain(grace)
             self.grpc_server.stop(max(0.0, end - time.monotonic())).wait()
             self.batcher.close(timeout=5)
+            if self._httpd is not None:
+                self._httpd.shutdown()
+                self._httpd.server_close()
             self._stopped.set()
 
         threading.Thread(target=finish, name="jaxattn-drain", daemon=True).start()
@@ -153,8 +166,12 @@ def create_server(
         max_buffered_bytes=options.max_buffered_bytes,
         max_result_bytes=options.max_result_bytes,
     )
-    interceptors = []
+    metrics = ServerMetrics(engine, batcher, max_batch_examples=options.max_batch_examples)
+    batcher.on_batch = metrics.batch
+    # The metrics' interceptor first: it sees every call, those the token refuses too.
+    interceptors = [metrics.interceptor()]
     if options.clients is not None:
+        metrics.client_of = functools.partial(client_name, options.clients)
         interceptors.append(ClientInterceptor(options.clients))
     elif options.token:
         interceptors.append(BearerTokenInterceptor(options.token))
@@ -169,7 +186,9 @@ def create_server(
     # Captures may take all handler threads but a few (up to 4, half the spare ones):
     # those stay free for health checks and GetModelInfo.
     reserve = min(4, max(1, (options.workers - options.queue_size) // 2))
-    servicer = AttentionServicer(engine, batcher, parser, max(1, options.workers - reserve))
+    servicer = AttentionServicer(
+        engine, batcher, parser, max(1, options.workers - reserve), metrics=metrics
+    )
     server.add_generic_rpc_handlers((handlers(servicer),))
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -189,4 +208,11 @@ def create_server(
     if port == 0:  # (older grpc returns 0 instead of raising)
         check_listen_address(address)
         raise RuntimeError(f"cannot listen on {address}")
-    return AttentionServer(server, batcher, health_servicer, options), port
+    httpd = None
+    if options.metrics_port is not None:
+        try:
+            httpd = metrics.serve(address.rsplit(":", 1)[0].strip("[]"), options.metrics_port)
+        except RuntimeError:
+            server.stop(None)
+            raise
+    return AttentionServer(server, batcher, health_servicer, options, metrics, httpd), port

@@ -36,12 +36,18 @@ class AttentionServicer:
     """
 
     def __init__(
-        self, engine, batcher: MicroBatcher, parser: RequestParser, max_calls: int | None = None
+        self,
+        engine,
+        batcher: MicroBatcher,
+        parser: RequestParser,
+        max_calls: int | None = None,
+        metrics=None,
     ):
         self.engine = engine
         self.batcher = batcher
         self.parser = parser
         self.max_calls = max_calls
+        self.metrics = metrics  # service.metrics.ServerMetrics, or None
         self._calls = threading.BoundedSemaphore(max_calls) if max_calls else None
 
     def GetModelInfo(self, request, context):  # noqa: N802 (gRPC method name)
@@ -140,6 +146,8 @@ class AttentionServicer:
             # Encode ahead of the send, in a thread; one short sentence is not worth one.
             if len(parsed.tokenized) > 1 or parsed.tokens > _SMALL_TOKENS:
                 messages = prefetch(messages)
+            if self.metrics is not None:
+                messages = self.metrics.sending(messages, parsed.spec.dtype, parsed.codec)
             for message in messages:
                 stats["bytes"] += len(message)
                 yield message

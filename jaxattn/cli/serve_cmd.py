@@ -48,6 +48,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="interface to bind (default 127.0.0.1: this machine only)",
     )
     p.add_argument("--port", type=port, default=50051, help="port; 0 picks a free one")
+    p.add_argument(
+        "--metrics-port",
+        type=port,
+        default=None,
+        help="serve Prometheus metrics at http://HOST:PORT/metrics on this port of --host "
+        "(plain HTTP, no token; 0 picks a free one, printed). Default: no metrics endpoint",
+    )
     p.add_argument("--max-texts", type=positive, default=1024, help="most texts per request")
     p.add_argument("--max-tokens", type=positive, default=131072, help="most tokens per request")
     p.add_argument(
@@ -212,6 +219,7 @@ def server_options(args: argparse.Namespace):
         max_example_bytes=max(1, int(args.max_example_mib * _MiB)),
         max_result_bytes=max(1, int(args.max_result_mib * _MiB)),
         slow_reader_s=args.slow_reader_s,
+        metrics_port=args.metrics_port,
     )
 
 

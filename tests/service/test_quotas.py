@@ -303,7 +303,7 @@ def test_unknown_missing_and_expired_tokens_are_unauthenticated(quota_server):
 
 
 def test_a_client_past_each_rate_gets_resource_exhausted_naming_it(quota_server, clock, caplog):
-    _, address, engine, table = quota_server
+    server, address, engine, table = quota_server
     tokens = engine.tokenize([EXAMPLE_A])[0].length
     assert tokens > 5  # one request drains wordy's bucket of 5
     with caplog.at_level(logging.INFO, logger="jaxattn.service"):
@@ -323,6 +323,16 @@ def test_a_client_past_each_rate_gets_resource_exhausted_naming_it(quota_server,
         assert (e.code, e.limit, e.retry_after_s) == (EXHAUSTED, "result_mib", None)
         (ok,) = capture(address, "alice-token")  # the others are not held back
         assert ok.tokens
+    # the metrics count each refusal under its limit and the client's name, not its token
+    registry = server.metrics.registry
+    for client, limit in (
+        ("slow", "requests_per_s"),
+        ("wordy", "tokens_per_s"),
+        ("heavy", "result_mib_per_s"),
+        ("greedy", "result_mib"),
+    ):
+        labels = {"limit": limit, "client": client}
+        assert registry.get_sample_value("jaxattn_refusals_total", labels) == 1
     clock.t += 1000  # the buckets refill
     for token in ("slow-token", "wordy-token", "heavy-token"):
         assert len(capture(address, token)) == 1

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -59,7 +60,24 @@ def launch(checkpoint: Path, tmp_path: Path, *extra: str):
         pytest.fail(f"jaxattn serve did not start: {stderr.read_text()[-2000:]}")
     assert "listening on 127.0.0.1:" in line, line
     port = int(line.split("listening on 127.0.0.1:")[1].split()[0])
+    if "--metrics-port" in extra:  # the next line says where
+        line = lines.get(timeout=10)
+        assert "metrics on http://127.0.0.1:" in line, line
+        proc.metrics_url = line.split()[-1]
     return proc, f"127.0.0.1:{port}", stderr
+
+
+def metric(url: str, name: str, **labels) -> float:
+    """One sample's value, scraped from /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        families = text_string_to_metric_families(answer.read().decode())
+        found = [
+            s.value for f in families for s in f.samples if (s.name, s.labels) == (name, labels)
+        ]
+    assert found, f"{name}{labels} is not in {url}"
+    return found[0]
 
 
 @pytest.fixture
@@ -82,15 +100,20 @@ def test_warmup_compiles_before_listening_and_a_bad_quantity_is_refused(svc_chec
         "attention,keys",
         "--warmup-sizes",
         "largest",
+        "--metrics-port",
+        "0",
     )
     try:
         log = stderr.read_text()
         # buckets 8..64 and the model's limit, 67: one shape each, for each kind of request
         assert "warmed up attention: 9 shapes (largest sizes) in" in log, log
         assert "warmed up attention,keys: 9 shapes (largest sizes) in" in log, log
+        assert metric(proc.metrics_url, "jaxattn_compiled_shapes_total") == 18
         with AttentionClient(address, timeout=60) as client:
             (cap,) = client.capture([SENTENCES[0]], what=["attention"])
         assert cap.attention.shape[:2] == (3, 3)
+        ok = dict(method="Capture", code="OK")
+        assert metric(proc.metrics_url, "jaxattn_requests_total", **ok) == 1
     finally:
         proc.kill()
         proc.wait()
