@@ -23,6 +23,17 @@ def test_buckets_are_capped_at_the_model_limit():
     assert batching.buckets_for(514 - 2)[-1] == 512
 
 
+def test_long_buckets_pad_a_long_text_by_at_most_a_quarter():
+    """Past 512 tokens: four buckets an octave (by hand: 640, 768, 896, 1024, ...), so
+    a 4,000-token text of an 8,192-position model pads to 4,096, not to 8,192."""
+    buckets = batching.buckets_for(8192)
+    assert buckets[buckets.index(512) :][:9] == (512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048)
+    assert min(b for b in buckets if b >= 4000) == 4096
+    assert buckets[-1] == 8192 and batching.buckets_for(131072)[-1] == 131072
+    for t in range(513, 131073, 97):
+        assert min(b for b in batching.buckets_for(131072) if b >= t) <= 1.25 * t
+
+
 @pytest.mark.parametrize("pad", [0.0, 0.25, 0.5])
 @pytest.mark.parametrize("seed", range(5))
 def test_plan_covers_every_example_once_within_budgets(seed, pad):

@@ -111,7 +111,7 @@ def test_the_policy_of_a_long_statistics_request_and_its_batches(checkpoint):
     assert dense.step.block_for(spec, POSITIONS) == 0
     texts = [
         TokenizedText(ids=(0,) * n, type_ids=(0,) * n, tokens=("",) * n, sentence_b_start=None)
-        for n in (4000, 3990, 4001, 3500)
+        for n in (4000, 3990, 4001, 3600)  # one bucket: 4,096
     ]
     # 16k tokens (the CPU's budget) hold four examples of 4,096 blockwise ([2, 256, 256]
     # logits each); the dense path's [2, 4096, 4096] float32 logits (128 MiB) allow one.

@@ -35,7 +35,8 @@ Budgets follow the device (`Budgets.for_devices`): the CPU keeps small batches
 and fine steps; a GPU/TPU sizes the output budget from its free memory, runs
 batches of hundreds and uses a coarser ladder (fewer, slower-to-compile shapes).
 Buckets are 8 tokens apart up to 64, where most sentences fall, so a sentence
-carries ~4 padding tokens on average.
+carries ~4 padding tokens on average; past 512 they are a quarter of an octave
+apart (a 4,000-token text pads to 4,096, not to an 8,192-position model's limit).
 """
 
 from __future__ import annotations
@@ -60,7 +61,12 @@ __all__ = [
 
 # What `Engine.warmup` compiles per bucket: every ladder size, or the largest only.
 WARMUP_SIZES = ("all", "largest")
+# Up to 512 tokens (sentences and paragraphs) the steps of the measured ladder; past
+# it four steps an octave (640, 768, 896, 1024, 1280, ...): a long text pads by at
+# most a quarter, and a corpus of long documents compiles at most four shapes per
+# doubling of length (up to 131,072 tokens; a model's own limit is always a bucket).
 DEFAULT_BUCKETS = (8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 256, 320, 384, 512)
+DEFAULT_BUCKETS += tuple(p * q // 4 for p in (512 << n for n in range(8)) for q in (5, 6, 7, 8))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
