@@ -52,6 +52,8 @@ import numpy as np
 from jaxattn.analysis.tokens import display_tokens, readable_text
 from jaxattn.analysis.weights import KINDS, WEIGHT_KINDS, normalise_rows
 from jaxattn.capture import Capture
+from jaxattn.views.causal import causal_mask, is_causal
+from jaxattn.views.long_maps import band_offsets, is_long, long_arrays
 
 FORMAT = "jaxattn.views/1"
 VIEWS = ("head", "model", "neuron", "stats")
@@ -66,27 +68,6 @@ LEVEL9_BYTES = 8 << 20
 PAGE_FORMAT = "jaxattn.views.page/1"
 
 
-def is_causal(cap: Capture) -> bool:
-    """Whether a capture is a decoder's (query i sees keys j <= i only).
-
-    Its provenance says so (`jaxattn.info.provenance`), or in older files its model
-    config; otherwise (a file older still) the attention decides: a text of two or
-    more tokens, no sentence pair, and every weight above the diagonal exactly 0
-    (an encoder's softmax is never exactly 0 there).
-    """
-    if "causal" in cap.provenance:
-        return bool(cap.provenance["causal"])
-    config = cap.provenance.get("config") or {}
-    if "causal" in config:
-        return bool(config["causal"])
-    if cap.length < 2 or cap.sentence_b_start is not None or "attention" not in cap.tensors:
-        return False
-    att = cap.tensors["attention"]  # raw: uint8 0 is weight 0 only with offset 0
-    _, offset = cap.quantization.get("attention", (None, 0.0))
-    upper = np.triu(np.ones((cap.length, cap.length), bool), 1)
-    return bool(not offset and not np.any(att[..., upper]))
-
-
 def kv_heads(cap: Capture) -> list[int]:
     """For each query head (an index into ``cap.heads``) the index of the key/value head
     it reads in ``cap.keys``: from ``cap.kv_heads`` (its position on the G axis), or,
@@ -96,11 +77,6 @@ def kv_heads(cap: Capture) -> list[int]:
         return [axis.index(g) for g in cap.kv_heads]
     per = len(cap.heads) // cap.tensors["keys"].shape[1]
     return [h // per for h in range(len(cap.heads))]
-
-
-def causal_mask(t: int) -> np.ndarray:
-    """[T, T] booleans: True where query i may attend to key j (j <= i)."""
-    return np.tril(np.ones((t, t), bool))
 
 
 def query_head_keys(cap: Capture) -> np.ndarray:
@@ -302,26 +278,52 @@ def unpack_array(desc: dict, section: bytes) -> np.ndarray:
     return x.reshape(shape)
 
 
+def _row_visitor(cap: Capture, kind: str, causal: bool, rows: dict):
+    """A `long_maps.long_arrays` visitor keeping each head's `segments.row_statistics` in
+    `rows` by (kind, layer, head), so a long map is read once for the page."""
+    from jaxattn.views.segments import row_statistics
+
+    def visit(li: int, hi: int, w: np.ndarray) -> None:
+        rows[kind, cap.layers[li], cap.heads[hi]] = row_statistics(w, causal)
+
+    return visit
+
+
 def pack_example(cap: Capture, views, exact: bool, label: str, table: dict) -> tuple[dict, bytes]:
     """(header entry, raw section) of one capture of the page; `table` maps token -> index."""
     check_attention(cap)
-    arrays = {"attention": view_weights(cap, "attention")}
-    if WEIGHT_KINDS["norm"] in cap.tensors:
-        arrays["norm"] = view_weights(cap, "norm")
+    kinds = [k for k in KINDS if KINDS[k].quantity in cap.tensors]
+    long, causal = is_long(cap), is_causal(cap)
+    arrays, extra, rows = {}, {}, {}
+    for kind in kinds:  # a long example: its bands and pooled maps (`long_maps`)
+        if long:
+            visit = _row_visitor(cap, kind, causal, rows) if "stats" in views else None
+            arrays[kind], arrays[f"pooled:{kind}"] = long_arrays(cap, kind, causal, visit)
+            extra[kind] = dict(band=list(band_offsets(causal)))
+        else:
+            arrays[kind] = view_weights(cap, kind)
     grouped = "neuron" in views and {"queries", "keys"} <= set(cap.tensors)
     if grouped:
         arrays.update(queries=cap.array("queries"), keys=cap.array("keys"))
     section, descs = bytearray(), {}
     for name, x in arrays.items():
-        weights = name in KINDS
-        descs[name], raw = pack_array(x, "f4" if exact else "u1" if weights else "i1", weights)
+        weights = name.removeprefix("pooled:") in KINDS
+        keymajor = weights and name not in extra  # a band's rows stay rows
+        code = "f4" if exact else "u1" if weights else "i1"
+        descs[name], raw = pack_array(x, code, keymajor)
         section += bytes(-len(section) % 4)  # float32 views need 4-byte offsets
-        descs[name].update(at=len(section), nbytes=len(raw))
+        descs[name].update(at=len(section), nbytes=len(raw), **extra.get(name, {}))
         section += raw
     if "stats" in views:
-        from jaxattn.views.stats import stats_document
+        if long:  # Clark et al.'s statistics, Kovaleva's classes: O(T²) float64 arrays
+            from jaxattn.views.segments import segments_document
 
-        text = json.dumps(stats_document(cap), separators=(",", ":"), allow_nan=False).encode()
+            doc = segments_document(cap, rows=rows)
+        else:
+            from jaxattn.views.stats import stats_document
+
+            doc = stats_document(cap)
+        text = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
         descs["stats"] = dict(at=len(section), nbytes=len(text))
         section += text
     entry = dict(
@@ -351,14 +353,16 @@ def pack_page(
     caps, views, embed = check_request(captures, views, labels, embed, max_examples)
     names = needs(views)
     if embed == "auto":
-        size = sum(4 * c.array(q).size for c in caps for q in names if q in c.tensors)
+        size = sum(4 * c.tensors[q].size for c in caps for q in names if q in c.tensors)
         embed = "float32" if size <= AUTO_EXACT_PAGE_BYTES else "uint8"
     table: dict[str, int] = {}
     examples, sections = [], []
     for i, cap in enumerate(caps):
         label = labels[i] if labels else example_label(cap, i)
         entry, raw = pack_example(cap, views, embed == "float32", label, table)
-        z = zlib.compressobj(9 if len(raw) <= LEVEL9_BYTES else 7, zlib.DEFLATED, -15, 8)
+        # level 9 is slow on long examples' low-entropy bands (8x level 6's time for 3% less)
+        level = 6 if is_long(cap) else 9 if len(raw) <= LEVEL9_BYTES else 7
+        z = zlib.compressobj(level, zlib.DEFLATED, -15, 8)
         sections.append(z.compress(raw) + z.flush())
         examples.append(entry)
     header = dict(format=PAGE_FORMAT, views=list(views), tokens=list(table), examples=examples)
