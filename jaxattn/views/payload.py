@@ -141,16 +141,21 @@ def check_views(views: Sequence[str]) -> tuple[str, ...]:
     return tuple(v for v in VIEWS if v in views)
 
 
+def check_examples(count: int, max_examples: int) -> None:
+    """ValueError for a page of no example or of more than `max_examples`."""
+    if not count:
+        raise ValueError("no capture to view")
+    if count > max_examples:
+        raise ValueError(
+            f"{count} examples are over the page's cap of {max_examples}: view fewer, or "
+            f"raise the cap with max_examples={count} (jaxattn view --max-examples)"
+        )
+
+
 def check_request(captures, views, labels, embed, max_examples):
     """(captures as a list, validated views, embed) of a document request, or ValueError."""
     caps = [captures] if isinstance(captures, Capture) else list(captures)
-    if not caps:
-        raise ValueError("no capture to view")
-    if len(caps) > max_examples:
-        raise ValueError(
-            f"{len(caps)} examples are over the page's cap of {max_examples}: view fewer, or "
-            f"raise the cap with max_examples={len(caps)} (jaxattn view --max-examples)"
-        )
+    check_examples(len(caps), max_examples)
     if embed not in EMBED_DTYPES:
         valid = ", ".join(EMBED_DTYPES)
         raise ValueError(f"unknown embed dtype {embed!r}; expected one of {valid}")

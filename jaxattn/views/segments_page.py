@@ -20,7 +20,7 @@ from jaxattn import outfile
 from jaxattn.analysis.tokens import display_tokens
 from jaxattn.capture import Capture
 from jaxattn.views.page import document, script_json
-from jaxattn.views.payload import MAX_EXAMPLES, example_label
+from jaxattn.views.payload import MAX_EXAMPLES, check_examples, example_label
 from jaxattn.views.segments import LOCAL, SEGMENT, segments_document
 
 SCRIPTS = ("core.js", "model.js", "segments.js")
@@ -63,13 +63,7 @@ def build_segments_html(
     """
     caps = [captures] if isinstance(captures, Capture) else list(captures)
     groups = group_by_text(caps)
-    if not groups:
-        raise ValueError("no capture to view")
-    if len(groups) > max_examples:
-        raise ValueError(
-            f"{len(groups)} examples are over the page's cap of {max_examples}: view fewer, or "
-            f"raise the cap with max_examples={len(groups)} (jaxattn view --max-examples)"
-        )
+    check_examples(len(groups), max_examples)
     examples = [
         dict(
             label=example_label(group[0], i),

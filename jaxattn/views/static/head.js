@@ -126,14 +126,9 @@
         });
       });
     }
-    /** A long text's window: the first token shown, and a search that moves to a token. */
-    function windowControls(ex) {
-      st.lo = Math.max(0, Math.min(st.lo, ex.T - WINDOW));
-      const from = JX.el("input", { id: "hv-from", type: "number", min: 0, max: ex.T - WINDOW, step: 10, value: st.lo });
-      from.addEventListener("change", () => {
-        st.lo = Math.max(0, Math.min(ex.T - WINDOW, Math.round(+from.value || 0)));
-        st.pinned = null; build(); draw();
-      });
+    /** The search box: Enter finds the next token containing its text, moves the window to
+     * it (`go(i)`) and pins it. */
+    function findBox(ex, go) {
       const find = JX.el("input", { id: "hv-find", type: "search", placeholder: "find a token", size: 12 });
       find.addEventListener("keydown", (e) => {
         if (e.key !== "Enter") return;
@@ -142,8 +137,7 @@
         for (let k = 1; k <= T; k++) {
           const i = (st.found + k) % T;
           if (ex.tokens[i].toLowerCase().includes(q)) {
-            st.found = i; st.lo = Math.max(0, Math.min(T - WINDOW, i - WINDOW / 2));
-            st.pinned = { side: "left", idx: i };
+            st.found = i; go(i); st.pinned = { side: "left", idx: i };
             build(); draw();
             const f = controls.querySelector("#hv-find");
             f.value = find.value; f.focus();
@@ -153,6 +147,17 @@
         find.setCustomValidity("no such token"); find.reportValidity();
       });
       find.addEventListener("input", () => find.setCustomValidity(""));
+      return find;
+    }
+    /** A long text's window: the first token shown, and a search that moves to a token. */
+    function windowControls(ex) {
+      st.lo = Math.max(0, Math.min(st.lo, ex.T - WINDOW));
+      const from = JX.el("input", { id: "hv-from", type: "number", min: 0, max: ex.T - WINDOW, step: 10, value: st.lo });
+      from.addEventListener("change", () => {
+        st.lo = Math.max(0, Math.min(ex.T - WINDOW, Math.round(+from.value || 0)));
+        st.pinned = null; build(); draw();
+      });
+      const find = findBox(ex, (i) => { st.lo = Math.max(0, Math.min(ex.T - WINDOW, i - WINDOW / 2)); });
       controls.append(JX.el("label", { id: "hv-window", "data-lo": st.lo, "data-hi": st.lo + WINDOW },
         `Tokens ${WINDOW} of ${ex.T}, from `, from), find);
     }
@@ -165,24 +170,7 @@
         st.center = Math.max(0, Math.min(ex.T - 1, Math.round(+at.value || 0)));
         st.pinned = null; build(); draw();
       });
-      const find = JX.el("input", { id: "hv-find", type: "search", placeholder: "find a token", size: 12 });
-      find.addEventListener("keydown", (e) => {
-        if (e.key !== "Enter") return;
-        const q = find.value.trim().toLowerCase(), T = ex.T;
-        if (!q) return;
-        for (let k = 1; k <= T; k++) {
-          const i = (st.found + k) % T;
-          if (ex.tokens[i].toLowerCase().includes(q)) {
-            st.found = i; st.center = i; st.pinned = { side: "left", idx: i };
-            build(); draw();
-            const f = controls.querySelector("#hv-find");
-            f.value = find.value; f.focus();
-            return;
-          }
-        }
-        find.setCustomValidity("no such token"); find.reportValidity();
-      });
-      find.addEventListener("input", () => find.setCustomValidity(""));
+      const find = findBox(ex, (i) => { st.center = i; });
       controls.append(JX.el("label", { id: "hv-window", "data-lo": lo, "data-hi": hi, "data-center": st.center },
         `Tokens ${lo}–${hi - 1} of ${ex.T}, around `, at), find);
     }
