@@ -27,7 +27,7 @@ from jaxattn.analysis.weights import KINDS
 from jaxattn.capture import Capture
 from jaxattn.dtypes import dequantize
 from jaxattn.views.causal import is_causal
-from jaxattn.views.drawing import max_pool
+from jaxattn.views.drawing import max_pool, value_range
 
 LONG_TOKENS = 2048  # longer examples are embedded as pooled maps and bands
 POOL = 256  # the long maps' pooled size (the model view's enlarged map: 2 px a block)
@@ -110,3 +110,21 @@ def long_arrays(cap: Capture, kind: str, causal: bool, visit=None) -> tuple[np.n
             bands[li, hi] = band(w, first, last)
             pooled[li, hi] = max_pool(w, POOL)
     return bands, pooled
+
+
+def pooled_maps(cap, kind: str, res: int, causal: bool) -> tuple[np.ndarray, float, float]:
+    """([L, H, res, res] maps max-pooled over the cells a query sees, -inf where a pooled
+    block has none; the colour scale [lo, hi] of those cells), one head at a time: the
+    static model view's (`svg.model_svg`)."""
+    out = np.zeros((len(cap.layers), len(cap.heads), res, res), np.float32)
+    low, high = np.inf, -np.inf
+    for li in range(len(cap.layers)):
+        for hi in range(len(cap.heads)):
+            m = head_map(cap, kind, li, hi)  # a decoder's j > i are 0: never a min or a max
+            low, high = min(low, float(m.min())), max(high, float(m.max()))
+            if causal:
+                for r in range(len(m)):
+                    m[r, r + 1 :] = -np.inf
+            out[li, hi] = max_pool(m, res) if res < len(m) else m
+    lo, hi = value_range([low, high])
+    return out, lo, hi

@@ -46,7 +46,6 @@ from jaxattn.views.drawing import (
     colorbar,
     head_color,
     label_stride,
-    max_pool,
     png_bytes,
     scale_color,
     scale_rgb,
@@ -57,7 +56,7 @@ from jaxattn.views.drawing import (
     title,
     value_range,
 )
-from jaxattn.views.long_maps import head_map
+from jaxattn.views.long_maps import head_map, pooled_maps
 from jaxattn.views.payload import kv_heads
 from jaxattn.views.stats_svg import stats_svg
 
@@ -184,7 +183,7 @@ def model_svg(cap, *, kind="attention", thumb=None):
         thumb = (960 - lab - tick) / n_h - gap
         thumb = int(np.clip(thumb, 40, min(320, max(72, 24 * t))))
     res = min(t, thumb)
-    maps, lo, hi = _pooled_maps(cap, kind, res, causal)
+    maps, lo, hi = pooled_maps(cap, kind, res, causal)
     pooled = f", max-pooled to {res}×{res} px" if res < t else ""
     head, tw, th = title(PAD, PAD, f"Model view: {KIND_TITLES[kind]}, {t} tokens{pooled}")
     note, nw, nh = _note(PAD, PAD + th + 2, CAUSAL_NOTE + " (grey)") if causal else ("", 0, 0)
@@ -242,23 +241,6 @@ def model_svg(cap, *, kind="attention", thumb=None):
     out.append("</g>")
     width = max(right + tick, PAD + tw, PAD + cw, PAD + nw)
     return svg_doc(width + PAD, bottom + tick + PAD, "\n".join(out) + "\n")
-
-
-def _pooled_maps(cap, kind: str, res: int, causal: bool) -> tuple[np.ndarray, float, float]:
-    """([L, H, res, res] maps max-pooled over the cells a query sees, -inf where a pooled
-    block has none; the colour scale [lo, hi] of those cells), one head at a time."""
-    out = np.zeros((len(cap.layers), len(cap.heads), res, res), np.float32)
-    low, high = np.inf, -np.inf
-    for li in range(len(cap.layers)):
-        for hi in range(len(cap.heads)):
-            m = head_map(cap, kind, li, hi)  # a decoder's j > i are 0: never a min or a max
-            low, high = min(low, float(m.min())), max(high, float(m.max()))
-            if causal:
-                for r in range(len(m)):
-                    m[r, r + 1 :] = -np.inf
-            out[li, hi] = max_pool(m, res) if res < len(m) else m
-    lo, hi = value_range([low, high])
-    return out, lo, hi
 
 
 def neuron_values(cap: Capture, layer: int, head: int, token: int) -> dict[str, np.ndarray]:

@@ -82,7 +82,7 @@
         if (r >= 0 && r < R) drawCurves(...row(r));
       });
       box.append(JX.el("figure", { class: "sv-fig", "data-stat": stat, style: "margin:0" },
-        JX.el("figcaption", {}, TITLES[stat].replace("{w}", String(doc.local))), c,
+        JX.el("figcaption", {}, (stat === "local" && doc.causal ? "local: the {w} tokens before and itself" : TITLES[stat]).replace("{w}", String(doc.local))), c,
         JX.el("div", {}, JX.colorBar(`sg-cbar-${stat}`, ["#fff", "rgb(31,119,180)"], lo, hi, null, 96))));
     }
     /** One small line chart per statistic of one head along the text. */
