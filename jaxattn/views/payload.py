@@ -36,8 +36,15 @@ With embed "uint8" (and "auto" once the page's float32 data is over
   absolute error <= s / 2, about max|head| / 62 (1.6% of the head's largest value).
 
 Sections up to `LEVEL9_BYTES` deflate at level 9, larger ones at level 7 (level 9
-takes ~10 s on a 512-token example's 38 MB for 4% less). "float32" keeps all exact
-(also a row step over float16's range); tokens are shown as `analysis.display_token`.
+takes ~10 s on a 512-token example's 38 MB for 4% less), a long example's at level 6.
+"float32" keeps all exact (also a row step over float16's range); tokens are shown
+as `analysis.display_token`.
+
+A LONG example (over `long_maps.LONG_TOKENS` tokens) holds no [L, H, T, T] array:
+each weight kind is its band [L, H, T, W] (desc "band": [first, last] key offsets
+j - i, rows kept row-major) and "pooled:KIND" its maps max-pooled to
+`long_maps.POOL` (key-major); its stats JSON is `segments.segments_document`'s
+(statistics along the text), computed in the same pass over each head's map.
 """
 
 from __future__ import annotations

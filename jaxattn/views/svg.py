@@ -56,7 +56,7 @@ from jaxattn.views.drawing import (
     title,
     value_range,
 )
-from jaxattn.views.long_maps import head_map, pooled_maps
+from jaxattn.views.long_maps import head_map, is_long, pooled_maps
 from jaxattn.views.payload import kv_heads
 from jaxattn.views.stats_svg import stats_svg
 
@@ -445,6 +445,11 @@ def _check(cap: Capture, view: str, options: dict) -> None:
         )
     if cap.length == 0:
         raise ValueError("the capture has no tokens: capture a non-empty text")
+    if view == "stats" and is_long(cap):  # Clark et al.'s statistics: [L, H, T, T] float64
+        raise ValueError(
+            f"the stats view of a {cap.length}-token capture is its statistics along the "
+            "text: write the HTML stats-first page (jaxattn view --stats-first)"
+        )
     if options.get("kind", "attention") not in KIND_TITLES:
         raise ValueError(f"unknown kind {options['kind']!r}; choose from {', '.join(KIND_TITLES)}")
     heads = [] if options.get("heads") is None else list(options["heads"])

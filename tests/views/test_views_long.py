@@ -73,6 +73,8 @@ def test_an_8k_token_page_is_bounded_by_t_not_t_squared(capture_8k):
     assert len(model) < 1 << 20 and "max-pooled to" in model
     head = to_svg(cap, "head", tokens=(4000, 4040))
     assert "tokens 4000–4039 of 8192" in head and len(head) < 1 << 20
+    with pytest.raises(ValueError, match=r"8192-token capture .* \(jaxattn view --stats-first\)$"):
+        to_svg(cap, "stats")
 
 
 def test_the_stats_first_page_of_8k_tokens_is_small(capture_8k):
