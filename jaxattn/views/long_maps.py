@@ -1,8 +1,9 @@
 """Long examples on the page: max-pooled maps and a band of weights, never T x T.
 
-An example of more than `LONG_TOKENS` tokens is embedded without its [L, H, T, T]
-maps (8,192 tokens are 64M weights a head). Per layer, head and weight kind the
-page holds instead:
+An example of more than `LONG_TOKENS` tokens (or of more than `LONG_FROM` whose maps
+would take over `LONG_MAP_BYTES` as uint8: `is_long`) is embedded without its
+[L, H, T, T] maps (8,192 tokens are 64M weights a head). Per layer, head and weight
+kind the page holds instead:
 
 - the map max-pooled to `POOL` x `POOL` (`drawing.max_pool`'s blocks: block r holds
   cells floor(r T / POOL) .. floor((r + 1) T / POOL) - 1 of each axis), which the
@@ -30,14 +31,19 @@ from jaxattn.views.causal import is_causal
 from jaxattn.views.drawing import max_pool, value_range
 
 LONG_TOKENS = 2048  # longer examples are embedded as pooled maps and bands
+LONG_FROM, LONG_MAP_BYTES = 512, 64 << 20  # and longer ones whose maps are over 64 MiB
 POOL = 256  # the long maps' pooled size (the model view's enlarged map: 2 px a block)
 RADIUS = 64  # the head view's window: this many tokens either side of its centre
 BAND = 2 * RADIUS  # |i - j| <= BAND: every pair of a window of 2 RADIUS + 1 tokens
 
 
 def is_long(cap: Capture) -> bool:
-    """Whether the page embeds `cap` as pooled maps and bands (over `LONG_TOKENS` tokens)."""
-    return cap.length > LONG_TOKENS
+    """Whether the page embeds `cap` as pooled maps and bands: over `LONG_TOKENS` tokens,
+    or over `LONG_FROM` tokens with maps of over `LONG_MAP_BYTES` (a byte a weight: the
+    layers x heads x T² of a base-size model past ~700 tokens)."""
+    t = cap.length
+    maps = len(cap.layers) * len(cap.heads) * t * t
+    return t > LONG_TOKENS or (t > LONG_FROM and maps > LONG_MAP_BYTES)
 
 
 def window_size(t: int, radius: int = RADIUS) -> int:

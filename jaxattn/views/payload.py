@@ -40,7 +40,8 @@ takes ~10 s on a 512-token example's 38 MB for 4% less), a long example's at lev
 "float32" keeps all exact (also a row step over float16's range); tokens are shown
 as `analysis.display_token`.
 
-A LONG example (over `long_maps.LONG_TOKENS` tokens) holds no [L, H, T, T] array:
+A LONG example (`long_maps.is_long`: over 2,048 tokens, or maps over 64 MiB) holds no
+[L, H, T, T] array:
 each weight kind is its band [L, H, T, W] (desc "band": [first, last] key offsets
 j - i, rows kept row-major) and "pooled:KIND" its maps max-pooled to
 `long_maps.POOL` (key-major); its stats JSON is `segments.segments_document`'s

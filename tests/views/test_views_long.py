@@ -134,6 +134,12 @@ def test_a_long_example_is_packed_as_bands_and_pooled_maps():
         pooled[0, 0], max_pool(view_weights(cap, "attention")[0, 0], POOL), atol=1 / 510 + 1e-6
     )
     assert is_long(cap) and not is_long(long_capture(LONG_TOKENS, heads=1))
+    # shorter, but with maps of over 64 MiB: a 12 x 12-head model from ~700 tokens
+    base = dict(sentence_b_start=None, layers=tuple(range(12)), dtype="uint8", tensors={})
+    heads = tuple(range(12))
+    assert is_long(Capture(tokens=("a",) * 700, heads=heads, **base))
+    assert not is_long(Capture(tokens=("a",) * 600, heads=heads, **base))
+    assert not is_long(Capture(tokens=("a",) * 512, heads=heads * 40, **base))
 
 
 def reference(w: np.ndarray, causal: bool, segment: int, local: int) -> dict:

@@ -18,7 +18,7 @@
  * [data-i][data-j][data-head][data-w], .chip[data-head][data-on], #hv-all,
  * #hv-none, #hv-legend[data-causal], text.tok[data-side][data-idx], #hv-from, #hv-find,
  * #hv-window[data-lo][data-hi].
- * A LONG example (ex.long: over 2,048 tokens, embedded as bands, long_maps.py) shows
+ * A LONG example (ex.long: embedded as bands, long_maps.is_long) shows
  * the window of RADIUS tokens either side of a centre (JX.around), queries and keys
  * alike, with every line between them: #hv-at sets the centre, clicking a token
  * centres the window on it and pins it, #hv-find (Enter: the next match) centres it on
