@@ -21,7 +21,8 @@ vanilla JS + SVG/canvas, inlined, and fetch nothing.
 Modules: `payload` (captures -> the web viewer's JSON, and the page's packed
 data: a shared token table, per-example raw-deflate sections),
 `stats` (the stats view's numbers from `jaxattn.analysis`), `page` (the HTML),
-`long_maps` (a long example's pooled maps and bands, the head view's window),
+`causal` (whether a capture is a decoder's), `long_maps` (a long example's pooled
+maps and bands, the head view's window),
 `segments` and `segments_page` (the stats-first page: statistics along the text),
 `svg` (static SVG of the head, model and neuron views, written from Python) and
 `stats_svg` (the stats view's), with `drawing`'s colours, colour bars, max pooling
