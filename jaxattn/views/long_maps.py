@@ -10,14 +10,16 @@ kind the page holds instead:
   model view draws (its 64 px thumbnails pool these blocks further: the blocks nest);
 - the BAND of weights within `BAND` tokens of the diagonal: row i's weights on keys
   i - BAND .. i + BAND (a decoder's: i - BAND .. i, the keys it sees), which hold every
-  line of a head-view window of `window_size()` = 2 RADIUS + 1 tokens.
+  line of a head-view window of `window_size()` = 2 RADIUS + 1 tokens;
+- each query's weight on the first token (the sink), which the head view names when
+  the window does not hold that token.
 
-So a long example's weights take, per head and kind, at most POOL² + (2 BAND + 1) T
-bytes (uint8) before deflate: 2.2 MB at 8,192 tokens (`page.long_page_bound` states
-the whole page's). The head view shows the window of `RADIUS` tokens either side of the
-token hovered, clicked or found (`token_window`; head.js computes the same).
-Everything is computed one head at a time (`head_map`), so no [L, H, T, T] float
-array is made.
+So a long example's weights take, per head and kind, at most POOL² + (2 BAND + 2) T
+bytes (uint8: the band and the first-token column) before deflate: 2.2 MB at 8,192
+tokens (`page.long_page_bound` states the whole page's). The head view shows the
+window of `RADIUS` tokens either side of the token hovered, clicked or found
+(`token_window`; head.js computes the same). Everything is computed one head at a
+time (`head_map`), so no [L, H, T, T] float array is made.
 """
 
 from __future__ import annotations
@@ -101,21 +103,27 @@ def band(w: np.ndarray, first: int, last: int) -> np.ndarray:
     return out
 
 
-def long_arrays(cap: Capture, kind: str, causal: bool, visit=None) -> tuple[np.ndarray, np.ndarray]:
-    """(band [L, H, T, W], pooled [L, H, POOL, POOL]) float32 of one weight kind;
-    `visit(layer, head, w)` (indices, the [T, T] map) is called on each head's map too."""
+def long_arrays(cap: Capture, kind: str, causal: bool, visit=None) -> dict[str, np.ndarray]:
+    """One weight kind's arrays, float32: "band" [L, H, T, W], "pooled" [L, H, POOL, POOL]
+    and "first" [L, H, T], each query's weight on the first token (the sink, which a
+    window away from the start does not show); `visit(layer, head, w)` (indices, the
+    [T, T] map) is called on each head's map too."""
     first, last = band_offsets(causal)
     n_l, n_h, t = len(cap.layers), len(cap.heads), cap.length
-    bands = np.zeros((n_l, n_h, t, last - first + 1), np.float32)
-    pooled = np.zeros((n_l, n_h, POOL, POOL), np.float32)
+    out = dict(
+        band=np.zeros((n_l, n_h, t, last - first + 1), np.float32),
+        pooled=np.zeros((n_l, n_h, POOL, POOL), np.float32),
+        first=np.zeros((n_l, n_h, t), np.float32),
+    )
     for li in range(n_l):
         for hi in range(n_h):
             w = head_map(cap, kind, li, hi)
             if visit is not None:
                 visit(li, hi, w)
-            bands[li, hi] = band(w, first, last)
-            pooled[li, hi] = max_pool(w, POOL)
-    return bands, pooled
+            out["band"][li, hi] = band(w, first, last)
+            out["pooled"][li, hi] = max_pool(w, POOL)
+            out["first"][li, hi] = w[:, 0]
+    return out
 
 
 def pooled_maps(cap, kind: str, res: int, causal: bool) -> tuple[np.ndarray, float, float]:

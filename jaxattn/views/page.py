@@ -156,15 +156,16 @@ def long_page_bound(
 ) -> int:
     """The most bytes a long example of `tokens` adds to a uint8 page, for `maps` maps
     (layers x heads x weight kinds), `qk_values` query and key values and
-    `stats_values` numbers of its statistics (`segments`): each map's pooled square and
-    band, a byte a query/key value (and a float16 step a head), 13 bytes a statistic,
-    raised by deflate's worst case (5 bytes a 16 KiB block) and the page's text
-    encoding (16/13: `encode_text`); the JSON of its distinct tokens, 7 bytes a
-    token's index, and 16 KiB for the rest of the header. Linear in T, never T²."""
+    `stats_values` numbers of its statistics (`segments`): each map's pooled square,
+    band and first-token column, a byte a query/key value (and a float16 step a
+    head), 13 bytes a statistic, raised by deflate's worst case (5 bytes a 16 KiB
+    block) and the page's text encoding (16/13: `encode_text`); the JSON of its
+    distinct tokens, 7 bytes a token's index, and 16 KiB for the rest of the header.
+    Linear in T, never T² (docs/views.md)."""
     t = len(tokens)
     first, last = band_offsets(causal)
     pool = POOL * POOL
-    raw = maps * (pool + t * (last - first + 1) + 4) + qk_values * 1.01
+    raw = maps * (pool + t * (last - first + 2) + 8) + qk_values * 1.01
     raw += 13 * stats_values + 4
     deflated = raw + 5 * (raw // 16384 + 1) + 16
     text = sum(len(script_json(tok).encode()) + 1 for tok in set(tokens)) + 7 * t

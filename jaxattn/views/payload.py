@@ -44,8 +44,9 @@ A LONG example (`long_maps.is_long`: over 2,048 tokens, or maps over 64 MiB) hol
 [L, H, T, T] array:
 each weight kind is its band [L, H, T, W] (desc "band": [first, last] key offsets
 j - i, rows kept row-major) and "pooled:KIND" its maps max-pooled to
-`long_maps.POOL` (key-major); its stats JSON is `segments.segments_document`'s
-(statistics along the text), computed in the same pass over each head's map.
+`long_maps.POOL`; its stats JSON is `segments.segments_document`'s
+(statistics along the text), computed in the same pass over each head's map, and
+"first:KIND" [L, H, T] is each query's weight on the first token.
 """
 
 from __future__ import annotations
@@ -311,7 +312,9 @@ def pack_example(cap: Capture, views, exact: bool, label: str, table: dict) -> t
     for kind in kinds:  # a long example: its bands and pooled maps (`long_maps`)
         if long:
             visit = _row_visitor(cap, kind, causal, rows) if "stats" in views else None
-            arrays[kind], arrays[f"pooled:{kind}"] = long_arrays(cap, kind, causal, visit)
+            got = long_arrays(cap, kind, causal, visit)
+            arrays[kind], arrays[f"pooled:{kind}"] = got["band"], got["pooled"]
+            arrays[f"first:{kind}"] = got["first"]
             extra[kind] = dict(band=list(band_offsets(causal)))
         else:
             arrays[kind] = view_weights(cap, kind)
@@ -320,8 +323,8 @@ def pack_example(cap: Capture, views, exact: bool, label: str, table: dict) -> t
         arrays.update(queries=cap.array("queries"), keys=cap.array("keys"))
     section, descs = bytearray(), {}
     for name, x in arrays.items():
-        weights = name.removeprefix("pooled:") in KINDS
-        keymajor = weights and name not in extra  # a band's rows stay rows
+        weights = name.split(":")[-1] in KINDS
+        keymajor = weights and name in KINDS and name not in extra  # a band's rows stay rows
         code = "f4" if exact else "u1" if weights else "i1"
         descs[name], raw = pack_array(x, code, keymajor)
         section += bytes(-len(section) % 4)  # float32 views need 4-byte offsets

@@ -107,7 +107,9 @@ def test_long_arrays_hold_every_window_and_the_pooled_map(causal):
     cap = long_capture(300, causal=causal, norm=True)
     for kind in ("attention", "norm"):
         full = view_weights(cap, kind)[0]  # [H, T, T]
-        bands, pooled = long_arrays(cap, kind, causal)
+        got = long_arrays(cap, kind, causal)
+        bands, pooled = got["band"], got["pooled"]
+        np.testing.assert_allclose(got["first"][0], full[:, :, 0], rtol=1e-6)
         assert pooled.shape == (1, 2, POOL, POOL)
         for h in range(2):
             np.testing.assert_allclose(pooled[0, h], max_pool(full[h], POOL), rtol=1e-6)
@@ -123,7 +125,7 @@ def test_a_long_example_is_packed_as_bands_and_pooled_maps():
     cap = long_capture(LONG_TOKENS + 1, heads=1, causal=True)
     header, sections = pack_page(cap, views=("head", "model"), embed="uint8")
     arrays = header["examples"][0]["arrays"]
-    assert set(arrays) == {"attention", "pooled:attention"}
+    assert set(arrays) == {"attention", "pooled:attention", "first:attention"}
     assert arrays["attention"]["shape"] == [1, 1, LONG_TOKENS + 1, BAND + 1]
     assert arrays["attention"]["band"] == [-BAND, 0] and not arrays["attention"]["keymajor"]
     import zlib

@@ -53,6 +53,7 @@ def test_the_head_view_opens_a_window_around_a_token(page, long_pages):
     wait_ready(page)
     page.wait_for_selector("#hv-svg line", state="attached")
     assert _window(page) == token_window(0, T) == (0, 2 * RADIUS + 1)
+    assert page.query_selector("#hv-first").is_hidden()  # the window holds the first token
     toks = page.eval_on_selector_all('text.tok[data-side="left"]', "e => e.length")
     assert toks == 2 * RADIUS + 1
     # hovering a token of the window: its lines, all of them, with the page's weights
@@ -73,6 +74,11 @@ def test_the_head_view_opens_a_window_around_a_token(page, long_pages):
     assert _window(page) == token_window(2000, T)
     i, j, _, _ = _lines(page).T
     assert set(i) == {2000} and j.min() >= 2000 - RADIUS and j.max() <= 2000 + RADIUS
+    # its weight on the first token, outside the window, per head
+    first = page.query_selector("#hv-first")
+    assert first.get_attribute("data-query") == "2000" and first.is_visible()
+    sinks = [float(v) for v in first.get_attribute("data-weights").split(",")]
+    np.testing.assert_allclose(sinks, cap.attention[0, :, 2000, 0], atol=1 / 510 + 1e-6)
     page.fill("#hv-find", f"tok{T - 1}")  # at the end: the window shifts inside the text
     page.press("#hv-find", "Enter")
     page.wait_for_function(

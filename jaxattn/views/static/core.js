@@ -121,11 +121,12 @@
   async function loadPacked(ex) {
     const p = ex._packed, [a, b, n] = p.section;
     const raw = await inflate(JX.textBytes(p.text, a, b, n), "deflate-raw");
-    const t = { weights: {}, pooled: {} };
+    const t = { weights: {}, pooled: {}, first: {} };
     for (const [k, d] of Object.entries(p.arrays)) {
       if (k === "stats") ex.stats = JSON.parse(new TextDecoder().decode(raw.subarray(d.at, d.at + d.nbytes)));
       else if (k === "queries" || k === "keys") t[k] = packedTensor(d, raw);
       else if (k.startsWith("pooled:")) t.pooled[k.slice(7)] = packedTensor(d, raw);
+      else if (k.startsWith("first:")) t.first[k.slice(6)] = packedTensor(d, raw);
       else t.weights[k] = Object.assign(packedTensor(d, raw), { band: d.band || null });
     }
     ex.long = Object.values(t.weights).some((w) => !!w.band);

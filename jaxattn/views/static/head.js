@@ -23,7 +23,8 @@
  * alike, with every line between them: #hv-at sets the centre, clicking a token
  * centres the window on it and pins it, #hv-find (Enter: the next match) centres it on
  * the next token containing the text and pins that. Hovering a token of the window
- * draws its lines there. */
+ * draws its lines there; #hv-first[data-query][data-weights] gives a query's weight on
+ * the first token per active head when the window does not hold it. */
 "use strict";
 (function () {
   const JX = window.JaxattnViews;
@@ -44,6 +45,7 @@
     const chips = JX.el("div", { id: "hv-heads", class: "chips" });
     const legend = JX.el("div", { id: "hv-legend", class: "hv-legend" });
     const info = JX.el("div", { id: "hv-info", class: "info" });
+    const sink = JX.el("div", { id: "hv-first", class: "info", hidden: true });
     const scroll = JX.el("div", { class: "hv-scroll" });
     const NS = "http://www.w3.org/2000/svg";
     const svg = document.createElementNS(NS, "svg");
@@ -52,7 +54,7 @@
     gBoxes.setAttribute("class", "hv-boxes");
     svg.append(gLines, gBoxes, gToks);
     scroll.append(svg);
-    el.append(controls, chips, legend, info, scroll);
+    el.append(controls, chips, legend, info, sink, scroll);
     // a line's or box's tooltip (its <title>), made when the pointer first reaches it
     function tooltip(e) {
       const t = e.target, d = t.dataset, ex = ctx.ex;
@@ -262,6 +264,24 @@
         (parts.length < total ? `showing the ${parts.length} strongest of ${total} lines (weights ≥ ${cut.toPrecision(3)})` +
           (sel ? "." : "; hover or click a token for its own lines.") : `${parts.length} lines.`) +
         " Hover a token to isolate its lines; click to pin.";
+      firstToken(sel, n);
+    }
+    /** A long example's query outside the first token's window: its weight on that token
+     * (the sink) per active head, from the page's first-token column. */
+    function firstToken(sel, n) {
+      const ex = ctx.ex, col = ex.long && ex._t.first[ctx.state.kind];
+      const [kl] = rows("right");
+      sink.hidden = !(col && sel && sel.side === "left" && kl > 0 && n);
+      if (sink.hidden) return;
+      const parts = [], values = [];
+      ex.heads.forEach((h, hi) => {
+        if (!st.on[hi]) return;
+        const w = col.at(col.base(st.layer, hi, sel.idx));
+        values.push(w); parts.push(`head ${h} ${w.toFixed(3)}`);
+      });
+      sink.dataset.weights = values.join(",");
+      sink.dataset.query = String(sel.idx);
+      sink.textContent = `${ex.tokens[sel.idx]} (${sel.idx}) on the first token ${ex.tokens[0]}, outside the window: ${parts.join(", ")}.`;
     }
     return {
       el,
