@@ -12,7 +12,9 @@ MiniLM) or through a server (--server), with --layers/--heads. HTML holds
 every example with a selector and the chosen views; SVG and PNG (for papers)
 draw one view of one example (--example). --layers/--heads choose the layers
 and heads shown, of texts and saved captures alike (the head view of a static
-export draws one layer, the neuron view one layer and one head).
+export draws one layer, the neuron view one layer and one head). Modes:
+--compare (`view_compare`), --global (`view_global`) and --stats-first
+(`view_segments`: statistics along the text of long documents).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from jaxattn import outfile
 from jaxattn.analysis.weights import WEIGHT_KINDS
-from jaxattn.cli import view_compare, view_global
+from jaxattn.cli import view_compare, view_global, view_segments
 from jaxattn.cli.args import (
     add_codec_argument,
     add_limit_argument,
@@ -112,6 +114,7 @@ def register(subparsers) -> None:
     g.add_argument("--scale", type=float, default=2.0, help="PNG pixels per SVG pixel")
     view_compare.add_arguments(p)
     view_global.add_arguments(p)
+    view_segments.add_arguments(p, modes)
     p.set_defaults(func=_run)
 
 
@@ -148,6 +151,8 @@ def _run(args) -> int:
         return view_compare.run(args)
     if args.global_map:
         return view_global.run(args)
+    if args.stats_first:
+        return view_segments.run(args)
     if not args.inputs:
         raise UsageError(
             "give at least one INPUT (a text, an input file, a capture file or "

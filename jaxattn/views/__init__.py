@@ -12,6 +12,8 @@ vanilla JS + SVG/canvas, inlined, and fetch nothing.
     model_view(**views.to_bertviz(cap, view="model"))
     svg = views.to_svg(cap, "head", layer=2)              # static export, for papers
     views.write_png("head.png", svg)                      # headless chromium
+    views.write_segments_html("along.html", cap)          # long documents: statistics
+                                                          # along the text, no map needed
 
     # the live viewer (`jaxattn web`)
     server, port = views.create_web_server(engine, ("127.0.0.1", 8000))
@@ -19,6 +21,9 @@ vanilla JS + SVG/canvas, inlined, and fetch nothing.
 Modules: `payload` (captures -> the web viewer's JSON, and the page's packed
 data: a shared token table, per-example raw-deflate sections),
 `stats` (the stats view's numbers from `jaxattn.analysis`), `page` (the HTML),
+`causal` (whether a capture is a decoder's), `long_maps` (a long example's pooled
+maps and bands, the head view's window),
+`segments` and `segments_page` (the stats-first page: statistics along the text),
 `svg` (static SVG of the head, model and neuron views, written from Python) and
 `stats_svg` (the stats view's), with `drawing`'s colours, colour bars, max pooling
 and layout, `png` (chromium screenshots), `web` (the live viewer, stdlib
@@ -35,6 +40,8 @@ from jaxattn.views.payload import VIEWS, build_payload
 _LAZY = {
     "to_svg": ("jaxattn.views.svg", "to_svg"),
     "write_png": ("jaxattn.views.png", "write_png"),
+    "build_segments_html": ("jaxattn.views.segments_page", "build_segments_html"),
+    "write_segments_html": ("jaxattn.views.segments_page", "write_segments_html"),
     "find_chromium": ("jaxattn.views.png", "find_chromium"),
     "create_web_server": ("jaxattn.views.web", "create_web_server"),
 }
@@ -51,6 +58,7 @@ __all__ = [
     "VIEWS",
     "View",
     "build_html",
+    "build_segments_html",
     "create_web_server",
     "find_chromium",
     "build_payload",
@@ -58,4 +66,5 @@ __all__ = [
     "to_svg",
     "write_html",
     "write_png",
+    "write_segments_html",
 ]

@@ -26,10 +26,11 @@ import numpy as np
 
 from jaxattn import outfile
 from jaxattn.capture import Capture
+from jaxattn.views.long_maps import POOL, band_offsets
 from jaxattn.views.payload import MAX_EXAMPLES, VIEWS, pack_page
 
 # core.js first: the others register their views on the object it creates.
-SCRIPTS = ("core.js", "head.js", "model.js", "neuron.js", "stats.js")
+SCRIPTS = ("core.js", "head.js", "model.js", "neuron.js", "segments.js", "stats.js")
 STYLES = ("style.css",)
 
 # The static file fetches nothing; the web viewer's page may call its own origin.
@@ -148,6 +149,27 @@ def packed_body(header: dict, sections: Sequence[bytes], *, title: str, mount: s
         f"document.getElementById(id); ({mount})($('jaxattn'), JSON.parse("
         "$('jaxattn-data').textContent), $('jaxattn-bin').textContent); });</script>"
     )
+
+
+def long_page_bound(
+    tokens, maps: int, qk_values: int = 0, stats_values: int = 0, causal=False
+) -> int:
+    """The most bytes a long example of `tokens` adds to a uint8 page, for `maps` maps
+    (layers x heads x weight kinds), `qk_values` query and key values and
+    `stats_values` numbers of its statistics (`segments`): each map's pooled square,
+    band and first-token column, a byte a query/key value (and a float16 step a
+    head), 13 bytes a statistic, raised by deflate's worst case (5 bytes a 16 KiB
+    block) and the page's text encoding (16/13: `encode_text`); the JSON of its
+    distinct tokens, 7 bytes a token's index, and 16 KiB for the rest of the header.
+    Linear in T, never T² (docs/views.md)."""
+    t = len(tokens)
+    first, last = band_offsets(causal)
+    pool = POOL * POOL
+    raw = maps * (pool + t * (last - first + 2) + 8) + qk_values * 1.01
+    raw += 13 * stats_values + 4
+    deflated = raw + 5 * (raw // 16384 + 1) + 16
+    text = sum(len(script_json(tok).encode()) + 1 for tok in set(tokens)) + 7 * t
+    return int(deflated * 16 / 13) + text + 16 * 1024
 
 
 def write_html(path, captures: Capture | Sequence[Capture], **options) -> None:

@@ -36,8 +36,17 @@ With embed "uint8" (and "auto" once the page's float32 data is over
   absolute error <= s / 2, about max|head| / 62 (1.6% of the head's largest value).
 
 Sections up to `LEVEL9_BYTES` deflate at level 9, larger ones at level 7 (level 9
-takes ~10 s on a 512-token example's 38 MB for 4% less). "float32" keeps all exact
-(also a row step over float16's range); tokens are shown as `analysis.display_token`.
+takes ~10 s on a 512-token example's 38 MB for 4% less), a long example's at level 6.
+"float32" keeps all exact (also a row step over float16's range); tokens are shown
+as `analysis.display_token`.
+
+A LONG example (`long_maps.is_long`: over 2,048 tokens, or maps over 64 MiB) holds no
+[L, H, T, T] array:
+each weight kind is its band [L, H, T, W] (desc "band": [first, last] key offsets
+j - i, rows kept row-major) and "pooled:KIND" its maps max-pooled to
+`long_maps.POOL`; its stats JSON is `segments.segments_document`'s
+(statistics along the text), computed in the same pass over each head's map, and
+"first:KIND" [L, H, T] is each query's weight on the first token.
 """
 
 from __future__ import annotations
@@ -52,6 +61,8 @@ import numpy as np
 from jaxattn.analysis.tokens import display_tokens, readable_text
 from jaxattn.analysis.weights import KINDS, WEIGHT_KINDS, normalise_rows
 from jaxattn.capture import Capture
+from jaxattn.views.causal import causal_mask, is_causal
+from jaxattn.views.long_maps import band_offsets, is_long, long_arrays
 
 FORMAT = "jaxattn.views/1"
 VIEWS = ("head", "model", "neuron", "stats")
@@ -66,27 +77,6 @@ LEVEL9_BYTES = 8 << 20
 PAGE_FORMAT = "jaxattn.views.page/1"
 
 
-def is_causal(cap: Capture) -> bool:
-    """Whether a capture is a decoder's (query i sees keys j <= i only).
-
-    Its provenance says so (`jaxattn.info.provenance`), or in older files its model
-    config; otherwise (a file older still) the attention decides: a text of two or
-    more tokens, no sentence pair, and every weight above the diagonal exactly 0
-    (an encoder's softmax is never exactly 0 there).
-    """
-    if "causal" in cap.provenance:
-        return bool(cap.provenance["causal"])
-    config = cap.provenance.get("config") or {}
-    if "causal" in config:
-        return bool(config["causal"])
-    if cap.length < 2 or cap.sentence_b_start is not None or "attention" not in cap.tensors:
-        return False
-    att = cap.tensors["attention"]  # raw: uint8 0 is weight 0 only with offset 0
-    _, offset = cap.quantization.get("attention", (None, 0.0))
-    upper = np.triu(np.ones((cap.length, cap.length), bool), 1)
-    return bool(not offset and not np.any(att[..., upper]))
-
-
 def kv_heads(cap: Capture) -> list[int]:
     """For each query head (an index into ``cap.heads``) the index of the key/value head
     it reads in ``cap.keys``: from ``cap.kv_heads`` (its position on the G axis), or,
@@ -96,11 +86,6 @@ def kv_heads(cap: Capture) -> list[int]:
         return [axis.index(g) for g in cap.kv_heads]
     per = len(cap.heads) // cap.tensors["keys"].shape[1]
     return [h // per for h in range(len(cap.heads))]
-
-
-def causal_mask(t: int) -> np.ndarray:
-    """[T, T] booleans: True where query i may attend to key j (j <= i)."""
-    return np.tril(np.ones((t, t), bool))
 
 
 def query_head_keys(cap: Capture) -> np.ndarray:
@@ -165,16 +150,21 @@ def check_views(views: Sequence[str]) -> tuple[str, ...]:
     return tuple(v for v in VIEWS if v in views)
 
 
+def check_examples(count: int, max_examples: int) -> None:
+    """ValueError for a page of no example or of more than `max_examples`."""
+    if not count:
+        raise ValueError("no capture to view")
+    if count > max_examples:
+        raise ValueError(
+            f"{count} examples are over the page's cap of {max_examples}: view fewer, or "
+            f"raise the cap with max_examples={count} (jaxattn view --max-examples)"
+        )
+
+
 def check_request(captures, views, labels, embed, max_examples):
     """(captures as a list, validated views, embed) of a document request, or ValueError."""
     caps = [captures] if isinstance(captures, Capture) else list(captures)
-    if not caps:
-        raise ValueError("no capture to view")
-    if len(caps) > max_examples:
-        raise ValueError(
-            f"{len(caps)} examples are over the page's cap of {max_examples}: view fewer, or "
-            f"raise the cap with max_examples={len(caps)} (jaxattn view --max-examples)"
-        )
+    check_examples(len(caps), max_examples)
     if embed not in EMBED_DTYPES:
         valid = ", ".join(EMBED_DTYPES)
         raise ValueError(f"unknown embed dtype {embed!r}; expected one of {valid}")
@@ -302,26 +292,54 @@ def unpack_array(desc: dict, section: bytes) -> np.ndarray:
     return x.reshape(shape)
 
 
+def _row_visitor(cap: Capture, kind: str, causal: bool, rows: dict):
+    """A `long_maps.long_arrays` visitor keeping each head's `segments.row_statistics` in
+    `rows` by (kind, layer, head), so a long map is read once for the page."""
+    from jaxattn.views.segments import row_statistics
+
+    def visit(li: int, hi: int, w: np.ndarray) -> None:
+        rows[kind, cap.layers[li], cap.heads[hi]] = row_statistics(w, causal)
+
+    return visit
+
+
 def pack_example(cap: Capture, views, exact: bool, label: str, table: dict) -> tuple[dict, bytes]:
     """(header entry, raw section) of one capture of the page; `table` maps token -> index."""
     check_attention(cap)
-    arrays = {"attention": view_weights(cap, "attention")}
-    if WEIGHT_KINDS["norm"] in cap.tensors:
-        arrays["norm"] = view_weights(cap, "norm")
+    kinds = [k for k in KINDS if KINDS[k].quantity in cap.tensors]
+    long, causal = is_long(cap), is_causal(cap)
+    arrays, extra, rows = {}, {}, {}
+    for kind in kinds:  # a long example: its bands and pooled maps (`long_maps`)
+        if long:
+            visit = _row_visitor(cap, kind, causal, rows) if "stats" in views else None
+            got = long_arrays(cap, kind, causal, visit)
+            arrays[kind], arrays[f"pooled:{kind}"] = got["band"], got["pooled"]
+            arrays[f"first:{kind}"] = got["first"]
+            extra[kind] = dict(band=list(band_offsets(causal)))
+        else:
+            arrays[kind] = view_weights(cap, kind)
     grouped = "neuron" in views and {"queries", "keys"} <= set(cap.tensors)
     if grouped:
         arrays.update(queries=cap.array("queries"), keys=cap.array("keys"))
     section, descs = bytearray(), {}
     for name, x in arrays.items():
-        weights = name in KINDS
-        descs[name], raw = pack_array(x, "f4" if exact else "u1" if weights else "i1", weights)
+        weights = name.split(":")[-1] in KINDS
+        keymajor = weights and name in KINDS and name not in extra  # a band's rows stay rows
+        code = "f4" if exact else "u1" if weights else "i1"
+        descs[name], raw = pack_array(x, code, keymajor)
         section += bytes(-len(section) % 4)  # float32 views need 4-byte offsets
-        descs[name].update(at=len(section), nbytes=len(raw))
+        descs[name].update(at=len(section), nbytes=len(raw), **extra.get(name, {}))
         section += raw
     if "stats" in views:
-        from jaxattn.views.stats import stats_document
+        if long:  # Clark et al.'s statistics, Kovaleva's classes: O(T²) float64 arrays
+            from jaxattn.views.segments import segments_document
 
-        text = json.dumps(stats_document(cap), separators=(",", ":"), allow_nan=False).encode()
+            doc = segments_document(cap, rows=rows)
+        else:
+            from jaxattn.views.stats import stats_document
+
+            doc = stats_document(cap)
+        text = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
         descs["stats"] = dict(at=len(section), nbytes=len(text))
         section += text
     entry = dict(
@@ -351,14 +369,16 @@ def pack_page(
     caps, views, embed = check_request(captures, views, labels, embed, max_examples)
     names = needs(views)
     if embed == "auto":
-        size = sum(4 * c.array(q).size for c in caps for q in names if q in c.tensors)
+        size = sum(4 * c.tensors[q].size for c in caps for q in names if q in c.tensors)
         embed = "float32" if size <= AUTO_EXACT_PAGE_BYTES else "uint8"
     table: dict[str, int] = {}
     examples, sections = [], []
     for i, cap in enumerate(caps):
         label = labels[i] if labels else example_label(cap, i)
         entry, raw = pack_example(cap, views, embed == "float32", label, table)
-        z = zlib.compressobj(9 if len(raw) <= LEVEL9_BYTES else 7, zlib.DEFLATED, -15, 8)
+        # level 9 is slow on long examples' low-entropy bands (8x level 6's time for 3% less)
+        level = 6 if is_long(cap) else 9 if len(raw) <= LEVEL9_BYTES else 7
+        z = zlib.compressobj(level, zlib.DEFLATED, -15, 8)
         sections.append(z.compress(raw) + z.flush())
         examples.append(entry)
     header = dict(format=PAGE_FORMAT, views=list(views), tokens=list(table), examples=examples)

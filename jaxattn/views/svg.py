@@ -39,13 +39,13 @@ import numpy as np
 
 from jaxattn.analysis.tokens import display_tokens
 from jaxattn.capture import Capture
+from jaxattn.views.causal import causal_mask, is_causal
 from jaxattn.views.drawing import (
     KIND_TITLES,
     PAD,
     colorbar,
     head_color,
     label_stride,
-    max_pool,
     png_bytes,
     scale_color,
     scale_rgb,
@@ -56,7 +56,8 @@ from jaxattn.views.drawing import (
     title,
     value_range,
 )
-from jaxattn.views.payload import causal_mask, is_causal, kv_heads, view_weights
+from jaxattn.views.long_maps import head_map, is_long, pooled_maps
+from jaxattn.views.payload import kv_heads
 from jaxattn.views.stats_svg import stats_svg
 
 CHIP = 36
@@ -118,7 +119,8 @@ def head_svg(
     tokens [start, stop) of `tokens` (default: all up to `HEAD_MAX_TOKENS`, else the
     first `HEAD_MAX_TOKENS`): the window's queries and keys and the lines between them."""
     lo, hi = window(cap.length, tokens, HEAD_MAX_TOKENS)
-    w = view_weights(cap, kind)[layer, :, lo:hi, lo:hi]  # [H, t, t]
+    rows = slice(lo, hi)  # one head at a time: never the whole [L, H, T, T]
+    w = np.stack([head_map(cap, kind, layer, h, rows)[:, rows] for h in range(len(cap.heads))])
     hs = list(range(w.shape[0])) if heads is None else list(heads)
     t, rh, gap = hi - lo, 18, 220
     toks = [short(tok, 24) for tok in display_tokens(cap.tokens)[lo:hi]]
@@ -171,10 +173,8 @@ def model_svg(cap, *, kind="attention", thumb=None):
     max-pooled to `thumb` px (default: from the counts, about 960 px wide in all). A
     decoder's future (j > i) is masked: transparent pixels over a grey triangle, left out
     of the pooling and of the colour scale."""
-    w = view_weights(cap, kind)  # [L, H, T, T]
-    n_l, n_h, t = w.shape[:3]
+    n_l, n_h, t = len(cap.layers), len(cap.heads), cap.length
     causal = is_causal(cap)
-    allowed = causal_mask(t) if causal else np.ones((t, t), bool)
     gap = 12  # > the 11 px between tick labels: a row's last and the next's first
     lab = max(text_width(f"L{v}") for v in cap.layers) + 10
     toks = [short(tok, 12) for tok in display_tokens(cap.tokens)]
@@ -183,8 +183,7 @@ def model_svg(cap, *, kind="attention", thumb=None):
         thumb = (960 - lab - tick) / n_h - gap
         thumb = int(np.clip(thumb, 40, min(320, max(72, 24 * t))))
     res = min(t, thumb)
-    seen = w[..., allowed]
-    lo, hi = value_range([seen.min(), seen.max()])
+    maps, lo, hi = pooled_maps(cap, kind, res, causal)
     pooled = f", max-pooled to {res}×{res} px" if res < t else ""
     head, tw, th = title(PAD, PAD, f"Model view: {KIND_TITLES[kind]}, {t} tokens{pooled}")
     note, nw, nh = _note(PAD, PAD + th + 2, CAUSAL_NOTE + " (grey)") if causal else ("", 0, 0)
@@ -218,9 +217,8 @@ def model_svg(cap, *, kind="attention", thumb=None):
                 f'font-size="9" fill="#666">{escape(toks[i])}</text>'
             )
         for hi_ in range(n_h):
-            m = np.where(allowed, w[li, hi_], -np.inf) if causal else w[li, hi_]
             img = np.zeros((res, res, 4), np.uint8)
-            img[..., :3] = scale_rgb(max_pool(m, res) if res < t else m, lo, hi)
+            img[..., :3] = scale_rgb(maps[li, hi_], lo, hi)
             img[..., 3] = np.where(shown, 255, 0)
             data = base64.b64encode(png_bytes(img)).decode("ascii")
             x0 = x_of(hi_)
@@ -447,6 +445,11 @@ def _check(cap: Capture, view: str, options: dict) -> None:
         )
     if cap.length == 0:
         raise ValueError("the capture has no tokens: capture a non-empty text")
+    if view == "stats" and is_long(cap):  # Clark et al.'s statistics: [L, H, T, T] float64
+        raise ValueError(
+            f"the stats view of a {cap.length}-token capture is its statistics along the "
+            "text: write the HTML stats-first page (jaxattn view --stats-first)"
+        )
     if options.get("kind", "attention") not in KIND_TITLES:
         raise ValueError(f"unknown kind {options['kind']!r}; choose from {', '.join(KIND_TITLES)}")
     heads = [] if options.get("heads") is None else list(options["heads"])

@@ -35,3 +35,36 @@ def norm_weights(cap) -> np.ndarray:
     """‖αf‖ rows normalised, computed here from the capture (the test's own reference)."""
     x = cap.alpha_fx_norm.astype(np.float64)
     return x / x.sum(-1, keepdims=True)
+
+
+def long_capture(t: int, heads: int = 2, causal: bool = False, norm: bool = False, seed: int = 0):
+    """A synthetic one-layer capture of `t` tokens (numpy; no model): softmax rows of
+    random scores, head 0 a sink head (token 0), head 1 a previous-token head, the
+    others diffuse; a decoder's (`causal`) rows over j <= i. float32; with `norm`,
+    an alpha_fx_norm of the weights times random ||f(x_j)||."""
+    from jaxattn.capture import Capture
+
+    rng = np.random.default_rng(seed)
+    scores = rng.normal(size=(1, heads, t, t)).astype(np.float32)
+    idx = np.arange(t)
+    scores[:, 0, :, 0] += 6
+    if heads > 1:
+        scores[:, 1, idx[1:], idx[:-1]] += 7
+    if causal:
+        scores[..., idx[None, :] > idx[:, None]] = -np.inf
+    att = np.exp(scores - scores.max(-1, keepdims=True))
+    att /= att.sum(-1, keepdims=True)
+    tensors = dict(attention=att)
+    if norm:
+        tensors["alpha_fx_norm"] = att * rng.uniform(0.2, 3.0, size=(1, heads, 1, t)).astype(
+            np.float32
+        )
+    return Capture(
+        tokens=tuple(f"tok{i}" for i in range(t)),
+        sentence_b_start=None,
+        layers=(0,),
+        heads=tuple(range(heads)),
+        dtype="float32",
+        tensors=tensors,
+        provenance={"causal": causal},
+    )

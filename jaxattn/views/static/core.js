@@ -121,12 +121,15 @@
   async function loadPacked(ex) {
     const p = ex._packed, [a, b, n] = p.section;
     const raw = await inflate(JX.textBytes(p.text, a, b, n), "deflate-raw");
-    const t = { weights: {} };
+    const t = { weights: {}, pooled: {}, first: {} };
     for (const [k, d] of Object.entries(p.arrays)) {
       if (k === "stats") ex.stats = JSON.parse(new TextDecoder().decode(raw.subarray(d.at, d.at + d.nbytes)));
       else if (k === "queries" || k === "keys") t[k] = packedTensor(d, raw);
-      else t.weights[k] = packedTensor(d, raw);
+      else if (k.startsWith("pooled:")) t.pooled[k.slice(7)] = packedTensor(d, raw);
+      else if (k.startsWith("first:")) t.first[k.slice(6)] = packedTensor(d, raw);
+      else t.weights[k] = Object.assign(packedTensor(d, raw), { band: d.band || null });
     }
+    ex.long = Object.values(t.weights).some((w) => !!w.band);
     return t;
   }
   /** Decode one example's arrays once (lazily: only examples someone looks at). */
@@ -140,6 +143,23 @@
     return ex;
   };
   /** [start, end) of sentence A / B / all of an example. */
+  /** A long example (long_maps.py): its weights are bands, w(i, j) = 0 past |i - j| > BAND.
+   * JX.weightAt(t, layer, head, T) -> (i, j) => weight, for full maps and bands alike. */
+  JX.weightAt = function (t, layer, hi, T) {
+    const d = t.data, sc = t.exact ? 1 : t.scale, off = t.exact ? 0 : t.offset;
+    if (!t.band) { const base = t.base(layer, hi, 0, 0); return (i, j) => d[base + i * T + j] * sc + off; }
+    const [first, last] = t.band, W = last - first + 1, base = t.base(layer, hi, 0, 0);
+    return (i, j) => {
+      const k = j - i - first;
+      return k >= 0 && k < W ? d[base + i * W + k] * sc + off : 0;
+    };
+  };
+  /** [lo, hi) of the head view's window of `radius` tokens either side of `center`, shifted
+   * inside a T-token text (long_maps.token_window, the same rule). */
+  JX.around = function (center, T, radius) {
+    const n = Math.min(T, 2 * radius + 1), lo = Math.min(Math.max(0, center - radius), T - n);
+    return [lo, lo + n];
+  };
   JX.span = function (ex, which) {
     const b = ex.sentence_b_start, T = ex.tokens.length;
     if (which === "A") return [0, b === null ? T : b];

@@ -17,11 +17,18 @@
  * [data-drawn][data-candidates][data-active], rect.hv-box[data-side][data-idx]
  * [data-i][data-j][data-head][data-w], .chip[data-head][data-on], #hv-all,
  * #hv-none, #hv-legend[data-causal], text.tok[data-side][data-idx], #hv-from, #hv-find,
- * #hv-window[data-lo][data-hi]. */
+ * #hv-window[data-lo][data-hi].
+ * A LONG example (ex.long: embedded as bands, long_maps.is_long) shows
+ * the window of RADIUS tokens either side of a centre (JX.around), queries and keys
+ * alike, with every line between them: #hv-at sets the centre, clicking a token
+ * centres the window on it and pins it, #hv-find (Enter: the next match) centres it on
+ * the next token containing the text and pins that. Hovering a token of the window
+ * draws its lines there; #hv-first[data-query][data-weights] gives a query's weight on
+ * the first token per active head when the window does not hold it. */
 "use strict";
 (function () {
   const JX = window.JaxattnViews;
-  const WINDOW = 512, MAX_LINES = 5000, TOKEN_MAX_LINES = 50000, RH = 18, COLW = 130, BOXW = 36, GAP = 220, PAD = 6;
+  const WINDOW = 512, RADIUS = 64, MAX_LINES = 5000, TOKEN_MAX_LINES = 50000, RH = 18, COLW = 130, BOXW = 36, GAP = 220, PAD = 6;
   // The cut-off's histogram: bins of log2(weight) from 2^-24 to 1, OCTAVE to an octave.
   const OCTAVE = 32, BINS = 24 * OCTAVE + 1;
   const bin = (w) => Math.max(0, Math.min(BINS - 1, Math.floor((Math.log2(w) + 24) * OCTAVE)));
@@ -32,12 +39,13 @@
     norm: "‖αf(x)‖ with each query's row divided by its sum (rows sum to 1, as α's do)",
   };
   JX.views.head = function (ctx) {
-    const st = { layer: 0, on: null, filter: "all", min: 0, pinned: null, hover: null, lo: 0, found: -1 };
+    const st = { layer: 0, on: null, filter: "all", min: 0, pinned: null, hover: null, lo: 0, found: -1, center: 0 };
     const el = JX.el("div", { class: "hv" });
     const controls = JX.el("div", { class: "jx-controls" });
     const chips = JX.el("div", { id: "hv-heads", class: "chips" });
     const legend = JX.el("div", { id: "hv-legend", class: "hv-legend" });
     const info = JX.el("div", { id: "hv-info", class: "info" });
+    const sink = JX.el("div", { id: "hv-first", class: "info", hidden: true });
     const scroll = JX.el("div", { class: "hv-scroll" });
     const NS = "http://www.w3.org/2000/svg";
     const svg = document.createElementNS(NS, "svg");
@@ -46,7 +54,7 @@
     gBoxes.setAttribute("class", "hv-boxes");
     svg.append(gLines, gBoxes, gToks);
     scroll.append(svg);
-    el.append(controls, chips, legend, info, scroll);
+    el.append(controls, chips, legend, info, sink, scroll);
     // a line's or box's tooltip (its <title>), made when the pointer first reaches it
     function tooltip(e) {
       const t = e.target, d = t.dataset, ex = ctx.ex;
@@ -79,7 +87,8 @@
       const min = JX.el("input", { id: "hv-min", type: "number", min: 0, max: 1, step: 0.01, value: st.min });
       min.addEventListener("change", () => { st.min = Math.max(0, +min.value || 0); draw(); });
       controls.append(JX.el("label", {}, "Hide weights below ", min));
-      if (ex.T > WINDOW) windowControls(ex);
+      if (ex.long) longControls(ex);
+      else if (ex.T > WINDOW) windowControls(ex);
       else st.lo = 0;
       chips.innerHTML = "";
       chips.append(
@@ -113,18 +122,15 @@
         t.addEventListener("mouseleave", () => { st.hover = null; draw(); });
         t.addEventListener("click", () => {
           const same = st.pinned && st.pinned.side === sel.side && st.pinned.idx === sel.idx;
-          st.pinned = same ? null : sel; draw();
+          st.pinned = same ? null : sel;
+          if (ctx.ex.long && !same) { st.center = sel.idx; st.hover = null; build(); }
+          draw();
         });
       });
     }
-    /** A long text's window: the first token shown, and a search that moves to a token. */
-    function windowControls(ex) {
-      st.lo = Math.max(0, Math.min(st.lo, ex.T - WINDOW));
-      const from = JX.el("input", { id: "hv-from", type: "number", min: 0, max: ex.T - WINDOW, step: 10, value: st.lo });
-      from.addEventListener("change", () => {
-        st.lo = Math.max(0, Math.min(ex.T - WINDOW, Math.round(+from.value || 0)));
-        st.pinned = null; build(); draw();
-      });
+    /** The search box: Enter finds the next token containing its text, moves the window to
+     * it (`go(i)`) and pins it. */
+    function findBox(ex, go) {
       const find = JX.el("input", { id: "hv-find", type: "search", placeholder: "find a token", size: 12 });
       find.addEventListener("keydown", (e) => {
         if (e.key !== "Enter") return;
@@ -133,8 +139,7 @@
         for (let k = 1; k <= T; k++) {
           const i = (st.found + k) % T;
           if (ex.tokens[i].toLowerCase().includes(q)) {
-            st.found = i; st.lo = Math.max(0, Math.min(T - WINDOW, i - WINDOW / 2));
-            st.pinned = { side: "left", idx: i };
+            st.found = i; go(i); st.pinned = { side: "left", idx: i };
             build(); draw();
             const f = controls.querySelector("#hv-find");
             f.value = find.value; f.focus();
@@ -144,13 +149,41 @@
         find.setCustomValidity("no such token"); find.reportValidity();
       });
       find.addEventListener("input", () => find.setCustomValidity(""));
+      return find;
+    }
+    /** A long text's window: the first token shown, and a search that moves to a token. */
+    function windowControls(ex) {
+      st.lo = Math.max(0, Math.min(st.lo, ex.T - WINDOW));
+      const from = JX.el("input", { id: "hv-from", type: "number", min: 0, max: ex.T - WINDOW, step: 10, value: st.lo });
+      from.addEventListener("change", () => {
+        st.lo = Math.max(0, Math.min(ex.T - WINDOW, Math.round(+from.value || 0)));
+        st.pinned = null; build(); draw();
+      });
+      const find = findBox(ex, (i) => { st.lo = Math.max(0, Math.min(ex.T - WINDOW, i - WINDOW / 2)); });
       controls.append(JX.el("label", { id: "hv-window", "data-lo": st.lo, "data-hi": st.lo + WINDOW },
         `Tokens ${WINDOW} of ${ex.T}, from `, from), find);
+    }
+    /** A long text's window: its centre, and a search that centres it on a token. */
+    function longControls(ex) {
+      st.center = Math.max(0, Math.min(ex.T - 1, st.center));
+      const [lo, hi] = JX.around(st.center, ex.T, RADIUS);
+      const at = JX.el("input", { id: "hv-at", type: "number", min: 0, max: ex.T - 1, step: 1, value: st.center });
+      at.addEventListener("change", () => {
+        st.center = Math.max(0, Math.min(ex.T - 1, Math.round(+at.value || 0)));
+        st.pinned = null; build(); draw();
+      });
+      const find = findBox(ex, (i) => { st.center = i; });
+      controls.append(JX.el("label", { id: "hv-window", "data-lo": lo, "data-hi": hi, "data-center": st.center },
+        `Tokens ${lo}–${hi - 1} of ${ex.T}, around `, at), find);
     }
     const y = (r) => PAD + r * RH + RH / 2;
     function rows(side) {
       const f = st.filter === "all" ? null : st.filter[side === "left" ? 0 : 1];
       const [a, b] = JX.span(ctx.ex, f || "all");
+      if (ctx.ex.long) {
+        const [lo, hi] = JX.around(st.center, ctx.ex.T, RADIUS);
+        return [Math.max(a, lo), Math.max(Math.max(a, lo), Math.min(b, hi))];
+      }
       if (ctx.ex.T <= WINDOW) return [a, b];
       return [Math.max(a, st.lo), Math.max(Math.max(a, st.lo), Math.min(b, st.lo + WINDOW))];
     }
@@ -161,13 +194,12 @@
       const sel = st.pinned || st.hover;
       if (sel && sel.side === "left") { ql = Math.max(ql, sel.idx); qh = Math.min(qh, sel.idx + 1); }
       if (sel && sel.side === "right") { kl = Math.max(kl, sel.idx); kh = Math.min(kh, sel.idx + 1); }
-      const d = t.data, sc = t.exact ? 1 : t.scale, off = t.exact ? 0 : t.offset;
       for (let hi = 0; hi < ex.heads.length; hi++) {
         if (!st.on[hi]) continue;
-        const base = t.base(st.layer, hi, 0, 0);
+        const at = JX.weightAt(t, st.layer, hi, T);
         for (let i = ql; i < qh; i++) {
-          const r = base + i * T, end = ex.causal ? Math.min(kh, i + 1) : kh;
-          for (let j = kl; j < end; j++) { const w = d[r + j] * sc + off; if (w > 0) f(i, j, hi, w); }
+          const end = ex.causal ? Math.min(kh, i + 1) : kh;
+          for (let j = kl; j < end; j++) { const w = at(i, j); if (w > 0) f(i, j, hi, w); }
         }
       }
     }
@@ -180,11 +212,11 @@
       let slot = 0;
       for (let h = 0; h < ex.heads.length; h++) {
         if (!st.on[h]) continue;
-        const base = t.base(st.layer, h, 0, 0), color = JX.headColor(ex.heads[h]), x = x0 + slot * bw;
+        const at = JX.weightAt(t, st.layer, h, T), color = JX.headColor(ex.heads[h]), x = x0 + slot * bw;
         for (let k = lo; k < hi; k++) {
           const [i, j] = sel.side === "left" ? [sel.idx, k] : [k, sel.idx];
           if (ex.causal && j > i) continue;  // the masked future: nothing drawn
-          const w = t.at(base + i * T + j);
+          const w = at(i, j);
           if (!(w > 0)) continue;  // as the lines: none for a zero weight
           parts.push(`<rect class="hv-box" data-side="${other}" data-idx="${k}" data-i="${i}" data-j="${j}" data-head="${h}" data-w="${w}" x="${x}" y="${y(k - lo) - RH / 2 + 1}" width="${bw}" height="${RH - 2}" fill="${color}" fill-opacity="${w}"/>`);
         }
@@ -232,11 +264,29 @@
         (parts.length < total ? `showing the ${parts.length} strongest of ${total} lines (weights ≥ ${cut.toPrecision(3)})` +
           (sel ? "." : "; hover or click a token for its own lines.") : `${parts.length} lines.`) +
         " Hover a token to isolate its lines; click to pin.";
+      firstToken(sel, n);
+    }
+    /** A long example's query outside the first token's window: its weight on that token
+     * (the sink) per active head, from the page's first-token column. */
+    function firstToken(sel, n) {
+      const ex = ctx.ex, col = ex.long && ex._t.first[ctx.state.kind];
+      const [kl] = rows("right");
+      sink.hidden = !(col && sel && sel.side === "left" && kl > 0 && n);
+      if (sink.hidden) return;
+      const parts = [], values = [];
+      ex.heads.forEach((h, hi) => {
+        if (!st.on[hi]) return;
+        const w = col.at(col.base(st.layer, hi, sel.idx));
+        values.push(w); parts.push(`head ${h} ${w.toFixed(3)}`);
+      });
+      sink.dataset.weights = values.join(",");
+      sink.dataset.query = String(sel.idx);
+      sink.textContent = `${ex.tokens[sel.idx]} (${sel.idx}) on the first token ${ex.tokens[0]}, outside the window: ${parts.join(", ")}.`;
     }
     return {
       el,
       render() { build(); draw(); },
-      reset() { st.pinned = null; st.hover = null; st.on = null; st.lo = 0; st.found = -1; },
+      reset() { st.pinned = null; st.hover = null; st.on = null; st.lo = 0; st.found = -1; st.center = 0; },
       select(layer, heads) { st.layer = layer; st.on = ctx.ex.heads.map((_, k) => heads.includes(k)); },
       /** Show the window of tokens from `lo` (a long text's). */
       show(lo) { st.lo = lo; },

@@ -7,6 +7,9 @@
  * stripes ([SEP] columns, the diagonal) keep their full weight where an average
  * would fade them. A colour bar states the scale (0 to 1: the opacity of the
  * head's colour).
+ * A LONG example (ex.long, long_maps.py) holds its maps max-pooled to 256 x 256 in
+ * Python over the same blocks: the thumbnails pool those further (the blocks nest) and
+ * the enlarged map shows them at 2 px a block; its readout names the block's tokens.
  * JX.colorBar (here, used by every view) draws such bars.
  * DOM hooks: canvas.thumb[data-layer][data-head][data-res], canvas#mv-big,
  * #mv-cbar, #mv-big-cbar (.jx-cbar[data-min][data-max]). */
@@ -70,11 +73,14 @@
         else visible.delete(e.target);
       }
     });
+    /** [tensor, size] the maps are painted from: the weights, or a long example's pooled maps. */
+    const source = (ex) => (ex.long ? [ex._t.pooled[ctx.state.kind], ex._t.pooled[ctx.state.kind].shape[2]]
+      : [ex._t.weights[ctx.state.kind], ex.T]);
     function drawThumb(c) {
       dirty.delete(c);
       const ex = ctx.ex, res = +c.dataset.res, g = c.getContext("2d");
-      const img = g.createImageData(res, res), hi = +c.dataset.head;
-      paint(img, ex._t.weights[ctx.state.kind], +c.dataset.layer, hi, ex.T, res, JX.rgb(JX.headColor(ex.heads[hi])), ex.causal);
+      const img = g.createImageData(res, res), hi = +c.dataset.head, [src, n] = source(ex);
+      paint(img, src, +c.dataset.layer, hi, n, res, JX.rgb(JX.headColor(ex.heads[hi])), ex.causal);
       g.putImageData(img, 0, 0);
       c.dataset.drawn = ctx.state.kind;
     }
@@ -97,6 +103,7 @@
       info.textContent = `${ex.layers.length} layers × ${ex.heads.length} heads, ${JX.KIND_TITLES[ctx.state.kind]}; ` +
         `rows are query tokens, columns key tokens${ex.T > THUMB ? ` (max-pooled to ${THUMB} px: a pixel ` +
         "shows the strongest weight of its block, so [SEP] columns and diagonals stay visible)" : ""}. Click a map to enlarge it.` +
+        (ex.long ? ` A long example: the file holds each map max-pooled to ${source(ex)[1]} px (the head view shows single tokens).` : "") +
         (ex.causal ? ` ${JX.CAUSAL_NOTE} The grey triangle is the masked future.` : "");
       info.dataset.causal = ex.causal ? 1 : 0;
       scale.innerHTML = "";
@@ -108,14 +115,15 @@
       open = [li, hi];
       // Up to BIG tokens a cell is a whole number of px (up to 24); past that the map is
       // max-pooled to BIG px (as the thumbnails), so no cell is lost to the browser's scaling.
-      const ex = ctx.ex, T = ex.T, res = Math.min(T, BIG), cell = Math.max(1, Math.min(24, Math.floor(BIG / T)));
+      const ex = ctx.ex, T = ex.T, [src, n] = source(ex), res = Math.min(n, BIG);
+      const cell = Math.max(1, Math.min(24, Math.floor(BIG / n)));
       const pitch = (res * cell) / T;  // px per token
       // Every token labelled while a token has 11 px or more; below that the labels
       // are thinned to 11 px apart (JX.thinTicks: [CLS]/[SEP] first).
       const lab = 90, size = lab + res * cell, ticks = JX.thinTicks(ex.tokens, pitch);
       const c = JX.el("canvas", { id: "mv-big", width: size, height: size, "data-layer": li, "data-head": hi, "data-cell": cell, "data-label": lab, "data-res": res });
       const g = c.getContext("2d"), img = g.createImageData(res, res);
-      paint(img, ex._t.weights[ctx.state.kind], li, hi, T, res, JX.rgb(JX.headColor(ex.heads[hi])), ex.causal);
+      paint(img, src, li, hi, n, res, JX.rgb(JX.headColor(ex.heads[hi])), ex.causal);
       const tmp = JX.el("canvas", { width: res, height: res });
       tmp.getContext("2d").putImageData(img, 0, 0);
       g.imageSmoothingEnabled = false;
@@ -134,6 +142,13 @@
         const j = Math.floor(((e.clientX - r.left) * k - lab) / pitch), i = Math.floor(((e.clientY - r.top) * k - lab) / pitch);
         if (i < 0 || j < 0 || i >= T || j >= T) return;
         const t = ex._t.weights[ctx.state.kind];
+        if (ex.long) {  // the pooled block under the pointer: its tokens and largest weight
+          const r = Math.floor((i * res) / T), q = Math.floor((j * res) / T), edge = (b) => Math.floor((b * T) / res);
+          readout.textContent = `tokens ${edge(r)}–${edge(r + 1) - 1} → ${edge(q)}–${edge(q + 1) - 1}: ` +
+            (ex.causal && q > r ? "masked (later tokens)" : `largest weight ${src.at(src.base(li, hi, r, q)).toFixed(4)}`) +
+            ` (the map is max-pooled to ${res} px; the head view shows single tokens)`;
+          return;
+        }
         readout.textContent = `${ex.tokens[i]} (${i}) → ${ex.tokens[j]} (${j}): ` +
           (ex.causal && j > i ? "masked (a later token)" : t.at(t.base(li, hi, i, j)).toFixed(4)) +
           (res < T ? ` (the map is max-pooled to ${res} px)` : "");

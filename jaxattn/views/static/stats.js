@@ -4,7 +4,8 @@
  * kind. Each statistic has its own colour scale, from min(0, its minimum) to
  * its maximum over the heads, stated by a colour bar under its map (JX.colorBar
  * of model.js). DOM hooks: rect[data-stat][data-layer][data-head][data-v],
- * figure.sv-fig[data-stat] .jx-cbar[data-min][data-max], #sv-vig-legend. */
+ * figure.sv-fig[data-stat] .jx-cbar[data-min][data-max], #sv-vig-legend.
+ * A long example's statistics are along the text instead (segments.js draws them). */
 "use strict";
 (function () {
   const JX = window.JaxattnViews;
@@ -33,6 +34,7 @@
     function render() {
       el.innerHTML = "";
       const ex = ctx.ex, doc = ex.stats, kind = ctx.state.kind;
+      if (doc && doc.format === "jaxattn.views.segments/1") { JX.drawSegments(el, doc, ex.tokens, kind); return; }
       const k = doc && doc.kinds[kind];
       if (!k) { el.append(JX.el("div", { class: "info" }, `No statistics for ${kind} weights in this file.`)); return; }
       el.append(JX.el("div", { class: "info", id: "sv-info" }, `${JX.KIND_TITLES[kind]}, this example (rows layers, columns heads). ` +

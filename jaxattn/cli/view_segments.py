@@ -1,0 +1,113 @@
+"""`jaxattn view INPUT --stats-first --out FILE`: per-head statistics along the text.
+
+The stats-first page (`jaxattn.views.segments_page`, docs/views.md): for each
+layer and head the sink, previous-token and local shares and the entropy per
+segment of the text, for long documents. Texts are captured twice: the
+statistics of every layer and head (``decoder_head_stats``, and ``head_stats``
+for an encoder's entropy: [L, H] numbers, no map) and, with ``--stats-first
+maps`` (the default), the attention maps of the --layers/--heads selection,
+from which the segments come; ``--stats-first statistics`` captures no map (each
+head's whole-text values only). Saved capture files are used as they are:
+consecutive files of the same text are one example.
+"""
+
+from __future__ import annotations
+
+from jaxattn.cli.args import check_output, ensure_parent, positive
+from jaxattn.cli.corpus import read_inputs
+from jaxattn.errors import InputError, UsageError
+
+FROM = ("maps", "statistics")
+
+
+def add_arguments(parser, modes) -> None:
+    """Add this mode's options: --stats-first in the view modes' group, its settings."""
+    from jaxattn.views.segments import LOCAL, SEGMENT
+
+    modes.add_argument(
+        "--stats-first",
+        nargs="?",
+        const="maps",
+        choices=FROM,
+        help="per-head sink/previous/local shares and entropy along the text, per "
+        "--segment tokens, for long documents; 'maps' (default): the segments of the "
+        "--layers/--heads selection from its maps, every head's whole-text values from "
+        "its statistics; 'statistics': no map captured (docs/views.md)",
+    )
+    g = parser.add_argument_group("--stats-first: statistics along the text")
+    g.add_argument(
+        "--segment",
+        type=positive,
+        default=SEGMENT,
+        metavar="TOKENS",
+        help=f"tokens a segment (default {SEGMENT})",
+    )
+    g.add_argument(
+        "--local-window",
+        type=positive,
+        default=LOCAL,
+        metavar="TOKENS",
+        help=f"the local share: weight on keys within this many tokens (default {LOCAL})",
+    )
+
+
+def _statistics(causal: bool) -> tuple[tuple[str, ...], ...]:
+    """The statistics captures of a text, one quantity each (each runs blockwise on a long
+    text: `jaxattn.engine.blockwise.SERVES`, one kind of statistics a request):
+    decoder_head_stats (sink, prev; a decoder's entropy) and, for an encoder, head_stats
+    (its entropy, smoothed over every key)."""
+    return (("decoder_head_stats",),) if causal else (("decoder_head_stats",), ("head_stats",))
+
+
+def _capture(args, texts: list) -> list[list]:
+    """Per captured text, its captures: the statistics of every layer and head, then (with
+    --stats-first maps) the attention maps of the --layers/--heads selection."""
+    from jaxattn.cli.corpus import report
+    from jaxattn.cli.source import open_source
+
+    options = dict(dtype="float32", too_long=args.too_long, precision=args.precision)
+    runs = []
+    with open_source(args) as source:
+        causal = bool(source.model_info().causal)
+        for what in _statistics(causal):
+            runs.append((what, None, None))
+        if args.stats_first == "maps":
+            runs.append((("attention",), args.layers, args.heads))
+        per_run = []
+        for what, layers, heads in runs:
+            stream = source.capture_iter(texts, what=what, layers=layers, heads=heads, **options)
+            per_run.append(list(stream))
+        report(stream, "jaxattn view --stats-first")
+    return [list(caps) for caps in zip(*per_run, strict=True)]
+
+
+def run(args) -> int:
+    """Write the stats-first page of `args.inputs` to `args.out` (HTML)."""
+    from jaxattn.views.segments_page import write_segments_html
+
+    if not args.inputs:
+        raise UsageError("--stats-first: give at least one INPUT (a text, a file or a capture)")
+    if args.format not in (None, "html") or not args.out.lower().endswith((".html", ".htm")):
+        raise UsageError(f"--stats-first writes an HTML page: --out {args.out} is not .html")
+    check_output(args.out, args.overwrite)
+    items = read_inputs(args.inputs, args.limit, args.max_examples)
+    if not items:
+        raise InputError(None, f"no example to view in {' '.join(args.inputs)}")
+    texts = [x for x in items if isinstance(x, str | tuple)]
+    caps = [x for x in items if not isinstance(x, str | tuple)]  # saved captures first
+    caps += [c for group in (_capture(args, texts) if texts else []) for c in group]
+    if not caps:
+        raise InputError(None, "every text was skipped (--too-long skip): nothing to view")
+    try:
+        write_segments_html(
+            ensure_parent(args.out),
+            caps,
+            segment=args.segment,
+            local=args.local_window,
+            title=args.title,
+            max_examples=args.max_examples,
+        )
+    except ValueError as e:
+        raise UsageError(f"--stats-first: {e}") from None
+    print(f"wrote {args.out} (statistics along the text; {len(caps)} capture(s))")
+    return 0
