@@ -272,6 +272,23 @@ STATISTICS = tuple(
 # The per-token context-mixing quantities ([L, T, M]), computed together.
 MIXING = tuple(name for name, q in QUANTITIES.items() if q.axis("M") is not None)
 
+# The maps: the quantities over query rows T and key positions S together ([.., T, S]),
+# the ones a selection of query and key positions (`CaptureSpec.query_positions`,
+# `key_positions`) cuts to [.., R, S'].
+MAPS = tuple(
+    name for name, q in QUANTITIES.items() if q.axis("T") is not None and q.axis("S") is not None
+)
+
+
+def token_sizes(name: str, length: int, rows: int | None = None, keys: int | None = None) -> dict:
+    """The sizes of the token axes T and S of one example's quantity `name` of `length`
+    tokens: a map's (`MAPS`) T is `rows` and its S is `keys` where a selection of query
+    and key positions gives them (None: every position); every other quantity's are
+    `length`."""
+    if name not in MAPS:
+        return {"T": length, "S": length}
+    return {"T": length if rows is None else rows, "S": length if keys is None else keys}
+
 
 def shape(name: str, sizes: Mapping[str, int]) -> tuple[int, ...]:
     """The shape of one example's quantity `name`.

@@ -257,11 +257,15 @@ class BatchPipeline:
     def output_bytes(self, spec: CaptureSpec, length: int) -> int:
         """Bytes one example padded to `length` returns under `spec`."""
         c = self.config
-        sizes = dict(
-            L=len(spec.layers), H=len(spec.heads), T=length, S=length, K=c.head_dim, D=c.hidden_size
-        )
+        sizes = dict(L=len(spec.layers), H=len(spec.heads), K=c.head_dim, D=c.hidden_size)
         item = OUTPUT_DTYPES[spec.dtype].itemsize
-        return sum(quantities.size(name, sizes) for name in spec.what) * item
+        return (
+            sum(
+                quantities.size(name, {**sizes, **spec.token_sizes(name, length)})
+                for name in spec.what
+            )
+            * item
+        )
 
     def attention_bytes(self, spec: CaptureSpec, length: int, ablated: bool = False) -> int:
         """Attention working memory of one example padded to `length` under `spec`

@@ -447,6 +447,8 @@ def _check(cap: Capture, view: str, options: dict) -> None:
         )
     if cap.length == 0:
         raise ValueError("the capture has no tokens: capture a non-empty text")
+    if view != "neuron":  # queries and keys are whole whatever the maps hold
+        cap.check_full_maps(f"the {view} view")
     if options.get("kind", "attention") not in KIND_TITLES:
         raise ValueError(f"unknown kind {options['kind']!r}; choose from {', '.join(KIND_TITLES)}")
     heads = [] if options.get("heads") is None else list(options["heads"])

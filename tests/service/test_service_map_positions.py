@@ -1,0 +1,61 @@
+"""The maps' query rows and key positions through the server and the client.
+
+The captures are the server engine's whole maps sliced in numpy; the output limits
+count the selected rows and keys, not T x T (the refusals of bad positions are
+rows of the table in test_service_validation.py).
+"""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from conftest import TEXTS, WHAT
+
+from jaxattn.v1 import attention_pb2 as pb
+
+
+@pytest.fixture(scope="module")
+def whole(svc_engine):
+    return svc_engine.capture(TEXTS, what=WHAT)
+
+
+def test_the_client_gets_each_texts_rows_and_keys_of_the_whole_maps(client, whole):
+    import numpy as np
+
+    caps = client.capture(TEXTS, what=WHAT, query_positions="-2:", key_positions=[0, -1])
+    again = list(client.capture_iter(TEXTS, what=WHAT, query_positions="-2:", key_positions="0,-1"))
+    assert len({c.length for c in caps}) > 2  # negative positions from each one's end
+    for got, streamed, want in zip(caps, again, whole, strict=True):
+        n = want.length
+        rows, keys = [n - 2, n - 1], [0, n - 1]
+        assert got.query_positions == streamed.query_positions == tuple(rows)
+        assert got.key_positions == streamed.key_positions == tuple(keys)
+        for name in WHAT:
+            np.testing.assert_array_equal(got.array(name), want.array(name)[:, :, rows][..., keys])
+            np.testing.assert_array_equal(streamed.array(name), got.array(name))
+
+
+def test_the_output_limit_counts_the_selected_rows_not_the_whole_map(svc_engine):
+    from service.requests import RequestError, RequestParser
+
+    # WHAT at the 32-token bucket: 2 x 3 layers x 3 heads x 32 x 32 x 4 bytes = 73,728
+    parser = RequestParser(svc_engine, max_texts=8, max_tokens=500, max_example_bytes=10_000)
+    texts = [pb.Text(text="the cat sat on the mat")]
+    with pytest.raises(RequestError) as info:
+        parser.parse(pb.CaptureRequest(texts=texts, what=WHAT))
+    assert info.value.limit == "max_example_bytes" and "select query rows" in info.value.message
+    one_row = parser.parse(pb.CaptureRequest(texts=texts, what=WHAT, query_positions=[-1]))
+    assert one_row.spec.query_positions == (-1,)  # 2 x 3 x 3 x 1 x 32 x 4 = 2,304 bytes
+    with pytest.raises(RequestError) as info:
+        parser.parse(pb.CaptureRequest(texts=texts, what=WHAT, query_positions=[0, 1, 2, 3, 4]))
+    assert info.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "3 layers x 3 heads x 5 query rows, float32" in info.value.message
+
+
+def test_a_client_refuses_whole_maps_from_a_server_that_ignores_positions(whole):
+    from jaxattn.client.errors import AttentionServiceError
+    from jaxattn.client.request import check_answer
+
+    request = pb.CaptureRequest(query_positions=[-1])
+    with pytest.raises(AttentionServiceError, match="sent whole maps"):
+        check_answer(request, whole[0], "old:1")
