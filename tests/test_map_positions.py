@@ -88,11 +88,18 @@ def test_each_text_resolves_negative_positions_from_its_own_end():
         resolve_positions((0, -10), 10, "key_positions")
 
 
-def test_the_cli_reads_negative_positions_as_values():
+def test_capture_and_dump_take_the_positions_negative_ones_included(capsys):
+    from jaxattn.cli import build_parser
     from jaxattn.cli.args import join_selections
 
-    argv = ["capture", "x", "--query-positions", "-256:", "--key-positions", "-1,0"]
-    assert join_selections(argv)[2:] == ["--query-positions=-256:", "--key-positions=-1,0"]
+    parser = build_parser()
+    for command in (["capture", "x"], ["dump", "in.txt", "--out", "s.zarr"]):
+        argv = [*command, "--query-positions", "-3:", "--key-positions", "-1,0"]
+        args = parser.parse_args(join_selections(argv))
+        assert args.query_positions == (-3, -2, -1) and args.key_positions == (-1, 0)
+    with pytest.raises(SystemExit):
+        parser.parse_args(join_selections(["capture", "x", "--query-positions", "10:"]))
+    assert "a different count of positions in each" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")

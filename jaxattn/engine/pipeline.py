@@ -228,9 +228,10 @@ class BatchPipeline:
         as real batches do: the jit cache keys on argument types."""
         if stop is not None and stop():
             return False
-        dummy = [TokenizedText(ids=(0,), type_ids=(0,), tokens=("",), sentence_b_start=None)]
-        batch = batching.Batch(length, n, (0,))
-        self.step.compile(spec, *self.step.place(*host.pack(batch, dummy, self.config, spec)))
+        # Every row a dummy one: a real example would have to hold the spec's query and
+        # key positions (`map_positions.arrays`), and the program is the same.
+        batch = batching.Batch(length, n, ())
+        self.step.compile(spec, *self.step.place(*host.pack(batch, [], self.config, spec)))
         return True
 
     def _compile_ahead(self, spec: CaptureSpec, plan) -> _CompilingAhead | None:
