@@ -6,7 +6,9 @@ key/value heads (H without grouped-query attention; Llama:
 T query positions, S key positions, K head dim, D model dim, N the head statistics of
 `HEAD_STATS`, P the decoder statistics of `DECODER_HEAD_STATS`, M the norm-based
 mixing measures of `NORM_MEASURES`. T and S are
-trimmed to an example's real length before anything is returned. For
+trimmed to an example's real length before anything is returned; a map's (`MAPS`)
+are its selected query rows and key positions where a capture selects them
+(`CaptureSpec.query_positions`, `key_positions`). For
 ``hidden_states`` the L axis holds L+1 entries: the embeddings output, then the
 output of each captured layer.
 
