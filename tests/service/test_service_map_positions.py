@@ -59,3 +59,26 @@ def test_a_client_refuses_whole_maps_from_a_server_that_ignores_positions(whole)
     request = pb.CaptureRequest(query_positions=[-1])
     with pytest.raises(AttentionServiceError, match="sent whole maps"):
         check_answer(request, whole[0], "old:1")
+
+
+def test_the_wire_refuses_a_header_whose_positions_do_not_fit_its_maps(whole):
+    import dataclasses
+
+    from jaxattn.wire import WireError
+    from jaxattn.wire.receive import StreamDecoder
+    from jaxattn.wire.send import chunk_example
+
+    cap, n = whole[0], whole[0].length
+    rows, keys = (n - 2, n - 1), (0, n - 1)
+    tensors = {k: a[:, :, list(rows)][..., list(keys)] for k, a in cap.tensors.items()}
+    cut = dataclasses.replace(cap, tensors=tensors, query_positions=rows, key_positions=keys)
+    messages = list(chunk_example(0, cut, codec="none", max_chunk_bytes=1 << 20))
+    decoder = StreamDecoder()
+    (back,) = [c for m in messages if (c := decoder.feed(m)) is not None]
+    assert back.query_positions == rows and back.key_positions == keys
+    del messages[0].header.query_positions[:]
+    messages[0].header.query_positions.extend([n - 3, n - 2, n - 1])  # three named, two sent
+    decoder = StreamDecoder()
+    with pytest.raises(WireError, match="has 2 entries on its T axis, but the header's"):
+        for m in messages:
+            decoder.feed(m)
