@@ -35,6 +35,21 @@ def test_the_client_gets_each_texts_rows_and_keys_of_the_whole_maps(client, whol
             np.testing.assert_array_equal(streamed.array(name), got.array(name))
 
 
+def test_uint8_maps_take_their_range_from_the_selected_rows_and_keys(client, whole):
+    """The affine uint8 range (alpha_fx_norm) is the min and max of what is kept, so the
+    decoded values are the whole float32 map's within half a step."""
+    import numpy as np
+
+    caps = client.capture(TEXTS, what=WHAT, dtype="uint8", query_positions=[-1], key_positions=":2")
+    for got, want in zip(caps, whole, strict=True):
+        kept = want.alpha_fx_norm[:, :, [want.length - 1]][..., [0, 1]]
+        scale, offset = got.quantization["alpha_fx_norm"]
+        assert offset == pytest.approx(kept.min(), rel=1e-6)
+        assert scale == pytest.approx((kept.max() - kept.min()) / 255, rel=1e-5)
+        np.testing.assert_allclose(got.alpha_fx_norm, kept, atol=scale / 2 + 1e-7)
+        np.testing.assert_allclose(got.attention, want.attention[:, :, -1:, :2], atol=0.5 / 255)
+
+
 def test_the_output_limit_counts_the_selected_rows_not_the_whole_map(svc_engine):
     from service.requests import RequestError, RequestParser
 
