@@ -222,3 +222,13 @@ def test_a_dump_names_a_record_too_short_for_its_positions(checkpoint_dirs, engi
 def test_the_engine_refuses_positions_a_text_lacks_before_anything_runs(engines, kwargs, words):
     with pytest.raises(UsageError, match=words):
         engines["bert"].capture(["the cat sat on the mat", ""], **kwargs)
+
+
+def test_capture_iter_names_a_text_lacking_positions_by_its_place_in_the_input():
+    from jaxattn.stream import _shifted
+
+    error = UsageError("query_positions position -30 is outside text 1 of 8 tokens: ...")
+    error.index = 1
+    shifted = _shifted(error, 256)  # text 1 of the window that starts at input 256
+    assert isinstance(shifted, UsageError) and shifted.index == 257
+    assert str(shifted).startswith("query_positions position -30 is outside text 257 of 8")

@@ -24,6 +24,7 @@ from jaxattn.engine.params import check_params, fingerprint
 from jaxattn.engine.pipeline import BatchPipeline
 from jaxattn.engine.step import CaptureStep
 from jaxattn.engine.tokenize import TokenizedText, Tokenizer, check_texts
+from jaxattn.errors import UsageError
 from jaxattn.info import ModelInfo, provenance
 from jaxattn.inputs import Text
 from jaxattn.spec import CaptureSpec, Selection, check_precision, make_spec
@@ -349,8 +350,12 @@ class Engine:
         )
         tokenized = self.tokenize(texts, too_long=too_long)
         for i, t in enumerate(tokenized):  # each text's positions, before anything runs
-            if t is not None:
-                spec.positions_of_example(t.length, f"text {i}")
+            try:
+                if t is not None:
+                    spec.positions_of_example(t.length, f"text {i}")
+            except UsageError as e:
+                e.index = i  # capture_iter names it by its place in the input
+                raise
         kept = [t for t in tokenized if t is not None]
         return self._in_order(self.run(kept, spec, ablation))
 
