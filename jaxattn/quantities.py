@@ -6,7 +6,9 @@ key/value heads (H without grouped-query attention; Llama:
 T query positions, S key positions, K head dim, D model dim, N the head statistics of
 `HEAD_STATS`, P the decoder statistics of `DECODER_HEAD_STATS`, M the norm-based
 mixing measures of `NORM_MEASURES`. T and S are
-trimmed to an example's real length before anything is returned. For
+trimmed to an example's real length before anything is returned; a map's (`MAPS`)
+are its selected query rows and key positions where a capture selects them
+(`CaptureSpec.query_positions`, `key_positions`). For
 ``hidden_states`` the L axis holds L+1 entries: the embeddings output, then the
 output of each captured layer.
 
@@ -271,6 +273,23 @@ STATISTICS = tuple(
 
 # The per-token context-mixing quantities ([L, T, M]), computed together.
 MIXING = tuple(name for name, q in QUANTITIES.items() if q.axis("M") is not None)
+
+# The maps: the quantities over query rows T and key positions S together ([.., T, S]),
+# the ones a selection of query and key positions (`CaptureSpec.query_positions`,
+# `key_positions`) cuts to [.., R, S'].
+MAPS = tuple(
+    name for name, q in QUANTITIES.items() if q.axis("T") is not None and q.axis("S") is not None
+)
+
+
+def token_sizes(name: str, length: int, rows: int | None = None, keys: int | None = None) -> dict:
+    """The sizes of the token axes T and S of one example's quantity `name` of `length`
+    tokens: a map's (`MAPS`) T is `rows` and its S is `keys` where a selection of query
+    and key positions gives them (None: every position); every other quantity's are
+    `length`."""
+    if name not in MAPS:
+        return {"T": length, "S": length}
+    return {"T": length if rows is None else rows, "S": length if keys is None else keys}
 
 
 def shape(name: str, sizes: Mapping[str, int]) -> tuple[int, ...]:

@@ -30,8 +30,10 @@ class CaptureSource(Protocol):
     The methods take the same selection as `jaxattn.Engine.capture`: quantity
     names, layers and heads (`jaxattn.spec.Selection`: indices, negative ones,
     slices; None = all), the output dtype, the long-text policy `too_long`
-    ("error", "truncate", "skip"), and the compute precision (None = the
-    source's default, `model_info().precision`). Every option after `texts` is
+    ("error", "truncate", "skip"), the compute precision (None = the
+    source's default, `model_info().precision`), and the query rows and key
+    positions the maps keep (`query_positions`, `key_positions`: token positions,
+    negative ones from each text's end; None = all). Every option after `texts` is
     keyword-only, so a call means the same on either source. They raise
     `jaxattn.UsageError` for a bad request and `jaxattn.InputError` for a bad
     text; a server source raises `jaxattn.ServerError` (`AttentionServiceError`)
@@ -53,6 +55,8 @@ class CaptureSource(Protocol):
         dtype: str = "float32",
         precision: str | None = None,
         too_long: str | None = None,
+        query_positions: Selection = None,
+        key_positions: Selection = None,
     ) -> list[Capture]:
         """One Capture per text, in input order."""
         ...
@@ -67,6 +71,8 @@ class CaptureSource(Protocol):
         dtype: str = "float32",
         precision: str | None = None,
         too_long: str | None = None,
+        query_positions: Selection = None,
+        key_positions: Selection = None,
     ) -> Iterator[Capture]:
         """The same Captures, yielded in input order as they are ready."""
         ...
@@ -83,6 +89,8 @@ class CaptureSource(Protocol):
         precision: str | None = None,
         progress: Progress | None = None,
         window: int | None = None,
+        query_positions: Selection = None,
+        key_positions: Selection = None,
     ) -> CaptureStream:
         """Captures of any iterable of texts, window by window, in bounded memory."""
         ...

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.errors import UsageError
-from jaxattn.quantities import QUANTITIES
+from jaxattn.quantities import MAPS, QUANTITIES, token_sizes
 
 DEFAULT_WHAT = ("attention",)
 # Compute precisions (`jaxattn.engine.precision`); "highest" is exact float32.
@@ -42,6 +42,10 @@ class CaptureSpec:
       dtype: output dtype, a key of `jaxattn.dtypes.OUTPUT_DTYPES`.
       precision: compute precision of every contraction: "highest" (exact
         float32), "tf32" or "bf16" (`jaxattn.engine.precision`).
+      query_positions: the query rows the maps (`jaxattn.quantities.MAPS`) keep, as
+        asked: token positions, negative ones from each example's own end
+        (`positions_of`); None: every row. Each example's are `resolve_positions`.
+      key_positions: the key positions (columns) the maps keep, likewise.
     """
 
     what: tuple[str, ...]
@@ -50,6 +54,8 @@ class CaptureSpec:
     dtype: str = "float32"
     precision: str = "highest"
     kv_heads: tuple[int, ...] = ()
+    query_positions: tuple[int, ...] | None = None
+    key_positions: tuple[int, ...] | None = None
 
     @property
     def kv_axis(self) -> tuple[int, ...]:
@@ -61,6 +67,30 @@ class CaptureSpec:
     def last_layer(self) -> int:
         """Deepest layer the forward must run (layers past it are never computed)."""
         return self.layers[-1]
+
+    def token_sizes(self, name: str, length: int) -> dict[str, int]:
+        """T and S of quantity `name` for an example of `length` tokens: a map's are the
+        selected rows and keys (`jaxattn.quantities.token_sizes`)."""
+        rows, keys = self.query_positions, self.key_positions
+        return token_sizes(
+            name, length, None if rows is None else len(rows), None if keys is None else len(keys)
+        )
+
+    def positions_of_example(self, length: int, where: str = "the text") -> dict[str, tuple]:
+        """{"query_positions": rows, "key_positions": keys} of an example of `length`
+        tokens, each `resolve_positions` (absolute, ascending), or None where not selected.
+
+        Raises:
+          UsageError: a position outside the example (naming the field, the position,
+            `where` and its length) or two that name one token.
+        """
+        return {
+            field: None if value is None else resolve_positions(value, length, field, where)
+            for field, value in (
+                ("query_positions", self.query_positions),
+                ("key_positions", self.key_positions),
+            )
+        }
 
 
 Selection = int | slice | range | Iterable[int | slice] | str | None
@@ -142,6 +172,119 @@ def resolve_indices(value: Selection, count: int, field: str) -> tuple[int, ...]
     return tuple(sorted(out))
 
 
+def positions_of(
+    value: Selection, field: str, max_length: int | None = None
+) -> tuple[int, ...] | None:
+    """The token positions a `Selection` names, in its order, as the wire carries them:
+    0 is each example's first token (its [CLS] or BOS), -1 its last (negative
+    positions count from each example's own end); None: every position.
+
+    A slice keeps one count of positions whatever an example's length, so that maps
+    of one request have one shape: both bounds from the start ('0:64', ':64') or from
+    the end ('-256:', '-8:-4'); a slice that runs from one side to the other ('10:',
+    ':-1') would keep a different count of each text, and is refused.
+
+    Raises:
+      UsageError: a slice with a step or from one side to the other, an empty one, a
+        non-integer, a position twice, more positions than `max_length` (the model's
+        longest input; None: no bound), naming the field.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = parse_selection(value)
+    if getattr(value, "ndim", 0) and hasattr(value, "tolist"):  # a numpy array
+        value = value.tolist()
+    if isinstance(value, (slice, range)) or _is_int(value):
+        value = (value,)
+    if isinstance(value, bytes) or not isinstance(value, Iterable):
+        raise UsageError(f"{field} must be positions or slices, got {type(value).__name__}")
+    out: list[int] = []
+    for v in value:
+        if isinstance(v, slice):
+            out += _fixed_width(v, field)
+        elif isinstance(v, range):
+            out += list(v)
+        elif _is_int(v):
+            out.append(int(v))
+        else:
+            raise UsageError(f"{field} must hold integers or slices, got {v!r}")
+    if not out:
+        raise UsageError(f"{field} is empty: leave it out for all, or give token positions")
+    if max_length is not None and len(out) > max_length:
+        raise UsageError(
+            f"{field} names {len(out)} positions, more than the model's longest input "
+            f"({max_length} tokens)"
+        )
+    seen: set[int] = set()
+    for p in out:
+        if p in seen:
+            raise UsageError(f"{field} names position {p} twice: name each once")
+        seen.add(p)
+    return tuple(out)
+
+
+def _fixed_width(s: slice, field: str) -> list[int]:
+    """The positions of a slice whose count is the same in every example (`positions_of`)."""
+    if s.step not in (None, 1):
+        raise UsageError(f"{field} {_show(s)}:{s.step} has a step: give ranges without one")
+    start = 0 if s.start is None else int(s.start)
+    if s.stop is None and start < 0:
+        stop = 0  # "-256:": up to each example's end
+    elif s.stop is not None and (start < 0) == (int(s.stop) < 0):
+        stop = int(s.stop)
+    else:
+        raise UsageError(
+            f"{field} {_show(s)} runs from each text's start to its end, a different "
+            "count of positions in each: give both bounds from the start (0:64, :64) or "
+            "both from the end (-256:, -8:-4)"
+        )
+    if stop <= start:
+        raise UsageError(f"{field} {_show(s)} selects no position")
+    return list(range(start, stop))
+
+
+def bad_position(positions: Sequence[int], length: int) -> tuple[int, int | None] | None:
+    """The first of `positions` that does not name one token of its own in an example of
+    `length` tokens: (its index, None) where it is outside -length..length-1, (its
+    index, the index of the earlier one naming its token) where two name one (0 and
+    -length); None when each names one."""
+    seen: dict[int, int] = {}
+    for i, p in enumerate(positions):
+        if not -length <= p < length:
+            return i, None
+        if p % length in seen:
+            return i, seen[p % length]
+        seen[p % length] = i
+    return None
+
+
+def resolve_positions(
+    positions: Sequence[int], length: int, field: str, where: str = "the text"
+) -> tuple[int, ...]:
+    """The absolute token positions, ascending, that `positions` (`positions_of`) name in
+    an example of `length` tokens.
+
+    Raises:
+      UsageError: one outside the example (naming the field, the position, `where` and
+        its length), or two naming one token (0 and -length).
+    """
+    bad = bad_position(positions, length)
+    if bad is not None:
+        i, earlier = bad
+        p = positions[i]
+        if earlier is None:
+            raise UsageError(
+                f"{field} position {p} is outside {where} of {length} tokens: valid "
+                f"positions there are 0..{length - 1} (or -{length}..-1 from its end)"
+            )
+        raise UsageError(
+            f"{field} positions {positions[earlier]} and {p} both name token {p % length} "
+            f"of {where} of {length} tokens: name each token once"
+        )
+    return tuple(sorted(p % length for p in positions))
+
+
 def _is_int(v) -> bool:
     return not isinstance(v, bool) and (isinstance(v, int) or hasattr(v, "__index__"))
 
@@ -198,6 +341,9 @@ def make_spec(
     available: Sequence[str] | None = None,
     refused: Mapping[str, str] | None = None,
     kv_heads: int | None = None,
+    query_positions: Selection = None,
+    key_positions: Selection = None,
+    max_length: int | None = None,
 ) -> CaptureSpec:
     """Validate a capture request and return its spec.
 
@@ -217,11 +363,21 @@ def make_spec(
       kv_heads: the model's key/value heads (grouped-query attention when fewer than
         num_heads: then `keys` and `values` hold the key/value heads the selected
         query heads read, `CaptureSpec.kv_heads`); None: num_heads.
+      query_positions: the query rows the maps keep (`positions_of`: token positions,
+        negative ones from each example's end, fixed-width slices), None for all;
+        each example's are checked against its length when it is captured
+        (`CaptureSpec.positions_of_example`).
+      key_positions: the key positions the maps keep, likewise.
+      max_length: the model's longest input: no more positions than this (None: no bound).
 
     Raises:
-      UsageError: naming the bad field and the valid choices.
+      UsageError: naming the bad field and the valid choices; positions for a
+        request that asks for no map (`jaxattn.quantities.MAPS`).
     """
     names = check_what(what, dtype)
+    rows = positions_of(query_positions, "query_positions", max_length)
+    keys = positions_of(key_positions, "key_positions", max_length)
+    check_maps_asked(names, rows is not None or keys is not None)
     for name in names:
         if refused and name in refused:
             raise UsageError(f"quantity {name!r} {refused[name]}")
@@ -239,7 +395,20 @@ def make_spec(
         dtype=dtype,
         precision=check_precision(precision),
         kv_heads=kv_heads_read(picked, num_heads, kv_heads) if grouped else (),
+        query_positions=rows,
+        key_positions=keys,
     )
+
+
+def check_maps_asked(what: Sequence[str], positions: bool) -> None:
+    """UsageError where query or key positions are given (`positions`) for a capture of
+    `what` that asks for no map (`jaxattn.quantities.MAPS`): they would select nothing."""
+    if positions and not set(what) & set(MAPS):
+        raise UsageError(
+            f"query_positions and key_positions select rows and keys of the maps "
+            f"({', '.join(MAPS)}); this capture asks for none ({', '.join(what)}): "
+            "leave them out, or capture a map too"
+        )
 
 
 def kv_heads_read(heads: Sequence[int], num_heads: int, kv_heads: int) -> tuple[int, ...]:

@@ -96,7 +96,7 @@ class CaptureStream(Iterator[Capture]):
             start = self.done
             try:
                 yield from self._window(chunk, start)
-            except InputError as e:  # name the text by its place in the input, not the window
+            except (InputError, UsageError) as e:  # name the text by its place in the input
                 raise _shifted(e, start) from None
 
     def _window(self, chunk: list, start: int) -> Iterator[Capture]:
@@ -131,13 +131,15 @@ class CaptureStream(Iterator[Capture]):
             self.progress(None)
 
 
-def _shifted(error: InputError, start: int) -> InputError:
-    """`error` about text i of a window, as about text start + i of the input."""
+def _shifted(error: InputError | UsageError, start: int) -> InputError | UsageError:
+    """`error` about text i of a window (`index`: a bad text, or one lacking the maps'
+    query/key positions), as about text start + i of the input; as it is without one."""
     if isinstance(error, TooLongError):
         return TooLongError(start + error.index, error.length, error.limit)
     index = getattr(error, "index", None)
     if index is None or not start:
         return error
-    shifted = InputError(None, str(error).replace(f"text {index} ", f"text {start + index} ", 1))
+    message = str(error).replace(f"text {index} ", f"text {start + index} ", 1)
+    shifted = UsageError(message) if isinstance(error, UsageError) else InputError(None, message)
     shifted.index = start + index
     return shifted

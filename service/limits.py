@@ -11,13 +11,16 @@ instead of running out of memory:
     `max_example_bytes` and the server's result buffers (`max_buffered_bytes`);
   - per request: the output of all examples together must fit `max_result_bytes`.
 
+A request that selects the maps' query rows and key positions (query_positions,
+key_positions) is sized by them: R x S' per map, not T x T (`Engine.output_bytes`).
+
 `longest` answers the other way round: the longest text a request of some spec
 can send (ModelInfo.longest_text_statistics / longest_text_attention).
 """
 
 from __future__ import annotations
 
-from jaxattn.quantities import STATISTICS
+from jaxattn.quantities import MAPS, STATISTICS
 
 
 def human_bytes(n: int) -> str:
@@ -127,11 +130,17 @@ class OutputLimits:
 
 def _what(spec) -> str:
     names = ", ".join(spec.what)
-    return f"{names} ({len(spec.layers)} layers x {len(spec.heads)} heads, {spec.dtype})"
+    rows = "" if spec.query_positions is None else f" x {len(spec.query_positions)} query rows"
+    keys = "" if spec.key_positions is None else f" x {len(spec.key_positions)} keys"
+    return (
+        f"{names} ({len(spec.layers)} layers x {len(spec.heads)} heads{rows}{keys}, {spec.dtype})"
+    )
 
 
 def _advice(spec) -> str:
     out = ["select fewer layers/heads", "ask for statistics (head_stats)"]
+    if spec.query_positions is None and set(spec.what) & set(MAPS):
+        out.insert(1, "select query rows (query_positions)")
     if spec.dtype != "uint8":
         out.append("uint8")
     if all(name in STATISTICS for name in spec.what):

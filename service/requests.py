@@ -6,7 +6,8 @@ a message in wire terms naming the field, its index and the valid range, and
 the field's name (and the limit's) for the `jaxattn-field` / `jaxattn-limit`
 trailers (attention.proto). Layers and heads are checked here against the wire's
 rule (0..count-1: no negative indices, which the engine would accept); the
-dtype rules are the engine's own (`Engine.make_spec`).
+maps' query and key positions (negative ones from each text's end) against
+every text; the dtype rules are the engine's own (`Engine.make_spec`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import dataclasses
 import grpc
 
 from jaxattn.errors import TooLongError
-from jaxattn.quantities import QUANTITIES
+from jaxattn.quantities import MAPS, QUANTITIES
+from jaxattn.spec import DEFAULT_WHAT, bad_position
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs
 from service.limits import OutputLimits
@@ -106,6 +108,59 @@ def _indices(values, count: int, field: str) -> list[int] | None:
             )
         seen[v] = i
     return list(values) or None
+
+
+def _positions(values, field: str, what, max_length: int) -> list[int] | None:
+    """Check a repeated position field: no duplicates, at most `max_length` of them, and
+    only for a request of a map (None: every position). Each example's are `_fits`'s."""
+    if not values:
+        return None
+    if not set(what or DEFAULT_WHAT) & set(MAPS):
+        raise RequestError(
+            INVALID,
+            f"{field} selects rows or keys of the maps ({', '.join(MAPS)}); this request "
+            f"asks for none ({', '.join(what)}): leave {field} empty, or ask for a map too",
+            field,
+        )
+    if len(values) > max_length:
+        raise RequestError(
+            INVALID,
+            f"{field} holds {len(values)} positions, more than the model's "
+            f"{max_length} tokens (ModelInfo.max_positions)",
+            field,
+        )
+    seen: dict[int, int] = {}
+    for i, v in enumerate(values):
+        if v in seen:
+            raise RequestError(
+                INVALID,
+                f"{field} position {v} ({field}[{i}]) is a duplicate of "
+                f"{field}[{seen[v]}]: send each position once",
+                f"{field}[{i}]",
+            )
+        seen[v] = i
+    return list(values)
+
+
+def _fits(values, field: str, tokenized) -> None:
+    """Each of a position field's `values` names a token of its own in every example."""
+    if not values:
+        return
+    for k, e in enumerate(tokenized):
+        bad = bad_position(values, e.length)
+        if bad is None:
+            continue
+        i, earlier = bad
+        why = (
+            f"outside texts[{k}] of {e.length} tokens: valid positions there are "
+            f"0..{e.length - 1} (or -{e.length}..-1 from its end)"
+            if earlier is None
+            else f"token {values[i] % e.length} of texts[{k}] ({e.length} tokens), as "
+            f"{field}[{earlier}] {values[earlier]} does: name each token once"
+        )
+        raise RequestError(
+            INVALID, f"{field} position {values[i]} ({field}[{i}]) is {why}", f"{field}[{i}]"
+        )
 
 
 def _what(names, available) -> list[str] | None:
@@ -208,10 +263,19 @@ class RequestParser:
         what = _what(request.what, info.quantities or QUANTITIES)
         layers = _indices(request.layers, info.layers, "layers")
         heads = _indices(request.heads, info.heads, "heads")
+        longest = info.max_positions
+        rows = _positions(request.query_positions, "query_positions", what, longest)
+        keys = _positions(request.key_positions, "key_positions", what, longest)
         try:
             spec = self.engine.make_spec(
-                what=what, layers=layers, heads=heads, dtype=dtype, precision=precision
-            )  # None: the engine's default
+                what=what,
+                layers=layers,
+                heads=heads,
+                dtype=dtype,
+                precision=precision,  # None: the engine's default
+                query_positions=rows,
+                key_positions=keys,
+            )
         except ValueError as e:  # what, layers and heads passed: a dtype/quantity combination
             raise RequestError(INVALID, str(e), "dtype") from e
         texts = [
@@ -225,6 +289,8 @@ class RequestParser:
             raise _too_long(e) from e
         except ValueError as e:
             raise RequestError(INVALID, str(e), "texts") from e
+        _fits(rows, "query_positions", tokenized)
+        _fits(keys, "key_positions", tokenized)
         parsed = ParsedRequest(spec, tokenized, codec, max_chunk_bytes)
         if parsed.tokens > self.max_tokens:
             raise RequestError(

@@ -198,3 +198,22 @@ def test_a_store_naming_key_value_heads_past_the_model_is_refused(decoders, llam
     (out / "zarr.json").write_text(json.dumps(root))
     with pytest.raises(CaptureFileError, match=r"key/value head 5, past .*num_key_value_heads 2"):
         open_store(out)
+
+
+def test_decoder_maps_keep_the_rows_and_keys_asked_of_each_text(decoders):
+    """query_positions / key_positions on a decoder: the whole maps sliced in numpy, texts
+    of two lengths in one batch (negative positions from each one's end), the masked
+    future included (-inf scores, 0 attention)."""
+    _, engine, full = decoders["gpt2"]
+    what = ("attention", "scores")
+    caps = engine.capture(TEXTS, what=what, query_positions="-2:", key_positions=[0, -1])
+    assert len({c.length for c in caps}) == 2
+    for got, want in zip(caps, full, strict=True):
+        n = want.length
+        rows, keys = [n - 2, n - 1], [0, n - 1]
+        assert got.query_positions == tuple(rows) and got.key_positions == tuple(keys)
+        for name in what:
+            np.testing.assert_array_equal(got.array(name), want.array(name)[:, :, rows][..., keys])
+        # row n-2 cannot see the last token; the last row sees every key
+        assert np.isneginf(got.scores[:, :, 0, 1]).all() and not got.attention[:, :, 0, 1].any()
+        assert np.isfinite(got.scores[:, :, 1]).all()

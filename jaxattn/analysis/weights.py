@@ -62,7 +62,8 @@ def capture_weights(capture: Capture, kind: str = "attention") -> np.ndarray:
     """The [L, H, T, T] float64 weights of one kind (see the module docstring).
 
     Raises:
-      ValueError: an unknown kind, or the capture lacks its quantity.
+      ValueError: an unknown kind, or the capture lacks its quantity; UsageError (a
+        ValueError): its maps hold selected rows or keys (`Capture.check_full_maps`).
     """
     if kind not in WEIGHT_KINDS:
         raise ValueError(f"unknown weight kind {kind!r}; expected one of {', '.join(WEIGHT_KINDS)}")
@@ -72,6 +73,7 @@ def capture_weights(capture: Capture, kind: str = "attention") -> np.ndarray:
             f"{kind!r} weights need the {name!r} quantity; the capture holds "
             f"{', '.join(capture.tensors)} (capture with what=(..., {name!r}))"
         )
+    capture.check_full_maps("the analyses")
     x = capture.array(name)
     return normalise_rows(x) if KINDS[kind].normalised else np.asarray(x, np.float64)
 

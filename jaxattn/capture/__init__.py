@@ -26,6 +26,7 @@ import numpy as np
 from jaxattn.capture import npz
 from jaxattn.capture.npz import FILE_FORMAT, READABLE_FORMATS
 from jaxattn.dtypes import dequantize
+from jaxattn.errors import UsageError
 from jaxattn.quantities import QUANTITIES
 
 __all__ = ["FILE_FORMAT", "READABLE_FORMATS", "Capture", "frozen"]
@@ -93,6 +94,11 @@ class Capture:
         weights came from; "" for a local directory), "jaxattn" (the version
         that captured it), "source" ("engine", "server HOST:PORT" or "store
         PATH"). Empty when unknown.
+      query_positions: the token positions (0-based, ascending) of the query rows
+        the maps (`jaxattn.quantities.MAPS`: attention, scores, alpha_fx_norm, ...)
+        hold, their T axis: the map's row r is token query_positions[r]; None:
+        every row (T = `length`). The other quantities hold every position.
+      key_positions: the token positions of the keys on the maps' S axis, likewise.
     """
 
     tokens: tuple[str, ...]
@@ -107,6 +113,8 @@ class Capture:
     truncated: bool = False
     provenance: Mapping = dataclasses.field(default_factory=frozen)
     kv_heads: tuple[int, ...] = ()
+    query_positions: tuple[int, ...] | None = None
+    key_positions: tuple[int, ...] | None = None
 
     # The quantities, one typed attribute each (order and meaning: QUANTITIES).
     attention = _Quantity()
@@ -140,6 +148,27 @@ class Capture:
     def length(self) -> int:
         """T, the example's real length in tokens."""
         return len(self.tokens)
+
+    @property
+    def full_maps(self) -> bool:
+        """Whether the maps hold every query row and key (no `query_positions` or
+        `key_positions` selection)."""
+        return self.query_positions is None and self.key_positions is None
+
+    def check_full_maps(self, needed_by: str) -> None:
+        """UsageError where the maps hold only selected rows or keys and `needed_by` (what
+        reads them: "the head view") needs the whole [T, S] map."""
+        if self.full_maps:
+            return
+        held = ", ".join(
+            f"{field} {_positions_text(getattr(self, field))}"
+            for field in ("query_positions", "key_positions")
+            if getattr(self, field) is not None
+        )
+        raise UsageError(
+            f"{needed_by} needs whole [T, S] maps; this capture holds {held} of "
+            f"{self.length} tokens: capture without query/key positions for it"
+        )
 
     def encoded(self, name: str) -> tuple[np.ndarray, float | None, float | None]:
         """The raw array of `name` in the output dtype, with its uint8 (scale, offset) or Nones."""
@@ -267,9 +296,15 @@ class Capture:
 
     def __repr__(self) -> str:
         shapes = ", ".join(f"{k}{list(v.shape)}" for k, v in self.tensors.items())
+        positions = "".join(
+            f"{field}={_positions_text(getattr(self, field))}, "
+            for field in ("query_positions", "key_positions")
+            if getattr(self, field) is not None
+        )
         return (
             f"Capture(T={self.length}, layers={list(self.layers)}, heads={list(self.heads)}, "
             + (f"kv_heads={list(self.kv_heads)}, " if self.kv_heads else "")
+            + positions
             + f"dtype={self.dtype}, precision={self.precision}, {shapes})"
         )
 
@@ -280,6 +315,17 @@ _ATTRIBUTES = tuple(
     for n in dict.fromkeys([*(f.name for f in dataclasses.fields(Capture)), *dir(Capture)])
     if not n.startswith("_") and n not in QUANTITIES
 )
+
+
+def _positions_text(positions: tuple[int, ...]) -> str:
+    """Positions as a reader takes them in: runs as ranges ("[0, 5:9]", 9 excluded)."""
+    runs: list[list[int]] = []
+    for p in positions:
+        if runs and p == runs[-1][1]:
+            runs[-1][1] = p + 1
+        else:
+            runs.append([p, p + 1])
+    return "[" + ", ".join(f"{a}" if b == a + 1 else f"{a}:{b}" for a, b in runs) + "]"
 
 
 def _missing(message: str, cap: Capture) -> AttributeError:

@@ -4,7 +4,10 @@ The file is a plain NumPy .npz archive (a zip of .npy arrays; readable by numpy
 anywhere, no pickle): one array per captured quantity, under its name, plus
 ``__meta__``, a JSON string holding the format tag, tokens, sentence_b_start,
 layers, heads, kv_heads (a grouped-query capture's key/value heads; [] otherwise,
-and absent from older files), dtype, precision, the uint8 (scale, offset) of each tensor and
+and absent from older files), query_positions and key_positions (the token positions
+of the maps' rows and keys, only where the capture selected them: such a file is of
+format 3, which readers of format 2 refuse rather than take its maps for whole
+ones), dtype, precision, the uint8 (scale, offset) of each tensor and
 the provenance: the text (or pair) it came from, whether it was truncated, and
 `provenance` (model name, weights fingerprint, config, jaxattn version, and
 where it was captured). bfloat16 arrays are stored as their uint16 bit
@@ -25,14 +28,19 @@ from jaxattn.errors import CaptureFileError
 from jaxattn.outfile import replacing
 
 FILE_FORMAT = "jaxattn.capture/2"
-READABLE_FORMATS = ("jaxattn.capture/1", FILE_FORMAT)
+# A capture whose maps hold selected query rows or keys: a reader of format 2 would
+# take them for whole maps, so such a file is of a format it refuses.
+SELECTED_FORMAT = "jaxattn.capture/3"
+READABLE_FORMATS = ("jaxattn.capture/1", FILE_FORMAT, SELECTED_FORMAT)
+_POSITIONS = ("query_positions", "key_positions")
 _META = "__meta__"
 
 
 def write(cap, path: str | os.PathLike, *, compress: bool = False) -> None:
     """Write `cap` (a `jaxattn.Capture`) to `path`, whole or not at all (`Capture.save`)."""
+    selected = {f: list(getattr(cap, f)) for f in _POSITIONS if getattr(cap, f) is not None}
     meta = dict(
-        format=FILE_FORMAT,
+        format=SELECTED_FORMAT if selected else FILE_FORMAT,
         tokens=list(cap.tokens),
         sentence_b_start=cap.sentence_b_start,
         layers=list(cap.layers),
@@ -45,6 +53,7 @@ def write(cap, path: str | os.PathLike, *, compress: bool = False) -> None:
         text=list(cap.text) if isinstance(cap.text, tuple) else cap.text,
         truncated=cap.truncated,
         provenance=dict(cap.provenance),
+        **selected,
     )
     arrays = {_META: np.array(json.dumps(meta))}
     for name, array in cap.tensors.items():
@@ -124,4 +133,5 @@ def _fields(meta: dict, tensors: dict) -> dict:
         text=tuple(text) if isinstance(text, list) else text,
         truncated=bool(meta.get("truncated", False)),
         provenance=dict(meta.get("provenance") or {}),
+        **{f: None if meta.get(f) is None else tuple(meta[f]) for f in _POSITIONS},
     )

@@ -7,7 +7,7 @@ layers and heads take indices, negative ones and ranges (``0,3,-1``,
 ``8:12``: `jaxattn.spec.parse_selection`).
 
     add_source_arguments(p)     --server --model --token-file --tls-ca --timeout
-    add_spec_arguments(p)       --what --layers --heads --dtype
+    add_spec_arguments(p)       --what --layers --heads --query-positions --key-positions --dtype
     add_selection_arguments(p)  --layers --heads
     add_dtype_argument(p)       --dtype
     add_codec_argument(p)       --codec
@@ -35,7 +35,7 @@ from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.errors import UsageError
 from jaxattn.inputs import TOO_LONG
 from jaxattn.quantities import QUANTITIES
-from jaxattn.spec import DEFAULT_WHAT, PRECISIONS, parse_selection
+from jaxattn.spec import DEFAULT_WHAT, PRECISIONS, parse_selection, positions_of
 from jaxattn.wire.codecs import CODECS
 
 
@@ -68,7 +68,14 @@ def selection(value: str) -> tuple:
 
 # Flags whose value may start with "-" (a negative index: "--layers -2:"), which
 # argparse would otherwise read as an option of its own.
-SELECTION_FLAGS = ("--layers", "--heads", "--layer", "--head")
+SELECTION_FLAGS = (
+    "--layers",
+    "--heads",
+    "--layer",
+    "--head",
+    "--query-positions",
+    "--key-positions",
+)
 _SELECTION = re.compile(r"-?\d*(:-?\d*)?(,\s*-?\d*(:-?\d*)?)*")
 
 
@@ -193,7 +200,39 @@ def add_spec_arguments(p: argparse.ArgumentParser) -> None:
         "docs/reference/quantities.md defines them)",
     )
     add_selection_arguments(p)
+    add_position_arguments(p)
     add_dtype_argument(p)
+
+
+def positions(field: str):
+    """An argparse type: '-256:' / '0,5:9' -> the positions of `field`
+    (`jaxattn.spec.positions_of`; negative ones from each text's end)."""
+
+    def parse(value: str) -> tuple[int, ...]:
+        try:
+            return positions_of(value, field)
+        except UsageError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return parse
+
+
+def add_position_arguments(p: argparse.ArgumentParser) -> None:
+    """--query-positions and --key-positions: the maps' rows and keys (default all)."""
+    p.add_argument(
+        "--query-positions",
+        type=positions("query_positions"),
+        metavar="SEL",
+        help="the query rows the maps (attention, scores, alpha_fx_norm, ...) keep: token "
+        "positions of each text, negative ones from its end, ranges with both bounds from "
+        "the start or both from the end ('-256:' the last 256 tokens, '0,5:9'; default all)",
+    )
+    p.add_argument(
+        "--key-positions",
+        type=positions("key_positions"),
+        metavar="SEL",
+        help="the key positions (columns) the maps keep, the same way (default all)",
+    )
 
 
 def add_selection_arguments(p, *, used: str = "") -> None:

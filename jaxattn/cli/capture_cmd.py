@@ -64,6 +64,8 @@ def _run(args) -> int:
             dtype=args.dtype,
             too_long=args.too_long,
             precision=args.precision,
+            query_positions=args.query_positions,
+            key_positions=args.key_positions,
         )
     if not caps:
         print("skipped: the text is longer than the model's limit (--too-long skip)")
@@ -78,6 +80,9 @@ def _run(args) -> int:
         f"layers {list(cap.layers)}  heads {list(cap.heads)}  dtype {cap.dtype}  "
         f"precision {cap.precision}"
     )
+    for field in ("query_positions", "key_positions"):
+        if getattr(cap, field) is not None:
+            print(f"maps' {field.replace('_', ' ')} {list(getattr(cap, field))}")
     for name, array in cap.tensors.items():
         print(f"  {name:18s} {list(array.shape)} {array.dtype} ({array.nbytes} bytes)")
     if args.out:

@@ -146,6 +146,8 @@ def _run(args: argparse.Namespace) -> int:
         heads=args.heads,
         dtype=args.dtype,
         precision=args.precision,
+        query_positions=args.query_positions,
+        key_positions=args.key_positions,
         input_format=args.input_format,
         shard_size=args.shard_size,
         on_error=args.on_error,

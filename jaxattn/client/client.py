@@ -165,6 +165,8 @@ class AttentionClient:
         precision: str | None = None,
         max_chunk_bytes: int | None = None,
         timeout: float | None = None,
+        query_positions: Selection = None,
+        key_positions: Selection = None,
     ) -> list[Capture]:
         """Capture attention quantities for each text, like `Engine.capture`.
 
@@ -184,6 +186,10 @@ class AttentionClient:
             server's default (`model_info().precision`).
           max_chunk_bytes: chunk size bound (default: under 4 MiB).
           timeout: deadline in seconds (default: the client's).
+          query_positions: the query rows the maps keep, as `Engine.capture`
+            (negative positions from each text's end; the server checks them
+            against each text: INVALID_ARGUMENT, field "query_positions[i]").
+          key_positions: the key positions the maps keep, likewise.
 
         Returns:
           One Capture per (unskipped) text, in input order, with its `text`,
@@ -207,6 +213,8 @@ class AttentionClient:
                 precision=precision,
                 max_chunk_bytes=max_chunk_bytes,
                 timeout=timeout,
+                query_positions=query_positions,
+                key_positions=key_positions,
             )
         )
 
@@ -223,6 +231,8 @@ class AttentionClient:
         precision: str | None = None,
         max_chunk_bytes: int | None = None,
         timeout: float | None = None,
+        query_positions: Selection = None,
+        key_positions: Selection = None,
     ) -> Iterator[Capture]:
         """Like `capture`, but yield each example's Capture (in input order) as it arrives.
 
@@ -241,6 +251,8 @@ class AttentionClient:
             too_long=policy,
             precision=precision,
             max_chunk_bytes=max_chunk_bytes,
+            query_positions=query_positions,
+            key_positions=key_positions,
         )
         texts = list(texts)
         if not texts:  # as the engine: no texts, no captures (the wire refuses an empty call)
@@ -259,6 +271,8 @@ class AttentionClient:
         precision: str | None = None,
         progress: Progress | None = None,
         window: int | None = None,
+        query_positions: Selection = None,
+        key_positions: Selection = None,
     ) -> CaptureStream:
         """Captures of any number of texts, in input order, in bounded memory.
 
@@ -282,6 +296,8 @@ class AttentionClient:
             heads=heads,
             dtype=dtype,
             precision=precision,
+            query_positions=query_positions,
+            key_positions=key_positions,
         )
 
     def _provenance(self, address: str):

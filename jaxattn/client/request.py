@@ -19,9 +19,11 @@ from jaxattn.errors import UsageError
 from jaxattn.inputs import Text, check_utf8
 from jaxattn.spec import (
     Selection,
+    check_maps_asked,
     check_precision,
     check_what,
     parse_selection,
+    positions_of,
     resolve_indices,
 )
 from jaxattn.v1 import attention_pb2 as pb
@@ -107,15 +109,26 @@ def build(
     too_long: str,
     precision: str | None,
     max_chunk_bytes: int | None,
+    query_positions: Selection = None,
+    key_positions: Selection = None,
 ) -> pb.CaptureRequest:
     """The CaptureRequest of checked arguments (layers/heads already resolved).
 
+    query_positions, key_positions: the maps' rows and keys (`jaxattn.spec.positions_of`:
+    the wire carries the positions, negative ones as they are; the server resolves
+    them against each text).
+
     Raises:
       UsageError: an unknown quantity, dtype or precision, statistics as uint8,
-        a max_chunk_bytes out of range, or a malformed text. Whether the model
-        computes a quantity is the server's check (INVALID_ARGUMENT on what[i]).
+        a max_chunk_bytes out of range, a malformed text, positions a slice cannot
+        keep at one count or positions for no map. Whether the model computes a
+        quantity is the server's check (INVALID_ARGUMENT on what[i]), and so is
+        whether each position lies within each text.
     """
     names = check_what(what, dtype)
+    rows = positions_of(query_positions, "query_positions")
+    keys = positions_of(key_positions, "key_positions")
+    check_maps_asked(names, rows is not None or keys is not None)
     if precision is not None:
         check_precision(precision)
     lo, hi = codecs.MIN_MAX_CHUNK_BYTES, codecs.MAX_MAX_CHUNK_BYTES
@@ -134,16 +147,28 @@ def build(
         max_chunk_bytes=max_chunk_bytes or 0,
         truncate=too_long != "error",  # "skip" too: the client drops what was cut
         precision=codecs.PRECISION_TO_PB[precision] if precision else 0,
+        query_positions=rows or (),
+        key_positions=keys or (),
     )
 
 
 def check_answer(request: pb.CaptureRequest, capture: Capture, address: str) -> None:
-    """Refuse a capture computed at another precision than the request asked for.
+    """Refuse a capture computed at another precision than the request asked for, or
+    with whole maps where the request selected rows or keys.
 
     Raises:
       AttentionServiceError: UNIMPLEMENTED (a jaxattn 0.1 server ignores the
-        precision field and computes at highest).
+        precision field and computes at highest; a server that predates
+        query_positions and key_positions ignores them and sends whole maps).
     """
+    for field in ("query_positions", "key_positions"):
+        if getattr(request, field) and getattr(capture, field) is None:
+            raise AttentionServiceError(
+                grpc.StatusCode.UNIMPLEMENTED,
+                f"asked for {field}, the server sent whole maps (a server that predates "
+                f"{field} ignores it): capture without it, or upgrade the server",
+                address,
+            )
     asked = codecs.PB_TO_PRECISION.get(request.precision)
     if asked is not None and capture.precision != asked:
         raise AttentionServiceError(

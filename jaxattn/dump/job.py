@@ -40,7 +40,9 @@ class DumpOptions:
     Attributes:
       input: the input file.
       out: the store: a directory or a TensorStore kvstore URL.
-      what, layers, heads, dtype, precision: the capture spec (as `Engine.capture`).
+      what, layers, heads, dtype, precision, query_positions, key_positions: the
+        capture spec (as `Engine.capture`); a record whose text lacks a selected
+        position is a bad record (see on_error).
       input_format: text, jsonl or conllu; None detects it.
       shard_size: input records per shard.
       on_error: "stop" at the first unreadable record, or "skip" it.
@@ -58,6 +60,8 @@ class DumpOptions:
     heads: tuple[int, ...] | None = None
     dtype: str = "float32"
     precision: str = "highest"
+    query_positions: tuple[int, ...] | None = None
+    key_positions: tuple[int, ...] | None = None
     input_format: str | None = None
     shard_size: int = sharding.DEFAULT_SHARD_SIZE
     on_error: str = "stop"
@@ -97,7 +101,13 @@ class DumpJob:
     def __init__(self, engine, options: DumpOptions, model_dir, process: Process, stream):
         self.engine, self.options, self.process, self.stream = engine, options, process, stream
         self.spec = engine.make_spec(
-            options.what, options.layers, options.heads, options.dtype, options.precision
+            options.what,
+            options.layers,
+            options.heads,
+            options.dtype,
+            options.precision,
+            query_positions=options.query_positions,
+            key_positions=options.key_positions,
         )
         self.plan = sharding.plan_shards(
             options.input,

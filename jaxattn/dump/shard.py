@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from jaxattn.dump.counts import Counts
-from jaxattn.errors import TooLongError
+from jaxattn.errors import TooLongError, UsageError
 from jaxattn.inputs import InputError, Record, parse_record
 from jaxattn.store.manifest import Skipped
 from jaxattn.store.writer import ShardWriter
@@ -89,10 +89,24 @@ class ShardTask:
                 )
         return out
 
+    def holding_positions(self, kept: list) -> list:
+        """The (record, TokenizedText, truncated) of `kept` whose text holds every query
+        and key position selected (`CaptureSpec.positions_of_example`); the others go to
+        `bad` (a text shorter than "-256:" asks)."""
+        out = []
+        for e, t, cut in kept:
+            try:
+                self.job.spec.positions_of_example(t.length)
+            except UsageError as error:
+                self.bad(e.index, e.line, str(error), advice="select positions every text has, or ")
+                continue
+            out.append((e, t, cut))
+        return out
+
     def run(self) -> Counts:
         """Capture and write the shard, then commit its manifest part; returns its counts."""
         job = self.job
-        kept = self.tokenize(self.records())
+        kept = self.holding_positions(self.tokenize(self.records()))
         tokenized = [t for _, t, _ in kept]
         writer = ShardWriter(
             job.kv, job.meta, self.shard, [t.length for t in tokenized], context=job.context

@@ -24,6 +24,7 @@ from jaxattn.engine.params import check_params, fingerprint
 from jaxattn.engine.pipeline import BatchPipeline
 from jaxattn.engine.step import CaptureStep
 from jaxattn.engine.tokenize import TokenizedText, Tokenizer, check_texts
+from jaxattn.errors import UsageError
 from jaxattn.info import ModelInfo, provenance
 from jaxattn.inputs import Text
 from jaxattn.spec import CaptureSpec, Selection, check_precision, make_spec
@@ -212,11 +213,20 @@ class Engine:
         return self.info
 
     def make_spec(
-        self, what=None, layers=None, heads=None, dtype: str = "float32", precision=None
+        self,
+        what=None,
+        layers=None,
+        heads=None,
+        dtype: str = "float32",
+        precision=None,
+        *,
+        query_positions: Selection = None,
+        key_positions: Selection = None,
     ) -> CaptureSpec:
         """Validate a request against this model (ValueError naming the field).
 
-        precision None is the engine's default (`precision`).
+        precision None is the engine's default (`precision`); query_positions and
+        key_positions as `capture` (each example's checked as it is captured).
         """
         return make_spec(
             what=what,
@@ -229,6 +239,9 @@ class Engine:
             available=self.config.quantities(),
             refused=self.config.refused_quantities(dtype),
             kv_heads=self.config.kv_heads,
+            query_positions=query_positions,
+            key_positions=key_positions,
+            max_length=self.config.max_length,
         )
 
     def tokenize(
@@ -253,6 +266,8 @@ class Engine:
         ablation=None,
         precision: str | None = None,
         too_long: str | None = None,
+        query_positions: Selection = None,
+        key_positions: Selection = None,
     ) -> list[Capture]:
         """Capture attention quantities for each text.
 
@@ -270,13 +285,25 @@ class Engine:
           too_long: a text over the model's maximum: "error" (default) raises
             TooLongError, "truncate" cuts it (`Capture.truncated`), "skip"
             leaves it out of the result.
+          query_positions: the query rows the maps keep (attention, scores,
+            alpha_fx_norm, sum_alpha_fx_norm, ...: `jaxattn.quantities.MAPS`),
+            None for all: token positions of each text (0: its first token,
+            [CLS] or BOS), negative ones from each text's own end ("-256:",
+            the last 256 tokens of every text), an index, a list, slices with
+            both bounds from the start or both from the end; the maps are then
+            [L, H, R, S] with `Capture.query_positions` naming the rows.
+            Other quantities are whole. docs/python.md "Rows and keys of long texts".
+          key_positions: the key positions (columns) the maps keep, likewise
+            (`Capture.key_positions`).
 
         Returns:
           One Capture per text (per kept text with "skip"), in input order.
           For many texts, `capture_iter` streams them in bounded memory.
 
         Raises:
-          UsageError: an unknown quantity or dtype, an index out of range.
+          UsageError: an unknown quantity or dtype, an index out of range, a
+            position outside a text (naming the text and its length), positions
+            for a capture of no map.
           InputError: a bad text (TooLongError: over the length limit).
         """
         return list(
@@ -289,6 +316,8 @@ class Engine:
                 ablation=ablation,
                 precision=precision,
                 too_long=too_long,
+                query_positions=query_positions,
+                key_positions=key_positions,
             )
         )
 
@@ -303,13 +332,31 @@ class Engine:
         ablation=None,
         precision: str | None = None,
         too_long: str | None = None,
+        query_positions: Selection = None,
+        key_positions: Selection = None,
     ) -> Iterator[Capture]:
         """Like `capture`, but yield each Capture, in input order, as soon as it and all
         before it are ready (batches finish shortest bucket first). The request is
         checked and tokenised before the first one. All of `texts` is in flight at
         once: for a corpus, `capture_iter` bounds memory."""
-        spec = self.make_spec(what, layers, heads, dtype, precision)
-        kept = [t for t in self.tokenize(texts, too_long=too_long) if t is not None]
+        spec = self.make_spec(
+            what,
+            layers,
+            heads,
+            dtype,
+            precision,
+            query_positions=query_positions,
+            key_positions=key_positions,
+        )
+        tokenized = self.tokenize(texts, too_long=too_long)
+        for i, t in enumerate(tokenized):  # each text's positions, before anything runs
+            try:
+                if t is not None:
+                    spec.positions_of_example(t.length, f"text {i}")
+            except UsageError as e:
+                e.index = i  # capture_iter names it by its place in the input
+                raise
+        kept = [t for t in tokenized if t is not None]
         return self._in_order(self.run(kept, spec, ablation))
 
     def capture_iter(
@@ -324,6 +371,8 @@ class Engine:
         precision: str | None = None,
         progress: Progress | None = None,
         window: int | None = None,
+        query_positions: Selection = None,
+        key_positions: Selection = None,
     ) -> CaptureStream:
         """Captures of any number of texts, in input order, in bounded memory.
 
@@ -335,7 +384,9 @@ class Engine:
         keeps `skipped` and `truncated` input indices. Arguments otherwise as
         `capture`; the request is checked before the first text is read.
         """
-        self.make_spec(what, layers, heads, dtype, precision)  # bad requests fail now
+        # bad requests fail now
+        positions = dict(query_positions=query_positions, key_positions=key_positions)
+        self.make_spec(what, layers, heads, dtype, precision, **positions)
         if window is None:
             window = 4 * self.budgets.max_batch * len(self.devices)
         return CaptureStream(
@@ -349,6 +400,7 @@ class Engine:
             heads=heads,
             dtype=dtype,
             precision=precision,
+            **positions,
         )
 
     @staticmethod

@@ -29,6 +29,7 @@ import numpy as np
 from jaxattn.capture import Capture, frozen
 from jaxattn.config import ModelConfig
 from jaxattn.dtypes import PROBABILITY_SCALE
+from jaxattn.engine import map_positions
 from jaxattn.engine.batching import Batch
 from jaxattn.engine.tokenize import TokenizedText
 from jaxattn.quantities import QUANTITIES, STATISTICS
@@ -41,8 +42,9 @@ def pack(
     tokenized: Sequence[TokenizedText],
     config: ModelConfig,
     spec: CaptureSpec | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(ids, type_ids, mask, classes), each [batch.size, batch.length], of the batch's rows.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
+    """(ids, type_ids, mask, classes), each [batch.size, batch.length], of the batch's rows,
+    and the maps' selected positions of each row (`map_positions.arrays`: {} without).
 
     classes holds `jaxattn.token_classes.class_bits` when `spec` asks for head
     statistics, zeros otherwise.
@@ -64,7 +66,10 @@ def pack(
     # Dummy rows (a padded remainder): one real key, so their softmax stays
     # finite; their outputs are never read.
     mask[len(batch.rows) :, 0] = True
-    return ids, type_ids, mask, classes
+    lengths = [tokenized[pos].length for pos in batch.rows]
+    lengths += [None] * (batch.size - len(batch.rows))
+    positions = {} if spec is None else map_positions.arrays(spec, lengths)
+    return ids, type_ids, mask, classes, positions
 
 
 def start_copies(out: dict) -> None:
@@ -121,8 +126,10 @@ def unpack(
         tensors, quant = {}, {}
         for name, out in blocks.items():
             q = QUANTITIES[name]
+            sizes = spec.token_sizes(name, e.length)  # a map's selected rows and keys: all real
             trim = tuple(
-                slice(0, e.length) if i in q.token_axes else slice(None) for i in range(len(q.axes))
+                slice(0, sizes[q.axes[i]]) if i in q.token_axes else slice(None)
+                for i in range(len(q.axes))
             )
             tensors[name] = out["data"].row(r)[trim]
             if spec.dtype == "uint8":
@@ -145,5 +152,6 @@ def unpack(
                 text=e.text,
                 truncated=e.truncated,
                 provenance=provenance,
+                **spec.positions_of_example(e.length),
             ),
         )

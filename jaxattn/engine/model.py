@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.config import ModelConfig
-from jaxattn.engine import blockwise, head_stats, layer_loop, norms
+from jaxattn.engine import blockwise, head_stats, layer_loop, map_positions, norms
 from jaxattn.engine.attention import AttentionParts, SelfAttention
 from jaxattn.engine.layers import (
     Dense,
@@ -185,10 +185,13 @@ class EncoderLayer(nn.Module):
         classes=None,
         rel_table=None,
         is_global=None,
+        positions=None,
     ):
         """x [T, D] -> (the layer's output [T, D], or None when not `output`; captures).
 
         is_global: a rotary layer's kind as traced data (`SelfAttention`), or None.
+        positions: the maps' selected rows and keys ({field: [n]},
+        `jaxattn.engine.map_positions.select`), or None: every one.
 
         output=False (the last layer run, when its output is not captured) skips
         what only the output needs: the weighted sum and output projection
@@ -217,6 +220,7 @@ class EncoderLayer(nn.Module):
             gamma = self.variables["params"][next_ln.name]["scale"] + c.norm_offset
             centre = c.norm_type == "layer"  # an RMSNorm subtracts no mean
             cap = _capture_layer(want, parts, x, gamma, std, self.mm, mask, classes, centre)
+            cap = map_positions.select(cap, positions)
         if not output:
             return None, cap
         ffn_out = self._ffn(normed)
@@ -308,11 +312,15 @@ class Encoder(nn.Module):
     block: int = blockwise.BLOCK
 
     @nn.compact
-    def __call__(self, ids, type_ids, mask, spec: CaptureSpec, gates=None, classes=None):
+    def __call__(
+        self, ids, type_ids, mask, spec: CaptureSpec, gates=None, classes=None, positions=None
+    ):
         """gates: None, or (keep [L, H] float, uniform [L, H] bool); see SelfAttention.
 
         classes: [T] int8 token-class bits (`jaxattn.token_classes.class_bits`),
         needed by head_stats and norm_head_stats.
+        positions: the maps' selected rows and keys of this example ({field: [n]},
+        `jaxattn.engine.map_positions`), None or {}: every one.
         """
         c = self.config
         want = frozenset(spec.what)
@@ -321,7 +329,9 @@ class Encoder(nn.Module):
         # keys/values of grouped-query attention: the key/value heads the query heads read
         kv = jnp.asarray(spec.kv_axis) if 0 < len(spec.kv_axis) < c.kv_heads else None
         x = Embeddings(c, name="embeddings")(ids, type_ids)
-        context = dict(mask=mask, classes=classes, rel_table=self._relative_table())
+        context = dict(
+            mask=mask, classes=classes, rel_table=self._relative_table(), positions=positions
+        )
         chunks: dict[str, list] = {name: [] for name in spec.what}  # each [n layers, ...]
         # One module per weight set: ALBERT's layers call theirs several times.
         block = blockwise.choose_block(

@@ -228,9 +228,10 @@ class BatchPipeline:
         as real batches do: the jit cache keys on argument types."""
         if stop is not None and stop():
             return False
-        dummy = [TokenizedText(ids=(0,), type_ids=(0,), tokens=("",), sentence_b_start=None)]
-        batch = batching.Batch(length, n, (0,))
-        self.step.compile(spec, *self.step.place(*host.pack(batch, dummy, self.config, spec)))
+        # Every row a dummy one: a real example would have to hold the spec's query and
+        # key positions (`map_positions.arrays`), and the program is the same.
+        batch = batching.Batch(length, n, ())
+        self.step.compile(spec, *self.step.place(*host.pack(batch, [], self.config, spec)))
         return True
 
     def _compile_ahead(self, spec: CaptureSpec, plan) -> _CompilingAhead | None:
@@ -257,11 +258,15 @@ class BatchPipeline:
     def output_bytes(self, spec: CaptureSpec, length: int) -> int:
         """Bytes one example padded to `length` returns under `spec`."""
         c = self.config
-        sizes = dict(
-            L=len(spec.layers), H=len(spec.heads), T=length, S=length, K=c.head_dim, D=c.hidden_size
-        )
+        sizes = dict(L=len(spec.layers), H=len(spec.heads), K=c.head_dim, D=c.hidden_size)
         item = OUTPUT_DTYPES[spec.dtype].itemsize
-        return sum(quantities.size(name, sizes) for name in spec.what) * item
+        return (
+            sum(
+                quantities.size(name, {**sizes, **spec.token_sizes(name, length)})
+                for name in spec.what
+            )
+            * item
+        )
 
     def attention_bytes(self, spec: CaptureSpec, length: int, ablated: bool = False) -> int:
         """Attention working memory of one example padded to `length` under `spec`

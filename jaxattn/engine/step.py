@@ -30,10 +30,11 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxattn.config import ModelConfig
-from jaxattn.engine import blockwise
+from jaxattn.engine import blockwise, map_positions
 from jaxattn.engine import layer_loop as layer_loops
 from jaxattn.engine.model import Encoder
 from jaxattn.engine.quantize import quantize
+from jaxattn.quantities import MAPS
 from jaxattn.spec import CaptureSpec
 
 HOST_MEMORY = ("auto", "pinned", "device", "staged")
@@ -159,18 +160,23 @@ class CaptureStep:
         self._jit = jax.jit(
             self._forward,
             static_argnums=0,  # the CaptureSpec; in_shardings cover the rest
-            in_shardings=(replicated, batch, batch, batch, batch, replicated),
+            in_shardings=(replicated, batch, batch, batch, batch, batch, replicated),
             out_shardings=out,
         )
         self._programs: set[tuple] = set()  # (spec, [B, T], heads ablated) compiled
 
-    def _forward(self, spec: CaptureSpec, params, ids, type_ids, mask, classes, gates):
+    def _forward(self, spec: CaptureSpec, params, ids, type_ids, mask, classes, positions, gates):
         # gates: None, or (keep [L, H], uniform [L, H]) shared by the batch (ablation).
-        def one(i, t, m, c):  # one example: [T] -> {name: [L, ...]}
-            return self._model.apply({"params": params}, i, t, m, spec, gates, c)
+        # positions: the maps' selected rows and keys, {field: [B, n]} (`map_positions`).
+        def one(i, t, m, c, p):  # one example: [T] -> {name: [L, ...]}
+            return self._model.apply({"params": params}, i, t, m, spec, gates, c, p)
 
-        out = jax.vmap(one)(ids, type_ids, mask, classes)  # {name: [B, L, ...]}
-        return {name: quantize(name, x, mask, spec.dtype) for name, x in out.items()}
+        out = jax.vmap(one)(ids, type_ids, mask, classes, positions)  # {name: [B, L, ...]}
+        maps = map_positions.masks(mask, positions)
+        return {
+            name: quantize(name, x, mask, spec.dtype, maps if name in MAPS else None)
+            for name, x in out.items()
+        }
 
     def block_for(self, spec: CaptureSpec, length: int, ablated: bool = False) -> int:
         """The block size a batch of `spec` at padded `length` runs its attention in, 0 for
@@ -197,23 +203,27 @@ class CaptureStep:
         """
         return tuple(jax.device_put(x, self._batch_sharding) for x in arrays)
 
-    def __call__(self, spec: CaptureSpec, ids, type_ids, mask, classes, gates=None) -> dict:
+    def __call__(
+        self, spec: CaptureSpec, ids, type_ids, mask, classes, positions=None, gates=None
+    ) -> dict:
         """Dispatch one batch (asynchronously): {name: {"data": [B, ...], ...}} on the devices.
 
         The inputs are `host.pack`'s, placed by `place`: ids, type_ids, mask and
-        the token-class bits, each [B, T].
+        the token-class bits, each [B, T], and the maps' selected positions
+        ({field: [B, n]}, `jaxattn.engine.map_positions`; None or {}: none).
         """
         self._programs.add((spec, ids.shape, gates is not None))
-        out = self._jit(spec, self.params, ids, type_ids, mask, classes, gates)
+        positions = positions or {}
+        out = self._jit(spec, self.params, ids, type_ids, mask, classes, positions, gates)
         if self._staged is not None:  # a transfer of its own, dispatched asynchronously
             out = jax.device_put(out, self._staged)
         return out
 
-    def compile(self, spec: CaptureSpec, ids, type_ids, mask, classes) -> None:
+    def compile(self, spec: CaptureSpec, ids, type_ids, mask, classes, positions=None) -> None:
         """Compile the program of these placed arrays (no heads ablated) without running
         it: trace, lower and compile (or load from the persistent cache) ahead of time.
         jit keeps what this made, so the first call of that shape runs at once."""
-        args = (spec, self.params, ids, type_ids, mask, classes, None)
+        args = (spec, self.params, ids, type_ids, mask, classes, positions or {}, None)
         self._jit.trace(*args).lower().compile()
         self._programs.add((spec, ids.shape, False))
 

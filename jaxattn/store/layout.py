@@ -23,6 +23,11 @@ from jaxattn.dtypes import DTYPES, from_bits, to_bits
 # Bumped when the layout changes incompatibly; readers refuse other formats.
 FORMAT = "jaxattn-store"
 FORMAT_VERSION = 1
+# A store whose maps hold selected query rows or key positions (spec.query_positions,
+# spec.key_positions): a reader of version 1 would take them for whole [T, S] maps,
+# so such a store is of a version it refuses. Stores without a selection stay 1.
+SELECTED_FORMAT_VERSION = 2
+READABLE_VERSIONS = (FORMAT_VERSION, SELECTED_FORMAT_VERSION)
 
 MANIFEST_DIR = "manifest"
 MANIFEST_ATTRIBUTE = "jaxattn_manifest"
@@ -99,21 +104,37 @@ def from_storage(flat: np.ndarray, dtype: str, shape) -> np.ndarray:
 
 
 def axis_sizes(
-    *, layers: int, heads: int, head_dim: int, hidden: int, kv_heads: int = 0
+    *,
+    layers: int,
+    heads: int,
+    head_dim: int,
+    hidden: int,
+    kv_heads: int = 0,
+    rows: int | None = None,
+    keys: int | None = None,
 ) -> dict[str, int]:
     """Sizes of the fixed axes of the legend (L, H, G, K, D); T and S are per example.
-    kv_heads: G, the key/value heads of a grouped-query model (0: G = H)."""
-    return {"L": layers, "H": heads, "G": kv_heads or heads, "K": head_dim, "D": hidden}
+    kv_heads: G, the key/value heads of a grouped-query model (0: G = H). rows, keys:
+    the maps' selected query rows and key positions (their T and S: "rows", "keys"),
+    None where every position is kept."""
+    out = {"L": layers, "H": heads, "G": kv_heads or heads, "K": head_dim, "D": hidden}
+    return out | {k: v for k, v in (("rows", rows), ("keys", keys)) if v is not None}
+
+
+def _sizes(quantity: str, sizes: dict[str, int], length: int) -> dict[str, int]:
+    tokens = quantities.token_sizes(quantity, length, sizes.get("rows"), sizes.get("keys"))
+    return {**sizes, **tokens}
 
 
 def example_shape(quantity: str, sizes: dict[str, int], length: int) -> tuple[int, ...]:
-    """Shape of one example's `quantity` of `length` tokens (`jaxattn.quantities.shape`)."""
-    return quantities.shape(quantity, {**sizes, "T": length, "S": length})
+    """Shape of one example's `quantity` of `length` tokens (`jaxattn.quantities.shape`;
+    a map's T and S are the selected rows and keys where `sizes` has them)."""
+    return quantities.shape(quantity, _sizes(quantity, sizes, length))
 
 
 def example_size(quantity: str, sizes: dict[str, int], length: int) -> int:
     """Elements of one example's `quantity`."""
-    return quantities.size(quantity, {**sizes, "T": length, "S": length})
+    return quantities.size(quantity, _sizes(quantity, sizes, length))
 
 
 def group_metadata(attributes: dict | None = None) -> dict:

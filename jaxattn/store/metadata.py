@@ -29,6 +29,8 @@ _IDENTITY = (
     (("spec", "heads"), "heads (--heads)"),
     (("spec", "dtype"), "dtype (--dtype)"),
     (("spec", "precision"), "compute precision (--precision)"),
+    (("spec", "query_positions"), "query positions (--query-positions)"),
+    (("spec", "key_positions"), "key positions (--key-positions)"),
     (("input", "format"), "input format"),
     (("input", "sha256"), "input (content fingerprint)"),
     (("input", "reader"), "input reader (jaxattn 0.2 reads 'A ||| B' pairs, strips white space)"),
@@ -120,11 +122,19 @@ def build(
         head_dim=model_info["head_dim"],
         hidden=model_info["hidden"],
         kv_heads=len(spec.kv_axis),
+        rows=None if spec.query_positions is None else len(spec.query_positions),
+        keys=None if spec.key_positions is None else len(spec.key_positions),
     )
+    # the maps' selected rows and keys, as asked (negative: from each example's end)
+    positions = {
+        field: list(getattr(spec, field))
+        for field in ("query_positions", "key_positions")
+        if getattr(spec, field) is not None
+    }
     shards = -(-input_info.records // shard_size)
     return {
         "format": layout.FORMAT,
-        "format_version": layout.FORMAT_VERSION,
+        "format_version": layout.SELECTED_FORMAT_VERSION if positions else layout.FORMAT_VERSION,
         "jaxattn_version": jaxattn_version(),
         "model": {
             **model_info,
@@ -140,6 +150,7 @@ def build(
             **({"kv_heads": list(spec.kv_heads)} if spec.kv_heads else {}),
             "dtype": spec.dtype,
             "precision": spec.precision,
+            **positions,
         },
         "axes": {q: QUANTITIES[q].axes for q in spec.what},
         "sizes": sizes,
@@ -219,16 +230,18 @@ def check_version(meta: dict, where: str) -> None:
       CaptureFileError: naming both versions and what to do.
     """
     found = meta.get("format_version")
-    if found == layout.FORMAT_VERSION:
+    readable = layout.READABLE_VERSIONS
+    if found in readable and not isinstance(found, bool):
         return
-    if isinstance(found, int) and not isinstance(found, bool) and found > layout.FORMAT_VERSION:
+    if isinstance(found, int) and not isinstance(found, bool) and found > max(readable):
         raise CaptureFileError(
             f"the store at {where} has format version {found}, newer than this jaxattn "
-            f"({jaxattn_version()}) reads ({layout.FORMAT_VERSION}): upgrade jaxattn to read it"
+            f"({jaxattn_version()}) reads ({', '.join(map(str, readable))}): upgrade jaxattn "
+            "to read it"
         )
     raise CaptureFileError(
-        f"the store at {where} has format version {found!r}; this jaxattn reads version "
-        f"{layout.FORMAT_VERSION} only: read it with the jaxattn that wrote it "
+        f"the store at {where} has format version {found!r}; this jaxattn reads versions "
+        f"{', '.join(map(str, readable))} only: read it with the jaxattn that wrote it "
         f"({meta.get('jaxattn_version', 'unknown')})"
     )
 

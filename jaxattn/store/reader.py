@@ -19,7 +19,7 @@ import numpy as np
 from jaxattn.capture import Capture, frozen
 from jaxattn.errors import CaptureFileError, UsageError
 from jaxattn.info import ModelInfo, provenance
-from jaxattn.spec import check_kv_heads
+from jaxattn.spec import check_kv_heads, resolve_positions
 from jaxattn.store import layout
 from jaxattn.store import metadata as store_metadata
 from jaxattn.store.kvstore import KeyValue, child_spec, root_spec, tensorstore_errors
@@ -221,7 +221,21 @@ class Store(Sequence):
             truncated=entry.truncated,
             text=entry.text,
             provenance=self.provenance,
+            **self._positions(len(entry.tokens)),
         )
+
+    def _positions(self, length: int) -> dict:
+        """The maps' query rows and key positions of an example of `length` tokens: the
+        spec's (as asked, negative ones from its end) resolved against it; None: all."""
+        spec = self.metadata["spec"]
+        out = {}
+        for field in ("query_positions", "key_positions"):
+            asked = spec.get(field)
+            try:
+                out[field] = None if asked is None else resolve_positions(asked, length, field)
+            except (UsageError, TypeError) as e:
+                raise CaptureFileError(f"the store at {self.location} is damaged: {e}") from None
+        return out
 
     def _array(self, quantity: str, shard: int):
         key = (quantity, shard)

@@ -51,7 +51,7 @@ class Text(_message.Message):
     def __init__(self, text: _Optional[str] = ..., text_pair: _Optional[str] = ...) -> None: ...
 
 class CaptureRequest(_message.Message):
-    __slots__ = ("texts", "what", "layers", "heads", "dtype", "codec", "max_chunk_bytes", "truncate", "precision")
+    __slots__ = ("texts", "what", "layers", "heads", "dtype", "codec", "max_chunk_bytes", "truncate", "precision", "query_positions", "key_positions")
     TEXTS_FIELD_NUMBER: _ClassVar[int]
     WHAT_FIELD_NUMBER: _ClassVar[int]
     LAYERS_FIELD_NUMBER: _ClassVar[int]
@@ -61,6 +61,8 @@ class CaptureRequest(_message.Message):
     MAX_CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
     TRUNCATE_FIELD_NUMBER: _ClassVar[int]
     PRECISION_FIELD_NUMBER: _ClassVar[int]
+    QUERY_POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    KEY_POSITIONS_FIELD_NUMBER: _ClassVar[int]
     texts: _containers.RepeatedCompositeFieldContainer[Text]
     what: _containers.RepeatedScalarFieldContainer[str]
     layers: _containers.RepeatedScalarFieldContainer[int]
@@ -70,7 +72,9 @@ class CaptureRequest(_message.Message):
     max_chunk_bytes: int
     truncate: bool
     precision: Precision
-    def __init__(self, texts: _Optional[_Iterable[_Union[Text, _Mapping]]] = ..., what: _Optional[_Iterable[str]] = ..., layers: _Optional[_Iterable[int]] = ..., heads: _Optional[_Iterable[int]] = ..., dtype: _Optional[_Union[Dtype, str]] = ..., codec: _Optional[_Union[Codec, str]] = ..., max_chunk_bytes: _Optional[int] = ..., truncate: _Optional[bool] = ..., precision: _Optional[_Union[Precision, str]] = ...) -> None: ...
+    query_positions: _containers.RepeatedScalarFieldContainer[int]
+    key_positions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, texts: _Optional[_Iterable[_Union[Text, _Mapping]]] = ..., what: _Optional[_Iterable[str]] = ..., layers: _Optional[_Iterable[int]] = ..., heads: _Optional[_Iterable[int]] = ..., dtype: _Optional[_Union[Dtype, str]] = ..., codec: _Optional[_Union[Codec, str]] = ..., max_chunk_bytes: _Optional[int] = ..., truncate: _Optional[bool] = ..., precision: _Optional[_Union[Precision, str]] = ..., query_positions: _Optional[_Iterable[int]] = ..., key_positions: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CaptureResponse(_message.Message):
     __slots__ = ("header", "chunk")
@@ -81,7 +85,7 @@ class CaptureResponse(_message.Message):
     def __init__(self, header: _Optional[_Union[ExampleHeader, _Mapping]] = ..., chunk: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
 
 class ExampleHeader(_message.Message):
-    __slots__ = ("index", "tokens", "sentence_b_start", "layers", "heads", "tensors", "chunk_count", "precision", "truncated", "kv_heads")
+    __slots__ = ("index", "tokens", "sentence_b_start", "layers", "heads", "tensors", "chunk_count", "precision", "truncated", "kv_heads", "query_positions", "key_positions")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     SENTENCE_B_START_FIELD_NUMBER: _ClassVar[int]
@@ -92,6 +96,8 @@ class ExampleHeader(_message.Message):
     PRECISION_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     KV_HEADS_FIELD_NUMBER: _ClassVar[int]
+    QUERY_POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    KEY_POSITIONS_FIELD_NUMBER: _ClassVar[int]
     index: int
     tokens: _containers.RepeatedScalarFieldContainer[str]
     sentence_b_start: int
@@ -102,7 +108,9 @@ class ExampleHeader(_message.Message):
     precision: Precision
     truncated: bool
     kv_heads: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, index: _Optional[int] = ..., tokens: _Optional[_Iterable[str]] = ..., sentence_b_start: _Optional[int] = ..., layers: _Optional[_Iterable[int]] = ..., heads: _Optional[_Iterable[int]] = ..., tensors: _Optional[_Iterable[str]] = ..., chunk_count: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., truncated: _Optional[bool] = ..., kv_heads: _Optional[_Iterable[int]] = ...) -> None: ...
+    query_positions: _containers.RepeatedScalarFieldContainer[int]
+    key_positions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, index: _Optional[int] = ..., tokens: _Optional[_Iterable[str]] = ..., sentence_b_start: _Optional[int] = ..., layers: _Optional[_Iterable[int]] = ..., heads: _Optional[_Iterable[int]] = ..., tensors: _Optional[_Iterable[str]] = ..., chunk_count: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., truncated: _Optional[bool] = ..., kv_heads: _Optional[_Iterable[int]] = ..., query_positions: _Optional[_Iterable[int]] = ..., key_positions: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TensorChunk(_message.Message):
     __slots__ = ("example_index", "tensor", "datatype", "shape", "codec", "scale", "offset", "byte_offset", "byte_length", "total_bytes", "crc32", "data")

@@ -77,6 +77,7 @@ def to_bertviz(
         raise UsageError("the capture is empty (no tokens, layers or heads): nothing to show")
     if (torch is None or torch) and not _torch_installed():
         raise UsageError(TORCH_HINT + " (torch=False gives numpy arrays, for other tools)")
+    cap.check_full_maps("BertViz")
     weights = np.asarray(cap.array(quantity), dtype=np.float32)  # [L, H, T, T]
     if quantity == "alpha_fx_norm":
         weights = normalise_rows(weights).astype(np.float32)

@@ -168,11 +168,14 @@ def segments_document(
 
     Raises:
       ValueError: no capture, captures of different texts, a bad segment or window.
+      UsageError: a capture whose maps hold selected query rows or keys.
     """
     caps = [captures] if isinstance(captures, Capture) else list(captures)
     if not caps:
         raise ValueError("no capture to view")
     _check_same_text(caps)
+    for cap in caps:
+        cap.check_full_maps("the stats-first page")
     t = caps[0].length
     check_segmenting(t, segment, local)
     causal = any(is_causal(c) for c in caps)

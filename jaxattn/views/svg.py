@@ -445,6 +445,8 @@ def _check(cap: Capture, view: str, options: dict) -> None:
         )
     if cap.length == 0:
         raise ValueError("the capture has no tokens: capture a non-empty text")
+    if view != "neuron":  # queries and keys are whole whatever the maps hold
+        cap.check_full_maps(f"the {view} view")
     if view == "stats" and is_long(cap):  # Clark et al.'s statistics: [L, H, T, T] float64
         raise ValueError(
             f"the stats view of a {cap.length}-token capture is its statistics along the "

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from jaxattn.capture import Capture, frozen
-from jaxattn.quantities import QUANTITIES
+from jaxattn.quantities import MAPS, QUANTITIES
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import protowire
 from jaxattn.wire.codecs import (
@@ -189,6 +189,7 @@ class StreamDecoder:
             raise WireError(f"example {header.index}: mixed datatypes {sorted(dtypes)}")
         dtype = dtypes.pop()
         _check_heads(header, tensors)
+        _check_positions(header, tensors)
         quant = {}
         if dtype == "uint8":
             quant = {n: (t.scale, t.offset) for n, t in tensors.items()}
@@ -210,6 +211,8 @@ class StreamDecoder:
             text=self._text(header.index),
             truncated=header.truncated,
             provenance=self.provenance,
+            query_positions=tuple(header.query_positions) or None,
+            key_positions=tuple(header.key_positions) or None,
         )
         self.header, self.tensors = None, {}
         self.next_index += 1
@@ -241,3 +244,28 @@ def _check_heads(header: pb.ExampleHeader, tensors: dict[str, _Tensor]) -> None:
                 f"example {header.index}: tensor {name!r} has {tensor.shape[q.head_axis]} "
                 f"key/value heads, but the header's {'kv_heads' if kv else 'heads'} names {held}"
             )
+
+
+def _check_positions(header: pb.ExampleHeader, tensors: dict[str, _Tensor]) -> None:
+    """The header's query/key positions name tokens of the example, ascending, and the
+    maps' T and S axes hold one entry per position."""
+    length = len(header.tokens)
+    for field, letter in (("query_positions", "T"), ("key_positions", "S")):
+        positions = list(getattr(header, field))
+        if positions != sorted(set(positions)) or any(p >= length for p in positions):
+            raise WireError(
+                f"example {header.index}: {field} {positions[:8]} are not ascending token "
+                f"positions below its {length} tokens"
+            )
+        if not positions:
+            continue
+        for name, tensor in tensors.items():
+            q = QUANTITIES.get(name)
+            if name not in MAPS or len(tensor.shape) != len(q.axes):
+                continue
+            if tensor.shape[q.axis(letter)] != len(positions):
+                raise WireError(
+                    f"example {header.index}: map {name!r} has {tensor.shape[q.axis(letter)]} "
+                    f"entries on its {letter} axis, but the header's {field} names "
+                    f"{len(positions)}"
+                )

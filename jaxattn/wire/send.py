@@ -42,6 +42,8 @@ def _parts(index: int, cap: Capture, codec: str, max_chunk_bytes: int):
         precision=PRECISION_TO_PB[cap.precision],
         truncated=cap.truncated,
         kv_heads=cap.kv_heads,
+        query_positions=cap.query_positions or (),
+        key_positions=cap.key_positions or (),
     )
     datatype = DATATYPES[cap.dtype]
     for name, view in views.items():

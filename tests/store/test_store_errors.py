@@ -76,10 +76,10 @@ def test_damaged_or_foreign_metadata(good, tmp_path):
     assert "is damaged: its metadata (zarr.json, attributes.jaxattn) lacks shards.count" in (
         _damage(good, tmp_path / "3", no_shards)
     )
-    newer = _edit_metadata(lambda a: a["jaxattn"].update(format_version=2))
+    newer = _edit_metadata(lambda a: a["jaxattn"].update(format_version=3))
     text = _damage(good, tmp_path / "4", newer)
-    assert "has format version 2, newer than this jaxattn" in text
-    assert text.endswith("reads (1): upgrade jaxattn to read it")
+    assert "has format version 3, newer than this jaxattn" in text
+    assert text.endswith("reads (1, 2): upgrade jaxattn to read it")
 
 
 def test_incomplete_and_damaged_manifest(good, tmp_path):
