@@ -56,7 +56,22 @@ SERVICE_CONFIG = json.dumps(
 )
 BALANCING = [("grpc.service_config", SERVICE_CONFIG), ("grpc.service_config_disable_resolution", 1)]
 # A channel in these states has no backend to send to now: passed over while another has.
-_UNUSABLE = (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN)
+_UNUSABLE = ("transient failure", "shutdown")
+
+
+def _connectivity(channel: grpc.Channel, try_to_connect: bool = False) -> str | None:
+    """The channel's connectivity now ("idle", "connecting", "ready", "transient
+    failure", "shutdown"), asked of gRPC's core without a thread (grpc-python's
+    `subscribe` polls in one per channel and races `close`); None where that is
+    not available (another grpc.Channel), which counts as usable."""
+    core = getattr(channel, "_channel", None)
+    try:
+        state = core.check_connectivity_state(try_to_connect)
+    except Exception:  # no core channel, or a closed one
+        return None
+    return {0: "idle", 1: "connecting", 2: "ready", 3: "transient failure", 4: "shutdown"}.get(
+        state
+    )
 
 
 def backoff_delay(attempt: int, backoff: tuple[float, float], remaining: float) -> float:
@@ -140,13 +155,8 @@ class Channels:
         self._turn = 0
         self._lock = threading.Lock()
         self.closed = False
-        # Each channel's connectivity as gRPC last reported it (it connects at once).
-        self.states = [grpc.ChannelConnectivity.IDLE] * len(self._channels)
-        for i, channel in enumerate(self._channels):
-            channel.subscribe(lambda state, i=i: self._observe(i, state), try_to_connect=True)
-
-    def _observe(self, i: int, state: grpc.ChannelConnectivity) -> None:
-        self.states[i] = state
+        for channel in self._channels:
+            _connectivity(channel, try_to_connect=True)  # connect (and watch health) now
 
     def retryable(self, error: grpc.RpcError) -> bool:
         """Whether a failed attempt that delivered nothing may be retried: UNAVAILABLE,
@@ -165,9 +175,13 @@ class Channels:
         with self._lock:
             start = self._turn
             order = [(start + k) % n for k in range(n)]
-            i = min(order, key=lambda j: (j in failed, self.states[j] in _UNUSABLE))
+            i = min(order, key=lambda j: (j in failed, self.unusable(j)))
             self._turn = start + order.index(i) + 1
         return i, self._channels[i]
+
+    def unusable(self, i: int) -> bool:
+        """Whether gRPC reports channel `i` with no backend to send to now."""
+        return _connectivity(self._channels[i]) in _UNUSABLE
 
     def channel(self, i: int) -> grpc.Channel:
         """The channel of address `i`."""

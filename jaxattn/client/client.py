@@ -273,13 +273,11 @@ class AttentionClient:
             precision=precision,
         )
 
-    def _replica(self, i: int, deadline: float) -> ModelInfo | None:
-        """The model of address `i` (its own GetModelInfo, on its channel, fetched once);
-        None when it would not say (a refusal other than UNAVAILABLE: the capture
-        call will meet it too).
+    def _replica(self, i: int, deadline: float) -> ModelInfo:
+        """The model of address `i`: its own GetModelInfo, on its channel, fetched once.
 
         Raises:
-          grpc.RpcError: UNAVAILABLE or a CANCELLED the caller may retry elsewhere.
+          grpc.RpcError: the call failed.
         """
         if i not in self._replicas:
             info_rpc = self._channels.channel(i).unary_unary(
@@ -287,18 +285,20 @@ class AttentionClient:
                 request_serializer=pb.GetModelInfoRequest.SerializeToString,
                 response_deserializer=pb.ModelInfo.FromString,
             )
-            try:
-                info = info_rpc(
-                    pb.GetModelInfoRequest(),
-                    timeout=max(0.001, deadline - time.monotonic()),
-                    metadata=self._channels.metadata,
-                )
-            except grpc.RpcError as e:
-                if self._channels.retryable(e):
-                    raise
-                return None  # not kept: asked again next time
+            info = info_rpc(
+                pb.GetModelInfoRequest(),
+                timeout=max(0.001, deadline - time.monotonic()),
+                metadata=self._channels.metadata,
+            )
             self._replicas[i] = model_info_of(info)
         return self._replicas[i]
+
+    def _first_replica(self, i: int, deadline: float) -> ModelInfo | None:
+        """`_replica`, or None when it fails: the capture that asks has worked."""
+        try:
+            return self._replica(i, deadline)
+        except grpc.RpcError:
+            return None
 
     def _stream(
         self, request: pb.CaptureRequest, texts: list, policy: str, timeout: float
@@ -324,9 +324,11 @@ class AttentionClient:
             part = resume.request()
             before, call = resume.done, None
             try:
-                info = self._replica(i, deadline)
-                resume.check_model(info, address)
-                decoder.provenance = _provenance(info, address)
+                info, asked = None, bool(resume.done)
+                if asked:  # the rest must come from the same model: ask before
+                    info = self._replica(i, deadline)
+                    resume.check_model(info, address)
+                    decoder.provenance = _provenance(info, address)
                 # Raw bytes in: StreamDecoder.feed_bytes reads chunk data in place.
                 capture_rpc = channel.unary_stream(
                     CAPTURE_METHOD,
@@ -337,6 +339,9 @@ class AttentionClient:
                     part, timeout=deadline - time.monotonic(), metadata=channels.metadata
                 )
                 for message in call:
+                    if not asked:  # the first part: ask once it answers
+                        info, asked = self._first_replica(i, deadline), True
+                        decoder.provenance = _provenance(info, address)
                     capture = decoder.feed_bytes(message)
                     if capture is not None:
                         requests.check_answer(part, capture, address)

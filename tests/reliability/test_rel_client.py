@@ -34,10 +34,12 @@ class Script:
     GetModelInfo for a capture's provenance (after its first message) just answers.
     """
 
-    def __init__(self, fails, sent_first: int = 0):
+    def __init__(self, fails, sent_first: int = 0, weights: str = "blake2b:fake"):
         self.fails = list(fails)
+        self.weights = weights
         self.sent_first = sent_first
         self.calls: list[float] = []
+        self.texts: list[list[str]] = []  # each Capture call's texts
         self.method: str | None = None
         self.lock = threading.Lock()
 
@@ -52,6 +54,7 @@ class Script:
 
     def capture(self, request, context):
         k = self._count("capture")
+        self.texts.append([t.text for t in request.texts])
         k = len(self.fails) if k is None else k
         messages = list(serialize_example(0, CAP, codec="none", max_chunk_bytes=1 << 20))
         if k < len(self.fails) and self.fails[k] is not None:
@@ -63,7 +66,7 @@ class Script:
         k = self._count("info")
         if k is not None and k < len(self.fails) and self.fails[k] is not None:
             context.abort(self.fails[k], f"scripted failure {k}")
-        return pb.ModelInfo(name="fake", layers=1, heads=1)
+        return pb.ModelInfo(name="fake", layers=1, heads=1, weights=self.weights)
 
 
 @contextlib.contextmanager
@@ -166,16 +169,29 @@ def test_a_call_cancelled_by_closing_the_client_is_not_retried():
     assert len(script.calls) == 1
 
 
-def test_unavailable_after_data_is_not_retried():
-    """Examples already handed to the caller cannot be taken back: no silent replay."""
+def test_unavailable_after_data_resumes_from_the_first_example_not_received():
+    """Examples already handed to the caller are not asked again: the rest is (more:
+    tests/service/test_replicas.py)."""
     script = Script([U], sent_first=2)  # the whole first example, then the failure
+    with scripted(script) as address:
+        with AttentionClient(address, timeout=10, retries=5, backoff=(0.01, 0.02)) as client:
+            stream = client.stream(["a", "b"])
+            assert next(stream).text == "a"
+            assert [c.text for c in stream] == ["b"]
+    assert script.texts == [["a", "b"], ["b"]]
+
+
+def test_unavailable_after_data_is_not_resumed_without_a_weights_fingerprint():
+    """A replica that does not say which weights it serves cannot be checked: no resume."""
+    script = Script([U], sent_first=2, weights="")
     with scripted(script) as address:
         with AttentionClient(address, timeout=10, retries=5, backoff=(0.01, 0.02)) as client:
             stream = client.stream(["a", "b"])
             assert next(stream).tokens == CAP.tokens
             with pytest.raises(AttentionServiceError) as info:
                 next(stream)
-    assert info.value.code == U
+    assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert "weights unknown" in info.value.message
     assert len(script.calls) == 1
 
 
