@@ -8,12 +8,13 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import grpc
 
-from jaxattn.capture import Capture, frozen
+from jaxattn.capture import Capture
 from jaxattn.client import request as requests
 from jaxattn.client.channels import Channels, backoff_delay
 from jaxattn.client.errors import AttentionServiceError
 from jaxattn.client.resume import Resume
-from jaxattn.info import ModelInfo, provenance
+from jaxattn.client.served_model import capture_provenance, model_info_of
+from jaxattn.info import ModelInfo
 from jaxattn.inputs import Text
 from jaxattn.spec import Selection
 from jaxattn.stream import CaptureStream, Progress, too_long_policy
@@ -328,7 +329,7 @@ class AttentionClient:
                 if asked:  # the rest must come from the same model: ask before
                     info = self._replica(i, deadline)
                     resume.check_model(info, address)
-                    decoder.provenance = _provenance(info, address)
+                    decoder.provenance = capture_provenance(info, address)
                 # Raw bytes in: StreamDecoder.feed_bytes reads chunk data in place.
                 capture_rpc = channel.unary_stream(
                     CAPTURE_METHOD,
@@ -341,7 +342,7 @@ class AttentionClient:
                 for message in call:
                     if not asked:  # the first part: ask once it answers
                         info, asked = self._first_replica(i, deadline), True
-                        decoder.provenance = _provenance(info, address)
+                        decoder.provenance = capture_provenance(info, address)
                     capture = decoder.feed_bytes(message)
                     if capture is not None:
                         requests.check_answer(part, capture, address)
@@ -367,35 +368,3 @@ class AttentionClient:
 
     def __repr__(self) -> str:
         return f"AttentionClient({', '.join(self._channels.addresses)})"
-
-
-def model_info_of(info: pb.ModelInfo) -> ModelInfo:
-    """A GetModelInfo answer as the engine's `ModelInfo`."""
-    return ModelInfo(
-        name=info.name,
-        family=info.family,
-        layers=info.layers,
-        heads=info.heads,
-        hidden=info.hidden_size,
-        head_dim=info.head_dim,
-        vocab=info.vocab_size,
-        max_positions=info.max_positions,
-        dtype=info.dtype,
-        precision=info.precision or "highest",  # a jaxattn 0.1 server says nothing
-        weights=info.weights,
-        quantities=tuple(info.quantities),
-        shared_weights=info.shared_weights,
-        revision=info.revision,
-        causal=info.causal,
-        # 0 from a server that predates the field: no grouped-query attention
-        num_key_value_heads=info.num_key_value_heads or info.heads,
-        attention_windows=tuple(info.attention_windows),
-    )
-
-
-def _provenance(info: ModelInfo | None, address: str):
-    """Captures' `provenance`: the model of the replica that sent them (just the source
-    when it would not say)."""
-    if info is None:
-        return frozen({"source": f"server {address}"})
-    return frozen(provenance(info, {}, f"server {address}"))

@@ -16,6 +16,7 @@ import queue
 import re
 import threading
 from collections import Counter
+from pathlib import Path
 
 import grpc
 import pytest
@@ -254,3 +255,20 @@ def test_a_bad_address_is_named_before_any_call(addresses, named):
         AttentionClient(addresses)
     with pytest.raises(UsageError, match=re.escape(named)):
         check_targets(addresses)
+
+
+def test_the_example_manifest_parses_and_serves_what_clients_dial():
+    """Only its shape: no cluster runs here (docs/replicas.md says so)."""
+    yaml = pytest.importorskip("yaml")
+    path = Path(__file__).resolve().parents[2] / "docs" / "deploy" / "kubernetes.yaml"
+    deployment, service = yaml.safe_load_all(path.read_text())
+    assert deployment["spec"]["replicas"] == 3
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"][0] == "serve" and "--port=50051" in container["args"]
+    grace = next(a for a in container["args"] if a.startswith("--grace="))
+    assert pod["terminationGracePeriodSeconds"] > int(grace.split("=")[1])
+    probe = container["readinessProbe"]["exec"]["command"]
+    assert "-service=jaxattn.v1.AttentionService" in probe
+    assert service["spec"]["clusterIP"] == "None"  # headless: dns:/// sees every pod
+    assert service["spec"]["ports"][0]["port"] == 50051
