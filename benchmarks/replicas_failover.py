@@ -1,7 +1,7 @@
 """Service at scale (issue 32): 3 replicas, one SIGKILLed mid-run under 32 concurrent clients.
 
-    .venv/bin/python benchmarks/replicas_failover.py [--requests 3000] [--clients 32]
-        [--kill-after 8] [--workdir DIR] [--json FILE]
+    .venv/bin/python benchmarks/replicas_failover.py [--requests 2000] [--clients 32]
+        [--kill-after 20] [--workdir DIR] [--json FILE]
 
 Starts three `jaxattn serve` processes (the embedded all-MiniLM-L6-v2, default
 options but `--max-batch 8`, one shared compilation cache) on free loopback
@@ -9,7 +9,7 @@ ports; computes the right answers in-process (`jaxattn.bench.expect`: float32,
 bit for bit at one of the batch sizes the servers may run); then sends
 `--requests` requests from `--clients` threads, each its own `AttentionClient`
 of the three addresses (round-robin, health-aware, resuming cut streams): single
-sentences and streams of 8 sentences (attention, float32), and SIGKILLs replica
+sentences and streams of 16 (attention, float32), and SIGKILLs replica
 0 `--kill-after` seconds into the run. Every request sent is counted once:
 answered right, wrong, refused (by status code) or lost (no answer and no
 status). Prints a markdown table for BENCHMARKS.md ("Service at scale (issue
@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import platform
-import queue
 import subprocess
 import sys
 import tempfile
@@ -38,22 +37,19 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def start_replica(workdir: Path, env: dict) -> tuple[subprocess.Popen, str]:
-    """`jaxattn serve` on a free port: (process, address) once it listens."""
+def start_replica(workdir: Path) -> tuple[subprocess.Popen, str]:
+    """A replica (`jaxattn serve --max-batch 8`): (process, address) once it listens."""
+    from loadtest import start_server  # benchmarks/loadtest.py, beside this script
+
     workdir.mkdir(parents=True, exist_ok=True)
-    with open(workdir / "serve.log", "wb") as err:  # INFO: one line per call
-        proc = subprocess.Popen(
-            [str(JAXATTN), "serve", "--port", "0", "--max-batch", "8"],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-            env=env,
-            cwd=workdir,
-        )
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
-    line = lines.get(timeout=600)
-    return proc, "127.0.0.1:" + line.split("listening on 127.0.0.1:")[1].split()[0]
+    proc, address, _ = start_server(workdir, "--max-batch", "8")
+    return proc, address
+
+
+def partial_requests(serve_log: Path) -> int:
+    """Calls a replica logged with 2..15 texts (its log has one line per call)."""
+    with open(serve_log) as f:
+        return sum(any(f" texts={n} " in line for n in range(2, 16)) for line in f)
 
 
 def cpu_model() -> str:
@@ -66,9 +62,9 @@ def cpu_model() -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--requests", type=int, default=3000)
+    ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--clients", type=int, default=32)
-    ap.add_argument("--kill-after", type=float, default=8.0, help="seconds into the run")
+    ap.add_argument("--kill-after", type=float, default=20.0, help="seconds into the run")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -86,15 +82,16 @@ def main(argv=None) -> int:
         return workdir / f"replica{i}" / "serve.log"
 
     cache = workdir / "xla"
-    env = dict(os.environ, PYTHONUNBUFFERED="1", JAXATTN_COMPILATION_CACHE=str(cache))
-    os.environ["JAXATTN_COMPILATION_CACHE"] = str(cache)
+    os.environ["JAXATTN_COMPILATION_CACHE"] = str(cache)  # the replicas' and the engine's
     log(f"starting 3 replicas in {workdir}")
     with ThreadPoolExecutor(3) as pool:
-        starting = [pool.submit(start_replica, workdir / f"replica{i}", env) for i in range(3)]
+        starting = [pool.submit(start_replica, workdir / f"replica{i}") for i in range(3)]
         engine = jaxattn.load()
-        pool_sentences = sentences(engine, DEFAULT_CONLLU)[:64]
-        mix = [LoadRequest("single", (s,), weight=3.0) for s in pool_sentences[:32]] + [
-            LoadRequest("stream8", tuple(pool_sentences[32 + 8 * k : 40 + 8 * k])) for k in range(4)
+        pool_sentences = sentences(engine, DEFAULT_CONLLU)[:72]
+        # A quarter of the requests are streams of 16 texts, which the replicas run 8 at
+        # a time (--max-batch 8) among the others: a kill cuts some of them part-way.
+        mix = [LoadRequest("single", (s,)) for s in pool_sentences[:24]] + [
+            LoadRequest("stream16", tuple(pool_sentences[8 * k : 8 * k + 16])) for k in range(8)
         ]
         log(f"mix: {len(mix)} kinds; computing the right answers in-process")
         expectations = build_expectations(engine, mix, max_batch=min(8, ENGINE_MAX_BATCH))
@@ -140,15 +137,9 @@ def main(argv=None) -> int:
     if killed_at:
         at = killed_at[0] - start
         done_at_kill = max((n for t, _, n in result.rss if t <= at), default=0)
-    # A resumed stream reaches a surviving replica as a request of 2..7 texts (the
-    # warm-up sent one of 2 and one of 4 to each).
-    resumed = (
-        sum(
-            sum(f"texts={n} " in line for n in range(2, 8) for line in open(log_path(i)))
-            for i in (1, 2)
-        )
-        - 2 * 2
-    )
+    # A resumed stream reaches a surviving replica as a request of 2..15 texts; the
+    # warm-up sent one of 2, 4 and 8 texts to each.
+    resumed = sum(partial_requests(log_path(i)) for i in (1, 2)) - 2 * 3
     figures = {
         "machine": f"{os.cpu_count()} CPUs, {cpu_model()}",
         "date": time.strftime("%Y-%m-%d"),

@@ -3,33 +3,31 @@ and the `provenance` of the captures it sends."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from jaxattn.capture import frozen
 from jaxattn.info import ModelInfo, provenance
 from jaxattn.v1 import attention_pb2 as pb
 
+# ModelInfo fields the wire calls otherwise (attention.proto's ModelInfo).
+_WIRE_NAMES = {"hidden": "hidden_size", "vocab": "vocab_size"}
+
 
 def model_info_of(info: pb.ModelInfo) -> ModelInfo:
-    """A GetModelInfo answer as the engine's `ModelInfo`."""
-    return ModelInfo(
-        name=info.name,
-        family=info.family,
-        layers=info.layers,
-        heads=info.heads,
-        hidden=info.hidden_size,
-        head_dim=info.head_dim,
-        vocab=info.vocab_size,
-        max_positions=info.max_positions,
-        dtype=info.dtype,
-        precision=info.precision or "highest",  # a jaxattn 0.1 server says nothing
-        weights=info.weights,
-        quantities=tuple(info.quantities),
-        shared_weights=info.shared_weights,
-        revision=info.revision,
-        causal=info.causal,
-        # 0 from a server that predates the field: no grouped-query attention
-        num_key_value_heads=info.num_key_value_heads or info.heads,
-        attention_windows=tuple(info.attention_windows),
-    )
+    """A GetModelInfo answer as the engine's `ModelInfo` (a field the answer lacks, from
+    an older server, keeps ModelInfo's default)."""
+    wire = info.DESCRIPTOR.fields_by_name
+    values = {}
+    for field in dataclasses.fields(ModelInfo):
+        name = _WIRE_NAMES.get(field.name, field.name)
+        if name in wire:
+            value = getattr(info, name)
+            scalar = isinstance(value, str | bytes | int | float | bool)
+            values[field.name] = value if scalar else tuple(value)
+    values["precision"] = info.precision or "highest"  # a jaxattn 0.1 server says nothing
+    # 0 from a server that predates the field: no grouped-query attention
+    values["num_key_value_heads"] = info.num_key_value_heads or info.heads
+    return ModelInfo(**values)
 
 
 def capture_provenance(info: ModelInfo | None, address: str):
