@@ -55,6 +55,7 @@ class AttentionClient:
       retries: extra attempts after UNAVAILABLE, or a CANCELLED the client did
         not cause, in a row without a new example received (a stream resumed
         after some examples starts the count again); all within `timeout`.
+        0: no retry and no resume.
       backoff: (first, cap) retry delay in seconds, doubling, jittered.
       codec: the default wire compression of `capture`/`stream` (none, zstd, lz4).
 
@@ -353,7 +354,8 @@ class AttentionClient:
                 return
             except grpc.RpcError as e:
                 misses = 0 if resume.done > before else misses + 1
-                if not channels.retryable(e) or misses > channels.retries:
+                give_up = not channels.retries or misses > channels.retries  # 0: never again
+                if not channels.retryable(e) or give_up:
                     raise AttentionServiceError.from_rpc_error(e, address) from None
                 failed.add(i)
             except WireError as e:

@@ -195,6 +195,27 @@ def test_unavailable_after_data_is_not_resumed_without_a_weights_fingerprint():
     assert len(script.calls) == 1
 
 
+def test_resumes_never_outlive_the_timeout_and_retries_0_turns_them_off():
+    """Every attempt delivers one example, then fails: progress each time, so only the
+    deadline ends it, with the examples received so far named."""
+    script = Script([U] * 10_000, sent_first=2)
+    with scripted(script) as address:
+        with AttentionClient(address, timeout=0.8, retries=3, backoff=(0.05, 0.1)) as client:
+            start, got = time.monotonic(), []
+            with pytest.raises(AttentionServiceError) as info:
+                got.extend(client.stream(["a"] * 1000))
+            assert time.monotonic() - start < 0.8 + 0.5
+        assert info.value.code in (U, grpc.StatusCode.DEADLINE_EXCEEDED)
+        # each attempt brought one new example (the last perhaps none: the time was up)
+        assert 2 <= len(script.calls) - 1 <= len(got) <= len(script.calls) < 30
+        with AttentionClient(address, timeout=5, retries=0) as client:
+            stream = client.stream(["a", "b"])
+            next(stream)
+            with pytest.raises(AttentionServiceError) as info:
+                next(stream)
+        assert info.value.code == U
+
+
 @pytest.mark.parametrize("method", ["capture", "model_info"])
 def test_retries_never_outlive_the_timeout(method):
     script = Script([U] * 1000)
