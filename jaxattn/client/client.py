@@ -275,13 +275,15 @@ class AttentionClient:
             precision=precision,
         )
 
-    def _replica(self, i: int, deadline: float) -> ModelInfo:
-        """The model of address `i`: its own GetModelInfo, on its channel, fetched once.
+    def _replica(self, i: int, deadline: float, fresh: bool = False) -> ModelInfo:
+        """The model of address `i`: its own GetModelInfo, on its channel, kept for the
+        provenance of later calls; `fresh` asks again (what a stream may be resumed
+        against: the replica may have restarted with other weights since).
 
         Raises:
           grpc.RpcError: the call failed.
         """
-        if i not in self._replicas:
+        if fresh or i not in self._replicas:
             info_rpc = self._channels.channel(i).unary_unary(
                 INFO_METHOD,
                 request_serializer=pb.GetModelInfoRequest.SerializeToString,
@@ -295,10 +297,10 @@ class AttentionClient:
             self._replicas[i] = model_info_of(info)
         return self._replicas[i]
 
-    def _first_replica(self, i: int, deadline: float) -> ModelInfo | None:
+    def _first_replica(self, i: int, deadline: float, fresh: bool) -> ModelInfo | None:
         """`_replica`, or None when it fails: the capture that asks has worked."""
         try:
-            return self._replica(i, deadline)
+            return self._replica(i, deadline, fresh)
         except grpc.RpcError:
             return None
 
@@ -328,7 +330,7 @@ class AttentionClient:
             try:
                 info, asked = None, bool(resume.done)
                 if asked:  # the rest must come from the same model: ask before
-                    info = self._replica(i, deadline)
+                    info = self._replica(i, deadline, fresh=True)
                     resume.check_model(info, address)
                     decoder.provenance = capture_provenance(info, address)
                 # Raw bytes in: StreamDecoder.feed_bytes reads chunk data in place.
@@ -342,7 +344,10 @@ class AttentionClient:
                 )
                 for message in call:
                     if not asked:  # the first part: ask once it answers
-                        info, asked = self._first_replica(i, deadline), True
+                        # A stream of several examples may need resuming: its
+                        # first part's fingerprint must be this replica's now.
+                        info = self._first_replica(i, deadline, fresh=len(part.texts) > 1)
+                        asked = True
                         decoder.provenance = capture_provenance(info, address)
                     capture = decoder.feed_bytes(message)
                     if capture is not None:
