@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import queue
 import re
 import threading
 from collections import Counter
@@ -40,7 +39,7 @@ class CutEngine:
     stopped meanwhile). The server may run one call in several pieces: k counts
     examples over all of them."""
 
-    def __init__(self, engine, plan: list[int], stopped: queue.Queue | None = None):
+    def __init__(self, engine, plan: list[int]):
         self.engine = engine
         self.info = engine.info
         self.make_spec = engine.make_spec
@@ -48,7 +47,6 @@ class CutEngine:
         self.plan = plan  # shared by the replicas: the next one to run takes the next cut
         self.cut_at: int | None = None
         self.release = threading.Event()
-        self.stopped = stopped  # where it says that it stopped producing
         self.runs = self.produced = 0
 
     def run(self, tokenized, spec):
@@ -64,8 +62,6 @@ class CutEngine:
         yield from [
             (pos, cap) for pos, cap in self.engine.run(tokenized, spec) if base + pos < self.cut_at
         ]
-        if self.stopped is not None:
-            self.stopped.put(self)
         self.release.wait(30)
 
 

@@ -14,6 +14,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pytest
 from conftest import SENTENCES
 from test_service_subprocess import launch
 
@@ -26,6 +27,7 @@ REQUESTS = 8  # per client, each of 4 texts
 WHAT = ("attention",)
 
 
+@pytest.mark.slow  # three processes start (most of its time)
 def test_a_replica_killed_mid_run_loses_no_request(svc_checkpoint, tmp_path):
     dirs = [tmp_path / f"replica{i}" for i in range(3)]
     for d in dirs:
