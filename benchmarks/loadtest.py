@@ -39,12 +39,13 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def start_server(workdir: Path) -> tuple[subprocess.Popen, str, Path]:
+def start_server(workdir: Path, *options: str) -> tuple[subprocess.Popen, str, Path]:
+    """`jaxattn serve --port 0 OPTIONS` in `workdir`: (process, address, log) once listening."""
     err = workdir / "serve.log"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     with open(err, "wb") as f:
         proc = subprocess.Popen(
-            [str(JAXATTN), "serve", "--port", "0"],
+            [str(JAXATTN), "serve", "--port", "0", *options],
             stdout=subprocess.PIPE,
             stderr=f,
             text=True,

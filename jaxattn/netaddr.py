@@ -1,16 +1,25 @@
-"""Why an address cannot be listened on, said before a server loads its model.
+"""Addresses, checked before anything is sent or loaded: can a server listen here, can a
+client dial there.
 
 `check_listen(host, port)` binds a plain socket to the address and lets it go:
 a host that names no address of this machine, or a port that another process
 holds, is a `UsageError` naming --host/--port and the reason, seconds before
 the model would have loaded, instead of the server library's failure after it.
-Port 0 (any free port) always passes. A leaf: the standard library and errors.
+Port 0 (any free port) always passes.
+
+`check_targets(addresses)` reads a client's server addresses (HOST:PORT or a
+gRPC target URI, docs/replicas.md) without resolving them: an entry that is
+not one is a `UsageError` naming it, before any call, instead of gRPC's
+UNAVAILABLE at the first call's deadline. A leaf: the standard library and errors.
 """
 
 from __future__ import annotations
 
 import errno
+import ipaddress
+import re
 import socket
+from collections.abc import Sequence
 
 from jaxattn.errors import UsageError
 
@@ -57,3 +66,80 @@ def check_listen(
     else:
         why = errors[0].strerror or str(errors[0])
     raise UsageError(f"cannot listen on {where}: {why}")
+
+
+# A DNS name (RFC 1123 labels; "_" too, as in service names) or an IPv4 literal.
+_HOST = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9_-]{1,63}(?<!-))*\.?")
+# gRPC's resolvers (schemes) a target may name; anything else before "://" or ":" is refused.
+TARGET_SCHEMES = ("dns", "ipv4", "ipv6", "unix", "unix-abstract")
+TARGET_FORMS = (
+    "HOST:PORT, [IPV6]:PORT, dns:///HOST:PORT, ipv4:IP:PORT[,IP:PORT...], "
+    "ipv6:[IP]:PORT[,...], unix:PATH"
+)
+
+
+def check_targets(addresses: Sequence[str]) -> tuple[str, ...]:
+    """The addresses a client dials, each checked (`target_problem`), as a tuple.
+
+    Raises:
+      UsageError: the list is empty, or names the first bad entry and what is wrong.
+    """
+    if isinstance(addresses, str):
+        addresses = [addresses]
+    addresses = tuple(addresses)
+    if not addresses:
+        raise UsageError(f"no server address: give at least one ({TARGET_FORMS})")
+    for i, address in enumerate(addresses):
+        why = target_problem(address)
+        if why:
+            where = f" (entry {i} of {len(addresses)})" if len(addresses) > 1 else ""
+            raise UsageError(f"server address {address!r}{where} {why}: valid are {TARGET_FORMS}")
+    return addresses
+
+
+def target_problem(address) -> str | None:
+    """What is wrong with one client address, in words (None: nothing). Nothing is resolved."""
+    if not isinstance(address, str):
+        return f"is a {type(address).__name__}, not a string"
+    if not address or address != address.strip() or any(c.isspace() for c in address):
+        return "is empty or holds whitespace"
+    scheme, sep, rest = address.partition(":")
+    if sep and scheme in TARGET_SCHEMES:
+        if scheme == "dns":  # dns:///HOST:PORT or dns://AUTHORITY/HOST:PORT
+            if not rest.startswith("//") or "/" not in rest[2:]:
+                return "is not dns:///HOST:PORT (three slashes, or dns://DNS-SERVER/HOST:PORT)"
+            return _host_port_problem(rest[2:].partition("/")[2])
+        if scheme in ("ipv4", "ipv6"):
+            for entry in rest.split(","):
+                why = _host_port_problem(entry, ip=scheme)
+                if why:
+                    return f"has entry {entry!r} that {why}" if entry != rest else why
+            return None
+        return None if rest.strip("/") else f"names no socket after {scheme}:"
+    if "://" in address:
+        return f"has a scheme gRPC does not resolve ({scheme}:)"
+    return _host_port_problem(address)
+
+
+def _host_port_problem(entry: str, ip: str | None = None) -> str | None:
+    host, sep, port = entry.rpartition(":")
+    if not sep or not host:
+        return f"is not HOST:PORT ({entry!r} has no port)"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        return f"has port {port!r}, not a number in 1..65535"
+    if host.startswith("[") and host.endswith("]"):
+        host, version = host[1:-1], 6
+    else:
+        version = 4
+    if ip is not None or version == 6:
+        try:
+            if ipaddress.ip_address(host).version != (6 if ip == "ipv6" else version):
+                raise ValueError
+        except ValueError:
+            return f"has host {host!r}, not an IPv{6 if ip == 'ipv6' else version} address"
+        return None
+    if ":" in host:
+        return f"has host {host!r}: an IPv6 address goes in brackets, [{host}]:{port}"
+    if not _HOST.fullmatch(host):
+        return f"has host {host!r}, not a host name or address"
+    return None

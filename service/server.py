@@ -35,6 +35,7 @@ from service.requests import RequestParser
 from service.servicer import AttentionServicer, handlers
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AttentionService"].full_name
+_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 class AttentionServer:
@@ -64,6 +65,16 @@ class AttentionServer:
         """Start the batcher, then serve."""
         self.batcher.start()
         self.grpc_server.start()
+
+    def set_serving(self, serving: bool) -> None:
+        """Set the grpc.health.v1 status (the server's and the attention service's):
+        NOT_SERVING takes this replica out of clients' rotation (jaxattn.client
+        and load balancers that check health send it no new calls) while it still
+        answers the calls it gets; SERVING puts it back. `stop` sets NOT_SERVING
+        for good. docs/replicas.md."""
+        status = health_pb2.HealthCheckResponse.SERVING if serving else _NOT_SERVING
+        for name in ("", SERVICE_NAME):
+            self._health.set(name, status)
 
     def stop(self, grace: float | None = None) -> threading.Event:
         """Drain and stop; returns an Event set once everything has stopped.

@@ -13,6 +13,9 @@
         for cap in client.capture_iter(open("corpus.txt"), too_long="skip"):
             ...                                      # any iterable, bounded memory
 
+Several replicas: `AttentionClient(["a:50051", "b:50051"])` or one
+"dns:///name:50051" (round-robin, NOT_SERVING replicas skipped, a cut stream
+resumed on another replica of the same weights; docs/replicas.md).
 Captures carry `text`, `truncated` and `provenance` (source "server HOST:PORT").
 Layers and heads take the engine's selections (-1, slices, "0,3,-1"). Failures
 raise `AttentionServiceError` with the gRPC status code, message, and the

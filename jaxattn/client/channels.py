@@ -1,4 +1,14 @@
-"""Channels to one or more servers: TLS, token, round-robin, retry with backoff.
+"""Channels to one or more servers: TLS, token, round-robin, health, retry with backoff.
+
+One channel per address; an address is HOST:PORT or a gRPC target URI
+(`dns:///name:port`, `ipv4:ip:port,ip:port`, ...), checked before any channel is
+made (`jaxattn.netaddr.check_targets`). Every channel balances over what its
+target resolves to with gRPC's own resolver and `round_robin` policy, and
+watches each backend's grpc.health.v1 status of the attention service
+(`SERVICE_CONFIG`): a replica answering NOT_SERVING (a draining server) gets no
+calls of that channel, and a channel none of whose backends is healthy or
+reachable (TRANSIENT_FAILURE) is passed over while another is not (`next`).
+Docs: docs/replicas.md.
 
 Retry policy (the same for every call): UNAVAILABLE is retried (the server was
 unreachable, restarting or shutting down), and so is a CANCELLED this client did
@@ -13,7 +23,7 @@ no call outlives its timeout however many retries are allowed.
 
 from __future__ import annotations
 
-import itertools
+import json
 import os
 import random
 import threading
@@ -24,12 +34,44 @@ import grpc
 
 from jaxattn.client.errors import AttentionServiceError
 from jaxattn.errors import UsageError
+from jaxattn.netaddr import check_targets
+from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs
 
 # A dead peer that sent no FIN (a lost host, a cut network) is noticed within
 # about keepalive time + timeout while a call is open, instead of at its deadline.
 # The server accepts pings this often (service/server.py).
 KEEPALIVE = [("grpc.keepalive_time_ms", 60_000), ("grpc.keepalive_timeout_ms", 20_000)]
+
+# The service whose health the client watches (service/server.py sets it SERVING, and
+# NOT_SERVING while draining; a server without the health service counts as healthy).
+HEALTH_SERVICE = pb.DESCRIPTOR.services_by_name["AttentionService"].full_name
+# gRPC's client-side load balancing and health checking, for every channel; the
+# resolver's own service config (DNS TXT records) is not consulted, so it is this one.
+SERVICE_CONFIG = json.dumps(
+    {
+        "loadBalancingConfig": [{"round_robin": {}}],
+        "healthCheckConfig": {"serviceName": HEALTH_SERVICE},
+    }
+)
+BALANCING = [("grpc.service_config", SERVICE_CONFIG), ("grpc.service_config_disable_resolution", 1)]
+# A channel in these states has no backend to send to now: passed over while another has.
+_UNUSABLE = ("transient failure", "shutdown")
+
+
+def _connectivity(channel: grpc.Channel, try_to_connect: bool = False) -> str | None:
+    """The channel's connectivity now ("idle", "connecting", "ready", "transient
+    failure", "shutdown"), asked of gRPC's core without a thread (grpc-python's
+    `subscribe` polls in one per channel and races `close`); None where that is
+    not available (another grpc.Channel), which counts as usable."""
+    core = getattr(channel, "_channel", None)
+    try:
+        state = core.check_connectivity_state(try_to_connect)
+    except Exception:  # no core channel, or a closed one
+        return None
+    return {0: "idle", 1: "connecting", 2: "ready", 3: "transient failure", 4: "shutdown"}.get(
+        state
+    )
 
 
 def backoff_delay(attempt: int, backoff: tuple[float, float], remaining: float) -> float:
@@ -64,10 +106,11 @@ def _read(value: bytes | str | os.PathLike | None) -> bytes | None:
 
 
 class Channels:
-    """One channel per address, used in turn (client-side round-robin).
+    """One channel per address, used in turn (client-side round-robin), unusable ones
+    passed over.
 
     Args:
-      addresses: "host:port" strings.
+      addresses: "host:port" strings or gRPC target URIs (`jaxattn.netaddr.check_targets`).
       tls: use TLS (implied by root_certificates).
       root_certificates: PEM CA bundle (bytes or a path); None = system roots.
       server_name: override the name checked against the certificate.
@@ -87,8 +130,7 @@ class Channels:
         retries: int = 3,
         backoff: tuple[float, float] = (0.1, 2.0),
     ):
-        if not addresses:
-            raise ValueError("address is empty: give at least one 'host:port'")
+        addresses = check_targets(addresses)
         if retries < 0:
             raise ValueError(f"retries must be >= 0, got {retries}")
         if not 0 < backoff[0] <= backoff[1]:
@@ -96,11 +138,12 @@ class Channels:
         options = [
             ("grpc.max_receive_message_length", codecs.MAX_MAX_CHUNK_BYTES + (1 << 20)),
             *KEEPALIVE,
+            *BALANCING,
         ]
         if server_name:
             options.append(("grpc.ssl_target_name_override", server_name))
         roots = _read(root_certificates)
-        self.addresses = tuple(addresses)
+        self.addresses = addresses
         if tls or roots is not None:
             creds = grpc.ssl_channel_credentials(root_certificates=roots)
             self._channels = [grpc.secure_channel(a, creds, options) for a in self.addresses]
@@ -109,9 +152,11 @@ class Channels:
         self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self.retries = retries
         self.backoff = backoff
-        self._turn = itertools.count()
+        self._turn = 0
         self._lock = threading.Lock()
         self.closed = False
+        for channel in self._channels:
+            _connectivity(channel, try_to_connect=True)  # connect (and watch health) now
 
     def retryable(self, error: grpc.RpcError) -> bool:
         """Whether a failed attempt that delivered nothing may be retried: UNAVAILABLE,
@@ -121,11 +166,26 @@ class Channels:
             code == grpc.StatusCode.CANCELLED and not self.closed
         )
 
-    def next(self) -> tuple[int, grpc.Channel]:
-        """The next (address index, channel) in round-robin order."""
+    def next(self, failed: frozenset[int] | set[int] = frozenset()) -> tuple[int, grpc.Channel]:
+        """The next (address index, channel) in round-robin order, passing over a channel
+        gRPC reports unusable (TRANSIENT_FAILURE: unreachable, or every backend NOT_SERVING)
+        and the addresses in `failed` (those this call already failed on), while
+        another is left; when none is, the plain next in turn."""
+        n = len(self._channels)
         with self._lock:
-            i = next(self._turn) % len(self._channels)
+            start = self._turn
+            order = [(start + k) % n for k in range(n)]
+            i = min(order, key=lambda j: (j in failed, self.unusable(j)))
+            self._turn = start + order.index(i) + 1
         return i, self._channels[i]
+
+    def unusable(self, i: int) -> bool:
+        """Whether gRPC reports channel `i` with no backend to send to now."""
+        return _connectivity(self._channels[i]) in _UNUSABLE
+
+    def channel(self, i: int) -> grpc.Channel:
+        """The channel of address `i`."""
+        return self._channels[i]
 
     def call(self, attempt: Callable[[grpc.Channel, float], object], timeout: float) -> object:
         """Run `attempt(channel, seconds_left)`, retrying `retryable` failures on the next
@@ -136,8 +196,9 @@ class Channels:
             or DEADLINE_EXCEEDED when the time ran out between attempts.
         """
         deadline = time.monotonic() + timeout
+        failed: set[int] = set()
         for k in range(self.retries + 1):
-            i, channel = self.next()
+            i, channel = self.next(failed)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise AttentionServiceError(
@@ -150,6 +211,7 @@ class Channels:
             except grpc.RpcError as e:
                 if not self.retryable(e) or k == self.retries:
                     raise AttentionServiceError.from_rpc_error(e, self.addresses[i]) from None
+                failed.add(i)
             time.sleep(backoff_delay(k, self.backoff, deadline - time.monotonic()))
         raise AssertionError("unreachable")
 

@@ -8,11 +8,13 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import grpc
 
-from jaxattn.capture import Capture, frozen
+from jaxattn.capture import Capture
 from jaxattn.client import request as requests
 from jaxattn.client.channels import Channels, backoff_delay
 from jaxattn.client.errors import AttentionServiceError
-from jaxattn.info import ModelInfo, provenance
+from jaxattn.client.resume import Resume
+from jaxattn.client.served_model import capture_provenance, model_info_of
+from jaxattn.info import ModelInfo
 from jaxattn.inputs import Text
 from jaxattn.spec import Selection
 from jaxattn.stream import CaptureStream, Progress, too_long_policy
@@ -35,8 +37,14 @@ class AttentionClient:
                                   dtype="uint8", codec="zstd")
 
     Args:
-      address: "host:port", or several: calls go to them in turn (round-robin)
-        and a call that finds one UNAVAILABLE (or stopping) is retried on the next.
+      address: "host:port", or several: calls go to them in turn (round-robin),
+        passing over one that is unreachable or NOT_SERVING; a call that finds
+        one UNAVAILABLE (or stopping) is retried on the next, and a capture
+        stream cut mid-way resumes on the next from the first example not
+        received, when that replica serves the same weights. An address may be
+        a gRPC target (`dns:///name:port`: every replica the name resolves to,
+        balanced by gRPC). A bad entry is a UsageError naming it. See
+        docs/replicas.md.
       token: bearer token, when the server wants one.
       tls: connect with TLS (implied by root_certificates).
       root_certificates: PEM CA bundle (bytes or a file path) to trust.
@@ -45,7 +53,9 @@ class AttentionClient:
       timeout: default deadline in seconds for each call, retries included.
         Every call has one: the client never waits forever.
       retries: extra attempts after UNAVAILABLE, or a CANCELLED the client did
-        not cause, when nothing was received yet.
+        not cause, in a row without a new example received (a stream resumed
+        after some examples starts the count again); all within `timeout`.
+        0: no retry and no resume.
       backoff: (first, cap) retry delay in seconds, doubling, jittered.
       codec: the default wire compression of `capture`/`stream` (none, zstd, lz4).
 
@@ -83,6 +93,7 @@ class AttentionClient:
         self.codec = codec
         self.wire_bytes = 0
         self._info: ModelInfo | None = None  # model_info(), fetched once
+        self._replicas: dict[int, ModelInfo | None] = {}  # each address's, fetched once
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -113,27 +124,7 @@ class AttentionClient:
           AttentionServiceError: the call failed.
         """
         if self._info is None:
-            info = self.server_info(timeout)
-            self._info = ModelInfo(
-                name=info.name,
-                family=info.family,
-                layers=info.layers,
-                heads=info.heads,
-                hidden=info.hidden_size,
-                head_dim=info.head_dim,
-                vocab=info.vocab_size,
-                max_positions=info.max_positions,
-                dtype=info.dtype,
-                precision=info.precision or "highest",  # a jaxattn 0.1 server says nothing
-                weights=info.weights,
-                quantities=tuple(info.quantities),
-                shared_weights=info.shared_weights,
-                revision=info.revision,
-                causal=info.causal,
-                # 0 from a server that predates the field: no grouped-query attention
-                num_key_value_heads=info.num_key_value_heads or info.heads,
-                attention_windows=tuple(info.attention_windows),
-            )
+            self._info = model_info_of(self.server_info(timeout))
         return self._info
 
     def server_info(self, timeout: float | None = None) -> pb.ModelInfo:
@@ -300,58 +291,103 @@ class AttentionClient:
             key_positions=key_positions,
         )
 
-    def _provenance(self, address: str):
-        """Captures' `provenance` (model_info: one call per client; else just the source)."""
+    def _replica(self, i: int, deadline: float, fresh: bool = False) -> ModelInfo:
+        """The model of address `i`: its own GetModelInfo, on its channel, kept for the
+        provenance of later calls; `fresh` asks again (what a stream may be resumed
+        against: the replica may have restarted with other weights since).
+
+        Raises:
+          grpc.RpcError: the call failed.
+        """
+        if fresh or i not in self._replicas:
+            info_rpc = self._channels.channel(i).unary_unary(
+                INFO_METHOD,
+                request_serializer=pb.GetModelInfoRequest.SerializeToString,
+                response_deserializer=pb.ModelInfo.FromString,
+            )
+            info = info_rpc(
+                pb.GetModelInfoRequest(),
+                timeout=max(0.001, deadline - time.monotonic()),
+                metadata=self._channels.metadata,
+            )
+            self._replicas[i] = model_info_of(info)
+        return self._replicas[i]
+
+    def _first_replica(self, i: int, deadline: float, fresh: bool) -> ModelInfo | None:
+        """`_replica`, or None when it fails: the capture that asks has worked."""
         try:
-            return frozen(provenance(self.model_info(), {}, f"server {address}"))
-        except AttentionServiceError:  # the capture itself worked: do not fail it
-            return frozen({"source": f"server {address}"})
+            return self._replica(i, deadline, fresh)
+        except grpc.RpcError:
+            return None
 
     def _stream(
         self, request: pb.CaptureRequest, texts: list, policy: str, timeout: float
     ) -> Iterator[Capture]:
+        """The captures of `request`, each exactly once and in order, resumed on another
+        replica from the first example not received when a stream is cut (`Resume`)."""
         deadline = time.monotonic() + timeout
         channels = self._channels
-        for attempt in range(channels.retries + 1):
-            i, channel = channels.next()
+        resume = Resume(request)
+        failed: set[int] = set()
+        misses = 0  # failed attempts in a row that delivered no example
+        while True:
+            i, channel = channels.next(failed)
             address = channels.addresses[i]
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise AttentionServiceError(
-                    grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer within {timeout}s", address
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"no answer within {timeout}s{resume.so_far()}",
+                    address,
                 )
-            # Raw bytes in: StreamDecoder.feed_bytes reads chunk data in place.
-            capture_rpc = channel.unary_stream(
-                CAPTURE_METHOD,
-                request_serializer=pb.CaptureRequest.SerializeToString,
-                response_deserializer=None,
-            )
-            call = capture_rpc(request, timeout=remaining, metadata=channels.metadata)
-            decoder = StreamDecoder(texts)
-            received = False
+            decoder = StreamDecoder(texts[resume.done :])
+            part = resume.request()
+            before, call = resume.done, None
             try:
+                info, asked = None, bool(resume.done)
+                if asked:  # the rest must come from the same model: ask before
+                    info = self._replica(i, deadline, fresh=True)
+                    resume.check_model(info, address)
+                    decoder.provenance = capture_provenance(info, address)
+                # Raw bytes in: StreamDecoder.feed_bytes reads chunk data in place.
+                capture_rpc = channel.unary_stream(
+                    CAPTURE_METHOD,
+                    request_serializer=pb.CaptureRequest.SerializeToString,
+                    response_deserializer=None,
+                )
+                call = capture_rpc(
+                    part, timeout=deadline - time.monotonic(), metadata=channels.metadata
+                )
                 for message in call:
-                    if not received:
-                        decoder.provenance = self._provenance(address)
-                    received = True
+                    if not asked:  # the first part: ask once it answers
+                        # A stream of several examples may need resuming: its
+                        # first part's fingerprint must be this replica's now.
+                        info = self._first_replica(i, deadline, fresh=len(part.texts) > 1)
+                        asked = True
+                        decoder.provenance = capture_provenance(info, address)
                     capture = decoder.feed_bytes(message)
                     if capture is not None:
-                        requests.check_answer(request, capture, address)
+                        requests.check_answer(part, capture, address)
+                        resume.received(capture, info, address)
                         if not (policy == "skip" and capture.truncated):
                             yield capture
                 decoder.finish()
                 return
             except grpc.RpcError as e:
-                last = attempt == channels.retries
-                # Only a call that delivered nothing can be retried transparently.
-                if not channels.retryable(e) or received or last:
+                misses = 0 if resume.done > before else misses + 1
+                give_up = not channels.retries or misses > channels.retries  # 0: never again
+                if not channels.retryable(e) or give_up:
                     raise AttentionServiceError.from_rpc_error(e, address) from None
+                failed.add(i)
             except WireError as e:
                 raise AttentionServiceError(grpc.StatusCode.DATA_LOSS, str(e), address) from None
             finally:
                 self.wire_bytes += decoder.wire_bytes
-                call.cancel()  # no-op after completion; drops the server's work otherwise
-            time.sleep(backoff_delay(attempt, channels.backoff, deadline - time.monotonic()))
+                if call is not None:
+                    call.cancel()  # no-op after completion; drops the server's work otherwise
+            time.sleep(
+                backoff_delay(max(0, misses - 1), channels.backoff, deadline - time.monotonic())
+            )
 
     def __repr__(self) -> str:
         return f"AttentionClient({', '.join(self._channels.addresses)})"

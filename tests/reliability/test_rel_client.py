@@ -34,10 +34,12 @@ class Script:
     GetModelInfo for a capture's provenance (after its first message) just answers.
     """
 
-    def __init__(self, fails, sent_first: int = 0):
+    def __init__(self, fails, sent_first: int = 0, weights: str = "blake2b:fake"):
         self.fails = list(fails)
+        self.weights = weights
         self.sent_first = sent_first
         self.calls: list[float] = []
+        self.texts: list[list[str]] = []  # each Capture call's texts
         self.method: str | None = None
         self.lock = threading.Lock()
 
@@ -52,6 +54,7 @@ class Script:
 
     def capture(self, request, context):
         k = self._count("capture")
+        self.texts.append([t.text for t in request.texts])
         k = len(self.fails) if k is None else k
         messages = list(serialize_example(0, CAP, codec="none", max_chunk_bytes=1 << 20))
         if k < len(self.fails) and self.fails[k] is not None:
@@ -63,7 +66,7 @@ class Script:
         k = self._count("info")
         if k is not None and k < len(self.fails) and self.fails[k] is not None:
             context.abort(self.fails[k], f"scripted failure {k}")
-        return pb.ModelInfo(name="fake", layers=1, heads=1)
+        return pb.ModelInfo(name="fake", layers=1, heads=1, weights=self.weights)
 
 
 @contextlib.contextmanager
@@ -166,17 +169,51 @@ def test_a_call_cancelled_by_closing_the_client_is_not_retried():
     assert len(script.calls) == 1
 
 
-def test_unavailable_after_data_is_not_retried():
-    """Examples already handed to the caller cannot be taken back: no silent replay."""
+def test_unavailable_after_data_resumes_from_the_first_example_not_received():
+    """Examples already handed to the caller are not asked again: the rest is (more:
+    tests/service/test_replicas.py)."""
     script = Script([U], sent_first=2)  # the whole first example, then the failure
+    with scripted(script) as address:
+        with AttentionClient(address, timeout=10, retries=5, backoff=(0.01, 0.02)) as client:
+            stream = client.stream(["a", "b"])
+            assert next(stream).text == "a"
+            assert [c.text for c in stream] == ["b"]
+    assert script.texts == [["a", "b"], ["b"]]
+
+
+def test_unavailable_after_data_is_not_resumed_without_a_weights_fingerprint():
+    """A replica that does not say which weights it serves cannot be checked: no resume."""
+    script = Script([U], sent_first=2, weights="")
     with scripted(script) as address:
         with AttentionClient(address, timeout=10, retries=5, backoff=(0.01, 0.02)) as client:
             stream = client.stream(["a", "b"])
             assert next(stream).tokens == CAP.tokens
             with pytest.raises(AttentionServiceError) as info:
                 next(stream)
-    assert info.value.code == U
+    assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert "weights unknown" in info.value.message
     assert len(script.calls) == 1
+
+
+def test_resumes_never_outlive_the_timeout_and_retries_0_turns_them_off():
+    """Every attempt delivers one example, then fails: progress each time, so only the
+    deadline ends it, with the examples received so far named."""
+    script = Script([U] * 10_000, sent_first=2)
+    with scripted(script) as address:
+        with AttentionClient(address, timeout=0.8, retries=3, backoff=(0.05, 0.1)) as client:
+            start, got = time.monotonic(), []
+            with pytest.raises(AttentionServiceError) as info:
+                got.extend(client.stream(["a"] * 1000))
+            assert time.monotonic() - start < 0.8 + 0.5
+        assert info.value.code in (U, grpc.StatusCode.DEADLINE_EXCEEDED)
+        # each attempt brought one new example (the last perhaps none: the time was up)
+        assert 2 <= len(script.calls) - 1 <= len(got) <= len(script.calls) < 30
+        with AttentionClient(address, timeout=5, retries=0) as client:
+            stream = client.stream(["a", "b"])
+            next(stream)
+            with pytest.raises(AttentionServiceError) as info:
+                next(stream)
+        assert info.value.code == U
 
 
 @pytest.mark.parametrize("method", ["capture", "model_info"])

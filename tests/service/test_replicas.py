@@ -1,0 +1,270 @@
+"""Many replicas, one client: a cut stream resumes elsewhere, exactly once, from one model.
+
+Three in-process servers on port 0 share the session's tiny engine, each behind
+a `CutEngine` that, when the shared plan says so, stops producing after k
+examples; the test's receiving loop stops that server's gRPC server once its
+k examples have arrived, so the cut falls at a known example without a sleep.
+The subprocess test (SIGKILL under concurrent clients) is
+tests/service/test_replicas_subprocess.py. docs/replicas.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import threading
+from collections import Counter
+from pathlib import Path
+
+import grpc
+import pytest
+from conftest import SENTENCES, WHAT, running_server
+from hf_fixtures import make_checkpoint
+
+from jaxattn.bench.expect import build_expectations, check_answer
+from jaxattn.bench.load_generator import LoadRequest
+from jaxattn.client import AttentionClient, AttentionServiceError
+from jaxattn.client import client as client_module
+from jaxattn.client.channels import SERVICE_CONFIG
+from jaxattn.errors import UsageError
+from jaxattn.netaddr import check_targets
+
+TEXTS = list(SENTENCES[:7])
+
+
+class CutEngine:
+    """The real engine; a replica that takes a cut point k from `plan` (when it first
+    runs) stops producing after k examples and waits for `release` (its server is
+    stopped meanwhile). The server may run one call in several pieces: k counts
+    examples over all of them."""
+
+    def __init__(self, engine, plan: list[int]):
+        self.engine = engine
+        self.info = engine.info
+        self.make_spec = engine.make_spec
+        self.tokenize = engine.tokenize
+        self.plan = plan  # shared by the replicas: the next one to run takes the next cut
+        self.cut_at: int | None = None
+        self.release = threading.Event()
+        self.runs = self.produced = 0
+
+    def run(self, tokenized, spec):
+        """The engine's (position, Capture) items, in its order (not the input's); at the
+        cut, only those before it, then a wait."""
+        if not self.runs:
+            self.cut_at = self.plan.pop(0) if self.plan else None
+        self.runs += 1
+        base, self.produced = self.produced, self.produced + len(tokenized)
+        if self.cut_at is None or self.produced <= self.cut_at:
+            yield from self.engine.run(tokenized, spec)
+            return
+        yield from [
+            (pos, cap) for pos, cap in self.engine.run(tokenized, spec) if base + pos < self.cut_at
+        ]
+        self.release.wait(30)
+
+
+class Replica:
+    def __init__(self, server, address, engine):
+        self.server, self.address, self.engine = server, address, engine
+
+    def cut(self) -> None:
+        """Stop serving at once (calls in flight cancelled), then let its engine go."""
+        self.server.grpc_server.stop(0).wait(10)
+        self.engine.release.set()
+
+
+@contextlib.contextmanager
+def replicas(engines):
+    with contextlib.ExitStack() as stack:
+        out = []
+        for engine in engines:
+            server, address = stack.enter_context(running_server(engine))
+            stack.callback(engine.release.set)  # never leave a run waiting
+            out.append(Replica(server, address, engine))
+        yield out
+
+
+def source(capture) -> str:
+    return capture.provenance["source"].removeprefix("server ")
+
+
+class Cutter:
+    """Called with each capture as the client completes it: stops the replica that
+    sent it once the examples its run was planned to cut after have all arrived."""
+
+    def __init__(self, reps):
+        self.by_address = {r.address: r for r in reps}
+        self.count = Counter()
+
+    def __call__(self, cap) -> None:
+        replica = self.by_address[source(cap)]
+        self.count[replica.address] += 1
+        if replica.engine.cut_at == self.count[replica.address]:
+            replica.cut()
+
+
+def receive(stream, cutter: Cutter) -> list:
+    got = []
+    for cap in stream:
+        got.append(cap)
+        cutter(cap)
+    return got
+
+
+@pytest.fixture(scope="module")
+def expected(svc_engine):
+    """What each of TEXTS must be: the engine's float32 capture, bit for bit, at one of
+    the batch sizes it may run it in (XLA's float32 differs in the last bits with
+    the batch size, which a client of a micro-batching server cannot know; the load
+    test checks the same way: jaxattn.bench.expect)."""
+    request = LoadRequest("replicas", tuple(TEXTS), what=WHAT)
+    (want,) = build_expectations(svc_engine, [request], max_batch=4)
+    return want
+
+
+def assert_right(got, expected):
+    assert [c.text for c in got] == TEXTS  # each example once, in order
+    assert check_answer(got, expected) is None, check_answer(got, expected)
+
+
+def test_a_stream_cut_twice_resumes_on_the_others_every_example_once(svc_engine, expected):
+    plan = [2, 3]  # the first run stops after 2 examples, the second after 3
+    with replicas([CutEngine(svc_engine, plan) for _ in range(3)]) as reps:
+        with AttentionClient([r.address for r in reps], timeout=60) as client:
+            got = receive(client.stream(TEXTS, what=WHAT), Cutter(reps))
+    assert_right(got, expected)
+    sources = [source(c) for c in got]
+    order = list(dict.fromkeys(sources))  # the replicas in the order they answered
+    assert len(order) == 3 and [sources.count(a) for a in order] == [2, 3, len(TEXTS) - 5], sources
+
+
+def test_capture_iter_resumes_a_cut_window(svc_engine, expected):
+    plan = [4]
+    with replicas([CutEngine(svc_engine, plan) for _ in range(3)]) as reps:
+        with AttentionClient([r.address for r in reps], timeout=60) as client:
+            stream = client.capture_iter(iter(TEXTS), what=WHAT, window=5)
+            got = receive(stream, Cutter(reps))
+    assert_right(got, expected)
+    assert stream.done == len(TEXTS) and stream.skipped == []
+    assert len({source(c) for c in got[:5]}) == 2  # the first window came from two
+
+
+def test_capture_resumes_too(svc_engine, expected, monkeypatch):
+    """capture() returns the whole list at the end: the cut is made from inside the
+    client, as its decoder completes each example."""
+    plan = [3]
+    with replicas([CutEngine(svc_engine, plan) for _ in range(3)]) as reps:
+        cutter = Cutter(reps)
+
+        class Watched(client_module.StreamDecoder):
+            def feed_bytes(self, buf):
+                cap = super().feed_bytes(buf)
+                if cap is not None:
+                    cutter(cap)
+                return cap
+
+        monkeypatch.setattr(client_module, "StreamDecoder", Watched)
+        with AttentionClient([r.address for r in reps], timeout=60) as client:
+            got = client.capture(TEXTS, what=WHAT)
+    assert_right(got, expected)
+    sources = [source(c) for c in got]
+    assert sources[:3] == [sources[0]] * 3 and set(sources[3:]) == {sources[3]} != {sources[0]}
+
+
+@pytest.fixture(scope="module")
+def other_engine(tmp_path_factory):
+    """A second tiny BERT of the same shape, other weights (never run: loaded only)."""
+    import jaxattn
+
+    checkpoint = make_checkpoint("bert", tmp_path_factory.mktemp("other_bert"), seed=1)
+    return jaxattn.load(checkpoint, buckets=(32,), max_batch=4)
+
+
+def test_a_replica_of_another_model_is_refused_naming_both_fingerprints(svc_engine, other_engine):
+    ours, theirs = svc_engine.info.weights, other_engine.info.weights
+    assert ours.startswith("blake2b:") and theirs.startswith("blake2b:") and ours != theirs
+    first, other = CutEngine(svc_engine, [2]), CutEngine(other_engine, [])
+    with replicas([first, other]) as reps:
+        got = []
+        with AttentionClient([r.address for r in reps], timeout=60) as client:
+            with pytest.raises(AttentionServiceError) as info:
+                for cap in client.stream(TEXTS, what=WHAT):
+                    got.append(cap)
+                    if len(got) == 2:
+                        reps[0].cut()
+    assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert ours in info.value.message and theirs in info.value.message, info.value.message
+    assert info.value.address == reps[1].address and len(got) == 2
+    assert other.runs == 0  # refused before the rest was asked of it
+
+
+def test_a_not_serving_replica_gets_no_calls(svc_engine):
+    engines = [CutEngine(svc_engine, []) for _ in range(3)]
+    with replicas(engines) as reps:
+        reps[1].server.set_serving(False)  # as while it drains
+        with AttentionClient([r.address for r in reps], timeout=60) as client:
+            sources = [source(client.capture([t], what=WHAT)[0]) for t in TEXTS[:6]]
+    assert engines[1].runs == 0 and reps[1].address not in sources
+    assert set(sources) == {reps[0].address, reps[2].address}
+
+
+def test_one_grpc_target_balances_over_its_replicas_skipping_a_not_serving_one(svc_engine):
+    """gRPC's own resolver and round_robin: one ipv4: target naming three replicas."""
+    assert json.loads(SERVICE_CONFIG)["loadBalancingConfig"] == [{"round_robin": {}}]
+    engines = [CutEngine(svc_engine, []) for _ in range(3)]
+    with replicas(engines) as reps:
+        reps[2].server.set_serving(False)
+        target = "ipv4:" + ",".join(r.address for r in reps)
+        with AttentionClient(target, timeout=60) as client:
+            for t in TEXTS[:6]:
+                client.capture([t], what=WHAT)
+    assert engines[0].runs and engines[1].runs and not engines[2].runs
+    assert engines[0].runs + engines[1].runs == 6
+
+
+def test_a_dns_target_is_resolved_by_grpc(svc_engine, address):
+    """dns:///localhost:PORT (localhost resolves from /etc/hosts: no network). One
+    replica only: a name resolving to several replicas needs a DNS server."""
+    port = address.rpartition(":")[2]
+    with AttentionClient(f"dns:///localhost:{port}", timeout=60) as client:
+        (cap,) = client.capture(TEXTS[:1], what=WHAT)
+    assert cap.provenance["source"] == f"server dns:///localhost:{port}"
+
+
+@pytest.mark.parametrize(
+    "addresses, named",
+    [
+        (["127.0.0.1:50051", "127.0.0.1"], "'127.0.0.1' (entry 1 of 2) is not HOST:PORT"),
+        (["127.0.0.1:50051", "host:0"], "'host:0' (entry 1 of 2) has port '0'"),
+        (["dns:/name:1"], "'dns:/name:1' is not dns:///HOST:PORT"),
+        (["http://name:1"], "scheme gRPC does not resolve (http:)"),
+        (["::1:50051"], "an IPv6 address goes in brackets, [::1]:50051"),
+        (["ipv4:127.0.0.1:1,name:2"], "has entry 'name:2' that has host 'name', not an IPv4"),
+        (["a b:1"], "is empty or holds whitespace"),
+        ([], "no server address"),
+    ],
+)
+def test_a_bad_address_is_named_before_any_call(addresses, named):
+    with pytest.raises(UsageError, match=re.escape(named)):
+        AttentionClient(addresses)
+    with pytest.raises(UsageError, match=re.escape(named)):
+        check_targets(addresses)
+
+
+def test_the_example_manifest_parses_and_serves_what_clients_dial():
+    """Only its shape: no cluster runs here (docs/replicas.md says so)."""
+    yaml = pytest.importorskip("yaml")
+    path = Path(__file__).resolve().parents[2] / "docs" / "deploy" / "kubernetes.yaml"
+    deployment, service = yaml.safe_load_all(path.read_text())
+    assert deployment["spec"]["replicas"] == 3
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"][0] == "serve" and "--port=50051" in container["args"]
+    grace = next(a for a in container["args"] if a.startswith("--grace="))
+    assert pod["terminationGracePeriodSeconds"] > int(grace.split("=")[1])
+    probe = container["readinessProbe"]["exec"]["command"]
+    assert "-service=jaxattn.v1.AttentionService" in probe
+    assert service["spec"]["clusterIP"] == "None"  # headless: dns:/// sees every pod
+    assert service["spec"]["ports"][0]["port"] == 50051
