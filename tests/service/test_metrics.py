@@ -12,8 +12,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import SENTENCES, WHAT, running_server
 from prometheus_client.parser import text_string_to_metric_families
+from service_support import SENTENCES, WHAT, running_server
 
 from jaxattn.v1 import attention_pb2 as pb
 

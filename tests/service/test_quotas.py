@@ -15,8 +15,8 @@ import threading
 
 import grpc
 import pytest
-from conftest import WHAT, GatedEngine, running_server
 from hf_fixtures import EXAMPLE_A
+from service_support import WHAT, GatedEngine, running_server
 
 from jaxattn.client import AttentionClient, AttentionServiceError
 from jaxattn.errors import InputError

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import SENTENCES, WHAT, running_server
 from hf_fixtures import make_checkpoint
+from service_support import SENTENCES, WHAT, running_server
 
 from jaxattn.bench.expect import build_expectations, check_answer
 from jaxattn.bench.load_generator import LoadRequest

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import SENTENCES
+from service_support import SENTENCES
 from test_service_subprocess import launch
 
 from jaxattn.client import AttentionClient

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import WHAT
 from hf_fixtures import EXAMPLE_A, EXAMPLE_B
+from service_support import WHAT
 
 import jaxattn.checkpoints.loading
 from jaxattn import Capture

@@ -7,7 +7,7 @@ from __future__ import annotations
 import grpc
 import numpy as np
 import pytest
-from conftest import TEXTS, WHAT
+from service_support import TEXTS, WHAT
 
 from jaxattn.client import AttentionServiceError
 from jaxattn.errors import UsageError

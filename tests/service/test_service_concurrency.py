@@ -6,7 +6,7 @@ import concurrent.futures
 import random
 
 import numpy as np
-from conftest import SENTENCES, WHAT, running_server
+from service_support import SENTENCES, WHAT, running_server
 
 from jaxattn.client import AttentionClient
 

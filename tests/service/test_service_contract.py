@@ -17,7 +17,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from conftest import WHAT as SHARED_WHAT  # compiled by the other service tests too
+from service_support import WHAT as SHARED_WHAT  # compiled by the other service tests too
 
 from jaxattn.quantities import COMMON, DECODER_HEAD_STATS, HEAD_STATS, NORM_MEASURES, QUANTITIES
 from jaxattn.v1 import attention_pb2 as pb

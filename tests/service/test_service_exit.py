@@ -16,7 +16,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import SENTENCES
+from service_support import SENTENCES
 
 from jaxattn.client import AttentionClient, AttentionServiceError
 

@@ -7,7 +7,7 @@ import time
 
 import grpc
 import pytest
-from conftest import SENTENCES, WHAT, running_server
+from service_support import SENTENCES, WHAT, running_server
 
 from jaxattn.client import AttentionClient, AttentionServiceError
 from jaxattn.v1 import attention_pb2 as pb

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from conftest import TEXTS, WHAT
+from service_support import TEXTS, WHAT
 
 from jaxattn.v1 import attention_pb2 as pb
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from conftest import running_server
+from service_support import running_server
 
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.v1 import attention_pb2_grpc as pb_grpc

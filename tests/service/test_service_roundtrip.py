@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 import numpy as np
 import pytest
-from conftest import SENTENCES, TEXTS, WHAT
+from service_support import SENTENCES, TEXTS, WHAT
 
 from jaxattn.quantities import COMMON
 

@@ -8,7 +8,7 @@ import time
 
 import grpc
 import pytest
-from conftest import WHAT, running_server
+from service_support import WHAT, running_server
 
 from jaxattn.client import AttentionClient, AttentionServiceError
 

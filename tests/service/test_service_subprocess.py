@@ -14,7 +14,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import SENTENCES, WHAT
+from service_support import SENTENCES, WHAT
 
 from jaxattn.client import AttentionClient, AttentionServiceError
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from conftest import WHAT
+from service_support import WHAT
 
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.v1 import attention_pb2_grpc as pb_grpc

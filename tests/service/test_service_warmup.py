@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from compile_events import backend_compiles
-from conftest import SENTENCES, running_server
+from service_support import SENTENCES, running_server
 
 import jaxattn
 from jaxattn.client import AttentionClient

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from hf_fixtures import EXAMPLE_A, EXAMPLE_B
-from views_helpers import is_local
+from views_helpers import LONG_TOKENS, is_local
 
 WHAT = ("attention", "alpha_fx_norm", "queries", "keys")
 CHROMIUM_ARGS = [
@@ -86,9 +86,6 @@ def tiny_html(tiny_caps, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("views") / "tiny.html"
     write_html(path, tiny_caps, embed="float32", title="tiny BERT")
     return path
-
-
-LONG_TOKENS = 1100  # a long decoder text (issue 30: the views at 1,024+ tokens)
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ import zlib
 
 import numpy as np
 import pytest
-from conftest import LONG_TOKENS
+from views_helpers import LONG_TOKENS
 
 from jaxattn.capture import frozen
 from jaxattn.views import build_html, build_payload, to_svg

@@ -68,3 +68,6 @@ def long_capture(t: int, heads: int = 2, causal: bool = False, norm: bool = Fals
         tensors=tensors,
         provenance={"causal": causal},
     )
+
+
+LONG_TOKENS = 1100  # a long decoder text (issue 30: the views at 1,024+ tokens)
