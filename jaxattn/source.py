@@ -19,7 +19,7 @@ from typing import Protocol, runtime_checkable
 from jaxattn.capture import Capture
 from jaxattn.info import ModelInfo
 from jaxattn.inputs import Text
-from jaxattn.spec import Selection
+from jaxattn.selection import Selection
 from jaxattn.stream import CaptureStream, Progress
 
 
@@ -28,7 +28,7 @@ class CaptureSource(Protocol):
     """Captures of texts, in input order, from a local engine or a server.
 
     The methods take the same selection as `jaxattn.Engine.capture`: quantity
-    names, layers and heads (`jaxattn.spec.Selection`: indices, negative ones,
+    names, layers and heads (`jaxattn.selection.Selection`: indices, negative ones,
     slices; None = all), the output dtype, the long-text policy `too_long`
     ("error", "truncate", "skip"), the compute precision (None = the
     source's default, `model_info().precision`), and the query rows and key

@@ -18,7 +18,8 @@ import grpc
 
 from jaxattn.errors import TooLongError
 from jaxattn.quantities import MAPS, QUANTITIES
-from jaxattn.spec import DEFAULT_WHAT, bad_position
+from jaxattn.selection import bad_position
+from jaxattn.spec import DEFAULT_WHAT
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs
 from service.limits import OutputLimits

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # room -> the rooms its modules may import (besides their own room). In flow
 # order: inputs (files -> texts), the numpy-only contract ("core": quantities,
-# dtypes, spec, config, positions, capture, source, errors, progress, and the generated
+# dtypes, spec, selection, config, positions, capture, source, errors, progress, and the generated
 # v1 code), engine (the jax side), checkpoints (directories -> an Engine), wire
 # and client (Captures over gRPC), then the outer rooms. "facade" is the
 # package itself (jaxattn/__init__, __main__): outer rooms may call
@@ -62,6 +62,7 @@ CORE = {
     "quantities",
     "dtypes",
     "spec",
+    "selection",
     "config",
     "positions",
     "info",

@@ -17,7 +17,7 @@ import pytest
 
 from jaxattn.errors import UsageError
 from jaxattn.quantities import MAPS, QUANTITIES
-from jaxattn.spec import positions_of, resolve_positions
+from jaxattn.selection import positions_of, resolve_positions
 
 ROWS, KEYS = "-2:", "0,-1"  # every standard text has 2 tokens or more ("" is [CLS] [SEP])
 # A map over heads, one over all heads of a layer, and what ignores the selection.

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from jaxattn.errors import UsageError
-from jaxattn.spec import make_spec, parse_selection
+from jaxattn.selection import parse_selection
+from jaxattn.spec import make_spec
 
 
 def spec(**kw):

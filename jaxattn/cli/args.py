@@ -4,7 +4,7 @@ Choices come from the tables (`jaxattn.dtypes.OUTPUT_DTYPES`,
 `jaxattn.wire.CODECS`, `jaxattn.inputs.TOO_LONG`), so a new dtype, codec or
 policy reaches every command. Lists take commas with or without spaces;
 layers and heads take indices, negative ones and ranges (``0,3,-1``,
-``8:12``: `jaxattn.spec.parse_selection`).
+``8:12``: `jaxattn.selection.parse_selection`).
 
     add_source_arguments(p)     --server --model --token-file --tls-ca --timeout
     add_spec_arguments(p)       --what --layers --heads --query-positions --key-positions --dtype
@@ -35,7 +35,8 @@ from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.errors import UsageError
 from jaxattn.inputs import TOO_LONG
 from jaxattn.quantities import QUANTITIES
-from jaxattn.spec import DEFAULT_WHAT, PRECISIONS, parse_selection, positions_of
+from jaxattn.selection import parse_selection, positions_of
+from jaxattn.spec import DEFAULT_WHAT, PRECISIONS
 from jaxattn.wire.codecs import CODECS
 
 
@@ -59,7 +60,7 @@ def quantity_names(value: str) -> tuple[str, ...]:
 
 
 def selection(value: str) -> tuple:
-    """'0,3,-1' / '8:12' -> indices and slices (`jaxattn.spec.parse_selection`)."""
+    """'0,3,-1' / '8:12' -> indices and slices (`jaxattn.selection.parse_selection`)."""
     try:
         return parse_selection(value)
     except UsageError as e:
@@ -206,7 +207,7 @@ def add_spec_arguments(p: argparse.ArgumentParser) -> None:
 
 def positions(field: str):
     """An argparse type: '-256:' / '0,5:9' -> the positions of `field`
-    (`jaxattn.spec.positions_of`; negative ones from each text's end)."""
+    (`jaxattn.selection.positions_of`; negative ones from each text's end)."""
 
     def parse(value: str) -> tuple[int, ...]:
         try:

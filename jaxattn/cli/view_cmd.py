@@ -39,7 +39,7 @@ from jaxattn.cli.args import (
 from jaxattn.cli.corpus import capture_counted, read_inputs
 from jaxattn.cli.saved import require
 from jaxattn.errors import InputError, UsageError
-from jaxattn.spec import resolve_indices
+from jaxattn.selection import resolve_indices
 
 FORMATS = ("html", "svg", "png")
 

@@ -181,7 +181,7 @@ def _check_one_model(parts) -> None:
 
 def _picks(args, cap) -> tuple[list[int], list[int]]:
     """Indices into a saved capture's layers and heads for --layers/--heads (all: None)."""
-    from jaxattn.spec import resolve_indices
+    from jaxattn.selection import resolve_indices
 
     out = []
     for flag, have, key in (

@@ -16,7 +16,7 @@ from jaxattn.client.resume import Resume
 from jaxattn.client.served_model import capture_provenance, model_info_of
 from jaxattn.info import ModelInfo
 from jaxattn.inputs import Text
-from jaxattn.spec import Selection
+from jaxattn.selection import Selection
 from jaxattn.stream import CaptureStream, Progress, too_long_policy
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import StreamDecoder, WireError
@@ -164,7 +164,7 @@ class AttentionClient:
         Args:
           texts: strings, or (sentence_a, sentence_b) pairs.
           what: quantity names (see `jaxattn.QUANTITIES`).
-          layers: layers (`jaxattn.spec.Selection`: indices, negative ones, slices,
+          layers: layers (`jaxattn.selection.Selection`: indices, negative ones, slices,
             "0,3,-1"), None for all; resolved against `model_info()` if needed.
           heads: heads likewise.
           dtype: float32 (exact), float16, bfloat16 or uint8.

@@ -17,15 +17,8 @@ from jaxattn.capture import Capture
 from jaxattn.client.errors import AttentionServiceError
 from jaxattn.errors import UsageError
 from jaxattn.inputs import Text, check_utf8
-from jaxattn.spec import (
-    Selection,
-    check_maps_asked,
-    check_precision,
-    check_what,
-    parse_selection,
-    positions_of,
-    resolve_indices,
-)
+from jaxattn.selection import Selection, parse_selection, positions_of, resolve_indices
+from jaxattn.spec import check_maps_asked, check_precision, check_what
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs
 
@@ -114,7 +107,7 @@ def build(
 ) -> pb.CaptureRequest:
     """The CaptureRequest of checked arguments (layers/heads already resolved).
 
-    query_positions, key_positions: the maps' rows and keys (`jaxattn.spec.positions_of`:
+    query_positions, key_positions: the maps' rows and keys (`jaxattn.selection.positions_of`:
     the wire carries the positions, negative ones as they are; the server resolves
     them against each text).
 

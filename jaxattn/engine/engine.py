@@ -27,7 +27,8 @@ from jaxattn.engine.tokenize import TokenizedText, Tokenizer, check_texts
 from jaxattn.errors import UsageError
 from jaxattn.info import ModelInfo, provenance
 from jaxattn.inputs import Text
-from jaxattn.spec import CaptureSpec, Selection, check_precision, make_spec
+from jaxattn.selection import Selection
+from jaxattn.spec import CaptureSpec, check_precision, make_spec
 from jaxattn.stream import CaptureStream, Progress, too_long_policy
 
 
@@ -276,7 +277,7 @@ class Engine:
           what: quantity names (see `jaxattn.QUANTITIES`).
           layers: layers, or None for all: an index, a list, negative indices
             from the end, slices, or the CLI's string ("0,3,-1", "8:12";
-            `jaxattn.spec.Selection`).
+            `jaxattn.selection.Selection`).
           heads: heads, likewise.
           dtype: output dtype: float32 (exact), float16, bfloat16, uint8.
           ablation: a `jaxattn.engine.HeadAblation` to disable heads, or None.

@@ -19,7 +19,8 @@ import numpy as np
 from jaxattn.capture import Capture, frozen
 from jaxattn.errors import CaptureFileError, UsageError
 from jaxattn.info import ModelInfo, provenance
-from jaxattn.spec import check_kv_heads, resolve_positions
+from jaxattn.selection import resolve_positions
+from jaxattn.spec import check_kv_heads
 from jaxattn.store import layout
 from jaxattn.store import metadata as store_metadata
 from jaxattn.store.kvstore import KeyValue, child_spec, root_spec, tensorstore_errors

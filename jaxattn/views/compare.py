@@ -37,7 +37,7 @@ from jaxattn.analysis.weights import KINDS, WEIGHT_KINDS, capture_weights, norma
 from jaxattn.analysis.words import WordMap, align_words, group_words, word_level_attention
 from jaxattn.capture import Capture
 from jaxattn.errors import UsageError
-from jaxattn.spec import resolve_indices
+from jaxattn.selection import resolve_indices
 
 # weight kind of a side (`jaxattn.analysis.weights.KINDS`) -> its title on the page
 KIND_TITLES = {kind: k.title for kind, k in KINDS.items()}
