@@ -1,0 +1,44 @@
+"""Run one fuzz target under atheris (coverage-guided, libFuzzer): `scripts/fuzz.sh`.
+
+    python tests/fuzz/run.py TARGET [libFuzzer options] [CORPUS_DIR ...]
+
+jaxattn and service are instrumented for coverage; a crash (an undesigned
+exception or a hang, `harness.check`) stops the run and libFuzzer writes the
+input as crash-<sha1> (-artifact_prefix). The target's seeds are written into the
+first corpus directory; without one, the working corpus .fuzz/corpus/TARGET (not
+committed; new inputs go there) and the committed tests/fuzz/corpus/TARGET are used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent.parent)]
+
+
+def main(argv: list[str]) -> None:
+    import atheris
+    import harness
+
+    name, rest = argv[1], argv[2:]
+    with atheris.instrument_imports(include=["jaxattn", "service"]):
+        target = harness.load(name)
+    if not any(not a.startswith("-") for a in rest):
+        # New inputs go to the first folder (a working corpus, not committed); the
+        # committed one (regression inputs) is read too.
+        rest.append(str(harness.HERE.parent.parent / ".fuzz" / "corpus" / name))
+        if (harness.CORPUS / name).is_dir():
+            rest.append(str(harness.CORPUS / name))
+    first = Path(next(a for a in rest if not a.startswith("-")))
+    first.mkdir(parents=True, exist_ok=True)
+    for data in target.seeds():
+        (first / f"seed-{hashlib.sha1(data).hexdigest()[:16]}").write_bytes(data)
+    atheris.Setup([argv[0], *rest], lambda data: harness.check(target, data))
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main(sys.argv)
