@@ -19,7 +19,7 @@ from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire.codecs import WireError
 from jaxattn.wire.receive import StreamDecoder
 
-DEEP = "[" * 100_000  # json's decoder recursed once per bracket: RecursionError
+DEEP = "[" * 3000  # json's decoder recursed once per bracket: RecursionError
 
 
 def _meta(path) -> dict:
@@ -140,3 +140,16 @@ def test_wire_chunk_announcing_a_tensor_of_petabytes():
     )
     with pytest.raises(WireError, match="more than this client can hold"):
         decoder.feed(pb.CaptureResponse(chunk=chunk))
+
+
+def test_native_config_with_no_heads(tmp_path):
+    """jaxattn.json whose config has "num_heads": 0 (tests/fuzz/corpus/native_config/
+    num-heads-0.json): ModelConfig divided by it (ZeroDivisionError)."""
+    from jaxattn.checkpoints import native
+    from jaxattn.config import tiny
+
+    config = {**tiny().to_dict(), "num_heads": 0}
+    meta = {"format": "jaxattn", "version": native.FORMAT_VERSION, "config": config}
+    (tmp_path / native.MARKER).write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="num_heads 0 must be positive"):
+        native.load(tmp_path)

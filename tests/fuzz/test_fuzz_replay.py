@@ -20,6 +20,7 @@ MUTANTS = {
     "inputs_conllu": 400,
     "inputs_jsonl": 700,
     "inputs_text": 600,
+    "native_config": 300,
     "store_manifest": 200,
     "tokenizer_file": 40,
     "wire_receive": 2000,
