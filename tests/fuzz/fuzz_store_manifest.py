@@ -34,17 +34,8 @@ def seeds() -> list[bytes]:
         dtype="uint8",
         precision="highest",
     )  # the fields metadata.build reads of a CaptureSpec
-    info = dict(
-        name="tiny",
-        family="bert",
-        layers=3,
-        heads=3,
-        hidden=15,
-        head_dim=5,
-        vocab=50,
-        max_positions=67,
-        weights="w",
-    )
+    sizes = {"layers": 3, "heads": 3, "hidden": 15, "head_dim": 5, "vocab": 50}
+    info = {"name": "tiny", "family": "bert", "max_positions": 67, "weights": "w", **sizes}
     meta = metadata.build(
         model_info=info,
         model_fingerprint="f",
