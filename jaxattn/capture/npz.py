@@ -84,6 +84,7 @@ def read(path: str | os.PathLike) -> dict:
         TypeError,
         NotImplementedError,  # zipfile: a compression method or zip version it lacks
         RecursionError,  # json: __meta__ nested too deeply
+        MemoryError,  # an array header claiming more than the machine holds
     ) as e:
         if isinstance(e, (FileNotFoundError, CaptureFileError)):
             raise
@@ -98,6 +99,8 @@ def _reason(error: Exception) -> str:
         return "not a NumPy .npz archive"
     if isinstance(error, RecursionError):
         return f"its {_META} is nested too deeply"
+    if isinstance(error, MemoryError):
+        return f"an array in it claims more memory than this machine has ({error})"
     return str(error)
 
 

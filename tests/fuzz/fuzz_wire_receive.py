@@ -15,7 +15,6 @@ import numpy as np
 from capture_samples import make
 
 from jaxattn.dtypes import OUTPUT_DTYPES
-from jaxattn.quantities import QUANTITIES
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import protowire
 from jaxattn.wire.codecs import WireError, checksum
@@ -73,6 +72,6 @@ def one_input(data: bytes) -> None:
         cap = decoder.feed_bytes(message)
         if cap is not None:
             assert cap.dtype in OUTPUT_DTYPES
-            for name, array in cap.tensors.items():
-                assert isinstance(array, np.ndarray) and name in QUANTITIES, name
+            for name, array in cap.tensors.items():  # a newer server's quantity may come
+                assert isinstance(array, np.ndarray) and isinstance(name, str), name
     decoder.finish()

@@ -4,6 +4,7 @@ parser's designed error (RELIABILITY.md, Fuzzing). Each test names the input."""
 from __future__ import annotations
 
 import json
+import zipfile
 
 import numpy as np
 import pytest
@@ -42,6 +43,23 @@ def test_capture_file_with_an_unknown_zip_compression_method(tmp_path):
     data[offset + 10 : offset + 12] = (99).to_bytes(2, "little")
     path.write_bytes(bytes(data))
     with pytest.raises(CaptureFileError, match="not a readable jaxattn capture"):
+        Capture.load(path)
+
+
+def test_capture_file_with_an_array_of_petabytes(tmp_path):
+    """A 2 KB .npz whose attention.npy header claims shape (2^50,) float32
+    (tests/fuzz/corpus/capture_file/array-of-4-pib.npz): numpy's MemoryError."""
+    path = tmp_path / "c.npz"
+    make("float32").save(path)
+    header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (1125899906842624,), }"
+    header = header.ljust(117) + b"\n"
+    npy = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + bytes(16)
+    with zipfile.ZipFile(path) as old:
+        entries = {n: old.read(n) for n in old.namelist()}
+    with zipfile.ZipFile(path, "w") as new:
+        for name, data in entries.items():
+            new.writestr(name, npy if name == "attention.npy" else data)
+    with pytest.raises(CaptureFileError, match="claims more memory than this machine has"):
         Capture.load(path)
 
 
