@@ -11,6 +11,7 @@ the parts taken in shard order.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -95,7 +96,7 @@ class Entry:
             ("sentence_b_start", b is not None and not (_count(b) and b <= self.length)),
             ("truncated", not isinstance(self.truncated, bool)),
             ("text", not (text is None or isinstance(text, str) or _pair(text))),
-            ("data", not all(_count(o) and all(map(_count, s)) for o, s in self.data.values())),
+            ("data", not all(map(_place, self.data.values()))),
             ("quantization", not all(map(_numbers, self.quantization.values()))),
         )
         for name, bad in wrong:
@@ -106,6 +107,12 @@ class Entry:
 def _count(value) -> bool:
     """A whole number >= 0 (a JSON integer; not true/false)."""
     return type(value) is int and value >= 0
+
+
+def _place(data) -> bool:
+    """An (offset, shape) of whole numbers >= 0 within an int64 array."""
+    offset, shape = data
+    return _count(offset) and all(map(_count, shape)) and offset + math.prod(shape) < 2**63
 
 
 def _pair(value) -> bool:

@@ -171,3 +171,58 @@ def test_native_config_with_no_heads(tmp_path):
     (tmp_path / native.MARKER).write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match="num_heads 0 must be positive"):
         native.load(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def store_documents(tmp_path_factory):
+    """A real two-shard store (`tests/store/store_helpers.py`): its folder, its root
+    zarr.json and the manifest part of shard 0, as JSON."""
+    import fuzz_store_manifest
+
+    fuzz_store_manifest.prepare()
+    folder = fuzz_store_manifest.workdir() / "store"
+    root, _, manifest = fuzz_store_manifest.seeds()[0].partition(fuzz_store_manifest.SEPARATOR)
+    return folder, root, manifest
+
+
+@pytest.mark.parametrize(
+    "name, change, message",
+    [
+        # TypeError: '<' not supported between 'int' and 'str'
+        ("shard-count-a-string", ("root", "shards", "count", "2"), "shards.count is '2'"),
+        # KeyError: 'bogus' on the first read
+        ("dtype-unknown", ("root", "spec", "dtype", "bogus"), "spec.dtype is 'bogus'"),
+        # read attention, which the store's quantities do not name
+        ("quantity-not-in-the-store", ("root", "spec", "what", ["hidden_states"]), "not among"),
+        # TypeError: slice indices (np.prod of Python ints past int64)
+        (
+            "shape-2-to-the-64",
+            ("entry", "data", "attention", {"offset": 0, "shape": [2**64]}),
+            "data is not what jaxattn writes",
+        ),
+        # IndexError: list index out of range
+        (
+            "quantization-of-one-number",
+            ("entry", "quantization", {"attention": [1]}),
+            "not a manifest part",
+        ),
+    ],
+)
+def test_store_metadata_and_manifest_of_the_wrong_kind(store_documents, name, change, message):
+    """tests/fuzz/corpus/store_manifest/NAME: each was an undesigned exception or a read
+    of the wrong data."""
+    folder, root, manifest = store_documents
+    doc, *keys, value = change
+    root_doc, part_doc = json.loads(root), json.loads(manifest)
+    target = (
+        root_doc["attributes"]["jaxattn"]
+        if doc == "root"
+        else part_doc["attributes"][layout.MANIFEST_ATTRIBUTE]["examples"][0]
+    )
+    for key in keys[:-1]:
+        target = target[key]
+    target[keys[-1]] = value
+    (folder / "zarr.json").write_text(json.dumps(root_doc))
+    (folder / layout.manifest_key(0)).write_text(json.dumps(part_doc))
+    with pytest.raises(CaptureFileError, match=message):
+        list(open_store(folder, partial=True))
