@@ -22,5 +22,5 @@ if [ "$target" = all ]; then
 fi
 mkdir -p .fuzz/crashes
 exec env PYTHONPATH="$PWD:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}" "$py" tests/fuzz/run.py "$target" \
-  -runs="$runs" -max_len=4096 -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
+  -runs="$runs" -max_len=8192 -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
   -artifact_prefix=".fuzz/crashes/$target-" "$@"

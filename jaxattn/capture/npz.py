@@ -131,6 +131,15 @@ def _strings(value) -> bool:
     return isinstance(value, list) and all(isinstance(t, str) for t in value)
 
 
+def _scales(value) -> bool:
+    """name -> [scale, offset], two numbers each."""
+    pairs = value.values() if isinstance(value, dict) else [None]
+    return all(
+        isinstance(p, list) and len(p) == 2 and all(type(x) in (int, float) for x in p)
+        for p in pairs
+    )
+
+
 # __meta__ field -> (whether a value is of the right kind, the kind in words). Absent
 # optional fields are checked by `_fields`' defaults; a missing required one is a KeyError.
 _KINDS = {
@@ -141,7 +150,7 @@ _KINDS = {
     "kv_heads": (_ints, "a list of whole numbers"),
     "dtype": (lambda v: isinstance(v, str) and v in OUTPUT_DTYPES, ", ".join(OUTPUT_DTYPES)),
     "tensors": (_strings, "a list of strings"),
-    "quantization": (lambda v: isinstance(v, dict), "an object"),
+    "quantization": (_scales, "an object of [scale, offset] pairs"),
     "precision": (lambda v: isinstance(v, str), "a string"),
     "text": (lambda v: v is None or isinstance(v, str) or _strings(v), "a string or a pair"),
     "provenance": (lambda v: v is None or isinstance(v, dict), "an object"),

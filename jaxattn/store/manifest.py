@@ -180,7 +180,12 @@ class ShardPart:
 
     @classmethod
     def from_json(cls, doc: dict) -> ShardPart:
-        return cls(
+        """The part `to_json` wrote.
+
+        Raises:
+          KeyError, TypeError, ValueError, IndexError, AttributeError: a damaged part.
+        """
+        part = cls(
             shard=doc["shard"],
             records=tuple(doc["records"]),
             examples=tuple(Entry.from_json(e) for e in doc["examples"]),
@@ -188,3 +193,8 @@ class ShardPart:
             sizes=doc.get("sizes", {}),
             stats=doc.get("stats", {}),
         )
+        if not (_count(part.shard) and len(part.records) == 2 and all(map(_count, part.records))):
+            raise ValueError(
+                f"shard {part.shard!r}, records {part.records!r}: not what jaxattn writes"
+            )
+        return part

@@ -7,6 +7,7 @@ A target is a module `tests/fuzz/fuzz_<name>.py` with
     one_input(data)   feed `data` to the parser; check what it returned is valid
     prepare()   (optional) the set-up `one_input` needs (a model), outside the hang clock
     TOKENS      (optional) byte strings the mutator splices in (libFuzzer's -dict)
+    SEPARATOR   (optional) what separates the JSON documents of one input
 
 `check(target, data)` runs one input: a designed error is the parser's right
 answer; any other exception (IndexError, KeyError, TypeError, RecursionError,
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import os
 import random
 import signal
@@ -33,7 +35,7 @@ CORPUS = HERE / "corpus"
 TARGETS = tuple(sorted(p.stem.removeprefix("fuzz_") for p in HERE.glob("fuzz_*.py")))
 # A parser that takes longer than this on one (small) input is taken to hang.
 HANG_SECONDS = 10
-MAX_LEN = 4096
+MAX_LEN = 8192  # the largest seed (tokenizer.json) is ~5 KB
 
 # libFuzzer's "interesting" values, as text (most parsers here read text).
 _NUMBERS = (b"0", b"-1", b"1", b"255", b"65536", b"2147483648", b"-9223372036854775809")
@@ -99,10 +101,55 @@ def _show(data: bytes) -> str:
     return repr(data) if len(data) <= 300 else f"{data[:300]!r}... ({len(data)} bytes)"
 
 
-def mutate(data: bytes, rng: random.Random, others: list[bytes], tokens=()) -> bytes:
+# JSON values of every kind, for a field that expects another.
+_JSON = (None, True, -1, 0, 0.5, 2**64, -(2**63) - 1, 1e308, "", "x", "\ud800", [], {}, [-1])
+_JSON += ([1, "a"], {"a": None}, [[[[[]]]]], "7", [2**64, 2**64])
+
+
+def _json_mutant(data: bytes, rng: random.Random, separator: bytes | None) -> bytes | None:
+    """`data` with one value of one of its JSON documents replaced by a value of another
+    kind, or removed (None where no part is JSON)."""
+    parts = data.split(separator) if separator else [data]
+    k = rng.randrange(len(parts))
+    try:
+        doc = json.loads(parts[k])
+    except (ValueError, RecursionError):
+        return None
+    places = []
+
+    def walk(value, parent, key):
+        if len(places) >= 5000:
+            return
+        places.append((parent, key))
+        if isinstance(value, dict | list):
+            for child_key, child in list(
+                value.items() if isinstance(value, dict) else enumerate(value)
+            ):
+                walk(child, value, child_key)
+
+    walk(doc, None, None)
+    parent, key = rng.choice(places[1:] or places)
+    if parent is None:
+        doc = rng.choice(_JSON)
+    elif rng.random() < 0.2:
+        del parent[key]
+    else:
+        parent[key] = rng.choice(_JSON)
+    parts[k] = json.dumps(doc).encode()
+    return (separator or b"").join(parts)
+
+
+def mutate(
+    data: bytes, rng: random.Random, others: list[bytes], tokens=(), separator=None
+) -> bytes:
     """One libFuzzer-style mutant of `data`: 1 to 4 of flip a bit, set a byte, insert
     or erase bytes, copy a piece, splice another input, put in an interesting number
-    or a dictionary token, repeat a byte many times (deep nesting)."""
+    or a dictionary token, repeat a byte many times (deep nesting); or, for JSON,
+    one value replaced by one of another kind (`_json_mutant`)."""
+    if rng.random() < 0.3:
+        mutant = _json_mutant(data, rng, separator)
+        if mutant is not None:
+            return mutant[:MAX_LEN]
     out = bytearray(data)
     for _ in range(rng.randint(1, 4)):
         op = rng.randrange(9)
@@ -157,9 +204,9 @@ def replay(name: str, mutants: int, seed: int = 0) -> int:
     for data in inputs:
         check(target, data)
     rng = random.Random(f"{name}/{seed}")
-    tokens = tuple(getattr(target, "TOKENS", ()))
+    tokens, separator = tuple(getattr(target, "TOKENS", ())), getattr(target, "SEPARATOR", None)
     for _ in range(mutants):
-        check(target, mutate(rng.choice(inputs), rng, inputs, tokens))
+        check(target, mutate(rng.choice(inputs), rng, inputs, tokens, separator))
     return len(inputs) + mutants
 
 

@@ -70,6 +70,7 @@ def test_capture_file_with_an_array_of_petabytes(tmp_path):
         ("sentence_b_start", 214748318446744073709551616),  # past the tokens
         ("tokens", "[CLS] a"),  # a string: its characters became the tokens
         ("text", ["a", "b", "c"]),  # a "pair" of three
+        ("quantization", {"attention": [-1]}),  # IndexError
         ("layers", DEEP),  # RecursionError
     ],
 )
@@ -206,6 +207,10 @@ def store_documents(tmp_path_factory):
             ("entry", "quantization", {"attention": [1]}),
             "not a manifest part",
         ),
+        # AttributeError: 'float' object has no attribute 'items'
+        ("data-a-number", ("entry", "data", 0.5), "not a manifest part"),
+        # ValueError: Unknown format code 'd' (naming the shard in a message)
+        ("shard-a-string", ("part", "shard", "x"), "not a manifest part"),
     ],
 )
 def test_store_metadata_and_manifest_of_the_wrong_kind(store_documents, name, change, message):
@@ -214,11 +219,9 @@ def test_store_metadata_and_manifest_of_the_wrong_kind(store_documents, name, ch
     folder, root, manifest = store_documents
     doc, *keys, value = change
     root_doc, part_doc = json.loads(root), json.loads(manifest)
-    target = (
-        root_doc["attributes"]["jaxattn"]
-        if doc == "root"
-        else part_doc["attributes"][layout.MANIFEST_ATTRIBUTE]["examples"][0]
-    )
+    part = part_doc["attributes"][layout.MANIFEST_ATTRIBUTE]
+    target = {"root": root_doc["attributes"]["jaxattn"], "part": part}.get(doc)
+    target = part["examples"][0] if target is None else target
     for key in keys[:-1]:
         target = target[key]
     target[keys[-1]] = value
@@ -226,3 +229,12 @@ def test_store_metadata_and_manifest_of_the_wrong_kind(store_documents, name, ch
     (folder / layout.manifest_key(0)).write_text(json.dumps(part_doc))
     with pytest.raises(CaptureFileError, match=message):
         list(open_store(folder, partial=True))
+
+
+def test_checkpoint_config_number_of_5000_digits(tmp_path):
+    """config.json holding a 5,000-digit number (tests/fuzz/corpus/checkpoint_config/
+    number-of-5000-digits.json): json's ValueError past int_max_str_digits, not the
+    JSONDecodeError read_json_object caught."""
+    (tmp_path / "config.json").write_text("1" * 5000)
+    with pytest.raises(CheckpointError, match="not a usable JSON file: Exceeds the limit"):
+        read_config(tmp_path)
