@@ -2,7 +2,8 @@
 
     python tests/fuzz/run.py TARGET [libFuzzer options] [CORPUS_DIR ...]
 
-jaxattn and service are instrumented for coverage; a crash (an undesigned
+jaxattn and service are instrumented for coverage; half the mutations are
+libFuzzer's, half `harness.mutate`'s (JSON-aware, with the target's tokens). A crash (an undesigned
 exception or a hang, `harness.check`) stops the run and libFuzzer writes the
 input as crash-<sha1> (-artifact_prefix). The target's seeds are written into the
 first corpus directory; without one, the working corpus .fuzz/corpus/TARGET (not
@@ -12,6 +13,7 @@ committed; new inputs go there) and the committed tests/fuzz/corpus/TARGET are u
 from __future__ import annotations
 
 import hashlib
+import random
 import sys
 from pathlib import Path
 
@@ -36,7 +38,18 @@ def main(argv: list[str]) -> None:
     first.mkdir(parents=True, exist_ok=True)
     for data in target.seeds():
         (first / f"seed-{hashlib.sha1(data).hexdigest()[:16]}").write_bytes(data)
-    atheris.Setup([argv[0], *rest], lambda data: harness.check(target, data))
+    tokens, separator = tuple(getattr(target, "TOKENS", ())), getattr(target, "SEPARATOR", None)
+
+    def mutator(data: bytes, max_size: int, seed: int) -> bytes:
+        """libFuzzer's mutation half the time, the harness's (JSON-aware) the other half."""
+        rng = random.Random(seed)
+        if rng.random() < 0.5:
+            return atheris.Mutate(data, max_size)
+        return harness.mutate(data, rng, [], tokens, separator)[:max_size]
+
+    atheris.Setup(
+        [argv[0], *rest], lambda data: harness.check(target, data), custom_mutator=mutator
+    )
     atheris.Fuzz()
 
 
