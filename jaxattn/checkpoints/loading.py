@@ -74,7 +74,9 @@ def read_tokenizer(path: Path, config):
             f"{path} has no tokenizer: looked for {', '.join(TOKENIZER_NEEDS)}"
         )
     if (path / "tokenizer.json").is_file():
-        read_json_object(path / "tokenizer.json")  # names the line of a JSON error
+        # Names the line of a JSON error; ids past the vocabulary are refused before the
+        # backend sees them (a 2 KB file with an id of 2^31 made it allocate 8 GB).
+        _check_ids(read_json_object(path / "tokenizer.json"), path / "tokenizer.json", config)
     try:
         tokenizer = Tokenizer.from_dir(path, config)
     except (JaxattnError, FileNotFoundError):
@@ -89,16 +91,32 @@ def read_tokenizer(path: Path, config):
     return tokenizer
 
 
+def _check_ids(doc: dict, file: Path, config) -> None:
+    """Refuse a tokenizer.json whose vocabulary or added tokens name an id past the model's
+    vocab_size (or a negative one), as `_check_vocabulary` would after loading it."""
+    model, added = doc.get("model"), doc.get("added_tokens")
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    ids = list(vocab.values()) if isinstance(vocab, dict) else []
+    ids += [t.get("id") for t in added if isinstance(t, dict)] if isinstance(added, list) else []
+    bad = [i for i in ids if type(i) is int and not 0 <= i < config.vocab_size]
+    if bad:
+        raise _foreign(file, max(bad, key=abs), config)
+
+
 def _check_vocabulary(path: Path, tokenizer, config) -> None:
     """Refuse a tokenizer that can give ids past the embedding table (a gather would clamp)."""
     largest = max(tokenizer.hf.get_vocab().values(), default=-1)
     if largest >= config.vocab_size:
         json_file = path / "tokenizer.json"
         where = json_file if json_file.is_file() else f"the tokenizer files of {path}"
-        raise CheckpointError(
-            f"{where}: the tokenizer gives ids up to {largest}, but the model's vocab_size "
-            f"is {config.vocab_size}: the tokenizer does not belong to these weights"
-        )
+        raise _foreign(where, largest, config)
+
+
+def _foreign(where, largest: int, config) -> CheckpointError:
+    return CheckpointError(
+        f"{where}: the tokenizer gives ids up to {largest}, but the model's vocab_size "
+        f"is {config.vocab_size}: the tokenizer does not belong to these weights"
+    )
 
 
 def _is_tokenizer_file(name: str) -> bool:

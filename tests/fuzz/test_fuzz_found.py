@@ -238,3 +238,28 @@ def test_checkpoint_config_number_of_5000_digits(tmp_path):
     (tmp_path / "config.json").write_text("1" * 5000)
     with pytest.raises(CheckpointError, match="not a usable JSON file: Exceeds the limit"):
         read_config(tmp_path)
+
+
+def test_tokenizer_json_with_an_id_of_2_to_the_31(bert_checkpoint, tmp_path, monkeypatch):
+    """A 2.6 KB tokenizer.json whose vocab gives "fox" the id 2^31 (tests/fuzz/corpus/
+    tokenizer_file/vocab-id-2-to-the-31.json): the backend allocated ~8 GB before
+    jaxattn's vocabulary check refused it; now it is refused before the backend runs."""
+    import shutil
+
+    from jaxattn.checkpoints.hf_files import read_config
+    from jaxattn.checkpoints.loading import read_tokenizer
+    from jaxattn.engine import Tokenizer
+
+    for f in bert_checkpoint.iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens")):
+            shutil.copy(f, tmp_path / f.name)
+    doc = json.loads((tmp_path / "tokenizer.json").read_text())
+    doc["model"]["vocab"]["fox"] = 2**31
+    (tmp_path / "tokenizer.json").write_text(json.dumps(doc))
+
+    def never(*args):
+        raise AssertionError("the backend was asked to load the tokenizer")
+
+    monkeypatch.setattr(Tokenizer, "from_dir", never)
+    with pytest.raises(CheckpointError, match="ids up to 2147483648, but the model's vocab_size"):
+        read_tokenizer(tmp_path, read_config(bert_checkpoint))
