@@ -66,7 +66,7 @@ def read_tokenizer(path: Path, config):
       CheckpointError: tokenizer.json is not JSON, or the tokenizer files
         cannot be read (names the directory and the reason).
     """
-    from jaxattn.checkpoints.hf_files import TOKENIZER_NEEDS, read_json_object, short_reason
+    from jaxattn.checkpoints.hf_files import TOKENIZER_NEEDS, read_json_object
     from jaxattn.engine import Tokenizer
 
     if not any((path / n).is_file() for n in TOKENIZER_NEEDS):
@@ -82,13 +82,27 @@ def read_tokenizer(path: Path, config):
     except (JaxattnError, FileNotFoundError):
         raise
     except Exception as e:  # tokenizers and transformers raise a class per damage
-        names = sorted(f.name for f in path.iterdir() if _is_tokenizer_file(f.name))
-        raise CheckpointError(
-            f"the tokenizer files of {path} ({', '.join(names)}) cannot be read "
-            f"(damaged, or of another tokenizer?): {short_reason(e)}"
-        ) from e
+        raise _unusable(path, "be read", e) from e
     _check_vocabulary(path, tokenizer, config)
+    try:  # one that loads but cannot encode a word it lacks (WordPiece without its [UNK])
+        tokenizer.encode([_PROBE], too_long="truncate")
+    except Exception as e:  # noqa: BLE001 - the backends' errors: one class per damage
+        raise _unusable(path, "tokenise a text", e) from e
     return tokenizer
+
+
+def _unusable(path: Path, what: str, error: Exception) -> CheckpointError:
+    from jaxattn.checkpoints.hf_files import short_reason
+
+    names = sorted(f.name for f in path.iterdir() if _is_tokenizer_file(f.name))
+    return CheckpointError(
+        f"the tokenizer files of {path} ({', '.join(names)}) cannot {what} "
+        f"(damaged, or of another tokenizer?): {short_reason(error)}"
+    )
+
+
+# A text whose words no vocabulary holds whole: encoding it needs the unknown token.
+_PROBE = "qzxjv \u2603"
 
 
 def _check_ids(doc: dict, file: Path, config) -> None:

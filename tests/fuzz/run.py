@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import shlex
 import sys
 from pathlib import Path
 
@@ -47,8 +48,11 @@ def main(argv: list[str]) -> None:
             return atheris.Mutate(data, max_size)
         return harness.mutate(data, rng, [], tokens, separator)[:max_size]
 
+    # libFuzzer's -merge and -fork run argv[0] again through the shell: make it the
+    # whole command (this interpreter, this script, the target).
+    command = shlex.join([sys.executable, str(Path(__file__).resolve()), name])
     atheris.Setup(
-        [argv[0], *rest], lambda data: harness.check(target, data), custom_mutator=mutator
+        [command, *rest], lambda data: harness.check(target, data), custom_mutator=mutator
     )
     atheris.Fuzz()
 

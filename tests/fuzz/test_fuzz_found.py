@@ -263,3 +263,23 @@ def test_tokenizer_json_with_an_id_of_2_to_the_31(bert_checkpoint, tmp_path, mon
     monkeypatch.setattr(Tokenizer, "from_dir", never)
     with pytest.raises(CheckpointError, match="ids up to 2147483648, but the model's vocab_size"):
         read_tokenizer(tmp_path, read_config(bert_checkpoint))
+
+
+def test_tokenizer_json_without_its_unknown_token(bert_checkpoint, tmp_path):
+    """A WordPiece tokenizer.json whose [UNK] is gone (tests/fuzz/corpus/tokenizer_file/
+    unk-token-missing.json) loaded, then raised the backend's bare Exception ("WordPiece
+    error: Missing [UNK] token") on the first word it did not know."""
+    import shutil
+
+    from jaxattn.checkpoints.hf_files import read_config
+    from jaxattn.checkpoints.loading import read_tokenizer
+
+    for f in bert_checkpoint.iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens")):
+            shutil.copy(f, tmp_path / f.name)
+    doc = json.loads((tmp_path / "tokenizer.json").read_text())
+    del doc["model"]["vocab"]["[UNK]"]
+    doc["added_tokens"] = [t for t in doc["added_tokens"] if t["content"] != "[UNK]"]
+    (tmp_path / "tokenizer.json").write_text(json.dumps(doc))
+    with pytest.raises(CheckpointError, match="cannot tokenise a text.*Missing \\[UNK\\]"):
+        read_tokenizer(tmp_path, read_config(bert_checkpoint))
