@@ -198,6 +198,8 @@ class ModelConfig:
             raise ValueError(
                 f"unknown activation {self.activation!r}: valid are {', '.join(ACTIVATIONS)}"
             )
+        if self.num_heads <= 0:  # before the divisions below (a jaxattn.json may say 0)
+            raise ValueError(f"num_heads {self.num_heads} must be positive")
         if not self.head_size and self.hidden_size % self.num_heads:
             raise ValueError(
                 f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}"

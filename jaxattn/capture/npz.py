@@ -85,7 +85,16 @@ def read(path: str | os.PathLike) -> dict:
         raise CaptureFileError(
             f"{path} is a damaged jaxattn capture: its metadata lacks {e}"
         ) from None
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError, TypeError) as e:
+    except (
+        OSError,
+        ValueError,
+        zipfile.BadZipFile,
+        EOFError,
+        TypeError,
+        NotImplementedError,  # zipfile: a compression method or zip version it lacks
+        RecursionError,  # json: __meta__ nested too deeply
+        MemoryError,  # an array header claiming more than the machine holds
+    ) as e:
         if isinstance(e, (FileNotFoundError, CaptureFileError)):
             raise
         raise CaptureFileError(
@@ -97,6 +106,10 @@ def read(path: str | os.PathLike) -> dict:
 def _reason(error: Exception) -> str:
     if isinstance(error, UnicodeDecodeError | zipfile.BadZipFile) or "pickle" in str(error):
         return "not a NumPy .npz archive"
+    if isinstance(error, RecursionError):
+        return f"its {_META} is nested too deeply"
+    if isinstance(error, MemoryError):
+        return f"an array in it claims more memory than this machine has ({error})"
     return str(error)
 
 
@@ -113,9 +126,56 @@ def _read_archive(path, archive) -> tuple[dict, dict[str, np.ndarray]]:
             f"{path} is of capture format {found!r}; this jaxattn reads "
             f"{', '.join(READABLE_FORMATS)} (a newer jaxattn wrote it? upgrade)"
         )
+    _check_fields(meta)
     dtype = OUTPUT_DTYPES[meta["dtype"]]
     tensors = {name: archive[name].view(dtype) for name in meta["tensors"]}
     return meta, tensors
+
+
+def _ints(value) -> bool:
+    return isinstance(value, list) and all(type(i) is int for i in value)
+
+
+def _strings(value) -> bool:
+    return isinstance(value, list) and all(isinstance(t, str) for t in value)
+
+
+def _scales(value) -> bool:
+    """name -> [scale, offset], two numbers each."""
+    pairs = value.values() if isinstance(value, dict) else [None]
+    return all(
+        isinstance(p, list) and len(p) == 2 and all(type(x) in (int, float) for x in p)
+        for p in pairs
+    )
+
+
+# __meta__ field -> (whether a value is of the right kind, the kind in words). Absent
+# optional fields are checked by `_fields`' defaults; a missing required one is a KeyError.
+_KINDS = {
+    "tokens": (_strings, "a list of strings"),
+    "sentence_b_start": (lambda v: v is None or type(v) is int, "null or a whole number"),
+    "layers": (_ints, "a list of whole numbers"),
+    "heads": (_ints, "a list of whole numbers"),
+    "kv_heads": (_ints, "a list of whole numbers"),
+    "dtype": (lambda v: isinstance(v, str) and v in OUTPUT_DTYPES, ", ".join(OUTPUT_DTYPES)),
+    "tensors": (_strings, "a list of strings"),
+    "quantization": (_scales, "an object of [scale, offset] pairs"),
+    "precision": (lambda v: isinstance(v, str), "a string"),
+    "text": (lambda v: v is None or isinstance(v, str) or _strings(v), "a string or a pair"),
+    "provenance": (lambda v: v is None or isinstance(v, dict), "an object"),
+}
+
+
+def _check_fields(meta: dict) -> None:
+    """Each __meta__ field of the kind `write` writes (ValueError naming the field)."""
+    for key, (ok, words) in _KINDS.items():
+        if key in meta and not ok(meta[key]):
+            raise ValueError(f"its metadata's {key} is {str(meta[key])[:60]}, not {words}")
+    b, text = meta.get("sentence_b_start"), meta.get("text")
+    if b is not None and not 0 <= b <= len(meta.get("tokens", ())):
+        raise ValueError(f"its metadata's sentence_b_start {b} is past its tokens")
+    if isinstance(text, list) and len(text) != 2:
+        raise ValueError(f"its metadata's text is a list of {len(text)}, not a pair")
 
 
 def _fields(meta: dict, tensors: dict) -> dict:

@@ -197,6 +197,11 @@ def family_of(hf: dict, source: str) -> Family:
             f"{source} has no model_type: jaxattn reads the families {supported()}"
         )
     model_type = hf["model_type"]
+    if not isinstance(model_type, str):
+        raise CheckpointError(
+            f"{source}: model_type is {json.dumps(model_type)[:60]} ({json_kind(model_type)}), "
+            f"but it must be a string: jaxattn reads the families {supported()}"
+        )
     if model_type in REFUSED:
         raise CheckpointError(f"{source}: model_type {model_type!r} {REFUSED[model_type]}")
     if model_type not in MODEL_TYPES:

@@ -53,6 +53,10 @@ def read_json_object(file: Path) -> dict:
         raise CheckpointError(
             f"{file} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})"
         ) from e
+    except RecursionError:  # json's decoder recurses once per [ or {
+        raise CheckpointError(f"{file} is not a usable JSON file: nested too deeply") from None
+    except ValueError as e:  # a number of more than 4300 digits (int_max_str_digits)
+        raise CheckpointError(f"{file} is not a usable JSON file: {e}") from None
     if not isinstance(value, dict):
         raise CheckpointError(f"{file} holds {json_kind(value)}, not a JSON object")
     return value

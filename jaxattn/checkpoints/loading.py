@@ -66,7 +66,7 @@ def read_tokenizer(path: Path, config):
       CheckpointError: tokenizer.json is not JSON, or the tokenizer files
         cannot be read (names the directory and the reason).
     """
-    from jaxattn.checkpoints.hf_files import TOKENIZER_NEEDS, read_json_object, short_reason
+    from jaxattn.checkpoints.hf_files import TOKENIZER_NEEDS, read_json_object
     from jaxattn.engine import Tokenizer
 
     if not any((path / n).is_file() for n in TOKENIZER_NEEDS):
@@ -74,19 +74,47 @@ def read_tokenizer(path: Path, config):
             f"{path} has no tokenizer: looked for {', '.join(TOKENIZER_NEEDS)}"
         )
     if (path / "tokenizer.json").is_file():
-        read_json_object(path / "tokenizer.json")  # names the line of a JSON error
+        # Names the line of a JSON error; ids past the vocabulary are refused before the
+        # backend sees them (a 2 KB file with an id of 2^31 made it allocate 8 GB).
+        _check_ids(read_json_object(path / "tokenizer.json"), path / "tokenizer.json", config)
     try:
         tokenizer = Tokenizer.from_dir(path, config)
     except (JaxattnError, FileNotFoundError):
         raise
     except Exception as e:  # tokenizers and transformers raise a class per damage
-        names = sorted(f.name for f in path.iterdir() if _is_tokenizer_file(f.name))
-        raise CheckpointError(
-            f"the tokenizer files of {path} ({', '.join(names)}) cannot be read "
-            f"(damaged, or of another tokenizer?): {short_reason(e)}"
-        ) from e
+        raise _unusable(path, "be read", e) from e
     _check_vocabulary(path, tokenizer, config)
+    try:  # one that loads but cannot encode a word it lacks (WordPiece without its [UNK])
+        tokenizer.encode([_PROBE], too_long="truncate")
+    except Exception as e:  # noqa: BLE001 - the backends' errors: one class per damage
+        raise _unusable(path, "tokenise a text", e) from e
     return tokenizer
+
+
+def _unusable(path: Path, what: str, error: Exception) -> CheckpointError:
+    from jaxattn.checkpoints.hf_files import short_reason
+
+    names = sorted(f.name for f in path.iterdir() if _is_tokenizer_file(f.name))
+    return CheckpointError(
+        f"the tokenizer files of {path} ({', '.join(names)}) cannot {what} "
+        f"(damaged, or of another tokenizer?): {short_reason(error)}"
+    )
+
+
+# A text whose words no vocabulary holds whole: encoding it needs the unknown token.
+_PROBE = "qzxjv \u2603"
+
+
+def _check_ids(doc: dict, file: Path, config) -> None:
+    """Refuse a tokenizer.json whose vocabulary or added tokens name an id past the model's
+    vocab_size (or a negative one), as `_check_vocabulary` would after loading it."""
+    model, added = doc.get("model"), doc.get("added_tokens")
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    ids = list(vocab.values()) if isinstance(vocab, dict) else []
+    ids += [t.get("id") for t in added if isinstance(t, dict)] if isinstance(added, list) else []
+    bad = [i for i in ids if type(i) is int and not 0 <= i < config.vocab_size]
+    if bad:
+        raise _foreign(file, max(bad, key=abs), config)
 
 
 def _check_vocabulary(path: Path, tokenizer, config) -> None:
@@ -95,10 +123,14 @@ def _check_vocabulary(path: Path, tokenizer, config) -> None:
     if largest >= config.vocab_size:
         json_file = path / "tokenizer.json"
         where = json_file if json_file.is_file() else f"the tokenizer files of {path}"
-        raise CheckpointError(
-            f"{where}: the tokenizer gives ids up to {largest}, but the model's vocab_size "
-            f"is {config.vocab_size}: the tokenizer does not belong to these weights"
-        )
+        raise _foreign(where, largest, config)
+
+
+def _foreign(where, largest: int, config) -> CheckpointError:
+    return CheckpointError(
+        f"{where}: the tokenizer gives ids up to {largest}, but the model's vocab_size "
+        f"is {config.vocab_size}: the tokenizer does not belong to these weights"
+    )
 
 
 def _is_tokenizer_file(name: str) -> bool:

@@ -65,14 +65,15 @@ def read_conllu(source: str | Path | Iterable[str]) -> Iterator[Sentence]:
       One `Sentence` per sentence, in file order.
 
     Raises:
-      ValueError: a token line without 10 columns, a non-integer HEAD, or IDs
-        that are not 1, 2, 3, ... within a sentence (named by line number).
+      ValueError: a token line without 10 columns, a non-integer HEAD, a HEAD that
+        is no word of its sentence, or IDs that are not 1, 2, 3, ... within a
+        sentence (named by line number).
     """
     if isinstance(source, (str, Path)):
         with open(source, encoding="utf-8") as f:
             yield from read_conllu(f)
         return
-    rows: list[tuple[str, int, str]] = []
+    rows: list[tuple[str, int, str, int]] = []
     meta: dict[str, str] = {}
     for number, raw in enumerate(source, 1):
         line = raw.rstrip("\n").rstrip("\r")
@@ -97,13 +98,20 @@ def read_conllu(source: str | Path | Iterable[str]) -> Iterator[Sentence]:
             head = int(cols[_HEAD])
         except ValueError:
             raise ValueError(f"line {number}: HEAD {cols[_HEAD]!r} is not an integer") from None
-        rows.append((cols[_FORM], head, cols[_DEPREL]))
+        rows.append((cols[_FORM], head, cols[_DEPREL], number))
     if rows:
         yield _sentence(rows, meta)
 
 
-def _sentence(rows: list[tuple[str, int, str]], meta: dict[str, str]) -> Sentence:
-    words, heads, rels = zip(*rows, strict=True)
+def _sentence(rows: list[tuple[str, int, str, int]], meta: dict[str, str]) -> Sentence:
+    """The sentence of its token rows (form, head, relation, line number)."""
+    words, heads, rels, numbers = zip(*rows, strict=True)
+    for head, number in zip(heads, numbers, strict=True):
+        if not 0 <= head <= len(words):
+            raise ValueError(
+                f"line {number}: HEAD {head} is no word of the sentence: valid heads are "
+                f"0 (the root) to {len(words)}"
+            )
     return Sentence(
         words=words, heads=heads, deprels=rels, sent_id=meta.get("sent_id"), text=meta.get("text")
     )

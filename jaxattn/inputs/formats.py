@@ -143,6 +143,8 @@ def _parse_jsonl(line: str, raw: RawRecord) -> Record:
         doc = json.loads(line)
     except ValueError as e:
         raise InputError(raw.line, f"bad JSON: {e}") from None
+    except RecursionError:  # json's decoder recurses once per [ or {
+        raise InputError(raw.line, "bad JSON: nested too deeply") from None
     if not isinstance(doc, dict):
         raise InputError(raw.line, f"expected a JSON object, got {type(doc).__name__}")
     text, text_b, id_ = doc.get("text"), doc.get("text_b"), doc.get("id")

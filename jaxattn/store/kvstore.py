@@ -116,7 +116,7 @@ class KeyValue:
             return None
         try:
             return json.loads(raw)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # RecursionError: nested too deeply
             raise CaptureFileError(
                 f"{self.spec['path']}{key} is not valid JSON ({e}): the store is damaged"
             ) from None

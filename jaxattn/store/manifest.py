@@ -11,6 +11,7 @@ the parts taken in shard order.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -64,7 +65,13 @@ class Entry:
 
     @classmethod
     def from_json(cls, doc: dict) -> Entry:
-        return cls(
+        """The entry `to_json` wrote.
+
+        Raises:
+          KeyError, TypeError, ValueError: a field missing, or not of the kind
+            `to_json` writes (naming it): a damaged manifest part.
+        """
+        entry = cls(
             record=doc["record"],
             line=doc["line"],
             id=doc["id"],
@@ -75,6 +82,45 @@ class Entry:
             data={q: (d["offset"], tuple(d["shape"])) for q, d in doc["data"].items()},
             quantization={q: (v[0], v[1]) for q, v in doc.get("quantization", {}).items()},
         )
+        entry.check()
+        return entry
+
+    def check(self) -> None:
+        """Raise ValueError naming the first field not of the kind `to_json` writes."""
+        b, text = self.sentence_b_start, self.text
+        wrong = (
+            ("record", not _count(self.record)),
+            ("line", not _count(self.line)),
+            ("id", not isinstance(self.id, str)),
+            ("tokens", not all(isinstance(t, str) for t in self.tokens)),
+            ("sentence_b_start", b is not None and not (_count(b) and b <= self.length)),
+            ("truncated", not isinstance(self.truncated, bool)),
+            ("text", not (text is None or isinstance(text, str) or _pair(text))),
+            ("data", not all(map(_place, self.data.values()))),
+            ("quantization", not all(map(_numbers, self.quantization.values()))),
+        )
+        for name, bad in wrong:
+            if bad:
+                raise ValueError(f"example {self.record!r}: {name} is not what jaxattn writes")
+
+
+def _count(value) -> bool:
+    """A whole number >= 0 (a JSON integer; not true/false)."""
+    return type(value) is int and value >= 0
+
+
+def _place(data) -> bool:
+    """An (offset, shape) of whole numbers >= 0 within an int64 array."""
+    offset, shape = data
+    return _count(offset) and all(map(_count, shape)) and offset + math.prod(shape) < 2**63
+
+
+def _pair(value) -> bool:
+    return isinstance(value, tuple) and len(value) == 2 and all(isinstance(t, str) for t in value)
+
+
+def _numbers(value) -> bool:
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -134,7 +180,12 @@ class ShardPart:
 
     @classmethod
     def from_json(cls, doc: dict) -> ShardPart:
-        return cls(
+        """The part `to_json` wrote.
+
+        Raises:
+          KeyError, TypeError, ValueError, IndexError, AttributeError: a damaged part.
+        """
+        part = cls(
             shard=doc["shard"],
             records=tuple(doc["records"]),
             examples=tuple(Entry.from_json(e) for e in doc["examples"]),
@@ -142,3 +193,8 @@ class ShardPart:
             sizes=doc.get("sizes", {}),
             stats=doc.get("stats", {}),
         )
+        if not (_count(part.shard) and len(part.records) == 2 and all(map(_count, part.records))):
+            raise ValueError(
+                f"shard {part.shard!r}, records {part.records!r}: not what jaxattn writes"
+            )
+        return part

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.errors import CaptureFileError, UsageError
 from jaxattn.info import jaxattn_version
 from jaxattn.quantities import QUANTITIES
@@ -52,6 +53,38 @@ _REQUIRED = (
     ("spec", "dtype"),
     ("shards", "count"),
     ("input", "records"),
+)
+
+
+def _count(value) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _names(value) -> bool:
+    return isinstance(value, list) and all(isinstance(q, str) for q in value)
+
+
+def _indices(value) -> bool:
+    return isinstance(value, list) and all(map(_count, value))
+
+
+def _dtype(value) -> bool:
+    return isinstance(value, str) and value in OUTPUT_DTYPES
+
+
+def _text(value) -> bool:
+    return value is None or isinstance(value, str)
+
+
+# Fields the reader relies on, with the kind it needs: (path, check, the kind in words).
+_KINDS = (
+    (("spec", "what"), _names, "a list of quantity names"),
+    (("spec", "layers"), _indices, "a list of layer indices"),
+    (("spec", "heads"), _indices, "a list of head indices"),
+    (("spec", "dtype"), _dtype, f"one of {', '.join(OUTPUT_DTYPES)}"),
+    (("spec", "precision"), _text, "a string"),
+    (("shards", "count"), _count, "a whole number"),
+    (("input", "records"), _count, "a whole number"),
 )
 
 
@@ -220,6 +253,12 @@ def read(kv: KeyValue) -> dict | None:
             f"the store at {where} is damaged: its metadata (zarr.json, attributes.jaxattn) "
             f"lacks {', '.join(missing)}"
         )
+    for path, ok, words in _KINDS:
+        if not ok(_get(meta, path)):
+            raise CaptureFileError(
+                f"the store at {where} is damaged: its metadata's {'.'.join(path)} is "
+                f"{str(_get(meta, path))[:60]!r}, not {words}"
+            )
     return meta
 
 

@@ -11,10 +11,9 @@ whether it was truncated.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
-
-import numpy as np
 
 from jaxattn.capture import Capture, frozen
 from jaxattn.errors import CaptureFileError, UsageError
@@ -45,7 +44,7 @@ def read_parts(kv: KeyValue, num_shards: int) -> dict[int, ShardPart]:
             doc = kv.read_json(key)
             try:
                 parts[shard] = ShardPart.from_json(doc["attributes"][layout.MANIFEST_ATTRIBUTE])
-            except (KeyError, TypeError, ValueError) as e:
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
                 raise CaptureFileError(
                     f"the store at {kv.location} is damaged: {key} is not a manifest part "
                     f"({type(e).__name__}: {e}); delete it and rerun the dump command to "
@@ -83,6 +82,19 @@ def _kv_heads(meta: Mapping, info: ModelInfo, where: str) -> tuple[int, ...]:
         return check_kv_heads(spec.get("kv_heads") or (), info.kv_heads, spec["heads"], where)
     except (UsageError, TypeError, ValueError) as e:
         raise CaptureFileError(f"the store at {where} is damaged: {e}") from None
+
+
+def _check_quantities(part: ShardPart, shard: int, what: Sequence[str], where: str) -> None:
+    """Raise CaptureFileError when an entry of `part` (of `shard`) holds a quantity the
+    store does not."""
+    for entry in part.examples:
+        extra = sorted(set(entry.data) - set(what))
+        if extra:
+            raise CaptureFileError(
+                f"the store at {where} is damaged: {layout.manifest_key(shard)} gives "
+                f"example {entry.record} {', '.join(extra)}, not among the store's quantities "
+                f"({', '.join(what)}); delete it and rerun the dump command to redo the shard"
+            )
 
 
 class Store(Sequence):
@@ -133,6 +145,7 @@ class Store(Sequence):
         self.entries: list[Entry] = []
         self._shard_of: list[int] = []
         for shard in sorted(self.parts):
+            _check_quantities(self.parts[shard], shard, self.what, self.location)
             self.entries.extend(self.parts[shard].examples)
             self._shard_of.extend([shard] * len(self.parts[shard].examples))
         self._context = ts.Context({"cache_pool": {"total_bytes_limit": _CACHE_BYTES}})
@@ -202,7 +215,7 @@ class Store(Sequence):
             if what is not None and q not in what:
                 continue
             with tensorstore_errors(self.location, f"read {q} of shard {shard}", advice):
-                size = int(np.prod(shape))
+                size = math.prod(shape)
                 reads[q] = self._array(q, shard)[offset : offset + size].read()
         tensors = {}
         for q, future in reads.items():

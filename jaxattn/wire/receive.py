@@ -49,7 +49,13 @@ class _Tensor:
                 f"shape {list(self.shape)} of {chunk.datatype} ({expected} bytes)"
             )
         self.scale, self.offset = chunk.scale, chunk.offset
-        self.buffer = np.empty(expected, np.uint8)  # every byte is written before use
+        try:  # every byte is written before use; pages are touched as chunks arrive
+            self.buffer = np.empty(expected, np.uint8)
+        except (MemoryError, ValueError):  # a shape no machine holds: a hostile server?
+            raise WireError(
+                f"tensor {chunk.tensor!r}: shape {list(self.shape)} ({expected} bytes) is "
+                "more than this client can hold"
+            ) from None
         self.filled = 0
 
     def add(self, chunk: pb.TensorChunk, data) -> None:
