@@ -193,20 +193,8 @@ def add_source_arguments(
 
 def engine_options(args: argparse.Namespace) -> dict:
     """The `jaxattn.load` options the command's arguments set: {"attention": ...} when
-    --attention was given, else nothing (the engine's default).
-
-    Raises:
-      UsageError: --attention with --server (the server runs its own engine).
-    """
-    attention = getattr(args, "attention", None)
-    if attention is None:
-        return {}
-    if getattr(args, "server", None):
-        raise UsageError(
-            "--attention sets how a local engine runs (--model); a --server runs its own: "
-            "start it with `jaxattn serve --attention ...`"
-        )
-    return {"attention": attention}
+    --attention was given, else nothing (the engine's default)."""
+    return {} if args.attention is None else {"attention": args.attention}
 
 
 def add_token_argument(p: argparse.ArgumentParser) -> None:

@@ -21,7 +21,11 @@ def open_source(args: argparse.Namespace) -> CaptureSource:
     manager). --model with --server is accepted only when the server serves
     those weights.
     """
-    options = engine_options(args)  # --attention with --server is refused here
+    if args.server and args.attention:
+        raise UsageError(
+            "--attention sets how a local engine runs (--model); a --server runs its own: "
+            "start it with `jaxattn serve --attention ...`"
+        )
     if args.server:
         from jaxattn.client import AttentionClient
 
@@ -41,7 +45,7 @@ def open_source(args: argparse.Namespace) -> CaptureSource:
         return client
     import jaxattn  # the module attribute, so tests can stand in an engine
 
-    return jaxattn.load(args.model, **options)
+    return jaxattn.load(args.model, **engine_options(args))
 
 
 def describe(args: argparse.Namespace) -> str:

@@ -133,14 +133,12 @@ class Inputs:
         s = self.logits(self.mm("QNGK,SNK->NGQS", qblk, kblk).reshape(shape))
         return s, allowed(rows, keys, mblk, self.causal, self.window, self.local)
 
-    def reachable(self, rows, keys, windowed: bool):
+    def reachable(self, rows, keys, windowed: bool = True):
         """Whether any query of the block may see any key of the block, from positions
         alone (a causal model's future blocks; `windowed`: also blocks beyond a static
         local window): None when every block may. Positions are no data of the batch:
         under vmap the `lax.cond` it drives stays a branch, and a skipped block costs
-        nothing. The statistics and the scores skip the future only: the entropies'
-        smoothing counts every real key a row could see without the window, and the
-        scores are the logits of every pair."""
+        nothing. The scores skip the future only: they are the logits of every pair."""
         ok = None
         if self.causal:
             ok = keys[0] <= rows[-1]
@@ -153,17 +151,15 @@ class Inputs:
             ok = near if ok is None else ok & near
         return ok
 
-    def skipping(self, step, rows, windowed=True, skipped=None, future=True):
-        """step(carry, ys) on the key blocks `reachable` from `rows`; on the others the
-        carry passes and the block's output is `skipped(carry)` (None: none). `future`
-        False: a causal model's future blocks run too (the encoder statistics'
-        entropy smooths over them)."""
+    def skipping(self, step, rows, windowed=True, skipped=None):
+        """step(carry, ys) on the key blocks `reachable` from `rows`; on the others
+        `skipped(carry, ys)` (None: the carry passes, no output)."""
 
         def run(carry, ys):
-            ok = self.reachable(rows, ys[-1], windowed) if future else None
+            ok = self.reachable(rows, ys[-1], windowed)
             if ok is None:
                 return step(carry, ys)
-            skip = (lambda c: (c, None)) if skipped is None else (lambda c: (c, skipped(c)))
+            skip = (lambda c: (c, None)) if skipped is None else (lambda c: skipped(c, ys))
             return lax.cond(ok, lambda c: step(c, ys), skip, carry)
 
         return run
@@ -366,8 +362,17 @@ def captures(
             z, _ = lax.scan(inputs.skipping(norm_sum, rows), empty, xs)
             z = jnp.where(z > 0, z, 1.0)
 
+        def add_terms(terms, weights_of, ys):  # the statistics' row terms, summed
+            _, mblk, cblk, _, _, keys = ys
+            for name, (norm, decoder) in kinds.items():
+                part = head_stats.row_terms(
+                    weights_of(norm), rows, keys, mblk, cblk, count, decoder
+                )
+                terms = terms | {name: jax.tree.map(jnp.add, terms[name], part)}
+            return terms
+
         def step(terms, ys):
-            _, mblk, cblk, _, gblk, keys = ys
+            _, _, _, _, gblk, keys = ys
             w, nwf, nw, s = weights(ys)
             got = {}
             if "attention" in want:
@@ -379,24 +384,21 @@ def captures(
                 got["scores"] = jnp.where(future, -jnp.inf, s[picked])
             if "sum_alpha_fx_norm" in want:
                 got["sum_alpha_fx_norm"] = norms.gram_norm(nw, gblk, inputs.mm)
-            for name, (norm, decoder) in kinds.items():
-                part = head_stats.row_terms(
-                    nwf / z[..., None] if norm else w, rows, keys, mblk, cblk, count, decoder
-                )
-                terms = terms | {name: jax.tree.map(jnp.add, terms[name], part)}
-            return terms, got
+            return add_terms(terms, lambda norm: nwf / z[..., None] if norm else w, ys), got
 
-        def skipped(_):  # a block no row may see: no weight, the future's -inf scores
+        def skipped(terms, ys):
+            """A block no row may see: no weight and the future's -inf scores; the
+            statistics' terms of zero weights (row_terms of one head, the same for all:
+            the entropies' smoothing still counts the block's keys)."""
             got = {name: jnp.zeros((len(picked), bq, bk), q.dtype) for name in maps}
             if "scores" in want:
                 got["scores"] = jnp.full_like(got["scores"], -jnp.inf)
             if "sum_alpha_fx_norm" in want:
                 got["sum_alpha_fx_norm"] = jnp.zeros((bq, bk), q.dtype)
-            return got
+            none = jnp.zeros((1, bq, bk), q.dtype)  # [1, Bq] terms added to every head's
+            return add_terms(terms, lambda norm: none, ys), got
 
-        windowed = not kinds and "scores" not in want
-        future = all(decoder for _, decoder in kinds.values())
-        run = inputs.skipping(step, rows, windowed, skipped, future)
+        run = inputs.skipping(step, rows, "scores" not in want, skipped)
         terms, got = lax.scan(run, terms0, xs)
         for name, t in got.items():  # [n, ..., Bq, Bk] -> [..., Bq, S]
             t = jnp.moveaxis(t, 0, -2).reshape(*t.shape[1:-1], -1)[..., :length]
