@@ -8,7 +8,7 @@ One text of exactly T tokens (`jaxattn.bench.capture.synthetic_texts`) through t
 8,192 positions, random weights). The request: `head_stats` of every layer and head, plus
 the `attention` map of two heads (0 and 1) of the last layer (a global one), two
 captures, as one spec names one selection of layers and heads. jaxattn runs with
-attention="auto" (blockwise from 1,024 tokens). Each (length, side) runs in a fresh
+attention="auto" (blockwise from 1,024 tokens) and buckets at the measured lengths. Each (length, side) runs in a fresh
 process: the first request (compiles included), then the same request again (timed),
 and the peak RSS of the process (VmHWM), its size before the first request, and the
 peak above where it stood just before the timed request. transformers' eager path
@@ -53,7 +53,9 @@ def one_jaxattn(model: str, length: int, layer: int) -> dict:
     import jaxattn
     from jaxattn.bench.capture import synthetic_texts
 
-    engine = jaxattn.load(model, attention="auto")
+    # Buckets at the lengths measured: the default ladder ends at 512 and pads every longer
+    # text to the model's maximum (8,192), so each length would run at 8,192.
+    engine = jaxattn.load(model, attention="auto", buckets=(512, 1024, 2048, 4096, 8192))
     texts = synthetic_texts(length, 1)
     start = kib("VmRSS")
 
