@@ -8,8 +8,9 @@ One text of exactly T tokens (`jaxattn.bench.capture.synthetic_texts`) through t
 8,192 positions, random weights). The request: `head_stats` of every layer and head, plus
 the `attention` map of two heads (0 and 1) of the last layer (a global one), two
 captures, as one spec names one selection of layers and heads. jaxattn runs with
-attention="auto" (blockwise from 1,024 tokens) and buckets at the measured lengths. Each (length, side) runs in a fresh
-process: the first request (compiles included), then the same request again (timed),
+attention="auto" (blockwise from 1,024 tokens) and buckets at the measured lengths.
+Each (length, side) runs in a fresh process: the first request (compiles included),
+then the same request again (timed),
 and the peak RSS of the process (VmHWM), its size before the first request, and the
 peak above where it stood just before the timed request. transformers' eager path
 (ModernBertModel, attn_implementation="eager", output_attentions=True: every layer's
@@ -49,6 +50,27 @@ def reset_peak() -> None:
         f.write("5")
 
 
+def measure(request) -> dict:
+    """The request twice: the first (compiles, warm caches), then timed again with the
+    process's peak RSS restarted just before it."""
+    start = kib("VmRSS")
+    t = time.perf_counter()
+    request()
+    first = time.perf_counter() - t
+    before = kib("VmRSS")
+    reset_peak()
+    t = time.perf_counter()
+    request()
+    second = time.perf_counter() - t
+    return dict(
+        first_s=first,
+        second_s=second,
+        loaded_rss_mib=start / 1024,
+        peak_rss_mib=kib("VmHWM") / 1024,
+        grown_mib=(kib("VmHWM") - before) / 1024,
+    )
+
+
 def one_jaxattn(model: str, length: int, layer: int) -> dict:
     import jaxattn
     from jaxattn.bench.capture import synthetic_texts
@@ -57,28 +79,15 @@ def one_jaxattn(model: str, length: int, layer: int) -> dict:
     # text to the model's maximum (8,192), so each length would run at 8,192.
     engine = jaxattn.load(model, attention="auto", buckets=(512, 1024, 2048, 4096, 8192))
     texts = synthetic_texts(length, 1)
-    start = kib("VmRSS")
 
     def request():
-        t = time.perf_counter()
         stats = engine.capture(texts, what="head_stats")[0]
         maps = engine.capture(texts, what="attention", layers=[layer], heads=list(HEADS))[0]
         assert stats.length == maps.length == length, (stats.length, length)
         assert maps.attention.shape == (1, len(HEADS), length, length)
-        return time.perf_counter() - t
 
-    first = request()
-    before = kib("VmRSS")
-    reset_peak()
-    second = request()
-    return dict(
-        first_s=first,
-        second_s=second,
-        loaded_rss_mib=start / 1024,
-        peak_rss_mib=kib("VmHWM") / 1024,
-        grown_mib=(kib("VmHWM") - before) / 1024,
-        block=engine.step.block_for(engine.make_spec("head_stats"), length),
-    )
+    block = engine.step.block_for(engine.make_spec("head_stats"), length)
+    return measure(request) | {"block": block}
 
 
 def one_eager(model: str, length: int, layer: int) -> dict:
@@ -89,28 +98,13 @@ def one_eager(model: str, length: int, layer: int) -> dict:
     net = transformers.ModernBertModel.from_pretrained(model, attn_implementation="eager").eval()
     ids = torch.full((1, length), 1037)
     ids[0, 0], ids[0, -1] = 101, 102
-    start = kib("VmRSS")
 
-    def request():
-        t = time.perf_counter()
+    def request():  # every layer's and head's maps: what eager returns, whatever is asked
         with torch.no_grad():
             out = net(input_ids=ids, output_attentions=True)
-        stats = [a[0].shape for a in out.attentions]  # every layer's maps, to compute from
         assert out.attentions[layer].shape == (1, net.config.num_attention_heads, length, length)
-        del out, stats
-        return time.perf_counter() - t
 
-    first = request()
-    before = kib("VmRSS")
-    reset_peak()
-    second = request()
-    return dict(
-        first_s=first,
-        second_s=second,
-        loaded_rss_mib=start / 1024,
-        peak_rss_mib=kib("VmHWM") / 1024,
-        grown_mib=(kib("VmHWM") - before) / 1024,
-    )
+    return measure(request)
 
 
 def run_one(side: str, model: str, length: int, layer: int) -> dict:
