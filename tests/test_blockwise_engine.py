@@ -223,7 +223,8 @@ def test_statistics_temp_memory_grows_linearly_blockwise(family, what, layers, h
     params = params_of(config)
     kw = dict(layers=layers, heads=heads)
     block = [temp_bytes(config, params, what, "blockwise", t, **kw) for t in (1024, 2048)]
-    dense = [temp_bytes(config, params, what, "dense", t, **kw) for t in (1024, 2048)]
-    assert dense[1] > 2.5 * dense[0], dense  # the [H, T, T] maps
     assert block[1] <= 2 * block[0] + (1 << 20), block  # linear, plus a constant
-    assert block[1] < dense[1] / 8, (block, dense)
+    if layers is None:  # the dense program's [H, T, T] maps, for scale
+        dense = [temp_bytes(config, params, what, "dense", t) for t in (1024, 2048)]
+        assert dense[1] > 3.5 * dense[0], dense
+        assert block[1] < dense[1] / 8, (block, dense)
