@@ -29,6 +29,7 @@ def serve(
     *,
     log_level: str = "INFO",
     precision: str = "highest",
+    attention: str = "auto",
     warmup: Sequence[tuple[str, ...]] = (),
     warmup_sizes: str = "all",
 ) -> int:
@@ -41,6 +42,8 @@ def serve(
       options: admission, batching, security and drain settings.
       log_level: the logging level name (one line per request at INFO).
       precision: the compute precision of requests that do not choose one.
+      attention: how the engine runs attention ("auto", "dense", "blockwise":
+        `jaxattn.Engine`'s attention=).
       warmup: kinds of request to compile before listening (`Engine.warmup`), each
         a tuple of quantities asked for together (all layers and heads, float32,
         this precision). A SIGTERM/SIGINT while they compile ends the warmup and
@@ -69,7 +72,7 @@ def serve(
     check_listen_address(address)  # before the slow load: a busy port, a bad host
     if options.metrics_port:
         _check_metrics_port(address, options.metrics_port)
-    engine = jaxattn.load(model, precision=precision)
+    engine = jaxattn.load(model, precision=precision, attention=attention)
     specs = [_warmup_spec(engine, what) for what in warmup]  # every name checked first
     for what, spec in zip(warmup, specs, strict=True):
         if stop.is_set():

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxattn.engine import blockwise, head_stats
+from jaxattn.engine import blockwise, head_stats, norms
 from jaxattn.engine.precision import Matmul
 from jaxattn.token_classes import CLS_BIT, PUNCT_BIT, SEP_BIT
 
@@ -109,12 +109,21 @@ def classes_of(t, padded, rng):
     return c
 
 
-@pytest.mark.parametrize("case", ["padding", "encoder window", "causal gqa", "decoder window"])
-def test_statistics_from_the_blocks_equal_the_dense_ones(case):
+def captures(inputs, want, **kw):
+    """`blockwise.captures` as one program (the test's time is compiles)."""
+    heads = kw.pop("heads", None)
+
+    @jax.jit
+    def f(inputs, kw):
+        return blockwise.captures(inputs, want, heads=heads, **kw)
+
+    return f(inputs, kw)
+
+
+def run(case, seed=1):
+    """The case's inputs, its float64 reference weights and its blockwise forward."""
     t, h, kv, block, causal, window, local, padded, cap = CASES[case]
-    q, k, v, mask = inputs(t, h, kv, padded, seed=1)
-    classes = classes_of(t, padded, np.random.default_rng(2))
-    kind = "decoder" if causal else "encoder"
+    q, k, v, mask = inputs(t, h, kv, padded, seed=seed)
     r = blockwise.attention(
         q,
         k,
@@ -126,16 +135,88 @@ def test_statistics_from_the_blocks_equal_the_dense_ones(case):
         window=window,
         local=local,
         block=block,
-        stats=kind,
-        classes=classes,
     )
-    _, _, w = reference(q, k, v, mask, causal, window, local, cap)
+    return (q, k, v, mask), reference(q, k, v, mask, causal, window, local, cap)[2], r
+
+
+STATISTICS = {  # case: the statistics asked for (an encoder may ask for both in one pass)
+    "padding": ("head_stats", "decoder_head_stats"),
+    "encoder window": ("head_stats",),
+    "causal gqa": ("decoder_head_stats",),
+    "decoder window": ("decoder_head_stats",),
+}
+
+
+@pytest.mark.parametrize("case", STATISTICS)
+def test_statistics_from_the_blocks_equal_the_dense_ones(case):
+    t, h, kv, block, causal, window, local, padded, cap = CASES[case]
+    (q, k, v, mask), w, r = run(case)
+    classes = classes_of(t, padded, np.random.default_rng(2))
+    got = captures(r.inputs, STATISTICS[case], classes=classes)
+    assert got.keys() == set(STATISTICS[case])
     w = jnp.asarray(w, jnp.float32)
+    for name, terms in got.items():
+        if name == "decoder_head_stats":
+            blocked = head_stats.decoder_statistics_from_rows(terms, mask)
+            dense = head_stats.decoder_statistics(w, mask, classes)
+        else:
+            blocked = head_stats.encoder_statistics_from_rows(terms, mask, classes)
+            dense = head_stats.head_statistics(w, mask, classes)
+        assert not np.isnan(np.asarray(dense)).all()
+        np.testing.assert_allclose(np.asarray(blocked), np.asarray(dense), rtol=2e-5, atol=2e-6)
+
+
+D = 5  # the model width of the norm quantities' output projection
+
+
+@pytest.mark.parametrize("case", ["padding", "decoder window"])
+def test_maps_of_selected_heads_and_the_norms_from_the_blocks(case):
+    """attention, scores, alpha_fx_norm of two heads, sum_alpha_fx_norm over all heads and
+    the norm statistics against float64 numpy: f_h(x_j) = v_h W_O^h formed explicitly."""
+    t, h, kv, block, causal, window, local, padded, cap = CASES[case]
+    (q, k, v, mask), w, r = run(case, seed=3)
+    rng = np.random.default_rng(4)
+    w_out = rng.normal(size=(h, K, D)).astype(np.float32)
+    scale = (1.0 + rng.random(t)).astype(np.float32)  # Gemma's s'_i: rows divided
+    classes = classes_of(t, padded, rng)
+    vv = np.repeat(v, h // kv, axis=1)  # [S, H, K] per query head
+    f = np.einsum("shk,hkd->shd", vv.astype(np.float64), w_out)  # f_h(x_j)
+    fx = np.linalg.norm(f, axis=-1).T  # [H, S]
+    heads = (0, h - 1)
+    got = captures(
+        r.inputs,
+        {
+            "attention",
+            "scores",
+            "alpha_fx_norm",
+            "sum_alpha_fx_norm",
+            "norm_head_stats",
+            "decoder_norm_head_stats",
+        },
+        heads=heads,
+        classes=classes,
+        fx=norms.fx_norm(vv, w_out),
+        gram=norms.head_gram(vv, w_out),
+        scale=scale,
+    )
+    nw = w / scale[None, :, None]
+    s = np.einsum("thk,shk->hts", q.astype(np.float64), np.repeat(k, h // kv, 1)) / np.sqrt(K)
+    if cap:
+        s = np.tanh(s / cap) * cap
     if causal:
-        got = head_stats.decoder_statistics_from_rows(r.terms, mask)
-        want = head_stats.decoder_statistics(w, mask, classes)
-    else:
-        got = head_stats.encoder_statistics_from_rows(r.terms, mask, classes)
-        want = head_stats.head_statistics(w, mask, classes)
-    assert not np.isnan(np.asarray(want)).all()
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-6)
+        s = np.where(np.tri(t, dtype=bool)[None], s, -np.inf)
+    summed = np.linalg.norm(np.einsum("hts,shd->tsd", nw, f), axis=-1)
+    tol = dict(rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(np.asarray(got["attention"]), w[list(heads)], **tol)
+    np.testing.assert_array_equal(np.isneginf(got["scores"]), np.isneginf(s[list(heads)]))
+    np.testing.assert_allclose(np.asarray(got["scores"]), s[list(heads)], **tol)
+    alpha_f = (nw * fx[:, None, :])[list(heads)]
+    np.testing.assert_allclose(np.asarray(got["alpha_fx_norm"]), alpha_f, **tol)
+    np.testing.assert_allclose(np.asarray(got["sum_alpha_fx_norm"]), summed, rtol=1e-4, atol=1e-5)
+    weights = head_stats.normalise_rows(jnp.asarray(w * fx[:, None, :], jnp.float32))
+    encoder = head_stats.encoder_statistics_from_rows(got["norm_head_stats"], mask, classes)
+    decoder = head_stats.decoder_statistics_from_rows(got["decoder_norm_head_stats"], mask)
+    want_encoder = head_stats.head_statistics(weights, mask, classes)
+    want_decoder = head_stats.decoder_statistics(weights, mask, classes)
+    np.testing.assert_allclose(np.asarray(encoder), np.asarray(want_encoder), rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(np.asarray(decoder), np.asarray(want_decoder), rtol=2e-5, atol=2e-6)

@@ -1,6 +1,7 @@
-"""The blockwise path inside the model (`Encoder(attention=...)`): the same statistics and
-hidden states as the dense path for tiny random ModernBERT, Llama, Mistral (sliding) and
-Gemma 2 shapes at T ~ 600, unrolled and scanned; its compiled temp memory grows ~linearly."""
+"""The blockwise path inside the model (`Encoder(attention=...)`): the same statistics,
+maps of selected heads, norm quantities and hidden states as the dense path for tiny random
+ModernBERT, BERT (pairs), Llama (GQA), Mistral (sliding) and Gemma 2 shapes at T ~ 600,
+unrolled and scanned; its compiled temp memory grows ~linearly, a head's map included."""
 
 import jax
 import jax.numpy as jnp
@@ -60,6 +61,16 @@ HF = {
         rope_theta=10000.0,
         sliding_window=37,
     ),
+    "bert": dict(  # absolute positions, sentence pairs (token types)
+        model_type="bert",
+        vocab_size=61,
+        hidden_size=15,
+        num_attention_heads=3,
+        intermediate_size=23,
+        num_hidden_layers=2,
+        max_position_embeddings=1024,
+        type_vocab_size=2,
+    ),
     "gemma2": dict(  # soft cap, query_pre_attn_scalar, post-norms, sliding layers, GQA
         model_type="gemma2",
         vocab_size=61,
@@ -96,17 +107,19 @@ def batch(config, lengths=(T, T - 37)):
     rng = np.random.default_rng(1)
     ids = rng.integers(0, config.vocab_size, (len(lengths), T)).astype(np.int32)
     mask = np.arange(T)[None] < np.asarray(lengths)[:, None]
+    types = np.zeros_like(ids)
+    if config.type_vocab_size:  # a pair: the second segment from token 200 on
+        types[:, 200:] = mask[:, 200:]
     classes = np.where(rng.random((len(lengths), T)) < 0.2, PUNCT_BIT, 0).astype(np.int8)
     classes[:, 0] |= CLS_BIT
     for b, n in enumerate(lengths):
         classes[b, n - 1] |= SEP_BIT
-    return ids, np.zeros_like(ids), mask, classes
+    return ids, types, mask, classes
 
 
-def run(config, params, what, attention, loop="unrolled", data=None):
-    spec = CaptureSpec(
-        what=what, layers=tuple(range(config.num_layers)), heads=tuple(range(config.num_heads))
-    )
+def run(config, params, what, attention, loop="unrolled", data=None, heads=None):
+    heads = tuple(range(config.num_heads)) if heads is None else heads
+    spec = CaptureSpec(what=what, layers=tuple(range(config.num_layers)), heads=heads)
     model = Encoder(config, layer_loop=loop, attention=attention, block=BLOCK)
     if loop == "scan":
         params = layer_loops.stack_layers(jax.tree.map(np.asarray, params), config)
@@ -121,23 +134,36 @@ def run(config, params, what, attention, loop="unrolled", data=None):
     return jax.tree.map(np.asarray, f(params, *(data or batch(config))))
 
 
-CASES = [
-    ("modernbert", ("hidden_states", "queries", "keys", "fx_norm", "head_stats"), "unrolled"),
-    ("modernbert", ("hidden_states", "head_stats"), "scan"),  # the layer kind as data
-    ("llama", ("hidden_states", "values", "decoder_head_stats"), "unrolled"),
-    ("mistral", ("hidden_states", "decoder_head_stats"), "scan"),
-    ("gemma2", ("hidden_states", "fx_norm", "decoder_head_stats"), "unrolled"),
+MAPS = ("attention", "scores", "alpha_fx_norm", "sum_alpha_fx_norm")
+CASES = [  # family, quantities, layer loop, heads (None: all)
+    (
+        "modernbert",
+        ("hidden_states", "queries", "keys", "fx_norm", "head_stats", "decoder_head_stats"),
+        "unrolled",
+        None,
+    ),
+    ("modernbert", ("head_stats", "norm_head_stats", *MAPS), "scan", (0, 2)),  # kind as data
+    ("bert", ("hidden_states", "head_stats", "norm_head_stats", *MAPS), "unrolled", (1,)),
+    ("llama", ("values", "decoder_norm_head_stats", *MAPS), "unrolled", (1, 2)),  # GQA
+    ("mistral", ("hidden_states", "decoder_head_stats", "attention"), "scan", None),
+    (
+        "gemma2",
+        ("fx_norm", "decoder_head_stats", "decoder_norm_head_stats", *MAPS),
+        "unrolled",
+        (3,),
+    ),
 ]
 
 
-@pytest.mark.parametrize("family, what, loop", CASES)
-def test_blockwise_capture_equals_the_dense_one(family, what, loop):
+@pytest.mark.parametrize("family, what, loop, heads", CASES)
+def test_blockwise_capture_equals_the_dense_one(family, what, loop, heads):
     config = config_of(family)
     params = params_of(config)
-    dense = run(config, params, what, "dense", loop)
-    block = run(config, params, what, "blockwise", loop)
+    dense = run(config, params, what, "dense", loop, heads=heads)
+    block = run(config, params, what, "blockwise", loop, heads=heads)
     assert dense.keys() == block.keys() == set(what)
     for name in what:
+        assert block[name].shape == dense[name].shape, name
         assert not np.isnan(dense[name]).all(), name
         np.testing.assert_allclose(block[name], dense[name], rtol=1e-4, atol=2e-5, err_msg=name)
 
@@ -148,24 +174,29 @@ def test_the_policy_goes_blockwise_only_where_no_map_is_asked():
     assert blockwise.choose_block("blockwise", c, stats, 100) == blockwise.BLOCK
     assert blockwise.choose_block("auto", c, stats, 100) == 0  # short: dense
     assert blockwise.choose_block("auto", c, stats, blockwise.AUTO_MIN_LENGTH, block=64) == 64
-    assert blockwise.choose_block("auto", c, ("attention", *stats), 4096) == 0
+    assert blockwise.choose_block("auto", c, ("attention", *stats), 4096) == blockwise.BLOCK
+    assert blockwise.choose_block("auto", c, ("attn_res_norm", *stats), 4096) == 0
     assert blockwise.choose_block("blockwise", c, stats, 4096, ablated=True) == 0
     assert blockwise.choose_block("dense", c, stats, 4096) == 0
     with pytest.raises(ValueError, match="unknown attention 'flash': valid are auto, dense"):
         blockwise.choose_block("flash", c, stats, 4096)
 
 
-def test_every_blockwise_quantity_is_no_query_by_key_map():
+def test_the_blockwise_maps_are_those_with_a_query_and_a_key_axis():
     from jaxattn.quantities import QUANTITIES
 
     for name in blockwise.SERVES:
         axes = QUANTITIES[name].axes
-        assert not ("T" in axes and "S" in axes), name
+        maps = "T" in axes and "S" in axes
+        assert maps == (name in blockwise.MAPS | {"sum_alpha_fx_norm"}), name
+        assert (name in blockwise.MAPS) == (maps and QUANTITIES[name].has_head_axis), name
 
 
-def temp_bytes(config, params, what, attention, length):
+def temp_bytes(config, params, what, attention, length, layers=None, heads=None):
     spec = CaptureSpec(
-        what=what, layers=tuple(range(config.num_layers)), heads=tuple(range(config.num_heads))
+        what=what,
+        layers=layers or tuple(range(config.num_layers)),
+        heads=heads or tuple(range(config.num_heads)),
     )
     model = Encoder(config, attention=attention, block=128)
     ids = jnp.zeros(length, jnp.int32)
@@ -178,13 +209,22 @@ def temp_bytes(config, params, what, attention, length):
 
 
 @pytest.mark.parametrize(
-    "family, what", [("modernbert", ("head_stats",)), ("llama", ("decoder_head_stats",))]
+    "family, what, layers, heads",
+    [
+        ("modernbert", ("head_stats",), None, None),
+        ("llama", ("decoder_head_stats",), None, None),
+        # statistics and one head's map of a (local) layer: the map is output, written
+        # in place block by block; what the program holds besides stays linear in T
+        ("modernbert", ("head_stats", "attention"), (1,), (2,)),
+    ],
 )
-def test_statistics_temp_memory_grows_linearly_blockwise(family, what):
+def test_statistics_temp_memory_grows_linearly_blockwise(family, what, layers, heads):
     config = config_of(family)
     params = params_of(config)
-    block = [temp_bytes(config, params, what, "blockwise", t) for t in (1024, 2048)]
-    dense = [temp_bytes(config, params, what, "dense", t) for t in (1024, 2048)]
-    assert dense[1] > 3.5 * dense[0], dense  # the [H, T, T] maps
+    kw = dict(layers=layers, heads=heads)
+    block = [temp_bytes(config, params, what, "blockwise", t, **kw) for t in (1024, 2048)]
     assert block[1] <= 2 * block[0] + (1 << 20), block  # linear, plus a constant
-    assert block[1] < dense[1] / 8, (block, dense)
+    if layers is None:  # the dense program's [H, T, T] maps, for scale
+        dense = [temp_bytes(config, params, what, "dense", t) for t in (1024, 2048)]
+        assert dense[1] > 3.5 * dense[0], dense
+        assert block[1] < dense[1] / 8, (block, dense)

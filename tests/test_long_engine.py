@@ -3,7 +3,8 @@ ModernBERT with 4,096 positions and one ~4,000-token text. `head_stats` runs blo
 under attention="auto" and equals the dense path's (a subprocess each, which also
 measures the growth of its peak RSS during the long capture: the dense path holds
 [H, T, T] maps, the blockwise one blocks); the batches of a statistics-only request
-hold several long examples blockwise, one dense; "blockwise" refuses a map by name."""
+hold several long examples blockwise, one dense; "blockwise" refuses what it does not
+serve by name, and serves a selected head's map."""
 
 from __future__ import annotations
 
@@ -121,16 +122,22 @@ def test_the_policy_of_a_long_statistics_request_and_its_batches(checkpoint):
 
 def test_blockwise_refuses_what_it_cannot_serve_by_name(checkpoint):
     engine = jaxattn.load(checkpoint, attention="blockwise", buckets=(16,))
-    with pytest.raises(ValueError, match=r"attention='blockwise' cannot run .*: attention needs"):
-        engine.capture(["a short text"], what=("attention", "head_stats"))
-    with pytest.raises(ValueError, match="alpha_fx_norm, scores need a"):
-        engine.capture(["a short text"], what=("scores", "alpha_fx_norm"))
+    with pytest.raises(
+        ValueError, match=r"attention='blockwise' cannot run .*: attn_res_norm needs"
+    ):
+        engine.capture(["a short text"], what=("attn_res_norm", "head_stats"))
+    with pytest.raises(ValueError, match="attn_res_ln_norm, mixing_ratio need the dense path"):
+        engine.capture(["a short text"], what=("mixing_ratio", "attn_res_ln_norm"))
     with pytest.raises(ValueError, match="heads ablated run the dense path"):
         engine.capture(["a short text"], what="head_stats", ablation=HeadAblation.of([(0, 1)]))
-    short = engine.capture(["a short text"], what="head_stats")[0]  # blockwise at any length
+    # blockwise at any length: statistics, and a map of the heads asked for only
+    what = ("attention", "sum_alpha_fx_norm", "head_stats")
+    short = engine.capture(["a short text"], what=what, heads=[1])[0]
     reference = jaxattn.load(checkpoint, attention="dense", buckets=(16,))
-    want = reference.capture(["a short text"], what="head_stats")[0].head_stats
-    np.testing.assert_allclose(short.head_stats, want, rtol=1e-4, atol=2e-5)
+    want = reference.capture(["a short text"], what=what, heads=[1])[0]
+    assert short.attention.shape == want.attention.shape == (LAYERS, 1, short.length, short.length)
+    for name in what:
+        np.testing.assert_allclose(getattr(short, name), getattr(want, name), rtol=1e-4, atol=2e-5)
 
 
 def test_an_unknown_attention_is_refused_by_name(checkpoint):

@@ -64,7 +64,7 @@ def test_engine_stream_gives_the_captures_in_input_order(engines, standard_texts
 
 def test_open_source_picks_the_engine_or_the_client(monkeypatch, engines):
     monkeypatch.setattr(jaxattn, "load", lambda path=None: engines["bert"])
-    local = argparse.Namespace(server=None, model="m")
+    local = argparse.Namespace(server=None, model="m", attention=None)
     assert open_source(local) is engines["bert"]
     remote = argparse.Namespace(
         server="127.0.0.1:1,127.0.0.1:2",
@@ -73,6 +73,7 @@ def test_open_source_picks_the_engine_or_the_client(monkeypatch, engines):
         timeout=5.0,
         codec="lz4",
         model=None,
+        attention=None,
     )
     with open_source(remote) as client:
         assert isinstance(client, AttentionClient) and client.codec == "lz4"

@@ -101,8 +101,10 @@ def run(
     precision: str = "highest",
     too_long: str = "error",
     layer_loop: str | None = None,
+    attention: str = "auto",
 ) -> dict:
-    """Run all cases, interleaved: each round times (a) to (f) in turn.
+    """Run all cases, interleaved: each round times (a) to (f) in turn (jaxattn's
+    engine loaded with `layer_loop` and `attention`).
 
     Interleaving exposes every case to the same machine state, so the ratios
     hold even when the machine is shared; each case reports its best round.
@@ -112,7 +114,7 @@ def run(
     from jaxattn.checkpoints.loading import default_model_dir
 
     texts = texts if texts is not None else read_sentences(conllu, n)
-    engine = jaxattn.load(model, precision=precision, layer_loop=layer_loop)
+    engine = jaxattn.load(model, precision=precision, layer_loop=layer_loop, attention=attention)
     # The torch reference takes whole texts: too-long ones are refused or left out.
     try:
         kept = engine.tokenize(texts, too_long=too_long)

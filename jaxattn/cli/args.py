@@ -6,7 +6,8 @@ policy reaches every command. Lists take commas with or without spaces;
 layers and heads take indices, negative ones and ranges (``0,3,-1``,
 ``8:12``: `jaxattn.selection.parse_selection`).
 
-    add_source_arguments(p)     --server --model --token-file --tls-ca --timeout
+    add_source_arguments(p)     --server --model --attention --token-file --tls-ca --timeout
+    engine_options(args)        what --attention asks of `jaxattn.load`
     add_spec_arguments(p)       --what --layers --heads --query-positions --key-positions --dtype
     add_selection_arguments(p)  --layers --heads
     add_dtype_argument(p)       --dtype
@@ -158,13 +159,28 @@ def port(value: str) -> int:
     return n
 
 
+# `jaxattn.engine.blockwise.POLICIES`, spelled out: the CLI imports no jax to register
+# (tests/test_cli_attention.py checks they agree).
+ATTENTION = ("auto", "dense", "blockwise")
+
+
 def add_source_arguments(
     p: argparse.ArgumentParser, *, timeout: float = 120.0, server: bool = True
 ) -> None:
-    """Where captures come from: a local checkpoint (--model) or a server (--server)."""
+    """Where captures come from: a local checkpoint (--model, run as --attention says)
+    or a server (--server)."""
     default = "the embedded all-MiniLM-L6-v2" + (" when no --server" if server else "")
     p.add_argument(
         "--model", type=model, metavar=MODEL_METAVAR, help=f"{MODEL_HELP} (default: {default})"
+    )
+    p.add_argument(
+        "--attention",
+        choices=ATTENTION,
+        default=None,
+        help="how the local engine runs attention: blockwise (memory linear in the text's "
+        "length, for long inputs; refuses a quantity it cannot compute so), dense (the "
+        "whole [H, T, T] maps), or auto (blockwise from 1,024 tokens where it can) "
+        "(default auto; docs/performance.md#long-inputs)",
     )
     if not server:
         return
@@ -181,6 +197,12 @@ def add_source_arguments(
         default=timeout,
         help=f"seconds per call to --server (default {timeout:g})",
     )
+
+
+def engine_options(args: argparse.Namespace) -> dict:
+    """The `jaxattn.load` options the command's arguments set: {"attention": ...} when
+    --attention was given, else nothing (the engine's default)."""
+    return {} if args.attention is None else {"attention": args.attention}
 
 
 def add_token_argument(p: argparse.ArgumentParser) -> None:

@@ -13,6 +13,7 @@ from jaxattn.cli.args import (
     add_precision_argument,
     add_source_arguments,
     check_output,
+    engine_options,
     ensure_parent,
     positive,
 )
@@ -143,6 +144,7 @@ def run(args) -> int:
                 precision=args.precision,
                 too_long=args.too_long,
                 layer_loop=args.layer_loop,
+                **engine_options(args),
             )
         result["model"] = f"{name} (random weights)"
     else:
@@ -155,6 +157,7 @@ def run(args) -> int:
             precision=args.precision,
             too_long=args.too_long,
             layer_loop=args.layer_loop,
+            **engine_options(args),
         )
     print(bench.format_result(result))
     if args.json:

@@ -11,7 +11,12 @@ import time
 
 import numpy as np
 
-from jaxattn.cli.args import add_codec_argument, add_dtype_argument, add_source_arguments
+from jaxattn.cli.args import (
+    add_codec_argument,
+    add_dtype_argument,
+    add_source_arguments,
+    engine_options,
+)
 
 SENTENCE_A = "I went to the store."
 SENTENCE_B = "At the store, I bought fresh strawberries."
@@ -85,7 +90,7 @@ def _run(args) -> int:
     from jaxattn.client import AttentionClient
 
     t0 = time.perf_counter()
-    engine = jaxattn.load(args.model)
+    engine = jaxattn.load(args.model, **engine_options(args))
     server, port = start_server(engine, "127.0.0.1:0", grace_s=5.0)
     address = f"127.0.0.1:{port}"
     try:

@@ -18,6 +18,7 @@ from jaxattn.cli.args import (
     add_source_arguments,
     add_spec_arguments,
     add_too_long_argument,
+    engine_options,
     positive,
 )
 from jaxattn.errors import UsageError
@@ -137,7 +138,7 @@ def _run(args: argparse.Namespace) -> int:
     from jaxattn.checkpoints import default_model_dir
 
     model_dir = Path(args.model) if args.model else default_model_dir()
-    engine = jaxattn.load(args.model)
+    engine = jaxattn.load(args.model, **engine_options(args))
     options = DumpOptions(
         input=args.input,
         out=args.out,

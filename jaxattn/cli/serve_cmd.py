@@ -14,6 +14,7 @@ import argparse
 from jaxattn.cli.args import (
     add_precision_argument,
     add_source_arguments,
+    engine_options,
     names,
     port,
     positive,
@@ -243,6 +244,7 @@ def _run(args) -> int:
         server_options(args),
         log_level=args.log_level,
         precision=args.precision,
+        **engine_options(args),
         warmup=args.warmup or (),
         warmup_sizes=args.warmup_sizes or "all",
     )

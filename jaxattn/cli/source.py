@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from jaxattn.cli.args import read_token
+from jaxattn.cli.args import engine_options, read_token
 from jaxattn.errors import UsageError
 from jaxattn.source import CaptureSource
 
@@ -21,6 +21,11 @@ def open_source(args: argparse.Namespace) -> CaptureSource:
     manager). --model with --server is accepted only when the server serves
     those weights.
     """
+    if args.server and args.attention:
+        raise UsageError(
+            "--attention sets how a local engine runs (--model); a --server runs its own: "
+            "start it with `jaxattn serve --attention ...`"
+        )
     if args.server:
         from jaxattn.client import AttentionClient
 
@@ -40,7 +45,7 @@ def open_source(args: argparse.Namespace) -> CaptureSource:
         return client
     import jaxattn  # the module attribute, so tests can stand in an engine
 
-    return jaxattn.load(args.model)
+    return jaxattn.load(args.model, **engine_options(args))
 
 
 def describe(args: argparse.Namespace) -> str:

@@ -48,9 +48,11 @@ class AttentionParts:
       norm_alpha: [H, T, S] the weights the norm quantities read where they are not
         alpha (Gemma's post-attention norm: alpha / s'_i, `EncoderLayer._post_normed`,
         with w_out then g' * W_O); None: alpha.
-      row_terms: the blockwise path's (`jaxattn.engine.blockwise`, where scores, alpha
-        and norm_alpha are None): {name: [H, T]} the statistics' row terms
-        (`head_stats.row_terms`) when statistics were asked for, else None.
+      blockwise: the blockwise path's (`jaxattn.engine.blockwise`, where scores, alpha
+        and norm_alpha are None): its `Inputs` with each row's logsumexp, from which
+        `blockwise.captures` computes the maps and statistics; None on the dense path.
+      norm_scale: [T] on the blockwise path, the divisor of each row's norm weights
+        where norm_alpha would be alpha / s'_i (Gemma); None: none.
     """
 
     q: jax.Array
@@ -63,7 +65,8 @@ class AttentionParts:
     c2p: jax.Array | None = None
     p2c: jax.Array | None = None
     norm_alpha: jax.Array | None = None
-    row_terms: dict | None = None
+    blockwise: object = None
+    norm_scale: jax.Array | None = None
 
     def values_per_query_head(self) -> jax.Array:
         """v [S, H, K] of each query head: head h gets its group's key/value head
@@ -112,8 +115,6 @@ class SelfAttention(nn.Module):
         project: bool = True,
         rel_table=None,
         is_global=None,
-        classes=None,
-        stats: str | None = None,
     ):
         """x [T, D], mask [S] -> (y [T, D] or None, `AttentionParts`).
 
@@ -127,9 +128,8 @@ class SelfAttention(nn.Module):
         bool, the kind as data, so that a scan's one body runs global and local
         layers alike (`jaxattn.engine.layer_loop`).
         block (the module's): > 0 runs `jaxattn.engine.blockwise` (no [T, S] tensor: the
-        parts' scores and alpha are None), for models without relative positions and
-        without head ablation; stats ("encoder", "decoder" or None) and classes [T]
-        then ask it for the statistics' row terms.
+        parts' scores and alpha are None, their `blockwise` inputs hold what computes
+        the captures), for models without relative positions and without head ablation.
         """
         c = self.config
         hk = (c.num_heads, c.head_dim)
@@ -161,7 +161,7 @@ class SelfAttention(nn.Module):
             name="out",
         )
         if self.block:
-            return self._blockwise(q, k, v, mask, out, project, is_global, classes, stats)
+            return self._blockwise(q, k, v, mask, out, project, is_global)
         length = x.shape[0]
         allowed = jnp.broadcast_to(mask[None, :], (length, length))  # [T, S]
         terms = {}
@@ -194,9 +194,9 @@ class SelfAttention(nn.Module):
         w_out = self.variables["params"]["out"]["kernel"]  # [H, K, D]
         return y, AttentionParts(q=q, k=k, v=v, scores=scores, alpha=alpha, w_out=w_out, **terms)
 
-    def _blockwise(self, q, k, v, mask, out, project, is_global, classes, stats):
+    def _blockwise(self, q, k, v, mask, out, project, is_global):
         """The blockwise path (`jaxattn.engine.blockwise`): (y or None, parts without
-        scores and alpha)."""
+        scores and alpha, with the blockwise inputs)."""
         from jaxattn.engine import blockwise
 
         c = self.config
@@ -217,13 +217,11 @@ class SelfAttention(nn.Module):
             window=window,
             local=local,
             block=self.block,
-            stats=stats,
-            classes=classes,
         )
         y = out(r.out) if project else None
         w_out = self.variables["params"]["out"]["kernel"]
         parts = AttentionParts(
-            q=q, k=k, v=v, scores=None, alpha=None, w_out=w_out, row_terms=r.terms
+            q=q, k=k, v=v, scores=None, alpha=None, w_out=w_out, blockwise=r.inputs
         )
         return y, parts
 

@@ -1,9 +1,11 @@
 """Blockwise attention: one example's layer without a [T, T] tensor (FlashAttention's recurrence).
 
     r = blockwise.attention(q, k, v, mask, mm=mm, logits=scale, causal=True, block=128)
-    r.out   # [T, H, K] the weighted sum of the values, what the layer continues with
-    r.lse   # [H, T] each row's logsumexp of its (masked) logits
-    r.terms # {name: [H, T]} `head_stats.row_terms` of every row, when asked (`stats=`)
+    r.out    # [T, H, K] the weighted sum of the values, what the layer continues with
+    r.inputs # `Inputs`: q, k, the masks and each row's logsumexp lse [H, T]
+    got = blockwise.captures(r.inputs, {"attention", "head_stats"}, heads=(3,), classes=c)
+    got["attention"]   # [1, T, T] head 3's weights, written block by block
+    got["head_stats"]  # {name: [H, T]} `head_stats.row_terms` of every row
 
 The queries are cut into blocks of `block` rows and the keys into blocks of
 `block` keys (the last ones padded: padded keys are masked, padded rows dropped).
@@ -11,11 +13,18 @@ For each query block a scan over the key blocks keeps each row's running
 maximum m, its running sum l = sum_j exp(s_ij - m) and the running weighted sum
 of the values, rescaled by exp(m_old - m_new) whenever the maximum grows
 (Milakov & Gimelshein 2018; Dao et al. 2022). The softmax weights of row i are
-then exp(s_ij - lse_i) with lse_i = m_i + log l_i: a second scan over the key
-blocks with lse known gives the exact weights block by block, from which the
-per-head statistics' row terms are summed (`jaxattn.engine.head_stats.row_terms`,
-the same definition the dense path applies to the whole map). Live memory is
-O(H block^2 + T H K) per example, linear in T.
+then exp(s_ij - lse_i) with lse_i = m_i + log l_i: a second pass over the key
+blocks with lse known (`captures`) gives the exact weights block by block, from
+which it sums the per-head statistics' row terms (`jaxattn.engine.head_stats.row_terms`,
+the same definition the dense path applies to the whole map) and writes the maps
+of the selected heads into their [H_sel, T, T] outputs, one block of rows at a
+time. The norm quantities (Kobayashi et al. 2020, `jaxattn.engine.norms`) take
+the same weights: ||alpha f|| = alpha ||f|| per selected head, and
+||sum_h alpha^h f_h|| of all heads through the per-token head Gram matrix
+G_j [H, H] of each key block, never an [H, T, S, D] tensor; the norm-weighted
+statistics first sum each row's norm weights sum_j alpha_ij ||f(x_j)|| over the
+key blocks, then take the row terms of the normalised weights. Live memory is
+O(H block^2 + T H K + T H^2) per example besides the outputs, linear in T.
 
 The masks are `SelfAttention`'s: padded keys (the key mask), a causal model's
 future (j > i), and a local layer's window (`rotary.in_window`: ModernBERT's
@@ -33,17 +42,28 @@ from collections.abc import Callable
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-from jaxattn.engine import head_stats, rotary
+from jaxattn.engine import head_stats, norms, rotary
 from jaxattn.engine.precision import Matmul
 
 BLOCK = 256  # the default query and key block size
-# The quantities the blockwise path computes: none is a [T, S] map. A request of
-# these alone can run blockwise (`choose_block`).
-SERVES = frozenset(
-    {"hidden_states", "queries", "keys", "values", "fx_norm", "head_stats", "decoder_head_stats"}
-)
+# The [T, S] maps `captures` writes for the selected heads only ([H_sel, T, S]).
+MAPS = frozenset({"attention", "scores", "alpha_fx_norm"})
+# The per-head statistics `captures` sums row terms for: quantity -> (of the norm
+# weights alpha ||f|| rather than alpha, the decoder's definitions).
+STATISTICS = {
+    "head_stats": (False, False),
+    "decoder_head_stats": (False, True),
+    "norm_head_stats": (True, False),
+    "decoder_norm_head_stats": (True, True),
+}
+# What `captures` computes from the weights of a second pass.
+PASS = MAPS | {"sum_alpha_fx_norm"} | STATISTICS.keys()
+# The quantities the blockwise path computes. A request of these alone can run
+# blockwise (`choose_block`).
+SERVES = PASS | {"hidden_states", "queries", "keys", "values", "fx_norm"}
 # The engine's attention policies (`choose_block`).
 POLICIES = ("auto", "dense", "blockwise")
 # "auto" goes blockwise from this padded length on (unmeasured: below it the [T, T]
@@ -59,8 +79,8 @@ def choose_block(
 
     policy: "dense" never goes blockwise; "blockwise" whenever the request allows it;
     "auto" when it allows it and `length` >= AUTO_MIN_LENGTH. A request allows it when
-    every quantity is in `SERVES` (not both encoder and decoder statistics), the model
-    has no relative positions (DeBERTa) and no heads are ablated.
+    every quantity is in `SERVES`, the model has no relative positions (DeBERTa) and
+    no heads are ablated.
 
     Raises:
       ValueError: an unknown policy or a block size below 1.
@@ -69,13 +89,7 @@ def choose_block(
         raise ValueError(f"unknown attention {policy!r}: valid are {', '.join(POLICIES)}")
     if block < 1:
         raise ValueError(f"attention block {block} must be at least 1")
-    want = set(what)
-    allows = (
-        want <= SERVES
-        and not {"head_stats", "decoder_head_stats"} <= want
-        and config.relative is None
-        and not ablated
-    )
+    allows = set(what) <= SERVES and config.relative is None and not ablated
     if policy == "dense" or not allows:
         return 0
     if policy == "auto" and length < AUTO_MIN_LENGTH:
@@ -83,12 +97,72 @@ def choose_block(
     return block
 
 
-def statistics_kind(want) -> str | None:
-    """The `attention(stats=)` kind the quantities `want` need: "encoder" (head_stats),
-    "decoder" (decoder_head_stats) or None."""
-    if "head_stats" in want:
-        return "encoder"
-    return "decoder" if "decoder_head_stats" in want else None
+@flax.struct.dataclass
+class Inputs:
+    """One example's attention inputs and geometry, what a pass over its blocks reads
+    (a pytree of the arrays; the rest is static).
+
+    Attributes:
+      q: [T, H, K] queries; k: [T, H_kv, K] keys (H_kv divides H).
+      mask: [T] bool, the real tokens.
+      lse: [H, T] each row's logsumexp (`attention`), or None before the forward.
+      local: a local layer (`allowed`): a bool, or a traced one.
+      mm: the contraction of the engine's precision.
+      logits: raw q.k -> the softmax's input (`attention.logits`: scale, soft cap).
+      causal: key j is seen by query i only when j <= i.
+      window: a local layer's window.
+      block: the query and key block size.
+    """
+
+    q: jax.Array
+    k: jax.Array
+    mask: jax.Array
+    lse: jax.Array | None = None
+    local: object = False
+    mm: Matmul = flax.struct.field(pytree_node=False, default=Matmul())
+    logits: Callable = flax.struct.field(pytree_node=False, default=None)
+    causal: bool = flax.struct.field(pytree_node=False, default=False)
+    window: int = flax.struct.field(pytree_node=False, default=0)
+    block: int = flax.struct.field(pytree_node=False, default=BLOCK)
+
+    def scores(self, qblk, rows, kblk, mblk, keys):
+        """(logits [H, Bq, Bk] of query block qblk [Bq, H_kv, G, K] at positions `rows`
+        against key block kblk [Bk, H_kv, K] at `keys` (mask mblk), unmasked; whether
+        each pair is `allowed` [Bq, Bk])."""
+        shape = (self.q.shape[1], qblk.shape[0], kblk.shape[0])
+        s = self.logits(self.mm("QNGK,SNK->NGQS", qblk, kblk).reshape(shape))
+        return s, allowed(rows, keys, mblk, self.causal, self.window, self.local)
+
+    def reachable(self, rows, keys, windowed: bool = True):
+        """Whether any query of the block may see any key of the block, from positions
+        alone (a causal model's future blocks; `windowed`: also blocks beyond a static
+        local window): None when every block may. Positions are no data of the batch:
+        under vmap the `lax.cond` it drives stays a branch, and a skipped block costs
+        nothing. The scores skip the future only: they are the logits of every pair."""
+        ok = None
+        if self.causal:
+            ok = keys[0] <= rows[-1]
+        window = self.window
+        if windowed and window and self.local is True:
+            reach = window if self.causal else window // 2 + 1
+            near = rows[0] - keys[-1] < reach
+            if not self.causal:
+                near = near & (keys[0] - rows[-1] < reach)
+            ok = near if ok is None else ok & near
+        return ok
+
+    def skipping(self, step, rows, windowed=True, skipped=None):
+        """step(carry, ys) on the key blocks `reachable` from `rows`; on the others
+        `skipped(carry, ys)` (None: the carry passes, no output)."""
+
+        def run(carry, ys):
+            ok = self.reachable(rows, ys[-1], windowed)
+            if ok is None:
+                return step(carry, ys)
+            skip = (lambda c: (c, None)) if skipped is None else (lambda c: skipped(c, ys))
+            return lax.cond(ok, lambda c: step(c, ys), skip, carry)
+
+        return run
 
 
 @flax.struct.dataclass
@@ -97,13 +171,16 @@ class Blockwise:
 
     Attributes:
       out: [T, H, K] sum_j alpha_ij v_j of every query head.
-      lse: [H, T] the logsumexp of each row's logits over the keys it may see.
-      terms: {name: [H, T]} the statistics' row terms (`head_stats.row_terms`), or None.
+      inputs: `Inputs` with each row's logsumexp, for `captures`.
     """
 
     out: jax.Array
-    lse: jax.Array
-    terms: dict | None = None
+    inputs: Inputs
+
+    @property
+    def lse(self) -> jax.Array:
+        """[H, T] the logsumexp of each row's logits over the keys it may see."""
+        return self.inputs.lse
 
 
 def allowed(rows, keys, key_mask, causal: bool, window: int = 0, local=False):
@@ -121,6 +198,24 @@ def allowed(rows, keys, key_mask, causal: bool, window: int = 0, local=False):
     return ok
 
 
+def _blocks(t, block: int, fill=0):
+    """t [T, ...] -> [n, block, ...], the last block padded with `fill`."""
+    n = -(-t.shape[0] // block)
+    t = jnp.pad(t, [(0, n * block - t.shape[0])] + [(0, 0)] * (t.ndim - 1), constant_values=fill)
+    return t.reshape(n, block, *t.shape[1:])
+
+
+def _term_names(decoder: bool) -> tuple[str, ...]:
+    """The names of `head_stats.row_terms` (encoder or `decoder`)."""
+    i = jnp.zeros(1, jnp.int32)
+    w = jnp.zeros((1, 1, 1))
+    return tuple(
+        jax.eval_shape(
+            lambda: head_stats.row_terms(w, i, i, i > 0, i.astype(jnp.int8), 1.0, decoder)
+        )
+    )
+
+
 def attention(
     q,
     k,
@@ -133,8 +228,6 @@ def attention(
     window: int = 0,
     local=False,
     block: int = BLOCK,
-    stats: str | None = None,
-    classes=None,
 ) -> Blockwise:
     """One example's attention, blockwise (module docstring).
 
@@ -146,67 +239,28 @@ def attention(
       causal: key j is seen by query i only when j <= i.
       window, local: a local layer's window (`allowed`); local a bool or traced bool.
       block: the query and key block size (static; need not divide T).
-      stats: None, "encoder" or "decoder": also sum the row terms of `head_stats`.
-      classes: [T] int8 token-class bits (with `stats`).
 
     Returns:
       `Blockwise`.
     """
+    inputs = Inputs(
+        q, k, mask, None, local, mm=mm, logits=logits, causal=causal, window=window, block=block
+    )
     length, heads, dim = q.shape
     kv = k.shape[1]
     group = heads // kv
-    n = -(-length // block)
-    pad = n * block - length
-
-    def blocks(t, fill=0):
-        t = jnp.pad(t, [(0, pad)] + [(0, 0)] * (t.ndim - 1), constant_values=fill)
-        return t.reshape(n, block, *t.shape[1:])
-
-    qb = blocks(q).reshape(n, block, kv, group, dim)
-    kb, vb, mb = blocks(k), blocks(v), blocks(mask, False)
-    cb = blocks(classes if classes is not None else jnp.zeros(length, jnp.int8))
-    pos = jnp.arange(n * block).reshape(n, block)
-    count = mask.astype(q.dtype).sum()  # the encoder entropy's real keys
-
-    def scores(qblk, rows, kblk, mblk, keys):  # -> [H, Bq, Bk] logits, masked -inf
-        s = logits(mm("QNGK,SNK->NGQS", qblk, kblk).reshape(heads, block, block))
-        ok = allowed(rows, keys, mblk, causal, window, local)
-        return jnp.where(ok[None], s, -jnp.inf), ok
-
-    def reachable(rows, keys, windowed: bool):
-        """Whether any query of the block may see any key of the block, from positions
-        alone (a causal model's future blocks; `windowed`: also blocks beyond a static
-        local window): None when every block may. Positions are no data of the batch:
-        under vmap the `lax.cond` it drives stays a branch, and a skipped block costs
-        nothing. The statistics skip the future only: the entropies' smoothing counts
-        every real key a row could see without the window."""
-        ok = None
-        if causal:
-            ok = keys[0] <= rows[-1]
-        if windowed and window and local is True:
-            reach = window if causal else window // 2 + 1
-            near = rows[0] - keys[-1] < reach
-            if not causal:
-                near = near & (keys[0] - rows[-1] < reach)
-            ok = near if ok is None else ok & near
-        return ok
-
-    def skipping(step, rows, windowed=True):  # step(carry, ys) on reachable key blocks
-        def run(carry, ys):
-            ok = reachable(rows, ys[-1], windowed)
-            if ok is None:
-                return step(carry, ys)
-            return lax.cond(ok, lambda c: step(c, ys), lambda c: (c, None), carry)
-
-        return run
+    qb = _blocks(q, block).reshape(-1, block, kv, group, dim)
+    kb, vb, mb = _blocks(k, block), _blocks(v, block), _blocks(mask, block, False)
+    pos = jnp.arange(qb.shape[0] * block).reshape(-1, block)
 
     def query_block(_, xs):
         qblk, rows = xs
 
         def forward(carry, ys):
             m, total, acc = carry  # [H, Bq], [H, Bq], [N, G, Bq, K]
-            kblk, vblk, mblk, _, keys = ys
-            s, _ = scores(qblk, rows, kblk, mblk, keys)
+            kblk, vblk, mblk, keys = ys
+            s, ok = inputs.scores(qblk, rows, kblk, mblk, keys)
+            s = jnp.where(ok[None], s, -jnp.inf)
             m_new = jnp.maximum(m, s.max(-1))
             safe = jnp.where(jnp.isneginf(m_new), 0.0, m_new)  # no key yet: exp(-inf) = 0
             p = jnp.exp(s - safe[..., None])
@@ -221,42 +275,145 @@ def attention(
             jnp.zeros((heads, block), q.dtype),
             jnp.zeros((kv, group, block, dim), q.dtype),
         )
-        (m, total, acc), _ = lax.scan(skipping(forward, rows), init, (kb, vb, mb, cb, pos))
+        (m, total, acc), _ = lax.scan(inputs.skipping(forward, rows), init, (kb, vb, mb, pos))
         out = acc.reshape(heads, block, dim) / total[..., None]  # no key: 0 / 0
         lse = jnp.where(jnp.isneginf(m), 0.0, m) + jnp.log(total)
-        terms = None
-        if stats is not None:
+        return None, (out.transpose(1, 0, 2), lse)
 
-            def statistics(total, ys):
-                kblk, _, mblk, cblk, keys = ys
-                s, ok = scores(qblk, rows, kblk, mblk, keys)
-                w = jnp.where(ok[None], jnp.exp(s - lse[..., None]), 0.0)  # exact weights
+    _, (out, lse) = lax.scan(query_block, None, (qb, pos))
+    out = out.reshape(-1, heads, dim)[:length]
+    lse = lse.transpose(1, 0, 2).reshape(heads, -1)[:, :length]  # [n, H, Bq] -> [H, T]
+    return Blockwise(out=out, inputs=inputs.replace(lse=lse))
+
+
+def captures(
+    inputs: Inputs,
+    want,
+    *,
+    heads=None,
+    classes=None,
+    fx=None,
+    gram=None,
+    scale=None,
+) -> dict:
+    """What a second pass over the blocks computes from the exact weights (module
+    docstring), for the quantities of `want` in `PASS`.
+
+    Args:
+      inputs: `attention`'s, with each row's logsumexp.
+      want: quantity names; those outside `PASS` are left out.
+      heads: the query heads whose `MAPS` are written (static; None: all).
+      classes: [T] int8 token-class bits (the statistics).
+      fx: [H, T] ||f_h(x_j)|| (`norms.fx_norm`: alpha_fx_norm and the norm statistics).
+      gram: [T, H, H] the per-token head Gram matrices (`norms.head_gram`:
+        sum_alpha_fx_norm).
+      scale: [T] a divisor of each row's norm weights (Gemma's post-attention norm
+        statistic s'_i, `model.EncoderLayer._post_normed`), or None.
+
+    Returns:
+      {name: array}: the `MAPS` [H_sel, T, T] (scores: the logits, a causal model's
+      future exactly -inf, as the dense path's), sum_alpha_fx_norm [T, T], and each
+      statistic of `STATISTICS` as its row terms {term: [H, T]}
+      (`head_stats.encoder_statistics_from_rows` / `decoder_statistics_from_rows`).
+    """
+    want = set(want) & PASS
+    q, k, mask, lse = inputs.q, inputs.k, inputs.mask, inputs.lse
+    length, nheads, dim = q.shape
+    kv = k.shape[1]
+    picked = np.arange(nheads) if heads is None else np.asarray(heads)
+    maps = sorted(want & MAPS)
+    kinds = {name: STATISTICS[name] for name in sorted(want & STATISTICS.keys())}
+    normed = any(norm for norm, _ in kinds.values())
+    bq, bk = min(inputs.block, length), inputs.block
+    nq = -(-length // bq)
+    kb, mb = _blocks(k, bk), _blocks(mask, bk, False)
+    cb = _blocks(classes if classes is not None else jnp.zeros(length, jnp.int8), bk)
+    fxb = _blocks((fx if fx is not None else jnp.zeros((nheads, length), q.dtype)).T, bk)
+    gb = _blocks(gram, bk) if gram is not None else jnp.zeros((kb.shape[0], 0), q.dtype)
+    pos = jnp.arange(kb.shape[0] * bk).reshape(-1, bk)
+    xs = (kb, mb, cb, fxb, gb, pos)
+    count = mask.astype(q.dtype).sum()  # the encoder entropy's real keys
+    # The statistics' row terms of a block of zeros: their names, and zeros to start from.
+    empty = jnp.zeros((nheads, bq), q.dtype)
+    terms0 = {
+        name: {t: empty for t in _term_names(decoder)} for name, (_, decoder) in kinds.items()
+    }
+
+    def query_block(out, i):
+        start = jnp.minimum(i * bq, length - bq)  # the last block ends at T (rows again)
+        rows = start + jnp.arange(bq)
+        qblk = lax.dynamic_slice_in_dim(q, start, bq).reshape(bq, kv, nheads // kv, dim)
+        lse_blk = lax.dynamic_slice_in_dim(lse, start, bq, axis=1)  # [H, Bq]
+        div = 1.0 if scale is None else 1.0 / lax.dynamic_slice_in_dim(scale, start, bq)
+
+        def weights(ys):  # ([H, Bq, Bk] exact weights, their norm weights, logits, allowed)
+            kblk, mblk, _, fxblk, _, keys = ys
+            s, ok = inputs.scores(qblk, rows, kblk, mblk, keys)
+            w = jnp.where(ok[None], jnp.exp(s - lse_blk[..., None]), 0.0)
+            nw = w * (div if scale is None else div[None, :, None])
+            return w, nw * fxblk.T[:, None, :], nw, s
+
+        z = None
+        if normed:  # each row's sum of alpha ||f||: the norm weights' normaliser
+
+            def norm_sum(z, ys):
+                return z + weights(ys)[1].sum(-1), None
+
+            z, _ = lax.scan(inputs.skipping(norm_sum, rows), empty, xs)
+            z = jnp.where(z > 0, z, 1.0)
+
+        def add_terms(terms, weights_of, ys):  # the statistics' row terms, summed
+            _, mblk, cblk, _, _, keys = ys
+            for name, (norm, decoder) in kinds.items():
                 part = head_stats.row_terms(
-                    w, rows, keys, mblk, cblk, count, decoder=stats == "decoder"
+                    weights_of(norm), rows, keys, mblk, cblk, count, decoder
                 )
-                return jax.tree.map(jnp.add, total, part), None
+                terms = terms | {name: jax.tree.map(jnp.add, terms[name], part)}
+            return terms
 
-            zero = jnp.zeros((heads, block), q.dtype)
-            shapes = jax.eval_shape(
-                lambda: head_stats.row_terms(
-                    jnp.zeros((heads, block, block), q.dtype),
-                    rows,
-                    rows,
-                    mb[0],
-                    cb[0],
-                    count,
-                    decoder=stats == "decoder",
-                )
-            )
-            total = {name: zero for name in shapes}
-            terms, _ = lax.scan(skipping(statistics, rows, False), total, (kb, vb, mb, cb, pos))
-        return None, (out.transpose(1, 0, 2), lse, terms)
+        def step(terms, ys):
+            _, _, _, _, gblk, keys = ys
+            w, nwf, nw, s = weights(ys)
+            got = {}
+            if "attention" in want:
+                got["attention"] = w[picked]
+            if "alpha_fx_norm" in want:
+                got["alpha_fx_norm"] = nwf[picked]
+            if "scores" in want:
+                future = keys[None, :] > rows[:, None] if inputs.causal else False
+                got["scores"] = jnp.where(future, -jnp.inf, s[picked])
+            if "sum_alpha_fx_norm" in want:
+                got["sum_alpha_fx_norm"] = norms.gram_norm(nw, gblk, inputs.mm)
+            return add_terms(terms, lambda norm: nwf / z[..., None] if norm else w, ys), got
 
-    _, (out, lse, terms) = lax.scan(query_block, None, (qb, pos))
+        def skipped(terms, ys):
+            """A block no row may see: no weight and the future's -inf scores; the
+            statistics' terms of zero weights (row_terms of one head, the same for all:
+            the entropies' smoothing still counts the block's keys)."""
+            got = {name: jnp.zeros((len(picked), bq, bk), q.dtype) for name in maps}
+            if "scores" in want:
+                got["scores"] = jnp.full_like(got["scores"], -jnp.inf)
+            if "sum_alpha_fx_norm" in want:
+                got["sum_alpha_fx_norm"] = jnp.zeros((bq, bk), q.dtype)
+            none = jnp.zeros((1, bq, bk), q.dtype)  # [1, Bq] terms added to every head's
+            return add_terms(terms, lambda norm: none, ys), got
 
-    def rows_first(t):  # [n, H, Bq] -> [H, T]
-        return t.transpose(1, 0, 2).reshape(heads, n * block)[:, :length]
+        run = inputs.skipping(step, rows, "scores" not in want, skipped)
+        terms, got = lax.scan(run, terms0, xs)
+        for name, t in got.items():  # [n, ..., Bq, Bk] -> [..., Bq, S]
+            t = jnp.moveaxis(t, 0, -2).reshape(*t.shape[1:-1], -1)[..., :length]
+            out[name] = lax.dynamic_update_slice_in_dim(out[name], t, start, axis=t.ndim - 2)
+        for name, rows_terms in terms.items():
+            out[name] = {
+                t: lax.dynamic_update_slice_in_dim(out[name][t], x, start, axis=1)
+                for t, x in rows_terms.items()
+            }
+        return out, None
 
-    out = out.reshape(n * block, heads, dim)[:length]
-    terms = None if terms is None else {name: rows_first(t) for name, t in terms.items()}
-    return Blockwise(out=out, lse=rows_first(lse), terms=terms)
+    init = {name: jnp.zeros((len(picked), length, length), q.dtype) for name in maps}
+    if "sum_alpha_fx_norm" in want:
+        init["sum_alpha_fx_norm"] = jnp.zeros((length, length), q.dtype)
+    for name, terms in terms0.items():
+        init[name] = {t: jnp.zeros((nheads, length), q.dtype) for t in terms}
+    out, _ = lax.scan(query_block, init, jnp.arange(nq))
+    return out

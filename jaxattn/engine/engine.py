@@ -66,13 +66,15 @@ class Engine:
         rounding.
         None: $JAXATTN_LAYER_LOOP, else "auto".
       attention: how the attention runs: "auto" (blockwise, in memory linear in
-        T, for a capture that asks for no [T, S] map at a padded length of
+        T besides the maps asked for, which are formed for the selected heads only,
+        for a capture of quantities the blockwise path serves,
+        `jaxattn.engine.blockwise.SERVES`, at a padded length of
         `jaxattn.engine.blockwise.AUTO_MIN_LENGTH` tokens or more; dense below),
-        "dense" (always the [H, T, T] maps) or "blockwise" (always blockwise: a
-        capture asking for a quantity the blockwise path does not serve, such as
-        attention, or with heads ablated, is refused with a ValueError naming
-        it; docs/performance.md "Long inputs"). The numbers agree within float32
-        rounding.
+        "dense" (always every head's [H, T, T] maps) or "blockwise" (always
+        blockwise: a capture asking for a quantity the blockwise path does not
+        serve, such as attn_res_norm, or with heads ablated, is refused with a
+        ValueError naming it; docs/performance.md "Long inputs"). The numbers
+        agree within float32 rounding.
       attention_budget: most bytes of attention working memory one batch may
         hold (the dense path's [H, T, T] maps; the blockwise path's blocks);
         None: by device (`batching.Budgets.for_devices`).

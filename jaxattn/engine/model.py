@@ -94,9 +94,19 @@ class Embeddings(nn.Module):
 
 
 def _capture_layer(
-    want, p: AttentionParts, x, gamma, std, mm: Matmul, mask, classes, centre: bool = True
+    want,
+    p: AttentionParts,
+    x,
+    gamma,
+    std,
+    mm: Matmul,
+    mask,
+    classes,
+    centre: bool = True,
+    heads=None,
 ) -> dict:
-    """The requested per-layer quantities of one example, all heads.
+    """The requested per-layer quantities of one example, all heads (on the blockwise
+    path the `blockwise.MAPS` of `heads` only, None: all).
 
     Shapes out: attention/scores/alpha_fx_norm [H, T, S]; queries [H, T, K]; keys and
     values [H_kv, T, K] (H_kv = H without grouped-query attention); fx_norm [H, S];
@@ -111,39 +121,44 @@ def _capture_layer(
     # The norm quantities read each query head's values: head h those of its group's
     # key/value head (h // group), an [S, H, K] copy, never an [H, T, S, D] tensor.
     v = p.values_per_query_head()
-    for name, t in (("attention", alpha), ("scores", p.scores)):
-        if name in want:
-            cap[name] = t
     for term, t in p.score_terms().items():  # DeBERTa's score terms
         if f"scores_{term}" in want:
             cap[f"scores_{term}"] = t
     for name, t in (("queries", p.q), ("keys", p.k), ("values", p.v)):
         if name in want:
             cap[name] = t.transpose(1, 0, 2)  # [T, H, K] -> [H, T, K]
-    if want & {"fx_norm", "alpha_fx_norm", "norm_head_stats", "decoder_norm_head_stats"}:
-        fxn = norms.fx_norm(v, w_out, mm)  # [H, S]
-        if "fx_norm" in want:
-            cap["fx_norm"] = fxn
-        if "alpha_fx_norm" in want:
-            cap["alpha_fx_norm"] = norms.alpha_fx_norm(n_alpha, fxn)
-        if want & {"norm_head_stats", "decoder_norm_head_stats"}:
-            weights = head_stats.normalise_rows(norms.alpha_fx_norm(n_alpha, fxn))
-            if "norm_head_stats" in want:
-                cap["norm_head_stats"] = head_stats.head_statistics(weights, mask, classes)
-            if "decoder_norm_head_stats" in want:
-                cap["decoder_norm_head_stats"] = head_stats.decoder_statistics(
-                    weights, mask, classes
-                )
-    if p.row_terms is not None:  # the blockwise path's (`jaxattn.engine.blockwise`)
-        if "head_stats" in want:
-            cap["head_stats"] = head_stats.encoder_statistics_from_rows(p.row_terms, mask, classes)
-        if "decoder_head_stats" in want:
-            cap["decoder_head_stats"] = head_stats.decoder_statistics_from_rows(p.row_terms, mask)
-    else:
-        if "head_stats" in want:
-            cap["head_stats"] = head_stats.head_statistics(alpha, mask, classes)
-        if "decoder_head_stats" in want:
-            cap["decoder_head_stats"] = head_stats.decoder_statistics(alpha, mask, classes)
+    norm_weighted = {"alpha_fx_norm", "norm_head_stats", "decoder_norm_head_stats"}
+    fxn = norms.fx_norm(v, w_out, mm) if want & (norm_weighted | {"fx_norm"}) else None  # [H, S]
+    if "fx_norm" in want:
+        cap["fx_norm"] = fxn
+    if p.blockwise is not None:  # the blockwise path's second pass (`jaxattn.engine.blockwise`)
+        gram = norms.head_gram(v, w_out, mm) if "sum_alpha_fx_norm" in want else None
+        got = blockwise.captures(
+            p.blockwise, want, heads=heads, classes=classes, fx=fxn, gram=gram, scale=p.norm_scale
+        )
+        for name, t in got.items():
+            if name not in blockwise.STATISTICS:
+                cap[name] = t
+            elif blockwise.STATISTICS[name][1]:  # the decoder's
+                cap[name] = head_stats.decoder_statistics_from_rows(t, mask)
+            else:
+                cap[name] = head_stats.encoder_statistics_from_rows(t, mask, classes)
+        want = want - blockwise.PASS  # computed
+    for name, t in (("attention", alpha), ("scores", p.scores)):
+        if name in want:
+            cap[name] = t
+    if "alpha_fx_norm" in want:
+        cap["alpha_fx_norm"] = norms.alpha_fx_norm(n_alpha, fxn)
+    if want & {"norm_head_stats", "decoder_norm_head_stats"}:
+        weights = head_stats.normalise_rows(norms.alpha_fx_norm(n_alpha, fxn))
+        if "norm_head_stats" in want:
+            cap["norm_head_stats"] = head_stats.head_statistics(weights, mask, classes)
+        if "decoder_norm_head_stats" in want:
+            cap["decoder_norm_head_stats"] = head_stats.decoder_statistics(weights, mask, classes)
+    if "head_stats" in want:
+        cap["head_stats"] = head_stats.head_statistics(alpha, mask, classes)
+    if "decoder_head_stats" in want:
+        cap["decoder_head_stats"] = head_stats.decoder_statistics(alpha, mask, classes)
     if "sum_alpha_fx_norm" in want:
         cap["sum_alpha_fx_norm"] = norms.sum_alpha_fx_norm(n_alpha, v, w_out, mm)
     if "attn_res_norm" in want:
@@ -186,12 +201,15 @@ class EncoderLayer(nn.Module):
         rel_table=None,
         is_global=None,
         positions=None,
+        heads=None,
     ):
         """x [T, D] -> (the layer's output [T, D], or None when not `output`; captures).
 
         is_global: a rotary layer's kind as traced data (`SelfAttention`), or None.
         positions: the maps' selected rows and keys ({field: [n]},
         `jaxattn.engine.map_positions.select`), or None: every one.
+        heads: the captured heads (static), None for all: the blockwise path computes
+        the maps of these only (`blockwise.MAPS`).
 
         output=False (the last layer run, when its output is not captured) skips
         what only the output needs: the weighted sum and output projection
@@ -204,8 +222,7 @@ class EncoderLayer(nn.Module):
         first_ln = pre and c.has_attention_ln(self.index)
         attn_in = make_norm(c, "attention_ln")(x) if first_ln else x
         attention = SelfAttention(c, self.mm, self.index, self.block, name="attention")
-        stats = blockwise.statistics_kind(want) if self.block else None
-        a, parts = attention(attn_in, mask, gate, project, rel_table, is_global, classes, stats)
+        a, parts = attention(attn_in, mask, gate, project, rel_table, is_global)
         if c.post_norms and project:  # Gemma: h = x + N_pa(a); see _post_normed
             a, parts = self._post_normed(a, parts)
         # The LayerNorm after the attention block's addition: the block's own (post)
@@ -219,7 +236,7 @@ class EncoderLayer(nn.Module):
         if want:
             gamma = self.variables["params"][next_ln.name]["scale"] + c.norm_offset
             centre = c.norm_type == "layer"  # an RMSNorm subtracts no mean
-            cap = _capture_layer(want, parts, x, gamma, std, self.mm, mask, classes, centre)
+            cap = _capture_layer(want, parts, x, gamma, std, self.mm, mask, classes, centre, heads)
             cap = map_positions.select(cap, positions)
         if not output:
             return None, cap
@@ -246,7 +263,9 @@ class EncoderLayer(nn.Module):
         normed = post(a)
         s = norm_statistic(a, c.norm_type, c.layer_norm_eps)  # [T]
         g = self.variables["params"][post.name]["scale"] + c.norm_offset  # [D]
-        norm_alpha = None if parts.alpha is None else parts.alpha / s[None, :, None]
+        if parts.alpha is None:  # blockwise: the pass divides its weights by s
+            return normed, parts.replace(norm_scale=s, w_out=g * parts.w_out)
+        norm_alpha = parts.alpha / s[None, :, None]
         return normed, parts.replace(norm_alpha=norm_alpha, w_out=g * parts.w_out)
 
     def _ffn(self, x):
@@ -300,7 +319,7 @@ class Encoder(nn.Module):
     Pre-LN models end in a final LayerNorm ("final_ln"): the last layer's
     hidden state is taken after it, as HF's hidden_states[-1] (ModernBERT).
     `attention` ("auto", "dense", "blockwise": `blockwise.choose_block`) runs a request
-    that needs no [T, S] map through `jaxattn.engine.blockwise` in blocks of `block`.
+    the blockwise path serves through `jaxattn.engine.blockwise` in blocks of `block`.
     layer_loop "scan" runs alike layers as one scan and needs the weight sets
     stacked (`jaxattn.engine.layer_loop`); `init` makes the unrolled tree.
     """
@@ -332,6 +351,8 @@ class Encoder(nn.Module):
         context = dict(
             mask=mask, classes=classes, rel_table=self._relative_table(), positions=positions
         )
+        if heads is not None:
+            context["heads"] = tuple(spec.heads)
         chunks: dict[str, list] = {name: [] for name in spec.what}  # each [n layers, ...]
         # One module per weight set: ALBERT's layers call theirs several times.
         block = blockwise.choose_block(
@@ -367,6 +388,8 @@ class Encoder(nn.Module):
             for name, t in cap.items():
                 q = QUANTITIES[name]
                 pick = kv if spec.kv_heads and q.axis("G") is not None else heads
+                if block and name in blockwise.MAPS:  # computed for the heads picked only
+                    pick = None
                 if pick is not None and q.head_axis is not None:
                     t = t[(slice(None),) * q.head_axis + (pick,)]
                 chunks[name].append(t)

@@ -77,8 +77,15 @@ def sum_alpha_fx_norm(attention, values, w_out, mm: Matmul = _EXACT):
     Returns:
       [T, S]
     """
+    return gram_norm(attention, head_gram(values, w_out, mm), mm)
+
+
+def gram_norm(attention, gram, mm: Matmul = _EXACT):
+    """||sum_h alpha^h_ij f_h(x_j)|| from the per-token head Gram matrices (`head_gram`):
+    attention [H, T, S] of all heads, gram [S, H, H] -> [T, S]; the blockwise path
+    (`jaxattn.engine.blockwise`) calls it per block of queries and keys."""
     # alpha_ij^T G_j alpha_ij: O(T S H^2), no D.
-    squared = _quadratic_form(attention, head_gram(values, w_out, mm), mm)
+    squared = _quadratic_form(attention, gram, mm)
     return jnp.sqrt(jnp.maximum(squared, 0.0))
 
 

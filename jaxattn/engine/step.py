@@ -80,15 +80,12 @@ def matmul_platform(device) -> str:
 def _refuse_blockwise(what, ablated: bool):
     """Raise the error of a request that attention="blockwise" cannot run blockwise."""
     maps = sorted(set(what) - blockwise.SERVES)
-    stats = {"head_stats", "decoder_head_stats"}
     if maps:
         served = ", ".join(sorted(blockwise.SERVES))
         why = (
-            f"{', '.join(maps)} need{'s' if len(maps) == 1 else ''} a [T, S] map the "
-            f"blockwise path does not compute (it serves {served})"
+            f"{', '.join(maps)} need{'s' if len(maps) == 1 else ''} the dense path "
+            f"(the blockwise path serves {served})"
         )
-    elif stats <= set(what):
-        why = "head_stats and decoder_head_stats together are not computed blockwise: ask for one"
     elif ablated:
         why = "heads ablated run the dense path"
     else:  # pragma: no cover - choose_block allows everything else
@@ -111,9 +108,10 @@ class CaptureStep:
       layer_loop: "auto", "unrolled", "scan" or None (`jaxattn.engine.layer_loop`); with
         "scan" the placed `params` hold the weight sets stacked.
       attention: "auto", "dense" or "blockwise" (`jaxattn.engine.blockwise.choose_block`):
-        whether a request that needs no [T, S] map runs its attention blockwise. "auto":
-        such a request from `blockwise.AUTO_MIN_LENGTH` padded tokens on; "blockwise":
-        every request, and one that cannot run blockwise (a map asked, heads ablated)
+        whether a request of quantities the blockwise path serves (`blockwise.SERVES`)
+        runs its attention blockwise. "auto": such a request from
+        `blockwise.AUTO_MIN_LENGTH` padded tokens on; "blockwise": every request, and
+        one that cannot run blockwise (a quantity it does not serve, heads ablated)
         is refused by `block_for`, naming why; a model with relative positions
         (DeBERTa) refuses "blockwise" here.
       block: the blockwise path's block size (None: `blockwise.BLOCK`).

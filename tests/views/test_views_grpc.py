@@ -36,7 +36,13 @@ def test_view_and_web_through_server(grpc_address, engines, tmp_path):
     assert '"sentence_b_start":' + str(want.sentence_b_start) in out.read_text(encoding="utf-8")
 
     args = argparse.Namespace(
-        server=grpc_address, token_file=None, tls_ca=None, timeout=60.0, codec="zstd", model=None
+        server=grpc_address,
+        token_file=None,
+        tls_ca=None,
+        timeout=60.0,
+        codec="zstd",
+        model=None,
+        attention=None,
     )
     remote = open_source(args)  # an AttentionClient: the web server takes any CaptureSource
     server, port = create_web_server(remote, model=remote.model_info().name)

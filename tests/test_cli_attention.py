@@ -1,0 +1,66 @@
+"""--attention auto|dense|blockwise (`jaxattn.cli.args.add_source_arguments`): every command
+that loads an engine hands it to `jaxattn.load`; without it the engine's default stands;
+with --server it is refused. `jaxattn.load` is stood in: it records its options and stops
+the command, so no model loads."""
+
+from __future__ import annotations
+
+import pytest
+
+import jaxattn
+from jaxattn.cli import main
+from jaxattn.cli.args import ATTENTION
+
+
+class Loaded(Exception):
+    pass
+
+
+@pytest.fixture
+def loads(monkeypatch):
+    seen = []
+
+    def load(model=None, **options):
+        seen.append(options)
+        raise Loaded
+
+    monkeypatch.setattr(jaxattn, "load", load)
+    monkeypatch.setenv("JAXATTN_TRACEBACK", "1")  # the stand-in's exception comes through
+    return seen
+
+
+def test_the_flag_names_the_engine_policies():
+    from jaxattn.engine import blockwise
+
+    assert ATTENTION == blockwise.POLICIES
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["capture", "a text"],
+        ["analyze", "INPUT", "--out", "OUT/report.json"],
+        ["dump", "INPUT", "--out", "OUT/store"],
+        ["serve", "--port", "0"],
+        ["bench", "-n", "2"],
+    ],
+    ids=lambda c: c[0],
+)
+def test_the_attention_flag_reaches_the_engine(command, loads, tmp_path):
+    (tmp_path / "in.txt").write_text("one text\n")
+    command = [
+        str(tmp_path / "in.txt") if a == "INPUT" else a.replace("OUT", str(tmp_path))
+        for a in command
+    ]
+    with pytest.raises(Loaded):
+        main([*command, "--attention", "blockwise"])
+    assert loads[-1].get("attention") == "blockwise"
+    with pytest.raises(Loaded):
+        main(command)
+    assert loads[-1].get("attention", "auto") == "auto"  # the engine's default
+
+
+def test_attention_with_a_server_is_refused(capsys):
+    code = main(["capture", "a text", "--server", "127.0.0.1:1", "--attention", "dense"])
+    assert code == 2
+    assert "--attention sets how a local engine runs" in capsys.readouterr().err
