@@ -110,6 +110,24 @@ def selected(engines, standard_texts, full_captures):
     return texts, full_captures["bert"][:2], caps
 
 
+def test_the_blockwise_path_gathers_the_selected_heads_rows_and_keys(
+    checkpoint_dirs, standard_texts, full_captures
+):
+    """attention="blockwise" forms the selected heads' maps block by block; the same
+    gather keeps their rows and keys: equal to the whole dense maps sliced in numpy."""
+    import jaxattn
+
+    engine = jaxattn.load(checkpoint_dirs["bert"], attention="blockwise")
+    what = ("attention", "scores", "alpha_fx_norm", "sum_alpha_fx_norm")
+    texts = standard_texts["bert"][:2]
+    caps = engine.capture(texts, what=what, heads=[1], query_positions=ROWS, key_positions=KEYS)
+    for got, full in zip(caps, full_captures["bert"][:2], strict=True):
+        rows, keys = list(got.query_positions), list(got.key_positions)
+        for name in what:
+            want = sliced(full, name, rows, keys, heads=[1])
+            np.testing.assert_allclose(got.array(name), want, rtol=1e-4, atol=2e-5)
+
+
 def test_encoder_maps_hold_the_whole_maps_rows_and_keys_of_each_text(selected):
     texts, full, caps = selected
     assert [c.length for c in caps] == [8, 2]  # in one batch
