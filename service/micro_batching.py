@@ -4,10 +4,13 @@ One worker thread owns the engine. A request becomes a `Job` (its spec and
 tokenised examples). The worker takes the oldest job that can run, waits up to
 the batch window for others with the same spec (or until `max_batch_examples`
 are waiting), and runs one *piece* of each (the next examples in input order,
-at most `max_batch_examples` of them and at most `buffer_bytes` of output) in
-one `Engine.run` call, routing each finished example back to its job. A job
-with examples left goes to the back of the queue, so a large request cannot
-keep the engine from everyone else.
+at most `max_batch_examples` of them and at most half of `buffer_bytes` of
+output) in one `Engine.run` call, routing each finished example back to its
+job. A job with examples left goes to the back of the queue, so a large
+request cannot keep the engine from everyone else. Half, so that a large
+request's next piece fits beside the one being sent: it computes while its
+predecessor's chunks are encoded and sent (double buffering), instead of
+waiting for the client to drain the whole buffer.
 
 Memory is bounded twice (admission: `service.admission`):
   * per request: a piece starts only when it fits the job's unsent results
@@ -146,6 +149,12 @@ class MicroBatcher:
             self._reserved -= job.reserved
 
     @property
+    def piece_bytes(self) -> int:
+        """Most output bytes of one piece (one example if larger): half the buffer, so
+        the next piece can compute while this one is sent."""
+        return self.buffer_bytes // 2
+
+    @property
     def admitted(self) -> int:
         """Jobs holding a slot now."""
         return len(self._jobs)
@@ -200,7 +209,7 @@ class MicroBatcher:
 
     def _fits(self, job: Job) -> bool:
         """The job's next piece fits its unsent results (or it has none)."""
-        n = job.piece(self.max_batch_examples, self.buffer_bytes)
+        n = job.piece(self.max_batch_examples, self.piece_bytes)
         return job.buffered == 0 or job.buffered + job.piece_bytes(n) <= self.buffer_bytes
 
     def _next_group(self) -> list[tuple[Job, int]] | None:
@@ -270,7 +279,7 @@ class MicroBatcher:
                 continue
             if not self._fits(job):
                 continue
-            n = job.piece(self.max_batch_examples, self.buffer_bytes)
+            n = job.piece(self.max_batch_examples, self.piece_bytes)
             if group and count + n > self.max_batch_examples:
                 continue
             group.append((job, n))
