@@ -86,8 +86,21 @@ def new_bytes(n: int) -> tuple[bytes, np.ndarray]:
     if n < _MIN_NEW_BYTES:
         raise ValueError(f"new_bytes needs at least {_MIN_NEW_BYTES} bytes, got {n}")
     out = _from_size(None, n)
-    view = np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(_as_string(out)))
-    return out, view
+    return out, np.asarray(_Memory(out, n))
+
+
+class _Memory:
+    """The writable numpy view's base: points numpy at the bytes' data and keeps
+    the bytes alive as long as any view of it lives."""
+
+    def __init__(self, owner: bytes, n: int):
+        self.owner = owner
+        self.__array_interface__ = {
+            "data": (_as_string(owner), False),
+            "shape": (n,),
+            "typestr": "|u1",
+            "version": 3,
+        }
 
 
 def chunk_frame(head: bytes, data_len: int) -> tuple[bytes, np.ndarray, np.ndarray]:

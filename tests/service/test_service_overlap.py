@@ -4,6 +4,7 @@ a chunk's bytes are copied once on send, and a one-chunk tensor is read in place
 from __future__ import annotations
 
 import dataclasses
+import gc
 import threading
 import tracemalloc
 
@@ -167,3 +168,13 @@ def test_a_tensor_of_several_chunks_is_reassembled_in_its_own_buffer():
     arr = got.tensors["attention"]
     assert np.array_equal(arr, cap.tensors["attention"]) and not arr.flags.writeable
     assert not any(np.shares_memory(arr, np.frombuffer(m, np.uint8)) for m in messages)
+
+
+def test_a_new_bytes_view_keeps_its_bytes_alive():
+    message, view = protowire.new_bytes(1000)
+    del message
+    gc.collect()
+    view[:] = 7  # writes into the bytes object, still alive through the view
+    assert view.base.owner == bytes([7]) * 1000
+    with pytest.raises(ValueError, match="at least"):
+        protowire.new_bytes(1)  # may be a shared singleton
