@@ -3,10 +3,11 @@
 One worker thread owns the engine. A request becomes a `Job` (its spec and
 tokenised examples). The worker takes the oldest job that can run, waits up to
 the batch window for others with the same spec (or until `max_batch_examples`
-are waiting), and runs one *piece* of each (the next examples in input order,
-at most `max_batch_examples` of them and at most half of `buffer_bytes` of
-output) in one `Engine.run` call, routing each finished example back to its
-job. A job with examples left goes to the back of the queue, so a large
+are waiting, or as many new calls as its last merged batch took: closed-loop
+clients come back that many at a time), and runs one *piece* of each (the
+next examples in input order, at most `max_batch_examples` of them and at
+most half of `buffer_bytes` of output) in one `Engine.run` call, routing each
+finished example back to its job. A job with examples left goes to the back of the queue, so a large
 request cannot keep the engine from everyone else. Half, so that a large
 request's next piece fits beside the one being sent: it computes while its
 predecessor's chunks are encoded and sent (double buffering), instead of
@@ -92,6 +93,7 @@ class MicroBatcher:
         self._reserved = 0
         self._closed = False
         self._admitting = True  # False once draining: new jobs are refused, old ones finish
+        self._last_calls = 0  # new calls in the last merged batch (0: none yet)
         self._thread = threading.Thread(target=self._loop, name="jaxattn-batcher", daemon=True)
         self.stats = collections.Counter()
 
@@ -226,7 +228,7 @@ class MicroBatcher:
                     # Wait out the window unless enough same-spec work is here already.
                     until = first.submitted + self.window_s
                     if time.monotonic() < until and not first.dead:
-                        if self._waiting_examples(first.spec) < self.max_batch_examples:
+                        if not self._enough(first.spec):
                             self._cond.wait(until - time.monotonic())
                             continue
                 return self._take(first)
@@ -264,16 +266,19 @@ class MicroBatcher:
                 threading.Thread(target=job.on_stall, daemon=True).start()
         return wait
 
-    def _waiting_examples(self, spec) -> int:
-        return sum(
-            min(j.remaining, self.max_batch_examples)
-            for j in self._pending
-            if j.spec == spec and not j.dead
-        )
+    def _enough(self, spec) -> bool:
+        """Whether the oldest new job may go before its window ends: a full batch of
+        its spec waits, or as many new calls as the last merged batch took (clients
+        in a closed loop come back about as many at a time: waiting longer only
+        delays them)."""
+        waiting = [j for j in self._pending if j.spec == spec and not j.dead]
+        examples = sum(min(j.remaining, self.max_batch_examples) for j in waiting)
+        calls = sum(1 for j in waiting if j.scheduled == 0)
+        return examples >= self.max_batch_examples or 0 < self._last_calls <= calls
 
     def _take(self, first: Job) -> list[tuple[Job, int]]:
         """The first job's piece plus same-spec pieces that fit; marks them running."""
-        group, count = [], 0
+        group, count, calls = [], 0, 0
         for job in list(self._pending):
             if job is not first and (not self.merge or job.spec != first.spec or job.dead):
                 continue
@@ -284,10 +289,13 @@ class MicroBatcher:
                 continue
             group.append((job, n))
             count += n
+            calls += job.scheduled == 0
             self._pending.remove(job)
             job.running = True
             if job is first and not self.merge:
                 break
+        if self.merge and first.scheduled == 0:
+            self._last_calls = calls
         return group
 
     def _peak(self, stat: str, value: int) -> None:

@@ -178,3 +178,23 @@ def test_a_new_bytes_view_keeps_its_bytes_alive():
     assert view.base.owner == bytes([7]) * 1000
     with pytest.raises(ValueError, match="at least"):
         protowire.new_bytes(1)  # may be a shared singleton
+
+
+def test_the_window_closes_once_as_many_calls_wait_as_the_last_batch_took():
+    engine = RecordingEngine([], threading.Condition())
+    batcher = MicroBatcher(engine, queue_size=8, window_s=3600.0, max_batch_examples=3)
+    batcher.start()
+    try:
+        first = [batcher.submit("spec", [Enc(1)]) for _ in range(3)]  # a full batch: goes
+        for job in first:
+            assert [i for i, _ in job.results()] == [0]
+            batcher.release(job)
+        # Three calls again (a closed loop of three clients): they need not wait out
+        # the hour-long window. (The bound is a guard on a wait that ends at once.)
+        done = threading.Event()
+        again = [batcher.submit("spec", [Enc(1)]) for _ in range(3)]
+        threading.Thread(target=lambda: [list(j.results()) for j in again] and done.set()).start()
+        assert done.wait(timeout=30)
+        assert engine.events == [("compute", 3), ("compute", 3)]
+    finally:
+        batcher.close()
