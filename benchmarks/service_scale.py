@@ -33,7 +33,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -106,7 +105,7 @@ def service_child(args) -> int:
         engine = CachedReplay(engine)
     server, port = create_server(engine, "127.0.0.1:0", max_tokens=1 << 20, queue_size=128)
     server.start()
-    return _serve(server, port)
+    return sb.serve_until_sigterm(server, port)
 
 
 def bare_child(args) -> int:
@@ -137,17 +136,7 @@ def bare_child(args) -> int:
     server.add_generic_rpc_handlers((handler,))
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
-    return _serve(server, port)
-
-
-def _serve(server, port) -> int:
-    print(port, flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    while not stop.wait(0.5):
-        pass
-    server.stop(5).wait()
-    return 0
+    return sb.serve_until_sigterm(server, port)
 
 
 @contextlib.contextmanager
@@ -194,7 +183,7 @@ def top(raw: Path, n: int = 12) -> list[str]:
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         frames = stack.split(";")[1:]  # the first frame names the thread
-        if not frames or _short(frames[-1]) in IDLE:
+        if not frames or frames[-1].split(" (")[0] in IDLE:
             continue
         total += int(count)
         own[_short(frames[-1])] += int(count)
@@ -208,15 +197,14 @@ def top(raw: Path, n: int = 12) -> list[str]:
 
 
 # Leaf frames of a thread blocked on a lock or an event (not working).
-IDLE = ("Condition.wait (threading.py)", "Event.wait (threading.py)")
+IDLE = ("Condition.wait", "Event.wait")
 
 
 def _short(frame: str) -> str:
     name, _, where = frame.partition(" (")
     where = where.rstrip(")")
     path, _, line = where.rpartition(":")
-    parts = Path(path).parts
-    return f"{name} ({'/'.join(parts[-2:] if 'jaxattn' in parts[-2:-1] else parts[-1:])})"
+    return f"{name} ({'/'.join(Path(path).parts[-2:])})"
 
 
 @contextlib.contextmanager
@@ -351,35 +339,6 @@ def _rate(r: dict) -> float:
     return r.get("decoded", r.get("bytes", 0)) / r["seconds"]
 
 
-def concurrent_shared(address, pool, clients=32, seconds=15.0) -> tuple[float, float]:
-    """As `service_bench.concurrent`, but the threads share one AttentionClient (one
-    channel): a multi-threaded application's way, one gRPC receive thread."""
-    from jaxattn.client import AttentionClient
-
-    counts, latencies, stop = [0] * clients, [], threading.Event()
-    with AttentionClient(address, timeout=120) as client:
-
-        def worker(k):
-            i = k
-            while not stop.is_set():
-                t = time.perf_counter()
-                client.capture([pool[i % len(pool)]])
-                latencies.append(time.perf_counter() - t)
-                counts[k] += 1
-                i += clients
-
-        threads = [threading.Thread(target=worker, args=(k,)) for k in range(clients)]
-        start = time.perf_counter()
-        for t in threads:
-            t.start()
-        time.sleep(seconds)
-        stop.set()
-        for t in threads:
-            t.join()
-        elapsed = time.perf_counter() - start
-    return sum(counts) / elapsed, sum(latencies) / max(len(latencies), 1)
-
-
 def run_concurrent(args, engine, short, warm_file, out, raw, profile):
     log = raw.setdefault("concurrent", {})
     engine_capture(engine, short, ("attention",))  # warm
@@ -390,7 +349,8 @@ def run_concurrent(args, engine, short, warm_file, out, raw, profile):
         cpu = {}
         with profiled(profile, "concurrent", pid), cpu_time(cpu, pid):
             rate, latency = sb.concurrent(address, short, seconds=args.seconds)
-        shared, shared_latency = concurrent_shared(address, short, seconds=args.seconds)
+        # The same threads sharing one client (one channel), as a threaded program would.
+        shared, shared_latency = sb.concurrent(address, short, seconds=args.seconds, shared=True)
     after = engine_capture(engine, short, ("attention",))
     log.update(
         engine_per_s=[c["n"] / c["seconds"] for c in ceilings + [after]],
