@@ -422,7 +422,7 @@ def main(argv=None) -> int:
         run_concurrent(args, engine, short, str(warm_file), out, raw, args.profile)
     out.append(f"load average at end: {os.getloadavg()[0]:.1f}")
     if args.profile is not None:
-        for f in sorted(args.profile.glob("*.txt")):
+        for f in sorted(args.profile.glob("*-[cs][le]*-[0-9]*.txt")):
             if f.stat().st_size:
                 out.append(f"\nprofile {f.name}:")
                 for line in top(f):

@@ -103,7 +103,7 @@ class _Tensor:
 def _aligned(data: np.ndarray, dtype: str) -> bool:
     """Whether an array of `dtype` may start at `data`'s first byte (numpy and the
     libraries it feeds expect items at multiples of their size)."""
-    return data.ctypes.data % wire_dtype(dtype).itemsize == 0
+    return data.__array_interface__["data"][0] % wire_dtype(dtype).itemsize == 0
 
 
 class StreamDecoder:
