@@ -115,15 +115,20 @@ def test_copy_range_copies_any_flat_range_of_a_strided_array(shape, data):
     assert np.array_equal(out, flat[start:stop])
 
 
+@pytest.mark.parametrize("layout", ["strided", "transposed", "zero crc"])
 @pytest.mark.parametrize("chunk", [1 << 20, 100_003])
-def test_in_place_messages_are_plain_protobuf(chunk):
+def test_in_place_messages_are_plain_protobuf(chunk, layout, monkeypatch):
     cap = capture(150, 160)  # 540 kB of float32 attention, strided
+    if layout == "transposed":  # a last axis that is not contiguous: the copying path
+        cap = dataclasses.replace(cap, tensors={"attention": cap.tensors["attention"].T})
+    if layout == "zero crc":  # protobuf leaves a zero crc32 out: the head is shorter
+        monkeypatch.setattr("jaxattn.wire.send.checksum", lambda data: 0)
     fast = list(serialize_example(3, cap, codec="none", max_chunk_bytes=chunk))
     slow = [
         m.SerializeToString() for m in chunk_example(3, cap, codec="none", max_chunk_bytes=chunk)
     ]
     assert fast == slow
-    assert pb.CaptureResponse.FromString(fast[1]).chunk.crc32 != 0
+    assert (pb.CaptureResponse.FromString(fast[1]).chunk.crc32 == 0) == (layout == "zero crc")
 
 
 def test_send_copies_a_chunk_once():
