@@ -113,6 +113,11 @@ def child(args) -> int:
         engine, "127.0.0.1:0", micro_batching=not args.no_micro, max_tokens=1 << 20, queue_size=128
     )
     server.start()
+    return serve_until_sigterm(server, port)
+
+
+def serve_until_sigterm(server, port: int) -> int:
+    """Print the port (the parent reads it), serve until SIGTERM, stop within 5 s."""
     print(port, flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -210,14 +215,20 @@ def time_to_first(address, n=100) -> str:
     )
 
 
-def concurrent(address, pool, clients=32, seconds=15.0) -> tuple[float, float]:
-    """Requests/s and mean latency of `clients` threads sending one sentence per request."""
+def concurrent(address, pool, clients=32, seconds=15.0, shared=False) -> tuple[float, float]:
+    """Requests/s and mean latency of `clients` threads sending one sentence per request,
+    each with its own AttentionClient (its own channel), or sharing one (`shared`)."""
     from jaxattn.client import AttentionClient
 
     counts, latencies, stop = [0] * clients, [], threading.Event()
+    one = AttentionClient(address, timeout=120) if shared else None
 
     def worker(k):
-        with AttentionClient(address, timeout=120) as client:
+        with (
+            contextlib.nullcontext(one)
+            if shared
+            else AttentionClient(address, timeout=120) as client
+        ):
             i = k
             while not stop.is_set():
                 t = time.perf_counter()
@@ -234,7 +245,10 @@ def concurrent(address, pool, clients=32, seconds=15.0) -> tuple[float, float]:
     stop.set()
     for t in threads:
         t.join()
-    return sum(counts) / (time.perf_counter() - start), statistics.mean(latencies)
+    elapsed = time.perf_counter() - start
+    if one is not None:
+        one.close()
+    return sum(counts) / elapsed, statistics.mean(latencies)
 
 
 class Report(list):

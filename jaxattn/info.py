@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.metadata
 from typing import TYPE_CHECKING
 
@@ -86,8 +87,11 @@ class ModelInfo:
         )
 
 
+@functools.cache
 def jaxattn_version() -> str:
-    """The installed jaxattn's version ("unknown" when not installed)."""
+    """The installed jaxattn's version ("unknown" when not installed). Looked up once
+    per process: the lookup reads the installed packages' metadata files (~1 ms),
+    and every capture a client receives records it."""
     try:
         return importlib.metadata.version("jaxattn")
     except importlib.metadata.PackageNotFoundError:

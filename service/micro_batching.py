@@ -3,11 +3,15 @@
 One worker thread owns the engine. A request becomes a `Job` (its spec and
 tokenised examples). The worker takes the first job in turn that can run, waits up to
 the batch window for others with the same spec (or until `max_batch_examples`
-are waiting), and runs one *piece* of each (the next examples in input order,
-at most `max_batch_examples` of them and at most `buffer_bytes` of output) in
-one `Engine.run` call, routing each finished example back to its job. A job
-with examples left goes to the back of the queue, so a large request cannot
-keep the engine from everyone else.
+are waiting, or as many new calls as its last merged batch took: closed-loop
+clients come back that many at a time), and runs one *piece* of each (the
+next examples in input order, at most `max_batch_examples` of them and at
+most half of `buffer_bytes` of output) in one `Engine.run` call, routing each
+finished example back to its job. A job with examples left goes to the back of the queue, so a large
+request cannot keep the engine from everyone else. Half, so that a large
+request's next piece fits beside the one being sent: it computes while its
+predecessor's chunks are encoded and sent (double buffering), instead of
+waiting for the client to drain the whole buffer.
 
 Turns are fair between clients (`_in_turn`): each client's jobs keep their
 order, the clients' first jobs come before anyone's second, and among clients
@@ -97,6 +101,7 @@ class MicroBatcher:
         self._reserved = 0
         self._closed = False
         self._admitting = True  # False once draining: new jobs are refused, old ones finish
+        self._last_calls = 0  # new calls in the last merged batch (0: none yet)
         self._thread = threading.Thread(target=self._loop, name="jaxattn-batcher", daemon=True)
         self.stats = collections.Counter()
         # Told (examples, requests, seconds) after each engine call (service/metrics.py).
@@ -163,6 +168,12 @@ class MicroBatcher:
             self._reserved -= job.reserved
 
     @property
+    def piece_bytes(self) -> int:
+        """Most output bytes of one piece (one example if larger): half the buffer, so
+        the next piece can compute while this one is sent."""
+        return self.buffer_bytes // 2
+
+    @property
     def admitted(self) -> int:
         """Jobs holding a slot now."""
         return len(self._jobs)
@@ -222,7 +233,7 @@ class MicroBatcher:
 
     def _fits(self, job: Job) -> bool:
         """The job's next piece fits its unsent results (or it has none)."""
-        n = job.piece(self.max_batch_examples, self.buffer_bytes)
+        n = job.piece(self.max_batch_examples, self.piece_bytes)
         return job.buffered == 0 or job.buffered + job.piece_bytes(n) <= self.buffer_bytes
 
     def _next_group(self) -> list[tuple[Job, int]] | None:
@@ -239,7 +250,7 @@ class MicroBatcher:
                     # Wait out the window unless enough same-spec work is here already.
                     until = first.submitted + self.window_s
                     if time.monotonic() < until and not first.dead:
-                        if self._waiting_examples(first.spec) < self.max_batch_examples:
+                        if not self._enough(first.spec):
                             self._cond.wait(until - time.monotonic())
                             continue
                 return self._take(first)
@@ -288,26 +299,30 @@ class MicroBatcher:
         keyed.sort(key=lambda k: k[:3])
         return [k[3] for k in keyed]
 
-    def _waiting_examples(self, spec) -> int:
-        return sum(
-            min(j.remaining, self.max_batch_examples)
-            for j in self._pending
-            if j.spec == spec and not j.dead
-        )
+    def _enough(self, spec) -> bool:
+        """Whether the oldest new job may go before its window ends: a full batch of
+        its spec waits, or as many new calls as the last merged batch took (clients
+        in a closed loop come back about as many at a time: waiting longer only
+        delays them)."""
+        waiting = [j for j in self._pending if j.spec == spec and not j.dead]
+        examples = sum(min(j.remaining, self.max_batch_examples) for j in waiting)
+        calls = sum(1 for j in waiting if j.scheduled == 0)
+        return examples >= self.max_batch_examples or 0 < self._last_calls <= calls
 
     def _take(self, first: Job) -> list[tuple[Job, int]]:
         """The first job's piece plus same-spec pieces that fit; marks them running."""
-        group, count = [], 0
+        group, count, calls = [], 0, 0
         for job in self._in_turn():
             if job is not first and (not self.merge or job.spec != first.spec or job.dead):
                 continue
             if not self._fits(job):
                 continue
-            n = job.piece(self.max_batch_examples, self.buffer_bytes)
+            n = job.piece(self.max_batch_examples, self.piece_bytes)
             if group and count + n > self.max_batch_examples:
                 continue
             group.append((job, n))
             count += n
+            calls += job.scheduled == 0
             self._pending.remove(job)
             job.running = True
             if job is first and not self.merge:
@@ -315,6 +330,8 @@ class MicroBatcher:
         self._turn += 1
         for job, _ in group:
             self._served[job.client] = self._turn
+        if self.merge and first.scheduled == 0:
+            self._last_calls = calls
         return group
 
     def _peak(self, stat: str, value: int) -> None:

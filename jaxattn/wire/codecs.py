@@ -70,11 +70,16 @@ def wire_dtype(dtype: str) -> np.dtype:
     return OUTPUT_DTYPES[dtype].newbyteorder("<")
 
 
+def little_endian(array: np.ndarray) -> np.ndarray:
+    """The array with little-endian items (a byte-swapped copy only where they are not)."""
+    if array.dtype.byteorder == ">" or (array.dtype.byteorder == "=" and sys.byteorder == "big"):
+        return array.byteswap().view(array.dtype.newbyteorder("<"))
+    return array
+
+
 def le_bytes(array: np.ndarray) -> memoryview:
     """The array's raw bytes, little-endian, C order, as a flat byte view."""
-    array = np.ascontiguousarray(array)
-    if array.dtype.byteorder == ">" or (array.dtype.byteorder == "=" and sys.byteorder == "big"):
-        array = array.byteswap().view(array.dtype.newbyteorder("<"))
+    array = little_endian(np.ascontiguousarray(array))
     return memoryview(array.reshape(-1).view(np.uint8))
 
 

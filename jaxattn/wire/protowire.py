@@ -3,12 +3,17 @@
 A 4 MiB chunk would otherwise be copied several times on each side (into the
 message, out of it, into the serialised buffer). The server writes a chunk
 message as its small fields, serialised by protobuf, followed by the `data`
-field written here; the client finds the `data` field's bytes in the received
-buffer and parses only the rest with protobuf. Both are plain protobuf
-encoding: any protobuf library reads and writes the same bytes.
+field written here (`frame_chunk`, or `chunk_frame` to write the data in place);
+the client finds the `data` field's bytes in the received buffer and parses
+only the rest with protobuf. Both are plain protobuf encoding: any protobuf
+library reads and writes the same bytes.
 """
 
 from __future__ import annotations
+
+import ctypes
+
+import numpy as np
 
 # Field tags: (field_number << 3) | wire_type, wire type 2 = length-delimited.
 HEADER_TAG = (1 << 3) | 2  # CaptureResponse.header
@@ -55,6 +60,67 @@ def frame_chunk(head: bytes, data) -> bytes:
     data_prefix = length_delimited(DATA_TAG, len(data))
     body = len(head) + len(data_prefix) + len(data)
     return b"".join((length_delimited(CHUNK_TAG, body), head, data_prefix, data))
+
+
+# grpc-python sends only `bytes` (it copies them into its own buffer), and a
+# bytes object is immutable once made: built from a buffer, the data would be
+# copied twice (into the buffer, then into the bytes). CPython's own way to
+# fill a new bytes object in place is PyBytes_FromStringAndSize(NULL, n), then
+# writing its n bytes before anyone else sees it; `new_bytes` does that.
+_from_size = ctypes.pythonapi.PyBytes_FromStringAndSize
+_from_size.restype = ctypes.py_object
+_from_size.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
+_as_string = ctypes.pythonapi.PyBytes_AsString
+_as_string.restype = ctypes.c_void_p
+_as_string.argtypes = (ctypes.py_object,)
+# Below this size a new bytes object may be one of CPython's shared singletons.
+_MIN_NEW_BYTES = 2
+
+
+def new_bytes(n: int) -> tuple[bytes, np.ndarray]:
+    """A new `bytes` of `n` (>= 2) uninitialised bytes and a writable uint8 view of them.
+
+    The caller writes every byte through the view before the bytes object is
+    used (hashed, compared, sent): until then it is not a valid value.
+    """
+    if n < _MIN_NEW_BYTES:
+        raise ValueError(f"new_bytes needs at least {_MIN_NEW_BYTES} bytes, got {n}")
+    out = _from_size(None, n)
+    return out, np.asarray(_Memory(out, n))
+
+
+class _Memory:
+    """The writable numpy view's base: points numpy at the bytes' data and keeps
+    the bytes alive as long as any view of it lives."""
+
+    def __init__(self, owner: bytes, n: int):
+        self.owner = owner
+        self.__array_interface__ = {
+            "data": (_as_string(owner), False),
+            "shape": (n,),
+            "typestr": "|u1",
+            "version": 3,
+        }
+
+
+def chunk_frame(head: bytes, data_len: int) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """A serialised CaptureResponse{chunk: <head fields> + data} with the data not yet written.
+
+    Returns (message, head region, data region): the regions are writable
+    uint8 views of the message. The caller fills the data region (one copy of
+    the data, wherever it comes from) and may rewrite the head region with a
+    head of the same length (a checksum computed over the data in place),
+    before the message is used.
+    """
+    data_prefix = length_delimited(DATA_TAG, data_len)
+    body = len(head) + len(data_prefix) + data_len
+    chunk_prefix = length_delimited(CHUNK_TAG, body)
+    start = len(chunk_prefix)
+    data_start = start + len(head) + len(data_prefix)
+    message, view = new_bytes(data_start + data_len)
+    view[:start] = np.frombuffer(chunk_prefix, np.uint8)
+    view[start:data_start] = np.frombuffer(head + data_prefix, np.uint8)
+    return message, view[start : start + len(head)], view[data_start:]
 
 
 def frame_header(header: bytes) -> bytes:

@@ -4,7 +4,9 @@
 (`feed`) or as received bytes (`feed_bytes`, which finds each chunk's data in
 the buffer instead of copying it out), checks every chunk against the protocol
 (attention.proto) and its CRC-32, and returns each example's Capture once its
-last chunk has arrived.
+last chunk has arrived. A tensor that came in one uncompressed chunk is a
+numpy view of the received message (no copy) where its items are aligned;
+the others are reassembled by one copy into a buffer of their own.
 """
 
 from __future__ import annotations
@@ -49,13 +51,8 @@ class _Tensor:
                 f"shape {list(self.shape)} of {chunk.datatype} ({expected} bytes)"
             )
         self.scale, self.offset = chunk.scale, chunk.offset
-        try:  # every byte is written before use; pages are touched as chunks arrive
-            self.buffer = np.empty(expected, np.uint8)
-        except (MemoryError, ValueError):  # a shape no machine holds: a hostile server?
-            raise WireError(
-                f"tensor {chunk.tensor!r}: shape {list(self.shape)} ({expected} bytes) is "
-                "more than this client can hold"
-            ) from None
+        self.nbytes = expected
+        self.buffer: np.ndarray | None = None  # made by the first chunk
         self.filled = 0
 
     def add(self, chunk: pb.TensorChunk, data) -> None:
@@ -68,7 +65,7 @@ class _Tensor:
                 f"{self.filled} (chunks must be contiguous and in order)"
             )
         end = chunk.byte_offset + chunk.byte_length
-        if end > len(self.buffer):
+        if end > self.nbytes:
             raise WireError(f"tensor {chunk.tensor!r}: chunk ends past total_bytes")
         codec = PB_TO_CODEC.get(chunk.codec)
         if codec is None:
@@ -81,16 +78,43 @@ class _Tensor:
                 f"in bytes {chunk.byte_offset}..{end} (got {crc:#010x}, chunk says "
                 f"{chunk.crc32:#010x})"
             )
-        self.buffer[chunk.byte_offset : end] = np.frombuffer(data, np.uint8)
+        data = np.frombuffer(data, np.uint8)
+        if self.buffer is None and end == self.nbytes and _aligned(data, self.dtype):
+            self.buffer = data  # the whole tensor in one chunk: read in place, no copy
+        else:
+            if self.buffer is None:
+                self.buffer = self._allocate(chunk.tensor)
+            self.buffer[chunk.byte_offset : end] = data
         self.filled = end
+
+    def _allocate(self, tensor: str) -> np.ndarray:
+        """The tensor's buffer (every byte is written before use), or a WireError where
+        its announced size is more than this machine holds (a hostile server?)."""
+        try:
+            return np.empty(self.nbytes, np.uint8)
+        except (MemoryError, ValueError):
+            raise WireError(
+                f"tensor {tensor!r}: shape {list(self.shape)} ({self.nbytes} bytes) is "
+                "more than this client can hold"
+            ) from None
 
     @property
     def complete(self) -> bool:
-        return self.filled == len(self.buffer)
+        return self.filled == self.nbytes
 
     def array(self) -> np.ndarray:
+        """The tensor, read-only (as the engine's): a view of the received message
+        where its one chunk came uncompressed and aligned, else of its own buffer."""
         arr = self.buffer.view(wire_dtype(self.dtype)).reshape(self.shape)
-        return arr.astype(arr.dtype.newbyteorder("="), copy=False)
+        arr = arr.astype(arr.dtype.newbyteorder("="), copy=False)
+        arr.flags.writeable = False
+        return arr
+
+
+def _aligned(data: np.ndarray, dtype: str) -> bool:
+    """Whether an array of `dtype` may start at `data`'s first byte (numpy and the
+    libraries it feeds expect items at multiples of their size)."""
+    return data.__array_interface__["data"][0] % wire_dtype(dtype).itemsize == 0
 
 
 class StreamDecoder:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import zipfile
+import zlib
 
 import numpy as np
 import pytest
@@ -145,8 +146,9 @@ def test_store_manifest_entry_with_a_negative_offset_or_dimension():
 
 
 def test_wire_chunk_announcing_a_tensor_of_petabytes():
-    """A header and a chunk of shape [2^20, 2^20, 2^10] float32 (4 PiB, total_bytes to
-    match): the client raised numpy's MemoryError."""
+    """A header and a first chunk (4 good bytes) of shape [2^20, 2^20, 2^10] float32
+    (4 PiB, total_bytes to match): the client raised numpy's MemoryError making the
+    tensor's buffer."""
     decoder = StreamDecoder()
     header = pb.ExampleHeader(index=0, tokens=["a"], tensors=["attention"], chunk_count=1)
     decoder.feed(pb.CaptureResponse(header=header))
@@ -156,6 +158,8 @@ def test_wire_chunk_announcing_a_tensor_of_petabytes():
         shape=[1 << 20, 1 << 20, 1 << 10],
         total_bytes=4 << 50,
         byte_length=4,
+        data=b"\0" * 4,
+        crc32=zlib.crc32(b"\0" * 4),
     )
     with pytest.raises(WireError, match="more than this client can hold"):
         decoder.feed(pb.CaptureResponse(chunk=chunk))

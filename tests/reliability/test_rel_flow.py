@@ -45,13 +45,13 @@ def batcher(**kw):
 
 def test_a_large_call_runs_in_pieces_that_fit_its_buffer_and_others_get_turns():
     b = batcher()
-    big = b.submit("A", [Enc(3)] * 12)  # 36 kB in pieces of <= 10 kB: 3 examples each
+    big = b.submit("A", [Enc(3)] * 12)  # 36 kB in pieces of <= 5 kB: 1 example each
     small = b.submit("B", [Enc(1)])
     got = [i for i, _ in big.results()]
     assert got == list(range(12))
     assert [i for i, _ in small.results()] == [0]
     calls = b.engine.calls
-    assert all(sum(c) <= 10 for c in calls) and sum(len(c) for c in calls) == 13
+    assert all(sum(c) <= 5 for c in calls) and sum(len(c) for c in calls) == 13
     assert calls.index([1]) < len(calls) - 1  # the small call did not wait for all of big
     assert b.stats["peak_job_buffered_bytes"] <= 10 * KB
     b.close()
@@ -63,7 +63,8 @@ def test_a_call_that_reads_nothing_holds_at_most_its_buffer():
     results = job.results()
     next(results)  # takes example 0, then reads nothing more
     time.sleep(0.3)
-    assert b.engine.calls == [[4, 4]]  # one piece (8 kB); the next would not fit
+    # Pieces of at most half the buffer (5 kB): two fit (8 kB), a third would not.
+    assert b.engine.calls == [[4], [4]]
     assert job.buffered <= 10 * KB
     for _ in results:  # reading again lets the rest run
         pass

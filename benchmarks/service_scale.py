@@ -1,0 +1,436 @@
+"""Service at scale (issue 32): the service against its own ceilings, ratios from one run.
+
+    .venv/bin/python benchmarks/service_scale.py [--model PATH] [--only CASE ...] [--quick]
+
+Three ratios, each numerator and denominator measured in this one run:
+  e2e:        one large request (246 texts of ~100 tokens, full capture, float32,
+              codec none) through a server in a child process, against the same
+              capture by the in-process engine (`Engine.capture`);
+  replay:     the same request against a server whose engine replays captures it
+              computed on a first pass (the service's own path: batcher, encode,
+              gRPC, client decode), against a bare grpc-python server streaming the
+              same number of bytes in messages of the default chunk size to a client
+              that only counts them (`--child bare`);
+  concurrent: 32 client threads sending one short EWT sentence per request to a
+              micro-batching server, against the in-process engine capturing the
+              same sentences in one call (its throughput ceiling).
+
+Servers run in child processes (their own GIL). `--profile DIR` runs one case
+under py-spy (when on PATH or at /tmp/pyspy-venv/bin/py-spy), server and client
+sampled as separate processes, and writes each one's top functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import service_bench as sb  # noqa: E402 (a script beside this one)
+
+from jaxattn.bench.capture import FULL  # noqa: E402
+from jaxattn.wire.codecs import DEFAULT_MAX_CHUNK_BYTES  # noqa: E402
+
+METHOD = "/bench.Bare/Stream"
+CASES = ("e2e", "replay", "concurrent")
+
+
+# -- children --------------------------------------------------------------------------
+
+
+class CachedReplay:
+    """The real engine, but an example already computed under a spec is replayed.
+
+    Keyed per example (not per call): the batcher runs a large request in pieces,
+    so a per-call key would never hit.
+    """
+
+    def __init__(self, engine):
+        self.engine, self.info = engine, engine.info
+        self.make_spec, self.tokenize = engine.make_spec, engine.tokenize
+        self.output_bytes = engine.output_bytes
+        self.cache: dict = {}
+
+    def run(self, tokenized, spec):
+        missing = [p for p, e in enumerate(tokenized) if (spec, e.ids) not in self.cache]
+        if missing:
+            done = dict(self.engine.run([tokenized[p] for p in missing], spec))
+            for k, p in enumerate(missing):
+                self.cache[spec, tokenized[p].ids] = done[k]
+        for p, e in enumerate(tokenized):
+            yield p, self.cache[spec, e.ids]
+
+
+def warm(engine, texts: list[str], largest: int = 64) -> None:
+    """Compile every (bucket, batch size) a merged batch of these texts can meet.
+
+    A batch splits into sizes of the engine's ladder (powers of two); one
+    capture of n copies of a text, for each n of the ladder up to `largest`,
+    compiles (bucket, n) for that text's bucket. (`service_bench.warm`'s one
+    capture of 63 copies now plans one padded batch of 64: smaller sizes would
+    compile while the concurrency run is timed.)
+    """
+    by_bucket = {}
+    for text, enc in zip(texts, engine.tokenize(texts), strict=True):
+        by_bucket.setdefault(next(b for b in engine.buckets if b >= enc.length), text)
+    for text in by_bucket.values():
+        n = 1
+        while n <= largest:
+            engine.capture([text] * n)
+            n *= 2
+
+
+def service_child(args) -> int:
+    import logging
+
+    import jaxattn
+    from service.server import create_server
+
+    logging.basicConfig(level=logging.WARNING)
+    engine = jaxattn.load(args.model)
+    if args.warm:
+        warm(engine, Path(args.warm).read_text().splitlines())
+    if args.child == "replay":
+        engine = CachedReplay(engine)
+    server, port = create_server(engine, "127.0.0.1:0", max_tokens=1 << 20, queue_size=128)
+    server.start()
+    return sb.serve_until_sigterm(server, port)
+
+
+def bare_child(args) -> int:
+    """A grpc-python server streaming `--bytes` bytes in pre-built messages."""
+    from concurrent import futures
+
+    import grpc
+
+    size = DEFAULT_MAX_CHUNK_BYTES
+    pool = [os.urandom(size) for _ in range(8)]  # distinct objects, built before any call
+
+    def stream(request, context):
+        total = int(request)
+        for k in range(total // size):
+            yield pool[k % len(pool)]
+        if total % size:
+            yield pool[0][: total % size]
+
+    handler = grpc.method_handlers_generic_handler(
+        "bench.Bare",
+        {
+            "Stream": grpc.unary_stream_rpc_method_handler(
+                stream, request_deserializer=bytes.decode, response_serializer=None
+            )
+        },
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return sb.serve_until_sigterm(server, port)
+
+
+@contextlib.contextmanager
+def child_process(kind, model=None, warm=None):
+    """A server child (`kind`: service, replay, bare); yields (address, pid)."""
+    cmd = [sys.executable, __file__, "--child", kind] + (["--model", model] if model else [])
+    cmd += ["--warm", warm] if warm else []
+    env = dict(
+        os.environ,
+        JAXATTN_COMPILATION_CACHE=str(Path(tempfile.gettempdir()) / "jaxattn-bench-cache"),
+    )
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        yield f"127.0.0.1:{int(proc.stdout.readline())}", proc.pid
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+
+
+# -- profiling ---------------------------------------------------------------------------
+
+
+def py_spy() -> str | None:
+    return shutil.which("py-spy") or next(
+        (p for p in ("/tmp/pyspy-venv/bin/py-spy",) if os.path.exists(p)), None
+    )
+
+
+def start_spy(pid: int, out: Path) -> subprocess.Popen:
+    cmd = [py_spy(), "record", "-p", str(pid), "-f", "raw", "-o", str(out), "-r", "200"]
+    cmd += ["--nonblocking", "--threads"]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop_spy(spy: subprocess.Popen) -> None:
+    spy.send_signal(signal.SIGINT)
+    spy.wait(60)
+
+
+def top(raw: Path, n: int = 12) -> list[str]:
+    """The `n` functions with the most samples on top of the stack (self), with their
+    share of all samples, and the same for inclusive counts, from py-spy's raw output."""
+    own, incl, total = collections.Counter(), collections.Counter(), 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")[1:]  # the first frame names the thread
+        if not frames or frames[-1].split(" (")[0] in IDLE:
+            continue
+        total += int(count)
+        own[_short(frames[-1])] += int(count)
+        for f in {_short(f) for f in frames}:
+            incl[f] += int(count)
+    rows = [f"{total} samples (threads waiting in {', '.join(IDLE)} left out); self:"]
+    rows += [f"  {c / total:6.1%}  {f}" for f, c in own.most_common(n)]
+    rows += ["inclusive:"]
+    rows += [f"  {c / total:6.1%}  {f}" for f, c in incl.most_common(n)]
+    return rows
+
+
+# Leaf frames of a thread blocked on a lock or an event (not working).
+IDLE = ("Condition.wait", "Event.wait")
+
+
+def _short(frame: str) -> str:
+    name, _, where = frame.partition(" (")
+    where = where.rstrip(")")
+    path, _, line = where.rpartition(":")
+    return f"{name} ({'/'.join(Path(path).parts[-2:])})"
+
+
+@contextlib.contextmanager
+def profiled(profile: Path | None, name: str, server_pid: int):
+    """py-spy on this process (the client) and the server while the block runs; the
+    samples of repeated blocks go to new files (NAME-client-K.txt, NAME-server-K.txt)."""
+    if profile is None:
+        yield
+        return
+    k = len(list(profile.glob(f"{name}-client*.txt")))
+    spies = [
+        start_spy(os.getpid(), profile / f"{name}-client-{k}.txt"),
+        start_spy(server_pid, profile / f"{name}-server-{k}.txt"),
+    ]
+    time.sleep(1.0)  # py-spy attaches
+    try:
+        yield
+    finally:
+        for spy in spies:
+            stop_spy(spy)
+
+
+# -- measurements ------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def cpu_time(record: dict, server_pid: int):
+    """Adds the CPU seconds the client (this process) and the server spent in the
+    block to `record` (client_cpu_s, server_cpu_s): on a shared machine, a cost
+    other jobs' load does not inflate the way it inflates wall time."""
+    client, server = time.process_time(), cpu_seconds(server_pid)
+    try:
+        yield
+    finally:
+        record["client_cpu_s"] = round(time.process_time() - client, 2)
+        record["server_cpu_s"] = round(cpu_seconds(server_pid) - server, 2)
+
+
+def bare_request(address: str, nbytes: int) -> dict:
+    import grpc
+
+    opts = [("grpc.max_receive_message_length", 64 << 20)]
+    with grpc.insecure_channel(address, opts) as channel:
+        call = channel.unary_stream(
+            METHOD, request_serializer=str.encode, response_deserializer=None
+        )
+        start, got = time.perf_counter(), 0
+        for message in call(str(nbytes), timeout=600):
+            got += len(message)
+        seconds = time.perf_counter() - start
+    assert got == nbytes, (got, nbytes)
+    return dict(seconds=seconds, bytes=got)
+
+
+def engine_capture(engine, texts, what) -> dict:
+    start = time.perf_counter()
+    caps = engine.capture(texts, what=what)
+    seconds = time.perf_counter() - start
+    decoded = sum(a.nbytes for c in caps for a in c.tensors.values())
+    return dict(seconds=seconds, decoded=decoded, n=len(caps))
+
+
+class Report(list):
+    def append(self, line: str) -> None:
+        print(line, flush=True)
+        super().append(line)
+
+
+def run_e2e(args, engine, texts, out, raw, profile):
+    log = raw.setdefault("e2e", [])
+    engine_capture(engine, texts, FULL)  # warm: compile every shape
+    with child_process("service", args.model) as (address, pid):
+        sb.big_request(address, texts, FULL, "float32", "none")  # warm the server
+        for _ in range(args.repeats):
+            e = engine_capture(engine, texts, FULL)
+            s_cpu = {}
+            with profiled(profile, "e2e", pid), cpu_time(s_cpu, pid):
+                s = sb.big_request(address, texts, FULL, "float32", "none")
+            s |= s_cpu
+            log.append(dict(engine=e, service=s))
+            print(f"  e2e: engine {e} service {s}", file=sys.stderr, flush=True)
+    best_e = min(r["engine"]["seconds"] for r in log)
+    best_s = min(r["service"]["seconds"] for r in log)
+    pairs = ", ".join(f"{r['service']['seconds'] / r['engine']['seconds']:.2f}x" for r in log)
+    out.append(
+        f"- **e2e**: {len(texts)} texts, full capture, float32, codec none, "
+        f"{log[0]['engine']['decoded'] / 1e9:.2f} GB: engine {best_e:.2f} s, service "
+        f"{best_s:.2f} s (best of {len(log)} each): **{best_s / best_e:.2f}x** "
+        f"(pairs: {pairs}; target <= 1.15x)"
+    )
+
+
+def run_replay(args, texts, out, raw, profile):
+    log = raw.setdefault("replay", [])
+    with child_process("replay", args.model) as (address, pid):
+        first = sb.big_request(address, texts, FULL, "float32", "none")  # fill the cache
+        nbytes = first["decoded"]
+        with child_process("bare") as (bare, bare_pid):
+            bare_request(bare, nbytes)  # connect, warm
+            for _ in range(args.repeats):
+                s_cpu, b_cpu = {}, {}
+                with profiled(profile, "replay", pid), cpu_time(s_cpu, pid):
+                    s = sb.big_request(address, texts, FULL, "float32", "none")
+                with profiled(profile, "bare", bare_pid), cpu_time(b_cpu, bare_pid):
+                    b = bare_request(bare, nbytes)
+                s, b = s | s_cpu, b | b_cpu
+                log.append(dict(service=s, bare=b))
+                print(f"  replay: service {s} bare {b}", file=sys.stderr, flush=True)
+    s_rate = max(_rate(r["service"]) for r in log)
+    b_rate = max(_rate(r["bare"]) for r in log)
+    pairs = ", ".join(f"{_rate(r['service']) / _rate(r['bare']):.2f}x" for r in log)
+    out.append(
+        f"- **service path** (replaying engine), {nbytes / 1e9:.2f} GB: service "
+        f"{s_rate / 1e9:.2f} GB/s, bare grpc-python {b_rate / 1e9:.2f} GB/s (best of "
+        f"{len(log)} each): **{s_rate / b_rate:.2f}x** (pairs: {pairs}; target >= 0.8x)"
+    )
+    for side in ("service", "bare"):
+        r, gb = log[-1][side], nbytes / 1e9
+        out.append(
+            f"  CPU seconds per GB, {side}: server {r['server_cpu_s'] / gb:.2f}, "
+            f"client {r['client_cpu_s'] / gb:.2f}"
+        )
+
+
+def _rate(r: dict) -> float:
+    return r.get("decoded", r.get("bytes", 0)) / r["seconds"]
+
+
+def run_concurrent(args, engine, short, warm_file, out, raw, profile):
+    log = raw.setdefault("concurrent", {})
+    engine_capture(engine, short, ("attention",))  # warm
+    ceilings = [engine_capture(engine, short, ("attention",)) for _ in range(3)]
+    ceiling = max(c["n"] / c["seconds"] for c in ceilings)
+    with child_process("service", args.model, warm=warm_file) as (address, pid):
+        sb.concurrent(address, short, seconds=2)  # connect, settle
+        cpu = {}
+        with profiled(profile, "concurrent", pid), cpu_time(cpu, pid):
+            rate, latency = sb.concurrent(address, short, seconds=args.seconds)
+        # The same threads sharing one client (one channel), as a threaded program would.
+        shared, shared_latency = sb.concurrent(address, short, seconds=args.seconds, shared=True)
+    after = engine_capture(engine, short, ("attention",))
+    log.update(
+        engine_per_s=[c["n"] / c["seconds"] for c in ceilings + [after]],
+        rate=rate,
+        latency=latency,
+        cpu=cpu,
+        shared_rate=shared,
+        shared_latency=shared_latency,
+    )
+    n = rate * args.seconds
+    out.append(
+        f"- **32 concurrent clients**, one EWT sentence of 6-10 words per request, "
+        f"attention float32, {args.seconds:g} s: {rate:.0f} requests/s (mean latency "
+        f"{latency * 1e3:.0f} ms); the engine on the same {len(short)} sentences in one "
+        f"call: {ceiling:.0f}/s (best of 3 before; {after['n'] / after['seconds']:.0f}/s "
+        f"after): **{rate / ceiling:.0%}** (target >= 80%). CPU ms per request: server "
+        f"{cpu['server_cpu_s'] / n * 1e3:.1f}, client {cpu['client_cpu_s'] / n * 1e3:.1f}; "
+        f"engine alone {1e3 / ceiling:.1f} ms of wall per sentence. The same 32 threads "
+        f"sharing one client (one channel): {shared:.0f} requests/s "
+        f"({shared_latency * 1e3:.0f} ms): {shared / ceiling:.0%}"
+    )
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", help="checkpoint (default: embedded all-MiniLM-L6-v2)")
+    p.add_argument("--conllu", type=Path, default=sb.CONLLU)
+    p.add_argument("--texts", type=int, default=246)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--seconds", type=float, default=15.0)
+    p.add_argument("--only", nargs="+", choices=CASES, default=list(CASES))
+    p.add_argument("--quick", action="store_true", help="32 texts, 3 s, 1 repeat")
+    p.add_argument("--profile", type=Path, help="py-spy each server and client into DIR")
+    p.add_argument("--json", type=Path, help="write the raw measurements here")
+    p.add_argument("--child", choices=("service", "replay", "bare"), help=argparse.SUPPRESS)
+    p.add_argument("--warm", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child == "bare":
+        return bare_child(args)
+    if args.child:
+        return service_child(args)
+    if args.quick:
+        args.texts, args.seconds, args.repeats = 32, 3.0, 1
+    if args.profile is not None:
+        if py_spy() is None:
+            p.error("--profile needs py-spy on PATH or at /tmp/pyspy-venv/bin/py-spy")
+        args.profile.mkdir(parents=True, exist_ok=True)
+    import jaxattn
+
+    pool = sb.sentences(args.conllu)
+    texts = sb.long_texts(pool, args.texts)
+    short = [s for s in pool if 6 <= len(s.split()) <= 10][:256]
+    warm_file = Path(tempfile.mkdtemp()) / "short.txt"
+    warm_file.write_text("\n".join(short))
+    out, raw = Report(), {}
+    out.append(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.1f} at start; python "
+        f"{platform.python_version()}; model {args.model or 'all-MiniLM-L6-v2'}; "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
+    engine = jaxattn.load(args.model)
+    if "e2e" in args.only:
+        run_e2e(args, engine, texts, out, raw, args.profile)
+    if "replay" in args.only:
+        run_replay(args, texts, out, raw, args.profile)
+    if "concurrent" in args.only:
+        warm(engine, short)
+        run_concurrent(args, engine, short, str(warm_file), out, raw, args.profile)
+    out.append(f"load average at end: {os.getloadavg()[0]:.1f}")
+    if args.profile is not None:
+        for f in sorted(args.profile.glob("*-[cs][le]*-[0-9]*.txt")):
+            if f.stat().st_size:
+                out.append(f"\nprofile {f.name}:")
+                for line in top(f):
+                    out.append(line)
+    if args.json:
+        args.json.write_text(json.dumps(raw, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
