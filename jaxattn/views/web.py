@@ -151,12 +151,14 @@ def create_web_server(
                 self.close_connection = True  # the unread body must not be parsed as a request
                 return self._json(413, {"error": f"request over {max_body} bytes"})
             try:
-                text, views = parse_request(json.loads(self.rfile.read(length)), max_chars)
+                body = json.loads(self.rfile.read(length))
+            except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deep
+                return self._json(400, {"error": "the request body is not JSON"})
+            try:
+                text, views = parse_request(body, max_chars)
                 with lock:
                     cap = engine.capture([text], what=needs(views))[0]
                 doc = build_payload(cap, views=views)
-            except json.JSONDecodeError:
-                return self._json(400, {"error": "the request body is not JSON"})
             except TooLongError as e:
                 error = f"The text is {e.length} tokens long, over the model's limit of {e.limit}"
                 return self._json(400, {"error": f"{error}: shorten it."})
