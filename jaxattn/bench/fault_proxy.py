@@ -133,7 +133,9 @@ class _Connection:
     def delivered(self, n: int, now: float) -> None:
         """Count `n` bytes delivered; trip a reset or a stall whose threshold they cross."""
         self.carried += n
-        if not self.proxy.armed:
+        if not self.proxy.armed:  # thresholds count the bytes carried while armed
+            self.reset_at += n
+            self.stall_at += n
             return
         if self.carried >= self.reset_at:
             self.reset()
@@ -322,8 +324,8 @@ class FaultProxy:
                 except OSError:
                     conn.reset(counted=False)
                     return
-                self._count(counter, len(data))
                 conn.delivered(len(data), self._loop.time())
+                self._count(counter, len(data))  # after: a count seen is a count applied
 
         reading = asyncio.ensure_future(read())
         try:

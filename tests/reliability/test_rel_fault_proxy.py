@@ -125,8 +125,11 @@ def test_faults_wait_until_armed(echo):
         with connect(proxy) as sock:
             sock.sendall(b"y" * 100)
             assert receive(sock, 100) == b"y" * 100  # calm: no reset
+            assert proxy.wait_for("bytes_down", 100)
             proxy.arm()
-            sock.sendall(b"z")
+            sock.sendall(b"z" * 4)  # 8 of its 10 bytes, counted from arming
+            assert receive(sock, 4) == b"z" * 4
+            sock.sendall(b"z")  # 9, and its echo 10
             with pytest.raises(ConnectionResetError):
                 while sock.recv(65536):
                     pass
