@@ -9,7 +9,8 @@
     # both namespaces are gone here, and every process started in them
 
 The harness makes two namespaces of its own, "client" and "server", named
-`jxnf<pid>n<k>c` / `...s` (unique per process and instance), joined by a veth pair
+`jxnf<pid>n<k>c` / `...s` (unique per process and instance; a run killed before it
+could clean up leaves them, and the next run deletes them), joined by a veth pair
 with private addresses (`CLIENT_IP`, `SERVER_IP`: a namespace has its own
 addresses, so every run can use the same ones), each with its own loopback up.
 Nothing touches the host's interfaces, routes, loopback or nftables ruleset:
@@ -39,6 +40,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -47,6 +49,7 @@ CLIENT_IP = "10.77.0.1"
 SERVER_IP = "10.77.0.2"
 TABLE = "jaxattn_faults"
 _INSTANCES = itertools.count()
+_NAME = re.compile(r"jxnf(\d+)n\d+[cs]")  # FaultyNetwork's names: jxnf<pid>n<k>c / s
 
 
 class NetworkUnavailable(RuntimeError):
@@ -69,6 +72,18 @@ def namespaces() -> list[str]:
     """The names `ip netns list` shows (the machine's, not only ours)."""
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
     return [line.split()[0] for line in out.stdout.splitlines() if line.strip()]
+
+
+def remove_stale() -> list[str]:
+    """Delete the namespaces of runs whose process is gone (killed before `close`)."""
+    stale = [
+        name
+        for name in namespaces()
+        if (m := _NAME.fullmatch(name)) and not os.path.exists(f"/proc/{m[1]}")
+    ]
+    for name in stale:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    return stale
 
 
 def _run(argv: list[str], stdin: str | None = None) -> str:
@@ -99,6 +114,7 @@ class FaultyNetwork:
         reason = unavailable()
         if reason:
             raise NetworkUnavailable(reason)
+        remove_stale()
         atexit.register(self.close)
         try:
             self._make()

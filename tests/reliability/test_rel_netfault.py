@@ -38,6 +38,14 @@ def faulty_network() -> FaultyNetwork:
 def test_the_namespaces_are_made_inside_and_removed_even_on_failure():
     before = namespaces()
     net = faulty_network()
+    # A killed run's namespaces (its pid gone) are deleted by the next run.
+    dead = max(int(p) for p in os.listdir("/proc") if p.isdigit()) + 1000
+    while os.path.exists(f"/proc/{dead}"):
+        dead += 1
+    subprocess.run(["ip", "netns", "add", f"jxnf{dead}n0s"], check=True)
+    assert f"jxnf{dead}n0s" in namespaces()
+    FaultyNetwork().open().close()
+    assert f"jxnf{dead}n0s" not in namespaces()
     with net:
         made = set(net.names.values())
         assert made <= set(namespaces()) and not made & set(before)
