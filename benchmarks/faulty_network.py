@@ -211,21 +211,21 @@ def report(f: dict) -> str:
         ("latency, right answers", f"**p50 {lt.get('p50_ms')} ms, p99 {lt.get('p99_ms')} ms**"),
         ("latency by kind (p50 / p99)", kinds),
         (
-            "server RSS",
+            "server RSS over the measured run",
             f"start **{rss.get('start')} MiB**, max {rss.get('max')} MiB, "
             f"end **{rss.get('end')} MiB**",
         ),
         (
-            "TCP packets on the link, armed",
+            "TCP packets on the link once armed (warm-up and run)",
             f"{f['packets']['seen']}, {f['packets']['dropped']} dropped",
         ),
         (
-            "proxy",
+            "proxy (whole run)",
             f"{px.get('connections')} connections, {px.get('resets', 0)} resets, "
             f"{px.get('stalls', 0)} stalls, {px.get('partitions', 0)} partition(s), "
             f"{px.get('bytes_down', 0) / 2**20:.0f} MiB down",
         ),
-        ("server's Capture calls by status", f"{f['server_statuses']}"),
+        ("server's Capture calls by status (whole life)", f"{f['server_statuses']}"),
     ]
     resets = f"resets after {p['reset_after']} bytes" if p["reset_after"] else "no resets"
     stalls = (
