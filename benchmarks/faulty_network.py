@@ -1,9 +1,11 @@
 """The load test across a network that misbehaves (issue 33): `jaxattn serve` and `jaxattn loadtest`
 in two network namespaces, with loss, bandwidth, latency, jitter, resets and a partition.
 
-    sudo .venv/bin/python benchmarks/faulty_network.py --requests 3000 --clients 48 \\
-        --loss 1 --delay-ms 20 --jitter-ms 10 --reset-after 4000000:40000000 --partition-s 5
-    (scripts/faulty_network.sh runs it with the recorded profile)
+    sudo .venv/bin/python benchmarks/faulty_network.py --small-model --requests 5000 \\
+        --clients 64 --loss 1 --rate 400mbit --delay-ms 20 --jitter-ms 10 \\
+        --reset-after 300000000:900000000 --stall-after 100000000:400000000 --stall-s 2 \\
+        --partition-s 5 --partition-after-s 30
+    (the profile recorded in RELIABILITY.md: what scripts/faulty_network.sh runs by default)
 
 The path of every request: `jaxattn loadtest` (client namespace) -> the fault proxy
 (`python -m jaxattn.bench.fault_proxy`, client namespace, on its loopback: latency,
