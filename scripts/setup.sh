@@ -13,6 +13,15 @@ if ! command -v chromium >/dev/null; then
     echo "note: chromium missing and not root: browser tests need 'apt-get install chromium'" >&2
   fi
 fi
+# Reliability: nftables for the faulty-network test's packet loss (tests/reliability/
+# test_rel_netfault.py, scripts/faulty_network.sh; they skip, saying why, without it).
+if ! command -v nft >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nftables
+  else
+    echo "note: nft missing and not root: the faulty-network test needs 'apt-get install nftables'" >&2
+  fi
+fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 stamp=.venv/.jaxattn-setup
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)

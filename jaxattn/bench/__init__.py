@@ -8,7 +8,9 @@ Modules: `capture` (capture vs transformers' eager attention), `copy_rate`
 (the host copy bound it is compared with), `sentences` (the
 benchmarks' sentences, through `jaxattn.inputs`), `load_generator` (many concurrent
 clients, every answer checked), `expect` (what a right answer is), `mix` (the load
-test's request mix and driver).
+test's request mix and driver), `fault_proxy` (a TCP proxy with latency, jitter,
+resets, stalls and partitions) and `fault_network` (network namespaces with loss and
+bandwidth limits from nftables and tc: the load test across a faulty network).
 """
 
 from jaxattn.bench.capture import format_result, random_bert_base, run, synthetic_texts
