@@ -183,7 +183,9 @@ def run_load(
 
     def client_loop(k: int) -> None:
         rng = random.Random(seed * 100_003 + k)
-        with AttentionClient(address, **(client_options or {})) as client:
+        # each simulated client on its own connection, as separate processes would be
+        options = {"own_connection": True, **(client_options or {})}
+        with AttentionClient(address, **options) as client:
             while take():
                 i = rng.choices(range(len(requests)), weights)[0]
                 r = requests[i]

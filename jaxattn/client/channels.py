@@ -117,6 +117,8 @@ class Channels:
       token: bearer token sent as `authorization: Bearer <token>`.
       retries: extra attempts after a retryable failure (each on the next address).
       backoff: (first, cap) delay in seconds; delays double up to cap, jittered.
+      own_connection: connections of this client's own, not shared with the other
+        channels of the process to the same address (gRPC's default shares them).
     """
 
     def __init__(
@@ -129,6 +131,7 @@ class Channels:
         token: str | None = None,
         retries: int = 3,
         backoff: tuple[float, float] = (0.1, 2.0),
+        own_connection: bool = False,
     ):
         addresses = check_targets(addresses)
         if retries < 0:
@@ -142,6 +145,8 @@ class Channels:
         ]
         if server_name:
             options.append(("grpc.ssl_target_name_override", server_name))
+        if own_connection:  # else gRPC shares one connection among a process's channels
+            options.append(("grpc.use_local_subchannel_pool", 1))
         roots = _read(root_certificates)
         self.addresses = addresses
         if tls or roots is not None:

@@ -58,6 +58,10 @@ class AttentionClient:
         0: no retry and no resume.
       backoff: (first, cap) retry delay in seconds, doubling, jittered.
       codec: the default wire compression of `capture`/`stream` (none, zstd, lz4).
+      own_connection: open this client's own connections. By default gRPC shares one
+        connection per address among all the channels of a process, so several
+        clients in one process are one connection (a reset cuts all their calls);
+        a load generator standing in for separate clients wants its own.
 
     Attributes:
       wire_bytes: chunk payload bytes received so far by this client (after
@@ -76,6 +80,7 @@ class AttentionClient:
         retries: int = 3,
         backoff: tuple[float, float] = (0.1, 2.0),
         codec: str = "none",
+        own_connection: bool = False,
     ):
         requests.check_timeout(timeout)
         requests.check_codec(codec)
@@ -88,6 +93,7 @@ class AttentionClient:
             token=token,
             retries=retries,
             backoff=backoff,
+            own_connection=own_connection,
         )
         self.timeout = timeout
         self.codec = codec

@@ -268,3 +268,24 @@ def test_the_example_manifest_parses_and_serves_what_clients_dial():
     assert "-service=jaxattn.v1.AttentionService" in probe
     assert service["spec"]["clusterIP"] == "None"  # headless: dns:/// sees every pod
     assert service["spec"]["ports"][0]["port"] == 50051
+
+
+def test_own_connection_opens_a_connection_per_client_instead_of_sharing_one(served):
+    """gRPC shares one TCP connection among a process's channels to one address: three
+    clients are one connection (counted by a calm fault proxy in front of the server),
+    unless each asks for its own (`own_connection=True`, what the load generator uses)."""
+    from jaxattn.bench.fault_proxy import FaultProxy, Faults
+
+    _, address = served
+    for own, want in ((False, 1), (True, 3)):
+        with FaultProxy(address, Faults()) as proxy:
+            clients = [
+                AttentionClient(proxy.address, timeout=30, own_connection=own) for _ in range(3)
+            ]
+            try:
+                for client in clients:
+                    assert client.capture(TEXTS[:1], what=WHAT)[0].tokens
+                assert proxy.snapshot()["connections"] == want
+            finally:
+                for client in clients:
+                    client.close()
