@@ -147,3 +147,51 @@ def references(torch_models, tokenizers, standard_texts) -> dict:
         return out
 
     return _Lazy(build)
+
+
+# -- the browser ---------------------------------------------------------------------
+# One headless system Chromium per session (per test worker), shared by the views'
+# and the notebook's tests: Debian's (`apt-get install chromium`), driven by
+# Playwright's Python package with `executable_path` (never `playwright install`).
+# One only: a second sync_playwright() while the first is open is refused ("Sync API
+# inside the asyncio loop"). Without either, browser tests fail with the install hint
+# when $CI is set, and skip otherwise.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+INSTALL_HINT = (
+    "apt-get install -y chromium && pip install playwright (the system browser is used; "
+    "never `playwright install`)"
+)
+
+
+def _browser_unavailable(why: str):
+    msg = f"browser tests need {why}: {INSTALL_HINT}"
+    if os.environ.get("CI"):
+        pytest.fail(msg, pytrace=False)
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """A headless Chromium (the system binary), shared by the session."""
+    from jaxattn.views.png import find_chromium
+
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _browser_unavailable("the playwright Python package")
+    path = find_chromium()
+    if path is None:
+        _browser_unavailable("a Chromium binary")
+    with sync_playwright() as p:
+        # Playwright gives every launch a fresh temporary profile (user-data dir).
+        b = p.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
+        yield b
+        b.close()

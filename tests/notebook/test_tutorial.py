@@ -31,10 +31,6 @@ OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
 {% block html_head_js_mathjax %}{% endblock html_head_js_mathjax %}
 {% block html_head_js_mermaidjs %}{% endblock html_head_js_mermaidjs %}
 """
-CHROMIUM_ARGS = (
-    "--headless --no-sandbox --disable-gpu --no-first-run --disable-sync "
-    "--disable-background-networking --disable-component-update"
-).split()
 # Of a PNG: [pixels whose channels spread by more than 60 (coloured, not grey or
 # white), the mean brightness of the top 40 rows (0-255)].
 PIXELS = """async (b64) => {
@@ -137,27 +133,6 @@ def export(nb, path: Path, theme: str = "light") -> Path:
     assert "cdnjs" not in body.split("</head>")[0], "the export template still loads a CDN"
     path.write_text(body, encoding="utf-8")
     return path
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """A headless system Chromium (never `playwright install`)."""
-    from jaxattn.views.png import find_chromium
-
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("the playwright Python package is needed (pip install playwright)")
-    chromium = find_chromium()
-    if chromium is None:
-        msg = (
-            "a Chromium binary is needed: apt-get install -y chromium (never `playwright install`)"
-        )
-        pytest.fail(msg, pytrace=False) if os.environ.get("CI") else pytest.skip(msg)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 def open_page(browser, path: Path):

@@ -1,14 +1,9 @@
-"""Fixtures of the view tests: one headless system Chromium per session, tiny captures.
-
-Chromium is Debian's (``apt-get install chromium``), driven by Playwright's
-Python package with ``executable_path`` (never ``playwright install``). Without
-either, these tests fail with the install hint when $CI is set, and skip
-otherwise. Helpers are in views_helpers.py.
+"""Fixtures of the view tests: a page of the session's headless Chromium (`browser`,
+tests/conftest.py), tiny captures. Helpers are in views_helpers.py.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -16,45 +11,6 @@ from hf_fixtures import EXAMPLE_A, EXAMPLE_B
 from views_helpers import LONG_TOKENS, is_local
 
 WHAT = ("attention", "alpha_fx_norm", "queries", "keys")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-INSTALL_HINT = (
-    "apt-get install -y chromium && pip install playwright (the system browser is used; "
-    "never `playwright install`)"
-)
-
-
-def _unavailable(why: str):
-    msg = f"browser tests need {why}: {INSTALL_HINT}"
-    if os.environ.get("CI"):
-        pytest.fail(msg, pytrace=False)
-    pytest.skip(msg)
-
-
-@pytest.fixture(scope="session")
-def browser():
-    """A headless Chromium (the system binary), shared by the session."""
-    from jaxattn.views.png import find_chromium
-
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("the playwright Python package")
-    path = find_chromium()
-    if path is None:
-        _unavailable("a Chromium binary")
-    with sync_playwright() as p:
-        # Playwright gives every launch a fresh temporary profile (user-data dir).
-        b = p.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture
