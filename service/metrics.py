@@ -272,6 +272,12 @@ _KINDS = {
 }
 
 
+# Not wrapped, so not counted: the health service. Its Watch is non-blocking (a stream
+# held open with no handler thread, one per client connection that watches health);
+# a wrapper would turn it into a generator holding a thread for the connection's life.
+UNCOUNTED = ("/grpc.health.v1.Health/",)
+
+
 class _Interceptor(grpc.ServerInterceptor):
     """Wraps every method's handler to count its calls (`ServerMetrics._ended`)."""
 
@@ -280,8 +286,8 @@ class _Interceptor(grpc.ServerInterceptor):
 
     def intercept_service(self, continuation, handler_call_details):
         handler = continuation(handler_call_details)
-        if handler is None:
-            return None
+        if handler is None or handler_call_details.method.startswith(UNCOUNTED):
+            return handler
         method = handler_call_details.method.rsplit("/", 1)[-1]
         attribute, factory = _KINDS[handler.request_streaming, handler.response_streaming]
         wrap = _streaming if handler.response_streaming else _unary

@@ -289,3 +289,19 @@ def test_own_connection_opens_a_connection_per_client_instead_of_sharing_one(ser
             finally:
                 for client in clients:
                     client.close()
+
+
+def test_health_watches_hold_no_handler_thread(svc_engine):
+    """Each client connection watches the server's health through one open Watch stream.
+    Non-blocking on the server, they hold no handler thread: 8 connections to a server
+    of 6 handler threads are all ready and a capture still runs (wrapped by the metrics'
+    interceptor, each Watch held a thread and the 7th connection never became ready)."""
+    with running_server(svc_engine, max_workers=6, queue_size=2) as (_, address):
+        clients = [AttentionClient(address, timeout=30, own_connection=True) for _ in range(8)]
+        try:
+            for client in clients:
+                client.wait_ready(10)
+            assert clients[-1].capture(TEXTS[:1], what=WHAT)[0].tokens
+        finally:
+            for client in clients:
+                client.close()
