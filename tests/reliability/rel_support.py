@@ -14,6 +14,7 @@ import time
 import grpc
 import numpy as np
 from hf_fixtures import EXAMPLE_A, EXAMPLE_B
+from local_server import running_server  # noqa: F401  (the tests import it from here)
 
 from jaxattn.capture import Capture
 from jaxattn.dtypes import OUTPUT_DTYPES
@@ -33,21 +34,6 @@ SENTENCES = (
 WHAT = ("attention",)  # the spec (nearly) every test shares: few compiles
 MARKER = "hello world"  # FaultyEngine fails batches holding this text
 CAPTURE = "/jaxattn.v1.AttentionService/Capture"
-
-
-@contextlib.contextmanager
-def running_server(engine, **options):
-    """A started in-process server on a free loopback port; yields (server, address)."""
-    from service import create_server
-
-    options.setdefault("max_batch_examples", 8)
-    options.setdefault("grace_s", 2.0)
-    server, port = create_server(engine, "127.0.0.1:0", **options)
-    server.start()
-    try:
-        yield server, f"127.0.0.1:{port}"
-    finally:
-        server.stop(grace=0.5).wait(10)
 
 
 def wait_for(predicate, timeout: float = 10.0, what: str = "condition") -> None:

@@ -6,10 +6,10 @@ conftest, and `from conftest import` would find whichever was imported first.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 
 from hf_fixtures import EXAMPLE_A, EXAMPLE_B
+from local_server import running_server  # noqa: F401  (the tests import it from here)
 
 # Sentences of the tiny WordPiece vocabulary, all under 32 tokens.
 SENTENCES = (
@@ -26,21 +26,6 @@ SENTENCES = (
 )
 TEXTS = [EXAMPLE_A, (EXAMPLE_A, EXAMPLE_B), "the cat sat on the mat", ("hello world", "")]
 WHAT = ("attention", "alpha_fx_norm")  # the spec most tests share
-
-
-@contextlib.contextmanager
-def running_server(engine, **options):
-    """A started in-process server on a free loopback port; yields (server, address)."""
-    from service import create_server
-
-    options.setdefault("max_batch_examples", 8)
-    options.setdefault("grace_s", 2.0)
-    server, port = create_server(engine, "127.0.0.1:0", **options)
-    server.start()
-    try:
-        yield server, f"127.0.0.1:{port}"
-    finally:
-        server.stop(grace=0.5).wait(10)
 
 
 class GatedEngine:
