@@ -28,6 +28,7 @@ from jaxattn.netaddr import check_listen_address
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs
 from service.auth import BearerTokenInterceptor, ClientInterceptor, client_name
+from service.health import HealthServicer
 from service.metrics import ServerMetrics
 from service.micro_batching import MicroBatcher
 from service.options import ServerOptions
@@ -201,7 +202,7 @@ def create_server(
         engine, batcher, parser, max(1, options.workers - reserve), metrics=metrics
     )
     server.add_generic_rpc_handlers((handlers(servicer),))
-    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+    health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ("", SERVICE_NAME):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)

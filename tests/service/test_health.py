@@ -1,0 +1,97 @@
+"""service.health: the grpc.health.v1 servicer that a watcher leaving mid-send cannot hang.
+
+The send callbacks here stand in for gRPC's: a real send returns only once
+gRPC's completion-queue thread reports it done, and that thread runs a closed
+Watch call's callbacks first; `send` below does the same, on a thread of its own.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import grpc
+from grpc_health.v1 import health_pb2
+
+from service.health import HealthServicer
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+UNKNOWN = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+
+
+class Context:
+    def __init__(self):
+        self.callbacks, self.code = [], None
+
+    def add_callback(self, callback):
+        self.callbacks.append(callback)
+        return True
+
+    def set_code(self, code):
+        self.code = code
+
+
+def status_of(response):
+    return None if response is None else response.status
+
+
+def watch(servicer, service, send):
+    context = Context()
+    servicer.Watch(health_pb2.HealthCheckRequest(service=service), context, send)
+    return context
+
+
+def test_a_watcher_leaving_during_a_send_does_not_hang_the_stop():
+    servicer = HealthServicer()
+    sent, left = [], []
+
+    def send(response):
+        if response is not None and sent:  # the second send: the client goes meanwhile
+            closing = threading.Thread(target=context.callbacks[0])
+            closing.start()
+            closing.join(5)
+            left.append(not closing.is_alive())
+        sent.append(status_of(response))
+
+    context = watch(servicer, "", send)
+    stopping = threading.Thread(target=servicer.enter_graceful_shutdown)
+    stopping.start()
+    stopping.join(5)
+    assert not stopping.is_alive() and left == [True]
+    assert sent == [SERVING, None, NOT_SERVING]  # the close ended the call; the send went on
+
+
+def test_watchers_hear_each_change_and_the_last_status_last():
+    servicer = HealthServicer()
+    heard = {name: [] for name in ("a", "b")}
+    for log in heard.values():
+        watch(servicer, "svc", lambda r, log=log: log.append(status_of(r)))
+    servicer.set("svc", SERVING)
+    threads = [
+        threading.Thread(target=servicer.set, args=("svc", s)) for s in (NOT_SERVING, SERVING) * 5
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    final = servicer.Check(health_pb2.HealthCheckRequest(service="svc"), Context()).status
+    for log in heard.values():
+        assert log[0] == UNKNOWN and log[1] == SERVING and log[-1] == final
+
+
+def test_check_and_shutdown():
+    servicer = HealthServicer()
+    context = Context()
+    assert servicer.Check(health_pb2.HealthCheckRequest(service="x"), context).status == 0
+    assert context.code == grpc.StatusCode.NOT_FOUND
+    servicer.set("x", SERVING)
+    servicer.enter_graceful_shutdown()
+    servicer.set("x", SERVING)  # ignored from now on
+    for name in ("", "x"):
+        got = servicer.Check(health_pb2.HealthCheckRequest(service=name), Context())
+        assert got.status == NOT_SERVING
+    gone = []
+    context = watch(servicer, "x", gone.append)
+    context.callbacks[0]()  # the client went: the call ends, nothing more is sent to it
+    servicer.enter_graceful_shutdown()
+    assert [status_of(r) for r in gone] == [NOT_SERVING, None]
