@@ -113,7 +113,7 @@ class ExampleHeader(_message.Message):
     def __init__(self, index: _Optional[int] = ..., tokens: _Optional[_Iterable[str]] = ..., sentence_b_start: _Optional[int] = ..., layers: _Optional[_Iterable[int]] = ..., heads: _Optional[_Iterable[int]] = ..., tensors: _Optional[_Iterable[str]] = ..., chunk_count: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., truncated: _Optional[bool] = ..., kv_heads: _Optional[_Iterable[int]] = ..., query_positions: _Optional[_Iterable[int]] = ..., key_positions: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TensorChunk(_message.Message):
-    __slots__ = ("example_index", "tensor", "datatype", "shape", "codec", "scale", "offset", "byte_offset", "byte_length", "total_bytes", "crc32", "data")
+    __slots__ = ("example_index", "tensor", "datatype", "shape", "codec", "scale", "offset", "byte_offset", "byte_length", "total_bytes", "crc32", "data", "padding")
     EXAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
     TENSOR_FIELD_NUMBER: _ClassVar[int]
     DATATYPE_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +126,7 @@ class TensorChunk(_message.Message):
     TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     CRC32_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    PADDING_FIELD_NUMBER: _ClassVar[int]
     example_index: int
     tensor: str
     datatype: str
@@ -138,7 +139,8 @@ class TensorChunk(_message.Message):
     total_bytes: int
     crc32: int
     data: bytes
-    def __init__(self, example_index: _Optional[int] = ..., tensor: _Optional[str] = ..., datatype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., codec: _Optional[_Union[Codec, str]] = ..., scale: _Optional[float] = ..., offset: _Optional[float] = ..., byte_offset: _Optional[int] = ..., byte_length: _Optional[int] = ..., total_bytes: _Optional[int] = ..., crc32: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+    padding: bytes
+    def __init__(self, example_index: _Optional[int] = ..., tensor: _Optional[str] = ..., datatype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., codec: _Optional[_Union[Codec, str]] = ..., scale: _Optional[float] = ..., offset: _Optional[float] = ..., byte_offset: _Optional[int] = ..., byte_length: _Optional[int] = ..., total_bytes: _Optional[int] = ..., crc32: _Optional[int] = ..., data: _Optional[bytes] = ..., padding: _Optional[bytes] = ...) -> None: ...
 
 class GetModelInfoRequest(_message.Message):
     __slots__ = ()

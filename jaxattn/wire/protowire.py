@@ -20,6 +20,12 @@ HEADER_TAG = (1 << 3) | 2  # CaptureResponse.header
 CHUNK_TAG = (2 << 3) | 2  # CaptureResponse.chunk
 DATA_TAG = (12 << 3) | 2  # TensorChunk.data
 DATA_FIELD = 12
+PADDING_TAG = (13 << 3) | 2  # TensorChunk.padding
+PADDING_FIELD = 13
+# `chunk_frame` starts the data at a multiple of this in the message, so that a
+# client can view the tensor's items in place (numpy wants them aligned to their
+# size; the message's first byte is 16-aligned in a large CPython bytes object).
+DATA_ALIGNMENT = 16
 
 
 def varint(n: int) -> bytes:
@@ -110,17 +116,31 @@ def chunk_frame(head: bytes, data_len: int) -> tuple[bytes, np.ndarray, np.ndarr
     uint8 views of the message. The caller fills the data region (one copy of
     the data, wherever it comes from) and may rewrite the head region with a
     head of the same length (a checksum computed over the data in place),
-    before the message is used.
+    before the message is used. A `padding` field between the head and the data
+    starts the data at a multiple of DATA_ALIGNMENT in the message.
     """
     data_prefix = length_delimited(DATA_TAG, data_len)
-    body = len(head) + len(data_prefix) + data_len
-    chunk_prefix = length_delimited(CHUNK_TAG, body)
+    pad = b""
+    for _ in range(4):  # the chunk's length prefix may grow by a byte with the padding
+        body = len(head) + len(pad) + len(data_prefix) + data_len
+        chunk_prefix = length_delimited(CHUNK_TAG, body)
+        data_start = len(chunk_prefix) + len(head) + len(pad) + len(data_prefix)
+        if data_start % DATA_ALIGNMENT == 0:
+            break
+        pad = padding(-(data_start - len(pad)) % DATA_ALIGNMENT)
     start = len(chunk_prefix)
-    data_start = start + len(head) + len(data_prefix)
     message, view = new_bytes(data_start + data_len)
     view[:start] = np.frombuffer(chunk_prefix, np.uint8)
-    view[start:data_start] = np.frombuffer(head + data_prefix, np.uint8)
+    view[start:data_start] = np.frombuffer(head + pad + data_prefix, np.uint8)
     return message, view[start : start + len(head)], view[data_start:]
+
+
+def padding(size: int) -> bytes:
+    """A `padding` field of `size` bytes in all, or of DATA_ALIGNMENT more where `size`
+    is below the 2 bytes of its tag and length (size mod DATA_ALIGNMENT is kept)."""
+    if size < 2:
+        size += DATA_ALIGNMENT
+    return length_delimited(PADDING_TAG, size - 2) + bytes(size - 2)
 
 
 def frame_header(header: bytes) -> bytes:
@@ -164,6 +184,9 @@ def split_response(buf: bytes) -> tuple[str, memoryview, memoryview | None] | No
                         return None  # repeated data field: protobuf's last-wins
                     data = body[value_start:end]
                     pos = end
+                    continue
+                if field == PADDING_FIELD and end <= len(body):
+                    pos = end  # nothing to parse
                     continue
             else:
                 return None
