@@ -49,6 +49,7 @@ class AttentionServicer:
         self.max_calls = max_calls
         self.metrics = metrics  # service.metrics.ServerMetrics, or None
         self._calls = threading.BoundedSemaphore(max_calls) if max_calls else None
+        self._weights = getattr(engine.info, "weights", "")  # a fake engine may not say
 
     def GetModelInfo(self, request, context):  # noqa: N802 (gRPC method name)
         if isinstance(request, Undecodable):
@@ -148,6 +149,8 @@ class AttentionServicer:
                 messages = prefetch(messages)
             if self.metrics is not None:
                 messages = self.metrics.sending(messages, parsed.spec.dtype, parsed.codec)
+            if self._weights:  # which model answers (attention.proto: initial metadata)
+                context.send_initial_metadata(((codecs.WEIGHTS_METADATA, self._weights),))
             for message in messages:
                 stats["bytes"] += len(message)
                 yield message

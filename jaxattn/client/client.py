@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -19,7 +20,7 @@ from jaxattn.inputs import Text
 from jaxattn.selection import Selection
 from jaxattn.stream import CaptureStream, Progress, too_long_policy
 from jaxattn.v1 import attention_pb2 as pb
-from jaxattn.wire import StreamDecoder, WireError
+from jaxattn.wire import StreamDecoder, WireError, codecs
 
 # Method paths, not the generated stubs: those pin grpcio to the grpcio-tools
 # version that generated them, and the client needs nothing else from them.
@@ -326,6 +327,24 @@ class AttentionClient:
         except grpc.RpcError:
             return None
 
+    def _answering(self, i: int, call, deadline: float, fresh: bool) -> ModelInfo | None:
+        """The model answering `call` on address `i`, once its first message came.
+
+        The call's initial metadata names the answering model's weights
+        (attention.proto): the ModelInfo kept for address `i` serves while its
+        weights are those; otherwise (a restarted replica, another one behind a
+        balancer, a first call) GetModelInfo is asked again, and where it reached
+        another replica than the one answering, the weights the call named win:
+        `Resume` compares them. A server that does not say: `_first_replica`.
+        """
+        sent = _named_weights(call)
+        if not sent:
+            return self._first_replica(i, deadline, fresh)
+        known = self._replicas.get(i)
+        if known is not None and known.weights == sent:
+            return known
+        return _as_named(self._first_replica(i, deadline, fresh=True), call)
+
     def _stream(
         self, request: pb.CaptureRequest, texts: list, policy: str, timeout: float
     ) -> Iterator[Capture]:
@@ -364,12 +383,16 @@ class AttentionClient:
                 call = capture_rpc(
                     part, timeout=deadline - time.monotonic(), metadata=channels.metadata
                 )
+                first = True
                 for message in call:
-                    if not asked:  # the first part: ask once it answers
-                        # A stream of several examples may need resuming: its
-                        # first part's fingerprint must be this replica's now.
-                        info = self._first_replica(i, deadline, fresh=len(part.texts) > 1)
-                        asked = True
+                    if first:  # which model answers: the call names it
+                        first = False
+                        if asked:  # the rest, checked before it was asked: confirmed
+                            info = _as_named(info, call)
+                            resume.check_model(info, address)
+                        else:  # a stream of several examples may need resuming
+                            info = self._answering(i, call, deadline, fresh=len(part.texts) > 1)
+                            asked = True
                         decoder.provenance = capture_provenance(info, address)
                     capture = decoder.feed_bytes(message)
                     if capture is not None:
@@ -397,3 +420,17 @@ class AttentionClient:
 
     def __repr__(self) -> str:
         return f"AttentionClient({', '.join(self._channels.addresses)})"
+
+
+def _named_weights(call) -> str:
+    """The weights fingerprint a Capture call's initial metadata names ("" if none)."""
+    return dict(call.initial_metadata() or ()).get(codecs.WEIGHTS_METADATA, "")
+
+
+def _as_named(info: ModelInfo | None, call) -> ModelInfo | None:
+    """`info`, with the weights the call named where it named others (GetModelInfo
+    reached another replica than the one answering, behind one address)."""
+    sent = _named_weights(call)
+    if info is None or not sent or info.weights == sent:
+        return info
+    return dataclasses.replace(info, weights=sent)

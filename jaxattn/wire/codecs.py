@@ -19,6 +19,9 @@ from jaxattn.v1 import attention_pb2 as pb
 
 CODECS = ("none", "zstd", "lz4")
 
+# A Capture call's initial metadata: the answering model's weights fingerprint.
+WEIGHTS_METADATA = "jaxattn-weights"
+
 CODEC_TO_PB = {"none": pb.CODEC_NONE, "zstd": pb.CODEC_ZSTD, "lz4": pb.CODEC_LZ4}
 PB_TO_CODEC = {v: k for k, v in CODEC_TO_PB.items()} | {pb.CODEC_UNSPECIFIED: "none"}
 

@@ -11,6 +11,7 @@ tests/service/test_replicas_subprocess.py. docs/replicas.md.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import re
 import threading
@@ -200,6 +201,32 @@ def test_a_replica_of_another_model_is_refused_naming_both_fingerprints(svc_engi
     assert other.runs == 0  # refused before the rest was asked of it
 
 
+def test_the_rest_from_another_model_is_refused_even_where_its_model_info_lied(
+    svc_engine, other_engine, monkeypatch
+):
+    """Behind one address a balancer may send GetModelInfo to another replica than the
+    capture: the rest's own call names its weights, and those are compared too."""
+    ours, theirs = svc_engine.info.weights, other_engine.info.weights
+    first, other = CutEngine(svc_engine, [2]), CutEngine(other_engine, [])
+    real = client_module.AttentionClient._replica
+
+    def answered_elsewhere(self, i, deadline, fresh=False):  # says our weights, always
+        return dataclasses.replace(real(self, i, deadline, fresh), weights=ours)
+
+    with replicas([first, other]) as reps:
+        monkeypatch.setattr(client_module.AttentionClient, "_replica", answered_elsewhere)
+        got = []
+        with AttentionClient([r.address for r in reps], timeout=60) as client:
+            with pytest.raises(AttentionServiceError) as info:
+                for cap in client.stream(TEXTS, what=WHAT):
+                    got.append(cap)
+                    if len(got) == 2:
+                        reps[0].cut()
+    assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert ours in info.value.message and theirs in info.value.message, info.value.message
+    assert info.value.address == reps[1].address and len(got) == 2
+
+
 def test_a_not_serving_replica_gets_no_calls(svc_engine):
     engines = [CutEngine(svc_engine, []) for _ in range(3)]
     with replicas(engines) as reps:
@@ -222,6 +249,36 @@ def test_one_grpc_target_balances_over_its_replicas_skipping_a_not_serving_one(s
                 client.capture([t], what=WHAT)
     assert engines[0].runs and engines[1].runs and not engines[2].runs
     assert engines[0].runs + engines[1].runs == 6
+
+
+def counting_model_asks(monkeypatch) -> list[int]:
+    """The replicas the client sends GetModelInfo, in order."""
+    asked, real = [], client_module.AttentionClient._replica
+
+    def counting(self, i, deadline, fresh=False):
+        if fresh or i not in self._replicas:
+            asked.append(i)
+        return real(self, i, deadline, fresh)
+
+    monkeypatch.setattr(client_module.AttentionClient, "_replica", counting)
+    return asked
+
+
+def test_the_answering_model_is_named_by_the_call_not_asked_again(svc_engine, monkeypatch):
+    """A Capture call's initial metadata names the answering model's weights: streams
+    of several texts (which may need resuming) ask GetModelInfo once, not per call."""
+    asked = counting_model_asks(monkeypatch)
+    weights = svc_engine.info.weights
+    with running_server(svc_engine) as (_, address), AttentionClient(address) as client:
+        for _ in range(3):
+            got = client.capture(TEXTS[:3], what=WHAT)
+            assert [c.provenance["weights"] for c in got] == [weights] * 3
+        assert asked == [0]
+        # What the client knew of the replica is stale (it restarted with other
+        # weights, or a balancer sent the call elsewhere): the call's name wins.
+        client._replicas[0] = dataclasses.replace(client._replicas[0], weights="blake2b:old")
+        assert client.capture(TEXTS[:2], what=WHAT)[0].provenance["weights"] == weights
+        assert asked == [0, 0] and client._replicas[0].weights == weights
 
 
 def test_a_dns_target_is_resolved_by_grpc(svc_engine, address):
