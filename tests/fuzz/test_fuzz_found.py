@@ -324,3 +324,53 @@ def test_wire_header_naming_more_heads_than_its_tensors_hold():
         for message in chunk_example(0, cap, codec="none", max_chunk_bytes=64):
             decoder.feed(message)
 
+
+def _tokens_file(tmp_path, text: str):
+    from service.clients import ClientTable
+
+    path = tmp_path / "clients.toml"
+    path.write_bytes(text.encode())
+    return ClientTable(path, clock=lambda: 0.0, now=lambda: 0.0)
+
+
+@pytest.mark.parametrize(
+    "name, text, line, refusal",
+    [
+        # tomllib's int() past Python's 4,300 digits: ValueError, not TOMLDecodeError
+        ("int-of-5000-digits", "requests_per_s = " + "1" * 5000, 3, "4300 digits"),
+        # math.isfinite / float() of a 401-digit integer: OverflowError
+        ("rate-of-400-digits", "result_mib = 1" + "0" * 400, 3, "about 401 digits"),
+        # two positive numbers whose product, the bucket, is 0.0: TokenBucket's ValueError
+        ("tiny-rate-tiny-burst", "requests_per_s = 5e-324\nburst_s = 0.5", 3, "holds nothing"),
+    ],
+)
+def test_tokens_file_numbers_past_what_python_holds(tmp_path, name, text, line, refusal):
+    """(tests/fuzz/corpus/tokens_file/NAME.toml) each crashed `jaxattn serve --tokens`
+    at start with a traceback instead of the file's line."""
+    with pytest.raises(InputError, match=refusal) as info:
+        _tokens_file(tmp_path, f'[clients.a]\ntoken = "x"\n{text}\n')
+    assert info.value.line == line
+
+
+def test_tokens_file_concurrent_calls_of_400_digits_is_no_limit(tmp_path):
+    """(tests/fuzz/corpus/tokens_file/concurrent-calls-of-400-digits.toml) math.isfinite
+    of it raised OverflowError; a whole number that large is a limit never reached."""
+    table = _tokens_file(tmp_path, '[clients.a]\ntoken = "x"\nconcurrent_calls = 1' + "0" * 400)
+    assert table.quota("a").limits.concurrent_calls == 10**400
+
+
+@pytest.mark.parametrize(
+    "name, text, line",
+    [
+        # read_text's universal newlines took each CR for a line: line 5 of a 3-line file
+        ("lone-cr-line-breaks", '[clients.a]\r\r\rtoken = "x"\nrequests_per_s = = 1\n', 1),
+        # str.splitlines broke at U+2028 inside the token: concurrent_calls "on line 5"
+        ("u2028-in-a-token", '[clients.a]\ntoken = "a\u2028b\u2028c"\nconcurrent_calls = 0\n', 3),
+    ],
+)
+def test_tokens_file_lines_are_counted_at_line_feeds(tmp_path, name, text, line):
+    """A token file's error names the line an editor (and TOML) shows, not one past the end
+    (tests/fuzz/corpus/tokens_file/NAME.toml; the target checks every line it is told)."""
+    with pytest.raises(InputError) as info:
+        _tokens_file(tmp_path, text)
+    assert info.value.line == line
