@@ -170,3 +170,30 @@ def test_a_quantity_of_a_newer_jaxattn_is_kept_as_it_came(tmp_path):
     )
     newer.save(tmp_path / "c.npz")
     assert Capture.load(tmp_path / "c.npz").tensors["future_quantity"].shape == (7, 1)
+
+
+def _without_kv_heads(tmp_path, cap: Capture):
+    """`cap` saved as a jaxattn before kv_heads wrote it (no such field), loaded."""
+    import json
+
+    cap.save(tmp_path / "c.npz")
+    with np.load(tmp_path / "c.npz") as archive:
+        arrays = dict(archive)
+    meta = json.loads(str(arrays["__meta__"]))
+    del meta["kv_heads"]
+    arrays["__meta__"] = np.array(json.dumps(meta))
+    np.savez(tmp_path / "old.npz", **arrays)
+    return Capture.load(tmp_path / "old.npz")
+
+
+def test_a_file_from_before_kv_heads_keeps_its_grouped_keys(tmp_path):
+    """Such a file's keys and values hold G key/value heads it does not name: any G loads,
+    as long as keys and values agree on it (Capture.select knows such captures)."""
+    cap = dataclasses.replace(good(), kv_heads=())
+    back = _without_kv_heads(tmp_path, cap)
+    assert back.kv_heads == () and back.keys.shape == (2, 2, 5, 4)
+    rng = np.random.default_rng(1)
+    values = rng.random((2, 1, 5, 4)).astype(np.float32)  # G = 1 beside keys' 2
+    bad = dataclasses.replace(cap, tensors={**cap.tensors, "values": values})
+    with pytest.raises(CaptureFileError, match=r"'values' has shape \[2, 1, 5, 4\], expected"):
+        _without_kv_heads(tmp_path, bad)

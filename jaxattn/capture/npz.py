@@ -134,7 +134,7 @@ def _read_archive(path, archive) -> tuple[dict, dict[str, np.ndarray]]:
         tokens=len(meta["tokens"]),
         layers=len(meta["layers"]),
         heads=len(meta["heads"]),
-        kv_heads=meta.get("kv_heads", ()),
+        kv_heads=meta.get("kv_heads"),  # None: a file from before it, G not said
         query_positions=meta.get("query_positions"),
         key_positions=meta.get("key_positions"),
         shapes={name: array.shape for name, array in tensors.items()},

@@ -7,7 +7,8 @@ mismatch is refused with the tensor, the shape expected and the shape found, not
 as an IndexError later in an analysis or a view. The expected shape of each quantity
 is `jaxattn.quantities.shape` of its axes (`QUANTITIES`), sized by the capture's
 fields (`token_sizes`: a map's T and S are its selected positions); the head and model
-dims K and D, which no field names, must agree between the tensors that hold them.
+dims K and D, which no field names, must agree between the tensors that hold them, as
+must the key/value heads G of a file from before `kv_heads` (which does not say them).
 A name that is no quantity (a newer jaxattn's) is left as it is.
 """
 
@@ -19,6 +20,7 @@ from jaxattn.quantities import QUANTITIES, shape, token_sizes
 
 # The axes no capture field sizes: the tensors holding one agree on it.
 _FREE = "KD"
+_UNNAMED_G = _FREE + "G"  # and G, in a file that predates kv_heads
 
 
 def layout_problem(
@@ -26,7 +28,7 @@ def layout_problem(
     tokens: int,
     layers: int,
     heads: int,
-    kv_heads: Sequence[int] = (),
+    kv_heads: Sequence[int] | None = (),
     query_positions: Sequence[int] | None = None,
     key_positions: Sequence[int] | None = None,
     shapes: Mapping[str, Sequence[int]],
@@ -36,7 +38,8 @@ def layout_problem(
     Args:
       tokens: T, its number of tokens.
       layers, heads: how many layers and heads it names.
-      kv_heads: the key/value head of each query head (grouped-query), or ().
+      kv_heads: the key/value head of each query head (grouped-query), or (): G is H;
+        None: not said (a file from before the field), G any size keys and values share.
       query_positions, key_positions: the maps' selected rows and keys, or None.
       shapes: tensor name -> its shape.
     """
@@ -53,7 +56,10 @@ def layout_problem(
             return f"{field} {positions[:8]} are not ascending token positions"
         if positions[-1] >= tokens:
             return f"{field} {positions[:8]} name a position past its {tokens} tokens"
-    sizes = {"L": layers, "H": heads, "G": len(set(kv_heads)) if kv_heads else heads}
+    free_axes = _FREE if kv_heads is not None else _UNNAMED_G
+    sizes = {"L": layers, "H": heads}
+    if kv_heads is not None:
+        sizes["G"] = len(set(kv_heads)) if kv_heads else heads
     rows = None if query_positions is None else len(query_positions)
     keys = None if key_positions is None else len(key_positions)
     free: dict[str, tuple[int, str]] = {}  # K, D -> (size, the tensor that gave it)
@@ -63,12 +69,12 @@ def layout_problem(
             continue
         found = tuple(int(d) for d in found)
         if len(found) == len(q.axes):
-            for letter in _FREE:
+            for letter in free_axes:
                 if (i := q.axis(letter)) is not None:
                     free.setdefault(letter, (found[i], name))
         known = {**sizes, **token_sizes(name, tokens, rows, keys)}
         known.update({letter: size for letter, (size, _) in free.items()})
-        unknown = {letter: 0 for letter in _FREE if letter not in known}
+        unknown = {letter: 0 for letter in free_axes if letter not in known}
         expected = shape(name, {**known, **unknown})
         if found != expected:
             return _mismatch(name, found, expected, unknown, free, query_positions, key_positions)
@@ -82,7 +88,7 @@ def _mismatch(name, found, expected, unknown, free, query_positions, key_positio
     why = []
     if q.extra_layer:
         why.append(f"L = layers + {q.extra_layer}")
-    if name in ("keys", "values") and q.axis("G") is not None:
+    if q.axis("G") is not None and "G" not in free:
         why.append("G = its key/value heads")
     if query_positions is not None and "T" in q.axes and "S" in q.axes:
         why.append("T = query_positions")
