@@ -110,9 +110,12 @@ def _client(i: int, address: str, expected: dict, problems: list, counts: dict) 
             texts *= {"read": 1, "cancel": 2, "slow": 4}[mode]
             chunk = 1024 if mode == "slow" else 0
             caps, status = _call(channel, texts, mode, 1 + (i + k) % 7, chunk)
-            want = grpc.StatusCode.CANCELLED if mode == "cancel" else grpc.StatusCode.OK
-            if status != want or (mode != "cancel" and len(caps) != len(texts)):
+            whole = status == grpc.StatusCode.OK and len(caps) == len(texts)
+            # A cancel can come after the server's last message: the call is whole then.
+            cancelled = mode == "cancel" and status == grpc.StatusCode.CANCELLED
+            if not (whole or cancelled):
                 problems.append(f"client {i} call {k} ({mode}): {status}, {len(caps)} examples")
+            counts["cancelled"] = counts.get("cancelled", 0) + cancelled
             for n, cap in enumerate(caps):  # what arrived before a cancel too
                 problem = check_capture(cap, expected[texts[n]])
                 if problem:
@@ -145,8 +148,16 @@ def test_pinned_blocks_reused_under_cancels_and_slow_readers_never_cross_clients
             t.join(timeout=300)
         assert not any(t.is_alive() for t in threads), "a client hung"
         stats = dict(server.batcher.stats)
+    checked = sum(v for k, v in counts.items() if k != "cancelled")
+    print(  # the figures RELIABILITY.md records (pytest -s)
+        f"\n{CLIENTS} clients, {POLICY}: {checked} examples checked, "
+        f"{counts.get('cancelled', 0)} calls cancelled mid-stream, "
+        f"{sum(r > 1 for r in shared)} of {len(shared)} engine batches shared by 2+ calls, "
+        f"{len(problems)} problems"
+    )
     assert not problems, f"{len(problems)} wrong answers, first: {problems[:5]}"
     # The test means something: blocks shared by several calls, cancels and slow reads.
     assert max(shared) > 1 and sum(r > 1 for r in shared) >= 5, shared
     assert counts["read"] == CLIENTS * 2 * TEXTS and counts["slow"] == CLIENTS * 4 * TEXTS
+    assert counts["cancelled"] >= CLIENTS // 2, counts  # most cancels come mid-stream
     assert stats.get("stalled", 0) == 0, stats  # the slow readers were slow, not stalled
