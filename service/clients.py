@@ -32,6 +32,7 @@ import hashlib
 import hmac
 import math
 import re
+import sys
 import threading
 import time
 import tomllib
@@ -97,9 +98,13 @@ def parse_clients(text: str, path: str | Path = "<tokens>") -> tuple[Client, ...
     except tomllib.TOMLDecodeError as e:
         line = getattr(e, "lineno", None) or _line_of(str(e))
         if line is None and "end of document" in str(e):
-            line = max(1, len(text.splitlines()))
+            line = max(1, len(_lines(text.removesuffix("\n"))))
         reason = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)$", "", str(e))
         raise InputError(line, f"not valid TOML: {reason}", path) from None
+    except ValueError as e:  # an integer of more digits than Python converts (4300)
+        raise InputError(_number_line(text), f"not valid TOML: {e}", path) from None
+    except RecursionError:  # arrays or inline tables nested thousands deep
+        raise InputError(None, "not valid TOML: nested too deeply", path) from None
     extra = sorted(set(doc) - {"clients"})
     if extra:
         key = extra[0]
@@ -163,11 +168,30 @@ def _client(text: str, path, name: str, table) -> Client:
         value = table[field]
         integer = field == "concurrent_calls"
         ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-        if isinstance(value, bool) or not ok or not value > 0 or not math.isfinite(value):
+        ok = ok and not isinstance(value, bool)
+        if ok and not integer:
+            try:
+                value = float(value)  # an integer of 400 digits: past any float
+            except OverflowError:
+                ok = False
+        finite = ok and (integer or math.isfinite(value))  # an int is; isfinite overflows
+        if not ok or not value > 0 or not finite:
             kind = "an integer >= 1" if integer else "a number > 0"
-            raise bad(field, f"expected {kind} (leave it out for no limit), got {value!r}")
+            raise bad(field, f"expected {kind} (leave it out for no limit), got {_short(value)}")
         values[field] = value
+    burst = values.get("burst_s", 1.0)
+    for field in ("requests_per_s", "tokens_per_s", "result_mib_per_s"):
+        if field in values and not values[field] * burst > 0:  # both tiny: a bucket of 0
+            raise bad(field, f"{values[field]!r} per s for burst_s {burst!r} s holds nothing")
     return Client(name, digest, Limits(**values), expires)
+
+
+def _short(value) -> str:
+    """repr(value), shortened where it is long."""
+    if isinstance(value, int) and value.bit_length() > 1000:  # repr: slow, or refused
+        return f"a whole number of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...{text[-10:]} ({len(text)} chars)"
 
 
 def _line_of(message: str) -> int | None:
@@ -175,9 +199,24 @@ def _line_of(message: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _lines(text: str) -> list[str]:
+    """The file's lines as TOML (and an editor) counts them: split at LF only, not at the
+    CR, form feed or U+2028 a TOML string may hold and str.splitlines breaks at."""
+    return text.split("\n")
+
+
+def _number_line(text: str) -> int | None:
+    """The line of the first run of more digits than Python converts to an int."""
+    limit = sys.get_int_max_str_digits()
+    for i, line in enumerate(_lines(text)):
+        if any(len(run) > limit for run in re.findall(r"[0-9_]+", line)):
+            return i + 1
+    return None
+
+
 def _find(text: str, pattern: str, start: int = 0) -> int | None:
     """1-based line of the first line from line `start` (0-based) matching `pattern`."""
-    lines = text.splitlines()
+    lines = _lines(text)
     for i in range(start, len(lines)):
         if re.match(rf"\s*{pattern}", lines[i]):
             return i + 1
@@ -194,7 +233,7 @@ def _field_line(text: str, name: str, field: str) -> int | None:
     header = _table_line(text, name)
     if header is None:
         return None
-    for i, line in enumerate(text.splitlines()[header:], start=header):
+    for i, line in enumerate(_lines(text)[header:], start=header):
         if re.match(r"\s*\[", line):
             return None  # the next table: not in this one
         if re.match(rf"\s*{re.escape(field)}\s*=", line):
@@ -230,7 +269,9 @@ class ClientTable:
 
     def _read(self) -> tuple[Client, ...]:
         try:
-            text = self.path.read_text(encoding="utf-8")
+            # Bytes decoded, not read_text: its universal newlines would take a lone CR
+            # (not a TOML newline) for a line break, and the lines told for another file's.
+            text = self.path.read_bytes().decode("utf-8")
         except UnicodeDecodeError as e:
             raise InputError(None, f"not UTF-8: {e}", self.path) from None
         return parse_clients(text, self.path)

@@ -23,6 +23,7 @@ import zipfile
 
 import numpy as np
 
+from jaxattn.capture.shapes import layout_problem
 from jaxattn.dtypes import OUTPUT_DTYPES, to_bits
 from jaxattn.errors import CaptureFileError
 from jaxattn.outfile import replacing
@@ -129,6 +130,20 @@ def _read_archive(path, archive) -> tuple[dict, dict[str, np.ndarray]]:
     _check_fields(meta)
     dtype = OUTPUT_DTYPES[meta["dtype"]]
     tensors = {name: archive[name].view(dtype) for name in meta["tensors"]}
+    problem = layout_problem(
+        tokens=len(meta["tokens"]),
+        layers=len(meta["layers"]),
+        heads=len(meta["heads"]),
+        kv_heads=meta.get("kv_heads"),  # None: a file from before it, G not said
+        query_positions=meta.get("query_positions"),
+        key_positions=meta.get("key_positions"),
+        shapes={name: array.shape for name, array in tensors.items()},
+    )
+    unscaled = [n for n in tensors if meta["dtype"] == "uint8" and n not in meta["quantization"]]
+    if unscaled and not problem:
+        problem = f"uint8 tensor {unscaled[0]!r} has no [scale, offset] in its quantization"
+    if problem:
+        raise CaptureFileError(f"{path} is a damaged jaxattn capture: {problem}")
     return meta, tensors
 
 
@@ -163,6 +178,7 @@ _KINDS = {
     "precision": (lambda v: isinstance(v, str), "a string"),
     "text": (lambda v: v is None or isinstance(v, str) or _strings(v), "a string or a pair"),
     "provenance": (lambda v: v is None or isinstance(v, dict), "an object"),
+    **{f: (lambda v: v is None or _ints(v), "null or a list of whole numbers") for f in _POSITIONS},
 }
 
 

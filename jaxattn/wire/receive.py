@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from jaxattn.capture import Capture, frozen
-from jaxattn.quantities import MAPS, QUANTITIES
+from jaxattn.capture.shapes import layout_problem
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import protowire
 from jaxattn.wire.codecs import (
@@ -191,6 +191,7 @@ class StreamDecoder:
             raise WireError(f"example {header.index} arrived, expected {self.next_index}")
         if not header.tensors or header.chunk_count < len(header.tensors):
             raise WireError(f"example {header.index}: a header announcing no or too few chunks")
+        _check_layout(header, {})
         self.header, self.tensors, self.chunks = header, {}, 0
         return None
 
@@ -202,7 +203,12 @@ class StreamDecoder:
             raise WireError(f"example {header.index}: unannounced tensor {chunk.tensor!r}")
         self.wire_bytes += len(data)
         if chunk.tensor not in self.tensors:
-            self.tensors[chunk.tensor] = _Tensor(chunk)
+            tensor = _Tensor(chunk)  # its shape checked before any buffer is made for it
+            _check_layout(
+                header,
+                {**{n: t.shape for n, t in self.tensors.items()}, chunk.tensor: tensor.shape},
+            )
+            self.tensors[chunk.tensor] = tensor
         self.tensors[chunk.tensor].add(chunk, data)
         self.chunks += 1
         if self.chunks < header.chunk_count:
@@ -218,8 +224,6 @@ class StreamDecoder:
         if len(dtypes) != 1:
             raise WireError(f"example {header.index}: mixed datatypes {sorted(dtypes)}")
         dtype = dtypes.pop()
-        _check_heads(header, tensors)
-        _check_positions(header, tensors)
         quant = {}
         if dtype == "uint8":
             quant = {n: (t.scale, t.offset) for n, t in tensors.items()}
@@ -255,47 +259,17 @@ class StreamDecoder:
         return text if isinstance(text, str) else tuple(text)
 
 
-def _check_heads(header: pb.ExampleHeader, tensors: dict[str, _Tensor]) -> None:
-    """kv_heads names one key/value head per query head (or none), and the G axis of keys
-    and values holds each of them once (heads when kv_heads is empty)."""
-    kv = header.kv_heads
-    if kv and len(kv) != len(header.heads):
-        raise WireError(
-            f"example {header.index}: kv_heads names {len(kv)} key/value heads for "
-            f"{len(header.heads)} heads (one for each)"
-        )
-    for name, tensor in tensors.items():
-        q = QUANTITIES.get(name)
-        if q is None or q.axis("G") is None or len(tensor.shape) != len(q.axes):
-            continue
-        held = len(set(kv)) if kv else len(header.heads)
-        if tensor.shape[q.head_axis] != held:
-            raise WireError(
-                f"example {header.index}: tensor {name!r} has {tensor.shape[q.head_axis]} "
-                f"key/value heads, but the header's {'kv_heads' if kv else 'heads'} names {held}"
-            )
-
-
-def _check_positions(header: pb.ExampleHeader, tensors: dict[str, _Tensor]) -> None:
-    """The header's query/key positions name tokens of the example, ascending, and the
-    maps' T and S axes hold one entry per position."""
-    length = len(header.tokens)
-    for field, letter in (("query_positions", "T"), ("key_positions", "S")):
-        positions = list(getattr(header, field))
-        if positions != sorted(set(positions)) or any(p >= length for p in positions):
-            raise WireError(
-                f"example {header.index}: {field} {positions[:8]} are not ascending token "
-                f"positions below its {length} tokens"
-            )
-        if not positions:
-            continue
-        for name, tensor in tensors.items():
-            q = QUANTITIES.get(name)
-            if name not in MAPS or len(tensor.shape) != len(q.axes):
-                continue
-            if tensor.shape[q.axis(letter)] != len(positions):
-                raise WireError(
-                    f"example {header.index}: map {name!r} has {tensor.shape[q.axis(letter)]} "
-                    f"entries on its {letter} axis, but the header's {field} names "
-                    f"{len(positions)}"
-                )
+def _check_layout(header: pb.ExampleHeader, shapes: dict[str, tuple[int, ...]]) -> None:
+    """The header's kv_heads and positions are sound and every tensor announced so far
+    has the shape its fields give it (`jaxattn.capture.shapes`)."""
+    problem = layout_problem(
+        tokens=len(header.tokens),
+        layers=len(header.layers),
+        heads=len(header.heads),
+        kv_heads=tuple(header.kv_heads),
+        query_positions=tuple(header.query_positions) or None,
+        key_positions=tuple(header.key_positions) or None,
+        shapes=shapes,
+    )
+    if problem:
+        raise WireError(f"example {header.index}: {problem}")

@@ -3,7 +3,8 @@
 An input that starts like a zip (``PK``) is the whole file; any other input is
 the ``__meta__`` JSON of an otherwise well-formed archive (the part a zip's
 CRC would otherwise keep a byte-level mutator away from). A file that loads
-must give a Capture whose fields have the types `Capture` documents.
+must give a Capture whose fields have the types `Capture` documents and whose
+tensors have the shapes they say (one layer and head of it can be selected).
 """
 
 from __future__ import annotations
@@ -54,3 +55,5 @@ def one_input(data: bytes) -> None:
     for name, array in cap.tensors.items():
         assert isinstance(name, str) and isinstance(array, np.ndarray), name
     json.dumps(dict(cap.provenance))
+    if cap.layers and cap.heads:  # its tensors index as its fields say (no IndexError)
+        cap.select(layers=cap.layers[-1:], heads=cap.heads[-1:])

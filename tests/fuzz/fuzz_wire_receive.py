@@ -1,6 +1,6 @@
 """The client's chunk receiver (`jaxattn.wire.receive.StreamDecoder`) fed the responses of
-a hostile server: a stream must give valid Captures or a WireError, never crash or
-hang the client.
+a hostile server: a stream must give valid Captures (whose tensors index as their
+headers say) or a WireError, never crash or hang the client.
 
 An input is a mode byte, then a sequence of response messages, each a varint
 length and that many bytes (the seeds are real streams from `jaxattn.wire.send`);
@@ -74,4 +74,6 @@ def one_input(data: bytes) -> None:
             assert cap.dtype in OUTPUT_DTYPES
             for name, array in cap.tensors.items():  # a newer server's quantity may come
                 assert isinstance(array, np.ndarray) and isinstance(name, str), name
+            if cap.layers and cap.heads:  # its tensors index as its header says
+                cap.select(layers=cap.layers[-1:], heads=cap.heads[-1:])
     decoder.finish()

@@ -145,23 +145,33 @@ def test_store_manifest_entry_with_a_negative_offset_or_dimension():
         Entry.from_json({**good, "tokens": [1, 2], "data": {}})
 
 
-def test_wire_chunk_announcing_a_tensor_of_petabytes():
-    """A header and a first chunk (4 good bytes) of shape [2^20, 2^20, 2^10] float32
-    (4 PiB, total_bytes to match): the client raised numpy's MemoryError making the
-    tensor's buffer."""
+@pytest.mark.parametrize(
+    "name, shape, refusal",
+    [
+        ("attention", [1 << 20, 1 << 20, 1 << 10], r"has shape \[1048576, 1048576, 1024\]"),
+        # a shape the header's fields allow: queries' head dim K is named by no field
+        ("queries", [1, 1, 1, 1 << 50], "more than this client can hold"),
+    ],
+)
+def test_wire_chunk_announcing_a_tensor_of_petabytes(name, shape, refusal):
+    """A header and a first chunk (4 good bytes) of a 4 PiB float32 tensor (total_bytes
+    to match): the client raised numpy's MemoryError making the tensor's buffer. A shape
+    its header's tokens, layers and heads refuse is refused as such before any buffer."""
     decoder = StreamDecoder()
-    header = pb.ExampleHeader(index=0, tokens=["a"], tensors=["attention"], chunk_count=1)
+    header = pb.ExampleHeader(
+        index=0, tokens=["a"], layers=[0], heads=[0], tensors=[name], chunk_count=1
+    )
     decoder.feed(pb.CaptureResponse(header=header))
     chunk = pb.TensorChunk(
-        tensor="attention",
+        tensor=name,
         datatype="FP32",
-        shape=[1 << 20, 1 << 20, 1 << 10],
+        shape=shape,
         total_bytes=4 << 50,
         byte_length=4,
         data=b"\0" * 4,
         crc32=zlib.crc32(b"\0" * 4),
     )
-    with pytest.raises(WireError, match="more than this client can hold"):
+    with pytest.raises(WireError, match=refusal):
         decoder.feed(pb.CaptureResponse(chunk=chunk))
 
 
@@ -287,3 +297,80 @@ def test_tokenizer_json_without_its_unknown_token(bert_checkpoint, tmp_path):
     (tmp_path / "tokenizer.json").write_text(json.dumps(doc))
     with pytest.raises(CheckpointError, match="cannot tokenise a text.*Missing \\[UNK\\]"):
         read_tokenizer(tmp_path, read_config(bert_checkpoint))
+
+
+def test_capture_file_naming_more_heads_than_its_tensors_hold(tmp_path):
+    """__meta__ naming heads [0, 2, 5, 7] for tensors of 3 heads (tests/fuzz/corpus/
+    capture_file/heads-past-the-tensors.json): loaded, then `select(heads=[7])` raised
+    IndexError (the targets now select one layer and head of what loads)."""
+    path = tmp_path / "c.npz"
+    make("float32").save(path)
+    _save_with_meta(path, {**_meta(path), "heads": [0, 2, 5, 7]})
+    with pytest.raises(CaptureFileError, match=r"'attention' has shape \[2, 3, 5, 5\], expected"):
+        Capture.load(path)
+
+
+def test_wire_header_naming_more_heads_than_its_tensors_hold():
+    """A stream whose header names heads (0, 2, 5, 7) for tensors of 3 heads (tests/fuzz/
+    corpus/wire_receive/heads-past-the-tensors): the client built the Capture, then
+    `select(heads=[7])` raised IndexError; now the first chunk is refused."""
+    import dataclasses
+
+    from jaxattn.wire.send import chunk_example
+
+    cap = dataclasses.replace(make("float32"), heads=(0, 2, 5, 7))
+    decoder = StreamDecoder()
+    with pytest.raises(WireError, match=r"'attention' has shape \[2, 3, 5, 5\], expected \[2, 4"):
+        for message in chunk_example(0, cap, codec="none", max_chunk_bytes=64):
+            decoder.feed(message)
+
+
+def _tokens_file(tmp_path, text: str):
+    from service.clients import ClientTable
+
+    path = tmp_path / "clients.toml"
+    path.write_bytes(text.encode())
+    return ClientTable(path, clock=lambda: 0.0, now=lambda: 0.0)
+
+
+@pytest.mark.parametrize(
+    "name, text, line, refusal",
+    [
+        # tomllib's int() past Python's 4,300 digits: ValueError, not TOMLDecodeError
+        ("int-of-5000-digits", "requests_per_s = " + "1" * 5000, 3, "4300 digits"),
+        # math.isfinite / float() of a 401-digit integer: OverflowError
+        ("rate-of-400-digits", "result_mib = 1" + "0" * 400, 3, "about 401 digits"),
+        # two positive numbers whose product, the bucket, is 0.0: TokenBucket's ValueError
+        ("tiny-rate-tiny-burst", "requests_per_s = 5e-324\nburst_s = 0.5", 3, "holds nothing"),
+    ],
+)
+def test_tokens_file_numbers_past_what_python_holds(tmp_path, name, text, line, refusal):
+    """(tests/fuzz/corpus/tokens_file/NAME.toml) each crashed `jaxattn serve --tokens`
+    at start with a traceback instead of the file's line."""
+    with pytest.raises(InputError, match=refusal) as info:
+        _tokens_file(tmp_path, f'[clients.a]\ntoken = "x"\n{text}\n')
+    assert info.value.line == line
+
+
+def test_tokens_file_concurrent_calls_of_400_digits_is_no_limit(tmp_path):
+    """(tests/fuzz/corpus/tokens_file/concurrent-calls-of-400-digits.toml) math.isfinite
+    of it raised OverflowError; a whole number that large is a limit never reached."""
+    table = _tokens_file(tmp_path, '[clients.a]\ntoken = "x"\nconcurrent_calls = 1' + "0" * 400)
+    assert table.quota("a").limits.concurrent_calls == 10**400
+
+
+@pytest.mark.parametrize(
+    "name, text, line",
+    [
+        # read_text's universal newlines took each CR for a line: line 5 of a 3-line file
+        ("lone-cr-line-breaks", '[clients.a]\r\r\rtoken = "x"\nrequests_per_s = = 1\n', 1),
+        # str.splitlines broke at U+2028 inside the token: concurrent_calls "on line 5"
+        ("u2028-in-a-token", '[clients.a]\ntoken = "a\u2028b\u2028c"\nconcurrent_calls = 0\n', 3),
+    ],
+)
+def test_tokens_file_lines_are_counted_at_line_feeds(tmp_path, name, text, line):
+    """A token file's error names the line an editor (and TOML) shows, not one past the end
+    (tests/fuzz/corpus/tokens_file/NAME.toml; the target checks every line it is told)."""
+    with pytest.raises(InputError) as info:
+        _tokens_file(tmp_path, text)
+    assert info.value.line == line

@@ -23,6 +23,7 @@ MUTANTS = {
     "native_config": 300,
     "store_manifest": 200,
     "tokenizer_file": 40,
+    "tokens_file": 500,
     "wire_receive": 2000,
 }
 
