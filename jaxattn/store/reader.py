@@ -16,6 +16,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 
 from jaxattn.capture import Capture, frozen
+from jaxattn.capture.shapes import layout_problem
 from jaxattn.errors import CaptureFileError, UsageError
 from jaxattn.info import ModelInfo, provenance
 from jaxattn.selection import resolve_positions
@@ -222,6 +223,19 @@ class Store(Sequence):
             with tensorstore_errors(self.location, f"read {q} of shard {shard}", advice):
                 tensors[q] = layout.from_storage(future.result(), self.dtype, entry.data[q][1])
         spec = self.metadata["spec"]
+        positions = self._positions(len(entry.tokens))
+        problem = layout_problem(
+            tokens=len(entry.tokens),
+            layers=len(spec["layers"]),
+            heads=len(spec["heads"]),
+            kv_heads=self.kv_heads,
+            shapes={q: t.shape for q, t in tensors.items()},
+            **positions,
+        )
+        if problem:  # the manifest's shapes disagree with its example (a hand-edited store?)
+            raise CaptureFileError(
+                f"the store at {self.location} is damaged: example {index}: {problem}"
+            )
         return Capture(
             tokens=entry.tokens,
             sentence_b_start=entry.sentence_b_start,
@@ -235,7 +249,7 @@ class Store(Sequence):
             truncated=entry.truncated,
             text=entry.text,
             provenance=self.provenance,
-            **self._positions(len(entry.tokens)),
+            **positions,
         )
 
     def _positions(self, length: int) -> dict:

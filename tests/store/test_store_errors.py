@@ -168,3 +168,13 @@ def test_a_changed_command_on_a_store_with_no_finished_shard_says_delete_it(tmp_
     write_store(tmp_path / "t.zarr", captures(4), commit=1)
     with pytest.raises(store_metadata.StoreMismatch, match="Rerun the original command"):
         store_metadata.create_or_check(KeyValue(root_spec(tmp_path / "t.zarr")), other)
+
+
+def test_an_example_whose_shapes_disagree_with_the_spec_is_damage(good, tmp_path):
+    """The metadata names fewer heads than the stored tensors hold: refused when read,
+    naming the example and the tensor, not an IndexError in an analysis later."""
+    spec = json.loads((good / "zarr.json").read_text())["attributes"]["jaxattn"]["spec"]
+    assert len(spec["heads"]) > 1  # the test's premise
+    fewer = _edit_metadata(lambda a: a["jaxattn"]["spec"].update(heads=spec["heads"][:1]))
+    text = _damage(good, tmp_path, fewer)
+    assert "is damaged: example 0: tensor " in text and "expected" in text, text
