@@ -197,6 +197,7 @@ def run(args) -> dict:
             proxies.append((proxy, address, lines))
             log(f"replica {k}: pid {server.pid} on {net.server_ip}:{port}, proxy {address}")
         load_json = work / "loadtest.json"
+        load_json.unlink(missing_ok=True)  # never a previous run's figures
         model = ["--model", str(args.model)] if args.model else []
         load = net.popen(
             "client",
@@ -325,7 +326,7 @@ def report(f: dict) -> str:
             f"(max {r['rss_max_over_start']:.2f}x start"
             + (
                 f", {'within' if r['rss_max_over_start'] <= RSS_TARGET else 'OVER'} {RSS_TARGET}x)"
-                if not name.startswith("proxy")
+                if name.startswith("replica")  # the target is the servers'
                 else ")"
             ),
             f"{r['fds']['start']} -> {r['fds']['end']} (max {r['fds']['max']})",
@@ -392,7 +393,8 @@ measured run. Load average before: {f["load_average_before"]}.
 {table}
 
 Processes over the measured run (sampled every second; start = the first sample after
-the warm-up; plotted in rss.svg and handles.svg):
+the warm-up, end = the last one, once the load generator's clients had closed their
+connections; the 1.5x target is the replicas'; plotted in rss.svg and handles.svg):
 
 | process | RSS start / max / end | open fds start -> end | threads start -> end |
 |---|---|---|---|
