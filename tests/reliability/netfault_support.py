@@ -5,7 +5,9 @@ Imported by name (`from netfault_support import ...`): tests/reliability is on s
 
 from __future__ import annotations
 
+import json
 import os
+import pickle
 import queue
 import subprocess
 import sys
@@ -53,3 +55,16 @@ def server_port(net: FaultyNetwork, lines: queue.Queue, log: Path, timeout: floa
         pytest.fail(f"jaxattn serve did not start: {log.read_text()}")
     assert f"listening on {net.server_ip}:" in line, line
     return int(line.split(f"listening on {net.server_ip}:")[1].split()[0])
+
+
+def run_client(net: FaultyNetwork, plan: dict, workdir: Path, timeout: float = 180) -> dict:
+    """netfault_load.py in the client namespace with `plan`; its report (load, proxy)."""
+    (workdir / "plan.pickle").write_bytes(pickle.dumps(plan))
+    client = net.popen(
+        "client",
+        [sys.executable, str(CLIENT), str(workdir / "plan.pickle")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    out, _ = client.communicate(timeout=timeout)
+    return json.loads(out.strip().splitlines()[-1])

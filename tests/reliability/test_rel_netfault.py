@@ -9,14 +9,12 @@ benchmarks/faulty_network.py (scripts/faulty_network.sh), figures in RELIABILITY
 
 from __future__ import annotations
 
-import json
 import os
-import pickle
 import subprocess
 import sys
 
 import pytest
-from netfault_support import CLIENT, faulty_network, server_port, start_server
+from netfault_support import faulty_network, run_client, server_port, start_server
 from rel_support import SENTENCES, WHAT
 
 from jaxattn.bench.fault_network import FaultyNetwork, namespaces
@@ -84,18 +82,10 @@ def test_serve_across_loss_and_latency_answers_every_request_right(rel_checkpoin
             clients=4,
             requests=40,
         )
-        (tmp_path / "plan.pickle").write_bytes(pickle.dumps(plan))
-        client = net.popen(
-            "client",
-            [sys.executable, str(CLIENT), str(tmp_path / "plan.pickle")],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        out, _ = client.communicate(timeout=120)
+        report = run_client(net, plan, tmp_path, timeout=120)
         seen, dropped = net.packets()
         assert server.poll() is None, (tmp_path / "serve.log").read_text()
         server.kill()  # its graceful exit is tested elsewhere (test_service_subprocess.py)
-    report = json.loads(out.strip().splitlines()[-1])
     load, proxy = report["load"], report["proxy"]
     assert (load["requests"], load["ok"], load["wrong"], load["lost"]) == (40, 40, 0, 0), load
     assert load["errors"] == {}, load

@@ -12,11 +12,8 @@ reason, where this machine cannot make namespaces.
 from __future__ import annotations
 
 import json
-import pickle
-import subprocess
-import sys
 
-from netfault_support import CLIENT, faulty_network, server_port, start_server
+from netfault_support import faulty_network, run_client, server_port, start_server
 from rel_support import SENTENCES, WHAT
 
 from jaxattn.bench.fault_proxy import Faults, Leg
@@ -68,19 +65,11 @@ def test_two_replicas_across_loss_latency_and_resets_answer_every_request_right(
             clients=4,
             requests=REQUESTS,
         )
-        (tmp_path / "plan.pickle").write_bytes(pickle.dumps(plan))
-        client = net.popen(
-            "client",
-            [sys.executable, str(CLIENT), str(tmp_path / "plan.pickle")],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        out, _ = client.communicate(timeout=180)
+        report = run_client(net, plan, tmp_path)
         seen, dropped = net.packets()
         for (server, _), log in zip(servers, logs, strict=True):
             assert server.poll() is None, log.read_text()
             server.kill()  # its graceful exit is tested elsewhere
-    report = json.loads(out.strip().splitlines()[-1])
     load, proxy = report["load"], report["proxy"]
     # Every request answered right (the cancelled ones: the two examples read before the
     # cancel), none lost, no error: the resets were retried or resumed, never surfaced.
