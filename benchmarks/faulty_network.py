@@ -208,7 +208,9 @@ def run(args) -> dict:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-            env=env,
+            # Hundreds of threads each freeing MiB-sized answers: glibc's per-thread
+            # arenas would keep what they free (RSS growing with the client count).
+            env=dict(env, MALLOC_ARENA_MAX="2"),
             cwd=work,
         )
         sampler.add("load generator", load.pid)
