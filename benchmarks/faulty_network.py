@@ -3,9 +3,14 @@ load in two network namespaces, with loss, bandwidth, latency, jitter, resets an
 
     sudo .venv/bin/python benchmarks/faulty_network.py --small-model --replicas 3 \\
         --requests 100000 --clients 256 --loss 1 --rate 400mbit --delay-ms 20 --jitter-ms 10 \\
-        --reset-after 300000000:900000000 --stall-after 100000000:400000000 --stall-s 2 \\
+        --reset-after 80000000:240000000 --stall-after 20000000:80000000 --stall-s 2 \\
         --partition-s 5 --partition-after-s 30
-    (the target profile: what scripts/faulty_network.sh runs by default)
+    (the target profile: what scripts/faulty_network.sh runs by default). The reset and
+    stall thresholds are per connection, and each simulated client has one to every
+    replica (hundreds of connections, each carrying less than one did before), so they
+    are tens to hundreds of MB, and above the largest answer (a 512-token float32
+    attention of the small model, 75 MB): a connection reset before one example is
+    through would never let it through.
 
 The path of every request: the load generator (client namespace; each simulated
 client its own `AttentionClient` of all the replicas' addresses, on connections

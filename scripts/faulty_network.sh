@@ -21,7 +21,7 @@ for tool in ip tc nft; do
 done
 if [ $# -eq 0 ]; then
   set -- --small-model --replicas 3 --requests 100000 --clients 256 --loss 1 --rate 400mbit \
-    --delay-ms 20 --jitter-ms 10 --reset-after 300000000:900000000 \
-    --stall-after 100000000:400000000 --stall-s 2 --partition-s 5 --partition-after-s 30
+    --delay-ms 20 --jitter-ms 10 --reset-after 80000000:240000000 \
+    --stall-after 20000000:80000000 --stall-s 2 --partition-s 5 --partition-after-s 30
 fi
 exec "$PY" benchmarks/faulty_network.py "$@"
