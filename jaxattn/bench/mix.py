@@ -1,15 +1,20 @@
 """The load test's request mix, its right answers, and the driver `jaxattn loadtest` runs.
 
 The mix: single sentences, sentence pairs, "rich" single-sentence captures
-(four quantities, a layer and head subset), batches of 50 sentences and long
-~500-token texts, over every dtype x codec. Answers are checked against an
-in-process engine of the same model (`jaxattn.bench.expect`); the load itself
-is `jaxattn.bench.load_generator.run_load`.
+(four quantities, a layer and head subset), batches of 50 sentences, long
+~500-token texts, texts exactly at the model's limit (`max_length` tokens,
+special tokens included), batches of 50 the client cancels after 1, 5, 20 or 45
+examples, and singles and long texts sent with a deadline of 0.05, 0.2, 0.5 or
+2 s (DEADLINE_EXCEEDED is their designed answer when it passes), all over every
+dtype x codec. Answers are checked against an in-process engine of the same
+model (`jaxattn.bench.expect`): every answer, every example of it; the load
+itself is `jaxattn.bench.load_generator.run_load`.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from pathlib import Path
 
 from jaxattn.bench.expect import batch_sizes, build_expectations
@@ -21,7 +26,18 @@ from jaxattn.wire.codecs import CODECS
 DTYPES = tuple(OUTPUT_DTYPES)
 RICH = ("attention", "alpha_fx_norm", "sum_alpha_fx_norm", "hidden_states")
 # Share of requests per kind (the rest of the mix is spread evenly within a kind).
-WEIGHTS = {"single": 0.55, "pair": 0.33, "rich": 0.06, "batch50": 0.045, "long": 0.015}
+WEIGHTS = {
+    "single": 0.52,
+    "pair": 0.31,
+    "rich": 0.06,
+    "batch50": 0.04,
+    "long": 0.015,
+    "at_limit": 0.01,
+    "cancel": 0.025,
+    "deadline": 0.02,
+}
+CANCEL_AFTER = (1, 5, 20, 45)  # examples a "cancel" request reads of its 50
+DEADLINES_S = (0.05, 0.2, 0.5, 2.0)  # a "deadline" request's timeout
 FALLBACK = (
     "I went to the store.",
     "At the store, I bought fresh strawberries.",
@@ -64,6 +80,44 @@ def long_texts(engine, pool: list[str], n: int, lo: int = 480, hi: int = 510) ->
                 return out
 
 
+def at_limit_texts(engine, pool: list[str], n: int, verify: int = 40) -> list[str]:
+    """Up to `n` texts of exactly `engine.config.max_length` tokens (the longest allowed).
+
+    Runs of consecutive words of the pool whose token counts add up to the limit:
+    each word's count comes from one batch tokenisation (a word's tokens do not
+    depend on its neighbours in a WordPiece or Unigram tokeniser; the special
+    tokens are counted once), and each candidate is then tokenised whole and kept
+    only if it is exactly at the limit (at most `verify` candidates are tried:
+    a tokeniser where words do depend on their neighbours gives fewer or none).
+    """
+    limit = engine.config.max_length
+    words = [w for s in pool for w in s.split()][:20_000]
+    if not words:
+        return []
+    one, two = (e.length for e in engine.tokenize(["a", "a a"], too_long="truncate"))
+    special = 2 * one - two  # "a" is k + special tokens, "a a" 2k + special
+    counts = [e.length - special for e in engine.tokenize(words, too_long="truncate")]
+    out: list[str] = []
+    start, end, total = 0, 0, 0  # words[start:end] have `total` tokens
+    while len(out) < n and verify > 0 and start < len(words):
+        while end < len(words) and total + special < limit:
+            total += counts[end]
+            end += 1
+        if total + special == limit:
+            verify -= 1
+            text = " ".join(words[start:end])
+            got = engine.tokenize([text], too_long="skip")[0]
+            if got is not None and got.length == limit and text not in out:
+                out.append(text)
+                start, end, total = end, end, 0  # the next one from further on
+                continue
+        if end >= len(words) and total + special < limit:
+            break
+        total -= counts[start]
+        start += 1
+    return out
+
+
 def build_mix(engine, pool: list[str]):
     """The LoadRequests of the mix: every kind over every dtype x codec."""
     if len(pool) < 8:
@@ -77,13 +131,19 @@ def build_mix(engine, pool: list[str]):
     singles = pool[:24]
     batches = [tuple(pool[(k * 50 + i) % len(pool)] for i in range(50)) for k in range(4)]
     longs = long_texts(engine, pool, 3)
+    limits = at_limit_texts(engine, pool, 3)
     kinds = {
         "single": [(t,) for t in singles],
         "pair": [(p,) for p in pairs],
         "rich": [(t,) for t in singles[:6]],
         "batch50": batches,
         "long": [(t,) for t in longs],
+        "at_limit": [(t,) for t in limits],
+        "cancel": batches,
+        "deadline": [(t,) for t in singles[:4] + longs[:2]],
     }
+    if not limits:  # a pool of sentences too short to fill the model's limit
+        del kinds["at_limit"]
     mix = []
     for kind, texts in kinds.items():
         kind_combos = (
@@ -104,6 +164,8 @@ def build_mix(engine, pool: list[str]):
                     dtype,
                     codec,
                     WEIGHTS[kind] / n,
+                    cancel_after=CANCEL_AFTER[j % len(CANCEL_AFTER)] if kind == "cancel" else None,
+                    timeout=DEADLINES_S[j % len(DEADLINES_S)] if kind == "deadline" else None,
                 )
             )
     return mix
@@ -133,7 +195,7 @@ def warm_shapes(client, engine, mix) -> int:
 
 
 def loadtest(
-    server: str,
+    server: str | Sequence[str],
     *,
     clients: int = 64,
     requests: int | None = None,
@@ -147,6 +209,10 @@ def loadtest(
     log=print,
 ):
     """Build the mix, compute its right answers, warm the server up, run the load.
+
+    `server`: an address, or several (replicas: each gets every shape compiled
+    in the warm-up; each simulated client then sends to all of them in turn,
+    with the client's retry and resume, see `jaxattn.client.AttentionClient`).
 
     Returns:
       (LoadResult, the mix, its expectations): see `jaxattn.bench.load_generator.run_load`.
@@ -164,14 +230,18 @@ def loadtest(
     )
     expectations = build_expectations(engine, mix)
     options = dict(token=token, timeout=600.0)
-    pid = server_pid or listening_pid(int(server.rsplit(":", 1)[1]))
+    servers = [server] if isinstance(server, str) else list(server)
+    pid = server_pid or listening_pid(int(servers[0].rsplit(":", 1)[1]))
     log(f"server pid {pid}; compiling every batch shape on the server")
-    with AttentionClient(server, **options) as client:
-        client.wait_ready(60)
-        log(f"{warm_shapes(client, engine, mix)} shape warm-up requests sent")
+    sent = 0
+    for address in servers:  # every replica compiles (or loads) every shape
+        with AttentionClient(address, **options) as client:
+            client.wait_ready(60)
+            sent += warm_shapes(client, engine, mix)
+    log(f"{sent} shape warm-up requests sent")
     if warmup:
         warm = run_load(
-            server,
+            servers,
             mix,
             expectations,
             clients=clients,
@@ -179,7 +249,10 @@ def loadtest(
             client_options=options,
             seed=seed + 1,
         )
-        log(f"warm-up: {warm.requests} requests, {len(warm.wrong)} wrong, {dict(warm.errors)}")
+        log(
+            f"warm-up: {warm.requests} requests, {len(warm.wrong)} wrong, {len(warm.lost)} lost, "
+            f"{dict(warm.errors)}"
+        )
 
     def progress(r) -> None:
         rss = f"{r.rss[-1][1] // 1024} MiB" if r.rss else "?"
@@ -189,7 +262,7 @@ def loadtest(
         )
 
     result = run_load(
-        server,
+        servers,
         mix,
         expectations,
         clients=clients,

@@ -356,6 +356,11 @@ class AttentionClient:
         failed: set[int] = set()
         misses = 0  # failed attempts in a row that delivered no example
         while True:
+            if resume.done == len(texts):
+                # Cut after the last example but before the call's end (its OK status):
+                # everything arrived, there is nothing to resume (asking for no texts
+                # would be refused as INVALID_ARGUMENT; issue 33's faulty network).
+                return
             i, channel = channels.next(failed)
             address = channels.addresses[i]
             remaining = deadline - time.monotonic()

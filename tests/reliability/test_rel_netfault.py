@@ -9,30 +9,16 @@ benchmarks/faulty_network.py (scripts/faulty_network.sh), figures in RELIABILITY
 
 from __future__ import annotations
 
-import json
 import os
-import pickle
-import queue
 import subprocess
 import sys
-import threading
-from pathlib import Path
 
 import pytest
+from netfault_support import faulty_network, run_client, server_port, start_server
 from rel_support import SENTENCES, WHAT
 
-from jaxattn.bench.fault_network import FaultyNetwork, NetworkUnavailable, namespaces
+from jaxattn.bench.fault_network import FaultyNetwork, namespaces
 from jaxattn.bench.fault_proxy import Faults, Leg
-
-JAXATTN = Path(sys.executable).with_name("jaxattn")
-CLIENT = Path(__file__).with_name("netfault_load.py")
-
-
-def faulty_network() -> FaultyNetwork:
-    try:
-        return FaultyNetwork().open()
-    except NetworkUnavailable as e:
-        pytest.skip(f"no faulty network on this machine: {e}")
 
 
 def test_the_namespaces_are_made_inside_and_removed_even_on_failure():
@@ -65,23 +51,6 @@ def test_the_namespaces_are_made_inside_and_removed_even_on_failure():
     assert not made & set(namespaces())
 
 
-def start_server(net: FaultyNetwork, checkpoint: Path, log: Path):
-    """`jaxattn serve` in the server namespace, on its veth address, port 0; (process, lines)."""
-    with open(log, "wb") as err:
-        proc = net.popen(
-            "server",
-            [str(JAXATTN), "serve", "--model", str(checkpoint), "--host", net.server_ip]
-            + ["--port", "0", "--max-batch", "1", "--batch-window-ms", "2"],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-            env=dict(os.environ, JAXATTN_TOKEN="", PYTHONUNBUFFERED="1"),
-        )
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
-    return proc, lines
-
-
 def test_serve_across_loss_and_latency_answers_every_request_right(rel_checkpoint, tmp_path):
     import jaxattn
     from jaxattn.bench.expect import build_expectations
@@ -102,12 +71,7 @@ def test_serve_across_loss_and_latency_answers_every_request_right(rel_checkpoin
             for c in ("none", "zstd", "lz4")
         ]
         expected = build_expectations(reference, mix, max_batch=1)
-        try:
-            line = lines.get(timeout=120)
-        except queue.Empty:
-            pytest.fail(f"jaxattn serve did not start: {(tmp_path / 'serve.log').read_text()}")
-        assert f"listening on {net.server_ip}:" in line, line
-        port = int(line.split(f"listening on {net.server_ip}:")[1].split()[0])
+        port = server_port(net, lines, tmp_path / "serve.log")
 
         net.set_loss(2.0)
         plan = dict(
@@ -118,18 +82,10 @@ def test_serve_across_loss_and_latency_answers_every_request_right(rel_checkpoin
             clients=4,
             requests=40,
         )
-        (tmp_path / "plan.pickle").write_bytes(pickle.dumps(plan))
-        client = net.popen(
-            "client",
-            [sys.executable, str(CLIENT), str(tmp_path / "plan.pickle")],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        out, _ = client.communicate(timeout=120)
+        report = run_client(net, plan, tmp_path, timeout=120)
         seen, dropped = net.packets()
         assert server.poll() is None, (tmp_path / "serve.log").read_text()
         server.kill()  # its graceful exit is tested elsewhere (test_service_subprocess.py)
-    report = json.loads(out.strip().splitlines()[-1])
     load, proxy = report["load"], report["proxy"]
     assert (load["requests"], load["ok"], load["wrong"], load["lost"]) == (40, 40, 0, 0), load
     assert load["errors"] == {}, load
