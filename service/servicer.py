@@ -150,7 +150,13 @@ class AttentionServicer:
             if self.metrics is not None:
                 messages = self.metrics.sending(messages, parsed.spec.dtype, parsed.codec)
             if self._weights:  # which model answers (attention.proto: initial metadata)
-                context.send_initial_metadata(((codecs.WEIGHTS_METADATA, self._weights),))
+                try:
+                    context.send_initial_metadata(((codecs.WEIGHTS_METADATA, self._weights),))
+                except grpc.RpcError:  # gRPC's answer on a call that has ended already
+                    if context.is_active():
+                        raise  # it has not: a bug, INTERNAL below
+                    stats["code"] = _gone(context, job)  # the client went (or its deadline)
+                    return
             for message in messages:
                 stats["bytes"] += len(message)
                 yield message
