@@ -166,10 +166,10 @@ class SelfAttention(nn.Module):
             use_bias=c.attention_bias and c.attention_out_bias,
             name="out",
         )
+        if fast in ("xla", "cudnn"):  # the layer's own choice wins over the request's block
+            return self._fast(fast, q, k, v, mask, out, project, is_global)
         if self.block or fast == "blockwise":
             return self._blockwise(q, k, v, mask, out, project, is_global)
-        if fast is not None:
-            return self._fast(fast, q, k, v, mask, out, project, is_global)
         length = x.shape[0]
         allowed = jnp.broadcast_to(mask[None, :], (length, length))  # [T, S]
         terms = {}

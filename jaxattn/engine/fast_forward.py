@@ -1,6 +1,6 @@
 """The forward of a layer nothing is captured from: its attention output alone.
 
-    kind = fast_forward.choose("auto", config, mm, length, block, gated=False)
+    kind = fast_forward.choose("auto", config, mm, length, gated=False)
     y = fast_forward.attend(kind, q, k, v, mask, config=config, mm=mm, local=False)
 
 A layer whose weights nobody asked for (a layer before the captured ones, or a
@@ -12,8 +12,9 @@ capture. `choose` is the one place that picks how such a layer runs:
   precision bf16, for a head dim that is a multiple of 8 up to 128, no soft cap, and
   no window or a causal one.
 - "blockwise": `jaxattn.engine.blockwise`'s forward, memory linear in T. Where T is
-  long (`blockwise.AUTO_MIN_LENGTH` or more) or the request runs blockwise anyway, on
-  any platform; and Gemma 2's soft cap at any length.
+  long (`blockwise.AUTO_MIN_LENGTH` or more: below it XLA's is faster on the CPU, and a
+  layer's [H, T, T] logits are small), on any platform; and Gemma 2's soft cap at any
+  length.
 - "xla": XLA's dense `jax.nn.dot_product_attention`, [H, T, S] logits. Short inputs,
   at highest precision or a precision the platform has natively.
 - None: the layer's own path (dense, or blockwise as the request's `block` says).
@@ -62,7 +63,7 @@ READS_NO_WEIGHTS = frozenset({"queries", "keys", "values", "fx_norm"})
 CUDNN_HEAD_DIM = 128  # cuDNN flash attention's largest head dim before Hopper (256 from it)
 
 
-def choose(policy: str, config: ModelConfig, mm: Matmul, length: int, block: int, gated: bool):
+def choose(policy: str, config: ModelConfig, mm: Matmul, length: int, gated: bool):
     """How a layer nothing is captured from runs its attention: a `KINDS` name, or None
     for the layer's own path (module docstring).
 
@@ -71,14 +72,13 @@ def choose(policy: str, config: ModelConfig, mm: Matmul, length: int, block: int
       config: the model.
       mm: the engine's contraction (its precision and platform).
       length: the padded length T.
-      block: the block size the request's captured layers run in (0: dense).
       gated: heads are ablated.
     """
     if policy == "dense" or gated or config.relative is not None:
         return None
     if cudnn_serves(config, mm):
         return "cudnn"
-    if block or length >= blockwise.AUTO_MIN_LENGTH or config.attn_softcap:
+    if length >= blockwise.AUTO_MIN_LENGTH or config.attn_softcap:
         return "blockwise"
     if mm.default_precision() is not None:
         return "xla"

@@ -368,7 +368,7 @@ class Encoder(nn.Module):
             self.attention, c, spec.what, ids.shape[0], gates is not None, self.block
         )
         # Layers nothing is captured from: their attention output alone (`fast_forward`).
-        fast = fast_forward.choose(self.attention, c, mm, ids.shape[0], block, gates is not None)
+        fast = fast_forward.choose(self.attention, c, mm, ids.shape[0], gates is not None)
         layer = dict(block=block, fast=fast, fast_block=self.block)
         weights = [
             EncoderLayer(c, mm, index=i, **layer, name=f"layer_{i}") for i in range(c.weight_layers)
