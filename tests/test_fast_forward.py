@@ -7,10 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import tiny_models
 
-from jaxattn.checkpoints.hf_config import translate
 from jaxattn.engine import blockwise, fast_forward
-from jaxattn.engine import layer_loop as layer_loops
 from jaxattn.engine.model import Encoder
 from jaxattn.engine.precision import Matmul
 from jaxattn.spec import CaptureSpec
@@ -19,100 +18,21 @@ from jaxattn.token_classes import CLS_BIT, SEP_BIT
 T = 45  # odd; the second example is padded from token 31 on
 LENGTHS = (T, 31)
 
-HF = {
-    "bert": dict(  # absolute positions, a pair (token types), padding
-        model_type="bert",
-        vocab_size=61,
-        hidden_size=15,
-        num_attention_heads=3,
-        intermediate_size=23,
-        num_hidden_layers=2,
-        max_position_embeddings=128,
-        type_vocab_size=2,
+# Each family's tiny model (`tiny_models`), shortened: windows that T = 45 crosses.
+SHAPES = {
+    "bert": dict(num_hidden_layers=2),  # absolute positions, a pair, padding
+    "modernbert": dict(local_attention=12),  # layers 0, 2 global, 1 local |i - j| <= 6
+    "llama": dict(),  # causal, GQA
+    "mistral": dict(sliding_window=9),  # a causal window 0 <= i - j < 9, one kv head
+    "gemma3": dict(
+        sliding_window=7, num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"]
     ),
-    "modernbert": dict(  # rotary, local layers |i - j| <= 6 (a padded row sees itself)
-        model_type="modernbert",
-        vocab_size=61,
-        hidden_size=18,
-        num_attention_heads=3,
-        intermediate_size=23,
-        num_hidden_layers=3,
-        global_attn_every_n_layers=2,  # 0 and 2 global, 1 local
-        local_attention=12,
-        global_rope_theta=1000.0,
-        local_rope_theta=30.0,
-        max_position_embeddings=128,
-        hidden_activation="gelu",
-        norm_eps=1e-5,
-        norm_bias=False,
-        attention_bias=False,
-        mlp_bias=False,
-    ),
-    "llama": dict(  # causal, GQA
-        model_type="llama",
-        vocab_size=61,
-        hidden_size=24,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_hidden_layers=2,
-        intermediate_size=29,
-        max_position_embeddings=128,
-        rms_norm_eps=1e-5,
-        rope_theta=10000.0,
-    ),
-    "mistral": dict(  # a causal sliding window 0 <= i - j < 9, one key/value head
-        model_type="mistral",
-        vocab_size=61,
-        hidden_size=24,
-        num_attention_heads=4,
-        num_key_value_heads=1,
-        num_hidden_layers=2,
-        intermediate_size=29,
-        max_position_embeddings=128,
-        rms_norm_eps=1e-5,
-        rope_theta=10000.0,
-        sliding_window=9,
-    ),
-    "gemma3": dict(  # query_pre_attn_scalar, q/k norm, post-norms, sliding and full layers
-        model_type="gemma3_text",
-        vocab_size=61,
-        hidden_size=36,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=10,
-        num_hidden_layers=2,
-        intermediate_size=29,
-        max_position_embeddings=128,
-        rms_norm_eps=1e-5,
-        query_pre_attn_scalar=7,
-        sliding_window=7,
-        layer_types=["sliding_attention", "full_attention"],
-        rope_parameters={
-            "full_attention": {"rope_type": "default", "rope_theta": 10000.0},
-            "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
-        },
-    ),
-    "gemma2": dict(  # a soft cap: no dot_product_attention, the blockwise forward
-        model_type="gemma2",
-        vocab_size=61,
-        hidden_size=36,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=10,
-        num_hidden_layers=2,
-        intermediate_size=29,
-        max_position_embeddings=128,
-        rms_norm_eps=1e-5,
-        query_pre_attn_scalar=7,
-        sliding_window=7,
-        attn_logit_softcapping=3.0,
-        rope_parameters={"rope_theta": 500.0},
-    ),
+    "gemma2": dict(sliding_window=7, num_hidden_layers=2),  # soft cap: blockwise forward
 }
 
 
 def config_of(family, **fields):
-    return translate({**HF[family], **fields}, name=f"tiny-{family}")
+    return tiny_models.config_of(family, **SHAPES[family], **fields)
 
 
 # --- choose: the one place the kind is picked -------------------------------------------
@@ -121,16 +41,15 @@ def config_of(family, **fields):
 def test_choose_picks_by_policy_length_precision_and_model():
     bert, gemma2 = config_of("bert"), config_of("gemma2")
     cpu = Matmul("highest", "cpu")
-    assert fast_forward.choose("auto", bert, cpu, 512, 0, False) == "xla"
-    assert fast_forward.choose("blockwise", bert, cpu, 512, 0, False) == "xla"
     long = blockwise.AUTO_MIN_LENGTH
-    assert fast_forward.choose("auto", bert, cpu, long, 0, False) == "blockwise"
-    assert fast_forward.choose("auto", bert, cpu, 64, 96, False) == "blockwise"  # runs blockwise
-    assert fast_forward.choose("auto", gemma2, cpu, 64, 0, False) == "blockwise"  # soft cap
-    assert fast_forward.choose("dense", bert, cpu, long, 0, False) is None  # the reference
-    assert fast_forward.choose("auto", bert, cpu, 64, 0, True) is None  # heads ablated
+    assert fast_forward.choose("auto", bert, cpu, long - 1, False) == "xla"
+    assert fast_forward.choose("blockwise", bert, cpu, long - 1, False) == "xla"
+    assert fast_forward.choose("auto", bert, cpu, long, False) == "blockwise"
+    assert fast_forward.choose("auto", gemma2, cpu, 64, False) == "blockwise"  # soft cap
+    assert fast_forward.choose("dense", bert, cpu, long, False) is None  # the reference
+    assert fast_forward.choose("auto", bert, cpu, 64, True) is None  # heads ablated
     # tf32 on the CPU rounds every operand, the weights too: no default precision does
-    assert fast_forward.choose("auto", bert, Matmul("tf32", "cpu"), 64, 0, False) is None
+    assert fast_forward.choose("auto", bert, Matmul("tf32", "cpu"), 64, False) is None
 
 
 def test_choose_takes_cudnn_where_its_constraints_hold(monkeypatch):
@@ -138,41 +57,32 @@ def test_choose_takes_cudnn_where_its_constraints_hold(monkeypatch):
     gpu16, gpu32 = Matmul("bf16", "gpu"), Matmul("highest", "gpu")
     llama, mistral = config_of("llama", head_dim=8), config_of("mistral", head_dim=8)
     modernbert, gemma2 = config_of("modernbert"), config_of("gemma2", head_dim=16)
-    assert fast_forward.choose("auto", llama, gpu16, 64, 0, False) == "cudnn"
-    assert fast_forward.choose("auto", mistral, gpu16, 64, 0, False) == "cudnn"  # left window
-    assert fast_forward.choose("auto", llama, gpu32, 64, 0, False) == "xla"  # float32: no cuDNN
-    assert fast_forward.choose("auto", llama, gpu32, 32768, 0, False) == "blockwise"
+    assert fast_forward.choose("auto", llama, gpu16, 64, False) == "cudnn"
+    assert fast_forward.choose("auto", mistral, gpu16, 64, False) == "cudnn"  # left window
+    assert fast_forward.choose("auto", llama, gpu32, 64, False) == "xla"  # float32: no cuDNN
+    assert fast_forward.choose("auto", llama, gpu32, 32768, False) == "blockwise"
     # ModernBERT's symmetric window: cuDNN has no right window without a causal mask
-    assert fast_forward.choose("auto", modernbert, gpu16, 64, 0, False) == "xla"
-    assert fast_forward.choose("auto", gemma2, gpu16, 64, 0, False) == "blockwise"  # soft cap
-    assert fast_forward.choose("auto", config_of("llama"), gpu16, 64, 0, False) == "xla"  # K=6
+    assert fast_forward.choose("auto", modernbert, gpu16, 64, False) == "xla"
+    assert fast_forward.choose("auto", gemma2, gpu16, 64, False) == "blockwise"  # soft cap
+    assert fast_forward.choose("auto", config_of("llama"), gpu16, 64, False) == "xla"  # K=6
     wide = config_of("llama", head_dim=136)  # past cuDNN's 128
-    assert fast_forward.choose("auto", wide, gpu16, 64, 0, False) == "xla"
+    assert fast_forward.choose("auto", wide, gpu16, 64, False) == "xla"
     monkeypatch.setattr(fast_forward, "_cuda", lambda: False)  # ROCm
-    assert fast_forward.choose("auto", llama, gpu16, 64, 0, False) == "xla"
+    assert fast_forward.choose("auto", llama, gpu16, 64, False) == "xla"
+
+
+def test_auto_goes_blockwise_from_the_measured_lengths():
+    c, stats, maps = config_of("llama"), ("decoder_head_stats",), ("attention",)
+    short, long = blockwise.AUTO_MIN_LENGTH_STATS, blockwise.AUTO_MIN_LENGTH
+    assert short < long  # statistics alone gain from blockwise earlier than maps
+    assert blockwise.choose_block("auto", c, stats, short - 1) == 0
+    assert blockwise.choose_block("auto", c, stats, short) == blockwise.BLOCK
+    assert blockwise.choose_block("auto", c, maps + stats, long - 1) == 0
+    assert blockwise.choose_block("auto", c, maps + stats, long) == blockwise.BLOCK
+    assert blockwise.choose_block("auto", c, ("sum_alpha_fx_norm",), long - 1) == 0
 
 
 # --- attend("xla") against float64 ------------------------------------------------------
-
-
-def reference(q, k, v, mask, causal, window, local, scale):
-    """float64 softmax(scale q k^T) v, each pair's visibility written out."""
-    t, h, _ = q.shape
-    group = h // k.shape[1]
-    kk = np.repeat(k, group, axis=1).astype(np.float64)
-    vv = np.repeat(v, group, axis=1).astype(np.float64)
-    s = np.einsum("thk,shk->hts", q.astype(np.float64), kk) * scale
-    ok = np.zeros((t, t), bool)
-    for i in range(t):
-        for j in range(t):
-            seen = bool(mask[j]) and (j <= i or not causal)
-            if local:
-                inside = 0 <= i - j < window if causal else abs(i - j) <= window // 2
-                seen = (seen and inside) or i == j  # a padded query still sees itself
-            ok[i, j] = seen
-    s = np.where(ok[None], s, -np.inf)
-    w = np.exp(s - s.max(-1, keepdims=True))
-    return np.einsum("hts,shk->thk", w / w.sum(-1, keepdims=True), vv)
 
 
 ATTEND = {  # family: (kv heads, local, padded)
@@ -201,7 +111,7 @@ def test_xla_attend_equals_the_softmax_every_row(family):
         )
     )(q, k, v, mask)
     scale = config.query_scale**-0.5 if config.query_scale else config.head_dim**-0.5
-    want = reference(q, k, v, mask, config.causal, window, local, scale)
+    want, _, _ = tiny_models.softmax_reference(q, k, v, mask, config.causal, window, local, scale)
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=2e-6)
 
 
@@ -212,15 +122,6 @@ def test_attend_refuses_an_unknown_kind():
 
 
 # --- whole captures: the fast forward against every layer dense -------------------------
-
-
-def params_of(config, seed=0):
-    """Random params of the unrolled tree, scaled so the softmaxes are far from uniform."""
-    x = jnp.zeros(8, jnp.int32)
-    spec = CaptureSpec(what=("hidden_states",), layers=(config.num_layers - 1,), heads=(0,))
-    tree = Encoder(config).init(jax.random.key(seed), x, x, x > -1, spec)["params"]
-    rng = np.random.default_rng(seed)
-    return jax.tree.map(lambda a: (rng.normal(size=a.shape) * 0.5).astype(np.float32), tree)
 
 
 def batch(config):
@@ -240,17 +141,7 @@ def batch(config):
 def run(config, params, what, layers, attention, loop="unrolled"):
     spec = CaptureSpec(what=what, layers=layers, heads=tuple(range(config.num_heads)))
     model = Encoder(config, layer_loop=loop, attention=attention)
-    if loop == "scan":
-        params = layer_loops.stack_layers(jax.tree.map(np.asarray, params), config)
-
-    @jax.jit
-    def f(params, ids, types, mask, classes):
-        def one(i, t, m, c):
-            return model.apply({"params": params}, i, t, m, spec, None, c)
-
-        return jax.vmap(one)(ids, types, mask, classes)
-
-    return jax.tree.map(np.asarray, f(params, *batch(config)))
+    return tiny_models.capture(model, params, spec, batch(config))
 
 
 CAPTURES = [  # family, quantities, layers (None: all), layer loop, the kind `choose` gives
@@ -268,8 +159,8 @@ def test_a_capture_through_the_fast_forward_equals_the_dense_one(
 ):
     config = config_of(family)
     layers = tuple(range(config.num_layers)) if layers is None else layers
-    assert fast_forward.choose("auto", config, Matmul(), T, 0, False) == kind
-    params = params_of(config)
+    assert fast_forward.choose("auto", config, Matmul(), T, False) == kind
+    params = tiny_models.params_of(config)
     calls = []
     real = fast_forward.attend
 
