@@ -505,9 +505,7 @@ def fast_forward(tokens: list[int], tiny: bool, json_path: Path | None) -> bool:
                     times[f"{attention}_{run}_s"] = time.perf_counter() - t
                 got[attention] = np.stack([c.hidden_states for c in cap])
             mm = Matmul(precision, matmul_platform(jax.devices()[0]))
-            spec = engine.make_spec("hidden_states", layers=[layer])
-            block = engine.step.block_for(spec, length)
-            kind = fast.choose("auto", engine.config, mm, length, block, False)
+            kind = fast.choose("auto", engine.config, mm, length, False)
             diff = float(np.abs(got["auto"] - got["dense"]).max() / np.abs(got["dense"]).max())
             good = diff <= FAST_LIMITS[precision]
             ok &= good
