@@ -115,6 +115,21 @@ def test_xla_attend_equals_the_softmax_every_row(family):
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=2e-6)
 
 
+def test_cudnn_refused_while_tracing_warns_and_runs_without_it():
+    # On the CPU jax refuses implementation="cudnn" ("cuDNN is not detected"): the
+    # layer runs XLA's version instead, the same numbers.
+    config = config_of("llama")
+    rng = np.random.default_rng(4)
+    q = rng.normal(size=(11, 4, 6)).astype(np.float32)
+    k = rng.normal(size=(11, 2, 6)).astype(np.float32)
+    v = rng.normal(size=(11, 2, 6)).astype(np.float32)
+    mask = np.arange(11) < 8
+    with pytest.warns(UserWarning, match="cuDNN attention refused"):
+        got = fast_forward.attend("cudnn", q, k, v, mask, config=config, mm=Matmul())
+    want, _, _ = tiny_models.softmax_reference(q, k, v, mask, True, 0, False, 6**-0.5)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=2e-6)
+
+
 def test_attend_refuses_an_unknown_kind():
     config, x = config_of("bert"), jnp.zeros((4, 3, 5))
     with pytest.raises(ValueError, match="unknown fast forward 'dense': valid are cudnn, xla"):

@@ -36,7 +36,9 @@ causal mask, and a decoder's sliding window 0 <= i - j < W as its left window;
 ModernBERT's symmetric window |i - j| <= W // 2 (not causal) it cannot express, so
 ModernBERT never runs cuDNN. A padded query row that sees no key (past a window)
 comes out 0 from cuDNN where the dense path lets it see itself; padded rows are
-no part of any output and no real row reads them.
+no part of any output and no real row reads them. Where jax refuses the cuDNN call
+while tracing (no cuDNN, a shape it does not take), the layer warns and runs "xla" or
+the blockwise forward as a CPU would.
 
 "xla" applies `blockwise.allowed`, the mask the blockwise path and the dense path
 apply (padding, causal, window, a padded query seeing itself), as a boolean mask,
@@ -46,6 +48,7 @@ with the matmuls at the engine's precision (`Matmul.default_precision`).
 from __future__ import annotations
 
 import functools
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -127,15 +130,24 @@ def attend(kind: str, q, k, v, mask, *, config: ModelConfig, mm: Matmul, local=F
         return _xla(q, k, v, mask, config, mm, window, local)
     if kind != "cudnn":
         raise ValueError(f"unknown fast forward {kind!r}: valid are cudnn, xla")
-    if not window or local is False:
-        return _cudnn(q, k, v, mask, config, 0)
-    if local is True:
-        return _cudnn(q, k, v, mask, config, window)
-    return lax.cond(
-        local,
-        lambda: _cudnn(q, k, v, mask, config, window),
-        lambda: _cudnn(q, k, v, mask, config, 0),
-    )
+    try:
+        if not window or local is False:
+            return _cudnn(q, k, v, mask, config, 0)
+        if local is True:
+            return _cudnn(q, k, v, mask, config, window)
+        return lax.cond(
+            local,
+            lambda: _cudnn(q, k, v, mask, config, window),
+            lambda: _cudnn(q, k, v, mask, config, 0),
+        )
+    except (NotImplementedError, ValueError, RuntimeError) as e:  # refused while tracing
+        warnings.warn(f"cuDNN attention refused ({e}); this layer runs without it", stacklevel=2)
+        if q.shape[0] < blockwise.AUTO_MIN_LENGTH:
+            return _xla(q, k, v, mask, config, mm, window, local)
+        logits = functools.partial(jnp.multiply, scale(config))
+        return blockwise.attention(
+            q, k, v, mask, mm=mm, logits=logits, causal=config.causal, window=window, local=local
+        ).out
 
 
 def _xla(q, k, v, mask, config: ModelConfig, mm: Matmul, window: int, local):
