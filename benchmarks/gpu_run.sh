@@ -7,7 +7,8 @@
 #               bash benchmarks/gpu_run.sh first real   # a second call: only what is missing
 # Stages, in order: sanity bench precision overlap first warmup service real levers decoders
 # long. (`long`, issue 31's 1B decoder at 8k and 32k tokens, needs minutes of its own: on a
-# fresh call, run it alone, `bash benchmarks/gpu_run.sh long`, with GPU_RUN_SECONDS=540.)
+# fresh call, run it alone, `GPU_RUN_SECONDS=540 bash benchmarks/gpu_run.sh long`, and
+# what it leaves out with GPU_RUN_LONG="bf16:32768 bf16:8192" in another.)
 # Everything is line-buffered into $OUT/run.log (appended, so a stage cut off by its
 # limit still leaves what it printed) and the JSON figures into $OUT/<stage>.json.
 # Each step has its own time limit, clipped to what is left of the run's budget
@@ -180,11 +181,14 @@ for stage in "${wanted[@]}"; do
       # from (cuDNN at bf16) give the dense numbers.
       step 90 "${checks[@]}" fast-forward $tiny --tokens "$(s 24 512,4096)" \
         --json "$OUT/fast-forward.json"
-      # One random checkpoint (5 GB at full size) for the four runs, each a fresh process.
+      # One random checkpoint (5 GB at full size), written in a step of its own, for the
+      # runs, each a fresh process. GPU_RUN_LONG="bf16:32768 ..." picks the runs (a
+      # second call: what the first left out).
       long=("$py" benchmarks/long_context.py --preset llama-1b $tiny --query-rows "$(s 8 256)"
         --attention blockwise --model-dir "$(mktemp -d)/llama-1b")
-      for run in $(s "highest:40 bf16:40" \
-        "highest:8192 highest:32768 bf16:32768 bf16:8192"); do
+      step 150 "${long[@]}" --prepare
+      for run in ${GPU_RUN_LONG:-$(s "highest:40 bf16:40" \
+        "highest:8192 highest:32768 bf16:32768 bf16:8192")}; do
         p=${run%%:*} t=${run#*:}
         step "$([ "$t" -gt 8192 ] && echo 300 || echo 150)" "${long[@]}" --precision "$p" \
           --lengths "$t" --out "$OUT/long-$p-$t"

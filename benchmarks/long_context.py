@@ -372,8 +372,13 @@ def main() -> None:
         type=Path,
         help="keep the random checkpoint here and reuse it when there (default: a temp dir)",
     )
+    p.add_argument(
+        "--prepare", action="store_true", help="only write the checkpoint into --model-dir"
+    )
     p.add_argument("--out", type=Path, help="write raw.jsonl and table.md here")
     args = p.parse_args()
+    if args.prepare and not args.model_dir:
+        p.error("--prepare writes the checkpoint into --model-dir: name one")
     if args.one:
         job = json.loads(args.one)
         print(json.dumps((one_jaxattn if job["side"] == "jaxattn" else one_eager)(job)))
@@ -395,6 +400,9 @@ def main() -> None:
             model = str(where)
         else:
             model = str(random_checkpoint(args.preset, where, **overrides))
+        if args.prepare:
+            print(f"checkpoint {model}")
+            return
         config = json.loads((Path(model) / "config.json").read_text())
         layer = config["num_hidden_layers"] - 1
         lengths = [int(t) for t in args.lengths.split(",")]
