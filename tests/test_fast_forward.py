@@ -164,7 +164,6 @@ CAPTURES = [  # family, quantities, layers (None: all), layer loop, the kind `ch
     ("modernbert", ("hidden_states", "queries"), None, "scan", "xla"),  # kind as data
     ("mistral", ("attention", "head_stats"), (1,), "unrolled", "xla"),  # layer 0 fast
     ("gemma3", ("hidden_states", "fx_norm"), None, "unrolled", "xla"),
-    ("gemma2", ("hidden_states", "attention"), (1,), "unrolled", "blockwise"),
 ]
 
 
