@@ -7,6 +7,7 @@
     python benchmarks/gpu_checks.py service     # `jaxattn serve` and a client, end to end
     python benchmarks/gpu_checks.py warmup      # Engine.warmup of one spec, timed
     python benchmarks/gpu_checks.py shape       # one shape: its compile and its speed
+    python benchmarks/gpu_checks.py fast-forward  # layers nothing is captured from, vs dense
 
 `sanity`: the versions, the device and its memory kinds, then the six quantities
 of a full capture of a tiny random BERT (BERT-base's tokenizer) here and in a
@@ -52,8 +53,16 @@ and the best of the others is its speed. For comparing levers in fresh
 processes: XLA_FLAGS, ``JAXATTN_LAYER_LOOP``, `--host-memory` (pinned against
 staged: is the copy overlapped?) and `--precision`.
 
-`--tiny` (precision, overlap, service, warmup, shape) swaps BERT-base for the tiny model
-of `sanity`: the CPU smoke run of `benchmarks/gpu_run.sh` and the tests.
+`fast-forward`: a 4-layer Llama-3.2-1B-shaped random model (`--tiny`: 2 layers, hidden
+64), the hidden state of its last layer (so layers 0-2 capture nothing and run
+`jaxattn.engine.fast_forward`'s kind: cuDNN at bf16 on a CUDA GPU, XLA's
+dot_product_attention where short, blockwise where long) against attention="dense"
+(every layer dense), at each `--tokens` (a list) and precision highest and bf16: the kind,
+both times (first pass apart) and the largest difference relative to the dense state's
+scale. The check: <= 1e-5 at highest (float32 rounding), <= 5e-2 at bf16.
+
+`--tiny` (precision, overlap, service, warmup, shape, fast-forward) swaps BERT-base for
+the tiny model of `sanity`: the CPU smoke run of `benchmarks/gpu_run.sh` and the tests.
 Each check prints one line a result (`--json FILE`: also its figures);
 `benchmarks/gpu_run.sh` runs them on a GPU.
 """
@@ -462,6 +471,58 @@ def shape(what: tuple[str, ...], tokens: int, tiny: bool, host_memory: str, prec
     )
 
 
+FAST_LIMITS = {"highest": 1e-5, "bf16": 5e-2}  # fast-forward: largest relative difference
+
+
+def fast_forward(tokens: list[int], tiny: bool, json_path: Path | None) -> bool:
+    import jax
+    import numpy as np
+
+    import jaxattn
+    from jaxattn.bench.capture import synthetic_texts
+    from jaxattn.bench.synthetic import random_checkpoint
+    from jaxattn.engine import fast_forward as fast
+    from jaxattn.engine.precision import Matmul
+    from jaxattn.engine.step import matmul_platform
+
+    small = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4)
+    small |= dict(num_key_value_heads=2, head_dim=16, intermediate_size=96)
+    result, ok = {"device": jax.devices()[0].device_kind}, True
+    with tempfile.TemporaryDirectory() as tmp:
+        shape = small if tiny else dict(num_hidden_layers=4)
+        model = str(random_checkpoint("llama-1b", Path(tmp), **shape))
+        for precision, length in ((p, t) for p in FAST_LIMITS for t in tokens):
+            texts = synthetic_texts(length, 2)
+            got, times = {}, {}
+            for attention in ("dense", "auto"):
+                engine = jaxattn.load(
+                    model, precision=precision, attention=attention, buckets=(length,)
+                )
+                layer = engine.config.num_layers - 1
+                for run in ("first", "second"):
+                    t = time.perf_counter()
+                    cap = engine.capture(texts, what="hidden_states", layers=[layer])
+                    times[f"{attention}_{run}_s"] = time.perf_counter() - t
+                got[attention] = np.stack([c.hidden_states for c in cap])
+            mm = Matmul(precision, matmul_platform(jax.devices()[0]))
+            kind = fast.choose("auto", engine.config, mm, length, False)
+            diff = float(np.abs(got["auto"] - got["dense"]).max() / np.abs(got["dense"]).max())
+            good = diff <= FAST_LIMITS[precision]
+            ok &= good
+            key = f"{precision}_{length}"
+            result[key] = dict(kind=kind, max_relative_difference=diff, ok=good, **times)
+            print(
+                f"fast-forward {precision} T={length}: kind {kind}, max rel diff {diff:.2e} "
+                f"({'ok' if good else 'OVER ' + str(FAST_LIMITS[precision])}), "
+                f"dense {times['dense_second_s']:.3f} s, fast {times['auto_second_s']:.3f} s "
+                f"(first passes {times['dense_first_s']:.1f} / {times['auto_first_s']:.1f} s)",
+                flush=True,
+            )
+    result["ok"] = ok
+    write_json(json_path, result)
+    return ok
+
+
 def main() -> int:
     checks = (
         "sanity",
@@ -472,12 +533,18 @@ def main() -> int:
         "warmup",
         "shape",
         "tiny-capture",
+        "fast-forward",
     )
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("check", choices=checks)
     p.add_argument("--bytes", type=int, default=1 << 30, help="zero-copy: output size")
     p.add_argument("--what", default="attention", help="warmup, shape: the quantities")
-    p.add_argument("--tokens", type=int, default=128, help="the synthetic texts' length")
+    p.add_argument(
+        "--tokens",
+        type=lambda v: [int(t) for t in v.split(",")],
+        default=[128],
+        help="the synthetic texts' length (fast-forward: a list, e.g. 512,4096)",
+    )
     p.add_argument("-n", type=int, default=1024, help="precision, overlap, service: texts")
     p.add_argument("--repeats", type=int, default=3, help="precision, overlap: timed rounds")
     p.add_argument("--request", type=int, default=256, help="service: texts a request")
@@ -501,6 +568,9 @@ def main() -> int:
     what = tuple(args.what.split(","))
     if args.check == "sanity":
         return 0 if sanity(args.json) else 1
+    if args.check == "fast-forward":
+        return 0 if fast_forward(args.tokens, args.tiny, args.json) else 1
+    args.tokens = args.tokens[0]
     if args.check == "tiny-capture":
         import numpy as np
 

@@ -5,7 +5,10 @@
 #                                                       # the GPU image lacks (~10 MB)
 # On the GPU:   bash benchmarks/gpu_run.sh              # every stage, in order (carry [".gpu"])
 #               bash benchmarks/gpu_run.sh first real   # a second call: only what is missing
-# Stages, in order: sanity bench precision overlap first warmup service real levers decoders.
+# Stages, in order: sanity bench precision overlap first warmup service real levers decoders
+# long. (`long`, issue 31's 1B decoder at 8k and 32k tokens, needs minutes of its own: on a
+# fresh call, run it alone, `GPU_RUN_SECONDS=540 bash benchmarks/gpu_run.sh long`, and
+# what it leaves out with GPU_RUN_LONG="bf16:32768 bf16:8192" in another.)
 # Everything is line-buffered into $OUT/run.log (appended, so a stage cut off by its
 # limit still leaves what it printed) and the JSON figures into $OUT/<stage>.json.
 # Each step has its own time limit, clipped to what is left of the run's budget
@@ -20,7 +23,7 @@ cd "$root"
 # generated code or the Hub loading refuse). Pure wheels or manylinux cp312.
 WHEELS=(protobuf==7.36.2 grpcio==1.85.3 grpcio-health-checking==1.85.1
   grpcio-reflection==1.85.1 zstandard==0.25.0 lz4==4.4.5 prometheus_client==0.26.0)
-STAGES=(sanity bench precision overlap first warmup service real levers decoders)
+STAGES=(sanity bench precision overlap first warmup service real levers decoders long)
 
 if [ "${1:-}" = prepare ]; then
   py=${PYTHON:-.venv/bin/python}
@@ -147,16 +150,49 @@ for stage in "${wanted[@]}"; do
     real)  # EWT sentences at their own lengths (the shipped sample), random BERT-base
       step 200 "${bench[@]}" --random-bert-base -n "$(s 4 512)" --repeats "$(s 1 3)" --json "$OUT/real.json"
       ;;
-    decoders)  # issue 30: the decoder presets at T=1,024 against transformers eager
+    decoders)  # issue 30: the decoder presets at T=1,024 and 4,096 against transformers eager
+      # torch (eager) and jax share the card in one process: jax allocates as it goes
+      # rather than taking 75% of the memory up front.
+      export XLA_PYTHON_CLIENT_PREALLOCATE=false
       if [ -n "$smoke" ]; then
         step 300 "${bench[@]}" --synthetic gpt2-small --tokens 16 -n 2 --repeats 1 \
           --json "$OUT/decoders-gpt2.json"
       else
         step 150 "${bench[@]}" --synthetic gpt2-small --tokens 1024 -n 128 --repeats 2 \
           --json "$OUT/decoders-gpt2.json"
-        step 200 "${bench[@]}" --synthetic llama-1b --tokens 1024 -n 32 --repeats 2 \
+        # eager returns 2.1 GB of maps a text at 1,024 tokens (16 x 32 x 1,024^2 float32)
+        step 200 "${bench[@]}" --synthetic llama-1b --tokens 1024 -n 16 --repeats 2 \
           --json "$OUT/decoders-llama.json"
+        # 4,096 tokens (GPT-2 small holds 1,024 positions): one text's eager maps are
+        # 34 GB and the full capture's outputs 70 GB (attention and alpha_fx_norm):
+        # Llama-1B where the card holds that (H200), else Qwen2-0.5B (24 x 14 heads:
+        # 23 GB and 46 GB).
+        mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+        preset=qwen2-0.5b
+        [ "${mib:-0}" -ge 120000 ] && preset=llama-1b
+        step 200 "${bench[@]}" --synthetic "$preset" --tokens 4096 -n 1 --repeats 1 \
+          --json "$OUT/decoders-$preset-4096.json"
       fi
+      unset XLA_PYTHON_CLIENT_PREALLOCATE
+      ;;
+    long)  # issue 31: Llama-3.2-1B-shaped, one text of 8,192 and of 32,768 tokens,
+      # blockwise: decoder_head_stats of every head plus two heads' maps of the last layer
+      # (and the last 256 query rows alone); first whether layers nothing is captured
+      # from (cuDNN at bf16) give the dense numbers.
+      step 90 "${checks[@]}" fast-forward $tiny --tokens "$(s 24 512,4096)" \
+        --json "$OUT/fast-forward.json"
+      # One random checkpoint (5 GB at full size), written in a step of its own, for the
+      # runs, each a fresh process. GPU_RUN_LONG="bf16:32768 ..." picks the runs (a
+      # second call: what the first left out).
+      long=("$py" benchmarks/long_context.py --preset llama-1b $tiny --query-rows "$(s 8 256)"
+        --attention blockwise --model-dir "$(mktemp -d)/llama-1b")
+      step 150 "${long[@]}" --prepare
+      for run in ${GPU_RUN_LONG:-$(s "highest:40 bf16:40" \
+        "highest:8192 highest:32768 bf16:32768 bf16:8192")}; do
+        p=${run%%:*} t=${run#*:}
+        step "$([ "$t" -gt 8192 ] && echo 300 || echo 150)" "${long[@]}" --precision "$p" \
+          --lengths "$t" --out "$OUT/long-$p-$t"
+      done
       ;;
   esac
 done

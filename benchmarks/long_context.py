@@ -1,24 +1,48 @@
-"""Long context on the CPU (issue 31): a ModernBERT-base-shaped random model at 1k-8k tokens.
+"""Long context (issue 31): a ModernBERT-base-shaped random model at 1k-8k tokens on the CPU,
+a Llama-3.2-1B-shaped one at 8k and 32k on a GPU.
 
     python benchmarks/long_context.py --out benchmarks/results/DATE-long-cpu
     python benchmarks/long_context.py --lengths 1024 --tiny      # a quick check of the script
+    python benchmarks/long_context.py --preset llama-1b --lengths 8192,32768 --query-rows 256
 
 One text of exactly T tokens (`jaxattn.bench.capture.synthetic_texts`) through the
 `modernbert-base` preset of `jaxattn.bench.synthetic` (22 layers, 12 heads, hidden 768,
 8,192 positions, random weights). The request: `head_stats` of every layer and head, plus
 the `attention` map of two heads (0 and 1) of the last layer (a global one), two
 captures, as one spec names one selection of layers and heads. jaxattn runs with
-attention="auto" (blockwise from 1,024 tokens) and buckets at the measured lengths.
+`--attention` (default "auto": blockwise from `blockwise.AUTO_MIN_LENGTH` tokens) and
+buckets at the measured lengths.
 Each (length, side) runs in a fresh process: the first request (compiles included),
 then the same request again (timed) unless the first took over `AGAIN_S`,
 and the peak RSS of the process (VmHWM), its size before the first request, and the
 peak above where it stood just before the timed request. transformers' eager path
 (ModernBertModel, attn_implementation="eager", output_attentions=True: every layer's
 and head's map, what it has to return for any head) runs where its maps fit:
-`--eager-max` tokens (default 2,048: at 4,096 the 22 x 12 returned float32 maps alone
-are 17.7 GB, 70.9 GB at 8,192, on a 24 GB machine).
+where its returned float32 maps (L x H x T^2 x 4 bytes) fit: under 80% of the GPU's
+memory on a GPU, under half the machine's memory on the CPU (the 22 x 12 maps are 4.4 GB
+at 2,048 tokens, 17.7 GB at 4,096, 70.9 GB at 8,192), and not past `--eager-max` tokens;
+on a GPU its maps stay on the card (not copied to the host, which jaxattn's are).
+
+`--preset llama-1b` is the `llama-1b` preset instead (Llama-3.2-1B: 16 layers, 32 query
+and 8 key/value heads, hidden 2048, head dim 64, llama3 RoPE scaling, 131,072
+positions): `decoder_head_stats` of every layer and head plus the maps of heads 0 and 1
+of layer 15. `--precision` sets jaxattn's compute precision (transformers stays float32:
+it runs at "highest" only). `--query-rows N` also times, first, the maps of the last N
+query rows alone (`query_positions="-N:"`). On a GPU each process also reports the
+device's peak memory in use (`jax.Device.memory_stats()` peak_bytes_in_use; torch's
+max_memory_allocated for eager).
 
 Writes raw.jsonl (one line per process) and table.md under --out, and prints the table.
+
+    python benchmarks/long_context.py --crossover --lengths 512,1024,2048 --layers 3
+
+`--crossover` measures where the blockwise path starts to beat the dense one
+(`jaxattn.engine.blockwise.AUTO_MIN_LENGTH`): each length and request kind (`stats`:
+`head_stats` of every layer and head; `map`: the `attention` map of head 0 of the last
+layer) runs once with attention="dense" and once with "blockwise", each in a fresh
+process (the first request compiles; then the best of `REPEATS` and the peak RSS
+above where it stood before them), on the same ModernBERT-base-wide model (`--layers`
+of them, default 3: one global layer to two local ones, as in the 22-layer model).
 """
 
 from __future__ import annotations
@@ -33,8 +57,21 @@ import tempfile
 import time
 from pathlib import Path
 
-LAYER, HEADS = 21, (0, 1)  # the map: two heads of the last layer (global: 21 % 3 == 0)
+HEADS = (0, 1)  # the maps: two heads of the last layer (ModernBERT's 21: global, 21 % 3 == 0)
 TINY = dict(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, intermediate_size=96)
+TINY_LLAMA = dict(
+    num_hidden_layers=2,
+    hidden_size=64,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+)
+# preset -> (transformers model class for eager, the statistics asked for, its tiny overrides)
+PRESETS = {
+    "modernbert-base": ("ModernBertModel", "head_stats", TINY),
+    "llama-1b": ("LlamaModel", "decoder_head_stats", TINY_LLAMA),
+}
 
 
 def kib(field: str) -> int:
@@ -50,6 +87,7 @@ def reset_peak() -> None:
         f.write("5")
 
 
+REPEATS = 3  # --crossover: the timed requests after the first (their best, their peak)
 AGAIN_S = 150.0  # a first request longer than this is not repeated (the 8k one, 2 cores)
 
 
@@ -75,59 +113,203 @@ def measure(request) -> dict:
     return row
 
 
-def one_jaxattn(model: str, length: int, layer: int) -> dict:
+def device_peak_mib() -> float | None:
+    """The default device's peak memory in use so far, MiB (None where jax keeps no
+    statistics: the CPU)."""
+    import jax
+
+    stats = jax.devices()[0].memory_stats() or {}
+    peak = stats.get("peak_bytes_in_use")
+    return None if peak is None else peak / 2**20
+
+
+def jax_device() -> str:
+    import jax
+
+    return jax.devices()[0].device_kind
+
+
+def jax_version() -> str:
+    import jax
+
+    return jax.__version__
+
+
+def one_jaxattn(job: dict) -> dict:
     import jaxattn
     from jaxattn.bench.capture import synthetic_texts
 
-    # Buckets at the lengths measured: the default ladder ends at 512 and pads every longer
-    # text to the model's maximum (8,192), so each length would run at 8,192.
-    engine = jaxattn.load(model, attention="auto", buckets=(512, 1024, 2048, 4096, 8192))
+    length, layer = job["length"], job["layer"]
+    # Buckets at the length measured: each text runs at exactly T.
+    engine = jaxattn.load(
+        job["model"], attention=job["attention"], buckets=(length,), precision=job["precision"]
+    )
     texts = synthetic_texts(length, 1)
+    maps = dict(what="attention", layers=[layer], heads=list(HEADS))
+    row = {"block": engine.step.block_for(engine.make_spec(job["stats"]), length)}
+    if job.get("rows"):  # first: the device's peak is the process's, never reset
+
+        def rows():
+            got = engine.capture(texts, **maps, query_positions=f"-{job['rows']}:")[0]
+            assert got.attention.shape == (1, len(HEADS), job["rows"], length)
+
+        row |= {f"rows_{k}": v for k, v in measure(rows).items()}
+        row["rows_peak_device_mib"] = device_peak_mib()
 
     def request():
-        stats = engine.capture(texts, what="head_stats")[0]
-        maps = engine.capture(texts, what="attention", layers=[layer], heads=list(HEADS))[0]
-        assert stats.length == maps.length == length, (stats.length, length)
-        assert maps.attention.shape == (1, len(HEADS), length, length)
+        stats = engine.capture(texts, what=job["stats"])[0]
+        got = engine.capture(texts, **maps)[0]
+        assert stats.length == got.length == length, (stats.length, length)
+        assert got.attention.shape == (1, len(HEADS), length, length)
 
-    block = engine.step.block_for(engine.make_spec("head_stats"), length)
-    return measure(request) | {"block": block}
+    row |= measure(request) | {"peak_device_mib": device_peak_mib()}
+    return row | {"device": f"{jax_device()} (jax {jax_version()})"}
 
 
-def one_eager(model: str, length: int, layer: int) -> dict:
+def one_path(model: str, length: int, layer: int, policy: str, kind: str) -> dict:
+    """One `--crossover` process: request `kind` ("stats" or "map") on path `policy`."""
+    import jaxattn
+    from jaxattn.bench.capture import synthetic_texts
+
+    engine = jaxattn.load(model, attention=policy, buckets=(length,))
+    texts = synthetic_texts(length, 1)
+    ask = dict(what="head_stats") if kind == "stats" else {}
+    if kind == "map":
+        ask = dict(what="attention", layers=[layer], heads=[0])
+
+    def request():
+        got = engine.capture(texts, **ask)[0]
+        assert got.length == length, (got.length, length)
+
+    block = engine.step.block_for(engine.make_spec(**ask), length)
+    start = kib("VmRSS")
+    t = time.perf_counter()
+    request()  # compiles
+    row = dict(first_s=time.perf_counter() - t, block=block, timed=f"best of {REPEATS}")
+    before = kib("VmRSS")
+    reset_peak()
+    times = []
+    for _ in range(REPEATS):
+        t = time.perf_counter()
+        request()
+        times.append(time.perf_counter() - t)
+    peak = kib("VmHWM")
+    return row | dict(
+        second_s=min(times),
+        loaded_rss_mib=start / 1024,
+        peak_rss_mib=peak / 1024,
+        grown_mib=(peak - before) / 1024,
+    )
+
+
+def crossover_table(rows: list[dict]) -> str:
+    """Dense against blockwise per (T, request): the second request's seconds and growth."""
+    lines = [
+        "| T | request | dense s | blockwise s | blockwise / dense time | dense grown MB | "
+        "blockwise grown MB | dense peak RSS GB | blockwise peak RSS GB |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for t in sorted({r["tokens"] for r in rows}):
+        for kind in ("stats", "map"):
+            got = {r["side"]: r for r in rows if r["tokens"] == t and r.get("kind") == kind}
+            d, b = got.get("dense", {}), got.get("blockwise", {})
+            if not d or not b:
+                continue
+            if "error" in d or "error" in b:
+                lines.append(f"| {t:,} | {kind} | {d.get('error', '')} | {b.get('error', '')} |")
+                continue
+            ds, bs = d.get("second_s", d["first_s"]), b.get("second_s", b["first_s"])
+            lines.append(
+                f"| {t:,} | {kind} | {ds:.2f} | {bs:.2f} | {bs / ds:.2f}x | "
+                f"{d['grown_mib'] * 1.048576:.0f} | {b['grown_mib'] * 1.048576:.0f} | "
+                f"{d['peak_rss_mib'] / 1024:.2f} | {b['peak_rss_mib'] / 1024:.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def crossover(model: str, lengths: list[int], layer: int) -> list[dict]:
+    rows = []
+    for length in lengths:
+        for kind in ("stats", "map"):
+            for policy in ("dense", "blockwise"):
+                cmd = [sys.executable, __file__, "--path", policy, kind, model, str(length)]
+                p = subprocess.run(cmd + [str(layer)], capture_output=True, text=True)
+                row = dict(side=policy, kind=kind, tokens=length)
+                if p.returncode != 0:
+                    row["error"] = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
+                else:
+                    row |= json.loads(p.stdout.strip().splitlines()[-1])
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    return rows
+
+
+def eager_room(layers: int, heads: int, length: int) -> tuple[bool, str]:
+    """Whether transformers' eager maps (L x H x T^2 float32, returned) fit here: under
+    80% of the GPU's memory, or half the machine's; and the reason where not."""
+    import torch
+
+    need = layers * heads * length**2 * 4
+    if torch.cuda.is_available():
+        have, where = torch.cuda.get_device_properties(0).total_memory, "the GPU"
+        room = 0.8 * have
+    else:
+        have, where = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "the machine"
+        room = 0.5 * have
+    why = f"not run: its returned maps alone are {need / 1e9:.1f} GB ({where}: {have / 1e9:.0f} GB)"
+    return need <= room, why
+
+
+def one_eager(job: dict) -> dict:
     import torch
     import transformers
 
+    model, length, layer = job["model"], job["length"], job["layer"]
+    config = transformers.AutoConfig.from_pretrained(model)
+    fits, why = eager_room(config.num_hidden_layers, config.num_attention_heads, length)
+    if not fits:
+        return dict(skipped=why)
     torch.set_num_threads(os.cpu_count() or 1)
-    net = transformers.ModernBertModel.from_pretrained(model, attn_implementation="eager").eval()
+    cls = getattr(transformers, PRESETS[job["preset"]][0])
+    net = cls.from_pretrained(model, attn_implementation="eager").eval()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    net = net.to(device)
     ids = torch.full((1, length), 1037)
     ids[0, 0], ids[0, -1] = 101, 102
+    ids = ids.to(device)
 
     def request():  # every layer's and head's maps: what eager returns, whatever is asked
         with torch.no_grad():
             out = net(input_ids=ids, output_attentions=True)
         assert out.attentions[layer].shape == (1, net.config.num_attention_heads, length, length)
+        if device == "cuda":
+            torch.cuda.synchronize()
 
-    return measure(request)
+    row = measure(request)
+    if device == "cuda":
+        row["peak_device_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    return row
 
 
-def run_one(side: str, model: str, length: int, layer: int) -> dict:
+def run_one(job: dict) -> dict:
     """One (side, length) in a fresh process: its figures, or why it failed."""
-    cmd = [sys.executable, __file__, "--one", side, model, str(length), str(layer)]
+    cmd = [sys.executable, __file__, "--one", json.dumps(job)]
     t = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)
-    row = dict(side=side, tokens=length)
+    row = dict(side=job["side"], tokens=job["length"], precision=job["precision"])
     if p.returncode != 0:
         return row | dict(error=(p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1])
     return row | json.loads(p.stdout.strip().splitlines()[-1]) | {"wall_s": time.perf_counter() - t}
 
 
 def table(rows: list[dict]) -> str:
+    device = any(r.get("peak_device_mib") for r in rows)  # a GPU: its peaks too
+    extra = " jaxattn device peak GB | eager device peak GB |" if device else ""
     lines = [
         "| T | jaxattn s (first, compiles) | jaxattn s (second) | jaxattn peak RSS GB | grown GB | "
         "eager s | eager peak RSS GB | eager grown GB | time jaxattn / eager | "
-        "peak RSS jaxattn / eager |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "peak RSS jaxattn / eager |" + extra,
+        "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if device else ""),
     ]
     for t in sorted({r["tokens"] for r in rows}):
         j = next((r for r in rows if r["tokens"] == t and r["side"] == "jaxattn"), {})
@@ -145,7 +327,7 @@ def table(rows: list[dict]) -> str:
                 if k not in r
                 else f"{r[k] / 1024:.2f}"
                 if k.endswith("mib")
-                else f"{r[k]:.1f}"
+                else f"{r[k]:.2f}"
                 for k in keys
             ]
 
@@ -154,47 +336,102 @@ def table(rows: list[dict]) -> str:
         ratio += f"{j['peak_rss_mib'] / e['peak_rss_mib']:.2f}x" if both else ""
         cols = cells(j, ["first_s", "second_s", "peak_rss_mib", "grown_mib"])
         cols += cells(e, ["second_s", "peak_rss_mib", "grown_mib"])
-        lines.append(f"| {t:,} | " + " | ".join(cols) + f" | {ratio} |")
+        peaks = ""
+        if device:
+            peaks = (
+                " "
+                + " | ".join(
+                    f"{r['peak_device_mib'] / 1024:.2f}" if r.get("peak_device_mib") else ""
+                    for r in (j, e)
+                )
+                + " |"
+            )
+        lines.append(f"| {t:,} | " + " | ".join(cols) + f" | {ratio} |" + peaks)
     return "\n".join(lines)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--one", metavar="JOB", help=argparse.SUPPRESS)  # a child: JSON
     p.add_argument(
-        "--one", nargs=4, metavar=("SIDE", "MODEL", "T", "LAYER"), help=argparse.SUPPRESS
+        "--path", nargs=5, metavar=("POLICY", "KIND", "MODEL", "T", "LAYER"), help=argparse.SUPPRESS
     )
     p.add_argument("--lengths", default="1024,2048,4096,8192")
-    p.add_argument("--eager-max", type=int, default=2048, help="longest T for transformers")
+    p.add_argument("--crossover", action="store_true", help="dense against blockwise")
+    p.add_argument("--layers", type=int, default=3, help="--crossover: the model's layers")
+    p.add_argument("--eager-max", type=int, help="longest T for transformers (default: fit)")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="modernbert-base")
+    p.add_argument("--precision", default="highest", help="jaxattn's compute precision")
+    p.add_argument(
+        "--attention", default="auto", help="jaxattn's attention policy (auto, dense, blockwise)"
+    )
+    p.add_argument("--query-rows", type=int, default=0, help="also the last N rows' maps")
     p.add_argument("--tiny", action="store_true", help="a tiny model of the same family")
+    p.add_argument(
+        "--model-dir",
+        type=Path,
+        help="keep the random checkpoint here and reuse it when there (default: a temp dir)",
+    )
+    p.add_argument(
+        "--prepare", action="store_true", help="only write the checkpoint into --model-dir"
+    )
     p.add_argument("--out", type=Path, help="write raw.jsonl and table.md here")
     args = p.parse_args()
+    if args.prepare and not args.model_dir:
+        p.error("--prepare writes the checkpoint into --model-dir: name one")
     if args.one:
-        side, model, length, layer = args.one
-        one = one_jaxattn if side == "jaxattn" else one_eager
-        print(json.dumps(one(model, int(length), int(layer))))
+        job = json.loads(args.one)
+        print(json.dumps((one_jaxattn if job["side"] == "jaxattn" else one_eager)(job)))
+        return
+    if args.path:
+        policy, kind, model, length, layer = args.path
+        print(json.dumps(one_path(model, int(length), int(layer), policy, kind)))
         return
     from jaxattn.bench.synthetic import random_checkpoint
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        overrides = TINY if args.tiny else {}
-        model = str(random_checkpoint("modernbert-base", Path(tmp), **overrides))
-        layer = overrides.get("num_hidden_layers", LAYER + 1) - 1
-        for length in (int(t) for t in args.lengths.split(",")):
+        _, stats, tiny = PRESETS[args.preset]
+        overrides = tiny if args.tiny else {}
+        if args.crossover:
+            overrides = dict(overrides, num_hidden_layers=args.layers)
+        where = args.model_dir or Path(tmp)
+        if (where / "config.json").exists():  # written by an earlier run (one checkpoint)
+            model = str(where)
+        else:
+            model = str(random_checkpoint(args.preset, where, **overrides))
+        if args.prepare:
+            print(f"checkpoint {model}")
+            return
+        config = json.loads((Path(model) / "config.json").read_text())
+        layer = config["num_hidden_layers"] - 1
+        lengths = [int(t) for t in args.lengths.split(",")]
+        if args.crossover:
+            rows = crossover(model, lengths, layer)
+            lengths = []
+        for length in lengths:
             for side in ("jaxattn", "eager"):
-                if side == "eager" and length > args.eager_max:
-                    gb = 22 * 12 * length**2 * 4 / 1e9
-                    why = f"not run: its returned maps alone are {gb:.1f} GB (24 GB machine)"
-                    row = dict(side=side, tokens=length, skipped=why)
+                job = dict(side=side, model=model, length=length, layer=layer, stats=stats)
+                job |= dict(preset=args.preset, precision=args.precision, rows=args.query_rows)
+                job["attention"] = args.attention
+                row = dict(side=side, tokens=length, precision=args.precision)
+                if side == "eager" and args.precision != "highest":
+                    row["skipped"] = "not run: transformers runs float32 (see highest)"
+                elif side == "eager" and args.eager_max and length > args.eager_max:
+                    row["skipped"] = f"not run: over --eager-max {args.eager_max}"
                 else:
-                    row = run_one(side, model, length, layer)
+                    row = run_one(job)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     header = (
         f"{platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
-        f"{time.strftime('%Y-%m-%d', time.gmtime())}"
+        f"{time.strftime('%Y-%m-%d', time.gmtime())}; {args.preset}"
+        f"{' (tiny)' if args.tiny else ''}, precision {args.precision}"
     )
-    text = header + "\n\n" + table(rows) + "\n"
+    gpus = [r["device"] for r in rows if r.get("device")]
+    if gpus:
+        header += f", {gpus[0]}"
+    text = header + "\n\n" + (crossover_table if args.crossover else table)(rows) + "\n"
     print(text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

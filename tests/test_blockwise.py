@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tiny_models import softmax_reference
 
 from jaxattn.engine import blockwise, head_stats, norms
 from jaxattn.engine.precision import Matmul
@@ -14,27 +15,8 @@ K = 4
 
 
 def reference(q, k, v, mask, causal, window, local, cap=None):
-    """float64 softmax(q k^T / sqrt K) v with the masks spelled out pair by pair."""
-    t, h, _ = q.shape
-    group = h // k.shape[1]
-    kk = np.repeat(k, group, axis=1).astype(np.float64)
-    vv = np.repeat(v, group, axis=1).astype(np.float64)
-    s = np.einsum("thk,shk->hts", q.astype(np.float64), kk) / np.sqrt(K)
-    if cap:
-        s = np.tanh(s / cap) * cap
-    ok = np.zeros((t, t), bool)
-    for i in range(t):
-        for j in range(t):
-            seen = bool(mask[j]) and (j <= i or not causal)
-            if local:
-                inside = 0 <= i - j < window if causal else abs(i - j) <= window // 2
-                seen = (seen and inside) or i == j
-            ok[i, j] = seen
-    s = np.where(ok[None], s, -np.inf)
-    w = np.exp(s - s.max(-1, keepdims=True))
-    w = w / w.sum(-1, keepdims=True)
-    lse = np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1)) + s.max(-1)
-    return np.einsum("hts,shk->thk", w, vv), lse, w
+    """float64 softmax(q k^T / sqrt K) v (`tiny_models.softmax_reference`)."""
+    return softmax_reference(q, k, v, mask, causal, window, local, 1 / np.sqrt(K), cap)
 
 
 def logits_of(cap=None):

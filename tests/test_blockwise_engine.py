@@ -7,100 +7,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tiny_models import capture, config_of, params_of
 
-from jaxattn.checkpoints.hf_config import translate
 from jaxattn.engine import blockwise
-from jaxattn.engine import layer_loop as layer_loops
 from jaxattn.engine.model import Encoder
 from jaxattn.spec import CaptureSpec
 from jaxattn.token_classes import CLS_BIT, PUNCT_BIT, SEP_BIT
 
 T, BLOCK = 613, 96  # the block does not divide T
-
-HF = {
-    "modernbert": dict(
-        model_type="modernbert",
-        vocab_size=61,
-        hidden_size=18,
-        num_attention_heads=3,
-        intermediate_size=23,
-        num_hidden_layers=3,
-        global_attn_every_n_layers=2,  # layers 0 and 2 global, 1 local
-        local_attention=40,
-        global_rope_theta=1000.0,
-        local_rope_theta=30.0,
-        max_position_embeddings=2048,
-        hidden_activation="gelu",
-        norm_eps=1e-5,
-        norm_bias=False,
-        attention_bias=False,
-        mlp_bias=False,
-    ),
-    "llama": dict(
-        model_type="llama",
-        vocab_size=61,
-        hidden_size=24,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_hidden_layers=2,
-        intermediate_size=29,
-        max_position_embeddings=2048,
-        rms_norm_eps=1e-5,
-        rope_theta=10000.0,
-    ),
-    "mistral": dict(
-        model_type="mistral",
-        vocab_size=61,
-        hidden_size=24,
-        num_attention_heads=4,
-        num_key_value_heads=1,
-        num_hidden_layers=2,
-        intermediate_size=29,
-        max_position_embeddings=2048,
-        rms_norm_eps=1e-5,
-        rope_theta=10000.0,
-        sliding_window=37,
-    ),
-    "bert": dict(  # absolute positions, sentence pairs (token types)
-        model_type="bert",
-        vocab_size=61,
-        hidden_size=15,
-        num_attention_heads=3,
-        intermediate_size=23,
-        num_hidden_layers=2,
-        max_position_embeddings=1024,
-        type_vocab_size=2,
-    ),
-    "gemma2": dict(  # soft cap, query_pre_attn_scalar, post-norms, sliding layers, GQA
-        model_type="gemma2",
-        vocab_size=61,
-        hidden_size=36,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=10,
-        num_hidden_layers=3,
-        intermediate_size=29,
-        max_position_embeddings=2048,
-        rms_norm_eps=1e-5,
-        query_pre_attn_scalar=7,
-        sliding_window=41,
-        attn_logit_softcapping=3.0,
-        rope_parameters={"rope_theta": 500.0},
-    ),
-}
-
-
-def config_of(family):
-    return translate(HF[family], name=f"tiny-{family}")
-
-
-def params_of(config, seed=0):
-    """Random params of the unrolled tree, scaled so the softmaxes are far from uniform."""
-    x = jnp.zeros(8, jnp.int32)
-    spec = CaptureSpec(what=("hidden_states",), layers=(config.num_layers - 1,), heads=(0,))
-    tree = Encoder(config).init(jax.random.key(seed), x, x, x > -1, spec)["params"]
-    rng = np.random.default_rng(seed)
-    return jax.tree.map(lambda a: (rng.normal(size=a.shape) * 0.5).astype(np.float32), tree)
 
 
 def batch(config, lengths=(T, T - 37)):
@@ -121,17 +35,7 @@ def run(config, params, what, attention, loop="unrolled", data=None, heads=None)
     heads = tuple(range(config.num_heads)) if heads is None else heads
     spec = CaptureSpec(what=what, layers=tuple(range(config.num_layers)), heads=heads)
     model = Encoder(config, layer_loop=loop, attention=attention, block=BLOCK)
-    if loop == "scan":
-        params = layer_loops.stack_layers(jax.tree.map(np.asarray, params), config)
-
-    @jax.jit
-    def f(params, ids, types, mask, classes):
-        def one(i, t, m, c):
-            return model.apply({"params": params}, i, t, m, spec, None, c)
-
-        return jax.vmap(one)(ids, types, mask, classes)
-
-    return jax.tree.map(np.asarray, f(params, *(data or batch(config))))
+    return capture(model, params, spec, data or batch(config))
 
 
 MAPS = ("attention", "scores", "alpha_fx_norm", "sum_alpha_fx_norm")

@@ -78,3 +78,22 @@ def test_one_shape_with_staged_outputs_runs(tmp_path):
     got = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert got.returncode == 0, got.stderr[-3000:]
     assert "host memory staged" in got.stdout and "seq/s" in got.stdout
+
+
+@pytest.mark.slow
+def test_the_long_stage_runs_the_fast_forward_check_and_both_precisions(tmp_path):
+    got = run("long", out=tmp_path)
+    log = (tmp_path / "run.log").read_text()
+    assert got.returncode == 0, log[-3000:]
+    assert "0 step(s) failed or skipped" in log
+    fast = json.loads((tmp_path / "fast-forward.json").read_text())
+    assert fast["ok"]
+    # On the CPU: layers 0..L-2 of a short input through XLA's dot_product_attention at
+    # highest; bf16 is emulated here (operands rounded), so those layers stay dense.
+    assert fast["highest_24"]["kind"] == "xla" and fast["bf16_24"]["kind"] is None
+    for precision in ("highest", "bf16"):
+        rows = (tmp_path / f"long-{precision}-40/raw.jsonl").read_text().splitlines()
+        jax_row, eager = (json.loads(r) for r in rows)
+        assert jax_row["block"] > 0 and jax_row["second_s"] > 0 and jax_row["rows_second_s"] > 0
+        # transformers runs float32 only: beside bf16 it is not run, and says why
+        assert ("skipped" in eager) == (precision == "bf16")

@@ -108,7 +108,7 @@ def test_the_policy_of_a_long_statistics_request_and_its_batches(checkpoint):
     assert engine.budgets.attention_bytes == budget
     spec = engine.make_spec("head_stats")
     assert engine.step.block_for(spec, POSITIONS) == blockwise.BLOCK
-    assert engine.step.block_for(spec, 512) == 0  # short: dense
+    assert engine.step.block_for(spec, blockwise.AUTO_MIN_LENGTH_STATS - 1) == 0  # short
     assert dense.step.block_for(spec, POSITIONS) == 0
     texts = [
         TokenizedText(ids=(0,) * n, type_ids=(0,) * n, tokens=("",) * n, sentence_b_start=None)

@@ -105,6 +105,7 @@ class SelfAttention(nn.Module):
     mm: Matmul = Matmul()
     index: int = 0
     block: int = 0  # > 0: blockwise, in blocks of this many queries and keys
+    fast_block: int = 0  # the block size of fast="blockwise" where `block` is 0
 
     @nn.compact
     def __call__(
@@ -115,6 +116,7 @@ class SelfAttention(nn.Module):
         project: bool = True,
         rel_table=None,
         is_global=None,
+        fast=None,
     ):
         """x [T, D], mask [S] -> (y [T, D] or None, `AttentionParts`).
 
@@ -130,6 +132,10 @@ class SelfAttention(nn.Module):
         block (the module's): > 0 runs `jaxattn.engine.blockwise` (no [T, S] tensor: the
         parts' scores and alpha are None, their `blockwise` inputs hold what computes
         the captures), for models without relative positions and without head ablation.
+        fast: None, or how a layer nothing is captured from computes its output
+        (`jaxattn.engine.fast_forward.choose`): "blockwise" as `block` > 0, "xla" or
+        "cudnn" through `jax.nn.dot_product_attention` (the parts' scores and alpha are
+        None; q, k and v are there).
         """
         c = self.config
         hk = (c.num_heads, c.head_dim)
@@ -160,7 +166,9 @@ class SelfAttention(nn.Module):
             use_bias=c.attention_bias and c.attention_out_bias,
             name="out",
         )
-        if self.block:
+        if fast in ("xla", "cudnn"):  # the layer's own choice wins over the request's block
+            return self._fast(fast, q, k, v, mask, out, project, is_global)
+        if self.block or fast == "blockwise":
             return self._blockwise(q, k, v, mask, out, project, is_global)
         length = x.shape[0]
         allowed = jnp.broadcast_to(mask[None, :], (length, length))  # [T, S]
@@ -216,7 +224,7 @@ class SelfAttention(nn.Module):
             causal=c.causal,
             window=window,
             local=local,
-            block=self.block,
+            block=self.block or self.fast_block or blockwise.BLOCK,
         )
         y = out(r.out) if project else None
         w_out = self.variables["params"]["out"]["kernel"]
@@ -224,6 +232,22 @@ class SelfAttention(nn.Module):
             q=q, k=k, v=v, scores=None, alpha=None, w_out=w_out, blockwise=r.inputs
         )
         return y, parts
+
+    def _fast(self, kind: str, q, k, v, mask, out, project, is_global):
+        """The output of a layer nothing is captured from, through
+        `jax.nn.dot_product_attention` (`jaxattn.engine.fast_forward`): (y or None, parts
+        without scores and alpha)."""
+        from jaxattn.engine import fast_forward
+
+        c, local = self.config, False
+        if c.rotary is not None:
+            q, k, local = self._rotated(q, k, is_global)
+        y = None
+        if project:
+            got = fast_forward.attend(kind, q, k, v, mask, config=c, mm=self.mm, local=local)
+            y = out(got)
+        w_out = self.variables["params"]["out"]["kernel"]
+        return y, AttentionParts(q=q, k=k, v=v, scores=None, alpha=None, w_out=w_out)
 
     def _rotated(self, q, k, is_global=None):
         """(q, k) rotated with this layer's RoPE base, and whether the layer is local: a

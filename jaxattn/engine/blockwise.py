@@ -66,9 +66,17 @@ PASS = MAPS | {"sum_alpha_fx_norm"} | STATISTICS.keys()
 SERVES = PASS | {"hidden_states", "queries", "keys", "values", "fx_norm"}
 # The engine's attention policies (`choose_block`).
 POLICIES = ("auto", "dense", "blockwise")
-# "auto" goes blockwise from this padded length on (unmeasured: below it the [T, T]
-# maps of a layer are small, and one block would be the whole map).
-AUTO_MIN_LENGTH = 1024
+# "auto" goes blockwise from these padded lengths on, where it was no slower than the
+# dense path on the CPU (BENCHMARKS.md, "Long context (issue 31), CPU": a ModernBERT-
+# base-wide model, 2026-11-26): a request with a [T, S] map (`MAPS`, sum_alpha_fx_norm)
+# from AUTO_MIN_LENGTH (blockwise took 0.8-1.1x dense's time at 640-768 tokens,
+# 0.35-0.45x from 1,024, 1.5-2x at 384-512); one without (statistics, per-token
+# quantities) from AUTO_MIN_LENGTH_STATS (0.24x dense's time at 512 tokens and a third
+# of its memory growth; even at 256-384). AUTO_MIN_LENGTH is also where a layer nothing
+# is captured from runs the blockwise forward rather than XLA's dense one
+# (`jaxattn.engine.fast_forward`).
+AUTO_MIN_LENGTH = 768
+AUTO_MIN_LENGTH_STATS = 512
 
 
 def choose_block(
@@ -78,7 +86,8 @@ def choose_block(
     in, or 0 for the dense path.
 
     policy: "dense" never goes blockwise; "blockwise" whenever the request allows it;
-    "auto" when it allows it and `length` >= AUTO_MIN_LENGTH. A request allows it when
+    "auto" when it allows it and `length` >= AUTO_MIN_LENGTH (a request with a [T, S]
+    map) or AUTO_MIN_LENGTH_STATS (one without). A request allows it when
     every quantity is in `SERVES`, the model has no relative positions (DeBERTa) and
     no heads are ablated.
 
@@ -92,7 +101,8 @@ def choose_block(
     allows = set(what) <= SERVES and config.relative is None and not ablated
     if policy == "dense" or not allows:
         return 0
-    if policy == "auto" and length < AUTO_MIN_LENGTH:
+    mapped = set(what) & (MAPS | {"sum_alpha_fx_norm"})
+    if policy == "auto" and length < (AUTO_MIN_LENGTH if mapped else AUTO_MIN_LENGTH_STATS):
         return 0
     return block
 

@@ -69,7 +69,8 @@ class Engine:
         T besides the maps asked for, which are formed for the selected heads only,
         for a capture of quantities the blockwise path serves,
         `jaxattn.engine.blockwise.SERVES`, at a padded length of
-        `jaxattn.engine.blockwise.AUTO_MIN_LENGTH` tokens or more; dense below),
+        `jaxattn.engine.blockwise.AUTO_MIN_LENGTH` tokens or more with a map,
+        `AUTO_MIN_LENGTH_STATS` without; dense below),
         "dense" (always every head's [H, T, T] maps) or "blockwise" (always
         blockwise: a capture asking for a quantity the blockwise path does not
         serve, such as attn_res_norm, or with heads ablated, is refused with a

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.config import ModelConfig
-from jaxattn.engine import blockwise, head_stats, layer_loop, map_positions, norms
+from jaxattn.engine import blockwise, fast_forward, head_stats, layer_loop, map_positions, norms
 from jaxattn.engine.attention import AttentionParts, SelfAttention
 from jaxattn.engine.layers import (
     Dense,
@@ -188,6 +188,11 @@ class EncoderLayer(nn.Module):
     mm: Matmul = Matmul()
     index: int = 0
     block: int = 0  # > 0: attention blockwise (`jaxattn.engine.blockwise`)
+    # How the attention runs where nothing is captured from the layer's weights
+    # (`jaxattn.engine.fast_forward.choose`), None: as `block` says; and fast="blockwise"'s
+    # block size.
+    fast: str | None = None
+    fast_block: int = blockwise.BLOCK
 
     @nn.compact
     def __call__(
@@ -221,8 +226,12 @@ class EncoderLayer(nn.Module):
         project = output or bool(want & (_NEEDS_OUTPUT_NORM if c.post_norms else _NEEDS_NEXT_LN))
         first_ln = pre and c.has_attention_ln(self.index)
         attn_in = make_norm(c, "attention_ln")(x) if first_ln else x
-        attention = SelfAttention(c, self.mm, self.index, self.block, name="attention")
-        a, parts = attention(attn_in, mask, gate, project, rel_table, is_global)
+        attention = SelfAttention(
+            c, self.mm, self.index, self.block, self.fast_block, name="attention"
+        )
+        # Nothing captured reads the weights: the fast forward (`fast_forward`), if any.
+        fast = None if want - fast_forward.READS_NO_WEIGHTS else self.fast
+        a, parts = attention(attn_in, mask, gate, project, rel_table, is_global, fast)
         if c.post_norms and project:  # Gemma: h = x + N_pa(a); see _post_normed
             a, parts = self._post_normed(a, parts)
         # The LayerNorm after the attention block's addition: the block's own (post)
@@ -358,9 +367,11 @@ class Encoder(nn.Module):
         block = blockwise.choose_block(
             self.attention, c, spec.what, ids.shape[0], gates is not None, self.block
         )
+        # Layers nothing is captured from: their attention output alone (`fast_forward`).
+        fast = fast_forward.choose(self.attention, c, mm, ids.shape[0], gates is not None)
+        layer = dict(block=block, fast=fast, fast_block=self.block)
         weights = [
-            EncoderLayer(c, mm, index=i, block=block, name=f"layer_{i}")
-            for i in range(c.weight_layers)
+            EncoderLayer(c, mm, index=i, **layer, name=f"layer_{i}") for i in range(c.weight_layers)
         ]
         if "hidden_states" in want:
             chunks["hidden_states"].append(x[None])
@@ -374,7 +385,7 @@ class Encoder(nn.Module):
             )
             args = dict(context, want=layer_want, output=run.output)
             if self.layer_loop == "scan":
-                x, cap = self._scanned(run, mm, x, run_gates, hidden, args, block)
+                x, cap = self._scanned(run, mm, x, run_gates, hidden, args, layer)
             else:
                 x, cap = _unrolled(run, weights, c, x, run_gates, hidden, args)
             if c.norm == "pre" and run.stop == c.num_layers and x is not None:
@@ -395,12 +406,11 @@ class Encoder(nn.Module):
                 chunks[name].append(t)
         return {name: jnp.concatenate(ts) for name, ts in chunks.items()}
 
-    def _scanned(self, run, mm, x, gates, hidden: bool, args: dict, block: int = 0):
-        """The run as one scan over its weight sets (stacked params, `layer_loop`)."""
+    def _scanned(self, run, mm, x, gates, hidden: bool, args: dict, paths: dict):
+        """The run as one scan over its weight sets (stacked params, `layer_loop`); paths:
+        the layers' block, fast and fast_block (`EncoderLayer`)."""
         c = self.config
-        layer = EncoderLayer(
-            c, mm, index=run.start, block=block, parent=None
-        )  # applied to given params
+        layer = EncoderLayer(c, mm, index=run.start, **paths, parent=None)  # given params
         params = self.variables["params"]
         first = layer_loop.first_stacked(c)
         sets = [c.weights_of_layer(i) - first for i in range(run.start, run.stop)]

@@ -65,6 +65,17 @@ class Matmul:
         ]
         return _einsum(equation, rounded, HIGHEST)
 
+    def default_precision(self) -> str | None:
+        """This contraction as a `jax.default_matmul_precision` value, for code that calls
+        jnp itself (`jax.nn.dot_product_attention`), or None where the platform emulates
+        the precision (operands rounded first: no default precision does that)."""
+        if self.precision == "highest":
+            return "highest"
+        native = _NATIVE.get((self.precision, self.platform))
+        if native is None:
+            return None
+        return native.name if isinstance(native, jax.lax.DotAlgorithmPreset) else "high"
+
 
 def _einsum(equation: str, operands, precision):
     """jnp.einsum, with two-operand contractions as one `lax.dot_general` (+ transpose).

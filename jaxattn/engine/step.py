@@ -110,7 +110,8 @@ class CaptureStep:
       attention: "auto", "dense" or "blockwise" (`jaxattn.engine.blockwise.choose_block`):
         whether a request of quantities the blockwise path serves (`blockwise.SERVES`)
         runs its attention blockwise. "auto": such a request from
-        `blockwise.AUTO_MIN_LENGTH` padded tokens on; "blockwise": every request, and
+        `blockwise.AUTO_MIN_LENGTH` padded tokens on (with a map;
+        `blockwise.AUTO_MIN_LENGTH_STATS` without); "blockwise": every request, and
         one that cannot run blockwise (a quantity it does not serve, heads ablated)
         is refused by `block_for`, naming why; a model with relative positions
         (DeBERTa) refuses "blockwise" here.
