@@ -534,6 +534,7 @@ def main() -> int:
         "shape",
         "tiny-capture",
         "fast-forward",
+        "checkpoint",
     )
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("check", choices=checks)
@@ -556,7 +557,7 @@ def main() -> int:
     )
     p.add_argument("--json", type=Path, help="also write the figures here")
     p.add_argument("--model", help="warmup: a checkpoint (default: random BERT-base)")
-    p.add_argument("--save", type=Path, help=argparse.SUPPRESS)  # tiny-capture's output
+    p.add_argument("--save", type=Path, help="checkpoint: the folder to write it in")
     p.add_argument("--buckets", help="warmup: bucket lengths, e.g. 8,16 (default: the engine's)")
     p.add_argument(
         "--sizes",
@@ -571,7 +572,9 @@ def main() -> int:
     if args.check == "fast-forward":
         return 0 if fast_forward(args.tokens, args.tiny, args.json) else 1
     args.tokens = args.tokens[0]
-    if args.check == "tiny-capture":
+    if args.check == "checkpoint":  # the random BERT-base (or tiny) for other scripts
+        print(model_dir(args.save, args.tiny))
+    elif args.check == "tiny-capture":
         import numpy as np
 
         np.savez(args.save, **tiny_capture(Path(args.model)))

@@ -6,7 +6,7 @@
 # On the GPU:   bash benchmarks/gpu_run.sh              # every stage, in order (carry [".gpu"])
 #               bash benchmarks/gpu_run.sh first real   # a second call: only what is missing
 # Stages, in order: sanity bench precision overlap first warmup service real levers decoders
-# long. (`long`, issue 31's 1B decoder at 8k and 32k tokens, needs minutes of its own: on a
+# long scale. (`scale`: issue 32's service ratios with a GPU engine.) (`long`, issue 31's 1B decoder at 8k and 32k tokens, needs minutes of its own: on a
 # fresh call, run it alone, `GPU_RUN_SECONDS=540 bash benchmarks/gpu_run.sh long`, and
 # what it leaves out with GPU_RUN_LONG="bf16:32768 bf16:8192" in another.)
 # Everything is line-buffered into $OUT/run.log (appended, so a stage cut off by its
@@ -22,8 +22,9 @@ cd "$root"
 # extra; the image has grpcio, protobuf and huggingface_hub at versions the
 # generated code or the Hub loading refuse). Pure wheels or manylinux cp312.
 WHEELS=(protobuf==7.36.2 grpcio==1.85.3 grpcio-health-checking==1.85.1
-  grpcio-reflection==1.85.1 zstandard==0.25.0 lz4==4.4.5 prometheus_client==0.26.0)
-STAGES=(sanity bench precision overlap first warmup service real levers decoders long)
+  grpcio-reflection==1.85.1 zstandard==0.25.0 lz4==4.4.5 prometheus_client==0.26.0
+  zlib-ng==1.1.0)
+STAGES=(sanity bench precision overlap first warmup service real levers decoders long scale)
 
 if [ "${1:-}" = prepare ]; then
   py=${PYTHON:-.venv/bin/python}
@@ -193,6 +194,15 @@ for stage in "${wanted[@]}"; do
         step "$([ "$t" -gt 8192 ] && echo 300 || echo 150)" "${long[@]}" --precision "$p" \
           --lengths "$t" --out "$OUT/long-$p-$t"
       done
+      ;;
+    scale)  # issue 32's three ratios with the engine on the GPU, server and client on this
+      # machine's CPUs: one large request against Engine.capture, the service path
+      # against bare gRPC, 32 single-sentence clients against the engine in one call
+      model=$(mktemp -d)
+      step 60 "${checks[@]}" checkpoint $tiny --save "$model"
+      step 240 "$py" benchmarks/service_scale.py --model "$model" \
+        --conllu jaxattn/inputs/data/ud-english-ewt/en_ewt-ud-dev.conllu \
+        $(s "--quick" "") --json "$OUT/scale.json"
       ;;
   esac
 done
