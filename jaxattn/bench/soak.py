@@ -64,6 +64,7 @@ from jaxattn.client.client import AttentionClient
 from jaxattn.client.errors import AttentionServiceError
 
 JAXATTN = Path(sys.executable).with_name("jaxattn")
+CALL_FIELDS = ("what", "layers", "heads", "dtype", "codec")  # a LoadRequest's call options
 
 
 @dataclasses.dataclass
@@ -145,14 +146,16 @@ class Replicas:
             time.sleep(1.0)
         raise RuntimeError(f"replica {k} did not start in {attempts} attempts: see {folder}")
 
-    def warm_up(self, k: int) -> float:
-        """Compile (or load from the cache) every shape on replica `k`: seconds taken."""
+    def warm_up(self, k: int, ready: bool = True) -> float:
+        """Compile (or load from the cache) every shape on replica `k`: seconds taken.
+        `ready`: its lifetime is ready now (a restarted one, under the load already)."""
         t0 = time.monotonic()
         if self.warm is not None:
             with AttentionClient(self.addresses[k], timeout=600) as one:
                 n = self.warm(one)
             log(f"replica {k}: {n} shape warm-up requests in {time.monotonic() - t0:.1f} s")
-        self.sampler.mark_ready(f"replica{k}")
+        if ready:
+            self.sampler.mark_ready(f"replica{k}")
         return round(time.monotonic() - t0, 2)
 
     def stop(self, k: int, sig: int) -> dict:
@@ -333,14 +336,7 @@ class Load:
             tally.in_flight += 1
         outcome, detail, n = "right", None, 0
         try:
-            it = self.client().stream(
-                list(r.texts),
-                what=r.what,
-                layers=r.layers,
-                heads=r.heads,
-                dtype=r.dtype,
-                codec=r.codec,
-            )
+            it = self.client().stream(list(r.texts), **{f: getattr(r, f) for f in CALL_FIELDS})
             if read is None:
                 caps = list(it)
                 detail, n = self.checker.answer(i, caps), len(caps)
@@ -596,7 +592,7 @@ def run_soak(
         sampler.track("driver", os.getpid())
         sampler.start()
         for k in range(options.replicas):
-            replicas.warm_up(k)
+            replicas.warm_up(k, ready=False)
 
         checker = Checker(expectations)
         load = Load(addresses, mix, checker, options, options.seed)
@@ -663,7 +659,10 @@ def run_soak(
         helpers.append(threading.Thread(target=progress, args=(tally,), daemon=True))
         if options.vanish_every_s > 0:
             vanishers.start()
-        sampler.mark_ready("driver")  # the driver's steady state is the open loop
+        # A lifetime is ready once its shapes are compiled and the open loop reaches it:
+        # the first ones (and the driver) now, a restarted one when its warm-up is done.
+        for name in [s.name for s in sampler.series if s.ended is None]:
+            sampler.mark_ready(name)
         for h in helpers:
             h.start()
 

@@ -1,9 +1,9 @@
 """The soak (`jaxattn.bench.soak`, benchmarks/soak.py) in miniature, its sampler and its verdict.
 
-The real soak runs for hours (RELIABILITY.md, "Soak"); here it runs ~10 s on the
-fixtures' tiny BERT with 2 `jaxattn serve` replicas, one SIGTERM and one SIGKILL
-restart, calls cancelled mid-stream and client processes SIGKILLed mid-call, and
-must count every call: 0 wrong, 0 lost, only designed statuses.
+The real soak runs for hours (RELIABILITY.md, "Soak"); here it runs 4 s or until its
+two restarts are done (one SIGTERM, one SIGKILL) on the fixtures' tiny BERT with 2
+`jaxattn serve` replicas, calls cancelled mid-stream and client processes SIGKILLed
+mid-call, and must count every call: 0 wrong, 0 lost, only designed statuses.
 """
 
 from __future__ import annotations
@@ -108,6 +108,11 @@ def test_judge_tells_a_leak_from_a_plateau():
     bad["soak"] = dict(sent=10, wrong=0, lost=1, statuses={"INTERNAL": 1})
     v = judge(bad, Opts())
     assert [v["checks"][k]["result"] for k in ("lost", "statuses", "restarts")] == [FAIL] * 3
+    # what a process does once told to stop (its drain) is not judged
+    draining = _series("e", 0, lambda t: 100_000 if t < 90 else 200_000, flat, flat)
+    draining["stopping"] = 90.0
+    v = judge(_figures(draining), Opts())
+    assert v["lifetimes"][0]["rss_ratio"] == 1.0 and v["lifetimes"][0]["samples"] == 90
     # too short to judge: said so, and the run does not pass
     short = _series("d", 0, lambda t: 1, flat, flat, n=15)
     v = judge(_figures(short), Opts())
