@@ -34,7 +34,7 @@ bandwidth limit apply); when its shape warm-up is done the loss and the
 proxies' faults are armed, so its warm-up requests and the measured run see
 all of them; the partition starts `--partition-after-s` seconds into the
 measured run. Every second, each replica's, proxy's and the load generator's
-RSS, open file descriptors and threads are sampled (`jaxattn.bench.proc_sample`).
+RSS, open file descriptors and threads are sampled (`jaxattn.bench.proc_sampler`).
 
 Writes WORKDIR/report.md (the markdown of RELIABILITY.md's "Under a faulty
 network"), WORKDIR/figures.json, WORKDIR/rss.svg and WORKDIR/handles.svg (the
@@ -172,7 +172,7 @@ def start_proxy(net, args, target: str, k: int, env: dict):
 
 def run(args) -> dict:
     from jaxattn.bench.fault_network import FaultyNetwork, unavailable
-    from jaxattn.bench.proc_sample import ProcessSampler
+    from jaxattn.bench.proc_sampler import ProcSampler
 
     reason = unavailable()
     if reason:
@@ -189,16 +189,21 @@ def run(args) -> dict:
         profile=profile_of(args),
     )
     t_start = time.monotonic()
-    with FaultyNetwork() as net, ProcessSampler({}) as sampler:
+    events: dict[str, float] = {}  # name -> seconds on the sampler's clock, the first time
+
+    def mark(event: str) -> None:
+        events.setdefault(event, sampler.now())
+
+    with FaultyNetwork() as net, ProcSampler() as sampler:
         log(f"namespaces {net.names['client']}, {net.names['server']}")
         if args.rate:
             net.set_rate(args.rate, burst=args.burst)
         replicas = start_replicas(net, args, env, work)
         proxies = []
         for k, (server, port) in enumerate(replicas):
-            sampler.add(f"replica {k}", server.pid)
+            sampler.track(f"replica {k}", server.pid)
             proxy, address, lines = start_proxy(net, args, f"{net.server_ip}:{port}", k, env)
-            sampler.add(f"proxy {k}", proxy.pid)
+            sampler.track(f"proxy {k}", proxy.pid)
             proxies.append((proxy, address, lines))
             log(f"replica {k}: pid {server.pid} on {net.server_ip}:{port}, proxy {address}")
         load_json = work / "loadtest.json"
@@ -218,22 +223,22 @@ def run(args) -> dict:
             env=dict(env, MALLOC_ARENA_MAX="2"),
             cwd=work,
         )
-        sampler.add("load generator", load.pid)
+        sampler.track("load generator", load.pid)
         timer = None
         for line in load.stderr:
             sys.stderr.write(line)
-            if "shape warm-up requests sent" in line and "armed" not in sampler.events:
+            if "shape warm-up requests sent" in line and "armed" not in events:
                 net.set_loss(args.loss)
                 for proxy, _, _ in proxies:
                     proxy.send_signal(signal.SIGUSR1)
-                sampler.mark("armed")
+                mark("armed")
                 log(f"faults armed: {args.loss} % loss, proxy faults on")
             elif line.split("] ", 1)[-1].startswith("warm-up:"):
-                sampler.mark("measuring")
+                mark("measuring")
                 if args.partition_s > 0 and timer is None:
 
                     def partition() -> None:
-                        sampler.mark("partition")
+                        mark("partition")
                         for proxy, _, _ in proxies:
                             proxy.send_signal(signal.SIGUSR2)
 
@@ -243,9 +248,9 @@ def run(args) -> dict:
         load.wait()
         if timer is not None:
             timer.cancel()
-        sampler.mark("end")
-        sampler.sample_now()
-        seen, dropped = net.packets() if "armed" in sampler.events else (0, 0)
+        mark("end")
+        sampler.sample_once()
+        seen, dropped = net.packets() if "armed" in events else (0, 0)
         for proxy, _, _ in proxies:
             proxy.send_signal(signal.SIGTERM)
         for proxy, _, _ in proxies:
@@ -266,17 +271,29 @@ def run(args) -> dict:
     ]
     figures["packets"] = dict(seen=seen, dropped=dropped)
     figures["server_statuses"] = [statuses(work / f"serve-{k}.log") for k in range(args.replicas)]
-    figures["events_s"] = {k: round(v, 1) for k, v in sampler.events.items()}
-    figures["samples"] = [(round(t, 1), n, kb, fds, th) for t, n, kb, fds, th in sampler.samples]
+    figures["events_s"] = {k: round(v, 1) for k, v in events.items()}
+    figures["samples"] = sorted(  # (t, name, RSS kB, fds, threads), in time order
+        (
+            (round(x.t, 1), s.name, x.rss_kb, x.fds, x.threads)
+            for s in sampler.series
+            for x in s.samples
+        ),
+        key=lambda row: row[0],
+    )
     return figures
 
 
 def resources(f: dict) -> dict:
-    """Per process: RSS start (after the warm-up) / max / end, fds and threads (proc_sample)."""
-    from jaxattn.bench.proc_sample import growth
+    """Per process: RSS start (after the warm-up) / max / end, fds and threads
+    (`proc_sampler.growth` over the measured run)."""
+    from jaxattn.bench.proc_sampler import Sample, growth
 
-    events = f["events_s"]
-    return growth(f["samples"], since=events.get("measuring", 0.0), until=events.get("end"))
+    by_name: dict[str, list[Sample]] = {}
+    for t, name, kb, fds, threads in f["samples"]:
+        by_name.setdefault(name, []).append(Sample(t, kb, fds, threads))
+    since, until = f["events_s"].get("measuring", 0.0), f["events_s"].get("end")
+    figures = {name: growth(xs, since=since, until=until) for name, xs in by_name.items()}
+    return {name: g for name, g in figures.items() if g is not None}
 
 
 def flagged(f: dict) -> dict:
@@ -291,26 +308,38 @@ def flagged(f: dict) -> dict:
 
 
 def plots(f: dict, out: Path) -> list[Path]:
-    """rss.svg (RSS in MiB) and handles.svg (open fds and threads) of every process sampled."""
-    from jaxattn.bench.svg_series import line_chart
+    """rss.svg (RSS in MiB) of every process sampled and handles.svg (open fds and threads,
+    a panel each) of the replicas and the load generator."""
+    from jaxattn.bench.svg_series import line_chart, panels_chart
 
-    events = {k: v for k, v in f["events_s"].items()}
+    events = f["events_s"]
     names = list(dict.fromkeys(s[1] for s in f["samples"]))
-    rss = {n: [(t, kb / 1024) for t, m, kb, _, _ in f["samples"] if m == n] for n in names}
-    handles = {}
-    for n in names:
-        if n.startswith("proxy"):
-            continue
-        handles[f"{n} fds"] = [(t, fds) for t, m, _, fds, _ in f["samples"] if m == n]
-        handles[f"{n} threads"] = [(t, th) for t, m, _, _, th in f["samples"] if m == n]
+
+    def lines(column: int, scale: float = 1.0, proxies: bool = True) -> dict:
+        return {
+            n: [
+                (s[0], s[column] * scale)
+                for s in f["samples"]
+                if s[1] == n and s[column] is not None
+            ]
+            for n in names
+            if proxies or not n.startswith("proxy")
+        }
+
     p = f["profile"]
     what = f"{p['requests']} requests, {p['clients']} clients, {p['replicas']} replica(s)"
     files = [out / "rss.svg", out / "handles.svg"]
     files[0].write_text(
-        line_chart(rss, title=f"RSS, sampled every second ({what})", events=events, y_label="MiB")
+        line_chart(
+            lines(2, 1 / 1024),
+            title=f"RSS, sampled every second ({what})",
+            events=events,
+            y_label="MiB",
+        )
     )
+    handles = [("open fds", lines(3, proxies=False)), ("threads", lines(4, proxies=False))]
     files[1].write_text(
-        line_chart(handles, title=f"Open file descriptors and threads ({what})", events=events)
+        panels_chart(handles, title=f"Open file descriptors and threads ({what})", events=events)
     )
     return files
 

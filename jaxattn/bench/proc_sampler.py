@@ -7,6 +7,9 @@
     sampler.track("replica0", new_pid) # restarted: the next lifetime of "replica0"
     sampler.stop()
     sampler.series                     # [Series(name, lifetime, pid, samples), ...]
+    growth(series.samples, since=t0)   # RSS / fds / threads at the start, max and end
+
+`with ProcSampler() as sampler:` starts and stops it.
 
 Linux only (/proc), stdlib only. A process that has exited is left out of
 later samples (its series ends); reading a process this user may not read
@@ -141,6 +144,7 @@ class ProcSampler:
         return self
 
     def stop(self) -> None:
+        """Stop sampling; every series still alive ends now."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -148,3 +152,37 @@ class ProcSampler:
             for s in self._live.values():
                 if s.ended is None:
                     s.ended = self.now()
+
+    def __enter__(self) -> ProcSampler:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def growth(samples: list[Sample], since: float = 0.0, until: float | None = None) -> dict | None:
+    """Over the samples (of one series) in [since, until]: RSS start / max / end (MiB), max /
+    start, and fds and threads at the start, their max and at the end; None when no sample
+    is in the window. Samples without an fd count are left out of the fds (None if all)."""
+    rows = [x for x in samples if x.t >= since and (until is None or x.t <= until)]
+    if not rows:
+        return None
+    peak = max(x.rss_kb for x in rows)
+    fds = [x.fds for x in rows if x.fds is not None] or [None]
+
+    def span(values: list) -> dict:
+        top = None if values[0] is None else max(values)
+        return {"start": values[0], "max": top, "end": values[-1]}
+
+    start = rows[0].rss_kb
+    return {
+        "samples": len(rows),
+        "rss_mib": {
+            "start": round(start / 1024, 1),
+            "max": round(peak / 1024, 1),
+            "end": round(rows[-1].rss_kb / 1024, 1),
+        },
+        "rss_max_over_start": round(peak / start, 3) if start else None,
+        "fds": span(fds),
+        "threads": span([x.threads for x in rows]),
+    }

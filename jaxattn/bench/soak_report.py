@@ -1,4 +1,5 @@
-"""The soak's verdict, its markdown summary and its chart (`jaxattn.bench.soak`).
+"""The soak's verdict, its markdown summary and its chart (`jaxattn.bench.soak`; the chart
+drawn by `jaxattn.bench.svg_series`).
 
 Pass/fail, each check over the open-loop phase and the capacity burst before it:
 
@@ -37,6 +38,8 @@ passes only when every check passes. Stdlib only.
 from __future__ import annotations
 
 import statistics
+
+from jaxattn.bench.svg_series import panels_chart
 
 # Statuses the service is designed to answer under the soak's faults (RELIABILITY.md,
 # "Faults: what each gets"): a replica going away or draining (UNAVAILABLE, once the
@@ -290,80 +293,36 @@ def markdown(f: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
-
-
-def svg(f: dict, width: int = 900, panel: int = 200) -> str:
+def svg(f: dict) -> str:
     """RSS, fds and threads over time, one line per process lifetime (a colour per
     process name), restarts as dashed lines: T for SIGTERM, K for SIGKILL."""
     series = [s for s in f.get("series", []) if s["samples"]]
-    names = sorted({s["name"] for s in series})
-    colour = {n: COLOURS[i % len(COLOURS)] for i, n in enumerate(names)}
-    t_max = max((_get(s["samples"][-1], "t") for s in series), default=1.0) or 1.0
-    left, right, top = 60, 150, 20
-    plot_w = width - left - right
-    panels = (("rss_kb", "RSS (MiB)", 1 / 1024), ("fds", "open fds", 1), ("threads", "threads", 1))
-    height = top + len(panels) * (panel + 40)
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'font-family="sans-serif" font-size="11">',
-        f'<rect width="{width}" height="{height}" fill="white"/>',
-    ]
-    for p, (key, label, scale) in enumerate(panels):
-        y0 = top + p * (panel + 40)
-        vals = [
-            _get(x, key) * scale for s in series for x in s["samples"] if _get(x, key) is not None
-        ]
-        v_max = max(vals, default=1) * 1.05 or 1
-
-        def X(t):
-            return left + plot_w * t / t_max
-
-        def Y(v, y0=y0, v_max=v_max):
-            return y0 + panel - panel * v / v_max
-
-        out.append(
-            f'<rect x="{left}" y="{y0}" width="{plot_w}" height="{panel}" '
-            'fill="none" stroke="#999"/>'
-        )
-        out.append(f'<text x="{left}" y="{y0 - 4}">{label}</text>')
-        for frac in (0, 0.5, 1):
-            v = v_max * frac
-            out.append(f'<text x="{left - 4}" y="{Y(v) + 4:.1f}" text-anchor="end">{v:.0f}</text>')
-        for frac in (0, 0.25, 0.5, 0.75, 1):
-            out.append(
-                f'<text x="{X(t_max * frac):.1f}" y="{y0 + panel + 14}" text-anchor="middle">'
-                f"{t_max * frac / 60:.1f} min</text>"
-            )
-        for r in f.get("restarts", []):
-            if "at_s" not in r:
-                continue
-            x = X(r["at_s"])
-            mark = "T" if r["signal"] == "SIGTERM" else "K"
-            out.append(
-                f'<line x1="{x:.1f}" y1="{y0}" x2="{x:.1f}" y2="{y0 + panel}" stroke="#bbb" '
-                f'stroke-dasharray="4,3"/><text x="{x + 2:.1f}" y="{y0 + 10}" fill="#777">'
-                f"{mark}{r['replica']}</text>"
-            )
-        for s in series:
-            step = max(1, len(s["samples"]) // 1500)  # a 2-hour lifetime: ~1500 points
-            pts = " ".join(
-                f"{X(_get(x, 't')):.1f},{Y(_get(x, key) * scale):.1f}"
-                for x in s["samples"][::step]
+    panels = []
+    for key, label, scale in (
+        ("rss_kb", "RSS (MiB)", 1 / 1024),
+        ("fds", "open fds", 1),
+        ("threads", "threads", 1),
+    ):
+        lines: dict = {}
+        for s in sorted(series, key=lambda s: (s["name"], s["lifetime"])):
+            points = lines.setdefault(s["name"], [])
+            if points:
+                points.append(None)  # the next lifetime: a line of its own
+            points += [
+                (_get(x, "t") / 60, _get(x, key) * scale)
+                for x in s["samples"]
                 if _get(x, key) is not None
-            )
-            if pts:
-                out.append(
-                    f'<polyline fill="none" stroke="{colour[s["name"]]}" stroke-width="1.2" '
-                    f'points="{pts}"><title>{s["name"]}#{s["lifetime"]} pid {s["pid"]}</title>'
-                    "</polyline>"
-                )
-    for i, n in enumerate(names):
-        y = top + 10 + 16 * i
-        out.append(
-            f'<line x1="{width - right + 15}" y1="{y}" x2="{width - right + 35}" y2="{y}" '
-            f'stroke="{colour[n]}" stroke-width="2"/><text x="{width - right + 40}" y="{y + 4}">'
-            f"{n}</text>"
-        )
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+            ]
+        panels.append((label, lines))
+    restarts = [
+        (f"{'T' if r['signal'] == 'SIGTERM' else 'K'}{r['replica']}", r["at_s"] / 60)
+        for r in f.get("restarts", [])
+        if "at_s" in r
+    ]
+    return panels_chart(
+        panels,
+        title="RSS, open fds and threads per process lifetime",
+        events=restarts,
+        x_label="minutes",
+        panel_height=200,
+    )

@@ -1,7 +1,8 @@
 """What the faulty-network report measures and draws: per-second process samples, their
-growth figures, and the hand-written SVG chart (jaxattn.bench.proc_sample, svg_series).
+growth figures, and the hand-written SVG charts (jaxattn.bench.proc_sampler, svg_series).
 
-Linux /proc only (the samples); no namespaces, no root.
+Linux /proc only (the samples); no namespaces, no root. `read_proc` itself is tested
+in test_rel_soak.py.
 """
 
 from __future__ import annotations
@@ -9,71 +10,65 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import xml.etree.ElementTree as ET
 
 import pytest
 
-from jaxattn.bench.proc_sample import ProcessSampler, growth, sample
-from jaxattn.bench.svg_series import HEIGHT, LEFT, RIGHT, TOP, WIDTH, line_chart, ticks
+from jaxattn.bench.proc_sampler import ProcSampler, Sample, growth, read_proc
+from jaxattn.bench.svg_series import (
+    BOTTOM,
+    GAP,
+    HEIGHT,
+    LEFT,
+    RIGHT,
+    TOP,
+    WIDTH,
+    line_chart,
+    panels_chart,
+    ticks,
+)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
-
-def test_a_sample_counts_the_fds_and_threads_opened_since():
-    before = sample(os.getpid())
-    pipes = [os.pipe() for _ in range(5)]  # 10 descriptors
-    stop = threading.Event()
-    threads = [threading.Thread(target=stop.wait) for _ in range(3)]
-    for t in threads:
-        t.start()
-    try:
-        after = sample(os.getpid())
-    finally:
-        stop.set()
-        for t in threads:
-            t.join()
-        for r, w in pipes:
-            os.close(r)
-            os.close(w)
-    assert before[0] > 0 and after[0] > 0  # kB resident
-    assert after[1] - before[1] == 10
-    assert after[2] - before[2] == 3
+NS = "{http://www.w3.org/2000/svg}"
 
 
 def test_a_gone_process_is_no_longer_sampled():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    with ProcessSampler({"child": child.pid, "me": os.getpid()}, every_s=0.05) as sampler:
-        sampler.sample_now()
-        assert {s[1] for s in sampler.samples} == {"child", "me"}
+    with ProcSampler(every_s=0.05) as sampler:
+        kid, me = sampler.track("child", child.pid), sampler.track("me", os.getpid())
+        sampler.sample_once()
+        assert kid.samples and me.samples
         child.kill()
         child.wait()
-        n = len(sampler.samples)
-        sampler.sample_now()
-        sampler.mark("after")
-        assert [s[1] for s in sampler.samples[n:]] == ["me"]
-    assert sample(child.pid) is None
-    assert sampler.events["after"] >= 0
+        n, m = len(kid.samples), len(me.samples)
+        sampler.sample_once()
+        assert len(kid.samples) == n and len(me.samples) > m
+        assert kid.ended is not None and me.ended is None
+    assert read_proc(child.pid) is None
+    assert me.ended is not None  # stopping ends every series
 
 
 def test_growth_figures_by_hand():
     samples = [
-        (0.0, "a", 1000, 9, 4),  # before `since`: left out
-        (1.0, "a", 2048, 10, 5),
-        (2.0, "a", 3072, 30, 9),
-        (3.0, "a", 2560, 11, 5),
-        (1.5, "b", 1024, 3, 2),
-        (9.0, "a", 9999, 99, 99),  # after `until`: left out
+        Sample(0.0, 1000, 9, 4),  # before `since`: left out
+        Sample(1.0, 2048, 10, 5),
+        Sample(2.0, 3072, 30, 9),
+        Sample(2.5, 2560, None, 6),  # no fd count: left out of the fds only
+        Sample(3.0, 2560, 11, 5),
+        Sample(9.0, 9999, 99, 99),  # after `until`: left out
     ]
-    g = growth(samples, since=1.0, until=3.0)
-    assert g["a"] == {
-        "samples": 3,
+    assert growth(samples, since=1.0, until=3.0) == {
+        "samples": 4,
         "rss_mib": {"start": 2.0, "max": 3.0, "end": 2.5},
         "rss_max_over_start": 1.5,
         "fds": {"start": 10, "max": 30, "end": 11},
         "threads": {"start": 5, "max": 9, "end": 5},
     }
-    assert g["b"]["samples"] == 1 and g["b"]["rss_max_over_start"] == 1.0
+    one = growth([Sample(1.5, 1024, None, 2)])
+    assert one["samples"] == 1 and one["rss_max_over_start"] == 1.0
+    assert one["fds"] == {"start": None, "max": None, "end": None}
+    assert growth(samples, since=10.0) is None
 
 
 def test_ticks_are_round_and_cover_the_range():
@@ -90,11 +85,38 @@ def test_the_chart_is_svg_with_a_line_per_series_inside_the_plot():
         y_label="MiB",
     )
     root = ET.fromstring(svg)  # well-formed, names escaped
-    ns = "{http://www.w3.org/2000/svg}"
-    lines = root.findall(f"{ns}polyline")
+    lines = root.findall(f"{NS}polyline")
     assert len(lines) == 2
-    texts = [t.text for t in root.iter(f"{ns}text")]
+    texts = [t.text for t in root.iter(f"{NS}text")]
     assert "RSS <MiB>" in texts and "r1 <&>" in texts and "armed" in texts
     # x 0..10 and y 0..100 span the plot area exactly (ticks 0..10, 0..100).
     points = [tuple(map(float, p.split(","))) for p in lines[0].get("points").split()]
     assert points == [(LEFT, HEIGHT - 50), (WIDTH - RIGHT, TOP)]
+
+
+def test_panels_share_the_x_axis_colours_and_legend_and_lines_break_at_none():
+    ph = 100
+    svg = panels_chart(
+        [
+            ("MiB", {"r0": [(0, 0), (4, 10), None, (6, 10), (10, 20)], "r1": [(0, 5)]}),
+            ("fds", {"r0": [(0, 0), (10, 50)]}),
+        ],
+        title="two panels",
+        events=[("T0", 5.0), ("T0", 8.0)],  # a name may repeat
+        panel_height=ph,
+    )
+    root = ET.fromstring(svg)
+    assert int(root.get("height")) == TOP + 2 * ph + GAP + BOTTOM
+    lines = root.findall(f"{NS}polyline")
+    assert len(lines) == 4  # r0 twice (broken at None) and r1 in the first panel, r0 in the second
+    colours = [x.get("stroke") for x in lines]
+    assert colours[0] == colours[1] == colours[3] != colours[2]
+    texts = [t.text for t in root.iter(f"{NS}text")]
+    assert texts.count("r0") == 1 and texts.count("r1") == 1  # one legend
+    assert texts.count("T0") == 2  # both events named, in the top panel only
+    dashed = [x for x in root.iter(f"{NS}line") if x.get("stroke-dasharray")]
+    assert len(dashed) == 4  # each event in each panel
+    # the second panel: x 0..10 spans the plot's width, y 0..50 its height, below the first
+    points = [tuple(map(float, p.split(","))) for p in lines[3].get("points").split()]
+    bottom = TOP + 2 * ph + GAP
+    assert points == [(LEFT, bottom), (WIDTH - RIGHT, bottom - ph)]
