@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import threading
+import subprocess
+import sys
 
 import pytest
 from rel_support import SENTENCES, WHAT
@@ -22,23 +23,39 @@ from jaxattn.bench.soak_report import FAIL, NOT_JUDGED, PASS, judge, markdown, s
 pytestmark = pytest.mark.slow
 
 
-def test_sampler_counts_this_process_fds_threads_and_rss(tmp_path):
-    before = read_proc(os.getpid())
-    files = [open(tmp_path / f"f{i}", "w") for i in range(5)]  # noqa: SIM115
-    release = threading.Event()
-    extra = [threading.Thread(target=release.wait) for _ in range(3)]
-    for t in extra:
-        t.start()
+CHILD = """
+import sys, threading, time
+files = [open(sys.argv[1] + str(i), "w") for i in range(int(sys.argv[2]))]
+stop = threading.Event()
+for _ in range(int(sys.argv[3])):
+    threading.Thread(target=stop.wait, daemon=True).start()
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def _child_sample(tmp_path, files: int, threads: int):
+    """read_proc of a child holding `files` more open files and `threads` more threads
+    than a bare interpreter (this test process's own threads come and go with the suite)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(tmp_path / f"{files}-"), str(files), str(threads)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
-        after = read_proc(os.getpid())
+        assert child.stdout.readline() == "ready\n"
+        return read_proc(child.pid)
     finally:
-        release.set()
-        for t in extra:
-            t.join()
-        for f in files:
-            f.close()
+        child.stdin.close()
+        child.wait(10)
+
+
+def test_sampler_counts_fds_threads_and_rss(tmp_path):
+    before, after = _child_sample(tmp_path, 0, 0), _child_sample(tmp_path, 5, 3)
     assert after.fds - before.fds == 5
     assert after.threads - before.threads == 3
+    after = read_proc(os.getpid())
     block = bytearray(64 << 20)  # zeroed: every page touched
     grown = read_proc(os.getpid()).rss_kb - after.rss_kb
     del block
