@@ -183,11 +183,16 @@ def other_engine(tmp_path_factory):
     return jaxattn.load(checkpoint, buckets=(32,), max_batch=4)
 
 
-def test_a_replica_of_another_model_is_refused_naming_both_fingerprints(svc_engine, other_engine):
-    ours, theirs = svc_engine.info.weights, other_engine.info.weights
-    assert ours.startswith("blake2b:") and theirs.startswith("blake2b:") and ours != theirs
+def refused_after_two(svc_engine, other_engine, lie=None):
+    """A stream cut after 2 examples by a replica of our model, its rest asked of a
+    replica of another: (the error, examples received, the other engine, the replicas).
+    `lie`: a stand-in for the client's GetModelInfo."""
     first, other = CutEngine(svc_engine, [2]), CutEngine(other_engine, [])
-    with replicas([first, other]) as reps:
+    with replicas([first, other]) as reps, contextlib.ExitStack() as patches:
+        if lie is not None:
+            patch = pytest.MonkeyPatch()
+            patches.callback(patch.undo)
+            patch.setattr(client_module.AttentionClient, "_replica", lie)
         got = []
         with AttentionClient([r.address for r in reps], timeout=60) as client:
             with pytest.raises(AttentionServiceError) as info:
@@ -195,36 +200,32 @@ def test_a_replica_of_another_model_is_refused_naming_both_fingerprints(svc_engi
                     got.append(cap)
                     if len(got) == 2:
                         reps[0].cut()
+    ours, theirs = svc_engine.info.weights, other_engine.info.weights
     assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION
     assert ours in info.value.message and theirs in info.value.message, info.value.message
     assert info.value.address == reps[1].address and len(got) == 2
+    return other
+
+
+def test_a_replica_of_another_model_is_refused_naming_both_fingerprints(svc_engine, other_engine):
+    ours, theirs = svc_engine.info.weights, other_engine.info.weights
+    assert ours.startswith("blake2b:") and theirs.startswith("blake2b:") and ours != theirs
+    other = refused_after_two(svc_engine, other_engine)
     assert other.runs == 0  # refused before the rest was asked of it
 
 
 def test_the_rest_from_another_model_is_refused_even_where_its_model_info_lied(
-    svc_engine, other_engine, monkeypatch
+    svc_engine, other_engine
 ):
     """Behind one address a balancer may send GetModelInfo to another replica than the
     capture: the rest's own call names its weights, and those are compared too."""
-    ours, theirs = svc_engine.info.weights, other_engine.info.weights
-    first, other = CutEngine(svc_engine, [2]), CutEngine(other_engine, [])
     real = client_module.AttentionClient._replica
 
     def answered_elsewhere(self, i, deadline, fresh=False):  # says our weights, always
-        return dataclasses.replace(real(self, i, deadline, fresh), weights=ours)
+        info = real(self, i, deadline, fresh)
+        return dataclasses.replace(info, weights=svc_engine.info.weights)
 
-    with replicas([first, other]) as reps:
-        monkeypatch.setattr(client_module.AttentionClient, "_replica", answered_elsewhere)
-        got = []
-        with AttentionClient([r.address for r in reps], timeout=60) as client:
-            with pytest.raises(AttentionServiceError) as info:
-                for cap in client.stream(TEXTS, what=WHAT):
-                    got.append(cap)
-                    if len(got) == 2:
-                        reps[0].cut()
-    assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION
-    assert ours in info.value.message and theirs in info.value.message, info.value.message
-    assert info.value.address == reps[1].address and len(got) == 2
+    refused_after_two(svc_engine, other_engine, lie=answered_elsewhere)
 
 
 def test_a_not_serving_replica_gets_no_calls(svc_engine):
