@@ -83,11 +83,11 @@ class Job:
     @property
     def dead(self) -> bool:
         """Cancelled, failed, or past its deadline: no one wants more results."""
-        return (
-            self.cancelled
-            or self.error is not None
-            or (self.deadline is not None and time.monotonic() > self.deadline)
-        )
+        return self.cancelled or self.error is not None or self.past_deadline()
+
+    def past_deadline(self) -> bool:
+        """Its deadline has passed (the batcher may see that before gRPC does)."""
+        return self.deadline is not None and time.monotonic() > self.deadline
 
     @property
     def remaining(self) -> int:

@@ -175,6 +175,9 @@ class AttentionServicer:
         except JobCancelled:
             if not context.is_active():  # the client cancelled or its deadline passed
                 stats["code"] = _gone(context)
+            elif job is not None and job.past_deadline():  # seen before gRPC saw it
+                stats["code"] = "DEADLINE_EXCEEDED"
+                context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the call's deadline passed")
             else:  # the batcher was closed under a live call: the server is stopping
                 stats["code"] = "UNAVAILABLE"
                 context.abort(grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
