@@ -7,28 +7,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tiny_models import batch as tiny_batch
 from tiny_models import capture, config_of, params_of
 
 from jaxattn.engine import blockwise
 from jaxattn.engine.model import Encoder
 from jaxattn.spec import CaptureSpec
-from jaxattn.token_classes import CLS_BIT, PUNCT_BIT, SEP_BIT
 
 T, BLOCK = 613, 96  # the block does not divide T
 
 
 def batch(config, lengths=(T, T - 37)):
-    rng = np.random.default_rng(1)
-    ids = rng.integers(0, config.vocab_size, (len(lengths), T)).astype(np.int32)
-    mask = np.arange(T)[None] < np.asarray(lengths)[:, None]
-    types = np.zeros_like(ids)
-    if config.type_vocab_size:  # a pair: the second segment from token 200 on
-        types[:, 200:] = mask[:, 200:]
-    classes = np.where(rng.random((len(lengths), T)) < 0.2, PUNCT_BIT, 0).astype(np.int8)
-    classes[:, 0] |= CLS_BIT
-    for b, n in enumerate(lengths):
-        classes[b, n - 1] |= SEP_BIT
-    return ids, types, mask, classes
+    return tiny_batch(config, lengths, pair_from=200, punct=0.2)
 
 
 def run(config, params, what, attention, loop="unrolled", data=None, heads=None):

@@ -13,7 +13,6 @@ from jaxattn.engine import blockwise, fast_forward
 from jaxattn.engine.model import Encoder
 from jaxattn.engine.precision import Matmul
 from jaxattn.spec import CaptureSpec
-from jaxattn.token_classes import CLS_BIT, SEP_BIT
 
 T = 45  # odd; the second example is padded from token 31 on
 LENGTHS = (T, 31)
@@ -140,17 +139,7 @@ def test_attend_refuses_an_unknown_kind():
 
 
 def batch(config):
-    rng = np.random.default_rng(1)
-    ids = rng.integers(0, config.vocab_size, (len(LENGTHS), T)).astype(np.int32)
-    mask = np.arange(T)[None] < np.asarray(LENGTHS)[:, None]
-    types = np.zeros_like(ids)
-    if config.type_vocab_size:  # a pair: the second segment from token 20 on
-        types[:, 20:] = mask[:, 20:]
-    classes = np.zeros_like(ids, dtype=np.int8)
-    classes[:, 0] |= CLS_BIT
-    for b, n in enumerate(LENGTHS):
-        classes[b, n - 1] |= SEP_BIT
-    return ids, types, mask, classes
+    return tiny_models.batch(config, LENGTHS, pair_from=20)
 
 
 def run(config, params, what, layers, attention, loop="unrolled"):

@@ -12,6 +12,7 @@ from jaxattn.checkpoints.hf_config import translate
 from jaxattn.engine import layer_loop as layer_loops
 from jaxattn.engine.model import Encoder
 from jaxattn.spec import CaptureSpec
+from jaxattn.token_classes import CLS_BIT, PUNCT_BIT, SEP_BIT
 
 HF = {
     "modernbert": dict(
@@ -150,3 +151,21 @@ def capture(model: Encoder, params, spec: CaptureSpec, data):
         return jax.vmap(one)(ids, types, mask, classes)
 
     return jax.tree.map(np.asarray, f(params, *data))
+
+
+def batch(config, lengths, *, pair_from: int, punct: float = 0.0, seed: int = 1):
+    """A padded batch (ids, token types, mask, token classes) of texts of `lengths`, as
+    long as the first: a pair's second segment from token `pair_from` on (families with
+    token types), a share `punct` of tokens marked punctuation, [CLS] first and [SEP] last."""
+    t = lengths[0]
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, config.vocab_size, (len(lengths), t)).astype(np.int32)
+    mask = np.arange(t)[None] < np.asarray(lengths)[:, None]
+    types = np.zeros_like(ids)
+    if config.type_vocab_size:
+        types[:, pair_from:] = mask[:, pair_from:]
+    classes = np.where(rng.random((len(lengths), t)) < punct, PUNCT_BIT, 0).astype(np.int8)
+    classes[:, 0] |= CLS_BIT
+    for b, n in enumerate(lengths):
+        classes[b, n - 1] |= SEP_BIT
+    return ids, types, mask, classes
