@@ -35,6 +35,7 @@ from hf_fixtures import (  # noqa: E402
 )
 
 from jaxattn.quantities import COMMON  # noqa: E402  (numpy-free)
+from jaxattn.views.png import FLAGS  # noqa: E402
 
 
 class _Lazy(dict):
@@ -156,15 +157,7 @@ def references(torch_models, tokenizers, standard_texts) -> dict:
 # One only: a second sync_playwright() while the first is open is refused ("Sync API
 # inside the asyncio loop"). Without either, browser tests fail with the install hint
 # when $CI is set, and skip otherwise.
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+CHROMIUM_ARGS = list(FLAGS)  # the static exports' quiet, offline browser (views/png.py)
 INSTALL_HINT = (
     "apt-get install -y chromium && pip install playwright (the system browser is used; "
     "never `playwright install`)"
