@@ -115,6 +115,17 @@ class AttentionServer:
         return self.grpc_server.wait_for_termination(timeout)
 
 
+# The fewest milliseconds between two pings a client may send while the server sends
+# no data: a client pinging more often is struck, and after two strikes its connection
+# is closed (GOAWAY "too_many_pings", every call on it UNAVAILABLE). gRPC's default is
+# 5 minutes; jaxattn's client pings every 60 s (`jaxattn.client.channels.KEEPALIVE`)
+# during a long capture or while it watches the server's health. The argument's name
+# is gRPC core's GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS; a misspelt
+# channel argument is ignored without a word (tests/service/test_keepalive.py).
+PING_INTERVAL_ARG = "grpc.http2.min_ping_interval_without_data_ms"
+MIN_PING_INTERVAL_MS = 30_000
+
+
 def _grpc_options(options: ServerOptions) -> list[tuple[str, int]]:
     return [
         # Every incoming message and its metadata is bounded before it is parsed.
@@ -130,7 +141,7 @@ def _grpc_options(options: ServerOptions) -> list[tuple[str, int]]:
         # even while a long capture sends no data.
         ("grpc.keepalive_time_ms", 120_000),
         ("grpc.keepalive_timeout_ms", 20_000),
-        ("grpc.http2.min_recv_ping_interval_without_data_ms", 30_000),
+        (PING_INTERVAL_ARG, MIN_PING_INTERVAL_MS),
     ]
 
 
