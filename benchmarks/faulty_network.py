@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -125,6 +126,8 @@ def profile_of(args) -> dict:
         stall_s=args.stall_s,
         partition_s=args.partition_s,
         partition_after_s=args.partition_after_s,
+        serve_args=args.serve_args,
+        malloc={k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},
     )
 
 
@@ -137,7 +140,8 @@ def start_replicas(net, args, env: dict, work: Path) -> list[tuple[subprocess.Po
             procs.append(
                 net.popen(
                     "server",
-                    [str(JAXATTN), "serve", *model, "--host", net.server_ip, "--port", "0"],
+                    [str(JAXATTN), "serve", *model, "--host", net.server_ip, "--port", "0"]
+                    + shlex.split(args.serve_args),
                     stdout=subprocess.PIPE,
                     stderr=err,
                     text=True,
@@ -419,8 +423,10 @@ def report(f: dict) -> str:
     return f"""### Run of {f["date"]} ({f["machine"]})
 
 Profile: {p["requests"]} requests from {p["clients"]} clients to {p["replicas"]} replica(s),
-model {p["model"]}; {p["loss_percent"]} % TCP loss each way (nftables), bandwidth
-{p["rate"] or "unlimited"} (tbf), latency {p["delay_ms"]} +- {p["jitter_ms"]} ms each way,
+model {p["model"]}, `jaxattn serve {p.get("serve_args", "")}`
+(environment {p.get("malloc") or "as is"}); {p["loss_percent"]} % TCP loss each way
+(nftables), bandwidth {p["rate"] or "unlimited"} (tbf), latency {p["delay_ms"]} +-
+{p["jitter_ms"]} ms each way,
 {resets}, {stalls}, one {p["partition_s"]} s partition {p["partition_after_s"]} s into the
 measured run. Load average before: {f["load_average_before"]}.
 
@@ -482,6 +488,11 @@ def main() -> int:
     parser.add_argument("--partition-s", type=float, default=5.0, help="0: no partition")
     parser.add_argument("--partition-after-s", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--serve-args",
+        default="",
+        help="more options for each `jaxattn serve`, e.g. '--max-buffered-mib 256'",
+    )
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/jaxattn-faulty-network"))
     # The load generator's half, started by the run itself in the client namespace.
     parser.add_argument("--load-side", default=None, help=argparse.SUPPRESS)
