@@ -22,6 +22,10 @@ What it does (RELIABILITY.md, "Soak"; the command is `benchmarks/soak.py`):
    WORKDIR/samples.csv as it goes;
 5. judges the run (`jaxattn.bench.soak_report`).
 
+Its parts: the knobs (`soak_options`), the replicas (`soak_replicas`), the vanishing
+clients (`soak_vanishers`, each a `soak_client` process), the verdict
+(`soak_report`); this module holds the load, the checking and the run.
+
 Accounting: an arrival is *sent* when a worker starts its call, and ends as
 exactly one of: right (every example checked), wrong, cancelled (by its own
 caller, after checking the examples it read), refused with a status code, or
@@ -42,13 +46,10 @@ import collections
 import contextlib
 import dataclasses
 import hashlib
-import json
 import os
 import queue
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -59,150 +60,14 @@ import numpy as np
 from jaxattn.bench.expect import ExampleExpectation, check_capture
 from jaxattn.bench.load_generator import LoadRequest
 from jaxattn.bench.proc_sampler import ProcSampler
+from jaxattn.bench.soak_options import SoakOptions, log
+from jaxattn.bench.soak_replicas import Replicas
 from jaxattn.bench.soak_report import DESIGNED, judge
+from jaxattn.bench.soak_vanishers import Vanishers
 from jaxattn.client.client import AttentionClient
 from jaxattn.client.errors import AttentionServiceError
 
-JAXATTN = Path(sys.executable).with_name("jaxattn")
 CALL_FIELDS = ("what", "layers", "heads", "dtype", "codec")  # a LoadRequest's call options
-
-
-@dataclasses.dataclass
-class SoakOptions:
-    """The soak's knobs (times in seconds). Defaults: the 2-hour run of RELIABILITY.md."""
-
-    duration_s: float = 7200.0
-    replicas: int = 3
-    load_fraction: float = 0.7
-    rate: float | None = None  # arrivals/s; None: load_fraction x the measured capacity
-    capacity_s: float = 60.0
-    capacity_clients: int = 16
-    workers: int = 48
-    restart_every_s: float = 600.0  # 0: no restarts
-    until_restarts: int = 0  # go on past duration_s until this many restarts are done
-    cancel_share: float = 0.03
-    vanish_every_s: float = 10.0  # 0: no vanishing client processes
-    timeout_s: float = 120.0  # each call's deadline, retries and resumes included
-    grace_s: float = 30.0  # `jaxattn serve --grace`
-    serve_args: tuple[str, ...] = ("--max-batch", "8")
-    sample_every_s: float = 1.0
-    warm_s: float = 300.0  # a lifetime's warm-up after its shapes are compiled
-    baseline_s: float = 60.0  # the baseline window after it
-    rss_limit: float = 1.5
-    fd_tolerance: int = 16
-    thread_tolerance: int = 16
-    drain_wait_s: float | None = None  # after the last arrival; None: timeout_s + 30
-    seed: int = 0
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-# -- the replicas -----------------------------------------------------------------------
-
-
-class Replicas:
-    """`jaxattn serve` processes, each restartable on its port; logs in WORKDIR/replicaK/."""
-
-    def __init__(self, workdir: Path, options: SoakOptions, model: Path | None, sampler, warm):
-        self.workdir, self.options, self.model, self.sampler = workdir, options, model, sampler
-        self.warm = warm
-        self.procs: list[subprocess.Popen | None] = [None] * options.replicas
-        self.ports = [0] * options.replicas
-        self.lifetimes = [0] * options.replicas
-        self.env = dict(os.environ, PYTHONUNBUFFERED="1", JAXATTN_TOKEN="")
-        self.env.setdefault("JAXATTN_COMPILATION_CACHE", str(workdir / "jit-cache"))
-
-    @property
-    def addresses(self) -> list[str]:
-        return [f"127.0.0.1:{p}" for p in self.ports]
-
-    def start(self, k: int, attempts: int = 10) -> subprocess.Popen:
-        """Start replica `k` on its port (a free one the first time); returns once it listens."""
-        folder = self.workdir / f"replica{k}"
-        folder.mkdir(parents=True, exist_ok=True)
-        model = ["--model", str(self.model)] if self.model else []
-        for attempt in range(attempts):
-            log_path = folder / f"serve-{self.lifetimes[k]}.log"
-            with open(log_path, "ab") as err:
-                proc = subprocess.Popen(
-                    [str(JAXATTN), "serve", *model, "--port", str(self.ports[k])]
-                    + ["--grace", str(self.options.grace_s), *self.options.serve_args],
-                    stdout=subprocess.PIPE,
-                    stderr=err,
-                    text=True,
-                    env=self.env,
-                    cwd=folder,
-                )
-            line = proc.stdout.readline()  # "listening on HOST:PORT", or EOF if it failed
-            if "listening on 127.0.0.1:" in line:
-                threading.Thread(target=proc.stdout.read, daemon=True).start()  # keep draining
-                self.ports[k] = int(line.split("listening on 127.0.0.1:")[1].split()[0])
-                self.procs[k] = proc
-                return proc
-            proc.wait()
-            log(f"replica {k} did not start (attempt {attempt + 1}): see {log_path}")
-            time.sleep(1.0)
-        raise RuntimeError(f"replica {k} did not start in {attempts} attempts: see {folder}")
-
-    def warm_up(self, k: int, ready: bool = True) -> float:
-        """Compile (or load from the cache) every shape on replica `k`: seconds taken.
-        `ready`: its lifetime is ready now (a restarted one, under the load already)."""
-        t0 = time.monotonic()
-        if self.warm is not None:
-            with AttentionClient(self.addresses[k], timeout=600) as one:
-                n = self.warm(one)
-            log(f"replica {k}: {n} shape warm-up requests in {time.monotonic() - t0:.1f} s")
-        if ready:
-            self.sampler.mark_ready(f"replica{k}")
-        return round(time.monotonic() - t0, 2)
-
-    def stop(self, k: int, sig: int) -> dict:
-        """Send `sig` to replica `k` and wait for it to exit: what happened, as data."""
-        proc = self.procs[k]
-        self.sampler.mark_stopping(f"replica{k}")
-        t0 = time.monotonic()
-        proc.send_signal(sig)
-        overran = False
-        try:
-            proc.wait(self.options.grace_s + 30)
-        except subprocess.TimeoutExpired:
-            overran = True
-            proc.kill()
-            proc.wait()
-        return dict(
-            pid=proc.pid,
-            exit_code=proc.returncode,
-            stop_s=round(time.monotonic() - t0, 2),
-            overran_grace=overran,
-        )
-
-    def restart(self, k: int, sig: int) -> dict:
-        event = dict(replica=k, signal=signal.Signals(sig).name, at_s=round(self.sampler.now(), 1))
-        event.update(self.stop(k, sig))
-        t0 = time.monotonic()
-        self.lifetimes[k] += 1
-        proc = self.start(k)
-        self.sampler.track(f"replica{k}", proc.pid)
-        event.update(new_pid=proc.pid, down_s=round(time.monotonic() - t0, 2))
-        event["lifetime"] = self.lifetimes[k]
-        event["warm_up_s"] = self.warm_up(k)  # as the first: every lifetime starts alike
-        return event
-
-    def close(self) -> list[dict]:
-        """SIGTERM every replica at once and wait for each: what happened, as data."""
-        running = [k for k, p in enumerate(self.procs) if p is not None and p.poll() is None]
-        stops: dict = {}
-        threads = [
-            threading.Thread(target=lambda k=k: stops.__setitem__(k, self.stop(k, signal.SIGTERM)))
-            for k in running
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return [dict(replica=k, signal="SIGTERM", **stops[k]) for k in running]
 
 
 # -- checking ---------------------------------------------------------------------------
@@ -433,93 +298,6 @@ class Load:
 
 
 # -- clients that vanish ------------------------------------------------------------------
-
-
-class Vanishers:
-    """Every `every_s` seconds a client process makes one call and is SIGKILLed mid-way.
-
-    Alternately killed once its first example arrived (mid-stream) and at a random
-    moment 0-1 s after it started its call (queued, computing or streaming).
-    """
-
-    def __init__(self, addresses, mix: Sequence[LoadRequest], every_s: float, seed: int):
-        self.addresses, self.every_s = addresses, every_s
-        multi = [r for r in mix if len(r.texts) > 1 and r.what == ("attention",)]
-        self.requests = multi or list(mix)
-        self.rng = random.Random(seed)
-        self.counts: collections.Counter = collections.Counter()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, name="vanishers", daemon=True)
-
-    def _one(self, k: int) -> None:
-        r = self.rng.choice(self.requests)
-        job = dict(
-            addresses=self.addresses,
-            texts=[t if isinstance(t, str) else list(t) for t in r.texts],
-            what=list(r.what),
-            dtype=r.dtype,
-            codec=r.codec,
-        )
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "jaxattn.bench.soak_client"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        lines: queue.Queue = queue.Queue()
-        threading.Thread(
-            target=lambda: [lines.put(x.strip()) for x in proc.stdout], daemon=True
-        ).start()
-        proc.stdin.write(json.dumps(job))
-        proc.stdin.close()
-        mid_stream = k % 2 == 0
-        wait_for = "example" if mid_stream else "calling"
-        deadline, seen = time.monotonic() + 60, []
-        while time.monotonic() < deadline and not self.stop.is_set():
-            try:
-                line = lines.get(timeout=0.5)
-            except queue.Empty:
-                if proc.poll() is not None:
-                    break
-                continue
-            seen.append(line)
-            if line.startswith(wait_for) or line in ("done",) or line.startswith("error"):
-                break
-        if not mid_stream and seen and seen[-1] == "calling":
-            time.sleep(self.rng.uniform(0.0, 1.0))
-        proc.kill()
-        proc.wait()
-        while not lines.empty():
-            seen.append(lines.get())
-        last = seen[-1] if seen else ""
-        if last == "done":
-            self.counts["finished before the kill"] += 1
-        elif last.startswith("error"):
-            self.counts[f"ended with {last}"] += 1
-        elif last.startswith("example"):
-            self.counts["killed mid-stream"] += 1
-        elif last == "calling":
-            self.counts["killed before its first example"] += 1
-        else:
-            self.counts["killed before calling"] += 1
-
-    def _loop(self) -> None:
-        k = 0
-        while not self.stop.wait(self.rng.uniform(0.5, 1.5) * self.every_s):
-            try:
-                self._one(k)
-            except Exception as e:  # never stop the soak over it; count it
-                self.counts[f"driver error {type(e).__name__}"] += 1
-            k += 1
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def close(self) -> dict:
-        self.stop.set()
-        self.thread.join()
-        return dict(self.counts)
 
 
 # -- the run ------------------------------------------------------------------------------
