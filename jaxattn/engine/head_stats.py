@@ -3,8 +3,12 @@
 The same numbers as `jaxattn.analysis.head_statistics` computes on the host
 from a trimmed [L, H, T, T] map, computed inside the jitted step from the
 padded weights, so a corpus analysis copies [L, H, N] per example instead of
-the maps. Padding: padded keys carry exactly zero weight and are left out of
-the entropies' smoothing, padded query rows are left out of every mean. Token
+the maps. The per-row quantities (row_head_stats, decoder_row_head_stats and
+their norm twins, `KINDS`) are the same statistics before the mean over rows
+(`encoder_rows`, `decoder_rows`), and the means are taken from them
+(`row_mean`), so one definition serves both. Padding: padded keys carry exactly
+zero weight and are left out of the entropies' smoothing, padded query rows are
+NaN per row and left out of every mean. Token
 classes come from `jaxattn.token_classes` (one definition for host and device),
 packed as bits per token.
 """
