@@ -45,7 +45,8 @@ DECODER_REFUSED = {
     name: "is not computed for a decoder (causal) model: its statistics assume an encoder's "
     f"[CLS]/[SEP]; ask for decoder_{name} (first token, previous token, self, punctuation, "
     "entropy)"
-    for name in ("head_stats", "norm_head_stats")
+    for name, q in QUANTITIES.items()
+    if q.axis("N") is not None  # head_stats, norm_head_stats and their row_ twins
 }
 # Quantities a model with post-norms (Gemma) refuses: a head's transformed vector
 # reaches the residual only through the post-attention norm, whose divisor belongs to

@@ -251,6 +251,43 @@ QUANTITIES: dict[str, Quantity] = {
             "normalised)",
         ),
         Quantity(
+            name="row_head_stats",
+            axes="LHTN",
+            uint8=False,
+            doc="head_stats before the mean over rows: row i's statistics (HEAD_STATS order) of "
+            "each head's attention, computed on the device (blockwise: memory linear in T). "
+            "prev is 0 on row 0 and next 0 on the last row (no such key); entropy_cls is NaN "
+            "on every row but a [CLS] row, sep_sep on every row but a [SEP] row, rest_sep on "
+            "[SEP] rows. head_stats is "
+            "the mean over the rows of each column, NaN left out (prev: the sum over rows "
+            "1 .. n-1 divided by n). Always every row: a capture's query_positions select "
+            "the maps' rows only",
+        ),
+        Quantity(
+            name="norm_row_head_stats",
+            axes="LHTN",
+            uint8=False,
+            doc="row_head_stats of the norm-based weights (alpha_fx_norm, rows normalised): "
+            "norm_head_stats before the mean over rows",
+        ),
+        Quantity(
+            name="decoder_row_head_stats",
+            axes="LHTP",
+            uint8=False,
+            doc="decoder_head_stats before the mean over rows: row i's decoder statistics "
+            "(DECODER_HEAD_STATS order; the entropy smoothed over the i + 1 keys row i sees), "
+            "computed on the device (blockwise: memory linear in T); NaN on row 0, which "
+            "the means leave out. decoder_head_stats is the mean over rows 1 .. n-1. Always "
+            "every row: a capture's query_positions select the maps' rows only",
+        ),
+        Quantity(
+            name="decoder_norm_row_head_stats",
+            axes="LHTP",
+            uint8=False,
+            doc="decoder_row_head_stats of the norm-based weights (alpha_fx_norm, rows "
+            "normalised): decoder_norm_head_stats before the mean over rows",
+        ),
+        Quantity(
             name="hidden_states",
             axes="LTD",
             extra_layer=1,
@@ -268,7 +305,18 @@ COMMON = tuple(name for name in QUANTITIES if name not in SCORE_QUANTITIES)
 # The quantities that are per-head statistics ([L, H, N] or [L, H, P]) rather than
 # tensors over tokens.
 STATISTICS = tuple(
-    name for name, q in QUANTITIES.items() if q.axis("N") is not None or q.axis("P") is not None
+    name
+    for name, q in QUANTITIES.items()
+    if (q.axis("N") is not None or q.axis("P") is not None) and q.axis("T") is None
+)
+
+# The same statistics per query row ([L, H, T, N] or [L, H, T, P]): each one's means
+# over the rows are a quantity of STATISTICS. They take every row whatever a capture's
+# query_positions select (those cut the maps only).
+ROW_STATISTICS = tuple(
+    name
+    for name, q in QUANTITIES.items()
+    if (q.axis("N") is not None or q.axis("P") is not None) and q.axis("T") is not None
 )
 
 # The per-token context-mixing quantities ([L, T, M]), computed together.

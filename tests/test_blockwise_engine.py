@@ -36,10 +36,16 @@ CASES = [  # family, quantities, layer loop, heads (None: all)
         "unrolled",
         None,
     ),
-    ("modernbert", ("head_stats", "norm_head_stats", *MAPS), "scan", (0, 2)),  # kind as data
+    # kind as data; the per-row statistics of local layers (blocks beyond the window skipped)
+    ("modernbert", ("head_stats", "norm_head_stats", "norm_row_head_stats", *MAPS), "scan", (0, 2)),
     ("bert", ("hidden_states", "head_stats", "norm_head_stats", *MAPS), "unrolled", (1,)),
     ("llama", ("values", "decoder_norm_head_stats", *MAPS), "unrolled", (1, 2)),  # GQA
-    ("mistral", ("hidden_states", "decoder_head_stats", "attention"), "scan", None),
+    (
+        "mistral",
+        ("hidden_states", "decoder_head_stats", "decoder_row_head_stats", "attention"),
+        "scan",
+        None,
+    ),
     (
         "gemma2",
         ("fx_norm", "decoder_head_stats", "decoder_norm_head_stats", *MAPS),
@@ -107,6 +113,8 @@ def temp_bytes(config, params, what, attention, length, layers=None, heads=None)
     [
         ("modernbert", ("head_stats",), None, None),
         ("llama", ("decoder_head_stats",), None, None),
+        # the per-row statistics, the norm-weighted ones too: [H, T, N] out, no [T, T]
+        ("modernbert", ("row_head_stats", "decoder_norm_row_head_stats"), (1,), None),
         # statistics and one head's map of a (local) layer: the map is output, written
         # in place block by block; what the program holds besides stays linear in T
         ("modernbert", ("head_stats", "attention"), (1,), (2,)),

@@ -137,6 +137,10 @@ class Capture:
     norm_head_stats = _Quantity()
     decoder_head_stats = _Quantity()
     decoder_norm_head_stats = _Quantity()
+    row_head_stats = _Quantity()
+    norm_row_head_stats = _Quantity()
+    decoder_row_head_stats = _Quantity()
+    decoder_norm_row_head_stats = _Quantity()
     hidden_states = _Quantity()
 
     @property

@@ -2,13 +2,14 @@
 
 The stats-first page (`jaxattn.views.segments_page`, docs/views.md): for each
 layer and head the sink, previous-token and local shares and the entropy per
-segment of the text, for long documents. Texts are captured twice: the
-statistics of every layer and head (``decoder_head_stats``, and ``head_stats``
-for an encoder's entropy: [L, H] numbers, no map) and, with ``--stats-first
-maps`` (the default), the attention maps of the --layers/--heads selection,
-from which the segments come; ``--stats-first statistics`` captures no map (each
-head's whole-text values only). Saved capture files are used as they are:
-consecutive files of the same text are one example.
+segment of the text, for long documents. Texts are captured twice: the per-row
+statistics of every layer and head (``decoder_row_head_stats``, and
+``row_head_stats`` for an encoder's entropy: [L, H, T, P] numbers, no map; blockwise
+on a long text), from which every head's sink, previous-token and entropy segments
+come, and, with ``--stats-first maps`` (the default), the attention maps of the
+--layers/--heads selection, which add their local share; ``--stats-first
+statistics`` captures no map (no local share). Saved capture files are used as
+they are: consecutive files of the same text are one example.
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ def add_arguments(parser, modes) -> None:
         const="maps",
         choices=FROM,
         help="per-head sink/previous/local shares and entropy along the text, per "
-        "--segment tokens, for long documents; 'maps' (default): the segments of the "
-        "--layers/--heads selection from its maps, every head's whole-text values from "
-        "its statistics; 'statistics': no map captured (docs/views.md)",
+        "--segment tokens, for long documents; every head's sink, previous and entropy "
+        "from its per-row statistics; 'maps' (default): the local share of the "
+        "--layers/--heads selection from its maps; 'statistics': no map captured, no "
+        "local share (docs/views.md)",
     )
     g = parser.add_argument_group("--stats-first: statistics along the text")
     g.add_argument(
@@ -52,11 +54,12 @@ def add_arguments(parser, modes) -> None:
 
 
 def _statistics(causal: bool) -> tuple[tuple[str, ...], ...]:
-    """The statistics captures of a text, one quantity each (each runs blockwise on a long
-    text: `jaxattn.engine.blockwise.SERVES`, one kind of statistics a request):
-    decoder_head_stats (sink, prev; a decoder's entropy) and, for an encoder, head_stats
-    (its entropy, smoothed over every key)."""
-    return (("decoder_head_stats",),) if causal else (("decoder_head_stats",), ("head_stats",))
+    """The per-row statistics captures of a text, one quantity each (each runs blockwise
+    on a long text: `jaxattn.engine.blockwise.SERVES`, one kind of statistics a
+    request): decoder_row_head_stats (sink, prev; a decoder's entropy) and, for an
+    encoder, row_head_stats (its entropy, smoothed over every key)."""
+    decoder = ("decoder_row_head_stats",)
+    return (decoder,) if causal else (decoder, ("row_head_stats",))
 
 
 def _capture(args, texts: list) -> list[list]:

@@ -51,14 +51,10 @@ from jaxattn.engine.precision import Matmul
 BLOCK = 256  # the default query and key block size
 # The [T, S] maps `captures` writes for the selected heads only ([H_sel, T, S]).
 MAPS = frozenset({"attention", "scores", "alpha_fx_norm"})
-# The per-head statistics `captures` sums row terms for: quantity -> (of the norm
-# weights alpha ||f|| rather than alpha, the decoder's definitions).
-STATISTICS = {
-    "head_stats": (False, False),
-    "decoder_head_stats": (False, True),
-    "norm_head_stats": (True, False),
-    "decoder_norm_head_stats": (True, True),
-}
+# The per-head statistics `captures` sums row terms for, the means and the per-row ones:
+# quantity -> (of the norm weights alpha ||f|| rather than alpha, the decoder's
+# definitions, per row) (`head_stats.KINDS`).
+STATISTICS = head_stats.KINDS
 # What `captures` computes from the weights of a second pass.
 PASS = MAPS | {"sum_alpha_fx_norm"} | STATISTICS.keys()
 # The quantities the blockwise path computes. A request of these alone can run
@@ -323,8 +319,9 @@ def captures(
     Returns:
       {name: array}: the `MAPS` [H_sel, T, T] (scores: the logits, a causal model's
       future exactly -inf, as the dense path's), sum_alpha_fx_norm [T, T], and each
-      statistic of `STATISTICS` as its row terms {term: [H, T]}
-      (`head_stats.encoder_statistics_from_rows` / `decoder_statistics_from_rows`).
+      statistic of `STATISTICS` as its row terms {term: [H, T]} (`head_stats.finish`
+      makes the quantity of them; quantities of the same weights and definitions,
+      head_stats and row_head_stats, share one dict).
     """
     want = set(want) & PASS
     q, k, mask, lse = inputs.q, inputs.k, inputs.mask, inputs.lse
@@ -332,8 +329,12 @@ def captures(
     kv = k.shape[1]
     picked = np.arange(nheads) if heads is None else np.asarray(heads)
     maps = sorted(want & MAPS)
-    kinds = {name: STATISTICS[name] for name in sorted(want & STATISTICS.keys())}
-    normed = any(norm for norm, _ in kinds.values())
+    # The row terms of each kind of weights and definitions asked for, once however many
+    # quantities share them (head_stats and row_head_stats): (norm, decoder) -> names.
+    kinds: dict[tuple[bool, bool], list[str]] = {}
+    for name in sorted(want & STATISTICS.keys()):
+        kinds.setdefault(STATISTICS[name][:2], []).append(name)
+    normed = any(norm for norm, _ in kinds)
     bq, bk = min(inputs.block, length), inputs.block
     nq = -(-length // bq)
     kb, mb = _blocks(k, bk), _blocks(mask, bk, False)
@@ -345,9 +346,7 @@ def captures(
     count = mask.astype(q.dtype).sum()  # the encoder entropy's real keys
     # The statistics' row terms of a block of zeros: their names, and zeros to start from.
     empty = jnp.zeros((nheads, bq), q.dtype)
-    terms0 = {
-        name: {t: empty for t in _term_names(decoder)} for name, (_, decoder) in kinds.items()
-    }
+    terms0 = {kind: {t: empty for t in _term_names(kind[1])} for kind in kinds}
 
     def query_block(out, i):
         start = jnp.minimum(i * bq, length - bq)  # the last block ends at T (rows again)
@@ -374,11 +373,12 @@ def captures(
 
         def add_terms(terms, weights_of, ys):  # the statistics' row terms, summed
             _, mblk, cblk, _, _, keys = ys
-            for name, (norm, decoder) in kinds.items():
+            for kind in kinds:
+                norm, decoder = kind
                 part = head_stats.row_terms(
                     weights_of(norm), rows, keys, mblk, cblk, count, decoder
                 )
-                terms = terms | {name: jax.tree.map(jnp.add, terms[name], part)}
+                terms = terms | {kind: jax.tree.map(jnp.add, terms[kind], part)}
             return terms
 
         def step(terms, ys):
@@ -413,9 +413,9 @@ def captures(
         for name, t in got.items():  # [n, ..., Bq, Bk] -> [..., Bq, S]
             t = jnp.moveaxis(t, 0, -2).reshape(*t.shape[1:-1], -1)[..., :length]
             out[name] = lax.dynamic_update_slice_in_dim(out[name], t, start, axis=t.ndim - 2)
-        for name, rows_terms in terms.items():
-            out[name] = {
-                t: lax.dynamic_update_slice_in_dim(out[name][t], x, start, axis=1)
+        for kind, rows_terms in terms.items():
+            out["terms"][kind] = {
+                t: lax.dynamic_update_slice_in_dim(out["terms"][kind][t], x, start, axis=1)
                 for t, x in rows_terms.items()
             }
         return out, None
@@ -423,7 +423,12 @@ def captures(
     init = {name: jnp.zeros((len(picked), length, length), q.dtype) for name in maps}
     if "sum_alpha_fx_norm" in want:
         init["sum_alpha_fx_norm"] = jnp.zeros((length, length), q.dtype)
-    for name, terms in terms0.items():
-        init[name] = {t: jnp.zeros((nheads, length), q.dtype) for t in terms}
+    init["terms"] = {
+        kind: {t: jnp.zeros((nheads, length), q.dtype) for t in terms}
+        for kind, terms in terms0.items()
+    }
     out, _ = lax.scan(query_block, init, jnp.arange(nq))
+    terms = out.pop("terms")
+    for kind, names in kinds.items():
+        out |= {name: terms[kind] for name in names}
     return out

@@ -3,8 +3,12 @@
 The same numbers as `jaxattn.analysis.head_statistics` computes on the host
 from a trimmed [L, H, T, T] map, computed inside the jitted step from the
 padded weights, so a corpus analysis copies [L, H, N] per example instead of
-the maps. Padding: padded keys carry exactly zero weight and are left out of
-the entropies' smoothing, padded query rows are left out of every mean. Token
+the maps. The per-row quantities (row_head_stats, decoder_row_head_stats and
+their norm twins, `KINDS`) are the same statistics before the mean over rows
+(`encoder_rows`, `decoder_rows`), and the means are taken from them
+(`row_mean`), so one definition serves both. Padding: padded keys carry exactly
+zero weight and are left out of the entropies' smoothing, padded query rows are
+NaN per row and left out of every mean. Token
 classes come from `jaxattn.token_classes` (one definition for host and device),
 packed as bits per token.
 """
@@ -13,14 +17,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from jaxattn.quantities import DECODER_HEAD_STATS, ENTROPY_SMOOTHING
+from jaxattn.quantities import DECODER_HEAD_STATS, ENTROPY_SMOOTHING, HEAD_STATS
 from jaxattn.token_classes import CLS_BIT, PUNCT_BIT, SEP_BIT
-
-
-def _mean_over(per_row, rows):
-    """[H, T] -> [H]: the mean over the rows weighted 1 in `rows` [T]; NaN if none."""
-    count = rows.sum()
-    return jnp.where(count > 0, (per_row * rows).sum(-1) / jnp.maximum(count, 1.0), jnp.nan)
 
 
 def _smoothed_entropy(weights, keys, visible):
@@ -71,39 +69,85 @@ def row_terms(weights, rows, keys, mask_k, classes_k, count, decoder: bool = Fal
     return out
 
 
+def _rows_only(per_row, rows):
+    """[..., T] -> the same with NaN on the rows not in `rows` [T] bool."""
+    return jnp.where(rows, per_row, jnp.nan)
+
+
+def encoder_rows(terms: dict, mask, classes):
+    """`row_terms` of every row [H, T] (encoder), mask [T] bool, classes [T] -> [H, T, N]:
+    each row's statistics (the row_head_stats quantities, `HEAD_STATS` order).
+
+    cls .. entropy are the row's terms (prev 0 on row 0 and next 0 on the last real
+    row: no such key, or a padded one of zero weight); entropy_cls is NaN on every row
+    but a [CLS] row, sep_sep on every row but a [SEP] row, rest_sep on [SEP] rows;
+    padded rows are NaN throughout. `row_mean` of it is the head_stats table.
+    """
+    real = mask.astype(bool)
+    cls_rows = real & ((classes & CLS_BIT) != 0)
+    sep_rows = real & ((classes & SEP_BIT) != 0)
+    columns = dict(terms)
+    columns["entropy_cls"] = _rows_only(terms["entropy"], cls_rows)
+    columns["sep_sep"] = _rows_only(terms["sep"], sep_rows)
+    columns["rest_sep"] = _rows_only(terms["sep"], real & ~sep_rows)
+    return _rows_only(jnp.stack([columns[name] for name in HEAD_STATS], axis=-1), real[:, None])
+
+
+def decoder_rows(terms: dict, mask):
+    """`row_terms` of every row [H, T] (decoder), mask [T] bool -> [H, T, P]: each row's
+    decoder statistics (the decoder_row_head_stats quantities, `DECODER_HEAD_STATS`
+    order), NaN on row 0 (it sees only itself under causal attention) and padded rows.
+    `row_mean` of it is the decoder_head_stats table (rows 1 .. n-1)."""
+    rows = mask.astype(bool) & (jnp.arange(mask.shape[0]) >= 1)
+    stacked = jnp.stack([terms[name] for name in DECODER_HEAD_STATS], axis=-1)
+    return _rows_only(stacked, rows[:, None])
+
+
+def row_mean(per_row):
+    """[H, T, X] -> [H, X]: each column's mean over the rows that are not NaN (NaN if none)."""
+    seen = ~jnp.isnan(per_row)
+    count = seen.sum(-2)
+    total = jnp.where(seen, per_row, 0.0).sum(-2)
+    return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
+
+
 def encoder_statistics_from_rows(terms: dict, mask, classes):
     """`row_terms` of every row [H, T] (encoder), mask [T] bool, classes [T] -> [H, N]."""
-    real = mask.astype(terms["self"].dtype)  # [T]
-    n = real.sum()
-    t = real.shape[0]
-
-    def rows_of(bit):
-        return _keys_of(bit, classes, real)
-
-    sep_rows = rows_of(SEP_BIT)
-    index = jnp.arange(t)
-    has_prev = real * (index >= 1)  # W[i, i-1] counts for real rows i >= 1
-    has_next = real * (index <= t - 2)  # W[i, i+1] for rows below the last
-    stats = (
-        _mean_over(terms["cls"], real),
-        _mean_over(terms["sep"], real),
-        _mean_over(terms["punct"], real),
-        _mean_over(terms["self"], real),
-        (terms["prev"] * has_prev).sum(-1) / n,
-        (terms["next"] * has_next).sum(-1) / n,
-        _mean_over(terms["entropy"], real),
-        _mean_over(terms["entropy"], rows_of(CLS_BIT)),
-        _mean_over(terms["sep"], sep_rows),
-        _mean_over(terms["sep"], real - sep_rows),
-    )
-    return jnp.stack(stats, axis=-1)
+    return row_mean(encoder_rows(terms, mask, classes))
 
 
 def decoder_statistics_from_rows(terms: dict, mask):
     """`row_terms` of every row [H, T] (decoder), mask [T] bool -> [H, P]."""
-    real = mask.astype(terms["self"].dtype)
-    rows = real * (jnp.arange(real.shape[0]) >= 1)  # query rows 1 .. n-1
-    return jnp.stack([_mean_over(terms[name], rows) for name in DECODER_HEAD_STATS], axis=-1)
+    return row_mean(decoder_rows(terms, mask))
+
+
+# The statistics quantities: name -> (of the norm weights alpha ||f|| rows normalised
+# rather than alpha, the decoder's definitions, per row rather than means over rows).
+KINDS = {
+    "head_stats": (False, False, False),
+    "norm_head_stats": (True, False, False),
+    "decoder_head_stats": (False, True, False),
+    "decoder_norm_head_stats": (True, True, False),
+    "row_head_stats": (False, False, True),
+    "norm_row_head_stats": (True, False, True),
+    "decoder_row_head_stats": (False, True, True),
+    "decoder_norm_row_head_stats": (True, True, True),
+}
+
+
+def all_row_terms(weights, mask, classes, decoder: bool = False) -> dict:
+    """`row_terms` of a whole [H, T, T] map (the dense path): {name: [H, T]}."""
+    index = jnp.arange(weights.shape[-1])
+    count = None if decoder else mask.astype(weights.dtype).sum()
+    return row_terms(weights, index, index, mask, classes, count, decoder)
+
+
+def finish(name: str, terms: dict, mask, classes):
+    """The statistics quantity `name` (`KINDS`) of every head's `row_terms`
+    of every row [H, T]: [H, N] / [H, P] means, or [H, T, N] / [H, T, P] per row."""
+    _, decoder, per_row = KINDS[name]
+    rows = decoder_rows(terms, mask) if decoder else encoder_rows(terms, mask, classes)
+    return rows if per_row else row_mean(rows)
 
 
 def head_statistics(weights, mask, classes):
@@ -114,10 +158,7 @@ def head_statistics(weights, mask, classes):
     over the real keys; entropy_cls NaN without a cls token), sep_sep and
     rest_sep (NaN without such rows).
     """
-    index = jnp.arange(weights.shape[-1])
-    count = mask.astype(weights.dtype).sum()
-    terms = row_terms(weights, index, index, mask, classes, count)
-    return encoder_statistics_from_rows(terms, mask, classes)
+    return encoder_statistics_from_rows(all_row_terms(weights, mask, classes), mask, classes)
 
 
 def normalise_rows(weights):
@@ -135,6 +176,4 @@ def decoder_statistics(weights, mask, classes):
     an example of one token). The same numbers as
     `jaxattn.analysis.decoder_head_statistics` from a trimmed map.
     """
-    index = jnp.arange(weights.shape[-1])
-    terms = row_terms(weights, index, index, mask, classes, None, decoder=True)
-    return decoder_statistics_from_rows(terms, mask)
+    return decoder_statistics_from_rows(all_row_terms(weights, mask, classes, True), mask)

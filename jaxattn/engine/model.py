@@ -42,13 +42,11 @@ from jaxattn.spec import CaptureSpec
 # What needs the statistics of the LayerNorm after the attention block's addition.
 _NEEDS_NEXT_LN = frozenset({"attn_res_ln_norm", *MIXING})
 # With post-norms (Gemma) every norm quantity needs the attention output's own statistics.
-_NEEDS_OUTPUT_NORM = _NEEDS_NEXT_LN | {
-    "alpha_fx_norm",
-    "sum_alpha_fx_norm",
-    "attn_res_norm",
-    "norm_head_stats",
-    "decoder_norm_head_stats",
-}
+_NEEDS_OUTPUT_NORM = (
+    _NEEDS_NEXT_LN
+    | {"alpha_fx_norm", "sum_alpha_fx_norm", "attn_res_norm"}
+    | {name for name, (norm, _, _) in head_stats.KINDS.items() if norm}
+)
 
 
 class Embeddings(nn.Module):
@@ -111,7 +109,8 @@ def _capture_layer(
     Shapes out: attention/scores/alpha_fx_norm [H, T, S]; queries [H, T, K]; keys and
     values [H_kv, T, K] (H_kv = H without grouped-query attention); fx_norm [H, S];
     sum_alpha_fx_norm, attn_res_norm and attn_res_ln_norm [T, S]; head_stats,
-    norm_head_stats [H, N]; decoder_head_stats, decoder_norm_head_stats [H, P];
+    norm_head_stats [H, N]; decoder_head_stats, decoder_norm_head_stats [H, P]; their
+    per-row twins (row_head_stats, ...) [H, T, N] / [H, T, P];
     mixing_ratio, mixing_norm, preserving_norm [T, M].
     """
     cap = {}
@@ -127,7 +126,7 @@ def _capture_layer(
     for name, t in (("queries", p.q), ("keys", p.k), ("values", p.v)):
         if name in want:
             cap[name] = t.transpose(1, 0, 2)  # [T, H, K] -> [H, T, K]
-    norm_weighted = {"alpha_fx_norm", "norm_head_stats", "decoder_norm_head_stats"}
+    norm_weighted = {"alpha_fx_norm"} | {n for n, k in head_stats.KINDS.items() if k[0]}
     fxn = norms.fx_norm(v, w_out, mm) if want & (norm_weighted | {"fx_norm"}) else None  # [H, S]
     if "fx_norm" in want:
         cap["fx_norm"] = fxn
@@ -137,28 +136,24 @@ def _capture_layer(
             p.blockwise, want, heads=heads, classes=classes, fx=fxn, gram=gram, scale=p.norm_scale
         )
         for name, t in got.items():
-            if name not in blockwise.STATISTICS:
-                cap[name] = t
-            elif blockwise.STATISTICS[name][1]:  # the decoder's
-                cap[name] = head_stats.decoder_statistics_from_rows(t, mask)
-            else:
-                cap[name] = head_stats.encoder_statistics_from_rows(t, mask, classes)
+            if name in blockwise.STATISTICS:  # row terms
+                t = head_stats.finish(name, t, mask, classes)
+            cap[name] = t
         want = want - blockwise.PASS  # computed
     for name, t in (("attention", alpha), ("scores", p.scores)):
         if name in want:
             cap[name] = t
     if "alpha_fx_norm" in want:
         cap["alpha_fx_norm"] = norms.alpha_fx_norm(n_alpha, fxn)
-    if want & {"norm_head_stats", "decoder_norm_head_stats"}:
-        weights = head_stats.normalise_rows(norms.alpha_fx_norm(n_alpha, fxn))
-        if "norm_head_stats" in want:
-            cap["norm_head_stats"] = head_stats.head_statistics(weights, mask, classes)
-        if "decoder_norm_head_stats" in want:
-            cap["decoder_norm_head_stats"] = head_stats.decoder_statistics(weights, mask, classes)
-    if "head_stats" in want:
-        cap["head_stats"] = head_stats.head_statistics(alpha, mask, classes)
-    if "decoder_head_stats" in want:
-        cap["decoder_head_stats"] = head_stats.decoder_statistics(alpha, mask, classes)
+    terms = {}  # (norm, decoder) -> the row terms of every row, shared by means and rows
+    for name in sorted(want & head_stats.KINDS.keys()):
+        norm, decoder, _ = kind = head_stats.KINDS[name]
+        if kind[:2] not in terms:
+            weights = alpha
+            if norm:
+                weights = head_stats.normalise_rows(norms.alpha_fx_norm(n_alpha, fxn))
+            terms[kind[:2]] = head_stats.all_row_terms(weights, mask, classes, decoder)
+        cap[name] = head_stats.finish(name, terms[kind[:2]], mask, classes)
     if "sum_alpha_fx_norm" in want:
         cap["sum_alpha_fx_norm"] = norms.sum_alpha_fx_norm(n_alpha, v, w_out, mm)
     if "attn_res_norm" in want:

@@ -18,11 +18,15 @@ positions k·segment .. (k+1)·segment - 1) and over the whole text. The whole-t
 means are the engine's ``decoder_head_stats`` first, prev and entropy for a
 decoder (the same rows, the same smoothing).
 
-The per-row numbers need a head's map: no captured quantity holds per-row or
-per-segment statistics (``head_stats`` and ``decoder_head_stats`` are means over
-the whole text). A head whose map no capture holds gets its whole-text values
-from the captured statistics (`STATISTIC_SOURCES`) and no segments; ``local``
-has no such source. Maps are read one head at a time (`long_maps.head_map`), the
+Where a head's map is captured, the per-row numbers come from it. A head whose map
+no capture holds takes sink, prev and entropy per row from the captured per-row
+statistics (`ROW_SOURCES`: ``decoder_row_head_stats``' first, prev and a decoder's
+entropy, ``row_head_stats``' prev and an encoder's entropy; the same definitions
+and smoothing, computed on the device, blockwise on a long text, [L, H, T, P] not
+[L, H, T, T]), so it has segments too; ``local`` has no such source (the engine
+computes no windowed share: it needs the map) and stays empty. Without those, its
+whole-text values come from the whole-text statistics (`STATISTIC_SOURCES`) and it
+has no segments. Maps are read one head at a time (`long_maps.head_map`), the
 entropy `ROW_CHUNK` rows at a time, so a long text needs no [L, H, T, T] array.
 """
 
@@ -55,7 +59,22 @@ STATISTIC_SOURCES = {
     "prev": (("decoder_head_stats", "prev", None), ("head_stats", "prev", None)),
     "entropy": (("decoder_head_stats", "entropy", True), ("head_stats", "entropy", False)),
 }
-NORM_SOURCES = {"decoder_head_stats": "decoder_norm_head_stats", "head_stats": "norm_head_stats"}
+# Where a head without a map gets its statistics per row (the same form): row i's
+# value is `row_statistics`' (rows 1 .. T-1; row 0 is left out of every mean).
+ROW_SOURCES = {
+    "sink": (("decoder_row_head_stats", "first", None),),
+    "prev": (("decoder_row_head_stats", "prev", None), ("row_head_stats", "prev", None)),
+    "entropy": (
+        ("decoder_row_head_stats", "entropy", True),
+        ("row_head_stats", "entropy", False),
+    ),
+}
+NORM_SOURCES = {
+    "decoder_head_stats": "decoder_norm_head_stats",
+    "head_stats": "norm_head_stats",
+    "decoder_row_head_stats": "decoder_norm_row_head_stats",
+    "row_head_stats": "norm_row_head_stats",
+}
 
 
 def check_segmenting(t: int, segment: int, local: int) -> None:
@@ -116,16 +135,33 @@ def whole_mean(per_row: np.ndarray) -> float:
     return float(np.mean(per_row[1:])) if len(per_row) > 1 else float("nan")
 
 
+def _held(cap: Capture, kind: str, stat: str, causal: bool, sources: dict):
+    """(source quantity, the name `cap` holds it under for weight `kind`, column index)
+    of the first of `sources`[stat] it holds, or (None, None, None)."""
+    for quantity, column, needs_causal in sources.get(stat, ()):
+        name = quantity if kind == "attention" else NORM_SOURCES[quantity]
+        if name in cap.tensors and needs_causal in (None, causal):
+            names = DECODER_HEAD_STATS if quantity.startswith("decoder") else HEAD_STATS
+            return quantity, name, names.index(column)
+    return None, None, None
+
+
+def statistic_rows(cap: Capture, kind: str, stat: str, li: int, hi: int, causal: bool):
+    """Each row's `stat` [T] float64 from the per-row statistics `cap` holds
+    (`ROW_SOURCES`), with the quantity it came from; (None, None) when none gives it."""
+    _, name, column = _held(cap, kind, stat, causal, ROW_SOURCES)
+    if name is None:
+        return None, None
+    return np.asarray(cap.array(name)[li, hi, :, column], np.float64), name
+
+
 def statistic_value(cap: Capture, kind: str, stat: str, li: int, hi: int, causal: bool):
     """A whole-text value of `stat` from the statistics `cap` holds (`STATISTIC_SOURCES`),
     with the quantity it came from; (None, None) when it holds none that gives it."""
-    for quantity, column, needs_causal in STATISTIC_SOURCES.get(stat, ()):
-        name = quantity if kind == "attention" else NORM_SOURCES[quantity]
-        if name not in cap.tensors or needs_causal not in (None, causal):
-            continue
-        names = DECODER_HEAD_STATS if quantity.startswith("decoder") else HEAD_STATS
-        v = float(cap.array(name)[li, hi, names.index(column)])
-        if quantity == "head_stats" and column == "prev":
+    quantity, name, column = _held(cap, kind, stat, causal, STATISTIC_SOURCES)
+    if name is not None:
+        v = float(cap.array(name)[li, hi, column])
+        if quantity == "head_stats" and stat == "prev":
             v = v * cap.length / (cap.length - 1) if cap.length > 1 else float("nan")
         return v, name
     return None, None
@@ -155,7 +191,9 @@ def segments_document(
 
     Each layer and head of any capture is a row of the document: from a capture that
     holds its map (``attention``; ``alpha_fx_norm`` for the norm kind), its segment
-    and whole-text means; else from a capture's statistics, its whole-text values only.
+    and whole-text means; else from a capture's per-row statistics (`ROW_SOURCES`) the
+    segment and whole-text means of sink, prev and entropy (local: none); else from
+    its whole-text statistics, its whole-text values only.
 
     Returns ``{"format", "segment", "local", "T", "causal", "stats": SEGMENT_STATS,
     "bounds": [[start, stop], ...] of the segments, "layers", "heads",
@@ -189,7 +227,8 @@ def segments_document(
     if not kinds:
         raise ValueError(
             "the stats-first page needs attention maps or head statistics "
-            "(what=('attention',) or ('decoder_head_stats', 'head_stats'))"
+            "(what=('attention',), ('decoder_row_head_stats', 'row_head_stats') or "
+            "('decoder_head_stats', 'head_stats'))"
         )
     bounds = [[a, min(a + segment, t)] for a in range(0, t, segment)]
     return dict(
@@ -226,9 +265,21 @@ def _kind_grid(caps, kind, quantity, grid, segment, local, causal, rows) -> dict
                     whole[stat][li][hi] = _number(whole_mean(per_row))
                 source[li][hi] = "maps"
                 continue
+            per_row = {}  # stat -> [T] from the per-row statistics
             for cap in holders:
                 a, b = cap.layers.index(layer), cap.heads.index(head)
                 for stat in SEGMENT_STATS:
+                    got, name = statistic_rows(cap, kind, stat, a, b, causal)
+                    if name is not None and stat not in per_row:
+                        per_row[stat] = got
+                        segs[stat][li][hi] = [_number(v) for v in segment_means(got, segment)]
+                        whole[stat][li][hi] = _number(whole_mean(got))
+                        source[li][hi] = source[li][hi] or name
+            for cap in holders:
+                a, b = cap.layers.index(layer), cap.heads.index(head)
+                for stat in SEGMENT_STATS:
+                    if stat in per_row:
+                        continue
                     v, name = statistic_value(cap, kind, stat, a, b, causal)
                     if name is not None and whole[stat][li][hi] is None:
                         whole[stat][li][hi] = _number(v)

@@ -3,8 +3,10 @@
 For long documents (8,192 tokens and more): the page holds `segments.segments_document`
 of each example (numbers per layer, head and segment) and its tokens, never a map, so
 its size is bounded by the segments, not by T² (`page_bytes_bound`), and it opens at
-once. It needs no map either: a capture of statistics only (``decoder_head_stats``,
-``head_stats``) gives each head's whole-text values. The data is plain JSON in
+once. It needs no map either: a capture of per-row statistics only
+(``decoder_row_head_stats``, ``row_head_stats``) gives each head's segments but the
+local share's, one of whole-text statistics (``decoder_head_stats``, ``head_stats``)
+its whole-text values. The data is plain JSON in
 ``<script type="application/json" id="jaxattn-segments">``; segments.js draws it.
 
     from jaxattn.views import build_segments_html

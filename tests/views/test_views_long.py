@@ -252,9 +252,15 @@ def test_view_stats_first_from_text_and_from_a_saved_capture(
     doc = _segments_of(out)["examples"][0]["doc"]
     assert doc["segment"] == 4 and doc["T"] == cap.length and doc["heads"] == [0, 1, 2]
     k = doc["kinds"]["attention"]
-    assert {s for row in k["source"] for s in row} == {"decoder_head_stats"}
+    assert {s for row in k["source"] for s in row} == {"decoder_row_head_stats"}
     want = cap.attention[:, :, 1:, 0].mean(-1)  # every head's sink share, from its map
     np.testing.assert_allclose(np.array(k["whole"]["sink"], float), want, rtol=1e-4)
+    for layer, head in ((0, 0), (2, 1)):  # every head's segments, from its per-row statistics
+        ref = reference(cap.attention[layer, head], False, 4, 8)
+        for stat in ("sink", "prev", "entropy"):
+            got = np.array(k["segments"][stat][layer][head], float)
+            np.testing.assert_allclose(got, ref[stat][0], rtol=1e-4, atol=1e-6, err_msg=stat)
+        assert k["segments"]["local"][layer][head] is None  # it needs the map
     # a saved capture of one head's maps: its segments, as the numpy re-computation
     saved = tmp_path / "maps.npz"
     cap.select(layers=[2], heads=[1]).save(saved)

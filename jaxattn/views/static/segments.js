@@ -33,7 +33,8 @@
       `${doc.T} tokens in ${S} segments of ${doc.segment}; one row per layer × head (${mapped} of ${R} from their maps). ` +
       `Each cell: the mean over the segment's query rows (row 0 left out) of the weight on the first token (sink), ` +
       `on the previous token, on the keys ${local} (the first token left out: it is the sink's), and the row entropy. ` +
-      "The first column is the whole text. Heads without a map: whole-text values from the captured statistics, no segments. " +
+      "The first column is the whole text. Heads without a map: sink, previous and entropy from the captured per-row statistics " +
+      "(no local share: it needs the map), else whole-text values from the captured statistics and no segments. " +
       "Hover a cell for its numbers and text; click a row for the head's curves." + (doc.causal ? ` ${JX.CAUSAL_NOTE || ""}` : "")));
     const readout = JX.el("div", { class: "info", id: "sg-readout" }, "Hover a cell.");
     const curves = JX.el("div", { id: "sg-curves" });
@@ -95,7 +96,7 @@
         const svg = document.createElementNS(NS, "svg");
         svg.setAttribute("width", cwid + 2 * pad); svg.setAttribute("height", ch + 2 * pad);
         if (!s) {
-          svg.innerHTML = `<text x="${pad}" y="${pad + 20}" class="ax">${JX.esc(stat)}: whole text ${fmt(k.whole[stat][li][hi_])} (no map: no segments)</text>`;
+          svg.innerHTML = `<text x="${pad}" y="${pad + 20}" class="ax">${JX.esc(stat)}: whole text ${fmt(k.whole[stat][li][hi_])} (no map: ${stat === "local" ? "no local share" : "no segments"})</text>`;
           curves.append(svg); continue;
         }
         const vals = s.filter((v) => v !== null), top = Math.max(stat === "entropy" ? 0 : 1, ...vals);
