@@ -135,6 +135,7 @@ class AttentionServicer:
                 deadline,
                 chunk_bytes=parsed.max_chunk_bytes,
                 client=quota.name,
+                coalesce=parsed.coalesce,
             )
             # Fires on completion, cancellation and deadline: the job stops
             # waiting and the batcher drops its unfinished work. A call that

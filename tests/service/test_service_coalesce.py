@@ -9,13 +9,13 @@ hostile coalesced message is a WireError.
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from concurrent import futures
+import types
 
 import grpc
 import numpy as np
 import pytest
+from local_server import fake_service
 from service_support import SENTENCES, TEXTS, WHAT
 from test_service_wire import make_capture, same
 
@@ -32,6 +32,7 @@ from jaxattn.wire import (
     serialize_coalesced,
     serialize_example,
 )
+from service.admission import STREAM_CHUNKS, reservation
 
 
 def mixed() -> list[Capture]:
@@ -179,6 +180,29 @@ def test_hostile_coalesced_messages_are_wire_errors():
         StreamDecoder().feed_bytes(two[0])
 
 
+def test_a_coalesced_stream_reserves_messages_of_several_small_examples():
+    """Admission reserves the messages a stream may hold: a plain one's hold one
+    example's bytes at most; a coalesced one's, up to the chunk bound of several."""
+
+    class Sized:
+        def output_bytes(self, spec, length):
+            return 1000 * length
+
+    tokenized = [types.SimpleNamespace(length=n) for n in (3, 5, 2)]
+    args = dict(buffer_bytes=1 << 20, chunk_bytes=4096)
+    sizes, plain = reservation(Sized(), None, tokenized, **args)
+    _, packed = reservation(Sized(), None, tokenized, coalesce=True, **args)
+    assert sizes == [3000, 5000, 2000]
+    assert plain == 10_000 + STREAM_CHUNKS * 4096  # min(4096, largest 5000)
+    assert packed == 10_000 + STREAM_CHUNKS * 4096  # min(4096, all 10,000)
+    args["chunk_bytes"] = 8192
+    assert reservation(Sized(), None, tokenized, **args)[1] == 10_000 + STREAM_CHUNKS * 5000
+    assert (
+        reservation(Sized(), None, tokenized, coalesce=True, **args)[1]
+        == 10_000 + STREAM_CHUNKS * 8192
+    )
+
+
 def test_rewrite_head_refuses_a_head_that_does_not_fit():
     region = np.zeros(10, np.uint8)
     protowire.rewrite_head(region, b"\x08\x01" * 4)  # 2 bytes left: an empty padding field
@@ -252,30 +276,8 @@ class Scripted:
         return pb.ModelInfo(name="fake", layers=3, heads=3, weights="blake2b:fake")
 
 
-@contextlib.contextmanager
 def scripted(script: Scripted):
-    server = grpc.server(futures.ThreadPoolExecutor(4))
-    handlers = {
-        "Capture": grpc.unary_stream_rpc_method_handler(
-            script.capture,
-            request_deserializer=pb.CaptureRequest.FromString,
-            response_serializer=None,
-        ),
-        "GetModelInfo": grpc.unary_unary_rpc_method_handler(
-            script.info,
-            request_deserializer=pb.GetModelInfoRequest.FromString,
-            response_serializer=pb.ModelInfo.SerializeToString,
-        ),
-    }
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler("jaxattn.v1.AttentionService", handlers),)
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        server.stop(0)
+    return fake_service(script.capture, script.info)
 
 
 def test_the_client_reads_an_old_servers_plain_stream():
