@@ -124,14 +124,23 @@ def _chunk_lead(head_len: int, data_len: int, at: int, wrap: bool) -> tuple[byte
         lead = length_delimited(CHUNK_TAG, body)
         return length_delimited(ITEMS_TAG, len(lead) + body) + lead if wrap else lead
 
+    def aligned(pad: bytes) -> bool:
+        start = at + len(lead_of(pad)) + head_len + len(pad) + len(data_prefix)
+        return start % DATA_ALIGNMENT == 0
+
     pad = b""
-    for _ in range(4):  # a prefix may grow by a byte with the padding
+    for _ in range(2):  # the padding may grow a prefix by a byte: then once more
+        if aligned(pad):
+            return lead_of(pad), pad, data_prefix
         data_start = at + len(lead_of(pad)) + head_len + len(pad) + len(data_prefix)
-        if data_start % DATA_ALIGNMENT == 0:
-            break
         pad = padding(-(data_start - len(pad)) % DATA_ALIGNMENT)
-    # The lead is computed for the final pad: were the data still unaligned here,
-    # the message would be as valid (the client copies such a tensor).
+    # A length at a varint boundary (2^14, 2^21, ...) can flip back and forth with
+    # the padding: try every padding size; the lead is always computed for the pad
+    # it goes with, so the message is valid even unaligned (the client then copies).
+    for size in (0, *range(2, 2 + 2 * DATA_ALIGNMENT)):
+        candidate = padding(size) if size else b""
+        if aligned(candidate):
+            return lead_of(candidate), candidate, data_prefix
     return lead_of(pad), pad, data_prefix
 
 

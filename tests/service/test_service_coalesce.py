@@ -206,6 +206,26 @@ def test_a_coalesced_stream_reserves_messages_of_several_small_examples():
     )
 
 
+@pytest.mark.parametrize(("head_len", "data_len"), [(55, 2097076), (37, 2097108), (40, 100_000)])
+def test_framing_at_a_varint_boundary_is_valid_and_aligned(head_len, data_len):
+    """A chunk whose length lands at 2^21 (a varint's 3-to-4-byte step) once padded: the
+    padding search finds an aligned layout, and the prefixes always match the padding
+    they go with (before, the plain frame raised ValueError on these)."""
+    meta = pb.TensorChunk(tensor="t" * (head_len - 2))
+    head = meta.SerializeToString()
+    assert len(head) == head_len
+    data = np.arange(data_len, dtype=np.uint32).astype(np.uint8)
+    message, head_region, region = protowire.chunk_frame(head, data_len)
+    region[:] = data
+    framed, regions = protowire.frame_items([(b"", None), (head, data_len), (head, 1000)])
+    for _, (_, r) in zip((1, 2), regions[1:], strict=True):
+        r[:] = data[: len(r)]
+    for m in (message, framed):
+        chunks = [i.chunk for i in items_of([m]) if i.HasField("chunk")]
+        assert chunks[0].tensor == meta.tensor and chunks[0].data == data.tobytes()
+        assert all(offset % protowire.DATA_ALIGNMENT == 0 for offset in data_offsets(m))
+
+
 def test_rewrite_head_refuses_a_head_that_does_not_fit():
     region = np.zeros(10, np.uint8)
     protowire.rewrite_head(region, b"\x08\x01" * 4)  # 2 bytes left: an empty padding field
