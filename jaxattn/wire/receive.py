@@ -4,9 +4,10 @@
 received bytes (`feed_all`, which finds each chunk's data in the buffer instead
 of copying it out), one item per message or several (a coalesced stream),
 checks every chunk against the protocol (attention.proto) and its CRC-32, and
-returns each example's Capture once its last chunk has arrived. A tensor that came in one uncompressed chunk is a
-numpy view of the received message (no copy) where its items are aligned;
-the others are reassembled by one copy into a buffer of their own.
+returns each example's Capture once its last chunk has arrived. A tensor that
+came in one uncompressed chunk is a numpy view of the received message (no
+copy) where its items are aligned; the others are reassembled by one copy into
+a buffer of their own.
 """
 
 from __future__ import annotations
