@@ -147,11 +147,12 @@ def server_process(model, *, no_micro=False, replay=False, warm=None):
 # -- client side ------------------------------------------------------------------------
 
 
-def big_request(address, texts, what, dtype, codec) -> dict:
-    """One request through AttentionClient.stream, counting decoded and wire bytes."""
+def big_request(address, texts, what, dtype, codec, coalesce: bool = True) -> dict:
+    """One request through AttentionClient.stream, counting decoded and wire bytes
+    (`coalesce`: the client's CaptureRequest.coalesce, on by default as the client's)."""
     from jaxattn.client import AttentionClient
 
-    with AttentionClient(address, timeout=1800) as client:
+    with AttentionClient(address, timeout=1800, coalesce=coalesce) as client:
         decoded = tokens = n = 0
         start = time.perf_counter()
         for cap in client.stream(texts, what=what, dtype=dtype, codec=codec):

@@ -2,15 +2,19 @@
 
     .venv/bin/python benchmarks/service_scale.py [--model PATH] [--only CASE ...] [--quick]
 
-Three ratios, each numerator and denominator measured in this one run:
+The ratios, each numerator and denominator measured in this one run:
   e2e:        one large request (246 texts of ~100 tokens, full capture, float32,
               codec none) through a server in a child process, against the same
               capture by the in-process engine (`Engine.capture`);
   replay:     the same request against a server whose engine replays captures it
               computed on a first pass (the service's own path: batcher, encode,
-              gRPC, client decode), against a bare grpc-python server streaming the
+              gRPC, client decode), coalesced (the client's default: several items
+              per message, CaptureRequest.coalesce) and plain (one item per
+              message), each against a bare grpc-python server streaming the
               same number of bytes in messages of the default chunk size to a client
-              that only counts them (`--child bare`);
+              that only counts them (`--child bare`), all three in each repeat;
+  small:      the same three on many small examples (the 256 short sentences of
+              `concurrent` four times over, attention alone: 2 messages each when plain);
   concurrent: 32 client threads sending one short EWT sentence per request to a
               micro-batching server, against the in-process engine capturing the
               same sentences in one call (its throughput ceiling).
@@ -43,7 +47,7 @@ from jaxattn.bench.capture import FULL  # noqa: E402
 from jaxattn.wire.codecs import DEFAULT_MAX_CHUNK_BYTES  # noqa: E402
 
 METHOD = "/bench.Bare/Stream"
-CASES = ("e2e", "replay", "concurrent")
+CASES = ("e2e", "replay", "small", "concurrent")
 
 
 # -- children --------------------------------------------------------------------------
@@ -303,35 +307,71 @@ def run_e2e(args, engine, texts, out, raw, profile):
     )
 
 
-def run_replay(args, texts, out, raw, profile):
-    log = raw.setdefault("replay", [])
+def stream_messages(address: str, texts, what, coalesce: bool) -> int:
+    """How many messages one Capture call's stream takes (raw gRPC, nothing decoded)."""
+    import grpc
+
+    from jaxattn.v1 import attention_pb2 as pb
+
+    request = pb.CaptureRequest(
+        texts=[pb.Text(text=t) for t in texts], what=list(what), coalesce=coalesce
+    )
+    with grpc.insecure_channel(address) as channel:
+        call = channel.unary_stream(
+            "/jaxattn.v1.AttentionService/Capture",
+            request_serializer=pb.CaptureRequest.SerializeToString,
+            response_deserializer=None,
+        )
+        return sum(1 for _ in call(request, timeout=600))
+
+
+def run_replay(args, texts, out, raw, profile, case="replay", what=FULL):
+    """The service path, coalesced and plain, against bare gRPC on the same bytes."""
+    log = raw.setdefault(case, [])
     with child_process("replay", args.model) as (address, pid):
-        first = sb.big_request(address, texts, FULL, "float32", "none")  # fill the cache
+        first = sb.big_request(address, texts, what, "float32", "none")  # fill the cache
         nbytes = first["decoded"]
+        sb.big_request(address, texts, what, "float32", "none", coalesce=False)  # warm
+        counts = {c: stream_messages(address, texts, what, c) for c in (True, False)}
         with child_process("bare") as (bare, bare_pid):
             bare_request(bare, nbytes)  # connect, warm
             for _ in range(args.repeats):
-                s_cpu, b_cpu = {}, {}
-                with profiled(profile, "replay", pid), cpu_time(s_cpu, pid):
-                    s = sb.big_request(address, texts, FULL, "float32", "none")
-                with profiled(profile, "bare", bare_pid), cpu_time(b_cpu, bare_pid):
+                s_cpu, p_cpu, b_cpu = {}, {}, {}
+                with profiled(profile, case, pid), cpu_time(s_cpu, pid):
+                    s = sb.big_request(address, texts, what, "float32", "none")
+                with profiled(profile, f"{case}-plain", pid), cpu_time(p_cpu, pid):
+                    p = sb.big_request(address, texts, what, "float32", "none", coalesce=False)
+                with profiled(profile, f"{case}-bare", bare_pid), cpu_time(b_cpu, bare_pid):
                     b = bare_request(bare, nbytes)
-                s, b = s | s_cpu, b | b_cpu
-                log.append(dict(service=s, bare=b))
-                print(f"  replay: service {s} bare {b}", file=sys.stderr, flush=True)
-    s_rate = max(_rate(r["service"]) for r in log)
-    b_rate = max(_rate(r["bare"]) for r in log)
-    pairs = ", ".join(f"{_rate(r['service']) / _rate(r['bare']):.2f}x" for r in log)
+                s, p, b = s | s_cpu, p | p_cpu, b | b_cpu
+                log.append(dict(service=s, plain=p, bare=b))
+                print(f"  {case}: coalesced {s} plain {p} bare {b}", file=sys.stderr, flush=True)
+    n = len(texts)
+    bare_messages = -(-nbytes // DEFAULT_MAX_CHUNK_BYTES)
     out.append(
-        f"- **service path** (replaying engine), {nbytes / 1e9:.2f} GB: service "
-        f"{s_rate / 1e9:.2f} GB/s, bare grpc-python {b_rate / 1e9:.2f} GB/s (best of "
-        f"{len(log)} each): **{s_rate / b_rate:.2f}x** (pairs: {pairs}; target >= 0.8x)"
+        f"- **{case}**: {n} texts, {', '.join(what)}, float32, codec none, "
+        f"{nbytes / 1e9:.2f} GB; messages: coalesced {counts[True]} "
+        f"({counts[True] / n:.2f} per example), plain {counts[False]} "
+        f"({counts[False] / n:.2f}), bare {bare_messages} ({bare_messages / n:.2f})"
     )
-    for side in ("service", "bare"):
-        r, gb = log[-1][side], nbytes / 1e9
+    b_rate = max(_rate(r["bare"]) for r in log)
+    for side, label in (("service", "coalesced"), ("plain", "plain")):
+        rate = max(_rate(r[side]) for r in log)
+        pairs = ", ".join(f"{_rate(r[side]) / _rate(r['bare']):.2f}x" for r in log)
         out.append(
-            f"  CPU seconds per GB, {side}: server {r['server_cpu_s'] / gb:.2f}, "
-            f"client {r['client_cpu_s'] / gb:.2f}"
+            f"  {label}: service {rate / 1e9:.2f} GB/s, bare grpc-python {b_rate / 1e9:.2f} "
+            f"GB/s (best of {len(log)} each): **{rate / b_rate:.2f}x** (pairs: {pairs}; "
+            "target >= 0.8x)"
+        )
+    pairs = ", ".join(f"{_rate(r['service']) / _rate(r['plain']):.2f}x" for r in log)
+    out.append(f"  coalesced / plain wall-time rate, each repeat: {pairs}")
+    for side in ("service", "plain", "bare"):
+        gb = nbytes / 1e9
+        server = min(r[side]["server_cpu_s"] for r in log) / gb
+        client = min(r[side]["client_cpu_s"] for r in log) / gb
+        out.append(
+            f"  CPU seconds per GB, {'coalesced' if side == 'service' else side} (least of "
+            f"{len(log)}): server {server:.2f}, client {client:.2f}"
         )
 
 
@@ -417,6 +457,9 @@ def main(argv=None) -> int:
         run_e2e(args, engine, texts, out, raw, args.profile)
     if "replay" in args.only:
         run_replay(args, texts, out, raw, args.profile)
+    if "small" in args.only:
+        small = (short * 4)[:1024]  # the server's default max_texts
+        run_replay(args, small, out, raw, args.profile, case="small", what=("attention",))
     if "concurrent" in args.only:
         warm(engine, short)
         run_concurrent(args, engine, short, str(warm_file), out, raw, args.profile)

@@ -74,6 +74,7 @@ class Job:
         self.waiting = False  # the handler waits for the worker (so it cannot be stalled)
         self.on_stall: Callable[[], None] | None = None  # cancels the gRPC call
         self._items: dict[int, tuple[object, int]] = {}
+        self._next = 0  # the example `results` yields next
         # The batcher's worker condition (same lock): told whenever buffered bytes
         # shrink or the job dies, so a job held back by its buffer can run again.
         self.notify_worker: Callable[[], None] = lambda: None
@@ -173,11 +174,18 @@ class Job:
                     if self.cancelled:
                         raise JobCancelled()
                     cap, sending = self._items.pop(index)
+                    self._next = index + 1
                     self.notify_worker()  # no longer waiting: its stall clock runs
                 yield index, cap
         finally:
             with self.lock:
                 self._sent(sending)
+
+    def next_ready(self) -> bool:
+        """Whether `results` would yield its next example now, without waiting
+        (a coalescing sender packs on into it only then)."""
+        with self.lock:
+            return self._next in self._items
 
     def _sent(self, size: int) -> None:
         """An example was sent: its bytes leave the buffer (lock held)."""

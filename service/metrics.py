@@ -46,7 +46,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from jaxattn.wire.protowire import HEADER_TAG
+from jaxattn.wire.protowire import headers_in
 
 log = logging.getLogger("jaxattn.service")
 
@@ -224,20 +224,22 @@ class ServerMetrics:
         Closing this closes `messages`."""
         sent = self.sent_bytes.labels(dtype, codec)
         examples = self.sent_examples.labels(dtype, codec)
-        seconds, started, taken = 0.0, False, 0  # taken: bytes not yet counted
+        seconds, started, taken = 0.0, 0, 0  # started: headers sent; taken: bytes not counted
         try:
             for message in messages:
-                header = message[0] == HEADER_TAG  # the previous example went whole
-                if header and started:
-                    examples.inc()
-                started = started or header
-                if header or taken >= _FLUSH_BYTES:  # bytes counted per example, not message
+                # A header (one, or several in a coalesced message): the examples
+                # before the last one it starts went whole once it went.
+                headers = headers_in(message)
+                if headers or taken >= _FLUSH_BYTES:  # bytes counted per example, not message
                     sent.inc(taken)
                     taken = 0
                 t = time.perf_counter()
                 yield message
                 seconds += time.perf_counter() - t
                 taken += len(message)
+                if headers:
+                    examples.inc(started + headers - 1 - max(0, started - 1))
+                    started += headers
             if started:
                 examples.inc()
         finally:

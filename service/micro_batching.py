@@ -117,11 +117,14 @@ class MicroBatcher:
         *,
         chunk_bytes: int = 0,
         client: str | None = None,
+        coalesce: bool = False,
     ) -> Job:
         """Admit a job and queue it.
 
         Args:
           chunk_bytes: the stream's chunk size bound (reserved STREAM_CHUNKS times).
+          coalesce: the stream packs several examples' items per message
+            (CaptureRequest.coalesce; `admission.reservation`).
           client: who sent it (the token file's name): jobs take turns by client.
 
         Raises:
@@ -130,7 +133,12 @@ class MicroBatcher:
           JobCancelled: the batcher is closed.
         """
         sizes, reserve = reservation(
-            self.engine, spec, tokenized, buffer_bytes=self.buffer_bytes, chunk_bytes=chunk_bytes
+            self.engine,
+            spec,
+            tokenized,
+            buffer_bytes=self.buffer_bytes,
+            chunk_bytes=chunk_bytes,
+            coalesce=coalesce,
         )
         job = Job(spec, tokenized, self._lock, sizes, deadline, reserve, client=client)
         job.notify_worker = self._cond.notify_all

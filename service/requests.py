@@ -72,6 +72,7 @@ class ParsedRequest:
     tokenized: list
     codec: str
     max_chunk_bytes: int
+    coalesce: bool = False  # CaptureRequest.coalesce: several items per message
 
     @property
     def tokens(self) -> int:
@@ -292,7 +293,7 @@ class RequestParser:
             raise RequestError(INVALID, str(e), "texts") from e
         _fits(rows, "query_positions", tokenized)
         _fits(keys, "key_positions", tokenized)
-        parsed = ParsedRequest(spec, tokenized, codec, max_chunk_bytes)
+        parsed = ParsedRequest(spec, tokenized, codec, max_chunk_bytes, request.coalesce)
         if parsed.tokens > self.max_tokens:
             raise RequestError(
                 EXHAUSTED,

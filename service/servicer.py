@@ -12,7 +12,7 @@ import grpc
 
 from jaxattn.quantities import QUANTITIES, STATISTICS
 from jaxattn.v1 import attention_pb2 as pb
-from jaxattn.wire import codecs, serialize_example
+from jaxattn.wire import codecs, serialize_coalesced, serialize_example
 from service.micro_batching import EngineFailed, JobCancelled, MicroBatcher, QueueFull, SlowReader
 from service.prefetch import prefetch
 from service.quotas import caller
@@ -82,6 +82,7 @@ class AttentionServicer:
             default_chunk_bytes=codecs.DEFAULT_MAX_CHUNK_BYTES,
             max_example_bytes=self.parser.limits.example_bytes,
             max_result_bytes=self.parser.limits.result_bytes,
+            coalesce=True,
             **self._longest,
         )
 
@@ -134,6 +135,7 @@ class AttentionServicer:
                 deadline,
                 chunk_bytes=parsed.max_chunk_bytes,
                 client=quota.name,
+                coalesce=parsed.coalesce,
             )
             # Fires on completion, cancellation and deadline: the job stops
             # waiting and the batcher drops its unfinished work. A call that
@@ -215,13 +217,28 @@ class AttentionServicer:
 
 def _serialized(job, parsed) -> Iterator[bytes]:
     """The job's examples in input order as serialised messages, one copy per chunk
-    (see jaxattn.wire.protowire); the handler's response serializer passes them through."""
-    for index, cap in job.results():
-        for message in serialize_example(
-            index, cap, codec=parsed.codec, max_chunk_bytes=parsed.max_chunk_bytes
-        ):
-            job.touch()  # the consumer took the previous message: the client is reading
-            yield message
+    (see jaxattn.wire.protowire), one item per message or, where the request asks,
+    several (`serialize_coalesced`, packing across examples only those the job has
+    ready); the handler's response serializer passes them through."""
+    if parsed.coalesce:
+        messages = serialize_coalesced(
+            job.results(),
+            codec=parsed.codec,
+            max_chunk_bytes=parsed.max_chunk_bytes,
+            ready=job.next_ready,
+        )
+    else:
+        messages = (
+            message
+            for index, cap in job.results()
+            for message in serialize_example(
+                index, cap, codec=parsed.codec, max_chunk_bytes=parsed.max_chunk_bytes
+            )
+        )
+    for message in messages:
+        job.touch()  # the consumer took the previous message: the client is reading
+        yield message
+    # (Closing this closes `messages`, which closes job.results(): its bytes are released.)
 
 
 class Undecodable:

@@ -19,3 +19,36 @@ def running_server(engine, **options):
         yield server, f"127.0.0.1:{port}"
     finally:
         server.stop(grace=0.5).wait(10)
+
+
+@contextlib.contextmanager
+def fake_service(capture, info):
+    """A stand-in AttentionService on a free loopback port: `capture(request, context)`
+    yields serialised CaptureResponse bytes, `info(request, context)` returns a
+    ModelInfo; yields the address. For scripting what a server sends."""
+    from concurrent import futures
+
+    import grpc
+
+    from jaxattn.v1 import attention_pb2 as pb
+
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    handlers = {
+        "Capture": grpc.unary_stream_rpc_method_handler(
+            capture, request_deserializer=pb.CaptureRequest.FromString, response_serializer=None
+        ),
+        "GetModelInfo": grpc.unary_unary_rpc_method_handler(
+            info,
+            request_deserializer=pb.GetModelInfoRequest.FromString,
+            response_serializer=pb.ModelInfo.SerializeToString,
+        ),
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("jaxattn.v1.AttentionService", handlers),)
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.stop(0)

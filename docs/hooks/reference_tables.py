@@ -187,7 +187,7 @@ def _first_sentence(comment: list[str]) -> str:
 
 def proto_fields() -> str:
     """Every message's fields, from the .proto, each with the first sentence of its comment."""
-    out, message, comment, rows = [], None, [], []
+    out, message, comment, rows, oneof = [], None, [], [], False
     for line in PROTO.read_text(encoding="utf-8").splitlines():
         stripped = line.strip()
         if stripped.startswith("//"):
@@ -195,8 +195,12 @@ def proto_fields() -> str:
             continue
         if m := re.match(r"message (\w+) \{", stripped):
             message, rows = m[1], []
+        elif message and re.match(r"oneof \w+ \{", stripped):
+            oneof = True  # its fields are the message's; its "}" does not end the message
         elif message and (m := _PROTO_FIELD.match(line)):
             rows.append((f"`{m[2]}`", f"`{m[1]}`", m[3], _cell(_first_sentence(comment))))
+        elif message and stripped == "}" and oneof:
+            oneof = False
         elif message and stripped == "}":
             if rows:
                 out.append(f"### {message}\n\n" + _table(("field", "type", "#", "meaning"), rows))

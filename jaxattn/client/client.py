@@ -63,6 +63,10 @@ class AttentionClient:
         connection per address among all the channels of a process, so several
         clients in one process are one connection (a reset cuts all their calls);
         a load generator standing in for separate clients wants its own.
+      coalesce: ask the server to pack several stream items (headers, chunks)
+        into one message (CaptureRequest.coalesce): fewer, larger messages, which
+        gRPC moves at less cost. The client reads both forms, so a server that
+        predates the field (and sends one item per message) answers the same.
 
     Attributes:
       wire_bytes: chunk payload bytes received so far by this client (after
@@ -82,6 +86,7 @@ class AttentionClient:
         backoff: tuple[float, float] = (0.1, 2.0),
         codec: str = "none",
         own_connection: bool = False,
+        coalesce: bool = True,
     ):
         requests.check_timeout(timeout)
         requests.check_codec(codec)
@@ -98,6 +103,7 @@ class AttentionClient:
         )
         self.timeout = timeout
         self.codec = codec
+        self.coalesce = bool(coalesce)
         self.wire_bytes = 0
         self._info: ModelInfo | None = None  # model_info(), fetched once
         self._replicas: dict[int, ModelInfo | None] = {}  # each address's, fetched once
@@ -252,6 +258,7 @@ class AttentionClient:
             query_positions=query_positions,
             key_positions=key_positions,
         )
+        request.coalesce = self.coalesce
         texts = list(texts)
         if not texts:  # as the engine: no texts, no captures (the wire refuses an empty call)
             return iter(())
@@ -399,8 +406,7 @@ class AttentionClient:
                             info = self._answering(i, call, deadline, fresh=len(part.texts) > 1)
                             asked = True
                         decoder.provenance = capture_provenance(info, address)
-                    capture = decoder.feed_bytes(message)
-                    if capture is not None:
+                    for capture in decoder.feed_all(message):  # one message, 0 or more
                         requests.check_answer(part, capture, address)
                         resume.received(capture, info, address)
                         if not (policy == "skip" and capture.truncated):

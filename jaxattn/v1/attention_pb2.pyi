@@ -51,7 +51,7 @@ class Text(_message.Message):
     def __init__(self, text: _Optional[str] = ..., text_pair: _Optional[str] = ...) -> None: ...
 
 class CaptureRequest(_message.Message):
-    __slots__ = ("texts", "what", "layers", "heads", "dtype", "codec", "max_chunk_bytes", "truncate", "precision", "query_positions", "key_positions")
+    __slots__ = ("texts", "what", "layers", "heads", "dtype", "codec", "max_chunk_bytes", "truncate", "precision", "query_positions", "key_positions", "coalesce")
     TEXTS_FIELD_NUMBER: _ClassVar[int]
     WHAT_FIELD_NUMBER: _ClassVar[int]
     LAYERS_FIELD_NUMBER: _ClassVar[int]
@@ -63,6 +63,7 @@ class CaptureRequest(_message.Message):
     PRECISION_FIELD_NUMBER: _ClassVar[int]
     QUERY_POSITIONS_FIELD_NUMBER: _ClassVar[int]
     KEY_POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    COALESCE_FIELD_NUMBER: _ClassVar[int]
     texts: _containers.RepeatedCompositeFieldContainer[Text]
     what: _containers.RepeatedScalarFieldContainer[str]
     layers: _containers.RepeatedScalarFieldContainer[int]
@@ -74,15 +75,18 @@ class CaptureRequest(_message.Message):
     precision: Precision
     query_positions: _containers.RepeatedScalarFieldContainer[int]
     key_positions: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, texts: _Optional[_Iterable[_Union[Text, _Mapping]]] = ..., what: _Optional[_Iterable[str]] = ..., layers: _Optional[_Iterable[int]] = ..., heads: _Optional[_Iterable[int]] = ..., dtype: _Optional[_Union[Dtype, str]] = ..., codec: _Optional[_Union[Codec, str]] = ..., max_chunk_bytes: _Optional[int] = ..., truncate: _Optional[bool] = ..., precision: _Optional[_Union[Precision, str]] = ..., query_positions: _Optional[_Iterable[int]] = ..., key_positions: _Optional[_Iterable[int]] = ...) -> None: ...
+    coalesce: bool
+    def __init__(self, texts: _Optional[_Iterable[_Union[Text, _Mapping]]] = ..., what: _Optional[_Iterable[str]] = ..., layers: _Optional[_Iterable[int]] = ..., heads: _Optional[_Iterable[int]] = ..., dtype: _Optional[_Union[Dtype, str]] = ..., codec: _Optional[_Union[Codec, str]] = ..., max_chunk_bytes: _Optional[int] = ..., truncate: _Optional[bool] = ..., precision: _Optional[_Union[Precision, str]] = ..., query_positions: _Optional[_Iterable[int]] = ..., key_positions: _Optional[_Iterable[int]] = ..., coalesce: _Optional[bool] = ...) -> None: ...
 
 class CaptureResponse(_message.Message):
-    __slots__ = ("header", "chunk")
+    __slots__ = ("header", "chunk", "items")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
     header: ExampleHeader
     chunk: TensorChunk
-    def __init__(self, header: _Optional[_Union[ExampleHeader, _Mapping]] = ..., chunk: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
+    items: _containers.RepeatedCompositeFieldContainer[CaptureResponse]
+    def __init__(self, header: _Optional[_Union[ExampleHeader, _Mapping]] = ..., chunk: _Optional[_Union[TensorChunk, _Mapping]] = ..., items: _Optional[_Iterable[_Union[CaptureResponse, _Mapping]]] = ...) -> None: ...
 
 class ExampleHeader(_message.Message):
     __slots__ = ("index", "tokens", "sentence_b_start", "layers", "heads", "tensors", "chunk_count", "precision", "truncated", "kv_heads", "query_positions", "key_positions")
@@ -147,7 +151,7 @@ class GetModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "family", "layers", "heads", "hidden_size", "head_dim", "vocab_size", "max_positions", "dtype", "quantities", "max_texts", "max_tokens", "precision", "max_request_bytes", "weights", "max_metadata_bytes", "min_chunk_bytes", "max_chunk_bytes", "default_chunk_bytes", "shared_weights", "revision", "causal", "num_key_value_heads", "attention_windows", "max_example_bytes", "max_result_bytes", "longest_text_statistics", "longest_text_attention")
+    __slots__ = ("name", "family", "layers", "heads", "hidden_size", "head_dim", "vocab_size", "max_positions", "dtype", "quantities", "max_texts", "max_tokens", "precision", "max_request_bytes", "weights", "max_metadata_bytes", "min_chunk_bytes", "max_chunk_bytes", "default_chunk_bytes", "shared_weights", "revision", "causal", "num_key_value_heads", "attention_windows", "max_example_bytes", "max_result_bytes", "longest_text_statistics", "longest_text_attention", "coalesce")
     NAME_FIELD_NUMBER: _ClassVar[int]
     FAMILY_FIELD_NUMBER: _ClassVar[int]
     LAYERS_FIELD_NUMBER: _ClassVar[int]
@@ -176,6 +180,7 @@ class ModelInfo(_message.Message):
     MAX_RESULT_BYTES_FIELD_NUMBER: _ClassVar[int]
     LONGEST_TEXT_STATISTICS_FIELD_NUMBER: _ClassVar[int]
     LONGEST_TEXT_ATTENTION_FIELD_NUMBER: _ClassVar[int]
+    COALESCE_FIELD_NUMBER: _ClassVar[int]
     name: str
     family: str
     layers: int
@@ -204,4 +209,5 @@ class ModelInfo(_message.Message):
     max_result_bytes: int
     longest_text_statistics: int
     longest_text_attention: int
-    def __init__(self, name: _Optional[str] = ..., family: _Optional[str] = ..., layers: _Optional[int] = ..., heads: _Optional[int] = ..., hidden_size: _Optional[int] = ..., head_dim: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_positions: _Optional[int] = ..., dtype: _Optional[str] = ..., quantities: _Optional[_Iterable[str]] = ..., max_texts: _Optional[int] = ..., max_tokens: _Optional[int] = ..., precision: _Optional[str] = ..., max_request_bytes: _Optional[int] = ..., weights: _Optional[str] = ..., max_metadata_bytes: _Optional[int] = ..., min_chunk_bytes: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ..., default_chunk_bytes: _Optional[int] = ..., shared_weights: _Optional[str] = ..., revision: _Optional[str] = ..., causal: _Optional[bool] = ..., num_key_value_heads: _Optional[int] = ..., attention_windows: _Optional[_Iterable[int]] = ..., max_example_bytes: _Optional[int] = ..., max_result_bytes: _Optional[int] = ..., longest_text_statistics: _Optional[int] = ..., longest_text_attention: _Optional[int] = ...) -> None: ...
+    coalesce: bool
+    def __init__(self, name: _Optional[str] = ..., family: _Optional[str] = ..., layers: _Optional[int] = ..., heads: _Optional[int] = ..., hidden_size: _Optional[int] = ..., head_dim: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_positions: _Optional[int] = ..., dtype: _Optional[str] = ..., quantities: _Optional[_Iterable[str]] = ..., max_texts: _Optional[int] = ..., max_tokens: _Optional[int] = ..., precision: _Optional[str] = ..., max_request_bytes: _Optional[int] = ..., weights: _Optional[str] = ..., max_metadata_bytes: _Optional[int] = ..., min_chunk_bytes: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ..., default_chunk_bytes: _Optional[int] = ..., shared_weights: _Optional[str] = ..., revision: _Optional[str] = ..., causal: _Optional[bool] = ..., num_key_value_heads: _Optional[int] = ..., attention_windows: _Optional[_Iterable[int]] = ..., max_example_bytes: _Optional[int] = ..., max_result_bytes: _Optional[int] = ..., longest_text_statistics: _Optional[int] = ..., longest_text_attention: _Optional[int] = ..., coalesce: _Optional[bool] = ...) -> None: ...

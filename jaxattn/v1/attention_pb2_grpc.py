@@ -58,7 +58,9 @@ class AttentionServiceServicer:
         first), one `ExampleHeader` followed by exactly `header.chunk_count`
         `TensorChunk`s of that example; examples never interleave. Each example is
         sent as soon as it and every earlier example are computed. The stream ends
-        with status OK after the last example's last chunk.
+        with status OK after the last example's last chunk. Each message carries
+        one of these items, or, where the request set `coalesce`, several
+        consecutive ones (CaptureResponse.items).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -6,8 +6,10 @@
     caps = [c for m in messages if (c := decoder.feed(m)) is not None]
 
 The server sends `serialize_example`'s bytes (the same messages, serialised
-with one copy of each chunk's data) and the client decodes received bytes with
-`StreamDecoder.feed_bytes`, which reads each chunk's data in place.
+with one copy of each chunk's data), or `serialize_coalesced`'s (the same items
+packed several to a message, where the request asks: `coalesce`), and the
+client decodes received bytes with `StreamDecoder.feed_all`, which reads each
+chunk's data in place.
 
 Numpy and protobuf only (no jax): the server sends with it (`send`), the
 client receives with it (`receive`); `codecs` holds the per-chunk byte codecs
@@ -15,6 +17,7 @@ client receives with it (`receive`); `codecs` holds the per-chunk byte codecs
 The format is specified in protos/jaxattn/v1/attention.proto.
 """
 
+from jaxattn.wire.coalesce import serialize_coalesced
 from jaxattn.wire.codecs import (
     CODECS,
     DEFAULT_MAX_CHUNK_BYTES,
@@ -35,5 +38,6 @@ __all__ = [
     "StreamDecoder",
     "WireError",
     "chunk_example",
+    "serialize_coalesced",
     "serialize_example",
 ]

@@ -18,6 +18,7 @@ import numpy as np
 # Field tags: (field_number << 3) | wire_type, wire type 2 = length-delimited.
 HEADER_TAG = (1 << 3) | 2  # CaptureResponse.header
 CHUNK_TAG = (2 << 3) | 2  # CaptureResponse.chunk
+ITEMS_TAG = (3 << 3) | 2  # CaptureResponse.items (a coalesced message)
 DATA_TAG = (12 << 3) | 2  # TensorChunk.data
 DATA_FIELD = 12
 PADDING_TAG = (13 << 3) | 2  # TensorChunk.padding
@@ -109,6 +110,40 @@ class _Memory:
         }
 
 
+def _chunk_lead(head_len: int, data_len: int, at: int, wrap: bool) -> tuple[bytes, bytes, bytes]:
+    """(lead, pad, data prefix) of a chunk item written at byte `at` of its message:
+    `lead` comes before the chunk's head fields (its CaptureResponse.chunk prefix,
+    after a CaptureResponse.items prefix where `wrap`), then the head, `pad` (a
+    `padding` field, or nothing), the data's prefix and the data, which starts at
+    a multiple of DATA_ALIGNMENT in the message.
+    """
+    data_prefix = length_delimited(DATA_TAG, data_len)
+
+    def lead_of(pad: bytes) -> bytes:
+        body = head_len + len(pad) + len(data_prefix) + data_len
+        lead = length_delimited(CHUNK_TAG, body)
+        return length_delimited(ITEMS_TAG, len(lead) + body) + lead if wrap else lead
+
+    def aligned(pad: bytes) -> bool:
+        start = at + len(lead_of(pad)) + head_len + len(pad) + len(data_prefix)
+        return start % DATA_ALIGNMENT == 0
+
+    pad = b""
+    for _ in range(2):  # the padding may grow a prefix by a byte: then once more
+        if aligned(pad):
+            return lead_of(pad), pad, data_prefix
+        data_start = at + len(lead_of(pad)) + head_len + len(pad) + len(data_prefix)
+        pad = padding(-(data_start - len(pad)) % DATA_ALIGNMENT)
+    # A length at a varint boundary (2^14, 2^21, ...) can flip back and forth with
+    # the padding: try every padding size; the lead is always computed for the pad
+    # it goes with, so the message is valid even unaligned (the client then copies).
+    for size in (0, *range(2, 2 + 2 * DATA_ALIGNMENT)):
+        candidate = padding(size) if size else b""
+        if aligned(candidate):
+            return lead_of(candidate), candidate, data_prefix
+    return lead_of(pad), pad, data_prefix
+
+
 def chunk_frame(head: bytes, data_len: int) -> tuple[bytes, np.ndarray, np.ndarray]:
     """A serialised CaptureResponse{chunk: <head fields> + data} with the data not yet written.
 
@@ -119,20 +154,62 @@ def chunk_frame(head: bytes, data_len: int) -> tuple[bytes, np.ndarray, np.ndarr
     before the message is used. A `padding` field between the head and the data
     starts the data at a multiple of DATA_ALIGNMENT in the message.
     """
-    data_prefix = length_delimited(DATA_TAG, data_len)
-    pad = b""
-    for _ in range(4):  # the chunk's length prefix may grow by a byte with the padding
-        body = len(head) + len(pad) + len(data_prefix) + data_len
-        chunk_prefix = length_delimited(CHUNK_TAG, body)
-        data_start = len(chunk_prefix) + len(head) + len(pad) + len(data_prefix)
-        if data_start % DATA_ALIGNMENT == 0:
-            break
-        pad = padding(-(data_start - len(pad)) % DATA_ALIGNMENT)
-    start = len(chunk_prefix)
+    lead, pad, data_prefix = _chunk_lead(len(head), data_len, 0, wrap=False)
+    start = len(lead)
+    data_start = start + len(head) + len(pad) + len(data_prefix)
     message, view = new_bytes(data_start + data_len)
-    view[:start] = np.frombuffer(chunk_prefix, np.uint8)
-    view[start:data_start] = np.frombuffer(head + pad + data_prefix, np.uint8)
+    view[:data_start] = np.frombuffer(lead + head + pad + data_prefix, np.uint8)
     return message, view[start : start + len(head)], view[data_start:]
+
+
+def frame_items(items: list[tuple[bytes, int | None]]) -> tuple[bytes, list]:
+    """A serialised coalesced CaptureResponse{items: [...]} with the chunks' data not yet written.
+
+    `items` are (header bytes, None) for an ExampleHeader and (chunk head fields,
+    data length) for a TensorChunk. Returns (message, regions): per item None
+    for a header, or (head region, data region) for a chunk: writable uint8
+    views of the message, as `chunk_frame`'s, but the head region also spans the
+    chunk's padding, so that `rewrite_head` may write a shorter head there. Each
+    chunk's data starts at a multiple of DATA_ALIGNMENT in the whole message.
+    """
+    framed, spans, at = [], [], 0
+    for head, data_len in items:
+        if data_len is None:
+            header = frame_header(head)
+            framed.append(length_delimited(ITEMS_TAG, len(header)) + header)
+            spans.append(None)
+            at += len(framed[-1])
+            continue
+        lead, pad, data_prefix = _chunk_lead(len(head), data_len, at, wrap=True)
+        framed.append(lead + head + pad + data_prefix)
+        head_start = at + len(lead)
+        data_start = at + len(framed[-1])
+        spans.append((head_start, head_start + len(head) + len(pad), data_start, data_len))
+        at = data_start + data_len
+    message, view = new_bytes(at)
+    regions, pos = [], 0
+    for piece, span in zip(framed, spans, strict=True):
+        view[pos : pos + len(piece)] = np.frombuffer(piece, np.uint8)
+        if span is None:
+            regions.append(None)
+            pos += len(piece)
+            continue
+        head_start, head_end, data_start, data_len = span
+        regions.append((view[head_start:head_end], view[data_start : data_start + data_len]))
+        pos = data_start + data_len
+    return message, regions
+
+
+def rewrite_head(region: np.ndarray, head: bytes) -> None:
+    """Write a chunk's head fields over `region` (its old head and padding, from
+    `frame_items`): the rest of the region becomes a `padding` field. A head is as
+    long as the old one, or 5 bytes shorter (a zero crc32 is left out)."""
+    rest = len(region) - len(head)
+    if rest < 0 or rest == 1:
+        raise ValueError(f"a head of {len(head)} bytes does not fit {len(region)} bytes")
+    region[: len(head)] = np.frombuffer(head, np.uint8)
+    if rest:
+        region[len(head) :] = np.frombuffer(padding(rest), np.uint8)
 
 
 def padding(size: int) -> bytes:
@@ -148,7 +225,7 @@ def frame_header(header: bytes) -> bytes:
     return length_delimited(HEADER_TAG, len(header)) + header
 
 
-def split_response(buf: bytes) -> tuple[str, memoryview, memoryview | None] | None:
+def split_response(buf) -> tuple[str, memoryview, memoryview | None] | None:
     """Split a serialised CaptureResponse holding exactly one item without copying.
 
     Returns:
@@ -158,42 +235,93 @@ def split_response(buf: bytes) -> tuple[str, memoryview, memoryview | None] | No
     """
     view = memoryview(buf)
     try:
-        if not view or view[0] not in (HEADER_TAG, CHUNK_TAG):
-            return None
-        size, start = read_varint(view, 1)
-        if start + size != len(view):
-            return None  # more than one field: let protobuf merge them
-        body = view[start:]
-        if view[0] == HEADER_TAG:
-            return "header", body, None
-        rest, data, pos = [], None, 0
-        while pos < len(body):
-            key, after = read_varint(body, pos)
-            field, wire_type = key >> 3, key & 7
-            if wire_type == 0:
-                _, end = read_varint(body, after)
-            elif wire_type == 1:
-                end = after + 8
-            elif wire_type == 5:
-                end = after + 4
-            elif wire_type == 2:
-                n, value_start = read_varint(body, after)
-                end = value_start + n
-                if field == DATA_FIELD:
-                    if data is not None:
-                        return None  # repeated data field: protobuf's last-wins
-                    data = body[value_start:end]
-                    pos = end
-                    continue
-                if field == PADDING_FIELD and end <= len(body):
-                    pos = end  # nothing to parse
-                    continue
-            else:
-                return None
-            if end > len(body):
-                return None
-            rest.append(body[pos:end])
-            pos = end
-        return "chunk", memoryview(b"".join(rest)), data if data is not None else memoryview(b"")
+        return _split_one(view)
     except ValueError:
         return None
+
+
+def split_items(buf) -> list[tuple[str, memoryview, memoryview | None]] | None:
+    """Split a serialised CaptureResponse, of one item or a coalesced one (`items`),
+    into its items, each as `split_response` gives it, without copying the data;
+    None when the buffer is anything else (the caller then parses it with protobuf)."""
+    view = memoryview(buf)
+    try:
+        if not view or view[0] != ITEMS_TAG:
+            one = _split_one(view)
+            return None if one is None else [one]
+        out, pos = [], 0
+        while pos < len(view):
+            if view[pos] != ITEMS_TAG:
+                return None  # another field beside the items: let protobuf say what it is
+            size, start = read_varint(view, pos + 1)
+            end = start + size
+            if end > len(view):
+                return None
+            one = _split_one(view[start:end])
+            if one is None:
+                return None
+            out.append(one)
+            pos = end
+        return out
+    except ValueError:
+        return None
+
+
+def _split_one(view: memoryview) -> tuple[str, memoryview, memoryview | None] | None:
+    """`split_response` of a view (ValueError where a varint is broken)."""
+    if not view or view[0] not in (HEADER_TAG, CHUNK_TAG):
+        return None
+    size, start = read_varint(view, 1)
+    if start + size != len(view):
+        return None  # more than one field: let protobuf merge them
+    body = view[start:]
+    if view[0] == HEADER_TAG:
+        return "header", body, None
+    rest, data, pos = [], None, 0
+    while pos < len(body):
+        key, after = read_varint(body, pos)
+        field, wire_type = key >> 3, key & 7
+        if wire_type == 0:
+            _, end = read_varint(body, after)
+        elif wire_type == 1:
+            end = after + 8
+        elif wire_type == 5:
+            end = after + 4
+        elif wire_type == 2:
+            n, value_start = read_varint(body, after)
+            end = value_start + n
+            if field == DATA_FIELD:
+                if data is not None:
+                    return None  # repeated data field: protobuf's last-wins
+                data = body[value_start:end]
+                pos = end
+                continue
+            if field == PADDING_FIELD and end <= len(body):
+                pos = end  # nothing to parse
+                continue
+        else:
+            return None
+        if end > len(body):
+            return None
+        rest.append(body[pos:end])
+        pos = end
+    return "chunk", memoryview(b"".join(rest)), data if data is not None else memoryview(b"")
+
+
+def headers_in(buf) -> int:
+    """How many ExampleHeaders a serialised CaptureResponse carries (its own, or its
+    items'), read from the framing alone (0 where the framing is not the server's)."""
+    view = memoryview(buf)
+    if not view:
+        return 0
+    if view[0] != ITEMS_TAG:
+        return int(view[0] == HEADER_TAG)
+    count, pos = 0, 0
+    try:
+        while pos < len(view) and view[pos] == ITEMS_TAG:
+            size, start = read_varint(view, pos + 1)
+            count += start < len(view) and view[start] == HEADER_TAG
+            pos = start + size
+    except ValueError:
+        pass
+    return count

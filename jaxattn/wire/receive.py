@@ -1,12 +1,13 @@
 """Receiving (the client side): a Capture response stream -> one `Capture` per example.
 
-`StreamDecoder` consumes the stream's messages in order, either parsed
-(`feed`) or as received bytes (`feed_bytes`, which finds each chunk's data in
-the buffer instead of copying it out), checks every chunk against the protocol
-(attention.proto) and its CRC-32, and returns each example's Capture once its
-last chunk has arrived. A tensor that came in one uncompressed chunk is a
-numpy view of the received message (no copy) where its items are aligned;
-the others are reassembled by one copy into a buffer of their own.
+`StreamDecoder` consumes the stream's messages in order, either parsed or as
+received bytes (`feed_all`, which finds each chunk's data in the buffer instead
+of copying it out), one item per message or several (a coalesced stream),
+checks every chunk against the protocol (attention.proto) and its CRC-32, and
+returns each example's Capture once its last chunk has arrived. A tensor that
+came in one uncompressed chunk is a numpy view of the received message (no
+copy) where its items are aligned; the others are reassembled by one copy into
+a buffer of their own.
 """
 
 from __future__ import annotations
@@ -122,7 +123,8 @@ class StreamDecoder:
 
         decoder = StreamDecoder()
         for message in call:
-            cap = decoder.feed(message)      # a Capture when an example completes
+            for cap in decoder.feed_all(message):  # the examples it completes
+                ...
         decoder.finish()                     # raises if the stream ended mid-example
 
     Args:
@@ -148,33 +150,67 @@ class StreamDecoder:
         self.wire_bytes = 0
 
     def feed(self, message: pb.CaptureResponse) -> Capture | None:
-        """Take the next parsed message; return the example's Capture once it is complete."""
-        kind = message.WhichOneof("item")
-        if kind == "header":
-            return self._header(message.header)
-        if kind == "chunk":
-            return self._chunk(message.chunk, message.chunk.data)
-        raise WireError("a CaptureResponse with neither header nor chunk")
+        """Take the next parsed message; return the example's Capture once it is complete.
+
+        A coalesced message (`items`) that completes more than one example is a
+        WireError here: read such streams with `feed_all`."""
+        return _one(self.feed_all(message))
 
     def feed_bytes(self, buf: bytes) -> Capture | None:
-        """Take the next message as received bytes (a serialised CaptureResponse)."""
-        split = protowire.split_response(buf)
+        """Take the next message as received bytes (a serialised CaptureResponse);
+        as `feed`, one example at most."""
+        return _one(self.feed_all(buf))
+
+    def feed_all(self, message: pb.CaptureResponse | bytes) -> list[Capture]:
+        """Take the next message, parsed or as received bytes (a serialised
+        CaptureResponse of one item or a coalesced one, whose chunks' data is read in
+        place); return the Captures of the examples it completes, in order."""
+        if isinstance(message, pb.CaptureResponse):
+            return self._items(message)
+        split = protowire.split_items(message)
         if split is None:  # not the common shape: parse it the ordinary way
             try:
-                message = pb.CaptureResponse.FromString(buf)
+                parsed = pb.CaptureResponse.FromString(message)
             except Exception as e:  # google.protobuf.message.DecodeError
                 raise WireError(f"an unparsable CaptureResponse: {e}") from None
-            return self.feed(message)
-        kind, fields, data = split
-        try:
+            return self._items(parsed)
+        done = []
+        for kind, fields, data in split:
+            try:
+                if kind == "header":
+                    cap = self._header(pb.ExampleHeader.FromString(fields))
+                else:
+                    cap = self._chunk(pb.TensorChunk.FromString(fields), data)
+            except WireError:
+                raise
+            except Exception as e:
+                raise WireError(f"an unparsable {kind}: {e}") from None
+            if cap is not None:
+                done.append(cap)
+        return done
+
+    def _items(self, message: pb.CaptureResponse) -> list[Capture]:
+        kind = message.WhichOneof("item")
+        if message.items:
+            if kind is not None:
+                raise WireError(f"a CaptureResponse with both a {kind} and items")
+            items = message.items
+        else:
+            items = [message]
+        done = []
+        for item in items:
+            kind = item.WhichOneof("item")
+            if item.items:
+                raise WireError("a coalesced CaptureResponse with items inside an item")
             if kind == "header":
-                return self._header(pb.ExampleHeader.FromString(fields))
-            chunk = pb.TensorChunk.FromString(fields)
-        except WireError:
-            raise
-        except Exception as e:
-            raise WireError(f"an unparsable {kind}: {e}") from None
-        return self._chunk(chunk, data)
+                cap = self._header(item.header)
+            elif kind == "chunk":
+                cap = self._chunk(item.chunk, item.chunk.data)
+            else:
+                raise WireError("a CaptureResponse with neither header nor chunk")
+            if cap is not None:
+                done.append(cap)
+        return done
 
     def finish(self) -> None:
         """Check the stream did not end in the middle of an example."""
@@ -257,6 +293,14 @@ class StreamDecoder:
             return None
         text = self.texts[index]
         return text if isinstance(text, str) else tuple(text)
+
+
+def _one(caps: list[Capture]) -> Capture | None:
+    if len(caps) > 1:
+        raise WireError(
+            f"a coalesced CaptureResponse completed {len(caps)} examples: read it with feed_all"
+        )
+    return caps[0] if caps else None
 
 
 def _check_layout(header: pb.ExampleHeader, shapes: dict[str, tuple[int, ...]]) -> None:

@@ -29,7 +29,7 @@ from jaxattn.wire.codecs import (
 
 # Below this a chunk is framed with one join (its copies cost nothing); above,
 # its data is copied once, straight from the tensor into the message.
-_IN_PLACE_MIN = 64 << 10
+IN_PLACE_MIN = 64 << 10
 
 
 def _pieces(nbytes: int, max_chunk_bytes: int) -> int:
@@ -108,11 +108,11 @@ def _meta(index, name, cap, datatype, lo, hi, total, used, crc) -> pb.TensorChun
     )
 
 
-def _parts(index: int, cap: Capture, codec: str, max_chunk_bytes: int, in_place: bool = False):
+def parts(index: int, cap: Capture, codec: str, max_chunk_bytes: int, in_place: bool = False):
     """Yield the header, then (chunk, data) per chunk: `data` the piece's bytes to
     frame after the chunk's other fields, or None where `in_place` chose to copy
     the piece from the tensor straight into its message (the chunk's crc32 then
-    a stand-in: `_framed_in_place` computes it)."""
+    a stand-in: `framed_in_place` computes it)."""
     rows = {
         n: byte_rows(a) if in_place and codec == "none" else None for n, a in cap.tensors.items()
     }
@@ -123,7 +123,7 @@ def _parts(index: int, cap: Capture, codec: str, max_chunk_bytes: int, in_place:
     for name, total in sizes.items():
         for k in range(_pieces(total, max_chunk_bytes)):
             lo, hi = k * max_chunk_bytes, min(total, (k + 1) * max_chunk_bytes)
-            if rows[name] is not None and hi - lo >= _IN_PLACE_MIN:
+            if rows[name] is not None and hi - lo >= IN_PLACE_MIN:
                 # Any nonzero CRC takes the same 5 bytes: a stand-in until the copy.
                 yield _meta(index, name, cap, datatype, lo, hi, total, "none", 1), None
                 continue
@@ -142,9 +142,9 @@ def chunk_example(
     index: int, cap: Capture, *, codec: str, max_chunk_bytes: int
 ) -> Iterator[pb.CaptureResponse]:
     """Yield the CaptureResponse messages of one example: its header, then its chunks."""
-    parts = _parts(index, cap, codec, max_chunk_bytes)
-    yield pb.CaptureResponse(header=next(parts))
-    for meta, data in parts:
+    items = parts(index, cap, codec, max_chunk_bytes)
+    yield pb.CaptureResponse(header=next(items))
+    for meta, data in items:
         meta.data = bytes(data)
         yield pb.CaptureResponse(chunk=meta)
 
@@ -162,16 +162,16 @@ def serialize_example(
     The bytes are exactly what protobuf would write for the same messages
     (fields in number order, `data` last), so any client parses them.
     """
-    parts = _parts(index, cap, codec, max_chunk_bytes, in_place=True)
-    yield protowire.frame_header(next(parts).SerializeToString())
-    for meta, data in parts:
+    items = parts(index, cap, codec, max_chunk_bytes, in_place=True)
+    yield protowire.frame_header(next(items).SerializeToString())
+    for meta, data in items:
         if data is None:
-            yield _framed_in_place(meta, cap.tensors[meta.tensor])
+            yield framed_in_place(meta, cap.tensors[meta.tensor])
         else:
             yield protowire.frame_chunk(meta.SerializeToString(), data)
 
 
-def _framed_in_place(meta: pb.TensorChunk, tensor: np.ndarray) -> bytes:
+def framed_in_place(meta: pb.TensorChunk, tensor: np.ndarray) -> bytes:
     """The chunk's message, its data copied from the tensor into it and checksummed there."""
     lo = meta.byte_offset
     message, head, data = protowire.chunk_frame(meta.SerializeToString(), meta.byte_length)

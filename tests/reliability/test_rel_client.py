@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-from concurrent import futures
 
 import grpc
 import numpy as np
 import pytest
+from local_server import fake_service
 
 from jaxattn.capture import Capture
 from jaxattn.client import AttentionClient, AttentionServiceError
@@ -69,30 +68,8 @@ class Script:
         return pb.ModelInfo(name="fake", layers=1, heads=1, weights=self.weights)
 
 
-@contextlib.contextmanager
 def scripted(script: Script):
-    server = grpc.server(futures.ThreadPoolExecutor(4))
-    handlers = {
-        "Capture": grpc.unary_stream_rpc_method_handler(
-            script.capture,
-            request_deserializer=pb.CaptureRequest.FromString,
-            response_serializer=lambda b: b,
-        ),
-        "GetModelInfo": grpc.unary_unary_rpc_method_handler(
-            script.info,
-            request_deserializer=pb.GetModelInfoRequest.FromString,
-            response_serializer=pb.ModelInfo.SerializeToString,
-        ),
-    }
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler("jaxattn.v1.AttentionService", handlers),)
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        server.stop(0)
+    return fake_service(script.capture, script.info)
 
 
 U = grpc.StatusCode.UNAVAILABLE

@@ -82,6 +82,8 @@ def test_counters_match_the_requests_sent_and_the_bytes_received(metered, svc_en
     ok = [  # (request, its dtype and codec labels)
         (pb.CaptureRequest(texts=texts(3), what=WHAT), ("float32", "none")),
         (pb.CaptureRequest(texts=texts(2, 3), what=WHAT), ("float32", "none")),
+        # Coalesced: several examples' items in one message, each example counted once.
+        (pb.CaptureRequest(texts=texts(4, 1), what=WHAT, coalesce=True), ("float32", "none")),
         (pb.CaptureRequest(texts=texts(1), what=WHAT, codec=pb.CODEC_ZSTD), ("float32", "zstd")),
         (pb.CaptureRequest(texts=texts(1, 5), codec=pb.CODEC_LZ4, **fresh), ("float16", "lz4")),
     ]

@@ -160,11 +160,11 @@ def test_capture_resumes_too(svc_engine, expected, monkeypatch):
         cutter = Cutter(reps)
 
         class Watched(client_module.StreamDecoder):
-            def feed_bytes(self, buf):
-                cap = super().feed_bytes(buf)
-                if cap is not None:
+            def feed_all(self, message):
+                caps = super().feed_all(message)
+                for cap in caps:
                     cutter(cap)
-                return cap
+                return caps
 
         monkeypatch.setattr(client_module, "StreamDecoder", Watched)
         with AttentionClient([r.address for r in reps], timeout=60) as client:

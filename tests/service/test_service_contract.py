@@ -10,6 +10,7 @@ and float16/bfloat16 must stay within the error bounds the comments state.
 
 from __future__ import annotations
 
+import itertools
 import re
 import zlib
 from pathlib import Path
@@ -67,9 +68,10 @@ def element_values(raw: bytes, chunk: pb.TensorChunk) -> np.ndarray:
 
 
 def decode(messages) -> list[tuple[pb.ExampleHeader, dict[str, np.ndarray]]]:
-    """Headers and float tensors of a Capture response stream."""
+    """Headers and float tensors of a Capture response stream (one item per message, or
+    several: a coalesced message's `items`)."""
     examples, header, buffers, last = [], None, {}, {}
-    for message in messages:
+    for message in (item for m in messages for item in (m.items or [m])):
         if message.WhichOneof("item") == "header":
             header, buffers = message.header, {}
             examples.append((header, {}))
@@ -108,14 +110,15 @@ def reference(svc_engine):
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_a_decoder_written_from_the_comments_matches_the_python_side(address, reference, dtype):
-    for codec, codec_pb in CODECS.items():
+    for (codec, codec_pb), coalesce in itertools.product(CODECS.items(), (False, True)):
         got = capture(
             address,
             texts=[pb.Text(text=t) for t in TEXTS],
             what=WHAT,
             dtype=DTYPES[dtype],
             codec=codec_pb,
-            max_chunk_bytes=1024,
+            max_chunk_bytes=4096 if coalesce else 1024,
+            coalesce=coalesce,
         )
         assert len(got) == len(TEXTS)
         for (header, tensors), want32, want in zip(

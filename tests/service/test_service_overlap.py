@@ -75,7 +75,9 @@ def test_the_next_piece_computes_while_the_last_one_is_still_being_sent():
     batcher.start()
     try:
         job = batcher.submit("spec", [Enc(10)] * 6)
-        parsed = type("Parsed", (), {"codec": "none", "max_chunk_bytes": 4 * KB})()
+        parsed = type(
+            "Parsed", (), {"codec": "none", "max_chunk_bytes": 4 * KB, "coalesce": False}
+        )()
         messages = _serialized(job, parsed)
         next(messages)  # example 0's header: piece 1 has been computed
         with started:
