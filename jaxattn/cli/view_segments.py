@@ -53,26 +53,18 @@ def add_arguments(parser, modes) -> None:
     )
 
 
-def _statistics(causal: bool) -> tuple[tuple[str, ...], ...]:
-    """The per-row statistics captures of a text, one quantity each (each runs blockwise
-    on a long text: `jaxattn.engine.blockwise.SERVES`, one kind of statistics a
-    request): decoder_row_head_stats (sink, prev; a decoder's entropy) and, for an
-    encoder, row_head_stats (its entropy, smoothed over every key)."""
-    decoder = ("decoder_row_head_stats",)
-    return (decoder,) if causal else (decoder, ("row_head_stats",))
-
-
 def _capture(args, texts: list) -> list[list]:
     """Per captured text, its captures: the statistics of every layer and head, then (with
     --stats-first maps) the attention maps of the --layers/--heads selection."""
     from jaxattn.cli.corpus import report
     from jaxattn.cli.source import open_source
+    from jaxattn.views.segments_page import statistics_captures
 
     options = dict(dtype="float32", too_long=args.too_long, precision=args.precision)
     runs = []
     with open_source(args) as source:
         causal = bool(source.model_info().causal)
-        for what in _statistics(causal):
+        for what in statistics_captures(causal):
             runs.append((what, None, None))
         if args.stats_first == "maps":
             runs.append((("attention",), args.layers, args.heads))

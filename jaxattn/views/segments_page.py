@@ -40,6 +40,42 @@ def group_by_text(captures: Sequence[Capture]) -> list[list[Capture]]:
     return groups
 
 
+FORMAT = "jaxattn.views.segments.page/1"
+
+
+def statistics_captures(causal: bool) -> tuple[tuple[str, ...], ...]:
+    """The captures of per-row statistics a text's page needs, one quantity each (each
+    runs blockwise on a long text: `jaxattn.engine.blockwise.SERVES`, one kind of
+    statistics a request): decoder_row_head_stats (sink, prev; a decoder's entropy)
+    and, for an encoder, row_head_stats (its entropy, smoothed over every key)."""
+    decoder = ("decoder_row_head_stats",)
+    return (decoder,) if causal else (decoder, ("row_head_stats",))
+
+
+def segments_data(
+    captures: Capture | Sequence[Capture],
+    *,
+    segment: int = SEGMENT,
+    local: int = LOCAL,
+    max_examples: int = MAX_EXAMPLES,
+) -> dict:
+    """The page's data, {format, examples: [{label, tokens, doc}]}, as segments.js's
+    `mountSegments` draws it (the live viewer sends it as JSON). Arguments and errors
+    as `build_segments_html`'s."""
+    caps = [captures] if isinstance(captures, Capture) else list(captures)
+    groups = group_by_text(caps)
+    check_examples(len(groups), max_examples)
+    examples = [
+        dict(
+            label=example_label(group[0], i),
+            tokens=display_tokens(group[0].tokens),
+            doc=segments_document(group, segment=segment, local=local),
+        )
+        for i, group in enumerate(groups)
+    ]
+    return dict(format=FORMAT, examples=examples)
+
+
 def build_segments_html(
     captures: Capture | Sequence[Capture],
     *,
@@ -63,18 +99,7 @@ def build_segments_html(
       ValueError: no capture, too many examples, a bad segment or window, a capture
         with neither maps nor statistics (`segments.segments_document`).
     """
-    caps = [captures] if isinstance(captures, Capture) else list(captures)
-    groups = group_by_text(caps)
-    check_examples(len(groups), max_examples)
-    examples = [
-        dict(
-            label=example_label(group[0], i),
-            tokens=display_tokens(group[0].tokens),
-            doc=segments_document(group, segment=segment, local=local),
-        )
-        for i, group in enumerate(groups)
-    ]
-    data = dict(format="jaxattn.views.segments.page/1", examples=examples)
+    data = segments_data(captures, segment=segment, local=local, max_examples=max_examples)
     body = (
         f'<h1 style="font:600 16px system-ui;margin:0 0 4px">{html.escape(title)}</h1>\n'
         '<div id="jaxattn" data-state="loading"></div>\n'

@@ -8,7 +8,12 @@ Standard library only (`http.server.ThreadingHTTPServer`). Routes:
 - ``POST /api/view`` with JSON ``{"text": A, "text_b": B or null, "views": [...]}``:
   the `jaxattn.views.payload` document of that example, or ``{"error": message}``
   with status 400 (bad input: empty, too long, unknown view), 413 (body over
-  `max_body`) or 500.
+  `max_body`) or 500;
+- the same with ``"along": true``, for a long document (up to `max_document_chars`
+  characters and the model's token limit): the stats-first page's data
+  (`jaxattn.views.segments_page.segments_data`: per-head sink, previous-token share
+  and entropy along the text, from per-row statistics captured blockwise, never a
+  map), which segments.js draws.
 `engine` is a `jaxattn.CaptureSource`: an `Engine` or an `AttentionClient`
 (captures then go through the gRPC server).
 Captures run one at a time (a lock): the engine is shared by every request.
@@ -27,6 +32,7 @@ from jaxattn.errors import JaxattnError, TooLongError
 from jaxattn.inputs import split_pair
 from jaxattn.views.page import CSP_WEB, SCRIPTS, document
 from jaxattn.views.payload import VIEWS, build_payload, check_views, needs
+from jaxattn.views.segments_page import segments_data, statistics_captures
 
 log = logging.getLogger("jaxattn.web")
 
@@ -35,10 +41,17 @@ class BadInput(ValueError):
     """A request the person can fix: shown on the page as it is."""
 
 
-def parse_request(body: dict, max_chars: int):
-    """(text or (A, B), views) of an /api/view request; BadInput names what is wrong."""
+def parse_request(body: dict, max_chars: int, max_document_chars: int | None = None):
+    """(text or (A, B), views, along) of an /api/view request; BadInput names what is
+    wrong. `along`: the statistics along the text (a long document, up to
+    `max_document_chars` characters) instead of the views (`max_chars`)."""
     if not isinstance(body, dict):
         raise BadInput("the request must be a JSON object")
+    along = body.get("along", False)
+    if not isinstance(along, bool):
+        raise BadInput("'along' must be true or false")
+    if along:
+        max_chars = max_document_chars or max_chars
     text, text_b = body.get("text"), body.get("text_b")
     if not isinstance(text, str) or (text_b is not None and not isinstance(text_b, str)):
         raise BadInput("'text' must be a string and 'text_b' a string or null")
@@ -57,7 +70,12 @@ def parse_request(body: dict, max_chars: int):
             raise BadInput("Sentence B of the pair is empty: type it, or untick 'pair'.")
     for name, t in (("the sentence", text), ("sentence B", text_b or "")):
         if len(t) > max_chars:
-            raise BadInput(f"{name} has {len(t)} characters; the limit is {max_chars}.")
+            more = (
+                ""
+                if along or not max_document_chars
+                else (" (tick 'long document' for the statistics along a longer text)")
+            )
+            raise BadInput(f"{name} has {len(t)} characters; the limit is {max_chars}{more}.")
     views = body.get("views") or list(VIEWS)
     if not isinstance(views, list) or not all(isinstance(v, str) for v in views):
         raise BadInput("'views' must be a list of view names")
@@ -65,10 +83,18 @@ def parse_request(body: dict, max_chars: int):
         views = check_views(views)
     except ValueError as e:
         raise BadInput(str(e)) from None
-    return (text if text_b is None else (text, text_b)), views
+    return (text if text_b is None else (text, text_b)), views, along
 
 
-def page(model: str, max_chars: int) -> str:
+def capture_along(engine, text) -> dict:
+    """The stats-first page's data of one text: its per-row statistics captured (every
+    layer and head, blockwise on a long text), no map."""
+    causal = bool(engine.model_info().causal)
+    caps = [engine.capture([text], what=what)[0] for what in statistics_captures(causal)]
+    return segments_data(caps)
+
+
+def page(model: str, max_chars: int, max_document_chars: int) -> str:
     """The viewer's HTML page."""
     boxes = "".join(
         f'<label><input type="checkbox" name="view" value="{v}" checked> {v}</label> '
@@ -78,10 +104,15 @@ def page(model: str, max_chars: int) -> str:
 <span style="font-weight:400;color:#666">· {html.escape(model)}</span></h1>
 <form id="web-form" class="jx web-form" autocomplete="off">
 <div><input id="text-a" name="text" size="70" maxlength="{max_chars}"
+ data-max-chars="{max_chars}" data-max-document-chars="{max_document_chars}"
  placeholder="A sentence, or 'sentence A ||| sentence B'" value="I went to the store."></div>
 <div><label><input type="checkbox" id="pair"> pair: sentence B</label>
 <input id="text-b" name="text_b" size="56" maxlength="{max_chars}" disabled
  value="At the store, I bought fresh strawberries."></div>
+<div><label title="Statistics along the text (sink, previous token, entropy per segment
+ for every head), no maps: for documents up to {max_document_chars:,} characters and the
+ model's token limit"><input type="checkbox" id="along"> long document: statistics along
+ the text</label></div>
 <div>{boxes}<button id="go" type="submit">Show</button> <span id="web-status"></span></div>
 </form>
 <div id="web-error" class="jx jx-error" role="alert" hidden></div>
@@ -94,8 +125,9 @@ def create_web_server(
     address: tuple[str, int] = ("127.0.0.1", 0),
     *,
     model: str = "",
-    max_body: int = 64 * 1024,
+    max_body: int = 4 << 20,
     max_chars: int = 2000,
+    max_document_chars: int = 200_000,
 ) -> tuple[ThreadingHTTPServer, int]:
     """An HTTP server for the live viewer, bound but not yet serving.
 
@@ -106,12 +138,14 @@ def create_web_server(
       model: the model's name, shown on the page.
       max_body: largest request body in bytes (413 above).
       max_chars: longest sentence in characters (the model's token limit applies too).
+      max_document_chars: longest document for the statistics along the text
+        (``"along": true``), in characters; the model's token limit applies too.
 
     Returns:
       (server, port): call ``server.serve_forever()``; ``server.shutdown()`` stops it.
     """
     lock = threading.Lock()
-    html_page = page(model, max_chars).encode("utf-8")
+    html_page = page(model, max_chars, max_document_chars).encode("utf-8")
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "jaxattn-web"
@@ -155,10 +189,14 @@ def create_web_server(
             except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deep
                 return self._json(400, {"error": "the request body is not JSON"})
             try:
-                text, views = parse_request(body, max_chars)
+                text, views, along = parse_request(body, max_chars, max_document_chars)
                 with lock:
-                    cap = engine.capture([text], what=needs(views))[0]
-                doc = build_payload(cap, views=views)
+                    if along:
+                        doc = capture_along(engine, text)
+                    else:
+                        cap = engine.capture([text], what=needs(views))[0]
+                if not along:
+                    doc = build_payload(cap, views=views)
             except TooLongError as e:
                 error = f"The text is {e.length} tokens long, over the model's limit of {e.limit}"
                 return self._json(400, {"error": f"{error}: shorten it."})

@@ -7,10 +7,12 @@ import threading
 import urllib.error
 import urllib.request
 
+import numpy as np
 import pytest
 from hf_fixtures import EXAMPLE_A, EXAMPLE_B
 from views_helpers import screenshot
 
+from jaxattn.quantities import ENTROPY_SMOOTHING
 from jaxattn.views import create_web_server
 from jaxattn.views.payload import VIEWS, needs
 
@@ -19,7 +21,9 @@ from jaxattn.views.payload import VIEWS, needs
 def web(engines):
     """(base URL, engine) of a live viewer on 127.0.0.1, port 0, the tiny BERT behind it."""
     engine = engines["bert"]
-    server, port = create_web_server(engine, model="tiny-bert", max_chars=400)
+    server, port = create_web_server(
+        engine, model="tiny-bert", max_chars=400, max_document_chars=3000, max_body=64 * 1024
+    )
     assert server.server_address[0] == "127.0.0.1"  # the default bind
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -100,6 +104,61 @@ def test_bad_input_shows_a_readable_error(page, web, text, text_b, message):
     assert message in err.inner_text()
     if "tokens" in err.inner_text():
         screenshot(page, "web_error")
+
+
+def along_reference(cap, layer: int, head: int) -> dict:
+    """Whole-text sink, previous-token share and entropy of one head, from its map by hand:
+    means over the query rows 1 .. T-1 (docs/views.md, "Statistics along the text")."""
+    w = cap.attention[layer, head].astype(np.float64)
+    t = cap.length
+    s = ENTROPY_SMOOTHING
+    smoothed = (1 - s) * w + s / t
+    entropy = -(smoothed * np.log(smoothed)).sum(-1)
+    return dict(
+        sink=w[1:, 0].mean(),
+        prev=np.mean([w[i, i - 1] for i in range(1, t)]),
+        entropy=entropy[1:].mean(),
+    )
+
+
+def test_long_document_gets_the_statistics_along_the_text(page, web):
+    url, engine = web
+    text = " ".join(["the cat sat on the mat and then it slept"] * 3)  # ~47 tokens
+    status, doc = post(url + "/api/view", json.dumps({"text": text, "along": True}).encode())
+    assert status == 200, doc
+    assert doc["format"] == "jaxattn.views.segments.page/1"
+    (example,) = doc["examples"]
+    seg = example["doc"]
+    cap = engine.capture([text], what=("attention",))[0]
+    assert seg["T"] == cap.length and len(example["tokens"]) == cap.length
+    att = seg["kinds"]["attention"]
+    assert att["source"][0][0] != "maps"  # from the per-row statistics, no map captured
+    for layer in range(len(seg["layers"])):
+        for head in range(len(seg["heads"])):
+            want = along_reference(cap, layer, head)
+            for stat, v in want.items():
+                assert att["whole"][stat][layer][head] == pytest.approx(v, rel=1e-4, abs=1e-6)
+            assert att["whole"]["local"][layer][head] is None  # needs a map
+    # over the sentence limit (400) but within the document limit: accepted; past it, named
+    long = " ".join(["word"] * 90)  # 449 characters, ~92 tokens: over the model's 67
+    status, body = post(url + "/api/view", json.dumps({"text": long, "along": True}).encode())
+    assert status == 400 and "limit of 67" in body["error"]
+    status, body = post(url + "/api/view", json.dumps({"text": "x" * 3001, "along": True}).encode())
+    assert status == 400 and "the limit is 3000" in body["error"]
+    status, body = post(url + "/api/view", json.dumps({"text": long}).encode())
+    assert status == 400 and "long document" in body["error"]
+    status, body = post(url + "/api/view", json.dumps({"text": "a", "along": "yes"}).encode())
+    assert status == 400 and "'along'" in body["error"]
+
+    # the page: tick "long document", paste, see the heat maps of every layer x head
+    page.goto(url + "/")
+    page.click("#along")
+    assert page.get_attribute("#text-a", "maxlength") == "3000"
+    submit(page, text)
+    page.wait_for_selector('#jaxattn[data-state="ready"] canvas.sg-map', timeout=30000)
+    rows = page.get_attribute('canvas.sg-map[data-stat="sink"]', "data-rows")
+    assert int(rows) == len(seg["layers"]) * len(seg["heads"])
+    screenshot(page, "web_along")
 
 
 def test_request_bounds_and_routes(web):

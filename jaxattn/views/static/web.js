@@ -1,17 +1,23 @@
 /* The live viewer's form: POST the sentence (or pair) to /api/view on this
  * origin, then mount the views on the answer; a bad input shows the server's
- * message in #web-error. */
+ * message in #web-error. With "long document" ticked (#along) the answer is the
+ * stats-first page's data (statistics along the text), drawn by segments.js. */
 "use strict";
 (function () {
   const JX = window.JaxattnViews;
   const $ = (id) => document.getElementById(id);
   function init() {
     const form = $("web-form"), pair = $("pair"), b = $("text-b"), err = $("web-error"), status = $("web-status");
+    const a = $("text-a"), along = $("along");
     pair.addEventListener("change", () => { b.disabled = !pair.checked; });
+    along.addEventListener("change", () => {
+      const limit = along.checked ? a.dataset.maxDocumentChars : a.dataset.maxChars;
+      a.maxLength = +limit; b.maxLength = +limit;
+    });
     form.addEventListener("submit", async (e) => {
       e.preventDefault();
       const views = [...form.querySelectorAll('input[name="view"]:checked')].map((x) => x.value);
-      const body = { text: $("text-a").value, text_b: pair.checked ? b.value : null, views };
+      const body = { text: a.value, text_b: pair.checked ? b.value : null, views, along: along.checked };
       err.hidden = true; status.textContent = "capturing…"; $("go").disabled = true;
       const root = $("jaxattn");
       try {
@@ -19,7 +25,8 @@
         const doc = await r.json().catch(() => ({ error: `the server answered ${r.status}` }));
         if (!r.ok || doc.error) throw new Error(doc.error || `the server answered ${r.status}`);
         status.textContent = "";
-        await JX.mount(root, doc).ready;
+        if (doc.format === "jaxattn.views.segments.page/1") JX.mountSegments(root, doc);
+        else await JX.mount(root, doc).ready;
       } catch (x) {
         status.textContent = "";
         err.textContent = x.message; err.hidden = false;
