@@ -104,9 +104,13 @@ def _capture_layer(
     classes,
     centre: bool = True,
     heads=None,
+    positions=None,
 ) -> dict:
     """The requested per-layer quantities of one example, all heads (on the blockwise
-    path the `blockwise.MAPS` of `heads` only, None: all).
+    path the `blockwise.MAPS` of `heads` only, None: all), each map at the selected
+    rows and keys of `positions` (`jaxattn.engine.map_positions`; None: every one):
+    the blockwise path computes its maps at those alone, the dense one gathers them
+    (`map_positions.select`).
 
     Shapes out: attention/scores/alpha_fx_norm [H, T, S]; queries [H, T, K]; keys and
     values [H_kv, T, K] (H_kv = H without grouped-query attention); fx_norm [H, S];
@@ -114,7 +118,7 @@ def _capture_layer(
     norm_head_stats [H, N]; decoder_head_stats, decoder_norm_head_stats [H, P];
     mixing_ratio, mixing_norm, preserving_norm [T, M].
     """
-    cap = {}
+    cap, selected = {}, {}  # selected: the maps the blockwise pass computed at `positions`
     alpha, w_out = p.alpha, p.w_out
     # The norm quantities' weights: alpha, or Gemma's alpha / s'_i (EncoderLayer._post_normed).
     n_alpha = alpha if p.norm_alpha is None else p.norm_alpha
@@ -134,11 +138,18 @@ def _capture_layer(
     if p.blockwise is not None:  # the blockwise path's second pass (`jaxattn.engine.blockwise`)
         gram = norms.head_gram(v, w_out, mm) if "sum_alpha_fx_norm" in want else None
         got = blockwise.captures(
-            p.blockwise, want, heads=heads, classes=classes, fx=fxn, gram=gram, scale=p.norm_scale
+            p.blockwise,
+            want,
+            heads=heads,
+            classes=classes,
+            fx=fxn,
+            gram=gram,
+            scale=p.norm_scale,
+            positions=positions,
         )
         for name, t in got.items():
             if name not in blockwise.STATISTICS:
-                cap[name] = t
+                selected[name] = t
             elif blockwise.STATISTICS[name][1]:  # the decoder's
                 cap[name] = head_stats.decoder_statistics_from_rows(t, mask)
             else:
@@ -170,7 +181,7 @@ def _capture_layer(
     if want & set(MIXING):
         mixing = norms.mixing(n_alpha, v, w_out, x, gamma, std, mm, centre)
         cap.update({name: t for name, t in mixing.items() if name in want})
-    return cap
+    return map_positions.select(cap, positions) | selected
 
 
 class EncoderLayer(nn.Module):
@@ -245,8 +256,9 @@ class EncoderLayer(nn.Module):
         if want:
             gamma = self.variables["params"][next_ln.name]["scale"] + c.norm_offset
             centre = c.norm_type == "layer"  # an RMSNorm subtracts no mean
-            cap = _capture_layer(want, parts, x, gamma, std, self.mm, mask, classes, centre, heads)
-            cap = map_positions.select(cap, positions)
+            cap = _capture_layer(
+                want, parts, x, gamma, std, self.mm, mask, classes, centre, heads, positions
+            )
         if not output:
             return None, cap
         ffn_out = self._ffn(normed)
