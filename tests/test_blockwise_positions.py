@@ -1,17 +1,17 @@
 """Query rows and key positions of the maps on the blockwise path (issue 31): the maps
 are computed for the selected rows and keys only and written straight into their
-[H_sel, R, S'] outputs. Against a float64 softmax (rows and keys out of order, twice,
-odd blocks, padding, causal, windows, GQA, soft cap, Gemma's row scale) and the dense
-path with the same selection (tiny models, negative positions resolved per text); the
-compiled program's memory grows linearly in T for a fixed number of rows."""
+[H_sel, R, S'] outputs. Against a float64 softmax (rows and keys out of order, a row
+twice, odd blocks, padding, causal, windows, GQA, soft cap, Gemma's row scale); the
+compiled program's memory grows linearly in T for a fixed number of rows. The dense
+path with the same selection: tests/test_blockwise_positions_engine.py."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from tiny_models import batch, config_of, params_of, softmax_reference
+from tiny_models import config_of, params_of, softmax_reference
 
-from jaxattn.engine import blockwise, head_stats, map_positions, norms
+from jaxattn.engine import blockwise, head_stats, norms
 from jaxattn.engine.model import Encoder
 from jaxattn.engine.precision import Matmul
 from jaxattn.spec import CaptureSpec
@@ -21,10 +21,9 @@ K, D = 4, 5  # head dim; the model width of the norm quantities' output projecti
 CASES = {
     # name: (T, heads, kv heads, block, causal, window, local, padded, cap, rows, keys)
     "encoder padding": (37, 3, 3, 10, False, 0, False, 6, None, [36, 3, 17, 3, 0], None),
-    "encoder window": (33, 2, 2, 5, False, 9, True, 3, None, [31, 30, 2], [32, 0, 15, 16]),
-    "causal gqa": (29, 6, 2, 7, True, 0, False, 4, None, list(range(20, 29)), [28, 0, 5, 24]),
-    "decoder window": (31, 4, 2, 6, True, 5, True, 2, None, [30, 1, 14], list(range(31))[::-1]),
-    "soft cap, one row": (23, 2, 1, 16, True, 0, False, 0, 0.7, [22], [22, 21, 0]),
+    "encoder window, keys": (33, 2, 2, 5, False, 9, True, 3, None, None, [32, 0, 15, 16]),
+    "causal gqa soft cap": (29, 6, 2, 7, True, 0, False, 4, 0.7, [*range(20, 29)], [28, 0, 24]),
+    "decoder window, one row": (31, 4, 2, 6, True, 5, True, 2, None, [14], [*range(31)][::-1]),
 }
 
 
@@ -56,9 +55,11 @@ def test_selected_maps_equal_the_float64_softmax_at_those_rows_and_keys(case):
     s_row = (1.0 + rng.random(t)).astype(np.float32)  # Gemma's s'_i: rows divided
     vv = np.repeat(v, h // kv, axis=1)  # [S, H, K] per query head
     heads = (0, h - 1)
-    positions = {"query_positions": jnp.asarray(rows)}
-    if keys is not None:
-        positions["key_positions"] = jnp.asarray(keys)
+    positions = {
+        field: jnp.asarray(p)
+        for field, p in (("query_positions", rows), ("key_positions", keys))
+        if p is not None
+    }
     what = {"attention", "scores", "alpha_fx_norm", "sum_alpha_fx_norm", "decoder_head_stats"}
     classes = np.where(rng.random(t) < 0.3, PUNCT_BIT, 0).astype(np.int8)
     extra = dict(fx=norms.fx_norm(vv, w_out), gram=norms.head_gram(vv, w_out), scale=s_row)
@@ -84,61 +85,15 @@ def test_selected_maps_equal_the_float64_softmax_at_those_rows_and_keys(case):
         "alpha_fx_norm": (nw * fx[:, None, :])[list(heads)],
         "sum_alpha_fx_norm": np.linalg.norm(np.einsum("hts,shd->tsd", nw, f), axis=-1),
     }
-    cols = list(range(t)) if keys is None else keys
+    every = list(range(t))
     for name, full in want.items():
-        x = np.take(np.take(full, rows, axis=-2), cols, axis=-1)
+        x = np.take(np.take(full, rows or every, axis=-2), keys or every, axis=-1)
         assert got[name].shape == x.shape, name
         np.testing.assert_array_equal(np.isneginf(got[name]), np.isneginf(x), err_msg=name)
         np.testing.assert_allclose(got[name], x, rtol=1e-4, atol=1e-5, err_msg=name)
     stats = head_stats.decoder_statistics_from_rows(got["decoder_head_stats"], mask)
     dense = head_stats.decoder_statistics(jnp.asarray(w, jnp.float32), mask, classes)
     np.testing.assert_allclose(stats, dense, rtol=2e-5, atol=2e-6)
-
-
-T, BLOCK = 150, 23  # the block does not divide T
-MODELS = [  # family, quantities, heads, query rows, key positions (per text, as asked)
-    ("bert", ("attention", "sum_alpha_fx_norm", "head_stats"), (1,), (-5, 0, 70), None),
-    ("llama", ("attention", "scores", "alpha_fx_norm"), (1, 2), (-40, -39, -1), (0, -1, 50)),
-    ("mistral", ("attention", "decoder_head_stats"), (0,), tuple(range(-30, 0)), None),
-    ("modernbert", ("scores", "norm_head_stats"), (2,), None, (-3, -2, 10)),
-    ("gemma2", ("alpha_fx_norm", "sum_alpha_fx_norm"), (3,), (-1, 3), (1, -1)),
-]
-
-
-@pytest.mark.parametrize("family, what, heads, rows, keys", MODELS)
-def test_blockwise_selection_equals_the_dense_one(family, what, heads, rows, keys):
-    """Two texts (one padded, a pair where the family has token types), each text's
-    positions resolved from its own end as the step takes them (`map_positions.arrays`)."""
-    config = config_of(family)
-    params = params_of(config)
-    lengths = (T, T - 41)
-    data = batch(config, lengths, pair_from=60, punct=0.2)
-    layers = tuple(range(config.num_layers))
-    spec = CaptureSpec(
-        what=what, layers=layers, heads=heads, query_positions=rows, key_positions=keys
-    )
-    positions = map_positions.arrays(spec, lengths)
-
-    def run(attention):
-        model = Encoder(config, attention=attention, block=BLOCK)
-
-        @jax.jit
-        def f(params, ids, types, mask, classes, positions):
-            def one(i, t, m, c, p):
-                return model.apply({"params": params}, i, t, m, spec, None, c, p)
-
-            return jax.vmap(one)(ids, types, mask, classes, positions)
-
-        return jax.tree.map(np.asarray, f(params, *data, positions))
-
-    dense, block = run("dense"), run("blockwise")
-    assert dense.keys() == block.keys() == set(what)
-    for name in what:
-        assert block[name].shape == dense[name].shape, name
-        if rows is not None and name in map_positions.MAPS:
-            assert block[name].shape[-2] == len(rows), name
-        assert not np.isnan(dense[name]).all(), name
-        np.testing.assert_allclose(block[name], dense[name], rtol=1e-4, atol=2e-5, err_msg=name)
 
 
 def program_bytes(config, params, what, length, positions):
