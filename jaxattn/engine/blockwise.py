@@ -26,6 +26,12 @@ statistics first sum each row's norm weights sum_j alpha_ij ||f(x_j)|| over the
 key blocks, then take the row terms of the normalised weights. Live memory is
 O(H block^2 + T H K + T H^2) per example besides the outputs, linear in T.
 
+With the maps' query rows and key positions selected (`captures(positions=)`,
+`jaxattn.engine.map_positions`: data, so texts of any length share the program)
+the maps take a pass of their own over blocks of the selected rows against blocks
+of the selected keys, written straight into [H_sel, R, S']: their memory and work
+are R x S', not T x T (the statistics still pass over every row and key).
+
 The masks are `SelfAttention`'s: padded keys (the key mask), a causal model's
 future (j > i), and a local layer's window (`rotary.in_window`: ModernBERT's
 |i - j| <= W // 2, a decoder's 0 <= i - j < W), where a query always sees
@@ -146,9 +152,11 @@ class Inputs:
     def reachable(self, rows, keys, windowed: bool = True):
         """Whether any query of the block may see any key of the block, from positions
         alone (a causal model's future blocks; `windowed`: also blocks beyond a static
-        local window): None when every block may. Positions are no data of the batch:
-        under vmap the `lax.cond` it drives stays a branch, and a skipped block costs
-        nothing. The scores skip the future only: they are the logits of every pair."""
+        local window): None when every block may. The positions of whole blocks are
+        no data of the batch: under vmap the `lax.cond` it drives stays a branch, and a
+        skipped block costs nothing (selected rows and keys, in any order, are: there
+        vmap runs both branches and selects, the same numbers). The scores skip the
+        future only: they are the logits of every pair."""
         ok = None
         first, last = rows.min(), rows.max()
         if self.causal:
