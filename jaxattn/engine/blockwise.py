@@ -26,6 +26,12 @@ statistics first sum each row's norm weights sum_j alpha_ij ||f(x_j)|| over the
 key blocks, then take the row terms of the normalised weights. Live memory is
 O(H block^2 + T H K + T H^2) per example besides the outputs, linear in T.
 
+With the maps' query rows and key positions selected (`captures(positions=)`,
+`jaxattn.engine.map_positions`: data, so texts of any length share the program)
+the maps take a pass of their own over blocks of the selected rows against blocks
+of the selected keys, written straight into [H_sel, R, S']: their memory and work
+are R x S', not T x T (the statistics still pass over every row and key).
+
 The masks are `SelfAttention`'s: padded keys (the key mask), a causal model's
 future (j > i), and a local layer's window (`rotary.in_window`: ModernBERT's
 |i - j| <= W // 2, a decoder's 0 <= i - j < W), where a query always sees
@@ -142,18 +148,21 @@ class Inputs:
     def reachable(self, rows, keys, windowed: bool = True):
         """Whether any query of the block may see any key of the block, from positions
         alone (a causal model's future blocks; `windowed`: also blocks beyond a static
-        local window): None when every block may. Positions are no data of the batch:
-        under vmap the `lax.cond` it drives stays a branch, and a skipped block costs
-        nothing. The scores skip the future only: they are the logits of every pair."""
+        local window): None when every block may. The positions of whole blocks are
+        no data of the batch: under vmap the `lax.cond` it drives stays a branch, and a
+        skipped block costs nothing (selected rows and keys, in any order, are: there
+        vmap runs both branches and selects, the same numbers). The scores skip the
+        future only: they are the logits of every pair."""
         ok = None
+        first, last = rows.min(), rows.max()
         if self.causal:
-            ok = keys[0] <= rows[-1]
+            ok = keys.min() <= last
         window = self.window
         if windowed and window and self.local is True:
             reach = window if self.causal else window // 2 + 1
-            near = rows[0] - keys[-1] < reach
+            near = first - keys.max() < reach
             if not self.causal:
-                near = near & (keys[0] - rows[-1] < reach)
+                near = near & (keys.min() - last < reach)
             ok = near if ok is None else ok & near
         return ok
 
@@ -301,6 +310,7 @@ def captures(
     fx=None,
     gram=None,
     scale=None,
+    positions=None,
 ) -> dict:
     """What a second pass over the blocks computes from the exact weights (module
     docstring), for the quantities of `want` in `PASS`.
@@ -315,13 +325,21 @@ def captures(
         sum_alpha_fx_norm).
       scale: [T] a divisor of each row's norm weights (Gemma's post-attention norm
         statistic s'_i, `model.EncoderLayer._post_normed`), or None.
+      positions: the maps' selected query rows and key positions, one example's
+        ({"query_positions": [R] int, "key_positions": [S'] int}, either optional,
+        `jaxattn.engine.map_positions`; data, in any order), None or {}: every one.
+        The maps are then computed for those rows and keys alone, in a pass of
+        their own over blocks of the selected rows against blocks of the selected
+        keys, and written straight into [.., R, S'] outputs: an [H_sel, T, T] map
+        never exists. The statistics still take every row and key (their own pass).
 
     Returns:
-      {name: array}: the `MAPS` [H_sel, T, T] (scores: the logits, a causal model's
-      future exactly -inf, as the dense path's), sum_alpha_fx_norm [T, T], and each
-      statistic of `STATISTICS` as its row terms {term: [H, T]} (`head_stats.finish`
-      makes the quantity of them; quantities of the same weights and definitions,
-      head_stats and row_head_stats, share one dict).
+      {name: array}: the `MAPS` [H_sel, T, S] (or [H_sel, R, S'] with `positions`;
+      scores: the logits, a causal model's future exactly -inf, as the dense
+      path's), sum_alpha_fx_norm [T, S] (or [R, S']), and each statistic of
+      `STATISTICS` as its row terms {term: [H, T]} (`head_stats.finish` makes the
+      quantity of them; quantities of the same weights and definitions, head_stats
+      and row_head_stats, share one dict).
     """
     want = set(want) & PASS
     q, k, mask, lse = inputs.q, inputs.k, inputs.mask, inputs.lse
@@ -329,105 +347,146 @@ def captures(
     kv = k.shape[1]
     picked = np.arange(nheads) if heads is None else np.asarray(heads)
     maps = sorted(want & MAPS)
+    mapped = maps + sorted(want & {"sum_alpha_fx_norm"})
     # The row terms of each kind of weights and definitions asked for, once however many
     # quantities share them (head_stats and row_head_stats): (norm, decoder) -> names.
     kinds: dict[tuple[bool, bool], list[str]] = {}
     for name in sorted(want & STATISTICS.keys()):
         kinds.setdefault(STATISTICS[name][:2], []).append(name)
     normed = any(norm for norm, _ in kinds)
-    bq, bk = min(inputs.block, length), inputs.block
-    nq = -(-length // bq)
-    kb, mb = _blocks(k, bk), _blocks(mask, bk, False)
-    cb = _blocks(classes if classes is not None else jnp.zeros(length, jnp.int8), bk)
-    fxb = _blocks((fx if fx is not None else jnp.zeros((nheads, length), q.dtype)).T, bk)
-    gb = _blocks(gram, bk) if gram is not None else jnp.zeros((kb.shape[0], 0), q.dtype)
-    pos = jnp.arange(kb.shape[0] * bk).reshape(-1, bk)
-    xs = (kb, mb, cb, fxb, gb, pos)
+    positions = positions or {}
+    selected_rows = positions.get("query_positions")
+    selected_keys = positions.get("key_positions")
+    bk = inputs.block
+    classes = classes if classes is not None else jnp.zeros(length, jnp.int8)
+    fxt = (fx if fx is not None else jnp.zeros((nheads, length), q.dtype)).T  # [T, H]
+    gram = gram if gram is not None else jnp.zeros((length, 0), q.dtype)
     count = mask.astype(q.dtype).sum()  # the encoder entropy's real keys
-    # The statistics' row terms of a block of zeros: their names, and zeros to start from.
-    empty = jnp.zeros((nheads, bq), q.dtype)
-    terms0 = {kind: {t: empty for t in _term_names(kind[1])} for kind in kinds}
 
-    def query_block(out, i):
-        start = jnp.minimum(i * bq, length - bq)  # the last block ends at T (rows again)
-        rows = start + jnp.arange(bq)
-        qblk = lax.dynamic_slice_in_dim(q, start, bq).reshape(bq, kv, nheads // kv, dim)
-        lse_blk = lax.dynamic_slice_in_dim(lse, start, bq, axis=1)  # [H, Bq]
-        div = 1.0 if scale is None else 1.0 / lax.dynamic_slice_in_dim(scale, start, bq)
+    def key_blocks(keys):
+        """(k, mask, classes, fx, gram, positions), each [n, Bk, ...], of every key
+        (None) or of the key positions `keys` [S'] (the last block padded with masked
+        copies of the last key, so a block's positions stay within the selected ones)."""
+        if keys is None:
+            n = -(-length // bk)
+            parts = (_blocks(k, bk), _blocks(mask, bk, False), _blocks(classes, bk))
+            parts += (_blocks(fxt, bk), _blocks(gram, bk))
+            return (*parts, jnp.arange(n * bk).reshape(n, bk))
+        n = -(-keys.shape[0] // bk)
+        at = jnp.pad(keys, (0, n * bk - keys.shape[0]), mode="edge")
+        real = jnp.arange(n * bk) < keys.shape[0]
+        parts = (k[at], mask[at] & real, classes[at], fxt[at], gram[at], at)
+        return tuple(t.reshape(n, bk, *t.shape[1:]) for t in parts)
 
-        def weights(ys):  # ([H, Bq, Bk] exact weights, their norm weights, logits, allowed)
-            kblk, mblk, _, fxblk, _, keys = ys
-            s, ok = inputs.scores(qblk, rows, kblk, mblk, keys)
-            w = jnp.where(ok[None], jnp.exp(s - lse_blk[..., None]), 0.0)
-            nw = w * (div if scale is None else div[None, :, None])
-            return w, nw * fxblk.T[:, None, :], nw, s
+    def run_pass(out, rows_of, nrows: int, keys: int, xs, maps_on: bool, stats_on: bool):
+        """One pass: blocks of Bq rows (`rows_of`: None, every row; else [R] positions)
+        against the key blocks `xs` (`keys` of them real): the maps of `mapped` written
+        into out's [.., nrows, keys] (maps_on), the statistics' row terms into its
+        {term: [H, T]} (stats_on)."""
+        bq = min(inputs.block, nrows)
+        empty = jnp.zeros((nheads, bq), q.dtype)
+        # The statistics' row terms of a block of zeros: their names, and zeros to start from.
+        terms0 = {kind: {t: empty for t in _term_names(kind[1])} for kind in kinds if stats_on}
+        on = mapped if maps_on else []
 
-        z = None
-        if normed:  # each row's sum of alpha ||f||: the norm weights' normaliser
+        def query_block(out, i):
+            start = jnp.minimum(i * bq, nrows - bq)  # the last block ends at the last row
+            if rows_of is None:
+                rows = start + jnp.arange(bq)
+                qblk = lax.dynamic_slice_in_dim(q, start, bq)
+            else:
+                rows = lax.dynamic_slice_in_dim(rows_of, start, bq)
+                qblk = q[rows]
+            qblk = qblk.reshape(bq, kv, nheads // kv, dim)
+            lse_blk = lse[:, rows]  # [H, Bq]
+            div = 1.0 if scale is None else 1.0 / scale[rows]
 
-            def norm_sum(z, ys):
-                return z + weights(ys)[1].sum(-1), None
+            def weights(ys):  # ([H, Bq, Bk] exact weights, their norm weights, logits)
+                kblk, mblk, _, fxblk, _, keys = ys
+                s, ok = inputs.scores(qblk, rows, kblk, mblk, keys)
+                w = jnp.where(ok[None], jnp.exp(s - lse_blk[..., None]), 0.0)
+                nw = w * (div if scale is None else div[None, :, None])
+                return w, nw * fxblk.T[:, None, :], nw, s
 
-            z, _ = lax.scan(inputs.skipping(norm_sum, rows), empty, xs)
-            z = jnp.where(z > 0, z, 1.0)
+            z = None
+            if normed and stats_on:  # each row's sum of alpha ||f||: the norm weights' normaliser
 
-        def add_terms(terms, weights_of, ys):  # the statistics' row terms, summed
-            _, mblk, cblk, _, _, keys = ys
-            for kind in kinds:
-                norm, decoder = kind
-                part = head_stats.row_terms(
-                    weights_of(norm), rows, keys, mblk, cblk, count, decoder
-                )
-                terms = terms | {kind: jax.tree.map(jnp.add, terms[kind], part)}
-            return terms
+                def norm_sum(z, ys):
+                    return z + weights(ys)[1].sum(-1), None
 
-        def step(terms, ys):
-            _, _, _, _, gblk, keys = ys
-            w, nwf, nw, s = weights(ys)
-            got = {}
-            if "attention" in want:
-                got["attention"] = w[picked]
-            if "alpha_fx_norm" in want:
-                got["alpha_fx_norm"] = nwf[picked]
-            if "scores" in want:
-                future = keys[None, :] > rows[:, None] if inputs.causal else False
-                got["scores"] = jnp.where(future, -jnp.inf, s[picked])
-            if "sum_alpha_fx_norm" in want:
-                got["sum_alpha_fx_norm"] = norms.gram_norm(nw, gblk, inputs.mm)
-            return add_terms(terms, lambda norm: nwf / z[..., None] if norm else w, ys), got
+                z, _ = lax.scan(inputs.skipping(norm_sum, rows), empty, xs)
+                z = jnp.where(z > 0, z, 1.0)
 
-        def skipped(terms, ys):
-            """A block no row may see: no weight and the future's -inf scores; the
-            statistics' terms of zero weights (row_terms of one head, the same for all:
-            the entropies' smoothing still counts the block's keys)."""
-            got = {name: jnp.zeros((len(picked), bq, bk), q.dtype) for name in maps}
-            if "scores" in want:
-                got["scores"] = jnp.full_like(got["scores"], -jnp.inf)
-            if "sum_alpha_fx_norm" in want:
-                got["sum_alpha_fx_norm"] = jnp.zeros((bq, bk), q.dtype)
-            none = jnp.zeros((1, bq, bk), q.dtype)  # [1, Bq] terms added to every head's
-            return add_terms(terms, lambda norm: none, ys), got
+            def add_terms(terms, weights_of, ys):  # the statistics' row terms, summed
+                _, mblk, cblk, _, _, keys = ys
+                for kind in terms:
+                    norm, decoder = kind
+                    part = head_stats.row_terms(
+                        weights_of(norm), rows, keys, mblk, cblk, count, decoder
+                    )
+                    terms = terms | {kind: jax.tree.map(jnp.add, terms[kind], part)}
+                return terms
 
-        run = inputs.skipping(step, rows, "scores" not in want, skipped)
-        terms, got = lax.scan(run, terms0, xs)
-        for name, t in got.items():  # [n, ..., Bq, Bk] -> [..., Bq, S]
-            t = jnp.moveaxis(t, 0, -2).reshape(*t.shape[1:-1], -1)[..., :length]
-            out[name] = lax.dynamic_update_slice_in_dim(out[name], t, start, axis=t.ndim - 2)
-        for kind, rows_terms in terms.items():
-            out["terms"][kind] = {
-                t: lax.dynamic_update_slice_in_dim(out["terms"][kind][t], x, start, axis=1)
-                for t, x in rows_terms.items()
-            }
-        return out, None
+            def step(terms, ys):
+                _, _, _, _, gblk, keys = ys
+                w, nwf, nw, s = weights(ys)
+                got = {}
+                if "attention" in on:
+                    got["attention"] = w[picked]
+                if "alpha_fx_norm" in on:
+                    got["alpha_fx_norm"] = nwf[picked]
+                if "scores" in on:
+                    future = keys[None, :] > rows[:, None] if inputs.causal else False
+                    got["scores"] = jnp.where(future, -jnp.inf, s[picked])
+                if "sum_alpha_fx_norm" in on:
+                    got["sum_alpha_fx_norm"] = norms.gram_norm(nw, gblk, inputs.mm)
+                return add_terms(terms, lambda norm: nwf / z[..., None] if norm else w, ys), got
 
-    init = {name: jnp.zeros((len(picked), length, length), q.dtype) for name in maps}
+            def skipped(terms, ys):
+                """A block no row may see: no weight and the future's -inf scores; the
+                statistics' terms of zero weights (row_terms of one head, the same for
+                all: the entropies' smoothing still counts the block's keys)."""
+                got = {name: jnp.zeros((len(picked), bq, bk), q.dtype) for name in on}
+                if "scores" in on:
+                    got["scores"] = jnp.full_like(got["scores"], -jnp.inf)
+                if "sum_alpha_fx_norm" in on:
+                    got["sum_alpha_fx_norm"] = jnp.zeros((bq, bk), q.dtype)
+                none = jnp.zeros((1, bq, bk), q.dtype)  # [1, Bq] terms added to every head's
+                return add_terms(terms, lambda norm: none, ys), got
+
+            run = inputs.skipping(step, rows, "scores" not in on, skipped)
+            terms, got = lax.scan(run, terms0, xs)
+            for name, t in got.items():  # [n, ..., Bq, Bk] -> [..., Bq, S]
+                t = jnp.moveaxis(t, 0, -2).reshape(*t.shape[1:-1], -1)[..., :keys]
+                out[name] = lax.dynamic_update_slice_in_dim(out[name], t, start, axis=t.ndim - 2)
+            for kind, rows_terms in terms.items():
+                out["terms"][kind] = {
+                    t: lax.dynamic_update_slice_in_dim(out["terms"][kind][t], x, start, axis=1)
+                    for t, x in rows_terms.items()
+                }
+            return out, None
+
+        out, _ = lax.scan(query_block, out, jnp.arange(-(-nrows // bq)))
+        return out
+
+    rows = length if selected_rows is None else selected_rows.shape[0]
+    keys = length if selected_keys is None else selected_keys.shape[0]
+    out = {name: jnp.zeros((len(picked), rows, keys), q.dtype) for name in maps}
     if "sum_alpha_fx_norm" in want:
-        init["sum_alpha_fx_norm"] = jnp.zeros((length, length), q.dtype)
-    init["terms"] = {
-        kind: {t: jnp.zeros((nheads, length), q.dtype) for t in terms}
-        for kind, terms in terms0.items()
+        out["sum_alpha_fx_norm"] = jnp.zeros((rows, keys), q.dtype)
+    out["terms"] = {
+        kind: {t: jnp.zeros((nheads, length), q.dtype) for t in _term_names(kind[1])}
+        for kind in kinds
     }
-    out, _ = lax.scan(query_block, init, jnp.arange(nq))
+    every = key_blocks(None)
+    if selected_rows is None and selected_keys is None:  # one pass: maps and statistics
+        out = run_pass(out, None, length, length, every, True, True)
+    else:
+        if kinds:  # the statistics: every row against every key
+            out = run_pass(out, None, length, length, every, False, True)
+        if mapped:  # the maps: the selected rows against the selected keys
+            xs = every if selected_keys is None else key_blocks(selected_keys)
+            out = run_pass(out, selected_rows, rows, keys, xs, True, False)
     terms = out.pop("terms")
     for kind, names in kinds.items():
         out |= {name: terms[kind] for name in names}

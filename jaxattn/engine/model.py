@@ -102,9 +102,13 @@ def _capture_layer(
     classes,
     centre: bool = True,
     heads=None,
+    positions=None,
 ) -> dict:
     """The requested per-layer quantities of one example, all heads (on the blockwise
-    path the `blockwise.MAPS` of `heads` only, None: all).
+    path the `blockwise.MAPS` of `heads` only, None: all), each map at the selected
+    rows and keys of `positions` (`jaxattn.engine.map_positions`; None: every one):
+    the blockwise path computes its maps at those alone, the dense one gathers them
+    (`map_positions.select`).
 
     Shapes out: attention/scores/alpha_fx_norm [H, T, S]; queries [H, T, K]; keys and
     values [H_kv, T, K] (H_kv = H without grouped-query attention); fx_norm [H, S];
@@ -113,7 +117,7 @@ def _capture_layer(
     per-row twins (row_head_stats, ...) [H, T, N] / [H, T, P];
     mixing_ratio, mixing_norm, preserving_norm [T, M].
     """
-    cap = {}
+    cap, selected = {}, {}  # selected: the maps the blockwise pass computed at `positions`
     alpha, w_out = p.alpha, p.w_out
     # The norm quantities' weights: alpha, or Gemma's alpha / s'_i (EncoderLayer._post_normed).
     n_alpha = alpha if p.norm_alpha is None else p.norm_alpha
@@ -133,12 +137,20 @@ def _capture_layer(
     if p.blockwise is not None:  # the blockwise path's second pass (`jaxattn.engine.blockwise`)
         gram = norms.head_gram(v, w_out, mm) if "sum_alpha_fx_norm" in want else None
         got = blockwise.captures(
-            p.blockwise, want, heads=heads, classes=classes, fx=fxn, gram=gram, scale=p.norm_scale
+            p.blockwise,
+            want,
+            heads=heads,
+            classes=classes,
+            fx=fxn,
+            gram=gram,
+            scale=p.norm_scale,
+            positions=positions,
         )
         for name, t in got.items():
             if name in blockwise.STATISTICS:  # row terms
-                t = head_stats.finish(name, t, mask, classes)
-            cap[name] = t
+                cap[name] = head_stats.finish(name, t, mask, classes)
+            else:
+                selected[name] = t
         want = want - blockwise.PASS  # computed
     for name, t in (("attention", alpha), ("scores", p.scores)):
         if name in want:
@@ -165,7 +177,7 @@ def _capture_layer(
     if want & set(MIXING):
         mixing = norms.mixing(n_alpha, v, w_out, x, gamma, std, mm, centre)
         cap.update({name: t for name, t in mixing.items() if name in want})
-    return cap
+    return map_positions.select(cap, positions) | selected
 
 
 class EncoderLayer(nn.Module):
@@ -240,8 +252,9 @@ class EncoderLayer(nn.Module):
         if want:
             gamma = self.variables["params"][next_ln.name]["scale"] + c.norm_offset
             centre = c.norm_type == "layer"  # an RMSNorm subtracts no mean
-            cap = _capture_layer(want, parts, x, gamma, std, self.mm, mask, classes, centre, heads)
-            cap = map_positions.select(cap, positions)
+            cap = _capture_layer(
+                want, parts, x, gamma, std, self.mm, mask, classes, centre, heads, positions
+            )
         if not output:
             return None, cap
         ffn_out = self._ffn(normed)
