@@ -181,6 +181,7 @@ class ServerMetrics:
         for attribute, (kind, name, doc, labels, scale) in METRICS.items():
             buckets = {} if scale is None else {"buckets": scales[scale]}
             setattr(self, attribute, kind(name, doc, labels, registry=r, **buckets))
+        self._sent: dict[tuple[str, str], tuple] = {}  # `_sent_counters`
         r.register(_ScrapeTime(engine, batcher))
         ProcessCollector(registry=r)  # process_resident_memory_bytes, CPU seconds, open fds
 
@@ -199,10 +200,10 @@ class ServerMetrics:
             log.exception("metrics: client_of failed")
             return ""
 
-    def _ended(self, method: str, context, code: grpc.StatusCode, start: float) -> None:
-        self.in_flight.labels(method).dec()
-        self.requests.labels(method, code.name).inc()
-        self.duration.labels(method).observe(time.perf_counter() - start)
+    def _ended(self, method: _Method, context, code: grpc.StatusCode, start: float) -> None:
+        method.in_flight.dec()
+        method.requests(code).inc()
+        method.duration.observe(time.perf_counter() - start)
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
             trailers = dict(context.trailing_metadata() or ())
             self.refusals.labels(trailers.get("jaxattn-limit", ""), self._client(context)).inc()
@@ -222,8 +223,7 @@ class ServerMetrics:
         """Yield `messages`, counting what gRPC took: bytes, examples whose every
         message went (an example starts with its header), seconds handing them over.
         Closing this closes `messages`."""
-        sent = self.sent_bytes.labels(dtype, codec)
-        examples = self.sent_examples.labels(dtype, codec)
+        sent, examples = self._sent_counters(dtype, codec)
         seconds, started, taken = 0.0, 0, 0  # started: headers sent; taken: bytes not counted
         try:
             for message in messages:
@@ -248,6 +248,14 @@ class ServerMetrics:
             if close is not None:
                 close()
             self.send_seconds.observe(seconds)
+
+    def _sent_counters(self, dtype: str, codec: str) -> tuple:
+        """The sent-bytes and sent-examples counters of (dtype, codec), looked up once."""
+        pair = self._sent.get((dtype, codec))
+        if pair is None:
+            pair = self.sent_bytes.labels(dtype, codec), self.sent_examples.labels(dtype, codec)
+            self._sent[dtype, codec] = pair
+        return pair
 
     # -- the endpoint ------------------------------------------------------------------
 
@@ -281,23 +289,55 @@ UNCOUNTED = ("/grpc.health.v1.Health/",)
 
 
 class _Interceptor(grpc.ServerInterceptor):
-    """Wraps every method's handler to count its calls (`ServerMetrics._ended`)."""
+    """Wraps every method's handler to count its calls (`ServerMetrics._ended`).
+
+    A method's handler is one object call after call (the service's table), so it
+    is wrapped once and the wrapper kept (a handler that changes is wrapped anew):
+    per call, the profile of many small calls showed the wrapping and the metrics'
+    label lookups (issue 32, BENCHMARKS.md).
+    """
 
     def __init__(self, metrics: ServerMetrics):
         self.metrics = metrics
+        # full method name -> (its handler, that handler wrapped); methods with a
+        # handler only, so as many entries as the server has methods.
+        self._wrapped: dict[str, tuple] = {}
 
     def intercept_service(self, continuation, handler_call_details):
         handler = continuation(handler_call_details)
-        if handler is None or handler_call_details.method.startswith(UNCOUNTED):
+        full = handler_call_details.method
+        if handler is None or full.startswith(UNCOUNTED):
             return handler
-        method = handler_call_details.method.rsplit("/", 1)[-1]
+        known = self._wrapped.get(full)
+        if known is not None and known[0] is handler:
+            return known[1]
+        method = _Method(self.metrics, full.rsplit("/", 1)[-1])
         attribute, factory = _KINDS[handler.request_streaming, handler.response_streaming]
         wrap = _streaming if handler.response_streaming else _unary
-        return factory(
+        wrapped = factory(
             wrap(self.metrics, method, getattr(handler, attribute)),
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+        self._wrapped[full] = (handler, wrapped)
+        return wrapped
+
+
+class _Method:
+    """One method's metrics, their labels looked up once (`labels` takes a lock)."""
+
+    def __init__(self, metrics: ServerMetrics, name: str):
+        self.metrics, self.name = metrics, name
+        self.in_flight = metrics.in_flight.labels(name)
+        self.duration = metrics.duration.labels(name)
+        self._requests: dict[grpc.StatusCode, object] = {}
+
+    def requests(self, code: grpc.StatusCode):
+        """The request counter of this method and `code`."""
+        counter = self._requests.get(code)
+        if counter is None:
+            counter = self._requests[code] = self.metrics.requests.labels(self.name, code.name)
+        return counter
 
 
 def _finished(context) -> grpc.StatusCode:
@@ -319,12 +359,12 @@ class _Call:
     """One call counted: in flight from entry; on exit, ended with the status its
     client gets (what the handler set, OK, or the client left)."""
 
-    def __init__(self, metrics: ServerMetrics, method: str, context):
+    def __init__(self, metrics: ServerMetrics, method: _Method, context):
         self.metrics, self.method, self.context = metrics, method, context
 
     def __enter__(self):
         self.start = time.perf_counter()
-        self.metrics.in_flight.labels(self.method).inc()
+        self.method.in_flight.inc()
 
     def __exit__(self, kind, error, traceback) -> None:
         if kind is None:
@@ -336,7 +376,7 @@ class _Call:
         self.metrics._ended(self.method, self.context, code, self.start)
 
 
-def _unary(metrics: ServerMetrics, method: str, behaviour):
+def _unary(metrics: ServerMetrics, method: _Method, behaviour):
     def handle(request, context):
         with _Call(metrics, method, context):
             return behaviour(request, context)
@@ -344,7 +384,7 @@ def _unary(metrics: ServerMetrics, method: str, behaviour):
     return handle
 
 
-def _streaming(metrics: ServerMetrics, method: str, behaviour):
+def _streaming(metrics: ServerMetrics, method: _Method, behaviour):
     def handle(request, context):
         with _Call(metrics, method, context):
             yield from behaviour(request, context)

@@ -15,6 +15,7 @@ the `batching.ShapeLedger` of what is compiled, and the captures' provenance.
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -82,6 +83,9 @@ class BatchPipeline:
         self.budgets = budgets
         self.shapes = shapes
         self._provenance = provenance
+        # Sizes asked per request several times (the server's limits, its admission,
+        # the plan): remembered per (spec, length), a bounded number of them.
+        self._output_bytes = functools.lru_cache(maxsize=4096)(self._size)
         # Threads compiling a call's new shapes (None: `compile_threads` of the host).
         self.compile_threads: int | None = None
 
@@ -257,6 +261,9 @@ class BatchPipeline:
 
     def output_bytes(self, spec: CaptureSpec, length: int) -> int:
         """Bytes one example padded to `length` returns under `spec`."""
+        return self._output_bytes(spec, length)
+
+    def _size(self, spec: CaptureSpec, length: int) -> int:
         c = self.config
         sizes = dict(L=len(spec.layers), H=len(spec.heads), K=c.head_dim, D=c.hidden_size)
         item = OUTPUT_DTYPES[spec.dtype].itemsize

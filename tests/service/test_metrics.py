@@ -253,3 +253,53 @@ def test_serve_checks_the_metrics_port_before_loading():
         taken = busy.getsockname()[1]
         with pytest.raises(UsageError, match=f"--metrics-port {taken} is in use"):
             _check_metrics_port("127.0.0.1:0", taken)
+
+
+def test_a_methods_handler_is_wrapped_once_and_anew_when_it_changes():
+    """The interceptor keeps a method's wrapper while the service hands it the same
+    handler, wraps a new handler anew, and each wrapper counts its own method's calls."""
+    import collections
+
+    from service.metrics import ServerMetrics
+
+    class Batcher:  # what the scrape reads
+        admitted = pending = queue_size = buffered_bytes = reserved_bytes = total_bytes = 0
+        stats = collections.Counter()
+
+    class Context:
+        def is_active(self):
+            return True
+
+        def code(self):
+            return None
+
+    class Details:
+        def __init__(self, method):
+            self.method = method
+
+    metrics = ServerMetrics(None, Batcher(), max_batch_examples=MAX_BATCH)
+    interceptor = metrics.interceptor()
+
+    def handler(answer):
+        return grpc.unary_unary_rpc_method_handler(lambda request, context: answer)
+
+    one, two = handler("one"), handler("two")
+    capture = "/jaxattn.v1.AttentionService/Capture"
+    first = interceptor.intercept_service(lambda d: one, Details(capture))
+    assert interceptor.intercept_service(lambda d: one, Details(capture)) is first
+    changed = interceptor.intercept_service(lambda d: two, Details(capture))
+    assert changed is not first
+    info = interceptor.intercept_service(lambda d: one, Details("/x.Y/GetModelInfo"))
+    assert interceptor.intercept_service(lambda d: None, Details("/x.Y/Nothing")) is None
+    assert first.unary_unary(None, Context()) == "one"
+    assert changed.unary_unary(None, Context()) == "two"
+    assert changed.unary_unary(None, Context()) == "two"
+    assert info.unary_unary(None, Context()) == "one"
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in metrics.registry.collect()
+        for s in family.samples
+    }
+    assert value(samples, "jaxattn_requests_total", method="Capture", code="OK") == 3
+    assert value(samples, "jaxattn_requests_total", method="GetModelInfo", code="OK") == 1
+    assert value(samples, "jaxattn_requests_in_flight", method="Capture") == 0
