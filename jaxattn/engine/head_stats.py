@@ -17,7 +17,14 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from jaxattn.quantities import DECODER_HEAD_STATS, ENTROPY_SMOOTHING, HEAD_STATS
+from jaxattn.quantities import (
+    DECODER_HEAD_STATS,
+    ENTROPY_SMOOTHING,
+    HEAD_STATS,
+    QUANTITIES,
+    ROW_STATISTICS,
+    STATISTICS,
+)
 from jaxattn.token_classes import CLS_BIT, PUNCT_BIT, SEP_BIT
 
 
@@ -122,16 +129,16 @@ def decoder_statistics_from_rows(terms: dict, mask):
 
 
 # The statistics quantities: name -> (of the norm weights alpha ||f|| rows normalised
-# rather than alpha, the decoder's definitions, per row rather than means over rows).
+# rather than alpha, the decoder's definitions, per row rather than means over rows),
+# read from `jaxattn.quantities`: the norm ones are named so, a decoder's have the P
+# axis, the per-row ones a T axis.
 KINDS = {
-    "head_stats": (False, False, False),
-    "norm_head_stats": (True, False, False),
-    "decoder_head_stats": (False, True, False),
-    "decoder_norm_head_stats": (True, True, False),
-    "row_head_stats": (False, False, True),
-    "norm_row_head_stats": (True, False, True),
-    "decoder_row_head_stats": (False, True, True),
-    "decoder_norm_row_head_stats": (True, True, True),
+    name: (
+        "norm_" in name,
+        QUANTITIES[name].axis("P") is not None,
+        QUANTITIES[name].axis("T") is not None,
+    )
+    for name in (*STATISTICS, *ROW_STATISTICS)
 }
 
 
