@@ -225,25 +225,11 @@ def frame_header(header: bytes) -> bytes:
     return length_delimited(HEADER_TAG, len(header)) + header
 
 
-def split_response(buf) -> tuple[str, memoryview, memoryview | None] | None:
-    """Split a serialised CaptureResponse holding exactly one item without copying.
-
-    Returns:
-      ("header", header bytes, None), or ("chunk", the chunk's other fields,
-      its data); None when the buffer is anything else (the caller then falls
-      back to a full protobuf parse).
-    """
-    view = memoryview(buf)
-    try:
-        return _split_one(view)
-    except ValueError:
-        return None
-
-
 def split_items(buf) -> list[tuple[str, memoryview, memoryview | None]] | None:
     """Split a serialised CaptureResponse, of one item or a coalesced one (`items`),
-    into its items, each as `split_response` gives it, without copying the data;
-    None when the buffer is anything else (the caller then parses it with protobuf)."""
+    into its items without copying the data: ("header", header bytes, None), or
+    ("chunk", the chunk's other fields, its data); None when the buffer is anything
+    else (the caller then parses it with protobuf)."""
     view = memoryview(buf)
     try:
         if not view or view[0] != ITEMS_TAG:
@@ -268,7 +254,8 @@ def split_items(buf) -> list[tuple[str, memoryview, memoryview | None]] | None:
 
 
 def _split_one(view: memoryview) -> tuple[str, memoryview, memoryview | None] | None:
-    """`split_response` of a view (ValueError where a varint is broken)."""
+    """One item (a CaptureResponse of a header or a chunk) as `split_items` gives each;
+    None where it is not the common shape, ValueError where a varint is broken."""
     if not view or view[0] not in (HEADER_TAG, CHUNK_TAG):
         return None
     size, start = read_varint(view, 1)

@@ -149,7 +149,7 @@ def test_a_chunk_frames_data_at_an_aligned_offset(head):
         assert start % protowire.DATA_ALIGNMENT == 0
         parsed = pb.CaptureResponse.FromString(message)
         assert parsed.chunk.data == bytes([7]) * data_len
-        kind, rest, got = protowire.split_response(message)
+        ((kind, rest, got),) = protowire.split_items(message)
         assert bytes(got) == parsed.chunk.data and protowire.PADDING_TAG not in bytes(rest)[:1]
 
 
