@@ -86,12 +86,11 @@ def parse_request(body: dict, max_chars: int, max_document_chars: int | None = N
     return (text if text_b is None else (text, text_b)), views, along
 
 
-def capture_along(engine, text) -> dict:
-    """The stats-first page's data of one text: its per-row statistics captured (every
-    layer and head, blockwise on a long text), no map."""
+def capture_along(engine, text) -> list:
+    """The captures of one text the stats-first page needs: its per-row statistics
+    (every layer and head, blockwise on a long text), no map."""
     causal = bool(engine.model_info().causal)
-    caps = [engine.capture([text], what=what)[0] for what in statistics_captures(causal)]
-    return segments_data(caps)
+    return [engine.capture([text], what=what)[0] for what in statistics_captures(causal)]
 
 
 def page(model: str, max_chars: int, max_document_chars: int) -> str:
@@ -190,13 +189,12 @@ def create_web_server(
                 return self._json(400, {"error": "the request body is not JSON"})
             try:
                 text, views, along = parse_request(body, max_chars, max_document_chars)
-                with lock:
+                with lock:  # the engine's work only; the page is built after
                     if along:
-                        doc = capture_along(engine, text)
+                        caps = capture_along(engine, text)
                     else:
-                        cap = engine.capture([text], what=needs(views))[0]
-                if not along:
-                    doc = build_payload(cap, views=views)
+                        caps = engine.capture([text], what=needs(views))
+                doc = segments_data(caps) if along else build_payload(caps[0], views=views)
             except TooLongError as e:
                 error = f"The text is {e.length} tokens long, over the model's limit of {e.limit}"
                 return self._json(400, {"error": f"{error}: shorten it."})
