@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 
 from jaxattn.netaddr import check_listen_address
+from service.allocator import DEFAULT_ARENAS, cap_arenas
 from service.options import ServerOptions
 from service.server import create_server
 
@@ -32,6 +33,7 @@ def serve(
     attention: str = "auto",
     warmup: Sequence[tuple[str, ...]] = (),
     warmup_sizes: str = "all",
+    malloc_arenas: int | None = None,
 ) -> int:
     """Load the model, serve until SIGTERM/SIGINT, drain in-flight calls, return 0.
 
@@ -49,6 +51,9 @@ def serve(
         this precision). A SIGTERM/SIGINT while they compile ends the warmup and
         the server returns 0 without listening.
       warmup_sizes: "all" or "largest" batch sizes per bucket (`Engine.warmup`).
+      malloc_arenas: cap this process's glibc malloc arenas (`service.allocator`;
+        None: its DEFAULT_ARENAS, 0: glibc's default), before the model loads and
+        the threads start.
 
     Raises:
       UsageError: a warmup quantity this model does not compute, before anything listens.
@@ -63,6 +68,7 @@ def serve(
     )
     # jax's own INFO lines (e.g. "Unable to initialize backend 'tpu'") are not the server's.
     logging.getLogger("jax").setLevel(max(logging.WARNING, logging.getLogger().level))
+    log.info(cap_arenas(DEFAULT_ARENAS if malloc_arenas is None else malloc_arenas))
     stop, reload = threading.Event(), threading.Event()
     # Install handlers before the slow load, so an early SIGTERM still drains.
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -16,6 +16,7 @@ from jaxattn.cli.args import (
     add_source_arguments,
     engine_options,
     names,
+    non_negative,
     port,
     positive,
     positive_float,
@@ -156,6 +157,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "seconds, GPUs)",
     )
     p.add_argument(
+        "--malloc-arenas",
+        type=non_negative,
+        default=None,
+        help="cap glibc's malloc arenas (default 2; 0: glibc's own, 8 per "
+        "core): each thread's arena keeps what it freed, and a server's "
+        "hundred threads freeing large answers would hold far more than "
+        "they use. $MALLOC_ARENA_MAX, if set, wins",
+    )
+    p.add_argument(
         "--log-level",
         default="INFO",
         type=str.upper,
@@ -247,4 +257,5 @@ def _run(args) -> int:
         **engine_options(args),
         warmup=args.warmup or (),
         warmup_sizes=args.warmup_sizes or "all",
+        malloc_arenas=args.malloc_arenas,
     )

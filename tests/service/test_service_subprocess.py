@@ -108,6 +108,7 @@ def test_warmup_compiles_before_listening_and_a_bad_quantity_is_refused(svc_chec
         # buckets 8..64 and the model's limit, 67: one shape each, for each kind of request
         assert "warmed up attention: 9 shapes (largest sizes) in" in log, log
         assert "warmed up attention,keys: 9 shapes (largest sizes) in" in log, log
+        assert "malloc arenas: at most " in log, log  # --malloc-arenas' default, or the env's
         assert metric(proc.metrics_url, "jaxattn_compiled_shapes_total") == 18
         with AttentionClient(address, timeout=60) as client:
             (cap,) = client.capture([SENTENCES[0]], what=["attention"])
