@@ -349,7 +349,16 @@ class Encoder(nn.Module):
 
     @nn.compact
     def __call__(
-        self, ids, type_ids, mask, spec: CaptureSpec, gates=None, classes=None, positions=None
+        self,
+        ids,
+        type_ids,
+        mask,
+        spec: CaptureSpec,
+        gates=None,
+        classes=None,
+        positions=None,
+        span: tuple[int, int] | None = None,
+        x=None,
     ):
         """gates: None, or (keep [L, H] float, uniform [L, H] bool); see SelfAttention.
 
@@ -357,14 +366,22 @@ class Encoder(nn.Module):
         needed by head_stats and norm_head_stats.
         positions: the maps' selected rows and keys of this example ({field: [n]},
         `jaxattn.engine.map_positions`), None or {}: every one.
+        span: (start, stop), run layers start..stop-1 only (one layer group,
+        `jaxattn.engine.layer_groups`), static; x then is the hidden state [T, D]
+        entering layer start (None for start 0: the embeddings), and the call
+        returns (the captures of the span's captured layers, the hidden state after
+        layer stop-1, or None where that layer's output is skipped). hidden_states'
+        embeddings entry comes with the span that starts at layer 0.
         """
         c = self.config
+        start, stop = (0, spec.last_layer + 1) if span is None else span
         want = frozenset(spec.what)
         mm = Matmul(spec.precision, self.platform)
         heads = jnp.asarray(spec.heads) if len(spec.heads) < c.num_heads else None
         # keys/values of grouped-query attention: the key/value heads the query heads read
         kv = jnp.asarray(spec.kv_axis) if 0 < len(spec.kv_axis) < c.kv_heads else None
-        x = Embeddings(c, name="embeddings")(ids, type_ids)
+        if start == 0:
+            x = Embeddings(c, name="embeddings")(ids, type_ids)
         context = dict(
             mask=mask, classes=classes, rel_table=self._relative_table(), positions=positions
         )
@@ -381,9 +398,10 @@ class Encoder(nn.Module):
         weights = [
             EncoderLayer(c, mm, index=i, **layer, name=f"layer_{i}") for i in range(c.weight_layers)
         ]
-        if "hidden_states" in want:
+        if "hidden_states" in want and start == 0:
             chunks["hidden_states"].append(x[None])
-        for run in layer_loop.layer_runs(c, spec, scan=self.layer_loop == "scan"):
+        runs = layer_loop.layer_runs(c, spec, scan=self.layer_loop == "scan")
+        for run in layer_loop.clip(runs, start, stop):
             layer_want = want - {"hidden_states"} if run.captured else frozenset()
             hidden = run.captured and "hidden_states" in want
             run_gates = (
@@ -412,7 +430,8 @@ class Encoder(nn.Module):
                 if pick is not None and q.head_axis is not None:
                     t = t[(slice(None),) * q.head_axis + (pick,)]
                 chunks[name].append(t)
-        return {name: jnp.concatenate(ts) for name, ts in chunks.items()}
+        out = {name: jnp.concatenate(ts) for name, ts in chunks.items() if ts}
+        return out if span is None else (out, x)
 
     def _scanned(self, run, mm, x, gates, hidden: bool, args: dict, paths: dict):
         """The run as one scan over its weight sets (stacked params, `layer_loop`); paths:
