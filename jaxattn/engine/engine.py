@@ -366,15 +366,16 @@ class Engine:
         before it are ready (batches finish shortest bucket first). The request is
         checked and tokenised before the first one. All of `texts` is in flight at
         once: for a corpus, `capture_iter` bounds memory."""
-        spec = self.make_spec(
-            what,
-            layers,
-            heads,
-            dtype,
-            precision,
-            query_positions=query_positions,
-            key_positions=key_positions,
+        positions = dict(query_positions=query_positions, key_positions=key_positions)
+        spec, _, kept = self._prepare(
+            texts, what, layers, heads, dtype, precision, too_long, positions
         )
+        return self._in_order(self.run(kept, spec, ablation))
+
+    def _prepare(self, texts, what, layers, heads, dtype, precision, too_long, positions):
+        """(spec, the kept texts' indices, their TokenizedTexts): the request checked and
+        the texts tokenised, each text's positions checked, before anything runs."""
+        spec = self.make_spec(what, layers, heads, dtype, precision, **positions)
         tokenized = self.tokenize(texts, too_long=too_long)
         for i, t in enumerate(tokenized):  # each text's positions, before anything runs
             try:
@@ -383,8 +384,8 @@ class Engine:
             except UsageError as e:
                 e.index = i  # capture_iter names it by its place in the input
                 raise
-        kept = [t for t in tokenized if t is not None]
-        return self._in_order(self.run(kept, spec, ablation))
+        index = [i for i, t in enumerate(tokenized) if t is not None]
+        return spec, index, [tokenized[i] for i in index]
 
     def capture_iter(
         self,
@@ -450,21 +451,10 @@ class Engine:
         its group lands (at most two groups' outputs on the device and in flight),
         any other in one part of all its layers. Arguments as `capture` (a text
         skipped by too_long="skip" gives none)."""
-        spec = self.make_spec(
-            what,
-            layers,
-            heads,
-            dtype,
-            precision,
-            query_positions=query_positions,
-            key_positions=key_positions,
+        positions = dict(query_positions=query_positions, key_positions=key_positions)
+        spec, index, kept = self._prepare(
+            texts, what, layers, heads, dtype, precision, too_long, positions
         )
-        tokenized = self.tokenize(texts, too_long=too_long)
-        for i, t in enumerate(tokenized):
-            if t is not None:
-                spec.positions_of_example(t.length, f"text {i}")
-        index = [i for i, t in enumerate(tokenized) if t is not None]
-        kept = [tokenized[i] for i in index]
         ready: dict[int, list] = {}
         following = 0
         for pos, item in self.run(kept, spec, parts=True, group_bytes=group_bytes):
