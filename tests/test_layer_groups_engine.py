@@ -102,3 +102,14 @@ def test_uint8_attention_groups_and_affine_uint8_does_not(engine):
 def test_an_unknown_layer_group_is_refused_by_name(bert_checkpoint):
     with pytest.raises(ValueError, match="layer_group must be None, 0 or a positive size"):
         jaxattn.load(bert_checkpoint, layer_group=-2)
+
+
+def test_heads_ablated_in_one_group_change_the_next_groups_as_in_one_program(engine):
+    from jaxattn.engine import HeadAblation
+
+    ablation = HeadAblation.of([(1, 0), (1, 2)], "uniform")  # layer 1: in no group's captures
+    ask = dict(what=["attention", "hidden_states"], layers=[0, 2], heads=[1])
+    grouped = engine.capture(TEXTS, ablation=ablation, **ask)
+    assert_same(grouped, one_program(engine, ablation=ablation, **ask))
+    plain = engine.capture(TEXTS, **ask)
+    assert not np.allclose(grouped[0].attention[1], plain[0].attention[1])  # layer 2 changed
