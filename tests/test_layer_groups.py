@@ -105,10 +105,10 @@ def inputs(config, spec):
     return data + (map_positions.arrays(spec, lengths),)
 
 
-def grouped(step, spec, arrays, size):
+def grouped(step, spec, arrays, size, gates=None):
     parts, x = {}, None
     for g in layer_groups.groups_of(spec, size):
-        out, x = step.group(spec, g.span, x, *arrays)
+        out, x = step.group(spec, g.span, x, *arrays, gates=gates)
         for name, o in out.items():
             parts.setdefault(name, []).append(np.asarray(o["data"]))
     return {name: np.concatenate(ts, axis=1) for name, ts in parts.items()}
@@ -129,6 +129,26 @@ def test_groups_equal_the_one_program(family, layers, loop, attention, fields, s
         np.testing.assert_allclose(
             parts[name], whole[name], rtol=2e-5, atol=2e-6, equal_nan=True, err_msg=name
         )
+
+
+def test_scanned_alike_groups_share_one_program_with_the_same_numbers():
+    """ModernBERT, 7 scanned layers (0, 3, 6 global), groups of 2 with heads ablated in
+    layers 3 and 4: layers 4-5 run the program of layers 2-3, moved by 2 (each layer's
+    weights, kind and gates read at its own index); layer 0's group and the last one
+    (the final norm) have their own."""
+    from jaxattn.engine import HeadAblation
+
+    config = config_of("modernbert", num_hidden_layers=7, global_attn_every_n_layers=3)
+    step = CaptureStep(config, params_of(config), jax.devices()[:1], "device", "scan", "dense")
+    spec = CaptureSpec(what=("attention", "hidden_states"), layers=tuple(range(7)), heads=(0, 2))
+    gates = HeadAblation.of([(3, 1), (4, 0)], "uniform").gates(config)
+    arrays = step.place(*inputs(config, spec))
+    whole = {name: np.asarray(o["data"]) for name, o in step(spec, *arrays, gates).items()}
+    parts = grouped(step, spec, arrays, 2, gates)
+    for name in spec.what:  # 7 layers of hidden states O(1): float32 rounding ~1e-6
+        np.testing.assert_allclose(parts[name], whole[name], rtol=2e-5, atol=1e-5, err_msg=name)
+    spans = {p[3] for p in step._programs if len(p) == 4}
+    assert spans == {(0, 2), (2, 4), (6, 7)}  # (4, 6) ran (2, 4)'s program
 
 
 def test_the_groups_of_a_spec_cover_its_layers_once():

@@ -73,6 +73,33 @@ def cuts(groups: list[Group]) -> tuple[int, ...]:
     return (*(g.first for g in groups), groups[-1].first + groups[-1].count)
 
 
+def template(config, spec: CaptureSpec, span: tuple[int, int], known: dict) -> tuple:
+    """(the span whose compiled program runs layer group `span`, the layer shift).
+
+    Scanned layers (`layer_loop` "scan") take each layer's weight set, kind and gates
+    as data, so two groups whose runs of alike layers look the same from their first
+    layer share one program, moved by the difference of their first layers (a traced
+    shift, `Encoder(shift=)`): a 22-layer stack in groups of 2 compiles 3 group
+    programs, not 11. Not shared (shift None): a group at layer 0 (the embeddings,
+    ModernBERT's bare first layer), and models whose layers share weight sets
+    (ALBERT). `known` maps each signature to the first span that had it (the step's).
+    """
+    from jaxattn.engine import layer_loop
+
+    start, stop = span
+    if start == 0 or config.layer_groups:
+        return span, None
+    runs = layer_loop.clip(layer_loop.layer_runs(config, spec, scan=True), start, stop)
+    signature = (
+        spec,
+        stop - start,
+        stop == config.num_layers,  # the final norm
+        tuple((r.start - start, r.stop - start, r.captured, r.output) for r in runs),
+    )
+    first = known.setdefault(signature, span)
+    return first, start - first[0]
+
+
 def refusal(spec: CaptureSpec) -> str | None:
     """Why `spec` cannot run in layer groups, or None where it can."""
     if spec.dtype == "uint8":

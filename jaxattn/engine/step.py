@@ -30,7 +30,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxattn.config import ModelConfig
-from jaxattn.engine import blockwise, map_positions
+from jaxattn.engine import blockwise, layer_groups, map_positions
 from jaxattn.engine import layer_loop as layer_loops
 from jaxattn.engine.model import Encoder
 from jaxattn.engine.quantize import quantize
@@ -168,9 +168,12 @@ class CaptureStep:
         self._group_jit = jax.jit(
             self._forward_group,
             static_argnums=(0, 1),
-            in_shardings=(replicated, batch, batch, batch, batch, batch, batch, replicated),
+            in_shardings=(
+                (replicated, batch, batch, batch, batch, batch, batch, replicated, replicated)
+            ),
             out_shardings=(out, batch),
         )
+        self._templates: dict = {}  # scanned: a group signature -> its program's span
         self._programs: set[tuple] = set()  # (spec, [B, T], heads ablated[, span]) compiled
 
     def _forward(self, spec: CaptureSpec, params, ids, type_ids, mask, classes, positions, gates):
@@ -187,13 +190,26 @@ class CaptureStep:
         }
 
     def _forward_group(
-        self, spec: CaptureSpec, span, params, x, ids, type_ids, mask, classes, positions, gates
+        self,
+        spec: CaptureSpec,
+        span,
+        params,
+        x,
+        ids,
+        type_ids,
+        mask,
+        classes,
+        positions,
+        gates,
+        shift,
     ):
-        # As _forward, for layers span[0]..span[1]-1 only: x [B, T, D] the hidden state
-        # entering them (None at layer 0); returns (outputs, the hidden state after them).
+        # As _forward, for layers span[0]..span[1]-1 only (moved up by `shift` where
+        # given): x [B, T, D] the hidden state entering them (None at layer 0); returns
+        # (outputs, the hidden state after them).
         def one(i, t, m, c, p, h):
             model = self._model.apply
-            return model({"params": params}, i, t, m, spec, gates, c, p, span=span, x=h)
+            kw = dict(span=span, x=h, shift=shift)
+            return model({"params": params}, i, t, m, spec, gates, c, p, **kw)
 
         out, x = jax.vmap(one)(ids, type_ids, mask, classes, positions, x)
         maps = map_positions.masks(mask, positions)
@@ -213,9 +229,10 @@ class CaptureStep:
         span: (start, stop), the layers the group runs (`layer_groups.Group.span`);
         x: the hidden state the group before it returned (None for the group at layer 0).
         """
+        span, shift = self._group_program(spec, span)
         self._programs.add((spec, ids.shape, gates is not None, span))
         positions = positions or {}
-        args = (spec, span, self.params, x, ids, type_ids, mask, classes, positions, gates)
+        args = (spec, span, self.params, x, ids, type_ids, mask, classes, positions, gates, shift)
         out, x = self._group_jit(*args)
         if self._staged is not None:  # a transfer of its own, dispatched asynchronously
             out = jax.device_put(out, self._staged)
@@ -224,8 +241,17 @@ class CaptureStep:
     def lower_group(self, spec: CaptureSpec, span, x, ids, type_ids, mask, classes, positions=None):
         """The lowered (not compiled) program of one layer group for these placed arrays
         (its `.compile().memory_analysis()` says what the group's program holds)."""
-        args = (spec, span, self.params, x, ids, type_ids, mask, classes, positions or {}, None)
-        return self._group_jit.trace(*args).lower()
+        span, shift = self._group_program(spec, span)
+        args = (spec, span, self.params, x, ids, type_ids, mask, classes, positions or {})
+        return self._group_jit.trace(*args, None, shift).lower()
+
+    def _group_program(self, spec: CaptureSpec, span) -> tuple:
+        """(the span whose program runs group `span`, its traced layer shift or None):
+        scanned, alike groups share a program (`layer_groups.template`)."""
+        if self.layer_loop != "scan":
+            return span, None
+        span, shift = layer_groups.template(self._config, spec, span, self._templates)
+        return span, None if shift is None else np.int32(shift)
 
     def block_for(self, spec: CaptureSpec, length: int, ablated: bool = False) -> int:
         """The block size a batch of `spec` at padded `length` runs its attention in, 0 for
