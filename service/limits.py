@@ -40,11 +40,13 @@ class OutputLimits:
     """What one example and one request may return, checked against an engine's sizes.
 
     Args:
-      engine: has `output_bytes(spec, length)` (None of it: nothing is checked) and
-        `buckets` (the padded lengths; without it an example is its own length).
-      max_example_bytes: most output bytes of one example (0: no limit of its own).
-      max_buffered_bytes: the server's result buffers; an example is buffered whole,
-        so it bounds one example too (0: none).
+      engine: has `output_bytes(spec, length)` (None of it: nothing is checked),
+        `buckets` (the padded lengths; without it an example is its own length) and
+        `part_bytes(spec, length, limit)` (without it an example is held whole).
+      max_example_bytes: most output bytes of one example, or of one layer group of
+        an example the engine runs in groups (0: no limit of its own).
+      max_buffered_bytes: the server's result buffers; an example (a layer group) is
+        buffered whole, so it bounds one example too (0: none).
       max_result_bytes: most output bytes of one request, all examples (0: none).
     """
 
