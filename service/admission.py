@@ -31,18 +31,31 @@ class QueueFull(Exception):
 
 
 def reservation(
-    engine, spec, tokenized: Sequence, *, buffer_bytes: int, chunk_bytes: int, coalesce=False
+    engine,
+    spec,
+    tokenized: Sequence,
+    *,
+    buffer_bytes: int,
+    chunk_bytes: int,
+    coalesce=False,
+    group_bytes: int | None = None,
 ) -> tuple[list[int], int]:
     """(output bytes of each example, bytes the job reserves).
 
     `engine.output_bytes`, when the engine has it, sizes the examples; an
     engine without it (a test double) reserves nothing. A stream message holds
     at most `chunk_bytes` of one example, or, coalesced (`coalesce`), of several:
-    up to `chunk_bytes` of all of them, however small each is.
+    up to `chunk_bytes` of all of them, however small each is. With `group_bytes`
+    an example run in layer groups is held a group at a time (`Engine.part_bytes`):
+    its group, not its whole output, is what may exceed the buffer.
     """
     sizer = getattr(engine, "output_bytes", None)
     sizes = [int(sizer(spec, e.length)) if sizer else 0 for e in tokenized]
-    largest = max(sizes, default=0)
+    held = sizes
+    part_sizer = getattr(engine, "part_bytes", None)
+    if group_bytes and part_sizer is not None:
+        held = [int(part_sizer(spec, e.length, group_bytes)) for e in tokenized]
+    largest = max(held, default=0)
     reserve = min(sum(sizes), max(buffer_bytes, largest))
     per_message = sum(sizes) if coalesce else largest
     return sizes, reserve + STREAM_CHUNKS * min(chunk_bytes, per_message)

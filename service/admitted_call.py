@@ -14,6 +14,7 @@ reader and the buffer never grows past the limit (or one example, if larger).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import threading
 import time
@@ -73,8 +74,10 @@ class Job:
         self.progress_at = self.submitted  # last time the handler took or sent something
         self.waiting = False  # the handler waits for the worker (so it cannot be stalled)
         self.on_stall: Callable[[], None] | None = None  # cancels the gRPC call
-        self._items: dict[int, tuple[object, int]] = {}
-        self._next = 0  # the example `results` yields next
+        # index -> its items put and not yet taken: a Capture, or an example's layer-group
+        # parts (`jaxattn.capture.part.CapturePart`) in order, as they land
+        self._items: dict[int, collections.deque[tuple[object, int]]] = {}
+        self._next = 0  # the example `results` yields (the next item of) next
         # The batcher's worker condition (same lock): told whenever buffered bytes
         # shrink or the job dies, so a job held back by its buffer can run again.
         self.notify_worker: Callable[[], None] = lambda: None
@@ -108,11 +111,12 @@ class Job:
         return sum(self.sizes[self.scheduled : self.scheduled + n])
 
     def put(self, index: int, cap) -> int:
-        """Store a finished example (worker side); returns its bytes (0 if dropped)."""
+        """Store a finished example, or the next layer-group part of one (worker side);
+        returns its bytes (0 if dropped)."""
         if self.dead:
             return 0
         size = capture_bytes(cap)
-        self._items[index] = (cap, size)
+        self._items.setdefault(index, collections.deque()).append((cap, size))
         self.buffered += size
         self.ready.notify_all()
         return size
@@ -128,7 +132,7 @@ class Job:
         return self._drop()
 
     def _drop(self) -> int:
-        freed = sum(size for _, size in self._items.values())
+        freed = sum(size for items in self._items.values() for _, size in items)
         self._items.clear()
         self.buffered -= freed
         self.ready.notify_all()
@@ -148,9 +152,10 @@ class Job:
         self.progress_at = time.monotonic()
 
     def results(self) -> Iterator[tuple[int, object]]:
-        """Yield (index, Capture) in input order, each as soon as it and all before it are ready.
+        """Yield (index, Capture) in input order, each as soon as it and all before it are ready;
+        an example run in layer groups as (index, CapturePart) per group, in order.
 
-        An example's bytes stay counted until the next one is asked for (it is
+        An item's bytes stay counted until the next one is asked for (it is
         being sent until then).
 
         Raises:
@@ -158,14 +163,14 @@ class Job:
           EngineFailed: the engine failed on this job's batch.
           SlowReader: the batcher gave up on this job's client.
         """
-        sending = 0
+        sending, index = 0, 0
         try:
-            for index in range(len(self.tokenized)):
+            while index < len(self.tokenized):
                 with self.lock:
                     self._sent(sending)
                     sending = 0
                     self.waiting = True
-                    while index not in self._items and self.error is None and not self.cancelled:
+                    while not self._items.get(index) and self.error is None and not self.cancelled:
                         self.ready.wait()
                     self.waiting = False
                     self.progress_at = time.monotonic()  # its stall clock starts now
@@ -173,10 +178,14 @@ class Job:
                         raise self.error
                     if self.cancelled:
                         raise JobCancelled()
-                    cap, sending = self._items.pop(index)
-                    self._next = index + 1
+                    cap, sending = self._items[index].popleft()
+                    at = index
+                    if getattr(cap, "last", True):  # a Capture, or an example's last part
+                        del self._items[index]
+                        index += 1
+                    self._next = index
                     self.notify_worker()  # no longer waiting: its stall clock runs
-                yield index, cap
+                yield at, cap
         finally:
             with self.lock:
                 self._sent(sending)
@@ -185,7 +194,7 @@ class Job:
         """Whether `results` would yield its next example now, without waiting
         (a coalescing sender packs on into it only then)."""
         with self.lock:
-            return self._next in self._items
+            return bool(self._items.get(self._next))
 
     def _sent(self, size: int) -> None:
         """An example was sent: its bytes leave the buffer (lock held)."""

@@ -8,7 +8,12 @@ instead of running out of memory:
 
   - per example: the output of one example padded to its length bucket (what the
     engine holds on the device for it, and the server buffers whole) must fit
-    `max_example_bytes` and the server's result buffers (`max_buffered_bytes`);
+    `max_example_bytes` and the server's result buffers (`max_buffered_bytes`).
+    Where the engine runs an example in layer groups (`Engine.part_bytes`: a
+    request of several layers whose example exceeds the limit), it is one group
+    that must fit: the server computes, buffers and sends the example a group
+    of layers at a time (`jaxattn.engine.layer_groups`), so the limit bounds
+    what it holds, and an example of any length fits whose one layer does;
   - per request: the output of all examples together must fit `max_result_bytes`.
 
 A request that selects the maps' query rows and key positions (query_positions,
@@ -35,11 +40,13 @@ class OutputLimits:
     """What one example and one request may return, checked against an engine's sizes.
 
     Args:
-      engine: has `output_bytes(spec, length)` (None of it: nothing is checked) and
-        `buckets` (the padded lengths; without it an example is its own length).
-      max_example_bytes: most output bytes of one example (0: no limit of its own).
-      max_buffered_bytes: the server's result buffers; an example is buffered whole,
-        so it bounds one example too (0: none).
+      engine: has `output_bytes(spec, length)` (None of it: nothing is checked),
+        `buckets` (the padded lengths; without it an example is its own length) and
+        `part_bytes(spec, length, limit)` (without it an example is held whole).
+      max_example_bytes: most output bytes of one example, or of one layer group of
+        an example the engine runs in groups (0: no limit of its own).
+      max_buffered_bytes: the server's result buffers; an example (a layer group) is
+        buffered whole, so it bounds one example too (0: none).
       max_result_bytes: most output bytes of one request, all examples (0: none).
     """
 
@@ -52,6 +59,8 @@ class OutputLimits:
         max_result_bytes: int = 0,
     ):
         self.sizer = getattr(engine, "output_bytes", None)
+        # What the engine hands over at once (a layer group's outputs), if it says.
+        self.part_sizer = getattr(engine, "part_bytes", None)
         self.buckets = tuple(getattr(engine, "buckets", ()) or ())
         limits = [(v, n) for v, n in ((max_example_bytes, "max_example_bytes"),) if v]
         if max_buffered_bytes and (not limits or max_buffered_bytes < limits[0][0]):
@@ -70,6 +79,14 @@ class OutputLimits:
         """Output bytes of one example of `length` tokens, padded to its bucket."""
         return int(self.sizer(spec, self.padded(length))) if self.sizer else 0
 
+    def held_size(self, spec, length: int) -> int:
+        """Output bytes the server holds at once of one example of `length` tokens: a
+        layer group's where the engine runs it in groups within the per-example limit,
+        else `example_size`."""
+        if self.part_sizer is None or not self.example_bytes:
+            return self.example_size(spec, length)
+        return int(self.part_sizer(spec, self.padded(length), self.example_bytes))
+
     def total_size(self, spec, tokenized) -> int:
         """Output bytes of all of `tokenized` under `spec`, as returned (unpadded)."""
         return sum(int(self.sizer(spec, e.length)) for e in tokenized) if self.sizer else 0
@@ -81,15 +98,17 @@ class OutputLimits:
             return None
         total = 0
         for i, e in enumerate(tokenized):
-            size = self.example_size(spec, e.length)
-            if self.example_bytes and size > self.example_bytes:
+            held = self.held_size(spec, e.length)
+            if self.example_bytes and held > self.example_bytes:
+                size = self.example_size(spec, e.length)
                 padded = self.padded(e.length)
                 pad = f", padded to {padded:,}" if padded != e.length else ""
+                group = f", {human_bytes(held)} a layer group" if held < size else ""
                 return (
                     f"texts[{i}] ({e.length:,} tokens{pad}) asks {human_bytes(size)} of "
-                    f"{_what(spec)}; this server returns at most "
-                    f"{human_bytes(self.example_bytes)} per example "
-                    f"(ModelInfo.{self.example_limit}){self._fits(spec)}: {_advice(spec)}",
+                    f"{_what(spec)}{group}; this server returns at most "
+                    f"{human_bytes(self.example_bytes)} per example, or per layer group of "
+                    f"one (ModelInfo.{self.example_limit}){self._fits(spec)}: {_advice(spec)}",
                     f"texts[{i}]",
                     self.example_limit,
                 )
@@ -113,7 +132,7 @@ class OutputLimits:
             return top
 
         def fits(n: int) -> bool:
-            example = not self.example_bytes or self.example_size(spec, n) <= self.example_bytes
+            example = not self.example_bytes or self.held_size(spec, n) <= self.example_bytes
             result = not self.result_bytes or int(self.sizer(spec, n)) <= self.result_bytes
             return example and result
 

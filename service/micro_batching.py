@@ -70,6 +70,12 @@ class MicroBatcher:
       buffer_bytes: most unsent result bytes per job (one example if larger).
       total_bytes: most bytes all admitted jobs may reserve together.
       stall_s: how long a job's client may read nothing while results wait.
+      group_bytes: None, or the most output bytes the engine hands over at once: an
+        example whose outputs exceed it (or the engine's output budget) runs in
+        layer groups (`Engine.run(parts=True)`), each group put into the job as it
+        lands; the worker computes the next group only once the client has taken
+        enough that it fits the job's buffer (or the buffer is empty), so a call
+        buffers about one group of such an example, never the example whole.
     """
 
     def __init__(
@@ -83,8 +89,10 @@ class MicroBatcher:
         buffer_bytes: int = 64 * _MiB,
         total_bytes: int = 1024 * _MiB,
         stall_s: float = 30.0,
+        group_bytes: int | None = None,
     ):
         self.engine = engine
+        self.group_bytes = group_bytes
         self.queue_size = queue_size
         self.window_s = window_s
         self.max_batch_examples = max_batch_examples
@@ -139,6 +147,7 @@ class MicroBatcher:
             buffer_bytes=self.buffer_bytes,
             chunk_bytes=chunk_bytes,
             coalesce=coalesce,
+            group_bytes=self.group_bytes,
         )
         job = Job(spec, tokenized, self._lock, sizes, deadline, reserve, client=client)
         job.notify_worker = self._cond.notify_all
@@ -342,6 +351,21 @@ class MicroBatcher:
             self._last_calls = calls
         return group
 
+    def _hold_for(self, job: Job, size: int) -> None:
+        """Wait (lock held) until the job's next layer group of `size` bytes fits its
+        buffer beside what the client has not yet taken (or nothing is unsent), the job
+        dies, or the batcher closes; a client that reads nothing for `stall_s`
+        meanwhile is failed as a slow reader (`_reap`), which ends the wait."""
+        while (
+            job.buffered > 0
+            and job.buffered + size > self.buffer_bytes
+            and not job.dead
+            and not self._closed
+        ):
+            self.stats["group_waits"] += 1
+            wait = self._reap()
+            self._cond.wait(1.0 if wait is None else min(wait, 1.0))
+
     def _peak(self, stat: str, value: int) -> None:
         self.stats[stat] = max(self.stats[stat], value)
 
@@ -354,13 +378,20 @@ class MicroBatcher:
         self.stats["jobs"] += sum(1 for job, _ in group if job.scheduled == 0)
         run, start = None, time.perf_counter()
         try:
-            run = self.engine.run(tokenized, group[0][0].spec)
+            spec = group[0][0].spec
+            if self.group_bytes:
+                run = self.engine.run(tokenized, spec, parts=True, group_bytes=self.group_bytes)
+            else:
+                run = self.engine.run(tokenized, spec)
             for pos, cap in run:
                 job, index = owners[pos]
                 with self._lock:
-                    if job.put(index, cap):
+                    size = job.put(index, cap)
+                    if size:
                         self._peak("peak_job_buffered_bytes", job.buffered)
                         self._peak("peak_buffered_bytes", sum(j.buffered for j in self._jobs))
+                    if not getattr(cap, "last", True):
+                        self._hold_for(job, size)  # flow control between an example's groups
                     if all(j.dead for j, _ in group):
                         self.stats["abandoned"] += 1
                         return  # everyone left: stop computing (run.close() below)

@@ -43,10 +43,12 @@ class ServerOptions:
         together, reserved at admission (RESOURCE_EXHAUSTED beyond).
       max_example_bytes: most output bytes one example may return, padded to
         its length bucket (what the engine holds on the device for it; set it
-        to what the device can hold besides the model). A request with a larger
-        example is refused before any compute (RESOURCE_EXHAUSTED,
-        "max_example_bytes", or "max_buffered_bytes" when that is smaller: an
-        example is buffered whole), with the numbers (`service.limits`).
+        to what the device can hold besides the model). A larger example of
+        several layers runs in layer groups within it, each sent as it lands
+        (`jaxattn.engine.layer_groups`); a request with an example one of whose
+        layers is larger is refused before any compute (RESOURCE_EXHAUSTED,
+        "max_example_bytes", or "max_buffered_bytes" when that is smaller: a
+        group is buffered whole), with the numbers (`service.limits`).
       max_result_bytes: most output bytes one request may return, all its
         examples together (RESOURCE_EXHAUSTED, "max_result_bytes", beyond).
       slow_reader_s: a call whose client reads nothing for this long while its

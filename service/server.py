@@ -189,6 +189,10 @@ def create_server(
         max_buffered_bytes=options.max_buffered_bytes,
         max_result_bytes=options.max_result_bytes,
     )
+    if hasattr(engine, "part_bytes"):
+        # An example over the per-example limit runs in layer groups within it, each
+        # sent as it lands (`jaxattn.engine.layer_groups`, service/limits.py).
+        batcher.group_bytes = parser.limits.example_bytes or None
     metrics = ServerMetrics(engine, batcher, max_batch_examples=options.max_batch_examples)
     batcher.on_batch = metrics.batch
     # The metrics' interceptor first: it sees every call, those the token refuses too.

@@ -117,8 +117,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=positive_float,
         default=4096.0,
         help="most output MiB one example may return, padded to its length "
-        "bucket (what the device holds for it); a request with a larger one "
-        "is refused before any compute (RESOURCE_EXHAUSTED, with the numbers)",
+        "bucket (what the device holds for it); a larger example of several "
+        "layers is computed and sent a layer group within it at a time, and "
+        "one whose single layer is larger is refused before any compute "
+        "(RESOURCE_EXHAUSTED, with the numbers)",
     )
     p.add_argument(
         "--max-result-mib",

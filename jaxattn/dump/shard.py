@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from jaxattn.capture.part import CapturePart
 from jaxattn.dump.counts import Counts
 from jaxattn.errors import TooLongError, UsageError
 from jaxattn.inputs import InputError, Record, parse_record
@@ -103,6 +104,15 @@ class ShardTask:
             out.append((e, t, cut))
         return out
 
+    def captures(self, tokenized):
+        """The engine's (position, Capture) of the shard's examples; an example run in
+        layer groups as its (position, CapturePart)s, each written as it lands, where
+        the engine hands them over (`Engine.run(parts=True)`)."""
+        engine = self.job.engine
+        if hasattr(engine, "part_bytes"):
+            return engine.run(tokenized, self.job.spec, parts=True)
+        return engine.run(tokenized, self.job.spec)
+
     def run(self) -> Counts:
         """Capture and write the shard, then commit its manifest part; returns its counts."""
         job = self.job
@@ -112,7 +122,8 @@ class ShardTask:
             job.kv, job.meta, self.shard, [t.length for t in tokenized], context=job.context
         )
         crash_at = len(kept) // 2 if job.crash_now() else None
-        for done, (pos, cap) in enumerate(job.engine.run(tokenized, job.spec)):
+        done = 0
+        for pos, cap in self.captures(tokenized):
             if done == crash_at:
                 os._exit(CRASH_STATUS)  # the test hook: die mid-shard, data half written
             record, _, truncated = kept[pos]
@@ -124,11 +135,16 @@ class ShardTask:
                 truncated=truncated,
                 text=record.text,
             )
+            self.counts.bytes += added
+            if not getattr(cap, "last", True):  # a layer group of an example: more to come
+                job.progress.update(0, bytes=added)
+                continue
+            done += 1
+            length = len(cap.fields["tokens"]) if isinstance(cap, CapturePart) else cap.length
             self.counts.examples += 1
             self.counts.truncated += truncated
-            self.counts.tokens += cap.length
-            self.counts.bytes += added
-            job.progress.update(1, tokens=cap.length, bytes=added)
+            self.counts.tokens += length
+            job.progress.update(1, tokens=length, bytes=added)
         job.progress.update(len(self.job.plan.shards[self.shard]) - len(kept), examples=0)
         stats = {"process": job.process.index, "devices": len(job.engine.devices)}
         writer.commit(job.plan.records(self.shard), self.skipped, stats)

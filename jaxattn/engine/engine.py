@@ -18,8 +18,9 @@ import jax
 import numpy as np
 
 from jaxattn.capture import Capture, frozen
+from jaxattn.capture.part import CapturePart
 from jaxattn.config import ModelConfig
-from jaxattn.engine import batching
+from jaxattn.engine import batching, layer_groups
 from jaxattn.engine.params import check_params, fingerprint
 from jaxattn.engine.pipeline import BatchPipeline
 from jaxattn.engine.step import CaptureStep
@@ -79,6 +80,13 @@ class Engine:
       attention_budget: most bytes of attention working memory one batch may
         hold (the dense path's [H, T, T] maps; the blockwise path's blocks);
         None: by device (`batching.Budgets.for_devices`).
+      layer_group: how an example whose outputs exceed the output budget runs
+        (`jaxattn.engine.layer_groups`): None (the default) in groups of as many
+        captured layers as fit the budget, each group's program returning its
+        layers' outputs only, copied to the host as the next group computes; 0:
+        always as one program (the budget then bounds nothing for it); n > 0:
+        every multi-layer request in groups of n layers. The numbers agree within
+        float32 rounding; affine uint8 quantities always run as one program.
       revision: the Hugging Face Hub commit hash the weights were downloaded at
         (`jaxattn.load` gives it), reported in `info` and every capture's
         provenance; "" for weights from a local directory.
@@ -102,6 +110,7 @@ class Engine:
         layer_loop: str | None = None,
         attention: str = "auto",
         attention_budget: int | None = None,
+        layer_group: int | None = None,
         revision: str = "",
     ):
         check_params(config, params["encoder"])
@@ -129,6 +138,7 @@ class Engine:
             batching.ShapeLedger(),
             provenance=lambda: engine().provenance,
         )
+        self.pipeline.group_policy = layer_groups.GroupPolicy(layer_group)
 
     # -- the batch pipeline (`jaxattn.engine.pipeline`), which owns the step -----------
 
@@ -167,11 +177,19 @@ class Engine:
         return self.pipeline.compiled_shapes
 
     def run(
-        self, tokenized: Sequence[TokenizedText], spec: CaptureSpec, ablation=None
-    ) -> Iterator[tuple[int, Capture]]:
+        self,
+        tokenized: Sequence[TokenizedText],
+        spec: CaptureSpec,
+        ablation=None,
+        *,
+        parts: bool = False,
+        group_bytes: int | None = None,
+    ) -> Iterator[tuple[int, Capture | CapturePart]]:
         """Capture tokenised examples, yielding (position, Capture) as batches finish
-        (`BatchPipeline.run`: grouped by length bucket, not in input order)."""
-        return self.pipeline.run(tokenized, spec, ablation)
+        (`BatchPipeline.run`: grouped by length bucket, not in input order; with
+        `parts`, an example run in layer groups as (position, CapturePart) per group;
+        `group_bytes`: most output bytes of one group, where below the budget)."""
+        return self.pipeline.run(tokenized, spec, ablation, parts=parts, group_bytes=group_bytes)
 
     def plan(self, tokenized, spec, budgets=None, ablated=False) -> list[batching.Batch]:
         """The batches `run` gives tokenised examples under `spec` now (`BatchPipeline.plan`)."""
@@ -189,6 +207,11 @@ class Engine:
     def output_bytes(self, spec: CaptureSpec, length: int) -> int:
         """Bytes one example padded to `length` returns under `spec`."""
         return self.pipeline.output_bytes(spec, length)
+
+    def part_bytes(self, spec: CaptureSpec, length: int, group_bytes: int | None = None) -> int:
+        """Bytes of the most one example padded to `length` hands over at once under
+        `spec`: a layer group's where it runs in groups (`BatchPipeline.part_bytes`)."""
+        return self.pipeline.part_bytes(spec, length, group_bytes)
 
     # -- the CaptureSource API -------------------------------------------------------
 
@@ -343,15 +366,16 @@ class Engine:
         before it are ready (batches finish shortest bucket first). The request is
         checked and tokenised before the first one. All of `texts` is in flight at
         once: for a corpus, `capture_iter` bounds memory."""
-        spec = self.make_spec(
-            what,
-            layers,
-            heads,
-            dtype,
-            precision,
-            query_positions=query_positions,
-            key_positions=key_positions,
+        positions = dict(query_positions=query_positions, key_positions=key_positions)
+        spec, _, kept = self._prepare(
+            texts, what, layers, heads, dtype, precision, too_long, positions
         )
+        return self._in_order(self.run(kept, spec, ablation))
+
+    def _prepare(self, texts, what, layers, heads, dtype, precision, too_long, positions):
+        """(spec, the kept texts' indices, their TokenizedTexts): the request checked and
+        the texts tokenised, each text's positions checked, before anything runs."""
+        spec = self.make_spec(what, layers, heads, dtype, precision, **positions)
         tokenized = self.tokenize(texts, too_long=too_long)
         for i, t in enumerate(tokenized):  # each text's positions, before anything runs
             try:
@@ -360,8 +384,8 @@ class Engine:
             except UsageError as e:
                 e.index = i  # capture_iter names it by its place in the input
                 raise
-        kept = [t for t in tokenized if t is not None]
-        return self._in_order(self.run(kept, spec, ablation))
+        index = [i for i, t in enumerate(tokenized) if t is not None]
+        return spec, index, [tokenized[i] for i in index]
 
     def capture_iter(
         self,
@@ -406,6 +430,48 @@ class Engine:
             precision=precision,
             **positions,
         )
+
+    def capture_layers(
+        self,
+        texts: Sequence[Text],
+        *,
+        what: str | Iterable[str] | None = ("attention",),
+        layers: Selection = None,
+        heads: Selection = None,
+        dtype: str = "float32",
+        precision: str | None = None,
+        too_long: str | None = None,
+        query_positions: Selection = None,
+        key_positions: Selection = None,
+        group_bytes: int | None = None,
+    ) -> Iterator[tuple[int, CapturePart]]:
+        """Like `stream`, but yield each text's outputs a layer group at a time, as
+        (text index, `jaxattn.capture.part.CapturePart`), in input order: a text whose
+        outputs exceed the output budget (or `group_bytes`) in several parts, each as
+        its group lands (at most two groups' outputs on the device and in flight),
+        any other in one part of all its layers. Arguments as `capture` (a text
+        skipped by too_long="skip" gives none)."""
+        positions = dict(query_positions=query_positions, key_positions=key_positions)
+        spec, index, kept = self._prepare(
+            texts, what, layers, heads, dtype, precision, too_long, positions
+        )
+        ready: dict[int, list] = {}
+        following = 0
+        for pos, item in self.run(kept, spec, parts=True, group_bytes=group_bytes):
+            if isinstance(item, Capture):
+                item = CapturePart.of(item)
+            ready.setdefault(pos, []).append(item)
+            while following in ready:  # the text next in order: pass on what it has
+                got = ready[following]
+                while got:
+                    part = got.pop(0)
+                    yield index[following], part
+                    if part.last:
+                        del ready[following]
+                        following += 1
+                        break
+                else:
+                    break
 
     @staticmethod
     def _in_order(results: Iterator[tuple[int, Capture]]) -> Iterator[Capture]:

@@ -27,6 +27,7 @@ import jax
 import numpy as np
 
 from jaxattn.capture import Capture, frozen
+from jaxattn.capture.part import CapturePart
 from jaxattn.config import ModelConfig
 from jaxattn.dtypes import PROBABILITY_SCALE
 from jaxattn.engine import map_positions
@@ -104,6 +105,42 @@ def host_blocks(out: dict) -> dict[str, dict[str, HostBlock]]:
     return {name: {k: HostBlock(v) for k, v in parts.items()} for name, parts in out.items()}
 
 
+def _row(r: int, e: TokenizedText, blocks: dict, spec: CaptureSpec) -> tuple[dict, dict]:
+    """(tensors, quantization) of row `r` of a batch's blocks, trimmed to example `e`."""
+    tensors, quant = {}, {}
+    for name, out in blocks.items():
+        q = QUANTITIES[name]
+        sizes = spec.token_sizes(name, e.length)  # a map's selected rows and keys: all real
+        trim = tuple(
+            slice(0, sizes[q.axes[i]]) if i in q.token_axes else slice(None)
+            for i in range(len(q.axes))
+        )
+        tensors[name] = out["data"].row(r)[trim]
+        if spec.dtype == "uint8":
+            if "scale" in out:
+                quant[name] = (float(out["scale"].row(r)), float(out["offset"].row(r)))
+            else:
+                quant[name] = (PROBABILITY_SCALE, 0.0)
+    return tensors, quant
+
+
+def _fields(e: TokenizedText, spec: CaptureSpec, provenance: Mapping) -> dict:
+    """The Capture fields of example `e` other than its tensors and quantization."""
+    return dict(
+        tokens=e.tokens,
+        sentence_b_start=e.sentence_b_start,
+        layers=spec.layers,
+        heads=spec.heads,
+        kv_heads=spec.kv_heads,
+        dtype=spec.dtype,
+        precision=spec.precision,
+        text=e.text,
+        truncated=e.truncated,
+        provenance=provenance,
+        **spec.positions_of_example(e.length),
+    )
+
+
 def unpack(
     batch: Batch,
     blocks: dict,
@@ -123,35 +160,27 @@ def unpack(
     provenance = frozen() if provenance is None else provenance
     for r, pos in enumerate(batch.rows):
         e = tokenized[pos]
-        tensors, quant = {}, {}
-        for name, out in blocks.items():
-            q = QUANTITIES[name]
-            sizes = spec.token_sizes(name, e.length)  # a map's selected rows and keys: all real
-            trim = tuple(
-                slice(0, sizes[q.axes[i]]) if i in q.token_axes else slice(None)
-                for i in range(len(q.axes))
-            )
-            tensors[name] = out["data"].row(r)[trim]
-            if spec.dtype == "uint8":
-                if "scale" in out:
-                    quant[name] = (float(out["scale"].row(r)), float(out["offset"].row(r)))
-                else:
-                    quant[name] = (PROBABILITY_SCALE, 0.0)
+        tensors, quant = _row(r, e, blocks, spec)
+        yield pos, Capture(tensors=tensors, quantization=quant, **_fields(e, spec, provenance))
+
+
+def unpack_part(
+    batch: Batch,
+    blocks: dict,
+    tokenized: Sequence[TokenizedText],
+    spec: CaptureSpec,
+    cuts: tuple[int, ...],
+    part: int,
+    provenance: Mapping | None = None,
+) -> Iterator[tuple[int, CapturePart]]:
+    """As `unpack`, for the outputs of one layer group (`jaxattn.engine.layer_groups`):
+    (input position, `CapturePart` number `part` of the example, groups at `cuts`)."""
+    provenance = frozen() if provenance is None else provenance
+    for r, pos in enumerate(batch.rows):
+        e = tokenized[pos]
+        tensors, quant = _row(r, e, blocks, spec)
+        fields = _fields(e, spec, provenance)
         yield (
             pos,
-            Capture(
-                tokens=e.tokens,
-                sentence_b_start=e.sentence_b_start,
-                layers=spec.layers,
-                heads=spec.heads,
-                kv_heads=spec.kv_heads,
-                dtype=spec.dtype,
-                tensors=tensors,
-                quantization=quant,
-                precision=spec.precision,
-                text=e.text,
-                truncated=e.truncated,
-                provenance=provenance,
-                **spec.positions_of_example(e.length),
-            ),
+            CapturePart(fields=fields, cuts=cuts, part=part, tensors=tensors, quantization=quant),
         )

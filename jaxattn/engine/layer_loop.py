@@ -100,6 +100,16 @@ def layer_runs(config: ModelConfig, spec: CaptureSpec, scan: bool = False) -> li
     return runs
 
 
+def clip(runs: Sequence[Run], start: int, stop: int) -> list[Run]:
+    """The parts of `runs` inside layers start..stop-1 (one layer group's), each still
+    alike: a run cut at a group's edge keeps its kind and whether it outputs."""
+    return [
+        Run(max(r.start, start), min(r.stop, stop), r.captured, r.output)
+        for r in runs
+        if r.start < stop and r.stop > start
+    ]
+
+
 def global_layers(config: ModelConfig, run: Run):
     """[n] bool, whether each layer of the run attends globally (rotary models), or
     None for models without rotary positions: a scan body's `is_global`."""

@@ -22,6 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from jaxattn.config import ModelConfig
 from jaxattn.engine import blockwise, fast_forward, head_stats, layer_loop, map_positions, norms
@@ -349,7 +350,17 @@ class Encoder(nn.Module):
 
     @nn.compact
     def __call__(
-        self, ids, type_ids, mask, spec: CaptureSpec, gates=None, classes=None, positions=None
+        self,
+        ids,
+        type_ids,
+        mask,
+        spec: CaptureSpec,
+        gates=None,
+        classes=None,
+        positions=None,
+        span: tuple[int, int] | None = None,
+        x=None,
+        shift=None,
     ):
         """gates: None, or (keep [L, H] float, uniform [L, H] bool); see SelfAttention.
 
@@ -357,14 +368,26 @@ class Encoder(nn.Module):
         needed by head_stats and norm_head_stats.
         positions: the maps' selected rows and keys of this example ({field: [n]},
         `jaxattn.engine.map_positions`), None or {}: every one.
+        span: (start, stop), run layers start..stop-1 only (one layer group,
+        `jaxattn.engine.layer_groups`), static; x then is the hidden state [T, D]
+        entering layer start (None for start 0: the embeddings), and the call
+        returns (the captures of the span's captured layers, the hidden state after
+        layer stop-1, or None where that layer's output is skipped). hidden_states'
+        embeddings entry comes with the span that starts at layer 0.
+        shift: None, or (scanned layers only) a traced int: the layers run are the
+        span's moved up by it, each layer's weight set, kind and gates read at its
+        own index, so groups of alike layers share one program
+        (`jaxattn.engine.layer_groups.template`).
         """
         c = self.config
+        start, stop = (0, spec.last_layer + 1) if span is None else span
         want = frozenset(spec.what)
         mm = Matmul(spec.precision, self.platform)
         heads = jnp.asarray(spec.heads) if len(spec.heads) < c.num_heads else None
         # keys/values of grouped-query attention: the key/value heads the query heads read
         kv = jnp.asarray(spec.kv_axis) if 0 < len(spec.kv_axis) < c.kv_heads else None
-        x = Embeddings(c, name="embeddings")(ids, type_ids)
+        if start == 0:
+            x = Embeddings(c, name="embeddings")(ids, type_ids)
         context = dict(
             mask=mask, classes=classes, rel_table=self._relative_table(), positions=positions
         )
@@ -381,19 +404,21 @@ class Encoder(nn.Module):
         weights = [
             EncoderLayer(c, mm, index=i, **layer, name=f"layer_{i}") for i in range(c.weight_layers)
         ]
-        if "hidden_states" in want:
+        if "hidden_states" in want and start == 0:
             chunks["hidden_states"].append(x[None])
-        for run in layer_loop.layer_runs(c, spec, scan=self.layer_loop == "scan"):
+        runs = layer_loop.layer_runs(c, spec, scan=self.layer_loop == "scan")
+        for run in layer_loop.clip(runs, start, stop):
             layer_want = want - {"hidden_states"} if run.captured else frozenset()
             hidden = run.captured and "hidden_states" in want
-            run_gates = (
-                None
-                if gates is None
-                else (gates[0][run.start : run.stop], gates[1][run.start : run.stop])
-            )
+            run_gates = None
+            if gates is not None and shift is None:
+                run_gates = (gates[0][run.start : run.stop], gates[1][run.start : run.stop])
+            elif gates is not None:
+                at = run.start + shift
+                run_gates = tuple(lax.dynamic_slice_in_dim(g, at, len(run)) for g in gates)
             args = dict(context, want=layer_want, output=run.output)
             if self.layer_loop == "scan":
-                x, cap = self._scanned(run, mm, x, run_gates, hidden, args, layer)
+                x, cap = self._scanned(run, mm, x, run_gates, hidden, args, layer, shift)
             else:
                 x, cap = _unrolled(run, weights, c, x, run_gates, hidden, args)
             if c.norm == "pre" and run.stop == c.num_layers and x is not None:
@@ -412,26 +437,34 @@ class Encoder(nn.Module):
                 if pick is not None and q.head_axis is not None:
                     t = t[(slice(None),) * q.head_axis + (pick,)]
                 chunks[name].append(t)
-        return {name: jnp.concatenate(ts) for name, ts in chunks.items()}
+        out = {name: jnp.concatenate(ts) for name, ts in chunks.items() if ts}
+        return out if span is None else (out, x)
 
-    def _scanned(self, run, mm, x, gates, hidden: bool, args: dict, paths: dict):
+    def _scanned(self, run, mm, x, gates, hidden: bool, args: dict, paths: dict, shift=None):
         """The run as one scan over its weight sets (stacked params, `layer_loop`); paths:
-        the layers' block, fast and fast_block (`EncoderLayer`)."""
+        the layers' block, fast and fast_block (`EncoderLayer`); shift: None, or the
+        traced layer offset of a shared group program (`__call__`)."""
         c = self.config
         layer = EncoderLayer(c, mm, index=run.start, **paths, parent=None)  # given params
         params = self.variables["params"]
         first = layer_loop.first_stacked(c)
         sets = [c.weights_of_layer(i) - first for i in range(run.start, run.stop)]
-        if len(run) == 1:  # one call; also the last layer with its output skipped (no carry)
-            p = (
-                params["layer_0"]
-                if sets[0] < 0
-                else jax.tree.map(lambda a: a[sets[0]], params["layers"])
-            )
-            call, gate = partial(layer.apply, {"params": p}), layer_loop.layer_gate(gates, 0)
-            y, cap = layer_loop.call_layer(call, x, gate, hidden, args)
-            return y, {name: t[None] for name, t in cap.items()}
         kinds = layer_loop.global_layers(c, run)  # rotary: each layer's kind, as data
+        if shift is not None:  # never at layer 0; weight sets are layers (`layer_groups.template`)
+            sets = jnp.asarray(sets) + shift
+            if kinds is not None:
+                every = layer_loop.global_layers(c, layer_loop.Run(0, c.num_layers, True, True))
+                kinds = jnp.asarray(every)[jnp.arange(run.start, run.stop) + shift]
+        if len(run) == 1:  # one call; also the last layer with its output skipped (no carry)
+            if shift is None and sets[0] < 0:
+                p = params["layer_0"]
+            else:
+                p = jax.tree.map(lambda a: a[sets[0]], params["layers"])
+            call = partial(layer.apply, {"params": p})
+            if shift is not None and kinds is not None:
+                call = partial(call, is_global=kinds[0])
+            y, cap = layer_loop.call_layer(call, x, layer_loop.layer_gate(gates, 0), hidden, args)
+            return y, {name: t[None] for name, t in cap.items()}
         return layer_loop.run_scanned(
             layer, params["layers"], jnp.asarray(sets), x, gates, hidden, kinds, **args
         )

@@ -23,9 +23,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from jaxattn import quantities
 from jaxattn.capture import Capture
+from jaxattn.capture.part import Assembler, CapturePart
 from jaxattn.config import ModelConfig
 from jaxattn.dtypes import OUTPUT_DTYPES
-from jaxattn.engine import batching, host
+from jaxattn.engine import batching, host, layer_groups
 from jaxattn.engine.oom import in_halves, out_of_memory
 from jaxattn.engine.step import CaptureStep
 from jaxattn.engine.tokenize import TokenizedText
@@ -88,6 +89,8 @@ class BatchPipeline:
         self._output_bytes = functools.lru_cache(maxsize=4096)(self._size)
         # Threads compiling a call's new shapes (None: `compile_threads` of the host).
         self.compile_threads: int | None = None
+        # When an example runs in layer groups, of how many layers (`layer_groups`).
+        self.group_policy = layer_groups.GroupPolicy()
 
     @property
     def provenance(self) -> Mapping:
@@ -95,8 +98,14 @@ class BatchPipeline:
         return self._provenance()
 
     def run(
-        self, tokenized: Sequence[TokenizedText], spec: CaptureSpec, ablation=None
-    ) -> Iterator[tuple[int, Capture]]:
+        self,
+        tokenized: Sequence[TokenizedText],
+        spec: CaptureSpec,
+        ablation=None,
+        *,
+        parts: bool = False,
+        group_bytes: int | None = None,
+    ) -> Iterator[tuple[int, Capture | CapturePart]]:
         """Capture tokenised examples, yielding (position, Capture) as batches finish.
 
         Examples come grouped by length bucket, not in input order. Dispatch is
@@ -105,10 +114,87 @@ class BatchPipeline:
         ablation set runs the same compiled program. A batch that does not fit
         the device's memory is run again in halves.
 
+        An example whose outputs exceed the output budget (or `group_bytes`, where
+        smaller) runs in layer groups, one example at a time, after the others
+        (`group_policy`, `jaxattn.engine.layer_groups`): with `parts` its groups come
+        as (position, `CapturePart`) in order as each lands, else its Capture once
+        the last has.
+
         Raises:
           DeviceMemoryError: one example alone does not fit the device.
         """
         gates = None if ablation is None else ablation.gates(self.config)
+        sizes = self.group_sizes(tokenized, spec, group_bytes)
+        whole = [p for p, size in enumerate(sizes) if not size]
+        if len(whole) == len(tokenized):
+            yield from self._run_whole(tokenized, spec, gates)
+        elif whole:
+            kept = [tokenized[p] for p in whole]
+            for i, cap in self._run_whole(kept, spec, gates):
+                yield whole[i], cap
+        for pos, size in enumerate(sizes):
+            if size:
+                yield from self._run_groups(tokenized, spec, gates, pos, size, parts)
+
+    def group_sizes(
+        self, tokenized: Sequence[TokenizedText], spec: CaptureSpec, group_bytes=None
+    ) -> list[int]:
+        """Layers per group of each example (`layer_groups.GroupPolicy`), 0: one program."""
+        return [self._group_size(spec, self._bucket(e.length), group_bytes) for e in tokenized]
+
+    def _bucket(self, length: int) -> int:
+        return next((b for b in self.buckets if b >= length), length)
+
+    def _group_size(self, spec: CaptureSpec, length: int, group_bytes=None) -> int:
+        budget = self.budgets.output_bytes
+        if group_bytes:
+            budget = min(budget, group_bytes)
+        return self.group_policy.size(spec, length, self.output_bytes, budget)
+
+    def part_bytes(self, spec: CaptureSpec, length: int, group_bytes: int | None = None) -> int:
+        """Output bytes of the most one example padded to `length` hands over at once:
+        its largest layer group's where it runs in groups (`group_sizes`, groups within
+        `group_bytes` where given), else all of its outputs (`output_bytes`)."""
+        size = self._group_size(spec, length, group_bytes)
+        return self.output_bytes(layer_groups.first_layers(spec, size) if size else spec, length)
+
+    def _run_groups(self, tokenized, spec, gates, pos, size, parts) -> Iterator[tuple]:
+        """One example in layer groups of `size` captured layers: group g+1 dispatched
+        while group g's outputs copy to the host, at most two groups' outputs held."""
+        batch = batching.Batch(self._bucket(tokenized[pos].length), len(self.devices), (pos,))
+        groups = layer_groups.groups_of(spec, size)
+        cuts = layer_groups.cuts(groups)
+        arrays = self.step.place(*host.pack(batch, tokenized, self.config, spec))
+        assembler = Assembler()
+        pending: collections.deque = collections.deque()
+        provenance = self.provenance
+
+        def finish(part, out):
+            blocks = host.host_blocks(out)  # waits for the group's copy
+            for row, got in host.unpack_part(
+                batch, blocks, tokenized, spec, cuts, part, provenance
+            ):
+                if parts:
+                    yield row, got
+                else:
+                    cap = assembler.add(row, got)
+                    if cap is not None:
+                        yield row, cap
+
+        x = None
+        for part, group in enumerate(groups):
+            out, x = self.step.group(spec, group.span, x, *arrays, gates)
+            host.start_copies(out)
+            pending.append((part, out))
+            if len(pending) >= _PIPELINE_DEPTH:
+                yield from finish(*pending.popleft())
+        while pending:
+            yield from finish(*pending.popleft())
+
+    def _run_whole(
+        self, tokenized: Sequence[TokenizedText], spec: CaptureSpec, gates
+    ) -> Iterator[tuple[int, Capture]]:
+        """`run` of examples that each run as one program, in batches."""
         args = (tokenized, spec, gates)
         plan = self.plan(tokenized, spec, self.budgets, ablated=gates is not None)
         pending: collections.deque = collections.deque()

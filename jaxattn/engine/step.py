@@ -30,7 +30,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxattn.config import ModelConfig
-from jaxattn.engine import blockwise, map_positions
+from jaxattn.engine import blockwise, layer_groups, map_positions
 from jaxattn.engine import layer_loop as layer_loops
 from jaxattn.engine.model import Encoder
 from jaxattn.engine.quantize import quantize
@@ -162,7 +162,19 @@ class CaptureStep:
             in_shardings=(replicated, batch, batch, batch, batch, batch, replicated),
             out_shardings=out,
         )
-        self._programs: set[tuple] = set()  # (spec, [B, T], heads ablated) compiled
+        # One layer group's program (`jaxattn.engine.layer_groups`): the spec and the
+        # group's span static; the hidden state entering it (None for the first) stays
+        # on the devices, sharded with the batch, and comes out beside its outputs.
+        self._group_jit = jax.jit(
+            self._forward_group,
+            static_argnums=(0, 1),
+            in_shardings=(
+                (replicated, batch, batch, batch, batch, batch, batch, replicated, replicated)
+            ),
+            out_shardings=(out, batch),
+        )
+        self._templates: dict = {}  # scanned: a group signature -> its program's span
+        self._programs: set[tuple] = set()  # (spec, [B, T], heads ablated[, span]) compiled
 
     def _forward(self, spec: CaptureSpec, params, ids, type_ids, mask, classes, positions, gates):
         # gates: None, or (keep [L, H], uniform [L, H]) shared by the batch (ablation).
@@ -176,6 +188,70 @@ class CaptureStep:
             name: quantize(name, x, mask, spec.dtype, maps if name in MAPS else None)
             for name, x in out.items()
         }
+
+    def _forward_group(
+        self,
+        spec: CaptureSpec,
+        span,
+        params,
+        x,
+        ids,
+        type_ids,
+        mask,
+        classes,
+        positions,
+        gates,
+        shift,
+    ):
+        # As _forward, for layers span[0]..span[1]-1 only (moved up by `shift` where
+        # given): x [B, T, D] the hidden state entering them (None at layer 0); returns
+        # (outputs, the hidden state after them).
+        def one(i, t, m, c, p, h):
+            model = self._model.apply
+            kw = dict(span=span, x=h, shift=shift)
+            return model({"params": params}, i, t, m, spec, gates, c, p, **kw)
+
+        out, x = jax.vmap(one)(ids, type_ids, mask, classes, positions, x)
+        maps = map_positions.masks(mask, positions)
+        return {
+            name: quantize(name, t, mask, spec.dtype, maps if name in MAPS else None)
+            for name, t in out.items()
+        }, x
+
+    def group(
+        self, spec: CaptureSpec, span, x, ids, type_ids, mask, classes, positions=None, gates=None
+    ) -> tuple[dict, jax.Array | None]:
+        """Dispatch one layer group of one batch (asynchronously): (its outputs
+        {name: {"data": [B, n, ...], ...}} for the group's captured layers, as `__call__`
+        returns every layer's, the hidden state [B, T, D] after the group's last
+        layer, on the devices, or None where that layer's output is skipped).
+
+        span: (start, stop), the layers the group runs (`layer_groups.Group.span`);
+        x: the hidden state the group before it returned (None for the group at layer 0).
+        """
+        span, shift = self._group_program(spec, span)
+        self._programs.add((spec, ids.shape, gates is not None, span))
+        positions = positions or {}
+        args = (spec, span, self.params, x, ids, type_ids, mask, classes, positions, gates, shift)
+        out, x = self._group_jit(*args)
+        if self._staged is not None:  # a transfer of its own, dispatched asynchronously
+            out = jax.device_put(out, self._staged)
+        return out, x
+
+    def lower_group(self, spec: CaptureSpec, span, x, ids, type_ids, mask, classes, positions=None):
+        """The lowered (not compiled) program of one layer group for these placed arrays
+        (its `.compile().memory_analysis()` says what the group's program holds)."""
+        span, shift = self._group_program(spec, span)
+        args = (spec, span, self.params, x, ids, type_ids, mask, classes, positions or {})
+        return self._group_jit.trace(*args, None, shift).lower()
+
+    def _group_program(self, spec: CaptureSpec, span) -> tuple:
+        """(the span whose program runs group `span`, its traced layer shift or None):
+        scanned, alike groups share a program (`layer_groups.template`)."""
+        if self.layer_loop != "scan":
+            return span, None
+        span, shift = layer_groups.template(self._config, spec, span, self._templates)
+        return span, None if shift is None else np.int32(shift)
 
     def block_for(self, spec: CaptureSpec, length: int, ablated: bool = False) -> int:
         """The block size a batch of `spec` at padded `length` runs its attention in, 0 for

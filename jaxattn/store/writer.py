@@ -6,18 +6,22 @@ every example's offset, so the data need not follow input order. Appends are
 buffered on the host and written in whole chunks, so TensorStore never reads a
 chunk back to modify it; the writes are asynchronous and overlap with the
 next batches' capture. `commit` waits for every write, then writes the
-manifest part: a shard whose part exists is complete.
+manifest part: a shard whose part exists is complete. An example the engine ran in
+layer groups is written a group at a time (`ShardWriter.add` of its `CapturePart`s), so
+the dump holds one group of it on the host, not all of it.
 """
 
 from __future__ import annotations
 
 import collections
 import time
+import types
 from collections.abc import Sequence
 
 import numpy as np
 
 from jaxattn.capture import Capture
+from jaxattn.capture.part import CapturePart
 from jaxattn.store import layout
 from jaxattn.store.kvstore import KeyValue, child_spec, tensorstore_errors
 from jaxattn.store.manifest import Entry, ShardPart, Skipped
@@ -88,6 +92,8 @@ class ShardWriter:
         self.entries: dict[int, Entry] = {}
         self.bytes = 0
         self._writes: collections.deque = collections.deque()
+        # The example whose layer groups are being written: {q: (offset, shape)}.
+        self._open: dict | None = None
         self._in_flight = 0
         self._start = time.monotonic()
         opens = {}
@@ -115,27 +121,53 @@ class ShardWriter:
             self._columns[q] = _Column(array, chunk, self._writes)
 
     def add(
-        self, cap: Capture, *, record: int, line: int, id: str, truncated: bool, text=None
+        self,
+        cap: Capture | CapturePart,
+        *,
+        record: int,
+        line: int,
+        id: str,
+        truncated: bool,
+        text=None,
     ) -> int:
         """Append one example's tensors; returns the bytes it adds (uncompressed).
 
-        `text` is the input text (or pair) the manifest keeps for readers.
+        `text` is the input text (or pair) the manifest keeps for readers. `cap` may
+        be one layer group's `CapturePart` of an example the engine ran in groups:
+        the parts of one example come in order, one after another, and each is
+        written as it comes (the L axis leads, so a part's entries are the next
+        stretch of the example's flat data); the example's manifest entry is made
+        with its last part.
 
         Raises:
-          ValueError: the capture does not match the store's spec (a bug).
+          ValueError: the capture does not match the store's spec (a bug), or a
+            part out of order.
         """
-        data, added = {}, 0
+        part = cap if isinstance(cap, CapturePart) else None
+        fields = part.fields if part is not None else None
+        length = len(fields["tokens"]) if part is not None else cap.length
+        if part is not None and part.first != (self._open is None):
+            raise ValueError(f"record {record}: layer group {part.part} out of order")
+        data, added = ({} if self._open is None else self._open), 0
         for q in self.what:
             array = cap.tensors[q]
-            shape = layout.example_shape(q, self.sizes, cap.length)
-            if array.shape != shape:
-                raise ValueError(
-                    f"{q} of record {record} has shape {array.shape}, expected {shape}"
-                )
+            shape = layout.example_shape(q, self.sizes, length)
+            want = shape if part is None else (part.entries(q)[1] - part.entries(q)[0], *shape[1:])
+            if array.shape != want:
+                raise ValueError(f"{q} of record {record} has shape {array.shape}, expected {want}")
             flat = layout.to_storage(array, self.dtype)
             with tensorstore_errors(self.kv.location, self.operation, _ADVICE):
-                data[q] = (self._columns[q].append(flat), shape)
+                offset = self._columns[q].append(flat)
+            data.setdefault(q, (offset, shape))
             added += flat.nbytes
+        self.bytes += added
+        if part is not None and not part.last:
+            self._open = data
+            self._throttle()
+            return added
+        self._open = None
+        if part is not None:
+            cap = types.SimpleNamespace(**fields, quantization=part.quantization)
         self.entries[record] = Entry(
             record=record,
             line=line,
@@ -147,7 +179,6 @@ class ShardWriter:
             data=data,
             quantization={q: tuple(v) for q, v in cap.quantization.items()},
         )
-        self.bytes += added
         self._throttle()
         return added
 

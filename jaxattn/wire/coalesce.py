@@ -31,7 +31,14 @@ from jaxattn.capture import Capture
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import protowire
 from jaxattn.wire.codecs import checksum
-from jaxattn.wire.send import IN_PLACE_MIN, byte_rows, copy_range, framed_in_place, parts
+from jaxattn.wire.send import (
+    IN_PLACE_MIN,
+    byte_rows,
+    copy_range,
+    framed_in_place,
+    parts,
+    whole,
+)
 
 # Framing an item may add around its head and data: items, chunk and data
 # prefixes (at most 10 bytes each for these sizes) and a padding field (<= 17).
@@ -44,6 +51,7 @@ class _Item:
     meta: pb.TensorChunk | None = None  # None: a header
     data: object = None  # the chunk's data (bytes-like); None: from `tensor` in place
     tensor: np.ndarray | None = None
+    base: int = 0  # where `tensor`'s bytes start in the whole tensor (a CapturePart's share)
 
     @property
     def data_len(self) -> int | None:
@@ -70,7 +78,7 @@ class _Item:
         if self.meta is None or isinstance(self.data, bytes):
             return
         if self.data is None:
-            lo = self.meta.byte_offset
+            lo = self.meta.byte_offset - self.base
             out = np.empty(self.meta.byte_length, np.uint8)
             copy_range(byte_rows(self.tensor), lo, lo + self.meta.byte_length, out)
             self.meta.crc32 = checksum(out)
@@ -80,12 +88,14 @@ class _Item:
             self.data = bytes(self.data)
 
 
-def _items(index: int, cap: Capture, codec: str, max_chunk_bytes: int) -> Iterator[_Item]:
-    stream = parts(index, cap, codec, max_chunk_bytes, in_place=True)
-    yield _Item(next(stream).SerializeToString())
-    for meta, data in stream:
+def _items(index: int, cap, codec: str, max_chunk_bytes: int) -> Iterator[_Item]:
+    for item in parts(index, cap, codec, max_chunk_bytes, in_place=True):
+        if isinstance(item, pb.ExampleHeader):
+            yield _Item(item.SerializeToString())
+            continue
+        meta, data = item
         tensor = cap.tensors[meta.tensor] if data is None else None
-        yield _Item(meta.SerializeToString(), meta, data, tensor)
+        yield _Item(meta.SerializeToString(), meta, data, tensor, whole(cap, meta.tensor)[2])
 
 
 def _alone(item: _Item) -> bytes:
@@ -93,7 +103,7 @@ def _alone(item: _Item) -> bytes:
     if item.meta is None:
         return protowire.frame_header(item.head)
     if item.data is None:
-        return framed_in_place(item.meta, item.tensor)
+        return framed_in_place(item.meta, item.tensor, item.base)
     return protowire.frame_chunk(item.head, item.data)
 
 
@@ -107,7 +117,7 @@ def _together(items: list[_Item]) -> bytes:
         if item.data is not None:
             data[:] = np.frombuffer(item.data, np.uint8)
             continue
-        lo = item.meta.byte_offset
+        lo = item.meta.byte_offset - item.base
         copy_range(byte_rows(item.tensor), lo, lo + item.meta.byte_length, data)
         item.meta.crc32 = checksum(data)  # over the bytes in place, as `framed_in_place`
         protowire.rewrite_head(head, item.meta.SerializeToString())

@@ -1,5 +1,11 @@
 """Sending (the server side): one example's `Capture` -> its header and tensor chunks.
 
+An example the engine ran in layer groups comes as `CapturePart`s: the header with
+the first, then each part's chunks as it lands (a layer group's entries of a
+tensor are a contiguous byte range of it, the L axis leading), so the server
+holds a group at a time, not the example; the client sees the stream it would
+have got whole (more chunks, the same bytes at the same offsets).
+
 Each tensor is cut into pieces of at most `max_chunk_bytes` decoded bytes and
 each piece is compressed on its own; a piece that does not shrink is sent as
 CODEC_NONE, so no chunk's data ever exceeds `max_chunk_bytes`. Pieces are
@@ -10,11 +16,13 @@ uncompressed data once, from the tensor into its message.
 from __future__ import annotations
 
 import math
+import types
 from collections.abc import Iterator
 
 import numpy as np
 
 from jaxattn.capture import Capture
+from jaxattn.capture.part import CapturePart
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import protowire
 from jaxattn.wire.codecs import (
@@ -74,7 +82,10 @@ def copy_range(src: np.ndarray, start: int, stop: int, out: np.ndarray) -> None:
         copy_range(src[i1], 0, r1, out[pos:])
 
 
-def _header(index: int, cap: Capture, sizes: dict[str, int], max_chunk_bytes: int):
+def _header(index: int, cap, sizes: dict[str, list[int]], max_chunk_bytes: int):
+    # sizes: each tensor's bytes in each of the example's parts (one part: the Capture)
+    if isinstance(cap, CapturePart):
+        cap = types.SimpleNamespace(**cap.fields)
     return pb.ExampleHeader(
         index=index,
         tokens=cap.tokens,
@@ -82,7 +93,7 @@ def _header(index: int, cap: Capture, sizes: dict[str, int], max_chunk_bytes: in
         layers=cap.layers,
         heads=cap.heads,
         tensors=list(sizes),
-        chunk_count=sum(_pieces(n, max_chunk_bytes) for n in sizes.values()),
+        chunk_count=sum(_pieces(n, max_chunk_bytes) for ns in sizes.values() for n in ns),
         precision=PRECISION_TO_PB[cap.precision],
         truncated=cap.truncated,
         kv_heads=cap.kv_heads,
@@ -91,13 +102,13 @@ def _header(index: int, cap: Capture, sizes: dict[str, int], max_chunk_bytes: in
     )
 
 
-def _meta(index, name, cap, datatype, lo, hi, total, used, crc) -> pb.TensorChunk:
+def _meta(index, name, cap, datatype, shape, lo, hi, total, used, crc) -> pb.TensorChunk:
     scale, offset = cap.quantization.get(name, (0.0, 0.0))
     return pb.TensorChunk(
         example_index=index,
         tensor=name,
         datatype=datatype,
-        shape=cap.tensors[name].shape,
+        shape=shape,
         codec=CODEC_TO_PB[used],
         scale=scale,
         offset=offset,
@@ -108,24 +119,50 @@ def _meta(index, name, cap, datatype, lo, hi, total, used, crc) -> pb.TensorChun
     )
 
 
-def parts(index: int, cap: Capture, codec: str, max_chunk_bytes: int, in_place: bool = False):
+def whole(cap, name: str) -> tuple[tuple[int, ...], int, int]:
+    """(the whole tensor's shape, its bytes, where `cap`'s share of them starts) of tensor
+    `name` of a Capture (all of it) or a `CapturePart` (a contiguous byte range of it)."""
+    if isinstance(cap, CapturePart):
+        lo, _ = cap.byte_range(name)
+        return cap.shape(name), cap.byte_range(name, cap.parts - 1)[1], lo
+    t = cap.tensors[name]
+    return t.shape, t.nbytes, 0
+
+
+def parts(index: int, cap, codec: str, max_chunk_bytes: int, in_place: bool = False):
     """Yield the header, then (chunk, data) per chunk: `data` the piece's bytes to
     frame after the chunk's other fields, or None where `in_place` chose to copy
     the piece from the tensor straight into its message (the chunk's crc32 then
-    a stand-in: `framed_in_place` computes it)."""
+    a stand-in: `framed_in_place` computes it).
+
+    `cap`: a Capture, or one layer group's `CapturePart` of an example: the header
+    comes with the first part (its chunk_count counts every part's chunks), and a
+    part's chunks carry the byte range of each whole tensor its layers hold, so
+    the receiver reassembles the Capture it would have got whole.
+    """
     rows = {
         n: byte_rows(a) if in_place and codec == "none" else None for n, a in cap.tensors.items()
     }
     flat = {n: None if rows[n] is not None else le_bytes(a) for n, a in cap.tensors.items()}
     sizes = {n: len(flat[n]) if rows[n] is None else rows[n].size for n in cap.tensors}
-    yield _header(index, cap, sizes, max_chunk_bytes)
+    grouped = isinstance(cap, CapturePart)
+    if not grouped or cap.first:
+        every = {n: [sizes[n]] for n in sizes}
+        if grouped:  # every part's bytes, from the example's layer cuts
+            every = {
+                n: [b - a for a, b in map(cap.byte_range, [n] * cap.parts, range(cap.parts))]
+                for n in sizes
+            }
+        yield _header(index, cap, every, max_chunk_bytes)
     datatype = DATATYPES[cap.dtype]
-    for name, total in sizes.items():
-        for k in range(_pieces(total, max_chunk_bytes)):
-            lo, hi = k * max_chunk_bytes, min(total, (k + 1) * max_chunk_bytes)
+    for name, size in sizes.items():
+        shape, total, base = whole(cap, name)
+        for k in range(_pieces(size, max_chunk_bytes)):
+            lo, hi = k * max_chunk_bytes, min(size, (k + 1) * max_chunk_bytes)
+            at = (base + lo, base + hi, total)
             if rows[name] is not None and hi - lo >= IN_PLACE_MIN:
                 # Any nonzero CRC takes the same 5 bytes: a stand-in until the copy.
-                yield _meta(index, name, cap, datatype, lo, hi, total, "none", 1), None
+                yield _meta(index, name, cap, datatype, shape, *at, "none", 1), None
                 continue
             if flat[name] is None:  # a small last piece of an in-place tensor
                 flat[name] = le_bytes(cap.tensors[name])
@@ -135,16 +172,19 @@ def parts(index: int, cap: Capture, codec: str, max_chunk_bytes: int, in_place: 
                 packed = compress(piece, codec)
                 if len(packed) < len(piece):
                     data, used = packed, codec
-            yield _meta(index, name, cap, datatype, lo, hi, total, used, checksum(piece)), data
+            yield _meta(index, name, cap, datatype, shape, *at, used, checksum(piece)), data
 
 
 def chunk_example(
-    index: int, cap: Capture, *, codec: str, max_chunk_bytes: int
+    index: int, cap: Capture | CapturePart, *, codec: str, max_chunk_bytes: int
 ) -> Iterator[pb.CaptureResponse]:
-    """Yield the CaptureResponse messages of one example: its header, then its chunks."""
-    items = parts(index, cap, codec, max_chunk_bytes)
-    yield pb.CaptureResponse(header=next(items))
-    for meta, data in items:
+    """Yield the CaptureResponse messages of one example (or one part of it): its
+    header (a part: the first only), then its chunks."""
+    for item in parts(index, cap, codec, max_chunk_bytes):
+        if isinstance(item, pb.ExampleHeader):
+            yield pb.CaptureResponse(header=item)
+            continue
+        meta, data = item
         meta.data = bytes(data)
         yield pb.CaptureResponse(chunk=meta)
 
@@ -162,18 +202,21 @@ def serialize_example(
     The bytes are exactly what protobuf would write for the same messages
     (fields in number order, `data` last), so any client parses them.
     """
-    items = parts(index, cap, codec, max_chunk_bytes, in_place=True)
-    yield protowire.frame_header(next(items).SerializeToString())
-    for meta, data in items:
+    for item in parts(index, cap, codec, max_chunk_bytes, in_place=True):
+        if isinstance(item, pb.ExampleHeader):
+            yield protowire.frame_header(item.SerializeToString())
+            continue
+        meta, data = item
         if data is None:
-            yield framed_in_place(meta, cap.tensors[meta.tensor])
+            yield framed_in_place(meta, cap.tensors[meta.tensor], whole(cap, meta.tensor)[2])
         else:
             yield protowire.frame_chunk(meta.SerializeToString(), data)
 
 
-def framed_in_place(meta: pb.TensorChunk, tensor: np.ndarray) -> bytes:
-    """The chunk's message, its data copied from the tensor into it and checksummed there."""
-    lo = meta.byte_offset
+def framed_in_place(meta: pb.TensorChunk, tensor: np.ndarray, base: int = 0) -> bytes:
+    """The chunk's message, its data copied from the tensor into it and checksummed
+    there (`tensor` holding the whole tensor's bytes from `base` on: a part's share)."""
+    lo = meta.byte_offset - base
     message, head, data = protowire.chunk_frame(meta.SerializeToString(), meta.byte_length)
     copy_range(byte_rows(tensor), lo, lo + meta.byte_length, data)
     meta.crc32 = checksum(data)

@@ -53,8 +53,9 @@ def test_uint8_maps_take_their_range_from_the_selected_rows_and_keys(client, who
 def test_the_output_limit_counts_the_selected_rows_not_the_whole_map(svc_engine):
     from service.requests import RequestError, RequestParser
 
-    # WHAT at the 32-token bucket: 2 x 3 layers x 3 heads x 32 x 32 x 4 bytes = 73,728
-    parser = RequestParser(svc_engine, max_texts=8, max_tokens=500, max_example_bytes=10_000)
+    # WHAT at the 32-token bucket: 2 x 3 layers x 3 heads x 32 x 32 x 4 bytes = 73,728;
+    # the limit bounds a layer group (one layer: 24,576; with 5 rows 3,840)
+    parser = RequestParser(svc_engine, max_texts=8, max_tokens=500, max_example_bytes=3_000)
     texts = [pb.Text(text="the cat sat on the mat")]
     with pytest.raises(RequestError) as info:
         parser.parse(pb.CaptureRequest(texts=texts, what=WHAT))
