@@ -74,7 +74,7 @@ def copy_range(src: np.ndarray, start: int, stop: int, out: np.ndarray) -> None:
         copy_range(src[i1], 0, r1, out[pos:])
 
 
-def _header(index: int, cap: Capture, sizes: dict[str, int], max_chunk_bytes: int):
+def _header(index: int, cap: Capture, sizes: dict[str, int], max_chunk_bytes: int, weights: str):
     return pb.ExampleHeader(
         index=index,
         tokens=cap.tokens,
@@ -88,6 +88,7 @@ def _header(index: int, cap: Capture, sizes: dict[str, int], max_chunk_bytes: in
         kv_heads=cap.kv_heads,
         query_positions=cap.query_positions or (),
         key_positions=cap.key_positions or (),
+        weights=weights,
     )
 
 
@@ -108,17 +109,25 @@ def _meta(index, name, cap, datatype, lo, hi, total, used, crc) -> pb.TensorChun
     )
 
 
-def parts(index: int, cap: Capture, codec: str, max_chunk_bytes: int, in_place: bool = False):
+def parts(
+    index: int,
+    cap: Capture,
+    codec: str,
+    max_chunk_bytes: int,
+    in_place: bool = False,
+    weights: str = "",
+):
     """Yield the header, then (chunk, data) per chunk: `data` the piece's bytes to
     frame after the chunk's other fields, or None where `in_place` chose to copy
     the piece from the tensor straight into its message (the chunk's crc32 then
-    a stand-in: `framed_in_place` computes it)."""
+    a stand-in: `framed_in_place` computes it). `weights`: the header's weights
+    fingerprint (ExampleHeader.weights: a stream's first header only)."""
     rows = {
         n: byte_rows(a) if in_place and codec == "none" else None for n, a in cap.tensors.items()
     }
     flat = {n: None if rows[n] is not None else le_bytes(a) for n, a in cap.tensors.items()}
     sizes = {n: len(flat[n]) if rows[n] is None else rows[n].size for n in cap.tensors}
-    yield _header(index, cap, sizes, max_chunk_bytes)
+    yield _header(index, cap, sizes, max_chunk_bytes, weights)
     datatype = DATATYPES[cap.dtype]
     for name, total in sizes.items():
         for k in range(_pieces(total, max_chunk_bytes)):
@@ -139,10 +148,11 @@ def parts(index: int, cap: Capture, codec: str, max_chunk_bytes: int, in_place: 
 
 
 def chunk_example(
-    index: int, cap: Capture, *, codec: str, max_chunk_bytes: int
+    index: int, cap: Capture, *, codec: str, max_chunk_bytes: int, weights: str = ""
 ) -> Iterator[pb.CaptureResponse]:
-    """Yield the CaptureResponse messages of one example: its header, then its chunks."""
-    items = parts(index, cap, codec, max_chunk_bytes)
+    """Yield the CaptureResponse messages of one example: its header (with `weights`,
+    ExampleHeader.weights), then its chunks."""
+    items = parts(index, cap, codec, max_chunk_bytes, weights=weights)
     yield pb.CaptureResponse(header=next(items))
     for meta, data in items:
         meta.data = bytes(data)
@@ -150,7 +160,7 @@ def chunk_example(
 
 
 def serialize_example(
-    index: int, cap: Capture, *, codec: str, max_chunk_bytes: int
+    index: int, cap: Capture, *, codec: str, max_chunk_bytes: int, weights: str = ""
 ) -> Iterator[bytes]:
     """Like `chunk_example`, but yield the serialised messages, copying each piece once.
 
@@ -162,7 +172,7 @@ def serialize_example(
     The bytes are exactly what protobuf would write for the same messages
     (fields in number order, `data` last), so any client parses them.
     """
-    items = parts(index, cap, codec, max_chunk_bytes, in_place=True)
+    items = parts(index, cap, codec, max_chunk_bytes, in_place=True, weights=weights)
     yield protowire.frame_header(next(items).SerializeToString())
     for meta, data in items:
         if data is None:
