@@ -12,7 +12,9 @@ headers with the first message) or as it answers one without
 operation of its own). `C` client threads, each with its own channel, make N
 calls each per run; runs alternate (header/metadata, metadata/header, ...), R
 of each; the report gives the server's CPU microseconds per call (/proc) of every
-run and the least of each kind (other jobs of a shared machine only add to it).
+run, the least and the median of each kind (other jobs of a shared machine only
+add to a run), and the median of the rounds' differences (header minus metadata,
+the two runs of a round side by side, so that slow drifts of the machine cancel).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import threading
@@ -102,13 +105,13 @@ def main(argv=None) -> int:
     print(lines[0], flush=True)
     try:
         run(HEADER, 50), run(METADATA, 50)  # connect, warm
-        least = {HEADER: float("inf"), METADATA: float("inf")}
+        runs: dict[bytes, list[float]] = {HEADER: [], METADATA: []}
         names = {HEADER: "in the header", METADATA: "metadata sent"}
         for r in range(args.repeats):
             for kind in (HEADER, METADATA) if r % 2 == 0 else (METADATA, HEADER):
                 load = os.getloadavg()[0]
                 us, rate = run(kind, args.calls)
-                least[kind] = min(least[kind], us)
+                runs[kind].append(us)
                 lines.append(
                     f"  {names[kind]:>13}: server {us:6.1f} CPU us per call, {rate:5.0f} "
                     f"calls/s, load average {load:.1f} at start"
@@ -119,9 +122,15 @@ def main(argv=None) -> int:
             c.close()
         proc.stdin.close()
         proc.wait(30)
+    least = {k: min(v) for k, v in runs.items()}
+    median = {k: statistics.median(v) for k, v in runs.items()}
+    diff = statistics.median(h - m for h, m in zip(runs[HEADER], runs[METADATA], strict=True))
     lines.append(
-        f"least server CPU us per call: in the header {least[HEADER]:.1f}, metadata sent "
-        f"{least[METADATA]:.1f} (header/metadata {least[HEADER] / least[METADATA]:.3f})"
+        f"server CPU us per call, least: in the header {least[HEADER]:.1f}, metadata sent "
+        f"{least[METADATA]:.1f} (header/metadata {least[HEADER] / least[METADATA]:.3f}); "
+        f"median: {median[HEADER]:.1f} and {median[METADATA]:.1f} "
+        f"({median[HEADER] / median[METADATA]:.3f}); median of the rounds' differences "
+        f"{diff:+.1f} us"
     )
     print(lines[-1], flush=True)
     return 0

@@ -21,8 +21,10 @@ between runs with the profiler, or between runs without it, not across.
 for the weights fingerprint in the first header (CaptureRequest.weights_in_header,
 the client's default: no initial-metadata send of its own on the server) and not
 (as a client that predates the field), N runs of each, interleaved (on/off,
-off/on, ...), and reports every run and the least server CPU ms per request of
-each (the other jobs of a shared machine only ever add to a run's CPU).
+off/on, ...), and reports every run, the least server CPU ms per request of
+each (the other jobs of a shared machine only ever add to a run's CPU), the
+median of each and the median of the rounds' differences (on minus off, the two
+runs of a round side by side).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import argparse
 import os
 import platform
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -111,10 +114,15 @@ def weights_header_ab(
                 f"per request, client {run['client']:.3f}; {rate:.0f} requests/s, mean "
                 f"latency {latency * 1e3:.0f} ms; load average {load:.1f} at start"
             )
-    least = {on: min(r["server"] for r in runs[on]) for on in runs}
+    server = {on: [r["server"] for r in runs[on]] for on in runs}
+    least = {on: min(v) for on, v in server.items()}
+    median = {on: statistics.median(v) for on, v in server.items()}
+    diff = statistics.median(a - b for a, b in zip(server[True], server[False], strict=True))
     lines.append(
-        f"least server CPU ms per request: on {least[True]:.3f}, off {least[False]:.3f} "
-        f"(on/off {least[True] / least[False]:.3f}); least client: on "
+        f"server CPU ms per request, least: on {least[True]:.3f}, off {least[False]:.3f} "
+        f"(on/off {least[True] / least[False]:.3f}); median: {median[True]:.3f} and "
+        f"{median[False]:.3f} ({median[True] / median[False]:.3f}); median of the rounds' "
+        f"differences {diff * 1e3:+.0f} us; least client CPU ms per request: on "
         f"{min(r['client'] for r in runs[True]):.3f}, off "
         f"{min(r['client'] for r in runs[False]):.3f}"
     )
