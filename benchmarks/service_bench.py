@@ -216,20 +216,24 @@ def time_to_first(address, n=100) -> str:
     )
 
 
-def concurrent(address, pool, clients=32, seconds=15.0, shared=False) -> tuple[float, float]:
+def concurrent(
+    address, pool, clients=32, seconds=15.0, shared=False, weights_in_header=True
+) -> tuple[float, float]:
     """Requests/s and mean latency of `clients` threads sending one sentence per request,
-    each with its own AttentionClient (its own channel), or sharing one (`shared`)."""
+    each with its own AttentionClient (its own channel), or sharing one (`shared`);
+    `weights_in_header` False asks as a client that predates the field."""
     from jaxattn.client import AttentionClient
 
+    def made():
+        client = AttentionClient(address, timeout=120)
+        client.weights_in_header = weights_in_header
+        return client
+
     counts, latencies, stop = [0] * clients, [], threading.Event()
-    one = AttentionClient(address, timeout=120) if shared else None
+    one = made() if shared else None
 
     def worker(k):
-        with (
-            contextlib.nullcontext(one)
-            if shared
-            else AttentionClient(address, timeout=120) as client
-        ):
+        with contextlib.nullcontext(one) if shared else made() as client:
             i = k
             while not stop.is_set():
                 t = time.perf_counter()

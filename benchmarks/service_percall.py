@@ -1,7 +1,7 @@
 """Per-request CPU of the server (issue 32): 32 clients, one short sentence each, profiled.
 
     .venv/bin/python benchmarks/service_percall.py [--model PATH] [--seconds S]
-        [--yappi DIR] [--out FILE]
+        [--yappi DIR] [--weights-header-ab N] [--out FILE]
 
 The concurrency part of `service_scale.py`, measured in CPU seconds: 32 threads,
 each with its own `AttentionClient`, send one EWT sentence of 6-10 words per
@@ -16,6 +16,15 @@ profiler, not a project dependency) runs the server under yappi's CPU clock,
 every thread, and prints its top functions by own time and by inclusive time.
 The profiler costs the server CPU of its own: compare CPU ms per request
 between runs with the profiler, or between runs without it, not across.
+
+`--weights-header-ab N` measures, against the same server, the clients asking
+for the weights fingerprint in the first header (CaptureRequest.weights_in_header,
+the client's default: no initial-metadata send of its own on the server) and not
+(as a client that predates the field), N runs of each, interleaved (on/off,
+off/on, ...), and reports every run, the least server CPU ms per request of
+each (the other jobs of a shared machine only ever add to a run's CPU), the
+median of each and the median of the rounds' differences (on minus off, the two
+runs of a round side by side).
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import argparse
 import os
 import platform
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -72,11 +82,71 @@ def _dump(yappi, out: str, n: int = 25) -> None:
     Path(out).write_text("\n".join(rows) + "\n")
 
 
+def weights_header_ab(
+    address: str, pid: int, short, seconds: float, repeats: int, clients: int = 32
+) -> list[str]:
+    """Report lines of `repeats` interleaved runs of `clients` clients with and without
+    CaptureRequest.weights_in_header against the server `pid` at `address`."""
+    runs: dict[bool, list[dict]] = {True: [], False: []}
+    lines = [
+        f"weights in the header (on) or in the initial metadata (off), {repeats} runs "
+        f"each, interleaved, {seconds:g} s each, {clients} clients, one sentence each:"
+    ]
+    for r in range(repeats):
+        for on in (True, False) if r % 2 == 0 else (False, True):
+            cpu: dict = {}
+            load = os.getloadavg()[0]
+            with ss.cpu_time(cpu, pid):
+                rate, latency = sb.concurrent(
+                    address, short, clients=clients, seconds=seconds, weights_in_header=on
+                )
+            n = rate * seconds
+            run = dict(
+                server=cpu["server_cpu_s"] / n * 1e3,
+                client=cpu["client_cpu_s"] / n * 1e3,
+                rate=rate,
+                latency=latency,
+                load=load,
+            )
+            runs[on].append(run)
+            lines.append(
+                f"  run {r + 1} {'on ' if on else 'off'}: server {run['server']:.3f} CPU ms "
+                f"per request, client {run['client']:.3f}; {rate:.0f} requests/s, mean "
+                f"latency {latency * 1e3:.0f} ms; load average {load:.1f} at start"
+            )
+    server = {on: [r["server"] for r in runs[on]] for on in runs}
+    least = {on: min(v) for on, v in server.items()}
+    median = {on: statistics.median(v) for on, v in server.items()}
+    diff = statistics.median(a - b for a, b in zip(server[True], server[False], strict=True))
+    lines.append(
+        f"server CPU ms per request, least: on {least[True]:.3f}, off {least[False]:.3f} "
+        f"(on/off {least[True] / least[False]:.3f}); median: {median[True]:.3f} and "
+        f"{median[False]:.3f} ({median[True] / median[False]:.3f}); median of the rounds' "
+        f"differences {diff * 1e3:+.0f} us; least client CPU ms per request: on "
+        f"{min(r['client'] for r in runs[True]):.3f}, off "
+        f"{min(r['client'] for r in runs[False]):.3f}"
+    )
+    return lines
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", help="checkpoint (default: embedded all-MiniLM-L6-v2)")
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--yappi", help="a directory holding yappi: profile the server")
+    p.add_argument(
+        "--weights-header-ab",
+        type=int,
+        metavar="N",
+        help="N interleaved runs with and without CaptureRequest.weights_in_header",
+    )
+    p.add_argument(
+        "--ab-clients",
+        type=int,
+        default=32,
+        metavar="C",
+        help="clients of the --weights-header-ab runs (default 32; 1: every batch one request)",
+    )
     p.add_argument("--out", type=Path, help="also write the report here")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--warm", help=argparse.SUPPRESS)
@@ -111,6 +181,10 @@ def main(argv=None) -> int:
     try:
         address = f"127.0.0.1:{int(proc.stdout.readline())}"
         sb.concurrent(address, short, seconds=2)  # connect, settle
+        if args.weights_header_ab:
+            ab = weights_header_ab(
+                address, proc.pid, short, args.seconds, args.weights_header_ab, args.ab_clients
+            )
         if args.yappi:
             os.kill(proc.pid, signal.SIGUSR1)
         cpu: dict = {}
@@ -138,6 +212,8 @@ def main(argv=None) -> int:
     )
     if args.yappi:
         lines.append(profile.read_text())
+    if args.weights_header_ab:
+        lines += ab
     print("\n".join(lines), flush=True)
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")

@@ -73,6 +73,7 @@ class ParsedRequest:
     codec: str
     max_chunk_bytes: int
     coalesce: bool = False  # CaptureRequest.coalesce: several items per message
+    weights_in_header: bool = False  # CaptureRequest.weights_in_header: no metadata send
 
     @property
     def tokens(self) -> int:
@@ -293,7 +294,14 @@ class RequestParser:
             raise RequestError(INVALID, str(e), "texts") from e
         _fits(rows, "query_positions", tokenized)
         _fits(keys, "key_positions", tokenized)
-        parsed = ParsedRequest(spec, tokenized, codec, max_chunk_bytes, request.coalesce)
+        parsed = ParsedRequest(
+            spec,
+            tokenized,
+            codec,
+            max_chunk_bytes,
+            request.coalesce,
+            request.weights_in_header,
+        )
         if parsed.tokens > self.max_tokens:
             raise RequestError(
                 EXHAUSTED,

@@ -145,13 +145,16 @@ class AttentionServicer:
             # A client that reads nothing for too long is cut off: its send may
             # be blocked by HTTP/2 flow control, which only a cancel unblocks.
             job.on_stall = context.cancel
-            messages = _serialized(job, parsed)
+            # The fingerprint in the first header (where the client reads it there) or
+            # in the initial metadata (attention.proto, CaptureRequest.weights_in_header).
+            in_header = parsed.weights_in_header
+            messages = _serialized(job, parsed, self._weights if in_header else "")
             # Encode ahead of the send, in a thread; one short sentence is not worth one.
             if len(parsed.tokenized) > 1 or parsed.tokens > _SMALL_TOKENS:
                 messages = prefetch(messages)
             if self.metrics is not None:
                 messages = self.metrics.sending(messages, parsed.spec.dtype, parsed.codec)
-            if self._weights:  # which model answers (attention.proto: initial metadata)
+            if self._weights and not in_header:  # an explicit send: a gRPC operation of its own
                 try:
                     context.send_initial_metadata(((codecs.WEIGHTS_METADATA, self._weights),))
                 except grpc.RpcError:  # gRPC's answer on a call that has ended already
@@ -215,24 +218,30 @@ class AttentionServicer:
             )
 
 
-def _serialized(job, parsed) -> Iterator[bytes]:
+def _serialized(job, parsed, weights: str = "") -> Iterator[bytes]:
     """The job's examples in input order as serialised messages, one copy per chunk
     (see jaxattn.wire.protowire), one item per message or, where the request asks,
     several (`serialize_coalesced`, packing across examples only those the job has
-    ready); the handler's response serializer passes them through."""
+    ready); the handler's response serializer passes them through. `weights` goes
+    in the first example's header (ExampleHeader.weights)."""
     if parsed.coalesce:
         messages = serialize_coalesced(
             job.results(),
             codec=parsed.codec,
             max_chunk_bytes=parsed.max_chunk_bytes,
             ready=job.next_ready,
+            weights=weights,
         )
     else:
         messages = (
             message
-            for index, cap in job.results()
+            for k, (index, cap) in enumerate(job.results())
             for message in serialize_example(
-                index, cap, codec=parsed.codec, max_chunk_bytes=parsed.max_chunk_bytes
+                index,
+                cap,
+                codec=parsed.codec,
+                max_chunk_bytes=parsed.max_chunk_bytes,
+                weights="" if k else weights,
             )
         )
     for message in messages:

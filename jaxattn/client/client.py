@@ -21,6 +21,7 @@ from jaxattn.selection import Selection
 from jaxattn.stream import CaptureStream, Progress, too_long_policy
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import StreamDecoder, WireError, codecs
+from jaxattn.wire.receive import stream_weights
 
 # Method paths, not the generated stubs: those pin grpcio to the grpcio-tools
 # version that generated them, and the client needs nothing else from them.
@@ -71,6 +72,11 @@ class AttentionClient:
     Attributes:
       wire_bytes: chunk payload bytes received so far by this client (after
         compression: what the codecs saved shows here).
+      weights_in_header: ask for the answering model's weights fingerprint in the
+        stream's first header (CaptureRequest.weights_in_header; True), not in the
+        call's initial metadata, which costs the server a send of its own per call.
+        The client reads either, so a server that predates the field answers the
+        same. False asks as a client that predates it (for measurements).
     """
 
     def __init__(
@@ -104,6 +110,7 @@ class AttentionClient:
         self.timeout = timeout
         self.codec = codec
         self.coalesce = bool(coalesce)
+        self.weights_in_header = True
         self.wire_bytes = 0
         self._info: ModelInfo | None = None  # model_info(), fetched once
         self._replicas: dict[int, ModelInfo | None] = {}  # each address's, fetched once
@@ -259,6 +266,7 @@ class AttentionClient:
             key_positions=key_positions,
         )
         request.coalesce = self.coalesce
+        request.weights_in_header = self.weights_in_header
         texts = list(texts)
         if not texts:  # as the engine: no texts, no captures (the wire refuses an empty call)
             return iter(())
@@ -334,23 +342,22 @@ class AttentionClient:
         except grpc.RpcError:
             return None
 
-    def _answering(self, i: int, call, deadline: float, fresh: bool) -> ModelInfo | None:
-        """The model answering `call` on address `i`, once its first message came.
+    def _answering(self, i: int, sent: str, deadline: float, fresh: bool) -> ModelInfo | None:
+        """The model answering a call on address `i` that named weights `sent`.
 
-        The call's initial metadata names the answering model's weights
-        (attention.proto): the ModelInfo kept for address `i` serves while its
-        weights are those; otherwise (a restarted replica, another one behind a
-        balancer, a first call) GetModelInfo is asked again, and where it reached
-        another replica than the one answering, the weights the call named win:
-        `Resume` compares them. A server that does not say: `_first_replica`.
+        The call names the answering model's weights (`_named_weights`): the
+        ModelInfo kept for address `i` serves while its weights are those;
+        otherwise (a restarted replica, another one behind a balancer, a first
+        call) GetModelInfo is asked again, and where it reached another replica
+        than the one answering, the weights the call named win: `Resume`
+        compares them. A server that does not say: `_first_replica`.
         """
-        sent = _named_weights(call)
         if not sent:
             return self._first_replica(i, deadline, fresh)
         known = self._replicas.get(i)
         if known is not None and known.weights == sent:
             return known
-        return _as_named(self._first_replica(i, deadline, fresh=True), call)
+        return _as_named(self._first_replica(i, deadline, fresh=True), sent)
 
     def _stream(
         self, request: pb.CaptureRequest, texts: list, policy: str, timeout: float
@@ -399,11 +406,12 @@ class AttentionClient:
                 for message in call:
                     if first:  # which model answers: the call names it
                         first = False
+                        sent = _named_weights(call, message)
                         if asked:  # the rest, checked before it was asked: confirmed
-                            info = _as_named(info, call)
+                            info = _as_named(info, sent)
                             resume.check_model(info, address)
                         else:  # a stream of several examples may need resuming
-                            info = self._answering(i, call, deadline, fresh=len(part.texts) > 1)
+                            info = self._answering(i, sent, deadline, fresh=len(part.texts) > 1)
                             asked = True
                         decoder.provenance = capture_provenance(info, address)
                     for capture in decoder.feed_all(message):  # one message, 0 or more
@@ -433,15 +441,18 @@ class AttentionClient:
         return f"AttentionClient({', '.join(self._channels.addresses)})"
 
 
-def _named_weights(call) -> str:
-    """The weights fingerprint a Capture call's initial metadata names ("" if none)."""
-    return dict(call.initial_metadata() or ()).get(codecs.WEIGHTS_METADATA, "")
+def _named_weights(call, first: bytes) -> str:
+    """The weights fingerprint a Capture call names ("" if none): in the first header
+    of its first message `first` (CaptureRequest.weights_in_header), else, from a
+    server that predates the field or a request without it, in its initial metadata."""
+    return stream_weights(first) or dict(call.initial_metadata() or ()).get(
+        codecs.WEIGHTS_METADATA, ""
+    )
 
 
-def _as_named(info: ModelInfo | None, call) -> ModelInfo | None:
-    """`info`, with the weights the call named where it named others (GetModelInfo
-    reached another replica than the one answering, behind one address)."""
-    sent = _named_weights(call)
+def _as_named(info: ModelInfo | None, sent: str) -> ModelInfo | None:
+    """`info`, with the weights the call named (`sent`) where it named others
+    (GetModelInfo reached another replica than the one answering, behind one address)."""
     if info is None or not sent or info.weights == sent:
         return info
     return dataclasses.replace(info, weights=sent)

@@ -51,7 +51,7 @@ class Text(_message.Message):
     def __init__(self, text: _Optional[str] = ..., text_pair: _Optional[str] = ...) -> None: ...
 
 class CaptureRequest(_message.Message):
-    __slots__ = ("texts", "what", "layers", "heads", "dtype", "codec", "max_chunk_bytes", "truncate", "precision", "query_positions", "key_positions", "coalesce")
+    __slots__ = ("texts", "what", "layers", "heads", "dtype", "codec", "max_chunk_bytes", "truncate", "precision", "query_positions", "key_positions", "coalesce", "weights_in_header")
     TEXTS_FIELD_NUMBER: _ClassVar[int]
     WHAT_FIELD_NUMBER: _ClassVar[int]
     LAYERS_FIELD_NUMBER: _ClassVar[int]
@@ -64,6 +64,7 @@ class CaptureRequest(_message.Message):
     QUERY_POSITIONS_FIELD_NUMBER: _ClassVar[int]
     KEY_POSITIONS_FIELD_NUMBER: _ClassVar[int]
     COALESCE_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_IN_HEADER_FIELD_NUMBER: _ClassVar[int]
     texts: _containers.RepeatedCompositeFieldContainer[Text]
     what: _containers.RepeatedScalarFieldContainer[str]
     layers: _containers.RepeatedScalarFieldContainer[int]
@@ -76,7 +77,8 @@ class CaptureRequest(_message.Message):
     query_positions: _containers.RepeatedScalarFieldContainer[int]
     key_positions: _containers.RepeatedScalarFieldContainer[int]
     coalesce: bool
-    def __init__(self, texts: _Optional[_Iterable[_Union[Text, _Mapping]]] = ..., what: _Optional[_Iterable[str]] = ..., layers: _Optional[_Iterable[int]] = ..., heads: _Optional[_Iterable[int]] = ..., dtype: _Optional[_Union[Dtype, str]] = ..., codec: _Optional[_Union[Codec, str]] = ..., max_chunk_bytes: _Optional[int] = ..., truncate: _Optional[bool] = ..., precision: _Optional[_Union[Precision, str]] = ..., query_positions: _Optional[_Iterable[int]] = ..., key_positions: _Optional[_Iterable[int]] = ..., coalesce: _Optional[bool] = ...) -> None: ...
+    weights_in_header: bool
+    def __init__(self, texts: _Optional[_Iterable[_Union[Text, _Mapping]]] = ..., what: _Optional[_Iterable[str]] = ..., layers: _Optional[_Iterable[int]] = ..., heads: _Optional[_Iterable[int]] = ..., dtype: _Optional[_Union[Dtype, str]] = ..., codec: _Optional[_Union[Codec, str]] = ..., max_chunk_bytes: _Optional[int] = ..., truncate: _Optional[bool] = ..., precision: _Optional[_Union[Precision, str]] = ..., query_positions: _Optional[_Iterable[int]] = ..., key_positions: _Optional[_Iterable[int]] = ..., coalesce: _Optional[bool] = ..., weights_in_header: _Optional[bool] = ...) -> None: ...
 
 class CaptureResponse(_message.Message):
     __slots__ = ("header", "chunk", "items")
@@ -89,7 +91,7 @@ class CaptureResponse(_message.Message):
     def __init__(self, header: _Optional[_Union[ExampleHeader, _Mapping]] = ..., chunk: _Optional[_Union[TensorChunk, _Mapping]] = ..., items: _Optional[_Iterable[_Union[CaptureResponse, _Mapping]]] = ...) -> None: ...
 
 class ExampleHeader(_message.Message):
-    __slots__ = ("index", "tokens", "sentence_b_start", "layers", "heads", "tensors", "chunk_count", "precision", "truncated", "kv_heads", "query_positions", "key_positions")
+    __slots__ = ("index", "tokens", "sentence_b_start", "layers", "heads", "tensors", "chunk_count", "precision", "truncated", "kv_heads", "query_positions", "key_positions", "weights")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     SENTENCE_B_START_FIELD_NUMBER: _ClassVar[int]
@@ -102,6 +104,7 @@ class ExampleHeader(_message.Message):
     KV_HEADS_FIELD_NUMBER: _ClassVar[int]
     QUERY_POSITIONS_FIELD_NUMBER: _ClassVar[int]
     KEY_POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_FIELD_NUMBER: _ClassVar[int]
     index: int
     tokens: _containers.RepeatedScalarFieldContainer[str]
     sentence_b_start: int
@@ -114,7 +117,8 @@ class ExampleHeader(_message.Message):
     kv_heads: _containers.RepeatedScalarFieldContainer[int]
     query_positions: _containers.RepeatedScalarFieldContainer[int]
     key_positions: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, index: _Optional[int] = ..., tokens: _Optional[_Iterable[str]] = ..., sentence_b_start: _Optional[int] = ..., layers: _Optional[_Iterable[int]] = ..., heads: _Optional[_Iterable[int]] = ..., tensors: _Optional[_Iterable[str]] = ..., chunk_count: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., truncated: _Optional[bool] = ..., kv_heads: _Optional[_Iterable[int]] = ..., query_positions: _Optional[_Iterable[int]] = ..., key_positions: _Optional[_Iterable[int]] = ...) -> None: ...
+    weights: str
+    def __init__(self, index: _Optional[int] = ..., tokens: _Optional[_Iterable[str]] = ..., sentence_b_start: _Optional[int] = ..., layers: _Optional[_Iterable[int]] = ..., heads: _Optional[_Iterable[int]] = ..., tensors: _Optional[_Iterable[str]] = ..., chunk_count: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., truncated: _Optional[bool] = ..., kv_heads: _Optional[_Iterable[int]] = ..., query_positions: _Optional[_Iterable[int]] = ..., key_positions: _Optional[_Iterable[int]] = ..., weights: _Optional[str] = ...) -> None: ...
 
 class TensorChunk(_message.Message):
     __slots__ = ("example_index", "tensor", "datatype", "shape", "codec", "scale", "offset", "byte_offset", "byte_length", "total_bytes", "crc32", "data", "padding")

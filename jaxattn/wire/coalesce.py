@@ -88,8 +88,8 @@ class _Item:
             self.data = bytes(self.data)
 
 
-def _items(index: int, cap, codec: str, max_chunk_bytes: int) -> Iterator[_Item]:
-    for item in parts(index, cap, codec, max_chunk_bytes, in_place=True):
+def _items(index: int, cap, codec: str, max_chunk_bytes: int, weights: str) -> Iterator[_Item]:
+    for item in parts(index, cap, codec, max_chunk_bytes, in_place=True, weights=weights):
         if isinstance(item, pb.ExampleHeader):
             yield _Item(item.SerializeToString())
             continue
@@ -130,10 +130,12 @@ def serialize_coalesced(
     codec: str,
     max_chunk_bytes: int,
     ready: Callable[[], bool] = lambda: False,
+    weights: str = "",
 ) -> Iterator[bytes]:
     """The serialised messages of a coalesced stream of `examples` ((index, Capture)
     in stream order): the items `serialize_example` sends, packed into messages of
-    at most `max_chunk_bytes` (or one item alone).
+    at most `max_chunk_bytes` (or one item alone); `weights` goes in the stream's
+    first header (ExampleHeader.weights), none in the others.
 
     `ready()` says whether the next example can be had from `examples` without
     waiting (the server's job has computed it); where it cannot, or where the
@@ -149,7 +151,7 @@ def serialize_coalesced(
             yield _alone(batch[0]) if len(batch) == 1 else _together(batch)
 
     for index, cap in examples:
-        for item in _items(index, cap, codec, max_chunk_bytes):
+        for item in _items(index, cap, codec, max_chunk_bytes, weights):
             if held and size + item.size > max_chunk_bytes:
                 yield from flush()
             held.append(item)
@@ -158,4 +160,5 @@ def serialize_coalesced(
             yield from flush()
         for item in held:  # the next example is here: keep nothing of this one's buffer
             item.own()
+        weights = ""  # the first header only
     yield from flush()

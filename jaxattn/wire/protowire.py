@@ -295,6 +295,22 @@ def _split_one(view: memoryview) -> tuple[str, memoryview, memoryview | None] | 
     return "chunk", memoryview(b"".join(rest)), data if data is not None else memoryview(b"")
 
 
+def first_item(buf) -> tuple[str, memoryview, memoryview | None] | None:
+    """The first item of a serialised CaptureResponse (its own, or its `items`' first),
+    as `split_items` gives each, without reading the others; None where the framing is
+    not the common shape (the caller then parses it with protobuf)."""
+    view = memoryview(buf)
+    try:
+        if view and view[0] == ITEMS_TAG:
+            size, start = read_varint(view, 1)
+            if start + size > len(view):
+                return None
+            view = view[start : start + size]
+        return _split_one(view)
+    except ValueError:
+        return None
+
+
 def headers_in(buf) -> int:
     """How many ExampleHeaders a serialised CaptureResponse carries (its own, or its
     items'), read from the framing alone (0 where the framing is not the server's)."""

@@ -295,6 +295,28 @@ class StreamDecoder:
         return text if isinstance(text, str) else tuple(text)
 
 
+def stream_weights(message: pb.CaptureResponse | bytes) -> str:
+    """The weights fingerprint a Capture stream's first message names in its first
+    ExampleHeader (ExampleHeader.weights, CaptureRequest.weights_in_header), parsed
+    or as received bytes; "" where it names none (a server that predates the field,
+    or one that sent the initial metadata instead) or is no header: the decoder says
+    what is wrong with such a message."""
+    if not isinstance(message, pb.CaptureResponse):
+        item = protowire.first_item(message)
+        if item is not None:
+            kind, fields, _ = item
+            try:
+                return pb.ExampleHeader.FromString(fields).weights if kind == "header" else ""
+            except Exception:  # google.protobuf.message.DecodeError: the decoder's to say
+                return ""
+        try:
+            message = pb.CaptureResponse.FromString(message)
+        except Exception:
+            return ""
+    first = message.items[0] if message.items else message
+    return first.header.weights if first.HasField("header") else ""
+
+
 def _one(caps: list[Capture]) -> Capture | None:
     if len(caps) > 1:
         raise WireError(

@@ -82,7 +82,7 @@ def copy_range(src: np.ndarray, start: int, stop: int, out: np.ndarray) -> None:
         copy_range(src[i1], 0, r1, out[pos:])
 
 
-def _header(index: int, cap, sizes: dict[str, list[int]], max_chunk_bytes: int):
+def _header(index: int, cap, sizes: dict[str, list[int]], max_chunk_bytes: int, weights: str):
     # sizes: each tensor's bytes in each of the example's parts (one part: the Capture)
     if isinstance(cap, CapturePart):
         cap = types.SimpleNamespace(**cap.fields)
@@ -99,6 +99,7 @@ def _header(index: int, cap, sizes: dict[str, list[int]], max_chunk_bytes: int):
         kv_heads=cap.kv_heads,
         query_positions=cap.query_positions or (),
         key_positions=cap.key_positions or (),
+        weights=weights,
     )
 
 
@@ -129,11 +130,14 @@ def whole(cap, name: str) -> tuple[tuple[int, ...], int, int]:
     return t.shape, t.nbytes, 0
 
 
-def parts(index: int, cap, codec: str, max_chunk_bytes: int, in_place: bool = False):
+def parts(
+    index: int, cap, codec: str, max_chunk_bytes: int, in_place: bool = False, weights: str = ""
+):
     """Yield the header, then (chunk, data) per chunk: `data` the piece's bytes to
     frame after the chunk's other fields, or None where `in_place` chose to copy
     the piece from the tensor straight into its message (the chunk's crc32 then
-    a stand-in: `framed_in_place` computes it).
+    a stand-in: `framed_in_place` computes it). `weights`: the header's weights
+    fingerprint (ExampleHeader.weights: a stream's first header only).
 
     `cap`: a Capture, or one layer group's `CapturePart` of an example: the header
     comes with the first part (its chunk_count counts every part's chunks), and a
@@ -153,7 +157,7 @@ def parts(index: int, cap, codec: str, max_chunk_bytes: int, in_place: bool = Fa
                 n: [b - a for a, b in map(cap.byte_range, [n] * cap.parts, range(cap.parts))]
                 for n in sizes
             }
-        yield _header(index, cap, every, max_chunk_bytes)
+        yield _header(index, cap, every, max_chunk_bytes, weights)
     datatype = DATATYPES[cap.dtype]
     for name, size in sizes.items():
         shape, total, base = whole(cap, name)
@@ -176,11 +180,17 @@ def parts(index: int, cap, codec: str, max_chunk_bytes: int, in_place: bool = Fa
 
 
 def chunk_example(
-    index: int, cap: Capture | CapturePart, *, codec: str, max_chunk_bytes: int
+    index: int,
+    cap: Capture | CapturePart,
+    *,
+    codec: str,
+    max_chunk_bytes: int,
+    weights: str = "",
 ) -> Iterator[pb.CaptureResponse]:
     """Yield the CaptureResponse messages of one example (or one part of it): its
-    header (a part: the first only), then its chunks."""
-    for item in parts(index, cap, codec, max_chunk_bytes):
+    header (a part: the first only; with `weights`, ExampleHeader.weights), then its
+    chunks."""
+    for item in parts(index, cap, codec, max_chunk_bytes, weights=weights):
         if isinstance(item, pb.ExampleHeader):
             yield pb.CaptureResponse(header=item)
             continue
@@ -190,7 +200,7 @@ def chunk_example(
 
 
 def serialize_example(
-    index: int, cap: Capture, *, codec: str, max_chunk_bytes: int
+    index: int, cap: Capture, *, codec: str, max_chunk_bytes: int, weights: str = ""
 ) -> Iterator[bytes]:
     """Like `chunk_example`, but yield the serialised messages, copying each piece once.
 
@@ -202,7 +212,7 @@ def serialize_example(
     The bytes are exactly what protobuf would write for the same messages
     (fields in number order, `data` last), so any client parses them.
     """
-    for item in parts(index, cap, codec, max_chunk_bytes, in_place=True):
+    for item in parts(index, cap, codec, max_chunk_bytes, in_place=True, weights=weights):
         if isinstance(item, pb.ExampleHeader):
             yield protowire.frame_header(item.SerializeToString())
             continue
