@@ -52,15 +52,3 @@ def test_an_example_over_the_limit_streams_in_layer_groups(svc_engine, coalesce)
     whole = sum(t.nbytes for t in want[1].tensors.values())
     assert whole == 3 * 3 * 38 * 38 * 4 + 4 * 38 * 15 * 4 > BUFFER
     assert 0 < stats["peak_job_buffered_bytes"] <= BUFFER, stats
-
-
-@pytest.mark.parametrize("coalesce", [False, True])
-def test_a_grouped_first_example_names_the_weights_in_its_header(svc_engine, coalesce):
-    """The stream's first header (ExampleHeader.weights) comes with the first group of
-    a grouped first example: the client's provenance names the answering weights."""
-    options = dict(max_example_bytes=LIMIT, request_buffer_bytes=BUFFER)
-    with running_server(svc_engine, **options) as (_, address):
-        with AttentionClient(address, timeout=60.0, coalesce=coalesce) as client:
-            assert client.weights_in_header
-            got = client.capture([LONG, SHORT], what=["attention", "hidden_states"])
-    assert [c.provenance["weights"] for c in got] == [svc_engine.weights_fingerprint] * 2

@@ -16,7 +16,7 @@ import threading
 import grpc
 import pytest
 from local_server import fake_service
-from service_support import SENTENCES, WHAT
+from service_support import SENTENCES, WHAT, running_server
 from test_service_wire import make_capture
 
 from jaxattn.client import AttentionClient, AttentionServiceError
@@ -74,6 +74,28 @@ def test_asked_the_first_header_names_the_weights_and_no_metadata_is_sent(
     assert stream_weights(messages[0]) == weights
     if coalesce:  # several items to a message: the first one is the header
         assert len(pb.CaptureResponse.FromString(messages[0]).items) > 1
+
+
+@pytest.mark.parametrize("coalesce", [False, True])
+def test_a_first_example_sent_in_layer_groups_names_the_weights_in_its_header(svc_engine, coalesce):
+    """An example over max_example_bytes is sent a layer group at a time, the header
+    with its first group (tests/service/test_service_layer_groups.py): that header is
+    the stream's first and names the weights."""
+    long = "the cat sat on the mat " * 6  # 38 tokens: padded to 67, over the limit whole
+    spec = svc_engine.make_spec(what=["attention"])
+    assert svc_engine.output_bytes(spec, 67) > 100_000 > svc_engine.part_bytes(spec, 67, 100_000)
+    options = dict(max_example_bytes=100_000, request_buffer_bytes=30_000)
+    with running_server(svc_engine, **options) as (_, address):
+        asked = pb.CaptureRequest(
+            texts=[pb.Text(text=t) for t in (long, SENTENCES[0])],
+            what=["attention"],
+            weights_in_header=True,
+            coalesce=coalesce,
+        )
+        metadata, messages = raw_call(address, asked)
+    assert WEIGHTS_METADATA not in metadata
+    weights = svc_engine.weights_fingerprint
+    assert [h.weights for h in headers_of(messages)] == [weights, ""]
 
 
 @pytest.mark.parametrize("coalesce", [False, True])
