@@ -68,7 +68,9 @@ def serve(
     )
     # jax's own INFO lines (e.g. "Unable to initialize backend 'tpu'") are not the server's.
     logging.getLogger("jax").setLevel(max(logging.WARNING, logging.getLogger().level))
-    log.info(cap_arenas(DEFAULT_ARENAS if malloc_arenas is None else malloc_arenas))
+    # Capped before the model loads and the threads start; said once the request
+    # kinds are checked, so that a refused command line prints its one error alone.
+    arenas = cap_arenas(DEFAULT_ARENAS if malloc_arenas is None else malloc_arenas)
     stop, reload = threading.Event(), threading.Event()
     # Install handlers before the slow load, so an early SIGTERM still drains.
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -80,6 +82,7 @@ def serve(
         _check_metrics_port(address, options.metrics_port)
     engine = jaxattn.load(model, precision=precision, attention=attention)
     specs = [_warmup_spec(engine, what) for what in warmup]  # every name checked first
+    log.info(arenas)
     for what, spec in zip(warmup, specs, strict=True):
         if stop.is_set():
             break
