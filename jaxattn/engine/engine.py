@@ -199,10 +199,14 @@ class Engine:
         """Start one batch on the devices (`BatchPipeline.dispatch`)."""
         return self.pipeline.dispatch(batch, tokenized, spec, gates)
 
-    def warmup(self, spec: CaptureSpec, sizes: str = "all", stop=None) -> int:
+    def warmup(
+        self, spec: CaptureSpec, sizes: str = "all", stop=None, group_bytes: int | None = None
+    ) -> int:
         """Compile the shapes of `spec` before the first call; returns `compiled_shapes`
-        (`BatchPipeline.warmup`: sizes "all" or "largest", `stop` to end early)."""
-        return self.pipeline.warmup(spec, sizes, stop)
+        (`BatchPipeline.warmup`: sizes "all" or "largest", `stop` to end early; a bucket
+        whose examples run in layer groups, under the output budget or `group_bytes` as
+        `run`'s, compiles its layer groups' programs)."""
+        return self.pipeline.warmup(spec, sizes, stop, group_bytes)
 
     def output_bytes(self, spec: CaptureSpec, length: int) -> int:
         """Bytes one example padded to `length` returns under `spec`."""

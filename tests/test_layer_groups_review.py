@@ -1,0 +1,99 @@
+"""Layer groups under the bad cases (issue 31, review): a layer group that runs out of
+device memory is a clear error naming the group, its layers and what helps, never a
+raw XLA error (a grouped example is not retried in halves); `Engine.warmup` compiles
+the layer-group programs of the buckets whose examples run in groups, so the first
+long request compiles nothing. A tiny random BERT (3 layers x 3 heads, D = 15)."""
+
+from __future__ import annotations
+
+import jax
+import pytest
+from compile_events import backend_compiles
+
+import jaxattn
+from jaxattn.errors import DeviceMemoryError
+
+LONG = "the quick brown fox jumps over the lazy dog"  # 11 tokens: bucket 16
+ASK = dict(what=("attention", "hidden_states"), layers=[0, 1, 2], heads=[0, 2])
+OOM = "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.0GiB"
+
+
+@pytest.fixture
+def engine(bert_checkpoint):
+    # 2,500 bytes: one layer of ASK at 16 tokens fits (2 heads x 16 x 16 x 4 + hidden
+    # states), all three do not: three groups of one layer
+    return jaxattn.load(bert_checkpoint, output_budget=2500, buckets=(16, 24))
+
+
+class _Failing:
+    # Host memory: `start_copies` leaves it alone; the failure surfaces when fetched.
+    sharding = type("S", (), {"memory_kind": "pinned_host"})()
+
+    def __init__(self, error):
+        self.error = error
+
+    @property
+    def addressable_shards(self):
+        raise self.error
+
+
+@pytest.mark.parametrize("at_dispatch", [True, False])
+def test_a_layer_group_out_of_memory_is_a_clear_error_naming_the_group(engine, at_dispatch):
+    spec = engine.make_spec(**ASK)
+    assert engine.pipeline.group_sizes(engine.tokenize([LONG]), spec) == [1]
+    group, calls = engine.step.group, []
+
+    def second_fails(spec, span, *rest, **kw):
+        calls.append(span)
+        if span != (1, 2):
+            return group(spec, span, *rest, **kw)
+        error = jax.errors.JaxRuntimeError(OOM)
+        if at_dispatch:
+            raise error
+        out, x = group(spec, span, *rest, **kw)
+        return {"attention": {"data": _Failing(error)}}, x
+
+    engine.step.group = second_fails
+    with pytest.raises(DeviceMemoryError) as caught:
+        engine.capture([LONG], **ASK)
+    message = str(caught.value)
+    assert message.startswith("layer group 2 of 3 (layers 1-1, capturing 1) of an example of 11 ")
+    assert "RESOURCE_EXHAUSTED" in message and "shorter texts" in message
+    assert calls[:2] == [(0, 1), (1, 2)]  # not retried
+
+
+def test_other_errors_in_a_layer_group_are_not_mistaken_for_memory(engine):
+    def broken(*args, **kw):
+        raise jax.errors.JaxRuntimeError("INTERNAL: something else")
+
+    engine.step.group = broken
+    with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL"):
+        engine.capture([LONG], **ASK)
+
+
+@pytest.mark.parametrize("loop", ["unrolled", "scan"])
+def test_warmup_compiles_the_layer_group_programs(bert_checkpoint, loop):
+    engine = jaxattn.load(bert_checkpoint, output_budget=2500, buckets=(16, 24), layer_loop=loop)
+    spec = engine.make_spec(**ASK)
+    tokenized = engine.tokenize([LONG, LONG + " " + LONG])  # 11 and 20 tokens: 16 and 24
+    assert engine.pipeline.group_sizes(tokenized, spec) == [1, 1]
+    warmed = engine.warmup(spec)
+    with backend_compiles() as compiles:
+        got = engine.capture([LONG, LONG + " " + LONG], **ASK)
+    assert compiles == []  # warmup compiled every group program the calls ran
+    assert engine.compiled_shapes == warmed
+    assert [g.tensors["attention"].shape for g in got] == [(3, 2, 11, 11), (3, 2, 20, 20)]
+
+
+def test_warmup_with_group_bytes_compiles_what_a_server_runs(bert_checkpoint):
+    engine = jaxattn.load(bert_checkpoint, buckets=(16, 24))  # a budget no example exceeds
+    spec = engine.make_spec(**ASK)
+    limit = engine.output_bytes(spec, 24) - 1  # as a server's max_example_bytes
+    sizes = engine.pipeline.group_sizes(engine.tokenize([LONG]), spec, limit)
+    assert sizes == [0]  # 16 tokens fit, 24 run in groups
+    engine.warmup(spec, group_bytes=limit)
+    text = LONG + " " + LONG
+    with backend_compiles() as compiles:
+        parts = list(engine.run(engine.tokenize([text]), spec, parts=True, group_bytes=limit))
+        engine.capture([LONG], **ASK)
+    assert len(parts) > 1 and compiles == []
