@@ -52,3 +52,27 @@ def test_an_example_over_the_limit_streams_in_layer_groups(svc_engine, coalesce)
     whole = sum(t.nbytes for t in want[1].tensors.values())
     assert whole == 3 * 3 * 38 * 38 * 4 + 4 * 38 * 15 * 4 > BUFFER
     assert 0 < stats["peak_job_buffered_bytes"] <= BUFFER, stats
+
+
+def test_a_refusal_says_why_affine_uint8_is_not_grouped_and_advises_what_groups(svc_engine):
+    # uint8 scores take one range over every layer: the example runs whole, never in
+    # groups, so it is refused at its whole size with the reason; float16 keeps groups
+    # (uint8 would not: not advised to a float32 request of scores either).
+    from service.limits import OutputLimits
+
+    tokenized = svc_engine.tokenize([LONG])  # 38 tokens, padded to 67
+    limits = OutputLimits(svc_engine, max_example_bytes=40_000)
+    spec = svc_engine.make_spec(what=["attention", "scores"], dtype="uint8")
+    assert svc_engine.part_bytes(spec, 67, 40_000) == svc_engine.output_bytes(spec, 67)
+    message, field, limit = limits.check(spec, tokenized)
+    assert (field, limit) == ("texts[0]", "max_example_bytes")
+    assert "80.8 kB of attention, scores (3 layers x 3 heads, uint8) (not in layer groups: " in (
+        message
+    )
+    assert "uint8 scores takes one range over every layer" in message
+    assert message.endswith(" or float16"), message
+    float32 = svc_engine.make_spec(what=["scores"], layers=[0, 1])
+    message, _, _ = limits.check(float32, tokenized)
+    assert "53.9 kB a layer group" in message and message.endswith(" or float16"), message
+    attention = svc_engine.make_spec(what=["attention"])  # probabilities: uint8 groups
+    assert limits.check(attention, tokenized)[0].endswith(" or uint8")
