@@ -97,3 +97,40 @@ def test_warmup_with_group_bytes_compiles_what_a_server_runs(bert_checkpoint):
         parts = list(engine.run(engine.tokenize([text]), spec, parts=True, group_bytes=limit))
         engine.capture([LONG], **ASK)
     assert len(parts) > 1 and compiles == []
+
+
+@pytest.mark.parametrize("attention, precision", [("dense", "bf16"), ("blockwise", "highest")])
+def test_groups_equal_the_one_program_with_a_window_that_bites_gqa_and_precision(
+    attention, precision
+):
+    # tests/test_layer_groups.py's Mistral (T = 29) never reaches its 37-token window:
+    # here a 6-token window cuts every row past 6, with 4 query heads on 1 key/value
+    # head, heads and query rows selected, at each compute precision.
+    import numpy as np
+    from test_layer_groups import grouped, inputs
+    from tiny_models import config_of, params_of
+
+    from jaxattn.engine.step import CaptureStep
+    from jaxattn.spec import CaptureSpec
+
+    config = config_of("mistral", num_hidden_layers=3, sliding_window=6)
+    step = CaptureStep(
+        config, params_of(config), jax.devices()[:1], "device", "unrolled", attention, block=11
+    )
+    spec = CaptureSpec(
+        what=("attention", "keys", "hidden_states"),
+        layers=(0, 1, 2),
+        heads=(0, 3),
+        kv_heads=(0,),
+        query_positions=(-1, 0, 16),
+        precision=precision,
+    )
+    arrays = step.place(*inputs(config, spec))
+    whole = {name: np.asarray(o["data"]) for name, o in step(spec, *arrays).items()}
+    parts = grouped(step, spec, arrays, 2)
+    for name in spec.what:
+        assert parts[name].shape == whole[name].shape, name
+        np.testing.assert_allclose(parts[name], whole[name], rtol=2e-5, atol=2e-6, err_msg=name)
+    rows = whole["attention"][0]  # [L, heads, rows 0, 16 and 28 (ascending), T]
+    assert np.all(rows[:, :, 1, 11:17] > 0)  # row 16 sees its last 6 keys only
+    assert np.all(rows[:, :, 1, :11] == 0) and np.all(rows[:, :, 1, 17:] == 0)
