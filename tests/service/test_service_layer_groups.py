@@ -4,9 +4,16 @@ the server sends each group's byte ranges as it lands and holds about a group, n
 example, and the client reassembles the Capture the in-process engine gives (plain and
 coalesced streams). The shared tiny engine (3 layers x 3 heads): attention of a text
 padded to 67 is 161,604 bytes, 53,868 a layer; with a 100,000-byte limit it used to be
-refused (tests/service/test_service_output_limits.py keeps a limit one layer exceeds)."""
+refused (tests/service/test_service_output_limits.py keeps a limit one layer exceeds).
+Also: uint8/zstd coalesced and float16/lz4 plain streams, each example counted once in
+the metrics and every reservation given back; a drain (SIGTERM) while the worker waits
+between an example's groups finishes that stream and refuses new calls; and a refusal
+of affine uint8 says why it does not run in groups. The batcher's side of a slow
+reader, a cancel and a deadline between groups: test_service_layer_groups_flow.py."""
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import pytest
@@ -76,3 +83,74 @@ def test_a_refusal_says_why_affine_uint8_is_not_grouped_and_advises_what_groups(
     assert "53.9 kB a layer group" in message and message.endswith(" or float16"), message
     attention = svc_engine.make_spec(what=["attention"])  # probabilities: uint8 groups
     assert limits.check(attention, tokenized)[0].endswith(" or uint8")
+
+
+CAPTURE = "/jaxattn.v1.AttentionService/Capture"
+
+
+def settled(condition, timeout: float = 10.0) -> None:
+    """Wait until `condition()` holds (what the server does after a stream's last message)."""
+    end = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize(
+    "dtype, codec, coalesce",
+    [("uint8", "zstd", True), ("float16", "lz4", False)],
+)
+def test_grouped_examples_by_codec_and_dtype_are_counted_once_and_give_back_their_bytes(
+    svc_engine, dtype, codec, coalesce
+):
+    # uint8 attention (probabilities: grouped) of LONG padded to 67 is 40,401 bytes,
+    # 13,467 a layer; float16 twice that: both over 20,000 (30,000) bytes, a layer within.
+    limit = {"uint8": 20_000, "float16": 30_000}[dtype]
+    spec = svc_engine.make_spec(what=["attention"], dtype=dtype)
+    assert svc_engine.part_bytes(spec, 67, limit) < limit < svc_engine.output_bytes(spec, 67)
+    want = svc_engine.capture([LONG, SHORT, LONG], what="attention", dtype=dtype)
+    options = dict(max_example_bytes=limit, request_buffer_bytes=BUFFER)
+    with running_server(svc_engine, **options) as (server, address):
+        with AttentionClient(address, timeout=60.0, coalesce=coalesce) as client:
+            got = client.capture([LONG, SHORT, LONG], what=["attention"], dtype=dtype, codec=codec)
+        batcher, sent = server.batcher, server.metrics.sent_examples.labels(dtype, codec)
+        settled(lambda: batcher.admitted == 0 and sent._value.get() == 3)  # once each
+        assert batcher.admitted == 0 and batcher._reserved == 0
+        assert 0 < batcher.stats["peak_job_buffered_bytes"] <= BUFFER
+    for g, w in zip(got, want, strict=True):
+        assert g.tokens == w.tokens and g.quantization == w.quantization
+        a, b = np.asarray(g.array("attention"), np.float32), w.array("attention")
+        np.testing.assert_allclose(a, np.asarray(b, np.float32), rtol=2e-3, atol=1 / 255)
+
+
+def test_a_drain_mid_example_finishes_the_stream_and_refuses_new_calls(svc_engine):
+    import grpc
+
+    from jaxattn.v1 import attention_pb2 as pb
+    from jaxattn.wire import StreamDecoder
+
+    want = svc_engine.capture([LONG], what="attention")[0]
+    options = dict(max_example_bytes=LIMIT, request_buffer_bytes=BUFFER, grace_s=20.0)
+    with running_server(svc_engine, **options) as (server, address):
+        with grpc.insecure_channel(address) as channel:
+            call = channel.unary_stream(
+                CAPTURE,
+                request_serializer=pb.CaptureRequest.SerializeToString,
+                response_deserializer=lambda b: b,
+            )
+            request = pb.CaptureRequest(texts=[pb.Text(text=LONG)], what=["attention"])
+            stream = call(request, timeout=60)
+            decoder, got = StreamDecoder(), []
+            got += decoder.feed_all(next(stream))  # the header: the example is under way
+            settled(lambda: server.batcher.stats["group_waits"] > 0)  # waits between groups
+            stopped = server.stop()  # SIGTERM: drain
+            with pytest.raises(grpc.RpcError) as refused:
+                list(call(request, timeout=60))
+            for message in stream:
+                got += decoder.feed_all(message)
+            decoder.finish()
+            assert stopped.wait(30)
+    assert refused.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+    assert len(got) == 1
+    np.testing.assert_allclose(got[0].attention, want.attention, rtol=2e-5, atol=2e-6)
+    assert server.batcher.admitted == 0 and server.batcher._reserved == 0
