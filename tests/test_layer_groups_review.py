@@ -2,7 +2,10 @@
 device memory is a clear error naming the group, its layers and what helps, never a
 raw XLA error (a grouped example is not retried in halves); `Engine.warmup` compiles
 the layer-group programs of the buckets whose examples run in groups, so the first
-long request compiles nothing. A tiny random BERT (3 layers x 3 heads, D = 15)."""
+long request compiles nothing; `run(skip=)` stops an example's remaining groups once
+its reader left; and the groups equal the one program for a Mistral whose sliding
+window cuts the rows, with GQA, heads and query rows, at bf16 and highest precision.
+A tiny random BERT (3 layers x 3 heads, D = 15) unless said."""
 
 from __future__ import annotations
 
@@ -134,3 +137,26 @@ def test_groups_equal_the_one_program_with_a_window_that_bites_gqa_and_precision
     rows = whole["attention"][0]  # [L, heads, rows 0, 16 and 28 (ascending), T]
     assert np.all(rows[:, :, 1, 11:17] > 0)  # row 16 sees its last 6 keys only
     assert np.all(rows[:, :, 1, :11] == 0) and np.all(rows[:, :, 1, 17:] == 0)
+
+
+def test_skip_stops_an_examples_remaining_groups(engine):
+    # A server's cancelled call (service/micro_batching.py): asked before each group,
+    # True stops that example (what is in flight dropped); the next example runs whole.
+    spec = engine.make_spec(**ASK)
+    group, spans = engine.step.group, []
+
+    def counted(spec, span, *rest, **kw):
+        spans.append(span)
+        return group(spec, span, *rest, **kw)
+
+    engine.step.group = counted
+    got = []
+
+    def skip(pos):
+        return pos == 0 and bool(got)  # example 0's reader left once it had a group
+
+    tokenized = engine.tokenize([LONG, LONG])
+    for pos, part in engine.run(tokenized, spec, parts=True, skip=skip):
+        got.append((pos, part.part))
+    assert got == [(0, 0), (1, 0), (1, 1), (1, 2)]
+    assert spans == [(0, 1), (1, 2), (0, 1), (1, 2), (2, 3)]  # two in flight, then none

@@ -184,12 +184,16 @@ class Engine:
         *,
         parts: bool = False,
         group_bytes: int | None = None,
+        skip=None,
     ) -> Iterator[tuple[int, Capture | CapturePart]]:
         """Capture tokenised examples, yielding (position, Capture) as batches finish
         (`BatchPipeline.run`: grouped by length bucket, not in input order; with
         `parts`, an example run in layer groups as (position, CapturePart) per group;
-        `group_bytes`: most output bytes of one group, where below the budget)."""
-        return self.pipeline.run(tokenized, spec, ablation, parts=parts, group_bytes=group_bytes)
+        `group_bytes`: most output bytes of one group, where below the budget; `skip`:
+        asked before each group, True stops that example's groups)."""
+        return self.pipeline.run(
+            tokenized, spec, ablation, parts=parts, group_bytes=group_bytes, skip=skip
+        )
 
     def plan(self, tokenized, spec, budgets=None, ablated=False) -> list[batching.Batch]:
         """The batches `run` gives tokenised examples under `spec` now (`BatchPipeline.plan`)."""

@@ -106,6 +106,7 @@ class BatchPipeline:
         *,
         parts: bool = False,
         group_bytes: int | None = None,
+        skip: Callable[[int], bool] | None = None,
     ) -> Iterator[tuple[int, Capture | CapturePart]]:
         """Capture tokenised examples, yielding (position, Capture) as batches finish.
 
@@ -119,7 +120,9 @@ class BatchPipeline:
         smaller) runs in layer groups, one example at a time, after the others
         (`group_policy`, `jaxattn.engine.layer_groups`): with `parts` its groups come
         as (position, `CapturePart`) in order as each lands, else its Capture once
-        the last has.
+        the last has. `skip(position)`: None, or asked before each layer group is
+        dispatched: once True, that example's remaining groups are not computed and
+        nothing more of it comes (its reader left: a server's cancelled call).
 
         Raises:
           DeviceMemoryError: one example alone does not fit the device; or a
@@ -136,7 +139,7 @@ class BatchPipeline:
                 yield whole[i], cap
         for pos, size in enumerate(sizes):
             if size:
-                yield from self._run_groups(tokenized, spec, gates, pos, size, parts)
+                yield from self._run_groups(tokenized, spec, gates, pos, size, parts, skip)
 
     def group_sizes(
         self, tokenized: Sequence[TokenizedText], spec: CaptureSpec, group_bytes=None
@@ -160,9 +163,10 @@ class BatchPipeline:
         size = self._group_size(spec, length, group_bytes)
         return self.output_bytes(layer_groups.first_layers(spec, size) if size else spec, length)
 
-    def _run_groups(self, tokenized, spec, gates, pos, size, parts) -> Iterator[tuple]:
+    def _run_groups(self, tokenized, spec, gates, pos, size, parts, skip=None) -> Iterator[tuple]:
         """One example in layer groups of `size` captured layers: group g+1 dispatched
-        while group g's outputs copy to the host, at most two groups' outputs held."""
+        while group g's outputs copy to the host, at most two groups' outputs held;
+        stopped, what is in flight dropped, once `skip(pos)` says so (`run`)."""
         batch = batching.Batch(self._bucket(tokenized[pos].length), len(self.devices), (pos,))
         groups = layer_groups.groups_of(spec, size)
         cuts = layer_groups.cuts(groups)
@@ -195,6 +199,8 @@ class BatchPipeline:
 
         x = None
         for part, group in enumerate(groups):
+            if skip is not None and skip(pos):
+                return  # no one wants the rest of it
             try:
                 out, x = self.step.group(spec, group.span, x, *arrays, gates)
             except Exception as e:

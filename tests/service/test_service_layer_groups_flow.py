@@ -36,11 +36,13 @@ class PartsEngine:
     def part_bytes(self, spec, length, group_bytes=None):
         return GROUP
 
-    def run(self, tokenized, spec, parts=False, group_bytes=None):
+    def run(self, tokenized, spec, parts=False, group_bytes=None, skip=None):
         assert parts and group_bytes == GROUP
         try:
             for pos, e in enumerate(tokenized):
                 for k in range(GROUPS):
+                    if skip is not None and skip(pos):
+                        break  # as `BatchPipeline._run_groups`
                     self.made.append((e.name, k))
                     tensors = {"attention": np.full(GROUP, k, np.uint8)}
                     yield pos, types.SimpleNamespace(tensors=tensors, part=k, last=k == GROUPS - 1)
@@ -146,3 +148,17 @@ def test_a_deadline_passed_between_groups_stops_the_examples_compute(batcher):
     with pytest.raises(JobCancelled):
         next(results)
     finish(batcher, late, other)
+
+
+def test_a_job_gone_between_groups_stops_its_example_in_a_batch_it_shares(batcher):
+    batcher.window_s = 0.5  # both jobs in one engine call
+    gone = batcher.submit("s", [text("gone")])
+    stays = batcher.submit("s", [text("stays")])
+    results = gone.results()
+    assert next(results)[1].part == 0
+    wait_until(lambda: batcher.stats["group_waits"] >= 1)  # the worker waits for it
+    batcher.release(gone)  # cancelled
+    assert [c.part for _, c in stays.results()] == [0, 1, 2]
+    assert batcher.stats["batches"] == 1 and batcher.stats["abandoned"] == 0
+    assert ("gone", 1) not in batcher.engine.made  # its other groups never computed
+    finish(batcher, gone, stays)
