@@ -12,6 +12,7 @@ from __future__ import annotations
 import jax
 import pytest
 from compile_events import backend_compiles
+from device_failures import FailingFetch
 
 import jaxattn
 from jaxattn.errors import DeviceMemoryError
@@ -28,18 +29,6 @@ def engine(bert_checkpoint):
     return jaxattn.load(bert_checkpoint, output_budget=2500, buckets=(16, 24))
 
 
-class _Failing:
-    # Host memory: `start_copies` leaves it alone; the failure surfaces when fetched.
-    sharding = type("S", (), {"memory_kind": "pinned_host"})()
-
-    def __init__(self, error):
-        self.error = error
-
-    @property
-    def addressable_shards(self):
-        raise self.error
-
-
 @pytest.mark.parametrize("at_dispatch", [True, False])
 def test_a_layer_group_out_of_memory_is_a_clear_error_naming_the_group(engine, at_dispatch):
     spec = engine.make_spec(**ASK)
@@ -54,7 +43,7 @@ def test_a_layer_group_out_of_memory_is_a_clear_error_naming_the_group(engine, a
         if at_dispatch:
             raise error
         out, x = group(spec, span, *rest, **kw)
-        return {"attention": {"data": _Failing(error)}}, x
+        return {"attention": {"data": FailingFetch(error)}}, x
 
     engine.step.group = second_fails
     with pytest.raises(DeviceMemoryError) as caught:
