@@ -121,3 +121,20 @@ def test_skip_stops_an_examples_remaining_groups(engine, monkeypatch):
         got.append((pos, part.part))
     assert got == [(0, 0), (1, 0), (1, 1), (1, 2)]
     assert spans == [(0, 1), (1, 2), (0, 1), (1, 2), (2, 3)]  # two in flight, then none
+
+
+def test_capture_layers_lets_each_part_go_once_the_next_is_asked_for(engine):
+    # The host holds a group at a time: nothing in the engine keeps a part the consumer
+    # dropped (weak references to each part's tensors die once the next part is out).
+    import gc
+    import weakref
+
+    parts = engine.capture_layers([LONG, "hello world"], **ASK)
+    refs, seen = [], []
+    for index, part in parts:
+        gc.collect()
+        assert all(r() is None for r in refs), seen  # every earlier part let go
+        refs = [weakref.ref(t) for t in part.tensors.values()]
+        seen.append((index, part.part))
+        del part
+    assert seen == [(i, k) for i in range(2) for k in range(3)]
