@@ -8,11 +8,13 @@ refused (tests/service/test_service_output_limits.py keeps a limit one layer exc
 Also: uint8/zstd coalesced and float16/lz4 plain streams, each example counted once in
 the metrics and every reservation given back; a drain (SIGTERM) while the worker waits
 between an example's groups finishes that stream and refuses new calls; and a refusal
-of affine uint8 says why it does not run in groups. The batcher's side of a slow
+of affine uint8 says why it does not run in groups; a stream cut between an example's
+groups resumes on another replica with that example sent again whole. The batcher's side of a slow
 reader, a cancel and a deadline between groups: test_service_layer_groups_flow.py."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -154,3 +156,81 @@ def test_a_drain_mid_example_finishes_the_stream_and_refuses_new_calls(svc_engin
     assert len(got) == 1
     np.testing.assert_allclose(got[0].attention, want.attention, rtol=2e-5, atol=2e-6)
     assert server.batcher.admitted == 0 and server.batcher._reserved == 0
+
+
+def test_a_stream_cut_between_groups_resumes_that_example_whole_on_another_replica(
+    svc_engine, monkeypatch
+):
+    # The first replica is stopped once the client has a chunk of LONG's first group
+    # (its header announced all three groups' chunks): the client drops what it had of
+    # it and asks the second replica for texts[1:], which sends LONG again from its header
+    # (coalesced, the client's default: items of several examples in a message).
+    import contextlib
+
+    from jaxattn.client import client as client_module
+    from jaxattn.v1 import attention_pb2 as pb
+
+    what = ["attention", "hidden_states"]
+    texts = [SHORT, LONG, SHORT]
+    policy = svc_engine.pipeline.group_policy
+    svc_engine.pipeline.group_policy = GroupPolicy(0)
+    try:
+        want = svc_engine.capture(texts, what=what)
+    finally:
+        svc_engine.pipeline.group_policy = policy
+    released = threading.Event()  # set once the answering replica is stopped
+
+    class Gated:
+        """The engine, its run holding after an example's first group until the cut, so
+        no later group of it can reach the client first."""
+
+        def __getattr__(self, name):
+            return getattr(svc_engine, name)
+
+        def run(self, *args, **kwargs):
+            for pos, item in svc_engine.run(*args, **kwargs):
+                yield pos, item
+                if getattr(item, "last", True) is False:
+                    released.wait(30)
+
+    options = dict(max_example_bytes=LIMIT, request_buffer_bytes=BUFFER)
+    with contextlib.ExitStack() as stack:
+        stack.callback(released.set)  # never leave a run waiting
+        servers = [stack.enter_context(running_server(Gated(), **options)) for _ in range(2)]
+        cut = []
+
+        class CutMidExample(client_module.StreamDecoder):
+            def feed_all(self, message):
+                caps = super().feed_all(message)
+                response = pb.CaptureResponse.FromString(message)
+                chunks = [m.chunk for m in [response, *response.items] if m.chunk.tensor]
+                if not cut and any(c.example_index == 1 for c in chunks):
+                    cut.append(min(c.byte_offset for c in chunks if c.example_index == 1))
+                    for server, _ in servers:  # whichever answered: stop it at once
+                        if server is answering[0]:
+                            server.grpc_server.stop(0).wait(10)
+                    released.set()
+                return caps
+
+        answering = []
+        real_answering = client_module.AttentionClient._answering
+
+        def record(self, i, call, deadline, fresh):
+            answering.append(next(s for s, a in servers if a == self._channels.addresses[i]))
+            return real_answering(self, i, call, deadline, fresh)
+
+        monkeypatch.setattr(client_module, "StreamDecoder", CutMidExample)
+        monkeypatch.setattr(client_module.AttentionClient, "_answering", record)
+        addresses = [a for _, a in servers]
+        with AttentionClient(addresses, timeout=60.0) as client:
+            got = list(client.stream(texts, what=what))
+            wire = client.wire_bytes
+    assert cut == [0]  # LONG's first chunk arrived, then its replica was stopped
+    sources = [c.provenance["source"].removeprefix("server ") for c in got]
+    assert sources[0] != sources[1] == sources[2]
+    for g, w in zip(got, want, strict=True):
+        assert g.tokens == w.tokens
+        for name in what:
+            np.testing.assert_allclose(g.tensors[name], w.tensors[name], rtol=2e-5, atol=2e-6)
+    whole = sum(t.nbytes for c in got for t in c.tensors.values())
+    assert wire > whole  # LONG's first chunk came twice: dropped once, not assembled
