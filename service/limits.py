@@ -25,6 +25,9 @@ can send (ModelInfo.longest_text_statistics / longest_text_attention).
 
 from __future__ import annotations
 
+import dataclasses
+
+from jaxattn.capture.part import refusal as ungrouped
 from jaxattn.quantities import MAPS, STATISTICS
 
 
@@ -104,11 +107,15 @@ class OutputLimits:
                 padded = self.padded(e.length)
                 pad = f", padded to {padded:,}" if padded != e.length else ""
                 group = f", {human_bytes(held)} a layer group" if held < size else ""
+                why = ungrouped(spec) if len(spec.layers) > 1 and held == size else None
+                if why is not None:  # refused whole: say why it does not run in groups
+                    group = f" (not in layer groups: {why})"
                 return (
                     f"texts[{i}] ({e.length:,} tokens{pad}) asks {human_bytes(size)} of "
                     f"{_what(spec)}{group}; this server returns at most "
                     f"{human_bytes(self.example_bytes)} per example, or per layer group of "
-                    f"one (ModelInfo.{self.example_limit}){self._fits(spec)}: {_advice(spec)}",
+                    f"one (ModelInfo.{self.example_limit}){self._fits(spec)}: "
+                    f"{_advice(spec, per_example=True)}",
                     f"texts[{i}]",
                     self.example_limit,
                 )
@@ -156,11 +163,17 @@ def _what(spec) -> str:
     )
 
 
-def _advice(spec) -> str:
+def _advice(spec, per_example: bool = False) -> str:
     out = ["select fewer layers/heads", "ask for statistics (head_stats)"]
     if spec.query_positions is None and set(spec.what) & set(MAPS):
         out.insert(1, "select query rows (query_positions)")
-    if spec.dtype != "uint8":
+    # Per example, several layers of affine quantities run in layer groups, but not at
+    # uint8 (one range over every layer: `refusal`): float16 halves a group and keeps them.
+    groups = per_example and len(spec.layers) > 1
+    if groups and ungrouped(dataclasses.replace(spec, dtype="uint8")) is not None:
+        if spec.dtype in ("float32", "uint8"):
+            out.append("float16")
+    elif spec.dtype != "uint8":
         out.append("uint8")
     if all(name in STATISTICS for name in spec.what):
         out = ["send shorter texts"]

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from jaxattn.netaddr import check_listen_address
 from service.allocator import DEFAULT_ARENAS, cap_arenas
+from service.limits import OutputLimits
 from service.options import ServerOptions
 from service.server import create_server
 
@@ -83,12 +84,23 @@ def serve(
     engine = jaxattn.load(model, precision=precision, attention=attention)
     specs = [_warmup_spec(engine, what) for what in warmup]  # every name checked first
     log.info(arenas)
+    # The server runs an example over its per-example limit in layer groups within it
+    # (`create_server`): warmup compiles those groups' programs too.
+    limits = OutputLimits(
+        engine,
+        max_example_bytes=options.max_example_bytes,
+        max_buffered_bytes=options.max_buffered_bytes,
+    )
+    group_bytes = limits.example_bytes or None
     for what, spec in zip(warmup, specs, strict=True):
         if stop.is_set():
             break
         log.info("warming up %s (%s sizes)", ",".join(what), warmup_sizes)
         t, before = time.perf_counter(), engine.compiled_shapes
-        shapes = engine.warmup(spec, sizes=warmup_sizes, stop=stop.is_set) - before
+        shapes = (
+            engine.warmup(spec, sizes=warmup_sizes, stop=stop.is_set, group_bytes=group_bytes)
+            - before
+        )
         if stop.is_set():
             log.info("stopped while warming up %s: not listening", ",".join(what))
             return 0

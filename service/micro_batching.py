@@ -380,7 +380,14 @@ class MicroBatcher:
         try:
             spec = group[0][0].spec
             if self.group_bytes:
-                run = self.engine.run(tokenized, spec, parts=True, group_bytes=self.group_bytes)
+                run = self.engine.run(
+                    tokenized,
+                    spec,
+                    parts=True,
+                    group_bytes=self.group_bytes,
+                    # a dead job's example in groups stops, though others share the batch
+                    skip=lambda pos: owners[pos][0].dead,
+                )
             else:
                 run = self.engine.run(tokenized, spec)
             for pos, cap in run:

@@ -23,6 +23,10 @@ def whole(seed: int, dtype: str = "float32") -> Capture:
     hid = rng.normal(size=(6, T, 7)).astype(np.float32)
     tensors = {"attention": att, "hidden_states": hid}
     quant = {}
+    if dtype in ("float16", "bfloat16"):
+        from jaxattn.dtypes import OUTPUT_DTYPES
+
+        tensors = {n: t.astype(OUTPUT_DTYPES[dtype]) for n, t in tensors.items()}
     if dtype == "uint8":
         tensors = {"attention": np.round(att * 255).astype(np.uint8)}
         quant = {"attention": (1 / 255, 0.0)}
@@ -100,8 +104,18 @@ def test_parts_assemble_to_the_whole_capture():
     assert not got.tensors["attention"].flags.writeable
 
 
-@pytest.mark.parametrize("codec", ["none", "zstd"])
-@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+@pytest.mark.parametrize(
+    "codec, dtype",
+    [
+        ("none", "float32"),
+        ("zstd", "float32"),
+        ("none", "uint8"),
+        ("zstd", "uint8"),
+        ("lz4", "uint8"),
+        ("lz4", "float16"),
+        ("none", "bfloat16"),
+    ],
+)
 def test_parts_on_the_wire_decode_to_the_capture_sent_whole(codec, dtype):
     caps = [whole(3, dtype), whole(4, dtype)]
     items = [(0, p) for p in cut(caps[0], (0, 2, 3, 5))] + [(1, caps[1])]
@@ -129,3 +143,34 @@ def test_parts_on_the_wire_decode_to_the_capture_sent_whole(codec, dtype):
     # one header per example, announcing every part's chunks
     parsed = [pb.CaptureResponse.FromString(m) for m in streams["plain"]]
     assert sum(m.HasField("header") for m in parsed) == 2
+
+
+def test_a_stream_cut_between_an_examples_groups_gives_nothing_of_it():
+    # What the client's resume relies on (jaxattn/client/client.py: a fresh decoder per
+    # attempt, resumed from the first example not received): a stream cut after some of
+    # an example's groups yields the examples before it and none of that one, and fails
+    # at its end rather than hand over a Capture assembled from half of it.
+    from jaxattn.wire import WireError
+
+    caps = [whole(5), whole(6)]
+    items = [(0, caps[0])] + [(1, p) for p in cut(caps[1], (0, 2, 3, 5))]
+    parts = [
+        m
+        for i, c in items[:3]
+        for m in serialize_example(i, c, codec="none", max_chunk_bytes=50_000)
+    ]
+    decoder, got = StreamDecoder(), []
+    for m in parts:  # example 0 whole, then two of example 1's three groups
+        got += decoder.feed_all(m)
+    assert len(got) == 1
+    same(got[0], caps[0])
+    with pytest.raises(WireError):
+        decoder.finish()
+    resumed = [(0, p) for p in cut(caps[1], (0, 2, 3, 5))]  # texts[1:]: example 1 again
+    decoder, got = StreamDecoder(), []
+    for i, c in resumed:
+        for m in serialize_example(i, c, codec="none", max_chunk_bytes=50_000):
+            got += decoder.feed_all(m)
+    decoder.finish()
+    assert len(got) == 1
+    same(got[0], caps[1])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
+from device_failures import FailingFetch
 
 import jaxattn
 from jaxattn.errors import DeviceMemoryError
@@ -30,20 +31,8 @@ class SmallDevice:
             )
             if self.at_dispatch:
                 raise error
-            return {"attention": {"data": _Failing(error)}}  # fails when fetched
+            return {"attention": {"data": FailingFetch(error)}}  # fails when fetched
         return self.step(spec, ids, *rest)
-
-
-class _Failing:
-    # Host memory: `start_copies` leaves it alone; the failure surfaces when fetched.
-    sharding = type("S", (), {"memory_kind": "pinned_host"})()
-
-    def __init__(self, error):
-        self.error = error
-
-    @property
-    def addressable_shards(self):
-        raise self.error
 
 
 @pytest.mark.parametrize("at_dispatch", [True, False])

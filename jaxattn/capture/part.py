@@ -100,6 +100,21 @@ class CapturePart:
         return lo * row, hi * row
 
 
+def refusal(spec) -> str | None:
+    """Why an example of `spec` (a `jaxattn.spec.CaptureSpec`) cannot come in layer
+    groups' parts, or None where it can: affine uint8 quantities take one range per
+    (example, tensor) over every layer, which no group sees whole
+    (`jaxattn.engine.layer_groups`; the server's limits say so when they refuse one)."""
+    if spec.dtype == "uint8":
+        affine = [n for n in spec.what if not QUANTITIES[n].probability]
+        if affine:
+            return (
+                f"uint8 {', '.join(affine)} take{'s' if len(affine) == 1 else ''} one range "
+                "over every layer of an example, which no layer group sees whole"
+            )
+    return None
+
+
 class Assembler:
     """Whole Captures built from parts as they land: each part copied into its example's
     arrays at once (and let go), the Capture handed over with the example's last part.

@@ -184,12 +184,16 @@ class Engine:
         *,
         parts: bool = False,
         group_bytes: int | None = None,
+        skip=None,
     ) -> Iterator[tuple[int, Capture | CapturePart]]:
         """Capture tokenised examples, yielding (position, Capture) as batches finish
         (`BatchPipeline.run`: grouped by length bucket, not in input order; with
         `parts`, an example run in layer groups as (position, CapturePart) per group;
-        `group_bytes`: most output bytes of one group, where below the budget)."""
-        return self.pipeline.run(tokenized, spec, ablation, parts=parts, group_bytes=group_bytes)
+        `group_bytes`: most output bytes of one group, where below the budget; `skip`:
+        asked before each group, True stops that example's groups)."""
+        return self.pipeline.run(
+            tokenized, spec, ablation, parts=parts, group_bytes=group_bytes, skip=skip
+        )
 
     def plan(self, tokenized, spec, budgets=None, ablated=False) -> list[batching.Batch]:
         """The batches `run` gives tokenised examples under `spec` now (`BatchPipeline.plan`)."""
@@ -199,10 +203,14 @@ class Engine:
         """Start one batch on the devices (`BatchPipeline.dispatch`)."""
         return self.pipeline.dispatch(batch, tokenized, spec, gates)
 
-    def warmup(self, spec: CaptureSpec, sizes: str = "all", stop=None) -> int:
+    def warmup(
+        self, spec: CaptureSpec, sizes: str = "all", stop=None, group_bytes: int | None = None
+    ) -> int:
         """Compile the shapes of `spec` before the first call; returns `compiled_shapes`
-        (`BatchPipeline.warmup`: sizes "all" or "largest", `stop` to end early)."""
-        return self.pipeline.warmup(spec, sizes, stop)
+        (`BatchPipeline.warmup`: sizes "all" or "largest", `stop` to end early; a bucket
+        whose examples run in layer groups, under the output budget or `group_bytes` as
+        `run`'s, compiles its layer groups' programs)."""
+        return self.pipeline.warmup(spec, sizes, stop, group_bytes)
 
     def output_bytes(self, spec: CaptureSpec, length: int) -> int:
         """Bytes one example padded to `length` returns under `spec`."""

@@ -15,15 +15,16 @@ A group is a run of `size` captured layers (`groups_of`): it runs the layers
 from where the one before stopped up to its last captured layer, so the layers
 between two captured ones run in the later group and layers past the deepest
 captured one never run, as in the one program. Its outputs are the whole
-example's with the L axis cut to its layers (`Group.layer_slice`);
+example's with the L axis cut to its layers (`CapturePart.entries`);
 hidden_states' extra first entry, the embeddings output, comes with group 0.
 
 The group size follows the output budget (`size_for`): the most captured layers
 whose outputs of one example fit `batching.Budgets.output_bytes` (at least 1),
 so a group's program returns at most what one batch may. The engine groups a
 request only where one example's outputs exceed that budget (`GroupPolicy`).
-Affine uint8 quantities (`refusal`) are never grouped: their range is one per
-(example, tensor), taken over every layer, which no group sees whole.
+Affine uint8 quantities (`refusal`, from `jaxattn.capture.part`) are never
+grouped: their range is one per (example, tensor), taken over every layer,
+which no group sees whole.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from jaxattn.quantities import QUANTITIES
+# numpy-only, beside the parts it concerns: the server's limits read it too
+from jaxattn.capture.part import refusal as refusal
 from jaxattn.spec import CaptureSpec
 
 
@@ -98,18 +100,6 @@ def template(config, spec: CaptureSpec, span: tuple[int, int], known: dict) -> t
     )
     first = known.setdefault(signature, span)
     return first, start - first[0]
-
-
-def refusal(spec: CaptureSpec) -> str | None:
-    """Why `spec` cannot run in layer groups, or None where it can."""
-    if spec.dtype == "uint8":
-        affine = [n for n in spec.what if not QUANTITIES[n].probability]
-        if affine:
-            return (
-                f"uint8 {', '.join(affine)} take{'s' if len(affine) == 1 else ''} one range "
-                "over every layer of an example, which no layer group sees whole"
-            )
-    return None
 
 
 def first_layers(spec: CaptureSpec, count: int) -> CaptureSpec:

@@ -63,3 +63,19 @@ def in_halves(pipeline, batch, tokenized, spec, gates, error) -> Iterator[tuple[
             continue
         done = host.unpack(sub, blocks, rows, spec, pipeline.provenance)
         yield from ((batch.rows[p], cap) for p, cap in done)
+
+
+def group_error(length: int, spec, group, part: int, parts: int, error) -> DeviceMemoryError:
+    """The error of layer group `part` (of `parts`) of one example of `length` tokens run
+    in layer groups (`jaxattn.engine.layer_groups`) that ran out of device memory.
+
+    Not retried: a grouped example is one already, and its groups hold the hidden
+    state between them, so the error names the group, its layers, and what helps."""
+    captured = spec.layers[group.first : group.first + group.count]
+    fewer = "a smaller layer_group (Engine(layer_group=1)), " if group.count > 1 else ""
+    return DeviceMemoryError(
+        f"layer group {part + 1} of {parts} (layers {group.start}-{group.stop - 1}, "
+        f"capturing {', '.join(map(str, captured))}) of an example of {length} tokens "
+        f"does not fit the device's memory, capturing {', '.join(spec.what)} ({error}): "
+        f"try {fewer}fewer quantities or heads, or shorter texts"
+    )

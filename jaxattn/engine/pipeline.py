@@ -27,9 +27,10 @@ from jaxattn.capture.part import Assembler, CapturePart
 from jaxattn.config import ModelConfig
 from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.engine import batching, host, layer_groups
-from jaxattn.engine.oom import in_halves, out_of_memory
+from jaxattn.engine.oom import group_error, in_halves, out_of_memory
 from jaxattn.engine.step import CaptureStep
 from jaxattn.engine.tokenize import TokenizedText
+from jaxattn.errors import DeviceMemoryError
 from jaxattn.spec import CaptureSpec
 
 # Batches in flight: one computing while the previous one's copy lands.
@@ -105,6 +106,7 @@ class BatchPipeline:
         *,
         parts: bool = False,
         group_bytes: int | None = None,
+        skip: Callable[[int], bool] | None = None,
     ) -> Iterator[tuple[int, Capture | CapturePart]]:
         """Capture tokenised examples, yielding (position, Capture) as batches finish.
 
@@ -118,10 +120,13 @@ class BatchPipeline:
         smaller) runs in layer groups, one example at a time, after the others
         (`group_policy`, `jaxattn.engine.layer_groups`): with `parts` its groups come
         as (position, `CapturePart`) in order as each lands, else its Capture once
-        the last has.
+        the last has. `skip(position)`: None, or asked before each layer group is
+        dispatched: once True, that example's remaining groups are not computed and
+        nothing more of it comes (its reader left: a server's cancelled call).
 
         Raises:
-          DeviceMemoryError: one example alone does not fit the device.
+          DeviceMemoryError: one example alone does not fit the device; or a
+            layer group of one run in groups does not (named, not retried).
         """
         gates = None if ablation is None else ablation.gates(self.config)
         sizes = self.group_sizes(tokenized, spec, group_bytes)
@@ -134,7 +139,7 @@ class BatchPipeline:
                 yield whole[i], cap
         for pos, size in enumerate(sizes):
             if size:
-                yield from self._run_groups(tokenized, spec, gates, pos, size, parts)
+                yield from self._run_groups(tokenized, spec, gates, pos, size, parts, skip)
 
     def group_sizes(
         self, tokenized: Sequence[TokenizedText], spec: CaptureSpec, group_bytes=None
@@ -158,9 +163,10 @@ class BatchPipeline:
         size = self._group_size(spec, length, group_bytes)
         return self.output_bytes(layer_groups.first_layers(spec, size) if size else spec, length)
 
-    def _run_groups(self, tokenized, spec, gates, pos, size, parts) -> Iterator[tuple]:
+    def _run_groups(self, tokenized, spec, gates, pos, size, parts, skip=None) -> Iterator[tuple]:
         """One example in layer groups of `size` captured layers: group g+1 dispatched
-        while group g's outputs copy to the host, at most two groups' outputs held."""
+        while group g's outputs copy to the host, at most two groups' outputs held;
+        stopped, what is in flight dropped, once `skip(pos)` says so (`run`)."""
         batch = batching.Batch(self._bucket(tokenized[pos].length), len(self.devices), (pos,))
         groups = layer_groups.groups_of(spec, size)
         cuts = layer_groups.cuts(groups)
@@ -169,8 +175,18 @@ class BatchPipeline:
         pending: collections.deque = collections.deque()
         provenance = self.provenance
 
+        def named(part, error) -> DeviceMemoryError:
+            """A group that ran out of device memory: not retried, named (`oom.group_error`)."""
+            length = tokenized[pos].length
+            return group_error(length, spec, groups[part], part, len(groups), error)
+
         def finish(part, out):
-            blocks = host.host_blocks(out)  # waits for the group's copy
+            try:
+                blocks = host.host_blocks(out)  # waits for the group's copy
+            except Exception as e:
+                if not out_of_memory(e):
+                    raise
+                raise named(part, e) from None
             for row, got in host.unpack_part(
                 batch, blocks, tokenized, spec, cuts, part, provenance
             ):
@@ -183,7 +199,14 @@ class BatchPipeline:
 
         x = None
         for part, group in enumerate(groups):
-            out, x = self.step.group(spec, group.span, x, *arrays, gates)
+            if skip is not None and skip(pos):
+                return  # no one wants the rest of it
+            try:
+                out, x = self.step.group(spec, group.span, x, *arrays, gates)
+            except Exception as e:
+                if not out_of_memory(e):
+                    raise
+                raise named(part, e) from None
             host.start_copies(out)
             pending.append((part, out))
             if len(pending) >= _PIPELINE_DEPTH:
@@ -259,7 +282,9 @@ class BatchPipeline:
         while pending:
             yield from self._finish(*pending.popleft(), tokenized, spec, gates, pending)
 
-    def warmup(self, spec: CaptureSpec, sizes: str = "all", stop=None) -> int:
+    def warmup(
+        self, spec: CaptureSpec, sizes: str = "all", stop=None, group_bytes: int | None = None
+    ) -> int:
         """Compile the shapes of `spec` before the first call; returns `compiled_shapes`
         (every program the step has made so far, not only these).
 
@@ -276,6 +301,11 @@ class BatchPipeline:
         each shape; once it returns True no further shape starts (a server told
         to stop while it warms up).
 
+        A bucket whose examples run in layer groups (`group_sizes`, with `group_bytes`
+        as `run`'s: a server gives its per-example limit) compiles its group programs
+        instead (`CaptureStep.compile_groups`; scanned, alike groups share one), as one
+        shape: its examples never run as one program.
+
         Raises:
           ValueError: an unknown `sizes`.
         """
@@ -284,8 +314,12 @@ class BatchPipeline:
             raise ValueError(f"unknown warmup sizes {sizes!r}: valid are {valid}")
         if sizes == "largest":
             self.shapes.pad_into.add(program(spec, False))
-        shapes = []
+        shapes, grouped = [], []
         for length in self.buckets:
+            size = self._group_size(spec, length, group_bytes)
+            if size:
+                grouped.append((length, size))
+                continue
             largest = batching.batch_size(
                 length,
                 lambda t: self.output_bytes(spec, t),
@@ -304,9 +338,12 @@ class BatchPipeline:
                 stopped.set()
             return stopped.is_set()
 
-        threads = self.compile_threads or compile_threads(len(shapes))
+        threads = self.compile_threads or compile_threads(len(shapes) + len(grouped))
         with ThreadPoolExecutor(threads, thread_name_prefix="jaxattn-compile") as pool:
             done = [pool.submit(self._compile, spec, t, n, told_to_stop) for t, n in shapes]
+            groups = [pool.submit(self._compile_groups, spec, *g, told_to_stop) for g in grouped]
+        for compiled in groups:
+            compiled.result()  # its errors, if any
         for (length, n), compiled in zip(shapes, done, strict=True):
             if compiled.result():
                 self.shapes.add(program(spec, False), length, n)
@@ -322,6 +359,17 @@ class BatchPipeline:
         # key positions (`map_positions.arrays`), and the program is the same.
         batch = batching.Batch(length, n, ())
         self.step.compile(spec, *self.step.place(*host.pack(batch, [], self.config, spec)))
+        return True
+
+    def _compile_groups(self, spec: CaptureSpec, length: int, size: int, stop=None) -> bool:
+        """Compile the layer-group programs of one example padded to `length` in groups
+        of `size` (`_run_groups`'s batch: one row a device), unless `stop()` says not to."""
+        if stop is not None and stop():
+            return False
+        batch = batching.Batch(length, len(self.devices), ())
+        spans = [g.span for g in layer_groups.groups_of(spec, size)]
+        arrays = self.step.place(*host.pack(batch, [], self.config, spec))
+        self.step.compile_groups(spec, spans, *arrays)
         return True
 
     def _compile_ahead(self, spec: CaptureSpec, plan) -> _CompilingAhead | None:

@@ -304,6 +304,21 @@ class CaptureStep:
         self._jit.trace(*args).lower().compile()
         self._programs.add((spec, ids.shape, False))
 
+    def compile_groups(
+        self, spec: CaptureSpec, spans, ids, type_ids, mask, classes, positions=None
+    ):
+        """Compile the programs of one example's layer groups `spans` (`group`'s, in order,
+        no heads ablated) for these placed arrays without running them, as `compile` the
+        one program: each group's entering hidden state is the one before's, as traced."""
+        x = None
+        for span in spans:
+            program, shift = self._group_program(spec, span)
+            args = (spec, program, self.params, x, ids, type_ids, mask, classes, positions or {})
+            traced = self._group_jit.trace(*args, None, shift)
+            traced.lower().compile()
+            self._programs.add((spec, ids.shape, False, program))
+            x = traced.out_info[1]  # the hidden state's shape, dtype and sharding
+
     def canonical_params(self) -> dict:
         """The params as the checkpoint names them (one entry per weight set), on the host."""
         params = jax.tree.map(np.asarray, self.params)

@@ -25,3 +25,33 @@ def test_requests_run_the_programs_serve_warmed(svc_checkpoint):
         assert len(compiles) == 1
     for g, w in zip(got, engine.capture(texts, what="attention"), strict=True):
         np.testing.assert_allclose(g.attention, w.attention, rtol=0, atol=1e-6)
+
+
+def test_serve_warmup_compiles_the_layer_groups_its_limit_makes(svc_engine, monkeypatch):
+    # `jaxattn serve --warmup` with a per-example limit one example exceeds: the server
+    # runs it in layer groups within the limit (create_server), so warmup is asked for
+    # those groups' programs with the same limit (`Engine.warmup(group_bytes=)`).
+    import jaxattn.checkpoints.loading
+    import service.main
+    from jaxattn.cli import main
+
+    warmed, created = [], []
+
+    class Stop(Exception):
+        pass
+
+    def warmup(spec, sizes="all", stop=None, group_bytes=None):
+        warmed.append(group_bytes)
+        return 0
+
+    def create_server(engine, address, options):
+        created.append(options)
+        raise Stop
+
+    monkeypatch.setattr(jaxattn.checkpoints.loading, "load", lambda *a, **k: svc_engine)
+    monkeypatch.setattr(svc_engine, "warmup", warmup)
+    monkeypatch.setattr(service.main, "create_server", create_server)
+    args = ["serve", "--port", "0", "--warmup", "attention", "--max-example-mib", "0.1"]
+    main(args)  # stopped by the stand-in create_server, once warmed
+    limit = created[0].max_example_bytes
+    assert 0 < limit < created[0].max_buffered_bytes and warmed == [limit]
