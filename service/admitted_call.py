@@ -20,6 +20,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
+from jaxattn.capture.part import ends_example
+
 
 class JobCancelled(Exception):
     """The job's client went away (cancelled, deadline passed, server stopping)."""
@@ -180,7 +182,7 @@ class Job:
                         raise JobCancelled()
                     cap, sending = self._items[index].popleft()
                     at = index
-                    if getattr(cap, "last", True):  # a Capture, or an example's last part
+                    if ends_example(cap):  # a Capture, or an example's last part
                         del self._items[index]
                         index += 1
                     self._next = index

@@ -40,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from jaxattn.capture.part import ends_example
 from service.admission import STREAM_CHUNKS, QueueFull, refusal, reservation
 from service.admitted_call import EngineFailed, Job, JobCancelled, SlowReader
 
@@ -397,7 +398,7 @@ class MicroBatcher:
                     if size:
                         self._peak("peak_job_buffered_bytes", job.buffered)
                         self._peak("peak_buffered_bytes", sum(j.buffered for j in self._jobs))
-                    if not getattr(cap, "last", True):
+                    if not ends_example(cap):
                         self._hold_for(job, size)  # flow control between an example's groups
                     if all(j.dead for j, _ in group):
                         self.stats["abandoned"] += 1

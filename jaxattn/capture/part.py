@@ -17,7 +17,16 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from jaxattn.capture import Capture
 from jaxattn.quantities import QUANTITIES
+
+
+def ends_example(item) -> bool:
+    """Whether `item`, a Capture or a `CapturePart` (or anything with `last`),
+    completes its example (a Capture always does). A Capture is told by its type,
+    before any attribute is asked: its unknown attribute is an AttributeError with
+    suggestions, ~60 us each, on the server's per-example path."""
+    return isinstance(item, Capture) or getattr(item, "last", True)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
@@ -126,8 +135,6 @@ class Assembler:
     def add(self, key, part: CapturePart):
         """Take the next part of example `key` (its parts in order); the example's
         Capture once this is its last part, else None."""
-        from jaxattn.capture import Capture
-
         whole = self._open.setdefault(key, {})
         for name, t in part.tensors.items():
             if name not in whole:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from jaxattn.capture.part import CapturePart
+from jaxattn.capture.part import CapturePart, ends_example
 from jaxattn.dump.counts import Counts
 from jaxattn.errors import TooLongError, UsageError
 from jaxattn.inputs import InputError, Record, parse_record
@@ -136,7 +136,7 @@ class ShardTask:
                 text=record.text,
             )
             self.counts.bytes += added
-            if not getattr(cap, "last", True):  # a layer group of an example: more to come
+            if not ends_example(cap):  # a layer group of an example: more to come
                 job.progress.update(0, bytes=added)
                 continue
             done += 1
