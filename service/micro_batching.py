@@ -24,7 +24,10 @@ Memory is bounded twice (admission: `service.admission`):
     (`buffer_bytes`, or one example if larger), so a client that reads slowly
     holds back only its own work (flow control, not buffering); if it reads
     nothing for `stall_s` while its results wait, it is failed (SlowReader)
-    and its call cancelled;
+    and its call cancelled. An example run in layer groups (`group_bytes`)
+    holds its next group until it fits the same way; the worker runs the other
+    jobs' pieces meanwhile, the example's run suspended between groups
+    (`_hold_for`), so here too a slow reader holds back only its own work;
   * overall: admission reserves each job's worst case (its buffer bound plus
     the chunks its stream may hold) from `total_bytes`, and at most
     `queue_size` jobs exist at once; `submit` beyond either raises `QueueFull`.
@@ -352,11 +355,17 @@ class MicroBatcher:
             self._last_calls = calls
         return group
 
-    def _hold_for(self, job: Job, size: int) -> None:
+    def _hold_for(self, job: Job, size: int, nested: bool = False) -> None:
         """Wait (lock held) until the job's next layer group of `size` bytes fits its
         buffer beside what the client has not yet taken (or nothing is unsent), the job
         dies, or the batcher closes; a client that reads nothing for `stall_s`
-        meanwhile is failed as a slow reader (`_reap`), which ends the wait."""
+        meanwhile is failed as a slow reader (`_reap`), which ends the wait.
+
+        Meanwhile the worker serves the other calls: while any has a piece that fits,
+        it runs that piece (`_run`, nested one deep, the grouped example's run
+        suspended between its groups: on the device it keeps its hidden state and at
+        most two groups' outputs), so a client that reads its long example slowly
+        delays only itself. A nested run waits for its own grouped example plainly."""
         while (
             job.buffered > 0
             and job.buffered + size > self.buffer_bytes
@@ -365,12 +374,30 @@ class MicroBatcher:
         ):
             self.stats["group_waits"] += 1
             wait = self._reap()
-            self._cond.wait(1.0 if wait is None else min(wait, 1.0))
+            if job.dead:
+                break
+            other = None if nested else self._other_piece()
+            if other is None:
+                self._cond.wait(1.0 if wait is None else min(wait, 1.0))
+                continue
+            self.stats["served_while_waiting"] += 1
+            self._lock.release()
+            try:
+                self._run(other, nested=True)
+            finally:
+                self._lock.acquire()
+
+    def _other_piece(self) -> list[tuple[Job, int]] | None:
+        """(lock held) The next fair group of pieces that fit, taken, or None: what the
+        worker runs while a grouped example waits for its reader (`_hold_for`); no
+        batching window (the worker is not idle)."""
+        first = next((j for j in self._in_turn() if self._fits(j) and not j.dead), None)
+        return None if first is None else self._take(first)
 
     def _peak(self, stat: str, value: int) -> None:
         self.stats[stat] = max(self.stats[stat], value)
 
-    def _run(self, group: list[tuple[Job, int]]) -> None:
+    def _run(self, group: list[tuple[Job, int]], nested: bool = False) -> None:
         owners, tokenized = [], []
         for job, n in group:
             owners += [(job, job.scheduled + i) for i in range(n)]
@@ -399,7 +426,7 @@ class MicroBatcher:
                         self._peak("peak_job_buffered_bytes", job.buffered)
                         self._peak("peak_buffered_bytes", sum(j.buffered for j in self._jobs))
                     if not ends_example(cap):
-                        self._hold_for(job, size)  # flow control between an example's groups
+                        self._hold_for(job, size, nested)  # flow control between groups
                     if all(j.dead for j, _ in group):
                         self.stats["abandoned"] += 1
                         return  # everyone left: stop computing (run.close() below)

@@ -113,3 +113,20 @@ def test_heads_ablated_in_one_group_change_the_next_groups_as_in_one_program(eng
     assert_same(grouped, one_program(engine, ablation=ablation, **ask))
     plain = engine.capture(TEXTS, **ask)
     assert not np.allclose(grouped[0].attention[1], plain[0].attention[1])  # layer 2 changed
+
+
+def test_a_grouped_run_suspended_between_groups_resumes_after_other_runs(engine):
+    """The server's worker runs other calls' batches while a grouped example waits for
+    its reader (`service.micro_batching.MicroBatcher._hold_for`): the suspended run
+    keeps its hidden state on the device and resumes with the one program's numbers."""
+    spec = engine.make_spec(**ASK)
+    tokenized = engine.tokenize(TEXTS[:1])
+    run = engine.run(tokenized, spec, parts=True)
+    pos, first = next(run)
+    assert pos == 0 and not first.last
+    between = engine.capture(TEXTS[1:], **ASK)  # other runs, grouped and not, meanwhile
+    rest = [part for _, part in run]
+    assert [p.part for p in [first, *rest]] == [0, 1]
+    want = one_program(engine, **ASK)
+    assert_same([assemble([first, *rest])], want[:1])
+    assert_same(between, want[1:])

@@ -1,10 +1,10 @@
 """An example served in layer groups under the bad cases, in the batcher (issue 31,
-review), on a fake engine that hands each example over in parts (no compiles): the
-worker waits between an example's groups for its client to take the last one, and a
-client that then reads nothing for stall_s is cut off as a slow reader, one that
-cancels or whose deadline passes stops the example's compute, and in each case the
-worker goes on serving the others; every job's reservation comes back, and the
-buffered-bytes counters never pass one group beside the buffer."""
+review), on a fake engine that hands each example over in parts (no compiles): an
+example's next group waits until its client has taken the last one, the worker serving
+the other calls meanwhile; a client that then reads nothing for stall_s is cut off as
+a slow reader, one that cancels or whose deadline passes stops the example's compute;
+every job's reservation comes back, and the buffered-bytes counters never pass one
+group beside the buffer."""
 
 from __future__ import annotations
 
@@ -113,12 +113,28 @@ def test_a_reader_stalled_between_groups_is_cut_off_and_others_are_served(batche
     slow, results = first_part_then_stop(batcher, "slow")
     other, reader, got = served(batcher, "other")  # another spec: the next engine call
     reader.join(10)
-    assert got == [0, 1, 2]  # served once the slow one was cut off
+    assert got == [0, 1, 2]  # served while the slow one waited, before it was cut off
+    wait_until(lambda: batcher.stats["stalled"] == 1)
     with pytest.raises(SlowReader, match="read nothing for 0.5 s"):
         next(results)
     assert batcher.stats["stalled"] == 1 and batcher.stats["group_waits"] >= 1
     assert ("slow", 1) not in batcher.engine.made  # its next group never computed
     assert "slow" in batcher.engine.closed
+    finish(batcher, slow, other)
+
+
+def test_a_slow_reader_between_groups_delays_only_itself(batcher):
+    """While a grouped example waits for its reader (slow, not stalled), the worker
+    serves the other calls, then goes on with the example where it stopped."""
+    batcher.stall_s = 60.0  # slow, never cut off here
+    slow, results = first_part_then_stop(batcher, "slow")
+    wait_until(lambda: batcher.stats["group_waits"] >= 1)  # the worker waits for it
+    other, reader, got = served(batcher, "other")
+    reader.join(10)
+    assert got == [0, 1, 2]  # served while "slow" held its first group unread
+    assert batcher.stats["served_while_waiting"] >= 1 and batcher.stats["stalled"] == 0
+    assert [part.part for _, part in results] == [1, 2]  # the rest, once read
+    assert batcher.engine.made.count(("slow", 1)) == 1
     finish(batcher, slow, other)
 
 
@@ -141,8 +157,9 @@ def test_a_deadline_passed_between_groups_stops_the_examples_compute(batcher):
     late, results = first_part_then_stop(batcher, "late", time.monotonic() + 0.3)
     other, reader, got = served(batcher, "other")
     reader.join(10)
-    assert got == [0, 1, 2]
-    assert ("late", 1) not in batcher.engine.made and batcher.stats["abandoned"] == 1
+    assert got == [0, 1, 2]  # served while the late one waited
+    wait_until(lambda: batcher.stats["abandoned"] == 1)  # its deadline passed: stopped
+    assert ("late", 1) not in batcher.engine.made
     assert batcher.stats["stalled"] == 0
     late.cancel()  # what gRPC's deadline fires (the servicer's callback)
     with pytest.raises(JobCancelled):
