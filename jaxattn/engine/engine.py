@@ -10,6 +10,7 @@ on accelerators) -> host copy overlapped with the next batch -> `host.unpack`
 
 from __future__ import annotations
 
+import collections
 import functools
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
@@ -463,23 +464,18 @@ class Engine:
         spec, index, kept = self._prepare(
             texts, what, layers, heads, dtype, precision, too_long, positions
         )
-        ready: dict[int, list] = {}
+        ready: dict[int, collections.deque] = {}
         following = 0
         for pos, item in self.run(kept, spec, parts=True, group_bytes=group_bytes):
             if isinstance(item, Capture):
                 item = CapturePart.of(item)
-            ready.setdefault(pos, []).append(item)
-            while following in ready:  # the text next in order: pass on what it has
-                got = ready[following]
-                while got:
-                    part = got.pop(0)
-                    yield index[following], part
-                    if part.last:
-                        del ready[following]
-                        following += 1
-                        break
-                else:
-                    break
+            ready.setdefault(pos, collections.deque()).append(item)
+            while ready.get(following):  # the text next in order: pass on what it has
+                part = ready[following].popleft()
+                yield index[following], part
+                if part.last:
+                    del ready[following]
+                    following += 1
 
     @staticmethod
     def _in_order(results: Iterator[tuple[int, Capture]]) -> Iterator[Capture]:

@@ -96,6 +96,16 @@ def _refuse_blockwise(what, ablated: bool):
     )
 
 
+def _quantized(spec: CaptureSpec, out: dict, mask, positions) -> dict:
+    """A program's outputs {name: [B, L, ...]} in the spec's dtype (`quantize`), the
+    maps with their selected rows and keys' masks (`map_positions`)."""
+    maps = map_positions.masks(mask, positions)
+    return {
+        name: quantize(name, x, mask, spec.dtype, maps if name in MAPS else None)
+        for name, x in out.items()
+    }
+
+
 class CaptureStep:
     """The compiled capture program of one model on a set of devices.
 
@@ -183,11 +193,7 @@ class CaptureStep:
             return self._model.apply({"params": params}, i, t, m, spec, gates, c, p)
 
         out = jax.vmap(one)(ids, type_ids, mask, classes, positions)  # {name: [B, L, ...]}
-        maps = map_positions.masks(mask, positions)
-        return {
-            name: quantize(name, x, mask, spec.dtype, maps if name in MAPS else None)
-            for name, x in out.items()
-        }
+        return _quantized(spec, out, mask, positions)
 
     def _forward_group(
         self,
@@ -212,11 +218,7 @@ class CaptureStep:
             return model({"params": params}, i, t, m, spec, gates, c, p, **kw)
 
         out, x = jax.vmap(one)(ids, type_ids, mask, classes, positions, x)
-        maps = map_positions.masks(mask, positions)
-        return {
-            name: quantize(name, t, mask, spec.dtype, maps if name in MAPS else None)
-            for name, t in out.items()
-        }, x
+        return _quantized(spec, out, mask, positions), x
 
     def group(
         self, spec: CaptureSpec, span, x, ids, type_ids, mask, classes, positions=None, gates=None
