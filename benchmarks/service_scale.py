@@ -113,20 +113,38 @@ def service_child(args) -> int:
 
 
 def bare_child(args) -> int:
-    """A grpc-python server streaming `--bytes` bytes in pre-built messages."""
+    """A grpc-python server streaming the bytes a request names in messages of the
+    default chunk size: pre-built ("N"), or each built as the service builds a chunk's
+    message ("copy N": a new bytes object filled by one copy from a tensor-sized
+    source array, its CRC-32 computed over it), the floor of the service's send."""
     from concurrent import futures
 
     import grpc
+    import numpy as np
+
+    from jaxattn.wire import protowire
+    from jaxattn.wire.codecs import checksum
 
     size = DEFAULT_MAX_CHUNK_BYTES
     pool = [os.urandom(size) for _ in range(8)]  # distinct objects, built before any call
+    source = np.frombuffer(os.urandom(256 << 20), np.uint8)  # larger than any cache
+
+    def built(k: int, n: int) -> bytes:
+        message, view = protowire.new_bytes(n)
+        at = (k * size) % (len(source) - size)
+        np.copyto(view, source[at : at + n])
+        checksum(view)
+        return message
 
     def stream(request, context):
-        total = int(request)
-        for k in range(total // size):
-            yield pool[k % len(pool)]
-        if total % size:
-            yield pool[0][: total % size]
+        *mode, total = request.split()
+        total = int(total)
+        for k in range(-(-total // size)):
+            n = min(size, total - k * size)
+            if mode == ["copy"]:
+                yield built(k, n)
+            else:
+                yield pool[k % len(pool)] if n == size else pool[0][:n]
 
     handler = grpc.method_handlers_generic_handler(
         "bench.Bare",
@@ -236,25 +254,44 @@ def profiled(profile: Path | None, name: str, server_pid: int):
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process so far (all its threads)."""
+    return sum(process_counters(pid)[:2])
+
+
+def process_counters(pid: int) -> tuple[float, float, int]:
+    """User CPU seconds, system CPU seconds and minor page faults of a process so far
+    (all its threads), from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick, int(fields[7])
 
 
 @contextlib.contextmanager
 def cpu_time(record: dict, server_pid: int):
     """Adds the CPU seconds the client (this process) and the server spent in the
     block to `record` (client_cpu_s, server_cpu_s): on a shared machine, a cost
-    other jobs' load does not inflate the way it inflates wall time."""
-    client, server = time.process_time(), cpu_seconds(server_pid)
+    other jobs' load does not inflate the way it inflates wall time. Beside them,
+    each side's system seconds and minor page faults (`*_sys_s`, `*_faults`): the
+    kernel's share of the cost (socket copies, pages touched for the first time)."""
+    before = {"client": process_counters(os.getpid()), "server": process_counters(server_pid)}
     try:
         yield
     finally:
-        record["client_cpu_s"] = round(time.process_time() - client, 2)
-        record["server_cpu_s"] = round(cpu_seconds(server_pid) - server, 2)
+        for side, pid in (("client", os.getpid()), ("server", server_pid)):
+            user, system, faults = (
+                b - a for a, b in zip(before[side], process_counters(pid), strict=True)
+            )
+            record[f"{side}_cpu_s"] = round(user + system, 2)
+            record[f"{side}_sys_s"] = round(system, 2)
+            record[f"{side}_faults"] = faults
 
 
-def bare_request(address: str, nbytes: int) -> dict:
+def bare_request(address: str, nbytes: int, copy: bool = False) -> dict:
+    """One call to the bare server; `copy`: its messages built as the service builds
+    them, and this client checks each one's CRC-32 as the service's client does (the
+    floor of the service path: the copy and checksum its protocol needs, no more)."""
     import grpc
+
+    from jaxattn.wire.codecs import checksum
 
     opts = [("grpc.max_receive_message_length", 64 << 20)]
     with grpc.insecure_channel(address, opts) as channel:
@@ -262,8 +299,10 @@ def bare_request(address: str, nbytes: int) -> dict:
             METHOD, request_serializer=str.encode, response_deserializer=None
         )
         start, got = time.perf_counter(), 0
-        for message in call(str(nbytes), timeout=600):
+        for message in call(f"copy {nbytes}" if copy else str(nbytes), timeout=600):
             got += len(message)
+            if copy:
+                checksum(message)
         seconds = time.perf_counter() - start
     assert got == nbytes, (got, nbytes)
     return dict(seconds=seconds, bytes=got)
@@ -307,8 +346,9 @@ def run_e2e(args, engine, texts, out, raw, profile):
     )
 
 
-def stream_messages(address: str, texts, what, coalesce: bool) -> int:
-    """How many messages one Capture call's stream takes (raw gRPC, nothing decoded)."""
+def stream_messages(address: str, texts, what, coalesce: bool) -> dict:
+    """One Capture call's stream through raw gRPC, nothing decoded: its seconds, bytes
+    and messages (the service's send path without the client's decoding)."""
     import grpc
 
     from jaxattn.v1 import attention_pb2 as pb
@@ -322,7 +362,10 @@ def stream_messages(address: str, texts, what, coalesce: bool) -> int:
             request_serializer=pb.CaptureRequest.SerializeToString,
             response_deserializer=None,
         )
-        return sum(1 for _ in call(request, timeout=600))
+        start, got, count = time.perf_counter(), 0, 0
+        for message in call(request, timeout=600):
+            got, count = got + len(message), count + 1
+        return dict(seconds=time.perf_counter() - start, bytes=got, messages=count)
 
 
 def run_replay(args, texts, out, raw, profile, case="replay", what=FULL):
@@ -332,7 +375,7 @@ def run_replay(args, texts, out, raw, profile, case="replay", what=FULL):
         first = sb.big_request(address, texts, what, "float32", "none")  # fill the cache
         nbytes = first["decoded"]
         sb.big_request(address, texts, what, "float32", "none", coalesce=False)  # warm
-        counts = {c: stream_messages(address, texts, what, c) for c in (True, False)}
+        counts = {c: stream_messages(address, texts, what, c)["messages"] for c in (True, False)}
         with child_process("bare") as (bare, bare_pid):
             bare_request(bare, nbytes)  # connect, warm
             for _ in range(args.repeats):
@@ -343,9 +386,18 @@ def run_replay(args, texts, out, raw, profile, case="replay", what=FULL):
                     p = sb.big_request(address, texts, what, "float32", "none", coalesce=False)
                 with profiled(profile, f"{case}-bare", bare_pid), cpu_time(b_cpu, bare_pid):
                     b = bare_request(bare, nbytes)
-                s, p, b = s | s_cpu, p | p_cpu, b | b_cpu
-                log.append(dict(service=s, plain=p, bare=b))
-                print(f"  {case}: coalesced {s} plain {p} bare {b}", file=sys.stderr, flush=True)
+                r_cpu, f_cpu = {}, {}
+                with cpu_time(r_cpu, pid):
+                    r = stream_messages(address, texts, what, True)
+                with cpu_time(f_cpu, bare_pid):
+                    f = bare_request(bare, nbytes, copy=True)
+                s, p, b, r, f = s | s_cpu, p | p_cpu, b | b_cpu, r | r_cpu, f | f_cpu
+                log.append(dict(service=s, plain=p, bare=b, undecoded=r, floor=f))
+                print(
+                    f"  {case}: coalesced {s} plain {p} bare {b} undecoded {r} floor {f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     n = len(texts)
     bare_messages = -(-nbytes // DEFAULT_MAX_CHUNK_BYTES)
     out.append(
@@ -365,14 +417,37 @@ def run_replay(args, texts, out, raw, profile, case="replay", what=FULL):
         )
     pairs = ", ".join(f"{_rate(r['service']) / _rate(r['plain']):.2f}x" for r in log)
     out.append(f"  coalesced / plain wall-time rate, each repeat: {pairs}")
-    for side in ("service", "plain", "bare"):
+    for side, label in DECOMPOSED:
+        rate = max(_rate(r[side]) for r in log)
+        pairs = ", ".join(f"{_rate(r[side]) / _rate(r['bare']):.2f}x" for r in log)
+        out.append(
+            f"  {label}: {rate / 1e9:.2f} GB/s, **{rate / b_rate:.2f}x** bare (pairs: {pairs})"
+        )
+    for side in ("service", "plain", "bare", "undecoded", "floor"):
         gb = nbytes / 1e9
         server = min(r[side]["server_cpu_s"] for r in log) / gb
         client = min(r[side]["client_cpu_s"] for r in log) / gb
+
+        def sys_s(who, side=side, gb=gb):
+            return min(r[side][f"{who}_sys_s"] for r in log) / gb
+
+        def faults(who, side=side, gb=gb):
+            return min(r[side][f"{who}_faults"] for r in log) / gb
+
         out.append(
             f"  CPU seconds per GB, {'coalesced' if side == 'service' else side} (least of "
-            f"{len(log)}): server {server:.2f}, client {client:.2f}"
+            f"{len(log)}): server {server:.2f} (system {sys_s('server'):.2f}), client "
+            f"{client:.2f} (system {sys_s('client'):.2f}); page faults per GB server "
+            f"{faults('server'):,.0f}, client {faults('client'):,.0f}"
         )
+
+
+# The service path's ratio taken apart: its stream read but not decoded (the server's
+# share), and bare gRPC doing only the copy and the checksums the protocol needs.
+DECOMPOSED = (
+    ("undecoded", "coalesced, counted by a raw gRPC client (no decoding)"),
+    ("floor", "bare gRPC + one copy into each message + CRC-32 on each side"),
+)
 
 
 def _rate(r: dict) -> float:
