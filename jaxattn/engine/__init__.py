@@ -18,7 +18,7 @@ The modules, in the order data flows through them:
       params     the params tree the model expects
     engine     Engine: the pipeline above, with the async copy overlapped;
       pipeline   BatchPipeline, owned by the Engine: batches planned, run two deep, unpacked
-      oom        a batch out of device memory runs again in halves
+      oom        a batch out of device memory runs again in halves, an example in groups
     ablation   head ablation (Kovaleva et al. 2019) and its study; mlm, causal_lm: its
                losses (masked LM for encoders, next-token for decoders)
     cache      the persistent compilation cache (on by default, per user)

@@ -147,3 +147,13 @@ class GroupPolicy:
             return 0
         size = size_for(spec, length, bytes_of, budget)
         return size if size < len(spec.layers) else 0
+
+    def fallback(self, spec: CaptureSpec) -> int:
+        """Layers per group for an example that ran out of device memory as one program
+        (`jaxattn.engine.oom.in_groups`): half its captured layers, rounded up (a fixed
+        size where it is smaller); 0 where it cannot run in groups (never, a request
+        `refusal` names, one captured layer)."""
+        if self.layers == 0 or refusal(spec) is not None or len(spec.layers) < 2:
+            return 0
+        half = -(-len(spec.layers) // 2)
+        return min(self.layers, half) if self.layers else half

@@ -4,8 +4,11 @@ A device's free memory is estimated when batches are sized
 (`batching.Budgets.for_devices`), but activations, fragmentation and other
 programs can still make XLA fail with RESOURCE_EXHAUSTED, and so can XLA's pool
 of pinned host memory (64 GB by default on GPUs) when pinned outputs are kept. The engine then runs
-that batch as batches of at most half its size, recursively, and only an
-example that does not fit alone is an error (`DeviceMemoryError`).
+that batch as batches of at most half its size, recursively. An example that
+does not fit alone as one program runs in layer groups (`in_groups`:
+`jaxattn.engine.layer_groups`, whose programs hold only their layers' outputs),
+each try's groups half the size of the last, down to one captured layer; only
+an example that does not fit even so is an error (`DeviceMemoryError`).
 """
 
 from __future__ import annotations
@@ -36,16 +39,13 @@ def in_halves(pipeline, batch, tokenized, spec, gates, error) -> Iterator[tuple[
     through `pipeline` (a `jaxattn.engine.pipeline.BatchPipeline`)."""
     per_device = batch.size // len(pipeline.devices)
     if per_device <= 1:
-        raise DeviceMemoryError(
-            f"an example of {batch.length} tokens does not fit the device's memory even "
-            f"alone, capturing {', '.join(spec.what)} ({error}): capture fewer "
-            "quantities, layers or heads, or shorter texts"
-        ) from None
+        yield from in_groups(pipeline, batch, tokenized, spec, gates, error)
+        return
     log.warning(  # XLA's words say which memory: the device's, or the pinned host pool
         "a batch of %d x %d tokens ran out of memory (%s); running it in halves",
         batch.size,
         batch.length,
-        str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__,
+        _first_line(error),
     )
     half = dataclasses.replace(
         pipeline.budgets, max_batch=per_device // 2, pad_fraction=0.0, compile_tokens=0
@@ -63,6 +63,55 @@ def in_halves(pipeline, batch, tokenized, spec, gates, error) -> Iterator[tuple[
             continue
         done = host.unpack(sub, blocks, rows, spec, pipeline.provenance)
         yield from ((batch.rows[p], cap) for p, cap in done)
+
+
+def in_groups(pipeline, batch, tokenized, spec, gates, error) -> Iterator[tuple[int, Capture]]:
+    """Run the examples of a batch of one a device, which ran out of device memory as
+    one program, in layer groups (`BatchPipeline.run_groups`, whole Captures): first
+    `GroupPolicy.fallback`'s size, then half of the last size that did not fit, down
+    to one captured layer.
+
+    Raises:
+      DeviceMemoryError: an example cannot run in groups (one captured layer, affine
+        uint8, the engine's layer_group=0), or does not fit even in groups of one.
+    """
+    first = pipeline.group_policy.fallback(spec)
+    if not first:
+        raise DeviceMemoryError(
+            f"an example of {batch.length} tokens does not fit the device's memory even "
+            f"alone, capturing {', '.join(spec.what)} ({error}): capture fewer "
+            "quantities, layers or heads, or shorter texts"
+        ) from None
+    log.warning(  # XLA's words say which memory: the device's, or the pinned host pool
+        "an example of %d tokens ran out of memory as one program (%s); running it in "
+        "layer groups of %d captured layers",
+        batch.length,
+        _first_line(error),
+        first,
+    )
+    for row in batch.rows:
+        size = first
+        while True:
+            try:  # the whole Capture, once its last group has landed
+                done = list(pipeline.run_groups(tokenized, spec, gates, row, size, parts=False))
+            except DeviceMemoryError:
+                if size == 1:
+                    raise DeviceMemoryError(
+                        f"an example of {batch.length} tokens does not fit the device's "
+                        f"memory even alone, capturing {', '.join(spec.what)}, not even in "
+                        f"layer groups of one captured layer ({error}): capture fewer "
+                        "quantities or heads, or shorter texts"
+                    ) from None
+                size //= 2
+                log.warning("layer groups did not fit either; trying groups of %d", size)
+                continue
+            yield from done
+            break
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:200] if text else type(error).__name__
 
 
 def group_error(length: int, spec, group, part: int, parts: int, error) -> DeviceMemoryError:

@@ -6,7 +6,8 @@ once), keeps two in flight so one computes while the previous one's copy
 lands, and cuts the finished blocks into per-example Captures (`host.unpack`).
 A call that needs several shapes not compiled yet compiles them at once in
 threads (`compile_threads`), each batch waiting only for its own shape.
-A batch that runs out of device memory is run again in halves (`oom`).
+A batch that runs out of device memory is run again in halves, and an example that
+does not fit alone in layer groups (`oom`).
 The `Engine` owns one and hands it, when made, everything it reads: the model
 config, the `CaptureStep`, the devices, the bucket lengths, the `batching.Budgets`,
 the `batching.ShapeLedger` of what is compiled, and the captures' provenance.
@@ -114,7 +115,8 @@ class BatchPipeline:
         asynchronous: batch k+1 computes while batch k is copied and trimmed.
         `ablation` (a `jaxattn.engine.HeadAblation`) disables heads; every
         ablation set runs the same compiled program. A batch that does not fit
-        the device's memory is run again in halves.
+        the device's memory is run again in halves; an example that does not fit
+        alone as one program, in layer groups halved until they fit (`oom`).
 
         An example whose outputs exceed the output budget (or `group_bytes`, where
         smaller) runs in layer groups, one example at a time, after the others
@@ -125,8 +127,9 @@ class BatchPipeline:
         nothing more of it comes (its reader left: a server's cancelled call).
 
         Raises:
-          DeviceMemoryError: one example alone does not fit the device; or a
-            layer group of one run in groups does not (named, not retried).
+          DeviceMemoryError: one example alone does not fit the device, not even in
+            groups of one captured layer; or a layer group of one that the budget
+            put in groups does not (named, not retried: its parts may have gone).
         """
         gates = None if ablation is None else ablation.gates(self.config)
         sizes = self.group_sizes(tokenized, spec, group_bytes)
@@ -139,7 +142,7 @@ class BatchPipeline:
                 yield whole[i], cap
         for pos, size in enumerate(sizes):
             if size:
-                yield from self._run_groups(tokenized, spec, gates, pos, size, parts, skip)
+                yield from self.run_groups(tokenized, spec, gates, pos, size, parts, skip)
 
     def group_sizes(
         self, tokenized: Sequence[TokenizedText], spec: CaptureSpec, group_bytes=None
@@ -163,7 +166,7 @@ class BatchPipeline:
         size = self._group_size(spec, length, group_bytes)
         return self.output_bytes(layer_groups.first_layers(spec, size) if size else spec, length)
 
-    def _run_groups(self, tokenized, spec, gates, pos, size, parts, skip=None) -> Iterator[tuple]:
+    def run_groups(self, tokenized, spec, gates, pos, size, parts, skip=None) -> Iterator[tuple]:
         """One example in layer groups of `size` captured layers: group g+1 dispatched
         while group g's outputs copy to the host, at most two groups' outputs held;
         stopped, what is in flight dropped, once `skip(pos)` says so (`run`)."""
@@ -363,7 +366,7 @@ class BatchPipeline:
 
     def _compile_groups(self, spec: CaptureSpec, length: int, size: int, stop=None) -> bool:
         """Compile the layer-group programs of one example padded to `length` in groups
-        of `size` (`_run_groups`'s batch: one row a device), unless `stop()` says not to."""
+        of `size` (`run_groups`'s batch: one row a device), unless `stop()` says not to."""
         if stop is not None and stop():
             return False
         batch = batching.Batch(length, len(self.devices), ())

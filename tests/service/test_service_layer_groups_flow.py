@@ -42,7 +42,7 @@ class PartsEngine:
             for pos, e in enumerate(tokenized):
                 for k in range(GROUPS):
                     if skip is not None and skip(pos):
-                        break  # as `BatchPipeline._run_groups`
+                        break  # as `BatchPipeline.run_groups`
                     self.made.append((e.name, k))
                     tensors = {"attention": np.full(GROUP, k, np.uint8)}
                     yield pos, types.SimpleNamespace(tensors=tensors, part=k, last=k == GROUPS - 1)
