@@ -150,10 +150,9 @@ class GroupPolicy:
 
     def fallback(self, spec: CaptureSpec) -> int:
         """Layers per group for an example that ran out of device memory as one program
-        (`jaxattn.engine.oom.in_groups`): half its captured layers, rounded up (a fixed
-        size where it is smaller); 0 where it cannot run in groups (never, a request
-        `refusal` names, one captured layer)."""
+        (`jaxattn.engine.oom.in_groups`): half its captured layers, rounded up; 0 where
+        it cannot run in groups (never, a request `refusal` names, one captured layer).
+        (With a fixed size every other request runs in groups already: `size`.)"""
         if self.layers == 0 or refusal(spec) is not None or len(spec.layers) < 2:
             return 0
-        half = -(-len(spec.layers) // 2)
-        return min(self.layers, half) if self.layers else half
+        return -(-len(spec.layers) // 2)
