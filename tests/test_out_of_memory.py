@@ -115,6 +115,7 @@ def test_an_example_too_large_even_in_groups_of_one_is_a_clear_error(bert_checkp
     [
         ({}, dict(layers=[1])),  # one captured layer: groups cannot help
         ({"layer_group": 0}, {}),  # the engine told never to group
+        ({}, dict(what=("attention", "keys"), dtype="uint8")),  # keys' one range: all layers
     ],
 )
 def test_an_example_too_large_alone_is_a_clear_error(bert_checkpoint, load, ask):
@@ -122,7 +123,7 @@ def test_an_example_too_large_alone_is_a_clear_error(bert_checkpoint, load, ask)
     small = SmallDevice(engine.step, limit=0, at_dispatch=True)
     engine.step = small
     with pytest.raises(DeviceMemoryError, match="does not fit the device's memory even alone"):
-        engine.capture(TEXTS[:3], what="attention", **ask)
+        engine.capture(TEXTS[:3], **{"what": "attention", **ask})
     assert small.spans == []
 
 
