@@ -107,3 +107,39 @@ def test_auto_stages_on_gpus_and_pins_on_tpus():
     assert resolve_host_memory("auto", [device("gpu"), device("gpu")]) == "staged"
     assert resolve_host_memory("auto", [device("tpu")]) == "pinned"
     assert resolve_host_memory("auto", [device("gpu", ("device",))]) == "device"
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_the_pipeline_holds_depth_batches_in_flight_with_the_same_captures(staged, depth):
+    """`BatchPipeline.depth` batches are dispatched before the oldest is handed over
+    (gpu_checks.py overlap measures 3 against the default 2); the captures are equal."""
+    import dataclasses
+
+    pipeline = staged.pipeline
+    budgets, dispatch, finish = pipeline.budgets, pipeline.dispatch, pipeline._finish
+    events: list[str] = []
+
+    def dispatched(*args, **kw):
+        events.append("d")
+        return dispatch(*args, **kw)
+
+    def finished(*args, **kw):
+        events.append("f")
+        yield from finish(*args, **kw)
+
+    texts = [EXAMPLE_A, EXAMPLE_B] * 4  # one bucket: 4 batches of 2
+    try:
+        pipeline.budgets = dataclasses.replace(budgets, max_batch=2, compile_tokens=0)
+        want = staged.capture(texts, what="attention")  # the same batches, 2 in flight
+        pipeline.depth, pipeline.dispatch, pipeline._finish = depth, dispatched, finished
+        got = staged.capture(texts, what="attention")
+    finally:
+        pipeline.budgets, pipeline.depth = budgets, 2
+        del pipeline.dispatch, pipeline._finish
+    in_flight = [
+        events[: k + 1].count("d") - events[: k + 1].count("f") for k in range(len(events))
+    ]
+    assert events.count("d") == events.count("f") == 4
+    assert max(in_flight) == depth
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a.attention, b.attention)

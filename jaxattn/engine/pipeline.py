@@ -93,6 +93,11 @@ class BatchPipeline:
         self.compile_threads: int | None = None
         # When an example runs in layer groups, of how many layers (`layer_groups`).
         self.group_policy = layer_groups.GroupPolicy()
+        # Batches (or layer groups) in flight: dispatched, their outputs not yet
+        # handed over. Two: one computes while the last one's copy lands. More keeps
+        # the device's queue fuller (a copy of its own per batch on GPUs: staged
+        # outputs) for as many batches' outputs more held in device memory.
+        self.depth = _PIPELINE_DEPTH
 
     @property
     def provenance(self) -> Mapping:
@@ -212,7 +217,7 @@ class BatchPipeline:
                 raise named(part, e) from None
             host.start_copies(out)
             pending.append((part, out))
-            if len(pending) >= _PIPELINE_DEPTH:
+            if len(pending) >= self.depth:
                 yield from finish(*pending.popleft())
         while pending:
             yield from finish(*pending.popleft())
@@ -236,7 +241,7 @@ class BatchPipeline:
                         raise
                     yield from self._drain(pending, *args)  # free what is in flight first
                     yield from in_halves(self, batch, *args, e)
-                if len(pending) >= _PIPELINE_DEPTH:
+                if len(pending) >= self.depth:
                     yield from self._finish(*pending.popleft(), *args, pending)
             yield from self._drain(pending, *args)
         finally:
