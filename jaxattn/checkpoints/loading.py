@@ -58,14 +58,19 @@ def _read(model: Resolved, ignore_config_fields: tuple[str, ...] = ()):
     return config, params
 
 
-def read_tokenizer(path: Path, config):
+def read_tokenizer(path: Path, config, cache: Path | None = None):
     """The checkpoint directory's tokenizer (`jaxattn.engine.Tokenizer`).
+
+    `cache`: the compilation cache directory, or None: the tokenizer's backend is kept
+    there on a first load and read from there on the next (`tokenizer_cache`), the
+    transformers tokenizer then loaded only where something asks for it.
 
     Raises:
       ModelNotFoundError: no tokenizer file (names those looked for).
       CheckpointError: tokenizer.json is not JSON, or the tokenizer files
         cannot be read (names the directory and the reason).
     """
+    from jaxattn.checkpoints import tokenizer_cache
     from jaxattn.checkpoints.hf_files import TOKENIZER_NEEDS, read_json_object
     from jaxattn.engine import Tokenizer
 
@@ -77,24 +82,35 @@ def read_tokenizer(path: Path, config):
         # Names the line of a JSON error; ids past the vocabulary are refused before the
         # backend sees them (a 2 KB file with an id of 2^31 made it allocate 8 GB).
         _check_ids(read_json_object(path / "tokenizer.json"), path / "tokenizer.json", config)
-    try:
-        tokenizer = Tokenizer.from_dir(path, config)
-    except (JaxattnError, FileNotFoundError):
-        raise
-    except Exception as e:  # tokenizers and transformers raise a class per damage
-        raise _unusable(path, "be read", e) from e
+    tokenizer = kept = None
+    backend = tokenizer_cache.lookup(cache, path)
+    if backend is not None:
+        try:
+            tokenizer = kept = Tokenizer.from_backend(backend, config, path)
+        except Exception as e:  # noqa: BLE001 - a damaged entry: read again, replaced below
+            tokenizer_cache.log.debug("tokenizer cache entry for %s unusable: %s", path, e)
+    if tokenizer is None:
+        try:
+            tokenizer = Tokenizer.from_dir(path, config)
+        except (JaxattnError, FileNotFoundError):
+            raise
+        except Exception as e:  # tokenizers and transformers raise a class per damage
+            raise _unusable(path, "be read", e) from e
     _check_vocabulary(path, tokenizer, config)
     try:  # one that loads but cannot encode a word it lacks (WordPiece without its [UNK])
         tokenizer.encode([_PROBE], too_long="truncate")
     except Exception as e:  # noqa: BLE001 - the backends' errors: one class per damage
         raise _unusable(path, "tokenise a text", e) from e
+    if kept is None:
+        tokenizer_cache.store(cache, path, tokenizer.backend_json)
     return tokenizer
 
 
 def _unusable(path: Path, what: str, error: Exception) -> CheckpointError:
     from jaxattn.checkpoints.hf_files import short_reason
+    from jaxattn.checkpoints.tokenizer_cache import is_tokenizer_file
 
-    names = sorted(f.name for f in path.iterdir() if _is_tokenizer_file(f.name))
+    names = sorted(f.name for f in path.iterdir() if is_tokenizer_file(f.name))
     return CheckpointError(
         f"the tokenizer files of {path} ({', '.join(names)}) cannot {what} "
         f"(damaged, or of another tokenizer?): {short_reason(error)}"
@@ -119,7 +135,7 @@ def _check_ids(doc: dict, file: Path, config) -> None:
 
 def _check_vocabulary(path: Path, tokenizer, config) -> None:
     """Refuse a tokenizer that can give ids past the embedding table (a gather would clamp)."""
-    largest = max(tokenizer.hf.get_vocab().values(), default=-1)
+    largest = tokenizer.largest_id()
     if largest >= config.vocab_size:
         json_file = path / "tokenizer.json"
         where = json_file if json_file.is_file() else f"the tokenizer files of {path}"
@@ -131,10 +147,6 @@ def _foreign(where, largest: int, config) -> CheckpointError:
         f"{where}: the tokenizer gives ids up to {largest}, but the model's vocab_size "
         f"is {config.vocab_size}: the tokenizer does not belong to these weights"
     )
-
-
-def _is_tokenizer_file(name: str) -> bool:
-    return name.startswith(("tokenizer", "vocab", "merges", "special_tokens", "spiece"))
 
 
 def load(
@@ -170,7 +182,8 @@ def load(
         `provenance["revision"]` ("" for a local directory).
       ignore_config_fields: config.json fields you vouch do not change the
         computation (unknown fields raise otherwise).
-      compilation_cache_dir: a directory for JAX's persistent compilation cache;
+      compilation_cache_dir: a directory for JAX's persistent compilation cache
+        (and the tokenizers transformers resolved, `tokenizer_cache`);
         False turns it off; None: $JAXATTN_COMPILATION_CACHE, else
         ~/.cache/jaxattn/xla (`jaxattn.engine.cache`).
       **engine_options: see `jaxattn.engine.Engine` (buckets, budgets, devices).
@@ -191,7 +204,9 @@ def load(
     from jaxattn.engine import Engine
     from jaxattn.engine.cache import enable_compilation_cache
 
-    enable_compilation_cache(compilation_cache_dir, explicit=compilation_cache_dir is not None)
+    cache = enable_compilation_cache(
+        compilation_cache_dir, explicit=compilation_cache_dir is not None
+    )
     if path is None and revision is not None:
         raise UsageError(
             f"revision={revision!r} needs a Hub model name: the embedded model has none"
@@ -201,5 +216,5 @@ def load(
     else:
         model = parse_model(path, revision).resolve()
     config, params = _read(model, ignore_config_fields)
-    tokenizer = read_tokenizer(model.path, config)
+    tokenizer = read_tokenizer(model.path, config, cache)
     return Engine(config, params, tokenizer, revision=model.revision, **engine_options)

@@ -10,7 +10,8 @@ on by default, in a per-user directory:
 
 `jaxattn.load(compilation_cache_dir=...)` overrides both (False turns it off).
 A cache directory the program already gave JAX itself is left alone. On GPUs
-JAX keeps XLA's autotuning results in the same directory.
+JAX keeps XLA's autotuning results in the same directory, and jaxattn the
+checkpoints' resolved tokenizers (`jaxattn.checkpoints.tokenizer_cache`).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -76,16 +77,21 @@ class Tokenizer:
     call from several threads.
     """
 
-    def __init__(self, hf_tokenizer, config: ModelConfig):
+    def __init__(
+        self, hf_tokenizer, config: ModelConfig, *, backend: str | None = None, load_hf=None
+    ):
+        """`hf_tokenizer`: the checkpoint's transformers tokenizer; or None with its
+        backend's JSON (`backend`) and `load_hf`, which reads the transformers one
+        when something first asks for it (`hf`)."""
         from tokenizers import Tokenizer as Backend
 
-        self.hf = hf_tokenizer
+        self._hf, self._load_hf, self._lock = hf_tokenizer, load_hf, threading.Lock()
         self.config = config
-        spec = hf_tokenizer.backend_tokenizer.to_str()
-        self._backend = Backend.from_str(spec)
+        self.backend_json = backend or hf_tokenizer.backend_tokenizer.to_str()
+        self._backend = Backend.from_str(self.backend_json)
         self._backend.no_truncation()
         self._backend.no_padding()
-        self._truncating = Backend.from_str(spec)
+        self._truncating = Backend.from_str(self.backend_json)
         self._truncating.no_padding()
         self._truncating.enable_truncation(config.max_length, strategy="longest_first")
 
@@ -99,12 +105,26 @@ class Tokenizer:
         names = ("tokenizer.json", "vocab.txt", "vocab.json")
         if not any((path / n).is_file() for n in names):
             raise FileNotFoundError(f"{path} has no tokenizer: expected one of {', '.join(names)}")
-        from transformers import AutoTokenizer
+        return cls(_transformers_tokenizer(path), config)
 
-        hf = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-        if not hasattr(hf, "backend_tokenizer"):
-            raise CheckpointError(f"{path}: jaxattn needs a fast (tokenizers) tokenizer")
-        return cls(hf, config)
+    @classmethod
+    def from_backend(cls, backend: str, config: ModelConfig, path: Path) -> Tokenizer:
+        """The tokenizer whose backend JSON `from_dir` gave for checkpoint directory
+        `path` (kept by `jaxattn.checkpoints.tokenizer_cache`): transformers is not
+        imported until `hf` is asked for."""
+        return cls(None, config, backend=backend, load_hf=lambda: _transformers_tokenizer(path))
+
+    @property
+    def hf(self):
+        """The checkpoint's transformers tokenizer (special tokens, `save`), read on first use."""
+        with self._lock:
+            if self._hf is None:
+                self._hf = self._load_hf()
+            return self._hf
+
+    def largest_id(self) -> int:
+        """The largest id the backend can give (added tokens included); -1 if none."""
+        return max(self._backend.get_vocab(with_added_tokens=True).values(), default=-1)
 
     def save(self, path: Path) -> None:
         self.hf.save_pretrained(str(path))
@@ -173,3 +193,17 @@ def _refuse_pairs(texts: Sequence[Text], family: str) -> None:
 
 def _pair(text: Text) -> tuple:
     return text if isinstance(text, tuple) else (text,)
+
+
+def _transformers_tokenizer(path: Path):
+    """AutoTokenizer's reading of a checkpoint directory's tokenizer (a fast one).
+
+    Raises:
+      CheckpointError: it has no fast (tokenizers) backend.
+    """
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    if not hasattr(hf, "backend_tokenizer"):
+        raise CheckpointError(f"{path}: jaxattn needs a fast (tokenizers) tokenizer")
+    return hf
