@@ -92,7 +92,7 @@ def check_targets(addresses: Sequence[str]) -> tuple[str, ...]:
     for i, address in enumerate(addresses):
         why = target_problem(address)
         if why:
-            where = f" (entry {i} of {len(addresses)})" if len(addresses) > 1 else ""
+            where = f" (entry {i + 1} of {len(addresses)})" if len(addresses) > 1 else ""
             raise UsageError(f"server address {address!r}{where} {why}: valid are {TARGET_FORMS}")
     return addresses
 

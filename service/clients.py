@@ -177,7 +177,8 @@ def _client(text: str, path, name: str, table) -> Client:
         finite = ok and (integer or math.isfinite(value))  # an int is; isfinite overflows
         if not ok or not value > 0 or not finite:
             kind = "an integer >= 1" if integer else "a number > 0"
-            raise bad(field, f"expected {kind} (leave it out for no limit), got {_short(value)}")
+            got = _short(table[field])  # as written, not as converted
+            raise bad(field, f"expected {kind} (leave it out for no limit), got {got}")
         values[field] = value
     burst = values.get("burst_s", 1.0)
     for field in ("requests_per_s", "tokens_per_s", "result_mib_per_s"):

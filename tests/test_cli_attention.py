@@ -35,6 +35,20 @@ def test_the_flag_names_the_engine_policies():
     assert ATTENTION == blockwise.POLICIES
 
 
+def test_the_help_gives_auto_s_thresholds():
+    """--attention's help says where "auto" goes blockwise: the engine's constants."""
+    import argparse
+
+    from jaxattn.cli.args import add_source_arguments
+    from jaxattn.engine import blockwise
+
+    p = argparse.ArgumentParser()
+    add_source_arguments(p)
+    (action,) = [a for a in p._actions if "--attention" in a.option_strings]
+    lengths = f"from {blockwise.AUTO_MIN_LENGTH} tokens with a map, "
+    assert lengths + f"{blockwise.AUTO_MIN_LENGTH_STATS} for statistics alone" in action.help
+
+
 @pytest.mark.parametrize(
     "command",
     [

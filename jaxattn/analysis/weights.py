@@ -73,7 +73,7 @@ def capture_weights(capture: Capture, kind: str = "attention") -> np.ndarray:
             f"{kind!r} weights need the {name!r} quantity; the capture holds "
             f"{', '.join(capture.tensors)} (capture with what=(..., {name!r}))"
         )
-    capture.check_full_maps("the analyses")
+    capture.check_full_maps("an analysis of attention weights")
     x = capture.array(name)
     return normalise_rows(x) if KINDS[kind].normalised else np.asarray(x, np.float64)
 

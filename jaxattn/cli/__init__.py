@@ -49,9 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = Parser(
         prog="jaxattn",
-        description="Capture, serve, analyse and view encoder attention. Exit codes: 0 done, "
-        "1 the command failed (bad input data, checkpoint, server, memory), 2 the command "
-        "line is wrong (docs/errors.md lists the messages).",
+        description="Capture, serve, analyse and view the attention of encoders and "
+        "decoders. Exit codes: 0 done, 1 the command failed (bad input data, checkpoint, "
+        "server, memory), 2 the command line is wrong (docs/errors.md lists the messages).",
         epilog=FIRST_STEPS,
     )
     parser.add_argument("--version", action="version", version=f"jaxattn {jaxattn.__version__}")

@@ -179,7 +179,8 @@ def add_source_arguments(
         default=None,
         help="how the local engine runs attention: blockwise (memory linear in the text's "
         "length, for long inputs; refuses a quantity it cannot compute so), dense (the "
-        "whole [H, T, T] maps), or auto (blockwise from 1,024 tokens where it can) "
+        "whole [H, T, T] maps), or auto (blockwise where it can from 768 tokens with a "
+        "map, 512 for statistics alone) "
         "(default auto; docs/performance.md#long-inputs)",
     )
     if not server:

@@ -82,7 +82,7 @@ def register(sub) -> None:
         help="pid whose RSS to sample (default: the local one on the port)",
     )
     add_token_argument(p)
-    p.add_argument("--seed", type=int, default=0, help="seed of the request mix")
+    p.add_argument("--seed", type=int, default=0, help="seed of the request mix (default 0)")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     add_overwrite_argument(p)
     p.set_defaults(func=run)

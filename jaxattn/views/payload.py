@@ -179,7 +179,7 @@ def check_attention(cap: Capture) -> None:  # noqa: D103
         raise ValueError("views need the 'attention' quantity (what=('attention', ...))")
     if not cap.length:
         raise ValueError("the capture has no tokens: capture a non-empty text")
-    cap.check_full_maps("the views")
+    cap.check_full_maps("the view page")
 
 
 def example(cap: Capture, index: int, views: Sequence[str], embed: str, label=None) -> dict:

@@ -294,8 +294,8 @@ def test_a_dns_target_is_resolved_by_grpc(svc_engine, address):
 @pytest.mark.parametrize(
     "addresses, named",
     [
-        (["127.0.0.1:50051", "127.0.0.1"], "'127.0.0.1' (entry 1 of 2) is not HOST:PORT"),
-        (["127.0.0.1:50051", "host:0"], "'host:0' (entry 1 of 2) has port '0'"),
+        (["127.0.0.1:50051", "127.0.0.1"], "'127.0.0.1' (entry 2 of 2) is not HOST:PORT"),
+        (["127.0.0.1:50051", "host:0"], "'host:0' (entry 2 of 2) has port '0'"),
         (["dns:/name:1"], "'dns:/name:1' is not dns:///HOST:PORT"),
         (["http://name:1"], "scheme gRPC does not resolve (http:)"),
         (["::1:50051"], "an IPv6 address goes in brackets, [::1]:50051"),
