@@ -329,3 +329,20 @@ def test_a_held_group_goes_on_when_its_reader_waits_for_it_behind_a_later_exampl
     assert reader.got == [("x", 0, 0), ("x", 0, 1), ("x", 0, 2), ("x", 1, 0)]
     assert b.stats["batches"] == 1  # one piece: the case above
     finish(b, job)
+
+
+def test_at_most_two_runs_wait_between_groups_a_third_long_example_waits_its_turn(make):
+    """Each suspended run keeps its hidden state and groups on the device: with two
+    suspended, a third long example does not start (short ones do) until one is done."""
+    b = make()
+    a, results_a = held_with_first_group(b, "a")
+    c, results_c = held_with_first_group(b, "c", waits=2)
+    third = b.submit("d", [text("d")])
+    small = b.submit("s", [text("s", SHORT)])
+    assert [i for i, _ in small.results()] == [0]  # a short one starts meanwhile
+    assert ("d", 0) not in b.engine.made and b.pending == 1
+    assert [p.part for _, p in results_a] == [1, 2]  # a is done: d may start
+    reader = Reader(("d", third.results()))
+    assert reader.finished() and parts_of(reader.got, "d") == [0, 1, 2]
+    assert [p.part for _, p in results_c] == [1, 2]
+    finish(b, a, c, third, small)
