@@ -99,6 +99,11 @@ class Job:
     def remaining(self) -> int:
         return len(self.tokenized) - self.scheduled
 
+    def starved(self) -> bool:
+        """The handler waits for an item the worker has not put yet (its next example in
+        input order): holding back the job's next layer group cannot free its buffer."""
+        return self.waiting and not self._items.get(self._next)
+
     def piece(self, max_examples: int, max_bytes: int) -> int:
         """How many of the next unscheduled examples to run now: at most
         `max_examples`, and at most `max_bytes` of output (at least one)."""

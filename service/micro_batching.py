@@ -25,9 +25,13 @@ Memory is bounded twice (admission: `service.admission`):
     holds back only its own work (flow control, not buffering); if it reads
     nothing for `stall_s` while its results wait, it is failed (SlowReader)
     and its call cancelled. An example run in layer groups (`group_bytes`)
-    holds its next group until it fits the same way; the worker runs the other
-    jobs' pieces meanwhile, the example's run suspended between groups
-    (`_hold_for`), so here too a slow reader holds back only its own work;
+    holds its next group until it fits the same way: its engine run is suspended
+    between groups (`_advance`) and the worker serves the other jobs meanwhile,
+    resuming whichever suspended run's reader took enough first (`_next_run`), so
+    here too a slow reader holds back only its own work, and a client reading its
+    calls one after another never waits on itself. At most `SUSPENDED_RUNS` runs
+    are suspended at once (device memory): a piece that runs in groups waits for a
+    free one, pieces of whole examples start any time;
   * overall: admission reserves each job's worst case (its buffer bound plus
     the chunks its stream may hold) from `total_bytes`, and at most
     `queue_size` jobs exist at once; `submit` beyond either raises `QueueFull`.
@@ -59,6 +63,10 @@ __all__ = [
 
 log = logging.getLogger("jaxattn.service")
 _MiB = 1 << 20
+# Most engine runs suspended between an example's layer groups at once (each keeps its
+# hidden state and up to two groups' outputs on the device): a piece that runs in groups
+# for sure (`MicroBatcher._grouped`) starts only while fewer are suspended.
+SUSPENDED_RUNS = 2
 
 
 class MicroBatcher:
@@ -107,6 +115,7 @@ class MicroBatcher:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)  # the worker waits here
         self._pending: collections.deque[Job] = collections.deque()  # runnable, by arrival
+        self._suspended: list[_Run] = []  # runs waiting between groups for a reader
         self._served: dict[str | None, int] = {}  # client -> the last turn it was served in
         self._turn = 0
         self._jobs: set[Job] = set()  # admitted, not yet released
@@ -230,7 +239,8 @@ class MicroBatcher:
             return not self._jobs
 
     def close(self, timeout: float | None = None) -> None:
-        """Stop the worker; jobs still queued are cancelled."""
+        """Stop the worker; jobs still queued are cancelled, and so are those whose run
+        waits between layer groups for a reader (it is stopped, not finished)."""
         with self._lock:
             self._closed = True
             for job in self._pending:
@@ -244,12 +254,12 @@ class MicroBatcher:
 
     def _loop(self) -> None:
         while True:
-            group = self._next_group()
-            if group is None:
+            run = self._next_run()
+            if run is None:
                 return
             try:
-                self._run(group)
-            except Exception:  # never lose the worker; _run already failed the jobs
+                self._advance(run)
+            except Exception:  # never lose the worker; _advance already failed the jobs
                 log.exception("batcher: unexpected error")
 
     def _fits(self, job: Job) -> bool:
@@ -257,24 +267,51 @@ class MicroBatcher:
         n = job.piece(self.max_batch_examples, self.piece_bytes)
         return job.buffered == 0 or job.buffered + job.piece_bytes(n) <= self.buffer_bytes
 
-    def _next_group(self) -> list[tuple[Job, int]] | None:
+    def _grouped(self, job: Job) -> bool:
+        """The job's next piece has an example that runs in layer groups for sure (its
+        outputs exceed `group_bytes`; the engine may group others, e.g. over its budget)."""
+        if not self.group_bytes:
+            return False
+        n = job.piece(self.max_batch_examples, self.piece_bytes)
+        return any(size > self.group_bytes for size in job.sizes[job.scheduled :][:n])
+
+    def _may_start(self, job: Job) -> bool:
+        """(lock held) The job's next piece may start now: it fits its buffer, and if it
+        runs in layer groups, fewer than `SUSPENDED_RUNS` runs are suspended."""
+        if job.dead or not self._fits(job):
+            return False
+        return len(self._suspended) < SUSPENDED_RUNS or not self._grouped(job)
+
+    def _next_run(self) -> _Run | None:
+        """What the worker does next (waiting until there is something): a suspended run
+        whose held job's reader took enough (or that died, or the batcher closed), else
+        a new run of the first fair group of pieces that may start; None once closed
+        and no run is left suspended."""
         with self._lock:
             while True:
                 if self._closed:
-                    return None
+                    return self._suspended.pop(0) if self._suspended else None
                 wait = self._reap()
-                first = next((j for j in self._in_turn() if self._fits(j)), None)
+                run = next((r for r in self._suspended if self._resumable(r)), None)
+                if run is not None:
+                    self._suspended.remove(run)
+                    return run
+                first = next((j for j in self._in_turn() if self._may_start(j)), None)
                 if first is None:
+                    if self._suspended:  # a held job's deadline tells no one: look again
+                        wait = 1.0 if wait is None else min(wait, 1.0)
                     self._cond.wait(wait)
                     continue
-                if self.merge and first.scheduled == 0:
+                if self._suspended:
+                    self.stats["served_while_waiting"] += 1  # no window: not idle
+                elif self.merge and first.scheduled == 0:
                     # Wait out the window unless enough same-spec work is here already.
                     until = first.submitted + self.window_s
                     if time.monotonic() < until and not first.dead:
                         if not self._enough(first.spec):
                             self._cond.wait(until - time.monotonic())
                             continue
-                return self._take(first)
+                return _Run(self._take(first))
 
     def _reap(self) -> float | None:
         """Drop dead pending jobs; fail jobs whose client stalled. Returns how long
@@ -331,12 +368,12 @@ class MicroBatcher:
         return examples >= self.max_batch_examples or 0 < self._last_calls <= calls
 
     def _take(self, first: Job) -> list[tuple[Job, int]]:
-        """The first job's piece plus same-spec pieces that fit; marks them running."""
+        """The first job's piece plus same-spec pieces that may start; marks them running."""
         group, count, calls = [], 0, 0
         for job in self._in_turn():
-            if job is not first and (not self.merge or job.spec != first.spec or job.dead):
+            if job is not first and (not self.merge or job.spec != first.spec):
                 continue
-            if not self._fits(job):
+            if not self._may_start(job):
                 continue
             n = job.piece(self.max_batch_examples, self.piece_bytes)
             if group and count + n > self.max_batch_examples:
@@ -355,103 +392,136 @@ class MicroBatcher:
             self._last_calls = calls
         return group
 
-    def _hold_for(self, job: Job, size: int, nested: bool = False) -> None:
-        """Wait (lock held) until the job's next layer group of `size` bytes fits its
-        buffer beside what the client has not yet taken (or nothing is unsent), the job
-        dies, or the batcher closes; a client that reads nothing for `stall_s`
-        meanwhile is failed as a slow reader (`_reap`), which ends the wait.
-
-        Meanwhile the worker serves the other calls: while any has a piece that fits,
-        it runs that piece (`_run`, nested one deep, the grouped example's run
-        suspended between its groups: on the device it keeps its hidden state and at
-        most two groups' outputs), so a client that reads its long example slowly
-        delays only itself. A nested run waits for its own grouped example plainly."""
-        while (
+    def _holds(self, job: Job, size: int) -> bool:
+        """(lock held) Whether the job's next layer group, about `size` bytes like its
+        last, must wait: it does not fit the job's buffer beside what the client has not
+        taken, and the client is not itself waiting for this run (`Job.starved`: its
+        next example in input order is not in yet, so only going on frees the buffer)."""
+        return (
             job.buffered > 0
             and job.buffered + size > self.buffer_bytes
             and not job.dead
-            and not self._closed
-        ):
-            self.stats["group_waits"] += 1
-            wait = self._reap()
-            if job.dead:
-                break
-            other = None if nested else self._other_piece()
-            if other is None:
-                self._cond.wait(1.0 if wait is None else min(wait, 1.0))
-                continue
-            self.stats["served_while_waiting"] += 1
-            self._lock.release()
-            try:
-                self._run(other, nested=True)
-            finally:
-                self._lock.acquire()
+            and not job.starved()
+        )
 
-    def _other_piece(self) -> list[tuple[Job, int]] | None:
-        """(lock held) The next fair group of pieces that fit, taken, or None: what the
-        worker runs while a grouped example waits for its reader (`_hold_for`); no
-        batching window (the worker is not idle)."""
-        first = next((j for j in self._in_turn() if self._fits(j) and not j.dead), None)
-        return None if first is None else self._take(first)
+    def _resumable(self, run: _Run) -> bool:
+        """(lock held) The suspended run may go on: its held job's group fits now, the
+        job died (its example stops: `skip`), or the batcher closed (the run stops)."""
+        job, size = run.held
+        return self._closed or not self._holds(job, size)
 
     def _peak(self, stat: str, value: int) -> None:
         self.stats[stat] = max(self.stats[stat], value)
 
-    def _run(self, group: list[tuple[Job, int]], nested: bool = False) -> None:
-        owners, tokenized = [], []
-        for job, n in group:
-            owners += [(job, job.scheduled + i) for i in range(n)]
-            tokenized += job.tokenized[job.scheduled : job.scheduled + n]
-        self.stats["batches"] += 1
-        self.stats["jobs"] += sum(1 for job, _ in group if job.scheduled == 0)
-        run, start = None, time.perf_counter()
+    def _advance(self, run: _Run) -> None:
+        """Start or resume `run`, routing each example (or layer group) to its job, until
+        the engine is done, every job left, or a job's next group must wait for its
+        reader (`_holds`): then the run is suspended (`_suspended`, its engine iterator
+        kept: on the device its hidden state and at most two groups' outputs) and the
+        worker goes on with something else (`_next_run`). Once closed, a run that would
+        wait stops instead, its calls cancelled (the server is stopping)."""
+        suspended = False
         try:
-            spec = group[0][0].spec
-            if self.group_bytes:
-                run = self.engine.run(
-                    tokenized,
-                    spec,
-                    parts=True,
-                    group_bytes=self.group_bytes,
-                    # a dead job's example in groups stops, though others share the batch
-                    skip=lambda pos: owners[pos][0].dead,
-                )
-            else:
-                run = self.engine.run(tokenized, spec)
-            for pos, cap in run:
-                job, index = owners[pos]
+            if run.it is None:
+                self.stats["batches"] += 1
+                self.stats["jobs"] += sum(1 for job, _ in run.group if job.scheduled == 0)
+                run.start = time.perf_counter()
+                spec = run.group[0][0].spec
+                if self.group_bytes:
+                    run.it = self.engine.run(
+                        run.tokenized,
+                        spec,
+                        parts=True,
+                        group_bytes=self.group_bytes,
+                        # a dead job's example in groups stops, though others share the batch
+                        skip=lambda pos: run.owners[pos][0].dead,
+                    )
+                else:
+                    run.it = self.engine.run(run.tokenized, spec)
+            elif self._stopped(run):  # resumed
+                return
+            for pos, cap in run.it:
+                job, index = run.owners[pos]
                 with self._lock:
                     size = job.put(index, cap)
                     if size:
                         self._peak("peak_job_buffered_bytes", job.buffered)
                         self._peak("peak_buffered_bytes", sum(j.buffered for j in self._jobs))
-                    if not ends_example(cap):
-                        self._hold_for(job, size, nested)  # flow control between groups
-                    if all(j.dead for j, _ in group):
+                    if all(j.dead for j, _ in run.group):
                         self.stats["abandoned"] += 1
-                        return  # everyone left: stop computing (run.close() below)
+                        return  # everyone left: stop computing (run.it.close() below)
+                    if not ends_example(cap) and self._holds(job, size):
+                        if self._stopped(run, locked=True):
+                            return
+                        self.stats["group_waits"] += 1
+                        run.held = (job, size)
+                        self._suspended.append(run)
+                        suspended = True
+                        return  # flow control between groups: resumed by `_next_run`
         except Exception as e:
             log.error(
                 "engine failed on a batch of %d requests: %s",
-                len(group),
+                len(run.group),
                 type(e).__name__,
                 exc_info=e,
             )
             with self._lock:
-                for job, _ in group:
+                for job, _ in run.group:
                     job.fail(EngineFailed(f"{type(e).__name__}: {e}"))
         finally:
-            if run is not None and hasattr(run, "close"):
-                try:
-                    run.close()
-                except Exception:
-                    log.exception("engine: closing a run failed")
+            if not suspended:
+                self._finish(run)
+
+    def _stopped(self, run: _Run, locked: bool = False) -> bool:
+        """Whether a run about to wait or resumed stops here: every job left (abandoned),
+        or the batcher closed (its jobs cancelled: their calls end, UNAVAILABLE)."""
+        if not locked:
             with self._lock:
-                for job, n in group:
-                    job.running = False
-                    job.scheduled += n
-                    if job.remaining and not job.dead and not job.released:
+                return self._stopped(run, locked=True)
+        if all(j.dead for j, _ in run.group):
+            self.stats["abandoned"] += 1
+            return True
+        if self._closed:
+            self.stats["stopped_at_close"] += 1
+            for job, _ in run.group:
+                job.cancel_locked()
+            return True
+        return False
+
+    def _finish(self, run: _Run) -> None:
+        """Close the run's engine iterator; its jobs with examples left queue again (or,
+        once closed, are cancelled: no worker will run them)."""
+        if run.it is not None and hasattr(run.it, "close"):
+            try:
+                run.it.close()
+            except Exception:
+                log.exception("engine: closing a run failed")
+        with self._lock:
+            for job, n in run.group:
+                job.running = False
+                job.scheduled += n
+                if job.remaining and not job.dead and not job.released:
+                    if self._closed:
+                        job.cancel_locked()
+                    else:
                         self._pending.append(job)  # its next piece waits its turn
-                self._cond.notify_all()
-            if self.on_batch is not None:
-                self.on_batch(len(tokenized), len(group), time.perf_counter() - start)
+            self._cond.notify_all()
+        if self.on_batch is not None:
+            self.on_batch(len(run.tokenized), len(run.group), time.perf_counter() - run.start)
+
+
+class _Run:
+    """One engine call: its group of (job, examples) pieces and the engine's iterator,
+    which `MicroBatcher._advance` may suspend between an example's layer groups while
+    `held` (the job, the bytes of its last group) waits for its reader."""
+
+    def __init__(self, group: list[tuple[Job, int]]):
+        self.group = group
+        self.owners: list[tuple[Job, int]] = []  # position -> (job, its example index)
+        self.tokenized: list = []
+        for job, n in group:
+            self.owners += [(job, job.scheduled + i) for i in range(n)]
+            self.tokenized += job.tokenized[job.scheduled : job.scheduled + n]
+        self.it = None
+        self.start = time.perf_counter()
+        self.held: tuple[Job, int] | None = None

@@ -117,7 +117,7 @@ def test_heads_ablated_in_one_group_change_the_next_groups_as_in_one_program(eng
 
 def test_a_grouped_run_suspended_between_groups_resumes_after_other_runs(engine):
     """The server's worker runs other calls' batches while a grouped example waits for
-    its reader (`service.micro_batching.MicroBatcher._hold_for`): the suspended run
+    its reader (`service.micro_batching.MicroBatcher._advance`): the suspended run
     keeps its hidden state on the device and resumes with the one program's numbers."""
     spec = engine.make_spec(**ASK)
     tokenized = engine.tokenize(TEXTS[:1])
@@ -130,3 +130,19 @@ def test_a_grouped_run_suspended_between_groups_resumes_after_other_runs(engine)
     want = one_program(engine, **ASK)
     assert_same([assemble([first, *rest])], want[:1])
     assert_same(between, want[1:])
+
+
+def test_two_grouped_runs_suspended_at_once_resume_in_either_order(engine):
+    """The server keeps up to two grouped runs suspended between groups and resumes
+    whichever one's reader takes its group first (`MicroBatcher._next_run`): here the
+    first resumes and ends while the second stays suspended, then the second; each
+    assembles to its one-program Capture."""
+    spec = engine.make_spec(**ASK)
+    runs = [engine.run(engine.tokenize(TEXTS[i : i + 1]), spec, parts=True) for i in (0, 1)]
+    firsts = [next(run)[1] for run in runs]  # both suspended after their first group
+    assert not any(first.last for first in firsts)
+    got = [
+        assemble([first, *(part for _, part in run)])
+        for first, run in zip(firsts, runs, strict=True)
+    ]
+    assert_same(got, one_program(engine, **ASK)[:2])
