@@ -6,10 +6,11 @@ tensor are a contiguous byte range of it, the L axis leading), so the server
 holds a group at a time, not the example; the client sees the stream it would
 have got whole (more chunks, the same bytes at the same offsets).
 
-Each tensor is cut into pieces of at most `max_chunk_bytes` decoded bytes and
-each piece is compressed on its own; a piece that does not shrink is sent as
-CODEC_NONE, so no chunk's data ever exceeds `max_chunk_bytes`. Pieces are
-compressed lazily, as gRPC pulls the next message. `serialize_example` copies
+Each tensor is cut into pieces of at most `max_chunk_bytes` decoded bytes (with
+a codec, at most `compress_pool.PIECE_BYTES`) and each piece is compressed on its
+own; a piece that does not shrink is sent as CODEC_NONE, so no chunk's data ever
+exceeds `max_chunk_bytes`. Pieces are compressed a few ahead of the send, on the
+shared pool's threads (`compress_pool`). `serialize_example` copies
 uncompressed data once, from the tensor into its message.
 """
 
@@ -24,7 +25,7 @@ import numpy as np
 from jaxattn.capture import Capture
 from jaxattn.capture.part import CapturePart
 from jaxattn.v1 import attention_pb2 as pb
-from jaxattn.wire import protowire
+from jaxattn.wire import compress_pool, protowire
 from jaxattn.wire.codecs import (
     CODEC_TO_PB,
     DATATYPES,
@@ -147,6 +148,8 @@ def parts(
     rows = {
         n: byte_rows(a) if in_place and codec == "none" else None for n, a in cap.tensors.items()
     }
+    if codec != "none":  # pieces the pool compresses side by side (one tensor: several)
+        max_chunk_bytes = min(max_chunk_bytes, compress_pool.PIECE_BYTES)
     flat = {n: None if rows[n] is not None else le_bytes(a) for n, a in cap.tensors.items()}
     sizes = {n: len(flat[n]) if rows[n] is None else rows[n].size for n in cap.tensors}
     grouped = isinstance(cap, CapturePart)
@@ -159,24 +162,40 @@ def parts(
             }
         yield _header(index, cap, every, max_chunk_bytes, weights)
     datatype = DATATYPES[cap.dtype]
-    for name, size in sizes.items():
-        shape, total, base = whole(cap, name)
-        for k in range(_pieces(size, max_chunk_bytes)):
-            lo, hi = k * max_chunk_bytes, min(size, (k + 1) * max_chunk_bytes)
-            at = (base + lo, base + hi, total)
-            if rows[name] is not None and hi - lo >= IN_PLACE_MIN:
-                # Any nonzero CRC takes the same 5 bytes: a stand-in until the copy.
-                yield _meta(index, name, cap, datatype, shape, *at, "none", 1), None
-                continue
-            if flat[name] is None:  # a small last piece of an in-place tensor
-                flat[name] = le_bytes(cap.tensors[name])
+    pieces = (  # (tensor, byte range in the part's share, in the whole tensor)
+        (name, lo, hi, *whole(cap, name))
+        for name, size in sizes.items()
+        for lo, hi in _ranges(size, max_chunk_bytes)
+    )
+    if codec != "none":  # compressed on the pool's threads, a few pieces ahead
+
+        def packed(p) -> tuple:
+            name, lo, hi = p[:3]
             piece = flat[name][lo:hi]
-            data, used = piece, "none"
-            if codec != "none":
-                packed = compress(piece, codec)
-                if len(packed) < len(piece):
-                    data, used = packed, codec
-            yield _meta(index, name, cap, datatype, shape, *at, used, checksum(piece)), data
+            out = compress(piece, codec)
+            used = codec if len(out) < len(piece) else "none"
+            return (out if used == codec else piece), used, checksum(piece)
+
+        done = compress_pool.ordered(packed, pieces, lambda p: p[2] - p[1])
+        for (name, lo, hi, shape, total, base), (data, used, crc) in done:
+            at = (base + lo, base + hi, total)
+            yield _meta(index, name, cap, datatype, shape, *at, used, crc), data
+        return
+    for name, lo, hi, shape, total, base in pieces:
+        at = (base + lo, base + hi, total)
+        if rows[name] is not None and hi - lo >= IN_PLACE_MIN:
+            # Any nonzero CRC takes the same 5 bytes: a stand-in until the copy.
+            yield _meta(index, name, cap, datatype, shape, *at, "none", 1), None
+            continue
+        if flat[name] is None:  # a small last piece of an in-place tensor
+            flat[name] = le_bytes(cap.tensors[name])
+        piece = flat[name][lo:hi]
+        yield _meta(index, name, cap, datatype, shape, *at, "none", checksum(piece)), piece
+
+
+def _ranges(size: int, max_chunk_bytes: int) -> Iterator[tuple[int, int]]:
+    for k in range(_pieces(size, max_chunk_bytes)):
+        yield k * max_chunk_bytes, min(size, (k + 1) * max_chunk_bytes)
 
 
 def chunk_example(

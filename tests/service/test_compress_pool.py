@@ -1,0 +1,142 @@
+"""Chunks compressed on the shared pool: in order, the same bytes, and the pool's slots
+(what bounds the memory held ahead across every call) always given back."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from jaxattn.capture import Capture
+from jaxattn.wire import StreamDecoder, compress_pool
+from jaxattn.wire.codecs import compress
+from jaxattn.wire.send import serialize_example
+
+BIG = compress_pool.POOL_MIN
+
+
+def _free_slots() -> int:
+    """The pool's free slots, counted by taking them all (and giving them back)."""
+    slots, taken = compress_pool.pool().slots, 0
+    while slots.acquire(blocking=False):
+        taken += 1
+    for _ in range(taken):
+        slots.release()
+    return taken
+
+
+def test_results_come_in_order_from_the_pool_threads():
+    threads: list[str] = []
+
+    def work(k):
+        threads.append(threading.current_thread().name)
+        return k * k
+
+    free = _free_slots()
+    got = list(compress_pool.ordered(work, range(20), lambda k: BIG, ahead=3))
+    assert got == [(k, k * k) for k in range(20)]
+    assert any(name.startswith("jaxattn-compress") for name in threads)
+    assert _free_slots() == free
+
+
+def test_small_items_and_items_past_the_free_slots_run_where_they_are_taken():
+    pool = compress_pool.pool()
+    here = threading.current_thread().name
+    seen: dict[int, str] = {}
+
+    def work(k):
+        seen[k] = threading.current_thread().name
+        return k
+
+    list(compress_pool.ordered(work, range(6), lambda k: BIG - 1))  # all small
+    assert set(seen.values()) == {here}
+    seen.clear()
+    held = 0
+    while pool.slots.acquire(blocking=False):  # another call holds every slot
+        held += 1
+    try:
+        assert [r for _, r in compress_pool.ordered(work, range(6), lambda k: BIG)] == [*range(6)]
+        assert set(seen.values()) == {here}
+    finally:
+        for _ in range(held):
+            pool.slots.release()
+
+
+def test_an_error_comes_at_its_item_and_the_slots_come_back():
+    def work(k):
+        if k == 4:
+            raise ValueError("piece 4 is broken")
+        return k
+
+    free = _free_slots()
+    results = compress_pool.ordered(work, range(10), lambda k: BIG, ahead=3)
+    assert [next(results)[1] for _ in range(4)] == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="piece 4 is broken"):
+        next(results)
+    compress_pool.pool().executor.submit(lambda: None).result()  # let the pool settle
+    assert _free_slots() == free
+
+
+def test_a_stream_dropped_midway_gives_its_slots_back():
+    gate = threading.Event()
+
+    def work(k):
+        gate.wait(5)
+        return k
+
+    free = _free_slots()
+    results = compress_pool.ordered(work, range(10), lambda k: BIG, ahead=4)
+    gate.set()
+    next(results)
+    results.close()  # a cancelled call: what was computed ahead is dropped
+    for _ in range(compress_pool.pool().threads):  # every job queued before this is done
+        compress_pool.pool().executor.submit(lambda: None).result()
+    assert _free_slots() == free
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_a_many_chunk_example_is_the_same_stream_as_compressed_inline(codec):
+    """With a codec, pieces are at most PIECE_BYTES (a request's smaller max_chunk_bytes
+    wins), each one frame of the codec, decoded to the tensor."""
+    rng = np.random.default_rng(0)
+    t = 150  # attention 2 x 3 x 150 x 150 float32 = 540 KB: 3 chunks of 256 KiB and a rest
+    att = rng.random((2, 3, t, t)).astype(np.float32)
+    att = np.round(att * 8) / 8  # compressible
+    cap = Capture(
+        tokens=tuple(f"t{i}" for i in range(t)),
+        sentence_b_start=None,
+        layers=(0, 1),
+        heads=(0, 1, 2),
+        dtype="float32",
+        tensors={"attention": att},
+    )
+    chunk = 256 << 10  # under PIECE_BYTES, over POOL_MIN: the request's size, pooled
+    assert compress_pool.POOL_MIN <= chunk <= compress_pool.PIECE_BYTES
+    messages = list(serialize_example(0, cap, codec=codec, max_chunk_bytes=chunk))
+    assert len(messages) == 1 + 3  # the header, three chunks
+    decoder = StreamDecoder()
+    (got,) = [c for m in messages for c in decoder.feed_all(m)]
+    np.testing.assert_array_equal(got.attention, att)
+    # Each chunk is the codec's own frame of its piece, as compressing it inline gives.
+    raw = att.tobytes()
+    for k, message in enumerate(messages[1:]):
+        piece = raw[k * chunk : (k + 1) * chunk]
+        assert compress(piece, codec) in message
+
+
+def test_a_compressed_tensor_comes_in_pieces_of_at_most_piece_bytes():
+    t = 1000  # a 4 MB map: 8 pieces of 512 KiB at most
+    cap = Capture(
+        tokens=tuple(f"t{i}" for i in range(t)),
+        sentence_b_start=None,
+        layers=(0,),
+        heads=(0,),
+        dtype="float32",
+        tensors={"attention": np.zeros((1, 1, t, t), np.float32)},
+    )
+    messages = list(serialize_example(0, cap, codec="zstd", max_chunk_bytes=4 << 20))
+    assert len(messages) == 1 + -(-4_000_000 // compress_pool.PIECE_BYTES)
+    decoder = StreamDecoder()
+    (got,) = [c for m in messages for c in decoder.feed_all(m)]
+    np.testing.assert_array_equal(got.attention, cap.attention)
