@@ -58,6 +58,15 @@ _pool: _Pool | None = None
 _pool_lock = threading.Lock()
 
 
+def _forget() -> None:
+    """In a forked child: the parent's threads are not there; make a pool of its own."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget)
+
+
 def pool() -> _Pool:
     """The shared pool, made on first use."""
     global _pool

@@ -140,3 +140,28 @@ def test_a_compressed_tensor_comes_in_pieces_of_at_most_piece_bytes():
     decoder = StreamDecoder()
     (got,) = [c for m in messages for c in decoder.feed_all(m)]
     np.testing.assert_array_equal(got.attention, cap.attention)
+
+
+def test_a_forked_child_compresses_on_a_pool_of_its_own():
+    import os
+    import time
+
+    list(compress_pool.ordered(lambda k: k, range(3), lambda k: BIG))  # the parent's pool
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's threads are gone; a hang here fails the test
+        try:
+            got = list(compress_pool.ordered(lambda k: k + 1, range(5), lambda k: BIG))
+            os._exit(0 if got == [(k, k + 1) for k in range(5)] else 1)
+        finally:
+            os._exit(2)
+    deadline = time.monotonic() + 20
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            raise AssertionError("the forked child's compression hung")
+        time.sleep(0.05)
+    assert os.waitstatus_to_exitcode(status) == 0
