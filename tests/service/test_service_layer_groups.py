@@ -234,3 +234,37 @@ def test_a_stream_cut_between_groups_resumes_that_example_whole_on_another_repli
             np.testing.assert_allclose(g.tensors[name], w.tensors[name], rtol=2e-5, atol=2e-6)
     whole = sum(t.nbytes for c in got for t in c.tensors.values())
     assert wire > whole  # LONG's first chunk came twice: dropped once, not assembled
+
+
+def test_one_client_reading_two_grouped_calls_one_after_the_other(svc_engine):
+    """Through gRPC (HTTP/2 flow control included): one thread opens two calls whose
+    examples run in layer groups, reads the first to its end, then the second. Each
+    call's groups wait for its own reader, so the worker must serve the first while
+    the second waits (test_service_layer_groups_nested.py has the batcher's side);
+    before, the client waited on itself until the slow-reader cut-off failed a call."""
+    import grpc
+
+    from jaxattn.v1 import attention_pb2 as pb
+
+    what = ["attention", "hidden_states"]
+    request = pb.CaptureRequest(texts=[pb.Text(text=LONG)] * 8, what=what)  # 490 kB a call
+    # (before: the first call's deadline passed while its groups waited behind the
+    # second's, unread; the cut-off, later, never came into it)
+    options = dict(max_example_bytes=LIMIT, request_buffer_bytes=BUFFER, slow_reader_s=60.0)
+    with running_server(svc_engine, **options) as (server, address):
+        # HTTP/2's window stays at 64 KiB (no BDP probing): the unread call's sends
+        # block, as they do once any window fills, so its groups wait for its reader
+        with grpc.insecure_channel(address, [("grpc.http2.bdp_probe", 0)]) as channel:
+            capture = channel.unary_stream(
+                "/jaxattn.v1.AttentionService/Capture",
+                request_serializer=pb.CaptureRequest.SerializeToString,
+                response_deserializer=pb.CaptureResponse.FromString,
+            )
+            first, second = capture(request, timeout=30.0), capture(request, timeout=30.0)
+            time.sleep(0.5)  # both calls admitted and started before any reading
+            counts = []
+            for call in (first, second):  # DEADLINE_EXCEEDED here: the client waited on itself
+                counts.append(sum(1 for m in call if m.WhichOneof("item") == "header"))
+        stats = server.batcher.stats
+    assert counts == [8, 8]
+    assert stats["group_waits"] > 0, stats  # the groups did wait for their readers
