@@ -268,11 +268,17 @@ class MicroBatcher:
         return job.buffered == 0 or job.buffered + job.piece_bytes(n) <= self.buffer_bytes
 
     def _grouped(self, job: Job) -> bool:
-        """The job's next piece has an example that runs in layer groups for sure (its
-        outputs exceed `group_bytes`; the engine may group others, e.g. over its budget)."""
+        """The job's next piece has an example that runs in layer groups: as the engine
+        decides it (`Engine.group_sizes`: over `group_bytes` or its output budget, at its
+        padded length), or, for an engine that does not say, its outputs exceed
+        `group_bytes`."""
         if not self.group_bytes:
             return False
         n = job.piece(self.max_batch_examples, self.piece_bytes)
+        decides = getattr(self.engine, "group_sizes", None)  # the engine's own decision
+        if decides is not None:
+            todo = job.tokenized[job.scheduled : job.scheduled + n]
+            return any(decides(todo, job.spec, self.group_bytes))
         return any(size > self.group_bytes for size in job.sizes[job.scheduled :][:n])
 
     def _may_start(self, job: Job) -> bool:
@@ -368,10 +374,18 @@ class MicroBatcher:
         return examples >= self.max_batch_examples or 0 < self._last_calls <= calls
 
     def _take(self, first: Job) -> list[tuple[Job, int]]:
-        """The first job's piece plus same-spec pieces that may start; marks them running."""
+        """The first job's piece plus same-spec pieces that may start; marks them running.
+
+        A piece that runs in layer groups (`_grouped`) is never merged with another
+        call's: its run may be suspended for its reader (`_advance`), and another call's
+        examples in the same run would wait with it, their reader for another's (the
+        engine runs grouped examples one at a time anyway: merging gains nothing)."""
         group, count, calls = [], 0, 0
+        alone = self._grouped(first)
         for job in self._in_turn():
-            if job is not first and (not self.merge or job.spec != first.spec):
+            if job is not first and (
+                alone or not self.merge or job.spec != first.spec or self._grouped(job)
+            ):
                 continue
             if not self._may_start(job):
                 continue

@@ -402,7 +402,7 @@ class AttentionClient:
                 call = capture_rpc(
                     part, timeout=deadline - time.monotonic(), metadata=channels.metadata
                 )
-                first = True
+                first, named = True, ""
                 for message in call:
                     if first:  # which model answers: the call names it
                         first = False
@@ -413,10 +413,13 @@ class AttentionClient:
                         else:  # a stream of several examples may need resuming
                             info = self._answering(i, sent, deadline, fresh=len(part.texts) > 1)
                             asked = True
+                        # What a resume must match: the weights the call named, even where
+                        # GetModelInfo failed just then (a faulty network: info None)
+                        named = sent or (info.weights if info is not None else "")
                         decoder.provenance = capture_provenance(info, address)
                     for capture in decoder.feed_all(message):  # one message, 0 or more
                         requests.check_answer(part, capture, address)
-                        resume.received(capture, info, address)
+                        resume.received(capture, named, address)
                         if not (policy == "skip" and capture.truncated):
                             yield capture
                 decoder.finish()

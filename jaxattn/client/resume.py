@@ -46,10 +46,12 @@ class Resume:
             rest.precision = codecs.PRECISION_TO_PB[self._precision]
         return rest
 
-    def received(self, capture: Capture, info: ModelInfo | None, address: str) -> None:
-        """Count one example received from `address` (whose model is `info`)."""
+    def received(self, capture: Capture, weights: str, address: str) -> None:
+        """Count one example received from `address`, whose call named `weights` (the
+        answering model's fingerprint: the stream's first header or its metadata, else
+        its ModelInfo's; "" where neither said)."""
         if self.origin is None:
-            self.origin = (address, info.weights if info is not None else "")
+            self.origin = (address, weights)
             self._precision = capture.precision
         self.done += 1
 

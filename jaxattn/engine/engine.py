@@ -217,6 +217,13 @@ class Engine:
         """Bytes one example padded to `length` returns under `spec`."""
         return self.pipeline.output_bytes(spec, length)
 
+    def group_sizes(
+        self, tokenized: Sequence[TokenizedText], spec: CaptureSpec, group_bytes=None
+    ) -> list[int]:
+        """Layers per group of each tokenised example as `run` (with `group_bytes`) will
+        run it under `spec`; 0: as one program (`BatchPipeline.group_sizes`)."""
+        return self.pipeline.group_sizes(tokenized, spec, group_bytes)
+
     def part_bytes(self, spec: CaptureSpec, length: int, group_bytes: int | None = None) -> int:
         """Bytes of the most one example padded to `length` hands over at once under
         `spec`: a layer group's where it runs in groups (`BatchPipeline.part_bytes`)."""

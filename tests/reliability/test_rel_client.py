@@ -241,3 +241,44 @@ def test_bad_retry_settings_are_refused():
     ):
         with pytest.raises(ValueError):
             AttentionClient("127.0.0.1:1", **kwargs)
+
+
+def test_a_resume_checks_the_weights_the_call_named_when_model_info_failed():
+    """A faulty network (tests/reliability/test_rel_netfault_replicas.py, once in a run):
+    the first message names the weights (its header), GetModelInfo fails just then, the
+    stream is cut after an example. The resume is checked against the named weights,
+    not refused as "weights unknown"."""
+    weights = "blake2b:fake"
+
+    class Flaky:
+        def __init__(self):
+            self.captures, self.infos, self.texts = 0, 0, []
+
+        def capture(self, request, context):
+            self.captures += 1
+            self.texts.append([t.text for t in request.texts])
+            named = weights if request.weights_in_header else ""
+            messages = [
+                m
+                for k, text in enumerate(request.texts)
+                for m in serialize_example(
+                    k, CAP, codec="none", max_chunk_bytes=1 << 20, weights="" if k else named
+                )
+            ]
+            if self.captures == 1:  # the first example, then the cut
+                yield from messages[:2]
+                context.abort(U, "cut")
+            yield from messages
+
+        def info(self, request, context):
+            self.infos += 1
+            if self.infos == 1:  # asked at the first message: the network drops it
+                context.abort(U, "info lost")
+            return pb.ModelInfo(name="fake", layers=1, heads=1, weights=weights)
+
+    script = Flaky()
+    with fake_service(script.capture, script.info) as address:
+        with AttentionClient(address, timeout=10, retries=5, backoff=(0.01, 0.02)) as client:
+            got = list(client.stream(["a", "b"]))
+    assert [c.text for c in got] == ["a", "b"]
+    assert script.texts == [["a", "b"], ["b"]]

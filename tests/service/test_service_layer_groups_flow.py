@@ -167,15 +167,23 @@ def test_a_deadline_passed_between_groups_stops_the_examples_compute(batcher):
     finish(batcher, late, other)
 
 
-def test_a_job_gone_between_groups_stops_its_example_in_a_batch_it_shares(batcher):
-    batcher.window_s = 0.5  # both jobs in one engine call
+def test_grouped_pieces_never_share_an_engine_call_and_a_gone_one_stops(batcher):
+    """Two calls' grouped examples, within one batching window: each runs in an engine
+    call of its own (a run suspended for one reader must not hold the other's example:
+    the client reading its calls in turn waited on itself when they shared one), and
+    the one whose call ends between groups stops there."""
+    batcher.window_s = 0.5  # would merge both pieces into one engine call
     gone = batcher.submit("s", [text("gone")])
     stays = batcher.submit("s", [text("stays")])
+    kept: list = []
+    reader = threading.Thread(target=lambda: kept.extend(c.part for _, c in stays.results()))
+    reader.start()
     results = gone.results()
     assert next(results)[1].part == 0
-    wait_until(lambda: batcher.stats["group_waits"] >= 1)  # the worker waits for it
+    wait_until(lambda: batcher.stats["group_waits"] >= 1)  # gone's run waits for it
     batcher.release(gone)  # cancelled
-    assert [c.part for _, c in stays.results()] == [0, 1, 2]
-    assert batcher.stats["batches"] == 1 and batcher.stats["abandoned"] == 0
+    reader.join(10)
+    assert not reader.is_alive() and kept == [0, 1, 2]
+    assert batcher.stats["batches"] == 2  # one engine call each
     assert ("gone", 1) not in batcher.engine.made  # its other groups never computed
     finish(batcher, gone, stays)
