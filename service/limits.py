@@ -39,6 +39,16 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def example_limit(max_example_bytes: int, max_buffered_bytes: int) -> tuple[int, str]:
+    """(bytes, name) of the binding per-example limit of a server with these options:
+    the smaller of the two that are set; (0, "") where neither is. An example over it
+    runs in layer groups within it (the batcher's and warmup's `group_bytes`)."""
+    limits = [(v, n) for v, n in ((max_example_bytes, "max_example_bytes"),) if v]
+    if max_buffered_bytes and (not limits or max_buffered_bytes < limits[0][0]):
+        limits = [(max_buffered_bytes, "max_buffered_bytes")]
+    return limits[0] if limits else (0, "")
+
+
 class OutputLimits:
     """What one example and one request may return, checked against an engine's sizes.
 
@@ -65,11 +75,10 @@ class OutputLimits:
         # What the engine hands over at once (a layer group's outputs), if it says.
         self.part_sizer = getattr(engine, "part_bytes", None)
         self.buckets = tuple(getattr(engine, "buckets", ()) or ())
-        limits = [(v, n) for v, n in ((max_example_bytes, "max_example_bytes"),) if v]
-        if max_buffered_bytes and (not limits or max_buffered_bytes < limits[0][0]):
-            limits = [(max_buffered_bytes, "max_buffered_bytes")]
         # The binding per-example limit and its name (the jaxattn-limit trailer).
-        self.example_bytes, self.example_limit = limits[0] if limits else (0, "")
+        self.example_bytes, self.example_limit = example_limit(
+            max_example_bytes, max_buffered_bytes
+        )
         self.result_bytes = max_result_bytes
         info = getattr(engine, "info", None)
         self.max_length = getattr(info, "max_positions", 0) or max(self.buckets, default=0)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from jaxattn.netaddr import check_listen_address
 from service.allocator import DEFAULT_ARENAS, cap_arenas
-from service.limits import OutputLimits
+from service.limits import example_limit
 from service.options import ServerOptions
 from service.server import create_server
 
@@ -86,12 +86,7 @@ def serve(
     log.info(arenas)
     # The server runs an example over its per-example limit in layer groups within it
     # (`create_server`): warmup compiles those groups' programs too.
-    limits = OutputLimits(
-        engine,
-        max_example_bytes=options.max_example_bytes,
-        max_buffered_bytes=options.max_buffered_bytes,
-    )
-    group_bytes = limits.example_bytes or None
+    group_bytes = example_limit(options.max_example_bytes, options.max_buffered_bytes)[0] or None
     for what, spec in zip(warmup, specs, strict=True):
         if stop.is_set():
             break

@@ -83,7 +83,8 @@ def read_tokenizer(path: Path, config, cache: Path | None = None):
         # backend sees them (a 2 KB file with an id of 2^31 made it allocate 8 GB).
         _check_ids(read_json_object(path / "tokenizer.json"), path / "tokenizer.json", config)
     tokenizer = kept = None
-    backend = tokenizer_cache.lookup(cache, path)
+    entry = tokenizer_cache.entry(cache, path)
+    backend = tokenizer_cache.lookup(entry)
     if backend is not None:
         try:
             tokenizer = kept = Tokenizer.from_backend(backend, config, path)
@@ -102,7 +103,7 @@ def read_tokenizer(path: Path, config, cache: Path | None = None):
     except Exception as e:  # noqa: BLE001 - the backends' errors: one class per damage
         raise _unusable(path, "tokenise a text", e) from e
     if kept is None:
-        tokenizer_cache.store(cache, path, tokenizer.backend_json)
+        tokenizer_cache.store(entry, path, tokenizer.backend_json)
     return tokenizer
 
 

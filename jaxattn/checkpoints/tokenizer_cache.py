@@ -56,35 +56,41 @@ def key(path: Path) -> str:
     return digest.hexdigest()
 
 
-def lookup(cache: Path | None, path: Path) -> str | None:
-    """The backend JSON kept for `path`'s tokenizer files, or None (no cache, no entry,
-    or one that cannot be read)."""
-    if cache is None:
+def entry(cache: Path | None, path: Path) -> Path | None:
+    """The entry file of `path`'s tokenizer files in cache directory `cache` (None: no
+    cache): `key` computed once for a lookup and, on a miss, the store after it."""
+    return None if cache is None else cache / SUBDIRECTORY / f"{key(path)}.json"
+
+
+def lookup(file: Path | None) -> str | None:
+    """The backend JSON kept in entry `file`, or None (no cache, no entry, or one that
+    cannot be read)."""
+    if file is None:
         return None
     try:
-        entry = json.loads((cache / SUBDIRECTORY / f"{key(path)}.json").read_text("utf-8"))
-        backend = entry["backend"]
+        kept = json.loads(file.read_text("utf-8"))
+        backend = kept["backend"]
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as e:
-        log.debug("tokenizer cache entry for %s unreadable (%s): reading the files", path, e)
+        log.debug("tokenizer cache entry %s unreadable (%s): reading the files", file, e)
         return None
     return backend if isinstance(backend, str) else None
 
 
-def store(cache: Path | None, path: Path, backend: str) -> None:
-    """Keep the backend JSON of `path`'s tokenizer files; a cache that cannot be written
-    is left alone (logged: loading goes on)."""
-    if cache is None:
+def store(file: Path | None, path: Path, backend: str) -> None:
+    """Keep the backend JSON of `path`'s tokenizer files in entry `file`; a cache that
+    cannot be written is left alone (logged: loading goes on)."""
+    if file is None:
         return
-    folder = cache / SUBDIRECTORY
+    folder = file.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump({"format": FORMAT, "checkpoint": str(path), "backend": backend}, f)
-            os.replace(tmp, folder / f"{key(path)}.json")
+            os.replace(tmp, file)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise

@@ -77,11 +77,7 @@ def in_groups(pipeline, batch, tokenized, spec, gates, error) -> Iterator[tuple[
     """
     first = pipeline.group_policy.fallback(spec)
     if not first:
-        raise DeviceMemoryError(
-            f"an example of {batch.length} tokens does not fit the device's memory even "
-            f"alone, capturing {', '.join(spec.what)} ({error}): capture fewer "
-            "quantities, layers or heads, or shorter texts"
-        ) from None
+        raise _too_large(batch, spec, error, "", "quantities, layers or heads") from None
     log.warning(  # XLA's words say which memory: the device's, or the pinned host pool
         "an example of %d tokens ran out of memory as one program (%s); running it in "
         "layer groups of %d captured layers",
@@ -94,19 +90,28 @@ def in_groups(pipeline, batch, tokenized, spec, gates, error) -> Iterator[tuple[
         while True:
             try:  # the whole Capture, once its last group has landed
                 done = list(pipeline.run_groups(tokenized, spec, gates, row, size, parts=False))
+                break
             except DeviceMemoryError:
                 if size == 1:
-                    raise DeviceMemoryError(
-                        f"an example of {batch.length} tokens does not fit the device's "
-                        f"memory even alone, capturing {', '.join(spec.what)}, not even in "
-                        f"layer groups of one captured layer ({error}): capture fewer "
-                        "quantities or heads, or shorter texts"
+                    raise _too_large(
+                        batch,
+                        spec,
+                        error,
+                        ", not even in layer groups of one captured layer",
+                        "quantities or heads",
                     ) from None
                 size //= 2
                 log.warning("layer groups did not fit either; trying groups of %d", size)
-                continue
-            yield from done
-            break
+        yield from done
+
+
+def _too_large(batch, spec, error, tried: str, fewer: str) -> DeviceMemoryError:
+    """An example that does not fit the device alone (`tried`: what else did not help)."""
+    return DeviceMemoryError(
+        f"an example of {batch.length} tokens does not fit the device's memory even "
+        f"alone, capturing {', '.join(spec.what)}{tried} ({error}): capture fewer "
+        f"{fewer}, or shorter texts"
+    )
 
 
 def _first_line(error: BaseException) -> str:
