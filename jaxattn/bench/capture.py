@@ -32,10 +32,13 @@ from jaxattn.errors import InputError, TooLongError
 FULL = ("attention", "queries", "keys", "fx_norm", "alpha_fx_norm", "sum_alpha_fx_norm")
 
 
-def transformers_runner(model_dir: Path, texts: list[str], batch: int, attentions: bool = True):
-    """Case (a) as a zero-argument callable (model and tokenizer loaded once); with
-    attentions=False case (f), the plain forward.
+def transformers_runners(model_dir: Path, texts: list[str], batch: int) -> dict:
+    """Cases (a) and (f) as zero-argument callables over one loaded model.
 
+    (a) runs the eager attention with output_attentions=True (transformers 5 returns
+    attentions only from it); (f) the implementation `from_pretrained` picks by itself
+    (SDPA where the family has it), no attentions. One model switched between the two
+    (`set_attn_implementation`), not two: a 1B decoder's weights are 5 GB in float32.
     Runs on CUDA when torch sees a GPU, else on the CPU.
     """
     import numpy as np
@@ -44,22 +47,27 @@ def transformers_runner(model_dir: Path, texts: list[str], batch: int, attention
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-    # transformers 5 returns attentions only with the eager implementation; the plain
-    # forward takes its default (SDPA).
-    options = dict(attn_implementation="eager") if attentions else {}
-    model = AutoModel.from_pretrained(str(model_dir), **options).eval().to(device)
+    model = AutoModel.from_pretrained(str(model_dir)).eval().to(device)
+    default = model.config._attn_implementation
 
-    def run():
-        with torch.inference_mode():
-            for i in range(0, len(texts), batch):
-                x = tok(texts[i : i + batch], padding="longest", return_tensors="pt").to(device)
-                out = model(**x, output_attentions=attentions)
-                if attentions:
-                    [np.asarray(a.cpu().numpy()) for a in out.attentions]
-                else:
-                    np.asarray(out.last_hidden_state.cpu().numpy())
+    def runner(attentions: bool):
+        implementation = "eager" if attentions else default
 
-    return run
+        def run():
+            if model.config._attn_implementation != implementation:
+                model.set_attn_implementation(implementation)
+            with torch.inference_mode():
+                for i in range(0, len(texts), batch):
+                    x = tok(texts[i : i + batch], padding="longest", return_tensors="pt")
+                    out = model(**x.to(device), output_attentions=attentions)
+                    if attentions:
+                        [np.asarray(a.cpu().numpy()) for a in out.attentions]
+                    else:
+                        np.asarray(out.last_hidden_state.cpu().numpy())
+
+        return run
+
+    return {"a_transformers": runner(True), "f_transformers_forward": runner(False)}
 
 
 def random_bert_base(out_dir: Path) -> Path:
@@ -133,9 +141,10 @@ def run(
             f"limit of {limit} tokens (--too-long skip)",
         )
     model_dir = Path(model) if model else default_model_dir()
-    runners = {"a_transformers": transformers_runner(model_dir, texts, 32)}
+    reference = transformers_runners(model_dir, texts, 32)
+    runners = {"a_transformers": reference["a_transformers"]}
     runners |= jaxattn_runners(engine, texts)
-    runners["f_transformers_forward"] = transformers_runner(model_dir, texts, 32, False)
+    runners["f_transformers_forward"] = reference["f_transformers_forward"]
     res = {
         "n": len(texts),
         "model": engine.info.name,
