@@ -144,3 +144,73 @@ def test_decoder_heads_streams_the_mean_over_examples():
     # rows 4, 5 have earlier occurrences (a at 1, b at 2): induction head 1, prev head 0
     np.testing.assert_allclose(out["induction"], [[0.5]])
     np.testing.assert_allclose(out["prev"], [[(1 / 5 + 1.0) / 2]])  # ind's row 1 -> 0
+
+
+def _random_causal(rng, shape, t):
+    """[..., T, T] random causal rows (each a Dirichlet draw over the keys j <= i)."""
+    w = rng.gamma(1.0, size=(*shape, t, t)) * np.tri(t)
+    return w / w.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("bos", [False, True])
+def test_on_a_repeated_sequence_the_scores_are_transformerlens_stripes(bos):
+    """TransformerLens's Main_Demo (no BOS) and ARENA (BOS first) score induction as the
+    mean of the diagonal at offset 1 - n of [BOS?, r_1 .. r_n, r_1 .. r_n]; that diagonal
+    also holds first-half rows (Main_Demo: r_n -> r_1; ARENA: r_{n-1} -> BOS, r_n -> r_1),
+    which this score leaves out. The duplicate-token diagonal is at offset -n."""
+    rng = np.random.default_rng(3)
+    n = 7
+    r = list(rng.permutation(50)[:n] + 1)  # distinct ids, 0 kept for BOS
+    tokens = ([0] if bos else []) + r + r
+    w = _random_causal(rng, (2, 3), len(tokens))
+    first_half = 2 if bos else 1  # the stripe's rows before the second r_1
+    stripe = np.diagonal(w, 1 - n, -2, -1)  # W[i, i - n + 1]
+    assert stripe.shape[-1] == n + first_half
+    np.testing.assert_allclose(induction_scores(w, tokens), stripe[..., first_half:].mean(-1))
+    # the whole stripe's mean (the tutorials' number) differs: the first-half rows count there
+    assert np.abs(stripe.mean(-1) - induction_scores(w, tokens)).max() > 1e-2
+    dup = np.diagonal(w, -n, -2, -1)  # W[i, i - n]
+    np.testing.assert_allclose(duplicate_token_scores(w, tokens), dup[..., int(bos) :].mean(-1))
+    prev = np.diagonal(w, -1, -2, -1)  # ARENA's prev_attn_detector: diagonal(-1).mean()
+    np.testing.assert_allclose(previous_token_scores(w), prev.mean(-1))
+
+
+def _naive_scores(w, tokens):
+    """Induction and duplicate scores by the definitions, one row at a time: row i's weight
+    on the keys j + 1 (j + 1 < i) after earlier occurrences j of token i, and on those
+    occurrences j < i, each averaged over the rows that have such keys."""
+    ind, dup = [], []
+    for i, tok in enumerate(tokens):
+        earlier = [j for j in range(i) if tokens[j] == tok]
+        after = [j + 1 for j in earlier if j + 1 < i]
+        if after:
+            ind.append(w[..., i, after].sum(-1))
+        if earlier:
+            dup.append(w[..., i, earlier].sum(-1))
+    return np.mean(ind, 0), np.mean(dup, 0)
+
+
+def test_repeats_anywhere_match_the_definition_row_by_row():
+    rng = np.random.default_rng(4)
+    tokens = list(rng.integers(0, 4, size=17))  # 4 token kinds: many repeats, some adjacent
+    w = _random_causal(rng, (2, 2), len(tokens))
+    want_ind, want_dup = _naive_scores(w, tokens)
+    np.testing.assert_allclose(induction_scores(w, tokens), want_ind)
+    np.testing.assert_allclose(duplicate_token_scores(w, tokens), want_dup)
+
+
+def test_several_earlier_occurrences_and_an_adjacent_repeat_by_hand():
+    # a b a a: row 2 (a) -> b (after the a at 0); row 3 (a) -> b, and not itself (after
+    # the a at 2 comes row 3 itself: attending to oneself is no prefix matching)
+    w = _causal(
+        [
+            [1.0],
+            [0.5, 0.5],
+            [0.2, 0.3, 0.5],
+            [0.1, 0.2, 0.3, 0.4],
+        ]
+    )[None, None]
+    tokens = ["a", "b", "a", "a"]
+    np.testing.assert_allclose(induction_scores(w, tokens), [[(0.3 + 0.2) / 2]])
+    # duplicate: row 2 -> a at 0; row 3 -> a at 0 and at 2, summed
+    np.testing.assert_allclose(duplicate_token_scores(w, tokens), [[(0.2 + (0.1 + 0.3)) / 2]])
