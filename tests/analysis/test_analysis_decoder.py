@@ -7,6 +7,9 @@ on-device statistics against it: tests/families/test_gpt2_decoder_stats.py.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -18,6 +21,7 @@ from jaxattn.analysis import (
     first_token_scores,
     induction_scores,
     previous_token_scores,
+    repeated_sequence_text,
 )
 from jaxattn.capture import Capture
 from jaxattn.quantities import DECODER_HEAD_STATS, ENTROPY_SMOOTHING
@@ -214,3 +218,21 @@ def test_several_earlier_occurrences_and_an_adjacent_repeat_by_hand():
     np.testing.assert_allclose(induction_scores(w, tokens), [[(0.3 + 0.2) / 2]])
     # duplicate: row 2 -> a at 0; row 3 -> a at 0 and at 2, summed
     np.testing.assert_allclose(duplicate_token_scores(w, tokens), [[(0.2 + (0.1 + 0.3)) / 2]])
+
+
+def test_the_repeated_sequence_is_n_distinct_word_tokens_twice():
+    sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
+    from gpt2_fixture import make_gpt2_tokenizer
+
+    tok = make_gpt2_tokenizer()
+    text, tokens = repeated_sequence_text(tok, 6, seed=1)
+    first, second = tokens[:6], tokens[6:]
+    assert first == second and len(set(first)) == 6 and len(tokens) == 12
+    assert all(t.startswith("Ġ") for t in first)
+    vocab = tok.get_vocab()
+    assert tok.encode(text, add_special_tokens=False) == [vocab[t] for t in tokens]  # no BOS
+    assert repeated_sequence_text(tok, 6, seed=1) == (text, tokens)  # the seed fixes it
+    with pytest.raises(ValueError, match="n >= 2"):
+        repeated_sequence_text(tok, 1)
+    with pytest.raises(ValueError, match="fewer than the n = 10000"):
+        repeated_sequence_text(tok, 10000)
