@@ -207,7 +207,9 @@ def _first_share(cap: Capture) -> np.ndarray:
     if "attention" in cap.tensors:
         return first_token_scores(cap.attention)
     if "decoder_head_stats" in cap.tensors:
-        return np.asarray(cap.decoder_head_stats, np.float64)[..., 0]
+        return np.asarray(cap.decoder_head_stats, np.float64)[
+            ..., DECODER_HEAD_STATS.index("first")
+        ]
     raise ValueError(
         "the capture has neither attention nor decoder_head_stats: capture one of them"
     )

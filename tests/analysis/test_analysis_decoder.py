@@ -132,6 +132,19 @@ def test_sinks_with_and_without_bos():
     assert alone.other is None and alone.difference is None
     with pytest.raises(ValueError, match="different layers/heads"):
         AttentionSinks(_cap(with_bos, "abcd"), _cap(with_bos[:, :1], "abcd"))
+    # from the on-device table alone: its "first" column, whichever column that is
+    table = np.arange(2 * len(DECODER_HEAD_STATS), dtype=np.float32).reshape(1, 2, -1)
+    cap = Capture(
+        tokens=tuple("abcd"),
+        sentence_b_start=None,
+        layers=(0,),
+        heads=(0, 1),
+        dtype="float32",
+        tensors={"decoder_head_stats": table},
+    )
+    np.testing.assert_allclose(
+        AttentionSinks(cap).first, table[..., DECODER_HEAD_STATS.index("first")]
+    )
 
 
 def test_decoder_heads_streams_the_mean_over_examples():
