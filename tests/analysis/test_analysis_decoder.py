@@ -82,15 +82,11 @@ def test_the_canonical_heads_score_one_on_their_own_pattern():
     np.testing.assert_allclose(induction_scores(w, ids), [[0, 0, 1, 0]])
 
 
+HAND_ROWS = [[1.0], [0.5, 0.5], [0.25, 0.25, 0.5], [0.1, 0.2, 0.3, 0.4]]
+
+
 def test_the_statistics_of_a_hand_made_map():
-    w = _causal(
-        [
-            [1.0],
-            [0.5, 0.5],
-            [0.25, 0.25, 0.5],
-            [0.1, 0.2, 0.3, 0.4],
-        ]
-    )
+    w = _causal(HAND_ROWS)
     tokens = ["Hello", ",", "Ġworld", "."]
     stats = decoder_head_statistics(w[None, None], tokens)
     assert list(stats) == list(DECODER_HEAD_STATS)
@@ -219,18 +215,11 @@ def test_repeats_anywhere_match_the_definition_row_by_row():
 def test_several_earlier_occurrences_and_an_adjacent_repeat_by_hand():
     # a b a a: row 2 (a) -> b (after the a at 0); row 3 (a) -> b, and not itself (after
     # the a at 2 comes row 3 itself: attending to oneself is no prefix matching)
-    w = _causal(
-        [
-            [1.0],
-            [0.5, 0.5],
-            [0.2, 0.3, 0.5],
-            [0.1, 0.2, 0.3, 0.4],
-        ]
-    )[None, None]
+    w = _causal(HAND_ROWS)[None, None]
     tokens = ["a", "b", "a", "a"]
-    np.testing.assert_allclose(induction_scores(w, tokens), [[(0.3 + 0.2) / 2]])
+    np.testing.assert_allclose(induction_scores(w, tokens), [[(0.25 + 0.2) / 2]])
     # duplicate: row 2 -> a at 0; row 3 -> a at 0 and at 2, summed
-    np.testing.assert_allclose(duplicate_token_scores(w, tokens), [[(0.2 + (0.1 + 0.3)) / 2]])
+    np.testing.assert_allclose(duplicate_token_scores(w, tokens), [[(0.25 + (0.1 + 0.3)) / 2]])
 
 
 def test_the_repeated_sequence_is_n_distinct_word_tokens_twice():
