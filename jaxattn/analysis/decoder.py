@@ -26,7 +26,9 @@ it is defined for, NaN where an example has none):
   holds first-half rows: one without BOS (Main_Demo: r_n -> r_1), two with
   BOS first (ARENA: r_{n-1} -> BOS, r_n -> r_1); this score is that diagonal
   without them. TransformerLens's ``detect_head`` ("mul") divides instead by
-  all the attention of all rows, rows with no earlier occurrence included.
+  all the attention of all rows, rows with no earlier occurrence included;
+  Olsson et al.'s evaluator (four repeats) averages attention entries, not
+  rows, so a row splitting its weight over several copies counts less there.
 - `AttentionSinks`: the first-token share per head, with the first token BOS
   and not BOS (two captures of the same texts, one with the BOS prepended),
   and their difference.

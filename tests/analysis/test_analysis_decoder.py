@@ -238,3 +238,25 @@ def test_the_repeated_sequence_is_n_distinct_word_tokens_twice():
         repeated_sequence_text(tok, 1)
     with pytest.raises(ValueError, match="fewer than the n = 10000"):
         repeated_sequence_text(tok, 10000)
+
+
+def test_a_row_sums_its_weight_over_several_earlier_copies():
+    """A sequence repeated three times (Olsson et al. repeat theirs four times): a head that
+    splits each row's weight evenly over the successors of all earlier copies scores 1
+    here (the row's sum, averaged over rows); Olsson et al.'s mean over attention entries
+    would give (n * 1 + 2n * 1/2) / 3n = 2/3 (ANALYSIS.md says so)."""
+    n = 4
+    tokens = list("abcd") * 3
+    t = len(tokens)
+    w = np.zeros((t, t))
+    entries = []
+    for i in range(t):
+        after = [j + 1 for j in range(i) if tokens[j] == tokens[i] and j + 1 < i]
+        if after:
+            w[i, after] = 1.0 / len(after)
+            entries += [1.0 / len(after)] * len(after)
+        else:
+            w[i, 0] = 1.0
+    assert len(entries) == 3 * n
+    np.testing.assert_allclose(induction_scores(w[None, None], tokens), [[1.0]])
+    assert np.mean(entries) == pytest.approx(2 / 3)
