@@ -11,15 +11,24 @@ it is defined for, NaN where an example has none):
   Clark et al.'s code does, (1 - s) w + s / (i + 1) over the i + 1 keys it
   can see), over query rows 1 .. T-1: a causal row 0 sees only itself (weight
   1 on token 0), which says nothing about the head, and has no previous token.
-- `duplicate_token_scores`: the weight of row i on the earlier occurrences of
-  its own token (rows whose token occurred before).
-- `induction_scores`: the weight of row i on the tokens just after the earlier
-  occurrences of its own token (Olsson et al. 2022's prefix matching), over the
-  rows that have such a token before them. On a repeated random sequence
+- `duplicate_token_scores`: the weight of row i on the earlier occurrences j < i
+  of its own token (summed when there are several), averaged over the rows that
+  have one.
+- `induction_scores`: the weight of row i on the tokens j + 1 just after the
+  earlier occurrences j of its own token (Olsson et al. 2022's prefix
+  matching; summed when there are several, and j + 1 = i, an adjacent repeat
+  "a a" pointing at the row itself, left out), averaged over the rows that
+  have such a token before them. On a repeated random sequence
   [r_1 .. r_n, r_1 .. r_n] of distinct tokens (`repeated_sequence_text`) those
   rows are exactly the second half, and the score is the mean attention from
-  r_k's second occurrence to r_{k+1}'s first, as TransformerLens's tutorials
-  compute it (their diagonal at offset 1 - n, without its two first-half rows).
+  r_k's second occurrence to the token after its first. TransformerLens's
+  tutorials average the whole diagonal at offset 1 - n instead, which also
+  holds first-half rows: one without BOS (Main_Demo: r_n -> r_1), two with
+  BOS first (ARENA: r_{n-1} -> BOS, r_n -> r_1); this score is that diagonal
+  without them. TransformerLens's ``detect_head`` ("mul") divides instead by
+  all the attention of all rows, rows with no earlier occurrence included;
+  Olsson et al.'s evaluator (four repeats) averages attention entries, not
+  rows, so a row splitting its weight over several copies counts less there.
 - `AttentionSinks`: the first-token share per head, with the first token BOS
   and not BOS (two captures of the same texts, one with the BOS prepended),
   and their difference.
@@ -102,7 +111,8 @@ def decoder_head_statistics(
 
 
 def previous_token_scores(weights) -> np.ndarray:
-    """[..., T, T] -> [...]: the mean weight of rows 1 .. T-1 on their previous token."""
+    """[..., T, T] -> [...]: the mean weight of rows 1 .. T-1 on their previous token
+    (ARENA's ``pattern.diagonal(-1).mean()``)."""
     w = _maps(weights)
     if w.shape[-1] < 2:
         return np.full(w.shape[:-2], np.nan)
@@ -110,7 +120,8 @@ def previous_token_scores(weights) -> np.ndarray:
 
 
 def first_token_scores(weights) -> np.ndarray:
-    """[..., T, T] -> [...]: the mean weight of rows 1 .. T-1 on the first token (the sink)."""
+    """[..., T, T] -> [...]: the mean weight of rows 1 .. T-1 on the first token (the sink);
+    ARENA's ``pattern[:, 0].mean()`` also counts row 0 (always 1): (1 + (T-1) s) / T."""
     w = _maps(weights)
     return _rows_mean(w[..., 0], np.arange(w.shape[-1]) >= 1)
 
@@ -158,6 +169,12 @@ def repeated_sequence_text(tokenizer, n: int, *, seed: int = 0) -> tuple[str, li
       vocabulary tokens that begin a word (a leading space, GPT-2's "Ġ") and
       encode back to themselves, in random order, twice.
 
+    Unlike TransformerLens's tutorials, which draw token ids uniformly with
+    replacement (Main_Demo: 1000 .. 9999; ARENA: the whole vocabulary, after
+    BOS), the tokens are distinct (so every second-half row has exactly one
+    earlier occurrence) and survive a round trip through text (`jaxattn
+    analyze` takes texts); no BOS is added (the tokenizer adds its own, if any).
+
     Raises:
       ValueError: n < 2, or the vocabulary has fewer than n such tokens.
     """
@@ -192,7 +209,9 @@ def _first_share(cap: Capture) -> np.ndarray:
     if "attention" in cap.tensors:
         return first_token_scores(cap.attention)
     if "decoder_head_stats" in cap.tensors:
-        return np.asarray(cap.decoder_head_stats, np.float64)[..., 0]
+        return np.asarray(cap.decoder_head_stats, np.float64)[
+            ..., DECODER_HEAD_STATS.index("first")
+        ]
     raise ValueError(
         "the capture has neither attention nor decoder_head_stats: capture one of them"
     )

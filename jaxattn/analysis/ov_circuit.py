@@ -25,15 +25,28 @@ every eigenvalue is positive real, -1 when every one is negative.
 Norms (`fold_norms`, the default), as TransformerLens's ``fold_ln`` does: the
 norm before attention and the final norm are folded into their readers,
 R_V = P diag(gamma_attn) W_V and R_U = P diag(gamma_final) W_U^T, with P =
-I - 11^T / D the centring of a LayerNorm (I for RMSNorm); the biases and the
-division by the token's norm statistic (a positive scale per token) are left
-out. With ``fold_norms=False``, R_V = W_V and R_U = W_U^T (the papers' toy
-models have no norms).
+I - 11^T / D the centring of a LayerNorm (I for RMSNorm) and gamma the scale
+the norm multiplies by (Gemma's offset + w, `ModelConfig.norm_offset`, as
+TransformerLens's ``rmsnorm_uses_offset``); the biases and the division by the
+token's norm statistic (a positive scale per token) are left out. A model
+with post-norms (Gemma: h = x + N_pa(attn)) writes W_O^h diag(gamma_pa) to the
+residual stream, so W_O^h is taken with its post-norm's scale folded in
+(TransformerLens keeps ``ln1_post`` apart, unfolded). With
+``fold_norms=False``, R_V = W_V and R_U = W_U^T (the papers' toy models).
+
+The logits are centred over the vocabulary (`center_unembed`, the default), as
+TransformerLens's ``center_unembed`` does (on by default in ``from_pretrained``
+and ``enable_compatibility_mode``, so its Main_Demo's "full OV copying score"
+is of this matrix): R_U C with C = I_V - 11^T / V, since a softmax ignores what
+a head adds to every logit alike. Not with a logit soft-cap (Gemma 2's
+``final_logit_softcapping``), which is not shift-invariant; TransformerLens
+refuses it there too. A uniform scale of W_E (Gemma's sqrt(D)) changes no score.
 
 M is never formed: its nonzero eigenvalues are those of the (K x K) matrix
 W_O R_U W_E R_V (the nonzero eigenvalues of AB equal those of BA), and zero
-eigenvalues add nothing to either sum. R_U W_E (D x D) is computed once per
-model, in float64 over row chunks of the vocabulary.
+eigenvalues add nothing to either sum. R_U C W_E (D x D) is computed once per
+model, in float64 over row chunks of the vocabulary (W_U^T C W_E = W_U^T W_E -
+(W_U^T 1)(1^T W_E) / V).
 """
 
 from __future__ import annotations
@@ -53,18 +66,24 @@ def copying_score(eigenvalues) -> np.ndarray:
         return np.where(total > 0, lam.sum(-1).real / np.where(total > 0, total, 1.0), np.nan)
 
 
-def unembed_embed(unembedding, embedding) -> np.ndarray:
-    """W_U^T W_E [D, D] in float64 from W_U [V, D] and W_E [V, D], in vocabulary chunks."""
+def unembed_embed(unembedding, embedding, *, center: bool = False) -> np.ndarray:
+    """W_U^T W_E [D, D] in float64 from W_U [V, D] and W_E [V, D], in vocabulary chunks;
+    center: W_U^T C W_E, the logits centred over the vocabulary (C = I_V - 11^T / V)."""
     u, e = np.asarray(unembedding), np.asarray(embedding)
     if u.ndim != 2 or u.shape != e.shape:
         raise ValueError(
             f"the unembedding {u.shape} and the embedding {e.shape} must both be [V, D]"
         )
     out = np.zeros((u.shape[1], u.shape[1]))
+    u_sum, e_sum = np.zeros(u.shape[1]), np.zeros(u.shape[1])
     for start in range(0, u.shape[0], CHUNK):
-        out += u[start : start + CHUNK].astype(np.float64).T @ e[start : start + CHUNK].astype(
-            np.float64
-        )
+        u_chunk = u[start : start + CHUNK].astype(np.float64)
+        e_chunk = e[start : start + CHUNK].astype(np.float64)
+        out += u_chunk.T @ e_chunk
+        u_sum += u_chunk.sum(0)
+        e_sum += e_chunk.sum(0)
+    if center:
+        out -= np.outer(u_sum, e_sum) / u.shape[0]
     return out
 
 
@@ -79,8 +98,18 @@ def _centre(d: int, norm_type: str) -> np.ndarray:
     return np.eye(d) - 1.0 / d if norm_type == "layer" else np.eye(d)
 
 
+def _scale(config: ModelConfig, norm: dict) -> np.ndarray:
+    """The [D] factor a norm multiplies by: its weight, plus Gemma's offset (1 + w)."""
+    return np.asarray(norm["scale"], np.float64) + config.norm_offset
+
+
 def model_copying_scores(
-    config: ModelConfig, params: dict, unembedding, *, fold_norms: bool = True
+    config: ModelConfig,
+    params: dict,
+    unembedding,
+    *,
+    fold_norms: bool = True,
+    center_unembed: bool = True,
 ) -> np.ndarray:
     """[L, H] copying scores of every head of a pre-norm decoder (see the module docstring).
 
@@ -90,7 +119,10 @@ def model_copying_scores(
         (``Engine.step.canonical_params()``).
       unembedding: W_U [V, D], the next-token head (the word embedding when tied).
       fold_norms: fold the attention norm's and the final norm's scales (and a
-        LayerNorm's centring) into the readers, as TransformerLens's fold_ln.
+        LayerNorm's centring) into the readers, as TransformerLens's fold_ln, and a
+        post-norm's scale into W_O.
+      center_unembed: centre the logits over the vocabulary, as TransformerLens's
+        center_unembed (ignored, False, with a logit soft-cap).
 
     Raises:
       ValueError: a post-norm model (its attention reads a normalised sum, not the
@@ -104,17 +136,20 @@ def model_copying_scores(
     embedding = np.asarray(params["embeddings"]["word"])
     d, group = config.hidden_size, config.group_size
     centre = _centre(d, config.norm_type) if fold_norms else np.eye(d)
-    gram = unembed_embed(unembedding, embedding)  # W_U^T W_E
+    center = center_unembed and not config.lm_softcap
+    gram = unembed_embed(unembedding, embedding, center=center)  # W_U^T (C) W_E
     if fold_norms:
-        gram = centre @ (np.asarray(params["final_ln"]["scale"], np.float64)[:, None] * gram)
+        gram = centre @ (_scale(config, params["final_ln"])[:, None] * gram)
     scores = np.full((config.num_layers, config.num_heads), np.nan)
     for layer in range(config.num_layers):
         p = params[f"layer_{config.weights_of_layer(layer)}"]
         value = np.asarray(p["attention"]["value"]["kernel"], np.float64)  # [D, H_kv, K]
         out = np.asarray(p["attention"]["out"]["kernel"], np.float64)  # [H, K, D]
         if fold_norms and config.has_attention_ln(layer):
-            scale = np.asarray(p["attention_ln"]["scale"], np.float64)
+            scale = _scale(config, p["attention_ln"])
             value = np.einsum("de,e,egk->dgk", centre, scale, value)
+        if fold_norms and config.post_norms:  # Gemma: the residual gets N_pa(attn)
+            out = out * _scale(config, p["attention_post_ln"])
         lam = np.stack(
             [ov_eigenvalues(gram, value[:, h // group], out[h]) for h in range(config.num_heads)]
         )

@@ -14,9 +14,11 @@ from __future__ import annotations
 from jaxattn.analysis.ov_circuit import model_copying_scores
 
 OV_DEFINITION = (
-    "sum(lambda) / sum(|lambda|) over the eigenvalues of W_E R_V W_O R_U (Elhage et al. "
-    "2021), the attention and final norms' scales (and LayerNorm's centring) folded into "
-    "R_V and R_U; from the [K, K] product W_O R_U W_E R_V"
+    "sum(lambda) / sum(|lambda|) over the eigenvalues of W_E R_V W_O R_U C (Elhage et al. "
+    "2021), as TransformerLens's full OV copying score: the attention and final norms' "
+    "scales (and LayerNorm's centring) folded into R_V and R_U, a post-norm's scale into "
+    "W_O, the logits centred over the vocabulary (C = I - 11^T / V; not with a logit "
+    "soft-cap); from the [K, K] product W_O R_U C W_E R_V"
 )
 
 

@@ -4,9 +4,12 @@ much its final representations and masked-LM loss (an encoder) or causal LM loss
 (a decoder: `jaxattn.engine.causal_lm`) change.
 
 A head is disabled in one of two ways:
-* "zero": its output is zeroed (its context vectors contribute nothing to W_O);
+* "zero": its output is zeroed (its context vectors contribute nothing to W_O;
+  the output bias stays): TransformerLens's zero-ablation of ``hook_z``;
 * "uniform": its attention is replaced by the uniform distribution over the
-  example's real tokens.
+  example's real tokens (a decoder's query i: over the keys j <= i it may see).
+Mean ablation (``hook_z`` replaced by its mean over a reference corpus, as in
+ARENA and Wang et al. 2022) is not offered.
 The gates are runtime arrays, so every ablation set runs one compiled program.
 """
 
