@@ -236,12 +236,16 @@ def test_a_stream_cut_between_groups_resumes_that_example_whole_on_another_repli
     assert wire > whole  # LONG's first chunk came twice: dropped once, not assembled
 
 
-def test_one_client_reading_two_grouped_calls_one_after_the_other(svc_engine):
-    """Through gRPC (HTTP/2 flow control included): one thread opens two calls whose
-    examples run in layer groups, reads the first to its end, then the second. Each
-    call's groups wait for its own reader, so the worker must serve the first while
-    the second waits (test_service_layer_groups_nested.py has the batcher's side);
-    before, the client waited on itself until the slow-reader cut-off failed a call."""
+@pytest.mark.parametrize("order", [(0, 1), (2, 1, 0)], ids=["two in order", "three reversed"])
+def test_one_client_reading_grouped_calls_one_after_the_other(svc_engine, order):
+    """Through gRPC (HTTP/2 flow control included): one thread opens two or three calls
+    whose examples run in layer groups and reads them to their end one after another.
+    Each call's groups wait for its own reader, so the worker must serve the call read
+    while the others wait (test_service_layer_groups_nested.py has the batcher's side);
+    before, the client waited on itself until the slow-reader cut-off failed a call. Read
+    in reverse, the first two calls' runs hold both suspended slots (`SUSPENDED_RUNS`)
+    and the third could not start: one of them is preempted, and restarts later
+    (test_service_layer_groups_preempt.py)."""
     import grpc
 
     from jaxattn.v1 import attention_pb2 as pb
@@ -252,7 +256,7 @@ def test_one_client_reading_two_grouped_calls_one_after_the_other(svc_engine):
     # second's, unread; the cut-off, later, never came into it)
     options = dict(max_example_bytes=LIMIT, request_buffer_bytes=BUFFER, slow_reader_s=60.0)
     with running_server(svc_engine, **options) as (server, address):
-        # HTTP/2's window stays at 64 KiB (no BDP probing): the unread call's sends
+        # HTTP/2's window stays at 64 KiB (no BDP probing): an unread call's sends
         # block, as they do once any window fills, so its groups wait for its reader
         with grpc.insecure_channel(address, [("grpc.http2.bdp_probe", 0)]) as channel:
             capture = channel.unary_stream(
@@ -260,11 +264,14 @@ def test_one_client_reading_two_grouped_calls_one_after_the_other(svc_engine):
                 request_serializer=pb.CaptureRequest.SerializeToString,
                 response_deserializer=pb.CaptureResponse.FromString,
             )
-            first, second = capture(request, timeout=30.0), capture(request, timeout=30.0)
-            time.sleep(0.5)  # both calls admitted and started before any reading
+            calls = [capture(request, timeout=30.0) for _ in order]
+            time.sleep(0.5)  # the calls admitted and started before any reading
             counts = []
-            for call in (first, second):  # DEADLINE_EXCEEDED here: the client waited on itself
-                counts.append(sum(1 for m in call if m.WhichOneof("item") == "header"))
+            for i in order:  # DEADLINE_EXCEEDED here: the client waited on itself
+                counts.append(sum(1 for m in calls[i] if m.WhichOneof("item") == "header"))
         stats = server.batcher.stats
-    assert counts == [8, 8]
+    assert counts == [8] * len(order)
     assert stats["group_waits"] > 0, stats  # the groups did wait for their readers
+    assert stats["stalled"] == 0, stats
+    if len(order) > 2:
+        assert stats["preempted"] > 0, stats  # the third started by preempting a run
