@@ -26,12 +26,14 @@ Memory is bounded twice (admission: `service.admission`):
     nothing for `stall_s` while its results wait, it is failed (SlowReader)
     and its call cancelled. An example run in layer groups (`group_bytes`)
     holds its next group until it fits the same way: its engine run is suspended
-    between groups (`_advance`) and the worker serves the other jobs meanwhile,
-    resuming whichever suspended run's reader took enough first (`_next_run`), so
-    here too a slow reader holds back only its own work, and a client reading its
-    calls one after another never waits on itself. At most `SUSPENDED_RUNS` runs
-    are suspended at once (device memory): a piece that runs in groups waits for a
-    free one, pieces of whole examples start any time;
+    between groups and the worker serves the other jobs meanwhile, resuming
+    whichever suspended run's reader took enough first, so here too a slow reader
+    holds back only its own work. At most `SUSPENDED_RUNS` runs are suspended at
+    once (device memory): a piece that runs in groups waits for a free slot, or,
+    if its reader waits for it, preempts a run whose reader has been idle, which
+    restarts later (`service.grouped_runs`: a run's life between groups), so a
+    client reading its calls in any order never waits on itself; pieces of whole
+    examples start any time;
   * overall: admission reserves each job's worst case (its buffer bound plus
     the chunks its stream may hold) from `total_bytes`, and at most
     `queue_size` jobs exist at once; `submit` beyond either raises `QueueFull`.

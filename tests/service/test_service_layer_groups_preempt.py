@@ -16,23 +16,28 @@ Every wait is bounded: a deadlock fails the test (a reader thread still alive af
 from __future__ import annotations
 
 import threading
-import time
 import types
 import zlib
 
 import numpy as np
 import pytest
+from layer_group_support import (
+    BUFFER,
+    GROUP,
+    GROUPS,
+    LONG,
+    SHORT,
+    SMALL,
+    Reader,
+    finish,
+    text,
+    wait_until,
+)
 
 from service.admitted_call import EngineFailed
 from service.grouped_runs import SUSPENDED_RUNS
 from service.micro_batching import JobCancelled, MicroBatcher
 
-GROUP = 1000  # bytes of one layer group of a long example
-GROUPS = 3
-SMALL = 100  # bytes of a short example (one Capture)
-BUFFER = 1500  # a call's unsent results: one group, not two
-LONG, SHORT = 7, 3  # token lengths: a long example runs in groups, a short one whole
-LIMIT = 10.0  # seconds a reader may take before the test calls it a deadlock
 IDLE = 0.05  # preempt_idle_s of these tests (the default's 1 s in one of them)
 
 
@@ -104,10 +109,6 @@ def item(data, part, cuts, name):
     return types.SimpleNamespace(tensors={"attention": data}, part=part, cuts=cuts, last=last)
 
 
-def text(name, length=LONG):
-    return types.SimpleNamespace(name=name, length=length)
-
-
 @pytest.fixture
 def make():
     made = []
@@ -132,44 +133,6 @@ def make():
         assert b.engine.mid == 0, "a run's device state outlived close()"
 
 
-def wait_until(condition, timeout=LIMIT):
-    end = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.01)
-
-
-class Reader(threading.Thread):
-    """Reads whole calls one after another (a client with one thread for several calls),
-    recording (call, index, part) and each example's bytes, or what ended each call;
-    `pause` s between items (a slow reader)."""
-
-    def __init__(self, *named_results, pause=0.0):
-        super().__init__(daemon=True)
-        self.named_results, self.pause = named_results, pause
-        self.got: list = []
-        self.data: dict[tuple[str, int], list] = {}
-        self.errors: dict[str, Exception] = {}
-        self.start()
-
-    def run(self):
-        for name, results in self.named_results:
-            try:
-                for index, cap in results:
-                    self.got.append((name, index, cap.part))
-                    self.data.setdefault((name, index), []).append(cap.tensors["attention"])
-                    time.sleep(self.pause)
-            except Exception as e:
-                self.errors[name] = e
-
-    def finished(self, timeout=LIMIT) -> bool:
-        self.join(timeout)
-        return not self.is_alive()
-
-    def example(self, name, index) -> np.ndarray:
-        return np.concatenate(self.data[(name, index)])
-
-
 def suspended(batcher, names):
     """Calls for one long example each, each started and held after its first group
     (nobody reads them yet) before the next is sent: they take every slot."""
@@ -182,14 +145,6 @@ def suspended(batcher, names):
 
 def groups(name, index=0):
     return [(name, index, k) for k in range(GROUPS)]
-
-
-def finish(batcher, *jobs):
-    for job in jobs:
-        batcher.release(job)
-    assert batcher.admitted == 0 and batcher.reserved_bytes == 0
-    assert batcher.buffered_bytes == 0
-    assert all(job.buffered == 0 for job in jobs), [job.buffered for job in jobs]
 
 
 @pytest.mark.parametrize("order", ["CBA", "CAB", "DCBA", "CDBA", "DACB"])
