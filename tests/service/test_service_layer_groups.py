@@ -245,12 +245,20 @@ def test_one_client_reading_grouped_calls_one_after_the_other(svc_engine, order)
     before, the client waited on itself until the slow-reader cut-off failed a call. Read
     in reverse, the first two calls' runs hold both suspended slots (`SUSPENDED_RUNS`)
     and the third could not start: one of them is preempted, and restarts later
-    (test_service_layer_groups_preempt.py)."""
+    (test_service_layer_groups_preempt.py); every call's Captures are the in-process
+    engine's, the preempted one's later groups computed after its restart included."""
     import grpc
 
     from jaxattn.v1 import attention_pb2 as pb
+    from jaxattn.wire.receive import StreamDecoder
 
     what = ["attention", "hidden_states"]
+    policy = svc_engine.pipeline.group_policy
+    svc_engine.pipeline.group_policy = GroupPolicy(0)
+    try:
+        (want,) = svc_engine.capture([LONG], what=what)  # one program
+    finally:
+        svc_engine.pipeline.group_policy = policy
     request = pb.CaptureRequest(texts=[pb.Text(text=LONG)] * 8, what=what)  # 490 kB a call
     # (before: the first call's deadline passed while its groups waited behind the
     # second's, unread; the cut-off, later, never came into it)
@@ -266,11 +274,18 @@ def test_one_client_reading_grouped_calls_one_after_the_other(svc_engine, order)
             )
             calls = [capture(request, timeout=30.0) for _ in order]
             time.sleep(0.5)  # the calls admitted and started before any reading
-            counts = []
+            got = []
             for i in order:  # DEADLINE_EXCEEDED here: the client waited on itself
-                counts.append(sum(1 for m in calls[i] if m.WhichOneof("item") == "header"))
+                decoder = StreamDecoder()
+                got.append([cap for m in calls[i] for cap in decoder.feed_all(m)])
+                decoder.finish()
         stats = server.batcher.stats
-    assert counts == [8] * len(order)
+    assert [len(caps) for caps in got] == [8] * len(order)
+    for cap in (cap for caps in got for cap in caps):
+        for name in what:
+            np.testing.assert_allclose(
+                cap.tensors[name], want.tensors[name], rtol=2e-5, atol=2e-6, err_msg=name
+            )
     assert stats["group_waits"] > 0, stats  # the groups did wait for their readers
     assert stats["stalled"] == 0, stats
     if len(order) > 2:
