@@ -18,8 +18,10 @@ held: the suspended run whose reader has taken nothing for longest, at least
 `GroupedRuns.preempted`. It restarts from its first layer once its reader took enough and a
 slot is free, before any new piece (a preempted run keeps its place; one whose reader waits
 for it may preempt in turn), over the examples it has not finished: the groups it already put
-into its job are computed again but not put (captures are deterministic; their boundaries
-are checked, `Diverged`), the next ones are put as before.
+into its job are computed again but not put (an example in groups runs alone: the same
+programs on the same input; their boundaries are checked, `Diverged`), the next ones are
+put as before. The worst case costs compute, not memory: an example preempted again and
+again computes its first groups again each time.
 
 No livelock: a run is preempted only while suspended, suspended only after putting a new
 group, and a restart puts at least one new group before it can be suspended again; groups
