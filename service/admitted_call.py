@@ -177,6 +177,8 @@ class Job:
                     self._sent(sending)
                     sending = 0
                     self.waiting = True
+                    if not self._items.get(index):
+                        self.notify_worker()  # starved: a preemption may be due (grouped_runs)
                     while not self._items.get(index) and self.error is None and not self.cancelled:
                         self.ready.wait()
                     self.waiting = False

@@ -152,8 +152,10 @@ GAUGES = {
 }
 # The batcher's `stats` exported as counters (it holds peaks too, which are not):
 # dropped (a queued job whose client left or whose deadline passed), abandoned (an
-# engine call stopped early: every job in it had gone), stalled (a slow reader cut off).
-BATCHER_EVENTS = ("dropped", "abandoned", "stalled")
+# engine call stopped early: every job in it had gone), stalled (a slow reader cut off),
+# preempted (a run suspended between layer groups stopped for another call's waiting
+# reader, to restart later: `service.grouped_runs`).
+BATCHER_EVENTS = ("dropped", "abandoned", "stalled", "preempted")
 
 
 def _powers_of_two(top: int) -> tuple[int, ...]:

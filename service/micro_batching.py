@@ -26,12 +26,14 @@ Memory is bounded twice (admission: `service.admission`):
     nothing for `stall_s` while its results wait, it is failed (SlowReader)
     and its call cancelled. An example run in layer groups (`group_bytes`)
     holds its next group until it fits the same way: its engine run is suspended
-    between groups (`_advance`) and the worker serves the other jobs meanwhile,
-    resuming whichever suspended run's reader took enough first (`_next_run`), so
-    here too a slow reader holds back only its own work, and a client reading its
-    calls one after another never waits on itself. At most `SUSPENDED_RUNS` runs
-    are suspended at once (device memory): a piece that runs in groups waits for a
-    free one, pieces of whole examples start any time;
+    between groups and the worker serves the other jobs meanwhile, resuming
+    whichever suspended run's reader took enough first, so here too a slow reader
+    holds back only its own work. At most `SUSPENDED_RUNS` runs are suspended at
+    once (device memory): a piece that runs in groups waits for a free slot, or,
+    if its reader waits for it, preempts a run whose reader has been idle, which
+    restarts later (`service.grouped_runs`: a run's life between groups), so a
+    client reading its calls in any order never waits on itself; pieces of whole
+    examples start any time;
   * overall: admission reserves each job's worst case (its buffer bound plus
     the chunks its stream may hold) from `total_bytes`, and at most
     `queue_size` jobs exist at once; `submit` beyond either raises `QueueFull`.
@@ -50,6 +52,7 @@ from collections.abc import Callable, Sequence
 from jaxattn.capture.part import ends_example
 from service.admission import STREAM_CHUNKS, QueueFull, refusal, reservation
 from service.admitted_call import EngineFailed, Job, JobCancelled, SlowReader
+from service.grouped_runs import PREEMPT_IDLE_S, GroupedRuns, Run
 
 __all__ = [
     "STREAM_CHUNKS",
@@ -63,10 +66,6 @@ __all__ = [
 
 log = logging.getLogger("jaxattn.service")
 _MiB = 1 << 20
-# Most engine runs suspended between an example's layer groups at once (each keeps its
-# hidden state and up to two groups' outputs on the device): a piece that runs in groups
-# for sure (`MicroBatcher._grouped`) starts only while fewer are suspended.
-SUSPENDED_RUNS = 2
 
 
 class MicroBatcher:
@@ -88,6 +87,9 @@ class MicroBatcher:
         lands; the worker computes the next group only once the client has taken
         enough that it fits the job's buffer (or the buffer is empty), so a call
         buffers about one group of such an example, never the example whole.
+      preempt_idle_s: how long the reader of a run suspended between layer groups must
+        have taken nothing before the run may be preempted for another call's reader
+        that waits (`service.grouped_runs`).
     """
 
     def __init__(
@@ -102,6 +104,7 @@ class MicroBatcher:
         total_bytes: int = 1024 * _MiB,
         stall_s: float = 30.0,
         group_bytes: int | None = None,
+        preempt_idle_s: float = PREEMPT_IDLE_S,
     ):
         self.engine = engine
         self.group_bytes = group_bytes
@@ -115,7 +118,8 @@ class MicroBatcher:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)  # the worker waits here
         self._pending: collections.deque[Job] = collections.deque()  # runnable, by arrival
-        self._suspended: list[_Run] = []  # runs waiting between groups for a reader
+        # runs waiting between layer groups for a reader: suspended or preempted
+        self._runs = GroupedRuns(buffer_bytes, preempt_idle_s)
         self._served: dict[str | None, int] = {}  # client -> the last turn it was served in
         self._turn = 0
         self._jobs: set[Job] = set()  # admitted, not yet released
@@ -254,10 +258,13 @@ class MicroBatcher:
 
     def _loop(self) -> None:
         while True:
-            run = self._next_run()
-            if run is None:
+            step = self._next_run()
+            if step is None:
                 return
+            run, preempted = step
             try:
+                if preempted is not None:  # its device state goes before `run` starts
+                    self._close(preempted)
                 self._advance(run)
             except Exception:  # never lose the worker; _advance already failed the jobs
                 log.exception("batcher: unexpected error")
@@ -283,32 +290,36 @@ class MicroBatcher:
 
     def _may_start(self, job: Job) -> bool:
         """(lock held) The job's next piece may start now: it fits its buffer, and if it
-        runs in layer groups, fewer than `SUSPENDED_RUNS` runs are suspended."""
+        runs in layer groups, a slot for a suspended run is free (`GroupedRuns.full`)."""
         if job.dead or not self._fits(job):
             return False
-        return len(self._suspended) < SUSPENDED_RUNS or not self._grouped(job)
+        return not self._runs.full or not self._grouped(job)
 
-    def _next_run(self) -> _Run | None:
-        """What the worker does next (waiting until there is something): a suspended run
-        whose held job's reader took enough (or that died, or the batcher closed), else
-        a new run of the first fair group of pieces that may start; None once closed
-        and no run is left suspended."""
+    def _next_run(self) -> tuple[Run, Run | None] | None:
+        """What the worker does next (waiting until there is something): a run to start
+        or go on with, and a suspended run to preempt first or None. A waiting run whose
+        held job's reader took enough (or that died, or the batcher closed: `GroupedRuns.
+        next`), else a new run of the first fair group of pieces that may start, else a
+        preemption for a reader that waits (`_preemption`); None once closed and no run
+        is left waiting."""
         with self._lock:
             while True:
-                if self._closed:
-                    return self._suspended.pop(0) if self._suspended else None
-                wait = self._reap()
-                run = next((r for r in self._suspended if self._resumable(r)), None)
-                if run is not None:
-                    self._suspended.remove(run)
-                    return run
+                wait = None if self._closed else self._reap()
+                run = self._runs.next(self._closed)
+                if run is not None or self._closed:
+                    return None if run is None else (run, None)
                 first = next((j for j in self._in_turn() if self._may_start(j)), None)
                 if first is None:
-                    if self._suspended:  # a held job's deadline tells no one: look again
+                    step, due = self._preemption()
+                    if step is not None:
+                        return step
+                    if self._runs:  # a held job's deadline tells no one: look again
                         wait = 1.0 if wait is None else min(wait, 1.0)
+                    if due is not None:  # a slot's reader may be idle long enough by then
+                        wait = due if wait is None else min(wait, due)
                     self._cond.wait(wait)
                     continue
-                if self._suspended:
+                if self._runs:
                     self.stats["served_while_waiting"] += 1  # no window: not idle
                 elif self.merge and first.scheduled == 0:
                     # Wait out the window unless enough same-spec work is here already.
@@ -317,7 +328,41 @@ class MicroBatcher:
                         if not self._enough(first.spec):
                             self._cond.wait(until - time.monotonic())
                             continue
-                return _Run(self._take(first))
+                return Run(self._take(first)), None
+
+    def _preemption(self) -> tuple[tuple[Run, Run] | None, float | None]:
+        """(lock held) Every slot is held and a reader waits for an example that needs one
+        (`Job.starved`: a preempted run's, first, or a pending piece's in layer groups):
+        the run to start for it and the suspended run it preempts (`GroupedRuns.victim`),
+        or (None, how long until a victim may be idle enough; None: no need or none)."""
+        if not self._runs.full:
+            return None, None
+        restart = next((r for r in self._runs.preempted if r.held[0].starved()), None)
+        job = None
+        if restart is None:
+            job = next(
+                (
+                    j
+                    for j in self._in_turn()
+                    if j.starved() and not j.dead and self._fits(j) and self._grouped(j)
+                ),
+                None,
+            )
+            if job is None:
+                return None, None
+        victim, due = self._runs.victim()
+        if victim is None:
+            return None, due
+        self.stats["preempted"] += 1
+        log.debug(
+            "batcher: preempted a run whose reader took nothing for %.1f s, for another "
+            "call's waiting reader (it restarts from its first layer later)",
+            time.monotonic() - max(victim.suspended_at, victim.held[0].progress_at),
+        )
+        if restart is not None:
+            self._runs.preempted.remove(restart)
+            return (restart, victim), None
+        return (Run(self._take(job)), victim), None
 
     def _reap(self) -> float | None:
         """Drop dead pending jobs; fail jobs whose client stalled. Returns how long
@@ -406,56 +451,29 @@ class MicroBatcher:
             self._last_calls = calls
         return group
 
-    def _holds(self, job: Job, size: int) -> bool:
-        """(lock held) Whether the job's next layer group, about `size` bytes like its
-        last, must wait: it does not fit the job's buffer beside what the client has not
-        taken, and the client is not itself waiting for this run (`Job.starved`: its
-        next example in input order is not in yet, so only going on frees the buffer)."""
-        return (
-            job.buffered > 0
-            and job.buffered + size > self.buffer_bytes
-            and not job.dead
-            and not job.starved()
-        )
-
-    def _resumable(self, run: _Run) -> bool:
-        """(lock held) The suspended run may go on: its held job's group fits now, the
-        job died (its example stops: `skip`), or the batcher closed (the run stops)."""
-        job, size = run.held
-        return self._closed or not self._holds(job, size)
-
     def _peak(self, stat: str, value: int) -> None:
         self.stats[stat] = max(self.stats[stat], value)
 
-    def _advance(self, run: _Run) -> None:
-        """Start or resume `run`, routing each example (or layer group) to its job, until
-        the engine is done, every job left, or a job's next group must wait for its
-        reader (`_holds`): then the run is suspended (`_suspended`, its engine iterator
-        kept: on the device its hidden state and at most two groups' outputs) and the
-        worker goes on with something else (`_next_run`). Once closed, a run that would
-        wait stops instead, its calls cancelled (the server is stopping)."""
+    def _advance(self, run: Run) -> None:
+        """Start, resume or restart `run`, routing each example (or layer group) to its
+        job, until the engine is done, every job left, or a job's next group must wait
+        for its reader (`GroupedRuns.holds`): then the run is suspended (its engine
+        iterator kept: on the device its hidden state and at most two groups' outputs)
+        and the worker goes on with something else (`_next_run`). Once closed, a run
+        that would wait stops instead, its calls cancelled (the server is stopping)."""
         suspended = False
         try:
             if run.it is None:
-                self.stats["batches"] += 1
-                self.stats["jobs"] += sum(1 for job, _ in run.group if job.scheduled == 0)
-                run.start = time.perf_counter()
-                spec = run.group[0][0].spec
-                if self.group_bytes:
-                    run.it = self.engine.run(
-                        run.tokenized,
-                        spec,
-                        parts=True,
-                        group_bytes=self.group_bytes,
-                        # a dead job's example in groups stops, though others share the batch
-                        skip=lambda pos: run.owners[pos][0].dead,
-                    )
-                else:
-                    run.it = self.engine.run(run.tokenized, spec)
+                if not run.started:
+                    self.stats["batches"] += 1
+                    self.stats["jobs"] += sum(1 for job, _ in run.group if job.scheduled == 0)
+                    run.start = time.perf_counter()
+                elif self._stopped(run):  # preempted, and gone or closed since
+                    return
+                run.open(self.engine, run.group[0][0].spec, self.group_bytes)
             elif self._stopped(run):  # resumed
                 return
-            for pos, cap in run.it:
-                job, index = run.owners[pos]
+            for job, index, cap in run.items():
                 with self._lock:
                     size = job.put(index, cap)
                     if size:
@@ -463,13 +481,12 @@ class MicroBatcher:
                         self._peak("peak_buffered_bytes", sum(j.buffered for j in self._jobs))
                     if all(j.dead for j, _ in run.group):
                         self.stats["abandoned"] += 1
-                        return  # everyone left: stop computing (run.it.close() below)
-                    if not ends_example(cap) and self._holds(job, size):
+                        return  # everyone left: stop computing (run.close() below)
+                    if not ends_example(cap) and self._runs.holds(job, size):
                         if self._stopped(run, locked=True):
                             return
                         self.stats["group_waits"] += 1
-                        run.held = (job, size)
-                        self._suspended.append(run)
+                        self._runs.suspend(run, job, size)
                         suspended = True
                         return  # flow control between groups: resumed by `_next_run`
         except Exception as e:
@@ -486,9 +503,10 @@ class MicroBatcher:
             if not suspended:
                 self._finish(run)
 
-    def _stopped(self, run: _Run, locked: bool = False) -> bool:
-        """Whether a run about to wait or resumed stops here: every job left (abandoned),
-        or the batcher closed (its jobs cancelled: their calls end, UNAVAILABLE)."""
+    def _stopped(self, run: Run, locked: bool = False) -> bool:
+        """Whether a run about to wait, resumed or restarted stops here: every job left
+        (abandoned), or the batcher closed (its jobs cancelled: their calls end,
+        UNAVAILABLE)."""
         if not locked:
             with self._lock:
                 return self._stopped(run, locked=True)
@@ -502,14 +520,17 @@ class MicroBatcher:
             return True
         return False
 
-    def _finish(self, run: _Run) -> None:
+    def _close(self, run: Run) -> None:
+        """Close a run's engine iterator (it ends, or waits preempted: `GroupedRuns`)."""
+        try:
+            run.close()
+        except Exception:
+            log.exception("engine: closing a run failed")
+
+    def _finish(self, run: Run) -> None:
         """Close the run's engine iterator; its jobs with examples left queue again (or,
         once closed, are cancelled: no worker will run them)."""
-        if run.it is not None and hasattr(run.it, "close"):
-            try:
-                run.it.close()
-            except Exception:
-                log.exception("engine: closing a run failed")
+        self._close(run)
         with self._lock:
             for job, n in run.group:
                 job.running = False
@@ -522,20 +543,3 @@ class MicroBatcher:
             self._cond.notify_all()
         if self.on_batch is not None:
             self.on_batch(len(run.tokenized), len(run.group), time.perf_counter() - run.start)
-
-
-class _Run:
-    """One engine call: its group of (job, examples) pieces and the engine's iterator,
-    which `MicroBatcher._advance` may suspend between an example's layer groups while
-    `held` (the job, the bytes of its last group) waits for its reader."""
-
-    def __init__(self, group: list[tuple[Job, int]]):
-        self.group = group
-        self.owners: list[tuple[Job, int]] = []  # position -> (job, its example index)
-        self.tokenized: list = []
-        for job, n in group:
-            self.owners += [(job, job.scheduled + i) for i in range(n)]
-            self.tokenized += job.tokenized[job.scheduled : job.scheduled + n]
-        self.it = None
-        self.start = time.perf_counter()
-        self.held: tuple[Job, int] | None = None

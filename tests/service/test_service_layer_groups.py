@@ -236,23 +236,35 @@ def test_a_stream_cut_between_groups_resumes_that_example_whole_on_another_repli
     assert wire > whole  # LONG's first chunk came twice: dropped once, not assembled
 
 
-def test_one_client_reading_two_grouped_calls_one_after_the_other(svc_engine):
-    """Through gRPC (HTTP/2 flow control included): one thread opens two calls whose
-    examples run in layer groups, reads the first to its end, then the second. Each
-    call's groups wait for its own reader, so the worker must serve the first while
-    the second waits (test_service_layer_groups_nested.py has the batcher's side);
-    before, the client waited on itself until the slow-reader cut-off failed a call."""
+@pytest.mark.parametrize("order", [(0, 1), (2, 1, 0)], ids=["two in order", "three reversed"])
+def test_one_client_reading_grouped_calls_one_after_the_other(svc_engine, order):
+    """Through gRPC (HTTP/2 flow control included): one thread opens two or three calls
+    whose examples run in layer groups and reads them to their end one after another.
+    Each call's groups wait for its own reader, so the worker must serve the call read
+    while the others wait (test_service_layer_groups_nested.py has the batcher's side);
+    before, the client waited on itself until the slow-reader cut-off failed a call. Read
+    in reverse, the first two calls' runs hold both suspended slots (`SUSPENDED_RUNS`)
+    and the third could not start: one of them is preempted, and restarts later
+    (test_service_layer_groups_preempt.py); every call's Captures are the in-process
+    engine's, the preempted one's later groups computed after its restart included."""
     import grpc
 
     from jaxattn.v1 import attention_pb2 as pb
+    from jaxattn.wire.receive import StreamDecoder
 
     what = ["attention", "hidden_states"]
+    policy = svc_engine.pipeline.group_policy
+    svc_engine.pipeline.group_policy = GroupPolicy(0)
+    try:
+        (want,) = svc_engine.capture([LONG], what=what)  # one program
+    finally:
+        svc_engine.pipeline.group_policy = policy
     request = pb.CaptureRequest(texts=[pb.Text(text=LONG)] * 8, what=what)  # 490 kB a call
     # (before: the first call's deadline passed while its groups waited behind the
     # second's, unread; the cut-off, later, never came into it)
     options = dict(max_example_bytes=LIMIT, request_buffer_bytes=BUFFER, slow_reader_s=60.0)
     with running_server(svc_engine, **options) as (server, address):
-        # HTTP/2's window stays at 64 KiB (no BDP probing): the unread call's sends
+        # HTTP/2's window stays at 64 KiB (no BDP probing): an unread call's sends
         # block, as they do once any window fills, so its groups wait for its reader
         with grpc.insecure_channel(address, [("grpc.http2.bdp_probe", 0)]) as channel:
             capture = channel.unary_stream(
@@ -260,11 +272,24 @@ def test_one_client_reading_two_grouped_calls_one_after_the_other(svc_engine):
                 request_serializer=pb.CaptureRequest.SerializeToString,
                 response_deserializer=pb.CaptureResponse.FromString,
             )
-            first, second = capture(request, timeout=30.0), capture(request, timeout=30.0)
-            time.sleep(0.5)  # both calls admitted and started before any reading
-            counts = []
-            for call in (first, second):  # DEADLINE_EXCEEDED here: the client waited on itself
-                counts.append(sum(1 for m in call if m.WhichOneof("item") == "header"))
+            calls = [capture(request, timeout=30.0) for _ in order]
+            time.sleep(0.5)  # the calls admitted and started before any reading
+            got = []
+            for i in order:  # DEADLINE_EXCEEDED here: the client waited on itself
+                decoder = StreamDecoder()
+                got.append([cap for m in calls[i] for cap in decoder.feed_all(m)])
+                decoder.finish()
         stats = server.batcher.stats
-    assert counts == [8, 8]
+    assert [len(caps) for caps in got] == [8] * len(order)
+    first = got[0][0]
+    for cap in (cap for caps in got for cap in caps):
+        for name in what:
+            np.testing.assert_allclose(
+                cap.tensors[name], want.tensors[name], rtol=2e-5, atol=2e-6, err_msg=name
+            )
+            # the same groups' programs on the same input: the same bits, restarted or not
+            np.testing.assert_array_equal(cap.tensors[name], first.tensors[name], err_msg=name)
     assert stats["group_waits"] > 0, stats  # the groups did wait for their readers
+    assert stats["stalled"] == 0, stats
+    if len(order) > 2:
+        assert stats["preempted"] > 0, stats  # the third started by preempting a run

@@ -18,16 +18,22 @@ import types
 
 import numpy as np
 import pytest
+from layer_group_support import (
+    BUFFER,
+    GROUP,
+    GROUPS,
+    LIMIT,
+    LONG,
+    SHORT,
+    SMALL,
+    Reader,
+    finish,
+    text,
+    wait_until,
+)
 
 from service.admitted_call import EngineFailed, SlowReader
 from service.micro_batching import JobCancelled, MicroBatcher
-
-GROUP = 1000  # bytes of one layer group of a long example
-GROUPS = 3
-SMALL = 100  # bytes of a short example (one Capture)
-BUFFER = 1500  # a call's unsent results: one group, not two
-LONG, SHORT = 7, 3  # token lengths: a long example runs in groups, a short one whole
-LIMIT = 10.0  # seconds a reader may take before the test calls it a deadlock
 
 
 class MixedEngine:
@@ -73,10 +79,6 @@ def capture(size, part, last, name):
     return types.SimpleNamespace(tensors=tensors, part=part, last=last, name=name)
 
 
-def text(name, length=LONG):
-    return types.SimpleNamespace(name=name, length=length)
-
-
 @pytest.fixture
 def make():
     made = []
@@ -95,37 +97,6 @@ def make():
         assert not b._thread.is_alive(), "the worker did not stop at close()"
 
 
-def wait_until(condition, timeout=LIMIT):
-    end = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.01)
-
-
-class Reader(threading.Thread):
-    """Reads whole calls one after another (a client with one thread for several
-    calls), recording (call, index, part) or the exception that ended each call."""
-
-    def __init__(self, *named_results):
-        super().__init__(daemon=True)
-        self.named_results = named_results
-        self.got: list = []
-        self.errors: dict[str, Exception] = {}
-        self.start()
-
-    def run(self):
-        for name, results in self.named_results:
-            try:
-                for index, cap in results:
-                    self.got.append((name, index, getattr(cap, "part", None)))
-            except Exception as e:
-                self.errors[name] = e
-
-    def finished(self, timeout=LIMIT) -> bool:
-        self.join(timeout)
-        return not self.is_alive()
-
-
 def held_with_first_group(batcher, name, spec=None, waits=1):
     """A call for one long example whose reader took its first group and stopped; returns
     once the worker holds its next group (the `waits`-th run suspended)."""
@@ -135,14 +106,6 @@ def held_with_first_group(batcher, name, spec=None, waits=1):
     assert (index, part.part, part.last) == (0, 0, False)
     wait_until(lambda: batcher.stats["group_waits"] >= waits)
     return job, results
-
-
-def finish(batcher, *jobs):
-    for job in jobs:
-        batcher.release(job)
-    assert batcher.admitted == 0 and batcher.reserved_bytes == 0
-    assert batcher.buffered_bytes == 0
-    assert all(job.buffered == 0 for job in jobs), [job.buffered for job in jobs]
 
 
 def parts_of(got, name):
