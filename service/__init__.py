@@ -13,10 +13,13 @@ The contract is protos/jaxattn/v1/attention.proto.
 
 Modules: `options` (ServerOptions), `server` (create_server, the drain),
 `servicer` (the RPC handlers), `requests` (validating a CaptureRequest),
-`micro_batching` and `admitted_call` (micro-batching, flow control), `prefetch` (encoding
-ahead of gRPC), `auth` (the bearer token; the clients of a token file),
-`clients` (the token file), `quotas` (per-client token buckets), `metrics` (the
-Prometheus endpoint), `main` (`serve`).
+`admission` (what a request reserves; RESOURCE_EXHAUSTED), `limits` (output limits
+checked before any compute), `micro_batching` and `admitted_call` (micro-batching,
+flow control), `grouped_runs` (a run between its layer groups: suspended, resumed,
+preempted), `prefetch` (encoding ahead of gRPC), `auth` (the bearer token; the
+clients of a token file), `clients` (the token file), `quotas` (per-client token
+buckets), `metrics` (the Prometheus endpoint), `health` (grpc.health.v1),
+`allocator` (malloc arenas), `main` (`serve`).
 """
 
 from service.main import serve

@@ -13,6 +13,7 @@ importing them all in a process where those packages cannot be imported.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import textwrap
@@ -325,3 +326,25 @@ def test_long_modules_are_named():
                     f"{path.relative_to(ROOT)} has {lines} lines: does it hold two ideas?",
                     stacklevel=1,
                 )
+
+
+def _undocumented(init: Path) -> list[str]:
+    """The modules of init's folder that its docstring does not name."""
+    doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+    words = set(re.findall(r"\w+", doc))
+    return sorted(p.stem for p in init.parent.glob("*.py") if p.stem not in words | {"__init__"})
+
+
+def test_every_room_names_its_modules():
+    """docs/reference/architecture.md: each folder's `__init__` lists its modules, so a
+    reader sees a room's parts at a glance; a new module is named there too."""
+    inits = sorted((ROOT / "jaxattn").glob("*/__init__.py")) + [ROOT / "service/__init__.py"]
+    missing = {str(i.parent.relative_to(ROOT)): _undocumented(i) for i in inits}
+    assert not {room: names for room, names in missing.items() if names}
+
+
+def test_the_module_list_check_sees_a_missing_module(tmp_path):
+    (tmp_path / "__init__.py").write_text('"""Modules: `named` (one)."""\n')
+    (tmp_path / "named.py").write_text("")
+    (tmp_path / "forgotten.py").write_text("")
+    assert _undocumented(tmp_path / "__init__.py") == ["forgotten"]

@@ -10,7 +10,13 @@ benchmarks' sentences, through `jaxattn.inputs`), `load_generator` (many concurr
 clients, every answer checked), `expect` (what a right answer is), `mix` (the load
 test's request mix and driver), `fault_proxy` (a TCP proxy with latency, jitter,
 resets, stalls and partitions) and `fault_network` (network namespaces with loss and
-bandwidth limits from nftables and tc: the load test across a faulty network).
+bandwidth limits from nftables and tc: the load test across a faulty network);
+`synthetic` (random-weight base-size checkpoints of every family); the soak of the
+service: `soak` (replicas restarted under open-loop load), `soak_options` (its knobs),
+`soak_replicas` (its servers, stopped and started again), `soak_client` and
+`soak_vanishers` (clients SIGKILLed mid-call), `proc_sampler` (each process's RSS, file
+descriptors and threads, every second), `soak_report` (its verdict) and `svg_series`
+(its line charts).
 """
 
 from jaxattn.bench.capture import format_result, random_bert_base, run, synthetic_texts

@@ -10,6 +10,10 @@ saying what it holds and how to capture the quantity too (``what=...`` in Python
 ``--what NAMES`` on the command line); a name that is no quantity nor attribute
 gets the nearest one. Python's probes (``hasattr``, ``getattr`` with a default,
 copy, pickle) see plain AttributeErrors.
+
+Modules: `npz` (the .npz file), `part` (`CapturePart`: one layer group's share of
+an example), `shapes` (a loaded capture's tensors checked against its tokens,
+layers and heads).
 """
 
 from __future__ import annotations

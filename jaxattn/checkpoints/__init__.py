@@ -11,7 +11,10 @@ there), `hf_files` (reading a HF directory: safetensors, sharded or .bin),
 `native` (the jaxattn orbax format), `model_ref` (the grammar of a model's name:
 a directory, or NAME[@REVISION] on the Hub), `hub` and `hub_errors` (Hub models
 through huggingface_hub), `loading` (`load`, `read_checkpoint`, the embedded
-default model), `convert` (`convert_checkpoint`).
+default model), `convert` (`convert_checkpoint`), `family` (`Family`: a checkpoint
+family as data) and `families/` (one table file per family), `layer_types` (HF's
+full and sliding-window layers), `tokenizer_cache` (each checkpoint's tokenizer,
+kept beside the compiled programs so a load needs no transformers).
 Importing this package imports no jax and no huggingface_hub; `load` does.
 
 Errors: ModelNotFoundError (a FileNotFoundError) / NotAModelDirectoryError (a

@@ -7,6 +7,15 @@ Heavy imports (jax, grpc, torch) happen inside those callables, so ``jaxattn
 parsed one way), `source` (`open_source`: the engine or server a command
 captures with); the progress line is `jaxattn.progress`. `serve_cmd` is the
 only module that reaches the `service` package.
+
+The subcommands (`_SUBCOMMANDS`): `demo_cmd`, `serve_cmd`, `capture_cmd`,
+`convert_cmd`, `bench_cmd`, `analyze_cmd`, `dump_cmd`, `view_cmd`, `web_cmd`,
+`loadtest_cmd`. Their parts: `parser` (one-line usage errors, the nearest
+spelling), `model_arg` (--model), `corpus` (what view and analyze share: INPUT,
+capturing with counts), `saved` (INPUT that is captures already), `analysis_flags`,
+`analyze_saved` and `decoder_analyses` (analyze's flags, saved captures, the
+analyses that need a decoder itself), `view_compare`, `view_global` and
+`view_segments` (view --compare, --global, --stats-first).
 """
 
 from __future__ import annotations

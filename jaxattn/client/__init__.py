@@ -21,6 +21,12 @@ Layers and heads take the engine's selections (-1, slices, "0,3,-1"). Failures
 raise `AttentionServiceError` with the gRPC status code, message, and the
 refused request `field` / server `limit` when the server names them.
 A client-only install: `pip install "jaxattn[client]"`.
+
+Modules: `client` (`AttentionClient`), `request` (its arguments -> one checked
+`CaptureRequest`), `channels` (TLS, token, round-robin, health, retries),
+`resume` (a cut stream's progress, resumed on another replica), `served_model`
+(a replica's GetModelInfo as `ModelInfo`, and its captures' provenance),
+`errors` (`AttentionServiceError`).
 """
 
 from jaxattn.client.client import AttentionClient

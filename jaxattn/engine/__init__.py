@@ -11,6 +11,12 @@ The modules, in the order data flows through them:
     host       TokenizedText -> padded [B, T] arrays; the step's output -> Captures
     step       CaptureStep: jit(vmap(model)) on a static CaptureSpec, data parallel
       model      the Flax BERT-family encoder, one example, declared capture
+        attention  multi-head self-attention of every family; relative: DeBERTa's,
+                   rotary: rotary positions and local windows; layers: norms, dense
+        blockwise  attention without a [T, T] tensor (FlashAttention's recurrence);
+                   fast_forward: a layer nothing is captured from
+        head_stats Clark et al.'s per-head statistics, on the device
+        map_positions  the maps' selected query rows and key positions
       layer_loop its layer stack unrolled or as a scan over stacked weights
       norms      Kobayashi et al.'s norm-based quantities as quadratic forms
       quantize   the output dtype, applied on the device
@@ -19,6 +25,8 @@ The modules, in the order data flows through them:
     engine     Engine: the pipeline above, with the async copy overlapped;
       pipeline   BatchPipeline, owned by the Engine: batches planned, run two deep, unpacked
       oom        a batch out of device memory runs again in halves, an example in groups
+      layer_groups  an example's captured layers run and copied a group at a time
+    qk_map     the joint query-key map of every head (AttentionViz); qk_reduce: t-SNE/UMAP
     ablation   head ablation (Kovaleva et al. 2019) and its study; mlm, causal_lm: its
                losses (masked LM for encoders, next-token for decoders)
     cache      the persistent compilation cache (on by default, per user)

@@ -1,6 +1,7 @@
 """Generated code of protos/jaxattn/v1/attention.proto (the wire contract), and the contract.
 
-Do not edit the *_pb2*.py files: run `python protos/generate.py`. The proto
+Do not edit the generated modules (`attention_pb2`, its stub `.pyi` and
+`attention_pb2_grpc`): run `python protos/generate.py`. The proto
 package `jaxattn.v1` is this Python package, so protoc's imports resolve as is.
 Users never need these modules: `jaxattn.client` hides them.
 

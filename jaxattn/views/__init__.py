@@ -27,7 +27,9 @@ maps and bands, the head view's window),
 `svg` (static SVG of the head, model and neuron views, written from Python) and
 `stats_svg` (the stats view's), with `drawing`'s colours, colour bars, max pooling
 and layout, `png` (chromium screenshots), `web` (the live viewer, stdlib
-http.server), `bertviz` (a Capture as BertViz's arguments). The scripts are in
+http.server), `bertviz` (a Capture as BertViz's arguments), `compare` and
+`compare_page` (two captures side by side), `qk_payload` and `qk_page` (the global
+query-key map). The scripts are in
 `static/`.
 """
 

@@ -13,7 +13,9 @@ chunk's data in place.
 
 Numpy and protobuf only (no jax): the server sends with it (`send`), the
 client receives with it (`receive`); `codecs` holds the per-chunk byte codecs
-(CODECS), datatype names and checksum, `protowire` the hand-framed messages.
+(CODECS), datatype names and checksum, `compress_pool` the threads that compress
+a stream's chunks in order, `coalesce` several items to a message, `protowire` the
+hand-framed messages.
 The format is specified in protos/jaxattn/v1/attention.proto.
 """
 
