@@ -311,6 +311,8 @@ class Engine:
         too_long: str | None = None,
         query_positions: Selection = None,
         key_positions: Selection = None,
+        generate: int | None = None,
+        stop_at_eos: bool = True,
     ) -> list[Capture]:
         """Capture attention quantities for each text.
 
@@ -338,6 +340,12 @@ class Engine:
             Other quantities are whole. docs/python.md "Rows and keys of long texts".
           key_positions: the key positions (columns) the maps keep, likewise
             (`Capture.key_positions`).
+          generate: a decoder only: first continue each text by up to this many
+            greedily generated tokens (`generate`), then capture prompt +
+            continuation from their ids: the Capture's tokens are both, its
+            `generated_start` the first generated token's index. too_long then
+            applies to prompt + new tokens (`generate`).
+          stop_at_eos: with `generate`: end a continuation at the tokenizer's EOS.
 
         Returns:
           One Capture per text (per kept text with "skip"), in input order.
@@ -349,6 +357,24 @@ class Engine:
             for a capture of no map.
           InputError: a bad text (TooLongError: over the length limit).
         """
+        if generate is not None:
+            from jaxattn.engine.generate import generate_and_capture
+
+            return generate_and_capture(
+                self,
+                texts,
+                generate,
+                stop_at_eos=stop_at_eos,
+                what=what,
+                layers=layers,
+                heads=heads,
+                dtype=dtype,
+                ablation=ablation,
+                precision=precision,
+                too_long=too_long,
+                query_positions=query_positions,
+                key_positions=key_positions,
+            )[1]
         return list(
             self.stream(
                 texts,
@@ -402,6 +428,49 @@ class Engine:
                 raise
         index = [i for i, t in enumerate(tokenized) if t is not None]
         return spec, index, [tokenized[i] for i in index]
+
+    def generate(
+        self,
+        texts: Sequence[str],
+        max_new_tokens: int,
+        *,
+        stop_at_eos: bool = True,
+        too_long: str | None = None,
+    ) -> list:
+        """Greedy continuations of decoder prompts (`jaxattn.engine.generate`).
+
+        Each text is tokenised as `capture` tokenises it (the checkpoint's
+        tokenizer: BOS where it adds one) and continued one token at a time by the
+        argmax of the model's next-token logits, as transformers'
+        ``generate(do_sample=False)``. A step is one forward of the whole sequence
+        so far (no KV cache: the engine's programs are whole-sequence; each length
+        bucket compiles once); the texts are batched, each read at its own end.
+
+        Args:
+          texts: prompts (strings; a decoder reads no pairs).
+          max_new_tokens: most tokens to generate per text (>= 1).
+          stop_at_eos: end a continuation at the tokenizer's EOS token (kept as
+            its last token); False: always max_new_tokens.
+          too_long: a prompt whose tokens + max_new_tokens exceed the model's
+            positions: "error" (default; None is the same) raises
+            `jaxattn.errors.GenerationTooLongError` naming the numbers,
+            "truncate" generates until the positions are full (a prompt over the
+            limit is cut to it, as `capture` cuts it), "skip" leaves it out.
+
+        Returns:
+          One `jaxattn.engine.generate.Generation` per kept text, in input order:
+          its prompt (TokenizedText) and continuation (ids, tokens, decoded text)
+          and why it stopped.
+
+        Raises:
+          UsageError: an encoder model, a decoder without its next-token head,
+            max_new_tokens < 1.
+          InputError: a bad text (TooLongError, as above).
+        """
+        from jaxattn.engine.generate import generate
+
+        out = generate(self, texts, max_new_tokens, stop_at_eos=stop_at_eos, too_long=too_long)
+        return [g for g in out if g is not None]
 
     def capture_iter(
         self,
