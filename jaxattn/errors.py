@@ -7,7 +7,7 @@ install) raises these, and the CLI turns them into one line and an exit code.
     +-- UsageError (ValueError)      a bad argument, option value or combination   exit 2
     +-- InputError (ValueError)      a bad text or input file (names file and line) exit 1
     |   +-- TooLongError             a text over the model's maximum length        exit 1
-    |       +-- GenerationTooLongError  a prompt + new tokens over it (generate)   exit 1
+    |       +-- GenerationTooLongError  a prompt + new tokens over it (generate)   exit 2
     +-- CheckpointError (ValueError) an unreadable or inconsistent model checkpoint exit 1
     +-- ModelNotFoundError           no such model directory, file in it, Hub      exit 2
     |     (FileNotFoundError)        model or revision (offline: none cached)
@@ -103,6 +103,8 @@ class GenerationTooLongError(TooLongError):
       index, limit: as `TooLongError`; length: prompt + new tokens.
       prompt: the prompt's length in tokens; new: the new tokens asked for.
     """
+
+    exit_code = 2  # the text fits: the number of new tokens asked for is what is wrong
 
     def __init__(self, index: int, prompt: int, new: int, limit: int):
         self.prompt, self.new = prompt, new

@@ -26,6 +26,7 @@ from jaxattn.analysis.weights import WEIGHT_KINDS
 from jaxattn.cli import view_compare, view_global, view_segments
 from jaxattn.cli.args import (
     add_codec_argument,
+    add_generate_arguments,
     add_limit_argument,
     add_overwrite_argument,
     add_precision_argument,
@@ -37,6 +38,7 @@ from jaxattn.cli.args import (
     positive,
 )
 from jaxattn.cli.corpus import capture_counted, read_inputs
+from jaxattn.cli.generated import check_generate
 from jaxattn.cli.saved import require
 from jaxattn.errors import InputError, UsageError
 from jaxattn.selection import resolve_indices
@@ -86,6 +88,7 @@ def register(subparsers) -> None:
     add_precision_argument(p)
     add_selection_arguments(p, used=" to capture and show")
     add_too_long_argument(p)
+    add_generate_arguments(p)
     add_limit_argument(p)
     p.add_argument(
         "--embed-dtype",
@@ -118,6 +121,10 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run)
 
 
+# The modes, flag -> its argument's name: what --generate does not apply to.
+_MODES = {"--compare": "compare", "--global": "global_map", "--stats-first": "stats_first"}
+
+
 def _selected(cap, args):
     """`cap` restricted to --layers/--heads (layer/head numbers of the model): a
     text's capture already is; a saved capture is cut to them here."""
@@ -147,6 +154,10 @@ def _count(cap, key: str, values) -> int:
 def _run(args) -> int:
     from jaxattn.views import payload as pl  # the module
 
+    mode = next((flag for flag, on in _MODES.items() if getattr(args, on, None)), None)
+    if args.generate is not None and mode:
+        raise UsageError(f"--generate continues texts for the views of INPUT, not {mode}")
+    check_generate(args)
     if args.compare:
         return view_compare.run(args)
     if args.global_map:

@@ -34,9 +34,13 @@ from jaxattn.engine.tokenize import TokenizedText
 from jaxattn.errors import GenerationTooLongError, UsageError
 from jaxattn.stream import too_long_policy
 
-# Why a continuation ended: the tokenizer's EOS (generated, kept as its last token),
-# max_new_tokens reached, or the model's positions filled (too_long="truncate").
-STOPS = ("eos", "max_new_tokens", "limit")
+# Why a continuation ended, and in words: the tokenizer's EOS (generated, kept as its
+# last token), max_new_tokens reached, or the model's positions filled (too_long="truncate").
+STOPS = {
+    "eos": "at the tokenizer's EOS token",
+    "max_new_tokens": "at max_new_tokens",
+    "limit": "at the model's limit of positions",
+}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -181,11 +185,12 @@ def _extended(prompt: TokenizedText, ids: Sequence[int]) -> TokenizedText:
 
 def generate_and_capture(
     engine, texts, max_new_tokens: int, *, stop_at_eos: bool = True, **capture
-) -> tuple[list[Generation], list]:
-    """(the kept texts' Generations, their Captures of prompt + continuation), in input
-    order: `Engine.capture` with ``generate=``. `capture`: its other keyword arguments
-    (what, layers, heads, dtype, ablation, precision, too_long, query_positions,
-    key_positions); the request is checked before anything is generated."""
+) -> tuple[list[Generation | None], list]:
+    """(each text's Generation, None where too_long="skip" left it out; the kept ones'
+    Captures of prompt + continuation, in input order): `Engine.capture` with
+    ``generate=``. `capture`: its other keyword arguments (what, layers, heads, dtype,
+    ablation, precision, too_long, query_positions, key_positions); the request is
+    checked before anything is generated."""
     positions = {k: capture.pop(k, None) for k in ("query_positions", "key_positions")}
     ablation, too_long = capture.pop("ablation", None), capture.pop("too_long", None)
     spec = engine.make_spec(**capture, **positions)
@@ -200,4 +205,4 @@ def generate_and_capture(
     caps: list = [None] * len(seqs)
     for pos, cap in engine.run(seqs, spec, ablation):
         caps[pos] = cap
-    return kept, caps
+    return gens, caps
