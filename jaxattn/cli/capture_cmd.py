@@ -61,7 +61,14 @@ def _run(args) -> int:
         check_output(args.out, args.overwrite)  # before any work
     gens = None
     if args.generate is not None:
-        gens, caps, _ = capture_generated(args, [text], args.what)
+        gens, caps, _ = capture_generated(
+            args,
+            [text],
+            args.what,
+            dtype=args.dtype,
+            query_positions=args.query_positions,
+            key_positions=args.key_positions,
+        )
     else:
         caps = _capture(args, text)
     if not caps:

@@ -102,15 +102,17 @@ def report(stream, label: str) -> None:
         print(f"{label}: {' and '.join(parts)} (--too-long)", file=sys.stderr)
 
 
-def capture_counted(args, texts: list, what: tuple[str, ...], items: list | None = None) -> list:
+def capture_counted(
+    args, texts: list, what: tuple[str, ...], items: list | None = None, generate: bool = False
+) -> list:
     """Captures of `texts` from --server or the local engine under the command's
-    --layers/--heads/--precision/--too-long, reported with `report` (with --generate N:
-    of prompt + continuation, `jaxattn.cli.generated`). With `items`
+    --layers/--heads/--precision/--too-long, reported with `report` (`generate`: of
+    prompt + continuation, under --generate N, `jaxattn.cli.generated`). With `items`
     (texts and saved Captures mixed), the result follows `items`: its texts
     replaced by their captures, skipped ones left out."""
     caps: list = []
     skipped: set = set()
-    if texts and getattr(args, "generate", None) is not None:  # `view --generate N`
+    if texts and generate:  # `view --generate N`
         from jaxattn.cli.generated import capture_generated
 
         _, caps, counts = capture_generated(args, texts, what)

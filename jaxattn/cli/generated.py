@@ -22,17 +22,15 @@ def check_generate(args) -> None:
         )
 
 
-def capture_generated(args, texts: list, what) -> tuple[list, list, types.SimpleNamespace]:
+def capture_generated(args, texts: list, what, **spec) -> tuple[list, list, types.SimpleNamespace]:
     """(each text's Generation or None where --too-long skip left it out, the kept texts'
     Captures of prompt + continuation, the indices of the `truncated` and `skipped`
     texts for `jaxattn.cli.corpus.report`) from the local engine under the command's
-    --layers/--heads/--precision/--too-long (and capture's own flags where it has them)."""
+    --layers/--heads/--precision/--too-long; `spec`: the command's own flags of the
+    capture (capture's dtype and positions)."""
     from jaxattn.engine.generate import generate_and_capture
 
     check_generate(args)
-    positions = {
-        k: getattr(args, k) for k in ("query_positions", "key_positions") if hasattr(args, k)
-    }
     with open_source(args) as engine:
         gens, caps = generate_and_capture(
             engine,
@@ -42,10 +40,9 @@ def capture_generated(args, texts: list, what) -> tuple[list, list, types.Simple
             what=what,
             layers=args.layers,
             heads=args.heads,
-            dtype=getattr(args, "dtype", "float32"),
             precision=args.precision,
             too_long=args.too_long,
-            **positions,
+            **spec,
         )
     counts = types.SimpleNamespace(
         truncated=[i for i, g in enumerate(gens) if g is not None and g.prompt.truncated],

@@ -121,10 +121,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run)
 
 
-# The modes, flag -> its argument's name: what --generate does not apply to.
-_MODES = {"--compare": "compare", "--global": "global_map", "--stats-first": "stats_first"}
-
-
 def _selected(cap, args):
     """`cap` restricted to --layers/--heads (layer/head numbers of the model): a
     text's capture already is; a saved capture is cut to them here."""
@@ -154,7 +150,9 @@ def _count(cap, key: str, values) -> int:
 def _run(args) -> int:
     from jaxattn.views import payload as pl  # the module
 
-    mode = next((flag for flag, on in _MODES.items() if getattr(args, on, None)), None)
+    modes = {"--compare": args.compare, "--global": args.global_map}
+    mode = next((flag for flag, on in modes.items() if on), None)
+    mode = mode or ("--stats-first" if args.stats_first else None)
     if args.generate is not None and mode:
         raise UsageError(f"--generate continues texts for the views of INPUT, not {mode}")
     check_generate(args)
@@ -187,7 +185,7 @@ def _run(args) -> int:
         raise InputError(None, f"no example to view in {' '.join(args.inputs)}")
     texts = [x for x in items if isinstance(x, str | tuple)]
     saved = len(texts) < len(items)
-    caps = capture_counted(args, texts, pl.needs(views), items)
+    caps = capture_counted(args, texts, pl.needs(views), items, args.generate is not None)
     if not caps:
         raise InputError(None, "every text was skipped (--too-long skip): nothing to view")
     if saved:  # texts were captured with the selection; saved captures are cut to it
