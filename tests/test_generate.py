@@ -64,3 +64,41 @@ def test_what_cannot_generate_says_why(model, tmp_path, bert_checkpoint):
     encoder = jaxattn.load(bert_checkpoint)
     with pytest.raises(UsageError, match="is an encoder .*needs a decoder"):
         encoder.capture(["a sentence"], generate=2)
+
+
+def test_an_ablated_model_generates_as_torch_with_those_heads_zeroed(model):
+    name, engine, torch_model = model
+    if name != "llama":
+        pytest.skip("once")
+    from jaxattn.engine.ablation import HeadAblation
+
+    heads = [(0, 1), (1, 0), (1, 3), (2, 2)]
+    k = engine.config.head_dim
+
+    def zero(layer):
+        def hook(module, args):
+            x = args[0].clone()
+            for lay, h in heads:
+                if lay == layer:
+                    x[..., h * k : (h + 1) * k] = 0
+            return (x,)
+
+        return hook
+
+    handles = [
+        torch_model.model.layers[layer].self_attn.o_proj.register_forward_pre_hook(zero(layer))
+        for layer in {lay for lay, _ in heads}
+    ]
+    try:
+        prompt = engine.tokenize(PROMPTS[:1])[0]
+        want = torch_generate(torch_model, list(prompt.ids), NEW + 3, eos=-1)
+    finally:
+        for h in handles:
+            h.remove()
+    ablation = HeadAblation.of(heads)
+    (cap,) = engine.capture(PROMPTS[:1], generate=NEW + 3, stop_at_eos=False, ablation=ablation)
+    assert cap.tokens[cap.generated_start :] == tuple(
+        engine.tokenizer.hf.convert_ids_to_tokens(want)
+    )
+    plain = engine.generate(PROMPTS[:1], NEW + 3, stop_at_eos=False)[0]
+    assert list(plain.ids) != want  # the heads change what this model writes

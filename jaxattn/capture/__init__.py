@@ -313,6 +313,7 @@ class Capture:
             f"Capture(T={self.length}, layers={list(self.layers)}, heads={list(self.heads)}, "
             + (f"kv_heads={list(self.kv_heads)}, " if self.kv_heads else "")
             + positions
+            + (f"generated_start={self.generated_start}, " if self.generated_start else "")
             + f"dtype={self.dtype}, precision={self.precision}, {shapes})"
         )
 

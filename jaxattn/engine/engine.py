@@ -344,7 +344,8 @@ class Engine:
             greedily generated tokens (`generate`), then capture prompt +
             continuation from their ids: the Capture's tokens are both, its
             `generated_start` the first generated token's index. too_long then
-            applies to prompt + new tokens (`generate`).
+            applies to prompt + new tokens (`generate`); with `ablation`, the
+            ablated model generates too.
           stop_at_eos: with `generate`: end a continuation at the tokenizer's EOS.
 
         Returns:
@@ -357,38 +358,25 @@ class Engine:
             for a capture of no map.
           InputError: a bad text (TooLongError: over the length limit).
         """
+        request = dict(
+            what=what,
+            layers=layers,
+            heads=heads,
+            dtype=dtype,
+            ablation=ablation,
+            precision=precision,
+            too_long=too_long,
+            query_positions=query_positions,
+            key_positions=key_positions,
+        )
         if generate is not None:
             from jaxattn.engine.generate import generate_and_capture
 
-            return generate_and_capture(
-                self,
-                texts,
-                generate,
-                stop_at_eos=stop_at_eos,
-                what=what,
-                layers=layers,
-                heads=heads,
-                dtype=dtype,
-                ablation=ablation,
-                precision=precision,
-                too_long=too_long,
-                query_positions=query_positions,
-                key_positions=key_positions,
-            )[1]
-        return list(
-            self.stream(
-                texts,
-                what=what,
-                layers=layers,
-                heads=heads,
-                dtype=dtype,
-                ablation=ablation,
-                precision=precision,
-                too_long=too_long,
-                query_positions=query_positions,
-                key_positions=key_positions,
+            _, caps = generate_and_capture(
+                self, texts, generate, stop_at_eos=stop_at_eos, **request
             )
-        )
+            return caps
+        return list(self.stream(texts, **request))
 
     def stream(
         self,
@@ -437,36 +425,13 @@ class Engine:
         stop_at_eos: bool = True,
         too_long: str | None = None,
     ) -> list:
-        """Greedy continuations of decoder prompts (`jaxattn.engine.generate`).
-
-        Each text is tokenised as `capture` tokenises it (the checkpoint's
-        tokenizer: BOS where it adds one) and continued one token at a time by the
-        argmax of the model's next-token logits, as transformers'
-        ``generate(do_sample=False)``. A step is one forward of the whole sequence
-        so far (no KV cache: the engine's programs are whole-sequence; each length
-        bucket compiles once); the texts are batched, each read at its own end.
-
-        Args:
-          texts: prompts (strings; a decoder reads no pairs).
-          max_new_tokens: most tokens to generate per text (>= 1).
-          stop_at_eos: end a continuation at the tokenizer's EOS token (kept as
-            its last token); False: always max_new_tokens.
-          too_long: a prompt whose tokens + max_new_tokens exceed the model's
-            positions: "error" (default; None is the same) raises
-            `jaxattn.errors.GenerationTooLongError` naming the numbers,
-            "truncate" generates until the positions are full (a prompt over the
-            limit is cut to it, as `capture` cuts it), "skip" leaves it out.
-
-        Returns:
-          One `jaxattn.engine.generate.Generation` per kept text, in input order:
-          its prompt (TokenizedText) and continuation (ids, tokens, decoded text)
-          and why it stopped.
-
-        Raises:
-          UsageError: an encoder model, a decoder without its next-token head,
-            max_new_tokens < 1.
-          InputError: a bad text (TooLongError, as above).
-        """
+        """Greedy continuations of decoder prompts, one `jaxattn.engine.generate.Generation`
+        per kept text, in input order (prompt, continuation ids/tokens/text, why it
+        stopped): the argmax of the next-token logits as transformers'
+        ``generate(do_sample=False)``, each step one forward of the whole sequence (no
+        KV cache). stop_at_eos: end at the tokenizer's EOS; too_long: for prompt +
+        max_new_tokens ("error", "truncate": until the positions are full, "skip").
+        Arguments and errors: `jaxattn.engine.generate.generate`."""
         from jaxattn.engine.generate import generate
 
         out = generate(self, texts, max_new_tokens, stop_at_eos=stop_at_eos, too_long=too_long)

@@ -122,9 +122,35 @@ def generate(
     *,
     stop_at_eos: bool = True,
     too_long: str | None = None,
+    ablation=None,
 ) -> list[Generation | None]:
-    """Greedy continuations of `texts` (`Engine.generate`: arguments and errors there);
-    None in place of a text skipped under too_long="skip"."""
+    """Greedy continuations of decoder prompts (`Engine.generate`); None in place of a
+    text skipped under too_long="skip".
+
+    Each text is tokenised as `Engine.capture` tokenises it (the checkpoint's
+    tokenizer: BOS where it adds one) and continued one token at a time by the
+    argmax of the model's next-token logits, as transformers'
+    ``generate(do_sample=False)``.
+
+    Args:
+      engine: a loaded decoder (`jaxattn.Engine`) with its next-token head.
+      texts: prompts (strings; a decoder reads no pairs).
+      max_new_tokens: most tokens to generate per text (>= 1).
+      stop_at_eos: end a continuation at the tokenizer's EOS token (kept as its
+        last token); False: always max_new_tokens (or the positions' end).
+      too_long: a prompt whose tokens + max_new_tokens exceed the model's
+        positions: "error" (default; None is the same) raises
+        GenerationTooLongError naming the numbers, "truncate" generates until the
+        positions are full (a prompt over the limit is cut to it, as `capture`
+        cuts it), "skip" leaves it out.
+      ablation: a `jaxattn.engine.HeadAblation`: the model with those heads
+        disabled generates (as `capture(..., generate=N, ablation=...)` captures it).
+
+    Raises:
+      UsageError: an encoder model, a decoder without its next-token head,
+        max_new_tokens < 1 or not a whole number.
+      InputError: a bad text (GenerationTooLongError, TooLongError: as above).
+    """
     check_generator(engine)
     new = check_new_tokens(max_new_tokens)
     policy = too_long_policy(too_long)
@@ -147,7 +173,7 @@ def generate(
     while len(stops) < len(grown):
         active = [i for i in grown if i not in stops]
         seqs = [_extended(prompts[i], grown[i]) for i in active]
-        states = final_states(engine, seqs, None)
+        states = final_states(engine, seqs, ablation)
         last = np.stack([h[-1] for h in states]).astype(np.float32)  # each at its own end
         picked = np.asarray(_next_ids(jnp.asarray(last), w, engine.config.lm_softcap))
         for i, t in zip(active, picked.tolist(), strict=True):
@@ -196,7 +222,14 @@ def generate_and_capture(
     spec = engine.make_spec(**capture, **positions)
     check_generator(engine)
     check_new_tokens(max_new_tokens)
-    gens = generate(engine, texts, max_new_tokens, stop_at_eos=stop_at_eos, too_long=too_long)
+    gens = generate(
+        engine,
+        texts,
+        max_new_tokens,
+        stop_at_eos=stop_at_eos,
+        too_long=too_long,
+        ablation=ablation,
+    )
     index = [i for i, g in enumerate(gens) if g is not None]
     kept = [gens[i] for i in index]
     seqs = [g.sequence for g in kept]
