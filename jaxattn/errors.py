@@ -7,6 +7,7 @@ install) raises these, and the CLI turns them into one line and an exit code.
     +-- UsageError (ValueError)      a bad argument, option value or combination   exit 2
     +-- InputError (ValueError)      a bad text or input file (names file and line) exit 1
     |   +-- TooLongError             a text over the model's maximum length        exit 1
+    |       +-- GenerationTooLongError  a prompt + new tokens over it (generate)   exit 2
     +-- CheckpointError (ValueError) an unreadable or inconsistent model checkpoint exit 1
     +-- ModelNotFoundError           no such model directory, file in it, Hub      exit 2
     |     (FileNotFoundError)        model or revision (offline: none cached)
@@ -92,6 +93,29 @@ class TooLongError(InputError):
     def cli_message(self) -> str:
         advice = "cut it with --too-long truncate or leave it out with --too-long skip"
         return f"{self.summary}: {advice}"
+
+
+class GenerationTooLongError(TooLongError):
+    """A prompt whose tokens and the new tokens asked for exceed the model's positions
+    (`jaxattn.Engine.generate` under ``too_long="error"``).
+
+    Attributes:
+      index, limit: as `TooLongError`; length: prompt + new tokens.
+      prompt: the prompt's length in tokens; new: the new tokens asked for.
+    """
+
+    exit_code = 2  # the text fits: the number of new tokens asked for is what is wrong
+
+    def __init__(self, index: int, prompt: int, new: int, limit: int):
+        self.prompt, self.new = prompt, new
+        super().__init__(index, prompt + new, limit)
+
+    @property
+    def summary(self) -> str:
+        return (
+            f"text {self.index}: its {self.prompt} prompt tokens + {self.new} new tokens = "
+            f"{self.prompt + self.new}, over the model's limit of {self.limit} positions"
+        )
 
 
 class CheckpointError(JaxattnError, ValueError):

@@ -103,6 +103,9 @@ class Capture:
         hold, their T axis: the map's row r is token query_positions[r]; None:
         every row (T = `length`). The other quantities hold every position.
       key_positions: the token positions of the keys on the maps' S axis, likewise.
+      generated_start: index of the first token a decoder generated after the prompt
+        (``capture(..., generate=N)``): tokens[:generated_start] are the prompt's,
+        the rest the continuation's; None for a capture of a text alone.
     """
 
     tokens: tuple[str, ...]
@@ -119,6 +122,7 @@ class Capture:
     kv_heads: tuple[int, ...] = ()
     query_positions: tuple[int, ...] | None = None
     key_positions: tuple[int, ...] | None = None
+    generated_start: int | None = None
 
     # The quantities, one typed attribute each (order and meaning: QUANTITIES).
     attention = _Quantity()
@@ -313,6 +317,7 @@ class Capture:
             f"Capture(T={self.length}, layers={list(self.layers)}, heads={list(self.heads)}, "
             + (f"kv_heads={list(self.kv_heads)}, " if self.kv_heads else "")
             + positions
+            + (f"generated_start={self.generated_start}, " if self.generated_start else "")
             + f"dtype={self.dtype}, precision={self.precision}, {shapes})"
         )
 

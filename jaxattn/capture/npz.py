@@ -7,7 +7,9 @@ layers, heads, kv_heads (a grouped-query capture's key/value heads; [] otherwise
 and absent from older files), query_positions and key_positions (the token positions
 of the maps' rows and keys, only where the capture selected them: such a file is of
 format 3, which readers of format 2 refuse rather than take its maps for whole
-ones), dtype, precision, the uint8 (scale, offset) of each tensor and
+ones), generated_start (the first generated token of a decoder's continuation; absent
+when none: readers before it ignore it and show the whole as one text), dtype,
+precision, the uint8 (scale, offset) of each tensor and
 the provenance: the text (or pair) it came from, whether it was truncated, and
 `provenance` (model name, weights fingerprint, config, jaxattn version, and
 where it was captured). bfloat16 arrays are stored as their uint16 bit
@@ -40,6 +42,7 @@ _META = "__meta__"
 def write(cap, path: str | os.PathLike, *, compress: bool = False) -> None:
     """Write `cap` (a `jaxattn.Capture`) to `path`, whole or not at all (`Capture.save`)."""
     selected = {f: list(getattr(cap, f)) for f in _POSITIONS if getattr(cap, f) is not None}
+    generated = {} if cap.generated_start is None else {"generated_start": cap.generated_start}
     meta = dict(
         format=SELECTED_FORMAT if selected else FILE_FORMAT,
         tokens=list(cap.tokens),
@@ -55,6 +58,7 @@ def write(cap, path: str | os.PathLike, *, compress: bool = False) -> None:
         truncated=cap.truncated,
         provenance=dict(cap.provenance),
         **selected,
+        **generated,
     )
     arrays = {_META: np.array(json.dumps(meta))}
     for name, array in cap.tensors.items():
@@ -169,6 +173,7 @@ def _scales(value) -> bool:
 _KINDS = {
     "tokens": (_strings, "a list of strings"),
     "sentence_b_start": (lambda v: v is None or type(v) is int, "null or a whole number"),
+    "generated_start": (lambda v: v is None or type(v) is int, "null or a whole number"),
     "layers": (_ints, "a list of whole numbers"),
     "heads": (_ints, "a list of whole numbers"),
     "kv_heads": (_ints, "a list of whole numbers"),
@@ -187,9 +192,11 @@ def _check_fields(meta: dict) -> None:
     for key, (ok, words) in _KINDS.items():
         if key in meta and not ok(meta[key]):
             raise ValueError(f"its metadata's {key} is {str(meta[key])[:60]}, not {words}")
-    b, text = meta.get("sentence_b_start"), meta.get("text")
-    if b is not None and not 0 <= b <= len(meta.get("tokens", ())):
-        raise ValueError(f"its metadata's sentence_b_start {b} is past its tokens")
+    text = meta.get("text")
+    for key in ("sentence_b_start", "generated_start"):
+        b = meta.get(key)
+        if b is not None and not 0 <= b <= len(meta.get("tokens", ())):
+            raise ValueError(f"its metadata's {key} {b} is past its tokens")
     if isinstance(text, list) and len(text) != 2:
         raise ValueError(f"its metadata's text is a list of {len(text)}, not a pair")
 
@@ -210,4 +217,5 @@ def _fields(meta: dict, tensors: dict) -> dict:
         truncated=bool(meta.get("truncated", False)),
         provenance=dict(meta.get("provenance") or {}),
         **{f: None if meta.get(f) is None else tuple(meta[f]) for f in _POSITIONS},
+        generated_start=meta.get("generated_start"),  # absent: no generated tokens
     )

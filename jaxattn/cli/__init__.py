@@ -3,7 +3,8 @@
 Each subcommand module defines ``register(subparsers)`` which adds its parser and
 sets ``func`` to a callable taking the parsed args and returning an exit code.
 Heavy imports (jax, grpc, torch) happen inside those callables, so ``jaxattn
---help`` is instant. What several commands share: `args` (the common flags,
+--help`` is instant; `generated` is capture's and view's --generate N. What
+several commands share: `args` (the common flags,
 parsed one way), `source` (`open_source`: the engine or server a command
 captures with); the progress line is `jaxattn.progress`. `serve_cmd` is the
 only module that reaches the `service` package.

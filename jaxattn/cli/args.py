@@ -312,6 +312,24 @@ def add_too_long_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_generate_arguments(p: argparse.ArgumentParser) -> None:
+    """--generate N and --ignore-eos: a decoder continues each text before the capture."""
+    p.add_argument(
+        "--generate",
+        metavar="N",
+        type=positive,
+        default=None,
+        help="a decoder with its next-token head (local engine) first continues each text "
+        "by up to N greedily generated tokens; the capture then holds prompt + "
+        "continuation, the views mark where the generated tokens start (default: none)",
+    )
+    p.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        help="with --generate: always generate N tokens, past the tokenizer's EOS",
+    )
+
+
 def add_limit_argument(p: argparse.ArgumentParser, *aliases: str) -> None:
     """--limit N: only the first N examples of the input."""
     p.add_argument(

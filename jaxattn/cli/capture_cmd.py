@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from jaxattn.cli.args import (
     add_codec_argument,
+    add_generate_arguments,
     add_overwrite_argument,
     add_precision_argument,
     add_source_arguments,
@@ -12,6 +13,7 @@ from jaxattn.cli.args import (
     check_output,
     ensure_parent,
 )
+from jaxattn.cli.generated import capture_generated, check_generate, describe
 from jaxattn.cli.source import open_source
 from jaxattn.errors import InputError, UsageError
 from jaxattn.inputs import split_pair
@@ -33,6 +35,7 @@ def register(subparsers) -> None:
     add_codec_argument(p)
     add_precision_argument(p)
     add_too_long_argument(p)
+    add_generate_arguments(p)
     p.add_argument("--out", metavar="FILE", help="save the capture to FILE (.npz)")
     add_overwrite_argument(p)
     p.set_defaults(func=_run)
@@ -53,20 +56,21 @@ def _run(args) -> int:
     for name, part in named:
         if not part.strip():
             raise InputError(None, f"{name} is empty: give a sentence to capture")
+    check_generate(args)
     if args.out:
         check_output(args.out, args.overwrite)  # before any work
-    with open_source(args) as source:
-        caps = source.capture(
+    gens = None
+    if args.generate is not None:
+        gens, caps, _ = capture_generated(
+            args,
             [text],
-            what=args.what,
-            layers=args.layers,
-            heads=args.heads,
+            args.what,
             dtype=args.dtype,
-            too_long=args.too_long,
-            precision=args.precision,
             query_positions=args.query_positions,
             key_positions=args.key_positions,
         )
+    else:
+        caps = _capture(args, text)
     if not caps:
         print("skipped: the text is longer than the model's limit (--too-long skip)")
         return 0
@@ -74,6 +78,8 @@ def _run(args) -> int:
     print(" ".join(cap.tokens))
     if cap.truncated:
         print(f"truncated to the model's limit of {cap.length} tokens (--too-long truncate)")
+    if gens:
+        print(describe(gens[0]))
     if cap.sentence_b_start is not None:
         print(f"sentence B starts at token {cap.sentence_b_start}")
     print(
@@ -89,3 +95,19 @@ def _run(args) -> int:
         cap.save(ensure_parent(args.out))
         print(f"saved to {args.out}")
     return 0
+
+
+def _capture(args, text) -> list:
+    """The capture of `text` from the local engine or the server."""
+    with open_source(args) as source:
+        return source.capture(
+            [text],
+            what=args.what,
+            layers=args.layers,
+            heads=args.heads,
+            dtype=args.dtype,
+            too_long=args.too_long,
+            precision=args.precision,
+            query_positions=args.query_positions,
+            key_positions=args.key_positions,
+        )

@@ -102,13 +102,23 @@ def report(stream, label: str) -> None:
         print(f"{label}: {' and '.join(parts)} (--too-long)", file=sys.stderr)
 
 
-def capture_counted(args, texts: list, what: tuple[str, ...], items: list | None = None) -> list:
+def capture_counted(
+    args, texts: list, what: tuple[str, ...], items: list | None = None, generate: bool = False
+) -> list:
     """Captures of `texts` from --server or the local engine under the command's
-    --layers/--heads/--precision/--too-long, reported with `report`. With `items`
+    --layers/--heads/--precision/--too-long, reported with `report` (`generate`: of
+    prompt + continuation, under --generate N, `jaxattn.cli.generated`). With `items`
     (texts and saved Captures mixed), the result follows `items`: its texts
     replaced by their captures, skipped ones left out."""
     caps: list = []
-    if texts:
+    skipped: set = set()
+    if texts and generate:  # `view --generate N`
+        from jaxattn.cli.generated import capture_generated
+
+        _, caps, counts = capture_generated(args, texts, what)
+        report(counts, f"jaxattn {args.command}")
+        skipped = set(counts.skipped)
+    elif texts:
         with open_source(args) as source:
             stream = source.capture_iter(
                 texts,
@@ -121,9 +131,10 @@ def capture_counted(args, texts: list, what: tuple[str, ...], items: list | None
             )
             caps = list(stream)
         report(stream, f"jaxattn {args.command}")
+        skipped = set(stream.skipped)
     if items is None:
         return caps
-    captured, skipped = iter(caps), set(stream.skipped) if texts else set()
+    captured = iter(caps)
     out, k = [], 0
     for x in items:
         if isinstance(x, str | tuple):

@@ -26,6 +26,7 @@ from jaxattn.analysis.weights import WEIGHT_KINDS
 from jaxattn.cli import view_compare, view_global, view_segments
 from jaxattn.cli.args import (
     add_codec_argument,
+    add_generate_arguments,
     add_limit_argument,
     add_overwrite_argument,
     add_precision_argument,
@@ -37,6 +38,7 @@ from jaxattn.cli.args import (
     positive,
 )
 from jaxattn.cli.corpus import capture_counted, read_inputs
+from jaxattn.cli.generated import check_generate
 from jaxattn.cli.saved import require
 from jaxattn.errors import InputError, UsageError
 from jaxattn.selection import resolve_indices
@@ -86,6 +88,7 @@ def register(subparsers) -> None:
     add_precision_argument(p)
     add_selection_arguments(p, used=" to capture and show")
     add_too_long_argument(p)
+    add_generate_arguments(p)
     add_limit_argument(p)
     p.add_argument(
         "--embed-dtype",
@@ -147,6 +150,12 @@ def _count(cap, key: str, values) -> int:
 def _run(args) -> int:
     from jaxattn.views import payload as pl  # the module
 
+    modes = {"--compare": args.compare, "--global": args.global_map}
+    mode = next((flag for flag, on in modes.items() if on), None)
+    mode = mode or ("--stats-first" if args.stats_first else None)
+    if args.generate is not None and mode:
+        raise UsageError(f"--generate continues texts for the views of INPUT, not {mode}")
+    check_generate(args)
     if args.compare:
         return view_compare.run(args)
     if args.global_map:
@@ -176,7 +185,7 @@ def _run(args) -> int:
         raise InputError(None, f"no example to view in {' '.join(args.inputs)}")
     texts = [x for x in items if isinstance(x, str | tuple)]
     saved = len(texts) < len(items)
-    caps = capture_counted(args, texts, pl.needs(views), items)
+    caps = capture_counted(args, texts, pl.needs(views), items, args.generate is not None)
     if not caps:
         raise InputError(None, "every text was skipped (--too-long skip): nothing to view")
     if saved:  # texts were captured with the selection; saved captures are cut to it

@@ -31,6 +31,8 @@ The modules, in the order data flows through them:
                losses (masked LM for encoders, next-token for decoders)
     cache      the persistent compilation cache (on by default, per user)
     xla_flags  the XLA flags set by default (GEMMs to cuBLAS on GPUs), applied on import
+    generate   a decoder's greedy continuation (Engine.generate), and the capture of
+               prompt + continuation from its ids (capture(..., generate=N))
 
 The names below resolve on first use: importing a light module of this
 package (tokenize, batching, ablation's MODES) does not start jax.

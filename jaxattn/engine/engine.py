@@ -311,6 +311,8 @@ class Engine:
         too_long: str | None = None,
         query_positions: Selection = None,
         key_positions: Selection = None,
+        generate: int | None = None,
+        stop_at_eos: bool = True,
     ) -> list[Capture]:
         """Capture attention quantities for each text.
 
@@ -338,6 +340,13 @@ class Engine:
             Other quantities are whole. docs/python.md "Rows and keys of long texts".
           key_positions: the key positions (columns) the maps keep, likewise
             (`Capture.key_positions`).
+          generate: a decoder only: first continue each text by up to this many
+            greedily generated tokens (`generate`), then capture prompt +
+            continuation from their ids: the Capture's tokens are both, its
+            `generated_start` the first generated token's index. too_long then
+            applies to prompt + new tokens (`generate`); with `ablation`, the
+            ablated model generates too.
+          stop_at_eos: with `generate`: end a continuation at the tokenizer's EOS.
 
         Returns:
           One Capture per text (per kept text with "skip"), in input order.
@@ -349,20 +358,25 @@ class Engine:
             for a capture of no map.
           InputError: a bad text (TooLongError: over the length limit).
         """
-        return list(
-            self.stream(
-                texts,
-                what=what,
-                layers=layers,
-                heads=heads,
-                dtype=dtype,
-                ablation=ablation,
-                precision=precision,
-                too_long=too_long,
-                query_positions=query_positions,
-                key_positions=key_positions,
-            )
+        request = dict(
+            what=what,
+            layers=layers,
+            heads=heads,
+            dtype=dtype,
+            ablation=ablation,
+            precision=precision,
+            too_long=too_long,
+            query_positions=query_positions,
+            key_positions=key_positions,
         )
+        if generate is not None:
+            from jaxattn.engine.generate import generate_and_capture
+
+            _, caps = generate_and_capture(
+                self, texts, generate, stop_at_eos=stop_at_eos, **request
+            )
+            return caps
+        return list(self.stream(texts, **request))
 
     def stream(
         self,
@@ -402,6 +416,26 @@ class Engine:
                 raise
         index = [i for i, t in enumerate(tokenized) if t is not None]
         return spec, index, [tokenized[i] for i in index]
+
+    def generate(
+        self,
+        texts: Sequence[str],
+        max_new_tokens: int,
+        *,
+        stop_at_eos: bool = True,
+        too_long: str | None = None,
+    ) -> list:
+        """Greedy continuations of decoder prompts, one `jaxattn.engine.generate.Generation`
+        per kept text, in input order (prompt, continuation ids/tokens/text, why it
+        stopped): the argmax of the next-token logits as transformers'
+        ``generate(do_sample=False)``, each step one forward of the whole sequence (no
+        KV cache). stop_at_eos: end at the tokenizer's EOS; too_long: for prompt +
+        max_new_tokens ("error", "truncate": until the positions are full, "skip").
+        Arguments and errors: `jaxattn.engine.generate.generate`."""
+        from jaxattn.engine.generate import generate
+
+        out = generate(self, texts, max_new_tokens, stop_at_eos=stop_at_eos, too_long=too_long)
+        return [g for g in out if g is not None]
 
     def capture_iter(
         self,

@@ -136,6 +136,7 @@ def _fields(e: TokenizedText, spec: CaptureSpec, provenance: Mapping) -> dict:
         precision=spec.precision,
         text=e.text,
         truncated=e.truncated,
+        generated_start=e.generated_start,
         provenance=provenance,
         **spec.positions_of_example(e.length),
     )

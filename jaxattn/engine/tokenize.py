@@ -23,6 +23,8 @@ class TokenizedText:
       sentence_b_start: index of sentence B's first token, or None.
       text: the text it came from.
       truncated: the text was cut to the model's maximum length.
+      generated_start: index of the first token a decoder generated after the text
+        (`jaxattn.engine.generate`), or None.
     """
 
     ids: tuple[int, ...]
@@ -31,6 +33,7 @@ class TokenizedText:
     sentence_b_start: int | None
     text: Text | None = None
     truncated: bool = False
+    generated_start: int | None = None
 
     @property
     def length(self) -> int:
@@ -125,6 +128,14 @@ class Tokenizer:
     def largest_id(self) -> int:
         """The largest id the backend can give (added tokens included); -1 if none."""
         return max(self._backend.get_vocab(with_added_tokens=True).values(), default=-1)
+
+    def tokens_of(self, ids: Sequence[int]) -> tuple[str, ...]:
+        """The word pieces of token ids, as `encode` gives them."""
+        return tuple(self._backend.id_to_token(int(i)) for i in ids)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of token ids, special tokens left out (the backend's decoder)."""
+        return self._backend.decode([int(i) for i in ids], skip_special_tokens=True)
 
     def save(self, path: Path) -> None:
         self.hf.save_pretrained(str(path))

@@ -3,12 +3,15 @@
 The document (``build_payload(...)``) is what the web viewer's ``/api/view`` answers::
 
     {"format": "jaxattn.views/1", "views": ["head", ...],
-     "examples": [{"label", "tokens", "sentence_b_start", "layers", "heads", "causal",
+     "examples": [{"label", "tokens", "sentence_b_start", "generated_start", "layers",
+                   "heads", "causal",
                    "weights": {"attention": ARRAY, "norm": ARRAY},   # [L, H, T, T]
                    "queries": ARRAY,                                 # [L, H, T, K]
                    "keys": ARRAY, "kv_heads": [g, ...],              # [L, G, T, K]
                    "stats": {...}}]}                                 # see `stats.py`
 
+``generated_start`` is the first token a decoder generated after the prompt
+(`Capture.generated_start`), or null: the head and model views mark it.
 A decoder's example has ``causal`` true (`is_causal`): query i sees keys j <= i only,
 and its weights are exactly 0 for j > i (`view_weights` zeroes them), so nothing is
 drawn there. ``keys`` hold the capture's G key heads (G = H, or H_kv of a grouped-query
@@ -127,8 +130,12 @@ def view_weights(cap: Capture, kind: str) -> np.ndarray:
 
 
 def example_label(cap: Capture, index: int) -> str:
-    """A short label for the example selector: its text without special tokens."""
+    """A short label for the example selector: its text without special tokens (a
+    prompt and its generated continuation joined by ▸)."""
+    g = cap.generated_start
     text = readable_text(cap.tokens)
+    if g is not None:
+        text = f"{readable_text(cap.tokens[:g])} ▸ {readable_text(cap.tokens[g:])}"
     return f"{index + 1}: {text[:60]}{'…' if len(text) > 60 else ''}"
 
 
@@ -193,6 +200,7 @@ def example(cap: Capture, index: int, views: Sequence[str], embed: str, label=No
         label=label or example_label(cap, index),
         tokens=display_tokens(cap.tokens),
         sentence_b_start=cap.sentence_b_start,
+        generated_start=cap.generated_start,
         layers=[int(v) for v in cap.layers],
         heads=[int(v) for v in cap.heads],
         causal=is_causal(cap),
@@ -347,6 +355,7 @@ def pack_example(cap: Capture, views, exact: bool, label: str, table: dict) -> t
         label=label,
         tokens=[table.setdefault(t, len(table)) for t in display_tokens(cap.tokens)],
         sentence_b_start=cap.sentence_b_start,
+        generated_start=cap.generated_start,
         layers=[int(v) for v in cap.layers],
         heads=[int(v) for v in cap.heads],
         causal=is_causal(cap),

@@ -286,6 +286,28 @@ BAD: list[Bad] = [
         "exclude each other",
     ),
     Bad(
+        "no token to generate",
+        "--generate",
+        lambda t, g: ["--generate", "0"],
+        2,
+        "--generate: expected a number >= 1, got 0",
+    ),
+    Bad(
+        "generating with an encoder",
+        "--generate",
+        lambda t, g: ["--generate", "3"],
+        2,
+        r"is an encoder \(bert, bidirectional\): generating text needs a decoder",
+    ),
+    Bad(
+        "generating through a server",
+        "--generate",
+        lambda t, g: ["--generate", "3", "--server", g["server"]],
+        2,
+        "--generate 3 runs on a local engine",
+    ),
+    Bad("--ignore-eos alone", "--ignore-eos", lambda t, g: ["--ignore-eos"], 2, "--generate"),
+    Bad(
         "unreachable server",
         "--server",
         lambda t, g: ["--server", "127.0.0.1:9", "--timeout", "3"],

@@ -9,6 +9,9 @@
  * line of a hovered or pinned token (up to TOKEN_MAX_LINES), and a line's or
  * box's tooltip (<title>: head, tokens, weight) is made only when the pointer
  * reaches it.
+ * A decoder's continuation (ex.generated_start: payload.py) shows its generated tokens
+ * in their own style below a dashed line, and a "Tokens" filter (generated → prompt, ...)
+ * as a pair's "Sentences" filter.
  * A decoder's example (ex.causal) has no line for j > i (its weights are 0 there, and
  * the loops stop at the diagonal) and the legend says so. A text over WINDOW tokens
  * is shown WINDOW tokens at a time, queries and keys alike: #hv-from picks the first,
@@ -16,7 +19,8 @@
  * DOM hooks: line[data-i][data-j][data-head][data-w], svg#hv-svg[data-min]
  * [data-drawn][data-candidates][data-active], rect.hv-box[data-side][data-idx]
  * [data-i][data-j][data-head][data-w], .chip[data-head][data-on], #hv-all,
- * #hv-none, #hv-legend[data-causal], text.tok[data-side][data-idx], #hv-from, #hv-find,
+ * #hv-none, #hv-legend[data-causal], text.tok[data-side][data-idx] (.gen: a generated
+ * token), path.hv-gen[data-side][data-at] (where the generated tokens start), #hv-from, #hv-find,
  * #hv-window[data-lo][data-hi].
  * A LONG example (ex.long: embedded as bands, long_maps.is_long) shows
  * the window of RADIUS tokens either side of a centre (JX.around), queries and keys
@@ -79,9 +83,18 @@
       controls.innerHTML = "";
       controls.append(JX.el("label", {}, "Layer ", JX.select("hv-layer",
         ex.layers.map((l, i) => [i, String(l)]), st.layer, (v) => { st.layer = +v; draw(); })));
+      const gen = JX.generatedStart(ex);
       if (ex.sentence_b_start !== null) {
         const opts = [["all", "all"], ["AA", "A → A"], ["AB", "A → B"], ["BA", "B → A"], ["BB", "B → B"]];
+        if (!opts.some(([v]) => v === st.filter)) st.filter = "all";
         controls.append(JX.el("label", {}, "Sentences ", JX.select("hv-filter", opts, st.filter,
+          (v) => { st.filter = v; st.pinned = null; build(); draw(); })));
+      } else if (gen !== null) {
+        // a decoder's continuation: "P"rompt, "G"enerated, "*" all (JX.span)
+        const opts = [["all", "all"], ["G*", "generated → all"], ["GP", "generated → prompt"],
+          ["GG", "generated → generated"], ["PP", "prompt → prompt"]];
+        if (!opts.some(([v]) => v === st.filter)) st.filter = "all";
+        controls.append(JX.el("label", {}, "Tokens ", JX.select("hv-filter", opts, st.filter,
           (v) => { st.filter = v; st.pinned = null; build(); draw(); })));
       } else st.filter = "all";
       const min = JX.el("input", { id: "hv-min", type: "number", min: 0, max: 1, step: 0.01, value: st.min });
@@ -112,7 +125,13 @@
       let s = "";
       for (const [side, lo, hi, x, anchor] of [["left", ql, qh, COLW - 4, "end"], ["right", kl, kh, XT, "start"]]) {
         for (let i = lo; i < hi; i++) {
-          s += `<text class="tok" data-side="${side}" data-idx="${i}" x="${x}" y="${y(i - lo) + 4}" text-anchor="${anchor}">${JX.esc(ex.tokens[i])}</text>`;
+          const cls = gen !== null && i >= gen ? "tok gen" : "tok";
+          s += `<text class="${cls}" data-side="${side}" data-idx="${i}" x="${x}" y="${y(i - lo) + 4}" text-anchor="${anchor}">${JX.esc(ex.tokens[i])}</text>`;
+        }
+        // the prompt's end: a dashed rule (a path: no line of the weights) between its last token and the first generated one
+        if (gen !== null && gen > lo && gen < hi) {
+          const [x1, x2] = side === "left" ? [0, X1] : [X2, XT + COLW], yy = y(gen - lo) - RH / 2;
+          s += `<path class="hv-gen" data-side="${side}" data-at="${gen}" d="M${x1} ${yy}H${x2}"/>`;
         }
       }
       gToks.innerHTML = s;
@@ -257,7 +276,8 @@
       });
       legend.textContent = n ? `Line opacity = ${NORMS[ctx.state.kind]} / ${n} active head${n > 1 ? "s" : ""} (as BertViz); ` +
         "hover a line for its head and weight. Hover a token: one box per active head beside the tokens it attends to, opacity = weight." +
-        (ex.causal ? ` ${JX.CAUSAL_NOTE}` : "")
+        (ex.causal ? ` ${JX.CAUSAL_NOTE}` : "") +
+        (JX.generatedStart(ex) !== null ? ` ${JX.GENERATED_NOTE(JX.generatedStart(ex))}` : "")
         : "No head selected: click a head or “all”.";
       legend.dataset.causal = ex.causal ? 1 : 0;
       info.textContent = `Layer ${ex.layers[st.layer]}, ${JX.KIND_TITLES[ctx.state.kind]}: ` +

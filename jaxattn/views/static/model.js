@@ -11,6 +11,9 @@
  * Python over the same blocks: the thumbnails pool those further (the blocks nest) and
  * the enlarged map shows them at 2 px a block; its readout names the block's tokens.
  * JX.colorBar (here, used by every view) draws such bars.
+ * A decoder's continuation (ex.generated_start) is said in the info line; an enlarged
+ * map draws a dashed row and column where the generated tokens start and labels them
+ * in their colour (canvas#mv-big[data-generated]).
  * DOM hooks: canvas.thumb[data-layer][data-head][data-res], canvas#mv-big,
  * #mv-cbar, #mv-big-cbar (.jx-cbar[data-min][data-max]). */
 "use strict";
@@ -104,7 +107,9 @@
         `rows are query tokens, columns key tokens${ex.T > THUMB ? ` (max-pooled to ${THUMB} px: a pixel ` +
         "shows the strongest weight of its block, so [SEP] columns and diagonals stay visible)" : ""}. Click a map to enlarge it.` +
         (ex.long ? ` A long example: the file holds each map max-pooled to ${source(ex)[1]} px (the head view shows single tokens).` : "") +
-        (ex.causal ? ` ${JX.CAUSAL_NOTE} The grey triangle is the masked future.` : "");
+        (ex.causal ? ` ${JX.CAUSAL_NOTE} The grey triangle is the masked future.` : "") +
+        (JX.generatedStart(ex) !== null ? ` ${JX.GENERATED_NOTE(JX.generatedStart(ex))} ` +
+          "An enlarged map marks it with a dashed row and column." : "");
       info.dataset.causal = ex.causal ? 1 : 0;
       scale.innerHTML = "";
       scale.append(JX.colorBar("mv-cbar", ["rgba(60,60,60,0)", "rgb(60,60,60)"], 0, 1,
@@ -129,13 +134,22 @@
       g.imageSmoothingEnabled = false;
       g.drawImage(tmp, lab, lab, res * cell, res * cell);
       g.font = `${Math.max(9, Math.min(12, cell))}px sans-serif`; g.fillStyle = "#333"; g.textBaseline = "middle";
+      const gen = JX.generatedStart(ex);
       ticks.forEach((i) => {
         const tok = ex.tokens[i];
+        g.fillStyle = gen !== null && i >= gen ? "#b35900" : "#333";
         g.textAlign = "right"; g.fillText(tok, lab - 3, lab + (i + 0.5) * pitch, lab - 4);
         g.save(); g.translate(lab + (i + 0.5) * pitch, lab - 3); g.rotate(-Math.PI / 2);
         g.textAlign = "left"; g.fillText(tok, 0, 0, lab - 4); g.restore();
       });
       c.dataset.ticks = ticks.join(",");
+      if (gen !== null && gen > 0 && gen < T) {  // the prompt's end: dashed, row and column
+        const at = lab + gen * pitch;
+        g.save(); g.strokeStyle = "#b35900"; g.setLineDash([4, 3]); g.beginPath();
+        g.moveTo(lab, at); g.lineTo(size, at); g.moveTo(at, lab); g.lineTo(at, size);
+        g.stroke(); g.restore();
+        c.dataset.generated = gen;
+      }
       const readout = JX.el("div", { id: "mv-readout", class: "info" }, "Hover a cell.");
       c.addEventListener("mousemove", (e) => {
         const r = c.getBoundingClientRect(), k = c.width / r.width;

@@ -1,0 +1,241 @@
+"""Greedy generation on a decoder, and captures of the prompt and its continuation.
+
+    gens = engine.generate(["The cat sat"], max_new_tokens=8)   # `Engine.generate`
+    caps = engine.capture(["The cat sat"], generate=8)          # prompt + continuation
+
+Each step is one forward of the whole sequence so far through the engine's own
+program (`final_states`: the last layer's hidden states), its next token the
+argmax of the last position's logits ``h W_U^T`` (`causal_lm.unembedding`;
+Gemma 2's soft-cap, which keeps the argmax) as transformers'
+``generate(do_sample=False)``. There is no KV cache: the engine's programs are
+whole-sequence, so a step costs a forward of T tokens, and a generation of N
+tokens about N such forwards (each length bucket compiles once). In a causal
+model, the forward of prompt + continuation gives exactly the attention each
+generated token had when it was generated, so the capture of the whole sequence
+(from its ids: a round trip through the decoded text could change them) shows
+what the model attended to while writing. Several texts are batched per step,
+each read at its own last position (the padding is masked: a batch gives each
+text's single-text result).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxattn.engine.causal_lm import unembedding
+from jaxattn.engine.mlm import final_states
+from jaxattn.engine.tokenize import TokenizedText
+from jaxattn.errors import GenerationTooLongError, UsageError
+from jaxattn.stream import too_long_policy
+
+# Why a continuation ended, and in words: the tokenizer's EOS (generated, kept as its
+# last token), max_new_tokens reached, or the model's positions filled (too_long="truncate").
+STOPS = {
+    "eos": "at the tokenizer's EOS token",
+    "max_new_tokens": "at max_new_tokens",
+    "limit": "at the model's limit of positions",
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Generation:
+    """One prompt and the continuation a decoder generated for it (`Engine.generate`).
+
+    Attributes:
+      prompt: the prompt as tokenised for capture (ids, tokens, text; BOS as the
+        checkpoint's tokenizer adds it; `truncated` when cut to the model's limit).
+      ids: the continuation's token ids (the EOS included when it stopped there).
+      tokens: the continuation's word pieces.
+      text: the continuation decoded (special tokens left out).
+      stop: why it ended, one of `STOPS`.
+    """
+
+    prompt: TokenizedText
+    ids: tuple[int, ...]
+    tokens: tuple[str, ...]
+    text: str
+    stop: str
+
+    @property
+    def generated_start(self) -> int:
+        """Index of the first generated token in prompt + continuation."""
+        return self.prompt.length
+
+    @property
+    def sequence(self) -> TokenizedText:
+        """Prompt + continuation as one tokenised example (what the capture runs)."""
+        p = self.prompt
+        return dataclasses.replace(
+            p,
+            ids=p.ids + self.ids,
+            type_ids=p.type_ids + (0,) * len(self.ids),
+            tokens=p.tokens + self.tokens,
+            generated_start=p.length,
+        )
+
+
+def check_generator(engine) -> None:
+    """UsageError unless `engine` is a decoder with its next-token head."""
+    c = engine.config
+    if not c.causal:
+        raise UsageError(
+            f"{c.name} is an encoder ({c.family}, bidirectional): generating text needs a "
+            "decoder (causal) model with its next-token head (GPT-2, Llama, Gemma, ...)"
+        )
+    if unembedding(engine) is None:
+        raise UsageError(
+            f"{c.name} has no next-token head: generating text needs the decoder's "
+            "checkpoint with its LM head (lm_head.weight, or word embeddings tied to it: "
+            "a ...ForCausalLM checkpoint)"
+        )
+
+
+def check_new_tokens(max_new_tokens) -> int:
+    """max_new_tokens as an int >= 1 (UsageError naming the value otherwise)."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int | np.integer):
+        raise UsageError(f"max_new_tokens must be a whole number, got {max_new_tokens!r}")
+    if max_new_tokens < 1:
+        raise UsageError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    return int(max_new_tokens)
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _next_ids(h, w, softcap: float = 0.0):
+    """argmax over the vocabulary of each row's logits h W^T: h [B, D], w [V, D]; the
+    logits soft-capped (Gemma 2) as transformers computes them before its argmax."""
+    logits = jnp.einsum("bd,vd->bv", h, w, precision=jax.lax.Precision.HIGHEST)
+    if softcap:
+        logits = softcap * jnp.tanh(logits / softcap)
+    return jnp.argmax(logits, axis=-1)
+
+
+def generate(
+    engine,
+    texts,
+    max_new_tokens: int,
+    *,
+    stop_at_eos: bool = True,
+    too_long: str | None = None,
+    ablation=None,
+) -> list[Generation | None]:
+    """Greedy continuations of decoder prompts (`Engine.generate`); None in place of a
+    text skipped under too_long="skip".
+
+    Each text is tokenised as `Engine.capture` tokenises it (the checkpoint's
+    tokenizer: BOS where it adds one) and continued one token at a time by the
+    argmax of the model's next-token logits, as transformers'
+    ``generate(do_sample=False)``.
+
+    Args:
+      engine: a loaded decoder (`jaxattn.Engine`) with its next-token head.
+      texts: prompts (strings; a decoder reads no pairs).
+      max_new_tokens: most tokens to generate per text (>= 1).
+      stop_at_eos: end a continuation at the tokenizer's EOS token (kept as its
+        last token); False: always max_new_tokens (or the positions' end).
+      too_long: a prompt whose tokens + max_new_tokens exceed the model's
+        positions: "error" (default; None is the same) raises
+        GenerationTooLongError naming the numbers, "truncate" generates until the
+        positions are full (a prompt over the limit is cut to it, as `capture`
+        cuts it), "skip" leaves it out.
+      ablation: a `jaxattn.engine.HeadAblation`: the model with those heads
+        disabled generates (as `capture(..., generate=N, ablation=...)` captures it).
+
+    Raises:
+      UsageError: an encoder model, a decoder without its next-token head,
+        max_new_tokens < 1 or not a whole number.
+      InputError: a bad text (GenerationTooLongError, TooLongError: as above).
+    """
+    check_generator(engine)
+    new = check_new_tokens(max_new_tokens)
+    policy = too_long_policy(too_long)
+    limit = engine.config.max_length
+    # The prompt alone over the limit: the capture path's rule (error, truncate, skip).
+    prompts = engine.tokenize(texts, too_long=policy)
+    for i, p in enumerate(prompts):
+        if p is not None and p.length + new > limit and policy == "error":
+            raise GenerationTooLongError(i, p.length, new, limit)
+    prompts = [
+        None if p is None or (policy == "skip" and p.length + new > limit) else p for p in prompts
+    ]
+    eos = engine.tokenizer.hf.eos_token_id if stop_at_eos else None
+    w = jnp.asarray(unembedding(engine), jnp.float32)
+    grown: dict[int, list[int]] = {i: [] for i, p in enumerate(prompts) if p is not None}
+    stops: dict[int, str] = {}
+    for i in grown:
+        if prompts[i].length >= limit:
+            stops[i] = "limit"  # a prompt cut to the limit: no position left
+    while len(stops) < len(grown):
+        active = [i for i in grown if i not in stops]
+        seqs = [_extended(prompts[i], grown[i]) for i in active]
+        states = final_states(engine, seqs, ablation)
+        last = np.stack([h[-1] for h in states]).astype(np.float32)  # each at its own end
+        picked = np.asarray(_next_ids(jnp.asarray(last), w, engine.config.lm_softcap))
+        for i, t in zip(active, picked.tolist(), strict=True):
+            grown[i].append(int(t))
+            if eos is not None and t == eos:
+                stops[i] = "eos"
+            elif len(grown[i]) == new:
+                stops[i] = "max_new_tokens"
+            elif prompts[i].length + len(grown[i]) >= limit:
+                stops[i] = "limit"
+    tok = engine.tokenizer
+    return [
+        None
+        if p is None
+        else Generation(
+            prompt=p,
+            ids=tuple(grown[i]),
+            tokens=tok.tokens_of(grown[i]),
+            text=tok.decode(grown[i]),
+            stop=stops[i],
+        )
+        for i, p in enumerate(prompts)
+    ]
+
+
+def _extended(prompt: TokenizedText, ids: Sequence[int]) -> TokenizedText:
+    """The prompt with generated ids appended (tokens are not needed for a forward)."""
+    return dataclasses.replace(
+        prompt,
+        ids=prompt.ids + tuple(ids),
+        type_ids=prompt.type_ids + (0,) * len(ids),
+        tokens=prompt.tokens + ("",) * len(ids),
+    )
+
+
+def generate_and_capture(
+    engine, texts, max_new_tokens: int, *, stop_at_eos: bool = True, **capture
+) -> tuple[list[Generation | None], list]:
+    """(each text's Generation, None where too_long="skip" left it out; the kept ones'
+    Captures of prompt + continuation, in input order): `Engine.capture` with
+    ``generate=``. `capture`: its other keyword arguments (what, layers, heads, dtype,
+    ablation, precision, too_long, query_positions, key_positions); the request is
+    checked before anything is generated."""
+    positions = {k: capture.pop(k, None) for k in ("query_positions", "key_positions")}
+    ablation, too_long = capture.pop("ablation", None), capture.pop("too_long", None)
+    spec = engine.make_spec(**capture, **positions)
+    check_generator(engine)
+    check_new_tokens(max_new_tokens)
+    gens = generate(
+        engine,
+        texts,
+        max_new_tokens,
+        stop_at_eos=stop_at_eos,
+        too_long=too_long,
+        ablation=ablation,
+    )
+    index = [i for i, g in enumerate(gens) if g is not None]
+    kept = [gens[i] for i in index]
+    seqs = [g.sequence for g in kept]
+    for i, s in zip(index, seqs, strict=True):  # each one's positions, before it runs
+        spec.positions_of_example(s.length, f"text {i} with its continuation")
+    caps: list = [None] * len(seqs)
+    for pos, cap in engine.run(seqs, spec, ablation):
+        caps[pos] = cap
+    return gens, caps

@@ -1,0 +1,54 @@
+"""The tiny random decoders of the generation tests, with transformers' references.
+
+GPT-2 (tied head), Llama (an untied lm_head.weight, BOS prepended by its
+tokenizer), Gemma 2 (tied, its logits soft-capped at 2).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+import jaxattn
+
+sys.path.insert(0, str(Path(__file__).parent / "families"))
+from gemma_fixture import make_gemma_checkpoint  # noqa: E402
+from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
+from llama_fixture import make_llama_checkpoint  # noqa: E402
+
+PROMPTS = ["The quick brown fox", "Hello, world. Hello,", "a"]
+MAKERS = {
+    "gpt2": lambda d: make_gpt2_checkpoint(d),
+    "llama": lambda d: make_llama_checkpoint(d),  # an untied lm_head.weight
+    "gemma2": lambda d: make_gemma_checkpoint("gemma2", d, final_logit_softcapping=2.0),
+}
+
+
+def load_pair(name: str, tmp: Path):
+    """(engine, transformers' eager ...ForCausalLM) of the tiny `name` decoder."""
+    from transformers import AutoModelForCausalLM
+
+    path = MAKERS[name](tmp)
+    engine = jaxattn.load(path, buckets=(32,))
+    torch_model = AutoModelForCausalLM.from_pretrained(
+        str(path), attn_implementation="eager", local_files_only=True
+    ).eval()
+    return engine, torch_model
+
+
+def torch_generate(torch_model, ids, new, eos=None) -> list[int]:
+    """transformers' greedy continuation of one prompt's ids (generate(do_sample=False)),
+    cut after its EOS (`eos`: the EOS id; -1: none)."""
+    kwargs = {} if eos is None else {"eos_token_id": eos}
+    with torch.no_grad():
+        out = torch_model.generate(
+            torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            do_sample=False,
+            max_new_tokens=new,
+            pad_token_id=0,
+            **kwargs,
+        )
+    return [int(t) for t in out[0, len(ids) :]]

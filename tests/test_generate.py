@@ -1,0 +1,104 @@
+"""Greedy generation on the engine (`jaxattn.engine.generate`) against transformers'
+``AutoModelForCausalLM.generate(do_sample=False)`` on tiny random GPT-2, Llama (untied
+head) and Gemma 2 (soft-capped logits); what cannot generate says why."""
+
+from __future__ import annotations
+
+import pytest
+from generate_support import PROMPTS, load_pair, make_llama_checkpoint, torch_generate
+
+import jaxattn
+from jaxattn.errors import UsageError
+
+NEW = 5
+
+
+@pytest.fixture(scope="module", params=["gemma2", "gpt2", "llama"])
+def model(request, tmp_path_factory):
+    return (request.param, *load_pair(request.param, tmp_path_factory.mktemp(request.param)))
+
+
+def test_batched_greedy_ids_are_transformers_generate(model):
+    name, engine, torch_model = model
+    gens = engine.generate(PROMPTS, NEW, stop_at_eos=False)
+    assert [g.prompt.text for g in gens] == PROMPTS
+    for g in gens:
+        # the capture path's tokenisation: Llama's tokenizer prepends BOS, GPT-2's adds none
+        assert g.prompt.ids == engine.tokenize([g.prompt.text])[0].ids
+        want = torch_generate(torch_model, list(g.prompt.ids), NEW, eos=-1)
+        assert list(g.ids) == want, name
+        assert len(g.ids) == NEW and g.stop == "max_new_tokens"
+        assert g.tokens == tuple(engine.tokenizer.hf.convert_ids_to_tokens(want))
+        assert g.text == engine.tokenizer.hf.decode(want, skip_special_tokens=True)
+        assert g.generated_start == g.prompt.length
+    if name == "llama":
+        assert gens[0].prompt.tokens[0] == "<s>"
+    # one text alone gives what it gave in the padded batch
+    alone = engine.generate([PROMPTS[1]], NEW, stop_at_eos=False)[0]
+    assert alone.ids == gens[1].ids
+
+
+def test_a_continuation_ends_at_the_eos_as_transformers(model, monkeypatch):
+    name, engine, torch_model = model
+    free = engine.generate(PROMPTS[:1], NEW, stop_at_eos=False)[0]
+    eos = free.ids[3]  # the 4th generated token made the EOS (first seen there or before)
+    first = free.ids.index(eos)
+    monkeypatch.setattr(type(engine.tokenizer.hf), "eos_token_id", eos, raising=False)
+    stopped = engine.generate(PROMPTS[:1], NEW)[0]
+    assert stopped.ids == free.ids[: first + 1] and stopped.stop == "eos"
+    assert list(stopped.ids) == torch_generate(torch_model, list(free.prompt.ids), NEW, eos)
+
+
+def test_what_cannot_generate_says_why(model, tmp_path, bert_checkpoint):
+    name, engine, _ = model
+    if name != "llama":
+        pytest.skip("once")
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(UsageError, match="max_new_tokens"):
+            engine.generate(PROMPTS[:1], bad)
+    with pytest.raises(UsageError, match="max_new_tokens"):
+        engine.capture(PROMPTS[:1], generate=0)
+    bare = jaxattn.load(make_llama_checkpoint(tmp_path / "bare", lm_head=False))
+    with pytest.raises(UsageError, match="has no next-token head.*lm_head.weight"):
+        bare.generate(PROMPTS[:1], 2)
+    encoder = jaxattn.load(bert_checkpoint)
+    with pytest.raises(UsageError, match="is an encoder .*needs a decoder"):
+        encoder.capture(["a sentence"], generate=2)
+
+
+def test_an_ablated_model_generates_as_torch_with_those_heads_zeroed(model):
+    name, engine, torch_model = model
+    if name != "llama":
+        pytest.skip("once")
+    from jaxattn.engine.ablation import HeadAblation
+
+    heads = [(0, 1), (1, 0), (1, 3), (2, 2)]
+    k = engine.config.head_dim
+
+    def zero(layer):
+        def hook(module, args):
+            x = args[0].clone()
+            for lay, h in heads:
+                if lay == layer:
+                    x[..., h * k : (h + 1) * k] = 0
+            return (x,)
+
+        return hook
+
+    handles = [
+        torch_model.model.layers[layer].self_attn.o_proj.register_forward_pre_hook(zero(layer))
+        for layer in {lay for lay, _ in heads}
+    ]
+    try:
+        prompt = engine.tokenize(PROMPTS[:1])[0]
+        want = torch_generate(torch_model, list(prompt.ids), NEW + 3, eos=-1)
+    finally:
+        for h in handles:
+            h.remove()
+    ablation = HeadAblation.of(heads)
+    (cap,) = engine.capture(PROMPTS[:1], generate=NEW + 3, stop_at_eos=False, ablation=ablation)
+    assert cap.tokens[cap.generated_start :] == tuple(
+        engine.tokenizer.hf.convert_ids_to_tokens(want)
+    )
+    plain = engine.generate(PROMPTS[:1], NEW + 3, stop_at_eos=False)[0]
+    assert list(plain.ids) != want  # the heads change what this model writes
