@@ -3,8 +3,7 @@
 Each subcommand module defines ``register(subparsers)`` which adds its parser and
 sets ``func`` to a callable taking the parsed args and returning an exit code.
 Heavy imports (jax, grpc, torch) happen inside those callables, so ``jaxattn
---help`` is instant; `generated` is capture's and view's --generate N. What
-several commands share: `args` (the common flags,
+--help`` is instant. What several commands share: `args` (the common flags,
 parsed one way), `source` (`open_source`: the engine or server a command
 captures with); the progress line is `jaxattn.progress`. `serve_cmd` is the
 only module that reaches the `service` package.
@@ -16,7 +15,8 @@ spelling), `model_arg` (--model), `corpus` (what view and analyze share: INPUT,
 capturing with counts), `saved` (INPUT that is captures already), `analysis_flags`,
 `analyze_saved` and `decoder_analyses` (analyze's flags, saved captures, the
 analyses that need a decoder itself), `view_compare`, `view_global` and
-`view_segments` (view --compare, --global, --stats-first).
+`view_segments` (view --compare, --global, --stats-first), `generated` (capture's
+and view's --generate N).
 """
 
 from __future__ import annotations
