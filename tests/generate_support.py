@@ -52,3 +52,17 @@ def torch_generate(torch_model, ids, new, eos=None) -> list[int]:
             **kwargs,
         )
     return [int(t) for t in out[0, len(ids) :]]
+
+
+def pair_cache(tmp_path_factory):
+    """name -> (name, engine, torch model), each loaded once per test module (the
+    module's tests that need one family take it from here rather than skipping
+    the others' parametrisations)."""
+    cache: dict = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = (name, *load_pair(name, tmp_path_factory.mktemp(name)))
+        return cache[name]
+
+    return get

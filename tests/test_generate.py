@@ -5,7 +5,7 @@ head) and Gemma 2 (soft-capped logits); what cannot generate says why."""
 from __future__ import annotations
 
 import pytest
-from generate_support import PROMPTS, load_pair, make_llama_checkpoint, torch_generate
+from generate_support import PROMPTS, make_llama_checkpoint, pair_cache, torch_generate
 
 import jaxattn
 from jaxattn.errors import UsageError
@@ -13,9 +13,14 @@ from jaxattn.errors import UsageError
 NEW = 5
 
 
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory):
+    return pair_cache(tmp_path_factory)
+
+
 @pytest.fixture(scope="module", params=["gemma2", "gpt2", "llama"])
-def model(request, tmp_path_factory):
-    return (request.param, *load_pair(request.param, tmp_path_factory.mktemp(request.param)))
+def model(request, pairs):
+    return pairs(request.param)
 
 
 def test_batched_greedy_ids_are_transformers_generate(model):
@@ -49,10 +54,8 @@ def test_a_continuation_ends_at_the_eos_as_transformers(model, monkeypatch):
     assert list(stopped.ids) == torch_generate(torch_model, list(free.prompt.ids), NEW, eos)
 
 
-def test_what_cannot_generate_says_why(model, tmp_path, bert_checkpoint):
-    name, engine, _ = model
-    if name != "llama":
-        pytest.skip("once")
+def test_what_cannot_generate_says_why(pairs, tmp_path, bert_checkpoint):
+    name, engine, _ = pairs("llama")
     for bad in (0, -2, 1.5, True):
         with pytest.raises(UsageError, match="max_new_tokens"):
             engine.generate(PROMPTS[:1], bad)
@@ -66,10 +69,8 @@ def test_what_cannot_generate_says_why(model, tmp_path, bert_checkpoint):
         encoder.capture(["a sentence"], generate=2)
 
 
-def test_an_ablated_model_generates_as_torch_with_those_heads_zeroed(model):
-    name, engine, torch_model = model
-    if name != "llama":
-        pytest.skip("once")
+def test_an_ablated_model_generates_as_torch_with_those_heads_zeroed(pairs):
+    name, engine, torch_model = pairs("llama")
     from jaxattn.engine.ablation import HeadAblation
 
     heads = [(0, 1), (1, 0), (1, 3), (2, 2)]

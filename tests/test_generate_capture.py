@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from generate_support import PROMPTS, load_pair
+from generate_support import PROMPTS, pair_cache
 
 import jaxattn
 from jaxattn.errors import CaptureFileError, GenerationTooLongError
@@ -18,9 +18,14 @@ from jaxattn.errors import CaptureFileError, GenerationTooLongError
 NEW = 5
 
 
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory):
+    return pair_cache(tmp_path_factory)
+
+
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
-def model(request, tmp_path_factory):
-    return (request.param, *load_pair(request.param, tmp_path_factory.mktemp(request.param)))
+def model(request, pairs):
+    return pairs(request.param)
 
 
 def test_the_capture_of_prompt_and_continuation_is_transformers_attention(model):
@@ -43,10 +48,8 @@ def test_the_capture_of_prompt_and_continuation_is_transformers_attention(model)
         assert plain.generated_start == g.prompt.length
 
 
-def test_the_boundary_is_kept_through_npz(model, tmp_path):
-    name, engine, _ = model
-    if name != "gpt2":
-        pytest.skip("one family is enough for the file format")
+def test_the_boundary_is_kept_through_npz(pairs, tmp_path):
+    name, engine, _ = pairs("gpt2")
     (cap,) = engine.capture(PROMPTS[:1], generate=3, stop_at_eos=False)
     cap.save(tmp_path / "g.npz")
     back = jaxattn.Capture.load(tmp_path / "g.npz")
@@ -63,10 +66,8 @@ def test_the_boundary_is_kept_through_npz(model, tmp_path):
         jaxattn.Capture.load(tmp_path / "bad.npz")
 
 
-def test_prompt_and_new_tokens_over_the_positions(model):
-    name, engine, _ = model
-    if name != "gpt2":
-        pytest.skip("the rule is the engine's, not a family's")
+def test_prompt_and_new_tokens_over_the_positions(pairs):
+    name, engine, _ = pairs("gpt2")
     limit = engine.config.max_length
     length = engine.tokenize(PROMPTS[:1])[0].length
     new = limit - length + 1
