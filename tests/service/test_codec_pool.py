@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 
 from jaxattn.capture import Capture
-from jaxattn.wire import StreamDecoder, compress_pool
+from jaxattn.wire import StreamDecoder, codec_pool
 from jaxattn.wire.codecs import compress
 from jaxattn.wire.send import serialize_example
 
-BIG = compress_pool.POOL_MIN
+BIG = codec_pool.POOL_MIN
 
 
 def _free_slots() -> int:
     """The pool's free slots, counted by taking them all (and giving them back)."""
-    slots, taken = compress_pool.pool().slots, 0
+    slots, taken = codec_pool.pool().slots, 0
     while slots.acquire(blocking=False):
         taken += 1
     for _ in range(taken):
@@ -34,14 +34,14 @@ def test_results_come_in_order_from_the_pool_threads():
         return k * k
 
     free = _free_slots()
-    got = list(compress_pool.ordered(work, range(20), lambda k: BIG, ahead=3))
+    got = list(codec_pool.ordered(work, range(20), lambda k: BIG, ahead=3))
     assert got == [(k, k * k) for k in range(20)]
-    assert any(name.startswith("jaxattn-compress") for name in threads)
+    assert any(name.startswith("jaxattn-codec") for name in threads)
     assert _free_slots() == free
 
 
 def test_small_items_and_items_past_the_free_slots_run_where_they_are_taken():
-    pool = compress_pool.pool()
+    pool = codec_pool.pool()
     here = threading.current_thread().name
     seen: dict[int, str] = {}
 
@@ -49,14 +49,14 @@ def test_small_items_and_items_past_the_free_slots_run_where_they_are_taken():
         seen[k] = threading.current_thread().name
         return k
 
-    list(compress_pool.ordered(work, range(6), lambda k: BIG - 1))  # all small
+    list(codec_pool.ordered(work, range(6), lambda k: BIG - 1))  # all small
     assert set(seen.values()) == {here}
     seen.clear()
     held = 0
     while pool.slots.acquire(blocking=False):  # another call holds every slot
         held += 1
     try:
-        assert [r for _, r in compress_pool.ordered(work, range(6), lambda k: BIG)] == [*range(6)]
+        assert [r for _, r in codec_pool.ordered(work, range(6), lambda k: BIG)] == [*range(6)]
         assert set(seen.values()) == {here}
     finally:
         for _ in range(held):
@@ -70,11 +70,11 @@ def test_an_error_comes_at_its_item_and_the_slots_come_back():
         return k
 
     free = _free_slots()
-    results = compress_pool.ordered(work, range(10), lambda k: BIG, ahead=3)
+    results = codec_pool.ordered(work, range(10), lambda k: BIG, ahead=3)
     assert [next(results)[1] for _ in range(4)] == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="piece 4 is broken"):
         next(results)
-    compress_pool.pool().executor.submit(lambda: None).result()  # let the pool settle
+    codec_pool.pool().executor.submit(lambda: None).result()  # let the pool settle
     assert _free_slots() == free
 
 
@@ -86,12 +86,12 @@ def test_a_stream_dropped_midway_gives_its_slots_back():
         return k
 
     free = _free_slots()
-    results = compress_pool.ordered(work, range(10), lambda k: BIG, ahead=4)
+    results = codec_pool.ordered(work, range(10), lambda k: BIG, ahead=4)
     gate.set()
     next(results)
     results.close()  # a cancelled call: what was computed ahead is dropped
-    for _ in range(compress_pool.pool().threads):  # every job queued before this is done
-        compress_pool.pool().executor.submit(lambda: None).result()
+    for _ in range(codec_pool.pool().threads):  # every job queued before this is done
+        codec_pool.pool().executor.submit(lambda: None).result()
     assert _free_slots() == free
 
 
@@ -112,7 +112,7 @@ def test_a_many_chunk_example_is_the_same_stream_as_compressed_inline(codec):
         tensors={"attention": att},
     )
     chunk = 256 << 10  # under PIECE_BYTES, over POOL_MIN: the request's size, pooled
-    assert compress_pool.POOL_MIN <= chunk <= compress_pool.PIECE_BYTES
+    assert codec_pool.POOL_MIN <= chunk <= codec_pool.PIECE_BYTES
     messages = list(serialize_example(0, cap, codec=codec, max_chunk_bytes=chunk))
     assert len(messages) == 1 + 3  # the header, three chunks
     decoder = StreamDecoder()
@@ -136,7 +136,7 @@ def test_a_compressed_tensor_comes_in_pieces_of_at_most_piece_bytes():
         tensors={"attention": np.zeros((1, 1, t, t), np.float32)},
     )
     messages = list(serialize_example(0, cap, codec="zstd", max_chunk_bytes=4 << 20))
-    assert len(messages) == 1 + -(-4_000_000 // compress_pool.PIECE_BYTES)
+    assert len(messages) == 1 + -(-4_000_000 // codec_pool.PIECE_BYTES)
     decoder = StreamDecoder()
     (got,) = [c for m in messages for c in decoder.feed_all(m)]
     np.testing.assert_array_equal(got.attention, cap.attention)
@@ -150,7 +150,7 @@ def test_a_forked_child_compresses_on_a_pool_of_its_own():
 
     script = """if True:
         import os, sys
-        from jaxattn.wire import compress_pool as cp
+        from jaxattn.wire import codec_pool as cp
         big = cp.POOL_MIN
         list(cp.ordered(lambda k: k, range(3), lambda k: big))  # the parent's pool
         pid = os.fork()

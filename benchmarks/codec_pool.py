@@ -1,11 +1,11 @@
-"""Compressed chunks on the shared pool against compressed inline (`jaxattn.wire.compress_pool`).
+"""Compressed chunks on the shared pool against compressed inline (`jaxattn.wire.codec_pool`).
 
-    .venv/bin/python benchmarks/compress_pool.py [--texts N] [--repeats R]
+    .venv/bin/python benchmarks/codec_pool.py [--texts N] [--repeats R]
 
 The server's encode alone (`serialize_example`, zstd, no gRPC) of the embedded
 all-MiniLM-L6-v2's captures of N EWT dev texts of ~100 words: a float32 full capture
 and uint8 attention (three times the texts: its examples are small), for each piece
-size (`compress_pool.PIECE_BYTES`), with the pool (pieces of `POOL_MIN` and more on
+size (`codec_pool.PIECE_BYTES`), with the pool (pieces of `POOL_MIN` and more on
 its threads) and inline (every piece where it is taken, as before the pool):
 decoded GB/s (best of R) and the bytes on the wire.
 """
@@ -26,7 +26,7 @@ PIECES = (4 << 20, 2 << 20, 1 << 20, 512 << 10, 256 << 10)
 def main(argv=None) -> int:
     import jaxattn
     from jaxattn.bench.capture import FULL
-    from jaxattn.wire import compress_pool
+    from jaxattn.wire import codec_pool
     from jaxattn.wire.codecs import DEFAULT_MAX_CHUNK_BYTES
     from jaxattn.wire.send import serialize_example
 
@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     texts = sb.long_texts(sb.sentences(sb.CONLLU), args.texts)
     engine = jaxattn.load(None)
-    pool_min = compress_pool.POOL_MIN
+    pool_min = codec_pool.POOL_MIN
     for label, caps in (
         ("float32 full capture", engine.capture(texts, what=FULL, dtype="float32")),
         ("uint8 attention", engine.capture(texts * 3, what="attention", dtype="uint8")),
@@ -44,8 +44,8 @@ def main(argv=None) -> int:
         raw = sum(a.nbytes for c in caps for a in c.tensors.values())
         for piece in PIECES:
             for mode in ("inline", "pool"):
-                compress_pool.PIECE_BYTES = piece
-                compress_pool.POOL_MIN = (1 << 60) if mode == "inline" else pool_min
+                codec_pool.PIECE_BYTES = piece
+                codec_pool.POOL_MIN = (1 << 60) if mode == "inline" else pool_min
                 best, wire = float("inf"), 0
                 for _ in range(args.repeats):
                     start = time.perf_counter()

@@ -1,18 +1,25 @@
-"""Compressing a stream's chunks on several cores, in order, in bounded memory.
+"""A stream's chunks (de)compressed on several cores, in order, in bounded memory.
 
-zstd and lz4 release the GIL while they compress, but one call's chunks were
-compressed one after the other in its encode thread: a server answering a few
+zstd and lz4 release the GIL while they compress and decompress, but one call's
+chunks were compressed one after the other in its encode thread, and decoded
+one after the other in the client's reading thread: a server answering a few
 large compressed requests used a core or two for the codec however many it had
 (the first GPU run measured uint8 + zstd attention at 293 texts/s through the
-service, 0.69 GB/s: what one core compresses). `ordered` compresses the next
-pieces of a stream in a shared pool of threads while the stream's consumer
-frames and sends the earlier ones, and hands the results back in order.
+service, 0.69 GB/s: what one core compresses), and one client reading them
+decodes no faster than one core. One shared pool of threads serves both sides:
 
-Memory stays bounded across all calls: a piece is compressed ahead only when
-one of the process's `slots` is free (twice the pool's threads), and its slot is
-returned when the stream takes the result (or drops it, closing); otherwise it
-is compressed where it is taken, as before. A small piece (under `POOL_MIN`
-bytes) is always compressed there: the hand-off would cost more than the codec.
+- the server (`ordered`): the next pieces of a stream are compressed while the
+  stream's consumer frames and sends the earlier ones; results come back in order.
+- the client (`start`): each chunk is decoded as it is read, into the tensor it
+  belongs to, while the reader goes on to the next message; the receiver waits
+  for an example's chunks only when the example is complete (`wire.receive`).
+
+Memory stays bounded across all calls: work goes to the pool only when one of
+the process's `slots` is free (twice the pool's threads), and its slot is returned
+when the stream takes the result (`ordered`) or when it is done (`start`);
+otherwise it is done where it is asked for, as before the pool. Small work (a
+piece under `POOL_MIN` bytes, a chunk decoding to less than `DECODE_MIN`) is
+always done there: the hand-off would cost more than the codec.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ R = TypeVar("R")
 
 # Below this a piece is compressed in the stream's own thread.
 POOL_MIN = 128 << 10
+# Below this many decoded bytes a chunk is decompressed in the reading thread.
+DECODE_MIN = 128 << 10
 # A compressed stream cuts its tensors into pieces of at most this (or the request's
 # max_chunk_bytes, where smaller), so that one tensor's pieces compress side by side:
 # a 2.4 MB uint8 attention map of BERT-base at 128 tokens is five. zstd level 1 on
@@ -44,11 +53,11 @@ def workers(cpus: int | None = None) -> int:
 
 
 class _Pool:
-    """The process's compression threads and the slots that bound what they hold."""
+    """The process's codec threads and the slots that bound what they hold."""
 
     def __init__(self, threads: int):
         self.executor = concurrent.futures.ThreadPoolExecutor(
-            threads, thread_name_prefix="jaxattn-compress"
+            threads, thread_name_prefix="jaxattn-codec"
         )
         self.slots = threading.BoundedSemaphore(2 * threads)
         self.threads = threads
@@ -95,12 +104,7 @@ def ordered(
             item = next(source, _END)
             if item is _END:
                 return
-            future = None
-            if size(item) >= POOL_MIN and shared.slots.acquire(blocking=False):
-                try:
-                    future = shared.executor.submit(work, item)
-                except RuntimeError:  # the interpreter is shutting down: here, then
-                    shared.slots.release()
+            future = _offer(shared, work, item) if size(item) >= POOL_MIN else None
             pending.append((item, future))
 
     try:
@@ -122,6 +126,36 @@ def ordered(
                 future.add_done_callback(lambda _: shared.slots.release())
             elif future is not None:
                 shared.slots.release()
+
+
+def start(work: Callable[..., R], *args, size: int, least: int) -> concurrent.futures.Future:
+    """work(*args) on the shared pool where `size` is at least `least` and a slot is
+    free (the slot returned as soon as the work is done, or cancelled before it
+    began), else here and now; either way a Future of its result or its exception
+    (raised by `result()`, where the caller chooses)."""
+    if size >= least:
+        shared = pool()
+        future = _offer(shared, work, *args)
+        if future is not None:
+            future.add_done_callback(lambda _: shared.slots.release())
+            return future
+    future = concurrent.futures.Future()
+    try:
+        future.set_result(work(*args))
+    except Exception as e:  # noqa: BLE001 - the caller's to raise, as from the pool
+        future.set_exception(e)
+    return future
+
+
+def _offer(shared: _Pool, work: Callable[..., R], *args) -> concurrent.futures.Future | None:
+    """work(*args) submitted to the pool, holding one of its slots; None where no slot is free."""
+    if not shared.slots.acquire(blocking=False):
+        return None
+    try:
+        return shared.executor.submit(work, *args)
+    except RuntimeError:  # the interpreter is shutting down: the caller's thread, then
+        shared.slots.release()
+        return None
 
 
 _END = object()
