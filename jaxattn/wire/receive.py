@@ -18,7 +18,6 @@ returns the example.
 
 from __future__ import annotations
 
-import concurrent.futures
 import math
 from collections.abc import Mapping, Sequence
 
@@ -64,12 +63,12 @@ class _Tensor:
         self.buffer: np.ndarray | None = None  # made by the first chunk
         self.filled = 0
 
-    def place(self, chunk: pb.TensorChunk, data) -> concurrent.futures.Future:
+    def place(self, chunk: pb.TensorChunk, data) -> codec_pool.Job:
         """Check the chunk's place in the tensor and start decoding it into it (on the
-        codec pool where it is large): a Future of None, or of the tensor's buffer
-        where its one chunk is kept where it decoded (the received message, lz4's
-        bytes); its exception the WireError of a chunk that does not decode to the
-        bytes and CRC-32 it announces."""
+        codec pool where it is large): a Job of None, or of the tensor's buffer where
+        its one chunk is kept where it decoded (the received message, lz4's bytes);
+        its exception the WireError of a chunk that does not decode to the bytes
+        and CRC-32 it announces."""
         key = (chunk.datatype, tuple(chunk.shape), chunk.total_bytes, chunk.scale, chunk.offset)
         if key != self.key:
             raise WireError(f"tensor {chunk.tensor!r}: chunks disagree on datatype/shape/scale")
@@ -193,7 +192,7 @@ class StreamDecoder:
         self.provenance = frozen(provenance)
         self.header: pb.ExampleHeader | None = None
         self.tensors: dict[str, _Tensor] = {}
-        self.jobs: list[tuple[_Tensor, concurrent.futures.Future]] = []  # the open example's
+        self.jobs: list[tuple[_Tensor, codec_pool.Job]] = []  # the open example's chunks
         self.chunks = 0
         self.next_index = 0
         self.wire_bytes = 0
@@ -284,8 +283,8 @@ class StreamDecoder:
         """Drop the open example's chunks not being decoded yet (a stream cut or
         abandoned part-way): their pool slots come back now; those under way finish
         on their own. Feeding on after this is an error."""
-        for _, future in self.jobs:
-            future.cancel()
+        for _, job in self.jobs:
+            job.cancel()
 
     def _header(self, header: pb.ExampleHeader) -> None:
         if self.header is not None:
@@ -334,8 +333,8 @@ class StreamDecoder:
     def _capture(self, header: pb.ExampleHeader, tensors: dict, jobs: list, dtype: str) -> Capture:
         """An example's Capture, once its chunks are decoded (the first that did not
         raises its error)."""
-        for tensor, future in jobs:
-            buffer = future.result()
+        for tensor, job in jobs:
+            buffer = job.result()
             if buffer is not None:  # the whole tensor, where its one chunk decoded
                 tensor.buffer = buffer
         quant = {}
@@ -370,12 +369,12 @@ class StreamDecoder:
         return text if isinstance(text, str) else tuple(text)
 
 
-def _raise_failure(jobs: list[tuple[_Tensor, concurrent.futures.Future]]) -> None:
+def _raise_failure(jobs: list[tuple[_Tensor, codec_pool.Job]]) -> None:
     """Raise the error of the first of `jobs` (in stream order) that did not decode,
     waiting for those under way; nothing where all did."""
-    for _, future in jobs:
-        if not future.cancelled() and (error := future.exception()) is not None:
-            raise error
+    for _, job in jobs:
+        if not job.cancelled():
+            job.result()
 
 
 def stream_weights(message: pb.CaptureResponse | bytes) -> str:
