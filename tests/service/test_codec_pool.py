@@ -26,6 +26,21 @@ def _free_slots() -> int:
     return taken
 
 
+def _settle() -> None:
+    """Wait until every thread of the pool has finished what it held, the callbacks that
+    give slots back included: one job on each thread at once."""
+    shared = codec_pool.pool()
+    meet = threading.Barrier(shared.threads)
+    for job in [shared.executor.submit(meet.wait, 30) for _ in range(shared.threads)]:
+        job.result()
+
+
+@pytest.fixture(autouse=True)
+def _at_rest():
+    """Each test starts with the pool idle: what an earlier one left is done."""
+    _settle()
+
+
 def test_results_come_in_order_from_the_pool_threads():
     threads: list[str] = []
 
@@ -74,7 +89,7 @@ def test_an_error_comes_at_its_item_and_the_slots_come_back():
     assert [next(results)[1] for _ in range(4)] == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="piece 4 is broken"):
         next(results)
-    codec_pool.pool().executor.submit(lambda: None).result()  # let the pool settle
+    _settle()
     assert _free_slots() == free
 
 
@@ -90,8 +105,7 @@ def test_a_stream_dropped_midway_gives_its_slots_back():
     gate.set()
     next(results)
     results.close()  # a cancelled call: what was computed ahead is dropped
-    for _ in range(codec_pool.pool().threads):  # every job queued before this is done
-        codec_pool.pool().executor.submit(lambda: None).result()
+    _settle()
     assert _free_slots() == free
 
 
@@ -161,3 +175,51 @@ def test_a_forked_child_compresses_on_a_pool_of_its_own():
     """
     done = subprocess.run([sys.executable, "-c", script], timeout=30, capture_output=True)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
+
+
+def test_start_runs_large_work_on_the_pool_and_small_work_here():
+    here = threading.current_thread().name
+    started, go = threading.Event(), threading.Event()
+
+    def work():
+        started.set()
+        go.wait(30)
+        return threading.current_thread().name
+
+    job = codec_pool.start(work, size=BIG, least=BIG)
+    assert started.wait(30)  # begun while this thread waits: on one of the pool's
+    go.set()
+    assert job.result().startswith("jaxattn-codec")
+    small = codec_pool.start(lambda: threading.current_thread().name, size=BIG - 1, least=BIG)
+    assert small.done() and small.result() == here
+
+    def broken():
+        raise ValueError("chunk 3 is broken")
+
+    for size in (BIG, 0):  # on the pool, and here: raised by result(), not by start()
+        job = codec_pool.start(broken, size=size, least=BIG)
+        with pytest.raises(ValueError, match="chunk 3 is broken"):
+            job.result()
+
+
+def test_a_job_the_pool_has_not_begun_is_done_by_the_one_waiting_for_it():
+    """Every thread held: the next jobs wait in the queue, holding slots; result() runs
+    one here (its slot back), cancel() drops another (its slot back too)."""
+    shared = codec_pool.pool()
+    gate, here = threading.Event(), threading.current_thread().name
+    free = _free_slots()
+    held = [codec_pool.start(gate.wait, 30, size=BIG, least=0) for _ in range(shared.threads)]
+    queued = [
+        codec_pool.start(lambda: threading.current_thread().name, size=BIG, least=0)
+        for _ in range(2)
+    ]
+    try:
+        assert not any(j.done() for j in queued)
+        assert queued[0].result() == here  # taken back from the queue
+        assert queued[1].cancel() and queued[1].cancelled()
+        assert _free_slots() == free - shared.threads
+    finally:
+        gate.set()
+    assert all(j.result() for j in held)
+    _settle()
+    assert _free_slots() == free
