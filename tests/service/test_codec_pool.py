@@ -16,7 +16,7 @@ from jaxattn.wire.send import serialize_example
 BIG = codec_pool.POOL_MIN
 
 
-def _free_slots() -> int:
+def free_slots_now() -> int:
     """The pool's free slots, counted by taking them all (and giving them back)."""
     slots, taken = codec_pool.pool().slots, 0
     while slots.acquire(blocking=False):
@@ -26,7 +26,7 @@ def _free_slots() -> int:
     return taken
 
 
-def _settle() -> None:
+def settle() -> None:
     """Wait until every thread of the pool has finished what it held, the callbacks that
     give slots back included: one job on each thread at once."""
     shared = codec_pool.pool()
@@ -35,10 +35,16 @@ def _settle() -> None:
         job.result()
 
 
+def free_slots() -> int:
+    """The pool's free slots once it is at rest (`settle`)."""
+    settle()
+    return free_slots_now()
+
+
 @pytest.fixture(autouse=True)
 def _at_rest():
     """Each test starts with the pool idle: what an earlier one left is done."""
-    _settle()
+    settle()
 
 
 def test_results_come_in_order_from_the_pool_threads():
@@ -48,11 +54,11 @@ def test_results_come_in_order_from_the_pool_threads():
         threads.append(threading.current_thread().name)
         return k * k
 
-    free = _free_slots()
+    free = free_slots_now()
     got = list(codec_pool.ordered(work, range(20), lambda k: BIG, ahead=3))
     assert got == [(k, k * k) for k in range(20)]
     assert any(name.startswith("jaxattn-codec") for name in threads)
-    assert _free_slots() == free
+    assert free_slots_now() == free
 
 
 def test_small_items_and_items_past_the_free_slots_run_where_they_are_taken():
@@ -84,13 +90,13 @@ def test_an_error_comes_at_its_item_and_the_slots_come_back():
             raise ValueError("piece 4 is broken")
         return k
 
-    free = _free_slots()
+    free = free_slots_now()
     results = codec_pool.ordered(work, range(10), lambda k: BIG, ahead=3)
     assert [next(results)[1] for _ in range(4)] == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="piece 4 is broken"):
         next(results)
-    _settle()
-    assert _free_slots() == free
+    settle()
+    assert free_slots_now() == free
 
 
 def test_a_stream_dropped_midway_gives_its_slots_back():
@@ -100,13 +106,13 @@ def test_a_stream_dropped_midway_gives_its_slots_back():
         gate.wait(5)
         return k
 
-    free = _free_slots()
+    free = free_slots_now()
     results = codec_pool.ordered(work, range(10), lambda k: BIG, ahead=4)
     gate.set()
     next(results)
     results.close()  # a cancelled call: what was computed ahead is dropped
-    _settle()
-    assert _free_slots() == free
+    settle()
+    assert free_slots_now() == free
 
 
 @pytest.mark.parametrize("codec", ["zstd", "lz4"])
@@ -207,7 +213,7 @@ def test_a_job_the_pool_has_not_begun_is_done_by_the_one_waiting_for_it():
     one here (its slot back), cancel() drops another (its slot back too)."""
     shared = codec_pool.pool()
     gate, here = threading.Event(), threading.current_thread().name
-    free = _free_slots()
+    free = free_slots_now()
     held = [codec_pool.start(gate.wait, 30, size=BIG, least=0) for _ in range(shared.threads)]
     queued = [
         codec_pool.start(lambda: threading.current_thread().name, size=BIG, least=0)
@@ -217,9 +223,9 @@ def test_a_job_the_pool_has_not_begun_is_done_by_the_one_waiting_for_it():
         assert not any(j.done() for j in queued)
         assert queued[0].result() == here  # taken back from the queue
         assert queued[1].cancel() and queued[1].cancelled()
-        assert _free_slots() == free - shared.threads
+        assert free_slots_now() == free - shared.threads
     finally:
         gate.set()
     assert all(j.result() for j in held)
-    _settle()
-    assert _free_slots() == free
+    settle()
+    assert free_slots_now() == free

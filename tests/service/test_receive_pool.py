@@ -22,6 +22,7 @@ import grpc
 import numpy as np
 import pytest
 from local_server import fake_service
+from test_codec_pool import free_slots, free_slots_now
 from test_service_wire import make_capture, same
 
 from jaxattn.client import AttentionClient, AttentionServiceError
@@ -72,26 +73,6 @@ def chunks_of(messages) -> list[pb.TensorChunk]:
         parsed = pb.CaptureResponse.FromString(m)
         out += [i.chunk for i in (parsed.items or [parsed]) if i.WhichOneof("item") == "chunk"]
     return out
-
-
-def free_slots() -> int:
-    """The pool's free slots once its threads are idle (each has finished what it held,
-    the callbacks that give slots back included), counted by taking them all."""
-    shared = codec_pool.pool()
-    meet = threading.Barrier(shared.threads)  # one job on each thread at once
-    for job in [shared.executor.submit(meet.wait, 30) for _ in range(shared.threads)]:
-        job.result()
-    return free_slots_now()
-
-
-def free_slots_now() -> int:
-    """The free slots this moment (taken all, and given back)."""
-    slots, taken = codec_pool.pool().slots, 0
-    while slots.acquire(blocking=False):
-        taken += 1
-    for _ in range(taken):
-        slots.release()
-    return taken
 
 
 @pytest.fixture
