@@ -156,12 +156,12 @@ class Job:
         done here, now (its slot returned): the caller would only wait for it."""
         if self._work is not None and self._future.cancel():
             self._future = _here(self._work, self._args)
-        self._work = None
+        self._work, self._args = None, ()  # what it held (a chunk's data) let go
         return self._future.result()
 
     def cancel(self) -> bool:
         """Drop the work if the pool has not begun it (its slot returned); whether it was."""
-        self._work = None
+        self._work, self._args = None, ()
         return self._future.cancel()
 
     def done(self) -> bool:
