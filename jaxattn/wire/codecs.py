@@ -178,12 +178,12 @@ def _zstd_into(data: bytes, out) -> None:
         # -1: the frame does not say. The decoder takes an input that stops inside the
         # frame for its end: the frame's own size says whether it is all there.
         if zstandard.frame_content_size(data) in (-1, length) and _frame_size(data) == len(data):
-            reader = _zstd()[1].stream_reader(data, read_across_frames=False)
-            got = 0
-            while got < length and (n := reader.readinto(out[got:])):
-                got += n
-            if got == length and not reader.read(1):  # b"": the frame ends there
-                return
+            with _zstd()[1].stream_reader(data, read_across_frames=False) as reader:
+                got = 0
+                while got < length and (n := reader.readinto(out[got:])):
+                    got += n
+                if got == length and not reader.read(1):  # b"": the frame ends there
+                    return
     except Exception:  # noqa: BLE001 - zstd.ZstdError: corrupt input, said below
         pass
     raise _zstd_error(data, length)
@@ -221,8 +221,8 @@ def _zstd_error(data: bytes, length: int) -> WireError:
         announced = -1
     if announced > length:
         return WireError(f"a zstd chunk decoded to {announced} bytes, expected {length}")
-    try:
-        made = len(_zstd()[1].decompress(data, max_output_size=length))
+    try:  # a decoder of its own: what it says of a corrupt frame depends on no history
+        made = len(zstandard.ZstdDecompressor().decompress(data, max_output_size=length))
     except Exception as e:  # zstd.ZstdError
         return WireError(f"cannot decode a zstd chunk: {e}")
     if made != length:
