@@ -393,7 +393,8 @@ class AttentionClient:
                     info = self._replica(i, deadline, fresh=True)
                     resume.check_model(info, address)
                     decoder.provenance = capture_provenance(info, address)
-                # Raw bytes in: StreamDecoder.feed_bytes reads chunk data in place.
+                # Raw bytes in: StreamDecoder.feed_all reads chunk data in place, and
+                # decodes large chunks on the codec pool while the next message is read.
                 capture_rpc = channel.unary_stream(
                     CAPTURE_METHOD,
                     request_serializer=pb.CaptureRequest.SerializeToString,
@@ -434,6 +435,7 @@ class AttentionClient:
                 raise AttentionServiceError(grpc.StatusCode.DATA_LOSS, str(e), address) from None
             finally:
                 self.wire_bytes += decoder.wire_bytes
+                decoder.close()  # chunks still waiting for the codec pool: dropped
                 if call is not None:
                     call.cancel()  # no-op after completion; drops the server's work otherwise
             time.sleep(

@@ -117,27 +117,114 @@ def compress(data, codec: str) -> bytes:
     raise ValueError(f"unknown codec {codec!r}: valid codecs are {', '.join(CODECS)}")
 
 
-def decompress(data: bytes, codec: str, length: int) -> bytes:
-    """Decompress one chunk, producing at most `length` bytes.
+def decompress(data: bytes, codec: str, length: int):
+    """Decompress one chunk into a new buffer of `length` bytes (bytes-like; `data`
+    itself for codec none).
 
     Raises:
-      WireError: a corrupt frame, or one that does not decode to `length` bytes.
+      WireError: a corrupt frame, or one that does not decode to exactly `length`
+        bytes (never more are made, whatever the frame announces).
     """
+    if codec == "zstd":
+        out = np.empty(length, np.uint8)
+        _zstd_into(data, out)
+        return out
     try:
         if codec == "none":
             out = data
-        elif codec == "zstd":
-            out = _zstd()[1].decompress(data, max_output_size=length)
         elif codec == "lz4":
             import lz4.frame
 
-            out = lz4.frame.LZ4FrameDecompressor().decompress(data, max_length=length)
+            frame = lz4.frame.LZ4FrameDecompressor()
+            out = frame.decompress(data, max_length=length)
+            # Where max_length stopped a longer frame, or bytes follow it: refused (a
+            # client before this took the first `length` bytes).
+            if len(out) == length and not frame.eof:
+                raise WireError(f"a lz4 chunk decoded to more than {length} bytes")
+            if len(out) == length and frame.unused_data:
+                raise WireError(f"a lz4 chunk with {len(frame.unused_data)} bytes after its frame")
         else:
             raise WireError(f"unknown codec {codec!r}")
     except WireError:
         raise
-    except Exception as e:  # zstd.ZstdError, RuntimeError from lz4: corrupt input
+    except Exception as e:  # RuntimeError from lz4: corrupt input
         raise WireError(f"cannot decode a {codec} chunk: {e}") from e
     if len(out) != length:
         raise WireError(f"a {codec} chunk decoded to {len(out)} bytes, expected {length}")
     return out
+
+
+def decompress_into(data: bytes, codec: str, out) -> None:
+    """Decompress one chunk into `out`, a writable buffer of the bytes it must decode
+    to (a slice of the tensor's): zstd straight into it, lz4 through `decompress`
+    and a copy.
+
+    Raises:
+      WireError: as `decompress`.
+    """
+    if codec == "zstd":
+        _zstd_into(data, out)
+    else:
+        memoryview(out)[:] = decompress(data, codec, len(out))
+
+
+def _zstd_into(data: bytes, out) -> None:
+    """One zstd frame decoded into `out`, never past it; a WireError where it is corrupt
+    or does not make exactly len(out) bytes (`_zstd_error`)."""
+    import zstandard
+
+    length = len(out)
+    try:
+        # -1: the frame does not say. The decoder takes an input that stops inside the
+        # frame for its end: the frame's own size says whether it is all there.
+        if zstandard.frame_content_size(data) in (-1, length) and _frame_size(data) == len(data):
+            with _zstd()[1].stream_reader(data, read_across_frames=False) as reader:
+                got = 0
+                while got < length and (n := reader.readinto(out[got:])):
+                    got += n
+                if got == length and not reader.read(1):  # b"": the frame ends there
+                    return
+    except Exception:  # noqa: BLE001 - zstd.ZstdError: corrupt input, said below
+        pass
+    raise _zstd_error(data, length)
+
+
+def _frame_size(data) -> int:
+    """The bytes of the zstd frame `data` starts with, from its header, its blocks'
+    headers and its checksum flag (RFC 8878, 3.1.1); ValueError where it does not
+    end inside `data`, zstd.ZstdError where it does not start as a frame."""
+    import zstandard
+
+    view = memoryview(data)
+    pos = zstandard.frame_header_size(view)  # the magic number and the frame header
+    while True:
+        if pos + 3 > len(view):
+            raise ValueError("the frame ends inside a block header")
+        block = int.from_bytes(view[pos : pos + 3], "little")
+        kind, size = (block >> 1) & 3, block >> 3  # raw, RLE (one byte), compressed, -
+        if kind == 3:
+            raise ValueError("a reserved block type")
+        pos += 3 + (1 if kind == 1 else size)
+        if block & 1:  # the last block
+            return pos + (4 if view[4] & 0x04 else 0)  # Content_Checksum_flag
+
+
+def _zstd_error(data: bytes, length: int) -> WireError:
+    """What is wrong with a zstd chunk that did not decode into its `length` bytes: the
+    error the one-shot decoder gives (what the client said before it decoded into the
+    tensor), without ever making more than `length` bytes of it."""
+    import zstandard
+
+    try:
+        announced = zstandard.frame_content_size(data)
+    except Exception:  # noqa: BLE001 - not a frame: the decoder below says so
+        announced = -1
+    if announced > length:
+        return WireError(f"a zstd chunk decoded to {announced} bytes, expected {length}")
+    try:  # a decoder of its own: what it says of a corrupt frame depends on no history
+        made = len(zstandard.ZstdDecompressor().decompress(data, max_output_size=length))
+    except Exception as e:  # zstd.ZstdError
+        return WireError(f"cannot decode a zstd chunk: {e}")
+    if made != length:
+        return WireError(f"a zstd chunk decoded to {made} bytes, expected {length}")
+    return WireError(f"a zstd chunk decoded to more than {length} bytes (data after its frame)")

@@ -4,10 +4,16 @@
 received bytes (`feed_all`, which finds each chunk's data in the buffer instead
 of copying it out), one item per message or several (a coalesced stream),
 checks every chunk against the protocol (attention.proto) and its CRC-32, and
-returns each example's Capture once its last chunk has arrived. A tensor that
-came in one uncompressed chunk is a numpy view of the received message (no
-copy) where its items are aligned; the others are reassembled by one copy into
-a buffer of their own.
+returns each example's Capture once its last chunk has arrived and is decoded.
+A tensor that came in one uncompressed chunk is a numpy view of the received
+message (no copy) where its items are aligned; the others are reassembled by
+one copy into a buffer of their own (zstd decodes straight into it).
+
+Chunks are decoded as they are taken, large ones on the shared codec pool's
+threads (`codec_pool.start`: zstd and lz4 release the GIL), while the caller
+reads the next message: an example's chunks, and the examples of a coalesced
+message, decode side by side, and the decoder waits for them only when it
+returns the example.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import numpy as np
 from jaxattn.capture import Capture, frozen
 from jaxattn.capture.shapes import layout_problem
 from jaxattn.v1 import attention_pb2 as pb
-from jaxattn.wire import protowire
+from jaxattn.wire import codec_pool, protowire
 from jaxattn.wire.codecs import (
     DATATYPE_TO_DTYPE,
     PB_TO_CODEC,
@@ -29,6 +35,7 @@ from jaxattn.wire.codecs import (
     WireError,
     checksum,
     decompress,
+    decompress_into,
     wire_dtype,
 )
 
@@ -56,7 +63,12 @@ class _Tensor:
         self.buffer: np.ndarray | None = None  # made by the first chunk
         self.filled = 0
 
-    def add(self, chunk: pb.TensorChunk, data) -> None:
+    def place(self, chunk: pb.TensorChunk, data) -> codec_pool.Job:
+        """Check the chunk's place in the tensor and start decoding it into it (on the
+        codec pool where it is large): a Job of None, or of the tensor's buffer where
+        its one chunk is kept where it decoded (the received message, lz4's bytes);
+        its exception the WireError of a chunk that does not decode to the bytes
+        and CRC-32 it announces."""
         key = (chunk.datatype, tuple(chunk.shape), chunk.total_bytes, chunk.scale, chunk.offset)
         if key != self.key:
             raise WireError(f"tensor {chunk.tensor!r}: chunks disagree on datatype/shape/scale")
@@ -71,22 +83,26 @@ class _Tensor:
         codec = PB_TO_CODEC.get(chunk.codec)
         if codec is None:
             raise WireError(f"tensor {chunk.tensor!r}: unknown codec {chunk.codec}")
-        data = decompress(data, codec, chunk.byte_length)
-        crc = checksum(data)
-        if crc != chunk.crc32:
-            raise ChecksumError(
-                f"tensor {chunk.tensor!r} of example {chunk.example_index}: CRC-32 mismatch "
-                f"in bytes {chunk.byte_offset}..{end} (got {crc:#010x}, chunk says "
-                f"{chunk.crc32:#010x})"
-            )
-        data = np.frombuffer(data, np.uint8)
-        if self.buffer is None and end == self.nbytes and _aligned(data, self.dtype):
-            self.buffer = data  # the whole tensor in one chunk: read in place, no copy
+        if codec == "none":
+            data = np.frombuffer(data, np.uint8)
+        whole = chunk.byte_offset == 0 and end == self.nbytes > 0
+        if whole and (codec == "lz4" or (codec == "none" and _aligned(data, self.dtype))):
+            out = None  # the whole tensor in one chunk: read where it is decoded, no copy
+        elif chunk.byte_length == 0:
+            out = _EMPTY
         else:
             if self.buffer is None:
                 self.buffer = self._allocate(chunk.tensor)
-            self.buffer[chunk.byte_offset : end] = data
+            out = self.buffer[chunk.byte_offset : end]
         self.filled = end
+        where = (
+            f"tensor {chunk.tensor!r} of example {chunk.example_index}: CRC-32 mismatch "
+            f"in bytes {chunk.byte_offset}..{end}"
+        )
+        job = (data, codec, out, chunk.byte_length, chunk.crc32, where, self.dtype)
+        # An uncompressed chunk's copy and CRC-32 (~10 GB/s) never pay for the hand-off.
+        least = math.inf if codec == "none" else codec_pool.DECODE_MIN
+        return codec_pool.start(_decode, *job, size=chunk.byte_length, least=least)
 
     def _allocate(self, tensor: str) -> np.ndarray:
         """The tensor's buffer (every byte is written before use), or a WireError where
@@ -106,10 +122,33 @@ class _Tensor:
     def array(self) -> np.ndarray:
         """The tensor, read-only (as the engine's): a view of the received message
         where its one chunk came uncompressed and aligned, else of its own buffer."""
-        arr = self.buffer.view(wire_dtype(self.dtype)).reshape(self.shape)
+        buffer = _EMPTY if self.buffer is None else self.buffer  # None: a tensor of no bytes
+        arr = buffer.view(wire_dtype(self.dtype)).reshape(self.shape)
         arr = arr.astype(arr.dtype.newbyteorder("="), copy=False)
         arr.flags.writeable = False
         return arr
+
+
+_EMPTY = np.empty(0, np.uint8)
+
+
+def _decode(data, codec: str, out, length: int, crc32: int, where: str, dtype: str):
+    """Decode one chunk into `out`, its bytes of the tensor's buffer, and check its
+    CRC-32 (a ChecksumError naming `where` if it differs); where `out` is None (the
+    whole tensor in one chunk), return what it decoded to as the tensor's buffer."""
+    if codec == "none" or out is None:
+        decoded = np.frombuffer(decompress(data, codec, length), np.uint8)
+    else:
+        decompress_into(data, codec, out)
+        decoded = out
+    crc = checksum(decoded)
+    if crc != crc32:
+        raise ChecksumError(f"{where} (got {crc:#010x}, chunk says {crc32:#010x})")
+    if out is None:
+        return decoded if _aligned(decoded, dtype) else decoded.copy()
+    if codec == "none":
+        out[:] = decoded
+    return None
 
 
 def _aligned(data: np.ndarray, dtype: str) -> bool:
@@ -127,6 +166,14 @@ class StreamDecoder:
                 ...
         decoder.finish()                     # raises if the stream ended mid-example
 
+    Each chunk is decoded as it is taken, a large one on the codec pool's threads
+    while the caller reads the next message (`codec_pool.start`); `feed_all`
+    waits for an example's chunks when it returns the example. A chunk that does
+    not decode (a corrupt frame, a CRC-32 mismatch) raises in the call that would
+    have returned its example, or in `finish`, or before any later problem the
+    stream has, whichever comes first: the same error whether it was decoded
+    here or on the pool, every example before it returned.
+
     Args:
       texts: the request's texts in order (strings or (a, b) pairs): each
         Capture's `text` is texts[header.index]; None leaves `text` None.
@@ -135,7 +182,7 @@ class StreamDecoder:
     Attributes:
       wire_bytes: chunk payload bytes received so far (compressed sizes).
 
-    Raises (from feed, feed_bytes, finish):
+    Raises (from feed, feed_bytes, feed_all, finish):
       ChecksumError: a chunk's decoded bytes do not match its CRC-32.
       WireError: any other breach of the protocol.
     """
@@ -145,9 +192,11 @@ class StreamDecoder:
         self.provenance = frozen(provenance)
         self.header: pb.ExampleHeader | None = None
         self.tensors: dict[str, _Tensor] = {}
+        self.jobs: list[tuple[_Tensor, codec_pool.Job]] = []  # the open example's chunks
         self.chunks = 0
         self.next_index = 0
         self.wire_bytes = 0
+        self._completed: list[tuple] = []  # examples the message being taken completes
 
     def feed(self, message: pb.CaptureResponse) -> Capture | None:
         """Take the next parsed message; return the example's Capture once it is complete.
@@ -164,32 +213,45 @@ class StreamDecoder:
     def feed_all(self, message: pb.CaptureResponse | bytes) -> list[Capture]:
         """Take the next message, parsed or as received bytes (a serialised
         CaptureResponse of one item or a coalesced one, whose chunks' data is read in
-        place); return the Captures of the examples it completes, in order."""
+        place); return the Captures of the examples it completes, in order, each
+        once its chunks are decoded (every item of the message is taken first, so
+        the chunks of all its examples decode side by side)."""
+        self._completed, problem = [], None
+        try:
+            self._take(message)
+        except WireError as e:
+            problem = e
+        done, self._completed = self._completed, []
+        if problem is not None:
+            # A chunk before the problem that did not decode is the stream's first.
+            _raise_failure([job for *_, jobs, _ in done for job in jobs] + self.jobs)
+            raise problem
+        return [self._capture(*example) for example in done]
+
+    def _take(self, message: pb.CaptureResponse | bytes) -> None:
         if isinstance(message, pb.CaptureResponse):
-            return self._items(message)
+            self._items(message)
+            return
         split = protowire.split_items(message)
         if split is None:  # not the common shape: parse it the ordinary way
             try:
                 parsed = pb.CaptureResponse.FromString(message)
             except Exception as e:  # google.protobuf.message.DecodeError
                 raise WireError(f"an unparsable CaptureResponse: {e}") from None
-            return self._items(parsed)
-        done = []
+            self._items(parsed)
+            return
         for kind, fields, data in split:
             try:
                 if kind == "header":
-                    cap = self._header(pb.ExampleHeader.FromString(fields))
+                    self._header(pb.ExampleHeader.FromString(fields))
                 else:
-                    cap = self._chunk(pb.TensorChunk.FromString(fields), data)
+                    self._chunk(pb.TensorChunk.FromString(fields), data)
             except WireError:
                 raise
             except Exception as e:
                 raise WireError(f"an unparsable {kind}: {e}") from None
-            if cap is not None:
-                done.append(cap)
-        return done
 
-    def _items(self, message: pb.CaptureResponse) -> list[Capture]:
+    def _items(self, message: pb.CaptureResponse) -> None:
         kind = message.WhichOneof("item")
         if message.items:
             if kind is not None:
@@ -197,30 +259,34 @@ class StreamDecoder:
             items = message.items
         else:
             items = [message]
-        done = []
         for item in items:
             kind = item.WhichOneof("item")
             if item.items:
                 raise WireError("a coalesced CaptureResponse with items inside an item")
             if kind == "header":
-                cap = self._header(item.header)
+                self._header(item.header)
             elif kind == "chunk":
-                cap = self._chunk(item.chunk, item.chunk.data)
+                self._chunk(item.chunk, item.chunk.data)
             else:
                 raise WireError("a CaptureResponse with neither header nor chunk")
-            if cap is not None:
-                done.append(cap)
-        return done
 
     def finish(self) -> None:
         """Check the stream did not end in the middle of an example."""
         if self.header is not None:
+            _raise_failure(self.jobs)  # one of its chunks that did not decode comes first
             raise WireError(
                 f"the stream ended with example {self.header.index} incomplete "
                 f"({self.chunks} of {self.header.chunk_count} chunks)"
             )
 
-    def _header(self, header: pb.ExampleHeader) -> Capture | None:
+    def close(self) -> None:
+        """Drop the open example's chunks not being decoded yet (a stream cut or
+        abandoned part-way): their pool slots come back now; those under way finish
+        on their own. Feeding on after this is an error."""
+        for _, job in self.jobs:
+            job.cancel()
+
+    def _header(self, header: pb.ExampleHeader) -> None:
         if self.header is not None:
             raise WireError(f"example {header.index} started before {self.header.index} ended")
         if header.index != self.next_index:
@@ -228,10 +294,9 @@ class StreamDecoder:
         if not header.tensors or header.chunk_count < len(header.tensors):
             raise WireError(f"example {header.index}: a header announcing no or too few chunks")
         _check_layout(header, {})
-        self.header, self.tensors, self.chunks = header, {}, 0
-        return None
+        self.header, self.tensors, self.jobs, self.chunks = header, {}, [], 0
 
-    def _chunk(self, chunk: pb.TensorChunk, data) -> Capture | None:
+    def _chunk(self, chunk: pb.TensorChunk, data) -> None:
         header = self.header
         if header is None or chunk.example_index != header.index:
             raise WireError(f"a chunk of example {chunk.example_index} outside its example")
@@ -245,13 +310,15 @@ class StreamDecoder:
                 {**{n: t.shape for n, t in self.tensors.items()}, chunk.tensor: tensor.shape},
             )
             self.tensors[chunk.tensor] = tensor
-        self.tensors[chunk.tensor].add(chunk, data)
+        tensor = self.tensors[chunk.tensor]
+        self.jobs.append((tensor, tensor.place(chunk, data)))
         self.chunks += 1
-        if self.chunks < header.chunk_count:
-            return None
-        return self._complete()
+        if self.chunks == header.chunk_count:
+            self._complete()
 
-    def _complete(self) -> Capture:
+    def _complete(self) -> None:
+        """The example's last chunk has come: check it whole, and keep it (its chunks
+        still decoding, maybe) for `feed_all` to return."""
         header, tensors = self.header, self.tensors
         missing = [n for n in header.tensors if n not in tensors or not tensors[n].complete]
         if missing:
@@ -259,11 +326,21 @@ class StreamDecoder:
         dtypes = {t.dtype for t in tensors.values()}
         if len(dtypes) != 1:
             raise WireError(f"example {header.index}: mixed datatypes {sorted(dtypes)}")
-        dtype = dtypes.pop()
+        self._completed.append((header, tensors, self.jobs, dtypes.pop()))
+        self.header, self.tensors, self.jobs = None, {}, []
+        self.next_index += 1
+
+    def _capture(self, header: pb.ExampleHeader, tensors: dict, jobs: list, dtype: str) -> Capture:
+        """An example's Capture, once its chunks are decoded (the first that did not
+        raises its error)."""
+        for tensor, job in jobs:
+            buffer = job.result()
+            if buffer is not None:  # the whole tensor, where its one chunk decoded
+                tensor.buffer = buffer
         quant = {}
         if dtype == "uint8":
             quant = {n: (t.scale, t.offset) for n, t in tensors.items()}
-        cap = Capture(
+        return Capture(
             tokens=tuple(header.tokens),
             sentence_b_start=(
                 header.sentence_b_start if header.HasField("sentence_b_start") else None
@@ -284,15 +361,20 @@ class StreamDecoder:
             query_positions=tuple(header.query_positions) or None,
             key_positions=tuple(header.key_positions) or None,
         )
-        self.header, self.tensors = None, {}
-        self.next_index += 1
-        return cap
 
     def _text(self, index: int):
         if self.texts is None or index >= len(self.texts):
             return None
         text = self.texts[index]
         return text if isinstance(text, str) else tuple(text)
+
+
+def _raise_failure(jobs: list[tuple[_Tensor, codec_pool.Job]]) -> None:
+    """Raise the error of the first of `jobs` (in stream order) that did not decode,
+    waiting for those under way; nothing where all did."""
+    for _, job in jobs:
+        if not job.cancelled():
+            job.result()
 
 
 def stream_weights(message: pb.CaptureResponse | bytes) -> str:

@@ -7,10 +7,10 @@ holds a group at a time, not the example; the client sees the stream it would
 have got whole (more chunks, the same bytes at the same offsets).
 
 Each tensor is cut into pieces of at most `max_chunk_bytes` decoded bytes (with
-a codec, at most `compress_pool.PIECE_BYTES`) and each piece is compressed on its
+a codec, at most `codec_pool.PIECE_BYTES`) and each piece is compressed on its
 own; a piece that does not shrink is sent as CODEC_NONE, so no chunk's data ever
 exceeds `max_chunk_bytes`. Pieces are compressed a few ahead of the send, on the
-shared pool's threads (`compress_pool`). `serialize_example` copies
+shared pool's threads (`codec_pool`). `serialize_example` copies
 uncompressed data once, from the tensor into its message.
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 from jaxattn.capture import Capture
 from jaxattn.capture.part import CapturePart
 from jaxattn.v1 import attention_pb2 as pb
-from jaxattn.wire import compress_pool, protowire
+from jaxattn.wire import codec_pool, protowire
 from jaxattn.wire.codecs import (
     CODEC_TO_PB,
     DATATYPES,
@@ -149,7 +149,7 @@ def parts(
         n: byte_rows(a) if in_place and codec == "none" else None for n, a in cap.tensors.items()
     }
     if codec != "none":  # pieces the pool compresses side by side (one tensor: several)
-        max_chunk_bytes = min(max_chunk_bytes, compress_pool.PIECE_BYTES)
+        max_chunk_bytes = min(max_chunk_bytes, codec_pool.PIECE_BYTES)
     flat = {n: None if rows[n] is not None else le_bytes(a) for n, a in cap.tensors.items()}
     sizes = {n: len(flat[n]) if rows[n] is None else rows[n].size for n in cap.tensors}
     grouped = isinstance(cap, CapturePart)
@@ -176,7 +176,7 @@ def parts(
             used = codec if len(out) < len(piece) else "none"
             return (out if used == codec else piece), used, checksum(piece)
 
-        done = compress_pool.ordered(packed, pieces, lambda p: p[2] - p[1])
+        done = codec_pool.ordered(packed, pieces, lambda p: p[2] - p[1])
         for (name, lo, hi, shape, total, base), (data, used, crc) in done:
             at = (base + lo, base + hi, total)
             yield _meta(index, name, cap, datatype, shape, *at, used, crc), data

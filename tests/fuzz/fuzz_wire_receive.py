@@ -8,9 +8,15 @@ plain and coalesced: several items per message, `jaxattn.wire.coalesce`); each
 goes through `feed_all`, then `finish`. Mode 1 is a server that lies
 carefully: each chunk's CRC-32 is made right for its (uncompressed) data before
 it is sent, so the mutations reach what the decoder does after the checksum.
+
+Each stream is decoded twice, its compressed chunks decoded in the reading thread
+and then on the codec pool's threads (`codec_pool.DECODE_MIN` 0): the same Captures
+and the same error, at the same point, either way.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 from capture_samples import make
@@ -53,6 +59,13 @@ def seeds() -> list[bytes]:
                 examples, codec=codec, max_chunk_bytes=bound, ready=lambda: True
             )
             out.append(b"\x01" + frame(packed))
+    for codec in ("zstd", "lz4"):  # pieces that shrink: sent compressed, not as none
+        stream = []
+        for index in range(2):
+            cap = make("float32")
+            cap = dataclasses.replace(cap, tensors={n: a * 0 for n, a in cap.tensors.items()})
+            stream += serialize_example(index, cap, codec=codec, max_chunk_bytes=256)
+        out += [b"\x00" + frame(stream), b"\x01" + frame(stream)]
     return out
 
 
@@ -83,16 +96,40 @@ def right_crc(message: bytes) -> bytes:
 
 
 def one_input(data: bytes) -> None:
+    inline, pooled = outcome(data, pool=False), outcome(data, pool=True)
+    assert inline == pooled, (inline, pooled)
+    if inline[1] is not None:
+        raise inline[1][0](inline[1][1])
+
+
+def outcome(data: bytes, pool: bool) -> tuple[list, tuple | None]:
+    """(each Capture's fields and tensor bytes, (the error's class, its message) or None)."""
+    from jaxattn.wire import codec_pool
     from jaxattn.wire.receive import StreamDecoder
 
-    decoder = StreamDecoder(TEXTS)
-    for message in messages(data[1:]):
-        if data[:1] == b"\x01":
-            message = right_crc(message)
-        for cap in decoder.feed_all(message):
-            assert cap.dtype in OUTPUT_DTYPES
-            for name, array in cap.tensors.items():  # a newer server's quantity may come
-                assert isinstance(array, np.ndarray) and isinstance(name, str), name
-            if cap.layers and cap.heads:  # its tensors index as its header says
-                cap.select(layers=cap.layers[-1:], heads=cap.heads[-1:])
-    decoder.finish()
+    least, codec_pool.DECODE_MIN = codec_pool.DECODE_MIN, 0 if pool else 1 << 62
+    decoder, got = StreamDecoder(TEXTS), []
+    try:
+        for message in messages(data[1:]):
+            if data[:1] == b"\x01":
+                message = right_crc(message)
+            for cap in decoder.feed_all(message):
+                got.append(seen(cap))
+        decoder.finish()
+    except WireError as e:
+        return got, (type(e), str(e))
+    finally:
+        codec_pool.DECODE_MIN = least
+        decoder.close()
+    return got, None
+
+
+def seen(cap) -> tuple:
+    """What a Capture holds, checked: its tensors index as its header says."""
+    assert cap.dtype in OUTPUT_DTYPES
+    for name, array in cap.tensors.items():  # a newer server's quantity may come
+        assert isinstance(array, np.ndarray) and isinstance(name, str), name
+    if cap.layers and cap.heads:  # its tensors index as its header says
+        cap.select(layers=cap.layers[-1:], heads=cap.heads[-1:])
+    arrays = tuple((n, a.dtype.str, a.shape, a.tobytes()) for n, a in cap.tensors.items())
+    return cap.tokens, cap.layers, cap.heads, cap.text, cap.quantization, arrays

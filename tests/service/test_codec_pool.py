@@ -9,21 +9,42 @@ import numpy as np
 import pytest
 
 from jaxattn.capture import Capture
-from jaxattn.wire import StreamDecoder, compress_pool
+from jaxattn.wire import StreamDecoder, codec_pool
 from jaxattn.wire.codecs import compress
 from jaxattn.wire.send import serialize_example
 
-BIG = compress_pool.POOL_MIN
+BIG = codec_pool.POOL_MIN
 
 
-def _free_slots() -> int:
+def free_slots_now() -> int:
     """The pool's free slots, counted by taking them all (and giving them back)."""
-    slots, taken = compress_pool.pool().slots, 0
+    slots, taken = codec_pool.pool().slots, 0
     while slots.acquire(blocking=False):
         taken += 1
     for _ in range(taken):
         slots.release()
     return taken
+
+
+def settle() -> None:
+    """Wait until every thread of the pool has finished what it held, the callbacks that
+    give slots back included: one job on each thread at once."""
+    shared = codec_pool.pool()
+    meet = threading.Barrier(shared.threads)
+    for job in [shared.executor.submit(meet.wait, 30) for _ in range(shared.threads)]:
+        job.result()
+
+
+def free_slots() -> int:
+    """The pool's free slots once it is at rest (`settle`)."""
+    settle()
+    return free_slots_now()
+
+
+@pytest.fixture(autouse=True)
+def _at_rest():
+    """Each test starts with the pool idle: what an earlier one left is done."""
+    settle()
 
 
 def test_results_come_in_order_from_the_pool_threads():
@@ -33,15 +54,15 @@ def test_results_come_in_order_from_the_pool_threads():
         threads.append(threading.current_thread().name)
         return k * k
 
-    free = _free_slots()
-    got = list(compress_pool.ordered(work, range(20), lambda k: BIG, ahead=3))
+    free = free_slots_now()
+    got = list(codec_pool.ordered(work, range(20), lambda k: BIG, ahead=3))
     assert got == [(k, k * k) for k in range(20)]
-    assert any(name.startswith("jaxattn-compress") for name in threads)
-    assert _free_slots() == free
+    assert any(name.startswith("jaxattn-codec") for name in threads)
+    assert free_slots_now() == free
 
 
 def test_small_items_and_items_past_the_free_slots_run_where_they_are_taken():
-    pool = compress_pool.pool()
+    pool = codec_pool.pool()
     here = threading.current_thread().name
     seen: dict[int, str] = {}
 
@@ -49,14 +70,14 @@ def test_small_items_and_items_past_the_free_slots_run_where_they_are_taken():
         seen[k] = threading.current_thread().name
         return k
 
-    list(compress_pool.ordered(work, range(6), lambda k: BIG - 1))  # all small
+    list(codec_pool.ordered(work, range(6), lambda k: BIG - 1))  # all small
     assert set(seen.values()) == {here}
     seen.clear()
     held = 0
     while pool.slots.acquire(blocking=False):  # another call holds every slot
         held += 1
     try:
-        assert [r for _, r in compress_pool.ordered(work, range(6), lambda k: BIG)] == [*range(6)]
+        assert [r for _, r in codec_pool.ordered(work, range(6), lambda k: BIG)] == [*range(6)]
         assert set(seen.values()) == {here}
     finally:
         for _ in range(held):
@@ -69,13 +90,13 @@ def test_an_error_comes_at_its_item_and_the_slots_come_back():
             raise ValueError("piece 4 is broken")
         return k
 
-    free = _free_slots()
-    results = compress_pool.ordered(work, range(10), lambda k: BIG, ahead=3)
+    free = free_slots_now()
+    results = codec_pool.ordered(work, range(10), lambda k: BIG, ahead=3)
     assert [next(results)[1] for _ in range(4)] == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="piece 4 is broken"):
         next(results)
-    compress_pool.pool().executor.submit(lambda: None).result()  # let the pool settle
-    assert _free_slots() == free
+    settle()
+    assert free_slots_now() == free
 
 
 def test_a_stream_dropped_midway_gives_its_slots_back():
@@ -85,14 +106,13 @@ def test_a_stream_dropped_midway_gives_its_slots_back():
         gate.wait(5)
         return k
 
-    free = _free_slots()
-    results = compress_pool.ordered(work, range(10), lambda k: BIG, ahead=4)
+    free = free_slots_now()
+    results = codec_pool.ordered(work, range(10), lambda k: BIG, ahead=4)
     gate.set()
     next(results)
     results.close()  # a cancelled call: what was computed ahead is dropped
-    for _ in range(compress_pool.pool().threads):  # every job queued before this is done
-        compress_pool.pool().executor.submit(lambda: None).result()
-    assert _free_slots() == free
+    settle()
+    assert free_slots_now() == free
 
 
 @pytest.mark.parametrize("codec", ["zstd", "lz4"])
@@ -112,7 +132,7 @@ def test_a_many_chunk_example_is_the_same_stream_as_compressed_inline(codec):
         tensors={"attention": att},
     )
     chunk = 256 << 10  # under PIECE_BYTES, over POOL_MIN: the request's size, pooled
-    assert compress_pool.POOL_MIN <= chunk <= compress_pool.PIECE_BYTES
+    assert codec_pool.POOL_MIN <= chunk <= codec_pool.PIECE_BYTES
     messages = list(serialize_example(0, cap, codec=codec, max_chunk_bytes=chunk))
     assert len(messages) == 1 + 3  # the header, three chunks
     decoder = StreamDecoder()
@@ -136,7 +156,7 @@ def test_a_compressed_tensor_comes_in_pieces_of_at_most_piece_bytes():
         tensors={"attention": np.zeros((1, 1, t, t), np.float32)},
     )
     messages = list(serialize_example(0, cap, codec="zstd", max_chunk_bytes=4 << 20))
-    assert len(messages) == 1 + -(-4_000_000 // compress_pool.PIECE_BYTES)
+    assert len(messages) == 1 + -(-4_000_000 // codec_pool.PIECE_BYTES)
     decoder = StreamDecoder()
     (got,) = [c for m in messages for c in decoder.feed_all(m)]
     np.testing.assert_array_equal(got.attention, cap.attention)
@@ -150,7 +170,7 @@ def test_a_forked_child_compresses_on_a_pool_of_its_own():
 
     script = """if True:
         import os, sys
-        from jaxattn.wire import compress_pool as cp
+        from jaxattn.wire import codec_pool as cp
         big = cp.POOL_MIN
         list(cp.ordered(lambda k: k, range(3), lambda k: big))  # the parent's pool
         pid = os.fork()
@@ -161,3 +181,51 @@ def test_a_forked_child_compresses_on_a_pool_of_its_own():
     """
     done = subprocess.run([sys.executable, "-c", script], timeout=30, capture_output=True)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
+
+
+def test_start_runs_large_work_on_the_pool_and_small_work_here():
+    here = threading.current_thread().name
+    started, go = threading.Event(), threading.Event()
+
+    def work():
+        started.set()
+        go.wait(30)
+        return threading.current_thread().name
+
+    job = codec_pool.start(work, size=BIG, least=BIG)
+    assert started.wait(30)  # begun while this thread waits: on one of the pool's
+    go.set()
+    assert job.result().startswith("jaxattn-codec")
+    small = codec_pool.start(lambda: threading.current_thread().name, size=BIG - 1, least=BIG)
+    assert small.done() and small.result() == here
+
+    def broken():
+        raise ValueError("chunk 3 is broken")
+
+    for size in (BIG, 0):  # on the pool, and here: raised by result(), not by start()
+        job = codec_pool.start(broken, size=size, least=BIG)
+        with pytest.raises(ValueError, match="chunk 3 is broken"):
+            job.result()
+
+
+def test_a_job_the_pool_has_not_begun_is_done_by_the_one_waiting_for_it():
+    """Every thread held: the next jobs wait in the queue, holding slots; result() runs
+    one here (its slot back), cancel() drops another (its slot back too)."""
+    shared = codec_pool.pool()
+    gate, here = threading.Event(), threading.current_thread().name
+    free = free_slots_now()
+    held = [codec_pool.start(gate.wait, 30, size=BIG, least=0) for _ in range(shared.threads)]
+    queued = [
+        codec_pool.start(lambda: threading.current_thread().name, size=BIG, least=0)
+        for _ in range(2)
+    ]
+    try:
+        assert not any(j.done() for j in queued)
+        assert queued[0].result() == here  # taken back from the queue
+        assert queued[1].cancel() and queued[1].cancelled()
+        assert free_slots_now() == free - shared.threads
+    finally:
+        gate.set()
+    assert all(j.result() for j in held)
+    settle()
+    assert free_slots_now() == free
