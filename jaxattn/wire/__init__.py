@@ -11,11 +11,11 @@ packed several to a message, where the request asks: `coalesce`), and the
 client decodes received bytes with `StreamDecoder.feed_all`, which reads each
 chunk's data in place.
 
-Numpy and protobuf only (no jax): the server sends with it (`send`), the
-client receives with it (`receive`); `codecs` holds the per-chunk byte codecs
-(CODECS), datatype names and checksum, `compress_pool` the threads that compress
-a stream's chunks in order, `coalesce` several items to a message, `protowire` the
-hand-framed messages.
+Numpy and protobuf only (no jax): the server sends with it (`send`), the client
+receives with it (`receive`); `codecs` holds the per-chunk byte codecs (CODECS),
+datatype names and checksum, `codec_pool` the threads that compress a stream's
+chunks in order (the server) and decode them (the client), `coalesce` several
+items to a message, `protowire` the hand-framed messages.
 The format is specified in protos/jaxattn/v1/attention.proto.
 """
 
