@@ -1,5 +1,6 @@
 """--generate N: a decoder continues each text on the local engine, then the capture
-holds prompt + continuation (`jaxattn.engine.generate`), for `capture` and `view`."""
+holds prompt + continuation (`jaxattn.engine.generate`), for `capture` and `view`
+(`dump` checks its flags here and generates shard by shard: `jaxattn.dump.shard`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ def check_generate(args) -> None:
         if args.ignore_eos:
             raise UsageError("--ignore-eos applies to --generate N: give --generate too")
         return
-    if args.server:
+    if getattr(args, "server", None):  # dump has no --server
         raise UsageError(
             f"--generate {args.generate} runs on a local engine (a server captures texts, it "
             "does not generate): drop --server and name the decoder with --model"

@@ -22,7 +22,7 @@ DESIGNED = (CaptureFileError,)
 SEPARATOR = b"\n--manifest--\n"
 TOKENS = (b'"attributes"', b'"jaxattn"', b'"format_version"', b'"spec"', b'"examples"', b"[[[")
 TOKENS += (b'"data"', b'"offset"', b'"shape"', b'"kv_heads"', b"null", b"-1", b"{}", b"[]")
-TOKENS += (SEPARATOR,)
+TOKENS += (b'"generated_start"', SEPARATOR)
 _MANIFEST = layout.manifest_key(0)
 
 
@@ -59,3 +59,5 @@ def one_input(data: bytes) -> None:
             assert all(type(n) is int and n >= 0 for n in (offset, *shape)), entry
     for cap, entry in zip(store, store.entries, strict=True):
         assert cap.tokens == entry.tokens and set(cap.tensors) <= set(store.what), cap
+        g = cap.generated_start  # a decoder's continuation: within its tokens, or None
+        assert g is None or (type(g) is int and 0 <= g <= len(cap.tokens)), cap
