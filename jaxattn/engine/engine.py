@@ -396,19 +396,15 @@ class Engine:
         if generate is not None:
             from jaxattn.engine.generate import generate_and_stream
 
+            spec = self.make_spec(what, layers, heads, dtype, precision, **positions)
             _, caps = generate_and_stream(
                 self,
                 texts,
                 generate,
+                spec,
                 stop_at_eos=stop_at_eos,
-                what=what,
-                layers=layers,
-                heads=heads,
-                dtype=dtype,
-                ablation=ablation,
-                precision=precision,
                 too_long=too_long,
-                **positions,
+                ablation=ablation,
             )
             return caps
         spec, _, kept = self._prepare(

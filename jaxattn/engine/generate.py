@@ -211,18 +211,20 @@ def _extended(prompt: TokenizedText, ids: Sequence[int]) -> TokenizedText:
 
 
 def generate_and_stream(
-    engine, texts, max_new_tokens: int, *, stop_at_eos: bool = True, **capture
+    engine,
+    texts,
+    max_new_tokens: int,
+    spec,
+    *,
+    stop_at_eos: bool = True,
+    too_long: str | None = None,
+    ablation=None,
 ) -> tuple[list[Generation | None], Iterator]:
     """(each text's Generation, None where too_long="skip" left it out; an iterator of the
-    kept ones' Captures of prompt + continuation, in input order, each as soon as it and
-    all before it are ready): `Engine.stream` with ``generate=``. `capture`: its other
-    keyword arguments (what, layers, heads, dtype, ablation, precision, too_long,
-    query_positions, key_positions). The request is checked before anything is
-    generated, and every text generated (and its positions checked) before this returns;
-    the captures run as the iterator is read."""
-    positions = {k: capture.pop(k, None) for k in ("query_positions", "key_positions")}
-    ablation, too_long = capture.pop("ablation", None), capture.pop("too_long", None)
-    spec = engine.make_spec(**capture, **positions)
+    kept ones' Captures of prompt + continuation under `spec` (a `CaptureSpec` the
+    engine made), in input order, each as soon as it and all before it are ready):
+    `Engine.stream` with ``generate=``. Every text is generated, and its positions
+    checked, before this returns; the captures run as the iterator is read."""
     check_generator(engine)
     check_new_tokens(max_new_tokens)
     gens = generate(
@@ -249,8 +251,20 @@ def generate_and_capture(
 ) -> tuple[list[Generation | None], list]:
     """(each text's Generation, None where too_long="skip" left it out; the kept ones'
     Captures of prompt + continuation, in input order): `Engine.capture` with
-    ``generate=`` (`generate_and_stream`, its captures collected)."""
+    ``generate=`` (`generate_and_stream`, its captures collected). `capture`: its other
+    keyword arguments (what, layers, heads, dtype, ablation, precision, too_long,
+    query_positions, key_positions); the request is checked before anything is
+    generated."""
+    positions = {k: capture.pop(k, None) for k in ("query_positions", "key_positions")}
+    ablation, too_long = capture.pop("ablation", None), capture.pop("too_long", None)
+    spec = engine.make_spec(**capture, **positions)
     gens, caps = generate_and_stream(
-        engine, texts, max_new_tokens, stop_at_eos=stop_at_eos, **capture
+        engine,
+        texts,
+        max_new_tokens,
+        spec,
+        stop_at_eos=stop_at_eos,
+        too_long=too_long,
+        ablation=ablation,
     )
     return gens, list(caps)
