@@ -111,7 +111,7 @@ def register(subparsers) -> None:
     p.add_argument(
         "--quiet", action="store_true", help="no progress bar; the summary line stays (default off)"
     )
-    p.set_defaults(func=_run)
+    p.set_defaults(func=_run, server=None)  # local engines only (`check_generate` reads it)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ def check_generate(args) -> None:
         if args.ignore_eos:
             raise UsageError("--ignore-eos applies to --generate N: give --generate too")
         return
-    if getattr(args, "server", None):  # dump has no --server
+    if args.server:
         raise UsageError(
             f"--generate {args.generate} runs on a local engine (a server captures texts, it "
             "does not generate): drop --server and name the decoder with --model"
