@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from generate_support import PROMPTS, pair_cache
+from generate_support import MAKERS, PROMPTS
 
+import jaxattn
 from jaxattn.errors import GenerationTooLongError, UsageError
 
 NEW = 4
@@ -17,7 +18,7 @@ TEXTS = [*PROMPTS, "Hello there, cat", "b c d"]
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    return pair_cache(tmp_path_factory)("gpt2")[1]
+    return jaxattn.load(MAKERS["gpt2"](tmp_path_factory.mktemp("gpt2")), buckets=(32,))
 
 
 def long_prompt(engine, fits: bool) -> str:

@@ -176,3 +176,20 @@ def test_dump_options_default_to_no_generation():
     assert DumpOptions(input=Path("x"), out="y").generate is None
     fields = {f.name for f in dataclasses.fields(DumpOptions)}
     assert {"generate", "stop_at_eos"} <= fields
+
+
+def test_the_stop_at_eos_flag_reaches_the_generation(model, corpus, tmp_path, monkeypatch):
+    from jaxattn.engine import generate as generation
+
+    asked, real = [], generation.generate
+
+    def spy(engine, texts, new, **kw):
+        asked.append((len(texts), new, kw["stop_at_eos"]))
+        return real(engine, texts, new, **kw)
+
+    monkeypatch.setattr(generation, "generate", spy)
+    for stop in (True, False):
+        out = tmp_path / f"s{stop}"
+        run_dump(model[1], opts(corpus, out, stop_at_eos=stop, limit=2), model_dir=model[0])
+        assert jaxattn.open_store(out).metadata["generate"]["stop_at_eos"] is stop
+    assert asked == [(2, NEW, True), (2, NEW, False)]
