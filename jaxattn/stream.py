@@ -21,7 +21,7 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 
 from jaxattn.capture import Capture
-from jaxattn.errors import InputError, TooLongError, UsageError
+from jaxattn.errors import GenerationTooLongError, InputError, TooLongError, UsageError
 from jaxattn.inputs import TOO_LONG, Text
 
 Progress = Callable[[Capture | None], None]
@@ -50,7 +50,8 @@ class CaptureStream(Iterator[Capture]):
       window: texts per call to `source.stream` (>= 1).
       too_long: "error", "truncate" or "skip" for texts over the model's limit.
       progress: called per input with its Capture (None: skipped), or None.
-      request: what, layers, heads, dtype, precision: passed to `source.stream`.
+      request: what, layers, heads, dtype, precision (an engine's generate, stop_at_eos):
+        passed to `source.stream`.
 
     Attributes:
       done: inputs handled so far (captured or skipped).
@@ -134,6 +135,8 @@ class CaptureStream(Iterator[Capture]):
 def _shifted(error: InputError | UsageError, start: int) -> InputError | UsageError:
     """`error` about text i of a window (`index`: a bad text, or one lacking the maps'
     query/key positions), as about text start + i of the input; as it is without one."""
+    if isinstance(error, GenerationTooLongError):
+        return GenerationTooLongError(start + error.index, error.prompt, error.new, error.limit)
     if isinstance(error, TooLongError):
         return TooLongError(start + error.index, error.length, error.limit)
     index = getattr(error, "index", None)

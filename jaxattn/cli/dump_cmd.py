@@ -13,6 +13,7 @@ import argparse
 from pathlib import Path
 
 from jaxattn.cli.args import (
+    add_generate_arguments,
     add_limit_argument,
     add_precision_argument,
     add_source_arguments,
@@ -65,6 +66,7 @@ def register(subparsers) -> None:
         "job, or report and skip it (default stop)",
     )
     add_too_long_argument(p)
+    add_generate_arguments(p)
     add_limit_argument(p)
     p.add_argument(
         "--shard-size",
@@ -109,16 +111,18 @@ def register(subparsers) -> None:
     p.add_argument(
         "--quiet", action="store_true", help="no progress bar; the summary line stays (default off)"
     )
-    p.set_defaults(func=_run)
+    p.set_defaults(func=_run, server=None)  # local engines only (`check_generate` reads it)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from jaxattn.cli.generated import check_generate
     from jaxattn.dump import distributed
     from jaxattn.dump.job import DumpOptions, run_dump, store_status
     from jaxattn.dump.sharding import check_has_examples
     from jaxattn.store.location import check_output
 
     # Cheap checks before any process joins the job, loads a model or creates the store.
+    check_generate(args)
     if args.input.is_dir():
         raise IsADirectoryError(f"input {args.input} is a directory: name a file in it")
     if str(args.input) == "-" or (args.input.exists() and not args.input.is_file()):
@@ -156,6 +160,8 @@ def _run(args: argparse.Namespace) -> int:
         chunk_bytes=args.chunk_bytes,
         quiet=args.quiet,
         limit=args.limit,
+        generate=args.generate,
+        stop_at_eos=not args.ignore_eos,
     )
     try:
         run_dump(engine, options, model_dir=model_dir, process=process)

@@ -1,5 +1,6 @@
 """--generate N: a decoder continues each text on the local engine, then the capture
-holds prompt + continuation (`jaxattn.engine.generate`), for `capture` and `view`."""
+holds prompt + continuation (`jaxattn.engine.generate`), for `capture` and `view`
+(`dump` checks its flags here and generates shard by shard: `jaxattn.dump.shard`)."""
 
 from __future__ import annotations
 

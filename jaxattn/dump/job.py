@@ -51,6 +51,11 @@ class DumpOptions:
       chunk_bytes: uncompressed bytes per array chunk.
       quiet: no progress bar (the summary line is still printed).
       limit: only the first `limit` records of the input (None: all).
+      generate: a decoder first continues each text by up to this many greedily
+        generated tokens (`jaxattn.engine.generate`); each example is then its
+        prompt + continuation, its `generated_start` in the manifest. too_long
+        applies to prompt + new tokens. None: texts captured as they are.
+      stop_at_eos: with `generate`: end a continuation at the tokenizer's EOS.
     """
 
     input: Path
@@ -69,6 +74,8 @@ class DumpOptions:
     chunk_bytes: int = layout.DEFAULT_CHUNK_BYTES
     quiet: bool = False
     limit: int | None = None
+    generate: int | None = None
+    stop_at_eos: bool = True
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -100,6 +107,11 @@ class DumpJob:
 
     def __init__(self, engine, options: DumpOptions, model_dir, process: Process, stream):
         self.engine, self.options, self.process, self.stream = engine, options, process, stream
+        if options.generate is not None:  # an encoder, or no next-token head: refused now
+            from jaxattn.engine.generate import check_generator, check_new_tokens
+
+            check_generator(engine)
+            check_new_tokens(options.generate)
         self.spec = engine.make_spec(
             options.what,
             options.layers,
@@ -129,6 +141,8 @@ class DumpJob:
             shard_size=options.shard_size,
             too_long=options.too_long,
             chunk_bytes=options.chunk_bytes,
+            generate=options.generate,
+            stop_at_eos=options.stop_at_eos,
         )
         self.label = " ".join(x for x in ("dump", process.label) if x)
         self.progress = Progress(0, self.label, enabled=not options.quiet, stream=stream)

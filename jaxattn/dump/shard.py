@@ -2,8 +2,10 @@
 
 Parse the shard's records (bad ones reported by line, then skipped or fatal
 per ``on_error``), tokenise (too-long texts truncated, skipped or errors per
-``too_long``), capture on the local devices (`Engine.run`, batches as they
-finish), append each capture to the shard's arrays, and commit.
+``too_long``), with ``--generate N`` continue each text on the decoder (a prompt
+whose tokens + N exceed the positions: too long as above), capture on the local
+devices (`Engine.run`, batches as they finish), append each capture to the
+shard's arrays, and commit.
 """
 
 from __future__ import annotations
@@ -90,6 +92,41 @@ class ShardTask:
                 )
         return out
 
+    def generated(self, records: list[Record]) -> list[tuple[Record, object, bool]]:
+        """(record, TokenizedText of prompt + continuation, truncated) of each record kept
+        under ``--generate N`` (`jaxattn.engine.generate`): prompts checked as `tokenize`
+        checks texts, then one whose tokens + N exceed the model's positions is too long
+        (truncate: generated until the positions are full), then the rest continued."""
+        from jaxattn.engine.generate import generate
+
+        engine, options = self.job.engine, self.job.options
+        new, limit, policy = options.generate, engine.config.max_length, options.too_long
+        kept = []
+        for e, t, cut in self.tokenize(records):
+            if policy != "truncate" and t.length + new > limit:
+                reason = (
+                    f"its {t.length} prompt tokens + {new} new tokens exceed the model's limit "
+                    f"of {limit} positions"
+                )
+                advice = (
+                    "generate fewer with --generate, continue it until the positions are full "
+                    "with --too-long truncate, leave it out with --too-long skip, or "
+                )
+                kind = "too_long" if policy == "skip" else "error"
+                self.bad(e.index, e.line, reason, kind, advice)
+                continue
+            kept.append((e, cut))
+        if not kept:
+            return []
+        gens = generate(
+            engine,
+            [e.text for e, _ in kept],
+            new,
+            stop_at_eos=options.stop_at_eos,
+            too_long="truncate" if policy == "truncate" else "error",
+        )
+        return [(e, g.sequence, cut) for (e, cut), g in zip(kept, gens, strict=True)]
+
     def holding_positions(self, kept: list) -> list:
         """The (record, TokenizedText, truncated) of `kept` whose text holds every query
         and key position selected (`CaptureSpec.positions_of_example`); the others go to
@@ -116,7 +153,9 @@ class ShardTask:
     def run(self) -> Counts:
         """Capture and write the shard, then commit its manifest part; returns its counts."""
         job = self.job
-        kept = self.holding_positions(self.tokenize(self.records()))
+        records = self.records()
+        examples = self.tokenize if job.options.generate is None else self.generated
+        kept = self.holding_positions(examples(records))
         tokenized = [t for _, t, _ in kept]
         writer = ShardWriter(
             job.kv, job.meta, self.shard, [t.length for t in tokenized], context=job.context

@@ -23,7 +23,7 @@ from jaxattn.capture.part import CapturePart
 from jaxattn.config import ModelConfig
 from jaxattn.engine import batching, layer_groups
 from jaxattn.engine.params import check_params, fingerprint
-from jaxattn.engine.pipeline import BatchPipeline
+from jaxattn.engine.pipeline import BatchPipeline, in_order
 from jaxattn.engine.step import CaptureStep
 from jaxattn.engine.tokenize import TokenizedText, Tokenizer, check_texts
 from jaxattn.errors import UsageError
@@ -369,14 +369,7 @@ class Engine:
             query_positions=query_positions,
             key_positions=key_positions,
         )
-        if generate is not None:
-            from jaxattn.engine.generate import generate_and_capture
-
-            _, caps = generate_and_capture(
-                self, texts, generate, stop_at_eos=stop_at_eos, **request
-            )
-            return caps
-        return list(self.stream(texts, **request))
+        return list(self.stream(texts, **request, generate=generate, stop_at_eos=stop_at_eos))
 
     def stream(
         self,
@@ -391,16 +384,33 @@ class Engine:
         too_long: str | None = None,
         query_positions: Selection = None,
         key_positions: Selection = None,
+        generate: int | None = None,
+        stop_at_eos: bool = True,
     ) -> Iterator[Capture]:
         """Like `capture`, but yield each Capture, in input order, as soon as it and all
         before it are ready (batches finish shortest bucket first). The request is
-        checked and tokenised before the first one. All of `texts` is in flight at
-        once: for a corpus, `capture_iter` bounds memory."""
+        checked and tokenised before the first one; with `generate`, every text's
+        continuation is generated before the first (`generate_and_stream`). All of
+        `texts` is in flight at once: for a corpus, `capture_iter` bounds memory."""
         positions = dict(query_positions=query_positions, key_positions=key_positions)
+        if generate is not None:
+            from jaxattn.engine.generate import generate_and_stream
+
+            spec = self.make_spec(what, layers, heads, dtype, precision, **positions)
+            _, caps = generate_and_stream(
+                self,
+                texts,
+                generate,
+                spec,
+                stop_at_eos=stop_at_eos,
+                too_long=too_long,
+                ablation=ablation,
+            )
+            return caps
         spec, _, kept = self._prepare(
             texts, what, layers, heads, dtype, precision, too_long, positions
         )
-        return self._in_order(self.run(kept, spec, ablation))
+        return in_order(self.run(kept, spec, ablation))
 
     def _prepare(self, texts, what, layers, heads, dtype, precision, too_long, positions):
         """(spec, the kept texts' indices, their TokenizedTexts): the request checked and
@@ -451,6 +461,8 @@ class Engine:
         window: int | None = None,
         query_positions: Selection = None,
         key_positions: Selection = None,
+        generate: int | None = None,
+        stop_at_eos: bool = True,
     ) -> CaptureStream:
         """Captures of any number of texts, in input order, in bounded memory.
 
@@ -459,12 +471,20 @@ class Engine:
         device runs, 256 on a CPU), so peak memory does not grow with the
         corpus. `progress` is called per input with its Capture (None when
         skipped). The returned `jaxattn.CaptureStream` iterates the Captures and
-        keeps `skipped` and `truncated` input indices. Arguments otherwise as
-        `capture`; the request is checked before the first text is read.
+        keeps `skipped` and `truncated` input indices. With `generate`, a
+        window's texts are continued, then captured with their continuations
+        (`stream`), window after window. Arguments otherwise as `capture`; the
+        request is checked before the first text is read.
         """
         # bad requests fail now
         positions = dict(query_positions=query_positions, key_positions=key_positions)
         self.make_spec(what, layers, heads, dtype, precision, **positions)
+        generating = {}
+        if generate is not None:
+            from jaxattn.engine.generate import check_generator, check_new_tokens
+
+            check_generator(self)
+            generating = dict(generate=check_new_tokens(generate), stop_at_eos=stop_at_eos)
         if window is None:
             window = 4 * self.budgets.max_batch * len(self.devices)
         return CaptureStream(
@@ -479,6 +499,7 @@ class Engine:
             dtype=dtype,
             precision=precision,
             **positions,
+            **generating,
         )
 
     def capture_layers(
@@ -517,16 +538,6 @@ class Engine:
                 if part.last:
                     del ready[following]
                     following += 1
-
-    @staticmethod
-    def _in_order(results: Iterator[tuple[int, Capture]]) -> Iterator[Capture]:
-        ready: dict[int, Capture] = {}
-        following = 0
-        for pos, cap in results:
-            ready[pos] = cap
-            while following in ready:
-                yield ready.pop(following)
-                following += 1
 
     def close(self) -> None:
         """Nothing to release (the CaptureSource API); the engine stays usable."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +30,7 @@ import numpy as np
 
 from jaxattn.engine.causal_lm import unembedding
 from jaxattn.engine.mlm import final_states
+from jaxattn.engine.pipeline import in_order
 from jaxattn.engine.tokenize import TokenizedText
 from jaxattn.errors import GenerationTooLongError, UsageError
 from jaxattn.stream import too_long_policy
@@ -209,17 +210,21 @@ def _extended(prompt: TokenizedText, ids: Sequence[int]) -> TokenizedText:
     )
 
 
-def generate_and_capture(
-    engine, texts, max_new_tokens: int, *, stop_at_eos: bool = True, **capture
-) -> tuple[list[Generation | None], list]:
-    """(each text's Generation, None where too_long="skip" left it out; the kept ones'
-    Captures of prompt + continuation, in input order): `Engine.capture` with
-    ``generate=``. `capture`: its other keyword arguments (what, layers, heads, dtype,
-    ablation, precision, too_long, query_positions, key_positions); the request is
-    checked before anything is generated."""
-    positions = {k: capture.pop(k, None) for k in ("query_positions", "key_positions")}
-    ablation, too_long = capture.pop("ablation", None), capture.pop("too_long", None)
-    spec = engine.make_spec(**capture, **positions)
+def generate_and_stream(
+    engine,
+    texts,
+    max_new_tokens: int,
+    spec,
+    *,
+    stop_at_eos: bool = True,
+    too_long: str | None = None,
+    ablation=None,
+) -> tuple[list[Generation | None], Iterator]:
+    """(each text's Generation, None where too_long="skip" left it out; an iterator of the
+    kept ones' Captures of prompt + continuation under `spec` (a `CaptureSpec` the
+    engine made), in input order, each as soon as it and all before it are ready):
+    `Engine.stream` with ``generate=``. Every text is generated, and its positions
+    checked, before this returns; the captures run as the iterator is read."""
     check_generator(engine)
     check_new_tokens(max_new_tokens)
     gens = generate(
@@ -231,11 +236,35 @@ def generate_and_capture(
         ablation=ablation,
     )
     index = [i for i, g in enumerate(gens) if g is not None]
-    kept = [gens[i] for i in index]
-    seqs = [g.sequence for g in kept]
+    seqs = [gens[i].sequence for i in index]
     for i, s in zip(index, seqs, strict=True):  # each one's positions, before it runs
-        spec.positions_of_example(s.length, f"text {i} with its continuation")
-    caps: list = [None] * len(seqs)
-    for pos, cap in engine.run(seqs, spec, ablation):
-        caps[pos] = cap
-    return gens, caps
+        try:
+            spec.positions_of_example(s.length, f"text {i} with its continuation")
+        except UsageError as e:
+            e.index = i  # capture_iter names it by its place in the input
+            raise
+    return gens, in_order(engine.run(seqs, spec, ablation))
+
+
+def generate_and_capture(
+    engine, texts, max_new_tokens: int, *, stop_at_eos: bool = True, **capture
+) -> tuple[list[Generation | None], list]:
+    """(each text's Generation, None where too_long="skip" left it out; the kept ones'
+    Captures of prompt + continuation, in input order): `Engine.capture` with
+    ``generate=`` (`generate_and_stream`, its captures collected). `capture`: its other
+    keyword arguments (what, layers, heads, dtype, ablation, precision, too_long,
+    query_positions, key_positions); the request is checked before anything is
+    generated."""
+    positions = {k: capture.pop(k, None) for k in ("query_positions", "key_positions")}
+    ablation, too_long = capture.pop("ablation", None), capture.pop("too_long", None)
+    spec = engine.make_spec(**capture, **positions)
+    gens, caps = generate_and_stream(
+        engine,
+        texts,
+        max_new_tokens,
+        spec,
+        stop_at_eos=stop_at_eos,
+        too_long=too_long,
+        ablation=ablation,
+    )
+    return gens, list(caps)

@@ -19,7 +19,7 @@ import collections
 import functools
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from jaxattn import quantities
@@ -51,6 +51,19 @@ def program(spec: CaptureSpec, ablated: bool) -> tuple:
     """The `batching.ShapeLedger` key of a compiled program: jit specialises on the
     spec, and heads ablated (gates given) are a program of their own."""
     return (spec, ablated)
+
+
+def in_order(results: Iterable[tuple[int, object]]) -> Iterator:
+    """The items of (position, item) pairs that come in any order, yielded in position
+    order (0, 1, 2, ...), each as soon as it and all before it have come (`Engine.run`'s
+    Captures come grouped by length bucket)."""
+    ready: dict[int, object] = {}
+    following = 0
+    for pos, item in results:
+        ready[pos] = item
+        while following in ready:
+            yield ready.pop(following)
+            following += 1
 
 
 class BatchPipeline:

@@ -27,6 +27,9 @@ class Entry:
       truncated: the text was cut to the model's maximum length.
       text: the input text, or its (A, B) pair; None in stores written before the manifest
         kept it.
+      generated_start: index of the first token a decoder generated after the text
+        (``jaxattn dump --generate N``): tokens[:generated_start] are the prompt's; None
+        for a text captured as it is, and in stores written before the field.
       data: quantity -> (offset, shape): the example's elements are
         ``array[offset : offset + prod(shape)]`` of the shard's array, C order.
       quantization: quantity -> (scale, offset) of uint8 tensors.
@@ -39,6 +42,7 @@ class Entry:
     sentence_b_start: int | None
     truncated: bool = False
     text: str | tuple[str, str] | None = None
+    generated_start: int | None = None
     data: dict[str, tuple[int, tuple[int, ...]]]
     quantization: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
 
@@ -59,6 +63,8 @@ class Entry:
             "text": list(self.text) if isinstance(self.text, tuple) else self.text,
             "data": {q: {"offset": o, "shape": list(s)} for q, (o, s) in self.data.items()},
         }
+        if self.generated_start is not None:  # a plain example's entry is as before
+            out["generated_start"] = self.generated_start
         if self.quantization:
             out["quantization"] = {q: list(v) for q, v in self.quantization.items()}
         return out
@@ -79,6 +85,7 @@ class Entry:
             sentence_b_start=doc["sentence_b_start"],
             truncated=doc.get("truncated", False),
             text=tuple(doc["text"]) if isinstance(doc.get("text"), list) else doc.get("text"),
+            generated_start=doc.get("generated_start"),
             data={q: (d["offset"], tuple(d["shape"])) for q, d in doc["data"].items()},
             quantization={q: (v[0], v[1]) for q, v in doc.get("quantization", {}).items()},
         )
@@ -87,7 +94,7 @@ class Entry:
 
     def check(self) -> None:
         """Raise ValueError naming the first field not of the kind `to_json` writes."""
-        b, text = self.sentence_b_start, self.text
+        b, text, g = self.sentence_b_start, self.text, self.generated_start
         wrong = (
             ("record", not _count(self.record)),
             ("line", not _count(self.line)),
@@ -95,6 +102,7 @@ class Entry:
             ("tokens", not all(isinstance(t, str) for t in self.tokens)),
             ("sentence_b_start", b is not None and not (_count(b) and b <= self.length)),
             ("truncated", not isinstance(self.truncated, bool)),
+            ("generated_start", g is not None and not (_count(g) and g <= self.length)),
             ("text", not (text is None or isinstance(text, str) or _pair(text))),
             ("data", not all(map(_place, self.data.values()))),
             ("quantization", not all(map(_numbers, self.quantization.values()))),

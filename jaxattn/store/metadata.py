@@ -1,8 +1,8 @@
 """Store metadata: what a store holds and the command that wrote it.
 
 The metadata lives in the root group's zarr.json (``attributes["jaxattn"]``).
-Its *identity* fields (model fingerprint, spec, input fingerprint, sharding,
-too-long policy, array encoding) decide whether a dump command may continue an
+Its *identity* fields (model fingerprint, spec, generation, input fingerprint,
+sharding, too-long policy, array encoding) decide whether a dump command may continue an
 existing store: a resumed job must produce exactly what the first one would
 have, so any difference is refused, naming each field that differs.
 """
@@ -32,6 +32,8 @@ _IDENTITY = (
     (("spec", "precision"), "compute precision (--precision)"),
     (("spec", "query_positions"), "query positions (--query-positions)"),
     (("spec", "key_positions"), "key positions (--key-positions)"),
+    (("generate", "max_new_tokens"), "generated tokens (--generate)"),
+    (("generate", "stop_at_eos"), "stop at the EOS token (--ignore-eos turns it off)"),
     (("input", "format"), "input format"),
     (("input", "sha256"), "input (content fingerprint)"),
     (("input", "reader"), "input reader (jaxattn 0.2 reads 'A ||| B' pairs, strips white space)"),
@@ -131,6 +133,8 @@ def build(
     shard_size: int,
     too_long: str,
     chunk_bytes: int = layout.DEFAULT_CHUNK_BYTES,
+    generate: int | None = None,
+    stop_at_eos: bool = True,
 ) -> dict:
     """The metadata document of a store.
 
@@ -147,6 +151,11 @@ def build(
       shard_size: input records per shard.
       too_long: truncate, skip or error.
       chunk_bytes: uncompressed bytes per array chunk.
+      generate: a decoder continued each text by up to this many greedily generated
+        tokens before the capture (``--generate N``), recorded as ``generate``
+        (``max_new_tokens``, ``stop_at_eos``); None: texts captured as they are (no
+        ``generate`` section: such a store's metadata is as before the field).
+      stop_at_eos: with `generate`: a continuation ended at the tokenizer's EOS.
     """
     # A grouped-query model's keys/values (G axis): the key/value heads the heads read.
     sizes = layout.axis_sizes(
@@ -189,6 +198,11 @@ def build(
         "sizes": sizes,
         "input": dataclasses.asdict(input_info),
         "shards": {"size": shard_size, "count": shards},
+        **(
+            {}
+            if generate is None
+            else {"generate": {"max_new_tokens": generate, "stop_at_eos": stop_at_eos}}
+        ),
         "too_long": too_long,
         "chunk_bytes": chunk_bytes,
         "codec": layout.COMPRESSORS[spec.dtype],

@@ -4,8 +4,10 @@ Needs tensorstore and numpy, not jax: stores are read where the client runs.
 A store is a sequence (`jaxattn.store.selection`: negative indices, lazy slices).
 Each capture carries its provenance: the model the store's metadata records
 (name, family, weights fingerprint, config) and the source ``store <path>``,
-its text (the manifest keeps it; None in stores written before it did) and
-whether it was truncated.
+its text (the manifest keeps it; None in stores written before it did),
+whether it was truncated, and where a decoder's continuation starts
+(`Capture.generated_start`; None for a text captured as it is, and in stores
+written before the field).
 """
 
 from __future__ import annotations
@@ -248,6 +250,7 @@ class Store(Sequence):
             precision=spec.get("precision", "highest"),
             truncated=entry.truncated,
             text=entry.text,
+            generated_start=entry.generated_start,
             provenance=self.provenance,
             **positions,
         )

@@ -176,6 +176,7 @@ class ShardWriter:
             sentence_b_start=cap.sentence_b_start,
             truncated=truncated,
             text=text,
+            generated_start=cap.generated_start,
             data=data,
             quantization={q: tuple(v) for q, v in cap.quantization.items()},
         )

@@ -305,6 +305,7 @@ BAD: list[Bad] = [
         lambda t, g: ["--generate", "3", "--server", g["server"]],
         2,
         "--generate 3 runs on a local engine",
+        frozenset({"capture", "view"}),  # the commands with --generate and --server
     ),
     Bad("--ignore-eos alone", "--ignore-eos", lambda t, g: ["--ignore-eos"], 2, "--generate"),
     Bad(

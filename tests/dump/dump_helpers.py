@@ -60,6 +60,7 @@ def assert_same_store(got, want, *, exact: bool = True) -> None:
     """
     assert len(got) == len(want)
     assert got.metadata["spec"] == want.metadata["spec"]
+    assert got.metadata.get("generate") == want.metadata.get("generate")
     for a, b in zip(got.entries, want.entries, strict=True):
         assert (a.record, a.line, a.id, a.tokens, a.sentence_b_start, a.truncated) == (
             b.record,
@@ -69,6 +70,7 @@ def assert_same_store(got, want, *, exact: bool = True) -> None:
             b.sentence_b_start,
             b.truncated,
         )
+        assert a.generated_start == b.generated_start
     for x, y in zip(got, want, strict=True):
         assert_same_capture(x, y, exact=exact)
 
@@ -82,6 +84,7 @@ def assert_same_capture(got, want, *, exact: bool = True) -> None:
     """
     assert got.tokens == want.tokens
     assert got.sentence_b_start == want.sentence_b_start
+    assert got.generated_start == want.generated_start
     assert (got.layers, got.heads, got.dtype) == (want.layers, want.heads, want.dtype)
     assert got.what == want.what
     for name in want.what:

@@ -12,7 +12,10 @@
  * window exist in the DOM. A grouped-query head (ex.kv_heads) reads its key/value
  * head's keys, and the info line names it (#nv-group). A decoder's query i sees keys
  * j <= i only: the softmax is over those, later keys are greyed (.nv-row.masked), with
- * no line and "masked" for their softmax. DOM hooks: #nv-group[data-kv], .nv-row.masked, #nv-filter, #nv-token,
+ * no line and "masked" for their softmax. A decoder's continuation (ex.generated_start)
+ * shows its generated tokens in their own style (.nv-qtok.gen, .nv-row.gen), a dashed
+ * rule above the first of them (.gen-start), and the info line says so (#nv-generated).
+ * DOM hooks: #nv-group[data-kv], .nv-row.masked, #nv-filter, #nv-token,
  * .nv-qtok[data-i], .nv-row[data-j], .nv-idx, line.nv-line[data-i][data-j][data-w],
  * .cell[data-kind=query|key|qk|dot|softmax][data-j][data-k][data-v],
  * #nv-scale .jx-cbar[data-min][data-max]. */
@@ -72,15 +75,20 @@
     const cells = (kind, j, vec, max, title) => Array.from(vec, (v, c) =>
       `<span class="cell" data-kind="${kind}" data-j="${j}" data-k="${c}" data-v="${v}" title="${title(v, c)}" style="background:${color(v, max)}"></span>`).join("");
     const num = (v) => v.toPrecision(4);
+    /** " gen" for a generated token (" gen gen-start" for the first), else "". */
+    function genClass(i) {
+      const g = JX.generatedStart(ctx.ex);
+      return g === null || i < g ? "" : i === g ? " gen gen-start" : " gen";
+    }
     function keyRow(r, j) {
       const d = cur.dots[j], p = cur.sm[j], kj = cur.keys[j], qi = cur.qi;
       if (j >= cur.seen) {  // a decoder's later key: masked, nothing drawn
-        return `<div class="nv-row masked" data-j="${j}" style="top:${r * RH}px;left:${QW + LW}px">` +
+        return `<div class="nv-row masked${genClass(j)}" data-j="${j}" style="top:${r * RH}px;left:${QW + LW}px">` +
           `<span class="nv-idx" style="${IDX}width:${IW}px">${j}</span>` +
           `<span class="nv-tok" data-j="${j}" style="text-align:left;cursor:default">${JX.esc(ctx.ex.tokens[j])}</span>` +
           `<span class="nv-masked" title="query ${st.token} does not see key ${j} (causal)">masked: a later token</span></div>`;
       }
-      return `<div class="nv-row${j === st.token ? " self" : ""}" data-j="${j}" style="top:${r * RH}px;left:${QW + LW}px">` +
+      return `<div class="nv-row${j === st.token ? " self" : ""}${genClass(j)}" data-j="${j}" style="top:${r * RH}px;left:${QW + LW}px">` +
         `<span class="nv-idx" style="${IDX}width:${IW}px">${j}</span>` +
         `<span class="nv-tok" data-j="${j}" style="text-align:left;cursor:default">${JX.esc(ctx.ex.tokens[j])}</span>` +
         `<span class="grp">${cells("key", j, kj, cur.maxV, (v, c) => `k[${c}] = ${num(v)}`)}</span>` +
@@ -99,7 +107,7 @@
       for (let r = lo; r < hi; r++) {
         if (r < qs.length) {
           const i = qs[r], sel = i === st.token;
-          s += `<div class="nv-qtok" data-i="${i}" title="click: use as the query" style="position:absolute;top:${r * RH}px;left:0;width:${QW - 4}px;height:${RH}px;` +
+          s += `<div class="nv-qtok${genClass(i)}" data-i="${i}" title="click: use as the query" style="position:absolute;top:${r * RH}px;left:0;width:${QW - 4}px;height:${RH}px;` +
             `display:flex;justify-content:flex-end;align-items:center;gap:4px;cursor:pointer;white-space:nowrap${sel ? ";font-weight:bold;background:#eef4fb" : ""}">` +
             `<span style="overflow:hidden;text-overflow:ellipsis">${JX.esc(ex.tokens[i])}</span><span class="nv-idx" style="${IDX}">${i}</span></div>`;
         }
@@ -156,6 +164,10 @@
       msg.textContent = `Layer ${ex.layers[st.layer]}, head ${ex.heads[st.head]}, query "${ex.tokens[st.token]}" (${st.token}); K = ${cur.K}. ` +
         `Blue positive, orange negative; hover a cell for its terms.${share}` +
         (ex.causal ? " Causal (decoder): the query sees itself and earlier keys; later keys are masked." : "");
+      const gen = JX.generatedStart(ex);
+      if (gen !== null && gen < ex.tokens.length) {
+        msg.append(JX.el("div", { id: "nv-generated", "data-at": gen }, JX.GENERATED_NOTE(gen)));
+      }
       const G = ex._t.keys.shape[1];
       if (G !== ex.heads.length) {
         msg.append(JX.el("div", { id: "nv-group", "data-kv": cur.g },
