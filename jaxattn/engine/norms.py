@@ -58,7 +58,7 @@ def head_gram(values, w_out, mm: Matmul = _EXACT):
 def _quadratic_form(attention, gram, mm: Matmul = _EXACT):
     """alpha_ij^T G_j alpha_ij: [H, T, S], [S, H, G] -> [T, S], elementwise (no D).
 
-    G_j is symmetric, so the form is sum_h G_hh a_h^2 + sum_{h<g} (G_hg + G_gh) a_h a_g:
+    The form sees G_j's symmetric part only: sum_h G_hh a_h^2 + sum_{h<g} (G_hg + G_gh) a_h a_g,
     H (H + 1) / 2 products per (i, j), written out as one elementwise expression,
     which XLA fuses into one vectorised loop over [T, S] (each G_j coefficient a
     row of [S] broadcast along T). The batched dot (alpha G) . alpha it replaces
