@@ -381,7 +381,7 @@ def captures(
     def run_pass(out, rows_of, nrows: int, keys: int, xs, maps_on: bool, stats_on: bool):
         """One pass: blocks of Bq rows (`rows_of`: None, every row; else [R] positions)
         against the key blocks `xs` (`keys` of them real): the maps of `mapped` written
-        into out's [.., nrows, keys] (maps_on), the statistics' row terms into its
+        into out's [.., nrows, whole key blocks] (maps_on), the statistics' row terms into its
         {term: [H, T]} (stats_on)."""
         bq = min(inputs.block, nrows)
         empty = jnp.zeros((nheads, bq), q.dtype)
@@ -455,10 +455,20 @@ def captures(
                 return add_terms(terms, lambda norm: none, ys), got
 
             run = inputs.skipping(step, rows, "scores" not in on, skipped)
-            terms, got = lax.scan(run, terms0, xs)
-            for name, t in got.items():  # [n, ..., Bq, Bk] -> [..., Bq, S]
-                t = jnp.moveaxis(t, 0, -2).reshape(*t.shape[1:-1], -1)[..., :keys]
-                out[name] = lax.dynamic_update_slice_in_dim(out[name], t, start, axis=t.ndim - 2)
+
+            def write(carry, ys):  # each block straight into its place in the maps
+                terms, maps = carry
+                column, ys = ys
+                terms, got = run(terms, ys)
+                for name, t in got.items():  # [..., Bq, Bk] at rows `start`, keys `column`
+                    at = (0,) * (t.ndim - 2) + (start, column)
+                    maps = maps | {name: lax.dynamic_update_slice(maps[name], t, at)}
+                return (terms, maps), None
+
+            columns = jnp.arange(xs[0].shape[0]) * bk  # each key block's first column
+            maps = {name: out[name] for name in on}
+            (terms, maps), _ = lax.scan(write, (terms0, maps), (columns, xs))
+            out |= maps
             for kind, rows_terms in terms.items():
                 out["terms"][kind] = {
                     t: lax.dynamic_update_slice_in_dim(out["terms"][kind][t], x, start, axis=1)
@@ -471,9 +481,12 @@ def captures(
 
     rows = length if selected_rows is None else selected_rows.shape[0]
     keys = length if selected_keys is None else selected_keys.shape[0]
-    out = {name: jnp.zeros((len(picked), rows, keys), q.dtype) for name in maps}
+    # The maps are written a key block at a time (`run_pass`): their width is whole
+    # blocks, cut to `keys` at the end.
+    width = -(-keys // bk) * bk
+    out = {name: jnp.zeros((len(picked), rows, width), q.dtype) for name in maps}
     if "sum_alpha_fx_norm" in want:
-        out["sum_alpha_fx_norm"] = jnp.zeros((rows, keys), q.dtype)
+        out["sum_alpha_fx_norm"] = jnp.zeros((rows, width), q.dtype)
     out["terms"] = {
         kind: {t: jnp.zeros((nheads, length), q.dtype) for t in _term_names(kind[1])}
         for kind in kinds
@@ -488,6 +501,8 @@ def captures(
             xs = every if selected_keys is None else key_blocks(selected_keys)
             out = run_pass(out, selected_rows, rows, keys, xs, True, False)
     terms = out.pop("terms")
+    if width != keys:
+        out = {name: t[..., :keys] for name, t in out.items()}
     for kind, names in kinds.items():
         out |= {name: terms[kind] for name in names}
     return out

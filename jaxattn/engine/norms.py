@@ -56,14 +56,31 @@ def head_gram(values, w_out, mm: Matmul = _EXACT):
 
 
 def _quadratic_form(attention, gram, mm: Matmul = _EXACT):
-    """alpha_ij^T G_j alpha_ij: [H, T, S], [S, H, G] -> [T, S], as (alpha G) . alpha (no D).
+    """alpha_ij^T G_j alpha_ij: [H, T, S], [S, H, G] -> [T, S], elementwise (no D).
 
-    The second contraction is an elementwise product summed over heads, which XLA
-    fuses; alone on a CPU it is 2x faster at T=128 than a batched [T, 1, G] x [G, 1]
-    dot (within noise inside the whole capture step).
+    The form sees G_j's symmetric part only: sum_h G_hh a_h^2 + sum_{h<g} (G_hg + G_gh) a_h a_g,
+    H (H + 1) / 2 products per (i, j), written out as one elementwise expression,
+    which XLA fuses into one vectorised loop over [T, S] (each G_j coefficient a
+    row of [S] broadcast along T). The batched dot (alpha G) . alpha it replaces
+    had a batch of S tiny [T, H] x [H, H] products, with [H, T, S] transposes
+    in and out: on the CPU (2026-11-27, BENCHMARKS.md "Decoder full capture on
+    the CPU, taken apart") 5x slower at H=12, T=1,024, 2.7x at H=32. Sums in
+    float32 whatever `mm`'s precision, which only rounds contraction operands.
     """
-    ag = mm("HTS,SHG->GTS", attention, gram)
-    return jnp.sum(ag * attention, axis=0)
+    del mm  # no contraction: float32 products and sums
+    heads = attention.shape[0]
+    # sym[h, g] = G_hh on the diagonal, G_hg + G_gh above it; rows of [S].
+    both = gram + jnp.swapaxes(gram, -1, -2)
+    sym = jnp.where(jnp.eye(heads, dtype=bool), gram, both)
+    sym = jnp.moveaxis(sym, 0, -1)  # [H, G, S]
+    total = None
+    for h in range(heads):
+        inner = sym[h, h] * attention[h]
+        for g in range(h + 1, heads):
+            inner = inner + sym[h, g] * attention[g]
+        term = attention[h] * inner
+        total = term if total is None else total + term
+    return total
 
 
 def sum_alpha_fx_norm(attention, values, w_out, mm: Matmul = _EXACT):
