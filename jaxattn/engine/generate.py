@@ -32,6 +32,7 @@ from jaxattn.engine.causal_lm import unembedding
 from jaxattn.engine.mlm import final_states
 from jaxattn.engine.tokenize import TokenizedText
 from jaxattn.errors import GenerationTooLongError, UsageError
+from jaxattn.spec import check_new_tokens
 from jaxattn.stream import too_long_policy
 
 # Why a continuation ended, and in words: the tokenizer's EOS (generated, kept as its
@@ -94,15 +95,6 @@ def check_generator(engine) -> None:
             "checkpoint with its LM head (lm_head.weight, or word embeddings tied to it: "
             "a ...ForCausalLM checkpoint)"
         )
-
-
-def check_new_tokens(max_new_tokens) -> int:
-    """max_new_tokens as an int >= 1 (UsageError naming the value otherwise)."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int | np.integer):
-        raise UsageError(f"max_new_tokens must be a whole number, got {max_new_tokens!r}")
-    if max_new_tokens < 1:
-        raise UsageError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-    return int(max_new_tokens)
 
 
 @functools.partial(jax.jit, static_argnums=2)
