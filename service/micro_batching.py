@@ -506,7 +506,9 @@ class MicroBatcher:
                 job.tokenized = sequences
                 job.generation = None
             job.running = False
-            if not job.dead and not job.released:
+            if job.dead:
+                self.stats["abandoned"] += 1  # its client left during the step
+            elif not job.released:
                 if self._closed:
                     job.cancel_locked()
                 else:
