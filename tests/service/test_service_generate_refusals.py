@@ -1,0 +1,157 @@
+"""Generation through the service (CaptureRequest.generate), its limits: a real server on
+port 0 with the tiny random GPT-2; its refusals with their status, field and limit
+(over max_new_tokens, a model that cannot generate, prompt + new tokens over the
+positions, the worst case against max_tokens); truncate and skip; the client's checks
+before sending; an old server that ignores the field."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from local_server import fake_service, running_server
+
+import jaxattn
+from jaxattn.client import AttentionClient, AttentionServiceError
+from jaxattn.errors import UsageError
+from jaxattn.v1 import attention_pb2 as pb
+from jaxattn.wire import serialize_example
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
+from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
+from llama_fixture import make_llama_checkpoint  # noqa: E402
+
+PROMPTS = ["The quick brown fox", "Hello, world. Hello,", "a"]
+WHAT = ("attention", "alpha_fx_norm")
+NEW = 5
+LIMIT = 9  # the server's --max-new-tokens
+INVALID, EXHAUSTED = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    return jaxattn.load(make_gpt2_checkpoint(tmp_path_factory.mktemp("gpt2")), buckets=(32,))
+
+
+@pytest.fixture(scope="module")
+def address(gpt2):
+    with running_server(gpt2, max_new_tokens=LIMIT) as (_, address):
+        yield address
+
+
+@pytest.fixture
+def client(address):
+    with AttentionClient(address, timeout=60.0) as c:
+        yield c
+
+
+def _long(engine) -> tuple[str, int]:
+    """A text that fits the model's 64 positions alone, not with LIMIT new tokens."""
+    words = []
+    while (n := engine.tokenize([" ".join(words)])[0].length) < 64 - LIMIT + 3:
+        words.append("fox")
+    assert n + LIMIT > 64 > n
+    return " ".join(words), n
+
+
+def _same(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.tokens == w.tokens and g.text == w.text
+        assert g.generated_start == w.generated_start
+        assert g.truncated == w.truncated
+        assert sorted(g.tensors) == sorted(w.tensors)
+        for name, t in w.tensors.items():
+            np.testing.assert_allclose(g.tensors[name], t, rtol=1e-6, atol=1e-7)
+
+
+def test_model_info_names_the_limit_and_an_encoder_or_headless_decoder_cannot_generate(
+    client, tmp_path, svc_engine
+):
+    assert client.server_info().max_new_tokens == LIMIT
+    headless = jaxattn.load(make_llama_checkpoint(tmp_path, lm_head=False), buckets=(32,))
+    for engine, why in ((svc_engine, "is an encoder"), (headless, "has no next-token head")):
+        with running_server(engine) as (_, address), AttentionClient(address, timeout=30) as c:
+            assert c.server_info().max_new_tokens == 0
+            with pytest.raises(AttentionServiceError) as e:
+                c.capture(["hello world"], generate=2)
+            assert e.value.code == INVALID and e.value.field == "generate"
+            assert why in e.value.message
+
+
+def test_refusals_name_the_field_and_the_limit(gpt2, client):
+    with pytest.raises(AttentionServiceError) as e:
+        client.capture(PROMPTS, generate=LIMIT + 1)
+    assert (e.value.code, e.value.field, e.value.limit) == (EXHAUSTED, "generate", "max_new_tokens")
+    assert f"at most {LIMIT}" in e.value.message
+    # prompt + new tokens over the model's 64 positions: the text, as too_long
+    long, n = _long(gpt2)
+    with pytest.raises(AttentionServiceError) as e:
+        client.capture(["a", long], generate=LIMIT)
+    assert (e.value.code, e.value.field) == (INVALID, "texts[1]")
+    assert f"{n} prompt tokens + generate {LIMIT} new tokens = {n + LIMIT}" in e.value.message
+    assert "set truncate" in e.value.message
+
+
+def test_truncate_generates_until_the_positions_are_full_and_skip_drops_the_text(gpt2, client):
+    long, n = _long(gpt2)
+    kw = dict(what=["attention"], generate=LIMIT, stop_at_eos=False)
+    got = client.capture(["a", long], too_long="truncate", **kw)
+    _same(got, gpt2.capture(["a", long], too_long="truncate", **kw))
+    assert got[1].generated_start == n and len(got[1].tokens) == 64 and not got[1].truncated
+    skipped = client.capture(["a", long], too_long="skip", **kw)
+    _same(skipped, gpt2.capture(["a", long], too_long="skip", **kw))
+    assert len(skipped) == 1
+
+
+def test_the_worst_case_counts_against_the_servers_token_limit(gpt2):
+    n = sum(e.length for e in gpt2.tokenize(PROMPTS))
+    with running_server(gpt2, max_tokens=n + 3 * NEW - 1) as (_, address):
+        with AttentionClient(address, timeout=30) as c:
+            c.capture(PROMPTS)  # the prompts alone fit
+            with pytest.raises(AttentionServiceError) as e:
+                c.capture(PROMPTS, generate=NEW)  # prompt + NEW each, even if EOS comes first
+            assert (e.value.code, e.value.limit) == (EXHAUSTED, "max_tokens")
+
+
+def test_ignore_eos_without_generate_is_refused_on_the_wire(address):
+    request = pb.CaptureRequest(texts=[pb.Text(text="a")], ignore_eos=True)
+    with grpc.insecure_channel(address) as channel:
+        call = channel.unary_stream(
+            "/jaxattn.v1.AttentionService/Capture",
+            request_serializer=pb.CaptureRequest.SerializeToString,
+            response_deserializer=pb.CaptureResponse.FromString,
+        )
+        with pytest.raises(grpc.RpcError) as e:
+            list(call(request, timeout=30))
+    assert e.value.code() == INVALID
+    assert dict(e.value.trailing_metadata())["jaxattn-field"] == "ignore_eos"
+
+
+@pytest.mark.parametrize(
+    "kwargs", [dict(generate=0), dict(generate=-2), dict(generate=2.0), dict(stop_at_eos=False)]
+)
+def test_the_client_checks_before_sending(kwargs):
+    with AttentionClient("127.0.0.1:1", timeout=5) as c:  # nothing listens: no call is made
+        with pytest.raises(UsageError):
+            c.capture(["a"], **kwargs)
+
+
+def test_a_server_that_ignores_generate_is_refused(gpt2):
+    """An old server captures the texts alone (no generated_start): UNIMPLEMENTED."""
+    cap = gpt2.capture(["a"])[0]
+
+    def capture(request, context):
+        yield from serialize_example(0, cap, codec="none", max_chunk_bytes=1 << 20)
+
+    def info(request, context):
+        return pb.ModelInfo(name="old", layers=3, heads=3, max_positions=64)
+
+    with fake_service(capture, info) as address, AttentionClient(address, timeout=10) as c:
+        with pytest.raises(AttentionServiceError) as e:
+            c.capture(["a"], generate=2)
+    assert e.value.code == grpc.StatusCode.UNIMPLEMENTED
+    assert "predates generate" in e.value.message
