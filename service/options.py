@@ -5,11 +5,10 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from service.generation import DEFAULT_MAX_NEW_TOKENS
+
 if TYPE_CHECKING:
     from service.clients import ClientTable
-
-# Most tokens one request may generate unless the server is told otherwise.
-DEFAULT_MAX_NEW_TOKENS = 256
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -16,17 +16,14 @@ import dataclasses
 
 import grpc
 
-from jaxattn.engine.generate import longest as at_longest
-from jaxattn.engine.generate import plan_prompts
 from jaxattn.errors import GenerationTooLongError, TooLongError
 from jaxattn.quantities import MAPS, QUANTITIES
 from jaxattn.selection import bad_position
 from jaxattn.spec import DEFAULT_WHAT
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs
-from service.generation import GenerationAsk, generator_problem
+from service.generation import DEFAULT_MAX_NEW_TOKENS, GenerationAsk, generator_problem
 from service.limits import OutputLimits
-from service.options import DEFAULT_MAX_NEW_TOKENS
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -325,11 +322,8 @@ class RequestParser:
         try:
             if request.generate:
                 new = self._new_tokens(request.generate)
-                prompts = plan_prompts(self.engine, texts, new, too_long)
+                prompts, tokenized = self.engine.plan_generation(texts, new, too_long)
                 generation = GenerationAsk(tuple(prompts), new, not request.ignore_eos)
-                tokenized = [
-                    at_longest(p, new, info.max_positions) for p in prompts
-                ]  # the worst case
                 # its fewest tokens: one new token unless it runs to the end (ignore_eos)
                 fewest = new if request.ignore_eos else 1
                 shortest = [
