@@ -9,8 +9,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-import numpy as np
-
 from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.errors import UsageError
 from jaxattn.quantities import MAPS, QUANTITIES, token_sizes
@@ -28,16 +26,6 @@ def check_precision(precision: str) -> str:
             f"unknown precision {precision!r}: valid precisions are {', '.join(PRECISIONS)}"
         )
     return precision
-
-
-def check_new_tokens(max_new_tokens) -> int:
-    """max_new_tokens (a capture's `generate`) as an int >= 1 (UsageError naming the value
-    otherwise): the local engine's check and the client's, before a request is sent."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int | np.integer):
-        raise UsageError(f"max_new_tokens must be a whole number, got {max_new_tokens!r}")
-    if max_new_tokens < 1:
-        raise UsageError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-    return int(max_new_tokens)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -15,10 +15,11 @@ import grpc
 
 from jaxattn.capture import Capture
 from jaxattn.client.errors import AttentionServiceError
+from jaxattn.continuations import check_new_tokens
 from jaxattn.errors import UsageError
 from jaxattn.inputs import Text, check_utf8
 from jaxattn.selection import Selection, parse_selection, positions_of, resolve_indices
-from jaxattn.spec import check_maps_asked, check_new_tokens, check_precision, check_what
+from jaxattn.spec import check_maps_asked, check_precision, check_what
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs
 

@@ -28,20 +28,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxattn.continuations import STOPS, check_new_tokens  # noqa: F401 (STOPS: named here too)
 from jaxattn.engine.causal_lm import unembedding
 from jaxattn.engine.mlm import final_states
 from jaxattn.engine.tokenize import TokenizedText
 from jaxattn.errors import GenerationTooLongError, UsageError
-from jaxattn.spec import check_new_tokens
 from jaxattn.stream import too_long_policy
-
-# Why a continuation ended, and in words: the tokenizer's EOS (generated, kept as its
-# last token), max_new_tokens reached, or the model's positions filled (too_long="truncate").
-STOPS = {
-    "eos": "at the tokenizer's EOS token",
-    "max_new_tokens": "at max_new_tokens",
-    "limit": "at the model's limit of positions",
-}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -1,8 +1,8 @@
 """`jaxattn capture/view TEXT --generate N` on a tiny random GPT-2: the summary shows the
 continuation the engine generates, the saved capture and the page hold the boundary; a
 decoder without its head, a prompt + N over the positions, a mode that does not capture
-texts: one line each, exit 2. (Encoders, --server, N < 1, --ignore-eos alone: the table
-of tests/cli/bad_inputs.py.)"""
+texts: one line each, exit 2. (Encoders, N < 1, --ignore-eos alone: the table of
+tests/cli/bad_inputs.py; --server: test_cli_generate_server.py.)"""
 
 from __future__ import annotations
 
