@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_support import one_error
 from local_server import fake_service, running_server
 
 import jaxattn
@@ -33,14 +34,6 @@ def gpt2(tmp_path_factory):
 def server(gpt2):
     with running_server(gpt2[1], max_new_tokens=6) as (_, address):
         yield address
-
-
-def _one_error(capsys, command: str) -> str:
-    out, err = capsys.readouterr()
-    lines = [line for line in err.splitlines() if ": error: " in line]
-    assert "Traceback" not in out + err and len(lines) == 1, err
-    assert lines[0].startswith(f"jaxattn {command}: error: ")
-    return lines[0]
 
 
 def test_capture_through_the_server_is_the_local_engines(gpt2, server, tmp_path, capsys):
@@ -72,7 +65,7 @@ def test_too_long_truncate_through_the_server_stops_at_the_positions(gpt2, serve
     assert main([*args, "--too-long", "truncate"]) == 0
     assert f"generated {limit - n} token(s)" in capsys.readouterr().out
     assert main(args) == 1  # the server's refusal, as any (INVALID_ARGUMENT)
-    line = _one_error(capsys, "capture")
+    line = one_error(capsys, "capture")
     assert re.search(rf"texts\[0\]: its {n} prompt tokens \+ generate {new} new tokens", line)
 
 
@@ -87,7 +80,7 @@ def test_view_through_the_server_marks_each_continuation(server, gpt2, tmp_path,
 
 def test_a_server_that_cannot_or_will_not_generate_is_one_line(server, capsys):
     assert main(["capture", PROMPT, "--server", server, "--generate", "7"]) == 2
-    assert "generates at most 6 new tokens" in _one_error(capsys, "capture")
+    assert "generates at most 6 new tokens" in one_error(capsys, "capture")
     asked = []
 
     def capture(request, context):  # never reached: refused from the ModelInfo
@@ -99,4 +92,4 @@ def test_a_server_that_cannot_or_will_not_generate_is_one_line(server, capsys):
 
     with fake_service(capture, info) as old:
         assert main(["capture", PROMPT, "--server", old, "--generate", "2"]) == 2
-    assert "does not generate" in _one_error(capsys, "capture") and not asked
+    assert "does not generate" in one_error(capsys, "capture") and not asked

@@ -11,81 +11,61 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from local_server import running_server
+from service_support import GENERATE_LIMIT, assert_same_captures
 
-import jaxattn
 from jaxattn.client import AttentionClient
 from jaxattn.v1 import attention_pb2 as pb
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
-from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
 
 PROMPTS = ["The quick brown fox", "Hello, world. Hello,", "a"]
 WHAT = ("attention", "alpha_fx_norm")
 NEW = 5
-LIMIT = 9  # the server's --max-new-tokens
+LIMIT = GENERATE_LIMIT  # the server's --max-new-tokens
 INVALID, EXHAUSTED = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
-@pytest.fixture(scope="module")
-def gpt2(tmp_path_factory):
-    return jaxattn.load(make_gpt2_checkpoint(tmp_path_factory.mktemp("gpt2")), buckets=(32,))
-
-
-@pytest.fixture(scope="module")
-def address(gpt2):
-    with running_server(gpt2, max_new_tokens=LIMIT) as (_, address):
-        yield address
-
-
 @pytest.fixture
-def client(address):
-    with AttentionClient(address, timeout=60.0) as c:
+def client(gpt2_address):
+    with AttentionClient(gpt2_address, timeout=60.0) as c:
         yield c
 
 
-def _same(got, want):
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        assert g.tokens == w.tokens and g.text == w.text
-        assert g.generated_start == w.generated_start
-        assert g.truncated == w.truncated
-        assert sorted(g.tensors) == sorted(w.tensors)
-        for name, t in w.tensors.items():
-            np.testing.assert_allclose(g.tensors[name], t, rtol=1e-6, atol=1e-7)
-
-
 @pytest.mark.parametrize("stop_at_eos", [False, True])
-def test_the_servers_continuations_and_captures_are_the_local_engines(gpt2, client, stop_at_eos):
+def test_the_servers_continuations_and_captures_are_the_local_engines(
+    svc_gpt2, client, stop_at_eos
+):
     got = client.capture(PROMPTS, what=WHAT, generate=NEW, stop_at_eos=stop_at_eos)
-    want = gpt2.capture(PROMPTS, what=WHAT, generate=NEW, stop_at_eos=stop_at_eos)
-    _same(got, want)
-    gens = gpt2.generate(PROMPTS, NEW, stop_at_eos=stop_at_eos)
+    want = svc_gpt2.capture(PROMPTS, what=WHAT, generate=NEW, stop_at_eos=stop_at_eos)
+    assert_same_captures(got, want)
+    gens = svc_gpt2.generate(PROMPTS, NEW, stop_at_eos=stop_at_eos)
     for cap, g in zip(got, gens, strict=True):
         # the boundary is the prompt's own length; the tokens after it the continuation
-        assert cap.generated_start == g.prompt.length == len(gpt2.tokenize([g.prompt.text])[0].ids)
+        assert (
+            cap.generated_start == g.prompt.length == len(svc_gpt2.tokenize([g.prompt.text])[0].ids)
+        )
         assert cap.tokens[cap.generated_start :] == g.tokens
         if not stop_at_eos:
             assert len(cap.tokens) == cap.generated_start + NEW
 
 
-def test_positions_and_a_stream_of_one_text_at_a_time(gpt2, client):
+def test_positions_and_a_stream_of_one_text_at_a_time(svc_gpt2, client):
     """query_positions from the end pick the continuation's rows, whatever its length."""
     kw = dict(what=["attention"], generate=3, stop_at_eos=False, query_positions=[-3, -2, -1])
     got = list(client.capture_iter(PROMPTS, window=1, **kw))
-    want = gpt2.capture(PROMPTS, **kw)
-    _same(got, want)
+    want = svc_gpt2.capture(PROMPTS, **kw)
+    assert_same_captures(got, want)
     for cap in got:
         assert cap.query_positions == tuple(range(cap.generated_start, len(cap.tokens)))
 
 
-def test_the_header_says_where_the_continuation_starts_as_the_proto_says(gpt2, address):
+def test_the_header_says_where_the_continuation_starts_as_the_proto_says(svc_gpt2, gpt2_address):
     """Raw gRPC, from attention.proto's comments: tokens[:generated_start] are the prompt's,
     the rest the continuation; absent without generate; the float32 attention is the
     engine's bit for bit."""
-    want = gpt2.capture(PROMPTS[:2], generate=NEW, stop_at_eos=False)
+    want = svc_gpt2.capture(PROMPTS[:2], generate=NEW, stop_at_eos=False)
     request = dict(texts=[pb.Text(text=t) for t in PROMPTS[:2]], codec=pb.CODEC_NONE)
-    with grpc.insecure_channel(address) as channel:
+    with grpc.insecure_channel(gpt2_address) as channel:
         rpc = channel.unary_stream(
             "/jaxattn.v1.AttentionService/Capture",
             request_serializer=pb.CaptureRequest.SerializeToString,
@@ -100,7 +80,7 @@ def test_the_header_says_where_the_continuation_starts_as_the_proto_says(gpt2, a
     assert not any(h.HasField("generated_start") for h in plain)
     headers = [m.header for m in messages if m.HasField("header")]
     for h, w in zip(headers, want, strict=True):
-        prompt = gpt2.tokenize([w.text])[0]
+        prompt = svc_gpt2.tokenize([w.text])[0]
         assert h.HasField("generated_start") and h.generated_start == prompt.length
         assert tuple(h.tokens[: h.generated_start]) == prompt.tokens
         assert len(h.tokens) == prompt.length + NEW

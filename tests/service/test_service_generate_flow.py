@@ -13,9 +13,8 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from local_server import fake_service, running_server
+from local_server import fake_service
 
-import jaxattn
 from jaxattn.client import AttentionClient
 from jaxattn.engine.generate import longest
 from jaxattn.v1 import attention_pb2 as pb
@@ -23,21 +22,15 @@ from service.generation import GenerationAsk
 from service.micro_batching import JobCancelled, MicroBatcher
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
-from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
 
 STEPS = 24  # new tokens of the long generation (stop_at_eos off: exactly this many steps)
 CAPTURE = "/jaxattn.v1.AttentionService/Capture"
 INFO = "/jaxattn.v1.AttentionService/GetModelInfo"
 
 
-@pytest.fixture(scope="module")
-def gpt2(tmp_path_factory):
-    return jaxattn.load(make_gpt2_checkpoint(tmp_path_factory.mktemp("gpt2")), buckets=(32,))
-
-
 @pytest.fixture
-def batcher(gpt2):
-    b = MicroBatcher(gpt2, queue_size=8, window_s=0.0, max_batch_examples=8)
+def batcher(svc_gpt2):
+    b = MicroBatcher(svc_gpt2, queue_size=8, window_s=0.0, max_batch_examples=8)
     b.start()
     yield b
     b.close(timeout=10)
@@ -58,12 +51,14 @@ def _wait(predicate, what: str, timeout: float = 20.0):
         time.sleep(0.005)
 
 
-def test_a_long_generation_does_not_hold_the_engine_from_a_plain_capture(batcher, gpt2):
+def test_a_long_generation_does_not_hold_the_engine_from_a_plain_capture(batcher, svc_gpt2):
     """The plain capture, sent just after the generation started, finishes while the
     generation has most of its steps left (its steps take turns with other work)."""
-    long = _generating(batcher, gpt2, "The quick brown fox", STEPS)
+    long = _generating(batcher, svc_gpt2, "The quick brown fox", STEPS)
     _wait(lambda: batcher.stats["generation_steps"] >= 1, "the first step")
-    plain = batcher.submit(gpt2.make_spec(what=["attention"]), gpt2.tokenize(["hello world"]))
+    plain = batcher.submit(
+        svc_gpt2.make_spec(what=["attention"]), svc_gpt2.tokenize(["hello world"])
+    )
     ((index, cap),) = list(plain.results())
     steps_then = batcher.stats["generation_steps"]
     assert index == 0 and cap.generated_start is None
@@ -71,7 +66,7 @@ def test_a_long_generation_does_not_hold_the_engine_from_a_plain_capture(batcher
     assert batcher.stats["generation_steps"] == STEPS
     assert batcher.stats["generated_tokens"] == STEPS
     assert steps_then < STEPS // 2, f"the capture waited for {steps_then} of {STEPS} steps"
-    want = gpt2.capture(
+    want = svc_gpt2.capture(
         ["The quick brown fox"], what=["attention"], generate=STEPS, stop_at_eos=False
     )
     assert got[0].tokens == want[0].tokens and got[0].generated_start == want[0].generated_start
@@ -80,15 +75,15 @@ def test_a_long_generation_does_not_hold_the_engine_from_a_plain_capture(batcher
         batcher.release(job)
 
 
-def test_a_cancelled_generation_stops_between_steps(batcher, gpt2):
-    job = _generating(batcher, gpt2, "Hello, world. Hello,", STEPS)
+def test_a_cancelled_generation_stops_between_steps(batcher, svc_gpt2):
+    job = _generating(batcher, svc_gpt2, "Hello, world. Hello,", STEPS)
     _wait(lambda: batcher.stats["generation_steps"] >= 1, "the first step")
     job.cancel()
     # dropped while it waited for its next turn, or abandoned after the step it was in
     _wait(lambda: batcher.stats["dropped"] + batcher.stats["abandoned"] >= 1, "the job dropped")
     steps = batcher.stats["generation_steps"]
     # the worker is free: a later capture runs, and the cancelled job took no more steps
-    plain = batcher.submit(gpt2.make_spec(what=["attention"]), gpt2.tokenize(["hello"]))
+    plain = batcher.submit(svc_gpt2.make_spec(what=["attention"]), svc_gpt2.tokenize(["hello"]))
     assert len(list(plain.results())) == 1
     assert batcher.stats["generation_steps"] == steps < STEPS
     with pytest.raises(JobCancelled):
@@ -131,20 +126,19 @@ class CutOnce:
         )(request, timeout=30)
 
 
-def test_a_cut_stream_resumes_with_the_same_continuations(gpt2):
+def test_a_cut_stream_resumes_with_the_same_continuations(svc_gpt2, gpt2_address):
     texts = ["The quick brown fox", "Hello, world. Hello,", "a"]
     kw = dict(what=["attention"], generate=6)
-    with running_server(gpt2) as (_, address):
-        proxy = CutOnce(address)
-        with fake_service(proxy.capture, proxy.info) as front:
-            with AttentionClient(front, timeout=60, retries=3, backoff=(0.01, 0.02)) as c:
-                c.coalesce = False  # one item per message: the cut lands between examples
-                got = c.capture(texts, **kw)
-        proxy.channel.close()
+    proxy = CutOnce(gpt2_address)
+    with fake_service(proxy.capture, proxy.info) as front:
+        with AttentionClient(front, timeout=60, retries=3, backoff=(0.01, 0.02)) as c:
+            c.coalesce = False  # one item per message: the cut lands between examples
+            got = c.capture(texts, **kw)
+    proxy.channel.close()
     asked = [[t.text for t in r.texts] for r in proxy.requests]
     assert asked == [texts, texts[1:]]
     assert all(r.generate == 6 and not r.ignore_eos for r in proxy.requests)
-    want = gpt2.capture(texts, **kw)
+    want = svc_gpt2.capture(texts, **kw)
     assert [c.text for c in got] == texts  # each example once, in order
     for g, w in zip(got, want, strict=True):
         assert g.tokens == w.tokens and g.generated_start == w.generated_start

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import grpc
-import numpy as np
 import pytest
 from local_server import fake_service, running_server
+from service_support import GENERATE_LIMIT, assert_same_captures
 
 import jaxattn
 from jaxattn.client import AttentionClient, AttentionServiceError
@@ -21,30 +21,18 @@ from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import serialize_example
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
-from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
 from llama_fixture import make_llama_checkpoint  # noqa: E402
 
 PROMPTS = ["The quick brown fox", "Hello, world. Hello,", "a"]
 WHAT = ("attention", "alpha_fx_norm")
 NEW = 5
-LIMIT = 9  # the server's --max-new-tokens
+LIMIT = GENERATE_LIMIT  # the server's --max-new-tokens
 INVALID, EXHAUSTED = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
-@pytest.fixture(scope="module")
-def gpt2(tmp_path_factory):
-    return jaxattn.load(make_gpt2_checkpoint(tmp_path_factory.mktemp("gpt2")), buckets=(32,))
-
-
-@pytest.fixture(scope="module")
-def address(gpt2):
-    with running_server(gpt2, max_new_tokens=LIMIT) as (_, address):
-        yield address
-
-
 @pytest.fixture
-def client(address):
-    with AttentionClient(address, timeout=60.0) as c:
+def client(gpt2_address):
+    with AttentionClient(gpt2_address, timeout=60.0) as c:
         yield c
 
 
@@ -55,17 +43,6 @@ def _long(engine) -> tuple[str, int]:
         words.append("fox")
     assert n + LIMIT > 64 > n
     return " ".join(words), n
-
-
-def _same(got, want):
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        assert g.tokens == w.tokens and g.text == w.text
-        assert g.generated_start == w.generated_start
-        assert g.truncated == w.truncated
-        assert sorted(g.tensors) == sorted(w.tensors)
-        for name, t in w.tensors.items():
-            np.testing.assert_allclose(g.tensors[name], t, rtol=1e-6, atol=1e-7)
 
 
 def test_model_info_names_the_limit_and_an_encoder_or_headless_decoder_cannot_generate(
@@ -82,13 +59,13 @@ def test_model_info_names_the_limit_and_an_encoder_or_headless_decoder_cannot_ge
             assert why in e.value.message
 
 
-def test_refusals_name_the_field_and_the_limit(gpt2, client):
+def test_refusals_name_the_field_and_the_limit(svc_gpt2, client):
     with pytest.raises(AttentionServiceError) as e:
         client.capture(PROMPTS, generate=LIMIT + 1)
     assert (e.value.code, e.value.field, e.value.limit) == (EXHAUSTED, "generate", "max_new_tokens")
     assert f"at most {LIMIT}" in e.value.message
     # prompt + new tokens over the model's 64 positions: the text, as too_long
-    long, n = _long(gpt2)
+    long, n = _long(svc_gpt2)
     with pytest.raises(AttentionServiceError) as e:
         client.capture(["a", long], generate=LIMIT)
     assert (e.value.code, e.value.field) == (INVALID, "texts[1]")
@@ -96,20 +73,20 @@ def test_refusals_name_the_field_and_the_limit(gpt2, client):
     assert "set truncate" in e.value.message
 
 
-def test_truncate_generates_until_the_positions_are_full_and_skip_drops_the_text(gpt2, client):
-    long, n = _long(gpt2)
+def test_truncate_generates_until_the_positions_are_full_and_skip_drops_the_text(svc_gpt2, client):
+    long, n = _long(svc_gpt2)
     kw = dict(what=["attention"], generate=LIMIT, stop_at_eos=False)
     got = client.capture(["a", long], too_long="truncate", **kw)
-    _same(got, gpt2.capture(["a", long], too_long="truncate", **kw))
+    assert_same_captures(got, svc_gpt2.capture(["a", long], too_long="truncate", **kw))
     assert got[1].generated_start == n and len(got[1].tokens) == 64 and not got[1].truncated
     skipped = client.capture(["a", long], too_long="skip", **kw)
-    _same(skipped, gpt2.capture(["a", long], too_long="skip", **kw))
+    assert_same_captures(skipped, svc_gpt2.capture(["a", long], too_long="skip", **kw))
     assert len(skipped) == 1
 
 
-def test_the_worst_case_counts_against_the_servers_token_limit(gpt2):
-    n = sum(e.length for e in gpt2.tokenize(PROMPTS))
-    with running_server(gpt2, max_tokens=n + 3 * NEW - 1) as (_, address):
+def test_the_worst_case_counts_against_the_servers_token_limit(svc_gpt2):
+    n = sum(e.length for e in svc_gpt2.tokenize(PROMPTS))
+    with running_server(svc_gpt2, max_tokens=n + 3 * NEW - 1) as (_, address):
         with AttentionClient(address, timeout=30) as c:
             c.capture(PROMPTS)  # the prompts alone fit
             with pytest.raises(AttentionServiceError) as e:
@@ -117,9 +94,9 @@ def test_the_worst_case_counts_against_the_servers_token_limit(gpt2):
             assert (e.value.code, e.value.limit) == (EXHAUSTED, "max_tokens")
 
 
-def test_ignore_eos_without_generate_is_refused_on_the_wire(address):
+def test_ignore_eos_without_generate_is_refused_on_the_wire(gpt2_address):
     request = pb.CaptureRequest(texts=[pb.Text(text="a")], ignore_eos=True)
-    with grpc.insecure_channel(address) as channel:
+    with grpc.insecure_channel(gpt2_address) as channel:
         call = channel.unary_stream(
             "/jaxattn.v1.AttentionService/Capture",
             request_serializer=pb.CaptureRequest.SerializeToString,
@@ -140,9 +117,9 @@ def test_the_client_checks_before_sending(kwargs):
             c.capture(["a"], **kwargs)
 
 
-def test_a_server_that_ignores_generate_is_refused(gpt2):
+def test_a_server_that_ignores_generate_is_refused(svc_gpt2):
     """An old server captures the texts alone (no generated_start): UNIMPLEMENTED."""
-    cap = gpt2.capture(["a"])[0]
+    cap = svc_gpt2.capture(["a"])[0]
 
     def capture(request, context):
         yield from serialize_example(0, cap, codec="none", max_chunk_bytes=1 << 20)
