@@ -71,3 +71,11 @@ def gpt2_address(svc_gpt2):
     """The address of a server of `svc_gpt2` generating at most GENERATE_LIMIT tokens."""
     with running_server(svc_gpt2, max_new_tokens=GENERATE_LIMIT) as (_, address):
         yield address
+
+
+@pytest.fixture
+def gpt2_client(gpt2_address):
+    from jaxattn.client import AttentionClient
+
+    with AttentionClient(gpt2_address, timeout=60.0) as c:
+        yield c

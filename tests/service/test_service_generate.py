@@ -5,37 +5,23 @@ comments describe the header (limits and refusals: test_service_generate_refusal
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import grpc
 import numpy as np
 import pytest
-from service_support import GENERATE_LIMIT, assert_same_captures
+from generate_support import PROMPTS
+from service_support import assert_same_captures
 
-from jaxattn.client import AttentionClient
 from jaxattn.v1 import attention_pb2 as pb
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
-
-PROMPTS = ["The quick brown fox", "Hello, world. Hello,", "a"]
 WHAT = ("attention", "alpha_fx_norm")
 NEW = 5
-LIMIT = GENERATE_LIMIT  # the server's --max-new-tokens
-INVALID, EXHAUSTED = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED
-
-
-@pytest.fixture
-def client(gpt2_address):
-    with AttentionClient(gpt2_address, timeout=60.0) as c:
-        yield c
 
 
 @pytest.mark.parametrize("stop_at_eos", [False, True])
 def test_the_servers_continuations_and_captures_are_the_local_engines(
-    svc_gpt2, client, stop_at_eos
+    svc_gpt2, gpt2_client, stop_at_eos
 ):
-    got = client.capture(PROMPTS, what=WHAT, generate=NEW, stop_at_eos=stop_at_eos)
+    got = gpt2_client.capture(PROMPTS, what=WHAT, generate=NEW, stop_at_eos=stop_at_eos)
     want = svc_gpt2.capture(PROMPTS, what=WHAT, generate=NEW, stop_at_eos=stop_at_eos)
     assert_same_captures(got, want)
     gens = svc_gpt2.generate(PROMPTS, NEW, stop_at_eos=stop_at_eos)
@@ -49,10 +35,10 @@ def test_the_servers_continuations_and_captures_are_the_local_engines(
             assert len(cap.tokens) == cap.generated_start + NEW
 
 
-def test_positions_and_a_stream_of_one_text_at_a_time(svc_gpt2, client):
+def test_positions_and_a_stream_of_one_text_at_a_time(svc_gpt2, gpt2_client):
     """query_positions from the end pick the continuation's rows, whatever its length."""
     kw = dict(what=["attention"], generate=3, stop_at_eos=False, query_positions=[-3, -2, -1])
-    got = list(client.capture_iter(PROMPTS, window=1, **kw))
+    got = list(gpt2_client.capture_iter(PROMPTS, window=1, **kw))
     want = svc_gpt2.capture(PROMPTS, **kw)
     assert_same_captures(got, want)
     for cap in got:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from generate_support import PROMPTS
 from local_server import fake_service, running_server
 from service_support import GENERATE_LIMIT, assert_same_captures
 
@@ -23,17 +24,9 @@ from jaxattn.wire import serialize_example
 sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
 from llama_fixture import make_llama_checkpoint  # noqa: E402
 
-PROMPTS = ["The quick brown fox", "Hello, world. Hello,", "a"]
-WHAT = ("attention", "alpha_fx_norm")
 NEW = 5
 LIMIT = GENERATE_LIMIT  # the server's --max-new-tokens
 INVALID, EXHAUSTED = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED
-
-
-@pytest.fixture
-def client(gpt2_address):
-    with AttentionClient(gpt2_address, timeout=60.0) as c:
-        yield c
 
 
 def _long(engine) -> tuple[str, int]:
@@ -46,9 +39,9 @@ def _long(engine) -> tuple[str, int]:
 
 
 def test_model_info_names_the_limit_and_an_encoder_or_headless_decoder_cannot_generate(
-    client, tmp_path, svc_engine
+    gpt2_client, tmp_path, svc_engine
 ):
-    assert client.server_info().max_new_tokens == LIMIT
+    assert gpt2_client.server_info().max_new_tokens == LIMIT
     headless = jaxattn.load(make_llama_checkpoint(tmp_path, lm_head=False), buckets=(32,))
     for engine, why in ((svc_engine, "is an encoder"), (headless, "has no next-token head")):
         with running_server(engine) as (_, address), AttentionClient(address, timeout=30) as c:
@@ -59,27 +52,29 @@ def test_model_info_names_the_limit_and_an_encoder_or_headless_decoder_cannot_ge
             assert why in e.value.message
 
 
-def test_refusals_name_the_field_and_the_limit(svc_gpt2, client):
+def test_refusals_name_the_field_and_the_limit(svc_gpt2, gpt2_client):
     with pytest.raises(AttentionServiceError) as e:
-        client.capture(PROMPTS, generate=LIMIT + 1)
+        gpt2_client.capture(PROMPTS, generate=LIMIT + 1)
     assert (e.value.code, e.value.field, e.value.limit) == (EXHAUSTED, "generate", "max_new_tokens")
     assert f"at most {LIMIT}" in e.value.message
     # prompt + new tokens over the model's 64 positions: the text, as too_long
     long, n = _long(svc_gpt2)
     with pytest.raises(AttentionServiceError) as e:
-        client.capture(["a", long], generate=LIMIT)
+        gpt2_client.capture(["a", long], generate=LIMIT)
     assert (e.value.code, e.value.field) == (INVALID, "texts[1]")
     assert f"{n} prompt tokens + generate {LIMIT} new tokens = {n + LIMIT}" in e.value.message
     assert "set truncate" in e.value.message
 
 
-def test_truncate_generates_until_the_positions_are_full_and_skip_drops_the_text(svc_gpt2, client):
+def test_truncate_generates_until_the_positions_are_full_and_skip_drops_the_text(
+    svc_gpt2, gpt2_client
+):
     long, n = _long(svc_gpt2)
     kw = dict(what=["attention"], generate=LIMIT, stop_at_eos=False)
-    got = client.capture(["a", long], too_long="truncate", **kw)
+    got = gpt2_client.capture(["a", long], too_long="truncate", **kw)
     assert_same_captures(got, svc_gpt2.capture(["a", long], too_long="truncate", **kw))
     assert got[1].generated_start == n and len(got[1].tokens) == 64 and not got[1].truncated
-    skipped = client.capture(["a", long], too_long="skip", **kw)
+    skipped = gpt2_client.capture(["a", long], too_long="skip", **kw)
     assert_same_captures(skipped, svc_gpt2.capture(["a", long], too_long="skip", **kw))
     assert len(skipped) == 1
 
