@@ -36,12 +36,12 @@ def batcher(svc_gpt2):
     b.close(timeout=10)
 
 
-def _generating(batcher, engine, text: str, new: int):
+def _generating(batcher, engine, text: str, new: int, deadline=None):
     spec = engine.make_spec(what=["attention"])
     prompts = engine.tokenize([text])
     ask = GenerationAsk(tuple(prompts), new, stop_at_eos=False)
     worst = [longest(p, new, engine.config.max_length) for p in prompts]
-    return batcher.submit(spec, worst, generation=ask)
+    return batcher.submit(spec, worst, deadline, generation=ask)
 
 
 def _wait(predicate, what: str, timeout: float = 20.0):
@@ -90,6 +90,14 @@ def test_a_cancelled_generation_stops_between_steps(batcher, svc_gpt2):
         list(job.results())
     batcher.release(job)
     batcher.release(plain)
+
+
+def test_a_generation_past_its_deadline_takes_no_step(batcher, svc_gpt2):
+    job = _generating(batcher, svc_gpt2, "a", STEPS, deadline=time.monotonic() - 1)
+    with pytest.raises(JobCancelled):
+        list(job.results())
+    assert batcher.stats["dropped"] == 1 and batcher.stats["generation_steps"] == 0
+    batcher.release(job)
 
 
 class CutOnce:
