@@ -7,7 +7,10 @@ the field's name (and the limit's) for the `jaxattn-field` / `jaxattn-limit`
 trailers (attention.proto). Layers and heads are checked here against the wire's
 rule (0..count-1: no negative indices, which the engine would accept); the
 maps' query and key positions (negative ones from each text's end) against
-every text; the dtype rules are the engine's own (`Engine.make_spec`).
+every text; the dtype rules are the engine's own (`Engine.make_spec`). A request
+that generates (`generate`: `service.generation`) is checked against the model
+(it must generate) and the server's max_new_tokens, and counted at its worst case,
+each text at prompt + generate tokens, for every limit after it.
 """
 
 from __future__ import annotations
