@@ -507,7 +507,8 @@ class MicroBatcher:
                 job.generation = None
             job.running = False
             if job.dead:
-                self.stats["abandoned"] += 1  # its client left during the step
+                if job.error is None:  # its client left during the step (not a failure)
+                    self.stats["abandoned"] += 1
             elif not job.released:
                 if self._closed:
                     job.cancel_locked()

@@ -159,11 +159,13 @@ def _fits(values, field: str, tokenized, shortest=None) -> None:
     example's fewest tokens with its continuation) any from that to its own."""
     if not values:
         return
+    checked: set[tuple[int, int]] = set()
     for k, e in enumerate(tokenized):
-        lengths = (
-            range(e.length, e.length + 1) if shortest is None else range(shortest[k], e.length + 1)
-        )
-        for length in lengths:
+        lo = e.length if shortest is None else shortest[k]
+        if (lo, e.length) in checked:
+            continue
+        checked.add((lo, e.length))
+        for length in _lengths_to_check(values, lo, e.length):
             bad = bad_position(values, length)
             if bad is None:
                 continue
@@ -179,6 +181,15 @@ def _fits(values, field: str, tokenized, shortest=None) -> None:
             raise RequestError(
                 INVALID, f"{field} position {values[i]} ({field}[{i}]) is {why}", f"{field}[{i}]"
             )
+
+
+def _lengths_to_check(values, lo: int, hi: int) -> list[int]:
+    """The lengths in lo..hi at which `values` may fail: `lo` (a position within it is
+    within every longer one), and those where a position p >= 0 and one -j < 0 name one
+    token (p + j); none other can."""
+    negatives = {-v for v in values if v < 0}
+    later = {v + j for v in values if v >= 0 for j in negatives if lo < v + j <= hi}
+    return [lo, *sorted(later)]
 
 
 def _what(names, available) -> list[str] | None:

@@ -127,3 +127,19 @@ def test_a_server_that_ignores_generate_is_refused(svc_gpt2):
             c.capture(["a"], generate=2)
     assert e.value.code == grpc.StatusCode.UNIMPLEMENTED
     assert "predates generate" in e.value.message
+
+
+def test_positions_must_fit_every_length_the_continuation_may_end_at(svc_gpt2, gpt2_client):
+    """Positions 4 and -3 name two tokens of a 9-token example, one of a 7-token one: a
+    prompt of n tokens with up to 5 new ones, ending at EOS, may end anywhere from n + 1."""
+    n = svc_gpt2.tokenize([PROMPTS[0]])[0].length
+    p, j = n, 3  # both name token n of an example of n + j tokens
+    assert n + 1 < n + j <= n + NEW and p < n + 1 and j <= n + 1  # fine at its shortest
+    kw = dict(what=["attention"], generate=NEW, query_positions=[p, -j])
+    with pytest.raises(AttentionServiceError) as e:
+        gpt2_client.capture(PROMPTS[:1], **kw)
+    assert (e.value.code, e.value.field) == (INVALID, "query_positions[1]")
+    assert f"texts[0] with its continuation ({n + j} tokens)" in e.value.message
+    # generating all NEW tokens (ignore_eos), every example has n + NEW: no clash
+    got = gpt2_client.capture(PROMPTS[:1], stop_at_eos=False, **kw)
+    assert got[0].query_positions == (p, n + NEW - j)
