@@ -13,7 +13,8 @@ The contract is protos/jaxattn/v1/attention.proto.
 
 Modules: `options` (ServerOptions), `server` (create_server, the drain),
 `servicer` (the RPC handlers), `requests` (validating a CaptureRequest),
-`admission` (what a request reserves; RESOURCE_EXHAUSTED), `limits` (output limits
+`admission` (what a request reserves; RESOURCE_EXHAUSTED), `generation` (a
+request's continuation, a step per batcher turn), `limits` (output limits
 checked before any compute), `micro_batching` and `admitted_call` (micro-batching,
 flow control), `grouped_runs` (a run between its layer groups: suspended, resumed,
 preempted), `prefetch` (encoding ahead of gRPC), `auth` (the bearer token; the

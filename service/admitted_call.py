@@ -53,6 +53,9 @@ class Job:
       reserved: bytes of the server's buffer budget this job holds.
       client: who sent it (a token file's client name; None: anonymous); the
         batcher serves clients in turn.
+      generation: a `service.generation.GenerationRun` while the job's texts are still
+        being continued (CaptureRequest.generate; `tokenized` and `sizes` are their
+        worst case until it ends), else None.
     """
 
     spec: object
@@ -63,6 +66,7 @@ class Job:
     reserved: int = 0
     submitted: float = dataclasses.field(default_factory=time.monotonic)
     client: str | None = None
+    generation: object | None = None
 
     def __post_init__(self):
         self.sizes = tuple(self.sizes) or (0,) * len(self.tokenized)

@@ -422,6 +422,11 @@ class _ScrapeTime:
         for event in BATCHER_EVENTS:
             events.add_metric((event,), b.stats[event])
         yield events
+        yield CounterMetricFamily(
+            "jaxattn_generated_tokens",
+            "tokens generated for requests that asked for a continuation (CaptureRequest.generate)",
+            value=b.stats["generated_tokens"],
+        )
         compiled = getattr(self.engine, "compiled_shapes", None)
         if isinstance(compiled, int):
             yield CounterMetricFamily(

@@ -39,6 +39,11 @@ Memory is bounded twice (admission: `service.admission`):
     `queue_size` jobs exist at once; `submit` beyond either raises `QueueFull`.
 Jobs whose client cancelled or whose deadline passed are dropped before they
 run; a running piece whose jobs are all gone is abandoned between engine batches.
+
+A job that generates first (CaptureRequest.generate: `service.generation`) takes
+one step of its generation per turn, alone, and goes back to the queue like a job
+with pieces left, so other clients' work runs between its steps; dropped between
+steps like any queued job. Once its continuations end, its pieces run as any job's.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from collections.abc import Callable, Sequence
 from jaxattn.capture.part import ends_example
 from service.admission import STREAM_CHUNKS, QueueFull, refusal, reservation
 from service.admitted_call import EngineFailed, Job, JobCancelled, SlowReader
+from service.generation import GenerationRun
 from service.grouped_runs import PREEMPT_IDLE_S, GroupedRuns, Run
 
 __all__ = [
@@ -143,10 +149,15 @@ class MicroBatcher:
         chunk_bytes: int = 0,
         client: str | None = None,
         coalesce: bool = False,
+        generation=None,
     ) -> Job:
         """Admit a job and queue it.
 
         Args:
+          tokenized: its examples; with `generation`, each at its longest (the worst
+            case it is sized and admitted at).
+          generation: a `service.generation.GenerationAsk`: continue its prompts
+            first, a step per turn, then capture prompt + continuation.
           chunk_bytes: the stream's chunk size bound (reserved STREAM_CHUNKS times).
           coalesce: the stream packs several examples' items per message
             (CaptureRequest.coalesce; `admission.reservation`).
@@ -167,6 +178,8 @@ class MicroBatcher:
             group_bytes=self.group_bytes,
         )
         job = Job(spec, tokenized, self._lock, sizes, deadline, reserve, client=client)
+        if generation is not None:
+            job.generation = GenerationRun(generation)
         job.notify_worker = self._cond.notify_all
         with self._lock:
             if self._closed or not self._admitting:
@@ -262,6 +275,9 @@ class MicroBatcher:
             if step is None:
                 return
             run, preempted = step
+            if isinstance(run, Job):  # a generation's turn
+                self._generate(run)
+                continue
             try:
                 if preempted is not None:  # its device state goes before `run` starts
                     self._close(preempted)
@@ -290,12 +306,17 @@ class MicroBatcher:
 
     def _may_start(self, job: Job) -> bool:
         """(lock held) The job's next piece may start now: it fits its buffer, and if it
-        runs in layer groups, a slot for a suspended run is free (`GroupedRuns.full`)."""
-        if job.dead or not self._fits(job):
+        runs in layer groups, a slot for a suspended run is free (`GroupedRuns.full`);
+        a job still generating may always take its next step."""
+        if job.dead:
+            return False
+        if job.generation is not None:
+            return True
+        if not self._fits(job):
             return False
         return not self._runs.full or not self._grouped(job)
 
-    def _next_run(self) -> tuple[Run, Run | None] | None:
+    def _next_run(self) -> tuple[Run | Job, Run | None] | None:
         """What the worker does next (waiting until there is something): a run to start
         or go on with, and a suspended run to preempt first or None. A waiting run whose
         held job's reader took enough (or that died, or the batcher closed: `GroupedRuns.
@@ -319,6 +340,12 @@ class MicroBatcher:
                         wait = due if wait is None else min(wait, due)
                     self._cond.wait(wait)
                     continue
+                if first.generation is not None:  # its next step, alone (`_generate`)
+                    self._pending.remove(first)
+                    first.running = True
+                    self._turn += 1
+                    self._served[first.client] = self._turn
+                    return first, None
                 if self._runs:
                     self.stats["served_while_waiting"] += 1  # no window: not idle
                 elif self.merge and first.scheduled == 0:
@@ -344,7 +371,11 @@ class MicroBatcher:
                 (
                     j
                     for j in self._in_turn()
-                    if j.starved() and not j.dead and self._fits(j) and self._grouped(j)
+                    if j.starved()
+                    and not j.dead
+                    and j.generation is None
+                    and self._fits(j)
+                    and self._grouped(j)
                 ),
                 None,
             )
@@ -429,7 +460,11 @@ class MicroBatcher:
         alone = self._grouped(first)
         for job in self._in_turn():
             if job is not first and (
-                alone or not self.merge or job.spec != first.spec or self._grouped(job)
+                alone
+                or not self.merge
+                or job.generation is not None
+                or job.spec != first.spec
+                or self._grouped(job)
             ):
                 continue
             if not self._may_start(job):
@@ -450,6 +485,36 @@ class MicroBatcher:
         if self.merge and first.scheduled == 0:
             self._last_calls = calls
         return group
+
+    def _generate(self, job: Job) -> None:
+        """One step of the job's generation (`service.generation`); once its continuations
+        end, its examples become prompt + continuation, sized as they are. Then it queues
+        again for its next turn (or, once closed, is cancelled)."""
+        try:
+            made, sequences = job.generation.step(self.engine)
+        except Exception as e:
+            log.error("engine failed generating: %s", type(e).__name__, exc_info=e)
+            with self._lock:
+                job.fail(EngineFailed(f"{type(e).__name__}: {e}"))
+            made, sequences = 0, None
+        with self._lock:
+            self.stats["generated_tokens"] += made
+            self.stats["generation_steps"] += 1
+            if sequences is not None:
+                sizer = getattr(self.engine, "output_bytes", None)
+                job.sizes = tuple(int(sizer(job.spec, s.length)) if sizer else 0 for s in sequences)
+                job.tokenized = sequences
+                job.generation = None
+            job.running = False
+            if job.dead:
+                if job.error is None:  # its client left during the step (not a failure)
+                    self.stats["abandoned"] += 1
+            elif not job.released:
+                if self._closed:
+                    job.cancel_locked()
+                else:
+                    self._pending.append(job)  # its next step (or piece) waits its turn
+            self._cond.notify_all()
 
     def _peak(self, stat: str, value: int) -> None:
         self.stats[stat] = max(self.stats[stat], value)

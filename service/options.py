@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from service.generation import DEFAULT_MAX_NEW_TOKENS
+
 if TYPE_CHECKING:
     from service.clients import ClientTable
 
@@ -55,6 +57,10 @@ class ServerOptions:
         results wait is cancelled (and logged RESOURCE_EXHAUSTED).
       max_workers: handler threads; None = queue_size + 8 (a streaming call
         holds a thread for its whole duration).
+      max_new_tokens: most tokens one request may ask a decoder to generate before
+        its capture (CaptureRequest.generate; RESOURCE_EXHAUSTED, "max_new_tokens",
+        beyond; ModelInfo.max_new_tokens); 0: this server does not generate. A
+        generation of N tokens is N forwards of its texts, run a step per turn.
       metrics_port: serve Prometheus metrics over plain HTTP at /metrics on this
         port of the server's host (0: a free one, `AttentionServer.metrics_port`);
         None (the default): no metrics endpoint (`service.metrics`).
@@ -80,6 +86,7 @@ class ServerOptions:
     slow_reader_s: float = 30.0
     max_workers: int | None = None
     metrics_port: int | None = None
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
 
     def __post_init__(self):
         for name in (
@@ -96,6 +103,8 @@ class ServerOptions:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
         if self.slow_reader_s <= 0:
             raise ValueError(f"slow_reader_s must be > 0, got {self.slow_reader_s}")
         if self.batch_window_s < 0:

@@ -7,7 +7,10 @@ the field's name (and the limit's) for the `jaxattn-field` / `jaxattn-limit`
 trailers (attention.proto). Layers and heads are checked here against the wire's
 rule (0..count-1: no negative indices, which the engine would accept); the
 maps' query and key positions (negative ones from each text's end) against
-every text; the dtype rules are the engine's own (`Engine.make_spec`).
+every text; the dtype rules are the engine's own (`Engine.make_spec`). A request
+that generates (`generate`: `service.generation`) is checked against the model
+(it must generate) and the server's max_new_tokens, and counted at its worst case,
+each text at prompt + generate tokens, for every limit after it.
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ import dataclasses
 
 import grpc
 
-from jaxattn.errors import TooLongError
+from jaxattn.errors import GenerationTooLongError, TooLongError
 from jaxattn.quantities import MAPS, QUANTITIES
 from jaxattn.selection import bad_position
 from jaxattn.spec import DEFAULT_WHAT
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs
+from service.generation import DEFAULT_MAX_NEW_TOKENS, GenerationAsk, generator_problem
 from service.limits import OutputLimits
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
@@ -74,6 +78,10 @@ class ParsedRequest:
     max_chunk_bytes: int
     coalesce: bool = False  # CaptureRequest.coalesce: several items per message
     weights_in_header: bool = False  # CaptureRequest.weights_in_header: no metadata send
+    # CaptureRequest.generate: the prompts to continue first; `tokenized` then holds
+    # each text at its longest (prompt + generate, within the positions): the worst
+    # case the limits, the quotas and admission count
+    generation: GenerationAsk | None = None
 
     @property
     def tokens(self) -> int:
@@ -145,25 +153,43 @@ def _positions(values, field: str, what, max_length: int) -> list[int] | None:
     return list(values)
 
 
-def _fits(values, field: str, tokenized) -> None:
-    """Each of a position field's `values` names a token of its own in every example."""
+def _fits(values, field: str, tokenized, shortest=None) -> None:
+    """Each of a position field's `values` names a token of its own in every example, at
+    every length it may have: its own, or with `shortest` (a generation's: each
+    example's fewest tokens with its continuation) any from that to its own."""
     if not values:
         return
+    checked: set[tuple[int, int]] = set()
     for k, e in enumerate(tokenized):
-        bad = bad_position(values, e.length)
-        if bad is None:
+        lo = e.length if shortest is None else shortest[k]
+        if (lo, e.length) in checked:
             continue
-        i, earlier = bad
-        why = (
-            f"outside texts[{k}] of {e.length} tokens: valid positions there are "
-            f"0..{e.length - 1} (or -{e.length}..-1 from its end)"
-            if earlier is None
-            else f"token {values[i] % e.length} of texts[{k}] ({e.length} tokens), as "
-            f"{field}[{earlier}] {values[earlier]} does: name each token once"
-        )
-        raise RequestError(
-            INVALID, f"{field} position {values[i]} ({field}[{i}]) is {why}", f"{field}[{i}]"
-        )
+        checked.add((lo, e.length))
+        for length in _lengths_to_check(values, lo, e.length):
+            bad = bad_position(values, length)
+            if bad is None:
+                continue
+            i, earlier = bad
+            whose = f"texts[{k}]" if shortest is None else f"texts[{k}] with its continuation"
+            why = (
+                f"outside {whose} of {length} tokens: valid positions there are "
+                f"0..{length - 1} (or -{length}..-1 from its end)"
+                if earlier is None
+                else f"token {values[i] % length} of {whose} ({length} tokens), as "
+                f"{field}[{earlier}] {values[earlier]} does: name each token once"
+            )
+            raise RequestError(
+                INVALID, f"{field} position {values[i]} ({field}[{i}]) is {why}", f"{field}[{i}]"
+            )
+
+
+def _lengths_to_check(values, lo: int, hi: int) -> list[int]:
+    """The lengths in lo..hi at which `values` may fail: `lo` (a position within it is
+    within every longer one), and those where a position p >= 0 and one -j < 0 name one
+    token (p + j); none other can."""
+    negatives = {-v for v in values if v < 0}
+    later = {v + j for v in values if v >= 0 for j in negatives if lo < v + j <= hi}
+    return [lo, *sorted(later)]
 
 
 def _what(names, available) -> list[str] | None:
@@ -187,6 +213,18 @@ def _too_long(e: TooLongError) -> RequestError:
         INVALID,
         f"texts[{e.index}] is {e.length} tokens, over the model's limit of {e.limit} "
         "(ModelInfo.max_positions): set truncate in CaptureRequest to cut it",
+        f"texts[{e.index}]",
+    )
+
+
+def _too_long_to_generate(e: GenerationTooLongError) -> RequestError:
+    """The engine's GenerationTooLongError, in wire terms."""
+    return RequestError(
+        INVALID,
+        f"texts[{e.index}]: its {e.prompt} prompt tokens + generate {e.new} new tokens = "
+        f"{e.prompt + e.new}, over the model's limit of {e.limit} positions "
+        "(ModelInfo.max_positions): set truncate in CaptureRequest to generate until the "
+        "positions are full, or ask fewer new tokens",
         f"texts[{e.index}]",
     )
 
@@ -223,6 +261,7 @@ class RequestParser:
         max_example_bytes: int = 0,
         max_buffered_bytes: int = 0,
         max_result_bytes: int = 0,
+        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     ):
         self.engine = engine
         self.max_texts = max_texts
@@ -230,6 +269,10 @@ class RequestParser:
         # Enforced by gRPC (service/server.py); kept here to be reported in ModelInfo.
         self.max_request_bytes = max_request_bytes
         self.max_metadata_bytes = max_metadata_bytes
+        # CaptureRequest.generate: why this model cannot generate (None: it can), and the
+        # server's limit on new tokens (ModelInfo.max_new_tokens: 0 where it cannot)
+        self.cannot_generate = generator_problem(engine)
+        self.max_new_tokens = 0 if self.cannot_generate else max_new_tokens
         # Output sizes (0: unbounded): a request whose output cannot fit is refused here.
         self.limits = OutputLimits(
             engine,
@@ -284,16 +327,33 @@ class RequestParser:
         texts = [
             (t.text, t.text_pair) if t.HasField("text_pair") else t.text for t in request.texts
         ]
-        try:
-            tokenized = self.engine.tokenize(
-                texts, too_long="truncate" if request.truncate else "error"
+        if request.ignore_eos and not request.generate:
+            raise RequestError(
+                INVALID, "ignore_eos applies to generate: set generate too", "ignore_eos"
             )
+        too_long = "truncate" if request.truncate else "error"
+        generation = shortest = None
+        try:
+            if request.generate:
+                new = self._new_tokens(request.generate)
+                prompts, tokenized = self.engine.plan_generation(texts, new, too_long)
+                generation = GenerationAsk(tuple(prompts), new, not request.ignore_eos)
+                # its fewest tokens: one new token unless it runs to the end (ignore_eos)
+                fewest = new if request.ignore_eos else 1
+                shortest = [
+                    min(p.length + fewest, w.length)
+                    for p, w in zip(prompts, tokenized, strict=True)
+                ]
+            else:
+                tokenized = self.engine.tokenize(texts, too_long=too_long)
+        except GenerationTooLongError as e:
+            raise _too_long_to_generate(e) from e
         except TooLongError as e:
             raise _too_long(e) from e
         except ValueError as e:
             raise RequestError(INVALID, str(e), "texts") from e
-        _fits(rows, "query_positions", tokenized)
-        _fits(keys, "key_positions", tokenized)
+        _fits(rows, "query_positions", tokenized, shortest)
+        _fits(keys, "key_positions", tokenized, shortest)
         parsed = ParsedRequest(
             spec,
             tokenized,
@@ -301,6 +361,7 @@ class RequestParser:
             max_chunk_bytes,
             request.coalesce,
             request.weights_in_header,
+            generation,
         )
         if parsed.tokens > self.max_tokens:
             raise RequestError(
@@ -314,3 +375,17 @@ class RequestParser:
         if refused is not None:
             raise RequestError(EXHAUSTED, *refused)
         return parsed
+
+    def _new_tokens(self, new: int) -> int:
+        """CaptureRequest.generate, checked: this model generates, within the limit."""
+        if self.cannot_generate:
+            raise RequestError(INVALID, f"generate {new}: {self.cannot_generate}", "generate")
+        if new > self.max_new_tokens:
+            raise RequestError(
+                EXHAUSTED,
+                f"generate asks for {new} new tokens; this server generates at most "
+                f"{self.max_new_tokens} per request (ModelInfo.max_new_tokens)",
+                "generate",
+                "max_new_tokens",
+            )
+        return new

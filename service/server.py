@@ -188,6 +188,7 @@ def create_server(
         max_example_bytes=options.max_example_bytes,
         max_buffered_bytes=options.max_buffered_bytes,
         max_result_bytes=options.max_result_bytes,
+        max_new_tokens=options.max_new_tokens,
     )
     if hasattr(engine, "part_bytes"):
         # An example over the per-example limit runs in layer groups within it, each

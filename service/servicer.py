@@ -83,6 +83,7 @@ class AttentionServicer:
             max_example_bytes=self.parser.limits.example_bytes,
             max_result_bytes=self.parser.limits.result_bytes,
             coalesce=True,
+            max_new_tokens=self.parser.max_new_tokens,
             **self._longest,
         )
 
@@ -136,6 +137,7 @@ class AttentionServicer:
                 chunk_bytes=parsed.max_chunk_bytes,
                 client=quota.name,
                 coalesce=parsed.coalesce,
+                generation=parsed.generation,
             )
             # Fires on completion, cancellation and deadline: the job stops
             # waiting and the batcher drops its unfinished work. A call that

@@ -65,6 +65,7 @@ CORE = {
     "spec",
     "selection",
     "config",
+    "continuations",
     "positions",
     "info",
     "capture",

@@ -60,6 +60,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-texts", type=positive, default=1024, help="most texts per request")
     p.add_argument("--max-tokens", type=positive, default=131072, help="most tokens per request")
     p.add_argument(
+        "--max-new-tokens",
+        type=non_negative,
+        default=256,
+        help="most tokens one request may ask a decoder to generate before its capture "
+        "(CaptureRequest.generate); 0: no generation",
+    )
+    p.add_argument(
         "--queue-size",
         type=positive,
         default=64,
@@ -217,6 +224,7 @@ def server_options(args: argparse.Namespace):
     return ServerOptions(
         max_texts=args.max_texts,
         max_tokens=args.max_tokens,
+        max_new_tokens=args.max_new_tokens,
         queue_size=args.queue_size,
         batch_window_s=args.batch_window_ms / 1e3,
         max_batch_examples=args.max_batch,

@@ -17,6 +17,9 @@ Several replicas: `AttentionClient(["a:50051", "b:50051"])` or one
 "dns:///name:50051" (round-robin, NOT_SERVING replicas skipped, a cut stream
 resumed on another replica of the same weights; docs/replicas.md).
 Captures carry `text`, `truncated` and `provenance` (source "server HOST:PORT").
+A decoder's server continues texts first with `generate=N` (as `Engine.capture`:
+the captures' `generated_start` marks the continuation; `server_info().max_new_tokens`
+says how many tokens it generates, 0: none).
 Layers and heads take the engine's selections (-1, slices, "0,3,-1"). Failures
 raise `AttentionServiceError` with the gRPC status code, message, and the
 refused request `field` / server `limit` when the server names them.

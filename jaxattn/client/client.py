@@ -178,6 +178,8 @@ class AttentionClient:
         timeout: float | None = None,
         query_positions: Selection = None,
         key_positions: Selection = None,
+        generate: int | None = None,
+        stop_at_eos: bool = True,
     ) -> list[Capture]:
         """Capture attention quantities for each text, like `Engine.capture`.
 
@@ -201,6 +203,14 @@ class AttentionClient:
             (negative positions from each text's end; the server checks them
             against each text: INVALID_ARGUMENT, field "query_positions[i]").
           key_positions: the key positions the maps keep, likewise.
+          generate: a decoder only, as `Engine.capture`: the server first continues
+            each text by up to this many greedily generated tokens, then captures
+            prompt + continuation (`Capture.generated_start`: the first generated
+            token). too_long then applies to prompt + new tokens ("skip" drops a
+            text whose prompt + generate exceed the model's positions: asked of
+            the server with truncate, so their generation is paid). Refused by
+            the server beyond `server_info().max_new_tokens` (0: it cannot generate).
+          stop_at_eos: with `generate`: end a continuation at the tokenizer's EOS.
 
         Returns:
           One Capture per (unskipped) text, in input order, with its `text`,
@@ -226,6 +236,8 @@ class AttentionClient:
                 timeout=timeout,
                 query_positions=query_positions,
                 key_positions=key_positions,
+                generate=generate,
+                stop_at_eos=stop_at_eos,
             )
         )
 
@@ -244,6 +256,8 @@ class AttentionClient:
         timeout: float | None = None,
         query_positions: Selection = None,
         key_positions: Selection = None,
+        generate: int | None = None,
+        stop_at_eos: bool = True,
     ) -> Iterator[Capture]:
         """Like `capture`, but yield each example's Capture (in input order) as it arrives.
 
@@ -264,6 +278,8 @@ class AttentionClient:
             max_chunk_bytes=max_chunk_bytes,
             query_positions=query_positions,
             key_positions=key_positions,
+            generate=generate,
+            stop_at_eos=stop_at_eos,
         )
         request.coalesce = self.coalesce
         request.weights_in_header = self.weights_in_header
@@ -286,6 +302,8 @@ class AttentionClient:
         window: int | None = None,
         query_positions: Selection = None,
         key_positions: Selection = None,
+        generate: int | None = None,
+        stop_at_eos: bool = True,
     ) -> CaptureStream:
         """Captures of any number of texts, in input order, in bounded memory.
 
@@ -311,6 +329,8 @@ class AttentionClient:
             precision=precision,
             query_positions=query_positions,
             key_positions=key_positions,
+            generate=generate,
+            stop_at_eos=stop_at_eos,
         )
 
     def _replica(self, i: int, deadline: float, fresh: bool = False) -> ModelInfo:
@@ -421,7 +441,7 @@ class AttentionClient:
                     for capture in decoder.feed_all(message):  # one message, 0 or more
                         requests.check_answer(part, capture, address)
                         resume.received(capture, named, address)
-                        if not (policy == "skip" and capture.truncated):
+                        if not (policy == "skip" and self._over(capture, part.generate)):
                             yield capture
                 decoder.finish()
                 return
@@ -441,6 +461,16 @@ class AttentionClient:
             time.sleep(
                 backoff_delay(max(0, misses - 1), channels.backoff, deadline - time.monotonic())
             )
+
+    def _over(self, capture: Capture, generate: int) -> bool:
+        """Whether too_long="skip" leaves `capture` out: its text was cut, or, asked to
+        generate, its prompt + `generate` exceed the model's positions (what the local
+        engine skips before generating; the server generated until they were full)."""
+        if capture.truncated:
+            return True
+        if not generate:
+            return False
+        return capture.generated_start + generate > self.model_info().max_positions
 
     def __repr__(self) -> str:
         return f"AttentionClient({', '.join(self._channels.addresses)})"

@@ -15,6 +15,7 @@ import grpc
 
 from jaxattn.capture import Capture
 from jaxattn.client.errors import AttentionServiceError
+from jaxattn.continuations import check_new_tokens
 from jaxattn.errors import UsageError
 from jaxattn.inputs import Text, check_utf8
 from jaxattn.selection import Selection, parse_selection, positions_of, resolve_indices
@@ -104,17 +105,22 @@ def build(
     max_chunk_bytes: int | None,
     query_positions: Selection = None,
     key_positions: Selection = None,
+    generate: int | None = None,
+    stop_at_eos: bool = True,
 ) -> pb.CaptureRequest:
     """The CaptureRequest of checked arguments (layers/heads already resolved).
 
     query_positions, key_positions: the maps' rows and keys (`jaxattn.selection.positions_of`:
     the wire carries the positions, negative ones as they are; the server resolves
     them against each text).
+    generate: a decoder's new tokens to generate first (CaptureRequest.generate; None:
+    none), ending at EOS unless `stop_at_eos` is False (CaptureRequest.ignore_eos).
 
     Raises:
       UsageError: an unknown quantity, dtype or precision, statistics as uint8,
         a max_chunk_bytes out of range, a malformed text, positions a slice cannot
-        keep at one count or positions for no map. Whether the model computes a
+        keep at one count or positions for no map, generate < 1 or not a whole number,
+        stop_at_eos=False without generate. Whether the model computes a
         quantity is the server's check (INVALID_ARGUMENT on what[i]), and so is
         whether each position lies within each text.
     """
@@ -130,6 +136,11 @@ def build(
             f"max_chunk_bytes {max_chunk_bytes!r} is out of range: valid are None "
             f"(the server's default) or {lo}..{hi}"
         )
+    new = 0 if generate is None else check_new_tokens(generate)
+    if not stop_at_eos and not new:
+        raise UsageError("stop_at_eos=False applies to generate: give generate=N too")
+    if new > _MAX_UINT32:
+        raise UsageError(f"generate {new} is beyond what a request can carry: ask fewer")
     return pb.CaptureRequest(
         texts=texts_message(texts),
         what=[] if what is None else names,  # none: the server's default
@@ -142,6 +153,8 @@ def build(
         precision=codecs.PRECISION_TO_PB[precision] if precision else 0,
         query_positions=rows or (),
         key_positions=keys or (),
+        generate=new,
+        ignore_eos=bool(new) and not stop_at_eos,
     )
 
 
@@ -154,6 +167,14 @@ def check_answer(request: pb.CaptureRequest, capture: Capture, address: str) -> 
         precision field and computes at highest; a server that predates
         query_positions and key_positions ignores them and sends whole maps).
     """
+    if request.generate and capture.generated_start is None:
+        raise AttentionServiceError(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "asked to generate, the server sent the texts' captures without a continuation "
+            "(a server that predates generate ignores it): upgrade the server, or generate "
+            "on a local engine",
+            address,
+        )
     for field in ("query_positions", "key_positions"):
         if getattr(request, field) and getattr(capture, field) is None:
             raise AttentionServiceError(
@@ -170,6 +191,9 @@ def check_answer(request: pb.CaptureRequest, capture: Capture, address: str) -> 
             "(a server older than jaxattn 0.2 has only highest)",
             address,
         )
+
+
+_MAX_UINT32 = (1 << 32) - 1
 
 
 def _is_int(v) -> bool:

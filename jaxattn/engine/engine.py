@@ -447,6 +447,41 @@ class Engine:
         out = generate(self, texts, max_new_tokens, stop_at_eos=stop_at_eos, too_long=too_long)
         return [g for g in out if g is not None]
 
+    def check_generator(self) -> None:
+        """UsageError unless this engine generates: a decoder with its next-token head
+        (the message says why not)."""
+        from jaxattn.engine.generate import check_generator
+
+        check_generator(self)
+
+    def plan_generation(
+        self, texts: Sequence[str], max_new_tokens: int, too_long: str | None = None
+    ) -> tuple[list, list]:
+        """(each text's prompt, None where too_long="skip" leaves it out; each kept
+        prompt grown to its longest continuation, its ids 0: what a capture of it may
+        cost at most) before anything is generated: a server's admission
+        (`jaxattn.engine.generate.plan_prompts`, `longest`).
+
+        Raises:
+          UsageError: this engine does not generate, or max_new_tokens < 1.
+          InputError: GenerationTooLongError or TooLongError, as `generate`.
+        """
+        from jaxattn.engine.generate import check_generator, check_new_tokens, longest, plan_prompts
+
+        check_generator(self)
+        new = check_new_tokens(max_new_tokens)
+        prompts = plan_prompts(self, texts, new, too_long)
+        limit = self.config.max_length
+        return prompts, [longest(p, new, limit) for p in prompts if p is not None]
+
+    def continuations(self, prompts: Sequence, max_new_tokens: int, *, stop_at_eos: bool = True):
+        """A `jaxattn.engine.generate.Continuations` of `prompts` (`plan_generation`'s):
+        generation a forward at a time (`step`), for a caller that interleaves it with
+        other work (the server's batcher)."""
+        from jaxattn.engine.generate import Continuations
+
+        return Continuations(self, prompts, max_new_tokens, stop_at_eos=stop_at_eos)
+
     def capture_iter(
         self,
         texts: Iterable[Text],

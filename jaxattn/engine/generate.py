@@ -28,20 +28,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxattn.continuations import STOPS, check_new_tokens  # noqa: F401 (STOPS: named here too)
 from jaxattn.engine.causal_lm import unembedding
 from jaxattn.engine.mlm import final_states
 from jaxattn.engine.pipeline import in_order
 from jaxattn.engine.tokenize import TokenizedText
 from jaxattn.errors import GenerationTooLongError, UsageError
 from jaxattn.stream import too_long_policy
-
-# Why a continuation ended, and in words: the tokenizer's EOS (generated, kept as its
-# last token), max_new_tokens reached, or the model's positions filled (too_long="truncate").
-STOPS = {
-    "eos": "at the tokenizer's EOS token",
-    "max_new_tokens": "at max_new_tokens",
-    "limit": "at the model's limit of positions",
-}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -97,15 +90,6 @@ def check_generator(engine) -> None:
         )
 
 
-def check_new_tokens(max_new_tokens) -> int:
-    """max_new_tokens as an int >= 1 (UsageError naming the value otherwise)."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int | np.integer):
-        raise UsageError(f"max_new_tokens must be a whole number, got {max_new_tokens!r}")
-    if max_new_tokens < 1:
-        raise UsageError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-    return int(max_new_tokens)
-
-
 @functools.partial(jax.jit, static_argnums=2)
 def _next_ids(h, w, softcap: float = 0.0):
     """argmax over the vocabulary of each row's logits h W^T: h [B, D], w [V, D]; the
@@ -154,6 +138,21 @@ def generate(
     """
     check_generator(engine)
     new = check_new_tokens(max_new_tokens)
+    prompts = plan_prompts(engine, texts, new, too_long)
+    run = Continuations(engine, prompts, new, stop_at_eos=stop_at_eos, ablation=ablation)
+    while not run.done:
+        run.step()
+    return run.results()
+
+
+def plan_prompts(engine, texts, new: int, too_long: str | None = None) -> list:
+    """Each text's prompt (`TokenizedText`) under `too_long` for `new` tokens, or None
+    where "skip" leaves it out: `generate`'s too_long rule, before anything runs.
+
+    Raises:
+      GenerationTooLongError: under "error", a prompt whose tokens + `new` exceed the
+        model's positions; TooLongError: a prompt alone over them.
+    """
     policy = too_long_policy(too_long)
     limit = engine.config.max_length
     # The prompt alone over the limit: the capture path's rule (error, truncate, skip).
@@ -161,43 +160,84 @@ def generate(
     for i, p in enumerate(prompts):
         if p is not None and p.length + new > limit and policy == "error":
             raise GenerationTooLongError(i, p.length, new, limit)
-    prompts = [
+    return [
         None if p is None or (policy == "skip" and p.length + new > limit) else p for p in prompts
     ]
-    eos = engine.tokenizer.hf.eos_token_id if stop_at_eos else None
-    w = jnp.asarray(unembedding(engine), jnp.float32)
-    grown: dict[int, list[int]] = {i: [] for i, p in enumerate(prompts) if p is not None}
-    stops: dict[int, str] = {}
-    for i in grown:
-        if prompts[i].length >= limit:
-            stops[i] = "limit"  # a prompt cut to the limit: no position left
-    while len(stops) < len(grown):
-        active = [i for i in grown if i not in stops]
-        seqs = [_extended(prompts[i], grown[i]) for i in active]
-        states = final_states(engine, seqs, ablation)
+
+
+def longest(prompt: TokenizedText, new: int, limit: int) -> TokenizedText:
+    """`prompt` grown by as many tokens as its continuation of up to `new` may have
+    within `limit` positions (their ids 0): the worst case a generation's capture sizes."""
+    return _extended(prompt, [0] * max(0, min(new, limit - prompt.length)))
+
+
+class Continuations:
+    """Greedy continuations of prompts, one forward of every unfinished one per `step`:
+    the loop of `generate`, and what a server runs a step per turn (service.generation).
+
+    Args:
+      engine: a decoder with its next-token head (`check_generator`).
+      prompts: TokenizedTexts (`plan_prompts`), None where one is left out.
+      new: most tokens to generate per prompt (>= 1).
+      stop_at_eos, ablation: as `generate`.
+    """
+
+    def __init__(self, engine, prompts, new: int, *, stop_at_eos: bool = True, ablation=None):
+        self.engine, self.prompts, self.new, self.ablation = engine, list(prompts), new, ablation
+        self.limit = engine.config.max_length
+        self.eos = engine.tokenizer.hf.eos_token_id if stop_at_eos else None
+        self._w = None  # the unembedding, on the device at the first step
+        self.grown: dict[int, list[int]] = {
+            i: [] for i, p in enumerate(self.prompts) if p is not None
+        }
+        self.stops: dict[int, str] = {}
+        for i in self.grown:
+            if self.prompts[i].length >= self.limit:
+                self.stops[i] = "limit"  # a prompt cut to the limit: no position left
+
+    @property
+    def done(self) -> bool:
+        """Every continuation has ended."""
+        return len(self.stops) == len(self.grown)
+
+    def step(self) -> int:
+        """One forward of every unfinished continuation, each its next token; returns how
+        many tokens it generated (0 once `done`)."""
+        active = [i for i in self.grown if i not in self.stops]
+        if not active:
+            return 0
+        if self._w is None:
+            self._w = jnp.asarray(unembedding(self.engine), jnp.float32)
+        seqs = [_extended(self.prompts[i], self.grown[i]) for i in active]
+        states = final_states(self.engine, seqs, self.ablation)
         last = np.stack([h[-1] for h in states]).astype(np.float32)  # each at its own end
-        picked = np.asarray(_next_ids(jnp.asarray(last), w, engine.config.lm_softcap))
+        picked = np.asarray(_next_ids(jnp.asarray(last), self._w, self.engine.config.lm_softcap))
         for i, t in zip(active, picked.tolist(), strict=True):
-            grown[i].append(int(t))
-            if eos is not None and t == eos:
-                stops[i] = "eos"
-            elif len(grown[i]) == new:
-                stops[i] = "max_new_tokens"
-            elif prompts[i].length + len(grown[i]) >= limit:
-                stops[i] = "limit"
-    tok = engine.tokenizer
-    return [
-        None
-        if p is None
-        else Generation(
-            prompt=p,
-            ids=tuple(grown[i]),
-            tokens=tok.tokens_of(grown[i]),
-            text=tok.decode(grown[i]),
-            stop=stops[i],
-        )
-        for i, p in enumerate(prompts)
-    ]
+            grown = self.grown[i]
+            grown.append(int(t))
+            if self.eos is not None and t == self.eos:
+                self.stops[i] = "eos"
+            elif len(grown) == self.new:
+                self.stops[i] = "max_new_tokens"
+            elif self.prompts[i].length + len(grown) >= self.limit:
+                self.stops[i] = "limit"
+        return len(active)
+
+    def results(self) -> list[Generation | None]:
+        """Each prompt's Generation (None where it was left out), once `done`."""
+        tok = self.engine.tokenizer
+        return [
+            None
+            if p is None
+            else Generation(
+                prompt=p,
+                ids=tuple(self.grown[i]),
+                tokens=tok.tokens_of(self.grown[i]),
+                text=tok.decode(self.grown[i]),
+                stop=self.stops[i],
+            )
+            for i, p in enumerate(self.prompts)
+        ]
 
 
 def _extended(prompt: TokenizedText, ids: Sequence[int]) -> TokenizedText:

@@ -357,6 +357,9 @@ class StreamDecoder:
             or "highest",
             text=self._text(header.index),
             truncated=header.truncated,
+            generated_start=(
+                header.generated_start if header.HasField("generated_start") else None
+            ),
             provenance=self.provenance,
             query_positions=tuple(header.query_positions) or None,
             key_positions=tuple(header.key_positions) or None,
@@ -421,3 +424,9 @@ def _check_layout(header: pb.ExampleHeader, shapes: dict[str, tuple[int, ...]]) 
     )
     if problem:
         raise WireError(f"example {header.index}: {problem}")
+    start, count = header.generated_start, len(header.tokens)
+    if header.HasField("generated_start") and not 1 <= start <= count:
+        raise WireError(
+            f"example {header.index}: generated_start {start} is outside its {count} "
+            f"tokens (1..{count})"
+        )

@@ -299,14 +299,6 @@ BAD: list[Bad] = [
         2,
         r"is an encoder \(bert, bidirectional\): generating text needs a decoder",
     ),
-    Bad(
-        "generating through a server",
-        "--generate",
-        lambda t, g: ["--generate", "3", "--server", g["server"]],
-        2,
-        "--generate 3 runs on a local engine",
-        frozenset({"capture", "view"}),  # the commands with --generate and --server
-    ),
     Bad("--ignore-eos alone", "--ignore-eos", lambda t, g: ["--ignore-eos"], 2, "--generate"),
     Bad(
         "unreachable server",

@@ -1,8 +1,8 @@
 """`jaxattn capture/view TEXT --generate N` on a tiny random GPT-2: the summary shows the
 continuation the engine generates, the saved capture and the page hold the boundary; a
 decoder without its head, a prompt + N over the positions, a mode that does not capture
-texts: one line each, exit 2. (Encoders, --server, N < 1, --ignore-eos alone: the table
-of tests/cli/bad_inputs.py.)"""
+texts: one line each, exit 2. (Encoders, N < 1, --ignore-eos alone: the table of
+tests/cli/bad_inputs.py; --server: test_cli_generate_server.py.)"""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_support import one_error
 
 import jaxattn
 from jaxattn.cli import main
@@ -25,14 +26,6 @@ PROMPT = "The quick brown fox"
 @pytest.fixture(scope="module")
 def gpt2(tmp_path_factory):
     return make_gpt2_checkpoint(tmp_path_factory.mktemp("gpt2"), n_positions=20)
-
-
-def _one_error(capsys, command: str) -> str:
-    out, err = capsys.readouterr()
-    lines = [line for line in err.splitlines() if ": error: " in line]
-    assert "Traceback" not in out + err and len(lines) == 1, err
-    assert lines[0].startswith(f"jaxattn {command}: error: ")
-    return lines[0]
 
 
 def test_capture_prints_the_continuation_and_saves_the_boundary(gpt2, tmp_path, capsys):
@@ -64,17 +57,17 @@ def test_view_marks_the_continuation_in_the_page(gpt2, tmp_path, capsys):
 def test_what_cannot_generate_is_one_line_and_exit_2(gpt2, tmp_path, capsys):
     bare = make_llama_checkpoint(tmp_path / "bare", lm_head=False)
     assert main(["capture", PROMPT, "--model", str(bare), "--generate", "2"]) == 2
-    assert "bare has no next-token head" in _one_error(capsys, "capture")
+    assert "bare has no next-token head" in one_error(capsys, "capture")
     limit = jaxattn.load(gpt2).config.max_length
     n = limit  # the prompt's tokens + n: over the model's positions
     assert main(["capture", PROMPT, "--model", str(gpt2), "--generate", str(n)]) == 2
-    line = _one_error(capsys, "capture")
+    line = one_error(capsys, "capture")
     assert re.search(
         rf"prompt tokens \+ {n} new tokens = \d+, over the model's limit of {limit}", line
     )
     args = ["view", PROMPT, "--global", "--generate", "2", "--out", str(tmp_path / "x.html")]
     assert main(args) == 2
-    assert "not --global" in _one_error(capsys, "view")
+    assert "not --global" in one_error(capsys, "view")
 
 
 def test_too_long_truncate_generates_until_the_positions_are_full(gpt2, tmp_path, capsys):

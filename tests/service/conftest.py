@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from hf_fixtures import make_checkpoint
-from service_support import GatedEngine, running_server
+from service_support import GENERATE_LIMIT, GatedEngine, running_server
 
 
 @pytest.fixture(scope="session")
@@ -49,3 +49,33 @@ def client(address):
 @pytest.fixture
 def gated(svc_engine):
     return GatedEngine(svc_engine)
+
+
+@pytest.fixture(scope="session")
+def svc_gpt2(tmp_path_factory):
+    """The tiny random GPT-2 with its head (tests/families/gpt2_fixture.py): the decoder
+    of the generation tests (64 positions)."""
+    import sys
+    from pathlib import Path
+
+    import jaxattn
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
+    from gpt2_fixture import make_gpt2_checkpoint
+
+    return jaxattn.load(make_gpt2_checkpoint(tmp_path_factory.mktemp("svc_gpt2")), buckets=(32,))
+
+
+@pytest.fixture(scope="session")
+def gpt2_address(svc_gpt2):
+    """The address of a server of `svc_gpt2` generating at most GENERATE_LIMIT tokens."""
+    with running_server(svc_gpt2, max_new_tokens=GENERATE_LIMIT) as (_, address):
+        yield address
+
+
+@pytest.fixture
+def gpt2_client(gpt2_address):
+    from jaxattn.client import AttentionClient
+
+    with AttentionClient(gpt2_address, timeout=60.0) as c:
+        yield c

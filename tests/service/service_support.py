@@ -26,6 +26,22 @@ SENTENCES = (
 )
 TEXTS = [EXAMPLE_A, (EXAMPLE_A, EXAMPLE_B), "the cat sat on the mat", ("hello world", "")]
 WHAT = ("attention", "alpha_fx_norm")  # the spec most tests share
+GENERATE_LIMIT = 9  # --max-new-tokens of the generation tests' server (conftest: gpt2_address)
+
+
+def assert_same_captures(got, want) -> None:
+    """Captures through a server equal the local engine's: tokens, text, where the
+    continuation starts, truncated, and every tensor within float32 rounding."""
+    import numpy as np
+
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.tokens == w.tokens and g.text == w.text
+        assert g.generated_start == w.generated_start
+        assert g.truncated == w.truncated
+        assert sorted(g.tensors) == sorted(w.tensors)
+        for name, t in w.tensors.items():
+            np.testing.assert_allclose(g.tensors[name], t, rtol=1e-6, atol=1e-7)
 
 
 class GatedEngine:

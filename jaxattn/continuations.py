@@ -1,0 +1,27 @@
+"""What a request for a decoder's continuation is and how one ends, without jax: the
+checks and words the local engine (`jaxattn.engine.generate`), the client
+(`AttentionClient.capture(..., generate=N)`) and the CLI share."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxattn.errors import UsageError
+
+# Why a continuation ended, and in words: the tokenizer's EOS (generated, kept as its
+# last token), max_new_tokens reached, or the model's positions filled (too_long="truncate").
+STOPS = {
+    "eos": "at the tokenizer's EOS token",
+    "max_new_tokens": "at max_new_tokens",
+    "limit": "at the model's limit of positions",
+}
+
+
+def check_new_tokens(max_new_tokens) -> int:
+    """max_new_tokens (a capture's `generate`) as an int >= 1 (UsageError naming the value
+    otherwise): the local engine's check and the client's, before a request is sent."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int | np.integer):
+        raise UsageError(f"max_new_tokens must be a whole number, got {max_new_tokens!r}")
+    if max_new_tokens < 1:
+        raise UsageError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    return int(max_new_tokens)

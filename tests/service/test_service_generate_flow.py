@@ -1,0 +1,153 @@
+"""Generation's scheduling in the service: a step per batcher turn, so a long generation
+does not hold the engine from a concurrent capture; a cancelled one stops between
+steps; a cut stream resumes from the first example not received, with the same
+continuation (greedy generation is deterministic)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from local_server import fake_service
+
+from jaxattn.client import AttentionClient
+from jaxattn.engine.generate import longest
+from jaxattn.v1 import attention_pb2 as pb
+from service.generation import GenerationAsk
+from service.micro_batching import JobCancelled, MicroBatcher
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
+
+STEPS = 24  # new tokens of the long generation (stop_at_eos off: exactly this many steps)
+CAPTURE = "/jaxattn.v1.AttentionService/Capture"
+INFO = "/jaxattn.v1.AttentionService/GetModelInfo"
+
+
+@pytest.fixture
+def batcher(svc_gpt2):
+    b = MicroBatcher(svc_gpt2, queue_size=8, window_s=0.0, max_batch_examples=8)
+    b.start()
+    yield b
+    b.close(timeout=10)
+
+
+def _generating(batcher, engine, text: str, new: int, deadline=None):
+    spec = engine.make_spec(what=["attention"])
+    prompts = engine.tokenize([text])
+    ask = GenerationAsk(tuple(prompts), new, stop_at_eos=False)
+    worst = [longest(p, new, engine.config.max_length) for p in prompts]
+    return batcher.submit(spec, worst, deadline, generation=ask)
+
+
+def _wait(predicate, what: str, timeout: float = 20.0):
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, f"{what} not reached within {timeout}s"
+        time.sleep(0.005)
+
+
+def test_a_long_generation_does_not_hold_the_engine_from_a_plain_capture(batcher, svc_gpt2):
+    """The plain capture, sent just after the generation started, finishes while the
+    generation has most of its steps left (its steps take turns with other work)."""
+    long = _generating(batcher, svc_gpt2, "The quick brown fox", STEPS)
+    _wait(lambda: batcher.stats["generation_steps"] >= 1, "the first step")
+    plain = batcher.submit(
+        svc_gpt2.make_spec(what=["attention"]), svc_gpt2.tokenize(["hello world"])
+    )
+    ((index, cap),) = list(plain.results())
+    steps_then = batcher.stats["generation_steps"]
+    assert index == 0 and cap.generated_start is None
+    got = [c for _, c in long.results()]
+    assert batcher.stats["generation_steps"] == STEPS
+    assert batcher.stats["generated_tokens"] == STEPS
+    assert steps_then < STEPS // 2, f"the capture waited for {steps_then} of {STEPS} steps"
+    want = svc_gpt2.capture(
+        ["The quick brown fox"], what=["attention"], generate=STEPS, stop_at_eos=False
+    )
+    assert got[0].tokens == want[0].tokens and got[0].generated_start == want[0].generated_start
+    np.testing.assert_allclose(got[0].tensors["attention"], want[0].tensors["attention"], atol=1e-6)
+    for job in (long, plain):
+        batcher.release(job)
+
+
+def test_a_cancelled_generation_stops_between_steps(batcher, svc_gpt2):
+    job = _generating(batcher, svc_gpt2, "Hello, world. Hello,", STEPS)
+    _wait(lambda: batcher.stats["generation_steps"] >= 1, "the first step")
+    job.cancel()
+    # dropped while it waited for its next turn, or abandoned after the step it was in
+    _wait(lambda: batcher.stats["dropped"] + batcher.stats["abandoned"] >= 1, "the job dropped")
+    steps = batcher.stats["generation_steps"]
+    # the worker is free: a later capture runs, and the cancelled job took no more steps
+    plain = batcher.submit(svc_gpt2.make_spec(what=["attention"]), svc_gpt2.tokenize(["hello"]))
+    assert len(list(plain.results())) == 1
+    assert batcher.stats["generation_steps"] == steps < STEPS
+    with pytest.raises(JobCancelled):
+        list(job.results())
+    batcher.release(job)
+    batcher.release(plain)
+
+
+def test_a_generation_past_its_deadline_takes_no_step(batcher, svc_gpt2):
+    job = _generating(batcher, svc_gpt2, "a", STEPS, deadline=time.monotonic() - 1)
+    with pytest.raises(JobCancelled):
+        list(job.results())
+    assert batcher.stats["dropped"] == 1 and batcher.stats["generation_steps"] == 0
+    batcher.release(job)
+
+
+class CutOnce:
+    """A stand-in server in front of the real one: the first Capture call is cut
+    (UNAVAILABLE) after the first example's messages; every request is recorded."""
+
+    def __init__(self, target: str):
+        self.channel = grpc.insecure_channel(target)
+        self.requests: list[pb.CaptureRequest] = []
+        self.lock = threading.Lock()
+
+    def capture(self, request, context):
+        with self.lock:
+            self.requests.append(request)
+            first = len(self.requests) == 1
+        call = self.channel.unary_stream(
+            CAPTURE,
+            request_serializer=pb.CaptureRequest.SerializeToString,
+            response_deserializer=None,
+        )(request, timeout=60)
+        headers = 0
+        for message in call:
+            headers += pb.CaptureResponse.FromString(message).HasField("header")
+            if first and headers == 2:  # the second example starts: cut here
+                call.cancel()
+                context.abort(grpc.StatusCode.UNAVAILABLE, "cut")
+            yield message
+
+    def info(self, request, context):
+        return self.channel.unary_unary(
+            INFO,
+            request_serializer=pb.GetModelInfoRequest.SerializeToString,
+            response_deserializer=pb.ModelInfo.FromString,
+        )(request, timeout=30)
+
+
+def test_a_cut_stream_resumes_with_the_same_continuations(svc_gpt2, gpt2_address):
+    texts = ["The quick brown fox", "Hello, world. Hello,", "a"]
+    kw = dict(what=["attention"], generate=6)
+    proxy = CutOnce(gpt2_address)
+    with fake_service(proxy.capture, proxy.info) as front:
+        with AttentionClient(front, timeout=60, retries=3, backoff=(0.01, 0.02)) as c:
+            c.coalesce = False  # one item per message: the cut lands between examples
+            got = c.capture(texts, **kw)
+    proxy.channel.close()
+    asked = [[t.text for t in r.texts] for r in proxy.requests]
+    assert asked == [texts, texts[1:]]
+    assert all(r.generate == 6 and not r.ignore_eos for r in proxy.requests)
+    want = svc_gpt2.capture(texts, **kw)
+    assert [c.text for c in got] == texts  # each example once, in order
+    for g, w in zip(got, want, strict=True):
+        assert g.tokens == w.tokens and g.generated_start == w.generated_start
+        np.testing.assert_allclose(g.tensors["attention"], w.tensors["attention"], atol=1e-6)
