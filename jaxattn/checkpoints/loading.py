@@ -202,6 +202,7 @@ def load(
         model type or config field, a config field of the wrong type, a missing,
         unused or misshapen weight (named, with both shapes).
     """
+    from jaxattn.checkpoints.eos import read_eos_ids
     from jaxattn.engine import Engine
     from jaxattn.engine.cache import enable_compilation_cache
 
@@ -217,5 +218,8 @@ def load(
     else:
         model = parse_model(path, revision).resolve()
     config, params = _read(model, ignore_config_fields)
+    eos_ids = read_eos_ids(model.path) if config.causal else None  # an encoder generates none
     tokenizer = read_tokenizer(model.path, config, cache)
-    return Engine(config, params, tokenizer, revision=model.revision, **engine_options)
+    return Engine(
+        config, params, tokenizer, revision=model.revision, eos_ids=eos_ids, **engine_options
+    )
