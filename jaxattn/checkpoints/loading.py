@@ -167,10 +167,11 @@ def load(
           shards, or pytorch_model.bin; tokenizer files) or a `jaxattn convert`
           output. A directory that exists wins over a Hub model of that name.
         - a Hugging Face Hub name, "bert-base-uncased" or "org/name", optionally
-          "org/name@REVISION": only config.json, the tokenizer and the weights
-          are downloaded, into the Hugging Face cache (HF_HOME, HF_HUB_CACHE;
-          HF_TOKEN for gated models; HF_HUB_OFFLINE=1: the cache alone), and a
-          model of another family is refused before its weights.
+          "org/name@REVISION": only config.json, the tokenizer, the weights and
+          generation_config.json (where it has one) are downloaded, into the
+          Hugging Face cache (HF_HOME, HF_HUB_CACHE; HF_TOKEN for gated models;
+          HF_HUB_OFFLINE=1: the cache alone), and a model of another family is
+          refused before its weights.
         - None: the embedded all-MiniLM-L6-v2.
         The families: bert (MiniLM too), roberta (xlm-roberta, camembert),
         distilbert, electra, albert, deberta-v2 (DeBERTa-v3 too), modernbert and
@@ -198,7 +199,9 @@ def load(
       HubError: the Hub did not deliver it: unreachable with no cached copy
         (HubUnreachableError), gated (GatedModelError), a download cut off, a
         full disk.
-      CheckpointError (a ValueError): a damaged file (named), an unsupported
+      CheckpointError (a ValueError): a damaged file (named; a decoder's
+        generation_config.json or config.json eos_token_id not a token id or a
+        list of them: `jaxattn.checkpoints.eos`), an unsupported
         model type or config field, a config field of the wrong type, a missing,
         unused or misshapen weight (named, with both shapes).
     """
