@@ -162,3 +162,9 @@ def test_a_malformed_eos_is_refused_by_load_and_convert(base, tmp_path):
     with pytest.raises(CheckpointError, match=r"config\.json: \"eos_token_id\" must be"):
         convert_checkpoint(path, tmp_path / "o")
     assert not (tmp_path / "o").exists()
+
+
+def test_an_encoder_reads_no_generation_config(bert_checkpoint, tmp_path):
+    path = shutil.copytree(bert_checkpoint, tmp_path / "bert")
+    (path / "generation_config.json").write_text("{not json")  # read by decoders only
+    assert jaxattn.load(path, buckets=(32,)).config.causal is False
