@@ -8,10 +8,11 @@ import numpy as np
 
 from jaxattn.errors import UsageError
 
-# Why a continuation ended, and in words: the tokenizer's EOS (generated, kept as its
-# last token), max_new_tokens reached, or the model's positions filled (too_long="truncate").
+# Why a continuation ended, and in words: an EOS token (`Engine.eos_ids`: the checkpoint's
+# generation config, as transformers' generate; generated, kept as its last token),
+# max_new_tokens reached, or the model's positions filled (too_long="truncate").
 STOPS = {
-    "eos": "at the tokenizer's EOS token",
+    "eos": "at an end-of-sequence token",
     "max_new_tokens": "at max_new_tokens",
     "limit": "at the model's limit of positions",
 }

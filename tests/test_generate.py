@@ -48,7 +48,7 @@ def test_a_continuation_ends_at_the_eos_as_transformers(model, monkeypatch):
     free = engine.generate(PROMPTS[:1], NEW, stop_at_eos=False)[0]
     eos = free.ids[3]  # the 4th generated token made the EOS (first seen there or before)
     first = free.ids.index(eos)
-    monkeypatch.setattr(type(engine.tokenizer.hf), "eos_token_id", eos, raising=False)
+    monkeypatch.setattr(engine, "_eos_ids", (eos,))  # `Engine.eos_ids`: test_generate_eos
     stopped = engine.generate(PROMPTS[:1], NEW)[0]
     assert stopped.ids == free.ids[: first + 1] and stopped.stop == "eos"
     assert list(stopped.ids) == torch_generate(torch_model, list(free.prompt.ids), NEW, eos)

@@ -14,7 +14,9 @@ through huggingface_hub), `loading` (`load`, `read_checkpoint`, the embedded
 default model), `convert` (`convert_checkpoint`), `family` (`Family`: a checkpoint
 family as data) and `families/` (one table file per family), `layer_types` (HF's
 full and sliding-window layers), `tokenizer_cache` (each checkpoint's tokenizer,
-kept beside the compiled programs so a load needs no transformers).
+kept beside the compiled programs so a load needs no transformers), `eos` (the
+EOS ids generation stops at, as transformers' generate reads them:
+generation_config.json, else config.json).
 Importing this package imports no jax and no huggingface_hub; `load` does.
 
 Errors: ModelNotFoundError (a FileNotFoundError) / NotAModelDirectoryError (a

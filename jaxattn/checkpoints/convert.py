@@ -28,7 +28,8 @@ def convert_checkpoint(
 ) -> Path:
     """Convert a local HF checkpoint into an orbax jaxattn checkpoint directory.
 
-    Writes params (orbax), config (jaxattn.json) and the tokenizer files.
+    Writes params (orbax), config (jaxattn.json, with the EOS ids generation stops at:
+    `jaxattn.checkpoints.eos`) and the tokenizer files.
 
     Args:
       hf_dir: the checkpoint to read (a jaxattn one works too).
@@ -86,13 +87,15 @@ def check_out_dir(hf_dir: Path, out_dir: Path, overwrite: bool) -> None:
 def _write(hf_dir: Path, out_dir: Path, ignore_config_fields: tuple[str, ...]) -> None:
     """Read, check and write the whole checkpoint into `out_dir` (an existing directory)."""
     from jaxattn.checkpoints import native
+    from jaxattn.checkpoints.eos import read_eos_ids
     from jaxattn.checkpoints.loading import read_checkpoint, read_tokenizer
     from jaxattn.engine.params import check_params
 
     config, params = read_checkpoint(hf_dir, ignore_config_fields)
     check_params(config, params["encoder"])
+    eos_ids = read_eos_ids(hf_dir) if config.causal else None  # an encoder generates none
     tokenizer = read_tokenizer(hf_dir, config)
-    native.save(out_dir, config, params)
+    native.save(out_dir, config, params, eos_ids)
     tokenizer.save(out_dir)
 
 

@@ -8,7 +8,9 @@ Only what loading needs is fetched, into the user's Hugging Face cache
 1. config.json alone (`snapshot_download`, which also resolves the revision to
    its commit and caches the repository's file list). A model_type jaxattn does
    not read is refused here, naming the families it reads, before any weights.
-2. Then, at that commit, each by `hf_hub_download`: the tokenizer files, and the
+2. Then, at that commit, each by `hf_hub_download`: the tokenizer files,
+   generation_config.json where the model has one (the EOS ids generation stops
+   at: `eos`), and the
    weights: model.safetensors, else model.safetensors.index.json and the shards
    it names, else pytorch_model.bin (read with ``weights_only``). Their sizes are
    checked against the cache's free space first.
@@ -27,6 +29,7 @@ import shutil
 from pathlib import Path
 
 from jaxattn.checkpoints import hub_errors
+from jaxattn.checkpoints.eos import GENERATION_CONFIG
 from jaxattn.checkpoints.families import supported
 from jaxattn.checkpoints.hf_files import (
     INDEX,
@@ -67,7 +70,8 @@ def download(repo_id: str, revision: str | None = None) -> tuple[Path, str]:
     where = f"{shown} (commit {commit})" if complete else f"the cached copy of {shown} ({commit})"
     weights = _first(WEIGHT_FILES, files, where, "weights", complete)
     _first(TOKENIZER_NEEDS, files, where, "tokenizer", complete)
-    wanted = [f for f in TOKENIZER_FILES if f in files] + [weights]
+    optional = (*TOKENIZER_FILES, GENERATION_CONFIG)  # fetched where the model has them
+    wanted = [f for f in optional if f in files] + [weights]
     _fetch(repo_id, commit, shown, snapshot, wanted, files)
     if weights == INDEX:
         shards = _shards(snapshot / INDEX, files, where)

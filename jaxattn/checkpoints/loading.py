@@ -167,10 +167,11 @@ def load(
           shards, or pytorch_model.bin; tokenizer files) or a `jaxattn convert`
           output. A directory that exists wins over a Hub model of that name.
         - a Hugging Face Hub name, "bert-base-uncased" or "org/name", optionally
-          "org/name@REVISION": only config.json, the tokenizer and the weights
-          are downloaded, into the Hugging Face cache (HF_HOME, HF_HUB_CACHE;
-          HF_TOKEN for gated models; HF_HUB_OFFLINE=1: the cache alone), and a
-          model of another family is refused before its weights.
+          "org/name@REVISION": only config.json, the tokenizer, the weights and
+          generation_config.json (where it has one) are downloaded, into the
+          Hugging Face cache (HF_HOME, HF_HUB_CACHE; HF_TOKEN for gated models;
+          HF_HUB_OFFLINE=1: the cache alone), and a model of another family is
+          refused before its weights.
         - None: the embedded all-MiniLM-L6-v2.
         The families: bert (MiniLM too), roberta (xlm-roberta, camembert),
         distilbert, electra, albert, deberta-v2 (DeBERTa-v3 too), modernbert and
@@ -198,10 +199,13 @@ def load(
       HubError: the Hub did not deliver it: unreachable with no cached copy
         (HubUnreachableError), gated (GatedModelError), a download cut off, a
         full disk.
-      CheckpointError (a ValueError): a damaged file (named), an unsupported
+      CheckpointError (a ValueError): a damaged file (named; a decoder's
+        generation_config.json or config.json eos_token_id not a token id or a
+        list of them: `jaxattn.checkpoints.eos`), an unsupported
         model type or config field, a config field of the wrong type, a missing,
         unused or misshapen weight (named, with both shapes).
     """
+    from jaxattn.checkpoints.eos import read_eos_ids
     from jaxattn.engine import Engine
     from jaxattn.engine.cache import enable_compilation_cache
 
@@ -217,5 +221,8 @@ def load(
     else:
         model = parse_model(path, revision).resolve()
     config, params = _read(model, ignore_config_fields)
+    eos_ids = read_eos_ids(model.path) if config.causal else None  # an encoder generates none
     tokenizer = read_tokenizer(model.path, config, cache)
-    return Engine(config, params, tokenizer, revision=model.revision, **engine_options)
+    return Engine(
+        config, params, tokenizer, revision=model.revision, eos_ids=eos_ids, **engine_options
+    )

@@ -1,7 +1,8 @@
 """The jaxattn checkpoint format: an orbax-checkpoint directory.
 
 OUT_DIR/
-  jaxattn.json       {"format": "jaxattn", "version": 1, "config": ModelConfig}
+  jaxattn.json       {"format": "jaxattn", "version": 1, "config": ModelConfig,
+                      "eos_token_id": [ids] (where the source named them: `eos`)}
   params/            orbax PyTree checkpoint of the params tree
   tokenizer files    as the tokenizer's save_pretrained writes them
 """
@@ -24,8 +25,11 @@ def is_native(path: Path) -> bool:
     return (path / MARKER).is_file()
 
 
-def save(path: Path, config: ModelConfig, params: dict) -> None:
-    """Write config and params (the caller saves the tokenizer beside them)."""
+def save(
+    path: Path, config: ModelConfig, params: dict, eos_ids: tuple[int, ...] | None = None
+) -> None:
+    """Write config and params (the caller saves the tokenizer beside them); `eos_ids`:
+    the source's EOS ids (`jaxattn.checkpoints.eos.read_eos_ids`), None: none named."""
     import orbax.checkpoint as ocp
 
     path = path.resolve()
@@ -33,6 +37,8 @@ def save(path: Path, config: ModelConfig, params: dict) -> None:
     with ocp.PyTreeCheckpointer() as ckpt:
         ckpt.save(path / "params", params, force=True)
     meta = {"format": "jaxattn", "version": FORMAT_VERSION, "config": config.to_dict()}
+    if eos_ids is not None:
+        meta["eos_token_id"] = list(eos_ids)
     (path / MARKER).write_text(json.dumps(meta, indent=2) + "\n")
 
 

@@ -326,7 +326,7 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--ignore-eos",
         action="store_true",
-        help="with --generate: always generate N tokens, past the tokenizer's EOS",
+        help="with --generate: always generate N tokens, past the model's EOS tokens",
     )
 
 

@@ -210,7 +210,7 @@ class AttentionClient:
             text whose prompt + generate exceed the model's positions: asked of
             the server with truncate, so their generation is paid). Refused by
             the server beyond `server_info().max_new_tokens` (0: it cannot generate).
-          stop_at_eos: with `generate`: end a continuation at the tokenizer's EOS.
+          stop_at_eos: with `generate`: end a continuation at an EOS token (`Engine.eos_ids`).
 
         Returns:
           One Capture per (unskipped) text, in input order, with its `text`,

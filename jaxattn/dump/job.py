@@ -55,7 +55,7 @@ class DumpOptions:
         generated tokens (`jaxattn.engine.generate`); each example is then its
         prompt + continuation, its `generated_start` in the manifest. too_long
         applies to prompt + new tokens. None: texts captured as they are.
-      stop_at_eos: with `generate`: end a continuation at the tokenizer's EOS.
+      stop_at_eos: with `generate`: end a continuation at an EOS token (`Engine.eos_ids`).
     """
 
     input: Path

@@ -91,6 +91,9 @@ class Engine:
       revision: the Hugging Face Hub commit hash the weights were downloaded at
         (`jaxattn.load` gives it), reported in `info` and every capture's
         provenance; "" for weights from a local directory.
+      eos_ids: the token ids a generated continuation stops at (`eos_ids`;
+        `jaxattn.load` reads them as transformers' generate does:
+        `jaxattn.checkpoints.eos`); None: the tokenizer's EOS token.
     """
 
     def __init__(
@@ -113,10 +116,12 @@ class Engine:
         attention_budget: int | None = None,
         layer_group: int | None = None,
         revision: str = "",
+        eos_ids: Sequence[int] | None = None,
     ):
         check_params(config, params["encoder"])
         self.config = config
         self.revision = revision
+        self._eos_ids = None if eos_ids is None else tuple(int(i) for i in eos_ids)
         self.tokenizer = tokenizer
         self.precision = check_precision(precision)
         self.extra_params = {k: v for k, v in params.items() if k != "encoder"}
@@ -140,6 +145,17 @@ class Engine:
             provenance=lambda: engine().provenance,
         )
         self.pipeline.group_policy = layer_groups.GroupPolicy(layer_group)
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        """The token ids a generated continuation stops at (`generate`, stop "eos"): the
+        checkpoint's generation_config.json eos_token_id (an id or a list: Llama-3-Instruct
+        names three), else config.json's, else the tokenizer's EOS token
+        (`jaxattn.checkpoints.eos`); () where none is known."""
+        if self._eos_ids is not None:
+            return self._eos_ids
+        eos = self.tokenizer.hf.eos_token_id
+        return () if eos is None else (int(eos),)
 
     # -- the batch pipeline (`jaxattn.engine.pipeline`), which owns the step -----------
 
@@ -346,7 +362,7 @@ class Engine:
             `generated_start` the first generated token's index. too_long then
             applies to prompt + new tokens (`generate`); with `ablation`, the
             ablated model generates too.
-          stop_at_eos: with `generate`: end a continuation at the tokenizer's EOS.
+          stop_at_eos: with `generate`: end a continuation at an EOS token (`Engine.eos_ids`).
 
         Returns:
           One Capture per text (per kept text with "skip"), in input order.
@@ -439,7 +455,7 @@ class Engine:
         per kept text, in input order (prompt, continuation ids/tokens/text, why it
         stopped): the argmax of the next-token logits as transformers'
         ``generate(do_sample=False)``, each step one forward of the whole sequence (no
-        KV cache). stop_at_eos: end at the tokenizer's EOS; too_long: for prompt +
+        KV cache). stop_at_eos: end at an EOS token (`eos_ids`); too_long: for prompt +
         max_new_tokens ("error", "truncate": until the positions are full, "skip").
         Arguments and errors: `jaxattn.engine.generate.generate`."""
         from jaxattn.engine.generate import generate

@@ -121,7 +121,8 @@ def generate(
       engine: a loaded decoder (`jaxattn.Engine`) with its next-token head.
       texts: prompts (strings; a decoder reads no pairs).
       max_new_tokens: most tokens to generate per text (>= 1).
-      stop_at_eos: end a continuation at the tokenizer's EOS token (kept as its
+      stop_at_eos: end a continuation at an EOS token (`Engine.eos_ids`: the
+        checkpoint's generation config, as transformers' generate; kept as its
         last token); False: always max_new_tokens (or the positions' end).
       too_long: a prompt whose tokens + max_new_tokens exceed the model's
         positions: "error" (default; None is the same) raises
@@ -185,7 +186,7 @@ class Continuations:
     def __init__(self, engine, prompts, new: int, *, stop_at_eos: bool = True, ablation=None):
         self.engine, self.prompts, self.new, self.ablation = engine, list(prompts), new, ablation
         self.limit = engine.config.max_length
-        self.eos = engine.tokenizer.hf.eos_token_id if stop_at_eos else None
+        self.eos = frozenset(engine.eos_ids) if stop_at_eos else frozenset()
         self._w = None  # the unembedding, on the device at the first step
         self.grown: dict[int, list[int]] = {
             i: [] for i, p in enumerate(self.prompts) if p is not None
@@ -215,7 +216,7 @@ class Continuations:
         for i, t in zip(active, picked.tolist(), strict=True):
             grown = self.grown[i]
             grown.append(int(t))
-            if self.eos is not None and t == self.eos:
+            if t in self.eos:
                 self.stops[i] = "eos"
             elif len(grown) == self.new:
                 self.stops[i] = "max_new_tokens"

@@ -155,7 +155,7 @@ def build(
         tokens before the capture (``--generate N``), recorded as ``generate``
         (``max_new_tokens``, ``stop_at_eos``); None: texts captured as they are (no
         ``generate`` section: such a store's metadata is as before the field).
-      stop_at_eos: with `generate`: a continuation ended at the tokenizer's EOS.
+      stop_at_eos: with `generate`: a continuation ended at an EOS token.
     """
     # A grouped-query model's keys/values (G axis): the key/value heads the heads read.
     sizes = layout.axis_sizes(

@@ -66,7 +66,7 @@ def test_failure_while_writing_keeps_the_old_output(bert_copy, tmp_path, monkeyp
     out.mkdir()
     (out / "keep.txt").write_text("mine")
 
-    def save_then_fail(path, config, params):
+    def save_then_fail(path, config, params, eos_ids=None):
         (path / "jaxattn.json").write_text("{}")  # half written
         raise OSError(28, "No space left on device")
 
