@@ -33,7 +33,7 @@ _IDENTITY = (
     (("spec", "query_positions"), "query positions (--query-positions)"),
     (("spec", "key_positions"), "key positions (--key-positions)"),
     (("generate", "max_new_tokens"), "generated tokens (--generate)"),
-    (("generate", "stop_at_eos"), "stop at the EOS token (--ignore-eos turns it off)"),
+    (("generate", "stop_at_eos"), "stop at an end-of-sequence token (--ignore-eos turns it off)"),
     (("input", "format"), "input format"),
     (("input", "sha256"), "input (content fingerprint)"),
     (("input", "reader"), "input reader (jaxattn 0.2 reads 'A ||| B' pairs, strips white space)"),

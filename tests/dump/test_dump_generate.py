@@ -136,7 +136,7 @@ def test_a_resume_with_other_generation_flags_is_refused(model, corpus, store, t
     for change, named in (
         (dict(generate=NEW + 1), f"generated tokens (--generate): the store has {NEW}, "),
         (dict(generate=None), f"generated tokens (--generate): the store has {NEW}, "),
-        (dict(stop_at_eos=True), "stop at the EOS token (--ignore-eos turns it off): "),
+        (dict(stop_at_eos=True), "stop at an end-of-sequence token (--ignore-eos turns it off): "),
     ):
         with pytest.raises(StoreMismatch, match=re_escape(named)):
             run_dump(model[1], opts(corpus, out, **change), model_dir=model[0])
