@@ -8,7 +8,7 @@ import pytest
 from generate_support import PROMPTS, make_llama_checkpoint, pair_cache, torch_generate
 
 import jaxattn
-from jaxattn.errors import UsageError
+from jaxattn.errors import InputError, UsageError
 
 NEW = 5
 
@@ -101,5 +101,23 @@ def test_an_ablated_model_generates_as_torch_with_those_heads_zeroed(pairs):
     assert cap.tokens[cap.generated_start :] == tuple(
         engine.tokenizer.hf.convert_ids_to_tokens(want)
     )
+    (gen,) = engine.generate(PROMPTS[:1], NEW + 3, stop_at_eos=False, ablation=ablation)
+    assert list(gen.ids) == want  # Engine.generate takes the ablation too
     plain = engine.generate(PROMPTS[:1], NEW + 3, stop_at_eos=False)[0]
     assert list(plain.ids) != want  # the heads change what this model writes
+
+
+def test_an_empty_prompt_without_a_bos_is_refused_naming_the_text(pairs):
+    # GPT-2's tokenizer adds no BOS: "" has no token to read the next one at
+    _, engine, _ = pairs("gpt2")
+    assert engine.tokenize([""])[0].length == 0
+    with pytest.raises(InputError, match=r"text 1 is empty: a decoder continues a prompt"):
+        engine.generate(["a", ""], 2)
+    with pytest.raises(InputError, match=r"text 1 is empty"):
+        engine.capture(["a", ""], generate=2)
+    with pytest.raises(InputError, match=r"text 2 is empty"):  # by its place in the input
+        list(engine.capture_iter(["a", "b", ""], generate=2, window=1))
+    # Llama's tokenizer adds a BOS: its empty prompt is one token, continued
+    _, llama, _ = pairs("llama")
+    (gen,) = llama.generate([""], 2, stop_at_eos=False)
+    assert gen.prompt.length == 1 and len(gen.ids) == 2

@@ -434,17 +434,27 @@ class Engine:
         *,
         stop_at_eos: bool = True,
         too_long: str | None = None,
+        ablation=None,
     ) -> list:
         """Greedy continuations of decoder prompts, one `jaxattn.engine.generate.Generation`
         per kept text, in input order (prompt, continuation ids/tokens/text, why it
         stopped): the argmax of the next-token logits as transformers'
         ``generate(do_sample=False)``, each step one forward of the whole sequence (no
         KV cache). stop_at_eos: end at the tokenizer's EOS; too_long: for prompt +
-        max_new_tokens ("error", "truncate": until the positions are full, "skip").
-        Arguments and errors: `jaxattn.engine.generate.generate`."""
+        max_new_tokens ("error", "truncate": until the positions are full, "skip");
+        ablation: a `jaxattn.engine.HeadAblation` (the model with those heads disabled
+        generates, as `capture(..., generate=N, ablation=...)`). Arguments and errors:
+        `jaxattn.engine.generate.generate`."""
         from jaxattn.engine.generate import generate
 
-        out = generate(self, texts, max_new_tokens, stop_at_eos=stop_at_eos, too_long=too_long)
+        out = generate(
+            self,
+            texts,
+            max_new_tokens,
+            stop_at_eos=stop_at_eos,
+            too_long=too_long,
+            ablation=ablation,
+        )
         return [g for g in out if g is not None]
 
     def check_generator(self) -> None:
