@@ -484,6 +484,15 @@ class Engine:
         limit = self.config.max_length
         return prompts, [longest(p, new, limit) for p in prompts if p is not None]
 
+    def generation_spec(self):
+        """The spec each generation step runs (the last layer's hidden states, at this
+        engine's precision): `warmup(engine.generation_spec())` compiles its programs
+        before the first generation (`jaxattn serve --warmup` does, for a server that
+        generates)."""
+        from jaxattn.engine.mlm import final_states_spec
+
+        return final_states_spec(self)
+
     def continuations(self, prompts: Sequence, max_new_tokens: int, *, stop_at_eos: bool = True):
         """A `jaxattn.engine.generate.Continuations` of `prompts` (`plan_generation`'s):
         generation a forward at a time (`step`), for a caller that interleaves it with
