@@ -441,10 +441,8 @@ class Engine:
         stopped): the argmax of the next-token logits as transformers'
         ``generate(do_sample=False)``, each step one forward of the whole sequence (no
         KV cache). stop_at_eos: end at the tokenizer's EOS; too_long: for prompt +
-        max_new_tokens ("error", "truncate": until the positions are full, "skip");
-        ablation: a `jaxattn.engine.HeadAblation` (the model with those heads disabled
-        generates, as `capture(..., generate=N, ablation=...)`). Arguments and errors:
-        `jaxattn.engine.generate.generate`."""
+        max_new_tokens ("error", "truncate": until the positions are full, "skip").
+        Arguments and errors: `jaxattn.engine.generate.generate`."""
         from jaxattn.engine.generate import generate
 
         out = generate(
