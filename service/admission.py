@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from service.limits import human_bytes
+
 # Chunks one stream may hold besides its buffered examples: two prefetched,
 # one being built, one inside gRPC (see service/servicer.py).
 STREAM_CHUNKS = 4
-_MiB = 1 << 20
 
 
 class QueueFull(Exception):
@@ -72,15 +73,15 @@ def refusal(
         )
     if reserve > total_bytes:
         return QueueFull(
-            f"this request needs {reserve / _MiB:.0f} MiB of result buffer; this server "
-            f"allows {total_bytes / _MiB:.0f} MiB: send fewer or shorter texts, or fewer "
-            "quantities",
+            f"this request needs {human_bytes(reserve)} of result buffer; this server "
+            f"allows {human_bytes(total_bytes)} (max_buffered_bytes): send fewer or shorter "
+            "texts, or fewer quantities",
             "max_buffered_bytes",
         )
     if reserved + reserve > total_bytes:
         return QueueFull(
-            f"the server's result buffers are full ({reserved / _MiB:.0f} of "
-            f"{total_bytes / _MiB:.0f} MiB reserved); retry later",
+            f"the server's result buffers are full ({human_bytes(reserved)} of "
+            f"{human_bytes(total_bytes)} reserved); retry later",
             "buffers_full",
         )
     return None

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from jaxattn.netaddr import check_listen_address
 from service.allocator import DEFAULT_ARENAS, cap_arenas
+from service.generation import generator_problem
 from service.limits import example_limit
 from service.options import ServerOptions
 from service.server import create_server
@@ -49,8 +50,10 @@ def serve(
         `jaxattn.Engine`'s attention=).
       warmup: kinds of request to compile before listening (`Engine.warmup`), each
         a tuple of quantities asked for together (all layers and heads, float32,
-        this precision). A SIGTERM/SIGINT while they compile ends the warmup and
-        the server returns 0 without listening.
+        this precision), then, on a server that generates (options.max_new_tokens),
+        the program of a generation's steps (`Engine.generation_spec`). A
+        SIGTERM/SIGINT while they compile ends the warmup and the server returns 0
+        without listening.
       warmup_sizes: "all" or "largest" batch sizes per bucket (`Engine.warmup`).
       malloc_arenas: cap this process's glibc malloc arenas (`service.allocator`;
         None: its DEFAULT_ARENAS, 0: glibc's default), before the model loads and
@@ -83,25 +86,30 @@ def serve(
         _check_metrics_port(address, options.metrics_port)
     engine = jaxattn.load(model, precision=precision, attention=attention)
     specs = [_warmup_spec(engine, what) for what in warmup]  # every name checked first
+    kinds = [",".join(what) for what in warmup]
+    if warmup and options.max_new_tokens and generator_problem(engine) is None:
+        # a generation's steps run their own program (`Engine.generation_spec`)
+        kinds.append("generation steps")
+        specs.append(engine.generation_spec())
     log.info(arenas)
     # The server runs an example over its per-example limit in layer groups within it
     # (`create_server`): warmup compiles those groups' programs too.
     group_bytes = example_limit(options.max_example_bytes, options.max_buffered_bytes)[0] or None
-    for what, spec in zip(warmup, specs, strict=True):
+    for what, spec in zip(kinds, specs, strict=True):
         if stop.is_set():
             break
-        log.info("warming up %s (%s sizes)", ",".join(what), warmup_sizes)
+        log.info("warming up %s (%s sizes)", what, warmup_sizes)
         t, before = time.perf_counter(), engine.compiled_shapes
         shapes = (
             engine.warmup(spec, sizes=warmup_sizes, stop=stop.is_set, group_bytes=group_bytes)
             - before
         )
         if stop.is_set():
-            log.info("stopped while warming up %s: not listening", ",".join(what))
+            log.info("stopped while warming up %s: not listening", what)
             return 0
         log.info(
             "warmed up %s: %d shapes (%s sizes) in %.1f s",
-            ",".join(what),
+            what,
             shapes,
             warmup_sizes,
             time.perf_counter() - t,

@@ -350,8 +350,11 @@ class RequestParser:
             raise _too_long_to_generate(e) from e
         except TooLongError as e:
             raise _too_long(e) from e
-        except ValueError as e:
-            raise RequestError(INVALID, str(e), "texts") from e
+        except ValueError as e:  # a bad text (an empty prompt to continue: its index)
+            index = getattr(e, "index", None)
+            raise RequestError(
+                INVALID, str(e), "texts" if index is None else f"texts[{index}]"
+            ) from e
         _fits(rows, "query_positions", tokenized, shortest)
         _fits(keys, "key_positions", tokenized, shortest)
         parsed = ParsedRequest(

@@ -8,7 +8,7 @@ import pytest
 from generate_support import PROMPTS, make_llama_checkpoint, pair_cache, torch_generate
 
 import jaxattn
-from jaxattn.errors import UsageError
+from jaxattn.errors import InputError, UsageError
 
 NEW = 5
 
@@ -101,5 +101,36 @@ def test_an_ablated_model_generates_as_torch_with_those_heads_zeroed(pairs):
     assert cap.tokens[cap.generated_start :] == tuple(
         engine.tokenizer.hf.convert_ids_to_tokens(want)
     )
+    (gen,) = engine.generate(PROMPTS[:1], NEW + 3, stop_at_eos=False, ablation=ablation)
+    assert list(gen.ids) == want  # Engine.generate takes the ablation too
     plain = engine.generate(PROMPTS[:1], NEW + 3, stop_at_eos=False)[0]
     assert list(plain.ids) != want  # the heads change what this model writes
+
+
+def test_an_empty_prompt_without_a_bos_is_refused_naming_the_text(pairs):
+    # GPT-2's tokenizer adds no BOS: "" has no token to read the next one at
+    _, engine, _ = pairs("gpt2")
+    assert engine.tokenize([""])[0].length == 0
+    with pytest.raises(InputError, match=r"text 1 is empty: a decoder continues a prompt"):
+        engine.generate(["a", ""], 2)
+    with pytest.raises(InputError, match=r"text 1 is empty"):
+        engine.capture(["a", ""], generate=2)
+    with pytest.raises(InputError, match=r"text 2 is empty"):  # by its place in the input
+        list(engine.capture_iter(["a", "b", ""], generate=2, window=1))
+    # Llama's tokenizer adds a BOS: its empty prompt is one token, continued
+    _, llama, _ = pairs("llama")
+    (gen,) = llama.generate([""], 2, stop_at_eos=False)
+    assert gen.prompt.length == 1 and len(gen.ids) == 2
+
+
+def test_a_generation_compiles_once_per_bucket_it_crosses_not_per_step(pairs):
+    from compile_events import backend_compiles
+
+    _, engine, _ = pairs("gpt2")
+    (prompt,) = engine.tokenize(["a b c d e f g h i j"])
+    new = 40  # 40 steps, from the 32-token bucket into the 64-token one
+    assert prompt.length < 32 < prompt.length + new <= engine.config.max_length
+    with backend_compiles() as seen:
+        (gen,) = engine.generate(["a b c d e f g h i j"], new, stop_at_eos=False)
+    assert len(gen.ids) == new
+    assert len(seen) <= 2  # at most one program per bucket: no step compiles its own

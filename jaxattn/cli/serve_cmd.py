@@ -153,7 +153,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "these comma-separated quantities together, all layers and heads, "
         "float32, the server's precision (a request for exactly that then "
         "compiles nothing; any other selection or dtype compiles on first "
-        "use). Repeat for more kinds: --warmup attention "
+        "use; a decoder server that generates also compiles its generation "
+        "steps). Repeat for more kinds: --warmup attention "
         "--warmup attention,queries,keys",
     )
     p.add_argument(

@@ -95,14 +95,18 @@ class ShardTask:
     def generated(self, records: list[Record]) -> list[tuple[Record, object, bool]]:
         """(record, TokenizedText of prompt + continuation, truncated) of each record kept
         under ``--generate N`` (`jaxattn.engine.generate`): prompts checked as `tokenize`
-        checks texts, then one whose tokens + N exceed the model's positions is too long
-        (truncate: generated until the positions are full), then the rest continued."""
+        checks texts, then an empty one (no token, not even a BOS) is a bad record, one
+        whose tokens + N exceed the model's positions too long (truncate: generated
+        until the positions are full), then the rest continued."""
         from jaxattn.engine.generate import generate
 
         engine, options = self.job.engine, self.job.options
         new, limit, policy = options.generate, engine.config.max_length, options.too_long
         kept = []
         for e, t, cut in self.tokenize(records):
+            if t.length == 0:  # a tokenizer without BOS: no token to continue from
+                self.bad(e.index, e.line, "an empty prompt has no token to continue from")
+                continue
             if policy != "truncate" and t.length + new > limit:
                 reason = (
                     f"its {t.length} prompt tokens + {new} new tokens exceed the model's limit "

@@ -450,6 +450,7 @@ class Engine:
         *,
         stop_at_eos: bool = True,
         too_long: str | None = None,
+        ablation=None,
     ) -> list:
         """Greedy continuations of decoder prompts, one `jaxattn.engine.generate.Generation`
         per kept text, in input order (prompt, continuation ids/tokens/text, why it
@@ -460,7 +461,14 @@ class Engine:
         Arguments and errors: `jaxattn.engine.generate.generate`."""
         from jaxattn.engine.generate import generate
 
-        out = generate(self, texts, max_new_tokens, stop_at_eos=stop_at_eos, too_long=too_long)
+        out = generate(
+            self,
+            texts,
+            max_new_tokens,
+            stop_at_eos=stop_at_eos,
+            too_long=too_long,
+            ablation=ablation,
+        )
         return [g for g in out if g is not None]
 
     def check_generator(self) -> None:
@@ -489,6 +497,15 @@ class Engine:
         prompts = plan_prompts(self, texts, new, too_long)
         limit = self.config.max_length
         return prompts, [longest(p, new, limit) for p in prompts if p is not None]
+
+    def generation_spec(self):
+        """The spec each generation step runs (the last layer's hidden states, at this
+        engine's precision): `warmup(engine.generation_spec())` compiles its programs
+        before the first generation (`jaxattn serve --warmup` does, for a server that
+        generates)."""
+        from jaxattn.engine.mlm import final_states_spec
+
+        return final_states_spec(self)
 
     def continuations(self, prompts: Sequence, max_new_tokens: int, *, stop_at_eos: bool = True):
         """A `jaxattn.engine.generate.Continuations` of `prompts` (`plan_generation`'s):

@@ -33,7 +33,7 @@ from jaxattn.engine.causal_lm import unembedding
 from jaxattn.engine.mlm import final_states
 from jaxattn.engine.pipeline import in_order
 from jaxattn.engine.tokenize import TokenizedText
-from jaxattn.errors import GenerationTooLongError, UsageError
+from jaxattn.errors import GenerationTooLongError, InputError, UsageError
 from jaxattn.stream import too_long_policy
 
 
@@ -135,7 +135,8 @@ def generate(
     Raises:
       UsageError: an encoder model, a decoder without its next-token head,
         max_new_tokens < 1 or not a whole number.
-      InputError: a bad text (GenerationTooLongError, TooLongError: as above).
+      InputError: a bad text (GenerationTooLongError, TooLongError: as above; an
+        empty prompt where the tokenizer adds no BOS).
     """
     check_generator(engine)
     new = check_new_tokens(max_new_tokens)
@@ -152,13 +153,22 @@ def plan_prompts(engine, texts, new: int, too_long: str | None = None) -> list:
 
     Raises:
       GenerationTooLongError: under "error", a prompt whose tokens + `new` exceed the
-        model's positions; TooLongError: a prompt alone over them.
+        model's positions; TooLongError: a prompt alone over them; InputError: an
+        empty prompt (no token, not even a BOS, to continue from).
     """
     policy = too_long_policy(too_long)
     limit = engine.config.max_length
     # The prompt alone over the limit: the capture path's rule (error, truncate, skip).
     prompts = engine.tokenize(texts, too_long=policy)
     for i, p in enumerate(prompts):
+        if p is not None and p.length == 0:  # nothing to read the next token at
+            e = InputError(
+                None,
+                f"text {i} is empty: a decoder continues a prompt of at least one token "
+                f"({engine.config.name}'s tokenizer adds no BOS): give it some text",
+            )
+            e.index = i  # capture_iter names it by its place in the input
+            raise e
         if p is not None and p.length + new > limit and policy == "error":
             raise GenerationTooLongError(i, p.length, new, limit)
     return [

@@ -13,9 +13,15 @@ import numpy as np
 from jaxattn.engine.tokenize import TokenizedText
 
 
+def final_states_spec(engine):
+    """The spec `final_states` runs: the last layer's hidden states (what a generation
+    step computes: a server warms it up, `Engine.generation_spec`)."""
+    return engine.make_spec("hidden_states", layers=engine.config.num_layers - 1)
+
+
 def final_states(engine, tokenized: Sequence[TokenizedText], ablation) -> list[np.ndarray]:
     """The last layer's output [T, D] of each example, in input order (ablation or None)."""
-    spec = engine.make_spec("hidden_states", layers=engine.config.num_layers - 1)
+    spec = final_states_spec(engine)
     out: list = [None] * len(tokenized)
     for pos, cap in engine.run(tokenized, spec, ablation):
         out[pos] = cap.hidden_states[-1]  # [T, D]

@@ -107,6 +107,19 @@ def test_a_prompt_too_long_to_continue_is_an_error_by_line(model, corpus, tmp_pa
     assert cut.length == model[1].config.max_length and cut.generated_start < cut.length
 
 
+def test_an_empty_prompt_is_a_bad_record_by_line(model, tmp_path):
+    # GPT-2's tokenizer adds no BOS: "" is no token to continue (was an IndexError)
+    path = tmp_path / "in.jsonl"
+    rows = [{"text": "a b"}, {"text": ""}, {"text": "c"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    with pytest.raises(InputError, match=r"in.jsonl:2: an empty prompt has no token"):
+        run_dump(model[1], opts(path, tmp_path / "e", shard_size=3), model_dir=model[0])
+    out = tmp_path / "s"
+    result = run_dump(model[1], opts(path, out, on_error="skip"), model_dir=model[0])
+    assert (result.counts.examples, result.counts.errors) == (2, 1)
+    assert [c.text for c in jaxattn.open_store(out)] == ["a b", "c"]
+
+
 def test_an_interrupted_generating_dump_resumes_to_the_same_store(
     model, corpus, store, tmp_path, monkeypatch
 ):

@@ -75,3 +75,33 @@ def test_the_header_says_where_the_continuation_starts_as_the_proto_says(svc_gpt
         (c,) = [c for c in chunks if c.example_index == k]
         got = np.frombuffer(c.data, "<f4").reshape(tuple(c.shape))
         np.testing.assert_array_equal(got.view(np.uint32), w.attention.view(np.uint32))
+
+
+def test_the_generated_tokens_counter_on_the_metrics_endpoint(svc_gpt2):
+    """jaxattn_generated_tokens_total over HTTP: every generated token counted once, and a
+    plain capture counts none (two prompts, NEW tokens each past any EOS: 2 x NEW)."""
+    import urllib.request
+
+    from local_server import running_server
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from jaxattn.client import AttentionClient
+
+    def generated(server) -> float:
+        url = f"http://127.0.0.1:{server.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            text = answer.read().decode()
+        return next(
+            s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "jaxattn_generated_tokens_total"
+        )
+
+    with running_server(svc_gpt2, max_new_tokens=NEW, metrics_port=0) as (server, address):
+        assert generated(server) == 0
+        with AttentionClient(address, timeout=60) as client:
+            client.capture(PROMPTS[:2], generate=NEW, stop_at_eos=False)
+            assert generated(server) == 2 * NEW
+            client.capture(PROMPTS[:2])
+        assert generated(server) == 2 * NEW

@@ -66,6 +66,14 @@ def test_refusals_name_the_field_and_the_limit(svc_gpt2, gpt2_client):
     assert "set truncate" in e.value.message
 
 
+def test_an_empty_prompt_is_refused_naming_the_text(gpt2_client):
+    # GPT-2 adds no BOS: nothing to continue (it failed in the worker: INTERNAL)
+    with pytest.raises(AttentionServiceError) as e:
+        gpt2_client.capture(["a", ""], generate=2)
+    assert (e.value.code, e.value.field) == (INVALID, "texts[1]")
+    assert "text 1 is empty" in e.value.message
+
+
 def test_truncate_generates_until_the_positions_are_full_and_skip_drops_the_text(
     svc_gpt2, gpt2_client
 ):

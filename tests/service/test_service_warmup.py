@@ -55,3 +55,49 @@ def test_serve_warmup_compiles_the_layer_groups_its_limit_makes(svc_engine, monk
     main(args)  # stopped by the stand-in create_server, once warmed
     limit = created[0].max_example_bytes
     assert 0 < limit < created[0].max_buffered_bytes and warmed == [limit]
+
+
+def test_serve_warmup_compiles_a_generations_steps_when_it_generates(svc_gpt2, monkeypatch):
+    # A server of a decoder that generates: --warmup also compiles the program every
+    # generation step runs (`Engine.generation_spec`), so a first generation compiles no
+    # step of its own; --max-new-tokens 0 (or no --warmup) does not.
+    import jaxattn.checkpoints.loading
+    import service.main
+    from jaxattn.cli import main
+
+    warmed = []
+
+    class Stop(Exception):
+        pass
+
+    def warmup(spec, sizes="all", stop=None, group_bytes=None):
+        warmed.append(spec)
+        return 0
+
+    def create_server(engine, address, options):
+        raise Stop
+
+    monkeypatch.setattr(jaxattn.checkpoints.loading, "load", lambda *a, **k: svc_gpt2)
+    monkeypatch.setattr(svc_gpt2, "warmup", warmup)
+    monkeypatch.setattr(service.main, "create_server", create_server)
+    main(["serve", "--port", "0", "--warmup", "attention"])
+    assert warmed == [svc_gpt2.make_spec(what=("attention",)), svc_gpt2.generation_spec()]
+    warmed.clear()
+    main(["serve", "--port", "0", "--warmup", "attention", "--max-new-tokens", "0"])
+    assert warmed == [svc_gpt2.make_spec(what=("attention",))]
+
+
+def test_a_warmed_generation_spec_leaves_no_step_to_compile(tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
+    from gpt2_fixture import make_gpt2_checkpoint
+
+    # buckets of 16: shapes no other test compiled in this process
+    engine = jaxattn.load(make_gpt2_checkpoint(tmp_path), buckets=(16,), max_batch=4)
+    engine.warmup(engine.generation_spec())
+    with backend_compiles() as compiles:
+        gens = engine.generate(["a", "the cat sat", "Hello, world."], 20, stop_at_eos=False)
+    assert [len(g.ids) for g in gens] == [20, 20, 20]
+    assert compiles == []
