@@ -52,7 +52,9 @@ class Limits:
 
     Attributes:
       requests_per_s: Capture calls per second.
-      tokens_per_s: input tokens per second (all texts of a request, special tokens included).
+      tokens_per_s: tokens per second the requests' forwards process (all texts of a
+        request, special tokens included; a generating request's steps too:
+        `ParsedRequest.work_tokens`).
       concurrent_calls: Capture calls in progress at once.
       result_mib: most output MiB of one request (refused before any compute).
       result_mib_per_s: output MiB per second (each request's output, sized before compute).

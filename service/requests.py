@@ -87,6 +87,20 @@ class ParsedRequest:
     def tokens(self) -> int:
         return sum(e.length for e in self.tokenized)
 
+    @property
+    def work_tokens(self) -> int:
+        """The most tokens the request's forwards process, what `tokens_per_s` charges:
+        its texts once (the capture), and with `generation` each step's sequence so far
+        too (a text of p prompt tokens grown to L runs steps of p, p + 1, ..., L - 1
+        tokens), since a generation of N tokens is N forwards, not one."""
+        if self.generation is None:
+            return self.tokens
+        prompts = [p for p in self.generation.prompts if p is not None]
+        steps = sum(
+            sum(range(p.length, e.length)) for p, e in zip(prompts, self.tokenized, strict=True)
+        )
+        return self.tokens + steps
+
 
 def _enum(value: int, table: dict, enum_type, field: str):
     if value not in table:

@@ -126,7 +126,7 @@ class AttentionServicer:
             parsed = self.parser.parse(request)
             stats["tokens"] = parsed.tokens
             quota.charge(
-                parsed.tokens, self.parser.limits.total_size(parsed.spec, parsed.tokenized)
+                parsed.work_tokens, self.parser.limits.total_size(parsed.spec, parsed.tokenized)
             )
             remaining = context.time_remaining()
             deadline = None if remaining is None else time.monotonic() + remaining
