@@ -108,7 +108,8 @@ class DumpJob:
     def __init__(self, engine, options: DumpOptions, model_dir, process: Process, stream):
         self.engine, self.options, self.process, self.stream = engine, options, process, stream
         if options.generate is not None:  # an encoder, or no next-token head: refused now
-            from jaxattn.engine.generate import check_generator, check_new_tokens
+            from jaxattn.continuations import check_new_tokens
+            from jaxattn.engine.generate import check_generator
 
             check_generator(engine)
             check_new_tokens(options.generate)

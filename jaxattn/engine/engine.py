@@ -490,7 +490,8 @@ class Engine:
           UsageError: this engine does not generate, or max_new_tokens < 1.
           InputError: GenerationTooLongError or TooLongError, as `generate`.
         """
-        from jaxattn.engine.generate import check_generator, check_new_tokens, longest, plan_prompts
+        from jaxattn.continuations import check_new_tokens
+        from jaxattn.engine.generate import check_generator, longest, plan_prompts
 
         check_generator(self)
         new = check_new_tokens(max_new_tokens)
@@ -549,7 +550,8 @@ class Engine:
         self.make_spec(what, layers, heads, dtype, precision, **positions)
         generating = {}
         if generate is not None:
-            from jaxattn.engine.generate import check_generator, check_new_tokens
+            from jaxattn.continuations import check_new_tokens
+            from jaxattn.engine.generate import check_generator
 
             check_generator(self)
             generating = dict(generate=check_new_tokens(generate), stop_at_eos=stop_at_eos)

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.continuations import STOPS, check_new_tokens  # noqa: F401 (STOPS: named here too)
+from jaxattn.continuations import check_new_tokens
 from jaxattn.engine.causal_lm import unembedding
 from jaxattn.engine.mlm import final_states
 from jaxattn.engine.pipeline import in_order
@@ -47,7 +47,7 @@ class Generation:
       ids: the continuation's token ids (the EOS included when it stopped there).
       tokens: the continuation's word pieces.
       text: the continuation decoded (special tokens left out).
-      stop: why it ended, one of `STOPS`.
+      stop: why it ended, one of `jaxattn.continuations.STOPS`.
     """
 
     prompt: TokenizedText
