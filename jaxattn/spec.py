@@ -93,6 +93,21 @@ class CaptureSpec:
             )
         }
 
+    def check_examples(self, lengths, where: str = "text {}") -> None:
+        """`positions_of_example` of each (input index, length), before anything runs;
+        `where` names the text by its index.
+
+        Raises:
+          UsageError: as `positions_of_example`, with `.index` the text's input index
+            (`capture_iter` names it by its place in the whole input).
+        """
+        for i, length in lengths:
+            try:
+                self.positions_of_example(length, where.format(i))
+            except UsageError as e:
+                e.index = i
+                raise
+
 
 def check_quantity(name: str) -> None:
     """UsageError unless `name` is a quantity jaxattn knows (any model's)."""

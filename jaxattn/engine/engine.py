@@ -26,7 +26,6 @@ from jaxattn.engine.params import check_params, fingerprint
 from jaxattn.engine.pipeline import BatchPipeline, in_order
 from jaxattn.engine.step import CaptureStep
 from jaxattn.engine.tokenize import TokenizedText, Tokenizer, check_texts
-from jaxattn.errors import UsageError
 from jaxattn.info import ModelInfo, provenance
 from jaxattn.inputs import Text
 from jaxattn.selection import Selection
@@ -433,14 +432,8 @@ class Engine:
         the texts tokenised, each text's positions checked, before anything runs."""
         spec = self.make_spec(what, layers, heads, dtype, precision, **positions)
         tokenized = self.tokenize(texts, too_long=too_long)
-        for i, t in enumerate(tokenized):  # each text's positions, before anything runs
-            try:
-                if t is not None:
-                    spec.positions_of_example(t.length, f"text {i}")
-            except UsageError as e:
-                e.index = i  # capture_iter names it by its place in the input
-                raise
         index = [i for i, t in enumerate(tokenized) if t is not None]
+        spec.check_examples((i, tokenized[i].length) for i in index)
         return spec, index, [tokenized[i] for i in index]
 
     def generate(

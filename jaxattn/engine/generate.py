@@ -276,8 +276,6 @@ def generate_and_stream(
     engine made), in input order, each as soon as it and all before it are ready):
     `Engine.stream` with ``generate=``. Every text is generated, and its positions
     checked, before this returns; the captures run as the iterator is read."""
-    check_generator(engine)
-    check_new_tokens(max_new_tokens)
     gens = generate(
         engine,
         texts,
@@ -288,12 +286,10 @@ def generate_and_stream(
     )
     index = [i for i, g in enumerate(gens) if g is not None]
     seqs = [gens[i].sequence for i in index]
-    for i, s in zip(index, seqs, strict=True):  # each one's positions, before it runs
-        try:
-            spec.positions_of_example(s.length, f"text {i} with its continuation")
-        except UsageError as e:
-            e.index = i  # capture_iter names it by its place in the input
-            raise
+    spec.check_examples(
+        ((i, s.length) for i, s in zip(index, seqs, strict=True)),
+        "text {} with its continuation",
+    )
     return gens, in_order(engine.run(seqs, spec, ablation))
 
 
