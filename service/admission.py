@@ -31,6 +31,13 @@ class QueueFull(Exception):
         self.limit = limit
 
 
+def example_sizes(engine, spec, tokenized: Sequence) -> list[int]:
+    """Each example's output bytes by `engine.output_bytes`; 0 where the engine has no
+    sizer (a test double)."""
+    sizer = getattr(engine, "output_bytes", None)
+    return [int(sizer(spec, e.length)) if sizer else 0 for e in tokenized]
+
+
 def reservation(
     engine,
     spec,
@@ -50,8 +57,7 @@ def reservation(
     an example run in layer groups is held a group at a time (`Engine.part_bytes`):
     its group, not its whole output, is what may exceed the buffer.
     """
-    sizer = getattr(engine, "output_bytes", None)
-    sizes = [int(sizer(spec, e.length)) if sizer else 0 for e in tokenized]
+    sizes = example_sizes(engine, spec, tokenized)
     held = sizes
     part_sizer = getattr(engine, "part_bytes", None)
     if group_bytes and part_sizer is not None:

@@ -55,7 +55,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from jaxattn.capture.part import ends_example
-from service.admission import STREAM_CHUNKS, QueueFull, refusal, reservation
+from service.admission import STREAM_CHUNKS, QueueFull, example_sizes, refusal, reservation
 from service.admitted_call import EngineFailed, Job, JobCancelled, SlowReader
 from service.generation import GenerationRun
 from service.grouped_runs import PREEMPT_IDLE_S, GroupedRuns, Run
@@ -501,8 +501,7 @@ class MicroBatcher:
             self.stats["generated_tokens"] += made
             self.stats["generation_steps"] += 1
             if sequences is not None:
-                sizer = getattr(self.engine, "output_bytes", None)
-                job.sizes = tuple(int(sizer(job.spec, s.length)) if sizer else 0 for s in sequences)
+                job.sizes = tuple(example_sizes(self.engine, job.spec, sequences))
                 job.tokenized = sequences
                 job.generation = None
             job.running = False
