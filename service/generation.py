@@ -9,7 +9,7 @@ by about one forward, never by the whole continuation; a job whose client left o
 whose deadline passed is dropped between steps. Once every text has ended, the job's
 examples become prompt + continuation (`Generation.sequence`: the generated ids,
 never re-tokenised) and its pieces run as any capture's, each example's header
-naming its `generated_start`.
+naming its `generated_start` and `stop`.
 
 Admission counts every text at its longest (`Engine.plan_generation`: prompt + N, at
 most the model's positions): the request's token and output limits and its buffer

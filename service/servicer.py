@@ -84,6 +84,8 @@ class AttentionServicer:
             max_result_bytes=self.parser.limits.result_bytes,
             coalesce=True,
             max_new_tokens=self.parser.max_new_tokens,
+            # the ids a continuation ends at (Engine.eos_ids); none where it does not generate
+            eos_ids=list(self.engine.eos_ids) if self.parser.max_new_tokens else [],
             **self._longest,
         )
 

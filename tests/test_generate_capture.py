@@ -54,12 +54,17 @@ def test_the_boundary_is_kept_through_npz(pairs, tmp_path):
     cap.save(tmp_path / "g.npz")
     back = jaxattn.Capture.load(tmp_path / "g.npz")
     assert back.generated_start == cap.generated_start == len(cap.tokens) - 3
+    assert back.stop == cap.stop == "max_new_tokens"
     assert back.tokens == cap.tokens
     (plain,) = engine.capture(PROMPTS[:1])
     plain.save(tmp_path / "p.npz")
     assert jaxattn.Capture.load(tmp_path / "p.npz").generated_start is None
+    assert jaxattn.Capture.load(tmp_path / "p.npz").stop is None
     meta = json.loads(str(np.load(tmp_path / "p.npz")["__meta__"]))
-    assert "generated_start" not in meta  # a plain capture's file is as before
+    assert "generated_start" not in meta and "stop" not in meta  # as before
+    dataclasses.replace(cap, stop="stop_string").save(tmp_path / "s.npz")
+    with pytest.raises(CaptureFileError, match="stop is stop_string, not eos, max_new_tokens"):
+        jaxattn.Capture.load(tmp_path / "s.npz")
     bad = dataclasses.replace(cap, generated_start=len(cap.tokens) + 1)
     bad.save(tmp_path / "bad.npz")
     with pytest.raises(CaptureFileError, match="generated_start .* past its tokens"):

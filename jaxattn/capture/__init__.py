@@ -106,6 +106,10 @@ class Capture:
       generated_start: index of the first token a decoder generated after the prompt
         (``capture(..., generate=N)``): tokens[:generated_start] are the prompt's,
         the rest the continuation's; None for a capture of a text alone.
+      stop: why that continuation ended, one of `jaxattn.continuations.STOPS`
+        ("eos", "max_new_tokens", "limit"; `Generation.stop`); None for a capture of
+        a text alone, and where its source predates the field (a server, file or
+        store of an older jaxattn).
     """
 
     tokens: tuple[str, ...]
@@ -123,6 +127,7 @@ class Capture:
     query_positions: tuple[int, ...] | None = None
     key_positions: tuple[int, ...] | None = None
     generated_start: int | None = None
+    stop: str | None = None
 
     # The quantities, one typed attribute each (order and meaning: QUANTITIES).
     attention = _Quantity()
@@ -318,6 +323,7 @@ class Capture:
             + (f"kv_heads={list(self.kv_heads)}, " if self.kv_heads else "")
             + positions
             + (f"generated_start={self.generated_start}, " if self.generated_start else "")
+            + (f"stop={self.stop}, " if self.stop else "")
             + f"dtype={self.dtype}, precision={self.precision}, {shapes})"
         )
 

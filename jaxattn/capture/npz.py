@@ -8,7 +8,8 @@ and absent from older files), query_positions and key_positions (the token posit
 of the maps' rows and keys, only where the capture selected them: such a file is of
 format 3, which readers of format 2 refuse rather than take its maps for whole
 ones), generated_start (the first generated token of a decoder's continuation; absent
-when none: readers before it ignore it and show the whole as one text), dtype,
+when none: readers before it ignore it and show the whole as one text), stop (why
+that continuation ended, one of `jaxattn.continuations.STOPS`; absent when none), dtype,
 precision, the uint8 (scale, offset) of each tensor and
 the provenance: the text (or pair) it came from, whether it was truncated, and
 `provenance` (model name, weights fingerprint, config, jaxattn version, and
@@ -26,6 +27,7 @@ import zipfile
 import numpy as np
 
 from jaxattn.capture.shapes import layout_problem
+from jaxattn.continuations import STOPS
 from jaxattn.dtypes import OUTPUT_DTYPES, to_bits
 from jaxattn.errors import CaptureFileError
 from jaxattn.outfile import replacing
@@ -42,7 +44,9 @@ _META = "__meta__"
 def write(cap, path: str | os.PathLike, *, compress: bool = False) -> None:
     """Write `cap` (a `jaxattn.Capture`) to `path`, whole or not at all (`Capture.save`)."""
     selected = {f: list(getattr(cap, f)) for f in _POSITIONS if getattr(cap, f) is not None}
-    generated = {} if cap.generated_start is None else {"generated_start": cap.generated_start}
+    generated = {
+        k: getattr(cap, k) for k in ("generated_start", "stop") if getattr(cap, k) is not None
+    }
     meta = dict(
         format=SELECTED_FORMAT if selected else FILE_FORMAT,
         tokens=list(cap.tokens),
@@ -174,6 +178,7 @@ _KINDS = {
     "tokens": (_strings, "a list of strings"),
     "sentence_b_start": (lambda v: v is None or type(v) is int, "null or a whole number"),
     "generated_start": (lambda v: v is None or type(v) is int, "null or a whole number"),
+    "stop": (lambda v: v is None or (isinstance(v, str) and v in STOPS), ", ".join(STOPS)),
     "layers": (_ints, "a list of whole numbers"),
     "heads": (_ints, "a list of whole numbers"),
     "kv_heads": (_ints, "a list of whole numbers"),
@@ -218,4 +223,5 @@ def _fields(meta: dict, tensors: dict) -> dict:
         provenance=dict(meta.get("provenance") or {}),
         **{f: None if meta.get(f) is None else tuple(meta[f]) for f in _POSITIONS},
         generated_start=meta.get("generated_start"),  # absent: no generated tokens
+        stop=meta.get("stop"),  # absent: no generated tokens, or a file from before it
     )

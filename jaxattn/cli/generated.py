@@ -27,11 +27,16 @@ class Served:
 
     @classmethod
     def of(cls, cap, new: int, max_positions: int) -> Served:
-        """The continuation of a capture of prompt + continuation asked for `new` tokens:
-        it ended at max_new_tokens when it has them all, at the positions' end when it
-        fills them, else (the only other reason) at the EOS token."""
+        """The continuation of a capture of prompt + continuation asked for `new` tokens,
+        its stop as the server says it (ExampleHeader.stop: `Capture.stop`)."""
         tokens = cap.tokens[cap.generated_start :]
-        if len(tokens) == new:
+        # A server that predates ExampleHeader.stop sends none: inferred from the
+        # lengths, at max_new_tokens when it has them all, at the positions' end when
+        # it fills them, else (the only other reason) at the EOS token (an EOS that
+        # is also the new-th token reads as max_new_tokens there).
+        if cap.stop is not None:
+            stop = cap.stop
+        elif len(tokens) == new:
             stop = "max_new_tokens"
         elif len(cap.tokens) >= max_positions:
             stop = "limit"

@@ -18,8 +18,9 @@ Several replicas: `AttentionClient(["a:50051", "b:50051"])` or one
 resumed on another replica of the same weights; docs/replicas.md).
 Captures carry `text`, `truncated` and `provenance` (source "server HOST:PORT").
 A decoder's server continues texts first with `generate=N` (as `Engine.capture`:
-the captures' `generated_start` marks the continuation; `server_info().max_new_tokens`
-says how many tokens it generates, 0: none).
+the captures' `generated_start` marks the continuation and `stop` says why it ended;
+`server_info().max_new_tokens` says how many tokens it generates, 0: none, and
+`server_info().eos_ids` the tokens it stops at).
 Layers and heads take the engine's selections (-1, slices, "0,3,-1"). Failures
 raise `AttentionServiceError` with the gRPC status code, message, and the
 refused request `field` / server `limit` when the server names them.

@@ -206,11 +206,13 @@ class AttentionClient:
           generate: a decoder only, as `Engine.capture`: the server first continues
             each text by up to this many greedily generated tokens, then captures
             prompt + continuation (`Capture.generated_start`: the first generated
-            token). too_long then applies to prompt + new tokens ("skip" drops a
+            token; `Capture.stop`: why it ended, None from a server that predates
+            the field). too_long then applies to prompt + new tokens ("skip" drops a
             text whose prompt + generate exceed the model's positions: asked of
             the server with truncate, so their generation is paid). Refused by
             the server beyond `server_info().max_new_tokens` (0: it cannot generate).
-          stop_at_eos: with `generate`: end a continuation at an EOS token (`Engine.eos_ids`).
+          stop_at_eos: with `generate`: end a continuation at an EOS token (the
+            server's `Engine.eos_ids`: `server_info().eos_ids`).
 
         Returns:
           One Capture per (unskipped) text, in input order, with its `text`,

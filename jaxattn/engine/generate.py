@@ -71,6 +71,7 @@ class Generation:
             type_ids=p.type_ids + (0,) * len(self.ids),
             tokens=p.tokens + self.tokens,
             generated_start=p.length,
+            stop=self.stop,
         )
 
 

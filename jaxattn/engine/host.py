@@ -137,6 +137,7 @@ def _fields(e: TokenizedText, spec: CaptureSpec, provenance: Mapping) -> dict:
         text=e.text,
         truncated=e.truncated,
         generated_start=e.generated_start,
+        stop=e.stop,
         provenance=provenance,
         **spec.positions_of_example(e.length),
     )

@@ -25,6 +25,8 @@ class TokenizedText:
       truncated: the text was cut to the model's maximum length.
       generated_start: index of the first token a decoder generated after the text
         (`jaxattn.engine.generate`), or None.
+      stop: why that continuation ended, one of `jaxattn.continuations.STOPS`
+        (`Generation.stop`), or None where nothing was generated.
     """
 
     ids: tuple[int, ...]
@@ -34,6 +36,7 @@ class TokenizedText:
     text: Text | None = None
     truncated: bool = False
     generated_start: int | None = None
+    stop: str | None = None
 
     @property
     def length(self) -> int:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from jaxattn.continuations import STOPS
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Entry:
@@ -30,6 +32,8 @@ class Entry:
       generated_start: index of the first token a decoder generated after the text
         (``jaxattn dump --generate N``): tokens[:generated_start] are the prompt's; None
         for a text captured as it is, and in stores written before the field.
+      stop: why that continuation ended, one of `jaxattn.continuations.STOPS`; None
+        for a text captured as it is, and in stores written before the field.
       data: quantity -> (offset, shape): the example's elements are
         ``array[offset : offset + prod(shape)]`` of the shard's array, C order.
       quantization: quantity -> (scale, offset) of uint8 tensors.
@@ -43,6 +47,7 @@ class Entry:
     truncated: bool = False
     text: str | tuple[str, str] | None = None
     generated_start: int | None = None
+    stop: str | None = None
     data: dict[str, tuple[int, tuple[int, ...]]]
     quantization: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
 
@@ -63,8 +68,9 @@ class Entry:
             "text": list(self.text) if isinstance(self.text, tuple) else self.text,
             "data": {q: {"offset": o, "shape": list(s)} for q, (o, s) in self.data.items()},
         }
-        if self.generated_start is not None:  # a plain example's entry is as before
-            out["generated_start"] = self.generated_start
+        for key in ("generated_start", "stop"):  # a plain example's entry is as before
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
         if self.quantization:
             out["quantization"] = {q: list(v) for q, v in self.quantization.items()}
         return out
@@ -86,6 +92,7 @@ class Entry:
             truncated=doc.get("truncated", False),
             text=tuple(doc["text"]) if isinstance(doc.get("text"), list) else doc.get("text"),
             generated_start=doc.get("generated_start"),
+            stop=doc.get("stop"),
             data={q: (d["offset"], tuple(d["shape"])) for q, d in doc["data"].items()},
             quantization={q: (v[0], v[1]) for q, v in doc.get("quantization", {}).items()},
         )
@@ -94,7 +101,7 @@ class Entry:
 
     def check(self) -> None:
         """Raise ValueError naming the first field not of the kind `to_json` writes."""
-        b, text, g = self.sentence_b_start, self.text, self.generated_start
+        b, text, g, stop = self.sentence_b_start, self.text, self.generated_start, self.stop
         wrong = (
             ("record", not _count(self.record)),
             ("line", not _count(self.line)),
@@ -103,6 +110,7 @@ class Entry:
             ("sentence_b_start", b is not None and not (_count(b) and b <= self.length)),
             ("truncated", not isinstance(self.truncated, bool)),
             ("generated_start", g is not None and not (_count(g) and g <= self.length)),
+            ("stop", stop is not None and not (isinstance(stop, str) and stop in STOPS)),
             ("text", not (text is None or isinstance(text, str) or _pair(text))),
             ("data", not all(map(_place, self.data.values()))),
             ("quantization", not all(map(_numbers, self.quantization.values()))),

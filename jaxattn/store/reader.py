@@ -251,6 +251,7 @@ class Store(Sequence):
             truncated=entry.truncated,
             text=entry.text,
             generated_start=entry.generated_start,
+            stop=entry.stop,
             provenance=self.provenance,
             **positions,
         )

@@ -177,6 +177,7 @@ class ShardWriter:
             truncated=truncated,
             text=text,
             generated_start=cap.generated_start,
+            stop=cap.stop,
             data=data,
             quantization={q: tuple(v) for q, v in cap.quantization.items()},
         )

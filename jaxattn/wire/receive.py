@@ -25,6 +25,7 @@ import numpy as np
 
 from jaxattn.capture import Capture, frozen
 from jaxattn.capture.shapes import layout_problem
+from jaxattn.continuations import STOPS
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codec_pool, protowire
 from jaxattn.wire.codecs import (
@@ -360,6 +361,7 @@ class StreamDecoder:
             generated_start=(
                 header.generated_start if header.HasField("generated_start") else None
             ),
+            stop=header.stop if header.HasField("stop") else None,  # an older server: None
             provenance=self.provenance,
             query_positions=tuple(header.query_positions) or None,
             key_positions=tuple(header.key_positions) or None,
@@ -430,3 +432,14 @@ def _check_layout(header: pb.ExampleHeader, shapes: dict[str, tuple[int, ...]]) 
             f"example {header.index}: generated_start {start} is outside its {count} "
             f"tokens (1..{count})"
         )
+    if header.HasField("stop"):
+        if header.stop not in STOPS:
+            raise WireError(
+                f"example {header.index}: unknown stop {header.stop[:60]!r}; expected one of "
+                f"{', '.join(STOPS)}"
+            )
+        if not header.HasField("generated_start"):
+            raise WireError(
+                f"example {header.index}: stop {header.stop!r} without a generated_start "
+                "(a stop is a continuation's)"
+            )

@@ -98,6 +98,7 @@ def _header(index: int, cap, sizes: dict[str, list[int]], max_chunk_bytes: int, 
         precision=PRECISION_TO_PB[cap.precision],
         truncated=cap.truncated,
         generated_start=cap.generated_start,  # None: unset (no generation)
+        stop=cap.stop,  # None: unset (no generation)
         kv_heads=cap.kv_heads,
         query_positions=cap.query_positions or (),
         key_positions=cap.key_positions or (),

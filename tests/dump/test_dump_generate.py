@@ -87,12 +87,14 @@ def test_the_store_holds_prompt_and_continuation_as_a_local_capture(model, store
     for got, cap, g, entry in zip(opened, want, gens, opened.entries, strict=True):
         assert got.tokens == cap.tokens == g.prompt.tokens + g.tokens
         assert got.generated_start == entry.generated_start == g.prompt.length
+        assert got.stop == entry.stop == g.stop == "max_new_tokens"
         assert got.text == g.prompt.text and not got.truncated
         for q in WHAT:  # float32 rounding of other batches only
             np.testing.assert_allclose(got.array(q), cap.array(q), rtol=1e-5, atol=1e-5)
     part = json.loads((store / layout.manifest_key(1)).read_text())
     part = part["attributes"][layout.MANIFEST_ATTRIBUTE]
     assert [e["generated_start"] for e in part["examples"]] == [gens[2].prompt.length]
+    assert [e["stop"] for e in part["examples"]] == ["max_new_tokens"]
     (skipped,) = part["skipped"]
     assert (skipped["record"], skipped["reason"]) == (2, "too_long")
     assert f"prompt tokens + {NEW} new tokens exceed the model's limit" in skipped["message"]
@@ -173,15 +175,22 @@ def test_an_entry_without_the_field_reads_as_none_and_a_bad_one_is_damage(store,
     doc = json.loads(key.read_text())
     examples = doc["attributes"][layout.MANIFEST_ATTRIBUTE]["examples"]
     for e in examples:
-        del e["generated_start"]  # as a store written before the field
+        del e["generated_start"], e["stop"]  # as a store written before the fields
     key.write_text(json.dumps(doc))
     opened = jaxattn.open_store(out)
     assert [c.generated_start for c in opened[:2]] == [None, None]
+    assert [c.stop for c in opened[:3]] == [None, None, "max_new_tokens"]
     assert opened[2].generated_start is not None
     for bad in (examples[0]["length"] + 1, -1, "3", True):
         examples[0]["generated_start"] = bad
         key.write_text(json.dumps(doc))
         with pytest.raises(CaptureFileError, match="generated_start is not what jaxattn writes"):
+            jaxattn.open_store(out)
+    examples[0]["generated_start"] = 1
+    for bad in ("stop_string", 3):
+        examples[0]["stop"] = bad
+        key.write_text(json.dumps(doc))
+        with pytest.raises(CaptureFileError, match="stop is not what jaxattn writes"):
             jaxattn.open_store(out)
 
 

@@ -17,6 +17,7 @@ from capture_samples import make
 from harness import write
 
 from jaxattn import Capture
+from jaxattn.continuations import STOPS
 from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.errors import CaptureFileError
 
@@ -52,6 +53,7 @@ def one_input(data: bytes) -> None:
     b = cap.sentence_b_start
     assert b is None or (type(b) is int and 0 <= b <= len(cap.tokens)), b
     assert cap.dtype in OUTPUT_DTYPES, cap.dtype
+    assert cap.stop is None or cap.stop in STOPS, cap.stop
     for name, array in cap.tensors.items():
         assert isinstance(name, str) and isinstance(array, np.ndarray), name
     json.dumps(dict(cap.provenance))

@@ -15,6 +15,7 @@ import sys
 
 from harness import HERE, workdir
 
+from jaxattn.continuations import STOPS
 from jaxattn.errors import CaptureFileError
 from jaxattn.store import layout, open_store
 
@@ -22,7 +23,7 @@ DESIGNED = (CaptureFileError,)
 SEPARATOR = b"\n--manifest--\n"
 TOKENS = (b'"attributes"', b'"jaxattn"', b'"format_version"', b'"spec"', b'"examples"', b"[[[")
 TOKENS += (b'"data"', b'"offset"', b'"shape"', b'"kv_heads"', b"null", b"-1", b"{}", b"[]")
-TOKENS += (b'"generated_start"', SEPARATOR)
+TOKENS += (b'"generated_start"', b'"stop"', b'"eos"', SEPARATOR)
 _MANIFEST = layout.manifest_key(0)
 
 
@@ -66,3 +67,4 @@ def one_input(data: bytes) -> None:
         assert cap.tokens == entry.tokens and set(cap.tensors) <= set(store.what), cap
         g = cap.generated_start  # a decoder's continuation: within its tokens, or None
         assert g is None or (type(g) is int and 0 <= g <= len(cap.tokens)), cap
+        assert cap.stop is None or cap.stop in STOPS, cap  # why it ended, or None

@@ -21,6 +21,7 @@ import dataclasses
 import numpy as np
 from capture_samples import make
 
+from jaxattn.continuations import STOPS
 from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import protowire
@@ -127,6 +128,7 @@ def outcome(data: bytes, pool: bool) -> tuple[list, tuple | None]:
 def seen(cap) -> tuple:
     """What a Capture holds, checked: its tensors index as its header says."""
     assert cap.dtype in OUTPUT_DTYPES
+    assert cap.stop is None or cap.stop in STOPS, cap.stop  # a known stop, or none
     for name, array in cap.tensors.items():  # a newer server's quantity may come
         assert isinstance(array, np.ndarray) and isinstance(name, str), name
     if cap.layers and cap.heads:  # its tensors index as its header says

@@ -31,13 +31,14 @@ GENERATE_LIMIT = 9  # --max-new-tokens of the generation tests' server (conftest
 
 def assert_same_captures(got, want) -> None:
     """Captures through a server equal the local engine's: tokens, text, where the
-    continuation starts, truncated, and every tensor within float32 rounding."""
+    continuation starts and why it ended, truncated, and every tensor within float32
+    rounding."""
     import numpy as np
 
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
         assert g.tokens == w.tokens and g.text == w.text
-        assert g.generated_start == w.generated_start
+        assert g.generated_start == w.generated_start and g.stop == w.stop
         assert g.truncated == w.truncated
         assert sorted(g.tensors) == sorted(w.tensors)
         for name, t in w.tensors.items():

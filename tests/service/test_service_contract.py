@@ -126,6 +126,7 @@ def test_a_decoder_written_from_the_comments_matches_the_python_side(address, re
         ):
             assert tuple(header.tokens) == want32.tokens and not header.truncated
             assert not header.HasField("generated_start")  # set only with generate
+            assert not header.HasField("stop")
             assert sorted(header.tensors) == sorted(WHAT)  # the server's order
             for name in WHAT:
                 x, d = want32.array(name), tensors[name]

@@ -31,6 +31,7 @@ def test_the_servers_continuations_and_captures_are_the_local_engines(
             cap.generated_start == g.prompt.length == len(svc_gpt2.tokenize([g.prompt.text])[0].ids)
         )
         assert cap.tokens[cap.generated_start :] == g.tokens
+        assert cap.stop == g.stop  # ExampleHeader.stop
         if not stop_at_eos:
             assert len(cap.tokens) == cap.generated_start + NEW
 
@@ -63,13 +64,13 @@ def test_the_header_says_where_the_continuation_starts_as_the_proto_says(svc_gpt
         messages = list(
             rpc(pb.CaptureRequest(**request, generate=NEW, ignore_eos=True), timeout=60)
         )
-    assert not any(h.HasField("generated_start") for h in plain)
+    assert not any(h.HasField("generated_start") or h.HasField("stop") for h in plain)
     headers = [m.header for m in messages if m.HasField("header")]
     for h, w in zip(headers, want, strict=True):
         prompt = svc_gpt2.tokenize([w.text])[0]
         assert h.HasField("generated_start") and h.generated_start == prompt.length
         assert tuple(h.tokens[: h.generated_start]) == prompt.tokens
-        assert len(h.tokens) == prompt.length + NEW
+        assert len(h.tokens) == prompt.length + NEW and h.stop == "max_new_tokens"
     chunks = [m.chunk for m in messages if m.HasField("chunk")]
     for k, w in enumerate(want):  # one chunk each: small tensors
         (c,) = [c for c in chunks if c.example_index == k]

@@ -82,6 +82,7 @@ def test_truncate_generates_until_the_positions_are_full_and_skip_drops_the_text
     got = gpt2_client.capture(["a", long], too_long="truncate", **kw)
     assert_same_captures(got, svc_gpt2.capture(["a", long], too_long="truncate", **kw))
     assert got[1].generated_start == n and len(got[1].tokens) == 64 and not got[1].truncated
+    assert [c.stop for c in got] == ["max_new_tokens", "limit"]  # "a" had all LIMIT tokens
     skipped = gpt2_client.capture(["a", long], too_long="skip", **kw)
     assert_same_captures(skipped, svc_gpt2.capture(["a", long], too_long="skip", **kw))
     assert len(skipped) == 1
