@@ -1,11 +1,12 @@
 """A request's generation (CaptureRequest.generate): run by the batcher's worker one step
 per turn, then captured like any request.
 
-A generation of N tokens is up to N forwards of its texts (`Engine.continuations`).
-The batcher's single worker owns the engine, so it runs one step of a generating job
-per turn and puts the job back in the queue behind the other clients' work
+A generation of N tokens is a prefill of its prompts into the key/value cache and up
+to N steps of one token each (`Engine.continuations`, `jaxattn.engine.kv_cache`). The
+batcher's single worker owns the engine, so it runs one step of a generating job per
+turn and puts the job back in the queue behind the other clients' work
 (`MicroBatcher`: fair turns), so a long generation delays another client's request
-by about one forward, never by the whole continuation; a job whose client left or
+by about one step, never by the whole continuation; a job whose client left or
 whose deadline passed is dropped between steps. Once every text has ended, the job's
 examples become prompt + continuation (`Generation.sequence`: the generated ids,
 never re-tokenised) and its pieces run as any capture's, each example's header

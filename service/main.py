@@ -51,7 +51,7 @@ def serve(
       warmup: kinds of request to compile before listening (`Engine.warmup`), each
         a tuple of quantities asked for together (all layers and heads, float32,
         this precision), then, on a server that generates (options.max_new_tokens),
-        the program of a generation's steps (`Engine.generation_spec`). A
+        the programs of a generation's steps (`Engine.warmup_generation`). A
         SIGTERM/SIGINT while they compile ends the warmup and the server returns 0
         without listening.
       warmup_sizes: "all" or "largest" batch sizes per bucket (`Engine.warmup`).
@@ -86,24 +86,33 @@ def serve(
         _check_metrics_port(address, options.metrics_port)
     engine = jaxattn.load(model, precision=precision, attention=attention)
     specs = [_warmup_spec(engine, what) for what in warmup]  # every name checked first
-    kinds = [",".join(what) for what in warmup]
-    if warmup and options.max_new_tokens and generator_problem(engine) is None:
-        # a generation's steps run their own program (`Engine.generation_spec`)
-        kinds.append("generation steps")
-        specs.append(engine.generation_spec())
     log.info(arenas)
     # The server runs an example over its per-example limit in layer groups within it
     # (`create_server`): warmup compiles those groups' programs too.
     group_bytes = example_limit(options.max_example_bytes, options.max_buffered_bytes)[0] or None
-    for what, spec in zip(kinds, specs, strict=True):
+
+    def capture_warmup(spec):  # -> a call compiling its shapes, returning how many
+        def run() -> int:
+            before = engine.compiled_shapes
+            kw = dict(sizes=warmup_sizes, stop=stop.is_set, group_bytes=group_bytes)
+            return engine.warmup(spec, **kw) - before
+
+        return run
+
+    steps = [
+        (",".join(what), capture_warmup(spec)) for what, spec in zip(warmup, specs, strict=True)
+    ]
+    if warmup and options.max_new_tokens and generator_problem(engine) is None:
+        # a generation's steps run their own programs (`Engine.warmup_generation`)
+        steps.append(
+            ("generation steps", lambda: engine.warmup_generation(warmup_sizes, stop.is_set))
+        )
+    for what, compile_shapes in steps:
         if stop.is_set():
             break
         log.info("warming up %s (%s sizes)", what, warmup_sizes)
-        t, before = time.perf_counter(), engine.compiled_shapes
-        shapes = (
-            engine.warmup(spec, sizes=warmup_sizes, stop=stop.is_set, group_bytes=group_bytes)
-            - before
-        )
+        t = time.perf_counter()
+        shapes = compile_shapes()
         if stop.is_set():
             log.info("stopped while warming up %s: not listening", what)
             return 0

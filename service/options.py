@@ -60,7 +60,8 @@ class ServerOptions:
       max_new_tokens: most tokens one request may ask a decoder to generate before
         its capture (CaptureRequest.generate; RESOURCE_EXHAUSTED, "max_new_tokens",
         beyond; ModelInfo.max_new_tokens); 0: this server does not generate. A
-        generation of N tokens is N forwards of its texts, run a step per turn.
+        generation of N tokens is a prefill and N one-token steps of its texts, run a
+        step per turn.
       metrics_port: serve Prometheus metrics over plain HTTP at /metrics on this
         port of the server's host (0: a free one, `AttentionServer.metrics_port`);
         None (the default): no metrics endpoint (`service.metrics`).

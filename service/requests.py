@@ -90,16 +90,14 @@ class ParsedRequest:
     @property
     def work_tokens(self) -> int:
         """The most tokens the request's forwards process, what `tokens_per_s` charges:
-        its texts once (the capture), and with `generation` each step's sequence so far
-        too (a text of p prompt tokens grown to L runs steps of p, p + 1, ..., L - 1
-        tokens), since a generation of N tokens is N forwards, not one."""
+        its texts once (the capture), and with `generation` each generated sequence's
+        tokens but its last once more (a text of p prompt tokens grown to L: the prefill
+        of p - 1 of them into the key/value cache, then a step of one token for each of
+        the L - p it generates, `jaxattn.engine.kv_cache`), since a generation of N
+        tokens runs its own forwards before the capture."""
         if self.generation is None:
             return self.tokens
-        prompts = [p for p in self.generation.prompts if p is not None]
-        steps = sum(
-            sum(range(p.length, e.length)) for p, e in zip(prompts, self.tokenized, strict=True)
-        )
-        return self.tokens + steps
+        return self.tokens + sum(e.length - 1 for e in self.tokenized)
 
 
 def _enum(value: int, table: dict, enum_type, field: str):

@@ -33,6 +33,8 @@ The modules, in the order data flows through them:
     xla_flags  the XLA flags set by default (GEMMs to cuBLAS on GPUs), applied on import
     generate   a decoder's greedy continuation (Engine.generate), and the capture of
                prompt + continuation from its ids (capture(..., generate=N))
+    kv_cache   decoding with a key/value cache: a prefill, then one token a step
+               (what generate runs)
 
 The names below resolve on first use: importing a light module of this
 package (tokenize, batching, ablation's MODES) does not start jax.

@@ -20,6 +20,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from jaxattn.config import ModelConfig
 from jaxattn.engine import relative
@@ -79,6 +80,22 @@ class AttentionParts:
         return {name: t for name, t in terms.items() if t is not None}
 
 
+@flax.struct.dataclass
+class LayerCache:
+    """One layer's key/value cache of one example, for decoding (`jaxattn.engine.kv_cache`).
+
+    Attributes:
+      k, v: [S, H_kv, K] the keys (normed and rotated, as `AttentionParts.k`) and values
+        of positions 0..S-1; those at and past `start` are overwritten by this call.
+      start: the position of the call's first query (a traced int32 scalar): its T
+        queries are positions start..start+T-1 and see the keys at positions <= their own.
+    """
+
+    k: jax.Array
+    v: jax.Array
+    start: jax.Array
+
+
 def logits(qk, c: ModelConfig):
     """The softmax's input from the raw products q.k (any shape): scaled by
     1 / sqrt(K) (Gemma: query_pre_attn_scalar^-1/2, a float32 product), then
@@ -117,6 +134,7 @@ class SelfAttention(nn.Module):
         rel_table=None,
         is_global=None,
         fast=None,
+        cache: LayerCache | None = None,
     ):
         """x [T, D], mask [S] -> (y [T, D] or None, `AttentionParts`).
 
@@ -136,6 +154,10 @@ class SelfAttention(nn.Module):
         (`jaxattn.engine.fast_forward.choose`): "blockwise" as `block` > 0, "xla" or
         "cudnn" through `jax.nn.dot_product_attention` (the parts' scores and alpha are
         None; q, k and v are there).
+        cache: a decoder's key/value cache (`LayerCache`): x are positions
+        cache.start.. of a sequence whose earlier keys and values the cache holds; the
+        parts' k and v are then the whole cache [S, H_kv, K] with x's written in, their
+        scores and alpha [H, T, S] (`_cached`; `mask`, `block` and `fast` unused).
         """
         c = self.config
         hk = (c.num_heads, c.head_dim)
@@ -166,6 +188,8 @@ class SelfAttention(nn.Module):
             use_bias=c.attention_bias and c.attention_out_bias,
             name="out",
         )
+        if cache is not None:
+            return self._cached(q, k, v, cache, out, gate, project, is_global)
         if fast in ("xla", "cudnn"):  # the layer's own choice wins over the request's block
             return self._fast(fast, q, k, v, mask, out, project, is_global)
         if self.block or fast == "blockwise":
@@ -201,6 +225,47 @@ class SelfAttention(nn.Module):
             y = out(context)
         w_out = self.variables["params"]["out"]["kernel"]  # [H, K, D]
         return y, AttentionParts(q=q, k=k, v=v, scores=scores, alpha=alpha, w_out=w_out, **terms)
+
+    def _cached(self, q, k, v, cache: LayerCache, out, gate, project, is_global):
+        """Attention of queries at positions cache.start.. against the cache with their own
+        keys and values written in: (y or None, parts whose k and v are the updated cache).
+
+        Query i (position p = start + i) sees the keys at positions j <= p, in a local
+        layer only those in its window (`rotary.in_window`); everything past p in the
+        cache (a shorter prompt's padding, an earlier call's leftovers) gets exactly zero
+        weight, so what it holds does not matter. A decoder's causal mask, as the dense
+        path's: the same scores, the same softmax.
+        """
+        from jaxattn.engine import rotary
+
+        c = self.config
+        start, size = cache.start, cache.k.shape[0]
+        local = False
+        if c.rotary is not None:
+            q, k, local = self._rotated(q, k, is_global, start=start, table=size)
+        keys = lax.dynamic_update_slice_in_dim(cache.k, k.astype(cache.k.dtype), start, axis=0)
+        values = lax.dynamic_update_slice_in_dim(cache.v, v.astype(cache.v.dtype), start, axis=0)
+        back = (start + jnp.arange(q.shape[0]))[:, None] - jnp.arange(size)[None, :]  # p - j
+        allowed = back >= 0
+        if c.rotary is not None:
+            window = rotary.in_window(back, c.rotary.local_window, c.causal)
+            allowed = jnp.where(local, allowed & window, allowed)
+        scores = logits(self.mm("THK,SHK->HTS", q, _per_query_head(keys, c.num_heads)), c)
+        scores = jnp.where(back[None] >= 0, scores, -jnp.inf)
+        alpha = jax.nn.softmax(jnp.where(allowed[None], scores, -jnp.inf), axis=-1)
+        if gate is not None:  # as the dense path: equal weight on every key the query sees
+            keep, uniform = gate
+            flat = allowed / allowed.sum(-1, keepdims=True)
+            alpha = jnp.where(uniform[:, None, None], flat[None], alpha)
+        y = None
+        if project:
+            context = self.mm("HTS,SHK->THK", alpha, _per_query_head(values, c.num_heads))
+            if gate is not None:
+                context = context * keep[None, :, None]
+            y = out(context)
+        w_out = self.variables["params"]["out"]["kernel"]
+        parts = AttentionParts(q=q, k=keys, v=values, scores=scores, alpha=alpha, w_out=w_out)
+        return y, parts
 
     def _blockwise(self, q, k, v, mask, out, project, is_global):
         """The blockwise path (`jaxattn.engine.blockwise`): (y or None, parts without
@@ -249,9 +314,10 @@ class SelfAttention(nn.Module):
         w_out = self.variables["params"]["out"]["kernel"]
         return y, AttentionParts(q=q, k=k, v=v, scores=None, alpha=None, w_out=w_out)
 
-    def _rotated(self, q, k, is_global=None):
+    def _rotated(self, q, k, is_global=None, start=None, table: int = 0):
         """(q, k) rotated with this layer's RoPE base, and whether the layer is local: a
-        bool, or traced when `is_global` is (None: the kind from `index`)."""
+        bool, or traced when `is_global` is (None: the kind from `index`). q and k are
+        positions 0..T-1, or start..start+T-1 (`start` traced) of a `table`-row table."""
         from jaxattn.engine import rotary
 
         r, length = self.config.rotary, q.shape[0]
@@ -259,7 +325,12 @@ class SelfAttention(nn.Module):
         def angles(is_global: bool):
             theta = r.global_theta if is_global else r.local_theta
             scaling = r.frequency_scaling(is_global)
-            return rotary.rope_angles(length, self.config.head_dim, theta, scaling)
+            cos, sin = rotary.rope_angles(table or length, self.config.head_dim, theta, scaling)
+            if start is None:
+                return cos, sin
+            return tuple(
+                lax.dynamic_slice_in_dim(jnp.asarray(t), start, length) for t in (cos, sin)
+            )
 
         if is_global is None:
             kind = r.is_global(self.index)

@@ -448,9 +448,10 @@ class Engine:
         """Greedy continuations of decoder prompts, one `jaxattn.engine.generate.Generation`
         per kept text, in input order (prompt, continuation ids/tokens/text, why it
         stopped): the argmax of the next-token logits as transformers'
-        ``generate(do_sample=False)``, each step one forward of the whole sequence (no
-        KV cache). stop_at_eos: end at an EOS token (`eos_ids`); too_long: for prompt +
-        max_new_tokens ("error", "truncate": until the positions are full, "skip").
+        ``generate(do_sample=False)``, each step one token's forward against a cache of
+        the keys and values before it (`jaxattn.engine.kv_cache`). stop_at_eos: end at
+        an EOS token (`eos_ids`); too_long: for prompt + max_new_tokens ("error",
+        "truncate": until the positions are full, "skip").
         Arguments and errors: `jaxattn.engine.generate.generate`."""
         from jaxattn.engine.generate import generate
 
@@ -492,14 +493,20 @@ class Engine:
         limit = self.config.max_length
         return prompts, [longest(p, new, limit) for p in prompts if p is not None]
 
-    def generation_spec(self):
-        """The spec each generation step runs (the last layer's hidden states, at this
-        engine's precision): `warmup(engine.generation_spec())` compiles its programs
-        before the first generation (`jaxattn serve --warmup` does, for a server that
-        generates)."""
-        from jaxattn.engine.mlm import final_states_spec
+    @functools.cached_property
+    def kv_decoder(self):
+        """The decoding programs of this decoder (`jaxattn.engine.kv_cache.KVDecoder`): what
+        `generate` and a generation's steps run, made at first use."""
+        from jaxattn.engine.kv_cache import KVDecoder
 
-        return final_states_spec(self)
+        return KVDecoder(self)
+
+    def warmup_generation(self, sizes: str = "all", stop=None) -> int:
+        """Compile the programs a generation's steps run (`KVDecoder.warmup`: its prefill
+        and step for every cache length of the buckets, every batch size of the ladder
+        or the largest only) before the first generation (`jaxattn serve --warmup` does,
+        for a server that generates); returns how many programs it compiled."""
+        return self.kv_decoder.warmup(sizes, stop)
 
     def continuations(self, prompts: Sequence, max_new_tokens: int, *, stop_at_eos: bool = True):
         """A `jaxattn.engine.generate.Continuations` of `prompts` (`plan_generation`'s):

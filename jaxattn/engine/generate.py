@@ -3,34 +3,25 @@
     gens = engine.generate(["The cat sat"], max_new_tokens=8)   # `Engine.generate`
     caps = engine.capture(["The cat sat"], generate=8)          # prompt + continuation
 
-Each step is one forward of the whole sequence so far through the engine's own
-program (`final_states`: the last layer's hidden states), its next token the
-argmax of the last position's logits ``h W_U^T`` (`causal_lm.unembedding`;
-Gemma 2's soft-cap, which keeps the argmax) as transformers'
-``generate(do_sample=False)``. There is no KV cache: the engine's programs are
-whole-sequence, so a step costs a forward of T tokens, and a generation of N
-tokens about N such forwards (each length bucket compiles once). In a causal
-model, the forward of prompt + continuation gives exactly the attention each
-generated token had when it was generated, so the capture of the whole sequence
-(from its ids: a round trip through the decoded text could change them) shows
-what the model attended to while writing. Several texts are batched per step,
-each read at its own last position (the padding is masked: a batch gives each
+Each text is continued by the argmax of its last position's logits ``h W_U^T``
+(`causal_lm.unembedding`; Gemma 2's soft-cap, which keeps the argmax) as
+transformers' ``generate(do_sample=False)``, each step one token's forward against a
+cache of the keys and values before it (`jaxattn.engine.kv_cache`), as transformers'
+generate runs it. In a causal model, the forward of prompt + continuation gives
+exactly the attention each generated token had when it was generated, so the capture
+of the whole sequence (from its ids: a round trip through the decoded text could
+change them) shows what the model attended to while writing. Several texts generate
+together, each at its own position (the padding is never seen: a batch gives each
 text's single-text result).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Iterator, Sequence
-
-import jax
-import jax.numpy as jnp
-import numpy as np
 
 from jaxattn.continuations import check_new_tokens
 from jaxattn.engine.causal_lm import unembedding
-from jaxattn.engine.mlm import final_states
 from jaxattn.engine.pipeline import in_order
 from jaxattn.engine.tokenize import TokenizedText
 from jaxattn.errors import GenerationTooLongError, InputError, UsageError
@@ -89,16 +80,6 @@ def check_generator(engine) -> None:
             "checkpoint with its LM head (lm_head.weight, or word embeddings tied to it: "
             "a ...ForCausalLM checkpoint)"
         )
-
-
-@functools.partial(jax.jit, static_argnums=2)
-def _next_ids(h, w, softcap: float = 0.0):
-    """argmax over the vocabulary of each row's logits h W^T: h [B, D], w [V, D]; the
-    logits soft-capped (Gemma 2) as transformers computes them before its argmax."""
-    logits = jnp.einsum("bd,vd->bv", h, w, precision=jax.lax.Precision.HIGHEST)
-    if softcap:
-        logits = softcap * jnp.tanh(logits / softcap)
-    return jnp.argmax(logits, axis=-1)
 
 
 def generate(
@@ -184,8 +165,14 @@ def longest(prompt: TokenizedText, new: int, limit: int) -> TokenizedText:
 
 
 class Continuations:
-    """Greedy continuations of prompts, one forward of every unfinished one per `step`:
-    the loop of `generate`, and what a server runs a step per turn (service.generation).
+    """Greedy continuations of prompts, a token of every unfinished one in a group per
+    `step`: the loop of `generate`, and what a server runs a step per turn
+    (service.generation).
+
+    The prompts run in groups (`KVDecoder.groups`: longest first, as many together as
+    the engine's budgets allow their key/value caches), one group after the other, so
+    only one group's caches are held at a time; the first step of a group puts its
+    prompts into the caches (the prefill), each step after it one token.
 
     Args:
       engine: a decoder with its next-token head (`check_generator`).
@@ -195,10 +182,10 @@ class Continuations:
     """
 
     def __init__(self, engine, prompts, new: int, *, stop_at_eos: bool = True, ablation=None):
-        self.engine, self.prompts, self.new, self.ablation = engine, list(prompts), new, ablation
+        self.engine, self.prompts, self.new = engine, list(prompts), new
         self.limit = engine.config.max_length
         self.eos = frozenset(engine.eos_ids) if stop_at_eos else frozenset()
-        self._w = None  # the unembedding, on the device at the first step
+        self._gates = None if ablation is None else ablation.gates(engine.config)
         self.grown: dict[int, list[int]] = {
             i: [] for i, p in enumerate(self.prompts) if p is not None
         }
@@ -206,6 +193,9 @@ class Continuations:
         for i in self.grown:
             if self.prompts[i].length >= self.limit:
                 self.stops[i] = "limit"  # a prompt cut to the limit: no position left
+        waiting = {i: self.prompts[i] for i in self.grown if i not in self.stops}
+        self._waiting = engine.kv_decoder.groups(waiting, new) if waiting else []
+        self._group, self._members = None, []  # the group generating, its prompts' indices
 
     @property
     def done(self) -> bool:
@@ -213,27 +203,33 @@ class Continuations:
         return len(self.stops) == len(self.grown)
 
     def step(self) -> int:
-        """One forward of every unfinished continuation, each its next token; returns how
+        """A token of every unfinished continuation of the group generating (the next
+        group started, its prompts prefilled, where the last one has ended); returns how
         many tokens it generated (0 once `done`)."""
-        active = [i for i in self.grown if i not in self.stops]
-        if not active:
-            return 0
-        if self._w is None:
-            self._w = jnp.asarray(unembedding(self.engine), jnp.float32)
-        seqs = [_extended(self.prompts[i], self.grown[i]) for i in active]
-        states = final_states(self.engine, seqs, self.ablation)
-        last = np.stack([h[-1] for h in states]).astype(np.float32)  # each at its own end
-        picked = np.asarray(_next_ids(jnp.asarray(last), self._w, self.engine.config.lm_softcap))
-        for i, t in zip(active, picked.tolist(), strict=True):
-            grown = self.grown[i]
-            grown.append(int(t))
+        while not any(i not in self.stops for i in self._members):
+            if not self._waiting:
+                return 0
+            self._members = self._waiting.pop(0)
+            prompts = [self.prompts[i] for i in self._members]
+            self._group = self.engine.kv_decoder.start(prompts, self.new, self._gates)
+        held = [row for row, i in enumerate(self._members) if i in self.stops]
+        picked = self._group.step(held)
+        made = 0
+        for row, i in enumerate(self._members):
+            if i in self.stops:
+                continue
+            t, grown = int(picked[row]), self.grown[i]
+            grown.append(t)
+            made += 1
             if t in self.eos:
                 self.stops[i] = "eos"
             elif len(grown) == self.new:
                 self.stops[i] = "max_new_tokens"
             elif self.prompts[i].length + len(grown) >= self.limit:
                 self.stops[i] = "limit"
-        return len(active)
+        if self.done:
+            self._group = None  # its caches freed
+        return made
 
     def results(self) -> list[Generation | None]:
         """Each prompt's Generation (None where it was left out), once `done`."""

@@ -176,8 +176,28 @@ def call_layer(layer, x, gate, hidden: bool, kwargs: dict):
     return y, cap | ({"hidden_states": y} if hidden else {})
 
 
+def run_caches(cache, run: Run):
+    """The key/value caches of a run's layers: `cache` (k, v [L, H_kv, S, K]) cut to
+    layers run.start..run.stop-1."""
+    return cache.replace(k=cache.k[run.start : run.stop], v=cache.v[run.start : run.stop])
+
+
+def layer_cache(caches, i: int):
+    """Layer i's cache of a run's caches (`run_caches`), in the attention's layout
+    (`jaxattn.engine.attention.LayerCache`: k, v [S, H_kv, K])."""
+    return caches.replace(k=caches.k[i].transpose(1, 0, 2), v=caches.v[i].transpose(1, 0, 2))
+
+
 def run_scanned(
-    layer, stacked: dict, weight_sets, x, gates, hidden: bool, is_global=None, **kwargs
+    layer,
+    stacked: dict,
+    weight_sets,
+    x,
+    gates,
+    hidden: bool,
+    is_global=None,
+    caches=None,
+    **kwargs,
 ):
     """Run one run of alike layers as a scan over their weight sets.
 
@@ -189,6 +209,7 @@ def run_scanned(
       gates: None, or (keep [n, H], uniform [n, H]): the run's ablation gates.
       hidden: also return each layer's output as "hidden_states" [n, T, D].
       is_global: None, or [n] bool: each rotary layer's kind (`global_layers`).
+      caches: None, or the run's key/value caches (`run_caches`), each layer its own.
       **kwargs: the rest of the layer's call (mask, want, output, classes, rel_table).
 
     Returns:
@@ -196,9 +217,14 @@ def run_scanned(
     """
 
     def body(x, xs):
-        w, gate, kind = xs
+        w, gate, kind, kv = xs
         params = jax.tree.map(lambda a: a[w], stacked)
         call = partial(layer.apply, {"params": params}, is_global=kind)
-        return call_layer(call, x, gate, hidden, kwargs)
+        args = kwargs
+        if kv is not None:  # this layer's cache, its position shared by the run
+            one = caches.replace(k=kv[0][None], v=kv[1][None])
+            args = dict(kwargs, cache=layer_cache(one, 0))
+        return call_layer(call, x, gate, hidden, args)
 
-    return lax.scan(body, x, (weight_sets, gates, is_global))
+    kv = None if caches is None else (caches.k, caches.v)
+    return lax.scan(body, x, (weight_sets, gates, is_global, kv))

@@ -16,6 +16,7 @@ heads, K head dim, D model dim, F feed-forward dim.
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 
 import flax.linen as nn
@@ -26,7 +27,7 @@ from jax import lax
 
 from jaxattn.config import ModelConfig
 from jaxattn.engine import blockwise, fast_forward, head_stats, layer_loop, map_positions, norms
-from jaxattn.engine.attention import AttentionParts, SelfAttention
+from jaxattn.engine.attention import AttentionParts, LayerCache, SelfAttention
 from jaxattn.engine.layers import (
     Dense,
     LayerNorm,
@@ -61,7 +62,8 @@ class Embeddings(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, ids, type_ids):  # [T], [T] -> [T, D]
+    def __call__(self, ids, type_ids, start=0):  # [T], [T] -> [T, D]
+        """start: the position of ids[0] (a decoding step's, `jaxattn.engine.kv_cache`)."""
         c = self.config
         e = c.embedding_width
         table = param(self, "word", init, (c.vocab_size, e))
@@ -70,7 +72,7 @@ class Embeddings(nn.Module):
             x = x * jnp.asarray(np.float32(np.sqrt(c.hidden_size)), table.dtype)
         if c.absolute_positions:
             # RoBERTa numbers positions from padding_idx + 1 (position_offset = 2).
-            positions = jnp.arange(ids.shape[0]) + c.position_offset
+            positions = start + jnp.arange(ids.shape[0]) + c.position_offset
             x = x + param(self, "position", init, (c.max_positions, e))[positions]
         if c.type_vocab_size:
             x = x + param(self, "token_type", init, (c.type_vocab_size, e))[type_ids]
@@ -215,6 +217,7 @@ class EncoderLayer(nn.Module):
         is_global=None,
         positions=None,
         heads=None,
+        cache: LayerCache | None = None,
     ):
         """x [T, D] -> (the layer's output [T, D], or None when not `output`; captures).
 
@@ -223,6 +226,8 @@ class EncoderLayer(nn.Module):
         `jaxattn.engine.map_positions.select`), or None: every one.
         heads: the captured heads (static), None for all: the blockwise path computes
         the maps of these only (`blockwise.MAPS`).
+        cache: a decoding call's key/value cache of this layer (`SelfAttention`): the
+        captured keys and values are then the updated cache, [H_kv, S, K].
 
         output=False (the last layer run, when its output is not captured) skips
         what only the output needs: the weighted sum and output projection
@@ -239,7 +244,7 @@ class EncoderLayer(nn.Module):
         )
         # Nothing captured reads the weights: the fast forward (`fast_forward`), if any.
         fast = None if want - fast_forward.READS_NO_WEIGHTS else self.fast
-        a, parts = attention(attn_in, mask, gate, project, rel_table, is_global, fast)
+        a, parts = attention(attn_in, mask, gate, project, rel_table, is_global, fast, cache)
         if c.post_norms and project:  # Gemma: h = x + N_pa(a); see _post_normed
             a, parts = self._post_normed(a, parts)
         # The LayerNorm after the attention block's addition: the block's own (post)
@@ -302,12 +307,14 @@ class EncoderLayer(nn.Module):
         return Dense((f, d), (d,), "TF,FD->TD", self.mm, c.mlp_bias, name="ffn_out")(u)
 
 
-def _unrolled(run, weights: list, c: ModelConfig, x, gates, hidden: bool, args: dict):
-    """The run's layers one after another, each its own code: weights[w] is weight set w."""
+def _unrolled(run, weights: list, c: ModelConfig, x, gates, hidden: bool, args: dict, caches=None):
+    """The run's layers one after another, each its own code: weights[w] is weight set w;
+    caches: None, or the run's key/value caches (`layer_loop.layer_cache`)."""
     caps = []
     for i, layer in enumerate(range(run.start, run.stop)):
         module = weights[c.weights_of_layer(layer)]
-        x, cap = layer_loop.call_layer(module, x, layer_loop.layer_gate(gates, i), hidden, args)
+        kwargs = args if caches is None else dict(args, cache=layer_loop.layer_cache(caches, i))
+        x, cap = layer_loop.call_layer(module, x, layer_loop.layer_gate(gates, i), hidden, kwargs)
         caps.append(cap)
     return x, {name: jnp.stack([cap[name] for cap in caps]) for name in caps[0]}
 
@@ -361,6 +368,7 @@ class Encoder(nn.Module):
         span: tuple[int, int] | None = None,
         x=None,
         shift=None,
+        cache: LayerCache | None = None,
     ):
         """gates: None, or (keep [L, H] float, uniform [L, H] bool); see SelfAttention.
 
@@ -378,6 +386,11 @@ class Encoder(nn.Module):
         span's moved up by it, each layer's weight set, kind and gates read at its
         own index, so groups of alike layers share one program
         (`jaxattn.engine.layer_groups.template`).
+        cache: a decoder's key/value cache of every layer (`LayerCache` with k, v
+        [L, H_kv, S, K], the captured keys' and values' layout), for a decoding call
+        (`jaxattn.engine.kv_cache`): ids are positions cache.start.., and the spec's
+        "keys" and "values" come out as the caches with them written in; the call
+        returns (the captures, the final hidden states [T, D], after the final norm).
         """
         c = self.config
         start, stop = (0, spec.last_layer + 1) if span is None else span
@@ -387,7 +400,8 @@ class Encoder(nn.Module):
         # keys/values of grouped-query attention: the key/value heads the query heads read
         kv = jnp.asarray(spec.kv_axis) if 0 < len(spec.kv_axis) < c.kv_heads else None
         if start == 0:
-            x = Embeddings(c, name="embeddings")(ids, type_ids)
+            at = 0 if cache is None else cache.start
+            x = Embeddings(c, name="embeddings")(ids, type_ids, at)
         context = dict(
             mask=mask, classes=classes, rel_table=self._relative_table(), positions=positions
         )
@@ -407,6 +421,8 @@ class Encoder(nn.Module):
         if "hidden_states" in want and start == 0:
             chunks["hidden_states"].append(x[None])
         runs = layer_loop.layer_runs(c, spec, scan=self.layer_loop == "scan")
+        if cache is not None:  # decoding: every layer's output, to the next token's logits
+            runs = [dataclasses.replace(run, output=True) for run in runs]
         for run in layer_loop.clip(runs, start, stop):
             layer_want = want - {"hidden_states"} if run.captured else frozenset()
             hidden = run.captured and "hidden_states" in want
@@ -417,10 +433,11 @@ class Encoder(nn.Module):
                 at = run.start + shift
                 run_gates = tuple(lax.dynamic_slice_in_dim(g, at, len(run)) for g in gates)
             args = dict(context, want=layer_want, output=run.output)
+            caches = None if cache is None else layer_loop.run_caches(cache, run)
             if self.layer_loop == "scan":
-                x, cap = self._scanned(run, mm, x, run_gates, hidden, args, layer, shift)
+                x, cap = self._scanned(run, mm, x, run_gates, hidden, args, layer, shift, caches)
             else:
-                x, cap = _unrolled(run, weights, c, x, run_gates, hidden, args)
+                x, cap = _unrolled(run, weights, c, x, run_gates, hidden, args, caches)
             if c.norm == "pre" and run.stop == c.num_layers and x is not None:
                 # HF's final_norm; its hidden_states[-1] is this normalised last_hidden_state.
                 x = make_norm(c, "final_ln")(x)
@@ -438,12 +455,15 @@ class Encoder(nn.Module):
                     t = t[(slice(None),) * q.head_axis + (pick,)]
                 chunks[name].append(t)
         out = {name: jnp.concatenate(ts) for name, ts in chunks.items() if ts}
-        return out if span is None else (out, x)
+        return out if span is None and cache is None else (out, x)
 
-    def _scanned(self, run, mm, x, gates, hidden: bool, args: dict, paths: dict, shift=None):
+    def _scanned(
+        self, run, mm, x, gates, hidden: bool, args: dict, paths: dict, shift=None, caches=None
+    ):
         """The run as one scan over its weight sets (stacked params, `layer_loop`); paths:
         the layers' block, fast and fast_block (`EncoderLayer`); shift: None, or the
-        traced layer offset of a shared group program (`__call__`)."""
+        traced layer offset of a shared group program (`__call__`); caches: None, or the
+        run's key/value caches (`layer_loop.run_caches`)."""
         c = self.config
         layer = EncoderLayer(c, mm, index=run.start, **paths, parent=None)  # given params
         params = self.variables["params"]
@@ -463,10 +483,12 @@ class Encoder(nn.Module):
             call = partial(layer.apply, {"params": p})
             if shift is not None and kinds is not None:
                 call = partial(call, is_global=kinds[0])
+            if caches is not None:
+                args = dict(args, cache=layer_loop.layer_cache(caches, 0))
             y, cap = layer_loop.call_layer(call, x, layer_loop.layer_gate(gates, 0), hidden, args)
             return y, {name: t[None] for name, t in cap.items()}
         return layer_loop.run_scanned(
-            layer, params["layers"], jnp.asarray(sets), x, gates, hidden, kinds, **args
+            layer, params["layers"], jnp.asarray(sets), x, gates, hidden, kinds, caches, **args
         )
 
     def _relative_table(self):

@@ -155,15 +155,15 @@ def test_positions_must_fit_every_length_the_continuation_may_end_at(svc_gpt2, g
 
 
 def test_a_generation_is_charged_the_tokens_of_every_forward_it_may_run(svc_gpt2, tmp_path):
-    """tokens_per_s: a text of p prompt tokens continued by up to N runs N steps over
-    p, p + 1, ..., p + N - 1 tokens and a capture of p + N; the request is charged all
-    of them (the quota's message names what it needs), not p + N alone."""
+    """tokens_per_s: a text of p prompt tokens continued by up to N puts p - 1 tokens into
+    its key/value cache, runs N steps of one token and a capture of p + N; the request is
+    charged all of them (the quota's message names what it needs), not p + N alone."""
     from service.clients import ClientTable
 
     path = tmp_path / "clients.toml"
     path.write_text('[clients.gen]\ntoken = "gen-token"\ntokens_per_s = 1\n')
     lengths = [e.length for e in svc_gpt2.tokenize(PROMPTS)]
-    want = sum(p + NEW + sum(range(p, p + NEW)) for p in lengths)  # by hand, from the docs
+    want = sum(p + NEW + (p - 1) + NEW for p in lengths)  # by hand, from the docs
     with running_server(svc_gpt2, clients=ClientTable(path)) as (_, address):
         with AttentionClient(address, token="gen-token", timeout=60, retries=0) as c:
             c.capture(PROMPTS, generate=NEW)  # a full bucket lets one through, into debt

@@ -58,9 +58,9 @@ def test_serve_warmup_compiles_the_layer_groups_its_limit_makes(svc_engine, monk
 
 
 def test_serve_warmup_compiles_a_generations_steps_when_it_generates(svc_gpt2, monkeypatch):
-    # A server of a decoder that generates: --warmup also compiles the program every
-    # generation step runs (`Engine.generation_spec`), so a first generation compiles no
-    # step of its own; --max-new-tokens 0 (or no --warmup) does not.
+    # A server of a decoder that generates: --warmup also compiles the programs a
+    # generation's steps run (`Engine.warmup_generation`), so a first generation compiles
+    # no step of its own; --max-new-tokens 0 (or no --warmup) does not.
     import jaxattn.checkpoints.loading
     import service.main
     from jaxattn.cli import main
@@ -79,15 +79,16 @@ def test_serve_warmup_compiles_a_generations_steps_when_it_generates(svc_gpt2, m
 
     monkeypatch.setattr(jaxattn.checkpoints.loading, "load", lambda *a, **k: svc_gpt2)
     monkeypatch.setattr(svc_gpt2, "warmup", warmup)
+    monkeypatch.setattr(svc_gpt2, "warmup_generation", lambda sizes, stop: warmed.append(sizes))
     monkeypatch.setattr(service.main, "create_server", create_server)
     main(["serve", "--port", "0", "--warmup", "attention"])
-    assert warmed == [svc_gpt2.make_spec(what=("attention",)), svc_gpt2.generation_spec()]
+    assert warmed == [svc_gpt2.make_spec(what=("attention",)), "all"]
     warmed.clear()
     main(["serve", "--port", "0", "--warmup", "attention", "--max-new-tokens", "0"])
     assert warmed == [svc_gpt2.make_spec(what=("attention",))]
 
 
-def test_a_warmed_generation_spec_leaves_no_step_to_compile(tmp_path):
+def test_a_warmed_generation_leaves_no_step_to_compile(tmp_path):
     import sys
     from pathlib import Path
 
@@ -96,7 +97,7 @@ def test_a_warmed_generation_spec_leaves_no_step_to_compile(tmp_path):
 
     # buckets of 16: shapes no other test compiled in this process
     engine = jaxattn.load(make_gpt2_checkpoint(tmp_path), buckets=(16,), max_batch=4)
-    engine.warmup(engine.generation_spec())
+    assert engine.warmup_generation() > 0
     with backend_compiles() as compiles:
         gens = engine.generate(["a", "the cat sat", "Hello, world."], 20, stop_at_eos=False)
     assert [len(g.ids) for g in gens] == [20, 20, 20]

@@ -1,0 +1,323 @@
+"""Greedy decoding with a key/value cache: a generation step costs one token's forward.
+
+    decoder = KVDecoder(engine)
+    run = decoder.start(prompts)          # a group of prompts (`Group`), prefilled
+    next_ids = run.step(last_ids)         # each one's next token, its cache grown by one
+
+What `jaxattn.engine.generate` runs. A step feeds each sequence's newest token at its
+own position p and attends it to the cached keys and values of positions < p (every
+layer's, [L, H_kv, S, K] per sequence, on the device, donated from step to step so
+it is updated in place), as transformers' ``generate`` does with its DynamicCache:
+the cost of a step is a forward of one token plus attention over p keys, where a
+forward of the whole sequence (the capture program) costs T tokens and T^2 scores.
+The prompt itself goes into the cache first, in chunks of at most `CHUNK` positions
+(the "prefill"): positions 0..n-2 of a prompt of n tokens, its last token being the
+first step's input. The layer code is the capture model's own (`Encoder` with a
+`LayerCache`: `SelfAttention._cached`), so every family's attention (grouped heads,
+RoPE and its scalings, sliding windows, soft caps, Gemma's norms) and head ablation
+are the same code as the capture's.
+
+A group's sequences run together, right-padded, each at its own position: a shorter
+prompt's padding in the cache is overwritten by its generated tokens before any
+query may see it (a query sees positions <= its own only), so a batch gives each
+sequence its single-sequence result. Group shapes are bucketed (`shapes`): the
+cache length S from the engine's buckets (at least the longest prompt + the new
+tokens - 1), the batch a power of two within the engine's budgets (the cache's
+bytes under the output budget, a prefill chunk's [H, C, S] scores under the
+attention budget), so a server compiles a few programs, not one per request
+(`warmup` compiles them ahead).
+
+The cached step computes the same function as the whole-sequence forward, with the
+contractions over other shapes: its logits agree within float32 rounding, not bit
+for bit (transformers' own cached generate differs from its uncached forward the
+same way), so a near tie between two tokens may break either way. The capture of
+prompt + continuation afterwards runs the capture program on the ids, exact as any
+capture.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jaxattn.engine import batching
+from jaxattn.engine.attention import LayerCache
+from jaxattn.engine.causal_lm import unembedding
+from jaxattn.engine.model import Encoder
+from jaxattn.engine.step import matmul_platform
+
+CHUNK = 512  # most prompt positions one prefill call puts into the cache
+# Bytes of a prefill chunk's attention working set per score: the scores, the masked
+# scores and the weights, float32, with one more the compiler may hold.
+_SCORE_BYTES = 16
+_ROUND = 128  # a cache longer than CHUNK is a multiple of this (its chunk at least this)
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """One group's program shapes: `batch` sequences (all devices together), a cache of
+    `length` positions, prefill chunks of `chunk` positions."""
+
+    batch: int
+    length: int
+    chunk: int
+
+
+class KVDecoder:
+    """The decoding programs of one loaded decoder (`Engine`): prefill and step, jitted,
+    data parallel over the engine's devices like its capture step.
+
+    Args:
+      engine: a decoder with its next-token head (`generate.check_generator`).
+    """
+
+    def __init__(self, engine):
+        self.engine = engine
+        c = self.config = engine.config
+        step = engine.step
+        self.devices = engine.devices
+        mesh = Mesh(np.asarray(self.devices), ("data",))
+        replicated, batch = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+        self._model = Encoder(
+            c, platform=matmul_platform(self.devices[0]), layer_loop=step.layer_loop
+        )
+        self._spec = engine.make_spec(("keys", "values"))  # every layer, every head
+        self._w = jax.device_put(np.asarray(unembedding(engine), np.float32), replicated)
+        self._batch = batch
+        self._replicated = replicated
+        shardings = dict(
+            in_shardings=(replicated, replicated, batch, batch, batch, batch, replicated),
+            donate_argnums=(4, 5),  # the caches: updated in place
+        )
+        self._prefill = jax.jit(self._prefill_fn, out_shardings=(batch, batch), **shardings)
+        self._step = jax.jit(self._step_fn, out_shardings=(batch, batch, batch), **shardings)
+        self._compiled: set[tuple] = set()
+
+    # -- shapes ----------------------------------------------------------------------
+
+    def cache_bytes(self, length: int) -> int:
+        """Bytes of one sequence's cache of `length` positions (keys and values, every
+        layer, float32)."""
+        c = self.config
+        return 2 * c.num_layers * c.kv_heads * length * c.head_dim * 4
+
+    def cache_length(self, longest: int, new: int) -> int:
+        """The cache length of a group whose longest prompt has `longest` tokens and which
+        generates up to `new`: the smallest bucket holding every position a step feeds
+        (the last token generated is never fed), within the model's positions."""
+        need = max(1, min(longest + new - 1, self.config.max_length))
+        length = next((b for b in self.engine.buckets if b >= need), need)
+        if length > CHUNK:  # whole chunks of at least _ROUND positions (`chunk`)
+            length = -(-length // _ROUND) * _ROUND
+        return length
+
+    def chunk(self, length: int) -> int:
+        """Prefill chunk positions for a cache of `length`: all of it up to `CHUNK`, else
+        the largest power of two up to `CHUNK` that divides it (a chunk never runs past
+        the cache's end)."""
+        if length <= CHUNK:
+            return length
+        chunk = CHUNK
+        while length % chunk:
+            chunk //= 2
+        return chunk
+
+    def largest_batch(self, length: int) -> int:
+        """Most sequences per device of a group with a cache of `length` positions (a
+        power of two, at least 1: `batching.batch_size` under the engine's budgets)."""
+        c, chunk = self.config, self.chunk(length)
+        scores = c.num_heads * chunk * length * _SCORE_BYTES
+        return batching.batch_size(
+            chunk, lambda _: self.cache_bytes(length), self.engine.budgets, lambda _: scores
+        )
+
+    def shape(self, count: int, length: int) -> Shape:
+        """The shape of a group of `count` sequences (at most `largest_batch` a device)
+        with a cache of `length` positions: the batch the smallest size of the ladder
+        holding them."""
+        devices = len(self.devices)
+        ladder = batching.ladder(self.largest_batch(length), self.engine.budgets.size_step)
+        per_device = -(-count // devices)
+        size = min((s for s in ladder if s >= per_device), default=ladder[0])
+        return Shape(size * devices, length, self.chunk(length))
+
+    def groups(self, prompts: dict, new: int) -> list[list[int]]:
+        """The prompts {index: TokenizedText} in groups run together (indices): longest
+        first, each group as many as its cache length allows."""
+        order = sorted(prompts, key=lambda i: -prompts[i].length)
+        out = []
+        while order:
+            length = self.cache_length(prompts[order[0]].length, new)
+            take = self.largest_batch(length) * len(self.devices)
+            out.append(order[:take])
+            order = order[take:]
+        return out
+
+    # -- the programs ----------------------------------------------------------------
+
+    def _apply(self, params, ids, starts, keys, values, gates):
+        """Every sequence's tokens ids [B, T] at positions starts.. through the model with
+        its cache: (the final hidden states [B, T, D], keys, values [B, L, H_kv, S, K])."""
+        spec = self._spec
+
+        def one(i, start, k, v):
+            cache = LayerCache(k=k, v=v, start=start)
+            mask = jnp.ones(i.shape, bool)
+            out, x = self._model.apply(
+                {"params": params}, i, jnp.zeros_like(i), mask, spec, gates, cache=cache
+            )
+            return x, out["keys"], out["values"]
+
+        return jax.vmap(one)(ids, starts, keys, values)
+
+    def _prefill_fn(self, params, w, ids, starts, keys, values, gates):
+        del w  # the prefill reads no logits
+        _, keys, values = self._apply(params, ids, starts, keys, values, gates)
+        return keys, values
+
+    def _step_fn(self, params, w, ids, starts, keys, values, gates):
+        x, keys, values = self._apply(params, ids, starts, keys, values, gates)
+        return _next_ids(x[:, -1], w, self.config.lm_softcap), keys, values
+
+    def _call(self, program, kind: str, ids, starts, keys, values, gates):
+        self._compiled.add((kind, ids.shape, keys.shape[-2], gates is not None))
+        params = self.engine.step.params
+        return program(params, self._w, ids, starts, keys, values, gates)
+
+    @property
+    def compiled(self) -> int:
+        """How many (program, shape) pairs have run or been compiled."""
+        return len(self._compiled)
+
+    def empty(self, shape: Shape):
+        """Zeroed caches (keys, values) of a group of `shape`, on the devices."""
+        c = self.config
+        dims = (shape.batch, c.num_layers, c.kv_heads, shape.length, c.head_dim)
+        return tuple(jax.device_put(np.zeros(dims, np.float32), self._batch) for _ in "kv")
+
+    def start(self, prompts, new: int, gates=None) -> Group:
+        """A group of `prompts` (TokenizedTexts, at most `largest_batch` a device) to
+        generate up to `new` tokens each, its caches filled with every prompt but its
+        last token."""
+        length = self.cache_length(max(p.length for p in prompts), new)
+        shape = self.shape(len(prompts), length)
+        return Group(self, shape, prompts, gates)
+
+    def warmup(self, sizes: str = "all", stop=None) -> int:
+        """Compile the prefill and step programs of every cache length of the engine's
+        buckets, for every batch size of the ladder ("all") or the largest only
+        ("largest"); returns how many programs this compiled. `stop`: as
+        `Engine.warmup`'s."""
+        if sizes not in batching.WARMUP_SIZES:
+            valid = ", ".join(batching.WARMUP_SIZES)
+            raise ValueError(f"unknown warmup sizes {sizes!r}: valid are {valid}")
+        made = 0
+        for length in self.engine.buckets:
+            ladder = batching.ladder(self.largest_batch(length), self.engine.budgets.size_step)
+            for size in ladder[: len(ladder) if sizes == "all" else 1]:
+                if stop is not None and stop():
+                    return made
+                made += self._compile(Shape(size * len(self.devices), length, self.chunk(length)))
+        return made
+
+    def _compile(self, shape: Shape) -> int:
+        """Compile a shape's prefill and step (without running them); returns how many
+        were not compiled before."""
+        made = 0
+        k = jax.ShapeDtypeStruct(
+            (shape.batch, self.config.num_layers, self.config.kv_heads, shape.length)
+            + (self.config.head_dim,),
+            jnp.float32,
+            sharding=self._batch,
+        )
+        starts = jax.ShapeDtypeStruct((shape.batch,), jnp.int32, sharding=self._batch)
+        for kind, program, width in (
+            ("prefill", self._prefill, shape.chunk),
+            ("step", self._step, 1),
+        ):
+            key = (kind, (shape.batch, width), shape.length, False)
+            if key in self._compiled:
+                continue
+            ids = jax.ShapeDtypeStruct((shape.batch, width), jnp.int32, sharding=self._batch)
+            program.lower(self.engine.step.params, self._w, ids, starts, k, k, None).compile()
+            self._compiled.add(key)
+            made += 1
+        return made
+
+
+class Group:
+    """Sequences generating together: their caches on the device, each one's position.
+
+    `step(tokens)` feeds each sequence's newest token and returns the next ones; the
+    caller decides when a sequence has ended (`hold` keeps it where it is: its row
+    keeps computing, its cache no longer grows, until the whole group is done).
+    """
+
+    def __init__(self, decoder: KVDecoder, shape: Shape, prompts, gates):
+        self.decoder, self.shape, self.gates = decoder, shape, gates
+        n = self.count = len(prompts)
+        lengths = np.array([p.length for p in prompts])
+        # position of the token each sequence feeds next: its last prompt token's
+        self.positions = np.zeros(shape.batch, np.int32)
+        self.positions[:n] = lengths - 1
+        self.tokens = np.zeros(shape.batch, np.int32)
+        self.tokens[:n] = [p.ids[-1] for p in prompts]
+        self.keys, self.values = decoder.empty(shape)
+        self._prefill(prompts, int(lengths.max()) - 1)
+
+    def _prefill(self, prompts, longest: int) -> None:
+        """Positions 0..n-2 of every prompt into the caches, `shape.chunk` at a time."""
+        chunk, d = self.shape.chunk, self.decoder
+        width = -(-longest // chunk) * chunk
+        ids = np.zeros((self.shape.batch, width), np.int32)
+        for row, p in enumerate(prompts):
+            ids[row, : p.length - 1] = p.ids[:-1]
+        for at in range(0, longest, chunk):
+            starts = np.full(self.shape.batch, at, np.int32)
+            self.keys, self.values = d._call(
+                d._prefill,
+                "prefill",
+                ids[:, at : at + chunk],
+                starts,
+                self.keys,
+                self.values,
+                self.gates,
+            )
+
+    def step(self, held=()) -> np.ndarray:
+        """Feed every sequence's current token at its position: the next tokens [batch]
+        (rows past the group's sequences are padding). Rows in `held` do not move on
+        (their result is to be ignored)."""
+        d = self.decoder
+        picked, self.keys, self.values = d._call(
+            d._step,
+            "step",
+            self.tokens[:, None],
+            self.positions,
+            self.keys,
+            self.values,
+            self.gates,
+        )
+        picked = np.asarray(picked).astype(np.int32)
+        moving = np.arange(self.shape.batch) < self.count  # padding rows stay put
+        moving[list(held)] = False
+        self.tokens = np.where(moving, picked, self.tokens)
+        self.positions = np.where(moving, self.positions + 1, self.positions)
+        self.positions = np.minimum(self.positions, self.shape.length - 1)
+        return picked
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _next_ids(h, w, softcap: float = 0.0):
+    """argmax over the vocabulary of each row's logits h W^T: h [B, D], w [V, D]; the
+    logits soft-capped (Gemma 2) as transformers computes them before its argmax."""
+    logits = jnp.einsum("bd,vd->bv", h, w, precision=jax.lax.Precision.HIGHEST)
+    if softcap:
+        logits = softcap * jnp.tanh(logits / softcap)
+    return jnp.argmax(logits, axis=-1)

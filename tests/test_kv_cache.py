@@ -1,0 +1,154 @@
+"""Decoding with a key/value cache (`jaxattn.engine.kv_cache`) on the decoders whose
+attention differs most: Mistral (a sliding window in every layer), Qwen3 (per-head q/k
+norms, head_dim given, sliding and full layers) and Gemma 3 (local and global layers with
+their own RoPE bases, linear scaling, (1+w) norms, query_pre_attn_scalar).
+
+Two independent references: transformers' greedy ``generate`` (its own cached decoding)
+for the tokens, and the capture program's keys and values of prompt + continuation (the
+whole-sequence forward, exact against transformers' eager model in the family tests) for
+the cache itself, position by position. Texts run past every sliding window.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from generate_support import torch_generate
+from llama_variants_fixture import make_variant_checkpoint
+
+import jaxattn
+from jaxattn.engine import kv_cache
+from jaxattn.engine.tokenize import TokenizedText
+
+PROMPTS = ["The quick brown fox jumps over", "Hello,", "a b c d e f g h i j k l"]
+NEW = 9  # every prompt + continuation runs past the windows (5-9 keys)
+
+
+def _make(name: str, path):
+    if name == "gemma3":
+        from gemma_fixture import make_gemma_checkpoint
+
+        return make_gemma_checkpoint("gemma3", path)
+    return make_variant_checkpoint(name, path)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """name -> (name, checkpoint path, transformers' eager model), each made once."""
+    from transformers import AutoModelForCausalLM
+
+    made = {}
+
+    def get(name: str):
+        if name not in made:
+            path = _make(name, tmp_path_factory.mktemp(name))
+            torch_model = AutoModelForCausalLM.from_pretrained(
+                str(path), attn_implementation="eager", local_files_only=True
+            ).eval()
+            made[name] = (name, path, torch_model)
+        return made[name]
+
+    return get
+
+
+@pytest.fixture(scope="module", params=["mistral", "qwen3", "gemma3"])
+def model(request, models):
+    return models(request.param)
+
+
+def _cache_of(engine, prompts: list[TokenizedText], new: int):
+    """(each prompt's continuation, the group's keys and values [B, L, H_kv, S, K] after
+    it) from one group run by hand as `Continuations` runs it, no stop but the count."""
+    group = engine.kv_decoder.start(prompts, new)
+    grown = [[] for _ in prompts]
+    for step in range(new):
+        held = [] if step < new - 1 else range(len(prompts))
+        picked = group.step(held)
+        for row, g in enumerate(grown):
+            g.append(int(picked[row]))
+    return grown, np.asarray(group.keys), np.asarray(group.values)
+
+
+def test_cached_greedy_tokens_are_transformers_generate(model):
+    name, path, torch_model = model
+    engine = jaxattn.load(path, buckets=(16,))
+    gens = engine.generate(PROMPTS, NEW, stop_at_eos=False)
+    for g in gens:
+        want = torch_generate(torch_model, list(g.prompt.ids), NEW, eos=-1)
+        assert list(g.ids) == want, (name, g.prompt.text)
+        assert g.stop == "max_new_tokens"
+
+
+@pytest.mark.parametrize("layer_loop", ["unrolled", "scan"])
+def test_the_cache_holds_the_capture_programs_keys_and_values(model, layer_loop):
+    # Every position the steps fed (the prompt through the prefill, then each generated
+    # token but the last) holds the keys and values the whole-sequence capture computes
+    # for prompt + continuation: RoPE at each step's own position, the q/k norms, every
+    # layer; in a padded group of three prompts of different lengths, unrolled and
+    # scanned (Gemma 3's local and global layers as data in one scan body).
+    name, path, _ = model
+    engine = jaxattn.load(path, buckets=(16,), layer_loop=layer_loop)
+    prompts = engine.tokenize(PROMPTS)
+    grown, keys, values = _cache_of(engine, prompts, NEW)
+    seqs = [p.text for p in prompts]
+    for row, (p, g) in enumerate(zip(prompts, grown, strict=True)):
+        ids = p.ids + tuple(g)
+        fed = len(ids) - 1  # the last generated token never went through the model
+        seq = dataclasses.replace(p, ids=ids, type_ids=(0,) * len(ids), tokens=("",) * len(ids))
+        spec = engine.make_spec(("keys", "values"))
+        ((_, cap),) = list(engine.run([seq], spec))
+        np.testing.assert_allclose(keys[row, :, :, :fed], cap.keys[:, :, :fed], atol=2e-5)
+        np.testing.assert_allclose(values[row, :, :, :fed], cap.values[:, :, :fed], atol=2e-5)
+    assert seqs == PROMPTS
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_and_groups_follow_the_budget(models, monkeypatch):
+    # Chunks of 8 positions (the longer prompts are two), and budgets that hold one
+    # sequence's cache a group: three groups, longest prompt first, the same tokens.
+    _, path, torch_model = models("qwen3")
+    monkeypatch.setattr(kv_cache, "CHUNK", 8)
+    monkeypatch.setattr(kv_cache, "_ROUND", 8)
+    engine = jaxattn.load(path, buckets=(16,))
+    prompts = engine.tokenize(PROMPTS)
+    lengths = [p.length for p in prompts]
+    assert sorted(lengths)[1] > 9  # two prompts' prefills (all but their last token) are 2 chunks
+    one = engine.kv_decoder.cache_bytes(engine.kv_decoder.cache_length(max(lengths), NEW))
+    small = jaxattn.load(path, buckets=(16,), output_budget=one)
+    decoder = small.kv_decoder
+    calls = []
+    monkeypatch.setattr(
+        decoder, "_call", lambda *a, _call=decoder._call: calls.append(a[1]) or _call(*a)
+    )
+    groups = decoder.groups(dict(enumerate(prompts)), NEW)
+    assert groups == [[i] for i in np.argsort([-n for n in lengths], kind="stable")]
+    assert decoder.chunk(decoder.cache_length(max(lengths), NEW)) == 8
+    gens = small.generate(PROMPTS, NEW, stop_at_eos=False)
+    for g in gens:
+        assert list(g.ids) == torch_generate(torch_model, list(g.prompt.ids), NEW, eos=-1)
+    chunks = sum(-(-(n - 1) // 8) for n in lengths)
+    assert calls.count("prefill") == chunks and calls.count("step") == 3 * NEW
+
+
+def test_cache_lengths_chunks_and_batch_sizes():
+    class Engine:  # what KVDecoder's shape rules read
+        buckets = (8, 16, 640, 1000)
+        budgets = jaxattn.engine.batching.Budgets(output_bytes=1 << 20, max_batch=64)
+        config = type("C", (), dict(num_layers=2, kv_heads=2, head_dim=4, num_heads=4))()
+        config.max_length = 4096
+        devices = (None,)
+
+    d = object.__new__(kv_cache.KVDecoder)
+    d.engine, d.config, d.devices = Engine, Engine.config, Engine.devices
+    # the last generated token is never fed: 5 + 4 - 1 = 8 positions
+    assert d.cache_length(5, 4) == 8 and d.cache_length(5, 5) == 16
+    assert d.cache_length(600, 10) == 640 and d.chunk(640) == 128  # 640 = 5 * 128
+    assert d.cache_length(900, 10) == 1024 and d.chunk(1024) == 512  # 1000 rounded to 128s
+    assert d.cache_length(3000, 10) == 3072  # past the buckets: the need, in 128s
+    assert d.cache_length(4000, 500) == 4096  # never past the model's positions (4,096)
+    # 2 layers * 2 heads * 4 dims * 2 (k, v) * 4 bytes = 128 bytes a position
+    assert d.cache_bytes(16) == 16 * 128
+    assert d.largest_batch(16) == 64  # max_batch
+    assert d.largest_batch(1024) == 8  # 1 MiB / 128 KiB
+    assert d.shape(3, 1024).batch == 4 and d.shape(1, 1024).batch == 1
