@@ -32,6 +32,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
 
+# The smoke run's sizes, by the preset's transformers config class.
+_SMALL = dict(num_hidden_layers=2, hidden_size=48, intermediate_size=64, num_attention_heads=4)
+_TINY = {
+    "GPT2Config": dict(n_layer=2, n_embd=48, n_head=4),
+    "LlamaConfig": dict(_SMALL, num_key_value_heads=2, head_dim=12),
+    "Qwen2Config": dict(_SMALL, num_key_value_heads=2),
+}
+
+
 def _best(f, rounds: int) -> tuple[float, object]:
     out, times = None, []
     for _ in range(rounds):
@@ -95,6 +104,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-baseline", action="store_true", help="skip the whole-sequence loop")
+    parser.add_argument("--tiny", action="store_true", help="2 layers, width 48 (a smoke run)")
     args = parser.parse_args()
 
     import torch
@@ -102,10 +112,11 @@ def main() -> None:
 
     import jaxattn
     from jaxattn.bench.capture import machine, synthetic_texts
-    from jaxattn.bench.synthetic import random_checkpoint
+    from jaxattn.bench.synthetic import SHAPES, random_checkpoint
 
     torch.set_num_threads(2)
-    path = random_checkpoint(args.model, Path(tempfile.mkdtemp()))
+    tiny = _TINY[SHAPES[args.model][0]] if args.tiny else {}
+    path = random_checkpoint(args.model, Path(tempfile.mkdtemp()), **tiny)
     engine = jaxattn.load(path)
     model = AutoModelForCausalLM.from_pretrained(str(path), attn_implementation="eager").eval()
     print(f"# {args.model}, {machine()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")

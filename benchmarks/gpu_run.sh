@@ -155,6 +155,10 @@ for stage in "${wanted[@]}"; do
       # torch (eager) and jax share the card in one process: jax allocates as it goes
       # rather than taking 75% of the memory up front.
       export XLA_PYTHON_CLIENT_PREALLOCATE=false
+      # greedy generation with the key/value cache, against the whole-sequence steps it
+      # replaced and transformers' cached generate (GPT-2 small, a 32-token prompt + 128)
+      step 180 "$py" benchmarks/generate_bench.py --model gpt2-small $tiny --prompt "$(s 8 32)" \
+        --new "$(s 4 128)" --batch 1 "$(s 2 32)" --rounds "$(s 1 2)"
       if [ -n "$smoke" ]; then
         step 300 "${bench[@]}" --synthetic gpt2-small --tokens 16 -n 2 --repeats 1 \
           --json "$OUT/decoders-gpt2.json"

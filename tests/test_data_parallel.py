@@ -60,3 +60,40 @@ def test_four_devices_capture_what_one_device_does(engines, bert_checkpoint, tmp
             # (hidden states differed by 1.2e-6 on an AVX-512 EPYC). A sharding mistake
             # (a row out of place, a device's results lost) is off by O(1).
             np.testing.assert_allclose(got.array(name), ref.array(name), atol=1e-5, rtol=1e-5)
+
+
+GENERATE = textwrap.dedent(
+    """
+    import json, sys
+    import jax, jaxattn
+    assert jax.local_device_count() == 4, jax.local_devices()
+    engine = jaxattn.load(sys.argv[1], max_batch=2)
+    gens = engine.generate(json.loads(sys.argv[2]), 6, stop_at_eos=False)
+    print(json.dumps([list(g.ids) for g in gens]))
+    """
+)
+
+
+def test_four_devices_generate_what_one_device_does(tmp_path):
+    # Six prompts of different lengths in one group of 8 rows, 2 a device (the key/value
+    # caches sharded with the batch, two padding rows), against one device in-process.
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "families"))
+    from gpt2_fixture import make_gpt2_checkpoint
+
+    import jaxattn
+
+    path = make_gpt2_checkpoint(tmp_path / "gpt2")
+    texts = ["a b c", "the cat sat on the", "Hello", "x y", "one two three four five six", "q"]
+    env = dict(
+        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", GENERATE, str(path), json.dumps(texts)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    want = [list(g.ids) for g in jaxattn.load(path).generate(texts, 6, stop_at_eos=False)]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == want

@@ -85,8 +85,8 @@ class LayerCache:
     """One layer's key/value cache of one example, for decoding (`jaxattn.engine.kv_cache`).
 
     Attributes:
-      k, v: [S, H_kv, K] the keys (normed and rotated, as `AttentionParts.k`) and values
-        of positions 0..S-1; those at and past `start` are overwritten by this call.
+      k, v: [H_kv, S, K] the keys (normed and rotated, as the captured "keys") and
+        values of positions 0..S-1, those before `start` written (the rest unread).
       start: the position of the call's first query (a traced int32 scalar): its T
         queries are positions start..start+T-1 and see the keys at positions <= their own.
     """
@@ -156,8 +156,8 @@ class SelfAttention(nn.Module):
         None; q, k and v are there).
         cache: a decoder's key/value cache (`LayerCache`): x are positions
         cache.start.. of a sequence whose earlier keys and values the cache holds; the
-        parts' k and v are then the whole cache [S, H_kv, K] with x's written in, their
-        scores and alpha [H, T, S] (`_cached`; `mask`, `block` and `fast` unused).
+        parts' k and v are x's own, to be written into the cache, their scores and alpha
+        None (`_cached`; `mask`, `block` and `fast` unused).
         """
         c = self.config
         hk = (c.num_heads, c.head_dim)
@@ -227,31 +227,40 @@ class SelfAttention(nn.Module):
         return y, AttentionParts(q=q, k=k, v=v, scores=scores, alpha=alpha, w_out=w_out, **terms)
 
     def _cached(self, q, k, v, cache: LayerCache, out, gate, project, is_global):
-        """Attention of queries at positions cache.start.. against the cache with their own
-        keys and values written in: (y or None, parts whose k and v are the updated cache).
+        """Attention of queries at positions p = cache.start + i against the cache's keys
+        and values of the positions before the call and the call's own: (y or None, parts
+        whose k and v are the call's own [T, H_kv, K], for the caller to write into the
+        cache at cache.start; scores and alpha None).
 
-        Query i (position p = start + i) sees the keys at positions j <= p, in a local
-        layer only those in its window (`rotary.in_window`); everything past p in the
-        cache (a shorter prompt's padding, an earlier call's leftovers) gets exactly zero
-        weight, so what it holds does not matter. A decoder's causal mask, as the dense
-        path's: the same scores, the same softmax.
+        The cache is read, never copied: the scores against it and against the call's
+        own keys are computed apart and softmaxed together. Query i sees cache rows
+        j < start and the call's keys i' <= i, in a local layer only those within its
+        window (`rotary.in_window` of p - j); rows at and past start (a shorter prompt's
+        padding, an earlier call's leftovers) get exactly zero weight, so what they hold
+        does not matter. The same scores and softmax as the dense path's causal rows.
         """
         from jaxattn.engine import rotary
 
         c = self.config
-        start, size = cache.start, cache.k.shape[0]
+        start, size, n = cache.start, cache.k.shape[1], q.shape[0]
         local = False
         if c.rotary is not None:
             q, k, local = self._rotated(q, k, is_global, start=start, table=size)
-        keys = lax.dynamic_update_slice_in_dim(cache.k, k.astype(cache.k.dtype), start, axis=0)
-        values = lax.dynamic_update_slice_in_dim(cache.v, v.astype(cache.v.dtype), start, axis=0)
-        back = (start + jnp.arange(q.shape[0]))[:, None] - jnp.arange(size)[None, :]  # p - j
-        allowed = back >= 0
+        back_old = (start + jnp.arange(n))[:, None] - jnp.arange(size)[None, :]  # p - j
+        back_new = np.arange(n)[:, None] - np.arange(n)[None, :]
+        seen_old = jnp.broadcast_to(jnp.arange(size)[None, :] < start, (n, size))
+        seen_new = jnp.asarray(back_new >= 0)
         if c.rotary is not None:
-            window = rotary.in_window(back, c.rotary.local_window, c.causal)
-            allowed = jnp.where(local, allowed & window, allowed)
-        scores = logits(self.mm("THK,SHK->HTS", q, _per_query_head(keys, c.num_heads)), c)
-        scores = jnp.where(back[None] >= 0, scores, -jnp.inf)
+            w, causal = c.rotary.local_window, c.causal
+            seen_old = seen_old & (~local | rotary.in_window(back_old, w, causal))
+            seen_new = seen_new & (~local | rotary.in_window(back_new, w, causal))
+        allowed = jnp.concatenate([seen_old, seen_new], axis=-1)  # [T, S + T]
+        # query head h = n G + g reads key/value head n (HF's repeat_kv), with no copy
+        g = c.num_heads // c.kv_heads
+        qg = q.reshape(n, c.kv_heads, g, c.head_dim)
+        old = self.mm("TNGK,NSK->NGTS", qg, cache.k.astype(q.dtype))
+        own = self.mm("TNGK,SNK->NGTS", qg, k)
+        scores = logits(jnp.concatenate([old, own], -1).reshape(c.num_heads, n, -1), c)
         alpha = jax.nn.softmax(jnp.where(allowed[None], scores, -jnp.inf), axis=-1)
         if gate is not None:  # as the dense path: equal weight on every key the query sees
             keep, uniform = gate
@@ -259,13 +268,15 @@ class SelfAttention(nn.Module):
             alpha = jnp.where(uniform[:, None, None], flat[None], alpha)
         y = None
         if project:
-            context = self.mm("HTS,SHK->THK", alpha, _per_query_head(values, c.num_heads))
+            a = alpha.reshape(c.kv_heads, g, n, -1)
+            context = self.mm("NGTS,NSK->TNGK", a[..., :size], cache.v.astype(q.dtype))
+            context = context + self.mm("NGTS,SNK->TNGK", a[..., size:], v)
+            context = context.reshape(n, c.num_heads, c.head_dim)
             if gate is not None:
                 context = context * keep[None, :, None]
             y = out(context)
         w_out = self.variables["params"]["out"]["kernel"]
-        parts = AttentionParts(q=q, k=keys, v=values, scores=scores, alpha=alpha, w_out=w_out)
-        return y, parts
+        return y, AttentionParts(q=q, k=k, v=v, scores=None, alpha=None, w_out=w_out)
 
     def _blockwise(self, q, k, v, mask, out, project, is_global):
         """The blockwise path (`jaxattn.engine.blockwise`): (y or None, parts without

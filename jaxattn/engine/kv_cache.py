@@ -1,31 +1,35 @@
 """Greedy decoding with a key/value cache: a generation step costs one token's forward.
 
-    decoder = KVDecoder(engine)
-    run = decoder.start(prompts)          # a group of prompts (`Group`), prefilled
-    next_ids = run.step(last_ids)         # each one's next token, its cache grown by one
+    decoder = engine.kv_decoder            # KVDecoder(engine), made once
+    group = decoder.start(prompts, new)    # a group of prompts (`Group`), prefilled
+    next_ids = group.step()                # each one's next token; its cache grown by one
 
 What `jaxattn.engine.generate` runs. A step feeds each sequence's newest token at its
 own position p and attends it to the cached keys and values of positions < p (every
-layer's, [L, H_kv, S, K] per sequence, on the device, donated from step to step so
-it is updated in place), as transformers' ``generate`` does with its DynamicCache:
-the cost of a step is a forward of one token plus attention over p keys, where a
-forward of the whole sequence (the capture program) costs T tokens and T^2 scores.
-The prompt itself goes into the cache first, in chunks of at most `CHUNK` positions
-(the "prefill"): positions 0..n-2 of a prompt of n tokens, its last token being the
-first step's input. The layer code is the capture model's own (`Encoder` with a
-`LayerCache`: `SelfAttention._cached`), so every family's attention (grouped heads,
-RoPE and its scalings, sliding windows, soft caps, Gemma's norms) and head ablation
-are the same code as the capture's.
+layer's, [L, H_kv, S, K] per sequence, on the device) and to its own, as
+transformers' ``generate`` does with its DynamicCache: a step costs a forward of one
+token plus attention over p keys, where a forward of the whole sequence (the capture
+program) costs T tokens and T^2 scores. The prompt goes into the cache first, in
+chunks of at most `CHUNK` positions (the "prefill"): positions 0..n-2 of a prompt of
+n tokens, its last token being the first step's input. The layer code is the capture
+model's own (`Encoder` with a `LayerCache`: `SelfAttention._cached`), so every
+family's attention (grouped heads, RoPE and its scalings, sliding windows, soft caps,
+Gemma's norms) and head ablation are the capture's code.
 
-A group's sequences run together, right-padded, each at its own position: a shorter
-prompt's padding in the cache is overwritten by its generated tokens before any
-query may see it (a query sees positions <= its own only), so a batch gives each
-sequence its single-sequence result. Group shapes are bucketed (`shapes`): the
-cache length S from the engine's buckets (at least the longest prompt + the new
-tokens - 1), the batch a power of two within the engine's budgets (the cache's
-bytes under the output budget, a prefill chunk's [H, C, S] scores under the
-attention budget), so a server compiles a few programs, not one per request
-(`warmup` compiles them ahead).
+Each call is two programs: the model reads the caches and returns the tokens' own
+keys and values, then `_write` puts them into the caches, which it is given
+(donated) and updates in place. In one program XLA copied both caches before writing
+them, twice, every step (the whole cache's bytes four times over, and the memory).
+
+A group's sequences run together, right-padded, each at its own position: what a
+shorter prompt's padding left in the cache is at positions no query of it reads
+before its own tokens are written there (a query reads positions < p from the cache),
+so a batch gives each sequence its single-sequence result. Group shapes are bucketed:
+the cache length S from the engine's buckets (at least the longest prompt + the new
+tokens - 1), the batch a power of two within the engine's budgets (the cache's bytes
+under the output budget, a prefill chunk's [H, C, S] scores under the attention
+budget), so a server compiles a few programs, not one per request (`warmup` compiles
+them ahead).
 
 The cached step computes the same function as the whole-sequence forward, with the
 contractions over other shapes: its logits agree within float32 rounding, not bit
@@ -43,6 +47,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -91,12 +96,15 @@ class KVDecoder:
         self._w = jax.device_put(np.asarray(unembedding(engine), np.float32), replicated)
         self._batch = batch
         self._replicated = replicated
-        shardings = dict(
-            in_shardings=(replicated, replicated, batch, batch, batch, batch, replicated),
-            donate_argnums=(4, 5),  # the caches: updated in place
+        ins = (replicated, replicated, batch, batch, batch, batch, replicated)
+        self._prefill = jax.jit(self._prefill_fn, in_shardings=ins, out_shardings=(batch,) * 2)
+        self._step = jax.jit(self._step_fn, in_shardings=ins, out_shardings=(batch,) * 3)
+        # The new rows go into the caches in a program of its own, whose only use of the
+        # caches is that write: donated, they are updated in place (in the program that
+        # also reads them, XLA copies both caches before writing, twice).
+        self._write = jax.jit(
+            _write, in_shardings=(batch,) * 5, out_shardings=(batch,) * 2, donate_argnums=(0, 1)
         )
-        self._prefill = jax.jit(self._prefill_fn, out_shardings=(batch, batch), **shardings)
-        self._step = jax.jit(self._step_fn, out_shardings=(batch, batch, batch), **shardings)
         self._compiled: set[tuple] = set()
 
     # -- shapes ----------------------------------------------------------------------
@@ -163,7 +171,8 @@ class KVDecoder:
 
     def _apply(self, params, ids, starts, keys, values, gates):
         """Every sequence's tokens ids [B, T] at positions starts.. through the model with
-        its cache: (the final hidden states [B, T, D], keys, values [B, L, H_kv, S, K])."""
+        its cache (keys, values [B, L, H_kv, S, K], read only): (the final hidden states
+        [B, T, D], the tokens' own keys and values [B, L, H_kv, T, K])."""
         spec = self._spec
 
         def one(i, start, k, v):
@@ -186,9 +195,14 @@ class KVDecoder:
         return _next_ids(x[:, -1], w, self.config.lm_softcap), keys, values
 
     def _call(self, program, kind: str, ids, starts, keys, values, gates):
+        """Run `program` (prefill or step) on a group's tokens, then write their keys and
+        values into the caches: (the step's next ids or None, keys, values)."""
         self._compiled.add((kind, ids.shape, keys.shape[-2], gates is not None))
+        self._compiled.add(("write", ids.shape, keys.shape[-2], False))
         params = self.engine.step.params
-        return program(params, self._w, ids, starts, keys, values, gates)
+        *picked, k, v = program(params, self._w, ids, starts, keys, values, gates)
+        keys, values = self._write(keys, values, k, v, starts)
+        return (picked[0] if picked else None), keys, values
 
     @property
     def compiled(self) -> int:
@@ -227,36 +241,41 @@ class KVDecoder:
         return made
 
     def _compile(self, shape: Shape) -> int:
-        """Compile a shape's prefill and step (without running them); returns how many
-        were not compiled before."""
+        """Compile a shape's prefill and step, and their writes into the caches (without
+        running them); returns how many were not compiled before."""
         made = 0
-        k = jax.ShapeDtypeStruct(
-            (shape.batch, self.config.num_layers, self.config.kv_heads, shape.length)
-            + (self.config.head_dim,),
-            jnp.float32,
-            sharding=self._batch,
-        )
-        starts = jax.ShapeDtypeStruct((shape.batch,), jnp.int32, sharding=self._batch)
+        c = self.config
+
+        def array(dims, dtype=jnp.float32):
+            return jax.ShapeDtypeStruct(dims, dtype, sharding=self._batch)
+
+        k = array((shape.batch, c.num_layers, c.kv_heads, shape.length, c.head_dim))
+        starts = array((shape.batch,), jnp.int32)
+        params = self.engine.step.params
         for kind, program, width in (
             ("prefill", self._prefill, shape.chunk),
             ("step", self._step, 1),
         ):
-            key = (kind, (shape.batch, width), shape.length, False)
-            if key in self._compiled:
-                continue
-            ids = jax.ShapeDtypeStruct((shape.batch, width), jnp.int32, sharding=self._batch)
-            program.lower(self.engine.step.params, self._w, ids, starts, k, k, None).compile()
-            self._compiled.add(key)
-            made += 1
+            ids = array((shape.batch, width), jnp.int32)
+            rows = array((shape.batch, c.num_layers, c.kv_heads, width, c.head_dim))
+            for name, jitted, args in (
+                (kind, program, (params, self._w, ids, starts, k, k, None)),
+                ("write", self._write, (k, k, rows, rows, starts)),
+            ):
+                key = (name, (shape.batch, width), shape.length, False)
+                if key not in self._compiled:
+                    jitted.lower(*args).compile()
+                    self._compiled.add(key)
+                    made += 1
         return made
 
 
 class Group:
     """Sequences generating together: their caches on the device, each one's position.
 
-    `step(tokens)` feeds each sequence's newest token and returns the next ones; the
-    caller decides when a sequence has ended (`hold` keeps it where it is: its row
-    keeps computing, its cache no longer grows, until the whole group is done).
+    `step(held)` feeds each sequence's newest token and returns the next ones; the
+    caller decides when a sequence has ended (a row in `held` stays where it is: it
+    keeps computing, its position and cache no longer move, until the group is done).
     """
 
     def __init__(self, decoder: KVDecoder, shape: Shape, prompts, gates):
@@ -280,7 +299,7 @@ class Group:
             ids[row, : p.length - 1] = p.ids[:-1]
         for at in range(0, longest, chunk):
             starts = np.full(self.shape.batch, at, np.int32)
-            self.keys, self.values = d._call(
+            _, self.keys, self.values = d._call(
                 d._prefill,
                 "prefill",
                 ids[:, at : at + chunk],
@@ -311,6 +330,16 @@ class Group:
         self.positions = np.where(moving, self.positions + 1, self.positions)
         self.positions = np.minimum(self.positions, self.shape.length - 1)
         return picked
+
+
+def _write(keys, values, new_keys, new_values, starts):
+    """keys, values [B, L, H_kv, S, K] with each sequence's new rows [B, L, H_kv, T, K]
+    written at its own positions starts..starts+T-1."""
+
+    def one(cache, new, start):
+        return lax.dynamic_update_slice_in_dim(cache, new.astype(cache.dtype), start, axis=2)
+
+    return jax.vmap(one)(keys, new_keys, starts), jax.vmap(one)(values, new_values, starts)
 
 
 @functools.partial(jax.jit, static_argnums=2)

@@ -77,16 +77,20 @@ class Run:
         return self.stop - self.start
 
 
-def layer_runs(config: ModelConfig, spec: CaptureSpec, scan: bool = False) -> list[Run]:
+def layer_runs(
+    config: ModelConfig, spec: CaptureSpec, scan: bool = False, outputs: bool = False
+) -> list[Run]:
     """Layers 0..spec.last_layer as maximal runs of alike layers (module docstring).
 
     scan: the runs of a scan, where a rotary layer's kind (global or local) is
     data (`global_layers`), so global and local layers share a run.
+    outputs: every layer's output is needed, the last's too (decoding: the next
+    token's logits read it).
     """
     captured = set(spec.layers)
 
     def key(layer: int) -> tuple:
-        output = layer < spec.last_layer or "hidden_states" in spec.what
+        output = outputs or layer < spec.last_layer or "hidden_states" in spec.what
         kind = None if scan else _is_global(config, layer)
         return layer in captured, output, (config.bare_first_layer and layer == 0, kind)
 
@@ -183,9 +187,8 @@ def run_caches(cache, run: Run):
 
 
 def layer_cache(caches, i: int):
-    """Layer i's cache of a run's caches (`run_caches`), in the attention's layout
-    (`jaxattn.engine.attention.LayerCache`: k, v [S, H_kv, K])."""
-    return caches.replace(k=caches.k[i].transpose(1, 0, 2), v=caches.v[i].transpose(1, 0, 2))
+    """Layer i's cache of a run's caches (`run_caches`): k, v [H_kv, S, K]."""
+    return caches.replace(k=caches.k[i], v=caches.v[i])
 
 
 def run_scanned(
@@ -222,8 +225,7 @@ def run_scanned(
         call = partial(layer.apply, {"params": params}, is_global=kind)
         args = kwargs
         if kv is not None:  # this layer's cache, its position shared by the run
-            one = caches.replace(k=kv[0][None], v=kv[1][None])
-            args = dict(kwargs, cache=layer_cache(one, 0))
+            args = dict(kwargs, cache=caches.replace(k=kv[0], v=kv[1]))
         return call_layer(call, x, gate, hidden, args)
 
     kv = None if caches is None else (caches.k, caches.v)

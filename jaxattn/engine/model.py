@@ -16,7 +16,6 @@ heads, K head dim, D model dim, F feed-forward dim.
 
 from __future__ import annotations
 
-import dataclasses
 from functools import partial
 
 import flax.linen as nn
@@ -226,8 +225,8 @@ class EncoderLayer(nn.Module):
         `jaxattn.engine.map_positions.select`), or None: every one.
         heads: the captured heads (static), None for all: the blockwise path computes
         the maps of these only (`blockwise.MAPS`).
-        cache: a decoding call's key/value cache of this layer (`SelfAttention`): the
-        captured keys and values are then the updated cache, [H_kv, S, K].
+        cache: a decoding call's key/value cache of this layer (`SelfAttention`,
+        `LayerCache`: k, v [H_kv, S, K]).
 
         output=False (the last layer run, when its output is not captured) skips
         what only the output needs: the weighted sum and output projection
@@ -388,9 +387,10 @@ class Encoder(nn.Module):
         (`jaxattn.engine.layer_groups.template`).
         cache: a decoder's key/value cache of every layer (`LayerCache` with k, v
         [L, H_kv, S, K], the captured keys' and values' layout), for a decoding call
-        (`jaxattn.engine.kv_cache`): ids are positions cache.start.., and the spec's
-        "keys" and "values" come out as the caches with them written in; the call
-        returns (the captures, the final hidden states [T, D], after the final norm).
+        (`jaxattn.engine.kv_cache`): ids are positions cache.start.., the spec's "keys"
+        and "values" come out as theirs [L, H_kv, T, K] (for the caller to write into
+        the cache), and the call returns (the captures, the final hidden states [T, D],
+        after the final norm).
         """
         c = self.config
         start, stop = (0, spec.last_layer + 1) if span is None else span
@@ -420,9 +420,9 @@ class Encoder(nn.Module):
         ]
         if "hidden_states" in want and start == 0:
             chunks["hidden_states"].append(x[None])
-        runs = layer_loop.layer_runs(c, spec, scan=self.layer_loop == "scan")
-        if cache is not None:  # decoding: every layer's output, to the next token's logits
-            runs = [dataclasses.replace(run, output=True) for run in runs]
+        # decoding: every layer's output, to the next token's logits
+        scan = self.layer_loop == "scan"
+        runs = layer_loop.layer_runs(c, spec, scan=scan, outputs=cache is not None)
         for run in layer_loop.clip(runs, start, stop):
             layer_want = want - {"hidden_states"} if run.captured else frozenset()
             hidden = run.captured and "hidden_states" in want
