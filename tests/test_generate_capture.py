@@ -65,6 +65,9 @@ def test_the_boundary_is_kept_through_npz(pairs, tmp_path):
     dataclasses.replace(cap, stop="stop_string").save(tmp_path / "s.npz")
     with pytest.raises(CaptureFileError, match="stop is stop_string, not eos, max_new_tokens"):
         jaxattn.Capture.load(tmp_path / "s.npz")
+    dataclasses.replace(cap, generated_start=None).save(tmp_path / "n.npz")
+    with pytest.raises(CaptureFileError, match="stop is set without a generated_start"):
+        jaxattn.Capture.load(tmp_path / "n.npz")  # as the wire refuses it
     bad = dataclasses.replace(cap, generated_start=len(cap.tokens) + 1)
     bad.save(tmp_path / "bad.npz")
     with pytest.raises(CaptureFileError, match="generated_start .* past its tokens"):

@@ -204,6 +204,8 @@ def _check_fields(meta: dict) -> None:
             raise ValueError(f"its metadata's {key} {b} is past its tokens")
     if isinstance(text, list) and len(text) != 2:
         raise ValueError(f"its metadata's text is a list of {len(text)}, not a pair")
+    if meta.get("stop") is not None and meta.get("generated_start") is None:
+        raise ValueError("its metadata's stop is set without a generated_start (no continuation)")
 
 
 def _fields(meta: dict, tensors: dict) -> dict:

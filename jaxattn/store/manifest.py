@@ -111,6 +111,7 @@ class Entry:
             ("truncated", not isinstance(self.truncated, bool)),
             ("generated_start", g is not None and not (_count(g) and g <= self.length)),
             ("stop", stop is not None and not (isinstance(stop, str) and stop in STOPS)),
+            ("stop", stop is not None and g is None),  # a stop reason needs a continuation
             ("text", not (text is None or isinstance(text, str) or _pair(text))),
             ("data", not all(map(_place, self.data.values()))),
             ("quantization", not all(map(_numbers, self.quantization.values()))),

@@ -192,6 +192,10 @@ def test_an_entry_without_the_field_reads_as_none_and_a_bad_one_is_damage(store,
         key.write_text(json.dumps(doc))
         with pytest.raises(CaptureFileError, match="stop is not what jaxattn writes"):
             jaxattn.open_store(out)
+    examples[0]["stop"], examples[0]["generated_start"] = "eos", None  # no continuation
+    key.write_text(json.dumps(doc))
+    with pytest.raises(CaptureFileError, match="stop is not what jaxattn writes"):
+        jaxattn.open_store(out)
 
 
 def test_dump_options_default_to_no_generation():
