@@ -57,7 +57,7 @@ from collections.abc import Callable, Sequence
 from jaxattn.capture.part import ends_example
 from service.admission import STREAM_CHUNKS, QueueFull, example_sizes, refusal, reservation
 from service.admitted_call import EngineFailed, Job, JobCancelled, SlowReader
-from service.generation import GenerationRun
+from service.generation import CACHED_GENERATIONS, GenerationRun
 from service.grouped_runs import PREEMPT_IDLE_S, GroupedRuns, Run
 
 __all__ = [
@@ -307,11 +307,15 @@ class MicroBatcher:
     def _may_start(self, job: Job) -> bool:
         """(lock held) The job's next piece may start now: it fits its buffer, and if it
         runs in layer groups, a slot for a suspended run is free (`GroupedRuns.full`);
-        a job still generating may always take its next step."""
+        a job generating may take its next step, its first only while fewer than
+        `CACHED_GENERATIONS` others hold their key/value caches."""
         if job.dead:
             return False
         if job.generation is not None:
-            return True
+            if job.generation.started:
+                return True
+            held = sum(1 for j in self._pending if j.generation and j.generation.started)
+            return held < CACHED_GENERATIONS
         if not self._fits(job):
             return False
         return not self._runs.full or not self._grouped(job)
@@ -400,6 +404,7 @@ class MicroBatcher:
         the worker may sleep before the next stall could be due (None: no limit)."""
         for job in [j for j in self._pending if j.dead]:
             self._pending.remove(job)
+            job.generation = None  # a generation's key/value caches freed now
             self.stats["dropped"] += 1
             if not job.cancelled and job.error is None:  # past its deadline: wake its handler
                 job.cancel_locked()
@@ -506,6 +511,7 @@ class MicroBatcher:
                 job.generation = None
             job.running = False
             if job.dead:
+                job.generation = None  # its key/value caches freed now, not with the call
                 if job.error is None:  # its client left during the step (not a failure)
                     self.stats["abandoned"] += 1
             elif not job.released:

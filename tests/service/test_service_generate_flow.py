@@ -92,6 +92,59 @@ def test_a_cancelled_generation_stops_between_steps(batcher, svc_gpt2):
     batcher.release(plain)
 
 
+def test_at_most_cached_generations_hold_their_caches_at_once(batcher, svc_gpt2, monkeypatch):
+    """Four generating requests at once: at each step, at most CACHED_GENERATIONS of them
+    have started (and so may hold key/value caches on the device); the others wait their
+    turn until one has ended, and then every one finishes with its own continuation."""
+    import service.generation as generation
+
+    started: set = set()  # runs that took a step and have not ended
+    peak = []
+    step = generation.GenerationRun.step
+
+    def counting(self, engine):
+        started.add(id(self))
+        peak.append(len(started))
+        made, sequences = step(self, engine)
+        if sequences is not None:
+            started.discard(id(self))
+        return made, sequences
+
+    monkeypatch.setattr(generation.GenerationRun, "step", counting)
+    texts = ["The quick brown fox", "Hello, world.", "a", "one two three"]
+    jobs = [_generating(batcher, svc_gpt2, t, 6) for t in texts]
+    got = [[c for _, c in job.results()][0] for job in jobs]
+    assert max(peak) == generation.CACHED_GENERATIONS == 2 and len(peak) == 4 * 6
+    want = svc_gpt2.capture(texts, what=["attention"], generate=6, stop_at_eos=False)
+    assert [c.tokens for c in got] == [c.tokens for c in want]
+    for job in jobs:
+        batcher.release(job)
+
+
+def test_a_cancelled_generation_lets_go_of_its_caches(batcher, svc_gpt2, monkeypatch):
+    import gc
+    import weakref
+
+    from jaxattn.engine import kv_cache
+
+    groups = []
+    start = kv_cache.KVDecoder.start
+
+    def keep(self, *a, **k):
+        group = start(self, *a, **k)
+        groups.append(weakref.ref(group))
+        return group
+
+    monkeypatch.setattr(kv_cache.KVDecoder, "start", keep)
+    job = _generating(batcher, svc_gpt2, "Hello, world. Hello,", STEPS)
+    _wait(lambda: batcher.stats["generation_steps"] >= 2, "two steps")
+    job.cancel()
+    _wait(lambda: batcher.stats["dropped"] + batcher.stats["abandoned"] >= 1, "dropped")
+    gc.collect()
+    assert len(groups) == 1 and groups[0]() is None  # while the call's job still exists
+    batcher.release(job)
+
+
 def test_a_generation_past_its_deadline_takes_no_step(batcher, svc_gpt2):
     job = _generating(batcher, svc_gpt2, "a", STEPS, deadline=time.monotonic() - 1)
     with pytest.raises(JobCancelled):
