@@ -105,17 +105,16 @@ def test_the_cache_holds_the_capture_programs_keys_and_values(model, layer_loop)
 
 
 def test_a_long_prompt_is_prefilled_in_chunks_and_groups_follow_the_budget(models, monkeypatch):
-    # Chunks of 8 positions (the longer prompts are two), and budgets that hold one
-    # sequence's cache a group: three groups, longest prompt first, the same tokens.
+    # Chunks of 8 positions (the longer prompts are two), and one sequence a group
+    # (max_batch; the output budget's share: test_cache_lengths_chunks_and_batch_sizes):
+    # three groups, longest prompt first, the same tokens.
     _, path, torch_model = models("qwen3")
     monkeypatch.setattr(kv_cache, "CHUNK", 8)
-    monkeypatch.setattr(kv_cache, "_ROUND", 8)
     engine = jaxattn.load(path, buckets=(16,))
     prompts = engine.tokenize(PROMPTS)
     lengths = [p.length for p in prompts]
     assert sorted(lengths)[1] > 9  # two prompts' prefills (all but their last token) are 2 chunks
-    one = engine.kv_decoder.cache_bytes(engine.kv_decoder.cache_length(max(lengths), NEW))
-    small = jaxattn.load(path, buckets=(16,), output_budget=one)
+    small = jaxattn.load(path, buckets=(16,), max_batch=1)
     decoder = small.kv_decoder
     calls = []
     monkeypatch.setattr(
@@ -131,22 +130,22 @@ def test_a_long_prompt_is_prefilled_in_chunks_and_groups_follow_the_budget(model
     assert calls.count("prefill") == chunks and calls.count("step") == 3 * NEW
 
 
-def test_cache_lengths_chunks_and_batch_sizes():
+def test_cache_lengths_chunks_and_batch_sizes(monkeypatch):
     class Engine:  # what KVDecoder's shape rules read
-        buckets = (8, 16, 640, 1000)
         budgets = jaxattn.engine.batching.Budgets(output_bytes=1 << 20, max_batch=64)
         config = type("C", (), dict(num_layers=2, kv_heads=2, head_dim=4, num_heads=4))()
-        config.max_length = 4096
+        config.max_length = 3000
         devices = (None,)
 
     d = object.__new__(kv_cache.KVDecoder)
     d.engine, d.config, d.devices = Engine, Engine.config, Engine.devices
-    # the last generated token is never fed: 5 + 4 - 1 = 8 positions
-    assert d.cache_length(5, 4) == 8 and d.cache_length(5, 5) == 16
-    assert d.cache_length(600, 10) == 640 and d.chunk(640) == 128  # 640 = 5 * 128
-    assert d.cache_length(900, 10) == 1024 and d.chunk(1024) == 512  # 1000 rounded to 128s
-    assert d.cache_length(3000, 10) == 3072  # past the buckets: the need, in 128s
-    assert d.cache_length(4000, 500) == 4096  # never past the model's positions (4,096)
+    # the last generated token is never fed: 5 + 4 - 1 = 8 positions, in the shortest (16)
+    assert d.cache_length(5, 4) == 16 and d.cache_length(9, 9) == 32
+    assert d.cache_length(600, 10) == 1024 and d.chunk(1024) == 512  # whole chunks
+    assert d.cache_length(2000, 999) == 4096  # the power of two over the need (2,998)
+    assert d.cache_length(2999, 500) == 4096  # never a need past the positions (3,000)
+    assert d.lengths() == [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+    assert d.chunk(256) == 256 and d.chunk(4096) == 512
     # 2 layers * 2 heads * 4 dims * 2 (k, v) * 4 bytes = 128 bytes a position
     assert d.cache_bytes(16) == 16 * 128
     assert d.largest_batch(16) == 64  # max_batch

@@ -25,11 +25,10 @@ A group's sequences run together, right-padded, each at its own position: what a
 shorter prompt's padding left in the cache is at positions no query of it reads
 before its own tokens are written there (a query reads positions < p from the cache),
 so a batch gives each sequence its single-sequence result. Group shapes are bucketed:
-the cache length S from the engine's buckets (at least the longest prompt + the new
-tokens - 1), the batch a power of two within the engine's budgets (the cache's bytes
-under the output budget, a prefill chunk's [H, C, S] scores under the attention
-budget), so a server compiles a few programs, not one per request (`warmup` compiles
-them ahead).
+the cache length S a power of two (at least the longest prompt + the new tokens - 1),
+the batch a power of two within the engine's budgets (the cache's bytes under the
+output budget, a prefill chunk's [H, C, S] scores under the attention budget), so a
+server compiles a few programs, not one per request (`warmup` compiles them ahead).
 
 The cached step computes the same function as the whole-sequence forward, with the
 contractions over other shapes: its logits agree within float32 rounding, not bit
@@ -57,11 +56,14 @@ from jaxattn.engine.causal_lm import unembedding
 from jaxattn.engine.model import Encoder
 from jaxattn.engine.step import matmul_platform
 
-CHUNK = 512  # most prompt positions one prefill call puts into the cache
+CHUNK = 512  # most prompt positions one prefill call puts into the cache (a power of two)
+# The shortest cache; the others double up to the model's positions (`cache_length`): a
+# few programs a model (7 for GPT-2's 1,024 positions), each step's attention over at
+# most twice the positions it needs.
+SHORTEST = 16
 # Bytes of a prefill chunk's attention working set per score: the scores, the masked
 # scores and the weights, float32, with one more the compiler may hold.
 _SCORE_BYTES = 16
-_ROUND = 128  # a cache longer than CHUNK is a multiple of this (its chunk at least this)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,24 +119,23 @@ class KVDecoder:
 
     def cache_length(self, longest: int, new: int) -> int:
         """The cache length of a group whose longest prompt has `longest` tokens and which
-        generates up to `new`: the smallest bucket holding every position a step feeds
-        (the last token generated is never fed), within the model's positions."""
+        generates up to `new`: the smallest power of two from `SHORTEST` holding every
+        position a step feeds (the last token generated is never fed; never past the
+        model's positions, though the length may be: those rows stay unread)."""
         need = max(1, min(longest + new - 1, self.config.max_length))
-        length = next((b for b in self.engine.buckets if b >= need), need)
-        if length > CHUNK:  # whole chunks of at least _ROUND positions (`chunk`)
-            length = -(-length // _ROUND) * _ROUND
-        return length
+        return max(SHORTEST, 1 << (need - 1).bit_length())
+
+    def lengths(self) -> list[int]:
+        """Every cache length a generation may use (`cache_length`), shortest first."""
+        out = [SHORTEST]
+        while out[-1] < self.config.max_length:
+            out.append(out[-1] * 2)
+        return out
 
     def chunk(self, length: int) -> int:
         """Prefill chunk positions for a cache of `length`: all of it up to `CHUNK`, else
-        the largest power of two up to `CHUNK` that divides it (a chunk never runs past
-        the cache's end)."""
-        if length <= CHUNK:
-            return length
-        chunk = CHUNK
-        while length % chunk:
-            chunk //= 2
-        return chunk
+        `CHUNK` (both powers of two: a chunk never runs past the cache's end)."""
+        return min(length, CHUNK)
 
     def largest_batch(self, length: int) -> int:
         """Most sequences per device of a group with a cache of `length` positions (a
@@ -224,15 +225,14 @@ class KVDecoder:
         return Group(self, shape, prompts, gates)
 
     def warmup(self, sizes: str = "all", stop=None) -> int:
-        """Compile the prefill and step programs of every cache length of the engine's
-        buckets, for every batch size of the ladder ("all") or the largest only
-        ("largest"); returns how many programs this compiled. `stop`: as
-        `Engine.warmup`'s."""
+        """Compile the prefill and step programs of every cache length (`lengths`), for
+        every batch size of the ladder ("all") or the largest only ("largest"); returns
+        how many programs this compiled. `stop`: as `Engine.warmup`'s."""
         if sizes not in batching.WARMUP_SIZES:
             valid = ", ".join(batching.WARMUP_SIZES)
             raise ValueError(f"unknown warmup sizes {sizes!r}: valid are {valid}")
         made = 0
-        for length in self.engine.buckets:
+        for length in self.lengths():
             ladder = batching.ladder(self.largest_batch(length), self.engine.budgets.size_step)
             for size in ladder[: len(ladder) if sizes == "all" else 1]:
                 if stop is not None and stop():
