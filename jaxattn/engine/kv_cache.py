@@ -108,6 +108,7 @@ class KVDecoder:
             _write, in_shardings=(batch,) * 5, out_shardings=(batch,) * 2, donate_argnums=(0, 1)
         )
         self._compiled: set[tuple] = set()
+        self._largest = False  # warmed up at the largest batch sizes only: groups pad to them
 
     # -- shapes ----------------------------------------------------------------------
 
@@ -149,11 +150,14 @@ class KVDecoder:
     def shape(self, count: int, length: int) -> Shape:
         """The shape of a group of `count` sequences (at most `largest_batch` a device)
         with a cache of `length` positions: the batch the smallest size of the ladder
-        holding them."""
+        holding them (the largest once `warmup` compiled only those: padding rows cost
+        less than a compile on a device where a compile costs seconds)."""
         devices = len(self.devices)
         ladder = batching.ladder(self.largest_batch(length), self.engine.budgets.size_step)
         per_device = -(-count // devices)
         size = min((s for s in ladder if s >= per_device), default=ladder[0])
+        if self._largest:
+            size = ladder[0]
         return Shape(size * devices, length, self.chunk(length))
 
     def groups(self, prompts: dict, new: int) -> list[list[int]]:
@@ -226,12 +230,13 @@ class KVDecoder:
 
     def warmup(self, sizes: str = "all", stop=None) -> int:
         """Compile the prefill and step programs of every cache length (`lengths`), for
-        every batch size of the ladder ("all") or the largest only ("largest"); returns
-        how many programs this compiled. `stop`: as `Engine.warmup`'s."""
+        every batch size of the ladder ("all") or the largest only ("largest": groups
+        then pad to it, `shape`); returns how many programs this compiled. `stop`: as
+        `Engine.warmup`'s."""
         if sizes not in batching.WARMUP_SIZES:
             valid = ", ".join(batching.WARMUP_SIZES)
             raise ValueError(f"unknown warmup sizes {sizes!r}: valid are {valid}")
-        made = 0
+        made, self._largest = 0, sizes == "largest"
         for length in self.lengths():
             ladder = batching.ladder(self.largest_batch(length), self.engine.budgets.size_step)
             for size in ladder[: len(ladder) if sizes == "all" else 1]:

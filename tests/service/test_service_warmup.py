@@ -97,8 +97,20 @@ def test_a_warmed_generation_leaves_no_step_to_compile(tmp_path):
 
     # buckets of 16: shapes no other test compiled in this process
     engine = jaxattn.load(make_gpt2_checkpoint(tmp_path), buckets=(16,), max_batch=4)
-    assert engine.warmup_generation() > 0
+    made = engine.warmup_generation("largest")  # the largest batch of each cache length
+    lengths = engine.kv_decoder.lengths()
+    assert made == 4 * len(lengths)  # prefill, step and their writes
     with backend_compiles() as compiles:
         gens = engine.generate(["a", "the cat sat", "Hello, world."], 20, stop_at_eos=False)
-    assert [len(g.ids) for g in gens] == [20, 20, 20]
+        (one,) = engine.generate(["Hello, world."], 20, stop_at_eos=False)  # pads to 4
+    assert [len(g.ids) for g in gens] == [20, 20, 20] and one.ids == gens[2].ids
     assert compiles == []
+    # "all": every batch size of the ladder (4, 2, 1) of every length (shapes recorded,
+    # not compiled), and a group of one no longer pads
+    shapes = []
+    engine.kv_decoder._compile = lambda shape: shapes.append(shape) or 0
+    engine.warmup_generation("all")
+    assert sorted((s.length, s.batch) for s in shapes) == [
+        (n, b) for n in lengths for b in (1, 2, 4)
+    ]
+    assert engine.kv_decoder.shape(1, 16).batch == 1
