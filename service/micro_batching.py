@@ -43,7 +43,11 @@ run; a running piece whose jobs are all gone is abandoned between engine batches
 A job that generates first (CaptureRequest.generate: `service.generation`) takes
 one step of its generation per turn, alone, and goes back to the queue like a job
 with pieces left, so other clients' work runs between its steps; dropped between
-steps like any queued job. Once its continuations end, its pieces run as any job's.
+steps like any queued job. Generating jobs waiting for their first step when one
+takes its first run as one (`_merge`: one forward a step for all of their prompts,
+as many as one group of key/value caches holds), and at most `CACHED_GENERATIONS`
+such runs hold caches at once. Once its continuations end, its pieces run as any
+job's.
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ from collections.abc import Callable, Sequence
 from jaxattn.capture.part import ends_example
 from service.admission import STREAM_CHUNKS, QueueFull, example_sizes, refusal, reservation
 from service.admitted_call import EngineFailed, Job, JobCancelled, SlowReader
-from service.generation import CACHED_GENERATIONS, GenerationRun
+from service.generation import CACHED_GENERATIONS, GenerationRun, merge
 from service.grouped_runs import PREEMPT_IDLE_S, GroupedRuns, Run
 
 __all__ = [
@@ -308,14 +312,18 @@ class MicroBatcher:
         """(lock held) The job's next piece may start now: it fits its buffer, and if it
         runs in layer groups, a slot for a suspended run is free (`GroupedRuns.full`);
         a job generating may take its next step, its first only while fewer than
-        `CACHED_GENERATIONS` others hold their key/value caches."""
+        `CACHED_GENERATIONS` runs (each alone or shared) hold their key/value caches."""
         if job.dead:
             return False
         if job.generation is not None:
             if job.generation.started:
                 return True
-            held = sum(1 for j in self._pending if j.generation and j.generation.started)
-            return held < CACHED_GENERATIONS
+            held = {
+                id(j.generation.shared)
+                for j in self._pending
+                if j.generation and j.generation.started
+            }
+            return len(held) < CACHED_GENERATIONS
         if not self._fits(job):
             return False
         return not self._runs.full or not self._grouped(job)
@@ -345,6 +353,8 @@ class MicroBatcher:
                     self._cond.wait(wait)
                     continue
                 if first.generation is not None:  # its next step, alone (`_generate`)
+                    if first.generation.shared is None:  # its first: with whoever waits
+                        self._merge(first)
                     self._pending.remove(first)
                     first.running = True
                     self._turn += 1
@@ -404,7 +414,9 @@ class MicroBatcher:
         the worker may sleep before the next stall could be due (None: no limit)."""
         for job in [j for j in self._pending if j.dead]:
             self._pending.remove(job)
-            job.generation = None  # a generation's key/value caches freed now
+            if job.generation is not None:  # a generation's key/value caches freed now
+                job.generation.leave()
+            job.generation = None
             self.stats["dropped"] += 1
             if not job.cancelled and job.error is None:  # past its deadline: wake its handler
                 job.cancel_locked()
@@ -491,6 +503,19 @@ class MicroBatcher:
             self._last_calls = calls
         return group
 
+    def _merge(self, first: Job) -> None:
+        """(lock held) `first` is about to take its generation's first step: it and the
+        other generating jobs waiting for theirs run as one (`service.generation.merge`:
+        as many as one group of key/value caches holds), each of their turns a step of it."""
+        waiting = [
+            j
+            for j in self._in_turn()
+            if j is not first and j.generation is not None and j.generation.shared is None
+        ]
+        merged = merge(self.engine, [first.generation] + [j.generation for j in waiting])
+        if len(merged) > 1:
+            self.stats["merged_generations"] += len(merged) - 1
+
     def _generate(self, job: Job) -> None:
         """One step of the job's generation (`service.generation`); once its continuations
         end, its examples become prompt + continuation, sized as they are. Then it queues
@@ -511,7 +536,9 @@ class MicroBatcher:
                 job.generation = None
             job.running = False
             if job.dead:
-                job.generation = None  # its key/value caches freed now, not with the call
+                if job.generation is not None:  # its caches freed now, not with the call
+                    job.generation.leave()
+                job.generation = None
                 if job.error is None:  # its client left during the step (not a failure)
                     self.stats["abandoned"] += 1
             elif not job.released:

@@ -61,7 +61,8 @@ def model(request, models):
 def _cache_of(engine, prompts: list[TokenizedText], new: int):
     """(each prompt's continuation, the group's keys and values [B, L, H_kv, S, K] after
     it) from one group run by hand as `Continuations` runs it, no stop but the count."""
-    group = engine.kv_decoder.start(prompts, new)
+    d = engine.kv_decoder
+    group = d.start(prompts, max(d.need(p.length, new) for p in prompts))
     grown = [[] for _ in prompts]
     for step in range(new):
         held = [] if step < new - 1 else range(len(prompts))
@@ -120,9 +121,9 @@ def test_a_long_prompt_is_prefilled_in_chunks_and_groups_follow_the_budget(model
     monkeypatch.setattr(
         decoder, "_call", lambda *a, _call=decoder._call: calls.append(a[1]) or _call(*a)
     )
-    groups = decoder.groups(dict(enumerate(prompts)), NEW)
+    groups = decoder.groups({i: decoder.need(p.length, NEW) for i, p in enumerate(prompts)})
     assert groups == [[i] for i in np.argsort([-n for n in lengths], kind="stable")]
-    assert decoder.chunk(decoder.cache_length(max(lengths), NEW)) == 8
+    assert decoder.chunk(decoder.cache_length(decoder.need(max(lengths), NEW))) == 8
     gens = small.generate(PROMPTS, NEW, stop_at_eos=False)
     for g in gens:
         assert list(g.ids) == torch_generate(torch_model, list(g.prompt.ids), NEW, eos=-1)
@@ -140,10 +141,12 @@ def test_cache_lengths_chunks_and_batch_sizes(monkeypatch):
     d = object.__new__(kv_cache.KVDecoder)
     d.engine, d.config, d.devices = Engine, Engine.config, Engine.devices
     # the last generated token is never fed: 5 + 4 - 1 = 8 positions, in the shortest (16)
-    assert d.cache_length(5, 4) == 16 and d.cache_length(9, 9) == 32
-    assert d.cache_length(600, 10) == 1024 and d.chunk(1024) == 512  # whole chunks
-    assert d.cache_length(2000, 999) == 4096  # the power of two over the need (2,998)
-    assert d.cache_length(2999, 500) == 4096  # never a need past the positions (3,000)
+    assert d.need(5, 4) == 8 and d.need(2999, 500) == 3000  # never past the positions
+    assert d.cache_length(8) == 16 and d.cache_length(17) == 32 and d.cache_length(32) == 32
+    assert d.cache_length(609) == 1024 and d.chunk(1024) == 512  # whole chunks
+    assert d.cache_length(3000) == 4096  # the power of two over the need
+    # the longest first; a 4,096-position cache is 512 KiB: two a group in 1 MiB
+    assert d.groups({0: 8, 1: 3000, 2: 20}) == [[1, 2], [0]]
     assert d.lengths() == [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
     assert d.chunk(256) == 256 and d.chunk(4096) == 512
     # 2 layers * 2 heads * 4 dims * 2 (k, v) * 4 bytes = 128 bytes a position

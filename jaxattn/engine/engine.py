@@ -508,10 +508,11 @@ class Engine:
         for a server that generates); returns how many programs it compiled."""
         return self.kv_decoder.warmup(sizes, stop)
 
-    def continuations(self, prompts: Sequence, max_new_tokens: int, *, stop_at_eos: bool = True):
+    def continuations(self, prompts: Sequence, max_new_tokens, *, stop_at_eos=True):
         """A `jaxattn.engine.generate.Continuations` of `prompts` (`plan_generation`'s):
-        generation a forward at a time (`step`), for a caller that interleaves it with
-        other work (the server's batcher)."""
+        generation a step at a time (`step`), for a caller that interleaves it with
+        other work (the server's batcher). max_new_tokens and stop_at_eos: one for all
+        prompts, or each prompt's (several requests' prompts run as one)."""
         from jaxattn.engine.generate import Continuations
 
         return Continuations(self, prompts, max_new_tokens, stop_at_eos=stop_at_eos)

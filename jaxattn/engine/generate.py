@@ -167,7 +167,7 @@ def longest(prompt: TokenizedText, new: int, limit: int) -> TokenizedText:
 class Continuations:
     """Greedy continuations of prompts, a token of every unfinished one in a group per
     `step`: the loop of `generate`, and what a server runs a step per turn
-    (service.generation).
+    (service.generation), for one request's prompts or several requests' together.
 
     The prompts run in groups (`KVDecoder.groups`: longest first, as many together as
     the engine's budgets allow their key/value caches), one group after the other, so
@@ -177,53 +177,80 @@ class Continuations:
     Args:
       engine: a decoder with its next-token head (`check_generator`).
       prompts: TokenizedTexts (`plan_prompts`), None where one is left out.
-      new: most tokens to generate per prompt (>= 1).
-      stop_at_eos, ablation: as `generate`.
+      new: most tokens to generate per prompt (>= 1), or each prompt's.
+      stop_at_eos: as `generate`, or each prompt's.
+      ablation: as `generate`.
     """
 
-    def __init__(self, engine, prompts, new: int, *, stop_at_eos: bool = True, ablation=None):
-        self.engine, self.prompts, self.new = engine, list(prompts), new
+    def __init__(self, engine, prompts, new, *, stop_at_eos=True, ablation=None):
+        self.engine, self.prompts = engine, list(prompts)
+        n = len(self.prompts)
+        self.news = [new] * n if isinstance(new, int) else list(new)
+        eos = frozenset(engine.eos_ids)
+        flags = [stop_at_eos] * n if isinstance(stop_at_eos, bool) else list(stop_at_eos)
+        self.eos = [eos if flag else frozenset() for flag in flags]
         self.limit = engine.config.max_length
-        self.eos = frozenset(engine.eos_ids) if stop_at_eos else frozenset()
         self._gates = None if ablation is None else ablation.gates(engine.config)
         self.grown: dict[int, list[int]] = {
             i: [] for i, p in enumerate(self.prompts) if p is not None
         }
         self.stops: dict[int, str] = {}
+        self.ended: set[int] = set()  # `end`ed: no longer generated, no result
         for i in self.grown:
             if self.prompts[i].length >= self.limit:
                 self.stops[i] = "limit"  # a prompt cut to the limit: no position left
-        waiting = {i: self.prompts[i] for i in self.grown if i not in self.stops}
-        self._waiting = engine.kv_decoder.groups(waiting, new) if waiting else []
+        decoder = engine.kv_decoder
+        self._needs = {
+            i: decoder.need(self.prompts[i].length, self.news[i])
+            for i in self.grown
+            if i not in self.stops
+        }
+        self._waiting = decoder.groups(self._needs) if self._needs else []
         self._group, self._members = None, []  # the group generating, its prompts' indices
 
     @property
     def done(self) -> bool:
         """Every continuation has ended."""
-        return len(self.stops) == len(self.grown)
+        return all(self._over(i) for i in self.grown)
+
+    def _over(self, i: int) -> bool:
+        return i in self.stops or i in self.ended
+
+    def over(self, indices) -> bool:
+        """Every continuation of these prompts has ended."""
+        return all(self._over(i) for i in indices)
+
+    def end(self, indices) -> None:
+        """Generate no more for these prompts (a request that left a shared run): their
+        rows are held, their groups not started."""
+        self.ended.update(i for i in indices if i in self.grown)
 
     def step(self) -> int:
         """A token of every unfinished continuation of the group generating (the next
         group started, its prompts prefilled, where the last one has ended); returns how
         many tokens it generated (0 once `done`)."""
-        while not any(i not in self.stops for i in self._members):
+        while all(self._over(i) for i in self._members):
+            self._group = None  # its caches freed
             if not self._waiting:
                 return 0
             self._members = self._waiting.pop(0)
+            if all(self._over(i) for i in self._members):
+                continue
             prompts = [self.prompts[i] for i in self._members]
-            self._group = self.engine.kv_decoder.start(prompts, self.new, self._gates)
-        held = [row for row, i in enumerate(self._members) if i in self.stops]
+            need = max(self._needs[i] for i in self._members)
+            self._group = self.engine.kv_decoder.start(prompts, need, self._gates)
+        held = [row for row, i in enumerate(self._members) if self._over(i)]
         picked = self._group.step(held)
         made = 0
         for row, i in enumerate(self._members):
-            if i in self.stops:
+            if self._over(i):
                 continue
             t, grown = int(picked[row]), self.grown[i]
             grown.append(t)
             made += 1
-            if t in self.eos:
+            if t in self.eos[i]:
                 self.stops[i] = "eos"
-            elif len(grown) == self.new:
+            elif len(grown) == self.news[i]:
                 self.stops[i] = "max_new_tokens"
             elif self.prompts[i].length + len(grown) >= self.limit:
                 self.stops[i] = "limit"
@@ -231,21 +258,26 @@ class Continuations:
             self._group = None  # its caches freed
         return made
 
-    def results(self) -> list[Generation | None]:
-        """Each prompt's Generation (None where it was left out), once `done`."""
+    def results(self, indices=None) -> list[Generation | None]:
+        """Each prompt's Generation (None where it was left out or `end`ed), once they are
+        `over`: every prompt's, or those at `indices` (in their order)."""
         tok = self.engine.tokenizer
-        return [
-            None
-            if p is None
-            else Generation(
-                prompt=p,
-                ids=tuple(self.grown[i]),
-                tokens=tok.tokens_of(self.grown[i]),
-                text=tok.decode(self.grown[i]),
-                stop=self.stops[i],
+        out = []
+        for i in range(len(self.prompts)) if indices is None else indices:
+            if i not in self.grown or i in self.ended:
+                out.append(None)
+                continue
+            ids = self.grown[i]
+            out.append(
+                Generation(
+                    prompt=self.prompts[i],
+                    ids=tuple(ids),
+                    tokens=tok.tokens_of(ids),
+                    text=tok.decode(ids),
+                    stop=self.stops[i],
+                )
             )
-            for i, p in enumerate(self.prompts)
-        ]
+        return out
 
 
 def _extended(prompt: TokenizedText, ids: Sequence[int]) -> TokenizedText:

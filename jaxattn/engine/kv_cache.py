@@ -1,7 +1,7 @@
 """Greedy decoding with a key/value cache: a generation step costs one token's forward.
 
     decoder = engine.kv_decoder            # KVDecoder(engine), made once
-    group = decoder.start(prompts, new)    # a group of prompts (`Group`), prefilled
+    group = decoder.start(prompts, need)   # a group of prompts (`Group`), prefilled
     next_ids = group.step()                # each one's next token; its cache grown by one
 
 What `jaxattn.engine.generate` runs. A step feeds each sequence's newest token at its
@@ -118,12 +118,15 @@ class KVDecoder:
         c = self.config
         return 2 * c.num_layers * c.kv_heads * length * c.head_dim * 4
 
-    def cache_length(self, longest: int, new: int) -> int:
-        """The cache length of a group whose longest prompt has `longest` tokens and which
-        generates up to `new`: the smallest power of two from `SHORTEST` holding every
-        position a step feeds (the last token generated is never fed; never past the
-        model's positions, though the length may be: those rows stay unread)."""
-        need = max(1, min(longest + new - 1, self.config.max_length))
+    def need(self, length: int, new: int) -> int:
+        """The cache positions a prompt of `length` tokens continued by up to `new` feeds
+        (the last token generated is never fed), within the model's positions."""
+        return max(1, min(length + new - 1, self.config.max_length))
+
+    def cache_length(self, need: int) -> int:
+        """The cache length of a group whose sequences feed up to `need` positions
+        (`need`): the smallest power of two from `SHORTEST` holding them (it may pass the
+        model's positions: those rows stay unread)."""
         return max(SHORTEST, 1 << (need - 1).bit_length())
 
     def lengths(self) -> list[int]:
@@ -160,13 +163,13 @@ class KVDecoder:
             size = ladder[0]
         return Shape(size * devices, length, self.chunk(length))
 
-    def groups(self, prompts: dict, new: int) -> list[list[int]]:
-        """The prompts {index: TokenizedText} in groups run together (indices): longest
-        first, each group as many as its cache length allows."""
-        order = sorted(prompts, key=lambda i: -prompts[i].length)
+    def groups(self, needs: dict) -> list[list[int]]:
+        """Sequences {index: the positions it feeds (`need`)} in groups run together
+        (indices): the longest first, each group as many as its cache length allows."""
+        order = sorted(needs, key=lambda i: -needs[i])
         out = []
         while order:
-            length = self.cache_length(prompts[order[0]].length, new)
+            length = self.cache_length(needs[order[0]])
             take = self.largest_batch(length) * len(self.devices)
             out.append(order[:take])
             order = order[take:]
@@ -220,11 +223,11 @@ class KVDecoder:
         dims = (shape.batch, c.num_layers, c.kv_heads, shape.length, c.head_dim)
         return tuple(jax.device_put(np.zeros(dims, np.float32), self._batch) for _ in "kv")
 
-    def start(self, prompts, new: int, gates=None) -> Group:
-        """A group of `prompts` (TokenizedTexts, at most `largest_batch` a device) to
-        generate up to `new` tokens each, its caches filled with every prompt but its
-        last token."""
-        length = self.cache_length(max(p.length for p in prompts), new)
+    def start(self, prompts, need: int, gates=None) -> Group:
+        """A group of `prompts` (TokenizedTexts, at most `largest_batch` a device) whose
+        continuations feed up to `need` positions (`need`: of the longest), its caches
+        filled with every prompt but its last token."""
+        length = self.cache_length(need)
         shape = self.shape(len(prompts), length)
         return Group(self, shape, prompts, gates)
 

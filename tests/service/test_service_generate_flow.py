@@ -92,31 +92,94 @@ def test_a_cancelled_generation_stops_between_steps(batcher, svc_gpt2):
     batcher.release(plain)
 
 
+def _generating_many(batcher, engine, asks):
+    """Submit one generating job per (text, new, stop_at_eos)."""
+    spec = engine.make_spec(what=["attention"])
+    jobs = []
+    for text, new, eos in asks:
+        prompts = engine.tokenize([text])
+        ask = GenerationAsk(tuple(prompts), new, stop_at_eos=eos)
+        worst = [longest(p, new, engine.config.max_length) for p in prompts]
+        jobs.append(batcher.submit(spec, worst, None, generation=ask))
+    return jobs
+
+
+def _local(engine, asks):
+    return [
+        engine.capture([t], what=["attention"], generate=n, stop_at_eos=e)[0] for t, n, e in asks
+    ]
+
+
+def test_waiting_generations_run_as_one(svc_gpt2):
+    """Three generating calls queued together (different N, one with EOS off) run as one
+    shared run: a step is a token of all three, so 5 turns generate what 3 + 5 + 4 turns
+    did one call at a time; each call gets its own continuation, as the local engine's."""
+    asks = [("The quick brown fox", 3, True), ("Hello, world.", 5, False), ("a", 4, True)]
+    b = MicroBatcher(svc_gpt2, queue_size=8, window_s=0.0, max_batch_examples=8)
+    jobs = _generating_many(b, svc_gpt2, asks)  # queued before the worker starts
+    b.start()
+    try:
+        got = [[c for _, c in job.results()][0] for job in jobs]
+        assert b.stats["merged_generations"] == 2
+        assert b.stats["generation_steps"] <= 5 + 2  # the longest, and a turn each to leave
+    finally:
+        for job in jobs:
+            b.release(job)
+        b.close(timeout=10)
+    want = _local(svc_gpt2, asks)
+    for g, w in zip(got, want, strict=True):
+        assert (g.tokens, g.generated_start, g.stop) == (w.tokens, w.generated_start, w.stop)
+
+
+def test_a_call_that_leaves_a_shared_run_leaves_the_others_theirs(svc_gpt2):
+    asks = [("Hello, world. Hello,", STEPS, False), ("The quick brown fox", 8, False)]
+    b = MicroBatcher(svc_gpt2, queue_size=8, window_s=0.0, max_batch_examples=8)
+    gone, kept = _generating_many(b, svc_gpt2, asks)
+    b.start()
+    try:
+        _wait(lambda: b.stats["generation_steps"] >= 2, "two steps")
+        gone.cancel()
+        (got,) = [cap for _, cap in kept.results()]
+        assert b.stats["merged_generations"] == 1
+        with pytest.raises(JobCancelled):
+            list(gone.results())
+    finally:
+        for job in (gone, kept):
+            b.release(job)
+        b.close(timeout=10)
+    assert got.tokens == _local(svc_gpt2, asks[1:])[0].tokens
+
+
 def test_at_most_cached_generations_hold_their_caches_at_once(batcher, svc_gpt2, monkeypatch):
-    """Four generating requests at once: at each step, at most CACHED_GENERATIONS of them
-    have started (and so may hold key/value caches on the device); the others wait their
-    turn until one has ended, and then every one finishes with its own continuation."""
+    """A and B start one after the other (each alone); C and D, sent while both run, wait
+    until one has ended, then run as one: at most CACHED_GENERATIONS runs hold key/value
+    caches at a time, and every call finishes with its own continuation."""
     import service.generation as generation
 
-    started: set = set()  # runs that took a step and have not ended
-    peak = []
-    step = generation.GenerationRun.step
+    runs, peak, sizes = {}, [], []
+    step = generation.SharedGeneration.step
 
     def counting(self, engine):
-        started.add(id(self))
-        peak.append(len(started))
-        made, sequences = step(self, engine)
-        if sequences is not None:
-            started.discard(id(self))
-        return made, sequences
+        if not self.started:
+            sizes.append(len(self.asks))
+        made = step(self, engine)
+        runs[id(self)] = self
+        peak.append(sum(1 for r in runs.values() if not r._run.done))
+        return made
 
-    monkeypatch.setattr(generation.GenerationRun, "step", counting)
-    texts = ["The quick brown fox", "Hello, world.", "a", "one two three"]
-    jobs = [_generating(batcher, svc_gpt2, t, 6) for t in texts]
-    got = [[c for _, c in job.results()][0] for job in jobs]
-    assert max(peak) == generation.CACHED_GENERATIONS == 2 and len(peak) == 4 * 6
-    want = svc_gpt2.capture(texts, what=["attention"], generate=6, stop_at_eos=False)
-    assert [c.tokens for c in got] == [c.tokens for c in want]
+    monkeypatch.setattr(generation.SharedGeneration, "step", counting)
+    asks = [("The quick brown fox", STEPS, False), ("Hello, world.", STEPS, False)]
+    asks += [("a", 6, False), ("one two three", 6, False)]
+    (a,) = _generating_many(batcher, svc_gpt2, asks[:1])
+    _wait(lambda: batcher.stats["generation_steps"] >= 1, "A's first step")
+    (b,) = _generating_many(batcher, svc_gpt2, asks[1:2])
+    _wait(lambda: len(sizes) == 2, "B's first step")
+    c, d = _generating_many(batcher, svc_gpt2, asks[2:])
+    jobs = [a, b, c, d]
+    got = [[cap for _, cap in job.results()][0] for job in jobs]
+    assert max(peak) == generation.CACHED_GENERATIONS == 2 and sizes == [1, 1, 2]
+    want = _local(svc_gpt2, asks)
+    assert [g.tokens for g in got] == [w.tokens for w in want]
     for job in jobs:
         batcher.release(job)
 
