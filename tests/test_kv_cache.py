@@ -139,7 +139,7 @@ def test_cache_lengths_chunks_and_batch_sizes(monkeypatch):
         devices = (None,)
 
     d = object.__new__(kv_cache.KVDecoder)
-    d.engine, d.config, d.devices = Engine, Engine.config, Engine.devices
+    d.engine, d.config, d.devices, d._largest = Engine, Engine.config, Engine.devices, False
     # the last generated token is never fed: 5 + 4 - 1 = 8 positions, in the shortest (16)
     assert d.need(5, 4) == 8 and d.need(2999, 500) == 3000  # never past the positions
     assert d.cache_length(8) == 16 and d.cache_length(17) == 32 and d.cache_length(32) == 32
