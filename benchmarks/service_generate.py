@@ -16,6 +16,7 @@ only) show what the turns buy.
 from __future__ import annotations
 
 import argparse
+import functools
 import platform
 import statistics
 import sys
@@ -92,10 +93,58 @@ def measure(engine, new: int, rounds: int) -> dict:
     return dict(served=served, alone=alone, during=statistics.median(during))
 
 
+def _wave(conns, texts, kw) -> None:
+    """Each client captures its text with `kw` (a generation), all starting together."""
+    go = threading.Barrier(len(texts))
+
+    def one(client, text):
+        go.wait()
+        client.capture([text], **kw)
+
+    threads = [threading.Thread(target=one, args=ct) for ct in zip(conns, texts, strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def concurrent(engine, new: int, clients: int, rounds: int) -> dict:
+    """Wall time of `clients` threads, each its own client generating `new` tokens from its
+    own prompt at the same moment, the median of `rounds`; with the batcher's merging of
+    waiting generations (`service.generation.merge`) and without it (patched to run each
+    alone), same server process."""
+    from local_server import running_server
+
+    import service.micro_batching as batching
+    from jaxattn.client import AttentionClient
+
+    texts = [f"{PROMPTS[i % len(PROMPTS)]} {i}" for i in range(clients)]
+    kw = dict(what=["attention"], generate=new, stop_at_eos=False)
+    merging = batching.merge
+    out = {}
+    for name, merge in (("merged", merging), ("alone", lambda e, runs: merging(e, runs[:1]))):
+        batching.merge = merge
+        try:
+            with running_server(engine, max_new_tokens=new) as (_, address):
+                conns = [AttentionClient(address, timeout=300) for _ in texts]
+                try:
+                    wave = functools.partial(_wave, conns, texts, kw)
+                    wave()  # compiles
+                    out[name] = _median_ms(wave, rounds)
+                finally:
+                    for c in conns:
+                        c.close()
+        finally:
+            batching.merge = merging
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--new", type=int, default=40)
     p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--clients", type=int, default=8, help="concurrent generating clients")
+    p.add_argument("--synthetic", help="also time the concurrent clients on this synthetic preset")
     args = p.parse_args()
     from gpt2_fixture import make_gpt2_checkpoint
 
@@ -106,6 +155,12 @@ def main() -> None:
     engine.capture(PROMPTS, **kw)
     local = _median_ms(lambda: engine.capture(PROMPTS, **kw), args.rounds)
     turns = measure(engine, args.new, args.rounds)
+    shared = {"tiny GPT-2": concurrent(engine, args.new, args.clients, args.rounds)}
+    if args.synthetic:
+        from jaxattn.bench.synthetic import random_checkpoint
+
+        big = jaxattn.load(random_checkpoint(args.synthetic, Path(tempfile.mkdtemp())))
+        shared[args.synthetic] = concurrent(big, args.new, args.clients, max(args.rounds // 3, 1))
     _whole_turns()
     whole = measure(engine, args.new, args.rounds)
     print(f"{platform.machine()}, {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
@@ -115,6 +170,12 @@ def main() -> None:
             f"{name}: through the server {m['served']:.0f} ms (x{m['served'] / local:.2f} "
             f"local); a plain capture alone {m['alone']:.1f} ms, during the generation "
             f"{m['during']:.1f} ms (x{m['during'] / m['alone']:.1f})"
+        )
+    for model, m in shared.items():
+        print(
+            f"{args.clients} clients generating {args.new} tokens at once, {model}: "
+            f"{m['merged']:.0f} ms merged, {m['alone']:.0f} ms one run each "
+            f"(x{m['alone'] / m['merged']:.2f})"
         )
 
 

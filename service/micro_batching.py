@@ -353,7 +353,13 @@ class MicroBatcher:
                     self._cond.wait(wait)
                     continue
                 if first.generation is not None:  # its next step, alone (`_generate`)
-                    if first.generation.shared is None:  # its first: with whoever waits
+                    if first.generation.shared is None and self.merge:
+                        # its first step, with whoever waits for theirs; after the
+                        # window, as for captures, so that companions sent with it join
+                        until = first.submitted + self.window_s
+                        if time.monotonic() < until and not first.dead:
+                            self._cond.wait(until - time.monotonic())
+                            continue
                         self._merge(first)
                     self._pending.remove(first)
                     first.running = True

@@ -95,9 +95,12 @@ class KVDecoder:
             c, platform=matmul_platform(self.devices[0]), layer_loop=step.layer_loop
         )
         self._spec = engine.make_spec(("keys", "values"))  # every layer, every head
-        self._w = jax.device_put(np.asarray(unembedding(engine), np.float32), replicated)
+        # The next-token head on the devices: a tied one is the word embedding the
+        # params already hold there (Llama-3.2-1B's is 1 GB in float32: no second copy).
+        self._w = None
+        if not c.tied_lm_head:
+            self._w = jax.device_put(np.asarray(unembedding(engine), np.float32), replicated)
         self._batch = batch
-        self._replicated = replicated
         ins = (replicated, replicated, batch, batch, batch, batch, replicated)
         self._prefill = jax.jit(self._prefill_fn, in_shardings=ins, out_shardings=(batch,) * 2)
         self._step = jax.jit(self._step_fn, in_shardings=ins, out_shardings=(batch,) * 3)
@@ -208,9 +211,13 @@ class KVDecoder:
         self._compiled.add((kind, ids.shape, keys.shape[-2], gates is not None))
         self._compiled.add(("write", ids.shape, keys.shape[-2], False))
         params = self.engine.step.params
-        *picked, k, v = program(params, self._w, ids, starts, keys, values, gates)
+        *picked, k, v = program(params, self._head(params), ids, starts, keys, values, gates)
         keys, values = self._write(keys, values, k, v, starts)
         return (picked[0] if picked else None), keys, values
+
+    def _head(self, params):
+        """The next-token head [V, D] on the devices (`unembedding`)."""
+        return params["embeddings"]["word"] if self._w is None else self._w
 
     @property
     def compiled(self) -> int:
@@ -267,7 +274,7 @@ class KVDecoder:
             ids = array((shape.batch, width), jnp.int32)
             rows = array((shape.batch, c.num_layers, c.kv_heads, width, c.head_dim))
             for name, jitted, args in (
-                (kind, program, (params, self._w, ids, starts, k, k, None)),
+                (kind, program, (params, self._head(params), ids, starts, k, k, None)),
                 ("write", self._write, (k, k, rows, rows, starts)),
             ):
                 key = (name, (shape.batch, width), shape.length, False)

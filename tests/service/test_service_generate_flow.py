@@ -131,6 +131,24 @@ def test_waiting_generations_run_as_one(svc_gpt2):
         assert (g.tokens, g.generated_start, g.stop) == (w.tokens, w.generated_start, w.stop)
 
 
+def test_generations_sent_within_the_window_run_as_one(svc_gpt2):
+    # A running batcher: the first call's first step waits out the window (as a capture
+    # does), so the two sent right after it join its run; without merging, none does.
+    asks = [("The quick brown fox", 4, False), ("Hello, world.", 4, False), ("a", 4, False)]
+    for merge, merged in ((True, 2), (False, 0)):
+        b = MicroBatcher(svc_gpt2, queue_size=8, window_s=0.5, max_batch_examples=8, merge=merge)
+        b.start()
+        try:
+            jobs = _generating_many(b, svc_gpt2, asks)
+            got = [[c for _, c in job.results()][0] for job in jobs]
+            assert b.stats["merged_generations"] == merged
+        finally:
+            for job in jobs:
+                b.release(job)
+            b.close(timeout=10)
+    assert [g.tokens for g in got] == [w.tokens for w in _local(svc_gpt2, asks)]
+
+
 def test_a_call_that_leaves_a_shared_run_leaves_the_others_theirs(svc_gpt2):
     asks = [("Hello, world. Hello,", STEPS, False), ("The quick brown fox", 8, False)]
     b = MicroBatcher(svc_gpt2, queue_size=8, window_s=0.0, max_batch_examples=8)
