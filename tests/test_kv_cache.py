@@ -139,7 +139,8 @@ def test_cache_lengths_chunks_and_batch_sizes(monkeypatch):
         devices = (None,)
 
     d = object.__new__(kv_cache.KVDecoder)
-    d.engine, d.config, d.devices, d._largest = Engine, Engine.config, Engine.devices, False
+    d._engine, d.config, d.devices = lambda: Engine, Engine.config, Engine.devices
+    d._largest = False
     # the last generated token is never fed: 5 + 4 - 1 = 8 positions, in the shortest (16)
     assert d.need(5, 4) == 8 and d.need(2999, 500) == 3000  # never past the positions
     assert d.cache_length(8) == 16 and d.cache_length(17) == 32 and d.cache_length(32) == 32
@@ -154,3 +155,22 @@ def test_cache_lengths_chunks_and_batch_sizes(monkeypatch):
     assert d.largest_batch(16) == 64  # max_batch
     assert d.largest_batch(1024) == 8  # 1 MiB / 128 KiB
     assert d.shape(3, 1024).batch == 4 and d.shape(1, 1024).batch == 1
+
+
+def test_an_engine_that_generated_is_freed_when_its_last_user_lets_go(models):
+    # The engine holds its decoder (`Engine.kv_decoder`) and the decoder its programs:
+    # neither may hold the other back (a reference cycle keeps the weights and the
+    # unembedding on the devices until a garbage collection), as the capture's parts.
+    import gc
+    import weakref
+
+    _, path, _ = models("qwen3")
+    engine = jaxattn.load(path, buckets=(16,))
+    engine.generate(PROMPTS[:1], 2)
+    refs = [weakref.ref(engine), weakref.ref(engine.kv_decoder)]
+    gc.disable()
+    try:
+        del engine
+        assert [r() for r in refs] == [None, None]
+    finally:
+        gc.enable()

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -85,16 +86,17 @@ class KVDecoder:
     """
 
     def __init__(self, engine):
-        self.engine = engine
+        # The engine holds its decoder (`Engine.kv_decoder`): a weak reference back, so
+        # no cycle keeps either (the weights, the head on the devices) alive after its
+        # last user lets go, as the engine's other parts.
+        self._engine = weakref.ref(engine)
         c = self.config = engine.config
         step = engine.step
         self.devices = engine.devices
         mesh = Mesh(np.asarray(self.devices), ("data",))
         replicated, batch = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
-        self._model = Encoder(
-            c, platform=matmul_platform(self.devices[0]), layer_loop=step.layer_loop
-        )
-        self._spec = engine.make_spec(("keys", "values"))  # every layer, every head
+        model = Encoder(c, platform=matmul_platform(self.devices[0]), layer_loop=step.layer_loop)
+        spec = engine.make_spec(("keys", "values"))  # every layer, every head
         # The next-token head on the devices: a tied one is the word embedding the
         # params already hold there (Llama-3.2-1B's is 1 GB in float32: no second copy).
         self._w = None
@@ -102,8 +104,12 @@ class KVDecoder:
             self._w = jax.device_put(np.asarray(unembedding(engine), np.float32), replicated)
         self._batch = batch
         ins = (replicated, replicated, batch, batch, batch, batch, replicated)
-        self._prefill = jax.jit(self._prefill_fn, in_shardings=ins, out_shardings=(batch,) * 2)
-        self._step = jax.jit(self._step_fn, in_shardings=ins, out_shardings=(batch,) * 3)
+        # Module functions given the model, not bound methods: a jitted function holds
+        # its function, and a method would hold the decoder (a cycle).
+        prefill = functools.partial(_prefill_fn, model, spec)
+        step_fn = functools.partial(_step_fn, model, spec, c.lm_softcap)
+        self._prefill = jax.jit(prefill, in_shardings=ins, out_shardings=(batch,) * 2)
+        self._step = jax.jit(step_fn, in_shardings=ins, out_shardings=(batch,) * 3)
         # The new rows go into the caches in a program of its own, whose only use of the
         # caches is that write: donated, they are updated in place (in the program that
         # also reads them, XLA copies both caches before writing, twice).
@@ -112,6 +118,11 @@ class KVDecoder:
         )
         self._compiled: set[tuple] = set()
         self._largest = False  # warmed up at the largest batch sizes only: groups pad to them
+
+    @property
+    def engine(self):
+        """The engine whose decoder this is."""
+        return self._engine()
 
     # -- shapes ----------------------------------------------------------------------
 
@@ -180,37 +191,15 @@ class KVDecoder:
 
     # -- the programs ----------------------------------------------------------------
 
-    def _apply(self, params, ids, starts, keys, values, gates):
-        """Every sequence's tokens ids [B, T] at positions starts.. through the model with
-        its cache (keys, values [B, L, H_kv, S, K], read only): (the final hidden states
-        [B, T, D], the tokens' own keys and values [B, L, H_kv, T, K])."""
-        spec = self._spec
-
-        def one(i, start, k, v):
-            cache = LayerCache(k=k, v=v, start=start)
-            mask = jnp.ones(i.shape, bool)
-            out, x = self._model.apply(
-                {"params": params}, i, jnp.zeros_like(i), mask, spec, gates, cache=cache
-            )
-            return x, out["keys"], out["values"]
-
-        return jax.vmap(one)(ids, starts, keys, values)
-
-    def _prefill_fn(self, params, w, ids, starts, keys, values, gates):
-        del w  # the prefill reads no logits
-        _, keys, values = self._apply(params, ids, starts, keys, values, gates)
-        return keys, values
-
-    def _step_fn(self, params, w, ids, starts, keys, values, gates):
-        x, keys, values = self._apply(params, ids, starts, keys, values, gates)
-        return _next_ids(x[:, -1], w, self.config.lm_softcap), keys, values
-
     def _call(self, program, kind: str, ids, starts, keys, values, gates):
         """Run `program` (prefill or step) on a group's tokens, then write their keys and
         values into the caches: (the step's next ids or None, keys, values)."""
         self._compiled.add((kind, ids.shape, keys.shape[-2], gates is not None))
         self._compiled.add(("write", ids.shape, keys.shape[-2], False))
         params = self.engine.step.params
+        # Placed as `warmup` compiles them: host arrays would be other input types to
+        # jit (no sharding), so each first call would trace and compile again.
+        ids, starts = jax.device_put((ids, starts), self._batch)
         *picked, k, v = program(params, self._head(params), ids, starts, keys, values, gates)
         keys, values = self._write(keys, values, k, v, starts)
         return (picked[0] if picked else None), keys, values
@@ -345,6 +334,33 @@ class Group:
         self.positions = np.where(moving, self.positions + 1, self.positions)
         self.positions = np.minimum(self.positions, self.shape.length - 1)
         return picked
+
+
+def _apply(model, spec, params, ids, starts, keys, values, gates):
+    """Every sequence's tokens ids [B, T] at positions starts.. through `model` (an
+    `Encoder`) with its cache (keys, values [B, L, H_kv, S, K], read only): (the final
+    hidden states [B, T, D], the tokens' own keys and values [B, L, H_kv, T, K])."""
+
+    def one(i, start, k, v):
+        cache = LayerCache(k=k, v=v, start=start)
+        mask = jnp.ones(i.shape, bool)
+        out, x = model.apply(
+            {"params": params}, i, jnp.zeros_like(i), mask, spec, gates, cache=cache
+        )
+        return x, out["keys"], out["values"]
+
+    return jax.vmap(one)(ids, starts, keys, values)
+
+
+def _prefill_fn(model, spec, params, w, ids, starts, keys, values, gates):
+    del w  # the prefill reads no logits
+    _, keys, values = _apply(model, spec, params, ids, starts, keys, values, gates)
+    return keys, values
+
+
+def _step_fn(model, spec, softcap, params, w, ids, starts, keys, values, gates):
+    x, keys, values = _apply(model, spec, params, ids, starts, keys, values, gates)
+    return _next_ids(x[:, -1], w, softcap), keys, values
 
 
 def _write(keys, values, new_keys, new_values, starts):
