@@ -174,3 +174,25 @@ def test_an_engine_that_generated_is_freed_when_its_last_user_lets_go(models):
         assert [r() for r in refs] == [None, None]
     finally:
         gc.enable()
+
+
+def test_a_step_past_the_groups_cache_is_refused_not_clamped(models):
+    # A group started for `need` positions has a cache of at least them (here exactly:
+    # a power of two). One step more would write its keys past the cache's end, which
+    # dynamic_update_slice clamps (silently overwriting the last position, the RoPE
+    # table read clamped too): refused, naming the numbers. A held row at the end may
+    # stay there (its result is ignored).
+    from jaxattn.errors import UsageError
+
+    _, path, _ = models("qwen3")
+    engine = jaxattn.load(path, buckets=(16,))
+    (prompt,) = engine.tokenize(PROMPTS[:1])
+    size = engine.kv_decoder.cache_length(prompt.length)  # 32 for its 25 tokens
+    group = engine.kv_decoder.start([prompt], size)
+    assert group.shape.length == size > prompt.length
+    for _ in range(size - prompt.length + 1):  # positions n - 1 .. size - 1
+        group.step()
+    with pytest.raises(UsageError, match=rf"position {size}, past its cache of {size} positions"):
+        group.step()
+    group.step(held=[0])  # its result ignored, its position unmoved
+    assert group.positions[0] == size

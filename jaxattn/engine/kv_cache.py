@@ -56,6 +56,7 @@ from jaxattn.engine.attention import LayerCache
 from jaxattn.engine.causal_lm import unembedding
 from jaxattn.engine.model import Encoder
 from jaxattn.engine.step import matmul_platform
+from jaxattn.errors import UsageError
 
 CHUNK = 512  # most prompt positions one prefill call puts into the cache (a power of two)
 # The shortest cache; the others double up to the model's positions (`cache_length`): a
@@ -316,23 +317,31 @@ class Group:
     def step(self, held=()) -> np.ndarray:
         """Feed every sequence's current token at its position: the next tokens [batch]
         (rows past the group's sequences are padding). Rows in `held` do not move on
-        (their result is to be ignored)."""
-        d = self.decoder
-        picked, self.keys, self.values = d._call(
-            d._step,
-            "step",
-            self.tokens[:, None],
-            self.positions,
-            self.keys,
-            self.values,
-            self.gates,
-        )
-        picked = np.asarray(picked).astype(np.int32)
+        (their result is to be ignored).
+
+        Raises:
+          UsageError: a moving sequence's position past the cache (more steps than the
+            group was started for): its write would be clamped to the cache's end.
+        """
+        d, length = self.decoder, self.shape.length
         moving = np.arange(self.shape.batch) < self.count  # padding rows stay put
         moving[list(held)] = False
+        past = np.flatnonzero(moving & (self.positions >= length))
+        if past.size:
+            row = int(past[0])
+            raise UsageError(
+                f"sequence {row} of the group would be fed at position "
+                f"{self.positions[row]}, past its cache of {length} positions: a group "
+                "feeds at most the positions it was started for (its need)"
+            )
+        # a held row that ended at the cache's end feeds its last position again
+        fed = np.minimum(self.positions, length - 1)
+        picked, self.keys, self.values = d._call(
+            d._step, "step", self.tokens[:, None], fed, self.keys, self.values, self.gates
+        )
+        picked = np.asarray(picked).astype(np.int32)
         self.tokens = np.where(moving, picked, self.tokens)
         self.positions = np.where(moving, self.positions + 1, self.positions)
-        self.positions = np.minimum(self.positions, self.shape.length - 1)
         return picked
 
 
