@@ -2,10 +2,12 @@
 the most position-sensitive of the tiny decoders): prompts at and just below the
 model's positions, too_long="truncate" into the limit, prefill chunks cut at every
 offset of a prompt, sequences held after their EOS while the others go on, and several
-groups under a small budget. The reference is transformers' greedy ``generate`` of
-each prompt alone."""
+groups under a small budget (one group's caches at a time). The reference is
+transformers' greedy ``generate`` of each prompt alone."""
 
 from __future__ import annotations
+
+import weakref
 
 import pytest
 from generate_support import MAKERS, torch_generate
@@ -61,6 +63,7 @@ def test_chunk_boundaries_held_rows_and_several_groups(gpt2, monkeypatch):
     # before and just after a chunk's edge; a budget of two 32-position caches a group
     # (several groups, longest first); an EOS the first prompt writes early while the
     # others in its group go on (held rows) or stop later.
+    # Several groups, one after the other, hold one group's caches at a time.
     path, _, torch_model, texts = gpt2
     monkeypatch.setattr(kv_cache, "CHUNK", 4)
     plain = jaxattn.load(path, buckets=(32,))
@@ -74,7 +77,18 @@ def test_chunk_boundaries_held_rows_and_several_groups(gpt2, monkeypatch):
     needs = {i: decoder.need(engine.tokenize([t])[0].length, 12) for i, t in enumerate(prompts)}
     groups = decoder.groups(needs)
     assert len(groups) > 1 and decoder.chunk(decoder.cache_length(max(needs.values()))) == 4
+    made, peak = [], []  # each group's, and how many were alive as each one started
+    init = kv_cache.Group.__init__
+
+    def counted(group, *args):
+        peak.append(sum(r() is not None for r in made))
+        made.append(weakref.ref(group))
+        init(group, *args)
+
+    monkeypatch.setattr(kv_cache.Group, "__init__", counted)
     gens = engine.generate(prompts, 12)
+    # one group's caches at a time: the next ones are made once the last's are let go
+    assert len(made) == len(groups) and peak == [0] * len(groups)
     assert gens[0].stop == "eos" and len(gens[0].ids) == first.ids.index(eos) + 1
     assert any(g.stop == "max_new_tokens" for g in gens)
     _check(engine, torch_model, gens, 12, eos=eos)
