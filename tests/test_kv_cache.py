@@ -196,3 +196,20 @@ def test_a_step_past_the_groups_cache_is_refused_not_clamped(models):
         group.step()
     group.step(held=[0])  # its result ignored, its position unmoved
     assert group.positions[0] == size
+
+
+def test_a_prefill_chunks_scores_count_the_cache_and_the_chunks_own_keys():
+    # A chunk of C queries scores the cache's S keys and its own C (`SelfAttention.
+    # _cached`: [H, C, S + C] scores, softmaxed together): 16 bytes a score
+    # (kv_cache._SCORE_BYTES) of 4 heads, C = S = 16: 4 * 16 * 32 * 16 = 32 KiB a
+    # sequence; an attention budget of 128 KiB holds 4 sequences, not 8.
+    class Engine:
+        buckets = (16,)
+        budgets = jaxattn.engine.batching.Budgets(attention_bytes=128 << 10, max_batch=64)
+        config = type("C", (), dict(num_layers=1, kv_heads=1, head_dim=4, num_heads=4))()
+        config.max_length = 16
+        devices = (None,)
+
+    d = object.__new__(kv_cache.KVDecoder)
+    d._engine, d.config, d.devices = lambda: Engine, Engine.config, Engine.devices
+    assert d.chunk(16) == 16 and d.largest_batch(16) == 4

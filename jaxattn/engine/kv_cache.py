@@ -27,7 +27,7 @@ before its own tokens are written there (a query reads positions < p from the ca
 so a batch gives each sequence its single-sequence result. Group shapes are bucketed:
 the cache length S a power of two (at least the longest prompt + the new tokens - 1),
 the batch a power of two within the engine's budgets (the cache's bytes under the
-output budget, a prefill chunk's [H, C, S] scores under the attention budget), so a
+output budget, a prefill chunk's [H, C, S + C] scores under the attention budget), so a
 server compiles a few programs, not one per request (`warmup` compiles them ahead).
 
 The cached step computes the same function as the whole-sequence forward, with the
@@ -160,7 +160,8 @@ class KVDecoder:
         """Most sequences per device of a group with a cache of `length` positions (a
         power of two, at least 1: `batching.batch_size` under the engine's budgets)."""
         c, chunk = self.config, self.chunk(length)
-        scores = c.num_heads * chunk * length * _SCORE_BYTES
+        # a chunk's queries score the cache's keys and its own (`SelfAttention._cached`)
+        scores = c.num_heads * chunk * (length + chunk) * _SCORE_BYTES
         return batching.batch_size(
             chunk, lambda _: self.cache_bytes(length), self.engine.budgets, lambda _: scores
         )
