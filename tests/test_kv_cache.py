@@ -131,16 +131,24 @@ def test_a_long_prompt_is_prefilled_in_chunks_and_groups_follow_the_budget(model
     assert calls.count("prefill") == chunks and calls.count("step") == 3 * NEW
 
 
-def test_cache_lengths_chunks_and_batch_sizes(monkeypatch):
-    class Engine:  # what KVDecoder's shape rules read
-        budgets = jaxattn.engine.batching.Budgets(output_bytes=1 << 20, max_batch=64)
-        config = type("C", (), dict(num_layers=2, kv_heads=2, head_dim=4, num_heads=4))()
-        config.max_length = 3000
+def _shape_rules(budgets, max_length: int, **dims):
+    """A KVDecoder of a stand-in engine: only what its shape rules read (`budgets`, the
+    config's sizes, one device)."""
+
+    class Engine:
+        config = type("C", (), dict(dims, max_length=max_length))()
         devices = (None,)
 
+    Engine.budgets = budgets
     d = object.__new__(kv_cache.KVDecoder)
     d._engine, d.config, d.devices = lambda: Engine, Engine.config, Engine.devices
     d._largest = False
+    return d
+
+
+def test_cache_lengths_chunks_and_batch_sizes(monkeypatch):
+    budgets = jaxattn.engine.batching.Budgets(output_bytes=1 << 20, max_batch=64)
+    d = _shape_rules(budgets, 3000, num_layers=2, kv_heads=2, head_dim=4, num_heads=4)
     # the last generated token is never fed: 5 + 4 - 1 = 8 positions, in the shortest (16)
     assert d.need(5, 4) == 8 and d.need(2999, 500) == 3000  # never past the positions
     assert d.cache_length(8) == 16 and d.cache_length(17) == 32 and d.cache_length(32) == 32
@@ -203,13 +211,6 @@ def test_a_prefill_chunks_scores_count_the_cache_and_the_chunks_own_keys():
     # _cached`: [H, C, S + C] scores, softmaxed together): 16 bytes a score
     # (kv_cache._SCORE_BYTES) of 4 heads, C = S = 16: 4 * 16 * 32 * 16 = 32 KiB a
     # sequence; an attention budget of 128 KiB holds 4 sequences, not 8.
-    class Engine:
-        buckets = (16,)
-        budgets = jaxattn.engine.batching.Budgets(attention_bytes=128 << 10, max_batch=64)
-        config = type("C", (), dict(num_layers=1, kv_heads=1, head_dim=4, num_heads=4))()
-        config.max_length = 16
-        devices = (None,)
-
-    d = object.__new__(kv_cache.KVDecoder)
-    d._engine, d.config, d.devices = lambda: Engine, Engine.config, Engine.devices
+    budgets = jaxattn.engine.batching.Budgets(attention_bytes=128 << 10, max_batch=64)
+    d = _shape_rules(budgets, 16, num_layers=1, kv_heads=1, head_dim=4, num_heads=4)
     assert d.chunk(16) == 16 and d.largest_batch(16) == 4
