@@ -94,10 +94,13 @@ class ParsedRequest:
         tokens but its last once more (a text of p prompt tokens grown to L: the prefill
         of p - 1 of them into the key/value cache, then a step of one token for each of
         the L - p it generates, `jaxattn.engine.kv_cache`), since a generation of N
-        tokens runs its own forwards before the capture."""
+        tokens runs its own forwards before the capture. A prompt with no room to grow
+        (cut to the model's positions: L = p) runs none."""
         if self.generation is None:
             return self.tokens
-        return self.tokens + sum(e.length - 1 for e in self.tokenized)
+        prompts = [p for p in self.generation.prompts if p is not None]  # as `tokenized`
+        grown = zip(self.tokenized, prompts, strict=True)
+        return self.tokens + sum(e.length - 1 for e, p in grown if e.length > p.length)
 
 
 def _enum(value: int, table: dict, enum_type, field: str):

@@ -1,4 +1,4 @@
-"""Counting the capture step's XLA compiles by JAX's own monitoring events."""
+"""Counting the engine's XLA compiles by JAX's own monitoring events."""
 
 from __future__ import annotations
 
@@ -6,15 +6,20 @@ import contextlib
 
 import jax
 
+# The programs of a generation's steps (`jaxattn.engine.kv_cache`): prefill, step, write.
+GENERATION = ("_prefill_fn", "_step_fn", "_write")
+
 
 @contextlib.contextmanager
-def backend_compiles():
-    """The capture step's XLA compiles (persistent-cache loads too) while inside,
+def backend_compiles(names=("_forward",)):
+    """The XLA compiles (persistent-cache loads too) of the programs whose names contain
+    one of `names` (the capture step's; `GENERATION`: a generation's) while inside,
     counted by JAX's own monitoring event, not by the engine."""
     seen: list[str] = []
 
     def listen(event, seconds, fun_name=None, **_):
-        if event == "/jax/core/compile/backend_compile_duration" and "_forward" in str(fun_name):
+        name = str(fun_name)
+        if event == "/jax/core/compile/backend_compile_duration" and any(n in name for n in names):
             seen.append(fun_name)
 
     jax.monitoring.register_event_duration_secs_listener(listen)

@@ -131,15 +131,24 @@ def test_a_long_prompt_is_prefilled_in_chunks_and_groups_follow_the_budget(model
     assert calls.count("prefill") == chunks and calls.count("step") == 3 * NEW
 
 
-def test_cache_lengths_chunks_and_batch_sizes(monkeypatch):
-    class Engine:  # what KVDecoder's shape rules read
-        budgets = jaxattn.engine.batching.Budgets(output_bytes=1 << 20, max_batch=64)
-        config = type("C", (), dict(num_layers=2, kv_heads=2, head_dim=4, num_heads=4))()
-        config.max_length = 3000
+def _shape_rules(budgets, max_length: int, **dims):
+    """A KVDecoder of a stand-in engine: only what its shape rules read (`budgets`, the
+    config's sizes, one device)."""
+
+    class Engine:
+        config = type("C", (), dict(dims, max_length=max_length))()
         devices = (None,)
 
+    Engine.budgets = budgets
     d = object.__new__(kv_cache.KVDecoder)
-    d.engine, d.config, d.devices, d._largest = Engine, Engine.config, Engine.devices, False
+    d._engine, d.config, d.devices = lambda: Engine, Engine.config, Engine.devices
+    d._largest = False
+    return d
+
+
+def test_cache_lengths_chunks_and_batch_sizes(monkeypatch):
+    budgets = jaxattn.engine.batching.Budgets(output_bytes=1 << 20, max_batch=64)
+    d = _shape_rules(budgets, 3000, num_layers=2, kv_heads=2, head_dim=4, num_heads=4)
     # the last generated token is never fed: 5 + 4 - 1 = 8 positions, in the shortest (16)
     assert d.need(5, 4) == 8 and d.need(2999, 500) == 3000  # never past the positions
     assert d.cache_length(8) == 16 and d.cache_length(17) == 32 and d.cache_length(32) == 32
@@ -154,3 +163,54 @@ def test_cache_lengths_chunks_and_batch_sizes(monkeypatch):
     assert d.largest_batch(16) == 64  # max_batch
     assert d.largest_batch(1024) == 8  # 1 MiB / 128 KiB
     assert d.shape(3, 1024).batch == 4 and d.shape(1, 1024).batch == 1
+
+
+def test_an_engine_that_generated_is_freed_when_its_last_user_lets_go(models):
+    # The engine holds its decoder (`Engine.kv_decoder`) and the decoder its programs:
+    # neither may hold the other back (a reference cycle keeps the weights and the
+    # unembedding on the devices until a garbage collection), as the capture's parts.
+    import gc
+    import weakref
+
+    _, path, _ = models("qwen3")
+    engine = jaxattn.load(path, buckets=(16,))
+    engine.generate(PROMPTS[:1], 2)
+    refs = [weakref.ref(engine), weakref.ref(engine.kv_decoder)]
+    gc.disable()
+    try:
+        del engine
+        assert [r() for r in refs] == [None, None]
+    finally:
+        gc.enable()
+
+
+def test_a_step_past_the_groups_cache_is_refused_not_clamped(models):
+    # A group started for `need` positions has a cache of at least them (here exactly:
+    # a power of two). One step more would write its keys past the cache's end, which
+    # dynamic_update_slice clamps (silently overwriting the last position, the RoPE
+    # table read clamped too): refused, naming the numbers. A held row at the end may
+    # stay there (its result is ignored).
+    from jaxattn.errors import UsageError
+
+    _, path, _ = models("qwen3")
+    engine = jaxattn.load(path, buckets=(16,))
+    (prompt,) = engine.tokenize(PROMPTS[:1])
+    size = engine.kv_decoder.cache_length(prompt.length)  # 32 for its 25 tokens
+    group = engine.kv_decoder.start([prompt], size)
+    assert group.shape.length == size > prompt.length
+    for _ in range(size - prompt.length + 1):  # positions n - 1 .. size - 1
+        group.step()
+    with pytest.raises(UsageError, match=rf"position {size}, past its cache of {size} positions"):
+        group.step()
+    group.step(held=[0])  # its result ignored, its position unmoved
+    assert group.positions[0] == size
+
+
+def test_a_prefill_chunks_scores_count_the_cache_and_the_chunks_own_keys():
+    # A chunk of C queries scores the cache's S keys and its own C (`SelfAttention.
+    # _cached`: [H, C, S + C] scores, softmaxed together): 16 bytes a score
+    # (kv_cache._SCORE_BYTES) of 4 heads, C = S = 16: 4 * 16 * 32 * 16 = 32 KiB a
+    # sequence; an attention budget of 128 KiB holds 4 sequences, not 8.
+    budgets = jaxattn.engine.batching.Budgets(attention_bytes=128 << 10, max_batch=64)
+    d = _shape_rules(budgets, 16, num_layers=1, kv_heads=1, head_dim=4, num_heads=4)
+    assert d.chunk(16) == 16 and d.largest_batch(16) == 4

@@ -27,7 +27,7 @@ before its own tokens are written there (a query reads positions < p from the ca
 so a batch gives each sequence its single-sequence result. Group shapes are bucketed:
 the cache length S a power of two (at least the longest prompt + the new tokens - 1),
 the batch a power of two within the engine's budgets (the cache's bytes under the
-output budget, a prefill chunk's [H, C, S] scores under the attention budget), so a
+output budget, a prefill chunk's [H, C, S + C] scores under the attention budget), so a
 server compiles a few programs, not one per request (`warmup` compiles them ahead).
 
 The cached step computes the same function as the whole-sequence forward, with the
@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -55,6 +56,7 @@ from jaxattn.engine.attention import LayerCache
 from jaxattn.engine.causal_lm import unembedding
 from jaxattn.engine.model import Encoder
 from jaxattn.engine.step import matmul_platform
+from jaxattn.errors import UsageError
 
 CHUNK = 512  # most prompt positions one prefill call puts into the cache (a power of two)
 # The shortest cache; the others double up to the model's positions (`cache_length`): a
@@ -85,16 +87,17 @@ class KVDecoder:
     """
 
     def __init__(self, engine):
-        self.engine = engine
+        # The engine holds its decoder (`Engine.kv_decoder`): a weak reference back, so
+        # no cycle keeps either (the weights, the head on the devices) alive after its
+        # last user lets go, as the engine's other parts.
+        self._engine = weakref.ref(engine)
         c = self.config = engine.config
         step = engine.step
         self.devices = engine.devices
         mesh = Mesh(np.asarray(self.devices), ("data",))
         replicated, batch = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
-        self._model = Encoder(
-            c, platform=matmul_platform(self.devices[0]), layer_loop=step.layer_loop
-        )
-        self._spec = engine.make_spec(("keys", "values"))  # every layer, every head
+        model = Encoder(c, platform=matmul_platform(self.devices[0]), layer_loop=step.layer_loop)
+        spec = engine.make_spec(("keys", "values"))  # every layer, every head
         # The next-token head on the devices: a tied one is the word embedding the
         # params already hold there (Llama-3.2-1B's is 1 GB in float32: no second copy).
         self._w = None
@@ -102,8 +105,12 @@ class KVDecoder:
             self._w = jax.device_put(np.asarray(unembedding(engine), np.float32), replicated)
         self._batch = batch
         ins = (replicated, replicated, batch, batch, batch, batch, replicated)
-        self._prefill = jax.jit(self._prefill_fn, in_shardings=ins, out_shardings=(batch,) * 2)
-        self._step = jax.jit(self._step_fn, in_shardings=ins, out_shardings=(batch,) * 3)
+        # Module functions given the model, not bound methods: a jitted function holds
+        # its function, and a method would hold the decoder (a cycle).
+        prefill = functools.partial(_prefill_fn, model, spec)
+        step_fn = functools.partial(_step_fn, model, spec, c.lm_softcap)
+        self._prefill = jax.jit(prefill, in_shardings=ins, out_shardings=(batch,) * 2)
+        self._step = jax.jit(step_fn, in_shardings=ins, out_shardings=(batch,) * 3)
         # The new rows go into the caches in a program of its own, whose only use of the
         # caches is that write: donated, they are updated in place (in the program that
         # also reads them, XLA copies both caches before writing, twice).
@@ -112,6 +119,11 @@ class KVDecoder:
         )
         self._compiled: set[tuple] = set()
         self._largest = False  # warmed up at the largest batch sizes only: groups pad to them
+
+    @property
+    def engine(self):
+        """The engine whose decoder this is."""
+        return self._engine()
 
     # -- shapes ----------------------------------------------------------------------
 
@@ -148,7 +160,8 @@ class KVDecoder:
         """Most sequences per device of a group with a cache of `length` positions (a
         power of two, at least 1: `batching.batch_size` under the engine's budgets)."""
         c, chunk = self.config, self.chunk(length)
-        scores = c.num_heads * chunk * length * _SCORE_BYTES
+        # a chunk's queries score the cache's keys and its own (`SelfAttention._cached`)
+        scores = c.num_heads * chunk * (length + chunk) * _SCORE_BYTES
         return batching.batch_size(
             chunk, lambda _: self.cache_bytes(length), self.engine.budgets, lambda _: scores
         )
@@ -180,37 +193,15 @@ class KVDecoder:
 
     # -- the programs ----------------------------------------------------------------
 
-    def _apply(self, params, ids, starts, keys, values, gates):
-        """Every sequence's tokens ids [B, T] at positions starts.. through the model with
-        its cache (keys, values [B, L, H_kv, S, K], read only): (the final hidden states
-        [B, T, D], the tokens' own keys and values [B, L, H_kv, T, K])."""
-        spec = self._spec
-
-        def one(i, start, k, v):
-            cache = LayerCache(k=k, v=v, start=start)
-            mask = jnp.ones(i.shape, bool)
-            out, x = self._model.apply(
-                {"params": params}, i, jnp.zeros_like(i), mask, spec, gates, cache=cache
-            )
-            return x, out["keys"], out["values"]
-
-        return jax.vmap(one)(ids, starts, keys, values)
-
-    def _prefill_fn(self, params, w, ids, starts, keys, values, gates):
-        del w  # the prefill reads no logits
-        _, keys, values = self._apply(params, ids, starts, keys, values, gates)
-        return keys, values
-
-    def _step_fn(self, params, w, ids, starts, keys, values, gates):
-        x, keys, values = self._apply(params, ids, starts, keys, values, gates)
-        return _next_ids(x[:, -1], w, self.config.lm_softcap), keys, values
-
     def _call(self, program, kind: str, ids, starts, keys, values, gates):
         """Run `program` (prefill or step) on a group's tokens, then write their keys and
         values into the caches: (the step's next ids or None, keys, values)."""
         self._compiled.add((kind, ids.shape, keys.shape[-2], gates is not None))
         self._compiled.add(("write", ids.shape, keys.shape[-2], False))
         params = self.engine.step.params
+        # Placed as `warmup` compiles them: host arrays would be other input types to
+        # jit (no sharding), so each first call would trace and compile again.
+        ids, starts = jax.device_put((ids, starts), self._batch)
         *picked, k, v = program(params, self._head(params), ids, starts, keys, values, gates)
         keys, values = self._write(keys, values, k, v, starts)
         return (picked[0] if picked else None), keys, values
@@ -327,24 +318,59 @@ class Group:
     def step(self, held=()) -> np.ndarray:
         """Feed every sequence's current token at its position: the next tokens [batch]
         (rows past the group's sequences are padding). Rows in `held` do not move on
-        (their result is to be ignored)."""
-        d = self.decoder
-        picked, self.keys, self.values = d._call(
-            d._step,
-            "step",
-            self.tokens[:, None],
-            self.positions,
-            self.keys,
-            self.values,
-            self.gates,
-        )
-        picked = np.asarray(picked).astype(np.int32)
+        (their result is to be ignored).
+
+        Raises:
+          UsageError: a moving sequence's position past the cache (more steps than the
+            group was started for): its write would be clamped to the cache's end.
+        """
+        d, length = self.decoder, self.shape.length
         moving = np.arange(self.shape.batch) < self.count  # padding rows stay put
         moving[list(held)] = False
+        past = np.flatnonzero(moving & (self.positions >= length))
+        if past.size:
+            row = int(past[0])
+            raise UsageError(
+                f"sequence {row} of the group would be fed at position "
+                f"{self.positions[row]}, past its cache of {length} positions: a group "
+                "feeds at most the positions it was started for (its need)"
+            )
+        # a held row that ended at the cache's end feeds its last position again
+        fed = np.minimum(self.positions, length - 1)
+        picked, self.keys, self.values = d._call(
+            d._step, "step", self.tokens[:, None], fed, self.keys, self.values, self.gates
+        )
+        picked = np.asarray(picked).astype(np.int32)
         self.tokens = np.where(moving, picked, self.tokens)
         self.positions = np.where(moving, self.positions + 1, self.positions)
-        self.positions = np.minimum(self.positions, self.shape.length - 1)
         return picked
+
+
+def _apply(model, spec, params, ids, starts, keys, values, gates):
+    """Every sequence's tokens ids [B, T] at positions starts.. through `model` (an
+    `Encoder`) with its cache (keys, values [B, L, H_kv, S, K], read only): (the final
+    hidden states [B, T, D], the tokens' own keys and values [B, L, H_kv, T, K])."""
+
+    def one(i, start, k, v):
+        cache = LayerCache(k=k, v=v, start=start)
+        mask = jnp.ones(i.shape, bool)
+        out, x = model.apply(
+            {"params": params}, i, jnp.zeros_like(i), mask, spec, gates, cache=cache
+        )
+        return x, out["keys"], out["values"]
+
+    return jax.vmap(one)(ids, starts, keys, values)
+
+
+def _prefill_fn(model, spec, params, w, ids, starts, keys, values, gates):
+    del w  # the prefill reads no logits
+    _, keys, values = _apply(model, spec, params, ids, starts, keys, values, gates)
+    return keys, values
+
+
+def _step_fn(model, spec, softcap, params, w, ids, starts, keys, values, gates):
+    x, keys, values = _apply(model, spec, params, ids, starts, keys, values, gates)
+    return _next_ids(x[:, -1], w, softcap), keys, values
 
 
 def _write(keys, values, new_keys, new_values, starts):

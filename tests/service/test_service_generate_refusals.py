@@ -174,3 +174,25 @@ def test_a_generation_is_charged_the_tokens_of_every_forward_it_may_run(svc_gpt2
             with pytest.raises(AttentionServiceError) as e:
                 c.capture(PROMPTS)  # without generation: the texts alone
             assert f"this request needs {sum(lengths)})" in e.value.message
+
+
+def test_a_prompt_already_at_the_limit_is_charged_no_generation_forward(svc_gpt2):
+    # too_long="truncate": a prompt cut to the model's positions has no room for a token
+    # (stop "limit" at once: `Continuations`), so nothing is prefilled or stepped; the
+    # request is charged its capture alone, and the prompt beside it its forwards.
+    from service.generation import GenerationAsk
+    from service.requests import ParsedRequest
+
+    limit = svc_gpt2.config.max_length
+    texts = ["word " * (2 * limit), "a b c"]
+    prompts, tokenized = svc_gpt2.plan_generation(texts, NEW, "truncate")
+    p = prompts[1].length
+    assert prompts[0].length == limit == tokenized[0].length
+    parsed = ParsedRequest(
+        spec=None,
+        tokenized=tokenized,
+        codec="raw",
+        max_chunk_bytes=1,
+        generation=GenerationAsk(tuple(prompts), NEW),
+    )
+    assert parsed.work_tokens == limit + (p + NEW) + (p - 1 + NEW)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from compile_events import backend_compiles
+from compile_events import GENERATION, backend_compiles
 from service_support import SENTENCES, running_server
 
 import jaxattn
@@ -100,7 +100,7 @@ def test_a_warmed_generation_leaves_no_step_to_compile(tmp_path):
     made = engine.warmup_generation("largest")  # the largest batch of each cache length
     lengths = engine.kv_decoder.lengths()
     assert made == 4 * len(lengths)  # prefill, step and their writes
-    with backend_compiles() as compiles:
+    with backend_compiles(GENERATION) as compiles:  # the generation's own programs
         gens = engine.generate(["a", "the cat sat", "Hello, world."], 20, stop_at_eos=False)
         (one,) = engine.generate(["Hello, world."], 20, stop_at_eos=False)  # pads to 4
     assert [len(g.ids) for g in gens] == [20, 20, 20] and one.ids == gens[2].ids
