@@ -154,14 +154,15 @@ def test_cache_lengths_chunks_and_batch_sizes(monkeypatch):
     assert d.cache_length(8) == 16 and d.cache_length(17) == 32 and d.cache_length(32) == 32
     assert d.cache_length(609) == 1024 and d.chunk(1024) == 512  # whole chunks
     assert d.cache_length(3000) == 4096  # the power of two over the need
-    # the longest first; a 4,096-position cache is 512 KiB: two a group in 1 MiB
-    assert d.groups({0: 8, 1: 3000, 2: 20}) == [[1, 2], [0]]
+    # the longest first; a 4,096-position cache is 512 KiB, and a prefill chunk's own
+    # keys and values 64 KiB more: one a group in 1 MiB, then the two short ones
+    assert d.groups({0: 8, 1: 3000, 2: 20}) == [[1], [2, 0]]
     assert d.lengths() == [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
     assert d.chunk(256) == 256 and d.chunk(4096) == 512
     # 2 layers * 2 heads * 4 dims * 2 (k, v) * 4 bytes = 128 bytes a position
     assert d.cache_bytes(16) == 16 * 128
     assert d.largest_batch(16) == 64  # max_batch
-    assert d.largest_batch(1024) == 8  # 1 MiB / 128 KiB
+    assert d.largest_batch(1024) == 4  # 1 MiB / (128 KiB + a 512-position chunk's 64 KiB)
     assert d.shape(3, 1024).batch == 4 and d.shape(1, 1024).batch == 1
 
 

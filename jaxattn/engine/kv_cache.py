@@ -158,13 +158,15 @@ class KVDecoder:
 
     def largest_batch(self, length: int) -> int:
         """Most sequences per device of a group with a cache of `length` positions (a
-        power of two, at least 1: `batching.batch_size` under the engine's budgets)."""
+        power of two, at least 1: `batching.batch_size` under the engine's budgets): the
+        cache and a prefill chunk's own keys and values (returned beside it before they
+        are written in) under the output budget, the chunk's scores under the attention
+        budget."""
         c, chunk = self.config, self.chunk(length)
+        held = self.cache_bytes(length) + self.cache_bytes(chunk)
         # a chunk's queries score the cache's keys and its own (`SelfAttention._cached`)
         scores = c.num_heads * chunk * (length + chunk) * _SCORE_BYTES
-        return batching.batch_size(
-            chunk, lambda _: self.cache_bytes(length), self.engine.budgets, lambda _: scores
-        )
+        return batching.batch_size(chunk, lambda _: held, self.engine.budgets, lambda _: scores)
 
     def shape(self, count: int, length: int) -> Shape:
         """The shape of a group of `count` sequences (at most `largest_batch` a device)
