@@ -360,7 +360,9 @@ class Engine:
             continuation from their ids: the Capture's tokens are both, its
             `generated_start` the first generated token's index. too_long then
             applies to prompt + new tokens (`generate`); with `ablation`, the
-            ablated model generates too.
+            ablated model generates too. The continuation is generated at the
+            engine's precision (its key/value-cache programs are compiled once for
+            it); `precision` is the capture's.
           stop_at_eos: with `generate`: end a continuation at an EOS token (`Engine.eos_ids`).
 
         Returns:
