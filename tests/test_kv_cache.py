@@ -82,14 +82,21 @@ def test_cached_greedy_tokens_are_transformers_generate(model):
         assert g.stop == "max_new_tokens"
 
 
-@pytest.mark.parametrize("layer_loop", ["unrolled", "scan"])
-def test_the_cache_holds_the_capture_programs_keys_and_values(model, layer_loop):
+def test_the_cache_holds_the_capture_programs_keys_and_values(model):
     # Every position the steps fed (the prompt through the prefill, then each generated
     # token but the last) holds the keys and values the whole-sequence capture computes
     # for prompt + continuation: RoPE at each step's own position, the q/k norms, every
-    # layer; in a padded group of three prompts of different lengths, unrolled and
-    # scanned (Gemma 3's local and global layers as data in one scan body).
-    name, path, _ = model
+    # layer; in a padded group of three prompts of different lengths.
+    _check_cache(*model[1:2], "unrolled")
+
+
+def test_a_scanned_cache_holds_them_too(models):
+    # Scanned layers (Gemma 3's local and global layers as data in one scan body; the
+    # other families' scans are the same code without the kind).
+    _check_cache(models("gemma3")[1], "scan")
+
+
+def _check_cache(path, layer_loop: str) -> None:
     engine = jaxattn.load(path, buckets=(16,), layer_loop=layer_loop)
     prompts = engine.tokenize(PROMPTS)
     grown, keys, values = _cache_of(engine, prompts, NEW)
