@@ -159,6 +159,10 @@ for stage in "${wanted[@]}"; do
       # replaced and transformers' cached generate (GPT-2 small, a 32-token prompt + 128)
       step 180 "$py" benchmarks/generate_bench.py --model gpt2-small $tiny --prompt "$(s 8 32)" \
         --new "$(s 4 128)" --batch 1 "$(s 2 32)" --rounds "$(s 1 2)"
+      # eight clients generating at once through the server: merged into one run, and
+      # each a run of its own (GPT-2 small's shape; the tiny test GPT-2 in the smoke run)
+      step 150 "$py" benchmarks/service_generate.py --new "$(s 4 24)" --rounds "$(s 1 3)" \
+        --clients "$(s 2 8)" $(s "" "--synthetic gpt2-small")
       if [ -n "$smoke" ]; then
         step 300 "${bench[@]}" --synthetic gpt2-small --tokens 16 -n 2 --repeats 1 \
           --json "$OUT/decoders-gpt2.json"
