@@ -39,15 +39,23 @@ def has_lm_head(engine) -> bool:
     return bool(c.causal and (c.tied_lm_head or "lm_head" in engine.extra_params))
 
 
+def logits(h, w, softcap: float = 0.0):
+    """The next-token logits h W^T of rows h [P, D] through the head w [V, D] -> [P, V],
+    soft-capped, cap * tanh(logits / cap), when softcap > 0 (Gemma 2), as transformers
+    computes them (for the loss here and the argmax of a generation step)."""
+    out = jnp.einsum("pd,vd->pv", h, w, precision=jax.lax.Precision.HIGHEST)
+    if softcap:
+        out = softcap * jnp.tanh(out / softcap)
+    return out
+
+
 @functools.partial(jax.jit, static_argnums=3)
 def _nll_sum(h, w, targets, softcap: float = 0.0):
-    """Sum over rows of -log softmax(h W^T)[target]: h [P, D], w [V, D], targets [P];
-    the logits soft-capped, cap * tanh(logits / cap), when softcap > 0 (Gemma 2)."""
-    logits = jnp.einsum("pd,vd->pv", h, w, precision=jax.lax.Precision.HIGHEST)
-    if softcap:
-        logits = softcap * jnp.tanh(logits / softcap)
-    logz = jax.nn.logsumexp(logits, axis=-1)
-    picked = jnp.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
+    """Sum over rows of -log softmax(h W^T)[target]: h [P, D], w [V, D], targets [P]
+    (`logits`, soft-capped where the model says)."""
+    logits_ = logits(h, w, softcap)
+    logz = jax.nn.logsumexp(logits_, axis=-1)
+    picked = jnp.take_along_axis(logits_, targets[:, None], axis=-1)[:, 0]
     return jnp.sum(logz - picked)
 
 

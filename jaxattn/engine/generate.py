@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 
 from jaxattn.continuations import check_new_tokens
-from jaxattn.engine.causal_lm import unembedding
+from jaxattn.engine.causal_lm import has_lm_head
 from jaxattn.engine.pipeline import in_order
 from jaxattn.engine.tokenize import TokenizedText
 from jaxattn.errors import GenerationTooLongError, InputError, UsageError
@@ -74,7 +74,7 @@ def check_generator(engine) -> None:
             f"{c.name} is an encoder ({c.family}, bidirectional): generating text needs a "
             "decoder (causal) model with its next-token head (GPT-2, Llama, Gemma, ...)"
         )
-    if unembedding(engine) is None:
+    if not has_lm_head(engine):  # asked without copying a tied head to the host
         raise UsageError(
             f"{c.name} has no next-token head: generating text needs the decoder's "
             "checkpoint with its LM head (lm_head.weight, or word embeddings tied to it: "
@@ -211,7 +211,7 @@ class Continuations:
     @property
     def done(self) -> bool:
         """Every continuation has ended."""
-        return all(self._over(i) for i in self.grown)
+        return self.over(self.grown)
 
     def _over(self, i: int) -> bool:
         return i in self.stops or i in self.ended
@@ -229,12 +229,12 @@ class Continuations:
         """A token of every unfinished continuation of the group generating (the next
         group started, its prompts prefilled, where the last one has ended); returns how
         many tokens it generated (0 once `done`)."""
-        while all(self._over(i) for i in self._members):
+        while self.over(self._members):
             self._group = None  # its caches freed
             if not self._waiting:
                 return 0
             self._members = self._waiting.pop(0)
-            if all(self._over(i) for i in self._members):
+            if self.over(self._members):  # its prompts all left: nothing to prefill
                 continue
             prompts = [self.prompts[i] for i in self._members]
             need = max(self._needs[i] for i in self._members)

@@ -51,9 +51,8 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxattn.engine import batching
+from jaxattn.engine import batching, causal_lm
 from jaxattn.engine.attention import LayerCache
-from jaxattn.engine.causal_lm import unembedding
 from jaxattn.engine.model import Encoder
 from jaxattn.engine.step import matmul_platform
 from jaxattn.errors import UsageError
@@ -102,7 +101,9 @@ class KVDecoder:
         # params already hold there (Llama-3.2-1B's is 1 GB in float32: no second copy).
         self._w = None
         if not c.tied_lm_head:
-            self._w = jax.device_put(np.asarray(unembedding(engine), np.float32), replicated)
+            self._w = jax.device_put(
+                np.asarray(causal_lm.unembedding(engine), np.float32), replicated
+            )
         self._batch = batch
         ins = (replicated, replicated, batch, batch, batch, batch, replicated)
         # Module functions given the model, not bound methods: a jitted function holds
@@ -176,9 +177,8 @@ class KVDecoder:
         devices = len(self.devices)
         ladder = batching.ladder(self.largest_batch(length), self.engine.budgets.size_step)
         per_device = -(-count // devices)
-        size = min((s for s in ladder if s >= per_device), default=ladder[0])
-        if self._largest:
-            size = ladder[0]
+        fits = [s for s in ladder if s >= per_device and not self._largest]
+        size = min(fits, default=ladder[0])
         return Shape(size * devices, length, self.chunk(length))
 
     def groups(self, needs: dict) -> list[list[int]]:
@@ -385,11 +385,7 @@ def _write(keys, values, new_keys, new_values, starts):
     return jax.vmap(one)(keys, new_keys, starts), jax.vmap(one)(values, new_values, starts)
 
 
-@functools.partial(jax.jit, static_argnums=2)
 def _next_ids(h, w, softcap: float = 0.0):
-    """argmax over the vocabulary of each row's logits h W^T: h [B, D], w [V, D]; the
-    logits soft-capped (Gemma 2) as transformers computes them before its argmax."""
-    logits = jnp.einsum("bd,vd->bv", h, w, precision=jax.lax.Precision.HIGHEST)
-    if softcap:
-        logits = softcap * jnp.tanh(logits / softcap)
-    return jnp.argmax(logits, axis=-1)
+    """argmax over the vocabulary of each row's logits (`causal_lm.logits`): h [B, D],
+    w [V, D] -> [B]."""
+    return jnp.argmax(causal_lm.logits(h, w, softcap), axis=-1)
