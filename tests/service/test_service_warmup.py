@@ -27,32 +27,44 @@ def test_requests_run_the_programs_serve_warmed(svc_checkpoint):
         np.testing.assert_allclose(g.attention, w.attention, rtol=0, atol=1e-6)
 
 
-def test_serve_warmup_compiles_the_layer_groups_its_limit_makes(svc_engine, monkeypatch):
-    # `jaxattn serve --warmup` with a per-example limit one example exceeds: the server
-    # runs it in layer groups within the limit (create_server), so warmup is asked for
-    # those groups' programs with the same limit (`Engine.warmup(group_bytes=)`).
+def _serve_until_listening(engine, monkeypatch, *argvs, **stand_ins) -> list:
+    """Run `jaxattn serve` with each argv on `engine` (the load stood in for), each stopped
+    by a stand-in create_server once warmed; `stand_ins`: the engine's methods replaced
+    (warmup, ...). Returns the options each create_server was given."""
     import jaxattn.checkpoints.loading
     import service.main
     from jaxattn.cli import main
 
-    warmed, created = [], []
+    created = []
 
     class Stop(Exception):
         pass
-
-    def warmup(spec, sizes="all", stop=None, group_bytes=None):
-        warmed.append(group_bytes)
-        return 0
 
     def create_server(engine, address, options):
         created.append(options)
         raise Stop
 
-    monkeypatch.setattr(jaxattn.checkpoints.loading, "load", lambda *a, **k: svc_engine)
-    monkeypatch.setattr(svc_engine, "warmup", warmup)
+    monkeypatch.setattr(jaxattn.checkpoints.loading, "load", lambda *a, **k: engine)
+    for name, stand_in in stand_ins.items():
+        monkeypatch.setattr(engine, name, stand_in)
     monkeypatch.setattr(service.main, "create_server", create_server)
-    args = ["serve", "--port", "0", "--warmup", "attention", "--max-example-mib", "0.1"]
-    main(args)  # stopped by the stand-in create_server, once warmed
+    for argv in argvs:
+        main(["serve", "--port", "0", *argv])
+    return created
+
+
+def test_serve_warmup_compiles_the_layer_groups_its_limit_makes(svc_engine, monkeypatch):
+    # `jaxattn serve --warmup` with a per-example limit one example exceeds: the server
+    # runs it in layer groups within the limit (create_server), so warmup is asked for
+    # those groups' programs with the same limit (`Engine.warmup(group_bytes=)`).
+    warmed = []
+
+    def warmup(spec, sizes="all", stop=None, group_bytes=None):
+        warmed.append(group_bytes)
+        return 0
+
+    args = ["--warmup", "attention", "--max-example-mib", "0.1"]
+    created = _serve_until_listening(svc_engine, monkeypatch, args, warmup=warmup)
     limit = created[0].max_example_bytes
     assert 0 < limit < created[0].max_buffered_bytes and warmed == [limit]
 
@@ -61,31 +73,26 @@ def test_serve_warmup_compiles_a_generations_steps_when_it_generates(svc_gpt2, m
     # A server of a decoder that generates: --warmup also compiles the programs a
     # generation's steps run (`Engine.warmup_generation`), so a first generation compiles
     # no step of its own; --max-new-tokens 0 (or no --warmup) does not.
-    import jaxattn.checkpoints.loading
-    import service.main
-    from jaxattn.cli import main
-
     warmed = []
-
-    class Stop(Exception):
-        pass
 
     def warmup(spec, sizes="all", stop=None, group_bytes=None):
         warmed.append(spec)
         return 0
 
-    def create_server(engine, address, options):
-        raise Stop
-
-    monkeypatch.setattr(jaxattn.checkpoints.loading, "load", lambda *a, **k: svc_gpt2)
-    monkeypatch.setattr(svc_gpt2, "warmup", warmup)
-    monkeypatch.setattr(svc_gpt2, "warmup_generation", lambda sizes, stop: warmed.append(sizes))
-    monkeypatch.setattr(service.main, "create_server", create_server)
-    main(["serve", "--port", "0", "--warmup", "attention"])
-    assert warmed == [svc_gpt2.make_spec(what=("attention",)), "all"]
+    attention = svc_gpt2.make_spec(what=("attention",))
+    _serve_until_listening(
+        svc_gpt2,
+        monkeypatch,
+        ["--warmup", "attention"],
+        warmup=warmup,
+        warmup_generation=lambda sizes, stop: warmed.append(sizes),
+    )
+    assert warmed == [attention, "all"]
     warmed.clear()
-    main(["serve", "--port", "0", "--warmup", "attention", "--max-new-tokens", "0"])
-    assert warmed == [svc_gpt2.make_spec(what=("attention",))]
+    _serve_until_listening(
+        svc_gpt2, monkeypatch, ["--warmup", "attention", "--max-new-tokens", "0"]
+    )
+    assert warmed == [attention]
 
 
 def test_a_warmed_generation_leaves_no_step_to_compile(tmp_path):
