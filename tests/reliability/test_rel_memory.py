@@ -40,7 +40,14 @@ def test_requests_leave_nothing_behind(rel_engine):
             burst(25)  # 150 more calls
             gc.collect()
             time.sleep(0.2)
-            diff = tracemalloc.take_snapshot().compare_to(before, "lineno")
+            # jax's own compilation caches grow when a batch of a shape not seen yet
+            # compiles (under a loaded machine batches merge differently): bounded
+            # caches, not what a request leaves behind (one suite run measured 74 kB,
+            # most of it in jax/_src/interpreters/pxla.py and named_sharding.py)
+            jax_caches = tracemalloc.Filter(False, "*/jax/_src/*")
+            before = before.filter_traces([jax_caches])
+            after = tracemalloc.take_snapshot().filter_traces([jax_caches])
+            diff = after.compare_to(before, "lineno")
             grown = sum(s.size_diff for s in diff)
             more_objects = len(gc.get_objects()) - objects
         finally:
