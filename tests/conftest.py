@@ -17,6 +17,12 @@ _XLA_CACHE = tempfile.mkdtemp(prefix="jaxattn-test-xla-")
 atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
 os.environ["JAXATTN_COMPILATION_CACHE"] = _XLA_CACHE
 
+# Before JAX starts a backend: LLVM's optimisations off (`xla_env`: the suite's time
+# is mostly compiling), here and in every process a test starts with this environment.
+from xla_env import flags as _xla_flags  # noqa: E402
+
+os.environ["XLA_FLAGS"] = _xla_flags()
+
 # Before transformers / huggingface_hub are imported anywhere: never reach a hub.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"

@@ -13,6 +13,7 @@ import sys
 import textwrap
 
 import numpy as np
+from xla_env import flags
 
 from jaxattn.capture import Capture
 
@@ -37,9 +38,8 @@ def test_four_devices_capture_what_one_device_does(engines, bert_checkpoint, tmp
     # 11 texts of 3-8 tokens (one bucket, one shape to compile): two full 4-device
     # batches and a padded remainder of 3.
     texts = [" ".join(words[: 1 + i % 6]) for i in range(10)] + [["i went", "at ."]]
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"
-    )
+    env = dict(os.environ, XLA_FLAGS=flags("--xla_force_host_platform_device_count=4"))
+    env["JAX_PLATFORMS"] = "cpu"
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(bert_checkpoint), str(tmp_path), json.dumps(texts)],
         env=env,
@@ -84,9 +84,8 @@ def test_four_devices_generate_what_one_device_does(tmp_path):
 
     path = make_gpt2_checkpoint(tmp_path / "gpt2")
     texts = ["a b c", "the cat sat on the", "Hello", "x y", "one two three four five six", "q"]
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"
-    )
+    env = dict(os.environ, XLA_FLAGS=flags("--xla_force_host_platform_device_count=4"))
+    env["JAX_PLATFORMS"] = "cpu"
     proc = subprocess.run(
         [sys.executable, "-c", GENERATE, str(path), json.dumps(texts)],
         env=env,

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import xla_env
 
 from jaxattn.dump import DumpOptions
 
@@ -115,8 +116,9 @@ def cli_env(compile_cache: Path, devices: int = 1, **extra: str) -> dict:
         TRANSFORMERS_OFFLINE="1",
         JAXATTN_COMPILATION_CACHE=str(compile_cache),
     )
-    if devices > 1:
-        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    # the session's flags (`xla_env`): the reference store is captured in the session
+    more = [f"--xla_force_host_platform_device_count={devices}"] if devices > 1 else []
+    env["XLA_FLAGS"] = xla_env.flags(*more, environ={})
     env.update(extra)
     return env
 
