@@ -116,7 +116,12 @@ class KVDecoder:
         # caches is that write: donated, they are updated in place (in the program that
         # also reads them, XLA copies both caches before writing, twice).
         self._write = jax.jit(
-            _write, in_shardings=(batch,) * 5, out_shardings=(batch,) * 2, donate_argnums=(0, 1)
+            _write, in_shardings=(batch,) * 6, out_shardings=(batch,) * 2, donate_argnums=(0, 1)
+        )
+        # A group grown to a larger batch for prompts joining it (`Group.admit`): its
+        # caches copied into the larger ones, the new rows zero.
+        self._grow = jax.jit(
+            _grow, static_argnums=(2,), in_shardings=(batch,) * 2, out_shardings=(batch,) * 2
         )
         self._compiled: set[tuple] = set()
         self._largest = False  # warmed up at the largest batch sizes only: groups pad to them
@@ -195,18 +200,29 @@ class KVDecoder:
 
     # -- the programs ----------------------------------------------------------------
 
-    def _call(self, program, kind: str, ids, starts, keys, values, gates):
+    def _call(self, program, kind: str, ids, starts, keys, values, gates, rows=None):
         """Run `program` (prefill or step) on a group's tokens, then write their keys and
-        values into the caches: (the step's next ids or None, keys, values)."""
+        values into the caches, into the `rows` marked (a bool per row; None: all): (the
+        step's next ids or None, keys, values)."""
         self._compiled.add((kind, ids.shape, keys.shape[-2], gates is not None))
         self._compiled.add(("write", ids.shape, keys.shape[-2], False))
+        if rows is None:
+            rows = np.ones(ids.shape[0], bool)
         params = self.engine.step.params
         # Placed as `warmup` compiles them: host arrays would be other input types to
         # jit (no sharding), so each first call would trace and compile again.
-        ids, starts = jax.device_put((ids, starts), self._batch)
+        ids, starts, rows = jax.device_put((ids, starts, rows), self._batch)
         *picked, k, v = program(params, self._head(params), ids, starts, keys, values, gates)
-        keys, values = self._write(keys, values, k, v, starts)
+        keys, values = self._write(keys, values, k, v, starts, rows)
         return (picked[0] if picked else None), keys, values
+
+    def grown(self, keys, values, batch: int):
+        """The caches (keys, values) of a group grown to `batch` rows (`Group.admit`):
+        its rows first, as they were, the new ones zero. A program of its own that reads
+        the old caches once and writes the new ones (the old freed after: the device
+        holds both for its duration)."""
+        self._compiled.add(("grow", (keys.shape[0], batch), keys.shape[-2], False))
+        return self._grow(keys, values, batch)
 
     def _head(self, params):
         """The next-token head [V, D] on the devices (`unembedding`)."""
@@ -249,8 +265,9 @@ class KVDecoder:
         return made
 
     def _compile(self, shape: Shape) -> int:
-        """Compile a shape's prefill and step, and their writes into the caches (without
-        running them); returns how many were not compiled before."""
+        """Compile a shape's prefill and step, and their writes into the caches, and its
+        growth to the largest batch of its length (`Group.admit`), without running them;
+        returns how many were not compiled before."""
         made = 0
         c = self.config
 
@@ -259,6 +276,14 @@ class KVDecoder:
 
         k = array((shape.batch, c.num_layers, c.kv_heads, shape.length, c.head_dim))
         starts = array((shape.batch,), jnp.int32)
+        mask = array((shape.batch,), jnp.bool_)
+        largest = self.largest_batch(shape.length) * len(self.devices)
+        if shape.batch < largest:
+            key = ("grow", (shape.batch, largest), shape.length, False)
+            if key not in self._compiled:
+                self._grow.lower(k, k, largest).compile()
+                self._compiled.add(key)
+                made += 1
         params = self.engine.step.params
         for kind, program, width in (
             ("prefill", self._prefill, shape.chunk),
@@ -268,7 +293,7 @@ class KVDecoder:
             rows = array((shape.batch, c.num_layers, c.kv_heads, width, c.head_dim))
             for name, jitted, args in (
                 (kind, program, (params, self._head(params), ids, starts, k, k, None)),
-                ("write", self._write, (k, k, rows, rows, starts)),
+                ("write", self._write, (k, k, rows, rows, starts, mask)),
             ):
                 key = (name, (shape.batch, width), shape.length, False)
                 if key not in self._compiled:
@@ -281,29 +306,88 @@ class KVDecoder:
 class Group:
     """Sequences generating together: their caches on the device, each one's position.
 
-    `step(held)` feeds each sequence's newest token and returns the next ones; the
-    caller decides when a sequence has ended (a row in `held` stays where it is: it
-    keeps computing, its position and cache no longer move, until the group is done).
+    `step(held)` feeds each active row's newest token and returns the next ones; the
+    caller decides when a sequence has ended: a row in `held` stays where it is (it
+    keeps computing, its position and cache no longer move), a row `release`d is free
+    for a prompt that joins the group between steps (`admit`), as are the padding rows.
     """
 
     def __init__(self, decoder: KVDecoder, shape: Shape, prompts, gates):
         self.decoder, self.shape, self.gates = decoder, shape, gates
-        n = self.count = len(prompts)
-        lengths = np.array([p.length for p in prompts])
-        # position of the token each sequence feeds next: its last prompt token's
+        # position of the token each row feeds next (its last prompt token's at first),
+        # that token, and whether the row holds a sequence that goes on (not padding, not
+        # released)
         self.positions = np.zeros(shape.batch, np.int32)
-        self.positions[:n] = lengths - 1
         self.tokens = np.zeros(shape.batch, np.int32)
-        self.tokens[:n] = [p.ids[-1] for p in prompts]
+        self.active = np.zeros(shape.batch, bool)
         self.keys, self.values = decoder.empty(shape)
-        self._prefill(prompts, int(lengths.max()) - 1)
+        self._fill(range(len(prompts)), prompts)
 
-    def _prefill(self, prompts, longest: int) -> None:
-        """Positions 0..n-2 of every prompt into the caches, `shape.chunk` at a time."""
-        chunk, d = self.shape.chunk, self.decoder
+    @property
+    def free(self) -> list[int]:
+        """The rows a joining prompt may take: padding rows and released ones."""
+        return np.flatnonzero(~self.active).tolist()
+
+    def release(self, rows) -> None:
+        """These rows' sequences are over: they no longer move, and `admit` may give
+        them to new prompts."""
+        self.active[list(rows)] = False
+
+    def room(self, count: int, need: int) -> int | None:
+        """The batch the group would have once `count` prompts joined it (`admit`),
+        feeding up to `need` positions: its own where its free rows hold them, else the
+        largest of its cache length (all devices); None where they cannot join (the need
+        past the cache, or more prompts than the largest batch's free rows)."""
+        if need > self.shape.length:
+            return None
+        n = count
+        if n <= len(self.free):
+            return self.shape.batch
+        largest = self.decoder.largest_batch(self.shape.length) * len(self.decoder.devices)
+        return largest if int(self.active.sum()) + n <= largest else None
+
+    def admit(self, prompts, need: int) -> list[int] | None:
+        """Prompts joining the group between steps, feeding up to `need` positions
+        (`KVDecoder.need`, at most the group's cache length): their rows (free ones, the
+        batch grown to its cache length's largest first where too few are free:
+        `KVDecoder.grown`), prefilled as the group's own were, the other rows' caches
+        untouched; None, and nothing changed, where they do not fit (`room`).
+
+        A row's earlier sequence left keys and values at every position it fed: the
+        joining prompt's prefill overwrites positions 0..n-2, and each of its steps the
+        position it feeds before any query reads it (a query at p reads < p), so what
+        is left beyond is never read, as a shorter prompt's padding."""
+        batch = self.room(len(prompts), need)
+        if batch is None:
+            return None
+        if batch > self.shape.batch:
+            more = batch - self.shape.batch
+            self.keys, self.values = self.decoder.grown(self.keys, self.values, batch)
+            self.shape = dataclasses.replace(self.shape, batch=batch)
+            self.positions = np.concatenate([self.positions, np.zeros(more, np.int32)])
+            self.tokens = np.concatenate([self.tokens, np.zeros(more, np.int32)])
+            self.active = np.concatenate([self.active, np.zeros(more, bool)])
+        rows = self.free[: len(prompts)]
+        self._fill(rows, prompts)
+        return rows
+
+    def _fill(self, rows, prompts) -> None:
+        """Put `prompts` in `rows`: active, at their last token, positions 0..n-2 of each
+        written into its row's cache, `shape.chunk` at a time (the other rows' caches
+        kept: `_write`'s row mask)."""
+        rows = list(rows)
+        if not rows:
+            return
+        lengths = np.array([p.length for p in prompts])
+        self.positions[rows] = lengths - 1
+        self.tokens[rows] = [p.ids[-1] for p in prompts]
+        self.active[rows] = True
+        chunk, d, longest = self.shape.chunk, self.decoder, int(lengths.max()) - 1
         width = -(-longest // chunk) * chunk
         ids = np.zeros((self.shape.batch, width), np.int32)
-        for row, p in enumerate(prompts):
+        mask = np.zeros(self.shape.batch, bool)
+        mask[rows] = True
+        for row, p in zip(rows, prompts, strict=True):
             ids[row, : p.length - 1] = p.ids[:-1]
         for at in range(0, longest, chunk):
             starts = np.full(self.shape.batch, at, np.int32)
@@ -315,19 +399,20 @@ class Group:
                 self.keys,
                 self.values,
                 self.gates,
+                mask,
             )
 
     def step(self, held=()) -> np.ndarray:
-        """Feed every sequence's current token at its position: the next tokens [batch]
-        (rows past the group's sequences are padding). Rows in `held` do not move on
-        (their result is to be ignored).
+        """Feed every row's current token at its position: the next tokens [batch] (only
+        active rows' mean anything). Active rows in `held` do not move on (their result
+        is to be ignored), as rows not active.
 
         Raises:
           UsageError: a moving sequence's position past the cache (more steps than the
             group was started for): its write would be clamped to the cache's end.
         """
         d, length = self.decoder, self.shape.length
-        moving = np.arange(self.shape.batch) < self.count  # padding rows stay put
+        moving = self.active.copy()
         moving[list(held)] = False
         past = np.flatnonzero(moving & (self.positions >= length))
         if past.size:
@@ -375,14 +460,30 @@ def _step_fn(model, spec, softcap, params, w, ids, starts, keys, values, gates):
     return _next_ids(x[:, -1], w, softcap), keys, values
 
 
-def _write(keys, values, new_keys, new_values, starts):
+def _write(keys, values, new_keys, new_values, starts, rows):
     """keys, values [B, L, H_kv, S, K] with each sequence's new rows [B, L, H_kv, T, K]
-    written at its own positions starts..starts+T-1."""
+    written at its own positions starts..starts+T-1, in the sequences `rows` marks (bool
+    [B]); the others' own T positions there are written back as they were (a read of the
+    bytes the write writes: the caches stay donated, updated in place)."""
 
-    def one(cache, new, start):
-        return lax.dynamic_update_slice_in_dim(cache, new.astype(cache.dtype), start, axis=2)
+    def one(cache, new, start, row):
+        old = lax.dynamic_slice_in_dim(cache, start, new.shape[2], axis=2)
+        new = jnp.where(row, new.astype(cache.dtype), old)
+        return lax.dynamic_update_slice_in_dim(cache, new, start, axis=2)
 
-    return jax.vmap(one)(keys, new_keys, starts), jax.vmap(one)(values, new_values, starts)
+    return (
+        jax.vmap(one)(keys, new_keys, starts, rows),
+        jax.vmap(one)(values, new_values, starts, rows),
+    )
+
+
+def _grow(keys, values, batch: int):
+    """keys, values [B, L, H_kv, S, K] grown to `batch` rows, the new ones zero."""
+
+    def pad(cache):
+        return jnp.pad(cache, [(0, batch - cache.shape[0])] + [(0, 0)] * (cache.ndim - 1))
+
+    return pad(keys), pad(values)
 
 
 def _next_ids(h, w, softcap: float = 0.0):
