@@ -1,7 +1,7 @@
 """Prompts joining a running group between its steps (`Continuations.add`,
 `kv_cache.Group.admit`) on Llama (grouped heads, H/H_kv = 2, an untied head): into a
-padding row, into the row of a sequence that ended, into a batch grown to its cache
-length's largest; a joined prompt ended leaves the others. The reference is
+padding row, into the row of a sequence that ended, into a batch grown to the next size
+of its ladder; a joined prompt ended leaves the others. The reference is
 transformers' greedy ``generate`` of each prompt alone (its own cached decoding),
 independent of the join (test_kv_cache_joining_window: a sliding window, against each
 prompt generated alone by the engine)."""
@@ -76,8 +76,8 @@ def test_a_grown_batch_and_a_joined_prompt_that_leaves(llama):
 
 
 def test_warmup_compiles_a_smaller_batchs_growth(llama):
-    # `KVDecoder.warmup` ("all") compiles each smaller batch's growth to the largest of
-    # its length with its prefill, step and writes (a shape no other test here ran)
+    # `KVDecoder.warmup` ("all") compiles each batch's growth to the next size of its
+    # length's ladder with its prefill, step and writes (a shape no other test here ran)
     engine, _, _ = llama
     d = engine.kv_decoder
     with backend_compiles(GENERATION) as compiles:

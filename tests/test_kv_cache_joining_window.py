@@ -1,6 +1,6 @@
 """Prompts joining a running group (`Continuations.add`) on Mistral (a sliding window of
 7 in every layer, grouped heads; continuations past the window): a group of one grown to
-its cache length's largest batch for two joining prompts, and a prompt whose need is past
+the smallest batch of its ladder holding two joining prompts, and a prompt whose need is past
 the group's cache, which cannot join and generates in a later group. The reference is
 each prompt generated alone by the engine (`Engine.generate`)."""
 
@@ -29,7 +29,8 @@ def test_the_batch_grows_for_joining_prompts_and_a_longer_need_waits(mistral):
     run = Continuations(engine, prompts[3:], NEW, stop_at_eos=False)
     run.step()
     assert run._group.shape == kv_cache.Shape(1, 16, 16)  # a group of one, 12 positions
-    # two join: the batch grows to the largest of its length (4), its row kept
+    # two join: the batch grows a size of its ladder at a time (1, 2, 4) to the
+    # smallest holding three, its row kept
     assert run.add(prompts[1:3], 5, stop_at_eos=False) == [1, 2]
     group = run._group
     assert group.shape.batch == 4 and sorted(run._rows) == [0, 1, 2] and group.free == [3]

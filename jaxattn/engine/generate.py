@@ -172,7 +172,9 @@ class Continuations:
     The prompts run in groups (`KVDecoder.groups`: longest first, as many together as
     the engine's budgets allow their key/value caches), one group after the other, so
     only one group's caches are held at a time; the first step of a group puts its
-    prompts into the caches (the prefill), each step after it one token.
+    prompts into the caches (the prefill), each step after it one token. Prompts added
+    while it runs (`add`) join the group generating where they fit it
+    (`kv_cache.Group.admit`), else are grouped with those waiting.
 
     Args:
       engine: a decoder with its next-token head (`check_generator`).

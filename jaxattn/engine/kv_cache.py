@@ -30,6 +30,22 @@ the batch a power of two within the engine's budgets (the cache's bytes under th
 output budget, a prefill chunk's [H, C, S + C] scores under the attention budget), so a
 server compiles a few programs, not one per request (`warmup` compiles them ahead).
 
+Prompts may join a group between its steps (`Group.admit`: continuous batching, as
+vLLM's and TGI's): into its free rows (padding rows, and rows whose sequence the caller
+`release`d as over), the batch grown a size of its ladder at a time where too few are
+free (`KVDecoder.grown`: a program that copies the caches into larger ones, the old
+and the new on the device together for its duration; `warmup` compiles each size's
+growth to the next). A joining prompt is prefilled into its row by the group's own
+prefill programs: every row computes, and `_write` writes only the joining rows (the
+others' positions there written back as they were: a read of what the write writes,
+the caches still updated in place), so no row of the group is disturbed and no program
+is compiled per join. The invariant holds for a row taken over: its prefill writes
+positions 0..n-2 and each step the position it feeds before any query reads it, so
+what its earlier sequence left beyond is never read. A prompt cannot join where its
+need (prompt + new tokens - 1) is past the group's cache length, or where the largest
+batch of that length has too few free rows: `admit` returns None and the caller runs
+it in a later group (`generate.Continuations.add`).
+
 The cached step computes the same function as the whole-sequence forward, with the
 contractions over other shapes: its logits agree within float32 rounding, not bit
 for bit (transformers' own cached generate differs from its uncached forward the
@@ -179,12 +195,15 @@ class KVDecoder:
         with a cache of `length` positions: the batch the smallest size of the ladder
         holding them (the largest once `warmup` compiled only those: padding rows cost
         less than a compile on a device where a compile costs seconds)."""
-        devices = len(self.devices)
+        sizes = self.sizes(length)
+        fits = [s for s in sizes if s >= count and not self._largest]
+        return Shape(min(fits, default=sizes[-1]), length, self.chunk(length))
+
+    def sizes(self, length: int) -> list[int]:
+        """The batch sizes (all devices) of a group with a cache of `length` positions,
+        smallest first: the ladder of `largest_batch` a device (`batching.ladder`)."""
         ladder = batching.ladder(self.largest_batch(length), self.engine.budgets.size_step)
-        per_device = -(-count // devices)
-        fits = [s for s in ladder if s >= per_device and not self._largest]
-        size = min(fits, default=ladder[0])
-        return Shape(size * devices, length, self.chunk(length))
+        return [s * len(self.devices) for s in reversed(ladder)]
 
     def groups(self, needs: dict) -> list[list[int]]:
         """Sequences {index: the positions it feeds (`need`)} in groups run together
@@ -217,10 +236,11 @@ class KVDecoder:
         return (picked[0] if picked else None), keys, values
 
     def grown(self, keys, values, batch: int):
-        """The caches (keys, values) of a group grown to `batch` rows (`Group.admit`):
-        its rows first, as they were, the new ones zero. A program of its own that reads
-        the old caches once and writes the new ones (the old freed after: the device
-        holds both for its duration)."""
+        """The caches (keys, values) of a group grown to `batch` rows (`Group.admit`: the
+        next size of its ladder): its rows first, as they were, the new ones zero. A
+        program of its own that reads the old caches once and writes the new ones (the
+        old freed after: the device holds both for its duration; a step's bytes of the
+        cache read, once)."""
         self._compiled.add(("grow", (keys.shape[0], batch), keys.shape[-2], False))
         return self._grow(keys, values, batch)
 
@@ -265,9 +285,9 @@ class KVDecoder:
         return made
 
     def _compile(self, shape: Shape) -> int:
-        """Compile a shape's prefill and step, and their writes into the caches, and its
-        growth to the largest batch of its length (`Group.admit`), without running them;
-        returns how many were not compiled before."""
+        """Compile a shape's prefill and step, their writes into the caches, and its
+        growth to the next batch size of its length (`Group.admit`), without running
+        them; returns how many were not compiled before."""
         made = 0
         c = self.config
 
@@ -277,11 +297,11 @@ class KVDecoder:
         k = array((shape.batch, c.num_layers, c.kv_heads, shape.length, c.head_dim))
         starts = array((shape.batch,), jnp.int32)
         mask = array((shape.batch,), jnp.bool_)
-        largest = self.largest_batch(shape.length) * len(self.devices)
-        if shape.batch < largest:
-            key = ("grow", (shape.batch, largest), shape.length, False)
+        bigger = [s for s in self.sizes(shape.length) if s > shape.batch]
+        if bigger:
+            key = ("grow", (shape.batch, bigger[0]), shape.length, False)
             if key not in self._compiled:
-                self._grow.lower(k, k, largest).compile()
+                self._grow.lower(k, k, bigger[0]).compile()
                 self._compiled.add(key)
                 made += 1
         params = self.engine.step.params
@@ -336,22 +356,23 @@ class Group:
     def room(self, count: int, need: int) -> int | None:
         """The batch the group would have once `count` prompts joined it (`admit`),
         feeding up to `need` positions: its own where its free rows hold them, else the
-        largest of its cache length (all devices); None where they cannot join (the need
-        past the cache, or more prompts than the largest batch's free rows)."""
+        smallest size of its cache length's ladder that does (`KVDecoder.sizes`); None
+        where they cannot join (the need past the cache, or more prompts than the
+        largest batch's free rows)."""
         if need > self.shape.length:
             return None
-        n = count
-        if n <= len(self.free):
+        if count <= len(self.free):
             return self.shape.batch
-        largest = self.decoder.largest_batch(self.shape.length) * len(self.decoder.devices)
-        return largest if int(self.active.sum()) + n <= largest else None
+        rows = int(self.active.sum()) + count
+        return next((s for s in self.decoder.sizes(self.shape.length) if s >= rows), None)
 
     def admit(self, prompts, need: int) -> list[int] | None:
         """Prompts joining the group between steps, feeding up to `need` positions
         (`KVDecoder.need`, at most the group's cache length): their rows (free ones, the
-        batch grown to its cache length's largest first where too few are free:
-        `KVDecoder.grown`), prefilled as the group's own were, the other rows' caches
-        untouched; None, and nothing changed, where they do not fit (`room`).
+        batch grown first where too few are free, a size of the ladder at a time up to
+        the smallest holding them: `KVDecoder.grown`), prefilled as the group's own
+        were, the other rows' caches untouched; None, and nothing changed, where they do
+        not fit (`room`).
 
         A row's earlier sequence left keys and values at every position it fed: the
         joining prompt's prefill overwrites positions 0..n-2, and each of its steps the
@@ -360,13 +381,14 @@ class Group:
         batch = self.room(len(prompts), need)
         if batch is None:
             return None
-        if batch > self.shape.batch:
-            more = batch - self.shape.batch
-            self.keys, self.values = self.decoder.grown(self.keys, self.values, batch)
-            self.shape = dataclasses.replace(self.shape, batch=batch)
-            self.positions = np.concatenate([self.positions, np.zeros(more, np.int32)])
-            self.tokens = np.concatenate([self.tokens, np.zeros(more, np.int32)])
-            self.active = np.concatenate([self.active, np.zeros(more, bool)])
+        for size in self.decoder.sizes(self.shape.length):
+            if self.shape.batch < size <= batch:  # a step of the ladder (`warmup`'s)
+                more = size - self.shape.batch
+                self.keys, self.values = self.decoder.grown(self.keys, self.values, size)
+                self.shape = dataclasses.replace(self.shape, batch=size)
+                self.positions = np.concatenate([self.positions, np.zeros(more, np.int32)])
+                self.tokens = np.concatenate([self.tokens, np.zeros(more, np.int32)])
+                self.active = np.concatenate([self.active, np.zeros(more, bool)])
         rows = self.free[: len(prompts)]
         self._fill(rows, prompts)
         return rows
