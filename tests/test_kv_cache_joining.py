@@ -75,14 +75,17 @@ def test_a_grown_batch_and_a_joined_prompt_that_leaves(llama):
         assert list(g.ids) == torch_generate(torch_model, list(g.prompt.ids), NEW, eos=-1)
 
 
-def test_warmup_compiles_a_smaller_batchs_growth(llama):
-    # `KVDecoder.warmup` ("all") compiles each batch's growth to the next size of its
-    # length's ladder with its prefill, step and writes (a shape no other test here ran)
+def test_warmup_compiles_what_a_join_runs(llama):
+    # `KVDecoder.warmup` compiles with each shape what a prompt joining it runs: the
+    # batch's growth to the next size of its length's ladder, the smallest size's
+    # prefill and write, and the insertion of its rows (a length no test here ran)
     engine, _, _ = llama
     d = engine.kv_decoder
     with backend_compiles(GENERATION) as compiles:
-        assert d._compile(kv_cache.Shape(2, 16, 16)) == 5
-    assert len(compiles) == 5 and sum("_grow" in str(n) for n in compiles) == 1
-    assert ("grow", (2, 4), 16, False) in d._compiled
+        assert d._compile(kv_cache.Shape(2, 16, 16)) == 8
+    names = [str(n) for n in compiles]
+    assert len(names) == 8 and [sum(p in n for n in names) for p in ("_grow", "_insert")] == [1, 1]
+    assert {("grow", (2, 4), 16, False), ("insert", (2, 1), 16, False)} <= d._compiled
+    assert ("prefill", (1, 16), 16, False) in d._compiled
     assert d._compile(kv_cache.Shape(4, 32, 32)) == 0  # run above; the largest grows not
     assert not any(key[0] == "grow" and key[1][0] == 4 for key in d._compiled)

@@ -34,17 +34,17 @@ Prompts may join a group between its steps (`Group.admit`: continuous batching, 
 vLLM's and TGI's): into its free rows (padding rows, and rows whose sequence the caller
 `release`d as over), the batch grown a size of its ladder at a time where too few are
 free (`KVDecoder.grown`: a program that copies the caches into larger ones, the old
-and the new on the device together for its duration; `warmup` compiles each size's
-growth to the next). A joining prompt is prefilled into its row by the group's own
-prefill programs: every row computes, and `_write` writes only the joining rows (the
-others' positions there written back as they were: a read of what the write writes,
-the caches still updated in place), so no row of the group is disturbed and no program
-is compiled per join. The invariant holds for a row taken over: its prefill writes
-positions 0..n-2 and each step the position it feeds before any query reads it, so
-what its earlier sequence left beyond is never read. A prompt cannot join where its
-need (prompt + new tokens - 1) is past the group's cache length, or where the largest
-batch of that length has too few free rows: `admit` returns None and the caller runs
-it in a later group (`generate.Continuations.add`).
+and the new on the device together for its duration). A joining prompt is prefilled
+in a group of the smallest size (one sequence a device: its prefill costs its own
+rows, not all of the group's), then its row is put into the group's caches
+(`KVDecoder.inserted`: one sequence's cache written in place, the other rows
+untouched). No program is compiled per join: `warmup` compiles, with each shape, its
+growth to the next size, the smallest size's prefill and the insertion. The
+invariant holds for a row taken over, whose cache is the joining prompt's own
+whole. A prompt cannot join where its need (prompt + new tokens - 1) is past the
+group's cache length, or where the largest batch of that length has too few free
+rows: `admit` returns None and the caller runs it in a later group
+(`generate.Continuations.add`).
 
 The cached step computes the same function as the whole-sequence forward, with the
 contractions over other shapes: its logits agree within float32 rounding, not bit
@@ -120,7 +120,7 @@ class KVDecoder:
             self._w = jax.device_put(
                 np.asarray(causal_lm.unembedding(engine), np.float32), replicated
             )
-        self._batch = batch
+        self._batch, self._replicated = batch, replicated
         ins = (replicated, replicated, batch, batch, batch, batch, replicated)
         # Module functions given the model, not bound methods: a jitted function holds
         # its function, and a method would hold the decoder (a cycle).
@@ -132,12 +132,20 @@ class KVDecoder:
         # caches is that write: donated, they are updated in place (in the program that
         # also reads them, XLA copies both caches before writing, twice).
         self._write = jax.jit(
-            _write, in_shardings=(batch,) * 6, out_shardings=(batch,) * 2, donate_argnums=(0, 1)
+            _write, in_shardings=(batch,) * 5, out_shardings=(batch,) * 2, donate_argnums=(0, 1)
         )
         # A group grown to a larger batch for prompts joining it (`Group.admit`): its
         # caches copied into the larger ones, the new rows zero.
         self._grow = jax.jit(
             _grow, static_argnums=(2,), in_shardings=(batch,) * 2, out_shardings=(batch,) * 2
+        )
+        # A joining prompt's row, prefilled in a group of its own, put into a group's
+        # caches (donated: updated in place, the other rows untouched).
+        self._insert = jax.jit(
+            _insert,
+            in_shardings=(batch,) * 4 + (replicated,) * 2,
+            out_shardings=(batch,) * 2,
+            donate_argnums=(0, 1),
         )
         self._compiled: set[tuple] = set()
         self._largest = False  # warmed up at the largest batch sizes only: groups pad to them
@@ -219,21 +227,27 @@ class KVDecoder:
 
     # -- the programs ----------------------------------------------------------------
 
-    def _call(self, program, kind: str, ids, starts, keys, values, gates, rows=None):
+    def _call(self, program, kind: str, ids, starts, keys, values, gates):
         """Run `program` (prefill or step) on a group's tokens, then write their keys and
-        values into the caches, into the `rows` marked (a bool per row; None: all): (the
-        step's next ids or None, keys, values)."""
+        values into the caches: (the step's next ids or None, keys, values)."""
         self._compiled.add((kind, ids.shape, keys.shape[-2], gates is not None))
         self._compiled.add(("write", ids.shape, keys.shape[-2], False))
-        if rows is None:
-            rows = np.ones(ids.shape[0], bool)
         params = self.engine.step.params
         # Placed as `warmup` compiles them: host arrays would be other input types to
         # jit (no sharding), so each first call would trace and compile again.
-        ids, starts, rows = jax.device_put((ids, starts, rows), self._batch)
+        ids, starts = jax.device_put((ids, starts), self._batch)
         *picked, k, v = program(params, self._head(params), ids, starts, keys, values, gates)
-        keys, values = self._write(keys, values, k, v, starts, rows)
+        keys, values = self._write(keys, values, k, v, starts)
         return (picked[0] if picked else None), keys, values
+
+    def inserted(self, keys, values, new_keys, new_values, src: int, row: int):
+        """The caches (keys, values) with row `src` of another group's (new_keys,
+        new_values, of the same length: a joining prompt's, `Group.admit`) put in `row`,
+        in place: one sequence's cache bytes written."""
+        pair = (keys.shape[0], new_keys.shape[0])
+        self._compiled.add(("insert", pair, keys.shape[-2], False))
+        where = jax.device_put((np.int32(src), np.int32(row)), self._replicated)
+        return self._insert(keys, values, new_keys, new_values, *where)
 
     def grown(self, keys, values, batch: int):
         """The caches (keys, values) of a group grown to `batch` rows (`Group.admit`: the
@@ -285,41 +299,67 @@ class KVDecoder:
         return made
 
     def _compile(self, shape: Shape) -> int:
-        """Compile a shape's prefill and step, their writes into the caches, and its
-        growth to the next batch size of its length (`Group.admit`), without running
-        them; returns how many were not compiled before."""
-        made = 0
+        """Compile a shape's prefill and step, their writes into the caches, and what a
+        prompt joining a group of it runs (`Group.admit`): the batch's growth to the
+        next size of its length, the prefill (and write) of the smallest size and its
+        rows' insertion; without running them. Returns how many were not compiled
+        before."""
         c = self.config
 
-        def array(dims, dtype=jnp.float32):
+        def array(batch, width=shape.length, dtype=jnp.float32):
+            if dtype != jnp.float32:
+                return jax.ShapeDtypeStruct((batch, width), dtype, sharding=self._batch)
+            dims = (batch, c.num_layers, c.kv_heads, width, c.head_dim)
             return jax.ShapeDtypeStruct(dims, dtype, sharding=self._batch)
 
-        k = array((shape.batch, c.num_layers, c.kv_heads, shape.length, c.head_dim))
-        starts = array((shape.batch,), jnp.int32)
-        mask = array((shape.batch,), jnp.bool_)
-        bigger = [s for s in self.sizes(shape.length) if s > shape.batch]
+        def scalar():
+            return jax.ShapeDtypeStruct((), jnp.int32, sharding=self._replicated)
+
+        params, n = self.engine.step.params, shape.batch
+        sizes = self.sizes(shape.length)
+        bigger, smallest = [s for s in sizes if s > n], sizes[0]
+        programs = []
+        for batch, kinds in ((n, ("prefill", "step")), (smallest, ("prefill",))):
+            k = array(batch)
+            starts = jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=self._batch)
+            for kind in kinds:
+                program, width = (
+                    (self._prefill, shape.chunk) if kind == "prefill" else (self._step, 1)
+                )
+                ids, rows = array(batch, width, jnp.int32), array(batch, width)
+                head = self._head(params)
+                programs.append(
+                    (
+                        (kind, (batch, width), shape.length, False),
+                        program,
+                        (params, head, ids, starts, k, k, None),
+                    )
+                )
+                programs.append(
+                    (
+                        ("write", (batch, width), shape.length, False),
+                        self._write,
+                        (k, k, rows, rows, starts),
+                    )
+                )
+        k, small = array(n), array(smallest)
+        programs.append(
+            (
+                ("insert", (n, smallest), shape.length, False),
+                self._insert,
+                (k, k, small, small, scalar(), scalar()),
+            )
+        )
         if bigger:
-            key = ("grow", (shape.batch, bigger[0]), shape.length, False)
+            programs.append(
+                (("grow", (n, bigger[0]), shape.length, False), self._grow, (k, k, bigger[0]))
+            )
+        made = 0
+        for key, jitted, args in programs:
             if key not in self._compiled:
-                self._grow.lower(k, k, bigger[0]).compile()
+                jitted.lower(*args).compile()
                 self._compiled.add(key)
                 made += 1
-        params = self.engine.step.params
-        for kind, program, width in (
-            ("prefill", self._prefill, shape.chunk),
-            ("step", self._step, 1),
-        ):
-            ids = array((shape.batch, width), jnp.int32)
-            rows = array((shape.batch, c.num_layers, c.kv_heads, width, c.head_dim))
-            for name, jitted, args in (
-                (kind, program, (params, self._head(params), ids, starts, k, k, None)),
-                ("write", self._write, (k, k, rows, rows, starts, mask)),
-            ):
-                key = (name, (shape.batch, width), shape.length, False)
-                if key not in self._compiled:
-                    jitted.lower(*args).compile()
-                    self._compiled.add(key)
-                    made += 1
         return made
 
 
@@ -341,7 +381,7 @@ class Group:
         self.tokens = np.zeros(shape.batch, np.int32)
         self.active = np.zeros(shape.batch, bool)
         self.keys, self.values = decoder.empty(shape)
-        self._fill(range(len(prompts)), prompts)
+        self._prefill(prompts)
 
     @property
     def free(self) -> list[int]:
@@ -381,35 +421,42 @@ class Group:
         batch = self.room(len(prompts), need)
         if batch is None:
             return None
-        for size in self.decoder.sizes(self.shape.length):
+        d, sizes = self.decoder, self.decoder.sizes(self.shape.length)
+        for size in sizes:
             if self.shape.batch < size <= batch:  # a step of the ladder (`warmup`'s)
                 more = size - self.shape.batch
-                self.keys, self.values = self.decoder.grown(self.keys, self.values, size)
+                self.keys, self.values = d.grown(self.keys, self.values, size)
                 self.shape = dataclasses.replace(self.shape, batch=size)
                 self.positions = np.concatenate([self.positions, np.zeros(more, np.int32)])
                 self.tokens = np.concatenate([self.tokens, np.zeros(more, np.int32)])
                 self.active = np.concatenate([self.active, np.zeros(more, bool)])
         rows = self.free[: len(prompts)]
-        self._fill(rows, prompts)
+        # Prefilled in groups of the smallest size (one sequence a device), their rows
+        # then put into this group's caches: a prefill costs the joining prompts' rows,
+        # not all of this group's.
+        small = dataclasses.replace(self.shape, batch=sizes[0])
+        for at in range(0, len(rows), small.batch):
+            part = Group(d, small, prompts[at : at + small.batch], self.gates)
+            for src, row in enumerate(rows[at : at + small.batch]):
+                self.keys, self.values = d.inserted(
+                    self.keys, self.values, part.keys, part.values, src, row
+                )
+                self.positions[row], self.tokens[row] = part.positions[src], part.tokens[src]
+                self.active[row] = True
         return rows
 
-    def _fill(self, rows, prompts) -> None:
-        """Put `prompts` in `rows`: active, at their last token, positions 0..n-2 of each
-        written into its row's cache, `shape.chunk` at a time (the other rows' caches
-        kept: `_write`'s row mask)."""
-        rows = list(rows)
-        if not rows:
-            return
+    def _prefill(self, prompts) -> None:
+        """The prompts in the first rows: active, at their last token, positions 0..n-2
+        of each written into its row's cache, `shape.chunk` at a time."""
+        n = len(prompts)
         lengths = np.array([p.length for p in prompts])
-        self.positions[rows] = lengths - 1
-        self.tokens[rows] = [p.ids[-1] for p in prompts]
-        self.active[rows] = True
+        self.positions[:n] = lengths - 1
+        self.tokens[:n] = [p.ids[-1] for p in prompts]
+        self.active[:n] = True
         chunk, d, longest = self.shape.chunk, self.decoder, int(lengths.max()) - 1
         width = -(-longest // chunk) * chunk
         ids = np.zeros((self.shape.batch, width), np.int32)
-        mask = np.zeros(self.shape.batch, bool)
-        mask[rows] = True
-        for row, p in zip(rows, prompts, strict=True):
+        for row, p in enumerate(prompts):
             ids[row, : p.length - 1] = p.ids[:-1]
         for at in range(0, longest, chunk):
             starts = np.full(self.shape.batch, at, np.int32)
@@ -421,7 +468,6 @@ class Group:
                 self.keys,
                 self.values,
                 self.gates,
-                mask,
             )
 
     def step(self, held=()) -> np.ndarray:
@@ -482,21 +528,25 @@ def _step_fn(model, spec, softcap, params, w, ids, starts, keys, values, gates):
     return _next_ids(x[:, -1], w, softcap), keys, values
 
 
-def _write(keys, values, new_keys, new_values, starts, rows):
+def _write(keys, values, new_keys, new_values, starts):
     """keys, values [B, L, H_kv, S, K] with each sequence's new rows [B, L, H_kv, T, K]
-    written at its own positions starts..starts+T-1, in the sequences `rows` marks (bool
-    [B]); the others' own T positions there are written back as they were (a read of the
-    bytes the write writes: the caches stay donated, updated in place)."""
+    written at its own positions starts..starts+T-1."""
 
-    def one(cache, new, start, row):
-        old = lax.dynamic_slice_in_dim(cache, start, new.shape[2], axis=2)
-        new = jnp.where(row, new.astype(cache.dtype), old)
-        return lax.dynamic_update_slice_in_dim(cache, new, start, axis=2)
+    def one(cache, new, start):
+        return lax.dynamic_update_slice_in_dim(cache, new.astype(cache.dtype), start, axis=2)
 
-    return (
-        jax.vmap(one)(keys, new_keys, starts, rows),
-        jax.vmap(one)(values, new_values, starts, rows),
-    )
+    return jax.vmap(one)(keys, new_keys, starts), jax.vmap(one)(values, new_values, starts)
+
+
+def _insert(keys, values, new_keys, new_values, src, row):
+    """keys, values [B, L, H_kv, S, K] with row `src` of new_keys, new_values [b, L,
+    H_kv, S, K] written in row `row`."""
+
+    def one(cache, new):
+        part = lax.dynamic_slice_in_dim(new, src, 1, axis=0)
+        return lax.dynamic_update_slice_in_dim(cache, part, row, axis=0)
+
+    return one(keys, new_keys), one(values, new_values)
 
 
 def _grow(keys, values, batch: int):
