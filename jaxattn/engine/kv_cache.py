@@ -410,14 +410,12 @@ class Group:
         """Prompts joining the group between steps, feeding up to `need` positions
         (`KVDecoder.need`, at most the group's cache length): their rows (free ones, the
         batch grown first where too few are free, a size of the ladder at a time up to
-        the smallest holding them: `KVDecoder.grown`), prefilled as the group's own
-        were, the other rows' caches untouched; None, and nothing changed, where they do
-        not fit (`room`).
-
-        A row's earlier sequence left keys and values at every position it fed: the
-        joining prompt's prefill overwrites positions 0..n-2, and each of its steps the
-        position it feeds before any query reads it (a query at p reads < p), so what
-        is left beyond is never read, as a shorter prompt's padding."""
+        the smallest holding them: `KVDecoder.grown`), each prefilled in a group of the
+        smallest size and its whole row's cache put in its row (`KVDecoder.inserted`),
+        the other rows' caches untouched; None, and nothing changed, where they do not
+        fit (`room`). A row's earlier sequence leaves nothing behind: the inserted cache
+        is the joining prompt's own, what its prefill group's padding left beyond its
+        prompt never read (a query at p reads < p)."""
         batch = self.room(len(prompts), need)
         if batch is None:
             return None
