@@ -2,6 +2,7 @@
 long a plain capture waits behind a long generation.
 
     .venv/bin/python benchmarks/service_generate.py [--new N] [--rounds R]
+    .venv/bin/python benchmarks/service_generate.py --stagger S [--clients C] [--synthetic P]
 
 The tiny random GPT-2 of the tests (64 positions), three prompts continued by N
 tokens (EOS ignored) then captured (attention): the local `Engine.capture(generate=N)`
@@ -11,6 +12,12 @@ while another thread's generation runs: its latency, next to the same capture al
 The server runs a generation a step per batcher turn; the same figures with the
 whole generation in one turn (the worker's step patched to loop, in this process
 only) show what the turns buy.
+
+`--stagger S`: only the staggered arrivals instead: C clients, client k sending its
+generation k*S seconds after the first, with a generating call joining the run under
+way (`SharedGeneration.join`: continuous batching) and without (the batcher's
+`_joinable` patched to find none, in this process only): the wall time from the first
+call to the last answer and the mean of the clients' own latencies, the median of R.
 """
 
 from __future__ import annotations
@@ -139,18 +146,108 @@ def concurrent(engine, new: int, clients: int, rounds: int) -> dict:
     return out
 
 
+def staggered(engine, new: int, clients: int, stagger: float, rounds: int) -> dict:
+    """{"joined" | "alone": (wall ms from the first call to the last answer, mean ms of
+    each client's own latency)}, each the median of `rounds`: client k sends its
+    generation of `new` tokens `k * stagger` s after the first."""
+    from local_server import running_server
+
+    from jaxattn.client import AttentionClient
+    from service.micro_batching import MicroBatcher
+
+    texts = [f"{PROMPTS[i % len(PROMPTS)]} {i}" for i in range(clients)]
+    kw = dict(what=["attention"], generate=new, stop_at_eos=False)
+    joinable = MicroBatcher._joinable
+    # every batch size of the clients' cache length and each growth: no compile measured
+    from jaxattn.engine.kv_cache import Shape
+
+    d = engine.kv_decoder
+    length = d.cache_length(max(d.need(p.length, new) for p in engine.tokenize(texts)))
+    for size in d.sizes(length):
+        d._compile(Shape(size, length, d.chunk(length)))
+    out = {}
+    for name, patch in (("joined", joinable), ("alone", lambda self, job: None)):
+        MicroBatcher._joinable = patch
+        try:
+            with running_server(engine, max_new_tokens=new) as (_, address):
+                conns = [AttentionClient(address, timeout=300) for _ in texts]
+                try:
+                    _staggered_wave(conns, texts, kw, stagger)  # the captures' compiles
+                    runs = [_staggered_wave(conns, texts, kw, stagger) for _ in range(rounds)]
+                finally:
+                    for c in conns:
+                        c.close()
+        finally:
+            MicroBatcher._joinable = joinable
+        out[name] = tuple(statistics.median(r[i] for r in runs) for i in (0, 1))
+    return out
+
+
+def _staggered_wave(conns, texts, kw, stagger: float) -> tuple[float, float]:
+    """(wall ms, mean latency ms) of one wave: client k captures its text k*stagger s
+    after the first."""
+    latencies = [0.0] * len(texts)
+    t0 = time.perf_counter()
+
+    def one(k, client, text):
+        time.sleep(max(0.0, t0 + k * stagger - time.perf_counter()))
+        start = time.perf_counter()
+        client.capture([text], **kw)
+        latencies[k] = time.perf_counter() - start
+
+    threads = [
+        threading.Thread(target=one, args=(k, c, t))
+        for k, (c, t) in enumerate(zip(conns, texts, strict=True))
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return (time.perf_counter() - t0) * 1e3, statistics.mean(latencies) * 1e3
+
+
+def _print_staggered(args, engine) -> None:
+    print(f"{platform.machine()}, {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
+    models = {"tiny GPT-2": engine}
+    if args.synthetic:
+        import jaxattn
+        from jaxattn.bench.synthetic import random_checkpoint
+
+        models = {
+            args.synthetic: jaxattn.load(
+                random_checkpoint(args.synthetic, Path(tempfile.mkdtemp()))
+            )
+        }
+    for model, eng in models.items():
+        m = staggered(eng, args.new, args.clients, args.stagger, args.rounds)
+        print(
+            f"{args.clients} clients generating {args.new} tokens, {model}, client k sent "
+            f"{args.stagger:g} s * k after the first: joining the run under way "
+            f"{m['joined'][0]:.0f} ms in all, {m['joined'][1]:.0f} ms a client; without "
+            f"{m['alone'][0]:.0f} ms in all, {m['alone'][1]:.0f} ms a client "
+            f"(x{m['alone'][0] / m['joined'][0]:.2f}, x{m['alone'][1] / m['joined'][1]:.2f})"
+        )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--new", type=int, default=40)
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--clients", type=int, default=8, help="concurrent generating clients")
     p.add_argument("--synthetic", help="also time the concurrent clients on this synthetic preset")
+    p.add_argument(
+        "--stagger",
+        type=float,
+        help="only the staggered arrivals: client k sends k * STAGGER s after the first",
+    )
     args = p.parse_args()
     from gpt2_fixture import make_gpt2_checkpoint
 
     import jaxattn
 
     engine = jaxattn.load(make_gpt2_checkpoint(tempfile.mkdtemp()), buckets=(32, 64))
+    if args.stagger is not None:
+        return _print_staggered(args, engine)
     kw = dict(what=["attention"], generate=args.new, stop_at_eos=False)
     engine.capture(PROMPTS, **kw)
     local = _median_ms(lambda: engine.capture(PROMPTS, **kw), args.rounds)

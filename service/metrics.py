@@ -155,7 +155,14 @@ GAUGES = {
 # engine call stopped early: every job in it had gone), stalled (a slow reader cut off),
 # preempted (a run suspended between layer groups stopped for another call's waiting
 # reader, to restart later: `service.grouped_runs`).
-BATCHER_EVENTS = ("dropped", "abandoned", "stalled", "preempted")
+BATCHER_EVENTS = (
+    "dropped",
+    "abandoned",
+    "stalled",
+    "preempted",
+    "merged_generations",
+    "joined_generations",
+)
 
 
 def _powers_of_two(top: int) -> tuple[int, ...]:

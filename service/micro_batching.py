@@ -46,8 +46,10 @@ with pieces left, so other clients' work runs between its steps; dropped between
 steps like any queued job. Generating jobs waiting for their first step when one
 takes its first run as one (`_merge`: one forward a step for all of their prompts,
 as many as one group of key/value caches holds), and at most `CACHED_GENERATIONS`
-such runs hold caches at once. Once its continuations end, its pieces run as any
-job's.
+such runs hold caches at once. A generating job about to take its first step joins
+a run under way first where that run's group has room for its prompts (`_joinable`,
+`SharedGeneration.join`), before starting one of its own or waiting for a cache
+slot. Once its continuations end, its pieces run as any job's.
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ class MicroBatcher:
       window_s: how long the oldest job waits for companions.
       max_batch_examples: most examples in one merged call (and in one piece).
       merge: False gives every piece its own engine call.
+      join: False keeps a generating call from joining a shared generation under way
+        (`service.generation.SharedGeneration.join`): it starts a run of its own.
       buffer_bytes: most unsent result bytes per job (one example if larger).
       total_bytes: most bytes all admitted jobs may reserve together.
       stall_s: how long a job's client may read nothing while results wait.
@@ -110,6 +114,7 @@ class MicroBatcher:
         window_s: float,
         max_batch_examples: int,
         merge: bool = True,
+        join: bool = True,
         buffer_bytes: int = 64 * _MiB,
         total_bytes: int = 1024 * _MiB,
         stall_s: float = 30.0,
@@ -122,6 +127,7 @@ class MicroBatcher:
         self.window_s = window_s
         self.max_batch_examples = max_batch_examples
         self.merge = merge
+        self.join = join
         self.buffer_bytes = buffer_bytes
         self.total_bytes = total_bytes
         self.stall_s = stall_s
@@ -318,15 +324,27 @@ class MicroBatcher:
         if job.generation is not None:
             if job.generation.started:
                 return True
-            held = {
-                id(j.generation.shared)
-                for j in self._pending
-                if j.generation and j.generation.started
-            }
-            return len(held) < CACHED_GENERATIONS
+            return len(self._held()) < CACHED_GENERATIONS or self._joinable(job) is not None
         if not self._fits(job):
             return False
         return not self._runs.full or not self._grouped(job)
+
+    def _held(self) -> dict:
+        """(lock held) The started generations (alone or shared) holding key/value
+        caches, by id: those of the pending jobs (the worker runs no step now)."""
+        return {
+            id(j.generation.shared): j.generation.shared
+            for j in self._pending
+            if j.generation and j.generation.started
+        }
+
+    def _joinable(self, job: Job):
+        """(lock held) A started shared generation the job's first step may join
+        (`SharedGeneration.joins`), or None (or joining is off)."""
+        if not self.join:
+            return None
+        ask = job.generation.ask
+        return next((s for s in self._held().values() if s.joins(ask)), None)
 
     def _next_run(self) -> tuple[Run | Job, Run | None] | None:
         """What the worker does next (waiting until there is something): a run to start
@@ -353,7 +371,14 @@ class MicroBatcher:
                     self._cond.wait(wait)
                     continue
                 if first.generation is not None:  # its next step, alone (`_generate`)
-                    if first.generation.shared is None and self.merge:
+                    gen = first.generation
+                    joins = None
+                    if gen.shared is None and gen.joining is None:
+                        joins = self._joinable(first)
+                    if joins is not None:  # its first step joins a run under way
+                        gen.joining = joins
+                        self.stats["joined_generations"] += 1
+                    elif gen.shared is None and self.merge:
                         # its first step, with whoever waits for theirs; after the
                         # window, as for captures, so that companions sent with it join
                         until = first.submitted + self.window_s

@@ -7,7 +7,7 @@ import contextlib
 import jax
 
 # The programs of a generation's steps (`jaxattn.engine.kv_cache`): prefill, step, write.
-GENERATION = ("_prefill_fn", "_step_fn", "_write")
+GENERATION = ("_prefill_fn", "_step_fn", "_write", "_grow", "_insert")
 
 
 @contextlib.contextmanager

@@ -172,7 +172,9 @@ class Continuations:
     The prompts run in groups (`KVDecoder.groups`: longest first, as many together as
     the engine's budgets allow their key/value caches), one group after the other, so
     only one group's caches are held at a time; the first step of a group puts its
-    prompts into the caches (the prefill), each step after it one token.
+    prompts into the caches (the prefill), each step after it one token. Prompts added
+    while it runs (`add`) join the group generating where they fit it
+    (`kv_cache.Group.admit`), else are grouped with those waiting.
 
     Args:
       engine: a decoder with its next-token head (`check_generator`).
@@ -183,30 +185,50 @@ class Continuations:
     """
 
     def __init__(self, engine, prompts, new, *, stop_at_eos=True, ablation=None):
-        self.engine, self.prompts = engine, list(prompts)
-        n = len(self.prompts)
-        self.news = [new] * n if isinstance(new, int) else list(new)
-        eos = frozenset(engine.eos_ids)
-        flags = [stop_at_eos] * n if isinstance(stop_at_eos, bool) else list(stop_at_eos)
-        self.eos = [eos if flag else frozenset() for flag in flags]
+        self.engine = engine
         self.limit = engine.config.max_length
+        self._eos = frozenset(engine.eos_ids)
         self._gates = None if ablation is None else ablation.gates(engine.config)
-        self.grown: dict[int, list[int]] = {
-            i: [] for i, p in enumerate(self.prompts) if p is not None
-        }
+        self.prompts, self.news, self.eos = [], [], []
+        self.grown: dict[int, list[int]] = {}
         self.stops: dict[int, str] = {}
         self.ended: set[int] = set()  # `end`ed: no longer generated, no result
-        for i in self.grown:
-            if self.prompts[i].length >= self.limit:
+        self._needs: dict[int, int] = {}
+        self._waiting: list[list[int]] = []
+        self._group, self._rows = None, {}  # the group generating, its rows' prompt indices
+        self._append(prompts, new, stop_at_eos)
+        self._plan(list(self._needs))
+
+    def _append(self, prompts, new, stop_at_eos) -> list[int]:
+        """Record prompts (with each one's N and EOS rule, or one for all): their indices."""
+        prompts = list(prompts)
+        n, at = len(prompts), len(self.prompts)
+        news = [new] * n if isinstance(new, int) else list(new)
+        flags = [stop_at_eos] * n if isinstance(stop_at_eos, bool) else list(stop_at_eos)
+        if len(news) != n or len(flags) != n:
+            raise UsageError(
+                f"{n} prompts with {len(news)} token counts and {len(flags)} EOS rules: "
+                "give one for all or one per prompt"
+            )
+        self.prompts += prompts
+        self.news += news
+        self.eos += [self._eos if flag else frozenset() for flag in flags]
+        decoder = self.engine.kv_decoder
+        for i, p in enumerate(prompts, at):
+            if p is None:
+                continue
+            self.grown[i] = []
+            if p.length >= self.limit:
                 self.stops[i] = "limit"  # a prompt cut to the limit: no position left
-        decoder = engine.kv_decoder
-        self._needs = {
-            i: decoder.need(self.prompts[i].length, self.news[i])
-            for i in self.grown
-            if i not in self.stops
-        }
-        self._waiting = decoder.groups(self._needs) if self._needs else []
-        self._group, self._members = None, []  # the group generating, its prompts' indices
+            else:
+                self._needs[i] = decoder.need(p.length, self.news[i])
+        return list(range(at, at + n))
+
+    def _plan(self, indices) -> None:
+        """Group these prompts (`KVDecoder.groups`) with those whose group has not started."""
+        waiting = [i for group in self._waiting for i in group] + list(indices)
+        needs = {i: self._needs[i] for i in waiting}
+        self._waiting = self.engine.kv_decoder.groups(needs) if needs else []
 
     @property
     def done(self) -> bool:
@@ -225,26 +247,78 @@ class Continuations:
         rows are held, their groups not started."""
         self.ended.update(i for i in indices if i in self.grown)
 
+    def _release(self) -> None:
+        """The generating group's rows whose prompts are over: free for joining ones."""
+        over = [row for row, i in self._rows.items() if self._over(i)]
+        self._group.release(over)
+        for row in over:
+            del self._rows[row]
+
+    def _current(self):
+        """The group generating now (its over rows released: free for joining prompts),
+        or None where there is none or all its prompts are over."""
+        if self._group is None or self.over(self._rows.values()):
+            return None
+        self._release()
+        return self._group
+
+    def joins(self, prompts, new) -> bool:
+        """Whether prompts (with each one's N, or one for all) would all join the group
+        generating now (`add(..., join_only=True)`); adds nothing."""
+        group = self._current()
+        if group is None:
+            return False
+        d = self.engine.kv_decoder
+        news = [new] * len(prompts) if isinstance(new, int) else list(new)
+        needs = [
+            d.need(p.length, n)
+            for p, n in zip(prompts, news, strict=True)
+            if p is not None and p.length < self.limit
+        ]
+        return not needs or group.room(len(needs), max(needs)) is not None
+
+    def add(self, prompts, new, stop_at_eos=True, *, join_only=False) -> list[int] | None:
+        """More prompts (TokenizedTexts, None where one is left out; with each one's N and
+        EOS rule, or one for all) for a run under way: their indices. They join the group
+        generating now, in free rows, between its steps (`Group.admit`: prefilled, the
+        other rows untouched, the batch grown to its cache length's largest where too few
+        rows are free), where all fit it (their need within its cache, the rows within
+        the engine's budgets); else they are grouped with the prompts waiting for theirs,
+        after the group generating. `join_only`: None, and nothing added, unless they all
+        join the group generating now (`joins`)."""
+        if join_only and not self.joins(prompts, new):
+            return None
+        indices = self._append(prompts, new, stop_at_eos)
+        joining = [i for i in indices if i in self._needs]
+        group = self._current() if joining else None
+        if group is not None:
+            need = max(self._needs[i] for i in joining)
+            rows = group.admit([self.prompts[i] for i in joining], need)
+            if rows is not None:
+                self._rows.update(zip(rows, joining, strict=True))
+                return indices
+        self._plan(joining)
+        return indices
+
     def step(self) -> int:
         """A token of every unfinished continuation of the group generating (the next
         group started, its prompts prefilled, where the last one has ended); returns how
         many tokens it generated (0 once `done`)."""
-        while self.over(self._members):
-            self._group = None  # its caches freed
+        while self.over(self._rows.values()):
+            self._group, self._rows = None, {}  # its caches freed
             if not self._waiting:
                 return 0
-            self._members = self._waiting.pop(0)
-            if self.over(self._members):  # its prompts all left: nothing to prefill
+            members = self._waiting.pop(0)
+            if self.over(members):  # its prompts all left: nothing to prefill
                 continue
-            prompts = [self.prompts[i] for i in self._members]
-            need = max(self._needs[i] for i in self._members)
+            prompts = [self.prompts[i] for i in members]
+            need = max(self._needs[i] for i in members)
             self._group = self.engine.kv_decoder.start(prompts, need, self._gates)
-        held = [row for row, i in enumerate(self._members) if self._over(i)]
-        picked = self._group.step(held)
+            self._rows = dict(enumerate(members))
+        self._release()
+        picked = self._group.step()
         made = 0
-        for row, i in enumerate(self._members):
-            if self._over(i):
-                continue
+        for row, i in self._rows.items():
             t, grown = int(picked[row]), self.grown[i]
             grown.append(t)
             made += 1
@@ -255,7 +329,7 @@ class Continuations:
             elif self.prompts[i].length + len(grown) >= self.limit:
                 self.stops[i] = "limit"
         if self.done:
-            self._group = None  # its caches freed
+            self._group, self._rows = None, {}  # its caches freed
         return made
 
     def results(self, indices=None) -> list[Generation | None]:

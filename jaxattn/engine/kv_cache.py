@@ -30,6 +30,22 @@ the batch a power of two within the engine's budgets (the cache's bytes under th
 output budget, a prefill chunk's [H, C, S + C] scores under the attention budget), so a
 server compiles a few programs, not one per request (`warmup` compiles them ahead).
 
+Prompts may join a group between its steps (`Group.admit`: continuous batching, as
+vLLM's and TGI's): into its free rows (padding rows, and rows whose sequence the caller
+`release`d as over), the batch grown a size of its ladder at a time where too few are
+free (`KVDecoder.grown`: a program that copies the caches into larger ones, the old
+and the new on the device together for its duration). A joining prompt is prefilled
+in a group of the smallest size (one sequence a device: its prefill costs its own
+rows, not all of the group's), then its row is put into the group's caches
+(`KVDecoder.inserted`: one sequence's cache written in place, the other rows
+untouched). No program is compiled per join: `warmup` compiles, with each shape, its
+growth to the next size, the smallest size's prefill and the insertion. The
+invariant holds for a row taken over, whose cache is the joining prompt's own
+whole. A prompt cannot join where its need (prompt + new tokens - 1) is past the
+group's cache length, or where the largest batch of that length has too few free
+rows: `admit` returns None and the caller runs it in a later group
+(`generate.Continuations.add`).
+
 The cached step computes the same function as the whole-sequence forward, with the
 contractions over other shapes: its logits agree within float32 rounding, not bit
 for bit (transformers' own cached generate differs from its uncached forward the
@@ -104,7 +120,7 @@ class KVDecoder:
             self._w = jax.device_put(
                 np.asarray(causal_lm.unembedding(engine), np.float32), replicated
             )
-        self._batch = batch
+        self._batch, self._replicated = batch, replicated
         ins = (replicated, replicated, batch, batch, batch, batch, replicated)
         # Module functions given the model, not bound methods: a jitted function holds
         # its function, and a method would hold the decoder (a cycle).
@@ -117,6 +133,19 @@ class KVDecoder:
         # also reads them, XLA copies both caches before writing, twice).
         self._write = jax.jit(
             _write, in_shardings=(batch,) * 5, out_shardings=(batch,) * 2, donate_argnums=(0, 1)
+        )
+        # A group grown to a larger batch for prompts joining it (`Group.admit`): its
+        # caches copied into the larger ones, the new rows zero.
+        self._grow = jax.jit(
+            _grow, static_argnums=(2,), in_shardings=(batch,) * 2, out_shardings=(batch,) * 2
+        )
+        # A joining prompt's row, prefilled in a group of its own, put into a group's
+        # caches (donated: updated in place, the other rows untouched).
+        self._insert = jax.jit(
+            _insert,
+            in_shardings=(batch,) * 4 + (replicated,) * 2,
+            out_shardings=(batch,) * 2,
+            donate_argnums=(0, 1),
         )
         self._compiled: set[tuple] = set()
         self._largest = False  # warmed up at the largest batch sizes only: groups pad to them
@@ -174,12 +203,15 @@ class KVDecoder:
         with a cache of `length` positions: the batch the smallest size of the ladder
         holding them (the largest once `warmup` compiled only those: padding rows cost
         less than a compile on a device where a compile costs seconds)."""
-        devices = len(self.devices)
+        sizes = self.sizes(length)
+        fits = [s for s in sizes if s >= count and not self._largest]
+        return Shape(min(fits, default=sizes[-1]), length, self.chunk(length))
+
+    def sizes(self, length: int) -> list[int]:
+        """The batch sizes (all devices) of a group with a cache of `length` positions,
+        smallest first: the ladder of `largest_batch` a device (`batching.ladder`)."""
         ladder = batching.ladder(self.largest_batch(length), self.engine.budgets.size_step)
-        per_device = -(-count // devices)
-        fits = [s for s in ladder if s >= per_device and not self._largest]
-        size = min(fits, default=ladder[0])
-        return Shape(size * devices, length, self.chunk(length))
+        return [s * len(self.devices) for s in reversed(ladder)]
 
     def groups(self, needs: dict) -> list[list[int]]:
         """Sequences {index: the positions it feeds (`need`)} in groups run together
@@ -207,6 +239,24 @@ class KVDecoder:
         *picked, k, v = program(params, self._head(params), ids, starts, keys, values, gates)
         keys, values = self._write(keys, values, k, v, starts)
         return (picked[0] if picked else None), keys, values
+
+    def inserted(self, keys, values, new_keys, new_values, src: int, row: int):
+        """The caches (keys, values) with row `src` of another group's (new_keys,
+        new_values, of the same length: a joining prompt's, `Group.admit`) put in `row`,
+        in place: one sequence's cache bytes written."""
+        pair = (keys.shape[0], new_keys.shape[0])
+        self._compiled.add(("insert", pair, keys.shape[-2], False))
+        where = jax.device_put((np.int32(src), np.int32(row)), self._replicated)
+        return self._insert(keys, values, new_keys, new_values, *where)
+
+    def grown(self, keys, values, batch: int):
+        """The caches (keys, values) of a group grown to `batch` rows (`Group.admit`: the
+        next size of its ladder): its rows first, as they were, the new ones zero. A
+        program of its own that reads the old caches once and writes the new ones (the
+        old freed after: the device holds both for its duration; a step's bytes of the
+        cache read, once)."""
+        self._compiled.add(("grow", (keys.shape[0], batch), keys.shape[-2], False))
+        return self._grow(keys, values, batch)
 
     def _head(self, params):
         """The next-token head [V, D] on the devices (`unembedding`)."""
@@ -249,58 +299,159 @@ class KVDecoder:
         return made
 
     def _compile(self, shape: Shape) -> int:
-        """Compile a shape's prefill and step, and their writes into the caches (without
-        running them); returns how many were not compiled before."""
-        made = 0
+        """Compile a shape's prefill and step, their writes into the caches, and what a
+        prompt joining a group of it runs (`Group.admit`): the batch's growth to the
+        next size of its length, the prefill (and write) of the smallest size and its
+        rows' insertion; without running them. Returns how many were not compiled
+        before."""
         c = self.config
 
-        def array(dims, dtype=jnp.float32):
+        def array(batch, width=shape.length, dtype=jnp.float32):
+            if dtype != jnp.float32:
+                return jax.ShapeDtypeStruct((batch, width), dtype, sharding=self._batch)
+            dims = (batch, c.num_layers, c.kv_heads, width, c.head_dim)
             return jax.ShapeDtypeStruct(dims, dtype, sharding=self._batch)
 
-        k = array((shape.batch, c.num_layers, c.kv_heads, shape.length, c.head_dim))
-        starts = array((shape.batch,), jnp.int32)
-        params = self.engine.step.params
-        for kind, program, width in (
-            ("prefill", self._prefill, shape.chunk),
-            ("step", self._step, 1),
-        ):
-            ids = array((shape.batch, width), jnp.int32)
-            rows = array((shape.batch, c.num_layers, c.kv_heads, width, c.head_dim))
-            for name, jitted, args in (
-                (kind, program, (params, self._head(params), ids, starts, k, k, None)),
-                ("write", self._write, (k, k, rows, rows, starts)),
-            ):
-                key = (name, (shape.batch, width), shape.length, False)
-                if key not in self._compiled:
-                    jitted.lower(*args).compile()
-                    self._compiled.add(key)
-                    made += 1
+        def scalar():
+            return jax.ShapeDtypeStruct((), jnp.int32, sharding=self._replicated)
+
+        params, n = self.engine.step.params, shape.batch
+        sizes = self.sizes(shape.length)
+        bigger, smallest = [s for s in sizes if s > n], sizes[0]
+        programs = []
+        for batch, kinds in ((n, ("prefill", "step")), (smallest, ("prefill",))):
+            k = array(batch)
+            starts = jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=self._batch)
+            for kind in kinds:
+                program, width = (
+                    (self._prefill, shape.chunk) if kind == "prefill" else (self._step, 1)
+                )
+                ids, rows = array(batch, width, jnp.int32), array(batch, width)
+                head = self._head(params)
+                programs.append(
+                    (
+                        (kind, (batch, width), shape.length, False),
+                        program,
+                        (params, head, ids, starts, k, k, None),
+                    )
+                )
+                programs.append(
+                    (
+                        ("write", (batch, width), shape.length, False),
+                        self._write,
+                        (k, k, rows, rows, starts),
+                    )
+                )
+        k, small = array(n), array(smallest)
+        programs.append(
+            (
+                ("insert", (n, smallest), shape.length, False),
+                self._insert,
+                (k, k, small, small, scalar(), scalar()),
+            )
+        )
+        if bigger:
+            programs.append(
+                (("grow", (n, bigger[0]), shape.length, False), self._grow, (k, k, bigger[0]))
+            )
+        made = 0
+        for key, jitted, args in programs:
+            if key not in self._compiled:
+                jitted.lower(*args).compile()
+                self._compiled.add(key)
+                made += 1
         return made
 
 
 class Group:
     """Sequences generating together: their caches on the device, each one's position.
 
-    `step(held)` feeds each sequence's newest token and returns the next ones; the
-    caller decides when a sequence has ended (a row in `held` stays where it is: it
-    keeps computing, its position and cache no longer move, until the group is done).
+    `step(held)` feeds each active row's newest token and returns the next ones; the
+    caller decides when a sequence has ended: a row in `held` stays where it is (it
+    keeps computing, its position and cache no longer move), a row `release`d is free
+    for a prompt that joins the group between steps (`admit`), as are the padding rows.
     """
 
     def __init__(self, decoder: KVDecoder, shape: Shape, prompts, gates):
         self.decoder, self.shape, self.gates = decoder, shape, gates
-        n = self.count = len(prompts)
-        lengths = np.array([p.length for p in prompts])
-        # position of the token each sequence feeds next: its last prompt token's
+        # position of the token each row feeds next (its last prompt token's at first),
+        # that token, and whether the row holds a sequence that goes on (not padding, not
+        # released)
         self.positions = np.zeros(shape.batch, np.int32)
-        self.positions[:n] = lengths - 1
         self.tokens = np.zeros(shape.batch, np.int32)
-        self.tokens[:n] = [p.ids[-1] for p in prompts]
+        self.active = np.zeros(shape.batch, bool)
         self.keys, self.values = decoder.empty(shape)
-        self._prefill(prompts, int(lengths.max()) - 1)
+        self._prefill(prompts)
 
-    def _prefill(self, prompts, longest: int) -> None:
-        """Positions 0..n-2 of every prompt into the caches, `shape.chunk` at a time."""
-        chunk, d = self.shape.chunk, self.decoder
+    @property
+    def free(self) -> list[int]:
+        """The rows a joining prompt may take: padding rows and released ones."""
+        return np.flatnonzero(~self.active).tolist()
+
+    def release(self, rows) -> None:
+        """These rows' sequences are over: they no longer move, and `admit` may give
+        them to new prompts."""
+        self.active[list(rows)] = False
+
+    def room(self, count: int, need: int) -> int | None:
+        """The batch the group would have once `count` prompts joined it (`admit`),
+        feeding up to `need` positions: its own where its free rows hold them, else the
+        smallest size of its cache length's ladder that does (`KVDecoder.sizes`); None
+        where they cannot join (the need past the cache, or more prompts than the
+        largest batch's free rows)."""
+        if need > self.shape.length:
+            return None
+        if count <= len(self.free):
+            return self.shape.batch
+        rows = int(self.active.sum()) + count
+        return next((s for s in self.decoder.sizes(self.shape.length) if s >= rows), None)
+
+    def admit(self, prompts, need: int) -> list[int] | None:
+        """Prompts joining the group between steps, feeding up to `need` positions
+        (`KVDecoder.need`, at most the group's cache length): their rows (free ones, the
+        batch grown first where too few are free, a size of the ladder at a time up to
+        the smallest holding them: `KVDecoder.grown`), each prefilled in a group of the
+        smallest size and its whole row's cache put in its row (`KVDecoder.inserted`),
+        the other rows' caches untouched; None, and nothing changed, where they do not
+        fit (`room`). A row's earlier sequence leaves nothing behind: the inserted cache
+        is the joining prompt's own, what its prefill group's padding left beyond its
+        prompt never read (a query at p reads < p)."""
+        batch = self.room(len(prompts), need)
+        if batch is None:
+            return None
+        d, sizes = self.decoder, self.decoder.sizes(self.shape.length)
+        for size in sizes:
+            if self.shape.batch < size <= batch:  # a step of the ladder (`warmup`'s)
+                more = size - self.shape.batch
+                self.keys, self.values = d.grown(self.keys, self.values, size)
+                self.shape = dataclasses.replace(self.shape, batch=size)
+                self.positions = np.concatenate([self.positions, np.zeros(more, np.int32)])
+                self.tokens = np.concatenate([self.tokens, np.zeros(more, np.int32)])
+                self.active = np.concatenate([self.active, np.zeros(more, bool)])
+        rows = self.free[: len(prompts)]
+        # Prefilled in groups of the smallest size (one sequence a device), their rows
+        # then put into this group's caches: a prefill costs the joining prompts' rows,
+        # not all of this group's.
+        small = dataclasses.replace(self.shape, batch=sizes[0])
+        for at in range(0, len(rows), small.batch):
+            part = Group(d, small, prompts[at : at + small.batch], self.gates)
+            for src, row in enumerate(rows[at : at + small.batch]):
+                self.keys, self.values = d.inserted(
+                    self.keys, self.values, part.keys, part.values, src, row
+                )
+                self.positions[row], self.tokens[row] = part.positions[src], part.tokens[src]
+                self.active[row] = True
+        return rows
+
+    def _prefill(self, prompts) -> None:
+        """The prompts in the first rows: active, at their last token, positions 0..n-2
+        of each written into its row's cache, `shape.chunk` at a time."""
+        n = len(prompts)
+        lengths = np.array([p.length for p in prompts])
+        self.positions[:n] = lengths - 1
+        self.tokens[:n] = [p.ids[-1] for p in prompts]
+        self.active[:n] = True
+        chunk, d, longest = self.shape.chunk, self.decoder, int(lengths.max()) - 1
         width = -(-longest // chunk) * chunk
         ids = np.zeros((self.shape.batch, width), np.int32)
         for row, p in enumerate(prompts):
@@ -318,16 +469,16 @@ class Group:
             )
 
     def step(self, held=()) -> np.ndarray:
-        """Feed every sequence's current token at its position: the next tokens [batch]
-        (rows past the group's sequences are padding). Rows in `held` do not move on
-        (their result is to be ignored).
+        """Feed every row's current token at its position: the next tokens [batch] (only
+        active rows' mean anything). Active rows in `held` do not move on (their result
+        is to be ignored), as rows not active.
 
         Raises:
           UsageError: a moving sequence's position past the cache (more steps than the
             group was started for): its write would be clamped to the cache's end.
         """
         d, length = self.decoder, self.shape.length
-        moving = np.arange(self.shape.batch) < self.count  # padding rows stay put
+        moving = self.active.copy()
         moving[list(held)] = False
         past = np.flatnonzero(moving & (self.positions >= length))
         if past.size:
@@ -383,6 +534,26 @@ def _write(keys, values, new_keys, new_values, starts):
         return lax.dynamic_update_slice_in_dim(cache, new.astype(cache.dtype), start, axis=2)
 
     return jax.vmap(one)(keys, new_keys, starts), jax.vmap(one)(values, new_values, starts)
+
+
+def _insert(keys, values, new_keys, new_values, src, row):
+    """keys, values [B, L, H_kv, S, K] with row `src` of new_keys, new_values [b, L,
+    H_kv, S, K] written in row `row`."""
+
+    def one(cache, new):
+        part = lax.dynamic_slice_in_dim(new, src, 1, axis=0)
+        return lax.dynamic_update_slice_in_dim(cache, part, row, axis=0)
+
+    return one(keys, new_keys), one(values, new_values)
+
+
+def _grow(keys, values, batch: int):
+    """keys, values [B, L, H_kv, S, K] grown to `batch` rows, the new ones zero."""
+
+    def pad(cache):
+        return jnp.pad(cache, [(0, batch - cache.shape[0])] + [(0, 0)] * (cache.ndim - 1))
+
+    return pad(keys), pad(values)
 
 
 def _next_ids(h, w, softcap: float = 0.0):

@@ -186,6 +186,7 @@ def test_at_most_cached_generations_hold_their_caches_at_once(batcher, svc_gpt2,
         return made
 
     monkeypatch.setattr(generation.SharedGeneration, "step", counting)
+    batcher.join = False  # B would join A's run (test_service_generate_joining)
     asks = [("The quick brown fox", STEPS, False), ("Hello, world.", STEPS, False)]
     asks += [("a", 6, False), ("one two three", 6, False)]
     (a,) = _generating_many(batcher, svc_gpt2, asks[:1])
