@@ -56,6 +56,17 @@ class GenerationAsk:
     stop_at_eos: bool = True
 
 
+def joins_by_default(engine) -> bool:
+    """Whether a server on `engine` lets generating calls join a shared generation under
+    way when not told (`ServerOptions.join_generations`): on an accelerator, where a
+    step of one token costs about the same for one row as for a few (it reads the
+    weights and caches either way), not on the CPU, where it grows with the rows: there
+    two small runs side by side beat one run that late calls slow down (GPT-2 small,
+    2-core CPU, six clients 0.25 s apart: joining took 1.47x the time; BENCHMARKS.md)."""
+    devices = getattr(engine, "devices", None)  # an engine double has none
+    return bool(devices) and devices[0].platform != "cpu"
+
+
 def generator_problem(engine) -> str | None:
     """Why `engine` cannot generate (an encoder, a decoder without its next-token head),
     in words, or None where it can."""

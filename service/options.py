@@ -62,6 +62,11 @@ class ServerOptions:
         beyond; ModelInfo.max_new_tokens); 0: this server does not generate. A
         generation of N tokens is a prefill and N one-token steps of its texts, run a
         step per turn.
+      join_generations: whether a generating call joins a shared generation under
+        way (`service.generation.SharedGeneration.join`: continuous batching) rather
+        than starting a run of its own; None (the default): on an accelerator, not on
+        the CPU, where a step's cost grows with its rows (GPT-2 small, 2-core CPU, six
+        staggered clients: 0.68x the time without joining; BENCHMARKS.md).
       metrics_port: serve Prometheus metrics over plain HTTP at /metrics on this
         port of the server's host (0: a free one, `AttentionServer.metrics_port`);
         None (the default): no metrics endpoint (`service.metrics`).
@@ -88,6 +93,7 @@ class ServerOptions:
     max_workers: int | None = None
     metrics_port: int | None = None
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    join_generations: bool | None = None
 
     def __post_init__(self):
         for name in (

@@ -28,6 +28,7 @@ from jaxattn.netaddr import check_listen_address
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs
 from service.auth import BearerTokenInterceptor, ClientInterceptor, client_name
+from service.generation import joins_by_default
 from service.health import HealthServicer
 from service.metrics import ServerMetrics
 from service.micro_batching import MicroBatcher
@@ -175,6 +176,11 @@ def create_server(
         window_s=options.batch_window_s,
         max_batch_examples=options.max_batch_examples,
         merge=options.micro_batching,
+        join=(
+            joins_by_default(engine)
+            if options.join_generations is None
+            else options.join_generations
+        ),
         buffer_bytes=options.request_buffer_bytes,
         total_bytes=options.max_buffered_bytes,
         stall_s=options.slow_reader_s,

@@ -84,6 +84,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-micro-batching", action="store_true", help="run every request in its own engine call"
     )
+    p.add_argument(
+        "--join-generations",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="a generating request joins a generation under way (continuous batching): "
+        "auto (default) on a GPU/TPU, not on the CPU",
+    )
     p.add_argument("--tls-cert", metavar="PEM", help="certificate chain (serve TLS only)")
     p.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
     p.add_argument(
@@ -230,6 +237,7 @@ def server_options(args: argparse.Namespace):
         batch_window_s=args.batch_window_ms / 1e3,
         max_batch_examples=args.max_batch,
         micro_batching=not args.no_micro_batching,
+        join_generations={"auto": None, "on": True, "off": False}[args.join_generations],
         token=token,
         clients=clients,
         tls_cert=_read(args.tls_cert),

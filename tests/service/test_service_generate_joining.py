@@ -131,3 +131,27 @@ def test_a_call_whose_need_exceeds_the_runs_cache_starts_its_own(svc_gpt2, runs)
             b.release(job)
         b.close(timeout=10)
     assert got[1].tokens == _alone(svc_gpt2, "The quick brown fox", LONG).tokens
+
+
+def test_a_server_joins_on_an_accelerator_unless_told(svc_gpt2):
+    from types import SimpleNamespace
+
+    from jaxattn.cli import build_parser
+    from jaxattn.cli.serve_cmd import server_options
+    from service import create_server
+
+    gpu = SimpleNamespace(devices=[SimpleNamespace(platform="gpu")])
+    assert generation.joins_by_default(gpu)
+    assert not generation.joins_by_default(svc_gpt2)  # the CPU: a step costs its rows
+    assert not generation.joins_by_default(SimpleNamespace())  # a double: no devices
+    for told, want in ((None, False), (True, True), (False, False)):
+        server, _ = create_server(svc_gpt2, "127.0.0.1:0", join_generations=told)
+        try:
+            assert server.batcher.join is want, told
+        finally:
+            server.stop(0)
+    for flag, want in (("auto", None), ("on", True), ("off", False)):
+        args = build_parser().parse_args(["serve", "--join-generations", flag])
+        assert server_options(args).join_generations is want, flag
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--join-generations", "yes"])
