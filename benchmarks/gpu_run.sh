@@ -163,6 +163,10 @@ for stage in "${wanted[@]}"; do
       # each a run of its own (GPT-2 small's shape; the tiny test GPT-2 in the smoke run)
       step 150 "$py" benchmarks/service_generate.py --new "$(s 4 24)" --rounds "$(s 1 3)" \
         --clients "$(s 2 8)" $(s "" "--synthetic gpt2-small")
+      # the same clients 0.1 s apart: joining the run under way (continuous batching, on
+      # by default on a GPU) against each starting its own
+      step 150 "$py" benchmarks/service_generate.py --stagger 0.1 --new "$(s 4 24)" \
+        --rounds "$(s 1 3)" --clients "$(s 2 8)" $(s "" "--synthetic gpt2-small")
       if [ -n "$smoke" ]; then
         step 300 "${bench[@]}" --synthetic gpt2-small --tokens 16 -n 2 --repeats 1 \
           --json "$OUT/decoders-gpt2.json"

@@ -132,7 +132,12 @@ def concurrent(engine, new: int, clients: int, rounds: int) -> dict:
     for name, merge in (("merged", merging), ("alone", lambda e, runs: merging(e, runs[:1]))):
         batching.merge = merge
         try:
-            with running_server(engine, max_new_tokens=new) as (_, address):
+            # joining on whatever the platform (the server's default joins on an
+            # accelerator only); the "alone" arm's patch finds no run to join
+            with running_server(engine, max_new_tokens=new, join_generations=True) as (
+                _,
+                address,
+            ):
                 conns = [AttentionClient(address, timeout=300) for _ in texts]
                 try:
                     wave = functools.partial(_wave, conns, texts, kw)

@@ -61,8 +61,9 @@ def joins_by_default(engine) -> bool:
     way when not told (`ServerOptions.join_generations`): on an accelerator, where a
     step of one token costs about the same for one row as for a few (it reads the
     weights and caches either way), not on the CPU, where it grows with the rows: there
-    two small runs side by side beat one run that late calls slow down (GPT-2 small,
-    2-core CPU, six clients 0.25 s apart: joining took 1.47x the time; BENCHMARKS.md)."""
+    two small runs side by side do as well as or better than one run that late calls
+    slow down (staggered clients, 2-core CPU: joining 0.92-0.99x the time without on a
+    quiet machine, 0.68x under load; BENCHMARKS.md)."""
     devices = getattr(engine, "devices", None)  # an engine double has none
     return bool(devices) and devices[0].platform != "cpu"
 

@@ -65,8 +65,9 @@ class ServerOptions:
       join_generations: whether a generating call joins a shared generation under
         way (`service.generation.SharedGeneration.join`: continuous batching) rather
         than starting a run of its own; None (the default): on an accelerator, not on
-        the CPU, where a step's cost grows with its rows (GPT-2 small, 2-core CPU, six
-        staggered clients: 0.68x the time without joining; BENCHMARKS.md).
+        the CPU, where a step's cost grows with its rows and joining bought nothing
+        (staggered clients on a 2-core CPU: 0.92-0.99x the time without joining on a
+        quiet machine, 0.68x under load; BENCHMARKS.md).
       metrics_port: serve Prometheus metrics over plain HTTP at /metrics on this
         port of the server's host (0: a free one, `AttentionServer.metrics_port`);
         None (the default): no metrics endpoint (`service.metrics`).
