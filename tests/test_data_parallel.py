@@ -68,15 +68,31 @@ GENERATE = textwrap.dedent(
     import jax, jaxattn
     assert jax.local_device_count() == 4, jax.local_devices()
     engine = jaxattn.load(sys.argv[1], max_batch=2)
-    gens = engine.generate(json.loads(sys.argv[2]), 6, stop_at_eos=False)
-    print(json.dumps([list(g.ids) for g in gens]))
+    texts = json.loads(sys.argv[2])
+    gens = engine.generate(texts, 6, stop_at_eos=False)
+    # the first three join the last three's group (the longest prompt's cache) after
+    # two steps: its batch grows from 4 rows (1 a device) to 8 and their rows go in
+    # across the devices
+    from jaxattn.engine.generate import Continuations
+    prompts = engine.tokenize(texts)
+    run = Continuations(engine, prompts[3:], 6, stop_at_eos=False)
+    run.step(), run.step()
+    before = run._group.shape.batch
+    assert run.add(prompts[:3], 6, False, join_only=True) == [3, 4, 5]
+    grown = run._group.shape.batch
+    while not run.done:
+        run.step()
+    print(json.dumps([before, grown]))
+    joined = [list(g.ids) for g in run.results()]
+    print(json.dumps([[list(g.ids) for g in gens], joined[3:] + joined[:3]]))
     """
 )
 
 
 def test_four_devices_generate_what_one_device_does(tmp_path):
     # Six prompts of different lengths in one group of 8 rows, 2 a device (the key/value
-    # caches sharded with the batch, two padding rows), against one device in-process.
+    # caches sharded with the batch, two padding rows), and three joining the other
+    # three's group (grown, rows inserted across devices), against one device in-process.
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "families"))
     from gpt2_fixture import make_gpt2_checkpoint
 
@@ -95,4 +111,6 @@ def test_four_devices_generate_what_one_device_does(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     want = [list(g.ids) for g in jaxattn.load(path).generate(texts, 6, stop_at_eos=False)]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == want
+    *_, shapes, got = proc.stdout.strip().splitlines()
+    assert json.loads(shapes) == [4, 8]
+    assert json.loads(got) == [want, want]

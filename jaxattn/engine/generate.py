@@ -281,8 +281,8 @@ class Continuations:
         """More prompts (TokenizedTexts, None where one is left out; with each one's N and
         EOS rule, or one for all) for a run under way: their indices. They join the group
         generating now, in free rows, between its steps (`Group.admit`: prefilled, the
-        other rows untouched, the batch grown to its cache length's largest where too few
-        rows are free), where all fit it (their need within its cache, the rows within
+        other rows untouched, the batch grown to the smallest size of its ladder holding
+        them where too few rows are free), where all fit it (their need within its cache, the rows within
         the engine's budgets); else they are grouped with the prompts waiting for theirs,
         after the group generating. `join_only`: None, and nothing added, unless they all
         join the group generating now (`joins`)."""
