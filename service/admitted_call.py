@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 from jaxattn.capture.part import ends_example
+from jaxattn.errors import DeviceMemoryError
 
 
 class JobCancelled(Exception):
@@ -29,6 +30,18 @@ class JobCancelled(Exception):
 
 class EngineFailed(Exception):
     """The engine raised while running the job's batch (a bug: INTERNAL)."""
+
+
+class DeviceMemoryExhausted(EngineFailed):
+    """The job's work does not fit the device's memory even alone
+    (`jaxattn.DeviceMemoryError`, after the engine's own halving): not a bug, a request
+    too large for this device (RESOURCE_EXHAUSTED, "device_memory")."""
+
+
+def engine_failure(error: BaseException) -> EngineFailed:
+    """What a job fails with when the engine raised `error` running it."""
+    kind = DeviceMemoryExhausted if isinstance(error, DeviceMemoryError) else EngineFailed
+    return kind(f"{type(error).__name__}: {error}")
 
 
 class SlowReader(Exception):

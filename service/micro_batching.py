@@ -62,7 +62,7 @@ from collections.abc import Callable, Sequence
 
 from jaxattn.capture.part import ends_example
 from service.admission import STREAM_CHUNKS, QueueFull, example_sizes, refusal, reservation
-from service.admitted_call import EngineFailed, Job, JobCancelled, SlowReader
+from service.admitted_call import EngineFailed, Job, JobCancelled, SlowReader, engine_failure
 from service.generation import CACHED_GENERATIONS, GenerationRun, merge
 from service.grouped_runs import PREEMPT_IDLE_S, GroupedRuns, Run
 
@@ -556,7 +556,7 @@ class MicroBatcher:
         except Exception as e:
             log.error("engine failed generating: %s", type(e).__name__, exc_info=e)
             with self._lock:
-                job.fail(EngineFailed(f"{type(e).__name__}: {e}"))
+                job.fail(engine_failure(e))
             made, sequences = 0, None
         with self._lock:
             self.stats["generated_tokens"] += made
@@ -626,7 +626,7 @@ class MicroBatcher:
             )
             with self._lock:
                 for job, _ in run.group:
-                    job.fail(EngineFailed(f"{type(e).__name__}: {e}"))
+                    job.fail(engine_failure(e))
         finally:
             if not suspended:
                 self._finish(run)

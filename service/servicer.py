@@ -13,6 +13,7 @@ import grpc
 from jaxattn.quantities import QUANTITIES, STATISTICS
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs, serialize_coalesced, serialize_example
+from service.admitted_call import DeviceMemoryExhausted
 from service.micro_batching import EngineFailed, JobCancelled, MicroBatcher, QueueFull, SlowReader
 from service.prefetch import prefetch
 from service.quotas import caller
@@ -190,6 +191,10 @@ class AttentionServicer:
             else:  # the batcher was closed under a live call: the server is stopping
                 stats["code"] = "UNAVAILABLE"
                 context.abort(grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
+        except DeviceMemoryExhausted as e:  # too large for the device even alone
+            stats["code"] = "RESOURCE_EXHAUSTED"
+            context.set_trailing_metadata((("jaxattn-limit", "device_memory"),))
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
         except EngineFailed as e:
             stats["code"] = "INTERNAL"
             context.abort(grpc.StatusCode.INTERNAL, f"the engine failed on this batch: {e}")

@@ -18,14 +18,20 @@ text's single-text result).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterator, Sequence
+
+import jax
 
 from jaxattn.continuations import check_new_tokens
 from jaxattn.engine.causal_lm import has_lm_head
+from jaxattn.engine.oom import out_of_memory
 from jaxattn.engine.pipeline import in_order
 from jaxattn.engine.tokenize import TokenizedText
-from jaxattn.errors import GenerationTooLongError, InputError, UsageError
+from jaxattn.errors import DeviceMemoryError, GenerationTooLongError, InputError, UsageError
 from jaxattn.stream import too_long_policy
+
+log = logging.getLogger("jaxattn.engine")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -282,10 +288,10 @@ class Continuations:
         EOS rule, or one for all) for a run under way: their indices. They join the group
         generating now, in free rows, between its steps (`Group.admit`: prefilled, the
         other rows untouched, the batch grown to the smallest size of its ladder holding
-        them where too few rows are free), where all fit it (their need within its cache, the rows within
-        the engine's budgets); else they are grouped with the prompts waiting for theirs,
-        after the group generating. `join_only`: None, and nothing added, unless they all
-        join the group generating now (`joins`)."""
+        them where too few rows are free), where all fit it (their need within its
+        cache, the rows within the engine's budgets); else they are grouped with the
+        prompts waiting for theirs, after the group generating. `join_only`: None, and
+        nothing added, unless they all join the group generating now (`joins`)."""
         if join_only and not self.joins(prompts, new):
             return None
         indices = self._append(prompts, new, stop_at_eos)
@@ -300,6 +306,44 @@ class Continuations:
         self._plan(joining)
         return indices
 
+    def _start(self, members: list[int]) -> tuple[list[int], object]:
+        """(the members started, their `kv_cache.Group`): the group of `members`, or where
+        the device runs out of memory for it (its caches, a prefill chunk's scores: the
+        engine's budgets are an estimate, as for captures, `jaxattn.engine.oom`), its
+        first half, the rest waiting first, and so on down to one prompt.
+
+        Raises:
+          DeviceMemoryError: one prompt's caches do not fit the device alone.
+        """
+        decoder = self.engine.kv_decoder
+        while True:
+            need = max(self._needs[i] for i in members)
+            try:
+                return members, decoder.start([self.prompts[i] for i in members], need, self._gates)
+            except jax.errors.JaxRuntimeError as e:
+                if not out_of_memory(e):
+                    raise
+                if len(members) == 1:
+                    length = decoder.cache_length(need)
+                    mib = decoder.cache_bytes(length) / 2**20
+                    raise DeviceMemoryError(
+                        f"a prompt of {self.prompts[members[0]].length} tokens continued "
+                        f"by up to {self.news[members[0]]} does not fit the device's memory "
+                        f"even alone: it feeds {need} positions, a key/value cache of "
+                        f"{length} positions ({mib:.1f} MiB) and a prefill chunk of "
+                        f"{decoder.chunk(length)}; ask for fewer new tokens or a shorter "
+                        f"prompt ({e})"
+                    ) from None
+                half = (len(members) + 1) // 2
+                log.warning(
+                    "generation: a group of %d ran out of device memory, %d and %d now",
+                    len(members),
+                    half,
+                    len(members) - half,
+                )
+                self._waiting.insert(0, members[half:])
+                members = members[:half]
+
     def step(self) -> int:
         """A token of every unfinished continuation of the group generating (the next
         group started, its prompts prefilled, where the last one has ended); returns how
@@ -311,9 +355,7 @@ class Continuations:
             members = self._waiting.pop(0)
             if self.over(members):  # its prompts all left: nothing to prefill
                 continue
-            prompts = [self.prompts[i] for i in members]
-            need = max(self._needs[i] for i in members)
-            self._group = self.engine.kv_decoder.start(prompts, need, self._gates)
+            members, self._group = self._start(members)
             self._rows = dict(enumerate(members))
         self._release()
         picked = self._group.step()

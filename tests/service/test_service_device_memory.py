@@ -1,0 +1,38 @@
+"""Work too large for the device even alone (`jaxattn.DeviceMemoryError`, after the
+engine's own halving) is RESOURCE_EXHAUSTED with `jaxattn-limit: device_memory` and the
+engine's numbers, not INTERNAL (a server bug); other engine failures stay INTERNAL. A
+generation whose key/value cache the device cannot hold is the case (XLA's failure
+simulated: this CPU does not run out)."""
+
+from __future__ import annotations
+
+import grpc
+import jax
+import pytest
+from local_server import running_server
+
+from jaxattn.client import AttentionClient
+from jaxattn.client.errors import AttentionServiceError
+from jaxattn.engine import kv_cache
+
+
+@pytest.mark.parametrize(
+    "error, code, limit",
+    [
+        ("RESOURCE_EXHAUSTED: Out of memory allocating 9.00GiB", "RESOURCE_EXHAUSTED", True),
+        ("INTERNAL: something else", "INTERNAL", False),
+    ],
+)
+def test_a_generation_the_device_cannot_hold(svc_gpt2, monkeypatch, error, code, limit):
+    def start(self, prompts, need, gates=None):
+        raise jax.errors.JaxRuntimeError(error)
+
+    monkeypatch.setattr(kv_cache.KVDecoder, "start", start)
+    with running_server(svc_gpt2) as (_, address), AttentionClient(address) as client:
+        with pytest.raises(AttentionServiceError) as e:
+            client.capture(["one two three"], what=["attention"], generate=4)
+    assert e.value.code == getattr(grpc.StatusCode, code)
+    assert e.value.limit == ("device_memory" if limit else None)
+    if limit:
+        assert "does not fit the device's memory even alone" in e.value.message
+        assert "key/value cache of 16 positions" in e.value.message
