@@ -6,6 +6,7 @@ each prompt generated alone by the engine (`Engine.generate`)."""
 
 from __future__ import annotations
 
+import generate_support  # noqa: F401  (puts tests/families on the path)
 import pytest
 from llama_variants_fixture import make_variant_checkpoint
 
