@@ -12,11 +12,12 @@ is one forward of all their prompts, each with its own N and EOS rule, and each 
 their turns is a step of the shared run. A generating request about to take its
 first step while a shared run is under way joins it where it can (`SharedGeneration.
 join`: continuous batching): its prompts take the free rows of the group generating
-now (padding rows, rows whose continuation ended; the batch grown to its cache
-length's largest where too few are free), prefilled between two steps without
-touching the other rows, so it neither waits for that run to end nor holds caches
-of its own. It cannot join where a prompt's prompt + N - 1 positions exceed the
-group's cache length or the group's largest batch has too few free rows: then it
+now (padding rows, rows whose continuation ended; the batch grown to the smallest
+size of its cache length's ladder holding them where too few are free), prefilled
+between two steps without touching the other rows, so it neither waits for that run
+to end nor holds caches of its own. It cannot join where a prompt's prompt + N - 1
+positions exceed the group's cache length, the group's largest batch has too few free
+rows, or prompts of the run wait for a later group (joining would delay them): then it
 runs as before (its own run, merged with whoever waits). A job whose client left or
 whose deadline passed is dropped between steps, its prompts alone ended in a shared
 run. Once every text has ended, the job's

@@ -6,6 +6,7 @@ each prompt generated alone by the engine (`Engine.generate`)."""
 
 from __future__ import annotations
 
+import generate_support  # noqa: F401  (puts tests/families on the path)
 import pytest
 from llama_variants_fixture import make_variant_checkpoint
 
@@ -34,6 +35,8 @@ def test_the_batch_grows_for_joining_prompts_and_a_longer_need_waits(mistral):
     assert run.add(prompts[1:3], 5, stop_at_eos=False) == [1, 2]
     group = run._group
     assert group.shape.batch == 4 and sorted(run._rows) == [0, 1, 2] and group.free == [3]
+    # all or nothing: two do not fit the one free row of the largest batch
+    assert not run.joins(prompts[1:3], 2) and run.joins(prompts[1:2], 2)
     # a continuation that needs more than the cache's 16 positions cannot join: it
     # generates in a group of its own after this one
     assert engine.kv_decoder.need(prompts[0].length, NEW) > 16
@@ -42,8 +45,8 @@ def test_the_batch_grows_for_joining_prompts_and_a_longer_need_waits(mistral):
     assert run.add(prompts[:1], NEW, stop_at_eos=False) == [3]
     assert run._group is group and 3 not in run._rows.values()
     run.step()
-    # all or nothing: two do not fit the one free row of the largest batch
-    assert not run.joins(prompts[1:3], 2) and run.joins(prompts[1:2], 2)
+    # with a prompt of the run waiting for a later group, none joins (it would wait)
+    assert not run.joins(prompts[1:2], 2)
     while not run.done:
         run.step()
     got = [list(g.ids) for g in run.results()]

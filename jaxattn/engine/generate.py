@@ -180,7 +180,8 @@ class Continuations:
     only one group's caches are held at a time; the first step of a group puts its
     prompts into the caches (the prefill), each step after it one token. Prompts added
     while it runs (`add`) join the group generating where they fit it
-    (`kv_cache.Group.admit`), else are grouped with those waiting.
+    (`kv_cache.Group.admit`) and none of the run's waits for a later group, else are
+    grouped with those waiting.
 
     Args:
       engine: a decoder with its next-token head (`check_generator`).
@@ -261,9 +262,14 @@ class Continuations:
             del self._rows[row]
 
     def _current(self):
-        """The group generating now (its over rows released: free for joining prompts),
-        or None where there is none or all its prompts are over."""
+        """The group a prompt added now may join (its over rows released: free for it):
+        the group generating, or None where there is none, all its prompts are over, or
+        prompts of the run wait for a later group (a prompt joining would keep the group
+        generating for its own tokens, and every later one for theirs: those waiting,
+        there first, would wait with no bound)."""
         if self._group is None or self.over(self._rows.values()):
+            return None
+        if not all(self.over(group) for group in self._waiting):
             return None
         self._release()
         return self._group
@@ -289,9 +295,10 @@ class Continuations:
         generating now, in free rows, between its steps (`Group.admit`: prefilled, the
         other rows untouched, the batch grown to the smallest size of its ladder holding
         them where too few rows are free), where all fit it (their need within its
-        cache, the rows within the engine's budgets); else they are grouped with the
-        prompts waiting for theirs, after the group generating. `join_only`: None, and
-        nothing added, unless they all join the group generating now (`joins`)."""
+        cache, the rows within the engine's budgets) and none of the run's prompts waits
+        for a later group (`_current`); else they are grouped with the prompts waiting
+        for theirs, after the group generating. `join_only`: None, and nothing added,
+        unless they all join the group generating now (`joins`)."""
         if join_only and not self.joins(prompts, new):
             return None
         indices = self._append(prompts, new, stop_at_eos)
