@@ -94,6 +94,7 @@ class SharedGeneration:
             self.spans.append(range(at, at + len(ask.prompts)))
             at += len(ask.prompts)
         self._run = None  # the engine's Continuations, from the first step
+        self._left: list[range] = []  # spans `end`ed
 
     @property
     def started(self) -> bool:
@@ -109,6 +110,8 @@ class SharedGeneration:
             news = [a.new for a in self.asks for _ in a.prompts]
             flags = [a.stop_at_eos for a in self.asks for _ in a.prompts]
             self._run = engine.continuations(prompts, news, stop_at_eos=flags)
+            for span in self._left:  # requests that left before it started
+                self._run.end(span)
         return self._run.step()
 
     def joins(self, ask: GenerationAsk) -> bool:
@@ -138,6 +141,9 @@ class SharedGeneration:
         return [g.sequence for g in self._run.results(span)]
 
     def end(self, span: range) -> None:
+        """No more tokens for the prompts of `span` (their request left); before the
+        first step, they are ended as the run starts: never generated."""
+        self._left.append(span)
         if self._run is not None:
             self._run.end(span)
 

@@ -321,10 +321,13 @@ class MicroBatcher:
         `CACHED_GENERATIONS` runs (each alone or shared) hold their key/value caches."""
         if job.dead:
             return False
-        if job.generation is not None:
-            if job.generation.started:
+        gen = job.generation
+        if gen is not None:
+            if gen.started or gen.joining is not None:
                 return True
-            return len(self._held()) < CACHED_GENERATIONS or self._joinable(job) is not None
+            # only a job not merged into a run of its own yet may join one under way
+            joins = gen.shared is None and self._joinable(job) is not None
+            return joins or len(self._held()) < CACHED_GENERATIONS
         if not self._fits(job):
             return False
         return not self._runs.full or not self._grouped(job)

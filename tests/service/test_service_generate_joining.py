@@ -155,3 +155,34 @@ def test_a_server_joins_on_an_accelerator_unless_told(svc_gpt2):
         assert server_options(args).join_generations is want, flag
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--join-generations", "yes"])
+
+
+def test_a_request_that_left_a_merged_run_before_it_started_is_never_generated(svc_gpt2):
+    ask = GenerationAsk(tuple(svc_gpt2.tokenize(["one two", "three"])), 5, stop_at_eos=False)
+    other = GenerationAsk(tuple(svc_gpt2.tokenize(["four five six"])), 5, stop_at_eos=False)
+    shared = generation.SharedGeneration([ask, other])
+    shared.end(shared.spans[0])  # its call went before the first step
+    made = [shared.step(svc_gpt2) for _ in range(6)]
+    assert made == [1, 1, 1, 1, 1, 0]  # only the other call's prompt, 5 tokens
+    assert shared.over(shared.spans[0]) and shared.over(shared.spans[1])
+    want = _alone(svc_gpt2, "four five six", 5).tokens
+    assert tuple(shared.sequences(shared.spans[1])[0].tokens) == tuple(want)
+
+
+def test_a_merged_job_not_yet_started_does_not_pass_the_cache_bound_by_a_join(
+    svc_gpt2, monkeypatch
+):
+    # Two runs hold caches and a third could be joined: a job already merged into a run
+    # of its own (not started) waits, as it would start that run, not join; an unmerged
+    # job may go (it joins).
+    from types import SimpleNamespace
+
+    b = MicroBatcher(svc_gpt2, queue_size=8, window_s=0.0, max_batch_examples=8)
+    monkeypatch.setattr(b, "_held", lambda: {1: object(), 2: object()})
+    monkeypatch.setattr(b, "_joinable", lambda job: object())
+    ask = GenerationAsk(tuple(svc_gpt2.tokenize(["one"])), 3)
+    run = generation.GenerationRun(ask)
+    job = SimpleNamespace(dead=False, generation=run)
+    assert b._may_start(job)  # it joins
+    run.shared = generation.SharedGeneration([ask])  # merged, its own run not started
+    assert not b._may_start(job)
