@@ -32,12 +32,12 @@ def starts(monkeypatch):
     start = kv_cache.KVDecoder.start
     seen = {"sizes": [], "fits": None, "error": OOM}
 
-    def failing(self, prompts, need, gates=None):
+    def failing(self, prompts, need, gates=None, padded=True):
         fits = seen["fits"]
         if fits is not None and len(prompts) > fits:
             raise jax.errors.JaxRuntimeError(seen["error"])
         seen["sizes"].append(len(prompts))
-        return start(self, prompts, need, gates)
+        return start(self, prompts, need, gates, padded)
 
     monkeypatch.setattr(kv_cache.KVDecoder, "start", failing)
     return seen
@@ -66,3 +66,25 @@ def test_one_prompt_that_does_not_fit_alone_is_named_and_other_errors_pass(gpt2,
     starts["error"] = "INTERNAL: something else"
     with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL"):
         gpt2.generate(["one two three"], NEW)
+
+
+def test_after_a_largest_warmup_the_halves_are_not_padded_back(gpt2, monkeypatch):
+    # After warmup("largest") every group pads to the largest batch: a half padded so
+    # would hold the same caches again. The device here holds caches of 2 rows at most.
+    d = gpt2.kv_decoder
+    want = [g.ids for g in gpt2.generate(TEXTS, NEW, stop_at_eos=False)]
+    empty, batches = kv_cache.KVDecoder.empty, []
+
+    def small_device(self, shape):
+        batches.append(shape.batch)
+        if shape.batch > 2:
+            raise jax.errors.JaxRuntimeError(OOM)
+        return empty(self, shape)
+
+    monkeypatch.setattr(kv_cache.KVDecoder, "empty", small_device)
+    monkeypatch.setattr(d, "_largest", True)  # as warmup("largest") leaves it
+    got = gpt2.generate(TEXTS, NEW, stop_at_eos=False)
+    assert [g.ids for g in got] == want
+    largest = d.sizes(d.cache_length(max(d.need(p.length, NEW) for p in gpt2.tokenize(TEXTS))))
+    # the largest once, then groups of their own size (halved while over 2)
+    assert batches[0] == largest[-1] > 2 and largest[-1] not in batches[1:]

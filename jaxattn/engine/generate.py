@@ -203,6 +203,7 @@ class Continuations:
         self._needs: dict[int, int] = {}
         self._waiting: list[list[int]] = []
         self._group, self._rows = None, {}  # the group generating, its rows' prompt indices
+        self._padded = True  # groups padded as warmup asks, until the device ran out (_start)
         self._append(prompts, new, stop_at_eos)
         self._plan(list(self._needs))
 
@@ -317,7 +318,8 @@ class Continuations:
         """(the members started, their `kv_cache.Group`): the group of `members`, or where
         the device runs out of memory for it (its caches, a prefill chunk's scores: the
         engine's budgets are an estimate, as for captures, `jaxattn.engine.oom`), its
-        first half, the rest waiting first, and so on down to one prompt.
+        first half in a batch of its size, the rest waiting first, and so on down to one
+        prompt.
 
         Raises:
           DeviceMemoryError: one prompt's caches do not fit the device alone.
@@ -325,12 +327,13 @@ class Continuations:
         decoder = self.engine.kv_decoder
         while True:
             need = max(self._needs[i] for i in members)
+            prompts = [self.prompts[i] for i in members]
             try:
-                return members, decoder.start([self.prompts[i] for i in members], need, self._gates)
+                return members, decoder.start(prompts, need, self._gates, self._padded)
             except jax.errors.JaxRuntimeError as e:
                 if not out_of_memory(e):
                     raise
-                if len(members) == 1:
+                if len(members) == 1 and not self._padded:
                     length = decoder.cache_length(need)
                     mib = decoder.cache_bytes(length) / 2**20
                     raise DeviceMemoryError(
@@ -348,8 +351,11 @@ class Continuations:
                     half,
                     len(members) - half,
                 )
-                self._waiting.insert(0, members[half:])
-                members = members[:half]
+                if members[half:]:
+                    self._waiting.insert(0, members[half:])
+                # from now on in batches their own size: not padded to the largest size
+                # a warmup("largest") compiled, which would hold the same memory again
+                members, self._padded = members[:half], False
 
     def step(self) -> int:
         """A token of every unfinished continuation of the group generating (the next

@@ -198,13 +198,14 @@ class KVDecoder:
         scores = c.num_heads * chunk * (length + chunk) * _SCORE_BYTES
         return batching.batch_size(chunk, lambda _: held, self.engine.budgets, lambda _: scores)
 
-    def shape(self, count: int, length: int) -> Shape:
+    def shape(self, count: int, length: int, padded: bool = True) -> Shape:
         """The shape of a group of `count` sequences (at most `largest_batch` a device)
         with a cache of `length` positions: the batch the smallest size of the ladder
-        holding them (the largest once `warmup` compiled only those: padding rows cost
-        less than a compile on a device where a compile costs seconds)."""
+        holding them (the largest once `warmup` compiled only those, unless not
+        `padded`: padding rows cost less than a compile on a device where a compile
+        costs seconds, but not memory the device lacks)."""
         sizes = self.sizes(length)
-        fits = [s for s in sizes if s >= count and not self._largest]
+        fits = [s for s in sizes if s >= count and not (self._largest and padded)]
         return Shape(min(fits, default=sizes[-1]), length, self.chunk(length))
 
     def sizes(self, length: int) -> list[int]:
@@ -273,12 +274,13 @@ class KVDecoder:
         dims = (shape.batch, c.num_layers, c.kv_heads, shape.length, c.head_dim)
         return tuple(jax.device_put(np.zeros(dims, np.float32), self._batch) for _ in "kv")
 
-    def start(self, prompts, need: int, gates=None) -> Group:
+    def start(self, prompts, need: int, gates=None, padded: bool = True) -> Group:
         """A group of `prompts` (TokenizedTexts, at most `largest_batch` a device) whose
         continuations feed up to `need` positions (`need`: of the longest), its caches
-        filled with every prompt but its last token."""
+        filled with every prompt but its last token; `padded`: as `shape`'s (False: the
+        smallest batch holding them, whatever `warmup` compiled)."""
         length = self.cache_length(need)
-        shape = self.shape(len(prompts), length)
+        shape = self.shape(len(prompts), length, padded)
         return Group(self, shape, prompts, gates)
 
     def warmup(self, sizes: str = "all", stop=None) -> int:

@@ -24,7 +24,7 @@ from jaxattn.engine import kv_cache
     ],
 )
 def test_a_generation_the_device_cannot_hold(svc_gpt2, monkeypatch, error, code, limit):
-    def start(self, prompts, need, gates=None):
+    def start(self, prompts, need, gates=None, padded=True):
         raise jax.errors.JaxRuntimeError(error)
 
     monkeypatch.setattr(kv_cache.KVDecoder, "start", start)
