@@ -5,8 +5,9 @@ A generation of N tokens is a prefill of its prompts into the key/value cache an
 to N steps of one token each (`Engine.continuations`, `jaxattn.engine.kv_cache`). The
 batcher's single worker owns the engine, so it runs one step of a generating job per
 turn and puts the job back in the queue behind the other clients' work
-(`MicroBatcher`: fair turns), so a long generation delays another client's request
-by about one step, never by the whole continuation. Generating requests that wait
+(`MicroBatcher`: fair turns; `service.generation_turns`: when it may), so a long
+generation delays another client's request by about one step, never by the whole
+continuation. Generating requests that wait
 for their first step together run as one (`merge`, `SharedGeneration`): each step
 is one forward of all their prompts, each with its own N and EOS rule, and each of
 their turns is a step of the shared run. A generating request about to take its
@@ -178,7 +179,7 @@ class GenerationRun:
         self.shared: SharedGeneration | None = None  # from `merge` (or its first step)
         self.span = range(len(ask.prompts))
         # a started run its first step joins (`SharedGeneration.join`), as the batcher
-        # decided it
+        # decided it (`service.generation_turns`)
         self.joining: SharedGeneration | None = None
 
     @property

@@ -40,16 +40,9 @@ Memory is bounded twice (admission: `service.admission`):
 Jobs whose client cancelled or whose deadline passed are dropped before they
 run; a running piece whose jobs are all gone is abandoned between engine batches.
 
-A job that generates first (CaptureRequest.generate: `service.generation`) takes
-one step of its generation per turn, alone, and goes back to the queue like a job
-with pieces left, so other clients' work runs between its steps; dropped between
-steps like any queued job. Generating jobs waiting for their first step when one
-takes its first run as one (`_merge`: one forward a step for all of their prompts,
-as many as one group of key/value caches holds), and at most `CACHED_GENERATIONS`
-such runs hold caches at once. A generating job about to take its first step joins
-a run under way first where that run's group has room for its prompts (`_joinable`,
-`SharedGeneration.join`), before starting one of its own or waiting for a cache
-slot. Once its continuations end, its pieces run as any job's.
+A job that generates first takes one step of its generation per turn, in the same
+fair turns; when it may, and whether its first step joins, merges or waits for a
+cache slot, `service.generation_turns` decides.
 """
 
 from __future__ import annotations
@@ -61,9 +54,10 @@ import time
 from collections.abc import Callable, Sequence
 
 from jaxattn.capture.part import ends_example
-from service.admission import STREAM_CHUNKS, QueueFull, example_sizes, refusal, reservation
+from service.admission import STREAM_CHUNKS, QueueFull, refusal, reservation
 from service.admitted_call import EngineFailed, Job, JobCancelled, SlowReader, engine_failure
-from service.generation import CACHED_GENERATIONS, GenerationRun, merge
+from service.generation import GenerationRun
+from service.generation_turns import GenerationTurns
 from service.grouped_runs import PREEMPT_IDLE_S, GroupedRuns, Run
 
 __all__ = [
@@ -91,7 +85,8 @@ class MicroBatcher:
       max_batch_examples: most examples in one merged call (and in one piece).
       merge: False gives every piece its own engine call.
       join: False keeps a generating call from joining a shared generation under way
-        (`service.generation.SharedGeneration.join`): it starts a run of its own.
+        (`service.generation.SharedGeneration.join`, `service.generation_turns`): it
+        starts a run of its own.
       buffer_bytes: most unsent result bytes per job (one example if larger).
       total_bytes: most bytes all admitted jobs may reserve together.
       stall_s: how long a job's client may read nothing while results wait.
@@ -145,6 +140,8 @@ class MicroBatcher:
         self._last_calls = 0  # new calls in the last merged batch (0: none yet)
         self._thread = threading.Thread(target=self._loop, name="jaxattn-batcher", daemon=True)
         self.stats = collections.Counter()
+        # when a generating job may take a step, and with whom (`service.generation_turns`)
+        self._generations = GenerationTurns(engine, self.stats)
         # Told (examples, requests, seconds) after each engine call (service/metrics.py).
         self.on_batch: Callable[[int, int, float], None] | None = None
 
@@ -317,37 +314,15 @@ class MicroBatcher:
     def _may_start(self, job: Job) -> bool:
         """(lock held) The job's next piece may start now: it fits its buffer, and if it
         runs in layer groups, a slot for a suspended run is free (`GroupedRuns.full`);
-        a job generating may take its next step, its first only while fewer than
-        `CACHED_GENERATIONS` runs (each alone or shared) hold their key/value caches."""
+        a job generating may take its next step as `GenerationTurns.may_start` decides
+        (its first only while fewer than `CACHED_GENERATIONS` runs hold caches, or joining)."""
         if job.dead:
             return False
-        gen = job.generation
-        if gen is not None:
-            if gen.started or gen.joining is not None:
-                return True
-            # only a job not merged into a run of its own yet may join one under way
-            joins = gen.shared is None and self._joinable(job) is not None
-            return joins or len(self._held()) < CACHED_GENERATIONS
+        if job.generation is not None:
+            return self._generations.may_start(job, self._pending, join=self.join)
         if not self._fits(job):
             return False
         return not self._runs.full or not self._grouped(job)
-
-    def _held(self) -> dict:
-        """(lock held) The started generations (alone or shared) holding key/value
-        caches, by id: those of the pending jobs (the worker runs no step now)."""
-        return {
-            id(j.generation.shared): j.generation.shared
-            for j in self._pending
-            if j.generation and j.generation.started
-        }
-
-    def _joinable(self, job: Job):
-        """(lock held) A started shared generation the job's first step may join
-        (`SharedGeneration.joins`), or None (or joining is off)."""
-        if not self.join:
-            return None
-        ask = job.generation.ask
-        return next((s for s in self._held().values() if s.joins(ask)), None)
 
     def _next_run(self) -> tuple[Run | Job, Run | None] | None:
         """What the worker does next (waiting until there is something): a run to start
@@ -362,7 +337,8 @@ class MicroBatcher:
                 run = self._runs.next(self._closed)
                 if run is not None or self._closed:
                     return None if run is None else (run, None)
-                first = next((j for j in self._in_turn() if self._may_start(j)), None)
+                turn = self._in_turn()
+                first = next((j for j in turn if self._may_start(j)), None)
                 if first is None:
                     step, due = self._preemption()
                     if step is not None:
@@ -374,21 +350,16 @@ class MicroBatcher:
                     self._cond.wait(wait)
                     continue
                 if first.generation is not None:  # its next step, alone (`_generate`)
-                    gen = first.generation
-                    joins = None
-                    if gen.shared is None and gen.joining is None:
-                        joins = self._joinable(first)
-                    if joins is not None:  # its first step joins a run under way
-                        gen.joining = joins
-                        self.stats["joined_generations"] += 1
-                    elif gen.shared is None and self.merge:
-                        # its first step, with whoever waits for theirs; after the
-                        # window, as for captures, so that companions sent with it join
-                        until = first.submitted + self.window_s
-                        if time.monotonic() < until and not first.dead:
-                            self._cond.wait(until - time.monotonic())
-                            continue
-                        self._merge(first)
+                    window = self._generations.ready(
+                        first,
+                        self._pending,
+                        turn,
+                        join=self.join,
+                        window_s=self.window_s if self.merge else None,
+                    )
+                    if window is not None:  # the window, for companions to merge with
+                        self._cond.wait(window)
+                        continue
                     self._pending.remove(first)
                     first.running = True
                     self._turn += 1
@@ -448,9 +419,7 @@ class MicroBatcher:
         the worker may sleep before the next stall could be due (None: no limit)."""
         for job in [j for j in self._pending if j.dead]:
             self._pending.remove(job)
-            if job.generation is not None:  # a generation's key/value caches freed now
-                job.generation.leave()
-            job.generation = None
+            self._generations.drop(job)  # a generation's key/value caches freed now
             self.stats["dropped"] += 1
             if not job.cancelled and job.error is None:  # past its deadline: wake its handler
                 job.cancel_locked()
@@ -537,50 +506,22 @@ class MicroBatcher:
             self._last_calls = calls
         return group
 
-    def _merge(self, first: Job) -> None:
-        """(lock held) `first` is about to take its generation's first step: it and the
-        other generating jobs waiting for theirs run as one (`service.generation.merge`:
-        as many as one group of key/value caches holds), each of their turns a step of it."""
-        waiting = [
-            j
-            for j in self._in_turn()
-            if j is not first and j.generation is not None and j.generation.shared is None
-        ]
-        merged = merge(self.engine, [first.generation] + [j.generation for j in waiting])
-        if len(merged) > 1:
-            self.stats["merged_generations"] += len(merged) - 1
-
     def _generate(self, job: Job) -> None:
-        """One step of the job's generation (`service.generation`); once its continuations
-        end, its examples become prompt + continuation, sized as they are. Then it queues
-        again for its next turn (or, once closed, is cancelled)."""
-        try:
-            made, sequences = job.generation.step(self.engine)
-        except Exception as e:
-            log.error("engine failed generating: %s", type(e).__name__, exc_info=e)
-            with self._lock:
-                job.fail(engine_failure(e))
-            made, sequences = 0, None
+        """One step of the job's generation (`GenerationTurns.step`, then `stepped`).
+        Then it queues again for its next turn (or, once closed, is cancelled)."""
+        made, sequences = self._generations.step(job)
         with self._lock:
-            self.stats["generated_tokens"] += made
-            self.stats["generation_steps"] += 1
-            if sequences is not None:
-                job.sizes = tuple(example_sizes(self.engine, job.spec, sequences))
-                job.tokenized = sequences
-                job.generation = None
-            job.running = False
-            if job.dead:
-                if job.generation is not None:  # its caches freed now, not with the call
-                    job.generation.leave()
-                job.generation = None
-                if job.error is None:  # its client left during the step (not a failure)
-                    self.stats["abandoned"] += 1
-            elif not job.released:
-                if self._closed:
-                    job.cancel_locked()
-                else:
-                    self._pending.append(job)  # its next step (or piece) waits its turn
+            if self._generations.stepped(job, made, sequences) and not job.released:
+                self._requeue(job)  # its next step (or piece) waits its turn
             self._cond.notify_all()
+
+    def _requeue(self, job: Job) -> None:
+        """(lock held) The job's next turn waits in the queue; once closed it is
+        cancelled instead (no worker will run it)."""
+        if self._closed:
+            job.cancel_locked()
+        else:
+            self._pending.append(job)
 
     def _peak(self, stat: str, value: int) -> None:
         self.stats[stat] = max(self.stats[stat], value)
@@ -667,10 +608,7 @@ class MicroBatcher:
                 job.running = False
                 job.scheduled += n
                 if job.remaining and not job.dead and not job.released:
-                    if self._closed:
-                        job.cancel_locked()
-                    else:
-                        self._pending.append(job)  # its next piece waits its turn
+                    self._requeue(job)  # its next piece waits its turn
             self._cond.notify_all()
         if self.on_batch is not None:
             self.on_batch(len(run.tokenized), len(run.group), time.perf_counter() - run.start)

@@ -178,8 +178,8 @@ def test_a_merged_job_not_yet_started_does_not_pass_the_cache_bound_by_a_join(
     from types import SimpleNamespace
 
     b = MicroBatcher(svc_gpt2, queue_size=8, window_s=0.0, max_batch_examples=8)
-    monkeypatch.setattr(b, "_held", lambda: {1: object(), 2: object()})
-    monkeypatch.setattr(b, "_joinable", lambda job: object())
+    monkeypatch.setattr(b._generations, "held", lambda pending: {1: object(), 2: object()})
+    monkeypatch.setattr(b._generations, "joinable", lambda job, pending: object())
     ask = GenerationAsk(tuple(svc_gpt2.tokenize(["one"])), 3)
     run = generation.GenerationRun(ask)
     job = SimpleNamespace(dead=False, generation=run)
