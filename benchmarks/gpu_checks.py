@@ -4,6 +4,7 @@
     python benchmarks/gpu_checks.py zero-copy   # numpy views a pinned output in place?
     python benchmarks/gpu_checks.py precision   # forward/attention at highest, tf32, bf16
     python benchmarks/gpu_checks.py overlap     # outputs pinned vs staged: is the copy hidden?
+    python benchmarks/gpu_checks.py profile     # a traced capture: copies beside kernels?
     python benchmarks/gpu_checks.py service     # `jaxattn serve` and a client, end to end
     python benchmarks/gpu_checks.py warmup      # Engine.warmup of one spec, timed
     python benchmarks/gpu_checks.py shape       # one shape: its compile and its speed
@@ -38,6 +39,14 @@ The staged engines also run each capture with three batches in flight instead of
 two (`BatchPipeline.depth`, `*_staged3`: the same programs, nothing compiled):
 whether a fuller device queue hides more of the copy.
 
+`profile`: random BERT-base at `--precision` (default highest) with `--host-memory`
+(default here: staged) captures the attention of `-n` texts of exactly `--tokens`
+tokens twice (compile, warm), then once under `jax.profiler.trace`; the device's
+events are summed up by `jaxattn.bench.device_trace` (kernels, device-to-host copies,
+how much of the copies ran beside a kernel, the device's idle time, the kernels
+taking longest) and the perfetto trace kept (`--trace-out`, for ui.perfetto.dev).
+What the `overlap` figures cannot say: where the staged capture's time goes.
+
 `service`: `jaxattn serve` on a random BERT-base in a child process, and
 `--clients` threads of one `AttentionClient` sending requests of `--request`
 texts of `--tokens` tokens: attention as uint8 + zstd and as float32 without
@@ -64,7 +73,7 @@ dot_product_attention where short, blockwise where long) against attention="dens
 both times (first pass apart) and the largest difference relative to the dense state's
 scale. The check: <= 1e-5 at highest (float32 rounding), <= 5e-2 at bf16.
 
-`--tiny` (precision, overlap, service, warmup, shape, fast-forward) swaps BERT-base for
+`--tiny` (precision, overlap, profile, service, warmup, shape, fast-forward) swaps BERT-base for
 the tiny model of `sanity`: the CPU smoke run of `benchmarks/gpu_run.sh` and the tests.
 Each check prints one line a result (`--json FILE`: also its figures);
 `benchmarks/gpu_run.sh` runs them on a GPU.
@@ -300,6 +309,62 @@ def overlap(
         )
         result[f"{p}_staged_equals_pinned"] = same
         print(f"overlap {p}: staged outputs equal pinned bit for bit: {same}")
+    write_json(json_path, result)
+
+
+def profile(
+    tokens: int,
+    n: int,
+    tiny: bool,
+    json_path: Path | None,
+    precision: str,
+    host_memory: str,
+    trace_out: Path | None,
+) -> None:
+    import shutil
+
+    import jax
+
+    import jaxattn
+    from jaxattn.bench import device_trace
+    from jaxattn.bench.capture import synthetic_texts
+
+    texts = synthetic_texts(tokens, n)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(model_dir(Path(tmp), tiny))
+        engine = jaxattn.load(path, precision=precision, host_memory=host_memory, buckets=(tokens,))
+    engine.capture(texts, what="attention")  # compiles
+    t = time.perf_counter()
+    engine.capture(texts, what="attention")
+    plain = time.perf_counter() - t
+    with tempfile.TemporaryDirectory() as folder:
+        t = time.perf_counter()
+        options = jax.profiler.ProfileOptions()
+        options.python_tracer_level = 0  # the device's events, not every Python call
+        with jax.profiler.trace(folder, create_perfetto_trace=True, profiler_options=options):
+            engine.capture(texts, what="attention")
+        traced = time.perf_counter() - t
+        summary = device_trace.summarize(device_trace.read_events(folder))
+        if trace_out:
+            found = next(Path(folder).glob("**/perfetto_trace.json.gz"))
+            shutil.copyfile(found, trace_out)
+    result = {
+        "tokens": tokens,
+        "n": n,
+        "precision": precision,
+        "host_memory": engine.step.host_memory,
+        "platform": engine.devices[0].platform,
+        "seconds": plain,
+        "seq_per_s": n / plain,
+        "traced_seconds": traced,
+        **summary,
+    }
+    print(
+        f"profile: attention of {n} texts of {tokens} tokens, {precision}, host memory "
+        f"{host_memory}: {n / plain:.1f} seq/s ({traced:.2f} s traced)"
+    )
+    for line in device_trace.describe(summary):
+        print(f"profile {line}")
     write_json(json_path, result)
 
 
@@ -550,6 +615,7 @@ def main() -> int:
         "zero-copy",
         "precision",
         "overlap",
+        "profile",
         "service",
         "warmup",
         "shape",
@@ -572,7 +638,10 @@ def main() -> int:
     p.add_argument("--request", type=int, default=256, help="service: texts a request")
     p.add_argument("--clients", type=int, default=4, help="service: concurrent requests")
     p.add_argument("--tiny", action="store_true", help="the tiny BERT instead of BERT-base")
-    p.add_argument("--host-memory", default="auto", help="shape: the engine's host_memory")
+    p.add_argument(
+        "--host-memory", help="shape, profile: the engine's host_memory (auto; profile: staged)"
+    )
+    p.add_argument("--trace-out", type=Path, help="profile: keep the perfetto trace (.json.gz)")
     p.add_argument(
         "--precision", default="highest", help="shape: the compute precision (overlap: a list)"
     )
@@ -605,10 +674,13 @@ def main() -> int:
         precision(args.tokens, args.n, args.repeats, args.tiny, args.json)
     elif args.check == "overlap":
         overlap(args.tokens, args.n, args.repeats, args.tiny, args.json, args.precision.split(","))
+    elif args.check == "profile":
+        memory = args.host_memory or "staged"
+        profile(args.tokens, args.n, args.tiny, args.json, args.precision, memory, args.trace_out)
     elif args.check == "service":
         service(args.tokens, args.n, args.request, args.clients, args.tiny, args.json)
     elif args.check == "shape":
-        shape(what, args.tokens, args.tiny, args.host_memory, args.precision)
+        shape(what, args.tokens, args.tiny, args.host_memory or "auto", args.precision)
     else:
         buckets = tuple(int(b) for b in args.buckets.split(",")) if args.buckets else None
         warmup(what, args.model, buckets, args.sizes, args.tiny)

@@ -11,7 +11,8 @@ clients, every answer checked), `expect` (what a right answer is), `mix` (the lo
 test's request mix and driver), `fault_proxy` (a TCP proxy with latency, jitter,
 resets, stalls and partitions) and `fault_network` (network namespaces with loss and
 bandwidth limits from nftables and tc: the load test across a faulty network);
-`synthetic` (random-weight base-size checkpoints of every family); the soak of the
+`synthetic` (random-weight base-size checkpoints of every family); `device_trace`
+(a `jax.profiler` trace's device time: kernels, copies and their overlap); the soak of the
 service: `soak` (replicas restarted under open-loop load), `soak_options` (its knobs),
 `soak_replicas` (its servers, stopped and started again), `soak_client` and
 `soak_vanishers` (clients SIGKILLed mid-call), `proc_sampler` (each process's RSS, file
