@@ -41,10 +41,12 @@ whether a fuller device queue hides more of the copy.
 
 `profile`: random BERT-base at `--precision` (default highest) with `--host-memory`
 (default here: staged) captures the attention of `-n` texts of exactly `--tokens`
-tokens twice (compile, warm), then once under `jax.profiler.trace`; the device's
+tokens, as float32 and as uint8 (`PROFILED`), each twice (compile, warm), then once
+under `jax.profiler.trace`; the device's
 events are summed up by `jaxattn.bench.device_trace` (kernels, device-to-host copies,
 how much of the copies ran beside a kernel, the device's idle time, the kernels
-taking longest) and the perfetto trace kept (`--trace-out`, for ui.perfetto.dev).
+taking longest) and each perfetto trace kept (`--trace-out`, one file a case, for
+ui.perfetto.dev).
 What the `overlap` figures cannot say: where the staged capture's time goes.
 
 `service`: `jaxattn serve` on a random BERT-base in a child process, and
@@ -312,6 +314,10 @@ def overlap(
     write_json(json_path, result)
 
 
+# What `profile` traces: issue 26's (c) and (e), each short of its target on the GPU.
+PROFILED = {"attention": dict(what="attention"), "uint8": dict(what="attention", dtype="uint8")}
+
+
 def profile(
     tokens: int,
     n: int,
@@ -333,38 +339,37 @@ def profile(
     with tempfile.TemporaryDirectory() as tmp:
         path = str(model_dir(Path(tmp), tiny))
         engine = jaxattn.load(path, precision=precision, host_memory=host_memory, buckets=(tokens,))
-    engine.capture(texts, what="attention")  # compiles
-    t = time.perf_counter()
-    engine.capture(texts, what="attention")
-    plain = time.perf_counter() - t
-    with tempfile.TemporaryDirectory() as folder:
-        t = time.perf_counter()
-        options = jax.profiler.ProfileOptions()
-        options.python_tracer_level = 0  # the device's events, not every Python call
-        with jax.profiler.trace(folder, create_perfetto_trace=True, profiler_options=options):
-            engine.capture(texts, what="attention")
-        traced = time.perf_counter() - t
-        summary = device_trace.summarize(device_trace.read_events(folder))
-        if trace_out:
-            found = next(Path(folder).glob("**/perfetto_trace.json.gz"))
-            shutil.copyfile(found, trace_out)
     result = {
         "tokens": tokens,
         "n": n,
         "precision": precision,
         "host_memory": engine.step.host_memory,
         "platform": engine.devices[0].platform,
-        "seconds": plain,
-        "seq_per_s": n / plain,
-        "traced_seconds": traced,
-        **summary,
     }
-    print(
-        f"profile: attention of {n} texts of {tokens} tokens, {precision}, host memory "
-        f"{host_memory}: {n / plain:.1f} seq/s ({traced:.2f} s traced)"
-    )
-    for line in device_trace.describe(summary):
-        print(f"profile {line}")
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0  # the device's events, not every Python call
+    for case, kw in PROFILED.items():
+        engine.capture(texts, **kw)  # compiles
+        t = time.perf_counter()
+        engine.capture(texts, **kw)
+        plain = time.perf_counter() - t
+        with tempfile.TemporaryDirectory() as folder:
+            t = time.perf_counter()
+            with jax.profiler.trace(folder, create_perfetto_trace=True, profiler_options=options):
+                engine.capture(texts, **kw)
+            traced = time.perf_counter() - t
+            summary = device_trace.summarize(device_trace.read_events(folder))
+            if trace_out:  # one trace a case: trace.json.gz -> trace-uint8.json.gz
+                name = trace_out.name.replace(".json.gz", f"-{case}.json.gz")
+                found = next(Path(folder).glob("**/perfetto_trace.json.gz"))
+                shutil.copyfile(found, trace_out.with_name(name))
+        result[case] = {"seq_per_s": n / plain, "traced_seconds": traced, **summary}
+        print(
+            f"profile {case}: {n} texts of {tokens} tokens, {precision}, host memory "
+            f"{result['host_memory']}: {n / plain:.1f} seq/s ({traced:.2f} s traced)"
+        )
+        for line in device_trace.describe(summary):
+            print(f"profile {case} {line}")
     write_json(json_path, result)
 
 

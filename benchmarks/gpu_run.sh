@@ -120,10 +120,11 @@ for stage in "${wanted[@]}"; do
       # memory, then a transfer of their own): is the copy hidden? One process.
       step 160 "${checks[@]}" overlap $tiny --tokens "$tokens" -n "$(s 16 512)" \
         --repeats "$(s 1 2)" --precision highest,tf32 --json "$OUT/overlap.json"
-      # where the staged tf32 attention's time goes (7 % short of 3,500 seq/s): do the
-      # device-to-host copies run beside the next batch's kernels? One traced capture.
+      # where the staged tf32 attention's time goes, float32 (7 % short of 3,500 seq/s)
+      # and uint8 (2.7x full capture, not 3x): do the device-to-host copies run beside
+      # the next batch's kernels, and which kernels take the time? A traced capture each.
       step 90 "${checks[@]}" profile $tiny --tokens "$tokens" -n "$(s 8 1024)" \
-        --precision tf32 --json "$OUT/profile.json" --trace-out "$OUT/profile-trace.json.gz"
+        --precision tf32 --json "$OUT/profile.json" --trace-out "$OUT/trace.json.gz"
       ;;
     first)  # a new process: load + first full capture of 100 EWT sentences, cold then cached
       cache=$(mktemp -d)

@@ -105,12 +105,14 @@ def test_the_profile_check_traces_a_capture_and_keeps_the_trace(tmp_path, monkey
     out, trace = tmp_path / "profile.json", tmp_path / "trace.json.gz"
     checks.profile(16, 8, True, out, "highest", "staged", trace)
     result = json.loads(out.read_text())
-    assert result["platform"] == "cpu" and result["n"] == 8 and result["seq_per_s"] > 0
-    assert result["devices"] == []  # the CPU backend has no device process: said, not guessed
-    assert "no device events" in capsys.readouterr().out
-    with gzip.open(trace, "rt") as f:  # the kept trace is the capture's
-        names = {e.get("name", "") for e in json.load(f)["traceEvents"]}
-    assert any(name.startswith("PjitFunction") for name in names)
+    assert result["platform"] == "cpu" and result["n"] == 8
+    for case in ("attention", "uint8"):
+        assert result[case]["seq_per_s"] > 0
+        assert result[case]["devices"] == []  # the CPU backend: said, not guessed
+        with gzip.open(tmp_path / f"trace-{case}.json.gz", "rt") as f:  # the case's trace
+            names = {e.get("name", "") for e in json.load(f)["traceEvents"]}
+        assert any(name.startswith("PjitFunction") for name in names)
+    assert capsys.readouterr().out.count("no device events") == 2
 
 
 def test_union_and_intersection_walk_both_lists():
