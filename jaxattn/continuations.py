@@ -18,11 +18,12 @@ STOPS = {
 }
 
 
-def check_new_tokens(max_new_tokens) -> int:
-    """max_new_tokens (a capture's `generate`) as an int >= 1 (UsageError naming the value
-    otherwise): the local engine's check and the client's, before a request is sent."""
+def check_new_tokens(max_new_tokens, name: str = "max_new_tokens") -> int:
+    """max_new_tokens (a capture's `generate`: name it so) as an int >= 1 (UsageError naming
+    the argument and the value otherwise): the local engine's check and the client's,
+    before a request is sent."""
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int | np.integer):
-        raise UsageError(f"max_new_tokens must be a whole number, got {max_new_tokens!r}")
+        raise UsageError(f"{name} must be a whole number, got {max_new_tokens!r}")
     if max_new_tokens < 1:
-        raise UsageError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        raise UsageError(f"{name} must be at least 1, got {max_new_tokens}")
     return int(max_new_tokens)

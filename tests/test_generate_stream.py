@@ -97,7 +97,12 @@ def test_capture_iter_checks_the_generation_request_before_reading(engine):
         raise AssertionError("read")
         yield
 
-    with pytest.raises(UsageError, match="max_new_tokens must be at least 1, got 0"):
+    with pytest.raises(UsageError, match="^generate must be at least 1, got 0"):
         engine.capture_iter(never(), generate=0)
-    with pytest.raises(UsageError, match="whole number"):
+    with pytest.raises(UsageError, match="^generate must be a whole number, got 1.5"):
         engine.stream(["a"], generate=1.5)
+    # each call names the argument its caller gave: capture's generate, generate's N
+    with pytest.raises(UsageError, match="^generate must be at least 1, got -2"):
+        engine.capture(["a"], generate=-2)
+    with pytest.raises(UsageError, match="^max_new_tokens must be at least 1, got -2"):
+        engine.generate(["a"], max_new_tokens=-2)

@@ -136,7 +136,7 @@ def build(
             f"max_chunk_bytes {max_chunk_bytes!r} is out of range: valid are None "
             f"(the server's default) or {lo}..{hi}"
         )
-    new = 0 if generate is None else check_new_tokens(generate)
+    new = 0 if generate is None else check_new_tokens(generate, "generate")
     if not stop_at_eos and not new:
         raise UsageError("stop_at_eos=False applies to generate: give generate=N too")
     if new > _MAX_UINT32:

@@ -411,8 +411,11 @@ class Engine:
         `texts` is in flight at once: for a corpus, `capture_iter` bounds memory."""
         positions = dict(query_positions=query_positions, key_positions=key_positions)
         if generate is not None:
-            from jaxattn.engine.generate import generate_and_stream
+            from jaxattn.continuations import check_new_tokens
+            from jaxattn.engine.generate import check_generator, generate_and_stream
 
+            check_generator(self)  # an encoder first: N is checked against what generates
+            generate = check_new_tokens(generate, "generate")
             spec = self.make_spec(what, layers, heads, dtype, precision, **positions)
             _, caps = generate_and_stream(
                 self,
@@ -557,7 +560,9 @@ class Engine:
             from jaxattn.engine.generate import check_generator
 
             check_generator(self)
-            generating = dict(generate=check_new_tokens(generate), stop_at_eos=stop_at_eos)
+            generating = dict(
+                generate=check_new_tokens(generate, "generate"), stop_at_eos=stop_at_eos
+            )
         if window is None:
             window = 4 * self.budgets.max_batch * len(self.devices)
         return CaptureStream(

@@ -113,12 +113,19 @@ def test_ignore_eos_without_generate_is_refused_on_the_wire(gpt2_address):
 
 
 @pytest.mark.parametrize(
-    "kwargs", [dict(generate=0), dict(generate=-2), dict(generate=2.0), dict(stop_at_eos=False)]
+    "kwargs, message",
+    [
+        (dict(generate=0), "generate must be at least 1, got 0"),
+        (dict(generate=-2), "generate must be at least 1, got -2"),
+        (dict(generate=2.0), "generate must be a whole number, got 2.0"),
+        (dict(stop_at_eos=False), "stop_at_eos=False applies to generate"),
+    ],
 )
-def test_the_client_checks_before_sending(kwargs):
+def test_the_client_checks_before_sending(kwargs, message):
     with AttentionClient("127.0.0.1:1", timeout=5) as c:  # nothing listens: no call is made
-        with pytest.raises(UsageError):
+        with pytest.raises(UsageError) as e:
             c.capture(["a"], **kwargs)
+    assert str(e.value).startswith(message)  # the argument the caller gave, by its name
 
 
 def test_a_server_that_ignores_generate_is_refused(svc_gpt2):
