@@ -139,7 +139,7 @@ def build(
     new = 0 if generate is None else check_new_tokens(generate, "generate")
     if not stop_at_eos and not new:
         raise UsageError("stop_at_eos=False applies to generate: give generate=N too")
-    if new > _MAX_UINT32:
+    if new > codecs.MAX_UINT32:
         raise UsageError(f"generate {new} is beyond what a request can carry: ask fewer")
     return pb.CaptureRequest(
         texts=texts_message(texts),
@@ -191,9 +191,6 @@ def check_answer(request: pb.CaptureRequest, capture: Capture, address: str) -> 
             "(a server older than jaxattn 0.2 has only highest)",
             address,
         )
-
-
-_MAX_UINT32 = (1 << 32) - 1
 
 
 def _is_int(v) -> bool:
