@@ -18,6 +18,14 @@ STOPS = {
 }
 
 
+def check_stop_at_eos(stop_at_eos) -> bool:
+    """stop_at_eos as a bool (UsageError naming the value otherwise: a truthy string such
+    as "no" must not read as True)."""
+    if not isinstance(stop_at_eos, bool | np.bool_):
+        raise UsageError(f"stop_at_eos must be True or False, got {stop_at_eos!r}")
+    return bool(stop_at_eos)
+
+
 def check_new_tokens(max_new_tokens, name: str = "max_new_tokens") -> int:
     """max_new_tokens (a capture's `generate`: name it so) as an int >= 1 (UsageError naming
     the argument and the value otherwise): the local engine's check and the client's,

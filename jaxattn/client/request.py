@@ -15,7 +15,7 @@ import grpc
 
 from jaxattn.capture import Capture
 from jaxattn.client.errors import AttentionServiceError
-from jaxattn.continuations import check_new_tokens
+from jaxattn.continuations import check_new_tokens, check_stop_at_eos
 from jaxattn.errors import UsageError
 from jaxattn.inputs import Text, check_utf8
 from jaxattn.selection import Selection, parse_selection, positions_of, resolve_indices
@@ -137,6 +137,7 @@ def build(
             f"(the server's default) or {lo}..{hi}"
         )
     new = 0 if generate is None else check_new_tokens(generate, "generate")
+    stop_at_eos = check_stop_at_eos(stop_at_eos)
     if not stop_at_eos and not new:
         raise UsageError("stop_at_eos=False applies to generate: give generate=N too")
     if new > codecs.MAX_UINT32:

@@ -119,6 +119,7 @@ def test_ignore_eos_without_generate_is_refused_on_the_wire(gpt2_address):
         (dict(generate=-2), "generate must be at least 1, got -2"),
         (dict(generate=2.0), "generate must be a whole number, got 2.0"),
         (dict(stop_at_eos=False), "stop_at_eos=False applies to generate"),
+        (dict(generate=2, stop_at_eos="no"), "stop_at_eos must be True or False, got 'no'"),
     ],
 )
 def test_the_client_checks_before_sending(kwargs, message):
