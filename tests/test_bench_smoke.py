@@ -36,6 +36,22 @@ def test_bench_runs_every_case_on_a_tiny_model(bert_checkpoint, tmp_path):
     assert "copy of the same bytes as (d)" in text
 
 
+def test_bench_times_a_decoder_whose_tokenizer_has_no_padding_token(tmp_path):
+    """GPT-2's and Llama's tokenizers have no pad token: transformers' padded batches of
+    (a) and (f) failed with its 'Asking to pad but the tokenizer does not have a padding
+    token' (jaxattn bench --model gpt2)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "families"))
+    from llama_fixture import make_llama_checkpoint
+
+    model = make_llama_checkpoint(tmp_path / "llama")
+    texts = ["the cat sat on the mat", "a dog"]  # two lengths: the batch pads
+    res = bench.run(None, n=2, repeats=1, model=str(model), texts=texts)
+    assert res["n"] == 2 and res["a_transformers"] > 0 and res["f_transformers_forward"] > 0
+
+
 def test_a_synthetic_checkpoint_takes_its_tokenizer_from_the_named_directory(tmp_path, monkeypatch):
     """On a GPU machine without the embedded model, JAXATTN_BENCH_TOKENIZER names a copy
     of its tokenizer files (the benchmark's model shape shrunk: the path is what is tested)."""
