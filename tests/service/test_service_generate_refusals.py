@@ -66,6 +66,15 @@ def test_refusals_name_the_field_and_the_limit(svc_gpt2, gpt2_client):
     assert "set truncate" in e.value.message
 
 
+def test_an_encoder_statistic_asked_of_a_decoder_server_says_what_to_ask_instead(gpt2_client):
+    """As the local engine says it (was: 'is not computed by this model', and the list)."""
+    with pytest.raises(AttentionServiceError) as e:
+        gpt2_client.capture(["a b"], what=("attention", "head_stats"))
+    assert (e.value.code, e.value.field) == (INVALID, "what[1]")
+    assert "what[1] 'head_stats' is not computed for a decoder (causal) model" in e.value.message
+    assert "ask for decoder_head_stats" in e.value.message
+
+
 def test_an_empty_prompt_is_refused_naming_the_text(gpt2_client):
     # GPT-2 adds no BOS: nothing to continue (it failed in the worker: INTERNAL)
     with pytest.raises(AttentionServiceError) as e:
