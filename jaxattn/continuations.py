@@ -26,6 +26,17 @@ def check_stop_at_eos(stop_at_eos) -> bool:
     return bool(stop_at_eos)
 
 
+def check_generation(generate, stop_at_eos) -> tuple[int | None, bool]:
+    """A capture's (generate, stop_at_eos) checked, as the engine and the client both take
+    them: N an int >= 1 or None, stop_at_eos a bool, and False only with N (UsageError)."""
+    stop = check_stop_at_eos(stop_at_eos)
+    if generate is None:
+        if not stop:
+            raise UsageError("stop_at_eos=False applies to generate: give generate=N too")
+        return None, stop
+    return check_new_tokens(generate, "generate"), stop
+
+
 def check_new_tokens(max_new_tokens, name: str = "max_new_tokens") -> int:
     """max_new_tokens (a capture's `generate`: name it so) as an int >= 1 (UsageError naming
     the argument and the value otherwise): the local engine's check and the client's,

@@ -114,6 +114,10 @@ def test_generation_arguments_of_the_wrong_kind_are_named(engine):
         engine.generate(["a"], 2, stop_at_eos="no")
     (gen,) = engine.generate(["a"], 2, stop_at_eos=np.bool_(False))  # numpy's bool is one
     assert len(gen.ids) == 2 and gen.stop == "max_new_tokens"
+    # as the client refuses it (a CaptureSource takes the same arguments either way)
+    for call in (engine.capture, engine.stream, engine.capture_iter):
+        with pytest.raises(UsageError, match="^stop_at_eos=False applies to generate"):
+            call(["a"], stop_at_eos=False)
     # continuations steps planned prompts, not texts (was AttributeError: 'str' ... 'length')
     with pytest.raises(UsageError, match=r"^prompts\[0\] is a str: continuations takes"):
         engine.continuations(["a"], 2)
