@@ -155,3 +155,33 @@ def test_the_llama_preset_has_llama_3_2_1b_shape():
     assert cls == "LlamaConfig" and fields["rope_scaling"]["rope_type"] == "llama3"
     shape = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
     assert tuple(fields[k] for k in shape) == (2048, 16, 32, 8)
+
+
+def test_the_load_mix_of_a_decoder_sends_single_texts_within_its_layers_and_heads(tmp_path):
+    """jaxattn loadtest against a decoder's server: the mix's pairs and its rich kind's
+    layers 0, 5 and heads 1, 11 (MiniLM's) were refused by a 3-layer x 4-head Llama
+    (and pairs by any decoder)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "families"))
+    from llama_fixture import make_llama_checkpoint
+
+    import jaxattn
+    from jaxattn.bench import mix
+
+    engine = jaxattn.load(make_llama_checkpoint(tmp_path / "llama"), buckets=(32, 64))
+    # a first pair of 27 tokens as one text, in the pair kind's 25..32; the others: > 32
+    pool = ["I went to the store today.", *mix.FALLBACK[1:]]
+    requests = mix.build_mix(engine, pool)
+    kinds = {r.kind for r in requests}
+    assert {"single", "pair", "rich"} <= kinds
+    for r in requests:
+        assert all(isinstance(t, str) for t in r.texts), r.kind  # no (a, b) pair
+        engine.make_spec(r.what, r.layers, r.heads, r.dtype)  # in range: no UsageError
+    rich = next(r for r in requests if r.kind == "rich")
+    assert (rich.layers, rich.heads) == ((0, 2), (1, 3))
+    pairs = {r.texts for r in requests if r.kind == "pair"}
+    assert pairs == {(f"{pool[0]} {pool[1]}",)}  # the two sentences as one text
+    # kinds none of whose texts fit are left out, not divided by zero
+    assert "pair" not in {r.kind for r in mix.build_mix(engine, list(mix.FALLBACK))}
