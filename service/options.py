@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from jaxattn.wire.codecs import MAX_UINT32
 from service.generation import DEFAULT_MAX_NEW_TOKENS
 
 if TYPE_CHECKING:
@@ -113,6 +114,12 @@ class ServerOptions:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
+        for name in ("max_texts", "max_tokens", "max_new_tokens"):  # ModelInfo's uint32s
+            if getattr(self, name) > MAX_UINT32:
+                raise ValueError(
+                    f"{name} must be at most {MAX_UINT32} (ModelInfo carries it as a uint32), "
+                    f"got {getattr(self, name)}"
+                )
         if self.slow_reader_s <= 0:
             raise ValueError(f"slow_reader_s must be > 0, got {self.slow_reader_s}")
         if self.batch_window_s < 0:

@@ -207,12 +207,14 @@ def _lengths_to_check(values, lo: int, hi: int) -> list[int]:
     return [lo, *sorted(later)]
 
 
-def _what(names, available) -> list[str] | None:
+def _what(names, available, refused=None) -> list[str] | None:
     """The asked-for quantities, each known and computed by this model (`available`,
-    ModelInfo.quantities), or None for the default."""
+    ModelInfo.quantities), or None for the default; `refused`: name -> why the model
+    refuses it (`ModelConfig.refused_quantities`: a decoder's head_stats names its own)."""
     for i, name in enumerate(names):
         if name not in available:
             why = "is not computed by this model" if name in QUANTITIES else "is not a quantity"
+            why = (refused or {}).get(name, why)
             raise RequestError(
                 INVALID,
                 f"what[{i}] {name!r} {why}: valid names here are "
@@ -321,7 +323,9 @@ class RequestParser:
         codec = _enum(request.codec, codecs.PB_TO_CODEC, pb.Codec, "codec")
         max_chunk_bytes = _chunk_bytes(request.max_chunk_bytes)
         info = self.engine.info
-        what = _what(request.what, info.quantities or QUANTITIES)
+        config = getattr(self.engine, "config", None)  # a test's fake engine has none
+        refused = config.refused_quantities(dtype) if config is not None else None
+        what = _what(request.what, info.quantities or QUANTITIES, refused)
         layers = _indices(request.layers, info.layers, "layers")
         heads = _indices(request.heads, info.heads, "heads")
         longest = info.max_positions

@@ -17,6 +17,7 @@ from hf_fixtures import EXAMPLE_A, EXAMPLE_B
 
 import jaxattn
 from jaxattn.engine.ablation import HeadAblation, head_ablation_study
+from jaxattn.errors import UsageError
 
 TEXTS = [EXAMPLE_A, (EXAMPLE_A, EXAMPLE_B), "the store"]
 
@@ -132,10 +133,15 @@ def test_study_reports_every_head_and_the_masked_lm_loss(mlm_dir):
 
 
 def test_bad_ablations_are_named(engines):
-    with pytest.raises(ValueError, match=r"\(3, 0\) is out of range"):
+    # UsageError (a JaxattnError, as docs/errors.md promises of every error jaxattn raises)
+    with pytest.raises(UsageError, match=r"\(3, 0\) is out of range"):
         engines["bert"].capture(TEXTS, ablation=HeadAblation.of([(3, 0)]))
-    with pytest.raises(ValueError, match="mode"):
+    with pytest.raises(UsageError, match="mode"):
         HeadAblation.of([(0, 0)], "half")
+    for bad in ([(0, "x")], [(0, 1.5)], [3]):
+        with pytest.raises(UsageError, match="is not a \\(layer, head\\) pair of whole numbers"):
+            HeadAblation.of(bad)
+    assert HeadAblation.of([(np.int64(1), 0)]).zero == {(1, 0)}
 
 
 def test_study_without_mlm_head_reports_no_loss(engines):

@@ -36,6 +36,22 @@ def test_bench_runs_every_case_on_a_tiny_model(bert_checkpoint, tmp_path):
     assert "copy of the same bytes as (d)" in text
 
 
+def test_bench_times_a_decoder_whose_tokenizer_has_no_padding_token(tmp_path):
+    """GPT-2's and Llama's tokenizers have no pad token: transformers' padded batches of
+    (a) and (f) failed with its 'Asking to pad but the tokenizer does not have a padding
+    token' (jaxattn bench --model gpt2)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "families"))
+    from llama_fixture import make_llama_checkpoint
+
+    model = make_llama_checkpoint(tmp_path / "llama")
+    texts = ["the cat sat on the mat", "a dog"]  # two lengths: the batch pads
+    res = bench.run(None, n=2, repeats=1, model=str(model), texts=texts)
+    assert res["n"] == 2 and res["a_transformers"] > 0 and res["f_transformers_forward"] > 0
+
+
 def test_a_synthetic_checkpoint_takes_its_tokenizer_from_the_named_directory(tmp_path, monkeypatch):
     """On a GPU machine without the embedded model, JAXATTN_BENCH_TOKENIZER names a copy
     of its tokenizer files (the benchmark's model shape shrunk: the path is what is tested)."""
@@ -139,3 +155,33 @@ def test_the_llama_preset_has_llama_3_2_1b_shape():
     assert cls == "LlamaConfig" and fields["rope_scaling"]["rope_type"] == "llama3"
     shape = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
     assert tuple(fields[k] for k in shape) == (2048, 16, 32, 8)
+
+
+def test_the_load_mix_of_a_decoder_sends_single_texts_within_its_layers_and_heads(tmp_path):
+    """jaxattn loadtest against a decoder's server: the mix's pairs and its rich kind's
+    layers 0, 5 and heads 1, 11 (MiniLM's) were refused by a 3-layer x 4-head Llama
+    (and pairs by any decoder)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "families"))
+    from llama_fixture import make_llama_checkpoint
+
+    import jaxattn
+    from jaxattn.bench import mix
+
+    engine = jaxattn.load(make_llama_checkpoint(tmp_path / "llama"), buckets=(32, 64))
+    # a first pair of 27 tokens as one text, in the pair kind's 25..32; the others: > 32
+    pool = ["I went to the store today.", *mix.FALLBACK[1:]]
+    requests = mix.build_mix(engine, pool)
+    kinds = {r.kind for r in requests}
+    assert {"single", "pair", "rich"} <= kinds
+    for r in requests:
+        assert all(isinstance(t, str) for t in r.texts), r.kind  # no (a, b) pair
+        engine.make_spec(r.what, r.layers, r.heads, r.dtype)  # in range: no UsageError
+    rich = next(r for r in requests if r.kind == "rich")
+    assert (rich.layers, rich.heads) == ((0, 2), (1, 3))
+    pairs = {r.texts for r in requests if r.kind == "pair"}
+    assert pairs == {(f"{pool[0]} {pool[1]}",)}  # the two sentences as one text
+    # kinds none of whose texts fit are left out, not divided by zero
+    assert "pair" not in {r.kind for r in mix.build_mix(engine, list(mix.FALLBACK))}

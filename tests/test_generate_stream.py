@@ -97,7 +97,32 @@ def test_capture_iter_checks_the_generation_request_before_reading(engine):
         raise AssertionError("read")
         yield
 
-    with pytest.raises(UsageError, match="max_new_tokens must be at least 1, got 0"):
+    with pytest.raises(UsageError, match="^generate must be at least 1, got 0"):
         engine.capture_iter(never(), generate=0)
-    with pytest.raises(UsageError, match="whole number"):
+    with pytest.raises(UsageError, match="^generate must be a whole number, got 1.5"):
         engine.stream(["a"], generate=1.5)
+    # each call names the argument its caller gave: capture's generate, generate's N
+    with pytest.raises(UsageError, match="^generate must be at least 1, got -2"):
+        engine.capture(["a"], generate=-2)
+    with pytest.raises(UsageError, match="^max_new_tokens must be at least 1, got -2"):
+        engine.generate(["a"], max_new_tokens=-2)
+
+
+def test_generation_arguments_of_the_wrong_kind_are_named(engine):
+    # a truthy string is no EOS rule: it was iterated as one rule per character
+    with pytest.raises(UsageError, match="^stop_at_eos must be True or False, got 'no'"):
+        engine.generate(["a"], 2, stop_at_eos="no")
+    (gen,) = engine.generate(["a"], 2, stop_at_eos=np.bool_(False))  # numpy's bool is one
+    assert len(gen.ids) == 2 and gen.stop == "max_new_tokens"
+    # as the client refuses it (a CaptureSource takes the same arguments either way)
+    for call in (engine.capture, engine.stream, engine.capture_iter):
+        with pytest.raises(UsageError, match="^stop_at_eos=False applies to generate"):
+            call(["a"], stop_at_eos=False)
+    # continuations steps planned prompts, not texts (was AttributeError: 'str' ... 'length')
+    with pytest.raises(UsageError, match=r"^prompts\[0\] is a str: continuations takes"):
+        engine.continuations(["a"], 2)
+    prompts, _ = engine.plan_generation(["a"], 2)
+    run = engine.continuations(prompts, 2, stop_at_eos=[False])
+    while not run.done:
+        run.step()
+    assert [g.ids for g in run.results()] == [gen.ids]

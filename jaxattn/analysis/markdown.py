@@ -110,9 +110,15 @@ def _decoder(report: dict) -> list[str]:
         "2020), each a mean over query rows 1 .. T-1 (row 0 sees only itself): the weight on "
         "the first token (the attention sink, Xiao et al. 2023), on the previous token, on "
         "itself, on punctuation, the row entropy in nats (rows smoothed over the keys they "
-        "see); induction: the weight on the tokens that followed earlier occurrences of the "
-        "row's token (Olsson et al. 2022), duplicate: on those earlier occurrences, over the "
-        "rows that have one (jaxattn.analysis.decoder).",
+        "see)"
+        + (
+            "; induction: the weight on the tokens that followed earlier occurrences of the "
+            "row's token (Olsson et al. 2022), duplicate: on those earlier occurrences, over "
+            "the rows that have one"
+            if "induction" in stats
+            else "; not induction and duplicate, which need the maps (not with --stats-only)"
+        )
+        + " (jaxattn.analysis.decoder).",
         "",
     ]
     names = [n for n in _DECODER_NAMES if n in stats]
@@ -187,8 +193,8 @@ def _decoder_model_lines(report: dict) -> list[str]:
         lines += [
             "### Attention sinks with and without BOS (Xiao et al. 2023)",
             "",
-            f"{sinks['examples']} texts captured as [{sinks['bos_token']}, text] and as "
-            "[text]; over the query rows of the text's tokens 1 .. n-1, the weight on BOS, on "
+            f"{_sink_texts(sinks)} captured as [{sinks['bos_token']}, text] and as [text]; "
+            "over the query rows of the text's tokens 1 .. n-1, the weight on BOS, on "
             "the text's first token after BOS, on that token when it comes first, and the "
             "shift (without - after BOS). Mean over heads per layer:",
             "",
@@ -204,6 +210,18 @@ def _decoder_model_lines(report: dict) -> list[str]:
             "",
         ]
     return lines
+
+
+def _sink_texts(sinks: dict) -> str:
+    """How many texts the BOS sink study used, of how many it was given."""
+    n, left = sinks["examples"], sinks.get("skipped", 0)
+    used = f"{n} text{'' if n == 1 else 's'}"
+    if not left:
+        return used
+    return (
+        f"{used} (of the first {n + left} of the input, --sink-examples; {left} left out: "
+        "too long, or of one token without BOS)"
+    )
 
 
 def _patterns(report: dict) -> list[str]:
@@ -368,9 +386,14 @@ def _ablation_lines(res: dict) -> list[str]:
         + ([_f(delta[i])] if delta else [])
         for i in order
     ]
+    shown = (
+        "every head, those that change the output most first"
+        if len(order) == len(res["heads"])
+        else f"the {len(order)} that change the output most"
+    )
     intro = (
         f"Each head {'zeroed' if res['mode'] == 'zero' else 'made uniform'} alone over "
-        f"{res['examples']} examples; the 10 that change the output most."
+        f"{res['examples']} examples; {shown}."
     )
     if causal and res.get("lm_loss") is not None:
         intro += (

@@ -47,6 +47,15 @@ def transformers_runners(model_dir: Path, texts: list[str], batch: int) -> dict:
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    if tok.pad_token is None:  # a decoder's (GPT-2, Llama): batches pad with another token,
+        # which the attention mask hides (as transformers' own advice has it)
+        tok.pad_token = tok.eos_token or tok.bos_token or tok.unk_token
+        if tok.pad_token is None:
+            raise InputError(
+                None,
+                f"the tokenizer of {model_dir} has no padding, end, start or unknown token "
+                "to pad transformers' batches with: bench cannot time it",
+            )
     model = AutoModel.from_pretrained(str(model_dir)).eval().to(device)
     default = model.config._attn_implementation
 

@@ -123,11 +123,15 @@ def build_mix(engine, pool: list[str]):
     if len(pool) < 8:
         raise ValueError(f"only {len(pool)} usable sentences; give --conllu with more")
     combos = list(itertools.product(DTYPES, CODECS))
-    pairs = [
-        (a, b)
-        for a, b in zip(pool[::2], pool[1::2], strict=False)
-        if 25 <= engine.tokenize([(a, b)])[0].length <= 32
-    ][:24]
+    causal = engine.config.causal  # a decoder reads no pairs: the two sentences as one text
+    joined = [f"{a} {b}" if causal else (a, b) for a, b in zip(pool[::2], pool[1::2], strict=False)]
+    lengths = [t and t.length for t in engine.tokenize(joined, too_long="skip")]
+    pairs = [p for p, n in zip(joined, lengths, strict=True) if n and 25 <= n <= 32][:24]
+    # the rich kind's layer and head subsets: the first and last of each (MiniLM's 0, 5
+    # and 1, 11; within any model's, a decoder of 30 layers x 9 heads too)
+    last_layer, last_head = engine.config.num_layers - 1, engine.config.num_heads - 1
+    rich_layers = tuple(sorted({0, last_layer}))
+    rich_heads = tuple(sorted({min(1, last_head), last_head}))
     singles = pool[:24]
     batches = [tuple(pool[(k * 50 + i) % len(pool)] for i in range(50)) for k in range(4)]
     longs = long_texts(engine, pool, 3)
@@ -142,8 +146,9 @@ def build_mix(engine, pool: list[str]):
         "cancel": batches,
         "deadline": [(t,) for t in singles[:4] + longs[:2]],
     }
-    if not limits:  # a pool of sentences too short to fill the model's limit
-        del kinds["at_limit"]
+    # a pool of sentences too short to fill the model's limit (at_limit), or none of
+    # whose pairs fall in 25..32 tokens (a decoder's tokenizer may cut them finer)
+    kinds = {kind: texts for kind, texts in kinds.items() if texts}
     mix = []
     for kind, texts in kinds.items():
         kind_combos = (
@@ -159,8 +164,8 @@ def build_mix(engine, pool: list[str]):
                     kind,
                     tuple(texts[j % len(texts)]),
                     RICH if rich else ("attention",),
-                    (0, 5) if rich else None,
-                    (1, 11) if rich else None,
+                    rich_layers if rich else None,
+                    rich_heads if rich else None,
                     dtype,
                     codec,
                     WEIGHTS[kind] / n,

@@ -172,7 +172,12 @@ def _run(args) -> int:
     check_output(Path(args.out).with_suffix(".md"), args.overwrite, "--out's report.md")
     saved = open_saved(args.input)
     if saved is not None:
-        return _write(args, *analyse_saved(args, saved), t0)
+        corpus, meta = analyse_saved(args, saved)
+        if corpus.decoder is not None:  # say why OV copying and BOS sinks are missing
+            from jaxattn.cli.decoder_analyses import stored_extras
+
+            return _write(args, corpus, meta, t0, decoder=stored_extras())
+        return _write(args, corpus, meta, t0)
     path = input_path(args.input)
     read = list(records(path, limit=args.limit))
     sentences = [r.sentence for r in read]

@@ -122,6 +122,22 @@ def non_negative(value: str) -> int:
     return _at_least(value, 0)
 
 
+def wire_count(least: int):
+    """An integer least..MAX_UINT32: a server's limit, which ModelInfo carries as a uint32."""
+
+    def parse(value: str) -> int:
+        from jaxattn.wire.codecs import MAX_UINT32
+
+        n = _at_least(value, least)
+        if n > MAX_UINT32:
+            raise argparse.ArgumentTypeError(
+                f"expected a number <= {MAX_UINT32} (a server's limit is a uint32), got {n}"
+            )
+        return n
+
+    return parse
+
+
 def read_token(token_file: str | None) -> str | None:
     """The bearer token from a file, else $JAXATTN_TOKEN, else None.
 

@@ -72,7 +72,12 @@ def _run(args) -> int:
     else:
         caps = _capture(args, text)
     if not caps:
-        print("skipped: the text is longer than the model's limit (--too-long skip)")
+        what = (
+            f"its tokens + {args.generate} new tokens (--generate) exceed the model's positions"
+            if args.generate is not None
+            else "the text is longer than the model's limit"
+        )
+        print(f"skipped: {what} (--too-long skip)")
         return 0
     cap = caps[0]
     print(" ".join(cap.tokens))

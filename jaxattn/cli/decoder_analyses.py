@@ -22,6 +22,18 @@ OV_DEFINITION = (
 )
 
 
+# Why a decoder's saved captures (a store, a capture file) have no model-level analyses.
+STORED = (
+    "needs the model's weights and token ids: analyse the texts with --model, not the "
+    "stored captures"
+)
+
+
+def stored_extras() -> tuple[dict, dict]:
+    """(no sections, not_run reasons) for a decoder's captures analysed as stored."""
+    return {}, {"ov_copying": STORED, "bos_sinks": STORED}
+
+
 def decoder_extras(source, texts: list, args) -> tuple[dict, dict]:
     """(report sections, not_run reasons) of the model-level decoder analyses."""
     from jaxattn.engine.causal_lm import has_lm_head, unembedding

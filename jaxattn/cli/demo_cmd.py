@@ -1,8 +1,9 @@
 """`jaxattn demo`: the README's first quick-start command, end to end.
 
 Starts a server on the embedded model (a free loopback port), captures the two
-example sentences through the Python client (sentence A alone, then the pair),
-prints a per-layer summary and stops the server.
+example sentences through the Python client (sentence A alone, then the pair; a
+decoder's --model: the two as one text), prints a per-layer summary and stops the
+server.
 """
 
 from __future__ import annotations
@@ -70,12 +71,12 @@ def layer_summary(cap) -> list[dict]:
     return rows
 
 
-def _print(title: str, cap) -> None:
+def _print(title: str, cap, first: str = "[CLS]", last: str = "[SEP]") -> None:
     print(f"\n{title}")
     print("  " + " ".join(cap.tokens))
     print(
-        f"  {'layer':>5} {'entropy':>8} {'a->[CLS]':>9} {'a->[SEP]':>9} "
-        f"{'mean|af(x)|':>12} {'|af|->[CLS]':>12} {'|af|->[SEP]':>12}"
+        f"  {'layer':>5} {'entropy':>8} {'a->' + first:>9} {'a->' + last:>9} "
+        f"{'mean|af(x)|':>12} {'|af|->' + first:>12} {'|af|->' + last:>12}"
     )
     for r in layer_summary(cap):
         print(
@@ -102,8 +103,10 @@ def _run(args) -> int:
                 f"{time.perf_counter() - t0:.1f}s"
             )
             t1 = time.perf_counter()
+            # a decoder reads single texts: the pair as one text, no [CLS]/[SEP]
+            joined = f"{SENTENCE_A} {SENTENCE_B}"
             single, pair = client.capture(
-                [SENTENCE_A, (SENTENCE_A, SENTENCE_B)],
+                [SENTENCE_A, joined if info.causal else (SENTENCE_A, SENTENCE_B)],
                 what=WHAT,
                 dtype=args.dtype,
                 codec=args.codec,
@@ -114,13 +117,20 @@ def _run(args) -> int:
             )
     finally:
         server.stop(grace=5.0).wait()
-    _print(f"A: {SENTENCE_A!r}", single)
-    _print(
-        f"A+B: {SENTENCE_A!r} / {SENTENCE_B!r} (B starts at token {pair.sentence_b_start})", pair
-    )
+    if info.causal:
+        _print(f"A: {SENTENCE_A!r}", single, "first", "last")
+        _print(f"A B as one text (a decoder reads no pairs): {joined!r}", pair, "first", "last")
+        names = "first = the first token, last = the tokens equal to the last one; "
+    else:
+        _print(f"A: {SENTENCE_A!r}", single)
+        _print(
+            f"A+B: {SENTENCE_A!r} / {SENTENCE_B!r} (B starts at token {pair.sentence_b_start})",
+            pair,
+        )
+        names = ""
     print(
-        "\nentropy in nats, averaged over heads and query positions; a = attention weight, "
-        "|af(x)| = ||alpha f(x)|| (Kobayashi et al. 2020),\n|af|->X = share of each query's "
-        "||alpha f(x)|| total that goes to X. server stopped."
+        f"\n{names}entropy in nats, averaged over heads and query positions; a = attention "
+        "weight, |af(x)| = ||alpha f(x)|| (Kobayashi et al. 2020),\n|af|->X = share of each "
+        "query's ||alpha f(x)|| total that goes to X. server stopped."
     )
     return 0

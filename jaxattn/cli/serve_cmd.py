@@ -21,6 +21,7 @@ from jaxattn.cli.args import (
     positive,
     positive_float,
     read_token,
+    wire_count,
 )
 from jaxattn.engine.batching import WARMUP_SIZES
 from jaxattn.errors import UsageError
@@ -57,11 +58,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="serve Prometheus metrics at http://HOST:PORT/metrics on this port of --host "
         "(plain HTTP, no token; 0 picks a free one, printed). Default: no metrics endpoint",
     )
-    p.add_argument("--max-texts", type=positive, default=1024, help="most texts per request")
-    p.add_argument("--max-tokens", type=positive, default=131072, help="most tokens per request")
+    p.add_argument("--max-texts", type=wire_count(1), default=1024, help="most texts per request")
+    p.add_argument(
+        "--max-tokens", type=wire_count(1), default=131072, help="most tokens per request"
+    )
     p.add_argument(
         "--max-new-tokens",
-        type=non_negative,
+        type=wire_count(0),
         default=256,
         help="most tokens one request may ask a decoder to generate before its capture "
         "(CaptureRequest.generate); 0: no generation",

@@ -185,6 +185,18 @@ def _run(args) -> int:
         raise InputError(None, f"no example to view in {' '.join(args.inputs)}")
     texts = [x for x in items if isinstance(x, str | tuple)]
     saved = len(texts) < len(items)
+    if not texts:  # saved captures only: nothing for a model to capture or continue
+        for flag, given in (
+            ("--generate", args.generate is not None),
+            ("--model", args.model),
+            ("--server", args.server),
+        ):
+            if given:
+                raise UsageError(
+                    f"{flag} applies to texts to capture, and INPUT holds saved captures "
+                    "only, drawn as saved (a store of dump --generate keeps its "
+                    f"continuations): drop {flag}"
+                )
     caps = capture_counted(args, texts, pl.needs(views), items, args.generate is not None)
     if not caps:
         raise InputError(None, "every text was skipped (--too-long skip): nothing to view")

@@ -78,7 +78,7 @@ def _capture(args, texts: list) -> list[list]:
 
 def run(args) -> int:
     """Write the stats-first page of `args.inputs` to `args.out` (HTML)."""
-    from jaxattn.views.segments_page import write_segments_html
+    from jaxattn.views.segments_page import group_by_text, write_segments_html
 
     if not args.inputs:
         raise UsageError("--stats-first: give at least one INPUT (a text, a file or a capture)")
@@ -104,5 +104,6 @@ def run(args) -> int:
         )
     except ValueError as e:
         raise UsageError(f"--stats-first: {e}") from None
-    print(f"wrote {args.out} (statistics along the text; {len(caps)} capture(s))")
+    examples = len(group_by_text(caps))  # a text's captures (statistics, maps) are one
+    print(f"wrote {args.out} (statistics along the text; {examples} example(s))")
     return 0

@@ -15,7 +15,7 @@ import grpc
 
 from jaxattn.capture import Capture
 from jaxattn.client.errors import AttentionServiceError
-from jaxattn.continuations import check_new_tokens
+from jaxattn.continuations import check_generation
 from jaxattn.errors import UsageError
 from jaxattn.inputs import Text, check_utf8
 from jaxattn.selection import Selection, parse_selection, positions_of, resolve_indices
@@ -136,10 +136,9 @@ def build(
             f"max_chunk_bytes {max_chunk_bytes!r} is out of range: valid are None "
             f"(the server's default) or {lo}..{hi}"
         )
-    new = 0 if generate is None else check_new_tokens(generate)
-    if not stop_at_eos and not new:
-        raise UsageError("stop_at_eos=False applies to generate: give generate=N too")
-    if new > _MAX_UINT32:
+    new, stop_at_eos = check_generation(generate, stop_at_eos)
+    new = new or 0
+    if new > codecs.MAX_UINT32:
         raise UsageError(f"generate {new} is beyond what a request can carry: ask fewer")
     return pb.CaptureRequest(
         texts=texts_message(texts),
@@ -191,9 +190,6 @@ def check_answer(request: pb.CaptureRequest, capture: Capture, address: str) -> 
             "(a server older than jaxattn 0.2 has only highest)",
             address,
         )
-
-
-_MAX_UINT32 = (1 << 32) - 1
 
 
 def _is_int(v) -> bool:

@@ -112,7 +112,7 @@ class DumpJob:
             from jaxattn.engine.generate import check_generator
 
             check_generator(engine)
-            check_new_tokens(options.generate)
+            check_new_tokens(options.generate, "generate")
         self.spec = engine.make_spec(
             options.what,
             options.layers,

@@ -16,12 +16,14 @@ The gates are runtime arrays, so every ablation set runs one compiled program.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from jaxattn.config import ModelConfig
 from jaxattn.engine.mlm import MaskedLM, final_states
+from jaxattn.errors import UsageError
 
 MODES = ("zero", "uniform")
 
@@ -36,21 +38,30 @@ class HeadAblation:
     @classmethod
     def of(cls, heads: Iterable[tuple[int, int]], mode: str = "zero") -> HeadAblation:
         if mode not in MODES:
-            raise ValueError(f"unknown ablation mode {mode!r}: valid are {', '.join(MODES)}")
-        return cls(**{mode: frozenset((int(layer), int(h)) for layer, h in heads)})
+            raise UsageError(f"unknown ablation mode {mode!r}: valid are {', '.join(MODES)}")
+        pairs = []
+        for pair in heads:
+            try:
+                layer, h = pair
+                pairs.append((operator.index(layer), operator.index(h)))
+            except (TypeError, ValueError):
+                raise UsageError(
+                    f"ablation head {pair!r} is not a (layer, head) pair of whole numbers"
+                ) from None
+        return cls(**{mode: frozenset(pairs)})
 
     def gates(self, config: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
         """(keep [L, H] float32, uniform [L, H] bool) for the model.
 
         Raises:
-          ValueError: a (layer, head) out of the model's range.
+          UsageError: a (layer, head) out of the model's range.
         """
         keep = np.ones((config.num_layers, config.num_heads), np.float32)
         uniform = np.zeros((config.num_layers, config.num_heads), bool)
         for name, heads in (("zero", self.zero), ("uniform", self.uniform)):
             for layer, head in heads:
                 if not (0 <= layer < config.num_layers and 0 <= head < config.num_heads):
-                    raise ValueError(
+                    raise UsageError(
                         f"ablation {name} head ({layer}, {head}) is out of range: layers "
                         f"0..{config.num_layers - 1}, heads 0..{config.num_heads - 1}"
                     )

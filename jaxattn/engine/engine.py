@@ -410,6 +410,7 @@ class Engine:
         continuation is generated before the first (`generate_and_stream`). All of
         `texts` is in flight at once: for a corpus, `capture_iter` bounds memory."""
         positions = dict(query_positions=query_positions, key_positions=key_positions)
+        generate, stop_at_eos = self._check_generation(generate, stop_at_eos)
         if generate is not None:
             from jaxattn.engine.generate import generate_and_stream
 
@@ -428,6 +429,16 @@ class Engine:
             texts, what, layers, heads, dtype, precision, too_long, positions
         )
         return in_order(self.run(kept, spec, ablation))
+
+    def _check_generation(self, generate, stop_at_eos) -> tuple[int | None, bool]:
+        """(generate, stop_at_eos) of a capture, checked as the client checks them
+        (`check_generation`), an encoder or headless decoder refused before N is."""
+        from jaxattn.continuations import check_generation
+        from jaxattn.engine.generate import check_generator
+
+        if generate is not None:
+            check_generator(self)
+        return check_generation(generate, stop_at_eos)
 
     def _prepare(self, texts, what, layers, heads, dtype, precision, too_long, positions):
         """(spec, the kept texts' indices, their TokenizedTexts): the request checked and
@@ -552,12 +563,9 @@ class Engine:
         positions = dict(query_positions=query_positions, key_positions=key_positions)
         self.make_spec(what, layers, heads, dtype, precision, **positions)
         generating = {}
+        generate, stop_at_eos = self._check_generation(generate, stop_at_eos)
         if generate is not None:
-            from jaxattn.continuations import check_new_tokens
-            from jaxattn.engine.generate import check_generator
-
-            check_generator(self)
-            generating = dict(generate=check_new_tokens(generate), stop_at_eos=stop_at_eos)
+            generating = dict(generate=generate, stop_at_eos=stop_at_eos)
         if window is None:
             window = 4 * self.budgets.max_batch * len(self.devices)
         return CaptureStream(

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 
 import jax
 
-from jaxattn.continuations import check_new_tokens
+from jaxattn.continuations import check_new_tokens, check_stop_at_eos
 from jaxattn.engine.causal_lm import has_lm_head
 from jaxattn.engine.oom import out_of_memory
 from jaxattn.engine.pipeline import in_order
@@ -210,9 +210,20 @@ class Continuations:
     def _append(self, prompts, new, stop_at_eos) -> list[int]:
         """Record prompts (with each one's N and EOS rule, or one for all): their indices."""
         prompts = list(prompts)
+        for i, p in enumerate(prompts):
+            if p is not None and not isinstance(p, TokenizedText):
+                raise UsageError(
+                    f"prompts[{i}] is a {type(p).__name__}: continuations takes the prompts "
+                    "of engine.plan_generation(texts, N)[0] (engine.generate(texts, N) "
+                    "continues texts)"
+                )
         n, at = len(prompts), len(self.prompts)
         news = [new] * n if isinstance(new, int) else list(new)
-        flags = [stop_at_eos] * n if isinstance(stop_at_eos, bool) else list(stop_at_eos)
+        flags = (
+            [check_stop_at_eos(f) for f in stop_at_eos]
+            if isinstance(stop_at_eos, list | tuple)
+            else [check_stop_at_eos(stop_at_eos)] * n
+        )
         if len(news) != n or len(flags) != n:
             raise UsageError(
                 f"{n} prompts with {len(news)} token counts and {len(flags)} EOS rules: "

@@ -50,6 +50,9 @@ DEFAULT_MAX_CHUNK_BYTES = (4 << 20) - (16 << 10)
 MIN_MAX_CHUNK_BYTES = 1 << 10
 MAX_MAX_CHUNK_BYTES = 64 << 20
 
+# The most a uint32 field of the .proto carries (CaptureRequest.generate, ModelInfo's limits).
+MAX_UINT32 = (1 << 32) - 1
+
 # zstd level 1: at capture sizes the wire, not the ratio, is what we pay for;
 # level 3 (zstd's default) is ~2x slower for a few percent.
 ZSTD_LEVEL = 1

@@ -99,3 +99,9 @@ def test_analyze_saved_decoder_captures(gpt2, tmp_path):
         report = json.loads(out.read_text())
         assert report["meta"]["decoder"] and "first" in report["decoder_heads"]
         assert ("induction" in report["decoder_heads"]) == (not flags)
+        # the model-level analyses are not in the report, and it says why (was: silent)
+        assert "ov_copying" not in report and "bos_sinks" not in report
+        not_run = report["meta"]["not_run"]
+        for name in ("ov_copying", "bos_sinks"):
+            assert "analyse the texts with --model, not the stored captures" in not_run[name]
+        assert "- bos_sinks: needs the model's weights" in out.with_suffix(".md").read_text()

@@ -286,6 +286,14 @@ BAD: list[Bad] = [
         "exclude each other",
     ),
     Bad(
+        "a server limit past ModelInfo's uint32 (every client's model_info failed: UNKNOWN)",
+        "--max-new-tokens",
+        lambda t, g: ["--max-new-tokens", str(1 << 32)],
+        2,
+        r"--max-new-tokens: expected a number <= 4294967295 \(a server's limit is a uint32\)",
+        only=frozenset({"serve"}),
+    ),
+    Bad(
         "no token to generate",
         "--generate",
         lambda t, g: ["--generate", "0"],

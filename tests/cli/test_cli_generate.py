@@ -77,3 +77,16 @@ def test_too_long_truncate_generates_until_the_positions_are_full(gpt2, tmp_path
     assert main([*args, "--too-long", "truncate", "--out", str(out)]) == 0
     assert "stopped at the model's limit of positions" in capsys.readouterr().out
     assert jaxattn.Capture.load(out).length == limit
+
+
+def test_view_of_saved_captures_only_refuses_what_applies_to_texts(gpt2, tmp_path, capsys):
+    saved = tmp_path / "s.npz"
+    assert main(["capture", PROMPT, "--model", str(gpt2), "--out", str(saved)]) == 0
+    out = str(tmp_path / "v.html")
+    for flags in (["--generate", "2"], ["--model", str(gpt2)], ["--server", "127.0.0.1:9"]):
+        capsys.readouterr()
+        assert main(["view", str(saved), *flags, "--out", out]) == 2  # was drawn, flag unused
+        line = one_error(capsys, "view")
+        assert f"{flags[0]} applies to texts to capture" in line
+        assert line.endswith(f"drop {flags[0]}")
+    assert main(["view", str(saved), "--out", out]) == 0

@@ -67,6 +67,20 @@ def test_too_long_truncate_through_the_server_stops_at_the_positions(gpt2, serve
     assert main(args) == 1  # the server's refusal, as any (INVALID_ARGUMENT)
     line = one_error(capsys, "capture")
     assert re.search(rf"texts\[0\]: its {n} prompt tokens \+ generate {new} new tokens", line)
+    # the server's advice in the command line's terms, not the wire's
+    assert "CaptureRequest" not in line and "with --too-long truncate" in line
+    assert "--too-long skip" in line
+
+
+def test_a_prompt_skipped_for_its_new_tokens_says_so(gpt2, server, capsys):
+    path, engine = gpt2
+    n = engine.tokenize([PROMPT])[0].length
+    new = engine.config.max_length - n + 1  # the prompt fits; prompt + new does not
+    args = ["capture", PROMPT, "--server", server, "--generate", str(new), "--too-long", "skip"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert f"skipped: its tokens + {new} new tokens (--generate) exceed" in printed
+    assert "the text is longer" not in printed
 
 
 def test_view_through_the_server_marks_each_continuation(server, gpt2, tmp_path, capsys):

@@ -103,6 +103,24 @@ def test_demo_serves_captures_summarises_and_stops(loads, capsys):
         assert entropy > 0 and 0 <= cls_mass <= 1 and 0 <= sep_mass <= 1
 
 
+def test_demo_of_a_decoder_captures_the_pair_as_one_text(tmp_path, capsys):
+    """A decoder reads no sentence pairs: demo --model DECODER failed on its own pair."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
+    from gpt2_fixture import make_gpt2_checkpoint
+
+    path = make_gpt2_checkpoint(tmp_path / "gpt2")
+    assert main(["demo", "--model", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert "error" not in err and "server stopped" in out
+    assert "A B as one text (a decoder reads no pairs): 'I went to the store. At the" in out
+    assert "a->first" in out and "[CLS]" not in out
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert len(rows) == 2 * 3  # per layer, for the sentence and the two as one text
+
+
 def test_serve_help_lists_the_options(capsys):
     assert main(["serve", "--help"]) == 0
     out = capsys.readouterr().out

@@ -66,6 +66,15 @@ def test_refusals_name_the_field_and_the_limit(svc_gpt2, gpt2_client):
     assert "set truncate" in e.value.message
 
 
+def test_an_encoder_statistic_asked_of_a_decoder_server_says_what_to_ask_instead(gpt2_client):
+    """As the local engine says it (was: 'is not computed by this model', and the list)."""
+    with pytest.raises(AttentionServiceError) as e:
+        gpt2_client.capture(["a b"], what=("attention", "head_stats"))
+    assert (e.value.code, e.value.field) == (INVALID, "what[1]")
+    assert "what[1] 'head_stats' is not computed for a decoder (causal) model" in e.value.message
+    assert "ask for decoder_head_stats" in e.value.message
+
+
 def test_an_empty_prompt_is_refused_naming_the_text(gpt2_client):
     # GPT-2 adds no BOS: nothing to continue (it failed in the worker: INTERNAL)
     with pytest.raises(AttentionServiceError) as e:
@@ -113,12 +122,20 @@ def test_ignore_eos_without_generate_is_refused_on_the_wire(gpt2_address):
 
 
 @pytest.mark.parametrize(
-    "kwargs", [dict(generate=0), dict(generate=-2), dict(generate=2.0), dict(stop_at_eos=False)]
+    "kwargs, message",
+    [
+        (dict(generate=0), "generate must be at least 1, got 0"),
+        (dict(generate=-2), "generate must be at least 1, got -2"),
+        (dict(generate=2.0), "generate must be a whole number, got 2.0"),
+        (dict(stop_at_eos=False), "stop_at_eos=False applies to generate"),
+        (dict(generate=2, stop_at_eos="no"), "stop_at_eos must be True or False, got 'no'"),
+    ],
 )
-def test_the_client_checks_before_sending(kwargs):
+def test_the_client_checks_before_sending(kwargs, message):
     with AttentionClient("127.0.0.1:1", timeout=5) as c:  # nothing listens: no call is made
-        with pytest.raises(UsageError):
+        with pytest.raises(UsageError) as e:
             c.capture(["a"], **kwargs)
+    assert str(e.value).startswith(message)  # the argument the caller gave, by its name
 
 
 def test_a_server_that_ignores_generate_is_refused(svc_gpt2):

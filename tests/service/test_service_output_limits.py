@@ -118,3 +118,13 @@ def test_options_refuse_a_zero_limit(name):
 
     with pytest.raises(ValueError, match=name):
         ServerOptions(**{name: 0})
+
+
+@pytest.mark.parametrize("name", ["max_texts", "max_tokens", "max_new_tokens"])
+def test_options_refuse_a_limit_model_info_cannot_carry(name):
+    """ModelInfo carries these as uint32: past that, every GetModelInfo failed (UNKNOWN)."""
+    from service import ServerOptions
+
+    ServerOptions(**{name: (1 << 32) - 1})
+    with pytest.raises(ValueError, match=f"{name} must be at most 4294967295"):
+        ServerOptions(**{name: 1 << 32})

@@ -239,7 +239,7 @@ def _segments_of(path) -> dict:
 
 
 def test_view_stats_first_from_text_and_from_a_saved_capture(
-    engines, bert_checkpoint, tiny_caps, tmp_path, monkeypatch
+    engines, bert_checkpoint, tiny_caps, tmp_path, monkeypatch, capsys
 ):
     import jaxattn
 
@@ -287,3 +287,7 @@ def test_view_stats_first_from_text_and_from_a_saved_capture(
     np.testing.assert_allclose(got, ref["local"][0], rtol=1e-5)
     assert main([*argv, "--stats-first", "--out", str(tmp_path / "s.svg")]) == 2
     assert main(["view", str(saved), "--stats-first", "--segment", "0", "--out", str(out)]) == 2
+    # one text is one example, whatever captures its page took (statistics, maps: 3 here)
+    capsys.readouterr()
+    assert main([*argv, "--stats-first", "--out", str(tmp_path / "m.html")]) == 0
+    assert "(statistics along the text; 1 example(s))" in capsys.readouterr().out

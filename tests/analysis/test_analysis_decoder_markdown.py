@@ -1,0 +1,78 @@
+"""report.md of a decoder, from hand-made report.json dicts (numpy only): its text says
+what the numbers are of. The BOS sink study names the texts it left out of the first
+--sink-examples; the ablation table says how many heads it lists (all of a model with
+fewer than 10); a --stats-only table does not define induction and duplicate, which it
+does not have."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxattn.analysis import render_markdown
+
+LAYERS, HEADS = [0, 1, 2], [0, 1, 2]
+STATS = ("first", "prev", "self", "punct", "entropy")
+
+
+def report(**sections) -> dict:
+    grid = np.arange(9, dtype=float).reshape(3, 3) / 10
+    heads = {name: grid.tolist() for name in STATS}
+    return {
+        "meta": {"model": "tiny", "examples": 4, "layers": LAYERS, "heads": HEADS},
+        "decoder_heads": {**heads, **sections.pop("scores", {})},
+        **sections,
+    }
+
+
+def sinks(examples: int, skipped: int) -> dict:
+    shares = np.full((3, 3), 0.25).tolist()
+    names = ("bos", "first_after_bos", "first_without_bos", "shift")
+    return {"bos_token": "<s>", "examples": examples, "skipped": skipped} | dict.fromkeys(
+        names, shares
+    )
+
+
+def test_the_sink_study_counts_its_texts_and_those_it_left_out():
+    md = render_markdown(report(bos_sinks=sinks(1, 1)))
+    assert "1 text (of the first 2 of the input, --sink-examples; 1 left out: " in md
+    assert "1 texts" not in md
+    md = render_markdown(report(bos_sinks=sinks(3, 0)))
+    assert "\n3 texts captured as [<s>, text] and as [text]; over the query rows" in md
+
+
+def test_the_ablation_table_says_how_many_heads_it_lists():
+    cos = np.linspace(0.5, 0.9, 9).tolist()
+    ablation = {
+        "mode": "zero",
+        "heads": [[layer, head] for layer in LAYERS for head in HEADS],
+        "cos_cls": cos,
+        "cos_mean": cos,
+        "causal": True,
+        "lm_loss": 6.5,
+        "lm_loss_delta": [0.1] * 9,
+        "examples": 4,
+    }
+    md = render_markdown(report(head_ablation=ablation))
+    table = md[md.index("## Head ablation") :]
+    assert "alone over 4 examples; every head, those that change the output most first." in md
+    assert "the 10" not in md and table.count("\n| 0-") + table.count("\n| 1-") == 6
+    assert table.count("\n| 2-") == 3  # all 9 heads
+    many = {
+        **ablation,
+        "heads": [[layer, head] for layer in range(4) for head in range(4)],
+        "cos_cls": np.linspace(0.5, 0.9, 16).tolist(),
+        "cos_mean": np.linspace(0.5, 0.9, 16).tolist(),
+        "lm_loss_delta": [0.1] * 16,
+    }
+    md = render_markdown(report(head_ablation=many))
+    assert "alone over 4 examples; the 10 that change the output most." in md
+
+
+def test_stats_only_defines_only_the_scores_its_table_has():
+    with_maps = report(scores={"induction": [[0.5] * 3] * 3, "duplicate": [[0.1] * 3] * 3})
+    md = render_markdown(with_maps)
+    assert "induction: the weight on the tokens that followed earlier occurrences" in md
+    assert "| induction | duplicate |" in md
+    md = render_markdown(report())  # --stats-only: the on-device statistics alone
+    assert "| entropy |\n" in md and "induction: the weight" not in md
+    assert "not induction and duplicate, which need the maps (not with --stats-only)" in md
