@@ -24,11 +24,33 @@ tests/test_parity.py 49 -> 34, tests/test_long_engine.py (the 4,096-token captur
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
-TEST_FLAGS = (
-    "--xla_backend_optimization_level=0",  # LLVM's optimisations off
-    "--xla_cpu_use_fusion_emitters=false",  # the classic emitters: half the compile
-)
+# XLA aborts every process on a flag it does not know, and the classic emitters are on
+# their way out of XLA (jax is not pinned): a flag of `OPTIONAL` is used only where a
+# child process starts JAX's CPU backend with it (once a session: the answer travels to
+# the workers and the processes the tests start in `KNOWN`).
+REQUIRED = ("--xla_backend_optimization_level=0",)  # LLVM's optimisations off
+OPTIONAL = ("--xla_cpu_use_fusion_emitters=false",)  # the classic emitters: half the compile
+KNOWN = "JAXATTN_TEST_XLA_FLAGS"
+
+
+def _known(flags: tuple[str, ...]) -> bool:
+    probe = "import jax; jax.devices()"
+    env = {**os.environ, "XLA_FLAGS": " ".join(flags), "JAX_PLATFORMS": "cpu"}
+    got = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, timeout=120)
+    return got.returncode == 0
+
+
+def _test_flags() -> tuple[str, ...]:
+    if KNOWN not in os.environ:
+        chosen = REQUIRED + (OPTIONAL if _known(REQUIRED + OPTIONAL) else ())
+        os.environ[KNOWN] = " ".join(chosen)
+    return tuple(os.environ[KNOWN].split())
+
+
+TEST_FLAGS = _test_flags()
 
 
 def flags(*extra: str, environ=None) -> str:
