@@ -147,3 +147,12 @@ def test_bad_ablations_are_named(engines):
 def test_study_without_mlm_head_reports_no_loss(engines):
     res = head_ablation_study(engines["bert"], TEXTS[:1], heads=[(0, 0)], mode="uniform")
     assert res["mlm_loss"] is None and res["mlm_loss_delta"] is None
+
+
+def test_study_ticks_its_progress_once_per_head(engines):
+    done = []
+    heads = [(0, 0), (1, 1), (0, 1)]
+    res = head_ablation_study(
+        engines["bert"], TEXTS[:1], heads=heads, progress=lambda: done.append(len(done))
+    )
+    assert done == [0, 1, 2] and len(res["cos_cls"]) == 3

@@ -123,12 +123,14 @@ def test_the_policy_of_a_long_statistics_request_and_its_batches(checkpoint):
 def test_blockwise_refuses_what_it_cannot_serve_by_name(checkpoint):
     engine = jaxattn.load(checkpoint, attention="blockwise", buckets=(16,))
     with pytest.raises(
-        ValueError, match=r"attention='blockwise' cannot run .*: attn_res_norm needs"
+        jaxattn.UsageError, match=r"attention='blockwise' cannot run .*: attn_res_norm needs"
     ):
         engine.capture(["a short text"], what=("attn_res_norm", "head_stats"))
-    with pytest.raises(ValueError, match="attn_res_ln_norm, mixing_ratio need the dense path"):
+    with pytest.raises(
+        jaxattn.UsageError, match="attn_res_ln_norm, mixing_ratio need the dense path"
+    ):
         engine.capture(["a short text"], what=("mixing_ratio", "attn_res_ln_norm"))
-    with pytest.raises(ValueError, match="heads ablated run the dense path"):
+    with pytest.raises(jaxattn.UsageError, match="heads ablated run the dense path"):
         engine.capture(["a short text"], what="head_stats", ablation=HeadAblation.of([(0, 1)]))
     # blockwise at any length: statistics, and a map of the heads asked for only
     what = ("attention", "sum_alpha_fx_norm", "head_stats")

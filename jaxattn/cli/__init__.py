@@ -183,21 +183,6 @@ def explain(error: Exception) -> tuple[int, str]:
     )
 
 
-# The server's advice on a text too long (service/requests.py), and the flags that follow it.
-_WIRE_ADVICE = (
-    (
-        "set truncate in CaptureRequest to cut it",
-        "cut it with --too-long truncate or leave it out with --too-long skip",
-    ),
-    (
-        "set truncate in CaptureRequest to generate until the positions are full, "
-        "or ask fewer new tokens",
-        "ask for fewer new tokens (--generate), generate until the positions are full "
-        "with --too-long truncate, or leave it out with --too-long skip",
-    ),
-)
-
-
 def _server_failure(error) -> tuple[int, str]:
     """A server's refusal or an unreachable server, in one line. A request field the
     server refused (other than a text) is the command line's fault: exit 2, as locally."""
@@ -208,10 +193,9 @@ def _server_failure(error) -> tuple[int, str]:
         return 1, f"could not reach the server{where} (UNAVAILABLE): {error.message}"
     field = getattr(error, "field", None) or ""
     code = 2 if name == "INVALID_ARGUMENT" and field and not field.startswith("texts") else 1
-    message = error.message
-    for wire, flags in _WIRE_ADVICE:  # the wire's advice, in the command line's terms
-        message = message.replace(wire, flags)
-    return code, f"the server{where} answered {name}: {message}"
+    from jaxattn.client.errors import in_terms  # the wire's advice, in the flags' terms
+
+    return code, f"the server{where} answered {name}: {in_terms(error.message, 2)}"
 
 
 def _os_message(error: OSError) -> str:

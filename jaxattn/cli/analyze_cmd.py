@@ -244,9 +244,17 @@ def _run(args) -> int:
         if args.ablate:
             from jaxattn.engine import head_ablation_study
 
+            ablated = texts[: args.ablate_examples]
+            # one tick per head, each rerunning the ablated examples: ex/s counts the reruns
+            bar = Progress(info.layers * info.heads, "ablate (heads)", enabled=not quiet)
             ablation = head_ablation_study(
-                source, texts[: args.ablate_examples], mode=args.ablate, too_long=args.too_long
+                source,
+                ablated,
+                mode=args.ablate,
+                too_long=args.too_long,
+                progress=lambda: bar.update(1, examples=len(ablated)),
             )
+            bar.close()
     finally:
         source.close()
     meta = {

@@ -220,10 +220,13 @@ def _run(args) -> int:
 
 
 def _write_static(args, fmt: str, view: str, caps: list) -> None:
+    from jaxattn.store.selection import out_of_range
     from jaxattn.views import to_svg, write_png
 
     if not -len(caps) <= args.example < len(caps):
-        raise UsageError(f"--example {args.example}: there are {len(caps)} examples")
+        raise UsageError(
+            f"--example {args.example}: {out_of_range(args.example, len(caps), 'INPUT')}"
+        )
     cap = caps[args.example]
     if view == "neuron":
         needed = ("queries", "keys")

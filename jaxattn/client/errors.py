@@ -11,6 +11,31 @@ FIELD_KEY = "jaxattn-field"
 LIMIT_KEY = "jaxattn-limit"
 RETRY_AFTER_KEY = "retry-after-ms"
 
+# The server's advice on a text too long (service/requests.py), in the terms of the
+# Python client's arguments and of the command line's flags: (wire, python, flags).
+WIRE_ADVICE = (
+    (
+        "set truncate in CaptureRequest to cut it",
+        "cut it with too_long='truncate' or leave it out with too_long='skip'",
+        "cut it with --too-long truncate or leave it out with --too-long skip",
+    ),
+    (
+        "set truncate in CaptureRequest to generate until the positions are full, "
+        "or ask fewer new tokens",
+        "ask for fewer new tokens (generate=), generate until the positions are full "
+        "with too_long='truncate', or leave it out with too_long='skip'",
+        "ask for fewer new tokens (--generate), generate until the positions are full "
+        "with --too-long truncate, or leave it out with --too-long skip",
+    ),
+)
+
+
+def in_terms(message: str, terms: int) -> str:
+    """`message` with the server's advice put in other terms: 1 Python's, 2 the flags'."""
+    for advice in WIRE_ADVICE:
+        message = message.replace(advice[0], advice[terms])
+    return message
+
 
 class AttentionServiceError(ServerError):
     """A call to the attention service failed.
@@ -19,7 +44,8 @@ class AttentionServiceError(ServerError):
       code: the `grpc.StatusCode` (INVALID_ARGUMENT, RESOURCE_EXHAUSTED,
         UNAUTHENTICATED, DEADLINE_EXCEEDED, UNAVAILABLE, INTERNAL, ...;
         DATA_LOSS when a received chunk fails its checksum or the protocol).
-      message: the server's (or the client's) explanation.
+      message: the server's (or the client's) explanation, as the server sent it
+        (``str(error)`` gives its advice in the Python client's terms: ``too_long=``).
       address: the server address the failing attempt went to, if known.
       field: the CaptureRequest field the server refused ("texts[3]", "layers[0]",
         "what[1]", "dtype", ...: its `jaxattn-field` trailer), or None.
@@ -48,7 +74,7 @@ class AttentionServiceError(ServerError):
         self.limit = limit
         self.retry_after_s = retry_after_s
         where = f" ({address})" if address else ""
-        super().__init__(f"{code.name}: {message}{where}")
+        super().__init__(f"{code.name}: {in_terms(message, 1)}{where}")
 
     @classmethod
     def from_rpc_error(cls, error: grpc.RpcError, address: str | None = None):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -93,6 +93,7 @@ def head_ablation_study(
     mask_rate: float = 0.15,
     seed: int = 0,
     too_long: str = "error",
+    progress: Callable[[], None] | None = None,
 ) -> dict:
     """Ablate each head alone and report how the outputs change, over a corpus.
 
@@ -115,6 +116,7 @@ def head_ablation_study(
       mlm: also measure the masked-LM (encoder) or causal LM (decoder) loss when
         the model has the head.
       too_long: texts over the model's limit: "error", "truncate" or "skip".
+      progress: called with no argument once each head is done (a progress bar's tick).
 
     Returns:
       {"mode", "heads": [[l, h], ...], "cos_cls": [...], "cos_mean": [...],
@@ -163,4 +165,6 @@ def head_ablation_study(
             out["mlm_loss_delta"].append(lm.loss(ablation) - base_loss)
         if use_lm:
             out["lm_loss_delta"].append(causal.loss(ablation, states) - base_lm)
+        if progress is not None:
+            progress()
     return out

@@ -34,6 +34,7 @@ from jaxattn.engine import blockwise, layer_groups, map_positions
 from jaxattn.engine import layer_loop as layer_loops
 from jaxattn.engine.model import Encoder
 from jaxattn.engine.quantize import quantize
+from jaxattn.errors import UsageError
 from jaxattn.quantities import MAPS
 from jaxattn.spec import CaptureSpec
 
@@ -90,9 +91,10 @@ def _refuse_blockwise(what, ablated: bool):
         why = "heads ablated run the dense path"
     else:  # pragma: no cover - choose_block allows everything else
         why = "the request needs the dense path"
-    raise ValueError(
+    raise UsageError(
         f"attention='blockwise' cannot run this capture: {why}; "
         "load with attention='auto' (blockwise where possible) or 'dense'"
+        " (--attention auto or dense on the command line)"
     )
 
 

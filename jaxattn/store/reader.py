@@ -28,7 +28,7 @@ from jaxattn.store import metadata as store_metadata
 from jaxattn.store.kvstore import KeyValue, child_spec, root_spec, tensorstore_errors
 from jaxattn.store.location import found_at
 from jaxattn.store.manifest import Entry, ShardPart
-from jaxattn.store.selection import StoreSelection, position
+from jaxattn.store.selection import StoreSelection, check_held, position
 
 # Decoded chunks kept for reuse: iterating reads neighbouring examples from the same chunks.
 _CACHE_BYTES = 64 << 20
@@ -188,7 +188,7 @@ class Store(Sequence):
         (the others are not read): ``store.select(("queries", "keys"))[3]``.
 
         Raises:
-          ValueError: a quantity the store does not hold (naming it and what it holds).
+          UsageError: a quantity the store does not hold (naming it and what it holds).
         """
         return StoreSelection(self, range(len(self)), what)
 
@@ -197,18 +197,13 @@ class Store(Sequence):
         quantity, or only those in `what`.
 
         Raises:
-          ValueError: a quantity of `what` the store does not hold.
+          UsageError: a quantity of `what` the store does not hold.
           CaptureFileError: TensorStore cannot read the data (naming the store,
             the quantity and shard, and how to redo the shard).
         """
         entry, shard = self.entries[index], self._shard_of[index]
         if what is not None:
-            missing = [q for q in what if q not in self.what]
-            if missing:
-                raise ValueError(
-                    f"the store at {self.location} holds {', '.join(self.what)}, "
-                    f"not {', '.join(missing)}"
-                )
+            check_held(self.location, self.what, what)
         reads = {}
         advice = (
             f"the shard's data is damaged or missing: delete {layout.manifest_key(shard)} "

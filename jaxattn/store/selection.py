@@ -14,6 +14,7 @@ import operator
 from collections.abc import Iterator, Sequence
 
 from jaxattn.capture import Capture
+from jaxattn.errors import UsageError
 
 
 def position(key, length: int, holder: str) -> int:
@@ -39,6 +40,20 @@ def position(key, length: int, holder: str) -> int:
     if not -length <= index < length:
         raise IndexError(out_of_range(index, length, holder))
     return index % length
+
+
+def check_held(location, held: Sequence[str], what: Sequence[str]) -> None:
+    """Refuse quantities of `what` that a store holding `held` lacks.
+
+    Raises:
+      UsageError: naming the store, what it holds and what it lacks.
+    """
+    missing = [q for q in what if q not in held]
+    if missing:
+        raise UsageError(
+            f"the store at {location} holds {', '.join(held)}, not {', '.join(missing)}:"
+            " select quantities it holds"
+        )
 
 
 def out_of_range(index: int, length: int, holder: str) -> str:
@@ -68,12 +83,7 @@ class StoreSelection(Sequence):
     def __init__(self, store, indices: range, what=None):
         if what is not None:
             what = tuple(what)
-            missing = [q for q in what if q not in store.what]
-            if missing:
-                raise ValueError(
-                    f"the store at {store.location} holds "
-                    f"{', '.join(store.what)}, not {', '.join(missing)}"
-                )
+            check_held(store.location, store.what, what)
         self.store, self.indices, self._what = store, indices, what
 
     def __len__(self) -> int:

@@ -125,5 +125,7 @@ def test_select_reads_only_the_chosen_quantities(tmp_path):
         assert got.what == ("attention",)
         np.testing.assert_array_equal(got.attention, want.attention)
     assert store[::2].select(["hidden_states"])[-1].what == ("hidden_states",)
-    with pytest.raises(ValueError, match="holds attention, hidden_states, not queries"):
+    with pytest.raises(jaxattn.UsageError, match="holds attention, hidden_states, not queries"):
         store.select(("queries",))
+    with pytest.raises(jaxattn.UsageError, match="holds attention, hidden_states, not keys"):
+        store.read(0, ("keys",))

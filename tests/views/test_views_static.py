@@ -222,3 +222,15 @@ def test_png_pixels_of_sep_columns(page, long_cap):
         col = min(71, int((s + 0.5) * 72 / T_LONG))
         assert px[:, col].max() < 150, (s, px[:, col].max())
     assert np.median(px) > 235
+
+
+def test_an_example_past_the_input_is_named_with_the_valid_range(tmp_path, capsys):
+    from jaxattn.cli import main
+
+    saved = tmp_path / "one.npz"
+    synthetic(1, 2, 5).save(saved)
+    out = tmp_path / "x.svg"
+    assert main(["view", str(saved), "--views", "head", "--example", "7", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--example 7: index 7 is out of range: INPUT holds 1 example (0..0, or -1..-1)" in err
+    assert not out.exists()
