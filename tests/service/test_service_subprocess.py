@@ -80,16 +80,6 @@ def metric(url: str, name: str, **labels) -> float:
     return found[0]
 
 
-@pytest.fixture
-def serve(svc_checkpoint, tmp_path):
-    """A `jaxattn serve` process (`launch`), killed after the test if still running."""
-    proc, address, stderr = launch(svc_checkpoint, tmp_path)
-    yield proc, address, stderr
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
-
-
 def test_warmup_compiles_before_listening_and_a_bad_quantity_is_refused(svc_checkpoint, tmp_path):
     proc, address, stderr = launch(
         svc_checkpoint,
@@ -173,31 +163,39 @@ def test_sigterm_while_warming_up_exits_without_listening(svc_checkpoint, tmp_pa
     assert "listening on" not in proc.stdout.read()
 
 
-def test_sigterm_finishes_in_flight_streams_refuses_new_calls_and_exits(serve):
-    proc, address, stderr = serve
-    texts = [SENTENCES[2]] * 8  # one shape: one compile in the fresh process
-    with AttentionClient(address, timeout=60) as client:
-        assert client.model_info().layers == 3
-        results: list = []
-        caller = threading.Thread(
-            target=lambda: results.extend(client.stream(texts, what=WHAT, codec="zstd"))
-        )
-        caller.start()
-        time.sleep(0.5)  # the call is in: the first compile alone takes longer
-        proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
-        with AttentionClient(address, timeout=5, retries=0) as late:
-            with pytest.raises(AttentionServiceError) as info:
-                late.capture(SENTENCES[:1], what=WHAT)
-            assert info.value.code == grpc.StatusCode.UNAVAILABLE
-        caller.join(60)
-    assert [c.tokens[0] for c in results] == ["[CLS]"] * len(texts)
-    assert proc.wait(timeout=60) == 0
+def test_sigterm_finishes_in_flight_streams_refuses_new_calls_and_exits(svc_checkpoint, tmp_path):
+    # A call certain to be in flight, whatever the machine's speed: ~80 MB of results
+    # (256 texts at the model's 67 positions), far past the call's 1 MiB buffer and the
+    # transport's windows, its client holding all but the first capture unread.
+    proc, address, stderr = launch(svc_checkpoint, tmp_path, "--request-buffer-mib", "1")
+    try:
+        texts = [" ".join(["the quick brown fox jumps over the lazy dog"] * 8)] * 256
+        with AttentionClient(address, timeout=60) as client:
+            assert client.model_info().layers == 3
+            stream = iter(client.stream(texts, what=WHAT, too_long="truncate"))
+            results = [next(stream)]  # the call is in: the server waits for this reader
+            proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 30
+            while "draining" not in stderr.read_text():
+                assert time.monotonic() < deadline, stderr.read_text()
+                time.sleep(0.05)
+            with AttentionClient(address, timeout=5, retries=0) as late:
+                with pytest.raises(AttentionServiceError) as info:
+                    late.capture(SENTENCES[:1], what=WHAT)
+                assert info.value.code == grpc.StatusCode.UNAVAILABLE
+            results += list(stream)  # the in-flight call finishes after SIGTERM
+        assert [c.tokens[0] for c in results] == ["[CLS]"] * len(texts)
+        assert results[0].attention.shape == (3, 3, 67, 67)  # the model's positions, all
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     log = stderr.read_text()
     assert "draining" in log and "stopped" in log
-    (line,) = [x for x in log.splitlines() if "status=OK texts=8" in x]
-    # It was in flight when SIGTERM came (0.5 s after the call started).
-    assert float(line.split("duration_ms=")[1].split()[0]) > 500
+    (line,) = [x for x in log.splitlines() if f"status=OK texts={len(texts)}" in x]
+    # It was in flight when SIGTERM came: it ended after the drain began.
+    assert log.index("draining") < log.index(line)
 
 
 def test_serve_names_the_shape_warmup_takes(svc_checkpoint):
