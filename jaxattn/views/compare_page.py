@@ -30,6 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from jaxattn.errors import UsageError
 from jaxattn.views.compare import KIND_TITLES, Pair
 from jaxattn.views.page import document, packed_body
 from jaxattn.views.payload import AUTO_EXACT_PAGE_BYTES, EMBED_DTYPES, MAX_EXAMPLES, pack_array
@@ -78,7 +79,7 @@ def pack_diff(d: np.ndarray) -> tuple[dict, bytes, dict, bytes]:
 def pack_pairs(pairs: Sequence[Pair], embed: str) -> tuple[dict, list[bytes]]:
     """(JSON header without sides, deflate-raw sections) of the paired examples."""
     if embed not in EMBED_DTYPES:
-        raise ValueError(
+        raise UsageError(
             f"unknown embed dtype {embed!r}; expected one of {', '.join(EMBED_DTYPES)}"
         )
     if embed == "auto":
@@ -140,12 +141,12 @@ def build_compare_html(
       The HTML text.
 
     Raises:
-      ValueError: no pair, too many, or an unknown embed dtype.
+      UsageError: no pair, too many, or an unknown embed dtype.
     """
     if not pairs:
-        raise ValueError("no example to compare")
+        raise UsageError("no example to compare")
     if len(pairs) > max_examples:
-        raise ValueError(
+        raise UsageError(
             f"{len(pairs)} examples are over the page's cap of {max_examples}: compare fewer "
             "(--limit N), or raise the cap (--max-examples)"
         )

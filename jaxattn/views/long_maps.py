@@ -29,6 +29,7 @@ import numpy as np
 from jaxattn.analysis.weights import KINDS
 from jaxattn.capture import Capture
 from jaxattn.dtypes import dequantize
+from jaxattn.errors import UsageError
 from jaxattn.views.causal import is_causal
 from jaxattn.views.drawing import max_pool, value_range
 
@@ -58,7 +59,7 @@ def token_window(center: int, t: int, radius: int = RADIUS) -> tuple[int, int]:
     text: `radius` tokens either side, shifted inside the text at its ends (always
     `window_size(t)` tokens). head.js's `around` is the same rule."""
     if not 0 <= center < t:
-        raise ValueError(f"token {center} is out of range: the text has {t} tokens")
+        raise UsageError(f"token {center} is out of range: the text has {t} tokens")
     n = window_size(t, radius)
     lo = min(max(0, center - radius), t - n)
     return lo, lo + n

@@ -118,7 +118,7 @@ def build_html(
       The HTML text (write it with ``open(path, "w", encoding="utf-8")``).
 
     Raises:
-      ValueError: as `jaxattn.views.payload.build_payload`.
+      UsageError: as `jaxattn.views.payload.build_payload`.
     """
     header, sections = pack_page(
         captures,

@@ -64,6 +64,7 @@ import numpy as np
 from jaxattn.analysis.tokens import display_tokens, readable_text
 from jaxattn.analysis.weights import KINDS, WEIGHT_KINDS, normalise_rows
 from jaxattn.capture import Capture
+from jaxattn.errors import UsageError
 from jaxattn.views.causal import causal_mask, is_causal
 from jaxattn.views.long_maps import band_offsets, is_long, long_arrays
 
@@ -104,7 +105,7 @@ def encode_array(x: np.ndarray, dtype: str = "f4") -> dict:
     """One ARRAY of the module docstring (``"u1"`` only for values in [0, 1])."""
     x = np.asarray(x)
     if dtype not in ("u1", "f4"):
-        raise ValueError(f"unknown array dtype {dtype!r}; expected f4 or u1")
+        raise UsageError(f"unknown array dtype {dtype!r}; expected f4 or u1")
     u1 = dtype == "u1"
     raw = np.rint(np.clip(x, 0.0, 1.0) * 255.0).astype(np.uint8) if u1 else x.astype("<f4")
     scale = 1.0 / 255.0 if u1 else 1.0
@@ -150,42 +151,42 @@ def needs(views: Sequence[str]) -> tuple[str, ...]:
 
 
 def check_views(views: Sequence[str]) -> tuple[str, ...]:
-    """Validated view names, in `VIEWS` order (ValueError: an unknown or no view)."""
+    """Validated view names, in `VIEWS` order (UsageError: an unknown or no view)."""
     bad = [v for v in views if v not in VIEWS]
     if bad or not views:
-        raise ValueError(f"unknown views {bad or '(none)'}; choose from {', '.join(VIEWS)}")
+        raise UsageError(f"unknown views {bad or '(none)'}; choose from {', '.join(VIEWS)}")
     return tuple(v for v in VIEWS if v in views)
 
 
 def check_examples(count: int, max_examples: int) -> None:
-    """ValueError for a page of no example or of more than `max_examples`."""
+    """UsageError for a page of no example or of more than `max_examples`."""
     if not count:
-        raise ValueError("no capture to view")
+        raise UsageError("no capture to view")
     if count > max_examples:
-        raise ValueError(
+        raise UsageError(
             f"{count} examples are over the page's cap of {max_examples}: view fewer, or "
             f"raise the cap with max_examples={count} (jaxattn view --max-examples)"
         )
 
 
 def check_request(captures, views, labels, embed, max_examples):
-    """(captures as a list, validated views, embed) of a document request, or ValueError."""
+    """(captures as a list, validated views, embed) of a document request, or UsageError."""
     caps = [captures] if isinstance(captures, Capture) else list(captures)
     check_examples(len(caps), max_examples)
     if embed not in EMBED_DTYPES:
         valid = ", ".join(EMBED_DTYPES)
-        raise ValueError(f"unknown embed dtype {embed!r}; expected one of {valid}")
+        raise UsageError(f"unknown embed dtype {embed!r}; expected one of {valid}")
     views = check_views(views)
     if labels is not None and len(labels) != len(caps):
-        raise ValueError(f"{len(labels)} labels for {len(caps)} captures")
+        raise UsageError(f"{len(labels)} labels for {len(caps)} captures")
     return caps, views, embed
 
 
 def check_attention(cap: Capture) -> None:  # noqa: D103
     if "attention" not in cap.tensors:
-        raise ValueError("views need the 'attention' quantity (what=('attention', ...))")
+        raise UsageError("views need the 'attention' quantity (what=('attention', ...))")
     if not cap.length:
-        raise ValueError("the capture has no tokens: capture a non-empty text")
+        raise UsageError("the capture has no tokens: capture a non-empty text")
     cap.check_full_maps("the view page")
 
 
@@ -239,7 +240,7 @@ def build_payload(
       max_examples: refuse more captures than this (`MAX_EXAMPLES`).
 
     Raises:
-      ValueError: no capture, unknown views or embed dtype, an empty capture or one
+      UsageError: no capture, unknown views or embed dtype, an empty capture or one
         without attention, over `max_examples` captures.
     """
     caps, views, embed = check_request(captures, views, labels, embed, max_examples)

@@ -14,6 +14,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from jaxattn.errors import UsageError
+
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 
 # Flags for a quiet, private, offline browser: no first-run UI, no background
@@ -48,7 +50,7 @@ def svg_size(svg: str) -> tuple[int, int]:
     """(width, height) of an SVG document's root element, in pixels."""
     m = re.search(r'<svg[^>]*\bwidth="([\d.]+)"[^>]*\bheight="([\d.]+)"', svg)
     if not m:
-        raise ValueError("the SVG has no pixel width and height on its root")
+        raise UsageError("the SVG has no pixel width and height on its root")
     return int(float(m.group(1)) + 0.5), int(float(m.group(2)) + 0.5)
 
 

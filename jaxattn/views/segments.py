@@ -38,6 +38,7 @@ import numpy as np
 
 from jaxattn.analysis.weights import KINDS
 from jaxattn.capture import Capture
+from jaxattn.errors import UsageError
 from jaxattn.quantities import DECODER_HEAD_STATS, ENTROPY_SMOOTHING, HEAD_STATS
 from jaxattn.views.causal import is_causal
 from jaxattn.views.long_maps import head_map
@@ -78,14 +79,14 @@ NORM_SOURCES = {
 
 
 def check_segmenting(t: int, segment: int, local: int) -> None:
-    """ValueError naming the bad setting: a segment or window under 1, too many segments."""
+    """UsageError naming the bad setting: a segment or window under 1, too many segments."""
     if segment < 1:
-        raise ValueError(f"segment {segment}: a segment holds at least 1 token")
+        raise UsageError(f"segment {segment}: a segment holds at least 1 token")
     if local < 1:
-        raise ValueError(f"local window {local}: give at least 1 token")
+        raise UsageError(f"local window {local}: give at least 1 token")
     if -(-t // segment) > MAX_SEGMENTS:
         least = -(-t // MAX_SEGMENTS)
-        raise ValueError(
+        raise UsageError(
             f"segment {segment} cuts {t} tokens into over {MAX_SEGMENTS} segments: "
             f"give a segment of at least {least} tokens"
         )
@@ -174,7 +175,7 @@ def _number(v) -> float | None:  # 6 significant digits; NaN (no row) as None
 def _check_same_text(caps: Sequence[Capture]) -> None:
     for cap in caps[1:]:
         if cap.tokens != caps[0].tokens:
-            raise ValueError(
+            raise UsageError(
                 "the captures of one stats-first example must be of the same text: "
                 f"{caps[0].length} and {cap.length} tokens differ"
             )
@@ -205,12 +206,12 @@ def segments_document(
     (numbers of the model: the page computes them with the long maps, one pass a head).
 
     Raises:
-      ValueError: no capture, captures of different texts, a bad segment or window.
+      UsageError: no capture, captures of different texts, a bad segment or window.
       UsageError: a capture whose maps hold selected query rows or keys.
     """
     caps = [captures] if isinstance(captures, Capture) else list(captures)
     if not caps:
-        raise ValueError("no capture to view")
+        raise UsageError("no capture to view")
     _check_same_text(caps)
     for cap in caps:
         cap.check_full_maps("the stats-first page")
@@ -225,7 +226,7 @@ def segments_document(
         if grid is not None:
             kinds[kind] = grid
     if not kinds:
-        raise ValueError(
+        raise UsageError(
             "the stats-first page needs attention maps or head statistics "
             "(what=('attention',), ('decoder_row_head_stats', 'row_head_stats') or "
             "('decoder_head_stats', 'head_stats'))"

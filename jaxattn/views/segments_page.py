@@ -96,7 +96,7 @@ def build_segments_html(
       max_examples: refuse more examples than this.
 
     Raises:
-      ValueError: no capture, too many examples, a bad segment or window, a capture
+      UsageError: no capture, too many examples, a bad segment or window, a capture
         with neither maps nor statistics (`segments.segments_document`).
     """
     data = segments_data(captures, segment=segment, local=local, max_examples=max_examples)

@@ -14,6 +14,7 @@ from html import escape
 import numpy as np
 
 from jaxattn.capture import Capture
+from jaxattn.errors import UsageError
 from jaxattn.views.drawing import (
     KIND_TITLES,
     PAD,
@@ -68,7 +69,7 @@ def stats_svg(cap: Capture, *, kind="attention") -> str:
     """The stats view: head statistics, Kovaleva classes and Vig patterns, one grid each."""
     doc = stats_document(cap)
     if kind not in doc["kinds"]:
-        raise ValueError(
+        raise UsageError(
             "the capture has no 'alpha_fx_norm' for kind='norm': capture it with "
             "what=(..., 'alpha_fx_norm') (jaxattn view captures it)"
         )

@@ -42,6 +42,7 @@ import numpy as np
 
 from jaxattn.analysis.tokens import display_tokens
 from jaxattn.capture import Capture
+from jaxattn.errors import UsageError
 from jaxattn.views.causal import causal_mask, is_causal
 from jaxattn.views.drawing import (
     KIND_TITLES,
@@ -127,7 +128,7 @@ def window(t: int, span, default: int, around: int | None = None) -> tuple[int, 
     if span is not None:
         lo, hi = (int(v) for v in span)
         if not 0 <= lo < hi <= t:
-            raise ValueError(f"window {span} is out of range: start < stop within 0..{t}")
+            raise UsageError(f"window {span} is out of range: start < stop within 0..{t}")
         return lo, hi
     if t <= default:
         return 0, t
@@ -383,7 +384,7 @@ def neuron_svg(cap: Capture, *, layer=0, head=0, token=0, tokens=None) -> str:
     n_k = v["key"].shape[1]
     lo, hi = window(cap.length, tokens, NEURON_MAX_KEYS, around=token)
     if not lo <= token < hi:
-        raise ValueError(f"token {token} is outside the window tokens=({lo}, {hi})")
+        raise UsageError(f"token {token} is outside the window tokens=({lo}, {hi})")
     n_t = hi - lo
     toks = [short(t, 16) for t in display_tokens(cap.tokens)]
     cw, rh, lw, iw = 9, 16, 90, 26
@@ -516,24 +517,24 @@ OPTIONS = {
 
 
 def _check(cap: Capture, view: str, options: dict) -> None:
-    """One-line ValueErrors for options a view cannot draw."""
+    """One-line UsageErrors for options a view cannot draw."""
     unknown = sorted(set(options) - set(OPTIONS[view]))
     if unknown:
-        raise ValueError(
+        raise UsageError(
             f"the {view} view takes no {', '.join(unknown)}; "
             f"its options: {', '.join(OPTIONS[view])}"
         )
     if cap.length == 0:
-        raise ValueError("the capture has no tokens: capture a non-empty text")
+        raise UsageError("the capture has no tokens: capture a non-empty text")
     if view != "neuron":  # queries and keys are whole whatever the maps hold
         cap.check_full_maps(f"the {view} view")
     if view == "stats" and is_long(cap):  # Clark et al.'s statistics: [L, H, T, T] float64
-        raise ValueError(
+        raise UsageError(
             f"the stats view of a {cap.length}-token capture is its statistics along the "
             "text: write the HTML stats-first page (jaxattn view --stats-first)"
         )
     if options.get("kind", "attention") not in KIND_TITLES:
-        raise ValueError(f"unknown kind {options['kind']!r}; choose from {', '.join(KIND_TITLES)}")
+        raise UsageError(f"unknown kind {options['kind']!r}; choose from {', '.join(KIND_TITLES)}")
     heads = [] if options.get("heads") is None else list(options["heads"])
     for name, values, n, axis in (
         ("layer", [options.get("layer", 0)], len(cap.layers), "cap.layers"),
@@ -542,7 +543,7 @@ def _check(cap: Capture, view: str, options: dict) -> None:
     ):
         bad = [v for v in values if not 0 <= v < n]
         if bad:
-            raise ValueError(f"{name} {bad[0]} is out of range: an index into {axis} (0..{n - 1})")
+            raise UsageError(f"{name} {bad[0]} is out of range: an index into {axis} (0..{n - 1})")
 
 
 def to_svg(cap: Capture, view: str = "head", **options) -> str:
@@ -561,14 +562,14 @@ def to_svg(cap: Capture, view: str = "head", **options) -> str:
         is "attention" or "norm".
 
     Raises:
-      ValueError: an unknown view, option or kind, an index out of range, an
+      UsageError: an unknown view, option or kind, an index out of range, an
         empty capture, or one lacking a quantity the view needs.
     """
     makers = dict(head=head_svg, model=model_svg, neuron=neuron_svg, stats=stats_svg)
     if view not in makers:
-        raise ValueError(f"unknown view {view!r}; choose from {', '.join(makers)}")
+        raise UsageError(f"unknown view {view!r}; choose from {', '.join(makers)}")
     _check(cap, view, options)
     try:
         return makers[view](cap, **options)
     except AttributeError as e:  # a quantity the capture lacks
-        raise ValueError(str(e)) from None
+        raise UsageError(str(e)) from None

@@ -24,6 +24,7 @@ import pytest
 from views_helpers import LONG_TOKENS
 
 from jaxattn.capture import frozen
+from jaxattn.errors import UsageError
 from jaxattn.views import build_html, build_payload, to_svg
 from jaxattn.views.page import decode_text
 from jaxattn.views.payload import decode_array, is_causal, kv_heads, pack_page, unpack_array
@@ -217,7 +218,7 @@ def test_a_long_decoder_text_gives_bounded_well_formed_outputs(fam):
     svg = to_svg(long, "head", tokens=(700, 760))
     i = [int(e.get("data-i")) for e in ET.fromstring(svg).iter(f"{SVG}line")]
     assert min(i) >= 700 and max(i) < 760
-    with pytest.raises(ValueError, match="window"):
+    with pytest.raises(UsageError, match="window"):
         to_svg(long, "head", tokens=(10, t + 5))
     t0 = time.perf_counter()
     page = build_html([long], views=("head", "model", "neuron"))

@@ -16,6 +16,7 @@ from views_helpers import ARTIFACTS, norm_weights
 
 from jaxattn.capture import Capture
 from jaxattn.cli import main
+from jaxattn.errors import UsageError
 from jaxattn.views import View, build_html, to_svg
 from jaxattn.views.payload import build_payload, decode_array, encode_array
 
@@ -39,7 +40,7 @@ def test_payload_precision_and_kinds(tiny_caps):
     np.testing.assert_array_equal(decode_array(ex["queries"]), cap.queries)
     small = build_payload(cap, views=("head",), embed="uint8")["examples"][0]
     assert small["weights"]["attention"]["dtype"] == "u1" and "queries" not in small
-    with pytest.raises(ValueError, match="unknown views"):
+    with pytest.raises(UsageError, match="unknown views"):
         build_payload(cap, views=("heads",))
 
 
@@ -109,9 +110,9 @@ def test_model_neuron_stats_svg(tiny_caps):
     assert "softmax" in labels and "q · k" in labels
     stats = ET.fromstring(to_svg(cap, "stats", kind="norm"))
     assert "Kovaleva class" in [e.text for e in stats.iter(SVG + "text")]
-    with pytest.raises(ValueError, match="unknown view"):
+    with pytest.raises(UsageError, match="unknown view"):
         to_svg(cap, "heads")
-    with pytest.raises(ValueError, match="queries"):
+    with pytest.raises(UsageError, match="queries"):
         to_svg(_attention_only(cap), "neuron")
 
 
@@ -135,7 +136,7 @@ def test_empty_or_lacking_captures_say_how_to_get_what_is_missing(tiny_caps):
         (lambda: to_svg(cap, "model", kind="norm"), r"'alpha_fx_norm' was not captured.*what="),
         (lambda: build_html(no_att), r"views need the 'attention' quantity \(what="),
     ):
-        with pytest.raises(ValueError, match=match) as e:
+        with pytest.raises(UsageError, match=match) as e:
             make()
         assert "\n" not in str(e.value)
 

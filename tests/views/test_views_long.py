@@ -19,6 +19,7 @@ from views_helpers import long_capture
 
 from jaxattn.capture import Capture
 from jaxattn.cli import main
+from jaxattn.errors import UsageError
 from jaxattn.quantities import DECODER_HEAD_STATS, ENTROPY_SMOOTHING, HEAD_STATS
 from jaxattn.views import build_html, to_svg
 from jaxattn.views.drawing import max_pool
@@ -73,7 +74,7 @@ def test_an_8k_token_page_is_bounded_by_t_not_t_squared(capture_8k):
     assert len(model) < 1 << 20 and "max-pooled to" in model
     head = to_svg(cap, "head", tokens=(4000, 4040))
     assert "tokens 4000–4039 of 8192" in head and len(head) < 1 << 20
-    with pytest.raises(ValueError, match=r"8192-token capture .* \(jaxattn view --stats-first\)$"):
+    with pytest.raises(UsageError, match=r"8192-token capture .* \(jaxattn view --stats-first\)$"):
         to_svg(cap, "stats")
 
 
@@ -91,7 +92,7 @@ def test_token_window_and_band():
     assert token_window(1000, 8192) == (1000 - RADIUS, 1000 + RADIUS + 1)
     assert token_window(8191, 8192) == (8192 - 2 * RADIUS - 1, 8192)
     assert token_window(5, 40) == (0, 40)  # a short text: all of it
-    with pytest.raises(ValueError, match="token 40 is out of range: the text has 40 tokens"):
+    with pytest.raises(UsageError, match="token 40 is out of range: the text has 40 tokens"):
         token_window(40, 40)
     rng = np.random.default_rng(1)
     w = rng.random((9, 9)).astype(np.float32)
@@ -218,7 +219,7 @@ def test_a_capture_of_statistics_only_gives_whole_text_values():
 
 def test_bad_segmenting_is_refused():
     cap = long_capture(40, heads=1)
-    with pytest.raises(ValueError, match="segment 0: a segment holds at least 1 token"):
+    with pytest.raises(UsageError, match="segment 0: a segment holds at least 1 token"):
         segments_document(cap, segment=0)
     with pytest.raises(
         ValueError,
@@ -226,10 +227,10 @@ def test_bad_segmenting_is_refused():
         r"give a segment of at least 2 tokens$",
     ):
         segments_document(long_capture(1100, heads=1), segment=1)
-    with pytest.raises(ValueError, match="same text"):
+    with pytest.raises(UsageError, match="same text"):
         segments_document([cap, long_capture(41, heads=1)])
     stats_only = dataclasses.replace(cap, tensors={})
-    with pytest.raises(ValueError, match="needs attention maps or head statistics"):
+    with pytest.raises(UsageError, match="needs attention maps or head statistics"):
         segments_document(stats_only)
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from jaxattn.capture import Capture
+from jaxattn.errors import UsageError
 from jaxattn.quantities import HEAD_STATS
 from jaxattn.views import to_svg
 from jaxattn.views.drawing import fmt, thin_ticks
@@ -167,7 +168,7 @@ def test_neuron_svg_indices_lines_and_sentences():
     ],
 )
 def test_static_bad_input_is_one_line(view, opts, match):
-    with pytest.raises(ValueError, match=match) as e:
+    with pytest.raises(UsageError, match=match) as e:
         to_svg(synthetic(2, 3, 7), view, **opts)
     assert "\n" not in str(e.value)
 
