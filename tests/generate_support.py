@@ -6,17 +6,14 @@ tokenizer), Gemma 2 (tied, its logits soft-capped at 2).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import torch
-
-import jaxattn
-
-sys.path.insert(0, str(Path(__file__).parent / "families"))
 from gemma_fixture import make_gemma_checkpoint  # noqa: E402
 from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
 from llama_fixture import make_llama_checkpoint  # noqa: E402
+
+import jaxattn
 
 PROMPTS = ["The quick brown fox", "Hello, world. Hello,", "a"]
 MAKERS = {

@@ -40,10 +40,7 @@ def test_bench_times_a_decoder_whose_tokenizer_has_no_padding_token(tmp_path):
     """GPT-2's and Llama's tokenizers have no pad token: transformers' padded batches of
     (a) and (f) failed with its 'Asking to pad but the tokenizer does not have a padding
     token' (jaxattn bench --model gpt2)."""
-    import sys
-    from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).parent / "families"))
     from llama_fixture import make_llama_checkpoint
 
     model = make_llama_checkpoint(tmp_path / "llama")
@@ -161,10 +158,7 @@ def test_the_load_mix_of_a_decoder_sends_single_texts_within_its_layers_and_head
     """jaxattn loadtest against a decoder's server: the mix's pairs and its rich kind's
     layers 0, 5 and heads 1, 11 (MiniLM's) were refused by a 3-layer x 4-head Llama
     (and pairs by any decoder)."""
-    import sys
-    from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).parent / "families"))
     from llama_fixture import make_llama_checkpoint
 
     import jaxattn

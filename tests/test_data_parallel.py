@@ -93,7 +93,6 @@ def test_four_devices_generate_what_one_device_does(tmp_path):
     # Six prompts of different lengths in one group of 8 rows, 2 a device (the key/value
     # caches sharded with the batch, two padding rows), and three joining the other
     # three's group (grown, rows inserted across devices), against one device in-process.
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "families"))
     from gpt2_fixture import make_gpt2_checkpoint
 
     import jaxattn

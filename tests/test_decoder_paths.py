@@ -10,14 +10,9 @@ specs (a few compiles in all: they are the cost on the 2-core machine).
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent / "families"))
-
 from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
 from llama_fixture import LLAMA_CONFIG, make_llama_checkpoint  # noqa: E402
 

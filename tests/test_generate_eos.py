@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 from generate_support import torch_generate
+from llama_fixture import make_llama_checkpoint  # noqa: E402
 
 import jaxattn
 from jaxattn.checkpoints import convert_checkpoint
 from jaxattn.checkpoints.eos import read_eos_ids
 from jaxattn.errors import CheckpointError
-
-sys.path.insert(0, str(Path(__file__).parent / "families"))
-from llama_fixture import make_llama_checkpoint  # noqa: E402
 
 PROMPTS = ["The quick brown fox", "Hello, world. Hello,", "a"]
 NEW = 7

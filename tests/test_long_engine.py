@@ -15,8 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent / "families"))
 from modernbert_fixture import make_modernbert_checkpoint  # noqa: E402
 
 import jaxattn  # noqa: E402

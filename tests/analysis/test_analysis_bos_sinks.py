@@ -4,20 +4,15 @@ transformers' eager attention of the two token sequences."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
+from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
+from llama_fixture import make_llama_checkpoint  # noqa: E402
 
 import jaxattn
 from jaxattn.analysis.bos_sinks import bos_sink_study, bos_variants
 from jaxattn.analysis.decoder import BosSinks, bos_sink_shares
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
-from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
-from llama_fixture import make_llama_checkpoint  # noqa: E402
 
 TEXTS = ["The cat sat on the mat.", "Hello, world.", "a", "I went to the store."]
 

@@ -7,9 +7,6 @@ on-device statistics against it: tests/families/test_gpt2_decoder_stats.py.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -223,7 +220,6 @@ def test_several_earlier_occurrences_and_an_adjacent_repeat_by_hand():
 
 
 def test_the_repeated_sequence_is_n_distinct_word_tokens_twice():
-    sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
     from gpt2_fixture import make_gpt2_tokenizer
 
     tok = make_gpt2_tokenizer()

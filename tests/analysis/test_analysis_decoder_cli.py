@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
+from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
 
 from jaxattn.cli import main
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
-from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
 
 TEXTS = (
     "The cat sat on the mat. The cat sat on the mat.",

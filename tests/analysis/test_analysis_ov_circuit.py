@@ -5,11 +5,11 @@ logits centred over the vocabulary as TransformerLens's center_unembed)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from gemma_fixture import make_gemma_checkpoint  # noqa: E402
+from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
+from llama_fixture import make_llama_checkpoint  # noqa: E402
 
 import jaxattn
 from jaxattn.analysis.ov_circuit import (
@@ -19,11 +19,6 @@ from jaxattn.analysis.ov_circuit import (
     unembed_embed,
 )
 from jaxattn.engine.causal_lm import unembedding
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
-from gemma_fixture import make_gemma_checkpoint  # noqa: E402
-from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
-from llama_fixture import make_llama_checkpoint  # noqa: E402
 
 
 def _score_of_head(w_v, w_o, d=4):

@@ -9,22 +9,17 @@ columns zeroed by a forward pre-hook (what zeroing the head's output means).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
+from gemma_fixture import make_gemma_checkpoint  # noqa: E402
+from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
 from hf_fixtures import EXAMPLE_A, EXAMPLE_B
+from llama_fixture import make_llama_checkpoint  # noqa: E402
 
 import jaxattn
 from jaxattn.engine.ablation import head_ablation_study
 from jaxattn.engine.causal_lm import CausalLM, has_lm_head
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
-from gemma_fixture import make_gemma_checkpoint  # noqa: E402
-from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
-from llama_fixture import make_llama_checkpoint  # noqa: E402
 
 TEXTS = [EXAMPLE_A, "Hello, world. Hello, world.", EXAMPLE_B, "a"]
 MAKERS = {

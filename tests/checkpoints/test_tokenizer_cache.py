@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
 
 from jaxattn.checkpoints import tokenizer_cache
 from jaxattn.checkpoints.hf_files import read_config

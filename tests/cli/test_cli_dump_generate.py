@@ -5,14 +5,10 @@ tests/dump/test_dump_generate.py.)"""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
 
 import jaxattn
 from jaxattn.cli import main
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
-from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
 
 PROMPTS = ["The quick brown fox", "Hello, world.", "a"]
 

@@ -7,18 +7,14 @@ tests/cli/bad_inputs.py; --server: test_cli_generate_server.py.)"""
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
 from cli_support import one_error
+from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
+from llama_fixture import make_llama_checkpoint  # noqa: E402
 
 import jaxattn
 from jaxattn.cli import main
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
-from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
-from llama_fixture import make_llama_checkpoint  # noqa: E402
 
 PROMPT = "The quick brown fox"
 

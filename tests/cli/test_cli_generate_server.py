@@ -6,20 +6,16 @@ whose limit is lower: one line, exit 2, before any capture."""
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from cli_support import one_error
+from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
 from local_server import fake_service, running_server
 
 import jaxattn
 from jaxattn.cli import main
 from jaxattn.v1 import attention_pb2 as pb
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
-from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
 
 PROMPT = "The quick brown fox"
 

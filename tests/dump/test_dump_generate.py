@@ -10,21 +10,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from dump_helpers import assert_same_store
+from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
 
 import jaxattn
 from jaxattn.dump import DumpOptions, run_dump
 from jaxattn.errors import CaptureFileError, InputError
 from jaxattn.store import layout
 from jaxattn.store.metadata import StoreMismatch
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
-from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
 
 NEW = 4
 WHAT = ("attention", "hidden_states")

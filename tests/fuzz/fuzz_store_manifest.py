@@ -11,9 +11,7 @@ numbers), and each example reads as a Capture or a CaptureFileError.
 
 from __future__ import annotations
 
-import sys
-
-from harness import HERE, workdir
+from harness import workdir
 
 from jaxattn.continuations import STOPS
 from jaxattn.errors import CaptureFileError
@@ -35,7 +33,6 @@ def prepare() -> None:
     """Write the real store once."""
     if (_folder() / "zarr.json").is_file():
         return
-    sys.path.insert(0, str(HERE.parent / "store"))
     from store_helpers import captures, write_store
 
     write_store(_folder(), captures(4), shard_size=2)

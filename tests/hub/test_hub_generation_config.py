@@ -5,16 +5,13 @@ generation stops at: `jaxattn.checkpoints.eos`); a model without one downloads a
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from hub_helpers import checkpoint_files, resolve
+from llama_fixture import make_llama_checkpoint  # noqa: E402
 
 import jaxattn
 from jaxattn.checkpoints.eos import read_eos_ids
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
-from llama_fixture import make_llama_checkpoint  # noqa: E402
 
 
 def test_the_generation_config_is_downloaded_and_its_eos_ids_read(hub, hub_env, tmp_path):

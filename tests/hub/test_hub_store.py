@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
-from pathlib import Path
+
+from store_helpers import INFO, captures, write_store  # noqa: E402
 
 import jaxattn
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
-from store_helpers import INFO, captures, write_store  # noqa: E402
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

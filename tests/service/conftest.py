@@ -55,13 +55,10 @@ def gated(svc_engine):
 def svc_gpt2(tmp_path_factory):
     """The tiny random GPT-2 with its head (tests/families/gpt2_fixture.py): the decoder
     of the generation tests (64 positions)."""
-    import sys
-    from pathlib import Path
+
+    from gpt2_fixture import make_gpt2_checkpoint
 
     import jaxattn
-
-    sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
-    from gpt2_fixture import make_gpt2_checkpoint
 
     return jaxattn.load(make_gpt2_checkpoint(tmp_path_factory.mktemp("svc_gpt2")), buckets=(32,))
 

@@ -105,10 +105,7 @@ def test_demo_serves_captures_summarises_and_stops(loads, capsys):
 
 def test_demo_of_a_decoder_captures_the_pair_as_one_text(tmp_path, capsys):
     """A decoder reads no sentence pairs: demo --model DECODER failed on its own pair."""
-    import sys
-    from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
     from gpt2_fixture import make_gpt2_checkpoint
 
     path = make_gpt2_checkpoint(tmp_path / "gpt2")

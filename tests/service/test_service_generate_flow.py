@@ -5,10 +5,8 @@ continuation (greedy generation is deterministic)."""
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
-from pathlib import Path
 
 import grpc
 import numpy as np
@@ -20,8 +18,6 @@ from jaxattn.engine.generate import longest
 from jaxattn.v1 import attention_pb2 as pb
 from service.generation import GenerationAsk
 from service.micro_batching import JobCancelled, MicroBatcher
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
 
 STEPS = 24  # new tokens of the long generation (stop_at_eos off: exactly this many steps)
 CAPTURE = "/jaxattn.v1.AttentionService/Capture"

@@ -6,12 +6,10 @@ before sending; an old server that ignores the field."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import grpc
 import pytest
 from generate_support import PROMPTS
+from llama_fixture import make_llama_checkpoint  # noqa: E402
 from local_server import fake_service, running_server
 from service_support import GENERATE_LIMIT, assert_same_captures
 
@@ -20,9 +18,6 @@ from jaxattn.client import AttentionClient, AttentionServiceError
 from jaxattn.errors import UsageError
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import serialize_example
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
-from llama_fixture import make_llama_checkpoint  # noqa: E402
 
 NEW = 5
 LIMIT = GENERATE_LIMIT  # the server's --max-new-tokens

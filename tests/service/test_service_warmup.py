@@ -96,10 +96,7 @@ def test_serve_warmup_compiles_a_generations_steps_when_it_generates(svc_gpt2, m
 
 
 def test_a_warmed_generation_leaves_no_step_to_compile(tmp_path):
-    import sys
-    from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
     from gpt2_fixture import make_gpt2_checkpoint
 
     # buckets of 16: shapes no other test compiled in this process

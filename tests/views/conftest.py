@@ -49,9 +49,7 @@ def decoder_caps(tmp_path_factory) -> dict:
     """family -> (captures of two short texts, the capture of one ~1,100-token text) of the
     tiny GPT-2 (H = 3) and the tiny Llama (H = 4 query heads, H_kv = 2), both with room
     for the long text (attention, ‖αf‖, queries, keys)."""
-    import sys
 
-    sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
     from gpt2_fixture import make_gpt2_checkpoint
     from hf_fixtures import load_tokenizer, long_text
     from llama_fixture import make_llama_checkpoint

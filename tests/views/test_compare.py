@@ -7,20 +7,16 @@ test_compare_browser.py.
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from store_helpers import captures as store_captures  # noqa: E402
+from store_helpers import write_store  # noqa: E402
 
 from jaxattn.capture import Capture
 from jaxattn.cli import main
 from jaxattn.errors import UsageError
 from jaxattn.views.compare import js_distance, pair_all, pair_example
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
-from store_helpers import captures as store_captures  # noqa: E402
-from store_helpers import write_store  # noqa: E402
 
 
 def fake(tokens, weights, text=None, layers=(0,), heads=(0,), **tensors) -> Capture:

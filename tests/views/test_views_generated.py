@@ -5,9 +5,6 @@ and filters generated → prompt; an enlarged model map marks the boundary."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from views_helpers import wait_ready
@@ -22,7 +19,6 @@ LINES = "els => els.map(e => [+e.dataset.i, +e.dataset.j, +e.dataset.head, +e.da
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory):
     """The tiny GPT-2's capture of a prompt and its 4 generated tokens."""
-    sys.path.insert(0, str(Path(__file__).parents[1] / "families"))
     from gpt2_fixture import make_gpt2_checkpoint
 
     import jaxattn

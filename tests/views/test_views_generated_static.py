@@ -9,20 +9,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import numpy as np
 import pytest
+from store_helpers import captures, write_store  # noqa: E402
 
 import jaxattn
 from jaxattn.capture import Capture, frozen
 from jaxattn.cli import main
 from jaxattn.views import to_svg
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "store"))
-from store_helpers import captures, write_store  # noqa: E402
 
 SVG = "{http://www.w3.org/2000/svg}"
 T, GEN, K = 7, 4, 5  # 7 tokens, the last 3 generated
