@@ -19,6 +19,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from jaxattn.analysis.decoder import BosSinks
+from jaxattn.errors import CheckpointError, UsageError
 
 CHUNK = 32  # pairs captured per engine call (bounds the maps held)
 
@@ -38,14 +39,15 @@ def bos_variants(engine, tokenized: Sequence) -> list[tuple]:
     BOS version fits the model (others left out).
 
     Raises:
-      ValueError: the model is not causal, or its tokenizer has no BOS token.
+      UsageError: the model is not causal; CheckpointError: its tokenizer has no BOS
+        token.
     """
     if not engine.config.causal:
-        raise ValueError(f"{engine.config.name} is not a decoder (causal) model: no BOS sink")
+        raise UsageError(f"{engine.config.name} is not a decoder (causal) model: no BOS sink")
     hf = engine.tokenizer.hf
     bos_id, bos = hf.bos_token_id, hf.bos_token
     if bos_id is None or bos is None:
-        raise ValueError(f"the tokenizer of {engine.config.name} has no BOS token")
+        raise CheckpointError(f"the tokenizer of {engine.config.name} has no BOS token")
     out = []
     for e in tokenized:
         if e is None:

@@ -195,7 +195,7 @@ def _server_failure(error) -> tuple[int, str]:
     code = 2 if name == "INVALID_ARGUMENT" and field and not field.startswith("texts") else 1
     from jaxattn.client.errors import in_terms  # the wire's advice, in the flags' terms
 
-    return code, f"the server{where} answered {name}: {in_terms(error.message, 2)}"
+    return code, f"the server{where} answered {name}: {in_terms(error.message, 'flags')}"
 
 
 def _os_message(error: OSError) -> str:

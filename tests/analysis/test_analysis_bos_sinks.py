@@ -13,6 +13,7 @@ from llama_fixture import make_llama_checkpoint  # noqa: E402
 import jaxattn
 from jaxattn.analysis.bos_sinks import bos_sink_study, bos_variants
 from jaxattn.analysis.decoder import BosSinks, bos_sink_shares
+from jaxattn.errors import UsageError
 
 TEXTS = ["The cat sat on the mat.", "Hello, world.", "a", "I went to the store."]
 
@@ -50,7 +51,7 @@ def test_a_one_token_text_has_no_rows_and_shapes_are_checked():
     sinks = BosSinks()
     sinks.update(np.eye(2)[None], np.eye(1)[None])
     assert sinks.examples == 0 and sinks.result() == {}
-    with pytest.raises(ValueError, match="one token longer"):
+    with pytest.raises(UsageError, match="one token longer"):
         bos_sink_shares(np.eye(3), np.eye(3))
 
 
@@ -101,5 +102,5 @@ def test_an_encoder_is_refused():
 
     from jaxattn.config import tiny
 
-    with pytest.raises(ValueError, match="not a decoder"):
+    with pytest.raises(UsageError, match="not a decoder"):
         bos_variants(SimpleNamespace(config=tiny()), [])

@@ -7,6 +7,7 @@ import pytest
 from analysis_helpers import make_capture
 
 from jaxattn.analysis import DependencyHeads, align_words, coarse_relation, read_conllu
+from jaxattn.errors import InputError
 
 CONLLU = """\
 # sent_id = s1
@@ -162,5 +163,5 @@ def test_coarse_relations_and_unaligned_sentences():
     acc.update(bad, pairs[2][1])
     assert "nmod" in acc.result() and "nmod:poss" not in acc.result()
     assert acc.sentences == 3 and acc.skipped == 1 and "s3" in acc.skip_reasons[0]
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError):
         DependencyHeads(strict=True).update(bad, pairs[2][1])
