@@ -96,7 +96,7 @@ def test_open_source_picks_the_engine_or_the_client(monkeypatch, engines):
 
 
 def test_client_refuses_an_unknown_default_codec():
-    with pytest.raises(ValueError, match="unknown codec 'gzip'"):
+    with pytest.raises(jaxattn.UsageError, match="unknown codec 'gzip'"):
         AttentionClient("127.0.0.1:1", codec="gzip")
 
 

@@ -171,7 +171,7 @@ def explain(error: Exception) -> tuple[int, str]:
         return 2, _os_message(error)
     if isinstance(error, UnicodeError):  # text that is not UTF-8 met a library first
         return 1, f"text that is not valid UTF-8: {error}"
-    if isinstance(error, ValueError):  # an argument check of jaxattn's or a library's
+    if isinstance(error, ValueError):  # a library's argument check (jaxattn's are above)
         return 2, str(error)
     if isinstance(error, OSError):  # permissions, a full disk, a broken device
         return 1, _os_message(error)

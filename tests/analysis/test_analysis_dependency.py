@@ -95,7 +95,7 @@ def test_read_conllu_skips_multiword_tokens_and_empty_nodes(tmp_path):
     ],
 )
 def test_read_conllu_errors(text, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(InputError, match=message):
         list(read_conllu([text]))
 
 
