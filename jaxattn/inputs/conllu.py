@@ -57,6 +57,16 @@ def coarse_relation(label: str) -> str:
     return label.split(":", 1)[0]
 
 
+def _utf8_lines(f) -> Iterator[str]:
+    """The lines of a binary file as text; a byte-order mark before the first is
+    passed over, as every input format does."""
+    for number, data in enumerate(f, 1):
+        try:
+            yield data.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as e:
+            raise InputError(number, f"invalid UTF-8 at byte {e.start + 1}") from None
+
+
 def read_conllu(source: str | Path | Iterable[str]) -> Iterator[Sentence]:
     """Read the sentences of a CoNLL-U file, lazily.
 
@@ -67,14 +77,14 @@ def read_conllu(source: str | Path | Iterable[str]) -> Iterator[Sentence]:
       One `Sentence` per sentence, in file order.
 
     Raises:
-      InputError: a token line without 10 columns, a non-integer HEAD, a HEAD that
+      InputError: a line that is not UTF-8, a token line without 10 columns, a non-integer HEAD, a HEAD that
         is no word of its sentence, or IDs that are not 1, 2, 3, ... within a
         sentence (named by line number, and by file where `source` is a path).
     """
     if isinstance(source, (str, Path)):
-        with open(source, encoding="utf-8") as f:
+        with open(source, "rb") as f:
             try:
-                yield from read_conllu(f)
+                yield from read_conllu(_utf8_lines(f))
             except InputError as e:
                 raise InputError(e.line, e.reason, source) from None
         return

@@ -86,6 +86,17 @@ def test_read_conllu_skips_multiword_tokens_and_empty_nodes(tmp_path):
     assert coarse_relation("obl:tmod") == "obl" and coarse_relation("det") == "det"
 
 
+def test_read_conllu_of_a_file_passes_a_bom_and_names_bad_utf8(tmp_path):
+    path = tmp_path / "bom.conllu"
+    path.write_bytes(b"\xef\xbb\xbf" + CONLLU.encode())  # as Notepad or Excel save it
+    assert [s.sent_id for s in read_conllu(path)] == ["s1", "s2", "s3"]
+    latin1 = CONLLU.replace("cat", "caf\u00e9").encode("latin-1")
+    path.write_bytes(latin1)
+    line = latin1[: latin1.index(b"caf\xe9")].count(b"\n") + 1
+    with pytest.raises(InputError, match=rf"bom.conllu:{line}: invalid UTF-8 at byte \d+"):
+        list(read_conllu(path))
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
