@@ -226,6 +226,8 @@ def _run(args) -> int:
             raise InputError(read[e.index].line, reason, where) from None
         bar.close()
         report_counts(stream, "jaxattn analyze")
+        if texts and len(stream.skipped) == len(texts):
+            raise InputError(None, "every text was skipped (--too-long skip): nothing to analyse")
         counts = {"truncated": len(stream.truncated), "skipped": len(stream.skipped)}
         if extra:
             bar = Progress(len(extra), "parses", enabled=not quiet)
