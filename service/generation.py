@@ -96,6 +96,10 @@ class SharedGeneration:
             at += len(ask.prompts)
         self._run = None  # the engine's Continuations, from the first step
         self._left: list[range] = []  # spans `end`ed
+        # the exception a step raised: the run is broken (a group that failed to start
+        # lost its prompts; a failed step may have left its caches donated), so every
+        # request in it fails with it at its next turn, none steps it again
+        self.failed: BaseException | None = None
 
     @property
     def started(self) -> bool:
@@ -105,26 +109,35 @@ class SharedGeneration:
 
     def step(self, engine) -> int:
         """One step of the run (a token of each unfinished prompt); returns how many
-        tokens it generated (0 once every continuation has ended)."""
-        if self._run is None:
-            prompts = [p for a in self.asks for p in a.prompts]
-            news = [a.new for a in self.asks for _ in a.prompts]
-            flags = [a.stop_at_eos for a in self.asks for _ in a.prompts]
-            self._run = engine.continuations(prompts, news, stop_at_eos=flags)
-            for span in self._left:  # requests that left before it started
-                self._run.end(span)
-        return self._run.step()
+        tokens it generated (0 once every continuation has ended). Raises what a step
+        raised, at that step and at every one after it (`failed`)."""
+        if self.failed is not None:
+            raise self.failed
+        try:
+            if self._run is None:
+                prompts = [p for a in self.asks for p in a.prompts]
+                news = [a.new for a in self.asks for _ in a.prompts]
+                flags = [a.stop_at_eos for a in self.asks for _ in a.prompts]
+                self._run = engine.continuations(prompts, news, stop_at_eos=flags)
+                for span in self._left:  # requests that left before it started
+                    self._run.end(span)
+            return self._run.step()
+        except Exception as e:
+            self.failed = e
+            raise
 
     def joins(self, ask: GenerationAsk) -> bool:
         """Whether `ask`'s prompts would join the run's group generating now (`join`)."""
-        return self._run is not None and self._run.joins(ask.prompts, ask.new)
+        return (
+            self.failed is None and self._run is not None and self._run.joins(ask.prompts, ask.new)
+        )
 
     def join(self, ask: GenerationAsk) -> range | None:
         """`ask`'s prompts join the run between its steps, into its group generating now
         (`Continuations.add`: rows free, or the batch grown within the engine's budgets;
         their need within its caches): their span, or None (nothing changed) where they
         do not all fit it or the run has not started."""
-        if self._run is None:
+        if self._run is None or self.failed is not None:
             return None
         indices = self._run.add(ask.prompts, ask.new, ask.stop_at_eos, join_only=True)
         if indices is None:

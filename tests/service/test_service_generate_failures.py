@@ -1,0 +1,107 @@
+"""A shared generation whose step failed (`service.generation.SharedGeneration`): every
+call in it fails, none waits on it for ever. A first step that raises leaves the run
+with no group (its prompts popped from the waiting ones and never generated): before
+this review, the other calls merged into it stepped it for ever, each turn making no
+token, their clients waiting until their deadlines. The engine's failure is simulated
+(`KVDecoder.start` raising as XLA would)."""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import pytest
+
+from jaxattn.engine import kv_cache
+from jaxattn.engine.generate import longest
+from service.generation import GenerationAsk, GenerationRun, merge
+from service.micro_batching import EngineFailed, MicroBatcher
+
+BROKEN = "INTERNAL: the device broke"
+
+
+@pytest.fixture
+def broken_start(monkeypatch):
+    """`KVDecoder.start` raises, as XLA does on a device failure, `times` times."""
+    start, left = kv_cache.KVDecoder.start, {"times": 1}
+
+    def failing(self, *args, **kwargs):
+        if left["times"] > 0:
+            left["times"] -= 1
+            raise jax.errors.JaxRuntimeError(BROKEN)
+        return start(self, *args, **kwargs)
+
+    monkeypatch.setattr(kv_cache.KVDecoder, "start", failing)
+    return left
+
+
+def _ask(engine, text: str, new: int = 4) -> GenerationAsk:
+    return GenerationAsk(tuple(engine.tokenize([text])), new, stop_at_eos=False)
+
+
+def test_a_run_whose_first_step_failed_fails_every_call_merged_into_it(svc_gpt2, broken_start):
+    a, b = GenerationRun(_ask(svc_gpt2, "one two")), GenerationRun(_ask(svc_gpt2, "three"))
+    assert len(merge(svc_gpt2, [a, b])) == 2 and a.shared is b.shared
+    with pytest.raises(jax.errors.JaxRuntimeError, match="the device broke"):
+        a.step(svc_gpt2)
+    # b's prompt was in the group that failed to start: its turn fails too (it used to
+    # make 0 tokens a turn, never over), without running the engine again
+    assert broken_start["times"] == 0
+    for _ in range(2):
+        with pytest.raises(jax.errors.JaxRuntimeError, match="the device broke"):
+            b.step(svc_gpt2)
+
+
+def test_a_run_whose_step_failed_is_not_joined(svc_gpt2, monkeypatch):
+    a = GenerationRun(_ask(svc_gpt2, "one two three four five", 12))
+    assert a.step(svc_gpt2) == (1, None)
+    late = _ask(svc_gpt2, "three")
+    assert a.shared.joins(late)  # room in its group
+
+    def broken(self, held=()):
+        raise jax.errors.JaxRuntimeError(BROKEN)
+
+    monkeypatch.setattr(kv_cache.Group, "step", broken)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="the device broke"):
+        a.step(svc_gpt2)
+    monkeypatch.undo()  # its caches may be gone: the run stays failed all the same
+    assert not a.shared.joins(late) and a.shared.join(late) is None
+    with pytest.raises(jax.errors.JaxRuntimeError, match="the device broke"):
+        a.step(svc_gpt2)
+
+
+def _wait(predicate, what: str, timeout: float = 20.0):
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, f"{what} not reached within {timeout}s"
+        time.sleep(0.002)
+
+
+def _submit(batcher, engine, text: str, new: int = 4):
+    ask = _ask(engine, text, new)
+    worst = [longest(p, new, engine.config.max_length) for p in ask.prompts]
+    return batcher.submit(engine.make_spec(what=["attention"]), worst, None, generation=ask)
+
+
+def test_the_batcher_fails_every_call_of_a_failed_shared_run(svc_gpt2, broken_start):
+    b = MicroBatcher(svc_gpt2, queue_size=8, window_s=0.0, max_batch_examples=8)
+    jobs = [_submit(b, svc_gpt2, t) for t in ("one two", "three", "four five")]
+    b.start()  # after the three came: they merge into one run on the first turn
+    try:
+        # (polled, not read: a call left stepping the broken run would wait for ever)
+        _wait(lambda: all(j.error is not None for j in jobs), "every call's failure")
+        for job in jobs:
+            with pytest.raises(EngineFailed, match="the device broke"):
+                list(job.results())
+        assert b.stats["merged_generations"] == 2
+        assert b.stats["generation_steps"] == 3  # one failed turn each, none requeued
+        assert b.stats["generated_tokens"] == 0 and b.pending == 0
+        # the next call runs as ever, its continuation its own
+        jobs.append(_submit(b, svc_gpt2, "three"))
+        (got,) = [cap for _, cap in jobs[-1].results()]
+    finally:
+        for job in jobs:
+            b.release(job)
+        b.close(timeout=10)
+    want = svc_gpt2.capture(["three"], what=["attention"], generate=4, stop_at_eos=False)[0]
+    assert got.tokens == want.tokens
