@@ -102,9 +102,8 @@ class GenerationTurns:
         joins = None
         if gen.shared is None and gen.joining is None and join:
             joins = self.joinable(first, pending)
-        if joins is not None:  # its first step joins a run under way
+        if joins is not None:  # its first step joins a run under way (counted once it did)
             gen.joining = joins
-            self.stats["joined_generations"] += 1
         elif gen.shared is None and window_s is not None:
             # its first step, with whoever waits for theirs; after the window, as for
             # captures, so that companions sent with it join
@@ -130,14 +129,21 @@ class GenerationTurns:
     def step(self, job: Job) -> tuple[int, list | None]:
         """(lock not held) One step of the job's generation (`GenerationRun.step`): the
         tokens it made and, once its continuations end, each text's prompt +
-        continuation (else None). An engine failure fails the job (0, None)."""
+        continuation (else None). An engine failure fails the job (0, None). A first
+        step that joined a run under way counts in `joined_generations`."""
+        gen = job.generation
+        joining = gen.joining
         try:
-            return job.generation.step(self.engine)
+            return gen.step(self.engine)
         except Exception as e:
             log.error("engine failed generating: %s", type(e).__name__, exc_info=e)
             with job.lock:
                 job.fail(engine_failure(e))
             return 0, None
+        finally:
+            if joining is not None and gen.shared is joining:
+                with job.lock:
+                    self.stats["joined_generations"] += 1
 
     def stepped(self, job: Job, made: int, sequences: list | None) -> bool:
         """(lock held) After the job's step: once its continuations ended, its examples

@@ -203,6 +203,7 @@ class Continuations:
         self._needs: dict[int, int] = {}
         self._waiting: list[list[int]] = []
         self._group, self._rows = None, {}  # the group generating, its rows' prompt indices
+        self._full = None  # a group a join ran out of device memory in: it takes no more
         self._padded = True  # groups padded as warmup asks, until the device ran out (_start)
         self._append(prompts, new, stop_at_eos)
         self._plan(list(self._needs))
@@ -279,7 +280,7 @@ class Continuations:
         prompts of the run wait for a later group (a prompt joining would keep the group
         generating for its own tokens, and every later one for theirs: those waiting,
         there first, would wait with no bound)."""
-        if self._group is None or self.over(self._rows.values()):
+        if self._group is None or self._group is self._full or self.over(self._rows.values()):
             return None
         if not all(self.over(group) for group in self._waiting):
             return None
@@ -310,20 +311,59 @@ class Continuations:
         cache, the rows within the engine's budgets) and none of the run's prompts waits
         for a later group (`_current`); else they are grouped with the prompts waiting
         for theirs, after the group generating. `join_only`: None, and nothing added,
-        unless they all join the group generating now (`joins`)."""
+        unless they all join the group generating now (`joins`).
+
+        Where the device runs out of memory for the join (the batch's growth, a joining
+        prompt's prefill: `Group.admit` frees what it took), they are grouped with those
+        waiting (`join_only`: None, nothing added) and the group takes no more joins;
+        where anything else raises, it passes, nothing added."""
         if join_only and not self.joins(prompts, new):
             return None
         indices = self._append(prompts, new, stop_at_eos)
         joining = [i for i in indices if i in self._needs]
         group = self._current() if joining else None
         if group is not None:
-            need = max(self._needs[i] for i in joining)
-            rows = group.admit([self.prompts[i] for i in joining], need)
+            rows = self._admit(group, joining, indices)
             if rows is not None:
                 self._rows.update(zip(rows, joining, strict=True))
                 return indices
+        if join_only:
+            self._forget(indices)
+            return None
         self._plan(joining)
         return indices
+
+    def _admit(self, group, joining: list[int], indices: list[int]) -> list[int] | None:
+        """`Group.admit` of the prompts at `joining` (`add`'s, recorded at `indices`):
+        their rows, or None where the device ran out of memory for them (the group then
+        closed to joins: `_full`); any other error forgets `indices` and passes."""
+        need = max(self._needs[i] for i in joining)
+        try:
+            return group.admit([self.prompts[i] for i in joining], need)
+        except jax.errors.JaxRuntimeError as e:
+            if not out_of_memory(e):
+                self._forget(indices)
+                raise
+            log.warning(
+                "generation: %d prompts joining a group of %d ran out of device memory: "
+                "they wait for a later group, and the group takes no more",
+                len(joining),
+                group.shape.batch,
+            )
+            self._full = group
+            return None
+        except BaseException:
+            self._forget(indices)
+            raise
+
+    def _forget(self, indices: list[int]) -> None:
+        """Undo `_append` of the prompts at `indices` (the last ones recorded)."""
+        at = indices[0] if indices else len(self.prompts)
+        del self.prompts[at:], self.news[at:], self.eos[at:]
+        for i in indices:
+            self.grown.pop(i, None)
+            self.stops.pop(i, None)
+            self._needs.pop(i, None)
 
     def _start(self, members: list[int]) -> tuple[list[int], object]:
         """(the members started, their `kv_cache.Group`): the group of `members`, or where

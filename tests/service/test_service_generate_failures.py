@@ -105,3 +105,48 @@ def test_the_batcher_fails_every_call_of_a_failed_shared_run(svc_gpt2, broken_st
         b.close(timeout=10)
     want = svc_gpt2.capture(["three"], what=["attention"], generate=4, stop_at_eos=False)[0]
     assert got.tokens == want.tokens
+
+
+OOM = "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00GiB."
+
+
+def test_a_join_out_of_memory_is_not_counted_and_waits_its_next_turn(svc_gpt2, monkeypatch):
+    # The run under way holds a group of one row: "three" joins it by growing it, and
+    # the device runs out of memory prefilling it (`Continuations.add` answers None).
+    # The call's turn ends there, not joined: not counted, and it neither steps the run
+    # nor starts one of its own past the cache bound (its next turn decides).
+    import collections
+    import threading
+    from types import SimpleNamespace
+
+    from service.generation_turns import GenerationTurns
+
+    run = GenerationRun(_ask(svc_gpt2, "one two three four five", 12))
+    run.step(svc_gpt2)
+    tokens = run.shared._run.grown[0][:]
+    turns = GenerationTurns(svc_gpt2, collections.Counter())
+    lock = threading.Lock()
+    under_way = SimpleNamespace(generation=run, dead=False)
+    late = SimpleNamespace(generation=GenerationRun(_ask(svc_gpt2, "three")), lock=lock)
+    with lock:
+        assert (
+            turns.ready(late, [under_way, late], [under_way, late], join=True, window_s=None)
+            is None
+        )
+    assert late.generation.joining is run.shared
+    empty = kv_cache.KVDecoder.empty
+
+    def short(self, shape):
+        if shape.batch == 1:  # the joining prompt's prefill group
+            raise jax.errors.JaxRuntimeError(OOM)
+        return empty(self, shape)
+
+    monkeypatch.setattr(kv_cache.KVDecoder, "empty", short)
+    assert turns.step(late) == (0, None)
+    gen = late.generation
+    assert gen.shared is None and gen.joining is None and not gen.started
+    assert run.shared._run.grown[0] == tokens and len(run.shared.asks) == 1
+    assert turns.stats["joined_generations"] == 0
+    # the run under way is closed to joins now: the next turn does not try again
+    with lock:
+        assert turns.joinable(late, [under_way, late]) is None

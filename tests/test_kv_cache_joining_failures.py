@@ -1,0 +1,95 @@
+"""A join that fails part way (`Continuations.add`, `kv_cache.Group.admit`): the device
+runs out of memory prefilling the second of two joining prompts (its group of the
+smallest size), or something else raises there. Nothing of the join stays: no row of
+the group is left generating for no prompt (before this review the first prompt's row
+stayed active, owned by no index, and moved every step until the group fed it past its
+cache; the prompts stayed recorded, so the run was never `done`). Out of memory, a
+`join_only` add answers None (the caller runs them elsewhere) and the group takes no
+more joins; another error passes. XLA's failure is simulated (this CPU does not run
+out), as tests/test_generate_out_of_memory.py does. The reference is each prompt
+generated alone by the engine (`Engine.generate`)."""
+
+from __future__ import annotations
+
+import jax
+import pytest
+from generate_support import MAKERS
+
+import jaxattn
+from jaxattn.engine import kv_cache
+from jaxattn.engine.generate import Continuations
+
+TEXTS = ["The quick brown fox", "Hello, world.", "a b"]
+OOM = "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00GiB."
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    path = MAKERS["gpt2"](tmp_path_factory.mktemp("gpt2"))
+    engine = jaxattn.load(path, buckets=(32,), max_batch=4)
+    return engine, engine.tokenize(TEXTS)
+
+
+@pytest.fixture
+def failing_prefill(monkeypatch):
+    """Arm with `fail["error"]`: the `fail["at"]`-th group of one row started after it
+    (a joining prompt's prefill group) raises it as XLA would, once."""
+    empty, fail = kv_cache.KVDecoder.empty, {"error": None, "at": 2, "seen": 0}
+
+    def failing(self, shape):
+        if fail["error"] is not None and shape.batch == 1:
+            fail["seen"] += 1
+            if fail["seen"] == fail["at"]:
+                raise jax.errors.JaxRuntimeError(fail["error"])
+        return empty(self, shape)
+
+    monkeypatch.setattr(kv_cache.KVDecoder, "empty", failing)
+    return fail
+
+
+def _alone(engine, text: str, new: int):
+    return engine.generate([text], new, stop_at_eos=False)[0].ids
+
+
+def _started(engine, prompts, new: int) -> Continuations:
+    run = Continuations(engine, prompts[:1], new, stop_at_eos=False)
+    run.step()
+    run.step()
+    assert run._group.shape.batch == 1 and run._group.free == []
+    return run
+
+
+def test_a_join_out_of_memory_part_way_leaves_nothing_and_closes_the_group(gpt2, failing_prefill):
+    engine, prompts = gpt2
+    run = _started(engine, prompts, 20)
+    assert run.joins(prompts[1:3], 6)  # the batch grown for them
+    failing_prefill["error"] = OOM  # the second prompt's prefill
+    assert run.add(prompts[1:3], 6, stop_at_eos=False, join_only=True) is None
+    assert failing_prefill["seen"] == 2
+    group = run._group
+    assert len(run.prompts) == 1 and list(run._rows.values()) == [0]
+    assert group.active.sum() == 1  # the first joiner's row not left generating
+    # the device is short of memory for this group: it takes no more joins
+    assert not run.joins(prompts[2:3], 2)
+    assert run.add(prompts[2:3], 2, stop_at_eos=False, join_only=True) is None
+    steps = 2
+    while not run.done:
+        run.step()
+        steps += 1
+    assert steps == 20 and run._group is None
+    assert list(run.results()[0].ids) == list(_alone(engine, TEXTS[0], 20))
+
+
+def test_a_join_that_raises_part_way_leaves_nothing_and_the_run_goes_on(gpt2, failing_prefill):
+    engine, prompts = gpt2
+    run = _started(engine, prompts, 20)
+    failing_prefill["error"] = "INTERNAL: something else"
+    with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL"):
+        run.add(prompts[1:3], 6, stop_at_eos=False)
+    assert len(run.prompts) == 1 and run._group.active.sum() == 1
+    # not a shortage of memory: later prompts still join
+    assert run.add(prompts[2:3], 6, stop_at_eos=False, join_only=True) == [1]
+    while not run.done:
+        run.step()
+    got = [list(g.ids) for g in run.results()]
+    assert got == [list(_alone(engine, TEXTS[0], 20)), list(_alone(engine, TEXTS[2], 6))]
