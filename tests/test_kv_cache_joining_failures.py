@@ -93,3 +93,16 @@ def test_a_join_that_raises_part_way_leaves_nothing_and_the_run_goes_on(gpt2, fa
         run.step()
     got = [list(g.ids) for g in run.results()]
     assert got == [list(_alone(engine, TEXTS[0], 20)), list(_alone(engine, TEXTS[2], 6))]
+
+
+def test_prompts_that_need_no_row_join_at_once(gpt2):
+    # A prompt cut to the model's positions generates nothing (stop "limit"): it joins
+    # without a row, whatever the group has room for, and is over at once.
+    engine, prompts = gpt2
+    run = _started(engine, prompts, 20)
+    (full,) = engine.tokenize([" ".join(["word"] * 400)], too_long="truncate")
+    assert full.length == engine.config.max_length
+    assert run.joins([full], 5)
+    assert run.add([full], 5, stop_at_eos=False, join_only=True) == [1]
+    assert run.over([1]) and run._group.active.sum() == 1
+    assert run.results([1])[0].ids == () and run.results([1])[0].stop == "limit"

@@ -321,7 +321,9 @@ class Continuations:
             return None
         indices = self._append(prompts, new, stop_at_eos)
         joining = [i for i in indices if i in self._needs]
-        group = self._current() if joining else None
+        if not joining:  # none needs a row (each over at once: its prompt fills the positions)
+            return indices
+        group = self._current()
         if group is not None:
             rows = self._admit(group, joining, indices)
             if rows is not None:
