@@ -11,6 +11,8 @@ generated alone by the engine (`Engine.generate`)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import pytest
 from generate_support import MAKERS
@@ -106,3 +108,43 @@ def test_prompts_that_need_no_row_join_at_once(gpt2):
     assert run.add([full], 5, stop_at_eos=False, join_only=True) == [1]
     assert run.over([1]) and run._group.active.sum() == 1
     assert run.results([1])[0].ids == () and run.results([1])[0].stop == "limit"
+
+
+def test_a_joined_rows_stops_are_those_it_has_alone(gpt2, monkeypatch):
+    # Joined rows end as rows that started the run do, each with its single-call ids:
+    # B at an EOS (its row then taken by D), C at the model's positions (a prompt cut
+    # near them, truncate), A (started the run) at max_new_tokens.
+    engine, _ = gpt2
+    words = " ".join(f"w{i}" for i in range(200))
+    texts = {"A": "The quick brown fox", "B": "Hello, world.", "C": words, "D": "x"}
+    free_b = engine.generate([texts["B"]], 12, stop_at_eos=False)[0].ids
+    eos = free_b[-1]  # a token B makes late (the tiny model repeats itself)
+    stop_at = free_b.index(eos) + 1
+    monkeypatch.setattr(engine, "_eos_ids", (eos,))
+    (c,) = engine.tokenize([texts["C"]], too_long="truncate")
+    c = dataclasses.replace(c, ids=c.ids[:60], type_ids=c.type_ids[:60], tokens=c.tokens[:60])
+    news = {"A": 40, "B": 12, "C": 10, "D": 6}
+    (a,) = engine.tokenize([texts["A"]])
+    run = Continuations(engine, [a], news["A"], stop_at_eos=False)
+    run.step()
+    index = {"A": 0}
+    (index["B"],) = run.add(engine.tokenize([texts["B"]]), news["B"], join_only=True)
+    (index["C"],) = run.add([c], news["C"], stop_at_eos=False, join_only=True)
+    rows = dict(run._rows)
+    while not run.over([index["B"]]):
+        run.step()
+    assert run.stops[index["B"]] == "eos" and len(run.grown[index["B"]]) == stop_at
+    (index["D"],) = run.add(engine.tokenize([texts["D"]]), news["D"], join_only=True)
+    assert {r for r, i in run._rows.items() if i == index["D"]} <= set(rows)  # a row reused
+    while not run.done:
+        run.step()
+    got = {k: run.results([i])[0] for k, i in index.items()}
+    assert [got[k].stop for k in "ABC"] == ["max_new_tokens", "eos", "limit"]
+    for k in "ABD":
+        (alone,) = engine.generate([texts[k]], news[k], stop_at_eos=k != "A")
+        assert (got[k].ids, got[k].stop) == (alone.ids, alone.stop), k
+    alone_c = Continuations(engine, [c], news["C"], stop_at_eos=False)
+    while not alone_c.done:
+        alone_c.step()
+    (want,) = alone_c.results()
+    assert (got["C"].ids, got["C"].stop) == (want.ids, want.stop) and len(want.ids) == 4
