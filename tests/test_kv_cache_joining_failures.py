@@ -148,3 +148,22 @@ def test_a_joined_rows_stops_are_those_it_has_alone(gpt2, monkeypatch):
         alone_c.step()
     (want,) = alone_c.results()
     assert (got["C"].ids, got["C"].stop) == (want.ids, want.stop) and len(want.ids) == 4
+
+
+def test_prompts_ended_before_their_group_starts_are_not_prefilled(gpt2, monkeypatch):
+    # A request that left a merged run before its first step (`end`): the group starts
+    # with the other prompts only, not prefilling the gone ones into rows of their own.
+    engine, prompts = gpt2
+    start, started = kv_cache.KVDecoder.start, []
+
+    def spy(self, group_prompts, *args, **kwargs):
+        started.append([p.ids for p in group_prompts])
+        return start(self, group_prompts, *args, **kwargs)
+
+    monkeypatch.setattr(kv_cache.KVDecoder, "start", spy)
+    run = Continuations(engine, prompts, 4, stop_at_eos=False)
+    run.end([0, 2])
+    while not run.done:
+        run.step()
+    assert started == [[prompts[1].ids]]
+    assert list(run.results([1])[0].ids) == list(_alone(engine, TEXTS[1], 4))

@@ -418,8 +418,9 @@ class Continuations:
             self._group, self._rows = None, {}  # its caches freed
             if not self._waiting:
                 return 0
-            members = self._waiting.pop(0)
-            if self.over(members):  # its prompts all left: nothing to prefill
+            # its prompts that left (`end`) are not prefilled for nobody
+            members = [i for i in self._waiting.pop(0) if not self._over(i)]
+            if not members:  # its prompts all left: nothing to prefill
                 continue
             members, self._group = self._start(members)
             self._rows = dict(enumerate(members))
