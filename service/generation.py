@@ -18,8 +18,10 @@ size of its cache length's ladder holding them where too few are free), prefille
 between two steps without touching the other rows, so it neither waits for that run
 to end nor holds caches of its own. It cannot join where a prompt's prompt + N - 1
 positions exceed the group's cache length, the group's largest batch has too few free
-rows, or prompts of the run wait for a later group (joining would delay them): then it
-runs as before (its own run, merged with whoever waits). A job whose client left or
+rows, or prompts of the run wait for a later group (joining would delay them), unless
+the run is between its groups with one left to start that holds its prompts too (they
+start with it: `Continuations.add`): then it runs as before (its own run, merged with
+whoever waits). A job whose client left or
 whose deadline passed is dropped between steps, its prompts alone ended in a shared
 run. Once every text has ended, the job's
 examples become prompt + continuation (`Generation.sequence`: the generated ids,

@@ -180,7 +180,8 @@ class Continuations:
     only one group's caches are held at a time; the first step of a group puts its
     prompts into the caches (the prefill), each step after it one token. Prompts added
     while it runs (`add`) join the group generating where they fit it
-    (`kv_cache.Group.admit`) and none of the run's waits for a later group, else are
+    (`kv_cache.Group.admit`) and none of the run's waits for a later group, or, between
+    two groups, the run's last where it holds them (they start with it), else are
     grouped with those waiting.
 
     Args:
@@ -287,12 +288,25 @@ class Continuations:
         self._release()
         return self._group
 
+    def _next(self, needs: list[int]):
+        """Between two groups (the one generating over, or none) with one group of the
+        run's prompts left waiting: that group (its members), where prompts feeding
+        `needs` positions (`KVDecoder.need`) and it stay one group (`KVDecoder.groups`,
+        as `service.generation.merge` merges): they start with it at the next step,
+        behind none of the run's prompts, and none waits after it. Else None."""
+        if not needs or (self._group is not None and not self.over(self._rows.values())):
+            return None
+        left = [group for group in self._waiting if not self.over(group)]
+        if len(left) != 1:
+            return None
+        both = {i: self._needs[i] for i in left[0]}
+        both.update((-1 - k, n) for k, n in enumerate(needs))  # the newcomers' keys
+        return left[0] if len(self.engine.kv_decoder.groups(both)) == 1 else None
+
     def joins(self, prompts, new) -> bool:
         """Whether prompts (with each one's N, or one for all) would all join the group
-        generating now (`add(..., join_only=True)`); adds nothing."""
-        group = self._current()
-        if group is None:
-            return False
+        generating now, or, between two groups, the run's last (`_next`) (`add(...,
+        join_only=True)`); adds nothing."""
         d = self.engine.kv_decoder
         news = [new] * len(prompts) if isinstance(new, int) else list(new)
         needs = [
@@ -300,6 +314,9 @@ class Continuations:
             for p, n in zip(prompts, news, strict=True)
             if p is not None and p.length < self.limit
         ]
+        group = self._current()
+        if group is None:
+            return self._next(needs) is not None
         return not needs or group.room(len(needs), max(needs)) is not None
 
     def add(self, prompts, new, stop_at_eos=True, *, join_only=False) -> list[int] | None:
@@ -309,9 +326,10 @@ class Continuations:
         other rows untouched, the batch grown to the smallest size of its ladder holding
         them where too few rows are free), where all fit it (their need within its
         cache, the rows within the engine's budgets) and none of the run's prompts waits
-        for a later group (`_current`); else they are grouped with the prompts waiting
+        for a later group (`_current`); between two groups, they join the run's last
+        where it holds them (`_next`); else they are grouped with the prompts waiting
         for theirs, after the group generating. `join_only`: None, and nothing added,
-        unless they all join the group generating now (`joins`).
+        unless they all join the group generating now or the last (`joins`).
 
         Where the device runs out of memory for the join (the batch's growth, a joining
         prompt's prefill: `Group.admit` frees what it took), they are grouped with those
@@ -329,6 +347,9 @@ class Continuations:
             if rows is not None:
                 self._rows.update(zip(rows, joining, strict=True))
                 return indices
+        elif (members := self._next([self._needs[i] for i in joining])) is not None:
+            members += joining  # they start with the run's last group, at the next step
+            return indices
         if join_only:
             self._forget(indices)
             return None
