@@ -55,9 +55,12 @@ class GenerationTurns:
         """(lock held) The generating job may take its next step now: any step after its
         first, or a first step that joins a run under way (`joinable`, where `join`), else
         only while fewer than `CACHED_GENERATIONS` runs (each alone or shared) hold their
-        key/value caches (`held`)."""
+        key/value caches (`held`). A run that failed holds none: the turn that fails the
+        job is due at once (`SharedGeneration.failed`)."""
         gen = job.generation
         if gen.started or gen.joining is not None:
+            return True
+        if gen.shared is not None and gen.shared.failed is not None:
             return True
         # only a job not merged into a run of its own yet may join one under way
         joins = gen.shared is None and join and self.joinable(job, pending) is not None

@@ -150,3 +150,30 @@ def test_a_join_out_of_memory_is_not_counted_and_waits_its_next_turn(svc_gpt2, m
     # the run under way is closed to joins now: the next turn does not try again
     with lock:
         assert turns.joinable(late, [under_way, late]) is None
+
+
+def test_a_call_merged_into_a_run_that_failed_to_start_does_not_wait_for_a_cache_slot(
+    svc_gpt2, monkeypatch
+):
+    # Its run failed making its continuations (no caches held): its turn, which fails
+    # it, is due at once, not once one of the runs holding caches has ended.
+    a, b = GenerationRun(_ask(svc_gpt2, "one two")), GenerationRun(_ask(svc_gpt2, "three"))
+    merge(svc_gpt2, [a, b])
+    batcher = MicroBatcher(svc_gpt2, queue_size=8, window_s=0.0, max_batch_examples=8)
+
+    def broken(*args, **kwargs):
+        raise jax.errors.JaxRuntimeError(BROKEN)
+
+    with monkeypatch.context() as m:
+        m.setattr(svc_gpt2, "continuations", broken)
+        with pytest.raises(jax.errors.JaxRuntimeError):
+            a.step(svc_gpt2)
+    assert not b.started
+    turns = batcher._generations
+    monkeypatch.setattr(turns, "held", lambda pending: {1: object(), 2: object()})
+    job = _submit(batcher, svc_gpt2, "three")
+    job.generation = b
+    with job.lock:
+        assert turns.may_start(job, [job], join=True)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="the device broke"):
+        b.step(svc_gpt2)
