@@ -38,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from jaxattn.errors import UsageError
+from jaxattn.errors import DeviceMemoryError, UsageError
 
 # Most tokens one request may generate unless the server is told otherwise
 # (`ServerOptions.max_new_tokens`, `jaxattn serve --max-new-tokens`).
@@ -102,6 +102,9 @@ class SharedGeneration:
         # lost its prompts; a failed step may have left its caches donated), so every
         # request in it fails with it at its next turn, none steps it again
         self.failed: BaseException | None = None
+        # (span, error): a request whose prompt the device cannot hold even alone
+        # (DeviceMemoryError naming its index): it alone fails, the others go on
+        self._lost: list[tuple[range, BaseException]] = []
 
     @property
     def started(self) -> bool:
@@ -112,7 +115,9 @@ class SharedGeneration:
     def step(self, engine) -> int:
         """One step of the run (a token of each unfinished prompt); returns how many
         tokens it generated (0 once every continuation has ended). Raises what a step
-        raised, at that step and at every one after it (`failed`)."""
+        raised, at that step and at every one after it (`failed`), except a prompt the
+        device cannot hold even alone: its request's prompts end, the step goes on
+        with the others, and that request's error waits for its turn (`lost`)."""
         if self.failed is not None:
             raise self.failed
         try:
@@ -123,10 +128,24 @@ class SharedGeneration:
                 self._run = engine.continuations(prompts, news, stop_at_eos=flags)
                 for span in self._left:  # requests that left before it started
                     self._run.end(span)
-            return self._run.step()
+            while True:
+                try:
+                    return self._run.step()
+                except DeviceMemoryError as e:
+                    index = getattr(e, "index", None)
+                    span = next((s for s in self.spans if index in s), None)
+                    if span is None:
+                        raise
+                    self._lost.append((span, e))
+                    self._run.end(span)
         except Exception as e:
             self.failed = e
             raise
+
+    def lost(self, span: range) -> BaseException | None:
+        """The error of the request of `span` where the device could not hold one of its
+        prompts (`step`), else None."""
+        return next((e for s, e in self._lost if s == span), None)
 
     def joins(self, ask: GenerationAsk) -> bool:
         """Whether `ask`'s prompts would join the run's group generating now (`join`)."""
@@ -217,7 +236,11 @@ class GenerationRun:
             self.shared, self.span = joining, span
         if self.shared is None:
             merge(engine, [self])
+        if (lost := self.shared.lost(self.span)) is not None:
+            raise lost  # the device could not hold one of its prompts (an earlier step)
         made = self.shared.step(engine)
+        if self.shared.lost(self.span) is not None:
+            return made, None  # on this step: it fails at its next turn (`lost`)
         if not self.shared.over(self.span):
             return made, None
         return made, self.shared.sequences(self.span)

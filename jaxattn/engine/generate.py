@@ -410,14 +410,18 @@ class Continuations:
                 if len(members) == 1 and not self._padded:
                     length = decoder.cache_length(need)
                     mib = decoder.cache_bytes(length) / 2**20
-                    raise DeviceMemoryError(
+                    error = DeviceMemoryError(
                         f"a prompt of {self.prompts[members[0]].length} tokens continued "
                         f"by up to {self.news[members[0]]} does not fit the device's memory "
                         f"even alone: it feeds {need} positions, a key/value cache of "
                         f"{length} positions ({mib:.1f} MiB) and a prefill chunk of "
                         f"{decoder.chunk(length)}; ask for fewer new tokens or a shorter "
                         f"prompt ({e})"
-                    ) from None
+                    )
+                    # which prompt (the others wait for their groups: a caller running
+                    # several requests' prompts may fail its request alone and go on)
+                    error.index = members[0]
+                    raise error from None
                 half = (len(members) + 1) // 2
                 log.warning(
                     "generation: a group of %d ran out of device memory, %d and %d now",

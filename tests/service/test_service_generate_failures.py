@@ -177,3 +177,42 @@ def test_a_call_merged_into_a_run_that_failed_to_start_does_not_wait_for_a_cache
         assert turns.may_start(job, [job], join=True)
     with pytest.raises(jax.errors.JaxRuntimeError, match="the device broke"):
         b.step(svc_gpt2)
+
+
+def test_a_prompt_too_large_for_the_device_fails_its_own_call_only(svc_gpt2, monkeypatch):
+    # The device holds no cache for B's long prompt even alone (DeviceMemoryError, after
+    # the engine's halving): B fails with it, on whoever's turn it came; A, merged with
+    # it, goes on with the continuation it has alone, never told of B's prompt.
+    from jaxattn.errors import DeviceMemoryError
+
+    start = kv_cache.KVDecoder.start
+
+    def small_device(self, prompts, *args, **kwargs):
+        if any(p.length > 10 for p in prompts):
+            raise jax.errors.JaxRuntimeError(OOM)
+        return start(self, prompts, *args, **kwargs)
+
+    monkeypatch.setattr(kv_cache.KVDecoder, "start", small_device)
+    long_text = "The quick brown fox jumps over the lazy dog"
+    # B's second prompt fits: it ends with the call (no token for nobody)
+    both = tuple(svc_gpt2.tokenize([long_text, "four"]))
+    a, b = GenerationRun(_ask(svc_gpt2, "one two")), GenerationRun(GenerationAsk(both, 4))
+    assert b.ask.prompts[0].length > 10 >= a.ask.prompts[0].length
+    assert len(merge(svc_gpt2, [a, b])) == 2
+    made, sequences = a.step(svc_gpt2)  # A's turn meets B's prompt first (the longest)
+    assert made == 1 and sequences is None
+    with pytest.raises(DeviceMemoryError, match=f"a prompt of {b.ask.prompts[0].length} tokens"):
+        b.step(svc_gpt2)
+    while sequences is None:
+        made, sequences = a.step(svc_gpt2)
+    want = svc_gpt2.generate(["one two"], 4, stop_at_eos=False)[0].sequence
+    assert sequences[0].ids == want.ids
+    assert a.shared.step(svc_gpt2) == 0  # B's "four" was never started for nobody
+    # B's own turn meets it: that step goes on with A's (its tokens counted), and B
+    # fails at its next turn
+    a, b = GenerationRun(_ask(svc_gpt2, "one two")), GenerationRun(_ask(svc_gpt2, long_text))
+    merge(svc_gpt2, [a, b])
+    assert b.step(svc_gpt2) == (1, None)
+    with pytest.raises(DeviceMemoryError):
+        b.step(svc_gpt2)
+    assert a.step(svc_gpt2) == (1, None)
