@@ -216,3 +216,28 @@ def test_a_prompt_too_large_for_the_device_fails_its_own_call_only(svc_gpt2, mon
     with pytest.raises(DeviceMemoryError):
         b.step(svc_gpt2)
     assert a.step(svc_gpt2) == (1, None)
+
+
+def test_an_error_settling_a_step_fails_that_call_and_keeps_the_worker(svc_gpt2, monkeypatch):
+    # Anything raising after the step (sizing the continuations for their capture,
+    # here) fails its call; the worker lives on for the next (it used to die with it:
+    # every call after it waited for ever).
+    import service.generation_turns as turns
+
+    sizes = turns.example_sizes
+    monkeypatch.setattr(turns, "example_sizes", lambda *a: 1 / 0)
+    b = MicroBatcher(svc_gpt2, queue_size=8, window_s=0.0, max_batch_examples=8)
+    b.start()
+    jobs = [_submit(b, svc_gpt2, "three", 1)]
+    try:
+        _wait(lambda: jobs[0].error is not None, "the call's failure")
+        with pytest.raises(EngineFailed, match="ZeroDivisionError"):
+            list(jobs[0].results())
+        monkeypatch.setattr(turns, "example_sizes", sizes)
+        jobs.append(_submit(b, svc_gpt2, "three", 1))
+        (prompt,) = svc_gpt2.tokenize(["three"])
+        assert [len(cap.tokens) for _, cap in jobs[1].results()] == [prompt.length + 1]
+    finally:
+        for job in jobs:
+            b.release(job)
+        b.close(timeout=10)
