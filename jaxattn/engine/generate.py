@@ -396,7 +396,9 @@ class Continuations:
         prompt.
 
         Raises:
-          DeviceMemoryError: one prompt's caches do not fit the device alone.
+          DeviceMemoryError: one prompt's caches do not fit the device alone (`index`:
+            that prompt's; the group's others wait for their groups, so a caller may
+            `end` it and step on).
         """
         decoder = self.engine.kv_decoder
         while True:
