@@ -18,8 +18,10 @@ size of its cache length's ladder holding them where too few are free), prefille
 between two steps without touching the other rows, so it neither waits for that run
 to end nor holds caches of its own. It cannot join where a prompt's prompt + N - 1
 positions exceed the group's cache length, the group's largest batch has too few free
-rows, or prompts of the run wait for a later group (joining would delay them): then it
-runs as before (its own run, merged with whoever waits). A job whose client left or
+rows, or prompts of the run wait for a later group (joining would delay them), unless
+the run is between its groups with one left to start that holds its prompts too (they
+start with it: `Continuations.add`): then it runs as before (its own run, merged with
+whoever waits). A job whose client left or
 whose deadline passed is dropped between steps, its prompts alone ended in a shared
 run. Once every text has ended, the job's
 examples become prompt + continuation (`Generation.sequence`: the generated ids,
@@ -36,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from jaxattn.errors import UsageError
+from jaxattn.errors import DeviceMemoryError, UsageError
 
 # Most tokens one request may generate unless the server is told otherwise
 # (`ServerOptions.max_new_tokens`, `jaxattn serve --max-new-tokens`).
@@ -96,6 +98,13 @@ class SharedGeneration:
             at += len(ask.prompts)
         self._run = None  # the engine's Continuations, from the first step
         self._left: list[range] = []  # spans `end`ed
+        # the exception a step raised: the run is broken (a group that failed to start
+        # lost its prompts; a failed step may have left its caches donated), so every
+        # request in it fails with it at its next turn, none steps it again
+        self.failed: BaseException | None = None
+        # (span, error): a request whose prompt the device cannot hold even alone
+        # (DeviceMemoryError naming its index): it alone fails, the others go on
+        self._lost: list[tuple[range, BaseException]] = []
 
     @property
     def started(self) -> bool:
@@ -105,26 +114,51 @@ class SharedGeneration:
 
     def step(self, engine) -> int:
         """One step of the run (a token of each unfinished prompt); returns how many
-        tokens it generated (0 once every continuation has ended)."""
-        if self._run is None:
-            prompts = [p for a in self.asks for p in a.prompts]
-            news = [a.new for a in self.asks for _ in a.prompts]
-            flags = [a.stop_at_eos for a in self.asks for _ in a.prompts]
-            self._run = engine.continuations(prompts, news, stop_at_eos=flags)
-            for span in self._left:  # requests that left before it started
-                self._run.end(span)
-        return self._run.step()
+        tokens it generated (0 once every continuation has ended). Raises what a step
+        raised, at that step and at every one after it (`failed`), except a prompt the
+        device cannot hold even alone: its request's prompts end, the step goes on
+        with the others, and that request's error waits for its turn (`lost`)."""
+        if self.failed is not None:
+            raise self.failed
+        try:
+            if self._run is None:
+                prompts = [p for a in self.asks for p in a.prompts]
+                news = [a.new for a in self.asks for _ in a.prompts]
+                flags = [a.stop_at_eos for a in self.asks for _ in a.prompts]
+                self._run = engine.continuations(prompts, news, stop_at_eos=flags)
+                for span in self._left:  # requests that left before it started
+                    self._run.end(span)
+            while True:
+                try:
+                    return self._run.step()
+                except DeviceMemoryError as e:
+                    index = getattr(e, "index", None)
+                    span = next((s for s in self.spans if index in s), None)
+                    if span is None:
+                        raise
+                    self._lost.append((span, e))
+                    self._run.end(span)
+        except Exception as e:
+            self.failed = e
+            raise
+
+    def lost(self, span: range) -> BaseException | None:
+        """The error of the request of `span` where the device could not hold one of its
+        prompts (`step`), else None."""
+        return next((e for s, e in self._lost if s == span), None)
 
     def joins(self, ask: GenerationAsk) -> bool:
         """Whether `ask`'s prompts would join the run's group generating now (`join`)."""
-        return self._run is not None and self._run.joins(ask.prompts, ask.new)
+        return (
+            self.failed is None and self._run is not None and self._run.joins(ask.prompts, ask.new)
+        )
 
     def join(self, ask: GenerationAsk) -> range | None:
         """`ask`'s prompts join the run between its steps, into its group generating now
         (`Continuations.add`: rows free, or the batch grown within the engine's budgets;
         their need within its caches): their span, or None (nothing changed) where they
         do not all fit it or the run has not started."""
-        if self._run is None:
+        if self._run is None or self.failed is not None:
             return None
         indices = self._run.add(ask.prompts, ask.new, ask.stop_at_eos, join_only=True)
         if indices is None:
@@ -191,15 +225,22 @@ class GenerationRun:
     def step(self, engine) -> tuple[int, list | None]:
         """(tokens generated by this step, then, once every continuation of its prompts
         has ended, each text's prompt + continuation to capture (`Generation.sequence`);
-        else None)."""
+        else None). A first step that was to join a run (`joining`) and could not (the
+        device out of memory for it: `Continuations.add`) takes no step: (0, None), its
+        next turn decides anew (a run of its own only within `CACHED_GENERATIONS`)."""
         if self.shared is None and self.joining is not None:
-            span = self.joining.join(self.ask)
-            if span is not None:
-                self.shared, self.span = self.joining, span
-            self.joining = None
+            joining, self.joining = self.joining, None
+            span = joining.join(self.ask)
+            if span is None:
+                return 0, None
+            self.shared, self.span = joining, span
         if self.shared is None:
             merge(engine, [self])
+        if (lost := self.shared.lost(self.span)) is not None:
+            raise lost  # the device could not hold one of its prompts (an earlier step)
         made = self.shared.step(engine)
+        if self.shared.lost(self.span) is not None:
+            return made, None  # on this step: it fails at its next turn (`lost`)
         if not self.shared.over(self.span):
             return made, None
         return made, self.shared.sequences(self.span)

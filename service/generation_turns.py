@@ -9,8 +9,9 @@ forward a step for all of their prompts, as many as one group of key/value cache
 holds), and at most `CACHED_GENERATIONS` such runs hold caches at once. A generating
 job about to take its first step joins a run under way first where that run's group
 has room for its prompts (`GenerationTurns.joinable`, `SharedGeneration.join`),
-before starting one of its own or waiting for a cache slot. Once its continuations
-end, its pieces run as any job's.
+before starting one of its own or waiting for a cache slot, unless a job that came
+before it waits for a cache slot (`waits_for_slot`: joins would keep the runs holding
+the slots going past it). Once its continuations end, its pieces run as any job's.
 
 The batcher (`service.micro_batching`) decides whose turn it is (fair turns, the
 queue, the lock, the worker); `GenerationTurns` decides, for a generating job, whether
@@ -55,13 +56,45 @@ class GenerationTurns:
         """(lock held) The generating job may take its next step now: any step after its
         first, or a first step that joins a run under way (`joinable`, where `join`), else
         only while fewer than `CACHED_GENERATIONS` runs (each alone or shared) hold their
-        key/value caches (`held`)."""
+        key/value caches (`held`). A run that failed holds none: the turn that fails the
+        job is due at once (`SharedGeneration.failed`)."""
         gen = job.generation
         if gen.started or gen.joining is not None:
             return True
-        # only a job not merged into a run of its own yet may join one under way
-        joins = gen.shared is None and join and self.joinable(job, pending) is not None
-        return joins or len(self.held(pending)) < CACHED_GENERATIONS
+        if gen.shared is not None and gen.shared.failed is not None:
+            return True
+        if len(self.held(pending)) < CACHED_GENERATIONS:
+            return True
+        # only a job not merged into a run of its own yet may join one under way, and
+        # not past an earlier one waiting for a cache slot (`waits_for_slot`)
+        return (
+            gen.shared is None
+            and join
+            and self.joinable(job, pending) is not None
+            and not any(self.waits_for_slot(j, pending, join) for j in self._before(job, pending))
+        )
+
+    @staticmethod
+    def _before(job: Job, pending: Iterable[Job]) -> list[Job]:
+        """The pending jobs that came before `job` (`pending` is by arrival)."""
+        out = []
+        for j in pending:
+            if j is job:
+                return out
+            out.append(j)
+        return out
+
+    def waits_for_slot(self, job: Job, pending: Iterable[Job], join: bool) -> bool:
+        """(lock held, every slot held) A live job whose first step needs a cache slot:
+        not joining a run under way (`joinable`), or merged into a run of its own. Later
+        jobs do not join the runs holding the slots past it: each join keeps its run,
+        and so the slot, going, and a stream of them would hold the slots for ever."""
+        gen = job.generation
+        if job.dead or gen is None or gen.started or gen.joining is not None:
+            return False
+        if gen.shared is not None:
+            return gen.shared.failed is None
+        return not join or self.joinable(job, pending) is None
 
     def held(self, pending: Iterable[Job]) -> dict:
         """(lock held) The started generations (alone or shared) holding key/value
@@ -102,9 +135,8 @@ class GenerationTurns:
         joins = None
         if gen.shared is None and gen.joining is None and join:
             joins = self.joinable(first, pending)
-        if joins is not None:  # its first step joins a run under way
+        if joins is not None:  # its first step joins a run under way (counted once it did)
             gen.joining = joins
-            self.stats["joined_generations"] += 1
         elif gen.shared is None and window_s is not None:
             # its first step, with whoever waits for theirs; after the window, as for
             # captures, so that companions sent with it join
@@ -130,14 +162,21 @@ class GenerationTurns:
     def step(self, job: Job) -> tuple[int, list | None]:
         """(lock not held) One step of the job's generation (`GenerationRun.step`): the
         tokens it made and, once its continuations end, each text's prompt +
-        continuation (else None). An engine failure fails the job (0, None)."""
+        continuation (else None). An engine failure fails the job (0, None). A first
+        step that joined a run under way counts in `joined_generations`."""
+        gen = job.generation
+        joining = gen.joining
         try:
-            return job.generation.step(self.engine)
+            return gen.step(self.engine)
         except Exception as e:
             log.error("engine failed generating: %s", type(e).__name__, exc_info=e)
             with job.lock:
                 job.fail(engine_failure(e))
             return 0, None
+        finally:
+            if joining is not None and gen.shared is joining:
+                with job.lock:
+                    self.stats["joined_generations"] += 1
 
     def stepped(self, job: Job, made: int, sequences: list | None) -> bool:
         """(lock held) After the job's step: once its continuations ended, its examples

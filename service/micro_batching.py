@@ -511,8 +511,14 @@ class MicroBatcher:
         Then it queues again for its next turn (or, once closed, is cancelled)."""
         made, sequences = self._generations.step(job)
         with self._lock:
-            if self._generations.stepped(job, made, sequences) and not job.released:
-                self._requeue(job)  # its next step (or piece) waits its turn
+            try:
+                if self._generations.stepped(job, made, sequences) and not job.released:
+                    self._requeue(job)  # its next step (or piece) waits its turn
+            except Exception as e:  # never lose the worker: the job fails, not every call
+                log.exception("batcher: unexpected error after a generation's step")
+                job.fail(engine_failure(e))
+                job.running = False
+                self._generations.drop(job)
             self._cond.notify_all()
 
     def _requeue(self, job: Job) -> None:

@@ -180,7 +180,8 @@ class Continuations:
     only one group's caches are held at a time; the first step of a group puts its
     prompts into the caches (the prefill), each step after it one token. Prompts added
     while it runs (`add`) join the group generating where they fit it
-    (`kv_cache.Group.admit`) and none of the run's waits for a later group, else are
+    (`kv_cache.Group.admit`) and none of the run's waits for a later group, or, between
+    two groups, the run's last where it holds them (they start with it), else are
     grouped with those waiting.
 
     Args:
@@ -203,6 +204,7 @@ class Continuations:
         self._needs: dict[int, int] = {}
         self._waiting: list[list[int]] = []
         self._group, self._rows = None, {}  # the group generating, its rows' prompt indices
+        self._full = None  # a group a join ran out of device memory in: it takes no more
         self._padded = True  # groups padded as warmup asks, until the device ran out (_start)
         self._append(prompts, new, stop_at_eos)
         self._plan(list(self._needs))
@@ -279,19 +281,32 @@ class Continuations:
         prompts of the run wait for a later group (a prompt joining would keep the group
         generating for its own tokens, and every later one for theirs: those waiting,
         there first, would wait with no bound)."""
-        if self._group is None or self.over(self._rows.values()):
+        if self._group is None or self._group is self._full or self.over(self._rows.values()):
             return None
         if not all(self.over(group) for group in self._waiting):
             return None
         self._release()
         return self._group
 
+    def _next(self, needs: list[int]):
+        """Between two groups (the one generating over, or none) with one group of the
+        run's prompts left waiting: that group (its members), where prompts feeding
+        `needs` positions (`KVDecoder.need`) and it stay one group (`KVDecoder.groups`,
+        as `service.generation.merge` merges): they start with it at the next step,
+        behind none of the run's prompts, and none waits after it. Else None."""
+        if not needs or (self._group is not None and not self.over(self._rows.values())):
+            return None
+        left = [group for group in self._waiting if not self.over(group)]
+        if len(left) != 1:
+            return None
+        both = {i: self._needs[i] for i in left[0]}
+        both.update((-1 - k, n) for k, n in enumerate(needs))  # the newcomers' keys
+        return left[0] if len(self.engine.kv_decoder.groups(both)) == 1 else None
+
     def joins(self, prompts, new) -> bool:
         """Whether prompts (with each one's N, or one for all) would all join the group
-        generating now (`add(..., join_only=True)`); adds nothing."""
-        group = self._current()
-        if group is None:
-            return False
+        generating now, or, between two groups, the run's last (`_next`) (`add(...,
+        join_only=True)`); adds nothing."""
         d = self.engine.kv_decoder
         news = [new] * len(prompts) if isinstance(new, int) else list(new)
         needs = [
@@ -299,6 +314,9 @@ class Continuations:
             for p, n in zip(prompts, news, strict=True)
             if p is not None and p.length < self.limit
         ]
+        group = self._current()
+        if group is None:
+            return self._next(needs) is not None
         return not needs or group.room(len(needs), max(needs)) is not None
 
     def add(self, prompts, new, stop_at_eos=True, *, join_only=False) -> list[int] | None:
@@ -308,22 +326,67 @@ class Continuations:
         other rows untouched, the batch grown to the smallest size of its ladder holding
         them where too few rows are free), where all fit it (their need within its
         cache, the rows within the engine's budgets) and none of the run's prompts waits
-        for a later group (`_current`); else they are grouped with the prompts waiting
+        for a later group (`_current`); between two groups, they join the run's last
+        where it holds them (`_next`); else they are grouped with the prompts waiting
         for theirs, after the group generating. `join_only`: None, and nothing added,
-        unless they all join the group generating now (`joins`)."""
+        unless they all join the group generating now or the last (`joins`).
+
+        Where the device runs out of memory for the join (the batch's growth, a joining
+        prompt's prefill: `Group.admit` frees what it took), they are grouped with those
+        waiting (`join_only`: None, nothing added) and the group takes no more joins;
+        where anything else raises, it passes, nothing added."""
         if join_only and not self.joins(prompts, new):
             return None
         indices = self._append(prompts, new, stop_at_eos)
         joining = [i for i in indices if i in self._needs]
-        group = self._current() if joining else None
+        if not joining:  # none needs a row (each over at once: its prompt fills the positions)
+            return indices
+        group = self._current()
         if group is not None:
-            need = max(self._needs[i] for i in joining)
-            rows = group.admit([self.prompts[i] for i in joining], need)
+            rows = self._admit(group, joining, indices)
             if rows is not None:
                 self._rows.update(zip(rows, joining, strict=True))
                 return indices
+        elif (members := self._next([self._needs[i] for i in joining])) is not None:
+            members += joining  # they start with the run's last group, at the next step
+            return indices
+        if join_only:
+            self._forget(indices)
+            return None
         self._plan(joining)
         return indices
+
+    def _admit(self, group, joining: list[int], indices: list[int]) -> list[int] | None:
+        """`Group.admit` of the prompts at `joining` (`add`'s, recorded at `indices`):
+        their rows, or None where the device ran out of memory for them (the group then
+        closed to joins: `_full`); any other error forgets `indices` and passes."""
+        need = max(self._needs[i] for i in joining)
+        try:
+            return group.admit([self.prompts[i] for i in joining], need)
+        except jax.errors.JaxRuntimeError as e:
+            if not out_of_memory(e):
+                self._forget(indices)
+                raise
+            log.warning(
+                "generation: %d prompts joining a group of %d ran out of device memory: "
+                "they wait for a later group, and the group takes no more",
+                len(joining),
+                group.shape.batch,
+            )
+            self._full = group
+            return None
+        except BaseException:
+            self._forget(indices)
+            raise
+
+    def _forget(self, indices: list[int]) -> None:
+        """Undo `_append` of the prompts at `indices` (the last ones recorded)."""
+        at = indices[0] if indices else len(self.prompts)
+        del self.prompts[at:], self.news[at:], self.eos[at:]
+        for i in indices:
+            self.grown.pop(i, None)
+            self.stops.pop(i, None)
+            self._needs.pop(i, None)
 
     def _start(self, members: list[int]) -> tuple[list[int], object]:
         """(the members started, their `kv_cache.Group`): the group of `members`, or where
@@ -333,7 +396,9 @@ class Continuations:
         prompt.
 
         Raises:
-          DeviceMemoryError: one prompt's caches do not fit the device alone.
+          DeviceMemoryError: one prompt's caches do not fit the device alone (`index`:
+            that prompt's; the group's others wait for their groups, so a caller may
+            `end` it and step on).
         """
         decoder = self.engine.kv_decoder
         while True:
@@ -347,14 +412,18 @@ class Continuations:
                 if len(members) == 1 and not self._padded:
                     length = decoder.cache_length(need)
                     mib = decoder.cache_bytes(length) / 2**20
-                    raise DeviceMemoryError(
+                    error = DeviceMemoryError(
                         f"a prompt of {self.prompts[members[0]].length} tokens continued "
                         f"by up to {self.news[members[0]]} does not fit the device's memory "
                         f"even alone: it feeds {need} positions, a key/value cache of "
                         f"{length} positions ({mib:.1f} MiB) and a prefill chunk of "
                         f"{decoder.chunk(length)}; ask for fewer new tokens or a shorter "
                         f"prompt ({e})"
-                    ) from None
+                    )
+                    # which prompt (the others wait for their groups: a caller running
+                    # several requests' prompts may fail its request alone and go on)
+                    error.index = members[0]
+                    raise error from None
                 half = (len(members) + 1) // 2
                 log.warning(
                     "generation: a group of %d ran out of device memory, %d and %d now",
@@ -376,8 +445,9 @@ class Continuations:
             self._group, self._rows = None, {}  # its caches freed
             if not self._waiting:
                 return 0
-            members = self._waiting.pop(0)
-            if self.over(members):  # its prompts all left: nothing to prefill
+            # its prompts that left (`end`) are not prefilled for nobody
+            members = [i for i in self._waiting.pop(0) if not self._over(i)]
+            if not members:  # its prompts all left: nothing to prefill
                 continue
             members, self._group = self._start(members)
             self._rows = dict(enumerate(members))

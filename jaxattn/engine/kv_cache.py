@@ -417,7 +417,10 @@ class Group:
         the other rows' caches untouched; None, and nothing changed, where they do not
         fit (`room`). A row's earlier sequence leaves nothing behind: the inserted cache
         is the joining prompt's own, what its prefill group's padding left beyond its
-        prompt never read (a query at p reads < p)."""
+        prompt never read (a query at p reads < p). Where a growth, a prefill or an
+        insertion raises (the device out of memory), the rows taken so far are free
+        again before it passes on: no row generates for a prompt that did not join (a
+        growth made stays, its rows free)."""
         batch = self.room(len(prompts), need)
         if batch is None:
             return None
@@ -435,14 +438,19 @@ class Group:
         # then put into this group's caches: a prefill costs the joining prompts' rows,
         # not all of this group's.
         small = dataclasses.replace(self.shape, batch=sizes[0])
-        for at in range(0, len(rows), small.batch):
-            part = Group(d, small, prompts[at : at + small.batch], self.gates)
-            for src, row in enumerate(rows[at : at + small.batch]):
-                self.keys, self.values = d.inserted(
-                    self.keys, self.values, part.keys, part.values, src, row
-                )
-                self.positions[row], self.tokens[row] = part.positions[src], part.tokens[src]
-                self.active[row] = True
+        try:
+            for at in range(0, len(rows), small.batch):
+                part = Group(d, small, prompts[at : at + small.batch], self.gates)
+                for src, row in enumerate(rows[at : at + small.batch]):
+                    self.keys, self.values = d.inserted(
+                        self.keys, self.values, part.keys, part.values, src, row
+                    )
+                    self.positions[row] = part.positions[src]
+                    self.tokens[row] = part.tokens[src]
+                    self.active[row] = True
+        except BaseException:
+            self.release(rows)  # none of them joined
+            raise
         return rows
 
     def _prefill(self, prompts) -> None:
