@@ -193,17 +193,20 @@ class Store(Sequence):
         return StoreSelection(self, range(len(self)), what)
 
     def read(self, index: int, what=None) -> Capture:
-        """The example at non-negative `index`, read from its shard's arrays: every stored
-        quantity, or only those in `what`.
+        """The example at `index` (negative counts from the end), read from its shard's
+        arrays: every stored quantity, or only those in `what` (a name or names).
 
         Raises:
-          UsageError: a quantity of `what` the store does not hold.
+          IndexError: an index out of range, naming it and the valid range.
+          TypeError: an index that is not an integer.
+          UsageError: no quantity in `what`, or one the store does not hold.
           CaptureFileError: TensorStore cannot read the data (naming the store,
             the quantity and shard, and how to redo the shard).
         """
+        index = position(index, len(self), "the store")
         entry, shard = self.entries[index], self._shard_of[index]
         if what is not None:
-            check_held(self.location, self.what, what)
+            what = check_held(self.location, self.what, what)
         reads = {}
         advice = (
             f"the shard's data is damaged or missing: delete {layout.manifest_key(shard)} "
