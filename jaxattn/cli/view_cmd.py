@@ -215,7 +215,9 @@ def _run(args) -> int:
         )
     else:
         _write_static(args, fmt, views[0], caps)
-    print(f"wrote {args.out} ({fmt}: {', '.join(views)}; {len(caps)} example(s))")
+    # a static export draws one example: say which, not that it holds them all
+    shown = f"{len(caps)} example(s)" if fmt == "html" else f"example {args.example} of {len(caps)}"
+    print(f"wrote {args.out} ({fmt}: {', '.join(views)}; {shown})")
     return 0
 
 

@@ -235,3 +235,16 @@ def test_an_example_past_the_input_is_named_with_the_valid_range(tmp_path, capsy
     err = capsys.readouterr().err
     assert "--example 7: index 7 is out of range: INPUT holds 1 example (0..0, or -1..-1)" in err
     assert not out.exists()
+
+
+def test_the_summary_names_the_one_example_a_static_export_draws(tmp_path, capsys):
+    from jaxattn.cli import main
+
+    saved = [tmp_path / "a.npz", tmp_path / "b.npz"]
+    synthetic(1, 2, 5).save(saved[0])
+    synthetic(1, 2, 7, seed=1).save(saved[1])
+    out = tmp_path / "x.svg"
+    argv = ["view", *map(str, saved), "--views", "head", "--out", str(out)]
+    assert main([*argv, "--example", "1"]) == 0
+    assert f"wrote {out} (svg: head; example 1 of 2)" in capsys.readouterr().out
+    assert ">w5<" in out.read_text()  # b's tokens: a has no w5
