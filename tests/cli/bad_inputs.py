@@ -140,6 +140,14 @@ BAD: list[Bad] = [
     # inputs
     Bad("missing input file", "input_file", lambda t, g: str(t / "missing.txt"), 2, "missing.txt"),
     Bad("missing input", "input", lambda t, g: str(t / "missing.npz"), 2, "missing.npz.*no such"),
+    # a store's name, not a sentence to capture (it was captured as the text "nope.zarr")
+    Bad(
+        "missing store",
+        "input",
+        lambda t, g: "no-such-store.zarr",
+        2,
+        "no-such-store.zarr.*no such",
+    ),
     Bad("input is a directory", "input_file", lambda t, g: str(t), 2, "is a directory"),
     Bad("input is a directory", "input", lambda t, g: str(t), 2, "is a directory"),
     Bad(
