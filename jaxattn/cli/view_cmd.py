@@ -180,7 +180,12 @@ def _run(args) -> int:
     views = pl.check_views([v.strip() for v in (args.views or default).split(",") if v.strip()])
     if fmt != "html" and len(views) != 1:
         raise UsageError(f"--format {fmt} draws one view; got --views {','.join(views)}")
-    items = read_inputs(args.inputs, args.limit, args.max_examples)
+    limit, cap = args.limit, args.max_examples
+    if fmt != "html":  # one example drawn: no page to cap; read no example past it
+        cap = None
+        if args.example >= 0 and args.too_long != "skip":  # (a skipped text shifts them)
+            limit = min(limit or args.example + 1, args.example + 1)
+    items = read_inputs(args.inputs, limit, cap)
     if not items:
         raise InputError(None, f"no example to view in {' '.join(args.inputs)}")
     texts = [x for x in items if isinstance(x, str | tuple)]
@@ -216,7 +221,7 @@ def _run(args) -> int:
     else:
         _write_static(args, fmt, views[0], caps)
     # a static export draws one example: say which, not that it holds them all
-    shown = f"{len(caps)} example(s)" if fmt == "html" else f"example {args.example} of {len(caps)}"
+    shown = f"{len(caps)} example(s)" if fmt == "html" else f"example {args.example}"
     print(f"wrote {args.out} ({fmt}: {', '.join(views)}; {shown})")
     return 0
 

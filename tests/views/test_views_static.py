@@ -246,5 +246,27 @@ def test_the_summary_names_the_one_example_a_static_export_draws(tmp_path, capsy
     out = tmp_path / "x.svg"
     argv = ["view", *map(str, saved), "--views", "head", "--out", str(out)]
     assert main([*argv, "--example", "1"]) == 0
-    assert f"wrote {out} (svg: head; example 1 of 2)" in capsys.readouterr().out
+    assert f"wrote {out} (svg: head; example 1)" in capsys.readouterr().out
     assert ">w5<" in out.read_text()  # b's tokens: a has no w5
+
+
+def test_a_static_export_reads_the_examples_up_to_the_one_it_draws(tmp_path, monkeypatch):
+    """Past an HTML page's cap (--max-examples) too: it was refused ('brings the examples
+    to 3, over the page's cap of 2'), after reading up to the cap."""
+    from store_helpers import captures, write_store
+
+    from jaxattn.cli import main
+    from jaxattn.store import Store
+
+    caps = captures(5)
+    write_store(tmp_path / "s.zarr", caps)
+    read, real = [], Store.read
+    monkeypatch.setattr(Store, "read", lambda self, i, w=None: read.append(i) or real(self, i, w))
+    out = tmp_path / "x.svg"
+    argv = ["view", str(tmp_path / "s.zarr"), "--views", "model", "--out", str(out)]
+    assert main([*argv, "--example", "2", "--max-examples", "2"]) == 0
+    assert read == [0, 1, 2]
+    assert f">{caps[2].tokens[1]}<" in out.read_text()
+    read.clear()
+    assert main([*argv, "--example", "-1", "--overwrite"]) == 0  # from the end: all
+    assert read == [0, 1, 2, 3, 4] and f">{caps[4].tokens[1]}<" in out.read_text()
