@@ -202,6 +202,14 @@ BAD: list[Bad] = [
         "exists.out is a file, not a directory",
     ),
     Bad("store is a file", "store", _existing, 2, "exists.out"),
+    Bad("empty store name", "store", lambda t, g: "", 2, "--out is empty"),
+    Bad(
+        "store under a file",
+        "store",
+        lambda t, g: _existing(t, g) + "/s.zarr",
+        2,
+        "exists.out is a file, not a directory",
+    ),
     Bad("convert into a non-empty directory", "out_dir", _non_empty_dir, 2, "not empty"),
     Bad(
         "convert into its own checkpoint",
