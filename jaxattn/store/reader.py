@@ -44,7 +44,12 @@ def read_parts(kv: KeyValue, num_shards: int) -> dict[int, ShardPart]:
     for key in kv.list(layout.MANIFEST_DIR + "/"):
         shard = layout.shard_of_manifest_key(key)
         if shard is not None and shard < num_shards:
-            doc = kv.read_json(key)
+            try:
+                doc = kv.read_json(key)
+            except CaptureFileError as e:  # not JSON: the way out, as below
+                raise CaptureFileError(
+                    f"{e}; delete it and rerun the dump command to redo shard {shard}"
+                ) from None
             try:
                 parts[shard] = ShardPart.from_json(doc["attributes"][layout.MANIFEST_ATTRIBUTE])
             except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
