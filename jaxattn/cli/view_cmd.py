@@ -195,12 +195,17 @@ def _run(args) -> int:
             ("--generate", args.generate is not None),
             ("--model", args.model),
             ("--server", args.server),
+            ("--precision", args.precision),
         ):
             if given:
+                kept = (
+                    " (a store of dump --generate keeps its continuations)"
+                    if flag == "--generate"
+                    else ""
+                )
                 raise UsageError(
                     f"{flag} applies to texts to capture, and INPUT holds saved captures "
-                    "only, drawn as saved (a store of dump --generate keeps its "
-                    f"continuations): drop {flag}"
+                    f"only, drawn as saved{kept}: drop {flag}"
                 )
     caps = capture_counted(args, texts, pl.needs(views), items, args.generate is not None)
     if not caps:
