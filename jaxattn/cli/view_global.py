@@ -150,7 +150,7 @@ def _check_flags(args, parts) -> None:
     if args.views is not None:
         raise UsageError(f"--global draws its own page, not the views: drop --views {args.views}")
     if parts and all(p.kind == "saved" for p in parts):
-        for flag in ("model", "server"):
+        for flag in ("model", "server", "precision"):
             if getattr(args, flag):
                 raise UsageError(f"{parts[0].where} holds captures, shown as stored: drop --{flag}")
 

@@ -310,6 +310,11 @@ def test_saved_captures_compare_as_saved(saved, tmp_path, capsys):
         (["x", "--compare", "nowhere", "default"], 2, "'nowhere' is no model directory"),
         (["--compare", "{one}", "{one}", "--global"], 2, "not allowed with argument"),
         (["t", "--compare", "{one}", "{one}"], 2, "saved captures and bring their texts: drop"),
+        (
+            ["--compare", "{one}", "{one}", "--precision", "bf16"],
+            2,
+            "A and B are saved captures, compared as saved: drop --precision",
+        ),
     ],
 )
 def test_bad_inputs(saved, tmp_path, capsys, argv, code, message):

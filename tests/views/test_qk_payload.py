@@ -252,6 +252,8 @@ def test_bad_inputs_are_one_line_errors(
     assert "--heads 2 was not captured" in _err(capsys)
     assert main([*base, str(part)]) == 2  # saved captures are shown as stored
     assert _err(capsys).endswith(f"INPUT {part} holds captures, shown as stored: drop --model")
+    assert main([*saved, str(part), "--precision", "bf16"]) == 2  # was drawn, flag unused
+    assert _err(capsys).endswith(f"INPUT {part} holds captures, shown as stored: drop --precision")
     other = tmp_path / "other.npz"  # the same sizes, other weights
     dataclasses.replace(
         cap, provenance={**cap.provenance, "model": "other-bert", "weights": "blake2b:0123"}
