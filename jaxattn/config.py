@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxattn.errors import CheckpointError
 from jaxattn.positions import SCORE_TERMS, Relative, Rotary, attention_span
 from jaxattn.quantities import COMMON, QUANTITIES
 
@@ -138,6 +139,10 @@ class ModelConfig:
         the logits become cap * tanh(logits / cap) before the mask; 0 means none.
       query_scale: the logits are q.k * query_scale^-1/2 (Gemma's query_pre_attn_scalar)
         instead of q.k * K^-1/2; 0 means K.
+
+    Raises:
+      CheckpointError: a field value jaxattn does not compute or that contradicts
+        another (the readers of config.json and jaxattn.json add the file's name).
     """
 
     family: str = "bert"
@@ -188,31 +193,35 @@ class ModelConfig:
                 object.__setattr__(self, field, kind(**getattr(self, field)))
         for field, valid in (("norm", NORMS), ("ffn", FFNS), ("norm_type", NORM_TYPES)):
             if getattr(self, field) not in valid:
-                raise ValueError(
+                raise CheckpointError(
                     f"unknown {field} {getattr(self, field)!r}: valid are {', '.join(valid)}"
                 )
         if self.layer_groups < 0 or self.layer_groups > self.num_layers:
-            raise ValueError(f"layer_groups {self.layer_groups} must lie in 0..{self.num_layers}")
+            raise CheckpointError(
+                f"layer_groups {self.layer_groups} must lie in 0..{self.num_layers}"
+            )
         if self.family not in FAMILIES:
-            raise ValueError(f"unknown family {self.family!r}: valid are {', '.join(FAMILIES)}")
+            raise CheckpointError(
+                f"unknown family {self.family!r}: valid are {', '.join(FAMILIES)}"
+            )
         if self.activation not in ACTIVATIONS:
-            raise ValueError(
+            raise CheckpointError(
                 f"unknown activation {self.activation!r}: valid are {', '.join(ACTIVATIONS)}"
             )
         if self.num_heads <= 0:  # before the divisions below (a jaxattn.json may say 0)
-            raise ValueError(f"num_heads {self.num_heads} must be positive")
+            raise CheckpointError(f"num_heads {self.num_heads} must be positive")
         if not self.head_size and self.hidden_size % self.num_heads:
-            raise ValueError(
+            raise CheckpointError(
                 f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}"
             )
         if self.norm_offset and self.norm_type != "rms":
-            raise ValueError("norm_offset is an RMSNorm's (1 + w): it needs norm_type 'rms'")
+            raise CheckpointError("norm_offset is an RMSNorm's (1 + w): it needs norm_type 'rms'")
         if self.attn_softcap < 0 or self.query_scale < 0:
-            raise ValueError("attn_softcap and query_scale must not be negative")
+            raise CheckpointError("attn_softcap and query_scale must not be negative")
         if self.head_size < 0 or self.num_kv_heads < 0:
-            raise ValueError("head_size and num_kv_heads must not be negative")
+            raise CheckpointError("head_size and num_kv_heads must not be negative")
         if self.num_heads % self.kv_heads:
-            raise ValueError(
+            raise CheckpointError(
                 f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.kv_heads}: "
                 "each key/value head serves an equal group of query heads"
             )
@@ -349,7 +358,7 @@ class ModelConfig:
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - fields)
         if unknown:
-            raise ValueError(f"unknown ModelConfig fields: {', '.join(unknown)}")
+            raise CheckpointError(f"unknown ModelConfig fields: {', '.join(unknown)}")
         return cls(**d)
 
 

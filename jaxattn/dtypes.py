@@ -16,6 +16,8 @@ import dataclasses
 import ml_dtypes
 import numpy as np
 
+from jaxattn.errors import UsageError
+
 
 @dataclasses.dataclass(frozen=True)
 class OutputDtype:
@@ -89,10 +91,10 @@ def dequantize(
     dequantised to float32 as ``data * scale + offset``.
 
     Raises:
-      ValueError: a uint8 array without its scale and offset.
+      UsageError: a uint8 array without its scale and offset.
     """
     if data.dtype != np.uint8:
         return data
     if scale is None or offset is None:
-        raise ValueError("a uint8 tensor needs its scale and offset to be dequantised")
+        raise UsageError("a uint8 tensor needs its scale and offset to be dequantised")
     return data.astype(np.float32) * np.float32(scale) + np.float32(offset)

@@ -32,6 +32,33 @@ words the same advice in command-line terms (``--too-long truncate``, not
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+
+class Advice(NamedTuple):
+    """What to do about an error, in each set of terms a user meets it in."""
+
+    wire: str  # a CaptureRequest's fields: the server's message (service/requests.py)
+    python: str  # the Python API's arguments: the engine's and the client's errors
+    flags: str  # the command line's flags: `cli_message`, the CLI's report of a server's
+
+
+TOO_LONG_ADVICE = Advice(
+    "set truncate in CaptureRequest to cut it",
+    "cut it with too_long='truncate' or leave it out with too_long='skip'",
+    "cut it with --too-long truncate or leave it out with --too-long skip",
+)
+GENERATION_TOO_LONG_ADVICE = Advice(
+    "set truncate in CaptureRequest to generate until the positions are full, "
+    "or ask fewer new tokens",
+    "ask for fewer new tokens (generate=), generate until the positions are full "
+    "with too_long='truncate', or leave it out with too_long='skip'",
+    "ask for fewer new tokens (--generate), generate until the positions are full "
+    "with --too-long truncate, or leave it out with --too-long skip",
+)
+# Every advice a server's message may carry (`jaxattn.client.errors.in_terms`).
+ADVICE = (TOO_LONG_ADVICE, GENERATION_TOO_LONG_ADVICE)
+
 
 class JaxattnError(Exception):
     """Base of the errors jaxattn raises itself, with a message meant for the user."""
@@ -75,12 +102,11 @@ class TooLongError(InputError):
       limit: the model's maximum.
     """
 
+    advice = TOO_LONG_ADVICE
+
     def __init__(self, index: int, length: int, limit: int):
         self.index, self.length, self.limit = index, length, limit
-        super().__init__(
-            None,
-            f"{self.summary}: cut it with too_long='truncate' or leave it out with too_long='skip'",
-        )
+        super().__init__(None, f"{self.summary}: {self.advice.python}")
 
     @property
     def summary(self) -> str:
@@ -91,8 +117,7 @@ class TooLongError(InputError):
         )
 
     def cli_message(self) -> str:
-        advice = "cut it with --too-long truncate or leave it out with --too-long skip"
-        return f"{self.summary}: {advice}"
+        return f"{self.summary}: {self.advice.flags}"
 
 
 class GenerationTooLongError(TooLongError):
@@ -105,6 +130,7 @@ class GenerationTooLongError(TooLongError):
     """
 
     exit_code = 2  # the text fits: the number of new tokens asked for is what is wrong
+    advice = GENERATION_TOO_LONG_ADVICE
 
     def __init__(self, index: int, prompt: int, new: int, limit: int):
         self.prompt, self.new = prompt, new

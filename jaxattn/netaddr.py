@@ -132,12 +132,12 @@ def _host_port_problem(entry: str, ip: str | None = None) -> str | None:
     else:
         version = 4
     if ip is not None or version == 6:
+        want = 6 if ip == "ipv6" else version
         try:
-            if ipaddress.ip_address(host).version != (6 if ip == "ipv6" else version):
-                raise ValueError
-        except ValueError:
-            return f"has host {host!r}, not an IPv{6 if ip == 'ipv6' else version} address"
-        return None
+            got = ipaddress.ip_address(host).version
+        except ValueError:  # no IP address at all
+            got = None
+        return None if got == want else f"has host {host!r}, not an IPv{want} address"
     if ":" in host:
         return f"has host {host!r}: an IPv6 address goes in brackets, [{host}]:{port}"
     if not _HOST.fullmatch(host):

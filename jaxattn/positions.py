@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxattn.errors import CheckpointError
 from jaxattn.quantities import SCORE_QUANTITIES
 
 # RoPE frequency scalings (HF rope_type): "default" none, "linear" every frequency / factor,
@@ -49,7 +50,7 @@ class Relative:
         object.__setattr__(self, "att_types", tuple(self.att_types))
         bad = [t for t in self.att_types if t not in POSITION_TERMS]
         if bad:
-            raise ValueError(f"unknown att_types {bad}: valid are {', '.join(POSITION_TERMS)}")
+            raise CheckpointError(f"unknown att_types {bad}: valid are {', '.join(POSITION_TERMS)}")
 
 
 def attention_span(
@@ -106,7 +107,7 @@ class Rotary:
     def __post_init__(self):
         object.__setattr__(self, "layer_global", tuple(bool(g) for g in self.layer_global))
         if self.scaling not in ROPE_SCALINGS:
-            raise ValueError(
+            raise CheckpointError(
                 f"unknown rope scaling {self.scaling!r}: valid are {', '.join(ROPE_SCALINGS)}"
             )
 
@@ -115,7 +116,9 @@ class Rotary:
         if self.layer_global:
             return self.layer_global[layer]
         if self.global_every < 1:
-            raise ValueError(f"global_attn_every_n_layers {self.global_every} must be at least 1")
+            raise CheckpointError(
+                f"global_attn_every_n_layers {self.global_every} must be at least 1"
+            )
         return layer % self.global_every == 0
 
     def frequency_scaling(self, is_global: bool = True) -> tuple:

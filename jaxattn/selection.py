@@ -33,21 +33,29 @@ def parse_selection(value: str) -> tuple[int | slice, ...]:
     for part in value.replace(" ", "").split(","):
         if not part:
             continue
-        try:
-            if ":" in part:
-                bounds = [int(b) if b else None for b in part.split(":")]
-                if len(bounds) > 3 or bounds[2:] and bounds[2] is not None:
-                    raise ValueError
-                out.append(slice(bounds[0], bounds[1]))
-            else:
-                out.append(int(part))
-        except ValueError:
+        picked = _part(part)
+        if picked is None:
             raise UsageError(
                 f"{part!r} in {value!r} is neither an index (3, -1) nor a range (8:12, :4, -2:)"
-            ) from None
+            )
+        out.append(picked)
     if not out:
         raise UsageError(f"{value!r} selects nothing: give indices (0,3,-1) or ranges (8:12)")
     return tuple(out)
+
+
+def _part(part: str) -> int | slice | None:
+    """One comma-separated part of `parse_selection`'s grammar; None: neither an integer
+    nor a range (a step, or more than three fields)."""
+    try:
+        if ":" not in part:
+            return int(part)
+        bounds = [int(b) if b else None for b in part.split(":")]
+    except ValueError:  # int() of what is no integer
+        return None
+    if len(bounds) > 3 or bounds[2:] and bounds[2] is not None:
+        return None
+    return slice(bounds[0], bounds[1])
 
 
 def resolve_indices(value: Selection, count: int, field: str) -> tuple[int, ...]:

@@ -33,8 +33,10 @@ class CaptureSource(Protocol):
     ("error", "truncate", "skip"), the compute precision (None = the
     source's default, `model_info().precision`), and the query rows and key
     positions the maps keep (`query_positions`, `key_positions`: token positions,
-    negative ones from each text's end; None = all). Every option after `texts` is
-    keyword-only, so a call means the same on either source. They raise
+    negative ones from each text's end; None = all), and for a decoder `generate`
+    (continue each text by that many greedy tokens and capture prompt and
+    continuation together; `Capture.generated_start`) with `stop_at_eos`. Every
+    option after `texts` is keyword-only, so a call means the same on either source. They raise
     `jaxattn.UsageError` for a bad request and `jaxattn.InputError` for a bad
     text; a server source raises `jaxattn.ServerError` (`AttentionServiceError`)
     when the call fails. Close a source (or use it as a context manager) when
@@ -57,6 +59,8 @@ class CaptureSource(Protocol):
         too_long: str | None = None,
         query_positions: Selection = None,
         key_positions: Selection = None,
+        generate: int | None = None,
+        stop_at_eos: bool = True,
     ) -> list[Capture]:
         """One Capture per text, in input order."""
         ...
@@ -73,6 +77,8 @@ class CaptureSource(Protocol):
         too_long: str | None = None,
         query_positions: Selection = None,
         key_positions: Selection = None,
+        generate: int | None = None,
+        stop_at_eos: bool = True,
     ) -> Iterator[Capture]:
         """The same Captures, yielded in input order as they are ready."""
         ...
@@ -91,6 +97,8 @@ class CaptureSource(Protocol):
         window: int | None = None,
         query_positions: Selection = None,
         key_positions: Selection = None,
+        generate: int | None = None,
+        stop_at_eos: bool = True,
     ) -> CaptureStream:
         """Captures of any iterable of texts, window by window, in bounded memory."""
         ...

@@ -20,7 +20,7 @@ PRECISIONS = ("highest", "tf32", "bf16")
 
 
 def check_precision(precision: str) -> str:
-    """`precision` if it is one of PRECISIONS (ValueError naming the valid ones otherwise)."""
+    """`precision` if it is one of PRECISIONS (UsageError naming the valid ones otherwise)."""
     if precision not in PRECISIONS:
         raise UsageError(
             f"unknown precision {precision!r}: valid precisions are {', '.join(PRECISIONS)}"

@@ -98,7 +98,7 @@ class CaptureStream(Iterator[Capture]):
             try:
                 yield from self._window(chunk, start)
             except (InputError, UsageError) as e:  # name the text by its place in the input
-                raise _shifted(e, start) from None
+                raise shifted(e, start) from None
 
     def _window(self, chunk: list, start: int) -> Iterator[Capture]:
         caps = self.source.stream(chunk, too_long=self.too_long, **self.request)
@@ -132,7 +132,7 @@ class CaptureStream(Iterator[Capture]):
             self.progress(None)
 
 
-def _shifted(error: InputError | UsageError, start: int) -> InputError | UsageError:
+def shifted(error: InputError | UsageError, start: int) -> InputError | UsageError:
     """`error` about text i of a window (`index`: a bad text, or one lacking the maps'
     query/key positions), as about text start + i of the input; as it is without one."""
     if isinstance(error, GenerationTooLongError):

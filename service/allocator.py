@@ -24,6 +24,8 @@ import ctypes
 import ctypes.util
 import os
 
+from jaxattn.errors import UsageError
+
 DEFAULT_ARENAS = 2  # `jaxattn serve --malloc-arenas`'s default
 ENV = "MALLOC_ARENA_MAX"
 _M_ARENA_MAX = -8  # glibc's malloc.h
@@ -34,10 +36,10 @@ def cap_arenas(n: int) -> str:
     applies, for the server's log.
 
     Raises:
-      ValueError: `n` < 0.
+      UsageError: `n` < 0.
     """
     if n < 0:
-        raise ValueError(f"malloc arenas must be 0 (glibc's default) or more, got {n}")
+        raise UsageError(f"malloc arenas must be 0 (glibc's default) or more, got {n}")
     if os.environ.get(ENV):
         return f"malloc arenas: at most {os.environ[ENV]} (${ENV})"
     if n == 0:

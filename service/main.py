@@ -60,8 +60,8 @@ def serve(
         the threads start.
 
     Raises:
-      UsageError: a warmup quantity this model does not compute, before anything listens.
-      ValueError: an unknown `warmup_sizes`.
+      UsageError: a warmup quantity this model does not compute, or an unknown
+        `warmup_sizes`, before anything listens; a bad `malloc_arenas`.
       TypeError: `warmup` not a sequence of tuples of names.
     """
     import jaxattn

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from jaxattn.errors import UsageError
 from jaxattn.wire.codecs import MAX_UINT32
 from service.generation import DEFAULT_MAX_NEW_TOKENS
 
@@ -111,27 +112,27 @@ class ServerOptions:
             "max_result_bytes",
         ):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+                raise UsageError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
+            raise UsageError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
         for name in ("max_texts", "max_tokens", "max_new_tokens"):  # ModelInfo's uint32s
             if getattr(self, name) > MAX_UINT32:
-                raise ValueError(
+                raise UsageError(
                     f"{name} must be at most {MAX_UINT32} (ModelInfo carries it as a uint32), "
                     f"got {getattr(self, name)}"
                 )
         if self.slow_reader_s <= 0:
-            raise ValueError(f"slow_reader_s must be > 0, got {self.slow_reader_s}")
+            raise UsageError(f"slow_reader_s must be > 0, got {self.slow_reader_s}")
         if self.batch_window_s < 0:
-            raise ValueError(f"batch_window_s must be >= 0, got {self.batch_window_s}")
+            raise UsageError(f"batch_window_s must be >= 0, got {self.batch_window_s}")
         if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("tls_cert and tls_key go together: give both or neither")
+            raise UsageError("tls_cert and tls_key go together: give both or neither")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
-            raise ValueError(f"metrics_port must be 0..65535 or None, got {self.metrics_port}")
+            raise UsageError(f"metrics_port must be 0..65535 or None, got {self.metrics_port}")
         if self.token is not None and not self.token:
-            raise ValueError("token is empty: give a non-empty token or None")
+            raise UsageError("token is empty: give a non-empty token or None")
         if self.token is not None and self.clients is not None:
-            raise ValueError("give a token or a token file's clients, not both")
+            raise UsageError("give a token or a token file's clients, not both")
 
     @property
     def workers(self) -> int:

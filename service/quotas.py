@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 import grpc
 
+from jaxattn.errors import UsageError
 from service.requests import RequestError
 
 _MiB = 1 << 20
@@ -49,7 +50,7 @@ class TokenBucket:
 
     def __init__(self, rate: float, capacity: float, clock: Callable[[], float] = time.monotonic):
         if not rate > 0 or not capacity > 0:
-            raise ValueError(f"rate and capacity must be > 0, got {rate} and {capacity}")
+            raise UsageError(f"rate and capacity must be > 0, got {rate} and {capacity}")
         self.rate = rate
         self.capacity = capacity
         self.clock = clock

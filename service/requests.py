@@ -229,7 +229,7 @@ def _too_long(e: TooLongError) -> RequestError:
     return RequestError(
         INVALID,
         f"texts[{e.index}] is {e.length} tokens, over the model's limit of {e.limit} "
-        "(ModelInfo.max_positions): set truncate in CaptureRequest to cut it",
+        f"(ModelInfo.max_positions): {e.advice.wire}",
         f"texts[{e.index}]",
     )
 
@@ -240,8 +240,7 @@ def _too_long_to_generate(e: GenerationTooLongError) -> RequestError:
         INVALID,
         f"texts[{e.index}]: its {e.prompt} prompt tokens + generate {e.new} new tokens = "
         f"{e.prompt + e.new}, over the model's limit of {e.limit} positions "
-        "(ModelInfo.max_positions): set truncate in CaptureRequest to generate until the "
-        "positions are full, or ask fewer new tokens",
+        f"(ModelInfo.max_positions): {e.advice.wire}",
         f"texts[{e.index}]",
     )
 

@@ -167,7 +167,7 @@ def create_server(
 
     Raises:
       RuntimeError: the address cannot be bound.
-      ValueError: bad options.
+      UsageError: bad options.
     """
     options = dataclasses.replace(options or ServerOptions(), **overrides)
     batcher = MicroBatcher(

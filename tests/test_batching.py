@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from jaxattn.engine import batching
+from jaxattn.errors import UsageError
 
 
 def _plan(lengths, devices=1, **kw):
@@ -134,9 +135,9 @@ def test_budgets_follow_the_device():
     for odd in (lambda: None, broken, lambda: {"bytes_limit": 1, "bytes_in_use": 5}):
         device = SimpleNamespace(platform="tpu", memory_stats=odd)  # unknown or full
         assert batching.Budgets.for_devices([device]).output_bytes == 1 << 30
-    with pytest.raises(ValueError, match="size_step must be a power of two"):
+    with pytest.raises(UsageError, match="size_step must be a power of two"):
         batching.Budgets(size_step=3)
-    with pytest.raises(ValueError, match="pad_fraction"):
+    with pytest.raises(UsageError, match="pad_fraction"):
         batching.Budgets(pad_fraction=1.0)
 
 
@@ -192,7 +193,7 @@ def test_padding_is_not_rented_where_it_compiles_as_many_shapes_as_the_split():
 
 
 def test_compile_tokens_is_checked():
-    with pytest.raises(ValueError, match="compile_tokens must be at least 0"):
+    with pytest.raises(UsageError, match="compile_tokens must be at least 0"):
         batching.Budgets(compile_tokens=-1)
     gpu = SimpleNamespace(platform="gpu", memory_stats=lambda: {"bytes_limit": 8 << 30})
     assert batching.Budgets.for_devices([gpu]).compile_tokens > batching.Budgets().compile_tokens
@@ -301,5 +302,5 @@ def test_the_output_budget_still_bounds_a_blockwise_batch():
 
 
 def test_an_attention_budget_below_one_byte_is_refused_by_name():
-    with pytest.raises(ValueError, match="attention_bytes budget must be at least 1, got 0"):
+    with pytest.raises(UsageError, match="attention_bytes budget must be at least 1, got 0"):
         batching.Budgets(attention_bytes=0)

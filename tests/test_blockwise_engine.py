@@ -12,6 +12,7 @@ from tiny_models import capture, config_of, params_of
 
 from jaxattn.engine import blockwise
 from jaxattn.engine.model import Encoder
+from jaxattn.errors import UsageError
 from jaxattn.spec import CaptureSpec
 
 T, BLOCK = 613, 96  # the block does not divide T
@@ -78,7 +79,7 @@ def test_the_policy_goes_blockwise_only_where_no_map_is_asked():
     assert blockwise.choose_block("auto", c, ("attn_res_norm", *stats), 4096) == 0
     assert blockwise.choose_block("blockwise", c, stats, 4096, ablated=True) == 0
     assert blockwise.choose_block("dense", c, stats, 4096) == 0
-    with pytest.raises(ValueError, match="unknown attention 'flash': valid are auto, dense"):
+    with pytest.raises(UsageError, match="unknown attention 'flash': valid are auto, dense"):
         blockwise.choose_block("flash", c, stats, 4096)
 
 

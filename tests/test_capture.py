@@ -12,7 +12,7 @@ from capture_samples import make
 
 from jaxattn import Capture
 from jaxattn.capture import frozen
-from jaxattn.errors import CaptureFileError
+from jaxattn.errors import CaptureFileError, UsageError
 
 
 @pytest.mark.parametrize("compress", [False, True])
@@ -153,7 +153,7 @@ def test_select_keeps_the_chosen_layers_and_heads_in_order(dtype):
         np.testing.assert_array_equal(sub.hidden_states, hidden[[0, 2]])  # embeddings kept
         np.testing.assert_array_equal(sub.head_stats, stats[1:2][:, [2, 0]])
     assert cap.select().layers == cap.layers and cap.select(heads=[2]).layers == (1, 4)
-    with pytest.raises(ValueError, match=r"layers \[0, 3\] were not captured \(have \[1, 4\]\)"):
+    with pytest.raises(UsageError, match=r"layers \[0, 3\] were not captured \(have \[1, 4\]\)"):
         cap.select(layers=[0, 1, 3])
-    with pytest.raises(ValueError, match=r"heads \[1\] were not captured"):
+    with pytest.raises(UsageError, match=r"heads \[1\] were not captured"):
         cap.select(heads=[1])

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hf_fixtures import EXAMPLE_A, long_text, torch_reference
 
+from jaxattn.errors import JaxattnError, TooLongError, UsageError
 from jaxattn.quantities import COMMON, QUANTITIES
 
 ALL = COMMON
@@ -158,7 +159,7 @@ def test_empty_list(bert):
 def test_too_long_raises_naming_length_and_limit(engines, tokenizers, family):
     text = long_text(tokenizers[family], 80)
     n = len(tokenizers[family](text)["input_ids"])
-    with pytest.raises(ValueError, match=rf"(?s)(\b{n}\b.*\b67\b|\b67\b.*\b{n}\b)"):
+    with pytest.raises(TooLongError, match=rf"(?s)(\b{n}\b.*\b67\b|\b67\b.*\b{n}\b)"):
         engines[family].capture(["short", text])
 
 
@@ -187,7 +188,7 @@ def test_truncate_cuts_to_the_limit_and_matches_torch(bert, tokenizers, torch_mo
     ],
 )
 def test_bad_request_raises_value_error(bert, kwargs, needle):
-    with pytest.raises(ValueError, match=needle):
+    with pytest.raises(UsageError, match=needle):
         bert.capture([EXAMPLE_A], **kwargs)
 
 
@@ -197,13 +198,13 @@ def test_bad_request_raises_value_error(bert, kwargs, needle):
     ids=["int", "none", "float-after-ok", "1-tuple", "3-tuple", "pair-with-int", "bytes"],
 )
 def test_non_string_text_raises_value_error(bert, texts):
-    with pytest.raises(ValueError):
+    with pytest.raises(UsageError):
         bert.capture(texts)
 
 
 def test_engine_survives_bad_input(bert, alone, tokenizers):
     for bad in ([5], [long_text(tokenizers["bert"], 80)]):
-        with pytest.raises(ValueError):
+        with pytest.raises(JaxattnError):  # a UsageError, a TooLongError
             bert.capture(bad, what=ALL)
     (cap,) = bert.capture([EXAMPLE_A], what=ALL)
     np.testing.assert_array_equal(cap.attention, alone[EXAMPLE_A].attention)

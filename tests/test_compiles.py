@@ -12,6 +12,7 @@ from compile_events import backend_compiles
 import jaxattn
 from jaxattn.engine import batching
 from jaxattn.engine.ablation import HeadAblation
+from jaxattn.errors import UsageError
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,7 @@ def test_warming_the_largest_size_compiles_one_shape_per_bucket_and_pads_into_it
     assert len(compiles) == exact.compiled_shapes == 1  # 4 rows of bucket 16: (4, 16)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g.attention, w.attention, rtol=0, atol=1e-6)
-    with pytest.raises(ValueError, match="unknown warmup sizes 'some': valid are all, largest"):
+    with pytest.raises(UsageError, match="unknown warmup sizes 'some': valid are all, largest"):
         engine.warmup(spec, sizes="some")
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from jaxattn.engine.layers import Dense, param
 from jaxattn.engine.precision import Matmul, _dot_plan
+from jaxattn.errors import CheckpointError
 
 # Every contraction the encoder makes, and a few it does not (odd sizes: a
 # swapped axis shows as a shape or value mismatch).
@@ -81,7 +82,8 @@ def test_params_are_created_by_init_and_checked_by_shape_on_apply():
     params = _Probe().init(jax.random.key(0), x)["params"]
     assert params["w"].shape == (4, 2)
     np.testing.assert_array_equal(_Probe().apply({"params": params}, x), np.full((3, 2), 4.0))
-    with pytest.raises(ValueError, match=r"param w has shape \(4, 2\), the config needs \(5, 2\)"):
+    need = r"param w has shape \(4, 2\), the config needs \(5, 2\)"
+    with pytest.raises(CheckpointError, match=need):
         _Probe().apply({"params": params}, np.ones((3, 5), np.float32))
 
 
@@ -89,5 +91,5 @@ def test_a_wrongly_shaped_checkpoint_kernel_names_its_path():
     dense = Dense((6, 3), (3,), "TD,DK->TK")
     params = {"kernel": np.ones((6, 4), np.float32), "bias": np.zeros(3, np.float32)}
     need = r"param kernel has shape \(6, 4\), the config needs \(6, 3\)"
-    with pytest.raises(ValueError, match=need):
+    with pytest.raises(CheckpointError, match=need):
         dense.apply({"params": params}, np.ones((2, 6), np.float32))

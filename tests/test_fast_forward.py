@@ -131,7 +131,7 @@ def test_cudnn_refused_while_tracing_warns_and_runs_without_it():
 
 def test_attend_refuses_an_unknown_kind():
     config, x = config_of("bert"), jnp.zeros((4, 3, 5))
-    with pytest.raises(ValueError, match="unknown fast forward 'dense': valid are cudnn, xla"):
+    with pytest.raises(RuntimeError, match="unknown fast forward 'dense': valid are cudnn, xla"):
         fast_forward.attend("dense", x, x, x, jnp.ones(4, bool), config=config, mm=Matmul())
 
 

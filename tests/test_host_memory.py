@@ -10,6 +10,7 @@ from hf_fixtures import EXAMPLE_A, EXAMPLE_B
 import jaxattn
 from jaxattn.engine import batching, host
 from jaxattn.engine.step import resolve_host_memory
+from jaxattn.errors import UsageError
 
 TEXTS = [EXAMPLE_A, (EXAMPLE_A, EXAMPLE_B), "", EXAMPLE_B]
 
@@ -35,7 +36,7 @@ def test_auto_is_device_memory_on_the_cpu_and_pinned_is_offered():
     assert resolve_host_memory("auto", cpus) == "device"
     assert resolve_host_memory("pinned", cpus) == "pinned"
     assert resolve_host_memory("staged", cpus) == "staged"
-    with pytest.raises(ValueError, match="unknown host_memory 'fast': valid are auto, pinned"):
+    with pytest.raises(UsageError, match="unknown host_memory 'fast': valid are auto, pinned"):
         resolve_host_memory("fast", cpus)
 
 
@@ -60,7 +61,7 @@ def test_host_memory_without_pinned_memory_is_refused_by_name():
         def addressable_memories(self):
             return [Memory()]
 
-    with pytest.raises(ValueError, match="host_memory='staged': tpu devices here offer no"):
+    with pytest.raises(UsageError, match="host_memory='staged': tpu devices here offer no"):
         resolve_host_memory("staged", [Device()])
 
 

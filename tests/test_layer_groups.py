@@ -16,6 +16,7 @@ from tiny_models import batch, config_of, params_of
 from jaxattn.capture.part import CapturePart
 from jaxattn.engine import layer_groups, map_positions
 from jaxattn.engine.step import CaptureStep
+from jaxattn.errors import UsageError
 from jaxattn.spec import CaptureSpec
 
 T = 29
@@ -163,7 +164,7 @@ def test_the_groups_of_a_spec_cover_its_layers_once():
     part = CapturePart(fields={}, cuts=cuts, part=0, tensors={})
     assert [part.entries("hidden_states", p) for p in range(3)] == [(0, 3), (3, 5), (5, 6)]
     assert [part.entries("attention", p) for p in range(3)] == [(0, 2), (2, 4), (4, 5)]
-    with pytest.raises(ValueError, match="at least 1, got 0"):
+    with pytest.raises(RuntimeError, match="at least 1, got 0"):
         layer_groups.groups_of(spec, 0)
 
 
@@ -223,5 +224,5 @@ def test_group_sizes_follow_the_output_budget():
     assert layer_groups.GroupPolicy(1).size(uint8, 10, bytes_of, 1) == 0
     probs = CaptureSpec(what=("attention",), layers=(0, 1), heads=(0,), dtype="uint8")
     assert layer_groups.refusal(probs) is None
-    with pytest.raises(ValueError, match="layer_group must be None, 0 or a positive size"):
+    with pytest.raises(UsageError, match="layer_group must be None, 0 or a positive size"):
         layer_groups.GroupPolicy(-1)

@@ -13,6 +13,7 @@ import pytest
 import jaxattn
 from jaxattn.capture.part import assemble
 from jaxattn.engine.layer_groups import GroupPolicy
+from jaxattn.errors import UsageError
 
 TEXTS = [
     "the quick brown fox jumps over the lazy dog",
@@ -100,7 +101,7 @@ def test_uint8_attention_groups_and_affine_uint8_does_not(engine):
 
 
 def test_an_unknown_layer_group_is_refused_by_name(bert_checkpoint):
-    with pytest.raises(ValueError, match="layer_group must be None, 0 or a positive size"):
+    with pytest.raises(UsageError, match="layer_group must be None, 0 or a positive size"):
         jaxattn.load(bert_checkpoint, layer_group=-2)
 
 

@@ -141,7 +141,8 @@ def test_blockwise_refuses_what_it_cannot_serve_by_name(checkpoint):
 
 
 def test_an_unknown_attention_is_refused_by_name(checkpoint):
-    with pytest.raises(ValueError, match="unknown attention 'flash': valid are auto, dense"):
+    need = "unknown attention 'flash': valid are auto, dense"
+    with pytest.raises(jaxattn.UsageError, match=need):
         jaxattn.load(checkpoint, attention="flash")
 
 

@@ -249,10 +249,10 @@ def test_the_engine_refuses_positions_a_text_lacks_before_anything_runs(engines,
 
 
 def test_capture_iter_names_a_text_lacking_positions_by_its_place_in_the_input():
-    from jaxattn.stream import _shifted
+    from jaxattn.stream import shifted
 
     error = UsageError("query_positions position -30 is outside text 1 of 8 tokens: ...")
     error.index = 1
-    shifted = _shifted(error, 256)  # text 1 of the window that starts at input 256
-    assert isinstance(shifted, UsageError) and shifted.index == 257
-    assert str(shifted).startswith("query_positions position -30 is outside text 257 of 8")
+    moved = shifted(error, 256)  # text 1 of the window that starts at input 256
+    assert isinstance(moved, UsageError) and moved.index == 257
+    assert str(moved).startswith("query_positions position -30 is outside text 257 of 8")

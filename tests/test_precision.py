@@ -13,6 +13,7 @@ import pytest
 from hf_fixtures import EXAMPLE_A, EXAMPLE_B
 
 from jaxattn.engine.precision import Matmul
+from jaxattn.errors import UsageError
 from jaxattn.spec import PRECISIONS
 
 WHAT = ("attention", "alpha_fx_norm", "sum_alpha_fx_norm", "hidden_states")
@@ -65,7 +66,7 @@ def test_the_emulation_rounds_operands_like_the_hardware():
 
 
 def test_unknown_precision_is_refused_naming_the_valid_ones(engines):
-    with pytest.raises(ValueError, match="unknown precision 'fp8': valid precisions are highest"):
+    with pytest.raises(UsageError, match="unknown precision 'fp8': valid precisions are highest"):
         engines["bert"].capture([EXAMPLE_A], precision="fp8")
     assert PRECISIONS == ("highest", "tf32", "bf16")
 
@@ -77,7 +78,7 @@ def test_the_engine_default_and_model_info(bert_checkpoint):
     assert engine.info.precision == "bf16"
     assert engine.capture([EXAMPLE_A])[0].precision == "bf16"
     assert engine.capture([EXAMPLE_A], precision="highest")[0].precision == "highest"
-    with pytest.raises(ValueError, match="unknown precision"):
+    with pytest.raises(UsageError, match="unknown precision"):
         jaxattn.load(bert_checkpoint, precision="half")
 
 

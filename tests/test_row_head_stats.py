@@ -9,6 +9,7 @@ from row_stats_reference import decoder_rows, encoder_rows, normalised
 from tiny_models import batch, capture, config_of, params_of
 
 from jaxattn.engine.model import Encoder
+from jaxattn.errors import UsageError
 from jaxattn.quantities import HEAD_STATS, QUANTITIES
 from jaxattn.spec import CaptureSpec, make_spec
 from jaxattn.token_classes import CLS_BIT, SEP_BIT
@@ -101,10 +102,10 @@ def test_a_decoder_refuses_the_encoders_rows_and_uint8_every_row_statistic():
     config = config_of("mistral")
     kw = dict(layers=None, heads=None, num_layers=2, num_heads=4, available=config.quantities())
     for name in ROWS:
-        with pytest.raises(ValueError, match=f"'{name}' is not computed for a decoder"):
+        with pytest.raises(UsageError, match=f"'{name}' is not computed for a decoder"):
             make_spec(what=(name,), dtype="float32", refused=config.refused_quantities(), **kw)
         assert f"decoder_{name}" in QUANTITIES
     for name in ROWS + DECODER_ROWS:
         assert not QUANTITIES[name].uint8
-        with pytest.raises(ValueError, match=name):
+        with pytest.raises(UsageError, match=name):
             make_spec(what=(name,), dtype="uint8", **kw)

@@ -38,6 +38,21 @@ def test_capture_options_are_keyword_only_after_texts(cls, method):
     assert "truncate" not in names  # too_long="truncate" is the one spelling
 
 
+@pytest.mark.parametrize("method", ["capture", "stream", "capture_iter"])
+def test_the_protocol_names_every_option_both_sources_take(method):
+    # Code written against CaptureSource may pass what both sources take, with the
+    # same defaults; what one source alone takes (the engine's ablation, the
+    # client's codec) stays out of it.
+    def options(cls):
+        params = list(inspect.signature(getattr(cls, method)).parameters.values())[2:]
+        return {p.name: p.default for p in params}
+
+    engine, client = options(jaxattn.Engine), options(AttentionClient)
+    common = {name: engine[name] for name in engine.keys() & client.keys()}
+    assert {name: client[name] for name in common} == common, "the sources' defaults differ"
+    assert options(jaxattn.CaptureSource) == common
+
+
 def test_positional_options_and_truncate_are_refused(engines):
     engine = engines["bert"]
     with AttentionClient("127.0.0.1:1", timeout=1, retries=0) as client:
@@ -81,7 +96,7 @@ def test_open_source_picks_the_engine_or_the_client(monkeypatch, engines):
 
 
 def test_client_refuses_an_unknown_default_codec():
-    with pytest.raises(ValueError, match="unknown codec 'gzip'"):
+    with pytest.raises(jaxattn.UsageError, match="unknown codec 'gzip'"):
         AttentionClient("127.0.0.1:1", codec="gzip")
 
 

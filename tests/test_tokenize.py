@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from jaxattn.errors import UsageError
+
 
 @pytest.mark.parametrize(
     "text, b_start",
@@ -64,5 +66,5 @@ def test_truncating_and_strict_calls_do_not_interfere_across_threads(engines):
 
 
 def test_a_bare_string_is_refused_with_a_hint(engines):
-    with pytest.raises(ValueError, match="wrap it in a list"):
+    with pytest.raises(UsageError, match="wrap it in a list"):
         engines["bert"].capture("i went .")

@@ -19,6 +19,8 @@ import dataclasses
 from collections.abc import Sequence
 
 from jaxattn.analysis.decoder import BosSinks
+from jaxattn.errors import CheckpointError, InputError, UsageError
+from jaxattn.stream import shifted
 
 CHUNK = 32  # pairs captured per engine call (bounds the maps held)
 
@@ -38,14 +40,15 @@ def bos_variants(engine, tokenized: Sequence) -> list[tuple]:
     BOS version fits the model (others left out).
 
     Raises:
-      ValueError: the model is not causal, or its tokenizer has no BOS token.
+      UsageError: the model is not causal; CheckpointError: its tokenizer has no BOS
+        token.
     """
     if not engine.config.causal:
-        raise ValueError(f"{engine.config.name} is not a decoder (causal) model: no BOS sink")
+        raise UsageError(f"{engine.config.name} is not a decoder (causal) model: no BOS sink")
     hf = engine.tokenizer.hf
     bos_id, bos = hf.bos_token_id, hf.bos_token
     if bos_id is None or bos is None:
-        raise ValueError(f"the tokenizer of {engine.config.name} has no BOS token")
+        raise CheckpointError(f"the tokenizer of {engine.config.name} has no BOS token")
     out = []
     for e in tokenized:
         if e is None:
@@ -59,26 +62,42 @@ def bos_variants(engine, tokenized: Sequence) -> list[tuple]:
     return out
 
 
-def bos_sink_study(engine, texts: Sequence, *, too_long: str = "error") -> dict:
+def bos_sink_study(
+    engine, texts: Sequence, *, too_long: str = "error", limit: int | None = None
+) -> dict:
     """The attention sink of every head with and without BOS, over `texts`.
 
+    Args:
+      limit: use the first `limit` texts the study can use (texts left out do not
+        count towards it, so `examples` is `limit` where the input has that many);
+        None: all.
+
     Returns:
-      {"bos_token": BOS, "examples": N used, "skipped": texts left out (fewer than
-        two tokens without BOS, or too long with it), and from `BosSinks.result`:
+      {"bos_token": BOS, "examples": N used, "skipped": texts read but left out (fewer
+        than two tokens without BOS, or too long with it), and from `BosSinks.result`:
         "bos", "first_after_bos", "first_without_bos", "shift": [L, H] arrays}.
     """
-    tokenized = [t for t in engine.tokenize(texts, too_long=too_long) if t is not None]
-    pairs = bos_variants(engine, tokenized)
     spec = engine.make_spec("attention")
     sinks = BosSinks()
-    for start in range(0, len(pairs), CHUNK):  # at most 2 CHUNK maps held at once
-        chunk = pairs[start : start + CHUNK]
-        maps = dict(engine.run([e for pair in chunk for e in pair], spec))
-        for i in range(len(chunk)):
-            sinks.update(maps.pop(2 * i).attention, maps.pop(2 * i + 1).attention)
+    read = 0
+    while read < len(texts) and (limit is None or sinks.examples < limit):
+        # tokenize about what is still wanted, then capture at most CHUNK pairs at once
+        # (2 CHUNK maps held)
+        want = CHUNK if limit is None else min(CHUNK, limit - sinks.examples)
+        batch = texts[read : read + want]
+        read += len(batch)
+        try:
+            tokenized = [t for t in engine.tokenize(batch, too_long=too_long) if t is not None]
+        except InputError as e:  # name the text by its place in `texts`
+            raise shifted(e, read - len(batch)) from None
+        pairs = bos_variants(engine, tokenized)
+        if pairs:
+            maps = dict(engine.run([e for pair in pairs for e in pair], spec))
+            for i in range(len(pairs)):
+                sinks.update(maps.pop(2 * i).attention, maps.pop(2 * i + 1).attention)
     return {
         "bos_token": engine.tokenizer.hf.bos_token,
         "examples": sinks.examples,
-        "skipped": len(texts) - sinks.examples,
+        "skipped": read - sinks.examples,
         **sinks.result(),
     }

@@ -50,6 +50,7 @@ import numpy as np
 
 from jaxattn.analysis.weights import normalise_rows
 from jaxattn.capture import Capture
+from jaxattn.errors import CheckpointError, UsageError
 from jaxattn.quantities import DECODER_HEAD_STATS, ENTROPY_SMOOTHING
 from jaxattn.token_classes import SpecialTokens, detect_specials, token_masks
 
@@ -57,7 +58,7 @@ from jaxattn.token_classes import SpecialTokens, detect_specials, token_masks
 def _maps(weights) -> np.ndarray:
     w = np.asarray(weights, np.float64)
     if w.ndim < 2 or w.shape[-1] != w.shape[-2]:
-        raise ValueError(f"attention maps must be [..., T, T], got shape {w.shape}")
+        raise UsageError(f"attention maps must be [..., T, T], got shape {w.shape}")
     return w
 
 
@@ -71,7 +72,7 @@ def _rows_mean(per_row: np.ndarray, rows: np.ndarray) -> np.ndarray:
 def _check_tokens(tokens: Sequence, t: int) -> list:
     toks = list(tokens)
     if len(toks) != t:
-        raise ValueError(f"{len(toks)} tokens for attention over {t} positions")
+        raise UsageError(f"{len(toks)} tokens for attention over {t} positions")
     return toks
 
 
@@ -176,10 +177,11 @@ def repeated_sequence_text(tokenizer, n: int, *, seed: int = 0) -> tuple[str, li
     analyze` takes texts); no BOS is added (the tokenizer adds its own, if any).
 
     Raises:
-      ValueError: n < 2, or the vocabulary has fewer than n such tokens.
+      UsageError: n < 2, or the vocabulary has fewer than n such tokens;
+        CheckpointError: the tokenizer does not encode the text back to its tokens.
     """
     if n < 2:
-        raise ValueError(f"a repeated sequence needs n >= 2 random tokens, got {n}")
+        raise UsageError(f"a repeated sequence needs n >= 2 random tokens, got {n}")
     vocab = tokenizer.get_vocab()
     rng = np.random.default_rng(seed)
     words = sorted(t for t in vocab if len(t) > 1 and t[0] in "Ġ▁" and t[1:].isalpha())
@@ -193,7 +195,7 @@ def repeated_sequence_text(tokenizer, n: int, *, seed: int = 0) -> tuple[str, li
             if len(chosen) == n:
                 break
     if len(chosen) < n:
-        raise ValueError(
+        raise UsageError(
             f"the vocabulary has {len(chosen)} word tokens that encode back to themselves, "
             f"fewer than the n = {n} asked for"
         )
@@ -201,7 +203,10 @@ def repeated_sequence_text(tokenizer, n: int, *, seed: int = 0) -> tuple[str, li
     text = tokenizer.convert_tokens_to_string(tokens)
     ids = tokenizer.encode(text, add_special_tokens=False)
     if ids != [vocab[t] for t in tokens]:
-        raise ValueError("the repeated sequence does not encode back to its tokens")
+        raise CheckpointError(
+            "the tokenizer does not encode the repeated sequence back to its tokens: "
+            "try another seed"
+        )
     return text, tokens
 
 
@@ -212,7 +217,7 @@ def _first_share(cap: Capture) -> np.ndarray:
         return np.asarray(cap.decoder_head_stats, np.float64)[
             ..., DECODER_HEAD_STATS.index("first")
         ]
-    raise ValueError(
+    raise UsageError(
         "the capture has neither attention nor decoder_head_stats: capture one of them"
     )
 
@@ -231,7 +236,7 @@ class AttentionSinks:
         self.first = _first_share(capture)
         self.other = None if other is None else _first_share(other)
         if self.other is not None and self.other.shape != self.first.shape:
-            raise ValueError(
+            raise UsageError(
                 f"the two captures have different layers/heads: {self.first.shape} "
                 f"and {self.other.shape}"
             )
@@ -255,12 +260,12 @@ def bos_sink_shares(with_bos, without_bos) -> dict[str, np.ndarray]:
       it; ``first_without_bos``: on t_0 as the first token (no BOS).
 
     Raises:
-      ValueError: the two are not [.., n+1, n+1] and [.., n, n] of one layout.
+      UsageError: the two are not [.., n+1, n+1] and [.., n, n] of one layout.
     """
     a, b = _maps(with_bos), _maps(without_bos)
     n = b.shape[-1]
     if a.shape[:-2] != b.shape[:-2] or a.shape[-1] != n + 1:
-        raise ValueError(
+        raise UsageError(
             f"attention with BOS {a.shape} must be one token longer than without {b.shape}"
         )
     if n < 2:
@@ -291,7 +296,7 @@ class BosSinks:
             return
         for name, value in shares.items():
             if name in self._sum and self._sum[name].shape != value.shape:
-                raise ValueError(
+                raise UsageError(
                     f"an example with {value.shape} (layers, heads) after ones with "
                     f"{self._sum[name].shape}"
                 )
@@ -334,7 +339,7 @@ class DecoderHeads:
             self._sum[name] = np.zeros(value.shape)
             self._count[name] = np.zeros(value.shape)
         elif self._sum[name].shape != value.shape:
-            raise ValueError(
+            raise UsageError(
                 f"a capture with {value.shape} (layers, heads) after ones with "
                 f"{self._sum[name].shape}: capture every example with the same layers and heads"
             )
@@ -363,7 +368,7 @@ class DecoderHeads:
         elif "decoder_head_stats" in t:
             self._add_stats("", table=cap.decoder_head_stats)
         else:
-            raise ValueError("a decoder analysis needs attention or decoder_head_stats")
+            raise UsageError("a decoder analysis needs attention or decoder_head_stats")
         if "alpha_fx_norm" in t:
             self._add_stats("norm_", weights=normalise_rows(cap.alpha_fx_norm), tokens=cap.tokens)
         elif "decoder_norm_head_stats" in t:

@@ -40,6 +40,7 @@ from jaxattn.analysis.tokens import SpecialTokens, detect_specials
 from jaxattn.analysis.weights import capture_weights, check_layout
 from jaxattn.analysis.words import WORD_ROWS, align_words, word_level_attention
 from jaxattn.capture import Capture
+from jaxattn.errors import InputError, UsageError
 from jaxattn.inputs.conllu import Sentence, coarse_relation
 
 ALL = "all"  # the row that scores every word
@@ -80,12 +81,12 @@ class DependencyHeads:
         offsets: tuple[int, int] = BASELINE_OFFSETS,
     ):
         if rows not in WORD_ROWS:
-            raise ValueError(f"rows must be one of {WORD_ROWS}, not {rows!r}")
+            raise UsageError(f"rows must be one of {WORD_ROWS}, not {rows!r}")
         unknown = [d for d in directions if d not in DIRECTIONS]
         if unknown or not directions or len(set(directions)) != len(directions):
-            raise ValueError(f"directions must be distinct names of {DIRECTIONS}: {directions!r}")
+            raise UsageError(f"directions must be distinct names of {DIRECTIONS}: {directions!r}")
         if offsets[0] > offsets[1]:
-            raise ValueError(f"offsets {offsets!r}: the lowest comes first")
+            raise UsageError(f"offsets {offsets!r}: the lowest comes first")
         self.kind, self.coarse, self.specials, self.strict = kind, coarse, specials, strict
         self.rows, self.directions = rows, tuple(directions)
         self.possessive, self.offsets = possessive, (int(offsets[0]), int(offsets[1]))
@@ -112,13 +113,13 @@ class DependencyHeads:
         """Add one parsed sentence and its capture.
 
         Raises:
-          ValueError: the tokens do not align to the words (only when strict).
+          InputError: the tokens do not align to the words (only when strict).
         """
         self.layout = check_layout(self.layout, capture)
         specials = self.specials or detect_specials(capture.tokens)
         try:
             wmap = align_words(capture.tokens, sentence.words, specials)
-        except ValueError as e:
+        except InputError as e:
             if self.strict:
                 raise
             self.skipped += 1

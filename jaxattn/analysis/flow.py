@@ -53,6 +53,7 @@ from jaxattn.analysis.rollout import (
 from jaxattn.analysis.tokens import SpecialTokens
 from jaxattn.analysis.weights import capture_weights, check_layout, normalise_rows
 from jaxattn.capture import Capture
+from jaxattn.errors import UsageError
 
 SCALE = 2**30
 """Capacities are A' * SCALE rounded to integers (scipy's max-flow takes integers)."""
@@ -86,13 +87,13 @@ def attention_flow(
       [len(layers), T, T] float64; every row sums to 1.
 
     Raises:
-      ValueError: a layer outside 0..L-1.
+      UsageError: a layer outside 0..L-1.
     """
     aug = residual_attention(weights, residual)
     n, t = aug.shape[0], aug.shape[-1]
     chosen = list(range(n)) if layers is None else [int(x) for x in layers]
     if any(not 0 <= x < n for x in chosen):
-        raise ValueError(f"layers must lie in 0..{n - 1}; got {chosen}")
+        raise UsageError(f"layers must lie in 0..{n - 1}; got {chosen}")
     out = np.empty((len(chosen), t, t))
     for k, layer in enumerate(chosen):
         out[k] = normalise_rows(max_flows(aug, layer))
@@ -178,7 +179,7 @@ def flow(
     definition.
 
     Raises:
-      ValueError: the capture's layers are not 0, 1, ..., L-1 (flow starts at
+      UsageError: the capture's layers are not 0, 1, ..., L-1 (flow starts at
         the input), or it lacks the quantity of `kind`.
     """
     check_from_input(capture, "flow")

@@ -23,6 +23,7 @@ import numpy as np
 from jaxattn.analysis.head_stats import row_entropy
 from jaxattn.analysis.weights import capture_weights, check_layout
 from jaxattn.capture import Capture
+from jaxattn.errors import UsageError
 
 
 def js_divergence_sum(weights: np.ndarray) -> np.ndarray:
@@ -107,10 +108,10 @@ class HeadDistance:
         """{"divergence": [N, N], "distance": [N, N], "mds": [L, H, 2]}.
 
         Raises:
-          ValueError: no example was added.
+          UsageError: no example was added.
         """
         if self._sum is None or self.layout is None:
-            raise ValueError("HeadDistance saw no example")
+            raise UsageError("HeadDistance saw no example")
         div = self._sum / self.tokens
         dist = np.sqrt(div)
         layers, heads = self.layout

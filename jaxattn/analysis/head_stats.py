@@ -52,6 +52,7 @@ from jaxattn.analysis.weights import (
     check_layout,
 )
 from jaxattn.capture import Capture
+from jaxattn.errors import CaptureFileError, UsageError
 from jaxattn.quantities import ENTROPY_SMOOTHING, HEAD_STATS
 
 
@@ -94,7 +95,7 @@ def head_statistics(
     w = np.asarray(weights, np.float64)
     t = w.shape[-1]
     if len(tokens) != t:
-        raise ValueError(f"{len(tokens)} tokens for weights over {t} positions")
+        raise UsageError(f"{len(tokens)} tokens for weights over {t} positions")
     masks = token_masks(tokens, specials or detect_specials(tokens))
     entropy = row_entropy(w, ENTROPY_SMOOTHING)  # [L, H, T]
     out = {name: w[..., masks[name]].sum(-1).mean(-1) for name in ("cls", "sep", "punct")}
@@ -150,13 +151,13 @@ class HeadStats:
             if on_device and self.specials is None:
                 table = np.asarray(capture.array(stats_quantity), np.float64)  # [L, H, N]
                 if table.shape[-1] != len(HEAD_STATS):
-                    raise ValueError(
+                    raise CaptureFileError(
                         f"{stats_quantity} holds {table.shape[-1]} statistics per head, this "
                         f"version {len(HEAD_STATS)} ({', '.join(HEAD_STATS)}): capture it again"
                     )
                 stats = {name: table[..., k] for k, name in enumerate(HEAD_STATS)}
             elif on_device and kind not in available_kinds(capture):
-                raise ValueError(
+                raise UsageError(
                     f"{stats_quantity} was computed with the detected special tokens; "
                     "custom specials need the maps (capture attention / alpha_fx_norm)"
                 )

@@ -219,8 +219,8 @@ def _sink_texts(sinks: dict) -> str:
     if not left:
         return used
     return (
-        f"{used} (of the first {n + left} of the input, --sink-examples; {left} left out: "
-        "too long, or of one token without BOS)"
+        f"{used} (the first the study could use, --sink-examples, of the input's first "
+        f"{n + left}; {left} left out: too long, or of one token without BOS)"
     )
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from jaxattn.capture import Capture
+from jaxattn.errors import UsageError
 from jaxattn.quantities import NORM_MEASURES
 
 WEIGHT_MEASURES = ("Attn-W", "AttnRes-W")
@@ -70,14 +71,14 @@ def token_ratios(capture: Capture, measure: str) -> np.ndarray:
     """r_i of `measure` for every captured layer and token: [L, T] float64.
 
     Raises:
-      ValueError: an unknown measure, or a capture without the quantity it needs
+      UsageError: an unknown measure, or a capture without the quantity it needs
         (named, with the ``--what`` that provides it).
     """
     if measure not in NEEDS:
-        raise ValueError(f"unknown mixing measure {measure!r}: valid are {', '.join(MEASURES)}")
+        raise UsageError(f"unknown mixing measure {measure!r}: valid are {', '.join(MEASURES)}")
     need = NEEDS[measure]
     if need not in capture.what:
-        raise ValueError(f"{measure} needs {need!r} in the capture (what=..., --what {need})")
+        raise UsageError(f"{measure} needs {need!r} in the capture (what=..., --what {need})")
     if measure in NORM_MEASURES:
         ratios = np.asarray(capture.array(need), np.float64)  # [L, T, M]
         return ratios[..., NORM_MEASURES.index(measure)]
@@ -101,7 +102,7 @@ class MixingRatios:
         if self.layers is None:
             self.layers = tuple(capture.layers)
         elif tuple(capture.layers) != self.layers:
-            raise ValueError(f"layers {capture.layers} differ from earlier {self.layers}")
+            raise UsageError(f"layers {capture.layers} differ from earlier {self.layers}")
         for m in self.measures:
             if NEEDS[m] in capture.what:
                 rows = token_ratios(capture, m)  # [L, T]

@@ -54,6 +54,7 @@ from __future__ import annotations
 import numpy as np
 
 from jaxattn.config import ModelConfig
+from jaxattn.errors import UsageError
 
 CHUNK = 8192  # vocabulary rows per float64 block of W_U^T W_E
 
@@ -71,7 +72,7 @@ def unembed_embed(unembedding, embedding, *, center: bool = False) -> np.ndarray
     center: W_U^T C W_E, the logits centred over the vocabulary (C = I_V - 11^T / V)."""
     u, e = np.asarray(unembedding), np.asarray(embedding)
     if u.ndim != 2 or u.shape != e.shape:
-        raise ValueError(
+        raise UsageError(
             f"the unembedding {u.shape} and the embedding {e.shape} must both be [V, D]"
         )
     out = np.zeros((u.shape[1], u.shape[1]))
@@ -125,11 +126,11 @@ def model_copying_scores(
         center_unembed (ignored, False, with a logit soft-cap).
 
     Raises:
-      ValueError: a post-norm model (its attention reads a normalised sum, not the
+      UsageError: a post-norm model (its attention reads a normalised sum, not the
         embedding), or a W_U whose shape is not the embedding's.
     """
     if config.norm != "pre":
-        raise ValueError(
+        raise UsageError(
             f"the OV copying score reads a pre-norm decoder's weights; {config.name} is "
             f"{config.norm}-norm"
         )

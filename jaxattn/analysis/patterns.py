@@ -46,6 +46,7 @@ from jaxattn.analysis.head_stats import row_entropy
 from jaxattn.analysis.tokens import SpecialTokens, detect_specials, strip_piece, token_masks
 from jaxattn.analysis.weights import capture_weights, check_layout
 from jaxattn.capture import Capture
+from jaxattn.errors import UsageError
 
 STRIPE_MIN = 0.3
 """A non-special column whose mean attention over rows is at least this is a vertical stripe."""
@@ -218,7 +219,7 @@ class PatternCounts:
     def result(self) -> dict[str, np.ndarray]:
         """{pattern: [L] fraction} for every Kovaleva class and Vig pattern."""
         if not self.maps_per_layer:
-            raise ValueError("PatternCounts saw no example")
+            raise UsageError("PatternCounts saw no example")
         return {
             name: self._counts[name] / self.maps_per_layer
             for name in (*KOVALEVA_CLASSES, *VIG_PATTERNS)

@@ -63,6 +63,7 @@ from jaxattn.analysis.rollout import RolloutStats, from_input
 from jaxattn.analysis.tokens import SpecialTokens
 from jaxattn.analysis.weights import available_kinds
 from jaxattn.capture import Capture
+from jaxattn.errors import UsageError
 from jaxattn.inputs.conllu import Sentence
 
 # Why the dependency-head table is missing (meta.not_run.dependency_heads); a caller's
@@ -178,7 +179,9 @@ class CorpusAnalysis:
     def report(self, mixing_ratios: dict | None = None, meta: dict | None = None) -> dict:
         """The report.json dict (see the module docstring)."""
         if not self.examples or self.layout is None:
-            raise ValueError("the analysis saw no example")
+            raise UsageError(
+                "the analysis saw no example (every text skipped, or no update): nothing to report"
+            )
         if self.decoder is not None:
             return self._decoder_report(mixing_ratios, meta)
         layers, heads = self.head_stats.layout

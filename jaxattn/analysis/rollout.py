@@ -33,6 +33,7 @@ from jaxattn.analysis.weights import (
     normalise_rows,
 )
 from jaxattn.capture import Capture
+from jaxattn.errors import UsageError
 
 RESIDUAL = 0.5  # Abnar & Zuidema's weight of the identity (residual) term
 
@@ -83,10 +84,10 @@ def check_from_input(capture: Capture, what: str = "rollout") -> None:
     """Rollout and flow start at the input: the capture must hold layers 0..L-1.
 
     Raises:
-      ValueError: it holds other layers.
+      UsageError: it holds other layers.
     """
     if not from_input(capture):
-        raise ValueError(
+        raise UsageError(
             f"{what} needs consecutive layers from 0; the capture holds {list(capture.layers)}"
         )
 
@@ -98,7 +99,7 @@ def rollout(capture: Capture, kind: str = "attention", residual: float = RESIDUA
     definition.
 
     Raises:
-      ValueError: the capture's layers are not 0, 1, ..., L-1 (rollout starts at
+      UsageError: the capture's layers are not 0, 1, ..., L-1 (rollout starts at
         the input), or it lacks the quantity of `kind`.
     """
     check_from_input(capture)
@@ -117,7 +118,7 @@ class RolloutStats:
       specials: special-token strings; detected per example when None.
 
     Raises (from ``update``):
-      ValueError: a capture whose layers are not 0..L-1 (see `rollout`).
+      UsageError: a capture whose layers are not 0..L-1 (see `rollout`).
     """
 
     STATS = ("self", "cls", "sep", "entropy")

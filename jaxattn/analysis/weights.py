@@ -17,6 +17,7 @@ import dataclasses
 import numpy as np
 
 from jaxattn.capture import Capture
+from jaxattn.errors import UsageError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,14 +63,14 @@ def capture_weights(capture: Capture, kind: str = "attention") -> np.ndarray:
     """The [L, H, T, T] float64 weights of one kind (see the module docstring).
 
     Raises:
-      ValueError: an unknown kind, or the capture lacks its quantity; UsageError (a
-        ValueError): its maps hold selected rows or keys (`Capture.check_full_maps`).
+      UsageError: an unknown kind, the capture lacks its quantity, or its maps hold
+        selected rows or keys (`Capture.check_full_maps`).
     """
     if kind not in WEIGHT_KINDS:
-        raise ValueError(f"unknown weight kind {kind!r}; expected one of {', '.join(WEIGHT_KINDS)}")
+        raise UsageError(f"unknown weight kind {kind!r}; expected one of {', '.join(WEIGHT_KINDS)}")
     name = WEIGHT_KINDS[kind]
     if name not in capture.tensors:
-        raise ValueError(
+        raise UsageError(
             f"{kind!r} weights need the {name!r} quantity; the capture holds "
             f"{', '.join(capture.tensors)} (capture with what=(..., {name!r}))"
         )
@@ -84,11 +85,11 @@ def check_layout(
     """The (layers, heads) of a corpus: the first capture's; later ones must match.
 
     Raises:
-      ValueError: a capture with other layers or heads than the first.
+      UsageError: a capture with other layers or heads than the first.
     """
     mine = (tuple(capture.layers), tuple(capture.heads))
     if layout is not None and mine != layout:
-        raise ValueError(
+        raise UsageError(
             f"captures of one corpus must hold the same layers and heads: got {mine}, "
             f"expected {layout}"
         )

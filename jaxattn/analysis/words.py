@@ -23,6 +23,7 @@ from jaxattn.analysis.tokens import (
     piece_bytes,
     starts_word,
 )
+from jaxattn.errors import InputError, UsageError
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
@@ -90,10 +91,10 @@ def word_level_attention(weights: np.ndarray, word_map: WordMap, rows: str = "me
       [..., U, U] float64.
     """
     if rows not in WORD_ROWS:
-        raise ValueError(f"rows must be one of {WORD_ROWS}, not {rows!r}")
+        raise UsageError(f"rows must be one of {WORD_ROWS}, not {rows!r}")
     m = word_map.membership()  # [U, T]
     if weights.shape[-1] != m.shape[1]:
-        raise ValueError(f"weights have {weights.shape[-1]} tokens, the word map {m.shape[1]}")
+        raise UsageError(f"weights have {weights.shape[-1]} tokens, the word map {m.shape[1]}")
     counts = m.sum(1, keepdims=True)
     if rows == "mean":
         pick = np.divide(m, counts, out=np.zeros_like(m), where=counts > 0)
@@ -164,7 +165,7 @@ def align_words(
     piece crosses a word boundary.
 
     Raises:
-      ValueError: a piece does not match the words' next characters, or the
+      InputError: a piece does not match the words' next characters, or the
         pieces do not cover every character of the words.
     """
     sp = specials or detect_specials(tokens)
@@ -180,7 +181,7 @@ def align_words(
 
     def unit_at(p: int) -> int:
         if not len(flat):
-            raise ValueError("the words have no characters to align the tokens to")
+            raise InputError(None, "the words have no characters to align the tokens to")
         w = int(owner[min(p, len(flat) - 1)])
         if unit_of_word[w] < 0:
             unit_of_word[w] = len(units)
@@ -204,19 +205,20 @@ def align_words(
         if pending_unk and text:
             found = flat.find(text, pos)
             if found < 0:
-                raise ValueError(f"token {i} {tok!r}: not found after an unknown token")
+                raise InputError(None, f"token {i} {tok!r}: not found after an unknown token")
             pos, pending_unk = found, []
         if flat[pos : pos + len(text)] != text:
-            raise ValueError(
+            raise InputError(
+                None,
                 f"token {i} {tok!r} does not match the words at character {pos}: "
-                f"{flat[pos : pos + len(text) + 5]!r}"
+                f"{flat[pos : pos + len(text) + 5]!r}",
             )
         token_unit[i] = unit_at(pos)
         pos += len(text)
     if pending_unk:
         pos = len(flat)
     if pos != len(flat):
-        raise ValueError(f"the tokens cover {pos} of the words' {len(flat)} characters")
+        raise InputError(None, f"the tokens cover {pos} of the words' {len(flat)} characters")
     for w in np.flatnonzero(unit_of_word < 0):  # words with no piece (empty after normalising)
         unit_of_word[w] = len(units)
         units.append(words[w])

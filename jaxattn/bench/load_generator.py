@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from jaxattn.bench.expect import ExampleExpectation, check_answer
 from jaxattn.client.client import AttentionClient
 from jaxattn.client.errors import AttentionServiceError
+from jaxattn.errors import UsageError
 
 # Status codes a load run may answer with by design, whatever the request: the
 # server's answer to overload. A request with a deadline (`LoadRequest.timeout`)
@@ -216,7 +217,7 @@ def run_load(
       error by status code).
     """
     if max_requests is None and duration is None:
-        raise ValueError("give max_requests, duration or both: a load run must be bounded")
+        raise UsageError("give max_requests, duration or both: a load run must be bounded")
     result = LoadResult()
     lock = threading.Lock()
     issued = [0]

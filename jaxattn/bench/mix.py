@@ -21,6 +21,7 @@ from jaxattn.bench.expect import batch_sizes, build_expectations
 from jaxattn.bench.load_generator import LoadRequest, listening_pid, run_load
 from jaxattn.bench.sentences import DEFAULT_CONLLU, read_sentences
 from jaxattn.dtypes import OUTPUT_DTYPES
+from jaxattn.errors import InputError, UsageError
 from jaxattn.wire.codecs import CODECS
 
 DTYPES = tuple(OUTPUT_DTYPES)
@@ -121,7 +122,9 @@ def at_limit_texts(engine, pool: list[str], n: int, verify: int = 40) -> list[st
 def build_mix(engine, pool: list[str]):
     """The LoadRequests of the mix: every kind over every dtype x codec."""
     if len(pool) < 8:
-        raise ValueError(f"only {len(pool)} usable sentences; give --conllu with more")
+        raise InputError(
+            None, f"only {len(pool)} usable sentences (the mix needs 8): give --conllu with more"
+        )
     combos = list(itertools.product(DTYPES, CODECS))
     causal = engine.config.causal  # a decoder reads no pairs: the two sentences as one text
     joined = [f"{a} {b}" if causal else (a, b) for a, b in zip(pool[::2], pool[1::2], strict=False)]
@@ -226,7 +229,7 @@ def loadtest(
     from jaxattn.client import AttentionClient
 
     if requests is None and duration is None:
-        raise ValueError("give --requests N, --duration S or both: a load test must be bounded")
+        raise UsageError("give --requests N, --duration S or both: a load test must be bounded")
     engine = jaxattn.load(model)
     mix = build_mix(engine, sentences(engine, conllu))
     log(

@@ -18,6 +18,8 @@ import os
 import shutil
 from pathlib import Path
 
+from jaxattn.errors import UsageError
+
 TOKENIZER_ENV = "JAXATTN_BENCH_TOKENIZER"
 
 BASE = dict(
@@ -149,15 +151,15 @@ def random_checkpoint(name: str, out_dir: Path, **overrides) -> Path:
     family and tokenizer, say ``num_hidden_layers=2, hidden_size=48``).
 
     Raises:
-      ValueError: an unknown name, naming the known ones.
+      UsageError: an unknown name, naming the known ones.
     """
+    if name not in SHAPES:  # before the slow imports
+        raise UsageError(f"unknown synthetic model {name!r}: valid are {', '.join(SHAPES)}")
     import torch
     import transformers
 
     from jaxattn.checkpoints.loading import default_model_dir
 
-    if name not in SHAPES:
-        raise ValueError(f"unknown synthetic model {name!r}: valid are {', '.join(SHAPES)}")
     cls, fields = SHAPES[name]
     base = {} if name in DECODER_SHAPES else BASE
     config = getattr(transformers, cls)(**{**base, **fields, **overrides})

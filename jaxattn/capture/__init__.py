@@ -215,7 +215,8 @@ class Capture:
         kept query heads read (`kv_heads`).
 
         Raises:
-          ValueError: a layer or head this capture does not hold (named).
+          UsageError: a layer or head this capture does not hold (named), or heads of
+            a grouped-query capture that does not say which key/value head each reads.
         """
         picked = {}
         for key, want, have in (("L", layers, self.layers), ("H", heads, self.heads)):
@@ -223,7 +224,7 @@ class Capture:
             missing = [i for i in want if i not in have]
             if missing:
                 what = "layers" if key == "L" else "heads"
-                raise ValueError(f"{what} {missing} were not captured (have {list(have)})")
+                raise UsageError(f"{what} {missing} were not captured (have {list(have)})")
             picked[key] = [list(have).index(i) for i in want]
         kv_heads = tuple(self.kv_heads[i] for i in picked["H"]) if self.kv_heads else ()
         # A grouped-query capture's G axis: the key/value heads the kept query heads read.
@@ -234,7 +235,7 @@ class Capture:
             g = q.axis("G")
             unnamed = g is not None and not self.kv_heads and array.shape[g] != len(self.heads)
             if unnamed and heads is not None:  # a capture of a jaxattn before kv_heads
-                raise ValueError(
+                raise UsageError(
                     f"{name} of this grouped-query capture holds {array.shape[g]} key/value "
                     f"heads, not the {len(self.heads)} query heads a head selection names, "
                     "and does not say which: select heads of a capture without keys and values"

@@ -135,18 +135,19 @@ def _read_archive(path, archive) -> tuple[dict, dict[str, np.ndarray]]:
             f"{path} is of capture format {found!r}; this jaxattn reads "
             f"{', '.join(READABLE_FORMATS)} (a newer jaxattn wrote it? upgrade)"
         )
-    _check_fields(meta)
-    dtype = OUTPUT_DTYPES[meta["dtype"]]
-    tensors = {name: archive[name].view(dtype) for name in meta["tensors"]}
-    problem = layout_problem(
-        tokens=len(meta["tokens"]),
-        layers=len(meta["layers"]),
-        heads=len(meta["heads"]),
-        kv_heads=meta.get("kv_heads"),  # None: a file from before it, G not said
-        query_positions=meta.get("query_positions"),
-        key_positions=meta.get("key_positions"),
-        shapes={name: array.shape for name, array in tensors.items()},
-    )
+    problem, tensors = _field_problem(meta), {}
+    if not problem:
+        dtype = OUTPUT_DTYPES[meta["dtype"]]
+        tensors = {name: archive[name].view(dtype) for name in meta["tensors"]}
+        problem = layout_problem(
+            tokens=len(meta["tokens"]),
+            layers=len(meta["layers"]),
+            heads=len(meta["heads"]),
+            kv_heads=meta.get("kv_heads"),  # None: a file from before it, G not said
+            query_positions=meta.get("query_positions"),
+            key_positions=meta.get("key_positions"),
+            shapes={name: array.shape for name, array in tensors.items()},
+        )
     unscaled = [n for n in tensors if meta["dtype"] == "uint8" and n not in meta["quantization"]]
     if unscaled and not problem:
         problem = f"uint8 tensor {unscaled[0]!r} has no [scale, offset] in its quantization"
@@ -192,20 +193,21 @@ _KINDS = {
 }
 
 
-def _check_fields(meta: dict) -> None:
-    """Each __meta__ field of the kind `write` writes (ValueError naming the field)."""
+def _field_problem(meta: dict) -> str | None:
+    """The first __meta__ field not of the kind `write` writes, in words (None: none)."""
     for key, (ok, words) in _KINDS.items():
         if key in meta and not ok(meta[key]):
-            raise ValueError(f"its metadata's {key} is {str(meta[key])[:60]}, not {words}")
+            return f"its metadata's {key} is {str(meta[key])[:60]}, not {words}"
     text = meta.get("text")
     for key in ("sentence_b_start", "generated_start"):
         b = meta.get(key)
         if b is not None and not 0 <= b <= len(meta.get("tokens", ())):
-            raise ValueError(f"its metadata's {key} {b} is past its tokens")
+            return f"its metadata's {key} {b} is past its tokens"
     if isinstance(text, list) and len(text) != 2:
-        raise ValueError(f"its metadata's text is a list of {len(text)}, not a pair")
+        return f"its metadata's text is a list of {len(text)}, not a pair"
     if meta.get("stop") is not None and meta.get("generated_start") is None:
-        raise ValueError("its metadata's stop is set without a generated_start (no continuation)")
+        return "its metadata's stop is set without a generated_start (no continuation)"
+    return None
 
 
 def _fields(meta: dict, tensors: dict) -> dict:

@@ -177,7 +177,7 @@ def explain(error: Exception) -> tuple[int, str]:
         return 2, _os_message(error)
     if isinstance(error, UnicodeError):  # text that is not UTF-8 met a library first
         return 1, f"text that is not valid UTF-8: {error}"
-    if isinstance(error, ValueError):  # an argument check of jaxattn's or a library's
+    if isinstance(error, ValueError):  # a library's argument check (jaxattn's are above)
         return 2, str(error)
     if isinstance(error, OSError):  # permissions, a full disk, a broken device
         return 1, _os_message(error)
@@ -201,7 +201,7 @@ def _server_failure(error) -> tuple[int, str]:
     code = 2 if name == "INVALID_ARGUMENT" and field and not field.startswith("texts") else 1
     from jaxattn.client.errors import in_terms  # the wire's advice, in the flags' terms
 
-    return code, f"the server{where} answered {name}: {in_terms(error.message, 2)}"
+    return code, f"the server{where} answered {name}: {in_terms(error.message, 'flags')}"
 
 
 def _os_message(error: OSError) -> str:

@@ -113,8 +113,10 @@ def register(subparsers) -> None:
         type=non_negative,
         default=200,
         metavar="N",
-        help="a decoder: capture the first N texts again with and without BOS for the "
-        "attention-sink comparison (Xiao et al. 2023; local engine only; 0: skip; default 200)",
+        help="a decoder: capture N texts again with and without BOS for the attention-sink "
+        "comparison (Xiao et al. 2023): the first N the study can use (2 tokens or more "
+        "without BOS, within the model's limit with it); local engine only; 0: skip; "
+        "default 200",
     )
     p.add_argument(
         "--no-head-distance",
@@ -226,6 +228,8 @@ def _run(args) -> int:
             raise InputError(read[e.index].line, reason, where) from None
         bar.close()
         report_counts(stream, "jaxattn analyze")
+        if texts and len(stream.skipped) == len(texts):
+            raise InputError(None, "every text was skipped (--too-long skip): nothing to analyse")
         counts = {"truncated": len(stream.truncated), "skipped": len(stream.skipped)}
         if extra:
             bar = Progress(len(extra), "parses", enabled=not quiet)

@@ -33,7 +33,7 @@ from pathlib import Path
 from jaxattn.cli.model_arg import MODEL_HELP, MODEL_METAVAR, model
 from jaxattn.cli.parser import did_you_mean, nearest
 from jaxattn.dtypes import OUTPUT_DTYPES
-from jaxattn.errors import UsageError
+from jaxattn.errors import InputError, UsageError
 from jaxattn.inputs import TOO_LONG
 from jaxattn.quantities import QUANTITIES
 from jaxattn.selection import parse_selection, positions_of
@@ -142,13 +142,13 @@ def read_token(token_file: str | None) -> str | None:
     """The bearer token from a file, else $JAXATTN_TOKEN, else None.
 
     Raises:
-      ValueError: the file is empty.
+      InputError: the file is empty.
     """
     if token_file:
         with open(token_file, encoding="utf-8") as f:
             token = f.read().strip()
         if not token:
-            raise ValueError(f"token file {token_file} is empty")
+            raise InputError(None, f"token file {token_file} is empty: put the bearer token in it")
         return token
     return os.environ.get("JAXATTN_TOKEN") or None
 

@@ -58,7 +58,7 @@ def decoder_extras(source, texts: list, args) -> tuple[dict, dict]:
         from jaxattn.analysis.bos_sinks import bos_sink_study
 
         try:
-            study = bos_sink_study(source, texts[: args.sink_examples], too_long=args.too_long)
+            study = bos_sink_study(source, texts, too_long=args.too_long, limit=args.sink_examples)
         except ValueError as e:  # the tokenizer has no BOS token
             not_run["bos_sinks"] = str(e)
         else:

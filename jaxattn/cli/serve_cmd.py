@@ -217,7 +217,7 @@ def server_options(args: argparse.Namespace):
     from service import ServerOptions
 
     if (args.tls_cert is None) != (args.tls_key is None):
-        raise ValueError("--tls-cert and --tls-key go together")
+        raise UsageError("--tls-cert and --tls-key go together: give both or neither")
     token = read_token(args.token_file)
     clients = None
     if args.tokens:

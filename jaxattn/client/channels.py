@@ -135,9 +135,9 @@ class Channels:
     ):
         addresses = check_targets(addresses)
         if retries < 0:
-            raise ValueError(f"retries must be >= 0, got {retries}")
+            raise UsageError(f"retries must be >= 0, got {retries}")
         if not 0 < backoff[0] <= backoff[1]:
-            raise ValueError(f"backoff must be (first, cap) with 0 < first <= cap, got {backoff}")
+            raise UsageError(f"backoff must be (first, cap) with 0 < first <= cap, got {backoff}")
         options = [
             ("grpc.max_receive_message_length", codecs.MAX_MAX_CHUNK_BYTES + (1 << 20)),
             *KEEPALIVE,

@@ -4,36 +4,19 @@ from __future__ import annotations
 
 import grpc
 
-from jaxattn.errors import ServerError
+from jaxattn.errors import ADVICE, ServerError
 
 # Trailing metadata keys of a refusal (attention.proto, "Machine-readable errors").
 FIELD_KEY = "jaxattn-field"
 LIMIT_KEY = "jaxattn-limit"
 RETRY_AFTER_KEY = "retry-after-ms"
 
-# The server's advice on a text too long (service/requests.py), in the terms of the
-# Python client's arguments and of the command line's flags: (wire, python, flags).
-WIRE_ADVICE = (
-    (
-        "set truncate in CaptureRequest to cut it",
-        "cut it with too_long='truncate' or leave it out with too_long='skip'",
-        "cut it with --too-long truncate or leave it out with --too-long skip",
-    ),
-    (
-        "set truncate in CaptureRequest to generate until the positions are full, "
-        "or ask fewer new tokens",
-        "ask for fewer new tokens (generate=), generate until the positions are full "
-        "with too_long='truncate', or leave it out with too_long='skip'",
-        "ask for fewer new tokens (--generate), generate until the positions are full "
-        "with --too-long truncate, or leave it out with --too-long skip",
-    ),
-)
 
-
-def in_terms(message: str, terms: int) -> str:
-    """`message` with the server's advice put in other terms: 1 Python's, 2 the flags'."""
-    for advice in WIRE_ADVICE:
-        message = message.replace(advice[0], advice[terms])
+def in_terms(message: str, terms: str) -> str:
+    """`message` with the server's advice (`jaxattn.errors.ADVICE`) put in other terms:
+    "python" (the client's arguments) or "flags" (the command line's)."""
+    for advice in ADVICE:
+        message = message.replace(advice.wire, getattr(advice, terms))
     return message
 
 
@@ -74,7 +57,7 @@ class AttentionServiceError(ServerError):
         self.limit = limit
         self.retry_after_s = retry_after_s
         where = f" ({address})" if address else ""
-        super().__init__(f"{code.name}: {in_terms(message, 1)}{where}")
+        super().__init__(f"{code.name}: {in_terms(message, 'python')}{where}")
 
     @classmethod
     def from_rpc_error(cls, error: grpc.RpcError, address: str | None = None):

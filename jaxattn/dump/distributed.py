@@ -39,7 +39,7 @@ def _env_int(name: str) -> int | None:
     try:
         return int(value)
     except ValueError:
-        raise ValueError(f"${name} must be an integer, got {value!r}") from None
+        raise UsageError(f"${name} must be an integer, got {value!r}") from None
 
 
 def cluster_detected() -> bool:
@@ -80,13 +80,13 @@ def initialize(
       This process's index and the process count.
 
     Raises:
-      ValueError: a bad mode or environment value; UsageError: flags that describe
+      UsageError: a bad mode or environment value, or flags that describe
         no job (none of them, one missing, a process id out of range) where no
         cluster fills them in.
       JaxattnError: JAX could not join the job (its reason, with the flags).
     """
     if mode not in MODES:
-        raise ValueError(f"unknown distributed mode {mode!r}: valid modes are {', '.join(MODES)}")
+        raise UsageError(f"unknown distributed mode {mode!r}: valid modes are {', '.join(MODES)}")
     coordinator = coordinator or os.environ.get("JAX_COORDINATOR_ADDRESS") or None
     num_processes = num_processes if num_processes is not None else _env_int("JAX_NUM_PROCESSES")
     process_id = process_id if process_id is not None else _env_int("JAX_PROCESS_ID")

@@ -101,9 +101,8 @@ def plan_shards(
 
     Raises:
       FileNotFoundError: no such file.
-      UsageError: a bad shard size or limit.
+      UsageError: a bad shard size, limit or format name.
       InputError: the input has no records.
-      ValueError: a bad format name.
     """
     path = Path(path)
     if not path.is_file():

@@ -45,6 +45,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from jaxattn.engine.ledger import ShapeLedger
+from jaxattn.errors import UsageError
 
 __all__ = [
     "WARMUP_SIZES",
@@ -99,13 +100,13 @@ class Budgets:
     def __post_init__(self):
         for name in ("output_bytes", "tokens", "attention_bytes", "max_batch"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} budget must be at least 1, got {getattr(self, name)}")
+                raise UsageError(f"{name} budget must be at least 1, got {getattr(self, name)}")
         if self.compile_tokens < 0:
-            raise ValueError(f"compile_tokens must be at least 0, got {self.compile_tokens}")
+            raise UsageError(f"compile_tokens must be at least 0, got {self.compile_tokens}")
         if self.size_step < 2 or self.size_step & (self.size_step - 1):
-            raise ValueError(f"size_step must be a power of two >= 2, got {self.size_step}")
+            raise UsageError(f"size_step must be a power of two >= 2, got {self.size_step}")
         if not 0 <= self.pad_fraction < 1:
-            raise ValueError(f"pad_fraction must be in [0, 1), got {self.pad_fraction}")
+            raise UsageError(f"pad_fraction must be in [0, 1), got {self.pad_fraction}")
 
     @classmethod
     def for_devices(cls, devices: Sequence, **overrides) -> Budgets:

@@ -53,6 +53,7 @@ from jax import lax
 
 from jaxattn.engine import head_stats, norms, rotary
 from jaxattn.engine.precision import Matmul
+from jaxattn.errors import UsageError
 
 BLOCK = 256  # the default query and key block size
 # The [T, S] maps `captures` writes for the selected heads only ([H_sel, T, S]).
@@ -94,12 +95,12 @@ def choose_block(
     no heads are ablated.
 
     Raises:
-      ValueError: an unknown policy or a block size below 1.
+      UsageError: an unknown policy or a block size below 1.
     """
     if policy not in POLICIES:
-        raise ValueError(f"unknown attention {policy!r}: valid are {', '.join(POLICIES)}")
+        raise UsageError(f"unknown attention {policy!r}: valid are {', '.join(POLICIES)}")
     if block < 1:
-        raise ValueError(f"attention block {block} must be at least 1")
+        raise UsageError(f"attention block {block} must be at least 1")
     allows = set(what) <= SERVES and config.relative is None and not ablated
     if policy == "dense" or not allows:
         return 0

@@ -72,7 +72,7 @@ class CausalLM:
     def __init__(self, engine, tokenized: Sequence[TokenizedText]):
         w = unembedding(engine)
         if w is None:
-            raise ValueError(
+            raise RuntimeError(  # ablation builds one only where has_lm_head
                 f"{engine.config.name} has no next-token head (a decoder whose checkpoint "
                 "has lm_head.weight or ties it to the word embedding): no causal LM loss"
             )

@@ -75,7 +75,7 @@ class Engine:
         "dense" (always every head's [H, T, T] maps) or "blockwise" (always
         blockwise: a capture asking for a quantity the blockwise path does not
         serve, such as attn_res_norm, or with heads ablated, is refused with a
-        ValueError naming it; docs/performance.md "Long inputs"). The numbers
+        UsageError naming it; docs/performance.md "Long inputs"). The numbers
         agree within float32 rounding.
       attention_budget: most bytes of attention working memory one batch may
         hold (the dense path's [H, T, T] maps; the blockwise path's blocks);
@@ -281,7 +281,7 @@ class Engine:
         query_positions: Selection = None,
         key_positions: Selection = None,
     ) -> CaptureSpec:
-        """Validate a request against this model (ValueError naming the field).
+        """Validate a request against this model (UsageError naming the field).
 
         precision None is the engine's default (`precision`); query_positions and
         key_positions as `capture` (each example's checked as it is captured).

@@ -129,7 +129,7 @@ def attend(kind: str, q, k, v, mask, *, config: ModelConfig, mm: Matmul, local=F
     if kind == "xla":
         return _xla(q, k, v, mask, config, mm, window, local)
     if kind != "cudnn":
-        raise ValueError(f"unknown fast forward {kind!r}: valid are cudnn, xla")
+        raise RuntimeError(f"unknown fast forward {kind!r}: valid are cudnn, xla")
     try:
         if not window or local is False:
             return _cudnn(q, k, v, mask, config, 0)

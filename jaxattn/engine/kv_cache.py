@@ -290,7 +290,7 @@ class KVDecoder:
         `Engine.warmup`'s."""
         if sizes not in batching.WARMUP_SIZES:
             valid = ", ".join(batching.WARMUP_SIZES)
-            raise ValueError(f"unknown warmup sizes {sizes!r}: valid are {valid}")
+            raise UsageError(f"unknown warmup sizes {sizes!r}: valid are {valid}")
         made, self._largest = 0, sizes == "largest"
         for length in self.lengths():
             ladder = batching.ladder(self.largest_batch(length), self.engine.budgets.size_step)

@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 # numpy-only, beside the parts it concerns: the server's limits read it too
 from jaxattn.capture.part import refusal as refusal
+from jaxattn.errors import UsageError
 from jaxattn.spec import CaptureSpec
 
 
@@ -57,10 +58,10 @@ def groups_of(spec: CaptureSpec, size: int) -> list[Group]:
     """The spec's captured layers in groups of `size` (the last may hold fewer).
 
     Raises:
-      ValueError: a size below 1.
+      RuntimeError: a size below 1 (`GroupPolicy.size`'s 0 means no groups).
     """
     if size < 1:
-        raise ValueError(f"layer group size must be at least 1, got {size}")
+        raise RuntimeError(f"layer group size must be at least 1, got {size}")
     out, start = [], 0
     for first in range(0, len(spec.layers), size):
         chunk = spec.layers[first : first + size]
@@ -135,7 +136,7 @@ class GroupPolicy:
 
     def __post_init__(self):
         if self.layers is not None and self.layers < 0:
-            raise ValueError(f"layer_group must be None, 0 or a positive size, got {self.layers}")
+            raise UsageError(f"layer_group must be None, 0 or a positive size, got {self.layers}")
 
     def size(self, spec: CaptureSpec, length: int, bytes_of: Callable, budget: int) -> int:
         """Layers per group for one example of `spec` padded to `length`; 0: one program."""

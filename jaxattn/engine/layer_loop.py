@@ -42,6 +42,7 @@ import numpy as np
 from jax import lax
 
 from jaxattn.config import ModelConfig
+from jaxattn.errors import UsageError
 from jaxattn.spec import CaptureSpec
 
 LAYER_LOOPS = ("auto", "unrolled", "scan")
@@ -52,13 +53,13 @@ def resolve_layer_loop(policy: str | None, devices: Sequence[jax.Device]) -> str
     """ "unrolled" or "scan" for `policy` on `devices` (None: $JAXATTN_LAYER_LOOP, else auto).
 
     Raises:
-      ValueError: an unknown policy, naming the valid ones (and the variable it came from).
+      UsageError: an unknown policy, naming the valid ones (and the variable it came from).
     """
     where = "layer_loop"
     if policy is None:
         policy, where = os.environ.get(ENV) or "auto", f"${ENV}"
     if policy not in LAYER_LOOPS:
-        raise ValueError(f"unknown {where} {policy!r}: valid are {', '.join(LAYER_LOOPS)}")
+        raise UsageError(f"unknown {where} {policy!r}: valid are {', '.join(LAYER_LOOPS)}")
     if policy == "auto":
         return "unrolled" if any(d.platform == "cpu" for d in devices) else "scan"
     return policy

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxattn.engine.precision import Matmul
+from jaxattn.errors import CheckpointError
 
 init = nn.initializers.normal(0.02)
 
@@ -20,13 +21,14 @@ def param(module: nn.Module, name: str, init_fn, shape: tuple[int, ...]):
     `module.param`.
 
     Raises:
-      ValueError: the existing param's shape is not `shape`.
+      CheckpointError: the existing param's shape is not `shape` (weights that do not
+        fit their config).
     """
     if not module.has_variable("params", name):
         return module.param(name, init_fn, shape)
     value = module.get_variable("params", name)
     if tuple(value.shape) != tuple(shape):
-        raise ValueError(
+        raise CheckpointError(
             f"param {'/'.join((*module.path, name))} has shape "
             f"{tuple(value.shape)}, the config needs {tuple(shape)}"
         )

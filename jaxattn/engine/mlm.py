@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from jaxattn.engine.tokenize import TokenizedText
+from jaxattn.errors import CheckpointError
 
 
 def final_states_spec(engine):
@@ -39,7 +40,7 @@ class MaskedLM:
     def __init__(self, engine, tokenized, *, mask_rate: float, seed: int):
         mask_id = engine.tokenizer.hf.mask_token_id
         if mask_id is None:
-            raise ValueError("the tokenizer has no mask token: no masked-LM loss")
+            raise CheckpointError("the tokenizer has no mask token: no masked-LM loss")
         specials = set(engine.tokenizer.hf.all_special_ids)
         rng = np.random.default_rng(seed)
         self.engine = engine

@@ -31,7 +31,7 @@ from jaxattn.engine import batching, host, layer_groups
 from jaxattn.engine.oom import group_error, in_halves, out_of_memory
 from jaxattn.engine.step import CaptureStep
 from jaxattn.engine.tokenize import TokenizedText
-from jaxattn.errors import DeviceMemoryError
+from jaxattn.errors import DeviceMemoryError, UsageError
 from jaxattn.spec import CaptureSpec
 
 # Batches in flight: one computing while the previous one's copy lands.
@@ -328,11 +328,11 @@ class BatchPipeline:
         shape: its examples never run as one program.
 
         Raises:
-          ValueError: an unknown `sizes`.
+          UsageError: an unknown `sizes`.
         """
         if sizes not in batching.WARMUP_SIZES:
             valid = ", ".join(batching.WARMUP_SIZES)
-            raise ValueError(f"unknown warmup sizes {sizes!r}: valid are {valid}")
+            raise UsageError(f"unknown warmup sizes {sizes!r}: valid are {valid}")
         if sizes == "largest":
             self.shapes.pad_into.add(program(spec, False))
         shapes, grouped = [], []
@@ -437,7 +437,7 @@ class BatchPipeline:
         blockwise path holds grows linearly in T, as the token budget counts).
 
         Raises:
-          ValueError: attention="blockwise" and `spec` cannot run blockwise
+          UsageError: attention="blockwise" and `spec` cannot run blockwise
             (`CaptureStep.block_for`).
         """
         block_for = getattr(self.step, "block_for", None)  # a stand-in step: dense

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.engine.precision import Matmul
+from jaxattn.errors import CheckpointError
 from jaxattn.positions import attention_span  # HF's span rule (pure: the config needs it too)
 
 ATT_TYPES = ("c2p", "p2c")
@@ -87,12 +88,12 @@ def relative_positions(length: int, buckets: int, max_relative: int) -> np.ndarr
     Cached; the array is read-only.
     """
     if length < 1:
-        raise ValueError(f"length must be at least 1, got {length}")
+        raise RuntimeError(f"length must be at least 1, got {length}")  # a padded length
     distances = np.arange(-(length - 1), length, dtype=np.int64)  # i - j, ascending
     if buckets > 0 and max_relative > 0:
         if buckets < 2 or max_relative - 1 == buckets // 2:
             # HF divides by zero here (mid == 0, or log((max - 1) / mid) == 0).
-            raise ValueError(
+            raise CheckpointError(
                 f"position_buckets={buckets} with max_relative_positions={max_relative} "
                 "is degenerate: need position_buckets >= 2 and "
                 "max_relative_positions - 1 != position_buckets // 2"
@@ -133,7 +134,7 @@ def disentangled_scores(
     """
     bad = [t for t in att_types if t not in ATT_TYPES]
     if bad:
-        raise ValueError(f"unknown att_types {bad}: valid are {', '.join(ATT_TYPES)}")
+        raise RuntimeError(f"unknown att_types {bad}: valid are {', '.join(ATT_TYPES)}")
     scale = score_scale(q.shape[-1], att_types)
     # HF: bmm(query, key^T / scale): the key is scaled before the product.
     terms = {"c2c": mm("THK,SHK->HTS", q, k / scale)}

@@ -46,6 +46,8 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
+from jaxattn.errors import CheckpointError
+
 __all__ = [
     "apply_rotary",
     "in_window",
@@ -60,9 +62,9 @@ __all__ = [
 def inverse_frequencies(head_dim: int, theta: float) -> np.ndarray:
     """HF's inv_freq [K / 2] float32: 1 / theta^(arange(0, K, 2) / K)."""
     if head_dim < 2 or head_dim % 2:
-        raise ValueError(f"rotary head_dim {head_dim} must be even and at least 2")
+        raise CheckpointError(f"rotary head_dim {head_dim} must be even and at least 2")
     if not theta > 0:
-        raise ValueError(f"rope theta {theta} must be positive")
+        raise CheckpointError(f"rope theta {theta} must be positive")
     exponent = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)
     # torch: a float32 power (SLEEF, within 1 ulp), then a float32 division. The power is
     # taken in float64 and rounded once (numpy's own float32 power differs across versions).
@@ -90,7 +92,7 @@ def scaled_frequencies(inv_freq: np.ndarray, scaling: tuple) -> np.ndarray:
     if kind == "linear":
         return (inv_freq / f32(factor)).astype(f32)
     if kind != "llama3":
-        raise ValueError(f"unknown rope scaling {kind!r}")
+        raise RuntimeError(f"unknown rope scaling {kind!r}")  # Rotary checks its scaling
     # torch: python-scalar / tensor is reciprocal(tensor) * scalar, in float32.
     wavelen = ((f32(1) / inv_freq) * f32(2 * np.pi)).astype(f32)
     low_wavelen, high_wavelen = original / low, original / high
@@ -146,7 +148,7 @@ def window_mask(length: int, window: int, causal: bool = False) -> np.ndarray:
     0 <= i - j < window, the query and window - 1 keys before it.
     """
     if window < 0:
-        raise ValueError(f"local window {window} must not be negative")
+        raise CheckpointError(f"local window {window} must not be negative")
     pos = np.arange(length)
     return in_window(pos[:, None] - pos[None, :], window, causal)
 
@@ -163,5 +165,5 @@ def in_window(back, window: int, causal: bool = False):
 def is_global_layer(layer: int, every: int) -> bool:
     """Whether layer `layer` attends globally: layer % every == 0 (HF's layer_types)."""
     if every < 1:
-        raise ValueError(f"global_attn_every_n_layers {every} must be at least 1")
+        raise CheckpointError(f"global_attn_every_n_layers {every} must be at least 1")
     return layer % every == 0

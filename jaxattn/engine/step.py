@@ -45,11 +45,11 @@ def resolve_host_memory(policy: str, devices: Sequence[jax.Device]) -> str:
     """ "pinned", "device" or "staged" for `policy` on `devices`.
 
     Raises:
-      ValueError: an unknown policy, or "pinned"/"staged" on devices without
+      UsageError: an unknown policy, or "pinned"/"staged" on devices without
         pinned host memory.
     """
     if policy not in HOST_MEMORY:
-        raise ValueError(f"unknown host_memory {policy!r}: valid are {', '.join(HOST_MEMORY)}")
+        raise UsageError(f"unknown host_memory {policy!r}: valid are {', '.join(HOST_MEMORY)}")
     kinds = {m.kind for d in devices for m in d.addressable_memories()}
     if policy == "auto":
         if "pinned_host" not in kinds or any(d.platform == "cpu" for d in devices):
@@ -57,7 +57,7 @@ def resolve_host_memory(policy: str, devices: Sequence[jax.Device]) -> str:
         return "staged" if all(d.platform == "gpu" for d in devices) else "pinned"
     if policy in ("pinned", "staged") and "pinned_host" not in kinds:
         have = ", ".join(sorted(kinds))
-        raise ValueError(
+        raise UsageError(
             f"host_memory={policy!r}: {devices[0].platform} devices here offer "
             f"no pinned host memory (they have {have})"
         )
@@ -157,7 +157,7 @@ class CaptureStep:
         self.attention, self.block = attention, block or blockwise.BLOCK
         blockwise.choose_block(attention, config, (), 0, block=self.block)  # check the names
         if attention == "blockwise" and config.relative is not None:
-            raise ValueError(
+            raise UsageError(
                 f"attention='blockwise': {config.family} models (relative positions) have no "
                 "blockwise path; valid for them are auto, dense"
             )
@@ -262,7 +262,7 @@ class CaptureStep:
         the dense path (`blockwise.choose_block`, as the program decides).
 
         Raises:
-          ValueError: attention="blockwise" and the request needs the dense path: the
+          UsageError: attention="blockwise" and the request needs the dense path: the
             quantities it cannot serve are named (or the heads ablated).
         """
         block = blockwise.choose_block(

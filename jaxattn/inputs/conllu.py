@@ -18,6 +18,8 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from jaxattn.errors import InputError
+
 _ID, _FORM, _HEAD, _DEPREL = 0, 1, 6, 7
 
 
@@ -55,6 +57,16 @@ def coarse_relation(label: str) -> str:
     return label.split(":", 1)[0]
 
 
+def _utf8_lines(f) -> Iterator[str]:
+    """The lines of a binary file as text; a byte-order mark before the first is
+    passed over, as every input format does."""
+    for number, data in enumerate(f, 1):
+        try:
+            yield data.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as e:
+            raise InputError(number, f"invalid UTF-8 at byte {e.start + 1}") from None
+
+
 def read_conllu(source: str | Path | Iterable[str]) -> Iterator[Sentence]:
     """Read the sentences of a CoNLL-U file, lazily.
 
@@ -65,13 +77,16 @@ def read_conllu(source: str | Path | Iterable[str]) -> Iterator[Sentence]:
       One `Sentence` per sentence, in file order.
 
     Raises:
-      ValueError: a token line without 10 columns, a non-integer HEAD, a HEAD that
+      InputError: a line that is not UTF-8, a token line without 10 columns, a non-integer HEAD, a HEAD that
         is no word of its sentence, or IDs that are not 1, 2, 3, ... within a
-        sentence (named by line number).
+        sentence (named by line number, and by file where `source` is a path).
     """
     if isinstance(source, (str, Path)):
-        with open(source, encoding="utf-8") as f:
-            yield from read_conllu(f)
+        with open(source, "rb") as f:
+            try:
+                yield from read_conllu(_utf8_lines(f))
+            except InputError as e:
+                raise InputError(e.line, e.reason, source) from None
         return
     rows: list[tuple[str, int, str, int]] = []
     meta: dict[str, str] = {}
@@ -89,15 +104,15 @@ def read_conllu(source: str | Path | Iterable[str]) -> Iterator[Sentence]:
             continue
         cols = line.split("\t")
         if len(cols) != 10:
-            raise ValueError(f"line {number}: expected 10 tab-separated columns, got {len(cols)}")
+            raise InputError(number, f"expected 10 tab-separated columns, got {len(cols)}")
         if "-" in cols[_ID] or "." in cols[_ID]:
             continue  # multiword token or empty node: not a word of the basic tree
         if cols[_ID] != str(len(rows) + 1):
-            raise ValueError(f"line {number}: word ID {cols[_ID]!r}, expected {len(rows) + 1}")
+            raise InputError(number, f"word ID {cols[_ID]!r}, expected {len(rows) + 1}")
         try:
             head = int(cols[_HEAD])
         except ValueError:
-            raise ValueError(f"line {number}: HEAD {cols[_HEAD]!r} is not an integer") from None
+            raise InputError(number, f"HEAD {cols[_HEAD]!r} is not an integer") from None
         rows.append((cols[_FORM], head, cols[_DEPREL], number))
     if rows:
         yield _sentence(rows, meta)
@@ -108,9 +123,10 @@ def _sentence(rows: list[tuple[str, int, str, int]], meta: dict[str, str]) -> Se
     words, heads, rels, numbers = zip(*rows, strict=True)
     for head, number in zip(heads, numbers, strict=True):
         if not 0 <= head <= len(words):
-            raise ValueError(
-                f"line {number}: HEAD {head} is no word of the sentence: valid heads are "
-                f"0 (the root) to {len(words)}"
+            raise InputError(
+                number,
+                f"HEAD {head} is no word of the sentence: valid heads are "
+                f"0 (the root) to {len(words)}",
             )
     return Sentence(
         words=words, heads=heads, deprels=rels, sent_id=meta.get("sent_id"), text=meta.get("text")

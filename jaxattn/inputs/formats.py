@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from pathlib import Path
 
-from jaxattn.errors import InputError
+from jaxattn.errors import InputError, UsageError
 from jaxattn.inputs.conllu import Sentence, read_conllu
 
 Text = str | tuple[str, str]
@@ -71,14 +70,14 @@ def split_pair(line: str) -> Text:
     stripped of surrounding white space (which would change byte-level BPE tokens).
 
     Raises:
-      ValueError: more than one separator in the line.
+      InputError: more than one separator in the line.
     """
     separator = PAIR_SEPARATOR if PAIR_SEPARATOR in line else "\t"
     parts = line.split(separator)
     if len(parts) > 2:
         example = "A ||| B" if separator == PAIR_SEPARATOR else "A<TAB>B"
         name = repr(PAIR_SEPARATOR) if separator == PAIR_SEPARATOR else "tab"
-        raise ValueError(f"more than one {name} (a pair is '{example}')")
+        raise InputError(None, f"more than one {name} (a pair is '{example}')")
     if len(parts) == 1:
         return parts[0].strip()
     return (parts[0].strip(), parts[1].strip())
@@ -110,9 +109,9 @@ def detect_format(path: str | Path) -> str:
 
 
 def check_format(fmt: str) -> str:
-    """`fmt` if it is one of FORMATS (ValueError naming the valid ones otherwise)."""
+    """`fmt` if it is one of FORMATS (UsageError naming the valid ones otherwise)."""
     if fmt not in FORMATS:
-        raise ValueError(f"unknown input format {fmt!r}: valid formats are {', '.join(FORMATS)}")
+        raise UsageError(f"unknown input format {fmt!r}: valid formats are {', '.join(FORMATS)}")
     return fmt
 
 
@@ -130,8 +129,8 @@ def parse_record(raw: RawRecord, fmt: str) -> Record:
         return _parse_jsonl(line, raw)
     try:
         text = split_pair(line)
-    except ValueError as e:
-        raise InputError(raw.line, str(e)) from None
+    except InputError as e:
+        raise InputError(raw.line, e.reason) from None
     return Record(index=raw.index, line=raw.line, id=str(raw.index), text=text)
 
 
@@ -168,19 +167,13 @@ def _parse_jsonl(line: str, raw: RawRecord) -> Record:
     )
 
 
-_LINE_PREFIX = re.compile(r"^line (\d+): ")
-
-
 def _parse_conllu(raw: RawRecord) -> Record:
     lines = [_decode(data, raw.line + i) for i, data in enumerate(raw.lines)]
     try:
         sentences = list(read_conllu(lines))
-    except ValueError as e:
+    except InputError as e:
         # read_conllu numbers lines from 1 within the block it was given.
-        match = _LINE_PREFIX.match(str(e))
-        if not match:
-            raise InputError(raw.line, str(e)) from None
-        raise InputError(raw.line + int(match.group(1)) - 1, str(e)[match.end() :]) from None
+        raise InputError(raw.line + (e.line or 1) - 1, e.reason) from None
     if len(sentences) != 1:  # a block of comments only is not a record (see records)
         raise InputError(raw.line, f"expected one sentence, found {len(sentences)}")
     sentence = sentences[0]

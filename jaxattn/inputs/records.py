@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from jaxattn.errors import UsageError
 from jaxattn.inputs.formats import (
     UTF8_BOM,
     InputError,
@@ -84,6 +85,7 @@ def read_records(
       FileNotFoundError: no such file.
       InputError: an unreadable record (with on_error="stop"); its message
         names the file and line.
+      UsageError: an unknown `fmt` or `on_error`.
     """
     path = Path(path)
     if path.is_dir():
@@ -91,7 +93,7 @@ def read_records(
     if not path.is_file():
         raise FileNotFoundError(f"no input file {path}")
     if on_error not in ON_ERROR:
-        raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
+        raise UsageError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
     fmt = check_format(fmt or detect_format(path))
     with open(path, "rb") as f:
         for raw in scan_records(f, fmt):

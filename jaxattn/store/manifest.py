@@ -14,6 +14,7 @@ import dataclasses
 import math
 
 from jaxattn.continuations import STOPS
+from jaxattn.errors import CaptureFileError
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -80,8 +81,8 @@ class Entry:
         """The entry `to_json` wrote.
 
         Raises:
-          KeyError, TypeError, ValueError: a field missing, or not of the kind
-            `to_json` writes (naming it): a damaged manifest part.
+          CaptureFileError, KeyError, TypeError, ValueError: a field missing, or not of
+            the kind `to_json` writes (naming it): a damaged manifest part.
         """
         entry = cls(
             record=doc["record"],
@@ -100,7 +101,7 @@ class Entry:
         return entry
 
     def check(self) -> None:
-        """Raise ValueError naming the first field not of the kind `to_json` writes."""
+        """Raise CaptureFileError naming the first field not of the kind `to_json` writes."""
         b, text, g, stop = self.sentence_b_start, self.text, self.generated_start, self.stop
         wrong = (
             ("record", not _count(self.record)),
@@ -118,7 +119,9 @@ class Entry:
         )
         for name, bad in wrong:
             if bad:
-                raise ValueError(f"example {self.record!r}: {name} is not what jaxattn writes")
+                raise CaptureFileError(
+                    f"example {self.record!r}: {name} is not what jaxattn writes"
+                )
 
 
 def _count(value) -> bool:
@@ -200,7 +203,8 @@ class ShardPart:
         """The part `to_json` wrote.
 
         Raises:
-          KeyError, TypeError, ValueError, IndexError, AttributeError: a damaged part.
+          CaptureFileError, KeyError, TypeError, ValueError, IndexError, AttributeError:
+            a damaged part.
         """
         part = cls(
             shard=doc["shard"],
@@ -211,7 +215,7 @@ class ShardPart:
             stats=doc.get("stats", {}),
         )
         if not (_count(part.shard) and len(part.records) == 2 and all(map(_count, part.records))):
-            raise ValueError(
+            raise CaptureFileError(
                 f"shard {part.shard!r}, records {part.records!r}: not what jaxattn writes"
             )
         return part

@@ -140,21 +140,23 @@ class ShardWriter:
         with its last part.
 
         Raises:
-          ValueError: the capture does not match the store's spec (a bug), or a
-            part out of order.
+          RuntimeError: the capture does not match the store's spec, or a part out of
+            order (a bug).
         """
         part = cap if isinstance(cap, CapturePart) else None
         fields = part.fields if part is not None else None
         length = len(fields["tokens"]) if part is not None else cap.length
         if part is not None and part.first != (self._open is None):
-            raise ValueError(f"record {record}: layer group {part.part} out of order")
+            raise RuntimeError(f"record {record}: layer group {part.part} out of order")
         data, added = ({} if self._open is None else self._open), 0
         for q in self.what:
             array = cap.tensors[q]
             shape = layout.example_shape(q, self.sizes, length)
             want = shape if part is None else (part.entries(q)[1] - part.entries(q)[0], *shape[1:])
             if array.shape != want:
-                raise ValueError(f"{q} of record {record} has shape {array.shape}, expected {want}")
+                raise RuntimeError(
+                    f"{q} of record {record} has shape {array.shape}, expected {want}"
+                )
             flat = layout.to_storage(array, self.dtype)
             with tensorstore_errors(self.kv.location, self.operation, _ADVICE):
                 offset = self._columns[q].append(flat)
@@ -213,7 +215,7 @@ class ShardWriter:
                 self._writes.popleft()[1].result()
         for q, column in self._columns.items():
             if column.flushed != self.totals[q]:
-                raise ValueError(
+                raise RuntimeError(
                     f"shard {self.shard}: {q} got {column.flushed} elements, "
                     f"expected {self.totals[q]} (an example is missing)"
                 )

@@ -28,7 +28,7 @@ import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from jaxattn.errors import JaxattnError, TooLongError
+from jaxattn.errors import JaxattnError, TooLongError, UsageError
 from jaxattn.inputs import split_pair
 from jaxattn.views.page import CSP_WEB, SCRIPTS, document
 from jaxattn.views.payload import VIEWS, build_payload, check_views, needs
@@ -37,8 +37,9 @@ from jaxattn.views.segments_page import segments_data, statistics_captures
 log = logging.getLogger("jaxattn.web")
 
 
-class BadInput(ValueError):
-    """A request the person can fix: shown on the page as it is."""
+class BadInput(UsageError):
+    """A request the person can fix: shown on the page as it is (status 400, as every
+    ValueError and JaxattnError a capture raises)."""
 
 
 def parse_request(body: dict, max_chars: int, max_document_chars: int | None = None):

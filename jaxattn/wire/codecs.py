@@ -117,7 +117,7 @@ def compress(data, codec: str) -> bytes:
         import lz4.frame
 
         return lz4.frame.compress(data, store_size=True)
-    raise ValueError(f"unknown codec {codec!r}: valid codecs are {', '.join(CODECS)}")
+    raise RuntimeError(f"unknown codec {codec!r}: valid codecs are {', '.join(CODECS)}")
 
 
 def decompress(data: bytes, codec: str, length: int):
@@ -194,7 +194,7 @@ def _zstd_into(data: bytes, out) -> None:
 
 def _frame_size(data) -> int:
     """The bytes of the zstd frame `data` starts with, from its header, its blocks'
-    headers and its checksum flag (RFC 8878, 3.1.1); ValueError where it does not
+    headers and its checksum flag (RFC 8878, 3.1.1); WireError where it does not
     end inside `data`, zstd.ZstdError where it does not start as a frame."""
     import zstandard
 
@@ -202,11 +202,11 @@ def _frame_size(data) -> int:
     pos = zstandard.frame_header_size(view)  # the magic number and the frame header
     while True:
         if pos + 3 > len(view):
-            raise ValueError("the frame ends inside a block header")
+            raise WireError("the frame ends inside a block header")
         block = int.from_bytes(view[pos : pos + 3], "little")
         kind, size = (block >> 1) & 3, block >> 3  # raw, RLE (one byte), compressed, -
         if kind == 3:
-            raise ValueError("a reserved block type")
+            raise WireError("a reserved block type")
         pos += 3 + (1 if kind == 1 else size)
         if block & 1:  # the last block
             return pos + (4 if view[4] & 0x04 else 0)  # Content_Checksum_flag

@@ -15,6 +15,8 @@ import ctypes
 
 import numpy as np
 
+from jaxattn.wire.codecs import WireError
+
 # Field tags: (field_number << 3) | wire_type, wire type 2 = length-delimited.
 HEADER_TAG = (1 << 3) | 2  # CaptureResponse.header
 CHUNK_TAG = (2 << 3) | 2  # CaptureResponse.chunk
@@ -43,18 +45,18 @@ def read_varint(buf, pos: int) -> tuple[int, int]:
     """(value, next position) of the varint at `pos`.
 
     Raises:
-      ValueError: truncated or longer than 10 bytes.
+      WireError: truncated or longer than 10 bytes.
     """
     value = shift = 0
     for k in range(10):
         if pos + k >= len(buf):
-            raise ValueError("truncated varint")
+            raise WireError("truncated varint")
         b = buf[pos + k]
         value |= (b & 0x7F) << shift
         if not b & 0x80:
             return value, pos + k + 1
         shift += 7
-    raise ValueError("varint longer than 10 bytes")
+    raise WireError("varint longer than 10 bytes")
 
 
 def length_delimited(tag: int, payload_len: int) -> bytes:
@@ -91,7 +93,7 @@ def new_bytes(n: int) -> tuple[bytes, np.ndarray]:
     used (hashed, compared, sent): until then it is not a valid value.
     """
     if n < _MIN_NEW_BYTES:
-        raise ValueError(f"new_bytes needs at least {_MIN_NEW_BYTES} bytes, got {n}")
+        raise RuntimeError(f"new_bytes needs at least {_MIN_NEW_BYTES} bytes, got {n}")
     out = _from_size(None, n)
     return out, np.asarray(_Memory(out, n))
 
@@ -206,7 +208,7 @@ def rewrite_head(region: np.ndarray, head: bytes) -> None:
     long as the old one, or 5 bytes shorter (a zero crc32 is left out)."""
     rest = len(region) - len(head)
     if rest < 0 or rest == 1:
-        raise ValueError(f"a head of {len(head)} bytes does not fit {len(region)} bytes")
+        raise RuntimeError(f"a head of {len(head)} bytes does not fit {len(region)} bytes")
     region[: len(head)] = np.frombuffer(head, np.uint8)
     if rest:
         region[len(head) :] = np.frombuffer(padding(rest), np.uint8)
@@ -255,7 +257,7 @@ def split_items(buf) -> list[tuple[str, memoryview, memoryview | None]] | None:
 
 def _split_one(view: memoryview) -> tuple[str, memoryview, memoryview | None] | None:
     """One item (a CaptureResponse of a header or a chunk) as `split_items` gives each;
-    None where it is not the common shape, ValueError where a varint is broken."""
+    None where it is not the common shape, WireError where a varint is broken."""
     if not view or view[0] not in (HEADER_TAG, CHUNK_TAG):
         return None
     size, start = read_varint(view, 1)

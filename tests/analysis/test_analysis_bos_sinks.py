@@ -13,6 +13,7 @@ from llama_fixture import make_llama_checkpoint  # noqa: E402
 import jaxattn
 from jaxattn.analysis.bos_sinks import bos_sink_study, bos_variants
 from jaxattn.analysis.decoder import BosSinks, bos_sink_shares
+from jaxattn.errors import TooLongError, UsageError
 
 TEXTS = ["The cat sat on the mat.", "Hello, world.", "a", "I went to the store."]
 
@@ -50,7 +51,7 @@ def test_a_one_token_text_has_no_rows_and_shapes_are_checked():
     sinks = BosSinks()
     sinks.update(np.eye(2)[None], np.eye(1)[None])
     assert sinks.examples == 0 and sinks.result() == {}
-    with pytest.raises(ValueError, match="one token longer"):
+    with pytest.raises(UsageError, match="one token longer"):
         bos_sink_shares(np.eye(3), np.eye(3))
 
 
@@ -101,5 +102,23 @@ def test_an_encoder_is_refused():
 
     from jaxattn.config import tiny
 
-    with pytest.raises(ValueError, match="not a decoder"):
+    with pytest.raises(UsageError, match="not a decoder"):
         bos_variants(SimpleNamespace(config=tiny()), [])
+
+
+def test_the_limit_counts_texts_used_and_errors_name_the_inputs_place(model):
+    # --sink-examples N: the first N texts the study can use ("a" is one token
+    # without BOS), not the first N of the input.
+    _, engine, _ = model
+    res = bos_sink_study(engine, TEXTS, limit=3)
+    assert res["examples"] == 3 and res["skipped"] == 1
+    whole = bos_sink_study(engine, TEXTS)
+    np.testing.assert_allclose(res["bos"], whole["bos"], rtol=0, atol=1e-6)
+    res = bos_sink_study(engine, TEXTS, limit=2)
+    assert res["examples"] == 2 and res["skipped"] == 0  # the rest is not read
+    np.testing.assert_allclose(res["bos"], bos_sink_study(engine, TEXTS[:2])["bos"], atol=1e-6)
+    many = [*TEXTS] * 20 + ["word " * 200]  # past the first chunk of texts read
+    with pytest.raises(TooLongError) as caught:
+        bos_sink_study(engine, many)
+    assert caught.value.index == len(many) - 1
+    assert str(caught.value).startswith(f"text {len(many) - 1} is ")

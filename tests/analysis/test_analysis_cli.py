@@ -239,3 +239,17 @@ def test_the_cli_spells_the_analysis_names():
     assert (flags.WORD_ROWS, flags.DIRECTIONS) == (WORD_ROWS, DIRECTIONS)
     assert (flags.CLARK_DIRECTIONS, flags.BASELINE_OFFSETS) == (CLARK_DIRECTIONS, BASELINE_OFFSETS)
     assert flags.FLOW_MAX_TOKENS == MAX_TOKENS
+
+
+def test_analyze_with_every_text_skipped_says_so(checkpoint_dirs, tmp_path, capsys):
+    long = tmp_path / "long.txt"
+    long.write_text("word " * 100 + "\n" + "store " * 90 + "\n", encoding="utf-8")
+    out = tmp_path / "report.json"
+    model = str(checkpoint_dirs["bert"])
+    args = ["analyze", str(long), "--model", model, "--out", str(out), "--quiet"]
+    assert main([*args, "--too-long", "skip"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        "jaxattn analyze: error: every text was skipped (--too-long skip): nothing to analyse"
+    )
+    assert not out.exists()

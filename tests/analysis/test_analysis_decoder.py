@@ -21,6 +21,7 @@ from jaxattn.analysis import (
     repeated_sequence_text,
 )
 from jaxattn.capture import Capture
+from jaxattn.errors import UsageError
 from jaxattn.quantities import DECODER_HEAD_STATS, ENTROPY_SMOOTHING
 
 
@@ -107,9 +108,9 @@ def test_no_repeats_gives_nan_and_bad_shapes_are_named():
     w = _onehot(3, lambda i: 0)[None, None]
     assert np.isnan(induction_scores(w, ["a", "b", "c"])).all()
     assert np.isnan(duplicate_token_scores(w, ["a", "b", "c"])).all()
-    with pytest.raises(ValueError, match="2 tokens for attention over 3 positions"):
+    with pytest.raises(UsageError, match="2 tokens for attention over 3 positions"):
         induction_scores(w, ["a", "b"])
-    with pytest.raises(ValueError, match=r"must be \[..., T, T\]"):
+    with pytest.raises(UsageError, match=r"must be \[..., T, T\]"):
         previous_token_scores(np.ones((2, 3)))
 
 
@@ -123,7 +124,7 @@ def test_sinks_with_and_without_bos():
     np.testing.assert_allclose(sinks.difference, [[2 / 3, 0]])
     alone = AttentionSinks(_cap(with_bos, "abcd"))
     assert alone.other is None and alone.difference is None
-    with pytest.raises(ValueError, match="different layers/heads"):
+    with pytest.raises(UsageError, match="different layers/heads"):
         AttentionSinks(_cap(with_bos, "abcd"), _cap(with_bos[:, :1], "abcd"))
     # from the on-device table alone: its "first" column, whichever column that is
     table = np.arange(2 * len(DECODER_HEAD_STATS), dtype=np.float32).reshape(1, 2, -1)
@@ -230,9 +231,9 @@ def test_the_repeated_sequence_is_n_distinct_word_tokens_twice():
     vocab = tok.get_vocab()
     assert tok.encode(text, add_special_tokens=False) == [vocab[t] for t in tokens]  # no BOS
     assert repeated_sequence_text(tok, 6, seed=1) == (text, tokens)  # the seed fixes it
-    with pytest.raises(ValueError, match="n >= 2"):
+    with pytest.raises(UsageError, match="n >= 2"):
         repeated_sequence_text(tok, 1)
-    with pytest.raises(ValueError, match="fewer than the n = 10000"):
+    with pytest.raises(UsageError, match="fewer than the n = 10000"):
         repeated_sequence_text(tok, 10000)
 
 

@@ -7,6 +7,7 @@ import pytest
 from analysis_helpers import make_capture
 
 from jaxattn.analysis import DependencyHeads, align_words, coarse_relation, read_conllu
+from jaxattn.errors import InputError
 
 CONLLU = """\
 # sent_id = s1
@@ -85,6 +86,17 @@ def test_read_conllu_skips_multiword_tokens_and_empty_nodes(tmp_path):
     assert coarse_relation("obl:tmod") == "obl" and coarse_relation("det") == "det"
 
 
+def test_read_conllu_of_a_file_passes_a_bom_and_names_bad_utf8(tmp_path):
+    path = tmp_path / "bom.conllu"
+    path.write_bytes(b"\xef\xbb\xbf" + CONLLU.encode())  # as Notepad or Excel save it
+    assert [s.sent_id for s in read_conllu(path)] == ["s1", "s2", "s3"]
+    latin1 = CONLLU.replace("cat", "caf\u00e9").encode("latin-1")
+    path.write_bytes(latin1)
+    line = latin1[: latin1.index(b"caf\xe9")].count(b"\n") + 1
+    with pytest.raises(InputError, match=rf"bom.conllu:{line}: invalid UTF-8 at byte \d+"):
+        list(read_conllu(path))
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -94,7 +106,7 @@ def test_read_conllu_skips_multiword_tokens_and_empty_nodes(tmp_path):
     ],
 )
 def test_read_conllu_errors(text, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(InputError, match=message):
         list(read_conllu([text]))
 
 
@@ -162,5 +174,5 @@ def test_coarse_relations_and_unaligned_sentences():
     acc.update(bad, pairs[2][1])
     assert "nmod" in acc.result() and "nmod:poss" not in acc.result()
     assert acc.sentences == 3 and acc.skipped == 1 and "s3" in acc.skip_reasons[0]
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError):
         DependencyHeads(strict=True).update(bad, pairs[2][1])

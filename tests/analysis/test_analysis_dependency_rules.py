@@ -11,6 +11,7 @@ import pytest
 from analysis_helpers import make_capture
 
 from jaxattn.analysis import DIRECTIONS, DependencyHeads, Sentence, align_words
+from jaxattn.errors import UsageError
 
 
 def capture(word_rows, tokens, words):
@@ -144,9 +145,9 @@ def test_the_possessive_rule():
 
 
 def test_bad_options():
-    with pytest.raises(ValueError, match="rows"):
+    with pytest.raises(UsageError, match="rows"):
         DependencyHeads(rows="max")
-    with pytest.raises(ValueError, match="directions"):
+    with pytest.raises(UsageError, match="directions"):
         DependencyHeads(directions=["head_to_head"])
-    with pytest.raises(ValueError, match="lowest"):
+    with pytest.raises(UsageError, match="lowest"):
         DependencyHeads(offsets=(2, -3))

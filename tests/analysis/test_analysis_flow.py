@@ -29,6 +29,7 @@ from jaxattn.analysis import (
 )
 from jaxattn.analysis.flow import max_flows
 from jaxattn.capture import Capture
+from jaxattn.errors import UsageError
 
 FLOW_MODULE = importlib.import_module(
     "jaxattn.analysis.flow"
@@ -110,7 +111,7 @@ def test_rows_layers_and_chunks(monkeypatch):
     np.testing.assert_allclose(attention_flow(w, layers=[3, 1]), full[[3, 1]])
     monkeypatch.setattr(FLOW_MODULE, "MAX_EDGES", 10)  # one problem per scipy call
     np.testing.assert_allclose(attention_flow(w, layers=[2, 3]), full[2:], atol=1e-12)
-    with pytest.raises(ValueError, match="layers must lie in 0..3"):
+    with pytest.raises(UsageError, match="layers must lie in 0..3"):
         attention_flow(w, layers=[4])
 
 
@@ -135,7 +136,7 @@ def test_norm_kind_and_layers_from_the_input():
         dtype="float32",
         tensors={"attention": HAND[1:].astype(np.float32)},
     )
-    with pytest.raises(ValueError, match="flow needs consecutive layers from 0"):
+    with pytest.raises(UsageError, match="flow needs consecutive layers from 0"):
         flow(later)
 
 

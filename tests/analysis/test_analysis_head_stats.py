@@ -23,6 +23,7 @@ from jaxattn.analysis import (
     head_statistics,
     row_entropy,
 )
+from jaxattn.errors import CaptureFileError, UsageError
 
 SEP_A = PAIR_TOKENS.index("[SEP]")  # 7; the other [SEP] is the last token
 S = 1e-4  # Clark et al.'s smoothing: entropy of (1 - S) w + S / T
@@ -170,7 +171,7 @@ def test_corpus_mean_is_per_example_mean():
 def test_layout_mismatch_raises():
     acc = HeadStats()
     acc.update(make_capture(np.stack([identity(), identity()])[None]))
-    with pytest.raises(ValueError, match="same layers and heads"):
+    with pytest.raises(UsageError, match="same layers and heads"):
         acc.update(make_capture(identity()))
 
 
@@ -194,5 +195,5 @@ def test_uint8_captures_are_decoded():
 
 def test_a_table_of_other_statistics_is_refused():
     cap = make_capture(identity(), head_stats=np.zeros((1, 1, 8)))  # before sep_sep, rest_sep
-    with pytest.raises(ValueError, match="holds 8 statistics per head, this version 10"):
+    with pytest.raises(CaptureFileError, match="holds 8 statistics per head, this version 10"):
         HeadStats().update(cap)

@@ -8,6 +8,7 @@ import pytest
 from jaxattn.analysis import MixingRatios, mixing_ratio_rows
 from jaxattn.analysis.mixing import MEASURES, NEEDS, token_ratios
 from jaxattn.capture import Capture
+from jaxattn.errors import UsageError
 from jaxattn.quantities import NORM_MEASURES, QUANTITIES
 
 
@@ -73,7 +74,7 @@ def test_per_pair_norm_maps_are_not_read_as_mixing_ratios():
 
 
 def test_a_missing_quantity_is_named_with_its_what():
-    with pytest.raises(ValueError, match="'mixing_ratio'.*--what mixing_ratio"):
+    with pytest.raises(UsageError, match="'mixing_ratio'.*--what mixing_ratio"):
         token_ratios(_capture(np.ones((1, 1, 2, 2), np.float32)), "AttnResLn-N")
-    with pytest.raises(ValueError, match="Attn-W"):
+    with pytest.raises(UsageError, match="Attn-W"):
         token_ratios(_capture(np.ones((1, 1, 2, 2), np.float32)), "Attn-X")

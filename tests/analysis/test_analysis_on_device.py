@@ -11,6 +11,7 @@ from hf_fixtures import EXAMPLE_A, EXAMPLE_B
 
 from jaxattn.analysis import CorpusAnalysis, capture_weights, head_statistics
 from jaxattn.cli import main
+from jaxattn.errors import UsageError
 from jaxattn.quantities import HEAD_STATS
 
 TEXTS = [EXAMPLE_A, (EXAMPLE_A, EXAMPLE_B), "", "a, b. c, d; e ... f"]
@@ -83,5 +84,5 @@ def test_statistics_are_not_offered_as_uint8_and_need_maps_for_custom_specials(e
     from jaxattn.analysis import BERT_SPECIALS, HeadStats
 
     (cap,) = engine.capture([EXAMPLE_A], what=STATS[:1])
-    with pytest.raises(ValueError, match="custom specials need the maps"):
+    with pytest.raises(UsageError, match="custom specials need the maps"):
         HeadStats(specials=BERT_SPECIALS).update(cap)

@@ -19,6 +19,7 @@ from jaxattn.analysis.ov_circuit import (
     unembed_embed,
 )
 from jaxattn.engine.causal_lm import unembedding
+from jaxattn.errors import UsageError
 
 
 def _score_of_head(w_v, w_o, d=4):
@@ -174,5 +175,5 @@ def test_the_tiny_decoders_against_their_torch_weights(family, tmp_path):
 def test_a_post_norm_model_is_refused():
     from jaxattn.config import tiny
 
-    with pytest.raises(ValueError, match="pre-norm decoder"):
+    with pytest.raises(UsageError, match="pre-norm decoder"):
         model_copying_scores(tiny(), {}, np.zeros((101, 15)))

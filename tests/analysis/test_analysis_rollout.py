@@ -16,6 +16,7 @@ from analysis_helpers import make_capture
 from jaxattn.analysis import RolloutStats, attention_rollout, rollout
 from jaxattn.analysis.rollout import residual_attention
 from jaxattn.capture import Capture
+from jaxattn.errors import UsageError
 
 TO_1 = [[0.0, 1.0], [0.0, 1.0]]  # every row on token 1
 TO_0 = [[1.0, 0.0], [1.0, 0.0]]
@@ -104,7 +105,7 @@ def test_rollout_needs_layers_from_zero():
         dtype="float32",
         tensors={"attention": att},
     )
-    with pytest.raises(ValueError, match="consecutive layers from 0"):
+    with pytest.raises(UsageError, match="consecutive layers from 0"):
         rollout(cap)
 
 

@@ -7,6 +7,7 @@ import pytest
 from analysis_helpers import PAIR_TOKENS
 
 from jaxattn.analysis import align_words, group_words, normalise_text, word_level_attention
+from jaxattn.errors import UsageError
 
 SPLIT = ("[CLS]", "straw", "##berries", "are", "red", "[SEP]")
 
@@ -42,7 +43,7 @@ def test_word_level_attention_of_a_split_word():
     first = word_level_attention(a[None, None], wmap, rows="first")[0, 0]
     expected[1] = [0.0, 0.6, 0.2, 0.1, 0.1]
     np.testing.assert_allclose(first, expected, atol=1e-12)
-    with pytest.raises(ValueError, match="rows"):
+    with pytest.raises(UsageError, match="rows"):
         word_level_attention(a, wmap, rows="max")
 
 

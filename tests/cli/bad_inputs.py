@@ -175,6 +175,7 @@ BAD: list[Bad] = [
     Bad("an empty text", "text", lambda t, g: "  ", 1, "TEXT is empty"),
     Bad("an empty text", "input", lambda t, g: "", 1, "INPUT is empty"),
     Bad("an empty sentence B", "text", lambda t, g: "a ||| ", 1, "sentence B is empty"),
+    Bad("a text of 3 parts", "text", lambda t, g: "a ||| b ||| c", 1, r"more than one '\|\|\|'"),
     Bad(
         "standard input",
         "input_file",
@@ -293,6 +294,22 @@ BAD: list[Bad] = [
         1,
         r"clients\.toml:3: \[clients\.a\] requests_per_s: expected a number > 0",
         only=frozenset({"serve"}),
+    ),
+    Bad(
+        "an empty token file",
+        "--token-file",
+        lambda t, g: ["--token-file", _file("token", b"\n")(t, g)],
+        1,
+        r"token file \S*token is empty",
+        only=frozenset({"serve"}),
+    ),
+    Bad(
+        "an empty token file",
+        "--token-file",
+        lambda t, g: ["--server", "127.0.0.1:9", "--token-file", _file("token", b"\n")(t, g)],
+        1,
+        r"token file \S*token is empty",
+        only=frozenset({"capture", "view", "analyze", "web", "loadtest"}),
     ),
     Bad(
         "a model and a synthetic one",

@@ -6,6 +6,7 @@ import jax
 import pytest
 
 from jaxattn.dump import distributed
+from jaxattn.errors import UsageError
 
 
 @pytest.fixture
@@ -46,9 +47,9 @@ def test_single_process_unless_asked_or_detected(calls, monkeypatch):
 
 def test_bad_values(calls, monkeypatch):
     monkeypatch.setenv("JAX_PROCESS_ID", "one")
-    with pytest.raises(ValueError, match=r"\$JAX_PROCESS_ID must be an integer"):
+    with pytest.raises(UsageError, match=r"\$JAX_PROCESS_ID must be an integer"):
         distributed.initialize()
-    with pytest.raises(ValueError, match="unknown distributed mode"):
+    with pytest.raises(UsageError, match="unknown distributed mode"):
         distributed.initialize(mode="maybe")
 
 

@@ -62,7 +62,7 @@ def test_bad_records_are_reported_by_line_and_skipped(
 def test_on_error_stop_names_the_line_and_commits_nothing(
     engines, bert_checkpoint, bad_corpus, tmp_path
 ):
-    with pytest.raises(ValueError, match=r"bad\.jsonl:2: bad JSON.*--on-error skip"):
+    with pytest.raises(jaxattn.InputError, match=r"bad\.jsonl:2: bad JSON.*--on-error skip"):
         _dump(engines, bert_checkpoint, bad_corpus, tmp_path / "s", on_error="stop")
     assert not (tmp_path / "s" / "manifest" / "s000000").exists()
 
@@ -120,5 +120,5 @@ def test_too_long_examples(
 
 
 def test_too_long_error_with_on_error_stop(engines, bert_checkpoint, long_corpus, tmp_path):
-    with pytest.raises(ValueError, match=r"long\.txt:3: longer than the model's limit"):
+    with pytest.raises(jaxattn.InputError, match=r"long\.txt:3: longer than the model's limit"):
         _dump(engines, bert_checkpoint, long_corpus, tmp_path / "s")  # the defaults

@@ -77,7 +77,7 @@ def test_killed_job_resumes_with_the_same_command(
     cmd = dump_cli(corpus, tmp_path / "s", bert_checkpoint, "--chunk-bytes", "4096")
     killed = run_cli(cmd, cli_env(compile_cache, **{CRASH_ENV: "1"}))
     assert killed.returncode == CRASH_STATUS, killed.stderr[-3000:]
-    with pytest.raises(ValueError, match="incomplete: 1 of 2 shards"):
+    with pytest.raises(jaxattn.CaptureFileError, match="incomplete: 1 of 2 shards"):
         jaxattn.open_store(tmp_path / "s")
     assert (tmp_path / "s" / "attention" / "s000001").exists()  # the half-written shard
 

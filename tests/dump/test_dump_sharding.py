@@ -7,6 +7,7 @@ import hashlib
 import pytest
 
 from jaxattn.dump.sharding import owner, plan_shards
+from jaxattn.errors import UsageError
 
 
 def _records(path, fmt=None, **kw):
@@ -40,7 +41,7 @@ def test_plan_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="no input file"):
         plan_shards(tmp_path / "missing.txt")
     (tmp_path / "x.txt").write_text("a\n")
-    with pytest.raises(ValueError, match="shard-size"):
+    with pytest.raises(UsageError, match="shard-size"):
         plan_shards(tmp_path / "x.txt", shard_size=0)
-    with pytest.raises(ValueError, match="unknown input format"):
+    with pytest.raises(UsageError, match="unknown input format"):
         plan_shards(tmp_path / "x.txt", fmt="csv")

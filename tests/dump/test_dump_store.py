@@ -123,7 +123,7 @@ def test_two_process_shares_complete_one_store(
     opts = options(corpus, tmp_path / "s")
     first = run_dump(engines["bert"], opts, model_dir=bert_checkpoint, process=Process(1, 2))
     assert (first.counts.examples, first.shards) == (4, 1)
-    with pytest.raises(ValueError, match="incomplete: 1 of 2 shards"):
+    with pytest.raises(jaxattn.CaptureFileError, match="incomplete: 1 of 2 shards"):
         jaxattn.open_store(tmp_path / "s")
     partial = jaxattn.open_store(tmp_path / "s", partial=True)
     assert [e.id for e in partial.entries] == ["4", "5", "b3", "b4"] and not partial.complete

@@ -20,6 +20,7 @@ from jaxattn.engine.relative import (
     relative_positions,
     score_scale,
 )
+from jaxattn.errors import CheckpointError
 
 D, H, K, T = 21, 3, 7, 37
 
@@ -51,7 +52,7 @@ def test_relative_positions_cached_read_only_and_degenerate_refused():
     rel = relative_positions(9, 8, 67)
     assert rel is relative_positions(9, 8, 67) and not rel.flags.writeable
     for buckets, max_relative in ((1, 67), (8, 5)):  # HF divides by zero for both
-        with pytest.raises(ValueError, match="degenerate"):
+        with pytest.raises(CheckpointError, match="degenerate"):
             relative_positions(9, buckets, max_relative)
 
 
@@ -153,7 +154,7 @@ def test_disentangled_scores_equal_hf(monkeypatch, att_types, share, buckets, ma
 
 def test_disentangled_scores_refuses_unknown_terms():
     q = np.zeros((3, H, K), np.float32)
-    with pytest.raises(ValueError, match="unknown att_types"):
+    with pytest.raises(RuntimeError, match="unknown att_types"):
         disentangled_scores(q, q, q, q, relative_positions(3, -1, 4), ("c2c",), 4)
 
 

@@ -28,6 +28,7 @@ import jaxattn
 from jaxattn.config import tiny
 from jaxattn.engine import layer_loop
 from jaxattn.engine.ablation import HeadAblation
+from jaxattn.errors import UsageError
 from jaxattn.positions import Rotary
 from jaxattn.spec import make_spec
 
@@ -186,12 +187,12 @@ def test_the_option_names_its_values(monkeypatch):
     assert layer_loop.resolve_layer_loop(None, cpu) == "unrolled"
     assert layer_loop.resolve_layer_loop("auto", gpu) == "scan"
     assert layer_loop.resolve_layer_loop("unrolled", gpu) == "unrolled"
-    with pytest.raises(ValueError, match="unknown layer_loop 'scanned': valid are auto, unrolled"):
+    with pytest.raises(UsageError, match="unknown layer_loop 'scanned': valid are auto, unrolled"):
         layer_loop.resolve_layer_loop("scanned", cpu)
     monkeypatch.setenv(layer_loop.ENV, "scan")
     assert layer_loop.resolve_layer_loop(None, cpu) == "scan"
     monkeypatch.setenv(layer_loop.ENV, "loop")
-    with pytest.raises(ValueError, match=r"unknown \$JAXATTN_LAYER_LOOP 'loop'"):
+    with pytest.raises(UsageError, match=r"unknown \$JAXATTN_LAYER_LOOP 'loop'"):
         layer_loop.resolve_layer_loop(None, cpu)
 
 

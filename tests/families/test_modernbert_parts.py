@@ -17,6 +17,7 @@ from transformers.masking_utils import create_bidirectional_sliding_window_mask
 from transformers.models.modernbert import modeling_modernbert as hf
 
 from jaxattn.engine import rotary
+from jaxattn.errors import CheckpointError
 
 D, H, K, T = 18, 3, 6, 40
 
@@ -123,11 +124,11 @@ def test_is_global_layer_matches_hf_layer_types(every):
 
 
 def test_bad_arguments_are_refused():
-    with pytest.raises(ValueError, match="even"):
+    with pytest.raises(CheckpointError, match="even"):
         rotary.inverse_frequencies(7, 10.0)
-    with pytest.raises(ValueError, match="at least 1"):
+    with pytest.raises(CheckpointError, match="at least 1"):
         rotary.is_global_layer(0, 0)
-    with pytest.raises(ValueError, match="negative"):
+    with pytest.raises(CheckpointError, match="negative"):
         rotary.window_mask(4, -2)
 
 

@@ -93,7 +93,7 @@ def test_conllu_head_past_the_sentence(tmp_path):
     """HEAD 33333333333 (and 5 in a two-word sentence) were read, and `arcs` pointed at a
     word that does not exist."""
     rows = "1\tPresident\t_\t_\t_\t_\t2\tnmod\t_\t_\n2\tBush\t_\t_\t_\t_\t5\tnsubj\t_\t_\n"
-    with pytest.raises(ValueError, match="line 2: HEAD 5 is no word of the sentence"):
+    with pytest.raises(InputError, match="line 2: HEAD 5 is no word of the sentence"):
         list(read_conllu(rows.splitlines()))
     path = tmp_path / "in.conllu"
     path.write_text("1\tThe\t_\t_\t_\t_\t33333333333\tdet\t_\t_\n\n")
@@ -139,9 +139,9 @@ def test_store_manifest_entry_with_a_negative_offset_or_dimension():
     good = dict(record=0, line=1, id="0", tokens=["a"], sentence_b_start=None, text="a")
     Entry.from_json({**good, "data": {"attention": {"offset": 0, "shape": [1, 1, 1, 1]}}})
     for data in ({"offset": -(2**63) - 1, "shape": [1]}, {"offset": 0, "shape": [-1, 2]}):
-        with pytest.raises(ValueError, match="example 0: data is not what jaxattn writes"):
+        with pytest.raises(CaptureFileError, match="example 0: data is not what jaxattn writes"):
             Entry.from_json({**good, "data": {"attention": data}})
-    with pytest.raises(ValueError, match="tokens"):
+    with pytest.raises(CaptureFileError, match="tokens"):
         Entry.from_json({**good, "tokens": [1, 2], "data": {}})
 
 

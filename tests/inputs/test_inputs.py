@@ -6,6 +6,7 @@ import hashlib
 
 import pytest
 
+from jaxattn.errors import UsageError
 from jaxattn.inputs import (
     InputError,
     RawRecord,
@@ -126,7 +127,7 @@ def test_split_pair(line, want):
 
 @pytest.mark.parametrize("line", ["a ||| b ||| c", "a\tb\tc"])
 def test_split_pair_refuses_two_separators(line):
-    with pytest.raises(ValueError, match="more than one"):
+    with pytest.raises(InputError, match="more than one"):
         split_pair(line)
 
 
@@ -151,7 +152,7 @@ def test_read_records_names_file_and_line_or_skips(tmp_path):
     assert [r.text for r in read_records(path, on_error="skip", limit=1)] == ["a"]
     with pytest.raises(FileNotFoundError, match="no input file"):
         list(read_records(tmp_path / "missing.txt"))
-    with pytest.raises(ValueError, match="unknown input format 'csv'"):
+    with pytest.raises(UsageError, match="unknown input format 'csv'"):
         list(read_records(path, "csv"))
 
 

@@ -13,6 +13,7 @@ from local_server import fake_service
 from jaxattn.capture import Capture
 from jaxattn.client import AttentionClient, AttentionServiceError
 from jaxattn.client.channels import backoff_delay
+from jaxattn.errors import UsageError
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import serialize_example
 
@@ -239,7 +240,7 @@ def test_bad_retry_settings_are_refused():
         dict(timeout=0),
         dict(timeout=None),
     ):
-        with pytest.raises(ValueError):
+        with pytest.raises(UsageError):
             AttentionClient("127.0.0.1:1", **kwargs)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from jaxattn.errors import UsageError
 from service.allocator import DEFAULT_ARENAS, cap_arenas
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,7 +89,7 @@ def test_the_operators_environment_wins():
 
 
 def test_a_negative_cap_is_refused():
-    with pytest.raises(ValueError, match="malloc arenas must be 0 .* got -1"):
+    with pytest.raises(UsageError, match="malloc arenas must be 0 .* got -1"):
         cap_arenas(-1)
 
 

@@ -15,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from service_support import SENTENCES, WHAT, running_server
 
+from jaxattn.errors import UsageError
 from jaxattn.v1 import attention_pb2 as pb
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -239,7 +240,7 @@ def test_metrics_are_off_unless_a_port_is_given(svc_engine):
 def test_a_bad_metrics_port_is_refused():
     from service import ServerOptions
 
-    with pytest.raises(ValueError, match="metrics_port"):
+    with pytest.raises(UsageError, match="metrics_port"):
         ServerOptions(metrics_port=70000)
 
 

@@ -19,7 +19,7 @@ from hf_fixtures import EXAMPLE_A
 from service_support import WHAT, GatedEngine, running_server
 
 from jaxattn.client import AttentionClient, AttentionServiceError
-from jaxattn.errors import InputError
+from jaxattn.errors import InputError, UsageError
 from service.clients import ClientTable, Limits, parse_clients, token_digest
 from service.micro_batching import MicroBatcher
 from service.quotas import ClientQuota, QuotaExceeded, TokenBucket
@@ -80,7 +80,7 @@ def test_a_token_file_excludes_a_single_token(tmp_path):
     path.write_text(GOOD)
     table = ClientTable(path)
     assert table.names == ("alice", "bob.b")
-    with pytest.raises(ValueError, match="not both"):
+    with pytest.raises(UsageError, match="not both"):
         ServerOptions(token="t", clients=table)
 
 
@@ -179,7 +179,7 @@ def test_token_bucket_refills_at_its_rate_up_to_its_capacity_and_runs_into_debt(
     assert bucket.level == -6
     assert bucket.wait(1) == pytest.approx(3.5)  # back to 1 token at 2/s
     assert bucket.wait(100) == pytest.approx(5.0)  # a big one waits for a full bucket only
-    with pytest.raises(ValueError):
+    with pytest.raises(UsageError, match="rate and capacity must be > 0, got 0 and 1"):
         TokenBucket(rate=0, capacity=1)
 
 

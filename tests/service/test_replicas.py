@@ -300,6 +300,8 @@ def test_a_dns_target_is_resolved_by_grpc(svc_engine, address):
         (["http://name:1"], "scheme gRPC does not resolve (http:)"),
         (["::1:50051"], "an IPv6 address goes in brackets, [::1]:50051"),
         (["ipv4:127.0.0.1:1,name:2"], "has entry 'name:2' that has host 'name', not an IPv4"),
+        (["ipv6:[127.0.0.1]:1"], "has host '127.0.0.1', not an IPv6 address"),
+        (["[name]:1"], "has host 'name', not an IPv6 address"),
         (["a b:1"], "is empty or holds whitespace"),
         ([], "no server address"),
     ],

@@ -231,7 +231,7 @@ def test_rewrite_head_refuses_a_head_that_does_not_fit():
     protowire.rewrite_head(region, b"\x08\x01" * 4)  # 2 bytes left: an empty padding field
     assert bytes(region[8:]) == b"\x6a\x00"
     for head in (b"\x08\x01" * 6, b"\x08" * 9):
-        with pytest.raises(ValueError):
+        with pytest.raises(RuntimeError, match="does not fit"):
             protowire.rewrite_head(region, head)
 
 

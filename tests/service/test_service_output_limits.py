@@ -14,6 +14,7 @@ import grpc
 import pytest
 from service_support import running_server
 
+from jaxattn.errors import UsageError
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.v1 import attention_pb2_grpc as pb_grpc
 
@@ -116,7 +117,7 @@ def test_longest_agrees_with_every_length(svc_engine):
 def test_options_refuse_a_zero_limit(name):
     from service import ServerOptions
 
-    with pytest.raises(ValueError, match=name):
+    with pytest.raises(UsageError, match=name):
         ServerOptions(**{name: 0})
 
 
@@ -126,5 +127,5 @@ def test_options_refuse_a_limit_model_info_cannot_carry(name):
     from service import ServerOptions
 
     ServerOptions(**{name: (1 << 32) - 1})
-    with pytest.raises(ValueError, match=f"{name} must be at most 4294967295"):
+    with pytest.raises(UsageError, match=f"{name} must be at most 4294967295"):
         ServerOptions(**{name: 1 << 32})

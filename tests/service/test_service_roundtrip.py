@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from service_support import SENTENCES, TEXTS, WHAT
 
+from jaxattn.errors import UsageError
 from jaxattn.quantities import COMMON
 
 ALL = COMMON
@@ -92,7 +93,7 @@ def test_a_request_chooses_its_compute_precision(client, svc_engine):
         assert g.precision == w.precision == "bf16"
         assert_same(g, w)
     assert client.capture(TEXTS[:1], what=WHAT)[0].precision == "highest"  # the default
-    with pytest.raises(ValueError, match="unknown precision 'fp8'"):
+    with pytest.raises(UsageError, match="unknown precision 'fp8'"):
         client.capture(TEXTS[:1], precision="fp8")
 
 

@@ -6,6 +6,7 @@ import grpc
 import pytest
 from service_support import WHAT
 
+from jaxattn.errors import UsageError
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.v1 import attention_pb2_grpc as pb_grpc
 
@@ -170,13 +171,13 @@ def test_the_server_still_answers_after_refusals(client):
 
 
 def test_client_checks_its_own_arguments_before_calling(client):
-    with pytest.raises(ValueError, match="dtype"):
+    with pytest.raises(UsageError, match="dtype"):
         client.capture(["a"], dtype="float64")
-    with pytest.raises(ValueError, match="codec"):
+    with pytest.raises(UsageError, match="codec"):
         client.capture(["a"], codec="gzip")
-    with pytest.raises(ValueError, match=r"texts\[1\]"):
+    with pytest.raises(UsageError, match=r"texts\[1\]"):
         client.capture(["a", 3])
-    with pytest.raises(ValueError, match="wrap it in a list"):
+    with pytest.raises(UsageError, match="wrap it in a list"):
         client.capture("a sentence")
 
 

@@ -12,9 +12,11 @@ import pytest
 from hf_fixtures import EXAMPLE_A, EXAMPLE_B
 from views_helpers import screenshot
 
+from jaxattn.errors import UsageError
 from jaxattn.quantities import ENTROPY_SMOOTHING
 from jaxattn.views import create_web_server
 from jaxattn.views.payload import VIEWS, needs
+from jaxattn.views.web import BadInput, parse_request
 
 
 @pytest.fixture(scope="module")
@@ -179,6 +181,29 @@ def test_request_bounds_and_routes(web):
     with urllib.request.urlopen(url + "/", timeout=10) as r:
         page = r.read().decode()
         assert "connect-src 'self'" in r.headers.get("Content-Type", "") + page
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ([], "must be a JSON object"),
+        ({"text": "a", "along": "yes"}, "'along' must be true or false"),
+        ({"text": 3}, "'text' must be a string"),
+        ({"text": "a ||| b ||| c"}, "The text has"),
+        ({"text": "  "}, "the text is empty"),
+        ({"text": "a", "text_b": " "}, "Sentence B of the pair is empty"),
+        ({"text": "a" * 11}, "the sentence has 11 characters; the limit is 10"),
+        ({"text": "a", "views": "heads"}, "'views' must be a list"),
+        ({"text": "a", "views": ["nope"]}, "unknown views"),
+    ],
+)
+def test_a_bad_request_is_a_usage_error(body, message):
+    """BadInput is a UsageError (a JaxattnError, still a ValueError): the server answers
+    400 for it as before (test_request_bounds_and_routes), Python callers catch it as
+    jaxattn's."""
+    with pytest.raises(BadInput, match=message) as err:
+        parse_request(body, max_chars=10)
+    assert isinstance(err.value, UsageError)
 
 
 def test_web_command_binds_loopback_by_default():
