@@ -215,6 +215,9 @@ def _run(args) -> int:
     if fmt == "html":
         from jaxattn.views import write_html
 
+        if saved:  # every view draws attention: name what to capture, as a static one does
+            require(caps, ("attention",), "INPUT", "jaxattn view")
+
         write_html(
             ensure_parent(args.out),
             caps,

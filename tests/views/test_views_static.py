@@ -270,3 +270,17 @@ def test_a_static_export_reads_the_examples_up_to_the_one_it_draws(tmp_path, mon
     read.clear()
     assert main([*argv, "--example", "-1", "--overwrite"]) == 0  # from the end: all
     assert read == [0, 1, 2, 3, 4] and f">{caps[4].tokens[1]}<" in out.read_text()
+
+
+def test_a_page_of_saved_captures_without_attention_says_what_to_capture(tmp_path, capsys):
+    """Not the Python API's "views need the 'attention' quantity (what=(...))"."""
+    from jaxattn.cli import main
+
+    cap = synthetic(1, 2, 5)
+    saved = tmp_path / "stats.npz"
+    dataclasses.replace(cap, tensors={"queries": cap.queries, "keys": cap.keys}).save(saved)
+    assert main(["view", str(saved), "--out", str(tmp_path / "x.html")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "jaxattn view: error: INPUT holds keys, queries; jaxattn view needs attention: "
+        "capture it again with --what keys,queries,attention"
+    )
