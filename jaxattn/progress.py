@@ -36,6 +36,11 @@ def human_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
+def counted(n: int, noun: str) -> str:
+    """(1, 'layer') -> '1 layer', (6, 'layer') -> '6 layers': a count and its noun."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _count(n: float) -> str:
     return f"{n / 1000:.1f}k" if n >= 10000 else f"{n:.1f}"
 

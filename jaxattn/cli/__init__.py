@@ -109,11 +109,17 @@ def main(argv: list[str] | None = None) -> int:
         _say(args, message)
         return code
     if code == 130 or (interrupt is not None and interrupt.pressed):
-        _say(args, "interrupted")
+        _say(args, "interrupted" + _INTERRUPTED.get(args.command, ""))
         if interrupt is not None:
             interrupt.exit()
         return 130
     return code
+
+
+# command -> what its "interrupted" line adds: what became of its output.
+_INTERRUPTED = {
+    "dump": " (the finished shards are kept: run the same command again to resume)",
+}
 
 
 class _Interrupt:

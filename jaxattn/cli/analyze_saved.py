@@ -76,7 +76,7 @@ def analyse_saved(args, caps) -> tuple:
     ):
         if given:
             raise UsageError(
-                f"{where} holds captures, analysed as stored: drop {flag} (it needs a model)"
+                f"{where} holds captures, analysed as stored without running a model: drop {flag}"
             )
     if args.stats_only and args.conllu:
         raise UsageError(

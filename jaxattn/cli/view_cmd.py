@@ -180,7 +180,12 @@ def _run(args) -> int:
     views = pl.check_views([v.strip() for v in (args.views or default).split(",") if v.strip()])
     if fmt != "html" and len(views) != 1:
         raise UsageError(f"--format {fmt} draws one view; got --views {','.join(views)}")
-    items = read_inputs(args.inputs, args.limit, args.max_examples)
+    limit, cap = args.limit, args.max_examples
+    if fmt != "html":  # one example drawn: no page to cap; read no example past it
+        cap = None
+        if args.example >= 0 and args.too_long != "skip":  # (a skipped text shifts them)
+            limit = min(limit or args.example + 1, args.example + 1)
+    items = read_inputs(args.inputs, limit, cap)
     if not items:
         raise InputError(None, f"no example to view in {' '.join(args.inputs)}")
     texts = [x for x in items if isinstance(x, str | tuple)]
@@ -190,12 +195,17 @@ def _run(args) -> int:
             ("--generate", args.generate is not None),
             ("--model", args.model),
             ("--server", args.server),
+            ("--precision", args.precision),
         ):
             if given:
+                kept = (
+                    " (a store of dump --generate keeps its continuations)"
+                    if flag == "--generate"
+                    else ""
+                )
                 raise UsageError(
                     f"{flag} applies to texts to capture, and INPUT holds saved captures "
-                    "only, drawn as saved (a store of dump --generate keeps its "
-                    f"continuations): drop {flag}"
+                    f"only, drawn as saved{kept}: drop {flag}"
                 )
     caps = capture_counted(args, texts, pl.needs(views), items, args.generate is not None)
     if not caps:
@@ -204,6 +214,9 @@ def _run(args) -> int:
         caps = [_selected(cap, args) for cap in caps]
     if fmt == "html":
         from jaxattn.views import write_html
+
+        if saved:  # every view draws attention: name what to capture, as a static one does
+            require(caps, ("attention",), "INPUT", "jaxattn view")
 
         write_html(
             ensure_parent(args.out),
@@ -215,7 +228,9 @@ def _run(args) -> int:
         )
     else:
         _write_static(args, fmt, views[0], caps)
-    print(f"wrote {args.out} ({fmt}: {', '.join(views)}; {len(caps)} example(s))")
+    # a static export draws one example: say which, not that it holds them all
+    shown = f"{len(caps)} example(s)" if fmt == "html" else f"example {args.example}"
+    print(f"wrote {args.out} ({fmt}: {', '.join(views)}; {shown})")
     return 0
 
 

@@ -130,6 +130,8 @@ def _texts(args, sides: list[Side]) -> list | None:
     if all(s.saved is not None for s in sides):
         if args.inputs:
             raise UsageError("A and B are saved captures and bring their texts: drop INPUT")
+        if args.precision:
+            raise UsageError("A and B are saved captures, compared as saved: drop --precision")
         return None
     if args.inputs:
         items = _read_texts(args.inputs, args.limit)

@@ -26,7 +26,7 @@ import numpy as np
 
 from jaxattn.cli.args import check_output, ensure_parent, positive, positive_float
 from jaxattn.errors import InputError, UsageError
-from jaxattn.progress import Progress
+from jaxattn.progress import Progress, counted
 
 NEEDS = ("queries", "keys")
 WHAT = ("attention", "queries", "keys")
@@ -150,7 +150,7 @@ def _check_flags(args, parts) -> None:
     if args.views is not None:
         raise UsageError(f"--global draws its own page, not the views: drop --views {args.views}")
     if parts and all(p.kind == "saved" for p in parts):
-        for flag in ("model", "server"):
+        for flag in ("model", "server", "precision"):
             if getattr(args, flag):
                 raise UsageError(f"{parts[0].where} holds captures, shown as stored: drop --{flag}")
 
@@ -339,7 +339,8 @@ def _run(args, parts, total: int, names: list[str], source, t0: float) -> int:
     size = write_global_html(ensure_parent(args.out), header, sections, title=title)
     s = sample.summary()
     print(
-        f"wrote {args.out} (global map: {len(shape[0])} layers x {len(shape[1])} heads, "
+        f"wrote {args.out} (global map: {counted(len(shape[0]), 'layer')} x "
+        f"{counted(len(shape[1]), 'head')}, "
         f"{s['tokens']} of {s['of_tokens']} tokens, {s['sentences']} of {s['of_sentences']} "
         f"sentences; {size / 1e6:.1f} MB; {time.perf_counter() - t0:.1f} s)"
     )

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TextIO
 
 from jaxattn.dump import sharding
-from jaxattn.dump.counts import Counts, summary
+from jaxattn.dump.counts import Counts, left_out, summary
 from jaxattn.dump.distributed import Process
 from jaxattn.dump.shard import ShardTask
 from jaxattn.errors import UsageError
@@ -269,6 +269,5 @@ def store_status(location: str) -> str:
     return (
         f"store {location}: {state}, {len(parts)}/{meta['shards']['count']} shards, "
         f"{counts.examples} examples of {meta['input']['records']} records, "
-        f"{counts.skipped} skipped, {counts.truncated} truncated, "
-        f"{counts.errors} errors"
+        f"{left_out(counts)}, {counts.truncated} truncated"
     )

@@ -2,7 +2,7 @@
 
 An argument is a file when it is given as one: ``-`` (standard input), an
 existing file, or something shaped like a path (no whitespace, and a ``/``
-or a known suffix such as ``.txt``, ``.jsonl``, ``.conllu``, ``.npz``). A
+or a known suffix such as ``.txt``, ``.jsonl``, ``.conllu``, ``.npz``, ``.zarr``). A
 path-shaped argument that names no file is an error, never a sentence; any
 other argument is a text. A sentence that looks like a path (``and/or``) can
 always be given through an input file.
@@ -19,8 +19,19 @@ import re
 from pathlib import Path
 
 SAMPLE_CORPUS = Path(__file__).parent / "data" / "ud-english-ewt" / "en_ewt-ud-dev.conllu"
-# Suffixes of the files commands read: inputs (any format) and saved captures.
-PATH_SUFFIXES = (".txt", ".text", ".tsv", ".jsonl", ".ndjson", ".json", ".conllu", ".npz")
+# Suffixes of the files commands read: inputs (any format), saved captures and stores
+# (directories, named .zarr in every example of the docs).
+PATH_SUFFIXES = (
+    ".txt",
+    ".text",
+    ".tsv",
+    ".jsonl",
+    ".ndjson",
+    ".json",
+    ".conllu",
+    ".npz",
+    ".zarr",
+)
 STDIN = "-"
 
 

@@ -32,6 +32,9 @@ FORMATS = ("text", "jsonl", "conllu")
 READER = "jaxattn.inputs/2"
 PAIR_SEPARATOR = "|||"
 _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".conllu": "conllu"}
+# What some editors (Windows Notepad, Excel's CSV UTF-8) put before a UTF-8 file's
+# first line: a byte-order mark, not part of the first record.
+UTF8_BOM = b"\xef\xbb\xbf"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +94,8 @@ def detect_format(path: str | Path) -> str:
     if path.suffix.lower() in _SUFFIXES:
         return _SUFFIXES[path.suffix.lower()]
     with open(path, "rb") as f:
-        for raw in f:
+        for number, raw in enumerate(f):
+            raw = raw if number else raw.removeprefix(UTF8_BOM)
             line = raw.strip()
             if not line:
                 continue

@@ -17,6 +17,7 @@ from typing import BinaryIO
 
 from jaxattn.errors import UsageError
 from jaxattn.inputs.formats import (
+    UTF8_BOM,
     InputError,
     RawRecord,
     Record,
@@ -34,7 +35,8 @@ def scan_records(f: BinaryIO, fmt: str, digest=None) -> Iterator[RawRecord]:
     """The raw records of an open binary file, in order; feeds every byte to `digest`.
 
     Text and JSONL: each non-blank line. CoNLL-U: each block of non-blank lines
-    holding at least one token line (a block of comments only is no record).
+    holding at least one token line (a block of comments only is no record). A
+    UTF-8 byte-order mark before the first line is no part of it.
     """
     check_format(fmt)
     block: list[bytes] = []
@@ -43,6 +45,8 @@ def scan_records(f: BinaryIO, fmt: str, digest=None) -> Iterator[RawRecord]:
         if digest is not None:
             digest.update(raw)
         line = raw.rstrip(b"\n").rstrip(b"\r")
+        if number == 1:
+            line = line.removeprefix(UTF8_BOM)
         blank = not line.strip()
         if fmt != "conllu":
             if not blank:

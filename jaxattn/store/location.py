@@ -50,17 +50,23 @@ def check_output(location: str | os.PathLike) -> None:
     jaxattn store (to resume or check), or a store being created by another process.
 
     Raises:
-      UsageError: an existing file, a non-empty directory that is not a jaxattn
-        store, or a zarr.json that is not a (readable) jaxattn store's; naming
+      UsageError: an existing file or a path under one, a non-empty directory that is
+        not a jaxattn store, or a zarr.json that is not a (readable) jaxattn store's; naming
         --out, what is there and what to do.
     """
     text = os.fspath(location)
+    if not text.strip():  # not the current directory
+        raise UsageError("--out is empty: name the store's directory")
     path = local_path(root_spec(location))
     path = (path.rstrip("/") or "/") if path is not None else None
     if path is not None and os.path.exists(path) and not os.path.isdir(path):
         raise UsageError(
             f"--out {text} is an existing file; a store is a directory: choose another --out"
         )
+    if path is not None:  # a file above it: TensorStore would fail at the first write
+        above = next((p for p in Path(path).parents if p.exists()), Path("."))
+        if not above.is_dir():
+            raise UsageError(f"--out {text}: {above} is a file, not a directory")
     try:
         if store_metadata.read(KeyValue(root_spec(location))) is not None:
             return

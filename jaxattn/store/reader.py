@@ -44,7 +44,12 @@ def read_parts(kv: KeyValue, num_shards: int) -> dict[int, ShardPart]:
     for key in kv.list(layout.MANIFEST_DIR + "/"):
         shard = layout.shard_of_manifest_key(key)
         if shard is not None and shard < num_shards:
-            doc = kv.read_json(key)
+            try:
+                doc = kv.read_json(key)
+            except CaptureFileError as e:  # not JSON: the way out, as below
+                raise CaptureFileError(
+                    f"{e}; delete it and rerun the dump command to redo shard {shard}"
+                ) from None
             try:
                 parts[shard] = ShardPart.from_json(doc["attributes"][layout.MANIFEST_ATTRIBUTE])
             except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
@@ -193,17 +198,20 @@ class Store(Sequence):
         return StoreSelection(self, range(len(self)), what)
 
     def read(self, index: int, what=None) -> Capture:
-        """The example at non-negative `index`, read from its shard's arrays: every stored
-        quantity, or only those in `what`.
+        """The example at `index` (negative counts from the end), read from its shard's
+        arrays: every stored quantity, or only those in `what` (a name or names).
 
         Raises:
-          UsageError: a quantity of `what` the store does not hold.
+          IndexError: an index out of range, naming it and the valid range.
+          TypeError: an index that is not an integer.
+          UsageError: no quantity in `what`, or one the store does not hold.
           CaptureFileError: TensorStore cannot read the data (naming the store,
             the quantity and shard, and how to redo the shard).
         """
+        index = position(index, len(self), "the store")
         entry, shard = self.entries[index], self._shard_of[index]
         if what is not None:
-            check_held(self.location, self.what, what)
+            what = check_held(self.location, self.what, what)
         reads = {}
         advice = (
             f"the shard's data is damaged or missing: delete {layout.manifest_key(shard)} "

@@ -42,18 +42,23 @@ def position(key, length: int, holder: str) -> int:
     return index % length
 
 
-def check_held(location, held: Sequence[str], what: Sequence[str]) -> None:
-    """Refuse quantities of `what` that a store holding `held` lacks.
+def check_held(location, held: Sequence[str], what: str | Sequence[str]) -> tuple[str, ...]:
+    """The quantities `what` (a single name is accepted, as `capture(what=)`), each once,
+    refusing any that a store holding `held` lacks.
 
     Raises:
-      UsageError: naming the store, what it holds and what it lacks.
+      UsageError: none named; or naming the store, what it holds and what it lacks.
     """
+    what = tuple(dict.fromkeys([what] if isinstance(what, str) else what))
+    if not what:
+        raise UsageError(f"no quantity selected: select some of {', '.join(held)}")
     missing = [q for q in what if q not in held]
     if missing:
         raise UsageError(
             f"the store at {location} holds {', '.join(held)}, not {', '.join(missing)}:"
             " select quantities it holds"
         )
+    return what
 
 
 def out_of_range(index: int, length: int, holder: str) -> str:
@@ -82,8 +87,7 @@ class StoreSelection(Sequence):
 
     def __init__(self, store, indices: range, what=None):
         if what is not None:
-            what = tuple(what)
-            check_held(store.location, store.what, what)
+            what = check_held(store.location, store.what, what)
         self.store, self.indices, self._what = store, indices, what
 
     def __len__(self) -> int:

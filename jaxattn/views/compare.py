@@ -37,6 +37,7 @@ from jaxattn.analysis.weights import KINDS, WEIGHT_KINDS, capture_weights, norma
 from jaxattn.analysis.words import WordMap, align_words, group_words, word_level_attention
 from jaxattn.capture import Capture
 from jaxattn.errors import UsageError
+from jaxattn.progress import counted
 from jaxattn.selection import resolve_indices
 
 # weight kind of a side (`jaxattn.analysis.weights.KINDS`) -> its title on the page
@@ -251,7 +252,8 @@ def pair_example(
     (wa, la, ha), (wb, lb, hb) = sides
     if (la, ha) != (lb, hb):
         raise UsageError(
-            f"A holds {len(la)} layers x {len(ha)} heads ({list(la)} x {list(ha)}), B "
+            f"A holds {counted(len(la), 'layer')} x {counted(len(ha), 'head')} "
+            f"({list(la)} x {list(ha)}), B "
             f"{len(lb)} x {len(hb)} ({list(lb)} x {list(hb)}): compare a common selection "
             "with --layers/--heads"
         )

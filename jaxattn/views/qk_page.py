@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 
 from jaxattn import outfile
+from jaxattn.progress import counted
 from jaxattn.views.page import document, encode_text, script_json
 
 SCRIPTS = ("core.js", "qk.js")
@@ -47,7 +48,8 @@ def caption(header: dict) -> str:
     layers, heads, model = len(header["layers"]), len(header["heads"]), header.get("model")
     return (
         f"The queries (blue) and keys (orange) of every head{f' of {model}' if model else ''}"
-        f" ({layers} layers x {heads} heads) over {header['sampled']['sentences']:,} "
+        f" ({counted(layers, 'layer')} x {counted(heads, 'head')}) over "
+        f"{header['sampled']['sentences']:,} "
         "sentences, laid out in 2-D head by head after a normalisation that keeps the head's "
         "attention. The grid shows every head; click one to see it large. Hover a point for "
         "its token in its sentence; click it for that sentence's head view."

@@ -140,6 +140,14 @@ BAD: list[Bad] = [
     # inputs
     Bad("missing input file", "input_file", lambda t, g: str(t / "missing.txt"), 2, "missing.txt"),
     Bad("missing input", "input", lambda t, g: str(t / "missing.npz"), 2, "missing.npz.*no such"),
+    # a store's name, not a sentence to capture (it was captured as the text "nope.zarr")
+    Bad(
+        "missing store",
+        "input",
+        lambda t, g: "no-such-store.zarr",
+        2,
+        "no-such-store.zarr.*no such",
+    ),
     Bad("input is a directory", "input_file", lambda t, g: str(t), 2, "is a directory"),
     Bad("input is a directory", "input", lambda t, g: str(t), 2, "is a directory"),
     Bad(
@@ -195,6 +203,14 @@ BAD: list[Bad] = [
         "exists.out is a file, not a directory",
     ),
     Bad("store is a file", "store", _existing, 2, "exists.out"),
+    Bad("empty store name", "store", lambda t, g: "", 2, "--out is empty"),
+    Bad(
+        "store under a file",
+        "store",
+        lambda t, g: _existing(t, g) + "/s.zarr",
+        2,
+        "exists.out is a file, not a directory",
+    ),
     Bad("convert into a non-empty directory", "out_dir", _non_empty_dir, 2, "not empty"),
     Bad(
         "convert into its own checkpoint",

@@ -143,3 +143,22 @@ def test_ctrl_c_removes_the_copy_of_standard_input(tmp_path):
     )
     assert r.returncode == 130, r.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_an_interrupted_dump_says_the_same_command_resumes(tmp_path, monkeypatch, capsys):
+    """A researcher who stops an hour-long dump learns the store is not lost."""
+    import jaxattn
+    import jaxattn.dump.job
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(jaxattn, "load", lambda *a, **k: None)
+    monkeypatch.setattr(jaxattn.dump.job, "run_dump", ctrl_c)
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a text\n")
+    assert main(["dump", str(corpus), "--out", str(tmp_path / "s.zarr"), "--quiet"]) == 130
+    assert capsys.readouterr().err.strip() == (
+        "jaxattn dump: error: interrupted (the finished shards are kept: run the same "
+        "command again to resume)"
+    )

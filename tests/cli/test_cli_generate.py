@@ -79,10 +79,17 @@ def test_view_of_saved_captures_only_refuses_what_applies_to_texts(gpt2, tmp_pat
     saved = tmp_path / "s.npz"
     assert main(["capture", PROMPT, "--model", str(gpt2), "--out", str(saved)]) == 0
     out = str(tmp_path / "v.html")
-    for flags in (["--generate", "2"], ["--model", str(gpt2)], ["--server", "127.0.0.1:9"]):
+    for flags in (
+        ["--generate", "2"],
+        ["--model", str(gpt2)],
+        ["--server", "127.0.0.1:9"],
+        ["--precision", "bf16"],  # was drawn as saved, the flag silently unused
+    ):
         capsys.readouterr()
         assert main(["view", str(saved), *flags, "--out", out]) == 2  # was drawn, flag unused
         line = one_error(capsys, "view")
         assert f"{flags[0]} applies to texts to capture" in line
         assert line.endswith(f"drop {flags[0]}")
+        # the continuations' note only where it answers the flag
+        assert ("dump --generate keeps" in line) == (flags[0] == "--generate"), line
     assert main(["view", str(saved), "--out", out]) == 0

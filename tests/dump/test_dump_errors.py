@@ -42,7 +42,8 @@ def test_bad_records_are_reported_by_line_and_skipped(
     assert f'{bad_corpus}:4: missing "text"' in log
     assert f'{bad_corpus}:7: "text" must be a string' in log
     assert f"{bad_corpus}:9: invalid UTF-8 at byte 14" in log
-    assert "4 examples in 1 shards (0 already done), 0 skipped, 0 truncated, 4 errors" in log
+    assert "4 examples in 1 shard (0 already done), 4 skipped (4 bad records), 0 truncated" in log
+    assert "error" not in log.splitlines()[-1]  # skipped as asked: the job did not fail
     store = jaxattn.open_store(tmp_path / "s")
     assert [e.line for e in store.entries] == [1, 3, 6, 8]
     assert [e.record for e in store.entries] == [0, 2, 4, 6]  # the blank line is no record
@@ -98,9 +99,10 @@ def test_too_long_examples(
         counts.errors,
         counts.truncated,
     )
+    why = {"skip": " (1 too long)", "error": " (1 bad record)", "truncate": ""}[too_long]
     summary = (
-        f"{counts.examples} examples in 1 shards (0 already done), {counts.skipped} "
-        f"skipped, {counts.truncated} truncated, {counts.errors} errors"
+        f"{counts.examples} examples in 1 shard (0 already done), "
+        f"{counts.skipped + counts.errors} skipped{why}, {counts.truncated} truncated, "
     )
     assert summary in log
     store = jaxattn.open_store(tmp_path / "s")

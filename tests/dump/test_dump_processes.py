@@ -61,8 +61,8 @@ def test_two_processes_write_one_store(
         _, err = proc.communicate(timeout=300)
         logs.append(err)
         assert proc.returncode == 0, err[-3000:]
-    assert "dump p0/2: 4 examples in 1 shards" in logs[0]
-    assert "dump p1/2: 4 examples in 1 shards" in logs[1]
+    assert "dump p0/2: 4 examples in 1 shard " in logs[0]
+    assert "dump p1/2: 4 examples in 1 shard " in logs[1]
     assert "complete, 2/2 shards, 8 examples of 8 records" in logs[0]
     store = jaxattn.open_store(tmp_path / "s")
     assert {k: part.stats["process"] for k, part in store.parts.items()} == {0: 0, 1: 1}

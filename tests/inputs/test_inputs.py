@@ -162,3 +162,28 @@ def test_conllu_records_carry_their_tree(tmp_path):
     records = list(read_records(path, on_error="skip"))
     assert [r.id for r in records] == ["s1", "2"]
     assert records[0].sentence.text == "I went." and records[0].text == "I went ."
+
+
+def test_a_utf8_byte_order_mark_is_no_part_of_the_first_record(tmp_path):
+    """Notepad and Excel start UTF-8 files with EF BB BF: every format reads past it (it
+    made line 1 of a JSONL file bad JSON, of a CoNLL-U file a 1-column token line, and
+    began the first text), and only there: it is data on a later line."""
+    bom = b"\xef\xbb\xbf"
+    files = {
+        "a.jsonl": b'{"text": "one"}\r\n{"text": "\xef\xbb\xbftwo"}\r\n',
+        "b.txt": b"one\n\xef\xbb\xbftwo\n",
+        "c.conllu": CONLLU.split("\n\n")[0].encode() + b"\n",
+        "d": b'{"text": "one"}\n',  # no suffix: sniffed as JSONL past the mark
+    }
+    for name, data in files.items():
+        path = tmp_path / name
+        path.write_bytes(bom + data)
+        records = list(read_records(path))
+        assert records[0].text == ("I went ." if name == "c.conllu" else "one"), name
+        if len(records) > 1:
+            assert records[1].text == "\ufefftwo", name
+    assert detect_format(tmp_path / "d") == "jsonl"
+    digest = hashlib.sha256()  # the fingerprint still covers every byte
+    with open(tmp_path / "b.txt", "rb") as f:
+        list(scan_records(f, "text", digest))
+    assert digest.hexdigest() == hashlib.sha256(bom + files["b.txt"]).hexdigest()

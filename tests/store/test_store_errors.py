@@ -95,6 +95,13 @@ def test_incomplete_and_damaged_manifest(good, tmp_path):
         _damage(good, tmp_path / "m", garble_part)
     )
 
+    def not_json(p):
+        (p / "manifest" / "s000001" / "zarr.json").write_text("{bad")
+
+    text = _damage(good, tmp_path / "j", not_json)  # the way out too, not only the damage
+    assert "manifest/s000001/zarr.json is not valid JSON" in text
+    assert text.endswith("delete it and rerun the dump command to redo shard 1")
+
 
 def test_tensorstore_failures_are_one_line_naming_store_and_operation(good, tmp_path):
     def garble_chunk(path):

@@ -129,3 +129,20 @@ def test_select_reads_only_the_chosen_quantities(tmp_path):
         store.select(("queries",))
     with pytest.raises(jaxattn.UsageError, match="holds attention, hidden_states, not keys"):
         store.read(0, ("keys",))
+    # one name is a name, not its letters (as capture(what="attention")); each once
+    assert store.select("attention")[0].what == ("attention",)
+    assert store.read(-1, "hidden_states").what == ("hidden_states",)
+    assert store.select(["attention", "attention"]).what == ("attention",)
+    with pytest.raises(jaxattn.UsageError, match="holds attention, hidden_states, not keys: "):
+        store[1:].select("keys")
+    with pytest.raises(jaxattn.UsageError, match="^no quantity selected: select some of "):
+        store.select(())
+
+
+def test_read_checks_its_index_as_indexing_does(pair):
+    store, caps = pair
+    _same(store.read(-1), caps[-1])
+    with pytest.raises(IndexError, match=r"^index 5 is out of range: the store holds 5 "):
+        store.read(5)
+    with pytest.raises(TypeError, match="not str$"):
+        store.read("1")

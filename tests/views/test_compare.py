@@ -182,7 +182,7 @@ def test_pairing_refuses_other_texts_counts_and_shapes():
     with pytest.raises(UsageError, match="^A holds 2 examples, B 1"):
         pair_all([other, other], [other], "attention", "attention")
     wide = fake(other.tokens, np.full((2, 1, 5, 5), 0.2), layers=(0, 1))
-    with pytest.raises(UsageError, match=r"A holds 1 layers x 1 heads \(\[0\] x \[0\]\), B 2 x 1"):
+    with pytest.raises(UsageError, match=r"A holds 1 layer x 1 head \(\[0\] x \[0\]\), B 2 x 1"):
         pair_all([other], [wide], "attention", "attention")
     with pytest.raises(UsageError, match="B holds attention; kind=norm needs alpha_fx_norm"):
         pair_all([other], [other], "attention", "norm")
@@ -310,6 +310,11 @@ def test_saved_captures_compare_as_saved(saved, tmp_path, capsys):
         (["x", "--compare", "nowhere", "default"], 2, "'nowhere' is no model directory"),
         (["--compare", "{one}", "{one}", "--global"], 2, "not allowed with argument"),
         (["t", "--compare", "{one}", "{one}"], 2, "saved captures and bring their texts: drop"),
+        (
+            ["--compare", "{one}", "{one}", "--precision", "bf16"],
+            2,
+            "A and B are saved captures, compared as saved: drop --precision",
+        ),
     ],
 )
 def test_bad_inputs(saved, tmp_path, capsys, argv, code, message):

@@ -252,6 +252,8 @@ def test_bad_inputs_are_one_line_errors(
     assert "--heads 2 was not captured" in _err(capsys)
     assert main([*base, str(part)]) == 2  # saved captures are shown as stored
     assert _err(capsys).endswith(f"INPUT {part} holds captures, shown as stored: drop --model")
+    assert main([*saved, str(part), "--precision", "bf16"]) == 2  # was drawn, flag unused
+    assert _err(capsys).endswith(f"INPUT {part} holds captures, shown as stored: drop --precision")
     other = tmp_path / "other.npz"  # the same sizes, other weights
     dataclasses.replace(
         cap, provenance={**cap.provenance, "model": "other-bert", "weights": "blake2b:0123"}
@@ -313,6 +315,21 @@ def test_tsne_layout_of_the_layout_extra(corpus, bert_checkpoint, tmp_path):
     xy = coords(header, sections, "tsne", 0)
     assert xy.shape == (2 * header["points"], 2) and np.isfinite(xy).all()
     assert not np.allclose(xy, coords(header, sections, "pca", 0), atol=1e-3)
+
+
+def test_the_summary_and_the_caption_count_layers_and_heads_in_words(
+    corpus, bert_checkpoint, tmp_path, capsys
+):
+    from jaxattn.views.qk_page import caption
+
+    out = tmp_path / "one.html"
+    argv = ["view", "--global", str(corpus), "--model", str(bert_checkpoint), "--out", str(out)]
+    assert main([*argv, "--layers", "0", "--heads", "1,2", "--quiet"]) == 0
+    assert f"wrote {out} (global map: 1 layer x 2 heads, " in capsys.readouterr().out
+    header, _ = read_page(out)
+    assert "(1 layer x 2 heads) over 5 sentences" in caption(header)
+    assert main([*argv, "--layers", "0,1", "--heads", "0", "--quiet", "--overwrite"]) == 0
+    assert "(global map: 2 layers x 1 head, " in capsys.readouterr().out
 
 
 def test_a_store_gives_the_page_its_texts_give_reading_only_what_the_map_needs(

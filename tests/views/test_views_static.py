@@ -235,3 +235,52 @@ def test_an_example_past_the_input_is_named_with_the_valid_range(tmp_path, capsy
     err = capsys.readouterr().err
     assert "--example 7: index 7 is out of range: INPUT holds 1 example (0..0, or -1..-1)" in err
     assert not out.exists()
+
+
+def test_the_summary_names_the_one_example_a_static_export_draws(tmp_path, capsys):
+    from jaxattn.cli import main
+
+    saved = [tmp_path / "a.npz", tmp_path / "b.npz"]
+    synthetic(1, 2, 5).save(saved[0])
+    synthetic(1, 2, 7, seed=1).save(saved[1])
+    out = tmp_path / "x.svg"
+    argv = ["view", *map(str, saved), "--views", "head", "--out", str(out)]
+    assert main([*argv, "--example", "1"]) == 0
+    assert f"wrote {out} (svg: head; example 1)" in capsys.readouterr().out
+    assert ">w5<" in out.read_text()  # b's tokens: a has no w5
+
+
+def test_a_static_export_reads_the_examples_up_to_the_one_it_draws(tmp_path, monkeypatch):
+    """Past an HTML page's cap (--max-examples) too: it was refused ('brings the examples
+    to 3, over the page's cap of 2'), after reading up to the cap."""
+    from store_helpers import captures, write_store
+
+    from jaxattn.cli import main
+    from jaxattn.store import Store
+
+    caps = captures(5)
+    write_store(tmp_path / "s.zarr", caps)
+    read, real = [], Store.read
+    monkeypatch.setattr(Store, "read", lambda self, i, w=None: read.append(i) or real(self, i, w))
+    out = tmp_path / "x.svg"
+    argv = ["view", str(tmp_path / "s.zarr"), "--views", "model", "--out", str(out)]
+    assert main([*argv, "--example", "2", "--max-examples", "2"]) == 0
+    assert read == [0, 1, 2]
+    assert f">{caps[2].tokens[1]}<" in out.read_text()
+    read.clear()
+    assert main([*argv, "--example", "-1", "--overwrite"]) == 0  # from the end: all
+    assert read == [0, 1, 2, 3, 4] and f">{caps[4].tokens[1]}<" in out.read_text()
+
+
+def test_a_page_of_saved_captures_without_attention_says_what_to_capture(tmp_path, capsys):
+    """Not the Python API's "views need the 'attention' quantity (what=(...))"."""
+    from jaxattn.cli import main
+
+    cap = synthetic(1, 2, 5)
+    saved = tmp_path / "stats.npz"
+    dataclasses.replace(cap, tensors={"queries": cap.queries, "keys": cap.keys}).save(saved)
+    assert main(["view", str(saved), "--out", str(tmp_path / "x.html")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "jaxattn view: error: INPUT holds keys, queries; jaxattn view needs attention: "
+        "capture it again with --what keys,queries,attention"
+    )
