@@ -40,6 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from jaxattn.errors import InputError
+from jaxattn.netaddr import token_problem
 from service.quotas import ClientQuota
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
@@ -150,8 +151,9 @@ def _client(text: str, path, name: str, table) -> Client:
         raise bad(None, "give exactly one of token and token_sha256")
     if "token" in table:
         token = table["token"]
-        if not isinstance(token, str) or not token.strip() or token != token.strip():
-            raise bad("token", "expected a non-empty string without surrounding spaces")
+        if not isinstance(token, str) or token_problem(token):
+            why = token_problem(token) if isinstance(token, str) else "not a string"
+            raise bad("token", f"expected a non-empty token a client can send: {why}")
         digest = token_digest(token)
     else:
         hexed = table["token_sha256"]
