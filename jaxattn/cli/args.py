@@ -151,7 +151,9 @@ def read_token(token_file: str | None) -> str | None:
         if not token:
             raise InputError(None, f"token file {token_file} is empty: put the bearer token in it")
         return token
-    return os.environ.get("JAXATTN_TOKEN") or None
+    # Stripped as the file is: a secret put into the environment from a file keeps its
+    # newline, which no gRPC header carries.
+    return os.environ.get("JAXATTN_TOKEN", "").strip() or None
 
 
 def _finite_float(value: str, positive: bool) -> float:

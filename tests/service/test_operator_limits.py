@@ -108,3 +108,15 @@ def test_serve_brackets_an_ipv6_host(monkeypatch):
     monkeypatch.setattr(service, "serve", lambda model, address, *a, **k: seen.append(address) or 0)
     assert main(["serve", "--host", "::1", "--port", "0"]) == 0
     assert seen == ["[::1]:0"]
+
+
+def test_the_environment_token_is_stripped_as_the_file_is(monkeypatch, tmp_path):
+    """A secret mounted into $JAXATTN_TOKEN from a file keeps its newline: the server then
+    waited for a token no client could send, and a client's calls failed INTERNAL."""
+    from jaxattn.cli.args import read_token
+
+    (tmp_path / "token").write_text("tok-en\n")
+    monkeypatch.setenv("JAXATTN_TOKEN", "tok-en\n")
+    assert read_token(None) == read_token(str(tmp_path / "token")) == "tok-en"
+    monkeypatch.setenv("JAXATTN_TOKEN", " \n")
+    assert read_token(None) is None
