@@ -92,6 +92,11 @@ def texts_message(texts: Sequence[Text]) -> list[pb.Text]:
     """The request's Text messages (UsageError naming the first bad entry by index)."""
     if isinstance(texts, (str, bytes)):
         raise UsageError("texts must be a list of strings or (a, b) pairs: wrap it in a list")
+    if not isinstance(texts, Sequence):  # as the engine: a generator was read twice, and
+        # the second reading, empty, gave capture() no captures at all
+        raise UsageError(
+            f"texts must be a list, got {type(texts).__name__} (capture_iter reads any iterable)"
+        )
     out = []
     for i, t in enumerate(texts):
         if isinstance(t, str):

@@ -120,3 +120,15 @@ def test_the_environment_token_is_stripped_as_the_file_is(monkeypatch, tmp_path)
     assert read_token(None) == read_token(str(tmp_path / "token")) == "tok-en"
     monkeypatch.setenv("JAXATTN_TOKEN", " \n")
     assert read_token(None) is None
+
+
+@pytest.mark.parametrize("texts", [iter(["the cat sat"]), None, 5])
+def test_capture_takes_a_list_as_the_engine_does(address, texts):
+    """A generator was read twice (the request, then the answers' texts): capture()
+    returned no captures at all, without a word; None was a bare TypeError."""
+    with AttentionClient(address, timeout=60) as client:
+        with pytest.raises(UsageError, match="texts must be a list, got"):
+            client.capture(texts, what=("head_stats",))
+        with pytest.raises(UsageError, match="texts must be a list, got"):
+            list(client.stream(texts, what=("head_stats",)))
+        assert len(list(client.capture_iter(iter(["the cat sat"]), what=("head_stats",)))) == 1
