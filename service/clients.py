@@ -286,12 +286,12 @@ class ClientTable:
             old = {c.name: (c, q) for c, q in self._entries}
             entries = []
             for client in clients:
-                if client.name in old and old[client.name][0].limits == client.limits:
-                    quota = old[client.name][1]  # same limits: keep its buckets
-                else:
+                if client.name not in old:
                     quota = ClientQuota(client.name, client.limits, self.clock)
-                    if client.name in old:  # new limits, same calls in progress
-                        quota.active = old[client.name][1].active
+                else:  # the same object, which its calls in progress `leave` when they end
+                    quota = old[client.name][1]
+                    if old[client.name][0].limits != client.limits:
+                        quota.set_limits(client.limits)  # new buckets; same limits keep theirs
                 entries.append((client, quota))
             self._entries = tuple(entries)
 

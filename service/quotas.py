@@ -112,21 +112,26 @@ class ClientQuota:
 
     def __init__(self, name: str, limits=None, clock: Callable[[], float] = time.monotonic):
         self.name = name
-        self.limits = limits
+        self.clock = clock
         self.active = 0  # Capture calls in progress
         self.refused: dict[str, int] = {}  # refusals by limit, since start
         self._lock = threading.Lock()
-        self._buckets: dict[str, tuple[TokenBucket, str]] = {}
-        if limits is None:
-            return
+        self.set_limits(limits)
+
+    def set_limits(self, limits) -> None:
+        """New limits (a reloaded token file), with new, full buckets. The calls in
+        progress stay counted here: each `leave`s this object when it ends."""
+        buckets: dict[str, tuple[TokenBucket, str]] = {}
         for field, unit in (
             ("requests_per_s", "requests"),
             ("tokens_per_s", "tokens"),
             ("result_mib_per_s", "MiB"),
         ):
-            rate = getattr(limits, field)
+            rate = getattr(limits, field) if limits is not None else None
             if rate is not None:
-                self._buckets[field] = (TokenBucket(rate, rate * limits.burst_s, clock), unit)
+                buckets[field] = (TokenBucket(rate, rate * limits.burst_s, self.clock), unit)
+        with self._lock:
+            self.limits, self._buckets = limits, buckets
 
     def enter(self) -> None:
         """A Capture call starts: count it against requests_per_s and concurrent_calls.

@@ -227,6 +227,27 @@ def test_result_mib_and_concurrent_calls_refuse_without_a_retry_time():
     assert quota.active == 2
 
 
+def test_a_reload_that_changes_a_clients_limits_keeps_counting_its_calls_in_progress(
+    tmp_path,
+):
+    """A call in progress across a SIGHUP that changed its client's limits `leave`s the
+    quota it entered: that was a copy the table no longer held, so the client's count
+    never came down and its concurrent_calls refused it until the next reload."""
+    path = tmp_path / "clients.toml"
+    path.write_text('[clients.eve]\ntoken = "eve-token"\nconcurrent_calls = 1\n')
+    table = ClientTable(path, clock=FakeClock())
+    before, _ = table.lookup("eve-token")
+    before.enter()  # a call in progress
+    path.write_text(path.read_text() + "requests_per_s = 100\n")
+    table.reload()
+    after, _ = table.lookup("eve-token")
+    assert after.limits.requests_per_s == 100  # the new limits are in force
+    assert refusal(after.enter).limit == "concurrent_calls"  # the call still counts
+    before.leave()  # it ends
+    after.enter()  # and its slot is free
+    assert table.quota("eve").active == 1
+
+
 # -- through gRPC ----------------------------------------------------------------------
 
 CLIENTS = """\
