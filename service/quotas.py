@@ -73,6 +73,11 @@ class TokenBucket:
         self._refill()
         self.level -= cost
 
+    def give_back(self, cost: float) -> None:
+        """Return a `cost` taken for work that was then not done (up to `capacity`)."""
+        self._refill()
+        self.level = min(self.capacity, self.level + cost)
+
 
 class QuotaExceeded(RequestError):
     """A client past one of its quotas: RESOURCE_EXHAUSTED.
@@ -172,6 +177,15 @@ class ClientQuota:
                     "(result_mib): send fewer or shorter texts, or fewer quantities",
                 )
             self._take({"tokens_per_s": tokens, "result_mib_per_s": result_bytes / _MiB})
+
+    def refund(self, tokens: int, result_bytes: int) -> None:
+        """Give back what `charge(tokens, result_bytes)` took, for a request the server
+        then refused (its queue or result buffers full): nothing was computed for it."""
+        with self._lock:
+            costs = {"tokens_per_s": tokens, "result_mib_per_s": result_bytes / _MiB}
+            for field, cost in costs.items():
+                if field in self._buckets:
+                    self._buckets[field][0].give_back(cost)
 
     def _take(self, costs: dict[str, float]) -> None:
         """Take every cost from its bucket, or none and raise for the longest wait."""

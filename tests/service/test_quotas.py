@@ -382,6 +382,29 @@ def test_concurrent_calls_past_the_quota_are_refused_until_one_ends(quota_server
     assert table.quota("one").active == 0
 
 
+def test_a_call_the_queue_turns_away_gets_its_tokens_back(svc_engine, tmp_path):
+    """Charged once sized, then refused by admission (queue_size): nothing ran, so its
+    tokens go back to its bucket. They stayed taken: a client retrying a busy replica
+    spent its tokens_per_s on calls that computed nothing, then was refused for them."""
+    path = tmp_path / "clients.toml"
+    path.write_text(CLIENTS)
+    table = ClientTable(path, clock=FakeClock())  # no refill: only a refund fills it
+    engine = GatedEngine(svc_engine)
+    engine.output_bytes, engine.buckets = svc_engine.output_bytes, svc_engine.buckets
+    with running_server(engine, clients=table, queue_size=1) as (_, address):
+        held = threading.Thread(target=capture, args=(address, "alice-token"))
+        held.start()
+        try:
+            assert engine.entered.wait(30)  # alice's call holds the one slot
+            e = refused(address, "wordy-token")
+            assert (e.code, e.limit) == (EXHAUSTED, "queue_size")
+        finally:
+            engine.gate.set()
+        held.join(30)
+        assert len(capture(address, "wordy-token")) == 1  # its bucket is full again
+        assert refused(address, "wordy-token").limit == "tokens_per_s"  # now it is spent
+
+
 def test_the_token_file_is_reloaded_and_a_bad_one_changes_nothing(quota_server, caplog):
     from service.main import reload_clients
 
