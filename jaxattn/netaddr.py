@@ -24,6 +24,12 @@ from collections.abc import Sequence
 from jaxattn.errors import UsageError
 
 
+def listen_address(host: str, port: int) -> str:
+    """ "HOST:PORT" of a --host and --port, an IPv6 host in brackets ("::1" -> "[::1]:PORT"),
+    as gRPC and `check_listen_address` read it."""
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
 def check_listen_address(address: str, port_flag: str = "--port") -> None:
     """`check_listen` of a "HOST:PORT" address (IPv6 hosts in brackets)."""
     host, _, port = address.rpartition(":")
@@ -66,6 +72,26 @@ def check_listen(
     else:
         why = errors[0].strerror or str(errors[0])
     raise UsageError(f"cannot listen on {where}: {why}")
+
+
+def token_problem(token: str) -> str | None:
+    """Why a bearer token cannot travel in gRPC's `authorization` header (None: it can).
+
+    A header value is printable ASCII (gRPC refuses any other byte: a client's call
+    failed INTERNAL "Invalid metadata", and a server expecting such a token admitted
+    no one). The token itself is never quoted, only where the character is."""
+    if not token:
+        return "it is empty"
+    if token != token.strip():
+        return "it has spaces or a newline around it (strip them)"
+    for i, ch in enumerate(token):
+        if not " " <= ch <= "~":
+            kind = "a control character" if ch < " " or ch == "\x7f" else "not ASCII"
+            return (
+                f"its character {i + 1} of {len(token)} is {kind}: a token is "
+                "printable ASCII (gRPC sends it in a header)"
+            )
+    return None
 
 
 # A DNS name (RFC 1123 labels; "_" too, as in service names) or an IPv4 literal.

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from jaxattn.errors import InputError
+from jaxattn.netaddr import token_problem
 from service.quotas import ClientQuota
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
@@ -150,8 +151,9 @@ def _client(text: str, path, name: str, table) -> Client:
         raise bad(None, "give exactly one of token and token_sha256")
     if "token" in table:
         token = table["token"]
-        if not isinstance(token, str) or not token.strip() or token != token.strip():
-            raise bad("token", "expected a non-empty string without surrounding spaces")
+        if not isinstance(token, str) or token_problem(token):
+            why = token_problem(token) if isinstance(token, str) else "not a string"
+            raise bad("token", f"expected a non-empty token a client can send: {why}")
         digest = token_digest(token)
     else:
         hexed = table["token_sha256"]
@@ -284,12 +286,12 @@ class ClientTable:
             old = {c.name: (c, q) for c, q in self._entries}
             entries = []
             for client in clients:
-                if client.name in old and old[client.name][0].limits == client.limits:
-                    quota = old[client.name][1]  # same limits: keep its buckets
-                else:
+                if client.name not in old:
                     quota = ClientQuota(client.name, client.limits, self.clock)
-                    if client.name in old:  # new limits, same calls in progress
-                        quota.active = old[client.name][1].active
+                else:  # the same object, which its calls in progress `leave` when they end
+                    quota = old[client.name][1]
+                    if old[client.name][0].limits != client.limits:
+                        quota.set_limits(client.limits)  # new buckets; same limits keep theirs
                 entries.append((client, quota))
             self._entries = tuple(entries)
 

@@ -20,7 +20,7 @@ from service.allocator import DEFAULT_ARENAS, cap_arenas
 from service.generation import generator_problem
 from service.limits import example_limit
 from service.options import ServerOptions
-from service.server import create_server
+from service.server import check_tls, create_server
 
 log = logging.getLogger("jaxattn.service")
 
@@ -82,6 +82,7 @@ def serve(
     if options.clients is not None:  # SIGHUP re-reads the token file
         signal.signal(signal.SIGHUP, lambda *_: reload.set())
     check_listen_address(address)  # before the slow load: a busy port, a bad host
+    check_tls(options)  # and a certificate and key gRPC cannot serve
     if options.metrics_port:
         _check_metrics_port(address, options.metrics_port)
     engine = jaxattn.load(model, precision=precision, attention=attention)

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import threading
 from typing import TYPE_CHECKING
 
 from jaxattn.errors import UsageError
+from jaxattn.netaddr import token_problem
 from jaxattn.wire.codecs import MAX_UINT32
 from service.generation import DEFAULT_MAX_NEW_TOKENS
 
 if TYPE_CHECKING:
     from service.clients import ClientTable
+
+MAX_INT32 = (1 << 31) - 1
+MAX_UINT64 = (1 << 64) - 1
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -121,16 +127,34 @@ class ServerOptions:
                     f"{name} must be at most {MAX_UINT32} (ModelInfo carries it as a uint32), "
                     f"got {getattr(self, name)}"
                 )
-        if self.slow_reader_s <= 0:
-            raise UsageError(f"slow_reader_s must be > 0, got {self.slow_reader_s}")
-        if self.batch_window_s < 0:
-            raise UsageError(f"batch_window_s must be >= 0, got {self.batch_window_s}")
+        for name in ("max_request_bytes", "max_metadata_bytes"):  # gRPC's int options
+            if getattr(self, name) > MAX_INT32:
+                raise UsageError(
+                    f"{name} must be at most {MAX_INT32} (2 GiB: gRPC takes it as a 32-bit "
+                    f"int), got {getattr(self, name)}"
+                )
+        for name in ("max_buffered_bytes", "max_example_bytes", "max_result_bytes"):
+            if getattr(self, name) > MAX_UINT64:  # ModelInfo's (and the wire's) uint64s
+                raise UsageError(
+                    f"{name} must be at most {MAX_UINT64} (a uint64), got {getattr(self, name)}"
+                )
+        # Waited for with threading's timeouts: inf, nan or beyond TIMEOUT_MAX would
+        # stop the batcher's worker with an OverflowError at its first wait.
+        for name, least in (("slow_reader_s", None), ("batch_window_s", 0), ("grace_s", 0)):
+            value = getattr(self, name)
+            low = value > 0 if least is None else value >= least
+            if not (low and math.isfinite(value) and value <= threading.TIMEOUT_MAX):
+                bound = "> 0" if least is None else f">= {least}"
+                raise UsageError(
+                    f"{name} must be a number of seconds {bound} and at most "
+                    f"{threading.TIMEOUT_MAX:.0f}, got {value}"
+                )
         if (self.tls_cert is None) != (self.tls_key is None):
             raise UsageError("tls_cert and tls_key go together: give both or neither")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise UsageError(f"metrics_port must be 0..65535 or None, got {self.metrics_port}")
-        if self.token is not None and not self.token:
-            raise UsageError("token is empty: give a non-empty token or None")
+        if self.token is not None and (why := token_problem(self.token)):
+            raise UsageError(f"token cannot be received: {why}")
         if self.token is not None and self.clients is not None:
             raise UsageError("give a token or a token file's clients, not both")
 

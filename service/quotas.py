@@ -73,6 +73,11 @@ class TokenBucket:
         self._refill()
         self.level -= cost
 
+    def give_back(self, cost: float) -> None:
+        """Return a `cost` taken for work that was then not done (up to `capacity`)."""
+        self._refill()
+        self.level = min(self.capacity, self.level + cost)
+
 
 class QuotaExceeded(RequestError):
     """A client past one of its quotas: RESOURCE_EXHAUSTED.
@@ -112,21 +117,26 @@ class ClientQuota:
 
     def __init__(self, name: str, limits=None, clock: Callable[[], float] = time.monotonic):
         self.name = name
-        self.limits = limits
+        self.clock = clock
         self.active = 0  # Capture calls in progress
         self.refused: dict[str, int] = {}  # refusals by limit, since start
         self._lock = threading.Lock()
-        self._buckets: dict[str, tuple[TokenBucket, str]] = {}
-        if limits is None:
-            return
+        self.set_limits(limits)
+
+    def set_limits(self, limits) -> None:
+        """New limits (a reloaded token file), with new, full buckets. The calls in
+        progress stay counted here: each `leave`s this object when it ends."""
+        buckets: dict[str, tuple[TokenBucket, str]] = {}
         for field, unit in (
             ("requests_per_s", "requests"),
             ("tokens_per_s", "tokens"),
             ("result_mib_per_s", "MiB"),
         ):
-            rate = getattr(limits, field)
+            rate = getattr(limits, field) if limits is not None else None
             if rate is not None:
-                self._buckets[field] = (TokenBucket(rate, rate * limits.burst_s, clock), unit)
+                buckets[field] = (TokenBucket(rate, rate * limits.burst_s, self.clock), unit)
+        with self._lock:
+            self.limits, self._buckets = limits, buckets
 
     def enter(self) -> None:
         """A Capture call starts: count it against requests_per_s and concurrent_calls.
@@ -167,6 +177,15 @@ class ClientQuota:
                     "(result_mib): send fewer or shorter texts, or fewer quantities",
                 )
             self._take({"tokens_per_s": tokens, "result_mib_per_s": result_bytes / _MiB})
+
+    def refund(self, tokens: int, result_bytes: int) -> None:
+        """Give back what `charge(tokens, result_bytes)` took, for a request the server
+        then refused (its queue or result buffers full): nothing was computed for it."""
+        with self._lock:
+            costs = {"tokens_per_s": tokens, "result_mib_per_s": result_bytes / _MiB}
+            for field, cost in costs.items():
+                if field in self._buckets:
+                    self._buckets[field][0].give_back(cost)
 
     def _take(self, costs: dict[str, float]) -> None:
         """Take every cost from its bucket, or none and raise for the longest wait."""

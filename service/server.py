@@ -24,6 +24,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from jaxattn.errors import UsageError
 from jaxattn.netaddr import check_listen_address
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs
@@ -231,16 +232,10 @@ def create_server(
     reflection.enable_server_reflection(
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    try:
-        if options.tls_cert is not None:
-            credentials = grpc.ssl_server_credentials([(options.tls_key, options.tls_cert)])
-            port = server.add_secure_port(address, credentials)
-        else:
-            port = server.add_insecure_port(address)
-    except RuntimeError:  # grpc's "Failed to bind": say why, naming --host/--port
-        port = 0
-    if port == 0:  # (older grpc returns 0 instead of raising)
-        check_listen_address(address)
+    port = _add_port(server, address, options)
+    if port == 0:
+        check_listen_address(address)  # say why, naming --host/--port
+        check_tls(options)
         raise RuntimeError(f"cannot listen on {address}")
     httpd = None
     if options.metrics_port is not None:
@@ -250,3 +245,34 @@ def create_server(
             server.stop(None)
             raise
     return AttentionServer(server, batcher, health_servicer, options, metrics, httpd), port
+
+
+def _add_port(server: grpc.Server, address: str, options: ServerOptions) -> int:
+    """`server`'s port on `address`, TLS where `options` say; 0 where gRPC cannot add it
+    (it cannot bind, or cannot make TLS credentials of the certificate and key)."""
+    try:
+        if options.tls_cert is not None:
+            credentials = grpc.ssl_server_credentials([(options.tls_key, options.tls_cert)])
+            return server.add_secure_port(address, credentials)
+        return server.add_insecure_port(address)
+    except RuntimeError:  # grpc's "Failed to bind" (older grpc returns 0 instead)
+        return 0
+
+
+def check_tls(options: ServerOptions) -> None:
+    """UsageError unless gRPC can serve TLS with `options`' certificate and key (a
+    file that is not PEM, the two swapped, or a key that is not the certificate's was
+    an internal "cannot listen" error, after the model had loaded): tried on a
+    throwaway server on a free loopback port, before the slow load."""
+    if options.tls_cert is None:
+        return
+    probe = grpc.server(futures.ThreadPoolExecutor(1))
+    try:
+        port = _add_port(probe, "127.0.0.1:0", options)
+    finally:
+        probe.stop(None)
+    if port == 0:
+        raise UsageError(
+            "--tls-cert/--tls-key: gRPC cannot serve TLS with them: give the PEM "
+            "certificate chain as --tls-cert and its own PEM private key as --tls-key"
+        )

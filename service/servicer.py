@@ -128,20 +128,26 @@ class AttentionServicer:
                 raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, request.message)
             parsed = self.parser.parse(request)
             stats["tokens"] = parsed.tokens
-            quota.charge(
-                parsed.work_tokens, self.parser.limits.total_size(parsed.spec, parsed.tokenized)
+            charged = (
+                parsed.work_tokens,
+                self.parser.limits.total_size(parsed.spec, parsed.tokenized),
             )
+            quota.charge(*charged)
             remaining = context.time_remaining()
             deadline = None if remaining is None else time.monotonic() + remaining
-            job = self.batcher.submit(
-                parsed.spec,
-                parsed.tokenized,
-                deadline,
-                chunk_bytes=parsed.max_chunk_bytes,
-                client=quota.name,
-                coalesce=parsed.coalesce,
-                generation=parsed.generation,
-            )
+            try:
+                job = self.batcher.submit(
+                    parsed.spec,
+                    parsed.tokenized,
+                    deadline,
+                    chunk_bytes=parsed.max_chunk_bytes,
+                    client=quota.name,
+                    coalesce=parsed.coalesce,
+                    generation=parsed.generation,
+                )
+            except (QueueFull, JobCancelled):  # not admitted (or draining): nothing runs
+                quota.refund(*charged)  # so its tokens and MiB are not paid for
+                raise
             # Fires on completion, cancellation and deadline: the job stops
             # waiting and the batcher drops its unfinished work. A call that
             # ended while its request was checked takes no callback: cancel now.

@@ -26,6 +26,7 @@ its help, no abbreviations, the nearest spelling of a mistyped option) is
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 from pathlib import Path
@@ -150,18 +151,33 @@ def read_token(token_file: str | None) -> str | None:
         if not token:
             raise InputError(None, f"token file {token_file} is empty: put the bearer token in it")
         return token
-    return os.environ.get("JAXATTN_TOKEN") or None
+    # Stripped as the file is: a secret put into the environment from a file keeps its
+    # newline, which no gRPC header carries.
+    return os.environ.get("JAXATTN_TOKEN", "").strip() or None
 
 
-def positive_float(value: str) -> float:
-    """A number > 0."""
+def _finite_float(value: str, positive: bool) -> float:
     try:
         x = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
-    if not x > 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value}")
+    if not (x > 0 if positive else x >= 0):
+        raise argparse.ArgumentTypeError(
+            f"expected a number {'>' if positive else '>='} 0, got {value}"
+        )
+    if not math.isfinite(x):  # inf: past what a deadline, a wait or a limit can hold
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {value}")
     return x
+
+
+def positive_float(value: str) -> float:
+    """A finite number > 0."""
+    return _finite_float(value, positive=True)
+
+
+def non_negative_float(value: str) -> float:
+    """A finite number >= 0."""
+    return _finite_float(value, positive=False)
 
 
 def port(value: str) -> int:

@@ -17,6 +17,7 @@ from jaxattn.cli.args import (
     engine_options,
     names,
     non_negative,
+    non_negative_float,
     port,
     positive,
     positive_float,
@@ -25,6 +26,7 @@ from jaxattn.cli.args import (
 )
 from jaxattn.engine.batching import WARMUP_SIZES
 from jaxattn.errors import UsageError
+from jaxattn.netaddr import listen_address
 from jaxattn.spec import check_quantity
 
 _MiB = 1 << 20
@@ -77,7 +79,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--batch-window-ms",
-        type=float,
+        type=non_negative_float,
         default=5.0,
         help="how long a request waits for others to share its batch",
     )
@@ -152,7 +154,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="cancel a call whose client reads nothing for this long",
     )
     p.add_argument(
-        "--grace", type=float, default=30.0, help="seconds in-flight calls get to finish on SIGTERM"
+        "--grace",
+        type=non_negative_float,
+        default=30.0,
+        help="seconds in-flight calls get to finish on SIGTERM",
     )
     p.add_argument(
         "--warmup",
@@ -272,7 +277,7 @@ def _run(args) -> int:
 
     return serve(
         args.model,
-        f"{args.host}:{args.port}",
+        listen_address(args.host, args.port),
         server_options(args),
         log_level=args.log_level,
         precision=args.precision,

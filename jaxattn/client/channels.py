@@ -34,7 +34,7 @@ import grpc
 
 from jaxattn.client.errors import AttentionServiceError
 from jaxattn.errors import UsageError
-from jaxattn.netaddr import check_targets
+from jaxattn.netaddr import check_targets, token_problem
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs
 
@@ -134,6 +134,8 @@ class Channels:
         own_connection: bool = False,
     ):
         addresses = check_targets(addresses)
+        if token and (why := token_problem(token)):  # before any channel is made
+            raise UsageError(f"token cannot be sent: {why}")
         if retries < 0:
             raise UsageError(f"retries must be >= 0, got {retries}")
         if not 0 < backoff[0] <= backoff[1]:

@@ -152,6 +152,8 @@ class AttentionClient:
         (max_texts, max_tokens, max_example_bytes, max_result_bytes, and the longest
         text a request of statistics alone or of the full attention may send:
         longest_text_statistics, longest_text_attention; see attention.proto)."""
+        if timeout is not None:
+            requests.check_timeout(timeout)
         t = self.timeout if timeout is None else timeout
         md = self._channels.metadata
         return self._channels.call(

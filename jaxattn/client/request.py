@@ -31,10 +31,24 @@ def check_codec(codec: str) -> str:
     return codec
 
 
+# The longest deadline a call may have: gRPC keeps a deadline as nanoseconds since the
+# epoch in an int64 (to 2262), so a timeout of about 7e9 s or more (inf included) was an
+# immediate DEADLINE_EXCEEDED that seemed to come from the server. 1e9 s: 31 years.
+MAX_TIMEOUT_S = 1e9
+
+
 def check_timeout(timeout) -> None:
-    """UsageError (a ValueError) unless `timeout` is a positive number of seconds."""
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-        raise UsageError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    """UsageError (a ValueError) unless `timeout` is a positive number of seconds, at
+    most `MAX_TIMEOUT_S`."""
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not 0 < timeout <= MAX_TIMEOUT_S
+    ):
+        raise UsageError(
+            f"timeout must be a positive number of seconds, at most {MAX_TIMEOUT_S:g}, "
+            f"got {timeout!r}"
+        )
 
 
 def plain_indices(value: Selection) -> list[int] | None:
@@ -78,6 +92,11 @@ def texts_message(texts: Sequence[Text]) -> list[pb.Text]:
     """The request's Text messages (UsageError naming the first bad entry by index)."""
     if isinstance(texts, (str, bytes)):
         raise UsageError("texts must be a list of strings or (a, b) pairs: wrap it in a list")
+    if not isinstance(texts, Sequence):  # as the engine: a generator was read twice, and
+        # the second reading, empty, gave capture() no captures at all
+        raise UsageError(
+            f"texts must be a list, got {type(texts).__name__} (capture_iter reads any iterable)"
+        )
     out = []
     for i, t in enumerate(texts):
         if isinstance(t, str):

@@ -349,6 +349,41 @@ BAD: list[Bad] = [
         "UNAVAILABLE",
         frozenset({"capture", "view", "analyze", "web"}),  # the commands with --timeout
     ),
+    Bad(
+        "an endless timeout (gRPC's deadline overflowed: an instant DEADLINE_EXCEEDED)",
+        "--timeout",
+        lambda t, g: ["--server", "127.0.0.1:9", "--timeout", "inf"],
+        2,
+        "--timeout: expected a finite number, got inf",
+    ),
+    Bad(
+        "a negative grace",
+        "--grace",
+        lambda t, g: ["--grace", "-1"],
+        2,
+        "--grace: expected a number >= 0, got -1",
+    ),
+    Bad(
+        "an endless slow-reader timeout (it stopped the batcher's worker at its first wait)",
+        "--slow-reader-s",
+        lambda t, g: ["--slow-reader-s", "inf"],
+        2,
+        "--slow-reader-s: expected a finite number, got inf",
+    ),
+    Bad(
+        "a request limit past gRPC's 32-bit option (an internal OverflowError)",
+        "--max-request-mib",
+        lambda t, g: ["--max-request-mib", "100000"],
+        2,
+        r"max_request_bytes must be at most 2147483647 \(2 GiB",
+    ),
+    Bad(
+        "a result limit past ModelInfo's uint64 (every GetModelInfo failed: UNKNOWN)",
+        "--max-result-mib",
+        lambda t, g: ["--max-result-mib", "1e30"],
+        2,
+        "max_result_bytes must be at most 18446744073709551615",
+    ),
 ]
 
 

@@ -227,6 +227,27 @@ def test_result_mib_and_concurrent_calls_refuse_without_a_retry_time():
     assert quota.active == 2
 
 
+def test_a_reload_that_changes_a_clients_limits_keeps_counting_its_calls_in_progress(
+    tmp_path,
+):
+    """A call in progress across a SIGHUP that changed its client's limits `leave`s the
+    quota it entered: that was a copy the table no longer held, so the client's count
+    never came down and its concurrent_calls refused it until the next reload."""
+    path = tmp_path / "clients.toml"
+    path.write_text('[clients.eve]\ntoken = "eve-token"\nconcurrent_calls = 1\n')
+    table = ClientTable(path, clock=FakeClock())
+    before, _ = table.lookup("eve-token")
+    before.enter()  # a call in progress
+    path.write_text(path.read_text() + "requests_per_s = 100\n")
+    table.reload()
+    after, _ = table.lookup("eve-token")
+    assert after.limits.requests_per_s == 100  # the new limits are in force
+    assert refusal(after.enter).limit == "concurrent_calls"  # the call still counts
+    before.leave()  # it ends
+    after.enter()  # and its slot is free
+    assert table.quota("eve").active == 1
+
+
 # -- through gRPC ----------------------------------------------------------------------
 
 CLIENTS = """\
@@ -359,6 +380,29 @@ def test_concurrent_calls_past_the_quota_are_refused_until_one_ends(quota_server
     assert len(held) == 1 and len(held[0]) == 1
     assert len(capture(address, "one-token")) == 1  # its slot was given back
     assert table.quota("one").active == 0
+
+
+def test_a_call_the_queue_turns_away_gets_its_tokens_back(svc_engine, tmp_path):
+    """Charged once sized, then refused by admission (queue_size): nothing ran, so its
+    tokens go back to its bucket. They stayed taken: a client retrying a busy replica
+    spent its tokens_per_s on calls that computed nothing, then was refused for them."""
+    path = tmp_path / "clients.toml"
+    path.write_text(CLIENTS)
+    table = ClientTable(path, clock=FakeClock())  # no refill: only a refund fills it
+    engine = GatedEngine(svc_engine)
+    engine.output_bytes, engine.buckets = svc_engine.output_bytes, svc_engine.buckets
+    with running_server(engine, clients=table, queue_size=1) as (_, address):
+        held = threading.Thread(target=capture, args=(address, "alice-token"))
+        held.start()
+        try:
+            assert engine.entered.wait(30)  # alice's call holds the one slot
+            e = refused(address, "wordy-token")
+            assert (e.code, e.limit) == (EXHAUSTED, "queue_size")
+        finally:
+            engine.gate.set()
+        held.join(30)
+        assert len(capture(address, "wordy-token")) == 1  # its bucket is full again
+        assert refused(address, "wordy-token").limit == "tokens_per_s"  # now it is spent
 
 
 def test_the_token_file_is_reloaded_and_a_bad_one_changes_nothing(quota_server, caplog):

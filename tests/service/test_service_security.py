@@ -147,3 +147,26 @@ def test_one_log_line_per_request_without_text_or_token(token_server, caplog):
     for record in caplog.records:
         message = record.getMessage()
         assert TOKEN not in message and "quick brown" not in message and "hello" not in message
+
+
+def test_a_certificate_and_key_grpc_cannot_serve_are_a_usage_error(svc_engine, certificate):
+    """Not PEM, swapped, or a key of another certificate: gRPC cannot add the TLS port.
+    That was an internal "cannot listen on ..." error, after the model had loaded;
+    `jaxattn serve` now checks the pair (`check_tls`) before it loads the model."""
+    from jaxattn.errors import UsageError
+    from service import ServerOptions, create_server
+    from service.server import check_tls
+
+    cert, key = certificate
+    check_tls(ServerOptions(tls_cert=cert, tls_key=key))  # the right pair passes
+    other_key = subprocess.run(
+        ["openssl", "genpkey", "-algorithm", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    message = "--tls-cert/--tls-key: gRPC cannot serve TLS with them"
+    for bad_cert, bad_key in [(b"junk", b"junk"), (key, cert), (cert, other_key)]:
+        with pytest.raises(UsageError, match=message):
+            check_tls(ServerOptions(tls_cert=bad_cert, tls_key=bad_key))
+        with pytest.raises(UsageError, match=message):
+            create_server(svc_engine, "127.0.0.1:0", tls_cert=bad_cert, tls_key=bad_key)
