@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 
 from jaxattn.netaddr import check_listen_address
+from jaxattn.progress import counted
 from service.allocator import DEFAULT_ARENAS, cap_arenas
 from service.generation import generator_problem
 from service.limits import example_limit
@@ -79,8 +80,9 @@ def serve(
     # Install handlers before the slow load, so an early SIGTERM still drains.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    if options.clients is not None:  # SIGHUP re-reads the token file
-        signal.signal(signal.SIGHUP, lambda *_: reload.set())
+    # SIGHUP re-reads the token file; without one it is logged and ignored (its default
+    # action would end the server at once, cutting its calls)
+    signal.signal(signal.SIGHUP, lambda *_: reload.set())
     check_listen_address(address)  # before the slow load: a busy port, a bad host
     check_tls(options)  # and a certificate and key gRPC cannot serve
     if options.metrics_port:
@@ -143,7 +145,10 @@ def serve(
     while not stop.wait(0.5):  # wake up regularly: signal handlers run between waits
         if reload.is_set():
             reload.clear()
-            reload_clients(options.clients)
+            if options.clients is None:
+                log.warning("SIGHUP ignored: no token file (--tokens) to reload")
+            else:
+                reload_clients(options.clients)
     log.info("draining: no new calls, in-flight calls get %.0fs", options.grace_s)
     server.stop(options.grace_s).wait()
     log.info("stopped")
@@ -157,7 +162,8 @@ def reload_clients(clients) -> bool:
     except (OSError, ValueError) as e:  # InputError is a ValueError
         log.error("token file not reloaded, the clients in force stay: %s", e)
         return False
-    log.info("token file reloaded: %d clients (%s)", len(clients.names), ", ".join(clients.names))
+    names = clients.names
+    log.info("token file reloaded: %s (%s)", counted(len(names), "client"), ", ".join(names))
     return True
 
 

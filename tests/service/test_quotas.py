@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import threading
+import time
 
 import grpc
 import pytest
@@ -529,3 +530,44 @@ def test_turns_alternate_between_clients_and_favour_the_one_served_longest_ago()
     finally:
         batcher.close(timeout=10)
     assert [c for c, _ in engine.served] == list("ABCABAA")
+
+
+def test_a_sighup_without_a_token_file_is_logged_and_ignored(svc_engine, monkeypatch, caplog):
+    # SIGHUP's default action ends a process: operators send it by habit (logrotate).
+    import jaxattn.checkpoints.loading
+    import service.main
+    from jaxattn.cli import main
+
+    monkeypatch.setattr(jaxattn.checkpoints.loading, "load", lambda *a, **k: svc_engine)
+    listening, handled = threading.Event(), []
+    real_create = service.main.create_server
+
+    def create_server(engine, address, options):
+        listening.set()
+        return real_create(engine, address, options=options)
+
+    def operator():
+        if listening.wait(60) and not done.is_set():
+            handled.append(signal.getsignal(signal.SIGHUP) not in (signal.SIG_DFL, None))
+            if handled[0]:  # never send it to a process that would die of it (this one)
+                os.kill(os.getpid(), signal.SIGHUP)
+                time.sleep(1.5)  # the serve loop looks every 0.5 s
+        if not done.is_set():
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(service.main, "create_server", create_server)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    done = threading.Event()
+    thread = threading.Thread(target=operator, daemon=True)
+    thread.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="service.main"):
+            code = main(["serve", "--port", "0", "--grace", "0.5"])
+    finally:
+        done.set()
+        listening.set()
+        thread.join(10)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert handled == [True] and code == 0
+    assert "SIGHUP ignored: no token file (--tokens) to reload" in caplog.text
