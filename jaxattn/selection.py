@@ -71,7 +71,7 @@ def resolve_indices(value: Selection, count: int, field: str) -> tuple[int, ...]
         value = parse_selection(value)
     if getattr(value, "ndim", 0) and hasattr(value, "tolist"):  # a numpy array of indices
         value = value.tolist()
-    if isinstance(value, (slice, range)) or _is_int(value):
+    if isinstance(value, (slice, range)) or is_int(value):
         value = (value,)
     if isinstance(value, bytes) or not isinstance(value, Iterable):
         raise UsageError(f"{field} must be indices or slices, got {type(value).__name__}")
@@ -86,7 +86,7 @@ def resolve_indices(value: Selection, count: int, field: str) -> tuple[int, ...]
                 raise UsageError(f"{field} {_show(v)} selects nothing: valid {valid}")
             out += [i % count for i in picked]
             continue
-        if not _is_int(v):
+        if not is_int(v):
             raise UsageError(f"{field} must hold integers or slices, got {v!r}")
         i = int(v)
         if not -count <= i < count:
@@ -124,7 +124,7 @@ def positions_of(
         value = parse_selection(value)
     if getattr(value, "ndim", 0) and hasattr(value, "tolist"):  # a numpy array
         value = value.tolist()
-    if isinstance(value, (slice, range)) or _is_int(value):
+    if isinstance(value, (slice, range)) or is_int(value):
         value = (value,)
     if isinstance(value, bytes) or not isinstance(value, Iterable):
         raise UsageError(f"{field} must be positions or slices, got {type(value).__name__}")
@@ -134,7 +134,7 @@ def positions_of(
             out += _fixed_width(v, field)
         elif isinstance(v, range):
             out += list(v)
-        elif _is_int(v):
+        elif is_int(v):
             out.append(int(v))
         else:
             raise UsageError(f"{field} must hold integers or slices, got {v!r}")
@@ -214,7 +214,8 @@ def resolve_positions(
     return tuple(sorted(p % length for p in positions))
 
 
-def _is_int(v) -> bool:
+def is_int(v) -> bool:
+    """Whether `v` is an integer index: an int or a numpy integer, not a bool."""
     return not isinstance(v, bool) and (isinstance(v, int) or hasattr(v, "__index__"))
 
 
