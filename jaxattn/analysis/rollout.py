@@ -32,7 +32,7 @@ from jaxattn.analysis.weights import (
     check_layout,
     normalise_rows,
 )
-from jaxattn.capture import Capture
+from jaxattn.capture import Capture, one_capture
 from jaxattn.errors import UsageError
 
 RESIDUAL = 0.5  # Abnar & Zuidema's weight of the identity (residual) term
@@ -86,7 +86,7 @@ def check_from_input(capture: Capture, what: str = "rollout") -> None:
     Raises:
       UsageError: it holds other layers.
     """
-    if not from_input(capture):
+    if not from_input(one_capture(capture, what)):
         raise UsageError(
             f"{what} needs consecutive layers from 0; the capture holds {list(capture.layers)}"
         )

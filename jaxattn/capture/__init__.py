@@ -34,7 +34,7 @@ from jaxattn.errors import UsageError
 from jaxattn.quantities import QUANTITIES
 from jaxattn.selection import is_int
 
-__all__ = ["FILE_FORMAT", "READABLE_FORMATS", "Capture", "frozen"]
+__all__ = ["FILE_FORMAT", "READABLE_FORMATS", "Capture", "capture_list", "frozen", "one_capture"]
 
 
 def frozen(mapping: Mapping | None = None) -> Mapping:
@@ -337,6 +337,31 @@ _ATTRIBUTES = tuple(
     for n in dict.fromkeys([*(f.name for f in dataclasses.fields(Capture)), *dir(Capture)])
     if not n.startswith("_") and n not in QUANTITIES
 )
+
+
+def one_capture(value, needed_by: str) -> Capture:
+    """`value` if it is a Capture; else a UsageError saying that `needed_by` ("rollout",
+    "to_svg") takes one (a list of them: pick one)."""
+    if isinstance(value, Capture):
+        return value
+    hint = ": pick one, as caps[0]" if isinstance(value, (list, tuple)) else ""
+    raise UsageError(f"{needed_by} takes one Capture, got {type(value).__name__}{hint}")
+
+
+def capture_list(value, needed_by: str) -> list[Capture]:
+    """One Capture, or an iterable of them, as a list; else a UsageError saying what
+    `needed_by` ("the view page") got, or which entry is no Capture."""
+    if isinstance(value, Capture):
+        return [value]
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise UsageError(
+            f"{needed_by} takes a Capture or a list of them, got {type(value).__name__}"
+        )
+    caps = list(value)
+    for i, cap in enumerate(caps):
+        if not isinstance(cap, Capture):
+            raise UsageError(f"{needed_by}: captures[{i}] is a {type(cap).__name__}, not a Capture")
+    return caps
 
 
 def _numbers(value, field: str) -> tuple[int, ...]:

@@ -96,7 +96,7 @@ def document(
 def build_html(
     captures: Capture | Sequence[Capture],
     *,
-    views: Sequence[str] = VIEWS,
+    views: str | Sequence[str] = VIEWS,
     labels: Sequence[str] | None = None,
     embed: str = "auto",
     title: str = "jaxattn views",
@@ -106,7 +106,8 @@ def build_html(
 
     Args:
       captures: one Capture or several (an example selector switches between them).
-      views: which of "head", "model", "neuron", "stats" to include (tabs).
+      views: which of "head", "model", "neuron", "stats" to include (tabs); one
+        name alone is that view.
       labels: example names for the selector.
       embed: "float32" (exact), "uint8" (weights in steps of 1/255, queries and keys
         in 63 steps per row; the precision is in `jaxattn.views.payload`) or "auto"

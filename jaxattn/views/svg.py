@@ -41,7 +41,7 @@ from html import escape
 import numpy as np
 
 from jaxattn.analysis.tokens import display_tokens
-from jaxattn.capture import Capture
+from jaxattn.capture import Capture, one_capture
 from jaxattn.errors import UsageError
 from jaxattn.views.causal import causal_mask, is_causal
 from jaxattn.views.drawing import (
@@ -568,7 +568,7 @@ def to_svg(cap: Capture, view: str = "head", **options) -> str:
     makers = dict(head=head_svg, model=model_svg, neuron=neuron_svg, stats=stats_svg)
     if view not in makers:
         raise UsageError(f"unknown view {view!r}; choose from {', '.join(makers)}")
-    _check(cap, view, options)
+    _check(one_capture(cap, "to_svg"), view, options)
     try:
         return makers[view](cap, **options)
     except AttributeError as e:  # a quantity the capture lacks
