@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -52,6 +53,31 @@ def normalise_rows(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, np.float64)
     s = x.sum(-1, keepdims=True)
     return np.divide(x, s, out=np.zeros_like(x), where=s > 0)
+
+
+def token_maps(weights, tokens: Sequence[str]) -> np.ndarray:
+    """`weights` as float64 [..., T, T] maps over the T `tokens`, as the analyses of one
+    example's arrays take them.
+
+    Raises:
+      UsageError: no array of numbers, maps that are not square (a capture's rows or
+        keys selected with query_positions or key_positions), or a count of tokens
+        other than T.
+    """
+    try:
+        w = np.asarray(weights, np.float64)
+    except (TypeError, ValueError):
+        raise UsageError(
+            f"weights must be an array of [..., T, T] maps, got {type(weights).__name__}"
+        ) from None
+    if w.ndim < 2 or w.shape[-1] != w.shape[-2]:
+        raise UsageError(
+            f"weights must be [..., T, T] maps, got shape {w.shape} (a capture of selected "
+            "query rows or keys holds parts of maps: capture without query/key positions)"
+        )
+    if len(tokens) != w.shape[-1]:
+        raise UsageError(f"{len(tokens)} tokens for weights over {w.shape[-1]} positions")
+    return w
 
 
 def available_kinds(capture: Capture) -> tuple[str, ...]:

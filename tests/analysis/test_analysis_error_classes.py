@@ -24,7 +24,7 @@ from jaxattn.analysis.head_distance import HeadDistance
 from jaxattn.analysis.head_stats import HeadStats, head_statistics
 from jaxattn.analysis.mixing import MixingRatios
 from jaxattn.analysis.ov_circuit import unembed_embed
-from jaxattn.analysis.patterns import PatternCounts
+from jaxattn.analysis.patterns import PatternCounts, kovaleva_classes, vig_patterns
 from jaxattn.analysis.report import CorpusAnalysis
 from jaxattn.analysis.tokens import SpecialTokens
 from jaxattn.analysis.weights import capture_weights
@@ -130,6 +130,24 @@ CASES = [
         UsageError,
         "2 tokens for weights over 19 positions",
         lambda: head_statistics(identity()[None, None], ["a", "b"]),
+    ),
+    (  # a capture's selected query row, [L, H, 1, T]: an IndexError inside
+        "head stats: rows of maps",
+        UsageError,
+        r"weights must be \[..., T, T\] maps, got shape \(1, 1, 1, 19\) .*query/key positions",
+        lambda: head_statistics(identity()[None, None, -1:], ["a"] * 19),
+    ),
+    (
+        "kovaleva: no array",
+        UsageError,
+        r"weights must be \[..., T, T\] maps, got shape \(\)",
+        lambda: kovaleva_classes(None, ["a"], None),
+    ),
+    (
+        "vig: rows of maps",
+        UsageError,
+        r"weights must be \[..., T, T\] maps, got shape \(19,\)",
+        lambda: vig_patterns(identity()[0], ["a"] * 19, None),
     ),
     (
         "head stats: custom specials without maps",
