@@ -55,15 +55,17 @@ def normalise_rows(x: np.ndarray) -> np.ndarray:
     return np.divide(x, s, out=np.zeros_like(x), where=s > 0)
 
 
-def token_maps(weights, tokens: Sequence[str]) -> np.ndarray:
-    """`weights` as float64 [..., T, T] maps over the T `tokens`, as the analyses of one
-    example's arrays take them.
+def square_maps(weights) -> np.ndarray:
+    """`weights` as float64 [..., T, T] maps, as the analyses of one example's arrays
+    take them (a Capture: its attention).
 
     Raises:
-      UsageError: no array of numbers, maps that are not square (a capture's rows or
-        keys selected with query_positions or key_positions), or a count of tokens
-        other than T.
+      UsageError: no array of numbers, or maps that are not square (a capture's rows
+        or keys selected with query_positions or key_positions).
     """
+    if isinstance(weights, Capture):
+        weights.check_full_maps("an analysis of attention weights")
+        weights = weights.attention
     try:
         w = np.asarray(weights, np.float64)
     except (TypeError, ValueError):
@@ -75,6 +77,16 @@ def token_maps(weights, tokens: Sequence[str]) -> np.ndarray:
             f"weights must be [..., T, T] maps, got shape {w.shape} (a capture of selected "
             "query rows or keys holds parts of maps: capture without query/key positions)"
         )
+    return w
+
+
+def token_maps(weights, tokens: Sequence[str]) -> np.ndarray:
+    """`square_maps` over the T `tokens`.
+
+    Raises:
+      UsageError: as `square_maps`, or a count of tokens other than T.
+    """
+    w = square_maps(weights)
     if len(tokens) != w.shape[-1]:
         raise UsageError(f"{len(tokens)} tokens for weights over {w.shape[-1]} positions")
     return w

@@ -197,6 +197,18 @@ CASES = [
             (np.broadcast_to(CAUSAL3, (1, 2, 3, 3)), np.broadcast_to(CAUSAL2, (1, 2, 2, 2))),
         ),
     ),
+    (  # an AttributeError: 'Engine' object has no attribute 'get_vocab'
+        "repeated sequence: an engine",
+        UsageError,
+        r"takes a Hugging Face tokenizer \(an engine's: engine.tokenizer.hf\), got SimpleNamespace",
+        lambda: repeated_sequence_text(SimpleNamespace(tokenizer=_Tokenizer()), 2),
+    ),
+    (  # a TypeError comparing '5' with 2
+        "repeated sequence: n",
+        UsageError,
+        "n must be a whole number of random tokens, got '5'",
+        lambda: repeated_sequence_text(_Tokenizer(), "5"),
+    ),
     (
         "repeated sequence: round trip",
         CheckpointError,
