@@ -292,6 +292,8 @@ class BosSinks:
         self._sum: dict[str, np.ndarray] = {}
 
     def update(self, with_bos, without_bos) -> None:
+        """Add one text's attention with BOS and without (arrays or Captures, as
+        `bos_sink_shares`); a text of fewer than 2 tokens adds nothing."""
         shares = bos_sink_shares(with_bos, without_bos)
         if np.isnan(shares["bos"]).all():
             return
@@ -357,6 +359,13 @@ class DecoderHeads:
             self._add(prefix + name, value)
 
     def update(self, cap: Capture) -> None:
+        """Add one capture: its maps where it holds them (and `maps` is True), else its
+        on-device tables (decoder_head_stats, decoder_norm_head_stats).
+
+        Raises:
+          UsageError: a capture with neither attention nor decoder_head_stats, or with
+            other layers and heads than the ones before.
+        """
         t = (
             cap.tensors
             if self.maps
