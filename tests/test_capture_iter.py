@@ -157,3 +157,9 @@ def test_the_stream_takes_any_iterable_lazily(engines):
 def test_capture_iter_refuses_what_is_no_iterable_of_texts_at_once(texts, message):
     with pytest.raises(UsageError, match=message):
         CaptureStream(None, texts, window=2)  # before any source is asked
+
+
+def test_capture_iter_refuses_a_progress_that_is_no_function_at_once():
+    # was a TypeError "'int' object is not callable" at the first capture
+    with pytest.raises(UsageError, match="progress must be a function of one argument.*got int"):
+        CaptureStream(None, ["a"], window=2, progress=3)
