@@ -4,6 +4,9 @@ AttributeError from deep inside (hand-made captures, no model)."""
 
 from __future__ import annotations
 
+import html
+
+import numpy as np
 import pytest
 from capture_samples import make
 
@@ -37,6 +40,19 @@ from jaxattn.errors import UsageError
 def test_what_is_no_capture_is_named(call, message):
     with pytest.raises(UsageError, match=message):
         call()
+
+
+@pytest.mark.parametrize("height", ["600px", 0, 1.5, None])
+def test_a_frame_height_that_is_no_number_of_pixels_is_refused(height):
+    # "600px" made style="height:600pxpx": a frame the notebook drew at its default height
+    with pytest.raises(UsageError, match="height must be a positive number of pixels"):
+        views.View(make("float32"), height=height)
+
+
+def test_the_notebook_frame_holds_the_page_at_the_height_asked():
+    shown = views.View(make("float32"), views="head", height=np.int64(480))._repr_html_()
+    assert 'style="width:100%;height:480px;' in shown
+    assert html.escape(views.build_html(make("float32"), views="head"), quote=True) in shown
 
 
 def test_one_view_name_is_that_view():
