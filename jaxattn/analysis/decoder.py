@@ -49,7 +49,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from jaxattn.analysis.weights import normalise_rows, square_maps
-from jaxattn.capture import Capture
+from jaxattn.capture import Capture, one_capture
 from jaxattn.errors import CheckpointError, UsageError
 from jaxattn.quantities import DECODER_HEAD_STATS, ENTROPY_SMOOTHING
 from jaxattn.selection import is_int
@@ -363,9 +363,10 @@ class DecoderHeads:
         on-device tables (decoder_head_stats, decoder_norm_head_stats).
 
         Raises:
-          UsageError: a capture with neither attention nor decoder_head_stats, or with
-            other layers and heads than the ones before.
+          UsageError: no Capture, one with neither attention nor decoder_head_stats,
+            or one with other layers and heads than the ones before.
         """
+        one_capture(cap, "an analysis's update")
         t = (
             cap.tensors
             if self.maps

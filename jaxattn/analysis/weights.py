@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxattn.capture import Capture
+from jaxattn.capture import Capture, one_capture
 from jaxattn.errors import UsageError
 
 
@@ -123,8 +123,9 @@ def check_layout(
     """The (layers, heads) of a corpus: the first capture's; later ones must match.
 
     Raises:
-      UsageError: a capture with other layers or heads than the first.
+      UsageError: no Capture, or one with other layers or heads than the first.
     """
+    one_capture(capture, "an analysis's update")
     mine = (tuple(capture.layers), tuple(capture.heads))
     if layout is not None and mine != layout:
         raise UsageError(

@@ -344,7 +344,13 @@ def one_capture(value, needed_by: str) -> Capture:
     "to_svg") takes one (a list of them: pick one)."""
     if isinstance(value, Capture):
         return value
-    hint = ": pick one, as caps[0]" if isinstance(value, (list, tuple)) else ""
+    hint = (
+        ": pick one, as caps[0]"
+        if isinstance(value, (list, tuple))
+        else " (capture_iter's progress passes None for a text it skipped)"
+        if value is None
+        else ""
+    )
     raise UsageError(f"{needed_by} takes one Capture, got {type(value).__name__}{hint}")
 
 

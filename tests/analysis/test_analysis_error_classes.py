@@ -20,6 +20,8 @@ from jaxattn.analysis.decoder import (
     DecoderHeads,
     repeated_sequence_text,
 )
+from jaxattn.analysis.dependency import DependencyHeads
+from jaxattn.analysis.flow import FlowStats
 from jaxattn.analysis.head_distance import HeadDistance
 from jaxattn.analysis.head_stats import HeadStats, head_statistics
 from jaxattn.analysis.mixing import MixingRatios
@@ -80,6 +82,23 @@ DECODER_WIDE = make_capture(
 NO_MAPS = _stats_only(None)
 
 CASES = [
+    # every accumulator's update: None (capture_iter's progress for a skipped text) was
+    # an AttributeError ('NoneType' object has no attribute 'layers')
+    *(
+        (
+            f"{cls.__name__}.update(None)",
+            UsageError,
+            r"an analysis's update takes one Capture, got NoneType \(capture_iter's progress",
+            lambda cls=cls: cls().update(None),
+        )
+        for cls in (HeadStats, PatternCounts, HeadDistance, MixingRatios, FlowStats, DecoderHeads)
+    ),
+    (  # an AttributeError: 'str' object has no attribute 'words'
+        "dependency heads: no sentence",
+        UsageError,
+        r"need each capture's parsed sentence \(a Sentence of read_conllu\), got str",
+        lambda: DependencyHeads().update(ONE, "a b"),
+    ),
     # mixing.py
     (
         "mixing: layers differ",
