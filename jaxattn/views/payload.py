@@ -179,6 +179,8 @@ def check_request(captures, views, labels, embed, max_examples):
         valid = ", ".join(EMBED_DTYPES)
         raise UsageError(f"unknown embed dtype {embed!r}; expected one of {valid}")
     views = check_views(views)
+    if isinstance(labels, str):  # its letters were counted as labels
+        raise UsageError(f"labels must be a list of names, one per capture, got {labels!r}")
     if labels is not None and len(labels) != len(caps):
         raise UsageError(f"{len(labels)} labels for {len(caps)} captures")
     return caps, views, embed
