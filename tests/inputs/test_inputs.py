@@ -225,3 +225,5 @@ def test_the_engine_and_the_client_check_texts_alike(caller):
         check(["a", ("b", None)])
     with pytest.raises(UsageError, match="texts must be a list, got NoneType"):
         check(None)  # the client's was a TypeError
+    with pytest.raises(UsageError, match="texts must be a list, got generator"):
+        check(t for t in ["a"])  # the client's capture read it here and returned no capture
