@@ -87,7 +87,7 @@ def attention_flow(
       [len(layers), T, T] float64; every row sums to 1.
 
     Raises:
-      UsageError: a layer outside 0..L-1.
+      UsageError: a layer outside 0..L-1, or as `residual_attention`.
     """
     aug = residual_attention(weights, residual)
     n, t = aug.shape[0], aug.shape[-1]

@@ -73,9 +73,12 @@ def square_maps(weights) -> np.ndarray:
             f"weights must be an array of [..., T, T] maps, got {type(weights).__name__}"
         ) from None
     if w.ndim < 2 or w.shape[-1] != w.shape[-2]:
+        rows = (
+            " (a capture of selected query rows or keys holds parts of maps: capture "
+            "without query/key positions)"
+        )
         raise UsageError(
-            f"weights must be [..., T, T] maps, got shape {w.shape} (a capture of selected "
-            "query rows or keys holds parts of maps: capture without query/key positions)"
+            f"weights must be [..., T, T] maps, got shape {w.shape}{rows if w.ndim >= 2 else ''}"
         )
     return w
 

@@ -21,13 +21,14 @@ from jaxattn.analysis.decoder import (
     repeated_sequence_text,
 )
 from jaxattn.analysis.dependency import DependencyHeads
-from jaxattn.analysis.flow import FlowStats
+from jaxattn.analysis.flow import FlowStats, attention_flow
 from jaxattn.analysis.head_distance import HeadDistance
 from jaxattn.analysis.head_stats import HeadStats, head_statistics
 from jaxattn.analysis.mixing import MixingRatios
 from jaxattn.analysis.ov_circuit import unembed_embed
 from jaxattn.analysis.patterns import PatternCounts, kovaleva_classes, vig_patterns
 from jaxattn.analysis.report import CorpusAnalysis
+from jaxattn.analysis.rollout import attention_rollout
 from jaxattn.analysis.tokens import SpecialTokens
 from jaxattn.analysis.weights import capture_weights
 from jaxattn.analysis.words import WordMap, align_words, word_level_attention
@@ -92,6 +93,24 @@ CASES = [
             lambda cls=cls: cls().update(None),
         )
         for cls in (HeadStats, PatternCounts, HeadDistance, MixingRatios, FlowStats, DecoderHeads)
+    ),
+    (  # [L, H, 1, T] rows broadcast against the identity: a [L, T, T] result, silently
+        "rollout: rows of maps",
+        UsageError,
+        r"weights must be \[..., T, T\] maps, got shape \(1, 1, 1, 19\) \(a capture of",
+        lambda: attention_rollout(identity()[None, None, -1:]),
+    ),
+    (  # a numpy broadcasting ValueError
+        "flow: no head axis",
+        UsageError,
+        r"weights must be \[L, H, T, T\] maps, got shape \(1, 19, 19\)",
+        lambda: attention_flow(identity()[None]),
+    ),
+    (
+        "rollout: residual",
+        UsageError,
+        r"residual must be a number \(0.5 in the paper\), got '0.5'",
+        lambda: attention_rollout(identity()[None, None], residual="0.5"),
     ),
     (  # an AttributeError: 'str' object has no attribute 'words'
         "dependency heads: no sentence",
