@@ -31,7 +31,7 @@ from jaxattn.analysis.report import CorpusAnalysis
 from jaxattn.analysis.rollout import attention_rollout
 from jaxattn.analysis.tokens import SpecialTokens
 from jaxattn.analysis.weights import capture_weights
-from jaxattn.analysis.words import WordMap, align_words, word_level_attention
+from jaxattn.analysis.words import WordMap, align_words, group_words, word_level_attention
 from jaxattn.capture import Capture
 from jaxattn.errors import (
     CheckpointError,
@@ -105,6 +105,14 @@ CASES = [
         UsageError,
         r"weights must be \[L, H, T, T\] maps, got shape \(1, 19, 19\)",
         lambda: attention_flow(identity()[None]),
+    ),
+    (  # einsum broadcast the one row: a [..., U, U] result, silently
+        "word level: rows of maps",
+        UsageError,
+        r"weights must be \[..., T, T\] maps, got shape \(1, 1, 1, 3\)",
+        lambda: word_level_attention(
+            np.full((1, 1, 1, 3), 1 / 3), group_words(["[CLS]", "a", "[SEP]"], BERT)
+        ),
     ),
     (
         "rollout: residual",
