@@ -133,6 +133,7 @@ def head_ablation_study(
         if heads is not None
         else [(layer, h) for layer in range(c.num_layers) for h in range(c.num_heads)]
     )
+    HeadAblation.of(heads, mode)  # each a (layer, head) pair (heads=(0, 1): a TypeError)
     # Here, not at the top: importing this module (its MODES) must not start jax.
     from jaxattn.engine.causal_lm import CausalLM, has_lm_head
 
