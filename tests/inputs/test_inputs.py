@@ -227,3 +227,20 @@ def test_the_engine_and_the_client_check_texts_alike(caller):
         check(None)  # the client's was a TypeError
     with pytest.raises(UsageError, match="texts must be a list, got generator"):
         check(t for t in ["a"])  # the client's capture read it here and returned no capture
+
+
+@pytest.mark.parametrize(
+    ("path", "limit", "message"),
+    [  # TypeErrors from pathlib and from comparing "3" with an int; -1 read nothing
+        (["a text"], None, r"read_records reads a file: give its path, got list \(a list of"),
+        (None, None, "read_records reads a file: give its path, got NoneType"),
+        ("corpus.txt", "3", "limit must be None or a whole number of records >= 0, got '3'"),
+        ("corpus.txt", -1, "limit must be None or a whole number of records >= 0, got -1"),
+    ],
+)
+def test_read_records_refuses_what_is_no_file_or_limit(tmp_path, path, limit, message):
+    (tmp_path / "corpus.txt").write_text("a\nb\n")
+    if isinstance(path, str):
+        path = tmp_path / path
+    with pytest.raises(UsageError, match=message):
+        list(read_records(path, limit=limit))
