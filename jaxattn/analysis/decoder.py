@@ -213,7 +213,7 @@ def repeated_sequence_text(tokenizer, n: int, *, seed: int = 0) -> tuple[str, li
 
 
 def _first_share(cap: Capture) -> np.ndarray:
-    if "attention" in cap.tensors:
+    if "attention" in one_capture(cap, "AttentionSinks").tensors:
         return first_token_scores(cap.attention)
     if "decoder_head_stats" in cap.tensors:
         return np.asarray(cap.decoder_head_stats, np.float64)[
@@ -228,10 +228,14 @@ class AttentionSinks:
     """The attention sink (Xiao et al. 2023) per head: the first token's share.
 
     ``AttentionSinks(with_bos, without_bos)`` takes two captures of the same
-    text, one whose first token is BOS and one without it (either may be None):
-    ``first`` and ``other`` are their [L, H] first-token shares (rows 1 .. T-1),
-    ``difference`` first - other. Each capture needs ``attention`` or
-    ``decoder_head_stats``.
+    text, one whose first token is BOS and one without it (the second may be None:
+    ``other`` and ``difference`` are then None): ``first`` and ``other`` are their
+    [L, H] first-token shares (rows 1 .. T-1), ``difference`` first - other. Each
+    capture needs ``attention`` or ``decoder_head_stats``.
+
+    Raises:
+      UsageError: a first capture that is None or no Capture, one with neither
+        quantity, or two of different layers and heads.
     """
 
     def __init__(self, capture: Capture, other: Capture | None = None):

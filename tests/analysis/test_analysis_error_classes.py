@@ -120,6 +120,12 @@ CASES = [
         r"residual must be a number \(0.5 in the paper\), got '0.5'",
         lambda: attention_rollout(identity()[None, None], residual="0.5"),
     ),
+    (  # its docstring said either capture may be None: an AttributeError for the first
+        "attention sinks: no first capture",
+        UsageError,
+        "AttentionSinks takes one Capture, got NoneType",
+        lambda: AttentionSinks(None, DECODER_CAP),
+    ),
     (  # an AttributeError: 'str' object has no attribute 'words'
         "dependency heads: no sentence",
         UsageError,
