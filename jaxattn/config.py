@@ -351,10 +351,13 @@ class ModelConfig:
         return self.max_positions - self.position_offset
 
     def to_dict(self) -> dict:
+        """The config as a plain dict of its fields (a capture's provenance["config"];
+        `from_dict` reads it back)."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> ModelConfig:
+        """The config of a `to_dict` dict (CheckpointError naming unknown fields)."""
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - fields)
         if unknown:

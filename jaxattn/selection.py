@@ -71,7 +71,7 @@ def resolve_indices(value: Selection, count: int, field: str) -> tuple[int, ...]
         value = parse_selection(value)
     if getattr(value, "ndim", 0) and hasattr(value, "tolist"):  # a numpy array of indices
         value = value.tolist()
-    if isinstance(value, (slice, range)) or _is_int(value):
+    if isinstance(value, (slice, range)) or is_int(value):
         value = (value,)
     if isinstance(value, bytes) or not isinstance(value, Iterable):
         raise UsageError(f"{field} must be indices or slices, got {type(value).__name__}")
@@ -86,7 +86,7 @@ def resolve_indices(value: Selection, count: int, field: str) -> tuple[int, ...]
                 raise UsageError(f"{field} {_show(v)} selects nothing: valid {valid}")
             out += [i % count for i in picked]
             continue
-        if not _is_int(v):
+        if not is_int(v):
             raise UsageError(f"{field} must hold integers or slices, got {v!r}")
         i = int(v)
         if not -count <= i < count:
@@ -124,27 +124,24 @@ def positions_of(
         value = parse_selection(value)
     if getattr(value, "ndim", 0) and hasattr(value, "tolist"):  # a numpy array
         value = value.tolist()
-    if isinstance(value, (slice, range)) or _is_int(value):
+    if isinstance(value, (slice, range)) or is_int(value):
         value = (value,)
     if isinstance(value, bytes) or not isinstance(value, Iterable):
         raise UsageError(f"{field} must be positions or slices, got {type(value).__name__}")
     out: list[int] = []
     for v in value:
         if isinstance(v, slice):
-            out += _fixed_width(v, field)
-        elif isinstance(v, range):
-            out += list(v)
-        elif _is_int(v):
+            v = _fixed_width(v, field)
+        if isinstance(v, range):  # counted before it is listed: range(10**9) filled memory
+            _check_count(len(out) + len(v), max_length, field)
+            out += v
+        elif is_int(v):
             out.append(int(v))
         else:
             raise UsageError(f"{field} must hold integers or slices, got {v!r}")
     if not out:
         raise UsageError(f"{field} is empty: leave it out for all, or give token positions")
-    if max_length is not None and len(out) > max_length:
-        raise UsageError(
-            f"{field} names {len(out)} positions, more than the model's longest input "
-            f"({max_length} tokens)"
-        )
+    _check_count(len(out), max_length, field)
     seen: set[int] = set()
     for p in out:
         if p in seen:
@@ -153,7 +150,16 @@ def positions_of(
     return tuple(out)
 
 
-def _fixed_width(s: slice, field: str) -> list[int]:
+def _check_count(count: int, max_length: int | None, field: str) -> None:
+    """UsageError where `count` positions are more than `max_length` (None: no bound)."""
+    if max_length is not None and count > max_length:
+        raise UsageError(
+            f"{field} names {count} positions, more than the model's longest input "
+            f"({max_length} tokens)"
+        )
+
+
+def _fixed_width(s: slice, field: str) -> range:
     """The positions of a slice whose count is the same in every example (`positions_of`)."""
     if s.step not in (None, 1):
         raise UsageError(f"{field} {_show(s)}:{s.step} has a step: give ranges without one")
@@ -170,7 +176,7 @@ def _fixed_width(s: slice, field: str) -> list[int]:
         )
     if stop <= start:
         raise UsageError(f"{field} {_show(s)} selects no position")
-    return list(range(start, stop))
+    return range(start, stop)
 
 
 def bad_position(positions: Sequence[int], length: int) -> tuple[int, int | None] | None:
@@ -214,7 +220,8 @@ def resolve_positions(
     return tuple(sorted(p % length for p in positions))
 
 
-def _is_int(v) -> bool:
+def is_int(v) -> bool:
+    """Whether `v` is an integer index: an int or a numpy integer, not a bool."""
     return not isinstance(v, bool) and (isinstance(v, int) or hasattr(v, "__index__"))
 
 

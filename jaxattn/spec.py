@@ -7,7 +7,7 @@ validate requests with the same rules and messages as the engine.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.errors import UsageError
@@ -111,7 +111,7 @@ class CaptureSpec:
 
 def check_quantity(name: str) -> None:
     """UsageError unless `name` is a quantity jaxattn knows (any model's)."""
-    if name not in QUANTITIES:
+    if not isinstance(name, str) or name not in QUANTITIES:
         raise UsageError(f"unknown quantity {name!r}: valid quantities are {', '.join(QUANTITIES)}")
 
 
@@ -126,6 +126,10 @@ def check_what(what: str | Sequence[str] | None, dtype: str) -> list[str]:
     """
     if what is None:
         what = DEFAULT_WHAT
+    if not isinstance(what, (str, Iterable)):
+        raise UsageError(
+            f"what must be a quantity name or a list of them, got {type(what).__name__}"
+        )
     names = [what] if isinstance(what, str) else list(what)
     for name in names:
         check_quantity(name)

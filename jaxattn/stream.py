@@ -76,6 +76,15 @@ class CaptureStream(Iterator[Capture]):
                 "texts must be an iterable of strings or (a, b) pairs, not a "
                 "single string: wrap it in a list"
             )
+        if not isinstance(texts, Iterable):
+            raise UsageError(
+                f"texts must be an iterable of strings or (a, b) pairs, got {type(texts).__name__}"
+            )
+        if progress is not None and not callable(progress):
+            raise UsageError(
+                "progress must be a function of one argument (the Capture, or None for a "
+                f"skipped text), got {type(progress).__name__}"
+            )
         if isinstance(window, bool) or not hasattr(window, "__index__") or window < 1:
             raise UsageError(f"window must be a positive number of texts, got {window!r}")
         window = int(window)

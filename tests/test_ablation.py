@@ -144,6 +144,18 @@ def test_bad_ablations_are_named(engines):
     assert HeadAblation.of([(np.int64(1), 0)]).zero == {(1, 0)}
 
 
+def test_study_of_one_pair_not_in_a_list_is_refused_before_any_run(engines):
+    with pytest.raises(UsageError, match=r"ablation head 0 is not a \(layer, head\) pair"):
+        head_ablation_study(engines["bert"], TEXTS[:1], heads=(0, 1))  # was a TypeError
+
+
+def test_study_of_no_text_is_refused_not_a_table_of_nans(engines):
+    with pytest.raises(UsageError, match="no text to ablate over: give at least one"):
+        head_ablation_study(engines["bert"], [], heads=[(0, 0)])
+    with pytest.raises(UsageError, match=r"every text was skipped \(too_long='skip'\)"):
+        head_ablation_study(engines["bert"], ["word " * 600], heads=[(0, 0)], too_long="skip")
+
+
 def test_study_without_mlm_head_reports_no_loss(engines):
     res = head_ablation_study(engines["bert"], TEXTS[:1], heads=[(0, 0)], mode="uniform")
     assert res["mlm_loss"] is None and res["mlm_loss_delta"] is None

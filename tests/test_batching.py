@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from jaxattn.engine import batching
@@ -195,6 +196,12 @@ def test_padding_is_not_rented_where_it_compiles_as_many_shapes_as_the_split():
 def test_compile_tokens_is_checked():
     with pytest.raises(UsageError, match="compile_tokens must be at least 0"):
         batching.Budgets(compile_tokens=-1)
+    # load(compile_tokens="many") was a TypeError comparing "many" with 0
+    with pytest.raises(UsageError, match="compile_tokens must be a number, got 'many'"):
+        batching.Budgets(compile_tokens="many")
+    with pytest.raises(UsageError, match="output_bytes must be a number, got None"):
+        batching.Budgets(output_bytes=None)
+    assert batching.Budgets(output_bytes=np.int64(1 << 20), tokens=1e4).tokens == 1e4
     gpu = SimpleNamespace(platform="gpu", memory_stats=lambda: {"bytes_limit": 8 << 30})
     assert batching.Budgets.for_devices([gpu]).compile_tokens > batching.Budgets().compile_tokens
 

@@ -157,3 +157,27 @@ def test_select_keeps_the_chosen_layers_and_heads_in_order(dtype):
         cap.select(layers=[0, 1, 3])
     with pytest.raises(UsageError, match=r"heads \[1\] were not captured"):
         cap.select(heads=[1])
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [  # each was a TypeError, or another selection than asked ("14": layers 1 and 4)
+        ("14", r"layers must be a number as in cap.layers or a list of them, got str '14'"),
+        (slice(0, 1), r"layers must be a number as in cap.layers .* got slice"),
+        ([4.0], r"layers must hold integers as in cap.layers, got 4.0"),
+        ([True], r"layers must hold integers as in cap.layers, got True"),
+        ([4, 4], r"layers names a number twice: \[4, 4\]"),
+        ([], r"layers is empty: leave it out \(None\) to keep every one"),
+    ],
+)
+def test_select_refuses_what_is_no_layer_number_by_name(value, message):
+    with pytest.raises(UsageError, match=message):
+        make("float32").select(layers=value)  # layers (1, 4)
+
+
+def test_select_takes_one_number_or_an_array_of_them():
+    cap = make("float32")  # layers (1, 4), heads (0, 2, 5)
+    assert cap.select(layers=4).layers == (4,)
+    assert cap.select(heads=np.int64(5)).heads == (5,)
+    assert cap.select(heads=np.array([5, 2])).heads == (5, 2)
+    np.testing.assert_array_equal(cap.select(layers=4, heads=2).attention, cap.attention[1:, 1:2])

@@ -144,3 +144,22 @@ def test_the_stream_takes_any_iterable_lazily(engines):
     stream = engines["bert"].capture_iter(gen(), window=10)
     next(stream)
     assert len(pulled) == 10  # one window read, not the corpus
+
+
+@pytest.mark.parametrize(
+    ("texts", "message"),
+    [
+        ("one text", "not a single string: wrap it in a list"),
+        (None, "texts must be an iterable of strings or .a, b. pairs, got NoneType"),  # TypeError
+        (3, "got int"),
+    ],
+)
+def test_capture_iter_refuses_what_is_no_iterable_of_texts_at_once(texts, message):
+    with pytest.raises(UsageError, match=message):
+        CaptureStream(None, texts, window=2)  # before any source is asked
+
+
+def test_capture_iter_refuses_a_progress_that_is_no_function_at_once():
+    # was a TypeError "'int' object is not callable" at the first capture
+    with pytest.raises(UsageError, match="progress must be a function of one argument.*got int"):
+        CaptureStream(None, ["a"], window=2, progress=3)

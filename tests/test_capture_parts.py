@@ -11,6 +11,7 @@ import pytest
 
 from jaxattn.capture import Capture
 from jaxattn.capture.part import Assembler, CapturePart, assemble, ends_example
+from jaxattn.errors import UsageError
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import StreamDecoder, chunk_example, serialize_coalesced, serialize_example
 
@@ -117,6 +118,16 @@ def test_parts_assemble_to_the_whole_capture():
     got = assembler.add("a", a[1])
     same(got, cap)
     assert not got.tensors["attention"].flags.writeable
+
+
+def test_assemble_names_what_is_not_one_example_s_parts():
+    parts = cut(whole(1), (0, 2, 5))
+    with pytest.raises(UsageError, match="no part ends the example"):
+        assemble([])  # was None, silently
+    with pytest.raises(UsageError, match="no part ends the example"):
+        assemble(parts[:1])
+    with pytest.raises(UsageError, match=r"parts\[0\] is a tuple, not a CapturePart .*pairs"):
+        assemble([(0, p) for p in parts])  # capture_layers' pairs: an AttributeError
 
 
 @pytest.mark.parametrize(

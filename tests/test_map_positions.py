@@ -72,6 +72,9 @@ def test_positions_take_the_selection_grammar_at_one_count_per_text(value, want)
         ("5:2", "selects no position"),
         ([3, 3], "names position 3 twice"),
         ("0:600", "600 positions, more than the model's longest input (512 tokens)"),
+        # counted, not listed first: a MemoryError (or the machine's memory) before
+        (range(10**12), "1000000000000 positions, more than the model's longest input"),
+        ([5, slice(0, 10**12)], "1000000000001 positions, more than the model's longest"),
         ([1.5], "must hold integers or slices"),
     ],
 )

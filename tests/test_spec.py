@@ -38,6 +38,8 @@ def test_quantities_come_in_canonical_order_and_indices_sorted():
     [
         (dict(what=["attn"]), ["'attn'", "attention", "alpha_fx_norm"]),
         (dict(what=[]), ["no quantity asked for"]),
+        (dict(what=3), ["what must be a quantity name or a list of them, got int"]),  # TypeError
+        (dict(what=[["attention"]]), ["unknown quantity ['attention']"]),  # TypeError
         (dict(layers=[3]), ["layers", "3", "0..2"]),
         (dict(layers=[-4]), ["layer", "-4", "0..2", "-3..-1"]),
         (dict(heads=[5]), ["heads", "0..4"]),

@@ -48,18 +48,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxattn.analysis.weights import normalise_rows
-from jaxattn.capture import Capture
+from jaxattn.analysis.weights import normalise_rows, square_maps
+from jaxattn.capture import Capture, one_capture
 from jaxattn.errors import CheckpointError, UsageError
 from jaxattn.quantities import DECODER_HEAD_STATS, ENTROPY_SMOOTHING
+from jaxattn.selection import is_int
 from jaxattn.token_classes import SpecialTokens, detect_specials, token_masks
-
-
-def _maps(weights) -> np.ndarray:
-    w = np.asarray(weights, np.float64)
-    if w.ndim < 2 or w.shape[-1] != w.shape[-2]:
-        raise UsageError(f"attention maps must be [..., T, T], got shape {w.shape}")
-    return w
 
 
 def _rows_mean(per_row: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -89,7 +83,7 @@ def decoder_head_statistics(
     Returns:
       stat -> [L, H] float64, means over query rows 1 .. T-1 (NaN when T = 1).
     """
-    w = _maps(weights)
+    w = square_maps(weights)
     t = w.shape[-1]
     toks = _check_tokens(tokens, t)
     punct = token_masks(toks, specials or detect_specials(toks))["punct"]
@@ -114,7 +108,7 @@ def decoder_head_statistics(
 def previous_token_scores(weights) -> np.ndarray:
     """[..., T, T] -> [...]: the mean weight of rows 1 .. T-1 on their previous token
     (ARENA's ``pattern.diagonal(-1).mean()``)."""
-    w = _maps(weights)
+    w = square_maps(weights)
     if w.shape[-1] < 2:
         return np.full(w.shape[:-2], np.nan)
     return np.diagonal(w, -1, -2, -1).mean(-1)
@@ -123,7 +117,7 @@ def previous_token_scores(weights) -> np.ndarray:
 def first_token_scores(weights) -> np.ndarray:
     """[..., T, T] -> [...]: the mean weight of rows 1 .. T-1 on the first token (the sink);
     ARENA's ``pattern[:, 0].mean()`` also counts row 0 (always 1): (1 + (T-1) s) / T."""
-    w = _maps(weights)
+    w = square_maps(weights)
     return _rows_mean(w[..., 0], np.arange(w.shape[-1]) >= 1)
 
 
@@ -142,7 +136,7 @@ def _earlier(tokens: list) -> tuple[np.ndarray, np.ndarray]:
 def duplicate_token_scores(weights, tokens: Sequence) -> np.ndarray:
     """[..., T, T] and T tokens (strings or ids) -> [...]: the weight of each row on the
     earlier occurrences of its own token, averaged over the rows that have one (NaN if none)."""
-    w = _maps(weights)
+    w = square_maps(weights)
     same, _ = _earlier(_check_tokens(tokens, w.shape[-1]))
     return _rows_mean((w * same).sum(-1), same.any(-1))
 
@@ -151,7 +145,7 @@ def induction_scores(weights, tokens: Sequence) -> np.ndarray:
     """[..., T, T] and T tokens (strings or ids) -> [...]: the weight of each row on the
     tokens that followed earlier occurrences of its own token (prefix matching, Olsson et
     al. 2022), averaged over the rows that have such a token before them (NaN if none)."""
-    w = _maps(weights)
+    w = square_maps(weights)
     _, after = _earlier(_check_tokens(tokens, w.shape[-1]))
     return _rows_mean((w * after).sum(-1), after.any(-1))
 
@@ -177,9 +171,17 @@ def repeated_sequence_text(tokenizer, n: int, *, seed: int = 0) -> tuple[str, li
     analyze` takes texts); no BOS is added (the tokenizer adds its own, if any).
 
     Raises:
-      UsageError: n < 2, or the vocabulary has fewer than n such tokens;
+      UsageError: n < 2, no Hugging Face tokenizer (an Engine: pass
+        ``engine.tokenizer.hf``), or the vocabulary has fewer than n such tokens;
         CheckpointError: the tokenizer does not encode the text back to its tokens.
     """
+    if not hasattr(tokenizer, "get_vocab"):
+        raise UsageError(
+            "repeated_sequence_text takes a Hugging Face tokenizer (an engine's: "
+            f"engine.tokenizer.hf), got {type(tokenizer).__name__}"
+        )
+    if not is_int(n):
+        raise UsageError(f"n must be a whole number of random tokens, got {n!r}")
     if n < 2:
         raise UsageError(f"a repeated sequence needs n >= 2 random tokens, got {n}")
     vocab = tokenizer.get_vocab()
@@ -211,7 +213,7 @@ def repeated_sequence_text(tokenizer, n: int, *, seed: int = 0) -> tuple[str, li
 
 
 def _first_share(cap: Capture) -> np.ndarray:
-    if "attention" in cap.tensors:
+    if "attention" in one_capture(cap, "AttentionSinks").tensors:
         return first_token_scores(cap.attention)
     if "decoder_head_stats" in cap.tensors:
         return np.asarray(cap.decoder_head_stats, np.float64)[
@@ -226,10 +228,14 @@ class AttentionSinks:
     """The attention sink (Xiao et al. 2023) per head: the first token's share.
 
     ``AttentionSinks(with_bos, without_bos)`` takes two captures of the same
-    text, one whose first token is BOS and one without it (either may be None):
-    ``first`` and ``other`` are their [L, H] first-token shares (rows 1 .. T-1),
-    ``difference`` first - other. Each capture needs ``attention`` or
-    ``decoder_head_stats``.
+    text, one whose first token is BOS and one without it (the second may be None:
+    ``other`` and ``difference`` are then None): ``first`` and ``other`` are their
+    [L, H] first-token shares (rows 1 .. T-1), ``difference`` first - other. Each
+    capture needs ``attention`` or ``decoder_head_stats``.
+
+    Raises:
+      UsageError: a first capture that is None or no Capture, one with neither
+        quantity, or two of different layers and heads.
     """
 
     def __init__(self, capture: Capture, other: Capture | None = None):
@@ -250,8 +256,9 @@ def bos_sink_shares(with_bos, without_bos) -> dict[str, np.ndarray]:
     """The attention sink with and without BOS, on the same query tokens.
 
     Args:
-      with_bos: [..., n+1, n+1] attention of [BOS, t_0 .. t_{n-1}].
-      without_bos: [..., n, n] attention of [t_0 .. t_{n-1}] (the same text, no BOS).
+      with_bos: [..., n+1, n+1] attention of [BOS, t_0 .. t_{n-1}] (or its Capture).
+      without_bos: [..., n, n] attention of [t_0 .. t_{n-1}] (the same text, no BOS;
+        or its Capture).
 
     Returns:
       name -> [...], each the mean over the query rows of t_1 .. t_{n-1} (the
@@ -262,7 +269,7 @@ def bos_sink_shares(with_bos, without_bos) -> dict[str, np.ndarray]:
     Raises:
       UsageError: the two are not [.., n+1, n+1] and [.., n, n] of one layout.
     """
-    a, b = _maps(with_bos), _maps(without_bos)
+    a, b = square_maps(with_bos), square_maps(without_bos)
     n = b.shape[-1]
     if a.shape[:-2] != b.shape[:-2] or a.shape[-1] != n + 1:
         raise UsageError(
@@ -289,9 +296,9 @@ class BosSinks:
         self._sum: dict[str, np.ndarray] = {}
 
     def update(self, with_bos, without_bos) -> None:
-        a = with_bos.attention if isinstance(with_bos, Capture) else with_bos
-        b = without_bos.attention if isinstance(without_bos, Capture) else without_bos
-        shares = bos_sink_shares(a, b)
+        """Add one text's attention with BOS and without (arrays or Captures, as
+        `bos_sink_shares`); a text of fewer than 2 tokens adds nothing."""
+        shares = bos_sink_shares(with_bos, without_bos)
         if np.isnan(shares["bos"]).all():
             return
         for name, value in shares.items():
@@ -356,6 +363,14 @@ class DecoderHeads:
             self._add(prefix + name, value)
 
     def update(self, cap: Capture) -> None:
+        """Add one capture: its maps where it holds them (and `maps` is True), else its
+        on-device tables (decoder_head_stats, decoder_norm_head_stats).
+
+        Raises:
+          UsageError: no Capture, one with neither attention nor decoder_head_stats,
+            or one with other layers and heads than the ones before.
+        """
+        one_capture(cap, "an analysis's update")
         t = (
             cap.tensors
             if self.maps

@@ -114,8 +114,14 @@ class DependencyHeads:
 
         Raises:
           InputError: the tokens do not align to the words (only when strict).
+          UsageError: no Capture, or no Sentence (`read_conllu`'s) for it.
         """
         self.layout = check_layout(self.layout, capture)
+        if not isinstance(sentence, Sentence):
+            raise UsageError(
+                "the dependency heads need each capture's parsed sentence (a Sentence of "
+                f"read_conllu), got {type(sentence).__name__}"
+            )
         specials = self.specials or detect_specials(capture.tokens)
         try:
             wmap = align_words(capture.tokens, sentence.words, specials)

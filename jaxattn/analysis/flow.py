@@ -52,7 +52,7 @@ from jaxattn.analysis.rollout import (
 )
 from jaxattn.analysis.tokens import SpecialTokens
 from jaxattn.analysis.weights import capture_weights, check_layout, normalise_rows
-from jaxattn.capture import Capture
+from jaxattn.capture import Capture, one_capture
 from jaxattn.errors import UsageError
 
 SCALE = 2**30
@@ -87,7 +87,7 @@ def attention_flow(
       [len(layers), T, T] float64; every row sums to 1.
 
     Raises:
-      UsageError: a layer outside 0..L-1.
+      UsageError: a layer outside 0..L-1, or as `residual_attention`.
     """
     aug = residual_attention(weights, residual)
     n, t = aug.shape[0], aug.shape[-1]
@@ -223,7 +223,10 @@ class FlowStats(RolloutStats):
         if self.max_examples is not None and self.seen >= self.max_examples:
             return
         self.seen += 1
-        if self.max_tokens is not None and capture.length > self.max_tokens:
+        if (
+            self.max_tokens is not None
+            and one_capture(capture, "an analysis's update").length > self.max_tokens
+        ):
             self.layout = check_layout(self.layout, capture)
             self.skipped += 1
             return

@@ -50,6 +50,7 @@ from jaxattn.analysis.weights import (
     available_kinds,
     capture_weights,
     check_layout,
+    token_maps,
 )
 from jaxattn.capture import Capture
 from jaxattn.errors import CaptureFileError, UsageError
@@ -91,11 +92,12 @@ def head_statistics(
     Returns:
       stat -> [L, H] float64, for every name in `HEAD_STATS`; ``entropy_cls``,
       ``sep_sep`` and ``rest_sep`` are NaN when the example has no such row.
+    Raises:
+      UsageError: weights that are not [..., T, T] maps over the T tokens
+        (`jaxattn.analysis.weights.token_maps`).
     """
-    w = np.asarray(weights, np.float64)
+    w = token_maps(weights, tokens)
     t = w.shape[-1]
-    if len(tokens) != t:
-        raise UsageError(f"{len(tokens)} tokens for weights over {t} positions")
     masks = token_masks(tokens, specials or detect_specials(tokens))
     entropy = row_entropy(w, ENTROPY_SMOOTHING)  # [L, H, T]
     out = {name: w[..., masks[name]].sum(-1).mean(-1) for name in ("cls", "sep", "punct")}

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxattn.capture import Capture
+from jaxattn.capture import Capture, one_capture
 from jaxattn.errors import UsageError
 from jaxattn.quantities import NORM_MEASURES
 
@@ -99,6 +99,7 @@ class MixingRatios:
 
     def update(self, capture: Capture) -> None:
         """Add one example (measures whose quantity it lacks are skipped)."""
+        one_capture(capture, "an analysis's update")
         if self.layers is None:
             self.layers = tuple(capture.layers)
         elif tuple(capture.layers) != self.layers:

@@ -44,7 +44,7 @@ import numpy as np
 
 from jaxattn.analysis.head_stats import row_entropy
 from jaxattn.analysis.tokens import SpecialTokens, detect_specials, strip_piece, token_masks
-from jaxattn.analysis.weights import capture_weights, check_layout
+from jaxattn.analysis.weights import capture_weights, check_layout, token_maps
 from jaxattn.capture import Capture
 from jaxattn.errors import UsageError
 
@@ -109,8 +109,11 @@ def kovaleva_classes(
 
     Returns:
       [L, H] int: indices into `KOVALEVA_CLASSES`.
+    Raises:
+      UsageError: weights that are not [..., T, T] maps over the T tokens
+        (`jaxattn.analysis.weights.token_maps`).
     """
-    w = np.asarray(weights, np.float64)
+    w = token_maps(weights, tokens)
     t = w.shape[-1]
     special = token_masks(tokens, specials or detect_specials(tokens))["special"]
     idx = np.arange(t)
@@ -143,8 +146,11 @@ def vig_patterns(
 
     Returns:
       pattern -> [L, H] bool, for every name in `VIG_PATTERNS`.
+    Raises:
+      UsageError: weights that are not [..., T, T] maps over the T tokens
+        (`jaxattn.analysis.weights.token_maps`).
     """
-    w = np.asarray(weights, np.float64)
+    w = token_maps(weights, tokens)
     t = w.shape[-1]
     sp = specials or detect_specials(tokens)
     masks = token_masks(tokens, sp)

@@ -22,6 +22,8 @@ gives a norm-based rollout: jaxattn's extension, not the authors'.
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from jaxattn.analysis.head_stats import row_entropy
@@ -31,8 +33,9 @@ from jaxattn.analysis.weights import (
     capture_weights,
     check_layout,
     normalise_rows,
+    square_maps,
 )
-from jaxattn.capture import Capture
+from jaxattn.capture import Capture, one_capture
 from jaxattn.errors import UsageError
 
 RESIDUAL = 0.5  # Abnar & Zuidema's weight of the identity (residual) term
@@ -49,8 +52,17 @@ def residual_attention(weights: np.ndarray, residual: float = RESIDUAL) -> np.nd
     Returns:
       [L, T, T] float64; every row sums to 1. These are also the capacities of
       the attention graph of `jaxattn.analysis.flow`.
+
+    Raises:
+      UsageError: weights that are not [L, H, T, T] maps (selected query rows gave a
+        [L, T, T] result by broadcasting, [H, T, T] a numpy error), or a residual
+        that is no number.
     """
-    w = np.asarray(weights, np.float64)
+    w = square_maps(weights)
+    if w.ndim != 4:
+        raise UsageError(f"weights must be [L, H, T, T] maps, got shape {w.shape}")
+    if isinstance(residual, bool) or not isinstance(residual, numbers.Real):
+        raise UsageError(f"residual must be a number (0.5 in the paper), got {residual!r}")
     eye = np.eye(w.shape[-1])
     return normalise_rows((1.0 - residual) * w.mean(1) + residual * eye)
 
@@ -65,6 +77,9 @@ def attention_rollout(weights: np.ndarray, residual: float = RESIDUAL) -> np.nda
 
     Returns:
       [L, T, T] float64: R_l for each layer; every row sums to 1.
+
+    Raises:
+      UsageError: as `residual_attention`.
     """
     aug = residual_attention(weights, residual)
     out = np.empty_like(aug)
@@ -86,7 +101,7 @@ def check_from_input(capture: Capture, what: str = "rollout") -> None:
     Raises:
       UsageError: it holds other layers.
     """
-    if not from_input(capture):
+    if not from_input(one_capture(capture, what)):
         raise UsageError(
             f"{what} needs consecutive layers from 0; the capture holds {list(capture.layers)}"
         )

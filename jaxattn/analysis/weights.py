@@ -13,10 +13,11 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 
-from jaxattn.capture import Capture
+from jaxattn.capture import Capture, one_capture
 from jaxattn.errors import UsageError
 
 
@@ -54,6 +55,46 @@ def normalise_rows(x: np.ndarray) -> np.ndarray:
     return np.divide(x, s, out=np.zeros_like(x), where=s > 0)
 
 
+def square_maps(weights) -> np.ndarray:
+    """`weights` as float64 [..., T, T] maps, as the analyses of one example's arrays
+    take them (a Capture: its attention).
+
+    Raises:
+      UsageError: no array of numbers, or maps that are not square (a capture's rows
+        or keys selected with query_positions or key_positions).
+    """
+    if isinstance(weights, Capture):
+        weights.check_full_maps("an analysis of attention weights")
+        weights = weights.attention
+    try:
+        w = np.asarray(weights, np.float64)
+    except (TypeError, ValueError):
+        raise UsageError(
+            f"weights must be an array of [..., T, T] maps, got {type(weights).__name__}"
+        ) from None
+    if w.ndim < 2 or w.shape[-1] != w.shape[-2]:
+        rows = (
+            " (a capture of selected query rows or keys holds parts of maps: capture "
+            "without query/key positions)"
+        )
+        raise UsageError(
+            f"weights must be [..., T, T] maps, got shape {w.shape}{rows if w.ndim >= 2 else ''}"
+        )
+    return w
+
+
+def token_maps(weights, tokens: Sequence[str]) -> np.ndarray:
+    """`square_maps` over the T `tokens`.
+
+    Raises:
+      UsageError: as `square_maps`, or a count of tokens other than T.
+    """
+    w = square_maps(weights)
+    if len(tokens) != w.shape[-1]:
+        raise UsageError(f"{len(tokens)} tokens for weights over {w.shape[-1]} positions")
+    return w
+
+
 def available_kinds(capture: Capture) -> tuple[str, ...]:
     """The weight kinds a capture holds the quantities for, in `WEIGHT_KINDS` order."""
     return tuple(k for k, q in WEIGHT_KINDS.items() if q in capture.tensors)
@@ -85,8 +126,9 @@ def check_layout(
     """The (layers, heads) of a corpus: the first capture's; later ones must match.
 
     Raises:
-      UsageError: a capture with other layers or heads than the first.
+      UsageError: no Capture, or one with other layers or heads than the first.
     """
+    one_capture(capture, "an analysis's update")
     mine = (tuple(capture.layers), tuple(capture.heads))
     if layout is not None and mine != layout:
         raise UsageError(

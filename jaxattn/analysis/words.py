@@ -23,6 +23,7 @@ from jaxattn.analysis.tokens import (
     piece_bytes,
     starts_word,
 )
+from jaxattn.analysis.weights import square_maps
 from jaxattn.errors import InputError, UsageError
 
 
@@ -89,9 +90,15 @@ def word_level_attention(weights: np.ndarray, word_map: WordMap, rows: str = "me
 
     Returns:
       [..., U, U] float64.
+
+    Raises:
+      UsageError: an unknown `rows`, weights that are not [..., T, T] maps
+        (`weights.square_maps`: selected query rows gave [..., U, U] silently), or
+        over another count of tokens than the map's.
     """
     if rows not in WORD_ROWS:
         raise UsageError(f"rows must be one of {WORD_ROWS}, not {rows!r}")
+    weights = square_maps(weights)
     m = word_map.membership()  # [U, T]
     if weights.shape[-1] != m.shape[1]:
         raise UsageError(f"weights have {weights.shape[-1]} tokens, the word map {m.shape[1]}")
@@ -102,7 +109,7 @@ def word_level_attention(weights: np.ndarray, word_map: WordMap, rows: str = "me
         pick = np.zeros_like(m)
         has = counts[:, 0] > 0
         pick[np.flatnonzero(has), m[has].argmax(1)] = 1.0
-    to_units = np.asarray(weights, np.float64) @ m.T  # [..., T, U]
+    to_units = weights @ m.T  # [..., T, U]
     return np.einsum("ut,...tv->...uv", pick, to_units)
 
 

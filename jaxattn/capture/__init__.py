@@ -22,7 +22,7 @@ import dataclasses
 import difflib
 import os
 import types
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import overload
 
 import numpy as np
@@ -32,8 +32,9 @@ from jaxattn.capture.npz import FILE_FORMAT, READABLE_FORMATS
 from jaxattn.dtypes import dequantize
 from jaxattn.errors import UsageError
 from jaxattn.quantities import QUANTITIES
+from jaxattn.selection import is_int
 
-__all__ = ["FILE_FORMAT", "READABLE_FORMATS", "Capture", "frozen"]
+__all__ = ["FILE_FORMAT", "READABLE_FORMATS", "Capture", "capture_list", "frozen", "one_capture"]
 
 
 def frozen(mapping: Mapping | None = None) -> Mapping:
@@ -207,23 +208,24 @@ class Capture:
         """This capture restricted to some of its layers and heads (those slices copied).
 
         Args:
-          layers: layer numbers as in ``self.layers``, in the order wanted; None
-            keeps all.
+          layers: a layer number as in ``self.layers``, or a list of them in the
+            order wanted; None keeps all.
           heads: head numbers as in ``self.heads``, likewise.
 
         A grouped-query capture's `keys` and `values` keep the key/value heads the
         kept query heads read (`kv_heads`).
 
         Raises:
-          UsageError: a layer or head this capture does not hold (named), or heads of
+          UsageError: a layer or head this capture does not hold (named), one named
+            twice, none, what is no integer (a string, a slice, a float), or heads of
             a grouped-query capture that does not say which key/value head each reads.
         """
         picked = {}
         for key, want, have in (("L", layers, self.layers), ("H", heads, self.heads)):
-            want = tuple(have) if want is None else tuple(int(i) for i in want)
+            what = "layers" if key == "L" else "heads"
+            want = tuple(have) if want is None else _numbers(want, what)
             missing = [i for i in want if i not in have]
             if missing:
-                what = "layers" if key == "L" else "heads"
                 raise UsageError(f"{what} {missing} were not captured (have {list(have)})")
             picked[key] = [list(have).index(i) for i in want]
         kv_heads = tuple(self.kv_heads[i] for i in picked["H"]) if self.kv_heads else ()
@@ -335,6 +337,61 @@ _ATTRIBUTES = tuple(
     for n in dict.fromkeys([*(f.name for f in dataclasses.fields(Capture)), *dir(Capture)])
     if not n.startswith("_") and n not in QUANTITIES
 )
+
+
+def one_capture(value, needed_by: str) -> Capture:
+    """`value` if it is a Capture; else a UsageError saying that `needed_by` ("rollout",
+    "to_svg") takes one (a list of them: pick one)."""
+    if isinstance(value, Capture):
+        return value
+    hint = (
+        ": pick one, as caps[0]"
+        if isinstance(value, (list, tuple))
+        else " (capture_iter's progress passes None for a text it skipped)"
+        if value is None
+        else ""
+    )
+    raise UsageError(f"{needed_by} takes one Capture, got {type(value).__name__}{hint}")
+
+
+def capture_list(value, needed_by: str) -> list[Capture]:
+    """One Capture, or an iterable of them, as a list; else a UsageError saying what
+    `needed_by` ("the view page") got, or which entry is no Capture."""
+    if isinstance(value, Capture):
+        return [value]
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise UsageError(
+            f"{needed_by} takes a Capture or a list of them, got {type(value).__name__}"
+        )
+    caps = list(value)
+    for i, cap in enumerate(caps):
+        if not isinstance(cap, Capture):
+            raise UsageError(f"{needed_by}: captures[{i}] is a {type(cap).__name__}, not a Capture")
+    return caps
+
+
+def _numbers(value, field: str) -> tuple[int, ...]:
+    """`select`'s layer or head numbers: an integer or an iterable of integers (a
+    numpy array too), each once; UsageError naming `field` otherwise."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if is_int(value):
+        value = (value,)
+    if isinstance(value, (str, bytes, slice)) or not isinstance(value, Iterable):
+        raise UsageError(
+            f"{field} must be a number as in cap.{field} or a list of them, "
+            f"got {type(value).__name__} {value!r}"
+        )
+    out = tuple(value)
+    bad = [v for v in out if not is_int(v)]
+    if bad:
+        raise UsageError(f"{field} must hold integers as in cap.{field}, got {bad[0]!r}")
+    out = tuple(int(v) for v in out)
+    if not out:
+        raise UsageError(f"{field} is empty: leave it out (None) to keep every one")
+    if len(set(out)) != len(out):
+        raise UsageError(f"{field} names a number twice: {list(out)}")
+    return out
 
 
 def _positions_text(positions: tuple[int, ...]) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from jaxattn.capture import Capture
+from jaxattn.errors import UsageError
 from jaxattn.quantities import QUANTITIES
 
 
@@ -149,9 +150,22 @@ class Assembler:
         return Capture(**part.fields, tensors=tensors, quantization=dict(part.quantization))
 
 
-def assemble(parts: Sequence[CapturePart]):
-    """The whole `Capture` of one example's parts, in order (`Assembler`)."""
+def assemble(parts: Sequence[CapturePart]) -> Capture:
+    """The whole `Capture` of one example's parts, in order (`Assembler`).
+
+    Raises:
+      UsageError: what is no CapturePart (`Engine.capture_layers` yields (index, part)
+        pairs: pass their parts), or no part that ends the example (none, or not all).
+    """
     assembler, cap = Assembler(), None
-    for p in parts:
+    for i, p in enumerate(parts):
+        if not isinstance(p, CapturePart):
+            pairs = " (capture_layers yields (index, part) pairs: pass their parts)"
+            raise UsageError(
+                f"parts[{i}] is a {type(p).__name__}, not a CapturePart"
+                + (pairs if isinstance(p, tuple) else "")
+            )
         cap = assembler.add(0, p)
+    if cap is None:  # it returned None
+        raise UsageError("no part ends the example: give every part of one example, in order")
     return cap

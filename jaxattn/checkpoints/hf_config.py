@@ -138,7 +138,8 @@ def translate(
     Args:
       hf: the parsed config.json.
       name: the model's display name.
-      ignore_fields: extra fields the caller vouches have no effect.
+      ignore_fields: extra fields the caller vouches have no effect (one name alone
+        is that field).
       source: the config file, for messages.
 
     Raises:
@@ -147,6 +148,8 @@ def translate(
         effect; a handled field of the wrong type or with a value jaxattn cannot
         compute; a missing size; sizes that contradict each other.
     """
+    if isinstance(ignore_fields, str):  # not its substrings: "rope_scaling" held "scaling"
+        ignore_fields = (ignore_fields,)
     family = family_of(hf, source)
     hf = {**family.hf_defaults, **hf}
     table = family.fields

@@ -183,7 +183,7 @@ def load(
         the commit it resolves to is `engine.info.revision` and every capture's
         `provenance["revision"]` ("" for a local directory).
       ignore_config_fields: config.json fields you vouch do not change the
-        computation (unknown fields raise otherwise).
+        computation (unknown fields raise otherwise); one name alone is that field.
       compilation_cache_dir: a directory for JAX's persistent compilation cache
         (and the tokenizers transformers resolved, `tokenizer_cache`);
         False turns it off; None: $JAXATTN_COMPILATION_CACHE, else
@@ -191,8 +191,9 @@ def load(
       **engine_options: see `jaxattn.engine.Engine` (buckets, budgets, devices).
 
     Raises:
-      UsageError: an empty name, "@" without a revision, a revision for a local
-        directory, a name that is neither a directory nor a Hub name.
+      UsageError: a path that is no string or path, an empty name, "@" without a
+        revision, a revision for a local directory, a name that is neither a
+        directory nor a Hub name.
       ModelNotFoundError (a FileNotFoundError): no such directory or Hub model
         or revision, or a file loading needs is missing (names those looked for).
       NotAModelDirectoryError (a NotADirectoryError): the path is a file.

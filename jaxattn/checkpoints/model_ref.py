@@ -116,12 +116,17 @@ def parse_model(model: str | os.PathLike, revision: str | None = None) -> ModelR
     """`model` (and `revision`) as a `ModelRef`, by the grammar of the module doc.
 
     Raises:
-      UsageError: an empty name, "@" without a revision or without a name, a
+      UsageError: no string or path, an empty name, "@" without a revision or without a name, a
         revision for a local directory or path, a revision given twice, or a
         name that is neither an existing path nor a valid Hub name.
     """
     if isinstance(model, ModelRef):
         return model if revision is None else parse_model(model.text, revision)
+    if not isinstance(model, (str, os.PathLike)):  # Path(3): a TypeError from pathlib
+        raise UsageError(
+            "the model must be a local directory or a Hugging Face Hub name (a string or a "
+            f"path; None: the embedded model), got {type(model).__name__}"
+        )
     if not isinstance(model, str):
         path = Path(model)
         if revision is not None:

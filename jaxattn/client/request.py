@@ -17,7 +17,7 @@ from jaxattn.capture import Capture
 from jaxattn.client.errors import AttentionServiceError
 from jaxattn.continuations import check_generation
 from jaxattn.errors import UsageError
-from jaxattn.inputs import Text, check_utf8
+from jaxattn.inputs import Text, check_text
 from jaxattn.selection import Selection, parse_selection, positions_of, resolve_indices
 from jaxattn.spec import check_maps_asked, check_precision, check_what
 from jaxattn.v1 import attention_pb2 as pb
@@ -99,15 +99,8 @@ def texts_message(texts: Sequence[Text]) -> list[pb.Text]:
         )
     out = []
     for i, t in enumerate(texts):
-        if isinstance(t, str):
-            out.append(pb.Text(text=check_utf8(t, i)))
-        elif isinstance(t, (tuple, list)) and len(t) == 2 and all(isinstance(s, str) for s in t):
-            out.append(pb.Text(text=check_utf8(t[0], i), text_pair=check_utf8(t[1], i)))
-        else:
-            raise UsageError(
-                f"texts[{i}] must be a string or a (sentence_a, sentence_b) pair"
-                f" of strings, got {type(t).__name__}"
-            )
+        t = check_text(t, i)
+        out.append(pb.Text(text=t) if isinstance(t, str) else pb.Text(text=t[0], text_pair=t[1]))
     return out
 
 

@@ -123,6 +123,9 @@ def head_ablation_study(
         "mlm_loss": base loss or None, "mlm_loss_delta": [...] or None,
         "causal": bool, "lm_loss": base loss or None, "lm_loss_delta": [...] or None,
         "examples": N}
+
+    Raises:
+      UsageError: no texts, or every one skipped (too_long="skip"); bad heads or mode.
     """
     c = engine.config
     heads = (
@@ -130,10 +133,17 @@ def head_ablation_study(
         if heads is not None
         else [(layer, h) for layer in range(c.num_layers) for h in range(c.num_heads)]
     )
+    HeadAblation.of(heads, mode)  # each a (layer, head) pair (heads=(0, 1): a TypeError)
     # Here, not at the top: importing this module (its MODES) must not start jax.
     from jaxattn.engine.causal_lm import CausalLM, has_lm_head
 
     tokenized = [t for t in engine.tokenize(texts, too_long=too_long) if t is not None]
+    if not tokenized:  # every number below would be a mean of nothing (NaN)
+        raise UsageError(
+            "no text to ablate over: give at least one"
+            if not texts
+            else f"every text was skipped (too_long={too_long!r}): nothing to ablate over"
+        )
     base = final_states(engine, tokenized, None)
     use_mlm = mlm and not c.causal and "mlm_head" in engine.extra_params and bool(tokenized)
     use_lm = mlm and has_lm_head(engine) and bool(tokenized)

@@ -42,6 +42,7 @@ apart (a 4,000-token text pads to 4,096, not to an 8,192-position model's limit)
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Callable, Sequence
 
 from jaxattn.engine.ledger import ShapeLedger
@@ -98,6 +99,10 @@ class Budgets:
     compile_tokens: int = 8192
 
     def __post_init__(self):
+        for name in ("output_bytes", "tokens", "attention_bytes", "max_batch", "compile_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):  # "many" < 1
+                raise UsageError(f"{name} must be a number, got {value!r}")
         for name in ("output_bytes", "tokens", "attention_bytes", "max_batch"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} budget must be at least 1, got {getattr(self, name)}")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from jaxattn.config import ModelConfig
 from jaxattn.errors import CheckpointError, InputError, TooLongError, UsageError
-from jaxattn.inputs import TOO_LONG, Text, check_utf8
+from jaxattn.inputs import TOO_LONG, Text, check_text
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -58,18 +58,7 @@ def check_texts(texts) -> list[Text]:
         )
     if not isinstance(texts, Sequence):
         raise UsageError(f"texts must be a list, got {type(texts).__name__}")
-    out: list[Text] = []
-    for i, t in enumerate(texts):
-        if isinstance(t, str):
-            out.append(check_utf8(t, i))
-        elif isinstance(t, (tuple, list)) and len(t) == 2 and all(isinstance(s, str) for s in t):
-            out.append((check_utf8(t[0], i), check_utf8(t[1], i)))
-        else:
-            raise UsageError(
-                f"texts[{i}] must be a string or a (sentence_a, sentence_b) pair of strings, "
-                f"got {type(t).__name__}"
-            )
-    return out
+    return [check_text(t, i) for i, t in enumerate(texts)]
 
 
 class Tokenizer:

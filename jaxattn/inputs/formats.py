@@ -204,6 +204,31 @@ def check_utf8(text: str, index: int) -> str:
     return text
 
 
+def check_text(text, index: int) -> Text:
+    """`text` if it is a string or a (sentence_a, sentence_b) pair of strings (a pair
+    given as a list comes back a tuple), each valid UTF-8 (`check_utf8`).
+
+    Raises:
+      UsageError: anything else, named by `index` and what it is (a tuple of 3 items,
+        a pair whose item 1 is None, an int).
+      InputError: a lone surrogate (`check_utf8`).
+    """
+    if isinstance(text, str):
+        return check_utf8(text, index)
+    if isinstance(text, (tuple, list)) and len(text) == 2:
+        bad = [i for i, s in enumerate(text) if not isinstance(s, str)]
+        if not bad:
+            return (check_utf8(text[0], index), check_utf8(text[1], index))
+        got = f"a pair whose item {bad[0]} is {type(text[bad[0]]).__name__}"
+    elif isinstance(text, (tuple, list)):
+        got = f"a {type(text).__name__} of {len(text)} item{'' if len(text) == 1 else 's'}"
+    else:
+        got = type(text).__name__
+    raise UsageError(
+        f"texts[{index}] must be a string or a (sentence_a, sentence_b) pair of strings, got {got}"
+    )
+
+
 def _describe(char: str) -> str:
     code = ord(char)
     if 0xDC80 <= code <= 0xDCFF:  # Python's surrogateescape of an undecodable byte

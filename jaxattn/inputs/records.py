@@ -85,8 +85,19 @@ def read_records(
       FileNotFoundError: no such file.
       InputError: an unreadable record (with on_error="stop"); its message
         names the file and line.
-      UsageError: an unknown `fmt` or `on_error`.
+      UsageError: an unknown `fmt` or `on_error`, a path that is no string or path
+        (texts themselves: capture them as they are), a limit that is no whole
+        number >= 0.
     """
+    if not isinstance(path, (str, os.PathLike)):  # Path(["a"]): a TypeError from pathlib
+        raise UsageError(
+            f"read_records reads a file: give its path, got {type(path).__name__} (a list "
+            "of texts needs no reading: capture it as it is)"
+        )
+    if limit is not None and (
+        isinstance(limit, bool) or not hasattr(limit, "__index__") or limit < 0
+    ):
+        raise UsageError(f"limit must be None or a whole number of records >= 0, got {limit!r}")
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(f"input {path} is a directory: name a file in it")

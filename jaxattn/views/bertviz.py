@@ -21,7 +21,7 @@ import importlib.util
 import numpy as np
 
 from jaxattn.analysis.weights import normalise_rows
-from jaxattn.capture import Capture
+from jaxattn.capture import Capture, one_capture
 from jaxattn.errors import UsageError
 
 # quantity -> how it is shown; scores (logits, unbounded) are no weights BertViz can draw
@@ -61,6 +61,7 @@ def to_bertviz(
       UsageError: an unknown quantity or view, a capture without the
         quantity or without tokens, or no torch when torch tensors are asked for.
     """
+    one_capture(cap, "to_bertviz")
     if quantity not in WEIGHTS:
         raise UsageError(
             f"BertViz can show {' or '.join(WEIGHTS)}, not {quantity!r}"

@@ -26,6 +26,8 @@ import numpy as np
 
 from jaxattn import outfile
 from jaxattn.capture import Capture
+from jaxattn.errors import UsageError
+from jaxattn.selection import is_int
 from jaxattn.views.long_maps import POOL, band_offsets
 from jaxattn.views.payload import MAX_EXAMPLES, VIEWS, pack_page
 
@@ -96,7 +98,7 @@ def document(
 def build_html(
     captures: Capture | Sequence[Capture],
     *,
-    views: Sequence[str] = VIEWS,
+    views: str | Sequence[str] = VIEWS,
     labels: Sequence[str] | None = None,
     embed: str = "auto",
     title: str = "jaxattn views",
@@ -106,7 +108,8 @@ def build_html(
 
     Args:
       captures: one Capture or several (an example selector switches between them).
-      views: which of "head", "model", "neuron", "stats" to include (tabs).
+      views: which of "head", "model", "neuron", "stats" to include (tabs); one
+        name alone is that view.
       labels: example names for the selector.
       embed: "float32" (exact), "uint8" (weights in steps of 1/255, queries and keys
         in 63 steps per row; the precision is in `jaxattn.views.payload`) or "auto"
@@ -190,6 +193,13 @@ class View:
     """
 
     def __init__(self, captures, *, height: int = 720, **options):
+        """`captures` and `options` as `build_html`'s; `height`: the frame's, in pixels.
+
+        Raises:
+          UsageError: as `build_html`, or a height that is no positive number of pixels.
+        """
+        if not is_int(height) or height < 1:  # "600px" drew a frame of "600pxpx"
+            raise UsageError(f"height must be a positive number of pixels, got {height!r}")
         self.html = build_html(captures, **options)
         self.height = height
 

@@ -63,7 +63,7 @@ import numpy as np
 
 from jaxattn.analysis.tokens import display_tokens, readable_text
 from jaxattn.analysis.weights import KINDS, WEIGHT_KINDS, normalise_rows
-from jaxattn.capture import Capture
+from jaxattn.capture import Capture, capture_list
 from jaxattn.errors import UsageError
 from jaxattn.views.causal import causal_mask, is_causal
 from jaxattn.views.long_maps import band_offsets, is_long, long_arrays
@@ -150,8 +150,10 @@ def needs(views: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def check_views(views: Sequence[str]) -> tuple[str, ...]:
-    """Validated view names, in `VIEWS` order (UsageError: an unknown or no view)."""
+def check_views(views: str | Sequence[str]) -> tuple[str, ...]:
+    """Validated view names, in `VIEWS` order; one name alone is that view (UsageError:
+    an unknown or no view)."""
+    views = (views,) if isinstance(views, str) else tuple(views)
     bad = [v for v in views if v not in VIEWS]
     if bad or not views:
         raise UsageError(f"unknown views {bad or '(none)'}; choose from {', '.join(VIEWS)}")
@@ -171,12 +173,14 @@ def check_examples(count: int, max_examples: int) -> None:
 
 def check_request(captures, views, labels, embed, max_examples):
     """(captures as a list, validated views, embed) of a document request, or UsageError."""
-    caps = [captures] if isinstance(captures, Capture) else list(captures)
+    caps = capture_list(captures, "the view page")
     check_examples(len(caps), max_examples)
     if embed not in EMBED_DTYPES:
         valid = ", ".join(EMBED_DTYPES)
         raise UsageError(f"unknown embed dtype {embed!r}; expected one of {valid}")
     views = check_views(views)
+    if isinstance(labels, str):  # its letters were counted as labels
+        raise UsageError(f"labels must be a list of names, one per capture, got {labels!r}")
     if labels is not None and len(labels) != len(caps):
         raise UsageError(f"{len(labels)} labels for {len(caps)} captures")
     return caps, views, embed

@@ -64,8 +64,14 @@ def write_png(path, svg: str, *, scale: float = 2.0, timeout: float = 60.0) -> N
       timeout: seconds to wait for the browser.
 
     Raises:
+      UsageError: `svg` is no SVG text (a Capture: draw it with `to_svg` first).
       RuntimeError: no browser found (with the install hint), or it failed.
     """
+    if not isinstance(svg, str):
+        raise UsageError(
+            f"write_png takes the SVG text of a view (views.to_svg(cap, ...)), got "
+            f"{type(svg).__name__}"
+        )
     binary = find_chromium()
     if binary is None:
         raise RuntimeError(

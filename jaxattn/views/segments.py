@@ -37,7 +37,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from jaxattn.analysis.weights import KINDS
-from jaxattn.capture import Capture
+from jaxattn.capture import Capture, capture_list
 from jaxattn.errors import UsageError
 from jaxattn.quantities import DECODER_HEAD_STATS, ENTROPY_SMOOTHING, HEAD_STATS
 from jaxattn.views.causal import is_causal
@@ -209,7 +209,7 @@ def segments_document(
       UsageError: no capture, captures of different texts, a bad segment or window.
       UsageError: a capture whose maps hold selected query rows or keys.
     """
-    caps = [captures] if isinstance(captures, Capture) else list(captures)
+    caps = capture_list(captures, "the stats-first page")
     if not caps:
         raise UsageError("no capture to view")
     _check_same_text(caps)

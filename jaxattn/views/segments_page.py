@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from jaxattn import outfile
 from jaxattn.analysis.tokens import display_tokens
-from jaxattn.capture import Capture
+from jaxattn.capture import Capture, capture_list
 from jaxattn.views.page import document, script_json
 from jaxattn.views.payload import MAX_EXAMPLES, check_examples, example_label
 from jaxattn.views.segments import LOCAL, SEGMENT, segments_document
@@ -62,7 +62,7 @@ def segments_data(
     """The page's data, {format, examples: [{label, tokens, doc}]}, as segments.js's
     `mountSegments` draws it (the live viewer sends it as JSON). Arguments and errors
     as `build_segments_html`'s."""
-    caps = [captures] if isinstance(captures, Capture) else list(captures)
+    caps = capture_list(captures, "the stats-first page")
     groups = group_by_text(caps)
     check_examples(len(groups), max_examples)
     examples = [

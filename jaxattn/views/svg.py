@@ -36,13 +36,16 @@ are thinned to at least 11 px apart, [CLS]/[SEP]-like tokens labelled first.
 from __future__ import annotations
 
 import base64
+import numbers
+from collections.abc import Iterable
 from html import escape
 
 import numpy as np
 
 from jaxattn.analysis.tokens import display_tokens
-from jaxattn.capture import Capture
+from jaxattn.capture import Capture, one_capture
 from jaxattn.errors import UsageError
+from jaxattn.selection import is_int
 from jaxattn.views.causal import causal_mask, is_causal
 from jaxattn.views.drawing import (
     KIND_TITLES,
@@ -517,7 +520,8 @@ OPTIONS = {
 
 
 def _check(cap: Capture, view: str, options: dict) -> None:
-    """One-line UsageErrors for options a view cannot draw."""
+    """One-line UsageErrors for options a view cannot draw; one head alone
+    (``heads=3``) becomes a list of it in `options`."""
     unknown = sorted(set(options) - set(OPTIONS[view]))
     if unknown:
         raise UsageError(
@@ -535,7 +539,26 @@ def _check(cap: Capture, view: str, options: dict) -> None:
         )
     if options.get("kind", "attention") not in KIND_TITLES:
         raise UsageError(f"unknown kind {options['kind']!r}; choose from {', '.join(KIND_TITLES)}")
-    heads = [] if options.get("heads") is None else list(options["heads"])
+    for name in ("layer", "head", "token"):  # "1" and 1.0 were TypeErrors and IndexErrors
+        if name in options and not is_int(options[name]):
+            raise UsageError(f"{name} must be an index (a whole number), got {options[name]!r}")
+    heads = options.get("heads")
+    if is_int(heads):
+        options["heads"] = heads = [heads]
+    if heads is None:
+        heads = []
+    elif isinstance(heads, (str, bytes)) or not isinstance(heads, Iterable):
+        raise UsageError(f"heads must be an index or a list of them, got {heads!r}")
+    elif not all(is_int(h) for h in heads):
+        raise UsageError(f"heads must hold indices (whole numbers), got {list(heads)!r}")
+    tokens = options.get("tokens")
+    if tokens is not None and not (
+        isinstance(tokens, (tuple, list)) and len(tokens) == 2 and all(map(is_int, tokens))
+    ):
+        raise UsageError(f"tokens must be a (start, stop) pair of token indices, got {tokens!r}")
+    weight = options.get("min_weight", 0.0)
+    if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
+        raise UsageError(f"min_weight must be a number, got {weight!r}")
     for name, values, n, axis in (
         ("layer", [options.get("layer", 0)], len(cap.layers), "cap.layers"),
         ("head", [options.get("head", 0), *heads], len(cap.heads), "cap.heads"),
@@ -568,7 +591,7 @@ def to_svg(cap: Capture, view: str = "head", **options) -> str:
     makers = dict(head=head_svg, model=model_svg, neuron=neuron_svg, stats=stats_svg)
     if view not in makers:
         raise UsageError(f"unknown view {view!r}; choose from {', '.join(makers)}")
-    _check(cap, view, options)
+    _check(one_capture(cap, "to_svg"), view, options)
     try:
         return makers[view](cap, **options)
     except AttributeError as e:  # a quantity the capture lacks

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from analysis_helpers import make_capture
 from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
 from llama_fixture import make_llama_checkpoint  # noqa: E402
 
@@ -53,6 +54,16 @@ def test_a_one_token_text_has_no_rows_and_shapes_are_checked():
     assert sinks.examples == 0 and sinks.result() == {}
     with pytest.raises(UsageError, match="one token longer"):
         bos_sink_shares(np.eye(3), np.eye(3))
+
+
+def test_the_shares_of_two_captures_are_those_of_their_attention():
+    with_bos = _causal([[1], [0.5, 0.5], [0.6, 0.3, 0.1]])[None, None]
+    without = _causal([[1], [0.9, 0.1]])[None, None]
+    caps = [make_capture(w, tokens=list("abc"[: w.shape[-1]])) for w in (with_bos, without)]
+    got = bos_sink_shares(*caps)  # was a TypeError from float() of a Capture
+    assert got["first_without_bos"][0, 0] == pytest.approx(0.9)  # t1's weight on t0
+    for name, value in bos_sink_shares(with_bos, without).items():
+        np.testing.assert_allclose(got[name], value, rtol=1e-6)
 
 
 @pytest.fixture(scope="module", params=["gpt2", "llama"])

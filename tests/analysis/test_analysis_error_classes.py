@@ -20,15 +20,18 @@ from jaxattn.analysis.decoder import (
     DecoderHeads,
     repeated_sequence_text,
 )
+from jaxattn.analysis.dependency import DependencyHeads
+from jaxattn.analysis.flow import FlowStats, attention_flow
 from jaxattn.analysis.head_distance import HeadDistance
 from jaxattn.analysis.head_stats import HeadStats, head_statistics
 from jaxattn.analysis.mixing import MixingRatios
 from jaxattn.analysis.ov_circuit import unembed_embed
-from jaxattn.analysis.patterns import PatternCounts
+from jaxattn.analysis.patterns import PatternCounts, kovaleva_classes, vig_patterns
 from jaxattn.analysis.report import CorpusAnalysis
+from jaxattn.analysis.rollout import attention_rollout
 from jaxattn.analysis.tokens import SpecialTokens
 from jaxattn.analysis.weights import capture_weights
-from jaxattn.analysis.words import WordMap, align_words, word_level_attention
+from jaxattn.analysis.words import WordMap, align_words, group_words, word_level_attention
 from jaxattn.capture import Capture
 from jaxattn.errors import (
     CheckpointError,
@@ -80,6 +83,55 @@ DECODER_WIDE = make_capture(
 NO_MAPS = _stats_only(None)
 
 CASES = [
+    # every accumulator's update: None (capture_iter's progress for a skipped text) was
+    # an AttributeError ('NoneType' object has no attribute 'layers')
+    *(
+        (
+            f"{cls.__name__}.update(None)",
+            UsageError,
+            r"an analysis's update takes one Capture, got NoneType \(capture_iter's progress",
+            lambda cls=cls: cls().update(None),
+        )
+        for cls in (HeadStats, PatternCounts, HeadDistance, MixingRatios, FlowStats, DecoderHeads)
+    ),
+    (  # [L, H, 1, T] rows broadcast against the identity: a [L, T, T] result, silently
+        "rollout: rows of maps",
+        UsageError,
+        r"weights must be \[..., T, T\] maps, got shape \(1, 1, 1, 19\) \(a capture of",
+        lambda: attention_rollout(identity()[None, None, -1:]),
+    ),
+    (  # a numpy broadcasting ValueError
+        "flow: no head axis",
+        UsageError,
+        r"weights must be \[L, H, T, T\] maps, got shape \(1, 19, 19\)",
+        lambda: attention_flow(identity()[None]),
+    ),
+    (  # einsum broadcast the one row: a [..., U, U] result, silently
+        "word level: rows of maps",
+        UsageError,
+        r"weights must be \[..., T, T\] maps, got shape \(1, 1, 1, 3\)",
+        lambda: word_level_attention(
+            np.full((1, 1, 1, 3), 1 / 3), group_words(["[CLS]", "a", "[SEP]"], BERT)
+        ),
+    ),
+    (
+        "rollout: residual",
+        UsageError,
+        r"residual must be a number \(0.5 in the paper\), got '0.5'",
+        lambda: attention_rollout(identity()[None, None], residual="0.5"),
+    ),
+    (  # its docstring said either capture may be None: an AttributeError for the first
+        "attention sinks: no first capture",
+        UsageError,
+        "AttentionSinks takes one Capture, got NoneType",
+        lambda: AttentionSinks(None, DECODER_CAP),
+    ),
+    (  # an AttributeError: 'str' object has no attribute 'words'
+        "dependency heads: no sentence",
+        UsageError,
+        r"need each capture's parsed sentence \(a Sentence of read_conllu\), got str",
+        lambda: DependencyHeads().update(ONE, "a b"),
+    ),
     # mixing.py
     (
         "mixing: layers differ",
@@ -131,6 +183,24 @@ CASES = [
         "2 tokens for weights over 19 positions",
         lambda: head_statistics(identity()[None, None], ["a", "b"]),
     ),
+    (  # a capture's selected query row, [L, H, 1, T]: an IndexError inside
+        "head stats: rows of maps",
+        UsageError,
+        r"weights must be \[..., T, T\] maps, got shape \(1, 1, 1, 19\) .*query/key positions",
+        lambda: head_statistics(identity()[None, None, -1:], ["a"] * 19),
+    ),
+    (
+        "kovaleva: no array",
+        UsageError,
+        r"weights must be \[..., T, T\] maps, got shape \(\)",
+        lambda: kovaleva_classes(None, ["a"], None),
+    ),
+    (
+        "vig: rows of maps",
+        UsageError,
+        r"weights must be \[..., T, T\] maps, got shape \(19,\)",
+        lambda: vig_patterns(identity()[0], ["a"] * 19, None),
+    ),
     (
         "head stats: custom specials without maps",
         UsageError,
@@ -178,6 +248,18 @@ CASES = [
             (CAUSAL3[None, None], CAUSAL2[None, None]),
             (np.broadcast_to(CAUSAL3, (1, 2, 3, 3)), np.broadcast_to(CAUSAL2, (1, 2, 2, 2))),
         ),
+    ),
+    (  # an AttributeError: 'Engine' object has no attribute 'get_vocab'
+        "repeated sequence: an engine",
+        UsageError,
+        r"takes a Hugging Face tokenizer \(an engine's: engine.tokenizer.hf\), got SimpleNamespace",
+        lambda: repeated_sequence_text(SimpleNamespace(tokenizer=_Tokenizer()), 2),
+    ),
+    (  # a TypeError comparing '5' with 2
+        "repeated sequence: n",
+        UsageError,
+        "n must be a whole number of random tokens, got '5'",
+        lambda: repeated_sequence_text(_Tokenizer(), "5"),
     ),
     (
         "repeated sequence: round trip",

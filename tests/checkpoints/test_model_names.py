@@ -82,6 +82,8 @@ def test_an_existing_directory_wins_over_a_hub_name(tmp_path, monkeypatch):
         ("-org/x", None, "is neither an existing directory nor a Hugging Face Hub name"),
         ("org//name", None, "is neither an existing directory nor a Hugging Face Hub name"),
         ("./x@v1", None, "'./x' is a local path, which has no revisions"),
+        (3, None, "the model must be a local directory or a Hugging Face Hub name (a string"),
+        (b"org/name", None, "(a string or a path; None: the embedded model), got bytes"),
     ],
 )
 def test_a_bad_model_name_is_a_usage_error(given, revision, says):

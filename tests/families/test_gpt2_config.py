@@ -124,3 +124,12 @@ def test_old_files_mask_buffers_are_ignored_and_the_head_must_be_tied():
         bad = _state(c)
         bad["h.0.attn.c_attn.bias"] = bad["h.0.attn.c_attn.bias"][:-1]
         convert_state_dict(bad, c)
+
+
+def test_one_ignored_field_given_as_a_string_is_that_field_not_its_substrings():
+    # load(..., ignore_config_fields="rotary_dim_x") let "rotary_dim" through: a
+    # substring of the string ("in" on a str), a field that changes the computation
+    with pytest.raises(CheckpointError, match="field 'rotary_dim' of model_type 'gpt2'"):
+        translate({**HUB, "rotary_dim": 4}, name="gpt2", ignore_fields="rotary_dim_x")
+    hub = {**HUB, "my_note": "x"}
+    assert translate(hub, name="gpt2", ignore_fields="my_note").hidden_size == 21

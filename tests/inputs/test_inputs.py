@@ -10,6 +10,7 @@ from jaxattn.errors import UsageError
 from jaxattn.inputs import (
     InputError,
     RawRecord,
+    check_text,
     detect_format,
     parse_record,
     read_records,
@@ -187,3 +188,59 @@ def test_a_utf8_byte_order_mark_is_no_part_of_the_first_record(tmp_path):
     with open(tmp_path / "b.txt", "rb") as f:
         list(scan_records(f, "text", digest))
     assert digest.hexdigest() == hashlib.sha256(bom + files["b.txt"]).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("text", "got"),
+    [  # the engine's and the client's message said "got tuple" of a pair holding a None
+        (("a", "b", "c"), "a tuple of 3 items"),
+        (["a"], "a list of 1 item"),
+        (("a", None), "a pair whose item 1 is NoneType"),
+        ([3, "b"], "a pair whose item 0 is int"),
+        (b"abc", "bytes"),
+        (None, "NoneType"),
+    ],
+)
+def test_check_text_says_what_the_entry_is(text, got):
+    message = "texts[4] must be a string or a (sentence_a, sentence_b) pair of strings, got "
+    with pytest.raises(UsageError) as e:
+        check_text(text, 4)
+    assert str(e.value) == message + got
+
+
+def test_check_text_keeps_strings_and_makes_a_listed_pair_a_tuple():
+    assert check_text("a b", 0) == "a b"
+    assert check_text(["a", "b"], 0) == ("a", "b")
+    with pytest.raises(InputError, match="text 2 is not valid UTF-8"):
+        check_text(("a", "b\udcff"), 2)
+
+
+@pytest.mark.parametrize("caller", ["engine", "client"])
+def test_the_engine_and_the_client_check_texts_alike(caller):
+    if caller == "engine":
+        from jaxattn.engine.tokenize import check_texts as check
+    else:
+        from jaxattn.client.request import texts_message as check
+    with pytest.raises(UsageError, match=r"texts\[1\] .* got a pair whose item 1 is NoneType"):
+        check(["a", ("b", None)])
+    with pytest.raises(UsageError, match="texts must be a list, got NoneType"):
+        check(None)  # the client's was a TypeError
+    with pytest.raises(UsageError, match="texts must be a list, got generator"):
+        check(t for t in ["a"])  # the client's capture read it here and returned no capture
+
+
+@pytest.mark.parametrize(
+    ("path", "limit", "message"),
+    [  # TypeErrors from pathlib and from comparing "3" with an int; -1 read nothing
+        (["a text"], None, r"read_records reads a file: give its path, got list \(a list of"),
+        (None, None, "read_records reads a file: give its path, got NoneType"),
+        ("corpus.txt", "3", "limit must be None or a whole number of records >= 0, got '3'"),
+        ("corpus.txt", -1, "limit must be None or a whole number of records >= 0, got -1"),
+    ],
+)
+def test_read_records_refuses_what_is_no_file_or_limit(tmp_path, path, limit, message):
+    (tmp_path / "corpus.txt").write_text("a\nb\n")
+    if isinstance(path, str):
+        path = tmp_path / path
+    with pytest.raises(UsageError, match=message):
+        list(read_records(path, limit=limit))
