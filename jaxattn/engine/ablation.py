@@ -125,7 +125,8 @@ def head_ablation_study(
         "examples": N}
 
     Raises:
-      UsageError: no texts, or every one skipped (too_long="skip"); bad heads or mode.
+      UsageError: no texts, or every one skipped as too long (too_long="skip"); bad
+        heads or mode.
     """
     c = engine.config
     heads = (
@@ -142,7 +143,7 @@ def head_ablation_study(
         raise UsageError(
             "no text to ablate over: give at least one"
             if not texts
-            else f"every text was skipped (too_long={too_long!r}): nothing to ablate over"
+            else "every text was skipped as too long: nothing to ablate over"
         )
     base = final_states(engine, tokenized, None)
     use_mlm = mlm and not c.causal and "mlm_head" in engine.extra_params and bool(tokenized)
