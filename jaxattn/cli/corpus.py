@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from jaxattn.cli.saved import open_saved
+from jaxattn.cli.saved import check_one_model, open_saved
 from jaxattn.cli.source import open_source
 from jaxattn.errors import InputError, UsageError
 from jaxattn.inputs import STDIN, Record, is_file_argument, read_records, split_pair
@@ -70,11 +70,16 @@ def read_input(arg, fmt: str | None = None, limit: int | None = None) -> list:
 def read_inputs(inputs: list[str], limit: int | None = None, cap: int | None = None) -> list:
     """Each INPUT -> its Captures (a capture file, a store: read up to `limit`), the
     texts of an input file, or the text itself. Saved captures that would bring the
-    examples (up to `limit`) over `cap` are refused before they are read."""
+    examples (up to `limit`) over `cap` are refused before they are read, and so are
+    saved captures of two models (`check_one_model`)."""
     items: list = []
+    models: list = []  # (INPUT, provenance) of the saved ones: one model's captures per page
     for arg in inputs:
         saved = open_saved(arg)
         if saved is not None:
+            prov = getattr(saved, "provenance", None)  # a store's; a capture file's own
+            models.append((f"INPUT {arg}", prov if prov is not None else saved[0].provenance))
+            check_one_model(models)
             count = min(len(items) + len(saved), limit or len(items) + len(saved))
             if cap and count > cap:
                 raise UsageError(

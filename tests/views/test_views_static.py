@@ -272,6 +272,35 @@ def test_a_static_export_reads_the_examples_up_to_the_one_it_draws(tmp_path, mon
     assert read == [0, 1, 2, 3, 4] and f">{caps[4].tokens[1]}<" in out.read_text()
 
 
+def test_a_page_of_two_models_stores_is_refused_naming_both(tmp_path, monkeypatch, capsys):
+    """One page draws one model's captures, as `view --global` maps them: two stores
+    dumped with different weights were drawn as one page, silently."""
+    import store_helpers
+    from store_helpers import INFO, captures, write_store
+
+    from jaxattn.cli import main
+
+    caps = captures(2)
+    write_store(tmp_path / "a.zarr", caps)
+    write_store(tmp_path / "same.zarr", captures(2, seed=1))
+    other = dataclasses.replace(INFO, name="other-bert", weights="blake2b:fedcba9876543210")
+    monkeypatch.setattr(store_helpers, "INFO", other)
+    write_store(tmp_path / "b.zarr", caps)
+    a, b, same = (str(tmp_path / n) for n in ("a.zarr", "b.zarr", "same.zarr"))
+    out = tmp_path / "x.html"
+    for mode in ([], ["--stats-first"]):
+        assert main(["view", a, b, *mode, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (  # fingerprints cut to 20 characters
+            f"jaxattn view: error: INPUT {b} comes from other-bert, weights "
+            f"blake2b:fedcba987654, INPUT {a} from {INFO.name}, weights "
+            "blake2b:0123456789ab: view the captures of one model together"
+        )
+        assert not out.exists()
+    assert main(["view", a, same, "--out", str(out)]) == 0  # one model's stores: one page
+    assert "4 example(s)" in capsys.readouterr().out
+
+
 def test_a_page_of_saved_captures_without_attention_says_what_to_capture(tmp_path, capsys):
     """Not the Python API's "views need the 'attention' quantity (what=(...))"."""
     from jaxattn.cli import main
