@@ -21,7 +21,15 @@ from pathlib import Path
 from jaxattn.cli.saved import check_one_model, open_saved
 from jaxattn.cli.source import open_source
 from jaxattn.errors import InputError, UsageError
-from jaxattn.inputs import STDIN, Record, is_file_argument, read_records, split_pair
+from jaxattn.inputs import (
+    STDIN,
+    Record,
+    Text,
+    check_text,
+    is_file_argument,
+    read_records,
+    split_pair,
+)
 
 # Directories holding standard input spooled to a file, removed at exit.
 SPOOLED: list[str] = []
@@ -67,6 +75,18 @@ def read_input(arg, fmt: str | None = None, limit: int | None = None) -> list:
     return [r.text for r in records(arg, fmt, limit)]
 
 
+def text_argument(arg: str) -> Text:
+    """INPUT `arg`, not a file: its text or pair (``A ||| B``).
+
+    Raises:
+      InputError: the text, or a side of the pair, is empty (as in an input file).
+    """
+    if not arg.strip():
+        raise InputError(None, "an INPUT is empty: give a sentence or a file")
+    sides = (f"sentence A of INPUT {arg!r}", f"sentence B of INPUT {arg!r}")
+    return check_text(split_pair(arg), ("an INPUT", *sides))
+
+
 def read_inputs(inputs: list[str], limit: int | None = None, cap: int | None = None) -> list:
     """Each INPUT -> its Captures (a capture file, a store: read up to `limit`), the
     texts of an input file, or the text itself. Saved captures that would bring the
@@ -89,10 +109,8 @@ def read_inputs(inputs: list[str], limit: int | None = None, cap: int | None = N
             items += saved[: max(0, limit - len(items))] if limit else saved
         elif is_file_argument(arg):
             items += read_input(arg, limit=limit)
-        elif not arg.strip():
-            raise InputError(None, "an INPUT is empty: give a sentence or a file")
         else:
-            items.append(split_pair(arg))
+            items.append(text_argument(arg))
     return items[:limit] if limit else items
 
 

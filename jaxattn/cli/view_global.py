@@ -98,9 +98,9 @@ class _Part:
 def _sources(args) -> tuple[list[_Part], int, list[str]]:
     """The corpus's parts in INPUT order, its number of examples (at most --limit) and
     the INPUTs' names for the page. A store is read for the map's quantities only."""
-    from jaxattn.cli.corpus import records
+    from jaxattn.cli.corpus import records, text_argument
     from jaxattn.cli.saved import open_saved, require
-    from jaxattn.inputs import is_file_argument, split_pair
+    from jaxattn.inputs import is_file_argument
 
     parts, total, limit, names = [], 0, args.limit, []
     for no, arg in enumerate(args.inputs):
@@ -124,10 +124,8 @@ def _sources(args) -> tuple[list[_Part], int, list[str]]:
         else:
             if is_file_argument(arg):
                 got = [(r.index, r.text) for r in records(arg, limit=left)]
-            elif not arg.strip():
-                raise InputError(None, "an INPUT is empty: give a sentence or a file")
             else:
-                got = [(0, split_pair(arg))]
+                got = [(0, text_argument(arg))]
             if not (parts and parts[-1].kind == "texts"):
                 parts.append(_Part("texts", [], [], where))
             parts[-1].items.extend(t for _, t in got)

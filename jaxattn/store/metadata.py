@@ -36,7 +36,11 @@ _IDENTITY = (
     (("generate", "stop_at_eos"), "stop at an end-of-sequence token (--ignore-eos turns it off)"),
     (("input", "format"), "input format"),
     (("input", "sha256"), "input (content fingerprint)"),
-    (("input", "reader"), "input reader (jaxattn 0.2 reads 'A ||| B' pairs, strips white space)"),
+    (
+        ("input", "reader"),
+        "input reader (jaxattn 0.2 reads 'A ||| B' pairs, strips white space; "
+        "0.3 refuses empty texts)",
+    ),
     (("input", "limit"), "record limit (--limit)"),
     (("shards", "size"), "shard size (--shard-size)"),
     (("too_long",), "too-long policy (--too-long)"),

@@ -16,13 +16,14 @@ GOOD = CORPUS[:4]
 
 @pytest.fixture
 def bad_corpus(tmp_path):
-    """4 good records among 4 unreadable ones and a blank line (not a record)."""
+    """4 good records among 5 unreadable ones and a blank line (not a record)."""
     path = write_jsonl(
         tmp_path / "bad.jsonl",
         [GOOD[0], "{not json", GOOD[1], {"id": "no-text"}, "", GOOD[2], {"text": 3}, GOOD[3]],
     )
     with open(path, "ab") as f:
         f.write(b'{"text": "caf\xe9"}\n')  # Latin-1, not UTF-8: line 9
+        f.write(b'{"text": "a", "text_b": ""}\n')  # not a pair of [CLS] a [SEP] [SEP]: line 10
     return path
 
 
@@ -37,12 +38,13 @@ def test_bad_records_are_reported_by_line_and_skipped(
     engines, bert_checkpoint, bad_corpus, tmp_path
 ):
     result, log = _dump(engines, bert_checkpoint, bad_corpus, tmp_path / "s", on_error="skip")
-    assert result.counts.examples == 4 and result.counts.errors == 4
+    assert result.counts.examples == 4 and result.counts.errors == 5
     assert f"{bad_corpus}:2: bad JSON" in log
     assert f'{bad_corpus}:4: missing "text"' in log
     assert f'{bad_corpus}:7: "text" must be a string' in log
     assert f"{bad_corpus}:9: invalid UTF-8 at byte 14" in log
-    assert "4 examples in 1 shard (0 already done), 4 skipped (4 bad records), 0 truncated" in log
+    assert f'{bad_corpus}:10: "text_b" is empty' in log
+    assert "4 examples in 1 shard (0 already done), 5 skipped (5 bad records), 0 truncated" in log
     assert "error" not in log.splitlines()[-1]  # skipped as asked: the job did not fail
     store = jaxattn.open_store(tmp_path / "s")
     assert [e.line for e in store.entries] == [1, 3, 6, 8]
@@ -53,6 +55,7 @@ def test_bad_records_are_reported_by_line_and_skipped(
         (4, "error"),
         (7, "error"),
         (9, "error"),
+        (10, "error"),
     ]
     want = engines["bert"].capture(texts_of(GOOD), what=WHAT)
     for got, ref in zip(store, want, strict=True):
