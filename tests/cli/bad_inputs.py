@@ -190,6 +190,13 @@ BAD: list[Bad] = [
         1,
         r'empty.jsonl:2: "text" is empty',
     ),
+    Bad(  # any other word after --stats-first is an INPUT (view --stats-first ewt.zarr)
+        "a misspelt --stats-first",
+        "--stats-first",
+        lambda t, g: ["--stats-first", "statistcs"],
+        2,
+        r"--stats-first: invalid choice: 'statistcs': did you mean 'statistics'\?",
+    ),
     Bad("a text of 3 parts", "text", lambda t, g: "a ||| b ||| c", 1, r"more than one '\|\|\|'"),
     Bad(
         "standard input",

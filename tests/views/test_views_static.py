@@ -289,7 +289,7 @@ def test_a_page_of_two_models_stores_is_refused_naming_both(tmp_path, monkeypatc
     a, b, same = (str(tmp_path / n) for n in ("a.zarr", "b.zarr", "same.zarr"))
     out = tmp_path / "x.html"
     for mode in ([], ["--stats-first"]):
-        assert main(["view", a, b, *mode, "--out", str(out)]) == 2
+        assert main(["view", *mode, a, b, "--out", str(out)]) == 2
         err = capsys.readouterr().err.strip()
         assert err == (  # fingerprints cut to 20 characters
             f"jaxattn view: error: INPUT {b} comes from other-bert, weights "
@@ -299,6 +299,49 @@ def test_a_page_of_two_models_stores_is_refused_naming_both(tmp_path, monkeypatc
         assert not out.exists()
     assert main(["view", a, same, "--out", str(out)]) == 0  # one model's stores: one page
     assert "4 example(s)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--stats-first", "{a}", "{b}"],  # was "invalid choice: '{a}'"
+        ["--stats-first", "{a}", "{b}", "--segment", "2"],
+        ["{a}", "--stats-first", "{b}"],
+        ["{a}", "{b}", "--stats-first"],
+        ["--stats-first", "maps", "{a}", "{b}"],
+    ],
+)
+def test_stats_first_before_its_inputs_takes_them_as_inputs(tmp_path, capsys, argv):
+    from store_helpers import captures, write_store
+
+    from jaxattn.cli import main
+
+    def rows(caps):  # attention rows that sum to 1
+        out = []
+        for c in caps:
+            e = np.exp(c.attention)
+            att = (e / e.sum(-1, keepdims=True)).astype(np.float32)
+            out.append(dataclasses.replace(c, tensors={**c.tensors, "attention": att}))
+        return out
+
+    a, b = tmp_path / "a.zarr", tmp_path / "b.zarr"
+    write_store(a, rows(captures(2)))
+    write_store(b, rows(captures(3, seed=1)))
+    argv = [w.format(a=a, b=b) for w in argv]
+    out = tmp_path / "x.html"
+    assert main(["view", *argv, "--out", str(out)]) == 0
+    got = capsys.readouterr().out
+    assert "statistics along the text; 5 example(s)" in got, got
+
+
+def test_a_misspelt_stats_first_value_is_refused_with_the_nearest(tmp_path, capsys):
+    from jaxattn.cli import main
+
+    for word, near in (("statistcs", "statistics"), ("Maps", "maps")):
+        out = str(tmp_path / "x.html")
+        assert main(["view", "a text", "--stats-first", word, "--out", out]) == 2
+        err = capsys.readouterr().err
+        assert f"--stats-first: invalid choice: '{word}': did you mean '{near}'?" in err
 
 
 def test_a_page_of_saved_captures_without_attention_says_what_to_capture(tmp_path, capsys):
