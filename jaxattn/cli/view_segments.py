@@ -52,7 +52,7 @@ def _a_file(word: str) -> bool:
 
 def inputs(args) -> list[str]:
     """INPUT, with a word that followed --stats-first in its place (`_StatsFirst`)."""
-    word, before = getattr(args, "stats_first_input", None) or (None, None)
+    word, before = args.stats_first_input or (None, None)
     if word is None:
         return args.inputs
     if before:  # INPUT came before --stats-first, and no INPUT after it
@@ -77,6 +77,7 @@ def add_arguments(parser, modes) -> None:
         "local share; any other word after it is an INPUT (--stats-first ewt.zarr) "
         "(docs/views.md)",
     )
+    parser.set_defaults(stats_first_input=None)  # (word, INPUT before it): `_StatsFirst`
     g = parser.add_argument_group("--stats-first: statistics along the text")
     g.add_argument(
         "--segment",
