@@ -10,6 +10,8 @@ from dump_helpers import CORPUS, WHAT, assert_same_capture, options, texts_of, w
 import jaxattn
 from jaxattn.dump import run_dump
 from jaxattn.dump.counts import Counts
+from jaxattn.dump.distributed import Process
+from jaxattn.store.metadata import StoreMismatch
 
 GOOD = CORPUS[:4]
 
@@ -125,3 +127,35 @@ def test_too_long_examples(
 def test_too_long_error_with_on_error_stop(engines, bert_checkpoint, long_corpus, tmp_path):
     with pytest.raises(jaxattn.InputError, match=r"long\.txt:3: longer than the model's limit"):
         _dump(engines, bert_checkpoint, long_corpus, tmp_path / "s")  # the defaults
+
+
+def test_a_store_whose_first_shard_failed_starts_over_with_the_advised_option(
+    engines, bert_checkpoint, long_corpus, tmp_path
+):
+    """It held no finished shard, so nothing is lost: the rerun with --too-long skip (what
+    the error advised) was refused, "delete it and rerun"."""
+    out = tmp_path / "s"
+    with pytest.raises(jaxattn.InputError, match="--too-long skip"):
+        _dump(engines, bert_checkpoint, long_corpus, out)
+    assert (out / "zarr.json").exists() and not (out / "manifest" / "s000000").exists()
+    two = Process(index=0, count=2)  # other processes may be writing: refused, as it was
+    with pytest.raises(StoreMismatch, match="no finished shard yet: delete it and rerun"):
+        run_dump(
+            engines["bert"],
+            options(long_corpus, out, too_long="skip"),
+            model_dir=bert_checkpoint,
+            process=two,
+        )
+    result, log = _dump(engines, bert_checkpoint, long_corpus, out, too_long="skip")
+    started = [line for line in log.splitlines() if "over" in line]
+    assert started == [
+        f"dump: started the store at {out} over (no shard of it was finished, and this "
+        "command differs: too-long policy (--too-long): the store has 'error', this command "
+        "gives 'skip')"
+    ]
+    assert result.counts.examples == 4 and result.counts.skipped == 1
+    store = jaxattn.open_store(out)
+    assert store.metadata["too_long"] == "skip" and [e.line for e in store.entries] == [1, 2, 4, 5]
+    # a finished shard is work to keep: another command is refused
+    with pytest.raises(StoreMismatch, match="Rerun the original command.*--overwrite to delete the store"):
+        _dump(engines, bert_checkpoint, long_corpus, out, too_long="truncate")
