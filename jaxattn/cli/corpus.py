@@ -25,7 +25,7 @@ from jaxattn.inputs import (
     STDIN,
     Record,
     Text,
-    check_text,
+    check_nonempty,
     is_file_argument,
     read_records,
     split_pair,
@@ -84,7 +84,7 @@ def text_argument(arg: str) -> Text:
     if not arg.strip():
         raise InputError(None, "an INPUT is empty: give a sentence or a file")
     sides = (f"sentence A of INPUT {arg!r}", f"sentence B of INPUT {arg!r}")
-    return check_text(split_pair(arg), ("an INPUT", *sides))
+    return check_nonempty(split_pair(arg), ("an INPUT", *sides))
 
 
 def read_inputs(inputs: list[str], limit: int | None = None, cap: int | None = None) -> list:

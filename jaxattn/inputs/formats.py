@@ -133,13 +133,13 @@ def parse_record(raw: RawRecord, fmt: str) -> Record:
     if fmt == "jsonl":
         return _parse_jsonl(line, raw)
     try:
-        text = check_text(split_pair(line))
+        text = check_nonempty(split_pair(line))
     except InputError as e:
         raise InputError(raw.line, e.reason) from None
     return Record(index=raw.index, line=raw.line, id=str(raw.index), text=text)
 
 
-def check_text(text: Text, names: tuple[str, str, str] | None = None) -> Text:
+def check_nonempty(text: Text, names: tuple[str, str, str] | None = None) -> Text:
     """`text` if neither it nor a side of the pair is empty (white space only).
 
     Args:
@@ -183,7 +183,7 @@ def _parse_jsonl(line: str, raw: RawRecord) -> Record:
     if id_ is not None and (isinstance(id_, bool) or not isinstance(id_, (str, int))):
         raise InputError(raw.line, f'"id" must be a string or an integer, got {id_!r}')
     try:
-        check_text(text if text_b is None else (text, text_b), ('"text"', '"text"', '"text_b"'))
+        check_nonempty(text if text_b is None else (text, text_b), ('"text"', '"text"', '"text_b"'))
     except InputError as e:
         raise InputError(raw.line, e.reason) from None
     return Record(
