@@ -21,15 +21,8 @@ from pathlib import Path
 from jaxattn.cli.saved import check_one_model, open_saved
 from jaxattn.cli.source import open_source
 from jaxattn.errors import InputError, UsageError
-from jaxattn.inputs import (
-    STDIN,
-    Record,
-    Text,
-    check_nonempty,
-    is_file_argument,
-    read_records,
-    split_pair,
-)
+from jaxattn.inputs import STDIN, Record, Text, is_file_argument, read_records, split_pair
+from jaxattn.inputs.formats import check_nonempty
 
 # Directories holding standard input spooled to a file, removed at exit.
 SPOOLED: list[str] = []
