@@ -152,7 +152,19 @@ class CheckpointError(JaxattnError, ValueError):
 
 class CaptureFileError(JaxattnError, ValueError):
     """A saved capture (.npz) or a store that cannot be read: not one, damaged, or of a
-    format this jaxattn does not read (the message says which format it found)."""
+    format this jaxattn does not read (the message says which format it found).
+
+    Args:
+      message: the message, in the Python API's terms.
+      cli: the same in command-line terms, where its advice differs (`cli_message`).
+    """
+
+    def __init__(self, message: str = "", *, cli: str | None = None):
+        super().__init__(message)
+        self.cli = cli
+
+    def cli_message(self) -> str:
+        return self.cli or str(self)
 
 
 class ServerError(JaxattnError):

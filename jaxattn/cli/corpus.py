@@ -18,10 +18,11 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from jaxattn.cli.saved import open_saved
+from jaxattn.cli.saved import check_one_model, open_saved
 from jaxattn.cli.source import open_source
 from jaxattn.errors import InputError, UsageError
-from jaxattn.inputs import STDIN, Record, is_file_argument, read_records, split_pair
+from jaxattn.inputs import STDIN, Record, Text, is_file_argument, read_records, split_pair
+from jaxattn.inputs.formats import check_nonempty
 
 # Directories holding standard input spooled to a file, removed at exit.
 SPOOLED: list[str] = []
@@ -67,14 +68,31 @@ def read_input(arg, fmt: str | None = None, limit: int | None = None) -> list:
     return [r.text for r in records(arg, fmt, limit)]
 
 
+def text_argument(arg: str) -> Text:
+    """INPUT `arg`, not a file: its text or pair (``A ||| B``).
+
+    Raises:
+      InputError: the text, or a side of the pair, is empty (as in an input file).
+    """
+    if not arg.strip():
+        raise InputError(None, "an INPUT is empty: give a sentence or a file")
+    sides = (f"sentence A of INPUT {arg!r}", f"sentence B of INPUT {arg!r}")
+    return check_nonempty(split_pair(arg), ("an INPUT", *sides))
+
+
 def read_inputs(inputs: list[str], limit: int | None = None, cap: int | None = None) -> list:
     """Each INPUT -> its Captures (a capture file, a store: read up to `limit`), the
     texts of an input file, or the text itself. Saved captures that would bring the
-    examples (up to `limit`) over `cap` are refused before they are read."""
+    examples (up to `limit`) over `cap` are refused before they are read, and so are
+    saved captures of two models (`check_one_model`)."""
     items: list = []
+    models: list = []  # (INPUT, provenance) of the saved ones: one model's captures per page
     for arg in inputs:
         saved = open_saved(arg)
         if saved is not None:
+            prov = getattr(saved, "provenance", None)  # a store's; a capture file's own
+            models.append((f"INPUT {arg}", prov if prov is not None else saved[0].provenance))
+            check_one_model(models)
             count = min(len(items) + len(saved), limit or len(items) + len(saved))
             if cap and count > cap:
                 raise UsageError(
@@ -84,10 +102,8 @@ def read_inputs(inputs: list[str], limit: int | None = None, cap: int | None = N
             items += saved[: max(0, limit - len(items))] if limit else saved
         elif is_file_argument(arg):
             items += read_input(arg, limit=limit)
-        elif not arg.strip():
-            raise InputError(None, "an INPUT is empty: give a sentence or a file")
         else:
-            items.append(split_pair(arg))
+            items.append(text_argument(arg))
     return items[:limit] if limit else items
 
 

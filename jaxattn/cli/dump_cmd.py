@@ -4,7 +4,8 @@ Runs data parallel over every local device, and over hosts when started as
 several processes (`jax.distributed`: --coordinator/--num-processes/
 --process-id, $JAX_COORDINATOR_ADDRESS/$JAX_NUM_PROCESSES/$JAX_PROCESS_ID, or
 JAX's cluster auto-detection). Rerunning the same command resumes a killed
-job. See STORE.md for the store layout.
+job; --overwrite deletes the store and starts it over. See STORE.md for the store
+layout.
 """
 
 from __future__ import annotations
@@ -109,6 +110,12 @@ def register(subparsers) -> None:
         "coordinator or JAX detects a cluster (TPU pod, SLURM, Open MPI) (default auto)",
     )
     p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete the jaxattn store at STORE and start it over (default: resume it, or "
+        "refuse another command's); a path that is not a jaxattn store is refused",
+    )
+    p.add_argument(
         "--quiet", action="store_true", help="no progress bar; the summary line stays (default off)"
     )
     p.set_defaults(func=_run, server=None)  # local engines only (`check_generate` reads it)
@@ -134,7 +141,7 @@ def _run(args: argparse.Namespace) -> int:
     if not args.input.is_file():
         raise FileNotFoundError(f"no input file {args.input}")
     check_has_examples(args.input, args.input_format)
-    check_output(args.out)
+    check_output(args.out, args.overwrite)
     process = distributed.initialize(
         args.coordinator, args.num_processes, args.process_id, mode=args.distributed
     )
@@ -162,6 +169,7 @@ def _run(args: argparse.Namespace) -> int:
         limit=args.limit,
         generate=args.generate,
         stop_at_eos=not args.ignore_eos,
+        overwrite=args.overwrite,
     )
     try:
         run_dump(engine, options, model_dir=model_dir, process=process)

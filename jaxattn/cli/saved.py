@@ -4,6 +4,7 @@
     caps = open_saved("one.npz")           # [Capture]
     open_saved("corpus.txt")               # None: texts, to be captured
     require(caps, ("queries", "keys"), "INPUT ewt.zarr", "jaxattn view --global")
+    check_one_model([("INPUT a.zarr", a.provenance), ("INPUT b.zarr", b.provenance)])
 
 A store is a directory with a ``zarr.json`` at its root (`jaxattn.store`) or a
 TensorStore kvstore URL with no white space: any URL of a scheme in `URL_SCHEMES`
@@ -106,6 +107,32 @@ def require(
             f"{where} holds {', '.join(have) or 'no quantity'}; {needed_by} needs "
             f"{', '.join(missing)}: {redo}"
         )
+
+
+def _model(prov) -> str:
+    """A provenance in words: the model's name and weights fingerprint."""
+    weights = f", weights {prov['weights'][:20]}" if prov.get("weights") else ""
+    return f"{prov.get('model') or 'an unnamed model'}{weights}"
+
+
+def check_one_model(named: Sequence[tuple[str, dict]], verb: str = "view") -> None:
+    """UsageError naming two inputs whose models differ, of (where in words, provenance)
+    pairs: their weights fingerprints when both have one, else their names and configs
+    (an empty provenance: unknown, passes). One page draws the captures of one model;
+    `verb` says what the command does with them ("map", "view")."""
+    known = [(w, p) for w, p in named if p.get("model") or p.get("weights")]
+    for where, b in known[1:]:
+        first, a = known[0]
+        if a.get("weights") and b.get("weights"):
+            same = a["weights"] == b["weights"]
+        else:
+            ca, cb = a.get("config"), b.get("config")
+            same = a.get("model") == b.get("model") and (not (ca and cb) or ca == cb)
+        if not same:
+            raise UsageError(
+                f"{where} comes from {_model(b)}, {first} from "
+                f"{_model(a)}: {verb} the captures of one model together"
+            )
 
 
 def saved_parses(caps: Sequence[Capture], conllu: str, input_name: str) -> list:

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from jaxattn.cli.args import check_output, ensure_parent, positive, positive_float
+from jaxattn.cli.saved import check_one_model
 from jaxattn.errors import InputError, UsageError
 from jaxattn.progress import Progress, counted
 
@@ -97,9 +98,9 @@ class _Part:
 def _sources(args) -> tuple[list[_Part], int, list[str]]:
     """The corpus's parts in INPUT order, its number of examples (at most --limit) and
     the INPUTs' names for the page. A store is read for the map's quantities only."""
-    from jaxattn.cli.corpus import records
+    from jaxattn.cli.corpus import records, text_argument
     from jaxattn.cli.saved import open_saved, require
-    from jaxattn.inputs import is_file_argument, split_pair
+    from jaxattn.inputs import is_file_argument
 
     parts, total, limit, names = [], 0, args.limit, []
     for no, arg in enumerate(args.inputs):
@@ -123,10 +124,8 @@ def _sources(args) -> tuple[list[_Part], int, list[str]]:
         else:
             if is_file_argument(arg):
                 got = [(r.index, r.text) for r in records(arg, limit=left)]
-            elif not arg.strip():
-                raise InputError(None, "an INPUT is empty: give a sentence or a file")
             else:
-                got = [(0, split_pair(arg))]
+                got = [(0, text_argument(arg))]
             if not (parts and parts[-1].kind == "texts"):
                 parts.append(_Part("texts", [], [], where))
             parts[-1].items.extend(t for _, t in got)
@@ -153,30 +152,6 @@ def _check_flags(args, parts) -> None:
         for flag in ("model", "server", "precision"):
             if getattr(args, flag):
                 raise UsageError(f"{parts[0].where} holds captures, shown as stored: drop --{flag}")
-
-
-def _model(prov) -> str:
-    """A provenance in words: the model's name and weights fingerprint."""
-    weights = f", weights {prov['weights'][:20]}" if prov.get("weights") else ""
-    return f"{prov.get('model') or 'an unnamed model'}{weights}"
-
-
-def _check_one_model(parts) -> None:
-    """UsageError naming two parts whose models differ: their weights fingerprints when
-    both have one, else their names and configs (an empty provenance: unknown, passes)."""
-    known = [p for p in parts if p.provenance.get("model") or p.provenance.get("weights")]
-    for p in known[1:]:
-        a, b = known[0].provenance, p.provenance
-        if a.get("weights") and b.get("weights"):
-            same = a["weights"] == b["weights"]
-        else:
-            ca, cb = a.get("config"), b.get("config")
-            same = a.get("model") == b.get("model") and (not (ca and cb) or ca == cb)
-        if not same:
-            raise UsageError(
-                f"{p.where} comes from {_model(b)}, {known[0].where} from "
-                f"{_model(a)}: map the captures of one model together"
-            )
 
 
 def _picks(args, cap) -> tuple[list[int], list[int]]:
@@ -277,7 +252,7 @@ def run(args) -> int:
             for p in parts:
                 if p.kind == "texts":
                     p.provenance = dict(model=info.name, weights=info.weights)
-        _check_one_model(parts)
+        check_one_model([(p.where, p.provenance) for p in parts], "map")
         return _run(args, parts, total, names, source, t0)
 
 

@@ -14,11 +14,50 @@ they are: consecutive files of the same text are one example.
 
 from __future__ import annotations
 
+import argparse
+
 from jaxattn.cli.args import check_output, ensure_parent, positive
 from jaxattn.cli.corpus import read_inputs
+from jaxattn.cli.parser import did_you_mean, nearest
 from jaxattn.errors import InputError, UsageError
 
 FROM = ("maps", "statistics")
+
+
+class _StatsFirst(argparse.Action):
+    """--stats-first [maps|statistics]. Any other word after it is an INPUT, as written
+    (``view --stats-first ewt.zarr``: argparse would take it for the option's value), kept
+    in ``args.stats_first_input`` with the INPUTs read before it (`inputs`); a word
+    close to maps or statistics, and no file, is a misspelling, refused with the nearest."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        if value not in FROM:
+            close = [] if _a_file(value) else nearest(value, FROM)
+            if close:
+                hint = did_you_mean(close, quote=True)
+                parser.error(f"argument --stats-first: invalid choice: {value!r}: {hint}")
+            namespace.stats_first_input = (value, list(namespace.inputs or ()))
+            value = self.const
+        setattr(namespace, self.dest, value)
+
+
+def _a_file(word: str) -> bool:
+    """Whether `word` names a file or store (or is shaped like a path): an INPUT."""
+    from pathlib import Path
+
+    from jaxattn.inputs import looks_like_path
+
+    return looks_like_path(word) or Path(word).exists()
+
+
+def inputs(args) -> list[str]:
+    """INPUT, with a word that followed --stats-first in its place (`_StatsFirst`)."""
+    word, before = args.stats_first_input or (None, None)
+    if word is None:
+        return args.inputs
+    if before:  # INPUT came before --stats-first, and no INPUT after it
+        return [*before, word]
+    return [word, *args.inputs]
 
 
 def add_arguments(parser, modes) -> None:
@@ -29,13 +68,16 @@ def add_arguments(parser, modes) -> None:
         "--stats-first",
         nargs="?",
         const="maps",
-        choices=FROM,
+        action=_StatsFirst,
+        metavar="{maps,statistics}",
         help="per-head sink/previous/local shares and entropy along the text, per "
         "--segment tokens, for long documents; every head's sink, previous and entropy "
         "from its per-row statistics; 'maps' (default): the local share of the "
         "--layers/--heads selection from its maps; 'statistics': no map captured, no "
-        "local share (docs/views.md)",
+        "local share; any other word after it is an INPUT (--stats-first ewt.zarr) "
+        "(docs/views.md)",
     )
+    parser.set_defaults(stats_first_input=None)  # (word, INPUT before it): `_StatsFirst`
     g = parser.add_argument_group("--stats-first: statistics along the text")
     g.add_argument(
         "--segment",
@@ -80,6 +122,7 @@ def run(args) -> int:
     """Write the stats-first page of `args.inputs` to `args.out` (HTML)."""
     from jaxattn.views.segments_page import group_by_text, write_segments_html
 
+    args.inputs = inputs(args)
     if not args.inputs:
         raise UsageError("--stats-first: give at least one INPUT (a text, a file or a capture)")
     if args.format not in (None, "html") or not args.out.lower().endswith((".html", ".htm")):

@@ -56,6 +56,7 @@ class DumpOptions:
         prompt + continuation, its `generated_start` in the manifest. too_long
         applies to prompt + new tokens. None: texts captured as they are.
       stop_at_eos: with `generate`: end a continuation at an EOS token (`Engine.eos_ids`).
+      overwrite: delete a jaxattn store at `out` and start it over (one process only).
     """
 
     input: Path
@@ -76,6 +77,7 @@ class DumpOptions:
     limit: int | None = None
     generate: int | None = None
     stop_at_eos: bool = True
+    overwrite: bool = False
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -162,11 +164,30 @@ class DumpJob:
         elif self.messages == _MAX_MESSAGES + 1:
             self.progress.message(f"{self.label}: further bad records are counted, not shown")
 
+    def _start_over(self) -> None:
+        """Delete the store at --out, saying so: with --overwrite, or when it was begun
+        by another command and holds no finished shard (a dump that failed on its first
+        shard, rerun with the option its error advised). Other processes of a job may be
+        writing: only a job of one process starts a store over by itself."""
+        existing = store_metadata.read(self.kv)
+        if existing is None:
+            return
+        if self.options.overwrite:
+            why = "--overwrite"
+        else:
+            diff = store_metadata.differences(existing, self.meta)
+            if not diff or self.process.count > 1 or store_metadata.finished_parts(self.kv):
+                return  # resumed, or refused by create_or_check
+            why = f"no shard of it was finished, and this command differs: {'; '.join(diff)}"
+        self.kv.delete_all()
+        self.progress.message(f"{self.label}: started the store at {self.options.out} over ({why})")
+
     def run(self) -> DumpResult:
         import tensorstore as ts
 
         start = time.monotonic()
-        check_output(self.options.out)
+        check_output(self.options.out, self.options.overwrite)
+        self._start_over()
         store_metadata.create_or_check(self.kv, self.meta)
         done = {layout.shard_of_manifest_key(k) for k in self.kv.list(layout.MANIFEST_DIR + "/")}
         mine = sorted(self.plan.shards)
@@ -237,16 +258,23 @@ def run_dump(
       This process's counts; the store is complete once every process returns.
 
     Raises:
-      StoreMismatch: the store exists and was written by a different command.
-      UsageError: a bad option or spec; an out that is a file, or a non-empty
-        directory that is not a jaxattn store.
+      StoreMismatch: the store exists and was written by a different command (and
+        holds a finished shard, or the job has several processes).
+      UsageError: a bad option or spec; overwrite in a job of several processes; an
+        out that is a file, or a non-empty directory that is not a jaxattn store.
       InputError: an input without records (before anything is written); a
         bad record with on_error="stop" (naming the file and line).
       CaptureFileError: TensorStore failed (naming the store and the operation).
       FileNotFoundError: no input file or model directory.
     """
     _check(options)
-    job = DumpJob(engine, options, model_dir, process or Process(), stream or sys.stderr)
+    process = process or Process()
+    if options.overwrite and process.count > 1:
+        raise UsageError(
+            f"--overwrite in a job of {process.count} processes: each would delete the "
+            "shards the others write; delete the store first, then start the job without it"
+        )
+    job = DumpJob(engine, options, model_dir, process, stream or sys.stderr)
     return job.run()
 
 

@@ -10,6 +10,9 @@ one into a `Record` or raises `InputError` naming the line.
   space around a text or a part is dropped; two separators in a line are an error.
 - JSONL: one object per line: "text" (required), "text_b" (a pair), "id",
   taken exactly as written.
+- In text and JSONL alike an empty text, or an empty side of a pair (white space
+  only), is a bad record, as an empty text argument is refused: it would be an
+  example of the special tokens alone.
 - CoNLL-U: each sentence's words (FORM) joined by single spaces, so the word
   pieces align to the words (what the analyses need); id = ``# sent_id``; the
   parsed tree rides along as `Record.sentence`.
@@ -29,7 +32,8 @@ Text = str | tuple[str, str]
 
 FORMATS = ("text", "jsonl", "conllu")
 # How records become texts; bumped when that changes (a dump store records it).
-READER = "jaxattn.inputs/2"
+# 3: an empty text or side of a pair is a bad record (2 kept it as an example).
+READER = "jaxattn.inputs/3"
 PAIR_SEPARATOR = "|||"
 _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".conllu": "conllu"}
 # What some editors (Windows Notepad, Excel's CSV UTF-8) put before a UTF-8 file's
@@ -120,7 +124,8 @@ def parse_record(raw: RawRecord, fmt: str) -> Record:
 
     Raises:
       InputError: invalid UTF-8, a text line with more than one pair separator,
-        bad JSON, a JSON value without a string "text", a malformed CoNLL-U sentence.
+        bad JSON, a JSON value without a string "text", an empty text or side of
+        a pair, a malformed CoNLL-U sentence.
     """
     if check_format(fmt) == "conllu":
         return _parse_conllu(raw)
@@ -128,10 +133,28 @@ def parse_record(raw: RawRecord, fmt: str) -> Record:
     if fmt == "jsonl":
         return _parse_jsonl(line, raw)
     try:
-        text = split_pair(line)
+        text = check_nonempty(split_pair(line))
     except InputError as e:
         raise InputError(raw.line, e.reason) from None
     return Record(index=raw.index, line=raw.line, id=str(raw.index), text=text)
+
+
+def check_nonempty(text: Text, names: tuple[str, str, str] | None = None) -> Text:
+    """`text` if neither it nor a side of the pair is empty (white space only).
+
+    Args:
+      names: what to call the text, sentence A and sentence B in the error
+        (default "the text", "sentence A of the pair", "sentence B of the pair").
+
+    Raises:
+      InputError: (no line) naming the empty one.
+    """
+    one, a, b = names or ("the text", "sentence A of the pair", "sentence B of the pair")
+    named = zip((a, b), text, strict=True) if isinstance(text, tuple) else [(one, text)]
+    for name, part in named:
+        if not part.strip():
+            raise InputError(None, f"{name} is empty: an example needs a sentence")
+    return text
 
 
 def _decode(data: bytes, line: int) -> str:
@@ -159,6 +182,10 @@ def _parse_jsonl(line: str, raw: RawRecord) -> Record:
         raise InputError(raw.line, f'"text_b" must be a string, got {type(text_b).__name__}')
     if id_ is not None and (isinstance(id_, bool) or not isinstance(id_, (str, int))):
         raise InputError(raw.line, f'"id" must be a string or an integer, got {id_!r}')
+    try:
+        check_nonempty(text if text_b is None else (text, text_b), ('"text"', '"text"', '"text_b"'))
+    except InputError as e:
+        raise InputError(raw.line, e.reason) from None
     return Record(
         index=raw.index,
         line=raw.line,

@@ -134,3 +134,9 @@ class KeyValue:
         with tensorstore_errors(self.location, f"list {prefix}"):
             keys = self._kv.list(ts.KvStore.KeyRange(prefix, end)).result()
         return sorted(k.decode() for k in keys)
+
+    def delete_all(self) -> None:
+        """Delete every key under the root (a store started over: `jaxattn.dump.job`)."""
+        ts = _tensorstore()
+        with tensorstore_errors(self.location, "delete the store's keys"):
+            self._kv.delete_range(ts.KvStore.KeyRange()).result()

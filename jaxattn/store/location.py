@@ -45,9 +45,11 @@ def _store_part(name: str) -> bool:
     return name in QUANTITIES or name == layout.MANIFEST_DIR or name.startswith("zarr.json")
 
 
-def check_output(location: str | os.PathLike) -> None:
+def check_output(location: str | os.PathLike, overwrite: bool = False) -> None:
     """Check that a dump may write at `location`: nothing there, an empty directory, a
-    jaxattn store (to resume or check), or a store being created by another process.
+    jaxattn store (to resume or check, or with `overwrite` to delete), or a store being
+    created by another process. `overwrite` replaces a jaxattn store only: the refusals
+    say so.
 
     Raises:
       UsageError: an existing file or a path under one, a non-empty directory that is
@@ -55,13 +57,14 @@ def check_output(location: str | os.PathLike) -> None:
         --out, what is there and what to do.
     """
     text = os.fspath(location)
+    only = " (--overwrite replaces a jaxattn store only)" if overwrite else ""
     if not text.strip():  # not the current directory
         raise UsageError("--out is empty: name the store's directory")
     path = local_path(root_spec(location))
     path = (path.rstrip("/") or "/") if path is not None else None
     if path is not None and os.path.exists(path) and not os.path.isdir(path):
         raise UsageError(
-            f"--out {text} is an existing file; a store is a directory: choose another --out"
+            f"--out {text} is an existing file; a store is a directory: choose another --out{only}"
         )
     if path is not None:  # a file above it: TensorStore would fail at the first write
         above = next((p for p in Path(path).parents if p.exists()), Path("."))
@@ -73,7 +76,7 @@ def check_output(location: str | os.PathLike) -> None:
     except CaptureFileError as e:
         raise UsageError(
             f"--out {text}: {e}. jaxattn dump does not write into it: choose another --out "
-            "(or delete it, if it is yours and disposable)"
+            f"(or delete it, if it is yours and disposable){only}"
         ) from None
     if path is None or not os.path.isdir(path):
         return
@@ -83,5 +86,5 @@ def check_output(location: str | os.PathLike) -> None:
         raise UsageError(
             f"--out {text} is a non-empty directory that is not a jaxattn store (it holds "
             f"{shown}); it may be someone's data, so jaxattn dump does not write into it: "
-            "choose another --out, or an empty or new directory"
+            f"choose another --out, or an empty or new directory{only}"
         )

@@ -36,7 +36,11 @@ _IDENTITY = (
     (("generate", "stop_at_eos"), "stop at an end-of-sequence token (--ignore-eos turns it off)"),
     (("input", "format"), "input format"),
     (("input", "sha256"), "input (content fingerprint)"),
-    (("input", "reader"), "input reader (jaxattn 0.2 reads 'A ||| B' pairs, strips white space)"),
+    (
+        ("input", "reader"),
+        "input reader (jaxattn 0.2 reads 'A ||| B' pairs, strips white space; "
+        "0.3 refuses empty texts)",
+    ),
     (("input", "limit"), "record limit (--limit)"),
     (("shards", "size"), "shard size (--shard-size)"),
     (("too_long",), "too-long policy (--too-long)"),
@@ -299,6 +303,11 @@ def check_version(meta: dict, where: str) -> None:
     )
 
 
+def finished_parts(kv: KeyValue) -> list[str]:
+    """The keys of the store's committed manifest parts: one per finished shard."""
+    return [k for k in kv.list(f"{layout.MANIFEST_DIR}/") if k.count("/") == 2]
+
+
 def create_or_check(kv: KeyValue, meta: dict) -> bool:
     """Create the store's group nodes, or check an existing store against `meta`.
 
@@ -316,12 +325,12 @@ def create_or_check(kv: KeyValue, meta: dict) -> bool:
     if existing is not None:
         diff = differences(existing, meta)
         if diff:
-            parts = [k for k in kv.list(f"{layout.MANIFEST_DIR}/") if k.count("/") == 2]
             advice = (
-                "It holds no finished shard yet: delete it and rerun"
-                if not parts
+                "It holds no finished shard yet: delete it and rerun (a dump of one "
+                "process starts such a store over itself)"
+                if not finished_parts(kv)
                 else "Rerun the original command to finish it, or choose another --out "
-                "(or delete the store to start it afresh)"
+                "(or --overwrite to delete the store and start it afresh)"
             )
             raise StoreMismatch(
                 f"the store at {kv.location} was written by a different command: "

@@ -145,10 +145,14 @@ class Store(Sequence):
         self.parts = read_parts(kv, num_shards)
         self.complete = len(self.parts) == num_shards
         if not self.complete and not partial:
+            state = (
+                f"the store at {self.location} is incomplete: {len(self.parts)} of "
+                f"{num_shards} shards are done; rerun the jaxattn dump command that wrote it "
+                "to finish it"
+            )
             raise CaptureFileError(
-                f"the store at {self.location} is incomplete: {len(self.parts)} of {num_shards} "
-                "shards are done; rerun the dump command to finish it (or open it with "
-                "partial=True)"
+                f"{state} (or open it with partial=True)",
+                cli=f"{state} (the same command resumes where it stopped)",
             )
         self.entries: list[Entry] = []
         self._shard_of: list[int] = []

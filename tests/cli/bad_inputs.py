@@ -175,6 +175,28 @@ BAD: list[Bad] = [
     Bad("an empty text", "text", lambda t, g: "  ", 1, "TEXT is empty"),
     Bad("an empty text", "input", lambda t, g: "", 1, "INPUT is empty"),
     Bad("an empty sentence B", "text", lambda t, g: "a ||| ", 1, "sentence B is empty"),
+    Bad("an empty sentence A", "input", lambda t, g: " ||| b", 1, "sentence A of INPUT .* empty"),
+    Bad(  # not an example of [CLS] [SEP] (on the first line: bench reads only that one)
+        "an empty side of a pair in an input file",
+        "input_file",
+        _file("side.txt", b" ||| only b\nfine\n"),
+        1,
+        r"side.txt:1: sentence A of the pair is empty",
+    ),
+    Bad(
+        "an empty JSONL text",
+        "input",
+        _file("empty.jsonl", b'{"text": "fine"}\n{"text": ""}\n'),
+        1,
+        r'empty.jsonl:2: "text" is empty',
+    ),
+    Bad(  # any other word after --stats-first is an INPUT (view --stats-first ewt.zarr)
+        "a misspelt --stats-first",
+        "--stats-first",
+        lambda t, g: ["--stats-first", "statistcs"],
+        2,
+        r"--stats-first: invalid choice: 'statistcs': did you mean 'statistics'\?",
+    ),
     Bad("a text of 3 parts", "text", lambda t, g: "a ||| b ||| c", 1, r"more than one '\|\|\|'"),
     Bad(
         "standard input",

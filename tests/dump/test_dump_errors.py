@@ -10,19 +10,22 @@ from dump_helpers import CORPUS, WHAT, assert_same_capture, options, texts_of, w
 import jaxattn
 from jaxattn.dump import run_dump
 from jaxattn.dump.counts import Counts
+from jaxattn.dump.distributed import Process
+from jaxattn.store.metadata import StoreMismatch
 
 GOOD = CORPUS[:4]
 
 
 @pytest.fixture
 def bad_corpus(tmp_path):
-    """4 good records among 4 unreadable ones and a blank line (not a record)."""
+    """4 good records among 5 unreadable ones and a blank line (not a record)."""
     path = write_jsonl(
         tmp_path / "bad.jsonl",
         [GOOD[0], "{not json", GOOD[1], {"id": "no-text"}, "", GOOD[2], {"text": 3}, GOOD[3]],
     )
     with open(path, "ab") as f:
         f.write(b'{"text": "caf\xe9"}\n')  # Latin-1, not UTF-8: line 9
+        f.write(b'{"text": "a", "text_b": ""}\n')  # not a pair of [CLS] a [SEP] [SEP]: line 10
     return path
 
 
@@ -37,12 +40,13 @@ def test_bad_records_are_reported_by_line_and_skipped(
     engines, bert_checkpoint, bad_corpus, tmp_path
 ):
     result, log = _dump(engines, bert_checkpoint, bad_corpus, tmp_path / "s", on_error="skip")
-    assert result.counts.examples == 4 and result.counts.errors == 4
+    assert result.counts.examples == 4 and result.counts.errors == 5
     assert f"{bad_corpus}:2: bad JSON" in log
     assert f'{bad_corpus}:4: missing "text"' in log
     assert f'{bad_corpus}:7: "text" must be a string' in log
     assert f"{bad_corpus}:9: invalid UTF-8 at byte 14" in log
-    assert "4 examples in 1 shard (0 already done), 4 skipped (4 bad records), 0 truncated" in log
+    assert f'{bad_corpus}:10: "text_b" is empty' in log
+    assert "4 examples in 1 shard (0 already done), 5 skipped (5 bad records), 0 truncated" in log
     assert "error" not in log.splitlines()[-1]  # skipped as asked: the job did not fail
     store = jaxattn.open_store(tmp_path / "s")
     assert [e.line for e in store.entries] == [1, 3, 6, 8]
@@ -53,6 +57,7 @@ def test_bad_records_are_reported_by_line_and_skipped(
         (4, "error"),
         (7, "error"),
         (9, "error"),
+        (10, "error"),
     ]
     want = engines["bert"].capture(texts_of(GOOD), what=WHAT)
     for got, ref in zip(store, want, strict=True):
@@ -122,3 +127,35 @@ def test_too_long_examples(
 def test_too_long_error_with_on_error_stop(engines, bert_checkpoint, long_corpus, tmp_path):
     with pytest.raises(jaxattn.InputError, match=r"long\.txt:3: longer than the model's limit"):
         _dump(engines, bert_checkpoint, long_corpus, tmp_path / "s")  # the defaults
+
+
+def test_a_store_whose_first_shard_failed_starts_over_with_the_advised_option(
+    engines, bert_checkpoint, long_corpus, tmp_path
+):
+    """It held no finished shard, so nothing is lost: the rerun with --too-long skip (what
+    the error advised) was refused, "delete it and rerun"."""
+    out = tmp_path / "s"
+    with pytest.raises(jaxattn.InputError, match="--too-long skip"):
+        _dump(engines, bert_checkpoint, long_corpus, out)
+    assert (out / "zarr.json").exists() and not (out / "manifest" / "s000000").exists()
+    two = Process(index=0, count=2)  # other processes may be writing: refused, as it was
+    with pytest.raises(StoreMismatch, match="no finished shard yet: delete it and rerun"):
+        run_dump(
+            engines["bert"],
+            options(long_corpus, out, too_long="skip"),
+            model_dir=bert_checkpoint,
+            process=two,
+        )
+    result, log = _dump(engines, bert_checkpoint, long_corpus, out, too_long="skip")
+    started = [line for line in log.splitlines() if "over" in line]
+    assert started == [
+        f"dump: started the store at {out} over (no shard of it was finished, and this "
+        "command differs: too-long policy (--too-long): the store has 'error', this command "
+        "gives 'skip')"
+    ]
+    assert result.counts.examples == 4 and result.counts.skipped == 1
+    store = jaxattn.open_store(out)
+    assert store.metadata["too_long"] == "skip" and [e.line for e in store.entries] == [1, 2, 4, 5]
+    # a finished shard is work to keep: another command is refused
+    with pytest.raises(StoreMismatch, match="Rerun the original command.*--overwrite to delete the store"):
+        _dump(engines, bert_checkpoint, long_corpus, out, too_long="truncate")

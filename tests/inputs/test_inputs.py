@@ -60,6 +60,10 @@ def test_text_records_pairs_and_blank_lines(tmp_path):
         (b'{"text": ["a"]}', '"text" must be a string'),
         (b'{"text": "a", "text_b": 1}', '"text_b" must be a string'),
         (b'{"text": "a", "id": true}', '"id" must be a string or an integer'),
+        (b'{"text": ""}', '"text" is empty'),  # not an example of [CLS] [SEP]
+        (b'{"text": " \\t"}', '"text" is empty'),
+        (b'{"text": "", "text_b": "b"}', '"text" is empty'),
+        (b'{"text": "a", "text_b": ""}', '"text_b" is empty'),
     ],
 )
 def test_bad_jsonl_lines(line, message):
@@ -142,6 +146,31 @@ def test_every_format_reads_pairs_the_same_way(tmp_path):
     assert texts == [("x", "y"), ("x", "y"), "z"]
     records = list(read_records(tmp_path / "b.jsonl"))
     assert [r.text for r in records] == [("x", "y"), "z"] and records[0].id == "p"
+
+
+def test_an_empty_text_or_side_of_a_pair_is_a_bad_record_in_every_format(tmp_path):
+    """As an empty text argument is refused: named by file and line, skipped with
+    on_error="skip" (a blank line is no record at all)."""
+    (tmp_path / "a.txt").write_text(
+        "x\n ||| only b\nonly a |||\n|||\n\t\ny\n", encoding="utf-8"
+    )  # "\t" alone: a blank line, no record; "|||": both sides empty
+    (tmp_path / "b.jsonl").write_text(  # "text_b" of line 3: see test_bad_jsonl_lines
+        '{"text": "x"}\n{"text": ""}\n{"text": "a", "text_b": "  "}\n{"text": "y"}\n',
+        encoding="utf-8",
+    )
+    for name, bad in (
+        ("a.txt", "2: sentence A of the pair is empty"),
+        ("b.jsonl", '2: "text" is empty'),
+    ):
+        path = tmp_path / name
+        with pytest.raises(InputError, match=f"{name}:{bad}: an example needs a sentence"):
+            list(read_records(path))
+        assert [r.text for r in read_records(path, on_error="skip")] == ["x", "y"]
+    with open(tmp_path / "a.txt", "rb") as f:
+        raw = list(scan_records(f, "text"))
+    for record, side in zip(raw[1:4], "ABA", strict=True):  # " ||| only b", "only a |||", "|||"
+        with pytest.raises(InputError, match=f"line {record.line}: sentence {side} of the pair"):
+            parse_record(record, "text")
 
 
 def test_read_records_names_file_and_line_or_skips(tmp_path):

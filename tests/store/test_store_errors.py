@@ -82,10 +82,31 @@ def test_damaged_or_foreign_metadata(good, tmp_path):
     assert text.endswith("reads (1, 2): upgrade jaxattn to read it")
 
 
+def test_an_incomplete_store_on_the_command_line_is_advised_in_its_terms(tmp_path, capsys):
+    """Not "open it with partial=True": no command takes that."""
+    from jaxattn.cli import main
+
+    path = tmp_path / "s.zarr"
+    write_store(path, captures(4), commit=1)
+    for argv in (
+        ["view", str(path), "--out", str(tmp_path / "x.html")],
+        ["analyze", str(path), "--out", str(tmp_path / "a.json")],
+    ):
+        assert main(argv) == 1
+        assert capsys.readouterr().err.strip() == (
+            f"jaxattn {argv[0]}: error: the store at {path} is incomplete: 1 of 2 shards are "
+            "done; rerun the jaxattn dump command that wrote it to finish it (the same "
+            "command resumes where it stopped)"
+        )
+
+
 def test_incomplete_and_damaged_manifest(good, tmp_path):
     path = tmp_path / "s.zarr"
     write_store(path, captures(4), commit=1)
-    assert "is incomplete: 1 of 2 shards are done" in _error(path)
+    assert _error(path).endswith(
+        "is incomplete: 1 of 2 shards are done; rerun the jaxattn dump command that wrote "
+        "it to finish it (or open it with partial=True)"
+    )
     assert len(jaxattn.open_store(path, partial=True)) == 2
 
     def garble_part(p):

@@ -88,4 +88,6 @@ def test_store_mismatch_is_a_usage_error_naming_field_values_and_advice(tmp_path
     assert "dtype (--dtype): the store has 'float32', this command gives 'float16'" in str(
         err.value
     )
-    assert "choose another --out (or delete the store to start it afresh)" in str(err.value)
+    assert "choose another --out (or --overwrite to delete the store and start it afresh)" in (
+        str(err.value)
+    )

@@ -272,6 +272,78 @@ def test_a_static_export_reads_the_examples_up_to_the_one_it_draws(tmp_path, mon
     assert read == [0, 1, 2, 3, 4] and f">{caps[4].tokens[1]}<" in out.read_text()
 
 
+def test_a_page_of_two_models_stores_is_refused_naming_both(tmp_path, monkeypatch, capsys):
+    """One page draws one model's captures, as `view --global` maps them: two stores
+    dumped with different weights were drawn as one page, silently."""
+    import store_helpers
+    from store_helpers import INFO, captures, write_store
+
+    from jaxattn.cli import main
+
+    caps = captures(2)
+    write_store(tmp_path / "a.zarr", caps)
+    write_store(tmp_path / "same.zarr", captures(2, seed=1))
+    other = dataclasses.replace(INFO, name="other-bert", weights="blake2b:fedcba9876543210")
+    monkeypatch.setattr(store_helpers, "INFO", other)
+    write_store(tmp_path / "b.zarr", caps)
+    a, b, same = (str(tmp_path / n) for n in ("a.zarr", "b.zarr", "same.zarr"))
+    out = tmp_path / "x.html"
+    for mode in ([], ["--stats-first"]):
+        assert main(["view", *mode, a, b, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (  # fingerprints cut to 20 characters
+            f"jaxattn view: error: INPUT {b} comes from other-bert, weights "
+            f"blake2b:fedcba987654, INPUT {a} from {INFO.name}, weights "
+            "blake2b:0123456789ab: view the captures of one model together"
+        )
+        assert not out.exists()
+    assert main(["view", a, same, "--out", str(out)]) == 0  # one model's stores: one page
+    assert "4 example(s)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--stats-first", "{a}", "{b}"],  # was "invalid choice: '{a}'"
+        ["--stats-first", "{a}", "{b}", "--segment", "2"],
+        ["{a}", "--stats-first", "{b}"],
+        ["{a}", "{b}", "--stats-first"],
+        ["--stats-first", "maps", "{a}", "{b}"],
+    ],
+)
+def test_stats_first_before_its_inputs_takes_them_as_inputs(tmp_path, capsys, argv):
+    from store_helpers import captures, write_store
+
+    from jaxattn.cli import main
+
+    def rows(caps):  # attention rows that sum to 1
+        out = []
+        for c in caps:
+            e = np.exp(c.attention)
+            att = (e / e.sum(-1, keepdims=True)).astype(np.float32)
+            out.append(dataclasses.replace(c, tensors={**c.tensors, "attention": att}))
+        return out
+
+    a, b = tmp_path / "a.zarr", tmp_path / "b.zarr"
+    write_store(a, rows(captures(2)))
+    write_store(b, rows(captures(3, seed=1)))
+    argv = [w.format(a=a, b=b) for w in argv]
+    out = tmp_path / "x.html"
+    assert main(["view", *argv, "--out", str(out)]) == 0
+    got = capsys.readouterr().out
+    assert "statistics along the text; 5 example(s)" in got, got
+
+
+def test_a_misspelt_stats_first_value_is_refused_with_the_nearest(tmp_path, capsys):
+    from jaxattn.cli import main
+
+    for word, near in (("statistcs", "statistics"), ("Maps", "maps")):
+        out = str(tmp_path / "x.html")
+        assert main(["view", "a text", "--stats-first", word, "--out", out]) == 2
+        err = capsys.readouterr().err
+        assert f"--stats-first: invalid choice: '{word}': did you mean '{near}'?" in err
+
+
 def test_a_page_of_saved_captures_without_attention_says_what_to_capture(tmp_path, capsys):
     """Not the Python API's "views need the 'attention' quantity (what=(...))"."""
     from jaxattn.cli import main
