@@ -442,43 +442,24 @@ def test_serve_reads_tokens_refuses_a_bad_file_and_reloads_on_sighup(
     monkeypatch.delenv("JAXATTN_TOKEN")
 
     path.write_text('[clients.a]\ntoken = "a-token"\n')
-    listening, reloaded, tables = threading.Event(), threading.Event(), []
-    real_create, real_reload = service.main.create_server, service.main.reload_clients
-
-    def create_server(engine, address, options):
-        tables.append(options.clients)
-        listening.set()  # the SIGHUP handler is installed by now
-        return real_create(engine, address, options=options)
+    reloaded = threading.Event()
+    real_reload = service.main.reload_clients
 
     def reload_clients(clients):
         done = real_reload(clients)
         reloaded.set()
         return done
 
-    def operator():  # signals only while serve() holds its handlers (done: it returned)
-        if listening.wait(60) and not done.is_set():
-            path.write_text('[clients.b]\ntoken = "b-token"\n')
-            os.kill(os.getpid(), signal.SIGHUP)
-            reloaded.wait(60)
-        if not done.is_set():
-            os.kill(os.getpid(), signal.SIGTERM)
+    def operate():
+        path.write_text('[clients.b]\ntoken = "b-token"\n')
+        os.kill(os.getpid(), signal.SIGHUP)
+        reloaded.wait(60)
 
-    monkeypatch.setattr(service.main, "create_server", create_server)
     monkeypatch.setattr(service.main, "reload_clients", reload_clients)
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-    done = threading.Event()
-    thread = threading.Thread(target=operator, daemon=True)
-    thread.start()
-    try:
-        code = main(["serve", "--tokens", str(path), "--port", "0", "--grace", "0.5"])
-    finally:
-        done.set()
-        listening.set()
-        thread.join(10)
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
+    argv = ["serve", "--tokens", str(path), "--port", "0", "--grace", "0.5"]
+    code, served = serve_signalled(monkeypatch, argv, operate)
     assert code == 0
-    assert reloaded.is_set() and tables[0].names == ("b",)
+    assert reloaded.is_set() and served[0].clients.names == ("b",)
 
 
 # -- fair turns in the batcher ---------------------------------------------------------
@@ -535,39 +516,54 @@ def test_turns_alternate_between_clients_and_favour_the_one_served_longest_ago()
 def test_a_sighup_without_a_token_file_is_logged_and_ignored(svc_engine, monkeypatch, caplog):
     # SIGHUP's default action ends a process: operators send it by habit (logrotate).
     import jaxattn.checkpoints.loading
+
+    monkeypatch.setattr(jaxattn.checkpoints.loading, "load", lambda *a, **k: svc_engine)
+    handled = []
+
+    def operate():
+        handled.append(signal.getsignal(signal.SIGHUP) not in (signal.SIG_DFL, None))
+        if handled[0]:  # never send it to a process that would die of it (this one)
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(1.5)  # the serve loop looks every 0.5 s
+
+    with caplog.at_level(logging.INFO, logger="service.main"):
+        code, _ = serve_signalled(monkeypatch, ["serve", "--port", "0", "--grace", "0.5"], operate)
+    assert handled == [True] and code == 0
+    assert "SIGHUP ignored: no token file (--tokens) to reload" in caplog.text
+
+
+def serve_signalled(monkeypatch, argv, operate):
+    """`jaxattn serve` (argv) in this process; once it listens, `operate()` runs in a
+    thread, then SIGTERM ends the server (signals are sent only while serve() holds
+    its handlers, which are restored after). Returns (exit code, the ServerOptions
+    it served with)."""
     import service.main
     from jaxattn.cli import main
 
-    monkeypatch.setattr(jaxattn.checkpoints.loading, "load", lambda *a, **k: svc_engine)
-    listening, handled = threading.Event(), []
+    listening, done, served = threading.Event(), threading.Event(), []
     real_create = service.main.create_server
 
     def create_server(engine, address, options):
-        listening.set()
+        served.append(options)
+        listening.set()  # the signal handlers are installed by now
         return real_create(engine, address, options=options)
 
     def operator():
         if listening.wait(60) and not done.is_set():
-            handled.append(signal.getsignal(signal.SIGHUP) not in (signal.SIG_DFL, None))
-            if handled[0]:  # never send it to a process that would die of it (this one)
-                os.kill(os.getpid(), signal.SIGHUP)
-                time.sleep(1.5)  # the serve loop looks every 0.5 s
+            operate()
         if not done.is_set():
             os.kill(os.getpid(), signal.SIGTERM)
 
     monkeypatch.setattr(service.main, "create_server", create_server)
     handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-    done = threading.Event()
     thread = threading.Thread(target=operator, daemon=True)
     thread.start()
     try:
-        with caplog.at_level(logging.INFO, logger="service.main"):
-            code = main(["serve", "--port", "0", "--grace", "0.5"])
+        code = main(argv)
     finally:
         done.set()
         listening.set()
         thread.join(10)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-    assert handled == [True] and code == 0
-    assert "SIGHUP ignored: no token file (--tokens) to reload" in caplog.text
+    return code, served
