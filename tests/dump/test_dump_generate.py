@@ -107,11 +107,12 @@ def test_a_prompt_too_long_to_continue_is_an_error_by_line(model, corpus, tmp_pa
 
 
 def test_an_empty_prompt_is_a_bad_record_by_line(model, tmp_path):
-    # GPT-2's tokenizer adds no BOS: "" is no token to continue (was an IndexError)
+    # GPT-2's tokenizer adds no BOS: "" is no token to continue (was an IndexError);
+    # an empty text is a bad record of every input file, before it is tokenized
     path = tmp_path / "in.jsonl"
     rows = [{"text": "a b"}, {"text": ""}, {"text": "c"}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    with pytest.raises(InputError, match=r"in.jsonl:2: an empty prompt has no token"):
+    with pytest.raises(InputError, match=r'in.jsonl:2: "text" is empty'):
         run_dump(model[1], opts(path, tmp_path / "e", shard_size=3), model_dir=model[0])
     out = tmp_path / "s"
     result = run_dump(model[1], opts(path, out, on_error="skip"), model_dir=model[0])
