@@ -564,9 +564,18 @@ def _check(cap: Capture, view: str, options: dict) -> None:
         ("head", [options.get("head", 0), *heads], len(cap.heads), "cap.heads"),
         ("token", [options.get("token", 0)], cap.length, "the tokens"),
     ):
-        bad = [v for v in values if not 0 <= v < n]
+        bad = [v for v in values if not -n <= v < n]
         if bad:
-            raise UsageError(f"{name} {bad[0]} is out of range: an index into {axis} (0..{n - 1})")
+            raise UsageError(
+                f"{name} {bad[0]} is out of range: an index into {axis} "
+                f"(0..{n - 1}, or -{n}..-1 from the end)"
+            )
+    # negative indices count from the end, as in every other selection
+    for name, n in (("layer", len(cap.layers)), ("head", len(cap.heads)), ("token", cap.length)):
+        if name in options:
+            options[name] = int(options[name]) % n
+    if options.get("heads") is not None:
+        options["heads"] = [int(h) % len(cap.heads) for h in options["heads"]]
 
 
 def to_svg(cap: Capture, view: str = "head", **options) -> str:
@@ -581,8 +590,8 @@ def to_svg(cap: Capture, view: str = "head", **options) -> str:
         token, tokens; stats: kind. tokens=(start, stop) is the window of tokens
         drawn (a long text's default: `HEAD_MAX_TOKENS` from its start in the head
         view, `NEURON_MAX_KEYS` ending at the query in the neuron view).
-        Layer and head are axis indices into ``cap.layers`` / ``cap.heads``; kind
-        is "attention" or "norm".
+        Layer and head are axis indices into ``cap.layers`` / ``cap.heads``
+        (negative ones from the end, as the token); kind is "attention" or "norm".
 
     Raises:
       UsageError: an unknown view, option or kind, an index out of range, an

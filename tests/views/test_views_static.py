@@ -157,10 +157,20 @@ def test_neuron_svg_indices_lines_and_sentences():
     assert 'class="sentence"' not in plain and "ab-boundary" not in plain
 
 
+def test_negative_indices_count_from_the_end_as_in_every_selection():
+    cap = synthetic(2, 3, 7)
+    assert to_svg(cap, "head", layer=-1, heads=[-1, 0]) == to_svg(
+        cap, "head", layer=1, heads=[2, 0]
+    )
+    neuron = to_svg(cap, "neuron", layer=-2, head=-1, token=-1)
+    assert neuron == to_svg(cap, "neuron", layer=0, head=2, token=6)
+
+
 @pytest.mark.parametrize(
     "view, opts, match",
     [
-        ("head", dict(layer=2), r"layer 2 is out of range: an index into cap.layers \(0..1\)"),
+        ("head", dict(layer=2), r"layer 2 is out of range: an index into cap.layers \(0..1, or"),
+        ("head", dict(layer=-3), r"layer -3 is out of range: .*\(0..1, or -2..-1 from the end\)"),
         ("head", dict(heads=[0, 5]), "head 5 is out of range"),
         ("neuron", dict(token=7), "token 7 is out of range"),
         ("model", dict(kind="nrm"), "unknown kind 'nrm'; choose from attention, norm"),
