@@ -9,14 +9,11 @@ from typing import TYPE_CHECKING
 
 from jaxattn.errors import UsageError
 from jaxattn.netaddr import token_problem
-from jaxattn.wire.codecs import MAX_UINT32
+from jaxattn.wire.codecs import MAX_INT32, MAX_UINT32, MAX_UINT64
 from service.generation import DEFAULT_MAX_NEW_TOKENS
 
 if TYPE_CHECKING:
     from service.clients import ClientTable
-
-MAX_INT32 = (1 << 31) - 1
-MAX_UINT64 = (1 << 64) - 1
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

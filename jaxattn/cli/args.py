@@ -170,6 +170,27 @@ def _finite_float(value: str, positive: bool) -> float:
     return x
 
 
+def mebibytes(width: str):
+    """A finite number of MiB > 0 for a server's byte limit whose bytes fit its field:
+    `width` "int32" (gRPC's int options: a request's size) or "uint64" (ModelInfo's)."""
+
+    def parse(value: str) -> float:
+        from jaxattn.wire.codecs import MAX_INT32, MAX_UINT64
+
+        most, why = {
+            "int32": (MAX_INT32, "2 GiB: gRPC takes it as a 32-bit int"),
+            "uint64": (MAX_UINT64, "ModelInfo carries it as a uint64 of bytes"),
+        }[width]
+        mib = _finite_float(value, positive=True)
+        if int(mib * (1 << 20)) > most:
+            raise argparse.ArgumentTypeError(
+                f"expected a number of MiB below {(most + 1) / (1 << 20):g} ({why}), got {value}"
+            )
+        return mib
+
+    return parse
+
+
 def positive_float(value: str) -> float:
     """A finite number > 0."""
     return _finite_float(value, positive=True)

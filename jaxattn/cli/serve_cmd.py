@@ -15,6 +15,7 @@ from jaxattn.cli.args import (
     add_precision_argument,
     add_source_arguments,
     engine_options,
+    mebibytes,
     names,
     non_negative,
     non_negative_float,
@@ -113,7 +114,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-request-mib",
-        type=positive_float,
+        type=mebibytes("int32"),
         default=4.0,
         help="largest request message; larger get RESOURCE_EXHAUSTED",
     )
@@ -126,14 +127,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-buffered-mib",
-        type=positive_float,
+        type=mebibytes("uint64"),
         default=1024.0,
         help="most result MiB all calls may hold together (reserved at "
         "admission; RESOURCE_EXHAUSTED beyond)",
     )
     p.add_argument(
         "--max-example-mib",
-        type=positive_float,
+        type=mebibytes("uint64"),
         default=4096.0,
         help="most output MiB one example may return, padded to its length "
         "bucket (what the device holds for it); a larger example of several "
@@ -143,7 +144,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-result-mib",
-        type=positive_float,
+        type=mebibytes("uint64"),
         default=65536.0,
         help="most output MiB one request may return, all its texts together",
     )

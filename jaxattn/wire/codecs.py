@@ -52,6 +52,8 @@ MAX_MAX_CHUNK_BYTES = 64 << 20
 
 # The most a uint32 field of the .proto carries (CaptureRequest.generate, ModelInfo's limits).
 MAX_UINT32 = (1 << 32) - 1
+MAX_UINT64 = (1 << 64) - 1
+MAX_INT32 = (1 << 31) - 1  # gRPC's int channel options (message sizes)
 
 # zstd level 1: at capture sizes the wire, not the ratio, is what we pay for;
 # level 3 (zstd's default) is ~2x slower for a few percent.

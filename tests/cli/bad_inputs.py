@@ -397,14 +397,16 @@ BAD: list[Bad] = [
         "--max-request-mib",
         lambda t, g: ["--max-request-mib", "100000"],
         2,
-        r"max_request_bytes must be at most 2147483647 \(2 GiB",
+        r"--max-request-mib: expected a number of MiB below 2048 \(2 GiB: gRPC takes it as a "
+        r"32-bit int\), got 100000",
     ),
     Bad(
         "a result limit past ModelInfo's uint64 (every GetModelInfo failed: UNKNOWN)",
         "--max-result-mib",
         lambda t, g: ["--max-result-mib", "1e30"],
         2,
-        "max_result_bytes must be at most 18446744073709551615",
+        r"--max-result-mib: expected a number of MiB below 1\.75922e\+13 \(ModelInfo carries "
+        r"it as a uint64 of bytes\), got 1e30",
     ),
 ]
 
