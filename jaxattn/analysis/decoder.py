@@ -48,7 +48,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxattn.analysis.weights import normalise_rows, square_maps
+from jaxattn.analysis.weights import normalise_rows, square_maps, token_maps
 from jaxattn.capture import Capture, one_capture
 from jaxattn.errors import CheckpointError, UsageError
 from jaxattn.quantities import DECODER_HEAD_STATS, ENTROPY_SMOOTHING
@@ -61,13 +61,6 @@ def _rows_mean(per_row: np.ndarray, rows: np.ndarray) -> np.ndarray:
     if not rows.any():
         return np.full(per_row.shape[:-1], np.nan)
     return per_row[..., rows].mean(-1)
-
-
-def _check_tokens(tokens: Sequence, t: int) -> list:
-    toks = list(tokens)
-    if len(toks) != t:
-        raise UsageError(f"{len(toks)} tokens for attention over {t} positions")
-    return toks
 
 
 def decoder_head_statistics(
@@ -83,9 +76,9 @@ def decoder_head_statistics(
     Returns:
       stat -> [L, H] float64, means over query rows 1 .. T-1 (NaN when T = 1).
     """
-    w = square_maps(weights)
+    toks = list(tokens)
+    w = token_maps(weights, toks)
     t = w.shape[-1]
-    toks = _check_tokens(tokens, t)
     punct = token_masks(toks, specials or detect_specials(toks))["punct"]
     rows = np.arange(t) >= 1
     i = np.arange(t)
@@ -136,8 +129,9 @@ def _earlier(tokens: list) -> tuple[np.ndarray, np.ndarray]:
 def duplicate_token_scores(weights, tokens: Sequence) -> np.ndarray:
     """[..., T, T] and T tokens (strings or ids) -> [...]: the weight of each row on the
     earlier occurrences of its own token, averaged over the rows that have one (NaN if none)."""
-    w = square_maps(weights)
-    same, _ = _earlier(_check_tokens(tokens, w.shape[-1]))
+    toks = list(tokens)
+    w = token_maps(weights, toks)
+    same, _ = _earlier(toks)
     return _rows_mean((w * same).sum(-1), same.any(-1))
 
 
@@ -145,8 +139,9 @@ def induction_scores(weights, tokens: Sequence) -> np.ndarray:
     """[..., T, T] and T tokens (strings or ids) -> [...]: the weight of each row on the
     tokens that followed earlier occurrences of its own token (prefix matching, Olsson et
     al. 2022), averaged over the rows that have such a token before them (NaN if none)."""
-    w = square_maps(weights)
-    _, after = _earlier(_check_tokens(tokens, w.shape[-1]))
+    toks = list(tokens)
+    w = token_maps(weights, toks)
+    _, after = _earlier(toks)
     return _rows_mean((w * after).sum(-1), after.any(-1))
 
 

@@ -108,7 +108,7 @@ def test_no_repeats_gives_nan_and_bad_shapes_are_named():
     w = _onehot(3, lambda i: 0)[None, None]
     assert np.isnan(induction_scores(w, ["a", "b", "c"])).all()
     assert np.isnan(duplicate_token_scores(w, ["a", "b", "c"])).all()
-    with pytest.raises(UsageError, match="2 tokens for attention over 3 positions"):
+    with pytest.raises(UsageError, match="2 tokens for weights over 3 positions"):
         induction_scores(w, ["a", "b"])
     with pytest.raises(UsageError, match=r"must be \[..., T, T\]"):
         previous_token_scores(np.ones((2, 3)))
