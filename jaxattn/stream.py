@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from jaxattn.capture import Capture
 from jaxattn.errors import GenerationTooLongError, InputError, TooLongError, UsageError
 from jaxattn.inputs import TOO_LONG, Text
+from jaxattn.selection import is_int
 
 Progress = Callable[[Capture | None], None]
 """Called once per input as it is handled: its Capture, or None when it was skipped."""
@@ -85,7 +86,7 @@ class CaptureStream(Iterator[Capture]):
                 "progress must be a function of one argument (the Capture, or None for a "
                 f"skipped text), got {type(progress).__name__}"
             )
-        if isinstance(window, bool) or not hasattr(window, "__index__") or window < 1:
+        if not is_int(window) or window < 1:
             raise UsageError(f"window must be a positive number of texts, got {window!r}")
         window = int(window)
         self.source, self.window = source, window

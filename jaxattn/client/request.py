@@ -18,7 +18,13 @@ from jaxattn.client.errors import AttentionServiceError
 from jaxattn.continuations import check_generation
 from jaxattn.errors import UsageError
 from jaxattn.inputs import Text, check_text
-from jaxattn.selection import Selection, parse_selection, positions_of, resolve_indices
+from jaxattn.selection import (
+    Selection,
+    is_int,
+    parse_selection,
+    positions_of,
+    resolve_indices,
+)
 from jaxattn.spec import check_maps_asked, check_precision, check_what
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs
@@ -58,12 +64,12 @@ def plain_indices(value: Selection) -> list[int] | None:
         return []
     if isinstance(value, (str, bytes, slice, range)):
         return None
-    if _is_int(value):
+    if is_int(value):
         return [int(value)] if int(value) >= 0 else None
     if not isinstance(value, Iterable):
         return None
     items = list(value)
-    if all(_is_int(v) and int(v) >= 0 for v in items):
+    if all(is_int(v) and int(v) >= 0 for v in items):
         return [int(v) for v in items]
     return None
 
@@ -143,7 +149,7 @@ def build(
     if precision is not None:
         check_precision(precision)
     lo, hi = codecs.MIN_MAX_CHUNK_BYTES, codecs.MAX_MAX_CHUNK_BYTES
-    if max_chunk_bytes and not (_is_int(max_chunk_bytes) and lo <= max_chunk_bytes <= hi):
+    if max_chunk_bytes and not (is_int(max_chunk_bytes) and lo <= max_chunk_bytes <= hi):
         raise UsageError(
             f"max_chunk_bytes {max_chunk_bytes!r} is out of range: valid are None "
             f"(the server's default) or {lo}..{hi}"
@@ -202,7 +208,3 @@ def check_answer(request: pb.CaptureRequest, capture: Capture, address: str) -> 
             "(a server older than jaxattn 0.2 has only highest)",
             address,
         )
-
-
-def _is_int(v) -> bool:
-    return not isinstance(v, bool) and (isinstance(v, int) or hasattr(v, "__index__"))
