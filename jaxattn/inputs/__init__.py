@@ -13,7 +13,8 @@ loadtest) and `jaxattn web`, so every input format works everywhere:
 Modules: `formats` (one record -> `Record`, `split_pair`, `detect_format`),
 `records` (a file -> raw records, for sharding, and parsed records),
 `conllu` (the CoNLL-U reader: FORM, HEAD, DEPREL), `arguments` (when a
-command-line argument is a file, not a text; the shipped `SAMPLE_CORPUS`).
+command-line argument is a file, not a text; the shipped `SAMPLE_CORPUS`),
+`utf8` (a file's bytes as text: the byte-order mark, a line that is not UTF-8).
 """
 
 from jaxattn.inputs.arguments import SAMPLE_CORPUS, STDIN, is_file_argument, looks_like_path

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from jaxattn.errors import InputError
+from jaxattn.inputs.utf8 import UTF8_BOM, decode_line
 
 _ID, _FORM, _HEAD, _DEPREL = 0, 1, 6, 7
 
@@ -61,10 +62,7 @@ def _utf8_lines(f) -> Iterator[str]:
     """The lines of a binary file as text; a byte-order mark before the first is
     passed over, as every input format does."""
     for number, data in enumerate(f, 1):
-        try:
-            yield data.decode("utf-8-sig" if number == 1 else "utf-8")
-        except UnicodeDecodeError as e:
-            raise InputError(number, f"invalid UTF-8 at byte {e.start + 1}") from None
+        yield decode_line(data.removeprefix(UTF8_BOM) if number == 1 else data, number)
 
 
 def read_conllu(source: str | Path | Iterable[str]) -> Iterator[Sentence]:
@@ -77,9 +75,10 @@ def read_conllu(source: str | Path | Iterable[str]) -> Iterator[Sentence]:
       One `Sentence` per sentence, in file order.
 
     Raises:
-      InputError: a line that is not UTF-8, a token line without 10 columns, a non-integer HEAD, a HEAD that
-        is no word of its sentence, or IDs that are not 1, 2, 3, ... within a
-        sentence (named by line number, and by file where `source` is a path).
+      InputError: a line that is not UTF-8, a token line without 10 columns, a
+        non-integer HEAD, a HEAD that is no word of its sentence, or IDs that are
+        not 1, 2, 3, ... within a sentence (named by line number, and by file where
+        `source` is a path).
     """
     if isinstance(source, (str, Path)):
         with open(source, "rb") as f:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from jaxattn.errors import InputError, UsageError
 from jaxattn.inputs.conllu import Sentence, read_conllu
+from jaxattn.inputs.utf8 import UTF8_BOM, decode_line
 
 Text = str | tuple[str, str]
 """One example: a sentence, or a (sentence_a, sentence_b) pair."""
@@ -36,9 +37,6 @@ FORMATS = ("text", "jsonl", "conllu")
 READER = "jaxattn.inputs/3"
 PAIR_SEPARATOR = "|||"
 _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".conllu": "conllu"}
-# What some editors (Windows Notepad, Excel's CSV UTF-8) put before a UTF-8 file's
-# first line: a byte-order mark, not part of the first record.
-UTF8_BOM = b"\xef\xbb\xbf"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +127,7 @@ def parse_record(raw: RawRecord, fmt: str) -> Record:
     """
     if check_format(fmt) == "conllu":
         return _parse_conllu(raw)
-    line = _decode(raw.lines[0], raw.line)
+    line = decode_line(raw.lines[0], raw.line)
     if fmt == "jsonl":
         return _parse_jsonl(line, raw)
     try:
@@ -155,13 +153,6 @@ def check_nonempty(text: Text, names: tuple[str, str, str] | None = None) -> Tex
         if not part.strip():
             raise InputError(None, f"{name} is empty: an example needs a sentence")
     return text
-
-
-def _decode(data: bytes, line: int) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(line, f"invalid UTF-8 at byte {e.start + 1}") from None
 
 
 def _parse_jsonl(line: str, raw: RawRecord) -> Record:
@@ -195,7 +186,7 @@ def _parse_jsonl(line: str, raw: RawRecord) -> Record:
 
 
 def _parse_conllu(raw: RawRecord) -> Record:
-    lines = [_decode(data, raw.line + i) for i, data in enumerate(raw.lines)]
+    lines = [decode_line(data, raw.line + i) for i, data in enumerate(raw.lines)]
     try:
         sentences = list(read_conllu(lines))
     except InputError as e:

@@ -17,7 +17,6 @@ from typing import BinaryIO
 
 from jaxattn.errors import UsageError
 from jaxattn.inputs.formats import (
-    UTF8_BOM,
     InputError,
     RawRecord,
     Record,
@@ -25,6 +24,7 @@ from jaxattn.inputs.formats import (
     detect_format,
     parse_record,
 )
+from jaxattn.inputs.utf8 import UTF8_BOM
 
 # What to do with a record that cannot be read, and with one longer than the model's limit.
 ON_ERROR = ("stop", "skip")
