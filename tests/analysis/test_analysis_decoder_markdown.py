@@ -35,8 +35,8 @@ def sinks(examples: int, skipped: int) -> dict:
 def test_the_sink_study_counts_its_texts_and_those_it_left_out():
     md = render_markdown(report(bos_sinks=sinks(1, 1)))
     assert (
-        "1 text (the first the study could use, --sink-examples, of the input's first 2; 1 left out: "
-        in md
+        "1 text (the first the study could use, --sink-examples, of the input's first 2; "
+        "1 left out: " in md
     )
     assert "1 texts" not in md
     md = render_markdown(report(bos_sinks=sinks(3, 0)))

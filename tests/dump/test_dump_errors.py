@@ -157,5 +157,6 @@ def test_a_store_whose_first_shard_failed_starts_over_with_the_advised_option(
     store = jaxattn.open_store(out)
     assert store.metadata["too_long"] == "skip" and [e.line for e in store.entries] == [1, 2, 4, 5]
     # a finished shard is work to keep: another command is refused
-    with pytest.raises(StoreMismatch, match="Rerun the original command.*--overwrite to delete the store"):
+    rerun = "Rerun the original command.*--overwrite to delete the store"
+    with pytest.raises(StoreMismatch, match=rerun):
         _dump(engines, bert_checkpoint, long_corpus, out, too_long="truncate")
