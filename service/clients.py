@@ -151,8 +151,8 @@ def _client(text: str, path, name: str, table) -> Client:
         raise bad(None, "give exactly one of token and token_sha256")
     if "token" in table:
         token = table["token"]
-        if not isinstance(token, str) or token_problem(token):
-            why = token_problem(token) if isinstance(token, str) else "not a string"
+        why = token_problem(token) if isinstance(token, str) else "not a string"
+        if why:
             raise bad("token", f"expected a non-empty token a client can send: {why}")
         digest = token_digest(token)
     else:

@@ -176,14 +176,13 @@ class ClientQuota:
                     f"{self.name} may receive at most {per_request:g} MiB per request "
                     "(result_mib): send fewer or shorter texts, or fewer quantities",
                 )
-            self._take({"tokens_per_s": tokens, "result_mib_per_s": result_bytes / _MiB})
+            self._take(_costs(tokens, result_bytes))
 
     def refund(self, tokens: int, result_bytes: int) -> None:
         """Give back what `charge(tokens, result_bytes)` took, for a request the server
         then refused (its queue or result buffers full): nothing was computed for it."""
         with self._lock:
-            costs = {"tokens_per_s": tokens, "result_mib_per_s": result_bytes / _MiB}
-            for field, cost in costs.items():
+            for field, cost in _costs(tokens, result_bytes).items():
                 if field in self._buckets:
                     self._buckets[field][0].give_back(cost)
 
@@ -219,3 +218,8 @@ def caller(context) -> ClientQuota:
     """The quota of the client making this call: what the interceptor (`service.auth`)
     attached to the call's context, or ANONYMOUS (no limits)."""
     return getattr(context, "quota", None) or ANONYMOUS
+
+
+def _costs(tokens: int, result_bytes: int) -> dict[str, float]:
+    """A request's cost in each per-second bucket (`charge` takes it, `refund` gives it back)."""
+    return {"tokens_per_s": tokens, "result_mib_per_s": result_bytes / _MiB}
