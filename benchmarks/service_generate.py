@@ -15,9 +15,9 @@ only) show what the turns buy.
 
 `--stagger S`: only the staggered arrivals instead: C clients, client k sending its
 generation k*S seconds after the first, with a generating call joining the run under
-way (`SharedGeneration.join`: continuous batching) and without (the batcher's
-`_joinable` patched to find none, in this process only): the wall time from the first
-call to the last answer and the mean of the clients' own latencies, the median of R.
+way (`SharedGeneration.join`: continuous batching) and without (the server's
+`join_generations=False`): the wall time from the first call to the last answer and the
+mean of the clients' own latencies, the median of R.
 """
 
 from __future__ import annotations
@@ -118,36 +118,28 @@ def _wave(conns, texts, kw) -> None:
 def concurrent(engine, new: int, clients: int, rounds: int) -> dict:
     """Wall time of `clients` threads, each its own client generating `new` tokens from its
     own prompt at the same moment, the median of `rounds`; with the batcher's merging of
-    waiting generations (`service.generation.merge`) and without it (patched to run each
-    alone), same server process."""
+    waiting generations (`service.generation.merge`) and joining (`join_generations=True`,
+    whatever the platform: the server's default joins on an accelerator only) and without
+    either (`micro_batching=False, join_generations=False`: each call its own run), same
+    server process."""
     from local_server import running_server
 
-    import service.micro_batching as batching
     from jaxattn.client import AttentionClient
 
     texts = [f"{PROMPTS[i % len(PROMPTS)]} {i}" for i in range(clients)]
     kw = dict(what=["attention"], generate=new, stop_at_eos=False)
-    merging = batching.merge
     out = {}
-    for name, merge in (("merged", merging), ("alone", lambda e, runs: merging(e, runs[:1]))):
-        batching.merge = merge
-        try:
-            # joining on whatever the platform (the server's default joins on an
-            # accelerator only); the "alone" arm's patch finds no run to join
-            with running_server(engine, max_new_tokens=new, join_generations=True) as (
-                _,
-                address,
-            ):
-                conns = [AttentionClient(address, timeout=300) for _ in texts]
-                try:
-                    wave = functools.partial(_wave, conns, texts, kw)
-                    wave()  # compiles
-                    out[name] = _median_ms(wave, rounds)
-                finally:
-                    for c in conns:
-                        c.close()
-        finally:
-            batching.merge = merging
+    for name, shared in (("merged", True), ("alone", False)):
+        options = dict(micro_batching=shared, join_generations=shared)
+        with running_server(engine, max_new_tokens=new, **options) as (_, address):
+            conns = [AttentionClient(address, timeout=300) for _ in texts]
+            try:
+                wave = functools.partial(_wave, conns, texts, kw)
+                wave()  # compiles
+                out[name] = _median_ms(wave, rounds)
+            finally:
+                for c in conns:
+                    c.close()
     return out
 
 
@@ -158,11 +150,9 @@ def staggered(engine, new: int, clients: int, stagger: float, rounds: int) -> di
     from local_server import running_server
 
     from jaxattn.client import AttentionClient
-    from service.micro_batching import MicroBatcher
 
     texts = [f"{PROMPTS[i % len(PROMPTS)]} {i}" for i in range(clients)]
     kw = dict(what=["attention"], generate=new, stop_at_eos=False)
-    joinable = MicroBatcher._joinable
     # every batch size of the clients' cache length and each growth: no compile measured
     from jaxattn.engine.kv_cache import Shape
 
@@ -171,19 +161,15 @@ def staggered(engine, new: int, clients: int, stagger: float, rounds: int) -> di
     for size in d.sizes(length):
         d._compile(Shape(size, length, d.chunk(length)))
     out = {}
-    for name, patch in (("joined", joinable), ("alone", lambda self, job: None)):
-        MicroBatcher._joinable = patch
-        try:
-            with running_server(engine, max_new_tokens=new) as (_, address):
-                conns = [AttentionClient(address, timeout=300) for _ in texts]
-                try:
-                    _staggered_wave(conns, texts, kw, stagger)  # the captures' compiles
-                    runs = [_staggered_wave(conns, texts, kw, stagger) for _ in range(rounds)]
-                finally:
-                    for c in conns:
-                        c.close()
-        finally:
-            MicroBatcher._joinable = joinable
+    for name, join in (("joined", True), ("alone", False)):
+        with running_server(engine, max_new_tokens=new, join_generations=join) as (_, address):
+            conns = [AttentionClient(address, timeout=300) for _ in texts]
+            try:
+                _staggered_wave(conns, texts, kw, stagger)  # the captures' compiles
+                runs = [_staggered_wave(conns, texts, kw, stagger) for _ in range(rounds)]
+            finally:
+                for c in conns:
+                    c.close()
         out[name] = tuple(statistics.median(r[i] for r in runs) for i in (0, 1))
     return out
 

@@ -97,3 +97,19 @@ def test_the_long_stage_runs_the_fast_forward_check_and_both_precisions(tmp_path
         assert jax_row["block"] > 0 and jax_row["second_s"] > 0 and jax_row["rows_second_s"] > 0
         # transformers runs float32 only: beside bf16 it is not run, and says why
         assert ("skipped" in eager) == (precision == "bf16")
+
+
+def test_the_decoders_stage_serving_benchmark_runs_without_patching_the_batcher():
+    """benchmarks/service_generate.py (the decoders stage) chooses its arms with the
+    server's options, not by patching the batcher's internals, which moved under it once;
+    its three prints come out (merged/alone, a step per turn, the whole generation)."""
+    cmd = [sys.executable, str(ROOT / "benchmarks/service_generate.py")]
+    done = subprocess.run(
+        [*cmd, "--new", "2", "--rounds", "1", "--clients", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "merged" in done.stdout and "one run each" in done.stdout, done.stdout
+    assert "a step per turn" in done.stdout and "in one turn" in done.stdout, done.stdout
