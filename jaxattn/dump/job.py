@@ -25,7 +25,7 @@ from jaxattn.inputs import ON_ERROR, TOO_LONG
 from jaxattn.progress import Progress
 from jaxattn.store import layout
 from jaxattn.store import metadata as store_metadata
-from jaxattn.store.kvstore import KeyValue, local_path, root_spec
+from jaxattn.store.kvstore import KeyValue, local_path, root_spec, store_context
 from jaxattn.store.location import check_output
 
 # Test hook: crash (os._exit) halfway through the shard after this many commits.
@@ -183,8 +183,6 @@ class DumpJob:
         self.progress.message(f"{self.label}: started the store at {self.options.out} over ({why})")
 
     def run(self) -> DumpResult:
-        import tensorstore as ts
-
         start = time.monotonic()
         check_output(self.options.out, self.options.overwrite)
         self._start_over()
@@ -192,7 +190,7 @@ class DumpJob:
         done = {layout.shard_of_manifest_key(k) for k in self.kv.list(layout.MANIFEST_DIR + "/")}
         mine = sorted(self.plan.shards)
         todo = [k for k in mine if k not in done]
-        self.context = ts.Context()
+        self.context = store_context()
         self.progress.total = sum(len(self.plan.shards[k]) for k in todo)
         counts = Counts()
         for shard in todo:

@@ -21,6 +21,15 @@ from jaxattn.errors import CaptureFileError, JaxattnError
 _DETAILS = re.compile(r"\s*\[[a-z_ ]+=.*$", re.S)
 _MAX_DETAIL = 240
 
+# A store on the network (gs://, s3://, http://) retries a request that fails, doubling
+# the wait from `initial_delay` to `max_delay`. TensorStore's own budget (32 tries up to
+# 32 s apart: about a quarter of an hour) makes a store with no network look hung;
+# jaxattn's (6 tries, 1 s to 16 s apart: about a minute) rides out a blip of some
+# seconds and fails on a lost network with TensorStore's reason ("All 6 retry attempts
+# failed: ... Could not resolve host ...").
+REMOTE_RETRIES = {"max_retries": 6, "initial_delay": "1s", "max_delay": "16s"}
+_RETRY_RESOURCES = ("gcs_request_retries", "s3_request_retries", "http_request_retries")
+
 
 def _tensorstore():
     try:
@@ -28,6 +37,13 @@ def _tensorstore():
     except ImportError as e:  # a core dependency, but a client-only install may lack it
         raise ImportError("jaxattn stores need tensorstore: pip install tensorstore") from e
     return ts
+
+
+def store_context(**resources: Any):
+    """A TensorStore context for a store's reads and writes: the network kvstores'
+    retries bounded (`REMOTE_RETRIES`), plus `resources` (e.g. a ``cache_pool``)."""
+    retries = dict.fromkeys(_RETRY_RESOURCES, REMOTE_RETRIES)
+    return _tensorstore().Context({**retries, **resources})
 
 
 def tensorstore_detail(error: BaseException) -> str:
@@ -89,14 +105,23 @@ def local_path(root: dict) -> str | None:
     return root["path"] if root.get("driver") == "file" else None
 
 
+def location_of(root: dict) -> str:
+    """How messages name a store root: its directory, or its kvstore URL (the bucket
+    with the path: ``gs://bucket/ewt.zarr``)."""
+    path = local_path(root)
+    if path is not None:
+        return path.rstrip("/")
+    return _tensorstore().KvStore.Spec(root).url.rstrip("/")
+
+
 class KeyValue:
     """A thin synchronous view of the root kvstore, for small JSON documents."""
 
     def __init__(self, root: dict):
         self.spec = root
-        self.location = root["path"].rstrip("/")
+        self.location = location_of(root)
         with tensorstore_errors(self.location, "open the key-value store"):
-            self._kv = _tensorstore().KvStore.open(root).result()
+            self._kv = _tensorstore().KvStore.open(root, context=store_context()).result()
 
     def read_bytes(self, key: str) -> bytes | None:
         """The value of `key`, or None if it is missing."""

@@ -25,7 +25,13 @@ from jaxattn.selection import resolve_positions
 from jaxattn.spec import check_kv_heads
 from jaxattn.store import layout
 from jaxattn.store import metadata as store_metadata
-from jaxattn.store.kvstore import KeyValue, child_spec, root_spec, tensorstore_errors
+from jaxattn.store.kvstore import (
+    KeyValue,
+    child_spec,
+    root_spec,
+    store_context,
+    tensorstore_errors,
+)
 from jaxattn.store.location import found_at
 from jaxattn.store.manifest import Entry, ShardPart
 from jaxattn.store.selection import StoreSelection, check_held, position
@@ -124,8 +130,6 @@ class Store(Sequence):
     """
 
     def __init__(self, location: str | os.PathLike, *, partial: bool = False):
-        import tensorstore as ts
-
         self.location = os.fspath(location)
         self._root = root_spec(location)
         self._kv = kv = KeyValue(self._root)
@@ -160,7 +164,7 @@ class Store(Sequence):
             _check_quantities(self.parts[shard], shard, self.what, self.location)
             self.entries.extend(self.parts[shard].examples)
             self._shard_of.extend([shard] * len(self.parts[shard].examples))
-        self._context = ts.Context({"cache_pool": {"total_bytes_limit": _CACHE_BYTES}})
+        self._context = store_context(cache_pool={"total_bytes_limit": _CACHE_BYTES})
         self._arrays: dict[tuple[str, int], object] = {}
 
     @property
