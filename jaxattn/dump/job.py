@@ -115,37 +115,19 @@ class DumpJob:
 
             check_generator(engine)
             check_new_tokens(options.generate, "generate")
-        self.spec = engine.make_spec(
-            options.what,
-            options.layers,
-            options.heads,
-            options.dtype,
-            options.precision,
-            query_positions=options.query_positions,
-            key_positions=options.key_positions,
-        )
-        self.plan = sharding.plan_shards(
-            options.input,
-            fmt=options.input_format,
-            shard_size=options.shard_size,
-            process_index=process.index,
-            process_count=process.count,
-            limit=options.limit,
-        )
+        precision = engine.precision if options.precision is None else options.precision
+        self.spec = _spec(engine.config, options, precision)
+        self.plan = _plan(options, process)
         from jaxattn.dump.fingerprint import checkpoint_fingerprint
 
         self.kv = KeyValue(root_spec(options.out))
-        self.meta = store_metadata.build(
+        self.meta = _metadata(
+            options,
+            self.spec,
+            self.plan,
             model_info=dataclasses.asdict(engine.info),
-            model_fingerprint=checkpoint_fingerprint(model_dir),
-            model_config=engine.config.to_dict(),
-            spec=self.spec,
-            input_info=self.plan.info,
-            shard_size=options.shard_size,
-            too_long=options.too_long,
-            chunk_bytes=options.chunk_bytes,
-            generate=options.generate,
-            stop_at_eos=options.stop_at_eos,
+            fingerprint=checkpoint_fingerprint(model_dir),
+            config=engine.config.to_dict(),
         )
         self.label = " ".join(x for x in ("dump", process.label) if x)
         self.progress = Progress(0, self.label, enabled=not options.quiet, stream=stream)
@@ -199,6 +181,50 @@ class DumpJob:
             counts.add(ShardTask(self, shard).run())
             self.committed += 1
         return finish(self.progress, self.kv, self.spec.what, counts, mine, todo, start)
+
+
+def _spec(config, options: DumpOptions, precision: str):
+    """The capture spec `options` ask of the model of `config` (`spec.spec_for`)."""
+    from jaxattn.spec import spec_for
+
+    return spec_for(
+        config,
+        options.what,
+        options.layers,
+        options.heads,
+        options.dtype,
+        precision,
+        query_positions=options.query_positions,
+        key_positions=options.key_positions,
+    )
+
+
+def _plan(options: DumpOptions, process: Process) -> sharding.InputPlan:
+    """This process's shards of the input (`sharding.plan_shards`)."""
+    return sharding.plan_shards(
+        options.input,
+        fmt=options.input_format,
+        shard_size=options.shard_size,
+        process_index=process.index,
+        process_count=process.count,
+        limit=options.limit,
+    )
+
+
+def _metadata(options: DumpOptions, spec, plan, *, model_info, fingerprint, config) -> dict:
+    """The store metadata of the command of `options` (`store_metadata.build`)."""
+    return store_metadata.build(
+        model_info=model_info,
+        model_fingerprint=fingerprint,
+        model_config=config,
+        spec=spec,
+        input_info=plan.info,
+        shard_size=options.shard_size,
+        too_long=options.too_long,
+        chunk_bytes=options.chunk_bytes,
+        generate=options.generate,
+        stop_at_eos=options.stop_at_eos,
+    )
 
 
 def done_shards(kv: KeyValue) -> set[int]:
@@ -315,7 +341,6 @@ def finished_dump(
     from jaxattn.config import ModelConfig
     from jaxattn.dump.fingerprint import checkpoint_fingerprint
     from jaxattn.errors import CheckpointError
-    from jaxattn.spec import spec_for
 
     start = time.monotonic()
     _check(options)
@@ -339,37 +364,11 @@ def finished_dump(
         config = ModelConfig.from_dict(recorded)
     except CheckpointError:  # a config of another jaxattn: the loaded model decides
         return None
-    spec = spec_for(
-        config,
-        options.what,
-        options.layers,
-        options.heads,
-        options.dtype,
-        options.precision,
-        query_positions=options.query_positions,
-        key_positions=options.key_positions,
-    )
-    plan = sharding.plan_shards(
-        options.input,
-        fmt=options.input_format,
-        shard_size=options.shard_size,
-        process_index=process.index,
-        process_count=process.count,
-        limit=options.limit,
-    )
-    meta = store_metadata.build(  # name and weights: the store's (the same files)
-        model_info={
-            k: v for k, v in existing["model"].items() if k not in ("fingerprint", "config")
-        },
-        model_fingerprint=fingerprint,
-        model_config=recorded,
-        spec=spec,
-        input_info=plan.info,
-        shard_size=options.shard_size,
-        too_long=options.too_long,
-        chunk_bytes=options.chunk_bytes,
-        generate=options.generate,
-        stop_at_eos=options.stop_at_eos,
+    spec, plan = _spec(config, options, options.precision), _plan(options, process)
+    model = {k: v for k, v in existing["model"].items() if k not in ("fingerprint", "config")}
+    # the model's name and weights fingerprint: the store's (the same files)
+    meta = _metadata(
+        options, spec, plan, model_info=model, fingerprint=fingerprint, config=recorded
     )
     if store_metadata.differences(existing, meta):
         return None
