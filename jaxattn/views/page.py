@@ -144,7 +144,7 @@ def build_html(
 
 
 def opening(
-    captures: Sequence[Capture], example, token, holder: str = "the captures"
+    captures: Sequence[Capture], example, token, holder: str = "the page"
 ) -> tuple[int, int]:
     """(example index, query token) of `captures` that a view opens at or draws: `example`
     counted from the end when negative, `token` a position of that example (None: not

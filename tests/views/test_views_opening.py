@@ -77,3 +77,21 @@ def test_the_page_shows_the_example_and_the_neuron_view_the_token(saved, tmp_pat
     page.select_option("#example", "0")  # another example: its first token, as before
     wait_ready(page, 0)
     assert page.input_value("#nv-token") == "0"
+
+
+def test_build_html_opens_where_asked_and_names_a_bad_place(tmp_path):
+    from jaxattn.errors import UsageError
+    from jaxattn.views import write_html
+
+    caps = [synthetic(1, 2, t, seed=k) for k, t in enumerate(LENGTHS)]
+    out = tmp_path / "x.html"
+    write_html(out, caps, example=-2, token=4)
+    assert header_of(out)["start"] == {"example": 1, "token": 4}
+    write_html(out, caps, views="head", token=99)  # no neuron view: no token to open at
+    assert header_of(out)["start"] == {"example": 0, "token": 0}
+    with pytest.raises(UsageError, match=r"^example 3: index 3 is out of range: the page holds 3"):
+        write_html(out, caps, example=3)
+    with pytest.raises(UsageError, match=r"^token 5: the example has 5 tokens$"):
+        write_html(out, caps, token=5)
+    with pytest.raises(UsageError, match=r"^example must be an index \(a whole number\), got '1'"):
+        write_html(out, caps, example="1")
