@@ -220,6 +220,18 @@ def resolve_positions(
     return tuple(sorted(p % length for p in positions))
 
 
+def out_of_range(index: int, length: int, holder: str) -> str:
+    """'index 7 is out of range: the store holds 5 examples (0..4, or -5..-1)': an
+    example index past a sequence of `length` that `holder` names."""
+    if length == 0:
+        return f"index {index} is out of range: {holder} holds no examples"
+    noun = "example" if length == 1 else "examples"
+    return (
+        f"index {index} is out of range: {holder} holds {length} {noun}"
+        f" (0..{length - 1}, or -{length}..-1)"
+    )
+
+
 def is_int(v) -> bool:
     """Whether `v` is an integer index: an int or a numpy integer, not a bool."""
     return not isinstance(v, bool) and (isinstance(v, int) or hasattr(v, "__index__"))

@@ -218,6 +218,38 @@ def make_spec(
     )
 
 
+def spec_for(
+    config,
+    what=None,
+    layers=None,
+    heads=None,
+    dtype: str = "float32",
+    precision: str = "highest",
+    *,
+    query_positions: Selection = None,
+    key_positions: Selection = None,
+) -> CaptureSpec:
+    """`make_spec` of a request against the model of `config` (a `ModelConfig`: its
+    layer and head counts, quantities, key/value heads and longest input), as
+    `Engine.make_spec` checks it; needs no weights (a dump checks a finished store
+    against the config it recorded)."""
+    return make_spec(
+        what=what,
+        layers=layers,
+        heads=heads,
+        dtype=dtype,
+        num_layers=config.num_layers,
+        num_heads=config.num_heads,
+        precision=precision,
+        available=config.quantities(),
+        refused=config.refused_quantities(dtype),
+        kv_heads=config.kv_heads,
+        query_positions=query_positions,
+        key_positions=key_positions,
+        max_length=config.max_length,
+    )
+
+
 def check_maps_asked(what: Sequence[str], positions: bool) -> None:
     """UsageError where query or key positions are given (`positions`) for a capture of
     `what` that asks for no map (`jaxattn.quantities.MAPS`): they would select nothing."""

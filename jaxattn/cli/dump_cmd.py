@@ -124,7 +124,7 @@ def register(subparsers) -> None:
 def _run(args: argparse.Namespace) -> int:
     from jaxattn.cli.generated import check_generate
     from jaxattn.dump import distributed
-    from jaxattn.dump.job import DumpOptions, run_dump, store_status
+    from jaxattn.dump.job import DumpOptions, finished_dump, run_dump, store_status
     from jaxattn.dump.sharding import check_has_examples
     from jaxattn.store.location import check_output
 
@@ -145,11 +145,9 @@ def _run(args: argparse.Namespace) -> int:
     process = distributed.initialize(
         args.coordinator, args.num_processes, args.process_id, mode=args.distributed
     )
-    import jaxattn
     from jaxattn.checkpoints import default_model_dir
 
     model_dir = Path(args.model) if args.model else default_model_dir()
-    engine = jaxattn.load(args.model, **engine_options(args))
     options = DumpOptions(
         input=args.input,
         out=args.out,
@@ -171,10 +169,17 @@ def _run(args: argparse.Namespace) -> int:
         stop_at_eos=not args.ignore_eos,
         overwrite=args.overwrite,
     )
-    try:
-        run_dump(engine, options, model_dir=model_dir, process=process)
-    finally:
-        distributed.shutdown(process)  # waits for every process: the store is then complete
+    # a store this command finished: said as a resumed job says it, without the model
+    if finished_dump(options, model_dir=model_dir, process=process) is not None:
+        distributed.shutdown(process)
+    else:
+        import jaxattn
+
+        engine = jaxattn.load(args.model, **engine_options(args))
+        try:
+            run_dump(engine, options, model_dir=model_dir, process=process)
+        finally:
+            distributed.shutdown(process)  # waits for every process: the store is then complete
     if process.index == 0 and process.count > 1:
         import sys
 

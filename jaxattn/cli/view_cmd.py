@@ -105,9 +105,20 @@ def register(subparsers) -> None:
         help="most examples one HTML page holds (default 200)",
     )
     p.add_argument("--title", default="jaxattn views", help="HTML page title")
-    g = p.add_argument_group("svg/png: what to draw")
-    g.add_argument("--example", type=int, default=0, help="example index (default 0)")
-    g.add_argument("--token", type=int, default=0, help="query position for the neuron view")
+    g = p.add_argument_group("what to draw (svg/png), where the page opens (html)")
+    g.add_argument(
+        "--example",
+        type=int,
+        default=0,
+        help="example index, negative from the end: the one drawn (svg/png) or shown "
+        "first (html) (default 0)",
+    )
+    g.add_argument(
+        "--token",
+        type=int,
+        default=0,
+        help="query position for the neuron view (html: the one it opens at) (default 0)",
+    )
     g.add_argument(
         "--kind",
         default="attention",
@@ -217,7 +228,7 @@ def _run(args) -> int:
 
         if saved:  # every view draws attention: name what to capture, as a static one does
             require(caps, ("attention",), "INPUT", "jaxattn view")
-
+        example, token = _opening(args, caps, "neuron" in views)
         write_html(
             ensure_parent(args.out),
             caps,
@@ -225,6 +236,8 @@ def _run(args) -> int:
             embed=args.embed_dtype,
             title=args.title,
             max_examples=args.max_examples,
+            example=example,
+            token=token,
         )
     else:
         _write_static(args, fmt, views[0], caps)
@@ -234,15 +247,22 @@ def _run(args) -> int:
     return 0
 
 
+def _opening(args, caps: list, neuron: bool) -> tuple[int, int]:
+    """(example index, query token) of --example and --token (the token checked where
+    the neuron view is drawn): an HTML page opens there, a static export draws them."""
+    from jaxattn.views.page import opening
+
+    try:
+        return opening(caps, args.example, args.token if neuron else None, "INPUT")
+    except UsageError as e:  # "example 7: ..." of the flag
+        raise UsageError(f"--{e}") from None
+
+
 def _write_static(args, fmt: str, view: str, caps: list) -> None:
-    from jaxattn.store.selection import out_of_range
     from jaxattn.views import to_svg, write_png
 
-    if not -len(caps) <= args.example < len(caps):
-        raise UsageError(
-            f"--example {args.example}: {out_of_range(args.example, len(caps), 'INPUT')}"
-        )
-    cap = caps[args.example]
+    index, token = _opening(args, caps, view == "neuron")
+    cap = caps[index]
     if view == "neuron":
         needed = ("queries", "keys")
     else:
@@ -255,10 +275,8 @@ def _write_static(args, fmt: str, view: str, caps: list) -> None:
     if view in ("head", "neuron"):
         _one(cap.layers, args.layers, "--layers", view)
     if view == "neuron":
-        if not 0 <= args.token < cap.length:
-            raise UsageError(f"--token {args.token}: the example has {cap.length} tokens")
         _one(cap.heads, args.heads, "--heads", view)
-        opts = dict(token=args.token)
+        opts = dict(token=token)
     svg = to_svg(cap, view, **opts)
     ensure_parent(args.out)
     if fmt == "svg":

@@ -115,37 +115,19 @@ class DumpJob:
 
             check_generator(engine)
             check_new_tokens(options.generate, "generate")
-        self.spec = engine.make_spec(
-            options.what,
-            options.layers,
-            options.heads,
-            options.dtype,
-            options.precision,
-            query_positions=options.query_positions,
-            key_positions=options.key_positions,
-        )
-        self.plan = sharding.plan_shards(
-            options.input,
-            fmt=options.input_format,
-            shard_size=options.shard_size,
-            process_index=process.index,
-            process_count=process.count,
-            limit=options.limit,
-        )
+        precision = engine.precision if options.precision is None else options.precision
+        self.spec = _spec(engine.config, options, precision)
+        self.plan = _plan(options, process)
         from jaxattn.dump.fingerprint import checkpoint_fingerprint
 
         self.kv = KeyValue(root_spec(options.out))
-        self.meta = store_metadata.build(
+        self.meta = _metadata(
+            options,
+            self.spec,
+            self.plan,
             model_info=dataclasses.asdict(engine.info),
-            model_fingerprint=checkpoint_fingerprint(model_dir),
-            model_config=engine.config.to_dict(),
-            spec=self.spec,
-            input_info=self.plan.info,
-            shard_size=options.shard_size,
-            too_long=options.too_long,
-            chunk_bytes=options.chunk_bytes,
-            generate=options.generate,
-            stop_at_eos=options.stop_at_eos,
+            fingerprint=checkpoint_fingerprint(model_dir),
+            config=engine.config.to_dict(),
         )
         self.label = " ".join(x for x in ("dump", process.label) if x)
         self.progress = Progress(0, self.label, enabled=not options.quiet, stream=stream)
@@ -187,7 +169,7 @@ class DumpJob:
         check_output(self.options.out, self.options.overwrite)
         self._start_over()
         store_metadata.create_or_check(self.kv, self.meta)
-        done = {layout.shard_of_manifest_key(k) for k in self.kv.list(layout.MANIFEST_DIR + "/")}
+        done = done_shards(self.kv)
         mine = sorted(self.plan.shards)
         todo = [k for k in mine if k not in done]
         self.context = store_context()
@@ -196,27 +178,82 @@ class DumpJob:
         for shard in todo:
             counts.add(ShardTask(self, shard).run())
             self.committed += 1
-        self.progress.close()
-        seconds = time.monotonic() - start
-        stored = stored_bytes(self.kv.spec, todo, self.spec.what)
-        result = DumpResult(
-            counts=counts,
-            shards=len(mine),
-            resumed=len(mine) - len(todo),
+        return finish(self.progress, self.kv, self.spec.what, counts, mine, todo, start)
+
+
+def _spec(config, options: DumpOptions, precision: str):
+    """The capture spec `options` ask of the model of `config` (`spec.spec_for`)."""
+    from jaxattn.spec import spec_for
+
+    return spec_for(
+        config,
+        options.what,
+        options.layers,
+        options.heads,
+        options.dtype,
+        precision,
+        query_positions=options.query_positions,
+        key_positions=options.key_positions,
+    )
+
+
+def _plan(options: DumpOptions, process: Process) -> sharding.InputPlan:
+    """This process's shards of the input (`sharding.plan_shards`)."""
+    return sharding.plan_shards(
+        options.input,
+        fmt=options.input_format,
+        shard_size=options.shard_size,
+        process_index=process.index,
+        process_count=process.count,
+        limit=options.limit,
+    )
+
+
+def _metadata(options: DumpOptions, spec, plan, *, model_info, fingerprint, config) -> dict:
+    """The store metadata of the command of `options` (`store_metadata.build`)."""
+    return store_metadata.build(
+        model_info=model_info,
+        model_fingerprint=fingerprint,
+        model_config=config,
+        spec=spec,
+        input_info=plan.info,
+        shard_size=options.shard_size,
+        too_long=options.too_long,
+        chunk_bytes=options.chunk_bytes,
+        generate=options.generate,
+        stop_at_eos=options.stop_at_eos,
+    )
+
+
+def done_shards(kv: KeyValue) -> set[int]:
+    """The shards the store at `kv` holds committed (a manifest part each)."""
+    return {layout.shard_of_manifest_key(k) for k in kv.list(layout.MANIFEST_DIR + "/")}
+
+
+def finish(progress: Progress, kv: KeyValue, what, counts: Counts, mine, todo, start: float):
+    """A process's `DumpResult` of its shards `mine`, of which it ran `todo` (the others
+    were done) since `start` (time.monotonic), its summary line said through `progress`."""
+    progress.close()
+    seconds = time.monotonic() - start
+    stored = stored_bytes(kv.spec, todo, what)
+    result = DumpResult(
+        counts=counts,
+        shards=len(mine),
+        resumed=len(mine) - len(todo),
+        seconds=seconds,
+        stored=stored,
+    )
+    progress.message(
+        summary(
+            progress.label,
+            counts,
             seconds=seconds,
+            shards=result.shards,
+            resumed=result.resumed,
             stored=stored,
         )
-        self.progress.message(
-            summary(
-                self.label,
-                counts,
-                seconds=seconds,
-                shards=result.shards,
-                resumed=result.resumed,
-                stored=stored,
-            )
-        )
-        return result
+    )
+    return result
 
 
 def stored_bytes(root: dict, shards, what) -> int | None:
@@ -274,6 +311,69 @@ def run_dump(
         )
     job = DumpJob(engine, options, model_dir, process, stream or sys.stderr)
     return job.run()
+
+
+def finished_dump(
+    options: DumpOptions,
+    *,
+    model_dir: str | os.PathLike,
+    process: Process | None = None,
+    stream: TextIO | None = None,
+) -> DumpResult | None:
+    """`run_dump`'s answer for a store this very command already finished, given before
+    any model is loaded: every shard already done, the same summary line. None where
+    `run_dump` must answer: no store at `options.out`, a store with shards to do, or
+    --overwrite; or this command may differ from the store's (run_dump then refuses it,
+    naming the difference, as before).
+
+    The model is the store's when the checkpoint at `model_dir` has the store's
+    fingerprint (`checkpoint_fingerprint`: the same files). Its config is then the one
+    the store recorded, and the capture spec and store metadata are built from that
+    config as a loaded engine's would be, and compared field by field
+    (`store_metadata.differences`).
+
+    Raises:
+      UsageError, InputError, CaptureFileError, FileNotFoundError: as `run_dump`, for
+        a bad option, spec or input, or a damaged store.
+    """
+    from jaxattn.config import ModelConfig
+    from jaxattn.dump.fingerprint import checkpoint_fingerprint
+    from jaxattn.errors import CheckpointError
+
+    start = time.monotonic()
+    _check(options)
+    process = process or Process()
+    if options.overwrite or options.precision is None:  # None: the engine's own default
+        return None
+    kv = KeyValue(root_spec(options.out))
+    existing = store_metadata.read(kv)
+    if existing is None:
+        return None
+    count = existing["shards"]["count"]
+    recorded = existing["model"].get("config")
+    if not isinstance(recorded, dict) or not set(range(count)) <= done_shards(kv):
+        return None
+    if not Path(model_dir).is_dir():
+        return None
+    fingerprint = checkpoint_fingerprint(model_dir)
+    if fingerprint != existing["model"].get("fingerprint"):
+        return None
+    try:
+        config = ModelConfig.from_dict(recorded)
+    except CheckpointError:  # a config of another jaxattn: the loaded model decides
+        return None
+    spec, plan = _spec(config, options, options.precision), _plan(options, process)
+    model = {k: v for k, v in existing["model"].items() if k not in ("fingerprint", "config")}
+    # the model's name and weights fingerprint: the store's (the same files)
+    meta = _metadata(
+        options, spec, plan, model_info=model, fingerprint=fingerprint, config=recorded
+    )
+    if store_metadata.differences(existing, meta):
+        return None
+    label = " ".join(x for x in ("dump", process.label) if x)
+    progress = Progress(0, label, enabled=not options.quiet, stream=stream or sys.stderr)
+    mine = sorted(plan.shards)
+    return finish(progress, kv, spec.what, Counts(), mine, [], start)
 
 
 def store_status(location: str) -> str:

@@ -14,7 +14,7 @@ import os
 
 from jaxattn.capture.part import CapturePart, ends_example
 from jaxattn.dump.counts import Counts
-from jaxattn.errors import TooLongError, UsageError
+from jaxattn.errors import UsageError
 from jaxattn.inputs import InputError, Record, parse_record
 from jaxattn.store.manifest import Skipped
 from jaxattn.store.writer import ShardWriter
@@ -65,31 +65,32 @@ class ShardTask:
         return out
 
     def tokenize(self, records: list[Record]) -> list[tuple[Record, object, bool]]:
-        """(record, TokenizedText, truncated) of each record kept."""
+        """(record, TokenizedText, truncated) of each record kept. Each text is tokenised
+        once: the tokenizer marks a long one (None under "skip", cut under "truncate"),
+        so a 5 MB line costs one pass whatever the policy."""
         engine, policy = self.job.engine, self.job.options.too_long
-        try:  # the common case: nothing too long, one fast batch call
-            texts = [r.text for r in records]
-            return [(r, t, False) for r, t in zip(records, engine.tokenize(texts), strict=True)]
-        except InputError:  # a text too long (TooLongError) or unusable: one by one
-            pass
+        marked = "truncate" if policy == "truncate" else "skip"  # "error" is reported here
+        try:  # the common case: one fast batch call
+            batch = engine.tokenize([r.text for r in records], too_long=marked)
+        except InputError:  # an unusable text, refused before any was tokenised: one by one
+            batch = None
         out = []
-        limit = engine.config.max_length
-        for e in records:
-            try:
-                out.append((e, engine.tokenize([e.text])[0], False))
-                continue
-            except TooLongError:
-                reason = f"longer than the model's limit of {limit} tokens"
-            except InputError as error:
-                self.bad(e.index, e.line, error.reason)
-                continue
-            if policy == "truncate":
-                out.append((e, engine.tokenize([e.text], too_long="truncate")[0], True))
+        for k, e in enumerate(records):
+            if batch is not None:
+                t = batch[k]
             else:
-                advice = "cut it with --too-long truncate, leave it out with --too-long skip, or "
-                self.bad(
-                    e.index, e.line, reason, "too_long" if policy == "skip" else "error", advice
-                )
+                try:
+                    t = engine.tokenize([e.text], too_long=marked)[0]
+                except InputError as error:
+                    self.bad(e.index, e.line, error.reason)
+                    continue
+            if t is not None:
+                out.append((e, t, t.truncated))
+                continue
+            reason = f"longer than the model's limit of {engine.config.max_length} tokens"
+            advice = "cut it with --too-long truncate, leave it out with --too-long skip, or "
+            kind = "too_long" if policy == "skip" else "error"
+            self.bad(e.index, e.line, reason, kind, advice)
         return out
 
     def generated(self, records: list[Record]) -> list[tuple[Record, object, bool]]:

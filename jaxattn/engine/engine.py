@@ -29,7 +29,7 @@ from jaxattn.engine.tokenize import TokenizedText, Tokenizer, check_texts
 from jaxattn.info import ModelInfo, provenance
 from jaxattn.inputs import Text
 from jaxattn.selection import Selection
-from jaxattn.spec import CaptureSpec, check_precision, make_spec
+from jaxattn.spec import CaptureSpec, check_precision, spec_for
 from jaxattn.stream import CaptureStream, Progress, too_long_policy
 
 
@@ -286,20 +286,15 @@ class Engine:
         precision None is the engine's default (`precision`); query_positions and
         key_positions as `capture` (each example's checked as it is captured).
         """
-        return make_spec(
-            what=what,
-            layers=layers,
-            heads=heads,
-            dtype=dtype,
-            num_layers=self.config.num_layers,
-            num_heads=self.config.num_heads,
-            precision=self.precision if precision is None else precision,
-            available=self.config.quantities(),
-            refused=self.config.refused_quantities(dtype),
-            kv_heads=self.config.kv_heads,
+        return spec_for(
+            self.config,
+            what,
+            layers,
+            heads,
+            dtype,
+            self.precision if precision is None else precision,
             query_positions=query_positions,
             key_positions=key_positions,
-            max_length=self.config.max_length,
         )
 
     def tokenize(

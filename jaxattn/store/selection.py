@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 
 from jaxattn.capture import Capture
 from jaxattn.errors import UsageError
+from jaxattn.selection import out_of_range
 
 
 def position(key, length: int, holder: str) -> int:
@@ -59,17 +60,6 @@ def check_held(location, held: Sequence[str], what: str | Sequence[str]) -> tupl
             " select quantities it holds"
         )
     return what
-
-
-def out_of_range(index: int, length: int, holder: str) -> str:
-    """'index 7 is out of range: the store holds 5 examples (0..4, or -5..-1)'."""
-    if length == 0:
-        return f"index {index} is out of range: {holder} holds no examples"
-    noun = "example" if length == 1 else "examples"
-    return (
-        f"index {index} is out of range: {holder} holds {length} {noun}"
-        f" (0..{length - 1}, or -{length}..-1)"
-    )
 
 
 class StoreSelection(Sequence):

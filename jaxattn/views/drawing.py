@@ -1,6 +1,7 @@
 """Drawing pieces the static views share: head colours, PNG bytes, the SVG frame,
 the heat maps' colour scale and colour bar, max pooling, thinned tick labels and
-the text-width estimate the layouts are computed from."""
+the text-width estimate the layouts are computed from; `SVG`, the text a notebook
+shows as a picture."""
 
 from __future__ import annotations
 
@@ -63,9 +64,20 @@ def png_bytes(rgba: np.ndarray) -> bytes:
     )
 
 
-def svg_doc(width: float, height: float, body: str) -> str:
+class SVG(str):
+    """SVG text that a notebook shows as a picture: a `str` (written, concatenated and
+    compared as the text it is) whose `_repr_svg_` Jupyter calls to draw it. Every
+    static view's SVG is one (`svg_doc`)."""
+
+    __slots__ = ()
+
+    def _repr_svg_(self) -> str:
+        return str(self)
+
+
+def svg_doc(width: float, height: float, body: str) -> SVG:
     """A standalone SVG document of the given size."""
-    return (
+    return SVG(
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
         f'viewBox="0 0 {width:.0f} {height:.0f}" {FONT} font-size="12">\n'
         f'<rect width="100%" height="100%" fill="#fff"/>\n{body}</svg>\n'

@@ -27,7 +27,7 @@ import numpy as np
 from jaxattn import outfile
 from jaxattn.capture import Capture
 from jaxattn.errors import UsageError
-from jaxattn.selection import is_int
+from jaxattn.selection import is_int, out_of_range
 from jaxattn.views.long_maps import POOL, band_offsets
 from jaxattn.views.payload import MAX_EXAMPLES, VIEWS, pack_page
 
@@ -103,6 +103,8 @@ def build_html(
     embed: str = "auto",
     title: str = "jaxattn views",
     max_examples: int = MAX_EXAMPLES,
+    example: int = 0,
+    token: int = 0,
 ) -> str:
     """The self-contained HTML of the given views over one or more captures.
 
@@ -116,12 +118,15 @@ def build_html(
         (exact up to `payload.AUTO_EXACT_PAGE_BYTES` float32 bytes in all, else uint8).
       title: the page title.
       max_examples: refuse more captures than this (default `payload.MAX_EXAMPLES`).
+      example: the example the page opens at (negative: from the end).
+      token: the neuron view's query token it opens at, a position of that example.
 
     Returns:
       The HTML text (write it with ``open(path, "w", encoding="utf-8")``).
 
     Raises:
-      UsageError: as `jaxattn.views.payload.build_payload`.
+      UsageError: as `jaxattn.views.payload.build_payload`; an example or token out
+        of range (`opening`).
     """
     header, sections = pack_page(
         captures,
@@ -130,8 +135,32 @@ def build_html(
         embed=embed,
         max_examples=max_examples,
     )
+    caps = [captures] if isinstance(captures, Capture) else list(captures)
+    drawn = token if "neuron" in header["views"] else None
+    start, token = opening(caps, example, drawn)
+    header["start"] = {"example": start, "token": token}  # core.js and neuron.js read it
     mount = "(root, header, text) => JaxattnViews.mount(root, JaxattnViews.unpack(header, text))"
     return document(packed_body(header, sections, title=title, mount=mount), title=title)
+
+
+def opening(
+    captures: Sequence[Capture], example, token, holder: str = "the page"
+) -> tuple[int, int]:
+    """(example index, query token) of `captures` that a view opens at or draws: `example`
+    counted from the end when negative, `token` a position of that example (None: not
+    drawn, 0). UsageError names a bad one: "example 7: index 7 is out of range: {holder}
+    holds 2 examples (...)", "token 9: the example has 7 tokens"."""
+    for name, value in (("example", example), ("token", token)):
+        if value is not None and not is_int(value):
+            raise UsageError(f"{name} must be an index (a whole number), got {value!r}")
+    n = len(captures)
+    if not -n <= example < n:
+        raise UsageError(f"example {example}: {out_of_range(example, n, holder)}")
+    index = int(example) % n
+    length = captures[index].length
+    if token is not None and not 0 <= token < length:
+        raise UsageError(f"token {token}: the example has {length} tokens")
+    return index, 0 if token is None else int(token)
 
 
 def packed_body(header: dict, sections: Sequence[bytes], *, title: str, mount: str) -> str:

@@ -18,6 +18,7 @@ from jaxattn.errors import UsageError
 from jaxattn.views.drawing import (
     KIND_TITLES,
     PAD,
+    SVG,
     colorbar,
     label_stride,
     scale_color,
@@ -65,7 +66,7 @@ def _grid(x0, y0, name, layers, heads, values, fill, cell, bar) -> tuple[str, fl
     return "\n".join(out), gw + 20, gh + 14
 
 
-def stats_svg(cap: Capture, *, kind="attention") -> str:
+def stats_svg(cap: Capture, *, kind="attention") -> SVG:
     """The stats view: head statistics, Kovaleva classes and Vig patterns, one grid each."""
     doc = stats_document(cap)
     if kind not in doc["kinds"]:

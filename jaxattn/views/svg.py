@@ -50,6 +50,7 @@ from jaxattn.views.causal import causal_mask, is_causal
 from jaxattn.views.drawing import (
     KIND_TITLES,
     PAD,
+    SVG,
     colorbar,
     head_color,
     label_stride,
@@ -164,7 +165,7 @@ def _legend(x, y, cap, hs, width) -> tuple[str, float, float]:
 
 def head_svg(
     cap, *, layer=0, heads=None, kind="attention", min_weight=0.0, max_lines=5000, tokens=None
-):
+) -> SVG:
     """The head view of layer index `layer` (axis index into ``cap.layers``), of the
     tokens [start, stop) of `tokens` (default: all up to `HEAD_MAX_TOKENS`, else the
     first `HEAD_MAX_TOKENS`): the window's queries and keys and the lines between them."""
@@ -228,7 +229,7 @@ def head_svg(
     return svg_doc(width + 2 * PAD, top + t * rh + PAD, "\n".join(out) + "\n")
 
 
-def model_svg(cap, *, kind="attention", thumb=None):
+def model_svg(cap, *, kind="attention", thumb=None) -> SVG:
     """The model view: every layer x head heat map (rows query tokens, columns keys),
     max-pooled to `thumb` px (default: from the counts, about 960 px wide in all). A
     decoder's future (j > i) is masked: transparent pixels over a grey triangle, left out
@@ -366,7 +367,7 @@ def _sentences(x, top, rh, t, b, right) -> list[str]:
     return out
 
 
-def neuron_svg(cap: Capture, *, layer=0, head=0, token=0, tokens=None) -> str:
+def neuron_svg(cap: Capture, *, layer=0, head=0, token=0, tokens=None) -> SVG:
     """The neuron view of (layer, head) axis indices and query position `token`.
 
     Left to right: every token as a query (the selected one highlighted) with its
@@ -578,8 +579,9 @@ def _check(cap: Capture, view: str, options: dict) -> None:
         options["heads"] = [int(h) % len(cap.heads) for h in options["heads"]]
 
 
-def to_svg(cap: Capture, view: str = "head", **options) -> str:
-    """A standalone SVG of one view of one capture.
+def to_svg(cap: Capture, view: str = "head", **options) -> SVG:
+    """A standalone SVG of one view of one capture: a `str` that a notebook shows as
+    the picture (`jaxattn.views.drawing.SVG`; no ``IPython.display.SVG`` needed).
 
     Args:
       cap: the capture (attention; alpha_fx_norm for kind="norm"; queries and

@@ -124,6 +124,43 @@ def test_too_long_examples(
         assert [(s.line, s.reason) for s in store.parts[0].skipped] == [(3, reason)]
 
 
+class CountingBackend:
+    """A tokenizer backend that records every text it encodes (the costly pass)."""
+
+    def __init__(self, backend):
+        self.backend, self.texts = backend, []
+
+    def encode_batch(self, texts, **kwargs):
+        self.texts.extend(texts)
+        return self.backend.encode_batch(texts, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+
+@pytest.mark.parametrize("too_long", ["skip", "error", "truncate"])
+def test_a_long_line_is_tokenized_once(
+    engines, bert_checkpoint, long_corpus, tmp_path, monkeypatch, too_long
+):
+    """A long line (a 5 MB one is the costly case) costs one tokenization, as every line
+    does, whatever the policy (truncate then cuts it: the tokenizer's own second copy);
+    what is stored is what capturing the kept texts gives."""
+    tokenizer = engines["bert"].tokenizer
+    counting = CountingBackend(tokenizer._backend)
+    monkeypatch.setattr(tokenizer, "_backend", counting)
+    _dump(engines, bert_checkpoint, long_corpus, tmp_path / "s", too_long=too_long, on_error="skip")
+    lines = long_corpus.read_text().splitlines()
+    texts = [tuple(x.split("\t")) if "\t" in x else x for x in lines]
+    assert sorted(counting.texts, key=str) == sorted(texts, key=str)  # each text once
+    monkeypatch.undo()
+    kept = texts if too_long == "truncate" else texts[:2] + texts[3:]
+    want = engines["bert"].capture(kept, what=WHAT, too_long="truncate")
+    store = jaxattn.open_store(tmp_path / "s")
+    assert len(store) == len(want)
+    for got, ref in zip(store, want, strict=True):
+        assert_same_capture(got, ref)
+
+
 def test_too_long_error_with_on_error_stop(engines, bert_checkpoint, long_corpus, tmp_path):
     with pytest.raises(jaxattn.InputError, match=r"long\.txt:3: longer than the model's limit"):
         _dump(engines, bert_checkpoint, long_corpus, tmp_path / "s")  # the defaults

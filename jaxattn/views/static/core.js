@@ -86,7 +86,7 @@
       layers: e.layers, heads: e.heads, causal: !!e.causal, kv_heads: e.kv_heads || null,
       _packed: { arrays: e.arrays, section: e.section, text },
     }));
-    return { format: header.format, views: header.views, examples };
+    return { format: header.format, views: header.views, examples, start: header.start };
   };
   const f16 = (h) => {
     const e = (h >> 10) & 31, m = h & 1023, s = h & 0x8000 ? -1 : 1;
@@ -199,10 +199,12 @@
   JX.mount = function (root, doc) {
     root.innerHTML = "";
     root.classList.add("jx");
-    const state = { example: 0, kind: "attention", view: doc.views[0] };
+    // where the page opens (page.py's header "start"; the web viewer's documents have none)
+    const start = doc.start || { example: 0, token: 0 };
+    const state = { example: start.example, kind: "attention", view: doc.views[0] };
     const ctx = { doc, state, root, ex: null, views: {} };
     const bar = JX.el("div", { class: "jx-bar" });
-    const exSel = JX.select("example", doc.examples.map((e, i) => [i, e.label]), 0,
+    const exSel = JX.select("example", doc.examples.map((e, i) => [i, e.label]), start.example,
       (v) => setExample(+v));
     if (doc.examples.length < 2) exSel.disabled = true;
     const kindSel = JX.select("kind", Object.entries(JX.KIND_TITLES), "attention", (v) => {
@@ -258,7 +260,7 @@
         root.dataset.state = "ready";
       } catch (e) { fail(e); }
     }
-    ctx.ready = setExample(0).then(() => show(state.view));
+    ctx.ready = setExample(start.example).then(() => show(state.view));
     return ctx;
   };
 })();

@@ -32,7 +32,10 @@
   }
   const range = (lo, hi) => Array.from({ length: Math.max(0, hi - lo) }, (_, k) => lo + k);
   JX.views.neuron = function (ctx) {
-    const st = { layer: 0, head: 0, token: 0, filter: "all" };
+    // the query token the page opens at (page.py's "start"), while its example is shown
+    const start = ctx.doc.start || { example: 0, token: 0 };
+    const token = ctx.state.example === start.example ? start.token : 0;
+    const st = { layer: 0, head: 0, token, filter: "all" };
     const el = JX.el("div", { class: "nv" });
     const controls = JX.el("div", { class: "jx-controls" });
     const scale = JX.el("div", { class: "info", id: "nv-scale" });
