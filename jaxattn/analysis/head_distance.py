@@ -5,13 +5,18 @@ divergence between their attention distributions, summed over the tokens of the
 data, and embed the heads in 2-D with multidimensional scaling. Here:
 
 - ``divergence[a, b]`` = mean over every query token of the corpus of
-  ``JS(W_a[i], W_b[i])``, with ``JS(P, Q) = H((P + Q) / 2) - (H(P) + H(Q)) / 2``
-  in nats (so in [0, ln 2]). The mean is Clark's sum divided by the token count:
-  the same up to scale.
+  ``JS(P_a[i], P_b[i])``, with ``JS(P, Q) = H((P + Q) / 2) - (H(P) + H(Q)) / 2``
+  in nats (so in [0, ln 2]), of the rows smoothed as Clark et al.'s released
+  code does (head_distances.py): ``P[i] = (1 - s) W[i] + s / T`` with
+  s = `JS_SMOOTHING` = 1e-3 (``smoothing=0`` takes the rows as they are). The
+  mean is their sum divided by the token count: the same up to scale.
 - ``distance = sqrt(divergence)``: the root-mean-square of the per-token
   Jensen-Shannon *distances* sqrt(JS), which is a metric (the Jensen-Shannon
   distance is one, and an RMS over tokens keeps the triangle inequality). The MDS
-  embedding is fitted to this distance.
+  embedding is fitted to this distance, by classical (Torgerson) MDS. Clark et
+  al.'s notebook fits scikit-learn's metric (SMACOF) MDS to the summed
+  divergences themselves, which are not a metric: jaxattn's map is of the
+  square root, so its layout differs from theirs (the divergences do not).
 
 Heads are flattened layer-major: index ``a = layer * H + head``.
 """
@@ -25,12 +30,18 @@ from jaxattn.analysis.weights import capture_weights, check_layout
 from jaxattn.capture import Capture
 from jaxattn.errors import UsageError
 
+JS_SMOOTHING = 1e-3
+"""s in (1 - s) w + s / T, the smoothing of every row before the divergence (Clark et al.'s
+released code, head_distances.py; their entropies use 1e-4, `ENTROPY_SMOOTHING`)."""
 
-def js_divergence_sum(weights: np.ndarray) -> np.ndarray:
+
+def js_divergence_sum(weights: np.ndarray, smoothing: float = JS_SMOOTHING) -> np.ndarray:
     """Sum over the query rows of the JS divergence between every pair of heads.
 
     Args:
       weights: [L, H, T, T] (or [N, T, T]) row distributions of one example.
+      smoothing: s in (1 - s) w + s / T applied to every row first (Clark et al.'s
+        code: `JS_SMOOTHING`); 0 takes the rows as they are.
 
     Returns:
       [N, N] float64 (N = L * H), symmetric with a zero diagonal; divide by T
@@ -38,6 +49,8 @@ def js_divergence_sum(weights: np.ndarray) -> np.ndarray:
     """
     w = np.asarray(weights, np.float64)
     p = w.reshape(-1, *w.shape[-2:])  # [N, T, S]
+    if smoothing:
+        p = (1.0 - smoothing) * p + smoothing / p.shape[-1]
     n = p.shape[0]
     own = row_entropy(p).sum(-1)  # [N]: sum over rows of H(P_a[i])
     out = np.zeros((n, n))
@@ -84,11 +97,18 @@ class HeadDistance:
     Args:
       kind: weight kind, "attention" or "norm".
       max_tokens: skip examples longer than this (None: no limit).
+      smoothing: of the rows, as `js_divergence_sum` (Clark et al.'s `JS_SMOOTHING`).
     """
 
-    def __init__(self, kind: str = "attention", max_tokens: int | None = None):
+    def __init__(
+        self,
+        kind: str = "attention",
+        max_tokens: int | None = None,
+        smoothing: float = JS_SMOOTHING,
+    ):
         self.kind = kind
         self.max_tokens = max_tokens
+        self.smoothing = smoothing
         self.layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None
         self._sum: np.ndarray | None = None
         self.tokens = 0
@@ -100,7 +120,7 @@ class HeadDistance:
         if self.max_tokens is not None and capture.length > self.max_tokens:
             self.skipped += 1
             return
-        s = js_divergence_sum(capture_weights(capture, self.kind))
+        s = js_divergence_sum(capture_weights(capture, self.kind), self.smoothing)
         self._sum = s if self._sum is None else self._sum + s
         self.tokens += capture.length
 

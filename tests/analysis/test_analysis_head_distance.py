@@ -24,7 +24,7 @@ def js_reference(p, q):
 def test_hand_values():
     t = 6
     heads = np.stack([uniform(t), uniform(t), one_hot(0, t), one_hot(1, t)])
-    d = js_divergence_sum(heads) / t
+    d = js_divergence_sum(heads, smoothing=0.0) / t
     assert d[0, 1] == 0.0
     assert d[2, 3] == pytest.approx(math.log(2))
     assert np.allclose(np.diag(d), 0.0) and np.allclose(d, d.T)
@@ -36,15 +36,40 @@ def test_hand_values():
 
 
 def test_random_against_reference():
+    # the released code's smoothing (0.999 w + 0.001 / T), then the plain JS divergence
     rng = np.random.default_rng(1)
     w = rng.random((2, 3, 5, 5)) ** 4
     w /= w.sum(-1, keepdims=True)
-    flat = w.reshape(6, 5, 5)
+    flat = 0.999 * w.reshape(6, 5, 5) + 0.001 / 5
     got = js_divergence_sum(w)
     for a in range(6):
         for b in range(6):
             ref = sum(js_reference(flat[a, i], flat[b, i]) for i in range(5))
             assert got[a, b] == pytest.approx(ref, abs=1e-12)
+
+
+def test_random_against_reference_unsmoothed():
+    rng = np.random.default_rng(1)
+    w = rng.random((2, 3, 5, 5)) ** 4
+    w /= w.sum(-1, keepdims=True)
+    flat = w.reshape(6, 5, 5)
+    got = js_divergence_sum(w, smoothing=0.0)
+    for a in range(6):
+        for b in range(6):
+            ref = sum(js_reference(flat[a, i], flat[b, i]) for i in range(5))
+            assert got[a, b] == pytest.approx(ref, abs=1e-12)
+
+
+def test_rows_are_smoothed_as_clark_et_al_released_code():
+    # clarkkev/attention-analysis head_distances.py smooths every row to
+    # 0.999 w + 0.001 / T before the divergence (T = the row's length).
+    # Two one-hot heads over T = 2 keys: P = (0.9995, 0.0005), Q = (0.0005, 0.9995),
+    # M = (1/2, 1/2), JS = KL(P || M) = 0.9995 ln(1.999) + 0.0005 ln(0.001), per row.
+    heads = np.stack([one_hot(0, 2), one_hot(1, 2)])  # [2 heads, 2 rows, 2 keys]
+    per_row = 0.9995 * math.log(1.999) + 0.0005 * math.log(0.001)
+    got = js_divergence_sum(heads)
+    assert got[0, 1] == pytest.approx(2 * per_row, rel=1e-12)
+    assert got[0, 1] < 2 * math.log(2)  # the unsmoothed value
 
 
 def test_mds_recovers_planar_points():
@@ -71,8 +96,16 @@ def test_accumulator_token_mean_and_skip():
     acc.update(long)
     out = acc.result()
     assert acc.skipped == 1 and acc.tokens == 12
-    assert out["divergence"][0, 1] == pytest.approx(math.log(2))
-    assert out["distance"][0, 1] == pytest.approx(math.sqrt(math.log(2)))
+    # one-hot on key 0 vs key 1 of T = 6, smoothed: a = 0.999 + 0.001/6 and b = 0.001/6 on
+    # the two keys (swapped for the other head), equal elsewhere; M = (a + b)/2 on both
+    a, b = 0.999 + 0.001 / 6, 0.001 / 6
+    m = (a + b) / 2
+    per_row = a * math.log(a / m) + b * math.log(b / m)
+    assert out["divergence"][0, 1] == pytest.approx(per_row)
+    assert out["distance"][0, 1] == pytest.approx(math.sqrt(per_row))
+    unsmoothed = HeadDistance(max_tokens=10, smoothing=0.0)
+    unsmoothed.update(cap)
+    assert unsmoothed.result()["divergence"][0, 1] == pytest.approx(math.log(2))
     assert out["mds"].shape == (1, 2, 2)
 
 
