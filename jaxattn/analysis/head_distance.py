@@ -35,6 +35,14 @@ JS_SMOOTHING = 1e-3
 released code, head_distances.py; their entropies use 1e-4, `ENTROPY_SMOOTHING`)."""
 
 
+def check_smoothing(smoothing: float) -> None:
+    """Raises UsageError unless 0 <= `smoothing` < 1 (s of (1 - s) w + s / T)."""
+    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)):
+        raise UsageError(f"smoothing must be a number in [0, 1), not {smoothing!r}")
+    if not 0 <= smoothing < 1:
+        raise UsageError(f"smoothing must be in [0, 1) (s of (1 - s) w + s / T), not {smoothing}")
+
+
 def js_divergence_sum(weights: np.ndarray, smoothing: float = JS_SMOOTHING) -> np.ndarray:
     """Sum over the query rows of the JS divergence between every pair of heads.
 
@@ -47,6 +55,7 @@ def js_divergence_sum(weights: np.ndarray, smoothing: float = JS_SMOOTHING) -> n
       [N, N] float64 (N = L * H), symmetric with a zero diagonal; divide by T
       for the per-token mean.
     """
+    check_smoothing(smoothing)
     w = np.asarray(weights, np.float64)
     p = w.reshape(-1, *w.shape[-2:])  # [N, T, S]
     if smoothing:
@@ -106,6 +115,7 @@ class HeadDistance:
         max_tokens: int | None = None,
         smoothing: float = JS_SMOOTHING,
     ):
+        check_smoothing(smoothing)
         self.kind = kind
         self.max_tokens = max_tokens
         self.smoothing = smoothing

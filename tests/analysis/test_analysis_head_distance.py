@@ -111,3 +111,13 @@ def test_accumulator_token_mean_and_skip():
 
 def test_mds_of_fewer_points_than_dims():
     np.testing.assert_array_equal(classical_mds(np.zeros((1, 1))), [[0.0, 0.0]])
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.0, 2, float("nan"), "0.001", True])
+def test_a_smoothing_outside_zero_to_one_is_refused_by_name(bad):
+    from jaxattn.errors import UsageError
+
+    with pytest.raises(UsageError, match="smoothing must be"):
+        HeadDistance(smoothing=bad)
+    with pytest.raises(UsageError, match="smoothing must be"):
+        js_divergence_sum(np.full((1, 2, 2, 2), 0.5), smoothing=bad)
