@@ -14,6 +14,15 @@ from collections.abc import Iterable, Sequence
 
 from jaxattn.errors import UsageError
 
+# The most token positions a query_positions or key_positions selection may name, where
+# the model's longest input (ModelInfo.max_positions, `ModelConfig.max_length`) is not
+# at hand or is longer: each position names a token of every text of the request, once,
+# so no request names more than its shortest text's tokens, and a map of 2**20 rows is
+# 4 MiB a key per head and layer. The engine, the server and the client bound a
+# selection by `position_limit`, reading an iterable only up to one past it: a
+# `range(10**9)` is counted, `itertools.count()` read 2**20 + 1 deep, never listed.
+MAX_POSITIONS = 1 << 20
+
 Selection = int | slice | range | Iterable[int | slice] | str | None
 """Layers or heads: None (all), an index, a slice, or a list of indices and slices;
 negative indices count from the end, as in Python. A string is the CLI grammar
@@ -115,8 +124,9 @@ def positions_of(
 
     Raises:
       UsageError: a slice with a step or from one side to the other, an empty one, a
-        non-integer, a position twice, more positions than `max_length` (the model's
-        longest input; None: no bound), naming the field.
+        non-integer, a position twice, more positions than `position_limit(max_length)`
+        (the model's longest input, or MAX_POSITIONS where that is None or longer),
+        naming the field; an iterable is read no further than one past that.
     """
     if value is None:
         return None
@@ -128,20 +138,23 @@ def positions_of(
         value = (value,)
     if isinstance(value, bytes) or not isinstance(value, Iterable):
         raise UsageError(f"{field} must be positions or slices, got {type(value).__name__}")
+    most, bound = position_limit(max_length)
     out: list[int] = []
-    for v in value:
+    for v in value:  # one at a time: a generator without end stops one past `most`
         if isinstance(v, slice):
             v = _fixed_width(v, field)
         if isinstance(v, range):  # counted before it is listed: range(10**9) filled memory
-            _check_count(len(out) + len(v), max_length, field)
+            if len(out) + len(v) > most:
+                raise _too_many(field, len(out) + len(v), bound)
             out += v
         elif is_int(v):
             out.append(int(v))
+            if len(out) > most:
+                raise _too_many(field, f"at least {len(out)}", bound)
         else:
             raise UsageError(f"{field} must hold integers or slices, got {v!r}")
     if not out:
         raise UsageError(f"{field} is empty: leave it out for all, or give token positions")
-    _check_count(len(out), max_length, field)
     seen: set[int] = set()
     for p in out:
         if p in seen:
@@ -150,13 +163,19 @@ def positions_of(
     return tuple(out)
 
 
-def _check_count(count: int, max_length: int | None, field: str) -> None:
-    """UsageError where `count` positions are more than `max_length` (None: no bound)."""
-    if max_length is not None and count > max_length:
-        raise UsageError(
-            f"{field} names {count} positions, more than the model's longest input "
-            f"({max_length} tokens)"
-        )
+def position_limit(max_length: int | None) -> tuple[int, str]:
+    """(the most positions a selection may name, what that most is, for an error): the
+    model's longest input `max_length`, or MAX_POSITIONS where it is None or longer."""
+    if max_length is not None and max_length <= MAX_POSITIONS:
+        return max_length, f"the model's longest input ({max_length} tokens)"
+    return MAX_POSITIONS, (
+        f"a request may name ({MAX_POSITIONS}, jaxattn.selection.MAX_POSITIONS: each names "
+        "a token of every text)"
+    )
+
+
+def _too_many(field: str, count: int | str, bound: str) -> UsageError:
+    return UsageError(f"{field} names {count} positions, more than {bound}")
 
 
 def _fixed_width(s: slice, field: str) -> range:

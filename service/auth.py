@@ -1,7 +1,10 @@
 """Bearer-token authentication as a server interceptor.
 
-Every call except the health service must carry `authorization: Bearer <token>`;
-others are answered UNAUTHENTICATED before any handler runs. The comparison is
+Every call except the health service must carry `authorization: Bearer <token>`,
+once; others are answered UNAUTHENTICATED before any handler runs. A call that
+carries the header more than once is refused whatever its values: no choice of
+one of them (the first, the last, any that matches) may name the caller, so a
+second header can never pick another client's quota. The comparison is
 constant-time (hmac.compare_digest) so response timing reveals nothing about
 the token. Neither the token nor the offered value is ever logged.
 
@@ -25,6 +28,7 @@ PUBLIC_PREFIXES = ("/grpc.health.v1.Health/",)
 
 
 WRONG_TOKEN = "missing or wrong bearer token: send metadata 'authorization: Bearer <token>'"
+TWICE = "the 'authorization' header came more than once: send one, 'authorization: Bearer <token>'"
 
 
 def _deny(request_or_iterator, context, message: str = WRONG_TOKEN):
@@ -56,19 +60,22 @@ def _same_kind(handler: grpc.RpcMethodHandler, behavior, *, serializers: bool):
     return grpc.unary_unary_rpc_method_handler(behavior, **kw)
 
 
-def _offered(metadata) -> bytes:
-    """The `authorization` value of a call's invocation metadata (b"" when absent)."""
-    for key, value in metadata or ():
-        if key == "authorization":
-            return value.encode() if isinstance(value, str) else value
-    return b""
+def _offered(metadata) -> bytes | None:
+    """The `authorization` value of a call's invocation metadata (b"" when absent);
+    None when the header came more than once, whatever its values."""
+    values = [value for key, value in metadata or () if key.lower() == "authorization"]
+    if len(values) > 1:
+        return None
+    value = values[0] if values else b""
+    return value.encode() if isinstance(value, str) else value
 
 
 def client_name(clients, metadata) -> str:
     """The name of the client whose bearer token `metadata` carries ("" for none, an
-    unknown or an expired token): the `client` label of the metrics' refusals."""
+    unknown or an expired token, or the header more than once): the `client` label of
+    the metrics' refusals."""
     offered = _offered(metadata)
-    if not offered.startswith(b"Bearer "):
+    if offered is None or not offered.startswith(b"Bearer "):
         return ""
     quota, _ = clients.lookup(offered[len(b"Bearer ") :])
     return "" if quota is None else quota.name
@@ -84,7 +91,10 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
         handler = continuation(handler_call_details)
         if handler is None or handler_call_details.method.startswith(PUBLIC_PREFIXES):
             return handler
-        if hmac.compare_digest(_offered(handler_call_details.invocation_metadata), self._expected):
+        offered = _offered(handler_call_details.invocation_metadata)
+        if offered is None:
+            return _denying_handler(handler, TWICE)
+        if hmac.compare_digest(offered, self._expected):
             return handler
         return _denying_handler(handler)
 
@@ -92,8 +102,9 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
 class ClientInterceptor(grpc.ServerInterceptor):
     """Admits the clients of a token file; the handler sees the caller's quota.
 
-    An unknown token, a missing one and an expired one are UNAUTHENTICATED
-    (the last says it expired). A known client's call runs the method with a
+    An unknown token, a missing one, an expired one and a header sent more than
+    once are UNAUTHENTICATED (the expired one says it expired, the repeated one
+    that it came more than once). A known client's call runs the method with a
     context whose `quota` is the client's `ClientQuota`.
     """
 
@@ -105,6 +116,8 @@ class ClientInterceptor(grpc.ServerInterceptor):
         if handler is None or handler_call_details.method.startswith(PUBLIC_PREFIXES):
             return handler
         offered = _offered(handler_call_details.invocation_metadata)
+        if offered is None:
+            return _denying_handler(handler, TWICE)
         token = offered[len(b"Bearer ") :] if offered.startswith(b"Bearer ") else b""
         quota, expired = self.clients.lookup(token) if token else (None, "")
         if quota is None:

@@ -10,6 +10,14 @@ the status table and the watchers are changed under one lock that is never held
 across a send, and sends are serialised by another, which the close callback
 never takes; each send says the service's status at the time it is made, so
 concurrent updates end with every watcher told the last one.
+
+Two questions an orchestrator asks (docs/deploy/kubernetes.yaml): readiness, "does
+it take captures?", is the attention service's status (and the server's, ""), which
+`AttentionServer.set_serving(False)` and a drain turn NOT_SERVING; liveness, "does
+the process answer?", is LIVENESS_SERVICE's, SERVING for as long as the server answers
+at all, draining or set not-serving included, so that a probe of it never restarts a
+replica for being out of rotation. (A server warms up, `--warmup`, before it listens:
+then neither answers, and a startup probe waits for it.)
 """
 
 from __future__ import annotations
@@ -23,14 +31,18 @@ _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 _UNKNOWN = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
 
+# The health service name a liveness probe asks: SERVING while the server answers.
+LIVENESS_SERVICE = "jaxattn.v1.Liveness"
+
 
 class HealthServicer(health_pb2_grpc.HealthServicer):
-    """Statuses by service name ("" is the server's); Watch holds no handler thread."""
+    """Statuses by service name ("" is the server's; LIVENESS_SERVICE always SERVING);
+    Watch holds no handler thread."""
 
     def __init__(self):
         self._lock = threading.Lock()  # the statuses and the watchers; never held on a send
         self._send_lock = threading.Lock()  # one send at a time, in status order
-        self._status: dict[str, int] = {"": _SERVING}
+        self._status: dict[str, int] = {"": _SERVING, LIVENESS_SERVICE: _SERVING}
         self._watchers: dict[str, set] = {}
         self._shutting_down = False
 
@@ -54,7 +66,13 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
     Watch.experimental_thread_pool = None
 
     def set(self, service: str, status: int) -> None:
-        """Set a service's status and tell its watchers (ignored once shutting down)."""
+        """Set a service's status and tell its watchers (ignored once shutting down).
+
+        Raises:
+          ValueError: `service` is LIVENESS_SERVICE, whose status is not set.
+        """
+        if service == LIVENESS_SERVICE:
+            raise ValueError(f"{LIVENESS_SERVICE} is SERVING while the server answers: not set")
         with self._lock:
             if self._shutting_down:
                 return
@@ -63,14 +81,20 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
         self._send(service, watchers)
 
     def enter_graceful_shutdown(self) -> None:
-        """Every service NOT_SERVING, for good: later `set` calls are ignored."""
+        """Every service but LIVENESS_SERVICE NOT_SERVING, for good: later `set` calls
+        are ignored. The server still answers while its calls drain: alive."""
         with self._lock:
             if self._shutting_down:
                 return
             self._shutting_down = True
             for service in self._status:
-                self._status[service] = _NOT_SERVING
-            watched = {s: list(w) for s, w in self._watchers.items() if s in self._status}
+                if service != LIVENESS_SERVICE:
+                    self._status[service] = _NOT_SERVING
+            watched = {
+                s: list(w)
+                for s, w in self._watchers.items()
+                if s in self._status and s != LIVENESS_SERVICE
+            }
         for service, watchers in watched.items():
             self._send(service, watchers)
 

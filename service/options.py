@@ -15,6 +15,21 @@ from service.generation import DEFAULT_MAX_NEW_TOKENS
 if TYPE_CHECKING:
     from service.clients import ClientTable
 
+# The server is gRPC's synchronous one: a Capture call holds a handler thread for its
+# whole life (queued, computing, streaming), so `queue_size` admitted calls are as
+# many threads, plus SPARE_WORKERS for quick calls (GetModelInfo, reflection; health
+# Watch holds none). The pool's size is set up front; gRPC refuses calls past it.
+# 1024 admitted calls is 16 full default batches (max_batch_examples 64) queued behind
+# the one engine a server runs: more only wait, adding no throughput, and each thread
+# costs a stack (8 MiB of address space by default). `--queue-size 100000` was taken:
+# a pool of up to 100008 threads, started as calls came, with gRPC's own limit on
+# concurrent calls as high, so a burst of clients could make the process start threads
+# until the OS or its memory gave out. For more concurrent clients, run more replicas.
+MAX_QUEUE_SIZE = 1024
+SPARE_WORKERS = 8
+MAX_WORKERS = MAX_QUEUE_SIZE + SPARE_WORKERS
+QUEUE_SIZE_BOUND = "each admitted call holds a handler thread; for more clients run more replicas"
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ServerOptions:
@@ -25,7 +40,8 @@ class ServerOptions:
       max_tokens: most tokens, all examples together, per request
         (RESOURCE_EXHAUSTED above). With max_texts it bounds one request's memory.
       queue_size: most Capture calls admitted at once, queued or streaming; one
-        more gets RESOURCE_EXHAUSTED. Bounds the server's memory.
+        more gets RESOURCE_EXHAUSTED. Bounds the server's memory and its threads
+        (each admitted call holds one): at most MAX_QUEUE_SIZE (1024).
       batch_window_s: how long the batcher waits after a request arrives for
         others with the same spec to join its batch.
       max_batch_examples: most examples one merged engine call takes (a single
@@ -60,8 +76,8 @@ class ServerOptions:
         examples together (RESOURCE_EXHAUSTED, "max_result_bytes", beyond).
       slow_reader_s: a call whose client reads nothing for this long while its
         results wait is cancelled (and logged RESOURCE_EXHAUSTED).
-      max_workers: handler threads; None = queue_size + 8 (a streaming call
-        holds a thread for its whole duration).
+      max_workers: handler threads, 1..MAX_WORKERS (1032); None = queue_size +
+        SPARE_WORKERS (8) (a streaming call holds a thread for its whole duration).
       max_new_tokens: most tokens one request may ask a decoder to generate before
         its capture (CaptureRequest.generate; RESOURCE_EXHAUSTED, "max_new_tokens",
         beyond; ModelInfo.max_new_tokens); 0: this server does not generate. A
@@ -116,6 +132,16 @@ class ServerOptions:
         ):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.queue_size > MAX_QUEUE_SIZE:
+            raise UsageError(
+                f"queue_size must be at most {MAX_QUEUE_SIZE} ({QUEUE_SIZE_BOUND}), "
+                f"got {self.queue_size}"
+            )
+        if self.max_workers is not None and not 1 <= self.max_workers <= MAX_WORKERS:
+            raise UsageError(
+                f"max_workers must be None or 1..{MAX_WORKERS} (handler threads: "
+                f"{MAX_QUEUE_SIZE} calls and {SPARE_WORKERS} spare), got {self.max_workers}"
+            )
         if self.max_new_tokens < 0:
             raise UsageError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
         for name in ("max_texts", "max_tokens", "max_new_tokens"):  # ModelInfo's uint32s
@@ -158,4 +184,4 @@ class ServerOptions:
     @property
     def workers(self) -> int:
         """Handler threads: one per admitted stream plus a few for quick calls."""
-        return self.max_workers or self.queue_size + 8
+        return self.max_workers or self.queue_size + SPARE_WORKERS

@@ -21,7 +21,7 @@ import grpc
 
 from jaxattn.errors import GenerationTooLongError, TooLongError
 from jaxattn.quantities import MAPS, QUANTITIES
-from jaxattn.selection import bad_position
+from jaxattn.selection import bad_position, position_limit
 from jaxattn.spec import DEFAULT_WHAT
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codecs
@@ -137,7 +137,8 @@ def _indices(values, count: int, field: str) -> list[int] | None:
 
 
 def _positions(values, field: str, what, max_length: int) -> list[int] | None:
-    """Check a repeated position field: no duplicates, at most `max_length` of them, and
+    """Check a repeated position field: no duplicates, at most `position_limit(max_length)`
+    of them (the model's longest input, ModelInfo.max_positions, or MAX_POSITIONS), and
     only for a request of a map (None: every position). Each example's are `_fits`'s."""
     if not values:
         return None
@@ -148,11 +149,11 @@ def _positions(values, field: str, what, max_length: int) -> list[int] | None:
             f"asks for none ({', '.join(what)}): leave {field} empty, or ask for a map too",
             field,
         )
-    if len(values) > max_length:
+    most, bound = position_limit(max_length)  # as the engine and the client bound them
+    if len(values) > most:
         raise RequestError(
             INVALID,
-            f"{field} holds {len(values)} positions, more than the model's "
-            f"{max_length} tokens (ModelInfo.max_positions)",
+            f"{field} holds {len(values)} positions, more than {bound}",
             field,
         )
     seen: dict[int, int] = {}

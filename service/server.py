@@ -74,7 +74,8 @@ class AttentionServer:
         NOT_SERVING takes this replica out of clients' rotation (jaxattn.client
         and load balancers that check health send it no new calls) while it still
         answers the calls it gets; SERVING puts it back. `stop` sets NOT_SERVING
-        for good. docs/replicas.md."""
+        for good. Liveness (`service.health.LIVENESS_SERVICE`) stays SERVING
+        either way. docs/replicas.md."""
         status = health_pb2.HealthCheckResponse.SERVING if serving else _NOT_SERVING
         for name in ("", SERVICE_NAME):
             self._health.set(name, status)

@@ -129,14 +129,16 @@ def wire_count(least: int):
     def parse(value: str) -> int:
         from jaxattn.wire.codecs import MAX_UINT32
 
-        n = _at_least(value, least)
-        if n > MAX_UINT32:
-            raise argparse.ArgumentTypeError(
-                f"expected a number <= {MAX_UINT32} (a server's limit is a uint32), got {n}"
-            )
-        return n
+        return at_most(_at_least(value, least), MAX_UINT32, "a server's limit is a uint32")
 
     return parse
+
+
+def at_most(n: int, most: int, why: str) -> int:
+    """`n`, if it is at most `most`; else the flag's error, saying `why` that is the most."""
+    if n > most:
+        raise argparse.ArgumentTypeError(f"expected a number <= {most} ({why}), got {n}")
+    return n
 
 
 def read_token(token_file: str | None) -> str | None:

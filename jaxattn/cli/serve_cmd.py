@@ -1,10 +1,11 @@
 """`jaxattn serve`: run the gRPC attention service until SIGTERM/SIGINT.
 
 The server itself is the `service` package, outside jaxattn. This module is the
-one place jaxattn reaches it, lazily and through two narrow functions: `_run`
+one place jaxattn reaches it, lazily and through narrow functions: `_run`
 builds `service.ServerOptions` from the flags (reading the token, token file
 and certificate files) and calls `service.serve`; `start_server` serves an engine
-in-process (for `jaxattn demo`).
+in-process (for `jaxattn demo`); `queue_size` checks --queue-size against the
+server's most (`service.options.MAX_QUEUE_SIZE`), only when the flag is given.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 from jaxattn.cli.args import (
     add_precision_argument,
     add_source_arguments,
+    at_most,
     engine_options,
     mebibytes,
     names,
@@ -74,9 +76,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--queue-size",
-        type=positive,
+        type=queue_size,
         default=64,
-        help="most requests admitted at once; more get RESOURCE_EXHAUSTED",
+        help="most requests admitted at once; more get RESOURCE_EXHAUSTED (each holds "
+        "a handler thread: a value past the server's most is refused, naming it)",
     )
     p.add_argument(
         "--batch-window-ms",
@@ -198,6 +201,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
         help="logging level (INFO: one line per request)",
     )
+
+
+def queue_size(value: str) -> int:
+    """--queue-size: 1..`service.options.MAX_QUEUE_SIZE`."""
+    from service.options import MAX_QUEUE_SIZE, QUEUE_SIZE_BOUND
+
+    return at_most(positive(value), MAX_QUEUE_SIZE, QUEUE_SIZE_BOUND)
 
 
 def quantity_names(value: str) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from jaxattn.client.resume import Resume
 from jaxattn.client.served_model import capture_provenance, model_info_of
 from jaxattn.info import ModelInfo
 from jaxattn.inputs import Text
-from jaxattn.selection import Selection
+from jaxattn.selection import Selection, positions_of
 from jaxattn.stream import CaptureStream, Progress, too_long_policy
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import StreamDecoder, WireError, codecs
@@ -284,6 +284,7 @@ class AttentionClient:
             key_positions=key_positions,
             generate=generate,
             stop_at_eos=stop_at_eos,
+            max_positions=self._known_max_positions(),
         )
         request.coalesce = self.coalesce
         request.weights_in_header = self.weights_in_header
@@ -316,10 +317,14 @@ class AttentionClient:
         holds one window's captures whatever the corpus length. The returned
         `jaxattn.CaptureStream` keeps the `skipped` and `truncated` input
         indices; `progress` is called per input (None when skipped).
-        Arguments otherwise as `capture`; layers and heads are resolved once.
+        Arguments otherwise as `capture`; layers, heads and positions are resolved once.
         """
         layers = requests.indices(layers, lambda: self.model_info().layers, "layers") or None
         heads = requests.indices(heads, lambda: self.model_info().heads, "heads") or None
+        # read once (a generator is not read again per window), bounded as `capture` does
+        most = self._known_max_positions()
+        query_positions = positions_of(query_positions, "query_positions", most)
+        key_positions = positions_of(key_positions, "key_positions", most)
         return CaptureStream(
             self,
             texts,
@@ -336,6 +341,13 @@ class AttentionClient:
             generate=generate,
             stop_at_eos=stop_at_eos,
         )
+
+    def _known_max_positions(self) -> int | None:
+        """The model's longest input where this client already has its ModelInfo
+        (`model_info()`, or a replica's, kept from an earlier call); None: no call made
+        yet, and none is made for it (a selection is then bound by MAX_POSITIONS)."""
+        known = (self._info, *self._replicas.values())
+        return next((m.max_positions for m in known if m is not None), None)
 
     def _replica(self, i: int, deadline: float, fresh: bool = False) -> ModelInfo:
         """The model of address `i`: its own GetModelInfo, on its channel, kept for the

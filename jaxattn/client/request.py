@@ -125,26 +125,29 @@ def build(
     key_positions: Selection = None,
     generate: int | None = None,
     stop_at_eos: bool = True,
+    max_positions: int | None = None,
 ) -> pb.CaptureRequest:
     """The CaptureRequest of checked arguments (layers/heads already resolved).
 
     query_positions, key_positions: the maps' rows and keys (`jaxattn.selection.positions_of`:
     the wire carries the positions, negative ones as they are; the server resolves
-    them against each text).
+    them against each text), each no more than `position_limit(max_positions)`: the
+    model's longest input where the client knows it (None: MAX_POSITIONS), an iterable
+    read no further than one past that.
     generate: a decoder's new tokens to generate first (CaptureRequest.generate; None:
     none), ending at EOS unless `stop_at_eos` is False (CaptureRequest.ignore_eos).
 
     Raises:
       UsageError: an unknown quantity, dtype or precision, statistics as uint8,
         a max_chunk_bytes out of range, a malformed text, positions a slice cannot
-        keep at one count or positions for no map, generate < 1 or not a whole number,
-        stop_at_eos=False without generate. Whether the model computes a
+        keep at one count, too many of them, or positions for no map, generate < 1
+        or not a whole number, stop_at_eos=False without generate. Whether the model computes a
         quantity is the server's check (INVALID_ARGUMENT on what[i]), and so is
         whether each position lies within each text.
     """
     names = check_what(what, dtype)
-    rows = positions_of(query_positions, "query_positions")
-    keys = positions_of(key_positions, "key_positions")
+    rows = positions_of(query_positions, "query_positions", max_positions)
+    keys = positions_of(key_positions, "key_positions", max_positions)
     check_maps_asked(names, rows is not None or keys is not None)
     if precision is not None:
         check_precision(precision)

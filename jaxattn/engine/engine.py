@@ -556,7 +556,9 @@ class Engine:
         """
         # bad requests fail now
         positions = dict(query_positions=query_positions, key_positions=key_positions)
-        self.make_spec(what, layers, heads, dtype, precision, **positions)
+        spec = self.make_spec(what, layers, heads, dtype, precision, **positions)
+        # as checked, once: a generator of positions is read here, not again per window
+        positions = dict(query_positions=spec.query_positions, key_positions=spec.key_positions)
         generating = {}
         generate, stop_at_eos = self._check_generation(generate, stop_at_eos)
         if generate is not None:

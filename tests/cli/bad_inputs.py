@@ -401,6 +401,15 @@ BAD: list[Bad] = [
         r"32-bit int\), got 100000",
     ),
     Bad(
+        "a queue past the server's most (a pool of 100008 handler threads)",
+        "--queue-size",
+        lambda t, g: ["--queue-size", "100000"],
+        2,
+        r"--queue-size: expected a number <= 1024 \(each admitted call holds a handler thread; "
+        r"for more clients run more replicas\), got 100000",
+        only=frozenset({"serve"}),
+    ),
+    Bad(
         "a result limit past ModelInfo's uint64 (every GetModelInfo failed: UNKNOWN)",
         "--max-result-mib",
         lambda t, g: ["--max-result-mib", "1e30"],

@@ -6,7 +6,8 @@ every later call hung); `--max-request-mib 100000` was an internal OverflowError
 gRPC's 32-bit option; `--max-result-mib 1e30` made every GetModelInfo fail UNKNOWN
 (ModelInfo's uint64); `--host ::1` was an internal error ("::1:0" is no address);
 a client timeout of inf (or ~7e9 s) was an instant DEADLINE_EXCEEDED blamed on the
-server; a token with a newline was INTERNAL "Invalid metadata".
+server; a token with a newline was INTERNAL "Invalid metadata"; `--queue-size 100000`
+was taken, with a pool of up to 100008 handler threads (each admitted call holds one).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from service_support import running_server
 
 from jaxattn.client import AttentionClient
 from jaxattn.errors import InputError, UsageError
+from service.options import MAX_QUEUE_SIZE, MAX_WORKERS
 
 
 @pytest.mark.parametrize(
@@ -34,6 +36,10 @@ from jaxattn.errors import InputError, UsageError
         ("max_result_bytes", 1 << 64, "max_result_bytes must be at most 18446744073709551615"),
         ("max_example_bytes", 1 << 64, "max_example_bytes must be at most"),
         ("max_buffered_bytes", 1 << 64, "max_buffered_bytes must be at most"),
+        # a pool of 100008 handler threads, each admitted call holding one
+        ("queue_size", 100000, r"queue_size must be at most 1024 \(each admitted call holds"),
+        ("max_workers", 100000, r"max_workers must be None or 1\.\.1032 \(handler threads"),
+        ("max_workers", 0, r"max_workers must be None or 1\.\.1032"),
         ("token", "secret\n", "token cannot be received: it has spaces or a newline"),
         ("token", "s\u00e9cret", "character 2 of 6 is not ASCII"),
     ],
@@ -50,6 +56,7 @@ def test_the_largest_values_allowed_serve(svc_engine):
     ModelInfo carries a byte limit of 2**64 - 1."""
     most = (1 << 64) - 1
     options = dict(slow_reader_s=threading.TIMEOUT_MAX, batch_window_s=0.0, grace_s=0.0)
+    options |= dict(queue_size=MAX_QUEUE_SIZE, max_workers=MAX_WORKERS)
     with running_server(
         svc_engine, max_result_bytes=most, max_request_bytes=(1 << 31) - 1, **options
     ) as (

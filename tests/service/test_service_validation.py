@@ -124,7 +124,7 @@ CASES = {
     "more positions than the model's tokens": (
         dict(query_positions=list(range(68))),
         INVALID,
-        ["68 positions", "model's 67 tokens"],
+        ["68 positions", "the model's longest input (67 tokens)"],
         "query_positions",
         None,
     ),
