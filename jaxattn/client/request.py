@@ -9,7 +9,7 @@ indices, slices, "0,3,-1"): the wire carries only non-negative indices
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import grpc
 
@@ -86,8 +86,10 @@ def indices(value: Selection, count: Callable[[], int], field: str) -> list[int]
     """
     if isinstance(value, str):
         value = parse_selection(value)  # a bad string fails before any call
-    if isinstance(value, Iterable) and not isinstance(value, (bytes, range)):
-        value = list(value)  # a generator is read once
+    if isinstance(value, Iterator):
+        # a generator (read once) is resolved against the model's count, read no further
+        # than its first index out of range: itertools.count() was listed for ever
+        return list(resolve_indices(value, count(), field))
     plain = plain_indices(value)
     if plain is not None:
         return plain

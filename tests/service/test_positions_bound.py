@@ -98,3 +98,27 @@ def test_one_bound_for_every_model_length():
     with pytest.raises(UsageError, match="more than a request may name"):
         positions_of(range(MAX_POSITIONS + 1), "query_positions", MAX_POSITIONS * 4)
     assert len(positions_of(range(MAX_POSITIONS), "query_positions", None)) == MAX_POSITIONS
+
+
+@pytest.mark.parametrize("field", ("layers", "heads"))
+def test_a_generator_of_layers_or_heads_is_read_to_its_first_index_out_of_range(
+    client, svc_engine, field
+):
+    """The client listed a generator of layers/heads before anything else:
+    `layers=itertools.count()` never ended. Now a generator is resolved against the
+    model's count (one GetModelInfo call), read no further than its first bad index."""
+    count = getattr(svc_engine.info, field)
+    read = []
+
+    def endless():  # stops the test, not the machine, where it is read too far
+        for i in itertools.count():
+            assert i < 1000, f"{field} read past {i}"
+            read.append(i)
+            yield i
+
+    with pytest.raises(UsageError, match=f"out of range: valid {field} are 0..{count - 1}"):
+        client.capture(TEXTS[:1], what=WHAT, **{field: endless()})
+    assert read[-1] == count  # read up to `count`, the first out of range
+    got = client.capture(TEXTS[:1], what=WHAT, **{field: (i for i in (-1, 0))})
+    want = svc_engine.capture(TEXTS[:1], what=WHAT, **{field: [0, count - 1]})
+    assert getattr(got[0], field) == getattr(want[0], field) == (0, count - 1)
