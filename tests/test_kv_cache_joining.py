@@ -90,7 +90,7 @@ def test_warmup_compiles_what_a_join_runs(llama):
         assert d._compile(kv_cache.Shape(2, 16, 16)) == 8
     names = [str(n) for n in compiles]
     assert len(names) == 8 and [sum(p in n for n in names) for p in ("_grow", "_insert")] == [1, 1]
-    assert {("grow", (2, 4), 16, False), ("insert", (2, 1), 16, False)} <= d._compiled
-    assert ("prefill", (1, 16), 16, False) in d._compiled
+    assert {("grow", (2, 4), 16), ("insert", (2, 1), 16)} <= d._compiled
+    assert ("prefill", (1, 16), 16) in d._compiled
     assert d._compile(kv_cache.Shape(4, 32, 32)) == 0  # run above; the largest grows not
     assert not any(key[0] == "grow" and key[1][0] == 4 for key in d._compiled)

@@ -14,7 +14,10 @@ chunks of at most `CHUNK` positions (the "prefill"): positions 0..n-2 of a promp
 n tokens, its last token being the first step's input. The layer code is the capture
 model's own (`Encoder` with a `LayerCache`: `SelfAttention._cached`), so every
 family's attention (grouped heads, RoPE and its scalings, sliding windows, soft caps,
-Gemma's norms) and head ablation are the capture's code.
+Gemma's norms) and head ablation are the capture's code. The programs always take the
+ablation's gates, every head kept (ones) where none is disabled: multiplying by one and
+selecting no uniform row leave the numbers as they are, so an ablated generation runs
+the plain one's programs (compiled once, `warmup`'s) instead of compiling its own.
 
 Each call is two programs: the model reads the caches and returns the tokens' own
 keys and values, then `_write` puts them into the caches, which it is given
@@ -68,6 +71,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxattn.engine import batching, causal_lm
+from jaxattn.engine.ablation import HeadAblation
 from jaxattn.engine.attention import LayerCache
 from jaxattn.engine.model import Encoder
 from jaxattn.engine.step import matmul_platform
@@ -121,6 +125,7 @@ class KVDecoder:
                 np.asarray(causal_lm.unembedding(engine), np.float32), replicated
             )
         self._batch, self._replicated = batch, replicated
+        self._kept = jax.device_put(HeadAblation().gates(c), replicated)  # every head
         ins = (replicated, replicated, batch, batch, batch, batch, replicated)
         # Module functions given the model, not bound methods: a jitted function holds
         # its function, and a method would hold the decoder (a cycle).
@@ -231,8 +236,8 @@ class KVDecoder:
     def _call(self, program, kind: str, ids, starts, keys, values, gates):
         """Run `program` (prefill or step) on a group's tokens, then write their keys and
         values into the caches: (the step's next ids or None, keys, values)."""
-        self._compiled.add((kind, ids.shape, keys.shape[-2], gates is not None))
-        self._compiled.add(("write", ids.shape, keys.shape[-2], False))
+        self._compiled.add((kind, ids.shape, keys.shape[-2]))
+        self._compiled.add(("write", ids.shape, keys.shape[-2]))
         params = self.engine.step.params
         # Placed as `warmup` compiles them: host arrays would be other input types to
         # jit (no sharding), so each first call would trace and compile again.
@@ -246,7 +251,7 @@ class KVDecoder:
         new_values, of the same length: a joining prompt's, `Group.admit`) put in `row`,
         in place: one sequence's cache bytes written."""
         pair = (keys.shape[0], new_keys.shape[0])
-        self._compiled.add(("insert", pair, keys.shape[-2], False))
+        self._compiled.add(("insert", pair, keys.shape[-2]))
         where = jax.device_put((np.int32(src), np.int32(row)), self._replicated)
         return self._insert(keys, values, new_keys, new_values, *where)
 
@@ -256,8 +261,13 @@ class KVDecoder:
         program of its own that reads the old caches once and writes the new ones (the
         old freed after: the device holds both for its duration; a step's bytes of the
         cache read, once)."""
-        self._compiled.add(("grow", (keys.shape[0], batch), keys.shape[-2], False))
+        self._compiled.add(("grow", (keys.shape[0], batch), keys.shape[-2]))
         return self._grow(keys, values, batch)
+
+    def gates(self, gates=None):
+        """A run's ablation gates (keep [L, H], uniform [L, H]: `HeadAblation.gates`) on
+        the devices, as the programs take them; None: every head kept."""
+        return self._kept if gates is None else jax.device_put(gates, self._replicated)
 
     def _head(self, params):
         """The next-token head [V, D] on the devices (`unembedding`)."""
@@ -317,6 +327,10 @@ class KVDecoder:
         def scalar():
             return jax.ShapeDtypeStruct((), jnp.int32, sharding=self._replicated)
 
+        gates = tuple(
+            jax.ShapeDtypeStruct(g.shape, g.dtype, sharding=self._replicated) for g in self._kept
+        )
+
         params, n = self.engine.step.params, shape.batch
         sizes = self.sizes(shape.length)
         bigger, smallest = [s for s in sizes if s > n], sizes[0]
@@ -332,14 +346,14 @@ class KVDecoder:
                 head = self._head(params)
                 programs.append(
                     (
-                        (kind, (batch, width), shape.length, False),
+                        (kind, (batch, width), shape.length),
                         program,
-                        (params, head, ids, starts, k, k, None),
+                        (params, head, ids, starts, k, k, gates),
                     )
                 )
                 programs.append(
                     (
-                        ("write", (batch, width), shape.length, False),
+                        ("write", (batch, width), shape.length),
                         self._write,
                         (k, k, rows, rows, starts),
                     )
@@ -347,15 +361,13 @@ class KVDecoder:
         k, small = array(n), array(smallest)
         programs.append(
             (
-                ("insert", (n, smallest), shape.length, False),
+                ("insert", (n, smallest), shape.length),
                 self._insert,
                 (k, k, small, small, scalar(), scalar()),
             )
         )
         if bigger:
-            programs.append(
-                (("grow", (n, bigger[0]), shape.length, False), self._grow, (k, k, bigger[0]))
-            )
+            programs.append((("grow", (n, bigger[0]), shape.length), self._grow, (k, k, bigger[0])))
         made = 0
         for key, jitted, args in programs:
             if key not in self._compiled:
@@ -375,7 +387,7 @@ class Group:
     """
 
     def __init__(self, decoder: KVDecoder, shape: Shape, prompts, gates):
-        self.decoder, self.shape, self.gates = decoder, shape, gates
+        self.decoder, self.shape, self.gates = decoder, shape, decoder.gates(gates)
         # position of the token each row feeds next (its last prompt token's at first),
         # that token, and whether the row holds a sequence that goes on (not padding, not
         # released)
