@@ -79,18 +79,21 @@ def test_a_grown_batch_and_a_joined_prompt_that_leaves(llama):
 def test_warmup_compiles_what_a_join_runs(llama):
     # `KVDecoder.warmup` compiles with each shape what a prompt joining it runs: the
     # batch's growth to the next size of its length's ladder, the smallest size's
-    # prefill and write, and the insertion of its rows (a length no test here ran)
+    # prefill and write, the widening of a shorter prompt's caches from the length
+    # below and the insertion of its rows (a decoder that ran nothing)
     engine, _, _ = llama
-    d = engine.kv_decoder
+    d = kv_cache.KVDecoder(engine)
     # JAX's own cache holds a program by its function and shapes, whichever decoder
     # ran it: the weightless ones (write, grow, insert) another test's model of the
     # same dimensions compiled would not compile here again
     jax.clear_caches()
     with backend_compiles(GENERATION) as compiles:
-        assert d._compile(kv_cache.Shape(2, 16, 16)) == 8
+        assert d._compile(kv_cache.Shape(2, 16, 16)) == 8  # the shortest: no widening
     names = [str(n) for n in compiles]
     assert len(names) == 8 and [sum(p in n for n in names) for p in ("_grow", "_insert")] == [1, 1]
     assert {("grow", (2, 4), 16), ("insert", (2, 1), 16)} <= d._compiled
     assert ("prefill", (1, 16), 16) in d._compiled
-    assert d._compile(kv_cache.Shape(4, 32, 32)) == 0  # run above; the largest grows not
+    with backend_compiles(("_grow",)) as compiles:
+        d._compile(kv_cache.Shape(4, 32, 32))  # the largest batch grows not
+    assert len(compiles) == 1 and ("widen", 1, (16, 32)) in d._compiled
     assert not any(key[0] == "grow" and key[1][0] == 4 for key in d._compiled)

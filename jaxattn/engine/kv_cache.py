@@ -39,15 +39,18 @@ vLLM's and TGI's): into its free rows (padding rows, and rows whose sequence the
 free (`KVDecoder.grown`: a program that copies the caches into larger ones, the old
 and the new on the device together for its duration). A joining prompt is prefilled
 in a group of the smallest size (one sequence a device: its prefill costs its own
-rows, not all of the group's), then its row is put into the group's caches
-(`KVDecoder.inserted`: one sequence's cache written in place, the other rows
-untouched). No program is compiled per join: `warmup` compiles, with each shape, its
-growth to the next size, the smallest size's prefill and the insertion. The
-invariant holds for a row taken over, whose cache is the joining prompt's own
-whole. A prompt cannot join where its need (prompt + new tokens - 1) is past the
-group's cache length, or where the largest batch of that length has too few free
-rows: `admit` returns None and the caller runs it in a later group
-(`generate.Continuations.add`).
+rows, not all of the group's) and the cache length holding its prompt (its chunk is
+its prompt's bucket, not the group's: a prompt of 5 tokens joining a group of 1,024
+positions prefills 16, not 512), its caches widened to the group's length a length of
+the ladder at a time (`KVDecoder.widened`, zeros after its own), then its row is put
+into the group's caches (`KVDecoder.inserted`: one sequence's cache written in place,
+the other rows untouched). No program is compiled per join: `warmup` compiles, with
+each shape, its growth to the next size, the smallest size's prefill, the widening
+into its length and the insertion. The invariant holds for a row taken over, whose
+cache is the joining prompt's own whole. A prompt cannot join where its need (prompt
++ new tokens - 1) is past the group's cache length, or where the largest batch of
+that length has too few free rows: `admit` returns None and the caller runs it in a
+later group (`generate.Continuations.add`).
 
 The cached step computes the same function as the whole-sequence forward, with the
 contractions over other shapes: its logits agree within float32 rounding, not bit
@@ -139,10 +142,11 @@ class KVDecoder:
         self._write = jax.jit(
             _write, in_shardings=(batch,) * 5, out_shardings=(batch,) * 2, donate_argnums=(0, 1)
         )
-        # A group grown to a larger batch for prompts joining it (`Group.admit`): its
-        # caches copied into the larger ones, the new rows zero.
+        # A group grown to a larger batch for prompts joining it, or a joining prompt's
+        # caches to the group's length (`Group.admit`): the caches copied into the
+        # larger ones, the new rows and positions zero.
         self._grow = jax.jit(
-            _grow, static_argnums=(2,), in_shardings=(batch,) * 2, out_shardings=(batch,) * 2
+            _grow, static_argnums=(2, 3), in_shardings=(batch,) * 2, out_shardings=(batch,) * 2
         )
         # A joining prompt's row, prefilled in a group of its own, put into a group's
         # caches (donated: updated in place, the other rows untouched).
@@ -262,7 +266,18 @@ class KVDecoder:
         old freed after: the device holds both for its duration; a step's bytes of the
         cache read, once)."""
         self._compiled.add(("grow", (keys.shape[0], batch), keys.shape[-2]))
-        return self._grow(keys, values, batch)
+        return self._grow(keys, values, batch, keys.shape[-2])
+
+    def widened(self, keys, values, length: int):
+        """The caches (keys, values) of a group widened to `length` positions (a joining
+        prompt's, prefilled at the length holding its prompt, to its group's:
+        `Group.admit`), a length of the ladder (`lengths`) at a time, as `warmup`
+        compiles it: its positions first, as they were, the new ones zero."""
+        while keys.shape[-2] < length:
+            wider = 2 * keys.shape[-2]
+            self._compiled.add(("widen", keys.shape[0], (keys.shape[-2], wider)))
+            keys, values = self._grow(keys, values, keys.shape[0], wider)
+        return keys, values
 
     def gates(self, gates=None):
         """A run's ablation gates (keep [L, H], uniform [L, H]: `HeadAblation.gates`) on
@@ -313,9 +328,10 @@ class KVDecoder:
     def _compile(self, shape: Shape) -> int:
         """Compile a shape's prefill and step, their writes into the caches, and what a
         prompt joining a group of it runs (`Group.admit`): the batch's growth to the
-        next size of its length, the prefill (and write) of the smallest size and its
-        rows' insertion; without running them. Returns how many were not compiled
-        before."""
+        next size of its length, the prefill (and write) of the smallest size (a
+        shorter prompt's: of its length's shape), the smallest size's widening from the
+        length below into this one and its rows' insertion; without running them.
+        Returns how many were not compiled before."""
         c = self.config
 
         def array(batch, width=shape.length, dtype=jnp.float32):
@@ -367,7 +383,12 @@ class KVDecoder:
             )
         )
         if bigger:
-            programs.append((("grow", (n, bigger[0]), shape.length), self._grow, (k, k, bigger[0])))
+            grow = (k, k, bigger[0], shape.length)
+            programs.append((("grow", (n, bigger[0]), shape.length), self._grow, grow))
+        if shape.length > SHORTEST:
+            half = array(smallest, shape.length // 2)
+            key = ("widen", smallest, (shape.length // 2, shape.length))
+            programs.append((key, self._grow, (half, half, smallest, shape.length)))
         made = 0
         for key, jitted, args in programs:
             if key not in self._compiled:
@@ -425,14 +446,17 @@ class Group:
         (`KVDecoder.need`, at most the group's cache length): their rows (free ones, the
         batch grown first where too few are free, a size of the ladder at a time up to
         the smallest holding them: `KVDecoder.grown`), each prefilled in a group of the
-        smallest size and its whole row's cache put in its row (`KVDecoder.inserted`),
-        the other rows' caches untouched; None, and nothing changed, where they do not
-        fit (`room`). A row's earlier sequence leaves nothing behind: the inserted cache
-        is the joining prompt's own, what its prefill group's padding left beyond its
-        prompt never read (a query at p reads < p). Where a growth, a prefill or an
-        insertion raises (the device out of memory), the rows taken so far are free
-        again before it passes on: no row generates for a prompt that did not join (a
-        growth made stays, its rows free)."""
+        smallest size and the cache length holding its prompt (`cache_length`: its
+        chunk that length's, not the group's), widened to the group's
+        (`KVDecoder.widened`), and its whole row's cache put in its row
+        (`KVDecoder.inserted`), the other rows' caches untouched; None, and nothing
+        changed, where they do not fit (`room`). A row's earlier sequence leaves
+        nothing behind: the inserted cache is the joining prompt's own, what its prefill
+        group's padding left beyond its prompt never read (a query at p reads < p), the
+        widened positions zero. Where a growth, a prefill, a widening or an insertion
+        raises (the device out of memory), the rows taken so far are free again before
+        it passes on: no row generates for a prompt that did not join (a growth made
+        stays, its rows free)."""
         batch = self.room(len(prompts), need)
         if batch is None:
             return None
@@ -446,16 +470,20 @@ class Group:
                 self.tokens = np.concatenate([self.tokens, np.zeros(more, np.int32)])
                 self.active = np.concatenate([self.active, np.zeros(more, bool)])
         rows = self.free[: len(prompts)]
-        # Prefilled in groups of the smallest size (one sequence a device), their rows
-        # then put into this group's caches: a prefill costs the joining prompts' rows,
-        # not all of this group's.
-        small = dataclasses.replace(self.shape, batch=sizes[0])
+        # Prefilled in groups of the smallest size (one sequence a device) and the
+        # cache length holding their prompts, their rows then put into this group's
+        # caches: a prefill costs the joining prompts' rows and positions, not all of
+        # this group's.
+        small = sizes[0]
         try:
-            for at in range(0, len(rows), small.batch):
-                part = Group(d, small, prompts[at : at + small.batch], self.gates)
-                for src, row in enumerate(rows[at : at + small.batch]):
+            for at in range(0, len(rows), small):
+                joining = prompts[at : at + small]
+                length = d.cache_length(max(p.length for p in joining) - 1)
+                part = Group(d, Shape(small, length, d.chunk(length)), joining, self.gates)
+                keys, values = d.widened(part.keys, part.values, self.shape.length)
+                for src, row in enumerate(rows[at : at + small]):
                     self.keys, self.values = d.inserted(
-                        self.keys, self.values, part.keys, part.values, src, row
+                        self.keys, self.values, keys, values, src, row
                     )
                     self.positions[row] = part.positions[src]
                     self.tokens[row] = part.tokens[src]
@@ -569,11 +597,13 @@ def _insert(keys, values, new_keys, new_values, src, row):
     return one(keys, new_keys), one(values, new_values)
 
 
-def _grow(keys, values, batch: int):
-    """keys, values [B, L, H_kv, S, K] grown to `batch` rows, the new ones zero."""
+def _grow(keys, values, batch: int, length: int):
+    """keys, values [B, L, H_kv, S, K] grown to `batch` rows of `length` positions, the
+    new rows and positions zero."""
 
     def pad(cache):
-        return jnp.pad(cache, [(0, batch - cache.shape[0])] + [(0, 0)] * (cache.ndim - 1))
+        b, _, _, s, _ = cache.shape
+        return jnp.pad(cache, [(0, batch - b), (0, 0), (0, 0), (0, length - s), (0, 0)])
 
     return pad(keys), pad(values)
 
