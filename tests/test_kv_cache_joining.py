@@ -11,9 +11,8 @@ from __future__ import annotations
 import jax
 import pytest
 from compile_events import GENERATION, backend_compiles
-from generate_support import MAKERS, torch_generate
+from generate_support import load_pair, torch_generate
 
-import jaxattn
 from jaxattn.engine import kv_cache
 from jaxattn.engine.generate import Continuations
 
@@ -24,13 +23,7 @@ NEW = 9
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     """(engine of at most 4 sequences a group, transformers' eager model, prompts)."""
-    from transformers import AutoModelForCausalLM
-
-    path = MAKERS["llama"](tmp_path_factory.mktemp("llama"))
-    engine = jaxattn.load(path, buckets=(32,), max_batch=4)
-    torch_model = AutoModelForCausalLM.from_pretrained(
-        str(path), attn_implementation="eager", local_files_only=True
-    ).eval()
+    engine, torch_model = load_pair("llama", tmp_path_factory.mktemp("llama"), max_batch=4)
     return engine, torch_model, engine.tokenize(TEXTS)
 
 

@@ -6,9 +6,8 @@ The reference is transformers' greedy ``generate`` of each prompt alone."""
 from __future__ import annotations
 
 import pytest
-from generate_support import MAKERS, torch_generate
+from generate_support import load_pair, torch_generate
 
-import jaxattn
 from jaxattn.engine import kv_cache
 from jaxattn.engine.generate import Continuations
 
@@ -18,13 +17,7 @@ TEXTS = ["Hello, world.", "x", "The quick brown fox jumps"]  # 12, 2 and 22 toke
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     """(engine of at most 4 sequences a group, transformers' eager model, prompts)."""
-    from transformers import AutoModelForCausalLM
-
-    path = MAKERS["llama"](tmp_path_factory.mktemp("llama"))
-    engine = jaxattn.load(path, buckets=(32,), max_batch=4)
-    torch_model = AutoModelForCausalLM.from_pretrained(
-        str(path), attn_implementation="eager", local_files_only=True
-    ).eval()
+    engine, torch_model = load_pair("llama", tmp_path_factory.mktemp("llama"), max_batch=4)
     return engine, torch_model, engine.tokenize(TEXTS)
 
 
