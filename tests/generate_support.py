@@ -23,12 +23,13 @@ MAKERS = {
 }
 
 
-def load_pair(name: str, tmp: Path):
-    """(engine, transformers' eager ...ForCausalLM) of the tiny `name` decoder."""
+def load_pair(name: str, tmp: Path, **load):
+    """(engine, transformers' eager ...ForCausalLM) of the tiny `name` decoder; `load`:
+    more of `jaxattn.load`'s arguments (max_batch=...)."""
     from transformers import AutoModelForCausalLM
 
     path = MAKERS[name](tmp)
-    engine = jaxattn.load(path, buckets=(32,))
+    engine = jaxattn.load(path, buckets=(32,), **load)
     torch_model = AutoModelForCausalLM.from_pretrained(
         str(path), attn_implementation="eager", local_files_only=True
     ).eval()

@@ -136,3 +136,30 @@ def test_a_generation_compiles_its_programs_once_not_per_step(pairs):
     # one cache length (64 positions): its prefill, step and their writes, each at
     # most once; no step compiles its own
     assert len(seen) <= 4
+
+
+def test_ablated_and_plain_generations_share_their_programs(pairs):
+    # the generation programs always take the ablation's gates (every head kept: ones
+    # where none is ablated), so a session mixing ablated and plain generations of the
+    # same shapes compiles them once, not once each
+    import jax
+    from compile_events import GENERATION, backend_compiles
+
+    from jaxattn.engine.ablation import HeadAblation
+
+    _, engine, torch_model = pairs("gpt2")
+    texts = ["one two three four", "x"]
+    jax.clear_caches()  # JAX's cache holds programs whichever test's engine compiled them
+    with backend_compiles(GENERATION) as plain_compiles:
+        plain = engine.generate(texts, NEW, stop_at_eos=False)
+    assert len(plain_compiles) >= 3  # prefill, step, write
+    for mode in ("zero", "uniform"):
+        ablation = HeadAblation.of([(0, 1), (2, 0)], mode)
+        with backend_compiles(GENERATION) as compiles:
+            ablated = engine.generate(texts, NEW, stop_at_eos=False, ablation=ablation)
+        assert compiles == [] and [g.ids for g in ablated] != [g.ids for g in plain]
+    with backend_compiles(GENERATION) as compiles:
+        again = engine.generate(texts, NEW, stop_at_eos=False)
+    assert compiles == [] and [g.ids for g in again] == [g.ids for g in plain]
+    for g in plain:  # a plain generation, the gates all ones, is transformers' still
+        assert list(g.ids) == torch_generate(torch_model, list(g.prompt.ids), NEW, eos=-1)

@@ -11,9 +11,8 @@ from __future__ import annotations
 import jax
 import pytest
 from compile_events import GENERATION, backend_compiles
-from generate_support import MAKERS, torch_generate
+from generate_support import load_pair, torch_generate
 
-import jaxattn
 from jaxattn.engine import kv_cache
 from jaxattn.engine.generate import Continuations
 
@@ -24,13 +23,7 @@ NEW = 9
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     """(engine of at most 4 sequences a group, transformers' eager model, prompts)."""
-    from transformers import AutoModelForCausalLM
-
-    path = MAKERS["llama"](tmp_path_factory.mktemp("llama"))
-    engine = jaxattn.load(path, buckets=(32,), max_batch=4)
-    torch_model = AutoModelForCausalLM.from_pretrained(
-        str(path), attn_implementation="eager", local_files_only=True
-    ).eval()
+    engine, torch_model = load_pair("llama", tmp_path_factory.mktemp("llama"), max_batch=4)
     return engine, torch_model, engine.tokenize(TEXTS)
 
 
@@ -79,18 +72,21 @@ def test_a_grown_batch_and_a_joined_prompt_that_leaves(llama):
 def test_warmup_compiles_what_a_join_runs(llama):
     # `KVDecoder.warmup` compiles with each shape what a prompt joining it runs: the
     # batch's growth to the next size of its length's ladder, the smallest size's
-    # prefill and write, and the insertion of its rows (a length no test here ran)
+    # prefill and write, the widening of a shorter prompt's caches from the length
+    # below and the insertion of its rows (a decoder that ran nothing)
     engine, _, _ = llama
-    d = engine.kv_decoder
+    d = kv_cache.KVDecoder(engine)
     # JAX's own cache holds a program by its function and shapes, whichever decoder
     # ran it: the weightless ones (write, grow, insert) another test's model of the
     # same dimensions compiled would not compile here again
     jax.clear_caches()
     with backend_compiles(GENERATION) as compiles:
-        assert d._compile(kv_cache.Shape(2, 16, 16)) == 8
+        assert d._compile(kv_cache.Shape(2, 16, 16)) == 8  # the shortest: no widening
     names = [str(n) for n in compiles]
     assert len(names) == 8 and [sum(p in n for n in names) for p in ("_grow", "_insert")] == [1, 1]
-    assert {("grow", (2, 4), 16, False), ("insert", (2, 1), 16, False)} <= d._compiled
-    assert ("prefill", (1, 16), 16, False) in d._compiled
-    assert d._compile(kv_cache.Shape(4, 32, 32)) == 0  # run above; the largest grows not
+    assert {("grow", (2, 4), 16), ("insert", (2, 1), 16)} <= d._compiled
+    assert ("prefill", (1, 16), 16) in d._compiled
+    with backend_compiles(("_grow",)) as compiles:
+        d._compile(kv_cache.Shape(4, 32, 32))  # the largest batch grows not
+    assert len(compiles) == 1 and ("widen", 1, (16, 32)) in d._compiled
     assert not any(key[0] == "grow" and key[1][0] == 4 for key in d._compiled)

@@ -14,7 +14,10 @@ chunks of at most `CHUNK` positions (the "prefill"): positions 0..n-2 of a promp
 n tokens, its last token being the first step's input. The layer code is the capture
 model's own (`Encoder` with a `LayerCache`: `SelfAttention._cached`), so every
 family's attention (grouped heads, RoPE and its scalings, sliding windows, soft caps,
-Gemma's norms) and head ablation are the capture's code.
+Gemma's norms) and head ablation are the capture's code. The programs always take the
+ablation's gates, every head kept (ones) where none is disabled: multiplying by one and
+selecting no uniform row leave the numbers as they are, so an ablated generation runs
+the plain one's programs (compiled once, `warmup`'s) instead of compiling its own.
 
 Each call is two programs: the model reads the caches and returns the tokens' own
 keys and values, then `_write` puts them into the caches, which it is given
@@ -36,15 +39,18 @@ vLLM's and TGI's): into its free rows (padding rows, and rows whose sequence the
 free (`KVDecoder.grown`: a program that copies the caches into larger ones, the old
 and the new on the device together for its duration). A joining prompt is prefilled
 in a group of the smallest size (one sequence a device: its prefill costs its own
-rows, not all of the group's), then its row is put into the group's caches
-(`KVDecoder.inserted`: one sequence's cache written in place, the other rows
-untouched). No program is compiled per join: `warmup` compiles, with each shape, its
-growth to the next size, the smallest size's prefill and the insertion. The
-invariant holds for a row taken over, whose cache is the joining prompt's own
-whole. A prompt cannot join where its need (prompt + new tokens - 1) is past the
-group's cache length, or where the largest batch of that length has too few free
-rows: `admit` returns None and the caller runs it in a later group
-(`generate.Continuations.add`).
+rows, not all of the group's) and the cache length holding its prompt (its chunk is
+its prompt's bucket, not the group's: a prompt of 5 tokens joining a group of 1,024
+positions prefills 16, not 512), its caches widened to the group's length a length of
+the ladder at a time (`KVDecoder.widened`, zeros after its own), then its row is put
+into the group's caches (`KVDecoder.inserted`: one sequence's cache written in place,
+the other rows untouched). No program is compiled per join: `warmup` compiles, with
+each shape, its growth to the next size, the smallest size's prefill, the widening
+into its length and the insertion. The invariant holds for a row taken over, whose
+cache is the joining prompt's own whole. A prompt cannot join where its need (prompt
++ new tokens - 1) is past the group's cache length, or where the largest batch of
+that length has too few free rows: `admit` returns None and the caller runs it in a
+later group (`generate.Continuations.add`).
 
 The cached step computes the same function as the whole-sequence forward, with the
 contractions over other shapes: its logits agree within float32 rounding, not bit
@@ -68,6 +74,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxattn.engine import batching, causal_lm
+from jaxattn.engine.ablation import HeadAblation
 from jaxattn.engine.attention import LayerCache
 from jaxattn.engine.model import Encoder
 from jaxattn.engine.step import matmul_platform
@@ -121,6 +128,7 @@ class KVDecoder:
                 np.asarray(causal_lm.unembedding(engine), np.float32), replicated
             )
         self._batch, self._replicated = batch, replicated
+        self._kept = jax.device_put(HeadAblation().gates(c), replicated)  # every head
         ins = (replicated, replicated, batch, batch, batch, batch, replicated)
         # Module functions given the model, not bound methods: a jitted function holds
         # its function, and a method would hold the decoder (a cycle).
@@ -134,10 +142,11 @@ class KVDecoder:
         self._write = jax.jit(
             _write, in_shardings=(batch,) * 5, out_shardings=(batch,) * 2, donate_argnums=(0, 1)
         )
-        # A group grown to a larger batch for prompts joining it (`Group.admit`): its
-        # caches copied into the larger ones, the new rows zero.
+        # A group grown to a larger batch for prompts joining it, or a joining prompt's
+        # caches to the group's length (`Group.admit`): the caches copied into the
+        # larger ones, the new rows and positions zero.
         self._grow = jax.jit(
-            _grow, static_argnums=(2,), in_shardings=(batch,) * 2, out_shardings=(batch,) * 2
+            _grow, static_argnums=(2, 3), in_shardings=(batch,) * 2, out_shardings=(batch,) * 2
         )
         # A joining prompt's row, prefilled in a group of its own, put into a group's
         # caches (donated: updated in place, the other rows untouched).
@@ -231,8 +240,8 @@ class KVDecoder:
     def _call(self, program, kind: str, ids, starts, keys, values, gates):
         """Run `program` (prefill or step) on a group's tokens, then write their keys and
         values into the caches: (the step's next ids or None, keys, values)."""
-        self._compiled.add((kind, ids.shape, keys.shape[-2], gates is not None))
-        self._compiled.add(("write", ids.shape, keys.shape[-2], False))
+        self._compiled.add((kind, ids.shape, keys.shape[-2]))
+        self._compiled.add(("write", ids.shape, keys.shape[-2]))
         params = self.engine.step.params
         # Placed as `warmup` compiles them: host arrays would be other input types to
         # jit (no sharding), so each first call would trace and compile again.
@@ -246,7 +255,7 @@ class KVDecoder:
         new_values, of the same length: a joining prompt's, `Group.admit`) put in `row`,
         in place: one sequence's cache bytes written."""
         pair = (keys.shape[0], new_keys.shape[0])
-        self._compiled.add(("insert", pair, keys.shape[-2], False))
+        self._compiled.add(("insert", pair, keys.shape[-2]))
         where = jax.device_put((np.int32(src), np.int32(row)), self._replicated)
         return self._insert(keys, values, new_keys, new_values, *where)
 
@@ -256,8 +265,24 @@ class KVDecoder:
         program of its own that reads the old caches once and writes the new ones (the
         old freed after: the device holds both for its duration; a step's bytes of the
         cache read, once)."""
-        self._compiled.add(("grow", (keys.shape[0], batch), keys.shape[-2], False))
-        return self._grow(keys, values, batch)
+        self._compiled.add(("grow", (keys.shape[0], batch), keys.shape[-2]))
+        return self._grow(keys, values, batch, keys.shape[-2])
+
+    def widened(self, keys, values, length: int):
+        """The caches (keys, values) of a group widened to `length` positions (a joining
+        prompt's, prefilled at the length holding its prompt, to its group's:
+        `Group.admit`), a length of the ladder (`lengths`) at a time, as `warmup`
+        compiles it: its positions first, as they were, the new ones zero."""
+        while keys.shape[-2] < length:
+            wider = 2 * keys.shape[-2]
+            self._compiled.add(("widen", keys.shape[0], (keys.shape[-2], wider)))
+            keys, values = self._grow(keys, values, keys.shape[0], wider)
+        return keys, values
+
+    def gates(self, gates=None):
+        """A run's ablation gates (keep [L, H], uniform [L, H]: `HeadAblation.gates`) on
+        the devices, as the programs take them; None: every head kept."""
+        return self._kept if gates is None else jax.device_put(gates, self._replicated)
 
     def _head(self, params):
         """The next-token head [V, D] on the devices (`unembedding`)."""
@@ -303,9 +328,10 @@ class KVDecoder:
     def _compile(self, shape: Shape) -> int:
         """Compile a shape's prefill and step, their writes into the caches, and what a
         prompt joining a group of it runs (`Group.admit`): the batch's growth to the
-        next size of its length, the prefill (and write) of the smallest size and its
-        rows' insertion; without running them. Returns how many were not compiled
-        before."""
+        next size of its length, the prefill (and write) of the smallest size (a
+        shorter prompt's: of its length's shape), the smallest size's widening from the
+        length below into this one and its rows' insertion; without running them.
+        Returns how many were not compiled before."""
         c = self.config
 
         def array(batch, width=shape.length, dtype=jnp.float32):
@@ -316,6 +342,10 @@ class KVDecoder:
 
         def scalar():
             return jax.ShapeDtypeStruct((), jnp.int32, sharding=self._replicated)
+
+        gates = tuple(
+            jax.ShapeDtypeStruct(g.shape, g.dtype, sharding=self._replicated) for g in self._kept
+        )
 
         params, n = self.engine.step.params, shape.batch
         sizes = self.sizes(shape.length)
@@ -332,14 +362,14 @@ class KVDecoder:
                 head = self._head(params)
                 programs.append(
                     (
-                        (kind, (batch, width), shape.length, False),
+                        (kind, (batch, width), shape.length),
                         program,
-                        (params, head, ids, starts, k, k, None),
+                        (params, head, ids, starts, k, k, gates),
                     )
                 )
                 programs.append(
                     (
-                        ("write", (batch, width), shape.length, False),
+                        ("write", (batch, width), shape.length),
                         self._write,
                         (k, k, rows, rows, starts),
                     )
@@ -347,15 +377,18 @@ class KVDecoder:
         k, small = array(n), array(smallest)
         programs.append(
             (
-                ("insert", (n, smallest), shape.length, False),
+                ("insert", (n, smallest), shape.length),
                 self._insert,
                 (k, k, small, small, scalar(), scalar()),
             )
         )
         if bigger:
-            programs.append(
-                (("grow", (n, bigger[0]), shape.length, False), self._grow, (k, k, bigger[0]))
-            )
+            grow = (k, k, bigger[0], shape.length)
+            programs.append((("grow", (n, bigger[0]), shape.length), self._grow, grow))
+        if shape.length > SHORTEST:
+            half = array(smallest, shape.length // 2)
+            key = ("widen", smallest, (shape.length // 2, shape.length))
+            programs.append((key, self._grow, (half, half, smallest, shape.length)))
         made = 0
         for key, jitted, args in programs:
             if key not in self._compiled:
@@ -375,7 +408,7 @@ class Group:
     """
 
     def __init__(self, decoder: KVDecoder, shape: Shape, prompts, gates):
-        self.decoder, self.shape, self.gates = decoder, shape, gates
+        self.decoder, self.shape, self.gates = decoder, shape, decoder.gates(gates)
         # position of the token each row feeds next (its last prompt token's at first),
         # that token, and whether the row holds a sequence that goes on (not padding, not
         # released)
@@ -413,14 +446,17 @@ class Group:
         (`KVDecoder.need`, at most the group's cache length): their rows (free ones, the
         batch grown first where too few are free, a size of the ladder at a time up to
         the smallest holding them: `KVDecoder.grown`), each prefilled in a group of the
-        smallest size and its whole row's cache put in its row (`KVDecoder.inserted`),
-        the other rows' caches untouched; None, and nothing changed, where they do not
-        fit (`room`). A row's earlier sequence leaves nothing behind: the inserted cache
-        is the joining prompt's own, what its prefill group's padding left beyond its
-        prompt never read (a query at p reads < p). Where a growth, a prefill or an
-        insertion raises (the device out of memory), the rows taken so far are free
-        again before it passes on: no row generates for a prompt that did not join (a
-        growth made stays, its rows free)."""
+        smallest size and the cache length holding its prompt (`cache_length`: its
+        chunk that length's, not the group's), widened to the group's
+        (`KVDecoder.widened`), and its whole row's cache put in its row
+        (`KVDecoder.inserted`), the other rows' caches untouched; None, and nothing
+        changed, where they do not fit (`room`). A row's earlier sequence leaves
+        nothing behind: the inserted cache is the joining prompt's own, what its prefill
+        group's padding left beyond its prompt never read (a query at p reads < p), the
+        widened positions zero. Where a growth, a prefill, a widening or an insertion
+        raises (the device out of memory), the rows taken so far are free again before
+        it passes on: no row generates for a prompt that did not join (a growth made
+        stays, its rows free)."""
         batch = self.room(len(prompts), need)
         if batch is None:
             return None
@@ -434,16 +470,20 @@ class Group:
                 self.tokens = np.concatenate([self.tokens, np.zeros(more, np.int32)])
                 self.active = np.concatenate([self.active, np.zeros(more, bool)])
         rows = self.free[: len(prompts)]
-        # Prefilled in groups of the smallest size (one sequence a device), their rows
-        # then put into this group's caches: a prefill costs the joining prompts' rows,
-        # not all of this group's.
-        small = dataclasses.replace(self.shape, batch=sizes[0])
+        # Prefilled in groups of the smallest size (one sequence a device) and the
+        # cache length holding their prompts, their rows then put into this group's
+        # caches: a prefill costs the joining prompts' rows and positions, not all of
+        # this group's.
+        small = sizes[0]
         try:
-            for at in range(0, len(rows), small.batch):
-                part = Group(d, small, prompts[at : at + small.batch], self.gates)
-                for src, row in enumerate(rows[at : at + small.batch]):
+            for at in range(0, len(rows), small):
+                joining = prompts[at : at + small]
+                length = d.cache_length(max(p.length for p in joining) - 1)
+                part = Group(d, Shape(small, length, d.chunk(length)), joining, self.gates)
+                keys, values = d.widened(part.keys, part.values, self.shape.length)
+                for src, row in enumerate(rows[at : at + small]):
                     self.keys, self.values = d.inserted(
-                        self.keys, self.values, part.keys, part.values, src, row
+                        self.keys, self.values, keys, values, src, row
                     )
                     self.positions[row] = part.positions[src]
                     self.tokens[row] = part.tokens[src]
@@ -557,11 +597,13 @@ def _insert(keys, values, new_keys, new_values, src, row):
     return one(keys, new_keys), one(values, new_values)
 
 
-def _grow(keys, values, batch: int):
-    """keys, values [B, L, H_kv, S, K] grown to `batch` rows, the new ones zero."""
+def _grow(keys, values, batch: int, length: int):
+    """keys, values [B, L, H_kv, S, K] grown to `batch` rows of `length` positions, the
+    new rows and positions zero."""
 
     def pad(cache):
-        return jnp.pad(cache, [(0, batch - cache.shape[0])] + [(0, 0)] * (cache.ndim - 1))
+        b, _, _, s, _ = cache.shape
+        return jnp.pad(cache, [(0, batch - b), (0, 0), (0, 0), (0, length - s), (0, 0)])
 
     return pad(keys), pad(values)
 
