@@ -9,9 +9,11 @@ must import neither jax, flax, torch, transformers nor orbax, checked statically
 and by importing them all in a process where those packages cannot be imported;
 the contract imports no third-party package but numpy and ml_dtypes (its
 generated v1 code: protobuf and grpc), and the STDLIB_ONLY modules none at all,
-directly or through the modules they import. The map in
-docs/reference/architecture.md ("The house plan") is checked against ROOMS and
-LIGHT, and each room's `__init__` must name its modules.
+directly or through the modules they import. The heavy rooms' packages and the
+command line's parser import none of those packages (nor huggingface_hub) until
+asked (LAZY_HEAVY). The map in docs/reference/architecture.md ("The house
+plan") is checked against ROOMS and LIGHT, and each room's `__init__` must name
+its modules.
 """
 
 from __future__ import annotations
@@ -373,21 +375,28 @@ def test_the_package_checks_see_a_package_where_none_belongs(monkeypatch):
     assert contract_packages_wrong(MODULES) == ["jaxattn.spec imports ['jax']"]
 
 
-@pytest.mark.slow
-def test_light_rooms_import_with_jax_and_torch_blocked():
-    light = sorted(m for m in MODULES if room(m) in LIGHT and not m.endswith("_pb2_grpc"))
+def _import_blocked(modules, code: str = "") -> subprocess.CompletedProcess:
+    """Import `modules` (then run `code`) where HEAVY and huggingface_hub cannot be imported."""
+    blocked = (*HEAVY, "huggingface_hub")
     script = textwrap.dedent(f"""
         import importlib, importlib.abc, sys
         class Block(importlib.abc.MetaPathFinder):
             def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in {HEAVY!r}:
+                if name.split(".")[0] in {blocked!r}:
                     raise ImportError(f"{{name}} is blocked")
         sys.meta_path.insert(0, Block())
-        for module in {light!r}:
+        for module in {list(modules)!r}:
             importlib.import_module(module)
-        print("ok", len({light!r}))
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", script + code], capture_output=True, text=True, cwd=ROOT
+    )
+
+
+@pytest.mark.slow
+def test_light_rooms_import_with_jax_and_torch_blocked():
+    light = sorted(m for m in MODULES if room(m) in LIGHT and not m.endswith("_pb2_grpc"))
+    out = _import_blocked(light, f"print('ok', {len(light)})")
     assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-3000:]
 
 
@@ -455,6 +464,26 @@ def test_the_map_check_sees_a_stale_row():
     ]
     cli = next(line for line in text.splitlines() if line.startswith("| `cli/`"))
     assert plan_wrong(text.replace(cli, cli.replace("every other room", "every room but `dump`")))
+
+
+# What the heavy rooms' packages promise: importing them, or building the command line
+# (`jaxattn --help`), starts no jax and loads no model library; the work that needs one
+# imports it (the engine's, checkpoints' and cli's __init__ docstrings).
+LAZY_HEAVY = (
+    "jaxattn.engine",
+    "jaxattn.engine.tokenize",
+    "jaxattn.engine.batching",
+    "jaxattn.checkpoints",
+)
+
+
+@pytest.mark.slow
+def test_heavy_packages_and_the_command_line_import_lazily():
+    parser = "from jaxattn.cli import build_parser; build_parser(); print('ok')"
+    out = _import_blocked(LAZY_HEAVY, parser)
+    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-3000:]
+    eager = _import_blocked(["jaxattn.engine.engine"])  # the check sees a jax import
+    assert eager.returncode != 0 and "jax" in eager.stderr
 
 
 def test_every_module_has_a_room():
