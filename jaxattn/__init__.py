@@ -16,12 +16,11 @@ the errors (`JaxattnError` and its subclasses, `jaxattn.errors`). The
 subpackages users reach for, `jaxattn.analysis`, `jaxattn.views`,
 `jaxattn.client`, `jaxattn.inputs`, are imported on first use.
 
-The package, in the order data flows (docs/reference/architecture.md has the map):
-`inputs/` (files -> texts), the numpy-only contract (`quantities`, `dtypes`, `spec`,
-`config`, `positions`, `capture`, `source`, `stream`, `errors`, `progress`),
-`engine/` (texts -> Captures, where jax computes), `checkpoints/` (model directories
--> an Engine), `wire/` and `client/` (Captures over gRPC), `analysis/`, `views/`,
-`store/`, `dump/`, `bench/`, `cli/`.
+The package, in the order data flows: `inputs/` (files -> texts), the numpy-only
+contract (the modules at the top), `engine/` (texts -> Captures, where jax
+computes), `checkpoints/` (a model directory or Hub name -> an Engine), `wire/` and
+`client/` (Captures over gRPC), `analysis/`, `views/`, `store/`, `dump/`, `bench/`,
+`cli/`. The map, one row per room: docs/reference/architecture.md.
 
 Importing jaxattn does not import jax: `load`, `Engine` and the other engine
 names are resolved on first use, so the client and the analyses run where only

@@ -1,8 +1,8 @@
 """Model configuration: frozen data, with a tiny test preset beside the real one.
 
-One `ModelConfig` describes every family as a shared transformer encoder plus a
-few declarative switches (see `ModelConfig`); the families' checkpoint tables
-live in `jaxattn.checkpoints.families`.
+One `ModelConfig` describes every family, encoder or decoder (`causal`), as one
+shared transformer plus a few declarative switches (see `ModelConfig`); the
+families' checkpoint tables live in `jaxattn.checkpoints.families`.
 """
 
 from __future__ import annotations

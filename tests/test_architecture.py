@@ -4,10 +4,16 @@ Every import statement of every module under jaxattn/ and service/ is read
 from the source (module level and inside functions alike, so a lazy import
 counts), mapped to the room (folder) it comes from and goes to, and checked
 against ROOMS: a room may import only the rooms listed for it. Then the module
-graph must have no cycle, and the rooms that a client-only install runs
-(the contract, inputs, wire, client, analysis, views, store) must import
-neither jax, flax, torch nor transformers, checked statically and by
-importing them all in a process where those packages cannot be imported.
+graph must have no cycle; the rooms that a client-only install runs (LIGHT)
+must import neither jax, flax, torch, transformers nor orbax, checked statically
+and by importing them all in a process where those packages cannot be imported;
+the contract imports no third-party package but numpy and ml_dtypes (its
+generated v1 code: protobuf and grpc), and the STDLIB_ONLY modules none at all,
+directly or through the modules they import. The heavy rooms' packages and the
+command line's parser import none of those packages (nor huggingface_hub) until
+asked (LAZY_HEAVY). The map in docs/reference/architecture.md ("The house
+plan") is checked against ROOMS and LIGHT, and each room's `__init__` must name
+its modules.
 """
 
 from __future__ import annotations
@@ -25,41 +31,42 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # room -> the rooms its modules may import (besides their own room). In flow
-# order: inputs (files -> texts), the numpy-only contract ("core": quantities,
-# dtypes, spec, selection, config, positions, capture, source, errors, progress, and the generated
-# v1 code), engine (the jax side), checkpoints (directories -> an Engine), wire
-# and client (Captures over gRPC), then the outer rooms. "facade" is the
-# package itself (jaxattn/__init__, __main__): outer rooms may call
-# `jaxattn.load`, inner ones may not.
+# order: errors (the exception classes), inputs (files -> texts), the numpy-only
+# contract (CONTRACT: the modules at the package's top and the generated v1
+# code), engine (the jax side), checkpoints (directories -> an Engine), wire
+# and client (Captures over gRPC), then the outer rooms. "root" is the package
+# itself (jaxattn/__init__, __main__): outer rooms may call `jaxattn.load`,
+# inner ones may not.
 ROOMS: dict[str, set[str]] = {
     "errors": set(),  # jaxattn.errors: the exception classes, importable from every room
     "inputs": set(),
-    "core": {"inputs"},
-    "engine": {"core", "inputs"},
-    "checkpoints": {"core", "inputs", "engine"},
-    "wire": {"core", "inputs"},
-    "client": {"core", "inputs", "wire"},
-    "analysis": {"core", "inputs"},
-    "views": {"core", "inputs", "analysis"},
-    "store": {"core", "inputs"},
-    "dump": {"core", "inputs", "engine", "checkpoints", "store", "facade"},
-    "bench": {"core", "inputs", "engine", "checkpoints", "wire", "client", "facade"},
-    "service": {"core", "inputs", "wire", "facade"},
+    "contract": {"inputs"},
+    "engine": {"contract", "inputs"},
+    "checkpoints": {"contract", "inputs", "engine"},
+    "wire": {"contract", "inputs"},
+    "client": {"contract", "inputs", "wire"},
+    "analysis": {"contract", "inputs"},
+    "views": {"contract", "inputs", "analysis"},
+    "store": {"contract", "inputs"},
+    "dump": {"contract", "inputs", "engine", "checkpoints", "store", "root"},
+    "bench": {"contract", "inputs", "engine", "checkpoints", "wire", "client", "root"},
+    "service": {"contract", "inputs", "wire", "root"},
 }
 for _room in ROOMS:
     ROOMS[_room] |= {"errors"} - {_room}
 STAGES = set(ROOMS) - {"service"}
-ROOMS["cli"] = STAGES | {"facade", "service"}  # the outermost room: everything, and the gate
+ROOMS["cli"] = STAGES | {"root", "service"}  # the outermost room: everything, and the gate
 # The package root is the public surface: it names anything (lazily), nothing inner names it.
-ROOMS["facade"] = STAGES | {"cli"}
+ROOMS["root"] = STAGES | {"cli"}
 # The only module that may reach the server package, and only inside a function.
 SERVICE_GATE = "jaxattn.cli.serve_cmd"
-# Rooms a client-only install imports: no jax, flax, torch or transformers.
-LIGHT = ("errors", "core", "inputs", "wire", "client", "analysis", "views", "store")
+# Rooms a client-only install imports: no jax, flax, torch, transformers or orbax.
+LIGHT = ("errors", "contract", "inputs", "wire", "client", "analysis", "views", "store")
 HEAVY = ("jax", "jaxlib", "flax", "torch", "transformers", "orbax")
 # Lazy imports of a heavy package a light room may make, only when the user asks.
 OPTIONAL_HEAVY = {("jaxattn.views.bertviz", "torch"): "BertViz takes torch tensors, when asked"}
-CORE = {
+# The contract: the modules (and folders) at the top of the package, jaxattn.errors aside.
+CONTRACT = {
     "quantities",
     "dtypes",
     "spec",
@@ -77,11 +84,25 @@ CORE = {
     "netaddr",
     "v1",
 }
+# The third-party packages the contract may import (the v1 generated code: protobuf, grpc).
+CONTRACT_PACKAGES = {"numpy", "ml_dtypes"}
+GENERATED_PACKAGES = {"google", "grpc"}
+# Rooms and modules of the standard library alone, with all they import: the first
+# stage, the errors, and what the client and the CLI check before numpy is needed.
+STDLIB_ONLY = (
+    "errors",
+    "inputs",
+    "jaxattn.selection",
+    "jaxattn.progress",
+    "jaxattn.outfile",
+    "jaxattn.netaddr",
+)
+OURS = ("jaxattn", "service")
 
 
 def _modules() -> dict[str, Path]:
     out = {}
-    for package in ("jaxattn", "service"):
+    for package in OURS:
         for path in sorted((ROOT / package).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -97,10 +118,10 @@ def room(module: str) -> str:
     if parts[0] == "service":
         return "service"
     if len(parts) == 1 or parts[1] == "__main__":
-        return "facade"
+        return "root"
     if parts[1] == "errors":
         return "errors"
-    return "core" if parts[1] in CORE else parts[1]
+    return "contract" if parts[1] in CONTRACT else parts[1]
 
 
 LAZY_TABLES = {"_LAZY", "_SUBCOMMANDS"}
@@ -161,9 +182,8 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
 
 
 def _edges() -> dict[str, set[tuple[str, bool]]]:
-    ours = ("jaxattn", "service")
     return {
-        name: {(m, lazy) for m, lazy in _imports(path) if m.split(".")[0] in ours and m != name}
+        name: {(m, lazy) for m, lazy in _imports(path) if m.split(".")[0] in OURS and m != name}
         for name, path in MODULES.items()
     }
 
@@ -172,19 +192,19 @@ EDGES = _edges()
 
 
 def test_the_rooms_themselves_form_no_circle():
-    """The stages are ordered. The facade is no stage (it names every room, lazily, and the
-    outer rooms call `jaxattn.load` through it): module cycles are checked below."""
+    """The stages are ordered. The package root is no stage (it names every room, lazily,
+    and the outer rooms call `jaxattn.load` through it): module cycles are checked below."""
     seen = set()
 
     def visit(r, stack):
         assert r not in stack, f"rooms import each other in a circle: {stack + [r]}"
         if r not in seen:
-            for dep in ROOMS[r] - {r, "facade"}:
+            for dep in ROOMS[r] - {r, "root"}:
                 visit(dep, stack + [r])
             seen.add(r)
 
     for r in ROOMS:
-        if r != "facade":
+        if r != "root":
             visit(r, [])
 
 
@@ -290,22 +310,180 @@ def test_light_rooms_import_no_heavy_package_in_their_source():
     assert not wrong, "\n".join(wrong)
 
 
-@pytest.mark.slow
-def test_light_rooms_import_with_jax_and_torch_blocked():
-    light = sorted(m for m in MODULES if room(m) in LIGHT and not m.endswith("_pb2_grpc"))
+def third_party(path: Path) -> set[str]:
+    """The packages outside the standard library and this project that a file imports."""
+    tops = {target.split(".")[0] for target, _ in _imports(path)}
+    return tops - set(sys.stdlib_module_names) - {"__future__", *OURS}
+
+
+def _reach(module: str) -> set[str]:
+    """`module` and every module of ours it imports, directly or not (lazy imports too;
+    the package root aside, which names everything lazily and is no dependency)."""
+    seen, todo = set(), [module]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += [t for t, _ in EDGES[m] if t in MODULES and room(t) != "root"]
+    return seen
+
+
+def contract_packages_wrong(modules) -> list[str]:
+    """The contract modules among `modules` that import a package the contract may not."""
+    wrong = []
+    for m in modules:
+        if room(m) == "contract":
+            allowed = CONTRACT_PACKAGES | (
+                GENERATED_PACKAGES if m.startswith("jaxattn.v1.") else set()
+            )
+            if extra := third_party(MODULES[m]) - allowed:
+                wrong.append(f"{m} imports {sorted(extra)}")
+    return wrong
+
+
+def stdlib_only_wrong(names) -> list[str]:
+    """The modules of `names` (rooms or modules) that reach a package outside the stdlib."""
+    wrong = []
+    for m in sorted(MODULES):
+        if room(m) in names or m in names:
+            for dep in sorted(_reach(m)):
+                if extra := third_party(MODULES[dep]):
+                    wrong.append(f"{m} reaches {sorted(extra)} through {dep}")
+    return wrong
+
+
+def test_the_contract_imports_numpy_and_nothing_heavier():
+    wrong = contract_packages_wrong(MODULES)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_stdlib_only_modules_reach_no_other_package():
+    wrong = stdlib_only_wrong(STDLIB_ONLY)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_package_checks_see_a_package_where_none_belongs(monkeypatch):
+    """A numpy module among the STDLIB_ONLY ones, and jax in the contract, are reported."""
+    assert stdlib_only_wrong(("jaxattn.dtypes",))  # numpy and ml_dtypes
+    assert stdlib_only_wrong(("jaxattn.stream",))  # through jaxattn.capture
+    real = third_party
+    monkeypatch.setattr(
+        sys.modules[__name__],
+        "third_party",
+        lambda path: real(path) | ({"jax"} if path == MODULES["jaxattn.spec"] else set()),
+    )
+    assert contract_packages_wrong(MODULES) == ["jaxattn.spec imports ['jax']"]
+
+
+def _import_blocked(modules, code: str = "") -> subprocess.CompletedProcess:
+    """Import `modules` (then run `code`) where HEAVY and huggingface_hub cannot be imported."""
+    blocked = (*HEAVY, "huggingface_hub")
     script = textwrap.dedent(f"""
         import importlib, importlib.abc, sys
         class Block(importlib.abc.MetaPathFinder):
             def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in {HEAVY!r}:
+                if name.split(".")[0] in {blocked!r}:
                     raise ImportError(f"{{name}} is blocked")
         sys.meta_path.insert(0, Block())
-        for module in {light!r}:
+        for module in {list(modules)!r}:
             importlib.import_module(module)
-        print("ok", len({light!r}))
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", script + code], capture_output=True, text=True, cwd=ROOT
+    )
+
+
+@pytest.mark.slow
+def test_light_rooms_import_with_jax_and_torch_blocked():
+    light = sorted(m for m in MODULES if room(m) in LIGHT and not m.endswith("_pb2_grpc"))
+    out = _import_blocked(light, f"print('ok', {len(light)})")
     assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-3000:]
+
+
+PLAN = ROOT / "docs" / "reference" / "architecture.md"
+
+
+def _names(cell: str) -> set[str]:
+    """The rooms a cell names in backticks (`jaxattn`: the package root)."""
+    return {"root" if n == "jaxattn" else n.rstrip("/") for n in re.findall(r"`([\w/]+)`", cell)}
+
+
+def plan_rows(markdown: str) -> dict[str, tuple[str, set[str], bool]]:
+    """The house plan's table: room -> (what it holds, the rooms it may import, light).
+
+    "every other room" in the import column is every room but its own, "every room
+    but `x`" every room but its own and x."""
+    section = markdown.split("## The house plan", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            first, holds, imports, light = (c.strip() for c in line.strip()[1:-1].split("|"))
+            (name,) = _names(first)
+            may = _names(imports)
+            if imports.startswith("every"):
+                others = set(ROOMS) - {name}
+                may = (
+                    others - _names(imports.split(" but ", 1)[1]) if " but " in imports else others
+                )
+            rows[name] = (holds, may, light == "yes")
+    return rows
+
+
+def plan_wrong(markdown: str) -> list[str]:
+    """Where the house plan's table and ROOMS / LIGHT / CONTRACT disagree."""
+    rows = plan_rows(markdown)
+    wrong = [f"{r}: a room without a row" for r in sorted(set(ROOMS) - set(rows))]
+    wrong += [f"{r}: a row but no room" for r in sorted(set(rows) - set(ROOMS))]
+    for r, (_, may, light) in sorted(rows.items()):
+        if r in ROOMS and may != ROOMS[r]:
+            wrong.append(f"{r} may import {sorted(ROOMS[r])}, the table says {sorted(may)}")
+        if light != (r in LIGHT):
+            wrong.append(f"{r}: light is {r in LIGHT}, the table says {light}")
+    holds = rows.get("contract", ("", set(), True))[0]
+    wrong += [f"contract: the table does not name {m}" for m in sorted(CONTRACT - _names(holds))]
+    return wrong
+
+
+def test_the_map_in_the_docs_is_the_plan():
+    """docs/reference/architecture.md's table names every room once, with the rooms it may
+    import and whether it is light, as ROOMS and LIGHT say, and every contract module."""
+    assert not plan_wrong(PLAN.read_text(encoding="utf-8"))
+
+
+def test_the_map_check_sees_a_stale_row():
+    text = PLAN.read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if line.startswith("| `views/`"))
+    assert plan_wrong(text.replace(row + "\n", "")) == ["views: a room without a row"]
+    assert plan_wrong(text.replace(row, row.replace(" `analysis` |", " |"))) == [
+        "views may import ['analysis', 'contract', 'errors', 'inputs'], "
+        "the table says ['contract', 'errors', 'inputs']"
+    ]
+    assert plan_wrong(text.replace(row, row.replace("| yes |", "| |")))
+    assert plan_wrong(text.replace("`netaddr`", "netaddr")) == [
+        "contract: the table does not name netaddr"
+    ]
+    cli = next(line for line in text.splitlines() if line.startswith("| `cli/`"))
+    assert plan_wrong(text.replace(cli, cli.replace("every other room", "every room but `dump`")))
+
+
+# What the heavy rooms' packages promise: importing them, or building the command line
+# (`jaxattn --help`), starts no jax and loads no model library; the work that needs one
+# imports it (the engine's, checkpoints' and cli's __init__ docstrings).
+LAZY_HEAVY = (
+    "jaxattn.engine",
+    "jaxattn.engine.tokenize",
+    "jaxattn.engine.batching",
+    "jaxattn.checkpoints",
+)
+
+
+@pytest.mark.slow
+def test_heavy_packages_and_the_command_line_import_lazily():
+    parser = "from jaxattn.cli import build_parser; build_parser(); print('ok')"
+    out = _import_blocked(LAZY_HEAVY, parser)
+    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-3000:]
+    eager = _import_blocked(["jaxattn.engine.engine"])  # the check sees a jax import
+    assert eager.returncode != 0 and "jax" in eager.stderr
 
 
 def test_every_module_has_a_room():

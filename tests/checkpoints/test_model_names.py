@@ -158,7 +158,6 @@ def _names(text: str, family: str) -> bool:
 # `jaxattn.checkpoints.families` fails here until the prose names it too.
 PROSE = {
     "README.md": "jaxattn runs the encoders people",
-    "BUILD.md": "checkpoint of model_type",
     "docs/models.md": "jaxattn reads checkpoints of the families",
     "docs/families.md": "| model_type | family (ModelInfo) |",
     "docs/python.md": "A local directory may hold a checkpoint",

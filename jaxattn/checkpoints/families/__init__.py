@@ -1,8 +1,9 @@
 """The checkpoint families jaxattn reads, one declarative `Family` each (see `family.py`).
 
 To add one: write its file here (read `electra.py` first: BERT plus two
-differences), name it in FAMILIES, build its tiny checkpoint in
-tests/hf_fixtures.py and let the parity tests compare it with transformers.
+differences) and name it in FAMILIES; its tests and docs: CONTRIBUTING.md,
+"Add a family" (a tiny checkpoint under tests/families/ that the parity tests
+compare with transformers).
 """
 
 from __future__ import annotations
