@@ -182,6 +182,8 @@ class ServerMetrics:
     """
 
     def __init__(self, engine, batcher, *, max_batch_examples: int, client_of=None):
+        # auto_describe: the registry learns a collector's names from its `collect`
+        # (`_ScrapeTime`, the process collector), so neither needs a `describe`.
         self.registry = CollectorRegistry(auto_describe=True)
         self.client_of: Callable[[tuple], str] | None = client_of
         self.max_batch_examples = max_batch_examples
@@ -407,9 +409,6 @@ class _ScrapeTime:
     def __init__(self, engine, batcher):
         self.engine = engine
         self.batcher = batcher
-
-    def describe(self):
-        return list(self.collect())
 
     def collect(self):
         b = self.batcher

@@ -529,9 +529,6 @@ class MicroBatcher:
         else:
             self._pending.append(job)
 
-    def _peak(self, stat: str, value: int) -> None:
-        self.stats[stat] = max(self.stats[stat], value)
-
     def _advance(self, run: Run) -> None:
         """Start, resume or restart `run`, routing each example (or layer group) to its
         job, until the engine is done, every job left, or a job's next group must wait
@@ -555,8 +552,8 @@ class MicroBatcher:
                 with self._lock:
                     size = job.put(index, cap)
                     if size:
-                        self._peak("peak_job_buffered_bytes", job.buffered)
-                        self._peak("peak_buffered_bytes", sum(j.buffered for j in self._jobs))
+                        peak = self.stats["peak_job_buffered_bytes"]
+                        self.stats["peak_job_buffered_bytes"] = max(peak, job.buffered)
                     if all(j.dead for j, _ in run.group):
                         self.stats["abandoned"] += 1
                         return  # everyone left: stop computing (run.close() below)
@@ -592,7 +589,6 @@ class MicroBatcher:
             self.stats["abandoned"] += 1
             return True
         if self._closed:
-            self.stats["stopped_at_close"] += 1
             for job, _ in run.group:
                 job.cancel_locked()
             return True
