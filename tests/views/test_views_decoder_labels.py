@@ -1,0 +1,119 @@
+"""What the views say about a decoder's capture (the tiny Llama: 4 query heads reading
+2 key/value heads, h // 2).
+
+- The stats view of a decoder shows the decoder statistics of `jaxattn analyze`'s
+  "Decoder heads" (sink, previous token, self, punctuation, entropy over rows
+  1 .. T-1, induction, duplicate), checked against loops written here, and none of
+  the encoder's Clark et al. statistics ([CLS]/[SEP] columns), Kovaleva classes or
+  Vig patterns.
+- A grouped-query head is labelled with the model's key/value head, also in a
+  capture of some heads (`view --heads 3` of a 4-head model: key/value head 1 of 2),
+  where the capture's G axis holds only the key/value heads read.
+"""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+from jaxattn.capture import Capture
+from jaxattn.cli import main
+from jaxattn.views import build_payload, to_svg
+from jaxattn.views.payload import pack_example
+from jaxattn.views.stats import stats_document
+
+SVG = "{http://www.w3.org/2000/svg}"
+TEXT = "The cat sat on the mat. The cat sat"
+PER = 2  # query heads per key/value head of the tiny Llama: h // 2
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory) -> tuple[Capture, str]:
+    """(the capture of TEXT: attention, queries, keys; it saved as .npz)."""
+    from llama_fixture import make_llama_checkpoint
+
+    import jaxattn
+
+    path = make_llama_checkpoint(tmp_path_factory.mktemp("llama"))
+    engine = jaxattn.load(path, buckets=(32,))
+    (cap,) = engine.capture([TEXT], what=("attention", "queries", "keys"))
+    saved = tmp_path_factory.mktemp("cap") / "llama.npz"
+    cap.save(saved)
+    return cap, str(saved)
+
+
+def reference(w: np.ndarray, tokens) -> dict[str, float]:
+    """One head's [T, T] map -> the decoder statistics, row by row (rows 1 .. T-1)."""
+    t = len(tokens)
+    punct = [j for j, tok in enumerate(tokens) if tok.lstrip("Ġ") in (".", ",")]
+    rows = range(1, t)
+    ent = []
+    for i in rows:
+        p = [(1 - 1e-4) * w[i, j] + 1e-4 / (i + 1) for j in range(i + 1)]
+        ent.append(-sum(x * math.log(x) for x in p))
+    ind, dup = [], []
+    for i in rows:
+        earlier = [j for j in range(i) if tokens[j] == tokens[i]]
+        if earlier:
+            dup.append(sum(w[i, j] for j in earlier))
+        after = [j + 1 for j in earlier if j + 1 < i]
+        if after:
+            ind.append(sum(w[i, j] for j in after))
+    return dict(
+        first=np.mean([w[i, 0] for i in rows]),
+        prev=np.mean([w[i, i - 1] for i in rows]),
+        self=np.mean([w[i, i] for i in rows]),
+        punct=np.mean([sum(w[i, j] for j in punct) for i in rows]),
+        entropy=np.mean(ent),
+        induction=np.mean(ind),
+        duplicate=np.mean(dup),
+    )
+
+
+def test_the_stats_view_of_a_decoder_shows_the_decoder_statistics(llama):
+    cap, _ = llama
+    doc = stats_document(cap)
+    names = ["first", "prev", "self", "punct", "entropy", "induction", "duplicate"]
+    assert doc["stats"] == names and doc["causal"] is True
+    assert doc["classes"] == [] and doc["patterns"] == []
+    got = doc["kinds"]["attention"]["head_stats"]
+    att = cap.attention.astype(np.float64)
+    for layer in range(att.shape[0]):
+        for head in range(att.shape[1]):
+            want = reference(att[layer, head], list(cap.tokens))
+            for name in names:
+                assert got[name][layer][head] == pytest.approx(want[name], abs=1e-5), name
+    assert build_payload(cap, views=("stats",))["examples"][0]["stats"] == doc
+    root = ET.fromstring(to_svg(cap, "stats"))
+    labels = {"".join(e.itertext()) for e in root.iter(f"{SVG}text")}
+    assert {"induction", "duplicate", "first"} <= labels
+    assert not labels & {"cls", "sep", "Kovaleva class", "next_word", "pattern present"}
+
+
+def test_a_grouped_query_head_is_labelled_with_the_models_key_value_head(llama):
+    cap, _ = llama
+    for heads in ([3], [2, 3], [1, 2], [0, 1, 2, 3]):
+        sub = cap.select(heads=heads)
+        want = [h // PER for h in heads]
+        ex = build_payload(sub, views=("neuron",))["examples"][0]
+        assert ex["kv_groups"] == {"heads": want, "of": 2}
+        entry, _ = pack_example(sub, ("neuron",), True, "x", {})
+        assert entry["kv_groups"] == {"heads": want, "of": 2}
+        for hi, h in enumerate(heads):
+            root = ET.fromstring(to_svg(sub, "neuron", layer=1, head=hi, token=5))
+            title = "".join(root.find(f".//{SVG}g[@class='title']").itertext())
+            assert f"head {h} (key/value head {h // PER} of 2)," in title
+
+
+def test_the_cli_labels_a_selected_heads_key_value_head_and_draws_decoder_stats(llama, tmp_path):
+    _, saved = llama
+    neuron, stats = tmp_path / "n.svg", tmp_path / "s.svg"
+    args = ["--layers", "1", "--heads", "3", "--token", "5", "--quiet"]
+    assert main(["view", saved, "--views", "neuron", *args, "--out", str(neuron)]) == 0
+    assert "head 3 (key/value head 1 of 2)" in neuron.read_text()
+    assert main(["view", saved, "--views", "stats", "--quiet", "--out", str(stats)]) == 0
+    text = stats.read_text()
+    assert "Decoder head statistics" in text and "Kovaleva" not in text
