@@ -370,10 +370,16 @@ def render_markdown(report: dict, max_relations: int = 30) -> str:
 
 
 def _ablation_lines(res: dict) -> list[str]:
-    """The heads whose ablation moves the mean-pooled output most (Kovaleva et al. 2019)."""
-    order = sorted(range(len(res["heads"])), key=lambda i: res["cos_mean"][i])[:10]
+    """The heads whose ablation moves the mean-pooled output most (Kovaleva et al. 2019);
+    a decoder's with its LM loss, those whose ablation raises the loss most."""
     causal = bool(res.get("causal"))
     delta = res.get("lm_loss_delta") if causal else res.get("mlm_loss_delta")
+    by_loss = causal and bool(delta)
+    if by_loss:  # a decoder's output is its next-token loss, not a pooled vector
+        key = lambda i: -delta[i] if delta[i] is not None else np.inf  # noqa: E731
+    else:
+        key = lambda i: res["cos_mean"][i]  # noqa: E731
+    order = sorted(range(len(res["heads"])), key=key)[:10]
     first = "cos first token" if causal else "cos [CLS]"
     change = "LM loss change" if causal else "MLM loss change"
     head = ["head", first, "cos mean-pooled"] + ([change] if delta else [])
@@ -386,10 +392,11 @@ def _ablation_lines(res: dict) -> list[str]:
         + ([_f(delta[i])] if delta else [])
         for i in order
     ]
+    most = "raise the LM loss most" if by_loss else "change the output most"
     shown = (
-        "every head, those that change the output most first"
+        f"every head, those that {most} first"
         if len(order) == len(res["heads"])
-        else f"the {len(order)} that change the output most"
+        else f"the {len(order)} that {most}"
     )
     intro = (
         f"Each head {'zeroed' if res['mode'] == 'zero' else 'made uniform'} alone over "

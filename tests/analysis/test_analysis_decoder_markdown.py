@@ -57,7 +57,7 @@ def test_the_ablation_table_says_how_many_heads_it_lists():
     }
     md = render_markdown(report(head_ablation=ablation))
     table = md[md.index("## Head ablation") :]
-    assert "alone over 4 examples; every head, those that change the output most first." in md
+    assert "alone over 4 examples; every head, those that raise the LM loss most first." in md
     assert "the 10" not in md and table.count("\n| 0-") + table.count("\n| 1-") == 6
     assert table.count("\n| 2-") == 3  # all 9 heads
     many = {
@@ -68,7 +68,31 @@ def test_the_ablation_table_says_how_many_heads_it_lists():
         "lm_loss_delta": [0.1] * 16,
     }
     md = render_markdown(report(head_ablation=many))
-    assert "alone over 4 examples; the 10 that change the output most." in md
+    assert "alone over 4 examples; the 10 that raise the LM loss most." in md
+    encoder = {**many, "causal": False, "lm_loss_delta": None, "lm_loss": None}
+    assert "the 10 that change the output most." in render_markdown(report(head_ablation=encoder))
+
+
+def test_a_decoders_ablation_table_ranks_the_heads_by_their_lm_loss_change():
+    """The heads that raise the causal LM loss most come first, whatever the cosines say
+    (a decoder's output is its next-token prediction; cos_mean ranks the other way here)."""
+    heads = [[layer, head] for layer in range(4) for head in range(4)]
+    delta = [0.01 * k for k in range(16)]  # head k raises the loss by k / 100
+    delta[3] = None  # a head without a loss change is listed last
+    ablation = {
+        "mode": "zero",
+        "heads": heads,
+        "cos_cls": [0.9] * 16,
+        "cos_mean": [0.5 + 0.01 * k for k in range(16)],  # head 0 moves the pooled vector most
+        "causal": True,
+        "lm_loss": 6.5,
+        "lm_loss_delta": delta,
+        "examples": 4,
+    }
+    md = render_markdown(report(head_ablation=ablation))
+    rows = [r for r in md[md.index("## Head ablation") :].splitlines() if r.startswith("| ")]
+    listed = [r.split(" | ")[0][2:] for r in rows[1:]]
+    assert listed == [f"{k // 4}-{k % 4}" for k in range(15, 5, -1)]
 
 
 def test_stats_only_defines_only_the_scores_its_table_has():
