@@ -117,3 +117,36 @@ def test_the_cli_labels_a_selected_heads_key_value_head_and_draws_decoder_stats(
     assert main(["view", saved, "--views", "stats", "--quiet", "--out", str(stats)]) == 0
     text = stats.read_text()
     assert "Decoder head statistics" in text and "Kovaleva" not in text
+
+
+STATS = "els => els.map(e => [e.dataset.stat, +e.dataset.layer, +e.dataset.head, +e.dataset.v])"
+
+
+def test_the_page_names_the_key_value_head_and_draws_decoder_stats(page, llama, tmp_path):
+    """The HTML page of heads 2 and 3 (both read key/value head 1 of 2): the neuron
+    view's note names it; the stats view draws the decoder statistics only."""
+    from views_helpers import wait_ready
+
+    from jaxattn.views import write_html
+
+    cap = llama[0].select(heads=[2, 3])
+    path = tmp_path / "llama.html"
+    write_html(path, cap, views=("head", "neuron", "stats"), embed="float32")
+    page.goto(path.as_uri())
+    wait_ready(page)
+    page.click('button.tab[data-view="neuron"]')
+    page.select_option("#nv-head", "0")
+    assert page.get_attribute("#nv-group", "data-kv") == "1"
+    note = page.text_content("#nv-group")
+    assert "head 2 reads key/value head 1 of 2 (heads 2, 3 of those shown" in note
+    page.click('.tab[data-view="stats"]')
+    page.wait_for_selector('#view-stats rect[data-stat="induction"]')
+    cells = page.eval_on_selector_all("#view-stats rect", STATS)
+    want = stats_document(cap)["kinds"]["attention"]["head_stats"]
+    assert {stat for stat, *_ in cells} == set(want)
+    for stat, layer, head, v in cells:
+        if want[stat][layer][head] is not None:
+            assert v == pytest.approx(want[stat][layer][head], abs=1e-5)
+    titles = page.eval_on_selector_all("#view-stats h3", "els => els.map(e => e.textContent)")
+    assert titles == ["Decoder head statistics"]
+    assert "not shown for a decoder" in page.text_content("#sv-info")
