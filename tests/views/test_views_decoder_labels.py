@@ -8,7 +8,8 @@
   Vig patterns.
 - A grouped-query head is labelled with the model's key/value head, also in a
   capture of some heads (`view --heads 3` of a 4-head model: key/value head 1 of 2),
-  where the capture's G axis holds only the key/value heads read.
+  where the capture's G axis holds only the key/value heads read; `jaxattn capture`'s
+  summary says which key/value heads its keys and values hold.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ PER = 2  # query heads per key/value head of the tiny Llama: h // 2
 
 
 @pytest.fixture(scope="module")
-def llama(tmp_path_factory) -> tuple[Capture, str]:
-    """(the capture of TEXT: attention, queries, keys; it saved as .npz)."""
+def llama(tmp_path_factory) -> tuple[Capture, str, str]:
+    """(the capture of TEXT: attention, queries, keys; it saved as .npz; the checkpoint)."""
     from llama_fixture import make_llama_checkpoint
 
     import jaxattn
@@ -42,7 +43,7 @@ def llama(tmp_path_factory) -> tuple[Capture, str]:
     (cap,) = engine.capture([TEXT], what=("attention", "queries", "keys"))
     saved = tmp_path_factory.mktemp("cap") / "llama.npz"
     cap.save(saved)
-    return cap, str(saved)
+    return cap, str(saved), str(path)
 
 
 def reference(w: np.ndarray, tokens) -> dict[str, float]:
@@ -74,7 +75,7 @@ def reference(w: np.ndarray, tokens) -> dict[str, float]:
 
 
 def test_the_stats_view_of_a_decoder_shows_the_decoder_statistics(llama):
-    cap, _ = llama
+    cap = llama[0]
     doc = stats_document(cap)
     names = ["first", "prev", "self", "punct", "entropy", "induction", "duplicate"]
     assert doc["stats"] == names and doc["causal"] is True
@@ -94,7 +95,7 @@ def test_the_stats_view_of_a_decoder_shows_the_decoder_statistics(llama):
 
 
 def test_a_grouped_query_head_is_labelled_with_the_models_key_value_head(llama):
-    cap, _ = llama
+    cap = llama[0]
     for heads in ([3], [2, 3], [1, 2], [0, 1, 2, 3]):
         sub = cap.select(heads=heads)
         want = [h // PER for h in heads]
@@ -109,7 +110,7 @@ def test_a_grouped_query_head_is_labelled_with_the_models_key_value_head(llama):
 
 
 def test_the_cli_labels_a_selected_heads_key_value_head_and_draws_decoder_stats(llama, tmp_path):
-    _, saved = llama
+    _, saved, _ = llama
     neuron, stats = tmp_path / "n.svg", tmp_path / "s.svg"
     args = ["--layers", "1", "--heads", "3", "--token", "5", "--quiet"]
     assert main(["view", saved, "--views", "neuron", *args, "--out", str(neuron)]) == 0
@@ -150,3 +151,15 @@ def test_the_page_names_the_key_value_head_and_draws_decoder_stats(page, llama, 
     titles = page.eval_on_selector_all("#view-stats h3", "els => els.map(e => e.textContent)")
     assert titles == ["Decoder head statistics"]
     assert "not shown for a decoder" in page.text_content("#sv-info")
+
+
+def test_the_capture_summary_names_the_key_value_heads_of_its_keys(llama, capsys):
+    # query heads 1 and 2 read key/value heads 0 and 1: keys [L, 2, T, K] as the heads
+    model = llama[2]
+    argv = ["capture", TEXT, "--model", model, "--heads", "1,2", "--what", "attention,keys"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "heads [1, 2]" in out
+    assert "keys/values: key/value heads [0, 1] (query heads [1, 2] read [0, 1])" in out
+    assert main([*argv[:-1], "attention"]) == 0  # no keys, nothing to say
+    assert "key/value heads" not in capsys.readouterr().out
