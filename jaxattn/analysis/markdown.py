@@ -407,4 +407,9 @@ def _ablation_lines(res: dict) -> list[str]:
             f" Causal LM loss (mean next-token cross-entropy, nats) {_f(res['lm_loss'])} "
             "intact; the change is ablated - intact."
         )
+    elif causal:
+        intro += (
+            " No causal LM loss: the checkpoint has no next-token head (neither "
+            "lm_head.weight nor tied word embeddings), so only the cosines."
+        )
     return ["", "## Head ablation", "", intro, "", *_table(head, rows)]

@@ -103,3 +103,19 @@ def test_stats_only_defines_only_the_scores_its_table_has():
     md = render_markdown(report())  # --stats-only: the on-device statistics alone
     assert "| entropy |\n" in md and "induction: the weight" not in md
     assert "not induction and duplicate, which need the maps (not with --stats-only)" in md
+
+
+def test_a_decoder_without_its_lm_head_says_why_its_ablation_has_no_loss():
+    ablation = {
+        "mode": "zero",
+        "heads": [[layer, head] for layer in LAYERS for head in HEADS],
+        "cos_cls": [0.9] * 9,
+        "cos_mean": np.linspace(0.5, 0.9, 9).tolist(),
+        "causal": True,
+        "lm_loss": None,
+        "lm_loss_delta": None,
+        "examples": 4,
+    }
+    md = render_markdown(report(head_ablation=ablation))
+    assert "No causal LM loss: the checkpoint has no next-token head" in md
+    assert "those that change the output most first" in md and "LM loss change" not in md
