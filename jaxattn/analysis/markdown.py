@@ -27,6 +27,14 @@ MIXING_COLUMNS = {
     "AttnResLn-N": "AttnRes-N through the LayerNorm that follows the sum: what the block passes on",
 }
 
+# A decoder's (pre-norm: docs/families.md, "Mixing ratios in pre-LN models") last column.
+DECODER_MIXING_COLUMNS = {
+    **MIXING_COLUMNS,
+    "AttnResLn-N": "AttnRes-N through the norm that reads the sum next, the FFN's input norm "
+    "(GPT-2's ln_2, Llama's post_attention_layernorm); the residual stream itself carries "
+    "the sum on unnormalised",
+}
+
 _WORD_ROWS = {
     "mean": "the mean of its pieces' rows (the paper)",
     "first": "its first piece's row (the released code's default)",
@@ -347,6 +355,7 @@ def render_markdown(report: dict, max_relations: int = 30) -> str:
     lines += ["## Mixing ratios", ""]
     if report.get("mixing_ratios"):
         names = list(report["mixing_ratios"])
+        columns = DECODER_MIXING_COLUMNS if meta.get("decoder") else MIXING_COLUMNS
         lines += [
             "How much of a token's output at a layer's attention block comes from the other "
             "tokens (0: from itself only, 1: from the others only). Kobayashi et al. 2021: "
@@ -354,7 +363,7 @@ def render_markdown(report: dict, max_relations: int = 30) -> str:
             "j's contribution to token i, the mean over every token (jaxattn.analysis.mixing). "
             "-W measures weigh by attention weights, -N by the norms of vectors:",
             "",
-            *(f"- {n}: {MIXING_COLUMNS[n]}" for n in names if n in MIXING_COLUMNS),
+            *(f"- {n}: {columns[n]}" for n in names if n in columns),
             "",
         ]
         rows = [

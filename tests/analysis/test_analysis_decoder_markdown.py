@@ -119,3 +119,15 @@ def test_a_decoder_without_its_lm_head_says_why_its_ablation_has_no_loss():
     md = render_markdown(report(head_ablation=ablation))
     assert "No causal LM loss: the checkpoint has no next-token head" in md
     assert "those that change the output most first" in md and "LM loss change" not in md
+
+
+def test_a_decoders_mixing_table_names_the_norm_after_the_sum_as_a_pre_norm_model_has_it():
+    mixing = {n: [0.5] * 3 for n in ("Attn-W", "Attn-N", "AttnResLn-N")}
+    decoder = report(mixing_ratios=mixing)
+    decoder["meta"]["decoder"] = True
+    md = render_markdown(decoder)
+    assert "- AttnResLn-N: AttnRes-N through the norm that reads the sum next, the FFN's" in md
+    assert "what the block passes on" not in md
+    decoder["meta"]["decoder"] = False  # an encoder's meta: the post-LN reading
+    md = render_markdown(decoder)
+    assert "- AttnResLn-N: AttnRes-N through the LayerNorm that follows the sum: what" in md
