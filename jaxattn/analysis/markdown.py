@@ -27,6 +27,14 @@ MIXING_COLUMNS = {
     "AttnResLn-N": "AttnRes-N through the LayerNorm that follows the sum: what the block passes on",
 }
 
+# A decoder's (pre-norm: docs/families.md, "Mixing ratios in pre-LN models") last column.
+DECODER_MIXING_COLUMNS = {
+    **MIXING_COLUMNS,
+    "AttnResLn-N": "AttnRes-N through the norm that reads the sum next, the FFN's input norm "
+    "(GPT-2's ln_2, Llama's post_attention_layernorm); the residual stream itself carries "
+    "the sum on unnormalised",
+}
+
 _WORD_ROWS = {
     "mean": "the mean of its pieces' rows (the paper)",
     "first": "its first piece's row (the released code's default)",
@@ -347,6 +355,7 @@ def render_markdown(report: dict, max_relations: int = 30) -> str:
     lines += ["## Mixing ratios", ""]
     if report.get("mixing_ratios"):
         names = list(report["mixing_ratios"])
+        columns = DECODER_MIXING_COLUMNS if meta.get("decoder") else MIXING_COLUMNS
         lines += [
             "How much of a token's output at a layer's attention block comes from the other "
             "tokens (0: from itself only, 1: from the others only). Kobayashi et al. 2021: "
@@ -354,7 +363,7 @@ def render_markdown(report: dict, max_relations: int = 30) -> str:
             "j's contribution to token i, the mean over every token (jaxattn.analysis.mixing). "
             "-W measures weigh by attention weights, -N by the norms of vectors:",
             "",
-            *(f"- {n}: {MIXING_COLUMNS[n]}" for n in names if n in MIXING_COLUMNS),
+            *(f"- {n}: {columns[n]}" for n in names if n in columns),
             "",
         ]
         rows = [
@@ -370,10 +379,16 @@ def render_markdown(report: dict, max_relations: int = 30) -> str:
 
 
 def _ablation_lines(res: dict) -> list[str]:
-    """The heads whose ablation moves the mean-pooled output most (Kovaleva et al. 2019)."""
-    order = sorted(range(len(res["heads"])), key=lambda i: res["cos_mean"][i])[:10]
+    """The heads whose ablation moves the mean-pooled output most (Kovaleva et al. 2019);
+    a decoder's with its LM loss, those whose ablation raises the loss most."""
     causal = bool(res.get("causal"))
     delta = res.get("lm_loss_delta") if causal else res.get("mlm_loss_delta")
+    by_loss = causal and bool(delta)
+    if by_loss:  # a decoder's output is its next-token loss, not a pooled vector
+        key = lambda i: -delta[i] if delta[i] is not None else np.inf  # noqa: E731
+    else:
+        key = lambda i: res["cos_mean"][i]  # noqa: E731
+    order = sorted(range(len(res["heads"])), key=key)[:10]
     first = "cos first token" if causal else "cos [CLS]"
     change = "LM loss change" if causal else "MLM loss change"
     head = ["head", first, "cos mean-pooled"] + ([change] if delta else [])
@@ -386,10 +401,11 @@ def _ablation_lines(res: dict) -> list[str]:
         + ([_f(delta[i])] if delta else [])
         for i in order
     ]
+    most = "raise the LM loss most" if by_loss else "change the output most"
     shown = (
-        "every head, those that change the output most first"
+        f"every head, those that {most} first"
         if len(order) == len(res["heads"])
-        else f"the {len(order)} that change the output most"
+        else f"the {len(order)} that {most}"
     )
     intro = (
         f"Each head {'zeroed' if res['mode'] == 'zero' else 'made uniform'} alone over "
@@ -399,5 +415,10 @@ def _ablation_lines(res: dict) -> list[str]:
         intro += (
             f" Causal LM loss (mean next-token cross-entropy, nats) {_f(res['lm_loss'])} "
             "intact; the change is ablated - intact."
+        )
+    elif causal:
+        intro += (
+            " No causal LM loss: the checkpoint has no next-token head (neither "
+            "lm_head.weight nor tied word embeddings), so only the cosines."
         )
     return ["", "## Head ablation", "", intro, "", *_table(head, rows)]

@@ -46,10 +46,14 @@ from jaxattn.progress import Progress
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "analyze",
-        help="head statistics, patterns, dependency heads and rollout over a corpus",
+        help="head statistics, patterns, dependency heads and rollout over a corpus "
+        "(a decoder: sinks, induction, copying heads)",
         description="Analyse the attention of every example of INPUT (Clark et al. 2019, "
-        "Kovaleva et al. 2019, Vig 2019, Abnar & Zuidema 2020) and write report.json "
-        "with a Markdown summary (report.md) beside it.",
+        "Kovaleva et al. 2019, Vig 2019, Abnar & Zuidema 2020; on a decoder, GPT-2 or "
+        "Llama-style: attention sinks with and without BOS, previous-token, duplicate-token "
+        "and induction heads, OV copying scores, and with --ablate the causal LM loss, in "
+        "place of the encoder-only statistics) and write report.json with a Markdown "
+        "summary (report.md) beside it.",
     )
     p.add_argument(
         "input",
@@ -86,8 +90,10 @@ def register(subparsers) -> None:
     p.add_argument(
         "--stats-only",
         action="store_true",
-        help="only Clark et al.'s per-head statistics, computed on the device: no attention "
-        "map is copied to the host (for corpora of millions of sentences on a GPU/TPU)",
+        help="only Clark et al.'s per-head statistics (a decoder's: the first-token, "
+        "previous-token, self, punctuation and entropy statistics, not induction), computed "
+        "on the device: no attention map is copied to the host (for corpora of millions of "
+        "sentences on a GPU/TPU)",
     )
     p.add_argument(
         "--no-norm",

@@ -46,13 +46,22 @@ def is_decoder(cap: Capture) -> bool:
     return isinstance(config, Mapping) and bool(config.get("causal"))
 
 
-def what_the_input_allows(stored, args) -> str:
+def run_quantities(flags: tuple, decoder: bool) -> tuple[str, ...]:
+    """The quantities a way of running (`SAVED_RUNS` flags) reads; a decoder's statistics
+    on the device are its own (decoder_head_stats, decoder_norm_head_stats)."""
+    what = dict(SAVED_RUNS)[flags]
+    if decoder and "--stats-only" in flags:
+        return tuple(f"decoder_{name}" for name in what)
+    return what
+
+
+def what_the_input_allows(stored, args, decoder: bool = False) -> str:
     """Advice for saved captures that lack what the flags given need: the nearest way of
     running that they do allow ("analyse with --no-norm", "drop --stats-only"), or ""."""
     given = {"--stats-only": args.stats_only, "--no-norm": args.no_norm}
     changes = []  # (add, drop) for each way of running that the stored quantities allow
-    for flags, what in SAVED_RUNS:
-        if set(what) <= set(stored):
+    for flags, _ in SAVED_RUNS:
+        if set(run_quantities(flags, decoder)) <= set(stored):
             add = [f for f in flags if not given[f]]
             changes.append((add, [f for f, on in given.items() if on and f not in flags]))
     if not changes:
@@ -86,10 +95,8 @@ def analyse_saved(args, caps) -> tuple:
     flags = tuple(
         f for f, on in (("--stats-only", args.stats_only), ("--no-norm", args.no_norm)) if on
     )
-    what = dict(SAVED_RUNS)[flags]
     decoder = bool(len(caps)) and is_decoder(caps[0])
-    if decoder and args.stats_only:  # a decoder's statistics on the device
-        what = tuple(f"decoder_{name}" for name in what)
+    what = run_quantities(flags, decoder)
     mixing = () if args.no_norm or args.stats_only else MIXING_NEEDS
     stored = stored_quantities(caps)
     try:
@@ -101,7 +108,7 @@ def analyse_saved(args, caps) -> tuple:
             also=mixing,
         )
     except UsageError as e:
-        instead = what_the_input_allows(stored, args)
+        instead = what_the_input_allows(stored, args, decoder)
         raise UsageError(f"{e} (or {instead})" if instead else str(e)) from None
     absent = [q for q in mixing if q not in stored]
     if absent:

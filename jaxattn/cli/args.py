@@ -374,7 +374,8 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         type=positive,
         default=None,
-        help="a decoder with its next-token head (local engine) first continues each text "
+        help="a decoder with its next-token head (the local model's, or --server's where "
+        "the command has --server) first continues each text "
         "by up to N greedily generated tokens; the capture then holds prompt + "
         "continuation, the views mark where the generated tokens start (default: none)",
     )

@@ -91,6 +91,11 @@ def _run(args) -> int:
         f"layers {list(cap.layers)}  heads {list(cap.heads)}  dtype {cap.dtype}  "
         f"precision {cap.precision}"
     )
+    if cap.kv_heads and {"keys", "values"} & set(cap.tensors):  # grouped-query attention
+        print(
+            f"keys/values: key/value heads {list(cap.key_value_heads)} "
+            f"(query heads {list(cap.heads)} read {list(cap.kv_heads)})"
+        )
     for field in ("query_positions", "key_positions"):
         if getattr(cap, field) is not None:
             print(f"maps' {field.replace('_', ' ')} {list(getattr(cap, field))}")

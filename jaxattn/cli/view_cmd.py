@@ -117,7 +117,8 @@ def register(subparsers) -> None:
         "--token",
         type=int,
         default=0,
-        help="query position for the neuron view (html: the one it opens at) (default 0)",
+        help="query position for the neuron view (html: the one it opens at), negative "
+        "from the end (-1: the last token, a decoder's last generated one) (default 0)",
     )
     g.add_argument(
         "--kind",

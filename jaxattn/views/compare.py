@@ -5,6 +5,9 @@
     pairs[0].mean_abs               # [L, H]: mean over cells of |B - A|
     pairs[0].js                     # [L, H]: Jensen-Shannon distance per row, averaged
 
+Two decoders' captures (`Pair.causal`) are summarised over what their rows see:
+the cells j <= i (of rows 1 .. U-1 token by token).
+
 Example i of A is paired with example i of B. Same token sequences: compared
 token by token. Different token sequences of the same text (two tokenisers):
 compared at the word level with Clark et al.'s convention
@@ -39,6 +42,7 @@ from jaxattn.capture import Capture
 from jaxattn.errors import UsageError
 from jaxattn.progress import counted
 from jaxattn.selection import resolve_indices
+from jaxattn.views.causal import is_causal
 
 # weight kind of a side (`jaxattn.analysis.weights.KINDS`) -> its title on the page
 KIND_TITLES = {kind: k.title for kind, k in KINDS.items()}
@@ -57,6 +61,9 @@ class Pair:
       layers, heads: the layer and head indices of axes 0 and 1.
       sentence_b_start: the first row of sentence B (token level), else None.
       text: the example's text in words (for labels and messages).
+      causal: both sides are a decoder's (`is_causal`): row i sees columns j <= i only,
+        so the summaries leave out what no side can differ on, the cells j > i (0 on
+        both sides) and, token by token, row 0 (all its weight on column 0 on both).
     """
 
     tokens: tuple[str, ...]
@@ -67,16 +74,31 @@ class Pair:
     heads: tuple[int, ...]
     sentence_b_start: int | None
     text: str
+    causal: bool = False
 
     @property
     def diff(self) -> np.ndarray:
         """[L, H, U, U]: B - A."""
         return self.b - self.a
 
+    def _rows(self) -> np.ndarray:
+        """[U] booleans: the rows the summaries average (a causal pair's from row 1 on at
+        the token level; a first word of several pieces can differ)."""
+        rows = np.ones(self.a.shape[-1], bool)
+        if self.causal and self.level == "token" and rows.size > 1:
+            rows[0] = False
+        return rows
+
     @property
     def mean_abs(self) -> np.ndarray:
-        """[L, H]: the mean of |B - A| over all U x U cells of each head."""
-        return np.abs(self.diff).mean((-2, -1))
+        """[L, H]: the mean of |B - A| over all U x U cells of each head (a causal pair's:
+        over the cells j <= i of rows 1 .. U-1)."""
+        d = np.abs(self.diff)
+        if not self.causal:
+            return d.mean((-2, -1))
+        u = d.shape[-1]
+        cells = np.tril(np.ones((u, u), bool)) & self._rows()[:, None]
+        return d[..., cells].mean(-1)
 
     @property
     def max_abs(self) -> np.ndarray:
@@ -85,8 +107,9 @@ class Pair:
 
     @property
     def js(self) -> np.ndarray:
-        """[L, H]: `js_distance` of each row, averaged over the rows."""
-        return js_distance(self.a, self.b).mean(-1)
+        """[L, H]: `js_distance` of each row, averaged over the rows (a causal pair's:
+        rows 1 .. U-1)."""
+        return js_distance(self.a, self.b)[..., self._rows()].mean(-1)
 
 
 def js_distance(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -277,6 +300,7 @@ def pair_example(
         heads=ha,
         sentence_b_start=start,
         text=text,
+        causal=is_causal(a) and is_causal(b),
     )
 
 

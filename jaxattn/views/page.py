@@ -147,9 +147,10 @@ def opening(
     captures: Sequence[Capture], example, token, holder: str = "the page"
 ) -> tuple[int, int]:
     """(example index, query token) of `captures` that a view opens at or draws: `example`
-    counted from the end when negative, `token` a position of that example (None: not
-    drawn, 0). UsageError names a bad one: "example 7: index 7 is out of range: {holder}
-    holds 2 examples (...)", "token 9: the example has 7 tokens"."""
+    and `token` (a position of that example; None: not drawn, 0) counted from the end
+    when negative (token -1: the last, a decoder's last generated token). UsageError
+    names a bad one: "example 7: index 7 is out of range: {holder} holds 2 examples
+    (...)", "token 9: the example has 7 tokens (0..6, or -7..-1)"."""
     for name, value in (("example", example), ("token", token)):
         if value is not None and not is_int(value):
             raise UsageError(f"{name} must be an index (a whole number), got {value!r}")
@@ -158,9 +159,11 @@ def opening(
         raise UsageError(f"example {example}: {out_of_range(example, n, holder)}")
     index = int(example) % n
     length = captures[index].length
-    if token is not None and not 0 <= token < length:
-        raise UsageError(f"token {token}: the example has {length} tokens")
-    return index, 0 if token is None else int(token)
+    if token is not None and not -length <= token < length:
+        raise UsageError(
+            f"token {token}: the example has {length} tokens (0..{length - 1}, or -{length}..-1)"
+        )
+    return index, 0 if token is None else int(token) % length
 
 
 def packed_body(header: dict, sections: Sequence[bytes], *, title: str, mount: str) -> str:

@@ -8,6 +8,7 @@ The document (``build_payload(...)``) is what the web viewer's ``/api/view`` ans
                    "weights": {"attention": ARRAY, "norm": ARRAY},   # [L, H, T, T]
                    "queries": ARRAY,                                 # [L, H, T, K]
                    "keys": ARRAY, "kv_heads": [g, ...],              # [L, G, T, K]
+                   "kv_groups": {"heads": [kv, ...], "of": H_kv} | null,
                    "stats": {...}}]}                                 # see `stats.py`
 
 ``generated_start`` is the first token a decoder generated after the prompt
@@ -16,7 +17,8 @@ A decoder's example has ``causal`` true (`is_causal`): query i sees keys j <= i 
 and its weights are exactly 0 for j > i (`view_weights` zeroes them), so nothing is
 drawn there. ``keys`` hold the capture's G key heads (G = H, or H_kv of a grouped-query
 model); ``kv_heads[h]`` is the key head (an index into keys' second axis) that query
-head index h reads: h // (H / G) (`kv_heads`).
+head index h reads: h // (H / G) (`kv_heads`). ``kv_groups`` names them as the model
+does, for the labels (null without grouped-query attention: `kv_groups`).
 
 An ARRAY is ``{"dtype": "f4" | "u1", "shape", "scale", "offset", "b64"}``: the
 little-endian bytes, zlib-compressed, base64-encoded; the browser inflates them
@@ -90,6 +92,22 @@ def kv_heads(cap: Capture) -> list[int]:
         return [axis.index(g) for g in cap.kv_heads]
     per = len(cap.heads) // cap.tensors["keys"].shape[1]
     return [h // per for h in range(len(cap.heads))]
+
+
+def kv_groups(cap: Capture) -> dict | None:
+    """A grouped-query capture's key/value heads as the model numbers them, for the
+    labels: ``{"heads": [the key/value head each query head of cap.heads reads],
+    "of": H_kv}`` (H_kv the model's, from the provenance's config; None where the
+    capture does not say), or None when each query head has keys of its own. Unlike
+    `kv_heads` (positions on the capture's G axis), these stay the model's numbers
+    in a capture of some heads (`--heads 3` of 4 reading 2: key/value head 1 of 2)."""
+    if cap.kv_heads:
+        of = (cap.provenance.get("config") or {}).get("num_kv_heads")
+        return dict(heads=[int(g) for g in cap.kv_heads], of=int(of) if of else None)
+    g = cap.tensors["keys"].shape[1]
+    if g == len(cap.heads):
+        return None
+    return dict(heads=kv_heads(cap), of=g)  # a file before kv_heads: every head captured
 
 
 def query_head_keys(cap: Capture) -> np.ndarray:
@@ -217,6 +235,7 @@ def example(cap: Capture, index: int, views: Sequence[str], embed: str, label=No
         out["queries"] = encode_array(cap.array("queries"))
         out["keys"] = encode_array(cap.array("keys"))
         out["kv_heads"] = kv_heads(cap)
+        out["kv_groups"] = kv_groups(cap)
     if "stats" in views:
         from jaxattn.views.stats import stats_document
 
@@ -368,6 +387,7 @@ def pack_example(cap: Capture, views, exact: bool, label: str, table: dict) -> t
     )
     if grouped:
         entry["kv_heads"] = kv_heads(cap)
+        entry["kv_groups"] = kv_groups(cap)
     return entry, bytes(section)
 
 

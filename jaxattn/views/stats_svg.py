@@ -1,5 +1,7 @@
 """Static SVG of the stats view: one layer x head grid per head statistic and pattern.
 
+A decoder's: its decoder statistics, no classes or patterns (`stats_document`).
+
 The numbers are the HTML stats view's (`jaxattn.views.stats.stats_document`): a
 grid per continuous head statistic, each with a colour bar of its own range
 ([min(0, min), max]), then Kovaleva et al.'s classes and Vig's patterns as
@@ -83,10 +85,12 @@ def stats_svg(cap: Capture, *, kind="attention") -> SVG:
         lo, hi = value_range(g)
         fill = lambda v, lo=lo, hi=hi: "#eee" if v is None else scale_color(v, lo, hi)  # noqa: E731
         grids.append((name, g, fill, (lo, hi)))
-    grids.append(("Kovaleva class", k["kovaleva"], lambda v: colors[v % len(colors)], None))
+    if doc["classes"]:  # not a decoder's (`stats_document`)
+        grids.append(("Kovaleva class", k["kovaleva"], lambda v: colors[v % len(colors)], None))
     for name in doc["patterns"]:
         grids.append((name, k["vig"][name], lambda v: "#d62728" if v else "#f3f3f3", None))
-    head_, tw, th = title(PAD, PAD, f"Head statistics: {KIND_TITLES[kind]}")
+    what = "Decoder head statistics" if doc["causal"] else "Head statistics"
+    head_, tw, th = title(PAD, PAD, f"{what}: {KIND_TITLES[kind]}")
     out = [head_]
     max_w = 980.0
     x, y, row_h, width = PAD, PAD + th + 8, 0.0, tw
@@ -100,7 +104,8 @@ def stats_svg(cap: Capture, *, kind="attention") -> SVG:
         row_h, width = max(row_h, gh), max(width, x - PAD)
     legend_y = y + row_h + 4
     items = [(colors[c], name) for c, name in enumerate(doc["classes"])]
-    items.append(("#d62728", "pattern present"))
+    if doc["patterns"]:
+        items.append(("#d62728", "pattern present"))
     out.append('<g class="legend">')
     lx, ly = PAD, legend_y
     for color, name in items:

@@ -65,7 +65,7 @@ from jaxattn.views.drawing import (
     value_range,
 )
 from jaxattn.views.long_maps import head_map, is_long, pooled_maps
-from jaxattn.views.payload import kv_heads
+from jaxattn.views.payload import kv_groups, kv_heads
 from jaxattn.views.stats_svg import stats_svg
 
 CHIP = 36
@@ -401,9 +401,11 @@ def neuron_svg(cap: Capture, *, layer=0, head=0, token=0, tokens=None) -> SVG:
     x_sm = x_dot + 62
     width = x_sm + 64 - PAD
     query = f'query "{short(display_tokens(cap.tokens)[token], 24)}" ({token})'
-    groups = kv_heads(cap)
-    n_kv = cap.tensors["keys"].shape[1]
-    kv = f" (key/value head {groups[head]} of {n_kv})" if n_kv != len(cap.heads) else ""
+    groups = kv_groups(cap)
+    kv = ""
+    if groups:
+        of = f" of {groups['of']}" if groups["of"] else ""
+        kv = f" (key/value head {groups['heads'][head]}{of})"
     text = f"Layer {cap.layers[layer]}, head {cap.heads[head]}{kv}, {query}"
     head_, tw, th = title(PAD, PAD, text)
     notes = []

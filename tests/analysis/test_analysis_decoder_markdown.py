@@ -57,7 +57,7 @@ def test_the_ablation_table_says_how_many_heads_it_lists():
     }
     md = render_markdown(report(head_ablation=ablation))
     table = md[md.index("## Head ablation") :]
-    assert "alone over 4 examples; every head, those that change the output most first." in md
+    assert "alone over 4 examples; every head, those that raise the LM loss most first." in md
     assert "the 10" not in md and table.count("\n| 0-") + table.count("\n| 1-") == 6
     assert table.count("\n| 2-") == 3  # all 9 heads
     many = {
@@ -68,7 +68,31 @@ def test_the_ablation_table_says_how_many_heads_it_lists():
         "lm_loss_delta": [0.1] * 16,
     }
     md = render_markdown(report(head_ablation=many))
-    assert "alone over 4 examples; the 10 that change the output most." in md
+    assert "alone over 4 examples; the 10 that raise the LM loss most." in md
+    encoder = {**many, "causal": False, "lm_loss_delta": None, "lm_loss": None}
+    assert "the 10 that change the output most." in render_markdown(report(head_ablation=encoder))
+
+
+def test_a_decoders_ablation_table_ranks_the_heads_by_their_lm_loss_change():
+    """The heads that raise the causal LM loss most come first, whatever the cosines say
+    (a decoder's output is its next-token prediction; cos_mean ranks the other way here)."""
+    heads = [[layer, head] for layer in range(4) for head in range(4)]
+    delta = [0.01 * k for k in range(16)]  # head k raises the loss by k / 100
+    delta[3] = None  # a head without a loss change is listed last
+    ablation = {
+        "mode": "zero",
+        "heads": heads,
+        "cos_cls": [0.9] * 16,
+        "cos_mean": [0.5 + 0.01 * k for k in range(16)],  # head 0 moves the pooled vector most
+        "causal": True,
+        "lm_loss": 6.5,
+        "lm_loss_delta": delta,
+        "examples": 4,
+    }
+    md = render_markdown(report(head_ablation=ablation))
+    rows = [r for r in md[md.index("## Head ablation") :].splitlines() if r.startswith("| ")]
+    listed = [r.split(" | ")[0][2:] for r in rows[1:]]
+    assert listed == [f"{k // 4}-{k % 4}" for k in range(15, 5, -1)]
 
 
 def test_stats_only_defines_only_the_scores_its_table_has():
@@ -79,3 +103,31 @@ def test_stats_only_defines_only_the_scores_its_table_has():
     md = render_markdown(report())  # --stats-only: the on-device statistics alone
     assert "| entropy |\n" in md and "induction: the weight" not in md
     assert "not induction and duplicate, which need the maps (not with --stats-only)" in md
+
+
+def test_a_decoder_without_its_lm_head_says_why_its_ablation_has_no_loss():
+    ablation = {
+        "mode": "zero",
+        "heads": [[layer, head] for layer in LAYERS for head in HEADS],
+        "cos_cls": [0.9] * 9,
+        "cos_mean": np.linspace(0.5, 0.9, 9).tolist(),
+        "causal": True,
+        "lm_loss": None,
+        "lm_loss_delta": None,
+        "examples": 4,
+    }
+    md = render_markdown(report(head_ablation=ablation))
+    assert "No causal LM loss: the checkpoint has no next-token head" in md
+    assert "those that change the output most first" in md and "LM loss change" not in md
+
+
+def test_a_decoders_mixing_table_names_the_norm_after_the_sum_as_a_pre_norm_model_has_it():
+    mixing = {n: [0.5] * 3 for n in ("Attn-W", "Attn-N", "AttnResLn-N")}
+    decoder = report(mixing_ratios=mixing)
+    decoder["meta"]["decoder"] = True
+    md = render_markdown(decoder)
+    assert "- AttnResLn-N: AttnRes-N through the norm that reads the sum next, the FFN's" in md
+    assert "what the block passes on" not in md
+    decoder["meta"]["decoder"] = False  # an encoder's meta: the post-LN reading
+    md = render_markdown(decoder)
+    assert "- AttnResLn-N: AttnRes-N through the LayerNorm that follows the sum: what" in md

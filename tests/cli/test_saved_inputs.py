@@ -164,6 +164,48 @@ def test_a_store_lacking_what_the_flags_need_gets_the_flags_it_allows(stored, fl
     assert what_the_input_allows(stored, args) == advice
 
 
+@pytest.mark.parametrize(
+    "stored, flags, advice",
+    [
+        (("decoder_head_stats", "decoder_norm_head_stats"), [], "add --stats-only"),
+        (("decoder_head_stats",), [], "add --stats-only --no-norm"),
+        (("decoder_head_stats",), ["--stats-only"], "add --no-norm"),
+        (("head_stats", "norm_head_stats"), [], ""),  # an encoder's: not a decoder's
+    ],
+)
+def test_a_decoders_stored_statistics_get_stats_only_as_advice(stored, flags, advice):
+    from jaxattn.cli.analyze_saved import what_the_input_allows
+
+    args = argparse.Namespace(stats_only="--stats-only" in flags, no_norm="--no-norm" in flags)
+    assert what_the_input_allows(stored, args, decoder=True) == advice
+
+
+def test_a_decoders_statistics_file_is_refused_with_the_flag_that_reads_it(tmp_path, capsys):
+    """A saved decoder capture of decoder_head_stats alone, analysed without flags: the
+    refusal says --stats-only reads it, which then gives the report."""
+    from jaxattn.capture import Capture
+
+    table = np.random.default_rng(0).random((2, 3, 5)).astype(np.float32)
+    cap = Capture(
+        tokens=("<s>", "a", "b", "a"),
+        sentence_b_start=None,
+        layers=(0, 1),
+        heads=(0, 1, 2),
+        dtype="float32",
+        tensors={"decoder_head_stats": table},
+        provenance={"model": "tiny", "causal": True},
+    )
+    saved = tmp_path / "stats.npz"
+    cap.save(saved)
+    out = str(tmp_path / "r.json")
+    assert main(["analyze", str(saved), "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert "needs attention" in err and err.strip().endswith("(or add --stats-only --no-norm)")
+    assert main(["analyze", str(saved), "--out", out, "--stats-only", "--no-norm"]) == 0
+    got = json.loads((tmp_path / "r.json").read_text())["decoder_heads"]["first"]
+    np.testing.assert_allclose(got, table[..., 0], atol=1e-6)  # report.json: 6 digits
+
+
 def test_a_conllu_file_that_is_not_the_stores_source_is_refused(dumped, tmp_path):
     _, full, _, _ = dumped
     other = tmp_path / "other.conllu"

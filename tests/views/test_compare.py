@@ -49,6 +49,41 @@ def random_rows(rng, shape) -> np.ndarray:
     return (x / x.sum(-1, keepdims=True)).astype(np.float32)
 
 
+def causal_rows(rng, shape) -> np.ndarray:
+    """Random rows over j <= i (a decoder's), 0 above the diagonal."""
+    x = (rng.random(shape) ** 3) * np.tril(np.ones(shape[-2:]))
+    return (x / x.sum(-1, keepdims=True)).astype(np.float32)
+
+
+def test_two_decoders_are_summarised_over_what_their_rows_see():
+    """Two decoders' maps (provenance causal) differ only at j <= i: mean |B - A| is over
+    those cells of rows 1 .. T-1 (row 0 is one-hot on token 0 on both sides), by hand
+    (sum / count), and so is the Jensen-Shannon mean; a sum over all T² cells would
+    halve it. An encoder's pair keeps the documented 1 / T² mean."""
+    rng = np.random.default_rng(5)
+    t = 6
+    tokens = ["<s>", "the", "cat", "sat", "the", "cat"]
+    a, b = causal_rows(rng, (1, 2, t, t)), causal_rows(rng, (1, 2, t, t))
+    layout = dict(heads=(0, 1))
+    decoder = dict(provenance={"causal": True})
+    ca = dataclasses.replace(fake(tokens, a, **layout), **decoder)
+    cb = dataclasses.replace(fake(tokens, b, **layout), **decoder)
+    pair = pair_example(0, ca, cb, "attention", "attention")
+    d = np.abs(b.astype(np.float64) - a)
+    cells = [(i, j) for i in range(1, t) for j in range(i + 1)]
+    want = np.array([[sum(d[0, h, i, j] for i, j in cells) / len(cells) for h in range(2)]])
+    assert pair.causal and len(cells) == 20
+    np.testing.assert_allclose(pair.mean_abs, want, atol=1e-12)
+    js = js_reference(a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(pair.js, js[..., 1:].mean(-1), atol=1e-6)
+    encoder = dict(provenance={"causal": False})  # (without it, the zeros say causal)
+    ea = dataclasses.replace(fake(tokens, a, **layout), **encoder)
+    eb = dataclasses.replace(fake(tokens, b, **layout), **encoder)
+    enc = pair_example(0, ea, eb, "attention", "attention")
+    assert not enc.causal
+    np.testing.assert_allclose(enc.mean_abs, d.sum((-2, -1)) / t**2, atol=1e-12)
+
+
 def test_difference_and_summaries_against_numpy():
     rng = np.random.default_rng(3)
     tokens = ["[CLS]", "the", "cat", "sat", ".", "[SEP]", "x"]

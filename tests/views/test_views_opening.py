@@ -42,6 +42,8 @@ def test_a_page_opens_at_the_example_and_token_asked(saved, tmp_path):
     assert header_of(out)["start"] == {"example": 1, "token": 6}
     assert main([*argv, "--example", "-1", "--token", "5"]) == 0  # from the end: example 2
     assert header_of(out)["start"] == {"example": 2, "token": 5}
+    assert main([*argv, "--example", "1", "--token", "-1"]) == 0  # its last token, of 7
+    assert header_of(out)["start"] == {"example": 1, "token": 6}
 
 
 @pytest.mark.parametrize("suffix", [".html", ".svg"])
@@ -59,8 +61,8 @@ def test_an_example_or_token_out_of_range_is_refused_as_by_a_static_export(
     )
     assert main([*argv, "--example", "1", "--token", "7"]) == 2  # example 1 has 7 tokens
     assert "--token 7: the example has 7 tokens" in capsys.readouterr().err
-    assert main([*argv, "--example", "0", "--token", "-1"]) == 2
-    assert "--token -1: the example has 5 tokens" in capsys.readouterr().err
+    assert main([*argv, "--example", "0", "--token", "-6"]) == 2  # -1 is its last token
+    assert "--token -6: the example has 5 tokens (0..4, or -5..-1)" in capsys.readouterr().err
     assert not out.exists()
 
 
@@ -91,7 +93,11 @@ def test_build_html_opens_where_asked_and_names_a_bad_place(tmp_path):
     assert header_of(out)["start"] == {"example": 0, "token": 0}
     with pytest.raises(UsageError, match=r"^example 3: index 3 is out of range: the page holds 3"):
         write_html(out, caps, example=3)
-    with pytest.raises(UsageError, match=r"^token 5: the example has 5 tokens$"):
+    write_html(out, caps, token=-2)  # example 0's 5 tokens: the one before the last
+    assert header_of(out)["start"] == {"example": 0, "token": 3}
+    with pytest.raises(
+        UsageError, match=r"^token 5: the example has 5 tokens \(0..4, or -5..-1\)$"
+    ):
         write_html(out, caps, token=5)
     with pytest.raises(UsageError, match=r"^example must be an index \(a whole number\), got '1'"):
         write_html(out, caps, example="1")

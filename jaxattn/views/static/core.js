@@ -84,6 +84,7 @@
       label: e.label, tokens: e.tokens.map((i) => header.tokens[i]), sentence_b_start: e.sentence_b_start,
       generated_start: e.generated_start ?? null,
       layers: e.layers, heads: e.heads, causal: !!e.causal, kv_heads: e.kv_heads || null,
+      kv_groups: e.kv_groups || null,
       _packed: { arrays: e.arrays, section: e.section, text },
     }));
     return { format: header.format, views: header.views, examples, start: header.start };

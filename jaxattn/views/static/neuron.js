@@ -10,7 +10,8 @@
  * tokens to the first sentence named and the keys to the second; the softmax
  * stays the one over all keys. Rows are virtualised: only those in the scroll
  * window exist in the DOM. A grouped-query head (ex.kv_heads) reads its key/value
- * head's keys, and the info line names it (#nv-group). A decoder's query i sees keys
+ * head's keys, and the info line names it as the model numbers it (ex.kv_groups,
+ * #nv-group; a selection of heads keeps the numbers). A decoder's query i sees keys
  * j <= i only: the softmax is over those, later keys are greyed (.nv-row.masked), with
  * no line and "masked" for their softmax. A decoder's continuation (ex.generated_start)
  * shows its generated tokens in their own style (.nv-qtok.gen, .nv-row.gen), a dashed
@@ -171,12 +172,13 @@
       if (gen !== null && gen < ex.tokens.length) {
         msg.append(JX.el("div", { id: "nv-generated", "data-at": gen }, JX.GENERATED_NOTE(gen)));
       }
-      const G = ex._t.keys.shape[1];
-      if (G !== ex.heads.length) {
-        msg.append(JX.el("div", { id: "nv-group", "data-kv": cur.g },
-          `Grouped-query attention: head ${ex.heads[st.head]} reads key/value head ${cur.g} of ${G} ` +
-          `(query head h reads key/value head h // ${ex.heads.length / G}; heads ` +
-          `${ex.heads.filter((_, h) => JX.kvHead(ex, h) === cur.g).join(", ")} share its keys).`));
+      const grp = ex.kv_groups;  // the model's key/value head numbers (payload.kv_groups)
+      if (grp) {
+        const kv = grp.heads[st.head];
+        msg.append(JX.el("div", { id: "nv-group", "data-kv": kv },
+          `Grouped-query attention: head ${ex.heads[st.head]} reads key/value head ${kv}` +
+          `${grp.of ? ` of ${grp.of}` : ""} (heads ` +
+          `${ex.heads.filter((_, h) => grp.heads[h] === kv).join(", ")} of those shown share its keys).`));
       }
       scaleBars();
       const pad = `<span style="display:inline-block;width:${QW + LW + IW}px"></span>`;

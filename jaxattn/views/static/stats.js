@@ -5,6 +5,7 @@
  * its maximum over the heads, stated by a colour bar under its map (JX.colorBar
  * of model.js). DOM hooks: rect[data-stat][data-layer][data-head][data-v],
  * figure.sv-fig[data-stat] .jx-cbar[data-min][data-max], #sv-vig-legend.
+ * A decoder's (doc.causal) are the decoder statistics, without classes or patterns.
  * A long example's statistics are along the text instead (segments.js draws them). */
 "use strict";
 (function () {
@@ -38,7 +39,9 @@
       const k = doc && doc.kinds[kind];
       if (!k) { el.append(JX.el("div", { class: "info" }, `No statistics for ${kind} weights in this file.`)); return; }
       el.append(JX.el("div", { class: "info", id: "sv-info" }, `${JX.KIND_TITLES[kind]}, this example (rows layers, columns heads). ` +
-        "Head statistics after Clark et al. 2019 (darker = larger, scaled per statistic: its colour bar gives the range); classes after Kovaleva et al. 2019 and patterns after Vig 2019, by the rules of jaxattn.analysis.patterns."));
+        (doc.causal
+          ? "Decoder head statistics, as jaxattn analyze's \"Decoder heads\" (darker = larger, scaled per statistic: its colour bar gives the range), each a mean over query rows 1 .. T-1: the weight on the first token (the sink), the previous token, itself, punctuation, the row entropy over the keys it sees; induction: on the tokens that followed earlier occurrences of its token, duplicate: on those occurrences (n/a: no repeated token). Kovaleva's classes and Vig's patterns read a bidirectional map and [CLS]/[SEP]: not shown for a decoder."
+          : "Head statistics after Clark et al. 2019 (darker = larger, scaled per statistic: its colour bar gives the range); classes after Kovaleva et al. 2019 and patterns after Vig 2019, by the rules of jaxattn.analysis.patterns.")));
       const box = JX.el("div", { class: "sv-box" });
       for (const name of doc.stats) {
         const g = k.head_stats[name];
@@ -49,7 +52,8 @@
           (v) => (v === null ? "n/a" : v.toFixed(4)), JX.colorBar(`sv-cbar-${name}`, ["#fff", hi > lo ? "rgb(31,119,180)" : "#fff"], lo, hi, null,
             Math.max(40, Math.min(96, ex.heads.length * C - 40)))));
       }
-      el.append(JX.el("h3", {}, "Head statistics"), box);
+      el.append(JX.el("h3", {}, doc.causal ? "Decoder head statistics" : "Head statistics"), box);
+      if (!doc.classes.length) return;  // a decoder's (stats.py)
       const cls = JX.el("div", { class: "sv-box" });
       cls.append(heat("kovaleva", ex, (l, h) => k.kovaleva[l][h], (v) => CLASS_COLORS[v % CLASS_COLORS.length], (v) => doc.classes[v]));
       const legend = JX.el("div", { class: "legend" });
