@@ -129,5 +129,7 @@ def test_statistics_temp_memory_grows_linearly_blockwise(family, what, layers, h
     assert block[1] <= 2 * block[0] + (1 << 20), block  # linear, plus a constant
     if layers is None:  # the dense program's [H, T, T] maps, for scale
         dense = [temp_bytes(config, params, what, "dense", t) for t in (1024, 2048)]
-        assert dense[1] > 3.5 * dense[0], dense
+        # quadratic: 4x less a linear part (3.3x for modernbert since the dense
+        # statistics read their diagonals off the map, 3.6x before)
+        assert dense[1] > 3 * dense[0], dense
         assert block[1] < dense[1] / 8, (block, dense)

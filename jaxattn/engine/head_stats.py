@@ -15,6 +15,9 @@ packed as bits per token.
 
 from __future__ import annotations
 
+from functools import partial
+
+import jax
 import jax.numpy as jnp
 
 from jaxattn.quantities import (
@@ -31,11 +34,13 @@ from jaxattn.token_classes import CLS_BIT, PUNCT_BIT, SEP_BIT
 def _smoothed_entropy(weights, keys, visible):
     """[H, T]: each row's entropy in nats after Clark et al.'s smoothing
     (1 - s) w + s / keys over the keys `visible` [T, S] or [S] lets it see
-    (`keys`: their count, a scalar or [T, 1]); the others stay 0."""
+    (`keys`: their count, a scalar or [T, 1]); the others stay 0.
+
+    One expression per weight (smoothed > 0 wherever a key is visible: s / keys > 0),
+    so that it compiles to one pass over the map rather than three."""
     s = ENTROPY_SMOOTHING
-    smoothed = ((1.0 - s) * weights + s / keys) * visible
-    logs = jnp.log(jnp.where(smoothed > 0, smoothed, 1.0))
-    return -(smoothed * logs).sum(-1)
+    smoothed = (1.0 - s) * weights + s / keys
+    return -jnp.where(visible > 0, smoothed * jnp.log(smoothed), 0.0).sum(-1)
 
 
 def _keys_of(bit, classes_k, real_k):
@@ -43,7 +48,9 @@ def _keys_of(bit, classes_k, real_k):
     return ((classes_k & bit) != 0).astype(real_k.dtype) * real_k
 
 
-def row_terms(weights, rows, keys, mask_k, classes_k, count, decoder: bool = False) -> dict:
+def row_terms(
+    weights, rows, keys, mask_k, classes_k, count, decoder: bool = False, whole: bool = False
+) -> dict:
     """The per-row sums the statistics are means of, from weights [H, T', S'] of query
     positions `rows` [T'] against key positions `keys` [S'] (mask_k [S'] bool, classes_k
     [S'] int8 bits of those keys; `count` the example's real tokens). {name: [H, T']}.
@@ -55,11 +62,17 @@ def row_terms(weights, rows, keys, mask_k, classes_k, count, decoder: bool = Fal
     punct, self, prev (w[i, i-1]), next (w[i, i+1]), entropy (Clark et al.'s smoothing
     over the `count` real keys). Decoder (`decoder_statistics`): first (w[i, 0]),
     prev, self, punct, entropy (smoothing over the i + 1 keys row i can see).
+
+    whole: the weights are the whole square map (rows and keys both 0 .. T-1, the
+    dense path): the terms of one key offset (self, prev, next, first) are then read
+    off its diagonals (`_diagonal`), the same numbers without a pass over the map each.
     """
     real_k = mask_k.astype(weights.dtype)
     offset = keys[None, :] - rows[:, None]  # [T', S']: j - i
 
-    def at(d):  # each row's weight on key i + d
+    def at(d):  # each row's weight on key i + d (0 where there is none)
+        if whole:
+            return _diagonal(weights, d)
         return jnp.where(offset == d, weights, 0.0).sum(-1)
 
     def to(bit):
@@ -68,12 +81,25 @@ def row_terms(weights, rows, keys, mask_k, classes_k, count, decoder: bool = Fal
     out = {"self": at(0), "prev": at(-1), "punct": to(PUNCT_BIT)}
     if decoder:
         visible = (offset <= 0) * real_k[None, :]  # [T', S']: j <= i, real
-        out["first"] = jnp.where(keys[None, :] == 0, weights, 0.0).sum(-1)
+        first = weights[..., 0] if whole else jnp.where(keys[None, :] == 0, weights, 0.0).sum(-1)
+        out["first"] = first
         out["entropy"] = _smoothed_entropy(weights, rows[:, None] + 1.0, visible)
     else:
         out |= {"cls": to(CLS_BIT), "sep": to(SEP_BIT), "next": at(1)}
         out["entropy"] = _smoothed_entropy(weights, count, real_k)  # padded keys stay 0
     return out
+
+
+def _diagonal(weights, d: int):
+    """[..., T, T] -> [..., T]: each row i's weight on key i + d, 0 where no such key
+    (rows 0 .. -d-1 or T-d .. T-1), read as a strided slice of the flattened map: the
+    terms `jnp.where(offset == d, weights, 0).sum(-1)` computes, exactly (one weight
+    plus zeros), without reading the rest of the map."""
+    t = weights.shape[-1]
+    flat = weights.reshape(*weights.shape[:-2], t * t)
+    start = d if d >= 0 else -d * t  # row max(-d, 0)'s key i + d
+    diagonal = flat[..., start :: t + 1][..., : t - abs(d)]
+    return jnp.pad(diagonal, [(0, 0)] * (weights.ndim - 2) + [(max(-d, 0), max(d, 0))])
 
 
 def _rows_only(per_row, rows):
@@ -146,7 +172,7 @@ def all_row_terms(weights, mask, classes, decoder: bool = False) -> dict:
     """`row_terms` of a whole [H, T, T] map (the dense path): {name: [H, T]}."""
     index = jnp.arange(weights.shape[-1])
     count = None if decoder else mask.astype(weights.dtype).sum()
-    return row_terms(weights, index, index, mask, classes, count, decoder)
+    return row_terms(weights, index, index, mask, classes, count, decoder, whole=True)
 
 
 def finish(name: str, terms: dict, mask, classes):
@@ -155,6 +181,22 @@ def finish(name: str, terms: dict, mask, classes):
     _, decoder, per_row = KINDS[name]
     rows = decoder_rows(terms, mask) if decoder else encoder_rows(terms, mask, classes)
     return rows if per_row else row_mean(rows)
+
+
+@partial(jax.jit, static_argnums=3)
+def dense(weights, mask, classes, names: tuple[str, ...]) -> dict:
+    """The statistics quantities `names` (`KINDS`, all encoder's or all decoder's) of one
+    whole [H, T, T] map (the dense path), mask [T] bool, classes [T] int8 bits:
+    {name: `finish`'s}.
+
+    Jitted on its own so that a capture program traces it once per shape, not once
+    per layer: inside the program (vmapped) each layer's call is one nested call whose
+    jaxpr and batching jax keeps, where inline code cost a trace of its many small
+    operations at every layer (BENCHMARKS.md, "Statistics-only dumps").
+    """
+    decoder = KINDS[names[0]][1]
+    terms = all_row_terms(weights, mask, classes, decoder)
+    return {name: finish(name, terms, mask, classes) for name in names}
 
 
 def head_statistics(weights, mask, classes):

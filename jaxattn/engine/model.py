@@ -159,15 +159,14 @@ def _capture_layer(
             cap[name] = t
     if "alpha_fx_norm" in want:
         cap["alpha_fx_norm"] = norms.alpha_fx_norm(n_alpha, fxn)
-    terms = {}  # (norm, decoder) -> the row terms of every row, shared by means and rows
+    kinds = {}  # (norm, decoder) -> its quantities, which share their row terms
     for name in sorted(want & head_stats.KINDS.keys()):
-        norm, decoder, _ = kind = head_stats.KINDS[name]
-        if kind[:2] not in terms:
-            weights = alpha
-            if norm:
-                weights = head_stats.normalise_rows(norms.alpha_fx_norm(n_alpha, fxn))
-            terms[kind[:2]] = head_stats.all_row_terms(weights, mask, classes, decoder)
-        cap[name] = head_stats.finish(name, terms[kind[:2]], mask, classes)
+        kinds.setdefault(head_stats.KINDS[name][:2], []).append(name)
+    for (norm, _), names in kinds.items():
+        weights = alpha
+        if norm:
+            weights = head_stats.normalise_rows(norms.alpha_fx_norm(n_alpha, fxn))
+        cap |= head_stats.dense(weights, mask, classes, tuple(names))
     if "sum_alpha_fx_norm" in want:
         cap["sum_alpha_fx_norm"] = norms.sum_alpha_fx_norm(n_alpha, v, w_out, mm)
     if "attn_res_norm" in want:
