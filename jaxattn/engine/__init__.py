@@ -10,7 +10,8 @@ The modules, in the order data flows through them:
       ledger     ShapeLedger: shapes compiled, padding rented against compiling
     host       TokenizedText -> padded [B, T] arrays; the step's output -> Captures
     step       CaptureStep: jit(vmap(model)) on a static CaptureSpec, data parallel
-      model      the Flax BERT-family encoder, one example, declared capture
+      model      the Flax transformer of every family (encoders and causal decoders), one
+                 example, declared capture
         attention  multi-head self-attention of every family; relative: DeBERTa's,
                    rotary: rotary positions and local windows; layers: norms, dense
         blockwise  attention without a [T, T] tensor (FlashAttention's recurrence);
