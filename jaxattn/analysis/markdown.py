@@ -27,12 +27,13 @@ MIXING_COLUMNS = {
     "AttnResLn-N": "AttnRes-N through the LayerNorm that follows the sum: what the block passes on",
 }
 
-# A decoder's (pre-norm: docs/families.md, "Mixing ratios in pre-LN models") last column.
-DECODER_MIXING_COLUMNS = {
+# A pre-norm model's last column (every decoder, and ModernBERT: docs/families.md,
+# "Mixing ratios in pre-LN models"): no norm follows the sum on the residual stream.
+PRE_NORM_MIXING_COLUMNS = {
     **MIXING_COLUMNS,
     "AttnResLn-N": "AttnRes-N through the norm that reads the sum next, the FFN's input norm "
-    "(GPT-2's ln_2, Llama's post_attention_layernorm); the residual stream itself carries "
-    "the sum on unnormalised",
+    "(ModernBERT's mlp_norm, GPT-2's ln_2, Llama's post_attention_layernorm); the residual "
+    "stream itself carries the sum on unnormalised",
 }
 
 _WORD_ROWS = {
@@ -51,6 +52,23 @@ def _f(x, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+def _weights(stats: dict) -> str:
+    """What the per-layer cells hold: attention weights, and norm-based ones where they
+    were computed (not with --no-norm)."""
+    if any(name.startswith("norm_") for name in stats):
+        return "attention weights / norm-based weights, Kobayashi et al. 2020"
+    return "attention weights; no norm-based weights (--no-norm)"
+
+
+def _strongest(a: np.ndarray, layers, heads, pick=np.nanargmax) -> str:
+    """The head `pick` chooses of a [L, H] score, "layer-head (score)", or, when every
+    head scores the same (every one 0, say), that none stands out."""
+    if np.nanmax(a) == np.nanmin(a):
+        return f"none stands out (every head {_f(np.nanmax(a))})"
+    li, hi = np.unravel_index(pick(a), a.shape)
+    return f"{layers[li]}-{heads[hi]} ({_f(a[li, hi])})"
+
+
 def _uniform(value) -> str:
     return "" if value is None else f"; uniform attention would give {value:.3f} (mean ln T)"
 
@@ -62,8 +80,8 @@ def _head_stats(report: dict) -> list[str]:
     lines = [
         "## Head statistics",
         "",
-        "Mean over heads per layer (attention weights / norm-based weights, Kobayashi et al. "
-        "2020). Mass = mean over query tokens of the weight on those keys; [SEP]→[SEP] and "
+        f"Mean over heads per layer ({_weights(stats)}). Mass = mean over query tokens "
+        "of the weight on those keys; [SEP]→[SEP] and "
         "other→[SEP] over the [SEP] rows and the other rows only (Clark et al. 2019). Entropy "
         "in nats, of rows smoothed as Clark et al. do ((1 − 1e-4) w + 1e-4 / T)"
         + _uniform(report["meta"].get("uniform_entropy"))
@@ -84,13 +102,11 @@ def _head_stats(report: dict) -> list[str]:
     rows = []
     for n in names:
         a = np.asarray(stats[n], float)
-        li, hi = np.unravel_index(np.nanargmax(a), a.shape)
-        lo_l, lo_h = np.unravel_index(np.nanargmin(a), a.shape)
         rows.append(
             [
                 _STAT_NAMES[n],
-                f"{layers[li]}-{heads[hi]} ({_f(a[li, hi])})",
-                f"{layers[lo_l]}-{heads[lo_h]} ({_f(a[lo_l, lo_h])})",
+                _strongest(a, layers, heads),
+                _strongest(a, layers, heads, np.nanargmin),
             ]
         )
     return lines + _table(["stat", "highest", "lowest"], rows)
@@ -114,8 +130,8 @@ def _decoder(report: dict) -> list[str]:
     lines = [
         "## Decoder heads",
         "",
-        "Mean over heads per layer (attention weights / norm-based weights, Kobayashi et al. "
-        "2020), each a mean over query rows 1 .. T-1 (row 0 sees only itself): the weight on "
+        f"Mean over heads per layer ({_weights(stats)}), each a mean over query rows "
+        "1 .. T-1 (row 0 sees only itself): the weight on "
         "the first token (the attention sink, Xiao et al. 2023), on the previous token, on "
         "itself, on punctuation, the row entropy in nats (rows smoothed over the keys they "
         "see)"
@@ -152,8 +168,7 @@ def _decoder(report: dict) -> list[str]:
         if np.isnan(a).all():
             rows.append([_DECODER_NAMES[n], "- (no example had such a row)"])
             continue
-        li, hi = np.unravel_index(np.nanargmax(a), a.shape)
-        rows.append([_DECODER_NAMES[n], f"{layers[li]}-{heads[hi]} ({_f(a[li, hi])})"])
+        rows.append([_DECODER_NAMES[n], _strongest(a, layers, heads)])
     lines += ["Strongest head per score (layer-head):", ""]
     lines += _table(["score", "highest"], rows)
     lines += _decoder_model_lines(report)
@@ -167,6 +182,8 @@ def _decoder(report: dict) -> list[str]:
 
 def _top_heads(a, layers, heads, n: int = 5) -> str:
     a = np.asarray(a, float)
+    if np.nanmax(a) == np.nanmin(a):
+        return _strongest(a, layers, heads)
     order = np.argsort(-np.nan_to_num(a, nan=-np.inf), axis=None)[:n]
     cells = [np.unravel_index(i, a.shape) for i in order]
     return ", ".join(f"{layers[li]}-{heads[hi]} ({_f(a[li, hi])})" for li, hi in cells)
@@ -355,7 +372,8 @@ def render_markdown(report: dict, max_relations: int = 30) -> str:
     lines += ["## Mixing ratios", ""]
     if report.get("mixing_ratios"):
         names = list(report["mixing_ratios"])
-        columns = DECODER_MIXING_COLUMNS if meta.get("decoder") else MIXING_COLUMNS
+        pre_norm = meta.get("pre_norm") or meta.get("decoder")
+        columns = PRE_NORM_MIXING_COLUMNS if pre_norm else MIXING_COLUMNS
         lines += [
             "How much of a token's output at a layer's attention block comes from the other "
             "tokens (0: from itself only, 1: from the others only). Kobayashi et al. 2021: "
@@ -389,15 +407,16 @@ def _ablation_lines(res: dict) -> list[str]:
     else:
         key = lambda i: res["cos_mean"][i]  # noqa: E731
     order = sorted(range(len(res["heads"])), key=key)[:10]
-    first = "cos first token" if causal else "cos [CLS]"
+    # A decoder's first token sees only itself: made uniform, its head attends as before,
+    # so its final vector, and cos_cls, cannot change (1 by construction): not a column.
+    first_moves = not (causal and res["mode"] == "uniform")
+    first = ["cos first token" if causal else "cos [CLS]"] if first_moves else []
     change = "LM loss change" if causal else "MLM loss change"
-    head = ["head", first, "cos mean-pooled"] + ([change] if delta else [])
+    head = ["head", *first, "cos mean-pooled"] + ([change] if delta else [])
     rows = [
-        [
-            f"{res['heads'][i][0]}-{res['heads'][i][1]}",
-            _f(res["cos_cls"][i]),
-            _f(res["cos_mean"][i]),
-        ]
+        [f"{res['heads'][i][0]}-{res['heads'][i][1]}"]
+        + ([_f(res["cos_cls"][i])] if first_moves else [])
+        + [_f(res["cos_mean"][i])]
         + ([_f(delta[i])] if delta else [])
         for i in order
     ]
@@ -420,5 +439,11 @@ def _ablation_lines(res: dict) -> list[str]:
         intro += (
             " No causal LM loss: the checkpoint has no next-token head (neither "
             "lm_head.weight nor tied word embeddings), so only the cosines."
+        )
+    if not first_moves:
+        intro += (
+            " No first-token cosine: the first token sees only itself, so a head made "
+            "uniform attends to it as before and its final vector cannot change "
+            "(cos_cls is 1 by construction)."
         )
     return ["", "## Head ablation", "", intro, "", *_table(head, rows)]

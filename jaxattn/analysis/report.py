@@ -10,8 +10,10 @@ report.json keys (layers and heads 0-indexed, as captured):
 - ``meta``: examples, tokens, layers, heads, the definitions' thresholds,
   ``uniform_entropy`` (ln T averaged over the examples: Clark et al.'s reference
   for the head entropies), ``dependency`` (the dependency table's settings: word
-  rows, directions, possessive rule, baseline offsets), and anything the caller
-  adds;
+  rows, directions, possessive rule, baseline offsets), ``pre_norm`` (true when a
+  capture's model config says pre-norm, ModernBERT's or a decoder's: report.md reads
+  the mixing table's AttnResLn-N so; absent through a server, whose captures carry no
+  config, where a decoder still reads pre-norm), and anything the caller adds;
 - ``head_stats``: {stat: [L][H]} (`jaxattn.analysis.head_stats`; ``norm_*`` for
   norm-based weights);
 - ``patterns``: {class or pattern: [L] fractions} (`jaxattn.analysis.patterns`);
@@ -134,6 +136,7 @@ class CorpusAnalysis:
         self.dependency: dict[str, DependencyHeads] = {}
         self.examples = 0
         self.tokens = 0
+        self.pre_norm = False  # a capture's model config says norm "pre" (meta.pre_norm)
         self.layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
     def update(self, capture: Capture, sentence: Sentence | None = None) -> None:
@@ -143,6 +146,8 @@ class CorpusAnalysis:
         else:
             self.head_stats.update(capture)
         self.layout = self.layout or (tuple(capture.layers), tuple(capture.heads))
+        config = capture.provenance.get("config") or {}
+        self.pre_norm = self.pre_norm or config.get("norm") == "pre"
         self.examples += 1
         self.tokens += capture.length
         if self.only_stats:
@@ -189,6 +194,7 @@ class CorpusAnalysis:
             "examples": self.examples,
             "tokens": self.tokens,
             "uniform_entropy": self.head_stats.uniform_entropy,
+            **({"pre_norm": True} if self.pre_norm else {}),
         }
         dep = self.dependency.get("attention") or self.dependency.get("norm")
         if dep is not None:
@@ -229,6 +235,7 @@ class CorpusAnalysis:
             "examples": self.examples,
             "tokens": self.tokens,
             "decoder": True,
+            **({"pre_norm": True} if self.pre_norm else {}),
             "not_run": dict(DECODER_NOT_RUN),
         }
         if self.distance is not None:

@@ -116,9 +116,10 @@ def register(subparsers) -> None:
     g.add_argument(
         "--token",
         type=int,
-        default=0,
+        default=None,
         help="query position for the neuron view (html: the one it opens at), negative "
-        "from the end (-1: the last token, a decoder's last generated one) (default 0)",
+        "from the end (-1: the last token, a decoder's last generated one) (default: a "
+        "decoder's last token, its first sees only itself; an encoder's first)",
     )
     g.add_argument(
         "--kind",

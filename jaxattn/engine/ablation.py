@@ -10,7 +10,8 @@ A head is disabled in one of two ways:
   example's real tokens (a decoder's query i: over the keys j <= i it may see).
 Mean ablation (``hook_z`` replaced by its mean over a reference corpus, as in
 ARENA and Wang et al. 2022) is not offered.
-The gates are runtime arrays, so every ablation set runs one compiled program.
+The gates are runtime arrays, so every ablation set runs one compiled program, and
+the study's unablated base runs it too (gates all open).
 """
 
 from __future__ import annotations
@@ -145,15 +146,18 @@ def head_ablation_study(
             if not texts
             else "every text was skipped as too long: nothing to ablate over"
         )
-    base = final_states(engine, tokenized, None)
+    # The unablated run through the ablated runs' program (gates all open: every
+    # weight kept, none uniform), not a program of its own.
+    none = HeadAblation()
+    base = final_states(engine, tokenized, none)
     use_mlm = mlm and not c.causal and "mlm_head" in engine.extra_params and bool(tokenized)
     use_lm = mlm and has_lm_head(engine) and bool(tokenized)
     if use_mlm:
         lm = MaskedLM(engine, tokenized, mask_rate=mask_rate, seed=seed)
-        base_loss = lm.loss(None)
+        base_loss = lm.loss(none)
     if use_lm:
         causal = CausalLM(engine, tokenized)
-        base_lm = causal.loss(None, base)
+        base_lm = causal.loss(none, base)
     out = {
         "mode": mode,
         "heads": [list(h) for h in heads],

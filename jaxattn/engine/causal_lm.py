@@ -49,14 +49,20 @@ def logits(h, w, softcap: float = 0.0):
     return out
 
 
-@functools.partial(jax.jit, static_argnums=3)
-def _nll_sum(h, w, targets, softcap: float = 0.0):
-    """Sum over rows of -log softmax(h W^T)[target]: h [P, D], w [V, D], targets [P]
-    (`logits`, soft-capped where the model says)."""
+# Rows of next-token predictions per `_nll_sum` call: the corpus's predictions run in
+# chunks of this many (the last one padded), so one compiled program serves every
+# example length (a program per length took most of a tiny decoder's --ablate time).
+CHUNK_ROWS = 256
+
+
+@functools.partial(jax.jit, static_argnums=4)
+def _nll_sum(h, w, targets, valid, softcap: float = 0.0):
+    """Sum over the valid rows of -log softmax(h W^T)[target]: h [P, D], w [V, D],
+    targets [P], valid [P] bool (`logits`, soft-capped where the model says)."""
     logits_ = logits(h, w, softcap)
     logz = jax.nn.logsumexp(logits_, axis=-1)
     picked = jnp.take_along_axis(logits_, targets[:, None], axis=-1)[:, 0]
-    return jnp.sum(logz - picked)
+    return jnp.sum(jnp.where(valid, logz - picked, 0.0))
 
 
 class CausalLM:
@@ -89,11 +95,20 @@ class CausalLM:
             return float("nan")
         if states is None:
             states = final_states(self.engine, self.examples, ablation)
+        pairs = [(h[:-1], e.ids[1:]) for h, e in zip(states, self.examples, strict=True)]
+        rows = np.concatenate([h for h, _ in pairs]).astype(np.float32)  # [N, D]
+        targets = np.concatenate([np.asarray(t, np.int32) for _, t in pairs])
+        n = len(targets)
+        pad = -n % CHUNK_ROWS
+        rows = np.pad(rows, ((0, pad), (0, 0)))
+        targets = np.pad(targets, (0, pad))
+        valid = np.arange(n + pad) < n
         total = 0.0
-        for h, e in zip(states, self.examples, strict=True):
-            if e.length < 2:
-                continue
-            targets = jnp.asarray(np.asarray(e.ids[1:], np.int32))
-            h = jnp.asarray(h[:-1], jnp.float32)
-            total += float(_nll_sum(h, self.w, targets, self.engine.config.lm_softcap))
+        for k in range(0, n + pad, CHUNK_ROWS):
+            part = slice(k, k + CHUNK_ROWS)
+            total += float(
+                _nll_sum(
+                    rows[part], self.w, targets[part], valid[part], self.engine.config.lm_softcap
+                )
+            )
         return total / self.predictions

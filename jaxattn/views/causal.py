@@ -34,6 +34,12 @@ def is_causal(cap: Capture) -> bool:
     return not any(np.triu(m, 1).any() for m in heads)  # a head at a time
 
 
+def default_query(cap: Capture) -> int:
+    """The neuron view's query when none is named: a decoder's last token (its first
+    sees only itself, a one-line picture), else token 0 (neuron.js: the same rule)."""
+    return cap.length - 1 if cap.length and is_causal(cap) else 0
+
+
 def causal_mask(t: int) -> np.ndarray:
     """[T, T] booleans: True where query i may attend to key j (j <= i)."""
     return np.tril(np.ones((t, t), bool))

@@ -7,11 +7,13 @@ of that head, shown on a colour bar) and an overview of every (layer, head)
 coloured by a per-head summary (mean |B - A| over the cells, or the
 Jensen-Shannon distance per row averaged: `jaxattn.views.compare`). Hovering a
 cell or a row label in any panel outlines it in all three; clicking an overview
-cell selects that head.
+cell selects that head. Two decoders' example (`Pair.causal`) draws its masked
+future (j > i) grey and hatched in all three panels, as the model view greys it,
+and says that a token sees only itself and earlier ones.
 
 The data is packed as `jaxattn.views.page` packs the other views: a JSON header
 (the labels of A and B, the token table, per example its token indices, layers,
-heads, level, summaries and scales, 7 significant digits) and one deflate-raw
+heads, level, causal, summaries and scales, 7 significant digits) and one deflate-raw
 section per example with A's and B's weights (`payload.pack_array`: float32, or
 uint8 in 1/255 steps). With uint8 the section also holds the difference itself
 (`pack_diff`), quantised per (layer, head) against that head's own scale
@@ -111,6 +113,7 @@ def pack_pairs(pairs: Sequence[Pair], embed: str) -> tuple[dict, list[bytes]]:
                 heads=list(p.heads),
                 arrays=arrays,
                 level=p.level,
+                causal=p.causal,
                 summary={"mean_abs": _rounded(p.mean_abs), "js": _rounded(p.js)},
                 max_abs=_rounded(p.max_abs),
             )

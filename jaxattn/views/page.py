@@ -28,6 +28,7 @@ from jaxattn import outfile
 from jaxattn.capture import Capture
 from jaxattn.errors import UsageError
 from jaxattn.selection import is_int, out_of_range
+from jaxattn.views.causal import default_query
 from jaxattn.views.long_maps import POOL, band_offsets
 from jaxattn.views.payload import MAX_EXAMPLES, VIEWS, pack_page
 
@@ -104,7 +105,7 @@ def build_html(
     title: str = "jaxattn views",
     max_examples: int = MAX_EXAMPLES,
     example: int = 0,
-    token: int = 0,
+    token: int | None = None,
 ) -> str:
     """The self-contained HTML of the given views over one or more captures.
 
@@ -119,7 +120,8 @@ def build_html(
       title: the page title.
       max_examples: refuse more captures than this (default `payload.MAX_EXAMPLES`).
       example: the example the page opens at (negative: from the end).
-      token: the neuron view's query token it opens at, a position of that example.
+      token: the neuron view's query token it opens at, a position of that example
+        (None: `jaxattn.views.causal.default_query`, a decoder's last token, else 0).
 
     Returns:
       The HTML text (write it with ``open(path, "w", encoding="utf-8")``).
@@ -147,7 +149,8 @@ def opening(
     captures: Sequence[Capture], example, token, holder: str = "the page"
 ) -> tuple[int, int]:
     """(example index, query token) of `captures` that a view opens at or draws: `example`
-    and `token` (a position of that example; None: not drawn, 0) counted from the end
+    and `token` (a position of that example; None: its `default_query`, a decoder's last
+    token, else 0) counted from the end
     when negative (token -1: the last, a decoder's last generated token). UsageError
     names a bad one: "example 7: index 7 is out of range: {holder} holds 2 examples
     (...)", "token 9: the example has 7 tokens (0..6, or -7..-1)"."""
@@ -163,7 +166,7 @@ def opening(
         raise UsageError(
             f"token {token}: the example has {length} tokens (0..{length - 1}, or -{length}..-1)"
         )
-    return index, 0 if token is None else int(token) % length
+    return index, default_query(captures[index]) if token is None else int(token) % length
 
 
 def packed_body(header: dict, sections: Sequence[bytes], *, title: str, mount: str) -> str:

@@ -46,7 +46,7 @@ from jaxattn.analysis.tokens import display_tokens
 from jaxattn.capture import Capture, one_capture
 from jaxattn.errors import UsageError
 from jaxattn.selection import is_int
-from jaxattn.views.causal import causal_mask, is_causal
+from jaxattn.views.causal import causal_mask, default_query, is_causal
 from jaxattn.views.drawing import (
     KIND_TITLES,
     PAD,
@@ -367,8 +367,9 @@ def _sentences(x, top, rh, t, b, right) -> list[str]:
     return out
 
 
-def neuron_svg(cap: Capture, *, layer=0, head=0, token=0, tokens=None) -> SVG:
-    """The neuron view of (layer, head) axis indices and query position `token`.
+def neuron_svg(cap: Capture, *, layer=0, head=0, token=None, tokens=None) -> SVG:
+    """The neuron view of (layer, head) axis indices and query position `token` (None:
+    `default_query`, a decoder's last token, else 0).
 
     Left to right: every token as a query (the selected one highlighted) with its
     position index; lines from the selected query to every key, stroke-opacity =
@@ -384,6 +385,7 @@ def neuron_svg(cap: Capture, *, layer=0, head=0, token=0, tokens=None) -> SVG:
     tokens [start, stop) of `tokens` (default: all up to `NEURON_MAX_KEYS`, else the
     `NEURON_MAX_KEYS` ending at the query); the softmax stays the one over all keys.
     """
+    token = default_query(cap) if token is None else token
     v = neuron_values(cap, layer, head, token)
     n_k = v["key"].shape[1]
     lo, hi = window(cap.length, tokens, NEURON_MAX_KEYS, around=token)
@@ -542,6 +544,8 @@ def _check(cap: Capture, view: str, options: dict) -> None:
         )
     if options.get("kind", "attention") not in KIND_TITLES:
         raise UsageError(f"unknown kind {options['kind']!r}; choose from {', '.join(KIND_TITLES)}")
+    if "token" in options and options["token"] is None:  # the view's default query
+        del options["token"]
     for name in ("layer", "head", "token"):  # "1" and 1.0 were TypeErrors and IndexErrors
         if name in options and not is_int(options[name]):
             raise UsageError(f"{name} must be an index (a whole number), got {options[name]!r}")

@@ -24,6 +24,27 @@ def report(**sections) -> dict:
     }
 
 
+def encoder_report(**sections) -> dict:
+    """An encoder's report.json dict: head statistics `sections["head_stats"]`."""
+    meta = {"model": "tiny", "examples": 4, "layers": LAYERS, "heads": HEADS}
+    return {"meta": meta, "patterns": {}, **sections}
+
+
+def ablation_of(**changes) -> dict:
+    """A decoder's head_ablation of the 9 heads, each zeroed: `changes` replaced."""
+    return {
+        "mode": "zero",
+        "heads": [[layer, head] for layer in LAYERS for head in HEADS],
+        "cos_cls": np.linspace(0.5, 0.9, 9).tolist(),
+        "cos_mean": np.linspace(0.5, 0.9, 9).tolist(),
+        "causal": True,
+        "lm_loss": 6.5,
+        "lm_loss_delta": [0.1] * 9,
+        "examples": 4,
+        **changes,
+    }
+
+
 def sinks(examples: int, skipped: int) -> dict:
     shares = np.full((3, 3), 0.25).tolist()
     names = ("bos", "first_after_bos", "first_without_bos", "shift")
@@ -44,17 +65,7 @@ def test_the_sink_study_counts_its_texts_and_those_it_left_out():
 
 
 def test_the_ablation_table_says_how_many_heads_it_lists():
-    cos = np.linspace(0.5, 0.9, 9).tolist()
-    ablation = {
-        "mode": "zero",
-        "heads": [[layer, head] for layer in LAYERS for head in HEADS],
-        "cos_cls": cos,
-        "cos_mean": cos,
-        "causal": True,
-        "lm_loss": 6.5,
-        "lm_loss_delta": [0.1] * 9,
-        "examples": 4,
-    }
+    ablation = ablation_of()
     md = render_markdown(report(head_ablation=ablation))
     table = md[md.index("## Head ablation") :]
     assert "alone over 4 examples; every head, those that raise the LM loss most first." in md
@@ -106,16 +117,7 @@ def test_stats_only_defines_only_the_scores_its_table_has():
 
 
 def test_a_decoder_without_its_lm_head_says_why_its_ablation_has_no_loss():
-    ablation = {
-        "mode": "zero",
-        "heads": [[layer, head] for layer in LAYERS for head in HEADS],
-        "cos_cls": [0.9] * 9,
-        "cos_mean": np.linspace(0.5, 0.9, 9).tolist(),
-        "causal": True,
-        "lm_loss": None,
-        "lm_loss_delta": None,
-        "examples": 4,
-    }
+    ablation = ablation_of(cos_cls=[0.9] * 9, lm_loss=None, lm_loss_delta=None)
     md = render_markdown(report(head_ablation=ablation))
     assert "No causal LM loss: the checkpoint has no next-token head" in md
     assert "those that change the output most first" in md and "LM loss change" not in md
@@ -131,3 +133,66 @@ def test_a_decoders_mixing_table_names_the_norm_after_the_sum_as_a_pre_norm_mode
     decoder["meta"]["decoder"] = False  # an encoder's meta: the post-LN reading
     md = render_markdown(decoder)
     assert "- AttnResLn-N: AttnRes-N through the LayerNorm that follows the sum: what" in md
+
+
+def test_a_pre_norm_encoders_mixing_table_reads_as_a_decoders():
+    """ModernBERT (an encoder, pre-LN: meta.pre_norm) has the FFN's input norm after the
+    sum, as a decoder has: the pre-norm reading, not the post-LN block's."""
+    mixing = {n: [0.5] * 3 for n in ("Attn-W", "AttnResLn-N")}
+    encoder = encoder_report(
+        head_stats={"self": np.full((3, 3), 0.2).tolist()}, mixing_ratios=mixing
+    )
+    md = render_markdown(encoder)
+    assert "- AttnResLn-N: AttnRes-N through the LayerNorm that follows the sum: what" in md
+    encoder["meta"]["pre_norm"] = True
+    md = render_markdown(encoder)
+    assert "- AttnResLn-N: AttnRes-N through the norm that reads the sum next, the FFN's" in md
+    assert "ModernBERT's mlp_norm" in md and "what the block passes on" not in md
+
+
+def test_the_header_names_only_the_weights_computed():
+    """With --no-norm there are no norm_* scores: the header does not promise them."""
+    md = render_markdown(report())
+    assert "(attention weights / norm-based weights, Kobayashi et al. 2020)" not in md
+    assert "(attention weights; no norm-based weights (--no-norm))" in md
+    norm = {f"norm_{n}": np.full((3, 3), 0.1).tolist() for n in STATS}
+    md = render_markdown(report(scores=norm))
+    assert "(attention weights / norm-based weights, Kobayashi et al. 2020)" in md
+    encoder = encoder_report(head_stats={"self": np.full((3, 3), 0.2).tolist()})
+    assert "(attention weights; no norm-based weights (--no-norm))" in render_markdown(encoder)
+
+
+def test_no_head_stands_out_when_every_head_scores_the_same():
+    """A score that is 0 for every head names no strongest head ("0-0 (0.000)" read as
+    if head 0-0 were one); a score that varies names its highest head."""
+    zero = np.zeros((3, 3)).tolist()
+    md = render_markdown(report(scores={"punct": zero}))
+    table = md[md.index("Strongest head per score") :]
+    assert "| . , | none stands out (every head 0.000) |" in table
+    assert "| entropy | 2-2 (0.800) |" in table  # the grid's largest, by hand
+    assert "0-0 (0.000)" not in table
+    encoder = encoder_report(
+        head_stats={"self": zero, "prev": np.arange(9.0).reshape(3, 3).tolist()}
+    )
+    md = render_markdown(encoder)
+    assert "| self | none stands out (every head 0.000) | none stands out" in md
+    assert "| prev | 2-2 (8.000) | 0-0 (0.000) |" in md
+
+
+def test_a_decoders_uniform_ablation_leaves_out_the_first_token_cosine():
+    """Made uniform, a decoder's head still gives its first token (which sees only itself)
+    all its weight: cos_cls is 1 by construction, so no column, and one line says why;
+    zeroed, the first token's output changes: the column stays."""
+    ablation = ablation_of(mode="uniform", cos_cls=[1.0] * 9)
+    md = render_markdown(report(head_ablation=ablation))
+    table = md[md.index("## Head ablation") :]
+    assert "| head | cos mean-pooled | LM loss change |" in table
+    assert "cos first token" not in table and "1.000" not in table
+    assert "No first-token cosine: the first token sees only itself" in table
+    md = render_markdown(report(head_ablation={**ablation, "mode": "zero"}))
+    assert "| head | cos first token | cos mean-pooled | LM loss change |" in md
+    assert "No first-token cosine" not in md
+    encoder = {**ablation, "causal": False, "lm_loss": None, "lm_loss_delta": None}
+    assert "| head | cos [CLS] | cos mean-pooled |" in render_markdown(
+        report(head_ablation=encoder)
+    )

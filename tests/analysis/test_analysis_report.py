@@ -64,3 +64,22 @@ def test_report_with_parses_and_mixing_ratios(tmp_path):
     assert "offsets -3..+2, clamped" in text and "mean of its pieces' rows" in text
     assert "[SEP]→[SEP]" in text and "uniform attention would give" in text
     assert "Attn-W" in text
+
+
+def test_a_pre_norm_models_captures_say_so_in_meta():
+    """A capture whose model config says norm "pre" (ModernBERT's) gives meta.pre_norm,
+    which report.md reads; a post-LN model's (BERT's), or one without a config (a
+    server's), gives none."""
+    import dataclasses
+
+    from jaxattn.capture import frozen
+
+    def analysed(config):
+        corpus = CorpusAnalysis()
+        cap = dataclasses.replace(pair_capture(), provenance=frozen({"config": config}))
+        corpus.update(cap)
+        return corpus.report(meta={"model": "hand-made"})
+
+    assert analysed({"norm": "pre"})["meta"]["pre_norm"] is True
+    assert "pre_norm" not in analysed({"norm": "post"})["meta"]
+    assert "pre_norm" not in analysed({})["meta"]

@@ -10,6 +10,7 @@ for a tf32-sized difference.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -17,7 +18,7 @@ import zlib
 
 import numpy as np
 import pytest
-from test_compare import fake, random_rows
+from test_compare import causal_rows, fake, random_rows
 from views_helpers import screenshot, wait_ready
 
 from jaxattn.cli import main
@@ -254,3 +255,56 @@ def test_long_examples_thin_their_labels(page, tmp_path):
     assert hovered in shown and all(abs(k - hovered) * cell >= 11 for k in shown if k != hovered)
     screenshot(page, "compare_122_tokens", full_page=False)
     assert not page.errors
+
+
+def test_two_decoders_masked_future_is_grey_hatched_and_said(page, tmp_path):
+    """Two decoders' page (provenance causal) draws each cell j > i as the model view
+    draws the masked future, JX.MASKED grey (230) with darker hatch lines, not white, in
+    all three panels; cells j <= i keep their weights; the page says what the grey is,
+    and hovering a masked cell says it is masked. An encoder's page (the same weights,
+    provenance not causal) keeps its zeros white."""
+    rng = np.random.default_rng(8)
+    t, tokens = 8, ["<s>", "a", "b", "c", "d", "e", "f", "g"]
+    a, b = causal_rows(rng, (t, t)), causal_rows(rng, (t, t))
+    decoder = dict(provenance={"causal": True})
+    ca, cb = (dataclasses.replace(fake(tokens, x), **decoder) for x in (a, b))
+    out = tmp_path / "decoders.html"
+    pair = pair_example(0, ca, cb, "attention", "attention")
+    out.write_text(build_compare_html([pair], ("a", "b")), encoding="utf-8")
+    header, _ = read_page(out)
+    assert header["examples"][0]["causal"] is True
+    page.goto(out.as_uri())
+    wait_ready(page)
+    assert "sees only itself" in page.text_content("#cmp-causal-summary")
+    level = page.text_content("#cmp-level")
+    assert "itself and earlier tokens" in level and "grey triangle is the masked future" in level
+    block = """([id, x, y, c]) => Array.from(document.getElementById(id).getContext('2d')
+      .getImageData(x + 1, y + 1, c - 2, c - 2).data).filter((_, k) => k % 4 < 3)"""
+    for canvas in ("cmp-a", "cmp-b", "cmp-diff"):
+        assert page.get_attribute(f"#{canvas}", "data-causal") == "1"
+        _, (ox, oy, c) = centres(page, canvas, t)
+        for i, j in ((0, 1), (0, t - 1), (3, 4), (t - 2, t - 1)):
+            px = np.array(page.evaluate(block, [canvas, ox + j * c, oy + i * c, c])).reshape(-1, 3)
+            assert (px[:, 0] == px[:, 1]).all() and (px[:, 1] == px[:, 2]).all()  # grey
+            assert (px[:, 0] < 255).all() and set(px[:, 0]) >= {230}  # no white: mask
+            assert px[:, 0].min() <= 170  # and hatch lines
+    points, _ = centres(page, "cmp-a", t)
+    got = np.array(page.evaluate(PIXELS, ["cmp-a", points])).reshape(t, t, 3)
+    for i in range(t):
+        for j in range(i + 1):
+            assert np.abs(got[i, j] - grey(a[i, j])).max() <= 1
+    box = page.query_selector("#cmp-a").bounding_box()
+    x, y = points[2 * t + 5]
+    page.mouse.move(box["x"] + x, box["y"] + y)
+    assert "b → e: masked (a later token" in page.text_content("#cmp-info")
+    screenshot(page, "compare_two_decoders", full_page=False)
+    encoder = tmp_path / "encoders.html"
+    ea, eb = (dataclasses.replace(fake(tokens, x), provenance={"causal": False}) for x in (a, b))
+    pair = pair_example(0, ea, eb, "attention", "attention")
+    encoder.write_text(build_compare_html([pair], ("a", "b")), encoding="utf-8")
+    page.goto(encoder.as_uri())
+    wait_ready(page)
+    assert page.get_attribute("#cmp-a", "data-causal") == "0"
+    assert "Causal" not in page.text_content("#cmp-level")
+    got = np.array(page.evaluate(PIXELS, ["cmp-a", points])).reshape(t, t, 3)
+    assert (got[0, 1:] == 255).all()  # zero weights, white

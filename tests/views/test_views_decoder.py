@@ -254,3 +254,33 @@ def test_a_head_selection_reads_the_key_heads_its_query_heads_read(decoder_caps)
     one = cap.select(heads=[2])  # one query head reading kv head 1: G axis [1]
     assert kv_heads(one) == [0]
     np.testing.assert_array_equal(query_head_keys(one), keys[:, [1]])
+
+
+def _start(page_html: str) -> dict:
+    header = re.search(r'id="jaxattn-data">(.*?)</script>', page_html, re.S).group(1)
+    return json.loads(header)["start"]
+
+
+def test_the_neuron_view_opens_at_a_decoders_last_token(fam):
+    """A decoder's token 0 sees only itself (one line, softmax 1): the neuron view opens
+    at its last token instead, the page (its start) and the static export alike, which
+    sees every key; a --token named wins; an encoder's (the same capture, provenance not
+    causal) opens at token 0."""
+    _, short, _ = fam
+    cap = short[1]
+    t = cap.length
+    html_ = build_html(short, views=("neuron",), example=1)
+    assert _start(html_) == {"example": 1, "token": t - 1}
+    assert _start(build_html(short, views=("neuron",), example=1, token=0))["token"] == 0
+    root = ET.fromstring(to_svg(cap, "neuron", layer=2, head=0))
+    lines = root.findall(f".//{SVG}line[@class='nv-line']")
+    assert sorted(int(e.get("data-j")) for e in lines) == list(range(t))
+    assert {e.get("data-i") for e in lines} == {str(t - 1)}
+    assert not root.findall(f".//{SVG}g[@class='nv-masked']")
+    root = ET.fromstring(to_svg(cap, "neuron", layer=2, head=0, token=0))
+    assert len(root.findall(f".//{SVG}line[@class='nv-line']")) == 1
+    provenance = frozen({**cap.provenance, "causal": False})
+    encoder = [dataclasses.replace(c, provenance=provenance) for c in short]
+    assert _start(build_html(encoder, views=("neuron",), example=1))["token"] == 0
+    root = ET.fromstring(to_svg(encoder[1], "neuron", layer=2, head=0))
+    assert {e.get("data-i") for e in root.findall(f".//{SVG}line[@class='nv-line']")} == {"0"}

@@ -52,6 +52,7 @@ def test_a_decoder_page_draws_the_causal_triangle_and_the_groups(page, llama_htm
         np.testing.assert_array_equal(masked, np.triu(np.ones((t, t), bool), 1))
     # neuron view: head 3 reads key/value head 1 (= 3 // 2), softmax over j <= i
     page.click('button.tab[data-view="neuron"]')
+    assert page.input_value("#nv-token") == str(t - 1)  # a decoder's: its last token
     page.select_option("#nv-head", "3")
     page.select_option("#nv-token", "4")
     assert page.get_attribute("#nv-group", "data-kv") == "1"

@@ -1,6 +1,9 @@
 /* jaxattn compare: A | B | B - A heat maps of one head with linked hover, and an
  * overview of every (layer, head) coloured by a difference summary. Uses core.js
- * (JaxattnViews: el, select, unpack, loadExample). Data: compare_page.py. */
+ * (JaxattnViews: el, select, unpack, loadExample). Data: compare_page.py.
+ * Two decoders' example (meta.causal) draws its masked future (j > i) as the model
+ * view does: JX.MASKED grey, hatched here (a weight is a grey too), and says so
+ * (JX.CAUSAL_MAP_NOTE in #cmp-level); DOM hooks: canvas.cmp-map[data-causal]. */
 "use strict";
 (function () {
   const JX = window.JaxattnViews;
@@ -50,12 +53,12 @@
     Object.assign(p, { U, C, M, ticks: JX.thinTicks(tokens, C) });
     p.canvas.dataset.ox = M; p.canvas.dataset.oy = M; p.canvas.dataset.cell = C;
   }
-  /** Fill the U x U matrix image: colour(i, j) -> [r, g, b]. */
+  /** Fill the U x U matrix image: colour(i, j) -> [r, g, b]; a causal map's j > i: JX.MASKED. */
   function paint(p, colour) {
     const img = new ImageData(p.U || 1, p.U || 1);
     for (let i = 0; i < p.U; i++) {
       for (let j = 0; j < p.U; j++) {
-        const o = 4 * (i * p.U + j), c = colour(i, j);
+        const o = 4 * (i * p.U + j), c = p.causal && j > i ? JX.MASKED : colour(i, j);
         img.data[o] = c[0]; img.data[o + 1] = c[1]; img.data[o + 2] = c[2]; img.data[o + 3] = 255;
       }
     }
@@ -70,6 +73,7 @@
     g.fillStyle = "#fff"; g.fillRect(0, 0, p.canvas.width, p.canvas.height);
     g.imageSmoothingEnabled = false;
     if (p.image) g.drawImage(p.image, M, M, U * C, U * C);
+    if (p.causal) hatch(g, p);
     g.font = "11px system-ui, sans-serif"; g.textBaseline = "middle";
     // The thinned labels (11 px apart), and the hovered row's and column's own in
     // black, its neighbours' labels left out where they would overprint it.
@@ -90,6 +94,17 @@
     const [i, j] = hi, x = j < 0 ? M : M + j * C, y = i < 0 ? M : M + i * C;
     g.strokeStyle = HI; g.lineWidth = 2;
     g.strokeRect(x - 1, y - 1, (j < 0 ? U * C : C) + 2, (i < 0 ? U * C : C) + 2);
+  }
+  /** Hatch a causal map's masked future: the staircase of cells j > i. */
+  function hatch(g, p) {
+    const { U, C, M } = p;
+    if (U < 2) return;
+    g.save(); g.beginPath(); g.moveTo(M + C, M); g.lineTo(M + U * C, M); g.lineTo(M + U * C, M + (U - 1) * C);
+    for (let i = U - 2; i >= 0; i--) { g.lineTo(M + (i + 1) * C, M + (i + 1) * C); g.lineTo(M + (i + 1) * C, M + i * C); }
+    g.closePath(); g.clip();
+    g.strokeStyle = "rgb(150,150,150)"; g.lineWidth = 1; g.beginPath();
+    for (let s = -U * C; s < U * C; s += 6) { g.moveTo(M + s, M); g.lineTo(M + s + U * C, M + U * C); }
+    g.stroke(); g.restore();
   }
   function colourBar(id, colour, lo, hi) {
     const c = JX.el("canvas", { id, width: 160, height: 10 });
@@ -127,7 +142,7 @@
     root.append(bar, sides, level, JX.el("div", { class: "cmp-panels" }, ...panels.map((p) => p.fig)), info,
       JX.el("h3", {}, "Which heads differ"), JX.el("div", { class: "cmp-level" },
         "One cell per layer × head of this example (click one to show it), coloured by ", sSel,
-        ": white 0 to purple ", top, "."), grid);
+        ": white 0 to purple ", top, ".", JX.el("span", { id: "cmp-causal-summary" })), grid);
 
     const ex = () => doc.examples[state.example];
     const at = (w, i, j) => w.at(w.base(state.l, state.h, i, j));
@@ -143,6 +158,9 @@
       const tk = ex().tokens;
       if (!hi) { info.textContent = ""; return; }
       if (hi[0] < 0 || hi[1] < 0) { info.textContent = hi[0] < 0 ? `key ${tk[hi[1]]}` : `query ${tk[hi[0]]}`; return; }
+      if (meta[state.example].causal && hi[1] > hi[0]) {
+        info.textContent = `${tk[hi[0]]} → ${tk[hi[1]]}: masked (a later token; 0 on both sides)`; return;
+      }
       const [a, b, d] = vals(hi[0], hi[1]);
       info.textContent = `${tk[hi[0]]} → ${tk[hi[1]]}: A ${a.toFixed(4)}  B ${b.toFixed(4)}  B − A ${fmt(d)}`;
     }
@@ -176,7 +194,7 @@
     }
     function render() {
       const e = ex(), m = meta[state.example], t = e._t.weights, scale = m.max_abs[state.l][state.h];
-      panels.forEach((p) => layout(p, e.tokens));
+      panels.forEach((p) => { layout(p, e.tokens); p.causal = !!m.causal; p.canvas.dataset.causal = m.causal ? 1 : 0; });
       paint(panels[0], (i, j) => CMP.weightRgb(at(t.a, i, j)));
       paint(panels[1], (i, j) => CMP.weightRgb(at(t.b, i, j)));
       paint(panels[2], (i, j) => CMP.diffRgb(diff(i, j), scale));
@@ -209,6 +227,10 @@
             + "aren ' t against aren 't is one unit aren't). Clark et al.: a key word sums its pieces, a query "
             + "word averages them; special tokens left out."
           : "Compared token by token (A and B have the same tokens).";
+        if (meta[i].causal) level.textContent += ` ${JX.CAUSAL_MAP_NOTE}`;
+        root.querySelector("#cmp-causal-summary").textContent = meta[i].causal
+          ? " Two decoders: over the cells their rows see (j ≤ i), from the second token on when compared token by token (the first sees only itself on both sides)."
+          : "";
         root.dataset.example = String(i);
         render();
         root.dataset.state = "ready";

@@ -180,6 +180,12 @@
 
   /** A decoder's note (payload.is_causal): query i sees keys j <= i only. */
   JX.CAUSAL_NOTE = "Causal (decoder): each token attends to itself and earlier tokens (j ≤ i); nothing is drawn for j > i.";
+  /** The note of a map that greys the masked future (the model and compare views). */
+  JX.CAUSAL_MAP_NOTE = `${JX.CAUSAL_NOTE} The grey triangle is the masked future.`;
+  // A decoder's masked future (j > i) on a map: this grey, opaque (the model view: a
+  // weight's pixel is the head's colour at opacity = weight, so a zero weight and the
+  // mask differ; the compare view: a zero weight is white, a zero difference white).
+  JX.MASKED = [230, 230, 230, 255];
   /** The key/value head (an index into the keys' head axis) query head index `hi` reads. */
   JX.kvHead = (ex, hi) => (ex.kv_heads ? ex.kv_heads[hi] : hi);
 

@@ -20,9 +20,6 @@
 (function () {
   const JX = window.JaxattnViews;
   const THUMB = 64, BIG = 560;
-  // A decoder's masked future (j > i): this grey, opaque; a weight's pixel is the head's
-  // colour at opacity = weight, so a zero weight (transparent) and the mask differ.
-  JX.MASKED = [230, 230, 230, 255];
   /** Paint map [T x T] of (layer, head) max-pooled to res x res into an ImageData: block r
    * holds the cells floor(r T / res) .. floor((r + 1) T / res) - 1 of each axis. A causal
    * map pools the cells j <= i only; a pixel with none (c > r) is JX.MASKED. */
@@ -107,7 +104,7 @@
         `rows are query tokens, columns key tokens${ex.T > THUMB ? ` (max-pooled to ${THUMB} px: a pixel ` +
         "shows the strongest weight of its block, so [SEP] columns and diagonals stay visible)" : ""}. Click a map to enlarge it.` +
         (ex.long ? ` A long example: the file holds each map max-pooled to ${source(ex)[1]} px (the head view shows single tokens).` : "") +
-        (ex.causal ? ` ${JX.CAUSAL_NOTE} The grey triangle is the masked future.` : "") +
+        (ex.causal ? ` ${JX.CAUSAL_MAP_NOTE}` : "") +
         (JX.generatedStart(ex) !== null ? ` ${JX.GENERATED_NOTE(JX.generatedStart(ex))} ` +
           "An enlarged map marks it with a dashed row and column." : "");
       info.dataset.causal = ex.causal ? 1 : 0;
