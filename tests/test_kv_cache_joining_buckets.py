@@ -22,9 +22,10 @@ def llama(tmp_path_factory):
 
 
 def test_a_joining_prompt_prefills_at_its_own_bucket_not_the_groups_chunk(llama, monkeypatch):
-    # a group of 64 positions prefills in chunks of 64; a prompt joining it is prefilled
-    # at the cache length holding its prompt (its 1 or 21 positions: 16 and 32), its
-    # caches widened to the group's, and continues as transformers' of it alone
+    # a group of 64 positions (its own prefill at its prompt's bucket, 16:
+    # test_kv_cache_prefill_fit); a prompt joining it is prefilled at the cache length
+    # holding its prompt (its 1 or 21 positions: 16 and 32), not in the group's chunks
+    # of 64, its caches widened to the group's, and continues as transformers' of it alone
     engine, torch_model, prompts = llama
     d = engine.kv_decoder
     calls, call = [], d._call
@@ -36,7 +37,7 @@ def test_a_joining_prompt_prefills_at_its_own_bucket_not_the_groups_chunk(llama,
     monkeypatch.setattr(d, "_call", spy)
     run = Continuations(engine, prompts[:1], 40, stop_at_eos=False)  # 12 + 39 positions
     run.step()
-    assert run._group.shape == kv_cache.Shape(1, 64, 64) and calls[0] == ("prefill", (1, 64), 64)
+    assert run._group.shape == kv_cache.Shape(1, 64, 64) and calls[0] == ("prefill", (1, 16), 16)
     calls.clear()
     assert [p.length for p in prompts[1:]] == [2, 22]
     assert run.add(prompts[1:], [8, 4], stop_at_eos=False) == [1, 2]

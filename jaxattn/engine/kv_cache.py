@@ -32,6 +32,12 @@ the cache length S a power of two (at least the longest prompt + the new tokens 
 the batch a power of two within the engine's budgets (the cache's bytes under the
 output budget, a prefill chunk's [H, C, S + C] scores under the attention budget), so a
 server compiles a few programs, not one per request (`warmup` compiles them ahead).
+A group's prefill fits its prompts, not its cache (`KVDecoder.prefill_length`): it
+runs at the cache length holding its longest prompt (its chunk that length's), where
+that length's prefill of the group's batch is one `warmup` compiles, and the caches are
+then widened to the group's a length of the ladder at a time (`Group.widen`: zeros after
+its own positions, never read before written): a prompt of 8 tokens continued by 1,000
+prefills 16 positions, not a chunk of 512, for a widening program a shape (`warmup`).
 
 Prompts may join a group between its steps (`Group.admit`: continuous batching, as
 vLLM's and TGI's): into its free rows (padding rows, and rows whose sequence the caller
@@ -190,6 +196,27 @@ class KVDecoder:
             out.append(out[-1] * 2)
         return out
 
+    def prefill_length(self, longest: int, batch: int, length: int) -> int:
+        """The cache length a group of `batch` rows with a cache of `length` positions,
+        its longest prompt of `longest` tokens, is prefilled at (then `widened` to
+        `length`): the shortest of the ladder (`lengths`) holding its prompts' positions
+        (`cache_length` of `longest` - 1) at which a prefill of `batch` rows is one
+        `warmup` compiles (`_prefill_batches`), else `length`. Its chunk is that
+        length's: a prompt of 8 tokens in a group of 1,024 positions prefills 16, not
+        512."""
+        own = self.cache_length(longest - 1)
+        for at in self.lengths():
+            if own <= at < length and batch in self._prefill_batches(at):
+                return at
+        return length
+
+    def _prefill_batches(self, length: int) -> set[int]:
+        """The batch sizes whose prefill of a cache of `length` positions `warmup`
+        compiles (`_compile`): every size of its ladder, or ("largest") the largest and
+        the smallest (a joining prompt's)."""
+        sizes = self.sizes(length)
+        return {sizes[0], sizes[-1]} if self._largest else set(sizes)
+
     def chunk(self, length: int) -> int:
         """Prefill chunk positions for a cache of `length`: all of it up to `CHUNK`, else
         `CHUNK` (both powers of two: a chunk never runs past the cache's end)."""
@@ -269,10 +296,10 @@ class KVDecoder:
         return self._grow(keys, values, batch, keys.shape[-2])
 
     def widened(self, keys, values, length: int):
-        """The caches (keys, values) of a group widened to `length` positions (a joining
-        prompt's, prefilled at the length holding its prompt, to its group's:
-        `Group.admit`), a length of the ladder (`lengths`) at a time, as `warmup`
-        compiles it: its positions first, as they were, the new ones zero."""
+        """The caches (keys, values) of a group widened to `length` positions (a group
+        prefilled at the length holding its prompts, `Group.widen`; a joining prompt's,
+        to its group's: `Group.admit`), a length of the ladder (`lengths`) at a time, as
+        `warmup` compiles it: its positions first, as they were, the new ones zero."""
         while keys.shape[-2] < length:
             wider = 2 * keys.shape[-2]
             self._compiled.add(("widen", keys.shape[0], (keys.shape[-2], wider)))
@@ -305,8 +332,11 @@ class KVDecoder:
         filled with every prompt but its last token; `padded`: as `shape`'s (False: the
         smallest batch holding them, whatever `warmup` compiled)."""
         length = self.cache_length(need)
-        shape = self.shape(len(prompts), length, padded)
-        return Group(self, shape, prompts, gates)
+        batch = self.shape(len(prompts), length, padded).batch
+        at = self.prefill_length(max(p.length for p in prompts), batch, length)
+        group = Group(self, Shape(batch, at, self.chunk(at)), prompts, gates)
+        group.widen(length)
+        return group
 
     def warmup(self, sizes: str = "all", stop=None) -> int:
         """Compile the prefill and step programs of every cache length (`lengths`), for
@@ -329,8 +359,10 @@ class KVDecoder:
         """Compile a shape's prefill and step, their writes into the caches, and what a
         prompt joining a group of it runs (`Group.admit`): the batch's growth to the
         next size of its length, the prefill (and write) of the smallest size (a
-        shorter prompt's: of its length's shape), the smallest size's widening from the
-        length below into this one and its rows' insertion; without running them.
+        shorter prompt's: of its length's shape), its rows' insertion, and the widening
+        of this batch's caches and the smallest's, from the shortest length a group of
+        it prefills at (`prefill_length`) into this one, a length of the ladder at a
+        time; without running them.
         Returns how many were not compiled before."""
         c = self.config
 
@@ -385,10 +417,13 @@ class KVDecoder:
         if bigger:
             grow = (k, k, bigger[0], shape.length)
             programs.append((("grow", (n, bigger[0]), shape.length), self._grow, grow))
-        if shape.length > SHORTEST:
-            half = array(smallest, shape.length // 2)
-            key = ("widen", smallest, (shape.length // 2, shape.length))
-            programs.append((key, self._grow, (half, half, smallest, shape.length)))
+        for batch in (n, smallest):  # from the shortest length a group of it prefills at
+            width = self.prefill_length(1, batch, shape.length)
+            while width < shape.length:
+                half = array(batch, width)
+                key = ("widen", batch, (width, 2 * width))
+                programs.append((key, self._grow, (half, half, batch, 2 * width)))
+                width *= 2
         made = 0
         for key, jitted, args in programs:
             if key not in self._compiled:
@@ -478,9 +513,11 @@ class Group:
         try:
             for at in range(0, len(rows), small):
                 joining = prompts[at : at + small]
-                length = d.cache_length(max(p.length for p in joining) - 1)
+                longest = max(p.length for p in joining)
+                length = d.prefill_length(longest, small, self.shape.length)
                 part = Group(d, Shape(small, length, d.chunk(length)), joining, self.gates)
-                keys, values = d.widened(part.keys, part.values, self.shape.length)
+                part.widen(self.shape.length)
+                keys, values = part.keys, part.values
                 for src, row in enumerate(rows[at : at + small]):
                     self.keys, self.values = d.inserted(
                         self.keys, self.values, keys, values, src, row
@@ -492,6 +529,18 @@ class Group:
             self.release(rows)  # none of them joined
             raise
         return rows
+
+    def widen(self, length: int) -> None:
+        """The group's caches widened to `length` positions (`KVDecoder.widened`: a
+        group prefilled at the cache length holding its prompts, `prefill_length`),
+        its chunk that length's; a length of the ladder at a time, each one's caches
+        let go before the next (the device holds 1.5 times the widest's bytes at most,
+        as `KVDecoder.grown`)."""
+        d = self.decoder
+        while self.shape.length < length:
+            wider = 2 * self.shape.length
+            self.keys, self.values = d.widened(self.keys, self.values, wider)
+            self.shape = dataclasses.replace(self.shape, length=wider, chunk=d.chunk(wider))
 
     def _prefill(self, prompts) -> None:
         """The prompts in the first rows: active, at their last token, positions 0..n-2

@@ -104,9 +104,10 @@ def test_a_warmed_generation_leaves_no_step_to_compile(tmp_path):
     made = engine.warmup_generation("largest")  # the largest batch of each cache length
     lengths = engine.kv_decoder.lengths()
     # prefill, step and their writes; a joining prompt's prefill at the smallest size
-    # (1), its write, and its row's insertion; a shorter joining prompt's caches widened
-    # into each length but the shortest
-    assert made == 7 * len(lengths) + len(lengths) - 1
+    # (1), its write, and its row's insertion; into each length but the shortest, a
+    # shorter joining prompt's caches widened, and a group's own (4 rows) prefilled at
+    # the shorter length holding its prompts (`KVDecoder.prefill_length`)
+    assert made == 7 * len(lengths) + 2 * (len(lengths) - 1)
     with backend_compiles(GENERATION) as compiles:  # the generation's own programs
         gens = engine.generate(["a", "the cat sat", "Hello, world."], 20, stop_at_eos=False)
         (one,) = engine.generate(["Hello, world."], 20, stop_at_eos=False)  # pads to 4
