@@ -69,10 +69,11 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
         """Set a service's status and tell its watchers (ignored once shutting down).
 
         Raises:
-          ValueError: `service` is LIVENESS_SERVICE, whose status is not set.
+          RuntimeError: `service` is LIVENESS_SERVICE, whose status is not set (only
+            a bug in the server sets it).
         """
         if service == LIVENESS_SERVICE:
-            raise ValueError(f"{LIVENESS_SERVICE} is SERVING while the server answers: not set")
+            raise RuntimeError(f"{LIVENESS_SERVICE} is SERVING while the server answers: not set")
         with self._lock:
             if self._shutting_down:
                 return

@@ -78,7 +78,7 @@ def test_while_it_drains_the_replica_is_alive_and_not_ready(svc_engine):
 
 
 def test_the_liveness_status_is_not_set():
-    with pytest.raises(ValueError, match="SERVING while the server answers"):
+    with pytest.raises(RuntimeError, match="SERVING while the server answers"):
         HealthServicer().set(LIVENESS_SERVICE, NOT_SERVING)
 
 
