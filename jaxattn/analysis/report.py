@@ -102,6 +102,10 @@ class CorpusAnalysis:
       flow_max_tokens: skip longer examples in the flow.
       decoder: a decoder (causal) model: the decoder analyses (`DecoderHeads`),
         head distance and mixing ratios, not the [CLS]/[SEP] sections.
+      pre_norm: the model normalises each block's input (x + f(LN(x)), ModernBERT):
+        meta.pre_norm, as a capture whose config says norm "pre" gives it; for
+        captures without a config (a server's: `jaxattn analyze` reads it off the
+        family, `jaxattn.checkpoints.families.norm_of`).
     """
 
     def __init__(
@@ -116,6 +120,7 @@ class CorpusAnalysis:
         flow_examples: int = 0,
         flow_max_tokens: int | None = FLOW_MAX_TOKENS,
         decoder: bool = False,
+        pre_norm: bool = False,
     ):
         self.specials = specials
         self.decoder = DecoderHeads(maps=not head_stats_only) if decoder else None
@@ -136,7 +141,8 @@ class CorpusAnalysis:
         self.dependency: dict[str, DependencyHeads] = {}
         self.examples = 0
         self.tokens = 0
-        self.pre_norm = False  # a capture's model config says norm "pre" (meta.pre_norm)
+        # given, or a capture's model config says norm "pre" (meta.pre_norm)
+        self.pre_norm = pre_norm
         self.layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
     def update(self, capture: Capture, sentence: Sentence | None = None) -> None:

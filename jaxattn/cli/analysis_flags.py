@@ -125,13 +125,17 @@ def add_flow_arguments(p) -> None:
     )
 
 
-def corpus_analysis(args, decoder: bool = False):
+def corpus_analysis(args, decoder: bool = False, family: str | None = None):
     """The `jaxattn.analysis.CorpusAnalysis` the flags ask for (UsageError as
-    `dependency_options`); `decoder`: a causal model's analyses."""
+    `dependency_options`); `decoder`: a causal model's analyses; `family`: the model's
+    (ModelInfo.family, a capture's provenance), whose table says where its norms sit,
+    for captures that carry no config (a server's: meta.pre_norm)."""
     from jaxattn.analysis import CorpusAnalysis
+    from jaxattn.checkpoints.families import norm_of
 
     return CorpusAnalysis(
         decoder=decoder,
+        pre_norm=norm_of(family or "") == "pre",
         head_distance=not args.no_head_distance,
         coarse_relations=args.coarse_relations,
         head_stats_only=args.stats_only,

@@ -215,7 +215,7 @@ def _run(args) -> int:
                     () if args.no_norm else ("decoder_norm_head_stats",)
                 )
             extra, sentences = [], [None] * len(texts)
-        corpus = corpus_analysis(args, decoder=info.causal)
+        corpus = corpus_analysis(args, decoder=info.causal, family=info.family)
         no_table = not (parsed_input or extra or args.stats_only or info.causal)
         skipped = no_parse(where) if no_table else {}
         quiet = args.quiet or len(texts) + len(extra) < 50

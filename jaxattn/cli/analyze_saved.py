@@ -122,7 +122,8 @@ def analyse_saved(args, caps) -> tuple:
     parses = saved_parses(caps, args.conllu, args.input) if args.conllu else None
     no_table = not (parses or args.stats_only or decoder)
     skipped = no_parse(where, conllu_input=False) if no_table else {}
-    corpus = corpus_analysis(args, decoder=decoder)
+    family = caps[0].provenance.get("family") if len(caps) else None
+    corpus = corpus_analysis(args, decoder=decoder, family=family)
     bar = Progress(len(caps), "analyze", enabled=not (args.quiet or len(caps) < 50))
     for i, cap in enumerate(caps):
         corpus.update(cap, parses[i] if parses else None)

@@ -427,3 +427,15 @@ def ensure_parent(path: str | os.PathLike) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def opened_example(example: int, n: int) -> int:
+    """--example among the `n` examples of a page that opens at it (the compare and
+    stats-first pages), negative from the end; out of range, the page's one-line error
+    of the flag: '--example 3: index 3 is out of range: the page holds 3 examples ...'."""
+    from jaxattn.views.page import opening_example
+
+    try:
+        return opening_example(n, example)
+    except UsageError as e:  # "example 3: ..." of the flag
+        raise UsageError(f"--{e}") from None

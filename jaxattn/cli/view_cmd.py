@@ -109,9 +109,9 @@ def register(subparsers) -> None:
     g.add_argument(
         "--example",
         type=int,
-        default=0,
+        default=None,  # None: 0, told apart from a given 0 (`_refused`)
         help="example index, negative from the end: the one drawn (svg/png) or shown "
-        "first (html) (default 0)",
+        "first (html, --compare and --stats-first pages too) (default 0)",
     )
     g.add_argument(
         "--token",
@@ -169,6 +169,8 @@ def _run(args) -> int:
     if args.generate is not None and mode:
         raise UsageError(f"--generate continues texts for the views of INPUT, not {mode}")
     check_generate(args)
+    _refused(args, mode)
+    args.example = 0 if args.example is None else args.example
     if args.compare:
         return view_compare.run(args)
     if args.global_map:
@@ -247,6 +249,28 @@ def _run(args) -> int:
     shown = f"{len(caps)} example(s)" if fmt == "html" else f"example {args.example}"
     print(f"wrote {args.out} ({fmt}: {', '.join(views)}; {shown})")
     return 0
+
+
+# What each mode's page has no place to open at: --example, --token, and why not.
+_NO_OPENING = {
+    "--global": (
+        "the joint query-key map is of the whole corpus, with no one example to open at",
+        "the joint query-key map has no query token to open at",
+    ),
+    "--compare": (None, "the compare page has no query token to open at"),
+    "--stats-first": (None, "the stats-first page draws statistics per segment, no query token"),
+}
+
+
+def _refused(args, mode: str | None) -> None:
+    """--example or --token given to a mode whose page cannot open there: a UsageError
+    naming the flag and why (`_NO_OPENING`), not ignored."""
+    why = _NO_OPENING.get(mode, (None, None))
+    for flag, value, reason in zip(
+        ("--example", "--token"), (args.example, args.token), why, strict=True
+    ):
+        if value is not None and reason:
+            raise UsageError(f"{flag} {value}: {reason} ({mode}): drop {flag}")
 
 
 def _opening(args, caps: list, neuron: bool) -> tuple[int, int]:

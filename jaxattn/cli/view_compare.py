@@ -23,7 +23,7 @@ from pathlib import Path
 
 from jaxattn import outfile
 from jaxattn.analysis.weights import WEIGHT_KINDS
-from jaxattn.cli.args import check_output, ensure_parent
+from jaxattn.cli.args import check_output, ensure_parent, opened_example
 from jaxattn.cli.corpus import read_inputs, report
 from jaxattn.cli.saved import is_capture_file, is_store, open_saved, require
 from jaxattn.dtypes import OUTPUT_DTYPES
@@ -247,6 +247,7 @@ def run(args) -> int:
         embed=args.embed_dtype,
         title=args.title if args.title != "jaxattn views" else "jaxattn compare",
         max_examples=args.max_examples,
+        example=opened_example(args.example, len(pairs)),
     )
     outfile.write_text(ensure_parent(args.out), html)
     level = pairs[0].level if len({p.level for p in pairs}) == 1 else "token/word"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from jaxattn.cli.args import check_output, ensure_parent, positive
+from jaxattn.cli.args import check_output, ensure_parent, opened_example, positive
 from jaxattn.cli.corpus import read_inputs
 from jaxattn.cli.parser import did_you_mean, nearest
 from jaxattn.errors import InputError, UsageError
@@ -136,6 +136,8 @@ def run(args) -> int:
     caps += [c for group in (_capture(args, texts) if texts else []) for c in group]
     if not caps:
         raise InputError(None, "every text was skipped (--too-long skip): nothing to view")
+    examples = len(group_by_text(caps))  # a text's captures (statistics, maps) are one
+    example = opened_example(args.example, examples)
     try:
         write_segments_html(
             ensure_parent(args.out),
@@ -144,9 +146,9 @@ def run(args) -> int:
             local=args.local_window,
             title=args.title,
             max_examples=args.max_examples,
+            example=example,
         )
     except ValueError as e:
         raise UsageError(f"--stats-first: {e}") from None
-    examples = len(group_by_text(caps))  # a text's captures (statistics, maps) are one
     print(f"wrote {args.out} (statistics along the text; {examples} example(s))")
     return 0

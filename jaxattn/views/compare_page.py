@@ -34,7 +34,7 @@ import numpy as np
 
 from jaxattn.errors import UsageError
 from jaxattn.views.compare import KIND_TITLES, Pair
-from jaxattn.views.page import document, packed_body
+from jaxattn.views.page import document, opening_example, packed_body
 from jaxattn.views.payload import AUTO_EXACT_PAGE_BYTES, EMBED_DTYPES, MAX_EXAMPLES, pack_array
 
 FORMAT = "jaxattn.compare/1"
@@ -129,6 +129,7 @@ def build_compare_html(
     embed: str = "auto",
     title: str = "jaxattn compare",
     max_examples: int = MAX_EXAMPLES,
+    example: int = 0,
 ) -> str:
     """The self-contained HTML page comparing A and B (the module docstring).
 
@@ -139,12 +140,14 @@ def build_compare_html(
         `payload.AUTO_EXACT_PAGE_BYTES` float32 bytes in all).
       title: the page title.
       max_examples: refuse more pairs than this.
+      example: the example the page opens at (negative: from the end).
 
     Returns:
       The HTML text.
 
     Raises:
-      UsageError: no pair, too many, or an unknown embed dtype.
+      UsageError: no pair, too many, an unknown embed dtype, or an example out of
+        range (`jaxattn.views.page.opening_example`).
     """
     if not pairs:
         raise UsageError("no example to compare")
@@ -153,7 +156,9 @@ def build_compare_html(
             f"{len(pairs)} examples are over the page's cap of {max_examples}: compare fewer "
             "(--limit N), or raise the cap (--max-examples)"
         )
+    start = opening_example(len(pairs), example)
     header, sections = pack_pairs(pairs, embed)
     header["sides"] = list(labels)
+    header["start"] = {"example": start}  # compare.js opens there
     body = packed_body(header, sections, title=title, mount="JaxattnCompare.mount")
     return document(body, title=title, scripts=SCRIPTS)

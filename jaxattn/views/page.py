@@ -154,19 +154,26 @@ def opening(
     when negative (token -1: the last, a decoder's last generated token). UsageError
     names a bad one: "example 7: index 7 is out of range: {holder} holds 2 examples
     (...)", "token 9: the example has 7 tokens (0..6, or -7..-1)"."""
-    for name, value in (("example", example), ("token", token)):
-        if value is not None and not is_int(value):
-            raise UsageError(f"{name} must be an index (a whole number), got {value!r}")
-    n = len(captures)
-    if not -n <= example < n:
-        raise UsageError(f"example {example}: {out_of_range(example, n, holder)}")
-    index = int(example) % n
+    index = opening_example(len(captures), example, holder)
+    if token is not None and not is_int(token):
+        raise UsageError(f"token must be an index (a whole number), got {token!r}")
     length = captures[index].length
     if token is not None and not -length <= token < length:
         raise UsageError(
             f"token {token}: the example has {length} tokens (0..{length - 1}, or -{length}..-1)"
         )
     return index, default_query(captures[index]) if token is None else int(token) % length
+
+
+def opening_example(n: int, example, holder: str = "the page") -> int:
+    """The index of `example` (negative: from the end) among `n` examples a page opens
+    at; UsageError as `opening`'s: "example 7: index 7 is out of range: {holder} holds
+    2 examples (...)"."""
+    if not is_int(example):
+        raise UsageError(f"example must be an index (a whole number), got {example!r}")
+    if not -n <= example < n:
+        raise UsageError(f"example {example}: {out_of_range(example, n, holder)}")
+    return int(example) % n
 
 
 def packed_body(header: dict, sections: Sequence[bytes], *, title: str, mount: str) -> str:

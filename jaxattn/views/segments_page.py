@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from jaxattn import outfile
 from jaxattn.analysis.tokens import display_tokens
 from jaxattn.capture import Capture, capture_list
-from jaxattn.views.page import document, script_json
+from jaxattn.views.page import document, opening_example, script_json
 from jaxattn.views.payload import MAX_EXAMPLES, check_examples, example_label
 from jaxattn.views.segments import LOCAL, SEGMENT, segments_document
 
@@ -83,6 +83,7 @@ def build_segments_html(
     local: int = LOCAL,
     title: str = "jaxattn: statistics along the text",
     max_examples: int = MAX_EXAMPLES,
+    example: int = 0,
 ) -> str:
     """The stats-first page of one or more examples.
 
@@ -94,12 +95,16 @@ def build_segments_html(
       local: the local share's window, in tokens (default 8).
       title: the page title.
       max_examples: refuse more examples than this.
+      example: the example the page opens at (negative: from the end), counted in
+        examples (`group_by_text`), not captures.
 
     Raises:
       UsageError: no capture, too many examples, a bad segment or window, a capture
-        with neither maps nor statistics (`segments.segments_document`).
+        with neither maps nor statistics (`segments.segments_document`), an example
+        out of range (`jaxattn.views.page.opening_example`).
     """
     data = segments_data(captures, segment=segment, local=local, max_examples=max_examples)
+    data["start"] = {"example": opening_example(len(data["examples"]), example)}
     body = (
         f'<h1 style="font:600 16px system-ui;margin:0 0 4px">{html.escape(title)}</h1>\n'
         '<div id="jaxattn" data-state="loading"></div>\n'

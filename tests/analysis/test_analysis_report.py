@@ -83,3 +83,7 @@ def test_a_pre_norm_models_captures_say_so_in_meta():
     assert analysed({"norm": "pre"})["meta"]["pre_norm"] is True
     assert "pre_norm" not in analysed({"norm": "post"})["meta"]
     assert "pre_norm" not in analysed({})["meta"]
+    # told (`jaxattn analyze` reads a served capture's family): no config needed
+    corpus = CorpusAnalysis(pre_norm=True)
+    corpus.update(pair_capture())
+    assert corpus.report(meta={"model": "hand-made"})["meta"]["pre_norm"] is True

@@ -101,3 +101,102 @@ def test_build_html_opens_where_asked_and_names_a_bad_place(tmp_path):
         write_html(out, caps, token=5)
     with pytest.raises(UsageError, match=r"^example must be an index \(a whole number\), got '1'"):
         write_html(out, caps, example="1")
+
+
+# --compare and --stats-first open at --example too; --global and what has no query
+# token refuse the flag in one line, as no longer ignored.
+
+
+def segments_data_of(path) -> dict:
+    """The JSON data a stats-first page embeds (segments_page.build_segments_html)."""
+    text = path.read_text(encoding="utf-8")
+    found = re.search(r'<script type="application/json" id="jaxattn-segments">(.*?)</script>', text)
+    return json.loads(found.group(1))
+
+
+@pytest.fixture
+def store(tmp_path) -> str:
+    """A store of three examples (3, 4 and 5 tokens), compared with itself."""
+    from store_helpers import captures, write_store
+
+    write_store(tmp_path / "s.zarr", captures(3))
+    return str(tmp_path / "s.zarr")
+
+
+def test_the_compare_page_opens_at_the_example_asked(store, tmp_path, capsys):
+    out = tmp_path / "c.html"
+    argv = ["view", "--compare", store, store, "--out", str(out), "--overwrite"]
+    assert main(argv) == 0
+    assert header_of(out)["start"] == {"example": 0}  # as before: the first
+    assert main([*argv, "--example", "2"]) == 0
+    assert header_of(out)["start"] == {"example": 2}
+    assert main([*argv, "--example", "-2"]) == 0  # from the end: 1 of 0..2
+    assert header_of(out)["start"] == {"example": 1}
+    assert main([*argv, "--limit", "2", "--example", "2"]) == 2  # two pairs: 0..1
+    want = "--example 2: index 2 is out of range: the page holds 2 examples (0..1, or -2..-1)"
+    assert want in capsys.readouterr().err
+
+
+def test_the_stats_first_page_opens_at_the_example_asked(saved, tmp_path, capsys):
+    out = tmp_path / "s.html"
+    argv = ["view", *saved, "--stats-first", "--out", str(out), "--overwrite"]
+    assert main(argv) == 0
+    assert segments_data_of(out)["start"] == {"example": 0}
+    assert main([*argv, "--example", "-1"]) == 0  # the third text (of 6 tokens)
+    data = segments_data_of(out)
+    assert data["start"] == {"example": 2} and len(data["examples"][2]["tokens"]) == LENGTHS[2]
+    assert main([*argv, "--example", "3"]) == 2
+    want = "--example 3: index 3 is out of range: the page holds 3 examples (0..2, or -3..-1)"
+    assert want in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "mode, flags, message",
+    [
+        (
+            ["--global"],
+            ["--example", "0"],  # a given 0 too: told apart from the default
+            "--example 0: the joint query-key map is of the whole corpus, with no one "
+            "example to open at (--global): drop --example",
+        ),
+        (
+            ["--global"],
+            ["--token", "1"],
+            "--token 1: the joint query-key map has no query token to open at (--global): "
+            "drop --token",
+        ),
+        (
+            ["--compare", "{0}", "{0}"],
+            ["--example", "1", "--token", "2"],
+            "--token 2: the compare page has no query token to open at (--compare): drop --token",
+        ),
+        (
+            ["--stats-first"],
+            ["--token", "-1"],
+            "--token -1: the stats-first page draws statistics per segment, no query token "
+            "(--stats-first): drop --token",
+        ),
+    ],
+)
+def test_a_mode_that_cannot_open_there_refuses_the_flag(
+    saved, tmp_path, capsys, mode, flags, message
+):
+    out = tmp_path / "x.html"
+    argv = ["view", *saved, *[m.format(*saved) for m in mode], *flags, "--out", str(out)]
+    if "--compare" in mode:  # A and B hold the captures: no INPUT
+        argv = ["view", *[m.format(*saved) for m in mode], *flags, "--out", str(out)]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == f"jaxattn view: error: {message}"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("mode", ["--compare", "--stats-first"])
+def test_the_compare_and_stats_first_pages_show_the_example(store, saved, tmp_path, page, mode):
+    out = tmp_path / "x.html"
+    inputs = ["--compare", store, store] if mode == "--compare" else [*saved, "--stats-first"]
+    assert main(["view", *inputs, "--out", str(out), "--example", "2"]) == 0
+    page.goto(out.as_uri())
+    wait_ready(page, 2)
+    assert page.input_value("#example") == "2"
+    page.select_option("#example", "0")  # the selector still moves
+    wait_ready(page, 0)

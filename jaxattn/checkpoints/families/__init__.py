@@ -21,6 +21,7 @@ from jaxattn.checkpoints.families.modernbert import MODERNBERT
 from jaxattn.checkpoints.families.qwen2 import QWEN2
 from jaxattn.checkpoints.families.qwen3 import QWEN3
 from jaxattn.checkpoints.family import Family
+from jaxattn.config import ModelConfig
 
 FAMILIES: dict[str, Family] = {
     f.name: f
@@ -47,6 +48,16 @@ MODEL_TYPES: dict[str, Family] = {t: f for f in FAMILIES.values() for t in f.mod
 # config.json model_types refused by name, with the reason (the rest of a sentence after
 # the model_type), where a family reads a part of such a model.
 REFUSED: dict[str, str] = {**REFUSED_MODEL_TYPES}
+
+
+def norm_of(family: str) -> str | None:
+    """Where family `family` puts its norms: "pre" (x + f(LN(x)): ModernBERT, the
+    decoders) or "post" (LN(x + f(x)): BERT), as its table fixes it (`Family.fixed`,
+    else ModelConfig's default); None for a name not in FAMILIES (a newer server's). For
+    what knows a model's family but not its config: a served capture (config {})."""
+    if family not in FAMILIES:
+        return None
+    return str(FAMILIES[family].fixed.get("norm", ModelConfig.norm))
 
 
 def supported() -> str:

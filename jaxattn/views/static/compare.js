@@ -117,9 +117,10 @@
     root.innerHTML = ""; root.classList.add("jx");
     document.head.append(JX.el("style", {}, CSS));
     const doc = JX.unpack(header, text), meta = header.examples;
-    const state = { example: 0, l: 0, h: 0, summary: "mean_abs", hi: null };
+    const start = header.start || { example: 0 }; // where the page opens (compare_page.py)
+    const state = { example: start.example, l: 0, h: 0, summary: "mean_abs", hi: null };
     const panels = [panel("cmp-a", "A"), panel("cmp-b", "B"), panel("cmp-diff", "B − A")];
-    const exSel = JX.select("example", doc.examples.map((e, i) => [i, e.label]), 0, (v) => setExample(+v));
+    const exSel = JX.select("example", doc.examples.map((e, i) => [i, e.label]), start.example, (v) => setExample(+v));
     if (doc.examples.length < 2) exSel.disabled = true;
     const lSel = JX.select("cmp-layer", [], 0, (v) => { state.l = +v; render(); });
     const hSel = JX.select("cmp-head", [], 0, (v) => { state.h = +v; render(); });
@@ -239,6 +240,6 @@
         root.append(JX.el("div", { class: "jx-error", id: "jx-error" }, `Error: ${err && err.message ? err.message : err}`));
       }
     }
-    return { ready: setExample(0), state };
+    return { ready: setExample(start.example), state };
   };
 })();

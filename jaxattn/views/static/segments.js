@@ -115,11 +115,12 @@
   /** The stats-first page: {examples: [{label, tokens, doc}]} with an example and a kind selector. */
   JX.mountSegments = function (root, data) {
     root.innerHTML = ""; root.classList.add("jx");
-    const state = { example: 0, kind: "attention" };
+    // where the page opens (segments_page.py's "start"; the web viewer's documents have none)
+    const state = { example: (data.start || { example: 0 }).example, kind: "attention" };
     const body = JX.el("section", { id: "view-segments" });
     const kinds = () => Object.keys(data.examples[state.example].doc.kinds);
     const kindSel = JX.select("kind", Object.entries(JX.KIND_TITLES || { attention: "attention", norm: "norm" }), "attention", (v) => { state.kind = v; draw(); });
-    const exSel = JX.select("example", data.examples.map((e, i) => [i, e.label]), 0, (v) => { state.example = +v; draw(); });
+    const exSel = JX.select("example", data.examples.map((e, i) => [i, e.label]), state.example, (v) => { state.example = +v; draw(); });
     if (data.examples.length < 2) exSel.disabled = true;
     root.append(JX.el("div", { class: "jx-bar" }, JX.el("label", {}, "Example ", exSel), JX.el("label", {}, "Weights ", kindSel)), body);
     function draw() {
