@@ -41,12 +41,14 @@ class Advice(NamedTuple):
     wire: str  # a CaptureRequest's fields: the server's message (service/requests.py)
     python: str  # the Python API's arguments: the engine's and the client's errors
     flags: str  # the command line's flags: `cli_message`, the CLI's report of a server's
+    page: str  # the live viewer's (`jaxattn web`): what the person at the page can do
 
 
 TOO_LONG_ADVICE = Advice(
     "set truncate in CaptureRequest to cut it",
     "cut it with too_long='truncate' or leave it out with too_long='skip'",
     "cut it with --too-long truncate or leave it out with --too-long skip",
+    "shorten it",
 )
 GENERATION_TOO_LONG_ADVICE = Advice(
     "set truncate in CaptureRequest to generate until the positions are full, "
@@ -55,9 +57,19 @@ GENERATION_TOO_LONG_ADVICE = Advice(
     "with too_long='truncate', or leave it out with too_long='skip'",
     "ask for fewer new tokens (--generate), generate until the positions are full "
     "with --too-long truncate, or leave it out with --too-long skip",
+    "ask for fewer new tokens",
 )
 # Every advice a server's message may carry (`jaxattn.client.errors.in_terms`).
 ADVICE = (TOO_LONG_ADVICE, GENERATION_TOO_LONG_ADVICE)
+
+
+def in_terms(message: str, terms: str, given: str = "wire") -> str:
+    """`message` with its advice (one of `ADVICE`, in the `given` terms: a server's
+    "wire") put in other terms: "python" (the client's arguments), "flags" (the command
+    line's) or "page" (the live viewer's)."""
+    for advice in ADVICE:
+        message = message.replace(getattr(advice, given), getattr(advice, terms))
+    return message
 
 
 class JaxattnError(Exception):

@@ -101,13 +101,16 @@ def jaxattn_version() -> str:
 def provenance(info: ModelInfo, config: dict | None, source: str) -> dict:
     """What a capture records about where it came from (`Capture.provenance`): the
     model's name, family, whether it is causal (a decoder: the one fact of the
-    config a capture through a server, whose config is {}, still needs), weights
+    config a capture through a server, whose config is {}, still needs), its
+    key/value heads H_kv (`num_key_value_heads`, 0 where unknown: the other fact such a
+    capture needs, to name a grouped-query head's key/value head "g of H_kv"), weights
     fingerprint, Hub revision ("" for a local directory), config, the jaxattn
     version and the source."""
     return {
         "model": info.name,
         "family": info.family,
         "causal": info.causal,
+        "num_key_value_heads": info.num_key_value_heads,
         "weights": info.weights,
         "revision": info.revision,
         "config": config or {},

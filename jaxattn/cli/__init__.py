@@ -27,7 +27,7 @@ import os
 import sys
 
 from jaxattn.cli.args import join_selections
-from jaxattn.errors import JaxattnError
+from jaxattn.errors import GENERATION_TOO_LONG_ADVICE, JaxattnError
 
 # Subcommand modules, in --help order. Add a module here to add a subcommand.
 _SUBCOMMANDS = (
@@ -191,14 +191,19 @@ def explain(error: Exception) -> tuple[int, str]:
 
 def _server_failure(error) -> tuple[int, str]:
     """A server's refusal or an unreachable server, in one line. A request field the
-    server refused (other than a text) is the command line's fault: exit 2, as locally."""
+    server refused (other than a text) is the command line's fault: exit 2, as locally;
+    so is a prompt + --generate N over the positions (the local GenerationTooLongError's
+    exit 2: the number asked for is what does not fit; the server's message carries
+    its advice)."""
     name = getattr(error.code, "name", str(error.code))
     address = getattr(error, "address", None)
     where = f" at {address}" if address else ""
     if name == "UNAVAILABLE":
         return 1, f"could not reach the server{where} (UNAVAILABLE): {error.message}"
     field = getattr(error, "field", None) or ""
-    code = 2 if name == "INVALID_ARGUMENT" and field and not field.startswith("texts") else 1
+    invalid = name == "INVALID_ARGUMENT"
+    generation = invalid and GENERATION_TOO_LONG_ADVICE.wire in error.message
+    code = 2 if invalid and field and (generation or not field.startswith("texts")) else 1
     from jaxattn.client.errors import in_terms  # the wire's advice, in the flags' terms
 
     return code, f"the server{where} answered {name}: {in_terms(error.message, 'flags')}"

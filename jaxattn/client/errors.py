@@ -4,20 +4,12 @@ from __future__ import annotations
 
 import grpc
 
-from jaxattn.errors import ADVICE, ServerError
+from jaxattn.errors import ServerError, in_terms
 
 # Trailing metadata keys of a refusal (attention.proto, "Machine-readable errors").
 FIELD_KEY = "jaxattn-field"
 LIMIT_KEY = "jaxattn-limit"
 RETRY_AFTER_KEY = "retry-after-ms"
-
-
-def in_terms(message: str, terms: str) -> str:
-    """`message` with the server's advice (`jaxattn.errors.ADVICE`) put in other terms:
-    "python" (the client's arguments) or "flags" (the command line's)."""
-    for advice in ADVICE:
-        message = message.replace(advice.wire, getattr(advice, terms))
-    return message
 
 
 class AttentionServiceError(ServerError):

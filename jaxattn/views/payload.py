@@ -97,12 +97,15 @@ def kv_heads(cap: Capture) -> list[int]:
 def kv_groups(cap: Capture) -> dict | None:
     """A grouped-query capture's key/value heads as the model numbers them, for the
     labels: ``{"heads": [the key/value head each query head of cap.heads reads],
-    "of": H_kv}`` (H_kv the model's, from the provenance's config; None where the
-    capture does not say), or None when each query head has keys of its own. Unlike
+    "of": H_kv}`` (H_kv the model's, from the provenance: its ``num_key_value_heads``,
+    which a capture through a server has too, or, in a file that predates it, its
+    config's; None where the capture does not say), or None when each query head has
+    keys of its own. Unlike
     `kv_heads` (positions on the capture's G axis), these stay the model's numbers
     in a capture of some heads (`--heads 3` of 4 reading 2: key/value head 1 of 2)."""
     if cap.kv_heads:
-        of = (cap.provenance.get("config") or {}).get("num_kv_heads")
+        prov = cap.provenance
+        of = prov.get("num_key_value_heads") or (prov.get("config") or {}).get("num_kv_heads")
         return dict(heads=[int(g) for g in cap.kv_heads], of=int(of) if of else None)
     g = cap.tensors["keys"].shape[1]
     if g == len(cap.heads):

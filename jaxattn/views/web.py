@@ -28,7 +28,7 @@ import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from jaxattn.errors import JaxattnError, TooLongError, UsageError
+from jaxattn.errors import JaxattnError, TooLongError, UsageError, in_terms
 from jaxattn.inputs import split_pair
 from jaxattn.views.page import CSP_WEB, SCRIPTS, document
 from jaxattn.views.payload import VIEWS, build_payload, check_views, needs
@@ -198,9 +198,10 @@ def create_web_server(
                 doc = segments_data(caps) if along else build_payload(caps[0], views=views)
             except TooLongError as e:
                 error = f"The text is {e.length} tokens long, over the model's limit of {e.limit}"
-                return self._json(400, {"error": f"{error}: shorten it."})
+                return self._json(400, {"error": f"{error}: {e.advice.page}."})
             except (ValueError, JaxattnError) as e:  # BadInput, the engine's or server's
-                return self._json(400, {"error": str(e)})  # refusal (over the token limit...)
+                # refusal (a server's over the token limit...), its advice in the page's terms
+                return self._json(400, {"error": in_terms(str(e), "page", "python")})
             except Exception as e:  # noqa: BLE001 - a failure the page should still explain
                 log.exception("capture failed")
                 return self._json(

@@ -60,12 +60,17 @@ def test_too_long_truncate_through_the_server_stops_at_the_positions(gpt2, serve
     args = ["capture", PROMPT, "--server", server, "--generate", str(new), "--ignore-eos"]
     assert main([*args, "--too-long", "truncate"]) == 0
     assert f"generated {limit - n} token(s)" in capsys.readouterr().out
-    assert main(args) == 1  # the server's refusal, as any (INVALID_ARGUMENT)
+    # the server's refusal (INVALID_ARGUMENT) exits 2 as the local engine's
+    # GenerationTooLongError does: the number asked for is what does not fit
+    assert main(args) == 2
     line = one_error(capsys, "capture")
     assert re.search(rf"texts\[0\]: its {n} prompt tokens \+ generate {new} new tokens", line)
     # the server's advice in the command line's terms, not the wire's
     assert "CaptureRequest" not in line and "with --too-long truncate" in line
     assert "--too-long skip" in line
+    local = ["capture", PROMPT, "--model", str(path), "--generate", str(new), "--ignore-eos"]
+    assert main(local) == 2
+    assert f"text 0: its {n} prompt tokens + {new} new tokens" in one_error(capsys, "capture")
 
 
 def test_a_prompt_skipped_for_its_new_tokens_says_so(gpt2, server, capsys):

@@ -284,6 +284,7 @@ def test_a_saved_capture_remembers_where_it_came_from(engines, tmp_path):
         "model": info.name,
         "family": "bert",
         "causal": False,
+        "num_key_value_heads": info.num_key_value_heads,
         "weights": info.weights,
         "revision": "",
         "config": engines["bert"].config.to_dict(),

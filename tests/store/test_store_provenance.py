@@ -21,6 +21,7 @@ def test_captures_carry_the_store_models_provenance(tmp_path):
         "model": INFO.name,
         "family": INFO.family,
         "causal": False,  # an encoder
+        "num_key_value_heads": INFO.num_key_value_heads,
         "weights": "blake2b:0123456789abcdef",
         "revision": "",  # a local directory's model has none
         "config": CONFIG.to_dict(),

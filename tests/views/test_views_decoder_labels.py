@@ -10,6 +10,8 @@
   capture of some heads (`view --heads 3` of a 4-head model: key/value head 1 of 2),
   where the capture's G axis holds only the key/value heads read; `jaxattn capture`'s
   summary says which key/value heads its keys and values hold.
+- A capture through a server (whose provenance has no model config) is labelled the
+  same: `jaxattn view --server` of the tiny Llama names key/value head 1 of 2.
 """
 
 from __future__ import annotations
@@ -118,6 +120,29 @@ def test_the_cli_labels_a_selected_heads_key_value_head_and_draws_decoder_stats(
     assert main(["view", saved, "--views", "stats", "--quiet", "--out", str(stats)]) == 0
     text = stats.read_text()
     assert "Decoder head statistics" in text and "Kovaleva" not in text
+
+
+def test_a_served_grouped_query_head_is_labelled_as_a_local_one(llama, tmp_path):
+    """Through a server the capture has no config; the views still say "of 2" (the
+    model's num_key_value_heads), in the page data and the static neuron export."""
+    from local_server import running_server
+
+    import jaxattn
+    from jaxattn.client import AttentionClient
+
+    engine = jaxattn.load(llama[2], buckets=(32,))
+    with running_server(engine) as (_, address):
+        with AttentionClient(address) as client:
+            (cap,) = client.capture([TEXT], what=("attention", "queries", "keys"), heads=[3])
+        neuron = tmp_path / "n.svg"
+        args = ["--server", address, "--layers", "1", "--heads", "3", "--token", "5"]
+        assert (
+            main(["view", TEXT, "--views", "neuron", *args, "--quiet", "--out", str(neuron)]) == 0
+        )
+    assert cap.provenance["source"] == f"server {address}" and not cap.provenance["config"]
+    ex = build_payload(cap, views=("neuron",))["examples"][0]
+    assert ex["kv_groups"] == {"heads": [1], "of": 2}
+    assert "head 3 (key/value head 1 of 2)" in neuron.read_text()
 
 
 STATS = "els => els.map(e => [e.dataset.stat, +e.dataset.layer, +e.dataset.head, +e.dataset.v])"

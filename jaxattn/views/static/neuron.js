@@ -34,11 +34,11 @@
   const range = (lo, hi) => Array.from({ length: Math.max(0, hi - lo) }, (_, k) => lo + k);
   JX.views.neuron = function (ctx) {
     // The query token the page opens at (page.py's "start"), while its example is shown;
-    // another example's: a decoder's last token (its first sees only itself), else 0,
-    // as views.causal.default_query.
+    // another example's, or any on a page without one (the live viewer's): a decoder's
+    // last token (its first sees only itself), else 0, as views.causal.default_query.
     const first = (ex) => (ex && ex.causal ? ex.tokens.length - 1 : 0);
-    const start = ctx.doc.start || { example: 0, token: 0 };
-    const token = ctx.state.example === start.example ? start.token : first(ctx.ex);
+    const start = ctx.doc.start;
+    const token = start && ctx.state.example === start.example ? start.token : first(ctx.ex);
     const st = { layer: 0, head: 0, token, filter: "all" };
     const el = JX.el("div", { class: "nv" });
     const controls = JX.el("div", { class: "jx-controls" });
