@@ -169,17 +169,15 @@ def _run(args: argparse.Namespace) -> int:
         stop_at_eos=not args.ignore_eos,
         overwrite=args.overwrite,
     )
-    # a store this command finished: said as a resumed job says it, without the model
-    if finished_dump(options, model_dir=model_dir, process=process) is not None:
-        distributed.shutdown(process)
-    else:
-        import jaxattn
+    try:
+        # a store this command finished: said as a resumed job says it, without the model
+        if finished_dump(options, model_dir=model_dir, process=process) is None:
+            import jaxattn
 
-        engine = jaxattn.load(args.model, **engine_options(args))
-        try:
+            engine = jaxattn.load(args.model, **engine_options(args))
             run_dump(engine, options, model_dir=model_dir, process=process)
-        finally:
-            distributed.shutdown(process)  # waits for every process: the store is then complete
+    finally:  # on every path, a refusal before the model loads too: the job's barrier
+        distributed.shutdown(process)  # waits for every process: the store is then complete
     if process.index == 0 and process.count > 1:
         import sys
 

@@ -80,3 +80,21 @@ def test_the_library_answers_a_finished_store(engines, bert_checkpoint, corpus, 
     run_dump(engines["bert"], opts, model_dir=bert_checkpoint)
     result = finished_dump(opts, model_dir=bert_checkpoint)
     assert (result.shards, result.resumed, result.counts.examples) == (2, 2, 0)
+
+
+def test_every_process_leaves_the_job_whatever_the_answer(engines, argv, monkeypatch, capsys):
+    """`distributed.shutdown` (the job's closing barrier) runs once on every path: a
+    finished store answered without the model, a run, and a command refused before
+    the model loads (a process that left without it kept the others waiting)."""
+    from jaxattn.dump import distributed
+
+    left, engine = [], engines["bert"]  # loaded before jaxattn.load is patched
+    monkeypatch.setattr(distributed, "initialize", lambda *a, **k: distributed.Process())
+    monkeypatch.setattr(distributed, "shutdown", left.append)
+    monkeypatch.setattr(jaxattn, "load", lambda *a, **k: engine)
+    assert main(argv) == 0 and len(left) == 1  # run
+    assert main(argv) == 0 and len(left) == 2  # finished: answered without the model
+    assert main([*argv, "--chunk-bytes", "1000"]) == 2  # refused by the options' check
+    assert "--chunk-bytes 1000 is too small" in capsys.readouterr().err and len(left) == 3
+    assert main([*argv, "--layers", "7"]) == 2  # refused by the finished store's spec
+    assert "layers" in capsys.readouterr().err and len(left) == 4
