@@ -147,29 +147,29 @@ def _run(args: argparse.Namespace) -> int:
     )
     from jaxattn.checkpoints import default_model_dir
 
-    model_dir = Path(args.model) if args.model else default_model_dir()
-    options = DumpOptions(
-        input=args.input,
-        out=args.out,
-        what=args.what,
-        layers=args.layers,
-        heads=args.heads,
-        dtype=args.dtype,
-        precision=args.precision,
-        query_positions=args.query_positions,
-        key_positions=args.key_positions,
-        input_format=args.input_format,
-        shard_size=args.shard_size,
-        on_error=args.on_error,
-        too_long=args.too_long,
-        chunk_bytes=args.chunk_bytes,
-        quiet=args.quiet,
-        limit=args.limit,
-        generate=args.generate,
-        stop_at_eos=not args.ignore_eos,
-        overwrite=args.overwrite,
-    )
-    try:
+    try:  # from here on every path leaves the job (`distributed.shutdown`)
+        model_dir = Path(args.model) if args.model else default_model_dir()
+        options = DumpOptions(
+            input=args.input,
+            out=args.out,
+            what=args.what,
+            layers=args.layers,
+            heads=args.heads,
+            dtype=args.dtype,
+            precision=args.precision,
+            query_positions=args.query_positions,
+            key_positions=args.key_positions,
+            input_format=args.input_format,
+            shard_size=args.shard_size,
+            on_error=args.on_error,
+            too_long=args.too_long,
+            chunk_bytes=args.chunk_bytes,
+            quiet=args.quiet,
+            limit=args.limit,
+            generate=args.generate,
+            stop_at_eos=not args.ignore_eos,
+            overwrite=args.overwrite,
+        )
         # a store this command finished: said as a resumed job says it, without the model
         if finished_dump(options, model_dir=model_dir, process=process) is None:
             import jaxattn

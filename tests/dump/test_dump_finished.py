@@ -82,7 +82,9 @@ def test_the_library_answers_a_finished_store(engines, bert_checkpoint, corpus, 
     assert (result.shards, result.resumed, result.counts.examples) == (2, 2, 0)
 
 
-def test_every_process_leaves_the_job_whatever_the_answer(engines, argv, monkeypatch, capsys):
+def test_every_process_leaves_the_job_whatever_the_answer(
+    engines, argv, tmp_path, monkeypatch, capsys
+):
     """`distributed.shutdown` (the job's closing barrier) runs once on every path: a
     finished store answered without the model, a run, and a command refused before
     the model loads (a process that left without it kept the others waiting)."""
@@ -98,3 +100,7 @@ def test_every_process_leaves_the_job_whatever_the_answer(engines, argv, monkeyp
     assert "--chunk-bytes 1000 is too small" in capsys.readouterr().err and len(left) == 3
     assert main([*argv, "--layers", "7"]) == 2  # refused by the finished store's spec
     assert "layers" in capsys.readouterr().err and len(left) == 4
+    not_a_model = tmp_path / "weights.bin"  # refused where the checkpoint is resolved
+    not_a_model.write_bytes(b"")
+    assert main([*argv[:3], str(not_a_model), *argv[4:]]) != 0
+    assert "weights.bin" in capsys.readouterr().err and len(left) == 5
