@@ -145,10 +145,11 @@ def _run(args: argparse.Namespace) -> int:
     process = distributed.initialize(
         args.coordinator, args.num_processes, args.process_id, mode=args.distributed
     )
-    from jaxattn.checkpoints import default_model_dir
+    from jaxattn.checkpoints.loading import model_name, resolve_model
 
     try:  # from here on every path leaves the job (`distributed.shutdown`)
-        model_dir = Path(args.model) if args.model else default_model_dir()
+        model = resolve_model(args.model)  # a Hub model downloaded, as jaxattn.load does
+        model_dir = model.path
         options = DumpOptions(
             input=args.input,
             out=args.out,
@@ -171,7 +172,8 @@ def _run(args: argparse.Namespace) -> int:
             overwrite=args.overwrite,
         )
         # a store this command finished: said as a resumed job says it, without the model
-        if finished_dump(options, model_dir=model_dir, process=process) is None:
+        name = model_name(model)  # the name the loaded model would report
+        if finished_dump(options, model_dir=model_dir, model_name=name, process=process) is None:
             import jaxattn
 
             engine = jaxattn.load(args.model, **engine_options(args))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 from dump_helpers import options
@@ -72,6 +73,26 @@ def test_a_store_with_a_shard_to_do_or_of_another_command_loads_the_model(
     assert "4 examples in 2 shards (1 already done)" in capsys.readouterr().err
     assert main([*argv, "--overwrite"]) == 0 and len(loads) == 6  # started over
     capsys.readouterr()
+
+
+def test_a_finished_store_of_a_renamed_checkpoint_is_refused_as_its_resume_is(
+    argv, tmp_path, monkeypatch, capsys
+):
+    """The same files in a directory of another name: the model's name (the directory's,
+    its config.json naming none) is another, which the store records and a resume refuses;
+    a finished store is refused alike, by the loaded model's run (not answered finished)."""
+    loads, load = [], jaxattn.load
+    monkeypatch.setattr(jaxattn, "load", lambda *a, **k: loads.append(a) or load(*a, **k))
+    assert main(argv) == 0 and len(loads) == 1
+    renamed = tmp_path / "renamed"
+    shutil.copytree(argv[3], renamed)
+    again = [*argv[:3], str(renamed), *argv[4:]]
+    assert main(again) == 2 and len(loads) == 2
+    said = f"model name: the store has {Path(argv[3]).name!r}, this command gives 'renamed'"
+    assert said in capsys.readouterr().err
+    shutil.rmtree(tmp_path / "s" / "manifest" / "s000001")  # its resume: refused the same
+    assert main(again) == 2 and len(loads) == 3
+    assert said in capsys.readouterr().err
 
 
 def test_the_library_answers_a_finished_store(engines, bert_checkpoint, corpus, tmp_path):
