@@ -401,9 +401,12 @@ def _ablation_lines(res: dict) -> list[str]:
     a decoder's with its LM loss, those whose ablation raises the loss most."""
     causal = bool(res.get("causal"))
     delta = res.get("lm_loss_delta") if causal else res.get("mlm_loss_delta")
-    by_loss = causal and bool(delta)
+    # a change to rank by: a number (None from report.json, NaN where no text had two
+    # tokens: no prediction, the loss NaN; NaN keys would leave the sort unordered)
+    ranked = [d is not None and not np.isnan(d) for d in delta or ()]
+    by_loss = causal and any(ranked)
     if by_loss:  # a decoder's output is its next-token loss, not a pooled vector
-        key = lambda i: -delta[i] if delta[i] is not None else np.inf  # noqa: E731
+        key = lambda i: -delta[i] if ranked[i] else np.inf  # noqa: E731
     else:
         key = lambda i: res["cos_mean"][i]  # noqa: E731
     order = sorted(range(len(res["heads"])), key=key)[:10]

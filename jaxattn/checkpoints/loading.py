@@ -44,6 +44,30 @@ def read_checkpoint(
     return _read(parse_model(path, revision).resolve(), ignore_config_fields)
 
 
+def resolve_model(path=None, revision: str | None = None) -> Resolved:
+    """The model `load(path, revision)` loads, on this machine (a Hub model downloaded;
+    None: the embedded default model). Raises as `load` for a missing model."""
+    if path is None:
+        return Resolved(default_model_dir(), name=DEFAULT_MODEL_NAME)
+    return parse_model(path, revision).resolve()
+
+
+def model_name(model: Resolved) -> str:
+    """The name `load` gives `model` (`ModelInfo.name`), read off its config alone, no
+    weights: its Hub name (the embedded model's), else the checkpoint's own (`_read`).
+
+    Raises: as `load`, for a config it cannot read.
+    """
+    from jaxattn.checkpoints import hf_files, native
+
+    if model.name:
+        return model.name
+    check_model_dir(model.path)
+    if native.is_native(model.path):
+        return native.read_config(model.path).name
+    return hf_files.read_config(model.path).name
+
+
 def _read(model: Resolved, ignore_config_fields: tuple[str, ...] = ()):
     """(config, params) of a resolved model; a Hub model is named by its Hub name."""
     from jaxattn.checkpoints import hf_files, native
@@ -217,10 +241,7 @@ def load(
         raise UsageError(
             f"revision={revision!r} needs a Hub model name: the embedded model has none"
         )
-    if path is None:
-        model = Resolved(default_model_dir(), name=DEFAULT_MODEL_NAME)
-    else:
-        model = parse_model(path, revision).resolve()
+    model = resolve_model(path, revision)
     config, params = _read(model, ignore_config_fields)
     eos_ids = read_eos_ids(model.path) if config.causal else None  # an encoder generates none
     tokenizer = read_tokenizer(model.path, config, cache)

@@ -52,18 +52,10 @@ def load(path: Path) -> tuple[ModelConfig, dict]:
     """
     import orbax.checkpoint as ocp
 
-    from jaxattn.checkpoints.hf_files import read_json_object, short_reason
+    from jaxattn.checkpoints.hf_files import short_reason
 
     path = path.resolve()
-    marker = path / MARKER
-    meta = read_json_object(marker)
-    if meta.get("format") != "jaxattn" or meta.get("version") != FORMAT_VERSION:
-        raise CheckpointError(
-            f"{marker}: unsupported checkpoint format {meta.get('format')!r} version "
-            f"{meta.get('version')!r}: this jaxattn reads format 'jaxattn' version "
-            f"{FORMAT_VERSION}"
-        )
-    config = _config(meta.get("config"), marker)
+    config = read_config(path)
     if not (path / "params").is_dir():
         raise CheckpointError(
             f"{path} has {MARKER} but no params/ directory: the checkpoint is incomplete "
@@ -80,6 +72,26 @@ def load(path: Path) -> tuple[ModelConfig, dict]:
     if not isinstance(params, dict) or not isinstance(params.get("encoder"), dict):
         raise CheckpointError(f"{path / 'params'} does not hold a jaxattn params tree")
     return config, _to_numpy(params)
+
+
+def read_config(path: Path) -> ModelConfig:
+    """The ModelConfig of the directory's jaxattn.json (no params read).
+
+    Raises:
+      CheckpointError: jaxattn.json unreadable, of an unknown format version or with a
+        bad config.
+    """
+    from jaxattn.checkpoints.hf_files import read_json_object
+
+    marker = path / MARKER
+    meta = read_json_object(marker)
+    if meta.get("format") != "jaxattn" or meta.get("version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{marker}: unsupported checkpoint format {meta.get('format')!r} version "
+            f"{meta.get('version')!r}: this jaxattn reads format 'jaxattn' version "
+            f"{FORMAT_VERSION}"
+        )
+    return _config(meta.get("config"), marker)
 
 
 def _config(fields, marker: Path) -> ModelConfig:

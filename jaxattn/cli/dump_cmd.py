@@ -145,41 +145,41 @@ def _run(args: argparse.Namespace) -> int:
     process = distributed.initialize(
         args.coordinator, args.num_processes, args.process_id, mode=args.distributed
     )
-    from jaxattn.checkpoints import default_model_dir
+    from jaxattn.checkpoints.loading import model_name, resolve_model
 
-    model_dir = Path(args.model) if args.model else default_model_dir()
-    options = DumpOptions(
-        input=args.input,
-        out=args.out,
-        what=args.what,
-        layers=args.layers,
-        heads=args.heads,
-        dtype=args.dtype,
-        precision=args.precision,
-        query_positions=args.query_positions,
-        key_positions=args.key_positions,
-        input_format=args.input_format,
-        shard_size=args.shard_size,
-        on_error=args.on_error,
-        too_long=args.too_long,
-        chunk_bytes=args.chunk_bytes,
-        quiet=args.quiet,
-        limit=args.limit,
-        generate=args.generate,
-        stop_at_eos=not args.ignore_eos,
-        overwrite=args.overwrite,
-    )
-    # a store this command finished: said as a resumed job says it, without the model
-    if finished_dump(options, model_dir=model_dir, process=process) is not None:
-        distributed.shutdown(process)
-    else:
-        import jaxattn
+    try:  # from here on every path leaves the job (`distributed.shutdown`)
+        model = resolve_model(args.model)  # a Hub model downloaded, as jaxattn.load does
+        model_dir = model.path
+        options = DumpOptions(
+            input=args.input,
+            out=args.out,
+            what=args.what,
+            layers=args.layers,
+            heads=args.heads,
+            dtype=args.dtype,
+            precision=args.precision,
+            query_positions=args.query_positions,
+            key_positions=args.key_positions,
+            input_format=args.input_format,
+            shard_size=args.shard_size,
+            on_error=args.on_error,
+            too_long=args.too_long,
+            chunk_bytes=args.chunk_bytes,
+            quiet=args.quiet,
+            limit=args.limit,
+            generate=args.generate,
+            stop_at_eos=not args.ignore_eos,
+            overwrite=args.overwrite,
+        )
+        # a store this command finished: said as a resumed job says it, without the model
+        name = model_name(model)  # the name the loaded model would report
+        if finished_dump(options, model_dir=model_dir, model_name=name, process=process) is None:
+            import jaxattn
 
-        engine = jaxattn.load(args.model, **engine_options(args))
-        try:
+            engine = jaxattn.load(args.model, **engine_options(args))
             run_dump(engine, options, model_dir=model_dir, process=process)
-        finally:
-            distributed.shutdown(process)  # waits for every process: the store is then complete
+    finally:  # on every path, a refusal before the model loads too: the job's barrier
+        distributed.shutdown(process)  # waits for every process: the store is then complete
     if process.index == 0 and process.count > 1:
         import sys
 

@@ -317,6 +317,7 @@ def finished_dump(
     options: DumpOptions,
     *,
     model_dir: str | os.PathLike,
+    model_name: str | None = None,
     process: Process | None = None,
     stream: TextIO | None = None,
 ) -> DumpResult | None:
@@ -327,7 +328,10 @@ def finished_dump(
     naming the difference, as before).
 
     The model is the store's when the checkpoint at `model_dir` has the store's
-    fingerprint (`checkpoint_fingerprint`: the same files). Its config is then the one
+    fingerprint (`checkpoint_fingerprint`: the same files) and the store's model name
+    (`model_name`: the name the command's model reports, `loading.model_name`; None:
+    the checkpoint's own, as `jaxattn.load(model_dir)` names it; a directory renamed
+    since gives another name, refused by `run_dump` as a resume is). Its config is then the one
     the store recorded, and the capture spec and store metadata are built from that
     config as a loaded engine's would be, and compared field by field
     (`store_metadata.differences`).
@@ -357,6 +361,16 @@ def finished_dump(
         return None
     fingerprint = checkpoint_fingerprint(model_dir)
     if fingerprint != existing["model"].get("fingerprint"):
+        return None
+    if model_name is None:
+        from jaxattn.checkpoints.loading import model_name as name_of
+        from jaxattn.checkpoints.model_ref import Resolved
+
+        try:
+            model_name = name_of(Resolved(Path(model_dir)))
+        except (CheckpointError, FileNotFoundError):  # the loader says what is wrong
+            return None
+    if model_name != existing["model"].get("name"):
         return None
     try:
         config = ModelConfig.from_dict(recorded)

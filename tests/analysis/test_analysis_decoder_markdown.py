@@ -106,6 +106,30 @@ def test_a_decoders_ablation_table_ranks_the_heads_by_their_lm_loss_change():
     assert listed == [f"{k // 4}-{k % 4}" for k in range(15, 5, -1)]
 
 
+def test_a_decoders_ablation_without_a_loss_change_to_rank_by_ranks_by_the_cosine():
+    """No finite LM loss change (every text one token: no prediction, the loss NaN, or
+    null as report.json reads it): the heads are ranked as an encoder's, by cos_mean,
+    and the text does not claim a loss they raise; a NaN among finite changes is listed
+    last, the others still in order (NaN compared as nothing broke the sort)."""
+    cos_mean = [0.5 + 0.01 * k for k in range(9)][::-1]  # head 8 moves the vector most
+    for missing in (float("nan"), None):
+        ablation = ablation_of(lm_loss=missing, lm_loss_delta=[missing] * 9, cos_mean=cos_mean)
+        md = render_markdown(report(head_ablation=ablation))
+        table = md[md.index("## Head ablation") :]
+        assert "raise the LM loss most" not in table
+        assert "those that change the output most first" in table
+        rows = [r for r in table.splitlines() if r.startswith("| ")]
+        assert [r.split(" | ")[0][2:] for r in rows[1:]] == [
+            f"{k // 3}-{k % 3}" for k in range(8, -1, -1)
+        ]
+    delta = [0.01 * k for k in range(9)]
+    delta[4] = float("nan")
+    md = render_markdown(report(head_ablation=ablation_of(lm_loss_delta=delta)))
+    rows = [r for r in md[md.index("## Head ablation") :].splitlines() if r.startswith("| ")]
+    listed = [r.split(" | ")[0][2:] for r in rows[1:]]
+    assert listed == [f"{k // 3}-{k % 3}" for k in (8, 7, 6, 5, 3, 2, 1, 0, 4)]
+
+
 def test_stats_only_defines_only_the_scores_its_table_has():
     with_maps = report(scores={"induction": [[0.5] * 3] * 3, "duplicate": [[0.1] * 3] * 3})
     md = render_markdown(with_maps)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 from dump_helpers import options
@@ -74,9 +75,53 @@ def test_a_store_with_a_shard_to_do_or_of_another_command_loads_the_model(
     capsys.readouterr()
 
 
+def test_a_finished_store_of_a_renamed_checkpoint_is_refused_as_its_resume_is(
+    argv, tmp_path, monkeypatch, capsys
+):
+    """The same files in a directory of another name: the model's name (the directory's,
+    its config.json naming none) is another, which the store records and a resume refuses;
+    a finished store is refused alike, by the loaded model's run (not answered finished)."""
+    loads, load = [], jaxattn.load
+    monkeypatch.setattr(jaxattn, "load", lambda *a, **k: loads.append(a) or load(*a, **k))
+    assert main(argv) == 0 and len(loads) == 1
+    renamed = tmp_path / "renamed"
+    shutil.copytree(argv[3], renamed)
+    again = [*argv[:3], str(renamed), *argv[4:]]
+    assert main(again) == 2 and len(loads) == 2
+    said = f"model name: the store has {Path(argv[3]).name!r}, this command gives 'renamed'"
+    assert said in capsys.readouterr().err
+    shutil.rmtree(tmp_path / "s" / "manifest" / "s000001")  # its resume: refused the same
+    assert main(again) == 2 and len(loads) == 3
+    assert said in capsys.readouterr().err
+
+
 def test_the_library_answers_a_finished_store(engines, bert_checkpoint, corpus, tmp_path):
     opts = options(corpus, tmp_path / "s")
     assert finished_dump(opts, model_dir=bert_checkpoint) is None  # no store yet
     run_dump(engines["bert"], opts, model_dir=bert_checkpoint)
     result = finished_dump(opts, model_dir=bert_checkpoint)
     assert (result.shards, result.resumed, result.counts.examples) == (2, 2, 0)
+
+
+def test_every_process_leaves_the_job_whatever_the_answer(
+    engines, argv, tmp_path, monkeypatch, capsys
+):
+    """`distributed.shutdown` (the job's closing barrier) runs once on every path: a
+    finished store answered without the model, a run, and a command refused before
+    the model loads (a process that left without it kept the others waiting)."""
+    from jaxattn.dump import distributed
+
+    left, engine = [], engines["bert"]  # loaded before jaxattn.load is patched
+    monkeypatch.setattr(distributed, "initialize", lambda *a, **k: distributed.Process())
+    monkeypatch.setattr(distributed, "shutdown", left.append)
+    monkeypatch.setattr(jaxattn, "load", lambda *a, **k: engine)
+    assert main(argv) == 0 and len(left) == 1  # run
+    assert main(argv) == 0 and len(left) == 2  # finished: answered without the model
+    assert main([*argv, "--chunk-bytes", "1000"]) == 2  # refused by the options' check
+    assert "--chunk-bytes 1000 is too small" in capsys.readouterr().err and len(left) == 3
+    assert main([*argv, "--layers", "7"]) == 2  # refused by the finished store's spec
+    assert "layers" in capsys.readouterr().err and len(left) == 4
+    not_a_model = tmp_path / "weights.bin"  # refused where the checkpoint is resolved
+    not_a_model.write_bytes(b"")
+    assert main([*argv[:3], str(not_a_model), *argv[4:]]) != 0
+    assert "weights.bin" in capsys.readouterr().err and len(left) == 5
