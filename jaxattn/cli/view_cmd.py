@@ -232,7 +232,8 @@ def _run(args) -> int:
 
         if saved:  # every view draws attention: name what to capture, as a static one does
             require(caps, ("attention",), "INPUT", "jaxattn view")
-        example, token = _opening(args, caps, "neuron" in views)
+        drawn = f"the page (--views {','.join(views)})"
+        example, token = _opening(args, caps, "neuron" in views, drawn)
         write_html(
             ensure_parent(args.out),
             caps,
@@ -273,11 +274,18 @@ def _refused(args, mode: str | None) -> None:
             raise UsageError(f"{flag} {value}: {reason} ({mode}): drop {flag}")
 
 
-def _opening(args, caps: list, neuron: bool) -> tuple[int, int]:
+def _opening(args, caps: list, neuron: bool, drawn: str) -> tuple[int, int]:
     """(example index, query token) of --example and --token (the token checked where
-    the neuron view is drawn): an HTML page opens there, a static export draws them."""
+    the neuron view is drawn): an HTML page opens there, a static export draws them.
+    --token where no neuron view is drawn (`drawn`: what is) is a UsageError, as the
+    modes with nothing to open at refuse it (`_refused`), not ignored."""
     from jaxattn.views.page import opening
 
+    if args.token is not None and not neuron:
+        raise UsageError(
+            f"--token {args.token}: only the neuron view opens at a query token, and "
+            f"{drawn} has none: drop --token, or draw the neuron view"
+        )
     try:
         return opening(caps, args.example, args.token if neuron else None, "INPUT")
     except UsageError as e:  # "example 7: ..." of the flag
@@ -287,7 +295,7 @@ def _opening(args, caps: list, neuron: bool) -> tuple[int, int]:
 def _write_static(args, fmt: str, view: str, caps: list) -> None:
     from jaxattn.views import to_svg, write_png
 
-    index, token = _opening(args, caps, view == "neuron")
+    index, token = _opening(args, caps, view == "neuron", f"the {view} view")
     cap = caps[index]
     if view == "neuron":
         needed = ("queries", "keys")

@@ -66,6 +66,23 @@ def test_an_example_or_token_out_of_range_is_refused_as_by_a_static_export(
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("suffix", "views", "drawn"),
+    [
+        (".html", ["--views", "head,model"], "the page (--views head,model)"),
+        (".svg", ["--views", "model"], "the model view"),
+    ],
+)
+def test_a_token_where_no_neuron_view_is_drawn_is_refused_not_ignored(
+    saved, tmp_path, capsys, suffix, views, drawn
+):
+    out = tmp_path / f"x{suffix}"
+    assert main(["view", *saved, *views, "--out", str(out), "--token", "2"]) == 2
+    err = capsys.readouterr().err
+    assert f"--token 2: only the neuron view opens at a query token, and {drawn} has none" in err
+    assert not out.exists()
+
+
 def test_the_page_shows_the_example_and_the_neuron_view_the_token(saved, tmp_path, page):
     out = tmp_path / "x.html"
     assert main(["view", *saved, "--out", str(out), "--example", "1", "--token", "6"]) == 0
