@@ -23,7 +23,7 @@ import numpy as np
 from jaxattn.capture import Capture
 from jaxattn.capture.part import CapturePart
 from jaxattn.store import layout
-from jaxattn.store.kvstore import KeyValue, child_spec, tensorstore_errors
+from jaxattn.store.kvstore import KeyValue, child_spec, store_context, tensorstore_errors
 from jaxattn.store.manifest import Entry, ShardPart, Skipped
 
 # Most bytes handed to TensorStore and not yet on disk; beyond it, appends wait.
@@ -75,7 +75,8 @@ class ShardWriter:
       shard: the shard index.
       lengths: the token lengths of every example the shard will store (sizes
         the arrays exactly: no padding, nothing to resize).
-      context: a tensorstore.Context shared by the job's writers.
+      context: a tensorstore.Context shared by the job's writers (None: one of its
+        own, `store_context`: the network stores' retries bounded).
     """
 
     def __init__(self, kv: KeyValue, meta: dict, shard: int, lengths: Sequence[int], context=None):
@@ -96,6 +97,7 @@ class ShardWriter:
         self._open: dict | None = None
         self._in_flight = 0
         self._start = time.monotonic()
+        context = store_context() if context is None else context
         opens = {}
         for q in self.what:
             array_meta = layout.array_metadata(
