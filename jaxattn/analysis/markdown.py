@@ -62,9 +62,13 @@ def _weights(stats: dict) -> str:
 
 def _strongest(a: np.ndarray, layers, heads, pick=np.nanargmax) -> str:
     """The head `pick` chooses of a [L, H] score, "layer-head (score)", or, when every
-    head scores the same (every one 0, say), that none stands out."""
-    if np.nanmax(a) == np.nanmin(a):
-        return f"none stands out (every head {_f(np.nanmax(a))})"
+    head with a score scores the same (every one 0, say), that none stands out."""
+    scored = np.count_nonzero(~np.isnan(a))
+    if not scored:  # every head NaN (no text it could score)
+        return "none (no head has a score)"
+    if scored > 1 and np.nanmax(a) == np.nanmin(a):
+        which = "every head with a score" if np.isnan(a).any() else "every head"
+        return f"none stands out ({which} {_f(np.nanmax(a))})"
     li, hi = np.unravel_index(pick(a), a.shape)
     return f"{layers[li]}-{heads[hi]} ({_f(a[li, hi])})"
 
@@ -182,7 +186,10 @@ def _decoder(report: dict) -> list[str]:
 
 def _top_heads(a, layers, heads, n: int = 5) -> str:
     a = np.asarray(a, float)
-    if np.nanmax(a) == np.nanmin(a):
+    scored = np.count_nonzero(~np.isnan(a))
+    if not scored:  # every head NaN (no text it could score)
+        return "none (no head has a score)"
+    if scored > 1 and np.nanmax(a) == np.nanmin(a):
         return _strongest(a, layers, heads)
     order = np.argsort(-np.nan_to_num(a, nan=-np.inf), axis=None)[:n]
     cells = [np.unravel_index(i, a.shape) for i in order]

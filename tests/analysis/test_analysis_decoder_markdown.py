@@ -220,3 +220,14 @@ def test_a_decoders_uniform_ablation_leaves_out_the_first_token_cosine():
     assert "| head | cos [CLS] | cos mean-pooled |" in render_markdown(
         report(head_ablation=encoder)
     )
+
+
+def test_none_stands_out_says_which_heads_it_means_when_some_have_no_score():
+    from jaxattn.analysis.markdown import _strongest
+
+    equal = np.zeros((2, 2))
+    assert _strongest(equal, [0, 1], [0, 1]) == "none stands out (every head 0.000)"
+    equal[1, 1] = np.nan  # a head with no score (NaN) is not "every head 0.000"
+    assert _strongest(equal, [0, 1], [0, 1]) == ("none stands out (every head with a score 0.000)")
+    assert _strongest(np.array([[0.1, np.nan]]), [0], [0, 1]) == "0-0 (0.100)"  # one scored
+    assert _strongest(np.full((1, 2), np.nan), [0], [0, 1]) == "none (no head has a score)"
