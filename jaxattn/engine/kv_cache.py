@@ -198,7 +198,7 @@ class KVDecoder:
 
     def prefill_length(self, longest: int, batch: int, length: int) -> int:
         """The cache length a group of `batch` rows with a cache of `length` positions,
-        its longest prompt of `longest` tokens, is prefilled at (then `widened` to
+        its longest prompt of `longest` tokens, is prefilled at (then widened to
         `length`): the shortest of the ladder (`lengths`) holding its prompts' positions
         (`cache_length` of `longest` - 1) at which a prefill of `batch` rows is one
         `warmup` compiles (`_prefill_batches`), else `length`. Its chunk is that
@@ -295,16 +295,15 @@ class KVDecoder:
         self._compiled.add(("grow", (keys.shape[0], batch), keys.shape[-2]))
         return self._grow(keys, values, batch, keys.shape[-2])
 
-    def widened(self, keys, values, length: int):
-        """The caches (keys, values) of a group widened to `length` positions (a group
-        prefilled at the length holding its prompts, `Group.widen`; a joining prompt's,
-        to its group's: `Group.admit`), a length of the ladder (`lengths`) at a time, as
-        `warmup` compiles it: its positions first, as they were, the new ones zero."""
-        while keys.shape[-2] < length:
-            wider = 2 * keys.shape[-2]
-            self._compiled.add(("widen", keys.shape[0], (keys.shape[-2], wider)))
-            keys, values = self._grow(keys, values, keys.shape[0], wider)
-        return keys, values
+    def widened(self, keys, values):
+        """The caches (keys, values) of a group widened to twice their positions, the
+        next length of the ladder (`lengths`), as `warmup` compiles it: its positions
+        first, as they were, the new ones zero. `Group.widen` steps a group prefilled at
+        the length holding its prompts up to its cache's (a joining prompt's group to
+        the group it joins: `Group.admit`)."""
+        length = keys.shape[-2]
+        self._compiled.add(("widen", keys.shape[0], (length, 2 * length)))
+        return self._grow(keys, values, keys.shape[0], 2 * length)
 
     def gates(self, gates=None):
         """A run's ablation gates (keep [L, H], uniform [L, H]: `HeadAblation.gates`) on
@@ -539,7 +538,7 @@ class Group:
         d = self.decoder
         while self.shape.length < length:
             wider = 2 * self.shape.length
-            self.keys, self.values = d.widened(self.keys, self.values, wider)
+            self.keys, self.values = d.widened(self.keys, self.values)
             self.shape = dataclasses.replace(self.shape, length=wider, chunk=d.chunk(wider))
 
     def _prefill(self, prompts) -> None:
