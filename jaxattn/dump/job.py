@@ -129,7 +129,7 @@ class DumpJob:
             fingerprint=checkpoint_fingerprint(model_dir),
             config=engine.config.to_dict(),
         )
-        self.label = " ".join(x for x in ("dump", process.label) if x)
+        self.label = _label(process)
         self.progress = Progress(0, self.label, enabled=not options.quiet, stream=stream)
         self.messages = 0
         self.committed = 0
@@ -195,6 +195,11 @@ def _spec(config, options: DumpOptions, precision: str):
         query_positions=options.query_positions,
         key_positions=options.key_positions,
     )
+
+
+def _label(process: Process) -> str:
+    """What the job's lines begin with: "dump", and the process ("dump p1/4") if several."""
+    return " ".join(x for x in ("dump", process.label) if x)
 
 
 def _plan(options: DumpOptions, process: Process) -> sharding.InputPlan:
@@ -384,8 +389,7 @@ def finished_dump(
     )
     if store_metadata.differences(existing, meta):
         return None
-    label = " ".join(x for x in ("dump", process.label) if x)
-    progress = Progress(0, label, enabled=not options.quiet, stream=stream or sys.stderr)
+    progress = Progress(0, _label(process), enabled=not options.quiet, stream=stream or sys.stderr)
     mine = sorted(plan.shards)
     return finish(progress, kv, spec.what, Counts(), mine, [], start)
 
