@@ -15,7 +15,8 @@ CONLLU = "".join(
 def test_bench_runs_every_case_on_a_tiny_model(bert_checkpoint, tmp_path):
     path = tmp_path / "tiny.conllu"
     path.write_text(CONLLU)
-    res = bench.run(path, n=2, repeats=1, model=str(bert_checkpoint))
+    lines = []
+    res = bench.run(path, n=2, repeats=1, model=str(bert_checkpoint), progress=lines.append)
     assert res["n"] == 2
     cases = (
         "a_transformers",
@@ -34,6 +35,11 @@ def test_bench_runs_every_case_on_a_tiny_model(bert_checkpoint, tmp_path):
     assert "(c) speed-up over (a)" in text and "GB/s to the host" in text
     assert res["b_over_f"] > 0 and "against transformers' plain forward (f)" in text
     assert "copy of the same bytes as (d)" in text
+    # each step said as it ended: a run stopped at a time limit shows how far it came
+    assert lines[0].startswith("loaded ") and "transformers' reference loaded" in lines[1]
+    firsts = [line.split(":")[0] for line in lines if "first pass" in line]
+    assert firsts == list(cases)
+    assert lines[-1].startswith("round 1 of 1: a_transformers ")
 
 
 def test_bench_times_a_decoder_whose_tokenizer_has_no_padding_token(tmp_path):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from jaxattn.bench.copy_rate import host_copy_rate, moved_bytes
@@ -119,9 +120,12 @@ def run(
     too_long: str = "error",
     layer_loop: str | None = None,
     attention: str = "auto",
+    progress: Callable[[str], None] | None = None,
 ) -> dict:
     """Run all cases, interleaved: each round times (a) to (f) in turn (jaxattn's
-    engine loaded with `layer_loop` and `attention`).
+    engine loaded with `layer_loop` and `attention`). `progress` is given a line as
+    each step ends (the load, each case's first pass, each round), so a run stopped
+    at a time limit has said how far it came.
 
     Interleaving exposes every case to the same machine state, so the ratios
     hold even when the machine is shared; each case reports its best round.
@@ -130,8 +134,11 @@ def run(
     import jaxattn
     from jaxattn.checkpoints.loading import default_model_dir
 
+    say = progress or (lambda line: None)
     texts = texts if texts is not None else read_sentences(conllu, n)
+    t = time.perf_counter()
     engine = jaxattn.load(model, precision=precision, layer_loop=layer_loop, attention=attention)
+    say(f"loaded {engine.info.name} in {time.perf_counter() - t:.1f} s")
     # The torch reference takes whole texts: too-long ones are refused or left out.
     try:
         kept = engine.tokenize(texts, too_long=too_long)
@@ -150,7 +157,9 @@ def run(
             f"limit of {limit} tokens (--too-long skip)",
         )
     model_dir = Path(model) if model else default_model_dir()
+    t = time.perf_counter()
     reference = transformers_runners(model_dir, texts, 32)
+    say(f"transformers' reference loaded in {time.perf_counter() - t:.1f} s")
     runners = {"a_transformers": reference["a_transformers"]}
     runners |= jaxattn_runners(engine, texts)
     runners["f_transformers_forward"] = reference["f_transformers_forward"]
@@ -166,6 +175,7 @@ def run(
         t = time.perf_counter()
         fn()
         res[f"{name}_first_pass_s"] = time.perf_counter() - t
+        say(f"{name}: first pass {res[f'{name}_first_pass_s']:.2f} s")
     # The bytes each case moves, from the plan its next runs take (a plan can change
     # as the engine compiles shapes: `batching.ShapeLedger`).
     moved = {
@@ -174,11 +184,15 @@ def run(
         if name != "b_forward"
     }
     rounds = {name: [] for name in runners}
-    for _ in range(repeats):
+    for r in range(repeats):
         for name, fn in runners.items():
             t = time.perf_counter()
             fn()
             rounds[name].append(time.perf_counter() - t)
+        say(
+            f"round {r + 1} of {repeats}: "
+            + ", ".join(f"{k} {v[-1]:.3f} s" for k, v in rounds.items())
+        )
     for name, times in rounds.items():
         res[name] = min(times)
         res[f"{name}_rounds_s"] = times

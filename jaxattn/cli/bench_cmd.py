@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from jaxattn import outfile
@@ -103,8 +104,14 @@ def _token_count(value: str) -> int:
     return n
 
 
+def _progress(line: str) -> None:
+    """A step of the run as it ends, on stderr (the table comes at the end, on stdout)."""
+    print(f"bench: {line}", file=sys.stderr, flush=True)
+
+
 def run(args) -> int:
     import json
+    import time
 
     from jaxattn.bench import capture as bench
 
@@ -134,7 +141,9 @@ def run(args) -> int:
             check_corpus(args.conllu, "--conllu")
         with tempfile.TemporaryDirectory() as tmp:
             name = args.synthetic or "bert-base"
+            t = time.perf_counter()
             model = str(random_checkpoint(name, Path(tmp)))
+            _progress(f"made a random {name} checkpoint in {time.perf_counter() - t:.1f} s")
             result = bench.run(
                 args.conllu,
                 args.n,
@@ -144,6 +153,7 @@ def run(args) -> int:
                 precision=args.precision,
                 too_long=args.too_long,
                 layer_loop=args.layer_loop,
+                progress=_progress,
                 **engine_options(args),
             )
         result["model"] = f"{name} (random weights)"
@@ -157,6 +167,7 @@ def run(args) -> int:
             precision=args.precision,
             too_long=args.too_long,
             layer_loop=args.layer_loop,
+            progress=_progress,
             **engine_options(args),
         )
     print(bench.format_result(result))
