@@ -13,7 +13,8 @@ from device_failures import FailingFetch
 import jaxattn
 from jaxattn.cli import explain
 from jaxattn.engine import host
-from jaxattn.errors import HostMemoryError, JaxattnError
+from jaxattn.errors import DeviceMemoryError, HostMemoryError, JaxattnError
+from service.admitted_call import engine_failure
 
 WORDS = "i went to the store and bought fresh strawberries at the market".split()
 TEXTS = [" ".join(WORDS[: 3 + i % 4]) for i in range(8)]  # 5-8 tokens: one bucket of 24
@@ -171,3 +172,24 @@ def test_a_full_pinned_pool_is_a_clear_error_not_halved(pinned, monkeypatch, at_
     assert "capture_iter, stream, or jaxattn dump" in message
     assert isinstance(caught.value, MemoryError) and isinstance(caught.value, JaxattnError)
     assert explain(caught.value) == (1, message)
+
+
+def test_a_full_pinned_pool_in_a_layer_group_is_the_same_error(pinned):
+    step = pinned.step
+
+    class GroupsFail(PoolFull):
+        def group(self, spec, span, *rest):
+            raise jax.errors.JaxRuntimeError(POOL_OOM)
+
+    pinned.step = GroupsFail(step, at=1, at_dispatch=True)
+    try:
+        with pytest.raises(HostMemoryError, match=r"^XLA's pinned host memory pool \("):
+            list(pinned.capture_layers(TEXTS[:1], group_bytes=1))  # groups of one layer
+    finally:
+        pinned.step = step
+
+
+def test_a_server_answers_a_full_pool_with_its_own_limit():
+    assert engine_failure(HostMemoryError("pool")).limit == "host_memory"
+    assert engine_failure(DeviceMemoryError("device")).limit == "device_memory"
+    assert not hasattr(engine_failure(RuntimeError("bug")), "limit")
