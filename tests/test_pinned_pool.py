@@ -193,3 +193,18 @@ def test_a_server_answers_a_full_pool_with_its_own_limit():
     assert engine_failure(HostMemoryError("pool")).limit == "host_memory"
     assert engine_failure(DeviceMemoryError("device")).limit == "device_memory"
     assert not hasattr(engine_failure(RuntimeError("bug")), "limit")
+
+
+def test_captures_of_generated_continuations_are_held_the_same_way(tmp_path):
+    from gpt2_fixture import make_gpt2_checkpoint
+
+    engine = jaxattn.load(make_gpt2_checkpoint(tmp_path), buckets=(32,))
+    want = engine.capture(["the cat sat", "hello"], generate=3, stop_at_eos=False)
+    engine.pipeline.pinned_budget = 0
+    got = engine.capture(["the cat sat", "hello"], generate=3, stop_at_eos=False)
+    for cap, ref in zip(got, want, strict=True):
+        assert cap.tokens == ref.tokens and cap.attention.tobytes() == ref.attention.tobytes()
+        assert cap.attention.flags.owndata and not ref.attention.flags.owndata
+    engine.pipeline.available_bytes = lambda: 1
+    with pytest.raises(HostMemoryError, match="more than the host's available memory"):
+        engine.capture(["the cat sat"], generate=3)

@@ -32,6 +32,27 @@ from jaxattn.selection import Selection
 from jaxattn.spec import CaptureSpec, check_precision, spec_for
 from jaxattn.stream import CaptureStream, Progress, too_long_policy
 
+# The keyword arguments of a request to `Engine.capture` and `Engine.stream`, the
+# positions' two last (`Engine._stream`).
+_REQUEST = (
+    "what",
+    "layers",
+    "heads",
+    "dtype",
+    "ablation",
+    "precision",
+    "too_long",
+    "generate",
+    "stop_at_eos",
+    "query_positions",
+    "key_positions",
+)
+
+
+def _request(arguments: dict) -> dict:
+    """The request among the arguments (`locals()`) of a `capture` or `stream` call."""
+    return {k: arguments[k] for k in _REQUEST}
+
 
 class Engine:
     """A loaded model ready to capture; a `jaxattn.CaptureSource`. Build it with `jaxattn.load`.
@@ -377,18 +398,7 @@ class Engine:
           HostMemoryError: the results come to more than the host's available
             memory (before anything runs), or fill XLA's pinned host pool.
         """
-        request = dict(
-            what=what,
-            layers=layers,
-            heads=heads,
-            dtype=dtype,
-            ablation=ablation,
-            precision=precision,
-            too_long=too_long,
-            query_positions=query_positions,
-            key_positions=key_positions,
-        )
-        return list(self._stream(texts, request, generate, stop_at_eos, hold=True))
+        return list(self._stream(texts, _request(locals()), hold=True))
 
     def stream(
         self,
@@ -411,27 +421,15 @@ class Engine:
         checked and tokenised before the first one; with `generate`, every text's
         continuation is generated before the first (`generate_and_stream`). All of
         `texts` is in flight at once: for a corpus, `capture_iter` bounds memory."""
-        request = dict(
-            what=what,
-            layers=layers,
-            heads=heads,
-            dtype=dtype,
-            ablation=ablation,
-            precision=precision,
-            too_long=too_long,
-            query_positions=query_positions,
-            key_positions=key_positions,
-        )
-        return self._stream(texts, request, generate, stop_at_eos, hold=False)
+        return self._stream(texts, _request(locals()), hold=False)
 
-    def _stream(self, texts, request: dict, generate, stop_at_eos, hold: bool) -> Iterator:
-        """`stream` of `request` (`capture`'s keyword arguments); `hold`: the caller keeps
-        every Capture (`capture`), held as `BatchPipeline.holding` says."""
-        what, layers, heads, dtype, ablation, precision, too_long = (
-            request[k]
-            for k in ("what", "layers", "heads", "dtype", "ablation", "precision", "too_long")
+    def _stream(self, texts, request: dict, hold: bool) -> Iterator:
+        """`stream` of `request` (`capture`'s keyword arguments, `_request`); `hold`: the
+        caller keeps every Capture (`capture`), held as `BatchPipeline.holding` says."""
+        what, layers, heads, dtype, ablation, precision, too_long, generate, stop_at_eos = (
+            request[k] for k in _REQUEST[:-2]
         )
-        positions = {k: request[k] for k in ("query_positions", "key_positions")}
+        positions = {k: request[k] for k in _REQUEST[-2:]}
         generate, stop_at_eos = self._check_generation(generate, stop_at_eos)
         if generate is not None:
             from jaxattn.engine.generate import generate_and_stream
