@@ -166,7 +166,7 @@ def test_a_full_pinned_pool_is_a_clear_error_not_halved(pinned, monkeypatch, at_
     message = str(caught.value)
     assert message.startswith(
         "XLA's pinned host memory pool (xla_gpu_host_bfc, 16 GiB: "
-        "XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB) is full; this call's results hold "
+        "XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB) is full; this call's results hold up to "
         f"{2 * BLOCK / 1000:.1f} kB of it (RESOURCE_EXHAUSTED: Out of host memory"
     )
     assert "capture_iter, stream, or jaxattn dump" in message

@@ -52,7 +52,7 @@ def pool_full(error: BaseException, held: host.HeldResults | None) -> HostMemory
     whose results are `held` (None: not counted)."""
     holds = ""
     if held is not None:
-        holds = f"; this call's results hold {human_bytes(held.pinned)} of it"
+        holds = f"; this call's results hold up to {human_bytes(held.pinned)} of it"
         if held.copied:
             holds += f" (and {human_bytes(held.copied)} more, copied out of it)"
     return HostMemoryError(
