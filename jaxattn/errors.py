@@ -21,6 +21,8 @@ install) raises these, and the CLI turns them into one line and an exit code.
     +-- CaptureFileError (ValueError) an unreadable capture file or store          exit 1
     +-- ServerError                  a failed call to a server (status code)       exit 1
     +-- DeviceMemoryError            one example does not fit the device's memory  exit 1
+    +-- HostMemoryError (MemoryError) a call's results do not fit the host's memory exit 1
+          (XLA's pinned host pool, or the host's available memory)
 
 The ValueError bases keep ``except ValueError`` working for callers that
 validated input that way, and the OSError ones the built-in class Python code
@@ -185,6 +187,15 @@ class ServerError(JaxattnError):
 
 class DeviceMemoryError(JaxattnError):
     """One example does not fit the device's memory, even in a batch of its own."""
+
+
+class HostMemoryError(JaxattnError, MemoryError):
+    """A call's results do not fit the host's memory: they fill XLA's pool of pinned host
+    memory, which running in smaller batches cannot free, or they come to more than the
+    host's available memory (refused before anything runs). The message names the bytes,
+    the pool's size and its variable (XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB), and how to take
+    results as they come instead (capture_iter, stream, dump). A MemoryError too, as
+    Python code expects."""
 
 
 class ModelNotFoundError(JaxattnError, FileNotFoundError):

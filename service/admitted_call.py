@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 from jaxattn.capture.part import ends_example
-from jaxattn.errors import DeviceMemoryError
+from jaxattn.errors import DeviceMemoryError, HostMemoryError
 
 
 class JobCancelled(Exception):
@@ -35,12 +35,25 @@ class EngineFailed(Exception):
 class DeviceMemoryExhausted(EngineFailed):
     """The job's work does not fit the device's memory even alone
     (`jaxattn.DeviceMemoryError`, after the engine's own halving): not a bug, a request
-    too large for this device (RESOURCE_EXHAUSTED, "device_memory")."""
+    too large for this device (RESOURCE_EXHAUSTED, its `limit`)."""
+
+    limit = "device_memory"
+
+
+class HostMemoryExhausted(DeviceMemoryExhausted):
+    """XLA's pinned host pool ran out under the job (`jaxattn.HostMemoryError`): results
+    held past it, not a bug (RESOURCE_EXHAUSTED, "host_memory")."""
+
+    limit = "host_memory"
 
 
 def engine_failure(error: BaseException) -> EngineFailed:
     """What a job fails with when the engine raised `error` running it."""
-    kind = DeviceMemoryExhausted if isinstance(error, DeviceMemoryError) else EngineFailed
+    kind = EngineFailed
+    if isinstance(error, HostMemoryError):
+        kind = HostMemoryExhausted
+    elif isinstance(error, DeviceMemoryError):
+        kind = DeviceMemoryExhausted
     return kind(f"{type(error).__name__}: {error}")
 
 

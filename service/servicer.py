@@ -197,9 +197,9 @@ class AttentionServicer:
             else:  # the batcher was closed under a live call: the server is stopping
                 stats["code"] = "UNAVAILABLE"
                 context.abort(grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
-        except DeviceMemoryExhausted as e:  # too large for the device even alone
-            stats["code"] = "RESOURCE_EXHAUSTED"
-            context.set_trailing_metadata((("jaxattn-limit", "device_memory"),))
+        except DeviceMemoryExhausted as e:  # too large for the device even alone, or
+            stats["code"] = "RESOURCE_EXHAUSTED"  # its results filled XLA's pinned pool
+            context.set_trailing_metadata((("jaxattn-limit", e.limit),))
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
         except EngineFailed as e:
             stats["code"] = "INTERNAL"

@@ -32,6 +32,27 @@ from jaxattn.selection import Selection
 from jaxattn.spec import CaptureSpec, check_precision, spec_for
 from jaxattn.stream import CaptureStream, Progress, too_long_policy
 
+# The keyword arguments of a request to `Engine.capture` and `Engine.stream`, the
+# positions' two last (`Engine._stream`).
+_REQUEST = (
+    "what",
+    "layers",
+    "heads",
+    "dtype",
+    "ablation",
+    "precision",
+    "too_long",
+    "generate",
+    "stop_at_eos",
+    "query_positions",
+    "key_positions",
+)
+
+
+def _request(arguments: dict) -> dict:
+    """The request among the arguments (`locals()`) of a `capture` or `stream` call."""
+    return {k: arguments[k] for k in _REQUEST}
+
 
 class Engine:
     """A loaded model ready to capture; a `jaxattn.CaptureSource`. Build it with `jaxattn.load`.
@@ -201,14 +222,16 @@ class Engine:
         parts: bool = False,
         group_bytes: int | None = None,
         skip=None,
+        held=None,
     ) -> Iterator[tuple[int, Capture | CapturePart]]:
         """Capture tokenised examples, yielding (position, Capture) as batches finish
         (`BatchPipeline.run`: grouped by length bucket, not in input order; with
         `parts`, an example run in layer groups as (position, CapturePart) per group;
         `group_bytes`: most output bytes of one group, where below the budget; `skip`:
-        asked before each group, True stops that example's groups)."""
+        asked before each group, True stops that example's groups; `held`: how a call
+        that keeps every Capture holds them, `BatchPipeline.holding`)."""
         return self.pipeline.run(
-            tokenized, spec, ablation, parts=parts, group_bytes=group_bytes, skip=skip
+            tokenized, spec, ablation, parts=parts, group_bytes=group_bytes, skip=skip, held=held
         )
 
     def plan(self, tokenized, spec, budgets=None, ablated=False) -> list[batching.Batch]:
@@ -363,25 +386,19 @@ class Engine:
         Returns:
           One Capture per text (per kept text with "skip"), in input order.
           For many texts, `capture_iter` streams them in bounded memory.
+          Held all at once, they stay views of XLA's pinned host memory only up
+          to `BatchPipeline.pinned_budget` (half its pool on GPUs); the batches
+          after are copied into ordinary memory, freeing the pool (`host.HeldResults`).
 
         Raises:
           UsageError: an unknown quantity or dtype, an index out of range, a
             position outside a text (naming the text and its length), positions
             for a capture of no map.
           InputError: a bad text (TooLongError: over the length limit).
+          HostMemoryError: the results come to more than the host's available
+            memory (before anything runs), or fill XLA's pinned host pool.
         """
-        request = dict(
-            what=what,
-            layers=layers,
-            heads=heads,
-            dtype=dtype,
-            ablation=ablation,
-            precision=precision,
-            too_long=too_long,
-            query_positions=query_positions,
-            key_positions=key_positions,
-        )
-        return list(self.stream(texts, **request, generate=generate, stop_at_eos=stop_at_eos))
+        return list(self._stream(texts, _request(locals()), hold=True))
 
     def stream(
         self,
@@ -404,7 +421,15 @@ class Engine:
         checked and tokenised before the first one; with `generate`, every text's
         continuation is generated before the first (`generate_and_stream`). All of
         `texts` is in flight at once: for a corpus, `capture_iter` bounds memory."""
-        positions = dict(query_positions=query_positions, key_positions=key_positions)
+        return self._stream(texts, _request(locals()), hold=False)
+
+    def _stream(self, texts, request: dict, hold: bool) -> Iterator:
+        """`stream` of `request` (`capture`'s keyword arguments, `_request`); `hold`: the
+        caller keeps every Capture (`capture`), held as `BatchPipeline.holding` says."""
+        what, layers, heads, dtype, ablation, precision, too_long, generate, stop_at_eos = (
+            request[k] for k in _REQUEST[:-2]
+        )
+        positions = {k: request[k] for k in _REQUEST[-2:]}
         generate, stop_at_eos = self._check_generation(generate, stop_at_eos)
         if generate is not None:
             from jaxattn.engine.generate import generate_and_stream
@@ -418,12 +443,14 @@ class Engine:
                 stop_at_eos=stop_at_eos,
                 too_long=too_long,
                 ablation=ablation,
+                hold=hold,
             )
             return caps
         spec, _, kept = self._prepare(
             texts, what, layers, heads, dtype, precision, too_long, positions
         )
-        return in_order(self.run(kept, spec, ablation))
+        held = self.pipeline.holding(kept, spec) if hold else None
+        return in_order(self.run(kept, spec, ablation, held=held))
 
     def _check_generation(self, generate, stop_at_eos) -> tuple[int | None, bool]:
         """(generate, stop_at_eos) of a capture, checked as the client checks them

@@ -509,12 +509,14 @@ def generate_and_stream(
     stop_at_eos: bool = True,
     too_long: str | None = None,
     ablation=None,
+    hold: bool = False,
 ) -> tuple[list[Generation | None], Iterator]:
     """(each text's Generation, None where too_long="skip" left it out; an iterator of the
     kept ones' Captures of prompt + continuation under `spec` (a `CaptureSpec` the
     engine made), in input order, each as soon as it and all before it are ready):
     `Engine.stream` with ``generate=``. Every text is generated, and its positions
-    checked, before this returns; the captures run as the iterator is read."""
+    checked, before this returns; the captures run as the iterator is read. `hold`:
+    the caller keeps them all (`Engine.capture`), held as `BatchPipeline.holding` says."""
     gens = generate(
         engine,
         texts,
@@ -529,7 +531,8 @@ def generate_and_stream(
         ((i, s.length) for i, s in zip(index, seqs, strict=True)),
         "text {} with its continuation",
     )
-    return gens, in_order(engine.run(seqs, spec, ablation))
+    held = engine.pipeline.holding(seqs, spec) if hold else None
+    return gens, in_order(engine.run(seqs, spec, ablation, held=held))
 
 
 def generate_and_capture(
@@ -552,5 +555,6 @@ def generate_and_capture(
         stop_at_eos=stop_at_eos,
         too_long=too_long,
         ablation=ablation,
+        hold=True,
     )
     return gens, list(caps)

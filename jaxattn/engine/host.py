@@ -17,11 +17,23 @@ address, BENCHMARKS.md), in device memory on the CPU,
 where device memory is host memory and numpy views it in place (tested).
 Capture arrays are therefore read-only; `np.array(cap.attention)` makes a
 writable copy.
+
+Pinned host memory comes, on GPUs, from XLA's pool (the allocator
+`POOL_ALLOCATOR`, `POOL_LIMIT_ENV` GiB, 64 by default), and a Capture that views
+it holds its batch's block there until it is let go. A call that keeps every
+result (`Engine.capture`'s list) would fill the pool, so it holds them as
+`HeldResults`: past a budget (`pinned_budget`: half the pool) each batch's
+Captures are copied into ordinary numpy memory (`copied`) and the block goes
+back to the pool; and it is refused before anything runs where its results
+exceed the host's available memory (`HeldResults.check`, `available_bytes`).
+Streams hand their results on and keep them pinned.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import dataclasses
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -33,9 +45,108 @@ from jaxattn.dtypes import PROBABILITY_SCALE
 from jaxattn.engine import map_positions
 from jaxattn.engine.batching import Batch
 from jaxattn.engine.tokenize import TokenizedText
+from jaxattn.errors import HostMemoryError
+from jaxattn.progress import human_bytes
 from jaxattn.quantities import QUANTITIES, STATISTICS
 from jaxattn.spec import CaptureSpec
 from jaxattn.token_classes import class_bits
+
+# XLA's pool of pinned host memory on GPUs: its allocator (named in its errors), the
+# environment variable of its size in GiB, and that size unset (XLA's GetGpuHostAllocator).
+POOL_ALLOCATOR = "xla_gpu_host_bfc"
+POOL_LIMIT_ENV = "XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB"
+POOL_DEFAULT_GB = 64
+# The share of the pool a call's held results may keep pinned (`pinned_budget`).
+POOL_SHARE = 0.5
+GIB = 1 << 30
+
+
+def pool_gb(environ: Mapping[str, str] = os.environ) -> int:
+    """The size of XLA's pinned host pool in GiB: `POOL_LIMIT_ENV`, else (unset or not
+    an integer, which XLA logs and ignores) `POOL_DEFAULT_GB`."""
+    try:
+        return int(environ.get(POOL_LIMIT_ENV, POOL_DEFAULT_GB))
+    except ValueError:
+        return POOL_DEFAULT_GB
+
+
+def pinned_budget(devices: Sequence, host_memory: str, environ=os.environ) -> int | None:
+    """Bytes of pinned output blocks a call that keeps its results may hold before it
+    copies them out (`HeldResults`): `POOL_SHARE` of XLA's pool where the step's
+    outputs land in pinned memory on GPUs; None (no limit) elsewhere: the CPU's
+    outputs stay in its device memory, which is host memory, and no other pool is known."""
+    if host_memory not in ("pinned", "staged") or not all(d.platform == "gpu" for d in devices):
+        return None
+    return int(pool_gb(environ) * GIB * POOL_SHARE)
+
+
+def available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
+    """The host's available memory (MemAvailable of /proc/meminfo), None where unknown."""
+    try:
+        with open(meminfo, encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def copied(cap: Capture) -> Capture:
+    """`cap` with arrays of its own in ordinary memory (read-only, as every Capture's),
+    equal bit for bit: the batch block its arrays viewed is no longer held by it."""
+    tensors = {}
+    for name, t in cap.tensors.items():
+        own = np.array(t, copy=True, order="C")
+        own.flags.writeable = False
+        tensors[name] = own
+    return dataclasses.replace(cap, tensors=tensors)
+
+
+class HeldResults:
+    """The results of one call as it holds them: each batch's Captures kept as views of
+    its pinned block while the blocks kept come to at most `budget` bytes, copied out
+    (`copied`) past it; None: all kept as views (a stream's, only counted).
+
+    Attributes:
+      pinned: bytes of the blocks kept (padded: what the pool lends them).
+      copied: bytes of the blocks whose Captures were copied out.
+    """
+
+    def __init__(self, budget: int | None = None):
+        self.budget = budget
+        self.pinned = 0
+        self.copied = 0
+
+    def keep(self, block_bytes: int, caps: Iterator[tuple[int, Capture]]) -> Iterator:
+        """The (position, Capture) pairs of one batch whose outputs are `block_bytes`,
+        as this call holds them."""
+        if self.budget is None or self.pinned + block_bytes <= self.budget:
+            self.pinned += block_bytes
+            yield from caps
+            return
+        self.copied += block_bytes
+        for pos, cap in caps:
+            yield pos, copied(cap)
+
+    @staticmethod
+    def check(results_bytes: int, available: Callable[[], int | None] = available_bytes) -> None:
+        """Refuse a call whose results, `results_bytes` in all, exceed the host's
+        available memory (`available()`; None: unknown, not refused).
+
+        Raises:
+          HostMemoryError: naming both and what to do instead.
+        """
+        free = available()
+        if free is None or results_bytes <= free:
+            return
+        raise HostMemoryError(
+            f"this call's results come to {human_bytes(results_bytes)} ({results_bytes} "
+            f"bytes), more than the host's available memory ({human_bytes(free)}, {free} "
+            "bytes: MemAvailable in /proc/meminfo): take them as "
+            "they come (capture_iter, stream, or jaxattn dump to a store), or capture "
+            "fewer texts, quantities, layers or heads at a time"
+        )
 
 
 def pack(

@@ -2,9 +2,12 @@
 
 A device's free memory is estimated when batches are sized
 (`batching.Budgets.for_devices`), but activations, fragmentation and other
-programs can still make XLA fail with RESOURCE_EXHAUSTED, and so can XLA's pool
-of pinned host memory (64 GB by default on GPUs) when pinned outputs are kept. The engine then runs
-that batch as batches of at most half its size, recursively. An example that
+programs can still make XLA fail with RESOURCE_EXHAUSTED. The engine then runs
+that batch as batches of at most half its size, recursively. XLA's pool of
+pinned host memory (`host.POOL_ALLOCATOR`, 64 GiB by default on GPUs) failing
+is another matter (`pool_exhausted`): what fills it is the results the caller
+holds, which halving cannot free, so it is a `HostMemoryError` at once
+(`pool_full`), naming the pool and the results' bytes. An example that
 does not fit alone as one program runs in layer groups (`in_groups`:
 `jaxattn.engine.layer_groups`, whose programs hold only their layers' outputs),
 each try's groups half the size of the last, down to one captured layer; only
@@ -21,7 +24,8 @@ import jax
 
 from jaxattn.capture import Capture
 from jaxattn.engine import host
-from jaxattn.errors import DeviceMemoryError
+from jaxattn.errors import DeviceMemoryError, HostMemoryError
+from jaxattn.progress import human_bytes
 
 log = logging.getLogger("jaxattn.engine")
 
@@ -34,14 +38,48 @@ def out_of_memory(error: BaseException) -> bool:
     )
 
 
-def in_halves(pipeline, batch, tokenized, spec, gates, error) -> Iterator[tuple[int, Capture]]:
+def pool_exhausted(error: BaseException) -> bool:
+    """Whether XLA failed for want of pinned host memory (its pool, `host.POOL_ALLOCATOR`:
+    "Out of host memory ... with allocator xla_gpu_host_bfc"), not device memory."""
+    text = str(error)
+    return out_of_memory(error) and (
+        "out of host memory" in text.lower() or host.POOL_ALLOCATOR in text
+    )
+
+
+def pool_full(error: BaseException, held: host.HeldResults | None) -> HostMemoryError:
+    """The error of XLA's pinned host pool exhausted (`pool_exhausted`) during a call
+    whose results are `held` (None: not counted)."""
+    holds = ""
+    if held is not None:
+        holds = f"; this call's results hold up to {human_bytes(held.pinned)} of it"
+        if held.copied:
+            holds += f" (and {human_bytes(held.copied)} more, copied out of it)"
+    return HostMemoryError(
+        f"XLA's pinned host memory pool ({host.POOL_ALLOCATOR}, {host.pool_gb()} GiB: "
+        f"{host.POOL_LIMIT_ENV}) is full{holds} ({_first_line(error)}): smaller batches "
+        "cannot free it; take the results as they come (capture_iter, stream, or jaxattn "
+        f"dump to a store) instead of holding them all, or raise {host.POOL_LIMIT_ENV}"
+    )
+
+
+def in_halves(
+    pipeline, batch, tokenized, spec, gates, error, held=None
+) -> Iterator[tuple[int, Capture]]:
     """Run a batch that ran out of device memory as batches of at most half its size,
-    through `pipeline` (a `jaxattn.engine.pipeline.BatchPipeline`)."""
+    through `pipeline` (a `jaxattn.engine.pipeline.BatchPipeline`), its Captures as
+    `held` holds them (`BatchPipeline.hand_over`).
+
+    Raises:
+      HostMemoryError: the memory that ran out was XLA's pinned host pool (`pool_full`).
+    """
+    if pool_exhausted(error):
+        raise pool_full(error, held) from error
     per_device = batch.size // len(pipeline.devices)
     if per_device <= 1:
         yield from in_groups(pipeline, batch, tokenized, spec, gates, error)
         return
-    log.warning(  # XLA's words say which memory: the device's, or the pinned host pool
+    log.warning(
         "a batch of %d x %d tokens ran out of memory (%s); running it in halves",
         batch.size,
         batch.length,
@@ -57,11 +95,10 @@ def in_halves(pipeline, batch, tokenized, spec, gates, error) -> Iterator[tuple[
         except Exception as e:
             if not out_of_memory(e):
                 raise
-            yield from (
-                (batch.rows[p], cap) for p, cap in in_halves(pipeline, sub, rows, spec, gates, e)
-            )
+            done = in_halves(pipeline, sub, rows, spec, gates, e, held)
+            yield from ((batch.rows[p], cap) for p, cap in done)
             continue
-        done = host.unpack(sub, blocks, rows, spec, pipeline.provenance)
+        done = pipeline.hand_over(sub, blocks, rows, spec, held)
         yield from ((batch.rows[p], cap) for p, cap in done)
 
 
@@ -78,7 +115,7 @@ def in_groups(pipeline, batch, tokenized, spec, gates, error) -> Iterator[tuple[
     first = pipeline.group_policy.fallback(spec)
     if not first:
         raise _too_large(batch, spec, error, "", "quantities, layers or heads") from None
-    log.warning(  # XLA's words say which memory: the device's, or the pinned host pool
+    log.warning(
         "an example of %d tokens ran out of memory as one program (%s); running it in "
         "layer groups of %d captured layers",
         batch.length,

@@ -7,7 +7,9 @@ lands, and cuts the finished blocks into per-example Captures (`host.unpack`).
 A call that needs several shapes not compiled yet compiles them at once in
 threads (`compile_threads`), each batch waiting only for its own shape.
 A batch that runs out of device memory is run again in halves, and an example that
-does not fit alone in layer groups (`oom`).
+does not fit alone in layer groups (`oom`). A call that keeps every result hands
+them over as `host.HeldResults` holds them (`holding`): copied out of pinned
+memory past `pinned_budget`.
 The `Engine` owns one and hands it, when made, everything it reads: the model
 config, the `CaptureStep`, the devices, the bucket lengths, the `batching.Budgets`,
 the `batching.ShapeLedger` of what is compiled, and the captures' provenance.
@@ -28,10 +30,10 @@ from jaxattn.capture.part import Assembler, CapturePart
 from jaxattn.config import ModelConfig
 from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.engine import batching, host, layer_groups
-from jaxattn.engine.oom import group_error, in_halves, out_of_memory
+from jaxattn.engine.oom import group_error, in_halves, out_of_memory, pool_exhausted, pool_full
 from jaxattn.engine.step import CaptureStep
 from jaxattn.engine.tokenize import TokenizedText
-from jaxattn.errors import DeviceMemoryError, UsageError
+from jaxattn.errors import UsageError
 from jaxattn.spec import CaptureSpec
 
 # Batches in flight: one computing while the previous one's copy lands.
@@ -111,6 +113,12 @@ class BatchPipeline:
         # the device's queue fuller (a copy of its own per batch on GPUs: staged
         # outputs) for as many batches' outputs more held in device memory.
         self.depth = _PIPELINE_DEPTH
+        # Bytes of pinned output blocks a call that keeps its results (`holding`) may
+        # hold before it copies them out: half of XLA's pinned pool on GPUs, None (no
+        # limit) where outputs do not land in it (`host.pinned_budget`).
+        self.pinned_budget = host.pinned_budget(self.devices, getattr(step, "host_memory", ""))
+        # The host's available memory now (None: unknown), that such a call must fit.
+        self.available_bytes: Callable[[], int | None] = host.available_bytes
 
     @property
     def provenance(self) -> Mapping:
@@ -126,6 +134,7 @@ class BatchPipeline:
         parts: bool = False,
         group_bytes: int | None = None,
         skip: Callable[[int], bool] | None = None,
+        held: host.HeldResults | None = None,
     ) -> Iterator[tuple[int, Capture | CapturePart]]:
         """Capture tokenised examples, yielding (position, Capture) as batches finish.
 
@@ -143,20 +152,24 @@ class BatchPipeline:
         the last has. `skip(position)`: None, or asked before each layer group is
         dispatched: once True, that example's remaining groups are not computed and
         nothing more of it comes (its reader left: a server's cancelled call).
+        `held`: how the call holds its Captures (`holding`); None: as views of the
+        pinned blocks, counted only (a stream's).
 
         Raises:
           DeviceMemoryError: one example alone does not fit the device, not even in
             groups of one captured layer; or a layer group of one that the budget
             put in groups does not (named, not retried: its parts may have gone).
+          HostMemoryError: XLA's pinned host pool is full (`oom.pool_full`).
         """
         gates = None if ablation is None else ablation.gates(self.config)
+        held = host.HeldResults() if held is None else held
         sizes = self.group_sizes(tokenized, spec, group_bytes)
         whole = [p for p, size in enumerate(sizes) if not size]
         if len(whole) == len(tokenized):
-            yield from self._run_whole(tokenized, spec, gates)
+            yield from self._run_whole(tokenized, spec, gates, held)
         elif whole:
             kept = [tokenized[p] for p in whole]
-            for i, cap in self._run_whole(kept, spec, gates):
+            for i, cap in self._run_whole(kept, spec, gates, held):
                 yield whole[i], cap
         for pos, size in enumerate(sizes):
             if size:
@@ -196,8 +209,11 @@ class BatchPipeline:
         pending: collections.deque = collections.deque()
         provenance = self.provenance
 
-        def named(part, error) -> DeviceMemoryError:
-            """A group that ran out of device memory: not retried, named (`oom.group_error`)."""
+        def named(part, error) -> Exception:
+            """A group that ran out of device memory: not retried, named (`oom.group_error`;
+            XLA's pinned host pool: `oom.pool_full`)."""
+            if pool_exhausted(error):
+                return pool_full(error, None)
             length = tokenized[pos].length
             return group_error(length, spec, groups[part], part, len(groups), error)
 
@@ -236,10 +252,10 @@ class BatchPipeline:
             yield from finish(*pending.popleft())
 
     def _run_whole(
-        self, tokenized: Sequence[TokenizedText], spec: CaptureSpec, gates
+        self, tokenized: Sequence[TokenizedText], spec: CaptureSpec, gates, held
     ) -> Iterator[tuple[int, Capture]]:
-        """`run` of examples that each run as one program, in batches."""
-        args = (tokenized, spec, gates)
+        """`run` of examples that each run as one program, in batches, held as `held`."""
+        args = (tokenized, spec, gates, held)
         plan = self.plan(tokenized, spec, self.budgets, ablated=gates is not None)
         pending: collections.deque = collections.deque()
         ahead = self._compile_ahead(spec, plan) if gates is None else None
@@ -248,12 +264,12 @@ class BatchPipeline:
                 if ahead is not None:
                     ahead.wait(batch)
                 try:
-                    pending.append((batch, self.dispatch(batch, *args)))
+                    pending.append((batch, self.dispatch(batch, tokenized, spec, gates)))
                 except Exception as e:
                     if not out_of_memory(e):
                         raise
                     yield from self._drain(pending, *args)  # free what is in flight first
-                    yield from in_halves(self, batch, *args, e)
+                    yield from in_halves(self, batch, tokenized, spec, gates, e, held)
                 if len(pending) >= self.depth:
                     yield from self._finish(*pending.popleft(), *args, pending)
             yield from self._drain(pending, *args)
@@ -287,21 +303,45 @@ class BatchPipeline:
         host.start_copies(out)
         return out
 
-    def _finish(self, batch, out, tokenized, spec, gates, pending) -> Iterator[tuple[int, Capture]]:
+    def _finish(
+        self, batch, out, tokenized, spec, gates, held, pending
+    ) -> Iterator[tuple[int, Capture]]:
         try:
             blocks = host.host_blocks(out)  # waits: an asynchronous failure surfaces here
         except Exception as e:
             if not out_of_memory(e):
                 raise
             del out
-            yield from self._drain(pending, tokenized, spec, gates)  # free what is in flight
-            yield from in_halves(self, batch, tokenized, spec, gates, e)
+            yield from self._drain(pending, tokenized, spec, gates, held)  # free what is in flight
+            yield from in_halves(self, batch, tokenized, spec, gates, e, held)
             return
-        yield from host.unpack(batch, blocks, tokenized, spec, self.provenance)
+        yield from self.hand_over(batch, blocks, tokenized, spec, held)
 
-    def _drain(self, pending, tokenized, spec, gates) -> Iterator[tuple[int, Capture]]:
+    def _drain(self, pending, tokenized, spec, gates, held) -> Iterator[tuple[int, Capture]]:
         while pending:
-            yield from self._finish(*pending.popleft(), tokenized, spec, gates, pending)
+            yield from self._finish(*pending.popleft(), tokenized, spec, gates, held, pending)
+
+    def hand_over(
+        self, batch, blocks, tokenized, spec, held: host.HeldResults | None
+    ) -> Iterator[tuple[int, Capture]]:
+        """(position, Capture) of each real row of a finished batch (`host.unpack`), as
+        `held` holds them (None: views of the block)."""
+        caps = host.unpack(batch, blocks, tokenized, spec, self.provenance)
+        if held is None:
+            return caps
+        return held.keep(batch.size * self.output_bytes(spec, batch.length), caps)
+
+    def holding(self, tokenized: Sequence[TokenizedText], spec: CaptureSpec) -> host.HeldResults:
+        """How a call that keeps every Capture of `tokenized` under `spec` holds them
+        (`run`'s `held`): copied out of pinned memory past `pinned_budget`.
+
+        Raises:
+          HostMemoryError: their outputs, trimmed to each example, exceed the host's
+            available memory (`available_bytes`), before anything runs.
+        """
+        total = sum(self.output_bytes(spec, e.length) for e in tokenized)
+        host.HeldResults.check(total, self.available_bytes)
+        return host.HeldResults(self.pinned_budget)
 
     def warmup(
         self, spec: CaptureSpec, sizes: str = "all", stop=None, group_bytes: int | None = None

@@ -1,0 +1,210 @@
+"""Results held past XLA's pinned host pool: copied out past a budget, refused up front
+where they cannot fit the host, and the pool's exhaustion an error at once, not halved."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+from device_failures import FailingFetch
+
+import jaxattn
+from jaxattn.cli import explain
+from jaxattn.engine import host
+from jaxattn.errors import DeviceMemoryError, HostMemoryError, JaxattnError
+from service.admitted_call import engine_failure
+
+WORDS = "i went to the store and bought fresh strawberries at the market".split()
+TEXTS = [" ".join(WORDS[: 3 + i % 4]) for i in range(8)]  # 5-8 tokens: one bucket of 24
+# One batch's attention block, by hand: 2 rows x 3 layers x 3 heads x 24 x 24 float32.
+BLOCK = 2 * 3 * 3 * 24 * 24 * 4
+POOL_OOM = (
+    "RESOURCE_EXHAUSTED: Out of host memory while trying to allocate 2.25GiB with "
+    "allocator xla_gpu_host_bfc"
+)
+
+
+@pytest.fixture(scope="module")
+def pinned(bert_checkpoint):
+    """Outputs in the CPU's pinned host memory; 8 texts -> 4 batches of 2."""
+    engine = jaxattn.load(bert_checkpoint, host_memory="pinned", buckets=(24,))
+    engine.pipeline.budgets = dataclasses.replace(
+        engine.budgets, max_batch=2, pad_fraction=0.0, compile_tokens=0
+    )
+    return engine
+
+
+@pytest.fixture
+def blocks(monkeypatch):
+    """Every host block the step's outputs land in, as numpy arrays."""
+    seen: list[np.ndarray] = []
+    landed = host.host_blocks
+
+    def recording(out):
+        got = landed(out)
+        seen.extend(part for parts in got.values() for b in parts.values() for _, part in b.parts)
+        return got
+
+    monkeypatch.setattr(host, "host_blocks", recording)
+    return seen
+
+
+def _views(cap, seen) -> bool:
+    return any(np.shares_memory(cap.attention, part) for part in seen)
+
+
+@pytest.fixture
+def budget(pinned):
+    yield pinned.pipeline
+    pinned.pipeline.pinned_budget = None
+
+
+def test_past_the_budget_captures_are_copied_out_bit_for_bit(pinned, budget, blocks):
+    want = pinned.capture(TEXTS)  # no budget on the CPU: every Capture views its block
+    assert all(_views(cap, blocks) for cap in want)
+    blocks.clear()
+    budget.pinned_budget = 2 * BLOCK  # two batches' blocks stay, two are copied
+    got = pinned.capture(TEXTS)
+    assert len(blocks) == 4
+    viewing = [_views(cap, blocks) for cap in got]
+    assert viewing.count(True) == viewing.count(False) == 4
+    for cap, views, ref in zip(got, viewing, want, strict=True):
+        a = cap.attention
+        assert a.tobytes() == ref.attention.tobytes() and a.dtype == ref.attention.dtype
+        assert not a.flags.writeable
+        if not views:  # its own memory, no block behind it
+            assert a.flags.owndata and a.base is None
+
+
+def test_the_held_results_count_the_blocks_kept_and_copied(pinned):
+    spec = pinned.make_spec("attention")
+    kept = pinned.tokenize(TEXTS)
+    held = host.HeldResults(budget=3 * BLOCK - 1)
+    caps = dict(pinned.run(kept, spec, held=held))
+    assert len(caps) == 8
+    assert (held.pinned, held.copied) == (2 * BLOCK, 2 * BLOCK)
+
+
+def test_a_stream_keeps_its_captures_pinned_whatever_the_budget(pinned, budget, blocks):
+    budget.pinned_budget = 0
+    assert all(_views(cap, blocks) for cap in pinned.stream(TEXTS))
+    assert not any(_views(cap, blocks) for cap in pinned.capture(TEXTS))
+
+
+def test_results_over_the_hosts_available_memory_are_refused_before_anything_runs(pinned):
+    pipeline, calls = pinned.pipeline, []
+    step = pipeline.step
+    pipeline.available_bytes = lambda: 1000
+    pipeline.step = lambda *a: calls.append(a)
+    try:
+        with pytest.raises(HostMemoryError) as caught:
+            pinned.capture(TEXTS)
+    finally:
+        pipeline.step, pipeline.available_bytes = step, host.available_bytes
+    # each text's attention trimmed to its length: 3 x 3 x T x T float32, T = 5..8
+    total = 2 * sum(9 * t * t * 4 for t in (5, 6, 7, 8))
+    message = str(caught.value)
+    assert f"come to {total / 1000:.1f} kB ({total} bytes)" in message
+    assert "available memory (1.0 kB, 1000 bytes: MemAvailable" in message
+    assert "capture_iter, stream, or jaxattn dump" in message
+    assert calls == []
+
+
+def test_available_memory_is_memavailable(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 9999 kB\nMemFree: 5 kB\nMemAvailable:    1234 kB\n")
+    assert host.available_bytes(str(meminfo)) == 1234 * 1024
+    assert host.available_bytes(str(tmp_path / "none")) is None
+
+
+def test_the_budget_is_half_the_gpu_pool_and_none_without_one():
+    gpu, cpu = (type("D", (), {"platform": p})() for p in ("gpu", "cpu"))
+    gib = 1 << 30
+    assert host.pinned_budget([gpu], "staged", {}) == 32 * gib
+    env = {"XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB": "16"}
+    assert host.pinned_budget([gpu, gpu], "pinned", env) == 8 * gib
+    assert host.pinned_budget([gpu], "pinned", {"XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB": "x"}) == (
+        32 * gib
+    )
+    assert host.pinned_budget([gpu], "device", {}) is None
+    assert host.pinned_budget([cpu], "pinned", {}) is None
+
+
+class PoolFull:
+    """The engine's step, failing as XLA's full pinned pool does from batch `at` on."""
+
+    def __init__(self, step, at: int, at_dispatch: bool):
+        self.step, self.at, self.at_dispatch = step, at, at_dispatch
+        self.place, self.params = step.place, step.params
+        self.canonical_params = step.canonical_params
+        self.sizes: list[int] = []
+
+    def __call__(self, spec, ids, *rest):
+        self.sizes.append(ids.shape[0])
+        if len(self.sizes) < self.at:
+            return self.step(spec, ids, *rest)
+        error = jax.errors.JaxRuntimeError(POOL_OOM)
+        if self.at_dispatch:
+            raise error
+        return {"attention": {"data": FailingFetch(error)}}
+
+
+@pytest.mark.parametrize("at_dispatch", [True, False])
+def test_a_full_pinned_pool_is_a_clear_error_not_halved(pinned, monkeypatch, at_dispatch):
+    monkeypatch.setenv("XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB", "16")
+    step = pinned.step
+    pinned.step = full = PoolFull(step, at=3, at_dispatch=at_dispatch)
+    try:
+        with pytest.raises(HostMemoryError) as caught:
+            pinned.capture(TEXTS)
+    finally:
+        pinned.step = step
+    # batches 1-2 ran; 3 failed; no halves of 1 (nor 4: failed at its fetch, sent meanwhile)
+    assert full.sizes == ([2, 2, 2] if at_dispatch else [2, 2, 2, 2])
+    message = str(caught.value)
+    assert message.startswith(
+        "XLA's pinned host memory pool (xla_gpu_host_bfc, 16 GiB: "
+        "XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB) is full; this call's results hold up to "
+        f"{2 * BLOCK / 1000:.1f} kB of it (RESOURCE_EXHAUSTED: Out of host memory"
+    )
+    assert "capture_iter, stream, or jaxattn dump" in message
+    assert isinstance(caught.value, MemoryError) and isinstance(caught.value, JaxattnError)
+    assert explain(caught.value) == (1, message)
+
+
+def test_a_full_pinned_pool_in_a_layer_group_is_the_same_error(pinned):
+    step = pinned.step
+
+    class GroupsFail(PoolFull):
+        def group(self, spec, span, *rest):
+            raise jax.errors.JaxRuntimeError(POOL_OOM)
+
+    pinned.step = GroupsFail(step, at=1, at_dispatch=True)
+    try:
+        with pytest.raises(HostMemoryError, match=r"^XLA's pinned host memory pool \("):
+            list(pinned.capture_layers(TEXTS[:1], group_bytes=1))  # groups of one layer
+    finally:
+        pinned.step = step
+
+
+def test_a_server_answers_a_full_pool_with_its_own_limit():
+    assert engine_failure(HostMemoryError("pool")).limit == "host_memory"
+    assert engine_failure(DeviceMemoryError("device")).limit == "device_memory"
+    assert not hasattr(engine_failure(RuntimeError("bug")), "limit")
+
+
+def test_captures_of_generated_continuations_are_held_the_same_way(tmp_path):
+    from gpt2_fixture import make_gpt2_checkpoint
+
+    engine = jaxattn.load(make_gpt2_checkpoint(tmp_path), buckets=(32,))
+    want = engine.capture(["the cat sat", "hello"], generate=3, stop_at_eos=False)
+    engine.pipeline.pinned_budget = 0
+    got = engine.capture(["the cat sat", "hello"], generate=3, stop_at_eos=False)
+    for cap, ref in zip(got, want, strict=True):
+        assert cap.tokens == ref.tokens and cap.attention.tobytes() == ref.attention.tobytes()
+        assert cap.attention.flags.owndata and not ref.attention.flags.owndata
+    engine.pipeline.available_bytes = lambda: 1
+    with pytest.raises(HostMemoryError, match="more than the host's available memory"):
+        engine.capture(["the cat sat"], generate=3)
