@@ -35,6 +35,15 @@ def run(*args: str, out: Path, **env: str) -> subprocess.CompletedProcess:
     )
 
 
+def run_clean(*stages: str, out: Path) -> str:
+    """The stages' smoke run, which must end with every step done: its log."""
+    got = run(*stages, out=out)
+    log = (out / "run.log").read_text()
+    assert got.returncode == 0, log[-3000:]
+    assert "0 step(s) failed or skipped" in log
+    return log
+
+
 def test_an_unknown_stage_is_refused_by_name(tmp_path):
     got = run("sanity", "warm-up", out=tmp_path)
     assert got.returncode == 2
@@ -48,10 +57,7 @@ def test_a_missing_tokenizer_says_to_prepare(tmp_path):
 
 @pytest.mark.slow
 def test_the_first_stages_run_and_write_their_figures(tmp_path):
-    got = run("sanity", "precision", "service", out=tmp_path)
-    log = (tmp_path / "run.log").read_text()
-    assert got.returncode == 0, log[-3000:]
-    assert "0 step(s) failed or skipped" in log
+    run_clean("sanity", "precision", "service", out=tmp_path)
     sanity = json.loads((tmp_path / "sanity.json").read_text())
     # The same tiny capture on this backend and in a child on the CPU backend.
     assert sanity["ok"] and set(sanity["max_relative_difference"]) >= {"attention", "keys"}
@@ -82,10 +88,7 @@ def test_the_first_stages_run_and_write_their_figures(tmp_path):
 
 @pytest.mark.slow
 def test_the_first_stage_makes_one_checkpoint_and_splits_the_first_capture(tmp_path):
-    got = run("first", out=tmp_path)
-    log = (tmp_path / "run.log").read_text()
-    assert got.returncode == 0, log[-3000:]
-    assert "0 step(s) failed or skipped" in log
+    log = run_clean("first", out=tmp_path)
     # One checkpoint step, before both runs, which load it.
     assert log.count("gpu_checks.py checkpoint") == 1
     assert log.index("gpu_checks.py checkpoint") < log.index("first_capture.py")
@@ -136,10 +139,7 @@ def test_one_shape_with_staged_outputs_runs(tmp_path):
 
 @pytest.mark.slow
 def test_the_long_stage_runs_the_fast_forward_check_and_both_precisions(tmp_path):
-    got = run("long", out=tmp_path)
-    log = (tmp_path / "run.log").read_text()
-    assert got.returncode == 0, log[-3000:]
-    assert "0 step(s) failed or skipped" in log
+    run_clean("long", out=tmp_path)
     fast = json.loads((tmp_path / "fast-forward.json").read_text())
     assert fast["ok"]
     # On the CPU: layers 0..L-2 of a short input through XLA's dot_product_attention at
