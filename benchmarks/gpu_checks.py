@@ -49,10 +49,18 @@ taking longest) and each perfetto trace kept (`--trace-out`, one file a case, fo
 ui.perfetto.dev).
 What the `overlap` figures cannot say: where the staged capture's time goes.
 
-`service`: `jaxattn serve` on a random BERT-base in a child process, and
-`--clients` threads of one `AttentionClient` sending requests of `--request`
-texts of `--tokens` tokens: attention as uint8 + zstd and as float32 without
-compression, end to end (the server's compile is paid by two warm-up rounds).
+`service`: `jaxattn serve` on a random BERT-base (or `--model`) in a child process,
+and `--clients` clients sending requests of `--request` texts of `--tokens` tokens:
+attention as uint8 + zstd (`-n` texts a round) and as float32 without compression
+(half as many, at least a request a client), end to end. Per codec a warm-up round
+each way (the server compiles), then two rounds with the clients as threads sharing one
+`AttentionClient` in this process (comparable with the earlier figures) and two with
+each client a process of its own (no shared GIL); then a server at `--precision tf32`
+(the engine 2-3x faster) for one uint8 + zstd round each way. A line per way, its best
+round: seq/s, the wire, and the CPU seconds of the server process and of the clients
+(/proc/<pid>/stat, all threads: 1.0 core of the one client process means its GIL is the
+ceiling), in the round and per decoded GB; last, the processes / threads and tf32 /
+highest ratios. `--json` (every round's figures too) is written after each line.
 
 `warmup`: a random-weight BERT-base (or `--model`) compiles the shapes
 `Engine.warmup` plans for `--what` (default attention): every (bucket, batch
@@ -446,58 +454,222 @@ def serve_child(model: str, extra: list[str]) -> tuple[subprocess.Popen, str]:
     return proc, address
 
 
-def service(
-    tokens: int, n: int, request: int, clients: int, tiny: bool, json_path: Path | None
-) -> None:
-    from concurrent.futures import ThreadPoolExecutor
-
+def _client_worker(conn, address: str, tokens: int, request: int) -> None:
+    """A client process of `service`: its own AttentionClient; each job (dtype, codec,
+    requests) sends that many requests of `request` texts one after another and answers
+    (texts, wire bytes, decoded bytes); None ends it."""
     from jaxattn.bench.capture import synthetic_texts
     from jaxattn.client import AttentionClient
 
+    client = AttentionClient(address, timeout=600)
+    texts = synthetic_texts(tokens, request)
+    conn.send("ready")
+    while (job := conn.recv()) is not None:
+        dtype, codec, requests = job
+        wire0, decoded = client.wire_bytes, 0
+        for _ in range(requests):
+            got = client.capture(texts, dtype=dtype, codec=codec)
+            decoded += sum(c.tensors["attention"].nbytes for c in got)
+        conn.send((requests * request, client.wire_bytes - wire0, decoded))
+    client.close()
+
+
+class ClientProcesses:
+    """`clients` processes, each its own AttentionClient (`_client_worker`): no client
+    shares a GIL. `round` splits the requests among them and waits for all."""
+
+    def __init__(self, address: str, tokens: int, request: int, clients: int):
+        import multiprocessing
+
+        spawn = multiprocessing.get_context("spawn")  # no fork of a process holding gRPC
+        self.conns, self.procs = [], []
+        for _ in range(clients):
+            here, there = spawn.Pipe()
+            proc = spawn.Process(
+                target=_client_worker, args=(there, address, tokens, request), daemon=True
+            )
+            proc.start()
+            self.conns.append(here)
+            self.procs.append(proc)
+        for conn in self.conns:
+            if conn.recv() != "ready":
+                raise RuntimeError("a client process did not start")
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def round(self, dtype: str, codec: str, requests: int) -> tuple[int, int, int]:
+        """(texts, wire bytes, decoded bytes) of `requests` requests spread over the clients."""
+        share = [len(range(i, requests, len(self.conns))) for i in range(len(self.conns))]
+        for conn, k in zip(self.conns, share, strict=True):
+            conn.send((dtype, codec, k))
+        done = [conn.recv() for conn in self.conns]
+        return tuple(sum(column) for column in zip(*done, strict=True))
+
+    def close(self) -> None:
+        for conn in self.conns:
+            conn.send(None)
+        for proc in self.procs:
+            proc.join(timeout=30)
+
+
+class ClientThreads:
+    """`clients` threads of this process sharing one AttentionClient (as a server's
+    callers in one process would): `round` as `ClientProcesses.round`."""
+
+    def __init__(self, address: str, tokens: int, request: int, clients: int):
+        from jaxattn.bench.capture import synthetic_texts
+        from jaxattn.client import AttentionClient
+
+        self.client = AttentionClient(address, timeout=600)
+        self.texts, self.clients, self.pids = (
+            synthetic_texts(tokens, request),
+            clients,
+            [os.getpid()],
+        )
+
+    def round(self, dtype: str, codec: str, requests: int) -> tuple[int, int, int]:
+        from concurrent.futures import ThreadPoolExecutor
+
+        def send(_):
+            got = self.client.capture(self.texts, dtype=dtype, codec=codec)
+            return sum(c.tensors["attention"].nbytes for c in got)
+
+        wire0 = self.client.wire_bytes
+        with ThreadPoolExecutor(self.clients) as pool:
+            decoded = sum(pool.map(send, range(requests)))
+        return requests * len(self.texts), self.client.wire_bytes - wire0, decoded
+
+    def close(self) -> None:
+        self.client.close()
+
+
+# service: (dtype, codec) of the rounds, the most telling first (issue 26's target).
+SERVICE_CODECS = (("uint8", "zstd"), ("float32", "none"))
+
+
+def service(
+    tokens: int,
+    n: int,
+    request: int,
+    clients: int,
+    tiny: bool,
+    json_path: Path | None,
+    model: str | None = None,
+) -> None:
+    """The `service` check (module doc): a server at highest, every codec; then one at tf32,
+    uint8 + zstd once each way."""
+    result = {
+        "tokens": tokens,
+        "request_texts": request,
+        "clients": clients,
+        "model": "tiny" if tiny else "bert-base",
+        "rounds": [],
+    }
     with tempfile.TemporaryDirectory() as tmp:
-        path = str(model_dir(Path(tmp), tiny))
-        proc, address = serve_child(path, ["--max-texts", str(request)])
-        result = {
-            "tokens": tokens,
-            "request_texts": request,
-            "clients": clients,
-            "model": "tiny" if tiny else "bert-base",
-        }
-        try:
-            client = AttentionClient(address, timeout=600)
-            for dtype, codec, count in (("uint8", "zstd", n), ("float32", "none", n // 4)):
-                batches = [synthetic_texts(tokens, request)] * max(1, count // request)
-
-                def send(texts, dtype=dtype, codec=codec):
-                    return sum(
-                        len(c.tensors["attention"])
-                        for c in client.capture(texts, dtype=dtype, codec=codec)
-                    )
-
-                times = []
-                for _ in range(4):  # two warm-up rounds compile the batcher's shapes
-                    wire0, t = client.wire_bytes, time.perf_counter()
-                    with ThreadPoolExecutor(clients) as pool:
-                        list(pool.map(send, batches))
-                    times.append(time.perf_counter() - t)
-                wire = client.wire_bytes - wire0
-                seqs = len(batches) * request
-                best = min(times[2:])
-                key = f"{dtype}_{codec}"
-                result[f"{key}_seq_per_s"] = seqs / best
-                result[f"{key}_wire_bytes_per_seq"] = wire / seqs
-                result[f"{key}_warmup_s"] = times[:2]
-                print(
-                    f"service {key:13s}: {seqs} texts of {tokens} tokens, {clients} clients x "
-                    f"{request} a request: {seqs / best:8.1f} seq/s end to end, "
-                    f"{wire / seqs / 1e6:.2f} MB a text on the wire, {wire / best / 1e9:.2f} "
-                    f"GB/s (warm-up rounds {times[0]:.1f}, {times[1]:.1f} s)"
-                )
-            client.close()
-        finally:
-            proc.terminate()
-            proc.wait(timeout=60)
+        path = model or str(model_dir(Path(tmp), tiny))
+        for precision, codecs, repeats in (
+            ("highest", SERVICE_CODECS, 2),
+            ("tf32", SERVICE_CODECS[:1], 1),
+        ):
+            proc, address = serve_child(
+                path, ["--max-texts", str(request), "--precision", precision]
+            )
+            modes = {}
+            try:
+                modes["threads"] = ClientThreads(address, tokens, request, clients)
+                modes["processes"] = ClientProcesses(address, tokens, request, clients)
+                for dtype, codec in codecs:
+                    key = ("" if precision == "highest" else f"{precision}_") + f"{dtype}_{codec}"
+                    count = n if dtype == "uint8" else max(n // 2, clients * request)
+                    requests = max(1, count // request)
+                    # The warm-up, a round each way: the server compiles the shapes its batcher
+                    # makes of either arrival pattern (a compile inside a timed round costs
+                    # seconds on a GPU).
+                    result[f"{key}_warmup_s"] = [
+                        service_round(proc.pid, c, dtype, codec, requests)["seconds"]
+                        for c in modes.values()
+                    ]
+                    for mode, clients_of in modes.items():
+                        rows = [
+                            service_round(proc.pid, clients_of, dtype, codec, requests)
+                            for _ in range(repeats)
+                        ]
+                        for row in rows:
+                            row.update(precision=precision, codec=f"{dtype}_{codec}", mode=mode)
+                        result["rounds"] += rows
+                        name = key + ("" if mode == "threads" else "_processes")
+                        best = min(rows, key=lambda r: r["seconds"])
+                        report_round(result, name, best, clients, tokens, request)
+                        write_json(json_path, result)  # a step cut off keeps what it measured
+            finally:
+                for clients_of in modes.values():
+                    clients_of.close()
+                proc.terminate()
+                proc.wait(timeout=60)
+    ratios = {
+        "uint8_zstd processes / threads": ("uint8_zstd_processes", "uint8_zstd"),
+        "float32_none processes / threads": ("float32_none_processes", "float32_none"),
+        "uint8_zstd processes at tf32 / highest": (
+            "tf32_uint8_zstd_processes",
+            "uint8_zstd_processes",
+        ),
+    }
+    line = []
+    for label, (a, b) in ratios.items():
+        result[f"{a}_over_{b}"] = ratio = result[f"{a}_seq_per_s"] / result[f"{b}_seq_per_s"]
+        line.append(f"{label} {ratio:.2f}x")
+    print("service: " + "; ".join(line))
     write_json(json_path, result)
+
+
+def service_round(server: int, clients_of, dtype: str, codec: str, requests: int) -> dict:
+    """One round of `requests` requests through `clients_of` (ClientThreads or
+    ClientProcesses): its seconds, texts, bytes, and the CPU seconds (/proc) of the
+    server process and of the client processes."""
+    from service_scale import cpu_seconds
+
+    pids = (server, *clients_of.pids)
+    cpu0 = [cpu_seconds(p) for p in pids]
+    t = time.perf_counter()
+    texts, wire, decoded = clients_of.round(dtype, codec, requests)
+    seconds = time.perf_counter() - t
+    cpu = [cpu_seconds(p) - c for p, c in zip(pids, cpu0, strict=True)]
+    return dict(
+        seconds=seconds,
+        texts=texts,
+        wire_bytes=wire,
+        decoded_bytes=decoded,
+        server_cpu_s=cpu[0],
+        clients_cpu_s=sum(cpu[1:]),
+    )
+
+
+def report_round(result: dict, name: str, row: dict, clients: int, tokens: int, request: int):
+    """A round's line and its figures in `result` under `name`: seq/s, the wire, and the
+    CPU seconds of the server and the clients (a round's, and per decoded GB)."""
+    wall, seqs, gb = row["seconds"], row["texts"], row["decoded_bytes"] / 1e9
+    server, mine = row["server_cpu_s"], row["clients_cpu_s"]
+    figures = {
+        "seq_per_s": seqs / wall,
+        "wire_bytes_per_seq": row["wire_bytes"] / seqs,
+        "decoded_bytes_per_seq": row["decoded_bytes"] / seqs,
+        "server_cpu_s": server,
+        "clients_cpu_s": mine,
+        "server_cpu_s_per_decoded_gb": server / gb,
+        "clients_cpu_s_per_decoded_gb": mine / gb,
+    }
+    result.update({f"{name}_{k}": v for k, v in figures.items()})
+    print(
+        f"service {name:30s}: {seqs} texts of {tokens} tokens, {clients} clients x {request}: "
+        f"{seqs / wall:8.1f} seq/s, {row['wire_bytes'] / seqs / 1e6:.2f} MB a text on the wire "
+        f"({row['wire_bytes'] / wall / 1e9:.2f} GB/s); CPU s in the round's {wall:.2f} s: "
+        f"server {server:.1f} ({server / wall:.1f} cores), clients {mine:.1f} "
+        f"({mine / wall:.1f} cores); a decoded GB: server {server / gb:.1f} s, clients "
+        f"{mine / gb:.1f} s",
+        flush=True,
+    )
 
 
 def warmup(
@@ -651,7 +823,7 @@ def main() -> int:
         "--precision", default="highest", help="shape: the compute precision (overlap: a list)"
     )
     p.add_argument("--json", type=Path, help="also write the figures here")
-    p.add_argument("--model", help="warmup: a checkpoint (default: random BERT-base)")
+    p.add_argument("--model", help="warmup, service: a checkpoint (default: random BERT-base)")
     p.add_argument("--save", type=Path, help="checkpoint: the folder to write it in")
     p.add_argument("--buckets", help="warmup: bucket lengths, e.g. 8,16 (default: the engine's)")
     p.add_argument(
@@ -683,7 +855,7 @@ def main() -> int:
         memory = args.host_memory or "staged"
         profile(args.tokens, args.n, args.tiny, args.json, args.precision, memory, args.trace_out)
     elif args.check == "service":
-        service(args.tokens, args.n, args.request, args.clients, args.tiny, args.json)
+        service(args.tokens, args.n, args.request, args.clients, args.tiny, args.json, args.model)
     elif args.check == "shape":
         shape(what, args.tokens, args.tiny, args.host_memory or "auto", args.precision)
     else:

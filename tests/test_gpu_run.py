@@ -4,10 +4,13 @@ No figure is asserted: they go to BENCHMARKS.md."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -32,6 +35,15 @@ def run(*args: str, out: Path, **env: str) -> subprocess.CompletedProcess:
     )
 
 
+def run_clean(*stages: str, out: Path) -> str:
+    """The stages' smoke run, which must end with every step done: its log."""
+    got = run(*stages, out=out)
+    log = (out / "run.log").read_text()
+    assert got.returncode == 0, log[-3000:]
+    assert "0 step(s) failed or skipped" in log
+    return log
+
+
 def test_an_unknown_stage_is_refused_by_name(tmp_path):
     got = run("sanity", "warm-up", out=tmp_path)
     assert got.returncode == 2
@@ -45,10 +57,7 @@ def test_a_missing_tokenizer_says_to_prepare(tmp_path):
 
 @pytest.mark.slow
 def test_the_first_stages_run_and_write_their_figures(tmp_path):
-    got = run("sanity", "precision", "service", out=tmp_path)
-    log = (tmp_path / "run.log").read_text()
-    assert got.returncode == 0, log[-3000:]
-    assert "0 step(s) failed or skipped" in log
+    run_clean("sanity", "precision", "service", out=tmp_path)
     sanity = json.loads((tmp_path / "sanity.json").read_text())
     # The same tiny capture on this backend and in a child on the CPU backend.
     assert sanity["ok"] and set(sanity["max_relative_difference"]) >= {"attention", "keys"}
@@ -60,6 +69,54 @@ def test_the_first_stages_run_and_write_their_figures(tmp_path):
     assert service["uint8_zstd_seq_per_s"] > 0 and service["float32_none_seq_per_s"] > 0
     # uint8 + zstd puts fewer bytes on the wire than float32 without compression.
     assert service["uint8_zstd_wire_bytes_per_seq"] < service["float32_none_wire_bytes_per_seq"]
+    # Each way (threads of one client, processes), at highest, and uint8 at tf32: the
+    # decoded maps of the tiny BERT, 2 layers x 3 heads x 16 x 16, a byte or four each.
+    for way in ("", "_processes"):
+        for key, size in (("uint8_zstd", 1), ("float32_none", 4), ("tf32_uint8_zstd", 1)):
+            assert service[f"{key}{way}_seq_per_s"] > 0
+            assert service[f"{key}{way}_decoded_bytes_per_seq"] == 2 * 3 * 16 * 16 * size
+            assert service[f"{key}{way}_server_cpu_s"] >= 0
+    ways = {(r["precision"], r["codec"], r["mode"]) for r in service["rounds"]}
+    assert ways == {
+        (p, c, m)
+        for p, c in (("highest", "uint8_zstd"), ("highest", "float32_none"), ("tf32", "uint8_zstd"))
+        for m in ("threads", "processes")
+    }
+    # The server at highest did the work of every highest round: CPU seconds it spent.
+    assert sum(r["server_cpu_s"] for r in service["rounds"] if r["precision"] == "highest") > 0
+
+
+@pytest.mark.slow
+def test_the_first_stage_makes_one_checkpoint_and_splits_the_first_capture(tmp_path):
+    log = run_clean("first", out=tmp_path)
+    # One checkpoint step, before both runs, which load it.
+    assert log.count("gpu_checks.py checkpoint") == 1
+    assert log.index("gpu_checks.py checkpoint") < log.index("first_capture.py")
+    assert log.count("first_capture.py --model") == 2 and "--random-bert-base" not in log
+    cold, cached = re.findall(r"programs ([\d.]+) s \((\d+) XLA programs, (\d+) loaded", log)
+    # The cold run compiles every program; the cached run loads them all from the cache
+    # the cold run filled.
+    assert int(cold[1]) > 0 and cold[2] == "0"
+    assert cached[1] == cached[2] == cold[1]
+
+
+def test_the_program_spans_count_overlapping_time_once():
+    spec = importlib.util.spec_from_file_location(
+        "first_capture", ROOT / "benchmarks/first_capture.py"
+    )
+    first = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # it imports gpu_checks, beside it
+    try:
+        spec.loader.exec_module(first)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    spans = first.ProgramSpans.__new__(first.ProgramSpans)
+    spans._lock, spans.spans, spans.compiles = threading.Lock(), [], 0
+    for start, end in ((10.0, 12.0), (11.0, 13.0), (15.0, 16.0), (5.0, 9.0)):
+        spans._span(first.PROGRAM_EVENTS[0], start, end)
+    spans._span("/jax/some/other/event", 12.0, 20.0)  # not a program's: left out
+    # Since 10: 10-13 (two threads at once, counted once) and 15-16; since 11.5: 1.5 + 1.
+    assert spans.wall(10.0) == 4.0 and spans.wall(11.5) == 2.5
 
 
 def test_a_step_over_the_runs_budget_is_skipped_and_counted(tmp_path):
@@ -82,10 +139,7 @@ def test_one_shape_with_staged_outputs_runs(tmp_path):
 
 @pytest.mark.slow
 def test_the_long_stage_runs_the_fast_forward_check_and_both_precisions(tmp_path):
-    got = run("long", out=tmp_path)
-    log = (tmp_path / "run.log").read_text()
-    assert got.returncode == 0, log[-3000:]
-    assert "0 step(s) failed or skipped" in log
+    run_clean("long", out=tmp_path)
     fast = json.loads((tmp_path / "fast-forward.json").read_text())
     assert fast["ok"]
     # On the CPU: layers 0..L-2 of a short input through XLA's dot_product_attention at
