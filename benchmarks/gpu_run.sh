@@ -168,8 +168,8 @@ for stage in "${wanted[@]}"; do
       step 200 "${bench[@]}" --random-bert-base -n "$(s 4 512)" --repeats "$(s 1 3)" --json "$OUT/real.json"
       ;;
     decoders)  # issue 30: the decoder presets at T=1,024 and 4,096 against transformers eager,
-      # then greedy generation. `jaxattn bench` prints at its end only (no progress per
-      # case): a bench cut off by its limit leaves nothing, so each is sized to finish.
+      # then greedy generation. `jaxattn bench` says each step on stderr as it ends (a
+      # bench cut off by its limit shows how far it came); each is sized to finish.
       # torch (eager) and jax share the card in one process: jax allocates as it goes
       # rather than taking 75% of the memory up front.
       export XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -177,24 +177,22 @@ for stage in "${wanted[@]}"; do
         step 300 "${bench[@]}" --synthetic gpt2-small --tokens 16 -n 2 --repeats 1 \
           --json "$OUT/decoders-gpt2.json"
       else
-        # The full captures a pass holds live in XLA's pinned host pool (64 GB): GPT-2 small
-        # keeps 1.2 GB a text at 1,024 tokens (attention and alpha_fx_norm, 12 x 12 x
-        # 1,024^2 float32 each), so n=128 (160 GB) ran out of it; 16 texts hold 20 GB.
+        # `Engine.capture` holds a pass's full captures: GPT-2 small's are 1.2 GB a text at
+        # 1,024 tokens (attention and alpha_fx_norm, 12 x 12 x 1,024^2 float32 each), so
+        # n=128 (160 GB) filled XLA's 64 GB pinned pool on 2026-11-27 (it now copies past
+        # half the pool, and refuses results over the host's available memory); 16 texts
+        # hold 20 GB.
         step 150 "${bench[@]}" --synthetic gpt2-small --tokens 1024 -n 16 --repeats 2 \
           --json "$OUT/decoders-gpt2.json"
         # Llama-1B: 4.3 GB a text (16 x 32 heads); eager returns 2.1 GB of maps a text.
         # 4 texts hold 17 GB (n=16 ran past 165 s).
         step 150 "${bench[@]}" --synthetic llama-1b --tokens 1024 -n 4 --repeats 2 \
           --json "$OUT/decoders-llama.json"
-        # 4,096 tokens (GPT-2 small holds 1,024 positions): one text's eager maps are
-        # 34 GB and the full capture's outputs 70 GB (attention and alpha_fx_norm):
-        # Llama-1B where the card holds that (H200), else Qwen2-0.5B (24 x 14 heads:
-        # 23 GB and 46 GB).
-        mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
-        preset=qwen2-0.5b
-        [ "${mib:-0}" -ge 120000 ] && preset=llama-1b
-        step 200 "${bench[@]}" --synthetic "$preset" --tokens 4096 -n 1 --repeats 1 \
-          --json "$OUT/decoders-$preset-4096.json"
+        # 4,096 tokens (GPT-2 small holds 1,024 positions): Qwen2-0.5B (24 x 14 heads), one
+        # text's eager maps 23 GB and the full capture's outputs 46 GB (Llama-1B's, 70 GB,
+        # would not fit the host beside transformers' 34 GB of eager maps).
+        step 200 "${bench[@]}" --synthetic qwen2-0.5b --tokens 4096 -n 1 --repeats 1 \
+          --json "$OUT/decoders-qwen2-0.5b-4096.json"
       fi
       # greedy generation with the key/value cache, against the whole-sequence steps it
       # replaced and transformers' cached generate (GPT-2 small, a 32-token prompt + 128)
