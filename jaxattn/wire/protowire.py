@@ -266,35 +266,57 @@ def _split_one(view: memoryview) -> tuple[str, memoryview, memoryview | None] | 
     body = view[start:]
     if view[0] == HEADER_TAG:
         return "header", body, None
-    rest, data, pos = [], None, 0
-    while pos < len(body):
-        key, after = read_varint(body, pos)
+    # The walk below is the receiving thread's per-chunk work (with the GIL held): a
+    # field's key, and most varints, are one byte, read inline; `read_varint` only
+    # for longer ones. The fields other than `data` and `padding` are kept as byte
+    # ranges of the body: one slice where they are contiguous (the server's order).
+    rest: list[tuple[int, int]] = []
+    data, pos, n = None, 0, len(body)
+    while pos < n:
+        key = body[pos]
+        if key < 0x80:
+            after = pos + 1
+        else:
+            key, after = read_varint(body, pos)
         field, wire_type = key >> 3, key & 7
         if wire_type == 0:
-            _, end = read_varint(body, after)
+            if after < n and body[after] < 0x80:
+                end = after + 1
+            else:
+                _, end = read_varint(body, after)
         elif wire_type == 1:
             end = after + 8
         elif wire_type == 5:
             end = after + 4
         elif wire_type == 2:
-            n, value_start = read_varint(body, after)
-            end = value_start + n
+            if after < n and body[after] < 0x80:
+                size, value_start = body[after], after + 1
+            else:
+                size, value_start = read_varint(body, after)
+            end = value_start + size
             if field == DATA_FIELD:
                 if data is not None:
                     return None  # repeated data field: protobuf's last-wins
                 data = body[value_start:end]
                 pos = end
                 continue
-            if field == PADDING_FIELD and end <= len(body):
+            if field == PADDING_FIELD and end <= n:
                 pos = end  # nothing to parse
                 continue
         else:
             return None
-        if end > len(body):
+        if end > n:
             return None
-        rest.append(body[pos:end])
+        if rest and rest[-1][1] == pos:
+            rest[-1] = (rest[-1][0], end)
+        else:
+            rest.append((pos, end))
         pos = end
-    return "chunk", memoryview(b"".join(rest)), data if data is not None else memoryview(b"")
+    if len(rest) == 1:
+        fields = body[rest[0][0] : rest[0][1]]
+    else:
+        fields = memoryview(b"".join(body[a:b] for a, b in rest))
+    return "chunk", fields, data if data is not None else memoryview(b"")
 
 
 def first_item(buf) -> tuple[str, memoryview, memoryview | None] | None:
