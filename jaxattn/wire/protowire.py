@@ -33,12 +33,17 @@ DATA_ALIGNMENT = 16
 
 def varint(n: int) -> bytes:
     """The base-128 varint encoding of a non-negative integer."""
+    if 0 <= n < 0x80:
+        return _ONE_BYTE[n]  # tags and small lengths: most calls, framing each chunk
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+_ONE_BYTE = tuple(bytes((n,)) for n in range(0x80))
 
 
 def read_varint(buf, pos: int) -> tuple[int, int]:
@@ -120,11 +125,16 @@ def _chunk_lead(head_len: int, data_len: int, at: int, wrap: bool) -> tuple[byte
     a multiple of DATA_ALIGNMENT in the message.
     """
     data_prefix = length_delimited(DATA_TAG, data_len)
+    leads: dict[int, bytes] = {}  # the lead of each padding size tried (asked again below)
 
     def lead_of(pad: bytes) -> bytes:
+        if len(pad) in leads:
+            return leads[len(pad)]
         body = head_len + len(pad) + len(data_prefix) + data_len
         lead = length_delimited(CHUNK_TAG, body)
-        return length_delimited(ITEMS_TAG, len(lead) + body) + lead if wrap else lead
+        lead = length_delimited(ITEMS_TAG, len(lead) + body) + lead if wrap else lead
+        leads[len(pad)] = lead
+        return lead
 
     def aligned(pad: bytes) -> bool:
         start = at + len(lead_of(pad)) + head_len + len(pad) + len(data_prefix)
@@ -267,9 +277,10 @@ def _split_one(view: memoryview) -> tuple[str, memoryview, memoryview | None] | 
     if view[0] == HEADER_TAG:
         return "header", body, None
     # The walk below is the receiving thread's per-chunk work (with the GIL held): a
-    # field's key, and most varints, are one byte, read inline; `read_varint` only
-    # for longer ones. The fields other than `data` and `padding` are kept as byte
-    # ranges of the body: one slice where they are contiguous (the server's order).
+    # field's key and a length are mostly one byte, read inline (`read_varint` for
+    # longer ones), and a varint field is only stepped over (protobuf reads it). The
+    # fields other than `data` and `padding` are kept as byte ranges of the body: one
+    # slice, no copy, where they are contiguous (the server's order).
     rest: list[tuple[int, int]] = []
     data, pos, n = None, 0, len(body)
     while pos < n:
@@ -279,11 +290,13 @@ def _split_one(view: memoryview) -> tuple[str, memoryview, memoryview | None] | 
         else:
             key, after = read_varint(body, pos)
         field, wire_type = key >> 3, key & 7
-        if wire_type == 0:
-            if after < n and body[after] < 0x80:
-                end = after + 1
-            else:
-                _, end = read_varint(body, after)
+        if wire_type == 0:  # its value is protobuf's to read: only where it ends
+            end = after
+            while end < n and body[end] >= 0x80:
+                end += 1
+            end += 1
+            if end - after > 10:
+                return None  # longer than a varint can be: let protobuf say so
         elif wire_type == 1:
             end = after + 8
         elif wire_type == 5:
