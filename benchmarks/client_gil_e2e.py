@@ -6,9 +6,12 @@ BERT-base's shape (12 layers x 12 heads x 128 x 128 a text).
 A tiny random BERT checkpoint of BERT-base's 12 layers and 12 heads (hidden size 24,
 `tests/hf_fixtures.make_checkpoint`) serves texts of 128 tokens from a child process
 (port 0) whose engine replays the captures it computed on a first pass
-(`service_scale.CachedReplay`): what the service does after the engine (batcher,
-encode on the codec pool, gRPC) with attention a random model makes (near-uniform
-rows, quantised by the engine). K client threads in one process each ask for N
+(`service_scale.CachedReplay`), each example's attention replaced by the near-uniform
+quantised rows of `client_gil.quantised_rows` (zstd leaves 37 % of them; a random
+tiny model's rows, 7 %): what the service does after the engine (batcher, encode on
+the codec pool, gRPC) with BERT-base-like bytes. The reading threads' time is also
+split as `client_gil` splits it (outside the chunk decodes done in them: the Python,
+gRPC's receive). K client threads in one process each ask for N
 texts (`AttentionClient.capture_iter`, codec zstd, dtype uint8); reported (best of
 R): texts/s and decoded GB/s in all, the CPU s per decoded GB of the reading
 threads (`time.thread_time`, summed), of the client process and of the server
@@ -34,35 +37,27 @@ LAYERS = HEADS = 12
 TOKENS = 128
 
 
-def synthetic(shape, seed: int):
-    """Attention rows a softmax of N(0, 1) logits, quantised as the engine quantises
-    probabilities (round(p * 255)): near-uniform rows, as zstd meets them in BERT-base's
-    middle layers (a random tiny model's rows are far more compressible)."""
-    import numpy as np
-
-    logits = np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
-    p = np.exp(logits)
-    p /= p.sum(-1, keepdims=True)
-    return np.round(np.clip(p, 0, 1) * 255).astype(np.uint8)
-
-
 def child(checkpoint: str) -> int:
     import logging
 
+    import numpy as np
     import service_bench as sb
+    from client_gil import quantised_rows
     from service_scale import CachedReplay
 
     import jaxattn
     from service.server import create_server
 
     class Synthetic(CachedReplay):
-        """Replays, each example's attention replaced by `synthetic` rows once computed."""
+        """Replays, each example's attention replaced by `client_gil.quantised_rows` once
+        computed (a random tiny model's rows are far more compressible than BERT-base's)."""
 
         def run(self, tokenized, spec):
             for p, cap in super().run(tokenized, spec):
                 if not getattr(cap, "synthetic", False):
                     a = cap.tensors["attention"]
-                    cap.tensors["attention"] = synthetic(a.shape, len(self.cache))
+                    rng = np.random.default_rng(len(self.cache))
+                    cap.tensors["attention"] = quantised_rows(a.shape, rng)
                     object.__setattr__(cap, "synthetic", True)
                 yield p, cap
 
