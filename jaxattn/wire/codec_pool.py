@@ -62,8 +62,33 @@ class _Pool:
         self.executor = concurrent.futures.ThreadPoolExecutor(
             threads, thread_name_prefix="jaxattn-codec"
         )
-        self.slots = threading.BoundedSemaphore(2 * threads)
+        self.slots = _Slots(2 * threads)
         self.threads = threads
+
+
+class _Slots:
+    """A bounded count of free slots, taken without waiting: threading.BoundedSemaphore's
+    `acquire(blocking=False)` and `release`, on one C lock (the semaphore's are Python
+    code around a Condition: a few microseconds of the reading thread's GIL a chunk)."""
+
+    def __init__(self, n: int):
+        self._free, self._n, self._lock = n, n, threading.Lock()
+
+    def acquire(self, blocking: bool = False) -> bool:
+        """Take a slot where one is free; whether it was (never waits)."""
+        if blocking:
+            raise ValueError("the pool's slots are taken without waiting")
+        with self._lock:
+            if self._free:
+                self._free -= 1
+                return True
+            return False
+
+    def release(self) -> None:
+        with self._lock:
+            if self._free >= self._n:
+                raise ValueError("a pool slot released more times than it was taken")
+            self._free += 1
 
 
 _pool: _Pool | None = None
@@ -82,6 +107,9 @@ os.register_at_fork(after_in_child=_forget)
 def pool() -> _Pool:
     """The shared pool, made on first use."""
     global _pool
+    shared = _pool  # made once: the lock only for the first use (each chunk asks)
+    if shared is not None:
+        return shared
     with _pool_lock:
         if _pool is None:
             _pool = _Pool(workers())
@@ -142,43 +170,58 @@ def start(work: Callable[..., R], *args, size: int, least: int) -> Job:
         if future is not None:
             future.add_done_callback(lambda _: shared.slots.release())
             return Job(future, work, args)
-    return Job(_here(work, args))
+    return _done(work, args)
 
 
 class Job:
-    """Work given to `start`: queued or running on the pool, or done."""
+    """Work given to `start`: queued or running on the pool (a Future), or done here
+    (its result kept, no Future: one object fewer a chunk for the reading thread)."""
 
-    def __init__(self, future: concurrent.futures.Future, work=None, args: tuple = ()):
+    __slots__ = ("_future", "_work", "_args", "_value", "_error")
+
+    def __init__(self, future: concurrent.futures.Future | None, work=None, args: tuple = ()):
         self._future, self._work, self._args = future, work, args
+        self._value = self._error = None
 
     def result(self):
         """The work's result, its exception raised. Work the pool has not begun yet is
         done here, now (its slot returned): the caller would only wait for it."""
-        if self._work is not None and self._future.cancel():
-            self._future = _here(self._work, self._args)
+        future = self._future
+        if self._work is not None and future is not None and future.cancel():
+            self._future = future = None
+            self._value, self._error = _here(self._work, self._args)
         self._work, self._args = None, ()  # what it held (a chunk's data) let go
-        return self._future.result()
+        if future is not None:
+            return future.result()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
     def cancel(self) -> bool:
         """Drop the work if the pool has not begun it (its slot returned); whether it was."""
         self._work, self._args = None, ()
-        return self._future.cancel()
+        return self._future is not None and self._future.cancel()
 
     def done(self) -> bool:
-        return self._future.done()
+        return self._future is None or self._future.done()
 
     def cancelled(self) -> bool:
-        return self._future.cancelled()
+        return self._future is not None and self._future.cancelled()
 
 
-def _here(work: Callable[..., R], args: tuple) -> concurrent.futures.Future:
-    """work(*args) done in this thread: a done Future of its result or its exception."""
-    future = concurrent.futures.Future()
+def _done(work: Callable[..., R], args: tuple) -> Job:
+    """A Job of work(*args) done in this thread."""
+    job = Job(None)
+    job._value, job._error = _here(work, args)
+    return job
+
+
+def _here(work: Callable[..., R], args: tuple) -> tuple:
+    """work(*args) done in this thread: (its result, None) or (None, its exception)."""
     try:
-        future.set_result(work(*args))
+        return work(*args), None
     except Exception as e:  # noqa: BLE001 - the caller's to raise, as from the pool
-        future.set_exception(e)
-    return future
+        return None, e
 
 
 def _offer(shared: _Pool, work: Callable[..., R], *args) -> concurrent.futures.Future | None:

@@ -33,12 +33,17 @@ DATA_ALIGNMENT = 16
 
 def varint(n: int) -> bytes:
     """The base-128 varint encoding of a non-negative integer."""
+    if 0 <= n < 0x80:
+        return _ONE_BYTE[n]  # tags and small lengths: most calls, framing each chunk
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+_ONE_BYTE = tuple(bytes((n,)) for n in range(0x80))
 
 
 def read_varint(buf, pos: int) -> tuple[int, int]:
@@ -120,11 +125,16 @@ def _chunk_lead(head_len: int, data_len: int, at: int, wrap: bool) -> tuple[byte
     a multiple of DATA_ALIGNMENT in the message.
     """
     data_prefix = length_delimited(DATA_TAG, data_len)
+    leads: dict[int, bytes] = {}  # the lead of each padding size tried (asked again below)
 
     def lead_of(pad: bytes) -> bytes:
+        if len(pad) in leads:
+            return leads[len(pad)]
         body = head_len + len(pad) + len(data_prefix) + data_len
         lead = length_delimited(CHUNK_TAG, body)
-        return length_delimited(ITEMS_TAG, len(lead) + body) + lead if wrap else lead
+        lead = length_delimited(ITEMS_TAG, len(lead) + body) + lead if wrap else lead
+        leads[len(pad)] = lead
+        return lead
 
     def aligned(pad: bytes) -> bool:
         start = at + len(lead_of(pad)) + head_len + len(pad) + len(data_prefix)
@@ -266,35 +276,60 @@ def _split_one(view: memoryview) -> tuple[str, memoryview, memoryview | None] | 
     body = view[start:]
     if view[0] == HEADER_TAG:
         return "header", body, None
-    rest, data, pos = [], None, 0
-    while pos < len(body):
-        key, after = read_varint(body, pos)
+    # The walk below is the receiving thread's per-chunk work (with the GIL held): a
+    # field's key and a length are mostly one byte, read inline (`read_varint` for
+    # longer ones), and a varint field is only stepped over (protobuf reads it). The
+    # fields other than `data` and `padding` are kept as byte ranges of the body: one
+    # slice, no copy, where they are contiguous (the server's order).
+    rest: list[tuple[int, int]] = []
+    data, pos, n = None, 0, len(body)
+    while pos < n:
+        key = body[pos]
+        if key < 0x80:
+            after = pos + 1
+        else:
+            key, after = read_varint(body, pos)
         field, wire_type = key >> 3, key & 7
-        if wire_type == 0:
-            _, end = read_varint(body, after)
+        if wire_type == 0:  # its value is protobuf's to read: only where it ends
+            end = after
+            while end < n and body[end] >= 0x80:
+                end += 1
+            end += 1
+            if end - after > 10:
+                return None  # longer than a varint can be: let protobuf say so
         elif wire_type == 1:
             end = after + 8
         elif wire_type == 5:
             end = after + 4
         elif wire_type == 2:
-            n, value_start = read_varint(body, after)
-            end = value_start + n
+            if after < n and body[after] < 0x80:
+                size, value_start = body[after], after + 1
+            else:
+                size, value_start = read_varint(body, after)
+            end = value_start + size
             if field == DATA_FIELD:
                 if data is not None:
                     return None  # repeated data field: protobuf's last-wins
                 data = body[value_start:end]
                 pos = end
                 continue
-            if field == PADDING_FIELD and end <= len(body):
+            if field == PADDING_FIELD and end <= n:
                 pos = end  # nothing to parse
                 continue
         else:
             return None
-        if end > len(body):
+        if end > n:
             return None
-        rest.append(body[pos:end])
+        if rest and rest[-1][1] == pos:
+            rest[-1] = (rest[-1][0], end)
+        else:
+            rest.append((pos, end))
         pos = end
-    return "chunk", memoryview(b"".join(rest)), data if data is not None else memoryview(b"")
+    if len(rest) == 1:
+        fields = body[rest[0][0] : rest[0][1]]
+    else:
+        fields = memoryview(b"".join(body[a:b] for a, b in rest))
+    return "chunk", fields, data if data is not None else memoryview(b"")
 
 
 def first_item(buf) -> tuple[str, memoryview, memoryview | None] | None:

@@ -96,10 +96,8 @@ class _Tensor:
                 self.buffer = self._allocate(chunk.tensor)
             out = self.buffer[chunk.byte_offset : end]
         self.filled = end
-        where = (
-            f"tensor {chunk.tensor!r} of example {chunk.example_index}: CRC-32 mismatch "
-            f"in bytes {chunk.byte_offset}..{end}"
-        )
+        # Where it is, for the words of a CRC-32 mismatch (made only then).
+        where = (chunk.tensor, chunk.example_index, chunk.byte_offset, end)
         job = (data, codec, out, chunk.byte_length, chunk.crc32, where, self.dtype)
         # An uncompressed chunk's copy and CRC-32 (~10 GB/s) never pay for the hand-off.
         least = math.inf if codec == "none" else codec_pool.DECODE_MIN
@@ -133,10 +131,11 @@ class _Tensor:
 _EMPTY = np.empty(0, np.uint8)
 
 
-def _decode(data, codec: str, out, length: int, crc32: int, where: str, dtype: str):
+def _decode(data, codec: str, out, length: int, crc32: int, where: tuple, dtype: str):
     """Decode one chunk into `out`, its bytes of the tensor's buffer, and check its
-    CRC-32 (a ChecksumError naming `where` if it differs); where `out` is None (the
-    whole tensor in one chunk), return what it decoded to as the tensor's buffer."""
+    CRC-32 (a ChecksumError naming `where`, (tensor, example, first byte, end), if it
+    differs); where `out` is None (the whole tensor in one chunk), return what it
+    decoded to as the tensor's buffer."""
     if codec == "none" or out is None:
         decoded = np.frombuffer(decompress(data, codec, length), np.uint8)
     else:
@@ -144,7 +143,11 @@ def _decode(data, codec: str, out, length: int, crc32: int, where: str, dtype: s
         decoded = out
     crc = checksum(decoded)
     if crc != crc32:
-        raise ChecksumError(f"{where} (got {crc:#010x}, chunk says {crc32:#010x})")
+        tensor, example, lo, end = where
+        raise ChecksumError(
+            f"tensor {tensor!r} of example {example}: CRC-32 mismatch in bytes {lo}..{end} "
+            f"(got {crc:#010x}, chunk says {crc32:#010x})"
+        )
     if out is None:
         return decoded if _aligned(decoded, dtype) else decoded.copy()
     if codec == "none":
