@@ -185,3 +185,27 @@ def test_the_load_mix_of_a_decoder_sends_single_texts_within_its_layers_and_head
     assert pairs == {(f"{pool[0]} {pool[1]}",)}  # the two sentences as one text
     # kinds none of whose texts fit are left out, not divided by zero
     assert "pair" not in {r.kind for r in mix.build_mix(engine, list(mix.FALLBACK))}
+
+
+def test_synthetic_texts_have_the_asked_length_in_the_model_s_own_tokens(tmp_path):
+    """A random Qwen2 with BERT's vocabulary files gets Qwen2's tokenizer class, which
+    reads the words letter by letter: `synthetic_texts(16)` is 58 tokens there, so
+    `bench --tokens 128` ran qwen2-0.5b at 492. `fitted_texts` counts with the model's
+    own tokenizer."""
+    import jaxattn
+    from jaxattn.bench import synthetic
+    from jaxattn.errors import InputError
+
+    tiny = dict(num_hidden_layers=1, hidden_size=32, num_attention_heads=2)
+    tiny |= dict(num_key_value_heads=1, head_dim=16, intermediate_size=24)
+    path = synthetic.random_checkpoint("qwen2-0.5b", tmp_path / "qwen2", **tiny)
+    engine = jaxattn.load(path)
+    (words,) = engine.tokenize(bench.synthetic_texts(16, 1))
+    assert words.length > 16  # the letter-by-letter reading this guards against
+    for length in (3, 16, 37):
+        texts = bench.fitted_texts(engine, length, 2)
+        assert len(texts) == 2 and [t.length for t in engine.tokenize(texts)] == [length] * 2
+    with pytest.raises(InputError, match="at most 32768 tokens"):
+        bench.fitted_texts(engine, 32769, 1)
+    res = bench.run(None, n=1, repeats=1, model=str(path), tokens=11)
+    assert res["tokens"] == 11 and res["n"] == 1

@@ -88,10 +88,49 @@ def random_bert_base(out_dir: Path) -> Path:
     return random_checkpoint("bert-base", out_dir)
 
 
+WORDS = "the quick brown fox jumps over the lazy dog".split()
+
+
 def synthetic_texts(length: int, n: int) -> list[str]:
-    """n texts of exactly `length` tokens with BERT's uncased vocabulary."""
-    words = "the quick brown fox jumps over the lazy dog".split()
-    text = " ".join(words[i % len(words)] for i in range(length - 2))  # + [CLS] [SEP]
+    """n texts of exactly `length` tokens with BERT's uncased vocabulary (one token a
+    word, [CLS] and [SEP] around them); `fitted_texts` for another tokenizer."""
+    text = " ".join(WORDS[i % len(WORDS)] for i in range(length - 2))  # + [CLS] [SEP]
+    return [text] * n
+
+
+def fitted_texts(engine, length: int, n: int) -> list[str]:
+    """n texts of exactly `length` tokens, special tokens included, as `engine`'s own
+    tokenizer counts them. A checkpoint's tokenizer class follows its model type: a
+    random Qwen2 with BERT's vocabulary files reads `synthetic_texts` letter by letter
+    (128 asked, 492 run), so a benchmark's T must be counted by the model's tokenizer.
+
+    Raises:
+      InputError: no text of `length` tokens can be made (the model's limit, or a
+        tokenizer that adds more than one token for every filler word).
+    """
+    limit = engine.info.max_positions
+    if length > limit:
+        raise InputError(None, f"--tokens {length}: the model reads at most {limit} tokens")
+
+    def count(words: int, filler: int = 0) -> int:
+        text = " ".join([WORDS[i % len(WORDS)] for i in range(words)] + ["a"] * filler)
+        (t,) = engine.tokenize([text], too_long="truncate")
+        return limit + 1 if t.truncated else t.length
+
+    lo, hi = 0, length  # the most words whose count is at most `length` (a word: >= 1 token)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if count(mid) <= length else (lo, mid - 1)
+    filler = 0
+    while (got := count(lo, filler)) < length and filler < length:
+        filler += 1
+    if got != length:
+        raise InputError(
+            None,
+            f"cannot make a text of exactly {length} tokens for {engine.info.name}'s "
+            f"tokenizer (the nearest has {got})",
+        )
+    text = " ".join([WORDS[i % len(WORDS)] for i in range(lo)] + ["a"] * filler)
     return [text] * n
 
 
@@ -116,6 +155,7 @@ def run(
     repeats: int = 3,
     model: str | None = None,
     texts: list[str] | None = None,
+    tokens: int | None = None,
     precision: str = "highest",
     too_long: str = "error",
     layer_loop: str | None = None,
@@ -125,7 +165,9 @@ def run(
     """Run all cases, interleaved: each round times (a) to (f) in turn (jaxattn's
     engine loaded with `layer_loop` and `attention`). `progress` is given a line as
     each step ends (the load, each case's first pass, each round), so a run stopped
-    at a time limit has said how far it came.
+    at a time limit has said how far it came. `texts`: the texts to time (default:
+    the first `n` sentences of `conllu`); `tokens`: instead, `n` texts of exactly that
+    many tokens as the model's tokenizer counts them (`fitted_texts`).
 
     Interleaving exposes every case to the same machine state, so the ratios
     hold even when the machine is shared; each case reports its best round.
@@ -135,10 +177,13 @@ def run(
     from jaxattn.checkpoints.loading import default_model_dir
 
     say = progress or (lambda line: None)
-    texts = texts if texts is not None else read_sentences(conllu, n)
+    if tokens is None:
+        texts = texts if texts is not None else read_sentences(conllu, n)
     t = time.perf_counter()
     engine = jaxattn.load(model, precision=precision, layer_loop=layer_loop, attention=attention)
     say(f"loaded {engine.info.name} in {time.perf_counter() - t:.1f} s")
+    if tokens is not None:  # counted by this model's tokenizer (`fitted_texts`)
+        texts = fitted_texts(engine, tokens, n)
     # The torch reference takes whole texts: too-long ones are refused or left out.
     try:
         kept = engine.tokenize(texts, too_long=too_long)
@@ -170,6 +215,7 @@ def run(
         "repeats": repeats,
         "precision": precision,
         "layer_loop": engine.step.layer_loop,
+        **({"tokens": tokens} if tokens is not None else {}),
     }
     for name, fn in runners.items():
         t = time.perf_counter()

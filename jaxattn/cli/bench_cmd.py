@@ -64,8 +64,8 @@ def register(sub) -> None:
         "--tokens",
         type=_token_count,
         default=None,
-        help="with --synthetic: -n texts of exactly this many tokens instead of "
-        "the sentences (default: off)",
+        help="with --synthetic: -n texts of exactly this many tokens, as the "
+        "model's tokenizer counts them, instead of the sentences (default: off)",
     )
     p.add_argument(
         "--random-bert-base",
@@ -134,10 +134,7 @@ def run(args) -> int:
                 "--model and a random-weight model (--synthetic, "
                 "--random-bert-base) exclude each other"
             )
-        texts = None
-        if args.tokens:
-            texts = bench.synthetic_texts(args.tokens, args.n)
-        else:
+        if not args.tokens:
             check_corpus(args.conllu, "--conllu")
         with tempfile.TemporaryDirectory() as tmp:
             name = args.synthetic or "bert-base"
@@ -149,7 +146,7 @@ def run(args) -> int:
                 args.n,
                 args.repeats,
                 model,
-                texts=texts,
+                tokens=args.tokens or None,
                 precision=args.precision,
                 too_long=args.too_long,
                 layer_loop=args.layer_loop,
