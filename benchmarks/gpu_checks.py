@@ -397,7 +397,7 @@ def family_check(family: str, path: Path, here, cpu) -> dict:
         row["checks"] = extras(path, here, engines, texts, captures[0])
         row["ok"] &= all(c["ok"] for c in row["checks"].values())
     row["seconds"] = time.perf_counter() - t
-    row["line"] = f"worst {diff:.1e} ({name}) of {len(what)} quantities"
+    row["line"] = f"worst {diff:.1e} ({name}; limit {FAMILY_LIMIT:.0e}) of {len(what)} quantities"
     return row
 
 
@@ -444,7 +444,7 @@ def sanity_families(json_path: Path | None) -> bool:
             except Exception as e:
                 row = failure(e)
             result["families"][family] = row
-            verdict = "ok" if row["ok"] else f"FAILED (limit {FAMILY_LIMIT:.0e})"
+            verdict = "ok" if row["ok"] else "FAILED"
             seconds = f" in {row['seconds']:.1f} s" if "seconds" in row else ""
             print(
                 f"sanity-families {family:10s}: {verdict}: {here.platform} vs "

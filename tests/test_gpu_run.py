@@ -106,7 +106,9 @@ def test_the_sanity_stage_checks_the_tiny_bert_and_every_family(tmp_path):
         assert log.index(f"sanity-families {family:10s}: ok: cpu vs itself, worst ") > first
         row = families["families"][family]
         assert row["quantities"] == len(row["max_relative_difference"]) >= 17, family
-        assert row["lengths"] == [24, 15, 8] or max(row["lengths"]) <= 24, family
+        # three lengths in one batch padded to 24 tokens, longer than every window
+        first, second, third = row["lengths"]
+        assert 24 >= first > 15 >= second > 8 >= third, family
     for family, check in (
         ("llama", "blockwise"),
         ("llama", "generate"),
