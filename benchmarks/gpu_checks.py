@@ -1,6 +1,7 @@
 """The GPU facts `jaxattn bench` does not time (issues 12, 26), one check a command.
 
     python benchmarks/gpu_checks.py sanity      # the GPU is seen; a tiny capture equals the CPU's
+    python benchmarks/gpu_checks.py sanity-families  # every family, blockwise, generate, dtypes
     python benchmarks/gpu_checks.py zero-copy   # numpy views a pinned output in place?
     python benchmarks/gpu_checks.py precision   # forward/attention at highest, tf32, bf16
     python benchmarks/gpu_checks.py overlap     # outputs pinned vs staged: is the copy hidden?
@@ -14,6 +15,21 @@
 of a full capture of a tiny random BERT (BERT-base's tokenizer) here and in a
 child process on the CPU backend: their largest difference, relative to each
 quantity's scale (the check: <= 1e-6).
+
+`sanity-families`: every family of `jaxattn.config.FAMILIES` (the one list; a family
+without a tiny checkpoint in `jaxattn.bench.synthetic.TINY_FAMILIES` fails, named), the
+decoders first: its tiny random checkpoint's full capture (every quantity the family
+allows, `ModelConfig.quantities`) of three texts of 24, 15 and 8 tokens, padded to 24,
+at precision highest on this device and on the CPU backend, in one process (an engine
+a backend, `jax.devices("cpu")`; the families `FAMILY_THREADS` at a time); per family
+the largest difference relative to each quantity's scale (the check: <= FAMILY_LIMIT,
+1e-5; why: at FAMILY_LIMIT). Beside llama's (grouped-query heads): the blockwise path in
+8-token blocks against the dense capture on this device (attention, decoder_head_stats)
+and `Engine.generate` of 4 tokens, the same ids on both backends; beside bert's: uint8
+codes at most one step apart, bfloat16 within one bfloat16 step, and a head ablation (one
+head zeroed, one uniform) equal on both backends and moving the hidden states. A line a
+family (and a check), then the families that failed; non-zero exit if any did. On the
+CPU alone (the smoke run) each capture is compared with itself, which it says first.
 
 `zero-copy`: a jitted step writing 1 GiB to pinned host memory (the engine's
 `host_memory="pinned"` path), then `np.asarray` of it: the same address and a
@@ -134,6 +150,24 @@ def tiny_capture(model: Path) -> dict:
     return {f"{i}/{k}": v for i, c in enumerate(captures) for k, v in c.tensors.items()}
 
 
+def relative_difference(value, ref) -> float:
+    """The largest |value - ref| over ref's scale (its largest finite magnitude, at least 1);
+    equal infinities (a decoder's future scores) and NaNs at the same places are equal,
+    one side's alone inf."""
+    import numpy as np
+
+    a, b = np.asarray(value, np.float64), np.asarray(ref, np.float64)
+    same = (a == b) | (np.isnan(a) & np.isnan(b))
+    if same.all():
+        return 0.0
+    finite = np.abs(b[np.isfinite(b)])
+    scale = max(1.0, float(finite.max())) if finite.size else 1.0
+    return (
+        float(np.nan_to_num(np.where(same, 0.0, np.abs(a - b)), nan=np.inf, posinf=np.inf).max())
+        / scale
+    )
+
+
 def sanity(json_path: Path | None) -> bool:
     import flax
     import jax
@@ -170,9 +204,7 @@ def sanity(json_path: Path | None) -> bool:
         with np.load(saved) as cpu:
             worst: dict[str, float] = {}
             for key, value in here.items():
-                ref = cpu[key].astype(np.float64)
-                scale = max(1.0, float(np.abs(ref).max()))
-                diff = float(np.abs(value.astype(np.float64) - ref).max()) / scale
+                diff = relative_difference(value, cpu[key])
                 name = key.split("/", 1)[1]
                 worst[name] = max(worst.get(name, 0.0), diff)
     result["max_relative_difference"] = worst
@@ -189,6 +221,251 @@ def sanity(json_path: Path | None) -> bool:
     )
     write_json(json_path, result)
     return ok
+
+
+# sanity-families: the largest difference / scale of a quantity between the GPU and the
+# CPU backend at precision highest. Both compute in float32, in other orders (their
+# reductions, fusions, the GPU's scanned layers against the CPU's unrolled ones): the
+# tiny BERT of `sanity` differs by at most 1.2e-7 (keys; H200, 2026-11-26 and -27), about
+# float32's epsilon. The quantities here go further through the model (norms, ratios,
+# statistics, soft caps): 1e-5, about 80 epsilons, passes rounding and fails a wrong
+# mask, window, position or head (differences of 1e-3 and more).
+FAMILY_LIMIT = 1e-5
+# Blockwise against dense: the same float32 sums in blocks (an online softmax): the same limit.
+BLOCK = 8  # sanity-families: the blockwise path's block, three blocks of the 24 tokens
+BF16_LIMIT = 2.0**-7  # two bfloat16 roundings of nearly equal values: one step apart
+# The padded length of sanity-families and its texts' lengths in tokens (each family's
+# tokenizer: Qwen2's reads the benchmark vocabulary letter by letter).
+FAMILY_TOKENS = 24
+FAMILY_LENGTHS = (24, 15, 8)
+FAMILY_WORDS = (
+    "Every family of models reads these words on the device and on the host, and the "
+    "padded batch holds three texts of different lengths so that the masks, the windows "
+    "and the positions of each family are all tried at once"
+).split()
+# Families checked at once, each in a thread of its own: most of the check is compiling,
+# which XLA does outside the GIL (two programs a family, its backends').
+FAMILY_THREADS = min(8, os.cpu_count() or 1)
+# The heads sanity-families ablates on its encoder: (layer, head) zeroed and made uniform.
+ABLATED = {"zero": {(0, 1)}, "uniform": {(1, 0)}}
+# Checked beyond the full capture (the families' order: the decoders first, never run
+# on a GPU before; this list's family at its place): one decoder (GQA) and one encoder.
+DECODER_EXTRAS, ENCODER_EXTRAS = "llama", "bert"
+
+
+def fitted_texts(engine) -> list[str]:
+    """FAMILY_WORDS' longest beginnings of at most FAMILY_LENGTHS tokens, by the
+    engine's tokenizer."""
+    texts = []
+    for length in FAMILY_LENGTHS:
+        words = len(FAMILY_WORDS)
+        while (
+            engine.tokenize([" ".join(FAMILY_WORDS[:words])], too_long="truncate")[0].length
+            > length
+        ):
+            words -= 1
+        texts.append(" ".join(FAMILY_WORDS[:words]))
+    return texts
+
+
+def family_order() -> list[str]:
+    """Every family of `jaxattn.config.FAMILIES` (the one list), the decoders first."""
+    from jaxattn.checkpoints.families import FAMILIES as TABLES
+    from jaxattn.config import FAMILIES
+
+    return sorted(FAMILIES, key=lambda f: not (f in TABLES and TABLES[f].fixed.get("causal")))
+
+
+def differences(got: list, ref: list, names) -> dict[str, float]:
+    """Per quantity, the largest relative_difference over the texts' captures."""
+    return {
+        q: max(
+            relative_difference(a.tensors[q], b.tensors[q]) for a, b in zip(got, ref, strict=True)
+        )
+        for q in names
+    }
+
+
+def worst_of(diffs: dict[str, float]) -> tuple[str, float]:
+    name = max(diffs, key=diffs.get)
+    return name, diffs[name]
+
+
+def decoder_extras(path: Path, here, engines, texts: list[str], dense: list) -> dict:
+    """Blockwise against dense on `here` (BLOCK-token blocks: attention and
+    decoder_head_stats), and greedy generation's token ids on both backends."""
+    import jaxattn
+    from jaxattn.engine.step import CaptureStep
+
+    blocked = jaxattn.load(
+        str(path),
+        buckets=(FAMILY_TOKENS,),
+        devices=[here],
+        attention="blockwise",
+        layer_loop="unrolled",
+    )
+    s = blocked.step
+    blocked.step = CaptureStep(
+        blocked.config, s.params, s.devices, s.host_memory, "unrolled", "blockwise", block=BLOCK
+    )
+    what = ("attention", "decoder_head_stats")
+    block = blocked.step.block_for(blocked.make_spec(what), FAMILY_TOKENS)
+    got = differences(blocked.capture(texts, what=what), dense, what)
+    name, diff = worst_of(got)
+    checks = {
+        "blockwise": dict(
+            ok=block == BLOCK and diff <= FAMILY_LIMIT,
+            block=block,
+            max_relative_difference=got,
+            line=f"{block}-token blocks vs dense on {here.platform}: worst {diff:.1e} ({name})",
+        )
+    }
+    ids = [[g.ids for g in e.generate(texts[1:], 4, stop_at_eos=False)] for e in engines]
+    same = ids[0] == ids[-1]
+    checks["generate"] = dict(
+        ok=same,
+        ids=ids,
+        line=f"4 tokens x {len(texts) - 1} prompts: ids "
+        + ("identical" if same else f"DIFFER {ids[0]} vs {ids[-1]}"),
+    )
+    return checks
+
+
+def encoder_extras(path: Path, here, engines, texts: list[str], full: list) -> dict:
+    """uint8 and bfloat16 outputs, and head ablation, on both backends."""
+    from jaxattn.engine import HeadAblation
+
+    what = ("attention", "alpha_fx_norm", "hidden_states")
+    checks = {}
+    uint8 = [e.capture(texts, what=what, dtype="uint8") for e in engines]
+    step = max(
+        int(abs(a.tensors[q].astype(int) - b.tensors[q].astype(int)).max())
+        for a, b in zip(uint8[0], uint8[-1], strict=True)
+        for q in what
+    )
+    checks["uint8"] = dict(
+        ok=step <= 1, max_code_difference=step, line=f"codes differ by at most {step} (limit 1)"
+    )
+    bf16 = [e.capture(texts, what=what, dtype="bfloat16") for e in engines]
+    name, diff = worst_of(differences(bf16[0], bf16[-1], what))
+    checks["bfloat16"] = dict(
+        ok=diff <= BF16_LIMIT,
+        max_relative_difference=diff,
+        line=f"worst {diff:.1e} ({name}; limit {BF16_LIMIT:.1e})",
+    )
+    ablation = HeadAblation(**{k: frozenset(v) for k, v in ABLATED.items()})
+    ablated = [e.capture(texts, what=what, ablation=ablation) for e in engines]
+    name, diff = worst_of(differences(ablated[0], ablated[-1], what))
+    # An ablation that changed nothing would compare equal too: the last layer moved.
+    moved = relative_difference(ablated[0][-1].hidden_states, full[-1].hidden_states)
+    checks["ablation"] = dict(
+        ok=diff <= FAMILY_LIMIT and moved > 1e-3,
+        max_relative_difference=diff,
+        moved=moved,
+        line=f"{ABLATED}: worst {diff:.1e} ({name}); the hidden states moved "
+        f"{moved:.1e} from the unablated",
+    )
+    return checks
+
+
+def family_check(family: str, path: Path, here, cpu) -> dict:
+    """One family's tiny checkpoint at `path`: its full capture (every quantity it allows)
+    on `here` and on `cpu` (the same engine when `here` is the CPU), and its extras."""
+    import jaxattn
+
+    t = time.perf_counter()
+    engines = [
+        jaxattn.load(str(path), buckets=(FAMILY_TOKENS,), devices=[d])
+        for d in dict.fromkeys((here, cpu))  # one engine where both are the CPU
+    ]
+    config = engines[0].config
+    if config.family != family:
+        raise AssertionError(f"its tiny checkpoint loads as family {config.family!r}")
+    texts = fitted_texts(engines[0])
+    what = config.quantities()
+    captures = [e.capture(texts, what=what) for e in engines]
+    diffs = differences(captures[0], captures[-1], what)
+    name, diff = worst_of(diffs)
+    row = dict(
+        ok=diff <= FAMILY_LIMIT,
+        quantities=len(what),
+        lengths=[len(c.tokens) for c in captures[0]],
+        max_relative_difference=diffs,
+    )
+    extras = {DECODER_EXTRAS: decoder_extras, ENCODER_EXTRAS: encoder_extras}.get(family)
+    if extras:
+        row["checks"] = extras(path, here, engines, texts, captures[0])
+        row["ok"] &= all(c["ok"] for c in row["checks"].values())
+    row["seconds"] = time.perf_counter() - t
+    row["line"] = f"worst {diff:.1e} ({name}; limit {FAMILY_LIMIT:.0e}) of {len(what)} quantities"
+    return row
+
+
+def sanity_families(json_path: Path | None) -> bool:
+    """The `sanity-families` check (module doc)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import jax
+
+    from jaxattn.bench.synthetic import tiny_checkpoint
+
+    here, cpu = jax.devices()[0], jax.devices("cpu")[0]
+    families = family_order()
+    result = dict(
+        device=str(here),
+        device_kind=getattr(here, "device_kind", ""),
+        compared_with="cpu backend" if here != cpu else "itself (one backend)",
+        limit=FAMILY_LIMIT,
+        families={},
+    )
+    if here == cpu:
+        print(
+            "sanity-families: one backend (cpu): each family's capture is compared with "
+            "itself (the code path only; on a GPU it is compared with the CPU backend's)",
+            flush=True,
+        )
+
+    def failure(e: Exception) -> dict:  # the family named, the rest go on
+        return dict(ok=False, line=f"{type(e).__name__}: {e}".splitlines()[0])
+
+    t = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(FAMILY_THREADS) as pool:
+        jobs = {}
+        for family in families:  # written one at a time (torch's seed is global)
+            try:
+                path = tiny_checkpoint(family, Path(tmp) / family)
+            except Exception as e:
+                jobs[family] = failure(e)
+            else:
+                jobs[family] = pool.submit(family_check, family, path, here, cpu)
+        for family, job in jobs.items():  # in order, each as soon as it is done
+            try:
+                row = job if isinstance(job, dict) else job.result()
+            except Exception as e:
+                row = failure(e)
+            result["families"][family] = row
+            verdict = "ok" if row["ok"] else "FAILED"
+            seconds = f" in {row['seconds']:.1f} s" if "seconds" in row else ""
+            print(
+                f"sanity-families {family:10s}: {verdict}: {here.platform} vs "
+                f"{'cpu' if here != cpu else 'itself'}, {row['line']}{seconds}",
+                flush=True,
+            )
+            for name, check in row.get("checks", {}).items():
+                mark = "ok" if check["ok"] else "FAILED"
+                print(f"sanity-families {family:10s}: {name} {mark}: {check['line']}", flush=True)
+            write_json(json_path, result)  # a step cut off keeps the families it checked
+    failed = [f for f, row in result["families"].items() if not row["ok"]]
+    result["failed"], result["ok"] = failed, not failed
+    result["seconds"] = seconds = time.perf_counter() - t
+    print(
+        f"sanity-families: {len(families) - len(failed)} of {len(families)} families ok "
+        f"in {seconds:.1f} s ({FAMILY_THREADS} at a time)"
+        + (f"; FAILED: {', '.join(failed)}" if failed else ""),
+        flush=True,
+    )
+    write_json(json_path, result)
+    return not failed
 
 
 def zero_copy(nbytes: int) -> None:
@@ -789,6 +1066,7 @@ def fast_forward(tokens: list[int], tiny: bool, json_path: Path | None) -> bool:
 def main() -> int:
     checks = (
         "sanity",
+        "sanity-families",
         "zero-copy",
         "precision",
         "overlap",
@@ -836,6 +1114,8 @@ def main() -> int:
     what = tuple(args.what.split(","))
     if args.check == "sanity":
         return 0 if sanity(args.json) else 1
+    if args.check == "sanity-families":
+        return 0 if sanity_families(args.json) else 1
     if args.check == "fast-forward":
         return 0 if fast_forward(args.tokens, args.tiny, args.json) else 1
     args.tokens = args.tokens[0]

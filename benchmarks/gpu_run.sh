@@ -104,6 +104,9 @@ for stage in "${wanted[@]}"; do
     sanity)
       command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
       step 60 "${checks[@]}" sanity --json "$OUT/sanity.json"
+      # every family's tiny model (the decoders first), its full capture against the CPU
+      # backend's; blockwise and generation (llama), uint8, bf16 and ablation (bert)
+      step 60 "${checks[@]}" sanity-families --json "$OUT/sanity-families.json"
       step 30 "${checks[@]}" zero-copy --bytes "$(s 16777216 1073741824)"
       ;;
     bench)  # (a)-(f), BERT-base T=128 float32: the first targets

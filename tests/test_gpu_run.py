@@ -13,6 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from jaxattn.checkpoints.loading import default_model_dir
@@ -55,12 +56,79 @@ def test_a_missing_tokenizer_says_to_prepare(tmp_path):
     assert got.returncode == 2 and "run 'prepare' here first" in got.stderr
 
 
+def checks_module():
+    """benchmarks/gpu_checks.py as a module (its imports are the standard library's)."""
+    spec = importlib.util.spec_from_file_location("gpu_checks", ROOT / "benchmarks/gpu_checks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_family_has_a_tiny_model_and_the_decoders_are_checked_first():
+    """The one family list decides what sanity-families checks: a family added to it
+    without a tiny checkpoint fails here (and the check names it)."""
+    from jaxattn.bench.synthetic import TINY_FAMILIES
+    from jaxattn.checkpoints.families import FAMILIES as TABLES
+    from jaxattn.config import FAMILIES
+
+    assert set(TINY_FAMILIES) == set(FAMILIES)
+    order = checks_module().family_order()
+    assert sorted(order) == sorted(FAMILIES)
+    decoders = [f for f in FAMILIES if TABLES[f].fixed.get("causal")]
+    assert order[: len(decoders)] == decoders and "llama" in decoders
+    assert order[-1] == "modernbert" and "bert" in order[len(decoders) :]
+
+
+def test_the_relative_difference_is_over_the_references_finite_scale():
+    diff = checks_module().relative_difference
+    ref = np.array([[-np.inf, 4.0], [np.nan, -2.0]])
+    assert diff(ref.copy(), ref) == 0.0  # equal infinities and NaNs at the same places
+    assert diff(ref + [[0, 0.02], [0, 0]], ref) == pytest.approx(0.02 / 4)
+    assert diff(np.array([0.5, 0.25]), np.array([0.5, 0.0])) == 0.25  # scale at least 1
+    assert diff(np.array([[-np.inf, 4.0], [1.0, -2.0]]), ref) == np.inf  # a NaN lost
+    assert diff(np.array([[0.0, 4.0], [np.nan, -2.0]]), ref) == np.inf  # a mask lost
+
+
 @pytest.mark.slow
-def test_the_first_stages_run_and_write_their_figures(tmp_path):
-    run_clean("sanity", "precision", "service", out=tmp_path)
+def test_the_sanity_stage_checks_the_tiny_bert_and_every_family(tmp_path):
+    from jaxattn.config import FAMILIES
+
+    log = run_clean("sanity", out=tmp_path)
     sanity = json.loads((tmp_path / "sanity.json").read_text())
     # The same tiny capture on this backend and in a child on the CPU backend.
     assert sanity["ok"] and set(sanity["max_relative_difference"]) >= {"attention", "keys"}
+    families = json.loads((tmp_path / "sanity-families.json").read_text())
+    assert families["ok"] and families["failed"] == []
+    assert set(families["families"]) == set(FAMILIES)
+    # Here the one backend's capture is compared with itself, and says so first.
+    first = log.index("sanity-families: one backend (cpu)")
+    for family in FAMILIES:
+        assert log.index(f"sanity-families {family:10s}: ok: cpu vs itself, worst ") > first
+        row = families["families"][family]
+        assert row["quantities"] == len(row["max_relative_difference"]) >= 17, family
+        # three lengths in one batch padded to 24 tokens, longer than every window
+        first, second, third = row["lengths"]
+        assert 24 >= first > 15 >= second > 8 >= third, family
+    for family, check in (
+        ("llama", "blockwise"),
+        ("llama", "generate"),
+        ("bert", "uint8"),
+        ("bert", "bfloat16"),
+        ("bert", "ablation"),
+    ):
+        assert f"sanity-families {family:10s}: {check} ok: " in log
+    llama = families["families"]["llama"]["checks"]
+    # Blockwise against dense is a real comparison on one backend too: 8-token blocks.
+    assert llama["blockwise"]["block"] == 8
+    assert 0 < max(llama["blockwise"]["max_relative_difference"].values()) <= 1e-5
+    assert [len(ids) for ids in llama["generate"]["ids"][0]] == [4, 4]
+    assert families["families"]["bert"]["checks"]["ablation"]["moved"] > 1e-3
+    assert f"sanity-families: {len(FAMILIES)} of {len(FAMILIES)} families ok" in log
+
+
+@pytest.mark.slow
+def test_the_first_stages_run_and_write_their_figures(tmp_path):
+    run_clean("precision", "service", out=tmp_path)
     precision = json.loads((tmp_path / "precision.json").read_text())
     for p in ("highest", "tf32", "bf16"):
         assert precision[f"forward_{p}_seq_per_s"] > 0 and precision[f"attention_{p}_s"] > 0

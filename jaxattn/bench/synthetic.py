@@ -143,6 +143,78 @@ DECODER_SHAPES: dict[str, tuple[str, dict]] = {
 }
 SHAPES.update(DECODER_SHAPES)
 
+# A tiny random checkpoint of every family (`jaxattn.config.FAMILIES`; the GPU run's
+# `sanity-families` check, which fails for a family missing here): family -> (a SHAPES
+# name, or a transformers config class for a family SHAPES lacks; the fields replacing
+# its). Odd widths, two layers (ModernBERT three), sharp softmaxes (initializer_range
+# 0.25), and every window shorter than the check's 24 tokens, so sliding, local and
+# global layers all differ from full attention; the decoders' heads grouped (GQA).
+_ENCODER = dict(
+    hidden_size=24,
+    num_hidden_layers=2,
+    num_attention_heads=3,
+    intermediate_size=37,
+    max_position_embeddings=64,
+    initializer_range=0.25,
+)
+_DECODER = dict(
+    vocab_size=30522,
+    hidden_size=24,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=6,
+    intermediate_size=37,
+    max_position_embeddings=64,
+    initializer_range=0.25,
+    tie_word_embeddings=True,
+    bos_token_id=101,
+    eos_token_id=102,
+)
+_SLIDING_FIRST = ["sliding_attention", "full_attention"]
+TINY_FAMILIES: dict[str, tuple[str, dict]] = {
+    "bert": ("bert-base", _ENCODER),
+    "roberta": ("xlm-roberta-base", {**_ENCODER, "max_position_embeddings": 66}),
+    "distilbert": (
+        "DistilBertConfig",
+        dict(vocab_size=30522, dim=24, n_layers=2, n_heads=3, hidden_dim=37)
+        | dict(max_position_embeddings=64, initializer_range=0.25),
+    ),
+    "electra": ("electra-base", {**_ENCODER, "embedding_size": 13}),
+    "albert": ("albert-base", {**_ENCODER, "embedding_size": 13}),
+    "deberta-v2": ("deberta-v3-base", {**_ENCODER, "position_buckets": 8}),
+    "modernbert": (
+        "modernbert-base",
+        {**_ENCODER, "num_hidden_layers": 3, "global_attn_every_n_layers": 2, "local_attention": 8},
+    ),
+    "gpt2": ("gpt2-small", dict(n_embd=24, n_layer=2, n_head=3, n_positions=64)),
+    "llama": (  # Llama-3.2-1B's positions: its llama3 rope scaling starts at 8,192
+        "llama-1b",
+        {k: v for k, v in _DECODER.items() if k != "max_position_embeddings"},
+    ),
+    "mistral": ("MistralConfig", {**_DECODER, "sliding_window": 7}),
+    "qwen2": (  # layer 0 full, layer 1 sliding (from max_window_layers on)
+        "qwen2-0.5b",
+        {**_DECODER, "vocab_size": 30528, "use_sliding_window": True, "sliding_window": 9}
+        | {"max_window_layers": 1},
+    ),
+    "qwen3": (
+        "Qwen3Config",
+        {**_DECODER, "vocab_size": 30528, "use_sliding_window": True, "sliding_window": 6}
+        | {"layer_types": _SLIDING_FIRST},
+    ),
+    "gemma2": (  # soft-capped scores, query_pre_attn_scalar, a sliding and a global layer
+        "Gemma2Config",
+        {**_DECODER, "query_pre_attn_scalar": 7, "sliding_window": 9}
+        | {"attn_logit_softcapping": 3.0, "final_logit_softcapping": 5.0},
+    ),
+    "gemma3": (
+        "Gemma3TextConfig",
+        {**_DECODER, "query_pre_attn_scalar": 7, "sliding_window": 9}
+        | {"layer_types": _SLIDING_FIRST},
+    ),
+}
+
 
 def random_checkpoint(name: str, out_dir: Path, **overrides) -> Path:
     """Write the random-weight checkpoint `name` (a key of SHAPES) into out_dir.
@@ -155,14 +227,37 @@ def random_checkpoint(name: str, out_dir: Path, **overrides) -> Path:
     """
     if name not in SHAPES:  # before the slow imports
         raise UsageError(f"unknown synthetic model {name!r}: valid are {', '.join(SHAPES)}")
+    cls, fields = SHAPES[name]
+    base = {} if name in DECODER_SHAPES else BASE
+    return _write(cls, {**base, **fields, **overrides}, out_dir)
+
+
+def tiny_checkpoint(family: str, out_dir: Path) -> Path:
+    """Write the tiny random checkpoint of `family` (TINY_FAMILIES) into out_dir.
+
+    Raises:
+      UsageError: a family without one, naming TINY_FAMILIES.
+    """
+    if family not in TINY_FAMILIES:
+        raise UsageError(
+            f"no tiny checkpoint of family {family!r}: add it to "
+            f"jaxattn.bench.synthetic.TINY_FAMILIES (valid are {', '.join(TINY_FAMILIES)})"
+        )
+    shape, fields = TINY_FAMILIES[family]
+    if shape in SHAPES:
+        return random_checkpoint(shape, out_dir, **fields)
+    return _write(shape, fields, out_dir)
+
+
+def _write(cls: str, fields: dict, out_dir: Path) -> Path:
+    """The random-weight model of transformers config class `cls` with `fields`, seed 0,
+    and the benchmark tokenizer, written into out_dir."""
     import torch
     import transformers
 
     from jaxattn.checkpoints.loading import default_model_dir
 
-    cls, fields = SHAPES[name]
-    base = {} if name in DECODER_SHAPES else BASE
-    config = getattr(transformers, cls)(**{**base, **fields, **overrides})
+    config = getattr(transformers, cls)(**fields)
     torch.manual_seed(0)
     transformers.AutoModel.from_config(config).save_pretrained(str(out_dir))
     source = Path(os.environ[TOKENIZER_ENV]) if os.environ.get(TOKENIZER_ENV) else None
