@@ -67,27 +67,25 @@ class _Pool:
 
 
 class _Slots:
-    """A bounded count of free slots, taken without waiting: threading.BoundedSemaphore's
-    `acquire(blocking=False)` and `release`, on one C lock (the semaphore's are Python
-    code around a Condition: a few microseconds of the reading thread's GIL a chunk)."""
+    """A bounded count of free slots, taken without waiting (`take`) and given back
+    (`give_back`), on one C lock (threading.BoundedSemaphore's are Python code around a
+    Condition: a few microseconds of the reading thread's GIL a chunk)."""
 
     def __init__(self, n: int):
         self._free, self._n, self._lock = n, n, threading.Lock()
 
-    def acquire(self, blocking: bool = False) -> bool:
+    def take(self) -> bool:
         """Take a slot where one is free; whether it was (never waits)."""
-        if blocking:
-            raise ValueError("the pool's slots are taken without waiting")
         with self._lock:
             if self._free:
                 self._free -= 1
                 return True
             return False
 
-    def release(self) -> None:
+    def give_back(self) -> None:
         with self._lock:
-            if self._free >= self._n:
-                raise ValueError("a pool slot released more times than it was taken")
+            if self._free >= self._n:  # a bug: each slot is given back once, by its taker
+                raise RuntimeError("a codec pool slot given back more times than it was taken")
             self._free += 1
 
 
@@ -148,15 +146,15 @@ def ordered(
                 try:
                     result = future.result()
                 finally:
-                    shared.slots.release()
+                    shared.slots.give_back()
             fill()
             yield item, result
     finally:
         for _, future in pending:
             if future is not None and not future.cancel():
-                future.add_done_callback(lambda _: shared.slots.release())
+                future.add_done_callback(lambda _: shared.slots.give_back())
             elif future is not None:
-                shared.slots.release()
+                shared.slots.give_back()
 
 
 def start(work: Callable[..., R], *args, size: int, least: int) -> Job:
@@ -168,7 +166,7 @@ def start(work: Callable[..., R], *args, size: int, least: int) -> Job:
         shared = pool()
         future = _offer(shared, work, *args)
         if future is not None:
-            future.add_done_callback(lambda _: shared.slots.release())
+            future.add_done_callback(lambda _: shared.slots.give_back())
             return Job(future, work, args)
     return _done(work, args)
 
@@ -226,12 +224,12 @@ def _here(work: Callable[..., R], args: tuple) -> tuple:
 
 def _offer(shared: _Pool, work: Callable[..., R], *args) -> concurrent.futures.Future | None:
     """work(*args) submitted to the pool, holding one of its slots; None where no slot is free."""
-    if not shared.slots.acquire(blocking=False):
+    if not shared.slots.take():
         return None
     try:
         return shared.executor.submit(work, *args)
     except RuntimeError:  # the interpreter is shutting down: the caller's thread, then
-        shared.slots.release()
+        shared.slots.give_back()
         return None
 
 

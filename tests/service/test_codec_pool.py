@@ -19,10 +19,10 @@ BIG = codec_pool.POOL_MIN
 def free_slots_now() -> int:
     """The pool's free slots, counted by taking them all (and giving them back)."""
     slots, taken = codec_pool.pool().slots, 0
-    while slots.acquire(blocking=False):
+    while slots.take():
         taken += 1
     for _ in range(taken):
-        slots.release()
+        slots.give_back()
     return taken
 
 
@@ -74,14 +74,14 @@ def test_small_items_and_items_past_the_free_slots_run_where_they_are_taken():
     assert set(seen.values()) == {here}
     seen.clear()
     held = 0
-    while pool.slots.acquire(blocking=False):  # another call holds every slot
+    while pool.slots.take():  # another call holds every slot
         held += 1
     try:
         assert [r for _, r in codec_pool.ordered(work, range(6), lambda k: BIG)] == [*range(6)]
         assert set(seen.values()) == {here}
     finally:
         for _ in range(held):
-            pool.slots.release()
+            pool.slots.give_back()
 
 
 def test_an_error_comes_at_its_item_and_the_slots_come_back():

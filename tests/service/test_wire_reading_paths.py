@@ -170,15 +170,13 @@ def test_a_job_done_here_keeps_its_result_or_raises_its_error_each_time():
             bad.result()
 
 
-def test_the_slots_count_and_refuse_a_release_too_many():
+def test_the_slots_count_and_refuse_a_give_back_too_many():
     slots = codec_pool._Slots(2)
-    assert slots.acquire(blocking=False) and slots.acquire(blocking=False)
-    assert not slots.acquire(blocking=False)
-    slots.release()
-    assert slots.acquire(blocking=False)
-    slots.release()
-    slots.release()
-    with pytest.raises(ValueError, match="released more times"):
-        slots.release()
-    with pytest.raises(ValueError, match="without waiting"):
-        slots.acquire(blocking=True)
+    assert slots.take() and slots.take()
+    assert not slots.take()
+    slots.give_back()
+    assert slots.take()
+    slots.give_back()
+    slots.give_back()
+    with pytest.raises(RuntimeError, match="given back more times"):
+        slots.give_back()
