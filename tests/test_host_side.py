@@ -165,3 +165,15 @@ def test_unpack_cuts_each_row_as_written_out_here(engines, request_):
                         float(blocks[name]["offset"].row(r)),
                     )
                 assert cap.quantization[name] == want, (pos, name)
+
+
+def test_a_position_outside_a_text_names_the_first_such_text_among_repeated_lengths(engines):
+    from jaxattn.errors import UsageError
+
+    engine = engines["bert"]
+    spec = engine.make_spec("attention", query_positions=[4])
+    spec.check_examples([(0, 5), (1, 5), (2, 6)])  # every text holds position 4
+    for lengths, named in [([5, 5, 3, 4], 2), ([6, 3, 6, 3], 1), ([4], 0)]:
+        with pytest.raises(UsageError, match="4") as raised:
+            spec.check_examples(enumerate(lengths))
+        assert raised.value.index == named
