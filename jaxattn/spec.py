@@ -101,12 +101,16 @@ class CaptureSpec:
           UsageError: as `positions_of_example`, with `.index` the text's input index
             (`capture_iter` names it by its place in the whole input).
         """
+        fine: set[int] = set()  # lengths checked: a call's texts share a few
         for i, length in lengths:
+            if length in fine:
+                continue
             try:
                 self.positions_of_example(length, where.format(i))
             except UsageError as e:
                 e.index = i
                 raise
+            fine.add(length)
 
 
 def check_quantity(name: str) -> None:

@@ -32,6 +32,7 @@ Streams hand their results on and keep them pinned.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
@@ -163,23 +164,25 @@ def pack(
     """
     ids = np.full((batch.size, batch.length), config.pad_token_id, np.int32)
     type_ids = np.zeros((batch.size, batch.length), np.int32)
-    mask = np.zeros((batch.size, batch.length), bool)
     classes = np.zeros((batch.size, batch.length), np.int8)
+    rows = [tokenized[pos] for pos in batch.rows]
+    lengths = [e.length for e in rows]
+    # Each real row's first `length` columns, filled in one go from the rows' ids laid
+    # end to end (a boolean index walks [B, T] row by row): no per-row conversion.
+    mask = np.arange(batch.length) < np.array(lengths + [0] * (batch.size - len(rows)))[:, None]
+    total = sum(lengths)
+    ids[mask] = np.fromiter(itertools.chain.from_iterable(e.ids for e in rows), np.int32, total)
+    if config.type_vocab_size:
+        chained = itertools.chain.from_iterable(e.type_ids for e in rows)
+        type_ids[mask] = np.fromiter(chained, np.int32, total)
     # The head statistics count attention to [CLS], [SEP] and punctuation.
-    want_classes = spec is not None and bool(set(STATISTICS) & set(spec.what))
-    for r, pos in enumerate(batch.rows):
-        e = tokenized[pos]
-        ids[r, : e.length] = e.ids
-        if config.type_vocab_size:
-            type_ids[r, : e.length] = e.type_ids
-        mask[r, : e.length] = True
-        if want_classes:
+    if spec is not None and set(STATISTICS) & set(spec.what):
+        for r, e in enumerate(rows):
             classes[r, : e.length] = class_bits(e.tokens)
     # Dummy rows (a padded remainder): one real key, so their softmax stays
     # finite; their outputs are never read.
-    mask[len(batch.rows) :, 0] = True
-    lengths = [tokenized[pos].length for pos in batch.rows]
-    lengths += [None] * (batch.size - len(batch.rows))
+    mask[len(rows) :, 0] = True
+    lengths += [None] * (batch.size - len(rows))
     positions = {} if spec is None else map_positions.arrays(spec, lengths)
     return ids, type_ids, mask, classes, positions
 
@@ -216,41 +219,70 @@ def host_blocks(out: dict) -> dict[str, dict[str, HostBlock]]:
     return {name: {k: HostBlock(v) for k, v in parts.items()} for name, parts in out.items()}
 
 
-def _row(r: int, e: TokenizedText, blocks: dict, spec: CaptureSpec) -> tuple[dict, dict]:
-    """(tensors, quantization) of row `r` of a batch's blocks, trimmed to example `e`."""
-    tensors, quant = {}, {}
-    for name, out in blocks.items():
-        q = QUANTITIES[name]
-        sizes = spec.token_sizes(name, e.length)  # a map's selected rows and keys: all real
-        trim = tuple(
-            slice(0, sizes[q.axes[i]]) if i in q.token_axes else slice(None)
-            for i in range(len(q.axes))
+class _Rows:
+    """The per-length work of cutting a batch's rows, done once per length (issue 26):
+    each quantity's trim and the maps' positions of an example of `length` tokens."""
+
+    def __init__(self, blocks: dict, spec: CaptureSpec):
+        self.blocks, self.spec = blocks, spec
+        self._trims: dict[int, tuple] = {}
+        self._positions: dict[int, dict] = {}
+
+    def trims(self, length: int) -> tuple:
+        """((name, its blocks, the index trimming a row to `length`), ...)."""
+        got = self._trims.get(length)
+        if got is None:
+            got = self._trims[length] = tuple(
+                (name, out, _trim(QUANTITIES[name], self.spec.token_sizes(name, length)))
+                for name, out in self.blocks.items()
+            )
+        return got
+
+    def positions(self, length: int) -> dict:
+        got = self._positions.get(length)
+        if got is None:
+            got = self._positions[length] = self.spec.positions_of_example(length)
+        return got
+
+    def row(self, r: int, e: TokenizedText) -> tuple[dict, dict]:
+        """(tensors, quantization) of row `r` of the batch, trimmed to example `e`."""
+        tensors, quant = {}, {}
+        uint8 = self.spec.dtype == "uint8"
+        for name, out, trim in self.trims(e.length):
+            tensors[name] = out["data"].row(r)[trim]
+            if uint8:
+                if "scale" in out:
+                    quant[name] = (float(out["scale"].row(r)), float(out["offset"].row(r)))
+                else:
+                    quant[name] = (PROBABILITY_SCALE, 0.0)
+        return tensors, quant
+
+    def fields(self, e: TokenizedText, provenance: Mapping) -> dict:
+        """The Capture fields of example `e` other than its tensors and quantization."""
+        spec = self.spec
+        return dict(
+            tokens=e.tokens,
+            sentence_b_start=e.sentence_b_start,
+            layers=spec.layers,
+            heads=spec.heads,
+            kv_heads=spec.kv_heads,
+            dtype=spec.dtype,
+            precision=spec.precision,
+            text=e.text,
+            truncated=e.truncated,
+            generated_start=e.generated_start,
+            stop=e.stop,
+            provenance=provenance,
+            **self.positions(e.length),
         )
-        tensors[name] = out["data"].row(r)[trim]
-        if spec.dtype == "uint8":
-            if "scale" in out:
-                quant[name] = (float(out["scale"].row(r)), float(out["offset"].row(r)))
-            else:
-                quant[name] = (PROBABILITY_SCALE, 0.0)
-    return tensors, quant
 
 
-def _fields(e: TokenizedText, spec: CaptureSpec, provenance: Mapping) -> dict:
-    """The Capture fields of example `e` other than its tensors and quantization."""
-    return dict(
-        tokens=e.tokens,
-        sentence_b_start=e.sentence_b_start,
-        layers=spec.layers,
-        heads=spec.heads,
-        kv_heads=spec.kv_heads,
-        dtype=spec.dtype,
-        precision=spec.precision,
-        text=e.text,
-        truncated=e.truncated,
-        generated_start=e.generated_start,
-        stop=e.stop,
-        provenance=provenance,
-        **spec.positions_of_example(e.length),
+def _trim(q, sizes: dict) -> tuple:
+    """The index of a row of quantity `q` keeping `sizes` of its token axes (a map's
+    selected rows and keys: all real)."""
+    token_axes = q.token_axes
+    return tuple(
+        slice(0, sizes[axis]) if i in token_axes else slice(None) for i, axis in enumerate(q.axes)
     )
 
 
@@ -271,10 +303,11 @@ def unpack(
       provenance: the read-only provenance every Capture shares (None: none).
     """
     provenance = frozen() if provenance is None else provenance
+    rows = _Rows(blocks, spec)
     for r, pos in enumerate(batch.rows):
         e = tokenized[pos]
-        tensors, quant = _row(r, e, blocks, spec)
-        yield pos, Capture(tensors=tensors, quantization=quant, **_fields(e, spec, provenance))
+        tensors, quant = rows.row(r, e)
+        yield pos, Capture(tensors=tensors, quantization=quant, **rows.fields(e, provenance))
 
 
 def unpack_part(
@@ -289,10 +322,11 @@ def unpack_part(
     """As `unpack`, for the outputs of one layer group (`jaxattn.engine.layer_groups`):
     (input position, `CapturePart` number `part` of the example, groups at `cuts`)."""
     provenance = frozen() if provenance is None else provenance
+    rows = _Rows(blocks, spec)
     for r, pos in enumerate(batch.rows):
         e = tokenized[pos]
-        tensors, quant = _row(r, e, blocks, spec)
-        fields = _fields(e, spec, provenance)
+        tensors, quant = rows.row(r, e)
+        fields = rows.fields(e, provenance)
         yield (
             pos,
             CapturePart(fields=fields, cuts=cuts, part=part, tensors=tensors, quantization=quant),

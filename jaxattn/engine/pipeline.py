@@ -179,7 +179,11 @@ class BatchPipeline:
         self, tokenized: Sequence[TokenizedText], spec: CaptureSpec, group_bytes=None
     ) -> list[int]:
         """Layers per group of each example (`layer_groups.GroupPolicy`), 0: one program."""
-        return [self._group_size(spec, self._bucket(e.length), group_bytes) for e in tokenized]
+        sizes: dict[int, int] = {}  # by length: a call's examples share a few
+        for e in tokenized:
+            if e.length not in sizes:
+                sizes[e.length] = self._group_size(spec, self._bucket(e.length), group_bytes)
+        return [sizes[e.length] for e in tokenized]
 
     def _bucket(self, length: int) -> int:
         return next((b for b in self.buckets if b >= length), length)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,8 +39,9 @@ class TokenizedText:
     generated_start: int | None = None
     stop: str | None = None
 
-    @property
+    @functools.cached_property
     def length(self) -> int:
+        """len(ids), counted once (batching and unpacking ask it per example many times)."""
         return len(self.ids)
 
 
@@ -151,30 +153,36 @@ class Tokenizer:
             _refuse_pairs(texts, self.config.family)
         if not texts:
             return []
-        limit = self.config.max_length
-        encoded = self._backend.encode_batch(list(texts), add_special_tokens=True)
+        texts = list(texts)
+        limit, truncating = self.config.max_length, self._truncating
+        # The per-text work below is the host's share of a large capture (issue 26):
+        # one conversion of each id list, no per-text lookups beyond what is kept.
         out: list[TokenizedText | None] = []
-        for i, e in enumerate(encoded):
-            truncated = len(e.ids) > limit
-            if truncated and too_long == "error":
-                raise TooLongError(i, len(e.ids), limit)
-            if truncated and too_long == "skip":
-                out.append(None)
-                continue
+        append = out.append
+        encoded = self._backend.encode_batch(texts, add_special_tokens=True)
+        for i, (text, e) in enumerate(zip(texts, encoded, strict=True)):
+            ids = e.ids
+            truncated = len(ids) > limit
             if truncated:
-                e = self._truncating.encode(*_pair(texts[i]), add_special_tokens=True)
+                if too_long == "error":
+                    raise TooLongError(i, len(ids), limit)
+                if too_long == "skip":
+                    append(None)
+                    continue
+                e = truncating.encode(*_pair(text), add_special_tokens=True)
+                ids = e.ids
             b = None
-            if isinstance(texts[i], tuple):
+            if isinstance(text, tuple):
                 # An empty sentence B has no token of its own: it starts at the
                 # final separator, where its first token would have been.
-                b = next((j for j, s in enumerate(e.sequence_ids) if s == 1), len(e.ids) - 1)
-            out.append(
+                b = next((j for j, s in enumerate(e.sequence_ids) if s == 1), len(ids) - 1)
+            append(
                 TokenizedText(
-                    ids=tuple(e.ids),
+                    ids=tuple(ids),
                     type_ids=tuple(e.type_ids),
                     tokens=tuple(e.tokens),
                     sentence_b_start=b,
-                    text=texts[i],
+                    text=text,
                     truncated=truncated,
                 )
             )
