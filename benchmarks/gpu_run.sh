@@ -128,6 +128,11 @@ for stage in "${wanted[@]}"; do
       # the next batch's kernels, and which kernels take the time? A traced capture each.
       step 90 "${checks[@]}" profile $tiny --tokens "$tokens" -n "$(s 8 1024)" \
         --precision tf32 --json "$OUT/profile.json" --trace-out "$OUT/trace.json.gz"
+      # the host's side of a call by phase (tokenize, spec, plan, dispatch, unpack) on this
+      # machine's cores: the 25 % of (c)'s wall time outside the device's span on
+      # 2026-11-27 (printed only: $OUT holds at most 8 files)
+      step 60 "$py" benchmarks/host_overhead.py --n "$(s 64 1024)" --tokens "$tokens" \
+        --repeats "$(s 1 5)"
       ;;
     first)  # a new process: load + first full capture of 100 EWT sentences, cold then cached.
       # The random BERT-base is written once, in a step of its own (17 s on the GPU's host:
