@@ -183,8 +183,12 @@ def test_the_program_spans_count_overlapping_time_once():
     for start, end in ((10.0, 12.0), (11.0, 13.0), (15.0, 16.0), (5.0, 9.0)):
         spans._span(first.PROGRAM_EVENTS[0], start, end)
     spans._span("/jax/some/other/event", 12.0, 20.0)  # not a program's: left out
-    # Since 10: 10-13 (two threads at once, counted once) and 15-16; since 11.5: 1.5 + 1.
-    assert spans.wall(10.0) == 4.0 and spans.wall(11.5) == 2.5
+    spans._span(first.PROGRAM_EVENTS[2], 12.5, 14.0)  # a compile beside the traces
+    # Since 10: 10-14 (threads at once, counted once) and 15-16; since 11.5: 2.5 + 1.
+    assert spans.wall(10.0) == 5.0 and spans.wall(11.5) == 3.5
+    # each kind alone: the traces 10-13 and 15-16, the compile 12.5-14
+    assert spans.wall(10.0, first.PROGRAM_EVENTS[:1]) == 4.0
+    assert spans.wall(10.0, first.PROGRAM_EVENTS[2:]) == 1.5
 
 
 def test_a_step_over_the_runs_budget_is_skipped_and_counted(tmp_path):
