@@ -20,6 +20,7 @@ and 1.9x (Gram) faster than going through f, whose einsum is memory-bound.
 from __future__ import annotations
 
 import jax.numpy as jnp
+from jax import lax
 
 from jaxattn.engine.precision import Matmul
 
@@ -73,12 +74,18 @@ def _quadratic_form(attention, gram, mm: Matmul = _EXACT):
     both = gram + jnp.swapaxes(gram, -1, -2)
     sym = jnp.where(jnp.eye(heads, dtype=bool), gram, both)
     sym = jnp.moveaxis(sym, 0, -1)  # [H, G, S]
+    # The rows taken apart once each (two ops), not indexed per product: this form's
+    # ~H^2 operations are most of tracing a capture step, and an index under vmap,
+    # deep in the model's stack, costs several times a product (issue 26: a cached
+    # first capture is mostly tracing). Same products in the same order, same bits.
+    coefficient = lax.unstack(sym.reshape(heads * heads, sym.shape[-1]))  # [h * H + g]
+    alpha = lax.unstack(attention)
     total = None
     for h in range(heads):
-        inner = sym[h, h] * attention[h]
+        inner = coefficient[h * heads + h] * alpha[h]
         for g in range(h + 1, heads):
-            inner = inner + sym[h, g] * attention[g]
-        term = attention[h] * inner
+            inner = inner + coefficient[h * heads + g] * alpha[g]
+        term = alpha[h] * inner
         total = term if total is None else total + term
     return total
 
