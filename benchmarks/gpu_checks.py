@@ -162,10 +162,9 @@ def relative_difference(value, ref) -> float:
         return 0.0
     finite = np.abs(b[np.isfinite(b)])
     scale = max(1.0, float(finite.max())) if finite.size else 1.0
-    return (
-        float(np.nan_to_num(np.where(same, 0.0, np.abs(a - b)), nan=np.inf, posinf=np.inf).max())
-        / scale
-    )
+    with np.errstate(invalid="ignore"):  # a - b of equal infinities too: masked by `same`
+        diff = np.where(same, 0.0, np.abs(a - b))
+    return float(np.nan_to_num(diff, nan=np.inf, posinf=np.inf).max()) / scale
 
 
 def sanity(json_path: Path | None) -> bool:
