@@ -233,15 +233,10 @@ FAMILY_LIMIT = 1e-5
 # Blockwise against dense: the same float32 sums in blocks (an online softmax): the same limit.
 BLOCK = 8  # sanity-families: the blockwise path's block, three blocks of the 24 tokens
 BF16_LIMIT = 2.0**-7  # two bfloat16 roundings of nearly equal values: one step apart
-# The padded length of sanity-families and its texts' lengths in tokens (each family's
-# tokenizer: Qwen2's reads the benchmark vocabulary letter by letter).
+# The padded length of sanity-families and its texts' exact lengths in tokens, as each
+# family's own tokenizer counts them (Qwen2's reads the words letter by letter).
 FAMILY_TOKENS = 24
 FAMILY_LENGTHS = (24, 15, 8)
-FAMILY_WORDS = (
-    "Every family of models reads these words on the device and on the host, and the "
-    "padded batch holds three texts of different lengths so that the masks, the windows "
-    "and the positions of each family are all tried at once"
-).split()
 # Families checked at once, each in a thread of its own: most of the check is compiling,
 # which XLA does outside the GIL (two programs a family, its backends').
 FAMILY_THREADS = min(8, os.cpu_count() or 1)
@@ -252,19 +247,12 @@ ABLATED = {"zero": {(0, 1)}, "uniform": {(1, 0)}}
 DECODER_EXTRAS, ENCODER_EXTRAS = "llama", "bert"
 
 
-def fitted_texts(engine) -> list[str]:
-    """FAMILY_WORDS' longest beginnings of at most FAMILY_LENGTHS tokens, by the
-    engine's tokenizer."""
-    texts = []
-    for length in FAMILY_LENGTHS:
-        words = len(FAMILY_WORDS)
-        while (
-            engine.tokenize([" ".join(FAMILY_WORDS[:words])], too_long="truncate")[0].length
-            > length
-        ):
-            words -= 1
-        texts.append(" ".join(FAMILY_WORDS[:words]))
-    return texts
+def family_texts(engine) -> list[str]:
+    """One text of each of FAMILY_LENGTHS tokens, as the engine's own tokenizer counts
+    them (`jaxattn.bench.capture.fitted_texts`)."""
+    from jaxattn.bench.capture import fitted_texts
+
+    return [fitted_texts(engine, length, 1)[0] for length in FAMILY_LENGTHS]
 
 
 def family_order() -> list[str]:
@@ -380,7 +368,7 @@ def family_check(family: str, path: Path, here, cpu) -> dict:
     config = engines[0].config
     if config.family != family:
         raise AssertionError(f"its tiny checkpoint loads as family {config.family!r}")
-    texts = fitted_texts(engines[0])
+    texts = family_texts(engines[0])
     what = config.quantities()
     captures = [e.capture(texts, what=what) for e in engines]
     diffs = differences(captures[0], captures[-1], what)

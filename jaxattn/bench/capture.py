@@ -112,9 +112,11 @@ def fitted_texts(engine, length: int, n: int) -> list[str]:
     if length > limit:
         raise InputError(None, f"--tokens {length}: the model reads at most {limit} tokens")
 
+    def text(words: int, filler: int) -> str:  # WORDS' first `words`, then `filler` a's
+        return " ".join([WORDS[i % len(WORDS)] for i in range(words)] + ["a"] * filler)
+
     def count(words: int, filler: int = 0) -> int:
-        text = " ".join([WORDS[i % len(WORDS)] for i in range(words)] + ["a"] * filler)
-        (t,) = engine.tokenize([text], too_long="truncate")
+        (t,) = engine.tokenize([text(words, filler)], too_long="truncate")
         return limit + 1 if t.truncated else t.length
 
     lo, hi = 0, length  # the most words whose count is at most `length` (a word: >= 1 token)
@@ -130,8 +132,7 @@ def fitted_texts(engine, length: int, n: int) -> list[str]:
             f"cannot make a text of exactly {length} tokens for {engine.info.name}'s "
             f"tokenizer (the nearest has {got})",
         )
-    text = " ".join([WORDS[i % len(WORDS)] for i in range(lo)] + ["a"] * filler)
-    return [text] * n
+    return [text(lo, filler)] * n
 
 
 def jaxattn_runners(engine, texts: list[str]) -> dict:
