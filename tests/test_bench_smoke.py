@@ -194,7 +194,7 @@ def test_synthetic_texts_have_the_asked_length_in_the_model_s_own_tokens(tmp_pat
     own tokenizer."""
     import jaxattn
     from jaxattn.bench import synthetic
-    from jaxattn.errors import InputError
+    from jaxattn.errors import InputError, UsageError
 
     tiny = dict(num_hidden_layers=1, hidden_size=32, num_attention_heads=2)
     tiny |= dict(num_key_value_heads=1, head_dim=16, intermediate_size=24)
@@ -207,5 +207,7 @@ def test_synthetic_texts_have_the_asked_length_in_the_model_s_own_tokens(tmp_pat
         assert len(texts) == 2 and [t.length for t in engine.tokenize(texts)] == [length] * 2
     with pytest.raises(InputError, match="at most 32768 tokens"):
         bench.fitted_texts(engine, 32769, 1)
+    with pytest.raises(UsageError, match="texts or tokens"):
+        bench.run(None, n=1, model=str(path), texts=["a"], tokens=11)
     res = bench.run(None, n=1, repeats=1, model=str(path), tokens=11)
     assert res["tokens"] == 11 and res["n"] == 1

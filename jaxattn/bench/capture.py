@@ -28,7 +28,7 @@ from pathlib import Path
 
 from jaxattn.bench.copy_rate import host_copy_rate, moved_bytes
 from jaxattn.bench.sentences import read_sentences
-from jaxattn.errors import InputError, TooLongError
+from jaxattn.errors import InputError, TooLongError, UsageError
 
 FULL = ("attention", "queries", "keys", "fx_norm", "alpha_fx_norm", "sum_alpha_fx_norm")
 
@@ -178,6 +178,8 @@ def run(
     from jaxattn.checkpoints.loading import default_model_dir
 
     say = progress or (lambda line: None)
+    if tokens is not None and texts is not None:
+        raise UsageError("bench.run takes texts or tokens (texts of that length), not both")
     if tokens is None:
         texts = texts if texts is not None else read_sentences(conllu, n)
     t = time.perf_counter()

@@ -146,7 +146,7 @@ def run(args) -> int:
                 args.n,
                 args.repeats,
                 model,
-                tokens=args.tokens or None,
+                tokens=args.tokens,
                 precision=args.precision,
                 too_long=args.too_long,
                 layer_loop=args.layer_loop,
