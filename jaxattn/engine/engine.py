@@ -32,8 +32,8 @@ from jaxattn.selection import Selection
 from jaxattn.spec import CaptureSpec, check_precision, spec_for
 from jaxattn.stream import CaptureStream, Progress, too_long_policy
 
-# The keyword arguments of a request to `Engine.capture` and `Engine.stream`, the
-# positions' two last (`Engine._stream`).
+# The keyword arguments of a request to `Engine.capture` and `Engine.stream`, which
+# both pass on to `Engine._stream` by name.
 _REQUEST = (
     "what",
     "layers",
@@ -398,7 +398,7 @@ class Engine:
           HostMemoryError: the results come to more than the host's available
             memory (before anything runs), or fill XLA's pinned host pool.
         """
-        return list(self._stream(texts, _request(locals()), hold=True))
+        return list(self._stream(texts, True, **_request(locals())))
 
     def stream(
         self,
@@ -421,15 +421,28 @@ class Engine:
         checked and tokenised before the first one; with `generate`, every text's
         continuation is generated before the first (`generate_and_stream`). All of
         `texts` is in flight at once: for a corpus, `capture_iter` bounds memory."""
-        return self._stream(texts, _request(locals()), hold=False)
+        return self._stream(texts, False, **_request(locals()))
 
-    def _stream(self, texts, request: dict, hold: bool) -> Iterator:
-        """`stream` of `request` (`capture`'s keyword arguments, `_request`); `hold`: the
+    def _stream(
+        self,
+        texts,
+        hold: bool,
+        *,
+        what,
+        layers,
+        heads,
+        dtype,
+        ablation,
+        precision,
+        too_long,
+        generate,
+        stop_at_eos,
+        query_positions,
+        key_positions,
+    ) -> Iterator:
+        """`stream` of a request (`capture`'s keyword arguments, `_request`); `hold`: the
         caller keeps every Capture (`capture`), held as `BatchPipeline.holding` says."""
-        what, layers, heads, dtype, ablation, precision, too_long, generate, stop_at_eos = (
-            request[k] for k in _REQUEST[:-2]
-        )
-        positions = {k: request[k] for k in _REQUEST[-2:]}
+        positions = dict(query_positions=query_positions, key_positions=key_positions)
         generate, stop_at_eos = self._check_generation(generate, stop_at_eos)
         if generate is not None:
             from jaxattn.engine.generate import generate_and_stream
