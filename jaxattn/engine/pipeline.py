@@ -116,7 +116,7 @@ class BatchPipeline:
         # Bytes of pinned output blocks a call that keeps its results (`holding`) may
         # hold before it copies them out: half of XLA's pinned pool on GPUs, None (no
         # limit) where outputs do not land in it (`host.pinned_budget`).
-        self.pinned_budget = host.pinned_budget(self.devices, getattr(step, "host_memory", ""))
+        self.pinned_budget = host.pinned_budget(self.devices, step.host_memory)
         # The host's available memory now (None: unknown), that such a call must fit.
         self.available_bytes: Callable[[], int | None] = host.available_bytes
 
