@@ -241,3 +241,18 @@ def test_a_program_with_any_custom_call_is_exported():
         jax.export.export(jax.jit(uses_a_custom_call))(x)
     exported = program_cache.export(jax.jit(uses_a_custom_call), x)
     assert "jaxattn_test_unstable_target" in exported.mlir_module()
+
+
+def test_a_jax_config_value_is_in_the_key(tmp_path):
+    cache = program_cache.ProgramCache(tmp_path, "a step", jax.devices()[:1])
+    before = cache.key("a call")
+    assert cache.key("another call") != before
+    old = jax.config.jax_numpy_rank_promotion
+    jax.config.update("jax_numpy_rank_promotion", "raise" if old != "raise" else "allow")
+    try:
+        assert cache.key("a call") != before
+    finally:
+        jax.config.update("jax_numpy_rank_promotion", old)
+    assert cache.key("a call") == before
+    other_step = program_cache.ProgramCache(tmp_path, "another step", jax.devices()[:1])
+    assert other_step.key("a call") != before
