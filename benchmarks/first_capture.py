@@ -9,6 +9,10 @@ writes a random BERT-base once for a cold and a cached run) or a random BERT-bas
 here (--random-bert-base, on a GPU; its making is timed apart), and prints the import
 and load time, the first capture, a second capture and the shapes compiled.
 
+A cached run loads each program's exported form from the program cache
+(`jaxattn.engine.program_cache`, skipping the model's tracing) and its compile from
+XLA's persistent cache; $JAXATTN_PROGRAM_CACHE=off measures without the former.
+
 The first capture is split in two: the wall time inside JAX's tracing, lowering and
 XLA compile-or-cache-load (`jax.monitoring`'s time spans of those events, their union:
 the engine compiles several shapes at once in threads) and the rest (the capture's run,
@@ -117,11 +121,14 @@ def main() -> None:
         compiles, loads = spans.compiles - compiles, spans.cache_loads - loads
         engine.capture(texts, what=what, too_long="truncate")
         t3 = time.perf_counter()
+    cache = engine.step.program_cache  # None: off (jaxattn.engine.program_cache)
+    kept = "off" if cache is None else cache.loaded
     made_note = f" (besides making the random checkpoint, {made:.1f} s)" if made else ""
     print(
         f"{len(texts)} texts, {engine.info.name}: import + load {t1 - t0 - made:.1f} s{made_note}, "
         f"first capture {t2 - t1:.1f} s = programs {programs:.1f} s ({compiles} XLA programs, "
-        f"{loads} loaded from the persistent cache; tracing {kinds[0]:.1f} s, lowering "
+        f"{loads} loaded from the persistent cache, {kept} from the program cache; "
+        f"tracing {kinds[0]:.1f} s, lowering "
         f"{kinds[1]:.1f} s, compiling or loading {kinds[2]:.1f} s) + the rest "
         f"{t2 - t1 - programs:.1f} s; "
         f"second {t3 - t2:.1f} s (the run alone), {engine.compiled_shapes} shapes compiled"

@@ -23,7 +23,7 @@ cd "$root"
 # generated code or the Hub loading refuse). Pure wheels or manylinux cp312.
 WHEELS=(protobuf==7.36.2 grpcio==1.85.3 grpcio-health-checking==1.85.1
   grpcio-reflection==1.85.1 zstandard==0.25.0 lz4==4.4.5 prometheus_client==0.26.0
-  zlib-ng==1.1.0)
+  zlib-ng==1.1.0 flatbuffers==25.12.19)
 STAGES=(sanity bench precision overlap first warmup service real levers decoders long scale)
 
 if [ "${1:-}" = prepare ]; then

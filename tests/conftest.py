@@ -16,6 +16,10 @@ import tempfile
 _XLA_CACHE = tempfile.mkdtemp(prefix="jaxattn-test-xla-")
 atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
 os.environ["JAXATTN_COMPILATION_CACHE"] = _XLA_CACHE
+# The program cache off: many tests count the traces and compiles a capture makes, or
+# patch traced code, and a program an earlier test kept would skip both.
+# tests/test_program_cache.py turns it on where it tests it.
+os.environ["JAXATTN_PROGRAM_CACHE"] = "off"
 
 # Before JAX starts a backend: LLVM's optimisations off (`xla_env`: the suite's time
 # is mostly compiling), here and in every process a test starts with this environment.

@@ -184,6 +184,18 @@ def _capture_layer(
     return map_positions.select(cap, positions) | selected
 
 
+# The dense path's capture, jitted on its own: a capture program traces it once per
+# shape and request, not once per layer (inside the vmapped program each layer's call is
+# one nested call whose jaxpr and batching jax keeps; inline, its ~200 small operations,
+# most of them the norms' quadratic form, were traced again at every layer). Unrolled
+# all-MiniLM-L6-v2, 8 programs: tracing 3.0 to 2.4 s, lowering 1.0 to 0.5 s (issue 26).
+@partial(jax.jit, static_argnums=(0, 5, 8, 9))  # want, mm, centre, heads
+def _capture_dense_layer(
+    want, p, x, gamma, std, mm, mask, classes, centre=True, heads=None, positions=None
+) -> dict:
+    return _capture_layer(want, p, x, gamma, std, mm, mask, classes, centre, heads, positions)
+
+
 class EncoderLayer(nn.Module):
     """One transformer layer, post-LN (BERT) or pre-LN (ModernBERT), dense or GLU FFN.
 
@@ -259,7 +271,8 @@ class EncoderLayer(nn.Module):
         if want:
             gamma = self.variables["params"][next_ln.name]["scale"] + c.norm_offset
             centre = c.norm_type == "layer"  # an RMSNorm subtracts no mean
-            cap = _capture_layer(
+            capture = _capture_layer if parts.blockwise is not None else _capture_dense_layer
+            cap = capture(
                 want, parts, x, gamma, std, self.mm, mask, classes, centre, heads, positions
             )
         if not output:

@@ -16,8 +16,9 @@ either way numpy views it without a copy. Measured on an H200 (BENCHMARKS.md,
 2026-11-26): "pinned" runs the copy after the compute, not beside it; "staged"
 hides part of it, identical outputs bit for bit, at tf32 1.24x pinned's rate
 for attention, 1.30x for a full capture, 1.09x for uint8 attention. `compile` builds a
-shape's program ahead of time without running it (`Engine.warmup`); jit keeps
-it for that shape's first call.
+shape's program ahead of time without running it (`Engine.warmup`); the step keeps
+it for that shape's first call, and on disk for the next process (`program_cache`:
+a new process loads it without tracing or lowering the model).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxattn.config import ModelConfig
-from jaxattn.engine import blockwise, layer_groups, map_positions
+from jaxattn.engine import blockwise, layer_groups, map_positions, program_cache
 from jaxattn.engine import layer_loop as layer_loops
 from jaxattn.engine.model import Encoder
 from jaxattn.engine.quantize import quantize
@@ -39,6 +40,13 @@ from jaxattn.quantities import MAPS
 from jaxattn.spec import CaptureSpec
 
 HOST_MEMORY = ("auto", "pinned", "device", "staged")
+
+try:  # what jit's own cache keys on besides the arguments (x64, precision defaults, ...)
+    from jax._src.config import trace_context as _trace_context
+except ImportError:  # pragma: no cover - a jax without it: the config's values
+
+    def _trace_context():
+        return repr(sorted(jax.config.values.items()))
 
 
 def resolve_host_memory(policy: str, devices: Sequence[jax.Device]) -> str:
@@ -108,6 +116,20 @@ def _quantized(spec: CaptureSpec, out: dict, mask, positions) -> dict:
     }
 
 
+def _call_key(spec: CaptureSpec, args: tuple) -> tuple:
+    """A call's program in this process: the spec, the batch's shape, the selected
+    positions' and gates' shapes and JAX's trace context (the config values a jit cache
+    keys on), cheap enough for every batch. args: `CaptureStep._program`'s."""
+    ids, positions, gates = args[1], args[5], args[6]
+    return (
+        spec,
+        ids.shape,
+        tuple((name, p.shape) for name, p in positions.items()),
+        None if gates is None else tuple(g.shape for g in gates),
+        _trace_context(),
+    )
+
+
 class CaptureStep:
     """The compiled capture program of one model on a set of devices.
 
@@ -168,10 +190,13 @@ class CaptureStep:
             attention=attention,
             block=self.block,
         )
+        # params, ids, type_ids, mask, classes, positions, gates
+        self._in_shardings = (replicated, batch, batch, batch, batch, batch, replicated)
+        self._out_sharding = out
         self._jit = jax.jit(
             self._forward,
             static_argnums=0,  # the CaptureSpec; in_shardings cover the rest
-            in_shardings=(replicated, batch, batch, batch, batch, batch, replicated),
+            in_shardings=self._in_shardings,
             out_shardings=out,
         )
         # One layer group's program (`jaxattn.engine.layer_groups`): the spec and the
@@ -187,6 +212,27 @@ class CaptureStep:
         )
         self._templates: dict = {}  # scanned: a group signature -> its program's span
         self._programs: set[tuple] = set()  # (spec, [B, T], heads ablated[, span]) compiled
+        # The whole-model programs made or loaded in this process, by `_call_key`; and
+        # those kept on disk across processes (`program_cache`; None: off).
+        self._compiled: dict[tuple, jax.stages.Compiled] = {}
+        self.program_cache = (
+            None
+            if self.host_memory == "pinned"
+            else program_cache.ProgramCache.for_step(
+                repr(
+                    (
+                        config,
+                        program_cache.signature(self.params),
+                        self.host_memory,
+                        self.layer_loop,
+                        attention,
+                        self.block,
+                        platform,
+                    )
+                ),
+                self.devices,
+            )
+        )
 
     def _forward(self, spec: CaptureSpec, params, ids, type_ids, mask, classes, positions, gates):
         # gates: None, or (keep [L, H], uniform [L, H]) shared by the batch (ablation).
@@ -294,19 +340,46 @@ class CaptureStep:
         ({field: [B, n]}, `jaxattn.engine.map_positions`; None or {}: none).
         """
         self._programs.add((spec, ids.shape, gates is not None))
-        positions = positions or {}
-        out = self._jit(spec, self.params, ids, type_ids, mask, classes, positions, gates)
+        args = (self.params, ids, type_ids, mask, classes, positions or {}, gates)
+        out = self._program(spec, args)(*args)
         if self._staged is not None:  # a transfer of its own, dispatched asynchronously
             out = jax.device_put(out, self._staged)
         return out
 
     def compile(self, spec: CaptureSpec, ids, type_ids, mask, classes, positions=None) -> None:
         """Compile the program of these placed arrays (no heads ablated) without running
-        it: trace, lower and compile (or load from the persistent cache) ahead of time.
-        jit keeps what this made, so the first call of that shape runs at once."""
-        args = (spec, self.params, ids, type_ids, mask, classes, positions or {}, None)
-        self._jit.trace(*args).lower().compile()
+        it ahead of time (`_program`), so the first call of that shape runs at once."""
+        args = (self.params, ids, type_ids, mask, classes, positions or {}, None)
+        self._program(spec, args)
         self._programs.add((spec, ids.shape, False))
+
+    def _program(self, spec: CaptureSpec, args: tuple) -> jax.stages.Compiled:
+        """The compiled program of `spec` for these arguments (the non-static ones of
+        `_forward`): made in this process already; else, with the program cache on, its
+        exported program loaded from disk, or traced, exported and kept there; else traced.
+        Then compiled (XLA's persistent cache may hold the compile)."""
+        key = _call_key(spec, args)
+        program = self._compiled.get(key)
+        if program is not None:
+            return program
+        exported, disk = None, self.program_cache
+        if disk is not None:
+            name = disk.key(repr((spec, program_cache.signature(args[1:]))))
+            exported = disk.load(name)
+            if exported is None:
+                exported = program_cache.export(self._jit, spec, *args)
+                if exported is not None:
+                    disk.save(name, exported)
+        if exported is None:
+            lowered = self._jit.trace(spec, *args).lower()
+        else:
+            jitted = jax.jit(
+                exported.call, in_shardings=self._in_shardings, out_shardings=self._out_sharding
+            )
+            lowered = jitted.trace(*args).lower()
+        program = lowered.compile()
+        self._compiled[key] = program
+        return program
 
     def compile_groups(
         self, spec: CaptureSpec, spans, ids, type_ids, mask, classes, positions=None

@@ -1,0 +1,252 @@
+"""Traced capture programs kept on disk, so that a new process skips tracing the model.
+
+XLA's persistent compilation cache (`jaxattn.engine.cache`) saves a program's
+compile, not what comes before it: to look a program up there JAX first traces
+the model and lowers it to HLO, whose hash is the key. For a capture step that
+is most of a cached first capture (all-MiniLM-L6-v2, 100 EWT sentences, 8
+programs, the 2-core CPU: tracing 2.4 s and lowering 0.5 s of a 5.3 s first
+capture; BENCHMARKS.md "The program cache"). This cache keeps each program as
+JAX exports it (`jax.export`: the lowered StableHLO with its shardings,
+serialized), beside XLA's cache, under a key of everything that decides the
+program without tracing it:
+
+- the process: the jaxattn source (a digest of its .py files), the versions of
+  jax, jaxlib, flax and numpy, the backend and its version, $XLA_FLAGS and
+  every `jax.config` value;
+- the step (`CaptureStep`): the model config, the params' names, shapes and
+  dtypes (values are arguments, not part of the program), the devices, where
+  outputs land, the layer loop, the attention path and block;
+- the call: the `CaptureSpec` and each argument's shape and dtype.
+
+A key that differs is a miss (traced, exported, saved), never a wrong program: a
+wrong hit would need two programs with one key, and every input that shapes a
+program is in it. Code that changes a traced function at run time (a test's
+monkeypatch) is not: such tests turn the cache off ($JAXATTN_PROGRAM_CACHE=off).
+Either way the step runs the exported program (compiled through XLA's cache as
+any other), so a process that traced it and one that loaded it run the same one.
+
+Why exported programs and not compiled executables
+(`jax.experimental.serialize_executable`, which would skip the compile too): on
+the CPU (jax 0.10) an executable serialized in a process that holds other
+executables with the same kernels (one XLA's cache loaded, an earlier compile of
+the same program) leaves those kernels out, and its loaded copy fails at run time
+("Function iota_gather_fusion not found"). An exported program is data (no
+pickle) and XLA's own cache keeps the compile.
+
+On disk: `<compilation cache directory>/jaxattn-programs/<key>.jaxprog`, written
+atomically (a temporary file renamed), the least recently used removed past
+`MAX_BYTES`. A file that does not load (damaged, another jax) is a miss and is
+replaced. Off where the compilation cache is off, where its directory is not a
+local path (gs://), in multi-process jobs, where outputs go to pinned host memory
+(an exported program does not carry memory kinds) and without the flatbuffers
+package (jax.export's serialization); $JAXATTN_PROGRAM_CACHE set to off, 0, false
+or no turns it off, set to a directory keeps the programs there.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+log = logging.getLogger("jaxattn.engine")
+
+ENV = "JAXATTN_PROGRAM_CACHE"
+_OFF = ("0", "off", "false", "no")
+SUBDIRECTORY = "jaxattn-programs"
+SUFFIX = ".jaxprog"
+# Past this the least recently used programs go (an all-MiniLM-L6-v2 full capture's: ~0.2 MB).
+MAX_BYTES = 2 << 30
+# The packages whose code is traced into a program, besides jaxattn's own source.
+_TRACED_PACKAGES = ("jax", "jaxlib", "flax", "numpy", "ml_dtypes")
+
+
+def directory(compilation_cache: str | None = None) -> Path | None:
+    """Where this process keeps programs, or None where the cache is off (module
+    docstring): $JAXATTN_PROGRAM_CACHE where it names a directory, else the
+    compilation cache directory's (default: JAX's setting) `SUBDIRECTORY`."""
+    import jax
+
+    setting = os.environ.get(ENV, "").strip()
+    if setting.lower() in _OFF or jax.process_count() > 1:
+        return None
+    if setting:
+        return Path(setting)
+    base = compilation_cache or jax.config.jax_compilation_cache_dir
+    if not base or "://" in str(base):
+        return None
+    return Path(base) / SUBDIRECTORY
+
+
+@functools.cache
+def _source_digest() -> str:
+    """sha256 of jaxattn's .py files (names and bytes), read once per process."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+@functools.cache
+def _installed() -> str:
+    """What the process was started with: jaxattn's source, the traced packages' versions,
+    Python, the backend, the XLA flags (read when the backend starts). Once per process."""
+    import jax
+
+    versions = []
+    for name in _TRACED_PACKAGES:
+        try:
+            versions.append(f"{name}={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{name}=?")
+    backend = jax.devices()[0].client
+    return repr(
+        (
+            _source_digest(),
+            versions,
+            sys.version_info[:2],
+            backend.platform,
+            backend.platform_version,
+            os.environ.get("XLA_FLAGS", ""),
+            os.environ.get("LIBTPU_INIT_ARGS", ""),
+        )
+    )
+
+
+def _process_part() -> str:
+    """What every program of this process depends on besides its step and call: what it
+    was started with, and every jax.config value now."""
+    import jax
+
+    config = sorted((name, repr(value)) for name, value in jax.config.values.items())
+    return repr((_installed(), config))
+
+
+def signature(tree) -> str:
+    """A pytree's structure with each leaf's shape and dtype (not its values)."""
+    import jax
+
+    leaves, structure = jax.tree.flatten(tree)
+    shapes = [(tuple(getattr(x, "shape", ())), str(getattr(x, "dtype", type(x)))) for x in leaves]
+    return repr((str(structure), shapes))
+
+
+def devices_part(devices: Sequence) -> str:
+    """The devices a program runs on, as a key part."""
+    return repr([(d.platform, d.device_kind, d.id, d.process_index) for d in devices])
+
+
+class ProgramCache:
+    """One step's programs on disk (`directory()`); `part` is the step's own key part
+    (config, params signature, placement: `CaptureStep`)."""
+
+    def __init__(self, root: Path, part: str, devices: Sequence):
+        self.root, self.devices = root, tuple(devices)
+        self._part = repr((devices_part(devices), part))
+        self.loaded = self.saved = 0  # programs this step read from and wrote to disk
+
+    @classmethod
+    def for_step(cls, part: str, devices: Sequence) -> ProgramCache | None:
+        """The cache of a step on `devices`, or None where it is off (or this jax cannot
+        serialize programs: jax.export's serialization needs the flatbuffers package)."""
+        root = directory()
+        if root is None:
+            return None
+        try:
+            from jax._src.export import serialization  # noqa: F401 - imports flatbuffers
+        except ImportError:
+            return None
+        return cls(root, part, devices)
+
+    def key(self, call: str) -> str:
+        """The file name stem of one call's program (`call`: its spec and signature), under
+        the process's state now (a jax.config value changed since counts)."""
+        whole = "\0".join((_process_part(), self._part, call))
+        return hashlib.sha256(whole.encode()).hexdigest()
+
+    def _path(self, key: str) -> Path:
+        return self.root / f"{key}{SUFFIX}"
+
+    def load(self, key: str):
+        """The program saved under `key` (a `jax.export.Exported`), or None: a miss (a file
+        that does not deserialize is removed)."""
+        import jax
+
+        path = self._path(key)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        try:
+            exported = jax.export.deserialize(bytearray(data))
+        except Exception as error:  # noqa: BLE001 - any damage is a miss, then replaced
+            log.warning("the program cache's %s did not load (%s): tracing it again", path, error)
+            path.unlink(missing_ok=True)
+            return None
+        try:
+            os.utime(path)  # recently used: the last to be removed
+        except OSError:
+            pass
+        self.loaded += 1
+        return exported
+
+    def save(self, key: str, exported) -> None:
+        """Write `exported` (a `jax.export.Exported`) under `key`; a directory that cannot be
+        written is logged and skipped."""
+        temporary = None
+        try:
+            data = exported.serialize()
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.root, suffix=".tmp", delete=False) as f:
+                temporary = Path(f.name)
+                f.write(data)
+            os.replace(temporary, self._path(key))
+        except Exception as error:  # noqa: BLE001 - the capture goes on without it
+            log.warning("the program cache could not keep a program in %s: %s", self.root, error)
+            if temporary is not None:
+                temporary.unlink(missing_ok=True)
+            return
+        self.saved += 1
+        _trim(self.root, MAX_BYTES)
+
+
+def export(jitted, *args):
+    """`jax.export.export(jitted)(*args)`, or None (logged) where the program cannot be
+    exported: the capture then runs the jitted function as it is.
+
+    Every custom call is allowed (on GPUs cuDNN's fused attention, whose targets jax
+    does not promise to keep stable across versions): an exported program is loaded
+    only by the same jax and jaxlib on the same backend (the key holds them)."""
+    import jax
+
+    anything = [jax.export.DisabledSafetyCheck.custom_call("ALL")]
+    try:
+        return jax.export.export(jitted, disabled_checks=anything)(*args)
+    except Exception as error:  # noqa: BLE001 - the program runs unexported
+        log.warning("the program cache cannot keep this program (%s): tracing it each time", error)
+        return None
+
+
+def _trim(root: Path, limit: int) -> None:
+    """Remove the least recently used programs of `root` until they hold <= limit bytes."""
+    entries = []
+    for path in root.glob(f"*{SUFFIX}"):
+        try:
+            stat = path.stat()
+        except OSError:  # removed by another process meanwhile
+            continue
+        entries.append((stat.st_mtime, stat.st_size, path))
+    total = sum(size for _, size, _ in entries)
+    for _, size, path in sorted(entries):
+        if total <= limit:
+            break
+        path.unlink(missing_ok=True)
+        total -= size

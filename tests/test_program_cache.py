@@ -1,0 +1,258 @@
+"""The program cache: a capture's programs kept on disk as JAX exports them, so that a new
+engine (a new process) runs them without tracing the model again."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+from hf_fixtures import make_checkpoint
+
+import jaxattn
+from jaxattn.engine import program_cache
+
+WHAT = ("attention", "fx_norm", "sum_alpha_fx_norm")
+# A layer-norm epsilon no other test's model has: programs of this file's own.
+EPS = 3.25e-6
+# Two lengths far apart: two programs (two length buckets).
+TEXTS = ["the cat sat .", "a much longer sentence about the store and the cat " * 3]
+TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return make_checkpoint("bert", tmp_path_factory.mktemp("bert"), layer_norm_eps=EPS)
+
+
+@pytest.fixture
+def programs(tmp_path, monkeypatch):
+    """The program cache on, in a directory of this test's own."""
+    root = tmp_path / "programs"
+    monkeypatch.setenv(program_cache.ENV, str(root))
+    return root
+
+
+@contextlib.contextmanager
+def forward_traces():
+    """The capture step's traces (`_forward`) while inside, from JAX's own events."""
+    seen: list[str] = []
+
+    def listen(event, seconds, fun_name=None, **_):
+        if event == TRACE_EVENT and "_forward" in str(fun_name):
+            seen.append(fun_name)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield seen
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+
+
+def _files(root) -> set[str]:
+    return {p.name for p in root.glob(f"*{program_cache.SUFFIX}")} if root.exists() else set()
+
+
+def _capture(engine, what=WHAT, **options) -> list[dict]:
+    caps = engine.capture(TEXTS, what=what, **options)
+    return [{name: getattr(c, name) for name in what} for c in caps]
+
+
+def _assert_equal(a: list[dict], b: list[dict]) -> None:
+    for x, y in zip(a, b, strict=True):
+        assert x.keys() == y.keys()
+        for name in x:
+            np.testing.assert_array_equal(x[name], y[name], err_msg=name)
+
+
+def test_a_second_engine_runs_the_kept_programs_without_tracing(checkpoint, programs, monkeypatch):
+    first = jaxattn.load(checkpoint)
+    kept = _capture(first)
+    assert first.step.program_cache.saved == 2 and len(_files(programs)) == 2
+
+    second = jaxattn.load(checkpoint)
+    with forward_traces() as traced:
+        loaded = _capture(second)
+    assert traced == []
+    assert (second.step.program_cache.loaded, second.step.program_cache.saved) == (2, 0)
+    _assert_equal(loaded, kept)
+
+    # and what the loaded programs compute is what a model traced now computes
+    monkeypatch.setenv(program_cache.ENV, "off")
+    fresh = jaxattn.load(checkpoint)
+    assert fresh.step.program_cache is None
+    with forward_traces() as traced:
+        _assert_equal(_capture(fresh), loaded)
+    assert len(traced) == 2
+    assert len(_files(programs)) == 2  # off: nothing written
+
+
+def test_what_shapes_a_program_is_in_its_key(checkpoint, programs, tmp_path, monkeypatch):
+    engine = jaxattn.load(checkpoint)
+    _capture(engine, layers=(0, 1))
+    before = _files(programs)
+    assert len(before) == 2
+    # another output dtype, another precision, other heads: other programs
+    for options in ({"dtype": "uint8"}, {"precision": "bf16"}, {"heads": (0, 2)}):
+        again = jaxattn.load(checkpoint)
+        _capture(again, layers=(0, 1), **options)
+        assert again.step.program_cache.loaded == 0, options
+        assert len(_files(programs)) == len(before) + 2, options
+        before = _files(programs)
+
+    # a model of the same shapes whose config differs (the activation): a miss, and its
+    # own numbers, those of the model traced with the cache off
+    relu = make_checkpoint("bert", tmp_path / "relu", hidden_act="relu", layer_norm_eps=EPS)
+    relu_engine = jaxattn.load(relu)
+    got = _capture(relu_engine, layers=(0, 1))
+    assert relu_engine.step.program_cache.loaded == 0
+    monkeypatch.setenv(program_cache.ENV, "off")
+    _assert_equal(got, _capture(jaxattn.load(relu), layers=(0, 1)))
+    gelu = _capture(jaxattn.load(checkpoint), layers=(0, 1))
+    assert not np.array_equal(got[1]["attention"], gelu[1]["attention"])
+
+    # another jaxattn source: every program a miss
+    monkeypatch.setenv(program_cache.ENV, str(programs))
+    monkeypatch.setattr(program_cache, "_installed", lambda: "another jaxattn source")
+    edited = jaxattn.load(checkpoint)
+    with forward_traces() as traced:
+        _capture(edited, layers=(0, 1))
+    assert edited.step.program_cache.loaded == 0 and len(traced) == 2
+    assert edited.step.program_cache.saved == 2
+
+
+def test_a_damaged_program_is_compiled_again(checkpoint, programs, caplog):
+    kept = _capture(jaxattn.load(checkpoint), layers=0)
+    assert len(_files(programs)) == 2
+    for path in programs.glob(f"*{program_cache.SUFFIX}"):
+        path.write_bytes(b"not a program")
+    engine = jaxattn.load(checkpoint)
+    with caplog.at_level(logging.WARNING, logger="jaxattn.engine"):
+        _assert_equal(_capture(engine, layers=0), kept)
+    assert (engine.step.program_cache.loaded, engine.step.program_cache.saved) == (0, 2)
+    assert sum("did not load" in r.getMessage() for r in caplog.records) == 2
+    # kept again whole: the next engine loads them
+    third = jaxattn.load(checkpoint)
+    _assert_equal(_capture(third, layers=0), kept)
+    assert third.step.program_cache.loaded == 2
+
+
+def test_a_directory_that_cannot_be_written_is_no_error(checkpoint, tmp_path, monkeypatch, caplog):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv(program_cache.ENV, str(blocked / "programs"))
+    engine = jaxattn.load(checkpoint)
+    with caplog.at_level(logging.WARNING, logger="jaxattn.engine"):
+        got = _capture(engine, what=("attention", "fx_norm"), layers=2)
+    assert engine.step.program_cache.saved == 0
+    assert any("could not keep a program" in r.getMessage() for r in caplog.records)
+    assert got[0]["attention"].shape[-1] == got[0]["attention"].shape[-2]
+    assert list(tmp_path.glob("**/*.tmp")) == []
+
+
+def test_off_values_and_a_remote_compilation_cache_turn_it_off(monkeypatch):
+    for off in ("off", "0", "false", "no", "OFF"):
+        monkeypatch.setenv(program_cache.ENV, off)
+        assert program_cache.directory() is None
+    monkeypatch.delenv(program_cache.ENV)
+    assert program_cache.directory("gs://bucket/xla") is None
+    assert str(program_cache.directory("/tmp/xla")) == "/tmp/xla/" + program_cache.SUBDIRECTORY
+    monkeypatch.setenv(program_cache.ENV, "/elsewhere")
+    assert str(program_cache.directory("/tmp/xla")) == "/elsewhere"
+
+
+def test_the_least_recently_used_programs_go_past_the_limit(tmp_path):
+    for i, size in enumerate((300, 200, 100, 50)):
+        path = tmp_path / f"p{i}{program_cache.SUFFIX}"
+        path.write_bytes(b"x" * size)
+        os.utime(path, (1000 + i, 1000 + i))  # p0 the least recently used
+    (tmp_path / "other.txt").write_bytes(b"x" * 10_000)  # not a program: left alone
+    program_cache._trim(tmp_path, 400)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "other.txt",
+        f"p1{program_cache.SUFFIX}",
+        f"p2{program_cache.SUFFIX}",
+        f"p3{program_cache.SUFFIX}",
+    ]
+    program_cache._trim(tmp_path, 0)
+    assert [p.name for p in tmp_path.iterdir()] == ["other.txt"]
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import jax, jaxattn
+    traced = []
+    def listen(event, seconds, fun_name=None, **_):
+        if event == "/jax/core/compile/jaxpr_trace_duration":
+            traced.append(str(fun_name))
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    engine = jaxattn.load(sys.argv[1])
+    engine.capture(["the cat sat ."], what=("attention", "sum_alpha_fx_norm"), layers=(1, 2))
+    cache = engine.step.program_cache
+    print(json.dumps({"forward": sum("_forward" in t for t in traced),
+                      "loaded": cache.loaded, "saved": cache.saved}))
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_new_process_loads_the_programs_without_tracing_and_replaces_damaged_ones(
+    checkpoint, tmp_path
+):
+    env = dict(os.environ, JAXATTN_PROGRAM_CACHE=str(tmp_path / "programs"))
+
+    def run() -> dict:
+        out = subprocess.run(
+            [sys.executable, "-c", SCRIPT, str(checkpoint)],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    assert run() == {"forward": 1, "loaded": 0, "saved": 1}
+    assert run() == {"forward": 0, "loaded": 1, "saved": 0}
+    # a damaged file: compiled again in the next process (its first compile), kept whole
+    (kept,) = (tmp_path / "programs").glob(f"*{program_cache.SUFFIX}")
+    kept.write_bytes(kept.read_bytes()[:1000])
+    assert run() == {"forward": 1, "loaded": 0, "saved": 1}
+    assert run() == {"forward": 0, "loaded": 1, "saved": 0}
+
+
+def test_a_program_with_any_custom_call_is_exported():
+    """cuDNN's fused attention on GPUs is a custom call jax does not promise to keep stable;
+    a kept program is loaded by the same jax alone, so every target is allowed."""
+
+    def uses_a_custom_call(x):
+        out = jax.ShapeDtypeStruct(x.shape, x.dtype)
+        return jax.ffi.ffi_call("jaxattn_test_unstable_target", out)(x)
+
+    x = jax.ShapeDtypeStruct((3,), np.float32)
+    with pytest.raises(ValueError, match="custom call"):
+        jax.export.export(jax.jit(uses_a_custom_call))(x)
+    exported = program_cache.export(jax.jit(uses_a_custom_call), x)
+    assert "jaxattn_test_unstable_target" in exported.mlir_module()
+
+
+def test_a_jax_config_value_is_in_the_key(tmp_path):
+    cache = program_cache.ProgramCache(tmp_path, "a step", jax.devices()[:1])
+    before = cache.key("a call")
+    assert cache.key("another call") != before
+    old = jax.config.jax_numpy_rank_promotion
+    jax.config.update("jax_numpy_rank_promotion", "raise" if old != "raise" else "allow")
+    try:
+        assert cache.key("a call") != before
+    finally:
+        jax.config.update("jax_numpy_rank_promotion", old)
+    assert cache.key("a call") == before
+    other_step = program_cache.ProgramCache(tmp_path, "another step", jax.devices()[:1])
+    assert other_step.key("a call") != before
