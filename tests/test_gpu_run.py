@@ -239,3 +239,40 @@ def test_the_decoders_stage_serving_benchmark_runs_without_patching_the_batcher(
     assert done.returncode == 0, done.stderr[-2000:]
     assert "merged" in done.stdout and "one run each" in done.stdout, done.stdout
     assert "a step per turn" in done.stdout and "in one turn" in done.stdout, done.stdout
+
+
+def test_the_service_check_stops_its_server_when_a_client_process_dies(monkeypatch, tmp_path):
+    """A client process that dies mid-round is named, and the server child is stopped
+    all the same: left running, it would hold the GPU through the stages after."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # the spawned clients import it
+    import gpu_checks
+
+    servers = []
+
+    def serve_child(model, extra):
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        servers.append(proc)
+        return proc, "127.0.0.1:1"  # nothing listens there: a client process's call fails
+
+    class Threads:  # the threads' rounds pass, as against a live server
+        pids = [os.getpid()]
+
+        def __init__(self, *args):
+            pass
+
+        def round(self, dtype, codec, requests):
+            return 1, 1, 1
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(gpu_checks, "serve_child", serve_child)
+    monkeypatch.setattr(gpu_checks, "ClientThreads", Threads)
+    try:
+        with pytest.raises(RuntimeError, match=r"client process 1 of 1 \(pid \d+\) exited"):
+            gpu_checks.service(8, 2, 2, 1, True, None, model=str(tmp_path))
+        assert servers and servers[0].poll() is not None  # stopped, not left running
+    finally:
+        for proc in servers:
+            proc.kill()
+            proc.wait()
