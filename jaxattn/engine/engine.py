@@ -396,7 +396,8 @@ class Engine:
             for a capture of no map.
           InputError: a bad text (TooLongError: over the length limit).
           HostMemoryError: the results come to more than the host's available
-            memory (before anything runs), or fill XLA's pinned host pool.
+            memory (before any capture runs; with `generate`, once the continuations,
+            whose lengths it needs, are generated), or fill XLA's pinned host pool.
         """
         return list(self._stream(texts, True, **_request(locals())))
 
