@@ -4,6 +4,7 @@ where they cannot fit the host, and the pool's exhaustion an error at once, not 
 from __future__ import annotations
 
 import dataclasses
+import gc
 
 import jax
 import numpy as np
@@ -76,6 +77,33 @@ def test_past_the_budget_captures_are_copied_out_bit_for_bit(pinned, budget, blo
         assert not a.flags.writeable
         if not views:  # its own memory, no block behind it
             assert a.flags.owndata and a.base is None
+
+
+def test_the_budget_counts_the_views_earlier_calls_left_until_they_are_let_go(
+    pinned, budget, blocks
+):
+    """The half of the pool is the process's, not each call's: the views an earlier
+    capture's results (or a kept stream's) still hold count against it, and no longer
+    once they are let go. Two captures each keeping half the pool filled it."""
+    budget.pinned_budget = 2 * BLOCK
+
+    def viewing(caps) -> int:
+        got = sum(_views(cap, blocks) for cap in caps)
+        blocks.clear()  # the fixture's own references to the blocks let go too
+        return got
+
+    first = pinned.capture(TEXTS)
+    assert viewing(first) == 4  # two batches of two kept as views, two copied out
+    second = pinned.capture(TEXTS)
+    assert viewing(second) == 0  # the first's views fill the budget: every batch copied
+    del first, second
+    gc.collect()
+    kept = list(pinned.stream(TEXTS))  # a stream's views, kept by its reader
+    assert viewing(kept) == 8
+    assert viewing(pinned.capture(TEXTS)) == 0
+    del kept
+    gc.collect()
+    assert viewing(pinned.capture(TEXTS)) == 4  # all let go: the budget is free again
 
 
 def test_the_held_results_count_the_blocks_kept_and_copied(pinned):
@@ -172,6 +200,26 @@ def test_a_full_pinned_pool_is_a_clear_error_not_halved(pinned, monkeypatch, at_
     assert "capture_iter, stream, or jaxattn dump" in message
     assert isinstance(caught.value, MemoryError) and isinstance(caught.value, JaxattnError)
     assert explain(caught.value) == (1, message)
+
+
+def test_a_full_pool_names_what_earlier_calls_captures_still_view(pinned, budget, blocks):
+    budget.pinned_budget = 2 * BLOCK
+    earlier = pinned.capture(TEXTS[:4])  # two batches, kept as views
+    step = pinned.step
+    pinned.step = PoolFull(step, at=2, at_dispatch=True)
+    try:
+        with pytest.raises(HostMemoryError) as caught:
+            pinned.capture(TEXTS)
+    finally:
+        pinned.step = step
+    # the earlier call's two blocks fill the budget: this call's one batch that ran was
+    # copied out, and the message says what fills the pool
+    assert (
+        f"is full; this call's results hold up to 0 B of it (and {BLOCK / 1000:.1f} kB more, "
+        f"copied out of it); Captures kept from earlier calls view {2 * BLOCK / 1000:.1f} kB "
+        "more (RESOURCE_EXHAUSTED"
+    ) in str(caught.value)
+    assert len(earlier) == 4
 
 
 def test_a_full_pinned_pool_in_a_layer_group_is_the_same_error(pinned):

@@ -387,7 +387,8 @@ class Engine:
           One Capture per text (per kept text with "skip"), in input order.
           For many texts, `capture_iter` streams them in bounded memory.
           Held all at once, they stay views of XLA's pinned host memory only up
-          to `BatchPipeline.pinned_budget` (half its pool on GPUs); the batches
+          to `BatchPipeline.pinned_budget` (half its pool on GPUs, of the blocks any
+          kept Capture views, earlier calls' too); the batches
           after are copied into ordinary memory, freeing the pool (`host.HeldResults`).
 
         Raises:
