@@ -145,6 +145,11 @@ def test_available_memory_is_memavailable(tmp_path):
     meminfo.write_text("MemTotal: 9999 kB\nMemFree: 5 kB\nMemAvailable:    1234 kB\n")
     assert host.available_bytes(str(meminfo)) == 1234 * 1024
     assert host.available_bytes(str(tmp_path / "none")) is None
+    # a kernel before 3.14 (no MemAvailable), or a line it cannot read: unknown, not 0
+    meminfo.write_text("MemTotal: 9999 kB\nMemFree: 5 kB\n")
+    assert host.available_bytes(str(meminfo)) is None
+    meminfo.write_text("MemAvailable: lots\n")
+    assert host.available_bytes(str(meminfo)) is None
 
 
 def test_the_budget_is_half_the_gpu_pool_and_none_without_one():
