@@ -227,6 +227,21 @@ def test_a_full_pool_names_what_earlier_calls_captures_still_view(pinned, budget
     assert len(earlier) == 4
 
 
+def test_a_full_pool_with_no_earlier_captures_names_none(pinned, budget):
+    """This call's own views are not 'earlier calls'' (affine uint8: the blocks' scales
+    and offsets are counted, then let go as no Capture views them)."""
+    budget.pinned_budget = 1 << 40
+    step = pinned.step
+    pinned.step = PoolFull(step, at=3, at_dispatch=True)
+    try:
+        with pytest.raises(HostMemoryError) as caught:
+            pinned.capture(TEXTS, what=("attention", "hidden_states"), dtype="uint8")
+    finally:
+        pinned.step = step
+    assert "this call's results hold up to" in str(caught.value)
+    assert "earlier calls" not in str(caught.value)
+
+
 def test_a_full_pinned_pool_in_a_layer_group_is_the_same_error(pinned):
     step = pinned.step
 

@@ -119,13 +119,17 @@ class PinnedViews:
         self.live = 0
         self._lock = threading.Lock()
 
-    def count(self, blocks: Mapping[str, Mapping[str, HostBlock]]) -> None:
+    def count(self, blocks: Mapping[str, Mapping[str, HostBlock]]) -> int:
+        """Count the host arrays of `blocks` until each is let go; their bytes."""
+        total = 0
         for parts in blocks.values():
             for block in parts.values():
                 for _, array in block.parts:
                     with self._lock:
                         self.live += array.nbytes
                     weakref.finalize(array, self._release, array.nbytes).atexit = False
+                    total += array.nbytes
+        return total
 
     def _release(self, nbytes: int) -> None:  # any thread: the collector's
         with self._lock:
@@ -145,12 +149,12 @@ class HeldResults:
     Attributes:
       pinned: bytes of the blocks kept (padded: what the pool lends them).
       copied: bytes of the blocks whose Captures were copied out.
+      viewed: bytes of the blocks kept that `views` counts (their host arrays').
     """
 
     def __init__(self, budget: int | None = None, views: PinnedViews | None = None):
         self.budget, self.views = budget, views
-        self.pinned = 0
-        self.copied = 0
+        self.pinned = self.copied = self.viewed = 0
 
     def keep(
         self, block_bytes: int, caps: Iterator[tuple[int, Capture]], blocks: Mapping | None = None
@@ -161,7 +165,7 @@ class HeldResults:
         if self.budget is None or viewed + block_bytes <= self.budget:
             self.pinned += block_bytes
             if self.views is not None and blocks is not None:
-                self.views.count(blocks)
+                self.viewed += self.views.count(blocks)
             yield from caps
             return
         self.copied += block_bytes
