@@ -276,3 +276,24 @@ def test_captures_of_generated_continuations_are_held_the_same_way(tmp_path):
     engine.pipeline.available_bytes = lambda: 1
     with pytest.raises(HostMemoryError, match="more than the host's available memory"):
         engine.capture(["the cat sat"], generate=3)
+
+
+def test_a_grouped_query_models_keys_and_values_count_its_key_value_heads(tmp_path):
+    """Keys and values have G (key/value heads) on their head axis, not H: the bytes
+    the refusal (and the batch sizes, the server's limits) count are the arrays'."""
+    from llama_fixture import make_llama_checkpoint
+
+    engine = jaxattn.load(make_llama_checkpoint(tmp_path), buckets=(16,))
+    config = engine.config
+    assert (config.num_heads, config.kv_heads) == (4, 2)  # grouped-query attention
+    texts = ["the cat sat", "hello there"]
+    caps = engine.capture(texts, what=("keys", "values"))
+    lengths = [len(c.tokens) for c in caps]
+    # 3 layers x 2 key/value heads x T x head_dim 10 float32, keys and values
+    want = sum(2 * 3 * 2 * t * 10 * 4 for t in lengths)
+    assert sum(c.keys.nbytes + c.values.nbytes for c in caps) == want
+    spec = engine.make_spec(("keys", "values"))
+    assert engine.output_bytes(spec, 16) == 2 * 3 * 2 * 16 * 10 * 4
+    engine.pipeline.available_bytes = lambda: 1
+    with pytest.raises(HostMemoryError, match=f"come to .* \\({want} bytes\\)"):
+        engine.capture(texts, what=("keys", "values"))

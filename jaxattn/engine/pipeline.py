@@ -474,6 +474,8 @@ class BatchPipeline:
     def _size(self, spec: CaptureSpec, length: int) -> int:
         c = self.config
         sizes = dict(L=len(spec.layers), H=len(spec.heads), K=c.head_dim, D=c.hidden_size)
+        if spec.kv_axis:  # grouped-query attention: keys and values hold G heads, not H
+            sizes["G"] = len(spec.kv_axis)
         item = OUTPUT_DTYPES[spec.dtype].itemsize
         return (
             sum(
