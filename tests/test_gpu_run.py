@@ -276,3 +276,27 @@ def test_the_service_check_stops_its_server_when_a_client_process_dies(monkeypat
         for proc in servers:
             proc.kill()
             proc.wait()
+
+
+def test_host_overhead_times_texts_of_the_asked_length_in_the_model_s_own_tokens(tmp_path):
+    """benchmarks/host_overhead.py (the overlap stage's host split) runs, and with --model
+    its texts have --tokens tokens as that model's tokenizer counts them: a random Qwen2
+    reads BERT's words letter by letter (`jaxattn.bench.capture.fitted_texts`)."""
+    from jaxattn.bench import synthetic
+
+    tiny = dict(num_hidden_layers=1, hidden_size=32, num_attention_heads=2)
+    tiny |= dict(num_key_value_heads=1, head_dim=16, intermediate_size=24)
+    model = synthetic.random_checkpoint("qwen2-0.5b", tmp_path / "qwen2", **tiny)
+    out = tmp_path / "host.json"
+    args = ["--model", str(model), "--n", "4", "--tokens", "16", "--repeats", "1"]
+    got = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/host_overhead.py"), *args, "--json", str(out)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert got.returncode == 0, got.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["lengths"] == [16] and result["n"] == 4
+    assert result["capture_ms"] > 0 and set(result["phases_ms"]) >= {"tokenize", "unpack"}
