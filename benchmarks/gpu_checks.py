@@ -768,14 +768,33 @@ class ClientProcesses:
         share = [len(range(i, requests, len(self.conns))) for i in range(len(self.conns))]
         for conn, k in zip(self.conns, share, strict=True):
             conn.send((dtype, codec, k))
-        done = [conn.recv() for conn in self.conns]
+        done = [self._answer(i) for i in range(len(self.conns))]
         return tuple(sum(column) for column in zip(*done, strict=True))
 
+    def _answer(self, i: int):
+        """Client process `i`'s answer to its job; a RuntimeError naming it where it died
+        (its traceback is on stderr, above)."""
+        try:
+            return self.conns[i].recv()
+        except EOFError:
+            proc = self.procs[i]
+            proc.join(timeout=5)
+            raise RuntimeError(
+                f"client process {i + 1} of {len(self.procs)} (pid {proc.pid}) exited "
+                f"({proc.exitcode}) during a round: its error is above"
+            ) from None
+
     def close(self) -> None:
+        """End every client process; one that died already is only reaped."""
         for conn in self.conns:
-            conn.send(None)
+            try:
+                conn.send(None)
+            except OSError:  # BrokenPipeError: that client is gone
+                pass
         for proc in self.procs:
             proc.join(timeout=30)
+            if proc.is_alive():
+                proc.terminate()
 
 
 class ClientThreads:
@@ -868,10 +887,12 @@ def service(
                         report_round(result, name, best, clients, tokens, request)
                         write_json(json_path, result)  # a step cut off keeps what it measured
             finally:
-                for clients_of in modes.values():
-                    clients_of.close()
-                proc.terminate()
-                proc.wait(timeout=60)
+                try:
+                    for clients_of in modes.values():
+                        clients_of.close()
+                finally:  # the server stops whatever its clients did: it holds the GPU
+                    proc.terminate()
+                    proc.wait(timeout=60)
     ratios = {
         "uint8_zstd processes / threads": ("uint8_zstd_processes", "uint8_zstd"),
         "float32_none processes / threads": ("float32_none_processes", "float32_none"),

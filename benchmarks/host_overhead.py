@@ -108,10 +108,9 @@ def main() -> None:
     args = p.parse_args()
 
     import jaxattn
-    from jaxattn.bench.capture import synthetic_texts
+    from jaxattn.bench.capture import fitted_texts
     from jaxattn.bench.synthetic import random_checkpoint
 
-    texts = synthetic_texts(args.tokens, args.n)
     what = tuple(args.what.split(","))
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model
@@ -122,6 +121,9 @@ def main() -> None:
             }
             model = random_checkpoint("bert-base", Path(tmp), **tiny)
         engine = jaxattn.load(str(model), compilation_cache_dir=False)
+        # --tokens as this model's tokenizer counts them (another reads BERT's words
+        # otherwise: a random Qwen2's letter by letter)
+        texts = fitted_texts(engine, args.tokens, args.n)
         engine.capture(texts, what=what)  # compiles
         engine.capture(texts, what=what)
         runs = [whole(engine, texts, what) for _ in range(args.repeats)]
@@ -134,6 +136,7 @@ def main() -> None:
     result = dict(
         n=args.n,
         tokens=args.tokens,
+        lengths=sorted({e.length for e in engine.tokenize(texts)}),
         model=engine.info.name,
         device=str(engine.devices[0].platform),
         cpus=os.cpu_count(),

@@ -192,7 +192,7 @@ class DeviceMemoryError(JaxattnError):
 class HostMemoryError(JaxattnError, MemoryError):
     """A call's results do not fit the host's memory: they fill XLA's pool of pinned host
     memory, which running in smaller batches cannot free, or they come to more than the
-    host's available memory (refused before anything runs). The message names the bytes,
+    host's available memory (refused before any capture runs). The message names the bytes,
     the pool's size and its variable (XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB), and how to take
     results as they come instead (capture_iter, stream, dump). A MemoryError too, as
     Python code expects."""

@@ -239,3 +239,64 @@ def test_the_decoders_stage_serving_benchmark_runs_without_patching_the_batcher(
     assert done.returncode == 0, done.stderr[-2000:]
     assert "merged" in done.stdout and "one run each" in done.stdout, done.stdout
     assert "a step per turn" in done.stdout and "in one turn" in done.stdout, done.stdout
+
+
+def test_the_service_check_stops_its_server_when_a_client_process_dies(monkeypatch, tmp_path):
+    """A client process that dies mid-round is named, and the server child is stopped
+    all the same: left running, it would hold the GPU through the stages after."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # the spawned clients import it
+    import gpu_checks
+
+    servers = []
+
+    def serve_child(model, extra):
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        servers.append(proc)
+        return proc, "127.0.0.1:1"  # nothing listens there: a client process's call fails
+
+    class Threads:  # the threads' rounds pass, as against a live server
+        pids = [os.getpid()]
+
+        def __init__(self, *args):
+            pass
+
+        def round(self, dtype, codec, requests):
+            return 1, 1, 1
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(gpu_checks, "serve_child", serve_child)
+    monkeypatch.setattr(gpu_checks, "ClientThreads", Threads)
+    try:
+        with pytest.raises(RuntimeError, match=r"client process 1 of 1 \(pid \d+\) exited"):
+            gpu_checks.service(8, 2, 2, 1, True, None, model=str(tmp_path))
+        assert servers and servers[0].poll() is not None  # stopped, not left running
+    finally:
+        for proc in servers:
+            proc.kill()
+            proc.wait()
+
+
+def test_host_overhead_times_texts_of_the_asked_length_in_the_model_s_own_tokens(tmp_path):
+    """benchmarks/host_overhead.py (the overlap stage's host split) runs, and with --model
+    its texts have --tokens tokens as that model's tokenizer counts them: a random Qwen2
+    reads BERT's words letter by letter (`jaxattn.bench.capture.fitted_texts`)."""
+    from jaxattn.bench import synthetic
+
+    tiny = dict(num_hidden_layers=1, hidden_size=32, num_attention_heads=2)
+    tiny |= dict(num_key_value_heads=1, head_dim=16, intermediate_size=24)
+    model = synthetic.random_checkpoint("qwen2-0.5b", tmp_path / "qwen2", **tiny)
+    out = tmp_path / "host.json"
+    args = ["--model", str(model), "--n", "4", "--tokens", "16", "--repeats", "1"]
+    got = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/host_overhead.py"), *args, "--json", str(out)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert got.returncode == 0, got.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["lengths"] == [16] and result["n"] == 4
+    assert result["capture_ms"] > 0 and set(result["phases_ms"]) >= {"tokenize", "unpack"}

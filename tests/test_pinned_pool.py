@@ -4,6 +4,7 @@ where they cannot fit the host, and the pool's exhaustion an error at once, not 
 from __future__ import annotations
 
 import dataclasses
+import gc
 
 import jax
 import numpy as np
@@ -78,6 +79,33 @@ def test_past_the_budget_captures_are_copied_out_bit_for_bit(pinned, budget, blo
             assert a.flags.owndata and a.base is None
 
 
+def test_the_budget_counts_the_views_earlier_calls_left_until_they_are_let_go(
+    pinned, budget, blocks
+):
+    """The half of the pool is the process's, not each call's: the views an earlier
+    capture's results (or a kept stream's) still hold count against it, and no longer
+    once they are let go. Two captures each keeping half the pool filled it."""
+    budget.pinned_budget = 2 * BLOCK
+
+    def viewing(caps) -> int:
+        got = sum(_views(cap, blocks) for cap in caps)
+        blocks.clear()  # the fixture's own references to the blocks let go too
+        return got
+
+    first = pinned.capture(TEXTS)
+    assert viewing(first) == 4  # two batches of two kept as views, two copied out
+    second = pinned.capture(TEXTS)
+    assert viewing(second) == 0  # the first's views fill the budget: every batch copied
+    del first, second
+    gc.collect()
+    kept = list(pinned.stream(TEXTS))  # a stream's views, kept by its reader
+    assert viewing(kept) == 8
+    assert viewing(pinned.capture(TEXTS)) == 0
+    del kept
+    gc.collect()
+    assert viewing(pinned.capture(TEXTS)) == 4  # all let go: the budget is free again
+
+
 def test_the_held_results_count_the_blocks_kept_and_copied(pinned):
     spec = pinned.make_spec("attention")
     kept = pinned.tokenize(TEXTS)
@@ -117,6 +145,11 @@ def test_available_memory_is_memavailable(tmp_path):
     meminfo.write_text("MemTotal: 9999 kB\nMemFree: 5 kB\nMemAvailable:    1234 kB\n")
     assert host.available_bytes(str(meminfo)) == 1234 * 1024
     assert host.available_bytes(str(tmp_path / "none")) is None
+    # a kernel before 3.14 (no MemAvailable), or a line it cannot read: unknown, not 0
+    meminfo.write_text("MemTotal: 9999 kB\nMemFree: 5 kB\n")
+    assert host.available_bytes(str(meminfo)) is None
+    meminfo.write_text("MemAvailable: lots\n")
+    assert host.available_bytes(str(meminfo)) is None
 
 
 def test_the_budget_is_half_the_gpu_pool_and_none_without_one():
@@ -174,6 +207,41 @@ def test_a_full_pinned_pool_is_a_clear_error_not_halved(pinned, monkeypatch, at_
     assert explain(caught.value) == (1, message)
 
 
+def test_a_full_pool_names_what_earlier_calls_captures_still_view(pinned, budget, blocks):
+    budget.pinned_budget = 2 * BLOCK
+    earlier = pinned.capture(TEXTS[:4])  # two batches, kept as views
+    step = pinned.step
+    pinned.step = PoolFull(step, at=2, at_dispatch=True)
+    try:
+        with pytest.raises(HostMemoryError) as caught:
+            pinned.capture(TEXTS)
+    finally:
+        pinned.step = step
+    # the earlier call's two blocks fill the budget: this call's one batch that ran was
+    # copied out, and the message says what fills the pool
+    assert (
+        f"is full; this call's results hold up to 0 B of it (and {BLOCK / 1000:.1f} kB more, "
+        f"copied out of it); Captures kept from earlier calls view {2 * BLOCK / 1000:.1f} kB "
+        "more (RESOURCE_EXHAUSTED"
+    ) in str(caught.value)
+    assert len(earlier) == 4
+
+
+def test_a_full_pool_with_no_earlier_captures_names_none(pinned, budget):
+    """This call's own views are not 'earlier calls'' (affine uint8: the blocks' scales
+    and offsets are counted, then let go as no Capture views them)."""
+    budget.pinned_budget = 1 << 40
+    step = pinned.step
+    pinned.step = PoolFull(step, at=3, at_dispatch=True)
+    try:
+        with pytest.raises(HostMemoryError) as caught:
+            pinned.capture(TEXTS, what=("attention", "hidden_states"), dtype="uint8")
+    finally:
+        pinned.step = step
+    assert "this call's results hold up to" in str(caught.value)
+    assert "earlier calls" not in str(caught.value)
+
+
 def test_a_full_pinned_pool_in_a_layer_group_is_the_same_error(pinned):
     step = pinned.step
 
@@ -208,3 +276,24 @@ def test_captures_of_generated_continuations_are_held_the_same_way(tmp_path):
     engine.pipeline.available_bytes = lambda: 1
     with pytest.raises(HostMemoryError, match="more than the host's available memory"):
         engine.capture(["the cat sat"], generate=3)
+
+
+def test_a_grouped_query_models_keys_and_values_count_its_key_value_heads(tmp_path):
+    """Keys and values have G (key/value heads) on their head axis, not H: the bytes
+    the refusal (and the batch sizes, the server's limits) count are the arrays'."""
+    from llama_fixture import make_llama_checkpoint
+
+    engine = jaxattn.load(make_llama_checkpoint(tmp_path), buckets=(16,))
+    config = engine.config
+    assert (config.num_heads, config.kv_heads) == (4, 2)  # grouped-query attention
+    texts = ["the cat sat", "hello there"]
+    caps = engine.capture(texts, what=("keys", "values"))
+    lengths = [len(c.tokens) for c in caps]
+    # 3 layers x 2 key/value heads x T x head_dim 10 float32, keys and values
+    want = sum(2 * 3 * 2 * t * 10 * 4 for t in lengths)
+    assert sum(c.keys.nbytes + c.values.nbytes for c in caps) == want
+    spec = engine.make_spec(("keys", "values"))
+    assert engine.output_bytes(spec, 16) == 2 * 3 * 2 * 16 * 10 * 4
+    engine.pipeline.available_bytes = lambda: 1
+    with pytest.raises(HostMemoryError, match=f"come to .* \\({want} bytes\\)"):
+        engine.capture(texts, what=("keys", "values"))

@@ -387,7 +387,8 @@ class Engine:
           One Capture per text (per kept text with "skip"), in input order.
           For many texts, `capture_iter` streams them in bounded memory.
           Held all at once, they stay views of XLA's pinned host memory only up
-          to `BatchPipeline.pinned_budget` (half its pool on GPUs); the batches
+          to `BatchPipeline.pinned_budget` (half its pool on GPUs, of the blocks any
+          kept Capture views, earlier calls' too); the batches
           after are copied into ordinary memory, freeing the pool (`host.HeldResults`).
 
         Raises:
@@ -396,7 +397,8 @@ class Engine:
             for a capture of no map.
           InputError: a bad text (TooLongError: over the length limit).
           HostMemoryError: the results come to more than the host's available
-            memory (before anything runs), or fill XLA's pinned host pool.
+            memory (before any capture runs; with `generate`, once the continuations,
+            whose lengths it needs, are generated), or fill XLA's pinned host pool.
         """
         return list(self._stream(texts, True, **_request(locals())))
 

@@ -22,10 +22,12 @@ Pinned host memory comes, on GPUs, from XLA's pool (the allocator
 `POOL_ALLOCATOR`, `POOL_LIMIT_ENV` GiB, 64 by default), and a Capture that views
 it holds its batch's block there until it is let go. A call that keeps every
 result (`Engine.capture`'s list) would fill the pool, so it holds them as
-`HeldResults`: past a budget (`pinned_budget`: half the pool) each batch's
-Captures are copied into ordinary numpy memory (`copied`) and the block goes
-back to the pool; and it is refused before anything runs where its results
-exceed the host's available memory (`HeldResults.check`, `available_bytes`).
+`HeldResults`: past a budget (`pinned_budget`: half the pool) of the blocks that
+Captures still view (`PINNED_VIEWS`: every call's, earlier calls' and kept streams'
+too, each until let go) each batch's Captures are copied into ordinary numpy
+memory (`copied`) and the block goes back to the pool; and it is refused before
+any capture runs where its results exceed the host's available memory
+(`HeldResults.check`, `available_bytes`).
 Streams hand their results on and keep them pinned.
 """
 
@@ -34,6 +36,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import jax
@@ -104,26 +108,64 @@ def copied(cap: Capture) -> Capture:
     return dataclasses.replace(cap, tensors=tensors)
 
 
+class PinnedViews:
+    """Bytes of pinned output blocks that Captures still view (every call's, of every
+    engine: the process has one pool; a stream's kept results too): each block counted
+    as its Captures are handed over as views (`count`), until the last array viewing it
+    is let go (a finalizer on each of its host arrays, `HostBlock.parts`). The
+    process's one: `PINNED_VIEWS`."""
+
+    def __init__(self):
+        self.live = 0
+        self._lock = threading.Lock()
+
+    def count(self, blocks: Mapping[str, Mapping[str, HostBlock]]) -> int:
+        """Count the host arrays of `blocks` until each is let go; their bytes."""
+        total = 0
+        for parts in blocks.values():
+            for block in parts.values():
+                for _, array in block.parts:
+                    with self._lock:
+                        self.live += array.nbytes
+                    weakref.finalize(array, self._release, array.nbytes).atexit = False
+                    total += array.nbytes
+        return total
+
+    def _release(self, nbytes: int) -> None:  # any thread: the collector's
+        with self._lock:
+            self.live -= nbytes
+
+
+PINNED_VIEWS = PinnedViews()
+
+
 class HeldResults:
     """The results of one call as it holds them: each batch's Captures kept as views of
-    its pinned block while the blocks kept come to at most `budget` bytes, copied out
-    (`copied`) past it; None: all kept as views (a stream's, only counted).
+    its pinned block while the blocks viewed come to at most `budget` bytes, copied out
+    (`copied`) past it; None: all kept as views (a stream's, only counted). `views`: the
+    process's views of pinned blocks (`PinnedViews`), earlier calls' included, that the
+    budget is of and the blocks kept are counted in; None: this call's alone.
 
     Attributes:
       pinned: bytes of the blocks kept (padded: what the pool lends them).
       copied: bytes of the blocks whose Captures were copied out.
+      viewed: bytes of the blocks kept that `views` counts (their host arrays').
     """
 
-    def __init__(self, budget: int | None = None):
-        self.budget = budget
-        self.pinned = 0
-        self.copied = 0
+    def __init__(self, budget: int | None = None, views: PinnedViews | None = None):
+        self.budget, self.views = budget, views
+        self.pinned = self.copied = self.viewed = 0
 
-    def keep(self, block_bytes: int, caps: Iterator[tuple[int, Capture]]) -> Iterator:
-        """The (position, Capture) pairs of one batch whose outputs are `block_bytes`,
-        as this call holds them."""
-        if self.budget is None or self.pinned + block_bytes <= self.budget:
+    def keep(
+        self, block_bytes: int, caps: Iterator[tuple[int, Capture]], blocks: Mapping | None = None
+    ) -> Iterator:
+        """The (position, Capture) pairs of one batch whose outputs are `block_bytes` (its
+        host blocks: `blocks`), as this call holds them."""
+        viewed = self.pinned if self.views is None else self.views.live
+        if self.budget is None or viewed + block_bytes <= self.budget:
             self.pinned += block_bytes
+            if self.views is not None and blocks is not None:
+                self.viewed += self.views.count(blocks)
             yield from caps
             return
         self.copied += block_bytes

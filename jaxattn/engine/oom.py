@@ -55,6 +55,9 @@ def pool_full(error: BaseException, held: host.HeldResults | None) -> HostMemory
         holds = f"; this call's results hold up to {human_bytes(held.pinned)} of it"
         if held.copied:
             holds += f" (and {human_bytes(held.copied)} more, copied out of it)"
+        earlier = 0 if held.views is None else held.views.live - held.viewed
+        if earlier > 0:  # what a notebook still holds of its earlier captures and streams
+            holds += f"; Captures kept from earlier calls view {human_bytes(earlier)} more"
     return HostMemoryError(
         f"XLA's pinned host memory pool ({host.POOL_ALLOCATOR}, {host.pool_gb()} GiB: "
         f"{host.POOL_LIMIT_ENV}) is full{holds} ({_first_line(error)}): smaller batches "

@@ -117,6 +117,10 @@ class BatchPipeline:
         # hold before it copies them out: half of XLA's pinned pool on GPUs, None (no
         # limit) where outputs do not land in it (`host.pinned_budget`).
         self.pinned_budget = host.pinned_budget(self.devices, step.host_memory)
+        # The pinned blocks Captures still view, every call's (`host.PINNED_VIEWS`, the
+        # process's): what the budget is of (one call keeping half the pool and the next
+        # another half filled it).
+        self.pinned_views = host.PINNED_VIEWS
         # The host's available memory now (None: unknown), that such a call must fit.
         self.available_bytes: Callable[[], int | None] = host.available_bytes
 
@@ -162,7 +166,7 @@ class BatchPipeline:
           HostMemoryError: XLA's pinned host pool is full (`oom.pool_full`).
         """
         gates = None if ablation is None else ablation.gates(self.config)
-        held = host.HeldResults() if held is None else held
+        held = host.HeldResults(views=self._views()) if held is None else held
         sizes = self.group_sizes(tokenized, spec, group_bytes)
         whole = [p for p, size in enumerate(sizes) if not size]
         if len(whole) == len(tokenized):
@@ -333,7 +337,7 @@ class BatchPipeline:
         caps = host.unpack(batch, blocks, tokenized, spec, self.provenance)
         if held is None:
             return caps
-        return held.keep(batch.size * self.output_bytes(spec, batch.length), caps)
+        return held.keep(batch.size * self.output_bytes(spec, batch.length), caps, blocks)
 
     def holding(self, tokenized: Sequence[TokenizedText], spec: CaptureSpec) -> host.HeldResults:
         """How a call that keeps every Capture of `tokenized` under `spec` holds them
@@ -345,7 +349,12 @@ class BatchPipeline:
         """
         total = sum(self.output_bytes(spec, e.length) for e in tokenized)
         host.HeldResults.check(total, self.available_bytes)
-        return host.HeldResults(self.pinned_budget)
+        return host.HeldResults(self.pinned_budget, self._views())
+
+    def _views(self) -> host.PinnedViews | None:
+        """`pinned_views` where outputs land in XLA's pinned pool (a `pinned_budget`), else
+        None: nothing to count (the CPU's outputs, device memory's copies)."""
+        return None if self.pinned_budget is None else self.pinned_views
 
     def warmup(
         self, spec: CaptureSpec, sizes: str = "all", stop=None, group_bytes: int | None = None
@@ -465,6 +474,8 @@ class BatchPipeline:
     def _size(self, spec: CaptureSpec, length: int) -> int:
         c = self.config
         sizes = dict(L=len(spec.layers), H=len(spec.heads), K=c.head_dim, D=c.hidden_size)
+        if spec.kv_axis:  # grouped-query attention: keys and values hold G heads, not H
+            sizes["G"] = len(spec.kv_axis)
         item = OUTPUT_DTYPES[spec.dtype].itemsize
         return (
             sum(
