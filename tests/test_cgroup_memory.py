@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+import jaxattn
 from jaxattn.engine import host
 from jaxattn.errors import HostMemoryError
 
@@ -215,3 +216,17 @@ def test_the_refusal_names_the_container_limit_that_decided(tree):
     tree.mem_available(500_000)  # 512 MB on the machine: MemAvailable named
     with pytest.raises(HostMemoryError, match=r"512000000 bytes: MemAvailable in /proc/meminfo\)"):
         host.HeldResults.check(1 * GB, tree.available)
+
+
+def test_engine_capture_is_refused_by_the_container_limit_before_anything_runs(
+    tree, bert_checkpoint
+):
+    engine = jaxattn.load(bert_checkpoint, buckets=(24,))
+    tree.cgroups("0::/")
+    tree.v2("", str(1000), 900, 0)  # 100 bytes left in the container
+    tree.mem_available(10**8)
+    engine.pipeline.available_bytes = tree.available
+    with pytest.raises(HostMemoryError, match=r"\(100 B, 100 bytes: the container's memory limit"):
+        engine.capture(["the cat sat"])
+    tree.v2("", "max", 900, 0)  # no limit: MemAvailable (100 GB) lets it through
+    assert len(engine.capture(["the cat sat"])) == 1

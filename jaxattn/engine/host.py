@@ -27,7 +27,8 @@ Captures still view (`PINNED_VIEWS`: every call's, earlier calls' and kept strea
 too, each until let go) each batch's Captures are copied into ordinary numpy
 memory (`copied`) and the block goes back to the pool; and it is refused before
 any capture runs where its results exceed the host's available memory
-(`HeldResults.check`, `available_bytes`).
+(`HeldResults.check`, `available_bytes`: MemAvailable, or less where a container's
+memory cgroup leaves less).
 Streams hand their results on and keep them pinned.
 """
 
@@ -153,10 +154,7 @@ def _level_headroom(
     """(headroom, limit, working set) at one cgroup directory, None where it sets no
     limit or a file is missing, unreadable or malformed."""
     try:
-        text = _read(os.path.join(level, limit_file)).strip()
-        if text == "max":
-            return None
-        limit = int(text)
+        limit = int(_read(os.path.join(level, limit_file)))  # v2's "max" (none): ValueError
         if limit >= CGROUP_V1_UNLIMITED:
             return None
         usage = int(_read(os.path.join(level, usage_file)))
@@ -297,7 +295,7 @@ class HeldResults:
         source = getattr(free, "source", MEMINFO_SOURCE)
         raise HostMemoryError(
             f"this call's results come to {human_bytes(results_bytes)} ({results_bytes} "
-            f"bytes), more than the host's available memory ({human_bytes(free)}, {int(free)} "
+            f"bytes), more than the host's available memory ({human_bytes(free)}, {free} "
             f"bytes: {source}): take them as "
             "they come (capture_iter, stream, or jaxattn dump to a store), or capture "
             "fewer texts, quantities, layers or heads at a time"
