@@ -143,13 +143,18 @@ def test_results_over_the_hosts_available_memory_are_refused_before_anything_run
 def test_available_memory_is_memavailable(tmp_path):
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal: 9999 kB\nMemFree: 5 kB\nMemAvailable:    1234 kB\n")
-    assert host.available_bytes(str(meminfo)) == 1234 * 1024
-    assert host.available_bytes(str(tmp_path / "none")) is None
+    no_cgroup = str(tmp_path / "none"), str(tmp_path / "none")  # (tests/test_cgroup_memory.py)
+
+    def available(path):
+        return host.available_bytes(str(path), *no_cgroup)
+
+    assert available(meminfo) == 1234 * 1024
+    assert available(tmp_path / "none") is None
     # a kernel before 3.14 (no MemAvailable), or a line it cannot read: unknown, not 0
     meminfo.write_text("MemTotal: 9999 kB\nMemFree: 5 kB\n")
-    assert host.available_bytes(str(meminfo)) is None
+    assert available(meminfo) is None
     meminfo.write_text("MemAvailable: lots\n")
-    assert host.available_bytes(str(meminfo)) is None
+    assert available(meminfo) is None
 
 
 def test_the_budget_is_half_the_gpu_pool_and_none_without_one():

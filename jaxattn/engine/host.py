@@ -27,7 +27,8 @@ Captures still view (`PINNED_VIEWS`: every call's, earlier calls' and kept strea
 too, each until let go) each batch's Captures are copied into ordinary numpy
 memory (`copied`) and the block goes back to the pool; and it is refused before
 any capture runs where its results exceed the host's available memory
-(`HeldResults.check`, `available_bytes`).
+(`HeldResults.check`, `available_bytes`: MemAvailable, or less where a container's
+memory cgroup leaves less).
 Streams hand their results on and keep them pinned.
 """
 
@@ -85,16 +86,124 @@ def pinned_budget(devices: Sequence, host_memory: str, environ=os.environ) -> in
     return int(pool_gb(environ) * GIB * POOL_SHARE)
 
 
-def available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
-    """The host's available memory (MemAvailable of /proc/meminfo), None where unknown."""
+# Where the host's available memory is read (`available_bytes`): the kernel's
+# estimate for the whole machine, and the process's memory cgroups (a container's limit).
+MEMINFO = "/proc/meminfo"
+PROC_CGROUP = "/proc/self/cgroup"
+CGROUP_ROOT = "/sys/fs/cgroup"
+MEMINFO_SOURCE = "MemAvailable in /proc/meminfo"
+# cgroup v1 writes "no limit" as the largest page-aligned counter (9223372036854771712
+# with 4 KiB pages): a limit from here up is none.
+CGROUP_V1_UNLIMITED = 1 << 62
+# Each cgroup version's files: (its hierarchy's root under CGROUP_ROOT, the controller
+# its line of /proc/self/cgroup names: none for v2's "0::/path", and at each level the
+# limit, the usage and the key of memory.stat's inactive file cache, which the working
+# set leaves out, as Kubernetes counts it).
+CGROUP_FILES = (
+    ("", "", "memory.max", "memory.current", "inactive_file"),
+    ("memory", "memory", "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"),
+)
+
+
+class Available(int):
+    """Bytes of memory available to the process, and where that number comes from
+    (`source`, as a refusal names it: `MEMINFO_SOURCE` or the cgroup limit that decided)."""
+
+    source: str
+
+    def __new__(cls, nbytes: int, source: str) -> Available:
+        self = super().__new__(cls, nbytes)
+        self.source = source
+        return self
+
+
+def meminfo_available(meminfo: str = MEMINFO) -> Available | None:
+    """The machine's available memory (MemAvailable of /proc/meminfo), None where unknown."""
     try:
         with open(meminfo, encoding="ascii") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024  # kB
+                    return Available(int(line.split()[1]) * 1024, MEMINFO_SOURCE)  # kB
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def _cgroup_path(proc_cgroup: str, controller: str) -> str | None:
+    """The process's cgroup in the hierarchy of `controller` ("memory": v1's; "": v2's,
+    whose line names no controller) from /proc/self/cgroup ("id:controllers:path")."""
+    try:
+        with open(proc_cgroup, encoding="utf-8") as f:
+            for line in f:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                if controller in controllers.split(","):
+                    return path
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return None
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="ascii") as f:
+        return f.read()
+
+
+def _level_headroom(
+    level: str, limit_file: str, usage_file: str, inactive_key: str
+) -> tuple[int, int, int] | None:
+    """(headroom, limit, working set) at one cgroup directory, None where it sets no
+    limit or a file is missing, unreadable or malformed."""
+    try:
+        limit = int(_read(os.path.join(level, limit_file)))  # v2's "max" (none): ValueError
+        if limit >= CGROUP_V1_UNLIMITED:
+            return None
+        usage = int(_read(os.path.join(level, usage_file)))
+        stat = dict(line.split() for line in _read(os.path.join(level, "memory.stat")).splitlines())
+        working_set = max(0, usage - int(stat[inactive_key]))
+    except (OSError, ValueError, KeyError, UnicodeDecodeError):
+        return None
+    return max(0, limit - working_set), limit, working_set
+
+
+def cgroup_headroom(
+    proc_cgroup: str = PROC_CGROUP, cgroup_root: str = CGROUP_ROOT
+) -> Available | None:
+    """What the process's memory cgroups (a container's limit) leave it, None where no
+    limit is known: the least, over cgroup v2 and v1 and every level from the process's
+    cgroup up to the hierarchy's root that sets a limit, of the limit less the level's
+    working set (its usage less its inactive file cache, as Kubernetes counts it).
+    Levels that do not exist are passed over: inside a container the process's cgroup
+    (as the host names it) is often the root of the hierarchy mounted there."""
+    least = None
+    for sub, controller, limit_file, usage_file, inactive_key in CGROUP_FILES:
+        path = _cgroup_path(proc_cgroup, controller)
+        if path is None:
+            continue
+        root = os.path.join(cgroup_root, sub) if sub else cgroup_root
+        parts = [p for p in path.split("/") if p not in ("", ".", "..")]
+        for depth in range(len(parts), -1, -1):
+            level = os.path.join(root, *parts[:depth])
+            got = _level_headroom(level, limit_file, usage_file, inactive_key)
+            if got is not None and (least is None or got[0] < least):
+                headroom, limit, working_set = got
+                least = Available(
+                    headroom,
+                    f"the container's memory limit (cgroup {os.path.join(level, limit_file)}: "
+                    f"{human_bytes(limit)}, {human_bytes(working_set)} of it in use)",
+                )
+    return least
+
+
+def available_bytes(
+    meminfo: str = MEMINFO, proc_cgroup: str = PROC_CGROUP, cgroup_root: str = CGROUP_ROOT
+) -> Available | None:
+    """The memory available to the process: the least of the machine's (MemAvailable,
+    `meminfo_available`) and what its memory cgroups leave it (`cgroup_headroom`: a
+    container's limit, which MemAvailable does not see); either alone where the other is
+    unknown, None where both are. Its `source` names the one that decided."""
+    sources = (meminfo_available(meminfo), cgroup_headroom(proc_cgroup, cgroup_root))
+    known = [a for a in sources if a is not None]
+    return min(known) if known else None  # a tie: MemAvailable
 
 
 def copied(cap: Capture) -> Capture:
@@ -183,10 +292,11 @@ class HeldResults:
         free = available()
         if free is None or results_bytes <= free:
             return
+        source = getattr(free, "source", MEMINFO_SOURCE)
         raise HostMemoryError(
             f"this call's results come to {human_bytes(results_bytes)} ({results_bytes} "
             f"bytes), more than the host's available memory ({human_bytes(free)}, {free} "
-            "bytes: MemAvailable in /proc/meminfo): take them as "
+            f"bytes: {source}): take them as "
             "they come (capture_iter, stream, or jaxattn dump to a store), or capture "
             "fewer texts, quantities, layers or heads at a time"
         )
