@@ -71,6 +71,16 @@ def _fill(root: Path, unrelated: bool = True) -> None:
         _write(root / name, size)
 
 
+@pytest.fixture
+def filled(home, monkeypatch) -> Path:
+    """A compilation cache directory ($JAXATTN_COMPILATION_CACHE) holding every kind, and
+    unrelated files."""
+    root = home / "c"
+    monkeypatch.setenv("JAXATTN_COMPILATION_CACHE", str(root))
+    _fill(root)
+    return root
+
+
 def _run(capsys, *argv: str) -> tuple[int, list[str], str]:
     code = main(["cache", *argv])
     out, err = capsys.readouterr()
@@ -122,10 +132,8 @@ def test_dir_says_which_variable_turned_a_cache_off(home, monkeypatch, capsys):
     assert _table(_run(capsys, "dir", "--programs")[1]) == {"programs": [str(home / "p")]}
 
 
-def test_info_counts_and_weighs_what_jaxattn_and_jax_wrote(home, monkeypatch, capsys):
-    root = home / "c"
-    monkeypatch.setenv("JAXATTN_COMPILATION_CACHE", str(root))
-    _fill(root)
+def test_info_counts_and_weighs_what_jaxattn_and_jax_wrote(filled, capsys):
+    root = filled
     code, lines, _ = _run(capsys, "info")
     assert code == 0
     # compiled: 1000 + 2500 + 8 + 8 + 100 + 200 = 3816 bytes; programs 700 + 11;
@@ -172,10 +180,8 @@ KINDS = {
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_clear_one_kind_removes_its_files_only(kind, home, monkeypatch, capsys):
-    root = home / "c"
-    monkeypatch.setenv("JAXATTN_COMPILATION_CACHE", str(root))
-    _fill(root)
+def test_clear_one_kind_removes_its_files_only(kind, filled, capsys):
+    root = filled
     before = _left(root)
     gone, entries, size = KINDS[kind]
     code, lines, err = _run(capsys, "clear", f"--{kind}")
@@ -189,10 +195,8 @@ def test_clear_one_kind_removes_its_files_only(kind, home, monkeypatch, capsys):
     ]
 
 
-def test_clear_everything_keeps_unrelated_files_and_their_directories(home, monkeypatch, capsys):
-    root = home / "c"
-    monkeypatch.setenv("JAXATTN_COMPILATION_CACHE", str(root))
-    _fill(root)
+def test_clear_everything_keeps_unrelated_files_and_their_directories(filled, capsys):
+    root = filled
     code, lines, _ = _run(capsys, "clear")
     assert code == 0
     assert _left(root) == set(UNRELATED)
@@ -251,10 +255,10 @@ def test_clear_of_caches_off_or_absent_says_so(home, monkeypatch, capsys):
 
 @pytest.mark.parametrize("variable", ["JAXATTN_COMPILATION_CACHE", "JAXATTN_PROGRAM_CACHE"])
 @pytest.mark.parametrize("action", ["clear", "info"])
-def test_a_file_as_a_cache_directory_is_refused(variable, action, home, monkeypatch, capsys):
-    root = home / "c"
-    monkeypatch.setenv("JAXATTN_COMPILATION_CACHE", str(root))
-    _fill(root)
+def test_a_file_as_a_cache_directory_is_refused(
+    variable, action, filled, home, monkeypatch, capsys
+):
+    root = filled
     before = _left(root)
     file = _write(home / "a-file", 4)
     monkeypatch.setenv(variable, str(file))
