@@ -78,3 +78,18 @@ def test_off_turns_off_a_cache_an_earlier_load_turned_on(tmp_path):
         text=True,
     )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_a_remote_cache_directory_stays_a_url(monkeypatch, tmp_path):
+    """JAX's persistent cache takes gs:// and other URLs: kept as the string given (as a
+    Path, gs://bucket/xla became the local directory gs:/bucket/xla); no tokenizer entry
+    is kept there (the tokenizer cache is local files)."""
+    from jaxattn.checkpoints import tokenizer_cache
+    from jaxattn.engine.cache import location
+
+    assert cache_dir("gs://bucket/xla") == "gs://bucket/xla"
+    monkeypatch.setenv("JAXATTN_COMPILATION_CACHE", "s3://bucket/xla")
+    assert cache_dir() == "s3://bucket/xla"
+    assert location(tmp_path / "x") == tmp_path / "x" and isinstance(location("x"), Path)
+    assert tokenizer_cache.entry("gs://bucket/xla", tmp_path) is None
+    assert tokenizer_cache.entry(tmp_path, tmp_path).parent == tmp_path / "jaxattn-tokenizers"

@@ -56,10 +56,13 @@ def key(path: Path) -> str:
     return digest.hexdigest()
 
 
-def entry(cache: Path | None, path: Path) -> Path | None:
+def entry(cache: Path | str | None, path: Path) -> Path | None:
     """The entry file of `path`'s tokenizer files in cache directory `cache` (None: no
-    cache): `key` computed once for a lookup and, on a miss, the store after it."""
-    return None if cache is None else cache / SUBDIRECTORY / f"{key(path)}.json"
+    cache; a URL, a remote compilation cache: none kept here either): `key` computed once
+    for a lookup and, on a miss, the store after it."""
+    if not isinstance(cache, Path):
+        return None
+    return cache / SUBDIRECTORY / f"{key(path)}.json"
 
 
 def lookup(file: Path | None) -> str | None:

@@ -94,6 +94,7 @@ class Place:
     path: Path | None
     why: str
     variable: str
+    remote: str = ""  # a URL JAX's cache is kept at (gs://...), not listed or cleared here
 
 
 def places() -> list[Place]:
@@ -118,6 +119,13 @@ def places() -> list[Place]:
         Kind("tokenizers", re.compile(rf"{_HASH}\.json"), re.compile(rf"\.tmp-{_TEMPORARY}\.json")),
     )
     programs, why = program_cache.directory_before_jax(compiled)
+    if isinstance(compiled, str):  # a URL: JAX's remote cache, which this does not list
+        remote = "a remote store: listed and cleared with its own tools"
+        return [
+            Place(kinds[0], None, remote, moved_by, remote=compiled),
+            Place(kinds[1], programs, why, program_cache.ENV),
+            Place(kinds[2], None, "the compilation cache is remote", moved_by),
+        ]
     off = "the compilation cache is off"
     return [
         Place(kinds[0], compiled, setting, moved_by),
@@ -149,6 +157,8 @@ def run(args) -> int:
 
 
 def _where(place: Place) -> str:
+    if place.remote:
+        return f"{place.remote} ({place.why})"
     return str(place.path) if place.path is not None else f"off ({place.why})"
 
 

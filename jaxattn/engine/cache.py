@@ -29,7 +29,15 @@ def default_cache_dir() -> Path:
     return Path(base) / "jaxattn" / "xla"
 
 
-def cache_dir(setting: str | os.PathLike | bool | None = None) -> Path | None:
+def location(value: str | os.PathLike) -> Path | str:
+    """A cache directory as given: a local one as a Path, a URL (gs://, s3://: JAX's
+    persistent cache takes them) as the string it is (a Path would make gs://bucket a
+    local directory gs:/bucket)."""
+    text = os.fspath(value)
+    return text if "://" in text else Path(text)
+
+
+def cache_dir(setting: str | os.PathLike | bool | None = None) -> Path | str | None:
     """The cache directory a `compilation_cache_dir` argument asks for (None: off).
 
     Args:
@@ -39,16 +47,16 @@ def cache_dir(setting: str | os.PathLike | bool | None = None) -> Path | None:
     if setting is False:
         return None
     if setting is not None and setting is not True:
-        return Path(setting)
+        return location(setting)
     env = os.environ.get(ENV)
     if env is not None:
-        return None if env.strip().lower() in _OFF else Path(env)
+        return None if env.strip().lower() in _OFF else location(env)
     return default_cache_dir()
 
 
 def enable_compilation_cache(
     directory: str | os.PathLike | bool | None = None, *, explicit: bool = True
-) -> Path | None:
+) -> Path | str | None:
     """Persist compiled programs across processes in `directory` (see `cache_dir`).
 
     Args:
@@ -69,7 +77,7 @@ def enable_compilation_cache(
         compilation_cache.reset_cache()
         return None
     if chosen is None or (current and not explicit):
-        return Path(current) if current else None
+        return location(current) if current else None
     jax.config.update("jax_compilation_cache_dir", str(chosen))
     # Every program counts: the capture step is the only thing compiled, and
     # even a 0.5 s compile is worth keeping.
@@ -83,12 +91,12 @@ def enable_compilation_cache(
 JAX_ENV = "JAX_COMPILATION_CACHE_DIR"
 
 
-def cache_dir_in_use() -> tuple[Path | None, str]:
+def cache_dir_in_use() -> tuple[Path | str | None, str]:
     """The directory a `jaxattn` command's `jaxattn.load()` caches in, found without
     importing jax, and the setting that chose it ("NAME=VALUE"; "" for the default):
     $JAX_COMPILATION_CACHE_DIR where set, else `cache_dir()`."""
     given = os.environ.get(JAX_ENV)
     if given:
-        return Path(given), f"{JAX_ENV}={given}"
+        return location(given), f"{JAX_ENV}={given}"
     env = os.environ.get(ENV)
     return cache_dir(), ("" if env is None else f"{ENV}={env}")

@@ -279,3 +279,21 @@ def test_the_command_imports_no_jax(home):
     env = {**os.environ, "PYTHONPATH": root}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_a_remote_compilation_cache_is_named_not_listed(home, monkeypatch, capsys):
+    """JAX keeps its cache at a URL where told to (gs://, s3://): named as given (a local
+    path would make gs://bucket a directory gs:/bucket), neither listed nor cleared here,
+    and the program and tokenizer caches, local by nature, are off."""
+    monkeypatch.setenv("JAXATTN_COMPILATION_CACHE", "gs://bucket/xla")
+    assert main(["cache", "dir"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split(None, 1) == [
+        "compiled",
+        "gs://bucket/xla (a remote store: listed and cleared with its own tools)",
+    ]
+    assert out[1].startswith("programs") and "off (the compilation cache is not a local" in out[1]
+    assert out[2].startswith("tokenizers") and "off (the compilation cache is remote)" in out[2]
+    assert main(["cache", "clear"]) == 0
+    assert "removed 0 entries" in capsys.readouterr().out
+    assert not Path("gs:").exists() and not (home / "gs:").exists()
