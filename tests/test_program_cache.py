@@ -144,6 +144,94 @@ def test_a_damaged_program_is_compiled_again(checkpoint, programs, caplog):
     assert third.step.program_cache.loaded == 2
 
 
+def test_a_changed_byte_in_a_kept_program_is_never_run(checkpoint, programs, caplog):
+    """The serialized program has no check of its own: a byte of a constant changed (the
+    layer norms' epsilon, EPS, kept as float32 bytes) loaded and compiled, and ran other
+    numbers. The file's digest makes it a miss: traced again, replaced."""
+    kept = _capture(jaxattn.load(checkpoint), layers=0)
+    eps = np.float32(EPS).tobytes()
+    for path in programs.glob(f"*{program_cache.SUFFIX}"):
+        data = bytearray(path.read_bytes())
+        at = data.find(eps)
+        assert at >= 0, "no epsilon in the program"
+        data[at + 3] ^= 0x40  # the exponent's top bit: 3.25e-6 -> ~1e33
+        path.write_bytes(bytes(data))
+    engine = jaxattn.load(checkpoint)
+    with caplog.at_level(logging.WARNING, logger="jaxattn.engine"):
+        _assert_equal(_capture(engine, layers=0), kept)
+    assert (engine.step.program_cache.loaded, engine.step.program_cache.saved) == (0, 2)
+    assert sum("does not match its sha256" in r.getMessage() for r in caplog.records) == 2
+    third = jaxattn.load(checkpoint)
+    _assert_equal(_capture(third, layers=0), kept)
+    assert third.step.program_cache.loaded == 2
+
+
+def test_a_kept_program_that_does_not_compile_is_traced_again(checkpoint, programs, caplog):
+    """A whole file of another program (the other length's, under this one's key): it
+    loads, then does not fit the arguments. Removed, traced again, kept anew."""
+    kept = _capture(jaxattn.load(checkpoint), layers=0)
+    short, long = sorted(programs.glob(f"*{program_cache.SUFFIX}"), key=lambda p: p.stat().st_size)
+    short_bytes = short.read_bytes()
+    short.write_bytes(long.read_bytes())
+    long.write_bytes(short_bytes)
+    engine = jaxattn.load(checkpoint)
+    with caplog.at_level(logging.WARNING, logger="jaxattn.engine"):
+        _assert_equal(_capture(engine, layers=0), kept)
+    assert (engine.step.program_cache.loaded, engine.step.program_cache.saved) == (2, 2)
+    assert sum("did not load" in r.getMessage() for r in caplog.records) == 2
+    third = jaxattn.load(checkpoint)
+    _assert_equal(_capture(third, layers=0), kept)
+    assert third.step.program_cache.loaded == 2
+
+
+def test_programs_are_exported_for_the_engines_devices(checkpoint, programs, monkeypatch):
+    """An engine on another backend's devices than the default one (the CPU's on a GPU
+    machine, as gpu_checks' sanity-families runs them): its programs are exported for
+    its own platform. Exported for the default backend's, they failed to run."""
+    from jax._src.export import _export
+
+    monkeypatch.setattr(_export, "default_export_platform", lambda: "tpu")  # not the CPU
+    engine = jaxattn.load(checkpoint)
+    got = _capture(engine, what=("attention",), layers=0)
+    assert engine.step.program_cache.saved == 2
+    monkeypatch.setenv(program_cache.ENV, "off")
+    _assert_equal(got, _capture(jaxattn.load(checkpoint), what=("attention",), layers=0))
+
+
+def test_an_error_of_the_model_is_no_export_warning(checkpoint, programs, monkeypatch, caplog):
+    """A program whose tracing fails (the model's own error) raises that error, without a
+    warning that the program cache cannot keep it."""
+    from jaxattn.engine import step
+
+    def broken(*args):
+        raise NotImplementedError("a branch the engine lacks")
+
+    monkeypatch.setattr(step, "_quantized", broken)
+    engine = jaxattn.load(checkpoint)
+    with caplog.at_level(logging.WARNING, logger="jaxattn.engine"):
+        with pytest.raises(NotImplementedError, match="^a branch the engine lacks"):
+            _capture(engine, layers=0)
+    assert [r.getMessage() for r in caplog.records] == []
+    assert _files(programs) == set()
+
+
+def test_ablated_heads_and_selected_positions_run_kept_programs(checkpoint, programs, monkeypatch):
+    """Head ablation (its gates are arguments) and the maps' selected positions go through
+    the program cache too: a second engine loads their programs and gets the numbers of a
+    model traced with the cache off."""
+    ablation = jaxattn.HeadAblation.of([(0, 1)], "uniform")
+    options = [
+        dict(layers=(0, 1), ablation=ablation),
+        dict(layers=1, query_positions=[0, -1], key_positions=[1, 2]),
+    ]
+    for made in (jaxattn.load(checkpoint), jaxattn.load(checkpoint)):
+        got = [_capture(made, **o) for o in options]
+    assert made.step.program_cache.loaded == 4
+    monkeypatch.setenv(program_cache.ENV, "off")
+    for o, loaded in zip(options, got, strict=True):
+        _assert_equal(loaded, _capture(jaxattn.load(checkpoint), **o))
+
+
 def test_a_directory_that_cannot_be_written_is_no_error(checkpoint, tmp_path, monkeypatch, caplog):
     blocked = tmp_path / "a-file"
     blocked.write_text("")

@@ -35,12 +35,19 @@ pickle) and XLA's own cache keeps the compile.
 
 On disk: `<compilation cache directory>/jaxattn-programs/<key>.jaxprog`, written
 atomically (a temporary file renamed), the least recently used removed past
-`MAX_BYTES`. A file that does not load (damaged, another jax) is a miss and is
-replaced. Off where the compilation cache is off, where its directory is not a
-local path (gs://), in multi-process jobs, where outputs go to pinned host memory
-(an exported program does not carry memory kinds) and without the flatbuffers
-package (jax.export's serialization); $JAXATTN_PROGRAM_CACHE set to off, 0, false
-or no turns it off, set to a directory keeps the programs there.
+`MAX_BYTES`. Each file holds the sha256 of the serialized program before it: the
+serialized form has no check of its own and its module is only parsed when the
+program is compiled, so a damaged byte there failed the capture ("Failed to
+deserialize StableHLO"), crashed the process, or (in a constant) changed the
+numbers. A file whose digest does not match, or that does not load (another jax),
+is a miss and is replaced; so is a loaded program that does not compile.
+
+Off where the compilation cache is off (unless $JAXATTN_PROGRAM_CACHE names a
+directory), where its directory is not a local path (gs://), in multi-process jobs,
+where outputs go to pinned host memory (an exported program does not carry memory
+kinds) and without the flatbuffers package (jax.export's serialization);
+$JAXATTN_PROGRAM_CACHE set to off, 0, false or no turns it off, set to a directory
+keeps the programs there.
 """
 
 from __future__ import annotations
@@ -61,6 +68,8 @@ ENV = "JAXATTN_PROGRAM_CACHE"
 _OFF = ("0", "off", "false", "no")
 SUBDIRECTORY = "jaxattn-programs"
 SUFFIX = ".jaxprog"
+# A program file: MAGIC, the sha256 of the serialized program, the serialized program.
+MAGIC = b"jaxattn-program-1\n"
 # Past this the least recently used programs go (an all-MiniLM-L6-v2 full capture's: ~0.2 MB).
 MAX_BYTES = 2 << 30
 # The packages whose code is traced into a program, besides jaxattn's own source.
@@ -150,6 +159,7 @@ class ProgramCache:
 
     def __init__(self, root: Path, part: str, devices: Sequence):
         self.root, self.devices = root, tuple(devices)
+        self.platform = platform_of(self.devices[0])  # what its programs are exported for
         self._part = repr((devices_part(devices), part))
         self.loaded = self.saved = 0  # programs this step read from and wrote to disk
 
@@ -186,10 +196,9 @@ class ProgramCache:
         except OSError:
             return None
         try:
-            exported = jax.export.deserialize(bytearray(data))
+            exported = jax.export.deserialize(bytearray(_payload(data)))
         except Exception as error:  # noqa: BLE001 - any damage is a miss, then replaced
-            log.warning("the program cache's %s did not load (%s): tracing it again", path, error)
-            path.unlink(missing_ok=True)
+            self.discard(key, error)
             return None
         try:
             os.utime(path)  # recently used: the last to be removed
@@ -203,7 +212,8 @@ class ProgramCache:
         written is logged and skipped."""
         temporary = None
         try:
-            data = exported.serialize()
+            payload = exported.serialize()
+            data = MAGIC + hashlib.sha256(payload).digest() + payload
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile(dir=self.root, suffix=".tmp", delete=False) as f:
                 temporary = Path(f.name)
@@ -217,10 +227,34 @@ class ProgramCache:
         self.saved += 1
         _trim(self.root, MAX_BYTES)
 
+    def discard(self, key: str, error: BaseException) -> None:
+        """Remove the program under `key`, which did not load or compile (`error`): a
+        miss, traced again and replaced."""
+        path = self._path(key)
+        log.warning("the program cache's %s did not load (%s): tracing it again", path, error)
+        path.unlink(missing_ok=True)
 
-def export(jitted, *args):
-    """`jax.export.export(jitted)(*args)`, or None (logged) where the program cannot be
-    exported: the capture then runs the jitted function as it is.
+
+def _payload(data: bytes) -> bytes:
+    """The serialized program of a program file's bytes (module docstring).
+
+    Raises:
+      ValueError: not a program file, or one whose program does not match its digest.
+    """
+    head = len(MAGIC) + hashlib.sha256().digest_size
+    if not data.startswith(MAGIC) or len(data) < head:
+        raise ValueError("not a jaxattn program file")
+    payload = data[head:]
+    if hashlib.sha256(payload).digest() != data[len(MAGIC) : head]:
+        raise ValueError("damaged: its program does not match its sha256")
+    return payload
+
+
+def export(jitted, *args, platform: str | None = None):
+    """`jax.export.export(jitted)(*args)` for `platform` (a `platform_of` name; None: the
+    default backend's), or the error that kept it from being exported (the caller
+    traces the jitted function as it is, which raises an error of the program itself,
+    and says so where that works: `cannot_keep`).
 
     Every custom call is allowed (on GPUs cuDNN's fused attention, whose targets jax
     does not promise to keep stable across versions): an exported program is loaded
@@ -228,11 +262,28 @@ def export(jitted, *args):
     import jax
 
     anything = [jax.export.DisabledSafetyCheck.custom_call("ALL")]
+    platforms = None if platform is None else (platform,)
     try:
-        return jax.export.export(jitted, disabled_checks=anything)(*args)
+        return jax.export.export(jitted, platforms=platforms, disabled_checks=anything)(*args)
     except Exception as error:  # noqa: BLE001 - the program runs unexported
-        log.warning("the program cache cannot keep this program (%s): tracing it each time", error)
-        return None
+        return error
+
+
+def cannot_keep(error: BaseException) -> None:
+    """Log that a program traced fine but `export` could not keep it (`error`)."""
+    log.warning("the program cache cannot keep this program (%s): tracing it each time", error)
+
+
+def platform_of(device) -> str:
+    """The platform jax.export lowers for to run on `device`: "cpu", "cuda", "rocm",
+    "tpu" (a GPU's "gpu" made concrete). Not the default backend's: an engine may run
+    on another backend's devices (the CPU's on a GPU machine), and a program exported
+    for the default one does not run there."""
+    try:
+        from jax._src.xla_bridge import canonicalize_platform
+    except ImportError:  # pragma: no cover - a jax without it
+        return device.platform
+    return canonicalize_platform(device.platform)
 
 
 def _trim(root: Path, limit: int) -> None:
