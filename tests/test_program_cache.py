@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import jax
 import numpy as np
@@ -271,6 +272,27 @@ def test_the_least_recently_used_programs_go_past_the_limit(tmp_path):
     ]
     program_cache._trim(tmp_path, 0)
     assert [p.name for p in tmp_path.iterdir()] == ["other.txt"]
+    # a write a killed process left, an hour and more ago, goes; one under way stays
+    for name, age in (("left.tmp", program_cache.STALE_SECONDS + 60), ("writing.tmp", 5)):
+        (tmp_path / name).write_bytes(b"x")
+        os.utime(tmp_path / name, (time.time() - age,) * 2)
+    program_cache._trim(tmp_path, 0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.txt", "writing.tmp"]
+
+
+def test_an_interrupted_write_leaves_no_temporary_file(tmp_path, monkeypatch):
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    class Exported:
+        def serialize(self):
+            return b"a program"
+
+    monkeypatch.setattr(program_cache.os, "replace", interrupted)
+    cache = program_cache.ProgramCache(tmp_path, "a step", jax.devices()[:1])
+    with pytest.raises(KeyboardInterrupt):
+        cache.save(cache.key("a call"), Exported())
+    assert list(tmp_path.iterdir()) == []
 
 
 SCRIPT = textwrap.dedent(

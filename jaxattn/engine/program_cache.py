@@ -59,6 +59,7 @@ import logging
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -72,6 +73,8 @@ SUFFIX = ".jaxprog"
 MAGIC = b"jaxattn-program-1\n"
 # Past this the least recently used programs go (an all-MiniLM-L6-v2 full capture's: ~0.2 MB).
 MAX_BYTES = 2 << 30
+# A temporary file this old is a write a killed process left (a write takes well under a second).
+STALE_SECONDS = 3600
 # The packages whose code is traced into a program, besides jaxattn's own source.
 _TRACED_PACKAGES = ("jax", "jaxlib", "flax", "numpy", "ml_dtypes")
 
@@ -219,11 +222,13 @@ class ProgramCache:
                 temporary = Path(f.name)
                 f.write(data)
             os.replace(temporary, self._path(key))
+            temporary = None
         except Exception as error:  # noqa: BLE001 - the capture goes on without it
             log.warning("the program cache could not keep a program in %s: %s", self.root, error)
+            return
+        finally:  # an error, or an interrupt (Ctrl-C) mid-write: no partial file left
             if temporary is not None:
                 temporary.unlink(missing_ok=True)
-            return
         self.saved += 1
         _trim(self.root, MAX_BYTES)
 
@@ -287,7 +292,15 @@ def platform_of(device) -> str:
 
 
 def _trim(root: Path, limit: int) -> None:
-    """Remove the least recently used programs of `root` until they hold <= limit bytes."""
+    """Remove the least recently used programs of `root` until they hold <= limit bytes,
+    and the temporary files of writes a killed process left (`STALE_SECONDS` old)."""
+    now = time.time()
+    for path in root.glob("*.tmp"):
+        try:
+            if now - path.stat().st_mtime > STALE_SECONDS:
+                path.unlink(missing_ok=True)
+        except OSError:  # renamed or removed by its process meanwhile
+            continue
     entries = []
     for path in root.glob(f"*{SUFFIX}"):
         try:
