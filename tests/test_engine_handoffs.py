@@ -56,12 +56,19 @@ def test_a_quantity_no_branch_computes_is_a_named_error(bert_checkpoint, monkeyp
         return {k: v for k, v in real(want, *args).items() if k != "fx_norm"}
 
     monkeypatch.setattr(model, "_capture_layer", forgetful)
-    jax.clear_caches()  # the jitted per-layer capture an earlier test traced calls the real one
-    engine = jaxattn.load(bert_checkpoint)
-    with pytest.raises(
-        NotImplementedError, match="^fx_norm is not computed by the engine for family 'bert'"
-    ):
-        engine.capture(["a short text"], what=("attention", "fx_norm"), layers=0)
+    # The jitted per-layer capture (`model._capture_dense_layer`) keeps its traces for the
+    # process: cleared before (an earlier test's calls the real one) and after (this
+    # one's calls the forgetful one, which later tests of the same shapes would get).
+    jax.clear_caches()
+    try:
+        engine = jaxattn.load(bert_checkpoint)
+        with pytest.raises(
+            NotImplementedError, match="^fx_norm is not computed by the engine for family 'bert'"
+        ):
+            engine.capture(["a short text"], what=("attention", "fx_norm"), layers=0)
+    finally:
+        monkeypatch.undo()
+        jax.clear_caches()
     with pytest.raises(NotImplementedError, match="^fx_norm, values are not computed"):
         model._check_computed(
             frozenset({"attention", "fx_norm", "values"}),

@@ -366,3 +366,20 @@ def test_a_jax_config_value_is_in_the_key(tmp_path):
     assert cache.key("a call") == before
     other_step = program_cache.ProgramCache(tmp_path, "another step", jax.devices()[:1])
     assert other_step.key("a call") != before
+
+
+def test_a_program_that_cannot_be_exported_runs_as_traced(
+    checkpoint, programs, monkeypatch, caplog
+):
+    def refuse(*args, **kwargs):
+        raise ValueError("this program cannot be exported")
+
+    monkeypatch.setattr(jax.export, "export", refuse)
+    engine = jaxattn.load(checkpoint)
+    with caplog.at_level(logging.WARNING, logger="jaxattn.engine"):
+        got = _capture(engine, what=("queries",), layers=1)
+    assert engine.step.program_cache.saved == 0 and _files(programs) == set()
+    warned = [r.getMessage() for r in caplog.records if "cannot keep" in r.getMessage()]
+    assert len(warned) == 2 and "this program cannot be exported" in warned[0]
+    monkeypatch.setenv(program_cache.ENV, "off")
+    _assert_equal(got, _capture(jaxattn.load(checkpoint), what=("queries",), layers=1))
