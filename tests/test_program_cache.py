@@ -129,6 +129,24 @@ def test_what_shapes_a_program_is_in_its_key(checkpoint, programs, tmp_path, mon
     assert edited.step.program_cache.saved == 2
 
 
+def test_how_the_engine_runs_a_program_is_in_its_key(checkpoint, programs):
+    """Engine options that change the program of one request and batch shape: each a
+    miss after the default engine's (a hit would run the default's program, blockwise
+    or scanned where the other was asked for), then its own programs loaded."""
+    what = ("attention",)
+    _capture(jaxattn.load(checkpoint), what=what, layers=0)
+    options = ({"attention": "blockwise"}, {"layer_loop": "scan"}, {"host_memory": "staged"})
+    for option in options:
+        for expected in (0, 2):
+            engine = jaxattn.load(checkpoint, **option)
+            _capture(engine, what=what, layers=0)
+            assert engine.step.program_cache.loaded == expected, option
+    # weights of other dtypes, the same shapes
+    weights = {"w": np.zeros((2, 3), np.float32)}
+    other = {"w": np.zeros((2, 3), jax.numpy.bfloat16)}
+    assert program_cache.signature(weights) != program_cache.signature(other)
+
+
 def test_a_damaged_program_is_compiled_again(checkpoint, programs, caplog):
     kept = _capture(jaxattn.load(checkpoint), layers=0)
     assert len(_files(programs)) == 2
