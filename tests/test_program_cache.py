@@ -402,3 +402,27 @@ def test_a_program_that_cannot_be_exported_runs_as_traced(
     assert len(warned) == 2 and "this program cannot be exported" in warned[0]
     monkeypatch.setenv(program_cache.ENV, "off")
     _assert_equal(got, _capture(jaxattn.load(checkpoint), what=("queries",), layers=1))
+
+
+def test_the_cudnn_version_is_in_the_key(tmp_path, monkeypatch):
+    """jax reads cuDNN's version while tracing (whether its fused attention serves a layer):
+    a program traced with one cuDNN is not loaded with another."""
+    from jax._src import lib
+
+    class CudaVersions:
+        version = 90100
+
+        def cudnn_get_version(self):
+            return self.version
+
+    fake = CudaVersions()
+    monkeypatch.setattr(lib, "cuda_versions", fake)
+    cache = program_cache.ProgramCache(tmp_path, "a step", jax.devices()[:1])
+    program_cache._installed.cache_clear()
+    try:
+        before = cache.key("a call")
+        fake.version = 90800
+        program_cache._installed.cache_clear()
+        assert cache.key("a call") != before
+    finally:
+        program_cache._installed.cache_clear()

@@ -11,8 +11,8 @@ serialized), beside XLA's cache, under a key of everything that decides the
 program without tracing it:
 
 - the process: the jaxattn source (a digest of its .py files), the versions of
-  jax, jaxlib, flax and numpy, the backend and its version, $XLA_FLAGS and
-  every `jax.config` value;
+  jax, jaxlib, flax and numpy, the backend and its version, the cuDNN version
+  (read while tracing), $XLA_FLAGS and every `jax.config` value;
 - the step (`CaptureStep`): the model config, the params' names, shapes and
   dtypes (values are arguments, not part of the program), the devices, where
   outputs land, the layer loop, the attention path and block;
@@ -129,8 +129,23 @@ def _installed() -> str:
             backend.platform_version,
             os.environ.get("XLA_FLAGS", ""),
             os.environ.get("LIBTPU_INIT_ARGS", ""),
+            _cudnn_version(),
         )
     )
+
+
+def _cudnn_version() -> int | None:
+    """The cuDNN version jax finds (None: none, no CUDA). jax reads it while tracing: it
+    decides whether cuDNN's fused attention serves a layer (`fast_forward`) and what the
+    custom call asks of cuDNN, and cuDNN is a package of its own, not jaxlib's version."""
+    try:
+        from jax._src.lib import cuda_versions
+    except ImportError:  # pragma: no cover - a jax without it
+        return None
+    try:
+        return None if cuda_versions is None else int(cuda_versions.cudnn_get_version())
+    except Exception:  # noqa: BLE001 - no usable cuDNN: as jax sees it, none
+        return None
 
 
 def _process_part() -> str:
