@@ -20,8 +20,9 @@ program without tracing it:
 
 A key that differs is a miss (traced, exported, saved), never a wrong program: a
 wrong hit would need two programs with one key, and every input that shapes a
-program is in it. Code that changes a traced function at run time (a test's
-monkeypatch) is not: such tests turn the cache off ($JAXATTN_PROGRAM_CACHE=off).
+program is in it. Code that changes a traced function or a module constant at
+run time (a test's monkeypatch of a function or of `blockwise.AUTO_MIN_LENGTH`) is
+not: such tests turn the cache off ($JAXATTN_PROGRAM_CACHE=off).
 Either way the step runs the exported program (compiled through XLA's cache as
 any other), so a process that traced it and one that loaded it run the same one.
 
