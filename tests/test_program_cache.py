@@ -204,6 +204,27 @@ def test_a_kept_program_that_does_not_compile_is_traced_again(checkpoint, progra
     assert third.step.program_cache.loaded == 2
 
 
+def test_a_kept_program_out_of_device_memory_stays_kept(checkpoint, programs, monkeypatch, caplog):
+    """Out of device memory compiling a loaded program is the batch's size, not the file's
+    fault: the error goes on to the engine (which runs smaller batches), the file stays."""
+    from jaxattn.engine import step
+
+    one = dict(what=("attention",), layers=0)  # one text: no smaller batch to try
+    jaxattn.load(checkpoint).capture(TEXTS[:1], **one)
+    before = _files(programs)
+
+    def exhausted(self, exported, args):
+        raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory compiling")
+
+    monkeypatch.setattr(step.CaptureStep, "_compile_exported", exhausted)
+    engine = jaxattn.load(checkpoint)
+    with caplog.at_level(logging.WARNING, logger="jaxattn.engine"):
+        with pytest.raises(Exception, match="Out of memory compiling"):
+            engine.capture(TEXTS[:1], **one)
+    assert not any("did not load" in r.getMessage() for r in caplog.records)
+    assert _files(programs) == before
+
+
 def test_programs_are_exported_for_the_engines_devices(checkpoint, programs, monkeypatch):
     """An engine on another backend's devices than the default one (the CPU's on a GPU
     machine, as gpu_checks' sanity-families runs them): its programs are exported for

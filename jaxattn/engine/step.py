@@ -34,6 +34,7 @@ from jaxattn.config import ModelConfig
 from jaxattn.engine import blockwise, layer_groups, map_positions, program_cache
 from jaxattn.engine import layer_loop as layer_loops
 from jaxattn.engine.model import Encoder
+from jaxattn.engine.oom import out_of_memory
 from jaxattn.engine.quantize import quantize
 from jaxattn.errors import UsageError
 from jaxattn.quantities import MAPS
@@ -372,6 +373,8 @@ class CaptureStep:
                 try:
                     program = self._compile_exported(exported, args)
                 except Exception as error:  # noqa: BLE001 - traced again below
+                    if out_of_memory(error):  # the batch's size, not the file: kept
+                        raise
                     disk.discard(name, error)
                     exported = None
             if program is None:
@@ -382,6 +385,8 @@ class CaptureStep:
             try:
                 program = self._compile_exported(exported, args)
             except Exception as error:  # noqa: BLE001 - traced as it is below
+                if out_of_memory(error):
+                    raise
                 unkept = error
             else:
                 disk.save(name, exported)  # once it compiled
