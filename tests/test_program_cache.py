@@ -239,6 +239,21 @@ def test_programs_are_exported_for_the_engines_devices(checkpoint, programs, mon
     _assert_equal(got, _capture(jaxattn.load(checkpoint), what=("attention",), layers=0))
 
 
+def test_an_exported_program_that_does_not_compile_runs_as_traced(
+    checkpoint, programs, monkeypatch, caplog
+):
+    """Exported, then refused by the compiler (here: exported for another platform): the
+    capture runs the model as traced, warned once a program, and nothing is kept."""
+    monkeypatch.setattr(program_cache, "platform_of", lambda device: "tpu")
+    engine = jaxattn.load(checkpoint)
+    with caplog.at_level(logging.WARNING, logger="jaxattn.engine"):
+        got = _capture(engine, what=("attention",), layers=0)
+    assert engine.step.program_cache.saved == 0 and _files(programs) == set()
+    assert sum("cannot keep" in r.getMessage() for r in caplog.records) == 2
+    monkeypatch.setenv(program_cache.ENV, "off")
+    _assert_equal(got, _capture(jaxattn.load(checkpoint), what=("attention",), layers=0))
+
+
 def test_an_error_of_the_model_is_no_export_warning(checkpoint, programs, monkeypatch, caplog):
     """A program whose tracing fails (the model's own error) raises that error, without a
     warning that the program cache cannot keep it."""
