@@ -148,60 +148,60 @@ def test_how_the_engine_runs_a_program_is_in_its_key(checkpoint, programs):
     assert program_cache.signature(weights) != program_cache.signature(other)
 
 
-def test_a_damaged_program_is_compiled_again(checkpoint, programs, caplog):
+def _replaced(checkpoint, programs, caplog, damage, warned: str, loaded: int) -> None:
+    """Keep a capture's two programs and `damage` them (their paths, shorter first): the
+    next engine's capture gives the kept numbers, `loaded` of the two loaded before one
+    `warned` for each, both kept anew; a third engine loads them."""
     kept = _capture(jaxattn.load(checkpoint), layers=0)
-    assert len(_files(programs)) == 2
-    for path in programs.glob(f"*{program_cache.SUFFIX}"):
-        path.write_bytes(b"not a program")
+    paths = sorted(programs.glob(f"*{program_cache.SUFFIX}"), key=lambda p: p.stat().st_size)
+    assert len(paths) == 2
+    damage(paths)
     engine = jaxattn.load(checkpoint)
     with caplog.at_level(logging.WARNING, logger="jaxattn.engine"):
         _assert_equal(_capture(engine, layers=0), kept)
-    assert (engine.step.program_cache.loaded, engine.step.program_cache.saved) == (0, 2)
-    assert sum("did not load" in r.getMessage() for r in caplog.records) == 2
-    # kept again whole: the next engine loads them
+    assert (engine.step.program_cache.loaded, engine.step.program_cache.saved) == (loaded, 2)
+    assert sum(warned in r.getMessage() for r in caplog.records) == 2
     third = jaxattn.load(checkpoint)
     _assert_equal(_capture(third, layers=0), kept)
     assert third.step.program_cache.loaded == 2
+
+
+def test_a_damaged_program_is_compiled_again(checkpoint, programs, caplog):
+    def overwrite(paths):
+        for path in paths:
+            path.write_bytes(b"not a program")
+
+    _replaced(checkpoint, programs, caplog, overwrite, "did not load", loaded=0)
 
 
 def test_a_changed_byte_in_a_kept_program_is_never_run(checkpoint, programs, caplog):
     """The serialized program has no check of its own: a byte of a constant changed (the
     layer norms' epsilon, EPS, kept as float32 bytes) loaded and compiled, and ran other
     numbers. The file's digest makes it a miss: traced again, replaced."""
-    kept = _capture(jaxattn.load(checkpoint), layers=0)
-    eps = np.float32(EPS).tobytes()
-    for path in programs.glob(f"*{program_cache.SUFFIX}"):
-        data = bytearray(path.read_bytes())
-        at = data.find(eps)
-        assert at >= 0, "no epsilon in the program"
-        data[at + 3] ^= 0x40  # the exponent's top bit: 3.25e-6 -> ~1e33
-        path.write_bytes(bytes(data))
-    engine = jaxattn.load(checkpoint)
-    with caplog.at_level(logging.WARNING, logger="jaxattn.engine"):
-        _assert_equal(_capture(engine, layers=0), kept)
-    assert (engine.step.program_cache.loaded, engine.step.program_cache.saved) == (0, 2)
-    assert sum("does not match its sha256" in r.getMessage() for r in caplog.records) == 2
-    third = jaxattn.load(checkpoint)
-    _assert_equal(_capture(third, layers=0), kept)
-    assert third.step.program_cache.loaded == 2
+
+    def change_epsilon(paths):
+        eps = np.float32(EPS).tobytes()
+        for path in paths:
+            data = bytearray(path.read_bytes())
+            at = data.find(eps)
+            assert at >= 0, "no epsilon in the program"
+            data[at + 3] ^= 0x40  # the exponent's top bit: 3.25e-6 -> ~1e33
+            path.write_bytes(bytes(data))
+
+    _replaced(checkpoint, programs, caplog, change_epsilon, "does not match its sha256", 0)
 
 
 def test_a_kept_program_that_does_not_compile_is_traced_again(checkpoint, programs, caplog):
     """A whole file of another program (the other length's, under this one's key): it
     loads, then does not fit the arguments. Removed, traced again, kept anew."""
-    kept = _capture(jaxattn.load(checkpoint), layers=0)
-    short, long = sorted(programs.glob(f"*{program_cache.SUFFIX}"), key=lambda p: p.stat().st_size)
-    short_bytes = short.read_bytes()
-    short.write_bytes(long.read_bytes())
-    long.write_bytes(short_bytes)
-    engine = jaxattn.load(checkpoint)
-    with caplog.at_level(logging.WARNING, logger="jaxattn.engine"):
-        _assert_equal(_capture(engine, layers=0), kept)
-    assert (engine.step.program_cache.loaded, engine.step.program_cache.saved) == (2, 2)
-    assert sum("did not load" in r.getMessage() for r in caplog.records) == 2
-    third = jaxattn.load(checkpoint)
-    _assert_equal(_capture(third, layers=0), kept)
-    assert third.step.program_cache.loaded == 2
+
+    def swap(paths):
+        short, long = paths
+        short_bytes = short.read_bytes()
+        short.write_bytes(long.read_bytes())
+        long.write_bytes(short_bytes)
+
+    _replaced(checkpoint, programs, caplog, swap, "did not load", loaded=2)
 
 
 def test_a_kept_program_out_of_device_memory_stays_kept(checkpoint, programs, monkeypatch, caplog):
