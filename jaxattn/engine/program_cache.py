@@ -111,7 +111,8 @@ def _source_digest() -> str:
 @functools.cache
 def _installed() -> str:
     """What the process was started with: jaxattn's source, the traced packages' versions,
-    Python, the backend, the XLA flags (read when the backend starts). Once per process."""
+    Python, the backend, the XLA flags (read when the backend starts), cuDNN's version.
+    Once per process."""
     import jax
 
     versions = []
