@@ -10,16 +10,32 @@ import jax
 GENERATION = ("_prefill_fn", "_step_fn", "_write", "_grow", "_insert")
 
 
-@contextlib.contextmanager
+BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+TRACE = "/jax/core/compile/jaxpr_trace_duration"
+
+
 def backend_compiles(names=("_forward",)):
     """The XLA compiles (persistent-cache loads too) of the programs whose names contain
     one of `names` (the capture step's; `GENERATION`: a generation's) while inside,
     counted by JAX's own monitoring event, not by the engine."""
+    return program_events(BACKEND_COMPILE, names)
+
+
+def traces(names=("_forward",)):
+    """The traces of the functions whose names contain one of `names` while inside (JAX's
+    own event: a program the program cache loads is not traced)."""
+    return program_events(TRACE, names)
+
+
+@contextlib.contextmanager
+def program_events(kind: str, names):
+    """The names of the programs whose `kind` event (a jax.monitoring duration) JAX records
+    while inside, of those whose names contain one of `names`."""
     seen: list[str] = []
 
     def listen(event, seconds, fun_name=None, **_):
         name = str(fun_name)
-        if event == "/jax/core/compile/backend_compile_duration" and any(n in name for n in names):
+        if event == kind and any(n in name for n in names):
             seen.append(fun_name)
 
     jax.monitoring.register_event_duration_secs_listener(listen)

@@ -10,7 +10,7 @@ only module that reaches the `service` package.
 
 The subcommands (`_SUBCOMMANDS`): `demo_cmd`, `serve_cmd`, `capture_cmd`,
 `convert_cmd`, `bench_cmd`, `analyze_cmd`, `dump_cmd`, `view_cmd`, `web_cmd`,
-`loadtest_cmd`. Their parts: `parser` (one-line usage errors, the nearest
+`loadtest_cmd`, `cache_cmd`. Their parts: `parser` (one-line usage errors, the nearest
 spelling), `model_arg` (--model), `corpus` (what view and analyze share: INPUT,
 capturing with counts), `saved` (INPUT that is captures already), `analysis_flags`,
 `analyze_saved` and `decoder_analyses` (analyze's flags, saved captures, the
@@ -41,6 +41,7 @@ _SUBCOMMANDS = (
     "jaxattn.cli.view_cmd",
     "jaxattn.cli.web_cmd",
     "jaxattn.cli.loadtest_cmd",
+    "jaxattn.cli.cache_cmd",
 )
 
 

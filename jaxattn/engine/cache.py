@@ -76,3 +76,19 @@ def enable_compilation_cache(
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return chosen
+
+
+# JAX's own setting, read when jax is imported: a process that set it keeps it
+# (`enable_compilation_cache(explicit=False)`, what `jaxattn.load()` does by default).
+JAX_ENV = "JAX_COMPILATION_CACHE_DIR"
+
+
+def cache_dir_in_use() -> tuple[Path | None, str]:
+    """The directory a `jaxattn` command's `jaxattn.load()` caches in, found without
+    importing jax, and the setting that chose it ("NAME=VALUE"; "" for the default):
+    $JAX_COMPILATION_CACHE_DIR where set, else `cache_dir()`."""
+    given = os.environ.get(JAX_ENV)
+    if given:
+        return Path(given), f"{JAX_ENV}={given}"
+    env = os.environ.get(ENV)
+    return cache_dir(), ("" if env is None else f"{ENV}={env}")

@@ -331,3 +331,19 @@ def _trim(root: Path, limit: int) -> None:
             break
         path.unlink(missing_ok=True)
         total -= size
+
+
+def directory_before_jax(compilation_cache: str | os.PathLike | None) -> tuple[Path | None, str]:
+    """`directory()` without importing jax (the command line's `jaxattn cache`), for one
+    process whose compilation cache directory is `compilation_cache` (None: off): the
+    directory, or None and why it is off."""
+    setting = os.environ.get(ENV, "").strip()
+    if setting.lower() in _OFF:
+        return None, f"{ENV}={setting}"
+    if setting:
+        return Path(setting), ""
+    if not compilation_cache:
+        return None, "the compilation cache is off"
+    if "://" in str(compilation_cache):
+        return None, "the compilation cache is not a local directory"
+    return Path(compilation_cache) / SUBDIRECTORY, ""

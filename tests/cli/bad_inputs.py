@@ -74,6 +74,7 @@ COMMANDS: dict[str, list[str]] = {
         "{input_file}",
         "{flags}",
     ],
+    "cache": ["cache", "{cache_action}", "{flags}"],
 }
 
 
@@ -291,6 +292,13 @@ BAD: list[Bad] = [
         "missing.conllu",
     ),
     Bad("unknown option", "flags", lambda t, g: ["--no-such-option"], 2, "--no-such-option"),
+    Bad(
+        "a misspelt cache action",
+        "cache_action",
+        lambda t, g: "clean",
+        2,
+        r"ACTION: invalid choice: 'clean' .*did you mean 'clear'\?",
+    ),
     Bad(
         "unknown synthetic model",
         "--synthetic",

@@ -31,6 +31,7 @@ def good(bert_checkpoint, tmp_path_factory) -> dict:
         "store": str(tmp / "fresh-store"),
         "out_dir": str(tmp / "fresh-dir"),
         "server": "127.0.0.1:9",  # nothing listens on the discard port
+        "cache_action": "dir",  # the one that reads no cache (rows fail before it runs)
     }
 
 
@@ -47,6 +48,7 @@ def test_the_table_reaches_every_command_and_kind():
         "serve",
         "web",
         "loadtest",
+        "cache",
     }
     assert len(CASES) >= 80
 
