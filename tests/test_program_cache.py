@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import jax
 import numpy as np
@@ -128,20 +129,163 @@ def test_what_shapes_a_program_is_in_its_key(checkpoint, programs, tmp_path, mon
     assert edited.step.program_cache.saved == 2
 
 
-def test_a_damaged_program_is_compiled_again(checkpoint, programs, caplog):
+def test_how_the_engine_runs_a_program_is_in_its_key(checkpoint, programs):
+    """Engine options that change the program of one request and batch shape: each a
+    miss after the default engine's (a hit would run the default's program, blockwise
+    or scanned where the other was asked for), then its own programs loaded."""
+    what = ("attention",)
+    _capture(jaxattn.load(checkpoint), what=what, layers=0)
+    # (scanned, the weights are stacked: their signature differs too)
+    options = ({"attention": "blockwise"}, {"layer_loop": "scan"})
+    for option in options:
+        for expected in (0, 2):
+            engine = jaxattn.load(checkpoint, **option)
+            _capture(engine, what=what, layers=0)
+            assert engine.step.program_cache.loaded == expected, option
+    # weights of other dtypes, the same shapes
+    weights = {"w": np.zeros((2, 3), np.float32)}
+    other = {"w": np.zeros((2, 3), jax.numpy.bfloat16)}
+    assert program_cache.signature(weights) != program_cache.signature(other)
+
+
+def _replaced(checkpoint, programs, caplog, damage, warned: str, loaded: int) -> None:
+    """Keep a capture's two programs and `damage` them (their paths, shorter first): the
+    next engine's capture gives the kept numbers, `loaded` of the two loaded before one
+    `warned` for each, both kept anew; a third engine loads them."""
     kept = _capture(jaxattn.load(checkpoint), layers=0)
-    assert len(_files(programs)) == 2
-    for path in programs.glob(f"*{program_cache.SUFFIX}"):
-        path.write_bytes(b"not a program")
+    paths = sorted(programs.glob(f"*{program_cache.SUFFIX}"), key=lambda p: p.stat().st_size)
+    assert len(paths) == 2
+    damage(paths)
     engine = jaxattn.load(checkpoint)
     with caplog.at_level(logging.WARNING, logger="jaxattn.engine"):
         _assert_equal(_capture(engine, layers=0), kept)
-    assert (engine.step.program_cache.loaded, engine.step.program_cache.saved) == (0, 2)
-    assert sum("did not load" in r.getMessage() for r in caplog.records) == 2
-    # kept again whole: the next engine loads them
+    assert (engine.step.program_cache.loaded, engine.step.program_cache.saved) == (loaded, 2)
+    assert sum(warned in r.getMessage() for r in caplog.records) == 2
     third = jaxattn.load(checkpoint)
     _assert_equal(_capture(third, layers=0), kept)
     assert third.step.program_cache.loaded == 2
+
+
+def test_a_damaged_program_is_compiled_again(checkpoint, programs, caplog):
+    def overwrite(paths):
+        for path in paths:
+            path.write_bytes(b"not a program")
+
+    _replaced(checkpoint, programs, caplog, overwrite, "did not load", loaded=0)
+
+
+def test_a_changed_byte_in_a_kept_program_is_never_run(checkpoint, programs, caplog):
+    """The serialized program has no check of its own: a byte of a constant changed (the
+    layer norms' epsilon, EPS, kept as float32 bytes) loaded and compiled, and ran other
+    numbers. The file's digest makes it a miss: traced again, replaced."""
+
+    def change_epsilon(paths):
+        eps = np.float32(EPS).tobytes()
+        for path in paths:
+            data = bytearray(path.read_bytes())
+            at = data.find(eps)
+            assert at >= 0, "no epsilon in the program"
+            data[at + 3] ^= 0x40  # the exponent's top bit: 3.25e-6 -> ~1e33
+            path.write_bytes(bytes(data))
+
+    _replaced(checkpoint, programs, caplog, change_epsilon, "does not match its sha256", 0)
+
+
+def test_a_kept_program_that_does_not_compile_is_traced_again(checkpoint, programs, caplog):
+    """A whole file of another program (the other length's, under this one's key): it
+    loads, then does not fit the arguments. Removed, traced again, kept anew."""
+
+    def swap(paths):
+        short, long = paths
+        short_bytes = short.read_bytes()
+        short.write_bytes(long.read_bytes())
+        long.write_bytes(short_bytes)
+
+    _replaced(checkpoint, programs, caplog, swap, "did not load", loaded=2)
+
+
+def test_a_kept_program_out_of_device_memory_stays_kept(checkpoint, programs, monkeypatch, caplog):
+    """Out of device memory compiling a loaded program is the batch's size, not the file's
+    fault: the error goes on to the engine (which runs smaller batches), the file stays."""
+    from jaxattn.engine import step
+
+    one = dict(what=("attention",), layers=0)  # one text: no smaller batch to try
+    jaxattn.load(checkpoint).capture(TEXTS[:1], **one)
+    before = _files(programs)
+
+    def exhausted(self, exported, args):
+        raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory compiling")
+
+    monkeypatch.setattr(step.CaptureStep, "_compile_exported", exhausted)
+    engine = jaxattn.load(checkpoint)
+    with caplog.at_level(logging.WARNING, logger="jaxattn.engine"):
+        with pytest.raises(Exception, match="Out of memory compiling"):
+            engine.capture(TEXTS[:1], **one)
+    assert not any("did not load" in r.getMessage() for r in caplog.records)
+    assert _files(programs) == before
+
+
+def test_programs_are_exported_for_the_engines_devices(checkpoint, programs, monkeypatch):
+    """An engine on another backend's devices than the default one (the CPU's on a GPU
+    machine, as gpu_checks' sanity-families runs them): its programs are exported for
+    its own platform. Exported for the default backend's, they failed to run."""
+    from jax._src.export import _export
+
+    monkeypatch.setattr(_export, "default_export_platform", lambda: "tpu")  # not the CPU
+    engine = jaxattn.load(checkpoint)
+    got = _capture(engine, what=("attention",), layers=0)
+    assert engine.step.program_cache.saved == 2
+    monkeypatch.setenv(program_cache.ENV, "off")
+    _assert_equal(got, _capture(jaxattn.load(checkpoint), what=("attention",), layers=0))
+
+
+def test_an_exported_program_that_does_not_compile_runs_as_traced(
+    checkpoint, programs, monkeypatch, caplog
+):
+    """Exported, then refused by the compiler (here: exported for another platform): the
+    capture runs the model as traced, warned once a program, and nothing is kept."""
+    monkeypatch.setattr(program_cache, "platform_of", lambda device: "tpu")
+    engine = jaxattn.load(checkpoint)
+    with caplog.at_level(logging.WARNING, logger="jaxattn.engine"):
+        got = _capture(engine, what=("attention",), layers=0)
+    assert engine.step.program_cache.saved == 0 and _files(programs) == set()
+    assert sum("cannot keep" in r.getMessage() for r in caplog.records) == 2
+    monkeypatch.setenv(program_cache.ENV, "off")
+    _assert_equal(got, _capture(jaxattn.load(checkpoint), what=("attention",), layers=0))
+
+
+def test_an_error_of_the_model_is_no_export_warning(checkpoint, programs, monkeypatch, caplog):
+    """A program whose tracing fails (the model's own error) raises that error, without a
+    warning that the program cache cannot keep it."""
+    from jaxattn.engine import step
+
+    def broken(*args):
+        raise NotImplementedError("a branch the engine lacks")
+
+    monkeypatch.setattr(step, "_quantized", broken)
+    engine = jaxattn.load(checkpoint)
+    with caplog.at_level(logging.WARNING, logger="jaxattn.engine"):
+        with pytest.raises(NotImplementedError, match="^a branch the engine lacks"):
+            _capture(engine, layers=0)
+    assert [r.getMessage() for r in caplog.records] == []
+    assert _files(programs) == set()
+
+
+def test_ablated_heads_and_selected_positions_run_kept_programs(checkpoint, programs, monkeypatch):
+    """Head ablation (its gates are arguments) and the maps' selected positions go through
+    the program cache too: a second engine loads their programs and gets the numbers of a
+    model traced with the cache off."""
+    ablation = jaxattn.HeadAblation.of([(0, 1)], "uniform")
+    options = [
+        dict(layers=(0, 1), ablation=ablation),
+        dict(layers=1, query_positions=[0, -1], key_positions=[1, 2]),
+    ]
+    for made in (jaxattn.load(checkpoint), jaxattn.load(checkpoint)):
+        got = [_capture(made, **o) for o in options]
+    assert made.step.program_cache.loaded == 4
+    monkeypatch.setenv(program_cache.ENV, "off")
+    for o, loaded in zip(options, got, strict=True):
+        _assert_equal(loaded, _capture(jaxattn.load(checkpoint), **o))
 
 
 def test_a_directory_that_cannot_be_written_is_no_error(checkpoint, tmp_path, monkeypatch, caplog):
@@ -183,6 +327,27 @@ def test_the_least_recently_used_programs_go_past_the_limit(tmp_path):
     ]
     program_cache._trim(tmp_path, 0)
     assert [p.name for p in tmp_path.iterdir()] == ["other.txt"]
+    # a write a killed process left, an hour and more ago, goes; one under way stays
+    for name, age in (("left.tmp", program_cache.STALE_SECONDS + 60), ("writing.tmp", 5)):
+        (tmp_path / name).write_bytes(b"x")
+        os.utime(tmp_path / name, (time.time() - age,) * 2)
+    program_cache._trim(tmp_path, 0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.txt", "writing.tmp"]
+
+
+def test_an_interrupted_write_leaves_no_temporary_file(tmp_path, monkeypatch):
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    class Exported:
+        def serialize(self):
+            return b"a program"
+
+    monkeypatch.setattr(program_cache.os, "replace", interrupted)
+    cache = program_cache.ProgramCache(tmp_path, "a step", jax.devices()[:1])
+    with pytest.raises(KeyboardInterrupt):
+        cache.save(cache.key("a call"), Exported())
+    assert list(tmp_path.iterdir()) == []
 
 
 SCRIPT = textwrap.dedent(
@@ -273,3 +438,27 @@ def test_a_program_that_cannot_be_exported_runs_as_traced(
     assert len(warned) == 2 and "this program cannot be exported" in warned[0]
     monkeypatch.setenv(program_cache.ENV, "off")
     _assert_equal(got, _capture(jaxattn.load(checkpoint), what=("queries",), layers=1))
+
+
+def test_the_cudnn_version_is_in_the_key(tmp_path, monkeypatch):
+    """jax reads cuDNN's version while tracing (whether its fused attention serves a layer):
+    a program traced with one cuDNN is not loaded with another."""
+    from jax._src import lib
+
+    class CudaVersions:
+        version = 90100
+
+        def cudnn_get_version(self):
+            return self.version
+
+    fake = CudaVersions()
+    monkeypatch.setattr(lib, "cuda_versions", fake)
+    cache = program_cache.ProgramCache(tmp_path, "a step", jax.devices()[:1])
+    program_cache._installed.cache_clear()
+    try:
+        before = cache.key("a call")
+        fake.version = 90800
+        program_cache._installed.cache_clear()
+        assert cache.key("a call") != before
+    finally:
+        program_cache._installed.cache_clear()

@@ -11,8 +11,8 @@ serialized), beside XLA's cache, under a key of everything that decides the
 program without tracing it:
 
 - the process: the jaxattn source (a digest of its .py files), the versions of
-  jax, jaxlib, flax and numpy, the backend and its version, $XLA_FLAGS and
-  every `jax.config` value;
+  jax, jaxlib, flax and numpy, the backend and its version, the cuDNN version
+  (read while tracing), $XLA_FLAGS and every `jax.config` value;
 - the step (`CaptureStep`): the model config, the params' names, shapes and
   dtypes (values are arguments, not part of the program), the devices, where
   outputs land, the layer loop, the attention path and block;
@@ -20,8 +20,9 @@ program without tracing it:
 
 A key that differs is a miss (traced, exported, saved), never a wrong program: a
 wrong hit would need two programs with one key, and every input that shapes a
-program is in it. Code that changes a traced function at run time (a test's
-monkeypatch) is not: such tests turn the cache off ($JAXATTN_PROGRAM_CACHE=off).
+program is in it. Code that changes a traced function or a module constant at
+run time (a test's monkeypatch of a function or of `blockwise.AUTO_MIN_LENGTH`) is
+not: such tests turn the cache off ($JAXATTN_PROGRAM_CACHE=off).
 Either way the step runs the exported program (compiled through XLA's cache as
 any other), so a process that traced it and one that loaded it run the same one.
 
@@ -35,12 +36,19 @@ pickle) and XLA's own cache keeps the compile.
 
 On disk: `<compilation cache directory>/jaxattn-programs/<key>.jaxprog`, written
 atomically (a temporary file renamed), the least recently used removed past
-`MAX_BYTES`. A file that does not load (damaged, another jax) is a miss and is
-replaced. Off where the compilation cache is off, where its directory is not a
-local path (gs://), in multi-process jobs, where outputs go to pinned host memory
-(an exported program does not carry memory kinds) and without the flatbuffers
-package (jax.export's serialization); $JAXATTN_PROGRAM_CACHE set to off, 0, false
-or no turns it off, set to a directory keeps the programs there.
+`MAX_BYTES`. Each file holds the sha256 of the serialized program before it: the
+serialized form has no check of its own and its module is only parsed when the
+program is compiled, so a damaged byte there failed the capture ("Failed to
+deserialize StableHLO"), crashed the process, or (in a constant) changed the
+numbers. A file whose digest does not match, or that does not load (another jax),
+is a miss and is replaced; so is a loaded program that does not compile.
+
+Off where the compilation cache is off (unless $JAXATTN_PROGRAM_CACHE names a
+directory), where its directory is not a local path (gs://), in multi-process jobs,
+where outputs go to pinned host memory (an exported program does not carry memory
+kinds) and without the flatbuffers package (jax.export's serialization);
+$JAXATTN_PROGRAM_CACHE set to off, 0, false or no turns it off, set to a directory
+keeps the programs there.
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ import logging
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -61,8 +70,12 @@ ENV = "JAXATTN_PROGRAM_CACHE"
 _OFF = ("0", "off", "false", "no")
 SUBDIRECTORY = "jaxattn-programs"
 SUFFIX = ".jaxprog"
+# A program file: MAGIC, the sha256 of the serialized program, the serialized program.
+MAGIC = b"jaxattn-program-1\n"
 # Past this the least recently used programs go (an all-MiniLM-L6-v2 full capture's: ~0.2 MB).
 MAX_BYTES = 2 << 30
+# A temporary file this old is a write a killed process left (a write takes well under a second).
+STALE_SECONDS = 3600
 # The packages whose code is traced into a program, besides jaxattn's own source.
 _TRACED_PACKAGES = ("jax", "jaxlib", "flax", "numpy", "ml_dtypes")
 
@@ -98,7 +111,8 @@ def _source_digest() -> str:
 @functools.cache
 def _installed() -> str:
     """What the process was started with: jaxattn's source, the traced packages' versions,
-    Python, the backend, the XLA flags (read when the backend starts). Once per process."""
+    Python, the backend, the XLA flags (read when the backend starts), cuDNN's version.
+    Once per process."""
     import jax
 
     versions = []
@@ -117,8 +131,23 @@ def _installed() -> str:
             backend.platform_version,
             os.environ.get("XLA_FLAGS", ""),
             os.environ.get("LIBTPU_INIT_ARGS", ""),
+            _cudnn_version(),
         )
     )
+
+
+def _cudnn_version() -> int | None:
+    """The cuDNN version jax finds (None: none, no CUDA). jax reads it while tracing: it
+    decides whether cuDNN's fused attention serves a layer (`fast_forward`) and what the
+    custom call asks of cuDNN, and cuDNN is a package of its own, not jaxlib's version."""
+    try:
+        from jax._src.lib import cuda_versions
+    except ImportError:  # pragma: no cover - a jax without it
+        return None
+    try:
+        return None if cuda_versions is None else int(cuda_versions.cudnn_get_version())
+    except Exception:  # noqa: BLE001 - no usable cuDNN: as jax sees it, none
+        return None
 
 
 def _process_part() -> str:
@@ -150,6 +179,7 @@ class ProgramCache:
 
     def __init__(self, root: Path, part: str, devices: Sequence):
         self.root, self.devices = root, tuple(devices)
+        self.platform = platform_of(self.devices[0])  # what its programs are exported for
         self._part = repr((devices_part(devices), part))
         self.loaded = self.saved = 0  # programs this step read from and wrote to disk
 
@@ -186,10 +216,9 @@ class ProgramCache:
         except OSError:
             return None
         try:
-            exported = jax.export.deserialize(bytearray(data))
+            exported = jax.export.deserialize(bytearray(_payload(data)))
         except Exception as error:  # noqa: BLE001 - any damage is a miss, then replaced
-            log.warning("the program cache's %s did not load (%s): tracing it again", path, error)
-            path.unlink(missing_ok=True)
+            self.discard(key, error)
             return None
         try:
             os.utime(path)  # recently used: the last to be removed
@@ -203,24 +232,51 @@ class ProgramCache:
         written is logged and skipped."""
         temporary = None
         try:
-            data = exported.serialize()
+            payload = exported.serialize()
+            data = MAGIC + hashlib.sha256(payload).digest() + payload
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile(dir=self.root, suffix=".tmp", delete=False) as f:
                 temporary = Path(f.name)
                 f.write(data)
             os.replace(temporary, self._path(key))
+            temporary = None
         except Exception as error:  # noqa: BLE001 - the capture goes on without it
             log.warning("the program cache could not keep a program in %s: %s", self.root, error)
+            return
+        finally:  # an error, or an interrupt (Ctrl-C) mid-write: no partial file left
             if temporary is not None:
                 temporary.unlink(missing_ok=True)
-            return
         self.saved += 1
         _trim(self.root, MAX_BYTES)
 
+    def discard(self, key: str, error: BaseException) -> None:
+        """Remove the program under `key`, which did not load or compile (`error`): a
+        miss, traced again and replaced."""
+        path = self._path(key)
+        log.warning("the program cache's %s did not load (%s): tracing it again", path, error)
+        path.unlink(missing_ok=True)
 
-def export(jitted, *args):
-    """`jax.export.export(jitted)(*args)`, or None (logged) where the program cannot be
-    exported: the capture then runs the jitted function as it is.
+
+def _payload(data: bytes) -> bytes:
+    """The serialized program of a program file's bytes (module docstring).
+
+    Raises:
+      ValueError: not a program file, or one whose program does not match its digest.
+    """
+    head = len(MAGIC) + hashlib.sha256().digest_size
+    if not data.startswith(MAGIC) or len(data) < head:
+        raise ValueError("not a jaxattn program file")
+    payload = data[head:]
+    if hashlib.sha256(payload).digest() != data[len(MAGIC) : head]:
+        raise ValueError("damaged: its program does not match its sha256")
+    return payload
+
+
+def export(jitted, *args, platform: str | None = None):
+    """`jax.export.export(jitted)(*args)` for `platform` (a `platform_of` name; None: the
+    default backend's), or the error that kept it from being exported (the caller
+    traces the jitted function as it is, which raises an error of the program itself,
+    and says so where that works: `cannot_keep`).
 
     Every custom call is allowed (on GPUs cuDNN's fused attention, whose targets jax
     does not promise to keep stable across versions): an exported program is loaded
@@ -228,15 +284,40 @@ def export(jitted, *args):
     import jax
 
     anything = [jax.export.DisabledSafetyCheck.custom_call("ALL")]
+    platforms = None if platform is None else (platform,)
     try:
-        return jax.export.export(jitted, disabled_checks=anything)(*args)
+        return jax.export.export(jitted, platforms=platforms, disabled_checks=anything)(*args)
     except Exception as error:  # noqa: BLE001 - the program runs unexported
-        log.warning("the program cache cannot keep this program (%s): tracing it each time", error)
-        return None
+        return error
+
+
+def cannot_keep(error: BaseException) -> None:
+    """Log that a program traced fine but `export` could not keep it (`error`)."""
+    log.warning("the program cache cannot keep this program (%s): tracing it each time", error)
+
+
+def platform_of(device) -> str:
+    """The platform jax.export lowers for to run on `device`: "cpu", "cuda", "rocm",
+    "tpu" (a GPU's "gpu" made concrete). Not the default backend's: an engine may run
+    on another backend's devices (the CPU's on a GPU machine), and a program exported
+    for the default one does not run there."""
+    try:
+        from jax._src.xla_bridge import canonicalize_platform
+    except ImportError:  # pragma: no cover - a jax without it
+        return device.platform
+    return canonicalize_platform(device.platform)
 
 
 def _trim(root: Path, limit: int) -> None:
-    """Remove the least recently used programs of `root` until they hold <= limit bytes."""
+    """Remove the least recently used programs of `root` until they hold <= limit bytes,
+    and the temporary files of writes a killed process left (`STALE_SECONDS` old)."""
+    now = time.time()
+    for path in root.glob("*.tmp"):
+        try:
+            if now - path.stat().st_mtime > STALE_SECONDS:
+                path.unlink(missing_ok=True)
+        except OSError:  # renamed or removed by its process meanwhile
+            continue
     entries = []
     for path in root.glob(f"*{SUFFIX}"):
         try:

@@ -34,6 +34,7 @@ from jaxattn.config import ModelConfig
 from jaxattn.engine import blockwise, layer_groups, map_positions, program_cache
 from jaxattn.engine import layer_loop as layer_loops
 from jaxattn.engine.model import Encoder
+from jaxattn.engine.oom import out_of_memory
 from jaxattn.engine.quantize import quantize
 from jaxattn.errors import UsageError
 from jaxattn.quantities import MAPS
@@ -357,29 +358,52 @@ class CaptureStep:
         """The compiled program of `spec` for these arguments (the non-static ones of
         `_forward`): made in this process already; else, with the program cache on, its
         exported program loaded from disk, or traced, exported and kept there; else traced.
-        Then compiled (XLA's persistent cache may hold the compile)."""
+        Then compiled (XLA's persistent cache may hold the compile). A loaded program that
+        does not compile is removed from the cache and traced again; one this process
+        exported is kept once it compiled, else the model runs as traced (`cannot_keep`)."""
         key = _call_key(spec, args)
         program = self._compiled.get(key)
         if program is not None:
             return program
-        exported, disk = None, self.program_cache
+        disk, name, exported, unkept = self.program_cache, None, None, None
         if disk is not None:
             name = disk.key(repr((spec, program_cache.signature(args[1:]))))
             exported = disk.load(name)
-            if exported is None:
-                exported = program_cache.export(self._jit, spec, *args)
-                if exported is not None:
-                    disk.save(name, exported)
-        if exported is None:
-            lowered = self._jit.trace(spec, *args).lower()
-        else:
-            jitted = jax.jit(
-                exported.call, in_shardings=self._in_shardings, out_shardings=self._out_sharding
-            )
-            lowered = jitted.trace(*args).lower()
-        program = lowered.compile()
+            if exported is not None:
+                try:
+                    program = self._compile_exported(exported, args)
+                except Exception as error:  # noqa: BLE001 - traced again below
+                    if out_of_memory(error):  # the batch's size, not the file: kept
+                        raise
+                    disk.discard(name, error)
+                    exported = None
+            if program is None:
+                exported = program_cache.export(self._jit, spec, *args, platform=disk.platform)
+                if isinstance(exported, Exception):
+                    unkept, exported = exported, None
+        if program is None and exported is not None:
+            try:
+                program = self._compile_exported(exported, args)
+            except Exception as error:  # noqa: BLE001 - traced as it is below
+                if out_of_memory(error):
+                    raise
+                unkept = error
+            else:
+                disk.save(name, exported)  # once it compiled
+        if program is None:
+            program = self._jit.trace(spec, *args).lower().compile()
+            if unkept is not None:  # the model traced: the export's own failure
+                program_cache.cannot_keep(unkept)
         self._compiled[key] = program
         return program
+
+    def _compile_exported(self, exported, args: tuple) -> jax.stages.Compiled:
+        """`exported` (a `jax.export.Exported` of `_forward`) compiled for these arguments,
+        with the step's shardings."""
+        jitted = jax.jit(
+            exported.call, in_shardings=self._in_shardings, out_shardings=self._out_sharding
+        )
+        return jitted.trace(*args).lower().compile()
 
     def compile_groups(
         self, spec: CaptureSpec, spans, ids, type_ids, mask, classes, positions=None
