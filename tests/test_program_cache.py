@@ -296,7 +296,9 @@ def test_a_directory_that_cannot_be_written_is_no_error(checkpoint, tmp_path, mo
     with caplog.at_level(logging.WARNING, logger="jaxattn.engine"):
         got = _capture(engine, what=("attention", "fx_norm"), layers=2)
     assert engine.step.program_cache.saved == 0
-    assert any("could not keep a program" in r.getMessage() for r in caplog.records)
+    # two programs (two lengths), one warning: the second is not tried
+    warned = [r for r in caplog.records if "could not keep a program" in r.getMessage()]
+    assert len(warned) == 1
     assert got[0]["attention"].shape[-1] == got[0]["attention"].shape[-2]
     assert list(tmp_path.glob("**/*.tmp")) == []
 

@@ -56,6 +56,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
+import importlib.util
 import logging
 import os
 import sys
@@ -82,19 +83,13 @@ _TRACED_PACKAGES = ("jax", "jaxlib", "flax", "numpy", "ml_dtypes")
 
 def directory(compilation_cache: str | None = None) -> Path | None:
     """Where this process keeps programs, or None where the cache is off (module
-    docstring): $JAXATTN_PROGRAM_CACHE where it names a directory, else the
-    compilation cache directory's (default: JAX's setting) `SUBDIRECTORY`."""
+    docstring; `directory_before_jax`'s rule, with JAX's compilation cache setting by
+    default, and off in multi-process jobs)."""
     import jax
 
-    setting = os.environ.get(ENV, "").strip()
-    if setting.lower() in _OFF or jax.process_count() > 1:
+    if jax.process_count() > 1:
         return None
-    if setting:
-        return Path(setting)
-    base = compilation_cache or jax.config.jax_compilation_cache_dir
-    if not base or "://" in str(base):
-        return None
-    return Path(base) / SUBDIRECTORY
+    return directory_before_jax(compilation_cache or jax.config.jax_compilation_cache_dir)[0]
 
 
 @functools.cache
@@ -182,6 +177,7 @@ class ProgramCache:
         self.platform = platform_of(self.devices[0])  # what its programs are exported for
         self._part = repr((devices_part(devices), part))
         self.loaded = self.saved = 0  # programs this step read from and wrote to disk
+        self._unwritable = False  # a save failed: warned once, not tried again by this step
 
     @classmethod
     def for_step(cls, part: str, devices: Sequence) -> ProgramCache | None:
@@ -190,9 +186,7 @@ class ProgramCache:
         root = directory()
         if root is None:
             return None
-        try:
-            from jax._src.export import serialization  # noqa: F401 - imports flatbuffers
-        except ImportError:
+        if importlib.util.find_spec("flatbuffers") is None:
             return None
         return cls(root, part, devices)
 
@@ -229,7 +223,10 @@ class ProgramCache:
 
     def save(self, key: str, exported) -> None:
         """Write `exported` (a `jax.export.Exported`) under `key`; a directory that cannot be
-        written is logged and skipped."""
+        written is logged once and not tried again by this step (a warmup of a hundred
+        shapes on a read-only volume: one warning, not a hundred)."""
+        if self._unwritable:
+            return
         temporary = None
         try:
             payload = exported.serialize()
@@ -241,7 +238,13 @@ class ProgramCache:
             os.replace(temporary, self._path(key))
             temporary = None
         except Exception as error:  # noqa: BLE001 - the capture goes on without it
-            log.warning("the program cache could not keep a program in %s: %s", self.root, error)
+            log.warning(
+                "the program cache could not keep a program in %s (%s): this engine's "
+                "programs are traced in each new process",
+                self.root,
+                error,
+            )
+            self._unwritable = True
             return
         finally:  # an error, or an interrupt (Ctrl-C) mid-write: no partial file left
             if temporary is not None:

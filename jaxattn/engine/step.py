@@ -18,7 +18,7 @@ hides part of it, identical outputs bit for bit, at tf32 1.24x pinned's rate
 for attention, 1.30x for a full capture, 1.09x for uint8 attention. `compile` builds a
 shape's program ahead of time without running it (`Engine.warmup`); the step keeps
 it for that shape's first call, and on disk for the next process (`program_cache`:
-a new process loads it without tracing or lowering the model).
+a new process loads it without tracing the model).
 """
 
 from __future__ import annotations
