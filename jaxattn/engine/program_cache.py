@@ -209,8 +209,12 @@ class ProgramCache:
             data = path.read_bytes()
         except OSError:
             return None
+        payload, damage = _payload(data)
+        if payload is None:
+            self.discard(key, damage)
+            return None
         try:
-            exported = jax.export.deserialize(bytearray(_payload(data)))
+            exported = jax.export.deserialize(bytearray(payload))
         except Exception as error:  # noqa: BLE001 - any damage is a miss, then replaced
             self.discard(key, error)
             return None
@@ -252,7 +256,7 @@ class ProgramCache:
         self.saved += 1
         _trim(self.root, MAX_BYTES)
 
-    def discard(self, key: str, error: BaseException) -> None:
+    def discard(self, key: str, error: BaseException | str) -> None:
         """Remove the program under `key`, which did not load or compile (`error`): a
         miss, traced again and replaced."""
         path = self._path(key)
@@ -260,19 +264,16 @@ class ProgramCache:
         path.unlink(missing_ok=True)
 
 
-def _payload(data: bytes) -> bytes:
-    """The serialized program of a program file's bytes (module docstring).
-
-    Raises:
-      ValueError: not a program file, or one whose program does not match its digest.
-    """
+def _payload(data: bytes) -> tuple[bytes | None, str]:
+    """(the serialized program of a program file's bytes, "") (module docstring), or
+    (None, why not): not a program file, or one whose program does not match its digest."""
     head = len(MAGIC) + hashlib.sha256().digest_size
     if not data.startswith(MAGIC) or len(data) < head:
-        raise ValueError("not a jaxattn program file")
+        return None, "not a jaxattn program file"
     payload = data[head:]
     if hashlib.sha256(payload).digest() != data[len(MAGIC) : head]:
-        raise ValueError("damaged: its program does not match its sha256")
-    return payload
+        return None, "damaged: its program does not match its sha256"
+    return payload, ""
 
 
 def export(jitted, *args, platform: str | None = None):
