@@ -3,7 +3,6 @@ engine (a new process) runs them without tracing the model again."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -15,6 +14,7 @@ import time
 import jax
 import numpy as np
 import pytest
+from compile_events import traces
 from hf_fixtures import make_checkpoint
 
 import jaxattn
@@ -25,7 +25,6 @@ WHAT = ("attention", "fx_norm", "sum_alpha_fx_norm")
 EPS = 3.25e-6
 # Two lengths far apart: two programs (two length buckets).
 TEXTS = ["the cat sat .", "a much longer sentence about the store and the cat " * 3]
-TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
 
 
 @pytest.fixture(scope="module")
@@ -39,22 +38,6 @@ def programs(tmp_path, monkeypatch):
     root = tmp_path / "programs"
     monkeypatch.setenv(program_cache.ENV, str(root))
     return root
-
-
-@contextlib.contextmanager
-def forward_traces():
-    """The capture step's traces (`_forward`) while inside, from JAX's own events."""
-    seen: list[str] = []
-
-    def listen(event, seconds, fun_name=None, **_):
-        if event == TRACE_EVENT and "_forward" in str(fun_name):
-            seen.append(fun_name)
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    try:
-        yield seen
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listen)
 
 
 def _files(root) -> set[str]:
@@ -79,7 +62,7 @@ def test_a_second_engine_runs_the_kept_programs_without_tracing(checkpoint, prog
     assert first.step.program_cache.saved == 2 and len(_files(programs)) == 2
 
     second = jaxattn.load(checkpoint)
-    with forward_traces() as traced:
+    with traces() as traced:
         loaded = _capture(second)
     assert traced == []
     assert (second.step.program_cache.loaded, second.step.program_cache.saved) == (2, 0)
@@ -89,7 +72,7 @@ def test_a_second_engine_runs_the_kept_programs_without_tracing(checkpoint, prog
     monkeypatch.setenv(program_cache.ENV, "off")
     fresh = jaxattn.load(checkpoint)
     assert fresh.step.program_cache is None
-    with forward_traces() as traced:
+    with traces() as traced:
         _assert_equal(_capture(fresh), loaded)
     assert len(traced) == 2
     assert len(_files(programs)) == 2  # off: nothing written
@@ -123,7 +106,7 @@ def test_what_shapes_a_program_is_in_its_key(checkpoint, programs, tmp_path, mon
     monkeypatch.setenv(program_cache.ENV, str(programs))
     monkeypatch.setattr(program_cache, "_installed", lambda: "another jaxattn source")
     edited = jaxattn.load(checkpoint)
-    with forward_traces() as traced:
+    with traces() as traced:
         _capture(edited, layers=(0, 1))
     assert edited.step.program_cache.loaded == 0 and len(traced) == 2
     assert edited.step.program_cache.saved == 2
