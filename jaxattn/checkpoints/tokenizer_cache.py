@@ -28,6 +28,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from jaxattn.engine.cache import remote
+
 log = logging.getLogger("jaxattn.checkpoints")
 
 SUBDIRECTORY = "jaxattn-tokenizers"
@@ -60,7 +62,7 @@ def entry(cache: Path | str | None, path: Path) -> Path | None:
     """The entry file of `path`'s tokenizer files in cache directory `cache` (None: no
     cache; a URL, a remote compilation cache: none kept here either): `key` computed once
     for a lookup and, on a miss, the store after it."""
-    if not isinstance(cache, Path):
+    if cache is None or remote(cache):
         return None
     return cache / SUBDIRECTORY / f"{key(path)}.json"
 

@@ -119,7 +119,7 @@ def places() -> list[Place]:
         Kind("tokenizers", re.compile(rf"{_HASH}\.json"), re.compile(rf"\.tmp-{_TEMPORARY}\.json")),
     )
     programs, why = program_cache.directory_before_jax(compiled)
-    if isinstance(compiled, str):  # a URL: JAX's remote cache, which this does not list
+    if compiled is not None and cache.remote(compiled):  # JAX's, which this does not list
         remote = "a remote store: listed and cleared with its own tools"
         return [
             Place(kinds[0], None, remote, moved_by, remote=compiled),

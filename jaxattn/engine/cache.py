@@ -29,12 +29,17 @@ def default_cache_dir() -> Path:
     return Path(base) / "jaxattn" / "xla"
 
 
+def remote(value: str | os.PathLike) -> bool:
+    """Whether a cache directory is a URL (gs://, s3://: JAX's persistent cache takes
+    them), where the caches of local files jaxattn keeps beside it (tokenizers,
+    programs) are off."""
+    return "://" in os.fspath(value)
+
+
 def location(value: str | os.PathLike) -> Path | str:
-    """A cache directory as given: a local one as a Path, a URL (gs://, s3://: JAX's
-    persistent cache takes them) as the string it is (a Path would make gs://bucket a
-    local directory gs:/bucket)."""
-    text = os.fspath(value)
-    return text if "://" in text else Path(text)
+    """A cache directory as given: a local one as a Path, a URL (`remote`) as the string
+    it is (a Path would make gs://bucket a local directory gs:/bucket)."""
+    return os.fspath(value) if remote(value) else Path(value)
 
 
 def cache_dir(setting: str | os.PathLike | bool | None = None) -> Path | str | None:

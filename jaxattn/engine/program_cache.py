@@ -65,6 +65,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from jaxattn.engine import cache
+
 log = logging.getLogger("jaxattn.engine")
 
 ENV = "JAXATTN_PROGRAM_CACHE"
@@ -348,6 +350,6 @@ def directory_before_jax(compilation_cache: str | os.PathLike | None) -> tuple[P
         return Path(setting), ""
     if not compilation_cache:
         return None, "the compilation cache is off"
-    if "://" in str(compilation_cache):
+    if cache.remote(compilation_cache):
         return None, "the compilation cache is not a local directory"
     return Path(compilation_cache) / SUBDIRECTORY, ""
