@@ -122,12 +122,12 @@ def main() -> None:
         engine.capture(texts, what=what, too_long="truncate")
         t3 = time.perf_counter()
     cache = engine.step.program_cache  # None: off (jaxattn.engine.program_cache)
-    kept = "off" if cache is None else cache.loaded
+    kept = "the program cache off" if cache is None else f"{cache.loaded} from the program cache"
     made_note = f" (besides making the random checkpoint, {made:.1f} s)" if made else ""
     print(
         f"{len(texts)} texts, {engine.info.name}: import + load {t1 - t0 - made:.1f} s{made_note}, "
         f"first capture {t2 - t1:.1f} s = programs {programs:.1f} s ({compiles} XLA programs, "
-        f"{loads} loaded from the persistent cache, {kept} from the program cache; "
+        f"{loads} loaded from the persistent cache, {kept}; "
         f"tracing {kinds[0]:.1f} s, lowering "
         f"{kinds[1]:.1f} s, compiling or loading {kinds[2]:.1f} s) + the rest "
         f"{t2 - t1 - programs:.1f} s; "
