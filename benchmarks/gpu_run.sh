@@ -119,20 +119,22 @@ for stage in "${wanted[@]}"; do
     precision)  # tf32 and bf16 against highest, one process
       step 120 "${checks[@]}" precision $tiny --tokens "$tokens" -n "$(s 8 2048)" --json "$OUT/precision.json"
       ;;
-    overlap)  # outputs written to pinned memory by the program, or staged (device
-      # memory, then a transfer of their own): is the copy hidden? One process.
-      step 160 "${checks[@]}" overlap $tiny --tokens "$tokens" -n "$(s 16 512)" \
-        --repeats "$(s 1 2)" --precision highest,tf32 --json "$OUT/overlap.json"
-      # where the staged tf32 attention's time goes, float32 (7 % short of 3,500 seq/s)
-      # and uint8 (2.7x full capture, not 3x): do the device-to-host copies run beside
-      # the next batch's kernels, and which kernels take the time? A traced capture each.
-      step 90 "${checks[@]}" profile $tiny --tokens "$tokens" -n "$(s 8 1024)" \
-        --precision tf32 --json "$OUT/profile.json" --trace-out "$OUT/trace.json.gz"
+    overlap)  # what (c) at T=128 still misses: the host's side of a call, the device's
+      # timeline, then the table of pinned against staged outputs (cut first when short).
       # the host's side of a call by phase (tokenize, spec, plan, dispatch, unpack) on this
       # machine's cores: the 25 % of (c)'s wall time outside the device's span on
       # 2026-11-27 (printed only: $OUT holds at most 8 files)
       step 60 "$py" benchmarks/host_overhead.py --n "$(s 64 1024)" --tokens "$tokens" \
         --repeats "$(s 1 5)"
+      # where the staged tf32 attention's time goes, float32 (7 % short of 3,500 seq/s)
+      # and uint8 (2.7x full capture, not 3x): do the device-to-host copies run beside
+      # the next batch's kernels, and which kernels take the time? A traced capture each.
+      step 90 "${checks[@]}" profile $tiny --tokens "$tokens" -n "$(s 8 1024)" \
+        --precision tf32 --json "$OUT/profile.json" --trace-out "$OUT/trace.json.gz"
+      # outputs written to pinned memory by the program, or staged (device memory, then a
+      # transfer of their own): is the copy hidden? One process.
+      step 160 "${checks[@]}" overlap $tiny --tokens "$tokens" -n "$(s 16 512)" \
+        --repeats "$(s 1 2)" --precision highest,tf32 --json "$OUT/overlap.json"
       ;;
     first)  # a new process: load + first full capture of 100 EWT sentences, cold then cached.
       # The random BERT-base is written once, in a step of its own (17 s on the GPU's host:
