@@ -101,7 +101,9 @@ class Engine:
       attention_budget: most bytes of attention working memory one batch may
         hold (the dense path's [H, T, T] maps; the blockwise path's blocks);
         None: by device (`batching.Budgets.for_devices`).
-      layer_group: how an example whose outputs exceed the output budget runs
+      layer_group: how an example whose outputs exceed the output budget (on a
+        GPU/TPU without `output_budget`: an eighth of the free memory,
+        `batching.Budgets.group_bytes`) runs
         (`jaxattn.engine.layer_groups`): None (the default) in groups of as many
         captured layers as fit the budget, each group's program returning its
         layers' outputs only, copied to the host as the next group computes; 0:

@@ -193,7 +193,7 @@ class BatchPipeline:
         return next((b for b in self.buckets if b >= length), length)
 
     def _group_size(self, spec: CaptureSpec, length: int, group_bytes=None) -> int:
-        budget = self.budgets.output_bytes
+        budget = self.budgets.group_bytes
         if group_bytes:
             budget = min(budget, group_bytes)
         return self.group_policy.size(spec, length, self.output_bytes, budget)
