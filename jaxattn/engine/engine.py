@@ -640,10 +640,10 @@ class Engine:
     ) -> Iterator[tuple[int, CapturePart]]:
         """Like `stream`, but yield each text's outputs a layer group at a time, as
         (text index, `jaxattn.capture.part.CapturePart`), in input order: a text whose
-        outputs exceed the output budget (or `group_bytes`) in several parts, each as
-        its group lands (at most two groups' outputs on the device and in flight),
-        any other in one part of all its layers. Arguments as `capture` (a text
-        skipped by too_long="skip" gives none)."""
+        outputs exceed the example budget (`batching.Budgets.group_bytes`, or
+        `group_bytes`) in several parts, each as its group lands (at most two groups'
+        outputs on the device and in flight), any other in one part of all its
+        layers. Arguments as `capture` (a text skipped by too_long="skip" gives none)."""
         positions = dict(query_positions=query_positions, key_positions=key_positions)
         spec, index, kept = self._prepare(
             texts, what, layers, heads, dtype, precision, too_long, positions
