@@ -10,6 +10,8 @@
     python benchmarks/gpu_checks.py warmup      # Engine.warmup of one spec, timed
     python benchmarks/gpu_checks.py shape       # one shape: its compile and its speed
     python benchmarks/gpu_checks.py fast-forward  # layers nothing is captured from, vs dense
+    python benchmarks/gpu_checks.py checkpoint  # a random checkpoint (--synthetic PRESET)
+    python benchmarks/gpu_checks.py split       # a decoder's full capture taken apart
 
 `sanity`: the versions, the device and its memory kinds, then the six quantities
 of a full capture of a tiny random BERT (BERT-base's tokenizer) here and in a
@@ -99,8 +101,26 @@ dot_product_attention where short, blockwise where long) against attention="dens
 both times (first pass apart) and the largest difference relative to the dense state's
 scale. The check: <= 1e-5 at highest (float32 rounding), <= 5e-2 at bf16.
 
-`--tiny` (precision, overlap, profile, service, warmup, shape, fast-forward) swaps BERT-base for
-the tiny model of `sanity`: the CPU smoke run of `benchmarks/gpu_run.sh` and the tests.
+`checkpoint`: writes the random BERT-base (or `--synthetic PRESET`, a
+`jaxattn.bench.synthetic` preset) into `--save`, for the steps after it (with `--tiny`:
+the tiny BERT, or the preset's family's tiny model).
+
+`split` (issue 30: Llama-1B's full capture ran 17x its attention capture on an H200,
+3 GB/s to the host against 25): on `--model` (a `checkpoint`), `-n` texts of exactly
+`--tokens` tokens as the model's own tokenizer counts them, `Engine.capture` of the
+full capture (d) and then of each of its quantities alone, each first pass (compile)
+apart and the best of `--repeats`: seconds, bytes, GB/s, and how the engine ran and held
+the call: its batch sizes or its layer groups (an example past the example budget,
+`batching.Budgets.group_bytes`, runs in groups and is assembled on the host), the bytes
+it kept as views of pinned memory and those it copied out (`host.HeldResults`: past
+`pinned_budget`), the bytes assembled from groups; after (d), one (d) call traced, its
+device timeline summed up as `profile`'s; last, (d) as it ran before issue 30's fix
+(`full_grouped_before`: an example in layer groups past the 4 GiB batch budget). A
+case not started within `--seconds` is skipped, named. Prints only (`--json` where given).
+
+`--tiny` (precision, overlap, profile, service, warmup, shape, fast-forward, checkpoint) swaps
+BERT-base for the tiny model of `sanity`: the CPU smoke run of `benchmarks/gpu_run.sh` and
+the tests.
 Each check prints one line a result (`--json FILE`: also its figures);
 `benchmarks/gpu_run.sh` runs them on a GPU.
 """
@@ -108,6 +128,7 @@ Each check prints one line a result (`--json FILE`: also its figures);
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -126,13 +147,21 @@ TINY = dict(
     max_position_embeddings=160,
 )
 SANITY_TEXTS = ["The quick brown fox.", "A second, somewhat longer sentence about attention."]
+GB = 1e9  # split's figures, as `jaxattn bench` prints them
 
 
-def model_dir(out_dir: Path, tiny: bool) -> Path:
-    """A random-weight BERT-base (or the tiny BERT) written into out_dir."""
-    from jaxattn.bench.synthetic import random_checkpoint
+def model_dir(out_dir: Path, tiny: bool, preset: str = "bert-base") -> Path:
+    """A random-weight BERT-base (or the tiny BERT) written into out_dir; another
+    `jaxattn.bench.synthetic` preset where named (tiny: its family's tiny model,
+    `TINY_FAMILIES`)."""
+    from jaxattn.bench.synthetic import TINY_FAMILIES, random_checkpoint, tiny_checkpoint
 
-    return random_checkpoint("bert-base", out_dir, **(TINY if tiny else {}))
+    if preset == "bert-base" or not tiny:
+        return random_checkpoint(preset, out_dir, **(TINY if tiny else {}))
+    family = next((f for f, (shape, _) in TINY_FAMILIES.items() if shape == preset), None)
+    if family is None:
+        raise SystemExit(f"no tiny model of the preset {preset!r} in TINY_FAMILIES")
+    return tiny_checkpoint(family, out_dir)
 
 
 def write_json(path: Path | None, result: dict) -> None:
@@ -599,10 +628,6 @@ def profile(
     host_memory: str,
     trace_out: Path | None,
 ) -> None:
-    import shutil
-
-    import jax
-
     import jaxattn
     from jaxattn.bench import device_trace
     from jaxattn.bench.capture import synthetic_texts
@@ -618,23 +643,16 @@ def profile(
         "host_memory": engine.step.host_memory,
         "platform": engine.devices[0].platform,
     }
-    options = jax.profiler.ProfileOptions()
-    options.python_tracer_level = 0  # the device's events, not every Python call
     for case, kw in PROFILED.items():
         engine.capture(texts, **kw)  # compiles
         t = time.perf_counter()
         engine.capture(texts, **kw)
         plain = time.perf_counter() - t
-        with tempfile.TemporaryDirectory() as folder:
-            t = time.perf_counter()
-            with jax.profiler.trace(folder, create_perfetto_trace=True, profiler_options=options):
-                engine.capture(texts, **kw)
-            traced = time.perf_counter() - t
-            summary = device_trace.summarize(device_trace.read_events(folder))
-            if trace_out:  # one trace a case: trace.json.gz -> trace-uint8.json.gz
-                name = trace_out.name.replace(".json.gz", f"-{case}.json.gz")
-                found = next(Path(folder).glob("**/perfetto_trace.json.gz"))
-                shutil.copyfile(found, trace_out.with_name(name))
+        # one trace a case: trace.json.gz -> trace-uint8.json.gz
+        keep = trace_out and trace_out.with_name(
+            trace_out.name.replace(".json.gz", f"-{case}.json.gz")
+        )
+        traced, summary = traced_call(lambda kw=kw: engine.capture(texts, **kw), keep)
         result[case] = {"seq_per_s": n / plain, "traced_seconds": traced, **summary}
         print(
             f"profile {case}: {n} texts of {tokens} tokens, {precision}, host memory "
@@ -643,6 +661,137 @@ def profile(
         for line in device_trace.describe(summary):
             print(f"profile {case} {line}")
     write_json(json_path, result)
+
+
+def traced_call(fn, trace_out: Path | None = None) -> tuple[float, dict]:
+    """(seconds, `device_trace.summarize` of the device's events) of one call of `fn`
+    under `jax.profiler.trace` (`trace_out`: keep its perfetto trace there)."""
+    import shutil
+
+    import jax
+
+    from jaxattn.bench import device_trace
+
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0  # the device's events, not every Python call
+    with tempfile.TemporaryDirectory() as folder:
+        t = time.perf_counter()
+        with jax.profiler.trace(folder, create_perfetto_trace=True, profiler_options=options):
+            fn()
+        seconds = time.perf_counter() - t
+        summary = device_trace.summarize(device_trace.read_events(folder))
+        if trace_out:
+            found = next(Path(folder).glob("**/perfetto_trace.json.gz"))
+            shutil.copyfile(found, trace_out)
+    return seconds, summary
+
+
+def split(
+    model: str, tokens: int, n: int, repeats: int, precision: str, seconds: float, json_path
+) -> None:
+    """The `split` check (module doc): (d) and each of its quantities alone, how each
+    call planned and held its results, then one (d) call's device timeline."""
+    import jaxattn
+    from jaxattn.bench import device_trace
+    from jaxattn.bench.capture import FULL, fitted_texts
+
+    start = time.perf_counter()
+    engine = jaxattn.load(model, precision=precision)
+    texts = fitted_texts(engine, tokens, n)
+    kept = engine.tokenize(texts)
+    pipe = engine.pipeline
+    held = []  # each call's HeldResults (`BatchPipeline.holding`), in order
+    holding = pipe.holding
+    pipe.holding = lambda *args: held.append(holding(*args)) or held[-1]
+    budgets = pipe.budgets
+    result = {
+        "model": engine.info.name,
+        "tokens": tokens,
+        "n": n,
+        "precision": precision,
+        "platform": engine.devices[0].platform,
+        "host_memory": engine.step.host_memory,
+        "layer_loop": engine.step.layer_loop,
+        "output_budget": budgets.output_bytes,
+        "example_budget": budgets.group_bytes,
+        "pinned_budget": pipe.pinned_budget,
+    }
+    print(
+        f"split: {engine.info.name}, {n} texts of {tokens} tokens, {precision}, on "
+        f"{result['platform']}, host memory {result['host_memory']}, layers "
+        f"{result['layer_loop']}; loaded in {time.perf_counter() - start:.1f} s; output "
+        f"budget {budgets.output_bytes / GB:.2f} GB a batch, an example in layer groups "
+        f"past {budgets.group_bytes / GB:.2f} GB, pinned budget "
+        f"{'none' if pipe.pinned_budget is None else f'{pipe.pinned_budget / GB:.1f} GB'}"
+    )
+    # (d) first, then each quantity alone, then (d) as it ran before issue 30's fix: in
+    # layer groups past the batch budget (its programs compile anew): as time allows.
+    before = dataclasses.replace(budgets, example_bytes=None)
+    cases = [("full", FULL, budgets), *((q, (q,), budgets) for q in FULL)]
+    cases.append(("full_grouped_before", FULL, before))
+    for case, what, case_budgets in cases:
+        if time.perf_counter() - start > seconds:
+            print(f"split {case}: skipped (past --seconds {seconds:.0f})")
+            continue
+        pipe.budgets = case_budgets
+        try:
+            result[case] = split_case(engine, texts, kept, what, repeats, held)
+        finally:
+            pipe.budgets = budgets
+        row = result[case]
+        print(
+            f"split {case:19s}: {row['best_s']:7.3f} s (first {row['first_pass_s']:5.1f} s), "
+            f"{row['bytes'] / GB:6.2f} GB, {row['host_gb_s']:6.2f} GB/s; plan: {row['plan']}; "
+            f"held pinned {row['pinned_bytes'] / GB:.2f} GB, copied out "
+            f"{row['copied_out_bytes'] / GB:.2f} GB, assembled from groups "
+            f"{row['assembled_bytes'] / GB:.2f} GB"
+        )
+        if case == "full":  # one (d) call's device timeline
+            traced, summary = traced_call(lambda: engine.capture(texts, what=FULL))
+            row["traced_s"], result["full_trace"] = traced, summary
+            print(f"split full traced: {traced:.3f} s")
+            for line in device_trace.describe(summary):
+                print(f"split full {line}")
+    write_json(json_path, result)
+
+
+def split_case(engine, texts, kept, what, repeats: int, held: list) -> dict:
+    """One `split` case: `Engine.capture` of `what`, the first pass (compile) and the
+    best of `repeats`, its plan (batch sizes; layer groups) and how its last call held
+    its results (`held`: the calls' `host.HeldResults`, which `holding` appends to)."""
+    pipe = engine.pipeline
+    spec = engine.make_spec(what)
+    sizes = pipe.group_sizes(kept, spec)
+    whole = [e for e, size in zip(kept, sizes, strict=True) if not size]
+    batches = [b.size for b in pipe.plan(whole, spec)] if whole else []
+    grouped = [size for size in sizes if size]
+    one = engine.output_bytes(spec, kept[0].length)  # texts of one length
+    plan = ", ".join(
+        ([f"batches of {batches}"] if batches else [])
+        + ([f"{len(grouped)} in groups of {grouped[0]} layers"] if grouped else [])
+    )
+    t = time.perf_counter()
+    engine.capture(texts, what=what)  # compiles
+    first = time.perf_counter() - t
+    best = float("inf")
+    for _ in range(repeats):
+        del held[:]
+        t = time.perf_counter()
+        engine.capture(texts, what=what)
+        best = min(best, time.perf_counter() - t)
+    nbytes = len(texts) * one
+    return {
+        "first_pass_s": first,
+        "best_s": best,
+        "bytes": nbytes,
+        "host_gb_s": nbytes / best / GB,
+        "plan": plan,
+        "batches": batches,
+        "group_layers": grouped,
+        "pinned_bytes": held[-1].pinned,
+        "copied_out_bytes": held[-1].copied,
+        "assembled_bytes": len(grouped) * one,  # grouped texts' parts copied into whole arrays
+    }
 
 
 def precision(tokens: int, n: int, repeats: int, tiny: bool, json_path: Path | None) -> None:
@@ -1085,6 +1234,7 @@ def main() -> int:
         "tiny-capture",
         "fast-forward",
         "checkpoint",
+        "split",
     )
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("check", choices=checks)
@@ -1096,8 +1246,8 @@ def main() -> int:
         default=[128],
         help="the synthetic texts' length (fast-forward: a list, e.g. 512,4096)",
     )
-    p.add_argument("-n", type=int, default=1024, help="precision, overlap, service: texts")
-    p.add_argument("--repeats", type=int, default=3, help="precision, overlap: timed rounds")
+    p.add_argument("-n", type=int, default=1024, help="precision, overlap, service, split: texts")
+    p.add_argument("--repeats", type=int, default=3, help="precision, overlap, split: timed rounds")
     p.add_argument("--request", type=int, default=256, help="service: texts a request")
     p.add_argument("--clients", type=int, default=4, help="service: concurrent requests")
     p.add_argument("--tiny", action="store_true", help="the tiny BERT instead of BERT-base")
@@ -1109,8 +1259,18 @@ def main() -> int:
         "--precision", default="highest", help="shape: the compute precision (overlap: a list)"
     )
     p.add_argument("--json", type=Path, help="also write the figures here")
-    p.add_argument("--model", help="warmup, service: a checkpoint (default: random BERT-base)")
+    p.add_argument(
+        "--model", help="warmup, service, split: a checkpoint (default: random BERT-base)"
+    )
     p.add_argument("--save", type=Path, help="checkpoint: the folder to write it in")
+    p.add_argument(
+        "--synthetic",
+        default="bert-base",
+        help="checkpoint: a jaxattn.bench.synthetic preset (with --tiny: its family's tiny model)",
+    )
+    p.add_argument(
+        "--seconds", type=float, default=45.0, help="split: start no case past this many seconds"
+    )
     p.add_argument("--buckets", help="warmup: bucket lengths, e.g. 8,16 (default: the engine's)")
     p.add_argument(
         "--sizes",
@@ -1128,7 +1288,13 @@ def main() -> int:
         return 0 if fast_forward(args.tokens, args.tiny, args.json) else 1
     args.tokens = args.tokens[0]
     if args.check == "checkpoint":  # the random BERT-base (or tiny) for other scripts
-        print(model_dir(args.save, args.tiny))
+        print(model_dir(args.save, args.tiny, args.synthetic))
+    elif args.check == "split":
+        if not args.model:
+            raise SystemExit("split: give --model (a checkpoint: `checkpoint --save`)")
+        split(
+            args.model, args.tokens, args.n, args.repeats, args.precision, args.seconds, args.json
+        )
     elif args.check == "tiny-capture":
         import numpy as np
 

@@ -183,6 +183,16 @@ for stage in "${wanted[@]}"; do
       # torch (eager) and jax share the card in one process: jax allocates as it goes
       # rather than taking 75% of the memory up front.
       export XLA_PYTHON_CLIENT_PREALLOCATE=false
+      # First, Llama-1B's full capture taken apart (issue 30: 17x its attention capture
+      # on 2026-11-28, 3 GB/s to the host): (d) and each quantity alone, each call's plan
+      # (batches or layer groups) and the bytes it held pinned, copied out or assembled
+      # from groups, one (d) call's device timeline, then (d) grouped as before the fix.
+      # The random checkpoint (5 GB) is written in a step of its own. Prints only.
+      model=$(mktemp -d)/llama-1b
+      step 60 "${checks[@]}" checkpoint $tiny --synthetic llama-1b --save "$model"
+      step 60 "${checks[@]}" split --model "$model" --tokens "$(s 24 1024)" -n 2 \
+        --repeats "$(s 1 2)" --seconds "$(s 200 45)"
+      rm -rf "$model"
       if [ -n "$smoke" ]; then
         step 300 "${bench[@]}" --synthetic gpt2-small --tokens 16 -n 2 --repeats 1 \
           --json "$OUT/decoders-gpt2.json"

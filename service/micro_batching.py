@@ -299,7 +299,7 @@ class MicroBatcher:
 
     def _grouped(self, job: Job) -> bool:
         """The job's next piece has an example that runs in layer groups: as the engine
-        decides it (`Engine.group_sizes`: over `group_bytes` or its output budget, at its
+        decides it (`Engine.group_sizes`: over `group_bytes` or its example budget, at its
         padded length), or, for an engine that does not say, its outputs exceed
         `group_bytes`."""
         if not self.group_bytes:

@@ -210,6 +210,47 @@ def test_one_shape_with_staged_outputs_runs(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_split_check_times_the_full_capture_and_each_quantity_and_says_how_it_held_them(
+    tmp_path,
+):
+    """The decoders stage's first step (issue 30) on the tiny Llama: every case, its bytes
+    by hand, its plan and how the call held its results (here, on the CPU: views of one
+    batch's block, nothing copied out, nothing grouped)."""
+    checks = [sys.executable, str(ROOT / "benchmarks/gpu_checks.py")]
+    env = {**os.environ, "JAXATTN_BENCH_TOKENIZER": str(default_model_dir())}
+    model = tmp_path / "llama-1b"
+    for args in (
+        ["checkpoint", "--tiny", "--synthetic", "llama-1b", "--save", str(model)],
+        ["split", "--model", str(model), "--tokens", "24", "-n", "2", "--repeats", "1"]
+        + ["--json", str(tmp_path / "split.json")],
+    ):
+        got = subprocess.run(checks + args, env=env, capture_output=True, text=True, timeout=300)
+        assert got.returncode == 0, got.stderr[-3000:]
+    split = json.loads((tmp_path / "split.json").read_text())
+    # The tiny Llama (jaxattn.bench.synthetic): 2 layers, 4 heads, 2 key/value heads of 6.
+    L, H, G, K, T = 2, 4, 2, 6, 24
+    by_hand = {
+        "attention": L * H * T * T,
+        "alpha_fx_norm": L * H * T * T,
+        "queries": L * H * T * K,
+        "keys": L * G * T * K,
+        "fx_norm": L * H * T,
+        "sum_alpha_fx_norm": L * T * T,
+    }
+    by_hand = {name: 2 * 4 * count for name, count in by_hand.items()}  # 2 texts, float32
+    by_hand["full"] = by_hand["full_grouped_before"] = sum(by_hand.values())
+    for case, nbytes in by_hand.items():
+        row = split[case]
+        assert row["bytes"] == nbytes, case
+        assert row["plan"] == "batches of [2]" and row["group_layers"] == [], case
+        assert (row["pinned_bytes"], row["copied_out_bytes"]) == (nbytes, 0), case
+        assert row["assembled_bytes"] == 0 and row["best_s"] > 0, case
+    assert split["full_trace"]["devices"] == []  # the CPU backend: no device events
+    assert split["pinned_budget"] is None and split["example_budget"] == split["output_budget"]
+    assert "split full no device events in the trace" in got.stdout
+
+
+@pytest.mark.slow
 def test_the_long_stage_runs_the_fast_forward_check_and_both_precisions(tmp_path):
     run_clean("long", out=tmp_path)
     fast = json.loads((tmp_path / "fast-forward.json").read_text())

@@ -88,6 +88,12 @@ class Budgets:
       compile_tokens: what compiling one shape costs, in padded tokens of compute:
         padding past pad_fraction that avoids a compile is rented up to this
         (`ShapeLedger`); 0 turns renting off.
+      example_bytes: most output bytes one example may return as one program before
+        it runs in layer groups (`jaxattn.engine.layer_groups.GroupPolicy`); None:
+        `output_bytes`. Grouping costs the host a copy of every byte (the parts
+        assembled into the whole Capture, into fresh pages: 3.4 GB/s on the 2-core
+        CPU), so on a GPU/TPU it is what the device memory allows (`for_devices`),
+        not the batch budget (issue 30).
     """
 
     output_bytes: int = 256 << 20
@@ -97,8 +103,13 @@ class Budgets:
     size_step: int = 2
     pad_fraction: float = 0.25
     compile_tokens: int = 8192
+    example_bytes: int | None = None
 
     def __post_init__(self):
+        if self.example_bytes is not None:
+            value = self.example_bytes
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or value < 1:
+                raise UsageError(f"example_bytes budget must be None or at least 1, got {value!r}")
         for name in ("output_bytes", "tokens", "attention_bytes", "max_batch", "compile_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Real):  # "many" < 1
@@ -128,7 +139,12 @@ class Budgets:
         and a compile worth 1M padded tokens (measured on an H200,
         BENCHMARKS.md: a BERT-base shape compiles in 5.5 s with GEMMs on cuBLAS
         (`jaxattn.engine.xla_flags`), and BERT-base at highest runs 101k (full
-        capture) to 218k (forward) tokens/s: 0.6M-1.2M).
+        capture) to 218k (forward) tokens/s: 0.6M-1.2M). One example runs as one
+        program up to an eighth of the free memory, uncapped (`example_bytes`;
+        with an `output_bytes` override given and no `example_bytes`, that
+        override): the 4 GiB cap bounds batches; under it Llama-1B's full capture at
+        1,024 tokens (4.5 GB a text) ran in layer groups on an H200, 1.5 s a text
+        (3.05 GB/s, against 25 GB/s for its attention alone, issue 30).
         """
         base = {}
         if devices and all(d.platform != "cpu" for d in devices):
@@ -142,7 +158,15 @@ class Budgets:
                 output_bytes=budget,
                 compile_tokens=1 << 20,
             )
+            if free and overrides.get("output_bytes") is None:
+                base["example_bytes"] = max(free // 8, budget)
         return cls(**{**base, **{k: v for k, v in overrides.items() if v is not None}})
+
+    @property
+    def group_bytes(self) -> int:
+        """Most output bytes of one example run as one program (`example_bytes`, else
+        `output_bytes`): past it the example runs in layer groups."""
+        return self.output_bytes if self.example_bytes is None else self.example_bytes
 
 
 def _free_bytes(device) -> int | None:

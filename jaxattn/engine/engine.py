@@ -101,7 +101,9 @@ class Engine:
       attention_budget: most bytes of attention working memory one batch may
         hold (the dense path's [H, T, T] maps; the blockwise path's blocks);
         None: by device (`batching.Budgets.for_devices`).
-      layer_group: how an example whose outputs exceed the output budget runs
+      layer_group: how an example whose outputs exceed the output budget (on a
+        GPU/TPU without `output_budget`: an eighth of the free memory,
+        `batching.Budgets.group_bytes`) runs
         (`jaxattn.engine.layer_groups`): None (the default) in groups of as many
         captured layers as fit the budget, each group's program returning its
         layers' outputs only, copied to the host as the next group computes; 0:
@@ -638,10 +640,10 @@ class Engine:
     ) -> Iterator[tuple[int, CapturePart]]:
         """Like `stream`, but yield each text's outputs a layer group at a time, as
         (text index, `jaxattn.capture.part.CapturePart`), in input order: a text whose
-        outputs exceed the output budget (or `group_bytes`) in several parts, each as
-        its group lands (at most two groups' outputs on the device and in flight),
-        any other in one part of all its layers. Arguments as `capture` (a text
-        skipped by too_long="skip" gives none)."""
+        outputs exceed the example budget (`batching.Budgets.group_bytes`, or
+        `group_bytes`) in several parts, each as its group lands (at most two groups'
+        outputs on the device and in flight), any other in one part of all its
+        layers. Arguments as `capture` (a text skipped by too_long="skip" gives none)."""
         positions = dict(query_positions=query_positions, key_positions=key_positions)
         spec, index, kept = self._prepare(
             texts, what, layers, heads, dtype, precision, too_long, positions

@@ -18,10 +18,11 @@ captured one never run, as in the one program. Its outputs are the whole
 example's with the L axis cut to its layers (`CapturePart.entries`);
 hidden_states' extra first entry, the embeddings output, comes with group 0.
 
-The group size follows the output budget (`size_for`): the most captured layers
-whose outputs of one example fit `batching.Budgets.output_bytes` (at least 1),
-so a group's program returns at most what one batch may. The engine groups a
-request only where one example's outputs exceed that budget (`GroupPolicy`).
+The group size follows the example budget (`size_for`): the most captured layers
+whose outputs of one example fit `batching.Budgets.group_bytes` (at least 1: the
+output budget, on a GPU/TPU an eighth of its free memory), so a group's program
+returns at most what one example's may. The engine groups a request only where one
+example's outputs exceed that budget (`GroupPolicy`).
 Affine uint8 quantities (`refusal`, from `jaxattn.capture.part`) are never
 grouped: their range is one per (example, tensor), taken over every layer,
 which no group sees whole.

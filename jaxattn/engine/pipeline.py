@@ -149,7 +149,8 @@ class BatchPipeline:
         the device's memory is run again in halves; an example that does not fit
         alone as one program, in layer groups halved until they fit (`oom`).
 
-        An example whose outputs exceed the output budget (or `group_bytes`, where
+        An example whose outputs exceed the example budget (`Budgets.group_bytes`: the
+        output budget, on a GPU/TPU an eighth of its free memory; or `group_bytes`, where
         smaller) runs in layer groups, one example at a time, after the others
         (`group_policy`, `jaxattn.engine.layer_groups`): with `parts` its groups come
         as (position, `CapturePart`) in order as each lands, else its Capture once
@@ -193,7 +194,7 @@ class BatchPipeline:
         return next((b for b in self.buckets if b >= length), length)
 
     def _group_size(self, spec: CaptureSpec, length: int, group_bytes=None) -> int:
-        budget = self.budgets.output_bytes
+        budget = self.budgets.group_bytes
         if group_bytes:
             budget = min(budget, group_bytes)
         return self.group_policy.size(spec, length, self.output_bytes, budget)
