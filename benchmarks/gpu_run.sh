@@ -6,9 +6,10 @@
 # On the GPU:   bash benchmarks/gpu_run.sh              # every stage, in order (carry [".gpu"])
 #               bash benchmarks/gpu_run.sh first real   # a second call: only what is missing
 # Stages, in order: sanity bench precision overlap first warmup service real levers decoders
-# long scale. (`scale`: issue 32's service ratios with a GPU engine.) (`long`, issue 31's 1B decoder at 8k and 32k tokens, needs minutes of its own: on a
-# fresh call, run it alone, `GPU_RUN_SECONDS=540 bash benchmarks/gpu_run.sh long`, and
-# what it leaves out with GPU_RUN_LONG="bf16:32768 bf16:8192" in another.)
+# generate long scale. (`scale`: issue 32's service ratios with a GPU engine. `long`, issue
+# 31's 1B decoder at 8k and 32k tokens, needs minutes of its own: on a fresh call, run it
+# alone, `GPU_RUN_SECONDS=540 bash benchmarks/gpu_run.sh long`, and what it leaves out
+# with GPU_RUN_LONG="bf16:32768 bf16:8192" in another.)
 # Everything is line-buffered into $OUT/run.log (appended, so a stage cut off by its
 # limit still leaves what it printed) and the JSON figures into $OUT/<stage>.json.
 # Each step has its own time limit, clipped to what is left of the run's budget
@@ -24,7 +25,8 @@ cd "$root"
 WHEELS=(protobuf==7.36.2 grpcio==1.85.3 grpcio-health-checking==1.85.1
   grpcio-reflection==1.85.1 zstandard==0.25.0 lz4==4.4.5 prometheus_client==0.26.0
   zlib-ng==1.1.0 flatbuffers==25.12.19)
-STAGES=(sanity bench precision overlap first warmup service real levers decoders long scale)
+STAGES=(sanity bench precision overlap first warmup service real levers decoders generate long
+  scale)
 
 if [ "${1:-}" = prepare ]; then
   py=${PYTHON:-.venv/bin/python}
@@ -177,11 +179,11 @@ for stage in "${wanted[@]}"; do
     real)  # EWT sentences at their own lengths (the shipped sample), random BERT-base
       step 200 "${bench[@]}" --random-bert-base -n "$(s 4 512)" --repeats "$(s 1 3)" --json "$OUT/real.json"
       ;;
-    decoders)  # issue 30: the decoder presets at T=1,024 and 4,096 against transformers eager,
-      # then greedy generation. `jaxattn bench` says each step on stderr as it ends (a
-      # bench cut off by its limit shows how far it came); each is sized to finish.
-      # torch (eager) and jax share the card in one process: jax allocates as it goes
-      # rather than taking 75% of the memory up front.
+    decoders)  # issue 30: the decoder presets at T=1,024 and 4,096 against transformers
+      # eager, what no run has measured first. `jaxattn bench` says each step on stderr as
+      # it ends (a bench cut off by its limit shows how far it came); each is sized to
+      # finish. torch (eager) and jax share the card in one process: jax allocates as it
+      # goes rather than taking 75% of the memory up front.
       export XLA_PYTHON_CLIENT_PREALLOCATE=false
       # First, Llama-1B's full capture taken apart (issue 30: 17x its attention capture
       # on 2026-11-28, 3 GB/s to the host): (d) and each quantity alone, each call's plan
@@ -197,25 +199,30 @@ for stage in "${wanted[@]}"; do
         step 300 "${bench[@]}" --synthetic gpt2-small --tokens 16 -n 2 --repeats 1 \
           --json "$OUT/decoders-gpt2.json"
       else
+        # 4,096 tokens (GPT-2 small holds 1,024 positions): Qwen2-0.5B (24 x 14 heads), one
+        # text's eager maps 23 GB and the full capture's outputs 46 GB (Llama-1B's, 70 GB,
+        # would not fit the host beside transformers' 34 GB of eager maps). Its first
+        # passes took 65 s on 2026-11-28, where a 105 s limit cut its rounds.
+        step 200 "${bench[@]}" --synthetic qwen2-0.5b --tokens 4096 -n 1 --repeats 1 \
+          --json "$OUT/decoders-qwen2-0.5b-4096.json"
+        # Llama-1B: 4.5 GB a text (16 x 32 heads); eager returns 2.1 GB of maps a text.
+        # 4 texts hold 18 GB (n=16 ran past 165 s). 123 s on 2026-11-28.
+        step 150 "${bench[@]}" --synthetic llama-1b --tokens 1024 -n 4 --repeats 2 \
+          --json "$OUT/decoders-llama.json"
         # `Engine.capture` holds a pass's full captures: GPT-2 small's are 1.2 GB a text at
         # 1,024 tokens (attention and alpha_fx_norm, 12 x 12 x 1,024^2 float32 each), so
         # n=128 (160 GB) filled XLA's 64 GB pinned pool on 2026-11-27 (it now copies past
         # half the pool, and refuses results over the host's available memory); 16 texts
-        # hold 20 GB.
+        # hold 20 GB. 87 s on 2026-11-28.
         step 150 "${bench[@]}" --synthetic gpt2-small --tokens 1024 -n 16 --repeats 2 \
           --json "$OUT/decoders-gpt2.json"
-        # Llama-1B: 4.3 GB a text (16 x 32 heads); eager returns 2.1 GB of maps a text.
-        # 4 texts hold 17 GB (n=16 ran past 165 s).
-        step 150 "${bench[@]}" --synthetic llama-1b --tokens 1024 -n 4 --repeats 2 \
-          --json "$OUT/decoders-llama.json"
-        # 4,096 tokens (GPT-2 small holds 1,024 positions): Qwen2-0.5B (24 x 14 heads), one
-        # text's eager maps 23 GB and the full capture's outputs 46 GB (Llama-1B's, 70 GB,
-        # would not fit the host beside transformers' 34 GB of eager maps).
-        step 200 "${bench[@]}" --synthetic qwen2-0.5b --tokens 4096 -n 1 --repeats 1 \
-          --json "$OUT/decoders-qwen2-0.5b-4096.json"
       fi
-      # greedy generation with the key/value cache, against the whole-sequence steps it
-      # replaced and transformers' cached generate (GPT-2 small, a 32-token prompt + 128)
+      unset XLA_PYTHON_CLIENT_PREALLOCATE
+      ;;
+    generate)  # issue 30: greedy generation with the key/value cache, against the
+      # whole-sequence steps it replaced and transformers' cached generate (GPT-2 small,
+      # a 32-token prompt + 128)
+      export XLA_PYTHON_CLIENT_PREALLOCATE=false
       step 180 "$py" benchmarks/generate_bench.py --model gpt2-small $tiny --prompt "$(s 8 32)" \
         --new "$(s 4 128)" --batch 1 "$(s 2 32)" --rounds "$(s 1 2)"
       # eight clients generating at once through the server: merged into one run, and

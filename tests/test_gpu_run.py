@@ -266,8 +266,8 @@ def test_the_long_stage_runs_the_fast_forward_check_and_both_precisions(tmp_path
         assert ("skipped" in eager) == (precision == "bf16")
 
 
-def test_the_decoders_stage_serving_benchmark_runs_without_patching_the_batcher():
-    """benchmarks/service_generate.py (the decoders stage) chooses its arms with the
+def test_the_generate_stage_serving_benchmark_runs_without_patching_the_batcher():
+    """benchmarks/service_generate.py (the generate stage) chooses its arms with the
     server's options, not by patching the batcher's internals, which moved under it once;
     its three prints come out (merged/alone, a step per turn, the whole generation)."""
     cmd = [sys.executable, str(ROOT / "benchmarks/service_generate.py")]
