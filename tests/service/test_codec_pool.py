@@ -7,6 +7,7 @@ import threading
 
 import numpy as np
 import pytest
+from codec_pool_support import free_slots_now, settle
 
 from jaxattn.capture import Capture
 from jaxattn.wire import StreamDecoder, codec_pool
@@ -14,31 +15,6 @@ from jaxattn.wire.codecs import compress
 from jaxattn.wire.send import serialize_example
 
 BIG = codec_pool.POOL_MIN
-
-
-def free_slots_now() -> int:
-    """The pool's free slots, counted by taking them all (and giving them back)."""
-    slots, taken = codec_pool.pool().slots, 0
-    while slots.take():
-        taken += 1
-    for _ in range(taken):
-        slots.give_back()
-    return taken
-
-
-def settle() -> None:
-    """Wait until every thread of the pool has finished what it held, the callbacks that
-    give slots back included: one job on each thread at once."""
-    shared = codec_pool.pool()
-    meet = threading.Barrier(shared.threads)
-    for job in [shared.executor.submit(meet.wait, 30) for _ in range(shared.threads)]:
-        job.result()
-
-
-def free_slots() -> int:
-    """The pool's free slots once it is at rest (`settle`)."""
-    settle()
-    return free_slots_now()
 
 
 @pytest.fixture(autouse=True)
