@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import ctypes
 import itertools
 import os
 import threading
@@ -78,12 +79,38 @@ def workers(cpus: int | None = None) -> int:
     return max(1, min(8, cpus or os.cpu_count() or 1))
 
 
+# The codec threads' name, in Python and for the system (/proc/PID/task/TID/comm, top -H),
+# so that a process's CPU can be split by thread (benchmarks/gpu_checks.py service).
+THREAD_NAME = "jaxattn-codec"
+
+
+def name_os_thread(name: str) -> None:
+    """Give the calling thread `name` (its first 15 bytes) for the system too, where it
+    can (Linux's prctl(PR_SET_NAME)); elsewhere nothing (Python's own name is not the
+    system's before 3.14)."""
+    global _prctl
+    if _prctl is None:
+        try:
+            _prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):  # no prctl (not Linux)
+            _prctl = False
+    if _prctl:
+        _prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+
+
+_PR_SET_NAME = 15
+_prctl = None
+
+
 class _Pool:
     """The process's codec threads and the slots that bound what they hold."""
 
     def __init__(self, threads: int):
         self.executor = concurrent.futures.ThreadPoolExecutor(
-            threads, thread_name_prefix="jaxattn-codec"
+            threads,
+            thread_name_prefix=THREAD_NAME,
+            initializer=name_os_thread,
+            initargs=(THREAD_NAME,),
         )
         self.slots = _Slots(2 * threads)
         self.threads = threads

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -205,3 +207,18 @@ def test_a_job_the_pool_has_not_begun_is_done_by_the_one_waiting_for_it():
     assert all(j.result() for j in held)
     settle()
     assert free_slots_now() == free
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names from /proc")
+def test_the_codec_and_encode_threads_carry_their_names_for_the_system():
+    """/proc/PID/task/TID/comm names them, so a process's CPU splits by thread."""
+    from service.prefetch import THREAD_NAME, prefetch
+
+    def comm() -> str:
+        return Path(f"/proc/self/task/{threading.get_native_id()}/comm").read_text().strip()
+
+    on_the_pool = codec_pool.pool().executor.submit(comm).result()
+    assert on_the_pool == codec_pool.THREAD_NAME == "jaxattn-codec"
+    assert list(prefetch(comm() for _ in range(2))) == [THREAD_NAME] * 2
+    assert THREAD_NAME == "jaxattn-encode"
+    assert comm() != THREAD_NAME  # the caller's own name is left alone
