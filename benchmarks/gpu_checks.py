@@ -76,9 +76,10 @@ each client a process of its own (no shared GIL); then a server whose codec pool
 most 8) for one uint8 + zstd round each way: is the pool's size the ceiling? A line
 per way, its best round: seq/s, the wire, and the CPU seconds of the server process
 and of the clients (/proc/<pid>/stat, all threads: 1.0 core of the one client process
-means its GIL is the ceiling), in the round and per decoded GB; last, the processes /
-threads and the larger pool / default ratios. `--json` (every round's figures too) is
-written after each line.
+means its GIL is the ceiling), in the round and per decoded GB, and the server's codec
+threads' share (as many cores as the pool has threads: the pool is the ceiling); last,
+the processes / threads and the larger pool / default ratios. `--json` (every round's
+figures too) is written after each line.
 
 `warmup`: a random-weight BERT-base (or `--model`) compiles the shapes
 `Engine.warmup` plans for `--what` (default attention): every (bucket, batch
@@ -929,6 +930,7 @@ def service_round(server: int, clients_of, dtype: str, codec: str, requests: int
 
     pids = (server, *clients_of.pids)
     cpu0 = [cpu_seconds(p) for p in pids]
+    codec0 = codec_thread_cpu(server)
     t = time.perf_counter()
     texts, wire, decoded = clients_of.round(dtype, codec, requests)
     seconds = time.perf_counter() - t
@@ -939,20 +941,39 @@ def service_round(server: int, clients_of, dtype: str, codec: str, requests: int
         wire_bytes=wire,
         decoded_bytes=decoded,
         server_cpu_s=cpu[0],
+        server_codec_cpu_s=codec_thread_cpu(server) - codec0,
         clients_cpu_s=sum(cpu[1:]),
     )
+
+
+def codec_thread_cpu(pid: int) -> float:
+    """User + system CPU seconds so far of the process's codec threads (those the system
+    names `codec_pool.THREAD_NAME`, /proc/PID/task/*/comm: they live as long as it)."""
+    from jaxattn.wire.codec_pool import THREAD_NAME
+
+    tick, total = os.sysconf("SC_CLK_TCK"), 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if (task / "comm").read_text().strip() != THREAD_NAME:
+                continue
+            fields = (task / "stat").read_text().rpartition(")")[2].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 def report_round(result: dict, name: str, row: dict, clients: int, tokens: int, request: int):
     """A round's line and its figures in `result` under `name`: seq/s, the wire, and the
     CPU seconds of the server and the clients (a round's, and per decoded GB)."""
     wall, seqs, gb = row["seconds"], row["texts"], row["decoded_bytes"] / 1e9
-    server, mine = row["server_cpu_s"], row["clients_cpu_s"]
+    server, mine, codec = row["server_cpu_s"], row["clients_cpu_s"], row["server_codec_cpu_s"]
     figures = {
         "seq_per_s": seqs / wall,
         "wire_bytes_per_seq": row["wire_bytes"] / seqs,
         "decoded_bytes_per_seq": row["decoded_bytes"] / seqs,
         "server_cpu_s": server,
+        "server_codec_cpu_s": codec,
         "clients_cpu_s": mine,
         "server_cpu_s_per_decoded_gb": server / gb,
         "clients_cpu_s_per_decoded_gb": mine / gb,
@@ -962,7 +983,8 @@ def report_round(result: dict, name: str, row: dict, clients: int, tokens: int, 
         f"service {name:30s}: {seqs} texts of {tokens} tokens, {clients} clients x {request}: "
         f"{seqs / wall:8.1f} seq/s, {row['wire_bytes'] / seqs / 1e6:.2f} MB a text on the wire "
         f"({row['wire_bytes'] / wall / 1e9:.2f} GB/s); CPU s in the round's {wall:.2f} s: "
-        f"server {server:.1f} ({server / wall:.1f} cores), clients {mine:.1f} "
+        f"server {server:.1f} ({server / wall:.1f} cores; its codec threads {codec:.1f}, "
+        f"{codec / wall:.1f} cores), clients {mine:.1f} "
         f"({mine / wall:.1f} cores); a decoded GB: server {server / gb:.1f} s, clients "
         f"{mine / gb:.1f} s",
         flush=True,

@@ -145,6 +145,11 @@ def test_the_first_stages_run_and_write_their_figures(tmp_path):
             assert service[f"{key}{way}_seq_per_s"] > 0
             assert service[f"{key}{way}_decoded_bytes_per_seq"] == 2 * 3 * 16 * 16 * size
             assert service[f"{key}{way}_server_cpu_s"] >= 0
+            assert (
+                0
+                <= service[f"{key}{way}_server_codec_cpu_s"]
+                <= service[f"{key}{way}_server_cpu_s"]
+            )
     ways = {(r["codec_threads"], r["codec"], r["mode"]) for r in service["rounds"]}
     assert ways == {
         (t, c, m)
