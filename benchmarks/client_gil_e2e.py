@@ -37,7 +37,7 @@ LAYERS = HEADS = 12
 TOKENS = 128
 
 
-def child(checkpoint: str) -> int:
+def child(checkpoint: str, bookkeeping: bool = False, latency: float = 0.0) -> int:
     import logging
 
     import numpy as np
@@ -47,6 +47,21 @@ def child(checkpoint: str) -> int:
 
     import jaxattn
     from service.server import create_server
+
+    if bookkeeping:
+        from client_gil import _no_codecs
+
+        _no_codecs()
+    if latency:  # each piece's compression as a wait of its time, no CPU (a many-core host)
+        from jaxattn.wire import send
+
+        stub = send.compress
+
+        def compress(data, codec):
+            time.sleep(len(data) * latency / 1e9)
+            return stub(data, codec)
+
+        send.compress = compress
 
     class Synthetic(CachedReplay):
         """Replays, each example's attention replaced by `client_gil.quantised_rows` once
@@ -62,6 +77,8 @@ def child(checkpoint: str) -> int:
                 yield p, cap
 
     logging.basicConfig(level=logging.WARNING)
+    if os.environ.get("SG_SWITCH"):
+        sys.setswitchinterval(float(os.environ["SG_SWITCH"]))
     engine = Synthetic(jaxattn.load(checkpoint, buckets=(TOKENS,), max_batch=8))
     server, port = create_server(engine, "127.0.0.1:0", max_tokens=1 << 20, queue_size=128)
     server.start()
@@ -87,15 +104,26 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, nargs="+", default=[1, 4])
     p.add_argument("--profile", help="write a cProfile of one client thread's reading here")
+    p.add_argument("--bookkeeping", action="store_true", help="the codecs stubbed, both sides")
+    p.add_argument(
+        "--codec-latency",
+        type=float,
+        default=0.0,
+        help="with --bookkeeping: the server's compression a sleep of this many s a GB",
+    )
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.codec_latency and not args.bookkeeping:
+        p.error("--codec-latency goes with --bookkeeping")
     if args.child:
-        return child(args.child)
-    from client_gil import _codec_cpu, _count_codec
+        return child(args.child, args.bookkeeping, args.codec_latency)
+    from client_gil import _codec_cpu, _count_codec, _no_codecs
     from hf_fixtures import make_checkpoint
 
     from jaxattn.client import AttentionClient
 
+    if args.bookkeeping:
+        _no_codecs()
     _count_codec()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -109,6 +137,8 @@ def main(argv=None) -> int:
             max_position_embeddings=TOKENS + 8,
         )
         cmd = [sys.executable, __file__, "--child", str(ckpt)]
+        cmd += ["--bookkeeping"] if args.bookkeeping else []
+        cmd += ["--codec-latency", str(args.codec_latency)] if args.codec_latency else []
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         try:
             port = int(proc.stdout.readline())

@@ -73,12 +73,15 @@ attention as uint8 + zstd (`-n` texts a round) and as float32 without compressio
 (half as many, at least a request a client), end to end. Per codec a warm-up round
 each way (the server compiles), then two rounds with the clients as threads sharing one
 `AttentionClient` in this process (comparable with the earlier figures) and two with
-each client a process of its own (no shared GIL); then a server at `--precision tf32`
-(the engine 2-3x faster) for one uint8 + zstd round each way. A line per way, its best
-round: seq/s, the wire, and the CPU seconds of the server process and of the clients
-(/proc/<pid>/stat, all threads: 1.0 core of the one client process means its GIL is the
-ceiling), in the round and per decoded GB; last, the processes / threads and tf32 /
-highest ratios. `--json` (every round's figures too) is written after each line.
+each client a process of its own (no shared GIL); then a server whose codec pool has
+`CODEC_THREADS` threads (`JAXATTN_CODEC_THREADS`; the default is a thread a core, at
+most 8) for one uint8 + zstd round each way: is the pool's size the ceiling? A line
+per way, its best round: seq/s, the wire, and the CPU seconds of the server process
+and of the clients (/proc/<pid>/stat, all threads: 1.0 core of the one client process
+means its GIL is the ceiling), in the round and per decoded GB, and the server's codec
+threads' share (as many cores as the pool has threads: the pool is the ceiling); last,
+the processes / threads and the larger pool / default ratios. `--json` (every round's
+figures too) is written after each line.
 
 `warmup`: a random-weight BERT-base (or `--model`) compiles the shapes
 `Engine.warmup` plans for `--what` (default attention): every (bucket, batch
@@ -844,11 +847,15 @@ def precision(tokens: int, n: int, repeats: int, tiny: bool, json_path: Path | N
     write_json(json_path, result)
 
 
-def serve_child(model: str, extra: list[str]) -> tuple[subprocess.Popen, str]:
-    """`jaxattn serve` on `model`, port 0, in a child process: (process, address).
-    Its output is echoed, prefixed, by a thread."""
+def serve_child(
+    model: str, extra: list[str], env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, str]:
+    """`jaxattn serve` on `model`, port 0, in a child process (`env`: its environment, None:
+    this one's): (process, address). Its output is echoed, prefixed, by a thread."""
     cmd = [sys.executable, "-u", "-m", "jaxattn", "serve", "--model", model, "--port", "0", *extra]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
     address = None
     for line in proc.stdout:
         print(f"  serve: {line.rstrip()}", flush=True)
@@ -979,6 +986,8 @@ class ClientThreads:
 
 # service: (dtype, codec) of the rounds, the most telling first (issue 26's target).
 SERVICE_CODECS = (("uint8", "zstd"), ("float32", "none"))
+# service: the codec pool's threads of its second server (the GPU host's 16 cores).
+CODEC_THREADS = 16
 
 
 def service(
@@ -990,8 +999,8 @@ def service(
     json_path: Path | None,
     model: str | None = None,
 ) -> None:
-    """The `service` check (module doc): a server at highest, every codec; then one at tf32,
-    uint8 + zstd once each way."""
+    """The `service` check (module doc): a server at highest, every codec; then one with
+    CODEC_THREADS codec threads, uint8 + zstd once each way."""
     result = {
         "tokens": tokens,
         "request_texts": request,
@@ -1001,19 +1010,18 @@ def service(
     }
     with tempfile.TemporaryDirectory() as tmp:
         path = model or str(model_dir(Path(tmp), tiny))
-        for precision, codecs, repeats in (
-            ("highest", SERVICE_CODECS, 2),
-            ("tf32", SERVICE_CODECS[:1], 1),
-        ):
+        pool = f"codec{CODEC_THREADS}"
+        for server, codecs, repeats in (("", SERVICE_CODECS, 2), (pool, SERVICE_CODECS[:1], 1)):
+            env = {**os.environ, "JAXATTN_CODEC_THREADS": str(CODEC_THREADS)} if server else None
             proc, address = serve_child(
-                path, ["--max-texts", str(request), "--precision", precision]
+                path, ["--max-texts", str(request), "--precision", "highest"], env
             )
             modes = {}
             try:
                 modes["threads"] = ClientThreads(address, tokens, request, clients)
                 modes["processes"] = ClientProcesses(address, tokens, request, clients)
                 for dtype, codec in codecs:
-                    key = ("" if precision == "highest" else f"{precision}_") + f"{dtype}_{codec}"
+                    key = (f"{server}_" if server else "") + f"{dtype}_{codec}"
                     count = n if dtype == "uint8" else max(n // 2, clients * request)
                     requests = max(1, count // request)
                     # The warm-up, a round each way: the server compiles the shapes its batcher
@@ -1029,7 +1037,12 @@ def service(
                             for _ in range(repeats)
                         ]
                         for row in rows:
-                            row.update(precision=precision, codec=f"{dtype}_{codec}", mode=mode)
+                            row.update(
+                                precision="highest",
+                                codec_threads=CODEC_THREADS if server else None,
+                                codec=f"{dtype}_{codec}",
+                                mode=mode,
+                            )
                         result["rounds"] += rows
                         name = key + ("" if mode == "threads" else "_processes")
                         best = min(rows, key=lambda r: r["seconds"])
@@ -1045,8 +1058,8 @@ def service(
     ratios = {
         "uint8_zstd processes / threads": ("uint8_zstd_processes", "uint8_zstd"),
         "float32_none processes / threads": ("float32_none_processes", "float32_none"),
-        "uint8_zstd processes at tf32 / highest": (
-            "tf32_uint8_zstd_processes",
+        f"uint8_zstd processes with {CODEC_THREADS} codec threads / the default": (
+            f"codec{CODEC_THREADS}_uint8_zstd_processes",
             "uint8_zstd_processes",
         ),
     }
@@ -1066,6 +1079,7 @@ def service_round(server: int, clients_of, dtype: str, codec: str, requests: int
 
     pids = (server, *clients_of.pids)
     cpu0 = [cpu_seconds(p) for p in pids]
+    codec0 = codec_thread_cpu(server)
     t = time.perf_counter()
     texts, wire, decoded = clients_of.round(dtype, codec, requests)
     seconds = time.perf_counter() - t
@@ -1076,20 +1090,39 @@ def service_round(server: int, clients_of, dtype: str, codec: str, requests: int
         wire_bytes=wire,
         decoded_bytes=decoded,
         server_cpu_s=cpu[0],
+        server_codec_cpu_s=codec_thread_cpu(server) - codec0,
         clients_cpu_s=sum(cpu[1:]),
     )
+
+
+def codec_thread_cpu(pid: int) -> float:
+    """User + system CPU seconds so far of the process's codec threads (those the system
+    names `codec_pool.THREAD_NAME`, /proc/PID/task/*/comm: they live as long as it)."""
+    from jaxattn.wire.codec_pool import THREAD_NAME
+
+    tick, total = os.sysconf("SC_CLK_TCK"), 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if (task / "comm").read_text().strip() != THREAD_NAME:
+                continue
+            fields = (task / "stat").read_text().rpartition(")")[2].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 def report_round(result: dict, name: str, row: dict, clients: int, tokens: int, request: int):
     """A round's line and its figures in `result` under `name`: seq/s, the wire, and the
     CPU seconds of the server and the clients (a round's, and per decoded GB)."""
     wall, seqs, gb = row["seconds"], row["texts"], row["decoded_bytes"] / 1e9
-    server, mine = row["server_cpu_s"], row["clients_cpu_s"]
+    server, mine, codec = row["server_cpu_s"], row["clients_cpu_s"], row["server_codec_cpu_s"]
     figures = {
         "seq_per_s": seqs / wall,
         "wire_bytes_per_seq": row["wire_bytes"] / seqs,
         "decoded_bytes_per_seq": row["decoded_bytes"] / seqs,
         "server_cpu_s": server,
+        "server_codec_cpu_s": codec,
         "clients_cpu_s": mine,
         "server_cpu_s_per_decoded_gb": server / gb,
         "clients_cpu_s_per_decoded_gb": mine / gb,
@@ -1099,7 +1132,8 @@ def report_round(result: dict, name: str, row: dict, clients: int, tokens: int, 
         f"service {name:30s}: {seqs} texts of {tokens} tokens, {clients} clients x {request}: "
         f"{seqs / wall:8.1f} seq/s, {row['wire_bytes'] / seqs / 1e6:.2f} MB a text on the wire "
         f"({row['wire_bytes'] / wall / 1e9:.2f} GB/s); CPU s in the round's {wall:.2f} s: "
-        f"server {server:.1f} ({server / wall:.1f} cores), clients {mine:.1f} "
+        f"server {server:.1f} ({server / wall:.1f} cores; its codec threads {codec:.1f}, "
+        f"{codec / wall:.1f} cores), clients {mine:.1f} "
         f"({mine / wall:.1f} cores); a decoded GB: server {server / gb:.1f} s, clients "
         f"{mine / gb:.1f} s",
         flush=True,

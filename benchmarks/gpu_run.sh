@@ -151,10 +151,10 @@ for stage in "${wanted[@]}"; do
           "$py" benchmarks/first_capture.py --model "$model" -n "$(s 4 100)"
       done
       ;;
-    service)  # server and client on this machine. Is the one client process's GIL the
-      # ceiling (uint8 + zstd 404 seq/s, the engine ~1,500)? Per codec the clients as threads
-      # of one process, then as processes, each round with the server's and the clients'
-      # CPU seconds; then a server at tf32 (the engine out of the way). The random
+    service)  # server and client on this machine (uint8 + zstd 407 seq/s, the engine
+      # ~1,500). Per codec the clients as threads of one process, then as processes, each
+      # round with the server's and the clients' CPU seconds; then a server with a larger
+      # codec pool (JAXATTN_CODEC_THREADS=16): is the pool's size the ceiling? The random
       # BERT-base is written in a step of its own, outside the 150 s.
       model=$(mktemp -d)/bert-base
       step 60 "${checks[@]}" checkpoint $tiny --save "$model"

@@ -229,6 +229,14 @@ class Job:
             with self.lock:
                 self._sent(sending)
 
+    def peek(self) -> object | None:
+        """The item (Capture or CapturePart) `results` yields next where it is ready now,
+        else None: the sender begins compressing it while it sends the one before (its
+        bytes stay counted in the buffer, as before, until it is taken)."""
+        with self.lock:
+            items = self._items.get(self._next)
+            return items[0][0] if items else None
+
     def next_ready(self) -> bool:
         """Whether `results` would yield its next example now, without waiting
         (a coalescing sender packs on into it only then)."""

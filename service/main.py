@@ -10,6 +10,7 @@ into `ServerOptions` and calls `serve`; nothing here sees argparse.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -62,12 +63,14 @@ def serve(
 
     Raises:
       UsageError: a warmup quantity this model does not compute, or an unknown
-        `warmup_sizes`, before anything listens; a bad `malloc_arenas`.
+        `warmup_sizes`, before anything listens; a bad `malloc_arenas`; a
+        $JAXATTN_CODEC_THREADS that is not a number of threads.
       TypeError: `warmup` not a sequence of tuples of names.
     """
     import jaxattn
 
     _check_warmup(warmup)
+    codec_threads = _codec_threads()
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -90,6 +93,7 @@ def serve(
     engine = jaxattn.load(model, precision=precision, attention=attention)
     specs = [_warmup_spec(engine, what) for what in warmup]  # every name checked first
     log.info(arenas)
+    log.info("codec pool: %s", codec_threads)
     # The server runs an example over its per-example limit in layer groups within it
     # (`create_server`): warmup compiles those groups' programs too.
     group_bytes = example_limit(options.max_example_bytes, options.max_buffered_bytes)[0] or None
@@ -178,6 +182,21 @@ def _check_metrics_port(address: str, port: int) -> None:
             f"--metrics-port {port} is the gRPC --port too: give the metrics another, or 0"
         )
     check_listen_address(f"{host}:{port}", port_flag="--metrics-port")
+
+
+def _codec_threads() -> str:
+    """The codec pool's threads, as its log line says them; a UsageError where
+    $JAXATTN_CODEC_THREADS is not a number of threads (before the slow load, not in
+    the first compressed call)."""
+    from jaxattn.errors import UsageError
+    from jaxattn.wire import codec_pool
+
+    try:
+        threads = codec_pool.workers()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    where = os.environ.get(codec_pool.THREADS_ENV, "").strip()
+    return f"{threads} threads" + (f" (${codec_pool.THREADS_ENV})" if where else "")
 
 
 def _check_warmup(warmup) -> None:

@@ -13,7 +13,11 @@ import queue
 import threading
 from collections.abc import Iterator
 
+from jaxattn.wire.codec_pool import name_os_thread
+
 _POLL_S = 0.05
+# The prefetching threads' name, in Python and for the system (`name_os_thread`).
+THREAD_NAME = "jaxattn-encode"
 
 
 def prefetch(items: Iterator, depth: int = 2) -> Iterator:
@@ -35,6 +39,7 @@ def prefetch(items: Iterator, depth: int = 2) -> Iterator:
         return False
 
     def produce() -> None:
+        name_os_thread(THREAD_NAME)
         try:
             for item in items:
                 if not put((True, item)):
@@ -47,7 +52,7 @@ def prefetch(items: Iterator, depth: int = 2) -> Iterator:
             if close is not None:
                 close()
 
-    threading.Thread(target=produce, name="jaxattn-encode", daemon=True).start()
+    threading.Thread(target=produce, name=THREAD_NAME, daemon=True).start()
     try:
         while True:
             ok, item = ready.get()

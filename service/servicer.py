@@ -12,7 +12,7 @@ import grpc
 
 from jaxattn.quantities import QUANTITIES, STATISTICS
 from jaxattn.v1 import attention_pb2 as pb
-from jaxattn.wire import codecs, serialize_coalesced, serialize_example
+from jaxattn.wire import Compressor, codecs, serialize_coalesced, serialize_example
 from service.admitted_call import DeviceMemoryExhausted
 from service.micro_batching import EngineFailed, JobCancelled, MicroBatcher, QueueFull, SlowReader
 from service.prefetch import prefetch
@@ -239,29 +239,38 @@ def _serialized(job, parsed, weights: str = "") -> Iterator[bytes]:
     several (`serialize_coalesced`, packing across examples only those the job has
     ready); the handler's response serializer passes them through. `weights` goes
     in the first example's header (ExampleHeader.weights)."""
+    codec, max_chunk_bytes = parsed.codec, parsed.max_chunk_bytes
+    compressor = None
     if parsed.coalesce:
         messages = serialize_coalesced(
             job.results(),
-            codec=parsed.codec,
-            max_chunk_bytes=parsed.max_chunk_bytes,
+            codec=codec,
+            max_chunk_bytes=max_chunk_bytes,
             ready=job.next_ready,
             weights=weights,
+            peek=job.peek,
         )
-    else:
+    else:  # the stream's pieces compressed a few ahead, across its examples
+        compressor = Compressor(codec, max_chunk_bytes, job.peek) if codec != "none" else None
         messages = (
             message
             for k, (index, cap) in enumerate(job.results())
             for message in serialize_example(
                 index,
                 cap,
-                codec=parsed.codec,
-                max_chunk_bytes=parsed.max_chunk_bytes,
+                codec=codec,
+                max_chunk_bytes=max_chunk_bytes,
                 weights="" if k else weights,
+                compressor=compressor,
             )
         )
-    for message in messages:
-        job.touch()  # the consumer took the previous message: the client is reading
-        yield message
+    try:
+        for message in messages:
+            job.touch()  # the consumer took the previous message: the client is reading
+            yield message
+    finally:
+        if compressor is not None:
+            compressor.close()
     # (Closing this closes `messages`, which closes job.results(): its bytes are released.)
 
 

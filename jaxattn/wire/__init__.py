@@ -29,7 +29,7 @@ from jaxattn.wire.codecs import (
     WireError,
 )
 from jaxattn.wire.receive import StreamDecoder
-from jaxattn.wire.send import chunk_example, serialize_example
+from jaxattn.wire.send import Compressor, chunk_example, serialize_example
 
 __all__ = [
     "CODECS",
@@ -37,6 +37,7 @@ __all__ = [
     "MAX_MAX_CHUNK_BYTES",
     "MIN_MAX_CHUNK_BYTES",
     "ChecksumError",
+    "Compressor",
     "StreamDecoder",
     "WireError",
     "chunk_example",

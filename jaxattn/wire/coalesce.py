@@ -33,6 +33,7 @@ from jaxattn.wire import protowire
 from jaxattn.wire.codecs import checksum
 from jaxattn.wire.send import (
     IN_PLACE_MIN,
+    Compressor,
     byte_rows,
     copy_range,
     framed_in_place,
@@ -88,8 +89,10 @@ class _Item:
             self.data = bytes(self.data)
 
 
-def _items(index: int, cap, codec: str, max_chunk_bytes: int, weights: str) -> Iterator[_Item]:
-    for item in parts(index, cap, codec, max_chunk_bytes, in_place=True, weights=weights):
+def _items(
+    index: int, cap, codec: str, max_chunk_bytes: int, weights: str, compressor
+) -> Iterator[_Item]:
+    for item in parts(index, cap, codec, max_chunk_bytes, True, weights, compressor):
         if isinstance(item, pb.ExampleHeader):
             yield _Item(item.SerializeToString())
             continue
@@ -131,6 +134,7 @@ def serialize_coalesced(
     max_chunk_bytes: int,
     ready: Callable[[], bool] = lambda: False,
     weights: str = "",
+    peek: Callable[[], object] | None = None,
 ) -> Iterator[bytes]:
     """The serialised messages of a coalesced stream of `examples` ((index, Capture)
     in stream order): the items `serialize_example` sends, packed into messages of
@@ -140,9 +144,12 @@ def serialize_coalesced(
     `ready()` says whether the next example can be had from `examples` without
     waiting (the server's job has computed it); where it cannot, or where the
     finished example's items held are large, the message in hand goes first.
+    `peek()`: the example `examples` yields next where it is computed, else None (the
+    server's job): its pieces are compressed while this one's are sent (`Compressor`).
     """
     held: list[_Item] = []
     size = 0
+    compressor = Compressor(codec, max_chunk_bytes, peek) if codec != "none" else None
 
     def flush() -> Iterator[bytes]:
         nonlocal held, size
@@ -150,15 +157,19 @@ def serialize_coalesced(
             batch, held, size = held, [], 0
             yield _alone(batch[0]) if len(batch) == 1 else _together(batch)
 
-    for index, cap in examples:
-        for item in _items(index, cap, codec, max_chunk_bytes, weights):
-            if held and size + item.size > max_chunk_bytes:
+    try:
+        for index, cap in examples:
+            for item in _items(index, cap, codec, max_chunk_bytes, weights, compressor):
+                if held and size + item.size > max_chunk_bytes:
+                    yield from flush()
+                held.append(item)
+                size += item.size
+            if held and (sum(i.borrowed for i in held) > IN_PLACE_MIN or not ready()):
                 yield from flush()
-            held.append(item)
-            size += item.size
-        if held and (sum(i.borrowed for i in held) > IN_PLACE_MIN or not ready()):
-            yield from flush()
-        for item in held:  # the next example is here: keep nothing of this one's buffer
-            item.own()
-        weights = ""  # the first header only
-    yield from flush()
+            for item in held:  # the next example is here: keep nothing of this one's buffer
+                item.own()
+            weights = ""  # the first header only
+        yield from flush()
+    finally:
+        if compressor is not None:
+            compressor.close()

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import ctypes
+import itertools
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -49,10 +51,55 @@ DECODE_MIN = 128 << 10
 PIECE_BYTES = 512 << 10
 
 
+# Sets the pool's threads (a whole number, 1 to MAX_THREADS); unset: `workers`' default.
+THREADS_ENV = "JAXATTN_CODEC_THREADS"
+MAX_THREADS = 256
+
+
 def workers(cpus: int | None = None) -> int:
-    """Threads of the shared pool: one a core, at most 8 (the host's other work:
-    gRPC, the engine's dispatch, the clients on a shared machine)."""
+    """Threads of the shared pool: $JAXATTN_CODEC_THREADS where set, else one a core,
+    at most 8 (the host's other work: gRPC, the engine's dispatch, the clients on a
+    shared machine).
+
+    Raises:
+      ValueError: $JAXATTN_CODEC_THREADS is not a whole number from 1 to MAX_THREADS.
+    """
+    value = os.environ.get(THREADS_ENV, "").strip()
+    if value:
+        try:
+            n = int(value)
+        except ValueError:
+            n = 0
+        if not 1 <= n <= MAX_THREADS:
+            raise ValueError(
+                f"{THREADS_ENV}={value!r}: the codec pool's threads must be a whole number "
+                f"from 1 to {MAX_THREADS}"
+            )
+        return n
     return max(1, min(8, cpus or os.cpu_count() or 1))
+
+
+# The codec threads' name, in Python and for the system (/proc/PID/task/TID/comm, top -H),
+# so that a process's CPU can be split by thread (benchmarks/gpu_checks.py service).
+THREAD_NAME = "jaxattn-codec"
+
+
+def name_os_thread(name: str) -> None:
+    """Give the calling thread `name` (its first 15 bytes) for the system too, where it
+    can (Linux's prctl(PR_SET_NAME)); elsewhere nothing (Python's own name is not the
+    system's before 3.14)."""
+    global _prctl
+    if _prctl is None:
+        try:
+            _prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):  # no prctl (not Linux)
+            _prctl = False
+    if _prctl:
+        _prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+
+
+_PR_SET_NAME = 15
+_prctl = None
 
 
 class _Pool:
@@ -60,7 +107,10 @@ class _Pool:
 
     def __init__(self, threads: int):
         self.executor = concurrent.futures.ThreadPoolExecutor(
-            threads, thread_name_prefix="jaxattn-codec"
+            threads,
+            thread_name_prefix=THREAD_NAME,
+            initializer=name_os_thread,
+            initargs=(THREAD_NAME,),
         )
         self.slots = _Slots(2 * threads)
         self.threads = threads
@@ -123,38 +173,95 @@ def ordered(
     what was computed ahead (its slots returned once each piece finishes).
     An exception raised by `work` is raised here, at its item.
     """
-    shared = pool()
-    ahead = shared.threads if ahead is None else ahead
-    pending: collections.deque = collections.deque()  # (item, future or None)
     source = iter(items)
-
-    def fill() -> None:
-        while len(pending) < ahead + 1:
-            item = next(source, _END)
-            if item is _END:
-                return
-            future = _offer(shared, work, item) if size(item) >= POOL_MIN else None
-            pending.append((item, future))
-
+    stream = Stream(
+        work, size, ahead, more=lambda: [x] if (x := next(source, _END)) is not _END else ()
+    )
     try:
-        fill()
-        while pending:
-            item, future = pending.popleft()
-            if future is None:
-                result = work(item)
-            else:
-                try:
-                    result = future.result()
-                finally:
-                    shared.slots.give_back()
-            fill()
-            yield item, result
+        while (got := stream.take()) is not None:
+            yield got
     finally:
-        for _, future in pending:
+        stream.close()
+
+
+class Stream:
+    """`ordered`'s work on items that become known as the stream goes: (item, work(item))
+    taken in order (`take`), up to `ahead` items begun ahead on the shared pool, those
+    without a free slot offered again as slots free up (but the next to be taken: done
+    where it is taken, not queued behind the pool's work). When
+    fewer than `ahead` wait, `more()` is asked for the next items (none: nothing more
+    now; it is asked again at the next `take`): a sender gives there the pieces of the
+    example it sends next where that example is ready, so they compress while the
+    current one's are sent. A slot is held until its result is taken (the results
+    held stay bounded); `close` drops what was begun (slots returned once each finishes).
+    """
+
+    def __init__(
+        self,
+        work: Callable[[T], R],
+        size: Callable[[T], int],
+        ahead: int | None = None,
+        more: Callable[[], Iterable[T]] = lambda: (),
+    ):
+        self._shared = pool()
+        self._work, self._size, self._more = work, size, more
+        self._ahead = self._shared.threads if ahead is None else ahead
+        self._pending: collections.deque = collections.deque()  # [item, future or None]
+        self._known: collections.deque = collections.deque()  # from `more`, not pending yet
+        self._unoffered = 0  # pending pool-sized items without a slot yet
+
+    def _fill(self) -> None:
+        pending, shared = self._pending, self._shared
+        if self._unoffered:  # slots freed since: offer the waiting items (in order) again
+            for entry in itertools.islice(pending, 1, None):
+                if entry[1] is None and self._size(entry[0]) >= POOL_MIN:
+                    entry[1] = _offer(shared, self._work, entry[0])
+                    if entry[1] is None:
+                        break
+                    self._unoffered -= 1
+        while len(pending) < self._ahead + 1:
+            if not self._known:
+                self._known.extend(self._more())
+                if not self._known:
+                    return
+            item = self._known.popleft()
+            future = None
+            if self._size(item) >= POOL_MIN:
+                future = _offer(shared, self._work, item) if not self._unoffered else None
+                self._unoffered += future is None
+            pending.append([item, future])
+
+    def take(self) -> tuple[T, R] | None:
+        """(item, work(item)) of the next item in order, its exception raised here; None
+        where no item is known (`more` gave none)."""
+        self._fill()
+        if not self._pending:
+            return None
+        item, future = self._pending.popleft()
+        if future is None:
+            if self._size(item) >= POOL_MIN:
+                self._unoffered -= 1
+            result = self._work(item)
+        else:
+            try:
+                result = future.result()
+            finally:
+                self._shared.slots.give_back()
+        self._fill()
+        return item, result
+
+    def close(self) -> None:
+        """Drop what was begun ahead: cancelled where the pool has not begun it, its slot
+        returned once it finishes where it has."""
+        shared = self._shared
+        for _, future in self._pending:
             if future is not None and not future.cancel():
                 future.add_done_callback(lambda _: shared.slots.give_back())
             elif future is not None:
                 shared.slots.give_back()
+        self._pending.clear()
+        self._known.clear()
+        self._unoffered = 0
 
 
 def start(work: Callable[..., R], *args, size: int, least: int) -> Job:

@@ -10,12 +10,13 @@ Each tensor is cut into pieces of at most `max_chunk_bytes` decoded bytes (with
 a codec, at most `codec_pool.PIECE_BYTES`) and each piece is compressed on its
 own; a piece that does not shrink is sent as CODEC_NONE, so no chunk's data ever
 exceeds `max_chunk_bytes`. Pieces are compressed a few ahead of the send, on the
-shared pool's threads (`codec_pool`). `serialize_example` copies
-uncompressed data once, from the tensor into its message.
+shared pool's threads (`codec_pool`), across a stream's examples (`Compressor`).
+`serialize_example` copies uncompressed data once, from the tensor into its message.
 """
 
 from __future__ import annotations
 
+import collections
 import math
 import types
 from collections.abc import Iterator
@@ -134,13 +135,21 @@ def whole(cap, name: str) -> tuple[tuple[int, ...], int, int]:
 
 
 def parts(
-    index: int, cap, codec: str, max_chunk_bytes: int, in_place: bool = False, weights: str = ""
+    index: int,
+    cap,
+    codec: str,
+    max_chunk_bytes: int,
+    in_place: bool = False,
+    weights: str = "",
+    compressor: Compressor | None = None,
 ):
     """Yield the header, then (chunk, data) per chunk: `data` the piece's bytes to
     frame after the chunk's other fields, or None where `in_place` chose to copy
     the piece from the tensor straight into its message (the chunk's crc32 then
     a stand-in: `framed_in_place` computes it). `weights`: the header's weights
     fingerprint (ExampleHeader.weights: a stream's first header only).
+    `compressor`: the stream's (`Compressor`, of the same codec and max_chunk_bytes),
+    which may have begun this example's pieces already; None: one of its own.
 
     `cap`: a Capture, or one layer group's `CapturePart` of an example: the header
     comes with the first part (its chunk_count counts every part's chunks), and a
@@ -152,8 +161,11 @@ def parts(
     }
     if codec != "none":  # pieces the pool compresses side by side (one tensor: several)
         max_chunk_bytes = min(max_chunk_bytes, codec_pool.PIECE_BYTES)
-    flat = {n: None if rows[n] is not None else le_bytes(a) for n, a in cap.tensors.items()}
-    sizes = {n: len(flat[n]) if rows[n] is None else rows[n].size for n in cap.tensors}
+        flat = dict.fromkeys(cap.tensors)  # the compressor's to make
+        sizes = {n: a.nbytes for n, a in cap.tensors.items()}
+    else:
+        flat = {n: None if rows[n] is not None else le_bytes(a) for n, a in cap.tensors.items()}
+        sizes = {n: len(flat[n]) if rows[n] is None else rows[n].size for n in cap.tensors}
     grouped = isinstance(cap, CapturePart)
     if not grouped or cap.first:
         every = {n: [sizes[n]] for n in sizes}
@@ -164,25 +176,26 @@ def parts(
             }
         yield _header(index, cap, every, max_chunk_bytes, weights)
     datatype = DATATYPES[cap.dtype]
+    if codec != "none":  # compressed on the pool's threads, a few pieces ahead
+        own = compressor is None
+        if own:
+            compressor = Compressor(codec, max_chunk_bytes)
+        elif (compressor.codec, compressor.max_chunk_bytes) != (codec, max_chunk_bytes):
+            raise RuntimeError("a stream's compressor of another codec or piece size")
+        try:
+            for name, lo, hi, (data, used, crc) in compressor.pieces(cap):
+                shape, total, base = whole(cap, name)
+                at = (base + lo, base + hi, total)
+                yield _meta(index, name, cap, datatype, shape, *at, used, crc), data
+        finally:
+            if own:
+                compressor.close()
+        return
     pieces = (  # (tensor, byte range in the part's share, in the whole tensor)
         (name, lo, hi, *whole(cap, name))
         for name, size in sizes.items()
         for lo, hi in _ranges(size, max_chunk_bytes)
     )
-    if codec != "none":  # compressed on the pool's threads, a few pieces ahead
-
-        def packed(p) -> tuple:
-            name, lo, hi = p[:3]
-            piece = flat[name][lo:hi]
-            out = compress(piece, codec)
-            used = codec if len(out) < len(piece) else "none"
-            return (out if used == codec else piece), used, checksum(piece)
-
-        done = codec_pool.ordered(packed, pieces, lambda p: p[2] - p[1])
-        for (name, lo, hi, shape, total, base), (data, used, crc) in done:
-            at = (base + lo, base + hi, total)
-            yield _meta(index, name, cap, datatype, shape, *at, used, crc), data
-        return
     for name, lo, hi, shape, total, base in pieces:
         at = (base + lo, base + hi, total)
         if rows[name] is not None and hi - lo >= IN_PLACE_MIN:
@@ -193,6 +206,88 @@ def parts(
             flat[name] = le_bytes(cap.tensors[name])
         piece = flat[name][lo:hi]
         yield _meta(index, name, cap, datatype, shape, *at, "none", checksum(piece)), piece
+
+
+class Compressor:
+    """A stream's compressed pieces, in order, on the codec pool's threads a few ahead
+    (`codec_pool.Stream`), across its examples: where `peek()` gives the example (or
+    layer group) the stream sends next, already computed, its pieces are begun while
+    this one's are framed and sent, so that the pool is not left idle at each example's
+    end waiting for the stream to come back for more (one example ahead at most: its
+    bytes are in the job's buffer already; a strided tensor's contiguous copy is made
+    one example early). Its codec and `max_chunk_bytes` (at most `PIECE_BYTES`) cut
+    every example; `close` drops what was begun.
+    """
+
+    def __init__(self, codec: str, max_chunk_bytes: int, peek=None):
+        self.codec = codec
+        self.max_chunk_bytes = min(max_chunk_bytes, codec_pool.PIECE_BYTES)
+        self._peek = peek
+        self._planned: collections.deque = collections.deque()  # (cap, its piece count)
+        self._first: list = []  # the pieces of an example `pieces` was given unplanned
+        self._stream: codec_pool.Stream | None = None
+
+    def _plan(self, cap) -> list[tuple]:
+        """The example's pieces, (its tensor's bytes, codec, name, lo, hi) each."""
+        flat = {n: le_bytes(a) for n, a in cap.tensors.items()}
+        pieces = [
+            (view, self.codec, name, lo, hi)
+            for name, view in flat.items()
+            for lo, hi in _ranges(len(view), self.max_chunk_bytes)
+        ]
+        self._planned.append((cap, len(pieces)))
+        return pieces
+
+    def _more(self) -> list[tuple]:
+        """The stream's next pieces to begin: the example given, then the one after it
+        where `peek` has it ready; none beyond."""
+        if self._first:
+            first, self._first = self._first, []
+            return first
+        if self._peek is None or len(self._planned) != 1:
+            return []
+        following = self._peek()
+        if following is None or following is self._planned[0][0]:
+            return []
+        return self._plan(following)
+
+    def pieces(self, cap) -> Iterator[tuple[str, int, int, tuple]]:
+        """(tensor, lo, hi, (data, codec used, crc32)) of each of `cap`'s pieces, in order."""
+        if not self._planned or self._planned[0][0] is not cap:
+            self.close()  # not the example looked ahead to (or the first): begun anew
+            self._stream = codec_pool.Stream(_packed, _piece_bytes, more=self._more)
+            self._first = self._plan(cap)
+        done = False
+        try:
+            for _ in range(self._planned[0][1]):
+                (_, _, name, lo, hi), result = self._stream.take()
+                yield name, lo, hi, result
+            self._planned.popleft()
+            done = True
+        finally:
+            if not done:  # left part-way: what was begun is dropped
+                self.close()
+
+    def close(self) -> None:
+        """Drop the pieces begun ahead (`codec_pool.Stream.close`)."""
+        if self._stream is not None:
+            self._stream.close()
+        self._stream, self._first = None, []
+        self._planned.clear()
+
+
+def _packed(p: tuple) -> tuple:
+    """A piece compressed: (its data, the codec used, the CRC-32 of its bytes); sent as
+    CODEC_NONE where compressing does not shrink it."""
+    flat, codec, _, lo, hi = p
+    piece = flat[lo:hi]
+    out = compress(piece, codec)
+    used = codec if len(out) < len(piece) else "none"
+    return (out if used == codec else piece), used, checksum(piece)
+
+
+def _piece_bytes(p: tuple) -> int:
+    return p[4] - p[3]
 
 
 def _ranges(size: int, max_chunk_bytes: int) -> Iterator[tuple[int, int]]:
@@ -221,7 +316,13 @@ def chunk_example(
 
 
 def serialize_example(
-    index: int, cap: Capture, *, codec: str, max_chunk_bytes: int, weights: str = ""
+    index: int,
+    cap: Capture,
+    *,
+    codec: str,
+    max_chunk_bytes: int,
+    weights: str = "",
+    compressor: Compressor | None = None,
 ) -> Iterator[bytes]:
     """Like `chunk_example`, but yield the serialised messages, copying each piece once.
 
@@ -231,9 +332,11 @@ def serialize_example(
     are framed around a contiguous piece (a strided tensor is made contiguous
     once; a compressed piece's bytes are copied once into the message).
     The bytes are exactly what protobuf would write for the same messages
-    (fields in number order, `data` last), so any client parses them.
+    (fields in number order, `data` last), so any client parses them. `compressor`:
+    the stream's, as `parts` takes it.
     """
-    for item in parts(index, cap, codec, max_chunk_bytes, in_place=True, weights=weights):
+    items = parts(index, cap, codec, max_chunk_bytes, True, weights, compressor)
+    for item in items:
         if isinstance(item, pb.ExampleHeader):
             yield protowire.frame_header(item.SerializeToString())
             continue

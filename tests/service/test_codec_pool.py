@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
+from codec_pool_support import free_slots_now, settle
 
 from jaxattn.capture import Capture
 from jaxattn.wire import StreamDecoder, codec_pool
@@ -14,31 +17,6 @@ from jaxattn.wire.codecs import compress
 from jaxattn.wire.send import serialize_example
 
 BIG = codec_pool.POOL_MIN
-
-
-def free_slots_now() -> int:
-    """The pool's free slots, counted by taking them all (and giving them back)."""
-    slots, taken = codec_pool.pool().slots, 0
-    while slots.take():
-        taken += 1
-    for _ in range(taken):
-        slots.give_back()
-    return taken
-
-
-def settle() -> None:
-    """Wait until every thread of the pool has finished what it held, the callbacks that
-    give slots back included: one job on each thread at once."""
-    shared = codec_pool.pool()
-    meet = threading.Barrier(shared.threads)
-    for job in [shared.executor.submit(meet.wait, 30) for _ in range(shared.threads)]:
-        job.result()
-
-
-def free_slots() -> int:
-    """The pool's free slots once it is at rest (`settle`)."""
-    settle()
-    return free_slots_now()
 
 
 @pytest.fixture(autouse=True)
@@ -229,3 +207,18 @@ def test_a_job_the_pool_has_not_begun_is_done_by_the_one_waiting_for_it():
     assert all(j.result() for j in held)
     settle()
     assert free_slots_now() == free
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names from /proc")
+def test_the_codec_and_encode_threads_carry_their_names_for_the_system():
+    """/proc/PID/task/TID/comm names them, so a process's CPU splits by thread."""
+    from service.prefetch import THREAD_NAME, prefetch
+
+    def comm() -> str:
+        return Path(f"/proc/self/task/{threading.get_native_id()}/comm").read_text().strip()
+
+    on_the_pool = codec_pool.pool().executor.submit(comm).result()
+    assert on_the_pool == codec_pool.THREAD_NAME == "jaxattn-codec"
+    assert list(prefetch(comm() for _ in range(2))) == [THREAD_NAME] * 2
+    assert THREAD_NAME == "jaxattn-encode"
+    assert comm() != THREAD_NAME  # the caller's own name is left alone
