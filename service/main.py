@@ -188,13 +188,9 @@ def _codec_threads() -> str:
     """The codec pool's threads, as its log line says them; a UsageError where
     $JAXATTN_CODEC_THREADS is not a number of threads (before the slow load, not in
     the first compressed call)."""
-    from jaxattn.errors import UsageError
     from jaxattn.wire import codec_pool
 
-    try:
-        threads = codec_pool.workers()
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    threads = codec_pool.workers()  # UsageError where the variable is bad
     where = os.environ.get(codec_pool.THREADS_ENV, "").strip()
     return f"{threads} threads" + (f" (${codec_pool.THREADS_ENV})" if where else "")
 

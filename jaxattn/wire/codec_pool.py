@@ -34,6 +34,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
+from jaxattn.errors import UsageError
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -62,7 +64,7 @@ def workers(cpus: int | None = None) -> int:
     shared machine).
 
     Raises:
-      ValueError: $JAXATTN_CODEC_THREADS is not a whole number from 1 to MAX_THREADS.
+      UsageError: $JAXATTN_CODEC_THREADS is not a whole number from 1 to MAX_THREADS.
     """
     value = os.environ.get(THREADS_ENV, "").strip()
     if value:
@@ -71,7 +73,7 @@ def workers(cpus: int | None = None) -> int:
         except ValueError:
             n = 0
         if not 1 <= n <= MAX_THREADS:
-            raise ValueError(
+            raise UsageError(
                 f"{THREADS_ENV}={value!r}: the codec pool's threads must be a whole number "
                 f"from 1 to {MAX_THREADS}"
             )

@@ -10,6 +10,7 @@ import pytest
 from codec_pool_support import free_slots, settle
 
 from jaxattn.capture import Capture
+from jaxattn.errors import UsageError
 from jaxattn.wire import StreamDecoder, codec_pool, send
 from jaxattn.wire.codecs import compress
 from service.admitted_call import Job
@@ -175,7 +176,7 @@ def test_the_default_pool_is_a_thread_a_core_at_most_eight(monkeypatch):
 @pytest.mark.parametrize("value", ["0", "-2", "257", "four", "2.5"])
 def test_a_pool_size_that_is_not_a_number_of_threads_is_named(monkeypatch, value):
     monkeypatch.setenv(codec_pool.THREADS_ENV, value)
-    with pytest.raises(ValueError, match=f"JAXATTN_CODEC_THREADS={value!r}: .* from 1 to 256"):
+    with pytest.raises(UsageError, match=f"JAXATTN_CODEC_THREADS={value!r}: .* from 1 to 256"):
         codec_pool.workers()
 
 
