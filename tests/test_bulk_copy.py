@@ -122,15 +122,18 @@ def test_other_dtypes_copy_as_they_are():
     assert list(bulk.copied(objs)) == [None, "a", 3]
 
 
-def test_mismatched_copies_are_refused_by_name():
+def test_mismatched_copies_are_refused_by_name(copy_threads):
     a = np.zeros((2, 3), np.float32)
     with pytest.raises(ValueError, match=r"shape \(3, 2\) into one of shape \(2, 3\)"):
         bulk.copy_into(a, np.zeros((3, 2), np.float32))
     with pytest.raises(ValueError, match="float16 into float32 bit for bit"):
         bulk.copy_into(a, np.zeros((2, 3), np.float16))
-    a.flags.writeable = False
-    with pytest.raises(ValueError, match="read-only"):
-        bulk.copy_into(a, np.zeros((2, 3), np.float32))
+    for shape in ((2, 3), (50, 100)):  # one plain copy, and on the pool
+        a = np.zeros(shape, np.float32)
+        a.flags.writeable = False
+        with pytest.raises(ValueError, match="read-only"):
+            bulk.copy_into(a, np.ones(shape, np.float32))
+        assert not a.any()
 
 
 def test_the_pool_has_a_thread_a_core_less_the_callers_at_most_eight_in_all():

@@ -106,14 +106,12 @@ def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
     Either may be non-contiguous (a view's strides).
 
     Raises:
-      ValueError: shapes or dtypes that differ, or a read-only `dst`.
+      ValueError: shapes or dtypes that differ, or a read-only `dst` (numpy's).
     """
     if dst.shape != src.shape:
         raise ValueError(f"cannot copy an array of shape {src.shape} into one of shape {dst.shape}")
     if dst.dtype != src.dtype:
         raise ValueError(f"cannot copy {src.dtype} into {dst.dtype} bit for bit: the dtypes differ")
-    if not dst.flags.writeable:
-        raise ValueError("cannot copy into a read-only array")
     plain = _PLAIN.get(dst.dtype.itemsize)
     if plain is None or dst.dtype.hasobject or dst.size == 0:  # no integer view: as it is
         np.copyto(dst, src, casting="no")
