@@ -5,15 +5,18 @@ A whole result copied into fresh memory (an example's layer groups assembled,
 `jaxattn.engine.host.copied`) runs at what one thread can fault in: the kernel
 zeroes each fresh page in the thread that first touches it, so a 1 GiB copy into
 a fresh array ran at 3.3 GB/s on the 2-core machine, into memory already touched
-at 10.6 (BENCHMARKS.md). Here an array past `POOL_MIN` bytes is copied in pieces
+at 10.6 (BENCHMARKS.md). Here an array of `POOL_MIN` bytes or more is copied in pieces
 of about `PIECE_BYTES` by the calling thread and a process-wide pool of helper
 threads together (`helpers`: one a usable core less the caller's, at most
 `MAX_THREADS` in all), which fault and fill their pieces side by side; below it,
-one plain copy (a hand-off costs more than it saves).
+one plain copy (such an array often lands in pages already touched, and the
+hand-off would cost more than it saves).
 
 Each piece is copied as unsigned integers of the dtype's width, never through the
 dtype itself: bit for bit whatever the values (NaN payloads, ml_dtypes' bfloat16),
-and numpy releases the GIL for them, so the threads copy at once.
+and numpy releases the GIL while it copies them, so the threads copy at once (it
+did for float32, float16, bfloat16, uint8 and int32 copied as they are too,
+contiguous and strided, numpy 2.4, ml_dtypes 0.6: a Python loop ran on beside them).
 
 Numpy and the standard library only, as `jaxattn.capture`.
 """
@@ -28,11 +31,15 @@ import threading
 
 import numpy as np
 
-# Below this many bytes an array is copied in one go by the calling thread.
+# Below this many bytes an array is copied in one go by the calling thread. From 32 MiB
+# on glibc's malloc always maps fresh pages (its mmap threshold grows to at most that),
+# which the first touch must fault in; a smaller array often reuses pages already
+# touched, copied at ~11 GB/s by one thread on the 2-core machine (BENCHMARKS.md).
 POOL_MIN = 32 << 20
-# About this many bytes a piece: a few of THP's 2 MiB pages, a few ms of copying
-# into fresh memory, against ~20-50 us a hand-off.
-PIECE_BYTES = 8 << 20
+# About this many bytes a piece: two of THP's 2 MiB pages, ~1 ms of copying into fresh
+# memory, against a few us to take the next piece; `POOL_MIN` is 8 pieces, enough for
+# `MAX_THREADS` threads.
+PIECE_BYTES = 4 << 20
 # Flat pieces start at multiples of this in the destination's address space, so that
 # no 2 MiB huge page is faulted in by two threads at once.
 ALIGN = 2 << 20
@@ -102,7 +109,7 @@ def copied(src: np.ndarray) -> np.ndarray:
 
 
 def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
-    """dst[...] = src, bit for bit, on several threads past `POOL_MIN` bytes (see the module).
+    """dst[...] = src, bit for bit, on several threads from `POOL_MIN` bytes on (see the module).
     Either may be non-contiguous (a view's strides).
 
     Raises:
