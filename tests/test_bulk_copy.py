@@ -115,6 +115,14 @@ def test_empty_and_scalar_arrays_copy(copy_threads, dtype, shape):
     assert same_bits(out, src)
 
 
+def test_overlapping_arrays_copy_as_numpy_copies_them(copy_threads):
+    block = random_bits((40_000,), np.int32, seed=8)
+    want = block[:-1000].copy()
+    bulk.copy_into(block[1000:], block[:-1000])  # every piece's source another's destination
+    assert same_bits(block[1000:], want)
+    assert not pooled(copy_threads) and copy_threads == []
+
+
 def test_other_dtypes_copy_as_they_are():
     src = np.array([[1 + 2j, np.nan], [3, 4]], np.complex128)  # 16-byte items
     assert same_bits(bulk.copied(src), src)

@@ -126,7 +126,9 @@ def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
     if dst.ndim == 0:
         dst, src = dst.reshape(1), src.reshape(1)
     dst, src = dst.view(plain), src.view(plain)
-    executor, threads = (None, 0) if dst.nbytes < POOL_MIN else pool()
+    # Overlapping arrays are numpy's to copy (it buffers them), not pieces side by side.
+    small = dst.nbytes < POOL_MIN or np.may_share_memory(dst, src)
+    executor, threads = (None, 0) if small else pool()
     if executor is None:
         np.copyto(dst, src)
         return
