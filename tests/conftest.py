@@ -198,3 +198,31 @@ def browser():
         b = p.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
         yield b
         b.close()
+
+
+@pytest.fixture
+def copy_threads(monkeypatch) -> list[str]:
+    """Large host copies (`jaxattn.capture.bulk`) taken by a pool of 3 threads of its own
+    from a few KiB on, in pieces of 1 KiB: the name of the thread that copied each piece
+    (the pool's start "jaxattn-copy"), in the list returned."""
+    import threading
+
+    from jaxattn.capture import bulk
+
+    monkeypatch.setattr(bulk, "POOL_MIN", 1 << 12)
+    monkeypatch.setattr(bulk, "PIECE_BYTES", 1 << 10)
+    monkeypatch.setattr(bulk, "ALIGN", 1 << 8)
+    threads: list[str] = []
+    drain = bulk._drain
+
+    def recorded(todo):
+        n = drain(todo)
+        threads.extend([threading.current_thread().name] * n)
+        return n
+
+    monkeypatch.setattr(bulk, "_drain", recorded)
+    executor = bulk.concurrent.futures.ThreadPoolExecutor(3, thread_name_prefix="jaxattn-copy")
+    monkeypatch.setattr(bulk, "_pool", executor)
+    monkeypatch.setattr(bulk, "_pool_threads", 3)
+    yield threads
+    executor.shutdown()

@@ -6,6 +6,8 @@ group's range and interleave tensors. Numpy only: synthetic captures."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -118,6 +120,24 @@ def test_parts_assemble_to_the_whole_capture():
     got = assembler.add("a", a[1])
     same(got, cap)
     assert not got.tensors["attention"].flags.writeable
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "uint8"])
+def test_large_parts_are_copied_on_several_threads_bit_for_bit(copy_threads, dtype):
+    """Parts past the copy pool's bound (made a few KiB) assembled by its threads, the
+    whole Capture's bytes those of the capture cut, NaN payloads and all."""
+    cap = whole(3, dtype)
+    rng = np.random.default_rng(4)
+    tensors = {
+        n: rng.integers(0, 256, t.nbytes, dtype=np.uint8).view(t.dtype).reshape(t.shape)
+        for n, t in cap.tensors.items()
+    }
+    cap = dataclasses.replace(cap, tensors=tensors)
+    got = assemble(cut(cap, (0, 1, 4, 5)))
+    assert any(t.startswith("jaxattn-copy") for t in copy_threads)
+    for name, t in cap.tensors.items():
+        assert got.tensors[name].tobytes() == t.tobytes(), name
+        assert not got.tensors[name].flags.writeable
 
 
 def test_assemble_names_what_is_not_one_example_s_parts():

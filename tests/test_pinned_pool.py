@@ -12,6 +12,7 @@ import pytest
 from device_failures import FailingFetch
 
 import jaxattn
+from jaxattn.capture import bulk
 from jaxattn.cli import explain
 from jaxattn.engine import host
 from jaxattn.errors import DeviceMemoryError, HostMemoryError, JaxattnError
@@ -77,6 +78,21 @@ def test_past_the_budget_captures_are_copied_out_bit_for_bit(pinned, budget, blo
         assert not a.flags.writeable
         if not views:  # its own memory, no block behind it
             assert a.flags.owndata and a.base is None
+
+
+def test_copying_out_a_capture_uses_the_copy_pool_bit_for_bit(pinned, copy_threads, monkeypatch):
+    """`host.copied`: each array past the copy pool's bound (made 512 bytes) copied by
+    its threads into memory of its own, read-only, equal bit for bit to the view."""
+    monkeypatch.setattr(bulk, "POOL_MIN", 512)
+    monkeypatch.setattr(bulk, "PIECE_BYTES", 256)
+    (cap,) = pinned.capture(TEXTS[:1], what=("attention", "hidden_states"))
+    own = host.copied(cap)
+    assert any(t.startswith("jaxattn-copy") for t in copy_threads)
+    for name, t in cap.tensors.items():
+        got = own.tensors[name]
+        assert got.tobytes() == t.tobytes() and got.dtype == t.dtype, name
+        assert got.flags.owndata and not got.flags.writeable
+        assert not np.shares_memory(got, t)
 
 
 def test_the_budget_counts_the_views_earlier_calls_left_until_they_are_let_go(

@@ -13,7 +13,7 @@ copy, pickle) see plain AttributeErrors.
 
 Modules: `npz` (the .npz file), `part` (`CapturePart`: one layer group's share of
 an example), `shapes` (a loaded capture's tensors checked against its tokens,
-layers and heads).
+layers and heads), `bulk` (large host copies on several threads).
 """
 
 from __future__ import annotations

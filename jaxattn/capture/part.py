@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from jaxattn.capture import Capture
+from jaxattn.capture import Capture, bulk
 from jaxattn.errors import UsageError
 from jaxattn.quantities import QUANTITIES
 
@@ -127,7 +127,8 @@ def refusal(spec) -> str | None:
 
 class Assembler:
     """Whole Captures built from parts as they land: each part copied into its example's
-    arrays at once (and let go), the Capture handed over with the example's last part.
+    arrays at once (and let go; a large one on several threads, `bulk.copy_into`: the
+    copy faults in fresh memory), the Capture handed over with the example's last part.
     Holds the examples in progress only; parts of several examples may interleave."""
 
     def __init__(self):
@@ -141,7 +142,7 @@ class Assembler:
             if name not in whole:
                 whole[name] = np.empty(part.shape(name), t.dtype)
             lo, hi = part.entries(name)
-            whole[name][lo:hi] = t
+            bulk.copy_into(whole[name][lo:hi], t)
         if not part.last:
             return None
         tensors = self._open.pop(key)

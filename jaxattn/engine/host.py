@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import jax
 import numpy as np
 
-from jaxattn.capture import Capture, frozen
+from jaxattn.capture import Capture, bulk, frozen
 from jaxattn.capture.part import CapturePart
 from jaxattn.config import ModelConfig
 from jaxattn.dtypes import PROBABILITY_SCALE
@@ -208,10 +208,11 @@ def available_bytes(
 
 def copied(cap: Capture) -> Capture:
     """`cap` with arrays of its own in ordinary memory (read-only, as every Capture's),
-    equal bit for bit: the batch block its arrays viewed is no longer held by it."""
+    equal bit for bit: the batch block its arrays viewed is no longer held by it. A large
+    array is copied on several threads (`bulk.copied`: the copy faults in fresh memory)."""
     tensors = {}
     for name, t in cap.tensors.items():
-        own = np.array(t, copy=True, order="C")
+        own = bulk.copied(t)
         own.flags.writeable = False
         tensors[name] = own
     return dataclasses.replace(cap, tensors=tensors)
