@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from jaxattn.capture import bulk
+from jaxattn.errors import UsageError
 
 DTYPES = (np.float32, np.float16, ml_dtypes.bfloat16, np.uint8, np.int32)
 
@@ -132,9 +133,9 @@ def test_other_dtypes_copy_as_they_are():
 
 def test_mismatched_copies_are_refused_by_name(copy_threads):
     a = np.zeros((2, 3), np.float32)
-    with pytest.raises(ValueError, match=r"shape \(3, 2\) into one of shape \(2, 3\)"):
+    with pytest.raises(UsageError, match=r"shape \(3, 2\) into one of shape \(2, 3\)"):
         bulk.copy_into(a, np.zeros((3, 2), np.float32))
-    with pytest.raises(ValueError, match="float16 into float32 bit for bit"):
+    with pytest.raises(UsageError, match="float16 into float32 bit for bit"):
         bulk.copy_into(a, np.zeros((2, 3), np.float16))
     for shape in ((2, 3), (50, 100)):  # one plain copy, and on the pool
         a = np.zeros(shape, np.float32)

@@ -31,6 +31,8 @@ import threading
 
 import numpy as np
 
+from jaxattn.errors import UsageError
+
 # Below this many bytes an array is copied in one go by the calling thread. From 32 MiB
 # on glibc's malloc always maps fresh pages (its mmap threshold grows to at most that),
 # which the first touch must fault in; a smaller array often reuses pages already
@@ -113,12 +115,12 @@ def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
     Either may be non-contiguous (a view's strides).
 
     Raises:
-      ValueError: shapes or dtypes that differ, or a read-only `dst` (numpy's).
+      UsageError: shapes or dtypes that differ; ValueError: a read-only `dst` (numpy's).
     """
     if dst.shape != src.shape:
-        raise ValueError(f"cannot copy an array of shape {src.shape} into one of shape {dst.shape}")
+        raise UsageError(f"cannot copy an array of shape {src.shape} into one of shape {dst.shape}")
     if dst.dtype != src.dtype:
-        raise ValueError(f"cannot copy {src.dtype} into {dst.dtype} bit for bit: the dtypes differ")
+        raise UsageError(f"cannot copy {src.dtype} into {dst.dtype} bit for bit: the dtypes differ")
     plain = _PLAIN.get(dst.dtype.itemsize)
     if plain is None or dst.dtype.hasobject or dst.size == 0:  # no integer view: as it is
         np.copyto(dst, src, casting="no")
