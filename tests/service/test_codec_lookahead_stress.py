@@ -5,6 +5,7 @@ error in a looked-ahead example, or many streams on a tiny pool."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import random
 import threading
 import time
@@ -12,10 +13,10 @@ import types
 
 import numpy as np
 import pytest
+from capture_samples import cut
 from codec_pool_support import free_slots
 
 from jaxattn.capture import Capture
-from jaxattn.capture.part import CapturePart
 from jaxattn.wire import StreamDecoder, codec_pool
 from service.admitted_call import Job
 from service.servicer import _serialized
@@ -35,21 +36,6 @@ def capture(seed: int, t: int) -> Capture:
         tensors={"attention": att, "hidden_states": hid},
         quantization={},
     )
-
-
-def cut(cap: Capture, cuts) -> list[CapturePart]:
-    one = CapturePart.of(cap)
-    out = []
-    for k in range(len(cuts) - 1):
-        probe = CapturePart(fields=one.fields, cuts=cuts, part=k, tensors={}, quantization={})
-        tensors = {}
-        for name, t in cap.tensors.items():
-            lo, hi = probe.entries(name)
-            tensors[name] = t[lo:hi]
-        out.append(
-            CapturePart(fields=one.fields, cuts=cuts, part=k, tensors=tensors, quantization={})
-        )
-    return out
 
 
 @pytest.mark.parametrize("coalesce", [False, True])
@@ -152,35 +138,27 @@ def test_small_pool_many_streams_at_once(monkeypatch, threads, seed):
     shared = codec_pool._Pool(threads)
     monkeypatch.setattr(codec_pool, "_pool", shared)
     rnd = random.Random(seed)
-    errors = []
 
     def one(k):
-        try:
-            caps = [capture(seed * 1000 + k * 10 + i, rnd.choice([37, 131, 190])) for i in range(4)]
-            job = Job(spec=None, tokenized=list(range(4)), lock=threading.Lock())
-            with job.lock:
-                for i, c in enumerate(caps):
-                    job.put(i, c)
-            parsed = types.SimpleNamespace(
-                codec="zstd",
-                max_chunk_bytes=codec_pool.POOL_MIN + 4096 * (k % 3),
-                coalesce=bool(k % 2),
-            )
-            decoder = StreamDecoder()
-            got = [c for m in _serialized(job, parsed) for c in decoder.feed_all(m)]
-            decoder.finish()
-            for g, cap in zip(got, caps, strict=True):
-                for name, t in cap.tensors.items():
-                    assert g.tensors[name].tobytes() == np.ascontiguousarray(t).tobytes()
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
+        caps = [capture(seed * 1000 + k * 10 + i, rnd.choice([37, 131, 190])) for i in range(4)]
+        job = Job(spec=None, tokenized=list(range(4)), lock=threading.Lock())
+        with job.lock:
+            for i, c in enumerate(caps):
+                job.put(i, c)
+        parsed = types.SimpleNamespace(
+            codec="zstd",
+            max_chunk_bytes=codec_pool.POOL_MIN + 4096 * (k % 3),
+            coalesce=bool(k % 2),
+        )
+        decoder = StreamDecoder()
+        got = [c for m in _serialized(job, parsed) for c in decoder.feed_all(m)]
+        decoder.finish()
+        for g, cap in zip(got, caps, strict=True):
+            for name, t in cap.tensors.items():
+                assert g.tensors[name].tobytes() == np.ascontiguousarray(t).tobytes()
 
-    ths = [threading.Thread(target=one, args=(k,)) for k in range(4)]
-    for t in ths:
-        t.start()
-    for t in ths:
-        t.join()
-    assert not errors, errors
+    with concurrent.futures.ThreadPoolExecutor(4) as callers:
+        list(callers.map(one, range(4)))  # each caller's error raised here
     meet = threading.Barrier(threads)
     for j in [shared.executor.submit(meet.wait, 30) for _ in range(threads)]:
         j.result()
