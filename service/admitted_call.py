@@ -232,7 +232,8 @@ class Job:
     def peek(self) -> object | None:
         """The item (Capture or CapturePart) `results` yields next where it is ready now,
         else None: the sender begins compressing it while it sends the one before (its
-        bytes stay counted in the buffer, as before, until it is taken)."""
+        bytes stay counted in the buffer, as `results` counts them: until the item after
+        it is asked for)."""
         with self.lock:
             items = self._items.get(self._next)
             return items[0][0] if items else None

@@ -6,6 +6,7 @@ import ml_dtypes
 import numpy as np
 
 from jaxattn import Capture
+from jaxattn.capture.part import CapturePart
 
 CASTS = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 
@@ -32,3 +33,25 @@ def make(dtype: str) -> Capture:
         tensors=tensors,
         quantization=quant,
     )
+
+
+def cut(cap: Capture, cuts: tuple[int, ...]) -> list[CapturePart]:
+    """The parts the engine would hand over: each tensor's entries of each group."""
+    one = CapturePart.of(cap)
+    out = []
+    for k in range(len(cuts) - 1):
+        part = CapturePart(fields=one.fields, cuts=cuts, part=k, tensors={}, quantization={})
+        tensors = {}
+        for name, t in cap.tensors.items():
+            lo, hi = part.entries(name)
+            tensors[name] = t[lo:hi]
+        out.append(
+            CapturePart(
+                fields=one.fields,
+                cuts=cuts,
+                part=k,
+                tensors=tensors,
+                quantization=dict(cap.quantization),
+            )
+        )
+    return out

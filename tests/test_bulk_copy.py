@@ -7,6 +7,7 @@ where shapes or dtypes differ; the pool made anew in a forked child. Numpy only.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import threading
 
@@ -200,3 +201,29 @@ def test_a_forked_child_makes_a_pool_of_its_own(monkeypatch):
     os.close(r)
     os.waitpid(pid, 0)
     assert got == b"1"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_callers_on_several_threads_at_once_copy_bit_for_bit(copy_threads, seed):
+    """Four threads copying at once through the one pool: sources reversed on every axis,
+    destinations a slice of a C array (the Assembler's case) in either byte order."""
+
+    def one(k):
+        rng = np.random.default_rng((seed, k))
+        for _ in range(5):
+            shape = tuple(int(x) for x in rng.integers(1, 40, size=rng.integers(1, 5)))
+            order = ">i8" if k % 2 else "<i8"
+            size = tuple(s + 3 for s in shape)
+            block = rng.integers(0, 2**31, size=size, dtype=np.int64).astype(order)
+            sl = tuple(slice(2, 1, -1) if s == 1 else slice(s + 1, 0, -1) for s in shape)
+            src = block[sl][tuple(slice(0, s) for s in shape)]
+            assert all(st < 0 for st in src.strides)
+            dst_full = np.zeros((3, *shape), order)
+            dst = dst_full[1]
+            bulk.copy_into(dst, src)
+            assert (dst == src).all()
+            assert not dst_full[0].any() and not dst_full[2].any()
+
+    with concurrent.futures.ThreadPoolExecutor(4) as callers:
+        list(callers.map(one, range(4)))  # each caller's error raised here
+    assert pooled(copy_threads)

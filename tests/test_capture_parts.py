@@ -10,9 +10,10 @@ import dataclasses
 
 import numpy as np
 import pytest
+from capture_samples import cut
 
 from jaxattn.capture import Capture
-from jaxattn.capture.part import Assembler, CapturePart, assemble, ends_example
+from jaxattn.capture.part import Assembler, assemble, ends_example
 from jaxattn.errors import UsageError
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import StreamDecoder, chunk_example, serialize_coalesced, serialize_example
@@ -43,28 +44,6 @@ def whole(seed: int, dtype: str = "float32") -> Capture:
         quantization=quant,
         query_positions=None,
     )
-
-
-def cut(cap: Capture, cuts: tuple[int, ...]) -> list[CapturePart]:
-    """The parts the engine would hand over: each tensor's entries of each group."""
-    one = CapturePart.of(cap)
-    out = []
-    for k in range(len(cuts) - 1):
-        part = CapturePart(fields=one.fields, cuts=cuts, part=k, tensors={}, quantization={})
-        tensors = {}
-        for name, t in cap.tensors.items():
-            lo, hi = part.entries(name)
-            tensors[name] = t[lo:hi]
-        out.append(
-            CapturePart(
-                fields=one.fields,
-                cuts=cuts,
-                part=k,
-                tensors=tensors,
-                quantization=dict(cap.quantization),
-            )
-        )
-    return out
 
 
 def same(got: Capture, want: Capture) -> None:

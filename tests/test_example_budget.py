@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from jaxattn.config import tiny
-from jaxattn.engine import batching
+from jaxattn.engine import batching, host
 from jaxattn.engine.pipeline import BatchPipeline
 from jaxattn.errors import UsageError
 from jaxattn.spec import spec_for
@@ -30,15 +30,16 @@ def _gpu(free: int):
     return SimpleNamespace(platform="gpu", memory_stats=lambda: {"bytes_limit": free})
 
 
-def _pipeline(device, **overrides) -> BatchPipeline:
+def _pipeline(device, n_devices: int = 1, host_memory: str = "staged", **overrides):
     config = tiny(
         num_layers=L, num_heads=H, num_kv_heads=G, hidden_size=2048, head_size=K,
         max_positions=2048,
     )  # fmt: skip
-    step = SimpleNamespace(host_memory="staged", block_for=lambda spec, length, ablated: 256)
-    budgets = batching.Budgets.for_devices([device], **overrides)
+    step = SimpleNamespace(host_memory=host_memory, block_for=lambda spec, length, ablated: 256)
+    devices = [device] * n_devices
+    budgets = batching.Budgets.for_devices(devices, **overrides)
     return BatchPipeline(
-        config, step, [device], (T,), budgets, batching.ShapeLedger(), provenance=dict
+        config, step, devices, (T,), budgets, batching.ShapeLedger(), provenance=dict
     )
 
 
@@ -83,3 +84,40 @@ def test_the_cpu_groups_past_its_output_budget():
     for bad in (0, -1, True, "many"):
         with pytest.raises(UsageError, match="example_bytes budget must be None or at least 1"):
             batching.Budgets(example_bytes=bad)
+
+
+@pytest.mark.parametrize(
+    ("free_gib", "pool_gib", "devices", "example_gib"),
+    [
+        (100, 64, 1, 12.5),  # an H200 (at XLA's 75 %): (64 - 32) / 2 = 16 leaves free/8
+        (100, 32, 1, 8),  # the pool set to 32 GiB: (32 - 16) / 2 = 8 < 12.5
+        (130, 64, 1, 16),  # a 192 GB card: (64 - 32) / 2 = 16 < 16.25
+        (100, 64, 2, 8),  # two devices, a lone example's batch one row each: 32 / (2 x 2)
+        (100, 4, 1, 1),  # a 4 GiB pool: (4 - 2) / 2 = 1 GiB, under the 4 GiB batch budget
+    ],
+)
+def test_the_examples_in_flight_fit_xlas_pinned_pool_beside_the_held_results(
+    monkeypatch, free_gib, pool_gib, devices, example_gib
+):
+    """Review 2026-11-28: a call that keeps its results holds up to half the pool
+    (`pinned_budget`), and the pipeline's two batches of one example a device land in
+    the same pool: with free/8 uncapped (16 + 2 x 12.5 > 32 GiB) the pool ran out."""
+    monkeypatch.setenv(host.POOL_LIMIT_ENV, str(pool_gib))
+    pipe = _pipeline(_gpu(free_gib * GIB), n_devices=devices)
+    assert pipe.budgets.example_bytes == pipe.budgets.group_bytes == int(example_gib * GIB)
+    in_flight = pipe.depth * devices * pipe.budgets.group_bytes
+    assert pipe.pinned_budget + in_flight <= pool_gib * GIB
+
+
+def test_an_example_past_the_pools_room_runs_in_groups(monkeypatch):
+    monkeypatch.setenv(host.POOL_LIMIT_ENV, "16")  # (16 - 8) / 2 = 4 GiB < EXAMPLE
+    pipe = _pipeline(_gpu(100 * GIB))
+    spec = spec_for(pipe.config, FULL)
+    assert pipe.group_sizes(_texts(1), spec) == [4 * GIB // LAYER]  # 15 layers a group
+
+
+def test_outputs_outside_the_pool_leave_the_example_budget_as_it_was(monkeypatch):
+    monkeypatch.setenv(host.POOL_LIMIT_ENV, "4")
+    pipe = _pipeline(_gpu(100 * GIB), host_memory="device")
+    assert pipe.pinned_budget is None
+    assert pipe.budgets.example_bytes == 100 * GIB // 8

@@ -318,3 +318,28 @@ def test_a_grouped_query_models_keys_and_values_count_its_key_value_heads(tmp_pa
     engine.pipeline.available_bytes = lambda: 1
     with pytest.raises(HostMemoryError, match=f"come to .* \\({want} bytes\\)"):
         engine.capture(texts, what=("keys", "values"))
+
+
+def test_a_lone_example_past_the_batch_budget_that_fills_the_pool_runs_in_groups(pinned):
+    """Under the example budget (`Budgets.example_bytes`, larger than the batch's) an
+    example's outputs land whole in the pinned pool; where the pool runs out, it runs in
+    layer groups, as it would have under the batch budget, and its Capture is the same."""
+    want = pinned.capture(TEXTS[:2])
+    budgets = pinned.pipeline.budgets
+    pinned.pipeline.budgets = dataclasses.replace(
+        budgets, max_batch=1, output_bytes=1, example_bytes=1 << 40
+    )
+    step = pinned.step
+
+    class GroupsRun(PoolFull):
+        def group(self, *args, **kwargs):
+            return step.group(*args, **kwargs)
+
+    pinned.step = full = GroupsRun(step, at=1, at_dispatch=True)
+    try:
+        got = pinned.capture(TEXTS[:2])
+    finally:
+        pinned.step, pinned.pipeline.budgets = step, budgets
+    assert full.sizes == [1, 1]  # each example failed once as one program, then ran in groups
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g.attention, w.attention)

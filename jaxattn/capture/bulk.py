@@ -7,9 +7,9 @@ zeroes each fresh page in the thread that first touches it, so a 1 GiB copy into
 a fresh array ran at 3.3 GB/s on the 2-core machine, into memory already touched
 at 10.6 (BENCHMARKS.md). Here an array of `POOL_MIN` bytes or more is copied in pieces
 of about `PIECE_BYTES` by the calling thread and a process-wide pool of helper
-threads together (`helpers`: one a usable core less the caller's, at most
-`MAX_THREADS` in all), which fault and fill their pieces side by side; below it,
-one plain copy (such an array often lands in pages already touched, and the
+threads together (`helpers`: one thread a usable core less the caller's, at
+most `MAX_THREADS` with the caller), which fault and fill their pieces side by side;
+below it, one plain copy (such an array often lands in pages already touched, and the
 hand-off would cost more than it saves).
 
 Each piece is copied as unsigned integers of the dtype's width, never through the

@@ -20,7 +20,7 @@ from jaxattn.inputs import Text
 from jaxattn.selection import Selection, positions_of
 from jaxattn.stream import CaptureStream, Progress, too_long_policy
 from jaxattn.v1 import attention_pb2 as pb
-from jaxattn.wire import StreamDecoder, WireError, codecs
+from jaxattn.wire import StreamDecoder, WireError, codec_pool, codecs
 from jaxattn.wire.receive import stream_weights
 
 # Method paths, not the generated stubs: those pin grpcio to the grpcio-tools
@@ -96,6 +96,7 @@ class AttentionClient:
     ):
         requests.check_timeout(timeout)
         requests.check_codec(codec)
+        codec_pool.workers()  # a bad $JAXATTN_CODEC_THREADS named now, not as the server's
         addresses = [address] if isinstance(address, str) else list(address)
         self._channels = Channels(
             addresses,

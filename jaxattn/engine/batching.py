@@ -140,7 +140,9 @@ class Budgets:
         BENCHMARKS.md: a BERT-base shape compiles in 5.5 s with GEMMs on cuBLAS
         (`jaxattn.engine.xla_flags`), and BERT-base at highest runs 101k (full
         capture) to 218k (forward) tokens/s: 0.6M-1.2M). One example runs as one
-        program up to an eighth of the free memory, uncapped (`example_bytes`;
+        program up to an eighth of the free memory, not capped at 4 GiB (`example_bytes`;
+        on GPUs `BatchPipeline` caps it at what XLA's pinned host pool has beside the
+        results a call holds there, `host.in_flight_room`;
         with an `output_bytes` override given and no `example_bytes`, that
         override): the 4 GiB cap bounds batches; under it Llama-1B's full capture at
         1,024 tokens (4.5 GB a text) ran in layer groups on an H200, 1.5 s a text

@@ -86,6 +86,16 @@ def pinned_budget(devices: Sequence, host_memory: str, environ=os.environ) -> in
     return int(pool_gb(environ) * GIB * POOL_SHARE)
 
 
+def in_flight_room(pinned_budget: int | None, batches: int, environ=os.environ) -> int | None:
+    """Most output bytes each of `batches` blocks in flight (a pipeline's depth times
+    the rows of a batch of one example: one a device) may hold so that they fit XLA's
+    pool beside the `pinned_budget` a call that keeps its results holds there (at
+    least 1); None where outputs do not land in the pool (no `pinned_budget`)."""
+    if pinned_budget is None:
+        return None
+    return max(1, (pool_gb(environ) * GIB - pinned_budget) // batches)
+
+
 # Where the host's available memory is read (`available_bytes`): the kernel's
 # estimate for the whole machine, and the process's memory cgroups (a container's limit).
 MEMINFO = "/proc/meminfo"

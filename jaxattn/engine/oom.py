@@ -7,7 +7,9 @@ that batch as batches of at most half its size, recursively. XLA's pool of
 pinned host memory (`host.POOL_ALLOCATOR`, 64 GiB by default on GPUs) failing
 is another matter (`pool_exhausted`): what fills it is the results the caller
 holds, which halving cannot free, so it is a `HostMemoryError` at once
-(`pool_full`), naming the pool and the results' bytes. An example that
+(`pool_full`), naming the pool and the results' bytes (but a lone example past
+the batch budget, run as one program under the larger example budget, runs in
+layer groups, as it would have under the batch budget). An example that
 does not fit alone as one program runs in layer groups (`in_groups`:
 `jaxattn.engine.layer_groups`, whose programs hold only their layers' outputs),
 each try's groups half the size of the last, down to one captured layer; only
@@ -73,12 +75,20 @@ def in_halves(
     through `pipeline` (a `jaxattn.engine.pipeline.BatchPipeline`), its Captures as
     `held` holds them (`BatchPipeline.hand_over`).
 
+    A batch of one example a device that filled XLA's pinned host pool with outputs
+    past the batch budget (`Budgets.output_bytes`: it ran as one program under the
+    larger example budget) runs in layer groups instead (`in_groups`), as it would
+    have under the batch budget.
+
     Raises:
       HostMemoryError: the memory that ran out was XLA's pinned host pool (`pool_full`).
     """
-    if pool_exhausted(error):
-        raise pool_full(error, held) from error
     per_device = batch.size // len(pipeline.devices)
+    if pool_exhausted(error):
+        if per_device <= 1 and _past_batch_budget(pipeline, spec, batch.length):
+            yield from in_groups(pipeline, batch, tokenized, spec, gates, error)
+            return
+        raise pool_full(error, held) from error
     if per_device <= 1:
         yield from in_groups(pipeline, batch, tokenized, spec, gates, error)
         return
@@ -103,6 +113,12 @@ def in_halves(
             continue
         done = pipeline.hand_over(sub, blocks, rows, spec, held)
         yield from ((batch.rows[p], cap) for p, cap in done)
+
+
+def _past_batch_budget(pipeline, spec, length: int) -> bool:
+    """Whether one example's outputs exceed the batch budget and it can run in groups."""
+    fits = pipeline.output_bytes(spec, length) <= pipeline.budgets.output_bytes
+    return not fits and bool(pipeline.group_policy.fallback(spec))
 
 
 def in_groups(pipeline, batch, tokenized, spec, gates, error) -> Iterator[tuple[int, Capture]]:

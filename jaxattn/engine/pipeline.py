@@ -18,6 +18,7 @@ the `batching.ShapeLedger` of what is compiled, and the captures' provenance.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import os
 import threading
@@ -117,6 +118,13 @@ class BatchPipeline:
         # hold before it copies them out: half of XLA's pinned pool on GPUs, None (no
         # limit) where outputs do not land in it (`host.pinned_budget`).
         self.pinned_budget = host.pinned_budget(self.devices, step.host_memory)
+        # One example's outputs as one program (`Budgets.example_bytes`: an eighth of the
+        # free device memory, uncapped) land in the same pool, `depth` batches of one
+        # example a device at once: at most what the pool has beside the held budget
+        # (past it the example runs in layer groups), or the pool runs out mid-call.
+        room = host.in_flight_room(self.pinned_budget, self.depth * len(self.devices))
+        if room is not None and (budgets.example_bytes or 0) > room:
+            self.budgets = dataclasses.replace(budgets, example_bytes=room)
         # The pinned blocks Captures still view, every call's (`host.PINNED_VIEWS`, the
         # process's): what the budget is of (one call keeping half the pool and the next
         # another half filled it).
@@ -150,7 +158,8 @@ class BatchPipeline:
         alone as one program, in layer groups halved until they fit (`oom`).
 
         An example whose outputs exceed the example budget (`Budgets.group_bytes`: the
-        output budget, on a GPU/TPU an eighth of its free memory; or `group_bytes`, where
+        output budget, on a GPU/TPU an eighth of its free memory, on a GPU at most what
+        XLA's pinned pool has room for in flight; or `group_bytes`, where
         smaller) runs in layer groups, one example at a time, after the others
         (`group_policy`, `jaxattn.engine.layer_groups`): with `parts` its groups come
         as (position, `CapturePart`) in order as each lands, else its Capture once

@@ -83,9 +83,14 @@ def wire_dtype(dtype: str) -> np.dtype:
     return OUTPUT_DTYPES[dtype].newbyteorder("<")
 
 
+def big_endian(dtype: np.dtype) -> bool:
+    """Whether the dtype's items are big-endian (`little_endian` copies them)."""
+    return dtype.byteorder == ">" or (dtype.byteorder == "=" and sys.byteorder == "big")
+
+
 def little_endian(array: np.ndarray) -> np.ndarray:
     """The array with little-endian items (a byte-swapped copy only where they are not)."""
-    if array.dtype.byteorder == ">" or (array.dtype.byteorder == "=" and sys.byteorder == "big"):
+    if big_endian(array.dtype):
         return array.byteswap().view(array.dtype.newbyteorder("<"))
     return array
 

@@ -26,6 +26,7 @@ import numpy as np
 from jaxattn.capture import Capture, frozen
 from jaxattn.capture.shapes import layout_problem
 from jaxattn.continuations import STOPS
+from jaxattn.errors import UsageError
 from jaxattn.v1 import attention_pb2 as pb
 from jaxattn.wire import codec_pool, protowire
 from jaxattn.wire.codecs import (
@@ -250,7 +251,7 @@ class StreamDecoder:
                     self._header(pb.ExampleHeader.FromString(fields))
                 else:
                     self._chunk(pb.TensorChunk.FromString(fields), data)
-            except WireError:
+            except (WireError, UsageError):  # a bad $JAXATTN_CODEC_THREADS: the caller's
                 raise
             except Exception as e:
                 raise WireError(f"an unparsable {kind}: {e}") from None

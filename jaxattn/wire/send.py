@@ -31,6 +31,7 @@ from jaxattn.wire.codecs import (
     CODEC_TO_PB,
     DATATYPES,
     PRECISION_TO_PB,
+    big_endian,
     checksum,
     compress,
     le_bytes,
@@ -46,10 +47,13 @@ def _pieces(nbytes: int, max_chunk_bytes: int) -> int:
     return max(1, math.ceil(nbytes / max_chunk_bytes))
 
 
-def byte_rows(array: np.ndarray) -> np.ndarray | None:
+def byte_rows(array: np.ndarray, swap: bool = True) -> np.ndarray | None:
     """The array's little-endian bytes as a uint8 array of the same layout (its last
     axis `itemsize` times longer), a view wherever the last axis is contiguous
-    (the engine's trimmed captures are); None where it is not."""
+    (the engine's trimmed captures are); None where it is not, or (`swap` False)
+    where its items are big-endian (rather than a byte-swapped copy)."""
+    if not swap and big_endian(array.dtype):
+        return None
     array = little_endian(array)
     if array.ndim == 0:
         array = array.reshape(1)
@@ -214,9 +218,12 @@ class Compressor:
     layer group) the stream sends next, already computed, its pieces are begun while
     this one's are framed and sent, so that the pool is not left idle at each example's
     end waiting for the stream to come back for more (one example ahead at most: its
-    bytes are in the job's buffer already; a strided tensor's contiguous copy is made
-    one example early). Its codec and `max_chunk_bytes` (at most `PIECE_BYTES`) cut
-    every example; `close` drops what was begun.
+    bytes are in the job's buffer already). No tensor is copied whole: each piece's
+    bytes are copied out of it (a strided view of its batch, as the engine gives it)
+    on the pool thread that compresses the piece (`_packed`); only a tensor whose last
+    axis is strided, or whose items are big-endian, is made contiguous, and then at its
+    example's own `pieces`, never ahead. Its codec and `max_chunk_bytes` (at most
+    `PIECE_BYTES`) cut every example; `close` drops what was begun.
     """
 
     def __init__(self, codec: str, max_chunk_bytes: int, peek=None):
@@ -227,29 +234,45 @@ class Compressor:
         self._first: list = []  # the pieces of an example `pieces` was given unplanned
         self._stream: codec_pool.Stream | None = None
 
-    def _plan(self, cap) -> list[tuple]:
-        """The example's pieces, (its tensor's bytes, codec, name, lo, hi) each."""
-        flat = {n: le_bytes(a) for n, a in cap.tensors.items()}
+    def _plan(self, cap, ahead: bool = False) -> list[tuple]:
+        """The example's pieces, (its tensor's bytes, codec, name, lo, hi) each: the bytes
+        a flat view where the tensor is contiguous, else its `byte_rows` (the piece
+        copied out on the pool). `ahead` (a look-ahead): none, the example not planned,
+        where a tensor would have to be copied whole (`le_bytes`)."""
+        flat = {}
+        for name, a in cap.tensors.items():
+            rows = byte_rows(a, swap=False)
+            if rows is None and ahead:
+                return []
+            if rows is None:
+                flat[name] = le_bytes(a)
+            else:
+                flat[name] = memoryview(rows.reshape(-1)) if rows.flags.c_contiguous else rows
         pieces = [
-            (view, self.codec, name, lo, hi)
-            for name, view in flat.items()
-            for lo, hi in _ranges(len(view), self.max_chunk_bytes)
+            (source, self.codec, name, lo, hi)
+            for name, source in flat.items()
+            for lo, hi in _ranges(cap.tensors[name].nbytes, self.max_chunk_bytes)
         ]
         self._planned.append((cap, len(pieces)))
         return pieces
 
     def _more(self) -> list[tuple]:
         """The stream's next pieces to begin: the example given, then the one after it
-        where `peek` has it ready; none beyond."""
+        where `peek` has it ready; none beyond. A look-ahead that fails begins nothing:
+        its example is planned again when it is sent (the error raised there, not
+        in the example sent now)."""
         if self._first:
             first, self._first = self._first, []
             return first
         if self._peek is None or len(self._planned) != 1:
             return []
-        following = self._peek()
-        if following is None or following is self._planned[0][0]:
+        try:
+            following = self._peek()
+            if following is None or following is self._planned[0][0]:
+                return []
+            return self._plan(following, ahead=True)
+        except Exception:  # noqa: BLE001 -- raised again when that example is sent
             return []
-        return self._plan(following)
 
     def pieces(self, cap) -> Iterator[tuple[str, int, int, tuple]]:
         """(tensor, lo, hi, (data, codec used, crc32)) of each of `cap`'s pieces, in order."""
@@ -278,9 +301,15 @@ class Compressor:
 
 def _packed(p: tuple) -> tuple:
     """A piece compressed: (its data, the codec used, the CRC-32 of its bytes); sent as
-    CODEC_NONE where compressing does not shrink it."""
-    flat, codec, _, lo, hi = p
-    piece = flat[lo:hi]
+    CODEC_NONE where compressing does not shrink it. A piece of a strided tensor's
+    `byte_rows` is copied out of it first (`copy_range`), here on the pool's thread."""
+    source, codec, _, lo, hi = p
+    if isinstance(source, np.ndarray):
+        buf = np.empty(hi - lo, np.uint8)
+        copy_range(source, lo, hi, buf)
+        piece = memoryview(buf)
+    else:
+        piece = source[lo:hi]
     out = compress(piece, codec)
     used = codec if len(out) < len(piece) else "none"
     return (out if used == codec else piece), used, checksum(piece)

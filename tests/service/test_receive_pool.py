@@ -21,8 +21,8 @@ import threading
 import grpc
 import numpy as np
 import pytest
+from codec_pool_support import free_slots, free_slots_now
 from local_server import fake_service
-from test_codec_pool import free_slots, free_slots_now
 from test_service_wire import make_capture, same
 
 from jaxattn.client import AttentionClient, AttentionServiceError
