@@ -195,6 +195,10 @@ for stage in "${wanted[@]}"; do
       step 60 "${checks[@]}" split --model "$model" --tokens "$(s 24 1024)" -n 2 \
         --repeats "$(s 1 2)" --seconds "$(s 200 45)"
       rm -rf "$model"
+      # what grouped examples and results copied out of the pinned pool cost the host:
+      # a copy into fresh memory on one thread against `jaxattn.capture.bulk`'s pool,
+      # on this host's cores (2-core CPU: 3.1 against 6.1-6.9 GB/s)
+      step 30 "$py" benchmarks/host_copy.py copy --gib "$(s 0.05 4)" --rounds "$(s 1 4)"
       if [ -n "$smoke" ]; then
         step 300 "${bench[@]}" --synthetic gpt2-small --tokens 16 -n 2 --repeats 1 \
           --json "$OUT/decoders-gpt2.json"
