@@ -32,9 +32,13 @@ def _gpu(free: int):
 
 def _pipeline(device, n_devices: int = 1, host_memory: str = "staged", **overrides):
     config = tiny(
-        num_layers=L, num_heads=H, num_kv_heads=G, hidden_size=2048, head_size=K,
+        num_layers=L,
+        num_heads=H,
+        num_kv_heads=G,
+        hidden_size=2048,
+        head_size=K,
         max_positions=2048,
-    )  # fmt: skip
+    )
     step = SimpleNamespace(host_memory=host_memory, block_for=lambda spec, length, ablated: 256)
     devices = [device] * n_devices
     budgets = batching.Budgets.for_devices(devices, **overrides)
