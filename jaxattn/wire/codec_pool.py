@@ -8,7 +8,7 @@ large compressed requests used a core or two for the codec however many it had
 service, 0.69 GB/s: what one core compresses), and one client reading them
 decodes no faster than one core. One shared pool of threads serves both sides:
 
-- the server (`ordered`): the next pieces of a stream are compressed while the
+- the server (`Stream`): the next pieces of a stream are compressed while the
   stream's consumer frames and sends the earlier ones; results come back in order.
 - the client (`start`): each chunk is decoded as it is read, into the tensor it
   belongs to, while the reader goes on to the next message; the receiver waits
@@ -17,7 +17,7 @@ decodes no faster than one core. One shared pool of threads serves both sides:
 
 Memory stays bounded across all calls: work goes to the pool only when one of
 the process's `slots` is free (twice the pool's threads), and its slot is returned
-when the stream takes the result (`ordered`) or when it is done (`start`);
+when the stream takes the result (`Stream.take`) or when it is done (`start`);
 otherwise it is done where it is asked for, as before the pool. Small work (a
 piece under `POOL_MIN` bytes, a chunk decoding to less than `DECODE_MIN`) is
 always done there: the hand-off would cost more than the codec.
@@ -31,7 +31,7 @@ import ctypes
 import itertools
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from jaxattn.errors import UsageError
@@ -166,28 +166,8 @@ def pool() -> _Pool:
         return _pool
 
 
-def ordered(
-    work: Callable[[T], R], items: Iterable[T], size: Callable[[T], int], ahead: int | None = None
-) -> Iterator[tuple[T, R]]:
-    """(item, work(item)) for each item, in order, up to `ahead` (default: the pool's threads)
-    computed ahead in the shared pool where a slot is free and `size(item)` is at
-    least `POOL_MIN`; the others where they are taken. Closing the iterator drops
-    what was computed ahead (its slots returned once each piece finishes).
-    An exception raised by `work` is raised here, at its item.
-    """
-    source = iter(items)
-    stream = Stream(
-        work, size, ahead, more=lambda: [x] if (x := next(source, _END)) is not _END else ()
-    )
-    try:
-        while (got := stream.take()) is not None:
-            yield got
-    finally:
-        stream.close()
-
-
 class Stream:
-    """`ordered`'s work on items that become known as the stream goes: (item, work(item))
+    """A stream's work on items that become known as it goes: (item, work(item))
     taken in order (`take`), up to `ahead` items begun ahead on the shared pool, those
     without a free slot offered again as slots free up (but the next to be taken: done
     where it is taken, not queued behind the pool's work). When
@@ -340,6 +320,3 @@ def _offer(shared: _Pool, work: Callable[..., R], *args) -> concurrent.futures.F
     except RuntimeError:  # the interpreter is shutting down: the caller's thread, then
         shared.slots.give_back()
         return None
-
-
-_END = object()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable, Iterator
 
 from jaxattn.wire import codec_pool
 
@@ -30,3 +31,20 @@ def free_slots() -> int:
     """The pool's free slots once it is at rest (`settle`)."""
     settle()
     return free_slots_now()
+
+
+def ordered(
+    work: Callable, items: Iterable, size: Callable[[object], int], ahead: int | None = None
+) -> Iterator[tuple]:
+    """(item, work(item)) for each of `items`, in order, through a `codec_pool.Stream`
+    given them one at a time (as a sender gives the pieces it knows of); closing the
+    iterator closes the stream, dropping what was begun ahead."""
+    source, end = iter(items), object()
+    stream = codec_pool.Stream(
+        work, size, ahead, more=lambda: [x] if (x := next(source, end)) is not end else ()
+    )
+    try:
+        while (got := stream.take()) is not None:
+            yield got
+    finally:
+        stream.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from codec_pool_support import free_slots_now, settle
+from codec_pool_support import free_slots_now, ordered, settle
 
 from jaxattn.capture import Capture
 from jaxattn.wire import StreamDecoder, codec_pool
@@ -33,7 +33,7 @@ def test_results_come_in_order_from_the_pool_threads():
         return k * k
 
     free = free_slots_now()
-    got = list(codec_pool.ordered(work, range(20), lambda k: BIG, ahead=3))
+    got = list(ordered(work, range(20), lambda k: BIG, ahead=3))
     assert got == [(k, k * k) for k in range(20)]
     assert any(name.startswith("jaxattn-codec") for name in threads)
     assert free_slots_now() == free
@@ -48,14 +48,14 @@ def test_small_items_and_items_past_the_free_slots_run_where_they_are_taken():
         seen[k] = threading.current_thread().name
         return k
 
-    list(codec_pool.ordered(work, range(6), lambda k: BIG - 1))  # all small
+    list(ordered(work, range(6), lambda k: BIG - 1))  # all small
     assert set(seen.values()) == {here}
     seen.clear()
     held = 0
     while pool.slots.take():  # another call holds every slot
         held += 1
     try:
-        assert [r for _, r in codec_pool.ordered(work, range(6), lambda k: BIG)] == [*range(6)]
+        assert [r for _, r in ordered(work, range(6), lambda k: BIG)] == [*range(6)]
         assert set(seen.values()) == {here}
     finally:
         for _ in range(held):
@@ -69,7 +69,7 @@ def test_an_error_comes_at_its_item_and_the_slots_come_back():
         return k
 
     free = free_slots_now()
-    results = codec_pool.ordered(work, range(10), lambda k: BIG, ahead=3)
+    results = ordered(work, range(10), lambda k: BIG, ahead=3)
     assert [next(results)[1] for _ in range(4)] == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="piece 4 is broken"):
         next(results)
@@ -85,7 +85,7 @@ def test_a_stream_dropped_midway_gives_its_slots_back():
         return k
 
     free = free_slots_now()
-    results = codec_pool.ordered(work, range(10), lambda k: BIG, ahead=4)
+    results = ordered(work, range(10), lambda k: BIG, ahead=4)
     gate.set()
     next(results)
     results.close()  # a cancelled call: what was computed ahead is dropped
@@ -148,16 +148,19 @@ def test_a_forked_child_compresses_on_a_pool_of_its_own():
 
     script = """if True:
         import os, sys
+        sys.path.insert(0, sys.argv[1])
+        from codec_pool_support import ordered
         from jaxattn.wire import codec_pool as cp
         big = cp.POOL_MIN
-        list(cp.ordered(lambda k: k, range(3), lambda k: big))  # the parent's pool
+        list(ordered(lambda k: k, range(3), lambda k: big))  # the parent's pool
         pid = os.fork()
         if pid == 0:  # the parent's threads are gone: without a pool of its own, a hang
-            got = list(cp.ordered(lambda k: k + 1, range(5), lambda k: big))
+            got = list(ordered(lambda k: k + 1, range(5), lambda k: big))
             os._exit(0 if got == [(k, k + 1) for k in range(5)] else 1)
         sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
     """
-    done = subprocess.run([sys.executable, "-c", script], timeout=30, capture_output=True)
+    here = str(Path(__file__).parent)  # codec_pool_support
+    done = subprocess.run([sys.executable, "-c", script, here], timeout=30, capture_output=True)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
 
 
