@@ -31,6 +31,7 @@ import threading
 
 import numpy as np
 
+from jaxattn import cpus
 from jaxattn.errors import UsageError
 
 # Below this many bytes an array is copied in one go by the calling thread. From 32 MiB
@@ -52,18 +53,10 @@ MAX_THREADS = 8
 _PLAIN = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask, else the machine's)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def helpers(cores: int | None = None) -> int:
     """Threads of the pool: one a usable core less the caller's (which copies too), the
     two together at most `MAX_THREADS`; 0 on one core (no pool)."""
-    cores = usable_cores() if cores is None else cores
+    cores = cpus.usable() if cores is None else cores
     return max(0, min(MAX_THREADS, cores) - 1)
 
 

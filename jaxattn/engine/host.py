@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import jax
 import numpy as np
 
+from jaxattn import cpus
 from jaxattn.capture import Capture, bulk, frozen
 from jaxattn.capture.part import CapturePart
 from jaxattn.config import ModelConfig
@@ -98,9 +99,9 @@ def in_flight_room(pinned_budget: int | None, batches: int, environ=os.environ) 
 
 # Where the host's available memory is read (`available_bytes`): the kernel's
 # estimate for the whole machine, and the process's memory cgroups (a container's limit).
+# (The process's cgroups are found as its CPU quota's are: `jaxattn.cpus`.)
 MEMINFO = "/proc/meminfo"
-PROC_CGROUP = "/proc/self/cgroup"
-CGROUP_ROOT = "/sys/fs/cgroup"
+PROC_CGROUP, CGROUP_ROOT = cpus.PROC_CGROUP, cpus.CGROUP_ROOT
 MEMINFO_SOURCE = "MemAvailable in /proc/meminfo"
 # cgroup v1 writes "no limit" as the largest page-aligned counter (9223372036854771712
 # with 4 KiB pages): a limit from here up is none.
@@ -139,36 +140,19 @@ def meminfo_available(meminfo: str = MEMINFO) -> Available | None:
     return None
 
 
-def _cgroup_path(proc_cgroup: str, controller: str) -> str | None:
-    """The process's cgroup in the hierarchy of `controller` ("memory": v1's; "": v2's,
-    whose line names no controller) from /proc/self/cgroup ("id:controllers:path")."""
-    try:
-        with open(proc_cgroup, encoding="utf-8") as f:
-            for line in f:
-                _, controllers, path = line.rstrip("\n").split(":", 2)
-                if controller in controllers.split(","):
-                    return path
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    return None
-
-
-def _read(path: str) -> str:
-    with open(path, encoding="ascii") as f:
-        return f.read()
-
-
 def _level_headroom(
     level: str, limit_file: str, usage_file: str, inactive_key: str
 ) -> tuple[int, int, int] | None:
     """(headroom, limit, working set) at one cgroup directory, None where it sets no
     limit or a file is missing, unreadable or malformed."""
     try:
-        limit = int(_read(os.path.join(level, limit_file)))  # v2's "max" (none): ValueError
+        limit = int(cpus.read(os.path.join(level, limit_file)))  # v2's "max" (none): ValueError
         if limit >= CGROUP_V1_UNLIMITED:
             return None
-        usage = int(_read(os.path.join(level, usage_file)))
-        stat = dict(line.split() for line in _read(os.path.join(level, "memory.stat")).splitlines())
+        usage = int(cpus.read(os.path.join(level, usage_file)))
+        stat = dict(
+            line.split() for line in cpus.read(os.path.join(level, "memory.stat")).splitlines()
+        )
         working_set = max(0, usage - int(stat[inactive_key]))
     except (OSError, ValueError, KeyError, UnicodeDecodeError):
         return None
@@ -186,13 +170,10 @@ def cgroup_headroom(
     (as the host names it) is often the root of the hierarchy mounted there."""
     least = None
     for sub, controller, limit_file, usage_file, inactive_key in CGROUP_FILES:
-        path = _cgroup_path(proc_cgroup, controller)
+        path = cpus.cgroup_path(proc_cgroup, controller)
         if path is None:
             continue
-        root = os.path.join(cgroup_root, sub) if sub else cgroup_root
-        parts = [p for p in path.split("/") if p not in ("", ".", "..")]
-        for depth in range(len(parts), -1, -1):
-            level = os.path.join(root, *parts[:depth])
+        for level in cpus.levels(os.path.join(cgroup_root, sub) if sub else cgroup_root, path):
             got = _level_headroom(level, limit_file, usage_file, inactive_key)
             if got is not None and (least is None or got[0] < least):
                 headroom, limit, working_set = got
