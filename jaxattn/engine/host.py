@@ -38,6 +38,7 @@ import dataclasses
 import itertools
 import os
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
@@ -68,16 +69,73 @@ POOL_SHARE = 0.5
 GIB = 1 << 30
 
 
-def pool_gb(environ: Mapping[str, str] = os.environ) -> int:
-    """The size of XLA's pinned host pool in GiB: `POOL_LIMIT_ENV`, else (unset or not
-    an integer, which XLA logs and ignores) `POOL_DEFAULT_GB`."""
+def _read_pool_gb(environ: Mapping[str, str]) -> int:
+    """`POOL_LIMIT_ENV` of `environ` in GiB, else (unset or not an integer, which XLA
+    logs and ignores) `POOL_DEFAULT_GB`."""
     try:
         return int(environ.get(POOL_LIMIT_ENV, POOL_DEFAULT_GB))
     except ValueError:
         return POOL_DEFAULT_GB
 
 
-def pinned_budget(devices: Sequence, host_memory: str, environ=os.environ) -> int | None:
+def backend_started() -> bool:
+    """Whether jax's backends (the GPU's client, which sizes XLA's pinned pool, among
+    them) have started; where this jax cannot say, that they have."""
+    try:
+        from jax._src import xla_bridge
+
+        return xla_bridge.backends_are_initialized()
+    except (ImportError, AttributeError):  # pragma: no cover - another jax
+        return True
+
+
+class PoolSize:
+    """The size of XLA's pinned host pool as XLA took it: XLA reads `POOL_LIMIT_ENV`
+    once, when the GPU's client starts, and a value set afterwards changes nothing but
+    what jaxattn would read (its budget past XLA's pool: a full pool, HostMemoryError).
+    So the variable is read once, the first time it is asked for after the backend
+    started (as an engine is made, right after its first use of the devices, which
+    starts the backend), and that value kept; a later change is warned of once, naming
+    both values. Before the backend starts, the variable as it is now (what XLA will
+    read). A value set after jax started but before jaxattn first looked cannot be told
+    from one XLA read. The process's one: `POOL`."""
+
+    def __init__(self):
+        self.started_gb: int | None = None  # the value read once the backend ran
+        self.warned = False
+        self._lock = threading.Lock()
+
+    def gb(self) -> int:
+        now = _read_pool_gb(os.environ)
+        with self._lock:
+            if self.started_gb is None:
+                if not backend_started():
+                    return now
+                self.started_gb = now
+            elif now != self.started_gb and not self.warned:
+                self.warned = True
+                warnings.warn(
+                    f"{POOL_LIMIT_ENV} is {os.environ.get(POOL_LIMIT_ENV, 'unset')!r} now, "
+                    f"but XLA sized its pinned host pool when jax's backend started, at "
+                    f"{self.started_gb} GiB: jaxattn keeps to {self.started_gb} GiB; set "
+                    "the variable before jax starts (before jaxattn.load) to change the pool",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+            return self.started_gb
+
+
+POOL = PoolSize()
+
+
+def pool_gb(environ: Mapping[str, str] | None = None) -> int:
+    """The size of XLA's pinned host pool in GiB: `POOL_LIMIT_ENV` as XLA took it when
+    jax's backend started (`PoolSize`, `POOL`), `POOL_DEFAULT_GB` where unset; of
+    `environ` where given (nothing kept)."""
+    return POOL.gb() if environ is None else _read_pool_gb(environ)
+
+
+def pinned_budget(devices: Sequence, host_memory: str, environ=None) -> int | None:
     """Bytes of pinned output blocks a call that keeps its results may hold before it
     copies them out (`HeldResults`): `POOL_SHARE` of XLA's pool where the step's
     outputs land in pinned memory on GPUs; None (no limit) elsewhere: the CPU's
@@ -87,7 +145,7 @@ def pinned_budget(devices: Sequence, host_memory: str, environ=os.environ) -> in
     return int(pool_gb(environ) * GIB * POOL_SHARE)
 
 
-def in_flight_room(pinned_budget: int | None, batches: int, environ=os.environ) -> int | None:
+def in_flight_room(pinned_budget: int | None, batches: int, environ=None) -> int | None:
     """Most output bytes each of `batches` blocks in flight (a pipeline's depth times
     the rows of a batch of one example: one a device) may hold so that they fit XLA's
     pool beside the `pinned_budget` a call that keeps its results holds there (at
