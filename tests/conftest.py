@@ -226,3 +226,17 @@ def copy_threads(monkeypatch) -> list[str]:
     monkeypatch.setattr(bulk, "_pool_threads", 3)
     yield threads
     executor.shutdown()
+
+
+@pytest.fixture
+def pinned_pool_gb(monkeypatch):
+    """Sets XLA's pinned host pool to the GiB it is called with, as XLA takes it: the
+    variable set before jax's backend started (`jaxattn.engine.host.POOL` keeps that
+    value; the variable set now, in a backend already running, XLA would not see)."""
+    from jaxattn.engine import host
+
+    def set_pool(gib: int) -> None:
+        monkeypatch.setenv(host.POOL_LIMIT_ENV, str(gib))
+        monkeypatch.setattr(host.POOL, "started_gb", gib)
+
+    return set_pool

@@ -82,6 +82,7 @@ CONTRACT = {
     "token_classes",
     "outfile",
     "netaddr",
+    "cpus",
     "v1",
 }
 # The third-party packages the contract may import (the v1 generated code: protobuf, grpc).
@@ -96,6 +97,7 @@ STDLIB_ONLY = (
     "jaxattn.progress",
     "jaxattn.outfile",
     "jaxattn.netaddr",
+    "jaxattn.cpus",
 )
 OURS = ("jaxattn", "service")
 

@@ -15,6 +15,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from jaxattn import cpus
 from jaxattn.capture import bulk
 from jaxattn.errors import UsageError
 
@@ -148,13 +149,17 @@ def test_mismatched_copies_are_refused_by_name(copy_threads):
 
 def test_the_pool_has_a_thread_a_core_less_the_callers_at_most_eight_in_all():
     assert [bulk.helpers(c) for c in (1, 2, 3, 8, 9, 64)] == [0, 1, 2, 7, 7, 7]
-    assert bulk.helpers() == bulk.helpers(len(os.sched_getaffinity(0)))
+
+
+def test_the_pool_is_sized_by_the_cpus_the_process_may_use(monkeypatch):
+    monkeypatch.setattr(cpus, "usable", lambda: 3)  # a container's quota (tests/test_cpus.py)
+    assert bulk.helpers() == 2
 
 
 def test_on_one_core_there_is_no_pool(monkeypatch):
     monkeypatch.setattr(bulk, "_pool", None)
     monkeypatch.setattr(bulk, "_pool_threads", 0)
-    monkeypatch.setattr(bulk, "usable_cores", lambda: 1)
+    monkeypatch.setattr(cpus, "usable", lambda: 1)
     monkeypatch.setattr(bulk, "POOL_MIN", 1 << 10)
     assert bulk.pool() == (None, 0)
     src = random_bits((5000,), np.float32, seed=6)
@@ -183,7 +188,7 @@ def test_a_busy_pool_does_not_hold_the_caller(copy_threads):
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
 def test_a_forked_child_makes_a_pool_of_its_own(monkeypatch):
-    monkeypatch.setattr(bulk, "usable_cores", lambda: 2)
+    monkeypatch.setattr(cpus, "usable", lambda: 2)
     parent, _ = bulk.pool()
     r, w = os.pipe()
     pid = os.fork()

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from jaxattn.config import tiny
-from jaxattn.engine import batching, host
+from jaxattn.engine import batching
 from jaxattn.engine.pipeline import BatchPipeline
 from jaxattn.errors import UsageError
 from jaxattn.spec import spec_for
@@ -101,27 +101,27 @@ def test_the_cpu_groups_past_its_output_budget():
     ],
 )
 def test_the_examples_in_flight_fit_xlas_pinned_pool_beside_the_held_results(
-    monkeypatch, free_gib, pool_gib, devices, example_gib
+    pinned_pool_gb, free_gib, pool_gib, devices, example_gib
 ):
     """Review 2026-11-28: a call that keeps its results holds up to half the pool
     (`pinned_budget`), and the pipeline's two batches of one example a device land in
     the same pool: with free/8 uncapped (16 + 2 x 12.5 > 32 GiB) the pool ran out."""
-    monkeypatch.setenv(host.POOL_LIMIT_ENV, str(pool_gib))
+    pinned_pool_gb(pool_gib)
     pipe = _pipeline(_gpu(free_gib * GIB), n_devices=devices)
     assert pipe.budgets.example_bytes == pipe.budgets.group_bytes == int(example_gib * GIB)
     in_flight = pipe.depth * devices * pipe.budgets.group_bytes
     assert pipe.pinned_budget + in_flight <= pool_gib * GIB
 
 
-def test_an_example_past_the_pools_room_runs_in_groups(monkeypatch):
-    monkeypatch.setenv(host.POOL_LIMIT_ENV, "16")  # (16 - 8) / 2 = 4 GiB < EXAMPLE
+def test_an_example_past_the_pools_room_runs_in_groups(pinned_pool_gb):
+    pinned_pool_gb(16)  # (16 - 8) / 2 = 4 GiB < EXAMPLE
     pipe = _pipeline(_gpu(100 * GIB))
     spec = spec_for(pipe.config, FULL)
     assert pipe.group_sizes(_texts(1), spec) == [4 * GIB // LAYER]  # 15 layers a group
 
 
-def test_outputs_outside_the_pool_leave_the_example_budget_as_it_was(monkeypatch):
-    monkeypatch.setenv(host.POOL_LIMIT_ENV, "4")
+def test_outputs_outside_the_pool_leave_the_example_budget_as_it_was(pinned_pool_gb):
+    pinned_pool_gb(4)
     pipe = _pipeline(_gpu(100 * GIB), host_memory="device")
     assert pipe.pinned_budget is None
     assert pipe.budgets.example_bytes == 100 * GIB // 8

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import os
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -14,7 +17,7 @@ from device_failures import FailingFetch
 import jaxattn
 from jaxattn.capture import bulk
 from jaxattn.cli import explain
-from jaxattn.engine import host
+from jaxattn.engine import host, oom
 from jaxattn.errors import DeviceMemoryError, HostMemoryError, JaxattnError
 from service.admitted_call import engine_failure
 
@@ -186,6 +189,71 @@ def test_the_budget_is_half_the_gpu_pool_and_none_without_one():
     assert host.pinned_budget([cpu], "pinned", {}) is None
 
 
+def test_the_pool_size_is_the_variable_as_it_was_when_the_backend_started(monkeypatch, recwarn):
+    """XLA reads XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB once, as the GPU's client starts: set
+    afterwards it no longer sizes the pool, and jaxattn keeps to the value it had then
+    (a budget past XLA's pool fills it), warning once, naming the variable and both."""
+    started = [False]
+    monkeypatch.setattr(host, "backend_started", lambda: started[0])
+    monkeypatch.setattr(host, "POOL", host.PoolSize())
+    gpu = type("D", (), {"platform": "gpu"})()
+    gib = 1 << 30
+    monkeypatch.setenv(host.POOL_LIMIT_ENV, "16")
+    assert host.pool_gb() == 16
+    monkeypatch.setenv(host.POOL_LIMIT_ENV, "24")  # before the backend starts: XLA's to read
+    assert host.pool_gb() == 24
+    started[0] = True
+    assert host.pool_gb() == 24 and host.pinned_budget([gpu], "pinned") == 12 * gib
+    assert not recwarn.list
+    monkeypatch.setenv(host.POOL_LIMIT_ENV, "8")  # too late: the pool is 24 GiB
+    with pytest.warns(RuntimeWarning) as caught:
+        assert host.pool_gb() == 24
+    assert [str(w.message) for w in caught] == [
+        "XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB is '8' now, but XLA sized its pinned host pool "
+        "when jax's backend started, at 24 GiB: jaxattn keeps to 24 GiB; set the variable "
+        "before jax starts (before jaxattn.load) to change the pool"
+    ]
+    recwarn.clear()
+    assert host.pinned_budget([gpu], "pinned") == 12 * gib  # (24 GiB / 2)
+    assert host.in_flight_room(12 * gib, 2) == 6 * gib  # (24 - 12) / 2
+    full = oom.pool_full(jax.errors.JaxRuntimeError(POOL_OOM), None)
+    assert str(full).startswith("XLA's pinned host memory pool (xla_gpu_host_bfc, 24 GiB: ")
+    monkeypatch.delenv(host.POOL_LIMIT_ENV)
+    assert host.pool_gb() == 24
+    assert not recwarn.list  # warned once
+
+
+def test_an_engine_reads_the_pool_size_as_its_devices_start(bert_checkpoint, monkeypatch):
+    """Making an engine is where jaxattn's process starts jax's backend: the pool's size
+    is read there, whatever the devices (the CPU's pipeline asks for no budget)."""
+    monkeypatch.setattr(host, "POOL", host.PoolSize())
+    monkeypatch.setenv(host.POOL_LIMIT_ENV, "12")
+    jaxattn.load(bert_checkpoint, buckets=(24,))
+    assert host.POOL.started_gb == 12
+
+
+def test_a_process_keeps_the_value_its_backend_started_with():
+    """The real backend (the CPU's, here) and jax's own word that it started: read as an
+    engine is made (right after its devices start the backend), the variable set
+    afterwards changes nothing jaxattn counts, and is warned of."""
+    script = (
+        "import os, jax\n"
+        "from jaxattn.engine import host\n"
+        "print(host.backend_started(), host.pool_gb())\n"
+        "jax.devices()\n"
+        "host.pool_gb()\n"  # Engine.__init__'s read
+        "os.environ[host.POOL_LIMIT_ENV] = '4'\n"
+        "print(host.backend_started(), host.pool_gb(), host.pool_gb(dict(os.environ)))\n"
+    )
+    env = {**os.environ, host.POOL_LIMIT_ENV: "16", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["False 16", "True 16 4"]
+    assert "XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB is '4' now" in done.stderr
+
+
 class PoolFull:
     """The engine's step, failing as XLA's full pinned pool does from batch `at` on."""
 
@@ -206,8 +274,8 @@ class PoolFull:
 
 
 @pytest.mark.parametrize("at_dispatch", [True, False])
-def test_a_full_pinned_pool_is_a_clear_error_not_halved(pinned, monkeypatch, at_dispatch):
-    monkeypatch.setenv("XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB", "16")
+def test_a_full_pinned_pool_is_a_clear_error_not_halved(pinned, pinned_pool_gb, at_dispatch):
+    pinned_pool_gb(16)
     step = pinned.step
     pinned.step = full = PoolFull(step, at=3, at_dispatch=at_dispatch)
     try:

@@ -7,10 +7,11 @@ zeroes each fresh page in the thread that first touches it, so a 1 GiB copy into
 a fresh array ran at 3.3 GB/s on the 2-core machine, into memory already touched
 at 10.6 (BENCHMARKS.md). Here an array of `POOL_MIN` bytes or more is copied in pieces
 of about `PIECE_BYTES` by the calling thread and a process-wide pool of helper
-threads together (`helpers`: one thread a usable core less the caller's, at
-most `MAX_THREADS` with the caller), which fault and fill their pieces side by side;
-below it, one plain copy (such an array often lands in pages already touched, and the
-hand-off would cost more than it saves).
+threads together (`helpers`: one thread a usable CPU less the caller's, at most
+`MAX_THREADS` with the caller; `jaxattn.cpus.usable`: a container's CPU quota
+counted), which fault and fill their pieces side by side; below it, one plain copy
+(such an array often lands in pages already touched, and the hand-off would cost
+more than it saves).
 
 Each piece is copied as unsigned integers of the dtype's width, never through the
 dtype itself: bit for bit whatever the values (NaN payloads, ml_dtypes' bfloat16),
@@ -31,6 +32,7 @@ import threading
 
 import numpy as np
 
+from jaxattn import cpus
 from jaxattn.errors import UsageError
 
 # Below this many bytes an array is copied in one go by the calling thread. From 32 MiB
@@ -52,18 +54,10 @@ MAX_THREADS = 8
 _PLAIN = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask, else the machine's)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def helpers(cores: int | None = None) -> int:
-    """Threads of the pool: one a usable core less the caller's (which copies too), the
-    two together at most `MAX_THREADS`; 0 on one core (no pool)."""
-    cores = usable_cores() if cores is None else cores
+    """Threads of the pool: one a usable CPU (`jaxattn.cpus.usable`) less the caller's
+    (which copies too), the two together at most `MAX_THREADS`; 0 on one CPU (no pool)."""
+    cores = cpus.usable() if cores is None else cores
     return max(0, min(MAX_THREADS, cores) - 1)
 
 
@@ -83,7 +77,7 @@ os.register_at_fork(after_in_child=_forget)
 
 def pool() -> tuple[concurrent.futures.ThreadPoolExecutor | None, int]:
     """(the process's pool of copy threads, its threads), made on first use; (None, 0)
-    on one usable core."""
+    on one usable CPU."""
     if _pool is not None:
         return _pool, _pool_threads
     with _pool_lock:

@@ -10,11 +10,11 @@ memory stays bounded whatever the corpus size.
 
 from __future__ import annotations
 
-import os
 import platform
 import time
 from pathlib import Path
 
+from jaxattn import cpus
 from jaxattn.cli.analysis_flags import (
     add_dependency_arguments,
     add_flow_arguments,
@@ -154,11 +154,6 @@ def captures(source, texts: list, what: tuple[str, ...], args, bar: Progress):
     )
 
 
-def _cpus() -> int:
-    # the CPUs this process may use (a container's share), not the host's count
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-
-
 def _run(args) -> int:
     from jaxattn.analysis import MIXING_NEEDS
 
@@ -290,7 +285,7 @@ def _write(args, corpus, meta: dict, t0: float, ablation=None, decoder=None) -> 
     meta = {
         **meta,
         "seconds": round(seconds, 1),
-        "machine": f"{platform.machine()}, {_cpus()} CPUs, {platform.system()}",
+        "machine": f"{platform.machine()}, {cpus.usable()} CPUs, {platform.system()}",
     }
     report = corpus.report(meta=meta)
     if ablation is not None:

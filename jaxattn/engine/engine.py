@@ -21,7 +21,7 @@ import numpy as np
 from jaxattn.capture import Capture, frozen
 from jaxattn.capture.part import CapturePart
 from jaxattn.config import ModelConfig
-from jaxattn.engine import batching, layer_groups
+from jaxattn.engine import batching, host, layer_groups
 from jaxattn.engine.params import check_params, fingerprint
 from jaxattn.engine.pipeline import BatchPipeline, in_order
 from jaxattn.engine.step import CaptureStep
@@ -148,6 +148,7 @@ class Engine:
         self.precision = check_precision(precision)
         self.extra_params = {k: v for k, v in params.items() if k != "encoder"}
         devices = tuple(devices) if devices else tuple(jax.local_devices())
+        host.pool_gb()  # jax's backend runs now: its pinned pool's size read as XLA read it
         engine = weakref.ref(self)  # no cycle: the engine is freed when its last user lets go
         self.pipeline = BatchPipeline(
             config,

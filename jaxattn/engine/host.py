@@ -38,12 +38,14 @@ import dataclasses
 import itertools
 import os
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import jax
 import numpy as np
 
+from jaxattn import cpus
 from jaxattn.capture import Capture, bulk, frozen
 from jaxattn.capture.part import CapturePart
 from jaxattn.config import ModelConfig
@@ -67,16 +69,73 @@ POOL_SHARE = 0.5
 GIB = 1 << 30
 
 
-def pool_gb(environ: Mapping[str, str] = os.environ) -> int:
-    """The size of XLA's pinned host pool in GiB: `POOL_LIMIT_ENV`, else (unset or not
-    an integer, which XLA logs and ignores) `POOL_DEFAULT_GB`."""
+def _read_pool_gb(environ: Mapping[str, str]) -> int:
+    """`POOL_LIMIT_ENV` of `environ` in GiB, else (unset or not an integer, which XLA
+    logs and ignores) `POOL_DEFAULT_GB`."""
     try:
         return int(environ.get(POOL_LIMIT_ENV, POOL_DEFAULT_GB))
     except ValueError:
         return POOL_DEFAULT_GB
 
 
-def pinned_budget(devices: Sequence, host_memory: str, environ=os.environ) -> int | None:
+def backend_started() -> bool:
+    """Whether jax's backends (the GPU's client, which sizes XLA's pinned pool, among
+    them) have started; where this jax cannot say, that they have."""
+    try:
+        from jax._src import xla_bridge
+
+        return xla_bridge.backends_are_initialized()
+    except (ImportError, AttributeError):  # pragma: no cover - another jax
+        return True
+
+
+class PoolSize:
+    """The size of XLA's pinned host pool as XLA took it: XLA reads `POOL_LIMIT_ENV`
+    once, when the GPU's client starts, and a value set afterwards changes nothing but
+    what jaxattn would read (its budget past XLA's pool: a full pool, HostMemoryError).
+    So the variable is read once, the first time it is asked for after the backend
+    started (as an engine is made, right after its first use of the devices, which
+    starts the backend), and that value kept; a later change is warned of once, naming
+    both values. Before the backend starts, the variable as it is now (what XLA will
+    read). A value set after jax started but before jaxattn first looked cannot be told
+    from one XLA read. The process's one: `POOL`."""
+
+    def __init__(self):
+        self.started_gb: int | None = None  # the value read once the backend ran
+        self.warned = False
+        self._lock = threading.Lock()
+
+    def gb(self) -> int:
+        now = _read_pool_gb(os.environ)
+        with self._lock:
+            if self.started_gb is None:
+                if not backend_started():
+                    return now
+                self.started_gb = now
+            elif now != self.started_gb and not self.warned:
+                self.warned = True
+                warnings.warn(
+                    f"{POOL_LIMIT_ENV} is {os.environ.get(POOL_LIMIT_ENV, 'unset')!r} now, "
+                    f"but XLA sized its pinned host pool when jax's backend started, at "
+                    f"{self.started_gb} GiB: jaxattn keeps to {self.started_gb} GiB; set "
+                    "the variable before jax starts (before jaxattn.load) to change the pool",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+            return self.started_gb
+
+
+POOL = PoolSize()
+
+
+def pool_gb(environ: Mapping[str, str] | None = None) -> int:
+    """The size of XLA's pinned host pool in GiB: `POOL_LIMIT_ENV` as XLA took it when
+    jax's backend started (`PoolSize`, `POOL`), `POOL_DEFAULT_GB` where unset; of
+    `environ` where given (nothing kept)."""
+    return POOL.gb() if environ is None else _read_pool_gb(environ)
+
+
+def pinned_budget(devices: Sequence, host_memory: str, environ=None) -> int | None:
     """Bytes of pinned output blocks a call that keeps its results may hold before it
     copies them out (`HeldResults`): `POOL_SHARE` of XLA's pool where the step's
     outputs land in pinned memory on GPUs; None (no limit) elsewhere: the CPU's
@@ -86,7 +145,7 @@ def pinned_budget(devices: Sequence, host_memory: str, environ=os.environ) -> in
     return int(pool_gb(environ) * GIB * POOL_SHARE)
 
 
-def in_flight_room(pinned_budget: int | None, batches: int, environ=os.environ) -> int | None:
+def in_flight_room(pinned_budget: int | None, batches: int, environ=None) -> int | None:
     """Most output bytes each of `batches` blocks in flight (a pipeline's depth times
     the rows of a batch of one example: one a device) may hold so that they fit XLA's
     pool beside the `pinned_budget` a call that keeps its results holds there (at
@@ -98,9 +157,9 @@ def in_flight_room(pinned_budget: int | None, batches: int, environ=os.environ) 
 
 # Where the host's available memory is read (`available_bytes`): the kernel's
 # estimate for the whole machine, and the process's memory cgroups (a container's limit).
+# (The process's cgroups are found as its CPU quota's are: `jaxattn.cpus`.)
 MEMINFO = "/proc/meminfo"
-PROC_CGROUP = "/proc/self/cgroup"
-CGROUP_ROOT = "/sys/fs/cgroup"
+PROC_CGROUP, CGROUP_ROOT = cpus.PROC_CGROUP, cpus.CGROUP_ROOT
 MEMINFO_SOURCE = "MemAvailable in /proc/meminfo"
 # cgroup v1 writes "no limit" as the largest page-aligned counter (9223372036854771712
 # with 4 KiB pages): a limit from here up is none.
@@ -139,36 +198,19 @@ def meminfo_available(meminfo: str = MEMINFO) -> Available | None:
     return None
 
 
-def _cgroup_path(proc_cgroup: str, controller: str) -> str | None:
-    """The process's cgroup in the hierarchy of `controller` ("memory": v1's; "": v2's,
-    whose line names no controller) from /proc/self/cgroup ("id:controllers:path")."""
-    try:
-        with open(proc_cgroup, encoding="utf-8") as f:
-            for line in f:
-                _, controllers, path = line.rstrip("\n").split(":", 2)
-                if controller in controllers.split(","):
-                    return path
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    return None
-
-
-def _read(path: str) -> str:
-    with open(path, encoding="ascii") as f:
-        return f.read()
-
-
 def _level_headroom(
     level: str, limit_file: str, usage_file: str, inactive_key: str
 ) -> tuple[int, int, int] | None:
     """(headroom, limit, working set) at one cgroup directory, None where it sets no
     limit or a file is missing, unreadable or malformed."""
     try:
-        limit = int(_read(os.path.join(level, limit_file)))  # v2's "max" (none): ValueError
+        limit = int(cpus.read(os.path.join(level, limit_file)))  # v2's "max" (none): ValueError
         if limit >= CGROUP_V1_UNLIMITED:
             return None
-        usage = int(_read(os.path.join(level, usage_file)))
-        stat = dict(line.split() for line in _read(os.path.join(level, "memory.stat")).splitlines())
+        usage = int(cpus.read(os.path.join(level, usage_file)))
+        stat = dict(
+            line.split() for line in cpus.read(os.path.join(level, "memory.stat")).splitlines()
+        )
         working_set = max(0, usage - int(stat[inactive_key]))
     except (OSError, ValueError, KeyError, UnicodeDecodeError):
         return None
@@ -186,13 +228,10 @@ def cgroup_headroom(
     (as the host names it) is often the root of the hierarchy mounted there."""
     least = None
     for sub, controller, limit_file, usage_file, inactive_key in CGROUP_FILES:
-        path = _cgroup_path(proc_cgroup, controller)
+        path = cpus.cgroup_path(proc_cgroup, controller)
         if path is None:
             continue
-        root = os.path.join(cgroup_root, sub) if sub else cgroup_root
-        parts = [p for p in path.split("/") if p not in ("", ".", "..")]
-        for depth in range(len(parts), -1, -1):
-            level = os.path.join(root, *parts[:depth])
+        for level in cpus.levels(os.path.join(cgroup_root, sub) if sub else cgroup_root, path):
             got = _level_headroom(level, limit_file, usage_file, inactive_key)
             if got is not None and (least is None or got[0] < least):
                 headroom, limit, working_set = got

@@ -64,7 +64,8 @@ def pool_full(error: BaseException, held: host.HeldResults | None) -> HostMemory
         f"XLA's pinned host memory pool ({host.POOL_ALLOCATOR}, {host.pool_gb()} GiB: "
         f"{host.POOL_LIMIT_ENV}) is full{holds} ({_first_line(error)}): smaller batches "
         "cannot free it; take the results as they come (capture_iter, stream, or jaxattn "
-        f"dump to a store) instead of holding them all, or raise {host.POOL_LIMIT_ENV}"
+        f"dump to a store) instead of holding them all, or raise {host.POOL_LIMIT_ENV} "
+        "in a new process (XLA reads it as jax starts)"
     )
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -29,6 +28,7 @@ from jaxattn import quantities
 from jaxattn.capture import Capture
 from jaxattn.capture.part import Assembler, CapturePart
 from jaxattn.config import ModelConfig
+from jaxattn.cpus import usable as usable_cpus
 from jaxattn.dtypes import OUTPUT_DTYPES
 from jaxattn.engine import batching, host, layer_groups
 from jaxattn.engine.oom import group_error, in_halves, out_of_memory, pool_exhausted, pool_full
@@ -42,11 +42,12 @@ _PIPELINE_DEPTH = 2
 
 
 def compile_threads(shapes: int, cpus: int | None = None) -> int:
-    """Threads that compile `shapes` new shapes at once: half the host's cores, at
-    most 8, never more than the shapes. XLA compiles with the GIL released, and on a
-    GPU most of a shape's compile (GEMM autotuning, code generation) runs on the
-    host; on a 2-core machine this is one thread, a compile already using both."""
-    cpus = cpus or os.cpu_count() or 1
+    """Threads that compile `shapes` new shapes at once: half the CPUs the process may
+    use (`jaxattn.cpus.usable`: a container's CPU quota counted), at most 8, never more
+    than the shapes. XLA compiles with the GIL released, and on a GPU most of a shape's
+    compile (GEMM autotuning, code generation) runs on the host; on a 2-core machine
+    this is one thread, a compile already using both."""
+    cpus = cpus or usable_cpus()
     return max(1, min(shapes, cpus // 2, 8))
 
 

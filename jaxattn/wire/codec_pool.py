@@ -34,6 +34,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
+from jaxattn.cpus import usable as usable_cpus
 from jaxattn.errors import UsageError
 
 T = TypeVar("T")
@@ -59,9 +60,9 @@ MAX_THREADS = 256
 
 
 def workers(cpus: int | None = None) -> int:
-    """Threads of the shared pool: $JAXATTN_CODEC_THREADS where set, else one a core,
-    at most 8 (the host's other work: gRPC, the engine's dispatch, the clients on a
-    shared machine).
+    """Threads of the shared pool: $JAXATTN_CODEC_THREADS where set, else one a CPU the
+    process may use (`jaxattn.cpus.usable`: a container's CPU quota counted), at most 8
+    (the host's other work: gRPC, the engine's dispatch, the clients on a shared machine).
 
     Raises:
       UsageError: $JAXATTN_CODEC_THREADS is not a whole number from 1 to MAX_THREADS.
@@ -78,7 +79,7 @@ def workers(cpus: int | None = None) -> int:
                 f"from 1 to {MAX_THREADS}"
             )
         return n
-    return max(1, min(8, cpus or os.cpu_count() or 1))
+    return max(1, min(8, cpus or usable_cpus()))
 
 
 # The codec threads' name, in Python and for the system (/proc/PID/task/TID/comm, top -H),
