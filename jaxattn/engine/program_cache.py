@@ -278,6 +278,136 @@ def _payload(data: bytes) -> tuple[bytes | None, str]:
     return payload, ""
 
 
+class Program:
+    """A function jitted with its options (`jax.jit`'s), and its compiled programs: one per
+    call in this process, and with a `ProgramCache` its exported ones on disk (module
+    docstring), for the capture step's programs and a generation's alike.
+
+    Static arguments come first (`static`: how many); `fixed` names arguments that are
+    the same arrays at every call (the weights), left out of the in-process key so a
+    call costs no walk over them (their signature is in the disk key). A program is
+    compiled with the jit's shardings and donation, whether traced or loaded: a loaded
+    program updates its donated buffers in place as the traced one does.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        fun,
+        cache: ProgramCache | None,
+        *,
+        in_shardings,
+        out_shardings,
+        static: int = 0,
+        donate: tuple[int, ...] = (),
+        fixed: tuple[int, ...] = (),
+    ):
+        import jax
+
+        self.name, self.cache, self._static = name, cache, static
+        # a function of its static arguments' values: the other arguments' shardings,
+        # donation counted among them (what an exported program's call takes)
+        self._options = dict(
+            in_shardings=in_shardings,
+            out_shardings=out_shardings,
+            donate_argnums=tuple(i - static for i in donate),
+        )
+        self.jit = jax.jit(
+            fun,
+            static_argnums=tuple(range(static)),
+            in_shardings=in_shardings,
+            out_shardings=out_shardings,
+            donate_argnums=donate,
+        )
+        self._fixed = frozenset(fixed)
+        self._compiled: dict = {}
+
+    def __call__(self, *args):
+        """Run the program of these arguments (static ones first), compiled at its first call."""
+        return self.compiled(*args)(*args[self._static :])
+
+    def compiled(self, *args):
+        """The compiled program of these arguments (arrays, or `jax.ShapeDtypeStruct`s with
+        their shardings: compiled ahead of time): made in this process already; else, with
+        the program cache on, its exported program loaded from disk, or traced, exported
+        and kept there; else traced. Then compiled (XLA's persistent cache may hold the
+        compile). A loaded program that does not compile is removed from the cache and
+        traced again; one this process exported is kept once it compiled, else the
+        function runs as traced (`cannot_keep`). Out of device memory compiling passes
+        on (the arguments' size, not the file: kept)."""
+        key = self._key(args)
+        program = self._compiled.get(key)
+        if program is None:
+            program = self._compiled[key] = self._make(args)
+        return program
+
+    def _key(self, args) -> tuple:
+        """A call's program in this process: the static arguments, the others' shapes and
+        dtypes but the fixed ones', and JAX's trace context (the config values a jit
+        cache keys on)."""
+        import jax
+
+        varying = [
+            a for i, a in enumerate(args[self._static :], self._static) if i not in self._fixed
+        ]
+        leaves, structure = jax.tree.flatten(varying)
+        shapes = tuple((getattr(x, "shape", ()), getattr(x, "dtype", None)) for x in leaves)
+        return (args[: self._static], structure, shapes, _trace_context())
+
+    def _make(self, args):
+        from jaxattn.engine.oom import out_of_memory
+
+        disk, name, exported, unkept, program = self.cache, None, None, None, None
+        static, rest = args[: self._static], args[self._static :]
+        if disk is not None:
+            name = disk.key(repr((self.name, static, signature(rest))))
+            exported = disk.load(name)
+            if exported is not None:
+                try:
+                    program = self.compile_exported(exported, rest)
+                except Exception as error:  # noqa: BLE001 - traced again below
+                    if out_of_memory(error):  # the arguments' size, not the file: kept
+                        raise
+                    disk.discard(name, error)
+                    exported = None
+            if program is None:
+                exported = export(self.jit, *args, platform=disk.platform)
+                if isinstance(exported, Exception):
+                    unkept, exported = exported, None
+        if program is None and exported is not None:
+            try:
+                program = self.compile_exported(exported, rest)
+            except Exception as error:  # noqa: BLE001 - traced as it is below
+                if out_of_memory(error):
+                    raise
+                unkept = error
+            else:
+                disk.save(name, exported)  # once it compiled
+        if program is None:
+            program = self.jit.trace(*args).lower().compile()
+            if unkept is not None:  # the function traced: the export's own failure
+                cannot_keep(unkept)
+        return program
+
+    def compile_exported(self, exported, args: tuple):
+        """`exported` (a `jax.export.Exported` of this function) compiled for these
+        (non-static) arguments, with the jit's shardings and donation."""
+        import jax
+
+        return jax.jit(exported.call, **self._options).trace(*args).lower().compile()
+
+
+def _trace_context():
+    """What jit's own cache keys on besides the arguments (x64, precision defaults, ...)."""
+    try:
+        from jax._src.config import trace_context
+    except ImportError:  # pragma: no cover - a jax without it: the config's values
+        import jax
+
+        return repr(sorted(jax.config.values.items()))
+    return trace_context()
+
+
 def export(jitted, *args, platform: str | None = None):
     """`jax.export.export(jitted)(*args)` for `platform` (a `platform_of` name; None: the
     default backend's), or the error that kept it from being exported (the caller
