@@ -615,3 +615,21 @@ def test_layer_group_programs_are_kept_and_a_group_s_span_is_in_its_key(
         with traces(groups) as traced:
             _assert_equal(got, _grouped(checkpoint, budget)[0])
         assert traced  # grouped, traced
+
+
+def test_another_decoder_of_the_same_shapes_is_a_miss(llama, programs, tmp_path, monkeypatch):
+    """The decoder's config is in its programs' key: another RMS norm epsilon (the same
+    shapes, other numbers) is a miss, and its prefill computes its own model's caches."""
+    from llama_fixture import make_llama_checkpoint
+
+    kept = np.array(_start(jaxattn.load(llama), PROMPTS[:2]).keys)
+    other = make_llama_checkpoint(tmp_path / "eps", rms_norm_eps=0.5)
+    engine = jaxattn.load(other)
+    got = np.array(_start(engine, PROMPTS[:2]).keys)
+    assert (engine.kv_decoder.program_cache.loaded, engine.kv_decoder.program_cache.saved) == (
+        0,
+        2,  # the prefill and its write
+    )
+    assert not np.array_equal(got, kept)
+    monkeypatch.setenv(program_cache.ENV, "off")
+    np.testing.assert_array_equal(got, np.array(_start(jaxattn.load(other), PROMPTS[:2]).keys))
