@@ -23,6 +23,9 @@ Each call is two programs: the model reads the caches and returns the tokens' ow
 keys and values, then `_write` puts them into the caches, which it is given
 (donated) and updates in place. In one program XLA copied both caches before writing
 them, twice, every step (the whole cache's bytes four times over, and the memory).
+Every program here (prefill, step, write, growth, insertion) goes through the program
+cache as the capture step's do (`program_cache.Program`): a new process loads it as
+exported instead of tracing the model, donation included.
 
 A group's sequences run together, right-padded, each at its own position: what a
 shorter prompt's padding left in the cache is at positions no query of it reads

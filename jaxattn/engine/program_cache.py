@@ -1,4 +1,4 @@
-"""Traced capture programs kept on disk, so that a new process skips tracing the model.
+"""Traced programs kept on disk, so that a new process skips tracing the model.
 
 XLA's persistent compilation cache (`jaxattn.engine.cache`) saves a program's
 compile, not what comes before it: to look a program up there JAX first traces
@@ -15,8 +15,14 @@ program without tracing it:
   (read while tracing), $XLA_FLAGS and every `jax.config` value;
 - the step (`CaptureStep`): the model config, the params' names, shapes and
   dtypes (values are arguments, not part of the program), the devices, where
-  outputs land, the layer loop, the attention path and block;
-- the call: the `CaptureSpec` and each argument's shape and dtype.
+  outputs land, the layer loop, the attention path and block; a generation's
+  (`kv_cache.KVDecoder`): the model config, the params' signature, the layer loop,
+  the matmul platform, the devices and its spec;
+- the call: the program (`Program`: the whole model's capture, a layer group's, a
+  generation's prefill, step, write, growth or insertion, each with the shardings
+  and donation its code fixes), its static arguments (the `CaptureSpec`, a layer
+  group's span, a growth's batch and length) and each other argument's shape and
+  dtype.
 
 A key that differs is a miss (traced, exported, saved), never a wrong program: a
 wrong hit would need two programs with one key, and every input that shapes a
@@ -25,6 +31,9 @@ run time (a test's monkeypatch of a function or of `blockwise.AUTO_MIN_LENGTH`) 
 not: such tests turn the cache off ($JAXATTN_PROGRAM_CACHE=off).
 Either way the step runs the exported program (compiled through XLA's cache as
 any other), so a process that traced it and one that loaded it run the same one.
+A program with donated arguments (a generation's caches, written in place) is
+compiled from its exported form with the same donation: the loaded program takes
+the caches' buffers as the traced one does.
 
 Why exported programs and not compiled executables
 (`jax.experimental.serialize_executable`, which would skip the compile too): on
