@@ -54,8 +54,9 @@ is a miss and is replaced; so is a loaded program that does not compile.
 
 Off where the compilation cache is off (unless $JAXATTN_PROGRAM_CACHE names a
 directory), where its directory is not a local path (gs://), in multi-process jobs,
-where outputs go to pinned host memory (an exported program does not carry memory
-kinds) and without the flatbuffers package (jax.export's serialization);
+for a capture step whose outputs go to pinned host memory (an exported program does
+not carry memory kinds; a generation's programs write to device memory: kept) and
+without the flatbuffers package (jax.export's serialization);
 $JAXATTN_PROGRAM_CACHE set to off, 0, false or no turns it off, set to a directory
 keeps the programs there.
 """
