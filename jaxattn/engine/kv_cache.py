@@ -142,8 +142,8 @@ class KVDecoder:
         # Kept on disk across processes as the capture step's programs are
         # (`program_cache`; None: off), under a key of what shapes them besides their
         # arguments: the model (its config: the soft cap, the tied head), the weights'
-        # signature, the layer loop, the matmul platform and the spec.
-        # (its programs write to device memory whatever the engine's host memory policy)
+        # signature, the layer loop, the matmul platform and the spec. Whatever the
+        # engine's host memory policy: these programs write to device memory.
         self.program_cache = program_cache.ProgramCache.for_step(
             repr(
                 (
@@ -166,9 +166,9 @@ class KVDecoder:
         # the head (the first two arguments) are the same arrays at every call.
         prefill = functools.partial(_prefill_fn, model, spec)
         step_fn = functools.partial(_step_fn, model, spec, c.lm_softcap)
-        heads = dict(in_shardings=ins, fixed=(0, 1))
-        self._prefill = program("prefill", prefill, out_shardings=(batch,) * 2, **heads)
-        self._step = program("step", step_fn, out_shardings=(batch,) * 3, **heads)
+        model_args = dict(in_shardings=ins, fixed=(0, 1))
+        self._prefill = program("prefill", prefill, out_shardings=(batch,) * 2, **model_args)
+        self._step = program("step", step_fn, out_shardings=(batch,) * 3, **model_args)
         # The new rows go into the caches in a program of its own, whose only use of the
         # caches is that write: donated, they are updated in place (in the program that
         # also reads them, XLA copies both caches before writing, twice).

@@ -201,7 +201,7 @@ class CaptureStep:
             out_shardings=out,
             fixed=(1,),
         )
-        self._jit = self._whole.jit
+        self._jit = self._whole.jit  # traced as it is (memory analyses: benchmarks)
         # One layer group's program (`jaxattn.engine.layer_groups`): the spec and the
         # group's span static; the hidden state entering it (None for the first) stays
         # on the devices, sharded with the batch, and comes out beside its outputs; the
@@ -217,7 +217,7 @@ class CaptureStep:
             out_shardings=(out, batch),
             fixed=(2,),
         )
-        self._group_jit = self._group.jit
+        self._group_jit = self._group.jit  # traced as it is (`lower_group`)
 
     def _forward(self, spec: CaptureSpec, params, ids, type_ids, mask, classes, positions, gates):
         # gates: None, or (keep [L, H], uniform [L, H]) shared by the batch (ablation).
