@@ -19,6 +19,7 @@ from hf_fixtures import make_checkpoint
 
 import jaxattn
 from jaxattn.engine import program_cache
+from jaxattn.engine.kv_cache import Shape
 
 WHAT = ("attention", "fx_norm", "sum_alpha_fx_norm")
 # A layer-norm epsilon no other test's model has: programs of this file's own.
@@ -190,8 +191,6 @@ def test_a_kept_program_that_does_not_compile_is_traced_again(checkpoint, progra
 def test_a_kept_program_out_of_device_memory_stays_kept(checkpoint, programs, monkeypatch, caplog):
     """Out of device memory compiling a loaded program is the batch's size, not the file's
     fault: the error goes on to the engine (which runs smaller batches), the file stays."""
-    from jaxattn.engine import step
-
     one = dict(what=("attention",), layers=0)  # one text: no smaller batch to try
     jaxattn.load(checkpoint).capture(TEXTS[:1], **one)
     before = _files(programs)
@@ -199,7 +198,7 @@ def test_a_kept_program_out_of_device_memory_stays_kept(checkpoint, programs, mo
     def exhausted(self, exported, args):
         raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory compiling")
 
-    monkeypatch.setattr(step.CaptureStep, "_compile_exported", exhausted)
+    monkeypatch.setattr(program_cache.Program, "compile_exported", exhausted)
     engine = jaxattn.load(checkpoint)
     with caplog.at_level(logging.WARNING, logger="jaxattn.engine"):
         with pytest.raises(Exception, match="Out of memory compiling"):
@@ -447,3 +446,193 @@ def test_the_cudnn_version_is_in_the_key(tmp_path, monkeypatch):
         assert cache.key("a call") != before
     finally:
         program_cache._installed.cache_clear()
+
+
+# -- generation's programs (`jaxattn.engine.kv_cache`) and layer groups' ----------------
+
+PROMPTS = ["The quick brown fox jumps", "Hello, world.", "a b c", "once upon a time"]
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    from llama_fixture import make_llama_checkpoint
+
+    return make_llama_checkpoint(tmp_path_factory.mktemp("llama"))
+
+
+def _generate(engine) -> list[tuple]:
+    """Two prompts generating, two more joining after the first step (the batch grown to
+    the next size, the joining prompts prefilled apart, widened and inserted: every
+    generation program), run to the end: each prompt's ids."""
+    from jaxattn.engine.generate import Continuations
+
+    prompts = engine.tokenize(PROMPTS)
+    run = Continuations(engine, prompts[:2], 6, stop_at_eos=False)
+    run.step()
+    assert run.add(prompts[2:], 6, stop_at_eos=False) == [2, 3]
+    assert run._group.shape.batch == 4  # grown from 2, the joining two inserted
+    while not run.done:
+        run.step()
+    return [g.ids for g in run.results()]
+
+
+def _caches(engine) -> list[np.ndarray]:
+    """A group of the prompts prefilled and stepped twice: its caches, on the host."""
+    group = _start(engine, PROMPTS[:2])
+    group.step()
+    group.step()
+    return [np.asarray(group.keys), np.asarray(group.values)]
+
+
+def _start(engine, texts, padded=True):
+    """A group of `texts` (`KVDecoder.start`) with room for 2 steps, prefilled."""
+    prompts = engine.tokenize(texts)
+    need = engine.kv_decoder.need(max(p.length for p in prompts), 3)
+    return engine.kv_decoder.start(prompts, need, padded=padded)
+
+
+def test_a_second_engine_generates_without_tracing_the_generation_programs(
+    llama, programs, monkeypatch
+):
+    from compile_events import GENERATION
+
+    first = jaxattn.load(llama)
+    ids = _generate(first)
+    kinds = {"prefill", "step", "write", "grow", "insert"}
+    saved = first.kv_decoder.program_cache.saved
+    assert saved >= len(kinds) and len(_files(programs)) == saved
+
+    second = jaxattn.load(llama)
+    with traces(GENERATION) as traced:
+        assert _generate(second) == ids
+        loaded = _caches(second)
+    assert traced == []
+    assert (second.kv_decoder.program_cache.loaded, second.kv_decoder.program_cache.saved) == (
+        saved,
+        0,
+    )
+
+    # what the loaded programs compute is what the programs traced now compute, bit for bit
+    monkeypatch.setenv(program_cache.ENV, "off")
+    fresh = jaxattn.load(llama)
+    assert fresh.kv_decoder.program_cache is None
+    with traces(GENERATION) as traced:
+        assert _generate(fresh) == ids
+        for got, want in zip(loaded, _caches(fresh), strict=True):
+            np.testing.assert_array_equal(got, want)
+    assert len(traced) >= len(kinds)
+    assert len(_files(programs)) == saved  # off: nothing written
+
+
+def test_a_loaded_write_and_insertion_update_the_caches_in_place(llama, programs):
+    """The caches are donated to the programs that write them (`KVDecoder`): a loaded
+    program takes them as the traced one does (a step's write into their own buffers,
+    not into a copy)."""
+    for made in ("traced", "loaded"):
+        engine = jaxattn.load(llama)
+        decoder = engine.kv_decoder
+        group = _start(engine, PROMPTS[:2])
+        small = _start(engine, PROMPTS[2:3], padded=False)
+        small.widen(group.shape.length)  # as a joining prompt's (`Group.admit`)
+        keys, values = group.keys, group.values
+        at = keys.unsafe_buffer_pointer()
+        group.step()  # the step's keys and values written in place
+        assert keys.is_deleted() and values.is_deleted(), made
+        assert group.keys.unsafe_buffer_pointer() == at, made
+        # copies: a numpy view of a CPU array would keep its buffer from being donated
+        new, before = np.array(small.keys)[0], np.array(group.keys)
+        keys, values = decoder.inserted(group.keys, group.values, small.keys, small.values, 0, 1)
+        assert group.keys.is_deleted() and group.values.is_deleted(), made  # donated
+        np.testing.assert_array_equal(np.asarray(keys)[1], new)  # row 1: the small group's
+        np.testing.assert_array_equal(np.asarray(keys)[0], before[0])  # row 0 as it was
+    assert decoder.program_cache.saved == 0
+    assert decoder.program_cache.loaded >= 4  # prefill, step, their writes, the insertion
+
+
+def test_other_static_arguments_are_other_programs(llama, programs):
+    """The growth's batch and length are static (the program's shapes): another batch or
+    length is a miss and gets its own shapes, the same a hit."""
+    first = jaxattn.load(llama).kv_decoder
+    keys, values = first.empty(Shape(2, 16, 16))
+    assert first.grown(keys, values, 4)[0].shape[0] == 4
+    assert first.program_cache.saved == 1
+    second = jaxattn.load(llama).kv_decoder
+    keys, values = second.empty(Shape(2, 16, 16))
+    grown = {"rows": second.grown(keys, values, 8), "positions": second.widened(keys, values)}
+    assert (second.program_cache.loaded, second.program_cache.saved) == (0, 2)
+    assert grown["rows"][0].shape[0] == 8 and grown["rows"][0].shape[-2] == 16
+    assert grown["positions"][0].shape[0] == 2 and grown["positions"][0].shape[-2] == 32
+    assert second.grown(keys, values, 4)[0].shape[0] == 4
+    assert second.program_cache.loaded == 1
+
+
+def test_a_damaged_generation_program_is_traced_again(llama, programs, caplog):
+    """Cut files (a prefill's and its write's): traced again, the same caches, replaced."""
+    kept = np.array(_start(jaxattn.load(llama), PROMPTS[:2]).keys)
+    paths = sorted(programs.glob(f"*{program_cache.SUFFIX}"))
+    assert len(paths) == 2
+    for path in paths:
+        path.write_bytes(path.read_bytes()[:-7])
+    engine = jaxattn.load(llama)
+    with caplog.at_level(logging.WARNING, logger="jaxattn.engine"):
+        np.testing.assert_array_equal(np.array(_start(engine, PROMPTS[:2]).keys), kept)
+    cache = engine.kv_decoder.program_cache
+    assert (cache.loaded, cache.saved) == (0, 2)
+    assert sum("did not load" in r.getMessage() for r in caplog.records) == 2
+    again = jaxattn.load(llama)
+    np.testing.assert_array_equal(np.array(_start(again, PROMPTS[:2]).keys), kept)
+    assert again.kv_decoder.program_cache.loaded == 2
+
+
+GROUP_TEXTS = ["the quick brown fox jumps over the lazy dog", "hello world"]
+
+
+def _grouped(checkpoint, budget: int) -> tuple[list[dict], object]:
+    """A capture of every layer's attention run a layer group at a time (`budget`: the
+    output budget, bytes): (its arrays, the engine)."""
+    engine = jaxattn.load(checkpoint, output_budget=budget, buckets=(16,))
+    caps = engine.capture(GROUP_TEXTS, what=("attention",))
+    return [{"attention": c.attention} for c in caps], engine
+
+
+def test_layer_group_programs_are_kept_and_a_group_s_span_is_in_its_key(
+    checkpoint, programs, monkeypatch
+):
+    groups = ("_forward_group",)
+    with traces(groups) as traced:
+        kept, first = _grouped(checkpoint, 3500)  # one layer a group: 3 groups
+    assert len(traced) == 3 and first.step.program_cache.saved == 3
+    with traces(groups) as traced:
+        loaded, second = _grouped(checkpoint, 3500)
+    assert traced == [] and second.step.program_cache.loaded == 3
+    _assert_equal(loaded, kept)
+    # two layers a group: spans (0, 2) and (2, 3); the latter's program is kept
+    with traces(groups) as traced:
+        wider, third = _grouped(checkpoint, 6500)
+    assert len(traced) == 1 and (
+        third.step.program_cache.loaded,
+        third.step.program_cache.saved,
+    ) == (1, 1)
+    monkeypatch.setenv(program_cache.ENV, "off")
+    for budget, got in ((3500, loaded), (6500, wider)):
+        with traces(groups) as traced:
+            _assert_equal(got, _grouped(checkpoint, budget)[0])
+        assert traced  # grouped, traced
+
+
+def test_another_decoder_of_the_same_shapes_is_a_miss(llama, programs, tmp_path, monkeypatch):
+    """The decoder's config is in its programs' key: another RMS norm epsilon (the same
+    shapes, other numbers) is a miss, and its prefill computes its own model's caches."""
+    from llama_fixture import make_llama_checkpoint
+
+    kept = np.array(_start(jaxattn.load(llama), PROMPTS[:2]).keys)
+    other = make_llama_checkpoint(tmp_path / "eps", rms_norm_eps=0.5)
+    engine = jaxattn.load(other)
+    got = np.array(_start(engine, PROMPTS[:2]).keys)
+    assert (engine.kv_decoder.program_cache.loaded, engine.kv_decoder.program_cache.saved) == (
+        0,
+        2,  # the prefill and its write
+    )
+    assert not np.array_equal(got, kept)
+    monkeypatch.setenv(program_cache.ENV, "off")
+    np.testing.assert_array_equal(got, np.array(_start(jaxattn.load(other), PROMPTS[:2]).keys))

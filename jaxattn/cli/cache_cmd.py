@@ -7,8 +7,8 @@ directory (`jaxattn.engine.cache.cache_dir_in_use`) and below it, unless moved:
   (`<name>-<sha256>-cache` at the directory's top, with the `-atime` stamps JAX writes
   where its cache has a size limit) and, on GPUs, XLA's autotuning results
   (`xla_gpu_per_fusion_autotune_cache_dir/`);
-- programs: the traced capture programs (`<sha256>.jaxprog` in `jaxattn-programs/`, or
-  where $JAXATTN_PROGRAM_CACHE says: `jaxattn.engine.program_cache`);
+- programs: the traced capture and generation programs (`<sha256>.jaxprog` in
+  `jaxattn-programs/`, or where $JAXATTN_PROGRAM_CACHE says: `jaxattn.engine.program_cache`);
 - tokenizers: the checkpoints' resolved tokenizers (`<sha256>.json` in
   `jaxattn-tokenizers/`: `jaxattn.checkpoints.tokenizer_cache`).
 
@@ -36,7 +36,7 @@ _ACTIONS = {
 # The kinds, as their flags name them, in the order they are listed.
 _KINDS = {
     "compiled": "XLA's compiled programs (JAX's persistent compilation cache)",
-    "programs": "the traced capture programs (jax.export)",
+    "programs": "the traced capture and generation programs (jax.export)",
     "tokenizers": "the checkpoints' resolved tokenizers",
 }
 _HASH = "[0-9a-f]{64}"  # the sha256 keys every writer names its entries by
@@ -51,7 +51,7 @@ def register(subparsers) -> None:
         "it holds, or remove it. Three kinds share the compilation cache directory "
         "($JAXATTN_COMPILATION_CACHE, else $XDG_CACHE_HOME/jaxattn/xla, else "
         "~/.cache/jaxattn/xla; off with JAXATTN_COMPILATION_CACHE=off): XLA's compiled "
-        "programs, the traced capture programs (jaxattn-programs/; "
+        "programs, the traced capture and generation programs (jaxattn-programs/; "
         "$JAXATTN_PROGRAM_CACHE moves them or turns them off) and the checkpoints' "
         "resolved tokenizers (jaxattn-tokenizers/). clear removes only those entries: "
         "other files stay, and a directory goes only once empty.",

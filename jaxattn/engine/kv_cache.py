@@ -23,6 +23,9 @@ Each call is two programs: the model reads the caches and returns the tokens' ow
 keys and values, then `_write` puts them into the caches, which it is given
 (donated) and updates in place. In one program XLA copied both caches before writing
 them, twice, every step (the whole cache's bytes four times over, and the memory).
+Every program here (prefill, step, write, growth, insertion) goes through the program
+cache as the capture step's do (`program_cache.Program`): a new process loads it as
+exported instead of tracing the model, donation included.
 
 A group's sequences run together, right-padded, each at its own position: what a
 shorter prompt's padding left in the cache is at positions no query of it reads
@@ -79,7 +82,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxattn.engine import batching, causal_lm
+from jaxattn.engine import batching, causal_lm, program_cache
 from jaxattn.engine.ablation import HeadAblation
 from jaxattn.engine.attention import LayerCache
 from jaxattn.engine.model import Encoder
@@ -136,31 +139,56 @@ class KVDecoder:
         self._batch, self._replicated = batch, replicated
         self._kept = jax.device_put(HeadAblation().gates(c), replicated)  # every head
         ins = (replicated, replicated, batch, batch, batch, batch, replicated)
+        # Kept on disk across processes as the capture step's programs are
+        # (`program_cache`; None: off), under a key of what shapes them besides their
+        # arguments: the model (its config: the soft cap, the tied head), the weights'
+        # signature, the layer loop, the matmul platform and the spec. Whatever the
+        # engine's host memory policy: these programs write to device memory.
+        self.program_cache = program_cache.ProgramCache.for_step(
+            repr(
+                (
+                    "generation",
+                    c,
+                    program_cache.signature(step.params),
+                    step.layer_loop,
+                    model.platform,
+                    spec,
+                )
+            ),
+            self.devices,
+        )
+
+        def program(name, fun, **options):
+            return program_cache.Program(name, fun, self.program_cache, **options)
+
         # Module functions given the model, not bound methods: a jitted function holds
-        # its function, and a method would hold the decoder (a cycle).
+        # its function, and a method would hold the decoder (a cycle). The weights and
+        # the head (the first two arguments) are the same arrays at every call.
         prefill = functools.partial(_prefill_fn, model, spec)
         step_fn = functools.partial(_step_fn, model, spec, c.lm_softcap)
-        self._prefill = jax.jit(prefill, in_shardings=ins, out_shardings=(batch,) * 2)
-        self._step = jax.jit(step_fn, in_shardings=ins, out_shardings=(batch,) * 3)
+        model_args = dict(in_shardings=ins, fixed=(0, 1))
+        self._prefill = program("prefill", prefill, out_shardings=(batch,) * 2, **model_args)
+        self._step = program("step", step_fn, out_shardings=(batch,) * 3, **model_args)
         # The new rows go into the caches in a program of its own, whose only use of the
         # caches is that write: donated, they are updated in place (in the program that
         # also reads them, XLA copies both caches before writing, twice).
-        self._write = jax.jit(
-            _write, in_shardings=(batch,) * 5, out_shardings=(batch,) * 2, donate_argnums=(0, 1)
+        self._write = program(
+            "write", _write, in_shardings=(batch,) * 5, out_shardings=(batch,) * 2, donate=(0, 1)
         )
         # A group grown to a larger batch for prompts joining it, or a joining prompt's
         # caches to the group's length (`Group.admit`): the caches copied into the
-        # larger ones, the new rows and positions zero.
-        self._grow = jax.jit(
-            _grow, static_argnums=(2, 3), in_shardings=(batch,) * 2, out_shardings=(batch,) * 2
+        # larger ones, the new rows and positions zero (the batch and length static).
+        self._grow = program(
+            "grow", _grow, static=2, in_shardings=(batch,) * 2, out_shardings=(batch,) * 2
         )
         # A joining prompt's row, prefilled in a group of its own, put into a group's
         # caches (donated: updated in place, the other rows untouched).
-        self._insert = jax.jit(
+        self._insert = program(
+            "insert",
             _insert,
             in_shardings=(batch,) * 4 + (replicated,) * 2,
             out_shardings=(batch,) * 2,
-            donate_argnums=(0, 1),
+            donate=(0, 1),
         )
         self._compiled: set[tuple] = set()
         self._largest = False  # warmed up at the largest batch sizes only: groups pad to them
@@ -293,7 +321,7 @@ class KVDecoder:
         old freed after: the device holds both for its duration; a step's bytes of the
         cache read, once)."""
         self._compiled.add(("grow", (keys.shape[0], batch), keys.shape[-2]))
-        return self._grow(keys, values, batch, keys.shape[-2])
+        return self._grow(batch, keys.shape[-2], keys, values)
 
     def widened(self, keys, values):
         """The caches (keys, values) of a group widened to twice their positions, the
@@ -303,7 +331,7 @@ class KVDecoder:
         the group it joins: `Group.admit`)."""
         length = keys.shape[-2]
         self._compiled.add(("widen", keys.shape[0], (length, 2 * length)))
-        return self._grow(keys, values, keys.shape[0], 2 * length)
+        return self._grow(keys.shape[0], 2 * length, keys, values)
 
     def gates(self, gates=None):
         """A run's ablation gates (keep [L, H], uniform [L, H]: `HeadAblation.gates`) on
@@ -414,19 +442,19 @@ class KVDecoder:
             )
         )
         if bigger:
-            grow = (k, k, bigger[0], shape.length)
+            grow = (bigger[0], shape.length, k, k)
             programs.append((("grow", (n, bigger[0]), shape.length), self._grow, grow))
         for batch in (n, smallest):  # from the shortest length a group of it prefills at
             width = self.prefill_length(1, batch, shape.length)
             while width < shape.length:
                 half = array(batch, width)
                 key = ("widen", batch, (width, 2 * width))
-                programs.append((key, self._grow, (half, half, batch, 2 * width)))
+                programs.append((key, self._grow, (batch, 2 * width, half, half)))
                 width *= 2
         made = 0
-        for key, jitted, args in programs:
+        for key, program, args in programs:
             if key not in self._compiled:
-                jitted.lower(*args).compile()
+                program.compiled(*args)
                 self._compiled.add(key)
                 made += 1
         return made
@@ -645,7 +673,7 @@ def _insert(keys, values, new_keys, new_values, src, row):
     return one(keys, new_keys), one(values, new_values)
 
 
-def _grow(keys, values, batch: int, length: int):
+def _grow(batch: int, length: int, keys, values):
     """keys, values [B, L, H_kv, S, K] grown to `batch` rows of `length` positions, the
     new rows and positions zero."""
 

@@ -1,4 +1,4 @@
-"""Traced capture programs kept on disk, so that a new process skips tracing the model.
+"""Traced programs kept on disk, so that a new process skips tracing the model.
 
 XLA's persistent compilation cache (`jaxattn.engine.cache`) saves a program's
 compile, not what comes before it: to look a program up there JAX first traces
@@ -15,8 +15,14 @@ program without tracing it:
   (read while tracing), $XLA_FLAGS and every `jax.config` value;
 - the step (`CaptureStep`): the model config, the params' names, shapes and
   dtypes (values are arguments, not part of the program), the devices, where
-  outputs land, the layer loop, the attention path and block;
-- the call: the `CaptureSpec` and each argument's shape and dtype.
+  outputs land, the layer loop, the attention path and block; a generation's
+  (`kv_cache.KVDecoder`): the model config, the params' signature, the layer loop,
+  the matmul platform, the devices and its spec;
+- the call: the program (`Program`: the whole model's capture, a layer group's, a
+  generation's prefill, step, write, growth or insertion, each with the shardings
+  and donation its code fixes), its static arguments (the `CaptureSpec`, a layer
+  group's span, a growth's batch and length) and each other argument's shape and
+  dtype.
 
 A key that differs is a miss (traced, exported, saved), never a wrong program: a
 wrong hit would need two programs with one key, and every input that shapes a
@@ -25,6 +31,9 @@ run time (a test's monkeypatch of a function or of `blockwise.AUTO_MIN_LENGTH`) 
 not: such tests turn the cache off ($JAXATTN_PROGRAM_CACHE=off).
 Either way the step runs the exported program (compiled through XLA's cache as
 any other), so a process that traced it and one that loaded it run the same one.
+A program with donated arguments (a generation's caches, written in place) is
+compiled from its exported form with the same donation: the loaded program takes
+the caches' buffers as the traced one does.
 
 Why exported programs and not compiled executables
 (`jax.experimental.serialize_executable`, which would skip the compile too): on
@@ -45,8 +54,9 @@ is a miss and is replaced; so is a loaded program that does not compile.
 
 Off where the compilation cache is off (unless $JAXATTN_PROGRAM_CACHE names a
 directory), where its directory is not a local path (gs://), in multi-process jobs,
-where outputs go to pinned host memory (an exported program does not carry memory
-kinds) and without the flatbuffers package (jax.export's serialization);
+for a capture step whose outputs go to pinned host memory (an exported program does
+not carry memory kinds; a generation's programs write to device memory: kept) and
+without the flatbuffers package (jax.export's serialization);
 $JAXATTN_PROGRAM_CACHE set to off, 0, false or no turns it off, set to a directory
 keeps the programs there.
 """
@@ -276,6 +286,136 @@ def _payload(data: bytes) -> tuple[bytes | None, str]:
     if hashlib.sha256(payload).digest() != data[len(MAGIC) : head]:
         return None, "damaged: its program does not match its sha256"
     return payload, ""
+
+
+class Program:
+    """A function jitted with its options (`jax.jit`'s), and its compiled programs: one per
+    call in this process, and with a `ProgramCache` its exported ones on disk (module
+    docstring), for the capture step's programs and a generation's alike.
+
+    Static arguments come first (`static`: how many); `fixed` names arguments that are
+    the same arrays at every call (the weights), left out of the in-process key so a
+    call costs no walk over them (their signature is in the disk key). A program is
+    compiled with the jit's shardings and donation, whether traced or loaded: a loaded
+    program updates its donated buffers in place as the traced one does.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        fun,
+        cache: ProgramCache | None,
+        *,
+        in_shardings,
+        out_shardings,
+        static: int = 0,
+        donate: tuple[int, ...] = (),
+        fixed: tuple[int, ...] = (),
+    ):
+        import jax
+
+        self.name, self.cache, self._static = name, cache, static
+        # a function of its static arguments' values: the other arguments' shardings,
+        # donation counted among them (what an exported program's call takes)
+        self._options = dict(
+            in_shardings=in_shardings,
+            out_shardings=out_shardings,
+            donate_argnums=tuple(i - static for i in donate),
+        )
+        self.jit = jax.jit(
+            fun,
+            static_argnums=tuple(range(static)),
+            in_shardings=in_shardings,
+            out_shardings=out_shardings,
+            donate_argnums=donate,
+        )
+        self._fixed = frozenset(fixed)
+        self._compiled: dict = {}
+
+    def __call__(self, *args):
+        """Run the program of these arguments (static ones first), compiled at its first call."""
+        return self.compiled(*args)(*args[self._static :])
+
+    def compiled(self, *args):
+        """The compiled program of these arguments (arrays, or `jax.ShapeDtypeStruct`s with
+        their shardings: compiled ahead of time): made in this process already; else, with
+        the program cache on, its exported program loaded from disk, or traced, exported
+        and kept there; else traced. Then compiled (XLA's persistent cache may hold the
+        compile). A loaded program that does not compile is removed from the cache and
+        traced again; one this process exported is kept once it compiled, else the
+        function runs as traced (`cannot_keep`). Out of device memory compiling passes
+        on (the arguments' size, not the file: kept)."""
+        key = self._key(args)
+        program = self._compiled.get(key)
+        if program is None:
+            program = self._compiled[key] = self._make(args)
+        return program
+
+    def _key(self, args) -> tuple:
+        """A call's program in this process: the static arguments, the others' shapes and
+        dtypes but the fixed ones', and JAX's trace context (the config values a jit
+        cache keys on)."""
+        import jax
+
+        varying = [
+            a for i, a in enumerate(args[self._static :], self._static) if i not in self._fixed
+        ]
+        leaves, structure = jax.tree.flatten(varying)
+        shapes = tuple((getattr(x, "shape", ()), getattr(x, "dtype", None)) for x in leaves)
+        return (args[: self._static], structure, shapes, _trace_context())
+
+    def _make(self, args):
+        from jaxattn.engine.oom import out_of_memory
+
+        disk, name, exported, unkept, program = self.cache, None, None, None, None
+        static, rest = args[: self._static], args[self._static :]
+        if disk is not None:
+            name = disk.key(repr((self.name, static, signature(rest))))
+            exported = disk.load(name)
+            if exported is not None:
+                try:
+                    program = self.compile_exported(exported, rest)
+                except Exception as error:  # noqa: BLE001 - traced again below
+                    if out_of_memory(error):  # the arguments' size, not the file: kept
+                        raise
+                    disk.discard(name, error)
+                    exported = None
+            if program is None:
+                exported = export(self.jit, *args, platform=disk.platform)
+                if isinstance(exported, Exception):
+                    unkept, exported = exported, None
+        if program is None and exported is not None:
+            try:
+                program = self.compile_exported(exported, rest)
+            except Exception as error:  # noqa: BLE001 - traced as it is below
+                if out_of_memory(error):
+                    raise
+                unkept = error
+            else:
+                disk.save(name, exported)  # once it compiled
+        if program is None:
+            program = self.jit.trace(*args).lower().compile()
+            if unkept is not None:  # the function traced: the export's own failure
+                cannot_keep(unkept)
+        return program
+
+    def compile_exported(self, exported, args: tuple):
+        """`exported` (a `jax.export.Exported` of this function) compiled for these
+        (non-static) arguments, with the jit's shardings and donation."""
+        import jax
+
+        return jax.jit(exported.call, **self._options).trace(*args).lower().compile()
+
+
+def _trace_context():
+    """What jit's own cache keys on besides the arguments (x64, precision defaults, ...)."""
+    try:
+        from jax._src.config import trace_context
+    except ImportError:  # pragma: no cover - a jax without it: the config's values
+        import jax
+
+        return repr(sorted(jax.config.values.items()))
+    return trace_context()
 
 
 def export(jitted, *args, platform: str | None = None):

@@ -34,20 +34,12 @@ from jaxattn.config import ModelConfig
 from jaxattn.engine import blockwise, layer_groups, map_positions, program_cache
 from jaxattn.engine import layer_loop as layer_loops
 from jaxattn.engine.model import Encoder
-from jaxattn.engine.oom import out_of_memory
 from jaxattn.engine.quantize import quantize
 from jaxattn.errors import UsageError
 from jaxattn.quantities import MAPS
 from jaxattn.spec import CaptureSpec
 
 HOST_MEMORY = ("auto", "pinned", "device", "staged")
-
-try:  # what jit's own cache keys on besides the arguments (x64, precision defaults, ...)
-    from jax._src.config import trace_context as _trace_context
-except ImportError:  # pragma: no cover - a jax without it: the config's values
-
-    def _trace_context():
-        return repr(sorted(jax.config.values.items()))
 
 
 def resolve_host_memory(policy: str, devices: Sequence[jax.Device]) -> str:
@@ -117,20 +109,6 @@ def _quantized(spec: CaptureSpec, out: dict, mask, positions) -> dict:
     }
 
 
-def _call_key(spec: CaptureSpec, args: tuple) -> tuple:
-    """A call's program in this process: the spec, the batch's shape, the selected
-    positions' and gates' shapes and JAX's trace context (the config values a jit cache
-    keys on), cheap enough for every batch. args: `CaptureStep._program`'s."""
-    ids, positions, gates = args[1], args[5], args[6]
-    return (
-        spec,
-        ids.shape,
-        tuple((name, p.shape) for name, p in positions.items()),
-        None if gates is None else tuple(g.shape for g in gates),
-        _trace_context(),
-    )
-
-
 class CaptureStep:
     """The compiled capture program of one model on a set of devices.
 
@@ -191,31 +169,9 @@ class CaptureStep:
             attention=attention,
             block=self.block,
         )
-        # params, ids, type_ids, mask, classes, positions, gates
-        self._in_shardings = (replicated, batch, batch, batch, batch, batch, replicated)
-        self._out_sharding = out
-        self._jit = jax.jit(
-            self._forward,
-            static_argnums=0,  # the CaptureSpec; in_shardings cover the rest
-            in_shardings=self._in_shardings,
-            out_shardings=out,
-        )
-        # One layer group's program (`jaxattn.engine.layer_groups`): the spec and the
-        # group's span static; the hidden state entering it (None for the first) stays
-        # on the devices, sharded with the batch, and comes out beside its outputs.
-        self._group_jit = jax.jit(
-            self._forward_group,
-            static_argnums=(0, 1),
-            in_shardings=(
-                (replicated, batch, batch, batch, batch, batch, batch, replicated, replicated)
-            ),
-            out_shardings=(out, batch),
-        )
         self._templates: dict = {}  # scanned: a group signature -> its program's span
         self._programs: set[tuple] = set()  # (spec, [B, T], heads ablated[, span]) compiled
-        # The whole-model programs made or loaded in this process, by `_call_key`; and
-        # those kept on disk across processes (`program_cache`; None: off).
-        self._compiled: dict[tuple, jax.stages.Compiled] = {}
+        # The programs kept on disk across processes (`program_cache`; None: off).
         self.program_cache = (
             None
             if self.host_memory == "pinned"
@@ -234,6 +190,34 @@ class CaptureStep:
                 self.devices,
             )
         )
+        # The whole model's program: the CaptureSpec static; params, ids, type_ids, mask,
+        # classes, positions, gates.
+        self._whole = program_cache.Program(
+            "capture",
+            self._forward,
+            self.program_cache,
+            static=1,
+            in_shardings=(replicated, batch, batch, batch, batch, batch, replicated),
+            out_shardings=out,
+            fixed=(1,),
+        )
+        self._jit = self._whole.jit  # traced as it is (memory analyses: benchmarks)
+        # One layer group's program (`jaxattn.engine.layer_groups`): the spec and the
+        # group's span static; the hidden state entering it (None for the first) stays
+        # on the devices, sharded with the batch, and comes out beside its outputs; the
+        # layer shift (scanned: alike groups share a program) an argument.
+        self._group = program_cache.Program(
+            "group",
+            self._forward_group,
+            self.program_cache,
+            static=2,
+            in_shardings=(
+                (replicated, batch, batch, batch, batch, batch, batch, replicated, replicated)
+            ),
+            out_shardings=(out, batch),
+            fixed=(2,),
+        )
+        self._group_jit = self._group.jit  # traced as it is (`lower_group`)
 
     def _forward(self, spec: CaptureSpec, params, ids, type_ids, mask, classes, positions, gates):
         # gates: None, or (keep [L, H], uniform [L, H]) shared by the batch (ablation).
@@ -284,7 +268,7 @@ class CaptureStep:
         self._programs.add((spec, ids.shape, gates is not None, span))
         positions = positions or {}
         args = (spec, span, self.params, x, ids, type_ids, mask, classes, positions, gates, shift)
-        out, x = self._group_jit(*args)
+        out, x = self._group(*args)
         if self._staged is not None:  # a transfer of its own, dispatched asynchronously
             out = jax.device_put(out, self._staged)
         return out, x
@@ -342,68 +326,18 @@ class CaptureStep:
         """
         self._programs.add((spec, ids.shape, gates is not None))
         args = (self.params, ids, type_ids, mask, classes, positions or {}, gates)
-        out = self._program(spec, args)(*args)
+        out = self._whole(spec, *args)
         if self._staged is not None:  # a transfer of its own, dispatched asynchronously
             out = jax.device_put(out, self._staged)
         return out
 
     def compile(self, spec: CaptureSpec, ids, type_ids, mask, classes, positions=None) -> None:
         """Compile the program of these placed arrays (no heads ablated) without running
-        it ahead of time (`_program`), so the first call of that shape runs at once."""
+        it ahead of time (`program_cache.Program.compiled`: loaded from the program cache
+        where it holds it), so the first call of that shape runs at once."""
         args = (self.params, ids, type_ids, mask, classes, positions or {}, None)
-        self._program(spec, args)
+        self._whole.compiled(spec, *args)
         self._programs.add((spec, ids.shape, False))
-
-    def _program(self, spec: CaptureSpec, args: tuple) -> jax.stages.Compiled:
-        """The compiled program of `spec` for these arguments (the non-static ones of
-        `_forward`): made in this process already; else, with the program cache on, its
-        exported program loaded from disk, or traced, exported and kept there; else traced.
-        Then compiled (XLA's persistent cache may hold the compile). A loaded program that
-        does not compile is removed from the cache and traced again; one this process
-        exported is kept once it compiled, else the model runs as traced (`cannot_keep`)."""
-        key = _call_key(spec, args)
-        program = self._compiled.get(key)
-        if program is not None:
-            return program
-        disk, name, exported, unkept = self.program_cache, None, None, None
-        if disk is not None:
-            name = disk.key(repr((spec, program_cache.signature(args[1:]))))
-            exported = disk.load(name)
-            if exported is not None:
-                try:
-                    program = self._compile_exported(exported, args)
-                except Exception as error:  # noqa: BLE001 - traced again below
-                    if out_of_memory(error):  # the batch's size, not the file: kept
-                        raise
-                    disk.discard(name, error)
-                    exported = None
-            if program is None:
-                exported = program_cache.export(self._jit, spec, *args, platform=disk.platform)
-                if isinstance(exported, Exception):
-                    unkept, exported = exported, None
-        if program is None and exported is not None:
-            try:
-                program = self._compile_exported(exported, args)
-            except Exception as error:  # noqa: BLE001 - traced as it is below
-                if out_of_memory(error):
-                    raise
-                unkept = error
-            else:
-                disk.save(name, exported)  # once it compiled
-        if program is None:
-            program = self._jit.trace(spec, *args).lower().compile()
-            if unkept is not None:  # the model traced: the export's own failure
-                program_cache.cannot_keep(unkept)
-        self._compiled[key] = program
-        return program
-
-    def _compile_exported(self, exported, args: tuple) -> jax.stages.Compiled:
-        """`exported` (a `jax.export.Exported` of `_forward`) compiled for these arguments,
-        with the step's shardings."""
-        jitted = jax.jit(
-            exported.call, in_shardings=self._in_shardings, out_shardings=self._out_sharding
-        )
-        return jitted.trace(*args).lower().compile()
 
     def compile_groups(
         self, spec: CaptureSpec, spans, ids, type_ids, mask, classes, positions=None
@@ -415,10 +349,9 @@ class CaptureStep:
         for span in spans:
             program, shift = self._group_program(spec, span)
             args = (spec, program, self.params, x, ids, type_ids, mask, classes, positions or {})
-            traced = self._group_jit.trace(*args, None, shift)
-            traced.lower().compile()
+            compiled = self._group.compiled(*args, None, shift)
             self._programs.add((spec, ids.shape, False, program))
-            x = traced.out_info[1]  # the hidden state's shape, dtype and sharding
+            x = compiled.out_info[1]  # the hidden state's shape, dtype and sharding
 
     def canonical_params(self) -> dict:
         """The params as the checkpoint names them (one entry per weight set), on the host."""
