@@ -237,6 +237,15 @@ for stage in "${wanted[@]}"; do
       # by default on a GPU) against each starting its own
       step 150 "$py" benchmarks/service_generate.py --stagger 0.1 --new "$(s 4 24)" \
         --rounds "$(s 1 3)" --clients "$(s 2 8)" $(s "" "--synthetic gpt2-small")
+      # a new process's first generation (an 8-layer random Llama), cold then from the
+      # caches: the program cache keeps generation's programs (1.3-1.6 s against 2.1-4.6 s
+      # traced, on the 2-core CPU)
+      cache=$(mktemp -d) model=$(mktemp -d)/llama
+      for run in empty filled; do
+        echo "-- first generation, $run caches"
+        JAXATTN_COMPILATION_CACHE=$cache step "$( [ $run = empty ] && echo 90 || echo 30)" \
+          "$py" benchmarks/first_generate.py --model "$model"
+      done
       unset XLA_PYTHON_CLIENT_PREALLOCATE
       ;;
     long)  # issue 31: Llama-3.2-1B-shaped, one text of 8,192 and of 32,768 tokens,
