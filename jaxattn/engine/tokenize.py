@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jaxattn.config import ModelConfig
+from jaxattn.engine.pieces import Pieces
 from jaxattn.errors import CheckpointError, InputError, TooLongError, UsageError
 from jaxattn.inputs import TOO_LONG, Text, check_text
 
@@ -111,6 +112,11 @@ class Tokenizer:
         imported until `hf` is asked for."""
         return cls(None, config, backend=backend, load_hf=lambda: _transformers_tokenizer(path))
 
+    @functools.cached_property
+    def _pieces(self) -> Pieces:
+        """The word pieces' table (`jaxattn.engine.pieces`), built on the first `encode`."""
+        return Pieces.of(self._backend)
+
     @property
     def hf(self):
         """The checkpoint's transformers tokenizer (special tokens, `save`), read on first use."""
@@ -155,8 +161,13 @@ class Tokenizer:
             return []
         texts = list(texts)
         limit, truncating = self.config.max_length, self._truncating
-        # The per-text work below is the host's share of a large capture (issue 26):
-        # one conversion of each id list, no per-text lookups beyond what is kept.
+        pieces = self._pieces
+        # The per-text work below is the host's share of a large capture (issues 26, 32):
+        # the word pieces are the table's shared strings, not a new string per token.
+        # Not encode_batch_fast (tokenizers >= 0.21, no offsets, ~14 % less Rust time):
+        # in 0.23 its Encodings give empty strings for some pieces (an unknown word's,
+        # Unigram's, BPE's) and a pair's sentence B type id 0 where no post-processor
+        # sets them.
         out: list[TokenizedText | None] = []
         append = out.append
         encoded = self._backend.encode_batch(texts, add_special_tokens=True)
@@ -175,12 +186,13 @@ class Tokenizer:
             if isinstance(text, tuple):
                 # An empty sentence B has no token of its own: it starts at the
                 # final separator, where its first token would have been.
-                b = next((j for j, s in enumerate(e.sequence_ids) if s == 1), len(ids) - 1)
+                sequence = e.sequence_ids
+                b = sequence.index(1) if 1 in sequence else len(ids) - 1
             append(
                 TokenizedText(
                     ids=tuple(ids),
                     type_ids=tuple(e.type_ids),
-                    tokens=tuple(e.tokens),
+                    tokens=pieces.tokens(ids) or tuple(e.tokens),
                     sentence_b_start=b,
                     text=text,
                     truncated=truncated,
