@@ -11,11 +11,20 @@ import pytest
 from tokenizers import AddedToken, models, normalizers, pre_tokenizers, processors
 from tokenizers import Tokenizer as Backend
 
+from jaxattn.engine import pieces
 from jaxattn.engine.pieces import Pieces
 from jaxattn.engine.tokenize import Tokenizer
 from jaxattn.inputs.arguments import SAMPLE_CORPUS
 
 LIMIT = 40
+
+
+@pytest.fixture(autouse=True)
+def _table_at_once(monkeypatch):
+    """The table from the first call (`pieces.Deferred` waits for it to pay otherwise)."""
+    monkeypatch.setattr(pieces, "TOKENS_PER_ENTRY", 0)
+
+
 ODD = [
     "",
     " ",
@@ -181,3 +190,14 @@ def test_a_backend_not_read_as_expected_has_no_table():
     t.post_processor = processors.ByteLevel()
     assert Pieces.of(t).table is not None
     assert Pieces(["a", "b"]).tokens([0, 5]) is None  # an id past the table
+
+
+def test_the_table_is_built_once_the_tokens_read_pay_for_it(monkeypatch):
+    monkeypatch.setattr(pieces, "TOKENS_PER_ENTRY", 2)
+    tok = _tokenizer(_backends()["routes"]())  # 7 words and 4 added tokens: built at 22
+    first = tok.encode(["hello world"])[0]  # [CLS] hello world [SEP]: 4 tokens a call
+    for _ in range(4):  # 20 tokens read
+        assert tok.encode(["hello world"])[0].tokens[1] is not first.tokens[1]
+    tok.encode(["hello world"])  # 24: built after this call
+    a, b = tok.encode(["hello world", "hello"])
+    assert a.tokens == ("[CLS]", "hello", "world", "[SEP]") and a.tokens[1] is b.tokens[1]

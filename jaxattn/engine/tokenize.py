@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jaxattn.config import ModelConfig
-from jaxattn.engine.pieces import Pieces
+from jaxattn.engine.pieces import Deferred
 from jaxattn.errors import CheckpointError, InputError, TooLongError, UsageError
 from jaxattn.inputs import TOO_LONG, Text, check_text
 
@@ -92,6 +92,7 @@ class Tokenizer:
         self._truncating = Backend.from_str(self.backend_json)
         self._truncating.no_padding()
         self._truncating.enable_truncation(config.max_length, strategy="longest_first")
+        self._pieces = Deferred(self._backend)  # the word pieces' table, once it pays
 
     @classmethod
     def from_dir(cls, path: Path, config: ModelConfig) -> Tokenizer:
@@ -111,11 +112,6 @@ class Tokenizer:
         `path` (kept by `jaxattn.checkpoints.tokenizer_cache`): transformers is not
         imported until `hf` is asked for."""
         return cls(None, config, backend=backend, load_hf=lambda: _transformers_tokenizer(path))
-
-    @functools.cached_property
-    def _pieces(self) -> Pieces:
-        """The word pieces' table (`jaxattn.engine.pieces`), built on the first `encode`."""
-        return Pieces.of(self._backend)
 
     @property
     def hf(self):
@@ -161,7 +157,7 @@ class Tokenizer:
             return []
         texts = list(texts)
         limit, truncating = self.config.max_length, self._truncating
-        pieces = self._pieces
+        pieces, read = self._pieces.pieces, 0
         # The per-text work below is the host's share of a large capture (issues 26, 32):
         # the word pieces are the table's shared strings, not a new string per token.
         # Not encode_batch_fast (tokenizers >= 0.21, no offsets, ~14 % less Rust time):
@@ -173,6 +169,7 @@ class Tokenizer:
         encoded = self._backend.encode_batch(texts, add_special_tokens=True)
         for i, (text, e) in enumerate(zip(texts, encoded, strict=True)):
             ids = e.ids
+            read += len(ids)
             truncated = len(ids) > limit
             if truncated:
                 if too_long == "error":
@@ -198,6 +195,7 @@ class Tokenizer:
                     truncated=truncated,
                 )
             )
+        self._pieces.count(read)
         return out
 
 
