@@ -11,7 +11,7 @@ for a text holding one, and its Encoding's own `tokens` are read):
   - an added token that strips spaces (lstrip, rstrip): the piece holds them;
   - a normalized added token whose normalized content is not its string;
   - a post-processor's special token spelt otherwise than the vocabulary's id;
-  - an id with two strings (the model's vocabulary and an added token's).
+  - an id with two strings (the model's vocabulary and an added token's), or none.
 
 A model or post-processor of a kind not in `MODELS` or `PROCESSORS`, or a backend
 whose parts cannot be read: no table, every text's pieces are the backend's.
