@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jaxattn.config import ModelConfig
+from jaxattn.engine.pieces import Deferred
 from jaxattn.errors import CheckpointError, InputError, TooLongError, UsageError
 from jaxattn.inputs import TOO_LONG, Text, check_text
 
@@ -91,6 +92,7 @@ class Tokenizer:
         self._truncating = Backend.from_str(self.backend_json)
         self._truncating.no_padding()
         self._truncating.enable_truncation(config.max_length, strategy="longest_first")
+        self._pieces = Deferred(self._backend)  # the word pieces' table, once it pays
 
     @classmethod
     def from_dir(cls, path: Path, config: ModelConfig) -> Tokenizer:
@@ -155,13 +157,19 @@ class Tokenizer:
             return []
         texts = list(texts)
         limit, truncating = self.config.max_length, self._truncating
-        # The per-text work below is the host's share of a large capture (issue 26):
-        # one conversion of each id list, no per-text lookups beyond what is kept.
+        pieces, read = self._pieces.pieces, 0
+        # The per-text work below is the host's share of a large capture (issues 26, 32):
+        # the word pieces are the table's shared strings, not a new string per token.
+        # Not encode_batch_fast (tokenizers >= 0.21, no offsets, ~14 % less Rust time):
+        # in 0.23 its Encodings give empty strings for some pieces (an unknown word's,
+        # Unigram's, BPE's) and a pair's sentence B type id 0 where no post-processor
+        # sets them.
         out: list[TokenizedText | None] = []
         append = out.append
         encoded = self._backend.encode_batch(texts, add_special_tokens=True)
         for i, (text, e) in enumerate(zip(texts, encoded, strict=True)):
             ids = e.ids
+            read += len(ids)
             truncated = len(ids) > limit
             if truncated:
                 if too_long == "error":
@@ -175,17 +183,19 @@ class Tokenizer:
             if isinstance(text, tuple):
                 # An empty sentence B has no token of its own: it starts at the
                 # final separator, where its first token would have been.
-                b = next((j for j, s in enumerate(e.sequence_ids) if s == 1), len(ids) - 1)
+                sequence = e.sequence_ids
+                b = sequence.index(1) if 1 in sequence else len(ids) - 1
             append(
                 TokenizedText(
                     ids=tuple(ids),
                     type_ids=tuple(e.type_ids),
-                    tokens=tuple(e.tokens),
+                    tokens=pieces.tokens(ids) or tuple(e.tokens),
                     sentence_b_start=b,
                     text=text,
                     truncated=truncated,
                 )
             )
+        self._pieces.count(read)
         return out
 
 
