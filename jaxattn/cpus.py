@@ -22,19 +22,26 @@ PROC_CGROUP = "/proc/self/cgroup"
 CGROUP_ROOT = "/sys/fs/cgroup"
 
 
-def cgroup_path(proc_cgroup: str, controller: str) -> str | None:
-    """The process's cgroup in the hierarchy of `controller` ("memory", "cpu": v1's; "":
-    v2's, whose line names no controller) from /proc/self/cgroup ("id:controllers:path"),
-    None where no line names it or the file cannot be read."""
+def cgroup_line(proc_cgroup: str, controller: str) -> tuple[str, str] | None:
+    """(the controllers of its hierarchy, the process's cgroup there) for `controller`
+    ("memory", "cpu": v1's; "": v2's, whose line names no controller) from
+    /proc/self/cgroup ("id:controllers:path"), None where no line names it or the file
+    cannot be read. A line not of that form is passed over."""
     try:
         with open(proc_cgroup, encoding="utf-8") as f:
             for line in f:
-                _, controllers, path = line.rstrip("\n").split(":", 2)
-                if controller in controllers.split(","):
-                    return path
-    except (OSError, ValueError, UnicodeDecodeError):
+                parts = line.rstrip("\n").split(":", 2)
+                if len(parts) == 3 and controller in parts[1].split(","):
+                    return parts[1], parts[2]
+    except (OSError, UnicodeDecodeError):
         return None
     return None
+
+
+def cgroup_path(proc_cgroup: str, controller: str) -> str | None:
+    """The process's cgroup in the hierarchy of `controller` (`cgroup_line`'s path)."""
+    found = cgroup_line(proc_cgroup, controller)
+    return None if found is None else found[1]
 
 
 def levels(root: str, path: str) -> list[str]:
@@ -86,10 +93,12 @@ def cgroup_cpus(proc_cgroup: str | None = None, cgroup_root: str | None = None) 
     cgroup_root = CGROUP_ROOT if cgroup_root is None else cgroup_root
     least = None
     for subs, controller, quota in _VERSIONS:
-        path = cgroup_path(proc_cgroup, controller)
-        if path is None:
+        found = cgroup_line(proc_cgroup, controller)
+        if found is None:
             continue
-        for sub in subs:
+        mounted, path = found
+        # v1: also the directory named as the line names the hierarchy ("cpuacct,cpu")
+        for sub in dict.fromkeys(subs + ((mounted,) if controller else ())):
             for level in levels(os.path.join(cgroup_root, sub) if sub else cgroup_root, path):
                 try:
                     cpus = quota(level)

@@ -465,8 +465,10 @@ class BatchPipeline:
             {(b.length, b.size) for b in plan}
             - {(t, n) for k, t, n in self.shapes.compiled if k == key}
         )
+        if len(new) < 2:  # before `compile_threads`, which reads the cgroup files
+            return None
         threads = self.compile_threads or compile_threads(len(new))
-        if len(new) < 2 or threads < 2:
+        if threads < 2:
             return None
         pool = ThreadPoolExecutor(threads, thread_name_prefix="jaxattn-compile")
         return _CompilingAhead(

@@ -71,6 +71,7 @@ import logging
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -331,6 +332,10 @@ class Program:
         )
         self._fixed = frozenset(fixed)
         self._compiled: dict = {}
+        # One lock a key: concurrent first calls of one program make it once (loaded or
+        # exported, compiled, saved), other keys' compiles still run side by side.
+        self._making: dict = {}
+        self._lock = threading.Lock()
 
     def __call__(self, *args):
         """Run the program of these arguments (static ones first), compiled at its first call."""
@@ -347,8 +352,14 @@ class Program:
         on (the arguments' size, not the file: kept)."""
         key = self._key(args)
         program = self._compiled.get(key)
-        if program is None:
-            program = self._compiled[key] = self._make(args)
+        if program is not None:
+            return program
+        with self._lock:
+            making = self._making.setdefault(key, threading.Lock())
+        with making:
+            program = self._compiled.get(key)
+            if program is None:
+                program = self._compiled[key] = self._make(args)
         return program
 
     def _key(self, args) -> tuple:
