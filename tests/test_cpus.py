@@ -145,3 +145,45 @@ def test_every_pool_is_sized_by_the_quota_not_the_nodes_cores(tree, monkeypatch)
     tree.write("kubepods/pod1", "cpu.max", "200000 100000")
     assert cpus.usable() == 2
     assert (bulk.helpers(), codec_pool.workers(), compile_threads(40)) == (1, 2, 1)
+
+
+def test_a_capture_call_with_nothing_to_compile_ahead_reads_no_cgroup_file(
+    bert_checkpoint, monkeypatch
+):
+    """A call whose shapes are compiled does not size a compile pool, so reads no cgroup
+    file (those reads cost ~150 us a call, on every small server request)."""
+    import jaxattn
+
+    engine = jaxattn.load(bert_checkpoint, buckets=(16,))
+    engine.capture(["a b c"], what=("attention",))  # compiled
+    reads = []
+    real = cpus.cgroup_cpus
+    monkeypatch.setattr(cpus, "cgroup_cpus", lambda *a: reads.append(a) or real(*a))
+    for _ in range(3):
+        engine.capture(["a b c"], what=("attention",))
+    assert reads == []
+
+
+@pytest.mark.parametrize("mount", ["cpuacct,cpu", "cpu,cpuacct,cpuset"])
+def test_a_v1_quota_under_the_hierarchy_the_cgroup_line_names(tmp_path, monkeypatch, mount):
+    """v1's cpu hierarchy mounted under the controllers its /proc/self/cgroup line lists
+    (no `cpu` or `cpu,cpuacct` directory) still counts."""
+    monkeypatch.setattr(cpus, "affinity", lambda: 64)
+    proc = tmp_path / "cgroup"
+    proc.write_text(f"4:{mount}:/docker/x\n")
+    level = tmp_path / "root" / mount
+    level.mkdir(parents=True)
+    (level / "cpu.cfs_quota_us").write_text("200000\n")
+    (level / "cpu.cfs_period_us").write_text("100000\n")
+    assert cpus.usable(str(proc), str(tmp_path / "root")) == 2
+
+
+def test_one_odd_line_of_proc_cgroup_does_not_hide_the_others(tmp_path, monkeypatch):
+    """A line not of the form id:controllers:path (the kernel writes none) is passed over,
+    not the end of the file."""
+    monkeypatch.setattr(cpus, "affinity", lambda: 64)
+    proc = tmp_path / "cgroup"
+    proc.write_text("odd\n0::/a\n")
+    (tmp_path / "root" / "a").mkdir(parents=True)
+    (tmp_path / "root" / "a" / "cpu.max").write_text("200000 100000\n")
+    assert cpus.usable(str(proc), str(tmp_path / "root")) == 2

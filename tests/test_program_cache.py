@@ -636,3 +636,33 @@ def test_another_decoder_of_the_same_shapes_is_a_miss(llama, programs, tmp_path,
     assert not np.array_equal(got, kept)
     monkeypatch.setenv(program_cache.ENV, "off")
     np.testing.assert_array_equal(got, np.array(_start(jaxattn.load(other), PROMPTS[:2]).keys))
+
+
+def test_concurrent_first_calls_make_one_program(tmp_path):
+    """Four threads' first calls of one shape make its program once (loaded or exported,
+    compiled and saved once), as one jax.jit compiles it once."""
+    import threading
+
+    from jax.sharding import SingleDeviceSharding
+
+    s = SingleDeviceSharding(jax.devices()[0])
+
+    def f(x):
+        time.sleep(0.2)  # a model's trace takes a while
+        return jax.numpy.cos(x) * 3
+
+    cache = program_cache.ProgramCache(tmp_path, "concurrent", jax.devices()[:1])
+    program = program_cache.Program("cos", f, cache, in_shardings=(s,), out_shardings=s)
+    x = jax.device_put(jax.numpy.ones((11,)), s)
+    start = threading.Barrier(4)
+
+    def first_call():
+        start.wait()
+        program(x)
+
+    threads = [threading.Thread(target=first_call) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert cache.saved == 1

@@ -31,7 +31,8 @@ The modules, in the order data flows through them:
     ablation   head ablation (Kovaleva et al. 2019) and its study; mlm, causal_lm: its
                losses (masked LM for encoders, next-token for decoders)
     cache      the persistent compilation cache (on by default, per user)
-    program_cache  capture programs kept as jax.export exports them: a new process skips tracing
+    program_cache  capture, layer-group and generation programs kept as jax.export exports
+                   them: a new process skips tracing
     xla_flags  the XLA flags set by default (GEMMs to cuBLAS on GPUs), applied on import
     generate   a decoder's greedy continuation (Engine.generate), and the capture of
                prompt + continuation from its ids (capture(..., generate=N))
