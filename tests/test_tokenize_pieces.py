@@ -207,3 +207,36 @@ def test_the_table_is_built_once_the_tokens_read_pay_for_it(monkeypatch):
     tok.encode(["hello world"])  # 24: built after this call
     a, b = tok.encode(["hello world", "hello"])
     assert a.tokens == ("[CLS]", "hello", "world", "[SEP]") and a.tokens[1] is b.tokens[1]
+
+
+class _NoDict:
+    """A backend whose `get_vocab` is refused: the table must come from `id_to_token`."""
+
+    def __init__(self, backend):
+        self._b = backend
+
+    def __getattr__(self, name):
+        return getattr(self._b, name)
+
+    def get_vocab(self, with_added_tokens=True):
+        raise AssertionError("get_vocab builds the whole dict holding the GIL")
+
+
+@pytest.mark.parametrize("name", ["minilm", "gpt2", "albert", "routes"])
+def test_the_table_is_read_id_by_id_not_from_one_dict(name):
+    backend = _backends()[name]()
+    table = Pieces.of(_NoDict(backend)).table
+    assert table is not None
+    n = backend.get_vocab_size(with_added_tokens=False)  # the model's, not normalized
+    assert table[:n] == [backend.model.id_to_token(i) for i in range(n)]
+
+
+def test_an_id_with_two_strings_or_a_gap_is_left_to_the_backend():
+    vocab = {"[UNK]": 0, "a": 1, "b": 1, "c": 3, "d": 4}  # two strings for 1, none for 2
+    t = Backend(models.WordLevel(vocab, unk_token="[UNK]"))
+    t.pre_tokenizer = pre_tokenizers.Whitespace()
+    assert {1, 2} <= set(Pieces.of(t).mixed)
+    reference = Backend.from_str(t.to_str())  # what `Tokenizer` reads: the JSON's
+    for text in ["a b c d", "b", "c d x"]:
+        want = tuple(reference.encode(text).tokens)
+        assert _tokenizer(t).encode([text])[0].tokens == want, text

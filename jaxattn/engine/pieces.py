@@ -95,7 +95,7 @@ def _table(backend) -> Pieces:
         if table.setdefault(i, piece) != piece:
             mixed.add(i)
 
-    for piece, i in backend.get_vocab(with_added_tokens=False).items():
+    for i, piece in _model_strings(backend, model):
         put(i, piece)
     if kind == "Unigram":
         unk = json.loads(model.__getstate__()).get("unk_id")
@@ -127,6 +127,20 @@ def _table(backend) -> Pieces:
     # An id no route names cannot be given; were one given, the backend's piece is read.
     mixed.update(i for i, piece in enumerate(dense) if piece is None)
     return Pieces(dense, frozenset(mixed))
+
+
+def _model_strings(backend, model):
+    """(id, string) of the model's vocabulary. One `id_to_token` call per id, not
+    `get_vocab`: that one builds the whole dict holding the GIL (~0.5-0.9 s for 262,144
+    entries, every other thread of a server stopped); these let the others run
+    between calls. Where the model's strings outnumber the ids found (an id with two
+    strings), `get_vocab`'s pairs, so that `put` marks the id mixed."""
+    strings = backend.get_vocab_size(with_added_tokens=False)
+    to_token = model.id_to_token
+    pairs = [(i, s) for i in range(strings) if (s := to_token(i)) is not None]
+    if len(pairs) == strings:
+        return pairs
+    return [(i, s) for s, i in backend.get_vocab(with_added_tokens=False).items()]
 
 
 def _specials(state: dict) -> list[tuple[str, int]] | None:
