@@ -240,3 +240,41 @@ def test_an_id_with_two_strings_or_a_gap_is_left_to_the_backend():
     for text in ["a b c d", "b", "c d x"]:
         want = tuple(reference.encode(text).tokens)
         assert _tokenizer(t).encode([text])[0].tokens == want, text
+
+
+def test_threads_counting_together_build_the_table_once(monkeypatch):
+    """Eight threads counting tokens at once: no count lost or raised (None - int), and
+    the table built once, by the thread that reached the mark (CPython 3.11's lock
+    alone keeps this too; the count's own lock keeps it on a free-threaded build)."""
+    import sys
+    import threading
+
+    class FakeBackend:
+        def get_vocab_size(self, with_added_tokens):
+            return 1000
+
+    built = []
+    monkeypatch.setattr(
+        pieces.Pieces, "of", classmethod(lambda cls, b: built.append(b) or cls(None))
+    )
+    deferred = pieces.Deferred(FakeBackend())
+    errors = []
+
+    def read():
+        try:
+            for _ in range(2000):
+                deferred.count(1)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=read) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == [] and len(built) == 1  # 16,000 tokens past the mark of 8,000

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import operator
+import threading
 from collections.abc import Sequence
 
 # The models whose piece for an id is the vocabulary's string for it (Unigram's but
@@ -67,20 +68,28 @@ class Pieces:
 class Deferred:
     """A backend's `Pieces`: none (every piece read from the backend) until `count` has
     been told of `TOKENS_PER_ENTRY` tokens for each entry of its vocabulary, then its
-    table. Two threads passing the mark together build it twice, the same table."""
+    table. The first thread past the mark builds it (`_left` is cleared first); the others
+    read the backend's pieces until it is set, whole."""
 
     def __init__(self, backend):
         self._backend, self.pieces = backend, Pieces(None)
         self._left: int | None = TOKENS_PER_ENTRY * backend.get_vocab_size(with_added_tokens=True)
+        self._lock = threading.Lock()  # the count, on any Python (free-threaded too)
         self.count(0)
 
     def count(self, tokens: int) -> None:
-        """`tokens` more were read; the table is built when they reach the mark."""
-        if self._left is not None:
+        """`tokens` more were read; the table is built when they reach the mark (by
+        the thread that got there, outside the lock: the others do not wait for it)."""
+        if self._left is None:
+            return
+        with self._lock:
+            if self._left is None:
+                return
             self._left -= tokens
-            if self._left <= 0:
-                self._left = None
-                self.pieces = Pieces.of(self._backend)
+            if self._left > 0:
+                return
+            self._left = None
+        self.pieces = Pieces.of(self._backend)
 
 
 def _table(backend) -> Pieces:
