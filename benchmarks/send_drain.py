@@ -7,9 +7,11 @@ The engine, request and codec stubs are `client_gil_e2e.py --bookkeeping`'s (a t
 random BERT of BERT-base's 12 x 12 heads at 128 tokens replaying near-uniform uint8
 rows; each piece's "compression" a fixed frame of 37 % of its bytes): what is left is
 the server's own Python per message (batcher, job flow control, framing, the codec
-pool's hand-offs, metrics), all of which holds the interpreter lock. Reported (best of
-R): decoded GB/s, the process's CPU s per decoded GB (the handler's thread, the encode
-thread and the codec pool's together), and messages and items per GB; `--profile`
+pool's hand-offs, metrics), all of which holds the interpreter lock. Reported (each the
+least of R): decoded GB/s, the process's CPU s per decoded GB (the handler's thread, the
+encode thread, the codec pool's and the batcher's together) and the handler thread's
+alone (with `--inline`, the encode thread's work too), messages a GB, and the time the
+cyclic garbage collector took (`gc.callbacks`); `--profile`
 writes a cProfile (by own time) of one more drain, the encode thread's work done in
 the handler's thread (as `--inline`: the codec pool's threads are not profiled).
 """
@@ -79,9 +81,7 @@ def main(argv=None) -> int:
     from jaxattn.wire.protowire import headers_in
     from service import servicer as servicer_module
     from service.metrics import ServerMetrics
-    from service.micro_batching import MicroBatcher
-    from service.requests import RequestParser
-    from service.server import ServerOptions
+    from service.server import ServerOptions, components
 
     _no_codecs()
     if args.inline or args.profile:
@@ -90,24 +90,9 @@ def main(argv=None) -> int:
         servicer_module.prefetch = lambda messages: messages
     with tempfile.TemporaryDirectory() as tmp:
         engine = synthetic_engine(str(checkpoint_in(tmp)))
-    options = ServerOptions()  # as `create_server` makes them (its defaults)
-    batcher = MicroBatcher(
-        engine,
-        queue_size=128,
-        window_s=options.batch_window_s,
-        max_batch_examples=options.max_batch_examples,
-    )
-    parser = RequestParser(
-        engine,
-        max_texts=options.max_texts,
-        max_tokens=1 << 20,
-        max_request_bytes=options.max_request_bytes,
-        max_metadata_bytes=options.max_metadata_bytes,
-        max_example_bytes=options.max_example_bytes,
-        max_buffered_bytes=options.max_buffered_bytes,
-        max_result_bytes=options.max_result_bytes,
-        max_new_tokens=options.max_new_tokens,
-    )
+    # As `create_server` builds them, with its defaults but these two (client_gil_e2e's)
+    options = ServerOptions(max_tokens=1 << 20, queue_size=128)
+    batcher, parser = components(engine, options)
     metrics = ServerMetrics(engine, batcher, max_batch_examples=options.max_batch_examples)
     servicer = servicer_module.AttentionServicer(engine, batcher, parser, 8, metrics=metrics)
     batcher.start()

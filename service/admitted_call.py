@@ -111,7 +111,8 @@ class Job:
         self._items: dict[int, collections.deque[tuple[object, int]]] = {}
         self._next = 0  # the example `results` yields (the next item of) next
         # The batcher's worker condition (same lock): told whenever buffered bytes
-        # shrink or the job dies, so a job held back by its buffer can run again.
+        # shrink while examples remain to compute (`_sent`), or the job dies, so a job
+        # held back by its buffer can run again.
         self.notify_worker: Callable[[], None] = lambda: None
         # The batcher's check that its worker will look at this job's stall clock by
         # the time it could be due (same lock; `MicroBatcher._sees_stall`); else it
