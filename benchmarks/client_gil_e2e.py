@@ -37,15 +37,51 @@ LAYERS = HEADS = 12
 TOKENS = 128
 
 
-def child(checkpoint: str, bookkeeping: bool = False, latency: float = 0.0) -> int:
-    import logging
-
+def synthetic_engine(checkpoint: str):
+    """The child's engine: `checkpoint` replayed (`service_scale.CachedReplay`), each
+    example's attention replaced by `client_gil.quantised_rows` once computed."""
     import numpy as np
-    import service_bench as sb
     from client_gil import quantised_rows
     from service_scale import CachedReplay
 
     import jaxattn
+
+    class Synthetic(CachedReplay):
+        """Replays, each example's attention replaced by `client_gil.quantised_rows` once
+        computed (a random tiny model's rows are far more compressible than BERT-base's)."""
+
+        def run(self, tokenized, spec):
+            for p, cap in super().run(tokenized, spec):
+                if not getattr(cap, "synthetic", False):
+                    a = cap.tensors["attention"]
+                    rng = np.random.default_rng(len(self.cache))
+                    cap.tensors["attention"] = quantised_rows(a.shape, rng)
+                    object.__setattr__(cap, "synthetic", True)
+                yield p, cap
+
+    return Synthetic(jaxattn.load(checkpoint, buckets=(TOKENS,), max_batch=8))
+
+
+def checkpoint_in(tmp) -> Path:
+    """The tiny random BERT of BERT-base's 12 x 12 heads at 128 tokens, made in `tmp`."""
+    from hf_fixtures import make_checkpoint
+
+    return make_checkpoint(
+        "bert",
+        Path(tmp) / "bert12",
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        hidden_size=2 * HEADS,
+        intermediate_size=37,
+        max_position_embeddings=TOKENS + 8,
+    )
+
+
+def child(checkpoint: str, bookkeeping: bool = False, latency: float = 0.0) -> int:
+    import logging
+
+    import service_bench as sb
+
     from service.server import create_server
 
     if bookkeeping:
@@ -63,23 +99,10 @@ def child(checkpoint: str, bookkeeping: bool = False, latency: float = 0.0) -> i
 
         send.compress = compress
 
-    class Synthetic(CachedReplay):
-        """Replays, each example's attention replaced by `client_gil.quantised_rows` once
-        computed (a random tiny model's rows are far more compressible than BERT-base's)."""
-
-        def run(self, tokenized, spec):
-            for p, cap in super().run(tokenized, spec):
-                if not getattr(cap, "synthetic", False):
-                    a = cap.tensors["attention"]
-                    rng = np.random.default_rng(len(self.cache))
-                    cap.tensors["attention"] = quantised_rows(a.shape, rng)
-                    object.__setattr__(cap, "synthetic", True)
-                yield p, cap
-
     logging.basicConfig(level=logging.WARNING)
     if os.environ.get("SG_SWITCH"):
         sys.setswitchinterval(float(os.environ["SG_SWITCH"]))
-    engine = Synthetic(jaxattn.load(checkpoint, buckets=(TOKENS,), max_batch=8))
+    engine = synthetic_engine(checkpoint)
     server, port = create_server(engine, "127.0.0.1:0", max_tokens=1 << 20, queue_size=128)
     server.start()
     return sb.serve_until_sigterm(server, port)
@@ -118,7 +141,6 @@ def main(argv=None) -> int:
     if args.child:
         return child(args.child, args.bookkeeping, args.codec_latency)
     from client_gil import _codec_cpu, _count_codec, _no_codecs
-    from hf_fixtures import make_checkpoint
 
     from jaxattn.client import AttentionClient
 
@@ -127,15 +149,7 @@ def main(argv=None) -> int:
     _count_codec()
 
     with tempfile.TemporaryDirectory() as tmp:
-        ckpt = make_checkpoint(
-            "bert",
-            Path(tmp) / "bert12",
-            num_hidden_layers=LAYERS,
-            num_attention_heads=HEADS,
-            hidden_size=2 * HEADS,
-            intermediate_size=37,
-            max_position_embeddings=TOKENS + 8,
-        )
+        ckpt = checkpoint_in(tmp)
         cmd = [sys.executable, __file__, "--child", str(ckpt)]
         cmd += ["--bookkeeping"] if args.bookkeeping else []
         cmd += ["--codec-latency", str(args.codec_latency)] if args.codec_latency else []

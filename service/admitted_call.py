@@ -111,8 +111,14 @@ class Job:
         self._items: dict[int, collections.deque[tuple[object, int]]] = {}
         self._next = 0  # the example `results` yields (the next item of) next
         # The batcher's worker condition (same lock): told whenever buffered bytes
-        # shrink or the job dies, so a job held back by its buffer can run again.
+        # shrink while examples remain to compute (`_sent`), or the job dies, so a job
+        # held back by its buffer can run again.
         self.notify_worker: Callable[[], None] = lambda: None
+        # The batcher's check that its worker will look at this job's stall clock by
+        # the time it could be due (same lock; `MicroBatcher._sees_stall`); else it
+        # tells the worker (`notify_worker`).
+        self.stall_seen: Callable[[Job], bool] = lambda job: False
+        self._ended = 0  # examples put whole (a Capture, or an example's last part)
 
     # -- state (call with `lock` held) ----------------------------------------------
 
@@ -155,6 +161,7 @@ class Job:
         size = capture_bytes(cap)
         self._items.setdefault(index, collections.deque()).append((cap, size))
         self.buffered += size
+        self._ended += ends_example(cap)
         self.ready.notify_all()
         return size
 
@@ -223,7 +230,8 @@ class Job:
                         del self._items[index]
                         index += 1
                     self._next = index
-                    self.notify_worker()  # no longer waiting: its stall clock runs
+                    if not (self._computed() and self.stall_seen(self)):
+                        self.notify_worker()  # no longer waiting: its stall clock runs
                 yield at, cap
         finally:
             with self.lock:
@@ -245,8 +253,18 @@ class Job:
             return bool(self._items.get(self._next))
 
     def _sent(self, size: int) -> None:
-        """An example was sent: its bytes leave the buffer (lock held)."""
+        """An example was sent: its bytes leave the buffer (lock held). The worker is
+        told only while the job has examples to compute: then its buffer may be what
+        holds them back (`MicroBatcher._fits`, `GroupedRuns.holds`); once every example
+        is in, a smaller buffer only puts its stall off (and waking the worker for
+        nothing costs the sender the interpreter lock at each example)."""
         self.progress_at = time.monotonic()
         if size:
             self.buffered -= size
-            self.notify_worker()
+            if not self._computed():
+                self.notify_worker()
+
+    def _computed(self) -> bool:
+        """(lock held) Every example of the job is in (put whole); a job generating
+        never is until it ends (its `tokenized` is a worst case)."""
+        return self.generation is None and self._ended >= len(self.tokenized)

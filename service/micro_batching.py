@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -126,6 +127,7 @@ class MicroBatcher:
         self.buffer_bytes = buffer_bytes
         self.total_bytes = total_bytes
         self.stall_s = stall_s
+        self._wakes_at: float | None = None  # the worker asleep until then (`_sleep`)
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)  # the worker waits here
         self._pending: collections.deque[Job] = collections.deque()  # runnable, by arrival
@@ -188,6 +190,7 @@ class MicroBatcher:
         if generation is not None:
             job.generation = GenerationRun(generation)
         job.notify_worker = self._cond.notify_all
+        job.stall_seen = self._sees_stall
         with self._lock:
             if self._closed or not self._admitting:
                 raise JobCancelled()
@@ -347,7 +350,7 @@ class MicroBatcher:
                         wait = 1.0 if wait is None else min(wait, 1.0)
                     if due is not None:  # a slot's reader may be idle long enough by then
                         wait = due if wait is None else min(wait, due)
-                    self._cond.wait(wait)
+                    self._sleep(wait)
                     continue
                 if first.generation is not None:  # its next step, alone (`_generate`)
                     window = self._generations.ready(
@@ -358,7 +361,7 @@ class MicroBatcher:
                         window_s=self.window_s if self.merge else None,
                     )
                     if window is not None:  # the window, for companions to merge with
-                        self._cond.wait(window)
+                        self._sleep(window)
                         continue
                     self._pending.remove(first)
                     first.running = True
@@ -372,9 +375,24 @@ class MicroBatcher:
                     until = first.submitted + self.window_s
                     if time.monotonic() < until and not first.dead:
                         if not self._enough(first.spec):
-                            self._cond.wait(until - time.monotonic())
+                            self._sleep(until - time.monotonic())
                             continue
                 return Run(self._take(first)), None
+
+    def _sleep(self, seconds: float | None) -> None:
+        """(lock held) The worker waits on its condition for at most `seconds` (None: until
+        told), noting until when: `_sees_stall`."""
+        self._wakes_at = math.inf if seconds is None else time.monotonic() + seconds
+        try:
+            self._cond.wait(seconds)
+        finally:
+            self._wakes_at = None
+
+    def _sees_stall(self, job: Job) -> bool:
+        """(lock held) Whether the worker looks at `job`'s stall clock by the time it can
+        be due without being told: it is not asleep (it reaps before it sleeps again), or
+        it wakes by then (`_reap` counts from `progress_at`, which only moves later)."""
+        return self._wakes_at is None or self._wakes_at <= job.progress_at + self.stall_s
 
     def _preemption(self) -> tuple[tuple[Run, Run] | None, float | None]:
         """(lock held) Every slot is held and a reader waits for an example that needs one

@@ -148,30 +148,10 @@ def _grpc_options(options: ServerOptions) -> list[tuple[str, int]]:
     ]
 
 
-def create_server(
-    engine,
-    address: str = "127.0.0.1:50051",
-    *,
-    options: ServerOptions | None = None,
-    **overrides,
-) -> tuple[AttentionServer, int]:
-    """Build (but do not start) a server for `engine` bound to `address`.
-
-    Args:
-      engine: a loaded `jaxattn.Engine` (or anything with its info, make_spec,
-        tokenize and run).
-      address: "host:port"; port 0 picks a free port. Defaults to loopback
-        only: serving beyond the machine is a choice (use TLS and a token).
-      options: ServerOptions; keyword overrides replace its fields.
-
-    Returns:
-      (server, port): call server.start(), later server.stop(grace).
-
-    Raises:
-      RuntimeError: the address cannot be bound.
-      UsageError: bad options.
-    """
-    options = dataclasses.replace(options or ServerOptions(), **overrides)
+def components(engine, options: ServerOptions) -> tuple[MicroBatcher, RequestParser]:
+    """The batcher (not started) and the request parser `create_server` serves `engine`
+    with under `options` (also for measuring the servicer without gRPC:
+    benchmarks/send_drain.py)."""
     batcher = MicroBatcher(
         engine,
         queue_size=options.queue_size,
@@ -202,6 +182,34 @@ def create_server(
         # An example over the per-example limit runs in layer groups within it, each
         # sent as it lands (`jaxattn.engine.layer_groups`, service/limits.py).
         batcher.group_bytes = parser.limits.example_bytes or None
+    return batcher, parser
+
+
+def create_server(
+    engine,
+    address: str = "127.0.0.1:50051",
+    *,
+    options: ServerOptions | None = None,
+    **overrides,
+) -> tuple[AttentionServer, int]:
+    """Build (but do not start) a server for `engine` bound to `address`.
+
+    Args:
+      engine: a loaded `jaxattn.Engine` (or anything with its info, make_spec,
+        tokenize and run).
+      address: "host:port"; port 0 picks a free port. Defaults to loopback
+        only: serving beyond the machine is a choice (use TLS and a token).
+      options: ServerOptions; keyword overrides replace its fields.
+
+    Returns:
+      (server, port): call server.start(), later server.stop(grace).
+
+    Raises:
+      RuntimeError: the address cannot be bound.
+      UsageError: bad options.
+    """
+    options = dataclasses.replace(options or ServerOptions(), **overrides)
+    batcher, parser = components(engine, options)
     metrics = ServerMetrics(engine, batcher, max_batch_examples=options.max_batch_examples)
     batcher.on_batch = metrics.batch
     # The metrics' interceptor first: it sees every call, those the token refuses too.

@@ -46,7 +46,7 @@ from jaxattn.wire.send import (
 _FRAMING = 48
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class _Item:
     head: bytes  # a serialised ExampleHeader, or a chunk's fields but data
     meta: pb.TensorChunk | None = None  # None: a header
@@ -92,13 +92,18 @@ class _Item:
 def _items(
     index: int, cap, codec: str, max_chunk_bytes: int, weights: str, compressor
 ) -> Iterator[_Item]:
+    bases: dict[str, int] = {}  # where each tensor's share starts (asked once a tensor)
     for item in parts(index, cap, codec, max_chunk_bytes, True, weights, compressor):
         if isinstance(item, pb.ExampleHeader):
             yield _Item(item.SerializeToString())
             continue
         meta, data = item
-        tensor = cap.tensors[meta.tensor] if data is None else None
-        yield _Item(meta.SerializeToString(), meta, data, tensor, whole(cap, meta.tensor)[2])
+        name = meta.tensor
+        base = bases.get(name)
+        if base is None:
+            base = bases[name] = whole(cap, name)[2]
+        tensor = cap.tensors[name] if data is None else None
+        yield _Item(meta.SerializeToString(), meta, data, tensor, base)
 
 
 def _alone(item: _Item) -> bytes:

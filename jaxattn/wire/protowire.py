@@ -35,6 +35,10 @@ def varint(n: int) -> bytes:
     """The base-128 varint encoding of a non-negative integer."""
     if 0 <= n < 0x80:
         return _ONE_BYTE[n]  # tags and small lengths: most calls, framing each chunk
+    if 0 < n < 0x200000:  # a piece's or a message's length: two or three bytes
+        if n < 0x4000:
+            return bytes((n & 0x7F | 0x80, n >> 7))
+        return bytes((n & 0x7F | 0x80, (n >> 7) & 0x7F | 0x80, n >> 14))
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
@@ -44,6 +48,11 @@ def varint(n: int) -> bytes:
 
 
 _ONE_BYTE = tuple(bytes((n,)) for n in range(0x80))
+
+
+def varint_len(n: int) -> int:
+    """How many bytes `varint(n)` writes (n >= 0)."""
+    return 1 if n < 0x80 else (n.bit_length() + 6) // 7
 
 
 def read_varint(buf, pos: int) -> tuple[int, int]:
@@ -123,37 +132,45 @@ def _chunk_lead(head_len: int, data_len: int, at: int, wrap: bool) -> tuple[byte
     after a CaptureResponse.items prefix where `wrap`), then the head, `pad` (a
     `padding` field, or nothing), the data's prefix and the data, which starts at
     a multiple of DATA_ALIGNMENT in the message.
+
+    Sizes only are worked out (`varint_len`; a `padding` field's bytes follow from its
+    length alone) and the bytes made once: this runs for every chunk sent.
     """
     data_prefix = length_delimited(DATA_TAG, data_len)
-    leads: dict[int, bytes] = {}  # the lead of each padding size tried (asked again below)
+    fixed = head_len + len(data_prefix) + data_len  # the chunk's body but the padding
+    # Where the data starts with a padding of `pad` bytes (its lead's length: a prefix of
+    # the chunk's body, and of the items field that holds it where `wrap`).
+    before = at + head_len + len(data_prefix)
 
-    def lead_of(pad: bytes) -> bytes:
-        if len(pad) in leads:
-            return leads[len(pad)]
-        body = head_len + len(pad) + len(data_prefix) + data_len
-        lead = length_delimited(CHUNK_TAG, body)
-        lead = length_delimited(ITEMS_TAG, len(lead) + body) + lead if wrap else lead
-        leads[len(pad)] = lead
-        return lead
+    def data_start(pad: int) -> int:
+        lead = 1 + varint_len(fixed + pad)
+        if wrap:
+            lead += 1 + varint_len(lead + fixed + pad)
+        return before + lead + pad
 
-    def aligned(pad: bytes) -> bool:
-        start = at + len(lead_of(pad)) + head_len + len(pad) + len(data_prefix)
-        return start % DATA_ALIGNMENT == 0
-
-    pad = b""
+    pad = 0
     for _ in range(2):  # the padding may grow a prefix by a byte: then once more
-        if aligned(pad):
-            return lead_of(pad), pad, data_prefix
-        data_start = at + len(lead_of(pad)) + head_len + len(pad) + len(data_prefix)
-        pad = padding(-(data_start - len(pad)) % DATA_ALIGNMENT)
-    # A length at a varint boundary (2^14, 2^21, ...) can flip back and forth with
-    # the padding: try every padding size; the lead is always computed for the pad
-    # it goes with, so the message is valid even unaligned (the client then copies).
-    for size in (0, *range(2, 2 + 2 * DATA_ALIGNMENT)):
-        candidate = padding(size) if size else b""
-        if aligned(candidate):
-            return lead_of(candidate), candidate, data_prefix
-    return lead_of(pad), pad, data_prefix
+        start = data_start(pad)
+        if start % DATA_ALIGNMENT == 0:
+            break
+        pad = -(start - pad) % DATA_ALIGNMENT
+        pad += DATA_ALIGNMENT if pad < 2 else 0  # a field takes 2 bytes at least
+    else:
+        # A length at a varint boundary (2^14, 2^21, ...) can flip back and forth with
+        # the padding: try every padding size; the lead is always computed for the pad
+        # it goes with, so the message is valid even unaligned (the client then copies).
+        pad = next(
+            (
+                n
+                for n in (0, *range(2, 2 + 2 * DATA_ALIGNMENT))
+                if data_start(n) % DATA_ALIGNMENT == 0
+            ),
+            pad,
+        )
+    lead = length_delimited(CHUNK_TAG, fixed + pad)
+    if wrap:
+        lead = length_delimited(ITEMS_TAG, len(lead) + fixed + pad) + lead
+    return lead, padding(pad) if pad else b"", data_prefix
 
 
 def chunk_frame(head: bytes, data_len: int) -> tuple[bytes, np.ndarray, np.ndarray]:
@@ -184,31 +201,29 @@ def frame_items(items: list[tuple[bytes, int | None]]) -> tuple[bytes, list]:
     chunk's padding, so that `rewrite_head` may write a shorter head there. Each
     chunk's data starts at a multiple of DATA_ALIGNMENT in the whole message.
     """
-    framed, spans, at = [], [], 0
+    framed, spans, at = [], [], 0  # each item's bytes before its data; where it goes
     for head, data_len in items:
         if data_len is None:
             header = frame_header(head)
-            framed.append(length_delimited(ITEMS_TAG, len(header)) + header)
+            framed.append((at, length_delimited(ITEMS_TAG, len(header)) + header))
             spans.append(None)
-            at += len(framed[-1])
+            at += len(framed[-1][1])
             continue
         lead, pad, data_prefix = _chunk_lead(len(head), data_len, at, wrap=True)
-        framed.append(lead + head + pad + data_prefix)
+        piece = b"".join((lead, head, pad, data_prefix))
+        framed.append((at, piece))
         head_start = at + len(lead)
-        data_start = at + len(framed[-1])
-        spans.append((head_start, head_start + len(head) + len(pad), data_start, data_len))
-        at = data_start + data_len
+        at += len(piece)
+        spans.append((head_start, head_start + len(head) + len(pad), at, data_len))
+        at += data_len
     message, view = new_bytes(at)
-    regions, pos = [], 0
-    for piece, span in zip(framed, spans, strict=True):
-        view[pos : pos + len(piece)] = np.frombuffer(piece, np.uint8)
-        if span is None:
-            regions.append(None)
-            pos += len(piece)
-            continue
-        head_start, head_end, data_start, data_len = span
-        regions.append((view[head_start:head_end], view[data_start : data_start + data_len]))
-        pos = data_start + data_len
+    writable = memoryview(view)  # small writes: a memoryview's, not numpy's, per item
+    for pos, piece in framed:
+        writable[pos : pos + len(piece)] = piece
+    regions = [
+        None if span is None else (view[span[0] : span[1]], view[span[2] : span[2] + span[3]])
+        for span in spans
+    ]
     return message, regions
 
 

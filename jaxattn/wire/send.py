@@ -186,9 +186,13 @@ def parts(
             compressor = Compressor(codec, max_chunk_bytes)
         elif (compressor.codec, compressor.max_chunk_bytes) != (codec, max_chunk_bytes):
             raise RuntimeError("a stream's compressor of another codec or piece size")
+        wholes: dict[str, tuple] = {}  # `whole` asked once a tensor, not once a piece
         try:
             for name, lo, hi, (data, used, crc) in compressor.pieces(cap):
-                shape, total, base = whole(cap, name)
+                known = wholes.get(name)
+                if known is None:
+                    known = wholes[name] = whole(cap, name)
+                shape, total, base = known
                 at = (base + lo, base + hi, total)
                 yield _meta(index, name, cap, datatype, shape, *at, used, crc), data
         finally:

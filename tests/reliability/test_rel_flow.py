@@ -149,3 +149,47 @@ def test_a_reader_is_timed_from_when_its_example_arrived():
     time.sleep(0.2)  # the worker reaps meanwhile: its clock started when the example came
     assert list(results) == [] and b.stats["stalled"] == 0
     b.close()
+
+
+def test_a_computed_job_sends_without_waking_the_worker():
+    """Once every example is in, taking one frees nothing the worker waits for: the
+    handler does not wake it at each example (it costs the sender the interpreter lock);
+    while examples remain to compute, each example sent tells it (its buffer may be what
+    holds the rest back)."""
+    b = batcher(stall_s=60)
+    job = b.submit("A", [Enc(1)] * 5)  # 5 kB: all computed at once, in the buffer
+    wait_for(lambda: job.buffered == 5 * KB, 5, "every example in")
+    told = []
+    wake = job.notify_worker
+    job.notify_worker = lambda: (told.append(1), wake())
+    assert [i for i, _ in job.results()] == list(range(5))
+    assert told == [] and job.buffered == 0
+    held = b.submit("A", [Enc(4)] * 5)  # 20 kB through a 10 kB buffer: held back
+    wake = held.notify_worker
+    held.notify_worker = lambda: (told.append(1), wake())
+    assert [i for i, _ in held.results()] == list(range(5))
+    assert told
+    b.close()
+
+
+def test_a_computed_jobs_reader_that_stops_is_still_called_slow():
+    """The reader waits for each example (its clock stopped), so the worker may fall
+    asleep with no stall to time once the last is in; the reader takes it and then reads
+    nothing: the worker is told that its clock runs, and fails it."""
+    b = batcher(stall_s=0.3)
+    engine_run = b.engine.run
+
+    def sluggish(tokenized, spec):  # the reader waits for each example
+        for item in engine_run(tokenized, spec):
+            time.sleep(0.05)
+            yield item
+
+    b.engine.run = sluggish
+    job = b.submit("A", [Enc(1)] * 3)
+    cancelled = threading.Event()
+    job.on_stall = cancelled.set
+    results = job.results()
+    assert [next(results)[0] for _ in range(3)] == [0, 1, 2]  # the last one held
+    wait_for(cancelled.is_set, 5, "the call cancelled")
+    assert b.stats["stalled"] == 1 and job.buffered == 1 * KB
+    b.close()

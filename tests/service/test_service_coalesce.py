@@ -226,6 +226,26 @@ def test_framing_at_a_varint_boundary_is_valid_and_aligned(head_len, data_len):
         assert all(offset % protowire.DATA_ALIGNMENT == 0 for offset in data_offsets(m))
 
 
+@pytest.mark.parametrize("bits", [7, 14, 21])
+def test_framing_around_each_varint_step_parses_and_aligns(bits):
+    """Every data length near a varint's step (2^7, 2^14, 2^21), after items of every
+    length mod 16 and for a plain chunk: protobuf reads the chunk back, its data starts
+    16-aligned, and the padding between is zero bytes of at most 2 * 16 + 1."""
+    head = pb.TensorChunk(tensor="t", byte_length=5).SerializeToString()
+    for data_len in range((1 << bits) - 40, (1 << bits) + 8):
+        messages = [protowire.chunk_frame(head, data_len)[0]]
+        for shift in range(16):  # a header item of 2 + shift bytes before the chunk
+            header = pb.ExampleHeader(tokens=["x" * shift]).SerializeToString()
+            messages.append(protowire.frame_items([(header, None), (head, data_len)])[0])
+        for m in messages:
+            chunk = items_of([m])[-1].chunk
+            assert (chunk.tensor, chunk.byte_length, len(chunk.data)) == ("t", 5, data_len)
+            assert not chunk.padding.strip(b"\0") and len(chunk.padding) <= 2 * 16 + 1 - 2
+            assert data_offsets(m) and all(
+                o % protowire.DATA_ALIGNMENT == 0 for o in data_offsets(m)
+            )
+
+
 def test_rewrite_head_refuses_a_head_that_does_not_fit():
     region = np.zeros(10, np.uint8)
     protowire.rewrite_head(region, b"\x08\x01" * 4)  # 2 bytes left: an empty padding field
