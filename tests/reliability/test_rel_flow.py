@@ -153,9 +153,9 @@ def test_a_reader_is_timed_from_when_its_example_arrived():
 
 def test_a_computed_job_sends_without_waking_the_worker():
     """Once every example is in, taking one frees nothing the worker waits for: the
-    handler does not wake it at each example (it costs the sender the interpreter lock);
-    while examples remain to compute, each example sent tells it (its buffer may be what
-    holds the rest back)."""
+    handler does not wake it at each example (it costs the sender the interpreter lock).
+    A job held back by its buffer still runs to its end: the worker is told as its reader
+    waits for and takes examples."""
     b = batcher(stall_s=60)
     job = b.submit("A", [Enc(1)] * 5)  # 5 kB: all computed at once, in the buffer
     wait_for(lambda: job.buffered == 5 * KB, 5, "every example in")
