@@ -685,9 +685,11 @@ class Engine:
 
 
 def _fingerprint_later(step: CaptureStep) -> Future:
-    """The fingerprint of `step`'s weights made in a daemon thread (a process may exit
-    before it ends; the hashing releases the interpreter's lock): the Future of it, or of
-    the exception its making raised."""
+    """The fingerprint of `step`'s weights made in a thread of its own (the hashing
+    releases the interpreter's lock): the Future of it, or of the exception its making
+    raised. Not a daemon: a process that exits sooner waits for it (at most what its
+    first capture would have spent), so that no copy from the device is under way while
+    the backend is torn down."""
     future: Future = Future()
 
     def run() -> None:
@@ -696,5 +698,5 @@ def _fingerprint_later(step: CaptureStep) -> Future:
         except BaseException as error:  # noqa: BLE001 - handed to whoever asks for it
             future.set_exception(error)
 
-    threading.Thread(target=run, name="jaxattn.engine.fingerprint", daemon=True).start()
+    threading.Thread(target=run, name="jaxattn.engine.fingerprint").start()
     return future
