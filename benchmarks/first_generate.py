@@ -17,7 +17,9 @@ Each run prints its outputs' sha256 (the ids, or the attention arrays): a run wh
 programs the program cache loaded prints the traced run's. The first call is split as
 `first_capture.py` splits it (`ProgramSpans`: the wall time in JAX's tracing, lowering
 and XLA compile-or-cache-load, and the rest), with the program cache's loaded and
-saved counts.
+saved counts, and the rest split as there (`FirstRuns`: each program's first execution
+against the same run again, but the programs that donate their buffers, the caches'
+writes; `device_first_use`: the device's first use, probed before the first call).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from first_capture import PROGRAM_EVENTS, ProgramSpans
+from first_capture import PROGRAM_EVENTS, FirstRuns, ProgramSpans, device_first_use
 
 # A tiny-but-not-trivial Llama (`jaxattn.bench.synthetic`'s llama-1b with these fields).
 SHAPE = dict(
@@ -79,6 +81,8 @@ def main() -> None:
             return [g.ids for g in engine.generate(texts, args.new, stop_at_eos=False)]
 
         case = f"{len(texts)} prompts x {args.new} new tokens"
+    probe = device_first_use()
+    runs = FirstRuns()
     t1, since = time.perf_counter(), time.time()
     out = run()
     t2 = time.perf_counter()
@@ -86,6 +90,7 @@ def main() -> None:
     kinds = [spans.wall(since, (event,)) for event in PROGRAM_EVENTS]
     run()
     t3 = time.perf_counter()
+    split = runs.summary()
     caches = [getattr(engine.step, "program_cache", None)]
     if not args.groups:
         caches = [getattr(engine.kv_decoder, "program_cache", None)]
@@ -106,6 +111,8 @@ def main() -> None:
         f"{kinds[2]:.2f} s) + the rest {t2 - t1 - programs:.2f} s; "
         f"second {t3 - t2:.2f} s (the run alone); outputs' sha256 {digest.hexdigest()[:12]}"
     )
+    print(f"the rest, split: {split}")
+    print(f"before the first call, {probe}")
 
 
 if __name__ == "__main__":

@@ -142,7 +142,10 @@ for stage in "${wanted[@]}"; do
       # The random BERT-base is written once, in a step of its own (17 s on the GPU's host:
       # inside the cached run's 30 s it cut it off). Each run prints its first capture
       # split: programs (trace, lower, compile or cache load; jax.monitoring's spans, as
-      # the engine times none) + the rest, and the second capture (the run alone).
+      # the engine times none) + the rest, and the second capture (the run alone); then
+      # the rest split (each program's first execution against its second: dispatch, the
+      # wall time running) and the device's first use (a tiny matmul, bf16 matmul,
+      # convolution and attention, each run twice) probed before the first capture.
       cache=$(mktemp -d) model=$(mktemp -d)/bert-base
       step 60 "${checks[@]}" checkpoint $tiny --save "$model"
       for run in cold cached; do

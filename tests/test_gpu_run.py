@@ -172,6 +172,11 @@ def test_the_first_stage_makes_one_checkpoint_and_splits_the_first_capture(tmp_p
     # the cold run filled.
     assert int(cold[1]) > 0 and cold[2] == "0"
     assert cached[1] == cached[2] == cold[1]
+    # Each run splits the rest: every program's first execution against its second (the
+    # second capture runs each again), and the device's first use probed before.
+    split = re.findall(r"the rest, split: (\d+) programs' first execution \(of (\d+) run", log)
+    assert split == [(cold[1], cold[1])] * 2
+    assert log.count("before the first capture, device first use (cpu): matmul ") == 2
 
 
 def test_the_program_spans_count_overlapping_time_once():

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import collections
 import functools
+import threading
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future
 
 import jax
 import numpy as np
@@ -168,6 +170,11 @@ class Engine:
             provenance=lambda: engine().provenance,
         )
         self.pipeline.group_policy = layer_groups.GroupPolicy(layer_group)
+        # The weights' fingerprint (`info`, every capture's provenance) is made from now on
+        # in a thread of its own, the hashing beside whatever comes next (the first
+        # capture's programs loading): made at the first capture's first hand-over it was
+        # most of a cached first capture's time outside its programs (BENCHMARKS.md).
+        self._fingerprint = _fingerprint_later(self.step)
 
     @property
     def eos_ids(self) -> tuple[int, ...]:
@@ -274,8 +281,9 @@ class Engine:
 
     @functools.cached_property
     def weights_fingerprint(self) -> str:
-        """A fingerprint of the weights (`jaxattn.engine.params.fingerprint`), made once."""
-        return fingerprint(self.step.canonical_params())
+        """A fingerprint of the weights (`jaxattn.engine.params.fingerprint`), made once, in
+        a thread of its own from the engine's making on (this waits for it)."""
+        return self._fingerprint.result()
 
     @functools.cached_property
     def info(self) -> ModelInfo:
@@ -674,3 +682,21 @@ class Engine:
     def word_embedding(self) -> np.ndarray:
         """The [V, D] word embedding (the tied MLM decoder), on the host."""
         return np.asarray(self.step.params["embeddings"]["word"])
+
+
+def _fingerprint_later(step: CaptureStep) -> Future:
+    """The fingerprint of `step`'s weights made in a thread of its own (the hashing
+    releases the interpreter's lock): the Future of it, or of the exception its making
+    raised. Not a daemon: a process that exits sooner waits for it (at most what its
+    first capture would have spent), so that no copy from the device is under way while
+    the backend is torn down."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fingerprint(step.canonical_params()))
+        except BaseException as error:  # noqa: BLE001 - handed to whoever asks for it
+            future.set_exception(error)
+
+    threading.Thread(target=run, name="jaxattn.engine.fingerprint").start()
+    return future
