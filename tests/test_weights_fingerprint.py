@@ -26,10 +26,10 @@ def test_the_fingerprint_is_made_after_load_without_being_asked_for(bert_checkpo
     engine = jaxattn.load(bert_checkpoint)
     # Nothing asks for it: no capture, no info. It is made all the same, off this thread.
     assert made.wait(60)
-    assert where == ["jaxattn.engine.fingerprint"]
+    assert where == ["jaxattn-fingerprint"]
     assert engine.weights_fingerprint == fingerprint(engine.step.canonical_params())
     assert engine.info.weights == engine.weights_fingerprint
-    assert where == ["jaxattn.engine.fingerprint"]  # made once
+    assert where == ["jaxattn-fingerprint"]  # made once
 
 
 def test_a_fingerprint_that_cannot_be_made_fails_where_it_is_asked_for(

@@ -698,5 +698,5 @@ def _fingerprint_later(step: CaptureStep) -> Future:
         except BaseException as error:  # noqa: BLE001 - handed to whoever asks for it
             future.set_exception(error)
 
-    threading.Thread(target=run, name="jaxattn.engine.fingerprint").start()
+    threading.Thread(target=run, name="jaxattn-fingerprint").start()
     return future
