@@ -208,21 +208,22 @@ class _Threads:
         Raises:
           RuntimeError: the pool is shut down, or the interpreter is shutting down.
         """
-        if self._shutdown:
-            raise RuntimeError("the codec pool is shut down")
         if len(self._threads) < self._n:
             self._start()
         task = _Task(self._lock, work, args)
-        self._queue.put(task)
+        with self._lock:  # not behind the threads' stop
+            if self._shutdown:
+                raise RuntimeError("the codec pool is shut down")
+            self._queue.put(task)
         return task
 
     def _start(self) -> None:
         with self._lock:
+            if not self._threads:  # at the interpreter's exit: the queued work done, then
+                threading._register_atexit(self._stop)  # stop (as a ThreadPoolExecutor)
             while len(self._threads) < self._n:
                 thread = threading.Thread(
-                    target=self._serve,
-                    name=f"{THREAD_NAME}_{len(self._threads)}",
-                    daemon=True,  # one waiting for work does not hold the interpreter's exit
+                    target=self._serve, name=f"{THREAD_NAME}_{len(self._threads)}"
                 )
                 thread.start()  # RuntimeError at interpreter shutdown
                 self._threads.append(thread)
@@ -234,11 +235,16 @@ class _Threads:
             task._run()
             del task  # what it held let go before the next wait
 
+    def _stop(self) -> None:
+        """No more work taken; each thread stops once the work queued before is done."""
+        with self._lock:
+            self._shutdown = True
+            for _ in self._threads:
+                self._queue.put(None)
+
     def shutdown(self) -> None:
-        """Stop the threads once the queued work is done (tests: a pool of their own)."""
-        self._shutdown = True
-        for _ in self._threads:
-            self._queue.put(None)
+        """Stop the threads once the queued work is done, and wait for them."""
+        self._stop()
         for thread in self._threads:
             thread.join()
 
