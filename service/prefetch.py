@@ -9,7 +9,7 @@ The queue is bounded: at most `depth` messages wait per stream.
 
 from __future__ import annotations
 
-import collections
+import queue
 import threading
 from collections.abc import Iterator
 
@@ -25,34 +25,18 @@ def prefetch(items: Iterator, depth: int = 2) -> Iterator:
 
     An exception raised by `items` is re-raised here, in order. Closing this
     iterator stops the thread and closes `items`.
-
-    Each side sleeps only when it must (nothing ready; `depth` items waiting), and the
-    producer, once asleep on a full queue, is woken when the consumer has taken them
-    all, not at each one (a wake-up holds the interpreter lock while the woken thread
-    takes the core: one a message where the sends are the slower side, half as many now).
     """
-    ready: collections.deque = collections.deque()
-    lock = threading.Lock()  # `ready` and who sleeps
-    has_item, has_room = threading.Lock(), threading.Lock()  # released to wake the sleeper
-    has_item.acquire()
-    has_room.acquire()
-    asleep = [False, False]  # the consumer, the producer
+    ready: queue.Queue = queue.Queue(depth)
     stop = threading.Event()
 
     def put(entry) -> bool:
-        while True:
-            with lock:
-                if len(ready) < depth:
-                    ready.append(entry)
-                    wake, asleep[0] = asleep[0], False
-                    break
-                asleep[1] = True
-            while not has_room.acquire(timeout=_POLL_S):  # woken; or stopped
-                if stop.is_set():
-                    return False
-        if wake:
-            has_item.release()
-        return True
+        while not stop.is_set():
+            try:
+                ready.put(entry, timeout=_POLL_S)
+                return True
+            except queue.Full:
+                continue
+        return False
 
     def produce() -> None:
         name_os_thread(THREAD_NAME)
@@ -71,20 +55,7 @@ def prefetch(items: Iterator, depth: int = 2) -> Iterator:
     threading.Thread(target=produce, name=THREAD_NAME, daemon=True).start()
     try:
         while True:
-            with lock:
-                sleep = not ready
-                if sleep:
-                    asleep[0] = True  # each sleep answered by one release, in `put`
-                else:
-                    ok, item = ready.popleft()
-                    wake = asleep[1] and not ready  # the producer refills it all
-                    if wake:
-                        asleep[1] = False
-            if sleep:
-                has_item.acquire()
-                continue
-            if wake:
-                has_room.release()
+            ok, item = ready.get()
             if ok:
                 yield item
             elif item is None:
