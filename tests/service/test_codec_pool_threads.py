@@ -96,7 +96,9 @@ def test_the_interpreter_exits_once_the_queued_work_is_done():
         first = cp.start(gate.wait, 30, size=1, least=0)  # holds the pool's one thread
         queued = cp.start(lambda: print("queued work done", flush=True), size=1, least=0)
         assert not queued.done()  # behind the first, on the pool (its second slot)
-        threading.Timer(0.2, gate.set).start()
+        opener = threading.Timer(0.2, gate.set)
+        opener.daemon = True  # the exit does not wait for it: only for the pool's work
+        opener.start()
         print("main ends", flush=True)
     """
     env = {"JAXATTN_CODEC_THREADS": "1", "PATH": ""}
