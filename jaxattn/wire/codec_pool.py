@@ -29,6 +29,7 @@ import collections
 import concurrent.futures
 import ctypes
 import itertools
+import logging
 import os
 import queue
 import threading
@@ -40,6 +41,8 @@ from jaxattn.errors import UsageError
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+_log = logging.getLogger(__name__)
 
 # Below this a piece is compressed in the stream's own thread.
 POOL_MIN = 128 << 10
@@ -232,7 +235,10 @@ class _Threads:
         name_os_thread(THREAD_NAME)
         get = self._queue.get
         while (task := get()) is not None:
-            task._run()
+            try:
+                task._run()
+            except Exception:  # a bug in a task's `then`: said, and the thread goes on
+                _log.exception("a codec pool task's callback failed")
             del task  # what it held let go before the next wait
 
     def _stop(self) -> None:

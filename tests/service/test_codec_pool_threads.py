@@ -110,3 +110,14 @@ def test_the_interpreter_exits_once_the_queued_work_is_done():
     )
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert done.stdout.decode().split() == ["main", "ends", "queued", "work", "done"]
+
+
+def test_a_failing_callback_is_logged_and_the_thread_goes_on(pool, caplog):
+    gate = threading.Event()
+    task = pool.executor.submit(gate.wait, 30)
+    task.then(lambda: 1 / 0)  # a bug in a callback, on the pool's thread
+    gate.set()
+    after, ran = pool.executor.submit(lambda: "still here"), threading.Event()
+    after.then(ran.set)
+    assert ran.wait(30) and after.result() == "still here"  # (a dead thread: never run)
+    assert "callback failed" in caplog.text
