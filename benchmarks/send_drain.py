@@ -2,6 +2,7 @@
 drained by a fake context, BERT-base-shaped uint8 attention + zstd (codecs stubbed).
 
     .venv/bin/python benchmarks/send_drain.py [--texts N] [--repeats R] [--profile FILE]
+        [--send-ms MS] [--real-codecs]
 
 The engine, request and codec stubs are `client_gil_e2e.py --bookkeeping`'s (a tiny
 random BERT of BERT-base's 12 x 12 heads at 128 tokens replaying near-uniform uint8
@@ -13,7 +14,11 @@ encode thread, the codec pool's and the batcher's together) and the handler thre
 alone (with `--inline`, the encode thread's work too), messages a GB, and the time the
 cyclic garbage collector took (`gc.callbacks`); `--profile`
 writes a cProfile (by own time) of one more drain, the encode thread's work done in
-the handler's thread (as `--inline`: the codec pool's threads are not profiled).
+the handler's thread (as `--inline`: the codec pool's threads are not profiled);
+`--send-ms` has the drain wait that long after each message, the interpreter lock let go
+(as gRPC's handler thread waits for each send): the sends the slower side, the encode
+thread ahead, waiting on a full queue (`service.prefetch`); `--real-codecs` compresses
+with zstd itself (the codec pool's threads at work on each piece).
 """
 
 from __future__ import annotations
@@ -72,6 +77,13 @@ def main(argv=None) -> int:
         action="store_true",
         help="no encode thread: the handler's thread encodes (its CPU s a GB reported too)",
     )
+    p.add_argument(
+        "--send-ms",
+        type=float,
+        default=0.0,
+        help="wait this long after each message, as for a send (the lock let go)",
+    )
+    p.add_argument("--real-codecs", action="store_true", help="zstd itself, not the stubs")
     args = p.parse_args(argv)
 
     from client_gil import _no_codecs
@@ -83,7 +95,8 @@ def main(argv=None) -> int:
     from service.metrics import ServerMetrics
     from service.server import ServerOptions, components
 
-    _no_codecs()
+    if not args.real_codecs:
+        _no_codecs()
     if args.inline or args.profile:
         # The encode thread's work done in the handler's: one thread does all of the send
         # path's Python but the codec pool's (the stubbed compression, the CRC-32).
@@ -114,6 +127,8 @@ def main(argv=None) -> int:
         for message in servicer.Capture(request, FakeContext()):
             size += len(message)
             messages += 1
+            if args.send_ms:
+                time.sleep(args.send_ms / 1e3)
             headers += headers_in(message)
         if headers != args.texts:
             raise RuntimeError(f"{headers} headers for {args.texts} texts")

@@ -29,7 +29,9 @@ import collections
 import concurrent.futures
 import ctypes
 import itertools
+import logging
 import os
+import queue
 import threading
 from collections.abc import Callable, Iterable
 from typing import TypeVar
@@ -39,6 +41,8 @@ from jaxattn.errors import UsageError
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+_log = logging.getLogger(__name__)
 
 # Below this a piece is compressed in the stream's own thread.
 POOL_MIN = 128 << 10
@@ -109,14 +113,146 @@ class _Pool:
     """The process's codec threads and the slots that bound what they hold."""
 
     def __init__(self, threads: int):
-        self.executor = concurrent.futures.ThreadPoolExecutor(
-            threads,
-            thread_name_prefix=THREAD_NAME,
-            initializer=name_os_thread,
-            initargs=(THREAD_NAME,),
-        )
+        self.executor = _Threads(threads)
         self.slots = _Slots(2 * threads)
         self.threads = threads
+
+
+# A _Task's states: queued, begun on a thread, finished (result or exception), dropped.
+_QUEUED, _RUNNING, _DONE, _CANCELLED = range(4)
+
+
+class _Task:
+    """Work given to the pool, a lighter concurrent.futures.Future: its state changes on
+    the pool's one C lock, its finish is told by a C lock held until then (a waiter woken
+    only where one waits; a Future takes a Condition and its RLock, a few Python
+    lock operations a piece, and a ThreadPoolExecutor a Semaphore's besides)."""
+
+    __slots__ = ("_work", "_args", "_state", "_value", "_error", "_finished", "_then", "_lock")
+
+    def __init__(self, lock: threading.Lock, work: Callable[..., R], args: tuple):
+        self._work, self._args, self._lock = work, args, lock
+        self._state, self._value, self._error, self._then = _QUEUED, None, None, None
+        self._finished = threading.Lock()
+        self._finished.acquire()  # released once the work is done
+
+    def _run(self) -> None:
+        """(a pool thread) The work done, unless it was cancelled first."""
+        with self._lock:
+            if self._state != _QUEUED:
+                return
+            self._state = _RUNNING
+        try:
+            self._value = self._work(*self._args)
+        except BaseException as e:  # noqa: BLE001 - raised by result(), as a Future's
+            self._error = e
+        self._work, self._args = None, ()
+        with self._lock:
+            self._state, then = _DONE, self._then
+        self._finished.release()
+        if then is not None:
+            then()
+
+    def cancel(self) -> bool:
+        """Drop the work if no thread has begun it (its `then` called); whether it is dropped."""
+        with self._lock:
+            if self._state == _QUEUED:
+                self._state, then = _CANCELLED, self._then
+                self._work, self._args = None, ()
+            else:
+                return self._state == _CANCELLED
+        self._finished.release()  # one waiting for it raises CancelledError
+        if then is not None:
+            then()
+        return True
+
+    def then(self, call: Callable[[], object]) -> None:
+        """call() once the work is done or dropped: now where it is already (one call a task)."""
+        with self._lock:
+            if self._state < _DONE:
+                self._then = call
+                return
+        call()
+
+    def result(self):
+        """The work's result, its exception raised; waits for it to be done.
+
+        Raises:
+          concurrent.futures.CancelledError: the work was dropped.
+        """
+        if self._state < _DONE:
+            with self._finished:  # released by the thread that ran it
+                pass
+        if self._state == _CANCELLED:
+            raise concurrent.futures.CancelledError()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def done(self) -> bool:
+        return self._state >= _DONE
+
+    def cancelled(self) -> bool:
+        return self._state == _CANCELLED
+
+
+class _Threads:
+    """The pool's threads, each taking the next `_Task` from one C queue (a thread that is
+    waiting woken by `submit`; one that is busy takes the next when done, unwoken)."""
+
+    def __init__(self, threads: int):
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()  # the tasks' states
+        self._n, self._threads, self._shutdown = threads, [], False
+
+    def submit(self, work: Callable[..., R], *args) -> _Task:
+        """work(*args) queued for the pool's threads (started on first use).
+
+        Raises:
+          RuntimeError: the pool is shut down, or the interpreter is shutting down.
+        """
+        if len(self._threads) < self._n:
+            self._start()
+        task = _Task(self._lock, work, args)
+        with self._lock:  # not behind the threads' stop
+            if self._shutdown:
+                raise RuntimeError("the codec pool is shut down")
+            self._queue.put(task)
+        return task
+
+    def _start(self) -> None:
+        with self._lock:
+            if not self._threads:  # at the interpreter's exit: the queued work done, then
+                threading._register_atexit(self._stop)  # stop (as a ThreadPoolExecutor)
+            while len(self._threads) < self._n:
+                thread = threading.Thread(
+                    target=self._serve, name=f"{THREAD_NAME}_{len(self._threads)}"
+                )
+                thread.start()  # RuntimeError at interpreter shutdown
+                self._threads.append(thread)
+
+    def _serve(self) -> None:
+        name_os_thread(THREAD_NAME)
+        get = self._queue.get
+        while (task := get()) is not None:
+            try:
+                task._run()
+            except Exception:  # a bug in a task's `then`: said, and the thread goes on
+                _log.exception("a codec pool task's callback failed")
+            del task  # what it held let go before the next wait
+
+    def _stop(self) -> None:
+        """No more work taken; each thread stops once the work queued before is done."""
+        with self._lock:
+            self._shutdown = True
+            for _ in self._threads:
+                self._queue.put(None)
+
+    def shutdown(self) -> None:
+        """Stop the threads once the queued work is done, and wait for them."""
+        self._stop()
+        for thread in self._threads:
+            thread.join()
 
 
 class _Slots:
@@ -189,7 +325,7 @@ class Stream:
         self._shared = pool()
         self._work, self._size, self._more = work, size, more
         self._ahead = self._shared.threads if ahead is None else ahead
-        self._pending: collections.deque = collections.deque()  # [item, future or None]
+        self._pending: collections.deque = collections.deque()  # [item, _Task or None]
         self._known: collections.deque = collections.deque()  # from `more`, not pending yet
         self._unoffered = 0  # pending pool-sized items without a slot yet
 
@@ -208,11 +344,11 @@ class Stream:
                 if not self._known:
                     return
             item = self._known.popleft()
-            future = None
+            task = None
             if self._size(item) >= POOL_MIN:
-                future = _offer(shared, self._work, item) if not self._unoffered else None
-                self._unoffered += future is None
-            pending.append([item, future])
+                task = _offer(shared, self._work, item) if not self._unoffered else None
+                self._unoffered += task is None
+            pending.append([item, task])
 
     def take(self) -> tuple[T, R] | None:
         """(item, work(item)) of the next item in order, its exception raised here; None
@@ -220,14 +356,14 @@ class Stream:
         self._fill()
         if not self._pending:
             return None
-        item, future = self._pending.popleft()
-        if future is None:
+        item, task = self._pending.popleft()
+        if task is None:
             if self._size(item) >= POOL_MIN:
                 self._unoffered -= 1
             result = self._work(item)
         else:
             try:
-                result = future.result()
+                result = task.result()
             finally:
                 self._shared.slots.give_back()
         self._fill()
@@ -236,12 +372,11 @@ class Stream:
     def close(self) -> None:
         """Drop what was begun ahead: cancelled where the pool has not begun it, its slot
         returned once it finishes where it has."""
-        shared = self._shared
-        for _, future in self._pending:
-            if future is not None and not future.cancel():
-                future.add_done_callback(lambda _: shared.slots.give_back())
-            elif future is not None:
-                shared.slots.give_back()
+        give_back = self._shared.slots.give_back
+        for _, task in self._pending:
+            if task is not None:
+                task.cancel()
+                task.then(give_back)  # now where dropped (or finished), else once finished
         self._pending.clear()
         self._known.clear()
         self._unoffered = 0
@@ -254,20 +389,20 @@ def start(work: Callable[..., R], *args, size: int, least: int) -> Job:
     takes (or whose exception it raises) when it needs it."""
     if size >= least:
         shared = pool()
-        future = _offer(shared, work, *args)
-        if future is not None:
-            future.add_done_callback(lambda _: shared.slots.give_back())
-            return Job(future, work, args)
+        task = _offer(shared, work, *args)
+        if task is not None:
+            task.then(shared.slots.give_back)
+            return Job(task, work, args)
     return _done(work, args)
 
 
 class Job:
-    """Work given to `start`: queued or running on the pool (a Future), or done here
-    (its result kept, no Future: one object fewer a chunk for the reading thread)."""
+    """Work given to `start`: queued or running on the pool (a `_Task`), or done here
+    (its result kept, no task: one object fewer a chunk for the reading thread)."""
 
     __slots__ = ("_future", "_work", "_args", "_value", "_error")
 
-    def __init__(self, future: concurrent.futures.Future | None, work=None, args: tuple = ()):
+    def __init__(self, future: _Task | None, work=None, args: tuple = ()):
         self._future, self._work, self._args = future, work, args
         self._value = self._error = None
 
@@ -312,7 +447,7 @@ def _here(work: Callable[..., R], args: tuple) -> tuple:
         return None, e
 
 
-def _offer(shared: _Pool, work: Callable[..., R], *args) -> concurrent.futures.Future | None:
+def _offer(shared: _Pool, work: Callable[..., R], *args) -> _Task | None:
     """work(*args) submitted to the pool, holding one of its slots; None where no slot is free."""
     if not shared.slots.take():
         return None
