@@ -1,7 +1,10 @@
 """The codec pool's hand-off alone: a Stream of N pieces (trivial work, or a CRC-32 of
 512 KiB, which releases the GIL), and start()/Job.result as the client uses them.
 Prints process CPU us and wall us per piece (least of R)."""
-import sys, time, zlib
+
+import time
+import zlib
+
 from jaxattn.wire import codec_pool as cp
 
 N, R = 4000, 7
@@ -10,11 +13,13 @@ works = {"trivial": lambda k: k, "crc512k": lambda k: zlib.crc32(buf)}
 for name, work in works.items():
     best = [1e9, 1e9]
     for _ in range(R):
-        it = iter(range(N))
-        s = cp.Stream(work, lambda k: cp.POOL_MIN, more=lambda: [next(it)] if True else [])
         # give items one at a time as a sender does
         items = iter(range(N))
-        s = cp.Stream(work, lambda k: cp.POOL_MIN, more=lambda: [x for x in [next(items, None)] if x is not None])
+        s = cp.Stream(
+            work,
+            lambda k: cp.POOL_MIN,
+            more=lambda items=items: [x for x in [next(items, None)] if x is not None],
+        )
         t0, c0 = time.perf_counter(), time.process_time()
         n = 0
         while s.take() is not None:
