@@ -204,6 +204,7 @@ class _Threads:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()  # the tasks' states
         self._n, self._threads, self._shutdown = threads, [], False
+        self._pid = os.getpid()  # a forked child's copy stops nothing (`_stop`)
 
     def submit(self, work: Callable[..., R], *args) -> _Task:
         """work(*args) queued for the pool's threads (started on first use).
@@ -242,7 +243,11 @@ class _Threads:
             del task  # what it held let go before the next wait
 
     def _stop(self) -> None:
-        """No more work taken; each thread stops once the work queued before is done."""
+        """No more work taken; each thread stops once the work queued before is done.
+        Nothing in a forked child (at its exit): the parent's threads are not there, and
+        its copy of the lock may be held for good (copied while one of them held it)."""
+        if os.getpid() != self._pid:
+            return
         with self._lock:
             self._shutdown = True
             for _ in self._threads:

@@ -121,3 +121,48 @@ def test_a_failing_callback_is_logged_and_the_thread_goes_on(pool, caplog):
     after.then(ran.set)
     assert ran.wait(30) and after.result() == "still here"  # (a dead thread: never run)
     assert "callback failed" in caplog.text
+
+
+def test_a_forked_child_exits_though_the_parent_pool_lock_was_held_at_the_fork():
+    """The parent's `_stop` (registered for the interpreter's exit) is inherited by a
+    forked child, with the pool's lock as it was at the fork: held there by a thread the
+    child does not have, the child's normal exit must not wait on it."""
+    script = """if True:
+        import os, sys, threading, time
+        sys.path.insert(0, sys.argv[1])
+        from jaxattn.wire import codec_pool as cp
+        cp.start(lambda: None, size=1, least=0).result()  # the parent's pool started
+        held, go = threading.Event(), threading.Event()
+        def hold():  # as a pool thread between a task's states: the pool's lock held
+            with cp.pool().executor._lock:
+                held.set()
+                go.wait(30)
+        threading.Thread(target=hold).start()
+        held.wait(30)
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(3)  # a normal exit: threading's exit callbacks run
+        go.set()
+        for _ in range(200):
+            got, status = os.waitpid(pid, os.WNOHANG)
+            if got:
+                sys.exit(os.waitstatus_to_exitcode(status))
+            time.sleep(0.05)
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        sys.exit("the child hung at its exit")
+    """
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "ignore::DeprecationWarning",  # fork with threads
+            "-c",
+            script,
+            str(__import__("pathlib").Path(__file__).parents[2]),
+        ],
+        timeout=60,
+        capture_output=True,
+        env={"JAXATTN_CODEC_THREADS": "1", "PATH": ""},
+    )
+    assert done.returncode == 3, done.stderr.decode()[-2000:]
