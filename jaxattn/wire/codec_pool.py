@@ -150,6 +150,9 @@ class _Task:
         with self._lock:
             self._state, then = _DONE, self._then
         self._finished.release()
+        # An error's traceback holds this frame: its `self` let go, else the task and
+        # what its work's frame held (a chunk's data) live on in a cycle until a gc.
+        self = None
         if then is not None:
             then()
 
@@ -186,7 +189,10 @@ class _Task:
         if self._state == _CANCELLED:
             raise concurrent.futures.CancelledError()
         if self._error is not None:
-            raise self._error
+            try:
+                raise self._error
+            finally:
+                self = None  # its traceback holds this frame: no cycle through the task
         return self._value
 
     def done(self) -> bool:
@@ -223,6 +229,8 @@ class _Threads:
 
     def _start(self) -> None:
         with self._lock:
+            if self._shutdown:  # shut down before its first work: no threads (submit raises)
+                return
             if not self._threads:  # at the interpreter's exit: the queued work done, then
                 threading._register_atexit(self._stop)  # stop (as a ThreadPoolExecutor)
             while len(self._threads) < self._n:

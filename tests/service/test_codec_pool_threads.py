@@ -5,9 +5,12 @@ the pool stops done first, and the interpreter's exit waiting for queued work.""
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import subprocess
 import sys
 import threading
+import time
+import weakref
 
 import pytest
 
@@ -35,8 +38,15 @@ def test_a_task_dropped_while_one_waits_for_it_wakes_the_waiter(pool):
         except concurrent.futures.CancelledError:
             raised.append("cancelled")
 
-    waiter = threading.Thread(target=wait)
+    waiter = threading.Thread(target=wait, daemon=True)  # (a hang: not the tests' exit too)
     waiter.start()
+    for _ in range(3000):  # until it waits in result() (not after the drop: no wait then)
+        frame = sys._current_frames().get(waiter.ident)
+        if frame is not None and frame.f_code is codec_pool._Task.result.__code__:
+            break
+        time.sleep(0.01)
+    else:
+        raise AssertionError("the waiter never waited")
     assert queued.cancel() and queued.cancelled() and queued.done()
     waiter.join(30)
     assert raised == ["cancelled"] and calls == ["then"]  # the callback once, at the drop
@@ -166,3 +176,44 @@ def test_a_forked_child_exits_though_the_parent_pool_lock_was_held_at_the_fork()
         env={"JAXATTN_CODEC_THREADS": "1", "PATH": ""},
     )
     assert done.returncode == 3, done.stderr.decode()[-2000:]
+
+
+def test_a_failed_task_once_dropped_lets_go_of_what_its_work_held_without_a_gc(pool):
+    """The error's traceback holds the frames it passed (the pool thread's and the
+    waiter's): neither may hold the task, else the task, its error and the work's data
+    live on in a cycle until the cyclic gc runs."""
+
+    class Data:  # a chunk's data, as the work's frame holds it
+        pass
+
+    def work(data):
+        raise ValueError("a bad chunk")
+
+    data = Data()
+    held = weakref.ref(data)
+    gc.disable()
+    try:
+        task = pool.executor.submit(work, data)
+        del data
+        try:
+            task.result()
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("no error raised")
+        del task
+        pool.executor.submit(lambda: None).result()  # the thread has left the failed task
+        assert held() is None
+    finally:
+        gc.enable()
+
+
+def test_a_pool_shut_down_before_its_first_work_starts_no_threads():
+    def codec_threads():
+        return sum(t.name.startswith(codec_pool.THREAD_NAME) for t in threading.enumerate())
+
+    before, shared = codec_threads(), codec_pool._Pool(2)
+    shared.executor.shutdown()
+    with pytest.raises(RuntimeError, match="shut down"):
+        shared.executor.submit(lambda: None)
+    assert codec_threads() == before  # none started (they would wait until the exit)
