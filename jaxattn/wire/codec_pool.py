@@ -209,7 +209,7 @@ class _Threads:
     def __init__(self, threads: int):
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()  # the tasks' states
-        self._n, self._threads, self._shutdown = threads, [], False
+        self._n, self._threads, self._shutdown, self._atexit = threads, [], False, False
         self._pid = os.getpid()  # a forked child's copy stops nothing (`_stop`)
 
     def submit(self, work: Callable[..., R], *args) -> _Task:
@@ -231,8 +231,9 @@ class _Threads:
         with self._lock:
             if self._shutdown:  # shut down before its first work: no threads (submit raises)
                 return
-            if not self._threads:  # at the interpreter's exit: the queued work done, then
-                threading._register_atexit(self._stop)  # stop (as a ThreadPoolExecutor)
+            if not self._atexit:  # at the interpreter's exit: the queued work done, then
+                threading._register_atexit(self._stop)  # stop (as a ThreadPoolExecutor);
+                self._atexit = True  # once, though no thread could start (one more a piece)
             while len(self._threads) < self._n:
                 thread = threading.Thread(
                     target=self._serve, name=f"{THREAD_NAME}_{len(self._threads)}"

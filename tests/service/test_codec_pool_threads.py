@@ -217,3 +217,27 @@ def test_a_pool_shut_down_before_its_first_work_starts_no_threads():
     with pytest.raises(RuntimeError, match="shut down"):
         shared.executor.submit(lambda: None)
     assert codec_threads() == before  # none started (they would wait until the exit)
+
+
+def test_a_pool_whose_threads_cannot_start_registers_its_exit_stop_once(monkeypatch):
+    """Threads refused (a container's pids limit: RuntimeError "can't start new thread"):
+    each offer done by its caller, its slot back, and the pool's stop registered for the
+    interpreter's exit once, not once an offer (a list growing a piece at a time)."""
+
+    def refused(self):
+        raise RuntimeError("can't start new thread")
+
+    registered = []
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    monkeypatch.setattr(threading, "_register_atexit", registered.append)
+    shared = codec_pool._Pool(2)
+    monkeypatch.setattr(codec_pool, "_pool", shared)
+    here = threading.current_thread().name
+    for _ in range(5):
+        job = codec_pool.start(lambda: threading.current_thread().name, size=1, least=0)
+        assert job.done() and job.result() == here
+    assert len(registered) == 1
+    taken = 0
+    while shared.slots.take():
+        taken += 1
+    assert taken == 4  # every slot back
