@@ -150,6 +150,9 @@ class _Task:
         with self._lock:
             self._state, then = _DONE, self._then
         self._finished.release()
+        # An error's traceback holds this frame: its `self` let go, else the task and
+        # what its work's frame held (a chunk's data) live on in a cycle until a gc.
+        self = None
         if then is not None:
             then()
 
@@ -186,7 +189,10 @@ class _Task:
         if self._state == _CANCELLED:
             raise concurrent.futures.CancelledError()
         if self._error is not None:
-            raise self._error
+            try:
+                raise self._error
+            finally:
+                self = None  # its traceback holds this frame: no cycle through the task
         return self._value
 
     def done(self) -> bool:
@@ -203,7 +209,8 @@ class _Threads:
     def __init__(self, threads: int):
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()  # the tasks' states
-        self._n, self._threads, self._shutdown = threads, [], False
+        self._n, self._threads, self._shutdown, self._atexit = threads, [], False, False
+        self._pid = os.getpid()  # a forked child's copy stops nothing (`_stop`)
 
     def submit(self, work: Callable[..., R], *args) -> _Task:
         """work(*args) queued for the pool's threads (started on first use).
@@ -222,8 +229,11 @@ class _Threads:
 
     def _start(self) -> None:
         with self._lock:
-            if not self._threads:  # at the interpreter's exit: the queued work done, then
-                threading._register_atexit(self._stop)  # stop (as a ThreadPoolExecutor)
+            if self._shutdown:  # shut down before its first work: no threads (submit raises)
+                return
+            if not self._atexit:  # at the interpreter's exit: the queued work done, then
+                threading._register_atexit(self._stop)  # stop (as a ThreadPoolExecutor);
+                self._atexit = True  # once, though no thread could start (one more a piece)
             while len(self._threads) < self._n:
                 thread = threading.Thread(
                     target=self._serve, name=f"{THREAD_NAME}_{len(self._threads)}"
@@ -242,7 +252,11 @@ class _Threads:
             del task  # what it held let go before the next wait
 
     def _stop(self) -> None:
-        """No more work taken; each thread stops once the work queued before is done."""
+        """No more work taken; each thread stops once the work queued before is done.
+        Nothing in a forked child (at its exit): the parent's threads are not there, and
+        its copy of the lock may be held for good (copied while one of them held it)."""
+        if os.getpid() != self._pid:
+            return
         with self._lock:
             self._shutdown = True
             for _ in self._threads:

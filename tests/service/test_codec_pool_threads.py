@@ -5,9 +5,12 @@ the pool stops done first, and the interpreter's exit waiting for queued work.""
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import subprocess
 import sys
 import threading
+import time
+import weakref
 
 import pytest
 
@@ -35,8 +38,15 @@ def test_a_task_dropped_while_one_waits_for_it_wakes_the_waiter(pool):
         except concurrent.futures.CancelledError:
             raised.append("cancelled")
 
-    waiter = threading.Thread(target=wait)
+    waiter = threading.Thread(target=wait, daemon=True)  # (a hang: not the tests' exit too)
     waiter.start()
+    for _ in range(3000):  # until it waits in result() (not after the drop: no wait then)
+        frame = sys._current_frames().get(waiter.ident)
+        if frame is not None and frame.f_code is codec_pool._Task.result.__code__:
+            break
+        time.sleep(0.01)
+    else:
+        raise AssertionError("the waiter never waited")
     assert queued.cancel() and queued.cancelled() and queued.done()
     waiter.join(30)
     assert raised == ["cancelled"] and calls == ["then"]  # the callback once, at the drop
@@ -121,3 +131,113 @@ def test_a_failing_callback_is_logged_and_the_thread_goes_on(pool, caplog):
     after.then(ran.set)
     assert ran.wait(30) and after.result() == "still here"  # (a dead thread: never run)
     assert "callback failed" in caplog.text
+
+
+def test_a_forked_child_exits_though_the_parent_pool_lock_was_held_at_the_fork():
+    """The parent's `_stop` (registered for the interpreter's exit) is inherited by a
+    forked child, with the pool's lock as it was at the fork: held there by a thread the
+    child does not have, the child's normal exit must not wait on it."""
+    script = """if True:
+        import os, sys, threading, time
+        sys.path.insert(0, sys.argv[1])
+        from jaxattn.wire import codec_pool as cp
+        cp.start(lambda: None, size=1, least=0).result()  # the parent's pool started
+        held, go = threading.Event(), threading.Event()
+        def hold():  # as a pool thread between a task's states: the pool's lock held
+            with cp.pool().executor._lock:
+                held.set()
+                go.wait(30)
+        threading.Thread(target=hold).start()
+        held.wait(30)
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(3)  # a normal exit: threading's exit callbacks run
+        go.set()
+        for _ in range(200):
+            got, status = os.waitpid(pid, os.WNOHANG)
+            if got:
+                sys.exit(os.waitstatus_to_exitcode(status))
+            time.sleep(0.05)
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        sys.exit("the child hung at its exit")
+    """
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "ignore::DeprecationWarning",  # fork with threads
+            "-c",
+            script,
+            str(__import__("pathlib").Path(__file__).parents[2]),
+        ],
+        timeout=60,
+        capture_output=True,
+        env={"JAXATTN_CODEC_THREADS": "1", "PATH": ""},
+    )
+    assert done.returncode == 3, done.stderr.decode()[-2000:]
+
+
+def test_a_failed_task_once_dropped_lets_go_of_what_its_work_held_without_a_gc(pool):
+    """The error's traceback holds the frames it passed (the pool thread's and the
+    waiter's): neither may hold the task, else the task, its error and the work's data
+    live on in a cycle until the cyclic gc runs."""
+
+    class Data:  # a chunk's data, as the work's frame holds it
+        pass
+
+    def work(data):
+        raise ValueError("a bad chunk")
+
+    data = Data()
+    held = weakref.ref(data)
+    gc.disable()
+    try:
+        task = pool.executor.submit(work, data)
+        del data
+        try:
+            task.result()
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("no error raised")
+        del task
+        pool.executor.submit(lambda: None).result()  # the thread has left the failed task
+        assert held() is None
+    finally:
+        gc.enable()
+
+
+def test_a_pool_shut_down_before_its_first_work_starts_no_threads():
+    def codec_threads():
+        return sum(t.name.startswith(codec_pool.THREAD_NAME) for t in threading.enumerate())
+
+    before, shared = codec_threads(), codec_pool._Pool(2)
+    shared.executor.shutdown()
+    with pytest.raises(RuntimeError, match="shut down"):
+        shared.executor.submit(lambda: None)
+    assert codec_threads() == before  # none started (they would wait until the exit)
+
+
+def test_a_pool_whose_threads_cannot_start_registers_its_exit_stop_once(monkeypatch):
+    """Threads refused (a container's pids limit: RuntimeError "can't start new thread"):
+    each offer done by its caller, its slot back, and the pool's stop registered for the
+    interpreter's exit once, not once an offer (a list growing a piece at a time)."""
+
+    def refused(self):
+        raise RuntimeError("can't start new thread")
+
+    registered = []
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    monkeypatch.setattr(threading, "_register_atexit", registered.append)
+    shared = codec_pool._Pool(2)
+    monkeypatch.setattr(codec_pool, "_pool", shared)
+    here = threading.current_thread().name
+    for _ in range(5):
+        job = codec_pool.start(lambda: threading.current_thread().name, size=1, least=0)
+        assert job.done() and job.result() == here
+    assert len(registered) == 1
+    taken = 0
+    while shared.slots.take():
+        taken += 1
+    assert taken == 4  # every slot back
