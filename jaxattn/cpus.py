@@ -7,8 +7,8 @@ sees all 64 cores, and a pool sized by them runs 64 threads on 2 CPUs' time,
 throttled. `usable` is the least of the affinity mask and the quotas of the
 process's cgroup and of every cgroup above it (rounded up, at least 1).
 
-The process's cgroups are read from `/proc/self/cgroup` (`cgroup_path`, which the
-memory limit's reading in `jaxattn.engine.host` shares) and `/sys/fs/cgroup`.
+The process's cgroups are read from `/proc/self/cgroup` and `/sys/fs/cgroup`
+(`cgroup_levels`, which the memory limit's reading in `jaxattn.engine.host` shares).
 The standard library only: the contract side's pools (`jaxattn.capture.bulk`,
 `jaxattn.wire.codec_pool`) and the engine's use it.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator
 
 PROC_CGROUP = "/proc/self/cgroup"
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -36,12 +37,6 @@ def cgroup_line(proc_cgroup: str, controller: str) -> tuple[str, str] | None:
     except (OSError, UnicodeDecodeError):
         return None
     return None
-
-
-def cgroup_path(proc_cgroup: str, controller: str) -> str | None:
-    """The process's cgroup in the hierarchy of `controller` (`cgroup_line`'s path)."""
-    found = cgroup_line(proc_cgroup, controller)
-    return None if found is None else found[1]
 
 
 def levels(root: str, path: str) -> list[str]:
@@ -83,29 +78,42 @@ _VERSIONS = (
 )
 
 
+def cgroup_levels(
+    controller: str,
+    subs: tuple[str, ...],
+    proc_cgroup: str | None = None,
+    cgroup_root: str | None = None,
+) -> Iterator[str]:
+    """The directories of the process's cgroup in `controller`'s hierarchy ("": v2's),
+    from its own up to the hierarchy's root (`levels`), under each of `subs` (where the
+    hierarchy is mounted under `cgroup_root`: v2's "", v1's "cpu", "memory", ...) and,
+    for v1, under the name its /proc/self/cgroup line gives it ("cpuacct,cpu"); none
+    where no line names the controller. The files are read from `PROC_CGROUP` and under
+    `CGROUP_ROOT` where not given (looked up at the call: tests point them elsewhere)."""
+    proc_cgroup = PROC_CGROUP if proc_cgroup is None else proc_cgroup
+    cgroup_root = CGROUP_ROOT if cgroup_root is None else cgroup_root
+    found = cgroup_line(proc_cgroup, controller)
+    if found is None:
+        return
+    mounted, path = found
+    for sub in dict.fromkeys(subs + ((mounted,) if controller else ())):
+        yield from levels(os.path.join(cgroup_root, sub) if sub else cgroup_root, path)
+
+
 def cgroup_cpus(proc_cgroup: str | None = None, cgroup_root: str | None = None) -> float | None:
     """The CPUs the process's cgroups allow it (a container's CPU limit), None where none
     sets a quota: the least quota over cgroup v2 and v1 and every level from the process's
-    cgroup up to the hierarchy's root. Levels without the files, or with files that
-    cannot be read or make no sense (a period of 0), are passed over. The files are read
-    from `PROC_CGROUP` and under `CGROUP_ROOT` where not given."""
-    proc_cgroup = PROC_CGROUP if proc_cgroup is None else proc_cgroup
-    cgroup_root = CGROUP_ROOT if cgroup_root is None else cgroup_root
+    cgroup up to the hierarchy's root (`cgroup_levels`). Levels without the files, or
+    with files that cannot be read or make no sense (a period of 0), are passed over."""
     least = None
     for subs, controller, quota in _VERSIONS:
-        found = cgroup_line(proc_cgroup, controller)
-        if found is None:
-            continue
-        mounted, path = found
-        # v1: also the directory named as the line names the hierarchy ("cpuacct,cpu")
-        for sub in dict.fromkeys(subs + ((mounted,) if controller else ())):
-            for level in levels(os.path.join(cgroup_root, sub) if sub else cgroup_root, path):
-                try:
-                    cpus = quota(level)
-                except (OSError, ValueError, ZeroDivisionError, UnicodeDecodeError):
-                    continue
-                if cpus is not None and cpus > 0 and (least is None or cpus < least):
-                    least = cpus
+        for level in cgroup_levels(controller, subs, proc_cgroup, cgroup_root):
+            try:
+                cpus = quota(level)
+            except (OSError, ValueError, ZeroDivisionError, UnicodeDecodeError):
+                continue
+            if cpus is not None and cpus > 0 and (least is None or cpus < least):
+                least = cpus
     return least
 
 

@@ -157,14 +157,12 @@ def in_flight_room(pinned_budget: int | None, batches: int, environ=None) -> int
 
 # Where the host's available memory is read (`available_bytes`): the kernel's
 # estimate for the whole machine, and the process's memory cgroups (a container's limit).
-# (The process's cgroups are found as its CPU quota's are: `jaxattn.cpus`.)
 MEMINFO = "/proc/meminfo"
-PROC_CGROUP, CGROUP_ROOT = cpus.PROC_CGROUP, cpus.CGROUP_ROOT
 MEMINFO_SOURCE = "MemAvailable in /proc/meminfo"
 # cgroup v1 writes "no limit" as the largest page-aligned counter (9223372036854771712
 # with 4 KiB pages): a limit from here up is none.
 CGROUP_V1_UNLIMITED = 1 << 62
-# Each cgroup version's files: (its hierarchy's root under CGROUP_ROOT, the controller
+# Each cgroup version's files: (its hierarchy under `cpus.CGROUP_ROOT`, the controller
 # its line of /proc/self/cgroup names: none for v2's "0::/path", and at each level the
 # limit, the usage and the key of memory.stat's inactive file cache, which the working
 # set leaves out, as Kubernetes counts it).
@@ -218,20 +216,18 @@ def _level_headroom(
 
 
 def cgroup_headroom(
-    proc_cgroup: str = PROC_CGROUP, cgroup_root: str = CGROUP_ROOT
+    proc_cgroup: str | None = None, cgroup_root: str | None = None
 ) -> Available | None:
     """What the process's memory cgroups (a container's limit) leave it, None where no
     limit is known: the least, over cgroup v2 and v1 and every level from the process's
     cgroup up to the hierarchy's root that sets a limit, of the limit less the level's
     working set (its usage less its inactive file cache, as Kubernetes counts it).
     Levels that do not exist are passed over: inside a container the process's cgroup
-    (as the host names it) is often the root of the hierarchy mounted there."""
+    (as the host names it) is often the root of the hierarchy mounted there. The
+    process's cgroups are found as its CPU quota's are (`cpus.cgroup_levels`)."""
     least = None
     for sub, controller, limit_file, usage_file, inactive_key in CGROUP_FILES:
-        path = cpus.cgroup_path(proc_cgroup, controller)
-        if path is None:
-            continue
-        for level in cpus.levels(os.path.join(cgroup_root, sub) if sub else cgroup_root, path):
+        for level in cpus.cgroup_levels(controller, (sub,), proc_cgroup, cgroup_root):
             got = _level_headroom(level, limit_file, usage_file, inactive_key)
             if got is not None and (least is None or got[0] < least):
                 headroom, limit, working_set = got
@@ -244,7 +240,7 @@ def cgroup_headroom(
 
 
 def available_bytes(
-    meminfo: str = MEMINFO, proc_cgroup: str = PROC_CGROUP, cgroup_root: str = CGROUP_ROOT
+    meminfo: str = MEMINFO, proc_cgroup: str | None = None, cgroup_root: str | None = None
 ) -> Available | None:
     """The memory available to the process: the least of the machine's (MemAvailable,
     `meminfo_available`) and what its memory cgroups leave it (`cgroup_headroom`: a

@@ -414,22 +414,22 @@ class Job:
     """Work given to `start`: queued or running on the pool (a `_Task`), or done here
     (its result kept, no task: one object fewer a chunk for the reading thread)."""
 
-    __slots__ = ("_future", "_work", "_args", "_value", "_error")
+    __slots__ = ("_task", "_work", "_args", "_value", "_error")
 
-    def __init__(self, future: _Task | None, work=None, args: tuple = ()):
-        self._future, self._work, self._args = future, work, args
+    def __init__(self, task: _Task | None, work=None, args: tuple = ()):
+        self._task, self._work, self._args = task, work, args
         self._value = self._error = None
 
     def result(self):
         """The work's result, its exception raised. Work the pool has not begun yet is
         done here, now (its slot returned): the caller would only wait for it."""
-        future = self._future
-        if self._work is not None and future is not None and future.cancel():
-            self._future = future = None
+        task = self._task
+        if self._work is not None and task is not None and task.cancel():
+            self._task = task = None
             self._value, self._error = _here(self._work, self._args)
         self._work, self._args = None, ()  # what it held (a chunk's data) let go
-        if future is not None:
-            return future.result()
+        if task is not None:
+            return task.result()
         if self._error is not None:
             raise self._error
         return self._value
@@ -437,13 +437,13 @@ class Job:
     def cancel(self) -> bool:
         """Drop the work if the pool has not begun it (its slot returned); whether it was."""
         self._work, self._args = None, ()
-        return self._future is not None and self._future.cancel()
+        return self._task is not None and self._task.cancel()
 
     def done(self) -> bool:
-        return self._future is None or self._future.done()
+        return self._task is None or self._task.done()
 
     def cancelled(self) -> bool:
-        return self._future is not None and self._future.cancelled()
+        return self._task is not None and self._task.cancelled()
 
 
 def _done(work: Callable[..., R], args: tuple) -> Job:

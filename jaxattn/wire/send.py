@@ -163,13 +163,9 @@ def parts(
     rows = {
         n: byte_rows(a) if in_place and codec == "none" else None for n, a in cap.tensors.items()
     }
+    sizes = {n: a.nbytes for n, a in cap.tensors.items()}
     if codec != "none":  # pieces the pool compresses side by side (one tensor: several)
         max_chunk_bytes = min(max_chunk_bytes, codec_pool.PIECE_BYTES)
-        flat = dict.fromkeys(cap.tensors)  # the compressor's to make
-        sizes = {n: a.nbytes for n, a in cap.tensors.items()}
-    else:
-        flat = {n: None if rows[n] is not None else le_bytes(a) for n, a in cap.tensors.items()}
-        sizes = {n: len(flat[n]) if rows[n] is None else rows[n].size for n in cap.tensors}
     grouped = isinstance(cap, CapturePart)
     if not grouped or cap.first:
         every = {n: [sizes[n]] for n in sizes}
@@ -204,6 +200,7 @@ def parts(
         for name, size in sizes.items()
         for lo, hi in _ranges(size, max_chunk_bytes)
     )
+    flat = {n: None if rows[n] is not None else le_bytes(a) for n, a in cap.tensors.items()}
     for name, lo, hi, shape, total, base in pieces:
         at = (base + lo, base + hi, total)
         if rows[name] is not None and hi - lo >= IN_PLACE_MIN:
