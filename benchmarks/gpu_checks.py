@@ -119,7 +119,11 @@ it kept as views of pinned memory and those it copied out (`host.HeldResults`: p
 `pinned_budget`), the bytes assembled from groups; after (d), one (d) call traced, its
 device timeline summed up as `profile`'s; last, (d) as it ran before issue 30's fix
 (`full_grouped_before`: an example in layer groups past the 4 GiB batch budget). A
-case not started within `--seconds` is skipped, named. Prints only (`--json` where given).
+case not started within `--seconds` is skipped, named. `--host-memory` sets the
+engine's (default auto: staged on a GPU): with "pinned" the programs write their outputs
+to pinned host memory themselves, so the timeline shows whether those copies run beside
+the next example's kernels (staged, on the H200 in 2026-11-28's fifth session: 1 % of
+them did). Prints only (`--json` where given).
 
 `--tiny` (precision, overlap, profile, service, warmup, shape, fast-forward, checkpoint) swaps
 BERT-base for the tiny model of `sanity`: the CPU smoke run of `benchmarks/gpu_run.sh` and
@@ -690,7 +694,14 @@ def traced_call(fn, trace_out: Path | None = None) -> tuple[float, dict]:
 
 
 def split(
-    model: str, tokens: int, n: int, repeats: int, precision: str, seconds: float, json_path
+    model: str,
+    tokens: int,
+    n: int,
+    repeats: int,
+    precision: str,
+    seconds: float,
+    json_path,
+    host_memory: str | None = None,
 ) -> None:
     """The `split` check (module doc): (d) and each of its quantities alone, how each
     call planned and held its results, then one (d) call's device timeline."""
@@ -699,7 +710,7 @@ def split(
     from jaxattn.bench.capture import FULL, fitted_texts
 
     start = time.perf_counter()
-    engine = jaxattn.load(model, precision=precision)
+    engine = jaxattn.load(model, precision=precision, host_memory=host_memory or "auto")
     texts = fitted_texts(engine, tokens, n)
     kept = engine.tokenize(texts)
     pipe = engine.pipeline
@@ -1286,7 +1297,8 @@ def main() -> int:
     p.add_argument("--clients", type=int, default=4, help="service: concurrent requests")
     p.add_argument("--tiny", action="store_true", help="the tiny BERT instead of BERT-base")
     p.add_argument(
-        "--host-memory", help="shape, profile: the engine's host_memory (auto; profile: staged)"
+        "--host-memory",
+        help="shape, profile, split: the engine's host_memory (auto; profile: staged)",
     )
     p.add_argument("--trace-out", type=Path, help="profile: keep the perfetto trace (.json.gz)")
     p.add_argument(
@@ -1327,7 +1339,14 @@ def main() -> int:
         if not args.model:
             raise SystemExit("split: give --model (a checkpoint: `checkpoint --save`)")
         split(
-            args.model, args.tokens, args.n, args.repeats, args.precision, args.seconds, args.json
+            args.model,
+            args.tokens,
+            args.n,
+            args.repeats,
+            args.precision,
+            args.seconds,
+            args.json,
+            args.host_memory,
         )
     elif args.check == "tiny-capture":
         import numpy as np

@@ -189,7 +189,8 @@ for stage in "${wanted[@]}"; do
       # goes rather than taking 75% of the memory up front.
       export XLA_PYTHON_CLIENT_PREALLOCATE=false
       # First, Llama-1B's full capture taken apart (issue 30: 17x its attention capture
-      # on 2026-11-28, 3 GB/s to the host): (d) and each quantity alone, each call's plan
+      # in the fourth session; whole examples since, 0.296 s for 2 texts in the fifth,
+      # its copies beside compute 1 % of the time): (d) and each quantity alone, each call's plan
       # (batches or layer groups) and the bytes it held pinned, copied out or assembled
       # from groups, one (d) call's device timeline, then (d) grouped as before the fix.
       # The random checkpoint (5 GB) is written in a step of its own. Prints only.
@@ -197,6 +198,11 @@ for stage in "${wanted[@]}"; do
       step 60 "${checks[@]}" checkpoint $tiny --synthetic llama-1b --save "$model"
       step 60 "${checks[@]}" split --model "$model" --tokens "$(s 24 1024)" -n 2 \
         --repeats "$(s 1 2)" --seconds "$(s 200 45)"
+      # (d) with the outputs written to pinned memory by the programs: staged, the
+      # copies ran beside the next example's kernels 1 % of the time (fifth session)
+      # ((d) alone: its load took 20 s and its first pass 32 s in the fifth session)
+      step 75 "${checks[@]}" split --model "$model" --tokens "$(s 24 1024)" -n 2 \
+        --repeats "$(s 1 2)" --seconds "$(s 200 30)" --host-memory pinned
       rm -rf "$model"
       # what grouped examples and results copied out of the pinned pool cost the host:
       # a copy into fresh memory on one thread against `jaxattn.capture.bulk`'s pool,
