@@ -116,14 +116,20 @@ def _shards(index_file: Path) -> list[Path]:
 
 def _read_safetensors(files: list[Path]) -> dict[str, np.ndarray]:
     import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy: bf16 checkpoints load)
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
+    from safetensors import SafetensorError, safe_open
 
     state: dict[str, np.ndarray] = {}
     for f in files:
         _check_not_empty(f)
         try:
-            state.update(load_file(str(f)))
+            with safe_open(str(f), framework="np") as opened:
+                names = list(opened.keys())
+            for name in names:
+                # Opened again for each tensor: its mapping of the file closed once the tensor
+                # is copied out. The file's pages it touched count in the process's RSS while
+                # mapped: one mapping for the whole file held 2x the weights at its close.
+                with safe_open(str(f), framework="np") as opened:
+                    state[name] = opened.get_tensor(name)
         except (SafetensorError, OSError, TypeError, ValueError) as e:
             raise CheckpointError(
                 f"{f} is not a readable safetensors file (truncated or corrupt?): {short_reason(e)}"
