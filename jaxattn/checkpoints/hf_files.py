@@ -162,7 +162,8 @@ def _read_torch(file: Path) -> dict[str, np.ndarray]:
                 f"{file}: entry {key!r} is a {type(value).__name__}, not a tensor "
                 "(a state dict of tensors is expected)"
             )
-    return {k: v.float().numpy() for k, v in state.items()}
+    # Each tensor let go once cast (a bfloat16 file's are not all held beside their casts).
+    return {k: state.pop(k).float().numpy() for k in list(state)}
 
 
 def _check_not_empty(file: Path) -> None:
@@ -206,5 +207,5 @@ def load_hf(path: Path, ignore_fields: tuple[str, ...] = ()) -> tuple[ModelConfi
     """Config and params of a HF checkpoint directory."""
     config = read_config(path, ignore_fields)
     return config, convert_state_dict(
-        read_state_dict(path), config, config_file=str(path / "config.json")
+        read_state_dict(path), config, config_file=str(path / "config.json"), consume=True
     )
