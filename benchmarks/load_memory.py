@@ -46,22 +46,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from long_context import kib, reset_peak  # the RSS figures, read as there
+
 LOOPS = ("scan", "unrolled")
 TINY = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2)
 TINY |= dict(head_dim=16, intermediate_size=96)
-
-
-def kib(field: str) -> int:
-    """A line of /proc/self/status in KiB (VmRSS now, VmHWM the peak since the last reset)."""
-    for line in open("/proc/self/status"):
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
-
-
-def reset_peak() -> None:
-    with open("/proc/self/clear_refs", "w") as f:  # VmHWM restarts here (Linux >= 4.0)
-        f.write("5")
 
 
 def mib(k: int) -> float:
