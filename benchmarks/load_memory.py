@@ -25,13 +25,16 @@ one after the other (never two at once), which reports, in MiB:
 - the seconds of each phase, of `load` as a whole and of the wait for the fingerprint.
 
 The phases are found by wrapping the loader's functions (`hf_files.read_state_dict`,
-`hf_files.convert_state_dict`, `step.CaptureStep.__init__` less nothing else, the
-tokenizer's `read_tokenizer`); a phase a version of jaxattn does not have is left out.
+`hf_files.convert_state_dict`, `step.CaptureStep.__init__`, `loading.read_tokenizer`);
+a phase a version of jaxattn does not have is left out. `loaded` is read as `load`
+returns, the fingerprint's thread perhaps still at work.
 
-On this CPU-only machine the devices' memory IS host memory: the placed weights are
-~1x the weights of RSS by themselves, so the floor after load is ~1x the weights plus
-the runtime's baseline (`before`); on a GPU the placed weights live on the card and the
-floor is the baseline. A figure over that floor is a host copy someone holds.
+On a CPU-only machine the devices' memory IS host memory: the placed weights are ~1x
+the weights of RSS by themselves, so the floor after load is ~1x the weights plus the
+runtime's baseline (`before`, and ~0.3 GB that any load adds: the tiny model's
+figures), and placing, with the params still on the host, holds ~2x; on a GPU the
+placed weights live on the card and the floor is the baseline. A figure over that
+floor is a host copy someone holds.
 """
 
 from __future__ import annotations
