@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import weakref
 
 import jax
 import numpy as np
@@ -198,3 +199,31 @@ def test_masked_lm_checkpoint_has_the_same_encoder(checkpoint_dirs, torch_models
     _, params_base = read_checkpoint(checkpoint_dirs[family])
     _assert_trees_equal(params_mlm["encoder"], params_base["encoder"])
     jaxattn.load(path)  # the MLM head's weights are all accounted for
+
+
+def test_a_bfloat16_checkpoint_is_cast_one_tensor_at_a_time(checkpoint_dirs, monkeypatch):
+    """The loader lets each read tensor go once cast to float32: the bfloat16 read and
+    its float32 casts are never both held whole (1.5x the float32 weights)."""
+    import ml_dtypes
+
+    from jaxattn.checkpoints import hf_files, hf_weights
+
+    path = checkpoint_dirs["bert"]
+    _, want = read_checkpoint(path)
+    read, sources, alive = hf_files.read_state_dict, [], []
+
+    def read_bfloat16(p):
+        state = {k: v.astype(ml_dtypes.bfloat16) for k, v in read(p).items()}
+        sources.extend(weakref.ref(v) for v in state.values())
+        return state
+
+    def cast(value):  # how many of the read tensors are still held, at each cast
+        alive.append(sum(r() is not None for r in sources))
+        return np.asarray(value, np.float32)
+
+    monkeypatch.setattr(hf_files, "read_state_dict", read_bfloat16)
+    monkeypatch.setattr(hf_weights, "as_float32", cast)
+    _, got = read_checkpoint(path)
+    assert len(alive) > 10 and alive[0] == len(sources)
+    assert alive == list(range(alive[0], alive[0] - len(alive), -1))  # one fewer each time
+    jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, rtol=2**-8, atol=0), got, want)

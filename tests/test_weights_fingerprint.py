@@ -1,28 +1,40 @@
 """The weights' fingerprint is made at load, in a thread of its own (not at the first
-capture's first hand-over), and is the fingerprint of the weights the engine holds."""
+capture's first hand-over), is the fingerprint of the weights the engine holds (the
+checkpoint's, whichever layer loop placed them), and copies them to the host one tensor at
+a time."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
+import tracemalloc
 
+import numpy as np
 import pytest
+from hf_fixtures import make_checkpoint
 
 import jaxattn
+from jaxattn.checkpoints import read_checkpoint
 from jaxattn.engine import engine as engine_module
+from jaxattn.engine import step as step_module
 from jaxattn.engine.params import fingerprint
+
+# A BERT whose feed-forward kernels [48, 384] are the largest tensors, an eighth of the
+# weights (six layers): a copy of the whole tree is eight of them.
+WIDE = dict(hidden_size=48, num_attention_heads=3, intermediate_size=384, num_hidden_layers=6)
 
 
 def test_the_fingerprint_is_made_after_load_without_being_asked_for(bert_checkpoint, monkeypatch):
     made, where = threading.Event(), []
 
-    def watched(params):
+    def watched(step):
         where.append(threading.current_thread().name)
         try:
-            return fingerprint(params)
+            return engine_module.fingerprint_tensors(*step.canonical_tensors())
         finally:
             made.set()
 
-    monkeypatch.setattr(engine_module, "fingerprint", watched)
+    monkeypatch.setattr(engine_module, "fingerprint_of", watched)
     engine = jaxattn.load(bert_checkpoint)
     # Nothing asks for it: no capture, no info. It is made all the same, off this thread.
     assert made.wait(60)
@@ -35,12 +47,70 @@ def test_the_fingerprint_is_made_after_load_without_being_asked_for(bert_checkpo
 def test_a_fingerprint_that_cannot_be_made_fails_where_it_is_asked_for(
     bert_checkpoint, monkeypatch
 ):
-    def broken(params):
+    def broken(step):
         raise OSError("the weights could not be read")
 
-    monkeypatch.setattr(engine_module, "fingerprint", broken)
+    monkeypatch.setattr(engine_module, "fingerprint_of", broken)
     engine = jaxattn.load(bert_checkpoint)  # the load itself does not fail
     with pytest.raises(OSError, match="the weights could not be read"):
         _ = engine.weights_fingerprint
     with pytest.raises(OSError, match="the weights could not be read"):
         engine.capture(["a short text"], what=("attention",))
+
+
+def by_hand(tree: dict) -> str:
+    """The fingerprint as defined (docs/reference: "blake2b:" and 32 hex digits), here:
+    BLAKE2b-128 over each tensor's "name|dtype|shape" line and bytes, in name order."""
+    flat: dict = {}
+
+    def walk(node: dict, prefix: str) -> None:
+        for k, v in node.items():
+            if isinstance(v, dict):
+                walk(v, f"{prefix}{k}/")
+            else:
+                flat[f"{prefix}{k}"] = np.ascontiguousarray(v)
+
+    walk(tree, "")
+    h = hashlib.blake2b(digest_size=16)
+    for name in sorted(flat):
+        a = flat[name]
+        h.update(f"{name}|{a.dtype.str}|{a.shape}\n".encode() + a.tobytes())
+    return "blake2b:" + h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def wide_bert(tmp_path_factory):
+    return make_checkpoint("bert", tmp_path_factory.mktemp("wide") / "bert", **WIDE)
+
+
+@pytest.mark.parametrize("loop", ["scan", "unrolled"])
+def test_the_fingerprint_is_the_checkpoints_weights_hashed(wide_bert, loop):
+    engine = jaxattn.load(wide_bert, buckets=(16,), layer_loop=loop)
+    _, params = read_checkpoint(wide_bert)  # on the host, neither stacked nor placed
+    assert engine.step.layer_loop == loop
+    assert engine.weights_fingerprint == by_hand(params["encoder"])
+    assert fingerprint(params["encoder"]) == by_hand(params["encoder"])
+
+
+@pytest.mark.parametrize("loop", ["scan", "unrolled"])
+def test_the_fingerprint_copies_one_tensor_at_a_time(wide_bert, loop, monkeypatch):
+    engine = jaxattn.load(wide_bert, buckets=(16,), layer_loop=loop)
+    made = engine.weights_fingerprint  # its programs compiled (a stacked layer's slice)
+    sizes = [a.nbytes for a in jax_leaves(engine.step.canonical_params())]
+    largest, total = max(sizes), sum(sizes)
+    assert total >= 7 * largest  # the model is as meant: a tree copy shows
+    # As on a GPU, every tensor asked for is a copy (a CPU's arrays are viewed), which
+    # tracemalloc sees (numpy's allocations).
+    monkeypatch.setattr(step_module, "to_host", lambda a: np.array(a, copy=True))
+    tracemalloc.start()
+    try:
+        again = engine_module.fingerprint_of(engine.step)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert again == made
+    assert largest <= peak < 2 * largest, (peak, largest, total)
+
+
+def jax_leaves(tree: dict) -> list:
+    return [a for v in tree.values() for a in (jax_leaves(v) if isinstance(v, dict) else [v])]

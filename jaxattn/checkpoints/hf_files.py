@@ -116,14 +116,20 @@ def _shards(index_file: Path) -> list[Path]:
 
 def _read_safetensors(files: list[Path]) -> dict[str, np.ndarray]:
     import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy: bf16 checkpoints load)
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
+    from safetensors import SafetensorError, safe_open
 
     state: dict[str, np.ndarray] = {}
     for f in files:
         _check_not_empty(f)
         try:
-            state.update(load_file(str(f)))
+            with safe_open(str(f), framework="np") as opened:
+                names = list(opened.keys())
+            for name in names:
+                # Opened again for each tensor: its mapping of the file closed once the tensor
+                # is copied out. The file's pages it touched count in the process's RSS while
+                # mapped: one mapping for the whole file held 2x the weights at its close.
+                with safe_open(str(f), framework="np") as opened:
+                    state[name] = opened.get_tensor(name)
         except (SafetensorError, OSError, TypeError, ValueError) as e:
             raise CheckpointError(
                 f"{f} is not a readable safetensors file (truncated or corrupt?): {short_reason(e)}"
@@ -156,7 +162,8 @@ def _read_torch(file: Path) -> dict[str, np.ndarray]:
                 f"{file}: entry {key!r} is a {type(value).__name__}, not a tensor "
                 "(a state dict of tensors is expected)"
             )
-    return {k: v.float().numpy() for k, v in state.items()}
+    # Each tensor let go once cast (a bfloat16 file's are not all held beside their casts).
+    return {k: state.pop(k).float().numpy() for k in list(state)}
 
 
 def _check_not_empty(file: Path) -> None:
@@ -200,5 +207,5 @@ def load_hf(path: Path, ignore_fields: tuple[str, ...] = ()) -> tuple[ModelConfi
     """Config and params of a HF checkpoint directory."""
     config = read_config(path, ignore_fields)
     return config, convert_state_dict(
-        read_state_dict(path), config, config_file=str(path / "config.json")
+        read_state_dict(path), config, config_file=str(path / "config.json"), consume=True
     )

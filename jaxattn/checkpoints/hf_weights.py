@@ -36,7 +36,11 @@ def _set(tree: dict, path: str, value) -> None:
 
 
 def convert_state_dict(
-    state: dict[str, np.ndarray], config: ModelConfig, *, config_file: str = "config.json"
+    state: dict[str, np.ndarray],
+    config: ModelConfig,
+    *,
+    config_file: str = "config.json",
+    consume: bool = False,
 ) -> dict:
     """Map a HF state dict onto the jaxattn params tree.
 
@@ -48,6 +52,9 @@ def convert_state_dict(
       state: HF parameter name -> array (any float dtype).
       config: the translated config.
       config_file: the config's file, for messages.
+      consume: empty `state`, each tensor let go once converted (the loader's: a
+        bfloat16 checkpoint's tensors, cast to float32 one at a time, are not all held
+        beside their casts).
 
     Returns:
       The params tree (float32 numpy leaves).
@@ -59,7 +66,9 @@ def convert_state_dict(
         word embedding.
     """
     family = FAMILIES[config.family]
-    state = {_normalise_key(k): v for k, v in state.items()}
+    given, state = state, {_normalise_key(k): v for k, v in state.items()}
+    if consume:
+        given.clear()
     prefix = next((p for p in family.prefixes if any(k.startswith(p) for k in state)), "")
     plan = _plan(state, config, family, prefix)
     _check_present(plan, state, config_file)
@@ -68,8 +77,11 @@ def convert_state_dict(
     used = {key for _, key, _, _ in plan} | ({tied} & set(state))
     _check_unused(state, used, prefix, config, family, config_file)
     params: dict = {}
-    for path, key, fn, _ in plan:
+    last = {key: i for i, (_, key, _, _) in enumerate(plan)}  # GPT-2's c_attn: three uses
+    for i, (path, key, fn, _) in enumerate(plan):
         _set(params, path, np.asarray(fn(as_float32(state[key]), config)))
+        if consume and last[key] == i and key != tied:
+            del state[key]
     if tied in state and not np.array_equal(
         as_float32(state[tied]), params["encoder"]["embeddings"]["word"]
     ):

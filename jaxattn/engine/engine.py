@@ -24,7 +24,7 @@ from jaxattn.capture import Capture, frozen
 from jaxattn.capture.part import CapturePart
 from jaxattn.config import ModelConfig
 from jaxattn.engine import batching, host, layer_groups
-from jaxattn.engine.params import check_params, fingerprint
+from jaxattn.engine.params import check_params, fingerprint_tensors
 from jaxattn.engine.pipeline import BatchPipeline, in_order
 from jaxattn.engine.step import CaptureStep
 from jaxattn.engine.tokenize import TokenizedText, Tokenizer, check_texts
@@ -684,6 +684,12 @@ class Engine:
         return np.asarray(self.step.params["embeddings"]["word"])
 
 
+def fingerprint_of(step: CaptureStep) -> str:
+    """The fingerprint of `step`'s weights (`params.fingerprint` of `canonical_params`),
+    copied to the host one tensor at a time (`canonical_tensors`), never all at once."""
+    return fingerprint_tensors(*step.canonical_tensors())
+
+
 def _fingerprint_later(step: CaptureStep) -> Future:
     """The fingerprint of `step`'s weights made in a thread of its own (the hashing
     releases the interpreter's lock): the Future of it, or of the exception its making
@@ -694,7 +700,7 @@ def _fingerprint_later(step: CaptureStep) -> Future:
 
     def run() -> None:
         try:
-            future.set_result(fingerprint(step.canonical_params()))
+            future.set_result(fingerprint_of(step))
         except BaseException as error:  # noqa: BLE001 - handed to whoever asks for it
             future.set_exception(error)
 

@@ -141,18 +141,21 @@ def stacked_names(config: ModelConfig) -> list[str]:
     return [f"layer_{i}" for i in range(first_stacked(config), config.weight_layers)]
 
 
-def stack_layers(params: dict, config: ModelConfig) -> dict:
+def stack_layers(params: dict, config: ModelConfig, put=None) -> dict:
     """The encoder params with weight sets `first_stacked`.. stacked into "layers" [W, ...].
 
     A pre-LN model of one layer has nothing to stack: its params stay as they are
-    (its one layer runs as layer 0, unstacked).
+    (its one layer runs as layer 0, unstacked). `put`: applied to each stacked weight as
+    it is made, before the next (the engine's: onto the devices, so that the host holds
+    one stacked weight beside the params at a time, not a second copy of the stack).
     """
     names = stacked_names(config)
     if not names:
         return dict(params)
     rest = {k: v for k, v in params.items() if k not in names}
+    put = put or (lambda a: a)
     stacked = jax.tree.map(
-        lambda *ws: np.stack([np.asarray(w) for w in ws]), *(params[n] for n in names)
+        lambda *ws: put(np.stack([np.asarray(w) for w in ws])), *(params[n] for n in names)
     )
     return rest | {"layers": stacked}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +32,7 @@ def expected_shapes(config: ModelConfig) -> dict:
 def _expected(config: ModelConfig) -> Mapping[str, tuple[int, ...]]:
     """path -> shape of `expected_shapes`, traced once per config (a load asks twice:
     the weights' names, then their shapes; a trace costs ~0.15 s)."""
-    return types.MappingProxyType(_flatten(expected_shapes(config)))
+    return types.MappingProxyType(flatten(expected_shapes(config)))
 
 
 def expected_paths(config: ModelConfig) -> set[str]:
@@ -43,7 +43,7 @@ def expected_paths(config: ModelConfig) -> set[str]:
 def check_params(config: ModelConfig, params: dict) -> None:
     """Raise CheckpointError naming the first param whose presence or shape is wrong."""
     want = _expected(config)
-    have = {k: tuple(np.shape(v)) for k, v in _flatten(params).items()}
+    have = {k: tuple(np.shape(v)) for k, v in flatten(params).items()}
     for key in sorted(set(want) | set(have)):
         if key not in have:
             raise CheckpointError(f"the weights lack {key} (expected shape {want[key]})")
@@ -62,19 +62,30 @@ def fingerprint(params: dict) -> str:
     """A fingerprint of a params tree: "blake2b:" + 32 hex digits over every tensor's name,
     dtype, shape and bytes (in name order). Equal weights give equal fingerprints
     whatever the file format they were read from."""
+    flat = flatten(params)
+    return fingerprint_tensors(flat, flat.__getitem__)
+
+
+def fingerprint_tensors(names: Iterable[str], tensor: Callable[[str], object]) -> str:
+    """`fingerprint` of the tree whose flat names ("layer_0/attention/query/kernel", ...)
+    are `names`, each tensor asked of `tensor(name)` when its turn comes (in name order)
+    and let go once hashed: a caller that copies each from a device holds one on the
+    host at a time (`CaptureStep.canonical_tensors`)."""
     h = hashlib.blake2b(digest_size=16)
-    for key, value in sorted(_flatten(params).items()):
-        a = np.ascontiguousarray(np.asarray(value))
+    for key in sorted(names):
+        a = np.ascontiguousarray(np.asarray(tensor(key)))
         h.update(f"{key}|{a.dtype.str}|{a.shape}\n".encode())
         h.update(memoryview(a).cast("B"))
+        del a  # before the next one is asked for
     return "blake2b:" + h.hexdigest()
 
 
-def _flatten(tree, prefix="") -> dict:
+def flatten(tree, prefix="") -> dict:
+    """A params tree as {"a/b/leaf": tensor}, the names `fingerprint` hashes."""
     out = {}
     for k, v in tree.items():
         if isinstance(v, dict):
-            out |= _flatten(v, f"{prefix}{k}/")
+            out |= flatten(v, f"{prefix}{k}/")
         else:
             out[f"{prefix}{k}"] = v
     return out

@@ -23,7 +23,7 @@ a new process loads it without tracing the model).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
@@ -34,6 +34,7 @@ from jaxattn.config import ModelConfig
 from jaxattn.engine import blockwise, layer_groups, map_positions, program_cache
 from jaxattn.engine import layer_loop as layer_loops
 from jaxattn.engine.model import Encoder
+from jaxattn.engine.params import flatten
 from jaxattn.engine.quantize import quantize
 from jaxattn.errors import UsageError
 from jaxattn.quantities import MAPS
@@ -151,8 +152,8 @@ class CaptureStep:
         self._staged = pinned if self.host_memory == "staged" else None
         self._batch_sharding = batch
         self._config = config
-        if self.layer_loop == "scan":
-            params = layer_loops.stack_layers(params, config)
+        if self.layer_loop == "scan":  # each stacked weight placed (and its host copy let go)
+            params = layer_loops.stack_layers(params, config, put=_placer(replicated))
         self.params = jax.device_put(params, replicated)
         platform = matmul_platform(self.devices[0])
         self.attention, self.block = attention, block or blockwise.BLOCK
@@ -354,13 +355,66 @@ class CaptureStep:
             x = compiled.out_info[1]  # the hidden state's shape, dtype and sharding
 
     def canonical_params(self) -> dict:
-        """The params as the checkpoint names them (one entry per weight set), on the host."""
-        params = jax.tree.map(np.asarray, self.params)
+        """The params as the checkpoint names them (one entry per weight set), on the host
+        (all of them at once: `canonical_tensors` one at a time)."""
+        params = jax.tree.map(to_host, self.params)
         if self.layer_loop == "scan":
             return layer_loops.unstack_layers(params, self._config)
         return params
+
+    def canonical_tensors(self) -> tuple[list[str], Callable[[str], np.ndarray]]:
+        """The params of `canonical_params`, one tensor at a time: their flat names
+        ("layer_0/attention/query/kernel", `params.flatten`'s) and a function copying the
+        one named to the host, a stacked weight's one layer alone: a caller that lets each
+        go before asking for the next (`params.fingerprint_tensors`) holds one tensor on
+        the host, not the tree (4.1 GB for Llama-3.2-1B in float32). Asked for in name
+        order, each layer's weight set is sliced out of the stack once (on one device)."""
+        tensors = _OneAtATime(self.params, layer_loops.stacked_names(self._config))
+        return tensors.names, tensors
 
     @property
     def compiled_shapes(self) -> int:
         """How many (spec, shape, heads ablated or not) programs have been compiled so far."""
         return len(self._programs)
+
+
+def to_host(array) -> np.ndarray:
+    """A placed array on the host: a copy from a GPU's or TPU's memory, a view of a CPU's."""
+    return np.asarray(array)
+
+
+def _placer(sharding):
+    """A host array onto `sharding`, the copy done (its host array free to go) on return."""
+    return lambda a: jax.device_put(a, sharding).block_until_ready()
+
+
+class _OneAtATime:
+    """`CaptureStep.canonical_tensors`'s function: called with a name, that tensor on the
+    host."""
+
+    def __init__(self, params: dict, stacked_names: list[str]):
+        self._rest = flatten({k: v for k, v in params.items() if k != "layers"})
+        # One device's copy of each stacked weight [W, ...] (replicated: any one holds it).
+        self._stacked = {
+            k: a.addressable_data(0) for k, a in flatten(params.get("layers", {})).items()
+        }
+        self._index = {n: i for i, n in enumerate(stacked_names)} if self._stacked else {}
+        self._layer: tuple[int, dict] | None = None  # the weight set sliced out last
+        self.names = [*self._rest, *(f"{n}/{k}" for n in self._index for k in self._stacked)]
+
+    def __call__(self, name: str) -> np.ndarray:
+        if name in self._rest:
+            return to_host(self._rest[name])
+        head, _, key = name.partition("/")
+        i = self._index[head]
+        if self._layer is None or self._layer[0] != i:
+            self._layer = None  # the last one let go before the next is sliced
+            self._layer = (i, _layer_weights(self._stacked, np.int32(i)))
+        return to_host(self._layer[1][key])
+
+
+@jax.jit
+def _layer_weights(stacked: dict, i) -> dict:
+    """Weight set `i` of the stacked weights {name: [W, ...]}: one program for every
+    layer (`i` traced), compiled once per model."""
+    return {k: jax.lax.dynamic_index_in_dim(a, i, keepdims=False) for k, a in stacked.items()}

@@ -7,6 +7,7 @@ extra fields included) at tiny sizes.
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 
@@ -105,6 +106,10 @@ def test_conv1d_weights_are_split_without_a_transpose():
     np.testing.assert_array_equal(out.reshape(21, 21), state["h.1.attn.c_proj.weight"])
     np.testing.assert_array_equal(layer["ffn_in"]["kernel"], state["h.1.mlp.c_fc.weight"])
     assert "attention_ln" in params["layer_0"] and "ln" not in params["embeddings"]
+    spent = dict(state)  # the loader's way: each tensor let go after its last use (c_attn's third)
+    again = convert_state_dict(spent, c, consume=True)["encoder"]
+    assert spent == {}
+    jax.tree.map(np.testing.assert_array_equal, again, params)
 
 
 def test_old_files_mask_buffers_are_ignored_and_the_head_must_be_tied():
@@ -114,9 +119,12 @@ def test_old_files_mask_buffers_are_ignored_and_the_head_must_be_tied():
     state = _state(c, "transformer.", **buffers)
     state["lm_head.weight"] = state["transformer.wte.weight"]
     convert_state_dict(state, c)  # no complaint
+    convert_state_dict(dict(state), c, consume=True)  # the word embedding kept for the check
     state["lm_head.weight"] = state["lm_head.weight"] + 1
     with pytest.raises(CheckpointError, match="lm_head.weight is not tied to the word embedding"):
         convert_state_dict(state, c)
+    with pytest.raises(CheckpointError, match="lm_head.weight is not tied to the word embedding"):
+        convert_state_dict(dict(state), c, consume=True)
     with pytest.raises(
         CheckpointError,
         match=r"h.0.attn.c_attn.bias has shape \(62,\) but config.json \(3 x n_embd=63\)",

@@ -13,6 +13,7 @@ splitting, the weight stacking and the option's errors are checked by hand.
 from __future__ import annotations
 
 import types
+import weakref
 
 import numpy as np
 import pytest
@@ -178,6 +179,28 @@ def test_stacking_keeps_every_weight_and_unstacks_exactly():
     assert sorted(back) == sorted(params)
     for i in range(3):
         np.testing.assert_array_equal(back[f"layer_{i}"]["w"], params[f"layer_{i}"]["w"])
+
+
+def test_each_stacked_weight_is_put_before_the_next_is_stacked():
+    """The engine's `put` places each stacked weight as it is made: the host holds one
+    stacked weight at a time beside the params, not a second copy of the stack."""
+    config = tiny(num_layers=3)
+    params = {f"layer_{i}": {"w": np.full((2, 3), i), "b": np.full(4, 10 + i)} for i in range(3)}
+    params["embeddings"] = {"word": np.zeros((5, 2))}
+    live, put = [], []
+
+    def placed(a):  # what is alive of the stacks made before, when each arrives
+        live.append(sum(r() is not None for r in put))
+        put.append(weakref.ref(a))
+        return a.tolist()
+
+    stacked = layer_loop.stack_layers(params, config, put=placed)
+    assert live == [0, 0]  # two stacked weights, each let go once put
+    assert stacked["layers"] == {
+        "b": [[10] * 4, [11] * 4, [12] * 4],
+        "w": [[[0] * 3] * 2, [[1] * 3] * 2, [[2] * 3] * 2],
+    }
+    assert stacked["embeddings"] is params["embeddings"]
 
 
 def test_the_option_names_its_values(monkeypatch):
