@@ -48,6 +48,8 @@ def test_the_help_gives_auto_s_thresholds():
     (action,) = [a for a in p._actions if "--attention" in a.option_strings]
     lengths = f"from {blockwise.AUTO_MIN_LENGTH} tokens with a map, "
     assert lengths + f"{blockwise.AUTO_MIN_LENGTH_STATS} for statistics alone" in action.help
+    (block,) = [a for a in p._actions if "--attention-block" in a.option_strings]
+    assert f"(default {blockwise.BLOCK}, measured on the CPU;" in block.help
 
 
 @pytest.mark.parametrize(

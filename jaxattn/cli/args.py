@@ -265,16 +265,11 @@ def add_source_arguments(
     )
 
 
-# The `jaxattn.load` options `add_source_arguments` sets, each its flag's dest
-# (--attention, --attention-block).
-ENGINE_OPTIONS = ("attention", "attention_block")
-
-
 def engine_options(args: argparse.Namespace) -> dict:
     """The `jaxattn.load` options the command's arguments set: {"attention": ...,
     "attention_block": ...} for those given, nothing for the others (the engine's
     defaults)."""
-    given = {name: getattr(args, name, None) for name in ENGINE_OPTIONS}
+    given = {"attention": args.attention, "attention_block": args.attention_block}
     return {name: value for name, value in given.items() if value is not None}
 
 
