@@ -318,18 +318,14 @@ def decoder_extras(path: Path, here, engines, texts: list[str], dense: list) -> 
     """Blockwise against dense on `here` (BLOCK-token blocks: attention and
     decoder_head_stats), and greedy generation's token ids on both backends."""
     import jaxattn
-    from jaxattn.engine.step import CaptureStep
 
     blocked = jaxattn.load(
         str(path),
         buckets=(FAMILY_TOKENS,),
         devices=[here],
         attention="blockwise",
+        attention_block=BLOCK,
         layer_loop="unrolled",
-    )
-    s = blocked.step
-    blocked.step = CaptureStep(
-        blocked.config, s.params, s.devices, s.host_memory, "unrolled", "blockwise", block=BLOCK
     )
     what = ("attention", "decoder_head_stats")
     block = blocked.step.block_for(blocked.make_spec(what), FAMILY_TOKENS)

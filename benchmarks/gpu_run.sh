@@ -6,10 +6,13 @@
 # On the GPU:   bash benchmarks/gpu_run.sh              # every stage, in order (carry [".gpu"])
 #               bash benchmarks/gpu_run.sh first real   # a second call: only what is missing
 # Stages, in order: sanity bench precision overlap first warmup service real levers decoders
-# generate long scale. (`scale`: issue 32's service ratios with a GPU engine. `long`, issue
-# 31's 1B decoder at 8k and 32k tokens, needs minutes of its own: on a fresh call, run it
-# alone, `GPU_RUN_SECONDS=540 bash benchmarks/gpu_run.sh long`, and what it leaves out
-# with GPU_RUN_LONG="bf16:32768 bf16:8192" in another.)
+# generate long blocks scale. (`scale`: issue 32's service ratios with a GPU engine. `long`,
+# issue 31's 1B decoder at 8k and 32k tokens, needs minutes of its own: on a fresh call, run
+# it alone, `GPU_RUN_SECONDS=540 bash benchmarks/gpu_run.sh long`, and what it leaves out
+# with GPU_RUN_LONG="bf16:32768 bf16:8192" in another. `blocks`, ~300 s, the same model's
+# blockwise block size (the engine's attention_block) at 32k and 8k tokens, to choose the
+# GPU's default: `GPU_RUN_SECONDS=540 bash benchmarks/gpu_run.sh blocks`, what it leaves
+# out with GPU_RUN_BLOCKS="bf16:8192:256,1024,2048" in another.)
 # Everything is line-buffered into $OUT/run.log (appended, so a stage cut off by its
 # limit still leaves what it printed) and the JSON figures into $OUT/<stage>.json.
 # Each step has its own time limit, clipped to what is left of the run's budget
@@ -26,7 +29,7 @@ WHEELS=(protobuf==7.36.2 grpcio==1.85.3 grpcio-health-checking==1.85.1
   grpcio-reflection==1.85.1 zstandard==0.25.0 lz4==4.4.5 prometheus_client==0.26.0
   zlib-ng==1.1.0 flatbuffers==25.12.19)
 STAGES=(sanity bench precision overlap first warmup service real levers decoders generate long
-  scale)
+  blocks scale)
 
 if [ "${1:-}" = prepare ]; then
   py=${PYTHON:-.venv/bin/python}
@@ -98,6 +101,16 @@ tiny=$(s --tiny "")
 checks=("$py" benchmarks/gpu_checks.py)
 bench=("$py" -m jaxattn bench --overwrite)
 tokens=$(s 16 128)
+# long_context.py on one Llama-3.2-1B-shaped random checkpoint (5 GB at full size), written
+# by `long_prepare` in a step of its own, once a call (the long and blocks stages share
+# it); each of its runs a fresh process. No --out: $OUT returns at most 8 files, and its
+# JSON lines and table are printed into run.log.
+long_model="$(mktemp -d)/llama-1b"
+long=("$py" benchmarks/long_context.py --preset llama-1b $tiny --query-rows "$(s 8 256)"
+  --attention blockwise --model-dir "$long_model")
+long_prepare() {
+  [ -f "$long_model/config.json" ] || step 150 "${long[@]}" --prepare
+}
 
 echo "== gpu_run ${wanted[*]} on $(hostname), $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null)"
 for stage in "${wanted[@]}"; do
@@ -263,18 +276,35 @@ for stage in "${wanted[@]}"; do
       # from (cuDNN at bf16) give the dense numbers.
       step 90 "${checks[@]}" fast-forward $tiny --tokens "$(s 24 512,4096)" \
         --json "$OUT/fast-forward.json"
-      # One random checkpoint (5 GB at full size), written in a step of its own, for the
-      # runs, each a fresh process. GPU_RUN_LONG="bf16:32768 ..." picks the runs (a
-      # second call: what the first left out).
-      long=("$py" benchmarks/long_context.py --preset llama-1b $tiny --query-rows "$(s 8 256)"
-        --attention blockwise --model-dir "$(mktemp -d)/llama-1b")
-      step 150 "${long[@]}" --prepare
+      # GPU_RUN_LONG="bf16:32768 ..." picks the runs (a second call: what the first left out).
+      long_prepare
       for run in ${GPU_RUN_LONG:-$(s "highest:40 bf16:40" \
         "highest:8192 highest:32768 bf16:32768 bf16:8192")}; do
         p=${run%%:*} t=${run#*:}
         step "$([ "$t" -gt 8192 ] && echo 300 || echo 150)" "${long[@]}" --precision "$p" \
-          --lengths "$t" --out "$OUT/long-$p-$t"
+          --lengths "$t"
       done
+      ;;
+    blocks)  # the blockwise block size (the engine's attention_block) on the long stage's
+      # model, to choose the GPU's default. At 32,768 tokens with block 256 a layer pass
+      # runs 128 x 128 block iterations, each a conditional (its predicate read by the
+      # host) and its kernels' launches: decoder_head_stats + two heads' maps took 17.7 s
+      # at bf16 on the H200 (2026-11-28), ~0.5 s of it arithmetic. Each run: one
+      # long_context.py step, a fresh process per block (a device's peak is per process),
+      # ascending; most important first: bf16 statistics alone at 32k, highest at 32k
+      # (256 measured: 33 s with the maps), then bf16 at 8k with the maps and the last
+      # rows. GPU_RUN_BLOCKS="PRECISION:T:B,B[:stats]" picks the runs.
+      long_prepare
+      for run in ${GPU_RUN_BLOCKS:-$(s "bf16:40:4,8,16:stats highest:40:8,16:stats bf16:40:8,64" \
+        "bf16:32768:256,1024,2048:stats highest:32768:1024,2048:stats bf16:8192:256,1024,2048")}; do
+        IFS=: read -r p t b only <<<"$run"
+        step "$([ "$t" -gt 8192 ] && echo 240 || echo 150)" "${long[@]}" --precision "$p" \
+          --lengths "$t" --block "$b" ${only:+--stats-only}
+      done
+      # does XLA's dense attention still beat the blockwise fast forward at 8,192 tokens
+      # (at highest on the H200: 0.150 s against 0.193 s at 4,096)?
+      step 90 "${checks[@]}" fast-forward $tiny --tokens "$(s 24 8192)" \
+        --json "$OUT/fast-forward-8192.json"
       ;;
     scale)  # issue 32's three ratios with the engine on the GPU, server and client on this
       # machine's CPUs: one large request against Engine.capture, the service path

@@ -32,7 +32,18 @@ query rows alone (`query_positions="-N:"`). On a GPU each process also reports t
 device's peak memory in use (`jax.Device.memory_stats()` peak_bytes_in_use; torch's
 max_memory_allocated for eager).
 
-Writes raw.jsonl (one line per process) and table.md under --out, and prints the table.
+`--block N[,N...]` runs jaxattn at each blockwise block size (`attention_block`; default:
+the engine's, `blockwise.BLOCK`), ascending, each in a fresh process (a device's peak
+memory is per process), `--attention blockwise` unless another is named; each row records
+`attention_block` (as asked) and `block` (what the request ran at, 0: dense), and the
+table has a block column where more than one ran. `--stats-only` asks
+for the statistics alone (no maps, no `--query-rows`; transformers is not run: it
+returns every map whatever is asked).
+
+    python benchmarks/long_context.py --lengths 4096 --block 128,256,512,1024 --stats-only
+
+Writes raw.jsonl (one line per process) and table.md under --out, and prints the JSON
+lines and the table.
 
     python benchmarks/long_context.py --crossover --lengths 512,1024,2048 --layers 3
 
@@ -74,6 +85,17 @@ PRESETS = {
 }
 
 
+def blocks(value: str) -> list[int]:
+    """'1024,256' -> [256, 1024]: block sizes >= 1, ascending, each once."""
+    try:
+        out = sorted({int(v) for v in value.split(",") if v.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected block sizes N[,N...], got {value!r}") from None
+    if not out or out[0] < 1:
+        raise argparse.ArgumentTypeError(f"block sizes are whole numbers >= 1, got {value!r}")
+    return out
+
+
 def kib(field: str) -> int:
     """A line of /proc/self/status in KiB (VmRSS now, VmHWM the peak since the last reset)."""
     for line in open("/proc/self/status"):
@@ -97,18 +119,20 @@ def measure(request) -> dict:
     of the second where it ran (`timed`: "second", with second_s), else of the first."""
     start = kib("VmRSS")
     reset_peak()
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     request()
     first = time.perf_counter() - t
     row = dict(first_s=first, loaded_rss_mib=start / 1024, first_peak_rss_mib=kib("VmHWM") / 1024)
+    row["first_cpu_s"] = time.process_time() - cpu  # every thread's CPU seconds
     row |= dict(peak_rss_mib=kib("VmHWM") / 1024, grown_mib=(kib("VmHWM") - start) / 1024)
     row["timed"] = "first"
     if first <= AGAIN_S:
         before = kib("VmRSS")
         reset_peak()
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         request()
         row |= dict(second_s=time.perf_counter() - t, peak_rss_mib=kib("VmHWM") / 1024)
+        row["second_cpu_s"] = time.process_time() - cpu
         row |= dict(grown_mib=(kib("VmHWM") - before) / 1024, timed="second")
     return row
 
@@ -142,12 +166,17 @@ def one_jaxattn(job: dict) -> dict:
     length, layer = job["length"], job["layer"]
     # Buckets at the length measured: each text runs at exactly T.
     engine = jaxattn.load(
-        job["model"], attention=job["attention"], buckets=(length,), precision=job["precision"]
+        job["model"],
+        attention=job["attention"],
+        attention_block=job.get("block"),
+        buckets=(length,),
+        precision=job["precision"],
     )
     texts = synthetic_texts(length, 1)
     maps = dict(what="attention", layers=[layer], heads=list(HEADS))
     row = {"block": engine.step.block_for(engine.make_spec(job["stats"]), length)}
-    if job.get("rows"):  # first: the device's peak is the process's, never reset
+    # The last rows' maps first: the device's peak is the process's, never reset.
+    if job.get("rows") and not job.get("stats_only"):
 
         def rows():
             got = engine.capture(texts, **maps, query_positions=f"-{job['rows']}:")[0]
@@ -158,6 +187,9 @@ def one_jaxattn(job: dict) -> dict:
 
     def request():
         stats = engine.capture(texts, what=job["stats"])[0]
+        if job.get("stats_only"):
+            assert stats.length == length, (stats.length, length)
+            return
         got = engine.capture(texts, **maps)[0]
         assert stats.length == got.length == length, (stats.length, length)
         assert got.attention.shape == (1, len(HEADS), length, length)
@@ -297,23 +329,37 @@ def run_one(job: dict) -> dict:
     t = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)
     row = dict(side=job["side"], tokens=job["length"], precision=job["precision"])
+    if job["side"] == "jaxattn":
+        row["attention_block"] = job.get("block")  # as asked (None: the engine's)
     if p.returncode != 0:
         return row | dict(error=(p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1])
     return row | json.loads(p.stdout.strip().splitlines()[-1]) | {"wall_s": time.perf_counter() - t}
 
 
 def table(rows: list[dict]) -> str:
+    """One line per (T, block) of jaxattn beside transformers' at that T; a block column
+    where more than one block size ran."""
     device = any(r.get("peak_device_mib") for r in rows)  # a GPU: its peaks too
+    jax_rows = [r for r in rows if r["side"] == "jaxattn"]
+    blocks = len({r.get("attention_block") for r in jax_rows}) > 1
+    shown = set()  # the lengths whose eager cells are on an earlier line
     extra = " jaxattn device peak GB | eager device peak GB |" if device else ""
     lines = [
-        "| T | jaxattn s (first, compiles) | jaxattn s (second) | jaxattn peak RSS GB | grown GB | "
+        "| T |"
+        + (" block |" if blocks else "")
+        + " jaxattn s (first, compiles) | jaxattn s (second) | jaxattn peak RSS GB | grown GB | "
         "eager s | eager peak RSS GB | eager grown GB | time jaxattn / eager | "
         "peak RSS jaxattn / eager |" + extra,
-        "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if device else ""),
+        "|---|"
+        + ("---|" if blocks else "")
+        + "---|---|---|---|---|---|---|---|---|"
+        + ("---|---|" if device else ""),
     ]
-    for t in sorted({r["tokens"] for r in rows}):
-        j = next((r for r in rows if r["tokens"] == t and r["side"] == "jaxattn"), {})
+    for j in sorted(jax_rows, key=lambda r: (r["tokens"], r.get("attention_block") or 0)):
+        t = j["tokens"]
         e = next((r for r in rows if r["tokens"] == t and r["side"] == "eager"), {})
+        again = t in shown
+        shown.add(t)
 
         def cells(r, keys):
             if "error" in r:
@@ -335,7 +381,7 @@ def table(rows: list[dict]) -> str:
         ratio = f"{j['second_s'] / e['second_s']:.2f}x | " if both else " | "
         ratio += f"{j['peak_rss_mib'] / e['peak_rss_mib']:.2f}x" if both else ""
         cols = cells(j, ["first_s", "second_s", "peak_rss_mib", "grown_mib"])
-        cols += cells(e, ["second_s", "peak_rss_mib", "grown_mib"])
+        cols += [""] * 3 if again else cells(e, ["second_s", "peak_rss_mib", "grown_mib"])
         peaks = ""
         if device:
             peaks = (
@@ -346,7 +392,10 @@ def table(rows: list[dict]) -> str:
                 )
                 + " |"
             )
-        lines.append(f"| {t:,} | " + " | ".join(cols) + f" | {ratio} |" + peaks)
+        ran = j.get("block")  # 0: the dense path ran (auto under its threshold)
+        block = f" {'dense' if ran == 0 else ran if ran else j.get('attention_block')} |"
+        lines.append(f"| {t:,} |" + (block if blocks else "") + " " + " | ".join(cols))
+        lines[-1] += f" | {ratio} |" + peaks
     return "\n".join(lines)
 
 
@@ -363,9 +412,22 @@ def main() -> None:
     p.add_argument("--preset", choices=sorted(PRESETS), default="modernbert-base")
     p.add_argument("--precision", default="highest", help="jaxattn's compute precision")
     p.add_argument(
-        "--attention", default="auto", help="jaxattn's attention policy (auto, dense, blockwise)"
+        "--attention",
+        help="jaxattn's attention policy (auto, dense, blockwise; default auto, blockwise "
+        "with --block)",
     )
     p.add_argument("--query-rows", type=int, default=0, help="also the last N rows' maps")
+    p.add_argument(
+        "--block",
+        type=blocks,
+        help="jaxattn's blockwise block sizes, N[,N...], each in a process of its own "
+        "(default: the engine's); --attention defaults to blockwise with it",
+    )
+    p.add_argument(
+        "--stats-only",
+        action="store_true",
+        help="only the statistics request (no maps, no --query-rows, no transformers)",
+    )
     p.add_argument("--tiny", action="store_true", help="a tiny model of the same family")
     p.add_argument(
         "--model-dir",
@@ -379,6 +441,10 @@ def main() -> None:
     args = p.parse_args()
     if args.prepare and not args.model_dir:
         p.error("--prepare writes the checkpoint into --model-dir: name one")
+    if args.crossover and (args.block or args.stats_only):
+        p.error("--block and --stats-only time the long runs, not --crossover")
+    if args.attention is None:
+        args.attention = "blockwise" if args.block else "auto"
     if args.one:
         job = json.loads(args.one)
         print(json.dumps((one_jaxattn if job["side"] == "jaxattn" else one_eager)(job)))
@@ -410,12 +476,15 @@ def main() -> None:
             rows = crossover(model, lengths, layer)
             lengths = []
         for length in lengths:
-            for side in ("jaxattn", "eager"):
+            sides = [("jaxattn", block) for block in args.block or [None]] + [("eager", None)]
+            for side, block in sides:
                 job = dict(side=side, model=model, length=length, layer=layer, stats=stats)
                 job |= dict(preset=args.preset, precision=args.precision, rows=args.query_rows)
-                job["attention"] = args.attention
+                job |= dict(attention=args.attention, block=block, stats_only=args.stats_only)
                 row = dict(side=side, tokens=length, precision=args.precision)
-                if side == "eager" and args.precision != "highest":
+                if side == "eager" and args.stats_only:
+                    row["skipped"] = "not run: --stats-only (transformers returns every map)"
+                elif side == "eager" and args.precision != "highest":
                     row["skipped"] = "not run: transformers runs float32 (see highest)"
                 elif side == "eager" and args.eager_max and length > args.eager_max:
                     row["skipped"] = f"not run: over --eager-max {args.eager_max}"
@@ -427,6 +496,7 @@ def main() -> None:
         f"{platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
         f"{time.strftime('%Y-%m-%d', time.gmtime())}; {args.preset}"
         f"{' (tiny)' if args.tiny else ''}, precision {args.precision}"
+        f"{', statistics only' if args.stats_only else ''}"
     )
     gpus = [r["device"] for r in rows if r.get("device")]
     if gpus:

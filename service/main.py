@@ -35,6 +35,7 @@ def serve(
     log_level: str = "INFO",
     precision: str = "highest",
     attention: str = "auto",
+    attention_block: int | None = None,
     warmup: Sequence[tuple[str, ...]] = (),
     warmup_sizes: str = "all",
     malloc_arenas: int | None = None,
@@ -50,6 +51,8 @@ def serve(
       precision: the compute precision of requests that do not choose one.
       attention: how the engine runs attention ("auto", "dense", "blockwise":
         `jaxattn.Engine`'s attention=).
+      attention_block: the blockwise path's block size (`jaxattn.Engine`'s
+        attention_block=; None: its default).
       warmup: kinds of request to compile before listening (`Engine.warmup`), each
         a tuple of quantities asked for together (all layers and heads, float32,
         this precision), then, on a server that generates (options.max_new_tokens),
@@ -90,7 +93,9 @@ def serve(
     check_tls(options)  # and a certificate and key gRPC cannot serve
     if options.metrics_port:
         _check_metrics_port(address, options.metrics_port)
-    engine = jaxattn.load(model, precision=precision, attention=attention)
+    engine = jaxattn.load(
+        model, precision=precision, attention=attention, attention_block=attention_block
+    )
     specs = [_warmup_spec(engine, what) for what in warmup]  # every name checked first
     log.info(arenas)
     log.info("codec pool: %s", codec_threads)

@@ -1,7 +1,8 @@
-"""--attention auto|dense|blockwise (`jaxattn.cli.args.add_source_arguments`): every command
-that loads an engine hands it to `jaxattn.load`; without it the engine's default stands;
-with --server it is refused. `jaxattn.load` is stood in: it records its options and stops
-the command, so no model loads."""
+"""--attention auto|dense|blockwise and --attention-block N
+(`jaxattn.cli.args.add_source_arguments`): every command that loads an engine hands them to
+`jaxattn.load`; without them the engine's defaults stand; with --server they are refused.
+`jaxattn.load` is stood in: it records its options and stops the command, so no model
+loads."""
 
 from __future__ import annotations
 
@@ -47,6 +48,8 @@ def test_the_help_gives_auto_s_thresholds():
     (action,) = [a for a in p._actions if "--attention" in a.option_strings]
     lengths = f"from {blockwise.AUTO_MIN_LENGTH} tokens with a map, "
     assert lengths + f"{blockwise.AUTO_MIN_LENGTH_STATS} for statistics alone" in action.help
+    (block,) = [a for a in p._actions if "--attention-block" in a.option_strings]
+    assert f"(default {blockwise.BLOCK}, measured on the CPU;" in block.help
 
 
 @pytest.mark.parametrize(
@@ -72,9 +75,34 @@ def test_the_attention_flag_reaches_the_engine(command, loads, tmp_path):
     with pytest.raises(Loaded):
         main(command)
     assert loads[-1].get("attention", "auto") == "auto"  # the engine's default
+    assert loads[-1].get("attention_block") is None
+    with pytest.raises(Loaded):
+        main([*command, "--attention", "blockwise", "--attention-block", "1024"])
+    assert loads[-1].get("attention_block") == 1024
+    with pytest.raises(Loaded):
+        main([*command, "--attention-block", "7"])
+    assert loads[-1].get("attention_block") == 7 and loads[-1].get("attention", "auto") == "auto"
+
+
+@pytest.mark.parametrize(
+    "value, why",
+    [
+        ("0", "expected a number >= 1, got 0"),
+        ("-4", "expected a number >= 1, got -4"),
+        ("1.5", "expected a whole number, got '1.5'"),
+        ("big", "expected a whole number, got 'big'"),
+    ],
+)
+def test_a_bad_attention_block_is_refused_by_the_flag(value, why, loads, capsys):
+    assert main(["capture", "a text", f"--attention-block={value}"]) == 2
+    assert f"argument --attention-block: {why}" in capsys.readouterr().err
+    assert loads == []  # refused before anything loads
 
 
 def test_attention_with_a_server_is_refused(capsys):
     code = main(["capture", "a text", "--server", "127.0.0.1:1", "--attention", "dense"])
     assert code == 2
     assert "--attention sets how a local engine runs" in capsys.readouterr().err
+    code = main(["capture", "a text", "--server", "127.0.0.1:1", "--attention-block", "512"])
+    assert code == 2
+    assert "--attention-block sets how a local engine runs" in capsys.readouterr().err

@@ -261,20 +261,55 @@ def test_the_split_check_times_the_full_capture_and_each_quantity_and_says_how_i
     assert "split full no device events in the trace" in got.stdout
 
 
+def long_rows(log: str) -> list[dict]:
+    """benchmarks/long_context.py's JSON lines, as printed into run.log."""
+    return [json.loads(line) for line in log.splitlines() if line.startswith('{"side": ')]
+
+
 @pytest.mark.slow
-def test_the_long_stage_runs_the_fast_forward_check_and_both_precisions(tmp_path):
-    run_clean("long", out=tmp_path)
+def test_the_long_and_blocks_stages_share_a_checkpoint_and_print_their_rows(tmp_path):
+    log = run_clean("long", "blocks", out=tmp_path)
+    # $OUT returns at most 8 files: the rows are printed into run.log, not written apart
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "fast-forward-8192.json",
+        "fast-forward.json",
+        "run.log",
+    ]
+    assert log.count("long_context.py --preset llama-1b") == 2 + 3 + 1  # one --prepare
     fast = json.loads((tmp_path / "fast-forward.json").read_text())
-    assert fast["ok"]
+    assert fast["ok"] and json.loads((tmp_path / "fast-forward-8192.json").read_text())["ok"]
     # On the CPU: layers 0..L-2 of a short input through XLA's dot_product_attention at
     # highest; bf16 is emulated here (operands rounded), so those layers stay dense.
     assert fast["highest_24"]["kind"] == "xla" and fast["bf16_24"]["kind"] is None
-    for precision in ("highest", "bf16"):
-        rows = (tmp_path / f"long-{precision}-40/raw.jsonl").read_text().splitlines()
-        jax_row, eager = (json.loads(r) for r in rows)
-        assert jax_row["block"] > 0 and jax_row["second_s"] > 0 and jax_row["rows_second_s"] > 0
-        # transformers runs float32 only: beside bf16 it is not run, and says why
-        assert ("skipped" in eager) == (precision == "bf16")
+    rows = long_rows(log)
+    runs = [(r["side"], r["precision"], r.get("attention_block")) for r in rows]
+    # long: each precision's jaxattn row at the engine's block, and transformers beside;
+    # blocks: one row per block, ascending, transformers not run for statistics alone
+    assert runs == [
+        ("jaxattn", "highest", None),
+        ("eager", "highest", None),
+        ("jaxattn", "bf16", None),
+        ("eager", "bf16", None),
+        *[("jaxattn", "bf16", b) for b in (4, 8, 16)],
+        ("eager", "bf16", None),
+        *[("jaxattn", "highest", b) for b in (8, 16)],
+        ("eager", "highest", None),
+        *[("jaxattn", "bf16", b) for b in (8, 64)],
+        ("eager", "bf16", None),
+    ]
+    stats_only = {4, 5, 6, 8, 9}  # the rows of the blocks stage's --stats-only runs
+    for i, row in enumerate(rows):
+        assert "error" not in row, row
+        if row["side"] == "jaxattn":
+            # blockwise, at the block asked (the engine's default in the long stage)
+            assert row["block"] == (row["attention_block"] or 256) and row["second_s"] > 0
+            # the last query rows' maps timed first, except for statistics alone
+            assert ("rows_second_s" in row) == (i not in stats_only), row
+        else:  # transformers runs float32 only, and not for statistics alone
+            assert ("skipped" in row) == (i != 1), row
+    assert "not run: --stats-only" in rows[7]["skipped"]
+    # the blocks' table has a block column
+    assert "| T | block | jaxattn s" in log and "| 40 | 16 |" in log and "| 40 | 64 |" in log
 
 
 def test_the_generate_stage_serving_benchmark_runs_without_patching_the_batcher():

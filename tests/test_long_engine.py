@@ -140,6 +140,72 @@ def test_blockwise_refuses_what_it_cannot_serve_by_name(checkpoint):
         np.testing.assert_allclose(getattr(short, name), getattr(want, name), rtol=1e-4, atol=2e-5)
 
 
+@pytest.fixture(scope="module")
+def llama_checkpoint(tmp_path_factory):
+    from jaxattn.bench.synthetic import tiny_checkpoint
+
+    return tiny_checkpoint("llama", tmp_path_factory.mktemp("llama"))
+
+
+# Two texts of different lengths in one batch (the shorter padded): 13+ and 7+ tokens.
+TEXTS = [
+    "At the store, I bought fresh strawberries and a loaf of bread.",
+    "I went to the store.",
+]
+
+
+@pytest.mark.parametrize("family", ["bert", "llama"])
+@pytest.mark.parametrize("block", [5, 4096], ids=["odd-below-T", "over-T"])
+def test_the_attention_block_gives_the_dense_numbers(
+    family, block, checkpoint_dirs, llama_checkpoint
+):
+    """attention_block=5 (odd, under T: several blocks, the last part-filled) and one over
+    T (a single block): the maps and head statistics of the dense path, padding included."""
+    path = llama_checkpoint if family == "llama" else checkpoint_dirs["bert"]
+    stats = "decoder_head_stats" if family == "llama" else "head_stats"
+    what = ("attention", stats)
+    engine = jaxattn.load(path, attention="blockwise", attention_block=block, buckets=(24,))
+    assert engine.step.block_for(engine.make_spec(what), 24) == block
+    got = engine.capture(TEXTS, what=what)
+    want = jaxattn.load(path, attention="dense", buckets=(24,)).capture(TEXTS, what=what)
+    assert got[0].length > 12 and got[1].length < got[0].length  # padded in one batch
+    for a, b in zip(got, want, strict=True):
+        assert a.length == b.length
+        for name in what:
+            assert not np.isnan(getattr(b, name)).all(), name
+            np.testing.assert_allclose(
+                getattr(a, name), getattr(b, name), rtol=1e-4, atol=2e-5, err_msg=name
+            )
+
+
+@pytest.mark.parametrize(
+    "block, error",
+    [
+        (0, "attention_block must be at least 1, got 0"),
+        (-3, "attention_block must be at least 1, got -3"),
+        (True, "attention_block must be a whole number of tokens, got True"),
+        (64.0, "attention_block must be a whole number of tokens, got 64.0"),
+        ("256", "attention_block must be a whole number of tokens, got '256'"),
+    ],
+)
+def test_a_bad_attention_block_is_refused_by_name(checkpoint_dirs, block, error):
+    with pytest.raises(jaxattn.UsageError, match=f"^{error}$"):
+        jaxattn.load(checkpoint_dirs["bert"], attention_block=block)
+
+
+def test_the_attention_budget_counts_the_engine_s_block(checkpoint):
+    """One example's attention working memory on the blockwise path: a layer's float32
+    logits of one block, H x block^2 x 4 bytes, at the engine's block size."""
+    spec_of = {}
+    for block in (None, 96, 1000):
+        engine = jaxattn.load(checkpoint, attention="blockwise", attention_block=block)
+        spec = spec_of.setdefault("stats", engine.make_spec("head_stats"))
+        side = block or 256
+        assert engine.pipeline.attention_bytes(spec, POSITIONS) == HEADS * side * side * 4
+    # a block over the padded length holds that length's [H, T, T] logits
+    assert engine.pipeline.attention_bytes(spec, 512) == HEADS * 512 * 512 * 4
+
+
 def test_an_unknown_attention_is_refused_by_name(checkpoint):
     need = "unknown attention 'flash': valid are auto, dense"
     with pytest.raises(jaxattn.UsageError, match=need):
@@ -159,5 +225,11 @@ def test_the_load_options_docs_python_names_are_the_engines():
     options = set(inspect.signature(jaxattn.Engine).parameters) | set(
         inspect.signature(jaxattn.load).parameters
     )
-    assert {"attention", "attention_budget", "layer_loop", "host_memory"} <= named
+    assert {
+        "attention",
+        "attention_budget",
+        "attention_block",
+        "layer_loop",
+        "host_memory",
+    } <= named
     assert named <= options, named - options

@@ -666,3 +666,16 @@ def test_concurrent_first_calls_make_one_program(tmp_path):
     for t in threads:
         t.join()
     assert cache.saved == 1
+
+
+def test_the_attention_block_is_in_the_key(checkpoint, programs):
+    """A program traced with one blockwise block size is not loaded by an engine of another
+    (the block is static in the program)."""
+
+    def key(block):
+        engine = jaxattn.load(checkpoint, attention="blockwise", attention_block=block)
+        return engine.step.program_cache.key("a call")
+
+    assert key(5) == key(5)
+    assert key(5) != key(7)
+    assert key(None) == key(256)  # the default is blockwise.BLOCK

@@ -123,7 +123,7 @@ CASES = {
     "attention block 0": (
         _choose_block_below_one,
         UsageError,
-        "attention block 0 must be at least 1",
+        "attention_block must be at least 1, got 0",
     ),
     "blockwise DeBERTa": (
         _blockwise_with_relative_positions,

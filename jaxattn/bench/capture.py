@@ -161,11 +161,12 @@ def run(
     too_long: str = "error",
     layer_loop: str | None = None,
     attention: str = "auto",
+    attention_block: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict:
     """Run all cases, interleaved: each round times (a) to (f) in turn (jaxattn's
-    engine loaded with `layer_loop` and `attention`). `progress` is given a line as
-    each step ends (the load, each case's first pass, each round), so a run stopped
+    engine loaded with `layer_loop`, `attention` and `attention_block`). `progress` is
+    given a line as each step ends (the load, each case's first pass, each round), so a run stopped
     at a time limit has said how far it came. `texts`: the texts to time (default:
     the first `n` sentences of `conllu`); `tokens`: instead, `n` texts of exactly that
     many tokens as the model's tokenizer counts them (`fitted_texts`).
@@ -183,7 +184,13 @@ def run(
     if tokens is None:
         texts = texts if texts is not None else read_sentences(conllu, n)
     t = time.perf_counter()
-    engine = jaxattn.load(model, precision=precision, layer_loop=layer_loop, attention=attention)
+    engine = jaxattn.load(
+        model,
+        precision=precision,
+        layer_loop=layer_loop,
+        attention=attention,
+        attention_block=attention_block,
+    )
     say(f"loaded {engine.info.name} in {time.perf_counter() - t:.1f} s")
     if tokens is not None:  # counted by this model's tokenizer (`fitted_texts`)
         texts = fitted_texts(engine, tokens, n)

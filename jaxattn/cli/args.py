@@ -6,8 +6,9 @@ policy reaches every command. Lists take commas with or without spaces;
 layers and heads take indices, negative ones and ranges (``0,3,-1``,
 ``8:12``: `jaxattn.selection.parse_selection`).
 
-    add_source_arguments(p)     --server --model --attention --token-file --tls-ca --timeout
-    engine_options(args)        what --attention asks of `jaxattn.load`
+    add_source_arguments(p)     --server --model --attention --attention-block --token-file
+                                --tls-ca --timeout
+    engine_options(args)        what --attention and --attention-block ask of `jaxattn.load`
     add_spec_arguments(p)       --what --layers --heads --query-positions --key-positions --dtype
     add_selection_arguments(p)  --layers --heads
     add_dtype_argument(p)       --dtype
@@ -222,8 +223,8 @@ ATTENTION = ("auto", "dense", "blockwise")
 def add_source_arguments(
     p: argparse.ArgumentParser, *, timeout: float = 120.0, server: bool = True
 ) -> None:
-    """Where captures come from: a local checkpoint (--model, run as --attention says)
-    or a server (--server)."""
+    """Where captures come from: a local checkpoint (--model, run as --attention and
+    --attention-block say) or a server (--server)."""
     default = "the embedded all-MiniLM-L6-v2" + (" when no --server" if server else "")
     p.add_argument(
         "--model", type=model, metavar=MODEL_METAVAR, help=f"{MODEL_HELP} (default: {default})"
@@ -237,6 +238,15 @@ def add_source_arguments(
         "whole [H, T, T] maps), or auto (blockwise where it can from 768 tokens with a "
         "map, 512 for statistics alone) "
         "(default auto; docs/performance.md#long-inputs)",
+    )
+    p.add_argument(
+        "--attention-block",
+        type=positive,
+        default=None,
+        metavar="N",
+        help="the blockwise path's block of query and key tokens: larger blocks take "
+        "fewer steps over a long text (what a GPU favours) and hold H x N^2 x 4 bytes a "
+        "block (default 256, measured on the CPU; docs/performance.md#long-inputs)",
     )
     if not server:
         return
@@ -256,9 +266,11 @@ def add_source_arguments(
 
 
 def engine_options(args: argparse.Namespace) -> dict:
-    """The `jaxattn.load` options the command's arguments set: {"attention": ...} when
-    --attention was given, else nothing (the engine's default)."""
-    return {} if args.attention is None else {"attention": args.attention}
+    """The `jaxattn.load` options the command's arguments set: {"attention": ...,
+    "attention_block": ...} for those given, nothing for the others (the engine's
+    defaults)."""
+    given = {"attention": args.attention, "attention_block": args.attention_block}
+    return {name: value for name, value in given.items() if value is not None}
 
 
 def add_token_argument(p: argparse.ArgumentParser) -> None:

@@ -21,10 +21,11 @@ def open_source(args: argparse.Namespace) -> CaptureSource:
     manager). --model with --server is accepted only when the server serves
     those weights.
     """
-    if args.server and args.attention:
+    if args.server and engine_options(args):
+        flag = "--" + next(iter(engine_options(args))).replace("_", "-")
         raise UsageError(
-            "--attention sets how a local engine runs (--model); a --server runs its own: "
-            "start it with `jaxattn serve --attention ...`"
+            f"{flag} sets how a local engine runs (--model); a --server runs its own: "
+            f"start it with `jaxattn serve {flag} ...`"
         )
     if args.server:
         from jaxattn.client import AttentionClient

@@ -55,7 +55,10 @@ from jaxattn.engine import head_stats, norms, rotary
 from jaxattn.engine.precision import Matmul
 from jaxattn.errors import UsageError
 
-BLOCK = 256  # the default query and key block size
+# The default query and key block size (the engine's attention_block): measured on the
+# CPU (BENCHMARKS.md, "Long context (issue 31), CPU"). Each live block tensor is
+# H x block^2 x 4 bytes; a pass over T tokens runs (T / block)^2 iterations.
+BLOCK = 256
 # The [T, S] maps `captures` writes for the selected heads only ([H_sel, T, S]).
 MAPS = frozenset({"attention", "scores", "alpha_fx_norm"})
 # The per-head statistics `captures` sums row terms for, the means and the per-row ones:
@@ -95,12 +98,12 @@ def choose_block(
     no heads are ablated.
 
     Raises:
-      UsageError: an unknown policy or a block size below 1.
+      UsageError: an unknown policy or a block size that is no whole number >= 1
+        (`check_block`).
     """
     if policy not in POLICIES:
         raise UsageError(f"unknown attention {policy!r}: valid are {', '.join(POLICIES)}")
-    if block < 1:
-        raise UsageError(f"attention block {block} must be at least 1")
+    check_block(block)
     allows = set(what) <= SERVES and config.relative is None and not ablated
     if policy == "dense" or not allows:
         return 0
@@ -108,6 +111,19 @@ def choose_block(
     if policy == "auto" and length < (AUTO_MIN_LENGTH if mapped else AUTO_MIN_LENGTH_STATS):
         return 0
     return block
+
+
+def check_block(block) -> int:
+    """`block` as the int block size (the engine's option attention_block).
+
+    Raises:
+      UsageError: a bool, a non-integer or a value below 1, naming attention_block.
+    """
+    if isinstance(block, bool) or not isinstance(block, int | np.integer):
+        raise UsageError(f"attention_block must be a whole number of tokens, got {block!r}")
+    if block < 1:
+        raise UsageError(f"attention_block must be at least 1, got {block}")
+    return int(block)
 
 
 @flax.struct.dataclass

@@ -103,6 +103,16 @@ class Engine:
       attention_budget: most bytes of attention working memory one batch may
         hold (the dense path's [H, T, T] maps; the blockwise path's blocks);
         None: by device (`batching.Budgets.for_devices`).
+      attention_block: the blockwise path's block size, in query and key tokens
+        (a whole number >= 1; None: `jaxattn.engine.blockwise.BLOCK`, 256, measured on
+        the CPU: BENCHMARKS.md "Long context (issue 31), CPU"). Each block tensor
+        the path holds is H x block^2 x 4 bytes (the attention budget counts one per
+        example at this size), and a pass over T tokens runs (T / block)^2 block
+        iterations (those past the causal diagonal or a window skipped): larger
+        blocks mean fewer, larger iterations, what a GPU favours. Also the block of
+        the blockwise forward of layers nothing is captured from
+        (`jaxattn.engine.fast_forward`). The numbers agree within float32 rounding
+        whatever the size; docs/performance.md "Long inputs".
       layer_group: how an example whose outputs exceed the output budget (on a
         GPU/TPU without `output_budget`: an eighth of the free memory,
         `batching.Budgets.group_bytes`) runs
@@ -138,6 +148,7 @@ class Engine:
         layer_loop: str | None = None,
         attention: str = "auto",
         attention_budget: int | None = None,
+        attention_block: int | None = None,
         layer_group: int | None = None,
         revision: str = "",
         eos_ids: Sequence[int] | None = None,
@@ -154,7 +165,15 @@ class Engine:
         engine = weakref.ref(self)  # no cycle: the engine is freed when its last user lets go
         self.pipeline = BatchPipeline(
             config,
-            CaptureStep(config, params["encoder"], devices, host_memory, layer_loop, attention),
+            CaptureStep(
+                config,
+                params["encoder"],
+                devices,
+                host_memory,
+                layer_loop,
+                attention,
+                block=attention_block,
+            ),
             devices,
             batching.buckets_for(config.max_length, buckets),
             batching.Budgets.for_devices(

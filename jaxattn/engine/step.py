@@ -129,7 +129,8 @@ class CaptureStep:
         one that cannot run blockwise (a quantity it does not serve, heads ablated)
         is refused by `block_for`, naming why; a model with relative positions
         (DeBERTa) refuses "blockwise" here.
-      block: the blockwise path's block size (None: `blockwise.BLOCK`).
+      block: the blockwise path's block size, queries and keys (the engine's
+        attention_block; None: `blockwise.BLOCK`; `blockwise.check_block`).
     """
 
     def __init__(
@@ -156,7 +157,8 @@ class CaptureStep:
             params = layer_loops.stack_layers(params, config, put=_placer(replicated))
         self.params = jax.device_put(params, replicated)
         platform = matmul_platform(self.devices[0])
-        self.attention, self.block = attention, block or blockwise.BLOCK
+        self.attention = attention
+        self.block = blockwise.BLOCK if block is None else blockwise.check_block(block)
         blockwise.choose_block(attention, config, (), 0, block=self.block)  # check the names
         if attention == "blockwise" and config.relative is not None:
             raise UsageError(
