@@ -129,6 +129,30 @@ def test_cudnn_refused_while_tracing_warns_and_runs_without_it():
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=2e-6)
 
 
+def test_cudnn_refused_on_a_long_input_runs_blockwise_at_the_engines_block(monkeypatch):
+    # Past blockwise.AUTO_MIN_LENGTH the refused layer runs the blockwise forward, at the
+    # block it is given (the engine's attention_block), not the default.
+    from jaxattn.engine import blockwise
+
+    config, length = config_of("llama"), blockwise.AUTO_MIN_LENGTH + 3
+    rng = np.random.default_rng(5)
+    q = rng.normal(size=(length, 4, 6)).astype(np.float32)  # the config's heads and head dim
+    k = rng.normal(size=(length, 2, 6)).astype(np.float32)
+    v = rng.normal(size=(length, 2, 6)).astype(np.float32)
+    mask = np.arange(length) < length - 5
+    seen = []
+    real = blockwise.attention
+    monkeypatch.setattr(
+        blockwise, "attention", lambda *a, **kw: seen.append(kw["block"]) or real(*a, **kw)
+    )
+    with pytest.warns(UserWarning, match="cuDNN attention refused"):
+        got = fast_forward.attend("cudnn", q, k, v, mask, config=config, mm=Matmul(), block=97)
+    assert seen == [97]
+    want, _, _ = tiny_models.softmax_reference(q, k, v, mask, True, 0, False, 6**-0.5)
+    real_rows = np.asarray(mask)
+    np.testing.assert_allclose(np.asarray(got)[real_rows], want[real_rows], rtol=1e-5, atol=2e-6)
+
+
 def test_attend_refuses_an_unknown_kind():
     config, x = config_of("bert"), jnp.zeros((4, 3, 5))
     with pytest.raises(RuntimeError, match="unknown fast forward 'dense': valid are cudnn, xla"):

@@ -300,7 +300,7 @@ class SelfAttention(nn.Module):
             causal=c.causal,
             window=window,
             local=local,
-            block=self.block or self.fast_block or blockwise.BLOCK,
+            block=self._block_size(),
         )
         y = out(r.out) if project else None
         w_out = self.variables["params"]["out"]["kernel"]
@@ -308,6 +308,13 @@ class SelfAttention(nn.Module):
             q=q, k=k, v=v, scores=None, alpha=None, w_out=w_out, blockwise=r.inputs
         )
         return y, parts
+
+    def _block_size(self) -> int:
+        """The blockwise path's block size: the request's, else the engine's for a layer
+        nothing is captured from (`fast_block`)."""
+        from jaxattn.engine import blockwise
+
+        return self.block or self.fast_block or blockwise.BLOCK
 
     def _fast(self, kind: str, q, k, v, mask, out, project, is_global):
         """The output of a layer nothing is captured from, through
@@ -320,7 +327,9 @@ class SelfAttention(nn.Module):
             q, k, local = self._rotated(q, k, is_global)
         y = None
         if project:
-            got = fast_forward.attend(kind, q, k, v, mask, config=c, mm=self.mm, local=local)
+            got = fast_forward.attend(
+                kind, q, k, v, mask, config=c, mm=self.mm, local=local, block=self._block_size()
+            )
             y = out(got)
         w_out = self.variables["params"]["out"]["kernel"]
         return y, AttentionParts(q=q, k=k, v=v, scores=None, alpha=None, w_out=w_out)

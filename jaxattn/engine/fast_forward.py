@@ -117,13 +117,17 @@ def scale(config: ModelConfig) -> float:
     return float(1.0 / np.sqrt(config.head_dim))
 
 
-def attend(kind: str, q, k, v, mask, *, config: ModelConfig, mm: Matmul, local=False):
+def attend(
+    kind: str, q, k, v, mask, *, config: ModelConfig, mm: Matmul, local=False, block=blockwise.BLOCK
+):
     """One example's attention output [T, H, K] by `kind` "cudnn" or "xla".
 
     Args:
       q: [T, H, K] queries; k, v: [T, H_kv, K] (rotated where the model rotates).
       mask: [T] bool, the real tokens (a prefix).
       local: a local layer (a bool, or a traced one in a scan).
+      block: the blockwise forward's block size, where cuDNN refuses a long input (the
+        engine's `attention_block`).
     """
     window = config.rotary.local_window if config.rotary is not None else 0
     if kind == "xla":
@@ -146,7 +150,16 @@ def attend(kind: str, q, k, v, mask, *, config: ModelConfig, mm: Matmul, local=F
             return _xla(q, k, v, mask, config, mm, window, local)
         logits = functools.partial(jnp.multiply, scale(config))
         return blockwise.attention(
-            q, k, v, mask, mm=mm, logits=logits, causal=config.causal, window=window, local=local
+            q,
+            k,
+            v,
+            mask,
+            mm=mm,
+            logits=logits,
+            causal=config.causal,
+            window=window,
+            local=local,
+            block=block,
         ).out
 
 
