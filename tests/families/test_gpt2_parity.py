@@ -124,7 +124,10 @@ def test_the_scanned_layer_stack_equals_the_unrolled_one(setup):
     what = ("attention", "scores", "hidden_states", "attn_res_ln_norm")
     for got, want in zip(scan.capture(texts, what=what), caps, strict=True):
         for name in what:
-            np.testing.assert_allclose(got.array(name), want.array(name), atol=2e-6, err_msg=name)
+            # Two programs: float32 rounding differs by the CPU's vector width (AVX-512 here).
+            np.testing.assert_allclose(
+                got.array(name), want.array(name), rtol=1e-5, atol=2e-6, err_msg=name
+            )
 
 
 def test_a_uniform_ablated_head_spreads_over_the_keys_its_query_may_see(setup):

@@ -222,7 +222,11 @@ def test_grouped_captures_round_trip_the_wire_a_store_and_a_file(setup, tmp_path
     for cap, want in zip(jaxattn.open_store(store), caps[:2], strict=True):
         assert cap.keys.shape == want.keys.shape and cap.keys.shape[1] == 2
         for name in what.split(","):
-            np.testing.assert_allclose(cap.array(name), want.array(name), atol=5e-6, rtol=0)
+            # `dump` batches and buckets the texts its own way: another program, whose float32
+            # rounding differs by ~2e-5 of a value on an AVX-512 CPU.
+            np.testing.assert_allclose(
+                cap.array(name), want.array(name), atol=5e-6, rtol=5e-5, err_msg=name
+            )
 
 
 def test_the_neuron_view_gives_each_query_head_its_groups_keys(setup):
