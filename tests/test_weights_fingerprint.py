@@ -114,3 +114,33 @@ def test_the_fingerprint_copies_one_tensor_at_a_time(wide_bert, loop, monkeypatc
 
 def jax_leaves(tree: dict) -> list:
     return [a for v in tree.values() for a in (jax_leaves(v) if isinstance(v, dict) else [v])]
+
+
+def test_a_device_without_room_for_a_layer_still_gets_its_fingerprint(wide_bert, monkeypatch):
+    """A stacked layer's weights are sliced out on the device, which takes room there:
+    room a capture running beside the fingerprint's thread may hold (its batches run up
+    to the device's memory, and again in halves where past it). Out of memory there, the
+    stacked weights are copied to the host whole instead (as the fingerprint did before
+    copying one tensor at a time), not the engine's fingerprint, and every capture,
+    failed for good; other errors are not hidden."""
+    import jax
+
+    engine = jaxattn.load(wide_bert, buckets=(16,), layer_loop="scan")
+    _, params = read_checkpoint(wide_bert)
+    assert engine.weights_fingerprint == by_hand(params["encoder"])
+    sliced = []
+
+    def full(stacked, i):
+        sliced.append(int(i))
+        raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 41472 B")
+
+    monkeypatch.setattr(step_module, "_layer_weights", full)
+    assert engine_module.fingerprint_of(engine.step) == by_hand(params["encoder"])
+    assert sliced == [0]  # tried once, not again for each layer
+
+    def broken(stacked, i):
+        raise jax.errors.JaxRuntimeError("INTERNAL: the device is gone")
+
+    monkeypatch.setattr(step_module, "_layer_weights", broken)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="the device is gone"):
+        engine_module.fingerprint_of(engine.step)
