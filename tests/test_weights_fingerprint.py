@@ -6,12 +6,19 @@ a time."""
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import tracemalloc
 
 import numpy as np
 import pytest
 from hf_fixtures import make_checkpoint
+from tiny_models import config_of, params_of
+from xla_env import flags
 
 import jaxattn
 from jaxattn.checkpoints import read_checkpoint
@@ -114,3 +121,79 @@ def test_the_fingerprint_copies_one_tensor_at_a_time(wide_bert, loop, monkeypatc
 
 def jax_leaves(tree: dict) -> list:
     return [a for v in tree.values() for a in (jax_leaves(v) if isinstance(v, dict) else [v])]
+
+
+def test_a_device_without_room_for_a_layer_still_gets_its_fingerprint(wide_bert, monkeypatch):
+    """A stacked layer's weights are sliced out on the device, which takes room there:
+    room a capture running beside the fingerprint's thread may hold (its batches run up
+    to the device's memory, and again in halves where past it). Out of memory there, the
+    stacked weights are copied to the host whole instead (as the fingerprint did before
+    copying one tensor at a time), not the engine's fingerprint, and every capture,
+    failed for good; other errors are not hidden."""
+    import jax
+
+    engine = jaxattn.load(wide_bert, buckets=(16,), layer_loop="scan")
+    _, params = read_checkpoint(wide_bert)
+    assert engine.weights_fingerprint == by_hand(params["encoder"])
+    sliced, real = [], step_module._layer_weights
+
+    def failing(error: str):
+        def slice_here(stacked, i):  # here only: another test's engine's thread slices as ever
+            if threading.current_thread() is not threading.main_thread():
+                return real(stacked, i)
+            sliced.append(int(i))
+            raise jax.errors.JaxRuntimeError(error)
+
+        return slice_here
+
+    full = failing("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 41472 bytes")
+    monkeypatch.setattr(step_module, "_layer_weights", full)
+    assert engine_module.fingerprint_of(engine.step) == by_hand(params["encoder"])
+    assert sliced == [0]  # tried once, not again for each layer
+
+    monkeypatch.setattr(step_module, "_layer_weights", failing("INTERNAL: the device is gone"))
+    with pytest.raises(jax.errors.JaxRuntimeError, match="the device is gone"):
+        engine_module.fingerprint_of(engine.step)
+
+
+# Layer 0 outside the stack (ModernBERT's: pre-LN, no attention LayerNorm), alone (one
+# layer: nothing stacked), GQA: each model's steps on four devices, scanned and unrolled.
+MESHED = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    import jax
+    from tiny_models import config_of, params_of
+    from jaxattn.engine.engine import fingerprint_of
+    from jaxattn.engine.step import CaptureStep
+    assert jax.local_device_count() == 4, jax.local_devices()
+    made = {}
+    for family, layers in json.loads(sys.argv[2]):
+        config = config_of(family, num_hidden_layers=layers)
+        for loop in ("scan", "unrolled"):
+            step = CaptureStep(config, params_of(config), jax.devices(), layer_loop=loop)
+            made[f"{family}-{layers}-{loop}"] = fingerprint_of(step)
+    print(json.dumps(made))
+    """
+)
+
+
+def test_the_fingerprint_is_the_weights_hashed_on_a_mesh_whatever_is_stacked():
+    models = [("modernbert", 3), ("modernbert", 1), ("llama", 2)]
+    env = dict(os.environ, XLA_FLAGS=flags("--xla_force_host_platform_device_count=4"))
+    env["JAX_PLATFORMS"] = "cpu"
+    here = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.run(
+        [sys.executable, "-c", MESHED, here, json.dumps(models)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    made = json.loads(proc.stdout.strip().splitlines()[-1])
+    want = {}
+    for family, layers in models:
+        hashed = by_hand(params_of(config_of(family, num_hidden_layers=layers)))
+        want |= {f"{family}-{layers}-{loop}": hashed for loop in ("scan", "unrolled")}
+    assert made == want

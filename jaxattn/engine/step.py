@@ -34,6 +34,7 @@ from jaxattn.config import ModelConfig
 from jaxattn.engine import blockwise, layer_groups, map_positions, program_cache
 from jaxattn.engine import layer_loop as layer_loops
 from jaxattn.engine.model import Encoder
+from jaxattn.engine.oom import out_of_memory
 from jaxattn.engine.params import flatten
 from jaxattn.engine.quantize import quantize
 from jaxattn.errors import UsageError
@@ -402,6 +403,7 @@ class _OneAtATime:
         }
         self._index = {n: i for i, n in enumerate(stacked_names)} if self._stacked else {}
         self._layer: tuple[int, dict] | None = None  # the weight set sliced out last
+        self._on_host: dict | None = None  # the stacked weights, where the device had no room
         self.names = [*self._rest, *(f"{n}/{k}" for n in self._index for k in self._stacked)]
 
     def __call__(self, name: str) -> np.ndarray:
@@ -411,8 +413,22 @@ class _OneAtATime:
         i = self._index[head]
         if self._layer is None or self._layer[0] != i:
             self._layer = None  # the last one let go before the next is sliced
-            self._layer = (i, _layer_weights(self._stacked, np.int32(i)))
+            self._layer = (i, self._weight_set(i))
         return to_host(self._layer[1][key])
+
+    def _weight_set(self, i: int) -> dict:
+        """Weight set `i`, sliced out on the device; where it has no room for one (a
+        capture beside this thread holds its memory), the stacked weights copied to the
+        host whole, once (the copy the fingerprint made before it went one at a time),
+        and sliced there: no fingerprint, and so no capture, fails for want of room."""
+        if self._on_host is None:
+            try:
+                return jax.block_until_ready(_layer_weights(self._stacked, np.int32(i)))
+            except jax.errors.JaxRuntimeError as e:
+                if not out_of_memory(e):
+                    raise
+                self._on_host = {k: to_host(a) for k, a in self._stacked.items()}
+        return {k: a[i] for k, a in self._on_host.items()}
 
 
 @jax.jit
