@@ -210,6 +210,26 @@ def test_a_step_over_the_runs_budget_is_skipped_and_counted(tmp_path):
     assert "3 step(s) failed or skipped" in log
 
 
+def test_a_bad_gpu_run_blocks_entry_is_named_not_run_as_another(tmp_path):
+    # "maps" was read as statistics alone, "4O" reached the script's arithmetic; with no
+    # budget left the good entry is skipped at its step, never refused as an entry
+    bad = ["bf16:40:4:maps", "bf16:4O:8", "bf16:40", "bf16:40:8:stats:x", "bf16:40:8,x"]
+    got = run(
+        "blocks",
+        out=tmp_path,
+        GPU_RUN_SECONDS="5",
+        GPU_RUN_BLOCKS=" ".join(bad + ["bf16:40:8:stats"]),
+    )
+    log = (tmp_path / "run.log").read_text()
+    assert got.returncode == 1
+    named = re.findall(r"== skipped GPU_RUN_BLOCKS entry (\S+): expected PRECISION:T:B", log)
+    assert named == bad
+    assert "integer expression" not in log
+    # the checkpoint, the good entry and the fast-forward check: over the budget
+    assert log.count("== skipped (the run's budget is spent)") == 3
+    assert f"{len(bad) + 3} step(s) failed or skipped" in log
+
+
 @pytest.mark.slow
 def test_one_shape_with_staged_outputs_runs(tmp_path):
     cmd = [sys.executable, str(ROOT / "benchmarks/gpu_checks.py"), "shape", "--tiny"]
