@@ -297,7 +297,13 @@ for stage in "${wanted[@]}"; do
       long_prepare
       for run in ${GPU_RUN_BLOCKS:-$(s "bf16:40:4,8,16:stats highest:40:8,16:stats bf16:40:8,64" \
         "bf16:32768:256,1024,2048:stats highest:32768:1024,2048:stats bf16:8192:256,1024,2048")}; do
-        IFS=: read -r p t b only <<<"$run"
+        IFS=: read -r p t b only more <<<"$run"
+        if ! [[ $t =~ ^[0-9]+$ && $b =~ ^[0-9]+(,[0-9]+)*$ && $only =~ ^(stats)?$ && -z $more ]]
+        then  # a typo is named, not run as something else ("maps" as statistics alone)
+          echo "== skipped GPU_RUN_BLOCKS entry $run: expected PRECISION:T:B[,B...][:stats]"
+          failed=$((failed + 1))
+          continue
+        fi
         step "$([ "$t" -gt 8192 ] && echo 240 || echo 150)" "${long[@]}" --precision "$p" \
           --lengths "$t" --block "$b" ${only:+--stats-only}
       done

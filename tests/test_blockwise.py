@@ -70,6 +70,30 @@ def test_blockwise_equals_the_softmax(case):
     np.testing.assert_allclose(np.asarray(r.lse), lse, rtol=1e-5, atol=2e-6)
 
 
+def test_a_block_over_t_runs_as_one_t_by_t_block():
+    """attention_block over the padded length: one T x T block, the working memory of
+    block=T (what the attention budget counts), not H x block^2 x 4 bytes (16 MiB at
+    1,024); the forward and a map from the blocks are the float64 reference's."""
+    t, h, kv = 23, 4, 2
+    q, k, v, mask = inputs(t, h, kv, 3, seed=7)
+
+    def compiled(block):
+        def f(q, k, v, mask):
+            kw = dict(mm=Matmul(), logits=logits_of(), causal=True, block=block)
+            r = blockwise.attention(q, k, v, mask, **kw)
+            return r.out, blockwise.captures(r.inputs, {"attention"}, heads=(1,))["attention"]
+
+        program = jax.jit(f).lower(q, k, v, mask).compile()
+        return program.memory_analysis().temp_size_in_bytes, program(q, k, v, mask)
+
+    at_t, _ = compiled(t)
+    big, (out, attention) = compiled(1024)
+    assert big == at_t < h * 64 * 64 * 4, (big, at_t)
+    want, _, w = reference(q, k, v, mask, True, 0, False)
+    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-5, atol=2e-6)
+    np.testing.assert_allclose(np.asarray(attention), w[[1]], rtol=1e-5, atol=2e-6)
+
+
 def test_a_traced_layer_kind_takes_either_mask():
     q, k, v, mask = inputs(25, 2, 2, 3)
 

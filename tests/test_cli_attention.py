@@ -60,8 +60,12 @@ def test_the_help_gives_auto_s_thresholds():
         ["dump", "INPUT", "--out", "OUT/store"],
         ["serve", "--port", "0"],
         ["bench", "-n", "2"],
+        ["demo"],
+        ["web", "--port", "0"],
+        ["view", "a text", "--out", "OUT/view.html"],
+        ["view", "a text", "--compare", "default", "default,precision=bf16", "--out", "OUT/c.html"],
     ],
-    ids=lambda c: c[0],
+    ids=["capture", "analyze", "dump", "serve", "bench", "demo", "web", "view", "view-compare"],
 )
 def test_the_attention_flag_reaches_the_engine(command, loads, tmp_path):
     (tmp_path / "in.txt").write_text("one text\n")

@@ -211,3 +211,34 @@ def test_a_capture_through_the_fast_forward_equals_the_dense_one(
             keep = np.expand_dims(keep, tuple(range(t_axis + 1, d.ndim)))
             d, f = np.where(keep, d, 0), np.where(keep, f, 0)
         np.testing.assert_allclose(f, d, rtol=2e-5, atol=2e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("loop", ["unrolled", "scan"])
+def test_a_layer_s_fast_forward_is_given_the_engine_s_block(loop, monkeypatch):
+    """Each layer nothing is captured from hands `attend` the engine's block (Encoder's
+    `block`, the engine's attention_block: where cuDNN refuses a long input, the blockwise
+    forward runs at it), and the capture is the dense one."""
+    config = config_of("llama")
+    params = tiny_models.params_of(config)
+    what, layers = ("hidden_states",), tuple(range(config.num_layers))
+    dense = run(config, params, what, layers, "dense", loop)
+    blocks = []
+    real = fast_forward.attend
+
+    def cudnn_refused(kind, *args, **kw):  # at trace time: once per layer body
+        blocks.append(kw.get("block"))
+        return real("xla", *args, **kw)
+
+    monkeypatch.setattr(fast_forward, "choose", lambda *a: "cudnn")
+    monkeypatch.setattr(fast_forward, "attend", cudnn_refused)
+    spec = CaptureSpec(what=what, layers=layers, heads=tuple(range(config.num_heads)))
+    model = Encoder(config, layer_loop=loop, attention="auto", block=97)
+    got = tiny_models.capture(model, params, spec, batch(config))
+    assert blocks and set(blocks) == {97}, blocks
+    real_rows = np.arange(T)[None, None, :, None] < np.asarray(LENGTHS)[:, None, None, None]
+    np.testing.assert_allclose(
+        np.where(real_rows, got["hidden_states"], 0),
+        np.where(real_rows, dense["hidden_states"], 0),
+        rtol=2e-5,
+        atol=2e-5,
+    )

@@ -20,6 +20,7 @@ from jaxattn.checkpoints.loading import default_model_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks/gpu_run.sh"
+LONG_CONTEXT = ROOT / "benchmarks/long_context.py"
 
 
 def run(*args: str, out: Path, **env: str) -> subprocess.CompletedProcess:
@@ -62,6 +63,20 @@ def checks_module():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_the_long_context_table_names_a_block_asked_alone():
+    """`--block 1024` alone: its table still says which block ran (it had no block
+    column unless several ran); without --block, no column."""
+    spec = importlib.util.spec_from_file_location("long_context", LONG_CONTEXT)
+    long_context = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(long_context)
+    row = dict(side="jaxattn", tokens=4096, first_s=2.0, peak_rss_mib=1024, grown_mib=512)
+    eager = dict(side="eager", tokens=4096, skipped="not run: --stats-only")
+    asked = long_context.table([row | dict(attention_block=1024, block=1024), eager])
+    assert "| T | block | jaxattn s" in asked and "| 4,096 | 1024 | 2.00 |" in asked
+    default = long_context.table([row | dict(attention_block=None, block=256), eager])
+    assert "| T | jaxattn s" in default and "| 4,096 | 2.00 |" in default
 
 
 def test_every_family_has_a_tiny_model_and_the_decoders_are_checked_first():
@@ -208,6 +223,26 @@ def test_a_step_over_the_runs_budget_is_skipped_and_counted(tmp_path):
     assert got.returncode == 1
     assert log.count("== skipped (the run's budget is spent)") == 3
     assert "3 step(s) failed or skipped" in log
+
+
+def test_a_bad_gpu_run_blocks_entry_is_named_not_run_as_another(tmp_path):
+    # "maps" was read as statistics alone, "4O" reached the script's arithmetic; with no
+    # budget left the good entry is skipped at its step, never refused as an entry
+    bad = ["bf16:40:4:maps", "bf16:4O:8", "bf16:40", "bf16:40:8:stats:x", "bf16:40:8,x"]
+    got = run(
+        "blocks",
+        out=tmp_path,
+        GPU_RUN_SECONDS="5",
+        GPU_RUN_BLOCKS=" ".join(bad + ["bf16:40:8:stats"]),
+    )
+    log = (tmp_path / "run.log").read_text()
+    assert got.returncode == 1
+    named = re.findall(r"== skipped GPU_RUN_BLOCKS entry (\S+): expected PRECISION:T:B", log)
+    assert named == bad
+    assert "integer expression" not in log
+    # the checkpoint, the good entry and the fast-forward check: over the budget
+    assert log.count("== skipped (the run's budget is spent)") == 3
+    assert f"{len(bad) + 3} step(s) failed or skipped" in log
 
 
 @pytest.mark.slow

@@ -679,3 +679,4 @@ def test_the_attention_block_is_in_the_key(checkpoint, programs):
     assert key(5) == key(5)
     assert key(5) != key(7)
     assert key(None) == key(256)  # the default is blockwise.BLOCK
+    assert key(np.int64(5)) == key(5)  # a numpy whole number is that number

@@ -79,7 +79,7 @@ def test_engine_stream_gives_the_captures_in_input_order(engines, standard_texts
 
 def test_open_source_picks_the_engine_or_the_client(monkeypatch, engines):
     monkeypatch.setattr(jaxattn, "load", lambda path=None: engines["bert"])
-    local = argparse.Namespace(server=None, model="m", attention=None)
+    local = argparse.Namespace(server=None, model="m", attention=None, attention_block=None)
     assert open_source(local) is engines["bert"]
     remote = argparse.Namespace(
         server="127.0.0.1:1,127.0.0.1:2",
@@ -89,6 +89,7 @@ def test_open_source_picks_the_engine_or_the_client(monkeypatch, engines):
         codec="lz4",
         model=None,
         attention=None,
+        attention_block=None,
     )
     with open_source(remote) as client:
         assert isinstance(client, AttentionClient) and client.codec == "lz4"

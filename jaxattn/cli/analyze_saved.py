@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from jaxattn.capture import Capture
 from jaxattn.cli.analysis_flags import corpus_analysis
+from jaxattn.cli.args import engine_flags
 from jaxattn.cli.saved import require, saved_parses, stored_quantities
 from jaxattn.errors import InputError, UsageError
 from jaxattn.progress import Progress
@@ -82,6 +83,7 @@ def analyse_saved(args, caps) -> tuple:
         ("--server", args.server),
         ("--ablate", args.ablate),
         ("--precision", args.precision),
+        *((flag, True) for flag in engine_flags(args)),
     ):
         if given:
             raise UsageError(

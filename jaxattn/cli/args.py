@@ -9,6 +9,7 @@ layers and heads take indices, negative ones and ranges (``0,3,-1``,
     add_source_arguments(p)     --server --model --attention --attention-block --token-file
                                 --tls-ca --timeout
     engine_options(args)        what --attention and --attention-block ask of `jaxattn.load`
+    engine_flags(args)          those of them given, as flags (to refuse where no engine runs)
     add_spec_arguments(p)       --what --layers --heads --query-positions --key-positions --dtype
     add_selection_arguments(p)  --layers --heads
     add_dtype_argument(p)       --dtype
@@ -271,6 +272,12 @@ def engine_options(args: argparse.Namespace) -> dict:
     defaults)."""
     given = {"attention": args.attention, "attention_block": args.attention_block}
     return {name: value for name, value in given.items() if value is not None}
+
+
+def engine_flags(args: argparse.Namespace) -> list[str]:
+    """The flags of `engine_options` given ("--attention", "--attention-block"): what a
+    command refuses by name where no local engine runs (a server, saved captures)."""
+    return ["--" + name.replace("_", "-") for name in engine_options(args)]
 
 
 def add_token_argument(p: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from jaxattn.cli.args import engine_options, read_token
+from jaxattn.cli.args import engine_flags, engine_options, read_token
 from jaxattn.errors import UsageError
 from jaxattn.source import CaptureSource
 
@@ -21,8 +21,8 @@ def open_source(args: argparse.Namespace) -> CaptureSource:
     manager). --model with --server is accepted only when the server serves
     those weights.
     """
-    if args.server and engine_options(args):
-        flag = "--" + next(iter(engine_options(args))).replace("_", "-")
+    if args.server and engine_flags(args):
+        flag = engine_flags(args)[0]
         raise UsageError(
             f"{flag} sets how a local engine runs (--model); a --server runs its own: "
             f"start it with `jaxattn serve {flag} ...`"

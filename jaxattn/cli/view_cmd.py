@@ -34,6 +34,7 @@ from jaxattn.cli.args import (
     add_source_arguments,
     add_too_long_argument,
     check_output,
+    engine_flags,
     ensure_parent,
     positive,
 )
@@ -211,6 +212,7 @@ def _run(args) -> int:
             ("--model", args.model),
             ("--server", args.server),
             ("--precision", args.precision),
+            *((flag, True) for flag in engine_flags(args)),
         ):
             if given:
                 kept = (

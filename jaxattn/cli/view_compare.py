@@ -11,7 +11,8 @@ Each side is ``SOURCE[,key=value...]`` (docs/compare.md):
 
 A model side captures INPUT's texts (else the texts the other, saved side
 holds) with the local engine, asking only for the quantity its kind needs, under
---layers/--heads/--too-long/--limit; --precision is the default of both sides.
+--layers/--heads/--too-long/--limit; --precision is the default of both sides, and
+--attention/--attention-block run both sides' engines.
 Saved sides bring their texts; --layers/--heads pick from what they hold.
 Example i of A is paired with example i of B (`jaxattn.views.compare`).
 """
@@ -23,7 +24,13 @@ from pathlib import Path
 
 from jaxattn import outfile
 from jaxattn.analysis.weights import WEIGHT_KINDS
-from jaxattn.cli.args import check_output, ensure_parent, opened_example
+from jaxattn.cli.args import (
+    check_output,
+    engine_flags,
+    engine_options,
+    ensure_parent,
+    opened_example,
+)
 from jaxattn.cli.corpus import read_inputs, report
 from jaxattn.cli.saved import is_capture_file, is_store, open_saved, require
 from jaxattn.dtypes import OUTPUT_DTYPES
@@ -130,8 +137,9 @@ def _texts(args, sides: list[Side]) -> list | None:
     if all(s.saved is not None for s in sides):
         if args.inputs:
             raise UsageError("A and B are saved captures and bring their texts: drop INPUT")
-        if args.precision:
-            raise UsageError("A and B are saved captures, compared as saved: drop --precision")
+        given = (["--precision"] if args.precision else []) + engine_flags(args)
+        if given:
+            raise UsageError(f"A and B are saved captures, compared as saved: drop {given[0]}")
         return None
     if args.inputs:
         items = _read_texts(args.inputs, args.limit)
@@ -177,7 +185,7 @@ def _capture(args, side: Side, texts: list, engines: dict) -> tuple[list, set]:
 
     key = None if side.source == DEFAULT else str(Path(side.source).resolve())
     if key not in engines:
-        engines[key] = jaxattn.load(key)
+        engines[key] = jaxattn.load(key, **engine_options(args))
     stream = engines[key].capture_iter(
         texts,
         what=(WEIGHT_KINDS[side.kind],),

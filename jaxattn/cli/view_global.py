@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from jaxattn.cli.args import check_output, ensure_parent, positive, positive_float
+from jaxattn.cli.args import check_output, engine_flags, ensure_parent, positive, positive_float
 from jaxattn.cli.saved import check_one_model
 from jaxattn.errors import InputError, UsageError
 from jaxattn.progress import Progress, counted
@@ -149,9 +149,10 @@ def _check_flags(args, parts) -> None:
     if args.views is not None:
         raise UsageError(f"--global draws its own page, not the views: drop --views {args.views}")
     if parts and all(p.kind == "saved" for p in parts):
-        for flag in ("model", "server", "precision"):
-            if getattr(args, flag):
-                raise UsageError(f"{parts[0].where} holds captures, shown as stored: drop --{flag}")
+        given = [f"--{flag}" for flag in ("model", "server", "precision") if getattr(args, flag)]
+        given += engine_flags(args)
+        if given:
+            raise UsageError(f"{parts[0].where} holds captures, shown as stored: drop {given[0]}")
 
 
 def _picks(args, cap) -> tuple[list[int], list[int]]:

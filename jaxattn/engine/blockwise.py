@@ -270,11 +270,14 @@ def attention(
       logits: raw q.k -> the softmax's input (`attention.logits`: scale, soft cap).
       causal: key j is seen by query i only when j <= i.
       window, local: a local layer's window (`allowed`); local a bool or traced bool.
-      block: the query and key block size (static; need not divide T).
+      block: the query and key block size (static; need not divide T). One over T runs
+        as T: a single block of T x T, not one padded to block x block (the attention
+        budget counts min(block, T)^2, `BatchPipeline.attention_bytes`).
 
     Returns:
       `Blockwise`.
     """
+    block = min(block, q.shape[0])
     inputs = Inputs(
         q, k, mask, None, local, mm=mm, logits=logits, causal=causal, window=window, block=block
     )

@@ -84,6 +84,8 @@ def test_view_of_saved_captures_only_refuses_what_applies_to_texts(gpt2, tmp_pat
         ["--model", str(gpt2)],
         ["--server", "127.0.0.1:9"],
         ["--precision", "bf16"],  # was drawn as saved, the flag silently unused
+        ["--attention", "dense"],  # the engine's options too
+        ["--attention-block", "64"],
     ):
         capsys.readouterr()
         assert main(["view", str(saved), *flags, "--out", out]) == 2  # was drawn, flag unused

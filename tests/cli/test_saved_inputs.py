@@ -136,6 +136,9 @@ def test_a_store_lacking_a_needed_quantity_names_it(dumped, tmp_path, capsys):
         # not "(it needs a model)": what needs one, the flag or the input?
         (["--model", "x"], "as stored without running a model: drop --model"),
         (["--ablate", "zero"], "as stored without running a model: drop --ablate"),
+        # the engine's options, else silently unused
+        (["--attention", "dense"], "as stored without running a model: drop --attention"),
+        (["--attention-block", "64"], "without running a model: drop --attention-block"),
         (["--stats-only"], "head_stats"),
     ],
 )

@@ -350,6 +350,11 @@ def test_saved_captures_compare_as_saved(saved, tmp_path, capsys):
             2,
             "A and B are saved captures, compared as saved: drop --precision",
         ),
+        (
+            ["--compare", "{one}", "{one}", "--attention-block", "64"],
+            2,
+            "A and B are saved captures, compared as saved: drop --attention-block",
+        ),
     ],
 )
 def test_bad_inputs(saved, tmp_path, capsys, argv, code, message):

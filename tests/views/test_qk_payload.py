@@ -254,6 +254,9 @@ def test_bad_inputs_are_one_line_errors(
     assert _err(capsys).endswith(f"INPUT {part} holds captures, shown as stored: drop --model")
     assert main([*saved, str(part), "--precision", "bf16"]) == 2  # was drawn, flag unused
     assert _err(capsys).endswith(f"INPUT {part} holds captures, shown as stored: drop --precision")
+    for flag, value in (("--attention", "dense"), ("--attention-block", "64")):  # as unused
+        assert main([*saved, str(part), flag, value]) == 2
+        assert _err(capsys).endswith(f"INPUT {part} holds captures, shown as stored: drop {flag}")
     other = tmp_path / "other.npz"  # the same sizes, other weights
     dataclasses.replace(
         cap, provenance={**cap.provenance, "model": "other-bert", "weights": "blake2b:0123"}

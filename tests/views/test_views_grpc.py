@@ -27,6 +27,7 @@ def grpc_address(engines):
 
 
 def test_view_and_web_through_server(grpc_address, engines, tmp_path):
+    from jaxattn.cli.args import add_codec_argument, add_source_arguments
     from jaxattn.cli.source import open_source
     from jaxattn.views import create_web_server
 
@@ -36,15 +37,11 @@ def test_view_and_web_through_server(grpc_address, engines, tmp_path):
     assert main(["view", pair, "--server", grpc_address, "--out", str(out)]) == 0
     assert '"sentence_b_start":' + str(want.sentence_b_start) in out.read_text(encoding="utf-8")
 
-    args = argparse.Namespace(
-        server=grpc_address,
-        token_file=None,
-        tls_ca=None,
-        timeout=60.0,
-        codec="zstd",
-        model=None,
-        attention=None,
-    )
+    # the web command's own arguments (a hand-made Namespace missed each flag added since)
+    parser = argparse.ArgumentParser()
+    add_source_arguments(parser)
+    add_codec_argument(parser)
+    args = parser.parse_args(["--server", grpc_address, "--timeout", "60"])
     remote = open_source(args)  # an AttentionClient: the web server takes any CaptureSource
     server, port = create_web_server(remote, model=remote.model_info().name)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
