@@ -216,6 +216,10 @@ for stage in "${wanted[@]}"; do
       # ((d) alone: its load took 20 s and its first pass 32 s in the fifth session)
       step 75 "${checks[@]}" split --model "$model" --tokens "$(s 24 1024)" -n 2 \
         --repeats "$(s 1 2)" --seconds "$(s 200 30)" --host-memory pinned
+      # the host's memory at load, each layer loop in a fresh process: 10.5 GB of RSS
+      # after loading this 4.1 GB model in the fifth session, before the fingerprint's
+      # whole host copy and the read's 2x were cut (9.0 -> 4.7 GB on the CPU, scanned)
+      step 90 "$py" benchmarks/load_memory.py --model-dir "$model"
       rm -rf "$model"
       # what grouped examples and results copied out of the pinned pool cost the host:
       # a copy into fresh memory on one thread against `jaxattn.capture.bulk`'s pool,
