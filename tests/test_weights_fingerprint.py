@@ -101,13 +101,14 @@ def test_the_fingerprint_is_the_checkpoints_weights_hashed(wide_bert, loop):
 
 @pytest.mark.parametrize("loop", ["scan", "unrolled"])
 def test_the_fingerprint_copies_one_tensor_at_a_time(wide_bert, loop, monkeypatch):
+    # As on a GPU, every tensor asked for is a copy (a CPU's arrays are viewed, and a
+    # stacked layer sliced from views), which tracemalloc sees (numpy's allocations).
+    monkeypatch.setattr(step_module, "host_views", lambda a: False)
     engine = jaxattn.load(wide_bert, buckets=(16,), layer_loop=loop)
     made = engine.weights_fingerprint  # its programs compiled (a stacked layer's slice)
     sizes = [a.nbytes for a in jax_leaves(engine.step.canonical_params())]
     largest, total = max(sizes), sum(sizes)
     assert total >= 7 * largest  # the model is as meant: a tree copy shows
-    # As on a GPU, every tensor asked for is a copy (a CPU's arrays are viewed), which
-    # tracemalloc sees (numpy's allocations).
     monkeypatch.setattr(step_module, "to_host", lambda a: np.array(a, copy=True))
     tracemalloc.start()
     try:
@@ -147,6 +148,7 @@ def test_a_device_without_room_for_a_layer_still_gets_its_fingerprint(wide_bert,
         return slice_here
 
     full = failing("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 41472 bytes")
+    monkeypatch.setattr(step_module, "host_views", lambda a: False)  # as on a GPU
     monkeypatch.setattr(step_module, "_layer_weights", full)
     assert engine_module.fingerprint_of(engine.step) == by_hand(params["encoder"])
     assert sliced == [0]  # tried once, not again for each layer
@@ -154,6 +156,28 @@ def test_a_device_without_room_for_a_layer_still_gets_its_fingerprint(wide_bert,
     monkeypatch.setattr(step_module, "_layer_weights", failing("INTERNAL: the device is gone"))
     with pytest.raises(jax.errors.JaxRuntimeError, match="the device is gone"):
         engine_module.fingerprint_of(engine.step)
+
+
+def test_on_the_cpu_a_stacked_layer_is_sliced_from_views_not_by_a_program(wide_bert, monkeypatch):
+    """A CPU's placed weights are host memory: the fingerprint slices a stacked layer out
+    of views of them, with no program and no copy, and hashes the same weights."""
+    engine = jaxattn.load(wide_bert, buckets=(16,), layer_loop="scan")
+    _, params = read_checkpoint(wide_bert)
+    assert engine.weights_fingerprint == by_hand(params["encoder"])
+    largest = max(a.nbytes for a in jax_leaves(engine.step.canonical_params()))
+
+    def no_program(stacked, i):
+        raise AssertionError("a stacked layer sliced by a program on the CPU")
+
+    monkeypatch.setattr(step_module, "_layer_weights", no_program)
+    tracemalloc.start()
+    try:
+        again = engine_module.fingerprint_of(engine.step)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert again == by_hand(params["encoder"])
+    assert peak < largest / 2, (peak, largest)  # no tensor copied, let alone a layer
 
 
 # Layer 0 outside the stack (ModernBERT's: pre-LN, no attention LayerNorm), alone (one

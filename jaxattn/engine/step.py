@@ -386,6 +386,12 @@ def to_host(array) -> np.ndarray:
     return np.asarray(array)
 
 
+def host_views(array) -> bool:
+    """Whether `to_host(array)` is a view, no copy: a single-device array in a CPU's
+    memory."""
+    return all(d.platform == "cpu" for d in array.devices())
+
+
 def _placer(sharding):
     """A host array onto `sharding`, the copy done (its host array free to go) on return."""
     return lambda a: jax.device_put(a, sharding).block_until_ready()
@@ -403,7 +409,11 @@ class _OneAtATime:
         }
         self._index = {n: i for i, n in enumerate(stacked_names)} if self._stacked else {}
         self._layer: tuple[int, dict] | None = None  # the weight set sliced out last
-        self._on_host: dict | None = None  # the stacked weights, where the device had no room
+        # The stacked weights on the host, sliced there: views of a CPU's memory (no copy,
+        # no program), or a copy where the device had no room to slice a layer out.
+        self._on_host: dict | None = None
+        if self._stacked and all(host_views(a) for a in self._stacked.values()):
+            self._on_host = {k: to_host(a) for k, a in self._stacked.items()}
         self.names = [*self._rest, *(f"{n}/{k}" for n in self._index for k in self._stacked)]
 
     def __call__(self, name: str) -> np.ndarray:
@@ -420,7 +430,8 @@ class _OneAtATime:
         """Weight set `i`, sliced out on the device; where it has no room for one (a
         capture beside this thread holds its memory), the stacked weights copied to the
         host whole, once (the copy the fingerprint made before it went one at a time),
-        and sliced there: no fingerprint, and so no capture, fails for want of room."""
+        and sliced there: no fingerprint, and so no capture, fails for want of room. On
+        a CPU, sliced from views of the stacked weights (`host_views`)."""
         if self._on_host is None:
             try:
                 return jax.block_until_ready(_layer_weights(self._stacked, np.int32(i)))
