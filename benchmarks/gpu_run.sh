@@ -9,7 +9,8 @@
 # generate long blocks scale. (`scale`: issue 32's service ratios with a GPU engine. `long`,
 # issue 31's 1B decoder at 8k and 32k tokens, needs minutes of its own: on a fresh call, run
 # it alone, `GPU_RUN_SECONDS=540 bash benchmarks/gpu_run.sh long`, and what it leaves out
-# with GPU_RUN_LONG="bf16:32768 bf16:8192" in another. `blocks`, ~300 s, the same model's
+# with GPU_RUN_LONG="bf16:32768 bf16:8192" in another. `blocks` (~450 s by the fifth
+# session's figures; its step limits sum to ~870 s, the last cut first), the same model's
 # blockwise block size (the engine's attention_block) at 32k and 8k tokens, to choose the
 # GPU's default: `GPU_RUN_SECONDS=540 bash benchmarks/gpu_run.sh blocks`, what it leaves
 # out with GPU_RUN_BLOCKS="bf16:8192:256,1024,2048" in another.)
@@ -291,8 +292,8 @@ for stage in "${wanted[@]}"; do
       ;;
     blocks)  # the blockwise block size (the engine's attention_block) on the long stage's
       # model, to choose the GPU's default. At 32,768 tokens with block 256 a layer pass
-      # runs 128 x 128 block iterations, each a conditional (its predicate read by the
-      # host) and its kernels' launches: decoder_head_stats + two heads' maps took 17.7 s
+      # runs 128 x 128 block iterations, each a conditional (its predicate perhaps read by
+      # the host) and its kernels' launches: decoder_head_stats + two heads' maps took 17.7 s
       # at bf16 on the H200 (2026-11-28), ~0.5 s of it arithmetic. Each run: one
       # long_context.py step, a fresh process per block (a device's peak is per process),
       # ascending; most important first: bf16 statistics alone at 32k, highest at 32k
