@@ -30,7 +30,8 @@ of layer 15. `--precision` sets jaxattn's compute precision (transformers stays 
 it runs at "highest" only). `--query-rows N` also times, first, the maps of the last N
 query rows alone (`query_positions="-N:"`). On a GPU each process also reports the
 device's peak memory in use (`jax.Device.memory_stats()` peak_bytes_in_use; torch's
-max_memory_allocated for eager).
+max_memory_allocated for eager), and each jaxattn row the placed weights' MiB
+(`weights_mib`): what of that peak is not the request's.
 
 `--block N[,N...]` runs jaxattn at each blockwise block size (`attention_block`; default:
 the engine's, `blockwise.BLOCK`), ascending, each in a fresh process (a device's peak
@@ -147,6 +148,12 @@ def device_peak_mib() -> float | None:
     return None if peak is None else peak / 2**20
 
 
+def jax_leaves(tree) -> list:
+    import jax
+
+    return jax.tree.leaves(tree)
+
+
 def jax_device() -> str:
     import jax
 
@@ -175,6 +182,9 @@ def one_jaxattn(job: dict) -> dict:
     texts = synthetic_texts(length, 1)
     maps = dict(what="attention", layers=[layer], heads=list(HEADS))
     row = {"block": engine.step.block_for(engine.make_spec(job["stats"]), length)}
+    # The placed weights' bytes: what of a device peak is the weights (the rest is the
+    # request's), as the fifth GPU session's reading had to work out by hand.
+    row["weights_mib"] = sum(a.nbytes for a in jax_leaves(engine.step.params)) / 2**20
     # The last rows' maps first: the device's peak is the process's, never reset.
     if job.get("rows") and not job.get("stats_only"):
 
