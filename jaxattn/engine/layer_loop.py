@@ -148,15 +148,23 @@ def stack_layers(params: dict, config: ModelConfig, put=None) -> dict:
     (its one layer runs as layer 0, unstacked). `put`: applied to each stacked weight as
     it is made, before the next (the engine's: onto the devices, so that the host holds
     one stacked weight beside the params at a time, not a second copy of the stack).
+    Each stack is C-contiguous and 64-byte aligned (`params.aligned_empty`): placed on
+    the CPU it is not copied again.
     """
+    from jaxattn.engine.params import aligned_empty  # params -> model -> this module
+
     names = stacked_names(config)
     if not names:
         return dict(params)
     rest = {k: v for k, v in params.items() if k not in names}
     put = put or (lambda a: a)
-    stacked = jax.tree.map(
-        lambda *ws: put(np.stack([np.asarray(w) for w in ws])), *(params[n] for n in names)
-    )
+
+    def stack(*ws):
+        ws = [np.asarray(w) for w in ws]
+        out = aligned_empty((len(ws), *ws[0].shape), np.result_type(*ws))
+        return put(np.stack(ws, out=out))
+
+    stacked = jax.tree.map(stack, *(params[n] for n in names))
     return rest | {"layers": stacked}
 
 
