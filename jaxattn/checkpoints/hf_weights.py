@@ -58,7 +58,7 @@ def convert_state_dict(
 
     Returns:
       The params tree (float32 numpy leaves, each C-contiguous and 64-byte aligned:
-      `jaxattn.engine.params.placeable`, so that the CPU's placement shares their memory).
+      `jaxattn.engine.aligned.placeable`, so that the CPU's placement shares their memory).
 
     Raises:
       CheckpointError (a ValueError): naming a missing weight (and counting the
@@ -66,7 +66,7 @@ def convert_state_dict(
         shapes), an unused weight, or a tied decoder weight that differs from the
         word embedding.
     """
-    from jaxattn.engine.params import placeable
+    from jaxattn.engine.aligned import placeable
 
     family = FAMILIES[config.family]
     given, state = state, {_normalise_key(k): v for k, v in state.items()}

@@ -104,7 +104,7 @@ def _config(fields, marker: Path) -> ModelConfig:
 
 def _to_numpy(tree):
     """Numpy leaves, each `placeable` (placed on the CPU, not copied)."""
-    from jaxattn.engine.params import placeable
+    from jaxattn.engine.aligned import placeable
 
     if isinstance(tree, dict):
         return {k: _to_numpy(v) for k, v in tree.items()}

@@ -42,6 +42,7 @@ import numpy as np
 from jax import lax
 
 from jaxattn.config import ModelConfig
+from jaxattn.engine.aligned import aligned_empty
 from jaxattn.errors import UsageError
 from jaxattn.spec import CaptureSpec
 
@@ -148,10 +149,9 @@ def stack_layers(params: dict, config: ModelConfig, put=None) -> dict:
     (its one layer runs as layer 0, unstacked). `put`: applied to each stacked weight as
     it is made, before the next (the engine's: onto the devices, so that the host holds
     one stacked weight beside the params at a time, not a second copy of the stack).
-    Each stack is C-contiguous and 64-byte aligned (`params.aligned_empty`): placed on
+    Each stack is C-contiguous and 64-byte aligned (`aligned.aligned_empty`): placed on
     the CPU it is not copied again.
     """
-    from jaxattn.engine.params import aligned_empty  # params -> model -> this module
 
     names = stacked_names(config)
     if not names:
