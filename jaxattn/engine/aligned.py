@@ -9,6 +9,8 @@ once, not twice, while placing them. On a GPU/TPU placement copies either way.
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 
 # The alignment at which jax's CPU client takes a numpy array's memory as the device
@@ -16,6 +18,10 @@ import numpy as np
 # non-C-contiguous array (a transposed view) is copied whatever its address.
 ALIGNMENT = 64
 TILE = 256  # `placeable`'s tile for copying a transposed view
+# From this size an array is a mapping of its own (page-aligned): malloc would put the
+# many mid-sized weights (up to 32 MiB) on its heap, whose freed middle it keeps, so
+# their memory outlived a scanned load's per-layer weights (+390 MiB for Llama-1B).
+MAPPED = 1 << 20
 
 
 def aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
@@ -23,6 +29,8 @@ def aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
     (numpy's own allocations are 16-byte aligned)."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes >= MAPPED:  # its own pages, given back to the system when let go
+        return np.frombuffer(mmap.mmap(-1, nbytes), dtype).reshape(shape)
     raw = np.empty(nbytes + ALIGNMENT, np.uint8)
     start = -raw.ctypes.data % ALIGNMENT
     return raw[start : start + nbytes].view(dtype).reshape(shape)
