@@ -229,6 +229,61 @@ def test_a_bfloat16_checkpoint_is_cast_one_tensor_at_a_time(checkpoint_dirs, mon
     jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, rtol=2**-8, atol=0), got, want)
 
 
+def _leaves(tree) -> list[np.ndarray]:
+    return [np.asarray(a) for a in jax.tree.leaves(tree)]
+
+
+def _aligned(a: np.ndarray) -> bool:  # what jax's CPU client needs to take it without a copy
+    return a.flags.c_contiguous and a.ctypes.data % 64 == 0
+
+
+def test_loaded_params_are_contiguous_and_64_byte_aligned(checkpoint_dirs, tmp_path, family):
+    """Each read params leaf (safetensors, pytorch_model.bin, a converted checkpoint) is
+    C-contiguous and starts on a 64-byte boundary, transposed kernels included."""
+    binary = make_checkpoint(family, tmp_path / "bin", weights="bin")
+    native = convert_checkpoint(checkpoint_dirs[family], tmp_path / "converted")
+    for path in (checkpoint_dirs[family], binary, native):
+        leaves = _leaves(read_checkpoint(path)[1])
+        assert len(leaves) > 10
+        assert [_aligned(a) for a in leaves] == [True] * len(leaves), path
+
+
+def test_on_the_cpu_the_placed_weights_are_the_loaded_arrays(checkpoint_dirs):
+    """Placed on the CPU, unrolled, each weight's device buffer is the read host array
+    itself (no second copy while loading); scanned, each stacked weight is one aligned
+    stack, placed without another copy."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    from jaxattn.engine import layer_loop
+    from jaxattn.engine.step import CaptureStep
+
+    config, params = read_checkpoint(checkpoint_dirs["bert"])
+    host = _leaves(params["encoder"])
+    step = CaptureStep(config, params["encoder"], jax.devices(), layer_loop="unrolled")
+    placed = jax.tree.leaves(step.params)
+    assert len(placed) == len(host) > 10
+    for p, a in zip(placed, host, strict=True):
+        assert {s.data.unsafe_buffer_pointer() for s in p.addressable_shards} == {a.ctypes.data}
+    stacks, replicated = [], NamedSharding(Mesh(np.asarray(jax.devices()), ("d",)), PartitionSpec())
+
+    def put(a):
+        stacks.append(a)
+        return jax.device_put(a, replicated)
+
+    stacked = layer_loop.stack_layers(params["encoder"], config, put=put)["layers"]
+    assert len(stacks) == len(jax.tree.leaves(stacked)) > 5
+    for p, a in zip(jax.tree.leaves(stacked), stacks, strict=True):
+        assert _aligned(a) and a.shape[0] == config.num_layers
+        assert {s.data.unsafe_buffer_pointer() for s in p.addressable_shards} == {a.ctypes.data}
+    # The stacks hold the layers' weights, in order.
+    for i in range(config.num_layers):
+        jax.tree.map(
+            lambda s, w, i=i: np.testing.assert_array_equal(np.asarray(s)[i], w),
+            stacked,
+            params["encoder"][f"layer_{i}"],
+        )
+
+
 def _mappings_of(monkeypatch) -> list[list[str]]:
     """The tensors read through each opening of a safetensors file (`safe_open`), in order."""
     import safetensors

@@ -57,7 +57,8 @@ def convert_state_dict(
         beside their casts).
 
     Returns:
-      The params tree (float32 numpy leaves).
+      The params tree (float32 numpy leaves, each C-contiguous and 64-byte aligned:
+      `jaxattn.engine.aligned.placeable`, so that the CPU's placement shares their memory).
 
     Raises:
       CheckpointError (a ValueError): naming a missing weight (and counting the
@@ -65,6 +66,8 @@ def convert_state_dict(
         shapes), an unused weight, or a tied decoder weight that differs from the
         word embedding.
     """
+    from jaxattn.engine.aligned import placeable
+
     family = FAMILIES[config.family]
     given, state = state, {_normalise_key(k): v for k, v in state.items()}
     if consume:
@@ -79,7 +82,7 @@ def convert_state_dict(
     params: dict = {}
     last = {key: i for i, (_, key, _, _) in enumerate(plan)}  # GPT-2's c_attn: three uses
     for i, (path, key, fn, _) in enumerate(plan):
-        _set(params, path, np.asarray(fn(as_float32(state[key]), config)))
+        _set(params, path, placeable(fn(as_float32(state[key]), config)))
         if consume and last[key] == i and key != tied:
             del state[key]
     if tied in state and not np.array_equal(

@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
-
 from jaxattn.config import ModelConfig
 from jaxattn.errors import CheckpointError
 
@@ -105,6 +103,9 @@ def _config(fields, marker: Path) -> ModelConfig:
 
 
 def _to_numpy(tree):
+    """Numpy leaves, each `placeable` (placed on the CPU, not copied)."""
+    from jaxattn.engine.aligned import placeable
+
     if isinstance(tree, dict):
         return {k: _to_numpy(v) for k, v in tree.items()}
-    return np.asarray(tree)
+    return placeable(tree)

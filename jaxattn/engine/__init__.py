@@ -23,6 +23,7 @@ The modules, in the order data flows through them:
       quantize   the output dtype, applied on the device
       precision  compute precision of every contraction (highest, tf32, bf16)
       params     the params tree the model expects
+      aligned    host arrays the CPU places without a copy (load's params, scan's stacks)
     engine     Engine: the pipeline above, with the async copy overlapped;
       pipeline   BatchPipeline, owned by the Engine: batches planned, run two deep, unpacked
       oom        a batch out of device memory runs again in halves, an example in groups

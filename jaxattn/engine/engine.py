@@ -61,7 +61,11 @@ class Engine:
 
     Args:
       config: the model config.
-      params: the params tree ({"encoder": ..., optional "pooler", "mlm_head"}).
+      params: the params tree ({"encoder": ..., optional "pooler", "mlm_head"}). On the
+        CPU the engine may share its numpy arrays' memory instead of copying them (jax
+        does so for a C-contiguous, 64-byte aligned array: `jaxattn.engine.aligned.placeable`;
+        `jaxattn.load`'s are all such), so they must not be changed after; the engine never
+        writes into them.
       tokenizer: the checkpoint's tokenizer.
       buckets: candidate bucket lengths (capped at the model's maximum).
       output_budget: most output bytes one batch may return (device memory);
