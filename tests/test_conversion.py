@@ -248,6 +248,21 @@ def test_loaded_params_are_contiguous_and_64_byte_aligned(checkpoint_dirs, tmp_p
         assert [_aligned(a) for a in leaves] == [True] * len(leaves), path
 
 
+def test_where_jax_places_on_a_gpu_the_leaves_are_not_copied_to_align_them(monkeypatch):
+    """A GPU/TPU's placement copies every weight anyway: aligning a leaf there would be a
+    copy for nothing, added to the load's time (a transposed view stays a view)."""
+    from jaxattn.engine import aligned
+
+    kernel = np.arange(12, dtype=np.float32).reshape(3, 4).T  # a view, not contiguous
+    monkeypatch.setattr(aligned, "places_on_cpu", lambda: False)
+    assert np.shares_memory(aligned.placeable(kernel), kernel)
+    monkeypatch.setattr(aligned, "places_on_cpu", lambda: True)
+    got = aligned.placeable(kernel)
+    assert not np.shares_memory(got, kernel) and got.flags.c_contiguous
+    assert got.ctypes.data % aligned.ALIGNMENT == 0
+    np.testing.assert_array_equal(got, kernel)
+
+
 def test_on_the_cpu_the_placed_weights_are_the_loaded_arrays(checkpoint_dirs):
     """Placed on the CPU, unrolled, each weight's device buffer is the read host array
     itself (no second copy while loading); scanned, each stacked weight is one aligned

@@ -2,9 +2,10 @@
 
 Placed on the CPU, a numpy array that is C-contiguous and starts on an `ALIGNMENT`
 boundary is not copied: its memory becomes the device buffer (jax keeps the array
-alive). `jaxattn.load` builds every params leaf so (`placeable`), and the scanned layer
-loop stacks into such buffers (`aligned_empty`), so that the host holds the weights
-once, not twice, while placing them. On a GPU/TPU placement copies either way.
+alive). `jaxattn.load` builds every params leaf so (`placeable`) where jax places on
+the CPU, and the scanned layer loop stacks into such buffers (`aligned_empty`), so that
+the host holds the weights once, not twice, while placing them. On a GPU/TPU placement
+copies either way, and the leaves are left as they are.
 """
 
 from __future__ import annotations
@@ -39,10 +40,11 @@ def aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
 def placeable(a) -> np.ndarray:
     """`a` as a C-contiguous, `ALIGNMENT`-aligned array: itself where it is one already,
     else a copy. Placed on the CPU such an array is not copied: the device buffer is its
-    memory (`jaxattn.load` holds the weights once, not twice, while placing them); on a
-    GPU/TPU placement copies either way."""
+    memory (`jaxattn.load` holds the weights once, not twice, while placing them). Where
+    jax places on a GPU/TPU (`places_on_cpu`), placement copies either way: `a` as it is
+    (a copy here would only add to the load's time)."""
     a = np.asarray(a)
-    if a.flags.c_contiguous and a.ctypes.data % ALIGNMENT == 0:
+    if a.flags.c_contiguous and a.ctypes.data % ALIGNMENT == 0 or not places_on_cpu():
         return a
     out = aligned_empty(a.shape, a.dtype)
     if a.ndim < 2 or a.flags.c_contiguous:
@@ -55,3 +57,11 @@ def placeable(a) -> np.ndarray:
         for j in range(0, cols, TILE):
             out[..., i : i + TILE, j : j + TILE] = a[..., i : i + TILE, j : j + TILE]
     return out
+
+
+def places_on_cpu() -> bool:
+    """Whether jax's default backend, where `jaxattn.load` places weights unless given
+    other devices, is the CPU."""
+    import jax
+
+    return jax.default_backend() == "cpu"
