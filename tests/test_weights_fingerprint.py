@@ -110,14 +110,19 @@ def test_the_fingerprint_copies_one_tensor_at_a_time(wide_bert, loop, monkeypatc
     largest, total = max(sizes), sum(sizes)
     assert total >= 7 * largest  # the model is as meant: a tree copy shows
     monkeypatch.setattr(step_module, "to_host", lambda a: np.array(a, copy=True))
-    tracemalloc.start()
-    try:
-        again = engine_module.fingerprint_of(engine.step)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    again, peak = traced_fingerprint(engine)
     assert again == made
     assert largest <= peak < 2 * largest, (peak, largest, total)
+
+
+def traced_fingerprint(engine) -> tuple[str, int]:
+    """The engine's fingerprint made again, and the peak of numpy's allocations meanwhile."""
+    tracemalloc.start()
+    try:
+        made = engine_module.fingerprint_of(engine.step)
+        return made, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
 
 
 def jax_leaves(tree: dict) -> list:
@@ -170,12 +175,7 @@ def test_on_the_cpu_a_stacked_layer_is_sliced_from_views_not_by_a_program(wide_b
         raise AssertionError("a stacked layer sliced by a program on the CPU")
 
     monkeypatch.setattr(step_module, "_layer_weights", no_program)
-    tracemalloc.start()
-    try:
-        again = engine_module.fingerprint_of(engine.step)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    again, peak = traced_fingerprint(engine)
     assert again == by_hand(params["encoder"])
     assert peak < largest / 2, (peak, largest)  # no tensor copied, let alone a layer
 
