@@ -299,6 +299,104 @@ def test_on_the_cpu_the_placed_weights_are_the_loaded_arrays(checkpoint_dirs):
         )
 
 
+def test_a_transposed_leaf_larger_than_a_tile_is_copied_whole(monkeypatch):
+    """A transposed view is copied tile by tile: every tile of an odd-sized stacked kernel
+    taller and wider than a tile arrives, the partial last ones too."""
+    from jaxattn.engine import aligned
+
+    monkeypatch.setattr(aligned, "places_on_cpu", lambda: True)
+    rows, cols = aligned.TILE + 45, 2 * aligned.TILE + 5
+    kernel = np.random.default_rng(0).standard_normal((3, cols, rows), np.float32)
+    got = aligned.placeable(kernel.transpose(0, 2, 1))
+    assert got.shape == (3, rows, cols) and _aligned(got)
+    for i in range(3):  # element by element: the transpose, written out
+        np.testing.assert_array_equal(got[i], [list(col) for col in zip(*kernel[i], strict=True)])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, "bfloat16", np.int8])
+def test_aligned_buffers_of_every_size(dtype):
+    """Empty, 0-d, small (numpy's heap) and from `MAPPED` bytes on (a mapping of its own):
+    each the shape and dtype asked for, C-contiguous, writable, and where it holds
+    anything 64-byte aligned."""
+    import ml_dtypes  # noqa: F401 (numpy knows "bfloat16" through it)
+
+    from jaxattn.engine import aligned
+
+    dtype = np.dtype(dtype)
+    n = aligned.MAPPED // dtype.itemsize
+    for shape in [(), (0,), (3, 0), (5,), (n - 1,), (n,), (7, n // 7 + 3)]:
+        a = aligned.aligned_empty(shape, dtype)
+        assert (a.shape, a.dtype, a.flags.c_contiguous, a.flags.writeable) == (
+            shape,
+            dtype,
+            True,
+            True,
+        )
+        assert a.size == 0 or a.ctypes.data % 64 == 0, shape
+        a[...] = 3
+        assert a.size == 0 or (a.astype(np.float32).min(), a.astype(np.float32).max()) == (3, 3)
+
+
+def test_a_forked_child_writes_its_own_copy_of_an_aligned_buffer():
+    """As with any numpy array, a forked child's write into a buffer (a mapping of its
+    own) is its own: the parent's is unchanged (a shared mapping would change it)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import os\n"
+        "from jaxattn.engine.aligned import MAPPED, aligned_empty\n"
+        "a = aligned_empty((MAPPED,), 'u1'); a[:] = 1\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    a[:] = 2; os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+        "print(int(a.min()), int(a.max()))\n"
+    )
+    root = str(Path(jaxattn.__file__).parents[1])
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=root
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "1"]
+
+
+def _owner(a: np.ndarray) -> np.ndarray:
+    """The array that owns `a`'s memory (the last numpy array along its bases)."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def test_the_placed_weights_outlive_every_host_reference(checkpoint_dirs, monkeypatch):
+    """The CPU's placement shares the loaded arrays' memory (each leaf a mapping of its
+    own here): with every host reference gone and collected, and that memory's size
+    allocated and written again, the placed weights are still the checkpoint's."""
+    import gc
+
+    from jaxattn.engine import aligned
+    from jaxattn.engine.step import CaptureStep
+
+    want = _leaves(read_checkpoint(checkpoint_dirs["bert"])[1]["encoder"])
+    monkeypatch.setattr(aligned, "MAPPED", 1)  # every leaf mapped: a freed one would fault
+    config, params = read_checkpoint(checkpoint_dirs["bert"])
+    host = [weakref.ref(_owner(a)) for a in _leaves(params["encoder"])]
+    step = CaptureStep(config, params["encoder"], jax.devices(), layer_loop="unrolled")
+    pointers = [
+        p.addressable_shards[0].data.unsafe_buffer_pointer() for p in jax.tree.leaves(step.params)
+    ]
+    assert pointers == [a.ctypes.data for a in _leaves(params["encoder"])]  # shared, not copied
+    del params
+    gc.collect()
+    assert all(r() is not None for r in host)  # jax keeps their memory alive
+    junk = [np.full(a.shape, -7, a.dtype) for a in want]
+    got = [np.asarray(p) for p in jax.tree.leaves(step.params)]
+    assert len(got) == len(want) > 10 and len(junk) == len(want)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
 def _mappings_of(monkeypatch) -> list[list[str]]:
     """The tensors read through each opening of a safetensors file (`safe_open`), in order."""
     import safetensors

@@ -30,8 +30,9 @@ def aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
     (numpy's own allocations are 16-byte aligned)."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if nbytes >= MAPPED:  # its own pages, given back to the system when let go
-        return np.frombuffer(mmap.mmap(-1, nbytes), dtype).reshape(shape)
+    if nbytes >= MAPPED:  # its own pages, given back to the system when let go; private
+        # (copied on a fork's write, as numpy's heap is), not the default shared mapping
+        return np.frombuffer(mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE), dtype).reshape(shape)
     raw = np.empty(nbytes + ALIGNMENT, np.uint8)
     start = -raw.ctypes.data % ALIGNMENT
     return raw[start : start + nbytes].view(dtype).reshape(shape)
