@@ -57,8 +57,9 @@ def convert_state_dict(
         beside their casts).
 
     Returns:
-      The params tree (float32 numpy leaves, each C-contiguous and 64-byte aligned:
-      `jaxattn.engine.aligned.placeable`, so that the CPU's placement shares their memory).
+      The params tree (float32 numpy leaves; where jax places on the CPU each
+      C-contiguous and 64-byte aligned, `jaxattn.engine.aligned.placeable`, so that the
+      placement shares their memory).
 
     Raises:
       CheckpointError (a ValueError): naming a missing weight (and counting the

@@ -152,7 +152,6 @@ def stack_layers(params: dict, config: ModelConfig, put=None) -> dict:
     Each stack is C-contiguous and 64-byte aligned (`aligned.aligned_empty`): placed on
     the CPU it is not copied again.
     """
-
     names = stacked_names(config)
     if not names:
         return dict(params)
