@@ -16,6 +16,7 @@ from local_server import fake_service
 from jaxattn.client import AttentionClient
 from jaxattn.engine.generate import longest
 from jaxattn.v1 import attention_pb2 as pb
+from service.admitted_call import Job
 from service.generation import GenerationAsk
 from service.micro_batching import JobCancelled, MicroBatcher
 
@@ -47,21 +48,36 @@ def _wait(predicate, what: str, timeout: float = 20.0):
         time.sleep(0.005)
 
 
-def test_a_long_generation_does_not_hold_the_engine_from_a_plain_capture(batcher, svc_gpt2):
+def test_a_long_generation_does_not_hold_the_engine_from_a_plain_capture(
+    batcher, svc_gpt2, monkeypatch
+):
     """The plain capture, sent just after the generation started, finishes while the
-    generation has most of its steps left (its steps take turns with other work)."""
+    generation has most of its steps left (its steps take turns with other work). The
+    steps are counted from the capture's submission: on a loaded machine the test's own
+    thread may wake late after the first step, and after the capture's result, while the
+    worker goes on stepping: the count is read as the worker puts that result."""
+    put, at_put = Job.put, []
+
+    def counted(job, index, cap):
+        at_put.append((job, batcher.stats["generation_steps"]))
+        return put(job, index, cap)
+
+    monkeypatch.setattr(Job, "put", counted)
     long = _generating(batcher, svc_gpt2, "The quick brown fox", STEPS)
     _wait(lambda: batcher.stats["generation_steps"] >= 1, "the first step")
+    steps_before = batcher.stats["generation_steps"]
     plain = batcher.submit(
         svc_gpt2.make_spec(what=["attention"]), svc_gpt2.tokenize(["hello world"])
     )
     ((index, cap),) = list(plain.results())
-    steps_then = batcher.stats["generation_steps"]
+    steps_then = next(steps for job, steps in at_put if job is plain)
     assert index == 0 and cap.generated_start is None
     got = [c for _, c in long.results()]
     assert batcher.stats["generation_steps"] == STEPS
     assert batcher.stats["generated_tokens"] == STEPS
-    assert steps_then < STEPS // 2, f"the capture waited for {steps_then} of {STEPS} steps"
+    waited = steps_then - steps_before
+    assert steps_then < STEPS, "the capture waited for the whole generation"
+    assert waited < STEPS // 2, f"the capture waited for {waited} of {STEPS} steps"
     want = svc_gpt2.capture(
         ["The quick brown fox"], what=["attention"], generate=STEPS, stop_at_eos=False
     )
