@@ -21,8 +21,9 @@ install) raises these, and the CLI turns them into one line and an exit code.
     +-- CaptureFileError (ValueError) an unreadable capture file or store          exit 1
     +-- ServerError                  a failed call to a server (status code)       exit 1
     +-- DeviceMemoryError            one example does not fit the device's memory  exit 1
+    |     (or a model's weights, at load)
     +-- HostMemoryError (MemoryError) a call's results do not fit the host's memory exit 1
-          (XLA's pinned host pool, or the host's available memory)
+          (XLA's pinned host pool, or the host's available memory; or a model, at load)
 
 The ValueError bases keep ``except ValueError`` working for callers that
 validated input that way, and the OSError ones the built-in class Python code
@@ -186,7 +187,8 @@ class ServerError(JaxattnError):
 
 
 class DeviceMemoryError(JaxattnError):
-    """One example does not fit the device's memory, even in a batch of its own."""
+    """One example does not fit the device's memory, even in a batch of its own; or a
+    model's weights do not, at load (`jaxattn.checkpoints.loading.out_of_memory`)."""
 
 
 class HostMemoryError(JaxattnError, MemoryError):
@@ -194,7 +196,8 @@ class HostMemoryError(JaxattnError, MemoryError):
     memory, which running in smaller batches cannot free, or they come to more than the
     host's available memory (refused before any capture runs). The message names the bytes,
     the pool's size and its variable (XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB), and how to take
-    results as they come instead (capture_iter, stream, dump). A MemoryError too, as
+    results as they come instead (capture_iter, stream, dump). Or the host ran out
+    loading a model (`jaxattn.checkpoints.loading.out_of_memory`). A MemoryError too, as
     Python code expects."""
 
 

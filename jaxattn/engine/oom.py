@@ -62,7 +62,7 @@ def pool_full(error: BaseException, held: host.HeldResults | None) -> HostMemory
             holds += f"; Captures kept from earlier calls view {human_bytes(earlier)} more"
     return HostMemoryError(
         f"XLA's pinned host memory pool ({host.POOL_ALLOCATOR}, {host.pool_gb()} GiB: "
-        f"{host.POOL_LIMIT_ENV}) is full{holds} ({_first_line(error)}): smaller batches "
+        f"{host.POOL_LIMIT_ENV}) is full{holds} ({first_line(error)}): smaller batches "
         "cannot free it; take the results as they come (capture_iter, stream, or jaxattn "
         f"dump to a store) instead of holding them all, or raise {host.POOL_LIMIT_ENV} "
         "in a new process (XLA reads it as jax starts)"
@@ -97,7 +97,7 @@ def in_halves(
         "a batch of %d x %d tokens ran out of memory (%s); running it in halves",
         batch.size,
         batch.length,
-        _first_line(error),
+        first_line(error),
     )
     half = dataclasses.replace(
         pipeline.budgets, max_batch=per_device // 2, pad_fraction=0.0, compile_tokens=0
@@ -139,7 +139,7 @@ def in_groups(pipeline, batch, tokenized, spec, gates, error) -> Iterator[tuple[
         "an example of %d tokens ran out of memory as one program (%s); running it in "
         "layer groups of %d captured layers",
         batch.length,
-        _first_line(error),
+        first_line(error),
         first,
     )
     for row in batch.rows:
@@ -171,7 +171,8 @@ def _too_large(batch, spec, error, tried: str, fewer: str) -> DeviceMemoryError:
     )
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (at most 200 characters), or its class name."""
     text = str(error).strip()
     return text.splitlines()[0][:200] if text else type(error).__name__
 

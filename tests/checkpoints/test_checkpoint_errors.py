@@ -310,3 +310,98 @@ def test_damaged_native_checkpoint_is_named(native_dir, tmp_path):
     (bad / "jaxattn.json").write_text('{"format": "jaxattn",')
     with pytest.raises(CheckpointError, match=_named(bad / "jaxattn.json", "not valid JSON")):
         jaxattn.load(bad)
+
+
+# Out of memory while loading: the host's (a MemoryError; an OSError ENOMEM from a
+# large aligned buffer's mapping) and a device's (XLA's RESOURCE_EXHAUSTED while the
+# weights are placed): one error naming the model and its files' size, never a
+# library's exception or the capture-time advice (--limit).
+
+
+def test_host_out_of_memory_reading_is_named(bert_copy, monkeypatch):
+    from jaxattn.checkpoints import hf_files
+    from jaxattn.errors import HostMemoryError
+
+    def full(*_, **__):
+        raise MemoryError
+
+    monkeypatch.setattr(hf_files, "read_state_dict", full)
+    with pytest.raises(HostMemoryError, match=_named("out of host memory loading", bert_copy)):
+        jaxattn.load(bert_copy)
+
+
+def test_unmappable_buffer_is_host_out_of_memory(bert_copy, monkeypatch):
+    """Every leaf is mapped (aligned.MAPPED lowered to 1 byte) and no mapping can be made:
+    the OSError ENOMEM placing the weights on the CPU becomes a HostMemoryError (a
+    MemoryError too) that says the files' size (the tiny checkpoint's: kB)."""
+    import errno
+    import mmap
+
+    from jaxattn.engine import aligned
+    from jaxattn.errors import HostMemoryError
+
+    def refuse(*_, **__):
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    monkeypatch.setattr(aligned, "MAPPED", 1)
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    with pytest.raises(HostMemoryError, match=r"its checkpoint's files: [\d.]+ kB") as got:
+        jaxattn.load(bert_copy)
+    assert isinstance(got.value, MemoryError)
+    assert isinstance(got.value.__cause__, OSError)
+
+
+def test_other_os_errors_are_not_memory(bert_copy, monkeypatch):
+    """An OSError that is no want of memory (EIO) is raised as it was."""
+    import errno
+
+    from jaxattn.checkpoints import hf_files
+
+    def broken(*_, **__):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(hf_files, "read_state_dict", broken)
+    with pytest.raises(OSError, match="Input/output error") as got:
+        jaxattn.load(bert_copy)
+    assert not isinstance(got.value, MemoryError)
+
+
+def test_device_out_of_memory_placing_is_named(bert_copy, monkeypatch):
+    import jax
+
+    from jaxattn.engine import step
+    from jaxattn.errors import DeviceMemoryError
+
+    real = jax.device_put
+
+    def full(x, *a, **k):
+        if isinstance(x, dict):  # the params tree (the engine's other puts pass)
+            raise jax.errors.JaxRuntimeError(
+                "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 4.00GiB."
+                "\nits second line"
+            )
+        return real(x, *a, **k)
+
+    monkeypatch.setattr(step.jax, "device_put", full)
+    with pytest.raises(DeviceMemoryError) as got:
+        jaxattn.load(bert_copy, layer_loop="unrolled")
+    message = str(got.value)
+    assert str(bert_copy) in message and "do not fit the device's memory" in message
+    assert (
+        "Out of memory while trying to allocate 4.00GiB." in message
+        and "second line" not in message
+    )
+
+
+def test_cli_out_of_memory_loading_is_one_line(bert_copy, monkeypatch, capsys):
+    from jaxattn.checkpoints import hf_files
+    from jaxattn.cli import main
+
+    def full(*_, **__):
+        raise MemoryError
+
+    monkeypatch.setattr(hf_files, "read_state_dict", full)
+    assert main(["capture", "--model", str(bert_copy), "a text"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "out of host memory loading" in err and "--limit" not in err
+    assert "\n" not in err and "Traceback" not in err
