@@ -322,9 +322,14 @@ for stage in "${wanted[@]}"; do
       # against bare gRPC, 32 single-sentence clients against the engine in one call
       model=$(mktemp -d)
       step 60 "${checks[@]}" checkpoint $tiny --save "$model"
-      step 240 "$py" benchmarks/service_scale.py --model "$model" \
-        --conllu jaxattn/inputs/data/ud-english-ewt/en_ewt-ud-dev.conllu \
-        $(s "--quick" "") --json "$OUT/scale.json"
+      ewt=jaxattn/inputs/data/ud-english-ewt/en_ewt-ud-dev.conllu
+      step 240 "$py" benchmarks/service_scale.py --model "$model" --conllu "$ewt" \
+        --only e2e replay small concurrent $(s "--quick" "") --json "$OUT/scale.json"
+      # the 32 clients again, as 4 client processes against 4, then 8, servers sharing the GPU:
+      # one server process's per-request Python caps it however fast the engine is
+      step 150 "$py" benchmarks/service_scale.py --model "$model" --conllu "$ewt" \
+        --only replicas --replicas $(s "2" "4 8") --client-processes "$(s 2 4)" \
+        $(s "--quick" "") --json "$OUT/scale-replicas.json"
       ;;
   esac
 done

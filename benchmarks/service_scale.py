@@ -18,6 +18,11 @@ The ratios, each numerator and denominator measured in this one run:
   concurrent: 32 client threads sending one short EWT sentence per request to a
               micro-batching server, against the in-process engine capturing the
               same sentences in one call (its throughput ceiling).
+  replicas:   the same 32 clients, as threads of `--client-processes` processes
+              (their own interpreter locks), each client round-robin over
+              `--replicas` servers on this host sharing its device (one per few
+              cores: a server process's per-request Python caps it, however fast the
+              engine), against the same ceiling.
 
 Servers run in child processes (their own GIL). `--profile DIR` runs one case
 under py-spy (when on PATH or at /tmp/pyspy-venv/bin/py-spy), server and client
@@ -37,6 +42,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -47,7 +53,7 @@ from jaxattn.bench.capture import FULL  # noqa: E402
 from jaxattn.wire.codecs import DEFAULT_MAX_CHUNK_BYTES  # noqa: E402
 
 METHOD = "/bench.Bare/Stream"
-CASES = ("e2e", "replay", "small", "concurrent")
+CASES = ("e2e", "replay", "small", "concurrent", "replicas")
 
 
 # -- children --------------------------------------------------------------------------
@@ -162,14 +168,18 @@ def bare_child(args) -> int:
 
 
 @contextlib.contextmanager
-def child_process(kind, model=None, warm=None):
-    """A server child (`kind`: service, replay, bare); yields (address, pid)."""
+def child_process(kind, model=None, warm=None, shared_device: bool = False):
+    """A server child (`kind`: service, replay, bare); yields (address, pid).
+    `shared_device`: one of several servers on this host's accelerator, which it
+    must not claim whole (XLA preallocates 75 % of a GPU's memory otherwise)."""
     cmd = [sys.executable, __file__, "--child", kind] + (["--model", model] if model else [])
     cmd += ["--warm", warm] if warm else []
     env = dict(
         os.environ,
         JAXATTN_COMPILATION_CACHE=str(Path(tempfile.gettempdir()) / "jaxattn-bench-cache"),
     )
+    if shared_device:
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
     try:
         yield f"127.0.0.1:{int(proc.stdout.readline())}", proc.pid
@@ -489,6 +499,110 @@ def run_concurrent(args, engine, short, warm_file, out, raw, profile):
     )
 
 
+def clients_child(args) -> int:
+    """`--child clients`: `--threads` clients (threads, each its own AttentionClient
+    round-robin over `--addresses`) sending one sentence of `--warm`'s file per request
+    from the wall-clock time `--start-at` for `--seconds`; prints one JSON line: the
+    requests answered, the sum of their latencies and this process's CPU seconds."""
+    from jaxattn.client import AttentionClient
+
+    pool = Path(args.warm).read_text().splitlines()
+    addresses = args.addresses.split(",")
+    counts, latencies, stop = [0] * args.threads, [], threading.Event()
+
+    def worker(k):
+        with AttentionClient(addresses, timeout=120) as client:
+            client.capture([pool[k % len(pool)]])  # connected before the start
+            time.sleep(max(0.0, args.start_at - time.time()))
+            i = k
+            while not stop.is_set():
+                t = time.perf_counter()
+                client.capture([pool[i % len(pool)]])
+                latencies.append(time.perf_counter() - t)
+                counts[k] += 1
+                i += args.threads
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(args.threads)]
+    for t in threads:
+        t.start()
+    time.sleep(max(0.0, args.start_at - time.time()))
+    cpu0 = time.process_time()
+    time.sleep(args.seconds)
+    stop.set()
+    for t in threads:
+        t.join()
+    cpu = time.process_time() - cpu0
+    print(json.dumps({"n": sum(counts), "latency_s": sum(latencies), "cpu_s": cpu}), flush=True)
+    return 0
+
+
+def run_replicas(args, engine, short, warm_file, out, raw):
+    """32 clients in `args.client_processes` processes against each of `args.replicas`
+    numbers of servers on this host (module docstring), and the engine's one-call
+    ceiling before and after each."""
+    for replicas in args.replicas:
+        log = raw.setdefault("replicas", {}).setdefault(str(replicas), {})
+        run_replica_set(args, replicas, engine, short, warm_file, out, log)
+
+
+def run_replica_set(args, replicas, engine, short, warm_file, out, log):
+    """`run_replicas` of one number of servers, into `log`."""
+    engine_capture(engine, short, ("attention",))  # warm
+    ceilings = [engine_capture(engine, short, ("attention",)) for _ in range(3)]
+    ceiling = max(c["n"] / c["seconds"] for c in ceilings)
+    clients, procs = 32, args.client_processes
+    with contextlib.ExitStack() as stack:
+        servers = [
+            stack.enter_context(
+                child_process("service", args.model, warm=warm_file, shared_device=True)
+            )
+            for _ in range(replicas)
+        ]
+        addresses = ",".join(a for a, _ in servers)
+        pids = [pid for _, pid in servers]
+        lead = 3.0 + 0.5 * procs  # the client processes start and connect meanwhile
+        start_at = time.time() + lead
+        cmd = [sys.executable, __file__, "--child", "clients", "--warm", warm_file]
+        cmd += ["--addresses", addresses, "--start-at", repr(start_at)]
+        cmd += ["--seconds", str(args.seconds)]
+        children = [
+            subprocess.Popen(
+                cmd + ["--threads", str(clients // procs + (k < clients % procs))],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for k in range(procs)
+        ]
+        time.sleep(max(0.0, start_at - time.time()))
+        before = [cpu_seconds(pid) for pid in pids]
+        time.sleep(args.seconds)
+        server_cpu = sum(cpu_seconds(pid) for pid in pids) - sum(before)
+        got = [json.loads(c.communicate(timeout=120 + args.seconds)[0]) for c in children]
+    after = engine_capture(engine, short, ("attention",))
+    n = sum(g["n"] for g in got)
+    rate = n / args.seconds
+    latency = sum(g["latency_s"] for g in got) / max(n, 1)
+    client_cpu = sum(g["cpu_s"] for g in got)
+    log.update(
+        replicas=replicas,
+        client_processes=procs,
+        engine_per_s=[c["n"] / c["seconds"] for c in ceilings + [after]],
+        rate=rate,
+        latency=latency,
+        server_cpu_s=server_cpu,
+        client_cpu_s=client_cpu,
+    )
+    out.append(
+        f"- **32 clients, {procs} client processes, {replicas} replicas on this host "
+        f"sharing its device**, one EWT sentence per request, attention float32, "
+        f"{args.seconds:g} s: {rate:.0f} requests/s (mean latency {latency * 1e3:.0f} ms); "
+        f"the engine on the same {len(short)} sentences in one call: {ceiling:.0f}/s (best "
+        f"of 3 before; {after['n'] / after['seconds']:.0f}/s after): **{rate / ceiling:.0%}** "
+        f"(target >= 80%). CPU ms per request: servers {server_cpu / max(n, 1) * 1e3:.1f}, "
+        f"clients {client_cpu / max(n, 1) * 1e3:.1f}"
+    )
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", help="checkpoint (default: embedded all-MiniLM-L6-v2)")
@@ -500,11 +614,24 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="32 texts, 3 s, 1 repeat")
     p.add_argument("--profile", type=Path, help="py-spy each server and client into DIR")
     p.add_argument("--json", type=Path, help="write the raw measurements here")
-    p.add_argument("--child", choices=("service", "replay", "bare"), help=argparse.SUPPRESS)
+    p.add_argument(
+        "--replicas", type=int, nargs="+", default=[3], help="servers of the replicas case"
+    )
+    p.add_argument(
+        "--client-processes", type=int, default=4, help="client processes of the replicas case"
+    )
+    p.add_argument(
+        "--child", choices=("service", "replay", "bare", "clients"), help=argparse.SUPPRESS
+    )
     p.add_argument("--warm", help=argparse.SUPPRESS)
+    p.add_argument("--addresses", help=argparse.SUPPRESS)
+    p.add_argument("--threads", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--start-at", type=float, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child == "bare":
         return bare_child(args)
+    if args.child == "clients":
+        return clients_child(args)
     if args.child:
         return service_child(args)
     if args.quick:
@@ -538,6 +665,9 @@ def main(argv=None) -> int:
     if "concurrent" in args.only:
         warm(engine, short)
         run_concurrent(args, engine, short, str(warm_file), out, raw, args.profile)
+    if "replicas" in args.only:
+        warm(engine, short)
+        run_replicas(args, engine, short, str(warm_file), out, raw)
     out.append(f"load average at end: {os.getloadavg()[0]:.1f}")
     if args.profile is not None:
         for f in sorted(args.profile.glob("*-[cs][le]*-[0-9]*.txt")):
