@@ -325,6 +325,8 @@ for stage in "${wanted[@]}"; do
       ewt=jaxattn/inputs/data/ud-english-ewt/en_ewt-ud-dev.conllu
       step 240 "$py" benchmarks/service_scale.py --model "$model" --conllu "$ewt" \
         --only e2e replay small concurrent $(s "--quick" "") --json "$OUT/scale.json"
+      # grpc-python's own per-request CPU on this host's cores (the floor under the above)
+      step 30 "$py" benchmarks/grpc_floor.py
       # the 32 clients again, as 4 client processes against 4, then 8, servers sharing the GPU:
       # one server process's per-request Python caps it however fast the engine is
       step 150 "$py" benchmarks/service_scale.py --model "$model" --conllu "$ewt" \
