@@ -85,6 +85,25 @@ def test_a_token_file_excludes_a_single_token(tmp_path):
         ServerOptions(token="t", clients=table)
 
 
+def test_a_token_file_saved_with_a_byte_order_mark_and_crlf_reads_as_without(tmp_path):
+    """Notepad's UTF-8 (a BOM, CRLF line ends) was refused: "clients.toml:1: not valid
+    TOML: Invalid statement". A BOM-prefixed --token-file token was likewise no token
+    a client could send ("its character 1 of 13 is not ASCII")."""
+    from jaxattn.cli.args import read_token
+
+    path = tmp_path / "clients.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + GOOD.replace("\n", "\r\n").encode())
+    assert ClientTable(path).names == ("alice", "bob.b")
+    assert parse_clients(path.read_text(encoding="utf-8")) == parse_clients(GOOD)
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b"\xef\xbb\xbf[clients.a]\r\ntoken = 3\r\n")
+    with pytest.raises(InputError, match=r"bad.toml:2: \[clients.a\] token: expected"):
+        ClientTable(bad)  # lines counted as without it
+    single = tmp_path / "token"
+    single.write_bytes(b"\xef\xbb\xbfs3cret-token\r\n")
+    assert read_token(str(single)) == "s3cret-token"
+
+
 def test_every_clients_digest_is_compared_in_constant_time(tmp_path, monkeypatch):
     import service.clients
 
