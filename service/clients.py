@@ -96,6 +96,9 @@ def parse_clients(text: str, path: str | Path = "<tokens>") -> tuple[Client, ...
       InputError: bad TOML (its line), no clients, or a bad client, field or value
         (named, with its line where it can be found).
     """
+    # A byte-order mark (Windows editors save one) is no TOML, and no content either:
+    # "Invalid statement" at line 1 named nothing an operator could see.
+    text = text.removeprefix("\ufeff")
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

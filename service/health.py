@@ -111,5 +111,8 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
     def _forget(self, service: str, watcher) -> None:
         """The Watch call ended (its client went, or the server stopped)."""
         with self._lock:
-            self._watchers.get(service, set()).discard(watcher)
+            watchers = self._watchers.get(service, set())
+            watchers.discard(watcher)
+            if not watchers:  # the name goes too: a client names what it watches, and
+                self._watchers.pop(service, None)  # anyone may watch (megabytes each)
         watcher(None)  # ends the call with OK where it is still open

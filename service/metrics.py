@@ -32,8 +32,11 @@ threads) are not seen here.
 from __future__ import annotations
 
 import logging
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import grpc
 from prometheus_client import (
@@ -42,7 +45,7 @@ from prometheus_client import (
     Gauge,
     Histogram,
     ProcessCollector,
-    start_http_server,
+    make_wsgi_app,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -54,6 +57,14 @@ log = logging.getLogger("jaxattn.service")
 _SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 _FLUSH_BYTES = 16 << 20  # a long example's bytes show up at least this often
 _FILL = (0.125, 0.25, 0.5, 0.75, 0.999, 1.0)  # 0.999: "not quite full" apart from full
+# The /metrics endpoint answers at most this many connections at once (one thread
+# each; a connection past them is closed at once) and closes one that sends nothing
+# for SCRAPE_IDLE_S: prometheus_client's own server held a thread and a file
+# descriptor of this process for every connection, forever, so idle connections of
+# anyone who could reach the port ran the server out of descriptors (no gRPC client
+# could connect). A scraper sends its request at once and is one connection.
+MAX_SCRAPES = 8
+SCRAPE_IDLE_S = 10.0
 # What the hooks count: attribute -> (type, name, help, labels, histogram buckets).
 METRICS = {
     "requests": (
@@ -278,10 +289,59 @@ class ServerMetrics:
           RuntimeError: it cannot listen there.
         """
         try:
-            httpd, _ = start_http_server(port, addr=host, registry=self.registry)
+            family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+            server = type("_Server", (_MetricsServer,), {"address_family": family})
+            httpd = make_server(
+                host, port, make_wsgi_app(self.registry), server, handler_class=_ScrapeHandler
+            )
         except OSError as e:
             raise RuntimeError(f"cannot serve metrics on {host}:{port}: {e.strerror or e}") from e
+        threading.Thread(target=httpd.serve_forever, name="jaxattn-metrics", daemon=True).start()
         return httpd
+
+
+class _MetricsServer(WSGIServer):
+    """/metrics over HTTP: a thread per connection, at most MAX_SCRAPES of them; one
+    more is closed unanswered (the scraper tries again at its next interval)."""
+
+    daemon_threads = True
+
+    def server_activate(self) -> None:
+        super().server_activate()
+        self.slots = threading.BoundedSemaphore(MAX_SCRAPES)
+
+    def process_request(self, request, client_address) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            threading.Thread(
+                target=self._answer, args=(request, client_address), daemon=True
+            ).start()
+        except BaseException:
+            self.slots.release()
+            self.shutdown_request(request)
+            raise
+
+    def _answer(self, request, client_address) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:  # a peer that went quiet (timeout) or away: nothing to tell
+            pass
+        finally:
+            self.shutdown_request(request)
+            self.slots.release()
+
+
+class _ScrapeHandler(WSGIRequestHandler):
+    """Closes a connection silent for SCRAPE_IDLE_S; logs nothing (a scrape is no news)."""
+
+    def setup(self) -> None:
+        self.timeout = SCRAPE_IDLE_S  # read at the call: a test may lower it
+        super().setup()
+
+    def log_message(self, format, *args) -> None:
+        pass
 
 
 # (request streaming, response streaming) -> the handler's behaviour and its factory.

@@ -34,6 +34,9 @@ from service.requests import RequestError
 
 _MiB = 1 << 20
 RETRY_AFTER_KEY = "retry-after-ms"
+# The longest wait a refusal names: a rate so small (tokens_per_s = 1e-300) that the
+# wait is longer, or past any float, names a year, a number the trailer can carry.
+MAX_RETRY_AFTER_S = 365 * 86400.0
 
 
 class TokenBucket:
@@ -88,11 +91,14 @@ class QuotaExceeded(RequestError):
         "concurrent_calls", "result_mib", "result_mib_per_s"): `jaxattn-limit`.
       retry_after_s: how long until the same request would pass (`retry-after-ms`),
         or None where waiting alone does not help (result_mib) or cannot be told
-        (concurrent_calls: when one of the client's calls ends).
+        (concurrent_calls: when one of the client's calls ends); at most
+        MAX_RETRY_AFTER_S.
     """
 
     def __init__(self, client: str, limit: str, message: str, retry_after_s: float | None = None):
         if retry_after_s is not None:
+            if not retry_after_s <= MAX_RETRY_AFTER_S:  # inf too: no integer of ms
+                retry_after_s = MAX_RETRY_AFTER_S
             message = f"{message}; retry after {retry_after_s:.3g} s"
         super().__init__(grpc.StatusCode.RESOURCE_EXHAUSTED, message, limit=limit)
         self.client = client

@@ -150,7 +150,8 @@ def read_token(token_file: str | None) -> str | None:
       InputError: the file is empty.
     """
     if token_file:
-        with open(token_file, encoding="utf-8") as f:
+        # utf-8-sig: a byte-order mark (Windows editors) is no part of the token
+        with open(token_file, encoding="utf-8-sig") as f:
             token = f.read().strip()
         if not token:
             raise InputError(None, f"token file {token_file} is empty: put the bearer token in it")

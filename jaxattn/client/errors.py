@@ -67,10 +67,11 @@ class AttentionServiceError(ServerError):
 
 
 def _seconds(milliseconds: str | None) -> float | None:
-    """A `retry-after-ms` value in seconds (None when absent or not a number)."""
+    """A `retry-after-ms` value in seconds (None when absent, not a number, or past
+    any float: a server's trailer is not trusted to be sane)."""
     try:
         return max(0.0, int(milliseconds) / 1e3) if milliseconds is not None else None
-    except ValueError:
+    except (ValueError, OverflowError):  # "x"; 10**400 is past a float
         return None
 
 

@@ -43,7 +43,7 @@ class Resume:
         rest.CopyFrom(self._request)
         del rest.texts[: self.done]
         if not rest.precision:  # the server's default: the one the first part came at
-            rest.precision = codecs.PRECISION_TO_PB[self._precision]
+            rest.precision = codecs.precision_value(self._precision)  # a newer one too
         return rest
 
     def received(self, capture: Capture, weights: str, address: str) -> None:

@@ -41,6 +41,23 @@ PRECISION_TO_PB = {
 # PRECISION_UNSPECIFIED means "the server's default": it maps to None, not to a name.
 PB_TO_PRECISION = {v: k for k, v in PRECISION_TO_PB.items()} | {pb.PRECISION_UNSPECIFIED: None}
 
+
+def precision_name(value: int) -> str:
+    """An ExampleHeader's precision as a Capture names it: its name; "highest" where it
+    is unspecified (a server of jaxattn 0.1 sends none: it computed at "highest"); one
+    newer than this jaxattn by its number, "unknown (N)" (`precision_value` reverses it)."""
+    return PB_TO_PRECISION.get(value, f"unknown ({value})") or "highest"
+
+
+def precision_value(name: str) -> int:
+    """The wire Precision of a Capture's `precision`, `precision_name`'s inverse: a
+    resumed stream asks for the one its first examples came at, a precision newer
+    than this jaxattn by its number."""
+    if name in PRECISION_TO_PB:
+        return PRECISION_TO_PB[name]
+    return int(name.removeprefix("unknown (").removesuffix(")"))
+
+
 # KServe v2 / Triton datatype strings, as carried by TensorChunk.datatype.
 DATATYPES = {"float32": "FP32", "float16": "FP16", "bfloat16": "BF16", "uint8": "UINT8"}
 DATATYPE_TO_DTYPE = {v: k for k, v in DATATYPES.items()}

@@ -32,12 +32,12 @@ from jaxattn.wire import codec_pool, protowire
 from jaxattn.wire.codecs import (
     DATATYPE_TO_DTYPE,
     PB_TO_CODEC,
-    PB_TO_PRECISION,
     ChecksumError,
     WireError,
     checksum,
     decompress,
     decompress_into,
+    precision_name,
     wire_dtype,
 )
 
@@ -356,10 +356,7 @@ class StreamDecoder:
             dtype=dtype,
             tensors={n: tensors[n].array() for n in header.tensors},
             quantization=quant,
-            # A server of jaxattn 0.1 sends none: it computed at "highest"; a
-            # precision newer than this client is named by its number.
-            precision=PB_TO_PRECISION.get(header.precision, f"unknown ({header.precision})")
-            or "highest",
+            precision=precision_name(header.precision),
             text=self._text(header.index),
             truncated=header.truncated,
             generated_start=(

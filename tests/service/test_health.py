@@ -95,3 +95,27 @@ def test_check_and_shutdown():
     context.callbacks[0]()  # the client went: the call ends, nothing more is sent to it
     servicer.enter_graceful_shutdown()
     assert [status_of(r) for r in gone] == [NOT_SERVING, None]
+
+
+def test_a_watch_that_ended_leaves_nothing_behind_whatever_it_named():
+    """Anyone may Watch (health takes no token), naming any service: each name stayed
+    in the servicer after its call ended (100 cancelled watches of 3 MiB names held
+    345 MiB of a server)."""
+    import tracemalloc
+
+    servicer = HealthServicer()
+    heard = []
+    watch(servicer, "", lambda response: heard.append(status_of(response)))  # it stays
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for k in range(200):
+            context = watch(servicer, f"{k:03d}" + "x" * 10_000, lambda response: None)
+            for callback in context.callbacks:  # the call ends: its client went
+                callback()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 100_000, kept  # 200 names of 10 kB: 2 MB where they stayed
+    servicer.set("", NOT_SERVING)  # the watcher that stays still hears changes
+    assert heard == [SERVING, NOT_SERVING]

@@ -304,3 +304,42 @@ def test_a_methods_handler_is_wrapped_once_and_anew_when_it_changes():
     assert value(samples, "jaxattn_requests_total", method="Capture", code="OK") == 3
     assert value(samples, "jaxattn_requests_total", method="GetModelInfo", code="OK") == 1
     assert value(samples, "jaxattn_requests_in_flight", method="Capture") == 0
+
+
+def closed_by_peer(sock: socket.socket, within: float) -> bool:
+    """Whether the other end closes `sock` within `within` seconds (no data comes)."""
+    sock.settimeout(within)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:  # closed with our unread bytes in its buffer
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_idle_connections_to_the_metrics_port_hold_few_threads_and_are_closed(
+    svc_engine, monkeypatch
+):
+    """Anyone who reaches the metrics port held a thread and a file descriptor of the
+    server per connection, forever (prometheus_client's server has no timeout and no
+    bound): enough idle connections and the gRPC port could accept no client."""
+    import service.metrics
+    from service.metrics import MAX_SCRAPES
+
+    monkeypatch.setattr(service.metrics, "SCRAPE_IDLE_S", 0.5)
+    with running_server(svc_engine, metrics_port=0) as (server, _):
+        before = threading.active_count()
+        idle = []
+        for _ in range(3 * MAX_SCRAPES):  # half a request each, then silence
+            sock = socket.create_connection(("127.0.0.1", server.metrics_port))
+            sock.sendall(b"GET /metrics HTTP/1.1\r\n")
+            idle.append(sock)
+        try:
+            time.sleep(0.2)
+            assert threading.active_count() <= before + MAX_SCRAPES
+            # those past the slots at once, the others once silent for SCRAPE_IDLE_S
+            assert all(closed_by_peer(sock, within=5) for sock in idle)
+            assert value(scrape(server), "jaxattn_queue_capacity") > 0  # scrapes go on
+        finally:
+            for sock in idle:
+                sock.close()

@@ -23,7 +23,7 @@ from jaxattn.client import AttentionClient, AttentionServiceError
 from jaxattn.errors import InputError, UsageError
 from service.clients import ClientTable, Limits, parse_clients, token_digest
 from service.micro_batching import MicroBatcher
-from service.quotas import ClientQuota, QuotaExceeded, TokenBucket
+from service.quotas import MAX_RETRY_AFTER_S, ClientQuota, QuotaExceeded, TokenBucket
 
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
@@ -83,6 +83,25 @@ def test_a_token_file_excludes_a_single_token(tmp_path):
     assert table.names == ("alice", "bob.b")
     with pytest.raises(UsageError, match="not both"):
         ServerOptions(token="t", clients=table)
+
+
+def test_a_token_file_saved_with_a_byte_order_mark_and_crlf_reads_as_without(tmp_path):
+    """Notepad's UTF-8 (a BOM, CRLF line ends) was refused: "clients.toml:1: not valid
+    TOML: Invalid statement". A BOM-prefixed --token-file token was likewise no token
+    a client could send ("its character 1 of 13 is not ASCII")."""
+    from jaxattn.cli.args import read_token
+
+    path = tmp_path / "clients.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + GOOD.replace("\n", "\r\n").encode())
+    assert ClientTable(path).names == ("alice", "bob.b")
+    assert parse_clients(path.read_text(encoding="utf-8")) == parse_clients(GOOD)
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b"\xef\xbb\xbf[clients.a]\r\ntoken = 3\r\n")
+    with pytest.raises(InputError, match=r"bad.toml:2: \[clients.a\] token: expected"):
+        ClientTable(bad)  # lines counted as without it
+    single = tmp_path / "token"
+    single.write_bytes(b"\xef\xbb\xbfs3cret-token\r\n")
+    assert read_token(str(single)) == "s3cret-token"
 
 
 def test_every_clients_digest_is_compared_in_constant_time(tmp_path, monkeypatch):
@@ -278,6 +297,10 @@ concurrent_calls = 1
 [clients.old]
 token = "old-token"
 expires = 2026-01-01T00:00:00Z
+
+[clients.glacial]
+token = "glacial-token"
+tokens_per_s = 1e-306
 """
 
 
@@ -322,6 +345,47 @@ def test_unknown_missing_and_expired_tokens_are_unauthenticated(quota_server):
     assert "expired at 2026-01-01 00:00:00 UTC" in e.message
     with AttentionClient(address, token="alice-token", timeout=60, retries=0) as client:
         assert client.server_info().name  # GetModelInfo takes the token too, no quota
+
+
+def test_a_rate_too_small_to_wait_for_names_a_year_not_an_internal_error(quota_server):
+    """tokens_per_s = 1e-306: a request's wait is past any float (inf s); the refusal's
+    retry-after-ms could not be an integer, and the call failed UNKNOWN ("cannot convert
+    float infinity to integer") instead of RESOURCE_EXHAUSTED."""
+    _, address, _, table = quota_server
+    (first,) = capture(address, "glacial-token")  # a full bucket: it passes, in debt
+    assert first.tokens
+    e = refused(address, "glacial-token")
+    assert (e.code, e.limit) == (EXHAUSTED, "tokens_per_s")
+    assert e.retry_after_s == MAX_RETRY_AFTER_S == 365 * 86400  # a year, in whole ms
+    assert "retry after 3.15e+07 s" in e.message
+    assert table.quota("glacial").refused == {"tokens_per_s": 1}
+
+
+class _Refusal(grpc.RpcError):
+    """An RpcError as a (hostile) server answers it: RESOURCE_EXHAUSTED, these trailers."""
+
+    def __init__(self, trailers):
+        self._trailers = trailers
+
+    def code(self):
+        return EXHAUSTED
+
+    def details(self):
+        return "over quota"
+
+    def trailing_metadata(self):
+        return self._trailers
+
+
+@pytest.mark.parametrize(
+    "sent, seconds",
+    [("1500", 1.5), ("-5", 0.0), ("soon", None), ("1" + "0" * 400, None), ("9" * 5000, None)],
+)
+def test_the_client_reads_any_retry_after_a_server_sends(sent, seconds):
+    """A retry-after-ms past a float (10**400) raised OverflowError out of the client,
+    not its AttentionServiceError."""
+    e = AttentionServiceError.from_rpc_error(_Refusal((("retry-after-ms", sent),)), "h:1")
+    assert (e.code, e.retry_after_s) == (EXHAUSTED, seconds)
 
 
 def test_a_client_past_each_rate_gets_resource_exhausted_naming_it(quota_server, clock, caplog):

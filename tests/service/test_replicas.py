@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
 from hf_fixtures import make_checkpoint
 from service_support import SENTENCES, WHAT, running_server
@@ -365,3 +366,58 @@ def test_health_watches_hold_no_handler_thread(svc_engine):
         finally:
             for client in clients:
                 client.close()
+
+
+def test_a_stream_at_a_precision_newer_than_the_client_resumes_at_it(svc_engine, address):
+    """A server newer than the client computes at a precision the client has no name for
+    ("unknown (7)"); the stream is cut after its first example: the rest is asked at that
+    precision, by its number (`Resume.request` looked the name up and raised KeyError
+    out of the client)."""
+    from local_server import fake_service
+
+    from jaxattn.v1 import attention_pb2 as pb
+    from jaxattn.wire import serialize_example
+
+    texts = TEXTS[:3]
+    with AttentionClient(address, timeout=60) as client:
+        info = client.server_info()
+    caps = svc_engine.capture(texts, what=("attention",))
+    weights = svc_engine.info.weights
+
+    def messages(first: int):  # examples first.. as a server at precision 7 sends them
+        for k, cap in enumerate(caps[first:]):
+            out = serialize_example(k, cap, codec="none", max_chunk_bytes=1 << 20, weights=weights)
+            for m, message in enumerate(out):
+                if m == 0:  # the header: at the precision this client does not know
+                    parsed = pb.CaptureResponse.FromString(message)
+                    parsed.header.precision = 7
+                    message = parsed.SerializeToString()
+                yield message
+
+    asked = []
+
+    def cut_after_one(request, context):
+        asked.append(request.precision)
+        yield from list(messages(0))[: 1 + len(caps[0].tensors)]  # header + one chunk each
+        context.abort(grpc.StatusCode.UNAVAILABLE, "killed")
+
+    def the_rest(request, context):
+        asked.append(request.precision)
+        assert [t.text for t in request.texts] == texts[1:]
+        yield from messages(1)
+
+    def model_info(request, context):
+        return info
+
+    with (
+        fake_service(cut_after_one, model_info) as first,
+        fake_service(the_rest, model_info) as second,
+        AttentionClient([first, second], timeout=30, backoff=(0.01, 0.01)) as client,
+    ):
+        got = client.capture(texts, what=("attention",))
+    assert asked == [pb.PRECISION_UNSPECIFIED, 7]
+    assert [c.precision for c in got] == ["unknown (7)"] * 3
+    assert [c.text for c in got] == texts
+    for g, want in zip(got, caps, strict=True):
+        assert g.tokens == want.tokens
+        np.testing.assert_array_equal(g.attention, want.attention)
