@@ -70,14 +70,22 @@ def _offered(metadata) -> bytes | None:
     return value.encode() if isinstance(value, str) else value
 
 
+def _token(offered: bytes) -> bytes:
+    """The token of an `authorization` value "Bearer <token>" (the scheme's name in any
+    case, RFC 7235), or b"" for any other value."""
+    scheme, _, token = offered.partition(b" ")
+    return token if scheme.lower() == b"bearer" else b""
+
+
 def client_name(clients, metadata) -> str:
     """The name of the client whose bearer token `metadata` carries ("" for none, an
     unknown or an expired token, or the header more than once): the `client` label of
     the metrics' refusals."""
     offered = _offered(metadata)
-    if offered is None or not offered.startswith(b"Bearer "):
+    token = _token(offered) if offered is not None else b""
+    if not token:
         return ""
-    quota, _ = clients.lookup(offered[len(b"Bearer ") :])
+    quota, _ = clients.lookup(token)
     return "" if quota is None else quota.name
 
 
@@ -85,7 +93,7 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
     """Rejects calls without the right bearer token."""
 
     def __init__(self, token: str):
-        self._expected = f"Bearer {token}".encode()
+        self._expected = token.encode()
 
     def intercept_service(self, continuation, handler_call_details):
         handler = continuation(handler_call_details)
@@ -94,7 +102,7 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
         offered = _offered(handler_call_details.invocation_metadata)
         if offered is None:
             return _denying_handler(handler, TWICE)
-        if hmac.compare_digest(offered, self._expected):
+        if hmac.compare_digest(_token(offered), self._expected):
             return handler
         return _denying_handler(handler)
 
@@ -118,7 +126,7 @@ class ClientInterceptor(grpc.ServerInterceptor):
         offered = _offered(handler_call_details.invocation_metadata)
         if offered is None:
             return _denying_handler(handler, TWICE)
-        token = offered[len(b"Bearer ") :] if offered.startswith(b"Bearer ") else b""
+        token = _token(offered)
         quota, expired = self.clients.lookup(token) if token else (None, "")
         if quota is None:
             return _denying_handler(handler, expired or WRONG_TOKEN)

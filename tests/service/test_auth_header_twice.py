@@ -113,3 +113,32 @@ def test_a_second_header_never_picks_another_clients_quota(svc_engine, tmp_path)
                 with pytest.raises(AttentionServiceError) as info:
                     c.capture([EXAMPLE_A], what=WHAT)
                 assert info.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def _with_value(address: str, value: str):
+    """GetModelInfo with the `authorization` header `value` as it is."""
+    with grpc.insecure_channel(address) as channel:
+        return pb_grpc.AttentionServiceStub(channel).GetModelInfo(
+            pb.GetModelInfoRequest(), metadata=[("authorization", value)], timeout=30
+        )
+
+
+ANY_CASE = ("Bearer {}", "bearer {}", "BEARER {}", "bEaReR {}")
+NOT_BEARER = ("Basic {}", "{}", "Bearer", "Bearer  {}", "Bearer{}", "Bearer {} ", "Token {}")
+
+
+@pytest.mark.parametrize("mode", ["token", "clients"])
+def test_the_schemes_name_is_read_in_any_case(svc_engine, tmp_path, mode):
+    """RFC 7235: the auth scheme's name is case-insensitive ("bearer" as "Bearer"); the
+    token is compared exactly, and any other scheme or form is UNAUTHENTICATED."""
+    path = tmp_path / "clients.toml"
+    path.write_text(CLIENTS)
+    options = {"token": "alice-token"} if mode == "token" else {"clients": ClientTable(path)}
+    with running_server(svc_engine, **options) as (_, address):
+        for form in ANY_CASE:
+            assert _with_value(address, form.format("alice-token")).name, form
+        for form in NOT_BEARER + ("Bearer {}",):
+            token = "alice-token" if form != "Bearer {}" else "ALICE-TOKEN"
+            with pytest.raises(grpc.RpcError) as info:
+                _with_value(address, form.format(token))
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED, form
