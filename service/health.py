@@ -33,6 +33,10 @@ _UNKNOWN = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
 
 # The health service name a liveness probe asks: SERVING while the server answers.
 LIVENESS_SERVICE = "jaxattn.v1.Liveness"
+# The longest service name a Watch may name (the server's own are under 40 bytes): a
+# Watch, open to anyone (no token), holds its name for as long as it stays open, and
+# gRPC would take names up to the server's whole receive limit (4 MiB by default).
+MAX_SERVICE_NAME = 256
 
 
 class HealthServicer(health_pb2_grpc.HealthServicer):
@@ -56,6 +60,14 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
 
     def Watch(self, request, context, send_response_callback=None):  # noqa: N802
         service = request.service
+        if len(service.encode()) > MAX_SERVICE_NAME:  # no service of this server: not kept
+            context.set_code(grpc.StatusCode.INVALID_ARGUMENT)
+            context.set_details(
+                f"a health service name of {len(service.encode())} bytes: at most "
+                f"{MAX_SERVICE_NAME} are watched"
+            )
+            send_response_callback(None)  # ends the call with that status
+            return
         with self._lock:
             self._watchers.setdefault(service, set()).add(send_response_callback)
         context.add_callback(lambda: self._forget(service, send_response_callback))

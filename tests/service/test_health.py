@@ -30,6 +30,9 @@ class Context:
     def set_code(self, code):
         self.code = code
 
+    def set_details(self, details):
+        self.details = details
+
 
 def status_of(response):
     return None if response is None else response.status
@@ -110,12 +113,31 @@ def test_a_watch_that_ended_leaves_nothing_behind_whatever_it_named():
     try:
         before = tracemalloc.get_traced_memory()[0]
         for k in range(200):
-            context = watch(servicer, f"{k:03d}" + "x" * 10_000, lambda response: None)
+            context = watch(servicer, f"{k:03d}" + "x" * 250, lambda response: None)
             for callback in context.callbacks:  # the call ends: its client went
                 callback()
         kept = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    assert kept < 100_000, kept  # 200 names of 10 kB: 2 MB where they stayed
+    assert kept < 20_000, kept  # 200 names of 253 bytes: 50 kB (and their sets) if they stayed
     servicer.set("", NOT_SERVING)  # the watcher that stays still hears changes
     assert heard == [SERVING, NOT_SERVING]
+
+
+def test_a_watch_of_a_longer_name_than_any_service_ends_at_once_and_keeps_nothing():
+    """A Watch stays open, holding its name, as long as its client likes (no token
+    needed): a name past MAX_SERVICE_NAME bytes, which no service of the server has, ends
+    the call at once, INVALID_ARGUMENT naming the limit, and nothing of it is kept."""
+    from service.health import MAX_SERVICE_NAME
+
+    servicer = HealthServicer()
+    for name, ends in (("x" * MAX_SERVICE_NAME, False), ("\u00e9" * 129, True)):
+        sent = []
+        context = watch(servicer, name, sent.append)
+        if ends:
+            assert sent == [None] and context.code == grpc.StatusCode.INVALID_ARGUMENT
+            assert f"258 bytes: at most {MAX_SERVICE_NAME}" in context.details
+            assert context.callbacks == [] and name not in servicer._watchers
+        else:  # an unknown service of the longest name allowed: watched, SERVICE_UNKNOWN
+            assert [status_of(r) for r in sent] == [health_pb2.HealthCheckResponse.SERVICE_UNKNOWN]
+            assert context.code is None and name in servicer._watchers
