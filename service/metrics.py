@@ -304,8 +304,6 @@ class _MetricsServer(WSGIServer):
     """/metrics over HTTP: a thread per connection, at most MAX_SCRAPES of them; one
     more is closed unanswered (the scraper tries again at its next interval)."""
 
-    daemon_threads = True
-
     def server_activate(self) -> None:
         super().server_activate()
         self.slots = threading.BoundedSemaphore(MAX_SCRAPES)
