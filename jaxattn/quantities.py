@@ -109,7 +109,9 @@ ENTROPY_SMOOTHING = 1e-4
 # (definitions: `jaxattn.analysis.decoder`): attention to the first token (the
 # attention sink, Xiao et al. 2023), to the previous token, to itself, to
 # punctuation, and row entropy (nats; each row smoothed as Clark et al.'s code does,
-# (1 - s) w + s / (i + 1) over the i + 1 keys row i can see, s = ENTROPY_SMOOTHING).
+# (1 - s) w + s / (i + 1) over the i + 1 keys j <= i a causal row can see, a sliding
+# window's earlier keys included at weight 0; an encoder's row over its n real keys,
+# all of which it sees, as head_stats' entropy; s = ENTROPY_SMOOTHING).
 # Each is a mean over query rows 1 .. n-1: a causal row 0 sees only itself, so its
 # weights (1 on token 0) say nothing about the head, and it has no previous token.
 # A separate list (and quantity) from HEAD_STATS, whose columns name [CLS]/[SEP].
@@ -241,7 +243,7 @@ QUANTITIES: dict[str, Quantity] = {
             doc="the decoder statistics of each head's attention (DECODER_HEAD_STATS order: "
             "first token, previous token, self, punctuation, entropy), averaged over the "
             "example's query rows 1 .. n-1, computed on the device; defined for every model "
-            "(an encoder's first token is its [CLS])",
+            "(an encoder's first token is its [CLS], its entropy that of the whole row)",
         ),
         Quantity(
             name="decoder_norm_head_stats",
@@ -275,7 +277,8 @@ QUANTITIES: dict[str, Quantity] = {
             axes="LHTP",
             uint8=False,
             doc="decoder_head_stats before the mean over rows: row i's decoder statistics "
-            "(DECODER_HEAD_STATS order; the entropy smoothed over the i + 1 keys row i sees), "
+            "(DECODER_HEAD_STATS order; the entropy smoothed over the keys row i sees: the "
+            "i + 1 keys j <= i of a causal model, an encoder's n real keys), "
             "computed on the device (blockwise: memory linear in T); NaN on row 0, which "
             "the means leave out. decoder_head_stats is the mean over rows 1 .. n-1. Always "
             "every row: a capture's query_positions select the maps' rows only",

@@ -35,14 +35,16 @@ def encoder_rows(w, classes):
     return out
 
 
-def decoder_rows(w, classes):
-    """Hand-written numpy: [H, n, n] -> [H, n, P] (DECODER_HEAD_STATS), row 0 NaN."""
+def decoder_rows(w, classes, causal=True):
+    """Hand-written numpy: [H, n, n] -> [H, n, P] (DECODER_HEAD_STATS), row 0 NaN; the
+    entropy over the keys row i sees: j <= i (`causal`), every one (an encoder's)."""
     h, n, _ = w.shape
     out = np.full((h, n, len(DECODER_HEAD_STATS)), np.nan)
     s = ENTROPY_SMOOTHING
     for i in range(1, n):
-        row = w[:, i, : i + 1].astype(np.float64)  # the keys row i sees
-        p = (1 - s) * row + s / (i + 1)
+        row = w[:, i, : i + 1] if causal else w[:, i]  # the keys row i sees
+        row = row.astype(np.float64)
+        p = (1 - s) * row + s / row.shape[-1]
         col = dict(
             first=row[:, 0],
             prev=row[:, i - 1],

@@ -164,7 +164,7 @@ def test_statistics_from_the_blocks_equal_the_dense_ones(case):
     for name, terms in got.items():
         if name == "decoder_head_stats":
             blocked = head_stats.decoder_statistics_from_rows(terms, mask)
-            dense = head_stats.decoder_statistics(w, mask, classes)
+            dense = head_stats.decoder_statistics(w, mask, classes, causal)
         else:
             blocked = head_stats.encoder_statistics_from_rows(terms, mask, classes)
             dense = head_stats.head_statistics(w, mask, classes)
@@ -223,6 +223,6 @@ def test_maps_of_selected_heads_and_the_norms_from_the_blocks(case):
     encoder = head_stats.encoder_statistics_from_rows(got["norm_head_stats"], mask, classes)
     decoder = head_stats.decoder_statistics_from_rows(got["decoder_norm_head_stats"], mask)
     want_encoder = head_stats.head_statistics(weights, mask, classes)
-    want_decoder = head_stats.decoder_statistics(weights, mask, classes)
+    want_decoder = head_stats.decoder_statistics(weights, mask, classes, causal)
     np.testing.assert_allclose(np.asarray(encoder), np.asarray(want_encoder), rtol=2e-5, atol=2e-6)
     np.testing.assert_allclose(np.asarray(decoder), np.asarray(want_decoder), rtol=2e-5, atol=2e-6)

@@ -92,7 +92,7 @@ def test_selected_maps_equal_the_float64_softmax_at_those_rows_and_keys(case):
         np.testing.assert_array_equal(np.isneginf(got[name]), np.isneginf(x), err_msg=name)
         np.testing.assert_allclose(got[name], x, rtol=1e-4, atol=1e-5, err_msg=name)
     stats = head_stats.decoder_statistics_from_rows(got["decoder_head_stats"], mask)
-    dense = head_stats.decoder_statistics(jnp.asarray(w, jnp.float32), mask, classes)
+    dense = head_stats.decoder_statistics(jnp.asarray(w, jnp.float32), mask, classes, causal)
     np.testing.assert_allclose(stats, dense, rtol=2e-5, atol=2e-6)
 
 

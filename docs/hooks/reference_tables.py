@@ -69,7 +69,8 @@ DECODER_HEAD_STAT_MEANINGS = {
     "prev": "attention to the previous token (j = i - 1)",
     "self": "attention to the token itself (j = i)",
     "punct": "attention to punctuation",
-    "entropy": "entropy of a row, smoothed by 1e-4 over the i + 1 keys row i can see",
+    "entropy": "entropy of a row, smoothed by 1e-4 over the i + 1 keys j <= i a causal row "
+    "can see (an encoder's: over its n keys)",
 }
 
 NORM_MEASURE_MEANINGS = {

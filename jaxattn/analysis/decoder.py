@@ -64,7 +64,7 @@ def _rows_mean(per_row: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def decoder_head_statistics(
-    weights, tokens: Sequence[str], specials: SpecialTokens | None = None
+    weights, tokens: Sequence[str], specials: SpecialTokens | None = None, causal: bool = True
 ) -> dict[str, np.ndarray]:
     """The statistics of `DECODER_HEAD_STATS` for one example.
 
@@ -72,6 +72,9 @@ def decoder_head_statistics(
       weights: [L, H, T, T] causal attention (or norm-based weights, rows normalised).
       tokens: the T token strings (punctuation as `jaxattn.token_classes` defines it).
       specials: the special-token strings; detected from `tokens` when None.
+      causal: the maps are a causal model's: row i's entropy is smoothed over the
+        i + 1 keys j <= i it sees; False (an encoder's maps): over all T keys, as
+        `head_statistics`' entropy.
 
     Returns:
       stat -> [L, H] float64, means over query rows 1 .. T-1 (NaN when T = 1).
@@ -82,9 +85,10 @@ def decoder_head_statistics(
     punct = token_masks(toks, specials or detect_specials(toks))["punct"]
     rows = np.arange(t) >= 1
     i = np.arange(t)
-    visible = i[None, :] <= i[:, None]  # [T, S]: j <= i
+    visible = i[None, :] <= i[:, None] if causal else np.ones((t, t), bool)  # [T, S]
+    keys = i[:, None] + 1.0 if causal else float(t)
     s = ENTROPY_SMOOTHING
-    smoothed = np.where(visible, (1.0 - s) * w + s / (i[:, None] + 1.0), 0.0)
+    smoothed = np.where(visible, (1.0 - s) * w + s / keys, 0.0)
     logs = np.log(smoothed, out=np.zeros_like(smoothed), where=smoothed > 0)
     below = np.zeros(w.shape[:-1])
     below[..., 1:] = np.diagonal(w, -1, -2, -1)

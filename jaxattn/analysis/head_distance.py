@@ -18,6 +18,13 @@ data, and embed the heads in 2-D with multidimensional scaling. Here:
   divergences themselves, which are not a metric: jaxattn's map is of the
   square root, so its layout differs from theirs (the divergences do not).
 
+A causal model's (``HeadDistance(causal=True)``, `jaxattn analyze` on a decoder)
+leaves each example's row 0 out of the sum and the count, as the decoder
+statistics do: it sees only itself, so every head's row 0 is the same and its
+divergence 0 whatever the model; counted, it would shrink every divergence by
+one token per example. Its future keys (weight 0 in every head) change no
+divergence: the smoothing gives them s / T in both rows alike.
+
 Heads are flattened layer-major: index ``a = layer * H + head``.
 """
 
@@ -47,7 +54,8 @@ def js_divergence_sum(weights: np.ndarray, smoothing: float = JS_SMOOTHING) -> n
     """Sum over the query rows of the JS divergence between every pair of heads.
 
     Args:
-      weights: [L, H, T, T] (or [N, T, T]) row distributions of one example.
+      weights: [L, H, T, T] (or [N, T, T]; or some rows of them, [..., R, T]) row
+        distributions of one example.
       smoothing: s in (1 - s) w + s / T applied to every row first (Clark et al.'s
         code: `JS_SMOOTHING`); 0 takes the rows as they are.
 
@@ -107,6 +115,8 @@ class HeadDistance:
       kind: weight kind, "attention" or "norm".
       max_tokens: skip examples longer than this (None: no limit).
       smoothing: of the rows, as `js_divergence_sum` (Clark et al.'s `JS_SMOOTHING`).
+      causal: the captures are a causal model's: each example's row 0 (the same in
+        every head) is left out (`tokens` counts the rows summed).
     """
 
     def __init__(
@@ -114,9 +124,12 @@ class HeadDistance:
         kind: str = "attention",
         max_tokens: int | None = None,
         smoothing: float = JS_SMOOTHING,
+        *,
+        causal: bool = False,
     ):
         check_smoothing(smoothing)
         self.kind = kind
+        self.causal = causal
         self.max_tokens = max_tokens
         self.smoothing = smoothing
         self.layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None
@@ -130,9 +143,13 @@ class HeadDistance:
         if self.max_tokens is not None and capture.length > self.max_tokens:
             self.skipped += 1
             return
-        s = js_divergence_sum(capture_weights(capture, self.kind), self.smoothing)
+        first = 1 if self.causal else 0  # causal: row 0 sees only itself
+        if capture.length <= first:
+            return
+        rows = capture_weights(capture, self.kind)[..., first:, :]
+        s = js_divergence_sum(rows, self.smoothing)
         self._sum = s if self._sum is None else self._sum + s
-        self.tokens += capture.length
+        self.tokens += capture.length - first
 
     def result(self) -> dict[str, np.ndarray]:
         """{"divergence": [N, N], "distance": [N, N], "mds": [L, H, 2]}.
@@ -141,7 +158,8 @@ class HeadDistance:
           UsageError: no example was added.
         """
         if self._sum is None or self.layout is None:
-            raise UsageError("HeadDistance saw no example")
+            past = " with a query row past its first (causal)" if self.causal else ""
+            raise UsageError(f"HeadDistance saw no example{past}")
         div = self._sum / self.tokens
         dist = np.sqrt(div)
         layers, heads = self.layout

@@ -385,8 +385,15 @@ def render_markdown(report: dict, max_relations: int = 30) -> str:
             "How much of a token's output at a layer's attention block comes from the other "
             "tokens (0: from itself only, 1: from the others only). Kobayashi et al. 2021: "
             "r_i = ||sum_{j != i} v_ij|| / (||sum_{j != i} v_ij|| + ||v_ii||), with v_ij token "
-            "j's contribution to token i, the mean over every token (jaxattn.analysis.mixing). "
-            "-W measures weigh by attention weights, -N by the norms of vectors:",
+            "j's contribution to token i, the mean over every token"
+            + (
+                " but each example's first, which a causal model's attention keeps to itself "
+                "(r = 0 whatever the model)"
+                if meta.get("decoder")
+                else ""
+            )
+            + " (jaxattn.analysis.mixing). -W measures weigh by attention weights, -N by the "
+            "norms of vectors:",
             "",
             *(f"- {n}: {columns[n]}" for n in names if n in columns),
             "",

@@ -8,7 +8,12 @@ tokens. With v_ij token j's contribution to position i,
     r_i = ||sum_{j != i} v_ij|| / (||sum_{j != i} v_ij|| + ||v_ii||),
 
 and a layer's mixing ratio is the mean of r_i over every token of the corpus
-(special tokens included, as the authors' ``mixing_ratio_stats_bert.py``).
+(special tokens included, as the authors' ``mixing_ratio_stats_bert.py``). A
+causal model's (``MixingRatios(causal=True)``, `jaxattn analyze` on a decoder)
+leaves each example's row 0 out, as the decoder statistics do: under causal
+attention token 0 sees only itself, so r_0 = 0 for every measure whatever the
+model, and counting it would pull a layer's mean towards 0 by one token per
+example (a tenth on texts of 10 tokens).
 The five measures differ in v_ij:
 
 | measure | v_ij | from |
@@ -89,10 +94,18 @@ def token_ratios(capture: Capture, measure: str) -> np.ndarray:
 
 
 class MixingRatios:
-    """Per-layer mixing ratios over a corpus, for every measure the captures allow."""
+    """Per-layer mixing ratios over a corpus, for every measure the captures allow.
 
-    def __init__(self, measures: tuple[str, ...] = MEASURES):
+    Args:
+      measures: the measures to average (`MEASURES`).
+      causal: the captures are a causal model's: each example's row 0, whose ratio
+        is 0 by construction (it sees only itself), is left out of the means
+        (`tokens` counts the rows averaged).
+    """
+
+    def __init__(self, measures: tuple[str, ...] = MEASURES, *, causal: bool = False):
         self.measures = measures
+        self.causal = causal
         self.layers: tuple[int, ...] | None = None
         self._sums: dict[str, np.ndarray] = {}
         self.tokens = 0
@@ -104,12 +117,13 @@ class MixingRatios:
             self.layers = tuple(capture.layers)
         elif tuple(capture.layers) != self.layers:
             raise UsageError(f"layers {capture.layers} differ from earlier {self.layers}")
+        first = 1 if self.causal else 0  # causal: row 0 sees only itself
         for m in self.measures:
             if NEEDS[m] in capture.what:
-                rows = token_ratios(capture, m)  # [L, T]
+                rows = token_ratios(capture, m)[..., first:]  # [L, T] (causal: rows 1 ..)
                 self._sums[m] = self._sums.get(m, 0) + rows.sum(-1)
-        self.tokens += capture.length
+        self.tokens += capture.length - first
 
     def result(self) -> dict[str, list[float]]:
-        """{measure: [L] mean ratio over every token seen}."""
+        """{measure: [L] mean ratio over every token seen (causal: but each row 0)}."""
         return {m: (s / self.tokens).tolist() for m, s in self._sums.items() if self.tokens}

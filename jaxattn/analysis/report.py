@@ -32,7 +32,8 @@ A decoder (``CorpusAnalysis(decoder=True)``; `jaxattn analyze` on a causal model
 gets ``decoder_heads`` instead: {stat: [L][H]} (`jaxattn.analysis.decoder`: the
 first-token share, previous token, self, punctuation, entropy, then induction
 and duplicate-token scores; ``norm_*`` for norm-based weights), beside
-``mixing_ratios`` and ``head_distance``; the encoder sections that read
+``mixing_ratios`` and ``head_distance`` (over each example's query rows 1 .. T-1:
+`MixingRatios` and `HeadDistance` with ``causal``); the encoder sections that read
 [CLS]/[SEP] (head_stats, patterns, rollout, flow, dependency heads) are left
 out, each with its one-line reason in ``meta.not_run``. `jaxattn analyze` adds
 ``ov_copying`` ({"definition", "score": [L][H]}, `jaxattn.analysis.ov_circuit`)
@@ -128,14 +129,16 @@ class CorpusAnalysis:
         self.only_stats = head_stats_only
         self.patterns = None if decoder else PatternCounts("attention", specials)
         wanted = head_distance and not head_stats_only
-        self.distance = HeadDistance("attention", distance_max_tokens) if wanted else None
+        self.distance = (
+            HeadDistance("attention", distance_max_tokens, causal=decoder) if wanted else None
+        )
         self.rollout = None if head_stats_only or decoder else RolloutStats(specials=specials)
         self.flow = None
         if flow_examples and not head_stats_only and not decoder:
             self.flow = FlowStats(
                 specials=specials, max_tokens=flow_max_tokens, max_examples=flow_examples
             )
-        self.mixing = MixingRatios()
+        self.mixing = MixingRatios(causal=decoder)
         self.coarse_relations = coarse_relations
         self.dependency_options = dict(dependency or {})
         self.dependency: dict[str, DependencyHeads] = {}

@@ -442,7 +442,14 @@ def captures(
                 for kind in terms:
                     norm, decoder = kind
                     part = head_stats.row_terms(
-                        weights_of(norm), rows, keys, mblk, cblk, count, decoder
+                        weights_of(norm),
+                        rows,
+                        keys,
+                        mblk,
+                        cblk,
+                        count,
+                        decoder,
+                        causal=inputs.causal,
                     )
                     terms = terms | {kind: jax.tree.map(jnp.add, terms[kind], part)}
                 return terms

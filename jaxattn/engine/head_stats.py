@@ -49,7 +49,15 @@ def _keys_of(bit, classes_k, real_k):
 
 
 def row_terms(
-    weights, rows, keys, mask_k, classes_k, count, decoder: bool = False, whole: bool = False
+    weights,
+    rows,
+    keys,
+    mask_k,
+    classes_k,
+    count,
+    decoder: bool = False,
+    whole: bool = False,
+    causal: bool = True,
 ) -> dict:
     """The per-row sums the statistics are means of, from weights [H, T', S'] of query
     positions `rows` [T'] against key positions `keys` [S'] (mask_k [S'] bool, classes_k
@@ -61,7 +69,9 @@ def row_terms(
     query block x key block and adds them up. Encoder (`head_statistics`): cls, sep,
     punct, self, prev (w[i, i-1]), next (w[i, i+1]), entropy (Clark et al.'s smoothing
     over the `count` real keys). Decoder (`decoder_statistics`): first (w[i, 0]),
-    prev, self, punct, entropy (smoothing over the i + 1 keys row i can see).
+    prev, self, punct, entropy (smoothing over the keys row i can see: the i + 1 keys
+    j <= i of a `causal` model; an encoder's rows, `causal` False, see all `count`
+    real keys, as the encoder statistics' entropy).
 
     whole: the weights are the whole square map (rows and keys both 0 .. T-1, the
     dense path): the terms of one key offset (self, prev, next, first) are then read
@@ -83,7 +93,10 @@ def row_terms(
         visible = (offset <= 0) * real_k[None, :]  # [T', S']: j <= i, real
         first = weights[..., 0] if whole else jnp.where(keys[None, :] == 0, weights, 0.0).sum(-1)
         out["first"] = first
-        out["entropy"] = _smoothed_entropy(weights, rows[:, None] + 1.0, visible)
+        if causal:
+            out["entropy"] = _smoothed_entropy(weights, rows[:, None] + 1.0, visible)
+        else:  # an encoder's row sees every real key
+            out["entropy"] = _smoothed_entropy(weights, count, real_k)
     else:
         out |= {"cls": to(CLS_BIT), "sep": to(SEP_BIT), "next": at(1)}
         out["entropy"] = _smoothed_entropy(weights, count, real_k)  # padded keys stay 0
@@ -168,11 +181,11 @@ KINDS = {
 }
 
 
-def all_row_terms(weights, mask, classes, decoder: bool = False) -> dict:
+def all_row_terms(weights, mask, classes, decoder: bool = False, causal: bool = True) -> dict:
     """`row_terms` of a whole [H, T, T] map (the dense path): {name: [H, T]}."""
     index = jnp.arange(weights.shape[-1])
-    count = None if decoder else mask.astype(weights.dtype).sum()
-    return row_terms(weights, index, index, mask, classes, count, decoder, whole=True)
+    count = mask.astype(weights.dtype).sum()
+    return row_terms(weights, index, index, mask, classes, count, decoder, True, causal)
 
 
 def finish(name: str, terms: dict, mask, classes):
@@ -183,11 +196,11 @@ def finish(name: str, terms: dict, mask, classes):
     return rows if per_row else row_mean(rows)
 
 
-@partial(jax.jit, static_argnums=3)
-def dense(weights, mask, classes, names: tuple[str, ...]) -> dict:
+@partial(jax.jit, static_argnums=(3, 4))
+def dense(weights, mask, classes, names: tuple[str, ...], causal: bool = True) -> dict:
     """The statistics quantities `names` (`KINDS`, all encoder's or all decoder's) of one
-    whole [H, T, T] map (the dense path), mask [T] bool, classes [T] int8 bits:
-    {name: `finish`'s}.
+    whole [H, T, T] map (the dense path), mask [T] bool, classes [T] int8 bits, `causal`
+    the model's (the decoder entropy's keys, `row_terms`): {name: `finish`'s}.
 
     Jitted on its own so that a capture program traces it once per shape, not once
     per layer: inside the program (vmapped) each layer's call is one nested call whose
@@ -195,7 +208,7 @@ def dense(weights, mask, classes, names: tuple[str, ...]) -> dict:
     operations at every layer (BENCHMARKS.md, "Statistics-only dumps").
     """
     decoder = KINDS[names[0]][1]
-    terms = all_row_terms(weights, mask, classes, decoder)
+    terms = all_row_terms(weights, mask, classes, decoder, causal)
     return {name: finish(name, terms, mask, classes) for name in names}
 
 
@@ -216,13 +229,14 @@ def normalise_rows(weights):
     return jnp.where(total > 0, weights / jnp.where(total > 0, total, 1.0), 0.0)
 
 
-def decoder_statistics(weights, mask, classes):
+def decoder_statistics(weights, mask, classes, causal: bool = True):
     """weights [H, T, S] (T == S), mask [T] bool, classes [T] int8 bits -> [H, P].
 
     P follows `jaxattn.quantities.DECODER_HEAD_STATS`: first, prev, self, punct
     and entropy (nats, row i smoothed by ENTROPY_SMOOTHING over the real keys
-    j <= i it can see), each a mean over the real query rows 1 .. n-1 (NaN for
-    an example of one token). The same numbers as
-    `jaxattn.analysis.decoder_head_statistics` from a trimmed map.
+    it can see: j <= i, or every one for a model that is not `causal`), each a
+    mean over the real query rows 1 .. n-1 (NaN for an example of one token).
+    The same numbers as `jaxattn.analysis.decoder_head_statistics` from a trimmed map.
     """
-    return decoder_statistics_from_rows(all_row_terms(weights, mask, classes, True), mask)
+    terms = all_row_terms(weights, mask, classes, True, causal)
+    return decoder_statistics_from_rows(terms, mask)

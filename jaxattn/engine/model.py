@@ -108,12 +108,14 @@ def _capture_layer(
     centre: bool = True,
     heads=None,
     positions=None,
+    causal: bool = False,
 ) -> dict:
     """The requested per-layer quantities of one example, all heads (on the blockwise
     path the `blockwise.MAPS` of `heads` only, None: all), each map at the selected
     rows and keys of `positions` (`jaxattn.engine.map_positions`; None: every one):
     the blockwise path computes its maps at those alone, the dense one gathers them
-    (`map_positions.select`).
+    (`map_positions.select`). `causal`: the model's (the decoder statistics' entropy
+    reads keys j <= i, or every key of an encoder's rows: `head_stats.row_terms`).
 
     Shapes out: attention/scores/alpha_fx_norm [H, T, S]; queries [H, T, K]; keys and
     values [H_kv, T, K] (H_kv = H without grouped-query attention); fx_norm [H, S];
@@ -169,7 +171,7 @@ def _capture_layer(
         weights = alpha
         if norm:
             weights = head_stats.normalise_rows(norms.alpha_fx_norm(n_alpha, fxn))
-        cap |= head_stats.dense(weights, mask, classes, tuple(names))
+        cap |= head_stats.dense(weights, mask, classes, tuple(names), causal)
     if "sum_alpha_fx_norm" in want:
         cap["sum_alpha_fx_norm"] = norms.sum_alpha_fx_norm(n_alpha, v, w_out, mm)
     if "attn_res_norm" in want:
@@ -189,11 +191,13 @@ def _capture_layer(
 # one nested call whose jaxpr and batching jax keeps; inline, its ~200 small operations,
 # most of them the norms' quadratic form, were traced again at every layer). Unrolled
 # all-MiniLM-L6-v2, 8 programs: tracing 3.0 to 2.4 s, lowering 1.0 to 0.5 s (issue 26).
-@partial(jax.jit, static_argnums=(0, 5, 8, 9))  # want, mm, centre, heads
+@partial(jax.jit, static_argnums=(0, 5, 8, 9, 11))  # want, mm, centre, heads, causal
 def _capture_dense_layer(
-    want, p, x, gamma, std, mm, mask, classes, centre=True, heads=None, positions=None
+    want, p, x, gamma, std, mm, mask, classes, centre=True, heads=None, positions=None, causal=False
 ) -> dict:
-    return _capture_layer(want, p, x, gamma, std, mm, mask, classes, centre, heads, positions)
+    return _capture_layer(
+        want, p, x, gamma, std, mm, mask, classes, centre, heads, positions, causal
+    )
 
 
 class EncoderLayer(nn.Module):
@@ -273,7 +277,18 @@ class EncoderLayer(nn.Module):
             centre = c.norm_type == "layer"  # an RMSNorm subtracts no mean
             capture = _capture_layer if parts.blockwise is not None else _capture_dense_layer
             cap = capture(
-                want, parts, x, gamma, std, self.mm, mask, classes, centre, heads, positions
+                want,
+                parts,
+                x,
+                gamma,
+                std,
+                self.mm,
+                mask,
+                classes,
+                centre,
+                heads,
+                positions,
+                c.causal,
             )
         if not output:
             return None, cap

@@ -7,6 +7,8 @@ on-device statistics against it: tests/families/test_gpt2_decoder_stats.py.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -257,3 +259,16 @@ def test_a_row_sums_its_weight_over_several_earlier_copies():
     assert len(entries) == 3 * n
     np.testing.assert_allclose(induction_scores(w[None, None], tokens), [[1.0]])
     assert np.mean(entries) == pytest.approx(2 / 3)
+
+
+def test_an_encoders_rows_are_smoothed_over_every_key():
+    # An encoder's (causal=False) uniform rows over 3 keys: each row's entropy is ln 3
+    # (smoothing keeps a uniform row uniform); read causally, rows 1 and 2 would see
+    # only 2 and 3 of their keys, one third of the weight missing from row 1.
+    w = np.full((1, 1, 3, 3), 1 / 3)
+    tokens = ["[CLS]", "a", "[SEP]"]
+    got = decoder_head_statistics(w, tokens, causal=False)
+    assert got["entropy"][0, 0] == pytest.approx(math.log(3), rel=1e-12)
+    assert got["first"][0, 0] == got["prev"][0, 0] == got["self"][0, 0] == pytest.approx(1 / 3)
+    causal = decoder_head_statistics(w, tokens)["entropy"][0, 0]
+    assert causal < math.log(3) - 0.1

@@ -9,6 +9,7 @@ import pytest
 from analysis_helpers import make_capture, one_hot, uniform
 
 from jaxattn.analysis import HeadDistance, classical_mds, js_divergence_sum
+from jaxattn.errors import UsageError
 
 
 def js_reference(p, q):
@@ -121,3 +122,37 @@ def test_a_smoothing_outside_zero_to_one_is_refused_by_name(bad):
         HeadDistance(smoothing=bad)
     with pytest.raises(UsageError, match="smoothing must be"):
         js_divergence_sum(np.full((1, 2, 2, 2), 0.5), smoothing=bad)
+
+
+def test_a_causal_corpus_leaves_each_row_0_out():
+    # Two causal heads over 3 tokens: row 0 is (1, 0, 0) in both (JS 0 whatever the model);
+    # rows 1 and 2 differ. The mean is over rows 1 .. n-1 only, with Clark et al.'s
+    # smoothing over all T keys (the future keys get s / T in both rows alike).
+    a = np.array([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+    b = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.5, 0.5, 0.0]])
+    w = np.stack([a, b])[None]  # [1 layer, 2 heads, 3, 3]
+    p = 0.999 * w[0] + 0.001 / 3
+    per_row = [js_reference(p[0, i], p[1, i]) for i in range(3)]
+    assert per_row[0] == pytest.approx(0.0, abs=1e-15)
+    tokens = ("<s>", "x", "y")
+    causal, every_row = HeadDistance(causal=True), HeadDistance()
+    for d in (causal, every_row):
+        d.update(make_capture(w, tokens=tokens, sentence_b_start=None))
+    assert causal.tokens == 2 and every_row.tokens == 3
+    got = causal.result()["divergence"][0, 1]
+    assert got == pytest.approx((per_row[1] + per_row[2]) / 2, rel=1e-9)
+    assert every_row.result()["divergence"][0, 1] == pytest.approx(sum(per_row) / 3, rel=1e-9)
+
+
+def test_a_causal_corpus_of_one_token_examples_has_no_distance():
+    d = HeadDistance(causal=True)
+    d.update(make_capture(np.ones((1, 2, 1, 1)), tokens=("<s>",), sentence_b_start=None))
+    with pytest.raises(UsageError, match="no example with a query row past its first"):
+        d.result()
+
+
+def test_a_decoder_corpus_analysis_compares_heads_causally():
+    from jaxattn.analysis import CorpusAnalysis
+
+    assert CorpusAnalysis(decoder=True).distance.causal
+    assert not CorpusAnalysis().distance.causal

@@ -78,3 +78,34 @@ def test_a_missing_quantity_is_named_with_its_what():
         token_ratios(_capture(np.ones((1, 1, 2, 2), np.float32)), "AttnResLn-N")
     with pytest.raises(UsageError, match="Attn-W"):
         token_ratios(_capture(np.ones((1, 1, 2, 2), np.float32)), "Attn-X")
+
+
+def test_a_causal_corpus_leaves_each_row_0_out_of_the_means():
+    # Causal maps: row 0 sees only itself (ratio 0 for every measure, whatever the model).
+    # Rows 1 .. n-1 by hand: Attn-W is 1 - own weight, AttnRes-W half of it.
+    a = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.2, 0.3, 0.5]], np.float32)[None, None]
+    b = np.array([[1.0, 0.0], [0.9, 0.1]], np.float32)[None, None]
+    r_a = np.zeros((1, 3, 3), np.float32)
+    r_a[0, :, NORM_MEASURES.index("AttnResLn-N")] = [0.0, 0.25, 0.125]
+    r_b = np.zeros((1, 2, 3), np.float32)
+    r_b[0, :, NORM_MEASURES.index("AttnResLn-N")] = [0.0, 0.5]
+    caps = [_capture(a, mixing_ratio=r_a), _capture(b, mixing_ratio=r_b)]
+    causal, every_row = MixingRatios(causal=True), MixingRatios()
+    for cap in caps:
+        causal.update(cap)
+        every_row.update(cap)
+    # rows 1 .. n-1 of both examples: 3 rows (0.5, 0.5, 0.9 off-diagonal)
+    assert causal.tokens == 3
+    got = causal.result()
+    assert got["Attn-W"] == pytest.approx([(0.5 + 0.5 + 0.9) / 3])
+    assert got["AttnRes-W"] == pytest.approx([(0.5 + 0.5 + 0.9) / 6])
+    assert got["AttnResLn-N"] == pytest.approx([(0.25 + 0.125 + 0.5) / 3])
+    # every row (an encoder's mean): the two zero rows count
+    assert every_row.result()["Attn-W"] == pytest.approx([(0.5 + 0.5 + 0.9) / 5])
+
+
+def test_a_decoder_corpus_analysis_averages_its_mixing_ratios_causally():
+    from jaxattn.analysis import CorpusAnalysis
+
+    assert CorpusAnalysis(decoder=True).mixing.causal
+    assert not CorpusAnalysis().mixing.causal
