@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import errno
 import os
 from pathlib import Path
 
@@ -44,6 +43,7 @@ def out_of_memory(model: Resolved, error: Exception, part: str = "weights") -> J
     size of its checkpoint's files (the weights are float32 on the devices: a bfloat16
     checkpoint doubles) and the host's available memory.
     """
+    from jaxattn.checkpoints.hf_files import out_of_host_memory
     from jaxattn.engine import host, oom
     from jaxattn.errors import DeviceMemoryError, HostMemoryError
     from jaxattn.progress import human_bytes
@@ -56,9 +56,7 @@ def out_of_memory(model: Resolved, error: Exception, part: str = "weights") -> J
     except OSError:  # the error at hand is the one to tell
         size = ""
     what = f"{model.name or model.path}'s weights ({size}the weights are float32 once loaded)"
-    if isinstance(error, MemoryError) or (
-        isinstance(error, OSError) and error.errno == errno.ENOMEM
-    ):
+    if out_of_host_memory(error):
         free = host.available_bytes()
         has = "" if free is None else f"; {human_bytes(free)} of host memory is available now"
         if part == "tokenizer":  # its files, not the weights' (read by then)
@@ -176,6 +174,8 @@ def read_tokenizer(path: Path, config, cache: Path | None = None):
         except (JaxattnError, FileNotFoundError):
             raise
         except Exception as e:  # tokenizers and transformers raise a class per damage
+            # a MemoryError too: what makes a backend allocate past the host is a damaged
+            # file's sizes (`_check_ids`), not the host (the weights need far more)
             raise _unusable(path, "be read", e) from e
     _check_vocabulary(path, tokenizer, config)
     try:  # one that loads but cannot encode a word it lacks (WordPiece without its [UNK])

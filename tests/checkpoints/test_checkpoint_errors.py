@@ -9,6 +9,7 @@ class and that its message names the culprit.
 
 from __future__ import annotations
 
+import errno
 import re
 import shutil
 
@@ -447,3 +448,43 @@ def test_host_out_of_memory_reading_the_tokenizer_names_the_tokenizer(bert_copy,
     with pytest.raises(HostMemoryError) as got:
         jaxattn.load(bert_copy)
     assert "tokenizer" in str(got.value) and "weights" not in str(got.value)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [MemoryError(), OSError(errno.ENOMEM, "Cannot allocate memory")],
+    ids=["MemoryError", "ENOMEM"],
+)
+@pytest.mark.parametrize("kind", ["native", "safetensors", "bin"])
+def test_out_of_memory_inside_a_reader_is_not_a_damaged_file(
+    kind, error, native_dir, bert_copy, monkeypatch
+):
+    """Each weights reader turns its library's errors into CheckpointError ("damaged or
+    incomplete?", "truncated or corrupt?"): the host's want of memory inside orbax,
+    safetensors or torch was one of them, the advice to convert or download again.
+    (The tokenizer's backends' stays one: a damaged file's sizes are what make those
+    allocate, `read_tokenizer`.)"""
+    import torch
+
+    from jaxattn.checkpoints import hf_files
+    from jaxattn.errors import HostMemoryError
+
+    def full(*_, **__):
+        raise error
+
+    path = bert_copy
+    if kind == "native":
+        import orbax.checkpoint as ocp
+
+        path = native_dir
+        monkeypatch.setattr(ocp.PyTreeCheckpointer, "restore", full)
+    elif kind == "safetensors":
+        monkeypatch.setattr("safetensors.safe_open", full)
+    else:
+        state = load_file(bert_copy / "model.safetensors")
+        torch.save({k: torch.from_numpy(v) for k, v in state.items()}, path / "pytorch_model.bin")
+        (path / "model.safetensors").unlink()
+        monkeypatch.setattr(torch, "load", full)
+    assert hf_files.out_of_host_memory(error)
+    with pytest.raises(HostMemoryError, match=_named("out of host memory loading", path)):
+        jaxattn.load(path)
