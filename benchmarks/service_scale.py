@@ -167,20 +167,27 @@ def bare_child(args) -> int:
     return sb.serve_until_sigterm(server, port)
 
 
-@contextlib.contextmanager
-def child_process(kind, model=None, warm=None, shared_device: bool = False):
-    """A server child (`kind`: service, replay, bare); yields (address, pid).
-    `shared_device`: one of several servers on this host's accelerator, which it
-    must not claim whole (XLA preallocates 75 % of a GPU's memory otherwise)."""
-    cmd = [sys.executable, __file__, "--child", kind] + (["--model", model] if model else [])
-    cmd += ["--warm", warm] if warm else []
-    env = dict(
+def child_env() -> dict[str, str]:
+    """A server child's environment: the benchmark's compilation cache, and no
+    preallocation of the device's memory. The parent holds its own engine on the same
+    device all along (the ceilings, `jaxattn.load` in `main`), and each replica shares it
+    too: XLA preallocates 75 % of a GPU's memory in every process otherwise, and a
+    second process cannot start beside the first (JAX's "GPU memory allocation": running
+    several JAX processes at once)."""
+    return dict(
         os.environ,
         JAXATTN_COMPILATION_CACHE=str(Path(tempfile.gettempdir()) / "jaxattn-bench-cache"),
+        XLA_PYTHON_CLIENT_PREALLOCATE="false",
     )
-    if shared_device:
-        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+
+
+@contextlib.contextmanager
+def child_process(kind, model=None, warm=None):
+    """A server child (`kind`: service, replay, bare; environment `child_env`); yields
+    (address, pid)."""
+    cmd = [sys.executable, __file__, "--child", kind] + (["--model", model] if model else [])
+    cmd += ["--warm", warm] if warm else []
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=child_env())
     try:
         yield f"127.0.0.1:{int(proc.stdout.readline())}", proc.pid
     finally:
@@ -579,9 +586,7 @@ def run_replica_set(args, replicas, engine, short, warm_file, out, log):
     clients, procs = 32, args.client_processes
     with contextlib.ExitStack() as stack:
         servers = [
-            stack.enter_context(
-                child_process("service", args.model, warm=warm_file, shared_device=True)
-            )
+            stack.enter_context(child_process("service", args.model, warm=warm_file))
             for _ in range(replicas)
         ]
         addresses = ",".join(a for a, _ in servers)

@@ -61,3 +61,13 @@ def test_client_processes_are_ended_whatever_fails():
     children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])]
     scale._end_all(children)
     assert children[0].poll() is not None
+
+
+def test_server_children_do_not_preallocate_the_device_the_parent_holds(monkeypatch):
+    """The parent holds its own engine on the device while every server child runs (the
+    e2e, replay and concurrent cases' one, the replicas'): a child preallocating 75 % of a
+    GPU's memory beside the parent's 75 % could not start."""
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")  # the caller's: overridden
+    env = scale_module().child_env()
+    assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert env["JAXATTN_COMPILATION_CACHE"].endswith("jaxattn-bench-cache")
