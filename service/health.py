@@ -70,7 +70,11 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
             return
         with self._lock:
             self._watchers.setdefault(service, set()).add(send_response_callback)
-        context.add_callback(lambda: self._forget(service, send_response_callback))
+        if not context.add_callback(lambda: self._forget(service, send_response_callback)):
+            # The call ended before this handler ran (its client left while the Watch
+            # waited for a thread): gRPC calls no callback of it, so it goes now.
+            self._forget(service, send_response_callback)
+            return
         self._send(service, [send_response_callback])
 
     # Non-blocking: gRPC passes send_response_callback and frees the handler thread.

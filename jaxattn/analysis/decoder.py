@@ -326,7 +326,8 @@ class DecoderHeads:
     `DECODER_HEAD_STATS`, ``induction`` and ``duplicate``; from the on-device
     ``decoder_head_stats`` alone (no maps), the statistics only. The same of the
     norm-based weights, prefixed ``norm_``, from ``alpha_fx_norm`` (rows
-    normalised) or ``decoder_norm_head_stats``.
+    normalised) or ``decoder_norm_head_stats``. An encoder's capture (its provenance's
+    ``causal`` False) has its maps' entropy over every key of a row, as its tables'.
     """
 
     SCORES = ("induction", "duplicate")
@@ -352,9 +353,9 @@ class DecoderHeads:
         self._sum[name] += np.where(ok, value, 0.0)
         self._count[name] += ok
 
-    def _add_stats(self, prefix: str, weights=None, table=None, tokens=()) -> None:
+    def _add_stats(self, prefix: str, weights=None, table=None, tokens=(), causal=True) -> None:
         if weights is not None:
-            stats = decoder_head_statistics(weights, tokens)
+            stats = decoder_head_statistics(weights, tokens, causal=causal)
         else:
             table = np.asarray(table, np.float64)
             stats = {name: table[..., k] for k, name in enumerate(DECODER_HEAD_STATS)}
@@ -375,8 +376,11 @@ class DecoderHeads:
             if self.maps
             else {k: v for k, v in cap.tensors.items() if k not in ("attention", "alpha_fx_norm")}
         )
+        # An encoder's rows see every key (its on-device tables' entropy is the whole
+        # row's): its maps are read so too; a capture that does not say is a decoder's.
+        causal = bool(cap.provenance.get("causal", True))
         if "attention" in t:
-            self._add_stats("", weights=cap.attention, tokens=cap.tokens)
+            self._add_stats("", weights=cap.attention, tokens=cap.tokens, causal=causal)
             self._add("induction", induction_scores(cap.attention, cap.tokens))
             self._add("duplicate", duplicate_token_scores(cap.attention, cap.tokens))
         elif "decoder_head_stats" in t:
@@ -384,7 +388,8 @@ class DecoderHeads:
         else:
             raise UsageError("a decoder analysis needs attention or decoder_head_stats")
         if "alpha_fx_norm" in t:
-            self._add_stats("norm_", weights=normalise_rows(cap.alpha_fx_norm), tokens=cap.tokens)
+            norm = normalise_rows(cap.alpha_fx_norm)
+            self._add_stats("norm_", weights=norm, tokens=cap.tokens, causal=causal)
         elif "decoder_norm_head_stats" in t:
             self._add_stats("norm_", table=cap.decoder_norm_head_stats)
         self.examples += 1

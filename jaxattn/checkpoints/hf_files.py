@@ -8,6 +8,7 @@ damaged one. The names of the files a checkpoint holds are here too, for `hub`.
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
@@ -76,6 +77,15 @@ def short_reason(error: BaseException, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def out_of_host_memory(error: BaseException) -> bool:
+    """Whether `error` is the host's want of memory (a MemoryError, or an OSError ENOMEM:
+    a mapping or buffer the host could not give), which the readers raise as it is, not
+    as a damaged file: `jaxattn.checkpoints.loading.out_of_memory` names it."""
+    return isinstance(error, MemoryError) or (
+        isinstance(error, OSError) and error.errno == errno.ENOMEM
+    )
+
+
 def read_state_dict(path: Path) -> dict[str, np.ndarray]:
     """The checkpoint's weights as numpy arrays.
 
@@ -139,6 +149,8 @@ def _read_safetensors(files: list[Path]) -> dict[str, np.ndarray]:
                         copied += tensor.nbytes
                         done += 1
         except (SafetensorError, OSError, TypeError, ValueError) as e:
+            if out_of_host_memory(e):  # no damage: the host's memory
+                raise
             raise CheckpointError(
                 f"{f} is not a readable safetensors file (truncated or corrupt?): {short_reason(e)}"
             ) from e
@@ -158,6 +170,8 @@ def _read_torch(file: Path) -> dict[str, np.ndarray]:
     try:
         state = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises a different class per kind of damage
+        if out_of_host_memory(e):  # no damage: the host's memory
+            raise
         raise CheckpointError(
             f"{file} is not a readable PyTorch weights file (truncated or corrupt?): "
             f"{_torch_reason(e)}"

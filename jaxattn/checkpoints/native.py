@@ -50,7 +50,7 @@ def load(path: Path) -> tuple[ModelConfig, dict]:
     """
     import orbax.checkpoint as ocp
 
-    from jaxattn.checkpoints.hf_files import short_reason
+    from jaxattn.checkpoints.hf_files import out_of_host_memory, short_reason
 
     path = path.resolve()
     config = read_config(path)
@@ -63,6 +63,8 @@ def load(path: Path) -> tuple[ModelConfig, dict]:
         with ocp.PyTreeCheckpointer() as ckpt:
             params = ckpt.restore(path / "params")
     except Exception as e:  # orbax and tensorstore raise a different class per damage
+        if out_of_host_memory(e):  # no damage: the host's memory (`loading.out_of_memory`)
+            raise
         raise CheckpointError(
             f"{path / 'params'} is not a readable orbax checkpoint (damaged or incomplete?): "
             f"{short_reason(e)}"

@@ -272,3 +272,27 @@ def test_an_encoders_rows_are_smoothed_over_every_key():
     assert got["first"][0, 0] == got["prev"][0, 0] == got["self"][0, 0] == pytest.approx(1 / 3)
     causal = decoder_head_statistics(w, tokens)["entropy"][0, 0]
     assert causal < math.log(3) - 0.1
+
+
+def test_decoder_heads_reads_an_encoders_maps_as_its_tables():
+    """An encoder's capture (provenance causal False): its maps' entropy is the whole
+    row's, as its on-device decoder_head_stats' (it summed keys j <= i of the maps: a
+    tiny BERT's maps and tables differed by up to 0.97 nats); a capture that does not
+    say is read as a decoder's."""
+    import dataclasses
+
+    w = np.full((1, 1, 3, 3), 1 / 3)
+    tokens = ["[CLS]", "a", "[SEP]"]
+    encoder = dataclasses.replace(
+        _cap(w, tokens),
+        tensors={"attention": w.astype(np.float32), "alpha_fx_norm": 2 * w.astype(np.float32)},
+        provenance={"causal": False},
+    )
+    heads = DecoderHeads()
+    heads.update(encoder)
+    out = heads.result()
+    for name in ("entropy", "norm_entropy"):  # uniform rows over 3 keys: ln 3
+        assert out[name][0, 0] == pytest.approx(math.log(3), rel=1e-6), name
+    unsaid = DecoderHeads()
+    unsaid.update(_cap(w, tokens))
+    assert unsaid.result()["entropy"][0, 0] < math.log(3) - 0.1  # read causally

@@ -9,6 +9,7 @@ class and that its message names the culprit.
 
 from __future__ import annotations
 
+import errno
 import re
 import shutil
 
@@ -366,23 +367,29 @@ def test_other_os_errors_are_not_memory(bert_copy, monkeypatch):
     assert not isinstance(got.value, MemoryError)
 
 
-def test_device_out_of_memory_placing_is_named(bert_copy, monkeypatch):
+def _placing_fails(monkeypatch, message: str) -> None:
+    """XLA fails with `message` placing the params tree (the engine's other puts pass)."""
     import jax
 
     from jaxattn.engine import step
-    from jaxattn.errors import DeviceMemoryError
 
     real = jax.device_put
 
     def full(x, *a, **k):
-        if isinstance(x, dict):  # the params tree (the engine's other puts pass)
-            raise jax.errors.JaxRuntimeError(
-                "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 4.00GiB."
-                "\nits second line"
-            )
+        if isinstance(x, dict):
+            raise jax.errors.JaxRuntimeError(message)
         return real(x, *a, **k)
 
     monkeypatch.setattr(step.jax, "device_put", full)
+
+
+def test_device_out_of_memory_placing_is_named(bert_copy, monkeypatch):
+    from jaxattn.errors import DeviceMemoryError
+
+    _placing_fails(
+        monkeypatch,
+        "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 4.00GiB.\nits second line",
+    )
     with pytest.raises(DeviceMemoryError) as got:
         jaxattn.load(bert_copy, layer_loop="unrolled")
     message = str(got.value)
@@ -405,3 +412,79 @@ def test_cli_out_of_memory_loading_is_one_line(bert_copy, monkeypatch, capsys):
     err = capsys.readouterr().err.strip()
     assert "out of host memory loading" in err and "--limit" not in err
     assert "\n" not in err and "Traceback" not in err
+
+
+def test_pinned_host_pool_out_of_memory_placing_is_host_memory(bert_copy, monkeypatch):
+    """XLA's pinned host pool (xla_gpu_host_bfc) running out while the weights are placed
+    is the host's memory, as the engine reads it at capture (`oom.pool_exhausted`): a
+    HostMemoryError naming the pool's variable, not "do not fit the device's memory"."""
+    from jaxattn.errors import HostMemoryError
+
+    _placing_fails(
+        monkeypatch,
+        "RESOURCE_EXHAUSTED: Out of host memory trying to allocate 1.00GiB "
+        "with allocator xla_gpu_host_bfc",
+    )
+    with pytest.raises(HostMemoryError) as got:
+        jaxattn.load(bert_copy, layer_loop="unrolled")
+    message = str(got.value)
+    assert "pinned host memory pool" in message and str(bert_copy) in message
+    assert "XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB" in message
+    assert "device's memory" not in message
+
+
+def test_host_out_of_memory_reading_the_tokenizer_names_the_tokenizer(bert_copy, monkeypatch):
+    """A MemoryError reading the tokenizer (the weights read by then) names the tokenizer,
+    not the weights and their size."""
+    from jaxattn.checkpoints import loading
+    from jaxattn.errors import HostMemoryError
+
+    def full(*_, **__):
+        raise MemoryError
+
+    monkeypatch.setattr(loading, "read_tokenizer", full)
+    with pytest.raises(HostMemoryError, match=_named("out of host memory reading", bert_copy)):
+        jaxattn.load(bert_copy)
+    with pytest.raises(HostMemoryError) as got:
+        jaxattn.load(bert_copy)
+    assert "tokenizer" in str(got.value) and "weights" not in str(got.value)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [MemoryError(), OSError(errno.ENOMEM, "Cannot allocate memory")],
+    ids=["MemoryError", "ENOMEM"],
+)
+@pytest.mark.parametrize("kind", ["native", "safetensors", "bin"])
+def test_out_of_memory_inside_a_reader_is_not_a_damaged_file(
+    kind, error, native_dir, bert_copy, monkeypatch
+):
+    """Each weights reader turns its library's errors into CheckpointError ("damaged or
+    incomplete?", "truncated or corrupt?"): the host's want of memory inside orbax,
+    safetensors or torch was one of them, the advice to convert or download again.
+    (The tokenizer's backends' stays one: a damaged file's sizes are what make those
+    allocate, `read_tokenizer`.)"""
+    import torch
+
+    from jaxattn.checkpoints import hf_files
+    from jaxattn.errors import HostMemoryError
+
+    def full(*_, **__):
+        raise error
+
+    path = bert_copy
+    if kind == "native":
+        import orbax.checkpoint as ocp
+
+        path = native_dir
+        monkeypatch.setattr(ocp.PyTreeCheckpointer, "restore", full)
+    elif kind == "safetensors":
+        monkeypatch.setattr("safetensors.safe_open", full)
+    else:
+        state = load_file(bert_copy / "model.safetensors")
+        torch.save({k: torch.from_numpy(v) for k, v in state.items()}, path / "pytorch_model.bin")
+        (path / "model.safetensors").unlink()
+        monkeypatch.setattr(torch, "load", full)
+    assert hf_files.out_of_host_memory(error)
+    with pytest.raises(HostMemoryError, match=_named("out of host memory loading", path)):
+        jaxattn.load(path)
