@@ -508,12 +508,14 @@ def run_concurrent(args, engine, short, warm_file, out, raw, profile):
 
 def client_addresses(addresses: list[str], client: int) -> list[str]:
     """The address list of client number `client`: `addresses` rotated by it, so that
-    the clients' round-robins start spread over the servers. A client's round-robin
-    starts at its first address: unrotated, every client sent its warm-up call to the
-    first server and its first timed call to the second, together, one convoy that a
-    micro-batching server, answering them together, keeps together for a while (3
-    in-process servers, 32 clients, 2 cores: the busiest server held 99 % of the calls
-    in flight over a cold first 4 s, 50-64 % warm, against 46-47 % rotated)."""
+    the clients' round-robins start evenly spread over the servers (`clients_child` has
+    each start at its first address, not at the random one a client starts at, which
+    spreads 32 clients over a few servers unevenly). Started all at one address, every
+    client sent its warm-up call to the first server and its first timed call to the
+    second, together, one convoy that a micro-batching server, answering them together,
+    keeps together for a while (3 in-process servers, 32 clients, 2 cores: the busiest
+    server held 99 % of the calls in flight over a cold first 4 s, 50-64 % warm,
+    against 46-47 % rotated)."""
     k = client % len(addresses)
     return addresses[k:] + addresses[:k]
 
@@ -525,8 +527,9 @@ def clients_child(args) -> int:
     wall-clock time `--start-at` for `--seconds`; prints one JSON line: the requests
     answered within those seconds, the sum of their latencies and this process's CPU
     seconds."""
-    from jaxattn.client import AttentionClient
+    from jaxattn.client import AttentionClient, channels
 
+    channels.first_turn = lambda n: 0  # the rotated lists spread the clients evenly
     pool = Path(args.warm).read_text().splitlines()
     addresses = args.addresses.split(",")
     counts, latencies, stop = [0] * args.threads, [], threading.Event()

@@ -28,11 +28,15 @@ def scale_module():
     return module
 
 
-def test_the_replicas_clients_first_calls_are_spread_over_the_servers():
-    """Each client's round-robin starts at its list's first address: with the same list,
-    all 32 clients sent their warm-up to one server and their first timed call to the
-    next, together (a convoy micro-batching servers keep together for a while). Rotated
-    by the client's number, the first timed calls are spread evenly."""
+def test_the_replicas_clients_first_calls_are_spread_over_the_servers(monkeypatch):
+    """The benchmark's clients start at their list's first address (`clients_child`;
+    a client's own first turn is random, which spreads 32 unevenly): with the same
+    list, all 32 clients sent their warm-up to one server and their first timed call
+    to the next, together (a convoy micro-batching servers keep together for a while).
+    Rotated by the client's number, the first timed calls are spread evenly."""
+    from jaxattn.client import channels
+
+    monkeypatch.setattr(channels, "first_turn", lambda n: 0)  # as clients_child does
     scale = scale_module()
     servers = [grpc.server(futures.ThreadPoolExecutor(1)) for _ in range(3)]
     addresses = [f"127.0.0.1:{s.add_insecure_port('127.0.0.1:0')}" for s in servers]
@@ -71,3 +75,19 @@ def test_server_children_do_not_preallocate_the_device_the_parent_holds(monkeypa
     env = scale_module().child_env()
     assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
     assert env["JAXATTN_COMPILATION_CACHE"].endswith("jaxattn-bench-cache")
+
+
+def test_a_clients_first_call_goes_to_a_random_address():
+    """A client's round-robin starts at a random address (`channels.first_turn`), as
+    gRPC's round_robin starts at a random backend: a fleet of clients started together
+    does not send every first call to one replica. 60 clients of 3 addresses (nothing
+    listening: the first turn is chosen before any call) start at each of them."""
+    addresses = ["127.0.0.1:9", "127.0.0.1:10", "127.0.0.1:11"]
+    first = Counter()
+    for _ in range(60):
+        channels = Channels(addresses)
+        try:
+            first[channels.next()[0]] += 1
+        finally:
+            channels.close()
+    assert sorted(first) == [0, 1, 2], first  # one never first by chance: p ~ 3 (2/3)^60

@@ -105,6 +105,11 @@ def _read(value: bytes | str | os.PathLike | None) -> bytes | None:
     return data
 
 
+def first_turn(n: int) -> int:
+    """The address a new client's first call goes to, of `n`: a random one (`Channels`)."""
+    return random.randrange(n)
+
+
 class Channels:
     """One channel per address, used in turn (client-side round-robin), unusable ones
     passed over.
@@ -159,7 +164,11 @@ class Channels:
         self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self.retries = retries
         self.backoff = backoff
-        self._turn = 0
+        # A random first turn, as gRPC's round_robin starts at a random backend: were it
+        # address 0, every client of a fleet started together would send its first
+        # calls to the same replica (32 clients' warm-ups all on one: a convoy that the
+        # servers' micro-batching then keeps together for a while).
+        self._turn = first_turn(len(self._channels))
         self._lock = threading.Lock()
         self.closed = False
         for channel in self._channels:

@@ -32,6 +32,16 @@ from jaxattn.client.channels import SERVICE_CONFIG
 from jaxattn.errors import UsageError
 from jaxattn.netaddr import check_targets
 
+
+@pytest.fixture(autouse=True)
+def first_address_first(monkeypatch):
+    """Every client's first call goes to its first address (a client starts at a random
+    one, `channels.first_turn`): these tests name which replica answers which call."""
+    from jaxattn.client import channels
+
+    monkeypatch.setattr(channels, "first_turn", lambda n: 0)
+
+
 TEXTS = list(SENTENCES[:7])
 
 

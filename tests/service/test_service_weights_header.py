@@ -25,6 +25,16 @@ from jaxattn.wire import serialize_coalesced, serialize_example
 from jaxattn.wire.codecs import WEIGHTS_METADATA
 from jaxattn.wire.receive import stream_weights
 
+
+@pytest.fixture(autouse=True)
+def first_address_first(monkeypatch):
+    """Every client's first call goes to its first address (a client starts at a random
+    one, `channels.first_turn`): these tests name which replica answers which call."""
+    from jaxattn.client import channels
+
+    monkeypatch.setattr(channels, "first_turn", lambda n: 0)
+
+
 CAPTURE = "/jaxattn.v1.AttentionService/Capture"
 INFO = "/jaxattn.v1.AttentionService/GetModelInfo"
 
