@@ -18,9 +18,9 @@ data, and embed the heads in 2-D with multidimensional scaling. Here:
   divergences themselves, which are not a metric: jaxattn's map is of the
   square root, so its layout differs from theirs (the divergences do not).
 
-A causal model's (``HeadDistance(causal=True)``, `jaxattn analyze` on a decoder)
-leaves each example's row 0 out of the sum and the count, as the decoder
-statistics do: it sees only itself, so every head's row 0 is the same and its
+A causal model's (a capture whose provenance says so, ``HeadDistance(causal=True)``,
+`jaxattn analyze` on a decoder) leaves each example's row 0 out of the sum and the
+count, as the decoder statistics do: it sees only itself, so every head's row 0 is the same and its
 divergence 0 whatever the model; counted, it would shrink every divergence by
 one token per example. Its future keys (weight 0 in every head) change no
 divergence: the smoothing gives them s / T in both rows alike.
@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from jaxattn.analysis.head_stats import row_entropy
-from jaxattn.analysis.weights import capture_weights, check_layout
+from jaxattn.analysis.weights import capture_weights, check_layout, first_row
 from jaxattn.capture import Capture
 from jaxattn.errors import UsageError
 
@@ -116,7 +116,8 @@ class HeadDistance:
       max_tokens: skip examples longer than this (None: no limit).
       smoothing: of the rows, as `js_divergence_sum` (Clark et al.'s `JS_SMOOTHING`).
       causal: the captures are a causal model's: each example's row 0 (the same in
-        every head) is left out (`tokens` counts the rows summed).
+        every head) is left out (`tokens` counts the rows summed); None: each
+        capture's provenance says (`weights.first_row`).
     """
 
     def __init__(
@@ -125,7 +126,7 @@ class HeadDistance:
         max_tokens: int | None = None,
         smoothing: float = JS_SMOOTHING,
         *,
-        causal: bool = False,
+        causal: bool | None = None,
     ):
         check_smoothing(smoothing)
         self.kind = kind
@@ -143,7 +144,7 @@ class HeadDistance:
         if self.max_tokens is not None and capture.length > self.max_tokens:
             self.skipped += 1
             return
-        first = 1 if self.causal else 0  # causal: row 0 sees only itself
+        first = first_row(capture, self.causal)  # causal: row 0 sees only itself
         if capture.length <= first:
             return
         rows = capture_weights(capture, self.kind)[..., first:, :]

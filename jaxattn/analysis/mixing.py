@@ -9,11 +9,11 @@ tokens. With v_ij token j's contribution to position i,
 
 and a layer's mixing ratio is the mean of r_i over every token of the corpus
 (special tokens included, as the authors' ``mixing_ratio_stats_bert.py``). A
-causal model's (``MixingRatios(causal=True)``, `jaxattn analyze` on a decoder)
-leaves each example's row 0 out, as the decoder statistics do: under causal
-attention token 0 sees only itself, so r_0 = 0 for every measure whatever the
-model, and counting it would pull a layer's mean towards 0 by one token per
-example (a tenth on texts of 10 tokens).
+causal model's (a capture whose provenance says so, ``MixingRatios(causal=True)``,
+`jaxattn analyze` on a decoder) leaves each example's row 0 out, as the decoder
+statistics do: under causal attention token 0 sees only itself, so r_0 = 0 for
+every measure whatever the model, and counting it would pull a layer's mean
+towards 0 by one token per example (a tenth on texts of 10 tokens).
 The five measures differ in v_ij:
 
 | measure | v_ij | from |
@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxattn.analysis.weights import first_row
 from jaxattn.capture import Capture, one_capture
 from jaxattn.errors import UsageError
 from jaxattn.quantities import NORM_MEASURES
@@ -100,10 +101,11 @@ class MixingRatios:
       measures: the measures to average (`MEASURES`).
       causal: the captures are a causal model's: each example's row 0, whose ratio
         is 0 by construction (it sees only itself), is left out of the means
-        (`tokens` counts the rows averaged).
+        (`tokens` counts the rows averaged); None: each capture's provenance says
+        (`weights.first_row`).
     """
 
-    def __init__(self, measures: tuple[str, ...] = MEASURES, *, causal: bool = False):
+    def __init__(self, measures: tuple[str, ...] = MEASURES, *, causal: bool | None = None):
         self.measures = measures
         self.causal = causal
         self.layers: tuple[int, ...] | None = None
@@ -117,7 +119,7 @@ class MixingRatios:
             self.layers = tuple(capture.layers)
         elif tuple(capture.layers) != self.layers:
             raise UsageError(f"layers {capture.layers} differ from earlier {self.layers}")
-        first = 1 if self.causal else 0  # causal: row 0 sees only itself
+        first = first_row(capture, self.causal)  # causal: row 0 sees only itself
         for m in self.measures:
             if NEEDS[m] in capture.what:
                 rows = token_ratios(capture, m)[..., first:]  # [L, T] (causal: rows 1 ..)

@@ -136,3 +136,13 @@ def check_layout(
             f"expected {layout}"
         )
     return mine
+
+
+def first_row(capture: Capture, causal: bool | None) -> int:
+    """The first query row a corpus mean over rows takes of `capture`: 1 for a causal
+    model's (its row 0 sees only itself: the same in every head and model, a mixing
+    ratio of 0), else 0. `causal`: the caller's say, or None: the capture's provenance
+    (`jaxattn.info.provenance`: "causal"; a capture that does not say is an encoder's)."""
+    if causal is None:
+        causal = bool(capture.provenance.get("causal", False))
+    return 1 if causal else 0

@@ -156,3 +156,15 @@ def test_a_decoder_corpus_analysis_compares_heads_causally():
 
     assert CorpusAnalysis(decoder=True).distance.causal
     assert not CorpusAnalysis().distance.causal
+
+
+def test_a_capture_that_says_it_is_causal_is_compared_causally_by_default():
+    """HeadDistance() (causal None) reads each capture's provenance, as MixingRatios."""
+    import dataclasses
+
+    w = np.stack([np.eye(3), np.tril(np.ones((3, 3))) / np.arange(1, 4)[:, None]])[None]
+    cap = make_capture(w, tokens=("<s>", "x", "y"), sentence_b_start=None)
+    for says, rows in ((True, 2), (False, 3), (None, 3)):
+        d = HeadDistance()
+        d.update(cap if says is None else dataclasses.replace(cap, provenance={"causal": says}))
+        assert d.tokens == rows, says

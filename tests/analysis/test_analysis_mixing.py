@@ -109,3 +109,23 @@ def test_a_decoder_corpus_analysis_averages_its_mixing_ratios_causally():
 
     assert CorpusAnalysis(decoder=True).mixing.causal
     assert not CorpusAnalysis().mixing.causal
+
+
+def test_a_capture_that_says_it_is_causal_is_averaged_causally_by_default():
+    """MixingRatios() (causal None) reads each capture's provenance: a decoder's leaves
+    its row 0 out, as MixingRatios(causal=True); a capture that does not say is an
+    encoder's; an explicit causal=False takes every row whatever the capture says."""
+    import dataclasses
+
+    a = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.2, 0.3, 0.5]], np.float32)[None, None]
+    plain = _capture(a)
+    decoder = dataclasses.replace(plain, provenance={"causal": True})
+    encoder = dataclasses.replace(plain, provenance={"causal": False})
+    for cap, rows in ((decoder, 2), (encoder, 3), (plain, 3)):
+        m = MixingRatios()
+        m.update(cap)
+        assert m.tokens == rows
+        assert m.result()["Attn-W"] == pytest.approx([(0.5 + 0.5) / rows])
+    forced = MixingRatios(causal=False)
+    forced.update(decoder)
+    assert forced.tokens == 3
