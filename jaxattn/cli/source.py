@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from jaxattn.cli.args import engine_flags, engine_options, read_token
+from jaxattn.cli.args import engine_flags, engine_options, read_flag_file, read_token
 from jaxattn.errors import UsageError
 from jaxattn.source import CaptureSource
 
@@ -29,6 +29,9 @@ def open_source(args: argparse.Namespace) -> CaptureSource:
         )
     if args.server:
         from jaxattn.client import AttentionClient
+
+        if args.tls_ca:  # a missing file named with its flag (the client checks it is PEM)
+            read_flag_file("--tls-ca", args.tls_ca)
 
         client = AttentionClient(
             args.server.split(","),
