@@ -163,6 +163,27 @@ def test_view_draws_the_layer_and_heads_it_is_given(bert_checkpoint, tmp_path, c
     assert f"--format png and --out {svg} disagree" in capsys.readouterr().err
 
 
+def test_view_writes_the_format_out_names_and_refuses_another(bert_checkpoint, tmp_path, capsys):
+    """An HTML page named x.pdf is no PDF: a suffix view does not write is refused."""
+    args = ["view", "one two", "--model", str(bert_checkpoint), "--out"]
+    for name in ("v.pdf", "v.JPG", "v.npz"):
+        assert main([*args, str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        suffix = name[name.rindex(".") :].lower()
+        assert f"--out {tmp_path / name}: view writes HTML (.html, .htm), SVG" in err
+        assert f"not {suffix}: give --out one of those names, or --format html" in err
+        assert not (tmp_path / name).exists()
+    for mode in (
+        ["--global"],
+        ["--compare", str(bert_checkpoint), f"{bert_checkpoint},dtype=uint8"],
+    ):
+        assert main(["view", *mode, "one two", "--out", str(tmp_path / "g.pdf")]) == 2
+        assert "view writes HTML (.html, .htm)" in capsys.readouterr().err
+    for name, extra in (("page", []), ("v.pdf", ["--format", "html"])):  # named outright
+        assert main([*args, str(tmp_path / name), *extra]) == 0, capsys.readouterr().err
+        assert (tmp_path / name).read_text().lstrip().lower().startswith("<!doctype html")
+
+
 def test_selections_may_start_with_a_minus(bert_checkpoint, tmp_path, capsys):
     """The README's `--layers -2:`: argparse would take "-2:" for an option."""
     out = tmp_path / "c.npz"
