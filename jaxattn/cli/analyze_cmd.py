@@ -171,8 +171,10 @@ def _run(args) -> int:
         raise UsageError(
             "--stats-only leaves the maps on the device; --flow needs them: drop one of the two"
         )
+    from jaxattn.analysis.report import markdown_path
+
     check_output(args.out, args.overwrite)
-    check_output(Path(args.out).with_suffix(".md"), args.overwrite, "--out's report.md")
+    check_output(markdown_path(args.out, "--out"), args.overwrite, "--out's report.md")
     saved = open_saved(args.input)
     if saved is not None:
         corpus, meta = analyse_saved(args, saved)
