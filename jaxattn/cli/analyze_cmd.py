@@ -33,7 +33,7 @@ from jaxattn.cli.args import (
     non_negative,
     positive,
 )
-from jaxattn.cli.corpus import input_path, records
+from jaxattn.cli.corpus import records
 from jaxattn.cli.corpus import report as report_counts
 from jaxattn.cli.saved import open_saved
 from jaxattn.cli.source import describe, open_source
@@ -183,8 +183,8 @@ def _run(args) -> int:
 
             return _write(args, corpus, meta, t0, decoder=stored_extras())
         return _write(args, corpus, meta, t0)
-    path = input_path(args.input)
-    read = list(records(path, limit=args.limit))
+    path = Path(args.input)
+    read = list(records(args.input, limit=args.limit))
     sentences = [r.sentence for r in read]
     parsed_input = any(s is not None for s in sentences)
     texts: list = [r.text for r in read]

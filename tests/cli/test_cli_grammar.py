@@ -4,6 +4,7 @@ default in its help, the long-text policy and its counts, --version."""
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import re
 
@@ -216,6 +217,33 @@ def test_selections_may_start_with_a_minus(bert_checkpoint, tmp_path, capsys):
 
 def _labels(svg: str, prefix: str) -> set[str]:
     return set(re.findall(rf">({prefix}\d+)</text>", svg))
+
+
+def _stdin(monkeypatch, data: bytes) -> None:
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
+
+
+def test_capture_dash_reads_one_example_from_standard_input(
+    bert_checkpoint, tmp_path, monkeypatch, capsys
+):
+    """`echo "A ||| B" | jaxattn capture -`: the example on standard input, read as an
+    input file is; a literal "-" captured instead was the pipe ignored."""
+    model = ["--model", str(bert_checkpoint), "--what", "attention"]
+    for data in (b"one two ||| three\n", b'{"text": "one two", "text_b": "three"}\n'):
+        _stdin(monkeypatch, data)
+        assert main(["capture", "-", *model, "--out", str(tmp_path / "s.npz"), "--overwrite"]) == 0
+        assert jaxattn.Capture.load(tmp_path / "s.npz").text == ("one two", "three")
+    capsys.readouterr()
+    for data, says in (
+        (b"one\ntwo\n", "holds more than one example: capture takes one"),
+        (b"\n \n", "holds no example: capture takes one"),
+        (b"caf\xe9\n", "standard input:1: invalid UTF-8 at byte 4"),
+    ):
+        _stdin(monkeypatch, data)
+        assert main(["capture", "-", *model]) == 1
+        err = capsys.readouterr().err
+        assert f"jaxattn capture: error: {'standard input (TEXT -) ' * ('capture' in says)}" in err
+        assert says in err and "jaxattn-stdin" not in err
 
 
 def test_view_of_a_saved_capture_shows_the_selection(bert_checkpoint, tmp_path, capsys):
