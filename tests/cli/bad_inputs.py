@@ -451,6 +451,19 @@ BAD: list[Bad] = [
     ),
 ]
 
+# A client's flags without --server: refused, not a local capture instead.
+for _flag, _make in [("--tls-ca", _existing), ("--token-file", _file("token", b"secret\n"))]:
+    BAD.append(
+        Bad(
+            f"{_flag} without --server",
+            _flag,
+            lambda t, g, flag=_flag, make=_make: [flag, make(t, g)],
+            2,
+            rf"{_flag} is for a --server, and none is given .*: add --server HOST:PORT",
+            only=CLIENTS - {"loadtest"},  # loadtest requires --server
+        )
+    )
+
 # A token file's rows, for the server and for the clients (which need --server).
 for _name, _make, _code, _message in [
     (
