@@ -33,7 +33,7 @@ from jaxattn.cli.args import (
     non_negative,
     positive,
 )
-from jaxattn.cli.corpus import records
+from jaxattn.cli.corpus import records, shown
 from jaxattn.cli.corpus import report as report_counts
 from jaxattn.cli.saved import open_saved
 from jaxattn.cli.source import describe, open_source
@@ -193,7 +193,7 @@ def _run(args) -> int:
         conllu = read_records(args.conllu, "conllu", limit=args.limit)
         extra = [r.sentence for r in conllu]
     if not texts:
-        raise InputError(None, f"{args.input} has no examples", None)
+        raise InputError(None, f"{shown(args.input)} has no examples", None)
     if args.stats_only:
         what = ("head_stats",) if args.no_norm else ("head_stats", "norm_head_stats")
         sentences = [None] * len(texts)  # no dependency table without maps

@@ -41,6 +41,11 @@ def input_path(arg: str | os.PathLike) -> Path:
     return path
 
 
+def shown(arg: str | os.PathLike) -> str:
+    """INPUT as a message names it: "standard input" for "-", else the path as given."""
+    return "standard input" if str(arg) == STDIN else str(arg)
+
+
 def records(arg, fmt: str | None = None, limit: int | None = None) -> Iterator[Record]:
     """The records of INPUT (a file or "-"), through the one reader; a bad record of
     standard input is named "standard input:LINE", not by the file it was spooled to."""

@@ -39,6 +39,7 @@ from jaxattn.cli.args import (
     positive,
 )
 from jaxattn.cli.corpus import capture_counted, read_inputs
+from jaxattn.cli.corpus import shown as shown_input
 from jaxattn.cli.generated import check_generate
 from jaxattn.cli.saved import require
 from jaxattn.errors import InputError, UsageError
@@ -224,7 +225,7 @@ def _run(args) -> int:
             limit = min(limit or args.example + 1, args.example + 1)
     items = read_inputs(args.inputs, limit, cap)
     if not items:
-        raise InputError(None, f"no example to view in {' '.join(args.inputs)}")
+        raise InputError(None, f"no example to view in {' '.join(map(shown_input, args.inputs))}")
     texts = [x for x in items if isinstance(x, str | tuple)]
     saved = len(texts) < len(items)
     if not texts:  # saved captures only: nothing for a model to capture or continue

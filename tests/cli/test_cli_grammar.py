@@ -244,6 +244,13 @@ def test_capture_dash_reads_one_example_from_standard_input(
         err = capsys.readouterr().err
         assert f"jaxattn capture: error: {'standard input (TEXT -) ' * ('capture' in says)}" in err
         assert says in err and "jaxattn-stdin" not in err
+    for command, out, says in (
+        ("analyze", "r.json", "standard input has no examples"),
+        ("view", "v.html", "no example to view in standard input"),
+    ):
+        _stdin(monkeypatch, b"\n")  # "- has no examples" named no input
+        assert main([command, "-", *model[:2], "--out", str(tmp_path / out)]) == 1
+        assert f"jaxattn {command}: error: {says}" in capsys.readouterr().err
 
 
 def test_view_of_a_saved_capture_shows_the_selection(bert_checkpoint, tmp_path, capsys):
