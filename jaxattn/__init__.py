@@ -1,4 +1,4 @@
-"""jaxattn: see inside a transformer encoder's attention.
+"""jaxattn: see inside a transformer's attention, an encoder's or a decoder's.
 
     import jaxattn
     engine = jaxattn.load()                      # embedded all-MiniLM-L6-v2

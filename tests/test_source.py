@@ -79,7 +79,9 @@ def test_engine_stream_gives_the_captures_in_input_order(engines, standard_texts
 
 def test_open_source_picks_the_engine_or_the_client(monkeypatch, engines):
     monkeypatch.setattr(jaxattn, "load", lambda path=None: engines["bert"])
-    local = argparse.Namespace(server=None, model="m", attention=None, attention_block=None)
+    local = argparse.Namespace(
+        server=None, model="m", attention=None, attention_block=None, token_file=None, tls_ca=None
+    )
     assert open_source(local) is engines["bert"]
     remote = argparse.Namespace(
         server="127.0.0.1:1,127.0.0.1:2",

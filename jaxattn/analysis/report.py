@@ -358,15 +358,33 @@ def build_report(
     return _plain(report)
 
 
+def markdown_path(path: str | Path, flag: str = "the report's path") -> Path:
+    """Where `write_report(report, path)` writes the Markdown summary: beside it, .md.
+
+    Raises:
+      UsageError: `path` is itself .md (the summary would replace the JSON report).
+    """
+    path = Path(path)
+    if path.suffix.lower() == ".md":
+        raise UsageError(
+            f"{flag} {path} is a .md name, which the report's Markdown summary takes "
+            f"beside it: give the JSON report a .json name ({path.with_suffix('.json')})"
+        )
+    return path.with_suffix(".md")
+
+
 def write_report(report: dict, path: str | Path) -> tuple[Path, Path]:
     """Write report.json at `path` and its Markdown summary beside it (same stem, .md).
 
     Returns:
       (json path, markdown path).
+
+    Raises:
+      UsageError: `path` is a .md name (`markdown_path`).
     """
+    md = markdown_path(path)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    md = path.with_suffix(".md")
     text = render_markdown(report)  # before either file changes: a failure leaves both
     outfile.write_text(path, json.dumps(report, indent=1) + "\n")
     outfile.write_text(md, text)

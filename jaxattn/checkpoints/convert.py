@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from jaxattn.errors import UsageError
+from jaxattn.errors import ModelNotFoundError, UsageError
 
 
 def convert_checkpoint(
@@ -42,10 +42,18 @@ def convert_checkpoint(
       UsageError: out_dir is hf_dir, lies inside it or holds it, is a file, or
         exists and is not empty without `overwrite`.
       ModelNotFoundError / NotAModelDirectoryError / CheckpointError: as `jaxattn.load`
-        does for the input.
+        does for the input (a Hub name that is no local directory: download it first).
     """
     from jaxattn.checkpoints.loading import check_model_dir
+    from jaxattn.checkpoints.model_ref import is_hub_name
 
+    # "bert-base-uncased" (as given: "./x" is a path, and so is any Path): no Hub here
+    if isinstance(hf_dir, str) and is_hub_name(hf_dir) and not Path(hf_dir).exists():
+        raise ModelNotFoundError(
+            f"no checkpoint directory {hf_dir}: convert reads a local directory, not a "
+            f"Hugging Face Hub name; download the model first (hf download {hf_dir} "
+            "--local-dir DIR) and convert DIR"
+        )
     hf_dir, out_dir = Path(hf_dir), Path(os.path.abspath(out_dir))  # "." has a name then
     check_model_dir(hf_dir)
     check_out_dir(hf_dir, out_dir, overwrite)

@@ -14,7 +14,9 @@ DIR|NAME[@REVISION]`` in every command, checked in this order:
    is a usage error, and so is a revision given for a local directory (it has none).
 3. A name shaped like a path (absolute, starting with "." or "~", holding a
    backslash, ending with "/", or of three or more parts, a/b/c) is a local
-   directory that does not exist: `ModelNotFoundError`, naming it as given.
+   directory, a leading "~" the home directory as in a shell (``--model=~/x``, which
+   the shell leaves as it is); one that does not exist is a `ModelNotFoundError`,
+   naming it as given.
 4. Anything else must be a Hub name, ``NAME`` or ``ORG/NAME`` of letters, digits,
    "-", "_" and "." (no "--" or "..", at most 96 characters); else a usage error.
 
@@ -107,8 +109,11 @@ class ModelRef(os.PathLike):
                 path, commit = download(self.name, self.revision)
                 self._resolved = Resolved(path, commit, self.name)
             else:
-                check_model_dir(Path(self.name), self.name)
-                self._resolved = Resolved(Path(self.name))
+                path = Path(self.name)
+                if not path.exists():  # "~/models/x": the home directory, as in a shell
+                    path = path.expanduser()
+                check_model_dir(path, self.name)
+                self._resolved = Resolved(path)
         return self._resolved
 
 

@@ -33,7 +33,7 @@ from jaxattn.cli.args import (
     non_negative,
     positive,
 )
-from jaxattn.cli.corpus import input_path, records
+from jaxattn.cli.corpus import records, shown
 from jaxattn.cli.corpus import report as report_counts
 from jaxattn.cli.saved import open_saved
 from jaxattn.cli.source import describe, open_source
@@ -171,8 +171,10 @@ def _run(args) -> int:
         raise UsageError(
             "--stats-only leaves the maps on the device; --flow needs them: drop one of the two"
         )
+    from jaxattn.analysis.report import markdown_path
+
     check_output(args.out, args.overwrite)
-    check_output(Path(args.out).with_suffix(".md"), args.overwrite, "--out's report.md")
+    check_output(markdown_path(args.out, "--out"), args.overwrite, "--out's report.md")
     saved = open_saved(args.input)
     if saved is not None:
         corpus, meta = analyse_saved(args, saved)
@@ -181,8 +183,8 @@ def _run(args) -> int:
 
             return _write(args, corpus, meta, t0, decoder=stored_extras())
         return _write(args, corpus, meta, t0)
-    path = input_path(args.input)
-    read = list(records(path, limit=args.limit))
+    path = Path(args.input)
+    read = list(records(args.input, limit=args.limit))
     sentences = [r.sentence for r in read]
     parsed_input = any(s is not None for s in sentences)
     texts: list = [r.text for r in read]
@@ -191,7 +193,7 @@ def _run(args) -> int:
         conllu = read_records(args.conllu, "conllu", limit=args.limit)
         extra = [r.sentence for r in conllu]
     if not texts:
-        raise InputError(None, f"{args.input} has no examples", None)
+        raise InputError(None, f"{shown(args.input)} has no examples", None)
     if args.stats_only:
         what = ("head_stats",) if args.no_norm else ("head_stats", "norm_head_stats")
         sentences = [None] * len(texts)  # no dependency table without maps

@@ -14,7 +14,8 @@ layers and heads take indices, negative ones and ranges (``0,3,-1``,
     add_selection_arguments(p)  --layers --heads
     add_dtype_argument(p)       --dtype
     add_codec_argument(p)       --codec
-    add_token_argument(p)       --token-file
+    add_token_argument(p)       --token-file; read_token(path)
+    read_flag_file(flag, path)  the bytes of a file a flag names (--tls-cert, --tls-ca, ...)
     add_precision_argument(p)   --precision
     add_too_long_argument(p)    --too-long
     add_limit_argument(p)       --limit
@@ -143,16 +144,38 @@ def at_most(n: int, most: int, why: str) -> int:
     return n
 
 
+def read_flag_file(flag: str, path: str) -> bytes:
+    """The bytes of the file `flag` names, its errors naming the flag and the file.
+
+    Raises:
+      FileNotFoundError, IsADirectoryError: no such file, or a directory (exit 2).
+      OSError: another reason it cannot be read (permissions: exit 1), as raised.
+    """
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{flag} {path}: no such file") from None
+    except IsADirectoryError:
+        raise IsADirectoryError(f"{flag} {path} is a directory: name a file in it") from None
+
+
 def read_token(token_file: str | None) -> str | None:
     """The bearer token from a file, else $JAXATTN_TOKEN, else None.
 
     Raises:
-      InputError: the file is empty.
+      FileNotFoundError, IsADirectoryError, OSError: the file cannot be read
+        (`read_flag_file`).
+      InputError: the file is empty or not UTF-8 text.
     """
     if token_file:
-        # utf-8-sig: a byte-order mark (Windows editors) is no part of the token
-        with open(token_file, encoding="utf-8-sig") as f:
-            token = f.read().strip()
+        data = read_flag_file("--token-file", token_file)
+        try:  # utf-8-sig: a byte-order mark (Windows editors) is no part of the token
+            token = data.decode("utf-8-sig").strip()
+        except UnicodeDecodeError:
+            raise InputError(
+                None, f"token file {token_file} is not UTF-8 text: put the bearer token in it"
+            ) from None
         if not token:
             raise InputError(None, f"token file {token_file} is empty: put the bearer token in it")
         return token

@@ -13,10 +13,11 @@ from jaxattn.cli.args import (
     check_output,
     ensure_parent,
 )
+from jaxattn.cli.corpus import records
 from jaxattn.cli.generated import capture_generated, check_generate, describe
 from jaxattn.cli.source import open_source
 from jaxattn.errors import InputError, UsageError
-from jaxattn.inputs import split_pair
+from jaxattn.inputs import STDIN, split_pair
 
 
 def register(subparsers) -> None:
@@ -28,7 +29,12 @@ def register(subparsers) -> None:
         "optionally save the capture with its provenance (load it with "
         "jaxattn.Capture.load).",
     )
-    p.add_argument("text", metavar="TEXT", help="a sentence, or a pair as 'A ||| B'")
+    p.add_argument(
+        "text",
+        metavar="TEXT",
+        help="a sentence, or a pair as 'A ||| B'; '-' reads it from standard input (one "
+        "example: a line, a JSONL record or a CoNLL-U sentence)",
+    )
     p.add_argument("text_b", metavar="TEXT_B", nargs="?", help="sentence B of a pair")
     add_source_arguments(p)
     add_spec_arguments(p)
@@ -41,9 +47,26 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run)
 
 
+def _stdin_text():
+    """The one example on standard input (`-`), read as every input file is.
+
+    Raises:
+      InputError: it holds no example, or more than one.
+    """
+    got = [r.text for r in records(STDIN, limit=2)]
+    if len(got) != 1:
+        raise InputError(
+            None,
+            "standard input (TEXT -) holds "
+            + ("no example" if not got else "more than one example")
+            + ": capture takes one (view, analyze and dump read a corpus)",
+        )
+    return got[0]
+
+
 def _run(args) -> int:
     # 'A ||| B' is a pair, as in every input (`jaxattn.inputs.split_pair`).
-    text = split_pair(args.text)
+    text = _stdin_text() if args.text == STDIN else split_pair(args.text)
     if args.text_b is not None:
         if isinstance(text, tuple):
             raise UsageError("TEXT is already a pair ('A ||| B'): give TEXT_B or '|||', not both")

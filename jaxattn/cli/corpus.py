@@ -41,9 +41,23 @@ def input_path(arg: str | os.PathLike) -> Path:
     return path
 
 
+def shown(arg: str | os.PathLike) -> str:
+    """INPUT as a message names it: "standard input" for "-", else the path as given."""
+    return "standard input" if str(arg) == STDIN else str(arg)
+
+
 def records(arg, fmt: str | None = None, limit: int | None = None) -> Iterator[Record]:
-    """The records of INPUT (a file or "-"), through the one reader."""
-    return read_records(input_path(arg), fmt, limit=limit)
+    """The records of INPUT (a file or "-"), through the one reader; a bad record of
+    standard input is named "standard input:LINE", not by the file it was spooled to."""
+    found = read_records(input_path(arg), fmt, limit=limit)
+    return found if str(arg) != STDIN else _from_stdin(found)
+
+
+def _from_stdin(found: Iterator[Record]) -> Iterator[Record]:
+    try:
+        yield from found
+    except InputError as e:
+        raise InputError(e.line, e.reason, "standard input") from None
 
 
 def check_corpus(path: str | os.PathLike, flag: str) -> Path:

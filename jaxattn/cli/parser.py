@@ -125,6 +125,8 @@ class Parser(argparse.ArgumentParser):
 
     def unknown_option(self, flag: str) -> str:
         """'unknown option --output: did you mean --out?' (or the commands that take it)."""
+        if flag == "--version":  # jaxattn's own option, not a command's ("--precision?")
+            return "unknown option --version: the version is jaxattn's: jaxattn --version"
         hint = did_you_mean(nearest(flag, self.options()))
         if not hint:
             others = [name for name, p in self.siblings.items() if flag in p.options()]

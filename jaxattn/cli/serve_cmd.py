@@ -24,6 +24,7 @@ from jaxattn.cli.args import (
     port,
     positive,
     positive_float,
+    read_flag_file,
     read_token,
     wire_count,
 )
@@ -221,11 +222,8 @@ def quantity_names(value: str) -> tuple[str, ...]:
     return out
 
 
-def _read(path: str | None) -> bytes | None:
-    if path is None:
-        return None
-    with open(path, "rb") as f:
-        return f.read()
+def _read(flag: str, path: str | None) -> bytes | None:
+    return None if path is None else read_flag_file(flag, path)
 
 
 def server_options(args: argparse.Namespace):
@@ -259,8 +257,8 @@ def server_options(args: argparse.Namespace):
         join_generations={"auto": None, "on": True, "off": False}[args.join_generations],
         token=token,
         clients=clients,
-        tls_cert=_read(args.tls_cert),
-        tls_key=_read(args.tls_key),
+        tls_cert=_read("--tls-cert", args.tls_cert),
+        tls_key=_read("--tls-key", args.tls_key),
         grace_s=args.grace,
         max_request_bytes=int(args.max_request_mib * _MiB),
         request_buffer_bytes=int(args.request_buffer_mib * _MiB),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from jaxattn.cli.args import engine_flags, engine_options, read_token
+from jaxattn.cli.args import engine_flags, engine_options, read_flag_file, read_token
 from jaxattn.errors import UsageError
 from jaxattn.source import CaptureSource
 
@@ -19,8 +19,14 @@ def open_source(args: argparse.Namespace) -> CaptureSource:
 
     A server source uses --codec. Close it when done (or use it as a context
     manager). --model with --server is accepted only when the server serves
-    those weights.
+    those weights; --tls-ca or --token-file without --server is refused.
     """
+    for flag, given in (("--tls-ca", args.tls_ca), ("--token-file", args.token_file)):
+        if given and not args.server:  # a forgotten --server: not a local capture instead
+            raise UsageError(
+                f"{flag} is for a --server, and none is given (this would capture with a "
+                f"local engine): add --server HOST:PORT, or drop {flag}"
+            )
     if args.server and engine_flags(args):
         flag = engine_flags(args)[0]
         raise UsageError(
@@ -29,6 +35,9 @@ def open_source(args: argparse.Namespace) -> CaptureSource:
         )
     if args.server:
         from jaxattn.client import AttentionClient
+
+        if args.tls_ca:  # a missing file named with its flag (the client checks it is PEM)
+            read_flag_file("--tls-ca", args.tls_ca)
 
         client = AttentionClient(
             args.server.split(","),

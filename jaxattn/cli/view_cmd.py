@@ -39,6 +39,7 @@ from jaxattn.cli.args import (
     positive,
 )
 from jaxattn.cli.corpus import capture_counted, read_inputs
+from jaxattn.cli.corpus import shown as shown_input
 from jaxattn.cli.generated import check_generate
 from jaxattn.cli.saved import require
 from jaxattn.errors import InputError, UsageError
@@ -78,7 +79,12 @@ def register(subparsers) -> None:
     )
     p.add_argument("--out", metavar="FILE", required=True, help="file to write")
     add_overwrite_argument(p)
-    p.add_argument("--format", choices=FORMATS, help="default: from --out's suffix, else html")
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="default: from --out's suffix (.html, .htm, .svg, .png; none: html; another "
+        "is refused unless --format names what to write)",
+    )
     p.add_argument(
         "--views",
         default=None,
@@ -149,6 +155,22 @@ def _selected(cap, args):
         raise UsageError(f"--{e}") from None
 
 
+# --out's suffix -> the format it implies (no suffix: html; another: --format names it).
+OUT_SUFFIXES = {".svg": "svg", ".png": "png", ".html": "html", ".htm": "html"}
+
+
+def _check_suffix(args) -> None:
+    """A UsageError for an --out whose suffix names a format view does not write
+    (x.pdf, x.jpg, x.npz), unless --format says what to write under it."""
+    suffix = Path(args.out).suffix.lower()
+    if suffix and suffix not in OUT_SUFFIXES and args.format is None:
+        raise UsageError(
+            f"--out {args.out}: view writes HTML (.html, .htm), SVG (.svg) or PNG (.png), "
+            f"not {suffix}: give --out one of those names, or --format html to write "
+            "HTML under this one"
+        )
+
+
 def _one(values, selected, flag: str, view: str) -> None:
     """A view that draws one layer/head: the selection must name one (none: the first)."""
     if selected is not None and len(values) != 1:
@@ -171,6 +193,8 @@ def _run(args) -> int:
         raise UsageError(f"--generate continues texts for the views of INPUT, not {mode}")
     check_generate(args)
     _refused(args, mode)
+    check_output(args.out, args.overwrite)
+    _check_suffix(args)
     args.example = 0 if args.example is None else args.example
     if args.compare:
         return view_compare.run(args)
@@ -183,15 +207,13 @@ def _run(args) -> int:
             "give at least one INPUT (a text, an input file, a capture file or "
             "a store), or --compare A B"
         )
-    check_output(args.out, args.overwrite)
-    implied = {".svg": "svg", ".png": "png", ".html": "html", ".htm": "html"}
     suffix = Path(args.out).suffix.lower()
-    if args.format and implied.get(suffix, args.format) != args.format:
+    if args.format and OUT_SUFFIXES.get(suffix, args.format) != args.format:
         raise UsageError(
             f"--format {args.format} and --out {args.out} disagree: the file would "
             f"hold {args.format} under a {suffix} name"
         )
-    fmt = args.format or implied.get(suffix, "html")
+    fmt = args.format or OUT_SUFFIXES.get(suffix, "html")
     default = "head" if fmt != "html" else ",".join(pl.VIEWS)
     views = pl.check_views([v.strip() for v in (args.views or default).split(",") if v.strip()])
     if fmt != "html" and len(views) != 1:
@@ -203,7 +225,7 @@ def _run(args) -> int:
             limit = min(limit or args.example + 1, args.example + 1)
     items = read_inputs(args.inputs, limit, cap)
     if not items:
-        raise InputError(None, f"no example to view in {' '.join(args.inputs)}")
+        raise InputError(None, f"no example to view in {' '.join(map(shown_input, args.inputs))}")
     texts = [x for x in items if isinstance(x, str | tuple)]
     saved = len(texts) < len(items)
     if not texts:  # saved captures only: nothing for a model to capture or continue

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 
 from jaxattn.cli.args import check_output, ensure_parent, opened_example, positive
-from jaxattn.cli.corpus import read_inputs
+from jaxattn.cli.corpus import read_inputs, shown
 from jaxattn.cli.parser import did_you_mean, nearest
 from jaxattn.errors import InputError, UsageError
 
@@ -130,7 +130,7 @@ def run(args) -> int:
     check_output(args.out, args.overwrite)
     items = read_inputs(args.inputs, args.limit, args.max_examples)
     if not items:
-        raise InputError(None, f"no example to view in {' '.join(args.inputs)}")
+        raise InputError(None, f"no example to view in {' '.join(map(shown, args.inputs))}")
     texts = [x for x in items if isinstance(x, str | tuple)]
     caps = [x for x in items if not isinstance(x, str | tuple)]  # saved captures first
     caps += [c for group in (_capture(args, texts) if texts else []) for c in group]

@@ -154,6 +154,17 @@ def test_analyze_rejects_a_line_with_two_tabs(tmp_path, capsys):
     assert "more than one tab" in capsys.readouterr().err
 
 
+def test_analyze_refuses_a_report_named_like_its_markdown_summary(conllu, tmp_path, capsys):
+    """--out r.md: the summary, r.md too, would replace the JSON report. Refused before
+    any model loads, nothing written."""
+    for name in ("r.md", "r.MD"):
+        assert main(["analyze", str(conllu), "--out", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        assert f"--out {tmp_path / name} is a .md name, which the report's Markdown" in err
+        assert f"give the JSON report a .json name ({tmp_path / 'r.json'})" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.conllu"]
+
+
 def test_analyze_reads_every_input_format(checkpoint_dirs, tmp_path):
     """The one input reader: JSONL and 'A ||| B' pairs work in analyze as in dump and view."""
     jsonl = tmp_path / "in.jsonl"

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from analysis_helpers import PAIR_TOKENS, identity, make_capture, one_hot, uniform
 from test_analysis_dependency import captures_and_sentences
 
 from jaxattn.analysis import KOVALEVA_CLASSES, VIG_PATTERNS, CorpusAnalysis, write_report
+from jaxattn.errors import UsageError
 
 
 def pair_capture():
@@ -42,6 +44,15 @@ def test_report_without_parses(tmp_path):
     md = md_path.read_text()
     assert md_path.name == "report.md" and "## Pattern fractions per layer" in md
     assert "## Mixing ratios" in md and "| 0 | 0.474 |" in md
+
+
+def test_a_report_path_named_like_its_markdown_summary_is_refused(tmp_path):
+    corpus = CorpusAnalysis()
+    corpus.update(pair_capture())
+    report = corpus.report()
+    with pytest.raises(UsageError, match=r"report's path .*r\.md is a \.md name.* \(.*r\.json\)"):
+        write_report(report, tmp_path / "r.md")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_report_with_parses_and_mixing_ratios(tmp_path):

@@ -13,7 +13,7 @@ import jaxattn
 from jaxattn.checkpoints import convert_checkpoint, native
 from jaxattn.checkpoints.loading import read_checkpoint
 from jaxattn.cli import main
-from jaxattn.errors import CheckpointError, UsageError
+from jaxattn.errors import CheckpointError, ModelNotFoundError, UsageError
 
 
 def _named(*parts) -> str:
@@ -49,6 +49,23 @@ def test_existing_output_is_refused_unless_replaced(bert_copy, tmp_path):
     with pytest.raises(UsageError, match=_named(file, "is a file")):
         convert_checkpoint(bert_copy, file, overwrite=True)
     assert file.read_text() == "x"
+
+
+def test_a_hub_name_is_no_directory_to_convert(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    for name in ("bert-base-uncased", "org/name"):
+        with pytest.raises(ModelNotFoundError) as info:
+            convert_checkpoint(name, tmp_path / "out")
+        assert str(info.value) == (
+            f"no checkpoint directory {name}: convert reads a local directory, not a Hugging "
+            f"Face Hub name; download the model first (hf download {name} --local-dir DIR) "
+            "and convert DIR"
+        )
+        assert main(["convert", name, str(tmp_path / "out")]) == 2
+        assert "download the model first" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ModelNotFoundError, match=r"^model directory \S*nowhere does not exist"):
+        convert_checkpoint("./nowhere", tmp_path / "out")  # a path: named missing, as before
 
 
 def test_failed_convert_leaves_no_output(bert_copy, tmp_path):

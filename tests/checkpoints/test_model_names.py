@@ -96,6 +96,23 @@ def test_a_revision_without_a_name_is_a_usage_error():
         jaxattn.load(revision="v1")
 
 
+def test_a_leading_tilde_is_the_home_directory_unless_a_directory_of_that_name_exists(
+    tmp_path, monkeypatch
+):
+    home, work = tmp_path / "home", tmp_path / "work"
+    (home / "models" / "x").mkdir(parents=True)
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    ref = parse_model("~/models/x")  # as `--model=~/models/x` gets it: no shell expanded it
+    assert not ref.hub and ref.resolve().path == home / "models" / "x"
+    assert str(ref) == "~/models/x"  # named as given
+    with pytest.raises(ModelNotFoundError, match=r"^model directory ~/models/y does not exist"):
+        parse_model("~/models/y").resolve()
+    (work / "~" / "models" / "x").mkdir(parents=True)  # a directory named "~" here wins
+    assert parse_model("~/models/x").resolve().path == Path("~/models/x")
+
+
 def test_a_missing_model_is_a_jaxattn_error_and_a_file_not_found(tmp_path, monkeypatch):
     from huggingface_hub import constants
 

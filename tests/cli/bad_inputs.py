@@ -137,6 +137,9 @@ def _existing(tmp: Path, good: dict) -> str:
     return str(tmp / "exists.out")
 
 
+# The commands that are a server's clients (--server, --token-file).
+CLIENTS = frozenset({"capture", "view", "analyze", "web", "loadtest"})
+
 BAD: list[Bad] = [
     # inputs
     Bad("missing input file", "input_file", lambda t, g: str(t / "missing.txt"), 2, "missing.txt"),
@@ -339,7 +342,7 @@ BAD: list[Bad] = [
         lambda t, g: ["--server", "127.0.0.1:9", "--token-file", _file("token", b"\n")(t, g)],
         1,
         r"token file \S*token is empty",
-        only=frozenset({"capture", "view", "analyze", "web", "loadtest"}),
+        only=CLIENTS,
     ),
     Bad(
         "a model and a synthetic one",
@@ -425,7 +428,74 @@ BAD: list[Bad] = [
         r"--max-result-mib: expected a number of MiB below 1\.75922e\+13 \(ModelInfo carries "
         r"it as a uint64 of bytes\), got 1e30",
     ),
+    Bad(
+        "a missing CA file",
+        "--tls-ca",
+        lambda t, g: ["--server", "127.0.0.1:9", "--tls-ca", str(t / "missing-ca.pem")],
+        2,
+        r"--tls-ca \S*missing-ca\.pem: no such file",
+    ),
+    Bad(
+        "a missing certificate",
+        "--tls-cert",
+        lambda t, g: ["--tls-cert", str(t / "missing.pem"), "--tls-key", _existing(t, g)],
+        2,
+        r"--tls-cert \S*missing\.pem: no such file",
+    ),
+    Bad(
+        "a key that is a directory",
+        "--tls-key",
+        lambda t, g: ["--tls-cert", _existing(t, g), "--tls-key", str(t)],
+        2,
+        r"--tls-key \S+ is a directory: name a file in it",
+    ),
 ]
+
+# A client's flags without --server: refused, not a local capture instead.
+for _flag, _make in [("--tls-ca", _existing), ("--token-file", _file("token", b"secret\n"))]:
+    BAD.append(
+        Bad(
+            f"{_flag} without --server",
+            _flag,
+            lambda t, g, flag=_flag, make=_make: [flag, make(t, g)],
+            2,
+            rf"{_flag} is for a --server, and none is given .*: add --server HOST:PORT",
+            only=CLIENTS - {"loadtest"},  # loadtest requires --server
+        )
+    )
+
+# A token file's rows, for the server and for the clients (which need --server).
+for _name, _make, _code, _message in [
+    (
+        "a missing token file",
+        lambda t, g: str(t / "no-token"),
+        2,
+        r"--token-file \S*no-token: no such file",
+    ),
+    (
+        "a token file that is a directory",
+        lambda t, g: str(t),
+        2,
+        r"--token-file \S+ is a directory",
+    ),
+    (
+        "a token file that is not UTF-8",
+        _file("token", b"\xff\xfe"),
+        1,
+        r"token file \S*token is not UTF-8 text",
+    ),
+]:
+    for _only, _before in [({"serve"}, []), (CLIENTS, ["--server", "127.0.0.1:9"])]:
+        BAD.append(
+            Bad(
+                _name,
+                "--token-file",
+                lambda t, g, make=_make, before=_before: [*before, "--token-file", make(t, g)],
+                _code,
+                _message,
+                only=frozenset(_only),
+            )
+        )
 
 
 def parsers() -> dict[str, argparse.ArgumentParser]:
@@ -482,9 +552,6 @@ ANY_VALUE: dict[str, str] = {
     "loadtest --model": "the server's model, for the right answers (the template has none)",
     "loadtest --server": "the server under test; the unreachable-server row needs --timeout",
     "view --title": "any text",
-    "serve --tls-cert": "a PEM file, read when the server starts",
-    "serve --tls-key": "a PEM file, read when the server starts",
-    "--token-file": "a file holding a bearer token, read when the server or client starts",
     "view --views": "a comma-separated list of views, checked by the view (check_views)",
     "capture text_b": "any text, as TEXT (whose rows these are)",
 }

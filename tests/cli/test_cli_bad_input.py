@@ -27,7 +27,7 @@ def good(bert_checkpoint, tmp_path_factory) -> dict:
         "text": "a short sentence",
         "input": str(tmp / "input.txt"),
         "input_file": str(tmp / "input.txt"),
-        "out": str(tmp / "fresh.out"),
+        "out": str(tmp / "fresh.html"),  # a name every command writes (view: an HTML page)
         "store": str(tmp / "fresh-store"),
         "out_dir": str(tmp / "fresh-dir"),
         "server": "127.0.0.1:9",  # nothing listens on the discard port

@@ -4,6 +4,7 @@ default in its help, the long-text policy and its counts, --version."""
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import re
 
@@ -163,6 +164,27 @@ def test_view_draws_the_layer_and_heads_it_is_given(bert_checkpoint, tmp_path, c
     assert f"--format png and --out {svg} disagree" in capsys.readouterr().err
 
 
+def test_view_writes_the_format_out_names_and_refuses_another(bert_checkpoint, tmp_path, capsys):
+    """An HTML page named x.pdf is no PDF: a suffix view does not write is refused."""
+    args = ["view", "one two", "--model", str(bert_checkpoint), "--out"]
+    for name in ("v.pdf", "v.JPG", "v.npz"):
+        assert main([*args, str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        suffix = name[name.rindex(".") :].lower()
+        assert f"--out {tmp_path / name}: view writes HTML (.html, .htm), SVG" in err
+        assert f"not {suffix}: give --out one of those names, or --format html" in err
+        assert not (tmp_path / name).exists()
+    for mode in (
+        ["--global"],
+        ["--compare", str(bert_checkpoint), f"{bert_checkpoint},dtype=uint8"],
+    ):
+        assert main(["view", *mode, "one two", "--out", str(tmp_path / "g.pdf")]) == 2
+        assert "view writes HTML (.html, .htm)" in capsys.readouterr().err
+    for name, extra in (("page", []), ("v.pdf", ["--format", "html"])):  # named outright
+        assert main([*args, str(tmp_path / name), *extra]) == 0, capsys.readouterr().err
+        assert (tmp_path / name).read_text().lstrip().lower().startswith("<!doctype html")
+
+
 def test_selections_may_start_with_a_minus(bert_checkpoint, tmp_path, capsys):
     """The README's `--layers -2:`: argparse would take "-2:" for an option."""
     out = tmp_path / "c.npz"
@@ -195,6 +217,40 @@ def test_selections_may_start_with_a_minus(bert_checkpoint, tmp_path, capsys):
 
 def _labels(svg: str, prefix: str) -> set[str]:
     return set(re.findall(rf">({prefix}\d+)</text>", svg))
+
+
+def _stdin(monkeypatch, data: bytes) -> None:
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
+
+
+def test_capture_dash_reads_one_example_from_standard_input(
+    bert_checkpoint, tmp_path, monkeypatch, capsys
+):
+    """`echo "A ||| B" | jaxattn capture -`: the example on standard input, read as an
+    input file is; a literal "-" captured instead was the pipe ignored."""
+    model = ["--model", str(bert_checkpoint), "--what", "attention"]
+    for data in (b"one two ||| three\n", b'{"text": "one two", "text_b": "three"}\n'):
+        _stdin(monkeypatch, data)
+        assert main(["capture", "-", *model, "--out", str(tmp_path / "s.npz"), "--overwrite"]) == 0
+        assert jaxattn.Capture.load(tmp_path / "s.npz").text == ("one two", "three")
+    capsys.readouterr()
+    for data, says in (
+        (b"one\ntwo\n", "holds more than one example: capture takes one"),
+        (b"\n \n", "holds no example: capture takes one"),
+        (b"caf\xe9\n", "standard input:1: invalid UTF-8 at byte 4"),
+    ):
+        _stdin(monkeypatch, data)
+        assert main(["capture", "-", *model]) == 1
+        err = capsys.readouterr().err
+        assert f"jaxattn capture: error: {'standard input (TEXT -) ' * ('capture' in says)}" in err
+        assert says in err and "jaxattn-stdin" not in err
+    for command, out, says in (
+        ("analyze", "r.json", "standard input has no examples"),
+        ("view", "v.html", "no example to view in standard input"),
+    ):
+        _stdin(monkeypatch, b"\n")  # "- has no examples" named no input
+        assert main([command, "-", *model[:2], "--out", str(tmp_path / out)]) == 1
+        assert f"jaxattn {command}: error: {says}" in capsys.readouterr().err
 
 
 def test_view_of_a_saved_capture_shows_the_selection(bert_checkpoint, tmp_path, capsys):

@@ -51,6 +51,10 @@ def _error(capsys, argv: list[str]) -> str:
             "unknown option --global-quiet: did you mean --quiet?",
         ),
         (
+            ["capture", "hi", "--version"],
+            "unknown option --version: the version is jaxattn's: jaxattn --version",
+        ),
+        (
             ["capture", "hi", "--frobnicate"],
             "jaxattn capture: error: unknown option --frobnicate (see jaxattn capture --help)",
         ),
