@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from jaxattn.errors import CheckpointError
-from jaxattn.positions import SCORE_TERMS, Relative, Rotary, attention_span
+from jaxattn.positions import SCORE_TERMS, Relative, Rotary, attention_span, rotated_width
 from jaxattn.quantities import COMMON, QUANTITIES
 
 # The names of the families' tables (`jaxattn.checkpoints.families.FAMILIES`), in their
@@ -248,13 +248,14 @@ class ModelConfig:
             raise CheckpointError(
                 "parallel_residual needs pre-norm layers (norm 'pre') without post_norms"
             )
-        if self.rotary is not None:
+        if self.rotary is not None and self.rotary.partial != 1:  # GPT-NeoX's rotary_pct
             dims = self.rotary.dims(self.head_dim)
-            if dims < 1 or 2 * ((dims + 1) // 2) > self.head_dim:
+            if dims < 1 or rotated_width(dims) > self.head_dim:
                 raise CheckpointError(
-                    f"RoPE rotates {dims} of head_dim {self.head_dim} dimensions (its "
-                    f"fraction {self.rotary.partial}): it must rotate at least one, and "
-                    "2 ceil(dims / 2) of them at most the head's (it turns pairs)"
+                    f"RoPE's fraction {self.rotary.partial} (partial_rotary_factor, GPT-NeoX's "
+                    f"rotary_pct) of head_dim {self.head_dim} gives {dims} rotary dims, which "
+                    f"turn {rotated_width(dims)}: it must be at least 1 dim, and turn at most "
+                    f"the head's {self.head_dim} (RoPE turns pairs: 2 ceil(dims / 2))"
                 )
         if self.num_heads % self.kv_heads:
             raise CheckpointError(

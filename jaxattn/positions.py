@@ -70,6 +70,12 @@ def attention_span(
     return max_relative, span
 
 
+def rotated_width(dims: int) -> int:
+    """How many of a head's dimensions a rotation of `dims` (`Rotary.dims`) turns:
+    2 ceil(dims / 2), HF's cos/sin width (twice its ceil(dims / 2) frequencies)."""
+    return 2 * ((dims + 1) // 2)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Rotary:
     """ModernBERT's rotary positions and alternating global/local attention.

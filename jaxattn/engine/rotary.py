@@ -53,6 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.errors import CheckpointError
+from jaxattn.positions import rotated_width
 
 __all__ = [
     "apply_rotary",
@@ -88,12 +89,6 @@ def inverse_frequencies(head_dim: int, theta: float, dims: int | None = None) ->
     # taken in float64 and rounded once (numpy's own float32 power differs across versions).
     power = np.power(np.float64(np.float32(theta)), exponent.astype(np.float64)).astype(np.float32)
     return np.float32(1.0) / power
-
-
-def rotated_width(dims: int) -> int:
-    """How many of a head's dimensions a rotation of `dims` turns: 2 ceil(dims / 2), HF's
-    cos/sin width (twice its frequencies, `inverse_frequencies`)."""
-    return 2 * ((dims + 1) // 2)
 
 
 def scaled_frequencies(inv_freq: np.ndarray, scaling: tuple) -> np.ndarray:

@@ -125,7 +125,7 @@ def test_transformers_5s_layout_translates_alike():
         (dict(rotary_pct=1.5), "rotary_pct is 1.5, but it must be a number in"),
         (dict(rotary_pct="all"), 'rotary_pct is "all"'),
         (dict(rotary_emb_base=-1), "rotary_emb_base is -1"),
-        (dict(rotary_pct=0.1), r"rotary_pct 0.1 of head size 6 rotates 0 dimensions"),
+        (dict(rotary_pct=0.1), r"rotary_pct\) of head_dim 6 gives 0 rotary dims"),
         (dict(use_parallel_residual="yes"), 'use_parallel_residual is "yes"'),
         (dict(is_decoder=True), "is_decoder=true is not supported"),
         (dict(rope_theta=500.0), "field 'rope_theta'"),
@@ -137,12 +137,16 @@ def test_fields_jaxattn_does_not_compute_are_refused_by_name(changes, says):
         translate({**HUB, **changes}, name="pythia")
 
 
-def test_an_odd_rotary_dims_width_is_refused_where_it_does_not_fit_the_head():
-    """rotary_pct 1 of a head of 5: int(5) = 5 dims turn 6, more than the head has (HF's
-    apply_rotary_pos_emb would fail): refused before any weight is read."""
-    odd = {**HUB, "hidden_size": 25, "rotary_pct": 1.0}
-    with pytest.raises(CheckpointError, match="rotates 5 dimensions: jaxattn .and HF. need 1..4"):
-        translate(odd, name="p")
+def test_a_whole_odd_head_is_refused_and_a_fraction_of_it_fits():
+    """A head of 5: rotary_pct 1 would turn 6 dims, more than the head has (HF's
+    apply_rotary_pos_emb fails): refused before any weight is read. Below 1 every
+    fraction fits: int(5 x 0.9) = 4 dims turn 4; int(7 x 0.99) = 6 of 7."""
+    odd = {**HUB, "hidden_size": 25}
+    with pytest.raises(CheckpointError, match="rotary_pct 1 of head size 5: RoPE turns pairs"):
+        translate({**odd, "rotary_pct": 1.0}, name="p")
+    assert translate({**odd, "rotary_pct": 0.9}, name="p").rotary.dims(5) == 4
+    seven = {**HUB, "hidden_size": 35, "rotary_pct": 0.99}
+    assert translate(seven, name="p").rotary.dims(7) == 6
 
 
 @pytest.mark.parametrize("pct, theta", [(0.5, 500.0), (0.25, 10000.0), (1.0, 30.0)])

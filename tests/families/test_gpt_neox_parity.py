@@ -25,14 +25,11 @@ from generate_support import torch_generate
 from gpt_neox_fixture import make_gpt_neox_checkpoint
 from gpt_neox_reference import gpt_neox_reference
 from hf_fixtures import EXAMPLE_A, EXAMPLE_B, load_tokenizer, load_torch_model, long_text
-from reference import assert_matches
+from reference import assert_decoder_statistics, assert_matches
 
 import jaxattn
-from jaxattn.analysis import decoder_head_statistics
-from jaxattn.analysis.weights import normalise_rows
 from jaxattn.config import PARALLEL_REFUSED
 from jaxattn.errors import UsageError
-from jaxattn.quantities import DECODER_HEAD_STATS
 
 VARIANTS = {
     "parallel": dict(),
@@ -132,14 +129,7 @@ def test_a_parallel_residual_refuses_the_attn_res_ln_measures(setup):
 def test_decoder_statistics_equal_the_numpy_reference(setup):
     *_, caps = setup
     for cap in caps:
-        for name, weights in (
-            ("decoder_head_stats", cap.attention),
-            ("decoder_norm_head_stats", normalise_rows(cap.alpha_fx_norm)),
-        ):
-            stats = decoder_head_statistics(weights, cap.tokens)
-            want = np.stack([stats[k] for k in DECODER_HEAD_STATS], -1)
-            assert getattr(cap, name).shape == want.shape == (3, 5, len(DECODER_HEAD_STATS))
-            np.testing.assert_allclose(getattr(cap, name), want, atol=2e-6, rtol=0, err_msg=name)
+        assert_decoder_statistics(cap, 3, 5)
 
 
 def test_the_blockwise_path_equals_the_dense_one(setup):
@@ -179,3 +169,22 @@ def test_greedy_generation_through_the_cache_is_transformers_generate(setup):
     for g in engine.generate(prompts, new, stop_at_eos=False):
         want = torch_generate(torch_model, list(g.prompt.ids), new, eos=-1)
         assert list(g.ids) == want, (variant, g.prompt.text)
+
+
+def test_a_converted_checkpoint_keeps_the_switches_and_the_numbers(setup, tmp_path):
+    """`jaxattn convert` writes jaxattn.json with the parallel residual and the rotary
+    fraction, and the untied head beside the params: the native load is the same model."""
+    from jaxattn.checkpoints.convert import convert_checkpoint
+
+    variant, path, _, texts, engine, caps = setup
+    native = jaxattn.load(convert_checkpoint(path, tmp_path / "native"), buckets=(48,))
+    c = native.config
+    assert (c.parallel_residual, c.rotary) == (
+        engine.config.parallel_residual,
+        engine.config.rotary,
+    )
+    assert ("lm_head" in native.extra_params) == ("lm_head" in engine.extra_params)
+    what = ("attention", "queries", "hidden_states", "sum_alpha_fx_norm")
+    for got, want in zip(native.capture(texts, what=what), caps, strict=True):
+        for name in what:
+            _close(got.array(name), want.array(name), f"{variant} {name}", tol=1e-6)

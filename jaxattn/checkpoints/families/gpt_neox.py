@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from jaxattn.checkpoints.families.llama import _positive, _rotary
+from jaxattn.checkpoints.families.llama import _positive, _rope_parameters, _rotary
 from jaxattn.checkpoints.family import Family
 from jaxattn.errors import CheckpointError
 
@@ -42,38 +42,26 @@ BUFFER = "the causal-mask buffer of older GPT-NeoX files: jaxattn builds the mas
 INV_FREQ = "the RoPE frequencies older GPT-NeoX files store: jaxattn computes them"
 # GPTNeoXConfig's own names of the RoPE base and fraction -> the rope_parameters key.
 OWN_NAMES = {"rotary_emb_base": "rope_theta", "rotary_pct": "partial_rotary_factor"}
-DEFAULTS = {"rope_theta": 10000.0, "partial_rotary_factor": 0.25}
+DEFAULT_THETA = 10000.0  # GPTNeoXConfig's default_theta; its rotary_pct defaults to 0.25
 
 
 def _derive(out: dict, hf: dict, source: str) -> None:
     """The RoPE settings (HF GPTNeoXConfig.convert_rope_params_to_dict): the rope dict's
     values, else rotary_emb_base / rotary_pct, else the defaults; a contradiction is
-    refused naming both fields (HF would take the rope dict's silently)."""
-    if hf.get("rope_parameters") is not None and hf.get("rope_scaling") is not None:
-        raise CheckpointError(
-            f"{source}: both rope_parameters and rope_scaling are given; jaxattn reads one "
-            "(transformers 5 writes rope_parameters, older files rope_scaling)"
-        )
-    field = "rope_parameters" if hf.get("rope_parameters") is not None else "rope_scaling"
-    found = hf.get(field)
-    if found is None:
-        found = {}
-    if not isinstance(found, dict):
-        raise CheckpointError(f"{source}: {field} is {json.dumps(found)}, but it must be an object")
-    found = dict(found)
-    for own, key in OWN_NAMES.items():
-        if own not in hf:
-            continue
-        value = _positive(source, own, hf[own])
-        if key in found and found[key] != value:
+    refused naming both fields (HF would take the rope dict's silently). A fraction below
+    1 that turns no dimension or more than the head has: ModelConfig refuses it."""
+    own = {key: _positive(source, name, hf[name]) for name, key in OWN_NAMES.items() if name in hf}
+    rope = {k: hf[k] for k in ("rope_parameters", "rope_scaling") if k in hf}
+    theta = own.get("rope_theta", DEFAULT_THETA)
+    found, field = _rope_parameters({**rope, "rope_theta": theta}, source)
+    for name, key in OWN_NAMES.items():
+        given = (hf.get(field) or {}).get(key)
+        if key in own and given is not None and given != own[key]:
             raise CheckpointError(
-                f"{source}: {own}={json.dumps(hf[own])} contradicts {field}.{key}="
-                f"{json.dumps(found[key])}; jaxattn reads one value"
+                f"{source}: {name}={json.dumps(hf[name])} contradicts {field}.{key}="
+                f"{json.dumps(given)}; jaxattn reads one value"
             )
-        found.setdefault(key, value)
-    for key, value in DEFAULTS.items():
-        found.setdefault(key, value)
-    partial = found.pop("partial_rotary_factor")
+    partial = found.pop("partial_rotary_factor", own.get("partial_rotary_factor", 0.25))
     if isinstance(partial, bool) or not isinstance(partial, int | float) or not 0 < partial <= 1:
         name = "rotary_pct" if "rotary_pct" in hf else f"{field}.partial_rotary_factor"
         raise CheckpointError(
@@ -82,15 +70,11 @@ def _derive(out: dict, hf: dict, source: str) -> None:
     rotary = _rotary({field: found}, out, source)
     out["rotary"] = dataclasses.replace(rotary, partial=float(partial))
     heads, hidden = out.get("num_heads"), out.get("hidden_size")
-    if isinstance(heads, int) and isinstance(hidden, int) and heads > 0 and not hidden % heads:
-        k = hidden // heads
-        dims = out["rotary"].dims(k)
-        if dims < 1 or 2 * ((dims + 1) // 2) > k:
-            raise CheckpointError(
-                f"{source}: rotary_pct {partial} of head size {k} rotates {dims} dimensions: "
-                f"jaxattn (and HF) need 1..{k - k % 2} (RoPE turns pairs: 2 ceil(dims / 2) "
-                "must fit in the head)"
-            )
+    if partial == 1 and isinstance(heads, int) and heads > 0 and (hidden // heads) % 2:
+        raise CheckpointError(  # a fraction below 1: ModelConfig checks what it turns
+            f"{source}: rotary_pct 1 of head size {hidden // heads}: RoPE turns pairs of "
+            "dimensions, so a whole head must be even"
+        )
 
 
 def _qkv(i: int):
