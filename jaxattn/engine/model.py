@@ -1,6 +1,6 @@
 """The Flax (linen) transformer of every family, per example, with declared capture:
 the encoders (post-LN BERT and its kin, pre-LN ModernBERT) and the causal decoders
-(GPT-2, Llama, Mistral, Qwen, Gemma), one stack with family switches (`ModelConfig`).
+(GPT-2, Llama, Mistral, Qwen, Gemma, GPT-NeoX), one stack with family switches (`ModelConfig`).
 (`Encoder` is the stack's name for either: it encodes the tokens it is given.)
 
 Why linen: inference here is a pure function of (params, inputs), vmapped over
