@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from jaxattn.errors import CheckpointError
-from jaxattn.positions import SCORE_TERMS, Relative, Rotary, attention_span
+from jaxattn.positions import SCORE_TERMS, Relative, Rotary, attention_span, rotated_width
 from jaxattn.quantities import COMMON, QUANTITIES
 
 # The names of the families' tables (`jaxattn.checkpoints.families.FAMILIES`), in their
@@ -31,6 +31,7 @@ FAMILIES = (
     "qwen3",
     "gemma2",
     "gemma3",
+    "gpt_neox",
 )
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 NORMS = ("post", "pre")
@@ -56,6 +57,25 @@ POST_NORM_REFUSED = {
     "fx_norm": "is not defined for a model whose attention output passes a post-attention "
     "norm (Gemma): f_h(x_j) reaches the residual divided by the query position's RMS, so "
     "it has no norm of its own; ask for alpha_fx_norm (which includes that divisor)"
+}
+# Quantities a model with a parallel residual (GPT-NeoX, Pythia) refuses: its attention
+# block's sum h = x + attn(LN_a(x)) passes no norm (the FFN normalises x, not h, and the
+# next layer's norm reads h + ffn(LN_f(x))), so the AttnResLn-N measure, which needs the
+# norm applied to h, has none (docs/families.md, "gpt_neox"). The mixing quantities hold
+# it as their third measure. Attn-N and AttnRes-N (sum_alpha_fx_norm, attn_res_norm) are
+# the pre-LN definitions.
+_PARALLEL = (
+    "is not defined for a model with a parallel residual (GPT-NeoX's use_parallel_residual): "
+    "no norm reads the attention block's sum x + attn(LN(x)) (the FFN's norm reads x), so "
+    "the AttnResLn-N measure has no norm to decompose"
+)
+PARALLEL_REFUSED = {
+    "attn_res_ln_norm": _PARALLEL + "; ask for attn_res_norm or sum_alpha_fx_norm",
+    **{
+        name: _PARALLEL + ", and it is one of this quantity's three measures; ask for "
+        "attn_res_norm or sum_alpha_fx_norm"
+        for name in ("mixing_ratio", "mixing_norm", "preserving_norm")
+    },
 }
 # A causal model's scores are -inf in the future, which the affine uint8 encoding cannot hold.
 DECODER_UINT8 = {
@@ -139,6 +159,9 @@ class ModelConfig:
         the logits become cap * tanh(logits / cap) before the mask; 0 means none.
       query_scale: the logits are q.k * query_scale^-1/2 (Gemma's query_pre_attn_scalar)
         instead of q.k * K^-1/2; 0 means K.
+      parallel_residual: a pre-norm layer adds the attention and the FFN to the same
+        input (GPT-NeoX's use_parallel_residual): out = x + attn(N_a(x)) + ffn(N_f(x)),
+        instead of h = x + attn(N_a(x)), out = h + ffn(N_f(h)). `PARALLEL_REFUSED`.
 
     Raises:
       CheckpointError: a field value jaxattn does not compute or that contradicts
@@ -186,6 +209,7 @@ class ModelConfig:
     post_norms: bool = False
     attn_softcap: float = 0.0
     query_scale: float = 0.0
+    parallel_residual: bool = False
 
     def __post_init__(self):
         for field, kind in (("relative", Relative), ("rotary", Rotary)):
@@ -220,6 +244,19 @@ class ModelConfig:
             raise CheckpointError("attn_softcap and query_scale must not be negative")
         if self.head_size < 0 or self.num_kv_heads < 0:
             raise CheckpointError("head_size and num_kv_heads must not be negative")
+        if self.parallel_residual and (self.norm != "pre" or self.post_norms):
+            raise CheckpointError(
+                "parallel_residual needs pre-norm layers (norm 'pre') without post_norms"
+            )
+        if self.rotary is not None and self.rotary.partial != 1:  # GPT-NeoX's rotary_pct
+            dims = self.rotary.dims(self.head_dim)
+            if dims < 1 or rotated_width(dims) > self.head_dim:
+                raise CheckpointError(
+                    f"RoPE's fraction {self.rotary.partial} (partial_rotary_factor, GPT-NeoX's "
+                    f"rotary_pct) of head_dim {self.head_dim} gives {dims} rotary dims, which "
+                    f"turn {rotated_width(dims)}: it must be at least 1 dim, and turn at most "
+                    f"the head's {self.head_dim} (RoPE turns pairs: 2 ceil(dims / 2))"
+                )
         if self.num_heads % self.kv_heads:
             raise CheckpointError(
                 f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.kv_heads}: "
@@ -327,8 +364,11 @@ class ModelConfig:
     def refused_quantities(self, dtype: str = "float32") -> dict[str, str]:
         """Quantity name -> why this model refuses it in `dtype`, as the rest of a sentence
         that begins with the name (a causal model: `DECODER_REFUSED`, and as uint8
-        `DECODER_UINT8`; post-norms: `POST_NORM_REFUSED`)."""
+        `DECODER_UINT8`; post-norms: `POST_NORM_REFUSED`; a parallel residual:
+        `PARALLEL_REFUSED`)."""
         refused = dict(POST_NORM_REFUSED) if self.post_norms else {}
+        if self.parallel_residual:
+            refused.update(PARALLEL_REFUSED)
         if self.causal:
             refused.update(DECODER_REFUSED, **(DECODER_UINT8 if dtype == "uint8" else {}))
         return refused

@@ -70,6 +70,12 @@ def attention_span(
     return max_relative, span
 
 
+def rotated_width(dims: int) -> int:
+    """How many of a head's dimensions a rotation of `dims` (`Rotary.dims`) turns:
+    2 ceil(dims / 2), HF's cos/sin width (twice its ceil(dims / 2) frequencies)."""
+    return 2 * ((dims + 1) // 2)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Rotary:
     """ModernBERT's rotary positions and alternating global/local attention.
@@ -90,6 +96,10 @@ class Rotary:
         "full_attention"; Gemma's), in place of the global_every rule.
       local_scaling: local layers use `scaling` too (False: Gemma 3, whose sliding
         layers have plain RoPE and only the full-attention layers the scaling).
+      partial: HF's partial_rotary_factor (GPT-NeoX's rotary_pct): RoPE's frequencies are
+        those of dims = int(K * partial) dimensions, and the first 2 ceil(dims / 2) of
+        each head's K dimensions are rotated (HF: cos/sin are as wide as twice the
+        frequencies, so an odd dims rotates one more), the rest pass unrotated; 1: all.
     """
 
     global_theta: float = 10000.0
@@ -103,13 +113,23 @@ class Rotary:
     original_max_positions: int = 0
     layer_global: tuple[bool, ...] = ()
     local_scaling: bool = True
+    partial: float = 1.0
 
     def __post_init__(self):
         object.__setattr__(self, "layer_global", tuple(bool(g) for g in self.layer_global))
+        if not 0 < self.partial <= 1:
+            raise CheckpointError(
+                f"rotary fraction (partial_rotary_factor) {self.partial} must lie in (0, 1]"
+            )
         if self.scaling not in ROPE_SCALINGS:
             raise CheckpointError(
                 f"unknown rope scaling {self.scaling!r}: valid are {', '.join(ROPE_SCALINGS)}"
             )
+
+    def dims(self, head_dim: int) -> int:
+        """HF's rotary_ndims, int(head_dim * partial): the dimensions RoPE's frequencies
+        are computed for (`jaxattn.engine.rotary.inverse_frequencies`)."""
+        return int(head_dim * self.partial)
 
     def is_global(self, layer: int) -> bool:
         """Whether layer `layer` attends globally (`layer_global`, else the global_every rule)."""

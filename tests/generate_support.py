@@ -1,7 +1,8 @@
 """The tiny random decoders of the generation tests, with transformers' references.
 
 GPT-2 (tied head), Llama (an untied lm_head.weight, BOS prepended by its
-tokenizer), Gemma 2 (tied, its logits soft-capped at 2).
+tokenizer), Gemma 2 (tied, its logits soft-capped at 2), GPT-NeoX (Pythia's untied
+embed_out, partial rotary, parallel residual).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 import torch
 from gemma_fixture import make_gemma_checkpoint  # noqa: E402
 from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
+from gpt_neox_fixture import make_gpt_neox_checkpoint  # noqa: E402
 from llama_fixture import make_llama_checkpoint  # noqa: E402
 
 import jaxattn
@@ -20,6 +22,7 @@ MAKERS = {
     "gpt2": lambda d: make_gpt2_checkpoint(d),
     "llama": lambda d: make_llama_checkpoint(d),  # an untied lm_head.weight
     "gemma2": lambda d: make_gemma_checkpoint("gemma2", d, final_logit_softcapping=2.0),
+    "gpt_neox": lambda d: make_gpt_neox_checkpoint(d),  # untied embed_out, parallel residual
 }
 
 

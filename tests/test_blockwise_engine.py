@@ -1,6 +1,7 @@
 """The blockwise path inside the model (`Encoder(attention=...)`): the same statistics,
 maps of selected heads, norm quantities and hidden states as the dense path for tiny random
-ModernBERT, BERT (pairs), Llama (GQA), Mistral (sliding) and Gemma 2 shapes at T ~ 600,
+ModernBERT, BERT (pairs), Llama (GQA), Mistral (sliding), Gemma 2 and GPT-NeoX (partial
+rotary, parallel residual) shapes at T ~ 600,
 unrolled and scanned; its compiled temp memory grows ~linearly, a head's map included."""
 
 import jax
@@ -53,6 +54,8 @@ CASES = [  # family, quantities, layer loop, heads (None: all)
         "unrolled",
         (3,),
     ),
+    # partial rotary, parallel residual
+    ("gpt_neox", ("hidden_states", "queries", "decoder_norm_head_stats", *MAPS), "scan", (0, 4)),
 ]
 
 

@@ -27,6 +27,7 @@ SHAPES = {
         sliding_window=7, num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"]
     ),
     "gemma2": dict(sliding_window=7, num_hidden_layers=2),  # soft cap: blockwise forward
+    "gpt_neox": dict(),  # partial rotary, parallel residual
 }
 
 
@@ -177,6 +178,7 @@ CAPTURES = [  # family, quantities, layers (None: all), layer loop, the kind `ch
     ("modernbert", ("hidden_states", "queries"), None, "scan", "xla"),  # kind as data
     ("mistral", ("attention", "head_stats"), (1,), "unrolled", "xla"),  # layer 0 fast
     ("gemma3", ("hidden_states", "fx_norm"), None, "unrolled", "xla"),
+    ("gpt_neox", ("hidden_states", "queries"), (0, 2), "scan", "xla"),  # layer 1 fast
 ]
 
 

@@ -1,11 +1,12 @@
 """Greedy generation on the engine (`jaxattn.engine.generate`) against transformers'
-``AutoModelForCausalLM.generate(do_sample=False)`` on tiny random GPT-2, Llama (untied
-head) and Gemma 2 (soft-capped logits); what cannot generate says why."""
+``AutoModelForCausalLM.generate(do_sample=False)`` on the tiny random decoders of
+`generate_support.MAKERS` (GPT-2, Llama's untied head, Gemma 2's soft-capped logits,
+GPT-NeoX); what cannot generate says why."""
 
 from __future__ import annotations
 
 import pytest
-from generate_support import PROMPTS, make_llama_checkpoint, pair_cache, torch_generate
+from generate_support import MAKERS, PROMPTS, make_llama_checkpoint, pair_cache, torch_generate
 
 import jaxattn
 from jaxattn.errors import InputError, UsageError
@@ -18,7 +19,7 @@ def pairs(tmp_path_factory):
     return pair_cache(tmp_path_factory)
 
 
-@pytest.fixture(scope="module", params=["gemma2", "gpt2", "llama"])
+@pytest.fixture(scope="module", params=sorted(MAKERS))
 def model(request, pairs):
     return pairs(request.param)
 

@@ -106,7 +106,7 @@ def test_the_relative_difference_is_over_the_references_finite_scale():
 
 @pytest.mark.slow
 def test_the_sanity_stage_checks_the_tiny_bert_and_every_family(tmp_path):
-    from jaxattn.config import FAMILIES
+    from jaxattn.config import FAMILIES, PARALLEL_REFUSED
 
     log = run_clean("sanity", out=tmp_path)
     sanity = json.loads((tmp_path / "sanity.json").read_text())
@@ -120,7 +120,9 @@ def test_the_sanity_stage_checks_the_tiny_bert_and_every_family(tmp_path):
     for family in FAMILIES:
         assert log.index(f"sanity-families {family:10s}: ok: cpu vs itself, worst ") > first
         row = families["families"][family]
-        assert row["quantities"] == len(row["max_relative_difference"]) >= 17, family
+        # a parallel residual (GPT-NeoX's tiny model) refuses the AttnResLn-N measures
+        least = 17 - (len(PARALLEL_REFUSED) if family == "gpt_neox" else 0)
+        assert row["quantities"] == len(row["max_relative_difference"]) >= least, family
         # three lengths in one batch padded to 24 tokens, longer than every window
         first, second, third = row["lengths"]
         assert 24 >= first > 15 >= second > 8 >= third, family

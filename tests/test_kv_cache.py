@@ -1,7 +1,8 @@
 """Decoding with a key/value cache (`jaxattn.engine.kv_cache`) on the decoders whose
 attention differs most: Mistral (a sliding window in every layer), Qwen3 (per-head q/k
 norms, head_dim given, sliding and full layers) and Gemma 3 (local and global layers with
-their own RoPE bases, linear scaling, (1+w) norms, query_pre_attn_scalar).
+their own RoPE bases, linear scaling, (1+w) norms, query_pre_attn_scalar) and GPT-NeoX
+(partial rotary of an odd number of dims, a parallel residual).
 
 Two independent references: transformers' greedy ``generate`` (its own cached decoding)
 for the tokens, and the capture program's keys and values of prompt + continuation (the
@@ -27,6 +28,10 @@ NEW = 9  # every prompt + continuation runs past the windows (5-9 keys)
 
 
 def _make(name: str, path):
+    if name == "gpt_neox":
+        from gpt_neox_fixture import make_gpt_neox_checkpoint
+
+        return make_gpt_neox_checkpoint(path)
     if name == "gemma3":
         from gemma_fixture import make_gemma_checkpoint
 
@@ -53,7 +58,7 @@ def models(tmp_path_factory):
     return get
 
 
-@pytest.fixture(scope="module", params=["mistral", "qwen3", "gemma3"])
+@pytest.fixture(scope="module", params=["mistral", "qwen3", "gemma3", "gpt_neox"])
 def model(request, models):
     return models(request.param)
 

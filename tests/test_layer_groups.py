@@ -2,7 +2,8 @@
 capture step run a group of layers at a time, the hidden state handed from one group's
 program to the next on the device, equals the one program (float32 rounding) for tiny
 random BERT (pairs), Llama (GQA keys/values), Mistral (sliding window, blockwise) and
-ModernBERT (layer 0 apart, global and local layers) with odd sizes, padding, layer,
+ModernBERT (layer 0 apart, global and local layers) and GPT-NeoX (partial rotary, parallel
+residual) with odd sizes, padding, layer,
 head and query/key position selections, hidden_states' L+1 entries, unrolled and
 scanned; and a group's compiled program returns its own layers' outputs, not L layers'."""
 
@@ -81,6 +82,14 @@ CASES = [  # family, layers, loop, attention, spec fields, group size
             key_positions=(0, -1),
         ),
         3,
+    ),
+    (  # partial rotary, parallel residual
+        "gpt_neox",
+        4,
+        "unrolled",
+        "dense",
+        dict(what=("attention", "hidden_states", "attn_res_norm"), layers=(0, 2, 3), heads=(1, 4)),
+        2,
     ),
     (
         "modernbert",

@@ -1,8 +1,9 @@
 """Tiny random models of several families for the engine's attention-path tests (the
 blockwise path, the fast forward): odd sizes, padding, pairs, causal and windowed masks,
-GQA, Gemma's scale, soft cap and post-norms. `config_of(family, **fields)` overrides HF
-config fields; `params_of` gives random params of the unrolled tree; `softmax_reference`
-is a float64 softmax with each pair's visibility written out."""
+GQA, Gemma's scale, soft cap and post-norms, GPT-NeoX's partial rotary and parallel
+residual. `config_of(family, **fields)` overrides HF config fields; `params_of` gives
+random params of the unrolled tree; `softmax_reference` is a float64 softmax with each
+pair's visibility written out."""
 
 import jax
 import jax.numpy as jnp
@@ -83,6 +84,18 @@ HF = {
         sliding_window=41,
         attn_logit_softcapping=3.0,
         rope_parameters={"rope_theta": 500.0},
+    ),
+    "gpt_neox": dict(  # partial rotary (odd: int(6 x 0.5) = 3 dims, 4 turn), parallel residual
+        model_type="gpt_neox",
+        vocab_size=61,
+        hidden_size=30,
+        num_attention_heads=5,
+        num_hidden_layers=3,
+        intermediate_size=37,
+        max_position_embeddings=2048,
+        rotary_pct=0.5,
+        rotary_emb_base=500,
+        use_parallel_residual=True,
     ),
 }
 # Gemma 3: Gemma 2's shape without the soft cap; q/k norm, sliding and full layers.

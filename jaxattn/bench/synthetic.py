@@ -140,6 +140,25 @@ DECODER_SHAPES: dict[str, tuple[str, dict]] = {
             "eos_token_id": 102,
         },
     ),
+    "pythia-160m": (  # Pythia-160M (GPT-NeoX): 12 layers x 12 heads, D=768, RoPE on 1/4
+        "GPTNeoXConfig",
+        {
+            "vocab_size": 30522,
+            "hidden_size": 768,
+            "intermediate_size": 3072,
+            "num_hidden_layers": 12,
+            "num_attention_heads": 12,
+            "max_position_embeddings": 2048,
+            "rotary_pct": 0.25,
+            "rotary_emb_base": 10000,
+            "use_parallel_residual": True,
+            "tie_word_embeddings": False,
+            "layer_norm_eps": 1e-5,
+            "hidden_act": "gelu",
+            "bos_token_id": 101,
+            "eos_token_id": 102,
+        },
+    ),
 }
 SHAPES.update(DECODER_SHAPES)
 
@@ -212,6 +231,11 @@ TINY_FAMILIES: dict[str, tuple[str, dict]] = {
         "Gemma3TextConfig",
         {**_DECODER, "query_pre_attn_scalar": 7, "sliding_window": 9}
         | {"layer_types": _SLIDING_FIRST},
+    ),
+    "gpt_neox": (  # 4 heads of 6, rotary_pct 0.5: 3 rotary dims (odd), a parallel residual
+        "pythia-160m",
+        dict(hidden_size=24, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
+        | dict(max_position_embeddings=64, initializer_range=0.25, rotary_pct=0.5),
     ),
 }
 

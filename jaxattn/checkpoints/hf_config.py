@@ -107,6 +107,7 @@ TYPES = {
     "mlp_bias": "bool",
     "norm_bias": "bool",
     "tied_lm_head": "bool",
+    "parallel_residual": "bool",
 }
 _TYPE_WORDS = {
     "int": "a whole number",

@@ -258,7 +258,8 @@ def load(
         the decoders gpt2 (GPT-2, DistilGPT-2; causal attention), llama
         (Llama 2/3/3.1/3.2, SmolLM2, TinyLlama; grouped-query attention), its
         relatives mistral, qwen2 (Qwen2, Qwen2.5) and qwen3 (sliding windows),
-        gemma2 (Gemma 2) and gemma3 (Gemma 3's text model, model_type gemma3_text).
+        gemma2 (Gemma 2), gemma3 (Gemma 3's text model, model_type gemma3_text) and
+        gpt_neox (GPT-NeoX, the Pythia suite; partial RoPE, a parallel residual).
       revision: a branch, tag or commit hash of a Hub model (or "NAME@REVISION");
         the commit it resolves to is `engine.info.revision` and every capture's
         `provenance["revision"]` ("" for a local directory).

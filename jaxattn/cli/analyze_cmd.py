@@ -212,6 +212,11 @@ def _run(args) -> int:
                     () if args.no_norm else ("decoder_norm_head_stats",)
                 )
             extra, sentences = [], [None] * len(texts)
+        # What the model refuses (a parallel residual's mixing_ratio) is left out: the
+        # mixing section then has the measures the captures allow (MixingRatios.update).
+        computed = info.quantities or what  # an older server's ModelInfo may list none
+        refused = [q for q in what if q not in computed]
+        what = tuple(q for q in what if q in computed)
         corpus = corpus_analysis(args, decoder=info.causal, family=info.family)
         no_table = not (parsed_input or extra or args.stats_only or info.causal)
         skipped = no_parse(where) if no_table else {}
@@ -270,6 +275,7 @@ def _run(args) -> int:
         "conllu": args.conllu or (str(path) if parsed_input else None),
         "captured_by": describe(args),
         "what": list(what),
+        **({"refused_by_the_model": refused} if refused else {}),
         "too_long": args.too_long,
         **counts,
         "dtype": args.dtype,

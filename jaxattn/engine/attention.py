@@ -335,17 +335,20 @@ class SelfAttention(nn.Module):
         return y, AttentionParts(q=q, k=k, v=v, scores=None, alpha=None, w_out=w_out)
 
     def _rotated(self, q, k, is_global=None, start=None, table: int = 0):
-        """(q, k) rotated with this layer's RoPE base, and whether the layer is local: a
-        bool, or traced when `is_global` is (None: the kind from `index`). q and k are
-        positions 0..T-1, or start..start+T-1 (`start` traced) of a `table`-row table."""
+        """(q, k) rotated with this layer's RoPE base (the first `rotary.rotated_width` dims
+        of each head where the rotation is partial, `Rotary.partial`), and whether the
+        layer is local: a bool, or traced when `is_global` is (None: the kind from
+        `index`). q and k are positions 0..T-1, or start..start+T-1 (`start` traced) of a
+        `table`-row table."""
         from jaxattn.engine import rotary
 
-        r, length = self.config.rotary, q.shape[0]
+        r, length, k_dim = self.config.rotary, q.shape[0], self.config.head_dim
+        dims = None if r.partial == 1 else r.dims(k_dim)  # GPT-NeoX: part of each head
 
         def angles(is_global: bool):
             theta = r.global_theta if is_global else r.local_theta
             scaling = r.frequency_scaling(is_global)
-            cos, sin = rotary.rope_angles(table or length, self.config.head_dim, theta, scaling)
+            cos, sin = rotary.rope_angles(table or length, k_dim, theta, scaling, dims)
             if start is None:
                 return cos, sin
             return tuple(

@@ -1,6 +1,6 @@
 """The Flax (linen) transformer of every family, per example, with declared capture:
 the encoders (post-LN BERT and its kin, pre-LN ModernBERT) and the causal decoders
-(GPT-2, Llama, Mistral, Qwen, Gemma), one stack with family switches (`ModelConfig`).
+(GPT-2, Llama, Mistral, Qwen, Gemma, GPT-NeoX), one stack with family switches (`ModelConfig`).
 (`Encoder` is the stack's name for either: it encodes the tokens it is given.)
 
 Why linen: inference here is a pure function of (params, inputs), vmapped over
@@ -206,6 +206,10 @@ class EncoderLayer(nn.Module):
     post: h = LN_a(x + attn(x)); out = LN_f(h + ffn(h)).
     pre:  h = x + attn(LN_a(x)); out = h + ffn(LN_f(h)); layer 0 has no LN_a
           when the embeddings end in one (ModernBERT; GPT-2's has it).
+    parallel (pre, `ModelConfig.parallel_residual`, GPT-NeoX):
+          out = x + attn(LN_a(x)) + ffn(LN_f(x)); h = x + attn(LN_a(x)) is still the
+          attention block's sum the norm quantities read, but no norm reads it
+          (`PARALLEL_REFUSED`).
     Either way the norm-based mixing quantities take the residual x entering
     the attention block's addition and the next LayerNorm (LN_a post, LN_f pre)
     with the real statistics of h: see `jaxattn.engine.norms`.
@@ -271,7 +275,8 @@ class EncoderLayer(nn.Module):
         if project:
             h = x + a
             std = norm_statistic(h, c.norm_type, c.layer_norm_eps)
-        normed = next_ln(h) if output else None
+        # A parallel residual (GPT-NeoX): the FFN's norm reads the layer input x, not h.
+        normed = next_ln(x if c.parallel_residual else h) if output else None
         if want:
             gamma = self.variables["params"][next_ln.name]["scale"] + c.norm_offset
             centre = c.norm_type == "layer"  # an RMSNorm subtracts no mean
@@ -295,6 +300,8 @@ class EncoderLayer(nn.Module):
         ffn_out = self._ffn(normed)
         if c.post_norms:
             ffn_out = make_norm(c, "ffn_post_ln")(ffn_out)
+        if c.parallel_residual:  # HF's order: mlp_output + attn_output + hidden_states
+            return (ffn_out + a) + x, cap
         if pre:
             return h + ffn_out, cap
         return make_norm(c, "ffn_ln")(normed + ffn_out), cap

@@ -23,6 +23,12 @@ Mistral, Qwen2, Qwen3 and Gemma do too; their sliding layers are local layers
 whose window is causal: query i sees keys i - W < j <= i (`window_mask` with
 causal=True; HF's sliding_window_causal_mask_function).
 
+GPT-NeoX (Pythia) rotates part of each head (`Rotary.partial`, HF rotary_pct): the
+frequencies are those of dims = int(K * partial) dimensions, 1 / theta^(2i / dims),
+and the first 2 ceil(dims / 2) dimensions are rotated (HF's cos/sin are twice the
+frequencies wide: an odd dims rotates one dimension more than it names), the rest
+pass unrotated (HF modeling_gpt_neox.py: GPTNeoXRotaryEmbedding, apply_rotary_pos_emb).
+
 Float32 as torch: f, the angles t * f and their cos/sin are float32. f is
 computed with the C library's float32 powf, as torch's scalar loop does, so
 it equals torch's f bit for bit when K / 2 is below the CPU's vector width
@@ -47,6 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.errors import CheckpointError
+from jaxattn.positions import rotated_width
 
 __all__ = [
     "apply_rotary",
@@ -54,18 +61,30 @@ __all__ = [
     "inverse_frequencies",
     "is_global_layer",
     "rope_angles",
+    "rotated_width",
     "scaled_frequencies",
     "window_mask",
 ]
 
 
-def inverse_frequencies(head_dim: int, theta: float) -> np.ndarray:
-    """HF's inv_freq [K / 2] float32: 1 / theta^(arange(0, K, 2) / K)."""
-    if head_dim < 2 or head_dim % 2:
-        raise CheckpointError(f"rotary head_dim {head_dim} must be even and at least 2")
+def inverse_frequencies(head_dim: int, theta: float, dims: int | None = None) -> np.ndarray:
+    """HF's inv_freq [ceil(dims / 2)] float32: 1 / theta^(arange(0, dims, 2) / dims).
+
+    dims: a partial rotation's (GPT-NeoX's rotary_ndims, `Rotary.dims`), which may be
+    odd; None: the whole head, head_dim, which must be even.
+    """
+    if dims is None:
+        if head_dim < 2 or head_dim % 2:
+            raise CheckpointError(f"rotary head_dim {head_dim} must be even and at least 2")
+        dims = head_dim
+    if dims < 1 or rotated_width(dims) > head_dim:
+        raise CheckpointError(
+            f"rotary dims {dims} must be at least 1, and rotate at most the head's "
+            f"{head_dim} dimensions (2 ceil(dims / 2) of them)"
+        )
     if not theta > 0:
         raise CheckpointError(f"rope theta {theta} must be positive")
-    exponent = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)
+    exponent = np.arange(0, dims, 2, dtype=np.float32) / np.float32(dims)
     # torch: a float32 power (SLEEF, within 1 ulp), then a float32 division. The power is
     # taken in float64 and rounded once (numpy's own float32 power differs across versions).
     power = np.power(np.float64(np.float32(theta)), exponent.astype(np.float64)).astype(np.float32)
@@ -105,22 +124,24 @@ def scaled_frequencies(inv_freq: np.ndarray, scaling: tuple) -> np.ndarray:
 
 @functools.lru_cache(maxsize=64)
 def _angles(
-    length: int, head_dim: int, theta: float, scaling: tuple = ()
+    length: int, head_dim: int, theta: float, scaling: tuple = (), dims: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    inv_freq = scaled_frequencies(inverse_frequencies(head_dim, theta), scaling)
+    inv_freq = scaled_frequencies(inverse_frequencies(head_dim, theta, dims), scaling)
     freqs = np.arange(length, dtype=np.float32)[:, None] * inv_freq
-    emb = np.concatenate([freqs, freqs], axis=-1).astype(np.float64)  # [T, K], float32 values
+    emb = np.concatenate([freqs, freqs], axis=-1).astype(np.float64)  # [T, W], float32 values
     cos, sin = np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
     cos.flags.writeable = sin.flags.writeable = False  # cached: shared by every caller
     return cos, sin
 
 
 def rope_angles(
-    length: int, head_dim: int, theta: float, scaling: tuple = ()
+    length: int, head_dim: int, theta: float, scaling: tuple = (), dims: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(cos, sin), each [T, K] float32, of positions 0..T-1 (HF's rotary embedding), the
-    frequencies scaled by `scaling` (`scaled_frequencies`; () none)."""
-    return _angles(int(length), int(head_dim), float(theta), tuple(scaling))
+    """(cos, sin), each [T, W] float32, of positions 0..T-1 (HF's rotary embedding), the
+    frequencies scaled by `scaling` (`scaled_frequencies`; () none); W = K, or a partial
+    rotation's `rotated_width(dims)` (`inverse_frequencies`)."""
+    dims = None if dims is None else int(dims)
+    return _angles(int(length), int(head_dim), float(theta), tuple(scaling), dims)
 
 
 def rotate_half(x):
@@ -130,7 +151,13 @@ def rotate_half(x):
 
 
 def apply_rotary(x, cos, sin):
-    """x [T, H, K] rotated by (cos, sin) [T, K]: HF apply_rotary_pos_emb (float32)."""
+    """x [T, H, K] rotated by (cos, sin) [T, W]: HF apply_rotary_pos_emb (float32). A
+    partial rotation (W < K, GPT-NeoX) turns x's first W dimensions and passes the rest
+    (HF's q_rot, q_pass)."""
+    width = cos.shape[-1]
+    if width < x.shape[-1]:
+        rotated = apply_rotary(x[..., :width], cos, sin)
+        return jnp.concatenate([rotated, x[..., width:]], axis=-1)
     x32 = jnp.asarray(x, jnp.float32)
     c = jnp.asarray(cos, jnp.float32)[:, None, :]
     s = jnp.asarray(sin, jnp.float32)[:, None, :]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
 
@@ -101,3 +102,28 @@ def test_analyze_saved_decoder_captures(gpt2, tmp_path):
         for name in ("ov_copying", "bos_sinks"):
             assert "analyse the texts with --model, not the stored captures" in not_run[name]
         assert "- bos_sinks: needs the model's weights" in out.with_suffix(".md").read_text()
+
+
+def test_analyze_leaves_out_what_a_parallel_residual_refuses(tmp_path):
+    """Pythia's parallel residual refuses mixing_ratio (its AttnResLn-N measure has no
+    norm): the report has the weight measures, here from the heads' mean attention w
+    (Attn-W: 1 - w_ii; AttnRes-W, w/2 + I/2: (1 - w_ii) / 2, each row summing to 1),
+    over query rows 1 .. T-1 of each text (a decoder's row 0 sees only itself), and
+    meta names what the model refused."""
+    from gpt_neox_fixture import make_gpt_neox_checkpoint
+
+    import jaxattn
+
+    path = make_gpt_neox_checkpoint(tmp_path / "neox")
+    rc, out = _analyze(path, tmp_path, "--sink-examples", "0")
+    assert rc == 0
+    report = json.loads(out.read_text())
+    assert report["meta"]["refused_by_the_model"] == ["mixing_ratio"]
+    assert "mixing_ratio" not in report["meta"]["what"]
+    mixing = report["mixing_ratios"]
+    assert set(mixing) == {"Attn-W", "AttnRes-W"}
+    caps = jaxattn.load(path).capture(list(TEXTS), what="attention")
+    own = [np.diagonal(c.attention.astype(np.float64).mean(1), 0, 1, 2)[:, 1:] for c in caps]
+    attn_w = sum((1 - w).sum(-1) for w in own) / sum(w.shape[-1] for w in own)  # [L]
+    np.testing.assert_allclose(mixing["Attn-W"], attn_w, atol=1e-6)
+    np.testing.assert_allclose(mixing["AttnRes-W"], attn_w / 2, atol=1e-6)

@@ -1,7 +1,7 @@
 """The causal LM loss of a decoder and its change under head ablation, against transformers.
 
-The loss is compared with GPT2LMHeadModel / LlamaForCausalLM / Gemma2ForCausalLM's
-own ``labels=`` loss
+The loss is compared with GPT2LMHeadModel / LlamaForCausalLM / Gemma2ForCausalLM /
+GPTNeoXForCausalLM's own ``labels=`` loss
 (built locally from the tiny random configs, eager attention); zeroing a head is
 compared with the torch model whose o_proj / c_proj input has that head's K
 columns zeroed by a forward pre-hook (what zeroing the head's output means).
@@ -14,6 +14,7 @@ import pytest
 import torch
 from gemma_fixture import make_gemma_checkpoint  # noqa: E402
 from gpt2_fixture import make_gpt2_checkpoint  # noqa: E402
+from gpt_neox_fixture import make_gpt_neox_checkpoint  # noqa: E402
 from hf_fixtures import EXAMPLE_A, EXAMPLE_B
 from llama_fixture import make_llama_checkpoint  # noqa: E402
 
@@ -28,7 +29,10 @@ MAKERS = {
     "llama_tied": lambda d: make_llama_checkpoint(d, seed=3, tie_word_embeddings=True),
     # Tied, its logits soft-capped at 2 (final_logit_softcapping; the cap bites here).
     "gemma2": lambda d: make_gemma_checkpoint("gemma2", d, final_logit_softcapping=2.0),
+    # Pythia's untied embed_out, a parallel residual, partial rotary.
+    "gpt_neox": lambda d: make_gpt_neox_checkpoint(d),
 }
+UNTIED = ("llama", "gpt_neox")
 
 
 @pytest.fixture(scope="module", params=sorted(MAKERS))
@@ -68,14 +72,16 @@ def _torch_loss(torch_model, engine, texts, hook=None):
 def _out_projection(name, torch_model, layer):
     if name == "gpt2":
         return torch_model.transformer.h[layer].attn.c_proj
+    if name == "gpt_neox":
+        return torch_model.gpt_neox.layers[layer].attention.dense
     return torch_model.model.layers[layer].self_attn.o_proj
 
 
 def test_the_loss_is_transformers_labels_loss(model):
     name, engine, torch_model = model
     assert has_lm_head(engine)
-    assert ("lm_head" in engine.extra_params) == (name == "llama")
-    assert engine.config.tied_lm_head == (name != "llama")
+    assert ("lm_head" in engine.extra_params) == (name in UNTIED)
+    assert engine.config.tied_lm_head == (name not in UNTIED)
     ours = CausalLM(engine, engine.tokenize(TEXTS)).loss(None)
     want = _torch_loss(torch_model, engine, TEXTS)
     assert ours == pytest.approx(want, rel=1e-5)

@@ -147,3 +147,21 @@ def assert_matches(cap, ref: dict, names, label: str) -> None:
         scale = 1.0 if name == "attention" else max(1.0, float(np.abs(want).max()))
         tol = 1e-5 if name == "attention" else 1e-4 * scale
         np.testing.assert_allclose(got, want, atol=tol, rtol=0, err_msg=f"{name} of {label}")
+
+
+def assert_decoder_statistics(cap, layers: int, heads: int) -> None:
+    """A decoder capture's decoder_head_stats and decoder_norm_head_stats [L, H, P] equal
+    numpy's statistics (`jaxattn.analysis.decoder_head_statistics`) over its own maps
+    (attention, and alpha_fx_norm with each row normalised), per query head."""
+    from jaxattn.analysis import decoder_head_statistics
+    from jaxattn.analysis.weights import normalise_rows
+    from jaxattn.quantities import DECODER_HEAD_STATS
+
+    for name, weights in (
+        ("decoder_head_stats", cap.attention),
+        ("decoder_norm_head_stats", normalise_rows(cap.alpha_fx_norm)),
+    ):
+        stats = decoder_head_statistics(weights, cap.tokens)
+        want = np.stack([stats[k] for k in DECODER_HEAD_STATS], -1)
+        assert getattr(cap, name).shape == want.shape == (layers, heads, len(DECODER_HEAD_STATS))
+        np.testing.assert_allclose(getattr(cap, name), want, atol=2e-6, rtol=0, err_msg=name)

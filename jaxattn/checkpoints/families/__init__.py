@@ -15,6 +15,7 @@ from jaxattn.checkpoints.families.distilbert import DISTILBERT
 from jaxattn.checkpoints.families.electra import ELECTRA
 from jaxattn.checkpoints.families.gemma import GEMMA2, GEMMA3, REFUSED_MODEL_TYPES
 from jaxattn.checkpoints.families.gpt2 import GPT2
+from jaxattn.checkpoints.families.gpt_neox import GPT_NEOX
 from jaxattn.checkpoints.families.llama import LLAMA
 from jaxattn.checkpoints.families.mistral import MISTRAL
 from jaxattn.checkpoints.families.modernbert import MODERNBERT
@@ -40,6 +41,7 @@ FAMILIES: dict[str, Family] = {
         QWEN3,
         GEMMA2,
         GEMMA3,
+        GPT_NEOX,
     )
 }
 
