@@ -96,10 +96,17 @@ def _write(hf_dir: Path, out_dir: Path, ignore_config_fields: tuple[str, ...]) -
     """Read, check and write the whole checkpoint into `out_dir` (an existing directory)."""
     from jaxattn.checkpoints import native
     from jaxattn.checkpoints.eos import read_eos_ids
-    from jaxattn.checkpoints.loading import read_checkpoint, read_tokenizer
+    from jaxattn.checkpoints.loading import out_of_memory, read_checkpoint, read_tokenizer
+    from jaxattn.checkpoints.model_ref import Resolved
     from jaxattn.engine.params import check_params
 
-    config, params = read_checkpoint(hf_dir, ignore_config_fields)
+    try:
+        config, params = read_checkpoint(hf_dir, ignore_config_fields)
+    except Exception as e:  # out of memory: named as load names it, not the capture's advice
+        memory = out_of_memory(Resolved(hf_dir), e)
+        if memory is None:
+            raise
+        raise memory from e
     check_params(config, params["encoder"])
     eos_ids = read_eos_ids(hf_dir) if config.causal else None  # an encoder generates none
     tokenizer = read_tokenizer(hf_dir, config)

@@ -115,3 +115,19 @@ def test_empty_output_directory_is_used(native_dir, tmp_path):
     out.mkdir()
     convert_checkpoint(native_dir, out)
     assert jaxattn.load(out).info == jaxattn.load(native_dir).info
+
+
+def test_out_of_memory_reading_is_named_as_load_names_it(bert_copy, tmp_path, monkeypatch, capsys):
+    """A convert that runs out of host memory reading the weights says so, naming the
+    checkpoint (as `jaxattn.load`), not the capture-time advice (--limit); no output."""
+    from jaxattn.checkpoints import hf_files
+
+    def full(*_, **__):
+        raise MemoryError
+
+    monkeypatch.setattr(hf_files, "read_state_dict", full)
+    out = tmp_path / "out"
+    assert main(["convert", str(bert_copy), str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert f"out of host memory loading {bert_copy}" in err and "--limit" not in err, err
+    assert not out.exists() and not list(tmp_path.glob(".out.partial-*"))
