@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -23,6 +24,26 @@ def test_buckets_are_capped_at_the_model_limit():
     assert batching.buckets_for(67) == (8, 16, 24, 32, 40, 48, 56, 64, 67)
     assert batching.buckets_for(512)[-1] == 512
     assert batching.buckets_for(514 - 2)[-1] == 512
+
+
+@pytest.mark.parametrize(
+    "buckets, says",
+    [
+        ("x", "a sequence of token counts, got 'x'"),
+        (64, "a sequence of token counts, got 64"),
+        ([8, 0], "whole numbers of tokens >= 1, got 0"),
+        ([-5], "whole numbers of tokens >= 1, got -5"),
+        ([8, 16.5], "whole numbers of tokens >= 1, got 16.5"),
+        ([True], "whole numbers of tokens >= 1, got True"),
+        ([8, "16"], "whole numbers of tokens >= 1, got '16'"),
+    ],
+)
+def test_bad_buckets_are_named(buckets, says):
+    """The engine's buckets option: a bad one is a UsageError naming it (a string raised
+    TypeError from sorting, 0 and negatives were kept as buckets no text can use)."""
+    with pytest.raises(UsageError, match=re.escape(says)):
+        batching.buckets_for(67, buckets)
+    assert batching.buckets_for(67, (np.int64(16), 8)) == (8, 16, 67)
 
 
 def test_long_buckets_pad_a_long_text_by_at_most_a_quarter():

@@ -199,8 +199,18 @@ class Batch:
 
 
 def buckets_for(max_length: int, buckets: Sequence[int] = DEFAULT_BUCKETS) -> tuple[int, ...]:
-    """The bucket lengths usable by a model: those below its limit, then the limit."""
-    return tuple(sorted({b for b in buckets if b < max_length} | {max_length}))
+    """The bucket lengths usable by a model: those below its limit, then the limit.
+
+    Raises:
+      UsageError: `buckets` is no sequence of whole numbers >= 1 (the engine's
+        option buckets), naming the first that is not.
+    """
+    if isinstance(buckets, str | bytes) or not isinstance(buckets, Sequence | set | frozenset):
+        raise UsageError(f"buckets must be a sequence of token counts, got {buckets!r}")
+    for b in buckets:
+        if isinstance(b, bool) or not isinstance(b, numbers.Integral) or b < 1:
+            raise UsageError(f"buckets must be whole numbers of tokens >= 1, got {b!r}")
+    return tuple(sorted({int(b) for b in buckets if b < max_length} | {max_length}))
 
 
 def _pow2_floor(n: int) -> int:
