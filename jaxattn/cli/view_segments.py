@@ -3,11 +3,11 @@
 The stats-first page (`jaxattn.views.segments_page`, docs/views.md): for each
 layer and head the sink, previous-token and local shares and the entropy per
 segment of the text, for long documents. Texts are captured twice: the per-row
-statistics of every layer and head (``decoder_row_head_stats``, and
-``row_head_stats`` for an encoder's entropy: [L, H, T, P] numbers, no map; blockwise
-on a long text), from which every head's sink, previous-token and entropy segments
-come, and, with ``--stats-first maps`` (the default), the attention maps of the
---layers/--heads selection, which add their local share; ``--stats-first
+statistics of every layer and head (``decoder_row_head_stats``, whose entropy is an
+encoder's too: [L, H, T, P] numbers, no map; blockwise on a long text), from which
+every head's sink, previous-token and entropy segments come, and, with
+``--stats-first maps`` (the default), the attention maps of the --layers/--heads
+selection, which add their local share; ``--stats-first
 statistics`` captures no map (no local share). Saved capture files are used as
 they are: consecutive files of the same text are one example.
 """

@@ -65,8 +65,10 @@ STATISTIC_SOURCES = {
 ROW_SOURCES = {
     "sink": (("decoder_row_head_stats", "first", None),),
     "prev": (("decoder_row_head_stats", "prev", None), ("row_head_stats", "prev", None)),
+    # decoder_row_head_stats' entropy is either model's (an encoder's row over every real
+    # key, as row_head_stats'): one capture serves the page (`statistics_captures`)
     "entropy": (
-        ("decoder_row_head_stats", "entropy", True),
+        ("decoder_row_head_stats", "entropy", None),
         ("row_head_stats", "entropy", False),
     ),
 }

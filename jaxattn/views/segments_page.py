@@ -46,10 +46,10 @@ FORMAT = "jaxattn.views.segments.page/1"
 def statistics_captures(causal: bool) -> tuple[tuple[str, ...], ...]:
     """The captures of per-row statistics a text's page needs, one quantity each (each
     runs blockwise on a long text: `jaxattn.engine.blockwise.SERVES`, one kind of
-    statistics a request): decoder_row_head_stats (sink, prev; a decoder's entropy)
-    and, for an encoder, row_head_stats (its entropy, smoothed over every key)."""
-    decoder = ("decoder_row_head_stats",)
-    return (decoder,) if causal else (decoder, ("row_head_stats",))
+    statistics a request): decoder_row_head_stats alone, whose sink, prev and entropy
+    are either model's (an encoder's entropy over every real key of a row, as
+    row_head_stats'). `causal` is the model's (the same one capture either way)."""
+    return (("decoder_row_head_stats",),)
 
 
 def segments_data(

@@ -17,8 +17,11 @@ from jaxattn.views.segments import segments_document
 
 T, SEGMENT = 70, 16
 MAPS = ("attention", "alpha_fx_norm")
+# decoder_row_head_stats serve an encoder too (its entropy over every real key): the
+# page asks an encoder for them alone (`segments_page.statistics_captures`)
 ROWS = {
-    "bert": ("decoder_row_head_stats", "decoder_norm_row_head_stats")
+    "bert": ("decoder_row_head_stats", "decoder_norm_row_head_stats"),
+    "bert-both": ("decoder_row_head_stats", "decoder_norm_row_head_stats")
     + ("row_head_stats", "norm_row_head_stats"),
     "mistral": ("decoder_row_head_stats", "decoder_norm_row_head_stats"),
 }
@@ -27,9 +30,9 @@ ROWS = {
 @pytest.fixture(scope="module", params=ROWS)
 def pair(request) -> tuple[Capture, Capture, bool]:
     """(a capture of the maps, one of the per-row statistics only, causal) of one text."""
-    family = request.param
+    family = request.param.removesuffix("-both")
     config = config_of(family, num_hidden_layers=1)
-    what = MAPS + ROWS[family]
+    what = MAPS + ROWS[request.param]
     spec = CaptureSpec(what=what, layers=(0,), heads=tuple(range(config.num_heads)))
     data = batch(config, (T,), pair_from=T, punct=0.2)
     out = capture(Encoder(config), params_of(config), spec, data)
@@ -43,7 +46,7 @@ def pair(request) -> tuple[Capture, Capture, bool]:
         provenance={"causal": causal},
     )
     maps = Capture(tensors={q: out[q][0] for q in MAPS}, **base)
-    rows = Capture(tensors={q: out[q][0] for q in ROWS[family]}, **base)
+    rows = Capture(tensors={q: out[q][0] for q in ROWS[request.param]}, **base)
     return maps, rows, causal
 
 
