@@ -41,6 +41,11 @@ _IDENTITY = (
         "input reader (jaxattn 0.2 reads 'A ||| B' pairs, strips white space; "
         "0.3 refuses empty texts)",
     ),
+    (
+        ("spec", "entropy"),
+        "an encoder's decoder statistics' entropy (jaxattn 0.3 takes every real key of a "
+        "row; stores before it recorded nothing and summed the keys up to the row only)",
+    ),
     (("input", "limit"), "record limit (--limit)"),
     (("shards", "size"), "shard size (--shard-size)"),
     (("too_long",), "too-long policy (--too-long)"),
@@ -178,6 +183,13 @@ def build(
         if getattr(spec, field) is not None
     }
     shards = -(-input_info.records // shard_size)
+    # An encoder's decoder statistics (P axis): their entropy's keys, a definition that
+    # changed (every real key of the row, not those up to it): recorded, so that a store
+    # of the earlier definition is not continued with this one. Other stores as before.
+    decoder_stats = any(QUANTITIES[q].axis("P") is not None for q in spec.what)
+    entropy = (
+        {"entropy": "every real key"} if decoder_stats and not model_info.get("causal") else {}
+    )
     return {
         "format": layout.FORMAT,
         "format_version": layout.SELECTED_FORMAT_VERSION if positions else layout.FORMAT_VERSION,
@@ -197,6 +209,7 @@ def build(
             "dtype": spec.dtype,
             "precision": spec.precision,
             **positions,
+            **entropy,
         },
         "axes": {q: QUANTITIES[q].axes for q in spec.what},
         "sizes": sizes,

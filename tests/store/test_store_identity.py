@@ -91,3 +91,39 @@ def test_store_mismatch_is_a_usage_error_naming_field_values_and_advice(tmp_path
     assert "choose another --out (or --overwrite to delete the store and start it afresh)" in (
         str(err.value)
     )
+
+
+def test_an_encoders_decoder_statistics_record_their_entropy_and_older_stores_are_refused():
+    """decoder_head_stats' entropy of an encoder's row became the whole row's (every real
+    key; it summed the keys up to the row): a store of it records so, and one written
+    before (which records nothing) is not continued with the new definition, naming it.
+    A decoder's, and stores without decoder statistics, record nothing, as before."""
+    import dataclasses
+
+    from store_helpers import CONFIG, INFO
+
+    from jaxattn.spec import CaptureSpec
+    from jaxattn.store.metadata import InputInfo
+
+    info = InputInfo(name="in.txt", format="text", sha256="0" * 64, size=1, records=2, reader="r")
+
+    def meta_of(what, causal):
+        return store_metadata.build(
+            model_info=dataclasses.asdict(INFO) | {"causal": causal},
+            model_fingerprint="sha256:test",
+            spec=CaptureSpec(what=what, layers=(0,), heads=(0,)),
+            model_config=CONFIG.to_dict(),
+            input_info=info,
+            shard_size=2,
+            too_long="error",
+        )
+
+    for what in (("decoder_head_stats",), ("attention", "decoder_norm_row_head_stats")):
+        new = meta_of(what, causal=False)
+        assert new["spec"]["entropy"] == "every real key"
+        old = copy.deepcopy(new)
+        del old["spec"]["entropy"]  # as a store of the earlier definition
+        (line,) = store_metadata.differences(old, new)
+        assert line.startswith("an encoder's decoder statistics' entropy") and "None" in line
+        assert "entropy" not in meta_of(what, causal=True)["spec"]  # a decoder's: unchanged
+    assert "entropy" not in meta_of(("attention", "head_stats"), causal=False)["spec"]
