@@ -84,6 +84,17 @@ DECODER_UINT8 = {
 }
 
 
+def refused_quantities(config: dict, dtype: str = "float32") -> dict[str, str]:
+    """`ModelConfig.refused_quantities` of a config as a dict (a ModelConfig's fields, or
+    a saved capture's ``provenance["config"]``; a field it lacks: off)."""
+    refused = dict(POST_NORM_REFUSED) if config.get("post_norms") else {}
+    if config.get("parallel_residual"):
+        refused.update(PARALLEL_REFUSED)
+    if config.get("causal"):
+        refused.update(DECODER_REFUSED, **(DECODER_UINT8 if dtype == "uint8" else {}))
+    return refused
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelConfig:
     """A transformer encoder: BERT's graph and the switches other families turn.
@@ -366,12 +377,8 @@ class ModelConfig:
         that begins with the name (a causal model: `DECODER_REFUSED`, and as uint8
         `DECODER_UINT8`; post-norms: `POST_NORM_REFUSED`; a parallel residual:
         `PARALLEL_REFUSED`)."""
-        refused = dict(POST_NORM_REFUSED) if self.post_norms else {}
-        if self.parallel_residual:
-            refused.update(PARALLEL_REFUSED)
-        if self.causal:
-            refused.update(DECODER_REFUSED, **(DECODER_UINT8 if dtype == "uint8" else {}))
-        return refused
+        switches = ("post_norms", "parallel_residual", "causal")
+        return refused_quantities({name: getattr(self, name) for name in switches}, dtype)
 
     def attention_windows(self) -> tuple[int, ...]:
         """A decoder's causal sliding window W of each layer (`Rotary.local_window` in

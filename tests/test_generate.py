@@ -164,3 +164,26 @@ def test_ablated_and_plain_generations_share_their_programs(pairs):
     assert compiles == [] and [g.ids for g in again] == [g.ids for g in plain]
     for g in plain:  # a plain generation, the gates all ones, is transformers' still
         assert list(g.ids) == torch_generate(torch_model, list(g.prompt.ids), NEW, eos=-1)
+
+
+def test_an_id_past_the_tokenizer_is_named_by_its_number(tmp_path):
+    """Pythia's embedding has 50,304 rows for 50,277 tokens: a generation may pick a row
+    the tokenizer has no piece for. Its token is "<id N>" (was None: the capture could
+    not be saved, and the views and the CLI's token line failed on it)."""
+    from gpt2_fixture import make_gpt2_tokenizer  # tests/families: generate_support
+    from gpt_neox_fixture import make_gpt_neox_checkpoint
+    from safetensors.numpy import load_file, save_file
+
+    path = make_gpt_neox_checkpoint(tmp_path / "m", vocab_size=len(make_gpt2_tokenizer()) + 3)
+    weights = load_file(path / "model.safetensors")
+    padded = weights["embed_out.weight"].shape[0] - 2  # no token has this id
+    # the row that is the final norm's scale, scaled up, wins the first argmax
+    weights["embed_out.weight"][padded] = 100 * weights["gpt_neox.final_layer_norm.weight"]
+    save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
+    engine = jaxattn.load(path, buckets=(16,))
+    (g,) = engine.generate(["Hello"], 1, stop_at_eos=False)
+    assert g.ids == (padded,) and g.tokens == (f"<id {padded}>",)
+    (cap,) = engine.capture(["Hello"], generate=1, what=("attention",))
+    assert cap.tokens[-1] == f"<id {padded}>"
+    cap.save(tmp_path / "c.npz")
+    assert jaxattn.Capture.load(tmp_path / "c.npz").tokens == cap.tokens

@@ -7,7 +7,9 @@ Only what loading needs is fetched, into the user's Hugging Face cache
 
 1. config.json alone (`snapshot_download`, which also resolves the revision to
    its commit and caches the repository's file list). A model_type jaxattn does
-   not read is refused here, naming the families it reads, before any weights.
+   not read is refused here, naming the families it reads, before any weights, and
+   so is whatever else loading refuses of the config (a rope type, a size; not
+   an unknown field, which the load's ignore_config_fields may vouch for).
 2. Then, at that commit, each by `hf_hub_download`: the tokenizer files,
    generation_config.json where the model has one (the EOS ids generation stops
    at: `eos`), and the
@@ -55,8 +57,9 @@ def download(repo_id: str, revision: str | None = None) -> tuple[Path, str]:
       (the snapshot directory in the Hugging Face cache, the commit hash).
 
     Raises:
-      CheckpointError: its config.json is not JSON or its model_type is not one
-        jaxattn reads (before any weights were fetched).
+      CheckpointError: its config.json is not JSON, its model_type is not one
+        jaxattn reads, or it holds a value jaxattn cannot compute (before any
+        weights were fetched).
       ModelNotFoundError: no such model or revision; no config.json, weights or
         tokenizer in it; offline and not (completely) in the cache.
       GatedModelError: a gated model without access (HF_TOKEN).
@@ -92,7 +95,7 @@ def _snapshot_with_config(repo_id: str, revision: str | None, shown: str) -> Pat
     """The snapshot directory of the commit, holding config.json of a family jaxattn reads."""
     from huggingface_hub import snapshot_download
 
-    from jaxattn.checkpoints.hf_config import family_of
+    from jaxattn.checkpoints.hf_config import translate
 
     with hub_errors.translated(shown, revision):
         snapshot = Path(snapshot_download(repo_id, revision=revision, allow_patterns=[CONFIG]))
@@ -102,7 +105,13 @@ def _snapshot_with_config(repo_id: str, revision: str | None, shown: str) -> Pat
             f"{shown} (commit {snapshot.name}) has no config.json: it is not a Hugging Face "
             f"transformers checkpoint (jaxattn reads those of the families {supported()})"
         )
-    family_of(read_json_object(config), f"{shown}'s config.json (nothing else was downloaded)")
+    # The whole config as loading reads it (`hf_config.translate`), so what it refuses
+    # (another family, a rope type, a size) is refused before the weights are fetched.
+    # Fields it does not know are left to the load, which has the caller's
+    # ignore_config_fields.
+    hf = read_json_object(config)
+    source = f"{shown}'s config.json (nothing else was downloaded)"
+    translate(hf, name=repo_id, ignore_fields=tuple(hf), source=source)
     return snapshot
 
 

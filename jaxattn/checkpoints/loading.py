@@ -251,7 +251,7 @@ def load(
           generation_config.json (where it has one) are downloaded, into the
           Hugging Face cache (HF_HOME, HF_HUB_CACHE; HF_TOKEN for gated models;
           HF_HUB_OFFLINE=1: the cache alone), and a model of another family is
-          refused before its weights.
+          refused before its weights (so is a config.json it cannot compute).
         - None: the embedded all-MiniLM-L6-v2.
         The families: bert (MiniLM too), roberta (xlm-roberta, camembert),
         distilbert, electra, albert, deberta-v2 (DeBERTa-v3 too), modernbert and

@@ -15,8 +15,8 @@ DIR|NAME[@REVISION]`` in every command, checked in this order:
 3. A name shaped like a path (absolute, starting with "." or "~", holding a
    backslash, ending with "/", or of three or more parts, a/b/c) is a local
    directory, a leading "~" the home directory as in a shell (``--model=~/x``, which
-   the shell leaves as it is); one that does not exist is a `ModelNotFoundError`,
-   naming it as given.
+   the shell leaves as it is; "~user/x" too, and "./~/x" is a directory named "~");
+   one that does not exist is a `ModelNotFoundError`, naming it as given.
 4. Anything else must be a Hub name, ``NAME`` or ``ORG/NAME`` of letters, digits,
    "-", "_" and "." (no "--" or "..", at most 96 characters); else a usage error.
 
@@ -110,8 +110,11 @@ class ModelRef(os.PathLike):
                 self._resolved = Resolved(path, commit, self.name)
             else:
                 path = Path(self.name)
-                if not path.exists():  # "~/models/x": the home directory, as in a shell
-                    path = path.expanduser()
+                if not path.exists() and self.name.startswith("~"):
+                    # "~/models/x", "~user/x": the home directory, as in a shell. Of the
+                    # name as given: Path("./~/x") reads "~/x", and Path.expanduser raises
+                    # for an unknown user (os.path's leaves the name as it is).
+                    path = Path(os.path.expanduser(self.name))
                 check_model_dir(path, self.name)
                 self._resolved = Resolved(path)
         return self._resolved

@@ -14,6 +14,7 @@ from jaxattn.capture import Capture
 from jaxattn.cli.analysis_flags import corpus_analysis
 from jaxattn.cli.args import engine_flags
 from jaxattn.cli.saved import require, saved_parses, stored_quantities
+from jaxattn.config import refused_quantities
 from jaxattn.errors import InputError, UsageError
 from jaxattn.progress import Progress
 
@@ -99,7 +100,12 @@ def analyse_saved(args, caps) -> tuple:
     )
     decoder = bool(len(caps)) and is_decoder(caps[0])
     what = run_quantities(flags, decoder)
+    # what the captured model refuses (a parallel residual's mixing_ratio) is not asked for
+    config = (caps[0].provenance.get("config") or {}) if len(caps) else {}
+    refused = refused_quantities(config)
     mixing = () if args.no_norm or args.stats_only else MIXING_NEEDS
+    left_out = [q for q in mixing if q in refused]
+    mixing = tuple(q for q in mixing if q not in refused)
     stored = stored_quantities(caps)
     try:
         require(
@@ -147,6 +153,7 @@ def analyse_saved(args, caps) -> tuple:
         "dtype": first.dtype,
         "precision": first.precision,
         "not_in_input": absent,
+        **({"refused_by_the_model": left_out} if left_out else {}),
         **skipped,
     }
     return corpus, meta

@@ -454,6 +454,13 @@ def check_output(path: str | os.PathLike, overwrite: bool, flag: str = "--out") 
     Raises:
       UsageError: naming the flag, the path and what to do.
     """
+    given = os.fspath(path)
+    if given.endswith(("/", os.sep)) and not Path(given).is_dir():
+        # Path drops the trailing separator: "new/" would be written as a file "new"
+        raise UsageError(
+            f"{flag} {given} ends in '/', a directory, and names no file: name a file "
+            f"(in it, {given}NAME)"
+        )
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{flag} {path} is a directory: name a file in it")

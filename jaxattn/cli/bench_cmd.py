@@ -50,7 +50,7 @@ def register(sub) -> None:
         "--repeats", type=positive, default=3, help="best of this many timed passes (default 3)"
     )
     add_source_arguments(p, server=False)
-    p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    p.add_argument("--json", default=None, help="also write the figures here")
     add_overwrite_argument(p)
     p.add_argument(
         "--synthetic",

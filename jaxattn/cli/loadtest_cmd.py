@@ -83,7 +83,7 @@ def register(sub) -> None:
     )
     add_token_argument(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the request mix (default 0)")
-    p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    p.add_argument("--json", default=None, help="also write the figures here")
     add_overwrite_argument(p)
     p.set_defaults(func=run)
 

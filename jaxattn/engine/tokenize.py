@@ -14,6 +14,11 @@ from jaxattn.errors import CheckpointError, InputError, TooLongError, UsageError
 from jaxattn.inputs import TOO_LONG, Text, check_text
 
 
+def unknown_id(token_id: int) -> str:
+    """The word piece shown for a token id the tokenizer has none for: "<id 50300>"."""
+    return f"<id {token_id}>"
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TokenizedText:
     """One tokenised example: what the engine batches.
@@ -126,8 +131,15 @@ class Tokenizer:
         return max(self._backend.get_vocab(with_added_tokens=True).values(), default=-1)
 
     def tokens_of(self, ids: Sequence[int]) -> tuple[str, ...]:
-        """The word pieces of token ids, as `encode` gives them."""
-        return tuple(self._backend.id_to_token(int(i)) for i in ids)
+        """The word pieces of token ids, as `encode` gives them; an id the tokenizer has
+        no piece for (a row of a padded embedding: Pythia's 50,304 for 50,277 tokens,
+        which a generation may pick) is `unknown_id`'s "<id N>" (the backend's None
+        broke the views, the CLI's token line and `Capture.save`)."""
+        return tuple(self._piece(int(i)) for i in ids)
+
+    def _piece(self, token_id: int) -> str:
+        piece = self._backend.id_to_token(token_id)
+        return unknown_id(token_id) if piece is None else piece
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of token ids, special tokens left out (the backend's decoder)."""

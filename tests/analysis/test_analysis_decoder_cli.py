@@ -127,3 +127,27 @@ def test_analyze_leaves_out_what_a_parallel_residual_refuses(tmp_path):
     attn_w = sum((1 - w).sum(-1) for w in own) / sum(w.shape[-1] for w in own)  # [L]
     np.testing.assert_allclose(mixing["Attn-W"], attn_w, atol=1e-6)
     np.testing.assert_allclose(mixing["AttnRes-W"], attn_w / 2, atol=1e-6)
+
+
+def test_saved_captures_of_a_parallel_residual_are_not_asked_for_what_it_refuses(tmp_path, capsys):
+    """Stored captures of a Pythia: the advice and the warning no longer ask for
+    mixing_ratio ('dump it again with --what attention,alpha_fx_norm,mixing_ratio', which
+    that model refuses), and meta names it as refused, as for a live analysis."""
+    from gpt_neox_fixture import make_gpt_neox_checkpoint
+
+    import jaxattn
+
+    engine = jaxattn.load(make_gpt_neox_checkpoint(tmp_path / "neox"))
+    for what in (("attention",), ("attention", "alpha_fx_norm")):
+        (cap,) = engine.capture([TEXTS[0]], what=what)
+        cap.save(tmp_path / f"{len(what)}.npz")
+    out = tmp_path / "r.json"
+    args = ["analyze", str(tmp_path / "1.npz"), "--out", str(out), "--quiet"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "--what attention,alpha_fx_norm (or add --no-norm)" in err, err
+    args[1] = str(tmp_path / "2.npz")
+    assert main(args) == 0
+    assert "mixing_ratio" not in capsys.readouterr().err
+    meta = json.loads(out.read_text())["meta"]
+    assert meta["refused_by_the_model"] == ["mixing_ratio"] and meta["not_in_input"] == []

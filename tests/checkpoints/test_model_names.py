@@ -244,3 +244,22 @@ def _same(a, b) -> None:
             _same(a[key], b[key])
         else:
             np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_only_a_leading_tilde_as_given_is_the_home_directory(tmp_path, monkeypatch):
+    """'./~/models/x' is a directory named '~' here (pathlib drops the './', and read so
+    it loaded the home directory's model), and '~nosuchuser/x' a directory that does not
+    exist (pathlib's expanduser raised RuntimeError: an internal error)."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    (home / "models" / "x").mkdir(parents=True)
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    for name in ("./~/models/x", "./~"):
+        with pytest.raises(ModelNotFoundError, match=rf"^model directory {re.escape(name)} does"):
+            parse_model(name).resolve()
+    with pytest.raises(ModelNotFoundError, match=r"^model directory ~nosuchuser/x does not"):
+        parse_model("~nosuchuser/x").resolve()
+    assert parse_model("~").resolve().path == home
+    (work / "~" / "models" / "x").mkdir(parents=True)
+    assert parse_model("./~/models/x").resolve().path == Path("~/models/x")  # relative

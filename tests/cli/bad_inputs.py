@@ -220,6 +220,13 @@ BAD: list[Bad] = [
     ),
     # outputs
     Bad("output is a directory", "out", lambda t, g: str(t), 2, "is a directory"),
+    Bad(
+        "output ends in / (a new directory)",
+        "out",
+        lambda t, g: f"{t}/new/",
+        2,
+        r"new/ ends in '/', a directory, and names no file",
+    ),
     Bad("output exists", "out", _existing, 2, "exists.*--overwrite"),
     Bad(
         "output under a file",

@@ -7,6 +7,8 @@ Repositories served (built from the session's tiny BERT checkpoint):
                     pytorch_model.bin, tf_model.h5, onnx/model.onnx); tag v1.0: an
                     older commit whose weights are halved
     org/t5          a model_type jaxattn does not read
+    org/bad-act     the checkpoint with an activation jaxattn does not compute
+    org/own-field   the checkpoint with a config field jaxattn does not know
     org/gated       the checkpoint, opened only by the token "hf_right"
     org/sharded     the checkpoint as model.safetensors.index.json and two shards
 """
@@ -40,6 +42,11 @@ def hub(checkpoint_dirs):
         "model.safetensors": files["model.safetensors"],
         "tokenizer.json": files["tokenizer.json"],
     }
+    config = json.loads(files["config.json"])
+
+    def configured(**fields) -> dict[str, bytes]:
+        return files | {"config.json": json.dumps(config | fields).encode()}
+
     stand_in = HubStandIn().start()
     stand_in.commits = {
         "v1.0": stand_in.add(
@@ -47,6 +54,8 @@ def hub(checkpoint_dirs):
         ),
         "main": stand_in.add("org/tiny-bert", files | extra),
         "t5": stand_in.add("org/t5", t5),
+        "bad-act": stand_in.add("org/bad-act", configured(hidden_act="bogus")),
+        "own-field": stand_in.add("org/own-field", configured(my_field=1)),
         "gated": stand_in.add("org/gated", files, token="hf_right"),
         "sharded": stand_in.add("org/sharded", sharded(dict(files))),
     }

@@ -143,6 +143,21 @@ def test_a_family_jaxattn_does_not_read_is_refused_before_its_weights(hub, hub_e
     assert set(hub.asked()) == {"config.json"}
 
 
+def test_a_config_jaxattn_cannot_compute_is_refused_before_its_weights(hub, hub_env):
+    """What loading refuses of config.json (here an activation; a Pythia's rope type the
+    same) is refused once config.json is in, naming the Hub model: the weights were
+    downloaded first, then refused naming the cache's snapshot."""
+    got = resolve(hub_env, "org/bad-act")
+    assert got["error"] == "CheckpointError"
+    assert got["message"].startswith(
+        "org/bad-act's config.json (nothing else was downloaded): unsupported activation 'bogus'"
+    )
+    assert set(hub.asked()) == {"config.json"}
+    # a field jaxattn does not know is the load's to refuse: ignore_config_fields vouches
+    hub.requests.clear()
+    assert "model.safetensors" in resolve(hub_env, "org/own-field")["files"]
+
+
 def test_a_sharded_checkpoint_downloads_its_index_and_shards(hub, hub_env, checkpoint_dirs):
     from jaxattn.checkpoints import read_checkpoint
 
