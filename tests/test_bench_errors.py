@@ -45,3 +45,23 @@ def test_each_refusal_is_a_jaxattn_error_of_its_kind(name, cls, match, call, tmp
         call(tmp_path)
     assert isinstance(err.value, JaxattnError) and isinstance(err.value, ValueError)
     assert not any(tmp_path.iterdir())  # refused before writing anything
+
+
+def test_a_load_test_of_an_unreachable_server_fails_before_loading_the_model(monkeypatch):
+    """The server is waited for (and named) first: the model's load and the right answers
+    (minutes for a large model) came before, then 60 s of waiting, then the error."""
+    import grpc
+
+    import jaxattn
+    from jaxattn.client import AttentionClient, AttentionServiceError
+
+    said, loaded = [], []
+
+    def unreachable(self, timeout=10.0):
+        raise AttentionServiceError(grpc.StatusCode.UNAVAILABLE, "not ready", "127.0.0.1:1")
+
+    monkeypatch.setattr(AttentionClient, "wait_ready", unreachable)
+    monkeypatch.setattr(jaxattn, "load", lambda *a, **k: loaded.append(a))
+    with pytest.raises(AttentionServiceError):
+        loadtest("127.0.0.1:1", requests=1, log=said.append)
+    assert loaded == [] and said == ["waiting for the server at 127.0.0.1:1 (up to 60 s)"]

@@ -230,6 +230,12 @@ def loadtest(
 
     if requests is None and duration is None:
         raise UsageError("give --requests N, --duration S or both: a load test must be bounded")
+    options = dict(token=token, timeout=600.0)
+    servers = [server] if isinstance(server, str) else list(server)
+    for address in servers:  # before the model and the right answers: fail fast
+        log(f"waiting for the server at {address} (up to 60 s)")
+        with AttentionClient(address, **options) as client:
+            client.wait_ready(60)
     engine = jaxattn.load(model)
     mix = build_mix(engine, sentences(engine, conllu))
     log(
@@ -237,14 +243,11 @@ def loadtest(
         "computing the reference captures"
     )
     expectations = build_expectations(engine, mix)
-    options = dict(token=token, timeout=600.0)
-    servers = [server] if isinstance(server, str) else list(server)
     pid = server_pid or listening_pid(int(servers[0].rsplit(":", 1)[1]))
     log(f"server pid {pid}; compiling every batch shape on the server")
     sent = 0
     for address in servers:  # every replica compiles (or loads) every shape
         with AttentionClient(address, **options) as client:
-            client.wait_ready(60)
             sent += warm_shapes(client, engine, mix)
     log(f"{sent} shape warm-up requests sent")
     if warmup:
