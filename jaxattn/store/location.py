@@ -79,6 +79,9 @@ def hold_writer_lock(location: str | os.PathLike, process_count: int = 1):
             "two at once would overwrite each other's shards: wait for it to end (then "
             "rerun the same command to resume or check it), or choose another --out"
         ) from None
+    except OSError:  # a file system without flock (ENOLCK, some network mounts): unlocked
+        os.close(fd)
+        return None
     return fd
 
 

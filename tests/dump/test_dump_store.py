@@ -192,6 +192,20 @@ def test_a_second_dump_into_a_store_being_written_is_refused(
     assert (again.counts.examples, again.resumed) == (0, 2)  # the lock went with the job
 
 
+def test_a_file_system_without_locks_is_written_unlocked(
+    engines, bert_checkpoint, corpus, tmp_path, reference_store, monkeypatch
+):
+    import errno
+    import fcntl
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    run_dump(engines["bert"], options(corpus, tmp_path / "s"), model_dir=bert_checkpoint)
+    assert_same_store(jaxattn.open_store(tmp_path / "s"), jaxattn.open_store(reference_store))
+
+
 def test_the_processes_of_one_job_write_at_once(
     engines, bert_checkpoint, corpus, tmp_path, reference_store, monkeypatch
 ):
