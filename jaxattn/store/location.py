@@ -45,7 +45,7 @@ def _store_part(name: str) -> bool:
     return name in QUANTITIES or name == layout.MANIFEST_DIR or name.startswith("zarr.json")
 
 
-def hold_writer_lock(location: str | os.PathLike, process_count: int = 1):
+def hold_writer_lock(location: str | os.PathLike, process_count: int = 1, create: bool = True):
     """Lock a local store's directory against another dump writing it at once; returns
     the open descriptor (the lock lasts until it is closed or the process dies: a killed
     dump leaves no stale lock), or None for a store that is not a local directory.
@@ -54,7 +54,9 @@ def hold_writer_lock(location: str | os.PathLike, process_count: int = 1):
     shares the lock, so their processes write one store together while a second
     job of one process (the same command run twice, or another command) is refused,
     and so is a job of several while one of one process writes. Two jobs of several
-    processes at once are not told apart (STORE.md).
+    processes at once are not told apart (STORE.md). `create` False: None where
+    the directory does not exist yet (no dump writes it; the command line's check
+    before the model loads leaves nothing behind).
 
     Raises:
       UsageError: another jaxattn dump holds the lock, naming --out.
@@ -62,7 +64,7 @@ def hold_writer_lock(location: str | os.PathLike, process_count: int = 1):
     import fcntl
 
     path = local_path(root_spec(location))
-    if path is None:
+    if path is None or not (create or os.path.isdir(path)):
         return None
     try:
         os.makedirs(path, exist_ok=True)

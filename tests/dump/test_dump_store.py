@@ -192,6 +192,30 @@ def test_a_second_dump_into_a_store_being_written_is_refused(
     assert (again.counts.examples, again.resumed) == (0, 2)  # the lock went with the job
 
 
+def test_the_command_line_refuses_a_store_being_written_before_loading_the_model(
+    corpus, tmp_path, capsys
+):
+    import fcntl
+    import os
+
+    from jaxattn.cli import main
+
+    store_dir, missing = tmp_path / "s", tmp_path / "no-model"
+    store_dir.mkdir()
+    fd = os.open(store_dir, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as a dump writing it holds it
+    try:
+        code = main(["dump", str(corpus), "--out", str(store_dir), "--model", str(missing)])
+    finally:
+        os.close(fd)
+    err = capsys.readouterr().err
+    assert code == 2 and "another jaxattn dump is writing this store now" in err, err
+    assert list(store_dir.iterdir()) == []
+    # a new --out: the check creates nothing (here the missing model ends the command)
+    assert main(["dump", str(corpus), "--out", str(tmp_path / "new"), "--model", str(missing)])
+    assert not (tmp_path / "new").exists()
+
+
 def test_a_file_system_without_locks_is_written_unlocked(
     engines, bert_checkpoint, corpus, tmp_path, reference_store, monkeypatch
 ):
