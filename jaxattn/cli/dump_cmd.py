@@ -11,6 +11,7 @@ layout.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from jaxattn.cli.args import (
@@ -126,7 +127,7 @@ def _run(args: argparse.Namespace) -> int:
     from jaxattn.dump import distributed
     from jaxattn.dump.job import DumpOptions, finished_dump, run_dump, store_status
     from jaxattn.dump.sharding import check_has_examples
-    from jaxattn.store.location import check_output
+    from jaxattn.store.location import check_output, hold_writer_lock
 
     # Cheap checks before any process joins the job, loads a model or creates the store.
     check_generate(args)
@@ -148,6 +149,10 @@ def _run(args: argparse.Namespace) -> int:
     from jaxattn.checkpoints.loading import model_name, resolve_model
 
     try:  # from here on every path leaves the job (`distributed.shutdown`)
+        # another dump writing --out: refused before the model loads (run_dump locks it)
+        busy = hold_writer_lock(args.out, process.count, create=False)
+        if busy is not None:
+            os.close(busy)
         model = resolve_model(args.model)  # a Hub model downloaded, as jaxattn.load does
         model_dir = model.path
         options = DumpOptions(

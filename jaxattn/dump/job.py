@@ -26,7 +26,7 @@ from jaxattn.progress import Progress
 from jaxattn.store import layout
 from jaxattn.store import metadata as store_metadata
 from jaxattn.store.kvstore import KeyValue, local_path, root_spec, store_context
-from jaxattn.store.location import check_output
+from jaxattn.store.location import check_output, hold_writer_lock
 
 # Test hook: crash (os._exit) halfway through the shard after this many commits.
 CRASH_ENV = "JAXATTN_DUMP_CRASH_AFTER"
@@ -167,6 +167,14 @@ class DumpJob:
     def run(self) -> DumpResult:
         start = time.monotonic()
         check_output(self.options.out, self.options.overwrite)
+        lock = hold_writer_lock(self.options.out, self.process.count)
+        try:
+            return self._run(start)
+        finally:
+            if lock is not None:
+                os.close(lock)
+
+    def _run(self, start: float) -> DumpResult:
         self._start_over()
         store_metadata.create_or_check(self.kv, self.meta)
         done = done_shards(self.kv)
@@ -301,7 +309,8 @@ def run_dump(
       StoreMismatch: the store exists and was written by a different command (and
         holds a finished shard, or the job has several processes).
       UsageError: a bad option or spec; overwrite in a job of several processes; an
-        out that is a file, or a non-empty directory that is not a jaxattn store.
+        out that is a file, or a non-empty directory that is not a jaxattn store;
+        a local store another dump is writing now (`hold_writer_lock`).
       InputError: an input without records (before anything is written); a
         bad record with on_error="stop" (naming the file and line).
       CaptureFileError: TensorStore failed (naming the store and the operation).

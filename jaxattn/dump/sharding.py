@@ -79,6 +79,27 @@ def check_has_examples(path: str | os.PathLike, fmt: str | None = None) -> None:
             raise no_examples(path, fmt)
 
 
+class _Upto:
+    """A SHA-256 of the bytes up to the last record taken: `scan_records` feeds it every
+    byte it reads, `take` counts them in. The bytes of the record after a --limit (read
+    before the scan stops) are not, so editing or appending records past the limit never
+    changes the fingerprint of a limited dump."""
+
+    def __init__(self):
+        self.sha, self.pending = hashlib.sha256(), []
+
+    def update(self, data: bytes) -> None:
+        self.pending.append(data)
+
+    def take(self) -> None:
+        for data in self.pending:
+            self.sha.update(data)
+        self.pending.clear()
+
+    def hexdigest(self) -> str:
+        return self.sha.hexdigest()
+
+
 def plan_shards(
     path: str | os.PathLike,
     *,
@@ -97,7 +118,8 @@ def plan_shards(
       process_index: this process.
       process_count: processes in the job.
       limit: take only the first `limit` records (the scan stops there, so the
-        fingerprint covers the bytes read up to them), or None for all.
+        fingerprint covers the bytes up to the last of them: records past it may
+        change), or None for all.
 
     Raises:
       FileNotFoundError: no such file.
@@ -112,17 +134,20 @@ def plan_shards(
     if limit is not None and limit < 1:
         raise UsageError(f"--limit must be at least 1, got {limit}")
     fmt = check_format(fmt or detect_format(path))
-    digest = hashlib.sha256()
+    digest = _Upto()
     shards: dict[int, list[RawRecord]] = {}
     count = 0
     with open(path, "rb") as f:
         for raw in scan_records(f, fmt, digest):
             if limit is not None and raw.index >= limit:
                 break
+            digest.take()
             shard = raw.index // shard_size
             if owner(shard, process_count) == process_index:
                 shards.setdefault(shard, []).append(raw)
             count = raw.index + 1
+    if limit is None or count < limit:
+        digest.take()  # the whole file: its blank lines or comments after the last record
     if count == 0:
         raise no_examples(path, fmt)
     num_shards = -(-count // shard_size)

@@ -146,10 +146,11 @@ class KeyValue:
                 f"{self.spec['path']}{key} is not valid JSON ({e}): the store is damaged"
             ) from None
 
-    def write_json(self, key: str, value: Any) -> None:
-        """Write `value` as JSON at `key`, atomically (whole or not at all)."""
+    def write_json(self, key: str, value: Any, advice: str = "") -> None:
+        """Write `value` as JSON at `key`, atomically (whole or not at all); a failure
+        (`tensorstore_errors`) ends with `advice` when given."""
         data = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
-        with tensorstore_errors(self.location, f"write {key}"):
+        with tensorstore_errors(self.location, f"write {key}", advice):
             self._kv.write(key, data).result()
 
     def list(self, prefix: str) -> list[str]:

@@ -45,6 +45,48 @@ def _store_part(name: str) -> bool:
     return name in QUANTITIES or name == layout.MANIFEST_DIR or name.startswith("zarr.json")
 
 
+def hold_writer_lock(location: str | os.PathLike, process_count: int = 1, create: bool = True):
+    """Lock a local store's directory against another dump writing it at once; returns
+    the open descriptor (the lock lasts until it is closed or the process dies: a killed
+    dump leaves no stale lock), or None for a store that is not a local directory.
+
+    A job of one process locks it exclusively; each process of a job of several
+    shares the lock, so their processes write one store together while a second
+    job of one process (the same command run twice, or another command) is refused,
+    and so is a job of several while one of one process writes. Two jobs of several
+    processes at once are not told apart (STORE.md). `create` False: None where
+    the directory does not exist yet (no dump writes it; the command line's check
+    before the model loads leaves nothing behind).
+
+    Raises:
+      UsageError: another jaxattn dump holds the lock, naming --out.
+    """
+    import fcntl
+
+    path = local_path(root_spec(location))
+    if path is None or not (create or os.path.isdir(path)):
+        return None
+    try:
+        os.makedirs(path, exist_ok=True)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:  # unwritable: the store's first write says why (`tensorstore_errors`)
+        return None
+    mode = fcntl.LOCK_EX if process_count == 1 else fcntl.LOCK_SH
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UsageError(
+            f"--out {os.fspath(location)}: another jaxattn dump is writing this store now; "
+            "two at once would overwrite each other's shards: wait for it to end (then "
+            "rerun the same command to resume or check it), or choose another --out"
+        ) from None
+    except OSError:  # a file system without flock (ENOLCK, some network mounts): unlocked
+        os.close(fd)
+        return None
+    return fd
+
+
 def check_output(location: str | os.PathLike, overwrite: bool = False) -> None:
     """Check that a dump may write at `location`: nothing there, an empty directory, a
     jaxattn store (to resume or check, or with `overwrite` to delete), or a store being

@@ -234,5 +234,6 @@ class ShardWriter:
             },
         )
         attributes = {layout.MANIFEST_ATTRIBUTE: part.to_json()}
-        self.kv.write_json(layout.manifest_key(self.shard), layout.group_metadata(attributes))
+        manifest = layout.group_metadata(attributes)
+        self.kv.write_json(layout.manifest_key(self.shard), manifest, _ADVICE)
         return part

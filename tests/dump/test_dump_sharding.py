@@ -24,6 +24,23 @@ def test_plan_identifies_the_input(tmp_path):
     assert [r.line for r in records] == [1, 4, 5, 6]  # unparsed: bad records keep their place
 
 
+def test_a_limited_plan_fingerprints_only_the_records_it_takes(tmp_path):
+    """--limit 2: the bytes up to the 2nd record; what follows may change or grow."""
+    head = b"one\n\ntwo\n"
+    want = hashlib.sha256(head).hexdigest()
+    for tail in (b"", b"\n", b"three\n", b"THREE\nfour\n", b"\n\nthree"):
+        path = tmp_path / "in.txt"
+        path.write_bytes(head + tail)
+        assert plan_shards(path, limit=2).info.sha256 == want, tail
+    path.write_bytes(b"one\n\ntwo\n\n")  # fewer records than the limit: the whole file
+    assert plan_shards(path, limit=3).info.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    conllu = tmp_path / "in.conllu"
+    sentence = b"# c\n1\ta\t_\t_\t_\t_\t0\troot\t_\t_\n\n"
+    conllu.write_bytes(sentence + sentence.replace(b"\ta\t", b"\tb\t"))
+    got = plan_shards(conllu, limit=1).info.sha256
+    assert got == hashlib.sha256(sentence).hexdigest()
+
+
 def test_processes_share_the_shards_disjointly(tmp_path):
     path = tmp_path / "in.txt"
     path.write_text("".join(f"line {i}\n" for i in range(23)))

@@ -147,6 +147,104 @@ def test_leftovers_of_a_killed_shard_are_replaced(
     assert_same_store(jaxattn.open_store(store_dir), jaxattn.open_store(reference_store))
 
 
+def _during_first_commit(monkeypatch, second):
+    """Run `second()` once, as the dump in progress has committed its first shard."""
+    from jaxattn.store.writer import ShardWriter
+
+    commit, calls = ShardWriter.commit, []
+
+    def patched(self, *args, **kwargs):
+        part = commit(self, *args, **kwargs)
+        if not calls:
+            calls.append(1)
+            second()
+        return part
+
+    monkeypatch.setattr(ShardWriter, "commit", patched)
+    return calls
+
+
+def test_a_second_dump_into_a_store_being_written_is_refused(
+    engines, bert_checkpoint, corpus, tmp_path, reference_store, monkeypatch
+):
+    """The same command run twice at once, or another command, would redo and delete
+    the shards the first writes (a committed shard's chunks gone): refused."""
+    store_dir = tmp_path / "s"
+    refused = []
+
+    def second():
+        before = sorted(p.relative_to(store_dir) for p in store_dir.rglob("*"))
+        for change in ({}, dict(what=("attention",)), dict(overwrite=True)):
+            for process in (None, Process(1, 2)):
+                if change.get("overwrite") and process:
+                    continue
+                opts = options(corpus, store_dir, **change)
+                with pytest.raises(jaxattn.UsageError, match="another jaxattn dump is writing"):
+                    run_dump(engines["bert"], opts, model_dir=bert_checkpoint, process=process)
+                refused.append(change)
+        assert sorted(p.relative_to(store_dir) for p in store_dir.rglob("*")) == before
+
+    calls = _during_first_commit(monkeypatch, second)
+    run_dump(engines["bert"], options(corpus, store_dir), model_dir=bert_checkpoint)
+    assert calls and len(refused) == 5
+    assert_same_store(jaxattn.open_store(store_dir), jaxattn.open_store(reference_store))
+    again = run_dump(engines["bert"], options(corpus, store_dir), model_dir=bert_checkpoint)
+    assert (again.counts.examples, again.resumed) == (0, 2)  # the lock went with the job
+
+
+def test_the_command_line_refuses_a_store_being_written_before_loading_the_model(
+    corpus, tmp_path, capsys
+):
+    import fcntl
+    import os
+
+    from jaxattn.cli import main
+
+    store_dir, missing = tmp_path / "s", tmp_path / "no-model"
+    store_dir.mkdir()
+    fd = os.open(store_dir, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as a dump writing it holds it
+    try:
+        code = main(["dump", str(corpus), "--out", str(store_dir), "--model", str(missing)])
+    finally:
+        os.close(fd)
+    err = capsys.readouterr().err
+    assert code == 2 and "another jaxattn dump is writing this store now" in err, err
+    assert list(store_dir.iterdir()) == []
+    # a new --out: the check creates nothing (here the missing model ends the command)
+    assert main(["dump", str(corpus), "--out", str(tmp_path / "new"), "--model", str(missing)])
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_file_system_without_locks_is_written_unlocked(
+    engines, bert_checkpoint, corpus, tmp_path, reference_store, monkeypatch
+):
+    import errno
+    import fcntl
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    run_dump(engines["bert"], options(corpus, tmp_path / "s"), model_dir=bert_checkpoint)
+    assert_same_store(jaxattn.open_store(tmp_path / "s"), jaxattn.open_store(reference_store))
+
+
+def test_the_processes_of_one_job_write_at_once(
+    engines, bert_checkpoint, corpus, tmp_path, reference_store, monkeypatch
+):
+    store_dir = tmp_path / "s"
+    opts = options(corpus, store_dir)
+
+    def second():
+        run_dump(engines["bert"], opts, model_dir=bert_checkpoint, process=Process(1, 2))
+
+    calls = _during_first_commit(monkeypatch, second)
+    run_dump(engines["bert"], opts, model_dir=bert_checkpoint, process=Process(0, 2))
+    assert calls
+    assert_same_store(jaxattn.open_store(store_dir), jaxattn.open_store(reference_store))
+
+
 def _changed(tmp_path, corpus, bert_checkpoint):
     other_input = write_jsonl(tmp_path / "other.jsonl", [*CORPUS[:-1], {"text": "hello"}])
     other_model = tmp_path / "model"

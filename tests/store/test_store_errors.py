@@ -143,6 +143,43 @@ def test_tensorstore_failures_are_one_line_naming_store_and_operation(good, tmp_
     assert "tensorstore_spec" not in text
 
 
+def test_a_full_disk_at_a_shard_commit_says_the_same_command_resumes(tmp_path):
+    """ENOSPC as the manifest part is written: one line naming the store, the key and
+    the cause, advising the rerun; the shard stays uncommitted (redone on resume)."""
+    import errno
+
+    from jaxattn.store.kvstore import KeyValue, root_spec
+    from jaxattn.store.writer import ShardWriter
+
+    caps = captures(4)
+    meta = write_store(tmp_path / "s", caps, commit=1)
+    kv = KeyValue(root_spec(tmp_path / "s"))
+
+    class Full:  # the kvstore, its writes failing as on a full disk
+        def __init__(self, kv):
+            self.kv = kv
+
+        def write(self, key, value):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self.kv, name)
+
+    kv._kv = Full(kv._kv)
+    writer = ShardWriter(kv, meta, 1, [caps[2].length, caps[3].length])
+    for r in (2, 3):
+        writer.add(caps[r], record=r, line=r + 1, id=str(r), truncated=False)
+    with pytest.raises(CaptureFileError) as err:
+        writer.commit((2, 4), (), {})
+    assert str(err.value) == (
+        f"cannot write manifest/s000001/zarr.json in the store at {tmp_path / 's'}: "
+        "[Errno 28] No space left on device; fix the cause, then rerun the same command: "
+        "it resumes at this shard"
+    )
+    partial = jaxattn.open_store(tmp_path / "s", partial=True)
+    assert sorted(partial.parts) == [0] and [e.record for e in partial.entries] == [0, 1]
+
+
 def test_tensorstore_detail_is_one_short_line():
     raw = ValueError(
         'NOT_FOUND: Error opening "zarr3" driver: Metadata at local file "/x/zarr.json" does '
