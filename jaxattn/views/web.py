@@ -17,6 +17,12 @@ Standard library only (`http.server.ThreadingHTTPServer`). Routes:
 `engine` is a `jaxattn.CaptureSource`: an `Engine` or an `AttentionClient`
 (captures then go through the gRPC server).
 Captures run one at a time (a lock): the engine is shared by every request.
+
+Another web site cannot use it through a visitor's browser: on a loopback address
+a request whose ``Host`` is no loopback name with this port (DNS rebinding) is
+refused (421), and a POST from another ``Origin`` than the page's own (403: a
+browser names the origin of every cross-origin POST, a form's or a fetch's;
+scripts such as curl send none and are served).
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from jaxattn.inputs import split_pair
 from jaxattn.views.page import CSP_WEB, SCRIPTS, document
 from jaxattn.views.payload import VIEWS, build_payload, check_views, needs
 from jaxattn.views.segments_page import segments_data, statistics_captures
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
 log = logging.getLogger("jaxattn.web")
 
@@ -94,6 +102,18 @@ def capture_along(engine, text) -> list:
     return [engine.capture([text], what=what)[0] for what in statistics_captures(causal)]
 
 
+def host_names(host: str, port: int) -> frozenset[str] | None:
+    """The ``Host`` headers a server bound to `host`:`port` answers (lower case), or
+    None for any: a loopback server answers its loopback names only (a name of
+    another site resolving to 127.0.0.1 is DNS rebinding); one bound to a wildcard
+    or another address is meant for others, under names it cannot know."""
+    loopback = host == "localhost" or host.startswith("127.") or host == "::1"
+    if not loopback:
+        return None
+    names = {*LOOPBACK_NAMES, host.lower()}
+    return frozenset(f"{n}:{port}" for n in names)
+
+
 def page(model: str, max_chars: int, max_document_chars: int) -> str:
     """The viewer's HTML page."""
     boxes = "".join(
@@ -134,7 +154,10 @@ def create_web_server(
     Args:
       engine: a `jaxattn.CaptureSource` (Engine, AttentionClient).
       address: (host, port); port 0 picks a free one. Keep 127.0.0.1 unless the
-        page is meant for others: it captures whatever anyone sends it.
+        page is meant for others: it captures whatever anyone sends it. On a
+        loopback address it answers only ``Host: localhost``, ``127.0.0.1`` or
+        ``[::1]`` with this port (DNS rebinding), and no POST from another
+        web site's origin.
       model: the model's name, shown on the page.
       max_body: largest request body in bytes (413 above).
       max_chars: longest sentence in characters (the model's token limit applies too).
@@ -168,13 +191,34 @@ def create_web_server(
         def _json(self, status: int, obj) -> None:
             self._send(status, json.dumps(obj).encode("utf-8"), "application/json")
 
+        def _foreign(self, post: bool) -> bool:
+            """Answer a request another site makes through a browser (the module
+            docstring) with its refusal; True if refused."""
+            host = (self.headers.get("Host") or "").strip().lower()
+            if hosts is not None and host not in hosts:
+                self.close_connection = True
+                self._json(421, {"error": f"this server answers {sorted(hosts)[0]}, not {host!r}"})
+                return True
+            if not post:
+                return False
+            origin = self.headers.get("Origin")
+            if origin is not None and origin.lower() != f"http://{host}":
+                self.close_connection = True
+                self._json(403, {"error": f"requests from {origin} are refused"})
+                return True
+            return False
+
         def do_GET(self):
+            if self._foreign(post=False):
+                return
             if self.path.split("?")[0] in ("/", "/index.html"):
                 self._send(200, html_page, "text/html; charset=utf-8")
             else:
                 self._json(404, {"error": f"no page {self.path}"})
 
         def do_POST(self):
+            if self._foreign(post=True):
+                return
             if self.path != "/api/view":
                 return self._json(404, {"error": f"no endpoint {self.path}"})
             try:
@@ -211,4 +255,5 @@ def create_web_server(
 
     server = ThreadingHTTPServer(address, Handler)
     server.daemon_threads = True
+    hosts = host_names(address[0], server.server_address[1])
     return server, server.server_address[1]

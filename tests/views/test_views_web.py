@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import urllib.error
@@ -16,7 +17,7 @@ from jaxattn.errors import UsageError
 from jaxattn.quantities import ENTROPY_SMOOTHING
 from jaxattn.views import create_web_server
 from jaxattn.views.payload import VIEWS, needs
-from jaxattn.views.web import BadInput, parse_request
+from jaxattn.views.web import BadInput, host_names, parse_request
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +182,51 @@ def test_request_bounds_and_routes(web):
     with urllib.request.urlopen(url + "/", timeout=10) as r:
         page = r.read().decode()
         assert "connect-src 'self'" in r.headers.get("Content-Type", "") + page
+
+
+def send(url: str, method: str, path: str, body: bytes = b"", headers=None) -> tuple[int, bytes]:
+    """(status, body) of one raw request with exactly `headers` (urllib adds its own)."""
+    port = int(url.rsplit(":", 1)[1])
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        r = conn.getresponse()
+        return r.status, r.read()
+    finally:
+        conn.close()
+
+
+def test_other_sites_cannot_use_the_viewer_through_a_browser(web):
+    """DNS rebinding (a foreign Host) and cross-site requests (a foreign Origin, a
+    form or text/plain POST a browser sends without a preflight) are refused before any
+    capture; the page's own requests, by any loopback name, and scripts' (no Origin)
+    still work."""
+    url, _ = web
+    port = int(url.rsplit(":", 1)[1])
+    body = json.dumps({"text": "hello there", "views": ["stats"]}).encode()
+    own = {"Host": f"127.0.0.1:{port}", "Content-Type": "application/json"}
+    status, page = send(url, "GET", "/", headers={"Host": f"evil.example:{port}"})
+    assert status == 421 and b"evil.example" in page and b"<html" not in page
+    status, _ = send(url, "POST", "/api/view", body, {**own, "Host": f"evil.example:{port}"})
+    assert status == 421
+    status, _ = send(url, "POST", "/api/view", body, {**own, "Host": "127.0.0.1:1"})
+    assert status == 421  # another port: another origin
+    status, err = send(url, "POST", "/api/view", body, {**own, "Origin": "http://evil.example"})
+    assert status == 403 and b"evil.example" in err
+    for origin in ("null", f"https://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"):
+        status, _ = send(url, "POST", "/api/view", body, {**own, "Origin": origin})
+        assert status == 403  # a sandboxed frame or a file, another scheme or port
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}"):
+        origin = f"http://{host}"
+        headers = {**own, "Host": host, "Origin": origin}
+        status, doc = send(url, "POST", "/api/view", body, headers)
+        assert status == 200 and "stats" in json.loads(doc)["views"]
+        assert send(url, "GET", "/", headers={"Host": host})[0] == 200
+    status, doc = send(url, "POST", "/api/view", body, {"Host": f"localhost:{port}"})
+    assert status == 200 and "stats" in json.loads(doc)["views"]  # curl -d, no Origin
+    assert host_names("0.0.0.0", 80) is None  # meant for others, under any name
+    assert host_names("192.168.1.5", 80) is None
+    assert host_names("127.0.0.2", 8) == {"localhost:8", "127.0.0.1:8", "[::1]:8", "127.0.0.2:8"}
 
 
 @pytest.mark.parametrize(
