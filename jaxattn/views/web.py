@@ -148,6 +148,7 @@ def create_web_server(
     max_body: int = 4 << 20,
     max_chars: int = 2000,
     max_document_chars: int = 200_000,
+    idle_timeout: float = 60.0,
 ) -> tuple[ThreadingHTTPServer, int]:
     """An HTTP server for the live viewer, bound but not yet serving.
 
@@ -163,6 +164,9 @@ def create_web_server(
       max_chars: longest sentence in characters (the model's token limit applies too).
       max_document_chars: longest document for the statistics along the text
         (``"along": true``), in characters; the model's token limit applies too.
+      idle_timeout: seconds a connection may send nothing (between requests, or in
+        the middle of one: 408) before it is closed, so that a client that stalls
+        does not hold a thread and a socket for ever.
 
     Returns:
       (server, port): call ``server.serve_forever()``; ``server.shutdown()`` stops it.
@@ -172,6 +176,7 @@ def create_web_server(
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "jaxattn-web"
+        timeout = idle_timeout  # the socket's: a stalled client is dropped
 
         def log_message(self, fmt, *args):  # to logging, not stderr
             log.info("%s %s", self.address_string(), fmt % args)
@@ -230,6 +235,9 @@ def create_web_server(
                 return self._json(413, {"error": f"request over {max_body} bytes"})
             try:
                 body = json.loads(self.rfile.read(length))
+            except TimeoutError:  # the body stopped coming
+                self.close_connection = True
+                return self._json(408, {"error": f"no request body for {idle_timeout:g} s"})
             except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deep
                 return self._json(400, {"error": "the request body is not JSON"})
             try:

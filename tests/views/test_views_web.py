@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -227,6 +229,33 @@ def test_other_sites_cannot_use_the_viewer_through_a_browser(web):
     assert host_names("0.0.0.0", 80) is None  # meant for others, under any name
     assert host_names("192.168.1.5", 80) is None
     assert host_names("127.0.0.2", 8) == {"localhost:8", "127.0.0.1:8", "[::1]:8", "127.0.0.2:8"}
+
+
+def test_a_stalled_client_is_dropped():
+    """A client that stops sending, mid-headers or mid-body, is closed after the idle
+    timeout (408 for a body) instead of holding a thread and a socket for ever; the
+    engine is never reached."""
+
+    class NoEngine:
+        def capture(self, *args, **kwargs):
+            raise AssertionError("no capture expected")
+
+    server, port = create_web_server(NoEngine(), idle_timeout=0.5)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        head = f"POST /api/view HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode()
+        for sent, want in ((head, b""), (head + b"Content-Length: 99\r\n\r\n{", b" 408 ")):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.sendall(sent)
+                start, got = time.monotonic(), b""
+                while chunk := s.recv(4096):  # until the server closes
+                    got += chunk
+                assert time.monotonic() - start < 5 and want in got, got
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
 
 
 @pytest.mark.parametrize(
