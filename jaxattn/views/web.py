@@ -8,7 +8,8 @@ Standard library only (`http.server.ThreadingHTTPServer`). Routes:
 - ``POST /api/view`` with JSON ``{"text": A, "text_b": B or null, "views": [...]}``:
   the `jaxattn.views.payload` document of that example, or ``{"error": message}``
   with status 400 (bad input: empty, too long, unknown view), 413 (body over
-  `max_body`) or 500;
+  `max_body`), 502 (the gRPC server behind it failed: unreachable...) or 500 (the
+  engine failed: out of memory...; `failure_status`);
 - the same with ``"along": true``, for a long document (up to `max_document_chars`
   characters and the model's token limit): the stats-first page's data
   (`jaxattn.views.segments_page.segments_data`: per-head sink, previous-token share
@@ -34,7 +35,7 @@ import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from jaxattn.errors import JaxattnError, TooLongError, UsageError, in_terms
+from jaxattn.errors import JaxattnError, ServerError, TooLongError, UsageError, in_terms
 from jaxattn.inputs import split_pair
 from jaxattn.views.page import CSP_WEB, SCRIPTS, document
 from jaxattn.views.payload import VIEWS, build_payload, check_views, needs
@@ -93,6 +94,23 @@ def parse_request(body: dict, max_chars: int, max_document_chars: int | None = N
     except ValueError as e:
         raise BadInput(str(e)) from None
     return (text if text_b is None else (text, text_b)), views, along
+
+
+# gRPC status codes of a server's refusal of the request itself (the person can fix it)
+REFUSALS = ("INVALID_ARGUMENT", "OUT_OF_RANGE", "FAILED_PRECONDITION")
+
+
+def failure_status(error: Exception) -> int:
+    """The HTTP status of a capture's `error`: 400 for a refusal of the input (a
+    ValueError: BadInput, InputError, TooLongError; a server's INVALID_ARGUMENT...),
+    502 for a gRPC server that failed otherwise (unreachable, its own error), 500 for
+    the engine's (out of device memory...): not the person's text."""
+    if isinstance(error, ValueError):
+        return 400
+    if isinstance(error, ServerError):
+        code = getattr(getattr(error, "code", None), "name", None)
+        return 400 if code in REFUSALS else 502
+    return 500
 
 
 def capture_along(engine, text) -> list:
@@ -253,7 +271,10 @@ def create_web_server(
                 return self._json(400, {"error": f"{error}: {e.advice.page}."})
             except (ValueError, JaxattnError) as e:  # BadInput, the engine's or server's
                 # refusal (a server's over the token limit...), its advice in the page's terms
-                return self._json(400, {"error": in_terms(str(e), "page", "python")})
+                status = failure_status(e)
+                if status >= 500:
+                    log.error("capture failed: %s", e)
+                return self._json(status, {"error": in_terms(str(e), "page", "python")})
             except Exception as e:  # noqa: BLE001 - a failure the page should still explain
                 log.exception("capture failed")
                 return self._json(

@@ -231,6 +231,49 @@ def test_other_sites_cannot_use_the_viewer_through_a_browser(web):
     assert host_names("127.0.0.2", 8) == {"localhost:8", "127.0.0.1:8", "[::1]:8", "127.0.0.2:8"}
 
 
+def test_an_engine_or_server_failure_is_not_called_bad_input():
+    """A capture that fails mid-request answers with the failure's message and a status
+    that blames the right side: 400 for a refusal of the text (a server's
+    INVALID_ARGUMENT), 502 for a gRPC server that failed, 500 for the engine; the engine
+    is free again for the next request (each one here answers)."""
+    import grpc
+
+    from jaxattn.client import AttentionServiceError
+    from jaxattn.errors import DeviceMemoryError
+
+    failures = [
+        (AttentionServiceError(grpc.StatusCode.UNAVAILABLE, "connection refused"), 502),
+        (AttentionServiceError(grpc.StatusCode.INTERNAL, "the server's device failed"), 502),
+        (AttentionServiceError(grpc.StatusCode.INVALID_ARGUMENT, "texts[0] is empty"), 400),
+        (DeviceMemoryError("one example does not fit the device's memory"), 500),
+        (RuntimeError("XLA runtime error"), 500),
+    ]
+    messages = [
+        "connection refused",
+        "the server's device failed",
+        "texts[0] is empty",
+        "does not fit the device's memory",
+        "XLA runtime error",
+    ]
+
+    class Failing:
+        def capture(self, texts, what=None):
+            raise failures[0][0]
+
+    server, port = create_web_server(Failing())
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        for message in messages:
+            status, body = post(f"http://127.0.0.1:{port}/api/view", b'{"text": "hello"}')
+            assert (status, message in body["error"]) == (failures[0][1], True), body
+            failures.pop(0)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
 def test_a_stalled_client_is_dropped():
     """A client that stops sending, mid-headers or mid-body, is closed after the idle
     timeout (408 for a body) instead of holding a thread and a socket for ever; the
