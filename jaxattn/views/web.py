@@ -256,7 +256,9 @@ def create_web_server(
             except TimeoutError:  # the body stopped coming
                 self.close_connection = True
                 return self._json(408, {"error": f"no request body for {idle_timeout:g} s"})
-            except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deep
+            except UnicodeDecodeError as e:  # Latin-1 from a hand-made client...
+                return self._json(400, {"error": f"the request body is not UTF-8 ({e.reason})"})
+            except (ValueError, RecursionError):  # not JSON, or nested too deep
                 return self._json(400, {"error": "the request body is not JSON"})
             try:
                 text, views, along = parse_request(body, max_chars, max_document_chars)

@@ -171,6 +171,8 @@ def test_request_bounds_and_routes(web):
     status, body = post(url + "/api/view", b"x" * (64 * 1024 + 1))
     assert status == 413 and "bytes" in body["error"]
     assert post(url + "/api/view", b"{not json")[0] == 400
+    status, body = post(url + "/api/view", '{"text": "café"}'.encode("latin-1"))
+    assert status == 400 and "not UTF-8" in body["error"], body
     # JSON nested past Python's recursion limit (found by fuzzing the other parsers)
     assert post(url + "/api/view", b"[" * 3000 + b"]" * 3000)[0] == 400
     status, body = post(url + "/api/view", json.dumps({"text": "a", "views": ["nope"]}).encode())
