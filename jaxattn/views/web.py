@@ -133,7 +133,8 @@ def host_names(host: str, port: int) -> frozenset[str] | None:
 
 
 def page(model: str, max_chars: int, max_document_chars: int) -> str:
-    """The viewer's HTML page."""
+    """The viewer's HTML page. Its boxes have no maxlength: a browser cuts a longer
+    pasted text there without a word; the server names the limit instead."""
     boxes = "".join(
         f'<label><input type="checkbox" name="view" value="{v}" checked> {v}</label> '
         for v in VIEWS
@@ -141,11 +142,11 @@ def page(model: str, max_chars: int, max_document_chars: int) -> str:
     body = f"""<h1 style="font:600 16px system-ui;margin:0 0 6px">jaxattn live viewer
 <span style="font-weight:400;color:#666">· {html.escape(model)}</span></h1>
 <form id="web-form" class="jx web-form" autocomplete="off">
-<div><input id="text-a" name="text" size="70" maxlength="{max_chars}"
- data-max-chars="{max_chars}" data-max-document-chars="{max_document_chars}"
- placeholder="A sentence, or 'sentence A ||| sentence B'" value="I went to the store."></div>
+<div><input id="text-a" name="text" size="70" value="I went to the store."
+ placeholder="A sentence (up to {max_chars:,} characters), or 'sentence A ||| sentence B'">
+</div>
 <div><label><input type="checkbox" id="pair"> pair: sentence B</label>
-<input id="text-b" name="text_b" size="56" maxlength="{max_chars}" disabled
+<input id="text-b" name="text_b" size="56" disabled
  value="At the store, I bought fresh strawberries."></div>
 <div><label title="Statistics along the text (sink, previous token, entropy per segment
  for every head), no maps: for documents up to {max_document_chars:,} characters and the

@@ -10,10 +10,6 @@
     const form = $("web-form"), pair = $("pair"), b = $("text-b"), err = $("web-error"), status = $("web-status");
     const a = $("text-a"), along = $("along");
     pair.addEventListener("change", () => { b.disabled = !pair.checked; });
-    along.addEventListener("change", () => {
-      const limit = along.checked ? a.dataset.maxDocumentChars : a.dataset.maxChars;
-      a.maxLength = +limit; b.maxLength = +limit;
-    });
     form.addEventListener("submit", async (e) => {
       e.preventDefault();
       const views = [...form.querySelectorAll('input[name="view"]:checked')].map((x) => x.value);
