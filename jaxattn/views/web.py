@@ -134,7 +134,9 @@ def host_names(host: str, port: int) -> frozenset[str] | None:
 
 def page(model: str, max_chars: int, max_document_chars: int) -> str:
     """The viewer's HTML page. Its boxes have no maxlength: a browser cuts a longer
-    pasted text there without a word; the server names the limit instead."""
+    pasted text there without a word; the server names the limit instead. The text
+    is a textarea (Enter submits, Shift+Enter a new line): a one-line input turns the
+    line breaks of a pasted document into spaces (a decoder's newline tokens lost)."""
     boxes = "".join(
         f'<label><input type="checkbox" name="view" value="{v}" checked> {v}</label> '
         for v in VIEWS
@@ -142,9 +144,9 @@ def page(model: str, max_chars: int, max_document_chars: int) -> str:
     body = f"""<h1 style="font:600 16px system-ui;margin:0 0 6px">jaxattn live viewer
 <span style="font-weight:400;color:#666">· {html.escape(model)}</span></h1>
 <form id="web-form" class="jx web-form" autocomplete="off">
-<div><input id="text-a" name="text" size="70" value="I went to the store."
- placeholder="A sentence (up to {max_chars:,} characters), or 'sentence A ||| sentence B'">
-</div>
+<div><textarea id="text-a" name="text" cols="70" rows="2"
+ placeholder="A sentence (up to {max_chars:,} characters), or 'sentence A ||| sentence B'"
+>I went to the store.</textarea></div>
 <div><label><input type="checkbox" id="pair"> pair: sentence B</label>
 <input id="text-b" name="text_b" size="56" disabled
  value="At the store, I bought fresh strawberries."></div>

@@ -91,6 +91,22 @@ def test_live_page_captures_a_pair(page, web):
     assert page.get_attribute(".tab", "data-view") == "model"
 
 
+def test_a_pasted_text_keeps_its_line_breaks_and_enter_submits(page, web):
+    """The text box keeps a pasted document's line breaks (a one-line input made them
+    spaces: a decoder's newline tokens were lost); Enter submits, as in a one-line box."""
+    url, engine = web
+    page.goto(url + "/")
+    text = "the cat sat\non the mat"
+    page.fill("#text-a", text)
+    page.press("#text-a", "Enter")
+    page.wait_for_selector('#jaxattn[data-state="ready"]', timeout=30000)
+    shown = page.eval_on_selector_all(
+        '#hv-svg text.tok[data-side="left"]', "els => els.map(e => e.textContent)"
+    )
+    assert shown == list(engine.capture([text], what=("attention",))[0].tokens)
+    assert "on" in shown and page.input_value("#text-a") == text
+
+
 @pytest.mark.parametrize(
     ("text", "text_b", "message"),
     [

@@ -10,6 +10,10 @@
     const form = $("web-form"), pair = $("pair"), b = $("text-b"), err = $("web-error"), status = $("web-status");
     const a = $("text-a"), along = $("along");
     pair.addEventListener("change", () => { b.disabled = !pair.checked; });
+    // a textarea (a pasted document keeps its line breaks); Enter submits as in a one-line box
+    a.addEventListener("keydown", (e) => {
+      if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); form.requestSubmit(); }
+    });
     form.addEventListener("submit", async (e) => {
       e.preventDefault();
       const views = [...form.querySelectorAll('input[name="view"]:checked')].map((x) => x.value);
