@@ -20,10 +20,10 @@ Standard library only (`http.server.ThreadingHTTPServer`). Routes:
 Captures run one at a time (a lock): the engine is shared by every request.
 
 Another web site cannot use it through a visitor's browser: on a loopback address
-a request whose ``Host`` is no loopback name with this port (DNS rebinding) is
-refused (421), and a POST from another ``Origin`` than the page's own (403: a
-browser names the origin of every cross-origin POST, a form's or a fetch's;
-scripts such as curl send none and are served).
+a request whose ``Host`` is no loopback name (DNS rebinding; any port, an SSH
+tunnel's) is refused (421), and a POST from another ``Origin`` than the page's own
+(403: a browser names the origin of every cross-origin POST, a form's or a
+fetch's; scripts such as curl send none and are served).
 """
 
 from __future__ import annotations
@@ -120,16 +120,22 @@ def capture_along(engine, text) -> list:
     return [engine.capture([text], what=what)[0] for what in statistics_captures(causal)]
 
 
-def host_names(host: str, port: int) -> frozenset[str] | None:
-    """The ``Host`` headers a server bound to `host`:`port` answers (lower case), or
-    None for any: a loopback server answers its loopback names only (a name of
-    another site resolving to 127.0.0.1 is DNS rebinding); one bound to a wildcard
-    or another address is meant for others, under names it cannot know."""
+def host_names(host: str) -> frozenset[str] | None:
+    """The names (lower case, without the port) a server bound to `host` answers in a
+    request's ``Host``, or None for any: a loopback server answers its loopback names
+    only (a name of another site resolving to 127.0.0.1 is DNS rebinding), on any port
+    (an SSH tunnel's ``localhost:9000``); one bound to a wildcard or another address is
+    meant for others, under names it cannot know."""
     loopback = host == "localhost" or host.startswith("127.") or host == "::1"
-    if not loopback:
-        return None
-    names = {*LOOPBACK_NAMES, host.lower()}
-    return frozenset(f"{n}:{port}" for n in names)
+    return frozenset({*LOOPBACK_NAMES, host.lower()}) if loopback else None
+
+
+def host_name(header: str) -> str:
+    """The name of a ``Host`` header, without its port: "[::1]:8000" -> "[::1]"."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[: header.find("]") + 1]
+    return header.rsplit(":", 1)[0]
 
 
 def page(model: str, max_chars: int, max_document_chars: int) -> str:
@@ -178,8 +184,8 @@ def create_web_server(
       address: (host, port); port 0 picks a free one. Keep 127.0.0.1 unless the
         page is meant for others: it captures whatever anyone sends it. On a
         loopback address it answers only ``Host: localhost``, ``127.0.0.1`` or
-        ``[::1]`` with this port (DNS rebinding), and no POST from another
-        web site's origin.
+        ``[::1]`` (DNS rebinding; any port: an SSH tunnel's), and no POST from
+        another web site's origin.
       model: the model's name, shown on the page.
       max_body: largest request body in bytes (413 above).
       max_chars: longest sentence in characters (the model's token limit applies too).
@@ -221,9 +227,9 @@ def create_web_server(
             """Answer a request another site makes through a browser (the module
             docstring) with its refusal; True if refused."""
             host = (self.headers.get("Host") or "").strip().lower()
-            if hosts is not None and host not in hosts:
+            if hosts is not None and host_name(host) not in hosts:
                 self.close_connection = True
-                self._json(421, {"error": f"this server answers {sorted(hosts)[0]}, not {host!r}"})
+                self._json(421, {"error": f"this server answers localhost, not {host!r}"})
                 return True
             if not post:
                 return False
@@ -289,5 +295,5 @@ def create_web_server(
 
     server = ThreadingHTTPServer(address, Handler)
     server.daemon_threads = True
-    hosts = host_names(address[0], server.server_address[1])
+    hosts = host_names(address[0])
     return server, server.server_address[1]

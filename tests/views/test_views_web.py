@@ -229,14 +229,17 @@ def test_other_sites_cannot_use_the_viewer_through_a_browser(web):
     assert status == 421 and b"evil.example" in page and b"<html" not in page
     status, _ = send(url, "POST", "/api/view", body, {**own, "Host": f"evil.example:{port}"})
     assert status == 421
-    status, _ = send(url, "POST", "/api/view", body, {**own, "Host": "127.0.0.1:1"})
-    assert status == 421  # another port: another origin
+    status, _ = send(url, "POST", "/api/view", body, {**own, "Host": "evil.example"})
+    assert status == 421
+    status, _ = send(url, "POST", "/api/view", body, {**own, "Host": "localhost.evil.example"})
+    assert status == 421
     status, err = send(url, "POST", "/api/view", body, {**own, "Origin": "http://evil.example"})
     assert status == 403 and b"evil.example" in err
     for origin in ("null", f"https://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"):
         status, _ = send(url, "POST", "/api/view", body, {**own, "Origin": origin})
         assert status == 403  # a sandboxed frame or a file, another scheme or port
-    for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}"):
+    # any loopback name, on any port: an SSH tunnel's (ssh -L 9000:127.0.0.1:PORT)
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", "[::1]:9000", "LocalHost:9000"):
         origin = f"http://{host}"
         headers = {**own, "Host": host, "Origin": origin}
         status, doc = send(url, "POST", "/api/view", body, headers)
@@ -244,9 +247,9 @@ def test_other_sites_cannot_use_the_viewer_through_a_browser(web):
         assert send(url, "GET", "/", headers={"Host": host})[0] == 200
     status, doc = send(url, "POST", "/api/view", body, {"Host": f"localhost:{port}"})
     assert status == 200 and "stats" in json.loads(doc)["views"]  # curl -d, no Origin
-    assert host_names("0.0.0.0", 80) is None  # meant for others, under any name
-    assert host_names("192.168.1.5", 80) is None
-    assert host_names("127.0.0.2", 8) == {"localhost:8", "127.0.0.1:8", "[::1]:8", "127.0.0.2:8"}
+    assert host_names("0.0.0.0") is None  # meant for others, under any name
+    assert host_names("192.168.1.5") is None
+    assert host_names("127.0.0.2") == {"localhost", "127.0.0.1", "[::1]", "127.0.0.2"}
 
 
 def test_an_engine_or_server_failure_is_not_called_bad_input():
