@@ -5,6 +5,7 @@ shows as a picture."""
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 from html import escape
@@ -75,8 +76,19 @@ class SVG(str):
         return str(self)
 
 
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encodable(text: str) -> str:
+    """`text` with each lone surrogate (a code point UTF-8 cannot encode: a non-UTF-8
+    file name's byte as Python reads it, half of a pair cut apart) as U+FFFD, as a
+    browser shows it: a page or an SVG holding one could not be written."""
+    return LONE_SURROGATE.sub("\ufffd", text)
+
+
 def svg_doc(width: float, height: float, body: str) -> SVG:
-    """A standalone SVG document of the given size."""
+    """A standalone SVG document of the given size (`encodable`)."""
+    body = encodable(body)
     return SVG(
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
         f'viewBox="0 0 {width:.0f} {height:.0f}" {FONT} font-size="12">\n'

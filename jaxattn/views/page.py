@@ -29,6 +29,7 @@ from jaxattn.capture import Capture
 from jaxattn.errors import UsageError
 from jaxattn.selection import is_int, out_of_range
 from jaxattn.views.causal import default_query
+from jaxattn.views.drawing import LONE_SURROGATE, encodable
 from jaxattn.views.long_maps import POOL, band_offsets
 from jaxattn.views.payload import MAX_EXAMPLES, VIEWS, pack_page
 
@@ -76,15 +77,19 @@ def static_text(name: str) -> str:
 
 
 def script_json(doc) -> str:
-    """JSON that is safe inside a <script> element ("</script>" cannot end it)."""
+    """JSON that is safe inside a <script> element ("</script>" cannot end it) and in
+    UTF-8 (a lone surrogate is written as its escape, as JSON.parse reads it back)."""
     text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    text = text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return LONE_SURROGATE.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
 
 
 def document(
     body: str, *, title: str, scripts: Sequence[str] = SCRIPTS, csp: str = CSP_STATIC
 ) -> str:
-    """An HTML page with the view styles and `scripts` inlined around `body`."""
+    """An HTML page with the view styles and `scripts` inlined around `body`; a lone
+    surrogate in its text (a title, a label) as U+FFFD (`drawing.encodable`)."""
+    title, body = encodable(title), encodable(body)
     css = "\n".join(static_text(s) for s in STYLES)
     js = "\n".join(static_text(s) for s in scripts)
     return (

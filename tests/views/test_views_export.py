@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 import struct
 import subprocess
 import sys
@@ -14,6 +16,7 @@ import pytest
 from hf_fixtures import EXAMPLE_A, EXAMPLE_B
 from views_helpers import ARTIFACTS, norm_weights
 
+from jaxattn import views
 from jaxattn.capture import Capture
 from jaxattn.cli import main
 from jaxattn.errors import UsageError
@@ -56,6 +59,41 @@ def test_html_is_self_contained(tiny_caps):
     assert build_html(tiny_caps[0]).startswith("<!doctype html>")
     frame = View(tiny_caps[0], views=("head",))._repr_html_()
     assert frame.startswith("<iframe srcdoc=") and 'sandbox="allow-scripts"' in frame
+
+
+HOSTILE = ("[CLS]", "</script><script>alert(1)</script>", "a\u2028b\u2029c", "x\ud800y", "[SEP]")
+
+
+def test_hostile_text_stays_text_and_the_page_is_utf8(tmp_path):
+    """Tokens, labels and a title with "</script>", U+2028/2029 (line ends to old JS)
+    and a lone surrogate (a non-UTF-8 file name's byte as Python reads it): the page
+    and the SVG are written as UTF-8, no script element ends early, and the embedded
+    JSON gives back each token as it was."""
+    a = np.full((1, 1, 5, 5), 0.2, np.float32)
+    cap = Capture(
+        tokens=HOSTILE,
+        sentence_b_start=None,
+        layers=(0,),
+        heads=(0,),
+        dtype="float32",
+        tensors={"attention": a},
+    )
+    label, title = "<img src=x onerror=alert(1)> \udcff", "run \udcff </title>"
+    out = tmp_path / "hostile.html"
+    views.write_html(out, cap, views=("head",), labels=[label], title=title)
+    text = out.read_bytes().decode("utf-8")  # strict: no surrogate was written
+    assert text.count("<script") == text.count("</script>") == 4  # data, bin, mount, views
+    assert "<img" not in text and "\u2028" not in text and "\u2029" not in text
+    assert "<title>run \ufffd &lt;/title&gt;</title>" in text
+    data = re.search(r'id="jaxattn-data">(.*?)</script>', text, re.S)[1]
+    strings = set(re.findall(r'"(?:[^"\\]|\\.)*"', data))
+    decoded = {json.loads(s) for s in strings}
+    assert set(HOSTILE) <= decoded and label in decoded  # as they were, surrogate too
+    svg = to_svg(cap, "head")
+    root = ET.fromstring(svg.encode("utf-8"))
+    texts = [t.text for t in root.iter(f"{SVG}text")]
+    assert any(t.startswith("</script><script>") for t in texts)  # drawn, shortened
+    assert "x\ufffdy" in texts and "a\u2028b\u2029c" in texts
 
 
 def test_views_import_no_jax(tmp_path):

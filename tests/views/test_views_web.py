@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import http.client
 import json
+import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -16,7 +19,7 @@ from jaxattn.errors import UsageError
 from jaxattn.quantities import ENTROPY_SMOOTHING
 from jaxattn.views import create_web_server
 from jaxattn.views.payload import VIEWS, needs
-from jaxattn.views.web import BadInput, parse_request
+from jaxattn.views.web import BadInput, host_names, parse_request
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +91,22 @@ def test_live_page_captures_a_pair(page, web):
     assert page.get_attribute(".tab", "data-view") == "model"
 
 
+def test_a_pasted_text_keeps_its_line_breaks_and_enter_submits(page, web):
+    """The text box keeps a pasted document's line breaks (a one-line input made them
+    spaces: a decoder's newline tokens were lost); Enter submits, as in a one-line box."""
+    url, engine = web
+    page.goto(url + "/")
+    text = "the cat sat\non the mat"
+    page.fill("#text-a", text)
+    page.press("#text-a", "Enter")
+    page.wait_for_selector('#jaxattn[data-state="ready"]', timeout=30000)
+    shown = page.eval_on_selector_all(
+        '#hv-svg text.tok[data-side="left"]', "els => els.map(e => e.textContent)"
+    )
+    assert shown == list(engine.capture([text], what=("attention",))[0].tokens)
+    assert "on" in shown and page.input_value("#text-a") == text
+
+
 @pytest.mark.parametrize(
     ("text", "text_b", "message"),
     [
@@ -100,10 +119,10 @@ def test_live_page_captures_a_pair(page, web):
 def test_bad_input_shows_a_readable_error(page, web, text, text_b, message):
     url, _ = web
     page.goto(url + "/")
-    page.eval_on_selector("#text-a", "e => e.removeAttribute('maxlength')")
     submit(page, text, text_b)
     err = page.wait_for_selector("#web-error:not([hidden])", timeout=30000)
     assert message in err.inner_text()
+    assert page.input_value("#text-a") == text  # not cut at the limit without a word
     if "tokens" in err.inner_text():
         screenshot(page, "web_error")
 
@@ -155,7 +174,7 @@ def test_long_document_gets_the_statistics_along_the_text(page, web):
     # the page: tick "long document", paste, see the heat maps of every layer x head
     page.goto(url + "/")
     page.click("#along")
-    assert page.get_attribute("#text-a", "maxlength") == "3000"
+    assert page.get_attribute("#text-a", "maxlength") is None  # the server names the limit
     submit(page, text)
     page.wait_for_selector('#jaxattn[data-state="ready"] canvas.sg-map', timeout=30000)
     rows = page.get_attribute('canvas.sg-map[data-stat="sink"]', "data-rows")
@@ -168,6 +187,8 @@ def test_request_bounds_and_routes(web):
     status, body = post(url + "/api/view", b"x" * (64 * 1024 + 1))
     assert status == 413 and "bytes" in body["error"]
     assert post(url + "/api/view", b"{not json")[0] == 400
+    status, body = post(url + "/api/view", '{"text": "café"}'.encode("latin-1"))
+    assert status == 400 and "not UTF-8" in body["error"], body
     # JSON nested past Python's recursion limit (found by fuzzing the other parsers)
     assert post(url + "/api/view", b"[" * 3000 + b"]" * 3000)[0] == 400
     status, body = post(url + "/api/view", json.dumps({"text": "a", "views": ["nope"]}).encode())
@@ -181,6 +202,124 @@ def test_request_bounds_and_routes(web):
     with urllib.request.urlopen(url + "/", timeout=10) as r:
         page = r.read().decode()
         assert "connect-src 'self'" in r.headers.get("Content-Type", "") + page
+
+
+def send(url: str, method: str, path: str, body: bytes = b"", headers=None) -> tuple[int, bytes]:
+    """(status, body) of one raw request with exactly `headers` (urllib adds its own)."""
+    port = int(url.rsplit(":", 1)[1])
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        r = conn.getresponse()
+        return r.status, r.read()
+    finally:
+        conn.close()
+
+
+def test_other_sites_cannot_use_the_viewer_through_a_browser(web):
+    """DNS rebinding (a foreign Host) and cross-site requests (a foreign Origin, a
+    form or text/plain POST a browser sends without a preflight) are refused before any
+    capture; the page's own requests, by any loopback name, and scripts' (no Origin)
+    still work."""
+    url, _ = web
+    port = int(url.rsplit(":", 1)[1])
+    body = json.dumps({"text": "hello there", "views": ["stats"]}).encode()
+    own = {"Host": f"127.0.0.1:{port}", "Content-Type": "application/json"}
+    status, page = send(url, "GET", "/", headers={"Host": f"evil.example:{port}"})
+    assert status == 421 and b"evil.example" in page and b"<html" not in page
+    status, _ = send(url, "POST", "/api/view", body, {**own, "Host": f"evil.example:{port}"})
+    assert status == 421
+    status, _ = send(url, "POST", "/api/view", body, {**own, "Host": "evil.example"})
+    assert status == 421
+    status, _ = send(url, "POST", "/api/view", body, {**own, "Host": "localhost.evil.example"})
+    assert status == 421
+    status, err = send(url, "POST", "/api/view", body, {**own, "Origin": "http://evil.example"})
+    assert status == 403 and b"evil.example" in err
+    for origin in ("null", f"https://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"):
+        status, _ = send(url, "POST", "/api/view", body, {**own, "Origin": origin})
+        assert status == 403  # a sandboxed frame or a file, another scheme or port
+    # any loopback name, on any port: an SSH tunnel's (ssh -L 9000:127.0.0.1:PORT)
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", "[::1]:9000", "LocalHost:9000"):
+        origin = f"http://{host}"
+        headers = {**own, "Host": host, "Origin": origin}
+        status, doc = send(url, "POST", "/api/view", body, headers)
+        assert status == 200 and "stats" in json.loads(doc)["views"]
+        assert send(url, "GET", "/", headers={"Host": host})[0] == 200
+    status, doc = send(url, "POST", "/api/view", body, {"Host": f"localhost:{port}"})
+    assert status == 200 and "stats" in json.loads(doc)["views"]  # curl -d, no Origin
+    assert host_names("0.0.0.0") is None  # meant for others, under any name
+    assert host_names("192.168.1.5") is None
+    assert host_names("127.0.0.2") == {"localhost", "127.0.0.1", "[::1]", "127.0.0.2"}
+
+
+def test_an_engine_or_server_failure_is_not_called_bad_input():
+    """A capture that fails mid-request answers with the failure's message and a status
+    that blames the right side: 400 for a refusal of the text (a server's
+    INVALID_ARGUMENT), 502 for a gRPC server that failed, 500 for the engine; the engine
+    is free again for the next request (each one here answers)."""
+    import grpc
+
+    from jaxattn.client import AttentionServiceError
+    from jaxattn.errors import DeviceMemoryError
+
+    failures = [
+        (AttentionServiceError(grpc.StatusCode.UNAVAILABLE, "connection refused"), 502),
+        (AttentionServiceError(grpc.StatusCode.INTERNAL, "the server's device failed"), 502),
+        (AttentionServiceError(grpc.StatusCode.INVALID_ARGUMENT, "texts[0] is empty"), 400),
+        (DeviceMemoryError("one example does not fit the device's memory"), 500),
+        (RuntimeError("XLA runtime error"), 500),
+    ]
+    messages = [
+        "connection refused",
+        "the server's device failed",
+        "texts[0] is empty",
+        "does not fit the device's memory",
+        "XLA runtime error",
+    ]
+
+    class Failing:
+        def capture(self, texts, what=None):
+            raise failures[0][0]
+
+    server, port = create_web_server(Failing())
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        for message in messages:
+            status, body = post(f"http://127.0.0.1:{port}/api/view", b'{"text": "hello"}')
+            assert (status, message in body["error"]) == (failures[0][1], True), body
+            failures.pop(0)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def test_a_stalled_client_is_dropped():
+    """A client that stops sending, mid-headers or mid-body, is closed after the idle
+    timeout (408 for a body) instead of holding a thread and a socket for ever; the
+    engine is never reached."""
+
+    class NoEngine:
+        def capture(self, *args, **kwargs):
+            raise AssertionError("no capture expected")
+
+    server, port = create_web_server(NoEngine(), idle_timeout=0.5)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        head = f"POST /api/view HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode()
+        for sent, want in ((head, b""), (head + b"Content-Length: 99\r\n\r\n{", b" 408 ")):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.sendall(sent)
+                start, got = time.monotonic(), b""
+                while chunk := s.recv(4096):  # until the server closes
+                    got += chunk
+                assert time.monotonic() - start < 5 and want in got, got
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
 
 
 @pytest.mark.parametrize(

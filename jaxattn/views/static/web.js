@@ -10,9 +10,9 @@
     const form = $("web-form"), pair = $("pair"), b = $("text-b"), err = $("web-error"), status = $("web-status");
     const a = $("text-a"), along = $("along");
     pair.addEventListener("change", () => { b.disabled = !pair.checked; });
-    along.addEventListener("change", () => {
-      const limit = along.checked ? a.dataset.maxDocumentChars : a.dataset.maxChars;
-      a.maxLength = +limit; b.maxLength = +limit;
+    // a textarea (a pasted document keeps its line breaks); Enter submits as in a one-line box
+    a.addEventListener("keydown", (e) => {
+      if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); form.requestSubmit(); }
     });
     form.addEventListener("submit", async (e) => {
       e.preventDefault();
