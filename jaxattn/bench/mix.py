@@ -51,11 +51,20 @@ FALLBACK = (
 )
 
 
-def sentences(engine, conllu: Path, lo: int = 9, hi: int = 16) -> list[str]:
-    """Sentences of `lo`..`hi` tokens (one length bucket: few compiled shapes)."""
-    pool = list(FALLBACK)
-    if conllu.is_file():  # single sentences: pairs are made from them below
-        pool = read_sentences(conllu, singles=True)
+def read_pool(conllu: Path) -> list[str]:
+    """The single sentences of `conllu` (pairs are made from them), or `FALLBACK` where
+    there is no such file.
+
+    Raises:
+      InputError: an unreadable file (named, with its line).
+    """
+    return read_sentences(conllu, singles=True) if conllu.is_file() else list(FALLBACK)
+
+
+def sentences(engine, conllu: Path, lo: int = 9, hi: int = 16, pool=None) -> list[str]:
+    """Sentences of `lo`..`hi` tokens (one length bucket: few compiled shapes) of
+    `conllu` (`read_pool`; or of `pool`, read already)."""
+    pool = read_pool(conllu) if pool is None else pool
     lengths = [e.length for e in engine.tokenize(pool, too_long="truncate")]
     return [s for s, n in zip(pool, lengths, strict=True) if lo <= n <= hi]
 
@@ -230,6 +239,7 @@ def loadtest(
 
     if requests is None and duration is None:
         raise UsageError("give --requests N, --duration S or both: a load test must be bounded")
+    pool = read_pool(conllu)  # a bad input file is named before anything else
     options = dict(token=token, timeout=600.0)
     servers = [server] if isinstance(server, str) else list(server)
     for address in servers:  # before the model and the right answers: fail fast
@@ -237,7 +247,7 @@ def loadtest(
         with AttentionClient(address, **options) as client:
             client.wait_ready(60)
     engine = jaxattn.load(model)
-    mix = build_mix(engine, sentences(engine, conllu))
+    mix = build_mix(engine, sentences(engine, conllu, pool=pool))
     log(
         f"mix: {len(mix)} request kinds over {sum(len(r.texts) for r in mix)} texts; "
         "computing the reference captures"
