@@ -50,20 +50,23 @@ def out_of_memory(model: Resolved, error: Exception, part: str = "weights") -> J
 
     if isinstance(error, JaxattnError):  # already says what ran out, or something else
         return None
+    host_memory, device_memory = out_of_host_memory(error), oom.out_of_memory(error)
+    if not (host_memory or device_memory):  # not a want of memory: nothing to look up
+        return None
+    free = host.available_bytes() if host_memory else None
+    has = "" if free is None else f"; {human_bytes(free)} of host memory is available now"
+    if host_memory and part == "tokenizer":  # its files, not the weights' (read by then)
+        return HostMemoryError(
+            f"out of host memory reading {model.name or model.path}'s tokenizer{has}: "
+            "load it on a machine with more memory, or close what else holds memory"
+        )
     try:
         files = sum(f.stat().st_size for f in model.path.rglob("*") if f.is_file())
         size = f"its checkpoint's files: {human_bytes(files)}; "
     except OSError:  # the error at hand is the one to tell
         size = ""
     what = f"{model.name or model.path}'s weights ({size}the weights are float32 once loaded)"
-    if out_of_host_memory(error):
-        free = host.available_bytes()
-        has = "" if free is None else f"; {human_bytes(free)} of host memory is available now"
-        if part == "tokenizer":  # its files, not the weights' (read by then)
-            return HostMemoryError(
-                f"out of host memory reading {model.name or model.path}'s tokenizer{has}: "
-                "load it on a machine with more memory, or close what else holds memory"
-            )
+    if host_memory:
         return HostMemoryError(
             f"out of host memory loading {what}{has}: loading holds them once in host memory "
             "while reading them (on the CPU they stay there as the device's copy); load it on "
@@ -76,13 +79,11 @@ def out_of_memory(model: Resolved, error: Exception, part: str = "weights") -> J
             f"{host.POOL_LIMIT_ENV} in a new process (XLA reads it as jax starts), or free "
             "the host's memory"
         )
-    if oom.out_of_memory(error):
-        return DeviceMemoryError(
-            f"{what} do not fit the device's memory ({oom.first_line(error)}): every "
-            "device holds a whole copy of the weights; load it on a device with more "
-            "memory, or free the device (another process may hold it)"
-        )
-    return None
+    return DeviceMemoryError(
+        f"{what} do not fit the device's memory ({oom.first_line(error)}): every "
+        "device holds a whole copy of the weights; load it on a device with more "
+        "memory, or free the device (another process may hold it)"
+    )
 
 
 def read_checkpoint(

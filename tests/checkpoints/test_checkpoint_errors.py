@@ -362,6 +362,11 @@ def test_other_os_errors_are_not_memory(bert_copy, monkeypatch):
         raise OSError(errno.EIO, "Input/output error")
 
     monkeypatch.setattr(hf_files, "read_state_dict", broken)
+
+    def walked(*_):  # the checkpoint's size is looked up for a want of memory only
+        raise AssertionError("the model directory was walked for an error that is not memory")
+
+    monkeypatch.setattr(type(bert_copy), "rglob", walked)
     with pytest.raises(OSError, match="Input/output error") as got:
         jaxattn.load(bert_copy)
     assert not isinstance(got.value, MemoryError)
