@@ -61,10 +61,14 @@ def read_pool(conllu: Path) -> list[str]:
     return read_sentences(conllu, singles=True) if conllu.is_file() else list(FALLBACK)
 
 
-def sentences(engine, conllu: Path, lo: int = 9, hi: int = 16, pool=None) -> list[str]:
+def sentences(engine, conllu: Path, lo: int = 9, hi: int = 16) -> list[str]:
     """Sentences of `lo`..`hi` tokens (one length bucket: few compiled shapes) of
-    `conllu` (`read_pool`; or of `pool`, read already)."""
-    pool = read_pool(conllu) if pool is None else pool
+    `conllu` (`read_pool`)."""
+    return usable(engine, read_pool(conllu), lo, hi)
+
+
+def usable(engine, pool: list[str], lo: int = 9, hi: int = 16) -> list[str]:
+    """The sentences of `pool` of `lo`..`hi` tokens."""
     lengths = [e.length for e in engine.tokenize(pool, too_long="truncate")]
     return [s for s, n in zip(pool, lengths, strict=True) if lo <= n <= hi]
 
@@ -247,7 +251,7 @@ def loadtest(
         with AttentionClient(address, **options) as client:
             client.wait_ready(60)
     engine = jaxattn.load(model)
-    mix = build_mix(engine, sentences(engine, conllu, pool=pool))
+    mix = build_mix(engine, usable(engine, pool))
     log(
         f"mix: {len(mix)} request kinds over {sum(len(r.texts) for r in mix)} texts; "
         "computing the reference captures"
