@@ -25,7 +25,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import torch
-from reference import naive_norms
+from reference import hooked_forward, naive_norms
 
 NAMES = ("q", "k", "v", "o", "post")
 
@@ -38,27 +38,26 @@ def gemma_reference(model, enc) -> dict:
     c = model.config
     gemma3 = c.model_type == "gemma3_text"
     heads, kv, k_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
-    seen: dict[str, list] = {n: [] for n in NAMES}
-    hooks = []
-    for layer in model.layers:
+
+    def modules(layer):
         a = layer.self_attn
-        modules = (a.q_proj, a.k_proj, a.v_proj, a.o_proj, layer.post_attention_layernorm)
-        for name, module in zip(NAMES, modules, strict=True):
-            hook = module.register_forward_hook(lambda _m, _i, o, n=name: seen[n].append(o))
-            hooks.append(hook)
-    try:
-        with torch.no_grad():
-            out = model(**enc, output_attentions=True, output_hidden_states=True)
-            t = enc["input_ids"].shape[1]
-            positions = torch.arange(t)[None]
-            x0 = out.last_hidden_state
-            if gemma3:
-                rope = {k: model.rotary_emb(x0, positions, k) for k in set(c.layer_types)}
-            else:
-                rope = {k: model.rotary_emb(x0, positions) for k in set(c.layer_types)}
-    finally:
-        for h in hooks:
-            h.remove()
+        return dict(
+            zip(
+                NAMES,
+                (a.q_proj, a.k_proj, a.v_proj, a.o_proj, layer.post_attention_layernorm),
+                strict=True,
+            )
+        )
+
+    out, seen = hooked_forward(model, enc, modules)
+    t = enc["input_ids"].shape[1]
+    positions = torch.arange(t)[None]
+    x0 = out.last_hidden_state
+    with torch.no_grad():
+        if gemma3:
+            rope = {k: model.rotary_emb(x0, positions, k) for k in set(c.layer_types)}
+        else:
+            rope = {k: model.rotary_emb(x0, positions) for k in set(c.layer_types)}
     hidden = np.stack([h[0].double().numpy() for h in out.hidden_states])
     ref: dict[str, list] = {}
     group = heads // kv

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from reference import naive_norms
+from reference import hooked_forward, naive_norms
 
 
 def base_model(model):
@@ -33,21 +33,14 @@ def gpt_neox_reference(model, enc) -> dict:
     c = model.config
     heads = c.num_attention_heads
     k_dim = c.hidden_size // heads
-    seen: dict[str, list] = {"qkv": [], "o": []}
-    hooks = []
-    for layer in model.layers:
-        a = layer.attention
-        for name, module in (("qkv", a.query_key_value), ("o", a.dense)):
-            hook = module.register_forward_hook(lambda _m, _i, o, n=name: seen[n].append(o))
-            hooks.append(hook)
-    try:
-        with torch.no_grad():
-            out = model(**enc, output_attentions=True, output_hidden_states=True)
-            t = enc["input_ids"].shape[1]
-            cos, sin = model.rotary_emb(out.last_hidden_state, torch.arange(t)[None])
-    finally:
-        for h in hooks:
-            h.remove()
+    out, seen = hooked_forward(
+        model,
+        enc,
+        lambda layer: {"qkv": layer.attention.query_key_value, "o": layer.attention.dense},
+    )
+    t = enc["input_ids"].shape[1]
+    with torch.no_grad():
+        cos, sin = model.rotary_emb(out.last_hidden_state, torch.arange(t)[None])
     hidden = np.stack([h[0].double().numpy() for h in out.hidden_states])
     ref: dict[str, list] = {}
     for layer in range(c.num_hidden_layers):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from reference import naive_norms
+from reference import hooked_forward, naive_norms
 
 
 def base_model(model):
@@ -35,22 +35,19 @@ def llama_reference(model, enc) -> dict:
     c = model.config
     heads, kv = c.num_attention_heads, c.num_key_value_heads
     k_dim = model.layers[0].self_attn.head_dim  # Qwen2Config has no head_dim: D / H
-    seen: dict[str, list] = {"q": [], "k": [], "v": [], "o": []}
-    hooks = []
-    for layer in model.layers:
-        a = layer.self_attn
-        for name, module in (("q", a.q_proj), ("k", a.k_proj), ("v", a.v_proj), ("o", a.o_proj)):
-            hook = module.register_forward_hook(lambda _m, _i, o, n=name: seen[n].append(o))
-            hooks.append(hook)
-    try:
-        with torch.no_grad():
-            out = model(**enc, output_attentions=True, output_hidden_states=True)
-            t = enc["input_ids"].shape[1]
-            positions = torch.arange(t)[None]
-            cos, sin = model.rotary_emb(out.last_hidden_state, positions)
-    finally:
-        for h in hooks:
-            h.remove()
+    out, seen = hooked_forward(
+        model,
+        enc,
+        lambda layer: {
+            "q": layer.self_attn.q_proj,
+            "k": layer.self_attn.k_proj,
+            "v": layer.self_attn.v_proj,
+            "o": layer.self_attn.o_proj,
+        },
+    )
+    t = enc["input_ids"].shape[1]
+    with torch.no_grad():
+        cos, sin = model.rotary_emb(out.last_hidden_state, torch.arange(t)[None])
     hidden = np.stack([h[0].double().numpy() for h in out.hidden_states])
     ref: dict[str, list] = {}
     group = heads // kv

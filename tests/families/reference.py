@@ -109,6 +109,28 @@ def torch_reference(model, family: str, enc) -> dict:
     return result
 
 
+def hooked_forward(model, enc, modules_of) -> tuple:
+    """(the outputs of `model`'s forward of `enc`, attentions and hidden states with
+    them; {name: [its output at each layer]}) with a forward hook on the modules
+    `modules_of(layer)` names, {name: module}, of each layer (removed after)."""
+    import torch
+
+    seen: dict[str, list] = {}
+    hooks = []
+    for layer in model.layers:
+        for name, module in modules_of(layer).items():
+            seen.setdefault(name, [])
+            hook = module.register_forward_hook(lambda _m, _i, o, n=name: seen[n].append(o))
+            hooks.append(hook)
+    try:
+        with torch.no_grad():
+            out = model(**enc, output_attentions=True, output_hidden_states=True)
+    finally:
+        for h in hooks:
+            h.remove()
+    return out, seen
+
+
 def naive_norms(per: dict, values, alpha, x, attn_out, eps: float, rms: bool = False) -> dict:
     """The norm quantities of one layer, materialising f ([S, H, D]) and alpha f ([H, T, S, D]).
 
