@@ -16,8 +16,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
-import torch
-from reference import naive_norms
+from reference import hooked_forward, naive_norms
 
 
 def base_model(model):
@@ -35,18 +34,10 @@ def gpt2_reference(model, enc) -> dict:
     model = base_model(model)
     c = model.config
     heads, d = c.n_head, c.n_embd
-    qkv: list = []
-    outs: list = []
-    hooks = []
-    for block in model.h:
-        hooks.append(block.attn.c_attn.register_forward_hook(lambda _m, _i, o: qkv.append(o)))
-        hooks.append(block.attn.c_proj.register_forward_hook(lambda _m, _i, o: outs.append(o)))
-    try:
-        with torch.no_grad():
-            out = model(**enc, output_attentions=True, output_hidden_states=True)
-    finally:
-        for h in hooks:
-            h.remove()
+    out, seen = hooked_forward(
+        model, enc, lambda block: {"qkv": block.attn.c_attn, "o": block.attn.c_proj}, model.h
+    )
+    qkv, outs = seen["qkv"], seen["o"]
     assert len(qkv) == len(outs) == c.n_layer
     hidden = np.stack([h[0].double().numpy() for h in out.hidden_states])
     ref: dict[str, list] = {}

@@ -109,15 +109,16 @@ def torch_reference(model, family: str, enc) -> dict:
     return result
 
 
-def hooked_forward(model, enc, modules_of) -> tuple:
+def hooked_forward(model, enc, modules_of, layers=None) -> tuple:
     """(the outputs of `model`'s forward of `enc`, attentions and hidden states with
     them; {name: [its output at each layer]}) with a forward hook on the modules
-    `modules_of(layer)` names, {name: module}, of each layer (removed after)."""
+    `modules_of(layer)` names, {name: module}, of each of `layers` (None: model.layers;
+    GPT-2's are model.h), removed after."""
     import torch
 
     seen: dict[str, list] = {}
     hooks = []
-    for layer in model.layers:
+    for layer in model.layers if layers is None else layers:
         for name, module in modules_of(layer).items():
             seen.setdefault(name, [])
             hook = module.register_forward_hook(lambda _m, _i, o, n=name: seen[n].append(o))
